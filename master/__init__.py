@@ -1,0 +1,1 @@
+"""Runs on the controller: config, transports, run loop, rollups, measure, DFC, output, CLI."""

@@ -1,0 +1,7 @@
+"""``python -m master`` is ``ivypy``."""
+
+import sys
+
+from master.cli import main
+
+sys.exit(main())

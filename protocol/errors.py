@@ -1,0 +1,123 @@
+"""The exception tree of ivypy. Every error ivypy raises on purpose is an ``IvyError``.
+
+::
+
+    IvyError
+    ├── ProtocolError                 bytes or messages that break the protocol
+    │   ├── LocalProtocolError        we were about to break the rules (a bug on our side)
+    │   └── RemoteProtocolError       the peer broke the rules (malformed, oversized, out of order)
+    │       └── VersionMismatchError  the peer speaks another protocol version
+    ├── LadderMismatchError           histograms on different bucket ladders (also a ValueError)
+    ├── ConfigError                   the test file is wrong: carries file, line and key path
+    ├── PreflightError                a write would touch a LUN that is in use
+    ├── HostError                     a host failed: unreachable, lost, late, slave crashed
+    │   └── SlaveStartError           the slave could not start on the host
+    ├── IoEngineError                 the I/O engine could not be set up or failed
+    └── LogFormatError                an input log (fio histogram log) is malformed
+
+Exceptions carry context as attributes (``host``, ``lun``, ``key_path``, ...) so that callers
+can act on them without parsing messages. Foreign exceptions (OSError, asyncssh errors, yaml
+errors) are translated into this tree at exactly one boundary with ``raise ... from exc``.
+This module must not import anything beyond the standard library.
+"""
+
+from __future__ import annotations
+
+
+class IvyError(Exception):
+    """Root of every error ivypy raises on purpose."""
+
+
+class ProtocolError(IvyError):
+    """A frame or message that breaks the protocol. ``host`` names the peer when known."""
+
+    def __init__(self, message: str, *, host: str | None = None) -> None:
+        self.host = host
+        super().__init__(f"[host={host}] {message}" if host else message)
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to send something the protocol forbids (a bug on our side)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something malformed, oversized or out of order."""
+
+
+class VersionMismatchError(RemoteProtocolError):
+    """The peer speaks another protocol version."""
+
+
+class LadderMismatchError(IvyError, ValueError):
+    """Two histograms (or a wire histogram) use different bucket ladders."""
+
+
+class ConfigError(IvyError):
+    """The test file is wrong. Formats as ``file:line: key.path: message``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key_path: str = "",
+        file: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.key_path = key_path
+        self.file = file
+        self.line = line
+        self.reason = message
+        where = ""
+        if file:
+            where = f"{file}:{line}: " if line else f"{file}: "
+        elif line:
+            where = f"line {line}: "
+        super().__init__(f"{where}{key_path + ': ' if key_path else ''}{message}")
+
+
+class PreflightError(IvyError):
+    """A workload that writes was refused on a LUN that is in use."""
+
+    def __init__(self, message: str, *, host: str | None = None, lun: str | None = None) -> None:
+        self.host = host
+        self.lun = lun
+        super().__init__(message)
+
+
+class HostError(IvyError):
+    """A host failed: unreachable, lost mid-step, late, or its slave crashed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        exit_status: int | None = None,
+        stderr_tail: str = "",
+    ) -> None:
+        self.host = host
+        self.exit_status = exit_status
+        self.stderr_tail = stderr_tail
+        text = f"host {host}: {message}"
+        if exit_status is not None:
+            text += f" (exit status {exit_status})"
+        if stderr_tail:
+            text += f"; stderr: {stderr_tail.strip()[-500:]}"
+        super().__init__(text)
+
+
+class SlaveStartError(HostError):
+    """The slave could not be started on the host (missing python3, numpy, psutil, ...)."""
+
+
+class IoEngineError(IvyError):
+    """The I/O engine could not be set up, or an I/O failed in a way the engine cannot count."""
+
+
+class LogFormatError(IvyError):
+    """An input log is malformed. Names the file and line."""
+
+    def __init__(self, message: str, *, file: str, line: int | None = None) -> None:
+        self.file = file
+        self.line = line
+        super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")

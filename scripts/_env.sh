@@ -1,0 +1,44 @@
+# Sourced by scripts/*: creates or refreshes the project's virtualenv and installs what the
+# project needs (pip packages; Debian packages when running as root). Idempotent and quiet when
+# everything is already there.
+set -euo pipefail
+IVYPY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${IVYPY_VENV:-$IVYPY_ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+# Debian packages the integration tests and benchmarks use: fio (reference engine and fio logs),
+# OpenSSH (multi-host test bed), e2fsprogs (ext4 signatures), util-linux (losetup, blkid, mount),
+# iproute2 (network namespaces), procps, psmisc.
+IVYPY_DEBS="fio openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc"
+
+ivypy_install_debs() {
+    if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+        return 0
+    fi
+    local missing=()
+    for p in $IVYPY_DEBS; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "[ivypy] installing Debian packages: ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >&2
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    fi
+}
+
+ivypy_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "[ivypy] creating virtualenv $VENV" >&2
+        "$PYTHON" -m venv "$VENV"
+    fi
+    local stamp="$VENV/.ivypy-installed"
+    local want
+    want="$(cat "$IVYPY_ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        echo "[ivypy] installing ivypy and its test extras into $VENV" >&2
+        "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+        "$VENV/bin/python" -m pip install -q -e "$IVYPY_ROOT[test]" >&2
+        echo "$want" > "$stamp"
+    fi
+}
