@@ -8,8 +8,9 @@ PYTHON="${PYTHON:-python3}"
 
 # Debian packages the integration tests and benchmarks use: fio (reference engine and fio logs),
 # OpenSSH (multi-host test bed), e2fsprogs (ext4 signatures), util-linux (losetup, blkid, mount),
-# iproute2 (network namespaces), procps, psmisc.
-IVYPY_DEBS="fio openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc"
+# iproute2 (network namespaces), procps, psmisc; python3-numpy and python3-psutil so that the
+# system python3 can run the slave zipapp on the namespace test hosts, as a real lab host would.
+IVYPY_DEBS="fio python3-numpy python3-psutil openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc"
 
 ivypy_install_debs() {
     if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
