@@ -1,0 +1,289 @@
+"""Per-workload, per-subinterval statistics: the block a workload reports every subinterval, and
+the batched wire form that carries many workloads' blocks at once.
+
+Owns the layout of ``WorkloadStats`` (one flat int64 array, so it can live in shared memory and
+be handed over between processes without copying objects) and of ``StatsBatch`` (the sparse
+form a slave sends per subinterval). Pure numpy: no I/O, clocks or threads.
+
+Layout of one workload's block (int64, ``WorkloadStats.SIZE`` elements)::
+
+    counters[4, 3]          per category: ops, bytes, errors
+    lat[4, 2, 3]            per category and kind (0 service, 1 response): sum_ns, min_ns, max_ns
+                            (min is INT64_MAX and max is -1 while empty)
+    hist[4, 2, N_BUCKETS]   bucket counts on the ladder of ``protocol.buckets``
+
+Categories, in order: random_read, random_write, sequential_read, sequential_write, so that
+``category = 2 * is_sequential + is_write``. ``ops`` counts completed I/Os (each has one service
+and one response time); ``errors`` counts failed I/Os and short transfers, which have no latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.buckets import N_BUCKETS, bucket_index
+from protocol.errors import RemoteProtocolError
+from protocol.histogram import LatencyHistogram
+
+CATEGORIES: Final = ("random_read", "random_write", "sequential_read", "sequential_write")
+N_CATEGORIES: Final = 4
+KINDS: Final = ("service", "response")
+N_KINDS: Final = 2
+OPS, BYTES, ERRORS = 0, 1, 2
+SUM, MIN, MAX = 0, 1, 2
+I64_MAX: Final = int(np.iinfo(np.int64).max)
+
+_N_COUNTERS: Final = N_CATEGORIES * 3
+_N_LAT: Final = N_CATEGORIES * N_KINDS * 3
+_N_HIST: Final = N_CATEGORIES * N_KINDS * N_BUCKETS
+#: Histogram rows per workload (category x kind): row = category * 2 + kind.
+ROWS_PER_WORKLOAD: Final = N_CATEGORIES * N_KINDS
+
+
+def category_index(is_sequential: bool, is_write: bool) -> int:
+    return 2 * int(is_sequential) + int(is_write)
+
+
+class WorkloadStats:
+    """One workload's statistics for one subinterval, as views on one flat int64 array."""
+
+    SIZE: Final = _N_COUNTERS + _N_LAT + _N_HIST
+
+    __slots__ = ("buffer", "counters", "hist", "lat")
+
+    def __init__(self, buffer: npt.NDArray[np.int64] | None = None) -> None:
+        if buffer is None:
+            buffer = np.empty(self.SIZE, dtype=np.int64)
+            self.buffer = buffer
+            self._bind()
+            self.reset()
+            return
+        if buffer.dtype != np.int64 or buffer.shape != (self.SIZE,):
+            raise ValueError(
+                f"WorkloadStats needs a flat int64 buffer of {self.SIZE}, got "
+                f"{buffer.dtype} {buffer.shape}"
+            )
+        self.buffer = buffer
+        self._bind()
+
+    def _bind(self) -> None:
+        b = self.buffer
+        self.counters = b[:_N_COUNTERS].reshape(N_CATEGORIES, 3)
+        self.lat = b[_N_COUNTERS : _N_COUNTERS + _N_LAT].reshape(N_CATEGORIES, N_KINDS, 3)
+        self.hist = b[_N_COUNTERS + _N_LAT :].reshape(N_CATEGORIES, N_KINDS, N_BUCKETS)
+
+    def reset(self) -> None:
+        self.buffer[:] = 0
+        self.lat[:, :, MIN] = I64_MAX
+        self.lat[:, :, MAX] = -1
+
+    # ------------------------------------------------------------------ recording
+    def record(
+        self,
+        category: npt.ArrayLike,
+        service_ns: npt.ArrayLike,
+        response_ns: npt.ArrayLike,
+        nbytes: npt.ArrayLike,
+    ) -> None:
+        """Record a batch of completed I/Os, vectorised. ``category`` may be one int for the
+        whole batch or an array; ``nbytes`` one int or an array. Latencies are int64 ns >= 0."""
+        svc = np.asarray(service_ns, dtype=np.int64).reshape(-1)
+        rsp = np.asarray(response_ns, dtype=np.int64).reshape(-1)
+        n = svc.size
+        if n == 0:
+            return
+        if rsp.size != n:
+            raise ValueError("service_ns and response_ns differ in length")
+        if int(svc.min()) < 0 or int(rsp.min()) < 0:
+            raise ValueError("latencies must be >= 0 ns")
+        cat = np.asarray(category, dtype=np.intp).reshape(-1)
+        nb = np.asarray(nbytes, dtype=np.int64).reshape(-1)
+        if cat.size == 1 or int(cat.min()) == int(cat.max()):
+            c = int(cat[0])
+            self.counters[c, OPS] += n
+            self.counters[c, BYTES] += int(nb[0]) * n if nb.size == 1 else int(nb.sum())
+            for kind, v in ((0, svc), (1, rsp)):
+                self.hist[c, kind] += np.bincount(bucket_index(v), minlength=N_BUCKETS)
+                lat = self.lat[c, kind]
+                lat[SUM] += int(v.sum())
+                lat[MIN] = min(int(lat[MIN]), int(v.min()))
+                lat[MAX] = max(int(lat[MAX]), int(v.max()))
+            return
+        if cat.size != n:
+            raise ValueError("category must be one value or one per I/O")
+        for c in range(N_CATEGORIES):
+            mask = cat == c
+            if mask.any():
+                self.record(c, svc[mask], rsp[mask], nb if nb.size == 1 else nb[mask])
+
+    def record_errors(self, category: int, count: int = 1) -> None:
+        self.counters[category, ERRORS] += count
+
+    # ------------------------------------------------------------------ reading
+    def histogram(self, category: int, kind: int) -> LatencyHistogram:
+        lat = self.lat[category, kind]
+        empty = int(lat[MAX]) < 0
+        return LatencyHistogram.from_counts(
+            self.hist[category, kind],
+            sum_ns=int(lat[SUM]),
+            min_ns=None if empty else int(lat[MIN]),
+            max_ns=None if empty else int(lat[MAX]),
+        )
+
+    def ops(self, category: int | None = None) -> int:
+        return int(self.counters[:, OPS].sum() if category is None else self.counters[category, OPS])
+
+    def merge_into(self, other: WorkloadStats) -> None:
+        self.counters += other.counters
+        self.hist += other.hist
+        self.lat[:, :, SUM] += other.lat[:, :, SUM]
+        np.minimum(self.lat[:, :, MIN], other.lat[:, :, MIN], out=self.lat[:, :, MIN])
+        np.maximum(self.lat[:, :, MAX], other.lat[:, :, MAX], out=self.lat[:, :, MAX])
+
+    def copy(self) -> WorkloadStats:
+        return WorkloadStats(self.buffer.copy())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkloadStats):
+            return NotImplemented
+        return bool(np.array_equal(self.buffer, other.buffer))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class StatsBatch:
+    """Many workloads' statistics for one subinterval, in the sparse form that travels.
+
+    ``counters``: (W, 4, 3) int64 (ops, bytes, errors); ``lat``: (W, 4, 2, 3) int64 (sum, min,
+    max; min INT64_MAX / max -1 when empty); the histograms as coordinates sorted by
+    (row, bucket): ``rows`` (row = workload * 8 + category * 2 + kind), ``buckets``, ``counts``.
+    """
+
+    counters: npt.NDArray[np.int64]
+    lat: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.uint32]
+    buckets: npt.NDArray[np.uint16]
+    counts: npt.NDArray[np.int64]
+
+    @property
+    def n_workloads(self) -> int:
+        return int(self.counters.shape[0])
+
+    @classmethod
+    def from_stats(cls, stats: list[WorkloadStats]) -> StatsBatch:
+        if not stats:
+            return cls.empty()
+        flat = np.stack([s.buffer for s in stats])
+        return cls.from_flat(flat)
+
+    @classmethod
+    def from_flat(cls, flat: npt.NDArray[np.int64]) -> StatsBatch:
+        """From a (W, WorkloadStats.SIZE) array of stacked blocks."""
+        w = flat.shape[0]
+        counters = flat[:, :_N_COUNTERS].reshape(w, N_CATEGORIES, 3).copy()
+        lat = flat[:, _N_COUNTERS : _N_COUNTERS + _N_LAT].reshape(w, N_CATEGORIES, N_KINDS, 3)
+        hist = flat[:, _N_COUNTERS + _N_LAT :].reshape(w * ROWS_PER_WORKLOAD, N_BUCKETS)
+        rows, buckets = np.nonzero(hist)
+        return cls(
+            counters=counters,
+            lat=lat.copy(),
+            rows=rows.astype(np.uint32),
+            buckets=buckets.astype(np.uint16),
+            counts=hist[rows, buckets].astype(np.int64),
+        )
+
+    @classmethod
+    def empty(cls, n_workloads: int = 0) -> StatsBatch:
+        lat = np.zeros((n_workloads, N_CATEGORIES, N_KINDS, 3), dtype=np.int64)
+        lat[..., MIN] = I64_MAX
+        lat[..., MAX] = -1
+        return cls(
+            counters=np.zeros((n_workloads, N_CATEGORIES, 3), dtype=np.int64),
+            lat=lat,
+            rows=np.zeros(0, dtype=np.uint32),
+            buckets=np.zeros(0, dtype=np.uint16),
+            counts=np.zeros(0, dtype=np.int64),
+        )
+
+    def workload(self, i: int) -> WorkloadStats:
+        """Dense statistics of workload ``i`` (for tests and small consumers)."""
+        s = WorkloadStats()
+        s.counters[:] = self.counters[i]
+        s.lat[:] = self.lat[i]
+        lo, hi = np.searchsorted(self.rows, [i * ROWS_PER_WORKLOAD, (i + 1) * ROWS_PER_WORKLOAD])
+        r = self.rows[lo:hi].astype(np.intp) - i * ROWS_PER_WORKLOAD
+        s.hist.reshape(ROWS_PER_WORKLOAD, N_BUCKETS)[r, self.buckets[lo:hi]] = self.counts[lo:hi]
+        return s
+
+    # ------------------------------------------------------------------ wire form
+    def to_wire(self) -> dict[str, bytes | int]:
+        return {
+            "n": self.n_workloads,
+            "counters": self.counters.astype("<i8").tobytes(),
+            "lat": self.lat.astype("<i8").tobytes(),
+            "rows": self.rows.astype("<u4").tobytes(),
+            "buckets": self.buckets.astype("<u2").tobytes(),
+            "counts": self.counts.astype("<i8").tobytes(),
+        }
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, object]) -> StatsBatch:
+        """Decode and validate; anything inconsistent raises ``RemoteProtocolError``."""
+        try:
+            n = wire["n"]
+            raw = {k: wire[k] for k in ("counters", "lat", "rows", "buckets", "counts")}
+        except (KeyError, TypeError) as exc:
+            raise RemoteProtocolError(f"stats batch lacks field {exc}") from exc
+        if not isinstance(n, int) or n < 0 or n > 1 << 20:
+            raise RemoteProtocolError(f"stats batch workload count {n!r} is invalid")
+        for k, v in raw.items():
+            if not isinstance(v, bytes | bytearray | memoryview):
+                raise RemoteProtocolError(f"stats batch field {k} is not bytes")
+        sizes = {"counters": 8 * n * 12, "lat": 8 * n * 24}
+        for k, expect in sizes.items():
+            if len(raw[k]) != expect:  # type: ignore[arg-type]
+                raise RemoteProtocolError(f"stats batch field {k} has {len(raw[k])} bytes, "  # type: ignore[arg-type]
+                                          f"expected {expect}")
+        nnz = len(raw["rows"]) // 4  # type: ignore[arg-type]
+        if (len(raw["rows"]) != 4 * nnz or len(raw["buckets"]) != 2 * nnz  # type: ignore[arg-type]
+                or len(raw["counts"]) != 8 * nnz):  # type: ignore[arg-type]
+            raise RemoteProtocolError("stats batch histogram coordinate arrays differ in length")
+        counters = np.frombuffer(raw["counters"], dtype="<i8").reshape(n, N_CATEGORIES, 3)  # type: ignore[call-overload]
+        lat = np.frombuffer(raw["lat"], dtype="<i8").reshape(n, N_CATEGORIES, N_KINDS, 3)  # type: ignore[call-overload]
+        rows = np.frombuffer(raw["rows"], dtype="<u4")  # type: ignore[call-overload]
+        buckets = np.frombuffer(raw["buckets"], dtype="<u2")  # type: ignore[call-overload]
+        counts = np.frombuffer(raw["counts"], dtype="<i8")  # type: ignore[call-overload]
+        batch = cls(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts)
+        batch.validate()
+        return batch
+
+    def validate(self) -> None:
+        """Raise ``RemoteProtocolError`` unless the batch is internally consistent."""
+        n = self.n_workloads
+        if n and int(self.counters.min()) < 0:
+            raise RemoteProtocolError("stats batch has negative counters")
+        nnz = self.rows.size
+        if nnz:
+            if int(self.rows[-1]) >= n * ROWS_PER_WORKLOAD or int(self.buckets.max()) >= N_BUCKETS:
+                raise RemoteProtocolError("stats batch histogram coordinates out of range")
+            key = self.rows.astype(np.int64) * N_BUCKETS + self.buckets
+            if nnz > 1 and not bool(np.all(key[1:] > key[:-1])):
+                raise RemoteProtocolError("stats batch histogram coordinates are not sorted")
+            if int(self.counts.min()) <= 0:
+                raise RemoteProtocolError("stats batch histogram counts must be > 0")
+        per_row = np.bincount(
+            self.rows.astype(np.intp), weights=self.counts, minlength=n * ROWS_PER_WORKLOAD
+        ).reshape(n, N_CATEGORIES, N_KINDS)
+        ops = self.counters[:, :, OPS].astype(np.float64)
+        if n and not (np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)):
+            raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
+        has = ops > 0
+        lat_min = self.lat[..., MIN]
+        lat_max = self.lat[..., MAX]
+        if n and bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))):
+            raise RemoteProtocolError("stats batch latency min/max are inconsistent")
