@@ -118,7 +118,7 @@ class LatencyHistogram:
         for start in range(0, v.size, RECORD_CHUNK):
             chunk = v[start : start + RECORD_CHUNK].astype(np.int64, copy=False)
             self._counts += np.bincount(bucket_index(chunk), minlength=N_BUCKETS)
-            total += int(chunk.sum())
+            total += _exact_sum(chunk, hi)
         self._sum_ns += total
         self._min_ns = lo if self._min_ns is None else min(self._min_ns, lo)
         self._max_ns = hi if self._max_ns is None else max(self._max_ns, hi)
@@ -279,6 +279,14 @@ class LatencyHistogram:
             np.add.at(h._counts, all_idx.astype(np.intp), all_cnt)
             h._sum_ns, h._min_ns, h._max_ns = total_sum, lo, hi
         return h
+
+
+def _exact_sum(v: npt.NDArray[np.int64], v_max: int) -> int:
+    """Sum of non-negative int64 values without int64 overflow (split into 32-bit halves only
+    when the plain sum could overflow)."""
+    if v_max * v.size < 1 << 63:
+        return int(v.sum())
+    return (int((v >> 32).sum()) << 32) + int((v & 0xFFFFFFFF).sum())
 
 
 def _parse_wire(
