@@ -50,7 +50,7 @@ _BUCKET_HI = (UPPER_NS - 1).astype(np.float64)
 class LatencyHistogram:
     """A latency histogram on the ivypy ladder; see the module docstring."""
 
-    __slots__ = ("_counts", "_sum_ns", "_min_ns", "_max_ns", "ladder_id")
+    __slots__ = ("_counts", "_max_ns", "_min_ns", "_sum_ns", "ladder_id")
 
     def __init__(self, ladder_id: int = LADDER_ID) -> None:
         self.ladder_id = ladder_id
@@ -348,5 +348,5 @@ def percentiles_from_counts(
     frac = np.clip(frac, 0.0, 1.0)
     lo = np.maximum(_BUCKET_LO[b], float(min_ns))
     hi = np.where(b == OVERFLOW_INDEX, float(max_ns), np.minimum(_BUCKET_HI[b], float(max_ns)))
-    out = lo + frac * (hi - lo)
-    return np.clip(out, float(min_ns), float(max_ns))
+    out: npt.NDArray[np.float64] = np.clip(lo + frac * (hi - lo), float(min_ns), float(max_ns))
+    return out

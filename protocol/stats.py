@@ -135,7 +135,9 @@ class WorkloadStats:
         )
 
     def ops(self, category: int | None = None) -> int:
-        return int(self.counters[:, OPS].sum() if category is None else self.counters[category, OPS])
+        if category is None:
+            return int(self.counters[:, OPS].sum())
+        return int(self.counters[category, OPS])
 
     def merge_into(self, other: WorkloadStats) -> None:
         self.counters += other.counters
@@ -239,25 +241,27 @@ class StatsBatch:
             raw = {k: wire[k] for k in ("counters", "lat", "rows", "buckets", "counts")}
         except (KeyError, TypeError) as exc:
             raise RemoteProtocolError(f"stats batch lacks field {exc}") from exc
-        if not isinstance(n, int) or n < 0 or n > 1 << 20:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > 1 << 20:
             raise RemoteProtocolError(f"stats batch workload count {n!r} is invalid")
+        buf: dict[str, bytes | bytearray | memoryview] = {}
         for k, v in raw.items():
             if not isinstance(v, bytes | bytearray | memoryview):
                 raise RemoteProtocolError(f"stats batch field {k} is not bytes")
-        sizes = {"counters": 8 * n * 12, "lat": 8 * n * 24}
-        for k, expect in sizes.items():
-            if len(raw[k]) != expect:  # type: ignore[arg-type]
-                raise RemoteProtocolError(f"stats batch field {k} has {len(raw[k])} bytes, "  # type: ignore[arg-type]
-                                          f"expected {expect}")
-        nnz = len(raw["rows"]) // 4  # type: ignore[arg-type]
-        if (len(raw["rows"]) != 4 * nnz or len(raw["buckets"]) != 2 * nnz  # type: ignore[arg-type]
-                or len(raw["counts"]) != 8 * nnz):  # type: ignore[arg-type]
+            buf[k] = v
+        for k, expect in (("counters", 8 * n * 12), ("lat", 8 * n * 24)):
+            if len(buf[k]) != expect:
+                raise RemoteProtocolError(
+                    f"stats batch field {k} has {len(buf[k])} bytes, expected {expect}"
+                )
+        nnz = len(buf["rows"]) // 4
+        lengths = (len(buf["rows"]), len(buf["buckets"]), len(buf["counts"]))
+        if lengths != (4 * nnz, 2 * nnz, 8 * nnz):
             raise RemoteProtocolError("stats batch histogram coordinate arrays differ in length")
-        counters = np.frombuffer(raw["counters"], dtype="<i8").reshape(n, N_CATEGORIES, 3)  # type: ignore[call-overload]
-        lat = np.frombuffer(raw["lat"], dtype="<i8").reshape(n, N_CATEGORIES, N_KINDS, 3)  # type: ignore[call-overload]
-        rows = np.frombuffer(raw["rows"], dtype="<u4")  # type: ignore[call-overload]
-        buckets = np.frombuffer(raw["buckets"], dtype="<u2")  # type: ignore[call-overload]
-        counts = np.frombuffer(raw["counts"], dtype="<i8")  # type: ignore[call-overload]
+        counters = np.frombuffer(buf["counters"], dtype="<i8").reshape(n, N_CATEGORIES, 3)
+        lat = np.frombuffer(buf["lat"], dtype="<i8").reshape(n, N_CATEGORIES, N_KINDS, 3)
+        rows = np.frombuffer(buf["rows"], dtype="<u4")
+        buckets = np.frombuffer(buf["buckets"], dtype="<u2")
+        counts = np.frombuffer(buf["counts"], dtype="<i8")
         batch = cls(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts)
         batch.validate()
         return batch
@@ -280,7 +284,8 @@ class StatsBatch:
             self.rows.astype(np.intp), weights=self.counts, minlength=n * ROWS_PER_WORKLOAD
         ).reshape(n, N_CATEGORIES, N_KINDS)
         ops = self.counters[:, :, OPS].astype(np.float64)
-        if n and not (np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)):
+        same = np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)
+        if n and not same:
             raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
         has = ops > 0
         lat_min = self.lat[..., MIN]

@@ -65,7 +65,7 @@ def test_pareto_tail_reaches_minutes() -> None:
 def test_percentiles_are_monotonic_and_clamped(
     dataset: tuple[str, np.ndarray, LatencyHistogram],
 ) -> None:
-    _, values, h = dataset
+    _, _values, h = dataset
     ps = np.linspace(0, 100, 1001)
     got = h.percentiles(ps)
     assert got is not None

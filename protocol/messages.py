@@ -1,0 +1,288 @@
+"""The messages master and slave exchange: one frozen dataclass per message.
+
+Owns the vocabulary of the conversation and the type code of every message. Pure data: no
+encoding (``protocol.codec``), no legality rules (``protocol.state``), no I/O.
+
+Units live in names: ``_ns`` nanoseconds on the *sender's* monotonic clock unless stated,
+``_bytes``, ``_s``. Field types are limited to what msgpack carries natively: ``int``, ``float``,
+``str``, ``bool``, ``bytes``, ``None``, lists and string-keyed dicts of those. Arrays travel as
+``bytes`` with the dtype stated in the field's documentation (always little-endian).
+
+The conversation (see ``protocol/SPEC.md`` for the full story)::
+
+    master                                   slave
+    Hello ─────────────────────────────────►
+          ◄───────────────────────────────── HelloReply
+    Ping × n ──────────────────────────────►  (clock offset: keep the minimum-RTT sample)
+          ◄───────────────────────────────── Pong × n
+    DiscoverLuns ──────────────────────────►
+          ◄───────────────────────────────── LunList
+    CreateWorkload / EditWorkload / DeleteWorkload ─►
+          ◄───────────────────────────────── Ack (or Error, e.g. preflight refused)
+    Go(start, subinterval) ────────────────►
+          ◄───────────────────────────────── SubintervalResult 0, 1, ...
+    Continue(k) / Stop(after=k) / edits ───►
+          ◄───────────────────────────────── Stopped
+    ... next step: edits, Go ...
+    Bye ───────────────────────────────────►
+          ◄───────────────────────────────── Bye
+    Log and Error may come from the slave at any time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message; ``CODE`` is the type code on the wire."""
+
+    CODE: ClassVar[int] = 0
+
+
+# --------------------------------------------------------------------------- handshake
+@dataclass(frozen=True)
+class Hello(Message):
+    """Master → slave, first message. The slave refuses another ``protocol_version``."""
+
+    CODE: ClassVar[int] = 1
+    protocol_version: int
+    ivypy_version: str
+    host: str  # the name the master uses for this host (log prefix, workload ids)
+    master_time_ns: int
+
+
+@dataclass(frozen=True)
+class HelloReply(Message):
+    """Slave → master: who and what the host is."""
+
+    CODE: ClassVar[int] = 2
+    protocol_version: int
+    ivypy_version: str
+    hostname: str
+    kernel: str
+    python_version: str
+    numpy_version: str
+    cores: int
+    pid: int
+    slave_time_ns: int
+
+
+# --------------------------------------------------------------------------- clock
+@dataclass(frozen=True)
+class Ping(Message):
+    """Master → slave; answered at once with ``Pong``. ``master_send_ns`` is the master's
+    monotonic clock when sent."""
+
+    CODE: ClassVar[int] = 3
+    seq: int
+    master_send_ns: int
+
+
+@dataclass(frozen=True)
+class Pong(Message):
+    """Slave → master: the echoed ping and the slave's monotonic clock when it answered."""
+
+    CODE: ClassVar[int] = 4
+    seq: int
+    master_send_ns: int
+    slave_ns: int
+
+
+# --------------------------------------------------------------------------- LUNs
+@dataclass(frozen=True)
+class DiscoverLuns(Message):
+    """Master → slave: discover block devices, plus these file LUNs. Each entry of ``files``
+    is ``{"path": str, "size_bytes": int | None, "create": bool}``."""
+
+    CODE: ClassVar[int] = 5
+    seq: int
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LunList(Message):
+    """Slave → master: every LUN found, as ``LunInfo.to_dict()`` dicts."""
+
+    CODE: ClassVar[int] = 6
+    seq: int
+    luns: list[dict[str, Any]]
+
+
+# --------------------------------------------------------------------------- workloads
+@dataclass(frozen=True)
+class CreateWorkload(Message):
+    """Master → slave: create a workload (id ``host:lun:name``) on a LUN. ``params`` holds the
+    resolved workload parameters (bytes, fractions, ``iops`` None for max). Effective at the
+    next boundary when a step is running, else at ``Go``. Preflight happens here."""
+
+    CODE: ClassVar[int] = 7
+    seq: int
+    workload_id: str
+    lun_path: str
+    params: dict[str, Any]
+    allow_write: bool = False
+
+
+@dataclass(frozen=True)
+class EditWorkload(Message):
+    """Master → slave: change some parameters of a workload from the next boundary on."""
+
+    CODE: ClassVar[int] = 8
+    seq: int
+    workload_id: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteWorkload(Message):
+    """Master → slave: remove a workload from the next boundary on."""
+
+    CODE: ClassVar[int] = 9
+    seq: int
+    workload_id: str
+
+
+@dataclass(frozen=True)
+class Ack(Message):
+    """Slave → master: request ``seq`` done. ``effective_subinterval`` is the first subinterval
+    the change holds for (-1 outside a running step: from the next ``Go``). ``info`` carries
+    request-specific facts (e.g. the I/O engine chosen for a created workload)."""
+
+    CODE: ClassVar[int] = 10
+    seq: int
+    effective_subinterval: int = -1
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- running
+@dataclass(frozen=True)
+class Go(Message):
+    """Master → slave: start the step. Subinterval k runs over
+    ``[start_ns + k * subinterval_ns, start_ns + (k + 1) * subinterval_ns)`` on the *slave's*
+    monotonic clock (the master translated its start time with the measured offset).
+    Subintervals 0 and 1 are granted; each later one needs a ``Continue``."""
+
+    CODE: ClassVar[int] = 11
+    step: int
+    start_ns: int
+    subinterval_ns: int
+
+
+@dataclass(frozen=True)
+class Continue(Message):
+    """Master → slave: subinterval ``subinterval`` may run. It must arrive before that
+    subinterval's start boundary, else the slave stops with a 'master late' error."""
+
+    CODE: ClassVar[int] = 12
+    subinterval: int
+
+
+@dataclass(frozen=True)
+class Stop(Message):
+    """Master → slave: ``after_subinterval`` is the last subinterval of this step (or at once,
+    when it is -1 or already past): stop I/O at its end, send its result, then ``Stopped``."""
+
+    CODE: ClassVar[int] = 13
+    after_subinterval: int
+
+
+@dataclass(frozen=True)
+class SubintervalResult(Message):
+    """Slave → master: one subinterval's statistics for every workload of the host.
+
+    ``workload_ids`` gives the order of the rows of ``stats`` (a ``StatsBatch.to_wire()``
+    dict). ``start_ns``/``end_ns`` are the scheduled boundaries and ``switch_ns`` the times
+    each worker actually switched buffers at the end boundary (slave clock). ``cpu`` holds
+    ``busy_pct`` (whole host), ``per_core_busy_pct`` (list), ``slave_user_s``,
+    ``slave_system_s``. ``interlock`` holds per worker ``switch_delay_ns`` (boundary → switch
+    done) and ``handover_delay_ns`` (boundary → results handed to the sender).
+    ``io_errors`` lists the first few I/O error descriptions of the subinterval.
+    """
+
+    CODE: ClassVar[int] = 14
+    step: int
+    subinterval: int
+    start_ns: int
+    end_ns: int
+    workload_ids: list[str]
+    stats: dict[str, Any]
+    cpu: dict[str, Any]
+    interlock: list[dict[str, Any]]
+    send_ns: int
+    io_errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stopped(Message):
+    """Slave → master: all I/O of the step has ended; ``last_subinterval`` was the last sent."""
+
+    CODE: ClassVar[int] = 15
+    step: int
+    last_subinterval: int
+
+
+# --------------------------------------------------------------------------- side channel
+@dataclass(frozen=True)
+class Log(Message):
+    """Slave → master: an event worth a line in events.csv (ordinary logging goes to stderr).
+    ``level`` is a ``logging`` level name."""
+
+    CODE: ClassVar[int] = 16
+    level: str
+    message: str
+    time_ns: int
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Error(Message):
+    """Slave → master: something failed. ``kind`` is one of ``ERROR_KINDS``; ``seq`` names the
+    request it answers (-1 if none). A fatal error is the slave's last message."""
+
+    CODE: ClassVar[int] = 17
+    kind: str
+    message: str
+    seq: int = -1
+    workload_id: str = ""
+    lun: str = ""
+    fatal: bool = False
+
+
+ERROR_KINDS: Final = ("preflight", "config", "io", "late", "protocol", "version", "internal")
+
+
+@dataclass(frozen=True)
+class Bye(Message):
+    """Either side: the conversation ends. The master sends it; the slave answers with ``Bye``
+    after stopping all I/O, then exits."""
+
+    CODE: ClassVar[int] = 18
+    reason: str = ""
+
+
+MESSAGE_TYPES: Final[tuple[type[Message], ...]] = (
+    Hello,
+    HelloReply,
+    Ping,
+    Pong,
+    DiscoverLuns,
+    LunList,
+    CreateWorkload,
+    EditWorkload,
+    DeleteWorkload,
+    Ack,
+    Go,
+    Continue,
+    Stop,
+    SubintervalResult,
+    Stopped,
+    Log,
+    Error,
+    Bye,
+)
+
+BY_CODE: Final[dict[int, type[Message]]] = {t.CODE: t for t in MESSAGE_TYPES}
+assert len(BY_CODE) == len(MESSAGE_TYPES), "message codes must be unique"
