@@ -1,0 +1,888 @@
+"""LUN discovery: which block devices and files this host offers, what they are, and who uses them.
+
+Owns ``LunInfo`` (one LUN's attributes and in-use evidence, a value that travels to the master as a
+plain dict) and the functions that build it:
+
+- ``discover_block_devices`` walks ``/sys/block`` (whole disks and their partitions: sd, nvme, dm,
+  md, loop with its backing file, virtio, ...). Loop devices without a backing file, zero-size
+  devices and hidden devices (nvme multipath legs) are skipped.
+- ``describe_block_device`` describes the one block device a test names (any path to a device
+  node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
+- ``file_lun`` describes a file named by a test, creating or extending it (sparse) when the test
+  says so, never truncating it. ``lun_for_path`` picks between the two.
+
+Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched by device number
+and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
+processes' open file descriptors (``/proc/<pid>/fd``, excluding our own pid and ``ignore_pids``),
+and a signature read from the first and last few KiB of the device itself (see
+``detect_signature``), with ``blkid -p`` as a second opinion where it is installed. Only what is
+visible from this host's mount and pid namespaces can be seen; a mount in another mount namespace
+is caught only by the exclusive-open probe of ``describe_block_device``.
+
+Rules: this module only reads (plus creating or growing a file LUN on request). It never writes to a
+device, never opens one for writing, and never holds an exclusive claim longer than one
+``open``/``close`` pair. Sysfs entries that vanish or cannot be read mid-scan are logged and
+skipped; discovery does not crash on them. Deciding whether a write may go ahead is
+``slave/preflight.py``'s job, not this module's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import re
+import shutil
+import stat
+import struct
+import subprocess
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import PreflightError, RemoteProtocolError
+
+log = logging.getLogger(__name__)
+
+SECTOR_BYTES = 512
+KIND_BLOCK = "block"
+KIND_FILE = "file"
+SWAP_MOUNT_POINT = "[swap]"
+BLKID_TIMEOUT_S = 10.0
+
+# Errors that mean "this entry vanished or is unreadable": log and skip, never crash the scan.
+_SKIPPABLE = (OSError, ValueError, struct.error)
+
+
+@dataclass(frozen=True)
+class LunInfo:
+    """One LUN as seen from its host. Empty strings / empty tuples mean "not exposed" or "none".
+
+    ``dev`` is ``major:minor`` for block devices. ``parent`` is the whole disk a partition belongs
+    to. ``open_by`` lists other processes as ``pid:comm``. ``exclusive_busy`` is True when an
+    ``O_EXCL`` open failed with EBUSY (mounted, held, or claimed by another process).
+    ``probe_error`` is set when the device or file could not be read to look for a signature, in
+    which case nothing is known about its contents.
+    """
+
+    path: str
+    kind: str
+    name: str
+    size_bytes: int
+    logical_block_bytes: int = SECTOR_BYTES
+    physical_block_bytes: int = SECTOR_BYTES
+    rotational: bool | None = None
+    vendor: str = ""
+    model: str = ""
+    serial: str = ""
+    wwid: str = ""
+    dev: str = ""
+    parent: str = ""
+    backing_file: str = ""
+    read_only: bool = False
+    partitions: tuple[str, ...] = ()
+    holders: tuple[str, ...] = ()
+    mount_points: tuple[str, ...] = ()
+    signature: str = ""
+    open_by: tuple[str, ...] = ()
+    exclusive_busy: bool = False
+    probe_error: str = ""
+
+    def attributes(self) -> dict[str, str]:
+        """String attributes the master uses as rollup and selection keys (stable per LUN)."""
+        rotational = "" if self.rotational is None else ("1" if self.rotational else "0")
+        return {
+            "lun": self.path,
+            "kind": self.kind,
+            "name": self.name,
+            "size_bytes": str(self.size_bytes),
+            "vendor": self.vendor,
+            "model": self.model,
+            "serial": self.serial,
+            "wwid": self.wwid,
+            "rotational": rotational,
+            "logical_block_bytes": str(self.logical_block_bytes),
+            "physical_block_bytes": str(self.physical_block_bytes),
+            "parent": self.parent,
+            "backing_file": self.backing_file,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of str / int / bool / None / list of str, fit for msgpack."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LunInfo:
+        """Inverse of ``to_dict``; a missing required key, unknown key or wrong type is an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RemoteProtocolError(f"LunInfo: unknown field(s) {', '.join(unknown)}")
+        for required in ("path", "kind", "name", "size_bytes"):
+            if required not in data:
+                raise RemoteProtocolError(f"LunInfo: missing field {required!r}")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            kwargs[key] = _checked_field(key, value)
+        if kwargs["kind"] not in (KIND_BLOCK, KIND_FILE):
+            raise RemoteProtocolError(
+                f"LunInfo: kind must be 'block' or 'file', not {data['kind']!r}"
+            )
+        return cls(**kwargs)
+
+
+_INT_FIELDS = frozenset({"size_bytes", "logical_block_bytes", "physical_block_bytes"})
+_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy"})
+_TUPLE_FIELDS = frozenset({"partitions", "holders", "mount_points", "open_by"})
+
+
+def _checked_field(key: str, value: Any) -> Any:
+    if key in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RemoteProtocolError(f"LunInfo: {key} must be a non-negative int, not {value!r}")
+        return value
+    if key in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise RemoteProtocolError(f"LunInfo: {key} must be a bool, not {value!r}")
+        return value
+    if key == "rotational":
+        if value is not None and not isinstance(value, bool):
+            raise RemoteProtocolError(f"LunInfo: rotational must be a bool or None, not {value!r}")
+        return value
+    if key in _TUPLE_FIELDS:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise RemoteProtocolError(f"LunInfo: {key} must be a list of str, not {value!r}")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise RemoteProtocolError(f"LunInfo: {key} must be a str, not {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Signatures
+# --------------------------------------------------------------------------------------------
+
+HEAD_BYTES = 69632  # 68 KiB: covers btrfs (64 KiB + 64), swap up to 64 KiB pages, iso9660
+_MD_MAGIC = 0xA92B4EFC
+_BCACHE_MAGIC = bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81")
+_EXT_MAGIC = 0xEF53
+
+
+def _at(buf: bytes, offset: int, magic: bytes) -> bool:
+    return buf[offset : offset + len(magic)] == magic
+
+
+def _u16(buf: bytes, offset: int) -> int | None:
+    return struct.unpack_from("<H", buf, offset)[0] if len(buf) >= offset + 2 else None
+
+
+def _u32(buf: bytes, offset: int) -> int | None:
+    return struct.unpack_from("<I", buf, offset)[0] if len(buf) >= offset + 4 else None
+
+
+def _md_superblock_at(read_at: Callable[[int, int], bytes], offset: int, version: int) -> bool:
+    if offset < 0:
+        return False
+    head = read_at(offset, 8)
+    return _u32(head, 0) == _MD_MAGIC and _u32(head, 4) == version
+
+
+def _md_member(
+    head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int
+) -> bool:
+    # v1.1 at 0, v1.2 at 4 KiB (major_version 1); v1.0 at the end: (sectors - 16) & ~7.
+    if _u32(head, 0) == _MD_MAGIC and _u32(head, 4) == 1:
+        return True
+    if _u32(head, 4096) == _MD_MAGIC and _u32(head, 4100) == 1:
+        return True
+    sectors = size_bytes // SECTOR_BYTES
+    if sectors >= 16 and _md_superblock_at(read_at, ((sectors - 16) & ~7) * SECTOR_BYTES, 1):
+        return True
+    # v0.90: the 64 KiB-aligned 64 KiB block at the end; major_version 0.
+    if size_bytes >= 2 * 65536:
+        offset = (size_bytes & ~(65536 - 1)) - 65536
+        if _md_superblock_at(read_at, offset, 0):
+            return True
+    return False
+
+
+def _ext_type(head: bytes) -> str:
+    """ext2 / ext3 / ext4 / jbd from the superblock's feature flags, as blkid names them."""
+    sb = 1024
+    if _u16(head, sb + 56) != _EXT_MAGIC:
+        return ""
+    log_block = _u32(head, sb + 24)
+    rev_level = _u32(head, sb + 76)
+    if log_block is None or log_block > 6 or rev_level is None or rev_level > 1:
+        return ""  # a stray 0xEF53 in random data, not a superblock
+    compat = _u32(head, sb + 92) or 0
+    incompat = _u32(head, sb + 96) or 0
+    ro_compat = _u32(head, sb + 100) or 0
+    if incompat & 0x8:
+        return "jbd"
+    beyond_ext3_ro = ro_compat & ~0x7  # SPARSE_SUPER | LARGE_FILE | BTREE_DIR
+    if compat & 0x4:  # has_journal
+        return "ext4" if (incompat & ~0x16) or beyond_ext3_ro else "ext3"
+    return "ext4" if (incompat & ~0x12) or beyond_ext3_ro else "ext2"
+
+
+def _partition_table(head: bytes, logical_block_bytes: int) -> str:
+    for lba1 in dict.fromkeys((logical_block_bytes, 512, 4096)):
+        if _at(head, lba1, b"EFI PART"):
+            return "gpt"
+    if not _at(head, 510, b"\x55\xaa"):
+        return ""
+    used = 0
+    for i in range(4):
+        entry = head[446 + 16 * i : 446 + 16 * (i + 1)]
+        if len(entry) < 16 or entry[0] not in (0x00, 0x80):
+            return ""
+        ptype = entry[4]
+        start, count = struct.unpack_from("<II", entry, 8)
+        if ptype == 0:
+            continue
+        if start == 0 or count == 0:
+            return ""
+        used += 1
+    return "dos" if used else ""
+
+
+def detect_signature(
+    read_at: Callable[[int, int], bytes], size_bytes: int, logical_block_bytes: int = SECTOR_BYTES
+) -> str:
+    """Name of the on-disk signature found through ``read_at(offset, length)``, or "" for none.
+
+    Names follow blkid's TYPE / PTTYPE values so the two opinions compare directly. Checked, in
+    this order (RAID first, because md v0.90/v1.0 members carry a file system at offset 0):
+
+    - md RAID magic 0xa92b4efc: v1.1 at 0, v1.2 at 4 KiB, v1.0 near the end, v0.90 in the last
+      64 KiB-aligned 64 KiB -> ``linux_raid_member``
+    - LUKS ``LUKS\\xba\\xbe`` at 0 -> ``crypto_LUKS``; LVM2 ``LABELONE`` + ``LVM2 001`` in one of
+      sectors 0-3 (normally 512 + 24 = 536) -> ``LVM2_member``; bcache magic at 4096 + 24
+    - XFS ``XFSB`` at 0; btrfs ``_BHRfS_M`` at 65600; ext2/3/4 magic 0xEF53 at 1080 with a sane
+      superblock (the flavour from its feature flags); squashfs ``hsqs`` at 0; iso9660 ``CD001``
+      at 32769; NTFS / exFAT OEM id at 3; FAT type string at 54 or 82
+    - swap ``SWAPSPACE2`` / ``SWAP-SPACE`` at page end - 10 for 4..64 KiB pages
+    - partition tables: GPT ``EFI PART`` at LBA 1 -> ``gpt``; MBR 0x55AA at 510 with valid
+      entries (boot flag 0 or 0x80, at least one used entry with start and length) -> ``dos``
+
+    Reads are small (68 KiB at the start and two 8-byte reads near the end).
+    """
+    head = read_at(0, HEAD_BYTES)
+    if _md_member(head, read_at, size_bytes):
+        return "linux_raid_member"
+    if _at(head, 0, b"LUKS\xba\xbe"):
+        return "crypto_LUKS"
+    for sector in range(4):
+        base = sector * SECTOR_BYTES
+        if _at(head, base, b"LABELONE") and _at(head, base + 24, b"LVM2 001"):
+            return "LVM2_member"
+    if _at(head, 4096 + 24, _BCACHE_MAGIC):
+        return "bcache"
+    if _at(head, 0, b"XFSB"):
+        return "xfs"
+    if _at(head, 65600, b"_BHRfS_M"):
+        return "btrfs"
+    ext = _ext_type(head)
+    if ext:
+        return ext
+    if _at(head, 0, b"hsqs"):
+        return "squashfs"
+    if _at(head, 32769, b"CD001"):
+        return "iso9660"
+    if _at(head, 3, b"NTFS    "):
+        return "ntfs"
+    if _at(head, 3, b"EXFAT   "):
+        return "exfat"
+    if _at(head, 510, b"\x55\xaa") and (
+        _at(head, 82, b"FAT32   ") or any(_at(head, 54, t) for t in (b"FAT12   ", b"FAT16   "))
+    ):
+        return "vfat"
+    for page in (4096, 8192, 16384, 32768, 65536):
+        if _at(head, page - 10, b"SWAPSPACE2") or _at(head, page - 10, b"SWAP-SPACE"):
+            return "swap"
+    return _partition_table(head, logical_block_bytes)
+
+
+def _probe_path(
+    path: str, size_bytes: int, logical_block_bytes: int, *, exclusive: bool
+) -> tuple[str, str, bool]:
+    """(signature, probe_error, exclusive_busy) for a device or file; reads with buffered preads.
+
+    With ``exclusive`` (block devices only) the open first tries ``O_EXCL``: EBUSY means a mount,
+    holder or another process claims the device. The claim is released immediately.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    busy = False
+    try:
+        if exclusive:
+            try:
+                fd = os.open(path, flags | os.O_EXCL)
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise
+                busy = True
+                fd = os.open(path, flags)
+        else:
+            fd = os.open(path, flags)
+    except OSError as exc:
+        return "", f"cannot open {path}: {exc.strerror or exc}", busy
+    try:
+
+        def read_at(offset: int, length: int) -> bytes:
+            return os.pread(fd, length, offset)
+
+        return detect_signature(read_at, size_bytes, logical_block_bytes), "", busy
+    except OSError as exc:
+        return "", f"cannot read {path}: {exc.strerror or exc}", busy
+    finally:
+        os.close(fd)
+
+
+def blkid_signatures(paths: Iterable[str]) -> dict[str, str]:
+    """``blkid -p -o export`` over ``paths`` in one process: path -> TYPE or PTTYPE (or
+    ``ambivalent``). Empty when blkid is not installed or fails; never raises."""
+    paths = list(paths)
+    exe = shutil.which("blkid")
+    if not paths or exe is None:
+        return {}
+    try:
+        proc = subprocess.run(
+            [exe, "-p", "-o", "export", *paths],
+            capture_output=True,
+            text=True,
+            timeout=BLKID_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("blkid failed, relying on our own signature probe: %s", exc)
+        return {}
+    found: dict[str, str] = {}
+    for block in proc.stdout.split("\n\n"):
+        values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        name = values.get("TYPE") or values.get("PTTYPE")
+        if "DEVNAME" in values and name:
+            found[values["DEVNAME"]] = name
+    for line in proc.stderr.splitlines():
+        if "ambivalent" in line and ":" in line:
+            found.setdefault(line.split(":", 1)[0].strip(), "ambivalent")
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# /proc: mounts, swaps, open file descriptors
+# --------------------------------------------------------------------------------------------
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(text: str) -> str:
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class _Mounts:
+    by_dev: Mapping[str, tuple[str, ...]]
+    by_source: Mapping[str, tuple[str, ...]]
+
+    def lookup(self, dev: str, paths: Iterable[str]) -> tuple[str, ...]:
+        found = list(self.by_dev.get(dev, ())) if dev else []
+        for p in paths:
+            found.extend(self.by_source.get(p, ()))
+        return tuple(dict.fromkeys(found))
+
+
+def _read_mounts(proc_root: str) -> _Mounts:
+    """Mount points by ``major:minor`` and by source path (realpath), plus active swap."""
+    by_dev: dict[str, list[str]] = {}
+    by_source: dict[str, list[str]] = {}
+    text = _read_text(os.path.join(proc_root, "self", "mountinfo"))
+    if text is None:
+        log.warning("cannot read %s/self/mountinfo: mount points unknown", proc_root)
+        text = ""
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+            dev, mount_point, source = fields[2], _unescape(fields[4]), _unescape(fields[sep + 2])
+        except (ValueError, IndexError):
+            continue
+        by_dev.setdefault(dev, []).append(mount_point)
+        if source.startswith("/"):
+            by_source.setdefault(os.path.realpath(source), []).append(mount_point)
+    swaps = _read_text(os.path.join(proc_root, "swaps")) or ""
+    for line in swaps.splitlines()[1:]:
+        fields = line.split()
+        if fields:
+            swap_path = os.path.realpath(_unescape(fields[0]))
+            by_source.setdefault(swap_path, []).append(SWAP_MOUNT_POINT)
+    return _Mounts(
+        by_dev={k: tuple(v) for k, v in by_dev.items()},
+        by_source={k: tuple(v) for k, v in by_source.items()},
+    )
+
+
+def scan_open_files(
+    proc_root: str,
+    paths: Collection[str],
+    rdevs: Collection[int] = (),
+    ignore_pids: Collection[int] = (),
+) -> dict[str, tuple[str, ...]]:
+    """Which other processes have one of ``paths`` (or a block device numbered in ``rdevs``) open.
+
+    Returns path-or-``rdev:<n>`` -> ``("pid:comm", ...)``. Our own pid and ``ignore_pids`` are left
+    out; processes we may not inspect are skipped silently (non-root sees only its own).
+    """
+    own = {os.getpid(), *ignore_pids}
+    wanted_paths = set(paths)
+    wanted_rdevs = set(rdevs)
+    rdev_of: dict[str, int | None] = {}
+    hits: dict[str, list[int]] = {}
+    try:
+        pid_names = [e for e in os.listdir(proc_root) if e.isdigit()]
+    except OSError as exc:
+        log.warning("cannot list %s: open files unknown: %s", proc_root, exc)
+        return {}
+    for pid_name in pid_names:
+        pid = int(pid_name)
+        if pid in own:
+            continue
+        fd_dir = os.path.join(proc_root, pid_name, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            key: str | None = None
+            if target in wanted_paths:
+                key = target
+            elif wanted_rdevs and target.startswith("/dev/"):
+                if target not in rdev_of:
+                    rdev_of[target] = _block_rdev(target)
+                rdev = rdev_of[target]
+                if rdev is not None and rdev in wanted_rdevs:
+                    key = f"rdev:{rdev}"
+            if key is not None:
+                pids = hits.setdefault(key, [])
+                if pid not in pids:
+                    pids.append(pid)
+    result: dict[str, tuple[str, ...]] = {}
+    for key, pids in hits.items():
+        result[key] = tuple(
+            f"{pid}:{_read_text(os.path.join(proc_root, str(pid), 'comm')) or '?'}" for pid in pids
+        )
+    return result
+
+
+def _block_rdev(path: str) -> int | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_rdev if stat.S_ISBLK(st.st_mode) else None
+
+
+def _rdev_number(dev: str) -> int | None:
+    try:
+        major, minor = dev.split(":")
+        return os.makedev(int(major), int(minor))
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Block devices from sysfs
+# --------------------------------------------------------------------------------------------
+
+
+def _list_dir(path: str) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listdir(path)))
+    except OSError:
+        return ()
+
+
+def _int_attr(path: str, default: int) -> int:
+    text = _read_text(path)
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+
+
+def _vpd_serial(path: str) -> str:
+    """Unit serial number from a SCSI VPD page 0x80 (4-byte header, then the serial)."""
+    try:
+        with open(path, "rb") as fh:
+            page = fh.read(260)
+    except OSError:
+        return ""
+    if len(page) < 4 or page[1] != 0x80:
+        return ""
+    length = (page[2] << 8) | page[3]
+    return page[4 : 4 + length].decode("ascii", "replace").strip(" \x00")
+
+
+def _identity(disk_dir: str) -> tuple[str, str, str, str]:
+    """vendor, model, serial and wwid of a whole disk, where the kernel exposes them."""
+    device = os.path.join(disk_dir, "device")
+
+    def first(*names: str) -> str:
+        for name in names:
+            text = _read_text(os.path.join(disk_dir, name))
+            if text:
+                return text
+        return ""
+
+    serial = first("device/serial", "serial") or _vpd_serial(os.path.join(device, "vpd_pg80"))
+    wwid = first("wwid", "device/wwid", "dm/uuid", "md/uuid")
+    return first("device/vendor"), first("device/model"), serial, wwid
+
+
+@dataclass(frozen=True)
+class _Roots:
+    sys_root: str
+    proc_root: str
+    dev_root: str
+
+
+def _sys_block_lun(
+    name: str, sysdir: str, disk_dir: str, parent: str, roots: _Roots, mounts: _Mounts,
+    dev_path: str | None = None,
+) -> LunInfo | None:
+    """One LunInfo from sysfs (without signature / open_by), or None to skip the device."""
+    if _read_text(os.path.join(sysdir, "hidden")) == "1":
+        return None
+    size_text = _read_text(os.path.join(sysdir, "size"))
+    if size_text is None:
+        raise FileNotFoundError(errno.ENOENT, "size vanished", sysdir)
+    size_bytes = int(size_text) * SECTOR_BYTES
+    if size_bytes == 0:
+        return None
+    backing = ""
+    if name.startswith("loop") and not parent:
+        backing = _read_text(os.path.join(sysdir, "loop", "backing_file")) or ""
+        if not backing:
+            return None
+    queue = os.path.join(disk_dir, "queue")
+    rotational_text = _read_text(os.path.join(queue, "rotational"))
+    path = dev_path or os.path.join(roots.dev_root, name.replace("!", "/"))
+    dev = _read_text(os.path.join(sysdir, "dev")) or ""
+    partitions: tuple[str, ...] = ()
+    if not parent:
+        partitions = tuple(
+            e for e in _list_dir(sysdir)
+            if e.startswith(name) and os.path.exists(os.path.join(sysdir, e, "partition"))
+        )
+    real = os.path.realpath(path)
+    vendor, model, serial, wwid = _identity(disk_dir)
+    return LunInfo(
+        path=path,
+        kind=KIND_BLOCK,
+        name=name,
+        size_bytes=size_bytes,
+        logical_block_bytes=_int_attr(os.path.join(queue, "logical_block_size"), SECTOR_BYTES),
+        physical_block_bytes=_int_attr(os.path.join(queue, "physical_block_size"), SECTOR_BYTES),
+        rotational=None if rotational_text not in ("0", "1") else rotational_text == "1",
+        dev=dev,
+        parent=parent,
+        backing_file=backing,
+        read_only=_read_text(os.path.join(sysdir, "ro")) == "1",
+        partitions=partitions,
+        holders=_list_dir(os.path.join(sysdir, "holders")),
+        mount_points=mounts.lookup(dev, dict.fromkeys((path, real))),
+        vendor=vendor,
+        model=model,
+        serial=serial,
+        wwid=wwid,
+    )
+
+
+def _finish(
+    luns: list[LunInfo],
+    roots: _Roots,
+    *,
+    exclusive: bool,
+    use_blkid: bool,
+    ignore_pids: Collection[int],
+) -> list[LunInfo]:
+    """Add signature, probe errors, exclusive-claim and open_by evidence to sysfs/stat facts."""
+    probed: list[LunInfo] = []
+    for lun in luns:
+        signature, error, busy = _probe_path(
+            lun.path, lun.size_bytes, lun.logical_block_bytes,
+            exclusive=exclusive and lun.kind == KIND_BLOCK,
+        )
+        if error:
+            log.info("LUN %s: %s; its contents are unknown", lun.path, error)
+        probed.append(
+            dataclasses.replace(lun, signature=signature, probe_error=error, exclusive_busy=busy)
+        )
+    if use_blkid:
+        second = blkid_signatures(p.path for p in probed if not p.signature and not p.probe_error)
+        for i, lun in enumerate(probed):
+            if lun.path in second:
+                log.info("LUN %s: blkid found %s where our probe found none", lun.path,
+                         second[lun.path])
+                probed[i] = dataclasses.replace(lun, signature=second[lun.path])
+    paths = {p for lun in probed for p in (lun.path, os.path.realpath(lun.path))}
+    rdevs = {r for lun in probed if (r := _rdev_number(lun.dev)) is not None}
+    opened = scan_open_files(roots.proc_root, paths, rdevs, ignore_pids)
+    if not opened:
+        return probed
+    out = []
+    for lun in probed:
+        keys = [lun.path, os.path.realpath(lun.path)]
+        rdev = _rdev_number(lun.dev)
+        if rdev is not None:
+            keys.append(f"rdev:{rdev}")
+        who = tuple(dict.fromkeys(w for k in dict.fromkeys(keys) for w in opened.get(k, ())))
+        out.append(dataclasses.replace(lun, open_by=who) if who else lun)
+    return out
+
+
+def discover_block_devices(
+    sys_root: str = "/sys",
+    proc_root: str = "/proc",
+    *,
+    dev_root: str = "/dev",
+    use_blkid: bool = True,
+    ignore_pids: Collection[int] = (),
+) -> list[LunInfo]:
+    """Every block device of this host (whole disks, then each disk's partitions after it).
+
+    Does not take exclusive claims (a concurrent ``mount`` elsewhere must never fail because
+    discovery was looking); ``describe_block_device`` does that for the devices a test names.
+    ``dev_root`` and the other roots exist so tests can run this over a fake tree.
+    """
+    roots = _Roots(sys_root, proc_root, dev_root)
+    mounts = _read_mounts(proc_root)
+    block_dir = os.path.join(sys_root, "block")
+    try:
+        disks = sorted(os.listdir(block_dir))
+    except OSError as exc:
+        log.warning("cannot list %s: no block devices discovered: %s", block_dir, exc)
+        return []
+    luns: list[LunInfo] = []
+    for disk in disks:
+        disk_dir = os.path.join(block_dir, disk)
+        try:
+            lun = _sys_block_lun(disk, disk_dir, disk_dir, "", roots, mounts)
+            if lun is None:
+                continue
+            luns.append(lun)
+            for part in lun.partitions:
+                part_lun = _sys_block_lun(
+                    part, os.path.join(disk_dir, part), disk_dir, disk, roots, mounts
+                )
+                if part_lun is not None:
+                    luns.append(part_lun)
+        except _SKIPPABLE as exc:
+            log.warning("skipping block device %s: %s", disk, exc)
+    return _finish(luns, roots, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids)
+
+
+def describe_block_device(
+    path: str,
+    sys_root: str = "/sys",
+    proc_root: str = "/proc",
+    *,
+    use_blkid: bool = True,
+    ignore_pids: Collection[int] = (),
+    host: str | None = None,
+) -> LunInfo:
+    """The block device at ``path`` (any node or symlink to one), including an ``O_EXCL`` probe.
+
+    ``path`` stays as the test named it; ``name`` is the kernel's name. Raises PreflightError
+    naming the path when it is not a block device or sysfs does not know it.
+    """
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise PreflightError(f"LUN {path}: {exc.strerror or exc}", host=host, lun=path) from exc
+    if not stat.S_ISBLK(st.st_mode):
+        raise PreflightError(f"LUN {path} is not a block device", host=host, lun=path)
+    dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    sysdir = os.path.realpath(os.path.join(sys_root, "dev", "block", dev))
+    name = os.path.basename(sysdir)
+    is_partition = os.path.exists(os.path.join(sysdir, "partition"))
+    disk_dir = os.path.dirname(sysdir) if is_partition else sysdir
+    roots = _Roots(sys_root, proc_root, os.path.dirname(path))
+    try:
+        lun = _sys_block_lun(
+            name, sysdir, disk_dir, os.path.basename(disk_dir) if is_partition else "",
+            roots, _read_mounts(proc_root), dev_path=path,
+        )
+    except _SKIPPABLE as exc:
+        raise PreflightError(
+            f"LUN {path} (block device {dev}): cannot read its sysfs entry: {exc}",
+            host=host, lun=path,
+        ) from exc
+    if lun is None:
+        raise PreflightError(
+            f"LUN {path} ({name}) is empty: size 0, no backing file, or hidden", host=host, lun=path
+        )
+    return _finish([lun], roots, exclusive=True, use_blkid=use_blkid, ignore_pids=ignore_pids)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# File LUNs
+# --------------------------------------------------------------------------------------------
+
+
+def _file_block_bytes(path: str) -> int:
+    """The file system's block size (statvfs f_bsize), clamped to 512..4096."""
+    try:
+        bsize = os.statvfs(path).f_bsize
+    except OSError:
+        return SECTOR_BYTES
+    return max(SECTOR_BYTES, min(4096, bsize))
+
+
+def _underlying_rotational(st_dev: int, sys_root: str) -> bool | None:
+    dev_dir = os.path.join(sys_root, "dev", "block", f"{os.major(st_dev)}:{os.minor(st_dev)}")
+    text = _read_text(os.path.join(dev_dir, "queue", "rotational"))
+    if text is None:  # a partition: the queue belongs to its disk
+        text = _read_text(os.path.join(dev_dir, "..", "queue", "rotational"))
+    return None if text not in ("0", "1") else text == "1"
+
+
+def _loops_backed_by(real_path: str, sys_root: str) -> tuple[str, ...]:
+    block_dir = os.path.join(sys_root, "block")
+    found = []
+    for name in _list_dir(block_dir):
+        if name.startswith("loop"):
+            backing = _read_text(os.path.join(block_dir, name, "loop", "backing_file")) or ""
+            if backing.removesuffix(" (deleted)") == real_path:
+                found.append(name)
+    return tuple(found)
+
+
+def file_lun(
+    path: str,
+    size_bytes: int | None = None,
+    create: bool = False,
+    *,
+    sys_root: str = "/sys",
+    proc_root: str = "/proc",
+    use_blkid: bool = True,
+    ignore_pids: Collection[int] = (),
+    host: str | None = None,
+) -> LunInfo:
+    """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
+
+    Never truncates: an existing file larger than ``size_bytes`` keeps its size and data. A file
+    smaller than ``size_bytes`` is extended only when ``create`` is true. Loop devices backed by
+    the file are reported as its holders. Raises PreflightError naming the path on any refusal.
+    """
+    abspath = os.path.abspath(path)
+
+    def refuse(reason: str) -> PreflightError:
+        return PreflightError(f"file LUN {abspath}: {reason}", host=host, lun=abspath)
+
+    if size_bytes is not None and size_bytes < 0:
+        raise refuse(f"requested size {size_bytes} bytes is negative")
+    try:
+        st = os.stat(abspath)
+    except FileNotFoundError:
+        if not create:
+            raise refuse("does not exist and the test does not ask to create it") from None
+        if not size_bytes:
+            raise refuse("does not exist; creating it needs a size") from None
+        st = _create_or_extend(abspath, size_bytes, refuse)
+    except OSError as exc:
+        raise refuse(exc.strerror or str(exc)) from exc
+    if stat.S_ISBLK(st.st_mode):
+        raise refuse("is a block device; name it as a block LUN")
+    if not stat.S_ISREG(st.st_mode):
+        raise refuse("is not a regular file")
+    if size_bytes is not None and st.st_size < size_bytes:
+        if not create:
+            raise refuse(
+                f"is {st.st_size} bytes, smaller than the requested {size_bytes} bytes, and the "
+                "test does not ask to create (extend) it"
+            )
+        st = _create_or_extend(abspath, size_bytes, refuse)
+    if st.st_size == 0:
+        raise refuse("is empty; give a size and allow creating it")
+    block_bytes = _file_block_bytes(abspath)
+    real = os.path.realpath(abspath)
+    mounts = _read_mounts(proc_root)
+    lun = LunInfo(
+        path=abspath,
+        kind=KIND_FILE,
+        name=os.path.basename(abspath),
+        size_bytes=st.st_size,
+        logical_block_bytes=block_bytes,
+        physical_block_bytes=block_bytes,
+        rotational=_underlying_rotational(st.st_dev, sys_root),
+        holders=_loops_backed_by(real, sys_root),
+        mount_points=mounts.lookup("", dict.fromkeys((abspath, real))),
+        read_only=not os.access(abspath, os.W_OK),
+    )
+    roots = _Roots(sys_root, proc_root, os.path.dirname(abspath))
+    return _finish([lun], roots, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids)[0]
+
+
+def _create_or_extend(
+    path: str, size_bytes: int, refuse: Callable[[str], PreflightError]
+) -> os.stat_result:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise refuse(f"cannot create: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("is not a regular file")
+        if st.st_size < size_bytes:  # re-checked on the open file: never shrink
+            os.ftruncate(fd, size_bytes)
+            log.info("file LUN %s: sized to %d bytes (sparse)", path, size_bytes)
+        return os.fstat(fd)
+    except OSError as exc:
+        raise refuse(f"cannot size to {size_bytes} bytes: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def lun_for_path(
+    path: str,
+    size_bytes: int | None = None,
+    create: bool = False,
+    *,
+    sys_root: str = "/sys",
+    proc_root: str = "/proc",
+    use_blkid: bool = True,
+    ignore_pids: Collection[int] = (),
+    host: str | None = None,
+) -> LunInfo:
+    """``describe_block_device`` when ``path`` is a block device, else ``file_lun``."""
+    try:
+        is_block = stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        is_block = False
+    if is_block:
+        return describe_block_device(
+            path, sys_root, proc_root, use_blkid=use_blkid, ignore_pids=ignore_pids, host=host
+        )
+    return file_lun(
+        path, size_bytes, create, sys_root=sys_root, proc_root=proc_root, use_blkid=use_blkid,
+        ignore_pids=ignore_pids, host=host,
+    )

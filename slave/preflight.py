@@ -1,0 +1,117 @@
+"""Safety preflight: may a workload write to this LUN?
+
+Owns the decision and its wording. ``in_use_reasons`` turns the evidence ``slave/luns.py``
+gathered into human reasons; ``check_lun`` decides (pure: no I/O, no clock); ``require_ok``
+raises ``PreflightError`` naming host, LUN and every reason when a write is refused.
+
+Rules: reads are always allowed. A write is refused when the LUN is mounted (or active swap), has
+partitions, has holders (device mapper, md, a loop device over a file), carries a signature
+(file system, LVM, RAID, partition table, ...), is open by another process, is claimed exclusively
+by someone, or could not be read to look for a signature. The test may allow writes to a LUN
+explicitly; then the write goes ahead and every overridden reason is logged as a warning, so the
+run log shows what was overridden. This module gathers no evidence itself and must not touch
+devices.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from protocol.errors import PreflightError
+from slave.luns import SWAP_MOUNT_POINT, LunInfo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """The verdict for one workload on one LUN.
+
+    ``reasons`` lists every sign of use found, whether or not it mattered: for reads and for
+    allowed writes it is informational. ``overridden`` is True when a write goes ahead only
+    because the test allowed it.
+    """
+
+    host: str
+    lun: str
+    writes: bool
+    allow_write: bool
+    ok: bool
+    reasons: tuple[str, ...]
+    overridden: bool
+
+    def message(self) -> str:
+        """One line naming host, LUN and every reason."""
+        listed = "; ".join(self.reasons) if self.reasons else "no sign of use"
+        if not self.ok:
+            return (
+                f"host {self.host}: refusing to write to LUN {self.lun}: {listed} "
+                "(the test must explicitly allow writes to this LUN to go ahead)"
+            )
+        if self.overridden:
+            return (
+                f"host {self.host}: writing to LUN {self.lun} as the test allows, "
+                f"despite: {listed}"
+            )
+        verb = "writes" if self.writes else "reads"
+        return f"host {self.host}: LUN {self.lun} ok for {verb} ({listed})"
+
+
+def _pid_comm(entry: str) -> str:
+    pid, _, comm = entry.partition(":")
+    return f"pid {pid} ({comm})" if comm else f"pid {pid}"
+
+
+def _article(name: str) -> str:
+    """'an' before names read with a leading vowel sound (ext4, xfs, LVM2_member, ntfs)."""
+    return "an" if name[:1] in tuple("aeiouxnAEIOUXN") or name.startswith("LVM") else "a"
+
+
+def in_use_reasons(lun: LunInfo) -> tuple[str, ...]:
+    """Every sign that ``lun`` is in use, in a fixed order, worded for the operator."""
+    reasons: list[str] = []
+    for mount_point in lun.mount_points:
+        if mount_point == SWAP_MOUNT_POINT:
+            reasons.append("in use as swap")
+        else:
+            reasons.append(f"mounted at {mount_point}")
+    if lun.partitions:
+        reasons.append(f"has partitions {', '.join(lun.partitions)}")
+    if lun.holders:
+        reasons.append(f"held by {', '.join(lun.holders)}")
+    if lun.signature:
+        reasons.append(f"carries {_article(lun.signature)} {lun.signature} signature")
+    for entry in lun.open_by:
+        reasons.append(f"open by {_pid_comm(entry)}")
+    if lun.exclusive_busy and not (lun.mount_points or lun.holders or lun.open_by):
+        reasons.append("claimed exclusively by the kernel or another process (O_EXCL open: busy)")
+    if lun.probe_error:
+        reasons.append(f"contents could not be checked: {lun.probe_error}")
+    return tuple(reasons)
+
+
+def check_lun(lun: LunInfo, writes: bool, allow_write: bool, host: str) -> PreflightResult:
+    """Decide whether a workload (writing or not) may run on ``lun``. Pure."""
+    reasons = in_use_reasons(lun)
+    refused = writes and bool(reasons) and not allow_write
+    overridden = writes and bool(reasons) and allow_write
+    return PreflightResult(
+        host=host,
+        lun=lun.path,
+        writes=writes,
+        allow_write=allow_write,
+        ok=not refused,
+        reasons=reasons,
+        overridden=overridden,
+    )
+
+
+def require_ok(lun: LunInfo, writes: bool, allow_write: bool, host: str) -> PreflightResult:
+    """``check_lun``, raising ``PreflightError`` on refusal and warning about overrides."""
+    result = check_lun(lun, writes, allow_write, host)
+    if not result.ok:
+        raise PreflightError(result.message(), host=host, lun=lun.path)
+    if result.overridden:
+        log.warning("%s", result.message())
+    return result

@@ -1,0 +1,162 @@
+"""Fixtures for tests on real loop devices over files in /dev/shm.
+
+- ``loop_device(size_bytes, *, prepare=None, partscan=False) -> LoopDevice``: a factory. Creates
+  a sparse backing file in a private /dev/shm directory, lets ``prepare(backing_path)`` write into
+  it before attaching (a partition table, a signature ...), attaches it with ``losetup``. At
+  teardown, always: unmounts whatever is still mounted from the device or its partitions, detaches
+  it and removes the backing file, even when the test failed.
+- ``ext4_loop_device``: a 32 MiB loop device formatted with ``mkfs.ext4 -q``.
+- ``mounted_loop_device``: that ext4 device mounted on a temporary directory (unmounted at
+  teardown before the device is detached).
+
+Tests that use these skip with a clear reason when not root or when losetup / mkfs.ext4 / mount
+are missing. As root, a failure to attach is a test failure, not a skip. Other test directories
+can reuse them with ``pytest_plugins = ["tests.slave.conftest"]`` style imports or by moving
+this file up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoopDevice:
+    """A loop device attached for a test."""
+
+    path: str
+    name: str
+    backing_file: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class MountedLoop:
+    """A loop device with a file system mounted at ``mount_point``."""
+
+    device: LoopDevice
+    mount_point: str
+
+
+LoopFactory = Callable[..., LoopDevice]
+
+
+def require_tools(*tools: str) -> None:
+    """Skip the calling test unless we are root and every tool is installed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: loop devices can only be attached by root")
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (not installed)")
+    if not os.path.exists("/dev/loop-control") and not os.path.exists("/dev/loop0"):
+        pytest.skip("no loop device support (/dev/loop-control missing)")
+
+
+def _run(*argv: str) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def settle() -> None:
+    """Wait for udev (where it runs) to finish probing, so its workers do not show in open_by."""
+    if shutil.which("udevadm"):
+        subprocess.run(["udevadm", "settle", "--timeout=10"], capture_output=True, timeout=30,
+                       check=False)
+
+
+def _mounted_from(name: str) -> list[str]:
+    """Mount points whose source is /dev/<name> or one of its partitions, innermost first."""
+    devs = set()
+    sys_dir = Path("/sys/block") / name
+    for entry in [sys_dir, *sys_dir.glob(f"{name}*")]:
+        with contextlib.suppress(OSError):
+            devs.add((entry / "dev").read_text().strip())
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            sep = fields.index("-")
+            source = fields[sep + 2]
+            if fields[2] in devs or source == f"/dev/{name}" or source.startswith(f"/dev/{name}p"):
+                found.append(fields[4].replace("\\040", " "))
+    return list(reversed(found))
+
+
+def unmount(mount_point: str) -> None:
+    """Unmount, falling back to a lazy unmount so teardown never leaves the device busy."""
+    proc = subprocess.run(["umount", mount_point], capture_output=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        subprocess.run(["umount", "-l", mount_point], capture_output=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def loop_device() -> Iterator[LoopFactory]:
+    """Factory: ``loop_device(size_bytes, *, prepare=None, partscan=False) -> LoopDevice``."""
+    require_tools("losetup")
+    work_dir = tempfile.mkdtemp(prefix="ivypy-test-", dir="/dev/shm")
+    attached: list[LoopDevice] = []
+
+    def make(
+        size_bytes: int,
+        *,
+        prepare: Callable[[str], None] | None = None,
+        partscan: bool = False,
+    ) -> LoopDevice:
+        backing = os.path.join(work_dir, f"lun{len(attached)}.img")
+        with open(backing, "wb") as fh:
+            fh.truncate(size_bytes)
+        if prepare is not None:
+            prepare(backing)
+        argv = ["losetup", "--find", "--show", *(["--partscan"] if partscan else []), backing]
+        path = _run(*argv).strip()
+        device = LoopDevice(path, os.path.basename(path), backing, size_bytes)
+        attached.append(device)
+        settle()
+        return device
+
+    try:
+        yield make
+    finally:
+        for device in reversed(attached):
+            for mount_point in _mounted_from(device.name):
+                unmount(mount_point)
+            subprocess.run(["losetup", "-d", device.path], capture_output=True, timeout=60,
+                           check=False)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def ext4_loop_device(loop_device: LoopFactory) -> LoopDevice:
+    """A 32 MiB loop device carrying an ext4 file system."""
+    require_tools("losetup", "mkfs.ext4")
+    device = loop_device(32 * MIB)
+    _run("mkfs.ext4", "-q", "-F", device.path)
+    settle()
+    return device
+
+
+@pytest.fixture
+def mounted_loop_device(ext4_loop_device: LoopDevice, tmp_path: Path) -> Iterator[MountedLoop]:
+    """The ext4 loop device mounted on a temporary directory; unmounted at teardown."""
+    require_tools("losetup", "mkfs.ext4", "mount", "umount")
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    _run("mount", ext4_loop_device.path, str(mount_point))
+    settle()
+    try:
+        yield MountedLoop(ext4_loop_device, str(mount_point))
+    finally:
+        unmount(str(mount_point))

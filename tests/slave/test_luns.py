@@ -1,0 +1,589 @@
+"""Tests for slave/luns.py: signatures (table), a fake sysfs tree (table), file LUNs, real loop
+devices (root), and the wire form of LunInfo."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import pytest
+
+from protocol.errors import PreflightError, RemoteProtocolError
+from slave.luns import (
+    LunInfo,
+    describe_block_device,
+    detect_signature,
+    discover_block_devices,
+    file_lun,
+    lun_for_path,
+)
+
+if TYPE_CHECKING:
+    from tests.slave.conftest import LoopDevice, LoopFactory, MountedLoop
+
+MIB = 1024 * 1024
+
+# ------------------------------------------------------------------------------------------------
+# detect_signature on synthetic images
+# ------------------------------------------------------------------------------------------------
+
+Poke = tuple[int, bytes]
+
+
+def _u16(v: int) -> bytes:
+    return struct.pack("<H", v)
+
+
+def _u32(v: int) -> bytes:
+    return struct.pack("<I", v)
+
+
+def _ext(compat: int, incompat: int, ro_compat: int = 0, log_block: int = 0) -> list[Poke]:
+    sb = 1024
+    return [(sb + 24, _u32(log_block)), (sb + 56, _u16(0xEF53)), (sb + 76, _u32(1)),
+            (sb + 92, _u32(compat)), (sb + 96, _u32(incompat)), (sb + 100, _u32(ro_compat))]
+
+
+def _mbr_entry(index: int, boot: int, ptype: int, start: int, count: int) -> Poke:
+    return (446 + 16 * index, struct.pack("<B3sB3sII", boot, b"\0" * 3, ptype, b"\0" * 3,
+                                          start, count))
+
+
+IMAGE_BYTES = 4 * MIB
+MD_V10_OFFSET = ((IMAGE_BYTES // 512 - 16) & ~7) * 512
+MD_V090_OFFSET = (IMAGE_BYTES & ~65535) - 65536
+MBR_MAGIC: Poke = (510, b"\x55\xaa")
+
+SIGNATURE_CASES: list[tuple[str, list[Poke], int, str]] = [
+    # (case id, pokes, logical block bytes, expected)
+    ("zeros", [], 512, ""),
+    ("ext2", _ext(compat=0, incompat=0x2), 512, "ext2"),
+    ("ext3", _ext(compat=0x4, incompat=0x2), 512, "ext3"),
+    ("ext4", _ext(compat=0x4, incompat=0x2 | 0x40 | 0x200), 512, "ext4"),
+    ("ext4 without journal", _ext(compat=0, incompat=0x40), 512, "ext4"),
+    ("ext4 by ro_compat", _ext(compat=0x4, incompat=0x2, ro_compat=0x400), 512, "ext4"),
+    ("ext journal device", _ext(compat=0, incompat=0x8), 512, "jbd"),
+    ("stray 0xEF53", _ext(compat=0, incompat=0, log_block=99), 512, ""),
+    ("xfs", [(0, b"XFSB")], 512, "xfs"),
+    ("btrfs", [(65600, b"_BHRfS_M")], 512, "btrfs"),
+    ("LVM2 in sector 1", [(512, b"LABELONE"), (536, b"LVM2 001")], 512, "LVM2_member"),
+    ("LVM2 in sector 0", [(0, b"LABELONE"), (24, b"LVM2 001")], 512, "LVM2_member"),
+    ("LABELONE without LVM2", [(512, b"LABELONE")], 512, ""),
+    ("md v1.1", [(0, _u32(0xA92B4EFC) + _u32(1))], 512, "linux_raid_member"),
+    ("md v1.2", [(4096, _u32(0xA92B4EFC) + _u32(1))], 512, "linux_raid_member"),
+    ("md v1.0 at the end", [(MD_V10_OFFSET, _u32(0xA92B4EFC) + _u32(1))], 512,
+     "linux_raid_member"),
+    ("md v0.90 at the end", [(MD_V090_OFFSET, _u32(0xA92B4EFC) + _u32(0))], 512,
+     "linux_raid_member"),
+    ("md v1.0 member wins over its ext4",
+     [*_ext(compat=0x4, incompat=0x40), (MD_V10_OFFSET, _u32(0xA92B4EFC) + _u32(1))], 512,
+     "linux_raid_member"),
+    ("md magic, wrong version", [(4096, _u32(0xA92B4EFC) + _u32(7))], 512, ""),
+    ("swap, 4 KiB pages", [(4086, b"SWAPSPACE2")], 512, "swap"),
+    ("swap, 64 KiB pages", [(65526, b"SWAPSPACE2")], 512, "swap"),
+    ("old swap", [(4086, b"SWAP-SPACE")], 512, "swap"),
+    ("LUKS", [(0, b"LUKS\xba\xbe")], 512, "crypto_LUKS"),
+    ("bcache", [(4096 + 24, bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81"))], 512, "bcache"),
+    ("iso9660", [(32769, b"CD001")], 512, "iso9660"),
+    ("squashfs", [(0, b"hsqs")], 512, "squashfs"),
+    ("ntfs", [(3, b"NTFS    "), MBR_MAGIC], 512, "ntfs"),
+    ("exfat", [(3, b"EXFAT   "), MBR_MAGIC], 512, "exfat"),
+    ("vfat 32", [(82, b"FAT32   "), MBR_MAGIC], 512, "vfat"),
+    ("vfat 16", [(54, b"FAT16   "), MBR_MAGIC], 512, "vfat"),
+    ("dos", [_mbr_entry(0, 0x80, 0x83, 2048, 8192), MBR_MAGIC], 512, "dos"),
+    ("dos, second entry", [_mbr_entry(1, 0, 0x8E, 2048, 8192), MBR_MAGIC], 512, "dos"),
+    ("0x55AA, no entries", [MBR_MAGIC], 512, ""),
+    ("0x55AA, bad boot flag", [_mbr_entry(0, 0x13, 0x83, 2048, 8192), MBR_MAGIC], 512, ""),
+    ("0x55AA, entry of length 0", [_mbr_entry(0, 0, 0x83, 2048, 0), MBR_MAGIC], 512, ""),
+    ("gpt, 512-byte sectors",
+     [_mbr_entry(0, 0, 0xEE, 1, 8191), MBR_MAGIC, (512, b"EFI PART")], 512, "gpt"),
+    ("gpt, 4 KiB sectors", [(4096, b"EFI PART")], 4096, "gpt"),
+]
+
+
+def _image(pokes: list[Poke], size_bytes: int = IMAGE_BYTES) -> bytearray:
+    buf = bytearray(size_bytes)
+    for offset, data in pokes:
+        buf[offset : offset + len(data)] = data
+    return buf
+
+
+def _reader(buf: bytes | bytearray) -> Callable[[int, int], bytes]:
+    return lambda offset, length: bytes(buf[offset : offset + length])
+
+
+@pytest.mark.parametrize(
+    ("pokes", "logical", "expected"),
+    [c[1:] for c in SIGNATURE_CASES],
+    ids=[c[0] for c in SIGNATURE_CASES],
+)
+def test_detect_signature(pokes: list[Poke], logical: int, expected: str) -> None:
+    buf = _image(pokes)
+    assert detect_signature(_reader(buf), len(buf), logical) == expected
+
+
+def test_random_data_has_no_signature() -> None:
+    rng = random.Random(20240601)
+    for _ in range(20):
+        buf = rng.randbytes(IMAGE_BYTES // 16)
+        assert detect_signature(_reader(buf), len(buf)) == ""
+
+
+def test_tiny_image_does_not_crash() -> None:
+    for size in (0, 1, 511, 1100, 5000):
+        assert detect_signature(_reader(bytes(size)), size) == ""
+
+
+@pytest.mark.parametrize(
+    ("tool", "argv"),
+    [
+        ("mkfs.ext4", ["mkfs.ext2", "-q", "-F"]),
+        ("mkfs.ext4", ["mkfs.ext3", "-q", "-F"]),
+        ("mkfs.ext4", ["mkfs.ext4", "-q", "-F"]),
+        ("mkswap", ["mkswap"]),
+    ],
+    ids=["ext2", "ext3", "ext4", "swap"],
+)
+def test_signature_of_real_tools_agrees_with_blkid(
+    tool: str, argv: list[str], tmp_path: Path
+) -> None:
+    if shutil.which(tool) is None or shutil.which(argv[0]) is None:
+        pytest.skip(f"needs {argv[0]}")
+    if shutil.which("blkid") is None:
+        pytest.skip("needs blkid")
+    image = tmp_path / "fs.img"
+    image.write_bytes(b"")
+    os.truncate(image, 16 * MIB)
+    subprocess.run([*argv, str(image)], check=True, capture_output=True)
+    blkid = subprocess.run(["blkid", "-p", "-s", "TYPE", "-o", "value", str(image)],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    ours = file_lun(str(image), use_blkid=False).signature
+    assert ours == blkid
+
+
+# ------------------------------------------------------------------------------------------------
+# A fake sysfs / proc / dev tree
+# ------------------------------------------------------------------------------------------------
+
+
+class FakeHost:
+    """Builds a sysfs, proc and dev tree under tmp_path."""
+
+    def __init__(self, root: Path) -> None:
+        self.sys = root / "sys"
+        self.proc = root / "proc"
+        self.dev = root / "dev"
+        for d in (self.sys / "block", self.proc / "self", self.dev):
+            d.mkdir(parents=True)
+        self.mountinfo: list[str] = []
+        self.swaps = ["Filename\tType\tSize\tUsed\tPriority"]
+
+    def disk(self, name: str, sectors: int | str | None, dev: str, **attrs: str | bytes) -> Path:
+        return self._node(self.sys / "block" / name, sectors, dev, attrs)
+
+    def part(self, disk: str, name: str, sectors: int, dev: str, **attrs: str | bytes) -> Path:
+        d = self._node(self.sys / "block" / disk / name, sectors, dev, attrs)
+        (d / "partition").write_text("1\n")
+        return d
+
+    def _node(self, d: Path, sectors: int | str | None, dev: str,
+              attrs: dict[str, str | bytes]) -> Path:
+        (d / "holders").mkdir(parents=True)
+        if sectors is not None:
+            (d / "size").write_text(f"{sectors}\n")
+        (d / "dev").write_text(dev + "\n")
+        (d / "ro").write_text("0\n")
+        for key, value in attrs.items():
+            path = d / key.replace("__", "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(value, bytes):
+                path.write_bytes(value)
+            else:
+                path.write_text(value + "\n")
+        return d
+
+    def image(self, name: str, pokes: list[Poke], size_bytes: int = 128 * 1024) -> str:
+        path = self.dev / name
+        path.write_bytes(bytes(_image(pokes, size_bytes)))
+        return str(path)
+
+    def mount(self, dev: str, mount_point: str, source: str) -> None:
+        n = len(self.mountinfo) + 20
+        self.mountinfo.append(
+            f"{n} 1 {dev} / {mount_point.replace(' ', chr(92) + '040')} rw - ext4 {source} rw")
+
+    def process(self, pid: int, comm: str, targets: list[str]) -> None:
+        fd_dir = self.proc / str(pid) / "fd"
+        fd_dir.mkdir(parents=True)
+        (self.proc / str(pid) / "comm").write_text(comm + "\n")
+        for i, target in enumerate(targets):
+            os.symlink(target, fd_dir / str(i))
+
+    def finish(self) -> None:
+        (self.proc / "self" / "mountinfo").write_text("\n".join(self.mountinfo) + "\n")
+        (self.proc / "swaps").write_text("\n".join(self.swaps) + "\n")
+
+    def discover(self) -> dict[str, LunInfo]:
+        self.finish()
+        luns = discover_block_devices(str(self.sys), str(self.proc), dev_root=str(self.dev),
+                                      use_blkid=False)
+        return {lun.name: lun for lun in luns}
+
+
+def _queue(lbs: int, pbs: int, rotational: str) -> dict[str, str]:
+    return {"queue__logical_block_size": str(lbs), "queue__physical_block_size": str(pbs),
+            "queue__rotational": rotational}
+
+
+@pytest.fixture
+def fake_host(tmp_path: Path) -> FakeHost:
+    h = FakeHost(tmp_path)
+    vpd = bytes([0, 0x80, 0, 8]) + b"ZA1234  "
+    h.disk("sda", 2 * MIB, "8:0", device__vendor="ATA     ", device__model="ST1000DM003 ",
+           device__vpd_pg80=vpd, device__wwid="naa.5000c500a1b2c3d4", **_queue(512, 4096, "1"))
+    h.part("sda", "sda1", 2048, "8:1")
+    sda2 = h.part("sda", "sda2", 4096, "8:2")
+    (sda2 / "holders" / "dm-0").mkdir()
+    h.image("sda", [_mbr_entry(0, 0, 0x83, 2048, 2048), _mbr_entry(1, 0, 0x8E, 4096, 4096),
+                    MBR_MAGIC])
+    h.image("sda1", _ext(compat=0x4, incompat=0x40))
+    h.image("sda2", [(512, b"LABELONE"), (536, b"LVM2 001")])
+    h.mount("8:1", "/boot efi", str(h.dev / "sda1"))
+
+    h.disk("nvme0n1", 4 * MIB, "259:0", device__model="Samsung SSD 980", device__serial="S64D",
+           wwid="eui.002538", **_queue(4096, 4096, "0"))
+    h.image("nvme0n1", [])
+    h.disk("nvme0c0n1", 4 * MIB, "259:9", hidden="1", **_queue(4096, 4096, "0"))
+
+    h.disk("dm-0", 4096, "253:0", dm__uuid="LVM-abcdef", dm__name="vg-lv", **_queue(512, 4096, "1"))
+    h.image("dm-0", [(0, b"XFSB")])
+    (h.dev / "mapper").mkdir()
+    os.symlink("../dm-0", h.dev / "mapper" / "vg-lv")
+    h.mount("0:42", "/data", str(h.dev / "mapper" / "vg-lv"))  # btrfs-like anonymous dev
+
+    h.disk("md0", 8192, "9:0", **_queue(512, 512, "0"))
+    h.image("md0", [(4086, b"SWAPSPACE2")])
+    h.swaps.append(f"{h.dev / 'md0'}\tpartition\t4096\t0\t-2")
+
+    h.disk("loop0", 2048, "7:0", loop__backing_file="/srv/images/lun 0.img",
+           **_queue(512, 512, "0"))
+    h.image("loop0", [])
+    h.disk("loop1", 0, "7:1", **_queue(512, 512, "0"))  # unattached: skipped
+    h.disk("sr0", 0, "11:0", **_queue(2048, 2048, "1"))  # no medium: skipped
+    h.disk("vdb", 1024, "252:16", serial="virtio-serial-7", **_queue(512, 512, "1"))
+    # no /dev/vdb node: contents unknown
+    h.disk("vdc", None, "252:32")  # vanished mid-scan: no size
+    h.disk("vdd", "garbage", "252:48")  # unreadable size
+
+    h.process(4242, "fio", [str(h.dev / "loop0"), "/dev/null"])
+    h.process(4243, "dd", [str(h.dev / "dm-0")])  # the kernel shows the resolved node
+    h.process(os.getpid(), "self", [str(h.dev / "nvme0n1")])  # ourselves: ignored
+    return h
+
+
+FAKE_EXPECTED: dict[str, dict[str, Any]] = {
+    "sda": dict(size_bytes=2 * MIB * 512, logical_block_bytes=512, physical_block_bytes=4096,
+                rotational=True, vendor="ATA", model="ST1000DM003", serial="ZA1234",
+                wwid="naa.5000c500a1b2c3d4", dev="8:0", parent="", partitions=("sda1", "sda2"),
+                holders=(), mount_points=(), signature="dos", open_by=(), probe_error=""),
+    "sda1": dict(size_bytes=2048 * 512, physical_block_bytes=4096, rotational=True, vendor="ATA",
+                 serial="ZA1234", parent="sda", partitions=(), mount_points=("/boot efi",),
+                 signature="ext4"),
+    "sda2": dict(parent="sda", holders=("dm-0",), signature="LVM2_member", mount_points=()),
+    "nvme0n1": dict(size_bytes=4 * MIB * 512, logical_block_bytes=4096, rotational=False,
+                    vendor="", model="Samsung SSD 980", serial="S64D", wwid="eui.002538",
+                    signature="", open_by=(), mount_points=()),
+    "dm-0": dict(wwid="LVM-abcdef", signature="xfs", mount_points=("/data",),
+                 open_by=("4243:dd",)),
+    "md0": dict(signature="swap", mount_points=("[swap]",)),
+    "loop0": dict(backing_file="/srv/images/lun 0.img", signature="", open_by=("4242:fio",),
+                  size_bytes=2048 * 512),
+    "vdb": dict(serial="virtio-serial-7", signature="", probe_error_prefix="cannot open"),
+}
+
+
+def test_fake_tree_finds_exactly_the_usable_devices(fake_host: FakeHost) -> None:
+    found = fake_host.discover()
+    assert sorted(found) == sorted(FAKE_EXPECTED)
+    names = list(found)
+    assert names.index("sda") < names.index("sda1") < names.index("sda2")
+
+
+@pytest.mark.parametrize("name", sorted(FAKE_EXPECTED))
+def test_fake_tree_attributes(fake_host: FakeHost, name: str) -> None:
+    lun = fake_host.discover()[name]
+    assert lun.kind == "block"
+    assert lun.path == str(fake_host.dev / name)
+    for key, expected in FAKE_EXPECTED[name].items():
+        if key == "probe_error_prefix":
+            assert lun.probe_error.startswith(expected), lun.probe_error
+        else:
+            assert getattr(lun, key) == expected, key
+
+
+def test_fake_tree_unreadable_sysfs_and_proc(tmp_path: Path) -> None:
+    """Missing sysfs, proc or dev roots give an empty or partial answer, not a crash."""
+    assert discover_block_devices(str(tmp_path / "nosys"), str(tmp_path / "noproc"),
+                                  use_blkid=False) == []
+    h = FakeHost(tmp_path / "h")
+    h.disk("sdz", 100, "8:240", **_queue(512, 512, "1"))
+    # no mountinfo, no swaps, no dev node
+    luns = discover_block_devices(str(h.sys), str(h.proc), dev_root=str(h.dev), use_blkid=False)
+    assert [lun.name for lun in luns] == ["sdz"]
+    assert luns[0].probe_error
+
+
+# ------------------------------------------------------------------------------------------------
+# LunInfo wire form and attributes
+# ------------------------------------------------------------------------------------------------
+
+SAMPLE = LunInfo(
+    path="/dev/sda1", kind="block", name="sda1", size_bytes=1 << 30, logical_block_bytes=512,
+    physical_block_bytes=4096, rotational=True, vendor="ATA", model="ST1000", serial="ZA1",
+    wwid="naa.5", dev="8:1", parent="sda", partitions=(), holders=("dm-0",),
+    mount_points=("/boot",), signature="ext4", open_by=("12:fio",), exclusive_busy=True,
+)
+
+
+def test_lun_info_round_trips_through_msgpack() -> None:
+    wire = msgpack.packb(SAMPLE.to_dict())
+    assert LunInfo.from_dict(msgpack.unpackb(wire)) == SAMPLE
+    assert LunInfo.from_dict(LunInfo(path="/f", kind="file", name="f", size_bytes=1).to_dict()) \
+        == LunInfo(path="/f", kind="file", name="f", size_bytes=1)
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"size_bytes": "1"}, "size_bytes"),
+        ({"size_bytes": True}, "size_bytes"),
+        ({"size_bytes": -1}, "size_bytes"),
+        ({"rotational": 1}, "rotational"),
+        ({"holders": "dm-0"}, "holders"),
+        ({"holders": [1]}, "holders"),
+        ({"exclusive_busy": 0}, "exclusive_busy"),
+        ({"vendor": None}, "vendor"),
+        ({"kind": "tape"}, "kind"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_lun_info_from_dict_rejects(change: dict[str, Any], complaint: str) -> None:
+    data = SAMPLE.to_dict()
+    data.update(change)
+    with pytest.raises(RemoteProtocolError, match=complaint):
+        LunInfo.from_dict(data)
+
+
+def test_lun_info_from_dict_requires_path() -> None:
+    data = SAMPLE.to_dict()
+    del data["path"]
+    with pytest.raises(RemoteProtocolError, match="path"):
+        LunInfo.from_dict(data)
+
+
+def test_attributes() -> None:
+    attrs = SAMPLE.attributes()
+    assert attrs["lun"] == "/dev/sda1"
+    assert attrs["kind"] == "block"
+    assert attrs["name"] == "sda1"
+    assert attrs["size_bytes"] == str(1 << 30)
+    assert (attrs["vendor"], attrs["model"], attrs["serial"]) == ("ATA", "ST1000", "ZA1")
+    assert attrs["rotational"] == "1"
+    assert attrs["logical_block_bytes"] == "512"
+    assert attrs["physical_block_bytes"] == "4096"
+    assert attrs["parent"] == "sda"
+    assert all(isinstance(v, str) for v in attrs.values())
+    assert "mount_points" not in attrs  # state, not identity
+    unknown = LunInfo(path="/f", kind="file", name="f", size_bytes=1).attributes()
+    assert unknown["rotational"] == ""
+
+
+# ------------------------------------------------------------------------------------------------
+# File LUNs
+# ------------------------------------------------------------------------------------------------
+
+
+def test_file_lun_created_sparse_at_requested_size(tmp_path: Path) -> None:
+    path = tmp_path / "lun.dat"
+    lun = file_lun(str(path), 64 * MIB, create=True)
+    assert path.stat().st_size == 64 * MIB
+    assert path.stat().st_blocks * 512 < MIB  # sparse
+    assert (lun.kind, lun.name, lun.path, lun.size_bytes) == ("file", "lun.dat", str(path),
+                                                              64 * MIB)
+    assert 512 <= lun.logical_block_bytes <= 4096
+    assert lun.logical_block_bytes & (lun.logical_block_bytes - 1) == 0
+    assert (lun.signature, lun.partitions, lun.holders, lun.open_by) == ("", (), (), ())
+    assert lun.attributes()["kind"] == "file"
+
+
+def test_file_lun_missing_without_create_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "absent.dat"
+    with pytest.raises(PreflightError, match=str(path)) as info:
+        file_lun(str(path), MIB, create=False, host="h1")
+    assert info.value.lun == str(path)
+    assert info.value.host == "h1"
+    assert "does not exist" in str(info.value)
+    assert not path.exists()
+
+
+def test_file_lun_create_needs_a_size(tmp_path: Path) -> None:
+    with pytest.raises(PreflightError, match="needs a size"):
+        file_lun(str(tmp_path / "x"), None, create=True)
+
+
+def test_file_lun_extends_but_never_truncates(tmp_path: Path) -> None:
+    path = tmp_path / "lun.dat"
+    path.write_bytes(b"keep me" + bytes(4089))
+    lun = file_lun(str(path), 2 * MIB, create=True)
+    assert lun.size_bytes == 2 * MIB
+    assert path.read_bytes()[:7] == b"keep me"
+    lun = file_lun(str(path), 4096, create=True)  # smaller request: keep size and data
+    assert lun.size_bytes == 2 * MIB
+    assert path.stat().st_size == 2 * MIB
+    assert path.read_bytes()[:7] == b"keep me"
+
+
+def test_file_lun_smaller_than_requested_without_create_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "lun.dat"
+    path.write_bytes(bytes(4096))
+    with pytest.raises(PreflightError, match="smaller than the requested"):
+        file_lun(str(path), MIB, create=False)
+    assert path.stat().st_size == 4096
+
+
+@pytest.mark.parametrize("kind", ["directory", "empty", "no parent"])
+def test_file_lun_refusals(tmp_path: Path, kind: str) -> None:
+    if kind == "directory":
+        path, size, create = tmp_path, None, False
+    elif kind == "empty":
+        path = tmp_path / "empty"
+        path.write_bytes(b"")
+        size, create = None, False
+    else:
+        path, size, create = tmp_path / "no" / "such" / "dir" / "f", MIB, True
+    with pytest.raises(PreflightError, match=str(path)):
+        file_lun(str(path), size, create=create)
+
+
+def test_file_lun_reports_signature_and_open_by(tmp_path: Path) -> None:
+    path = tmp_path / "img"
+    path.write_bytes(bytes(_image([(0, b"XFSB")], MIB)))
+    with open(path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            lun = file_lun(str(path))
+            assert lun.signature == "xfs"
+            assert f"{proc.pid}:sleep" in lun.open_by
+            ignored = file_lun(str(path), ignore_pids=[proc.pid])
+            assert ignored.open_by == ()
+        finally:
+            proc.kill()
+
+
+def test_lun_for_path_routes_files(tmp_path: Path) -> None:
+    lun = lun_for_path(str(tmp_path / "f"), MIB, create=True)
+    assert (lun.kind, lun.size_bytes) == ("file", MIB)
+    with pytest.raises(PreflightError, match="not a block device"):
+        describe_block_device(str(tmp_path / "f"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Real loop devices (root)
+# ------------------------------------------------------------------------------------------------
+
+
+def _discovered(device: LoopDevice, **kwargs: Any) -> LunInfo:
+    for lun in discover_block_devices(**kwargs):
+        if lun.path == device.path:
+            return lun
+    raise AssertionError(f"{device.path} not discovered")
+
+
+@pytest.mark.root
+def test_loop_device_attributes(loop_device: LoopFactory) -> None:
+    device = loop_device(16 * MIB)
+    lun = _discovered(device)
+    assert lun.kind == "block"
+    assert lun.name == device.name
+    assert lun.size_bytes == 16 * MIB
+    assert lun.backing_file == os.path.realpath(device.backing_file)
+    assert lun.logical_block_bytes == 512
+    assert lun.physical_block_bytes >= 512
+    assert lun.dev == f"7:{os.minor(os.stat(device.path).st_rdev)}"
+    assert (lun.partitions, lun.holders, lun.mount_points, lun.open_by) == ((), (), (), ())
+    assert (lun.signature, lun.probe_error, lun.read_only) == ("", "", False)
+    assert lun.rotational in (True, False)
+    assert lun.attributes()["lun"] == device.path
+    described = describe_block_device(device.path)
+    assert described == lun  # O_EXCL probe: nobody else claims it
+    assert lun_for_path(device.path) == lun
+
+
+@pytest.mark.root
+def test_file_behind_a_loop_device_is_held(loop_device: LoopFactory) -> None:
+    device = loop_device(4 * MIB)
+    assert file_lun(device.backing_file).holders == (device.name,)
+
+
+@pytest.mark.root
+def test_ext4_loop_device_signature(ext4_loop_device: LoopDevice) -> None:
+    assert _discovered(ext4_loop_device, use_blkid=False).signature == "ext4"
+    assert _discovered(ext4_loop_device).signature == "ext4"
+
+
+@pytest.mark.root
+def test_mounted_loop_device(mounted_loop_device: MountedLoop) -> None:
+    lun = _discovered(mounted_loop_device.device)
+    assert lun.mount_points == (mounted_loop_device.mount_point,)
+    described = describe_block_device(mounted_loop_device.device.path)
+    assert described.exclusive_busy
+    assert described.mount_points == (mounted_loop_device.mount_point,)
+
+
+@pytest.mark.root
+def test_loop_device_open_by_another_process(loop_device: LoopFactory) -> None:
+    device = loop_device(4 * MIB)
+    with open(device.path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            lun = _discovered(device)
+            assert lun.open_by == (f"{proc.pid}:sleep",)
+        finally:
+            proc.kill()
+
+
+def _write_mbr(path: str) -> None:
+    with open(path, "r+b") as fh:
+        offset, data = _mbr_entry(0, 0, 0x83, 2048, 4096)
+        fh.seek(offset)
+        fh.write(data)
+        fh.seek(510)
+        fh.write(b"\x55\xaa")
+
+
+@pytest.mark.root
+def test_partitioned_loop_device(loop_device: LoopFactory) -> None:
+    device = loop_device(8 * MIB, prepare=_write_mbr, partscan=True)
+    part_name = f"{device.name}p1"
+    part_dir = Path("/sys/block") / device.name / part_name
+    deadline = time.monotonic() + 5
+    while not part_dir.exists():  # some kernels need an explicit rescan
+        if shutil.which("partx"):
+            subprocess.run(["partx", "-a", device.path], capture_output=True, check=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{part_name} never appeared in sysfs")
+        time.sleep(0.05)
+    luns = {lun.name: lun for lun in discover_block_devices()}
+    disk = luns[device.name]
+    assert disk.partitions == (part_name,)
+    assert disk.signature == "dos"
+    part = luns[part_name]
+    assert part.parent == device.name
+    assert part.size_bytes == 4096 * 512
+    assert part.path == f"/dev/{part_name}"

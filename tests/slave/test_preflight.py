@@ -1,0 +1,152 @@
+"""Tests for slave/preflight.py: the decision table on synthetic LunInfo, and real loop devices."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from protocol.errors import PreflightError
+from slave.luns import LunInfo, describe_block_device, discover_block_devices
+from slave.preflight import check_lun, in_use_reasons, require_ok
+
+if TYPE_CHECKING:
+    from tests.slave.conftest import LoopDevice, LoopFactory, MountedLoop
+
+CLEAN = LunInfo(path="/dev/sdx", kind="block", name="sdx", size_bytes=1 << 30)
+
+REASON_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    ("clean", {}, ()),
+    ("mounted", {"mount_points": ("/mnt/x",)}, ("mounted at /mnt/x",)),
+    ("mounted twice", {"mount_points": ("/mnt/x", "/srv/y")},
+     ("mounted at /mnt/x", "mounted at /srv/y")),
+    ("swap", {"mount_points": ("[swap]",)}, ("in use as swap",)),
+    ("partitions", {"partitions": ("sdx1", "sdx2")}, ("has partitions sdx1, sdx2",)),
+    ("holders", {"holders": ("dm-0",)}, ("held by dm-0",)),
+    ("ext4", {"signature": "ext4"}, ("carries an ext4 signature",)),
+    ("LVM", {"signature": "LVM2_member"}, ("carries an LVM2_member signature",)),
+    ("raid", {"signature": "linux_raid_member"}, ("carries a linux_raid_member signature",)),
+    ("gpt", {"signature": "gpt"}, ("carries a gpt signature",)),
+    ("open", {"open_by": ("1234:fio", "99:dd")}, ("open by pid 1234 (fio)", "open by pid 99 (dd)")),
+    ("exclusive only", {"exclusive_busy": True},
+     ("claimed exclusively by the kernel or another process (O_EXCL open: busy)",)),
+    ("exclusive explained by the mount", {"exclusive_busy": True, "mount_points": ("/m",)},
+     ("mounted at /m",)),
+    ("unreadable", {"probe_error": "cannot open /dev/sdx: Permission denied"},
+     ("contents could not be checked: cannot open /dev/sdx: Permission denied",)),
+    ("everything", {"mount_points": ("/m",), "partitions": ("sdx1",), "holders": ("md0",),
+                    "signature": "dos", "open_by": ("7:x",)},
+     ("mounted at /m", "has partitions sdx1", "held by md0", "carries a dos signature",
+      "open by pid 7 (x)")),
+]
+
+
+@pytest.mark.parametrize(("change", "reasons"), [c[1:] for c in REASON_CASES],
+                         ids=[c[0] for c in REASON_CASES])
+def test_in_use_reasons(change: dict[str, Any], reasons: tuple[str, ...]) -> None:
+    assert in_use_reasons(dataclasses.replace(CLEAN, **change)) == reasons
+
+
+IN_USE = dataclasses.replace(CLEAN, signature="ext4", mount_points=("/mnt/x",))
+
+DECISIONS = [
+    # (lun, writes, allow_write, ok, overridden)
+    (CLEAN, False, False, True, False),
+    (CLEAN, True, False, True, False),
+    (CLEAN, True, True, True, False),
+    (IN_USE, False, False, True, False),
+    (IN_USE, False, True, True, False),
+    (IN_USE, True, False, False, False),
+    (IN_USE, True, True, True, True),
+]
+
+
+@pytest.mark.parametrize(("lun", "writes", "allow", "ok", "overridden"), DECISIONS)
+def test_check_lun_decision(
+    lun: LunInfo, writes: bool, allow: bool, ok: bool, overridden: bool
+) -> None:
+    result = check_lun(lun, writes, allow, "h1")
+    assert (result.ok, result.overridden) == (ok, overridden)
+    assert (result.host, result.lun, result.writes, result.allow_write) == (
+        "h1", lun.path, writes, allow)
+    assert result.reasons == in_use_reasons(lun)
+
+
+def test_require_ok_refusal_names_host_lun_and_every_reason() -> None:
+    with pytest.raises(PreflightError) as info:
+        require_ok(IN_USE, writes=True, allow_write=False, host="h7")
+    err = info.value
+    assert (err.host, err.lun) == ("h7", "/dev/sdx")
+    for part in ("h7", "/dev/sdx", "mounted at /mnt/x", "carries an ext4 signature"):
+        assert part in str(err)
+
+
+def test_require_ok_override_logs_every_reason(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="slave.preflight"):
+        result = require_ok(IN_USE, writes=True, allow_write=True, host="h7")
+    assert result.ok and result.overridden
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    for part in ("h7", "/dev/sdx", "mounted at /mnt/x", "carries an ext4 signature"):
+        assert part in warnings[0]
+
+
+def test_require_ok_reads_are_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="slave.preflight"):
+        assert require_ok(IN_USE, writes=False, allow_write=False, host="h").ok
+    assert not caplog.records
+
+
+# ------------------------------------------------------------------------------------------------
+# Real loop devices (root)
+# ------------------------------------------------------------------------------------------------
+
+
+def _lun(device: LoopDevice) -> LunInfo:
+    for lun in discover_block_devices():
+        if lun.path == device.path:
+            return lun
+    raise AssertionError(f"{device.path} not discovered")
+
+
+@pytest.mark.root
+def test_blank_loop_device_allowed_for_writes(loop_device: LoopFactory) -> None:
+    device = loop_device(8 * 1024 * 1024)
+    result = require_ok(describe_block_device(device.path), writes=True, allow_write=False,
+                        host="h1")
+    assert result.ok and not result.reasons
+
+
+@pytest.mark.root
+def test_ext4_loop_device_refused_for_writes_allowed_for_reads(
+    ext4_loop_device: LoopDevice,
+) -> None:
+    lun = _lun(ext4_loop_device)
+    with pytest.raises(PreflightError, match="carries an ext4 signature") as info:
+        require_ok(lun, writes=True, allow_write=False, host="h1")
+    assert info.value.lun == ext4_loop_device.path
+    assert "h1" in str(info.value) and ext4_loop_device.path in str(info.value)
+    assert require_ok(lun, writes=False, allow_write=False, host="h1").ok
+
+
+@pytest.mark.root
+def test_mounted_loop_device_refused_with_its_mount_point(
+    mounted_loop_device: MountedLoop,
+) -> None:
+    lun = describe_block_device(mounted_loop_device.device.path)
+    with pytest.raises(PreflightError) as info:
+        require_ok(lun, writes=True, allow_write=False, host="h2")
+    assert f"mounted at {mounted_loop_device.mount_point}" in str(info.value)
+    assert info.value.host == "h2"
+
+
+@pytest.mark.root
+def test_allowed_override_on_a_real_device(
+    ext4_loop_device: LoopDevice, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="slave.preflight"):
+        result = require_ok(_lun(ext4_loop_device), writes=True, allow_write=True, host="h1")
+    assert result.ok and result.overridden
+    assert "carries an ext4 signature" in caplog.text
