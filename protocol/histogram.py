@@ -249,35 +249,46 @@ class LatencyHistogram:
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> LatencyHistogram:
         """Decode the wire form; malformed input raises ``RemoteProtocolError`` and another
         ladder ``LadderMismatchError``."""
-        idx, cnt, n, sum_ns, min_ns, max_ns = _parse_wire(data)
-        h = cls()
-        h._counts[idx] = cnt
-        if n:
-            h._sum_ns, h._min_ns, h._max_ns = sum_ns, min_ns, max_ns
-        return h
+        return cls.sum_wire((data,))
 
     @classmethod
     def sum_wire(cls, blobs: Iterable[bytes | bytearray | memoryview]) -> LatencyHistogram:
-        """Decode many wire histograms and merge them, in one bincount."""
+        """Decode many wire histograms and merge them.
+
+        Only the headers are read one by one; the bucket arrays are checked and added in a
+        few vectorised passes over all of them at once, so 10,000 histograms cost tens of ms.
+        """
         idx_parts: list[npt.NDArray[np.uint16]] = []
         cnt_parts: list[npt.NDArray[np.uint64]] = []
+        nnzs: list[int] = []
+        totals: list[int] = []
+        mins: list[int] = []
+        maxs: list[int] = []
         total_sum = 0
-        lo: int | None = None
-        hi: int | None = None
         for blob in blobs:
-            idx, cnt, n, sum_ns, min_ns, max_ns = _parse_wire(blob)
-            if n:
-                idx_parts.append(idx)
-                cnt_parts.append(cnt)
-                total_sum += sum_ns
-                lo = min_ns if lo is None else min(lo, min_ns)
-                hi = max_ns if hi is None else max(hi, max_ns)
+            nnz, n, sum_ns, min_ns, max_ns = _parse_header(blob)
+            if not n:
+                continue
+            idx_parts.append(np.frombuffer(blob, dtype="<u2", count=nnz, offset=HEADER_BYTES))
+            cnt_parts.append(
+                np.frombuffer(blob, dtype="<u8", count=nnz, offset=HEADER_BYTES + 2 * nnz)
+            )
+            nnzs.append(nnz)
+            totals.append(n)
+            mins.append(min_ns)
+            maxs.append(max_ns)
+            total_sum += sum_ns
         h = cls()
-        if idx_parts:
-            all_idx = np.concatenate(idx_parts)
-            all_cnt = np.concatenate(cnt_parts).astype(np.int64)
-            np.add.at(h._counts, all_idx.astype(np.intp), all_cnt)
-            h._sum_ns, h._min_ns, h._max_ns = total_sum, lo, hi
+        if not nnzs:
+            return h
+        idx = np.concatenate(idx_parts).astype(np.intp)
+        cnt = np.concatenate(cnt_parts)
+        _check_sparse(idx, cnt, np.array(nnzs), totals, mins, maxs)
+        if sum(totals) < 1 << 53:  # float64 weights are exact below 2**53
+            h._counts += np.bincount(idx, weights=cnt, minlength=N_BUCKETS).astype(np.int64)
+        else:
+            np.add.at(h._counts, idx, cnt.astype(np.int64))
+        h._sum_ns, h._min_ns, h._max_ns = total_sum, min(mins), max(maxs)
         return h
 
 
@@ -289,9 +300,8 @@ def _exact_sum(v: npt.NDArray[np.int64], v_max: int) -> int:
     return (int((v >> 32).sum()) << 32) + int((v & 0xFFFFFFFF).sum())
 
 
-def _parse_wire(
-    data: bytes | bytearray | memoryview,
-) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint64], int, int, int, int]:
+def _parse_header(data: bytes | bytearray | memoryview) -> tuple[int, int, int, int, int]:
+    """Check one wire histogram's header and length; return nnz, count, sum, min, max."""
     size = len(data)
     if size < HEADER_BYTES:
         raise RemoteProtocolError(f"histogram of {size} bytes is shorter than its header")
@@ -304,25 +314,42 @@ def _parse_wire(
         raise RemoteProtocolError(
             f"histogram claims {nnz} non-zero buckets but has {size - HEADER_BYTES} payload bytes"
         )
-    idx = np.frombuffer(data, dtype="<u2", count=nnz, offset=HEADER_BYTES)
-    cnt = np.frombuffer(data, dtype="<u8", count=nnz, offset=HEADER_BYTES + 2 * nnz)
-    if nnz:
-        if int(idx[-1]) >= N_BUCKETS or (nnz > 1 and not bool(np.all(idx[1:] > idx[:-1]))):
-            raise RemoteProtocolError("histogram bucket indices must increase and stay in range")
-        if not bool(np.all(cnt > 0)) or int(cnt.max()) >= 1 << 63:
-            raise RemoteProtocolError("histogram bucket counts must be in 1..2**63-1")
-        if int(cnt.sum(dtype=np.uint64)) != n:
-            raise RemoteProtocolError(f"histogram count {n} differs from its buckets' sum")
-        if not (0 <= min_ns <= max_ns):
-            raise RemoteProtocolError(f"histogram min {min_ns} / max {max_ns} are inconsistent")
-        lo_b, hi_b = int(idx[0]), int(idx[-1])
-        if not (LOWER_NS[lo_b] <= min_ns < UPPER_NS[lo_b]) or not (
-            LOWER_NS[hi_b] <= max_ns < UPPER_NS[hi_b]
-        ):
-            raise RemoteProtocolError("histogram min/max lie outside their first/last bucket")
-    elif n:
-        raise RemoteProtocolError(f"histogram count {n} but no buckets")
-    return idx, cnt, n, sum_lo | (sum_hi << 64), min_ns, max_ns
+    if bool(n) != bool(nnz):
+        raise RemoteProtocolError(f"histogram count {n} with {nnz} non-zero buckets")
+    if n and not (0 <= min_ns <= max_ns):
+        raise RemoteProtocolError(f"histogram min {min_ns} / max {max_ns} are inconsistent")
+    return nnz, n, sum_lo | (sum_hi << 64), min_ns, max_ns
+
+
+def _check_sparse(
+    idx: npt.NDArray[np.intp],
+    cnt: npt.NDArray[np.uint64],
+    nnzs: npt.NDArray[np.int64],
+    totals: list[int],
+    mins: list[int],
+    maxs: list[int],
+) -> None:
+    """Vectorised checks of many concatenated sparse histograms (each with nnz > 0)."""
+    if int(idx.max()) >= N_BUCKETS:
+        raise RemoteProtocolError("histogram bucket index out of range")
+    if not bool(np.all(cnt > 0)) or int(cnt.max()) >= 1 << 63:
+        raise RemoteProtocolError("histogram bucket counts must be in 1..2**63-1")
+    starts = np.zeros(nnzs.size, dtype=np.int64)
+    np.cumsum(nnzs[:-1], out=starts[1:])
+    step = np.diff(idx)
+    step[starts[1:] - 1] = 1  # a new histogram may start anywhere
+    if step.size and int(step.min()) <= 0:
+        raise RemoteProtocolError("histogram bucket indices must increase")
+    sums = np.add.reduceat(cnt, starts)
+    if not np.array_equal(sums, np.array(totals, dtype=np.uint64)):
+        raise RemoteProtocolError("histogram count differs from its buckets' sum")
+    first, last = idx[starts], idx[starts + nnzs - 1]
+    lo, hi = np.array(mins, dtype=np.int64), np.array(maxs, dtype=np.int64)
+    if not (
+        bool(np.all((LOWER_NS[first] <= lo) & (lo < UPPER_NS[first])))
+        and bool(np.all((LOWER_NS[last] <= hi) & (hi < UPPER_NS[last])))
+    ):
+        raise RemoteProtocolError("histogram min/max lie outside their first/last bucket")
 
 
 def percentiles_from_counts(
