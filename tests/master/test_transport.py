@@ -1,0 +1,430 @@
+"""Tests for master/transport.py without root: the interpreter probe's verdicts (table), the local
+subprocess transport, and the SSH transport against the in-process asyncssh server
+(tests/sshserver.py), which runs real processes, so the zipapp really runs through SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from master.transport import (
+    SlaveConnection,
+    SshHostSpec,
+    check_probe,
+    open_local,
+    open_ssh,
+    slave_logger_name,
+)
+from master.zipapp import SlaveZipapp
+from protocol.errors import HostError, SlaveStartError
+from tests.sshserver import SshServerInfo, new_key, ssh_server
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T], timeout_s: float = 60.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout_s)
+
+    return asyncio.run(bounded())
+
+
+def pid_gone(pid: int) -> bool:
+    """True when the process no longer exists or is a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def wait_gone(pid: int, within_s: float) -> float:
+    start = time.monotonic()
+    while not pid_gone(pid):
+        if time.monotonic() - start > within_s:
+            raise AssertionError(f"process {pid} still running after {within_s} s")
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+class Reader:
+    """Buffers what ``conn.read()`` returns, so a line and the bytes after it are both kept."""
+
+    def __init__(self, conn: SlaveConnection) -> None:
+        self.conn = conn
+        self.buffer = b""
+
+    async def _fill(self) -> None:
+        chunk = await self.conn.read()
+        assert chunk, f"EOF from {self.conn.host}; buffered {self.buffer[:100]!r}"
+        self.buffer += chunk
+
+    async def line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            await self._fill()
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line + b"\n"
+
+    async def exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            await self._fill()
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+
+async def read_line(conn: SlaveConnection) -> bytes:
+    """The first line of a slave that has not been sent anything else (nothing can follow)."""
+    return await Reader(conn).line()
+
+
+async def echo_roundtrip(conn: SlaveConnection, payload: bytes) -> int:
+    """Read the slave's pid line, echo ``payload`` through it, and return the pid."""
+    reader = Reader(conn)
+    pid = int(await reader.line())
+    writer = asyncio.create_task(conn.write(payload))
+    assert await reader.exactly(len(payload)) == payload
+    await writer
+    return pid
+
+
+# --------------------------------------------------------------------------------------------
+# the probe's verdicts
+
+
+GOOD = "python 3 11 2\nnumpy 1.24.2\npsutil 5.9.4\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "stdout", "expected"),
+    [
+        (127, "", "python3 not found: install python3"),
+        (0, "python 3 9 2\nnumpy 1.24.2\npsutil 5.9.4\n", "is Python 3.9.2; the slave needs"),
+        (0, "python 3 11 2\nnumpy MISSING ModuleNotFoundError\npsutil 5.9.4\n",
+         "python3 lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy"),
+        (0, "python 3 11 2\nnumpy 1.24.2\npsutil MISSING ImportError\n",
+         "python3 lacks psutil: install python3-psutil (Debian/Ubuntu) or pip install psutil"),
+        (0, "python 3 12 0\nnumpy MISSING ModuleNotFoundError\npsutil MISSING X\n",
+         "lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy; lacks psutil"),
+        (0, "python 3 11 2\nnumpy 1.21.5\npsutil 5.9.4\n", "has numpy 1.21.5, needs >= 1.24"),
+        (0, "python 3 11 2\npsutil 5.9.4\n", "lacks numpy"),
+        (1, "", "did not run the interpreter check"),
+        (0, "('python', 2, 7, 18)\n", "did not run the interpreter check"),
+        (None, "", "did not run the interpreter check"),
+    ],
+)
+def test_probe_verdicts_name_the_host_and_what_to_install(
+    status: int | None, stdout: str, expected: str
+) -> None:
+    with pytest.raises(SlaveStartError) as info:
+        check_probe("h2", "python3", status, stdout, "")
+    assert info.value.host == "h2"
+    assert str(info.value).startswith("host h2: ")
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        GOOD,
+        "python 3 10 0\nnumpy 2.1.0rc1\npsutil 6.0.0\n",
+        "python 3 13 1\nnumpy 1.26\npsutil 5.9\n",
+    ],
+)
+def test_probe_accepts_good_interpreters(stdout: str) -> None:
+    info = check_probe("h1", "python3", 0, stdout, "")
+    assert info.version[:2] >= (3, 10)
+    assert set(info.module_versions) == {"numpy", "psutil"}
+
+
+# --------------------------------------------------------------------------------------------
+# local subprocess
+
+
+def test_local_echo_relays_stderr_and_exits_cleanly(
+    tmp_path: Path, echo_zipapp: SlaveZipapp, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str] = []
+
+    async def scenario() -> tuple[int, int | None, str]:
+        conn = await open_local(
+            "local-a", zipapp=echo_zipapp, cache_dir=tmp_path, on_stderr_line=seen.append
+        )
+        # Bigger than a pipe buffer, written while reading: exercises drain and backpressure.
+        pid = await echo_roundtrip(conn, os.urandom(300_000))
+        status = await conn.close()
+        assert conn.zipapp_path == str(tmp_path / echo_zipapp.file_name)
+        return pid, status, conn.stderr_tail()
+
+    with caplog.at_level(logging.INFO, logger=slave_logger_name("local-a")):
+        pid, status, tail = run(scenario())
+    assert status == 0
+    assert pid_gone(pid)
+    assert any(line.startswith(f"echo-slave pid {pid} ") for line in seen)
+    assert seen[0] in tail
+    relayed = [r for r in caplog.records if r.name == slave_logger_name("local-a")]
+    assert relayed and relayed[0].getMessage() == seen[0]
+
+
+def test_local_exit_status_and_write_after_exit(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> None:
+        conn = await open_local("local-b", zipapp=echo_zipapp, cache_dir=tmp_path)
+        await read_line(conn)
+        await conn.write(b"EXIT 5\n")
+        assert await conn.wait() == 5
+        assert conn.returncode == 5
+        assert await conn.read() == b""
+        with pytest.raises(HostError, match="host local-b: the slave closed its stdin"):
+            for _ in range(50):  # the first write after exit may still land in the pipe buffer
+                await conn.write(b"x" * 65536)
+        assert await conn.close() == 5
+
+    run(scenario())
+
+
+def test_local_close_terminates_a_slave_that_ignores_eof(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> tuple[int | None, float]:
+        conn = await open_local("local-c", zipapp=echo_zipapp, cache_dir=tmp_path)
+        await read_line(conn)
+        await conn.write(b"IGNORE-EOF\n")
+        await read_line(conn)
+        start = time.monotonic()
+        status = await conn.close(grace_s=0.3)
+        return status, time.monotonic() - start
+
+    status, elapsed_s = run(scenario())
+    assert status == -signal.SIGTERM
+    assert elapsed_s < 2.0
+
+
+def test_local_missing_interpreter_is_a_start_error(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    with pytest.raises(SlaveStartError, match="host local-d: /nonexistent/python3 not found"):
+        run(open_local("local-d", "/nonexistent/python3", zipapp=echo_zipapp, cache_dir=tmp_path))
+
+
+def test_local_interpreter_without_numpy_is_named(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    # -S: no site-packages, so the system python3 sees neither numpy nor psutil.
+    with pytest.raises(SlaveStartError) as info:
+        run(open_local("local-e", f"{SYSTEM_PYTHON} -S", zipapp=echo_zipapp, cache_dir=tmp_path))
+    text = str(info.value)
+    assert text.startswith("host local-e: /usr/bin/python3 -S lacks numpy: install python3-numpy")
+    assert "lacks psutil: install python3-psutil" in text
+
+
+_HOLD_LOCAL = """
+import asyncio, sys
+from pathlib import Path
+from master.transport import open_local
+from master.zipapp import build_slave_zipapp
+sys.path.insert(0, {tests!r})
+from conftest import ECHO_SOURCE
+
+async def main():
+    app = build_slave_zipapp("ivypy_echo_slave:main",
+                             extra_files={{"ivypy_echo_slave.py": ECHO_SOURCE}})
+    conn = await open_local("held", cache_dir=Path({cache!r}), zipapp=app)
+    line = b""
+    while not line.endswith(b"\\n"):
+        line += await conn.read()
+    print(line.decode().strip(), flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def test_local_slave_exits_when_the_master_is_killed(tmp_path: Path) -> None:
+    code = _HOLD_LOCAL.format(tests=str(REPO_ROOT / "tests" / "master"), cache=str(tmp_path))
+    master = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=REPO_ROOT
+    )
+    try:
+        assert master.stdout is not None
+        slave_pid = int(master.stdout.readline())
+        assert not pid_gone(slave_pid)
+        master.send_signal(signal.SIGKILL)
+        master.wait()
+        wait_gone(slave_pid, within_s=2.0)
+    finally:
+        master.kill()
+        master.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# ssh through the in-process server
+
+
+def spec_for(server: SshServerInfo, name: str = "h-test", **overrides: object) -> SshHostSpec:
+    fields: dict[str, object] = {
+        "name": name,
+        "address": server.host,
+        "port": server.port,
+        "user": "ivytest",
+        "python": SYSTEM_PYTHON,
+        "identity_file": str(server.client_key_path),
+        "known_hosts": str(server.known_hosts_path),
+        "ssh_config": os.devnull,  # the user's ~/.ssh/config must not change what is tested
+        "connect_timeout_s": 5.0,
+    }
+    fields.update(overrides)
+    return SshHostSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_ssh_uploads_once_runs_under_system_python_and_caches_by_hash(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            spec = spec_for(server, "h1")
+            first = await open_ssh(spec, zipapp=echo_zipapp)
+            second = await open_ssh(spec, zipapp=echo_zipapp)
+            try:
+                assert first.zipapp_uploaded and not second.zipapp_uploaded
+                expected = server.home / ".cache" / "ivypy" / echo_zipapp.file_name
+                assert first.zipapp_path == second.zipapp_path == str(expected)
+                assert hashlib.sha256(expected.read_bytes()).hexdigest() == echo_zipapp.sha256
+                assert sorted(p.name for p in expected.parent.iterdir()) == [expected.name]
+                payload = os.urandom(200_000)
+                pids = await asyncio.gather(
+                    echo_roundtrip(first, payload), echo_roundtrip(second, payload[::-1])
+                )
+                assert pids[0] != pids[1]
+            finally:
+                statuses = [await first.close(), await second.close()]
+            assert statuses == [0, 0]
+            assert all(pid_gone(pid) for pid in pids)
+            assert "impl msgpack.fallback" in first.stderr_tail()
+
+    run(scenario())
+
+
+def test_ssh_replaces_a_truncated_cached_zipapp(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            cached = server.home / "cache" / echo_zipapp.file_name
+            cached.parent.mkdir()
+            cached.write_bytes(echo_zipapp.data[:1000])
+            conn = await open_ssh(
+                spec_for(server), zipapp=echo_zipapp, remote_cache_dir=str(cached.parent)
+            )
+            try:
+                assert conn.zipapp_uploaded
+                assert cached.read_bytes() == echo_zipapp.data
+                await echo_roundtrip(conn, b"abc")
+            finally:
+                await conn.close()
+
+    run(scenario())
+
+
+def test_ssh_exit_status_and_terminate_reach_the_master(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            conn = await open_ssh(spec_for(server, "h-exit"), zipapp=echo_zipapp)
+            await read_line(conn)
+            await conn.write(b"EXIT 3\n")
+            assert await conn.wait() == 3
+            assert await conn.close() == 3
+
+            conn = await open_ssh(spec_for(server, "h-stuck"), zipapp=echo_zipapp)
+            pid = int(await read_line(conn))
+            await conn.write(b"IGNORE-EOF\n")
+            await read_line(conn)
+            assert await conn.close(grace_s=0.3) == -signal.SIGTERM
+            wait_gone(pid, within_s=2.0)
+
+    run(scenario())
+
+
+def test_ssh_interpreter_without_numpy_names_host_and_package(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            await open_ssh(spec_for(server, "h2", python=f"{SYSTEM_PYTHON} -S"), zipapp=echo_zipapp)
+
+    with pytest.raises(SlaveStartError) as info:
+        run(scenario())
+    assert info.value.host == "h2"
+    assert "lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy" in str(
+        info.value
+    )
+
+
+def test_ssh_missing_interpreter(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            await open_ssh(spec_for(server, "h3", python="python3.0-nope"), zipapp=echo_zipapp)
+
+    with pytest.raises(SlaveStartError, match=r"host h3: python3\.0-nope not found"):
+        run(scenario())
+
+
+def test_ssh_changed_host_key_is_refused(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            wrong = server.write_known_hosts(new_key(), tmp_path / "known_hosts_old")
+            await open_ssh(spec_for(server, "h4", known_hosts=str(wrong)), zipapp=echo_zipapp)
+
+    with pytest.raises(HostError) as info:
+        run(scenario())
+    assert info.value.host == "h4"
+    assert "host h4: host key verification failed" in str(info.value)
+    assert not (tmp_path / "home" / ".cache").exists()  # nothing was uploaded
+
+
+def test_ssh_unknown_host_key_is_refused(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            await open_ssh(spec_for(server, "h5", known_hosts=os.devnull), zipapp=echo_zipapp)
+
+    with pytest.raises(HostError, match="host h5: host key verification failed"):
+        run(scenario())
+
+
+def test_ssh_wrong_client_key_is_permission_denied(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    other_key = tmp_path / "other_key"
+    new_key().write_private_key(str(other_key))
+
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            await open_ssh(spec_for(server, "h6", identity_file=str(other_key)), zipapp=echo_zipapp)
+
+    with pytest.raises(HostError, match="host h6: permission denied"):
+        run(scenario())
+
+
+def test_ssh_closed_port_is_connection_refused_quickly(echo_zipapp: SlaveZipapp) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends: nobody listens
+    spec = SshHostSpec(
+        name="h7", address="127.0.0.1", port=port, ssh_config=os.devnull, connect_timeout_s=2.0
+    )
+    start = time.monotonic()
+    with pytest.raises(HostError) as info:
+        run(open_ssh(spec, zipapp=echo_zipapp))
+    assert time.monotonic() - start < 2.0
+    assert str(info.value) == "host h7: unreachable: connection refused"
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)

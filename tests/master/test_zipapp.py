@@ -1,0 +1,129 @@
+"""Tests for master/zipapp.py: deterministic bytes, contents, entry point, local cache, and that
+the zipapp runs under the system python3 (which has no msgpack) with msgpack's pure-Python code."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from master.zipapp import (
+    DEFAULT_ENTRY,
+    SlaveZipapp,
+    build_slave_zipapp,
+    main_module_source,
+    write_cached,
+)
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _names(app: SlaveZipapp) -> list[str]:
+    return zipfile.ZipFile(io.BytesIO(app.data)).namelist()
+
+
+def test_two_builds_give_the_same_bytes_and_hash() -> None:
+    first, second = build_slave_zipapp(), build_slave_zipapp()
+    assert first.data == second.data
+    assert first.sha256 == hashlib.sha256(first.data).hexdigest()
+    assert first.hash16 == first.sha256[:16]
+    assert first.file_name == f"slave-{first.sha256[:16]}.pyz"
+    assert first.entry == DEFAULT_ENTRY
+
+
+def test_a_different_entry_or_extra_file_changes_the_hash() -> None:
+    base = build_slave_zipapp()
+    assert build_slave_zipapp("slave.other:main").sha256 != base.sha256
+    assert build_slave_zipapp(extra_files={"x.py": b"pass\n"}).sha256 != base.sha256
+
+
+def test_contents_are_sorted_with_fixed_times_and_no_caches_or_binaries() -> None:
+    app = build_slave_zipapp()
+    archive = zipfile.ZipFile(io.BytesIO(app.data))
+    names = archive.namelist()
+    assert names == sorted(names)
+    for required in (
+        "__main__.py",
+        "slave/__init__.py",
+        "protocol/__init__.py",
+        "protocol/errors.py",
+        "msgpack/__init__.py",
+        "msgpack/fallback.py",
+    ):
+        assert required in names
+    for name in names:
+        assert "__pycache__" not in name
+        assert "/tests/" not in name
+        assert not name.endswith((".pyc", ".so"))
+        assert name.split("/")[0] in {"__main__.py", "slave", "protocol", "msgpack"}
+    msgpack_names = [n for n in names if n.startswith("msgpack/")]
+    assert all(n.endswith(".py") for n in msgpack_names)
+    for info in archive.infolist():
+        assert info.date_time == (1980, 1, 1, 0, 0, 0)
+        assert info.external_attr >> 16 == 0o100644
+
+
+def test_main_runs_the_entry_point() -> None:
+    source = main_module_source("slave.main:main")
+    assert "from slave.main import main as _entry" in source
+    assert "raise SystemExit(_entry())" in source
+
+
+@pytest.mark.parametrize(
+    "entry", ["slave.main", "slave.main:", ":main", "slave main:main", "slave.main:ma-in", ""]
+)
+def test_malformed_entries_are_refused(entry: str) -> None:
+    with pytest.raises(ValueError, match="entry"):
+        build_slave_zipapp(entry)
+
+
+@pytest.mark.parametrize("name", ["__main__.py", "protocol/errors.py"])
+def test_extra_files_cannot_replace_packed_files(name: str) -> None:
+    with pytest.raises(ValueError, match="replace"):
+        build_slave_zipapp(extra_files={name: b""})
+
+
+def test_write_cached_writes_once_and_replaces_a_corrupt_copy(tmp_path: Path) -> None:
+    app = build_slave_zipapp()
+    path = write_cached(app, tmp_path / "cache")
+    assert path == tmp_path / "cache" / app.file_name
+    assert path.read_bytes() == app.data
+    inode = path.stat().st_ino
+    assert write_cached(app, tmp_path / "cache").stat().st_ino == inode  # cached: not rewritten
+    path.write_bytes(app.data[:100])  # truncated by someone
+    assert write_cached(app, tmp_path / "cache").read_bytes() == app.data
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [app.file_name]
+
+
+def test_zipapp_runs_under_system_python_with_packed_pure_python_msgpack(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is not installed")
+    path = write_cached(echo_zipapp, tmp_path)
+    result = subprocess.run(
+        [SYSTEM_PYTHON, str(path)], input=b"hello\nworld\n", capture_output=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    pid_line, rest = result.stdout.split(b"\n", 1)
+    assert int(pid_line) > 0
+    assert rest == b"hello\nworld\n"
+    stderr = result.stderr.decode()
+    assert "impl msgpack.fallback" in stderr  # no C extension travels in the zip
+    assert f"file {path}/msgpack/__init__.py" in stderr  # the packed copy, not a host install
+    assert "roundtrip {'ok': [1, 2]}" in stderr
+
+
+def test_exit_status_of_the_entry_becomes_the_process_status(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    path = write_cached(echo_zipapp, tmp_path)
+    result = subprocess.run(
+        [SYSTEM_PYTHON, str(path)], input=b"EXIT 7\n", capture_output=True, timeout=30
+    )
+    assert result.returncode == 7
