@@ -1,0 +1,138 @@
+"""Rollups against a straightforward reference built from LatencyHistogram merges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from master import rollup
+from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from protocol.histogram import LatencyHistogram
+from protocol.stats import StatsBatch, WorkloadStats
+
+
+def _workloads(
+    n: int, seed: int
+) -> list[tuple[WorkloadStats, dict[int, tuple[np.ndarray, np.ndarray]]]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for w in range(n):
+        s = WorkloadStats()
+        k = int(rng.integers(200, 2000))
+        cat = rng.integers(0, 4, k) if w % 3 else np.zeros(k, dtype=np.int64)
+        svc = rng.lognormal(11 + 0.2 * w, 0.8, k).astype(np.int64)
+        rsp = svc + rng.integers(0, 50_000, k)
+        s.record(cat, svc, rsp, 4096 * (1 + w % 4))
+        s.record_errors(int(w % 4), w % 2)
+        out.append((s, {c: (svc[cat == c], rsp[cat == c]) for c in range(4)}))
+    return out
+
+
+def _reference(
+    members: list[dict[int, tuple[np.ndarray, np.ndarray]]], cats: tuple[int, ...], kind: int
+) -> LatencyHistogram:
+    return LatencyHistogram.sum(
+        LatencyHistogram.from_values(m[c][kind]) for m in members for c in cats
+    )
+
+
+@pytest.mark.parametrize("dense_cells", [rollup.DENSE_CELLS, 5 * 2 * 2369 * 2])
+def test_rollup_matches_merged_histograms(
+    dense_cells: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rollup, "DENSE_CELLS", dense_cells)  # also exercise the chunked path
+    data = _workloads(9, seed=4)
+    sample = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data]))
+    keys = [f"h{w % 3}" for w in range(9)]
+    grouping = Grouping.from_keys("host", keys)
+    res = compute(sample, grouping, duration_s=2.0)
+    assert grouping.names == ("h0", "h1", "h2")
+    for i, name in enumerate(grouping.names):
+        members = [d for (_, d), k in zip(data, keys, strict=True) if k == name]
+        stats = [s for (s, _), k in zip(data, keys, strict=True) if k == name]
+        for prefix, cats in VIEWS:
+            ops = sum(s.counters[c, 0] for s in stats for c in cats)
+            assert res.columns[f"{prefix}IOPS"][i] == pytest.approx(ops / 2.0)
+            nbytes = sum(s.counters[c, 1] for s in stats for c in cats)
+            assert res.columns[f"{prefix}MB_per_s"][i] == pytest.approx(nbytes / 2.0 / 1e6)
+            assert res.columns[f"{prefix}errors"][i] == sum(
+                s.counters[c, 2] for s in stats for c in cats
+            )
+            for k, kind in enumerate(("service_time", "response_time")):
+                ref = _reference(members, cats, k)
+                col = res.columns
+                if ref.count == 0:
+                    assert np.isnan(col[f"{prefix}{kind}_p50_ms"][i])
+                    assert np.isnan(col[f"{prefix}{kind}_mean_ms"][i])
+                    continue
+                assert col[f"{prefix}{kind}_mean_ms"][i] == pytest.approx(ref.mean_ns / 1e6)
+                assert col[f"{prefix}{kind}_max_ms"][i] == pytest.approx(ref.max_ns / 1e6)
+                for p in PERCENTILES:
+                    got = col[f"{prefix}{kind}_{pct_label(p)}_ms"][i]
+                    assert got == pytest.approx(ref.percentile(p) / 1e6, rel=1e-9), (
+                        prefix,
+                        kind,
+                        p,
+                    )
+
+
+def test_concat_and_add_are_lossless() -> None:
+    a = [s for s, _ in _workloads(4, seed=1)]
+    b = [s for s, _ in _workloads(4, seed=2)]
+    sa = Sample.from_batch(StatsBatch.from_stats(a))
+    sb = Sample.from_batch(StatsBatch.from_stats(b))
+    both = Sample.concat([sa, sb])
+    g_all = Grouping.from_keys("all", ["all"] * 8)
+    whole = compute(Sample.from_batch(StatsBatch.from_stats(a + b)), g_all, 1.0)
+    assert (
+        compute(both, g_all, 1.0).columns["service_time_p99_ms"][0]
+        == whole.columns["service_time_p99_ms"][0]
+    )
+    # the same workloads over two periods
+    added = Sample.add([sa, sb])
+    merged = [x.copy() for x in a]
+    for x, y in zip(merged, b, strict=True):
+        x.merge_into(y)
+    ref = compute(
+        Sample.from_batch(StatsBatch.from_stats(merged)),
+        Grouping.from_keys("all", ["all"] * 4),
+        2.0,
+    )
+    got = compute(added, Grouping.from_keys("all", ["all"] * 4), 2.0)
+    for col in (
+        "IOPS",
+        "read_service_time_p99.9_ms",
+        "write_response_time_max_ms",
+        "sequential_MB_per_s",
+    ):
+        assert got.columns[col][0] == pytest.approx(ref.columns[col][0], nan_ok=True)
+
+
+def test_empty_instance_gives_nan_and_zero_iops() -> None:
+    sample = Sample.from_batch(StatsBatch.from_stats([WorkloadStats()]))
+    res = compute(sample, Grouping.from_keys("all", ["all"]), 1.0)
+    assert res.columns["IOPS"][0] == 0
+    assert np.isnan(res.columns["service_time_p99_ms"][0])
+
+
+def test_grouping_size_mismatch_is_refused() -> None:
+    sample = Sample.from_batch(StatsBatch.from_stats([WorkloadStats()]))
+    with pytest.raises(ValueError, match="covers 2 workloads"):
+        compute(sample, Grouping.from_keys("all", ["a", "b"]), 1.0)
+
+
+def test_columns_carry_units_and_cover_views() -> None:
+    cols = rollup.METRIC_COLUMNS
+    for required in (
+        "IOPS",
+        "MB_per_s",
+        "service_time_mean_ms",
+        "service_time_p50_ms",
+        "service_time_p99_ms",
+        "service_time_max_ms",
+        "response_time_p99_ms",
+        "read_IOPS",
+        "write_service_time_p99_ms",
+        "read_response_time_p99_ms",
+    ):
+        assert required in cols
