@@ -1,0 +1,105 @@
+"""The slave process: pumps protocol bytes between stdin/stdout and a ``SlaveSession``.
+
+Owns file descriptors, signals and the process lifetime. Before anything else it moves the wire
+to a private descriptor and points fd 1 at stderr, so that a stray ``print`` (here or in a
+worker process) can never corrupt the protocol stream. When stdin reaches EOF (the master is
+gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from slave.session import Backend, SlaveSession, stderr_logging
+
+log = logging.getLogger("slave")
+
+READ_BYTES = 1 << 20
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def default_backend() -> Backend:
+    from slave.worker import WorkerBackend
+
+    return WorkerBackend()
+
+
+def serve(
+    backend_factory: Callable[[], Backend] = default_backend,
+    stdin_fd: int = 0,
+    stdout_fd: int = 1,
+) -> int:
+    """Run one conversation to its end; return the exit status."""
+    wire = os.dup(stdout_fd)
+    os.dup2(2, stdout_fd)
+    sys.stdout = sys.stderr
+    stopping: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    backend = backend_factory()
+    session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns)
+    os.set_blocking(stdin_fd, False)
+    sel = selectors.DefaultSelector()
+    sel.register(stdin_fd, selectors.EVENT_READ)
+    status = 0
+    try:
+        while not session.closed:
+            if stopping:
+                log.warning("signal %d: stopping all I/O", stopping[0])
+                session.on_eof()
+                status = 128 + stopping[0]
+                break
+            wake = session.next_wakeup_ns()
+            timeout = (
+                0.2 if wake is None else max(0.0, min(0.2, (wake - time.monotonic_ns()) / 1e9))
+            )
+            for _key, _ in sel.select(timeout):
+                try:
+                    data = os.read(stdin_fd, READ_BYTES)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    session.on_eof()
+                    break
+                session.on_bytes(data)
+            if not session.closed:
+                session.on_tick()
+    except BrokenPipeError:
+        log.warning("the master closed our stdout: stopping all I/O")
+        backend.halt()
+        status = 1
+    except Exception:
+        log.exception("slave failed")
+        backend.halt()
+        status = 1
+    finally:
+        backend.close()
+        sel.close()
+    return status
+
+
+def main() -> int:
+    stderr_logging(getattr(logging, os.environ.get("IVYPY_SLAVE_LOG", "INFO").upper(), 20))
+    return serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

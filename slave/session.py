@@ -1,0 +1,468 @@
+"""The slave's side of the conversation: one handler per message, the subinterval bookkeeping,
+and the rules for 'master late'.
+
+Owns what the slave *says* and *when*: answers to requests, the subinterval results, stopping
+on a missing ``Continue``. It does not read or write file descriptors (``slave.main`` pumps the
+bytes) and does not do I/O on LUNs (the ``Backend`` does: worker processes in production, a
+fake in tests). Time comes from an injected clock (``time.monotonic_ns`` in production).
+
+Dispatch is a table ``{message type: handler}``; a message the table does not know at this
+point was already refused by ``protocol.state``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+import numpy as np
+
+from protocol.errors import IvyError, PreflightError, ProtocolError
+from protocol.messages import (
+    Ack,
+    Bye,
+    Continue,
+    CreateWorkload,
+    DeleteWorkload,
+    DiscoverLuns,
+    EditWorkload,
+    Error,
+    Go,
+    Hello,
+    HelloReply,
+    Log,
+    LunList,
+    Message,
+    Ping,
+    Pong,
+    Stop,
+    Stopped,
+    SubintervalResult,
+)
+from protocol.state import Conversation, Role, State
+from protocol.stats import StatsBatch, WorkloadStats
+from protocol.version import PROTOCOL_VERSION, __version__
+from slave import luns as lunmod
+from slave.cpu import CpuSampler, CpuSnapshot
+from slave.params import WorkloadParams
+from slave.preflight import require_ok
+
+log = logging.getLogger(__name__)
+
+PARAM_NAMES = frozenset(f.name for f in fields(WorkloadParams))
+
+
+class MasterLateError(IvyError):
+    """A subinterval was about to start without the master's ``Continue`` (or the buffer it
+    needs was still being sent)."""
+
+
+@dataclass
+class Collected:
+    """One finished subinterval from the backend."""
+
+    workload_ids: list[str]
+    stats: list[WorkloadStats]
+    switch_ns: list[int]
+    interlock: list[dict[str, Any]]
+    io_errors: list[str] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    """What the session needs from the I/O side (``slave.worker`` implements it)."""
+
+    def create(
+        self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams
+    ) -> dict[str, Any]:
+        """Stage a new workload for the next boundary (or the next ``go``); return facts such
+        as ``{"engine": "libaio"}``."""
+
+    def edit(self, workload_id: str, params: WorkloadParams) -> None: ...
+
+    def delete(self, workload_id: str) -> None: ...
+
+    def go(self, start_ns: int, subinterval_ns: int, granted: int) -> None:
+        """Start all loops; subintervals ``0..granted`` may run."""
+
+    def grant(self, subinterval: int) -> None:
+        """Subintervals up to ``subinterval`` may run."""
+
+    def stop_after(self, subinterval: int) -> None:
+        """End I/O at the end of ``subinterval``."""
+
+    def collect(self, subinterval: int, deadline_ns: int) -> Collected:
+        """Wait (until ``deadline_ns``) for every loop's finished buffer of ``subinterval``.
+        Raises ``MasterLateError`` when a loop found its next buffer not ready."""
+
+    def release(self, subinterval: int) -> None:
+        """The buffers of ``subinterval`` were sent: they are ready to run again."""
+
+    def halt(self) -> None:
+        """Stop all I/O now and wait until nothing is in flight."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Step:
+    number: int
+    start_ns: int
+    subinterval_ns: int
+    granted: int = 1
+    stop_after: int | None = None
+    next_result: int = 0
+    cpu_before: CpuSnapshot | None = None
+
+    def end_of(self, k: int) -> int:
+        return self.start_ns + (k + 1) * self.subinterval_ns
+
+
+class SlaveSession:
+    """Feed it bytes and clock ticks; it writes frames through ``send_bytes``."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        send_bytes: Callable[[bytes], None],
+        clock: Callable[[], int],
+        *,
+        cpu: CpuSampler | None = None,
+        collect_grace_ns: int = 2_000_000_000,
+    ) -> None:
+        self.backend = backend
+        self.send_bytes = send_bytes
+        self.clock = clock
+        self.cpu = cpu or CpuSampler()
+        self.collect_grace_ns = collect_grace_ns
+        self.conv = Conversation(Role.SLAVE)
+        self.host = ""
+        self.luns: dict[str, lunmod.LunInfo] = {}
+        self.params: dict[str, WorkloadParams] = {}
+        self.step: _Step | None = None
+        self.closed = False
+        self._handlers: dict[type[Message], Callable[[Any], None]] = {
+            Hello: self._on_hello,
+            Ping: self._on_ping,
+            DiscoverLuns: self._on_discover,
+            CreateWorkload: self._on_create,
+            EditWorkload: self._on_edit,
+            DeleteWorkload: self._on_delete,
+            Go: self._on_go,
+            Continue: self._on_continue,
+            Stop: self._on_stop,
+            Bye: self._on_bye,
+        }
+
+    # ------------------------------------------------------------------ plumbing
+    def send(self, msg: Message) -> None:
+        self.send_bytes(self.conv.send(msg))
+
+    def event(self, level: str, message: str, **context: Any) -> None:
+        """An event for the master's events.csv (also logged here)."""
+        log.log(logging.getLevelName(level), "%s", message)
+        if self.conv.state not in (State.START, State.HELLO, State.CLOSED):
+            self.send(Log(level=level, message=message, time_ns=self.clock(), context=context))
+
+    def on_bytes(self, data: bytes) -> None:
+        try:
+            messages = self.conv.receive_data(data)
+        except ProtocolError as exc:
+            self._fatal("version" if "version" in str(exc) else "protocol", str(exc))
+            return
+        for msg in messages:
+            if self.closed:
+                return
+            self._handlers.get(type(msg), self._ignore)(msg)
+
+    def _ignore(self, msg: Message) -> None:
+        log.debug("ignoring %s", type(msg).__name__)
+
+    def on_eof(self) -> None:
+        """The master is gone: stop everything."""
+        log.info("stdin closed: stopping all I/O")
+        self.backend.halt()
+        self.closed = True
+
+    def _fatal(self, kind: str, message: str) -> None:
+        log.error("%s", message)
+        self.backend.halt()
+        if self.conv.state is not State.CLOSED:
+            try:
+                self.send(Error(kind=kind, message=message, fatal=True))
+            except ProtocolError:
+                pass
+        self.closed = True
+
+    def next_wakeup_ns(self) -> int | None:
+        """When ``on_tick`` next has work: the end of the next subinterval to collect."""
+        if self.step is None:
+            return None
+        return self.step.end_of(self.step.next_result)
+
+    # ------------------------------------------------------------------ handlers
+    def _on_hello(self, msg: Hello) -> None:
+        self.host = msg.host
+        self.send(
+            HelloReply(
+                protocol_version=PROTOCOL_VERSION,
+                ivypy_version=__version__,
+                hostname=platform.node(),
+                kernel=platform.release(),
+                python_version=platform.python_version(),
+                numpy_version=np.__version__,
+                cores=os.cpu_count() or 1,
+                pid=os.getpid(),
+                slave_time_ns=self.clock(),
+            )
+        )
+
+    def _on_ping(self, msg: Ping) -> None:
+        self.send(Pong(seq=msg.seq, master_send_ns=msg.master_send_ns, slave_ns=self.clock()))
+
+    def _on_discover(self, msg: DiscoverLuns) -> None:
+        ignore = {os.getpid(), *self._child_pids()}
+        found: list[lunmod.LunInfo] = []
+        try:
+            found = lunmod.discover_block_devices(ignore_pids=ignore)
+        except OSError as exc:
+            self.event("WARNING", f"block device discovery failed: {exc}")
+        for req in msg.files:
+            try:
+                found.append(
+                    lunmod.file_lun(
+                        str(req["path"]),
+                        req.get("size_bytes"),
+                        bool(req.get("create", False)),
+                        ignore_pids=ignore,
+                    )
+                )
+            except (IvyError, OSError, KeyError, TypeError, ValueError) as exc:
+                self.send(
+                    Error(
+                        kind="config",
+                        message=f"file LUN {req.get('path')}: {exc}",
+                        seq=msg.seq,
+                        lun=str(req.get("path", "")),
+                    )
+                )
+                return
+        self.luns = {lun.path: lun for lun in found}
+        self.send(LunList(seq=msg.seq, luns=[lun.to_dict() for lun in found]))
+
+    @staticmethod
+    def _child_pids() -> list[int]:
+        import psutil
+
+        return [p.pid for p in psutil.Process().children(recursive=True)]
+
+    def _effective(self) -> int:
+        return -1 if self.step is None else self.step.next_result + 1
+
+    def _params(self, raw: dict[str, Any], base: WorkloadParams | None) -> WorkloadParams:
+        unknown = set(raw) - PARAM_NAMES
+        if unknown:
+            raise ValueError(f"unknown workload parameters {sorted(unknown)}")
+        if raw.get("iops") is not None:
+            raw = {**raw, "iops": float(raw["iops"])}
+        return base.replace(**raw) if base else WorkloadParams(**raw)
+
+    def _on_create(self, msg: CreateWorkload) -> None:
+        wid = msg.workload_id
+        if wid in self.params:
+            self.send(
+                Error(
+                    kind="config",
+                    message=f"workload {wid} exists already",
+                    seq=msg.seq,
+                    workload_id=wid,
+                    lun=msg.lun_path,
+                )
+            )
+            return
+        try:
+            params = self._params(msg.params, None)
+            lun = self.luns.get(msg.lun_path) or lunmod.describe_block_device(
+                msg.lun_path, host=self.host
+            )
+            self.luns[lun.path] = lun
+            require_ok(lun, params.writes, msg.allow_write, self.host)
+            info = self.backend.create(wid, lun, params)
+        except PreflightError as exc:
+            self.send(
+                Error(
+                    kind="preflight",
+                    message=str(exc),
+                    seq=msg.seq,
+                    workload_id=wid,
+                    lun=msg.lun_path,
+                )
+            )
+            return
+        except (IvyError, OSError, ValueError, TypeError) as exc:
+            self.send(
+                Error(
+                    kind="config",
+                    message=f"workload {wid}: {exc}",
+                    seq=msg.seq,
+                    workload_id=wid,
+                    lun=msg.lun_path,
+                )
+            )
+            return
+        self.params[wid] = params
+        self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(), info=info))
+
+    def _on_edit(self, msg: EditWorkload) -> None:
+        wid = msg.workload_id
+        base = self.params.get(wid)
+        try:
+            if base is None:
+                raise ValueError(f"no workload {wid} on this host")
+            params = self._params(msg.params, base)
+            self.backend.edit(wid, params)
+        except (IvyError, ValueError, TypeError) as exc:
+            self.send(
+                Error(kind="config", message=f"edit of {wid}: {exc}", seq=msg.seq, workload_id=wid)
+            )
+            return
+        self.params[wid] = params
+        self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
+
+    def _on_delete(self, msg: DeleteWorkload) -> None:
+        wid = msg.workload_id
+        if wid not in self.params:
+            self.send(
+                Error(
+                    kind="config",
+                    message=f"no workload {wid} on this host",
+                    seq=msg.seq,
+                    workload_id=wid,
+                )
+            )
+            return
+        self.backend.delete(wid)
+        del self.params[wid]
+        self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
+
+    def _on_go(self, msg: Go) -> None:
+        if msg.subinterval_ns <= 0:
+            self._fatal("protocol", f"Go with subinterval_ns {msg.subinterval_ns}")
+            return
+        self.step = _Step(
+            msg.step, msg.start_ns, msg.subinterval_ns, cpu_before=self.cpu.snapshot()
+        )
+        try:
+            self.backend.go(msg.start_ns, msg.subinterval_ns, granted=1)
+        except IvyError as exc:
+            self._end_step_with_error("io", f"could not start the step: {exc}")
+
+    def _on_continue(self, msg: Continue) -> None:
+        if self.step is None:
+            return  # crossed a Stopped we sent
+        if msg.subinterval > self.step.granted:
+            self.step.granted = msg.subinterval
+            self.backend.grant(msg.subinterval)
+
+    def _on_stop(self, msg: Stop) -> None:
+        if self.step is None:
+            return
+        last = max(msg.after_subinterval, self.step.next_result - 1)
+        if self.clock() >= self.step.end_of(last) and last < self.step.next_result:
+            last = self.step.next_result - 1
+        self.step.stop_after = last
+        self.backend.stop_after(last)
+        if last < self.step.next_result:
+            self._finish_step()
+
+    def _on_bye(self, msg: Bye) -> None:
+        self.backend.halt()
+        self.step = None
+        self.send(Bye(reason="master said bye"))
+        self.closed = True
+
+    # ------------------------------------------------------------------ the clock
+    def on_tick(self) -> None:
+        """Collect and send every subinterval that has ended; enforce Continue."""
+        step = self.step
+        while (
+            step is not None and self.step is step and self.clock() >= step.end_of(step.next_result)
+        ):
+            k = step.next_result
+            if k > step.granted:
+                self._end_step_with_error(
+                    "late",
+                    f"master late: no Continue for subinterval {k} of step {step.number} "
+                    f"before it started; all I/O stopped",
+                )
+                return
+            try:
+                got = self.backend.collect(k, step.end_of(k) + self.collect_grace_ns)
+            except MasterLateError as exc:
+                self._end_step_with_error("late", str(exc))
+                return
+            except IvyError as exc:
+                self._end_step_with_error("io", f"subinterval {k}: {exc}")
+                return
+            self._send_result(step, k, got)
+            self.backend.release(k)
+            step.next_result = k + 1
+            if step.stop_after is not None and k >= step.stop_after:
+                self._finish_step()
+                return
+
+    def _send_result(self, step: _Step, k: int, got: Collected) -> None:
+        snap = self.cpu.snapshot()
+        cpu = self.cpu.difference(step.cpu_before, snap) if step.cpu_before else {}
+        step.cpu_before = snap
+        for text in got.events:
+            self.event("WARNING", text)
+        batch = StatsBatch.from_stats(got.stats)
+        interlock = [
+            {**il, "switch_ns": s} for il, s in zip(got.interlock, got.switch_ns, strict=False)
+        ]
+        self.send(
+            SubintervalResult(
+                step=step.number,
+                subinterval=k,
+                start_ns=step.end_of(k - 1),
+                end_ns=step.end_of(k),
+                workload_ids=list(got.workload_ids),
+                stats=dict(batch.to_wire()),
+                cpu=cpu,
+                interlock=interlock,
+                send_ns=self.clock(),
+                io_errors=got.io_errors[:20],
+            )
+        )
+
+    def _finish_step(self) -> None:
+        step = self.step
+        if step is None:
+            return
+        self.backend.halt()
+        self.step = None
+        self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+
+    def _end_step_with_error(self, kind: str, message: str) -> None:
+        log.error("%s", message)
+        self.backend.halt()
+        step = self.step
+        self.step = None
+        self.send(Error(kind=kind, message=message))
+        if step is not None:
+            self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+
+
+def stderr_logging(level: int = logging.INFO) -> None:
+    """Logs go to stderr (the master relays them); stdout is the wire."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

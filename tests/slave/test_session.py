@@ -1,0 +1,278 @@
+"""The slave's conversation, on an in-memory pair with a fake backend and a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from protocol.messages import (
+    Ack,
+    Bye,
+    Continue,
+    CreateWorkload,
+    DeleteWorkload,
+    EditWorkload,
+    Error,
+    Go,
+    Hello,
+    HelloReply,
+    Log,
+    Message,
+    Ping,
+    Pong,
+    Stop,
+    Stopped,
+    SubintervalResult,
+)
+from protocol.state import Conversation, Role
+from protocol.stats import StatsBatch, WorkloadStats
+from protocol.version import PROTOCOL_VERSION
+from slave.luns import LunInfo
+from slave.params import WorkloadParams
+from slave.session import Collected, MasterLateError, SlaveSession
+
+SUB = 1_000_000_000
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.workloads: dict[str, WorkloadParams] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self.late_at: int | None = None
+
+    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams) -> dict[str, Any]:
+        self.workloads[workload_id] = params
+        self.calls.append(("create", workload_id))
+        return {"engine": "fake"}
+
+    def edit(self, workload_id: str, params: WorkloadParams) -> None:
+        self.workloads[workload_id] = params
+        self.calls.append(("edit", params.iops))
+
+    def delete(self, workload_id: str) -> None:
+        del self.workloads[workload_id]
+        self.calls.append(("delete", workload_id))
+
+    def go(self, start_ns: int, subinterval_ns: int, granted: int) -> None:
+        self.calls.append(("go", granted))
+
+    def grant(self, subinterval: int) -> None:
+        self.calls.append(("grant", subinterval))
+
+    def stop_after(self, subinterval: int) -> None:
+        self.calls.append(("stop_after", subinterval))
+
+    def collect(self, subinterval: int, deadline_ns: int) -> Collected:
+        if self.late_at == subinterval:
+            raise MasterLateError(f"buffer for subinterval {subinterval + 2} not ready")
+        ids = sorted(self.workloads)
+        stats = []
+        for i, wid in enumerate(ids):
+            s = WorkloadStats()
+            iops = self.workloads[wid].iops or 1000.0
+            n = int(iops)
+            s.record(0, np.full(n, 100_000 + i), np.full(n, 150_000 + i), 4096)
+            stats.append(s)
+        return Collected(ids, stats, [0] * 2, [{"switch_delay_ns": 10}] * 2)
+
+    def release(self, subinterval: int) -> None:
+        self.calls.append(("release", subinterval))
+
+    def halt(self) -> None:
+        self.calls.append(("halt", None))
+
+    def close(self) -> None:
+        pass
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.now = 0
+        self.backend = FakeBackend()
+        self.out = bytearray()
+        self.session = SlaveSession(self.backend, self.out.extend, lambda: self.now)
+        self.master = Conversation(Role.MASTER, host="h1")
+        self.session.luns["/dev/fake0"] = LunInfo(
+            path="/dev/fake0",
+            kind="block",
+            name="fake0",
+            size_bytes=1 << 30,
+            logical_block_bytes=512,
+            physical_block_bytes=4096,
+        )
+        self.session.luns["/dev/busy0"] = LunInfo(
+            path="/dev/busy0",
+            kind="block",
+            name="busy0",
+            size_bytes=1 << 30,
+            logical_block_bytes=512,
+            physical_block_bytes=4096,
+            signature="ext4",
+            mount_points=("/mnt/data",),
+        )
+
+    def send(self, msg: Message) -> list[Message]:
+        self.session.on_bytes(self.master.send(msg))
+        return self.take()
+
+    def take(self) -> list[Message]:
+        msgs = self.master.receive_data(bytes(self.out))
+        self.out.clear()
+        return msgs
+
+    def tick(self, to_ns: int) -> list[Message]:
+        self.now = to_ns
+        self.session.on_tick()
+        return self.take()
+
+    def hello(self) -> None:
+        (reply,) = self.send(Hello(PROTOCOL_VERSION, "0.1.0", "h1", 0))
+        assert isinstance(reply, HelloReply) and reply.cores >= 1
+
+
+def _create(
+    h: Harness, seq: int, wid: str, lun: str = "/dev/fake0", **params: Any
+) -> list[Message]:
+    base = {"iodepth": 4, "iops": 100.0, "read_fraction": 1.0}
+    return h.send(CreateWorkload(seq, wid, lun, {**base, **params}))
+
+
+def test_handshake_ping_and_create() -> None:
+    h = Harness()
+    h.hello()
+    h.now = 42
+    assert h.send(Ping(1, 7)) == [Pong(1, 7, 42)]
+    assert _create(h, 2, "h1:/dev/fake0:rr") == [Ack(2, -1, {"engine": "fake"})]
+
+
+@pytest.mark.parametrize(
+    "lun, params, kind, text",
+    [
+        ("/dev/busy0", {"read_fraction": 0.5}, "preflight", "/mnt/data"),
+        ("/dev/fake0", {"blocksize_bytes": 1000}, "config", "blocksize_bytes"),
+        ("/dev/fake0", {"nonsense": 1}, "config", "nonsense"),
+        ("/dev/fake0", {"iodepth": 0}, "config", "iodepth"),
+    ],
+)
+def test_refused_creates_name_the_reason(
+    lun: str, params: dict[str, Any], kind: str, text: str
+) -> None:
+    h = Harness()
+    h.hello()
+    (err,) = _create(h, 5, f"h1:{lun}:w", lun, **params)
+    assert isinstance(err, Error) and err.kind == kind and err.seq == 5 and text in err.message
+    assert err.workload_id == f"h1:{lun}:w"
+    assert not h.backend.workloads
+
+
+def test_reads_allowed_on_a_busy_lun() -> None:
+    h = Harness()
+    h.hello()
+    (ack,) = _create(h, 1, "h1:/dev/busy0:r", "/dev/busy0", read_fraction=1.0)
+    assert isinstance(ack, Ack)
+
+
+def test_step_results_continue_edit_and_stop() -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    _create(h, 2, "h1:/dev/fake0:b", iops=200.0)
+    assert h.send(Go(0, 10 * SUB, SUB)) == []
+    assert h.tick(10 * SUB + SUB - 1) == []
+    (r0,) = h.tick(11 * SUB)
+    assert isinstance(r0, SubintervalResult) and r0.subinterval == 0
+    assert (r0.start_ns, r0.end_ns) == (10 * SUB, 11 * SUB)
+    batch = StatsBatch.from_wire(r0.stats)
+    assert r0.workload_ids == ["h1:/dev/fake0:a", "h1:/dev/fake0:b"]
+    assert [batch.workload(i).ops() for i in range(2)] == [100, 200]
+    assert h.send(Continue(2)) == []
+    (ack,) = h.send(EditWorkload(3, "h1:/dev/fake0:a", {"iops": 300}))
+    assert isinstance(ack, Ack) and ack.effective_subinterval == 2
+    (r1,) = h.tick(12 * SUB)
+    assert r1.subinterval == 1  # type: ignore[attr-defined]
+    assert h.send(Stop(2)) == []
+    r2, stopped = h.tick(13 * SUB)
+    assert isinstance(r2, SubintervalResult) and r2.subinterval == 2
+    assert StatsBatch.from_wire(r2.stats).workload(0).ops() == 300
+    assert stopped == Stopped(0, 2)
+    assert ("grant", 2) in h.backend.calls and ("stop_after", 2) in h.backend.calls
+    (ack,) = h.send(DeleteWorkload(4, "h1:/dev/fake0:b"))
+    assert isinstance(ack, Ack) and ack.effective_subinterval == -1
+    assert h.send(Bye()) == [Bye(reason="master said bye")]
+    assert h.session.closed
+
+
+def test_missing_continue_is_master_late() -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    h.send(Go(0, 0, SUB))
+    h.tick(SUB)
+    h.tick(2 * SUB)
+    msgs = h.tick(3 * SUB)  # subinterval 2 ended, never granted
+    err, stopped = msgs
+    assert isinstance(err, Error) and err.kind == "late" and "subinterval 2" in err.message
+    assert stopped == Stopped(0, 1)
+    assert ("halt", None) in h.backend.calls
+    # the master's crossing Continue is tolerated, and the host is usable again
+    assert h.send(Continue(3)) == []
+    assert h.send(Ping(9, 0))[0] == Pong(9, 0, 3 * SUB)
+
+
+def test_backend_detected_late_buffer() -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    h.backend.late_at = 1
+    h.send(Go(0, 0, SUB))
+    h.send(Continue(2))
+    h.tick(SUB)
+    err, stopped = h.tick(2 * SUB)
+    assert isinstance(err, Error) and err.kind == "late" and "not ready" in err.message
+    assert isinstance(stopped, Stopped)
+
+
+def test_stop_in_the_past_ends_at_once() -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    h.send(Go(0, 0, SUB))
+    h.tick(SUB)
+    msgs = h.send(Stop(-1))
+    assert msgs == [Stopped(0, 0)]
+
+
+def test_eof_halts() -> None:
+    h = Harness()
+    h.hello()
+    h.session.on_eof()
+    assert h.session.closed and ("halt", None) in h.backend.calls
+
+
+def test_garbage_is_a_fatal_protocol_error() -> None:
+    h = Harness()
+    h.session.on_bytes(b"hello there\n")
+    assert h.session.closed
+    assert b"protocol" in bytes(h.out)
+
+
+def test_version_mismatch_answered_with_fatal_error() -> None:
+    h = Harness()
+    from protocol.codec import encode
+
+    h.session.on_bytes(encode(Hello(PROTOCOL_VERSION + 1, "9", "h1", 0)))
+    assert h.session.closed
+    from protocol.codec import FrameDecoder
+
+    (err,) = FrameDecoder().feed(bytes(h.out))
+    assert isinstance(err, Error) and err.kind == "version" and err.fatal
+
+
+def test_events_travel_as_log_messages() -> None:
+    h = Harness()
+    h.hello()
+    h.session.event("WARNING", "engine fallback to threadpool", lun="/dev/fake0")
+    (msg,) = h.take()
+    assert isinstance(msg, Log) and msg.context == {"lun": "/dev/fake0"}
