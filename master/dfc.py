@@ -1,0 +1,287 @@
+"""Dynamic feedback control (DFC): hold a focus metric at a target by moving IOPS.
+
+Owns the control law and nothing else: one :class:`PidController` per focus-rollup instance,
+fed every subinterval with the instance's measured focus metric and the total IOPS that was in
+force while it was measured, returning the next total IOPS as a :class:`Move` (what dfc.csv
+records); :class:`DfcBank` runs one controller per instance; :func:`split_iops` spreads an
+instance's total over its workloads (equally by LUN, then by skew).
+
+The controller works on relative quantities so that its default gains fit any storage system
+without tuning: the error is ``ln(target / measured)`` and the plant is described by its
+elasticity ``d ln(metric) / d ln(IOPS)``, estimated online from the controller's own moves
+(docs/measure.md, "DFC"). It is a PID in velocity form anchored on the IOPS in force: the
+integral state is the applied IOPS itself, always inside ``[low_iops, high_iops]``, so it
+cannot wind up, and a one-subinterval actuation delay does not destabilise it.
+
+It must not do I/O, read clocks, sleep, or know about hosts, workloads' sequencers or files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from protocol.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PidGains:
+    """Fixed gains on the relative error ``ln(target / measured)``; the output is the change of
+    ``ln(IOPS)`` per subinterval. Setting them turns the adaptation off."""
+
+    kp: float = 0.0
+    ki: float = 0.5
+    kd: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.kp, self.ki, self.kd) < 0 or not all(
+                math.isfinite(g) for g in (self.kp, self.ki, self.kd)):
+            raise ConfigError("DFC gains must be finite and >= 0")
+        if self.kp == self.ki == self.kd == 0:
+            raise ConfigError("DFC gains cannot all be 0")
+
+
+@dataclass(frozen=True)
+class Move:
+    """One controller decision (one dfc.csv row).
+
+    ``error`` is ``target - measured`` in the metric's unit; ``rel_error`` is
+    ``ln(target / measured)``. ``p``/``i``/``d`` are the terms' contributions to the change of
+    ``ln(IOPS)``; ``comp`` is the delay compensation (non-zero only when the measured
+    subinterval ran at another IOPS than the controller's last command). ``saturated`` means
+    ``new_iops`` was clamped to ``low_iops``/``high_iops``; ``limited`` means the
+    per-subinterval step limit cut the move; ``held`` means no usable measurement (no move).
+    ``elasticity`` is the plant estimate the move used.
+    """
+
+    new_iops: float
+    measured: float
+    error: float
+    rel_error: float
+    p: float
+    i: float
+    d: float
+    comp: float
+    saturated: bool
+    limited: bool
+    held: bool
+    elasticity: float
+    gains: PidGains
+
+
+class PidController:
+    """PID on ``ln(IOPS)`` driving ``ln(metric)`` to ``ln(target)``.
+
+    ``direction`` is +1 when the metric rises with IOPS (latency, MB/s, CPU busy) and -1 when it
+    falls. With ``gains=None`` the gains adapt: ``ki = aggressiveness / elasticity`` (a damped
+    Newton step on the estimated plant), ``kp = kd = 0``; ``aggressiveness`` itself shrinks
+    when the error keeps changing sign outside the tolerance and grows when it keeps the same
+    sign. ``max_step_ratio`` bounds one move to ``x``/``/`` that factor.
+    """
+
+    def __init__(self, target: float, low_iops: float, high_iops: float,
+                 gains: PidGains | None = None, *, direction: int = 1,
+                 tolerance: float = 0.10, settle_count: int = 3,
+                 aggressiveness: float = 0.5, max_step_ratio: float = 2.0,
+                 initial_elasticity: float = 1.0) -> None:
+        if not (math.isfinite(target) and target > 0):
+            raise ConfigError("DFC target must be a positive number")
+        if not (0 < low_iops <= high_iops):
+            raise ConfigError("DFC needs 0 < low_iops <= high_iops")
+        if direction not in (1, -1):
+            raise ConfigError("DFC direction must be +1 or -1")
+        if not 0 < tolerance < 1:
+            raise ConfigError("DFC tolerance must be between 0 and 1")
+        if settle_count < 1:
+            raise ConfigError("DFC settle_count must be >= 1")
+        if not 0 < aggressiveness <= 1:
+            raise ConfigError("DFC aggressiveness must be in (0, 1]")
+        if max_step_ratio <= 1:
+            raise ConfigError("DFC max_step_ratio must be > 1")
+        self.target = float(target)
+        self.low_iops = float(low_iops)
+        self.high_iops = float(high_iops)
+        self.direction = direction
+        self.tolerance = tolerance
+        self.settle_count = settle_count
+        self.max_log_step = math.log(max_step_ratio)
+        self.fixed_gains = gains
+        self.aggressiveness = aggressiveness
+        self.base_aggressiveness = aggressiveness
+        self._last_constrained = False
+        self._last_cmd: float | None = None
+        self.elasticity = float(initial_elasticity) * direction
+        self._points: deque[tuple[float, float]] = deque(maxlen=6)  # (ln iops, ln metric)
+        self._errors: deque[float] = deque(maxlen=3)  # recent rel errors (for P and D)
+        self._signs: deque[int] = deque(maxlen=4)
+        self._in_band = 0
+
+    # -- plant estimate ---------------------------------------------------------------------
+
+    ELASTICITY_MIN = 0.02
+    ELASTICITY_MAX = 50.0
+    MIN_LOG_SPAN = 0.05  # |ln(IOPS) difference| a secant needs (5 %) to say anything
+    SLOW_BLEND = 0.3  # weight of a new, smaller elasticity estimate
+
+    def _update_elasticity(self) -> None:
+        """Secant in log-log space between the newest point and the newest earlier point at
+        least MIN_LOG_SPAN away. A larger elasticity (a steeper plant: be careful) is adopted at
+        once; a smaller one (be bolder) is blended in slowly. Bounded to x3 / /3 per update."""
+        if len(self._points) < 2:
+            return
+        lu, ly = self._points[-1]
+        older = [pt for pt in self._points if abs(lu - pt[0]) >= self.MIN_LOG_SPAN]
+        if not older:
+            return
+        lu0, ly0 = older[-1]
+        slope = (ly - ly0) / (lu - lu0)
+        if slope * self.direction <= 0:
+            return  # flat or noisy: keep the estimate, the step limit protects us
+        old = abs(self.elasticity)
+        new = min(max(abs(slope), old / 3, self.ELASTICITY_MIN), old * 3, self.ELASTICITY_MAX)
+        if new < old:
+            new = old ** (1 - self.SLOW_BLEND) * new ** self.SLOW_BLEND
+        self.elasticity = self.direction * new
+
+    def _adapt_aggressiveness(self, rel_error: float) -> None:
+        """ivy-like gain adaptation on top of the plant estimate: the error changing sign three
+        times running outside the tolerance means too aggressive (x0.7); four errors of the
+        same sign outside it, with no step limit or bound in the way, means too timid (x1.25);
+        inside the tolerance the aggressiveness relaxes back to its configured value."""
+        outside = abs(rel_error) > math.log1p(self.tolerance)
+        if not outside:
+            self._signs.clear()
+            self.aggressiveness += 0.2 * (self.base_aggressiveness - self.aggressiveness)
+            return
+        self._signs.append(1 if rel_error > 0 else -1)
+        s = list(self._signs)
+        if len(s) >= 3 and s[-1] != s[-2] and s[-2] != s[-3]:
+            self.aggressiveness = max(0.1, self.aggressiveness * 0.7)
+            self._signs.clear()
+        elif len(s) == 4 and len(set(s)) == 1 and not self._last_constrained:
+            self.aggressiveness = min(1.0, self.aggressiveness * 1.25)
+            self._signs.clear()
+
+    def gains(self) -> PidGains:
+        if self.fixed_gains is not None:
+            return self.fixed_gains
+        return PidGains(kp=0.0, ki=self.aggressiveness / abs(self.elasticity), kd=0.0)
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def step(self, measured: float, current_iops: float) -> Move:
+        """One subinterval: ``measured`` is the focus metric, ``current_iops`` the instance's
+        total IOPS setting that was in force while it was measured. Returns the next setting.
+
+        The move is anchored on the controller's last command (``current_iops`` at the first
+        step): ``ln(new) = ln(anchor) + comp + p + i + d`` with the delay compensation
+        ``comp = w * (ln(current) - ln(anchor))``, ``w = min(1, ki * elasticity)``, which makes a
+        command that has not taken effect yet count as already applied (docs/measure.md).
+        """
+        base = min(max(float(current_iops), self.low_iops), self.high_iops)
+        anchor = self._last_cmd if self._last_cmd is not None else base
+        if not (math.isfinite(measured) and current_iops > 0):
+            return self._hold(anchor, measured)
+        gains = self.gains()
+        if measured <= 0:
+            # a metric that should rise with IOPS reads 0 (idle): treat as far below target
+            rel_error = self.max_log_step * self.direction / max(gains.ki, 1e-9)
+        else:
+            rel_error = math.log(self.target / measured)
+            self._points.append((math.log(current_iops), math.log(measured)))
+            if self.fixed_gains is None:
+                self._update_elasticity()
+                self._adapt_aggressiveness(rel_error)
+                gains = self.gains()
+        errs = list(self._errors)
+        e1 = errs[-1] if errs else rel_error
+        e2 = errs[-2] if len(errs) >= 2 else e1
+        sign = self.direction
+        p = sign * gains.kp * (rel_error - e1)
+        i = sign * gains.ki * rel_error
+        d = sign * gains.kd * (rel_error - 2 * e1 + e2)
+        weight = min(1.0, gains.ki * abs(self.elasticity))
+        comp = weight * (math.log(base) - math.log(anchor))
+        self._errors.append(rel_error)
+        step = comp + p + i + d
+        limited = abs(step) > self.max_log_step
+        step = max(-self.max_log_step, min(self.max_log_step, step))
+        wanted = anchor * math.exp(step)
+        new = min(max(wanted, self.low_iops), self.high_iops)
+        saturated = new != wanted
+        self._last_constrained = limited or saturated
+        self._last_cmd = new
+        in_band = abs(measured - self.target) <= self.tolerance * self.target
+        self._in_band = self._in_band + 1 if in_band else 0
+        return Move(new_iops=new, measured=float(measured), error=self.target - measured,
+                    rel_error=rel_error, p=p, i=i, d=d, comp=comp, saturated=saturated,
+                    limited=limited, held=False, elasticity=self.elasticity, gains=gains)
+
+    def _hold(self, base: float, measured: float) -> Move:
+        self._in_band = 0
+        nan = math.nan
+        return Move(new_iops=base, measured=float(measured), error=nan, rel_error=nan, p=0.0,
+                    i=0.0, d=0.0, comp=0.0, saturated=False, limited=False, held=True,
+                    elasticity=self.elasticity, gains=self.gains())
+
+    def settled(self) -> bool:
+        """True when the last ``settle_count`` measurements were within ``tolerance`` (a
+        fraction of the target) of the target."""
+        return self._in_band >= self.settle_count
+
+
+@dataclass(frozen=True)
+class DfcRow:
+    """One dfc.csv row: a move of one focus-rollup instance in one subinterval."""
+
+    subinterval: int
+    instance: str
+    metric: str
+    move: Move
+
+
+class DfcBank:
+    """One :class:`PidController` per focus-rollup instance, same target and bounds."""
+
+    def __init__(self, instances: Sequence[str], metric: str, target: float, low_iops: float,
+                 high_iops: float, gains: PidGains | None = None, **options: float) -> None:
+        if not instances:
+            raise ConfigError("DFC needs at least one focus-rollup instance")
+        self.metric = metric
+        self.controllers = {
+            name: PidController(target, low_iops, high_iops, gains, **options)  # type: ignore[arg-type]
+            for name in instances
+        }
+
+    def step(self, subinterval: int, measured: Mapping[str, float],
+             current_iops: Mapping[str, float]) -> list[DfcRow]:
+        rows = []
+        for name, ctrl in self.controllers.items():
+            move = ctrl.step(measured.get(name, math.nan), current_iops[name])
+            rows.append(DfcRow(subinterval, name, self.metric, move))
+        return rows
+
+    def settled(self) -> bool:
+        return all(c.settled() for c in self.controllers.values())
+
+
+def split_iops(total_iops: float, workloads: Sequence[tuple[str, float]]) -> list[float]:
+    """Spread an instance's total IOPS over its workloads: equally over the LUNs they run on,
+    then within a LUN in proportion to each workload's ``skew`` (``workloads`` is a sequence of
+    ``(lun, skew)``, skew > 0). Returns one IOPS per workload, summing to ``total_iops``."""
+    if total_iops < 0:
+        raise ValueError("total IOPS must be >= 0")
+    if not workloads:
+        return []
+    per_lun_skew: dict[str, float] = {}
+    for lun, skew in workloads:
+        if not (skew > 0 and math.isfinite(skew)):
+            raise ConfigError(f"workload skew must be > 0, not {skew!r} (LUN {lun})")
+        per_lun_skew[lun] = per_lun_skew.get(lun, 0.0) + skew
+    per_lun = total_iops / len(per_lun_skew)
+    return [per_lun * skew / per_lun_skew[lun] for lun, skew in workloads]
