@@ -345,33 +345,58 @@ def _probe_path(
 
 
 def blkid_signatures(paths: Iterable[str]) -> dict[str, str]:
-    """``blkid -p -o export`` over ``paths`` in one process: path -> TYPE or PTTYPE (or
-    ``ambivalent``). Empty when blkid is not installed or fails; never raises."""
-    paths = list(paths)
-    exe = shutil.which("blkid")
-    if not paths or exe is None:
-        return {}
-    try:
-        proc = subprocess.run(
-            [exe, "-p", "-o", "export", *paths],
-            capture_output=True,
-            text=True,
-            timeout=BLKID_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("blkid failed, relying on our own signature probe: %s", exc)
-        return {}
-    found: dict[str, str] = {}
-    for block in proc.stdout.split("\n\n"):
-        values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        name = values.get("TYPE") or values.get("PTTYPE")
-        if "DEVNAME" in values and name:
-            found[values["DEVNAME"]] = name
-    for line in proc.stderr.splitlines():
-        if "ambivalent" in line and ":" in line:
-            found.setdefault(line.split(":", 1)[0].strip(), "ambivalent")
-    return found
+    """blkid's opinion on ``paths``: path -> TYPE or PTTYPE (or ``ambivalent``). Never raises.
+
+    One path: ``blkid -p -o export`` (low-level probe, which also reports ambivalent results,
+    i.e. several signatures at once). Several paths: one ``blkid -c /dev/null -o export`` process
+    for all of them, probing each device afresh (the empty cache file bypasses the cache) but
+    leaving ambivalent devices out; ``blkid -p`` cannot be used there because, given several
+    devices, it stops at the first one where it finds nothing. Empty when blkid is missing.
+    """
+    return _BlkidRun(paths).result()
+
+
+class _BlkidRun:
+    """A blkid process started now and read later, so it runs while we do our own probing."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = list(dict.fromkeys(paths))
+        self.proc: subprocess.Popen[str] | None = None
+        exe = shutil.which("blkid")
+        if not self.paths or exe is None:
+            return
+        mode = ["-p"] if len(self.paths) == 1 else ["-c", "/dev/null"]
+        try:
+            self.proc = subprocess.Popen(
+                [exe, *mode, "-o", "export", *self.paths],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            log.warning("cannot run blkid, relying on our own signature probe: %s", exc)
+
+    def result(self) -> dict[str, str]:
+        if self.proc is None:
+            return {}
+        try:
+            out, err = self.proc.communicate(timeout=BLKID_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            log.warning("blkid gave no answer within %.0f s; relying on our own probe",
+                        BLKID_TIMEOUT_S)
+            return {}
+        found: dict[str, str] = {}
+        for block in out.split("\n\n"):
+            values = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            name = values.get("TYPE") or values.get("PTTYPE")
+            if name and values.get("DEVNAME") in self.paths:
+                found[values["DEVNAME"]] = name
+        if len(self.paths) == 1 and not found and "ambivalent" in err:
+            found[self.paths[0]] = "ambivalent"
+        return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -624,6 +649,7 @@ def _finish(
     ignore_pids: Collection[int],
 ) -> list[LunInfo]:
     """Add signature, probe errors, exclusive-claim and open_by evidence to sysfs/stat facts."""
+    blkid = _BlkidRun(lun.path for lun in luns) if use_blkid else None
     probed: list[LunInfo] = []
     for lun in luns:
         signature, error, busy = _probe_path(
@@ -635,16 +661,19 @@ def _finish(
         probed.append(
             dataclasses.replace(lun, signature=signature, probe_error=error, exclusive_busy=busy)
         )
-    if use_blkid:
-        second = blkid_signatures(p.path for p in probed if not p.signature and not p.probe_error)
-        for i, lun in enumerate(probed):
-            if lun.path in second:
-                log.info("LUN %s: blkid found %s where our probe found none", lun.path,
-                         second[lun.path])
-                probed[i] = dataclasses.replace(lun, signature=second[lun.path])
     paths = {p for lun in probed for p in (lun.path, os.path.realpath(lun.path))}
     rdevs = {r for lun in probed if (r := _rdev_number(lun.dev)) is not None}
+    if blkid is not None and blkid.proc is not None:  # our blkid has them open right now
+        ignore_pids = {*ignore_pids, blkid.proc.pid}
     opened = scan_open_files(roots.proc_root, paths, rdevs, ignore_pids)
+    second = blkid.result() if blkid is not None else {}
+    for i, lun in enumerate(probed):
+        theirs = second.get(lun.path, "")
+        if theirs and not lun.signature:
+            log.info("LUN %s: blkid found %s where our probe found none", lun.path, theirs)
+            probed[i] = dataclasses.replace(lun, signature=theirs)
+        elif theirs and theirs != lun.signature:
+            log.debug("LUN %s: our probe says %s, blkid says %s", lun.path, lun.signature, theirs)
     if not opened:
         return probed
     out = []

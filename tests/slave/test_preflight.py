@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -104,6 +106,17 @@ def test_require_ok_reads_are_quiet(caplog: pytest.LogCaptureFixture) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+def _settled(probe: Callable[[], LunInfo]) -> LunInfo:
+    """``probe()`` again while other processes have the device open: a discovery running in a
+    concurrent test process (another slave, another test run) opens every device for a moment."""
+    deadline = time.monotonic() + 3
+    lun = probe()
+    while lun.open_by and time.monotonic() < deadline:
+        time.sleep(0.05)
+        lun = probe()
+    return lun
+
+
 def _lun(device: LoopDevice) -> LunInfo:
     for lun in discover_block_devices():
         if lun.path == device.path:
@@ -114,8 +127,8 @@ def _lun(device: LoopDevice) -> LunInfo:
 @pytest.mark.root
 def test_blank_loop_device_allowed_for_writes(loop_device: LoopFactory) -> None:
     device = loop_device(8 * 1024 * 1024)
-    result = require_ok(describe_block_device(device.path), writes=True, allow_write=False,
-                        host="h1")
+    lun = _settled(lambda: describe_block_device(device.path))
+    result = require_ok(lun, writes=True, allow_write=False, host="h1")
     assert result.ok and not result.reasons
 
 
