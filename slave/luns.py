@@ -15,9 +15,11 @@ Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
 processes' open file descriptors (``/proc/<pid>/fd``, excluding our own pid and ``ignore_pids``),
 and a signature read from the first and last few KiB of the device itself (see
-``detect_signature``), with ``blkid -p`` as a second opinion where it is installed. Only what is
-visible from this host's mount and pid namespaces can be seen; a mount in another mount namespace
-is caught only by the exclusive-open probe of ``describe_block_device``.
+``detect_signature``), with blkid as a second opinion where it is installed (it runs while we do
+our own probing; see ``blkid_signatures``). Our own probe comes first so that the answer does not
+depend on which hosts have util-linux, and blkid widens it to the many formats we do not list.
+Only what is visible from this host's mount and pid namespaces can be seen; a mount in another
+mount namespace is caught only by the exclusive-open probe of ``describe_block_device``.
 
 Rules: this module only reads (plus creating or growing a file LUN on request). It never writes to a
 device, never opens one for writing, and never holds an exclusive claim longer than one
