@@ -189,8 +189,9 @@ class PidController:
             return self._hold(anchor, measured)
         gains = self.gains()
         if measured <= 0:
-            # a metric that should rise with IOPS reads 0 (idle): treat as far below target
-            rel_error = self.max_log_step * self.direction / max(gains.ki, 1e-9)
+            # the metric reads 0 (nothing measured as slow, idle): far below the target, so the
+            # move is a full step (up for a rising metric, down for a falling one)
+            rel_error = self.max_log_step / max(gains.ki, 1e-9)
         else:
             rel_error = math.log(self.target / measured)
             self._points.append((math.log(current_iops), math.log(measured)))
@@ -249,12 +250,14 @@ class DfcBank:
     """One :class:`PidController` per focus-rollup instance, same target and bounds."""
 
     def __init__(self, instances: Sequence[str], metric: str, target: float, low_iops: float,
-                 high_iops: float, gains: PidGains | None = None, **options: float) -> None:
+                 high_iops: float, gains: PidGains | None = None, *, direction: int = 1,
+                 tolerance: float = 0.10, settle_count: int = 3) -> None:
         if not instances:
             raise ConfigError("DFC needs at least one focus-rollup instance")
         self.metric = metric
         self.controllers = {
-            name: PidController(target, low_iops, high_iops, gains, **options)  # type: ignore[arg-type]
+            name: PidController(target, low_iops, high_iops, gains, direction=direction,
+                                tolerance=tolerance, settle_count=settle_count)
             for name in instances
         }
 

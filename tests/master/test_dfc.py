@@ -211,6 +211,12 @@ def test_decreasing_metric() -> None:
     assert run.iops[-1] == pytest.approx(20000, rel=0.05)
 
 
+@pytest.mark.parametrize(("direction", "expected"), [(1, 2000.0), (-1, 500.0)])
+def test_zero_reading_moves_a_full_step(direction: int, expected: float) -> None:
+    ctrl = PidController(2.0, low_iops=1, high_iops=1e6, direction=direction)
+    assert ctrl.step(0.0, 1000).new_iops == pytest.approx(expected)
+
+
 def test_aggressiveness_shrinks_when_oscillating() -> None:
     ctrl = PidController(2.0, low_iops=1, high_iops=1e6)
     for measured in (1.0, 3.0, 1.0, 3.0):
