@@ -46,7 +46,9 @@ _HI: Final = (UPPER_NS - 1).astype(np.float64)
 
 
 def pct_label(p: float) -> str:
-    return f"p{p:g}"
+    """Column label of a percentile: 99 → ``p99``, 99.9 → ``p99_9`` (as in
+    ``master.config.catalog``)."""
+    return "p" + f"{p:g}".replace(".", "_")
 
 
 def metric_columns() -> list[str]:
@@ -56,6 +58,7 @@ def metric_columns() -> list[str]:
         cols += [f"{prefix}IOPS", f"{prefix}MB_per_s", f"{prefix}avg_blocksize_KiB"]
         for kind in KIND_NAMES:
             cols.append(f"{prefix}{kind}_mean_ms")
+            cols.append(f"{prefix}{kind}_min_ms")
             cols += [f"{prefix}{kind}_{pct_label(p)}_ms" for p in PERCENTILES]
             cols.append(f"{prefix}{kind}_max_ms")
         cols.append(f"{prefix}errors")
@@ -231,6 +234,7 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
             cols[f"{prefix}avg_blocksize_KiB"] = np.where(has, bytes_v[:, v] / ops / 1024, np.nan)
             for k, kind in enumerate(KIND_NAMES):
                 cols[f"{prefix}{kind}_mean_ms"] = np.where(has, sum_v[:, v, k] / ops / 1e6, np.nan)
+                cols[f"{prefix}{kind}_min_ms"] = np.where(has, min_v[:, v, k] / 1e6, np.nan)
                 for j, p in enumerate(PERCENTILES):
                     cols[f"{prefix}{kind}_{pct_label(p)}_ms"] = pct[:, v, k, j] / 1e6
                 cols[f"{prefix}{kind}_max_ms"] = np.where(has, max_v[:, v, k] / 1e6, np.nan)

@@ -67,6 +67,7 @@ def test_rollup_matches_merged_histograms(
                     continue
                 assert col[f"{prefix}{kind}_mean_ms"][i] == pytest.approx(ref.mean_ns / 1e6)
                 assert col[f"{prefix}{kind}_max_ms"][i] == pytest.approx(ref.max_ns / 1e6)
+                assert col[f"{prefix}{kind}_min_ms"][i] == pytest.approx(ref.min_ns / 1e6)
                 for p in PERCENTILES:
                     got = col[f"{prefix}{kind}_{pct_label(p)}_ms"][i]
                     assert got == pytest.approx(ref.percentile(p) / 1e6, rel=1e-9), (
@@ -101,7 +102,7 @@ def test_concat_and_add_are_lossless() -> None:
     got = compute(added, Grouping.from_keys("all", ["all"] * 4), 2.0)
     for col in (
         "IOPS",
-        "read_service_time_p99.9_ms",
+        "read_service_time_p99_9_ms",
         "write_response_time_max_ms",
         "sequential_MB_per_s",
     ):
@@ -122,7 +123,10 @@ def test_grouping_size_mismatch_is_refused() -> None:
 
 
 def test_columns_carry_units_and_cover_views() -> None:
+    from master.config import FOCUS_METRICS
+
     cols = rollup.METRIC_COLUMNS
+    assert FOCUS_METRICS <= set(cols), sorted(FOCUS_METRICS - set(cols))
     for required in (
         "IOPS",
         "MB_per_s",
