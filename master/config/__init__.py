@@ -1,0 +1,74 @@
+"""The test file: YAML → frozen dataclasses, validated once, before any host is contacted.
+
+Public API: ``load_config(path, output_root_override=None) -> TestConfig`` and
+``parse_config_text(text, filename)``, both raising ``protocol.errors.ConfigError`` whose text is
+one line ``file:line: key.path: message``. The schema (every YAML key and its meaning) is
+documented in ``master.config.schema``; the fixed vocabularies (metric names, LUN attribute keys,
+built-in rollups) in ``master.config.catalog``. This package must not contact hosts, create
+files, or import anything from the run loop.
+
+Submodules: ``yamlnodes`` (YAML with line numbers), ``hosts`` (range expansion), ``workloads``
+(workload keys, create/edit/delete), ``steps`` (steps, measure, DFC, sweeps), ``loader`` (top
+level, LUN selectors, rollups), ``schema``, ``catalog``.
+"""
+
+from master.config.catalog import BUILTIN_ROLLUPS, FOCUS_METRICS, IOSEQUENCERS, LUN_ATTRIBUTE_KEYS
+from master.config.hosts import expand_ranges
+from master.config.loader import DEFAULT_OUTPUT_ROOT, load_config, parse_config_text
+from master.config.schema import (
+    AccuracyCriterion,
+    AttributeMatch,
+    DfcConfig,
+    DfcGains,
+    FioCriteria,
+    FioCriterion,
+    HostConfig,
+    IopsCurvePoint,
+    Limit,
+    LunChoice,
+    LunExtent,
+    LunSelector,
+    MeasureConfig,
+    PhaseDuration,
+    RollupEdit,
+    RollupSpec,
+    StepConfig,
+    TestConfig,
+    WorkloadChange,
+    WorkloadEdit,
+    WorkloadSpec,
+    WriteData,
+)
+
+__all__ = [
+    "BUILTIN_ROLLUPS",
+    "DEFAULT_OUTPUT_ROOT",
+    "FOCUS_METRICS",
+    "IOSEQUENCERS",
+    "LUN_ATTRIBUTE_KEYS",
+    "AccuracyCriterion",
+    "AttributeMatch",
+    "DfcConfig",
+    "DfcGains",
+    "FioCriteria",
+    "FioCriterion",
+    "HostConfig",
+    "IopsCurvePoint",
+    "Limit",
+    "LunChoice",
+    "LunExtent",
+    "LunSelector",
+    "MeasureConfig",
+    "PhaseDuration",
+    "RollupEdit",
+    "RollupSpec",
+    "StepConfig",
+    "TestConfig",
+    "WorkloadChange",
+    "WorkloadEdit",
+    "WorkloadSpec",
+    "WriteData",
+    "expand_ranges",
+    "load_config",
+    "parse_config_text",
+]

@@ -1,0 +1,81 @@
+"""The fixed vocabularies of a test file, defined in exactly one place.
+
+Owns the lists the config validates against and that later stages (rollups, measure, DFC, output
+columns) must agree with: focus metric names, LUN attribute keys, built-in rollup types, I/O
+sequencer names, fio-style steady-state criteria. Data only: no parsing, no I/O.
+
+Focus metrics are the rollup columns ``measure`` and ``dfc`` can look at. Their names are the CSV
+column headers (units in names). A percentile ``pNN`` with a fractional part is written with an
+underscore: p99.9 → ``p99_9``. Every latency metric has a ``read_`` and ``write_`` variant, and so
+do ``IOPS`` and ``MB_per_s``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BUILTIN_ROLLUPS",
+    "FIO_CRITERIA",
+    "FOCUS_METRICS",
+    "IOSEQUENCERS",
+    "LATENCY_STATS",
+    "LUN_ATTRIBUTE_KEYS",
+    "RANDOM_IOSEQUENCERS",
+]
+
+#: I/O sequencers a workload may use.
+IOSEQUENCERS: tuple[str, ...] = ("random_steady", "random_independent", "sequential")
+#: The sequencers that pick random offsets (hot zones apply to these only).
+RANDOM_IOSEQUENCERS: frozenset[str] = frozenset({"random_steady", "random_independent"})
+
+#: Rollup types that always exist; ``all`` has exactly one instance.
+BUILTIN_ROLLUPS: tuple[str, ...] = ("all", "host", "lun", "workload")
+
+#: LUN attributes a LUN selector may match on (reported by slave LUN discovery).
+LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
+    "vendor",
+    "model",
+    "serial",
+    "kind",
+    "size_bytes",
+    "rotational",
+    "logical_block_bytes",
+)
+
+#: Latency statistics, each in milliseconds: ``<time>_<stat>_ms``.
+LATENCY_STATS: tuple[str, ...] = (
+    "mean",
+    "min",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "p99_9",
+    "p99_99",
+    "max",
+)
+
+
+def _focus_metrics() -> frozenset[str]:
+    bases = ["IOPS", "MB_per_s"]
+    for time_kind in ("service_time", "response_time"):
+        bases.extend(f"{time_kind}_{stat}_ms" for stat in LATENCY_STATS)
+    names = set(bases)
+    for prefix in ("read_", "write_"):
+        names.update(prefix + base for base in bases)
+    return frozenset(names)
+
+
+#: Every metric name ``measure.focus_metric`` and ``dfc.focus_metric`` accept.
+FOCUS_METRICS: frozenset[str] = _focus_metrics()
+
+#: fio-style steady-state criteria and the metric each one watches (``None``: the focus metric).
+#: ``*_slope`` criteria limit the least-squares slope over the window; the others limit the
+#: largest deviation of a subinterval's value from the window mean.
+FIO_CRITERIA: dict[str, tuple[str | None, str]] = {
+    "iops": ("IOPS", "deviation"),
+    "iops_slope": ("IOPS", "slope"),
+    "bw": ("MB_per_s", "deviation"),
+    "bw_slope": ("MB_per_s", "slope"),
+    "deviation": (None, "deviation"),
+    "slope": (None, "slope"),
+}

@@ -1,0 +1,341 @@
+"""Test file → ``TestConfig``: the top level, ``luns:`` and ``rollups:``; the public entry points.
+
+Owns the order of validation (test name, output root, timing, hosts, LUN selectors, rollups,
+steps) and the resolution of paths: ``output_root`` relative to the current directory (ivy's
+habit; ``--output-root`` overrides it), ``${output_root}`` in file LUNs. Everything is checked
+here, once, before any host is contacted; the first problem raises ``ConfigError`` whose text is
+one line ``file:line: key.path: message``. This module must not contact hosts or create files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS
+from master.config.hosts import expand_ranges, parse_hosts
+from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
+from master.config.steps import StepContext, parse_steps
+from master.config.workloads import WorkloadContext, parse_attribute_value, substitute_output_root
+from master.config.yamlnodes import Cursor, compose_text
+from master.units import parse_bytes, parse_duration_s, parse_fraction
+from protocol.errors import ConfigError
+
+__all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
+
+logger = logging.getLogger(__name__)
+
+TOP_KEYS: tuple[str, ...] = (
+    "test",
+    "description",
+    "output_root",
+    "subinterval_seconds",
+    "deadline_fraction",
+    "hosts",
+    "luns",
+    "rollups",
+    "steps",
+)
+LUN_KEYS: tuple[str, ...] = (
+    "hosts",
+    "path",
+    "file",
+    "size",
+    "create",
+    "allow_write",
+    *LUN_ATTRIBUTE_KEYS,
+)
+ROLLUP_KEYS: tuple[str, ...] = ("type", "quantity", "max_droop")
+
+DEFAULT_OUTPUT_ROOT = "./ivypy-output"
+DEFAULT_SUBINTERVAL_S = 5.0
+DEFAULT_DEADLINE_FRACTION = 0.75
+MAX_SUBINTERVAL_S = 3600.0
+
+_TEST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ROLLUP_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _resolve_dir(text: str, base: Path) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = base / path
+    return Path(os.path.normpath(path))
+
+
+def _test_name(root: Cursor) -> str:
+    cursor = root.require("test")
+    name = cursor.string()
+    if not _TEST_NAME.match(name):
+        raise cursor.error(f"bad test name {name!r}: use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def _output_root(root: Cursor, override: str | None, base: Path) -> Path:
+    if override is not None:
+        if not override:
+            raise ConfigError("--output-root must not be empty")
+        return _resolve_dir(override, base)
+    cursor = root.get("output_root")
+    if cursor is None:
+        return _resolve_dir(DEFAULT_OUTPUT_ROOT, base)
+    text = cursor.string()
+    if not text:
+        raise cursor.error("must not be empty")
+    return _resolve_dir(text, base)
+
+
+def _subinterval(root: Cursor) -> float:
+    cursor = root.get("subinterval_seconds")
+    if cursor is None:
+        return DEFAULT_SUBINTERVAL_S
+    try:
+        seconds = parse_duration_s(cursor.value if cursor.is_scalar else None)
+    except ValueError as exc:
+        raise cursor.error(str(exc)) from exc
+    if not 0 < seconds <= MAX_SUBINTERVAL_S:
+        raise cursor.error(f"must be greater than 0 and at most 1h (got {cursor.node.text})")
+    return seconds
+
+
+def _deadline_fraction(root: Cursor) -> float:
+    cursor = root.get("deadline_fraction")
+    if cursor is None:
+        return DEFAULT_DEADLINE_FRACTION
+    try:
+        value = parse_fraction(cursor.value if cursor.is_scalar else None)
+    except ValueError as exc:
+        raise cursor.error("must be a fraction or a percentage") from exc
+    if not 0 < value < 1:
+        raise cursor.error(f"must be between 0 and 1, exclusive (got {cursor.node.text})")
+    return value
+
+
+# ---------------------------------------------------------------- luns
+
+
+def _selector_hosts(cursor: Cursor | None, hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
+    names = tuple(host.name for host in hosts)
+    if cursor is None or (cursor.is_scalar and cursor.value == "all"):
+        return names
+    items = list(cursor) if cursor.is_seq else [cursor]
+    if cursor.is_seq and not items:
+        raise cursor.error("must not be empty")
+    chosen: list[str] = []
+    for item in items:
+        if not item.is_scalar or not isinstance(item.value, str):
+            raise item.error("must be 'all', a host name or a list of host names")
+        try:
+            expanded = expand_ranges(item.value)
+        except ValueError as exc:
+            raise item.error(str(exc)) from exc
+        for name in expanded:
+            if name not in names:
+                raise item.error(f"unknown host {name!r} (hosts: {', '.join(names)})")
+            if name not in chosen:
+                chosen.append(name)
+    return tuple(chosen)
+
+
+def _lun_selector(entry: Cursor, hosts: tuple[HostConfig, ...], output_root: Path) -> LunSelector:
+    entry.expect_map("a mapping with path, file or LUN attributes")
+    entry.check_keys(LUN_KEYS)
+    host_names = _selector_hosts(entry.get("hosts"), hosts)
+    attribute_keys = [key for key in entry.mapping_keys() if key in LUN_ATTRIBUTE_KEYS]
+    kinds = [key for key in ("path", "file") if entry.has(key)] + (
+        ["attributes"] if attribute_keys else []
+    )
+    if not kinds:
+        raise entry.error(
+            f"needs one of path, file or LUN attributes ({', '.join(LUN_ATTRIBUTE_KEYS)})"
+        )
+    if len(kinds) > 1:
+        second = entry.require(kinds[1] if kinds[1] != "attributes" else attribute_keys[0])
+        raise second.error(
+            f"give only one of path, file or LUN attributes (this entry has {' and '.join(kinds)})"
+        )
+    for key in ("size", "create"):
+        child = entry.get(key)
+        if child is not None and kinds[0] != "file":
+            raise child.error("only with file")
+    allow_cursor = entry.get("allow_write")
+    allow_write = False if allow_cursor is None else allow_cursor.boolean()
+    if kinds[0] == "path":
+        path_cursor = entry.require("path")
+        path = path_cursor.string()
+        if not path.startswith("/"):
+            raise path_cursor.error(f"must be an absolute device path or glob (got {path!r})")
+        return LunSelector(host_names, "path", path=path, allow_write=allow_write, line=entry.line)
+    if kinds[0] == "file":
+        file_cursor = entry.require("file")
+        file = substitute_output_root(file_cursor, file_cursor.string(), output_root)
+        if not file.startswith("/"):
+            raise file_cursor.error(
+                f"must be absolute or start with ${{output_root}} (got {file!r})"
+            )
+        size_cursor, create_cursor = entry.get("size"), entry.get("create")
+        size_bytes = None
+        if size_cursor is not None:
+            try:
+                size_bytes = parse_bytes(size_cursor.value if size_cursor.is_scalar else None)
+            except ValueError as exc:
+                raise size_cursor.error(str(exc)) from exc
+            if size_bytes <= 0 or size_bytes % 512:
+                raise size_cursor.error(f"must be a positive multiple of 512 (got {size_bytes})")
+        create = False if create_cursor is None else create_cursor.boolean()
+        if create and size_bytes is None:
+            raise entry.error("create: true needs size")
+        return LunSelector(
+            host_names,
+            "file",
+            file=file,
+            size_bytes=size_bytes,
+            create=create,
+            allow_write=allow_write,
+            line=entry.line,
+        )
+    matches = tuple(
+        AttributeMatch(key, parse_attribute_value(entry.require(key))) for key in attribute_keys
+    )
+    return LunSelector(
+        host_names, "attributes", attributes=matches, allow_write=allow_write, line=entry.line
+    )
+
+
+def _luns(
+    root: Cursor, hosts: tuple[HostConfig, ...], output_root: Path
+) -> tuple[LunSelector, ...]:
+    cursor = root.require("luns")
+    cursor.expect_seq("a list of LUN selectors")
+    if len(cursor) == 0:
+        raise cursor.error("must list at least one LUN selector")
+    return tuple(_lun_selector(entry, hosts, output_root) for entry in cursor)
+
+
+# ---------------------------------------------------------------- rollups
+
+
+def _rollup_type(cursor: Cursor) -> tuple[str, tuple[str, ...]]:
+    text = cursor.string().strip()
+    parts = tuple(text.split("+"))
+    for part in parts:
+        if not _ROLLUP_PART.match(part):
+            raise cursor.error(
+                f"bad rollup type {text!r}: attribute names joined by '+', like vendor+model"
+            )
+    if len(set(parts)) != len(parts):
+        raise cursor.error(f"bad rollup type {text!r}: an attribute appears twice")
+    if "all" in parts and len(parts) > 1:
+        raise cursor.error(f"bad rollup type {text!r}: 'all' cannot be combined")
+    return text, parts
+
+
+def _rollups(root: Cursor) -> tuple[RollupSpec, ...]:
+    specs: dict[str, RollupSpec] = {
+        name: RollupSpec(name, (name,), builtin=True) for name in BUILTIN_ROLLUPS
+    }
+    cursor = root.get("rollups")
+    if cursor is None:
+        return tuple(specs.values())
+    cursor.expect_seq("a list of rollup types")
+    listed: dict[str, int] = {}
+    for entry in cursor:
+        quantity, max_droop = None, None
+        if entry.is_map:
+            entry.check_keys(ROLLUP_KEYS)
+            name, parts = _rollup_type(entry.require("type"))
+            quantity_cursor, droop_cursor = entry.get("quantity"), entry.get("max_droop")
+            if quantity_cursor is not None:
+                quantity = quantity_cursor.integer(1)
+            if droop_cursor is not None:
+                try:
+                    max_droop = parse_fraction(
+                        droop_cursor.value if droop_cursor.is_scalar else None
+                    )
+                except ValueError as exc:
+                    raise droop_cursor.error("must be a fraction or a percentage") from exc
+                if not 0 < max_droop < 1:
+                    raise droop_cursor.error(
+                        f"must be between 0 and 1, exclusive (got {droop_cursor.node.text})"
+                    )
+            if name == "all" and quantity not in (None, 1):
+                raise entry.error(
+                    "the rollup 'all' always has exactly one instance",
+                    path=f"{entry.path}.quantity",
+                )
+        elif entry.is_scalar:
+            name, parts = _rollup_type(entry)
+        else:
+            raise entry.error("must be a rollup type or a mapping {type, quantity, max_droop}")
+        if name in listed:
+            raise entry.error(f"duplicate rollup type {name!r} (first at line {listed[name]})")
+        listed[name] = entry.line
+        specs[name] = RollupSpec(name, parts, quantity, max_droop, builtin=name in BUILTIN_ROLLUPS)
+    return tuple(specs.values())
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def parse_config_text(
+    text: str,
+    filename: str,
+    output_root_override: str | None = None,
+    *,
+    cwd: Path | None = None,
+) -> TestConfig:
+    """Validate a test given as text. ``filename`` is only used in messages and the result.
+
+    ``cwd`` is the directory relative output roots resolve against (default: the current one).
+    """
+    base = Path.cwd() if cwd is None else cwd
+    root = Cursor(compose_text(text, filename), "", filename)
+    root.expect_map("a mapping with test, hosts, luns and steps")
+    root.check_keys(TOP_KEYS)
+    test = _test_name(root)
+    description_cursor = root.get("description")
+    description = "" if description_cursor is None else description_cursor.string()
+    output_root = _output_root(root, output_root_override, base)
+    subinterval_s = _subinterval(root)
+    deadline_fraction = _deadline_fraction(root)
+    hosts = parse_hosts(root.require("hosts"))
+    luns = _luns(root, hosts, output_root)
+    rollups = _rollups(root)
+    context = StepContext(
+        subinterval_s=subinterval_s,
+        rollup_types=tuple(spec.type for spec in rollups),
+        workloads=WorkloadContext(tuple(host.name for host in hosts), luns, output_root),
+    )
+    steps = parse_steps(root.require("steps"), context)
+    logger.debug(
+        "loaded test %s from %s: %d hosts, %d steps", test, filename, len(hosts), len(steps)
+    )
+    return TestConfig(
+        source_file=filename,
+        source_text=text,
+        test=test,
+        description=description,
+        output_root=output_root,
+        subinterval_seconds=subinterval_s,
+        deadline_fraction=deadline_fraction,
+        hosts=hosts,
+        luns=luns,
+        rollups=rollups,
+        steps=steps,
+    )
+
+
+def load_config(path: str | Path, output_root_override: str | None = None) -> TestConfig:
+    """Read and validate a test file; raises ``ConfigError`` (``file:line: key.path: message``)."""
+    filename = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason})", file=filename) from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the test file: {exc.strerror or exc}", file=filename
+        ) from exc
+    return parse_config_text(text, filename, output_root_override)

@@ -1,0 +1,187 @@
+"""Units in test files: byte sizes, durations and fractions, parsed and formatted.
+
+Owns the one definition of what ``4KiB``, ``1GB``, ``500ms``, ``2m`` and ``5%`` mean. Pure
+functions: no I/O, no knowledge of the test-file schema. Parsers raise ``ValueError`` with a
+short reason; ``master.config`` turns that into a ``ConfigError`` carrying file, line and key
+path.
+
+Byte sizes (``parse_bytes``)
+    A non-negative integer is a number of bytes. A string is a number followed by a unit:
+    ``B``; binary ``KiB MiB GiB TiB PiB`` (powers of 1024); decimal ``KB MB GB TB PB`` (powers of
+    1000). Units are case-insensitive (``kib`` = ``KiB``). The number may have a fraction
+    (``1.5GiB``) as long as the result is a whole number of bytes. The one-letter shorthands
+    ``k m g t p`` are refused as ambiguous (fio reads ``4k`` as 4096, most storage vendors as
+    4000): write ``4KiB`` or ``4KB``.
+Durations (``parse_duration_s``)
+    A non-negative number is seconds. A string is a number with an optional unit:
+    ``ns us ms s m min h d`` (``m`` is minutes; ``ms`` is milliseconds).
+Fractions (``parse_fraction``)
+    A number (``0.05``) or a percentage string (``5%``). Range checks belong to the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+__all__ = [
+    "BYTE_UNITS",
+    "DURATION_UNITS_S",
+    "format_bytes",
+    "format_duration_s",
+    "format_fraction",
+    "parse_bytes",
+    "parse_duration_s",
+    "parse_fraction",
+]
+
+#: Byte units (lower-cased) and their size in bytes.
+BYTE_UNITS: dict[str, int] = {
+    "b": 1,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+    "pib": 1024**5,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "pb": 1000**5,
+}
+_BYTE_UNIT_NAMES = "B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB"
+_AMBIGUOUS_BYTE_UNITS = frozenset({"k", "m", "g", "t", "p"})
+
+#: Duration units (lower-cased) and their length in seconds, as exact fractions.
+DURATION_UNITS_S: dict[str, Fraction] = {
+    "ns": Fraction(1, 10**9),
+    "us": Fraction(1, 10**6),
+    "ms": Fraction(1, 1000),
+    "s": Fraction(1),
+    "m": Fraction(60),
+    "min": Fraction(60),
+    "h": Fraction(3600),
+    "d": Fraction(86400),
+}
+_DURATION_UNIT_NAMES = "ns, us, ms, s, m, min, h, d"
+
+_NUMBER_UNIT = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z%]*)\s*$")
+
+
+def _is_plain_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _split(text: str, what: str) -> tuple[Fraction, str]:
+    match = _NUMBER_UNIT.match(text)
+    if match is None:
+        raise ValueError(f"not a {what}: {text!r}")
+    return Fraction(match.group(1)), match.group(2)
+
+
+def parse_bytes(value: object) -> int:
+    """``4096 -> 4096``, ``"4KiB" -> 4096``, ``"1GB" -> 10**9``, ``"1.5KiB" -> 1536``."""
+    if _is_plain_number(value):
+        assert isinstance(value, (int, float))
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"not a whole number of bytes: {value!r}")
+        number, unit = Fraction(value), ""
+    elif isinstance(value, str):
+        number, unit = _split(value, "byte size")
+    else:
+        raise ValueError(f"not a byte size: {value!r}")
+    if unit == "":
+        scale = 1
+    else:
+        lower = unit.lower()
+        if lower in _AMBIGUOUS_BYTE_UNITS:
+            raise ValueError(
+                f"ambiguous unit {unit!r} in {value!r}: write {unit.upper()}iB (powers of 1024) "
+                f"or {unit.upper()}B (powers of 1000)"
+            )
+        if lower not in BYTE_UNITS:
+            raise ValueError(f"unknown byte unit {unit!r} in {value!r} (use {_BYTE_UNIT_NAMES})")
+        scale = BYTE_UNITS[lower]
+    if number < 0:
+        raise ValueError(f"must not be negative (got {value})")
+    total = number * scale
+    if total.denominator != 1:
+        raise ValueError(f"not a whole number of bytes: {value!r}")
+    return int(total)
+
+
+def parse_duration_s(value: object) -> float:
+    """``5 -> 5.0``, ``"500ms" -> 0.5``, ``"2m" -> 120.0``, ``"1h" -> 3600.0``."""
+    if _is_plain_number(value):
+        assert isinstance(value, (int, float))
+        if not math.isfinite(value):
+            raise ValueError(f"not a duration: {value!r}")
+        seconds = Fraction(value)
+    elif isinstance(value, str):
+        number, unit = _split(value, "duration")
+        if unit == "":
+            scale = Fraction(1)
+        else:
+            if unit.lower() not in DURATION_UNITS_S:
+                raise ValueError(
+                    f"unknown duration unit {unit!r} in {value!r} (use {_DURATION_UNIT_NAMES})"
+                )
+            scale = DURATION_UNITS_S[unit.lower()]
+        seconds = number * scale
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if seconds < 0:
+        raise ValueError(f"must not be negative (got {value})")
+    return float(seconds)
+
+
+def parse_fraction(value: object) -> float:
+    """``0.05 -> 0.05``, ``"5%" -> 0.05``, ``1 -> 1.0``. No range check."""
+    if _is_plain_number(value):
+        assert isinstance(value, (int, float))
+        if not math.isfinite(value):
+            raise ValueError(f"not a number: {value!r}")
+        return float(value)
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        if match is not None and match.group(2) in ("", "%"):
+            number = Fraction(match.group(1))
+            return float(number / 100 if match.group(2) == "%" else number)
+    raise ValueError(f"not a fraction or percentage: {value!r}")
+
+
+def format_bytes(size_bytes: int) -> str:
+    """The largest binary unit that divides exactly: ``4096 -> "4KiB"``, ``1000 -> "1000B"``."""
+    for name, scale in (
+        ("PiB", 1024**5),
+        ("TiB", 1024**4),
+        ("GiB", 1024**3),
+        ("MiB", 1024**2),
+        ("KiB", 1024),
+    ):
+        if size_bytes and size_bytes % scale == 0:
+            return f"{size_bytes // scale}{name}"
+    return f"{size_bytes}B"
+
+
+def format_duration_s(seconds: float) -> str:
+    """``0.5 -> "500ms"``, ``5 -> "5s"``, ``90 -> "1m30s"``, ``3600 -> "1h"``."""
+    if seconds < 1 and seconds != 0:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60 or not float(seconds).is_integer():
+        return f"{seconds:g}s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{secs}s" if secs else "",
+    ]
+    return "".join(parts)
+
+
+def format_fraction(fraction: float) -> str:
+    """``0.05 -> "5%"``, ``0.999 -> "99.9%"``."""
+    return f"{fraction * 100:.6g}%"
