@@ -716,17 +716,22 @@ def discover_block_devices(
         disk_dir = os.path.join(block_dir, disk)
         try:
             lun = _sys_block_lun(disk, disk_dir, disk_dir, "", roots, mounts)
-            if lun is None:
-                continue
-            luns.append(lun)
-            for part in lun.partitions:
+        except _SKIPPABLE as exc:
+            log.warning("skipping block device %s: %s", disk, exc)
+            continue
+        if lun is None:
+            continue
+        luns.append(lun)
+        for part in lun.partitions:
+            try:
                 part_lun = _sys_block_lun(
                     part, os.path.join(disk_dir, part), disk_dir, disk, roots, mounts
                 )
-                if part_lun is not None:
-                    luns.append(part_lun)
-        except _SKIPPABLE as exc:
-            log.warning("skipping block device %s: %s", disk, exc)
+            except _SKIPPABLE as exc:
+                log.warning("skipping partition %s of %s: %s", part, disk, exc)
+                continue
+            if part_lun is not None:
+                luns.append(part_lun)
     return _finish(luns, roots, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids)
 
 

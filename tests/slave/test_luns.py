@@ -212,7 +212,8 @@ class FakeHost:
     def disk(self, name: str, sectors: int | str | None, dev: str, **attrs: str | bytes) -> Path:
         return self._node(self.sys / "block" / name, sectors, dev, attrs)
 
-    def part(self, disk: str, name: str, sectors: int, dev: str, **attrs: str | bytes) -> Path:
+    def part(self, disk: str, name: str, sectors: int | str, dev: str,
+             **attrs: str | bytes) -> Path:
         d = self._node(self.sys / "block" / disk / name, sectors, dev, attrs)
         (d / "partition").write_text("1\n")
         return d
@@ -273,6 +274,7 @@ def fake_host(tmp_path: Path) -> FakeHost:
     h.disk("sda", 2 * MIB, "8:0", device__vendor="ATA     ", device__model="ST1000DM003 ",
            device__vpd_pg80=vpd, device__wwid="naa.5000c500a1b2c3d4", **_queue(512, 4096, "1"))
     h.part("sda", "sda1", 2048, "8:1")
+    h.part("sda", "sda3", "vanished", "8:3")  # a partition that cannot be read is skipped
     sda2 = h.part("sda", "sda2", 4096, "8:2")
     (sda2 / "holders" / "dm-0").mkdir()
     h.image("sda", [_mbr_entry(0, 0, 0x83, 2048, 2048), _mbr_entry(1, 0, 0x8E, 4096, 4096),
@@ -315,7 +317,8 @@ def fake_host(tmp_path: Path) -> FakeHost:
 FAKE_EXPECTED: dict[str, dict[str, Any]] = {
     "sda": dict(size_bytes=2 * MIB * 512, logical_block_bytes=512, physical_block_bytes=4096,
                 rotational=True, vendor="ATA", model="ST1000DM003", serial="ZA1234",
-                wwid="naa.5000c500a1b2c3d4", dev="8:0", parent="", partitions=("sda1", "sda2"),
+                wwid="naa.5000c500a1b2c3d4", dev="8:0", parent="",
+                partitions=("sda1", "sda2", "sda3"),
                 holders=(), mount_points=(), signature="dos", open_by=(), probe_error=""),
     "sda1": dict(size_bytes=2048 * 512, physical_block_bytes=4096, rotational=True, vendor="ATA",
                  serial="ZA1234", parent="sda", partitions=(), mount_points=("/boot efi",),
