@@ -17,8 +17,9 @@ API used by the run loop::
     status = await conn.close()                         # stdin closed; wait; terminate; kill
     conn.returncode                                     # exit status, -signal, or None
 
-``SlaveConnection`` attributes: ``host`` (the name used in errors and logs), ``zipapp_path``
-(where the zipapp lives on that host), ``zipapp_uploaded`` (False when the cached copy was used).
+``SlaveConnection`` attributes: ``host`` (the name used in errors and logs), ``pid`` (the slave's
+process id on its host), ``zipapp_path`` (where the zipapp lives on that host),
+``zipapp_uploaded`` (False when the cached copy was used).
 ``wait()`` returns the exit status once the slave has exited. ``stderr_tail()`` gives the last
 lines the slave wrote to stderr (for error messages). Each stderr line is logged at INFO on the
 logger ``slave_logger_name(host)`` (``ivypy.slave.<host>``) and passed to ``on_stderr_line`` when
@@ -27,8 +28,12 @@ given.
 When the master dies (even by SIGKILL) the slave's stdin closes and the slave exits by itself:
 locally because the master held the only write end of the stdin pipe; over SSH because the
 kernel closes the TCP connection, sshd ends the session and closes the pipe to the remote
-process's stdin. No pty is requested, so nothing else is needed. Local slaves start in their own
-session so that a Ctrl-C at the terminal reaches the master only, which then stops them in order.
+process's stdin. No pty is requested, so nothing else is needed. To stop a slave that does not
+exit on EOF, ``close()`` signals it: locally directly, over SSH by running ``kill`` through a
+second channel on the same connection, with the pid the remote command printed on stderr before
+exec'ing the interpreter (OpenSSH 9.2's sshd, for one, ignores SSH "signal" requests). Local
+slaves start in their own session so that a Ctrl-C at the terminal reaches the master only, which
+then stops them in order.
 
 Host keys are checked against known_hosts as OpenSSH does (``~/.ssh/known_hosts`` or the
 ``UserKnownHostsFile`` named in the ssh config) unless ``SshHostSpec.known_hosts`` names a file;
@@ -196,7 +201,26 @@ def check_probe(
 
 
 def _probe_command(python: str) -> str:
-    return f"{python} -c {shlex.quote(_PROBE_SCRIPT)}"
+    """The probe as one shell line (no newlines inside quotes, which csh would refuse)."""
+    return f"{python} -c {shlex.quote(f'exec({_PROBE_SCRIPT!r})')}"
+
+
+# The remote command reports the slave's pid on stderr before exec'ing the interpreter, so that
+# close() can signal it through a second channel (OpenSSH 9.2's sshd ignores the SSH "signal"
+# request). /bin/sh runs it whatever the user's login shell is.
+_PID_MARKER = "ivypy-slave-pid"
+
+
+def _slave_command(python: str, zipapp_path: str) -> str:
+    script = f"echo {_PID_MARKER} $$ >&2; exec {python} {shlex.quote(zipapp_path)}"
+    return f"exec /bin/sh -c {shlex.quote(script)}"
+
+
+def _parse_pid_marker(line: bytes) -> int | None:
+    words = line.split()
+    if len(words) == 2 and words[0] == _PID_MARKER.encode() and words[1].isdigit():
+        return int(words[1])
+    return None
 
 
 def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
@@ -248,6 +272,7 @@ class SlaveConnection(abc.ABC):
         self.host = host
         self.zipapp_path = zipapp_path
         self.zipapp_uploaded = zipapp_uploaded
+        self.pid: int | None = None  # the slave's process id on its host, when known
         self._on_stderr_line = on_stderr_line
         self._stderr_logger = logging.getLogger(slave_logger_name(host))
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
@@ -264,14 +289,17 @@ class SlaveConnection(abc.ABC):
             raw = await self._read_stderr_line()
             if not raw:
                 return
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            self._stderr_tail.append(line)
-            self._stderr_logger.info("%s", line)
-            if self._on_stderr_line is not None:
-                try:
-                    self._on_stderr_line(line)
-                except Exception:
-                    logger.exception("host %s: stderr callback failed", self.host)
+            self._handle_stderr_line(raw)
+
+    def _handle_stderr_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        self._stderr_tail.append(line)
+        self._stderr_logger.info("%s", line)
+        if self._on_stderr_line is not None:
+            try:
+                self._on_stderr_line(line)
+            except Exception:
+                logger.exception("host %s: stderr callback failed", self.host)
 
     async def _stderr_done(self, timeout_s: float = _KILL_WAIT_S) -> None:
         if self._stderr_task is None:
@@ -329,11 +357,8 @@ class _LocalSlaveConnection(SlaveConnection):
     ) -> None:
         super().__init__(host, zipapp_path, False, on_stderr_line)
         self._proc = proc
+        self.pid = proc.pid
         self._start_stderr_relay()
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
 
     @property
     def returncode(self) -> int | None:
@@ -386,6 +411,7 @@ class _SshSlaveConnection(SlaveConnection):
         host: str,
         conn: asyncssh.SSHClientConnection,
         process: asyncssh.SSHClientProcess[bytes],
+        first_stderr_line: bytes,
         zipapp_path: str,
         zipapp_uploaded: bool,
         on_stderr_line: Callable[[str], None] | None,
@@ -393,6 +419,9 @@ class _SshSlaveConnection(SlaveConnection):
         super().__init__(host, zipapp_path, zipapp_uploaded, on_stderr_line)
         self._conn = conn
         self._process = process
+        self.pid = _parse_pid_marker(first_stderr_line)
+        if self.pid is None and first_stderr_line:
+            self._handle_stderr_line(first_stderr_line)
         self._start_stderr_relay()
 
     @property
@@ -428,12 +457,15 @@ class _SshSlaveConnection(SlaveConnection):
             self._process.stdin.write_eof()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._process.wait_closed(), grace_s)
-        if self._process.returncode is None:
-            # Ask sshd to signal the process (OpenSSH >= 7.9 honours it); closing the channel
-            # below closes the slave's stdin and stdout regardless.
-            logger.warning("host %s: slave did not exit; sending TERM", self.host)
-            with contextlib.suppress(asyncssh.Error, OSError):
-                self._process.terminate()
+        for sig in ("TERM", "KILL"):
+            if self._process.returncode is not None or self.pid is None:
+                break
+            logger.warning("host %s: slave did not exit; sending %s", self.host, sig)
+            with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._conn.run(f"kill -{sig} {self.pid}", stdin=asyncssh.DEVNULL),
+                    _KILL_WAIT_S,
+                )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._process.wait_closed(), _KILL_WAIT_S)
         self._process.close()
@@ -583,24 +615,25 @@ async def open_ssh(
         conn = await asyncssh.connect(spec.address, **_connect_options(spec))
         info = await _probe_ssh(conn, spec)
         path, uploaded = await _ensure_uploaded(conn, app, remote_cache_dir)
-        process = await conn.create_process(
-            f"exec {spec.python} {shlex.quote(path)}", encoding=None
-        )
-    except SlaveStartError:
+        process = await conn.create_process(_slave_command(spec.python, path), encoding=None)
+        first_line = await asyncio.wait_for(process.stderr.readline(), _PROBE_TIMEOUT_S)
+    except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:
             conn.close()
+        if isinstance(exc, _FOREIGN_ERRORS):
+            timeout_s = spec.connect_timeout_s if conn is None else _PROBE_TIMEOUT_S
+            raise HostError(_describe(exc, timeout_s), host=spec.name) from exc
         raise
-    except _FOREIGN_ERRORS as exc:
-        if conn is not None:
-            conn.close()
-        timeout_s = spec.connect_timeout_s if conn is None else _PROBE_TIMEOUT_S
-        raise HostError(_describe(exc, timeout_s), host=spec.name) from exc
+    connection = _SshSlaveConnection(
+        spec.name, conn, process, first_line, path, uploaded, on_stderr_line
+    )
     logger.info(
-        "host %s: started slave %s (%s; Python %d.%d.%d, %s)",
+        "host %s: started slave pid %s %s (%s; Python %d.%d.%d, %s)",
         spec.name,
+        connection.pid,
         path,
         "uploaded" if uploaded else "cached",
         *info.version,
         ", ".join(f"{m} {v}" for m, v in info.module_versions.items()),
     )
-    return _SshSlaveConnection(spec.name, conn, process, path, uploaded, on_stderr_line)
+    return connection

@@ -5,6 +5,7 @@ subprocess transport, and the SSH transport against the in-process asyncssh serv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -15,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -30,6 +31,9 @@ from master.transport import (
 from master.zipapp import SlaveZipapp
 from protocol.errors import HostError, SlaveStartError
 from tests.sshserver import SshServerInfo, new_key, ssh_server
+
+if TYPE_CHECKING:
+    from tests.master.conftest import Testbed, TestbedHost
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -428,3 +432,172 @@ def test_ssh_closed_port_is_connection_refused_quickly(echo_zipapp: SlaveZipapp)
     assert time.monotonic() - start < 2.0
     assert str(info.value) == "host h7: unreachable: connection refused"
     assert isinstance(info.value.__cause__, ConnectionRefusedError)
+
+
+# --------------------------------------------------------------------------------------------
+# real OpenSSH hosts in network namespaces (scripts/testbed; root only)
+
+
+def spec_on_testbed(testbed: Testbed, host: TestbedHost, **overrides: object) -> SshHostSpec:
+    fields: dict[str, object] = {
+        "name": host.name,
+        "address": host.address,
+        "user": "root",
+        "python": SYSTEM_PYTHON,
+        "identity_file": testbed.identity_file,
+        "known_hosts": testbed.known_hosts,
+        "ssh_config": os.devnull,
+        "connect_timeout_s": 5.0,
+    }
+    fields.update(overrides)
+    return SshHostSpec(**fields)  # type: ignore[arg-type]
+
+
+def net_namespace_of(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+@pytest.mark.root
+def test_testbed_three_hosts_share_one_upload_and_echo(
+    testbed: Testbed, tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    # The namespaces share this machine's file system, so one remote cache directory serves all
+    # three hosts: they race to upload the same file, which must end up whole and alone.
+    remote_dir = str(tmp_path / "remote-cache")
+
+    async def scenario() -> None:
+        conns = await asyncio.gather(
+            *(
+                open_ssh(spec_on_testbed(testbed, h), zipapp=echo_zipapp, remote_cache_dir=remote_dir)
+                for h in testbed.hosts
+            )
+        )
+        try:
+            payloads = [os.urandom(100_000 + i) for i in range(len(conns))]
+            pids = await asyncio.gather(
+                *(echo_roundtrip(c, p) for c, p in zip(conns, payloads, strict=True))
+            )
+            for conn, host, pid in zip(conns, testbed.hosts, pids, strict=True):
+                assert conn.pid == pid
+                # each slave runs in its host's namespace, under that host's sshd
+                assert net_namespace_of(pid) == net_namespace_of(host.sshd_pid)
+            assert len({net_namespace_of(pid) for pid in pids}) == 3
+        finally:
+            statuses = [await c.close() for c in conns]
+        assert statuses == [0, 0, 0]
+        assert any(c.zipapp_uploaded for c in conns)
+        cached = Path(remote_dir) / echo_zipapp.file_name
+        assert [p.name for p in Path(remote_dir).iterdir()] == [cached.name]
+        assert hashlib.sha256(cached.read_bytes()).hexdigest() == echo_zipapp.sha256
+
+    run(scenario())
+
+
+@pytest.mark.root
+def test_testbed_host_through_its_ssh_config_alias(
+    testbed: Testbed, tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    # Only the alias and the config file: HostName, User, IdentityFile and UserKnownHostsFile
+    # all come from the ssh config, as they would for OpenSSH's ssh.
+    host = testbed.hosts[1]
+    spec = SshHostSpec(
+        name=host.name, address=host.name, python=SYSTEM_PYTHON, ssh_config=testbed.ssh_config
+    )
+
+    async def scenario() -> None:
+        conn = await open_ssh(spec, zipapp=echo_zipapp, remote_cache_dir=str(tmp_path))
+        try:
+            await echo_roundtrip(conn, b"via ssh_config\n")
+        finally:
+            assert await conn.close() == 0
+
+    run(scenario())
+
+
+@pytest.mark.root
+def test_testbed_close_kills_a_slave_that_ignores_eof(
+    testbed: Testbed, tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> int:
+        spec = spec_on_testbed(testbed, testbed.hosts[2])
+        conn = await open_ssh(spec, zipapp=echo_zipapp, remote_cache_dir=str(tmp_path))
+        reader = Reader(conn)
+        pid = int(await reader.line())
+        await conn.write(b"IGNORE-EOF\n")
+        await reader.line()
+        assert await conn.close(grace_s=0.3) == -signal.SIGTERM
+        return pid
+
+    wait_gone(run(scenario()), within_s=2.0)
+
+
+@pytest.mark.root
+def test_testbed_changed_host_key_is_refused(
+    testbed: Testbed, tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    host = testbed.hosts[0]
+    stale = tmp_path / "known_hosts"
+    stale.write_text(f"{host.name},{host.address} {new_key().export_public_key().decode()}")
+    with pytest.raises(HostError) as info:
+        run(open_ssh(spec_on_testbed(testbed, host, known_hosts=str(stale)), zipapp=echo_zipapp))
+    assert info.value.host == host.name
+    assert str(info.value).startswith(f"host {host.name}: host key verification failed")
+
+
+@pytest.mark.root
+def test_testbed_address_without_a_host_times_out_quickly(
+    testbed: Testbed, echo_zipapp: SlaveZipapp
+) -> None:
+    # 10.77.0.250 is inside the test bed's /24 (on the bridge) but no namespace answers there.
+    spec = SshHostSpec(
+        name="ghost",
+        address="10.77.0.250",
+        user="root",
+        ssh_config=os.devnull,
+        known_hosts=testbed.known_hosts,
+        connect_timeout_s=0.5,
+    )
+    start = time.monotonic()
+    with pytest.raises(HostError) as info:
+        run(open_ssh(spec, zipapp=echo_zipapp))
+    assert time.monotonic() - start < 1.5
+    assert str(info.value) == "host ghost: unreachable: timeout after 0.5 s"
+
+
+_HOLD_SSH = """
+import asyncio, sys
+from master.transport import SshHostSpec, open_ssh
+from master.zipapp import build_slave_zipapp
+sys.path.insert(0, {tests!r})
+from conftest import ECHO_SOURCE
+
+async def main():
+    app = build_slave_zipapp("ivypy_echo_slave:main",
+                             extra_files={{"ivypy_echo_slave.py": ECHO_SOURCE}})
+    conn = await open_ssh(SshHostSpec(**{spec!r}), zipapp=app, remote_cache_dir={cache!r})
+    print(conn.pid, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.root
+def test_testbed_slave_exits_when_the_master_is_killed(testbed: Testbed, tmp_path: Path) -> None:
+    host = testbed.hosts[0]
+    spec = dataclasses.asdict(spec_on_testbed(testbed, host))
+    code = _HOLD_SSH.format(
+        tests=str(REPO_ROOT / "tests" / "master"), spec=spec, cache=str(tmp_path)
+    )
+    master = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=REPO_ROOT)
+    try:
+        assert master.stdout is not None
+        remote_pid = int(master.stdout.readline())
+        assert not pid_gone(remote_pid)
+        assert net_namespace_of(remote_pid) == net_namespace_of(host.sshd_pid)
+        master.send_signal(signal.SIGKILL)
+        master.wait()
+        wait_gone(remote_pid, within_s=2.0)
+    finally:
+        master.kill()
+        master.wait()
