@@ -5,8 +5,9 @@ with or without a one-subinterval actuation delay.
 Figures measured when these tests were written (5 seeds each, 5 % lognormal noise on the
 measured p99, start at 1000 IOPS, target p99 = 2 ms): subintervals to settle (3 in a row within
 +-10 %) were linear 9-12 / 10-14 (no delay / one-subinterval delay), knee 10-13 / 13-17, M/M/1
-9-14 / 17-28 (run with -s to print them); after settling the true p99 stayed within +-10 % of the target in >= 99 % of
-subintervals. The bounds asserted below leave a little room above those figures.
+9-14 / 17-28 (run with -s to print them); after settling the true p99 stayed within +-10 % of
+the target in >= 99 % of subintervals. The bounds asserted below leave a little room above
+those figures.
 """
 
 from __future__ import annotations
