@@ -1,0 +1,97 @@
+"""``ivypy fio-pctiles``: cluster-wide latency percentiles per time quantum from fio histogram
+logs. Parses arguments into ``PctileOptions``, runs ``master.fiologs.pipeline`` and writes the CSV;
+no logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from master.fiologs.pipeline import DIRECTION_GROUPS, PctileOptions, compute_pctiles
+from protocol.errors import ConfigError
+
+EXIT_OK = 0
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}"
+        ) from exc
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    for name in names:
+        if name not in DIRECTION_GROUPS:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not one of {', '.join(DIRECTION_GROUPS)}"
+            )
+    return names
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "fio-pctiles",
+        help="cluster-wide latency percentiles per time quantum from fio histogram logs",
+        description=(
+            "Read fio histogram logs (*_clat_hist.N.log, plain or .gz; fio 3.x at any "
+            "log_hist_coarseness, or fio 2.x), spread every row over common time quanta in "
+            "proportion to overlap, add all logs up per quantum and print the percentiles of "
+            "that cluster-wide histogram as CSV. See docs/fio-pctiles.md."
+        ),
+    )
+    p.add_argument("logs", nargs="+", metavar="LOG", help="fio histogram log files")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the CSV here (default stdout)")
+    p.add_argument("--time-quantum", type=float, metavar="SECONDS",
+                   help="quantum length (default: the logs' own interval, detected)")
+    p.add_argument("--percentiles", type=_float_list, default=(50.0, 90.0, 95.0, 99.0, 99.9),
+                   metavar="LIST", help="comma-separated percentiles (default 50,90,95,99,99.9)")
+    p.add_argument("--unit", choices=("ns", "us", "ms"), default="us",
+                   help="unit of latencies in the output (default us)")
+    p.add_argument("--directions", type=_name_list, default=("merged",), metavar="LIST",
+                   help="column groups among read,write,trim,merged (default merged)")
+    p.add_argument("--summary", action="store_true", help="add a last row over the whole run")
+    p.add_argument("--fio-version", type=int, choices=(2, 3),
+                   help="insist on fio 2.x (1216 buckets, us) or 3.x (1856, ns) logs "
+                   "(default: told by the column count)")
+    p.add_argument("--log-hist-msec", type=float, metavar="MS",
+                   help="the logs' log_hist_msec (default: detected from the stamps)")
+    p.add_argument("--time-base", choices=("auto", "relative", "absolute"), default="auto",
+                   help="stamps are job-relative ms or absolute (log_unix_epoch) ms "
+                   "(default: detected)")
+    p.add_argument("--repair-client-logs", action="store_true",
+                   help="repair logs written by fio --client (rows accumulate)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="skip malformed lines with a warning instead of failing")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = PctileOptions(
+        percentiles=args.percentiles,
+        unit=args.unit,
+        directions=args.directions,
+        time_quantum_s=args.time_quantum,
+        log_hist_msec=args.log_hist_msec,
+        fio_version=args.fio_version,
+        time_base=args.time_base,
+        summary=args.summary,
+        repair_client_logs=args.repair_client_logs,
+        skip_bad_lines=args.skip_bad_lines,
+    )
+    result = compute_pctiles(args.logs, options)
+    for text in result.warnings:
+        print(f"ivypy fio-pctiles: warning: {text}", file=sys.stderr)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                result.write_csv(out)
+        except OSError as exc:
+            raise ConfigError(f"cannot write: {exc}", key_path="--output") from exc
+    else:
+        result.write_csv(sys.stdout)
+    return EXIT_OK

@@ -1,0 +1,189 @@
+"""Time semantics of fio histogram log rows and their alignment onto common time quanta.
+
+Owns (1) the window each row covers and (2) spreading each row's counts over fixed time quanta
+in proportion to overlap, summed over all logs into one (slots x quanta x columns) float64
+matrix. It must not parse text or compute percentiles.
+
+Row windows (what fio's ``stat.c`` does: on the first completion after ``log_hist_msec`` has
+passed, it copies the cumulative histogram and ``iolog.c`` logs the difference to the previous
+copy, stamped with the time of that completion):
+
+* a row's stamp is the **end** of its window; its counts are the I/Os completed in the window;
+* a row covers ``(previous stamp of the same file and direction, its stamp]``;
+* the first row of a direction covers the time since the job started: ``(0, stamp]`` for stamps
+  relative to the job's start, ``(stamp - interval, stamp]`` for absolute (Unix-epoch) stamps,
+  where ``interval`` is the file's logging interval;
+* fio never logs the last partial window, so the last stamp is the end of the data.
+
+Quanta: quantum ``q`` is ``[q * Q, (q + 1) * Q)`` ms on the logs' own time axis (job-relative
+ms or Unix-epoch ms), so quanta of epoch logs fall on multiples of Q in wall-clock time. A row
+spreads its counts over the quanta its window overlaps, in proportion to the overlap (I/O assumed
+uniform within the row); a row of zero length (a repeated stamp) goes wholly to the quantum
+that ends at or contains its stamp. Sums are float64: spread counts are fractional, and float64
+keeps integer counts exact up to 2**53.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from master.fiologs.parse import N_DIRECTIONS, HistBlock
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: Time stamps at or above this many ms are taken as Unix-epoch ms (1973-03-03); a job-relative
+#: stamp this large would need a job running for more than three years.
+EPOCH_THRESHOLD_MS: Final = 100_000_000_000
+
+
+def looks_absolute(first_stamp_ms: int) -> bool:
+    return first_stamp_ms >= EPOCH_THRESHOLD_MS
+
+
+def detect_interval_ms(times_ms: IntArray, dirs: IntArray) -> float | None:
+    """A log's interval: the median step between consecutive stamps of the same direction
+    (None when no direction has two rows)."""
+    steps: list[IntArray] = []
+    for d in range(N_DIRECTIONS):
+        t = times_ms[dirs == d]
+        if t.size > 1:
+            steps.append(np.diff(t))
+    if not steps:
+        return None
+    all_steps = np.concatenate(steps)
+    all_steps = all_steps[all_steps > 0]
+    if all_steps.size == 0:
+        return None
+    return float(np.median(all_steps))
+
+
+class RowWindows:
+    """Per-file state that turns row stamps into windows ``(start_ms, end_ms]``."""
+
+    def __init__(self, *, absolute: bool, interval_ms: float) -> None:
+        self.absolute = absolute
+        self.interval_ms = interval_ms
+        self._last: list[float | None] = [None] * N_DIRECTIONS
+
+    def windows(self, block: HistBlock) -> tuple[FloatArray, FloatArray]:
+        end = block.times_ms.astype(np.float64)
+        start = np.empty_like(end)
+        for d in range(N_DIRECTIONS):
+            sel = np.flatnonzero(block.dirs == d)
+            if sel.size == 0:
+                continue
+            t = end[sel]
+            prev = self._last[d]
+            if prev is None:
+                prev = t[0] - self.interval_ms if self.absolute else 0.0
+                prev = min(prev, t[0])
+            start[sel[0]] = prev
+            start[sel[1:]] = t[:-1]
+            self._last[d] = float(t[-1])
+        return start, end
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Which quanta each row reaches, and with what weight (pairs of row x quantum)."""
+
+    pair_row: IntArray
+    pair_quantum: IntArray  # absolute quantum index
+    pair_weight: FloatArray
+    row_first_pair: IntArray  # index of each row's first pair
+    row_pairs: IntArray  # number of pairs of each row
+
+
+def spread_rows(start_ms: FloatArray, end_ms: FloatArray, quantum_ms: float) -> Spread:
+    """Split every row window over the quanta it overlaps (weights of a row sum to 1)."""
+    duration = end_ms - start_ms
+    point = duration <= 0
+    q_last = np.ceil(end_ms / quantum_ms).astype(np.int64) - 1
+    q_first = np.where(point, q_last, np.floor(start_ms / quantum_ms).astype(np.int64))
+    q_last = np.maximum(q_last, q_first)
+    n_pairs = q_last - q_first + 1
+    row_first = np.cumsum(n_pairs) - n_pairs
+    total = int(n_pairs.sum())
+    pair_row = np.repeat(np.arange(start_ms.size, dtype=np.int64), n_pairs)
+    pair_q = q_first[pair_row] + (np.arange(total, dtype=np.int64) - row_first[pair_row])
+    lo = np.maximum(start_ms[pair_row], pair_q * quantum_ms)
+    hi = np.minimum(end_ms[pair_row], (pair_q + 1) * quantum_ms)
+    safe = np.where(point, 1.0, duration)[pair_row]
+    weight = np.where(point[pair_row], 1.0, np.clip(hi - lo, 0.0, None) / safe)
+    return Spread(pair_row, pair_q, weight, row_first, n_pairs)
+
+
+class QuantumAccumulator:
+    """Sums of spread counts: ``counts[slot, quantum - base, column]`` (float64), grown on
+    demand along the quantum axis. ``first_quantum``/``last_quantum`` span every quantum any
+    row window reached, with or without I/O."""
+
+    def __init__(self, n_slots: int, n_columns: int) -> None:
+        self.n_slots = n_slots
+        self.n_columns = n_columns
+        self._data: FloatArray = np.zeros((n_slots, 0, n_columns), dtype=np.float64)
+        self._base = 0
+        self.first_quantum: int | None = None
+        self.last_quantum: int | None = None
+
+    def _ensure(self, q_lo: int, q_hi: int) -> None:
+        cap = self._data.shape[1]
+        if cap == 0:
+            new_base, new_cap = q_lo, max(q_hi - q_lo + 1, 64)
+        else:
+            if q_lo >= self._base and q_hi < self._base + cap:
+                return
+            new_base = min(self._base, q_lo)
+            need = max(self._base + cap, q_hi + 1) - new_base
+            new_cap = need if q_lo < self._base else max(need, 2 * cap)
+        grown = np.zeros((self.n_slots, new_cap, self.n_columns), dtype=np.float64)
+        if cap:
+            at = self._base - new_base
+            grown[:, at : at + cap] = self._data
+        self._data, self._base = grown, new_base
+
+    def add(self, block: HistBlock, slot_of_row: IntArray, spread: Spread) -> None:
+        """Add one block's cells, each row into its slot, spread as ``spread`` says."""
+        if spread.pair_quantum.size == 0:
+            return
+        q_lo = int(spread.pair_quantum.min())
+        q_hi = int(spread.pair_quantum.max())
+        self.first_quantum = q_lo if self.first_quantum is None else min(self.first_quantum, q_lo)
+        self.last_quantum = q_hi if self.last_quantum is None else max(self.last_quantum, q_hi)
+        self._ensure(q_lo, q_hi)
+        if block.entry_count.size == 0:
+            return
+        span = q_hi - q_lo + 1
+        row = block.entry_row
+        reps = spread.row_pairs[row]
+        cell = np.repeat(np.arange(row.size, dtype=np.int64), reps)
+        cell_first = np.cumsum(reps) - reps
+        pair = spread.row_first_pair[row][cell] + (
+            np.arange(cell.size, dtype=np.int64) - cell_first[cell]
+        )
+        flat = (slot_of_row[row][cell] * span + (spread.pair_quantum[pair] - q_lo)) * (
+            self.n_columns
+        ) + block.entry_col[cell]
+        values = block.entry_count[cell] * spread.pair_weight[pair]
+        sums = np.bincount(flat, weights=values, minlength=self.n_slots * span * self.n_columns)
+        at = q_lo - self._base
+        self._data[:, at : at + span] += sums.reshape(self.n_slots, span, self.n_columns)
+
+    def quanta(self) -> IntArray:
+        """Absolute indices of every quantum from the first to the last reached."""
+        if self.first_quantum is None or self.last_quantum is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.arange(self.first_quantum, self.last_quantum + 1, dtype=np.int64)
+
+    def counts(self, slot: int, q_from: int, q_to: int) -> FloatArray:
+        """Counts of one slot for absolute quanta ``[q_from, q_to)`` (a view)."""
+        return self._data[slot, q_from - self._base : q_to - self._base]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)
