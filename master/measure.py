@@ -10,7 +10,8 @@ Owns the arithmetic of ``measure:`` and nothing else:
   window mean, least-squares slope) applied to any focus metric, latency percentiles included;
 - :class:`MeasureTracker`, fed one row (one value per focus-rollup instance) per subinterval,
   which says when every instance passes on the same window, and at a timeout gives an invalid
-  result carrying the best window seen.
+  result carrying the best window seen; :class:`MeasureGroup` combines several fio criteria
+  (each on its own metric) that must all hold on the same window.
 
 It must not do I/O, read clocks, log per sample, or know about rollups, CSV files or hosts:
 callers hand it arrays and write what it returns. "Not steady" is a returned result, never an
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -512,6 +513,7 @@ class MeasureRow:
     values: tuple[float, ...]
     passed: tuple[bool, ...]
     attained: bool
+    score: float = math.inf  # worst instance's value / limit on this window (< or <= 1 passes)
 
 
 @dataclass(frozen=True)
@@ -552,7 +554,7 @@ class MeasureTracker:
     """
 
     def __init__(self, criterion: Criterion, instances: Sequence[str], subinterval_s: float,
-                 timeout_s: float | None = None) -> None:
+                 timeout_s: float | None = None, *, stop_when_attained: bool = True) -> None:
         if subinterval_s <= 0:
             raise ValueError("subinterval_s must be > 0")
         if not instances:
@@ -561,6 +563,7 @@ class MeasureTracker:
         self.instances = tuple(instances)
         self.subinterval_s = float(subinterval_s)
         self.timeout_s = timeout_s
+        self.stop_when_attained = stop_when_attained
         self._rows: list[FloatArray] = []
         self._integer = True
         self._first = (subintervals_for(criterion.ramp_s, subinterval_s)
@@ -592,7 +595,7 @@ class MeasureTracker:
         else:
             scores = fio_scores(series, end, self._first, self.criterion, self.subinterval_s)
         out = self._choose(scores, end)
-        if out.attained:
+        if out.attained and self.stop_when_attained:
             assert out.window is not None
             self._finish(True, out.window, np.array(out.values), np.array(out.passed), "")
         elif self.timeout_s is not None and (end + 1) * self.subinterval_s >= self.timeout_s - 1e-9:
@@ -622,7 +625,7 @@ class MeasureTracker:
         if self._best is None or worst_k < self._best[0]:
             self._best = (worst_k, end, window, values.copy(), passed.copy())
         return MeasureRow(end, window, tuple(float(v) for v in values),
-                          tuple(bool(p) for p in passed), bool(all_pass[k]))
+                          tuple(bool(p) for p in passed), bool(all_pass[k]), worst_k)
 
     def _finish(self, valid: bool, window: tuple[int, int] | None, values: FloatArray,
                 passed: npt.NDArray[np.bool_], reason: str) -> None:
@@ -648,6 +651,87 @@ class MeasureTracker:
         return MeasureResult(False, self.criterion.name, self.criterion.limit_text, window,
                              tuple(float(v) for v in values), tuple(bool(p) for p in passed),
                              self.instances, self.subinterval_s, "not finished")
+
+
+class MeasureGroup:
+    """Several fio criteria that must all hold on the same window, each on its own metric
+    (fio's "every criterion holds over the last window"; e.g. ``iops:2%`` and ``bw_slope:1%``).
+    All criteria share ``window_s`` and ``ramp_s`` so their windows coincide. :meth:`feed`
+    takes one row per criterion key (the values of that criterion's metric per instance).
+    """
+
+    def __init__(self, criteria: Sequence[tuple[str, FioCriterion]], instances: Sequence[str],
+                 subinterval_s: float, timeout_s: float | None = None) -> None:
+        if not criteria:
+            raise ConfigError("a measurement needs at least one criterion")
+        keys = [key for key, _ in criteria]
+        if len(set(keys)) != len(keys):
+            raise ConfigError(f"duplicate criterion keys: {keys}")
+        first = criteria[0][1]
+        for _, crit in criteria:
+            if not isinstance(crit, FioCriterion):
+                raise ConfigError("only fio criteria can be combined (they share one window)")
+            if (crit.window_s, crit.ramp_s) != (first.window_s, first.ramp_s):
+                raise ConfigError("combined fio criteria need the same window and ramp")
+        self.trackers = {key: MeasureTracker(crit, instances, subinterval_s,
+                                             stop_when_attained=False)
+                         for key, crit in criteria}
+        self.subinterval_s = float(subinterval_s)
+        self.timeout_s = timeout_s
+        self._count = 0
+        self._done = False
+        self._valid = False
+        self._window: tuple[int, int] | None = None
+        self._best: tuple[float, tuple[int, int], dict[str, MeasureRow]] | None = None
+        self._final_rows: dict[str, MeasureRow] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, rows: Mapping[str, npt.ArrayLike]) -> dict[str, MeasureRow]:
+        if self._done:
+            raise RuntimeError("the measurement is finished; start a new MeasureGroup")
+        if set(rows) != set(self.trackers):
+            raise ValueError(f"expected rows for {sorted(self.trackers)}, got {sorted(rows)}")
+        out = {key: tracker.feed(rows[key]) for key, tracker in self.trackers.items()}
+        self._count += 1
+        window = next(iter(out.values())).window
+        if window is not None:
+            worst = max(r.score for r in out.values())
+            if self._best is None or worst < self._best[0]:
+                self._best = (worst, window, out)
+        if window is not None and all(r.attained for r in out.values()):
+            self._done, self._valid, self._window, self._final_rows = True, True, window, out
+        elif self.timeout_s is not None and (
+                self._count * self.subinterval_s >= self.timeout_s - 1e-9):
+            self._done = True
+            if self._best is not None:
+                _, self._window, self._final_rows = self._best
+        return out
+
+    def result(self) -> dict[str, MeasureResult]:
+        """One result per criterion key, all with the same ``valid`` and ``window``."""
+        if self._done and self._valid:
+            reason = ""
+        elif self._done:
+            reason = "timeout" if self._final_rows is not None else "timeout before a full window"
+        else:
+            reason = "not finished"
+        rows = self._final_rows
+        if rows is None and self._best is not None:
+            rows = self._best[2]
+        window = self._window if self._done else (self._best[1] if self._best else None)
+        results = {}
+        for key, tracker in self.trackers.items():
+            n_inst = len(tracker.instances)
+            row = rows.get(key) if rows is not None else None
+            values = row.values if row is not None else (math.nan,) * n_inst
+            passed = row.passed if row is not None else (False,) * n_inst
+            results[key] = MeasureResult(self._valid, tracker.criterion.name,
+                                         tracker.criterion.limit_text, window, values, passed,
+                                         tracker.instances, self.subinterval_s, reason)
+        return results
 
 
 def evaluate_series(series: npt.ArrayLike, criterion: Criterion, subinterval_s: float,

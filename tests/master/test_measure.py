@@ -15,6 +15,7 @@ from master.measure import (
     AccuracyCriterion,
     FioCriterion,
     FioLimit,
+    MeasureGroup,
     MeasureTracker,
     accuracy_scores,
     evaluate_series,
@@ -485,3 +486,69 @@ def test_tracker_misuse() -> None:
 def test_criterion_validation(make: Callable[[], object]) -> None:
     with pytest.raises(ConfigError):
         make()
+
+
+# --------------------------------------------------------------------------------------------
+# several fio criteria on one window
+# --------------------------------------------------------------------------------------------
+
+
+def test_group_attains_when_all_criteria_hold_on_the_same_window() -> None:
+    iops = np.array([500, 900, 1000, 1010, 990, 1000, 1005, 1000, 998, 1001, 1000, 1000],
+                    dtype=np.int64)
+    mbps = np.array([10.0, 20.0, 30.0, 31.0, 32.0, 33.0, 33.1, 33.0, 33.05, 33.0, 33.0, 33.0])
+    crits = [("iops", FioCriterion.parse("iops", "2%", 4)),
+             ("bw_slope", FioCriterion.parse("slope", "0.5%", 4))]
+    group = MeasureGroup(crits, ["all"], 1.0, timeout_s=12)
+    expected = next(end for end in range(3, 12)
+                    if fio_criterion(iops[end - 3:end + 1], "iops", "2%").attained
+                    and fio_criterion(mbps[end - 3:end + 1], "slope", "0.5%").attained)
+    for k in range(12):
+        rows = group.feed({"iops": iops[k:k + 1], "bw_slope": mbps[k:k + 1]})
+        if group.done:
+            break
+    assert k == expected
+    assert rows["iops"].attained and rows["bw_slope"].attained
+    results = group.result()
+    assert {r.window for r in results.values()} == {(expected - 3, expected + 1)}
+    assert all(r.valid for r in results.values())
+    # the IOPS criterion alone is attained earlier: the group waited for the slope
+    assert sliding_first_attained(iops, "iops", "2%", 4, 0) == 5 < expected
+
+
+def test_group_timeout_reports_best_common_window() -> None:
+    rng = np.random.default_rng(4)
+    a = 1000 * (1 + 0.1 * rng.normal(0, 1, size=20))
+    b = 1000 * (1 + 0.1 * rng.normal(0, 1, size=20))
+    a[8:12] = 1000.0
+    b[8:12] = [1000.0, 1001.0, 1000.0, 1001.0]
+    crits = [("a", FioCriterion.parse("deviation", "0.01%", 4)),
+             ("b", FioCriterion.parse("deviation", "0.01%", 4))]
+    group = MeasureGroup(crits, ["x"], 1.0, timeout_s=20)
+    for k in range(20):
+        group.feed({"a": a[k:k + 1], "b": b[k:k + 1]})
+    assert group.done
+    results = group.result()
+    assert {r.window for r in results.values()} == {(8, 12)}
+    assert not any(r.valid for r in results.values())
+    assert results["a"].values[0] == 0.0 and results["a"].passed == (True,)
+    assert results["b"].reason == "timeout" and results["b"].passed == (False,)
+
+
+@pytest.mark.parametrize(
+    "crits",
+    [[], [("a", FioCriterion.parse("iops", "1%", 4)), ("b", FioCriterion.parse("bw", "1%", 5))],
+     [("a", FioCriterion.parse("iops", "1%", 4)),
+      ("b", FioCriterion.parse("bw", "1%", 4, ramp_s=2))],
+     [("a", AccuracyCriterion())],
+     [("a", FioCriterion.parse("iops", "1%", 4)), ("a", FioCriterion.parse("bw", "1%", 4))]],
+)
+def test_group_validation(crits: list[tuple[str, FioCriterion]]) -> None:
+    with pytest.raises(ConfigError):
+        MeasureGroup(crits, ["x"], 1.0)
+
+
+def test_group_needs_every_row() -> None:
+    group = MeasureGroup([("a", FioCriterion.parse("iops", "1%", 4))], ["x"], 1.0)
+    with pytest.raises(ValueError):
+        group.feed({"b": [1]})
