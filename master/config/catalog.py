@@ -6,8 +6,8 @@ sequencer names, fio-style steady-state criteria. Data only: no parsing, no I/O.
 
 Focus metrics are the rollup columns ``measure`` and ``dfc`` can look at. Their names are the CSV
 column headers (units in names). A percentile ``pNN`` with a fractional part is written with an
-underscore: p99.9 → ``p99_9``. Every latency metric has a ``read_`` and ``write_`` variant, and so
-do ``IOPS`` and ``MB_per_s``.
+underscore: p99.9 → ``p99_9``. Every metric also has ``read_``, ``write_``, ``random_`` and
+``sequential_`` variants (the rollup's views).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ __all__ = [
     "BUILTIN_ROLLUPS",
     "FIO_CRITERIA",
     "FOCUS_METRICS",
+    "FOCUS_VIEW_PREFIXES",
     "IOSEQUENCERS",
     "LATENCY_STATS",
     "LUN_ATTRIBUTE_KEYS",
@@ -31,14 +32,21 @@ RANDOM_IOSEQUENCERS: frozenset[str] = frozenset({"random_steady", "random_indepe
 BUILTIN_ROLLUPS: tuple[str, ...] = ("all", "host", "lun", "workload")
 
 #: LUN attributes a LUN selector may match on (reported by slave LUN discovery).
+#: Names as in ``slave.luns.LunInfo.attributes()`` (where ``lun`` is the path; selectors use
+#: ``path`` / ``file`` for it). Discovery reports them as strings; ``rotational`` is "1" / "0".
 LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "vendor",
     "model",
     "serial",
+    "wwid",
     "kind",
+    "name",
     "size_bytes",
     "rotational",
     "logical_block_bytes",
+    "physical_block_bytes",
+    "parent",
+    "backing_file",
 )
 
 #: Latency statistics, each in milliseconds: ``<time>_<stat>_ms``.
@@ -55,12 +63,16 @@ LATENCY_STATS: tuple[str, ...] = (
 )
 
 
+#: Views of a rollup: all I/Os, reads, writes, random, sequential (column-name prefixes).
+FOCUS_VIEW_PREFIXES: tuple[str, ...] = ("", "read_", "write_", "random_", "sequential_")
+
+
 def _focus_metrics() -> frozenset[str]:
     bases = ["IOPS", "MB_per_s"]
     for time_kind in ("service_time", "response_time"):
         bases.extend(f"{time_kind}_{stat}_ms" for stat in LATENCY_STATS)
     names = set(bases)
-    for prefix in ("read_", "write_"):
+    for prefix in FOCUS_VIEW_PREFIXES[1:]:
         names.update(prefix + base for base in bases)
     return frozenset(names)
 

@@ -18,7 +18,7 @@ from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
-from master.config.workloads import WorkloadContext, parse_attribute_value, substitute_output_root
+from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
 from master.config.yamlnodes import Cursor, compose_text
 from master.units import parse_bytes, parse_duration_s, parse_fraction
 from protocol.errors import ConfigError
@@ -139,7 +139,10 @@ def _selector_hosts(cursor: Cursor | None, hosts: tuple[HostConfig, ...]) -> tup
     return tuple(chosen)
 
 
-def _lun_selector(entry: Cursor, hosts: tuple[HostConfig, ...], output_root: Path) -> LunSelector:
+def _lun_selector(
+    entry: Cursor, hosts: tuple[HostConfig, ...], output_root: Path
+) -> tuple[LunSelector, ...]:
+    """One ``luns:`` entry; a file with ``${host}`` becomes one selector per host."""
     entry.expect_map("a mapping with path, file or LUN attributes")
     entry.check_keys(LUN_KEYS)
     host_names = _selector_hosts(entry.get("hosts"), hosts)
@@ -167,10 +170,14 @@ def _lun_selector(entry: Cursor, hosts: tuple[HostConfig, ...], output_root: Pat
         path = path_cursor.string()
         if not path.startswith("/"):
             raise path_cursor.error(f"must be an absolute device path or glob (got {path!r})")
-        return LunSelector(host_names, "path", path=path, allow_write=allow_write, line=entry.line)
+        return (
+            LunSelector(host_names, "path", path=path, allow_write=allow_write, line=entry.line),
+        )
     if kinds[0] == "file":
         file_cursor = entry.require("file")
-        file = substitute_output_root(file_cursor, file_cursor.string(), output_root)
+        text = file_cursor.string()
+        values = {"output_root": str(output_root), "host": "${host}"}
+        file = substitute(file_cursor, text, values)
         if not file.startswith("/"):
             raise file_cursor.error(
                 f"must be absolute or start with ${{output_root}} (got {file!r})"
@@ -187,20 +194,28 @@ def _lun_selector(entry: Cursor, hosts: tuple[HostConfig, ...], output_root: Pat
         create = False if create_cursor is None else create_cursor.boolean()
         if create and size_bytes is None:
             raise entry.error("create: true needs size")
-        return LunSelector(
-            host_names,
-            "file",
-            file=file,
-            size_bytes=size_bytes,
-            create=create,
-            allow_write=allow_write,
-            line=entry.line,
+        # ${host} gives each host its own file: one selector per host
+        per_host = "${host}" in file
+        groups = [(name,) for name in host_names] if per_host else [host_names]
+        return tuple(
+            LunSelector(
+                group,
+                "file",
+                file=file.replace("${host}", group[0]) if per_host else file,
+                size_bytes=size_bytes,
+                create=create,
+                allow_write=allow_write,
+                line=entry.line,
+            )
+            for group in groups
         )
     matches = tuple(
         AttributeMatch(key, parse_attribute_value(entry.require(key))) for key in attribute_keys
     )
-    return LunSelector(
-        host_names, "attributes", attributes=matches, allow_write=allow_write, line=entry.line
+    return (
+        LunSelector(
+            host_names, "attributes", attributes=matches, allow_write=allow_write, line=entry.line
+        ),
     )
 
 
@@ -211,7 +226,9 @@ def _luns(
     cursor.expect_seq("a list of LUN selectors")
     if len(cursor) == 0:
         raise cursor.error("must list at least one LUN selector")
-    return tuple(_lun_selector(entry, hosts, output_root) for entry in cursor)
+    return tuple(
+        selector for entry in cursor for selector in _lun_selector(entry, hosts, output_root)
+    )
 
 
 # ---------------------------------------------------------------- rollups

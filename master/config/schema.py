@@ -112,7 +112,8 @@ class LunSelector:
     (bool, default false: a write to a LUN in use is refused by preflight unless this is true).
 
     ``file`` must be absolute or start with ``${output_root}``, which is replaced by the resolved
-    output root (absolute, on the controller: meaningful for ``localhost``). ``size`` is bytes
+    output root (absolute, on the controller: meaningful for ``localhost``). ``${host}`` in a file
+    path gives every host its own file: the entry becomes one selector per host. ``size`` is bytes
     with units, a positive multiple of 512, required with ``create: true``.
     """
 

@@ -156,7 +156,7 @@ def _metric_hint() -> str:
     stats = ", ".join(LATENCY_STATS)
     return (
         "known: IOPS, MB_per_s, service_time_<stat>_ms, response_time_<stat>_ms, each also with "
-        f"read_ or write_ in front; <stat> is one of {stats}"
+        f"read_, write_, random_ or sequential_ in front; <stat> is one of {stats}"
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,7 +38,7 @@ __all__ = [
     "WorkloadTable",
     "parse_attribute_value",
     "parse_settings",
-    "substitute_output_root",
+    "substitute",
 ]
 
 WORKLOAD_KEYS: tuple[str, ...] = (
@@ -81,13 +81,14 @@ class WorkloadContext:
     output_root: Path
 
 
-def substitute_output_root(cursor: Cursor, text: str, output_root: Path) -> str:
-    """Replace ``${output_root}``; any other ``${...}`` is an error."""
+def substitute(cursor: Cursor, text: str, values: Mapping[str, str]) -> str:
+    """Replace ``${name}`` placeholders by ``values[name]``; any other ``${...}`` is an error."""
 
     def replace(match: re.Match[str]) -> str:
-        if match.group(1) != "output_root":
-            raise cursor.error(f"unknown placeholder ${{{match.group(1)}}} (only ${{output_root}})")
-        return str(output_root)
+        if match.group(1) not in values:
+            known = ", ".join(f"${{{name}}}" for name in values)
+            raise cursor.error(f"unknown placeholder ${{{match.group(1)}}} (known: {known})")
+        return values[match.group(1)]
 
     return _PLACEHOLDER.sub(replace, text)
 
@@ -262,7 +263,8 @@ def _lun_choice(cursor: Cursor, context: WorkloadContext) -> LunChoice:
             raise cursor.error("must not be empty")
         paths = []
         for item in cursor:
-            path = substitute_output_root(item, item.string(), context.output_root)
+            values = {"output_root": str(context.output_root)}
+            path = substitute(item, item.string(), values)
             if not path.startswith("/"):
                 raise item.error(f"must be an absolute LUN path (got {path!r})")
             _check_path_selected(item, path, context.luns)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from master.config import (
+    FOCUS_METRICS,
     AccuracyCriterion,
     AttributeMatch,
     FioCriteria,
@@ -617,3 +618,41 @@ def test_error_is_one_line_with_file_line_and_key_path() -> None:
         12,
         "steps[1].workloads[0].blocksize",
     )
+
+
+def test_file_lun_per_host_placeholder() -> None:
+    cfg = parse(
+        """\
+        test: t
+        hosts: ["h[1-2]", localhost]
+        luns:
+          - {hosts: "h[1-2]", file: "/dev/shm/x-${host}.lun", size: 1MiB, create: true}
+          - {hosts: localhost, file: "${output_root}/shared.lun"}
+        steps: [{name: s, workloads: [{name: w, iosequencer: sequential}]}]
+        """
+    )
+    assert [(lun.hosts, lun.file) for lun in cfg.luns] == [
+        (("h1",), "/dev/shm/x-h1.lun"),
+        (("h2",), "/dev/shm/x-h2.lun"),
+        (("localhost",), "/base/ivypy-output/shared.lun"),
+    ]
+    assert all(lun.line == 4 for lun in cfg.luns[:2])
+
+
+def test_focus_metric_catalog() -> None:
+    expected = {
+        "IOPS",
+        "MB_per_s",
+        "service_time_mean_ms",
+        "service_time_p99_ms",
+        "response_time_p99_ms",
+        "service_time_p99_9_ms",
+        "read_IOPS",
+        "write_MB_per_s",
+        "write_service_time_p99_ms",
+        "random_response_time_max_ms",
+        "sequential_IOPS",
+    }
+    assert expected <= FOCUS_METRICS
+    assert "service_time_p99.9_ms" not in FOCUS_METRICS
+    assert "iops" not in FOCUS_METRICS
