@@ -264,15 +264,23 @@ def student_t_quantile(p: float, df: float) -> float:
         lo, hi = hi, hi * 2.0
         if hi > 1e12:
             return math.inf
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if student_t_cdf(mid, df) < p:
-            lo = mid
+    # Newton on the CDF, safeguarded by the bracket [lo, hi] (bisection when Newton leaves it)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    t = 0.5 * (lo + hi)
+    for _ in range(100):
+        f = student_t_cdf(t, df) - p
+        if f < 0:
+            lo = t
         else:
-            hi = mid
-        if hi - lo <= 1e-13 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+            hi = t
+        pdf = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
+        nxt = t - f / pdf if pdf > 0 else 0.5 * (lo + hi)
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi)
+        if abs(nxt - t) <= 1e-14 * max(1.0, abs(t)) or hi - lo <= 1e-14 * max(1.0, hi):
+            return nxt
+        t = nxt
+    return t
 
 
 #: Largest lag-1 autocorrelation the correction will use; beyond it a window is a trend, not
@@ -453,7 +461,8 @@ def accuracy_scores(series: npt.ArrayLike, end: int, first: int,
         df = np.broadcast_to(nf - 1.0, mean.shape)
         factor = np.full(mean.shape, float(criterion.autocorrelation))
     p = 0.5 * (1.0 + criterion.confidence)
-    t = np.vectorize(lambda d: student_t_quantile(p, float(d)), otypes=[np.float64])(df)
+    uniq, inverse = np.unique(df, return_inverse=True)
+    t = np.array([student_t_quantile(p, float(d)) for d in uniq])[inverse].reshape(df.shape)
     half = t * factor * np.sqrt(var / nf)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(mean != 0.0, half / np.abs(mean), np.inf)
