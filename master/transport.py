@@ -164,8 +164,11 @@ def check_probe(
         )
     lines = stdout.splitlines()
     head = lines[0].split() if lines else []
-    if exit_status != 0 or len(head) != 4 or head[0] != "python" or not all(
-        p.isdigit() for p in head[1:]
+    if (
+        exit_status != 0
+        or len(head) != 4
+        or head[0] != "python"
+        or not all(p.isdigit() for p in head[1:])
     ):
         raise SlaveStartError(
             f"{python} did not run the interpreter check; is it a Python 3?",
@@ -192,9 +195,7 @@ def check_probe(
             problems.append(f"lacks {module}: {_install_hint(module)}")
         elif _version_tuple(seen) < minimum:
             wanted = ".".join(map(str, minimum))
-            problems.append(
-                f"has {module} {seen}, needs >= {wanted}: {_install_hint(module)}"
-            )
+            problems.append(f"has {module} {seen}, needs >= {wanted}: {_install_hint(module)}")
     if problems:
         raise SlaveStartError(f"{python} " + "; ".join(problems), host=host)
     return PythonInfo(version=version, module_versions=found)

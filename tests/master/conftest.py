@@ -36,7 +36,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 # fails), reports on stderr where msgpack came from, writes its pid as the first stdout line,
 # then echoes stdin to stdout until EOF, exiting 0. "EXIT n\n" makes it exit with status n;
 # "IGNORE-EOF\n" makes it ignore EOF and sleep (to test terminate/kill).
-ECHO_SOURCE = b'''\
+ECHO_SOURCE = b"""\
 import os, sys, time
 
 
@@ -64,7 +64,7 @@ def main():
             ignore_eof = True
         out.write(chunk)
         out.flush()
-'''
+"""
 
 
 @pytest.fixture(scope="session")

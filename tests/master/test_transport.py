@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -18,11 +19,13 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+import asyncssh
 import pytest
 
 from master.transport import (
     SlaveConnection,
     SshHostSpec,
+    _describe,
     check_probe,
     open_local,
     open_ssh,
@@ -117,12 +120,21 @@ GOOD = "python 3 11 2\nnumpy 1.24.2\npsutil 5.9.4\n"
     [
         (127, "", "python3 not found: install python3"),
         (0, "python 3 9 2\nnumpy 1.24.2\npsutil 5.9.4\n", "is Python 3.9.2; the slave needs"),
-        (0, "python 3 11 2\nnumpy MISSING ModuleNotFoundError\npsutil 5.9.4\n",
-         "python3 lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy"),
-        (0, "python 3 11 2\nnumpy 1.24.2\npsutil MISSING ImportError\n",
-         "python3 lacks psutil: install python3-psutil (Debian/Ubuntu) or pip install psutil"),
-        (0, "python 3 12 0\nnumpy MISSING ModuleNotFoundError\npsutil MISSING X\n",
-         "lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy; lacks psutil"),
+        (
+            0,
+            "python 3 11 2\nnumpy MISSING ModuleNotFoundError\npsutil 5.9.4\n",
+            "python3 lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy",
+        ),
+        (
+            0,
+            "python 3 11 2\nnumpy 1.24.2\npsutil MISSING ImportError\n",
+            "python3 lacks psutil: install python3-psutil (Debian/Ubuntu) or pip install psutil",
+        ),
+        (
+            0,
+            "python 3 12 0\nnumpy MISSING ModuleNotFoundError\npsutil MISSING X\n",
+            "lacks numpy: install python3-numpy (Debian/Ubuntu) or pip install numpy; lacks psutil",
+        ),
         (0, "python 3 11 2\nnumpy 1.21.5\npsutil 5.9.4\n", "has numpy 1.21.5, needs >= 1.24"),
         (0, "python 3 11 2\npsutil 5.9.4\n", "lacks numpy"),
         (1, "", "did not run the interpreter check"),
@@ -152,6 +164,26 @@ def test_probe_accepts_good_interpreters(stdout: str) -> None:
     info = check_probe("h1", "python3", 0, stdout, "")
     assert info.version[:2] >= (3, 10)
     assert set(info.module_versions) == {"numpy", "psutil"}
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (asyncssh.HostKeyNotVerifiable("Host key is not trusted"), "host key verification failed"),
+        (asyncssh.PermissionDenied("Permission denied"), "permission denied (Permission denied)"),
+        (asyncssh.ConnectionLost("Connection lost"), "connection lost (Connection lost)"),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "unreachable: connection refused"),
+        (TimeoutError(), "unreachable: timeout after 2.5 s"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "unreachable: No route to host"),
+        (OSError(errno.ENETUNREACH, "Network is unreachable"), "unreachable: Network is"),
+        (socket.gaierror(-2, "Name or service not known"), "unreachable: cannot resolve the host"),
+        (FileNotFoundError(errno.ENOENT, "No such file", "/k/id"), "cannot read /k/id: No such"),
+        (asyncssh.KeyImportError("Passphrase must be specified"), "cannot load an SSH key"),
+        (asyncssh.SFTPFailure("disk full"), "uploading the slave failed: disk full"),
+    ],
+)
+def test_foreign_errors_become_reasons(exc: BaseException, expected: str) -> None:
+    assert _describe(exc, 2.5).startswith(expected)
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,9 +288,7 @@ asyncio.run(main())
 
 def test_local_slave_exits_when_the_master_is_killed(tmp_path: Path) -> None:
     code = _HOLD_LOCAL.format(tests=str(REPO_ROOT / "tests" / "master"), cache=str(tmp_path))
-    master = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=REPO_ROOT
-    )
+    master = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=REPO_ROOT)
     try:
         assert master.stdout is not None
         slave_pid = int(master.stdout.readline())
@@ -466,11 +496,9 @@ def test_testbed_three_hosts_share_one_upload_and_echo(
     remote_dir = str(tmp_path / "remote-cache")
 
     async def scenario() -> None:
+        specs = [spec_on_testbed(testbed, h) for h in testbed.hosts]
         conns = await asyncio.gather(
-            *(
-                open_ssh(spec_on_testbed(testbed, h), zipapp=echo_zipapp, remote_cache_dir=remote_dir)
-                for h in testbed.hosts
-            )
+            *(open_ssh(s, zipapp=echo_zipapp, remote_cache_dir=remote_dir) for s in specs)
         )
         try:
             payloads = [os.urandom(100_000 + i) for i in range(len(conns))]
