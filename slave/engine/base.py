@@ -1,0 +1,99 @@
+"""The I/O engine interface and the slot table that engines and the engine loop share.
+
+Owns ``SlotTable`` (one iocb-shaped numpy record per I/O slot, whatever the engine: libaio
+submits the records as they are, the other engines read their fields) and the ``IoEngine``
+protocol. It must not decide offsets, pacing or statistics: that is the engine loop's.
+
+An engine takes batches of slot numbers (``submit``) and hands back completed slot numbers with
+their results (``reap`` / ``poll`` fill ``done_slot[:n]`` and ``done_res[:n]``; a result is the
+byte count transferred or ``-errno``). Engines never allocate a Python object per I/O on the hot
+path (the thread-pool fallback, which must, is the documented exception).
+"""
+
+from __future__ import annotations
+
+import mmap
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
+
+PAGE_BYTES = mmap.PAGESIZE
+
+
+class SlotTable:
+    """``capacity`` I/O slots, one 128-byte row each (16 int64 words), page aligned:
+
+    * words 0-7 are the slot's ``struct iocb`` (word 0 ``aio_data`` = slot number, word 2 packs
+      opcode and fd, 3 buffer address, 4 byte count, 5 offset) - what ``io_submit`` reads;
+    * words 8-15 are the engine loop's bookkeeping (owner, category, submit and scheduled
+      times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
+    """
+
+    ROW_WORDS = 16
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        row_bytes = self.ROW_WORDS * 8
+        self._mem = mmap.mmap(-1, max(capacity * row_bytes, PAGE_BYTES))
+        self.rows: npt.NDArray[np.int64] = np.frombuffer(
+            self._mem, dtype=np.int64, count=capacity * self.ROW_WORDS
+        ).reshape(capacity, self.ROW_WORDS)
+        base = self.rows.ctypes.data
+        self.addr = base + np.arange(capacity, dtype=np.uint64) * np.uint64(row_bytes)
+        self.rows[:, W_DATA] = np.arange(capacity)  # the slot number comes back in io_event.data
+
+    def fields(
+        self, slots: npt.NDArray[np.intp]
+    ) -> tuple[
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+        npt.NDArray[np.int64],
+    ]:
+        """(opcode, fd, buffer address, byte count, offset) of ``slots`` (for non-AIO engines)."""
+        r = self.rows[slots]
+        w = r[:, W_OPCODE_FD]
+        return w & 0xFFFF, w >> 32, r[:, W_BUF], r[:, W_NBYTES], r[:, W_OFFSET]
+
+
+class AlignedBuffers:
+    """``n`` page-aligned buffers of ``slot_bytes`` each (anonymous mmap), as a uint8 matrix."""
+
+    def __init__(self, n: int, slot_bytes: int) -> None:
+        slot_bytes = -(-slot_bytes // PAGE_BYTES) * PAGE_BYTES
+        self._mem = mmap.mmap(-1, max(n * slot_bytes, PAGE_BYTES))
+        self.array: npt.NDArray[np.uint8] = np.frombuffer(
+            self._mem, dtype=np.uint8, count=n * slot_bytes
+        ).reshape(n, slot_bytes)
+        self.slot_bytes = slot_bytes
+        self.addr = self.array.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(slot_bytes)
+
+
+class IoEngine(Protocol):
+    """What the engine loop needs from an engine."""
+
+    name: str
+    #: extra ``os.open`` flags for LUNs served by this engine (``O_DIRECT`` for libaio)
+    open_flags: int
+    done_slot: npt.NDArray[np.uint64]
+    done_res: npt.NDArray[np.int64]
+
+    def submit(self, slots: npt.NDArray[np.intp]) -> None:
+        """Start the I/Os described by ``table.iocb[slots]``; all of them, or raise."""
+
+    def submit_one(self, slot: int) -> None:
+        """``submit`` for a single slot, without building an array."""
+
+    def reap(self, min_nr: int, timeout_ns: int) -> int:
+        """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in
+        ``done_slot`` / ``done_res`` (at most ``capacity``). ``timeout_ns`` 0 does not wait."""
+
+    def poll(self) -> int:
+        """Completions available now, without waiting (and, for libaio, without a syscall)."""
+
+    def close(self) -> None:
+        """Cancel or finish in-flight I/O and release kernel resources."""

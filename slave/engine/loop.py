@@ -1,0 +1,695 @@
+"""The engine loop: one thread of control that drives many workloads through shared engines.
+
+Owns the hot path: reap a batch of completions, resubmit the completed slots (before any
+bookkeeping) with the next precomputed I/Os of their workloads, submit paced I/Os when their
+scheduled time comes, buffer raw completion records and bin them into the running subinterval's
+``WorkloadStats`` in bulk, and switch subinterval buffers at each boundary. One timestamp is
+taken per submit batch and one per reap batch. Small batches (queue depth 1 and 2) take a plain
+scalar path; larger ones are handled with a fixed number of numpy operations per batch.
+
+It must not talk to processes, pipes or the network: everything outside the loop goes through
+the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
+
+Time: ``time.monotonic_ns``. Service time = submit -> completion; response time = scheduled start
+-> completion (for ``iops=max`` the scheduled start is the submit time). Paced I/Os keep their
+schedule when the device cannot keep up, so the backlog shows in response time (no coordinated
+omission). A workload never has more than ``iodepth`` I/Os in flight: it owns exactly
+``iodepth`` slots.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave.datapattern import WritePattern
+from slave.engine.aio_abi import (
+    IOCB_CMD_PREAD,
+    IOCB_CMD_PWRITE,
+    W_BUF,
+    W_NBYTES,
+    W_OFFSET,
+    W_OPCODE_FD,
+    opcode_fd_word,
+)
+from slave.engine.base import AlignedBuffers, IoEngine, SlotTable
+from slave.params import WorkloadParams
+from slave.sequencer import Sequencer
+
+log = logging.getLogger(__name__)
+
+FLUSH_AT: Final = 8192  # completion records buffered before binning
+RING_MIN: Final = 2048  # I/Os precomputed per refill
+POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
+SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
+LOGGED_ERRORS_PER_WORKLOAD: Final = 5
+_INF: Final = 1 << 62
+# bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
+C_OWNER, C_CAT, C_SUBMIT, C_SCHED, C_NBYTES, C_ROW, C_RES, C_DONE = 8, 9, 10, 11, 12, 13, 14, 15
+# a precomputed I/O: (opcode|fd word, offset, category, submit time, scheduled time), scattered
+# into these row words in one operation
+_SCATTER: Final = np.array([2, 5, C_CAT, C_SUBMIT, C_SCHED], dtype=np.intp)
+R_OPFD, R_OFF, R_CAT, R_SUBMIT, R_SCHED = 0, 1, 2, 3, 4
+
+
+class LoopControl(Protocol):
+    """What the engine loop asks of its owner."""
+
+    def poll(self, loop: EngineLoop) -> None:
+        """Called every few ms while running: stage commands, or call ``loop.request_stop()``."""
+
+    def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
+        """At the end of subinterval ``finished_index`` (its records are already binned):
+        check that the next buffer is ready to run (raise if not) and apply staged changes."""
+
+    def handed_over(
+        self,
+        loop: EngineLoop,
+        finished_index: int,
+        switch_done_ns: int,
+        handed_over_ns: int,
+        io_errors: dict[str, dict[str, int]],
+    ) -> None:
+        """Subinterval ``finished_index`` is complete in its buffer; latencies are relative to
+        the boundary."""
+
+
+@dataclass
+class WorkloadSpec:
+    """Everything a workload needs to join a loop (prepared outside the hot path)."""
+
+    workload_id: str
+    params: WorkloadParams
+    engine: IoEngine
+    fd: int
+    lun_size_bytes: int
+    logical_block_bytes: int
+    stats: tuple[WorkloadStats, WorkloadStats]
+    on_release: Callable[[], None] | None = None  # called when the loop drops the workload
+
+
+@dataclass
+class _Workload:
+    index: int
+    spec: WorkloadSpec
+    seq: Sequencer
+    pattern: WritePattern | None
+    slots: npt.NDArray[np.intp]
+    buffers: AlignedBuffers
+    paced: bool
+    free: list[int] = field(default_factory=list)
+    ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 5), np.int64))
+    ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    cur: int = 0
+    fixed_cat: int = -1  # category of every I/O, or -1 when it varies
+    errors: dict[str, int] = field(default_factory=dict)
+    errors_logged: int = 0
+    old_buffers: list[AlignedBuffers] = field(default_factory=list)
+
+    @property
+    def params(self) -> WorkloadParams:
+        return self.spec.params
+
+
+def _errno_name(res: int) -> str:
+    if res >= 0:
+        return "short"
+    return errno_mod.errorcode.get(-res, f"errno{-res}")
+
+
+class EngineLoop:
+    """Serves many workloads through one slot table and one engine per engine kind."""
+
+    def __init__(self, capacity: int = 8192, name: str = "loop") -> None:
+        self.name = name
+        self.table = SlotTable(capacity)
+        self._rows = self.table.rows
+        self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
+        self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
+        self._pend = np.zeros((FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
+        self._p = 0
+        self._wl: list[_Workload | None] = []
+        self._engines: dict[str, IoEngine] = {}
+        self._engine_makers: dict[str, Callable[[SlotTable], IoEngine]] = {}
+        self._engine_list: list[IoEngine] = []
+        self._in_flight = 0
+        self._retired_in_flight = 0
+        self._buf = 0  # which of the two stats buffers is running
+        self._stop = False
+        self._discard = False
+        self._busy_poll = False
+        self._single: _Workload | None = None  # the only workload, when it runs at max iops
+        self._paced: list[_Workload] = []
+        self.subinterval_index = -1
+
+    # ------------------------------------------------------------------ set-up
+    def register_engine_kind(self, kind: str, maker: Callable[[SlotTable], IoEngine]) -> None:
+        self._engine_makers[kind] = maker
+
+    def engine(self, kind: str) -> IoEngine:
+        """The loop's engine of ``kind``, created on first use."""
+        eng = self._engines.get(kind)
+        if eng is None:
+            maker = self._engine_makers.get(kind)
+            if maker is None:
+                raise IoEngineError(f"{self.name}: no engine of kind {kind!r}")
+            eng = maker(self.table)
+            self._engines[kind] = eng
+            self._engine_list = list(self._engines.values())
+        return eng
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def running_buffer(self) -> int:
+        return self._buf
+
+    def workload_ids(self) -> list[str]:
+        return [w.spec.workload_id for w in self._wl if w is not None]
+
+    def _alloc_slots(self, n: int, workload_id: str) -> npt.NDArray[np.intp]:
+        if n > len(self._free_slots):
+            raise IoEngineError(
+                f"{self.name}: workload {workload_id} needs {n} I/O slots, only "
+                f"{len(self._free_slots)} of {self.table.capacity} are free"
+            )
+        got = [self._free_slots.pop() for _ in range(n)]
+        return np.array(got, dtype=np.intp)
+
+    def _setup_slots(self, w: _Workload) -> None:
+        p = w.params
+        slots = w.slots
+        rows = self._rows
+        rows[slots, W_BUF] = w.buffers.addr[: slots.size].astype(np.int64)
+        rows[slots, W_NBYTES] = p.blocksize_bytes
+        rows[slots, C_ROW] = np.arange(slots.size)
+        rows[slots, C_OWNER] = w.index
+        rows[slots, C_NBYTES] = p.blocksize_bytes
+        self._active[slots] = w.index
+        w.fixed_cat = -1
+        if p.read_fraction in (0.0, 1.0):
+            w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
+
+    def add_workload(self, spec: WorkloadSpec, at_ns: int | None) -> None:
+        """Join ``spec``; with ``at_ns`` (loop running) its schedule starts then and a max-iops
+        workload fills its queue at once."""
+        p = spec.params
+        w = _Workload(
+            index=len(self._wl),
+            spec=spec,
+            seq=Sequencer(
+                p,
+                lun_size_bytes=spec.lun_size_bytes,
+                logical_block_bytes=spec.logical_block_bytes,
+                stream=spec.workload_id,
+            ),
+            pattern=self._make_pattern(p),
+            slots=self._alloc_slots(p.iodepth, spec.workload_id),
+            buffers=AlignedBuffers(p.iodepth, p.blocksize_bytes),
+            paced=p.iops is not None,
+        )
+        self._wl.append(w)
+        self._setup_slots(w)
+        self._refresh()
+        if at_ns is not None:
+            self._start_workload(w, at_ns)
+
+    @staticmethod
+    def _make_pattern(p: WorkloadParams) -> WritePattern | None:
+        if not p.writes:
+            return None
+        return WritePattern(p.write_data, p.write_data_ratio, p.blocksize_bytes, p.seed)
+
+    def edit_workload(self, workload_id: str, params: WorkloadParams, at_ns: int | None) -> None:
+        """New parameters for a workload (at a boundary when running). Its sequential position
+        carries over; its schedule restarts at ``at_ns``."""
+        w = self._find(workload_id)
+        old = w.params
+        w.spec.params = params
+        w.seq = w.seq.edited(params, at_ns=at_ns or 0)
+        w.pattern = self._make_pattern(params)
+        same_slots = params.iodepth == old.iodepth and params.blocksize_bytes == old.blocksize_bytes
+        was_paced = w.paced
+        w.paced = params.iops is not None
+        w.cur = 0
+        w.ring = w.ring[:0]
+        w.ring_write = w.ring_write[:0]
+        if same_slots:
+            self._setup_slots(w)
+            self._refresh()
+            if at_ns is not None and was_paced and not w.paced and w.free:
+                free = np.array(w.free, dtype=np.intp)
+                w.free = []
+                self._issue(w, free)
+            return
+        self._retire(w)
+        w.old_buffers.append(w.buffers)  # in-flight I/Os may still use them
+        w.buffers = AlignedBuffers(params.iodepth, params.blocksize_bytes)
+        w.slots = self._alloc_slots(params.iodepth, workload_id)
+        self._setup_slots(w)
+        self._refresh()
+        if at_ns is not None:
+            self._start_workload(w, at_ns)
+
+    def remove_workload(self, workload_id: str) -> None:
+        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""
+        w = self._find(workload_id)
+        self._retire(w)
+        self._wl[w.index] = None
+        self._refresh()
+        if w.spec.on_release is not None:
+            w.spec.on_release()
+
+    def _find(self, workload_id: str) -> _Workload:
+        for w in self._wl:
+            if w is not None and w.spec.workload_id == workload_id:
+                return w
+        raise IoEngineError(f"{self.name}: no workload {workload_id}")
+
+    def _retire(self, w: _Workload) -> None:
+        """Stop resubmitting ``w``'s slots: idle ones go back to the pool now, in-flight ones
+        when they complete."""
+        self._active[w.slots] = -1
+        # not running: nothing is in flight; running: only a paced workload's free slots idle
+        running = self.subinterval_index >= 0
+        idle = w.slots.tolist() if not running else list(w.free) if w.paced else []
+        self._free_slots.extend(idle)
+        self._retired_in_flight += int(w.slots.size) - len(idle)
+        w.free = []
+
+    def _refresh(self) -> None:
+        live = [w for w in self._wl if w is not None]
+        self._paced = [w for w in live if w.paced]
+        self._busy_poll = any(w.params.busy_poll for w in live)
+        self._single = None
+        if len(live) == 1 and not live[0].paced and self._retired_in_flight == 0:
+            self._single = live[0]
+
+    def _start_workload(self, w: _Workload, at_ns: int) -> None:
+        w.seq.start(at_ns)
+        if w.paced:
+            w.free = w.slots.tolist()[::-1]
+        else:
+            self._issue(w, w.slots)
+
+    # ------------------------------------------------------------------ issuing I/O
+    def _refill(self, w: _Workload, need: int) -> None:
+        """Precompute the workload's next I/Os (keeping the unused rest)."""
+        n = max(RING_MIN, need, 4 * w.params.iodepth)
+        ch = w.seq.chunk(n)
+        fd = w.spec.fd
+        ring = np.empty((n, 5), dtype=np.int64)
+        ring[:, R_OPFD] = np.where(
+            ch.is_write, opcode_fd_word(IOCB_CMD_PWRITE, fd), opcode_fd_word(IOCB_CMD_PREAD, fd)
+        )
+        ring[:, R_OFF] = ch.offset_bytes
+        ring[:, R_CAT] = ch.category
+        ring[:, R_SUBMIT] = 0
+        ring[:, R_SCHED] = ch.sched_ns
+        c = w.cur
+        w.ring = np.concatenate([w.ring[c:], ring])
+        w.ring_write = np.concatenate([w.ring_write[c:], ch.is_write])
+        w.cur = 0
+
+    def _issue(self, w: _Workload, slots: npt.NDArray[np.intp]) -> None:
+        """Submit ``w``'s next ``len(slots)`` I/Os on ``slots``."""
+        k = int(slots.size)
+        if k == 1:
+            self._issue1(w, int(slots[0]))
+            return
+        c = w.cur
+        if c + k > w.ring.shape[0]:
+            self._refill(w, k)
+            c = 0
+        e = c + k
+        w.cur = e
+        ring = w.ring[c:e]
+        if w.pattern is not None:
+            wmask = w.ring_write[c:e]
+            if wmask.any():
+                ws = slots[wmask]
+                w.pattern.fill(w.buffers.array, self._rows[ws, C_ROW], ring[wmask, R_OFF])
+        t_sub = time.monotonic_ns()
+        if w.paced:
+            ring[:, R_SUBMIT] = t_sub
+        else:
+            ring[:, R_SUBMIT:] = t_sub
+        self._rows[slots[:, None], _SCATTER] = ring
+        w.spec.engine.submit(slots)
+        self._in_flight += k
+
+    def _issue1(self, w: _Workload, slot: int) -> None:
+        """``_issue`` for one slot, with scalar operations only."""
+        c = w.cur
+        if c >= w.ring.shape[0]:
+            self._refill(w, 1)
+            c = 0
+        w.cur = c + 1
+        opfd, off, cat, _, sched = w.ring[c].tolist()
+        if w.pattern is not None and w.ring_write[c]:
+            w.pattern.fill(
+                w.buffers.array,
+                np.array([self._rows[slot, C_ROW]], dtype=np.intp),
+                np.array([off], dtype=np.int64),
+            )
+        row = self._rows[slot]
+        row[W_OPCODE_FD] = opfd
+        row[W_OFFSET] = off
+        row[C_CAT] = cat
+        t_sub = time.monotonic_ns()
+        row[C_SUBMIT] = t_sub
+        row[C_SCHED] = sched if w.paced else t_sub
+        w.spec.engine.submit_one(slot)
+        self._in_flight += 1
+
+    def _submit_due(self, now: int) -> int:
+        """Submit every paced I/O whose time has come and that has a free slot; returns the
+        earliest scheduled time of a waiting I/O that has a slot (or a far future)."""
+        next_due = _INF
+        for w in self._paced:
+            if not w.free:
+                continue
+            nfree = len(w.free)
+            c = w.cur
+            if c + nfree > w.ring.shape[0]:
+                self._refill(w, nfree)
+                c = 0
+            sched = w.ring[c : c + nfree, R_SCHED]
+            first = int(sched[0])
+            if first > now:
+                next_due = min(next_due, first)
+                continue
+            k = 1 if nfree == 1 else int(np.searchsorted(sched, now, side="right"))
+            if k == 1:
+                self._issue1(w, w.free.pop())
+            else:
+                self._issue(w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp))
+            if w.free:
+                nxt = w.cur
+                if nxt < w.ring.shape[0]:
+                    next_due = min(next_due, int(w.ring[nxt, R_SCHED]))
+                else:
+                    next_due = now
+        return next_due
+
+    # ------------------------------------------------------------------ completions
+    def _complete(self, engine: IoEngine, n: int, t: int) -> None:
+        """Record ``n`` reaped completions (reaped at ``t``) and recycle their slots."""
+        self._in_flight -= n
+        if n <= SCALAR_MAX:
+            self._complete_scalar(engine, n, t)
+            return
+        slots = engine.done_slot[:n].astype(np.intp)
+        p = self._p
+        q = p + n
+        pend = self._pend
+        np.take(self._rows, slots, axis=0, out=pend[p:q])
+        single = self._single
+        if single is not None:
+            self._issue(single, slots)  # resubmit before the bookkeeping
+        else:
+            self._recycle(slots)
+        pend[p:q, C_RES] = engine.done_res[:n]
+        pend[p:q, C_DONE] = t
+        self._p = q
+        if q >= FLUSH_AT:
+            self.flush()
+
+    def _complete_scalar(self, engine: IoEngine, n: int, t: int) -> None:
+        ds = engine.done_slot
+        dr = engine.done_res
+        pend = self._pend
+        rows = self._rows
+        p = self._p
+        for i in range(n):
+            s = int(ds[i])
+            res = int(dr[i])
+            pr = pend[p]
+            pr[:] = rows[s]
+            p += 1
+            owner = int(self._active[s])
+            if owner < 0:
+                self._free_slots.append(s)
+                self._retired_in_flight -= 1
+                if self._retired_in_flight == 0:
+                    self._refresh()
+            else:
+                w = self._wl[owner]
+                assert w is not None
+                if w.paced:
+                    w.free.append(s)
+                else:
+                    self._issue1(w, s)
+            pr[C_RES] = res
+            pr[C_DONE] = t
+        self._p = p
+        if p >= FLUSH_AT:
+            self.flush()
+
+    def _recycle(self, slots: npt.NDArray[np.intp]) -> None:
+        """Completed slots of several workloads: resubmit (max iops), free (paced) or return
+        to the pool (retired)."""
+        owners = self._active[slots]
+        lo = int(owners.min())
+        if lo == int(owners.max()):
+            self._recycle_one(lo, slots)
+            return
+        order = np.argsort(owners, kind="stable")
+        owners = owners[order]
+        slots = slots[order]
+        cuts = np.flatnonzero(owners[1:] != owners[:-1]) + 1
+        bounds = [0, *cuts.tolist(), int(slots.size)]
+        for a, b in itertools.pairwise(bounds):
+            self._recycle_one(int(owners[a]), slots[a:b])
+
+    def _recycle_one(self, owner: int, slots: npt.NDArray[np.intp]) -> None:
+        if owner < 0:
+            self._free_slots.extend(slots.tolist())
+            self._retired_in_flight -= int(slots.size)
+            if self._retired_in_flight == 0:
+                self._refresh()
+            return
+        w = self._wl[owner]
+        assert w is not None
+        if w.paced:
+            w.free.extend(slots.tolist())
+        else:
+            self._issue(w, slots)
+
+    # ------------------------------------------------------------------ statistics
+    def flush(self) -> None:
+        """Bin the buffered completion records into the running stats buffers."""
+        p = self._p
+        if p == 0:
+            return
+        rows = self._pend[:p]
+        self._p = 0
+        ok = rows[:, C_RES] == rows[:, C_NBYTES]
+        if not bool(ok.all()):
+            self._count_errors(rows[~ok])
+            rows = rows[ok]
+            if rows.shape[0] == 0:
+                return
+        owner = rows[:, C_OWNER]
+        lo = int(owner.min())
+        if lo == int(owner.max()):
+            self._record(lo, rows)
+            return
+        order = np.argsort(owner, kind="stable")
+        rows = rows[order]
+        owner = rows[:, C_OWNER]
+        cuts = np.flatnonzero(owner[1:] != owner[:-1]) + 1
+        for part in np.split(rows, cuts):
+            self._record(int(part[0, C_OWNER]), part)
+
+    def _record(self, owner: int, rows: npt.NDArray[np.int64]) -> None:
+        w = self._wl[owner] if owner < len(self._wl) else None
+        if w is None or self._discard:
+            return  # the workload was deleted (its last I/Os are not counted), or stop
+        done = rows[:, C_DONE]
+        w.spec.stats[self._buf].record(
+            rows[:, C_CAT] if w.fixed_cat < 0 else w.fixed_cat,
+            done - rows[:, C_SUBMIT],
+            done - rows[:, C_SCHED],
+            rows[:, C_NBYTES],
+        )
+
+    def _count_errors(self, bad: npt.NDArray[np.int64]) -> None:
+        for row in bad.tolist():
+            owner, cat, nbytes, res = row[C_OWNER], row[C_CAT], row[C_NBYTES], row[C_RES]
+            w = self._wl[owner] if owner < len(self._wl) else None
+            if w is None or self._discard:
+                continue
+            name = _errno_name(res)
+            w.errors[name] = w.errors.get(name, 0) + 1
+            w.spec.stats[self._buf].record_errors(cat, 1)
+            if w.errors_logged < LOGGED_ERRORS_PER_WORKLOAD:
+                w.errors_logged += 1
+                what = (
+                    f"short transfer of {res} of {nbytes} bytes"
+                    if res >= 0
+                    else f"{name} ({os.strerror(-res)})"
+                )
+                log.warning(
+                    "workload %s: I/O error at offset %d: %s",
+                    w.spec.workload_id,
+                    row[W_OFFSET],
+                    what,
+                )
+
+    def take_errors(self) -> dict[str, dict[str, int]]:
+        """I/O errors per workload since the last call, by errno name (``short`` for short
+        transfers)."""
+        out: dict[str, dict[str, int]] = {}
+        for w in self._wl:
+            if w is not None and w.errors:
+                out[w.spec.workload_id] = w.errors
+                w.errors = {}
+        return out
+
+    # ------------------------------------------------------------------ running
+    def request_stop(self, *, record: bool = True) -> None:
+        """Stop after the current step; with ``record=False`` the I/Os drained from then on
+        are not recorded (their buffer may no longer be ours)."""
+        self._stop = True
+        if not record:
+            self._discard = True
+
+    def run(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
+        """Run from ``start_ns`` until ``request_stop`` (or an error raised by ``control``).
+        Subinterval k covers ``[start + k*sub, start + (k+1)*sub)`` and records into stats
+        buffer ``k % 2``. On return nothing is in flight (unless the drain timed out)."""
+        self._stop = False
+        self._discard = False
+        self._buf = 0
+        next_poll = 0
+        while True:  # wait for the start, still answering the control
+            now = time.monotonic_ns()
+            if now >= start_ns or self._stop:
+                break
+            if now >= next_poll:
+                control.poll(self)
+                next_poll = now + POLL_CONTROL_NS
+            left = start_ns - now
+            if left > 200_000:
+                time.sleep(min(left - 100_000, POLL_CONTROL_NS) / 1e9)
+        if self._stop:
+            return
+        self.subinterval_index = 0
+        try:
+            for w in self._wl:
+                if w is not None:
+                    self._start_workload(w, start_ns)
+            self._loop(control, start_ns, subinterval_ns)
+        finally:
+            self._drain()
+            self.subinterval_index = -1
+
+    def _loop(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
+        boundary = start_ns + subinterval_ns
+        next_poll = time.monotonic_ns() + POLL_CONTROL_NS
+        mono = time.monotonic_ns
+        while not self._stop:
+            now = mono()
+            if now >= boundary:
+                self._boundary(control, boundary)
+                boundary += subinterval_ns
+                continue
+            if now >= next_poll:
+                control.poll(self)
+                next_poll = now + POLL_CONTROL_NS
+                continue
+            wake = boundary if boundary < next_poll else next_poll
+            if self._paced:
+                due = self._submit_due(now)
+                if due < wake:
+                    wake = due
+            engines = self._engine_list
+            if len(engines) == 1:
+                eng = engines[0]
+                n = eng.poll()
+                if not n and not self._busy_poll:
+                    n = eng.reap(1, max(wake - mono(), 1000))
+                if n:
+                    t = mono()
+                    if t >= boundary:
+                        self._boundary(control, boundary)
+                        boundary += subinterval_ns
+                    self._complete(eng, n, t)
+                continue
+            if not engines:
+                time.sleep(max(wake - mono(), 0) / 1e9)
+                continue
+            got = 0
+            for eng in engines:
+                n = eng.poll()
+                if n:
+                    got += n
+                    self._complete(eng, n, mono())
+            if not got and not self._busy_poll:
+                eng = engines[0]
+                n = eng.reap(1, min(max(wake - mono(), 1000), 200_000))
+                if n:
+                    self._complete(eng, n, mono())
+
+    def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
+        finished = self.subinterval_index
+        self.flush()
+        errors = self.take_errors()
+        control.boundary(self, finished, boundary_ns)  # raises when the master is late
+        self._buf ^= 1
+        self.subinterval_index = finished + 1
+        switch_done = time.monotonic_ns() - boundary_ns
+        control.handed_over(
+            self, finished, switch_done, time.monotonic_ns() - boundary_ns, errors
+        )
+
+    def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
+        """Reap every in-flight I/O (recording it), then reset slots for the next run."""
+        deadline = time.monotonic_ns() + timeout_ns
+        for w in self._wl:  # completions must not resubmit
+            if w is not None:
+                self._active[w.slots] = -1
+        self._single = None
+        while self._in_flight > 0:
+            left = deadline - time.monotonic_ns()
+            if left <= 0:
+                log.error("%s: %d I/Os still in flight after stop", self.name, self._in_flight)
+                break
+            for eng in self._engine_list:
+                n = eng.reap(1, min(left, 20_000_000))
+                if n:
+                    self._complete(eng, n, time.monotonic_ns())
+        self.flush()
+        owned: set[int] = set()
+        for w in self._wl:
+            if w is not None:
+                self._active[w.slots] = w.index
+                owned.update(w.slots.tolist())
+                w.free = []
+                w.cur = 0
+                w.ring = w.ring[:0]
+                w.ring_write = w.ring_write[:0]
+        self._free_slots = [s for s in range(self.table.capacity - 1, -1, -1) if s not in owned]
+        self._retired_in_flight = 0
+        self._in_flight = max(self._in_flight, 0)
+        self._refresh()
+
+    def close(self) -> None:
+        for eng in self._engine_list:
+            eng.close()
+        self._engines.clear()
+        self._engine_list = []

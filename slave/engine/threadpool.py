@@ -1,0 +1,98 @@
+"""The portable fallback engine: a pool of threads doing ``os.preadv`` / ``os.pwritev``.
+
+Used where O_DIRECT or native AIO is unavailable (a file on tmpfs, a non-x86_64 host). It reads
+each slot's iocb record for fd, opcode, buffer, size and offset, so the engine loop drives it
+exactly like the libaio engine. It costs one queue item per I/O (the GIL is released during the
+system call); it is a correctness fallback, not a fast path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+
+import numpy as np
+import numpy.typing as npt
+
+from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_OFFSET, W_OPCODE_FD
+from slave.engine.base import SlotTable
+
+
+class ThreadPoolEngine:
+    name = "threadpool"
+    open_flags = 0
+
+    def __init__(self, table: SlotTable, max_threads: int = 64) -> None:
+        self._table = table
+        self._todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._max_threads = max_threads
+        self._in_flight = 0
+        self.done_slot = np.zeros(table.capacity, dtype=np.uint64)
+        self.done_res = np.zeros(table.capacity, dtype=np.int64)
+
+    def _worker(self) -> None:
+        rows = self._table.rows
+        while True:
+            slot = self._todo.get()
+            if slot < 0:
+                return
+            opfd, buf, n, offset = rows[slot, W_OPCODE_FD : W_OFFSET + 1].tolist()
+            view = memoryview((ctypes.c_char * n).from_address(buf)).cast("B")
+            try:
+                if opfd & 0xFFFF == IOCB_CMD_PWRITE:
+                    res = os.pwritev(opfd >> 32, [view], offset)
+                else:
+                    res = os.preadv(opfd >> 32, [view], offset)
+            except OSError as exc:
+                res = -(exc.errno or 5)
+            self._done.put((slot, res))
+
+    def submit(self, slots: npt.NDArray[np.intp]) -> None:
+        self._in_flight += int(slots.size)
+        want = min(self._in_flight, self._max_threads)
+        while len(self._threads) < want:
+            t = threading.Thread(target=self._worker, name="ivypy-pio", daemon=True)
+            t.start()
+            self._threads.append(t)
+        for s in slots.tolist():
+            self._todo.put(s)
+
+    def submit_one(self, slot: int) -> None:
+        self.submit(np.array([slot], dtype=np.intp))
+
+    def _drain(self, first: tuple[int, int] | None) -> int:
+        n = 0
+        item = first
+        while item is not None and n < self.done_slot.size:
+            self.done_slot[n], self.done_res[n] = item
+            n += 1
+            try:
+                item = self._done.get_nowait()
+            except queue.Empty:
+                item = None
+        self._in_flight -= n
+        return n
+
+    def reap(self, min_nr: int, timeout_ns: int) -> int:
+        try:
+            if timeout_ns == 0:
+                first = self._done.get_nowait()
+            else:
+                first = self._done.get(timeout=None if timeout_ns < 0 else timeout_ns / 1e9)
+        except queue.Empty:
+            return 0
+        return self._drain(first)
+
+    def poll(self) -> int:
+        return self.reap(0, 0)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._todo.put(-1)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads.clear()

@@ -1,0 +1,166 @@
+"""I/O sequencers: what decides each I/O's offset, direction and scheduled start time.
+
+Owns ``Sequencer`` (``random_steady``, ``random_independent`` (Poisson arrivals) and
+``sequential``), which produces I/Os in vectorised chunks (``OpChunk``: numpy arrays, no Python
+object per I/O). It must not submit I/O, read clocks or sleep: the engine loop asks for a chunk
+and keeps the schedule; times here are plain integers handed in by the caller.
+
+Rules:
+
+* offsets lie on a grid of ``blocksize`` steps that starts at the range start rounded up to the
+  LUN's logical block size, so every offset is aligned to the logical block size and every I/O
+  stays inside ``[range_start, range_end)``;
+* ``hot_zone_fraction`` of random I/Os land in the first ``hot_zone_bytes`` of the range;
+* ``sequential`` starts at ``seq_start`` (rounded down onto the grid) and wraps to the range
+  start after the last whole block of the range;
+* scheduled times: ``random_steady`` and ``sequential`` are evenly spaced at ``1e9 / iops`` ns,
+  ``random_independent`` has exponential gaps with that mean; with ``iops=None`` (max) there is
+  no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
+* ``read_fraction`` is drawn per I/O.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from slave.params import WorkloadParams
+
+
+@dataclass(frozen=True)
+class OpChunk:
+    """A chunk of consecutive I/Os of one workload (all arrays of the same length)."""
+
+    offset_bytes: npt.NDArray[np.int64]
+    is_write: npt.NDArray[np.bool_]
+    category: npt.NDArray[np.int64]  # 2 * is_sequential + is_write (protocol.stats order)
+    sched_ns: npt.NDArray[np.int64]  # zeros when iops is max
+
+    def __len__(self) -> int:
+        return int(self.offset_bytes.size)
+
+
+def _grid(params: WorkloadParams, lun_size_bytes: int, logical_block_bytes: int) -> tuple[int, int]:
+    """(first offset, number of whole blocks) of the workload's range."""
+    lbs = logical_block_bytes
+    end = params.range_end_bytes or lun_size_bytes
+    end = min(end, lun_size_bytes)
+    first = -(-params.range_start_bytes // lbs) * lbs
+    n_blocks = (end - first) // params.blocksize_bytes
+    if n_blocks < 1:
+        raise ValueError(
+            f"range [{params.range_start_bytes}, {end}) of a {lun_size_bytes}-byte LUN holds no "
+            f"whole {params.blocksize_bytes}-byte block"
+        )
+    return first, n_blocks
+
+
+class Sequencer:
+    """Generates one workload's I/Os chunk by chunk. Not thread-safe; one owner."""
+
+    def __init__(
+        self,
+        params: WorkloadParams,
+        *,
+        lun_size_bytes: int,
+        logical_block_bytes: int,
+        stream: str = "",
+    ) -> None:
+        if params.blocksize_bytes % logical_block_bytes:
+            raise ValueError(
+                f"blocksize_bytes {params.blocksize_bytes} is not a multiple of the LUN's "
+                f"logical block size {logical_block_bytes}"
+            )
+        self.params = params
+        self._lun_size_bytes = lun_size_bytes
+        self._lbs = logical_block_bytes
+        self._first, self._n_blocks = _grid(params, lun_size_bytes, logical_block_bytes)
+        self._rng = np.random.default_rng([params.seed, zlib.crc32(stream.encode())])
+        hot = min(params.hot_zone_bytes, self._n_blocks * params.blocksize_bytes)
+        self._n_hot = hot // params.blocksize_bytes
+        seq = max(params.seq_start_bytes - self._first, 0) // params.blocksize_bytes
+        self._seq_next = int(seq % self._n_blocks)
+        self._period_ns = 1e9 / params.iops if params.iops else 0.0
+        self._sched_base_ns = 0
+        self._sched_k = 0
+        self._sched_last_ns = 0.0
+        self._first_poisson = True
+
+    # ------------------------------------------------------------------ schedule
+    @property
+    def paced(self) -> bool:
+        return self.params.iops is not None
+
+    def start(self, at_ns: int) -> None:
+        """Restart the schedule: the next I/O is due at ``at_ns``."""
+        self._sched_base_ns = at_ns
+        self._sched_k = 0
+        self._sched_last_ns = float(at_ns)
+        self._first_poisson = True
+
+    def edited(self, params: WorkloadParams, *, at_ns: int) -> Sequencer:
+        """A sequencer for ``params`` that continues this one's sequential position, with its
+        schedule starting at ``at_ns``."""
+        new = Sequencer(
+            params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs
+        )
+        new._rng = self._rng
+        if params.iosequencer == "sequential" and self.params.iosequencer == "sequential" and (
+            new._first == self._first and new.params.blocksize_bytes == self.params.blocksize_bytes
+        ):
+            new._seq_next = self._seq_next % new._n_blocks
+        new.start(at_ns)
+        return new
+
+    def _sched(self, n: int) -> npt.NDArray[np.int64]:
+        if not self.paced:
+            return np.zeros(n, dtype=np.int64)
+        if self.params.iosequencer == "random_independent":
+            gaps = self._rng.exponential(self._period_ns, n)
+            if self._first_poisson:
+                gaps[0] = 0.0  # the first arrival is at the start time
+                self._first_poisson = False
+            t = self._sched_last_ns + np.cumsum(gaps)
+            self._sched_last_ns = float(t[-1])
+            return t.astype(np.int64)
+        k = np.arange(self._sched_k, self._sched_k + n, dtype=np.float64)
+        self._sched_k += n
+        return self._sched_base_ns + np.round(k * self._period_ns).astype(np.int64)
+
+    # ------------------------------------------------------------------ offsets
+    def _offsets(self, n: int) -> tuple[npt.NDArray[np.int64], bool]:
+        bs = self.params.blocksize_bytes
+        if self.params.iosequencer == "sequential":
+            idx = (self._seq_next + np.arange(n, dtype=np.int64)) % self._n_blocks
+            self._seq_next = int((self._seq_next + n) % self._n_blocks)
+            return self._first + idx * bs, True
+        idx = self._rng.integers(0, self._n_blocks, n, dtype=np.int64)
+        if self._n_hot and self.params.hot_zone_fraction > 0:
+            hot = self._rng.random(n) < self.params.hot_zone_fraction
+            n_hot = int(hot.sum())
+            if n_hot:
+                idx[hot] = self._rng.integers(0, self._n_hot, n_hot, dtype=np.int64)
+        return self._first + idx * bs, False
+
+    def chunk(self, n: int) -> OpChunk:
+        """The next ``n`` I/Os."""
+        offsets, sequential = self._offsets(n)
+        rf = self.params.read_fraction
+        if rf >= 1.0:
+            is_write = np.zeros(n, dtype=np.bool_)
+        elif rf <= 0.0:
+            is_write = np.ones(n, dtype=np.bool_)
+        else:
+            is_write = self._rng.random(n) >= rf
+        category = is_write.astype(np.int64)
+        if sequential:
+            category += 2
+        return OpChunk(offsets, is_write, category, self._sched(n))
+
+    @property
+    def range_bytes(self) -> tuple[int, int]:
+        """The grid's [first, end) in bytes."""
+        return self._first, self._first + self._n_blocks * self.params.blocksize_bytes

@@ -1,0 +1,695 @@
+"""Worker processes: each runs one engine loop serving many workloads, with double-buffered
+per-workload statistics in shared memory.
+
+Owns ``WorkerPool`` (the slave main loop's only door to I/O), the worker process body, the
+buffer-state handshake in shared memory and the worker <-> main messages. It must not speak the
+master's protocol, read the network or do anything on the hot path but hand work to
+``slave.engine.loop``.
+
+API for the slave main loop (all calls from one thread, the one that created the pool)::
+
+    pool = WorkerPool(n_workers=None)            # one worker per usable core; create it early,
+                                                 # before any thread is started (workers fork)
+    info = pool.create_workload(workload_id, lun_path, engine_choice, params)
+                                                 # -> WorkloadInfo(engine=..., warning=...)
+    pool.edit_workload(workload_id, params)      # staged; effective at the next boundary
+    pool.delete_workload(workload_id)            # staged; effective at the next boundary
+    pool.go(start_ns, subinterval_ns)            # host time.monotonic_ns(); subinterval 0 and 1
+                                                 # are ready to run
+    loop:
+        res = pool.collect(k, deadline_ns)       # k = 0, 1, 2 ...: waits until every worker has
+                                                 # handed subinterval k over, returns copies
+                                                 # (res.stats[workload_id] is a WorkloadStats,
+                                                 # res.io_errors, res.interlock per worker)
+        pool.keep_going()                        # the master said continue: the buffer just
+                                                 # collected is ready to run subinterval k + 2
+    pool.stop()                                  # ends all I/O promptly (in-flight I/O drained)
+    pool.close()                                 # ends the workers
+
+Buffer states per worker (shared int64 words, one pair per buffer): ``FREE`` -> (``go`` /
+``keep_going``) ``READY_TO_RUN`` -> (boundary) ``RUNNING`` -> (boundary) ``READY_TO_SEND`` ->
+(``collect``) ``SENDING`` -> ``FREE``. At a boundary a worker switches to the other buffer without
+waiting; if that buffer is not ``READY_TO_RUN`` for the next subinterval the master is late: the
+worker hands over the finished subinterval, stops its I/O and reports, and the next ``collect``
+raises ``MasterLateError`` naming the worker and its workloads. A worker that has not handed a
+subinterval over by ``deadline_ns`` makes ``collect`` raise ``ResultsLateError``. Nothing ever
+waits silently.
+
+Workers die with the slave: ``PR_SET_PDEATHSIG`` (SIGKILL) plus a parent-pid check while idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import mmap
+import multiprocessing
+import multiprocessing.connection as mpc
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave.engine import choose_engine, files
+from slave.engine.base import SlotTable
+from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.threadpool import ThreadPoolEngine
+from slave.params import WorkloadParams
+from slave.sequencer import Sequencer
+
+log = logging.getLogger(__name__)
+
+FREE, READY_TO_RUN, RUNNING, READY_TO_SEND, SENDING = 0, 1, 2, 3, 4
+STATE_NAMES: Final = ("free", "ready to run", "running", "ready to send", "sending")
+_CTRL_WORDS: Final = 8  # per worker: (state, subinterval) for buffer 0, then buffer 1
+_PR_SET_PDEATHSIG: Final = 1
+
+
+class WorkerError(IoEngineError):
+    """A worker process failed or refused a command. ``worker`` is its index."""
+
+    def __init__(self, message: str, *, worker: int, workloads: tuple[str, ...] = ()) -> None:
+        self.worker = worker
+        self.workloads = workloads
+        names = f" (workloads {', '.join(workloads)})" if workloads else ""
+        super().__init__(f"worker {worker}{names}: {message}")
+
+
+class MasterLateError(WorkerError):
+    """At a boundary the next subinterval's buffer was not ready to run: the master is late."""
+
+
+class ResultsLateError(WorkerError):
+    """A worker did not hand a subinterval over by the deadline."""
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    workload_id: str
+    lun_path: str
+    worker: int
+    engine: str  # libaio | threadpool | fake
+    warning: str | None
+
+
+@dataclass(frozen=True)
+class WorkerInterlock:
+    """Interlock latencies of one worker at one boundary, in ns after the boundary."""
+
+    worker: int
+    switch_done_ns: int
+    handed_over_ns: int
+
+
+@dataclass
+class SubintervalResults:
+    index: int
+    stats: dict[str, WorkloadStats]
+    io_errors: dict[str, dict[str, int]]
+    interlock: list[WorkerInterlock]
+
+
+# ====================================================================== the worker process
+def _make_fake(spec: str) -> Any:
+    """``fake[:exp|const[:value_ns[:error_every[:short_every]]]]``."""
+    parts = spec.split(":")[1:]
+    dist = parts[0] if parts else "exp"
+    value = int(parts[1]) if len(parts) > 1 else 100_000
+    error_every = int(parts[2]) if len(parts) > 2 else 0
+    short_every = int(parts[3]) if len(parts) > 3 else 0
+    latency = constant_ns(value) if dist == "const" else exponential_ns(value)
+
+    def make(table: SlotTable) -> FakeEngine:
+        return FakeEngine(table, latency, error_every=error_every, short_every=short_every)
+
+    return make
+
+
+class _WorkerControl:
+    """The worker side: commands from the pipe, staged changes, the buffer handshake."""
+
+    def __init__(
+        self,
+        index: int,
+        cmd: Connection,
+        reply: Connection,
+        ctrl: npt.NDArray[np.int64],
+        stats_region: npt.NDArray[np.int64],
+    ) -> None:
+        self.index = index
+        self.cmd = cmd
+        self.reply = reply
+        self.ctrl = ctrl
+        self.stats_region = stats_region
+        self.loop = EngineLoop(name=f"worker {index}")
+        self.loop.register_engine_kind("libaio", LibaioEngine)
+        self.loop.register_engine_kind("threadpool", ThreadPoolEngine)
+        self.staged: list[tuple[str, Any]] = []
+        self.fds: dict[tuple[str, str, bool], list[int]] = {}  # key -> [fd, refcount]
+        self.specs: dict[str, WorkloadSpec] = {}
+        self.running = False
+        self.go_args: tuple[int, int] | None = None
+        self.exit = False
+        self.in_run = False
+        self.late: str | None = None
+        self.parent = os.getppid()
+
+    # ------------------------------------------------------------------ commands
+    def handle(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "create":
+            self._create(*msg[1:])
+        elif kind == "edit":
+            self._edit(msg[1], msg[2])
+        elif kind == "delete":
+            self._stage("delete", msg[1])
+        elif kind == "go":
+            self.go_args = (msg[1], msg[2])
+        elif kind == "stop":
+            self.loop.request_stop()
+            self.go_args = None
+            if not self.in_run:
+                self.reply.send(("stopped",))
+        elif kind == "exit":
+            self.exit = True
+            self.loop.request_stop()
+        else:
+            self.reply.send(("error", "command", f"unknown command {kind!r}"))
+
+    def _stage(self, what: str, arg: Any) -> None:
+        if self.loop.subinterval_index >= 0:
+            self.staged.append((what, arg))
+        else:
+            self._apply(what, arg, None)
+
+    def _apply(self, what: str, arg: Any, at_ns: int | None) -> None:
+        if what == "add":
+            self.loop.add_workload(arg, at_ns)
+        elif what == "edit":
+            wid, params = arg
+            self.loop.edit_workload(wid, params, at_ns)
+            self.specs[wid].params = params
+        elif what == "delete":
+            self.loop.remove_workload(arg)
+            self.specs.pop(arg, None)
+
+    def _open(self, path: str, kind: str, writable: bool, flags: int) -> int:
+        key = (path, kind, writable)
+        entry = self.fds.get(key)
+        if entry is None:
+            entry = [files.open_lun(path, writable=writable, extra_flags=flags), 0]
+            self.fds[key] = entry
+        entry[1] += 1
+        return entry[0]
+
+    def _release(self, key: tuple[str, str, bool]) -> None:
+        entry = self.fds.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                with contextlib.suppress(OSError):
+                    os.close(entry[0])
+                del self.fds[key]
+
+    def _create(
+        self,
+        wid: str,
+        slot: int,
+        path: str,
+        engine_choice: str,
+        params: WorkloadParams,
+        lbs: int | None,
+        size: int | None,
+    ) -> None:
+        try:
+            geometry = files.probe(path) if lbs is None or size is None else None
+            lbs = lbs if lbs is not None else geometry.logical_block_bytes  # type: ignore[union-attr]
+            size = size if size is not None else geometry.size_bytes  # type: ignore[union-attr]
+            decision = choose_engine(engine_choice, path, lbs)
+            kind = decision.kind
+            if kind == "fake":
+                kind = engine_choice  # one fake engine per distinct script
+                self.loop.register_engine_kind(kind, _make_fake(engine_choice))
+            engine = self.loop.engine(kind)
+            Sequencer(params, lun_size_bytes=size, logical_block_bytes=lbs)  # validates range
+            key = (path, kind, params.writes)
+            fd = self._open(path, kind, params.writes, engine.open_flags)
+            n = WorkloadStats.SIZE
+            region = self.stats_region
+            stats = (
+                WorkloadStats(region[(2 * slot) * n : (2 * slot + 1) * n]),
+                WorkloadStats(region[(2 * slot + 1) * n : (2 * slot + 2) * n]),
+            )
+            spec = WorkloadSpec(
+                wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
+            )
+            self.specs[wid] = spec
+            self._stage("add", spec)
+        except (IoEngineError, ValueError, OSError) as exc:
+            self.reply.send(("failed", wid, str(exc)))
+            return
+        self.reply.send(("created", wid, decision.kind, decision.warning))
+
+    def _edit(self, wid: str, params: WorkloadParams) -> None:
+        spec = self.specs.get(wid)
+        if spec is None:
+            self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
+            return
+        try:
+            Sequencer(
+                params, lun_size_bytes=spec.lun_size_bytes,
+                logical_block_bytes=spec.logical_block_bytes,
+            )
+            if params.writes and not spec.params.writes:
+                raise ValueError("an edit cannot turn a read-only workload into one that writes")
+        except ValueError as exc:
+            self.reply.send(("error", "command", f"edit of {wid} refused: {exc}"))
+            return
+        self._stage("edit", (wid, params))
+
+    # ------------------------------------------------------------------ LoopControl
+    def poll(self, loop: EngineLoop) -> None:
+        while self.cmd.poll():
+            self.handle(self.cmd.recv())
+
+    def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
+        self.poll(loop)  # everything sent before the boundary counts for it
+        nxt = finished_index + 1
+        b = 2 * (nxt % 2)
+        state, sub = int(self.ctrl[b]), int(self.ctrl[b + 1])
+        if state != READY_TO_RUN or sub != nxt:
+            self.late = (
+                f"at the end of subinterval {finished_index} the buffer for subinterval {nxt} "
+                f"was not ready to run (it was {STATE_NAMES[state]} for subinterval {sub}): "
+                "the master is late"
+            )
+            loop.request_stop(record=False)
+            return
+        self.ctrl[b] = RUNNING
+        for what, arg in self.staged:
+            self._apply(what, arg, boundary_ns)
+        self.staged.clear()
+
+    def handed_over(
+        self,
+        loop: EngineLoop,
+        finished_index: int,
+        switch_done_ns: int,
+        handed_over_ns: int,
+        io_errors: dict[str, dict[str, int]],
+    ) -> None:
+        self.ctrl[2 * (finished_index % 2)] = READY_TO_SEND
+        self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors))
+
+    # ------------------------------------------------------------------ main
+    def serve(self) -> None:
+        while not self.exit:
+            if self.go_args is None:
+                if not self.cmd.poll(0.2):
+                    if os.getppid() != self.parent:
+                        return  # the slave is gone
+                    continue
+                self.handle(self.cmd.recv())
+                continue
+            start_ns, sub_ns = self.go_args
+            self.go_args = None
+            self.late = None
+            self.in_run = True
+            try:
+                self.loop.run(self, start_ns, sub_ns)
+            except Exception as exc:  # report, never die silently
+                log.error("worker %d: %s", self.index, traceback.format_exc())
+                self.reply.send(("error", "crash", f"{type(exc).__name__}: {exc}"))
+                continue
+            finally:
+                self.in_run = False
+            for what, arg in self.staged:
+                self._apply(what, arg, None)
+            self.staged.clear()
+            if self.late is not None:
+                self.reply.send(("error", "late", self.late))
+            else:
+                self.reply.send(("stopped",))
+        self.loop.close()
+
+
+def _worker_main(
+    index: int,
+    cmd: Connection,
+    reply: Connection,
+    ctrl: npt.NDArray[np.int64],
+    stats_region: npt.NDArray[np.int64],
+) -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the slave decides when we stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    control = _WorkerControl(index, cmd, reply, ctrl, stats_region)
+    if os.getppid() != control.parent:  # died before prctl took effect
+        return
+    with contextlib.suppress(EOFError, OSError):  # the slave closed the pipes: exit
+        control.serve()
+
+
+# ====================================================================== the slave's side
+@dataclass
+class _WorkerHandle:
+    index: int
+    process: Any
+    cmd: Connection
+    reply: Connection
+    ctrl: npt.NDArray[np.int64]
+    ready: dict[int, tuple[int, int, dict[str, dict[str, int]]]] = field(default_factory=dict)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    acks: list[tuple[Any, ...]] = field(default_factory=list)
+    stopped: bool = False
+    luns: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Entry:
+    info: WorkloadInfo
+    slot: int
+    params: WorkloadParams
+    deleting: bool = False
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class WorkerPool:
+    """``n_workers`` worker processes (default: one per usable core). See the module docstring."""
+
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        *,
+        max_workloads: int = 1024,
+        start_method: str = "fork",
+    ) -> None:
+        self.n_workers = n_workers or _usable_cores()
+        self.max_workloads = max_workloads
+        n = WorkloadStats.SIZE
+        stats_bytes = max_workloads * 2 * n * 8
+        ctrl_bytes = self.n_workers * _CTRL_WORDS * 8
+        # one anonymous shared mapping, inherited by the workers; untouched pages cost nothing
+        self._mem = mmap.mmap(-1, stats_bytes + ctrl_bytes)
+        self._stats_region = np.frombuffer(self._mem, dtype=np.int64, count=stats_bytes // 8)
+        self._ctrl = np.frombuffer(
+            self._mem, dtype=np.int64, count=ctrl_bytes // 8, offset=stats_bytes
+        ).reshape(self.n_workers, _CTRL_WORDS)
+        self._free_slots = list(range(max_workloads - 1, -1, -1))
+        self._entries: dict[str, _Entry] = {}
+        self._workers: list[_WorkerHandle] = []
+        self._last_collected = -1
+        self._running = False
+        ctx = multiprocessing.get_context(start_method)
+        for i in range(self.n_workers):
+            cmd_r, cmd_w = ctx.Pipe(duplex=False)
+            rep_r, rep_w = ctx.Pipe(duplex=False)
+            proc = ctx.Process(  # type: ignore[attr-defined]
+                target=_worker_main,
+                args=(i, cmd_r, rep_w, self._ctrl[i], self._stats_region),
+                name=f"ivypy-worker-{i}",
+                daemon=True,
+            )
+            proc.start()
+            cmd_r.close()
+            rep_w.close()
+            self._workers.append(_WorkerHandle(i, proc, cmd_w, rep_r, self._ctrl[i]))
+
+    # ------------------------------------------------------------------ messages
+    def _pump(self, timeout_s: float) -> None:
+        """Read every reply that is available (waiting up to ``timeout_s`` for the first)."""
+        conns = {w.reply: w for w in self._workers}
+        for ready in mpc.wait(list(conns), timeout_s):
+            w = conns[ready]  # type: ignore[index]
+            try:
+                while w.reply.poll():
+                    self._dispatch(w, w.reply.recv())
+            except (EOFError, OSError):
+                w.errors.append(("crash", f"worker process died (exit code {w.process.exitcode})"))
+
+    @staticmethod
+    def _dispatch(w: _WorkerHandle, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == "ready":
+            w.ready[msg[1]] = (msg[2], msg[3], msg[4])
+        elif kind == "error":
+            w.errors.append((msg[1], msg[2]))
+        elif kind == "stopped":
+            w.stopped = True
+        else:
+            w.acks.append(msg)
+
+    def _workloads_of(self, worker: int) -> tuple[str, ...]:
+        return tuple(sorted(wid for wid, e in self._entries.items() if e.info.worker == worker))
+
+    def _raise_errors(self) -> None:
+        for w in self._workers:
+            if w.errors:
+                kind, text = w.errors.pop(0)
+                cls = MasterLateError if kind == "late" else WorkerError
+                raise cls(text, worker=w.index, workloads=self._workloads_of(w.index))
+            if not w.process.is_alive():
+                raise WorkerError(
+                    f"worker process died (exit code {w.process.exitcode})",
+                    worker=w.index,
+                    workloads=self._workloads_of(w.index),
+                )
+
+    def _send(self, w: _WorkerHandle, msg: tuple[Any, ...]) -> None:
+        try:
+            w.cmd.send(msg)
+        except (OSError, BrokenPipeError) as exc:
+            raise WorkerError(f"cannot send {msg[0]}: {exc}", worker=w.index) from exc
+
+    # ------------------------------------------------------------------ workloads
+    @property
+    def workloads(self) -> dict[str, WorkloadInfo]:
+        return {wid: e.info for wid, e in self._entries.items() if not e.deleting}
+
+    def _pick_worker(self, lun_path: str) -> _WorkerHandle:
+        for w in self._workers:
+            if lun_path in w.luns:
+                return w
+        counts = {w.index: 0 for w in self._workers}
+        for e in self._entries.values():
+            counts[e.info.worker] += 1
+        return min(self._workers, key=lambda w: (len(w.luns), counts[w.index], w.index))
+
+    def create_workload(
+        self,
+        workload_id: str,
+        lun_path: str,
+        engine_choice: str,
+        params: WorkloadParams,
+        *,
+        logical_block_bytes: int | None = None,
+        lun_size_bytes: int | None = None,
+        timeout_s: float = 10.0,
+    ) -> WorkloadInfo:
+        """Create a workload on ``lun_path`` (``engine_choice``: auto | libaio | threadpool |
+        fake[...]); effective at the next boundary when running. Returns the engine in use and
+        its warning (e.g. the thread-pool fallback). Raises ``WorkerError`` when refused."""
+        self._raise_errors()
+        if workload_id in self._entries:
+            raise WorkerError(f"workload {workload_id} exists already", worker=-1)
+        if not self._free_slots:
+            raise WorkerError(f"more than {self.max_workloads} workloads", worker=-1)
+        w = self._pick_worker(lun_path)
+        slot = self._free_slots.pop()
+        self._stats(slot, 0).reset()
+        self._stats(slot, 1).reset()
+        self._send(
+            w,
+            ("create", workload_id, slot, lun_path, engine_choice, params,
+             logical_block_bytes, lun_size_bytes),
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for msg in w.acks:
+                if msg[1] == workload_id:
+                    w.acks.remove(msg)
+                    if msg[0] == "failed":
+                        self._free_slots.append(slot)
+                        raise WorkerError(msg[2], worker=w.index, workloads=(workload_id,))
+                    info = WorkloadInfo(workload_id, lun_path, w.index, msg[2], msg[3])
+                    self._entries[workload_id] = _Entry(info, slot, params)
+                    w.luns.add(lun_path)
+                    if info.warning:
+                        log.warning("%s", info.warning)
+                    return info
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(f"no answer to create {workload_id}", worker=w.index)
+            self._pump(min(left, 0.5))
+            self._raise_errors()
+
+    def edit_workload(self, workload_id: str, params: WorkloadParams) -> None:
+        """New parameters, effective at the next boundary (refusals surface at the next call)."""
+        e = self._entry(workload_id)
+        e.params = params
+        self._send(self._workers[e.info.worker], ("edit", workload_id, params))
+
+    def delete_workload(self, workload_id: str) -> None:
+        """Delete at the next boundary; its last subinterval is still collected."""
+        e = self._entry(workload_id)
+        self._send(self._workers[e.info.worker], ("delete", workload_id))
+        if self._running:
+            e.deleting = True
+        else:
+            self._forget(workload_id)
+
+    def _entry(self, workload_id: str) -> _Entry:
+        e = self._entries.get(workload_id)
+        if e is None or e.deleting:
+            raise WorkerError(f"no workload {workload_id}", worker=-1)
+        return e
+
+    def _forget(self, workload_id: str) -> None:
+        e = self._entries.pop(workload_id)
+        self._free_slots.append(e.slot)
+        lun = e.info.lun_path
+        if not any(x.info.lun_path == lun for x in self._entries.values()):
+            self._workers[e.info.worker].luns.discard(lun)
+
+    def _stats(self, slot: int, buffer: int) -> WorkloadStats:
+        n = WorkloadStats.SIZE
+        at = (2 * slot + buffer) * n
+        return WorkloadStats(self._stats_region[at : at + n])
+
+    # ------------------------------------------------------------------ running
+    def go(self, start_ns: int, subinterval_ns: int) -> None:
+        """Start all workers at ``start_ns`` (``time.monotonic_ns`` of this host)."""
+        self._raise_errors()
+        if self._running:
+            raise WorkerError("go while running", worker=-1)
+        for e in self._entries.values():
+            self._stats(e.slot, 0).reset()
+            self._stats(e.slot, 1).reset()
+        for w in self._workers:
+            w.ready.clear()
+            w.stopped = False
+            w.ctrl[:] = (READY_TO_RUN, 0, READY_TO_RUN, 1, 0, 0, 0, 0)
+        self._last_collected = -1
+        self._running = True
+        for w in self._workers:
+            self._send(w, ("go", start_ns, subinterval_ns))
+
+    def collect(self, subinterval_index: int, deadline_ns: int) -> SubintervalResults:
+        """Wait (until ``deadline_ns``, host monotonic) for every worker to hand subinterval
+        ``subinterval_index`` over; return copies of every workload's statistics."""
+        k = subinterval_index
+        pending = [w for w in self._workers if k not in w.ready]
+        while pending:
+            self._raise_errors()
+            left = deadline_ns - time.monotonic_ns()
+            if left <= 0:
+                names = ", ".join(str(w.index) for w in pending)
+                raise ResultsLateError(
+                    f"subinterval {k} not handed over by the deadline (workers {names})",
+                    worker=pending[0].index,
+                    workloads=self._workloads_of(pending[0].index),
+                )
+            self._pump(left / 1e9)
+            pending = [w for w in self._workers if k not in w.ready]
+        b = k % 2
+        stats: dict[str, WorkloadStats] = {}
+        for w in self._workers:
+            w.ctrl[2 * b] = SENDING
+        for wid, e in self._entries.items():
+            shared = self._stats(e.slot, b)
+            stats[wid] = WorkloadStats(shared.buffer.copy())
+            shared.reset()
+        io_errors: dict[str, dict[str, int]] = {}
+        interlock = []
+        for w in self._workers:
+            switch_ns, handed_ns, errs = w.ready.pop(k)
+            interlock.append(WorkerInterlock(w.index, switch_ns, handed_ns))
+            io_errors.update(errs)
+            w.ctrl[2 * b] = FREE
+        for wid in [wid for wid, e in self._entries.items() if e.deleting]:
+            self._forget(wid)
+        self._last_collected = k
+        return SubintervalResults(k, stats, io_errors, interlock)
+
+    def keep_going(self) -> None:
+        """The master said continue: the buffer freed by the last ``collect`` is ready to run
+        the subinterval after next. Raises a worker's pending error, if any."""
+        k = self._last_collected + 2
+        b = 2 * (k % 2)
+        for w in self._workers:
+            w.ctrl[b + 1] = k
+            w.ctrl[b] = READY_TO_RUN
+        self._pump(0)
+        self._raise_errors()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """End all I/O: every worker stops submitting, reaps what is in flight, and idles."""
+        if not self._running:
+            return
+        self._running = False
+        for w in self._workers:
+            with contextlib.suppress(WorkerError):
+                self._send(w, ("stop",))
+        deadline = time.monotonic() + timeout_s
+        while any(not w.stopped and w.process.is_alive() and not w.errors for w in self._workers):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError("did not stop in time", worker=-1)
+            self._pump(left)
+        for w in self._workers:
+            w.ctrl[:] = 0
+            w.ready.clear()
+            w.errors = [e for e in w.errors if e[0] != "late"]
+        for wid in [wid for wid, e in self._entries.items() if e.deleting]:
+            self._forget(wid)
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """End the worker processes (I/O first, if running)."""
+        with contextlib.suppress(WorkerError):
+            self.stop()
+        for w in self._workers:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                w.cmd.send(("exit",))
+        deadline = time.monotonic() + timeout_s
+        for w in self._workers:
+            w.process.join(max(deadline - time.monotonic(), 0.01))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(1)
+            w.cmd.close()
+            w.reply.close()
+        self._workers.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(w.process.pid) for w in self._workers]
+
+
+if __name__ == "__main__":  # pragma: no cover - the workers are forked, not run as a script
+    sys.exit("slave.worker is a library")
