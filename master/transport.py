@@ -235,7 +235,7 @@ def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
     if isinstance(exc, asyncssh.DisconnectError):
         return f"disconnected: {exc.reason}"
     if isinstance(exc, asyncssh.SFTPError):
-        return f"uploading the slave failed: {exc.reason}"
+        return f"SFTP error: {exc.reason}"
     if isinstance(exc, asyncssh.ChannelOpenError):
         return f"could not open an SSH channel: {exc.reason}"
     if isinstance(exc, asyncssh.KeyImportError):
@@ -612,19 +612,28 @@ async def open_ssh(
     """
     app = zipapp if zipapp is not None else build_slave_zipapp()
     conn: asyncssh.SSHClientConnection | None = None
+    phase = "connecting"
     try:
         conn = await asyncssh.connect(spec.address, **_connect_options(spec))
+        phase = "checking the host's python"
         info = await _probe_ssh(conn, spec)
+        phase = "uploading the slave"
         path, uploaded = await _ensure_uploaded(conn, app, remote_cache_dir)
+        phase = "starting the slave"
         process = await conn.create_process(_slave_command(spec.python, path), encoding=None)
         first_line = await asyncio.wait_for(process.stderr.readline(), _PROBE_TIMEOUT_S)
     except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:
             conn.close()
-        if isinstance(exc, _FOREIGN_ERRORS):
-            timeout_s = spec.connect_timeout_s if conn is None else _PROBE_TIMEOUT_S
-            raise HostError(_describe(exc, timeout_s), host=spec.name) from exc
-        raise
+        if not isinstance(exc, _FOREIGN_ERRORS):
+            raise
+        if conn is None:
+            reason = _describe(exc, spec.connect_timeout_s)
+        elif isinstance(exc, TimeoutError):
+            reason = f"no answer after {_PROBE_TIMEOUT_S:g} s while {phase}"
+        else:
+            reason = f"{_describe(exc)} while {phase}"
+        raise HostError(reason, host=spec.name) from exc
     connection = _SshSlaveConnection(
         spec.name, conn, process, first_line, path, uploaded, on_stderr_line
     )

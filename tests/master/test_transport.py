@@ -179,7 +179,7 @@ def test_probe_accepts_good_interpreters(stdout: str) -> None:
         (socket.gaierror(-2, "Name or service not known"), "unreachable: cannot resolve the host"),
         (FileNotFoundError(errno.ENOENT, "No such file", "/k/id"), "cannot read /k/id: No such"),
         (asyncssh.KeyImportError("Passphrase must be specified"), "cannot load an SSH key"),
-        (asyncssh.SFTPFailure("disk full"), "uploading the slave failed: disk full"),
+        (asyncssh.SFTPFailure("disk full"), "SFTP error: disk full"),
     ],
 )
 def test_foreign_errors_become_reasons(exc: BaseException, expected: str) -> None:
@@ -385,6 +385,26 @@ def test_ssh_exit_status_and_terminate_reach_the_master(
             await read_line(conn)
             assert await conn.close(grace_s=0.3) == -signal.SIGTERM
             wait_gone(pid, within_s=2.0)
+
+    run(scenario())
+
+
+def test_ssh_connection_lost_mid_run_is_a_host_error(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            conn = await open_ssh(spec_for(server, "h-lost"), zipapp=echo_zipapp)
+            reader = Reader(conn)
+            await reader.line()
+        # the server and its connections are gone
+        try:
+            assert await conn.read() == b""
+        except HostError as exc:
+            assert exc.host == "h-lost"
+        with pytest.raises(HostError, match="host h-lost: lost the slave's stdin"):
+            await conn.write(b"anyone there?\n")
+        await conn.close(grace_s=0.1)
 
     run(scenario())
 
