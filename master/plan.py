@@ -127,8 +127,13 @@ def _measure(measure: MeasureConfig) -> str:
         body = (
             f"is within ±{format_fraction(criterion.accuracy)} at "
             f"{format_fraction(criterion.confidence)} confidence "
-            f"(at least {format_duration_s(criterion.min_measure.rounded_s)})"
+            f"(at least {format_duration_s(criterion.min_measure.rounded_s)}"
         )
+        if criterion.ramp.subintervals:
+            body += f" after {format_duration_s(criterion.ramp.rounded_s)} ramp"
+        if criterion.autocorrelation != "estimate":
+            body += f"; autocorrelation factor {criterion.autocorrelation:g}"
+        body += ")"
     else:
         checks = ", ".join(f"{c.type}({c.metric}) < {c.limit}" for c in criterion.criteria)
         body = (

@@ -14,7 +14,8 @@ Byte sizes (``parse_bytes``)
     4000): write ``4KiB`` or ``4KB``.
 Durations (``parse_duration_s``)
     A non-negative number is seconds. A string is a number with an optional unit:
-    ``ns us ms s m min h d`` (``m`` is minutes; ``ms`` is milliseconds).
+    ``ns us ms s m min h d`` (``m`` is minutes; ``ms`` is milliseconds), or several numbers
+    each with a unit, added up (``1h30m``, ``1m 30s``), as ``format_duration_s`` writes them.
 Fractions (``parse_fraction``)
     A number (``0.05``) or a percentage string (``5%``). Range checks belong to the caller.
 """
@@ -111,24 +112,46 @@ def parse_bytes(value: object) -> int:
     return int(total)
 
 
+_COMPOUND_PART = re.compile(r"\s*((?:\d+(?:\.\d*)?|\.\d+))\s*([A-Za-z]+)")
+
+
+def _duration_parts(text: str) -> list[tuple[Fraction, str]]:
+    """``"500ms"`` → one part; ``"1h30m"`` / ``"1m 30s"`` → several, each with a unit."""
+    if _NUMBER_UNIT.match(text):
+        return [_split(text, "duration")]
+    parts, position = [], 0
+    stripped = text.rstrip()
+    while position < len(stripped):
+        match = _COMPOUND_PART.match(stripped, position)
+        if match is None:
+            raise ValueError(f"not a duration: {text!r}")
+        parts.append((Fraction(match.group(1)), match.group(2)))
+        position = match.end()
+    if not parts:
+        raise ValueError(f"not a duration: {text!r}")
+    return parts
+
+
 def parse_duration_s(value: object) -> float:
-    """``5 -> 5.0``, ``"500ms" -> 0.5``, ``"2m" -> 120.0``, ``"1h" -> 3600.0``."""
+    """``5 -> 5.0``, ``"500ms" -> 0.5``, ``"2m" -> 120.0``, ``"1h30m" -> 5400.0``."""
     if _is_plain_number(value):
         assert isinstance(value, (int, float))
         if not math.isfinite(value):
             raise ValueError(f"not a duration: {value!r}")
         seconds = Fraction(value)
     elif isinstance(value, str):
-        number, unit = _split(value, "duration")
-        if unit == "":
-            scale = Fraction(1)
-        else:
-            if unit.lower() not in DURATION_UNITS_S:
-                raise ValueError(
-                    f"unknown duration unit {unit!r} in {value!r} (use {_DURATION_UNIT_NAMES})"
-                )
-            scale = DURATION_UNITS_S[unit.lower()]
-        seconds = number * scale
+        parts = _duration_parts(value)
+        seconds = Fraction(0)
+        for number, unit in parts:
+            if unit == "":
+                scale = Fraction(1)
+            else:
+                if unit.lower() not in DURATION_UNITS_S:
+                    raise ValueError(
+                        f"unknown duration unit {unit!r} in {value!r} (use {_DURATION_UNIT_NAMES})"
+                    )
+                scale = DURATION_UNITS_S[unit.lower()]
+            seconds += number * scale
     else:
         raise ValueError(f"not a duration: {value!r}")
     if seconds < 0:

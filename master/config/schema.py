@@ -147,7 +147,7 @@ class LunChoice:
 
     ``all`` (every LUN the ``luns:`` selectors yield, the default), a mapping of attribute
     matches (keys ``host``, ``lun`` (the LUN path), or any LUN attribute key; values are globs;
-    all must match), or a list of LUN paths (globs allowed).
+    all must match), or a list of LUN paths (globs allowed; a single path may stand alone).
     """
 
     every: bool = True
@@ -331,13 +331,18 @@ class AccuracyCriterion:
     over the measurement subintervals is within ±``accuracy`` of the mean at ``confidence``.
 
     YAML (in ``measure:``, with ``criterion: accuracy``, the default): ``accuracy`` (fraction,
-    default 5%), ``confidence`` (fraction, default 95%), ``min_measure_seconds`` (default 3
-    subintervals; at least 2 subintervals).
+    default 5%), ``confidence`` (fraction, default 95%), ``min_measure_seconds`` (default 60 s;
+    at least 2 subintervals), ``ramp_seconds`` (default 0: subintervals ignored before a window
+    may start), ``autocorrelation`` (``estimate`` (default: corrected from the data) or a fixed
+    factor >= 1 multiplying the half-width; ivy uses 2). Maps onto ``master.measure``'s
+    ``AccuracyCriterion``.
     """
 
     accuracy: float
     confidence: float
     min_measure: PhaseDuration
+    ramp: PhaseDuration = PhaseDuration(0.0, 0, 0.0)
+    autocorrelation: Literal["estimate"] | float = "estimate"
 
 
 @dataclass(frozen=True)
@@ -358,6 +363,7 @@ class FioCriteria:
     YAML (in ``measure:``, with ``criterion: fio``): ``criteria`` (a list of ``{type, limit}``
     mappings or ``"type:limit"`` strings), ``window_seconds`` (required, at least 2
     subintervals), ``ramp_seconds`` (default 0: subintervals ignored before the window may start).
+    Each entry maps onto one ``master.measure.FioCriterion`` with the shared window and ramp.
     """
 
     criteria: tuple[FioCriterion, ...]

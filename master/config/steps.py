@@ -19,6 +19,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from master.config.catalog import FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
 from master.config.schema import (
@@ -70,10 +71,11 @@ MEASURE_KEYS: tuple[str, ...] = (
     "criteria",
     "window_seconds",
     "ramp_seconds",
+    "autocorrelation",
     "timeout_seconds",
 )
-_ACCURACY_ONLY = ("accuracy", "confidence", "min_measure_seconds")
-_FIO_ONLY = ("criteria", "window_seconds", "ramp_seconds")
+_ACCURACY_ONLY = ("accuracy", "confidence", "min_measure_seconds", "autocorrelation")
+_FIO_ONLY = ("criteria", "window_seconds")
 DFC_KEYS: tuple[str, ...] = (
     "focus_rollup",
     "focus_metric",
@@ -86,7 +88,7 @@ EDIT_ROLLUP_KEYS: tuple[str, ...] = ("instance", "total_iops", *EDITABLE_KEYS)
 
 DEFAULT_MEASURE_S = 60.0
 DEFAULT_MEASURE_TIMEOUT_S = 600.0
-DEFAULT_MIN_MEASURE_SUBINTERVALS = 3
+DEFAULT_MIN_MEASURE_S = 60.0
 _MAX_STEPS_PER_ENTRY = 10_000
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=%+:,-]*$")
 
@@ -238,6 +240,15 @@ def _number_or_text(text: str) -> object:
         return text
 
 
+def _autocorrelation(cursor: Cursor | None) -> Literal["estimate"] | float:
+    if cursor is None or cursor.value == "estimate":
+        return "estimate"
+    value = cursor.value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+        return float(value)
+    raise cursor.error(f"must be 'estimate' or a factor >= 1 (got {cursor.node.text})")
+
+
 def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
     cursor.expect_map("a mapping (use {} for the defaults)")
     cursor.check_keys(MEASURE_KEYS)
@@ -255,22 +266,23 @@ def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
             other = "fio" if kind == "accuracy" else "accuracy"
             raise child.error(f"only with criterion: {other} (this measure uses {kind})")
     criterion: AccuracyCriterion | FioCriteria
+    ramp = phase(cursor.get("ramp_seconds"), si)
     if kind == "accuracy":
         accuracy_cursor, confidence_cursor = cursor.get("accuracy"), cursor.get("confidence")
         min_measure = _positive_phase(
-            cursor.get("min_measure_seconds"),
-            si,
-            DEFAULT_MIN_MEASURE_SUBINTERVALS * si,
-            2,
-            cursor,
+            cursor.get("min_measure_seconds"), si, DEFAULT_MIN_MEASURE_S, 2, cursor,
             "min_measure_seconds",
-        )
+        )  # fmt: skip
         criterion = AccuracyCriterion(
             accuracy=0.05 if accuracy_cursor is None else _open_fraction(accuracy_cursor),
             confidence=0.95 if confidence_cursor is None else _open_fraction(confidence_cursor),
             min_measure=min_measure,
+            ramp=ramp,
+            autocorrelation=_autocorrelation(cursor.get("autocorrelation")),
         )
-        needed, needed_what = min_measure, "min_measure_seconds"
+        needed_what = "ramp_seconds + min_measure_seconds"
+        needed = min_measure.subintervals + ramp.subintervals
+        needed_s = min_measure.rounded_s + ramp.rounded_s
     else:
         criteria_cursor = cursor.require("criteria", " (needed with criterion: fio)")
         criteria_cursor.expect_seq("a list of criteria")
@@ -285,20 +297,18 @@ def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
             cursor,
             "window_seconds",
         )
-        ramp = phase(cursor.get("ramp_seconds"), si)
         criterion = FioCriteria(criteria, window, ramp)
-        needed = PhaseDuration(
-            0.0, window.subintervals + ramp.subintervals, window.rounded_s + ramp.rounded_s
-        )
         needed_what = "ramp_seconds + window_seconds"
+        needed = window.subintervals + ramp.subintervals
+        needed_s = window.rounded_s + ramp.rounded_s
     timeout_cursor = cursor.get("timeout_seconds")
     timeout = _positive_phase(
         timeout_cursor, si, DEFAULT_MEASURE_TIMEOUT_S, 1, cursor, "timeout_seconds"
     )
-    if timeout.subintervals < needed.subintervals:
+    if timeout.subintervals < needed:
         raise (timeout_cursor or cursor).error(
             f"timeout_seconds ({format_duration_s(timeout.rounded_s)}) is shorter than "
-            f"{needed_what} ({format_duration_s(needed.rounded_s)})",
+            f"{needed_what} ({format_duration_s(needed_s)})",
             path=f"{cursor.path}.timeout_seconds",
         )
     return MeasureConfig(focus_rollup, focus_metric, criterion, timeout)

@@ -258,11 +258,11 @@ def parse_attribute_value(cursor: Cursor) -> str | int | bool:
 def _lun_choice(cursor: Cursor, context: WorkloadContext) -> LunChoice:
     if cursor.is_scalar and cursor.value == "all":
         return LunChoice()
-    if cursor.is_seq:
-        if len(cursor) == 0:
+    if cursor.is_seq or (cursor.is_scalar and isinstance(cursor.value, str)):
+        if len(cursor) == 0 and cursor.is_seq:
             raise cursor.error("must not be empty")
         paths = []
-        for item in cursor:
+        for item in cursor if cursor.is_seq else [cursor]:
             values = {"output_root": str(context.output_root)}
             path = substitute(item, item.string(), values)
             if not path.startswith("/"):

@@ -358,9 +358,11 @@ def test_workload_value_forms() -> None:
                range_start: 0B, seq_start: 4GiB}
             - {name: c, iosequencer: sequential, write_data: zeros, luns: ["${output_root}/lun0"]}
             - {name: d, iosequencer: sequential, luns: {lun: "/base/*", rotational: false}}
+            - {name: e, iosequencer: sequential, luns: "${output_root}/lun0"}
         """
     )
-    a, b, c, d = cfg.steps[0].workloads
+    a, b, c, d, e = cfg.steps[0].workloads
+    assert e.luns == c.luns
     assert (a.blocksize_bytes, a.iops, a.skew_weight, a.busy_poll) == (1536, 2500.5, 2.0, True)
     assert a.range_start == LunExtent(1024.0**3, "bytes") and a.range_end == LunExtent(
         0.75, "fraction"
@@ -483,6 +485,8 @@ def test_measure_accuracy_defaults_and_values() -> None:
             accuracy: 2%
             confidence: 0.99
             min_measure_seconds: 10
+            ramp_seconds: 4
+            autocorrelation: 2
             timeout_seconds: 5m
         """
     )
@@ -490,11 +494,13 @@ def test_measure_accuracy_defaults_and_values() -> None:
     assert a is not None and b is not None
     assert (a.focus_rollup, a.focus_metric, a.timeout.requested_s) == ("all", "IOPS", 600.0)
     assert a.criterion == AccuracyCriterion(0.05, 0.95, a.criterion.min_measure)  # type: ignore[union-attr]
-    assert isinstance(a.criterion, AccuracyCriterion) and a.criterion.min_measure.subintervals == 3
+    assert isinstance(a.criterion, AccuracyCriterion) and a.criterion.min_measure.subintervals == 60
+    assert (a.criterion.ramp.subintervals, a.criterion.autocorrelation) == (0, "estimate")
     assert cfg.steps[0].measure_time is None
     assert isinstance(b.criterion, AccuracyCriterion)
     assert (b.criterion.accuracy, b.criterion.confidence) == (0.02, 0.99)
     assert (b.criterion.min_measure.subintervals, b.timeout.subintervals) == (10, 300)
+    assert (b.criterion.ramp.subintervals, b.criterion.autocorrelation) == (4, 2.0)
 
 
 def test_measure_fio_criteria() -> None:

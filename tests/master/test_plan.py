@@ -148,3 +148,25 @@ def test_resolved_dict_is_json() -> None:
         "value": 1.0,
         "percent": True,
     }
+
+
+def test_plan_accuracy_measure_line() -> None:
+    text = textwrap.dedent(
+        """\
+        test: t
+        subinterval_seconds: 2
+        hosts: [localhost]
+        luns: [{path: /dev/loop0}]
+        steps:
+          - name: s
+            workloads: [{name: w, iosequencer: sequential}]
+            measure: {focus_rollup: lun, accuracy: 2%, confidence: 99%, min_measure_seconds: 9,
+                      ramp_seconds: 3, autocorrelation: 2, timeout_seconds: 2m}
+        """
+    )
+    plan = format_plan(parse_config_text(text, "t.yaml", cwd=Path("/x")))
+    assert (
+        "  measure until IOPS of every lun instance is within ±2% at 99% confidence "
+        "(at least 10s after 4s ramp; autocorrelation factor 2); timeout 2m\n"
+    ) in plan
+    assert plan.endswith("total: 0s of fixed-length phases, plus up to 2m measuring until steady\n")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from master.units import (
     format_bytes,
@@ -87,6 +89,10 @@ def test_parse_bytes_rejects(text: object, message: str) -> None:
         ("1d", 86400.0),
         ("1H", 3600.0),
         (" 10 s ", 10.0),
+        ("1h30m", 5400.0),
+        ("1m 30s", 90.0),
+        ("1h1m1s", 3661.0),
+        ("2m500ms", 120.5),
     ],
 )
 def test_parse_duration(text: object, expected: float) -> None:
@@ -101,6 +107,9 @@ def test_parse_duration(text: object, expected: float) -> None:
         ("5 fortnights", "unknown duration unit 'fortnights' in '5 fortnights' (use ns, us, ms"),
         ("5x", "unknown duration unit 'x'"),
         ("soon", "not a duration: 'soon'"),
+        ("1h30", "not a duration: '1h30'"),
+        ("1h-30m", "not a duration: '1h-30m'"),
+        ("1h 30x", "unknown duration unit 'x' in '1h 30x'"),
         (float("inf"), "not a duration: inf"),
         (float("nan"), "not a duration: nan"),
         (True, "not a duration: True"),
@@ -183,3 +192,19 @@ def test_format_duration(seconds: float, text: str) -> None:
 )
 def test_format_fraction(fraction: float, text: str) -> None:
     assert format_fraction(fraction) == text
+
+
+@given(st.integers(min_value=0, max_value=1 << 62))
+def test_bytes_round_trip(size: int) -> None:
+    assert parse_bytes(format_bytes(size)) == size
+
+
+@given(st.integers(min_value=0, max_value=10 * 86400))
+def test_duration_round_trip_whole_seconds(seconds: int) -> None:
+    assert parse_duration_s(format_duration_s(seconds)) == seconds
+
+
+@given(st.integers(min_value=1, max_value=999))
+def test_percent_equals_fraction(numerator: int) -> None:
+    text = f"{numerator / 10:g}%"
+    assert parse_fraction(text) == pytest.approx(numerator / 1000)
