@@ -281,3 +281,21 @@ def _view_percentiles(
         res = _percentiles_dense(dense, PERCENTILES, min_v[sl].reshape(-1), max_v[sl].reshape(-1))
         out[sl] = res.reshape(n_inst, N_VIEWS, 2, len(PERCENTILES))
     return out
+
+
+def dense_histograms(sample: Sample, grouping: Grouping) -> npt.NDArray[np.float64]:
+    """Bucket counts per instance for the overall, read and write views and both kinds:
+    shape (G, 3, 2, N_BUCKETS). For histogram files; large rollups should be written in
+    slices of instances."""
+    out = np.zeros((grouping.n, 3, 2, N_BUCKETS))
+    if sample.rows.size == 0 or grouping.n == 0:
+        return out
+    w = sample.rows // ROWS_PER_WORKLOAD
+    r = sample.rows % ROWS_PER_WORKLOAD
+    cat, kind = r // 2, r % 2
+    inst = grouping.of_workload[w]
+    views = np.stack([np.zeros_like(cat), np.where(cat % 2 == 0, 1, 2)], axis=1)  # all, rd/wr
+    key = ((inst[:, None] * 3 + views) * 2 + kind[:, None]) * N_BUCKETS + sample.buckets[:, None]
+    flat = np.bincount(key.ravel(), weights=np.repeat(sample.counts, 2).astype(np.float64),
+                       minlength=out.size)
+    return flat.reshape(out.shape)

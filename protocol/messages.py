@@ -104,7 +104,8 @@ class DiscoverLuns(Message):
 
 @dataclass(frozen=True)
 class LunList(Message):
-    """Slave → master: every LUN found, as ``LunInfo.to_dict()`` dicts."""
+    """Slave → master: every LUN found, each ``{"info": LunInfo.to_dict(), "attributes":
+    LunInfo.attributes(), "in_use": [reason, ...]}``."""
 
     CODE: ClassVar[int] = 6
     seq: int

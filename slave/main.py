@@ -32,7 +32,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def default_backend() -> Backend:
-    from slave.worker import WorkerBackend
+    from slave.worker_backend import WorkerBackend
 
     return WorkerBackend()
 

@@ -50,7 +50,7 @@ from protocol.version import PROTOCOL_VERSION, __version__
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.params import WorkloadParams
-from slave.preflight import require_ok
+from slave.preflight import in_use_reasons, require_ok
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Collected:
 
     workload_ids: list[str]
     stats: list[WorkloadStats]
-    switch_ns: list[int]
+    switch_ns: list[int]  # per worker: buffer switch done, ns after the boundary
     interlock: list[dict[str, Any]]
     io_errors: list[str] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
@@ -253,7 +253,16 @@ class SlaveSession:
                 )
                 return
         self.luns = {lun.path: lun for lun in found}
-        self.send(LunList(seq=msg.seq, luns=[lun.to_dict() for lun in found]))
+        self.send(
+            LunList(
+                seq=msg.seq,
+                luns=[
+                    {"info": lun.to_dict(), "attributes": lun.attributes(),
+                     "in_use": list(in_use_reasons(lun))}
+                    for lun in found
+                ],
+            )
+        )
 
     @staticmethod
     def _child_pids() -> list[int]:
@@ -424,7 +433,8 @@ class SlaveSession:
             self.event("WARNING", text)
         batch = StatsBatch.from_stats(got.stats)
         interlock = [
-            {**il, "switch_ns": s} for il, s in zip(got.interlock, got.switch_ns, strict=False)
+            {**il, "switch_ns": step.end_of(k) + s}
+            for il, s in zip(got.interlock, got.switch_ns, strict=False)
         ]
         self.send(
             SubintervalResult(

@@ -1,0 +1,57 @@
+"""``ivypy run TEST.yaml``: load and validate the test, then run it (or print the plan).
+
+Thin: options → ``master.run.run_test`` → exit code. A config error is one line on stderr and
+exit 2, before any host is contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from master.config import load_config
+from master.live import LiveView
+from master.plan import format_plan
+from master.run import EXIT_CONFIG, run_test
+from protocol.errors import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a test",
+        description="Run a test file: start a slave on every host, run its steps, write a "
+        "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
+        "error, 3 host failure, 130 interrupted.",
+    )
+    p.add_argument("test", metavar="TEST.yaml", help="the test file")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved plan (hosts, LUN selectors, workloads, durations) "
+                   "and exit without contacting any host")
+    p.add_argument("--output-root", metavar="DIR", help="override the test's output_root")
+    p.add_argument("--plain", action="store_true",
+                   help="plain lines instead of the live table, even on a terminal")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug lines to the console")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        cfg = load_config(args.test, output_root_override=args.output_root)
+    except ConfigError as exc:
+        print(f"ivypy: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.dry_run:
+        print(format_plan(cfg))
+        return 0
+    view = LiveView(rich_mode=False if args.plain else None)
+    result = run_test(cfg, view=view)
+    if result.folder is not None:
+        print(f"ivypy: results in {result.folder}")
+    if result.message:
+        print(f"ivypy: {result.message}", file=sys.stderr if result.exit_code else sys.stdout)
+    return result.exit_code

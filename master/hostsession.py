@@ -1,0 +1,291 @@
+"""One host's conversation from the master's side, over any transport.
+
+Owns: the handshake, the clock-offset measurement, request/answer pairing by ``seq``, the queue
+of subinterval results, relaying the slave's ``Log`` events, and turning a lost or misbehaving
+slave into a ``HostError`` naming the host. It does not decide what to run (``master.run``) and
+does not open connections itself: it is handed a ``SlaveConnection``.
+
+Clock: the master's clock is ``time.monotonic_ns``. ``offset_ns`` is the slave's clock minus the
+master's, from the ping with the smallest round trip: ``offset = slave_ns - (send + rtt / 2)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from protocol.errors import HostError, ProtocolError
+from protocol.messages import (
+    Ack,
+    Bye,
+    Continue,
+    CreateWorkload,
+    DeleteWorkload,
+    DiscoverLuns,
+    EditWorkload,
+    Error,
+    Go,
+    Hello,
+    HelloReply,
+    Log,
+    LunList,
+    Message,
+    Ping,
+    Pong,
+    Stop,
+    Stopped,
+    SubintervalResult,
+)
+from protocol.state import Conversation, Role, State
+from protocol.version import PROTOCOL_VERSION, __version__
+
+log = logging.getLogger(__name__)
+
+PINGS = 9
+REQUEST_TIMEOUT_S = 60.0
+
+
+class Connection(Protocol):
+    """What a transport gives us (``master.transport.SlaveConnection``)."""
+
+    host: str
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def read(self) -> bytes: ...
+
+    async def close(self, grace_s: float = ...) -> int | None: ...
+
+    def stderr_tail(self) -> str: ...
+
+
+@dataclass
+class ClockSample:
+    rtt_ns: int
+    offset_ns: int
+
+
+@dataclass
+class SlaveEvent:
+    """A ``Log`` or ``Error`` from the slave, stamped with the master's clock."""
+
+    host: str
+    level: str
+    message: str
+    master_ns: int
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+class HostSession:
+    """The master's side of one host; see the module docstring."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        host: str,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+        on_event: Callable[[SlaveEvent], None] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.host = host
+        self.clock = clock
+        self.on_event = on_event
+        self.conv = Conversation(Role.MASTER, host=host)
+        self.hello: HelloReply | None = None
+        self.clock_samples: list[ClockSample] = []
+        self.offset_ns = 0
+        self.rtt_ns = 0
+        self.results: asyncio.Queue[SubintervalResult] = asyncio.Queue()
+        self.stopped: asyncio.Queue[Stopped] = asyncio.Queue()
+        self.failure: HostError | None = None
+        self.failed = asyncio.Event()
+        self._seq = 0
+        self._pending: dict[int, asyncio.Future[Message]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._bye = asyncio.Event()
+
+    # ------------------------------------------------------------------ plumbing
+    async def send(self, msg: Message) -> None:
+        if self.failure is not None:
+            raise self.failure
+        try:
+            frame = self.conv.send(msg)
+        except ProtocolError as exc:
+            raise self._fail(f"cannot send {type(msg).__name__}: {exc}") from exc
+        await self.conn.write(frame)
+
+    def _fail(self, message: str) -> HostError:
+        if self.failure is None:
+            self.failure = HostError(message, host=self.host, stderr_tail=self.conn.stderr_tail())
+            self.failed.set()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(self.failure)
+        return self.failure
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self.conn.read()
+                if not data:
+                    if self._bye.is_set() or self.conv.state is State.CLOSED:
+                        return
+                    self._fail("the slave ended its output unexpectedly (process died or "
+                               "connection lost)")
+                    return
+                for msg in self.conv.receive_data(data):
+                    self._dispatch(msg)
+        except ProtocolError as exc:
+            self._fail(f"protocol error: {exc}")
+        except HostError as exc:
+            self._fail(str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not hang the run
+            log.exception("reader for host %s failed", self.host)
+            self._fail(f"reader failed: {exc!r}")
+
+    def _dispatch(self, msg: Message) -> None:
+        if isinstance(msg, SubintervalResult):
+            self.results.put_nowait(msg)
+        elif isinstance(msg, Stopped):
+            self.stopped.put_nowait(msg)
+        elif isinstance(msg, Log):
+            self._event(msg.level, msg.message, msg.context)
+        elif isinstance(msg, Error):
+            ctx = {k: v for k, v in (("workload", msg.workload_id), ("lun", msg.lun)) if v}
+            self._event("ERROR", f"{msg.kind}: {msg.message}", {"kind": msg.kind, **ctx})
+            fut = self._pending.pop(msg.seq, None) if msg.seq >= 0 else None
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+            elif msg.fatal:
+                self._fail(f"slave failed ({msg.kind}): {msg.message}")
+            elif msg.kind in ("late", "io", "internal"):
+                self._fail(f"{msg.kind}: {msg.message}")
+        elif isinstance(msg, Bye):
+            self._bye.set()
+        elif isinstance(msg, Pong | Ack | LunList | HelloReply):
+            key = -1 if isinstance(msg, HelloReply) else msg.seq
+            fut = self._pending.pop(key, None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    def _event(self, level: str, message: str, context: dict[str, Any]) -> None:
+        ev = SlaveEvent(self.host, level, message, self.clock(), dict(context))
+        log.log(logging.getLevelName(level) if isinstance(logging.getLevelName(level), int)
+                else logging.INFO, "[host=%s] %s", self.host, message)
+        if self.on_event is not None:
+            self.on_event(ev)
+
+    async def _request(self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S) -> Message:
+        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[key] = fut
+        await self.send(msg)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
+
+    # ------------------------------------------------------------------ conversation
+    async def start(self, pings: int = PINGS) -> HelloReply:
+        """Handshake and clock offset."""
+        self._reader = asyncio.create_task(self._read_loop(), name=f"reader-{self.host}")
+        reply = await self._request(
+            Hello(PROTOCOL_VERSION, __version__, self.host, self.clock()), key=-1
+        )
+        if isinstance(reply, Error):
+            raise self._fail(f"slave refused the handshake: {reply.message}")
+        assert isinstance(reply, HelloReply)
+        self.hello = reply
+        await self.measure_clock(pings)
+        return reply
+
+    async def measure_clock(self, pings: int = PINGS) -> None:
+        samples: list[ClockSample] = []
+        for _ in range(pings):
+            seq = self._next_seq()
+            sent = self.clock()
+            pong = await self._request(Ping(seq, sent), key=seq, timeout_s=10.0)
+            got = self.clock()
+            assert isinstance(pong, Pong)
+            rtt = got - sent
+            samples.append(ClockSample(rtt, pong.slave_ns - (sent + rtt // 2)))
+        best = min(samples, key=lambda s: s.rtt_ns)
+        self.clock_samples = samples
+        self.offset_ns, self.rtt_ns = best.offset_ns, best.rtt_ns
+
+    def to_slave_ns(self, master_ns: int) -> int:
+        return master_ns + self.offset_ns
+
+    def to_master_ns(self, slave_ns: int) -> int:
+        return slave_ns - self.offset_ns
+
+    async def discover(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        seq = self._next_seq()
+        reply = await self._request(DiscoverLuns(seq, files), key=seq)
+        if isinstance(reply, Error):
+            raise HostError(reply.message, host=self.host)
+        assert isinstance(reply, LunList)
+        return reply.luns
+
+    async def create(self, workload_id: str, lun_path: str, params: dict[str, Any],
+                     allow_write: bool) -> Ack | Error:
+        seq = self._next_seq()
+        reply = await self._request(CreateWorkload(seq, workload_id, lun_path, params, allow_write),
+                                    key=seq)
+        assert isinstance(reply, Ack | Error)
+        return reply
+
+    async def edit(self, workload_id: str, params: dict[str, Any]) -> Ack | Error:
+        seq = self._next_seq()
+        reply = await self._request(EditWorkload(seq, workload_id, params), key=seq)
+        assert isinstance(reply, Ack | Error)
+        return reply
+
+    async def delete(self, workload_id: str) -> Ack | Error:
+        seq = self._next_seq()
+        reply = await self._request(DeleteWorkload(seq, workload_id), key=seq)
+        assert isinstance(reply, Ack | Error)
+        return reply
+
+    async def go(self, step: int, start_master_ns: int, subinterval_ns: int) -> None:
+        while not self.results.empty():
+            self.results.get_nowait()
+        await self.send(Go(step, self.to_slave_ns(start_master_ns), subinterval_ns))
+
+    async def grant(self, subinterval: int) -> None:
+        await self.send(Continue(subinterval))
+
+    async def stop(self, after_subinterval: int) -> None:
+        if self.conv.state is State.RUNNING:
+            await self.send(Stop(after_subinterval))
+
+    async def wait_stopped(self, timeout_s: float) -> Stopped | None:
+        try:
+            return await asyncio.wait_for(self.stopped.get(), timeout_s)
+        except asyncio.TimeoutError:
+            return None
+
+    async def close(self, grace_s: float = 2.0) -> int | None:
+        """Say bye (when still possible), then close the transport."""
+        if self.failure is None and self.conv.state in (State.IDLE, State.RUNNING, State.STOPPING):
+            with contextlib.suppress(HostError, ProtocolError, OSError):
+                await self.send(Bye("run finished"))
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._bye.wait(), grace_s)
+        status = await self.conn.close(grace_s)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        return status

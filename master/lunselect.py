@@ -1,0 +1,281 @@
+"""From discovered LUNs and the test's selectors to concrete workloads with resolved parameters.
+
+Owns: which discovered LUNs a test uses on each host (``luns:`` selectors), which of those each
+workload runs on, each workload instance's id (``host:lun:name``) and its parameters in bytes
+for its LUN, rollup instance keys, and the edits ``edit_rollup`` makes. Pure: no I/O, no hosts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from master.config import LunExtent, LunSelector, RollupEdit, RollupSpec, StepConfig, TestConfig
+from master.config.schema import WorkloadEdit, WorkloadSpec
+from protocol.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Lun:
+    """A discovered LUN on a host, as the master sees it."""
+
+    host: str
+    path: str
+    size_bytes: int
+    logical_block_bytes: int
+    attributes: dict[str, str]
+    in_use: tuple[str, ...]
+    info: dict[str, Any]
+
+    @classmethod
+    def from_wire(cls, host: str, entry: Mapping[str, Any]) -> Lun:
+        info = dict(entry["info"])
+        return cls(
+            host=host,
+            path=str(info["path"]),
+            size_bytes=int(info["size_bytes"]),
+            logical_block_bytes=int(info.get("logical_block_bytes") or 512),
+            attributes={str(k): str(v) for k, v in dict(entry.get("attributes", {})).items()},
+            in_use=tuple(str(r) for r in entry.get("in_use", ())),
+            info=info,
+        )
+
+    def match_attributes(self) -> dict[str, object]:
+        return {**self.attributes, "host": self.host, "lun": self.path}
+
+
+@dataclass(frozen=True)
+class SelectedLun:
+    lun: Lun
+    allow_write: bool
+    selectors: tuple[int, ...]
+
+
+def selector_applies(sel: LunSelector, host: str) -> bool:
+    return "all" in sel.hosts or host in sel.hosts
+
+
+def file_requests(cfg: TestConfig, host: str) -> list[dict[str, Any]]:
+    """The file LUNs host ``host`` must describe (and create) during discovery."""
+    out: list[dict[str, Any]] = []
+    for sel in cfg.luns:
+        if sel.kind == "file" and selector_applies(sel, host) and sel.file:
+            out.append({"path": sel.file, "size_bytes": sel.size_bytes, "create": sel.create})
+    return out
+
+
+def select_luns(cfg: TestConfig, discovered: Mapping[str, Sequence[Lun]]) -> dict[str, list[SelectedLun]]:
+    """The LUNs the test uses, per host, in discovery order. A selector that matches nothing
+    on a host it names is a ``ConfigError`` naming the selector, its line and the host."""
+    out: dict[str, list[SelectedLun]] = {}
+    for host, luns in discovered.items():
+        chosen: dict[str, tuple[bool, list[int]]] = {}
+        for i, sel in enumerate(cfg.luns):
+            if not selector_applies(sel, host):
+                continue
+            hits = [lun for lun in luns if _selector_matches(sel, lun)]
+            if not hits:
+                raise ConfigError(
+                    f"{sel.describe()} matches no LUN on host {host}",
+                    key_path=f"luns[{i}]",
+                    file=cfg.source_file,
+                    line=sel.line or None,
+                )
+            for lun in hits:
+                allow, idx = chosen.get(lun.path, (False, []))
+                chosen[lun.path] = (allow or sel.allow_write, [*idx, i])
+        out[host] = [
+            SelectedLun(lun, chosen[lun.path][0], tuple(chosen[lun.path][1]))
+            for lun in luns
+            if lun.path in chosen
+        ]
+    return out
+
+
+def _selector_matches(sel: LunSelector, lun: Lun) -> bool:
+    if sel.kind == "path":
+        return sel.path is not None and fnmatch.fnmatchcase(lun.path, sel.path)
+    if sel.kind == "file":
+        return sel.file is not None and lun.path == sel.file
+    attrs = lun.match_attributes()
+    return all(m.matches(attrs.get(m.key)) for m in sel.attributes)
+
+
+# --------------------------------------------------------------------------- workloads
+@dataclass
+class WorkloadInstance:
+    """One workload on one LUN of one host, with its parameters resolved for that LUN."""
+
+    id: str
+    name: str
+    host: str
+    lun: SelectedLun
+    spec: WorkloadSpec
+    params: dict[str, Any]
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def iops_setting(self) -> float | None:
+        iops = self.params.get("iops")
+        return None if iops is None else float(iops)
+
+
+def _extent_bytes(ext: LunExtent | None, size: int, align: int, default: int) -> int:
+    if ext is None:
+        return default
+    raw = ext.value * size if ext.unit == "fraction" else ext.value
+    return int(raw) // align * align
+
+
+def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
+    """``WorkloadParams`` fields (as the slave takes them) for ``spec`` on ``lun``."""
+    size, align = lun.size_bytes, max(512, lun.logical_block_bytes)
+    start = _extent_bytes(spec.range_start, size, align, 0)
+    end = _extent_bytes(spec.range_end, size, align, size)
+    where = f"workload {spec.name} on {lun.host}:{lun.path}"
+    if end > size:
+        raise ConfigError(f"{where}: range_end {end} is beyond the LUN's {size} bytes")
+    if end - start < spec.blocksize_bytes:
+        raise ConfigError(
+            f"{where}: the range [{start}, {end}) is smaller than one block of "
+            f"{spec.blocksize_bytes} bytes"
+        )
+    if spec.blocksize_bytes % lun.logical_block_bytes:
+        raise ConfigError(
+            f"{where}: blocksize {spec.blocksize_bytes} is not a multiple of the LUN's logical "
+            f"block size {lun.logical_block_bytes}"
+        )
+    seq_start = _extent_bytes(spec.seq_start, end - start, align, 0)
+    hot = _extent_bytes(spec.hot_zone_size, end - start, align, 0)
+    return {
+        "iosequencer": spec.iosequencer,
+        "blocksize_bytes": spec.blocksize_bytes,
+        "iodepth": spec.iodepth,
+        "iops": None if spec.iops == "max" else float(spec.iops),
+        "read_fraction": spec.read_fraction,
+        "range_start_bytes": start,
+        "range_end_bytes": end,
+        "seq_start_bytes": start + seq_start,
+        "hot_zone_bytes": hot,
+        "hot_zone_fraction": spec.hot_zone_share or 0.0,
+        "skew_weight": spec.skew_weight,
+        "write_data": spec.write_data.kind,
+        "write_data_ratio": spec.write_data.ratio,
+        "busy_poll": spec.busy_poll,
+        "seed": seed if spec.seed is None else spec.seed,
+    }
+
+
+def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[str, str]:
+    attrs = dict(lun.attributes)
+    attrs.update(
+        host=lun.host,
+        lun=lun.path,
+        workload=inst_name,
+        iosequencer=spec.iosequencer,
+        blocksize_bytes=str(spec.blocksize_bytes),
+        iodepth=str(spec.iodepth),
+    )
+    return attrs
+
+
+def expand_step(step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]]) -> list[WorkloadInstance]:
+    """Every workload instance in force during ``step``, in a stable order."""
+    out: list[WorkloadInstance] = []
+    seed = 0
+    for spec in step.workloads:
+        matched = 0
+        for host, luns in selected.items():
+            for sl in luns:
+                if not spec.luns.matches(sl.lun.match_attributes()):
+                    continue
+                matched += 1
+                seed += 1
+                wid = f"{host}:{sl.lun.path}:{spec.name}"
+                out.append(
+                    WorkloadInstance(
+                        id=wid,
+                        name=spec.name,
+                        host=host,
+                        lun=sl,
+                        spec=spec,
+                        params=resolve_params(spec, sl.lun, seed),
+                        attributes=workload_attributes(spec.name, spec, sl.lun),
+                    )
+                )
+        if not matched:
+            raise ConfigError(
+                f"workload {spec.name} (luns: {spec.luns}) matches none of the test's LUNs",
+                key_path=f"steps[{step.source_index}].workloads",
+            )
+    return out
+
+
+def rollup_key(spec: RollupSpec, inst: WorkloadInstance) -> str:
+    if spec.type == "all":
+        return "all"
+    if spec.type == "workload":
+        return inst.id
+    if spec.type == "lun":
+        return f"{inst.host}:{inst.lun.lun.path}"
+    if spec.type == "host":
+        return inst.host
+    return "+".join(inst.attributes.get(a, "") for a in spec.attributes)
+
+
+def apply_rollup_edits(
+    edits: Iterable[RollupEdit], instances: Sequence[WorkloadInstance], rollups: Sequence[RollupSpec]
+) -> list[str]:
+    """Apply ``edit_rollup`` entries to ``instances`` in place; return a description of each."""
+    done: list[str] = []
+    by_type = {r.type: r for r in rollups}
+    for edit in edits:
+        spec = by_type.get(edit.rollup) or RollupSpec(type=edit.rollup,
+                                                      attributes=tuple(edit.rollup.split("+")))
+        want = "all" if edit.rollup == "all" else "+".join(edit.value)
+        members = [i for i in instances if rollup_key(spec, i) == want]
+        if not members:
+            raise ConfigError(f"edit_rollup: instance {edit.instance} has no workloads")
+        changes = edit_to_params(edit.settings)
+        for m in members:
+            m.params.update(changes)
+        if edit.total_iops is not None:
+            split_total_iops(members, edit.total_iops)
+        done.append(f"{edit.instance}: {changes or ''} total_iops={edit.total_iops}")
+    return done
+
+
+def edit_to_params(edit: WorkloadEdit) -> dict[str, Any]:
+    """The parameter changes of a ``WorkloadEdit`` that need no LUN size."""
+    out: dict[str, Any] = {}
+    for key in ("iosequencer", "blocksize_bytes", "iodepth", "read_fraction", "skew_weight",
+                "busy_poll"):
+        value = getattr(edit, key)
+        if value is not None:
+            out[key] = value
+    if edit.iops is not None:
+        out["iops"] = None if edit.iops == "max" else float(edit.iops)
+    if edit.write_data is not None:
+        out["write_data"] = edit.write_data.kind
+        out["write_data_ratio"] = edit.write_data.ratio
+    return out
+
+
+def split_total_iops(members: Sequence[WorkloadInstance], total: float | str) -> None:
+    """Give ``members`` a total IOPS, split evenly over their LUNs, then by skew weight within
+    a LUN (ivy's rule)."""
+    if total == "max":
+        for m in members:
+            m.params["iops"] = None
+        return
+    by_lun: dict[tuple[str, str], list[WorkloadInstance]] = {}
+    for m in members:
+        by_lun.setdefault((m.host, m.lun.lun.path), []).append(m)
+    per_lun = float(total) / len(by_lun)
+    for group in by_lun.values():
+        weights = [float(m.params.get("skew_weight", 1.0)) for m in group]
+        w_sum = sum(weights)
+        for m, w in zip(group, weights, strict=True):
+            m.params["iops"] = per_lun * w / w_sum

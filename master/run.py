@@ -1,0 +1,617 @@
+"""``ivypy run``: one test from start to end.
+
+Owns the order of things: create the run folder, start every host's slave (concurrently),
+measure clocks, discover and select LUNs, then per step create/edit/delete workloads (preflight
+happens there, before any I/O of the step), start all hosts on one common boundary, gather each
+subinterval's results within the deadline, roll up, write rows, grant the next subinterval, and
+finally summarise the measurement period. Failures stop every slave and keep every row written
+so far. It does not compute metrics (``master.rollup``), format files (``master.output``) or
+speak bytes (``master.hostsession``).
+
+Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host failure,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from master import rollup as ru
+from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
+from master.hostsession import HostSession, SlaveEvent
+from master.live import LiveRow, LiveView
+from master.lunselect import (
+    Lun,
+    SelectedLun,
+    WorkloadInstance,
+    apply_rollup_edits,
+    expand_step,
+    file_requests,
+    rollup_key,
+    select_luns,
+)
+from master.output import RunOutput, create_run_folder, safe_name
+from protocol.buckets import LOWER_NS, N_BUCKETS, UPPER_NS
+from protocol.errors import ConfigError, HostError, IvyError, PreflightError, ProtocolError
+from protocol.messages import Error, SubintervalResult
+from protocol.stats import StatsBatch
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_HOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+START_LEAD_NS = 1_000_000_000
+STOP_WAIT_S = 5.0
+
+Connector = Callable[[HostConfig], Awaitable[Any]]
+
+
+async def default_connect(host: HostConfig) -> Any:
+    """Start the slave on ``host`` with the transport its config names."""
+    from master.transport import SshHostSpec, open_local, open_ssh
+
+    if host.transport == "local":
+        python = sys.executable if host.python == "python3" else host.python
+        return await open_local(host.name, python=python)
+    return await open_ssh(
+        SshHostSpec(
+            name=host.name,
+            address=host.address,
+            user=host.user,
+            port=host.port,
+            python=host.python,
+            identity_file=host.identity_file,
+            known_hosts=host.known_hosts,
+            ssh_config=host.ssh_config,
+        )
+    )
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    folder: Path | None
+    message: str = ""
+    invalid_steps: list[str] = field(default_factory=list)
+
+
+class StepFailed(IvyError):
+    """A step cannot go on (a host failed or was late); carries the exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_HOST) -> None:
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+@dataclass
+class _StepState:
+    number: int
+    config: StepConfig
+    start_ns: int = 0
+    window: list[ru.Sample] = field(default_factory=list)
+    window_subintervals: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    groupings: dict[str, ru.Grouping] = field(default_factory=dict)
+
+
+class Run:
+    """One run of one test; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: TestConfig,
+        *,
+        view: LiveView | None = None,
+        connect: Connector = default_connect,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.cfg = cfg
+        self.view = view or LiveView()
+        self.connect = connect
+        self.clock = clock
+        self.sessions: dict[str, HostSession] = {}
+        self.output: RunOutput | None = None
+        self.discovered: dict[str, list[Lun]] = {}
+        self.selected: dict[str, list[SelectedLun]] = {}
+        self.current: dict[str, WorkloadInstance] = {}
+        self.rollups: list[RollupSpec] = self._rollup_specs()
+        self.interrupted = asyncio.Event()
+        self.t0_ns = clock()
+        self.sub_ns = round(cfg.subinterval_seconds * 1e9)
+
+    def _rollup_specs(self) -> list[RollupSpec]:
+        specs = {r.type: r for r in self.cfg.rollups}
+        out = [specs.get(t) or RollupSpec(type=t, attributes=(t,), builtin=True)
+               for t in ("all", "host", "lun", "workload")]
+        out += [r for r in self.cfg.rollups if r.type not in ("all", "host", "lun", "workload")]
+        return out
+
+    # ------------------------------------------------------------------ events
+    def event(self, level: str, message: str, *, host: str = "", kind: str = "",
+              step: int | None = None, subinterval: int | None = None) -> None:
+        log.log(logging.getLevelName(level), "%s%s", f"[host={host}] " if host else "", message)
+        if self.output is not None:
+            self.output.table("events.csv", EVENT_COLUMNS).write({
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "elapsed_s": round((self.clock() - self.t0_ns) / 1e9, 3),
+                "level": level, "host": host, "kind": kind, "step": step,
+                "subinterval": subinterval, "message": message,
+            })
+
+    def _on_slave_event(self, ev: SlaveEvent) -> None:
+        self.event(ev.level, ev.message, host=ev.host, kind=str(ev.context.get("kind", "slave")))
+
+    # ------------------------------------------------------------------ the run
+    async def execute(self) -> RunResult:
+        folder = create_run_folder(self.cfg.output_root, self.cfg.test)
+        self.output = RunOutput(folder)
+        self.output.start_run_log()
+        self.output.write_text("test.yaml", self.cfg.source_text)
+        self.output.write_json("resolved.json", dataclasses.asdict(self.cfg))
+        self.view.message(f"ivypy: run folder {folder}")
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._interrupt)
+        result = RunResult(EXIT_OK, folder)
+        try:
+            await self._start_hosts()
+            await self._discover()
+            for number, step in enumerate(self.cfg.steps):
+                if self.interrupted.is_set():
+                    break
+                valid = await self._run_step(number, step)
+                if not valid:
+                    result.invalid_steps.append(step.name)
+            if self.interrupted.is_set():
+                result.exit_code, result.message = EXIT_INTERRUPTED, "interrupted"
+            elif result.invalid_steps:
+                result.exit_code = EXIT_INVALID
+                result.message = f"invalid steps: {', '.join(result.invalid_steps)}"
+        except (ConfigError, PreflightError) as exc:
+            result.exit_code, result.message = EXIT_CONFIG, str(exc)
+        except StepFailed as exc:
+            result.exit_code, result.message = exc.exit_code, str(exc)
+        except HostError as exc:
+            result.exit_code, result.message = EXIT_HOST, str(exc)
+        except ProtocolError as exc:
+            result.exit_code, result.message = EXIT_HOST, str(exc)
+        finally:
+            if result.message:
+                self.event("ERROR" if result.exit_code else "INFO", result.message, kind="run")
+            await self._close_all()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(sig)
+            self.view.close()
+            self.output.close()
+        return result
+
+    def _interrupt(self) -> None:
+        if not self.interrupted.is_set():
+            self.view.message("ivypy: interrupted: stopping all hosts (output is kept)")
+            self.interrupted.set()
+
+    async def _start_hosts(self) -> None:
+        async def start(host: HostConfig) -> HostSession:
+            conn = await self.connect(host)
+            hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
+            self.sessions[host.name] = hs
+            await hs.start()
+            return hs
+
+        results = await asyncio.gather(*(start(h) for h in self.cfg.hosts), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            for e in errors:
+                if not isinstance(e, IvyError):
+                    log.error("starting a host failed", exc_info=e)
+            raise StepFailed("; ".join(str(e) for e in errors), EXIT_HOST)
+        assert self.output is not None
+        for name, hs in self.sessions.items():
+            hello = hs.hello
+            assert hello is not None
+            host = self.cfg.host(name)
+            self.output.table("hosts.csv", HOST_COLUMNS).write({
+                "host": name, "address": host.address, "transport": host.transport,
+                "hostname": hello.hostname, "kernel": hello.kernel,
+                "python_version": hello.python_version, "numpy_version": hello.numpy_version,
+                "ivypy_version": hello.ivypy_version, "cores": hello.cores,
+                "slave_pid": hello.pid, "clock_offset_ns": hs.offset_ns,
+                "rtt_us": round(hs.rtt_ns / 1e3, 3),
+                "clock_samples": len(hs.clock_samples),
+            })
+            self.event("INFO", f"slave up: {hello.hostname} python {hello.python_version}, "
+                       f"{hello.cores} cores, clock offset {hs.offset_ns} ns, "
+                       f"RTT {hs.rtt_ns / 1e3:.1f} us", host=name, kind="host")
+
+    async def _discover(self) -> None:
+        async def one(name: str, hs: HostSession) -> None:
+            raw = await hs.discover(file_requests(self.cfg, name))
+            self.discovered[name] = [Lun.from_wire(name, e) for e in raw]
+
+        await asyncio.gather(*(one(n, hs) for n, hs in self.sessions.items()))
+        self.selected = select_luns(self.cfg, self.discovered)
+        used: dict[tuple[str, str], list[str]] = {}
+        for step in self.cfg.steps:
+            for inst in expand_step(step, self.selected):
+                used.setdefault((inst.host, inst.lun.lun.path), [])
+                if inst.name not in used[(inst.host, inst.lun.lun.path)]:
+                    used[(inst.host, inst.lun.lun.path)].append(inst.name)
+        assert self.output is not None
+        attr_keys = sorted({k for luns in self.discovered.values() for lun in luns
+                            for k in lun.attributes} - {"lun"})
+        table = self.output.table("luns.csv", ["host", "lun", "selected", "allow_write",
+                                               "used_by", "in_use", *attr_keys])
+        for host, luns in self.discovered.items():
+            chosen = {s.lun.path: s for s in self.selected.get(host, [])}
+            for lun in luns:
+                sel = chosen.get(lun.path)
+                table.write({"host": host, "lun": lun.path, "selected": sel is not None,
+                             "allow_write": bool(sel and sel.allow_write),
+                             "used_by": " ".join(used.get((host, lun.path), [])),
+                             "in_use": "; ".join(lun.in_use),
+                             **{k: lun.attributes.get(k, "") for k in attr_keys}})
+
+    # ------------------------------------------------------------------ workloads
+    async def _apply_workloads(self, number: int, instances: list[WorkloadInstance]) -> None:
+        want = {i.id: i for i in instances}
+        jobs: list[tuple[str, Awaitable[Any], WorkloadInstance | None, str]] = []
+        for wid, old in list(self.current.items()):
+            if wid not in want:
+                jobs.append(("delete", self.sessions[old.host].delete(wid), None, wid))
+        for wid, inst in want.items():
+            hs = self.sessions[inst.host]
+            old = self.current.get(wid)
+            if old is None:
+                jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
+                                                 inst.lun.allow_write), inst, wid))
+            elif old.params != inst.params:
+                changed = {k: v for k, v in inst.params.items() if old.params.get(k) != v}
+                jobs.append(("edit", hs.edit(wid, changed), inst, wid))
+        replies = await asyncio.gather(*(j[1] for j in jobs))
+        refused: list[Error] = []
+        for (action, _, inst, wid), reply in zip(jobs, replies, strict=True):
+            if isinstance(reply, Error):
+                refused.append(reply)
+                continue
+            if action == "delete":
+                self.current.pop(wid, None)
+            else:
+                assert inst is not None
+                self.current[wid] = inst
+                engine = reply.info.get("engine") if reply.info else None
+                if action == "create":
+                    self.event("INFO", f"workload {wid} created"
+                               + (f" (engine {engine})" if engine else ""),
+                               host=inst.host, kind="workload", step=number)
+                    if reply.info.get("warning"):
+                        self.event("WARNING", str(reply.info["warning"]), host=inst.host,
+                                   kind="engine", step=number)
+        if refused:
+            pre = [r for r in refused if r.kind == "preflight"]
+            text = "; ".join(r.message for r in (pre or refused))
+            raise PreflightError(text) if pre else ConfigError(text)
+
+    # ------------------------------------------------------------------ one step
+    async def _run_step(self, number: int, step: StepConfig) -> bool:
+        assert self.output is not None
+        instances = expand_step(step, self.selected)
+        for text in apply_rollup_edits(step.edit_rollup, instances, self.rollups):
+            self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)
+        await self._apply_workloads(number, instances)
+        warm = step.warmup.subintervals
+        meas = step.measure_time.subintervals if step.measure_time else 0
+        cool = step.cooldown.subintervals
+        n = warm + meas + cool
+        if n <= 0:
+            self.event("WARNING", f"step {step.name} has no subintervals", step=number)
+            return True
+        st = _StepState(number, step)
+        self.view.step_started(number, step.name, n, self.cfg.subinterval_seconds)
+        max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
+        st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
+        self.event("INFO", f"step {number} {step.name}: {n} subintervals ({warm} warmup, "
+                   f"{meas} measurement, {cool} cooldown)", kind="step", step=number)
+        await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns)
+                               for hs in self.sessions.values()))
+        if n == 1:
+            await self._all(lambda hs: hs.stop(0))
+        try:
+            for k in range(n):
+                results = await self._gather(st, k)
+                if self.interrupted.is_set():
+                    await self._all(lambda hs: hs.stop(-1))
+                elif k + 2 < n:
+                    await self._all(lambda hs, j=k + 2: hs.grant(j))
+                elif k + 2 == n:
+                    await self._all(lambda hs, j=n - 1: hs.stop(j))
+                phase = "warmup" if k < warm else ("measurement" if k < warm + meas else "cooldown")
+                self._process(st, k, phase, results)
+                if self.interrupted.is_set():
+                    break
+        except (HostError, ProtocolError) as exc:
+            await self._abort_step()
+            raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+        await self._wait_stopped()
+        valid, text = self._summarise(st)
+        self.view.step_finished(text)
+        return valid
+
+    async def _all(self, fn: Callable[[HostSession], Awaitable[None]]) -> None:
+        await asyncio.gather(*(fn(hs) for hs in self.sessions.values()))
+
+    async def _gather(self, st: _StepState, k: int) -> list[SubintervalResult]:
+        deadline = st.start_ns + (k + 1) * self.sub_ns + round(
+            self.cfg.deadline_fraction * self.sub_ns)
+
+        async def one(hs: HostSession) -> SubintervalResult:
+            get = asyncio.ensure_future(hs.results.get())
+            fail = asyncio.ensure_future(hs.failed.wait())
+            stop = asyncio.ensure_future(self.interrupted.wait())
+            try:
+                while True:
+                    timeout = max(0.0, (deadline - self.clock()) / 1e9)
+                    done, _ = await asyncio.wait({get, fail, stop}, timeout=timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if get in done:
+                        r = get.result()
+                        if r.step != st.number or r.subinterval != k:
+                            raise HostError(f"sent result of step {r.step} subinterval "
+                                            f"{r.subinterval}, expected step {st.number} "
+                                            f"subinterval {k}", host=hs.host)
+                        return r
+                    if fail in done:
+                        assert hs.failure is not None
+                        raise hs.failure
+                    if stop in done:
+                        # interrupted: still wait for this result until the deadline
+                        stop = asyncio.ensure_future(asyncio.sleep(3600))
+                        continue
+                    late_ms = self.cfg.deadline_fraction * self.sub_ns / 1e6
+                    raise HostError(f"result of subinterval {k} not received within the "
+                                    f"deadline ({late_ms:.0f} ms after its end)", host=hs.host)
+            finally:
+                for f in (get, fail, stop):
+                    f.cancel()
+
+        return list(await asyncio.gather(*(one(hs) for hs in self.sessions.values())))
+
+    async def _abort_step(self) -> None:
+        for hs in self.sessions.values():
+            if hs.failure is None:
+                with contextlib.suppress(IvyError, OSError):
+                    await hs.stop(-1)
+        await self._wait_stopped(healthy_only=True)
+
+    async def _wait_stopped(self, healthy_only: bool = False) -> None:
+        async def one(hs: HostSession) -> None:
+            if hs.failure is not None:
+                return
+            if await hs.wait_stopped(STOP_WAIT_S) is None and not healthy_only:
+                raise HostError("did not confirm the end of the step", host=hs.host)
+
+        await asyncio.gather(*(one(hs) for hs in self.sessions.values()))
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(hs.close() for hs in self.sessions.values()),
+                             return_exceptions=True)
+
+    # ------------------------------------------------------------------ numbers
+    def _groupings(self, st: _StepState, ids: list[str]) -> dict[str, ru.Grouping]:
+        if ids != st.ids:
+            unknown = [i for i in ids if i not in self.current]
+            if unknown:
+                raise ProtocolError(f"results for unknown workloads {unknown[:3]}")
+            insts = [self.current[i] for i in ids]
+            st.groupings = {
+                spec.type: ru.Grouping.from_keys(spec.type, [rollup_key(spec, i) for i in insts])
+                for spec in self.rollups
+            }
+            if st.ids and st.window:
+                raise ProtocolError("the set of workloads changed during the measurement")
+            st.ids = ids
+        return st.groupings
+
+    def _process(self, st: _StepState, k: int, phase: str,
+                 results: Sequence[SubintervalResult]) -> None:
+        assert self.output is not None
+        parts: list[ru.Sample] = []
+        ids: list[str] = []
+        for r, hs in zip(results, self.sessions.values(), strict=True):
+            try:
+                batch = StatsBatch.from_wire(r.stats)
+            except ProtocolError as exc:
+                raise HostError(f"bad statistics: {exc}", host=hs.host) from exc
+            if batch.n_workloads != len(r.workload_ids):
+                raise HostError("statistics and workload ids differ in count", host=hs.host)
+            parts.append(ru.Sample.from_batch(batch))
+            ids += r.workload_ids
+        sample = ru.Sample.concat(parts)
+        groupings = self._groupings(st, ids)
+        if phase == "measurement":
+            st.window.append(sample)
+            st.window_subintervals.append(k)
+        cpu_by_host = {hs.host: float(r.cpu.get("busy_pct", float("nan")))
+                       for r, hs in zip(results, self.sessions.values(), strict=True)}
+        step_dir = self.output.step_dir(st.number, st.config.name)
+        elapsed_s = (k + 1) * self.cfg.subinterval_seconds
+        shown: list[LiveRow] = []
+        show_type = "host" if len(self.sessions) > 1 else "all"
+        for spec in self.rollups:
+            g = groupings[spec.type]
+            res = ru.compute(sample, g, self.cfg.subinterval_seconds)
+            settings = self._settings(g, ids)
+            cpu = self._instance_cpu(g, ids, cpu_by_host)
+            for i, name in enumerate(g.names):
+                row = {"step_number": st.number, "step_name": st.config.name,
+                       "subinterval": k, "phase": phase, "elapsed_s": elapsed_s,
+                       "rollup_type": spec.type, "rollup_instance": name,
+                       **res.row(i), "cpu_busy_pct": cpu[i], **settings[i]}
+                self.output.table(f"{step_dir}/{safe_name(spec.type)}/{safe_name(name)}.csv",
+                                  INSTANCE_COLUMNS).write(row)
+                if spec.type == show_type:
+                    shown.append(LiveRow(name, row["IOPS"], row["MB_per_s"],
+                                         row["service_time_p50_ms"], row["service_time_p99_ms"],
+                                         cpu[i]))
+        for r, hs in zip(results, self.sessions.values(), strict=True):
+            ops = sum(StatsBatch.from_wire(r.stats).counters[:, :, 0].sum() for _ in (0,))
+            user_s = float(r.cpu.get("slave_user_s", 0.0))
+            self.output.table(f"{step_dir}/cpu.csv", CPU_COLUMNS).write({
+                "subinterval": k, "phase": phase, "host": hs.host,
+                "busy_pct": r.cpu.get("busy_pct"),
+                "per_core_busy_pct": " ".join(f"{c:g}" for c in r.cpu.get("per_core_busy_pct", [])),
+                "slave_user_s": user_s, "slave_system_s": r.cpu.get("slave_system_s"),
+                "slave_cpu_us_per_io": (user_s + float(r.cpu.get("slave_system_s", 0.0)))
+                * 1e6 / ops if ops else None,
+            })
+            planned = st.start_ns + (k + 1) * self.sub_ns
+            arrival = self.clock()
+            for w, il in enumerate(r.interlock):
+                switch = il.get("switch_ns")
+                self.output.table(f"{step_dir}/interlock.csv", INTERLOCK_COLUMNS).write({
+                    "subinterval": k, "host": hs.host, "worker": w,
+                    "switch_delay_us": _us(il.get("switch_delay_ns")),
+                    "handover_delay_us": _us(il.get("handover_delay_ns")),
+                    "boundary_skew_us": _us(hs.to_master_ns(switch) - planned)
+                    if isinstance(switch, int) and switch else None,
+                    "result_sent_after_boundary_us": _us(hs.to_master_ns(r.send_ns) - planned),
+                    "result_received_after_boundary_us": _us(arrival - planned),
+                })
+            for text in r.io_errors:
+                self.event("WARNING", f"I/O error: {text}", host=hs.host, kind="io",
+                           step=st.number, subinterval=k)
+        self.view.subinterval(k, phase, show_type, shown)
+
+    def _settings(self, g: ru.Grouping, ids: Sequence[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"workloads": 0, "iops_setting": 0.0} for _ in g.names]
+        for wid, gi in zip(ids, g.of_workload, strict=True):
+            inst = self.current[wid]
+            row = out[int(gi)]
+            row["workloads"] += 1
+            iops = inst.params.get("iops")
+            if iops is None or row["iops_setting"] == "max":
+                row["iops_setting"] = "max"
+            else:
+                row["iops_setting"] += float(iops)
+        return out
+
+    def _instance_cpu(self, g: ru.Grouping, ids: Sequence[str],
+                      cpu_by_host: dict[str, float]) -> list[float]:
+        hosts: list[set[str]] = [set() for _ in g.names]
+        for wid, gi in zip(ids, g.of_workload, strict=True):
+            hosts[int(gi)].add(self.current[wid].host)
+        return [float(np.mean([cpu_by_host[h] for h in hs])) if hs else float("nan")
+                for hs in hosts]
+
+    def _summarise(self, st: _StepState) -> tuple[bool, str]:
+        assert self.output is not None
+        step_dir = self.output.step_dir(st.number, st.config.name)
+        if not st.window:
+            return True, f"step {st.number} {st.config.name}: no measurement subintervals"
+        total = ru.Sample.add(st.window)
+        dur = len(st.window) * self.cfg.subinterval_seconds
+        valid_all = True
+        lines: list[str] = []
+        for spec in self.rollups:
+            g = st.groupings[spec.type]
+            res = ru.compute(total, g, dur)
+            valid, why = _validate(spec, res)
+            valid_all &= valid
+            if not valid:
+                self.event("WARNING", f"step {st.config.name} invalid: {why}", kind="validation",
+                           step=st.number)
+            for i, name in enumerate(g.names):
+                row = {"step_number": st.number, "step_name": st.config.name,
+                       "rollup_type": spec.type, "rollup_instance": name,
+                       "first_subinterval": st.window_subintervals[0],
+                       "last_subinterval": st.window_subintervals[-1],
+                       "measurement_seconds": dur, **res.row(i), "valid": valid,
+                       "invalid_reason": why}
+                self.output.table(f"{step_dir}/{safe_name(spec.type)}/summary.csv",
+                                  SUMMARY_COLUMNS).write(row)
+                self.output.table("summary.csv", SUMMARY_COLUMNS).write(row)
+                if spec.type == "all":
+                    lines.append(f"step {st.number} {st.config.name}: {row['IOPS']:,.0f} IOPS, "
+                                 f"{row['MB_per_s']:.1f} MB/s, service time mean "
+                                 f"{row['service_time_mean_ms']:.3f} ms p99 "
+                                 f"{row['service_time_p99_ms']:.3f} ms over {dur:g} s"
+                                 + ("" if valid_all else " (INVALID)"))
+            self._write_histograms(step_dir, spec, g, total)
+        return valid_all, "; ".join(lines)
+
+    def _write_histograms(self, step_dir: str, spec: RollupSpec, g: ru.Grouping,
+                          total: ru.Sample) -> None:
+        assert self.output is not None
+        dense = ru.dense_histograms(total, g)  # (G, 3 views, 2 kinds, N_BUCKETS)
+        names = [f"{kind}_{view or 'all_'}count".replace("__", "_")
+                 for view in ("", "read", "write") for kind in ("service_time", "response_time")]
+        for i, inst in enumerate(g.names):
+            cols = {}
+            for v in range(3):
+                for kk in range(2):
+                    cols[names[v * 2 + kk]] = dense[i, v, kk]
+            self.output.histogram_csv(
+                f"{step_dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
+                LOWER_NS.tolist(), [int(x) for x in UPPER_NS], cols)
+
+
+def _us(ns: Any) -> float | None:
+    return None if ns is None else round(float(ns) / 1e3, 3)
+
+
+def _validate(spec: RollupSpec, res: ru.RollupResult) -> tuple[bool, str]:
+    reasons: list[str] = []
+    count = res.grouping.n
+    if spec.quantity is not None and count != spec.quantity:
+        reasons.append(f"{spec.type}: {count} instances, expected {spec.quantity}")
+    if spec.max_droop is not None and count > 1:
+        iops = res.columns["IOPS"]
+        mean = float(np.mean(iops))
+        if mean > 0:
+            droop = 1.0 - iops / mean
+            worst = int(np.argmax(droop))
+            if droop[worst] > spec.max_droop:
+                reasons.append(f"{spec.type}: instance {res.grouping.names[worst]} IOPS "
+                               f"{iops[worst]:.0f} is {100 * droop[worst]:.1f}% below the "
+                               f"mean {mean:.0f} (max_droop {100 * spec.max_droop:g}%)")
+    return not reasons, "; ".join(reasons)
+
+
+EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
+HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
+                "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
+                "rtt_us", "clock_samples"]
+INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
+                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, "cpu_busy_pct",
+                    "workloads", "iops_setting"]
+SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
+                   "first_subinterval", "last_subinterval", "measurement_seconds",
+                   *ru.METRIC_COLUMNS, "valid", "invalid_reason"]
+CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
+               "slave_system_s", "slave_cpu_us_per_io"]
+INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
+                     "boundary_skew_us", "result_sent_after_boundary_us",
+                     "result_received_after_boundary_us"]
+
+
+def run_test(cfg: TestConfig, view: LiveView | None = None,
+             connect: Connector = default_connect) -> RunResult:
+    """Run a validated test to its end (blocking)."""
+    unsupported = [s.name for s in cfg.steps if s.measure or s.dfc or s.iops_curve]
+    if unsupported:
+        return RunResult(EXIT_CONFIG, None,
+                         f"steps {', '.join(unsupported)} use measure:/dfc:/iops_curve:, which "
+                         "this version of ivypy run does not carry out yet")
+    return asyncio.run(Run(cfg, view=view, connect=connect).execute())

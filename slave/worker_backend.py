@@ -1,0 +1,110 @@
+"""Adapts ``slave.worker.WorkerPool`` to the ``Backend`` the protocol session drives.
+
+Owns the bookkeeping between the master's grants (``Continue(k)``) and the pool's
+``keep_going`` (which readies the buffer collected last for the subinterval after next): a
+collected buffer is handed back for reuse only once the master has granted the subinterval it
+would run. Nothing else: no protocol, no I/O.
+
+``IVYPY_SLAVE_ENGINE`` (``auto`` by default; ``libaio``, ``threadpool`` or ``fake[...]``) forces
+the engine of every workload, for diagnostics and tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any
+
+from slave.luns import LunInfo
+from slave.params import WorkloadParams
+from slave.session import Collected, MasterLateError
+from slave.worker import MasterLateError as PoolLateError
+from slave.worker import WorkerPool
+
+
+class WorkerBackend:
+    """The production backend: worker processes running engine loops."""
+
+    def __init__(self, n_workers: int | None = None, engine: str | None = None) -> None:
+        self.engine = engine or os.environ.get("IVYPY_SLAVE_ENGINE", "auto")
+        self.pool = WorkerPool(n_workers)
+        self.granted = -1
+        self._collected: collections.deque[int] = collections.deque()
+        self._running = False
+
+    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams) -> dict[str, Any]:
+        info = self.pool.create_workload(
+            workload_id,
+            lun.path,
+            self.engine,
+            params,
+            logical_block_bytes=lun.logical_block_bytes,
+            lun_size_bytes=lun.size_bytes,
+        )
+        out: dict[str, Any] = {"engine": info.engine, "worker": info.worker}
+        if info.warning:
+            out["warning"] = info.warning
+        return out
+
+    def edit(self, workload_id: str, params: WorkloadParams) -> None:
+        self.pool.edit_workload(workload_id, params)
+
+    def delete(self, workload_id: str) -> None:
+        self.pool.delete_workload(workload_id)
+
+    def go(self, start_ns: int, subinterval_ns: int, granted: int) -> None:
+        self.granted = granted
+        self._collected.clear()
+        self.pool.go(start_ns, subinterval_ns)
+        self._running = True
+
+    def grant(self, subinterval: int) -> None:
+        self.granted = max(self.granted, subinterval)
+        self._hand_back()
+
+    def stop_after(self, subinterval: int) -> None:
+        """The step ends with ``subinterval``: the session halts right after collecting it.
+        The following buffer is readied anyway so that the boundary at the end of
+        ``subinterval`` is an ordinary switch, not a 'master late' (the few ms of I/O it runs
+        before the halt are discarded)."""
+        self.grant(subinterval + 1)
+
+    def _hand_back(self) -> None:
+        while self._running and self._collected and self._collected[0] + 2 <= self.granted:
+            self._collected.popleft()
+            self.pool.keep_going()
+
+    def collect(self, subinterval: int, deadline_ns: int) -> Collected:
+        try:
+            res = self.pool.collect(subinterval, deadline_ns)
+        except PoolLateError as exc:
+            raise MasterLateError(str(exc)) from exc
+        ids = list(res.stats)
+        errors = [
+            f"{wid}: {kind} x{count}"
+            for wid, kinds in res.io_errors.items()
+            for kind, count in kinds.items()
+        ]
+        return Collected(
+            workload_ids=ids,
+            stats=[res.stats[i] for i in ids],
+            switch_ns=[il.switch_done_ns for il in res.interlock],
+            interlock=[
+                {"worker": il.worker, "switch_delay_ns": il.switch_done_ns,
+                 "handover_delay_ns": il.handed_over_ns}
+                for il in res.interlock
+            ],
+            io_errors=errors,
+        )
+
+    def release(self, subinterval: int) -> None:
+        self._collected.append(subinterval)
+        self._hand_back()
+
+    def halt(self) -> None:
+        self._running = False
+        self._collected.clear()
+        self.pool.stop()
+
+    def close(self) -> None:
+        self.pool.close()
