@@ -1,0 +1,99 @@
+"""The quickstart, end to end through the real CLI: a local slave, a file LUN, real I/O."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from master.rollup import PERCENTILES, pct_label
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ("step0000-randread_qd32", "step0001-mix70_30", "step0002-seqread_128k")
+REQUIRED_SUMMARY = [
+    "step_number", "step_name", "rollup_type", "rollup_instance", "IOPS", "MB_per_s",
+    "service_time_mean_ms", "service_time_p50_ms", "service_time_p99_ms", "service_time_max_ms",
+    "response_time_p99_ms", "valid",
+] + [f"{p}_{c}" for p in ("read", "write") for c in (
+    "IOPS", "MB_per_s", "service_time_mean_ms", "service_time_p50_ms", "service_time_p99_ms",
+    "service_time_max_ms", "response_time_p99_ms")]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("quickstart")
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "run", str(ROOT / "configs/quickstart.yaml"),
+         "--output-root", str(out), "--plain"],
+        capture_output=True, text=True, timeout=180, cwd=out,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (folder,) = (out / "quickstart").iterdir()
+    return folder
+
+
+def test_folder_layout(run_folder: Path) -> None:
+    for name in ("test.yaml", "resolved.json", "run.log", "hosts.csv", "luns.csv", "events.csv",
+                 "summary.csv"):
+        assert (run_folder / name).is_file(), name
+    for step in STEPS:
+        d = run_folder / step
+        for sub in ("all/all.csv", "all/summary.csv", "host/localhost.csv", "host/summary.csv",
+                    "lun/summary.csv", "workload/summary.csv", "cpu.csv", "interlock.csv",
+                    "histograms/all/all.csv"):
+            assert (d / sub).is_file(), f"{step}/{sub}"
+    hosts = _rows(run_folder / "hosts.csv")
+    assert hosts[0]["host"] == "localhost" and int(hosts[0]["clock_samples"]) >= 8
+    assert "slave" not in (run_folder / "run.log").read_text()[:0]
+
+
+def test_rows_per_subinterval_and_phases(run_folder: Path) -> None:
+    for step in STEPS:
+        rows = _rows(run_folder / step / "all/all.csv")
+        assert [int(r["subinterval"]) for r in rows] == list(range(10))
+        assert [r["phase"] for r in rows] == ["warmup"] * 2 + ["measurement"] * 8
+
+
+def test_iops_nonzero_and_percentiles_monotonic(run_folder: Path) -> None:
+    for step in STEPS:
+        for r in _rows(run_folder / step / "all/all.csv"):
+            assert float(r["IOPS"]) > 0
+            for kind in ("service_time", "response_time"):
+                chain = [float(r[f"{kind}_min_ms"])]
+                chain += [float(r[f"{kind}_{pct_label(p)}_ms"]) for p in PERCENTILES]
+                chain.append(float(r[f"{kind}_max_ms"]))
+                assert chain == sorted(chain), (step, kind, chain)
+                assert float(r[f"{kind}_min_ms"]) <= float(r[f"{kind}_mean_ms"])
+                assert float(r[f"{kind}_mean_ms"]) <= float(r[f"{kind}_max_ms"])
+
+
+def test_summary(run_folder: Path) -> None:
+    rows = _rows(run_folder / "summary.csv")
+    assert set(REQUIRED_SUMMARY) <= set(rows[0])
+    assert len(rows) == 3 * 4  # steps x (all, host, lun, workload: one instance each here)
+    by = {(r["step_name"], r["rollup_type"]): r for r in rows}
+    mix = by[("mix70_30", "all")]
+    assert float(mix["IOPS"]) == pytest.approx(2000, rel=0.02)
+    assert float(mix["read_IOPS"]) / float(mix["IOPS"]) == pytest.approx(0.7, abs=0.03)
+    seq = by[("seqread_128k", "all")]
+    assert float(seq["avg_blocksize_KiB"]) == pytest.approx(128)
+    assert float(seq["sequential_IOPS"]) == pytest.approx(float(seq["IOPS"]))
+    assert all(r["valid"] == "true" for r in rows)
+    assert by[("randread_qd32", "all")]["first_subinterval"] == "2"
+
+
+def test_histogram_file_matches_summary_count(run_folder: Path) -> None:
+    hist = _rows(run_folder / STEPS[0] / "histograms/all/all.csv")
+    total = sum(int(r["service_time_all_count"]) for r in hist)
+    summary = {r["rollup_type"]: r for r in _rows(run_folder / STEPS[0] / "all/summary.csv")}
+    iops = float(summary["all"]["IOPS"])
+    assert total == pytest.approx(iops * 8, rel=1e-9)
+    assert all(int(r["bucket_lower_ns"]) < int(r["bucket_upper_ns"]) for r in hist)
