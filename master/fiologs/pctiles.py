@@ -39,7 +39,7 @@ class Stats:
 
 def percentile_matrix(
     counts: FloatArray,
-    ps: Sequence[float],
+    ps: Sequence[float] | FloatArray,
     lower_ns: FloatArray,
     upper_ns: FloatArray,
 ) -> Stats:

@@ -31,8 +31,8 @@ def test_percentile_matrix_is_the_protocol_rule(seed: int) -> None:
     layout = make_layout(3, 0)
     counts = np.zeros((5, FIO_BUCKETS), dtype=np.int64)
     for row in counts:
-        lo = rng.integers(0, FIO_BUCKETS - 60)
-        hot = rng.integers(lo, min(lo + rng.integers(1, 400), FIO_BUCKETS), size=30)
+        lo = int(rng.integers(0, FIO_BUCKETS - 60))
+        hot = rng.integers(lo, min(lo + int(rng.integers(1, 400)), FIO_BUCKETS), size=30)
         np.add.at(row, hot, rng.integers(1, 1000, size=30))
     counts[3, -1] += 5  # something in fio's open last bucket
     stats = percentile_matrix(counts.astype(np.float64), PS, layout.lower_ns, layout.upper_ns)
