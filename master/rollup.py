@@ -275,8 +275,10 @@ def _view_percentiles(
         base = ((inst[a:b] - start)[:, None] * N_VIEWS + views) * 2 + kind[a:b, None]
         key = (base * N_BUCKETS + buckets[a:b, None]).ravel()
         weights = np.repeat(counts[a:b], 3).astype(np.float64)
-        dense = np.bincount(key, weights=weights, minlength=n_inst * cells_per_inst)
-        dense = dense.reshape(n_inst * N_VIEWS * 2, N_BUCKETS)
+        dense = np.asarray(
+            np.bincount(key, weights=weights, minlength=n_inst * cells_per_inst),
+            dtype=np.float64,
+        ).reshape(n_inst * N_VIEWS * 2, N_BUCKETS)
         sl = slice(start, start + n_inst)
         res = _percentiles_dense(dense, PERCENTILES, min_v[sl].reshape(-1), max_v[sl].reshape(-1))
         out[sl] = res.reshape(n_inst, N_VIEWS, 2, len(PERCENTILES))
@@ -296,6 +298,9 @@ def dense_histograms(sample: Sample, grouping: Grouping) -> npt.NDArray[np.float
     inst = grouping.of_workload[w]
     views = np.stack([np.zeros_like(cat), np.where(cat % 2 == 0, 1, 2)], axis=1)  # all, rd/wr
     key = ((inst[:, None] * 3 + views) * 2 + kind[:, None]) * N_BUCKETS + sample.buckets[:, None]
-    flat = np.bincount(key.ravel(), weights=np.repeat(sample.counts, 2).astype(np.float64),
-                       minlength=out.size)
+    flat = np.asarray(
+        np.bincount(key.ravel(), weights=np.repeat(sample.counts, 2).astype(np.float64),
+                    minlength=out.size),
+        dtype=np.float64,
+    )
     return flat.reshape(out.shape)

@@ -26,12 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from master import rollup as ru
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.hostsession import HostSession, SlaveEvent
-from master.live import LiveRow, LiveView
+from master.live import LiveView
 from master.lunselect import (
     Lun,
     SelectedLun,
@@ -39,14 +36,12 @@ from master.lunselect import (
     apply_rollup_edits,
     expand_step,
     file_requests,
-    rollup_key,
     select_luns,
 )
 from master.output import RunOutput, create_run_folder, safe_name
-from protocol.buckets import LOWER_NS, N_BUCKETS, UPPER_NS
+from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
 from protocol.errors import ConfigError, HostError, IvyError, PreflightError, ProtocolError
 from protocol.messages import Error, SubintervalResult
-from protocol.stats import StatsBatch
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +93,8 @@ class StepFailed(IvyError):
 class _StepState:
     number: int
     config: StepConfig
+    recorder: StepRecorder
     start_ns: int = 0
-    window: list[ru.Sample] = field(default_factory=list)
-    window_subintervals: list[int] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-    groupings: dict[str, ru.Grouping] = field(default_factory=dict)
 
 
 class Run:
@@ -273,31 +265,31 @@ class Run:
                 jobs.append(("delete", self.sessions[old.host].delete(wid), None, wid))
         for wid, inst in want.items():
             hs = self.sessions[inst.host]
-            old = self.current.get(wid)
-            if old is None:
+            prev = self.current.get(wid)
+            if prev is None:
                 jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
                                                  inst.lun.allow_write), inst, wid))
-            elif old.params != inst.params:
-                changed = {k: v for k, v in inst.params.items() if old.params.get(k) != v}
+            elif prev.params != inst.params:
+                changed = {k: v for k, v in inst.params.items() if prev.params.get(k) != v}
                 jobs.append(("edit", hs.edit(wid, changed), inst, wid))
         replies = await asyncio.gather(*(j[1] for j in jobs))
         refused: list[Error] = []
-        for (action, _, inst, wid), reply in zip(jobs, replies, strict=True):
+        for (action, _, done, wid), reply in zip(jobs, replies, strict=True):
             if isinstance(reply, Error):
                 refused.append(reply)
                 continue
             if action == "delete":
                 self.current.pop(wid, None)
             else:
-                assert inst is not None
-                self.current[wid] = inst
+                assert done is not None
+                self.current[wid] = done
                 engine = reply.info.get("engine") if reply.info else None
                 if action == "create":
                     self.event("INFO", f"workload {wid} created"
                                + (f" (engine {engine})" if engine else ""),
-                               host=inst.host, kind="workload", step=number)
+                               host=done.host, kind="workload", step=number)
                     if reply.info.get("warning"):
-                        self.event("WARNING", str(reply.info["warning"]), host=inst.host,
+                        self.event("WARNING", str(reply.info["warning"]), host=done.host,
                                    kind="engine", step=number)
         if refused:
             pre = [r for r in refused if r.kind == "preflight"]
@@ -318,7 +310,10 @@ class Run:
         if n <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
-        st = _StepState(number, step)
+        show = "host" if len(self.sessions) > 1 else "all"
+        st = _StepState(number, step, StepRecorder(self.output, number, step.name, self.rollups,
+                                                   self.cfg.subinterval_seconds, self.current,
+                                                   show))
         self.view.step_started(number, step.name, n, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
         st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
@@ -327,43 +322,78 @@ class Run:
         await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns)
                                for hs in self.sessions.values()))
         if n == 1:
-            await self._all(lambda hs: hs.stop(0))
+            await self._stop_all(0)
         try:
             for k in range(n):
                 results = await self._gather(st, k)
                 if self.interrupted.is_set():
-                    await self._all(lambda hs: hs.stop(-1))
+                    await self._stop_all(-1)
                 elif k + 2 < n:
-                    await self._all(lambda hs, j=k + 2: hs.grant(j))
+                    await asyncio.gather(*(hs.grant(k + 2) for hs in self.sessions.values()))
                 elif k + 2 == n:
-                    await self._all(lambda hs, j=n - 1: hs.stop(j))
+                    await self._stop_all(n - 1)
                 phase = "warmup" if k < warm else ("measurement" if k < warm + meas else "cooldown")
-                self._process(st, k, phase, results)
+                self._record(st, k, phase, results)
                 if self.interrupted.is_set():
                     break
         except (HostError, ProtocolError) as exc:
             await self._abort_step()
             raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
         await self._wait_stopped()
-        valid, text = self._summarise(st)
+        valid, text = self._summarise(st, st.recorder.window_of_phase("measurement"))
         self.view.step_finished(text)
         return valid
 
-    async def _all(self, fn: Callable[[HostSession], Awaitable[None]]) -> None:
-        await asyncio.gather(*(fn(hs) for hs in self.sessions.values()))
+    def _record(self, st: _StepState, k: int, phase: str,
+                results: Sequence[SubintervalResult]) -> Recorded:
+        now = self.clock()
+        hosts = [HostResult(hs.host, r, hs.to_master_ns, now)
+                 for r, hs in zip(results, self.sessions.values(), strict=True)]
+        rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns)
+        for host, text in rec.io_errors:
+            self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
+                       subinterval=k)
+        self.view.subinterval(k, phase, st.recorder.show_type, rec.live)
+        return rec
+
+    def _summarise(self, st: _StepState, window: Sequence[int], *, extra_invalid: str = "",
+                   extra: dict[str, Any] | None = None) -> tuple[bool, str]:
+        assert self.output is not None
+        valid, rows, messages = st.recorder.summarise(window, extra_invalid=extra_invalid,
+                                                      extra=extra)
+        for m in messages:
+            self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
+                       step=st.number)
+        for row in rows:
+            self.output.table(f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
+                              SUMMARY_COLUMNS).write(row)
+            self.output.table("summary.csv", SUMMARY_COLUMNS).write(row)
+        alls = [r for r in rows if r["rollup_type"] == "all"]
+        if not alls:
+            return valid, f"step {st.number} {st.config.name}: no measurement subintervals"
+        a = alls[0]
+        dur = a["measurement_seconds"]
+        text = (f"step {st.number} {st.config.name}: {a['IOPS']:,.0f} IOPS, "
+                f"{a['MB_per_s']:.1f} MB/s, service time mean {a['service_time_mean_ms']:.3f} ms "
+                f"p99 {a['service_time_p99_ms']:.3f} ms over {dur:g} s"
+                + ("" if valid else " (INVALID)"))
+        return valid, text
+
+    async def _stop_all(self, after: int) -> None:
+        await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
 
     async def _gather(self, st: _StepState, k: int) -> list[SubintervalResult]:
         deadline = st.start_ns + (k + 1) * self.sub_ns + round(
             self.cfg.deadline_fraction * self.sub_ns)
 
         async def one(hs: HostSession) -> SubintervalResult:
-            get = asyncio.ensure_future(hs.results.get())
-            fail = asyncio.ensure_future(hs.failed.wait())
-            stop = asyncio.ensure_future(self.interrupted.wait())
+            get: asyncio.Future[SubintervalResult] = asyncio.ensure_future(hs.results.get())
+            fail: asyncio.Future[Any] = asyncio.ensure_future(hs.failed.wait())
+            stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
             try:
                 while True:
                     timeout = max(0.0, (deadline - self.clock()) / 1e9)
-                    done, _ = await asyncio.wait({get, fail, stop}, timeout=timeout,
+                    done, _ = await asyncio.wait([get, fail, stop], timeout=timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
                     if get in done:
                         r = get.result()
@@ -408,204 +438,10 @@ class Run:
         await asyncio.gather(*(hs.close() for hs in self.sessions.values()),
                              return_exceptions=True)
 
-    # ------------------------------------------------------------------ numbers
-    def _groupings(self, st: _StepState, ids: list[str]) -> dict[str, ru.Grouping]:
-        if ids != st.ids:
-            unknown = [i for i in ids if i not in self.current]
-            if unknown:
-                raise ProtocolError(f"results for unknown workloads {unknown[:3]}")
-            insts = [self.current[i] for i in ids]
-            st.groupings = {
-                spec.type: ru.Grouping.from_keys(spec.type, [rollup_key(spec, i) for i in insts])
-                for spec in self.rollups
-            }
-            if st.ids and st.window:
-                raise ProtocolError("the set of workloads changed during the measurement")
-            st.ids = ids
-        return st.groupings
-
-    def _process(self, st: _StepState, k: int, phase: str,
-                 results: Sequence[SubintervalResult]) -> None:
-        assert self.output is not None
-        parts: list[ru.Sample] = []
-        ids: list[str] = []
-        for r, hs in zip(results, self.sessions.values(), strict=True):
-            try:
-                batch = StatsBatch.from_wire(r.stats)
-            except ProtocolError as exc:
-                raise HostError(f"bad statistics: {exc}", host=hs.host) from exc
-            if batch.n_workloads != len(r.workload_ids):
-                raise HostError("statistics and workload ids differ in count", host=hs.host)
-            parts.append(ru.Sample.from_batch(batch))
-            ids += r.workload_ids
-        sample = ru.Sample.concat(parts)
-        groupings = self._groupings(st, ids)
-        if phase == "measurement":
-            st.window.append(sample)
-            st.window_subintervals.append(k)
-        cpu_by_host = {hs.host: float(r.cpu.get("busy_pct", float("nan")))
-                       for r, hs in zip(results, self.sessions.values(), strict=True)}
-        step_dir = self.output.step_dir(st.number, st.config.name)
-        elapsed_s = (k + 1) * self.cfg.subinterval_seconds
-        shown: list[LiveRow] = []
-        show_type = "host" if len(self.sessions) > 1 else "all"
-        for spec in self.rollups:
-            g = groupings[spec.type]
-            res = ru.compute(sample, g, self.cfg.subinterval_seconds)
-            settings = self._settings(g, ids)
-            cpu = self._instance_cpu(g, ids, cpu_by_host)
-            for i, name in enumerate(g.names):
-                row = {"step_number": st.number, "step_name": st.config.name,
-                       "subinterval": k, "phase": phase, "elapsed_s": elapsed_s,
-                       "rollup_type": spec.type, "rollup_instance": name,
-                       **res.row(i), "cpu_busy_pct": cpu[i], **settings[i]}
-                self.output.table(f"{step_dir}/{safe_name(spec.type)}/{safe_name(name)}.csv",
-                                  INSTANCE_COLUMNS).write(row)
-                if spec.type == show_type:
-                    shown.append(LiveRow(name, row["IOPS"], row["MB_per_s"],
-                                         row["service_time_p50_ms"], row["service_time_p99_ms"],
-                                         cpu[i]))
-        for r, hs in zip(results, self.sessions.values(), strict=True):
-            ops = sum(StatsBatch.from_wire(r.stats).counters[:, :, 0].sum() for _ in (0,))
-            user_s = float(r.cpu.get("slave_user_s", 0.0))
-            self.output.table(f"{step_dir}/cpu.csv", CPU_COLUMNS).write({
-                "subinterval": k, "phase": phase, "host": hs.host,
-                "busy_pct": r.cpu.get("busy_pct"),
-                "per_core_busy_pct": " ".join(f"{c:g}" for c in r.cpu.get("per_core_busy_pct", [])),
-                "slave_user_s": user_s, "slave_system_s": r.cpu.get("slave_system_s"),
-                "slave_cpu_us_per_io": (user_s + float(r.cpu.get("slave_system_s", 0.0)))
-                * 1e6 / ops if ops else None,
-            })
-            planned = st.start_ns + (k + 1) * self.sub_ns
-            arrival = self.clock()
-            for w, il in enumerate(r.interlock):
-                switch = il.get("switch_ns")
-                self.output.table(f"{step_dir}/interlock.csv", INTERLOCK_COLUMNS).write({
-                    "subinterval": k, "host": hs.host, "worker": w,
-                    "switch_delay_us": _us(il.get("switch_delay_ns")),
-                    "handover_delay_us": _us(il.get("handover_delay_ns")),
-                    "boundary_skew_us": _us(hs.to_master_ns(switch) - planned)
-                    if isinstance(switch, int) and switch else None,
-                    "result_sent_after_boundary_us": _us(hs.to_master_ns(r.send_ns) - planned),
-                    "result_received_after_boundary_us": _us(arrival - planned),
-                })
-            for text in r.io_errors:
-                self.event("WARNING", f"I/O error: {text}", host=hs.host, kind="io",
-                           step=st.number, subinterval=k)
-        self.view.subinterval(k, phase, show_type, shown)
-
-    def _settings(self, g: ru.Grouping, ids: Sequence[str]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"workloads": 0, "iops_setting": 0.0} for _ in g.names]
-        for wid, gi in zip(ids, g.of_workload, strict=True):
-            inst = self.current[wid]
-            row = out[int(gi)]
-            row["workloads"] += 1
-            iops = inst.params.get("iops")
-            if iops is None or row["iops_setting"] == "max":
-                row["iops_setting"] = "max"
-            else:
-                row["iops_setting"] += float(iops)
-        return out
-
-    def _instance_cpu(self, g: ru.Grouping, ids: Sequence[str],
-                      cpu_by_host: dict[str, float]) -> list[float]:
-        hosts: list[set[str]] = [set() for _ in g.names]
-        for wid, gi in zip(ids, g.of_workload, strict=True):
-            hosts[int(gi)].add(self.current[wid].host)
-        return [float(np.mean([cpu_by_host[h] for h in hs])) if hs else float("nan")
-                for hs in hosts]
-
-    def _summarise(self, st: _StepState) -> tuple[bool, str]:
-        assert self.output is not None
-        step_dir = self.output.step_dir(st.number, st.config.name)
-        if not st.window:
-            return True, f"step {st.number} {st.config.name}: no measurement subintervals"
-        total = ru.Sample.add(st.window)
-        dur = len(st.window) * self.cfg.subinterval_seconds
-        valid_all = True
-        lines: list[str] = []
-        for spec in self.rollups:
-            g = st.groupings[spec.type]
-            res = ru.compute(total, g, dur)
-            valid, why = _validate(spec, res)
-            valid_all &= valid
-            if not valid:
-                self.event("WARNING", f"step {st.config.name} invalid: {why}", kind="validation",
-                           step=st.number)
-            for i, name in enumerate(g.names):
-                row = {"step_number": st.number, "step_name": st.config.name,
-                       "rollup_type": spec.type, "rollup_instance": name,
-                       "first_subinterval": st.window_subintervals[0],
-                       "last_subinterval": st.window_subintervals[-1],
-                       "measurement_seconds": dur, **res.row(i), "valid": valid,
-                       "invalid_reason": why}
-                self.output.table(f"{step_dir}/{safe_name(spec.type)}/summary.csv",
-                                  SUMMARY_COLUMNS).write(row)
-                self.output.table("summary.csv", SUMMARY_COLUMNS).write(row)
-                if spec.type == "all":
-                    lines.append(f"step {st.number} {st.config.name}: {row['IOPS']:,.0f} IOPS, "
-                                 f"{row['MB_per_s']:.1f} MB/s, service time mean "
-                                 f"{row['service_time_mean_ms']:.3f} ms p99 "
-                                 f"{row['service_time_p99_ms']:.3f} ms over {dur:g} s"
-                                 + ("" if valid_all else " (INVALID)"))
-            self._write_histograms(step_dir, spec, g, total)
-        return valid_all, "; ".join(lines)
-
-    def _write_histograms(self, step_dir: str, spec: RollupSpec, g: ru.Grouping,
-                          total: ru.Sample) -> None:
-        assert self.output is not None
-        dense = ru.dense_histograms(total, g)  # (G, 3 views, 2 kinds, N_BUCKETS)
-        names = [f"{kind}_{view or 'all_'}count".replace("__", "_")
-                 for view in ("", "read", "write") for kind in ("service_time", "response_time")]
-        for i, inst in enumerate(g.names):
-            cols = {}
-            for v in range(3):
-                for kk in range(2):
-                    cols[names[v * 2 + kk]] = dense[i, v, kk]
-            self.output.histogram_csv(
-                f"{step_dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
-                LOWER_NS.tolist(), [int(x) for x in UPPER_NS], cols)
-
-
-def _us(ns: Any) -> float | None:
-    return None if ns is None else round(float(ns) / 1e3, 3)
-
-
-def _validate(spec: RollupSpec, res: ru.RollupResult) -> tuple[bool, str]:
-    reasons: list[str] = []
-    count = res.grouping.n
-    if spec.quantity is not None and count != spec.quantity:
-        reasons.append(f"{spec.type}: {count} instances, expected {spec.quantity}")
-    if spec.max_droop is not None and count > 1:
-        iops = res.columns["IOPS"]
-        mean = float(np.mean(iops))
-        if mean > 0:
-            droop = 1.0 - iops / mean
-            worst = int(np.argmax(droop))
-            if droop[worst] > spec.max_droop:
-                reasons.append(f"{spec.type}: instance {res.grouping.names[worst]} IOPS "
-                               f"{iops[worst]:.0f} is {100 * droop[worst]:.1f}% below the "
-                               f"mean {mean:.0f} (max_droop {100 * spec.max_droop:g}%)")
-    return not reasons, "; ".join(reasons)
-
-
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
                 "rtt_us", "clock_samples"]
-INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
-                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, "cpu_busy_pct",
-                    "workloads", "iops_setting"]
-SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
-                   "first_subinterval", "last_subinterval", "measurement_seconds",
-                   *ru.METRIC_COLUMNS, "valid", "invalid_reason"]
-CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
-               "slave_system_s", "slave_cpu_us_per_io"]
-INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
-                     "boundary_skew_us", "result_sent_after_boundary_us",
-                     "result_received_after_boundary_us"]
-
-
 def run_test(cfg: TestConfig, view: LiveView | None = None,
              connect: Connector = default_connect) -> RunResult:
     """Run a validated test to its end (blocking)."""
