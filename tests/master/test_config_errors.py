@@ -7,8 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from master.config import load_config
+from master.config import load_config, parse_config_text
 from protocol.errors import ConfigError
 
 BAD_DIR = Path(__file__).parent / "bad_configs"
@@ -47,3 +50,59 @@ def test_binary_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value).startswith(f"{path}: not UTF-8 text")
+
+
+# ---- robustness: any mutation of a valid test is either valid or one ConfigError, never a crash
+
+_ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(
+        ["", "all", "max", "4KiB", "-1", "1e5", "50%", "[", "h[1-", "${x}", "a+b", "=", "/dev/x"]
+    ),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.sampled_from(["name", "x", "type"]), st.integers(), max_size=2),
+)
+
+
+def _paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    found = [prefix]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _paths(item, (*prefix, index))
+    return found
+
+
+def _replace(value: object, path: tuple[object, ...], new: object) -> object:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {
+            key: _replace(item, rest, new) if key == head else item for key, item in value.items()
+        }
+    assert isinstance(value, list)
+    return [
+        _replace(item, rest, new) if index == head else item for index, item in enumerate(value)
+    ]
+
+
+_EXAMPLE = yaml.safe_load((Path(__file__).parents[2] / "configs" / "sweep.yaml").read_text())
+_EXAMPLE_PATHS = _paths(_EXAMPLE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_EXAMPLE_PATHS), _ODD_VALUES)
+def test_mutated_config_never_crashes(path: tuple[object, ...], new: object) -> None:
+    text = yaml.safe_dump(_replace(_EXAMPLE, path, new))
+    try:
+        parse_config_text(text, "fuzz.yaml", cwd=Path("/x"))
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith("fuzz.yaml:") and "\n" not in message
