@@ -40,6 +40,7 @@ from master.config.workloads import (
     EDITABLE_KEYS,
     WorkloadContext,
     WorkloadTable,
+    parse_iops,
     parse_setting,
     parse_settings,
     settings_to_edit,
@@ -256,9 +257,11 @@ def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
     focus_rollup = _rollup_type(cursor.get("focus_rollup"), context.rollup_types)
     focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, "IOPS")
     criterion_cursor = cursor.get("criterion")
-    kind = "accuracy" if criterion_cursor is None else criterion_cursor.string()
-    if kind not in ("accuracy", "fio"):
-        raise criterion_cursor.error(f"must be 'accuracy' or 'fio' (got {kind!r})")  # type: ignore[union-attr]
+    kind = "accuracy"
+    if criterion_cursor is not None:
+        kind = criterion_cursor.string()
+        if kind not in ("accuracy", "fio"):
+            raise criterion_cursor.error(f"must be 'accuracy' or 'fio' (got {kind!r})")
     wrong = _FIO_ONLY if kind == "accuracy" else _ACCURACY_ONLY
     for key in wrong:
         child = cursor.get(key)
@@ -368,12 +371,12 @@ def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]
                 )
         settings = parse_settings(entry, EDITABLE_KEYS)
         total_cursor = entry.get("total_iops")
-        total = None if total_cursor is None else parse_setting("iops", total_cursor)
+        total = None if total_cursor is None else parse_iops(total_cursor)
         if total_cursor is not None and "iops" in settings:
             raise total_cursor.error("total_iops and iops exclude each other")
         if not settings and total_cursor is None:
             raise entry.error("changes nothing: give total_iops or workload keys")
-        edits.append(RollupEdit(rollup, value, settings_to_edit(settings), total))  # type: ignore[arg-type]
+        edits.append(RollupEdit(rollup, value, settings_to_edit(settings), total))
     return tuple(edits)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "WorkloadContext",
     "WorkloadTable",
     "parse_attribute_value",
+    "parse_iops",
     "parse_settings",
     "substitute",
 ]
@@ -143,7 +144,7 @@ def _iodepth(cursor: Cursor) -> int:
     return cursor.integer(1, 4096)
 
 
-def _iops(cursor: Cursor) -> float | Literal["max"]:
+def parse_iops(cursor: Cursor) -> float | Literal["max"]:
     if cursor.value == "max":
         return "max"
     value = cursor.value
@@ -215,7 +216,7 @@ _PARSERS: dict[str, Callable[[Cursor], object]] = {
     "iosequencer": _iosequencer,
     "blocksize": _blocksize,
     "iodepth": _iodepth,
-    "iops": _iops,
+    "iops": parse_iops,
     "read_fraction": _fraction,
     "range_start": _extent,
     "range_end": _extent,
