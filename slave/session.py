@@ -403,10 +403,11 @@ class SlaveSession:
             step is not None and self.step is step and self.clock() >= step.end_of(step.next_result)
         ):
             k = step.next_result
-            if k > step.granted:
+            ending = step.stop_after is not None and k >= step.stop_after
+            if k + 1 > step.granted and not ending:
                 self._end_step_with_error(
                     "late",
-                    f"master late: no Continue for subinterval {k} of step {step.number} "
+                    f"master late: no Continue for subinterval {k + 1} of step {step.number} "
                     f"before it started; all I/O stopped",
                 )
                 return

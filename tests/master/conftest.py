@@ -123,3 +123,7 @@ def testbed() -> Iterator[Testbed]:
     finally:
         if started:
             subprocess.run([str(TESTBED_SCRIPT), "down"], check=False, capture_output=True)
+
+
+# Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests.
+from tests.slave.conftest import loop_device  # noqa: E402, F401

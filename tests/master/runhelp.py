@@ -1,0 +1,75 @@
+"""Helpers for tests that run ``ivypy run`` as a real subprocess and watch its output folder."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp: Path, text: str, name: str = "test.yaml") -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+def start_run(config: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "master", "run", str(config), "--output-root", str(out),
+         "--plain", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=out, env=env,
+    )
+
+
+def run_folder(out: Path, test: str, timeout_s: float = 30) -> Path:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        d = out / test
+        if d.is_dir():
+            runs = sorted(d.iterdir())
+            if runs:
+                return runs[-1]
+        time.sleep(0.05)
+    raise TimeoutError(f"no run folder under {out / test}")
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def wait_rows(path: Path, n: int, timeout_s: float = 60) -> list[dict[str, str]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = rows(path)
+        if len(got) >= n:
+            return got
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} did not reach {n} rows")
+
+
+def slave_pids(folder: Path) -> list[int]:
+    return [int(r["slave_pid"]) for r in rows(folder / "hosts.csv")]
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def all_gone(procs: list[psutil.Process], timeout_s: float) -> bool:
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    return not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

@@ -1,0 +1,144 @@
+"""``ivypy run`` when things go wrong: bad configs, unreachable hosts, a slave killed mid-step,
+the master killed, Ctrl-C. Each runs the real CLI as a subprocess against a local slave."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.master.runhelp import (
+    ROOT,
+    all_gone,
+    process_tree,
+    rows,
+    run_folder,
+    slave_pids,
+    start_run,
+    wait_rows,
+    write_config,
+)
+
+LOCAL_TEST = """\
+test: {name}
+subinterval_seconds: 1
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
+     allow_write: true}}
+steps:
+  - name: rr
+    workloads:
+      - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
+    warmup_seconds: 1
+    measure_seconds: {seconds}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("test: t\nhosts: [localhost]\nluns: [{path: /dev/null}]\nsteps: []\nbogus: 1\n",
+         "bogus"),
+        ("test: t\nsubinterval_seconds: 0\nhosts: [localhost]\nluns: [{path: /dev/x}]\n"
+         "steps: [{name: a, workloads: [{name: w, iosequencer: sequential}]}]\n",
+         "subinterval_seconds"),
+        ("test: t\nhosts: [{name: far, address: 192.0.2.1}]\nluns: [{path: /dev/x}]\n"
+         "steps: [{name: a, workloads: [{name: w, iosequencer: sequential, blocksize: 1000}]}]\n",
+         "blocksize"),
+        ("test: t\nhosts: [localhost\n", "line"),
+    ],
+)
+def test_bad_config_is_one_line_exit_2_and_touches_nothing(tmp_path: Path, text: str,
+                                                           expect: str) -> None:
+    cfg = write_config(tmp_path, text)
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0] and "test.yaml" in lines[0], proc.stderr
+    assert not (tmp_path / "o").exists(), "a bad config must not create any output"
+    assert time.monotonic() - t0 < 30
+
+
+def test_unreachable_host_stops_the_run_before_any_io(tmp_path: Path) -> None:
+    port = _free_port()
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="unreach", seconds=3).replace(
+        "hosts: [localhost]",
+        f"hosts: [localhost, {{name: far, address: 127.0.0.1, port: {port}, user: root}}]"))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "far" in err and "refused" in err
+    folder = run_folder(tmp_path, "unreach")
+    assert not list(folder.glob("step*")), "no step may start"
+    assert "workload" not in (folder / "events.csv").read_text()
+
+
+def test_slave_killed_mid_step_fails_the_step_naming_the_host(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="kill", seconds=20))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "kill")
+        wait_rows(folder / "step0000-rr/all/all.csv", 3)
+        (pid,) = slave_pids(folder)
+        psutil.Process(pid).kill()
+        t_kill = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t_kill
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    assert "localhost" in err
+    assert took < 1 + 0.75 + 2.0, f"detected after {took:.1f} s"
+    kept = rows(folder / "step0000-rr/all/all.csv")
+    assert len(kept) >= 3 and all(float(r["IOPS"]) > 0 for r in kept)
+    assert "localhost" in (folder / "events.csv").read_text()
+
+
+def test_master_killed_stops_every_slave_within_2s(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="mkill", seconds=30))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "mkill")
+        wait_rows(folder / "step0000-rr/all/all.csv", 2)
+        (pid,) = slave_pids(folder)
+        tree = process_tree(pid)
+        assert len(tree) >= 2, "the slave and its worker processes"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert all_gone(tree, 2.0), [p.pid for p in tree if p.is_running()]
+    finally:
+        proc.kill()
+
+
+def test_ctrl_c_stops_cleanly_keeps_output_exit_130(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="intr", seconds=30))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "intr")
+        wait_rows(folder / "step0000-rr/all/all.csv", 2)
+        tree = process_tree(slave_pids(folder)[0])
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert all_gone(tree, 2.0)
+    assert len(rows(folder / "step0000-rr/all/all.csv")) >= 2
+    assert "interrupted" in (folder / "events.csv").read_text()
