@@ -59,7 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from protocol.stats import WorkloadStats
+from protocol.stats import StatsBatch, WorkloadStats
 from slave.engine import choose_engine, files
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
@@ -115,10 +115,18 @@ class WorkerInterlock:
 
 @dataclass
 class SubintervalResults:
+    """One subinterval of every workload: ``batch`` (sparse, wire-ready) holds workload
+    ``workload_ids[i]`` at index ``i``; ``stats`` gives dense per-workload copies on demand."""
+
     index: int
-    stats: dict[str, WorkloadStats]
+    workload_ids: list[str]
+    batch: StatsBatch
     io_errors: dict[str, dict[str, int]]
     interlock: list[WorkerInterlock]
+
+    @property
+    def stats(self) -> dict[str, WorkloadStats]:
+        return {wid: self.batch.workload(i) for i, wid in enumerate(self.workload_ids)}
 
 
 # ====================================================================== the worker process
@@ -416,6 +424,8 @@ class WorkerPool:
             self._mem, dtype=np.int64, count=ctrl_bytes // 8, offset=stats_bytes
         ).reshape(self.n_workers, _CTRL_WORDS)
         self._free_slots = list(range(max_workloads - 1, -1, -1))
+        self._empty = WorkloadStats()
+        self._scratch = np.empty((0, WorkloadStats.SIZE), dtype=np.int64)
         self._entries: dict[str, _Entry] = {}
         self._workers: list[_WorkerHandle] = []
         self._last_collected = -1
@@ -612,13 +622,19 @@ class WorkerPool:
             self._pump(left / 1e9)
             pending = [w for w in self._workers if k not in w.ready]
         b = k % 2
-        stats: dict[str, WorkloadStats] = {}
         for w in self._workers:
             w.ctrl[2 * b] = SENDING
-        for wid, e in self._entries.items():
-            shared = self._stats(e.slot, b)
-            stats[wid] = WorkloadStats(shared.buffer.copy())
-            shared.reset()
+        ids = list(self._entries)
+        slots = np.array([self._entries[wid].slot for wid in ids], dtype=np.intp)
+        blocks = self._stats_region.reshape(self.max_workloads, 2, WorkloadStats.SIZE)
+        if self._scratch.shape[0] < slots.size:  # reused: no fresh pages every subinterval
+            self._scratch = np.empty((slots.size, WorkloadStats.SIZE), dtype=np.int64)
+        flat = self._scratch[: slots.size]
+        empty = self._empty.buffer
+        for i, slot in enumerate(slots.tolist()):
+            flat[i] = blocks[slot, b]
+            blocks[slot, b] = empty
+        batch = StatsBatch.from_flat(flat)
         io_errors: dict[str, dict[str, int]] = {}
         interlock = []
         for w in self._workers:
@@ -629,7 +645,7 @@ class WorkerPool:
         for wid in [wid for wid, e in self._entries.items() if e.deleting]:
             self._forget(wid)
         self._last_collected = k
-        return SubintervalResults(k, stats, io_errors, interlock)
+        return SubintervalResults(k, ids, batch, io_errors, interlock)
 
     def keep_going(self) -> None:
         """The master said continue: the buffer freed by the last ``collect`` is ready to run

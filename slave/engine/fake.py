@@ -58,7 +58,9 @@ class FakeEngine:
         self.max_in_flight = 0
         self.submitted = 0
         self.keep_log = keep_log
-        self.log: list[npt.NDArray[np.int64]] = []  # rows: offset, opcode, submit_ns, fd
+        # rows: offset, opcode, submit_ns, fd, and the slot row's word 11 (the engine loop's
+        # scheduled time of the I/O)
+        self.log: list[npt.NDArray[np.int64]] = []
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         now = time.monotonic_ns()
@@ -85,6 +87,7 @@ class FakeEngine:
                         opcode,
                         np.full(n, now, dtype=np.int64),
                         fd,
+                        self._table.rows[slots, 11],
                     ],
                     axis=1,
                 )
@@ -135,5 +138,5 @@ class FakeEngine:
         self._pending_res = self._pending_res[:0]
 
     def offsets_log(self) -> npt.NDArray[np.int64]:
-        """All logged submissions in order, as rows (offset, opcode, submit_ns, fd)."""
-        return np.concatenate(self.log) if self.log else np.zeros((0, 4), dtype=np.int64)
+        """All logged submissions in order: rows (offset, opcode, submit_ns, fd, sched_ns)."""
+        return np.concatenate(self.log) if self.log else np.zeros((0, 5), dtype=np.int64)

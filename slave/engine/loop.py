@@ -308,7 +308,10 @@ class EngineLoop:
     # ------------------------------------------------------------------ issuing I/O
     def _refill(self, w: _Workload, need: int) -> None:
         """Precompute the workload's next I/Os (keeping the unused rest)."""
-        n = max(RING_MIN, need, 4 * w.params.iodepth)
+        iops = w.params.iops
+        # paced: about a quarter second ahead (little memory for slow workloads); max: RING_MIN
+        ahead = RING_MIN if iops is None else min(RING_MIN, int(iops / 4) + 1)
+        n = max(ahead, need, 4 * w.params.iodepth)
         ch = w.seq.chunk(n)
         fd = w.spec.fd
         ring = np.empty((n, 5), dtype=np.int64)

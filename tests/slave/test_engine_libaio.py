@@ -1,0 +1,235 @@
+"""Real engines (libaio, thread pool): data written lands byte for byte at the expected offsets;
+the kernel AIO wrapper; engine choice and its fallback warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave import engine as engine_mod
+from slave.datapattern import WritePattern
+from slave.engine import aio_abi, choose_engine, files
+from slave.engine.base import AlignedBuffers, SlotTable
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.threadpool import ThreadPoolEngine
+from slave.params import WorkloadParams
+
+MiB = 1 << 20
+needs_aio = pytest.mark.skipif(aio_abi.available() is not None, reason="no native AIO here")
+
+
+class Control:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.errors: dict[str, dict[str, int]] = {}
+
+    def poll(self, loop: EngineLoop) -> None:
+        pass
+
+    def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished + 1 >= self.n:
+            loop.request_stop()
+
+    def handed_over(self, loop: EngineLoop, finished: int, sw: int, ho: int,
+                    errors: dict[str, dict[str, int]]) -> None:
+        self.errors.update(errors)
+
+
+@pytest.fixture
+def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /dev/shm)."""
+    for d in (str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"):
+        path = os.path.join(d, f"ivypy-test-lun-{os.getpid()}.img")
+        with open(path, "wb") as f:
+            f.truncate(16 * MiB)
+        if files.direct_io_works(path, 512) is None:
+            yield path
+            os.unlink(path)
+            return
+        os.unlink(path)
+    pytest.skip("no filesystem here takes O_DIRECT")
+
+
+def run_workload(path: str, kind: str, params: WorkloadParams, seconds: float,
+                 lbs: int = 512) -> tuple[WorkloadStats, dict[str, dict[str, int]]]:
+    loop = EngineLoop(capacity=256)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    loop.register_engine_kind("threadpool", ThreadPoolEngine)
+    eng = loop.engine(kind)
+    fd = files.open_lun(path, writable=params.writes, extra_flags=eng.open_flags)
+    size = files.probe(path).size_bytes
+    stats = (WorkloadStats(), WorkloadStats())
+    loop.add_workload(WorkloadSpec("t:lun:w", params, eng, fd, size, lbs, stats), None)
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, int(seconds * 1e9))
+    finally:
+        loop.close()
+        os.close(fd)
+    stats[0].merge_into(stats[1])
+    return stats[0], ctl.errors
+
+
+def verify_range(path: str, params: WorkloadParams, start: int, end: int) -> int:
+    """Check every block of [start, end) against the pattern; returns how many were written."""
+    pattern = WritePattern(params.write_data, params.write_data_ratio, params.blocksize_bytes,
+                           params.seed)
+    bs = params.blocksize_bytes
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = np.frombuffer(f.read(end - start), dtype=np.uint8).reshape(-1, bs)
+    written = 0
+    for i, block in enumerate(data):
+        if not block.any():
+            continue  # never written
+        written += 1
+        why = pattern.verify(block, start + i * bs)
+        assert why is None, f"block at {start + i * bs}: {why}"
+    return written
+
+
+@needs_aio
+@pytest.mark.parametrize("kind", ["libaio", "threadpool"])
+def test_sequential_writes_land_byte_for_byte(lun_file: str, kind: str) -> None:
+    start, end = 2 * MiB, 3 * MiB
+    p = WorkloadParams(iosequencer="sequential", read_fraction=0.0, iodepth=8,
+                       range_start_bytes=start, range_end_bytes=end, seed=11)
+    stats, errors = run_workload(lun_file, kind, p, 0.3)
+    assert errors == {}
+    assert stats.ops(3) >= 256  # the range was covered at least once
+    assert verify_range(lun_file, p, start, end) == 256
+    with open(lun_file, "rb") as f:  # nothing outside the range
+        assert not any(f.read(start))
+        f.seek(end)
+        assert not any(f.read())
+
+
+@needs_aio
+def test_random_mixed_writes_verify_and_stay_in_range(lun_file: str) -> None:
+    start, end = 4 * MiB, 6 * MiB
+    p = WorkloadParams(read_fraction=0.5, iodepth=16, blocksize_bytes=8192,
+                       range_start_bytes=start, range_end_bytes=end, seed=5)
+    stats, errors = run_workload(lun_file, "libaio", p, 0.3)
+    assert errors == {}
+    assert stats.ops(0) > 100 and stats.ops(1) > 100
+    assert verify_range(lun_file, p, start, end) > 100
+    with open(lun_file, "rb") as f:
+        assert not any(f.read(start))
+        f.seek(end)
+        assert not any(f.read())
+
+
+@needs_aio
+def test_busy_poll_at_depth_one(lun_file: str) -> None:
+    p = WorkloadParams(iodepth=1, busy_poll=True)
+    stats, errors = run_workload(lun_file, "libaio", p, 0.2)
+    assert errors == {} and stats.ops(0) > 100
+    assert stats.lat[0, 0, 1] > 0  # a real latency, not zero
+
+
+@needs_aio
+def test_io_errors_are_counted_with_errno(lun_file: str) -> None:
+    # a 4096-byte block size with 512-byte alignment at odd offsets on O_DIRECT is fine, but a
+    # read past the end of the file is short: shrink the file under the workload's feet
+    p = WorkloadParams(iodepth=4, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
+    os.truncate(lun_file, 16 * MiB)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
+    os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
+    ctl = Control(1)
+    loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    loop.close()
+    os.close(fd)
+    assert set(ctl.errors["t:l:w"]) == {"short"}
+    assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
+    assert stats[0].ops() == 0
+
+
+@needs_aio
+def test_aio_context_roundtrip(lun_file: str) -> None:
+    fd = os.open(lun_file, os.O_RDWR | os.O_DIRECT)
+    table = SlotTable(4)
+    bufs = AlignedBuffers(2, 4096)
+    bufs.array[0, :] = np.arange(4096) % 251
+    for slot, op in ((0, aio_abi.IOCB_CMD_PWRITE), (1, aio_abi.IOCB_CMD_PREAD)):
+        table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, fd)
+        table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+        table.rows[slot, aio_abi.W_NBYTES] = 4096
+        table.rows[slot, aio_abi.W_OFFSET] = 8192
+    eng = LibaioEngine(table)
+    try:
+        eng.submit(np.array([0], dtype=np.intp))
+        assert eng.reap(1, 1_000_000_000) == 1
+        assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
+        eng.submit_one(1)
+        n = 0
+        deadline = time.monotonic() + 2
+        while n == 0 and time.monotonic() < deadline:
+            n = eng.poll()  # from the mapped ring, no syscall
+        assert n == 1 and int(eng.done_slot[0]) == 1
+        assert np.array_equal(bufs.array[1], bufs.array[0])
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+def test_choice_falls_back_to_the_thread_pool_with_a_warning(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_mod.aio_abi, "available", lambda: "no AIO on this test host")
+    d = choose_engine("auto", lun_file, 512)
+    assert d.kind == "threadpool"
+    assert d.warning is not None and "no AIO on this test host" in d.warning
+    with pytest.raises(IoEngineError, match="libaio engine unavailable"):
+        choose_engine("libaio", lun_file, 512)
+    with pytest.raises(IoEngineError, match="unknown engine"):
+        choose_engine("spdk", lun_file, 512)
+
+
+@needs_aio
+def test_auto_picks_libaio_where_o_direct_works(lun_file: str) -> None:
+    assert choose_engine("auto", lun_file, 512).kind == "libaio"
+
+
+@pytest.fixture
+def loop_device() -> Iterator[str]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a loop device")
+    img = f"/dev/shm/ivypy-test-loop-{os.getpid()}.img"
+    with open(img, "wb") as f:
+        f.truncate(32 * MiB)
+    try:
+        dev = subprocess.run(["losetup", "--find", "--show", img], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        os.unlink(img)
+        pytest.skip(f"losetup failed: {exc}")
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False)
+        os.unlink(img)
+
+
+@pytest.mark.root
+@needs_aio
+def test_loop_device_writes_verify(loop_device: str) -> None:
+    geo = files.probe(loop_device)
+    assert geo.is_block_device and geo.size_bytes == 32 * MiB
+    p = WorkloadParams(iosequencer="sequential", read_fraction=0.0, iodepth=16,
+                       range_start_bytes=MiB, range_end_bytes=2 * MiB, seed=9)
+    stats, errors = run_workload(loop_device, "libaio", p, 0.3, lbs=geo.logical_block_bytes)
+    assert errors == {} and stats.ops(3) >= 256
+    assert verify_range(loop_device, p, MiB, 2 * MiB) == 256

@@ -1,0 +1,146 @@
+"""Sequencers: ranges, alignment, hot zone, sequential order and wrap, schedules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from slave.params import WorkloadParams
+from slave.sequencer import Sequencer
+
+GiB = 1 << 30
+
+
+def seq(lun: int = GiB, lbs: int = 512, **kw: object) -> Sequencer:
+    return Sequencer(WorkloadParams(**kw), lun_size_bytes=lun, logical_block_bytes=lbs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kw, lbs, lo, hi",
+    [
+        ({"blocksize_bytes": 4096}, 512, 0, GiB),
+        ({"blocksize_bytes": 4096, "range_start_bytes": 1000, "range_end_bytes": 1 << 20}, 512,
+         1024, 1 << 20),
+        ({"blocksize_bytes": 8192, "range_start_bytes": 4096 * 3, "range_end_bytes": 1 << 24},
+         4096, 4096 * 3, 1 << 24),
+        ({"blocksize_bytes": 512, "range_end_bytes": 4096}, 512, 0, 4096),
+        ({"blocksize_bytes": 65536, "range_start_bytes": 512}, 512, 512, GiB),
+        ({"blocksize_bytes": 4096, "iosequencer": "random_independent", "iops": 10.0}, 4096, 0,
+         GiB),
+    ],
+)
+def test_random_stays_inside_range_and_aligned(kw: dict[str, object], lbs: int, lo: int,
+                                               hi: int) -> None:
+    s = seq(lbs=lbs, **kw)  # type: ignore[arg-type]
+    ch = s.chunk(20000)
+    bs = int(kw["blocksize_bytes"])  # type: ignore[call-overload]
+    assert ch.offset_bytes.min() >= lo
+    assert (ch.offset_bytes + bs).max() <= hi
+    assert np.all(ch.offset_bytes % lbs == 0)
+    assert np.all(ch.category == 0)  # random read
+    # the whole range is used, not a corner of it
+    assert ch.offset_bytes.max() + bs > lo + 0.9 * (hi - lo)
+
+
+def test_range_with_no_whole_block_is_refused() -> None:
+    with pytest.raises(ValueError, match="no whole"):
+        seq(blocksize_bytes=8192, range_end_bytes=4096)
+
+
+def test_blocksize_must_be_a_multiple_of_the_logical_block() -> None:
+    with pytest.raises(ValueError, match="logical block"):
+        seq(lbs=4096, blocksize_bytes=512)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.9])
+def test_hot_zone_gets_its_share(fraction: float) -> None:
+    hot = 1 << 20
+    s = seq(hot_zone_bytes=hot, hot_zone_fraction=fraction)
+    off = s.chunk(40000).offset_bytes
+    share = float(np.mean(off < hot))
+    cold_share_of_range = hot / GiB  # a cold I/O lands in the hot zone by chance too
+    expected = fraction + (1 - fraction) * cold_share_of_range
+    assert abs(share - expected) < 0.01
+
+
+def test_sequential_covers_range_in_order_and_wraps() -> None:
+    bs = 4096
+    start, end = 1 << 20, (1 << 20) + 10 * bs
+    s = seq(iosequencer="sequential", blocksize_bytes=bs, range_start_bytes=start,
+            range_end_bytes=end, seq_start_bytes=start + 7 * bs)
+    a = s.chunk(5).offset_bytes
+    b = s.chunk(20).offset_bytes
+    off = np.concatenate([a, b])
+    expect = start + ((7 + np.arange(25)) % 10) * bs
+    assert off.tolist() == expect.tolist()
+    assert np.all(s.chunk(3).category == 2)
+
+
+def test_sequential_write_category() -> None:
+    s = seq(iosequencer="sequential", read_fraction=0.0)
+    assert np.all(s.chunk(10).category == 3)
+
+
+def test_read_fraction_is_drawn_per_io() -> None:
+    s = seq(read_fraction=0.7)
+    ch = s.chunk(50000)
+    assert abs(float(np.mean(~ch.is_write)) - 0.7) < 0.01
+    assert np.array_equal(ch.category, ch.is_write.astype(np.int64))
+    # not blocks of reads then writes: direction changes often
+    assert int(np.sum(ch.is_write[1:] != ch.is_write[:-1])) > 15000
+
+
+def test_steady_schedule_is_evenly_spaced_across_chunks() -> None:
+    s = seq(iops=2000.0)
+    s.start(10**12)
+    t = np.concatenate([s.chunk(1000).sched_ns, s.chunk(1000).sched_ns])
+    assert t[0] == 10**12
+    gaps = np.diff(t)
+    assert gaps.min() >= 499_999 and gaps.max() <= 500_001
+    assert t[-1] - t[0] == 1999 * 500_000
+
+
+def test_poisson_arrivals_have_cv_one_and_the_right_rate() -> None:
+    s = seq(iosequencer="random_independent", iops=1000.0)
+    s.start(0)
+    t = np.concatenate([s.chunk(50000).sched_ns, s.chunk(50000).sched_ns])
+    gaps = np.diff(t).astype(np.float64)
+    assert t[0] == 0
+    assert abs(gaps.mean() - 1e6) / 1e6 < 0.02
+    cv = gaps.std() / gaps.mean()
+    assert 0.97 < cv < 1.03
+
+
+def test_max_iops_has_no_schedule() -> None:
+    s = seq()
+    assert not s.paced
+    assert not s.chunk(10).sched_ns.any()
+
+
+def test_edit_keeps_sequential_position_and_restarts_schedule() -> None:
+    s = seq(iosequencer="sequential", iops=100.0)
+    s.start(0)
+    s.chunk(7)
+    e = s.edited(s.params.replace(iops=200.0), at_ns=5_000_000_000)
+    ch = e.chunk(2)
+    assert ch.offset_bytes.tolist() == [7 * 4096, 8 * 4096]
+    assert ch.sched_ns.tolist() == [5_000_000_000, 5_005_000_000]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"iodepth": 0},
+        {"iodepth": 4097},
+        {"blocksize_bytes": 1000},
+        {"iops": 0.0},
+        {"read_fraction": 1.5},
+        {"range_start_bytes": 10, "range_end_bytes": 5},
+        {"iosequencer": "zigzag"},
+        {"write_data": "ones"},
+        {"write_data_ratio": 0.5},
+    ],
+)
+def test_params_refuse_bad_values(kw: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        WorkloadParams(**kw)  # type: ignore[arg-type]

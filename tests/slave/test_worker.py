@@ -1,0 +1,225 @@
+"""Worker pool: lifecycle, edits at boundaries, late master, slow consumer, deadlines,
+workers dying with the slave, and memory with 64 workloads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from slave.params import WorkloadParams
+from slave.worker import MasterLateError, ResultsLateError, WorkerError, WorkerPool
+
+SUB_NS = 300_000_000
+FAKE = "fake:const:100000"
+LUN = {"logical_block_bytes": 512, "lun_size_bytes": 1 << 30}
+
+
+@pytest.fixture
+def pool() -> Iterator[WorkerPool]:
+    p = WorkerPool(2)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def start(pool: WorkerPool) -> int:
+    t0 = time.monotonic_ns() + 50_000_000
+    pool.go(t0, SUB_NS)
+    return t0
+
+
+def deadline(t0: int, k: int) -> int:
+    return t0 + (k + 1) * SUB_NS + 2_000_000_000
+
+
+def test_lifecycle_edit_delete_across_two_workers(pool: WorkerPool) -> None:
+    a = pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(iops=1000.0),
+                             **LUN)
+    b = pool.create_workload("h:/dev/zero:b", "/dev/zero", FAKE,
+                             WorkloadParams(iops=500.0, iodepth=2), **LUN)
+    assert {a.engine, b.engine} == {"fake"} and a.warning is None
+    assert a.worker != b.worker  # two LUNs spread over the two workers
+    with pytest.raises(WorkerError, match="exists already"):
+        pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(), **LUN)
+    t0 = start(pool)
+    r0 = pool.collect(0, deadline(t0, 0))
+    pool.edit_workload("h:/dev/null:a", WorkloadParams(iops=2000.0))
+    pool.delete_workload("h:/dev/zero:b")
+    pool.keep_going()
+    r1 = pool.collect(1, deadline(t0, 1))
+    pool.keep_going()
+    r2 = pool.collect(2, deadline(t0, 2))
+    pool.keep_going()
+    r3 = pool.collect(3, deadline(t0, 3))
+    pool.stop()
+    ops = [{k: s.ops() for k, s in r.stats.items()} for r in (r0, r1, r2, r3)]
+    a_ops = [o["h:/dev/null:a"] for o in ops]
+    b_ops = [o.get("h:/dev/zero:b") for o in ops]
+    # I/Os are counted where they complete, so a loaded machine moves a few across a boundary;
+    # pairs of subintervals are exact to 2 %
+    assert a_ops[0] + a_ops[1] == pytest.approx(600, rel=0.02)
+    assert b_ops[0] + b_ops[1] == pytest.approx(300, rel=0.02)  # type: ignore[operator]
+    # edits sent during subinterval 1 take effect at its end: a doubles, b is gone
+    assert a_ops[2] + a_ops[3] == pytest.approx(1200, rel=0.02)
+    assert b_ops[2:] == [None, None]
+    assert all(x == pytest.approx(300, rel=0.1) for x in a_ops[:2]), a_ops
+    assert all(x == pytest.approx(600, rel=0.1) for x in a_ops[2:]), a_ops
+    assert list(pool.workloads) == ["h:/dev/null:a"]
+    for r in (r0, r1, r2, r3):
+        assert [x.worker for x in r.interlock] == [0, 1]
+        assert all(0 <= x.switch_done_ns <= x.handed_over_ns < 200_000_000 for x in r.interlock)
+    # a second step on the same workloads
+    t0 = start(pool)
+    r = pool.collect(0, deadline(t0, 0))
+    pool.stop()
+    assert r.stats["h:/dev/null:a"].ops() == pytest.approx(600, rel=0.1)
+
+
+def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
+    pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(iodepth=4), **LUN)
+    t0 = start(pool)
+    pool.collect(0, deadline(t0, 0))
+    # no keep_going(): the buffer for subinterval 2 is never marked ready
+    time.sleep((t0 + 2 * SUB_NS - time.monotonic_ns()) / 1e9 + 0.1)
+    with pytest.raises(MasterLateError) as info:
+        pool.collect(1, deadline(t0, 1))  # subinterval 1 itself may still be handed over
+        pool.collect(2, deadline(t0, 2))
+    msg = str(info.value)
+    assert "master is late" in msg and "subinterval 2" in msg and "h:/dev/null:a" in msg
+    pool.stop()
+
+
+def test_results_late_names_the_worker(pool: WorkerPool) -> None:
+    pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(), **LUN)
+    start(pool)
+    with pytest.raises(ResultsLateError, match="subinterval 0 not handed over"):
+        pool.collect(0, time.monotonic_ns())
+    pool.stop()
+
+
+def test_a_slow_consumer_never_stalls_io(pool: WorkerPool) -> None:
+    pool.create_workload("h:/dev/null:a", "/dev/null", FAKE,
+                         WorkloadParams(iops=1000.0, iodepth=2), **LUN)
+    t0 = start(pool)
+    got = []
+    worst_ns = 0
+    for k in range(4):
+        # collect late in the next subinterval, as a consumer that is slow to digest would
+        time.sleep(max(t0 + (k + 1) * SUB_NS + int(0.6 * SUB_NS) - time.monotonic_ns(), 0) / 1e9)
+        r = pool.collect(k, deadline(t0, k))
+        st = r.stats["h:/dev/null:a"]
+        got.append(st.ops())
+        worst_ns = max(worst_ns, int(st.lat[0, 1, 2]))  # worst response time
+        time.sleep(0.05)  # and slow to answer
+        pool.keep_going()
+    pool.stop()
+    assert sum(got) == pytest.approx(1200, rel=0.02), got
+    # I/O never waited for the consumer: no response time near the consumer's 180 ms delay
+    assert worst_ns < 90_000_000, worst_ns
+
+
+def test_create_failure_names_the_workload(pool: WorkerPool) -> None:
+    with pytest.raises(WorkerError, match="h:nope:a"):
+        pool.create_workload("h:nope:a", "/nonexistent/lun", "auto", WorkloadParams())
+    with pytest.raises(WorkerError, match="no whole"):
+        pool.create_workload("h:n:b", "/dev/null", FAKE,
+                             WorkloadParams(range_end_bytes=1024), **LUN)
+
+
+def test_io_errors_reach_the_results(pool: WorkerPool) -> None:
+    pool.create_workload("h:/dev/null:a", "/dev/null", "fake:const:50000:10",
+                         WorkloadParams(iodepth=2, iops=1000.0), **LUN)
+    t0 = start(pool)
+    r = pool.collect(0, deadline(t0, 0))
+    pool.stop()
+    assert r.io_errors["h:/dev/null:a"]["EIO"] == pytest.approx(30, abs=2)
+    assert r.stats["h:/dev/null:a"].counters[0, 2] == r.io_errors["h:/dev/null:a"]["EIO"]
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from slave.params import WorkloadParams
+    from slave.worker import WorkerPool
+    pool = WorkerPool(2)
+    pool.create_workload("h:n:a", "/dev/null", "fake", WorkloadParams(iodepth=4),
+                         logical_block_bytes=512, lun_size_bytes=1 << 30)
+    pool.go(time.monotonic_ns(), 1_000_000_000)
+    print(" ".join(map(str, pool.pids)), flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_die_within_a_second_of_the_slave() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        assert proc.stdout is not None
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        t = time.monotonic()
+        while any(_alive(p) for p in pids) and time.monotonic() - t < 1.0:
+            time.sleep(0.02)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+_MEM = textwrap.dedent(
+    """
+    import time
+    from slave.params import WorkloadParams
+    from slave.worker import WorkerPool
+
+    def rss_kib(pid):
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+
+    pool = WorkerPool(2)
+    for i in range(64):
+        lun = ("/dev/null", "/dev/zero")[i % 2]
+        pool.create_workload(f"h:{lun}:w{i}", lun, "fake:const:200000",
+                             WorkloadParams(iodepth=8, iops=200.0, seed=i),
+                             logical_block_bytes=512, lun_size_bytes=1 << 30)
+    t0 = time.monotonic_ns() + 20_000_000
+    pool.go(t0, 500_000_000)
+    for k in range(2):
+        r = pool.collect(k, t0 + (k + 2) * 500_000_000)
+        pool.keep_going()
+    ops = int(r.batch.counters[:, :, 0].sum())
+    total = rss_kib("self") + sum(rss_kib(p) for p in pool.pids)
+    pool.stop()
+    pool.close()
+    print(ops, total)
+    """
+)
+
+
+def test_memory_with_64_workloads_stays_under_150_mb() -> None:
+    out = subprocess.run([sys.executable, "-c", _MEM], capture_output=True, text=True,
+                         timeout=60, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    ops, rss_kib = map(int, out.stdout.split())
+    assert ops == pytest.approx(64 * 100, rel=0.05)  # every workload ran its 200 IOPS
+    # resident set of the slave process plus its workers (shared pages counted in each)
+    assert rss_kib < 150 * 1024, f"{rss_kib / 1024:.0f} MB"
