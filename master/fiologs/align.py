@@ -46,20 +46,18 @@ def looks_absolute(first_stamp_ms: int) -> bool:
 
 
 def detect_interval_ms(times_ms: IntArray, dirs: IntArray) -> float | None:
-    """A log's interval: the median step between consecutive stamps of the same direction
-    (None when no direction has two rows)."""
-    steps: list[IntArray] = []
+    """A log's interval (``log_hist_msec``): per direction the mean step between its first and
+    last rows (fio keeps that cadence; single steps jitter by the time to the next completion),
+    the median over directions, rounded to whole ms. None when no direction has two rows."""
+    steps: list[float] = []
     for d in range(N_DIRECTIONS):
         t = times_ms[dirs == d]
-        if t.size > 1:
-            steps.append(np.diff(t))
+        if t.size > 1 and t[-1] > t[0]:
+            steps.append(float(t[-1] - t[0]) / (t.size - 1))
     if not steps:
         return None
-    all_steps = np.concatenate(steps)
-    all_steps = all_steps[all_steps > 0]
-    if all_steps.size == 0:
-        return None
-    return float(np.median(all_steps))
+    step = float(np.median(steps))
+    return float(round(step)) if step >= 1 else step
 
 
 class RowWindows:
@@ -158,7 +156,6 @@ class QuantumAccumulator:
         self._ensure(q_lo, q_hi)
         if block.entry_count.size == 0:
             return
-        span = q_hi - q_lo + 1
         row = block.entry_row
         reps = spread.row_pairs[row]
         cell = np.repeat(np.arange(row.size, dtype=np.int64), reps)
@@ -166,13 +163,12 @@ class QuantumAccumulator:
         pair = spread.row_first_pair[row][cell] + (
             np.arange(cell.size, dtype=np.int64) - cell_first[cell]
         )
-        flat = (slot_of_row[row][cell] * span + (spread.pair_quantum[pair] - q_lo)) * (
+        cap = self._data.shape[1]
+        flat = (slot_of_row[row][cell] * cap + (spread.pair_quantum[pair] - self._base)) * (
             self.n_columns
         ) + block.entry_col[cell]
         values = block.entry_count[cell] * spread.pair_weight[pair]
-        sums = np.bincount(flat, weights=values, minlength=self.n_slots * span * self.n_columns)
-        at = q_lo - self._base
-        self._data[:, at : at + span] += sums.reshape(self.n_slots, span, self.n_columns)
+        np.add.at(self._data.reshape(-1), flat, values)
 
     def quanta(self) -> IntArray:
         """Absolute indices of every quantum from the first to the last reached."""

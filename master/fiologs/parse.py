@@ -19,11 +19,12 @@ tokens) goes through the general path, line by line, which names the offending l
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -59,10 +60,19 @@ class HistBlock:
     def n_rows(self) -> int:
         return int(self.times_ms.size)
 
-    def dense(self) -> IntArray:
-        """The rows as a dense (rows x columns) int64 matrix."""
-        out = np.zeros((self.n_rows, self.n_columns), dtype=np.int64)
-        out[self.entry_row, self.entry_col] = self.entry_count
+    def dense(self, rows: IntArray | None = None) -> IntArray:
+        """The rows (all, or those indexed by ``rows``, in that order) as a dense
+        (rows x columns) int64 matrix."""
+        if rows is None:
+            out = np.zeros((self.n_rows, self.n_columns), dtype=np.int64)
+            out[self.entry_row, self.entry_col] = self.entry_count
+            return out
+        where = np.full(self.n_rows, -1, dtype=np.int64)
+        where[rows] = np.arange(rows.size)
+        target = where[self.entry_row]
+        keep = target >= 0
+        out = np.zeros((rows.size, self.n_columns), dtype=np.int64)
+        out[target[keep], self.entry_col[keep]] = self.entry_count[keep]
         return out
 
     def take(self, keep: npt.NDArray[np.bool_]) -> HistBlock:
@@ -99,7 +109,7 @@ class HistBlock:
         )
 
 
-def open_log(path: str | Path) -> BinaryIO:
+def open_log(path: str | Path) -> io.BufferedIOBase:
     """Open a log for binary reading, transparently gunzipping a gzip file."""
     p = Path(path)
     try:
@@ -109,7 +119,7 @@ def open_log(path: str | Path) -> BinaryIO:
     with raw:
         magic = raw.read(2)
     if magic == _GZIP_MAGIC:
-        return gzip.open(p, "rb")  # type: ignore[return-value]
+        return gzip.GzipFile(p, "rb")
     return p.open("rb")
 
 
@@ -162,35 +172,50 @@ class LogReader:
     def blocks(self) -> Iterator[HistBlock]:
         line_base = 0
         for chunk in self._chunks():
-            n_lines = chunk.count(b"\n")
             block = _parse_canonical(chunk, self.n_fields, line_base, self._scratch)
             if block is None:
-                block = self._parse_general(chunk, line_base)
+                text = bytes(chunk)
+                block = self._parse_general(text, line_base)
+                line_base += text.count(b"\n")
+            else:
+                line_base += block.n_rows
             block = self._check_rows(block)
-            line_base += n_lines
             if block.n_rows:
                 yield block
 
     # ----------------------------------------------------------------- internals
-    def _chunks(self) -> Iterator[bytes]:
-        rest = b""
+    def _chunks(self) -> Iterator[memoryview]:
+        """Whole lines, about ``chunk_bytes`` at a time, as views into a reused buffer (a view
+        is only valid until the next one is produced)."""
+        buf = bytearray(self.chunk_bytes)
+        held = 0  # bytes of an unfinished line kept at the front of buf
+        eof = False
         with open_log(self.path) as f:
-            while True:
-                try:
-                    data = f.read(self.chunk_bytes)
-                except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                    raise LogFormatError(f"cannot read: {exc}", file=self.path) from exc
-                if not data:
-                    break
-                data = rest + data
-                cut = data.rfind(b"\n") + 1
+            while not eof:
+                if held == len(buf):  # a line longer than the buffer: move to a bigger one
+                    bigger = bytearray(2 * len(buf))
+                    bigger[:held] = buf
+                    buf = bigger
+                end = held
+                view = memoryview(buf)
+                while end < len(buf):
+                    try:
+                        got = f.readinto(view[end:])
+                    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                        raise LogFormatError(f"cannot read: {exc}", file=self.path) from exc
+                    if not got:
+                        eof = True
+                        break
+                    end += got
+                cut = buf.rfind(b"\n", 0, end) + 1
                 if cut == 0:
-                    rest = data
+                    held = end
                     continue
-                rest = data[cut:]
-                yield data[:cut]
-        if rest.strip():
-            yield rest + b"\n"
+                yield view[:cut]
+                held = end - cut
+                buf[:held] = buf[cut:end]
+        if buf[:held].strip():
+            yield memoryview(bytes(buf[:held]) + b"\n")
 
     def _bad(self, line_no: int, message: str) -> None:
         if not self.skip_bad_lines:
@@ -301,7 +326,7 @@ class Scratch:
 
 
 def _parse_canonical(
-    chunk: bytes, n_fields: int, line_base: int, scratch: Scratch
+    chunk: bytes | memoryview, n_fields: int, line_base: int, scratch: Scratch
 ) -> HistBlock | None:
     """Parse a chunk written exactly as fio writes (``"%llu, "`` separators, one row a line,
     no blank lines); None when the chunk is not in that shape (the caller falls back)."""
@@ -365,9 +390,10 @@ def _parse_canonical(
     # every zero cell is exactly "0, ": a line's length follows from its multi-digit values
     if not np.array_equal(nl_pos - line_start, 3 * n_fields - 2 + extra_line):
         return None
-    excl = np.cumsum(extra) - extra
-    first_in_line = np.searchsorted(line_of, line_of, side="left")
-    offset = pos - line_start[line_of] - (excl - excl[first_in_line])
+    # extra bytes of the multi-digit values before each value, within its line
+    extra_before_line = np.cumsum(extra_line) - extra_line
+    extra_before = np.cumsum(extra) - extra - extra_before_line[line_of]
+    offset = pos - line_start[line_of] - extra_before
     if bool(np.any(offset % 3)):
         return None
     col = offset // 3

@@ -56,11 +56,10 @@ class ShapeDetector:
         want = [d for d in range(N_DIRECTIONS) if self._n[d] < DETECT_ROWS]
         if not want:
             return
-        dense = block.dense()
         for d in want:
             sel = np.flatnonzero(block.dirs == d)[: DETECT_ROWS - self._n[d]]
             if sel.size:
-                self._rows[d].append(dense[sel])
+                self._rows[d].append(block.dense(sel))
                 self._n[d] += int(sel.size)
 
     def verdict(self) -> bool:

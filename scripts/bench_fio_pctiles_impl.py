@@ -1,0 +1,125 @@
+"""fio-pctiles benchmark (run through scripts/bench_fio_pctiles).
+
+Generates one set of fio 3 histogram logs (default 64 files x 3,600 one-second rows, 1856
+buckets, about 60 non-zero buckets a row, each job's stamps offset by a few ms), then times
+``ivypy fio-pctiles`` and fio's own ``fio-histo-log-pctiles.py`` (shipped gzipped by Debian's
+fio package, found with ``dpkg -L fio``) on the same files, both as subprocesses with 1 s
+quanta. Prints both times, the ratio against the 50x target (MISSED and exit status 1 when
+missed) and ivypy's peak memory beside the size of the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from master.fiologs.synth import fio_counts
+
+TARGET_RATIO = 50.0
+POOL_ROWS = 256
+
+
+def find_reference() -> Path | None:
+    try:
+        listing = subprocess.run(["dpkg", "-L", "fio"], capture_output=True, text=True,
+                                 check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        listing = []
+    candidates = [p for p in listing if "fio-histo-log-pctiles" in p]
+    candidates += ["/usr/share/doc/fio/fio-histo-log-pctiles.py.gz",
+                   "/usr/share/doc/fio/fio-histo-log-pctiles.py"]
+    for c in candidates:
+        if Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def generate(workdir: Path, n_files: int, n_rows: int, seed: int) -> list[Path]:
+    rng = np.random.default_rng(seed)
+    pool = []
+    for _ in range(POOL_ROWS):  # distinct row bodies: lognormal latencies around 200 us
+        lat = rng.lognormal(np.log(rng.uniform(100_000, 400_000)), 0.5,
+                            size=int(rng.integers(500, 5000))).astype(np.int64)
+        pool.append(", ".join(map(str, fio_counts(lat).tolist())))
+    paths = []
+    for f in range(n_files):
+        offset = int(rng.integers(0, 50))
+        pick = rng.integers(0, POOL_ROWS, size=n_rows)
+        direction = f % 2
+        lines = [f"{1000 * (k + 1) + offset}, {direction}, 4096, {pool[pick[k]]}\n"
+                 for k in range(n_rows)]
+        path = workdir / f"job{f}_clat_hist.1.log"
+        path.write_text("".join(lines), encoding="ascii")
+        paths.append(path)
+    return paths
+
+
+def run_timed(cmd: list[str], stdout: Path) -> float:
+    with stdout.open("w") as out:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=out, check=True)
+        return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--rows", type=int, default=3600)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workdir", type=Path, help="where to put the logs (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated logs")
+    ap.add_argument("--skip-reference", action="store_true",
+                    help="time ivypy only (no ratio)")
+    args = ap.parse_args()
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ivypy-bench-fio-pctiles-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.perf_counter()
+        logs = generate(workdir, args.files, args.rows, args.seed)
+        size = sum(p.stat().st_size for p in logs)
+        print(f"logs: {args.files} files x {args.rows} rows, {size / 1e9:.2f} GB "
+              f"(generated in {time.perf_counter() - t0:.1f} s) in {workdir}")
+
+        ours_cmd = [sys.executable, "-m", "master.cli", "fio-pctiles", "--time-quantum", "1",
+                    *map(str, logs)]
+        t_ours = run_timed(ours_cmd, workdir / "ivypy.csv")
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"ivypy fio-pctiles:         {t_ours:8.2f} s   peak RSS {peak_mb:.0f} MB "
+              f"for {size / 1e6:.0f} MB of logs")
+        if args.skip_reference:
+            return 0
+
+        ref = find_reference()
+        if ref is None:
+            print("fio-histo-log-pctiles.py not found (is the fio package installed?)")
+            return 1
+        script = workdir / "fio-histo-log-pctiles.py"
+        if ref.suffix == ".gz":
+            with gzip.open(ref, "rb") as src, script.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+        else:
+            shutil.copyfile(ref, script)
+        ref_cmd = ["python3", str(script), "--time-quantum", "1", *map(str, logs)]
+        t_ref = run_timed(ref_cmd, workdir / "reference.out")
+        print(f"fio-histo-log-pctiles.py:  {t_ref:8.2f} s   ({ref})")
+        ratio = t_ref / t_ours
+        verdict = "ok" if ratio >= TARGET_RATIO else "MISSED"
+        print(f"speed-up: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x): {verdict}")
+        return 0 if ratio >= TARGET_RATIO else 1
+    finally:
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
