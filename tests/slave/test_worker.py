@@ -70,8 +70,8 @@ def test_lifecycle_edit_delete_across_two_workers(pool: WorkerPool) -> None:
     # edits sent during subinterval 1 take effect at its end: a doubles, b is gone
     assert a_ops[2] + a_ops[3] == pytest.approx(1200, rel=0.02)
     assert b_ops[2:] == [None, None]
-    assert all(x == pytest.approx(300, rel=0.1) for x in a_ops[:2]), a_ops
-    assert all(x == pytest.approx(600, rel=0.1) for x in a_ops[2:]), a_ops
+    assert all(x == pytest.approx(300, rel=0.25) for x in a_ops[:2]), a_ops
+    assert all(x == pytest.approx(600, rel=0.25) for x in a_ops[2:]), a_ops
     assert list(pool.workloads) == ["h:/dev/null:a"]
     for r in (r0, r1, r2, r3):
         assert [x.worker for x in r.interlock] == [0, 1]
