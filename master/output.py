@@ -24,12 +24,16 @@ import io
 import json
 import logging
 import math
-import os
 import re
+import resource
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +60,120 @@ def fmt(value: Any) -> str:
 
 
 class CsvAppender:
-    """A CSV file with a fixed header; every row is flushed to the OS as it is written."""
+    """A CSV file with a fixed header; every row is flushed to the OS as it is written.
 
-    def __init__(self, path: Path, header: Sequence[str]) -> None:
+    ``write_line`` appends an already formatted line without flushing, for writers that put
+    many rows into many files per subinterval and flush once (``RunOutput.flush``). The file
+    may be closed between rows to stay under the open-file limit (``RunOutput`` does that with
+    its least recently written files); the next row reopens it for appending.
+    """
+
+    def __init__(self, path: Path, header: Sequence[str],
+                 on_open: Callable[[CsvAppender], None] | None = None) -> None:
         self.path = path
         self.header = list(header)
+        self._header_set = frozenset(self.header)
+        self._on_open = on_open
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
+        self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
         self._writer = csv.writer(self._fh)
         self._writer.writerow(self.header)
         self._fh.flush()
+        self.dirty = False
+        if on_open is not None:
+            on_open(self)
+
+    def _file(self) -> IO[str]:
+        if self._fh is None or self._fh.closed:
+            self._fh = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            self._writer = csv.writer(self._fh)
+            if self._on_open is not None:
+                self._on_open(self)
+        return self._fh
+
+    @property
+    def is_open(self) -> bool:
+        return self._fh is not None and not self._fh.closed
 
     def write(self, row: Mapping[str, Any]) -> None:
-        unknown = set(row) - set(self.header)
+        unknown = set(row) - self._header_set
         if unknown:
             raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
+        fh = self._file()
         self._writer.writerow([fmt(row.get(col)) for col in self.header])
-        self._fh.flush()
+        fh.flush()
+        self.dirty = False
+
+    def write_line(self, line: str) -> None:
+        """Append one formatted CSV line (ending in ``\\r\\n``, as ``csv.writer`` ends
+        them); it reaches the OS at the next ``flush``."""
+        self._file().write(line)
+        self.dirty = True
+
+    def flush(self) -> None:
+        if self._fh is not None and not self._fh.closed:
+            self._fh.flush()
+        self.dirty = False
 
     def close(self) -> None:
-        if not self._fh.closed:
+        if self._fh is not None and not self._fh.closed:
             self._fh.close()
+        self.dirty = False
+
+
+def csv_text(value: str) -> str:
+    """One text cell as ``csv.writer`` writes it (quoted only when it must be)."""
+    if any(c in value for c in ',"\r\n'):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+_FLOAT_CELL_LIMIT = 1e15
+
+
+def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
+    """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending), with one
+    C-level ``%`` format per row instead of one ``fmt`` call per cell: ``%.6g`` for numbers,
+    ``%.0s`` (nothing) for NaN and infinities, one template per pattern of empty cells.
+    Rows with a number of 1e15 or more take ``fmt`` itself. Same text as ``fmt``."""
+    n_rows, n_cols = values.shape
+    if n_rows == 0:
+        return []
+    if n_cols == 0:
+        return [""] * n_rows
+    finite = np.isfinite(values)
+    big = finite & (np.abs(np.where(finite, values, 0.0)) >= _FLOAT_CELL_LIMIT)
+    slow: list[bool] = np.asarray(big.any(axis=1), dtype=bool).tolist()
+    patterns, which = np.unique(np.packbits(finite, axis=1), axis=0, return_inverse=True)
+    templates = [
+        ",".join("%.6g" if f else "%.0s" for f in np.unpackbits(p, count=n_cols).tolist())
+        for p in patterns
+    ]
+    out: list[str] = []
+    for row, t, is_slow in zip(values.tolist(), which.reshape(-1).tolist(), slow, strict=True):
+        out.append(",".join(fmt(v) for v in row) if is_slow else templates[t] % tuple(row))
+    return out
+
+
+#: File descriptors kept free for everything else (sockets, pipes, logs, libraries).
+RESERVED_FDS = 256
+
+
+def open_file_budget() -> int:
+    """How many result files may stay open: raises the soft ``RLIMIT_NOFILE`` to the hard
+    limit (best effort) and leaves ``RESERVED_FDS`` for the rest of the process."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            want = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                soft = want
+            except (ValueError, OSError):
+                log.debug("could not raise the open-file limit from %d to %d", soft, want)
+    except (ValueError, OSError):
+        return 1024 - RESERVED_FDS
+    return int(soft) - RESERVED_FDS
 
 
 def create_run_folder(output_root: Path, test: str, now: float | None = None) -> Path:
@@ -97,9 +194,12 @@ def create_run_folder(output_root: Path, test: str, now: float | None = None) ->
 class RunOutput:
     """Every file of one run folder."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, max_open_files: int | None = None) -> None:
         self.folder = folder
         self._files: dict[Path, CsvAppender] = {}
+        self._open: OrderedDict[Path, CsvAppender] = OrderedDict()
+        self.max_open_files = (max(8, open_file_budget()) if max_open_files is None
+                               else max(1, max_open_files))
         self._log_handler: logging.Handler | None = None
 
     # -------------------------------------------------------------- whole-run files
@@ -132,11 +232,26 @@ class RunOutput:
         path = self.folder / relative
         f = self._files.get(path)
         if f is None:
-            f = CsvAppender(path, header)
+            f = CsvAppender(path, header, self._opened)
             self._files[path] = f
         elif f.header != list(header):
             raise ValueError(f"{relative}: header changed within a run")
         return f
+
+    def _opened(self, f: CsvAppender) -> None:
+        """Keep at most ``max_open_files`` appenders open: close the least recently opened
+        (flushing it first), it reopens on its next row."""
+        self._open[f.path] = f
+        self._open.move_to_end(f.path)
+        while len(self._open) > self.max_open_files:
+            _, old = self._open.popitem(last=False)
+            old.close()
+
+    def flush(self) -> None:
+        """Flush every file written with ``write_line`` since the last flush."""
+        for f in self._open.values():
+            if f.dirty:
+                f.flush()
 
     def write_rows(self, relative: str, header: Sequence[str],
                    rows: Iterable[Mapping[str, Any]]) -> None:
@@ -148,6 +263,7 @@ class RunOutput:
         for f in self._files.values():
             f.close()
         self._files.clear()
+        self._open.clear()
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from master import rollup as ru
 from master.config import RollupSpec
 from master.live import LiveRow
 from master.lunselect import WorkloadInstance, rollup_key
-from master.output import RunOutput, safe_name
+from master.output import RunOutput, csv_text, fmt, format_float_rows, safe_name
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
@@ -87,6 +88,10 @@ class StepRecorder:
         self.ids: list[str] = []
         self.groupings: dict[str, ru.Grouping] = {}
         self._instance_tables: dict[tuple[str, str], Any] = {}
+        self._tables_by_type: dict[str, list[Any]] = {}
+        self._inst_text: dict[str, list[str]] = {}
+        self._host_of: npt.NDArray[np.intp] | None = None
+        self._hosts: list[str] = []
 
     # ------------------------------------------------------------------ groupings
     def _groupings_for(self, ids: list[str]) -> dict[str, ru.Grouping]:
@@ -102,6 +107,9 @@ class StepRecorder:
                 for spec in self.rollups
             }
             self.ids = ids
+            self._tables_by_type.clear()
+            self._inst_text.clear()
+            self._host_of = None
         return self.groupings
 
     # ------------------------------------------------------------------ one subinterval
@@ -129,26 +137,84 @@ class StepRecorder:
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
         out = Recorded(k, phase, {}, [])
+        iops = self._iops_per_workload()
+        host_of = self._host_index()
+        host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
         for spec in self.rollups:
             g = groupings[spec.type]
             res = ru.compute(sample, g, self.subinterval_s)
             out.results[spec.type] = res
-            settings = self._settings(g)
-            cpu = self._instance_cpu(g, cpu_by_host)
-            for i, inst in enumerate(g.names):
-                row = {"step_number": self.number, "step_name": self.name, "subinterval": k,
-                       "phase": phase, "elapsed_s": elapsed_s, "rollup_type": spec.type,
-                       "rollup_instance": inst, **res.row(i), "cpu_busy_pct": cpu[i],
-                       **settings[i]}
-                self._instance_table(spec.type, inst).write(row)
-                if spec.type == self.show_type:
-                    out.live.append(LiveRow(inst, row["IOPS"], row["MB_per_s"],
-                                            row["service_time_p50_ms"],
-                                            row["service_time_p99_ms"], cpu[i]))
+            cpu = self._instance_cpu_array(g, host_of, host_cpu)
+            self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
+            if spec.type == self.show_type:
+                cols = res.columns
+                out.live += [LiveRow(inst, float(cols["IOPS"][i]), float(cols["MB_per_s"][i]),
+                                     float(cols["service_time_p50_ms"][i]),
+                                     float(cols["service_time_p99_ms"][i]), float(cpu[i]))
+                             for i, inst in enumerate(g.names)]
         for h in hosts:
             self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns)
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
+        self.output.flush()
         return out
+
+    def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
+                             g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
+                             iops: npt.NDArray[np.float64]) -> None:
+        """One row per instance into ``<rollup type>/<instance>.csv`` (INSTANCE_COLUMNS), each
+        formatted as ``CsvAppender.write`` would, written unflushed (``record`` flushes once)."""
+        head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
+                         fmt(elapsed_s), csv_text(rollup_type)]) + ","
+        values = np.empty((g.n, len(ru.METRIC_COLUMNS) + 1))
+        for j, col in enumerate(ru.METRIC_COLUMNS):
+            values[:, j] = res.columns[col]
+        values[:, -1] = cpu
+        body = format_float_rows(values)
+        count = np.bincount(g.of_workload, minlength=g.n)
+        is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+        total = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+        tables = self._tables_of(rollup_type, g)
+        for i, table in enumerate(tables):
+            setting = "max" if is_max[i] else fmt(float(total[i]))
+            table.write_line(f"{head}{self._inst_text[rollup_type][i]},{body[i]},"
+                             f"{int(count[i])},{setting}\r\n")
+
+    def _tables_of(self, rollup_type: str, g: ru.Grouping) -> list[Any]:
+        tables = self._tables_by_type.get(rollup_type)
+        if tables is None or len(tables) != g.n:
+            tables = [self._instance_table(rollup_type, inst) for inst in g.names]
+            self._tables_by_type[rollup_type] = tables
+            self._inst_text[rollup_type] = [csv_text(inst) for inst in g.names]
+        return tables
+
+    def _iops_per_workload(self) -> npt.NDArray[np.float64]:
+        """Each workload's IOPS setting in force (NaN for ``max``), in result order."""
+        out = np.empty(len(self.ids))
+        for j, wid in enumerate(self.ids):
+            v = self.workloads[wid].params.get("iops")
+            out[j] = float("nan") if v is None else float(v)
+        return out
+
+    def _host_index(self) -> npt.NDArray[np.intp]:
+        if self._host_of is None or self._host_of.size != len(self.ids):
+            index: dict[str, int] = {}
+            self._host_of = np.fromiter(
+                (index.setdefault(self.workloads[w].host, len(index)) for w in self.ids),
+                dtype=np.intp, count=len(self.ids))
+            self._hosts = list(index)
+        return self._host_of
+
+    @staticmethod
+    def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
+                            host_cpu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Mean busy % over the distinct hosts of each instance's workloads."""
+        n_hosts = max(host_cpu.size, 1)
+        pairs = np.unique(g.of_workload.astype(np.int64) * n_hosts + host_of)
+        inst, host = pairs // n_hosts, pairs % n_hosts
+        total = np.bincount(inst, weights=host_cpu[host], minlength=g.n)
+        count = np.bincount(inst, minlength=g.n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
     def _instance_table(self, rollup_type: str, instance: str) -> Any:
         key = (rollup_type, instance)
@@ -181,25 +247,6 @@ class StepRecorder:
                 "result_sent_after_boundary_us": _us(h.to_master_ns(r.send_ns) - planned),
                 "result_received_after_boundary_us": _us(h.received_ns - planned),
             })
-
-    def _settings(self, g: ru.Grouping) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{"workloads": 0, "iops_setting": 0.0} for _ in g.names]
-        for wid, gi in zip(self.ids, g.of_workload, strict=True):
-            row = out[int(gi)]
-            row["workloads"] += 1
-            iops = self.workloads[wid].params.get("iops")
-            if iops is None or row["iops_setting"] == "max":
-                row["iops_setting"] = "max"
-            else:
-                row["iops_setting"] += float(iops)
-        return out
-
-    def _instance_cpu(self, g: ru.Grouping, cpu_by_host: dict[str, float]) -> list[float]:
-        hosts: list[set[str]] = [set() for _ in g.names]
-        for wid, gi in zip(self.ids, g.of_workload, strict=True):
-            hosts[int(gi)].add(self.workloads[wid].host)
-        return [float(np.mean([cpu_by_host[h] for h in hs])) if hs else float("nan")
-                for hs in hosts]
 
     # ------------------------------------------------------------------ the summary
     def window_of_phase(self, phase: str = "measurement") -> list[int]:

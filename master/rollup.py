@@ -165,35 +165,6 @@ class RollupResult:
         return {k: float(v[i]) for k, v in self.columns.items()}
 
 
-def _percentiles_dense(
-    counts: npt.NDArray[np.float64],
-    ps: Sequence[float],
-    mins: npt.NDArray[np.float64],
-    maxs: npt.NDArray[np.float64],
-) -> npt.NDArray[np.float64]:
-    """Percentiles of many dense histograms at once: (R, N_BUCKETS) → (R, len(ps)).
-    Same rule as ``protocol.histogram.percentiles_from_counts``; NaN for empty rows."""
-    cum = np.cumsum(counts, axis=1)
-    total = cum[:, -1]
-    out = np.full((counts.shape[0], len(ps)), np.nan)
-    live = total > 0
-    if not live.any():
-        return out
-    cum_l, cnt_l, tot_l = cum[live], counts[live], total[live]
-    lo_clamp, hi_clamp = mins[live], maxs[live]
-    rows = np.arange(cum_l.shape[0])
-    for j, p in enumerate(ps):
-        rank = p / 100.0 * tot_l
-        b = np.minimum((cum_l < rank[:, None]).sum(axis=1), N_BUCKETS - 1)
-        in_b = cnt_l[rows, b]
-        before = cum_l[rows, b] - in_b
-        frac = np.clip(np.where(in_b > 0, (rank - before) / np.maximum(in_b, 1), 0.0), 0, 1)
-        lo = np.maximum(_LO[b], lo_clamp)
-        hi = np.where(b == OVERFLOW_INDEX, hi_clamp, np.minimum(_HI[b], hi_clamp))
-        out[live, j] = np.clip(lo + frac * (hi - lo), lo_clamp, hi_clamp)
-    return out
-
-
 def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResult:
     """Metrics of every instance of ``grouping`` over a period of ``duration_s`` seconds."""
     if grouping.of_workload.shape != (sample.n_workloads,):
@@ -242,6 +213,51 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
     return RollupResult(grouping=grouping, duration_s=dur, columns=cols, ops=ops_v)
 
 
+def _segment_percentiles(
+    cum: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    cell_bucket: npt.NDArray[np.int64] | None,
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    mins: npt.NDArray[np.float64],
+    maxs: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Percentiles of Q histograms stored as segments ``[start, end)`` of one cell array.
+
+    A cell is one bucket of one histogram: ``counts[c]`` (may be 0) and its bucket
+    ``cell_bucket[c]`` (``None``: segments are dense, the bucket is ``c - start``); buckets rise
+    within a segment. ``cum`` is ``cumsum(counts)`` over the whole array, so one binary search
+    finds every rank at once. Same rule as ``protocol.histogram.percentiles_from_counts`` (the
+    first bucket whose cumulative count reaches the rank, interpolated inside it and narrowed
+    to ``[min, max]``), with exact integer cumulative counts. Returns (Q, len(PERCENTILES));
+    NaN for empty histograms.
+    """
+    q = start.size
+    out = np.full((q, len(PERCENTILES)), np.nan)
+    if q == 0:
+        return out
+    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0)
+    total = cum[end - 1] - before_seg
+    live = np.flatnonzero(total > 0)
+    if live.size == 0:
+        return out
+    base = before_seg[live][:, None]
+    ps = np.asarray(PERCENTILES, dtype=np.float64)[None, :]
+    rank = ps / 100.0 * total[live][:, None].astype(np.float64)  # (L, P)
+    # cum is an integer, so cum >= rank exactly when cum >= ceil(rank)
+    idx = np.searchsorted(cum, base + np.ceil(rank).astype(np.int64), side="left")
+    in_b = counts[idx]
+    before = (cum[idx] - in_b - base).astype(np.float64)
+    b = idx - start[live][:, None] if cell_bucket is None else cell_bucket[idx]
+    in_bf = in_b.astype(np.float64)
+    frac = np.clip(np.where(in_b > 0, (rank - before) / np.maximum(in_bf, 1.0), 0.0), 0.0, 1.0)
+    lo_clamp, hi_clamp = mins[live][:, None], maxs[live][:, None]
+    lo = np.maximum(_LO[b], lo_clamp)
+    hi = np.where(b == OVERFLOW_INDEX, hi_clamp, np.minimum(_HI[b], hi_clamp))
+    out[live] = np.clip(lo + frac * (hi - lo), lo_clamp, hi_clamp)
+    return out
+
+
 def _view_percentiles(
     sample: Sample,
     g: npt.NDArray[np.intp],
@@ -249,40 +265,171 @@ def _view_percentiles(
     min_v: npt.NDArray[np.float64],
     max_v: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
+    """Percentiles per (instance, view, kind): (G, N_VIEWS, 2, len(PERCENTILES)).
+
+    Small rollups (``G * 8 * N_BUCKETS <= DENSE_CELLS``) add the coordinates into dense
+    per-category histograms and the views are sums of those. Large rollups (the ``workload``
+    rollup) stay sparse: see ``_sparse_view_percentiles``.
+    """
     out = np.full((g_count, N_VIEWS, 2, len(PERCENTILES)), np.nan)
     if sample.rows.size == 0 or g_count == 0:
         return out
-    w = sample.rows // ROWS_PER_WORKLOAD
-    r = sample.rows % ROWS_PER_WORKLOAD
-    cat, kind = r // 2, r % 2
-    inst = g[w]
-    cells_per_inst = N_VIEWS * 2 * N_BUCKETS
-    chunk = max(1, DENSE_CELLS // cells_per_inst)
-    if g_count > chunk:
-        order = np.argsort(inst, kind="stable")
-        inst, cat, kind = inst[order], cat[order], kind[order]
-        buckets, counts = sample.buckets[order], sample.counts[order]
-        bounds = np.searchsorted(inst, np.arange(0, g_count + chunk, chunk))
-    else:
-        buckets, counts = sample.buckets, sample.counts
-        bounds = np.array([0, inst.size])
-    for c, start in enumerate(range(0, g_count, chunk)):
-        a, b = int(bounds[c]), int(bounds[min(c + 1, bounds.size - 1)])
-        if a == b:
-            continue
-        n_inst = min(chunk, g_count - start)
-        views = _VIEWS_OF_CATEGORY[cat[a:b]]  # (n, 3)
-        base = ((inst[a:b] - start)[:, None] * N_VIEWS + views) * 2 + kind[a:b, None]
-        key = (base * N_BUCKETS + buckets[a:b, None]).ravel()
-        weights = np.repeat(counts[a:b], 3).astype(np.float64)
-        dense = np.asarray(
-            np.bincount(key, weights=weights, minlength=n_inst * cells_per_inst),
-            dtype=np.float64,
-        ).reshape(n_inst * N_VIEWS * 2, N_BUCKETS)
-        sl = slice(start, start + n_inst)
-        res = _percentiles_dense(dense, PERCENTILES, min_v[sl].reshape(-1), max_v[sl].reshape(-1))
-        out[sl] = res.reshape(n_inst, N_VIEWS, 2, len(PERCENTILES))
+    if g_count * ROWS_PER_WORKLOAD * N_BUCKETS > DENSE_CELLS:
+        return _sparse_view_percentiles(sample, g, g_count, min_v, max_v)
+    rows = sample.rows
+    key = (g[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD + rows % ROWS_PER_WORKLOAD)
+    key = key * N_BUCKETS + sample.buckets
+    per_cat = np.bincount(key, weights=sample.counts.astype(np.float64),
+                          minlength=g_count * ROWS_PER_WORKLOAD * N_BUCKETS)
+    per_cat_i = per_cat.astype(np.int64).reshape(g_count, 4, 2, N_BUCKETS)
+    views = np.einsum("vc,gckb->gvkb", _MEMBERSHIP, per_cat_i).reshape(-1)  # (G*V*2*NB)
+    n_hist = g_count * N_VIEWS * 2
+    start = np.arange(n_hist, dtype=np.int64) * N_BUCKETS
+    res = _segment_percentiles(np.cumsum(views), views, None, start, start + N_BUCKETS,
+                               min_v.reshape(-1), max_v.reshape(-1))
+    return res.reshape(g_count, N_VIEWS, 2, len(PERCENTILES))
+
+
+def _ranges(starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+            ) -> npt.NDArray[np.int64]:
+    """Concatenated ``arange(starts[i], starts[i] + lengths[i])``, vectorised."""
+    total = int(lengths.sum())
+    offsets = np.cumsum(lengths) - lengths
+    out: npt.NDArray[np.int64] = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets,
+                                                                               lengths)
     return out
+
+
+def _into_windows(
+    n_win: int,
+    lo: npt.NDArray[np.int64],
+    hi: npt.NDArray[np.int64],
+    win_of: npt.NDArray[np.int64],
+    buckets: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
+           npt.NDArray[np.int64]]:
+    """Add coordinates (window ``win_of``, bucket, count) into one dense window per histogram
+    spanning buckets ``lo..hi``. Returns (cells, cell_bucket, start, end): histogram h is
+    ``cells[start[h]:end[h]]`` (empty ones have start == end)."""
+    width = np.maximum(hi - lo + 1, 0)
+    end = np.cumsum(width)
+    start = end - width
+    n_cells = int(end[-1]) if n_win else 0
+    shift = start - lo
+    cells = np.bincount(shift[win_of] + buckets, weights=counts.astype(np.float64),
+                        minlength=n_cells).astype(np.int64)
+    cell_bucket = np.arange(n_cells, dtype=np.int64) - np.repeat(shift, width)
+    return cells, cell_bucket, start, end
+
+
+def _category_histograms(
+    sample: Sample, g: npt.NDArray[np.intp], g_count: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
+           npt.NDArray[np.int64]]:
+    """One histogram per (instance, category, kind) as (cells, cell_bucket, start, end)."""
+    n_seg = g_count * ROWS_PER_WORKLOAD
+    rows, buckets = sample.rows, sample.buckets
+    ordered = rows.size < 2 or bool(np.all(rows[1:] >= rows[:-1]))
+    if ordered and g.size == g_count and bool(np.array_equal(g, np.arange(g_count))):
+        # StatsBatch coordinates are sorted by (row, bucket) and unique; concat keeps that.
+        bounds = np.searchsorted(rows, np.arange(n_seg + 1, dtype=np.int64), side="left")
+        return sample.counts, buckets, bounds[:-1], bounds[1:]
+    w = rows // ROWS_PER_WORKLOAD
+    seg = g[w].astype(np.int64) * ROWS_PER_WORKLOAD + (rows - w * ROWS_PER_WORKLOAD)
+    lo = np.full(n_seg, N_BUCKETS, dtype=np.int64)
+    hi = np.full(n_seg, -1, dtype=np.int64)
+    if ordered:
+        # extents per sample row first (contiguous runs), then per instance row
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        row_ids = rows[starts]
+        row_seg = g[row_ids // ROWS_PER_WORKLOAD].astype(np.int64) * ROWS_PER_WORKLOAD + (
+            row_ids % ROWS_PER_WORKLOAD)
+        np.minimum.at(lo, row_seg, np.minimum.reduceat(buckets, starts))
+        np.maximum.at(hi, row_seg, np.maximum.reduceat(buckets, starts))
+    else:
+        np.minimum.at(lo, seg, buckets)
+        np.maximum.at(hi, seg, buckets)
+    return _into_windows(n_seg, lo, hi, seg, buckets, sample.counts)
+
+
+def _sparse_view_percentiles(
+    sample: Sample,
+    g: npt.NDArray[np.intp],
+    g_count: int,
+    min_v: npt.NDArray[np.float64],
+    max_v: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Percentiles of a large rollup without dense (G, N_BUCKETS) arrays.
+
+    First one histogram per (instance, category, kind): when each instance is one workload in
+    order (the ``workload`` rollup) these are the sample's coordinates as they are (sorted and
+    unique); otherwise the coordinates are added into a dense window (lowest to highest
+    non-empty bucket) per histogram. A view with one non-empty category is that category's
+    histogram. A view merging two or more non-empty categories is added up into a window of
+    its own, once per distinct set of categories (``all`` and ``random`` are the same
+    histogram for a workload that only does random I/O).
+    """
+    p = len(PERCENTILES)
+    out = np.full((g_count * N_VIEWS * 2, p), np.nan)
+    mins, maxs = min_v.reshape(-1), max_v.reshape(-1)
+    cells, cell_bucket, seg_start, seg_end = _category_histograms(sample, g, g_count)
+    cum = np.cumsum(cells)
+    has = seg_end > seg_start
+    seg_total = np.where(has, cum[np.maximum(seg_end - 1, 0)], 0) - np.where(
+        seg_start > 0, cum[np.maximum(seg_start - 1, 0)], 0)
+    nonempty = seg_total > 0
+    # first and last bucket of each non-empty histogram (cells at both ends are non-zero)
+    seg_lo = np.where(nonempty, cell_bucket[np.minimum(seg_start, cells.size - 1)], N_BUCKETS)
+    seg_hi = np.where(nonempty, cell_bucket[np.maximum(seg_end - 1, 0)], -1)
+    ne = nonempty.reshape(g_count, 4, 2)
+    bits = (ne * np.array([1, 2, 4, 8])[None, :, None]).sum(axis=1)  # (G, kind)
+    view_bits = np.array([sum(1 << c for c in cats) for _, cats in VIEWS])
+    masks = bits[:, None, :] & view_bits[None, :, None]  # (G, V, kind): non-empty members
+    popcount = sum((masks >> c) & 1 for c in range(4))
+    # views with exactly one non-empty category: that category's histogram
+    single = np.flatnonzero(popcount.reshape(-1) == 1)
+    if single.size:
+        m = masks.reshape(-1)[single]
+        cat = (m == 2) * 1 + (m == 4) * 2 + (m == 8) * 3
+        s = (single // (N_VIEWS * 2)) * ROWS_PER_WORKLOAD + cat * 2 + single % 2
+        out[single] = _segment_percentiles(cum, cells, cell_bucket, seg_start[s], seg_end[s],
+                                           mins[single], maxs[single])
+    # views merging several categories: one window per distinct (instance, kind, member set)
+    multi = popcount >= 2
+    first = multi.copy()
+    for v in range(1, N_VIEWS):
+        for u in range(v):
+            first[:, v, :] &= ~(multi[:, u, :] & (masks[:, u, :] == masks[:, v, :]))
+    jobs = np.flatnonzero(first.reshape(-1))
+    if jobs.size:
+        j_inst, j_kind = jobs // (N_VIEWS * 2), jobs % 2
+        j_mask = masks.reshape(-1)[jobs]
+        block_seg, block_job = [], []
+        for c in range(4):
+            member = np.flatnonzero((j_mask >> c) & 1)
+            block_seg.append(j_inst[member] * ROWS_PER_WORKLOAD + c * 2 + j_kind[member])
+            block_job.append(member)
+        b_seg = np.concatenate(block_seg)
+        b_job = np.concatenate(block_job)
+        j_lo = np.full(jobs.size, N_BUCKETS, dtype=np.int64)
+        j_hi = np.full(jobs.size, -1, dtype=np.int64)
+        np.minimum.at(j_lo, b_job, seg_lo[b_seg])
+        np.maximum.at(j_hi, b_job, seg_hi[b_seg])
+        lengths = seg_end[b_seg] - seg_start[b_seg]
+        idx = _ranges(seg_start[b_seg], lengths)
+        jcells, jbucket, jstart, jend = _into_windows(
+            jobs.size, j_lo, j_hi, np.repeat(b_job, lengths), cell_bucket[idx], cells[idx])
+        out[jobs] = _segment_percentiles(np.cumsum(jcells), jcells, jbucket, jstart, jend,
+                                         mins[jobs], maxs[jobs])
+        # a view whose member set equals an earlier view's reads that view's result
+        hist_id = np.arange(g_count * N_VIEWS * 2).reshape(g_count, N_VIEWS, 2)
+        for v in range(1, N_VIEWS):
+            for u in range(v):
+                dup = multi[:, v, :] & first[:, u, :] & (masks[:, u, :] == masks[:, v, :])
+                if dup.any():
+                    out[hist_id[:, v, :][dup]] = out[hist_id[:, u, :][dup]]
+    return out.reshape(g_count, N_VIEWS, 2, p)
 
 
 def dense_histograms(sample: Sample, grouping: Grouping) -> npt.NDArray[np.float64]:

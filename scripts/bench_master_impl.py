@@ -1,0 +1,261 @@
+"""Master benchmark (run through scripts/bench_master): the per-subinterval path of the master.
+
+Measures exactly what the master does with one subinterval's results: ``FrameDecoder.feed`` of
+pre-encoded ``SubintervalResult`` frames from simulated hosts, then ``StepRecorder.record``
+(decode and validate every host's ``StatsBatch``, roll up all / host / lun / workload /
+vendor+model, write one CSV row per instance per rollup type plus cpu.csv and interlock.csv).
+No real I/O engine or network: the frames are built beforehand from ``WorkloadStats`` filled
+with lognormal latencies (random reads and writes, a few hundred to a few thousand I/Os per
+category per workload). The run folder lives on /dev/shm when it exists (page cache only).
+
+Target: 10,000 workloads per subinterval in <= 100 ms on one core (the process is pinned to one
+CPU). Also prints 1,000 and 100,000 workloads and the cost per workload, to show the path
+scales linearly. A missed target prints MISSED and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
+from master.lunselect import Lun, SelectedLun, WorkloadInstance
+from master.output import RunOutput
+from master.recorder import HostResult, StepRecorder
+from protocol.codec import FrameDecoder, encode
+from protocol.messages import SubintervalResult
+from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch, WorkloadStats
+
+TARGET_S = 0.100
+TARGET_WORKLOADS = 10_000
+SUB_NS = 1_000_000_000
+WORKLOADS_PER_LUN = 4
+VENDOR_MODELS = (("ACME", "F900"), ("ACME", "F700"), ("Hitachi", "VSP5000"))
+ROLLUPS = (
+    RollupSpec("all", (), builtin=True),
+    RollupSpec("host", (), builtin=True),
+    RollupSpec("lun", (), builtin=True),
+    RollupSpec("workload", (), builtin=True),
+    RollupSpec("vendor+model", ("vendor", "model")),
+)
+
+
+# ---------------------------------------------------------------------- simulated data
+@dataclass(frozen=True)
+class Pool:
+    """Distinct workload blocks to draw from, in sparse form (rows local to the workload)."""
+
+    counters: npt.NDArray[np.int64]  # (P, 4, 3)
+    lat: npt.NDArray[np.int64]  # (P, 4, 2, 3)
+    rows: list[npt.NDArray[np.uint32]]
+    buckets: list[npt.NDArray[np.uint16]]
+    counts: list[npt.NDArray[np.int64]]
+
+
+def make_pool(size: int, rng: np.random.Generator) -> Pool:
+    stats = []
+    for _ in range(size):
+        s = WorkloadStats()
+        n_read = int(rng.integers(300, 3000))
+        n_write = int(n_read * rng.uniform(0.2, 0.6))
+        for cat, n, median_us in ((0, n_read, rng.uniform(80, 400)),
+                                  (1, n_write, rng.uniform(150, 900))):
+            svc = rng.lognormal(np.log(median_us * 1e3), rng.uniform(0.4, 0.9), n).astype(np.int64)
+            rsp = svc + rng.exponential(median_us * 300, n).astype(np.int64)
+            s.record(cat, svc, rsp, 8192)
+        stats.append(s)
+    b = StatsBatch.from_stats(stats)
+    bounds = np.searchsorted(b.rows, np.arange(size + 1) * ROWS_PER_WORKLOAD)
+    rows, buckets, counts = [], [], []
+    for i in range(size):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        rows.append((b.rows[lo:hi] - i * ROWS_PER_WORKLOAD).astype(np.uint32))
+        buckets.append(b.buckets[lo:hi].copy())
+        counts.append(b.counts[lo:hi].copy())
+    return Pool(b.counters.copy(), b.lat.copy(), rows, buckets, counts)
+
+
+def host_batch(pool: Pool, picks: npt.NDArray[np.intp]) -> StatsBatch:
+    return StatsBatch(
+        counters=pool.counters[picks],
+        lat=pool.lat[picks],
+        rows=np.concatenate([pool.rows[p] + np.uint32(j * ROWS_PER_WORKLOAD)
+                             for j, p in enumerate(picks)]).astype(np.uint32),
+        buckets=np.concatenate([pool.buckets[p] for p in picks]),
+        counts=np.concatenate([pool.counts[p] for p in picks]),
+    )
+
+
+def make_workloads(n_hosts: int, per_host: int) -> tuple[dict[str, WorkloadInstance],
+                                                         list[list[str]]]:
+    """Workload instances as ``expand_step`` makes them: per host, LUNs with 4 workloads each
+    (ids ordered workload-spec major within a host, as the slave reports them)."""
+    specs = [WorkloadSpec(name=f"w{j}", luns=LunChoice(), iosequencer="random_steady",
+                          iops=("max" if j % 2 else 500.0 * (j + 1)))
+             for j in range(WORKLOADS_PER_LUN)]
+    n_luns = -(-per_host // WORKLOADS_PER_LUN)
+    out: dict[str, WorkloadInstance] = {}
+    ids_by_host: list[list[str]] = []
+    for h in range(n_hosts):
+        host = f"host{h:03d}"
+        luns = []
+        for li in range(n_luns):
+            vendor, model = VENDOR_MODELS[(h + li) % len(VENDOR_MODELS)]
+            attrs = {"vendor": vendor, "model": model}
+            lun = Lun(host, f"/dev/sd{li:04d}", 1 << 40, 512, attrs, (), {})
+            luns.append(SelectedLun(lun, True, (0,)))
+        ids: list[str] = []
+        for spec in specs:
+            for sl in luns:
+                if len(ids) == per_host:
+                    break
+                wid = f"{host}:{sl.lun.path}:{spec.name}"
+                params = {"iops": None if spec.iops == "max" else spec.iops}
+                out[wid] = WorkloadInstance(
+                    wid, spec.name, host, sl, spec, params,
+                    {**sl.lun.attributes, "host": host, "lun": sl.lun.path,
+                     "workload": spec.name})
+                ids.append(wid)
+        ids_by_host.append(ids)
+    return out, ids_by_host
+
+
+def make_frames(pool: Pool, ids_by_host: list[list[str]], k: int, rng: np.random.Generator
+                ) -> list[bytes]:
+    frames = []
+    for ids in ids_by_host:
+        picks = rng.integers(0, len(pool.rows), len(ids))
+        batch = host_batch(pool, picks)
+        msg = SubintervalResult(
+            step=0, subinterval=k, start_ns=k * SUB_NS, end_ns=(k + 1) * SUB_NS,
+            workload_ids=ids, stats=batch.to_wire(),
+            cpu={"busy_pct": 37.5, "per_core_busy_pct": [30.0, 45.0, 37.0, 38.0],
+                 "slave_user_s": 0.21, "slave_system_s": 0.09},
+            interlock=[{"worker": w, "switch_ns": (k + 1) * SUB_NS + 20_000 + w,
+                        "switch_delay_ns": 20_000, "handover_delay_ns": 60_000}
+                       for w in range(2)],
+            send_ns=(k + 1) * SUB_NS + 900_000)
+        frames.append(encode(msg))
+    return frames
+
+
+# ---------------------------------------------------------------------- the measurement
+@dataclass
+class Case:
+    n_hosts: int
+    per_host: int
+    times_s: list[float]
+    frame_bytes: int
+
+    @property
+    def workloads(self) -> int:
+        return self.n_hosts * self.per_host
+
+
+def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool: Pool,
+             root: Path, profile: Path | None = None) -> Case:
+    rng = np.random.default_rng(n_hosts * 1_000_003 + per_host)
+    workloads, ids_by_host = make_workloads(n_hosts, per_host)
+    frame_sets = [make_frames(pool, ids_by_host, k, rng) for k in range(distinct)]
+    nbytes = sum(len(f) for f in frame_sets[0])
+    folder = Path(tempfile.mkdtemp(prefix="bench-master-", dir=root))
+    output = RunOutput(folder)
+    rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host")
+    decoders = [FrameDecoder() for _ in ids_by_host]
+    hosts = [f"host{h:03d}" for h in range(n_hosts)]
+    times: list[float] = []
+    prof = cProfile.Profile() if profile is not None else None
+    try:
+        for k in range(subintervals):
+            frames = frame_sets[k % distinct]
+            if prof is not None and k == subintervals - 1:
+                prof.enable()
+            t0 = time.perf_counter()
+            results = []
+            for host, dec, frame in zip(hosts, decoders, frames, strict=True):
+                (msg,) = dec.feed(frame)
+                assert isinstance(msg, SubintervalResult)
+                results.append(HostResult(host, msg, lambda ns: ns, (k + 1) * SUB_NS + 1_000_000))
+            rec.record(k, "measurement", results, (k + 1) * SUB_NS)
+            times.append(time.perf_counter() - t0)
+            if prof is not None and k == subintervals - 1:
+                prof.disable()
+    finally:
+        output.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    if prof is not None and profile is not None:
+        with open(profile, "w") as fh:
+            pstats.Stats(prof, stream=fh).sort_stats("cumulative").print_stats(40)
+    return Case(n_hosts, per_host, times, nbytes)
+
+
+def describe(c: Case) -> str:
+    best, med = min(c.times_s), statistics.median(c.times_s)
+    return (f"{c.workloads:>7,} workloads = {c.n_hosts:>3} hosts x {c.per_host:>6,}: "
+            f"best {best * 1e3:8.1f} ms  median {med * 1e3:8.1f} ms  "
+            f"({best / c.workloads * 1e6:6.2f} us/workload; frames {c.frame_bytes / 2**20:6.1f} "
+            f"MiB)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subintervals", type=int, default=6, help="timed subintervals per case")
+    ap.add_argument("--quick", action="store_true", help="skip the 100,000-workload case")
+    ap.add_argument("--profile", type=Path, help="write a cProfile of the 10,000 x 100 case here")
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        cpu = sorted(os.sched_getaffinity(0))[-1]
+        os.sched_setaffinity(0, {cpu})
+        print(f"pinned to cpu {cpu}; load average {os.getloadavg()[0]:.2f} "
+              f"(other processes on this core inflate the figures)")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"open file limit: soft {soft}, hard {hard}")
+    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    pool = make_pool(256, np.random.default_rng(7))
+    rows_per_wl = np.count_nonzero(pool.counters[:, :, 0]) * 2 / len(pool.rows)
+    nnz = np.mean([r.size for r in pool.rows])
+    print(f"simulated workloads: random read+write, {rows_per_wl:.1f} histogram rows and "
+          f"{nnz:.0f} non-zero buckets per workload ({nnz / rows_per_wl:.0f} per row)")
+    print(f"rollups: {', '.join(r.type for r in ROLLUPS)}; CSV under {root}")
+    failures = 0
+    n = args.subintervals
+    main_case = run_case(100, 100, n, 3, pool, root, args.profile)
+    best = min(main_case.times_s)
+    ok = best <= TARGET_S
+    failures += not ok
+    print(describe(main_case))
+    print(f"  target: 10,000 workloads in <= {TARGET_S * 1e3:.0f} ms on one core: "
+          f"{'met' if ok else 'MISSED'} (ratio {TARGET_S / best:.2f}x)")
+    others = [run_case(1, 10_000, n, 3, pool, root), run_case(10, 1_000, n, 3, pool, root)]
+    for c in others:
+        print(describe(c))
+    print("scaling (100 workloads per host):")
+    scale = [run_case(10, 100, n, 3, pool, root), main_case]
+    if not args.quick:
+        scale.append(run_case(1000, 100, max(3, n // 2), 2, pool, root))
+    base = min(scale[0].times_s) / scale[0].workloads
+    for c in scale:
+        per = min(c.times_s) / c.workloads
+        print(f"  {describe(c)}  x{per / base:.2f} of the 1,000 case per workload")
+    if args.profile:
+        print(f"profile of one 10,000-workload subinterval: {args.profile}")
+    print("result:", "all targets met" if not failures else f"{failures} target(s) MISSED")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""StepRecorder with synthetic host results (rows, cpu.csv, interlock.csv, summaries), the
+sparse rollup paths it relies on for large rollups, and the fast CSV row formatting."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from master import rollup
+from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
+from master.lunselect import Lun, SelectedLun, WorkloadInstance
+from master.output import RunOutput, csv_text, fmt, format_float_rows
+from master.recorder import CPU_COLUMNS, INSTANCE_COLUMNS, HostResult, StepRecorder
+from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from protocol.histogram import LatencyHistogram
+from protocol.messages import SubintervalResult
+from protocol.stats import StatsBatch, WorkloadStats
+
+Values = dict[int, tuple[np.ndarray, np.ndarray]]
+# categories each workload does: random read+write, sequential only, all four, read only
+MIXES = ((0, 1), (2, 3), (0, 1, 2, 3), (0,))
+
+
+def _stats(rng: np.random.Generator, cats: tuple[int, ...], scale: float) -> tuple[
+        WorkloadStats, Values]:
+    s = WorkloadStats()
+    vals: Values = {c: (np.zeros(0, np.int64), np.zeros(0, np.int64)) for c in range(4)}
+    for c in cats:
+        n = int(rng.integers(50, 400))
+        svc = rng.lognormal(np.log(scale * (1 + c)), 0.7, n).astype(np.int64)
+        rsp = svc + rng.integers(0, 80_000, n)
+        s.record(c, svc, rsp, 4096 * (1 + c))
+        vals[c] = (svc, rsp)
+    return s, vals
+
+
+def _ref(members: list[Values], cats: tuple[int, ...], kind: int) -> LatencyHistogram:
+    return LatencyHistogram.sum(LatencyHistogram.from_values(m[c][kind])
+                                for m in members for c in cats)
+
+
+def _check(res: rollup.RollupResult, i: int, members: list[Values], dur: float) -> None:
+    for prefix, cats in VIEWS:
+        ops = sum(m[c][0].size for m in members for c in cats)
+        assert res.columns[f"{prefix}IOPS"][i] == pytest.approx(ops / dur)
+        for k, kind in enumerate(("service_time", "response_time")):
+            ref = _ref(members, cats, k)
+            col = res.columns
+            for p in PERCENTILES:
+                got = col[f"{prefix}{kind}_{pct_label(p)}_ms"][i]
+                if ref.count == 0:
+                    assert np.isnan(got)
+                else:
+                    want = ref.percentile(p)
+                    assert want is not None
+                    assert got == pytest.approx(want / 1e6, rel=1e-9), (
+                        prefix, kind, p)
+
+
+@pytest.mark.parametrize("dense_cells", [rollup.DENSE_CELLS, 1])
+def test_workload_and_lun_rollups_match_merged_histograms(
+    dense_cells: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The identity (workload) grouping, a grouping of several workloads per instance, and a
+    sample whose coordinates are not sorted (a window of two subintervals), on dense and
+    sparse paths; workloads mix categories so that views have 0, 1, 2 and 4 members."""
+    monkeypatch.setattr(rollup, "DENSE_CELLS", dense_cells)
+    rng = np.random.default_rng(11)
+    data = [_stats(rng, MIXES[w % 4], 50_000 + 20_000 * w) for w in range(10)]
+    sample = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data]))
+    ident = Grouping.from_keys("workload", [f"w{w}" for w in range(10)])
+    res = compute(sample, ident, 1.0)
+    for w in range(10):
+        _check(res, w, [data[w][1]], 1.0)
+    keys = [f"l{w % 3}" for w in range(10)]
+    by_lun = Grouping.from_keys("lun", keys)
+    res = compute(sample, by_lun, 1.0)
+    for i, name in enumerate(by_lun.names):
+        _check(res, i, [d for d, k in zip((d for _, d in data), keys, strict=True)
+                        if k == name], 1.0)
+    # two periods added: coordinates concatenated, neither sorted nor unique
+    data2 = [_stats(rng, MIXES[w % 4], 70_000) for w in range(10)]
+    s2 = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data2]))
+    both = Sample.add([sample, s2])
+    merged = [{c: (np.concatenate([a[c][0], b[c][0]]), np.concatenate([a[c][1], b[c][1]]))
+               for c in range(4)} for (_, a), (_, b) in zip(data, data2, strict=True)]
+    for g in (ident, by_lun):
+        res = compute(both, g, 2.0)
+        for i, name in enumerate(g.names):
+            members = [m for m, wk in zip(merged, g.of_workload, strict=True) if wk == i]
+            assert name
+            _check(res, i, members, 2.0)
+
+
+# ---------------------------------------------------------------------- StepRecorder
+def _workloads() -> dict[str, WorkloadInstance]:
+    out: dict[str, WorkloadInstance] = {}
+    for h in ("h1", "h2"):
+        for li, (vendor, model) in enumerate((("ACME", "F9"), ("ACME", "F7"))):
+            lun = Lun(h, f"/dev/sd{li}", 1 << 30, 512, {"vendor": vendor, "model": model},
+                      (), {})
+            sl = SelectedLun(lun, True, (0,))
+            for name, iops in (("a", 100.0), ("b", None)):
+                spec = WorkloadSpec(name=name, luns=LunChoice(), iosequencer="random_steady")
+                wid = f"{h}:{lun.path}:{name}"
+                out[wid] = WorkloadInstance(wid, name, h, sl, spec, {"iops": iops},
+                                            {"vendor": vendor, "model": model})
+    return out
+
+
+ROLLUPS = [RollupSpec("all", (), builtin=True), RollupSpec("host", (), builtin=True),
+           RollupSpec("lun", (), builtin=True), RollupSpec("workload", (), builtin=True),
+           RollupSpec("vendor+model", ("vendor", "model"))]
+
+
+def _host_result(host: str, ids: list[str], k: int, rng: np.random.Generator, busy: float
+                 ) -> tuple[HostResult, list[Values]]:
+    data = [_stats(rng, MIXES[j % 4], 60_000 + 10_000 * j) for j in range(len(ids))]
+    msg = SubintervalResult(
+        step=0, subinterval=k, start_ns=k * 10**9, end_ns=(k + 1) * 10**9, workload_ids=ids,
+        stats=StatsBatch.from_stats([s for s, _ in data]).to_wire(),
+        cpu={"busy_pct": busy, "per_core_busy_pct": [busy, busy + 1.5],
+             "slave_user_s": 0.2, "slave_system_s": 0.1},
+        interlock=[{"worker": 0, "switch_ns": (k + 1) * 10**9 + 5_000,
+                    "switch_delay_ns": 5_000, "handover_delay_ns": 9_000}],
+        send_ns=(k + 1) * 10**9 + 20_000)
+    return HostResult(host, msg, lambda ns: ns + 1_000, (k + 1) * 10**9 + 50_000), [
+        v for _, v in data]
+
+
+def _read(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.reader(fh))
+
+
+def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
+    wl = _workloads()
+    out = RunOutput(tmp_path, max_open_files=3)  # fewer than the files: appenders reopen
+    rec = StepRecorder(out, 2, "mix", ROLLUPS, 1.0, wl, "host")
+    rng = np.random.default_rng(5)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    per_k: list[dict[str, Values]] = []
+    for k in range(3):
+        r1, d1 = _host_result("h1", ids["h1"], k, rng, 40.0)
+        r2, d2 = _host_result("h2", ids["h2"], k, rng, 60.0)
+        got = rec.record(k, "warmup" if k == 0 else "measurement", [r1, r2], (k + 1) * 10**9)
+        per_k.append(dict(zip(ids["h1"] + ids["h2"], d1 + d2, strict=True)))
+        assert [row.instance for row in got.live] == ["h1", "h2"]
+        for spec in ROLLUPS:
+            res = got.results[spec.type]
+            for i in range(res.grouping.n):
+                members = [wid for wid, gi in zip(rec.ids, res.grouping.of_workload,
+                                                  strict=True) if gi == i]
+                _check(res, i, [per_k[k][m] for m in members], 1.0)
+    out.close()
+    step = tmp_path / "step0002-mix"
+    # instance rows: every rollup, every instance, one row per subinterval, as fmt writes them
+    res = compute(rec.samples[2], rec.groupings["host"], 1.0)
+    rows = _read(step / "host" / "h2.csv")
+    assert rows[0] == INSTANCE_COLUMNS and len(rows) == 4
+    row = dict(zip(rows[0], rows[3], strict=True))
+    assert row["subinterval"] == "2" and row["phase"] == "measurement"
+    assert row["elapsed_s"] == "3" and row["rollup_type"] == "host"
+    for col in rollup.METRIC_COLUMNS:
+        assert row[col] == fmt(float(res.columns[col][1])), col
+    assert row["cpu_busy_pct"] == "60" and row["workloads"] == "4"
+    assert row["iops_setting"] == "max"
+    a_rows = _read(step / "workload" / "h1_dev_sd0_a.csv")
+    assert len(a_rows) == 4 and dict(zip(a_rows[0], a_rows[1], strict=True))[
+        "iops_setting"] == "100"
+    vm = _read(step / "vendor+model" / "ACME+F9.csv")
+    assert dict(zip(vm[0], vm[1], strict=True))["cpu_busy_pct"] == "50"  # mean of both hosts
+    for name in ("all/all.csv", "lun/h2_dev_sd1.csv"):
+        assert len(_read(step / name)) == 4, name
+    # cpu.csv and interlock.csv: one row per host per subinterval
+    cpu = _read(step / "cpu.csv")
+    assert cpu[0] == CPU_COLUMNS and len(cpu) == 7
+    c = dict(zip(cpu[0], cpu[2], strict=True))
+    assert c["host"] == "h2" and c["busy_pct"] == "60" and c["per_core_busy_pct"] == "60 61.5"
+    il = _read(step / "interlock.csv")
+    i0 = dict(zip(il[0], il[1], strict=True))
+    assert i0["boundary_skew_us"] == "6" and i0["result_received_after_boundary_us"] == "50"
+    assert i0["result_sent_after_boundary_us"] == "21"
+    # summary over the measurement window adds the histograms of both subintervals
+    window = rec.window_of_phase()
+    assert window == [1, 2]
+    valid, srows, _ = rec.summarise(window)
+    assert valid
+    lun_rows = [r for r in srows if r["rollup_type"] == "lun"]
+    assert [r["rollup_instance"] for r in lun_rows] == ["h1:/dev/sd0", "h1:/dev/sd1",
+                                                         "h2:/dev/sd0", "h2:/dev/sd1"]
+    members = [wid for wid in rec.ids if wid.startswith("h2:/dev/sd1:")]
+    vals = [per_k[k][m] for k in window for m in members]
+    ref = _ref(vals, (0, 1, 2, 3), 0)
+    p99 = ref.percentile(99)
+    assert p99 is not None
+    assert lun_rows[3]["service_time_p99_ms"] == pytest.approx(p99 / 1e6, rel=1e-9)
+    assert lun_rows[3]["IOPS"] == pytest.approx(ref.count / 2.0)
+    assert (step / "histograms" / "workload" / "h2_dev_sd1_b.csv").is_file()
+
+
+def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rng = np.random.default_rng(1)
+    ids = [w for w in wl if w.startswith("h1:")]
+    rec.record(0, "measurement", [_host_result("h1", ids, 0, rng, 1.0)[0]], 10**9)
+    from protocol.errors import ProtocolError
+    with pytest.raises(ProtocolError, match="changed within the step"):
+        rec.record(1, "measurement", [_host_result("h1", ids[:2], 1, rng, 1.0)[0]], 2 * 10**9)
+    out.close()
+
+
+# ---------------------------------------------------------------------- formatting, files
+def test_format_float_rows_is_fmt() -> None:
+    rng = np.random.default_rng(3)
+    vals = rng.lognormal(0, 8, (40, 30)) * rng.choice([-1.0, 1.0], (40, 30))
+    vals[rng.random((40, 30)) < 0.2] = np.nan
+    vals[0, :6] = [0.0, -0.0, np.inf, -np.inf, 1e15, 999999.5]
+    vals[1, :4] = [123456.5, 1e-5, 0.0001, 2.0**60]
+    vals[2, :] = np.nan
+    got = format_float_rows(vals)
+    assert got == [",".join(fmt(float(v)) for v in row) for row in vals]
+    assert format_float_rows(np.zeros((0, 3))) == []
+
+
+@pytest.mark.parametrize("text", ["plain", "a,b", 'say "hi"', "line\nbreak", "h1:/dev/sd0", ""])
+def test_csv_text_quotes_like_csv_writer(text: str) -> None:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(["x", text])
+    assert buf.getvalue() == f"x,{csv_text(text)}\r\n"
+
+
+def test_appenders_beyond_the_open_file_budget_reopen(tmp_path: Path) -> None:
+    out = RunOutput(tmp_path, max_open_files=2)
+    tables = [out.table(f"t{i}.csv", ["a", "b"]) for i in range(5)]
+    for rnd in range(3):
+        for i, t in enumerate(tables):
+            t.write_line(f"{rnd},{i}\r\n")
+        out.flush()
+        assert sum(t.is_open for t in tables) <= 2
+    tables[0].write({"a": 9, "b": None})
+    out.close()
+    for i in range(5):
+        rows = _read(tmp_path / f"t{i}.csv")
+        expect = [["a", "b"]] + [[str(r), str(i)] for r in range(3)]
+        assert rows == ([*expect, ["9", ""]] if i == 0 else expect)
