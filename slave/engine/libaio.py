@@ -28,6 +28,7 @@ class LibaioEngine:
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
         self._ptrs_addr = self._ptrs.ctypes.data
         self._addr = table.addr
+        self._addr_list: list[int] = table.addr.tolist()
         self.done_slot = self._ctx.ev_data
         self.done_res = self._ctx.ev_res
         self.userspace_reap = self._ctx.userspace_reap
@@ -40,7 +41,7 @@ class LibaioEngine:
             self._submit_rest(done, n)
 
     def submit_one(self, slot: int) -> None:
-        self._ptrs[0] = self._addr[slot]
+        self._ptrs[0] = self._addr_list[slot]
         if self._ctx.submit(self._ptrs_addr, 1) < 1:
             self._submit_rest(0, 1)
 

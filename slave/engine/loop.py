@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from os import sched_yield
 from typing import Final, Protocol
 
 import numpy as np
@@ -136,6 +137,7 @@ class EngineLoop:
         self.table = SlotTable(capacity)
         self._rows = self.table.rows
         self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
+        self._active_list = [-1] * capacity
         self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
         self._pend = np.zeros((FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self._p = 0
@@ -180,6 +182,12 @@ class EngineLoop:
     def workload_ids(self) -> list[str]:
         return [w.spec.workload_id for w in self._wl if w is not None]
 
+    def _set_active(self, slots: npt.NDArray[np.intp], owner: int) -> None:
+        """Which workload resubmits ``slots`` (-1: none); a list mirror serves scalar paths."""
+        self._active[slots] = owner
+        for s in slots.tolist():
+            self._active_list[s] = owner
+
     def _alloc_slots(self, n: int, workload_id: str) -> npt.NDArray[np.intp]:
         if n > len(self._free_slots):
             raise IoEngineError(
@@ -198,7 +206,7 @@ class EngineLoop:
         rows[slots, C_ROW] = np.arange(slots.size)
         rows[slots, C_OWNER] = w.index
         rows[slots, C_NBYTES] = p.blocksize_bytes
-        self._active[slots] = w.index
+        self._set_active(slots, w.index)
         w.fixed_cat = -1
         if p.read_fraction in (0.0, 1.0):
             w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
@@ -282,7 +290,7 @@ class EngineLoop:
     def _retire(self, w: _Workload) -> None:
         """Stop resubmitting ``w``'s slots: idle ones go back to the pool now, in-flight ones
         when they complete."""
-        self._active[w.slots] = -1
+        self._set_active(w.slots, -1)
         # not running: nothing is in flight; running: only a paced workload's free slots idle
         running = self.subinterval_index >= 0
         idle = w.slots.tolist() if not running else list(w.free) if w.paced else []
@@ -432,18 +440,14 @@ class EngineLoop:
             self.flush()
 
     def _complete_scalar(self, engine: IoEngine, n: int, t: int) -> None:
-        ds = engine.done_slot
-        dr = engine.done_res
         pend = self._pend
         rows = self._rows
         p = self._p
-        for i in range(n):
-            s = int(ds[i])
-            res = int(dr[i])
+        for s, res in zip(engine.done_slot[:n].tolist(), engine.done_res[:n].tolist(), strict=True):
             pr = pend[p]
             pr[:] = rows[s]
             p += 1
-            owner = int(self._active[s])
+            owner = self._active_list[s]
             if owner < 0:
                 self._free_slots.append(s)
                 self._retired_in_flight -= 1
@@ -623,9 +627,16 @@ class EngineLoop:
             engines = self._engine_list
             if len(engines) == 1:
                 eng = engines[0]
-                n = eng.poll()
-                if not n and not self._busy_poll:
-                    n = eng.reap(1, max(wake - mono(), 1000))
+                if self._busy_poll:
+                    n = eng.poll()
+                    if not n:
+                        sched_yield()  # let the device's kernel worker run if it shares our core
+                        continue
+                else:
+                    # look in the ring first when completions are likely there (no syscall)
+                    n = eng.poll() if self._in_flight > 2 else 0
+                    if not n:
+                        n = eng.reap(1, max(wake - mono(), 1000))
                 if n:
                     t = mono()
                     if t >= boundary:
@@ -665,7 +676,7 @@ class EngineLoop:
         deadline = time.monotonic_ns() + timeout_ns
         for w in self._wl:  # completions must not resubmit
             if w is not None:
-                self._active[w.slots] = -1
+                self._set_active(w.slots, -1)
         self._single = None
         while self._in_flight > 0:
             left = deadline - time.monotonic_ns()
@@ -680,7 +691,7 @@ class EngineLoop:
         owned: set[int] = set()
         for w in self._wl:
             if w is not None:
-                self._active[w.slots] = w.index
+                self._set_active(w.slots, w.index)
                 owned.update(w.slots.tolist())
                 w.free = []
                 w.cur = 0

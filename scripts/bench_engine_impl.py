@@ -1,0 +1,203 @@
+"""Engine benchmark (run through scripts/bench_engine, as root).
+
+4 KiB random reads on loop devices over files in /dev/shm. Every round runs each ivypy case and
+the fio jobs it is compared with back to back (interleaved, so a busy neighbour hurts both
+alike); the medians over the rounds are compared. Targets (ivypy / fio):
+
+* one LUN, QD32: IOPS >= 1.0x fio's default libaio job; mean latency within 5 %; p50 within
+  5 %; p99 within 10 % (and <= 1.1x); user CPU <= 1 us per I/O;
+* QD1 with busy_poll: IOPS >= 0.8x fio; QD1 blocking: >= 0.5x fio;
+* two LUNs at QD32, one worker process each: IOPS >= 1.2x fio with two jobs (defaults) and
+  >= 0.95x fio with two jobs and ``iodepth_batch_submit=16``.
+
+Latency is submit -> completion on both sides (ivypy's service time; fio's ``lat``, which
+includes the submission). A missed target is printed as MISSED with its figure and the exit
+status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from protocol.stats import StatsBatch, WorkloadStats
+from slave.params import WorkloadParams
+from slave.worker import WorkerPool
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Result:
+    iops: float
+    mean_us: float
+    p50_us: float
+    p99_us: float
+    usr_us_per_io: float
+
+
+def cpu_user_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK  # utime
+
+
+def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int) -> Result:
+    params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096)
+    with WorkerPool(len(devs)) as pool:
+        for i, dev in enumerate(devs):
+            pool.create_workload(f"bench:{dev}:w", dev, "libaio", params.replace(seed=i))
+        sub = 1_000_000_000
+        t0 = time.monotonic_ns() + 50_000_000
+        pool.go(t0, sub)
+        pool.collect(0, t0 + 2 * sub + 500_000_000)  # ramp, like fio's ramp_time=1
+        pool.keep_going()
+        cpu0 = sum(cpu_user_s(p) for p in pool.pids)
+        total = WorkloadStats()
+        for k in range(1, seconds + 1):
+            r = pool.collect(k, t0 + (k + 1) * sub + 500_000_000)
+            pool.keep_going()
+            merge_batch(total, r.batch)
+        cpu1 = sum(cpu_user_s(p) for p in pool.pids)
+        pool.stop()
+    h = total.histogram(0, 0)  # random read, service time
+    ops = total.ops()
+    p50, p99 = (float(x) for x in (h.percentile(50) or 0, h.percentile(99) or 0))
+    return Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
+                  (cpu1 - cpu0) * 1e6 / max(ops, 1))
+
+
+def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
+    for i in range(batch.n_workloads):
+        total.merge_into(batch.workload(i))
+
+
+def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
+    cmd = [
+        "fio", "--output-format=json", "--group_reporting", "--ioengine=libaio", "--direct=1",
+        "--rw=randread", "--bs=4k", f"--iodepth={qd}", "--time_based", f"--runtime={seconds}",
+        "--ramp_time=1", "--lat_percentiles=1", *extra,
+    ]
+    for i, dev in enumerate(devs):
+        cmd += [f"--name=j{i}", f"--filename={dev}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]
+    rd = job["read"]
+    lat = rd["lat_ns"]
+    pct = lat["percentile"]
+    ios = rd["total_ios"] or 1
+    usr_s = job["usr_cpu"] / 100 * job["elapsed"] * len(devs)  # % of one CPU per job
+    return Result(rd["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3, pct["99.000000"] / 1e3,
+                  usr_s * 1e6 / ios)
+
+
+def sh(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def setup(n: int, size_mib: int) -> tuple[list[str], list[str]]:
+    images, devs = [], []
+    for i in range(n):
+        img = f"/dev/shm/ivypy-bench-{os.getpid()}-{i}.img"
+        with open(img, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, size_mib << 20)
+        images.append(img)
+        devs.append(sh("losetup", "--find", "--show", img))
+    return images, devs
+
+
+def teardown(images: list[str], devs: list[str]) -> None:
+    for dev in devs:
+        subprocess.run(["losetup", "-d", dev], check=False)
+    for img in images:
+        if os.path.exists(img):
+            os.unlink(img)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=4, help="measured seconds per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--size-mib", type=int, default=512, help="size of each loop device")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench_engine: needs root", file=sys.stderr)
+        return 2
+    s = args.seconds
+    images, devs = setup(2, args.size_mib)
+    one, two = devs[:1], devs
+    cases: dict[str, Callable[[], Result]] = {
+        "ivypy qd32": lambda: run_ivypy(one, 32, False, s),
+        "fio qd32": lambda: run_fio(one, 32, s, []),
+        "ivypy qd1 busy_poll": lambda: run_ivypy(one, 1, True, s),
+        "ivypy qd1 blocking": lambda: run_ivypy(one, 1, False, s),
+        "fio qd1": lambda: run_fio(one, 1, s, []),
+        "ivypy 2 luns qd32": lambda: run_ivypy(two, 32, False, s),
+        "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
+        "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
+    }
+    results: dict[str, list[Result]] = {k: [] for k in cases}
+    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+          f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}")
+    try:
+        for rnd in range(args.rounds):
+            for name, fn in cases.items():
+                res = fn()
+                results[name].append(res)
+                print(f"round {rnd + 1} {name:26s} {res.iops:10.0f} IOPS"
+                      f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
+                      f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO", flush=True)
+    finally:
+        teardown(images, devs)
+
+    def med(name: str, field: str) -> float:
+        return float(statistics.median(getattr(x, field) for x in results[name]))
+
+    print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f})")
+    for name in cases:
+        print(f"{name:26s} {med(name, 'iops'):10.0f} IOPS  mean {med(name, 'mean_us'):8.1f} us"
+              f"  p50 {med(name, 'p50_us'):8.1f}  p99 {med(name, 'p99_us'):8.1f}"
+              f"  usr {med(name, 'usr_us_per_io'):5.2f} us/IO")
+
+    missed = 0
+
+    def check(label: str, value: float, ok: bool, target: str) -> None:
+        nonlocal missed
+        missed += not ok
+        print(f"{'ok    ' if ok else 'MISSED'} {label:44s} {value:7.3f}  (target {target})")
+
+    def ratio(a: str, b: str, field: str) -> float:
+        return med(a, field) / med(b, field)
+
+    print("\n# targets")
+    r = ratio("ivypy qd32", "fio qd32", "iops")
+    check("qd32 IOPS / fio", r, r >= 1.0, ">= 1.0")
+    r = ratio("ivypy qd32", "fio qd32", "mean_us")
+    check("qd32 mean latency / fio", r, abs(r - 1) <= 0.05, "within 5 %")
+    r = ratio("ivypy qd32", "fio qd32", "p50_us")
+    check("qd32 p50 / fio", r, abs(r - 1) <= 0.05, "within 5 %")
+    r = ratio("ivypy qd32", "fio qd32", "p99_us")
+    check("qd32 p99 / fio", r, abs(r - 1) <= 0.10, "within 10 %, so <= 1.1")
+    u = med("ivypy qd32", "usr_us_per_io")
+    check("qd32 user CPU us per I/O", u, u <= 1.0, "<= 1.0")
+    r = ratio("ivypy qd1 busy_poll", "fio qd1", "iops")
+    check("qd1 busy_poll IOPS / fio qd1", r, r >= 0.8, ">= 0.8")
+    r = ratio("ivypy qd1 blocking", "fio qd1", "iops")
+    check("qd1 blocking IOPS / fio qd1", r, r >= 0.5, ">= 0.5")
+    r = ratio("ivypy 2 luns qd32", "fio 2 jobs qd32", "iops")
+    check("2 LUNs IOPS / fio 2 jobs", r, r >= 1.2, ">= 1.2")
+    r = ratio("ivypy 2 luns qd32", "fio 2 jobs qd32 batch16", "iops")
+    check("2 LUNs IOPS / fio 2 jobs iodepth_batch_submit=16", r, r >= 0.95, ">= 0.95")
+    print(f"\n{missed} target(s) missed" if missed else "\nall targets met")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
