@@ -16,7 +16,11 @@ from protocol.errors import IvyError
 from protocol.version import PROTOCOL_VERSION, __version__
 
 #: Modules that each register one or more subcommands.
-COMMAND_MODULES: tuple[str, ...] = ("master.cli_run", "master.fio_pctiles_cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "master.cli_run",
+    "master.fio_pctiles_cli",
+    "master.cli_control",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
