@@ -33,7 +33,9 @@ Handler replies (documented keys; more keys are allowed and shown generically)
     ``subintervals_total``, optionally ``subinterval_s`` / ``time_left_s``, and ``rollups``:
     ``{type: [{"instance", "IOPS", "service_time_p99_ms", "iops_setting"}, ...]}``.
     edit: ``effective_subinterval`` (the first subinterval that runs with the edit), ``step``,
-    optionally ``step_name``, ``workloads`` (the ids of the workloads changed).
+    optionally ``step_name``, ``workloads`` (the ids of the workloads changed); the server adds
+    ``instance`` (as typed, normalised) and ``changes`` (``EditChanges.describe()``) unless the
+    handler set them.
     stop: ``step``, optionally ``step_name``, ``last_subinterval`` (the step ends after it).
 
 Active-run registry
@@ -101,7 +103,12 @@ class ControlError(IvyError):
 
 
 class ControlHandler(Protocol):
-    """What the run loop offers the control socket (see the module docstring for the keys)."""
+    """What the run loop offers the control socket (see the module docstring for the keys).
+
+    Called in the server's event loop; calls from several clients may overlap. ``edit`` gets
+    changes already validated by ``master.editparse`` and raises ``EditRefused`` (or any
+    ``IvyError``) to refuse without changing anything, e.g. for an instance with no workloads.
+    """
 
     async def status(self) -> dict[str, Any]: ...
 

@@ -37,7 +37,8 @@ Settings (``parse_edit_args`` for ``key=value`` strings, ``parse_params`` for a 
     ``iops`` and ``total_iops`` exclude each other; an edit must change something; a key may
     appear once. Keys that need the LUN's size (``range_start`` ...) or that identify a workload
     (``name``, ``luns``, ``seed``) are refused as not editable live. Values in a mapping may be
-    JSON numbers and booleans or the same strings the command line takes.
+    JSON numbers and booleans (``null`` for ``iops`` is max) or the same strings the command line
+    takes.
 
 Every refusal is an ``EditRefused`` naming the key and the bad value, e.g.
 ``read_fraction=1.5: must be between 0 and 1``. The run loop applies an ``EditChanges`` to the
