@@ -36,10 +36,13 @@ from master.lunselect import (
     apply_rollup_edits,
     expand_step,
     file_requests,
+    rollup_key,
     select_luns,
+    split_total_iops,
 )
 from master.output import RunOutput, create_run_folder, safe_name
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
+from master.stepcontrol import Decision, StepControl
 from protocol.errors import ConfigError, HostError, IvyError, PreflightError, ProtocolError
 from protocol.messages import Error, SubintervalResult
 
@@ -119,6 +122,11 @@ class Run:
         self.current: dict[str, WorkloadInstance] = {}
         self.rollups: list[RollupSpec] = self._rollup_specs()
         self.interrupted = asyncio.Event()
+        self.stop_requested = False
+        self.step_state: _StepState | None = None
+        self.pending_edits: list[tuple[int, str, dict[str, Any]]] = []
+        self.dfc_history: dict[str, list[tuple[int, float]]] = {}
+        self.step_results: dict[str, dict[str, dict[str, float]]] = {}
         self.t0_ns = clock()
         self.sub_ns = round(cfg.subinterval_seconds * 1e9)
 
@@ -302,47 +310,198 @@ class Run:
         instances = expand_step(step, self.selected)
         for text in apply_rollup_edits(step.edit_rollup, instances, self.rollups):
             self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)
+        self._apply_iops_curve(number, step, instances)
+        focus = self._focus_instances(step, instances)
+        control = StepControl(step, self.cfg.subinterval_seconds, focus)
+        if step.dfc is not None:
+            self._dfc_start(step, control, instances)
         await self._apply_workloads(number, instances)
-        warm = step.warmup.subintervals
-        meas = step.measure_time.subintervals if step.measure_time else 0
-        cool = step.cooldown.subintervals
-        n = warm + meas + cool
-        if n <= 0:
+        n_max = control.max_subintervals
+        if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
         show = "host" if len(self.sessions) > 1 else "all"
         st = _StepState(number, step, StepRecorder(self.output, number, step.name, self.rollups,
                                                    self.cfg.subinterval_seconds, self.current,
                                                    show))
-        self.view.step_started(number, step.name, n, self.cfg.subinterval_seconds)
+        self.step_state = st
+        self.pending_edits = []
+        self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
         st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
-        self.event("INFO", f"step {number} {step.name}: {n} subintervals ({warm} warmup, "
-                   f"{meas} measurement, {cool} cooldown)", kind="step", step=number)
+        how = (f"{control.fixed} measurement" if control.fixed is not None
+               else f"measure until steady (at most {control.timeout} measurement)")
+        self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
+                   f"{control.cool} cooldown subintervals", kind="step", step=number)
         await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns)
                                for hs in self.sessions.values()))
-        if n == 1:
+        if control.fixed is not None and n_max == 1:
             await self._stop_all(0)
+        last_recorded = -1
+        stop_sent = control.fixed is not None and n_max == 1
         try:
-            for k in range(n):
+            k = 0
+            while True:
                 results = await self._gather(st, k)
-                if self.interrupted.is_set():
-                    await self._stop_all(-1)
-                elif k + 2 < n:
-                    await asyncio.gather(*(hs.grant(k + 2) for hs in self.sessions.values()))
-                elif k + 2 == n:
-                    await self._stop_all(n - 1)
-                phase = "warmup" if k < warm else ("measurement" if k < warm + meas else "cooldown")
-                self._record(st, k, phase, results)
-                if self.interrupted.is_set():
+                self._apply_pending(k)
+                phase = control.phase_of(k)
+                rec = self._record(st, k, phase, results)
+                last_recorded = k
+                dec = control.after(k, rec.results, self._dfc_settings(control, k))
+                self._write_control_rows(st, dec)
+                if dec.new_totals:
+                    await self._dfc_apply(st, dec)
+                if self.interrupted.is_set() or self.stop_requested:
+                    if not stop_sent:
+                        await self._stop_all(k)
                     break
+                last = dec.last
+                if last is not None and last <= k:
+                    if not stop_sent:
+                        await self._stop_all(k)
+                    break
+                if not stop_sent:
+                    if (last is not None and last == k + 1) or k + 2 >= n_max:
+                        await self._stop_all(k + 1)
+                        stop_sent = True
+                    else:
+                        await asyncio.gather(*(hs.grant(k + 2)
+                                               for hs in self.sessions.values()))
+                if stop_sent and k + 1 > min(last if last is not None else n_max, n_max - 1):
+                    break
+                k += 1
         except (HostError, ProtocolError) as exc:
             await self._abort_step()
             raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+        finally:
+            self.step_state = None
+        self.stop_requested = False
         await self._wait_stopped()
-        valid, text = self._summarise(st, st.recorder.window_of_phase("measurement"))
+        window, reason, extra = control.verdict(last_recorded)
+        valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
         self.view.step_finished(text)
         return valid
+
+    # ------------------------------------------------------------------ measure, DFC, curves
+    def _focus_instances(self, step: StepConfig,
+                         instances: Sequence[WorkloadInstance]) -> dict[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        for spec in self.rollups:
+            names: dict[str, None] = {}
+            for inst in instances:
+                names.setdefault(rollup_key(spec, inst), None)
+            out[spec.type] = tuple(names)
+        for block, key in ((step.measure, "measure"), (step.dfc, "dfc")):
+            if block is not None and block.focus_rollup not in out:
+                raise ConfigError(f"{key}.focus_rollup {block.focus_rollup} is not one of the "
+                                  f"test's rollups ({', '.join(out)})",
+                                  key_path=f"steps[{step.source_index}].{key}.focus_rollup",
+                                  file=self.cfg.source_file, line=step.line or None)
+        return out
+
+    def _members(self, rollup_type: str, instance: str,
+                 instances: Sequence[WorkloadInstance]) -> list[WorkloadInstance]:
+        spec = next(r for r in self.rollups if r.type == rollup_type)
+        return [i for i in instances if rollup_key(spec, i) == instance]
+
+    def _apply_iops_curve(self, number: int, step: StepConfig,
+                          instances: Sequence[WorkloadInstance]) -> None:
+        point = step.iops_curve
+        if point is None:
+            return
+        if point.fraction is None:
+            for inst in instances:
+                inst.params["iops"] = None
+            return
+        measured = self.step_results.get(point.max_step, {}).get(point.rollup)
+        if not measured:
+            raise StepFailed(f"iops_curve step {step.name}: the max-IOPS step "
+                             f"{point.max_step} has no result", EXIT_INVALID)
+        spec = next(r for r in self.rollups if r.type == point.rollup)
+        keys = {rollup_key(spec, i) for i in instances}
+        for key in keys:
+            iops = measured.get(key)
+            if iops is None or not iops > 0:
+                raise StepFailed(f"iops_curve step {step.name}: {point.rollup}={key} measured "
+                                 f"no IOPS in {point.max_step}", EXIT_INVALID)
+            total = point.fraction * iops
+            split_total_iops(self._members(point.rollup, key, instances), total)
+            self.event("INFO", f"iops_curve: {point.rollup}={key} total IOPS {total:.0f} "
+                       f"({point.fraction:.0%} of {iops:.0f})", kind="edit", step=number)
+
+    def _dfc_start(self, step: StepConfig, control: StepControl,
+                   instances: Sequence[WorkloadInstance]) -> None:
+        assert step.dfc is not None
+        self.dfc_history = {}
+        spec = next(r for r in self.rollups if r.type == step.dfc.focus_rollup)
+        keys: dict[str, list[WorkloadInstance]] = {}
+        for inst in instances:
+            keys.setdefault(rollup_key(spec, inst), []).append(inst)
+        for key, members in keys.items():
+            iops = [m.params.get("iops") for m in members]
+            current = None if None in iops else float(sum(float(v) for v in iops if v))
+            total = control.initial_total(current)
+            split_total_iops(members, total)
+            self.dfc_history[key] = [(0, total)]
+
+    def _dfc_settings(self, control: StepControl, k: int) -> dict[str, float]:
+        if control.bank is None:
+            return {}
+        out = {}
+        for key, hist in self.dfc_history.items():
+            out[key] = next(total for frm, total in reversed(hist) if frm <= k)
+        return out
+
+    async def _dfc_apply(self, st: _StepState, dec: Decision) -> None:
+        assert st.config.dfc is not None
+        members_all = list(self.current.values())
+        changes: list[tuple[WorkloadInstance, dict[str, Any]]] = []
+        for key, total in dec.new_totals.items():
+            members = self._members(st.config.dfc.focus_rollup, key, members_all)
+            if not members:
+                continue
+            clones = [dataclasses.replace(m, params=dict(m.params)) for m in members]
+            split_total_iops(clones, total)
+            changes += [(c, {"iops": c.params["iops"]}) for c in clones]
+        effective = await self._send_edits(st, changes, source="dfc")
+        for key, total in dec.new_totals.items():
+            self.dfc_history.setdefault(key, []).append((effective, total))
+
+    async def _send_edits(self, st: _StepState, changes: Sequence[tuple[WorkloadInstance,
+                          dict[str, Any]]], source: str) -> int:
+        """Send parameter edits; they take effect (also in the rows) from the subinterval the
+        slaves announce. Returns that subinterval (the latest over hosts)."""
+        replies = await asyncio.gather(*(self.sessions[inst.host].edit(inst.id, params)
+                                         for inst, params in changes))
+        effective = -1
+        for (inst, params), reply in zip(changes, replies, strict=True):
+            if isinstance(reply, Error):
+                raise HostError(f"{source} edit of {inst.id} refused: {reply.message}",
+                                host=inst.host)
+            effective = max(effective, reply.effective_subinterval)
+            self.pending_edits.append((reply.effective_subinterval, inst.id, params))
+        return effective
+
+    def _apply_pending(self, k: int) -> None:
+        """Edits in force from subinterval ``k`` on become the settings the rows show."""
+        keep = []
+        for frm, wid, params in self.pending_edits:
+            if frm <= k and wid in self.current:
+                self.current[wid].params.update(params)
+            else:
+                keep.append((frm, wid, params))
+        self.pending_edits = keep
+
+    def _write_control_rows(self, st: _StepState, dec: Decision) -> None:
+        assert self.output is not None
+        if dec.measure_rows:
+            t = self.output.table(f"{st.recorder.dir}/measure.csv", MEASURE_COLUMNS)
+            for row in dec.measure_rows:
+                t.write(row)
+        if dec.dfc_rows:
+            t = self.output.table(f"{st.recorder.dir}/dfc.csv", DFC_COLUMNS)
+            for row in dec.dfc_rows:
+                t.write(row)
 
     def _record(self, st: _StepState, k: int, phase: str,
                 results: Sequence[SubintervalResult]) -> Recorded:
@@ -364,10 +523,12 @@ class Run:
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
+        results = self.step_results.setdefault(st.config.name, {})
         for row in rows:
             self.output.table(f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
-                              SUMMARY_COLUMNS).write(row)
-            self.output.table("summary.csv", SUMMARY_COLUMNS).write(row)
+                              RUN_SUMMARY_COLUMNS).write(row)
+            self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
+            results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls:
             return valid, f"step {st.number} {st.config.name}: no measurement subintervals"
@@ -438,6 +599,13 @@ class Run:
         await asyncio.gather(*(hs.close() for hs in self.sessions.values()),
                              return_exceptions=True)
 
+RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, "measure_criterion", "measure_values",
+                       "measure_attained"]
+MEASURE_COLUMNS = ["subinterval", "instance", "criterion", "metric", "limit", "window_first",
+                   "window_last", "value", "passed", "attained"]
+DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target", "error",
+               "rel_error", "p", "i", "d", "iops_in_force", "new_iops", "saturated", "limited",
+               "held", "elasticity", "settled"]
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
@@ -445,9 +613,4 @@ HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_ve
 def run_test(cfg: TestConfig, view: LiveView | None = None,
              connect: Connector = default_connect) -> RunResult:
     """Run a validated test to its end (blocking)."""
-    unsupported = [s.name for s in cfg.steps if s.measure or s.dfc or s.iops_curve]
-    if unsupported:
-        return RunResult(EXIT_CONFIG, None,
-                         f"steps {', '.join(unsupported)} use measure:/dfc:/iops_curve:, which "
-                         "this version of ivypy run does not carry out yet")
     return asyncio.run(Run(cfg, view=view, connect=connect).execute())

@@ -1,0 +1,231 @@
+"""How long a step runs and what happens in it: phases, ``measure:``, ``dfc:``.
+
+Owns the decisions made after each subinterval's rollups are known: the phase of each
+subinterval, when the step ends, which measurement window its summary covers (and whether it is
+valid), and the IOPS the DFC controller sets for each focus-rollup instance. Pure: it is fed
+rollup results and the settings in force, and returns decisions; ``master.run`` carries them out
+on the hosts and ``master.recorder`` writes the rows.
+
+Phases: ``warmup`` (the fixed warmup, then, with ``dfc`` and ``measure`` together, until the
+controller has settled), ``measurement`` (fixed length, or until the ``measure`` criterion is
+met or times out), ``cooldown`` (fixed length).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from master import measure as ms
+from master.config import AccuracyCriterion, FioCriteria, StepConfig
+from master.dfc import DfcBank, PidGains
+from master.rollup import RollupResult
+
+DECREASING_METRICS = ("IOPS", "MB_per_s")  # metrics that do not rise with IOPS are rare; see doc
+
+
+@dataclass
+class Decision:
+    """What to do after subinterval ``k``: ``last`` is the step's last subinterval once known
+    (``k`` itself means: stop now), ``new_totals`` the DFC's IOPS per focus instance."""
+
+    k: int
+    phase: str
+    last: int | None
+    new_totals: dict[str, float] = field(default_factory=dict)
+    measure_rows: list[dict[str, Any]] = field(default_factory=list)
+    dfc_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def metric_direction(metric: str) -> int:
+    """+1 when the metric rises with IOPS (latency, MB/s, IOPS), -1 when it falls."""
+    return 1
+
+
+def _criterion(cfg: AccuracyCriterion | FioCriteria) -> list[tuple[str, str, ms.Criterion]]:
+    """(key, metric or '' for the focus metric, criterion) per check."""
+    if isinstance(cfg, AccuracyCriterion):
+        return [("accuracy", "", ms.AccuracyCriterion(
+            accuracy=cfg.accuracy, confidence=cfg.confidence,
+            min_window_s=cfg.min_measure.rounded_s, ramp_s=cfg.ramp.rounded_s,
+            autocorrelation=cfg.autocorrelation))]
+    out: list[tuple[str, str, ms.Criterion]] = []
+    for i, c in enumerate(cfg.criteria):
+        crit = ms.FioCriterion(c.type, ms.FioLimit(c.limit.value, c.limit.percent),
+                               cfg.window.rounded_s, cfg.ramp.rounded_s)
+        out.append((f"{i}:{c.type}", c.metric, crit))
+    return out
+
+
+class StepControl:
+    """Feed ``after(k, results, settings)`` in order; see the module docstring."""
+
+    def __init__(self, step: StepConfig, subinterval_s: float,
+                 focus_instances: Mapping[str, tuple[str, ...]]) -> None:
+        self.step = step
+        self.subinterval_s = subinterval_s
+        self.warm = step.warmup.subintervals
+        self.cool = step.cooldown.subintervals
+        self.fixed = step.measure_time.subintervals if step.measure_time else None
+        self.measure = step.measure
+        self.dfc = step.dfc
+        self.meas_start: int | None = self.warm if self.measure is None and not self.dfc else None
+        if self.measure is None and self.dfc is not None:
+            self.meas_start = self.warm  # DFC without measure: fixed phases as configured
+        self.meas_end: int | None = None  # last measurement subinterval, once known
+        self.last: int | None = None
+        self.timeout = step.measure.timeout.subintervals if step.measure else None
+        self.tracker: ms.MeasureTracker | ms.MeasureGroup | None = None
+        self.checks: list[tuple[str, str, ms.Criterion]] = []
+        self.result: dict[str, ms.MeasureResult] = {}
+        self.bank: DfcBank | None = None
+        self.focus_measure: tuple[str, ...] = ()
+        if self.measure is not None:
+            self.focus_measure = focus_instances[self.measure.focus_rollup]
+            self.checks = _criterion(self.measure.criterion)
+        if self.dfc is not None:
+            d = self.dfc
+            gains = None
+            if any(g is not None for g in (d.gains.kp, d.gains.ki, d.gains.kd)):
+                gains = PidGains(kp=d.gains.kp or 0.0, ki=0.5 if d.gains.ki is None else d.gains.ki,
+                                 kd=d.gains.kd or 0.0)
+            self.bank = DfcBank(focus_instances[d.focus_rollup], d.focus_metric, d.target,
+                                d.low_iops, d.high_iops, gains,
+                                direction=metric_direction(d.focus_metric))
+        self.settle_deadline = self.warm + (self.timeout or 0)
+
+    @property
+    def max_subintervals(self) -> int:
+        if self.fixed is not None:
+            return self.warm + self.fixed + self.cool
+        extra = self.timeout or 0
+        if self.dfc is not None and self.measure is not None:
+            extra *= 2
+        return self.warm + extra + self.cool
+
+    def initial_total(self, current: float | None) -> float:
+        """The DFC's starting IOPS for an instance whose workloads now add up to ``current``
+        (None when any runs at max): the current value within the bounds, else the
+        geometric middle of the bounds."""
+        assert self.dfc is not None
+        lo, hi = self.dfc.low_iops, self.dfc.high_iops
+        if current is None or not current > 0:
+            return math.sqrt(lo * hi)
+        return min(max(current, lo), hi)
+
+    def phase_of(self, k: int) -> str:
+        if self.meas_start is None or k < self.meas_start:
+            return "warmup"
+        if self.meas_end is None or k <= self.meas_end:
+            return "measurement"
+        return "cooldown"
+
+    def after(self, k: int, results: Mapping[str, RollupResult],
+              settings: Mapping[str, float]) -> Decision:
+        """Decide after subinterval ``k``. ``settings``: the DFC focus instances' total IOPS in
+        force during ``k``."""
+        phase = self.phase_of(k)
+        dec = Decision(k, phase, self.last)
+        if self.bank is not None and self.dfc is not None:
+            res = results[self.dfc.focus_rollup]
+            col = res.columns[self.dfc.focus_metric]
+            measured = {n: float(col[i]) for i, n in enumerate(res.grouping.names)}
+            for row in self.bank.step(k, measured, settings):
+                mv = row.move
+                dec.new_totals[row.instance] = mv.new_iops
+                dec.dfc_rows.append({
+                    "subinterval": k, "phase": phase, "instance": row.instance,
+                    "metric": row.metric, "measured": mv.measured, "target": self.dfc.target,
+                    "error": mv.error, "rel_error": mv.rel_error, "p": mv.p, "i": mv.i,
+                    "d": mv.d, "iops_in_force": settings.get(row.instance),
+                    "new_iops": mv.new_iops, "saturated": mv.saturated, "limited": mv.limited,
+                    "held": mv.held, "elasticity": mv.elasticity,
+                    "settled": self.bank.controllers[row.instance].settled()})
+        if self.fixed is not None:
+            n = self.warm + self.fixed + self.cool
+            self.meas_start = self.warm
+            self.meas_end = self.warm + self.fixed - 1
+            self.last = dec.last = n - 1
+            return dec
+        assert self.measure is not None
+        if self.meas_start is None:
+            settled = self.bank is None or self.bank.settled()
+            if k + 1 >= self.warm and (settled or k + 1 >= self.settle_deadline):
+                self.meas_start = k + 1
+            return dec
+        if phase == "measurement" and self.meas_end is None:
+            dec.measure_rows = self._feed(k, results)
+            if self._tracker_done():
+                self.meas_end = k
+                self.last = dec.last = k + self.cool
+        return dec
+
+    def _feed(self, k: int, results: Mapping[str, RollupResult]) -> list[dict[str, Any]]:
+        assert self.measure is not None
+        res = results[self.measure.focus_rollup]
+        names = res.grouping.names
+        if self.tracker is None:
+            self.focus_measure = tuple(names)
+            timeout_s = (self.timeout or 1) * self.subinterval_s
+            if len(self.checks) == 1:
+                self.tracker = ms.MeasureTracker(self.checks[0][2], names, self.subinterval_s,
+                                                 timeout_s)
+            else:
+                self.tracker = ms.MeasureGroup(
+                    [(key, c) for key, _, c in self.checks if isinstance(c, ms.FioCriterion)],
+                    names, self.subinterval_s, timeout_s)
+
+        def series(metric: str) -> list[float]:
+            col = res.columns[metric or self.measure.focus_metric]  # type: ignore[union-attr]
+            return [float(v) for v in col]
+
+        out: list[dict[str, Any]] = []
+        assert self.meas_start is not None
+        if isinstance(self.tracker, ms.MeasureTracker):
+            key, metric, crit = self.checks[0]
+            rows = {key: self.tracker.feed(series(metric))}
+        else:
+            rows = self.tracker.feed({key: series(metric) for key, metric, _ in self.checks})
+        for key, metric, crit in self.checks:
+            row = rows[key]
+            for i, inst in enumerate(names):
+                out.append({
+                    "subinterval": k, "instance": inst, "criterion": crit.name,
+                    "metric": metric or self.measure.focus_metric, "limit": crit.limit_text,
+                    "window_first": None if row.window is None else row.window[0] + self.meas_start,
+                    "window_last": None if row.window is None
+                    else row.window[1] - 1 + self.meas_start,
+                    "value": row.values[i], "passed": row.passed[i], "attained": row.attained})
+        return out
+
+    def _tracker_done(self) -> bool:
+        return self.tracker is not None and self.tracker.done
+
+    # ------------------------------------------------------------------ the verdict
+    def verdict(self, last_recorded: int) -> tuple[list[int], str, dict[str, Any]]:
+        """(window subintervals, invalid reason or '', extra summary columns)."""
+        if self.fixed is not None or self.measure is None:
+            start = self.meas_start if self.meas_start is not None else self.warm
+            end = self.meas_end if self.meas_end is not None else last_recorded
+            end = min(end, last_recorded)
+            return list(range(start, end + 1)), "", {}
+        assert self.meas_start is not None or self.tracker is None
+        if self.tracker is None or self.meas_start is None:
+            return [], "the measurement never started (the controller did not settle)", {
+                "measure_criterion": self.checks[0][2].name if self.checks else ""}
+        res = self.tracker.result()
+        results = {"only": res} if isinstance(res, ms.MeasureResult) else res
+        first = next(iter(results.values()))
+        crit = "; ".join(f"{r.criterion} {r.limit}" for r in results.values())
+        values = "; ".join(" ".join(f"{v:.6g}" for v in r.values) for r in results.values())
+        extra = {"measure_criterion": crit, "measure_values": values,
+                 "measure_attained": first.valid}
+        if first.window is None:
+            return [], f"measure: {first.reason or 'no window'}", extra
+        lo, hi = first.window
+        window = [self.meas_start + j for j in range(lo, hi) if self.meas_start + j <= last_recorded]
+        reason = "" if first.valid else f"measure: {first.reason or 'not steady'} " \
+            f"({crit}; best window reported)"
+        return window, reason, extra
