@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
+from master.control import ControlServer
+from master.editparse import EditChanges, EditRefused
 from master.hostsession import HostSession, SlaveEvent
 from master.live import LiveView
 from master.lunselect import (
@@ -97,7 +99,11 @@ class _StepState:
     number: int
     config: StepConfig
     recorder: StepRecorder
+    control: StepControl
     start_ns: int = 0
+    last_recorded: int = -1
+    last_record: Recorded | None = None
+    forced_last: int | None = None
 
 
 class Run:
@@ -122,7 +128,6 @@ class Run:
         self.current: dict[str, WorkloadInstance] = {}
         self.rollups: list[RollupSpec] = self._rollup_specs()
         self.interrupted = asyncio.Event()
-        self.stop_requested = False
         self.step_state: _StepState | None = None
         self.pending_edits: list[tuple[int, str, dict[str, Any]]] = []
         self.dfc_history: dict[str, list[tuple[int, float]]] = {}
@@ -165,7 +170,9 @@ class Run:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._interrupt)
         result = RunResult(EXIT_OK, folder)
+        server = ControlServer(folder, RunControl(self))
         try:
+            await server.start()
             await self._start_hosts()
             await self._discover()
             for number, step in enumerate(self.cfg.steps):
@@ -190,6 +197,7 @@ class Run:
         finally:
             if result.message:
                 self.event("ERROR" if result.exit_code else "INFO", result.message, kind="run")
+            await server.close()
             await self._close_all()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -323,7 +331,7 @@ class Run:
         show = "host" if len(self.sessions) > 1 else "all"
         st = _StepState(number, step, StepRecorder(self.output, number, step.name, self.rollups,
                                                    self.cfg.subinterval_seconds, self.current,
-                                                   show))
+                                                   show), control)
         self.step_state = st
         self.pending_edits = []
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
@@ -351,10 +359,17 @@ class Run:
                 self._write_control_rows(st, dec)
                 if dec.new_totals:
                     await self._dfc_apply(st, dec)
-                if self.interrupted.is_set() or self.stop_requested:
+                st.last_recorded, st.last_record = k, rec
+                if self.interrupted.is_set():
                     if not stop_sent:
                         await self._stop_all(k)
                     break
+                if st.forced_last is not None:
+                    stop_sent = True
+                    if k >= st.forced_last:
+                        break
+                    k += 1
+                    continue
                 last = dec.last
                 if last is not None and last <= k:
                     if not stop_sent:
@@ -375,7 +390,6 @@ class Run:
             raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
         finally:
             self.step_state = None
-        self.stop_requested = False
         await self._wait_stopped()
         window, reason, extra = control.verdict(last_recorded)
         valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
@@ -598,6 +612,101 @@ class Run:
     async def _close_all(self) -> None:
         await asyncio.gather(*(hs.close() for hs in self.sessions.values()),
                              return_exceptions=True)
+
+class RunControl:
+    """The run's side of the control socket: ``ivypy status``, ``ivypy edit``, ``ivypy stop``."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def _step(self) -> _StepState:
+        st = self.run.step_state
+        if st is None:
+            raise EditRefused("no step is running right now; try again when a step has started")
+        return st
+
+    async def status(self) -> dict[str, Any]:
+        run = self.run
+        out: dict[str, Any] = {"test": run.cfg.test,
+                               "run_dir": str(run.output.folder) if run.output else "",
+                               "subinterval_s": run.cfg.subinterval_seconds}
+        st = run.step_state
+        if st is None:
+            out["phase"] = "between steps"
+            return out
+        k = st.last_recorded
+        total = st.control.max_subintervals
+        out.update(step=st.number, step_name=st.config.name, subinterval=k,
+                   phase=st.control.phase_of(max(k, 0)), subintervals_total=total,
+                   time_left_s=max(0, total - k - 1) * run.cfg.subinterval_seconds)
+        rec = st.last_record
+        if rec is not None:
+            rollups: dict[str, list[dict[str, Any]]] = {}
+            specs = {r.type: r for r in run.rollups}
+            for rtype, res in rec.results.items():
+                if res.grouping.n > 50:
+                    continue
+                setting: dict[str, float | str] = {}
+                for inst in run.current.values():
+                    key = rollup_key(specs[rtype], inst)
+                    iops = inst.params.get("iops")
+                    old = setting.get(key, 0.0)
+                    setting[key] = "max" if iops is None or old == "max" else float(old) + iops
+                rollups[rtype] = [
+                    {"instance": name, "IOPS": float(res.columns["IOPS"][i]),
+                     "service_time_p99_ms": float(res.columns["service_time_p99_ms"][i]),
+                     "iops_setting": setting.get(name, "")}
+                    for i, name in enumerate(res.grouping.names)]
+            out["rollups"] = rollups
+        return out
+
+    async def edit(self, rollup_type: str, instance: str, changes: EditChanges) -> dict[str, Any]:
+        run = self.run
+        st = self._step()
+        spec = next((r for r in run.rollups if r.type == rollup_type), None) or RollupSpec(
+            type=rollup_type, attributes=tuple(rollup_type.split("+")))
+        members = [i for i in run.current.values() if rollup_key(spec, i) == instance]
+        if not members:
+            known = sorted({rollup_key(spec, i) for i in run.current.values()})[:10]
+            raise EditRefused(f"{rollup_type}={instance} has no workloads in step "
+                              f"{st.config.name}; instances: {', '.join(known) or 'none'}")
+        clones = [dataclasses.replace(m, params={**m.params, **changes.params}) for m in members]
+        if changes.total_iops is not None:
+            split_total_iops(clones, changes.total_iops)
+        for c in clones:
+            bs = int(c.params["blocksize_bytes"])
+            lun = c.lun.lun
+            if bs % lun.logical_block_bytes or bs > c.params["range_end_bytes"] - c.params[
+                    "range_start_bytes"]:
+                raise EditRefused(f"blocksize {bs} does not fit {c.id} (logical block "
+                                  f"{lun.logical_block_bytes} bytes, range "
+                                  f"{c.params['range_end_bytes'] - c.params['range_start_bytes']})")
+        edits = [(c, {k: v for k, v in c.params.items() if m.params.get(k) != v})
+                 for c, m in zip(clones, members, strict=True)]
+        edits = [(c, p) for c, p in edits if p]
+        if not edits:
+            raise EditRefused("the edit changes nothing: the workloads already run like that")
+        try:
+            effective = await run._send_edits(st, edits, source="live")
+        except HostError as exc:
+            raise EditRefused(str(exc)) from exc
+        run.event("INFO", f"live edit {rollup_type}={instance} {changes.describe()}: "
+                  f"{len(edits)} workloads from subinterval {effective}", kind="edit",
+                  step=st.number, subinterval=effective)
+        return {"effective_subinterval": effective, "step": st.number,
+                "step_name": st.config.name, "workloads": [c.id for c, _ in edits]}
+
+    async def stop_step(self) -> dict[str, Any]:
+        run = self.run
+        st = self._step()
+        if st.forced_last is None:
+            st.forced_last = st.last_recorded + 1
+            await run._stop_all(st.forced_last)
+            run.event("INFO", f"stop requested: step {st.config.name} ends after subinterval "
+                      f"{st.forced_last}", kind="stop", step=st.number)
+        return {"step": st.number, "step_name": st.config.name,
+                "last_subinterval": st.forced_last}
+
 
 RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, "measure_criterion", "measure_values",
                        "measure_attained"]
