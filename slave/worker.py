@@ -425,7 +425,6 @@ class WorkerPool:
         ).reshape(self.n_workers, _CTRL_WORDS)
         self._free_slots = list(range(max_workloads - 1, -1, -1))
         self._empty = WorkloadStats()
-        self._scratch = np.empty((0, WorkloadStats.SIZE), dtype=np.int64)
         self._entries: dict[str, _Entry] = {}
         self._workers: list[_WorkerHandle] = []
         self._last_collected = -1
@@ -627,14 +626,14 @@ class WorkerPool:
         ids = list(self._entries)
         slots = np.array([self._entries[wid].slot for wid in ids], dtype=np.intp)
         blocks = self._stats_region.reshape(self.max_workloads, 2, WorkloadStats.SIZE)
-        if self._scratch.shape[0] < slots.size:  # reused: no fresh pages every subinterval
-            self._scratch = np.empty((slots.size, WorkloadStats.SIZE), dtype=np.int64)
-        flat = self._scratch[: slots.size]
+        # a temporary copy (returned to the OS afterwards: the slave's resident size stays low)
+        flat = np.empty((slots.size, WorkloadStats.SIZE), dtype=np.int64)
         empty = self._empty.buffer
         for i, slot in enumerate(slots.tolist()):
             flat[i] = blocks[slot, b]
             blocks[slot, b] = empty
         batch = StatsBatch.from_flat(flat)
+        del flat
         io_errors: dict[str, dict[str, int]] = {}
         interlock = []
         for w in self._workers:

@@ -147,6 +147,7 @@ class EngineLoop:
         self._engine_list: list[IoEngine] = []
         self._in_flight = 0
         self._retired_in_flight = 0
+        self._pending_release: list[Callable[[], None]] = []
         self._buf = 0  # which of the two stats buffers is running
         self._stop = False
         self._discard = False
@@ -279,7 +280,10 @@ class EngineLoop:
         self._wl[w.index] = None
         self._refresh()
         if w.spec.on_release is not None:
-            w.spec.on_release()
+            # its in-flight I/Os may still use the fd (the thread-pool engine by number)
+            self._pending_release.append(w.spec.on_release)
+            if self._retired_in_flight == 0:
+                self._refresh()
 
     def _find(self, workload_id: str) -> _Workload:
         for w in self._wl:
@@ -305,6 +309,10 @@ class EngineLoop:
         self._single = None
         if len(live) == 1 and not live[0].paced and self._retired_in_flight == 0:
             self._single = live[0]
+        if self._retired_in_flight == 0 and self._pending_release:
+            release, self._pending_release = self._pending_release, []
+            for fn in release:
+                fn()
 
     def _start_workload(self, w: _Workload, at_ns: int) -> None:
         w.seq.start(at_ns)
