@@ -286,9 +286,15 @@ class Run:
                 jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
                                                  inst.lun.allow_write), inst, wid))
             elif prev.params != inst.params:
+                if float(inst.params["read_fraction"]) < 1.0 <= float(prev.params["read_fraction"]):
+                    # a workload that starts writing goes through the write preflight again
+                    jobs.append(("delete", hs.delete(wid), None, wid))
+                    jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
+                                                     inst.lun.allow_write), inst, wid))
+                    continue
                 changed = {k: v for k, v in inst.params.items() if prev.params.get(k) != v}
                 jobs.append(("edit", hs.edit(wid, changed), inst, wid))
-        replies = await asyncio.gather(*(j[1] for j in jobs))
+        replies = [await j[1] for j in jobs]  # in order: a delete before its re-create
         refused: list[Error] = []
         for (action, _, done, wid), reply in zip(jobs, replies, strict=True):
             if isinstance(reply, Error):

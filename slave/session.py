@@ -144,6 +144,7 @@ class SlaveSession:
         self.host = ""
         self.luns: dict[str, lunmod.LunInfo] = {}
         self.params: dict[str, WorkloadParams] = {}
+        self.lun_of: dict[str, lunmod.LunInfo] = {}
         self.step: _Step | None = None
         self.closed = False
         self._handlers: dict[type[Message], Callable[[Any], None]] = {
@@ -301,6 +302,7 @@ class SlaveSession:
             )
             self.luns[lun.path] = lun
             require_ok(lun, params.writes, msg.allow_write, self.host)
+            _check_fits(params, lun)
             info = self.backend.create(wid, lun, params)
         except PreflightError as exc:
             self.send(
@@ -325,6 +327,7 @@ class SlaveSession:
             )
             return
         self.params[wid] = params
+        self.lun_of[wid] = lun
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(), info=info))
 
     def _on_edit(self, msg: EditWorkload) -> None:
@@ -334,6 +337,12 @@ class SlaveSession:
             if base is None:
                 raise ValueError(f"no workload {wid} on this host")
             params = self._params(msg.params, base)
+            if params.writes and not base.writes:
+                raise ValueError(
+                    "an edit cannot turn a read-only workload into one that writes (that needs "
+                    "the write preflight): delete the workload and create it again"
+                )
+            _check_fits(params, self.lun_of[wid])
             self.backend.edit(wid, params)
         except (IvyError, ValueError, TypeError) as exc:
             self.send(
@@ -357,6 +366,7 @@ class SlaveSession:
             return
         self.backend.delete(wid)
         del self.params[wid]
+        self.lun_of.pop(wid, None)
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
 
     def _on_go(self, msg: Go) -> None:
@@ -376,7 +386,10 @@ class SlaveSession:
             return  # crossed a Stopped we sent
         if msg.subinterval > self.step.granted:
             self.step.granted = msg.subinterval
-            self.backend.grant(msg.subinterval)
+            try:
+                self.backend.grant(msg.subinterval)
+            except IvyError as exc:
+                self._end_step_with_error("io", f"subinterval {msg.subinterval}: {exc}")
 
     def _on_stop(self, msg: Stop) -> None:
         if self.step is None:
@@ -420,8 +433,12 @@ class SlaveSession:
                 self._end_step_with_error("io", f"subinterval {k}: {exc}")
                 return
             self._send_result(step, k, got)
-            self.backend.release(k)
             step.next_result = k + 1
+            try:
+                self.backend.release(k)
+            except IvyError as exc:
+                self._end_step_with_error("io", f"after subinterval {k}: {exc}")
+                return
             if step.stop_after is not None and k >= step.stop_after:
                 self._finish_step()
                 return
@@ -468,6 +485,13 @@ class SlaveSession:
         self.send(Error(kind=kind, message=message))
         if step is not None:
             self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+
+
+def _check_fits(params: WorkloadParams, lun: lunmod.LunInfo) -> None:
+    """Refuse parameters the I/O sequencer cannot run on this LUN (``ValueError``)."""
+    from slave.sequencer import Sequencer
+
+    Sequencer(params, lun_size_bytes=lun.size_bytes, logical_block_bytes=lun.logical_block_bytes)
 
 
 def stderr_logging(level: int = logging.INFO) -> None:

@@ -1,0 +1,109 @@
+"""Sweeps end to end: a ``for:`` sweep, an ``iops_curve:``, ``edit_rollup`` and a ``measure:``
+step, each giving one summary row per step (per rollup instance)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.master.runhelp import ROOT, rows, write_config
+
+TEST = """\
+test: sweeps
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {hosts: localhost, file: "${output_root}/lun-sweeps", size: 128MiB, create: true,
+     allow_write: true}
+steps:
+  - name: grid
+    workloads:
+      - {name: rr, iosequencer: random_independent, read_fraction: 100%}
+    for:
+      blocksize: [4KiB, 64KiB]
+      iodepth: [1, 8]
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
+  - name: curve
+    workloads:
+      - {name: rr, blocksize: 8KiB, iodepth: 16, read_fraction: 70%}
+    iops_curve: [25%, 75%]
+  - name: edited
+    edit_rollup:
+      - {instance: "host=localhost", total_iops: 1500, blocksize: 4KiB}
+  - name: steady
+    workloads:
+      - {name: rr, iops: 2000}
+    measure:
+      focus_metric: IOPS
+      accuracy: 2%
+      min_measure_seconds: 2
+      timeout_seconds: 20
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("sweeps")
+    cfg = write_config(tmp, TEST)
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (out,) = (tmp / "sweeps").iterdir()
+    return out
+
+
+@pytest.fixture(scope="module")
+def summary(folder: Path) -> dict[tuple[str, str], dict[str, str]]:
+    return {(r["step_name"], r["rollup_type"]): r for r in rows(folder / "summary.csv")}
+
+
+def test_one_summary_row_per_step(summary: dict[tuple[str, str], dict[str, str]]) -> None:
+    steps = sorted({name for name, _ in summary})
+    assert steps == sorted([
+        "grid-blocksize=4KiB-iodepth=1", "grid-blocksize=4KiB-iodepth=8",
+        "grid-blocksize=64KiB-iodepth=1", "grid-blocksize=64KiB-iodepth=8",
+        "curve-iops=max", "curve-iops=25%", "curve-iops=75%", "edited", "steady"])
+    for step in steps:
+        assert (step, "all") in summary and (step, "host") in summary
+
+
+def test_for_values_reach_the_workloads(summary: dict[tuple[str, str], dict[str, str]]) -> None:
+    for bs in (4, 64):
+        for qd in (1, 8):
+            row = summary[(f"grid-blocksize={bs}KiB-iodepth={qd}", "all")]
+            assert float(row["avg_blocksize_KiB"]) == pytest.approx(bs)
+            assert float(row["IOPS"]) > 0
+    shallow = float(summary[("grid-blocksize=4KiB-iodepth=1", "all")]["service_time_mean_ms"])
+    assert shallow > 0
+
+
+def test_iops_curve_runs_at_fractions_of_the_max(
+        summary: dict[tuple[str, str], dict[str, str]], folder: Path) -> None:
+    top = float(summary[("curve-iops=max", "host")]["IOPS"])
+    for step, frac in (("step0005-curve-iops_25_", 25), ("step0006-curve-iops_75_", 75)):
+        (d,) = folder.glob(step.replace("_25_", "=25*").replace("_75_", "=75*"))
+        settings = [float(r["iops_setting"]) for r in rows(d / "host/localhost.csv")]
+        for value in settings:
+            assert value == pytest.approx(top * frac / 100, rel=1e-5), (frac, settings, top)
+        got = float(summary[(f"curve-iops={frac}%", "host")]["IOPS"])
+        # the device may not keep up near its maximum on a busy machine; it never runs faster
+        assert got <= top * frac / 100 * 1.03
+    low = float(summary[("curve-iops=25%", "host")]["IOPS"])
+    assert low == pytest.approx(top * 0.25, rel=0.05)
+
+
+def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]]) -> None:
+    edited = summary[("edited", "all")]
+    assert float(edited["IOPS"]) == pytest.approx(1500, rel=0.03)
+    assert float(edited["avg_blocksize_KiB"]) == pytest.approx(4)
+    steady = summary[("steady", "all")]
+    assert steady["measure_criterion"].startswith("accuracy")
+    assert steady["valid"] == "true", steady["invalid_reason"]
+    assert float(steady["IOPS"]) == pytest.approx(2000, rel=0.02)
+    assert float(steady["measurement_seconds"]) >= 2
