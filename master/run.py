@@ -226,6 +226,7 @@ class Run:
                 if not isinstance(e, IvyError):
                     log.error("starting a host failed", exc_info=e)
             raise StepFailed("; ".join(str(e) for e in errors), EXIT_HOST)
+        self.sessions = {h.name: self.sessions[h.name] for h in self.cfg.hosts}  # config order
         assert self.output is not None
         for name, hs in self.sessions.items():
             hello = hs.hello

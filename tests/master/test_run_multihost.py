@@ -1,0 +1,117 @@
+"""Three hosts over real OpenSSH (network-namespace test bed), each with its own loop-device
+LUN: per-host rollups, clock offsets and RTTs, boundary skew; and a changed host key refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.master.runhelp import ROOT, rows, write_config
+
+MIB = 1024 * 1024
+
+
+def _config(testbed: Any, loops: list[Any], known_hosts: str, name: str) -> str:
+    hosts = "\n".join(
+        f"  - {{name: {h.name}, address: {h.address}, user: root, port: 22, "
+        f"python: /usr/bin/python3, identity_file: {testbed.identity_file}, "
+        f"known_hosts: {known_hosts}}}"
+        for h in testbed.hosts
+    )
+    luns = "\n".join(
+        f"  - {{hosts: [{h.name}], path: {lp.path}, allow_write: true}}"
+        for h, lp in zip(testbed.hosts, loops, strict=True)
+    )
+    return f"""\
+test: {name}
+subinterval_seconds: 1
+hosts:
+{hosts}
+luns:
+{luns}
+rollups:
+  - {{type: host, quantity: 3}}
+steps:
+  - name: randread
+    workloads:
+      - {{name: rr, iosequencer: random_independent, blocksize: 4KiB, iodepth: 8, iops: 3000}}
+    warmup_seconds: 1
+    measure_seconds: 4
+  - name: mix
+    workloads:
+      - {{name: rr, delete: true}}
+      - {{name: mx, iosequencer: random_steady, blocksize: 8KiB, iodepth: 8, iops: 1000,
+         read_fraction: 70%}}
+    warmup_seconds: 1
+    measure_seconds: 3
+"""
+
+
+def _run(cfg: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(out), "--plain"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )
+
+
+def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_device: Any) -> None:
+    loops = [loop_device(64 * MIB) for _ in testbed.hosts]
+    cfg = write_config(tmp_path, _config(testbed, loops, testbed.known_hosts, "multihost"))
+    proc = _run(cfg, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (folder,) = (tmp_path / "multihost").iterdir()
+    hosts = rows(folder / "hosts.csv")
+    assert [h["host"] for h in hosts] == [h.name for h in testbed.hosts]
+    for h in hosts:
+        assert h["transport"] == "ssh" and int(h["clock_samples"]) >= 8
+        assert 0 < float(h["rtt_us"]) < 50_000
+        assert h["clock_offset_ns"] != ""
+    summary = rows(folder / "summary.csv")
+    per_host = {r["rollup_instance"]: r for r in summary
+                if r["step_name"] == "randread" and r["rollup_type"] == "host"}
+    assert sorted(per_host) == sorted(h.name for h in testbed.hosts)
+    for r in per_host.values():
+        assert float(r["IOPS"]) == pytest.approx(3000, rel=0.03)
+        assert r["valid"] == "true"
+    total = next(r for r in summary if r["step_name"] == "randread" and r["rollup_type"] == "all")
+    assert float(total["IOPS"]) == pytest.approx(9000, rel=0.03)
+    mix = next(r for r in summary if r["step_name"] == "mix" and r["rollup_type"] == "all")
+    assert float(mix["write_IOPS"]) / float(mix["IOPS"]) == pytest.approx(0.3, abs=0.03)
+    # every host's LUN is its own loop device
+    luns = rows(folder / "luns.csv")
+    used = {(r["host"], r["lun"]) for r in luns if r["used_by"]}
+    assert used == {(h.name, lp.path) for h, lp in zip(testbed.hosts, loops, strict=True)}
+    # boundaries line up across hosts: the switch times, in the master's clock
+    inter = rows(folder / "step0000-randread/interlock.csv")
+    by_k: dict[int, list[float]] = {}
+    for r in inter:
+        if r["boundary_skew_us"]:
+            by_k.setdefault(int(r["subinterval"]), []).append(float(r["boundary_skew_us"]))
+    assert by_k
+    assert all({r["host"] for r in inter if int(r["subinterval"]) == k} ==
+               {h.name for h in testbed.hosts} for k in by_k)
+    spread_us = [max(v) - min(v) for v in by_k.values()]
+    assert max(spread_us) < 50_000, spread_us  # the benchmark reports the real figure
+
+
+def test_changed_host_key_is_refused(tmp_path: Path, testbed: Any, loop_device: Any) -> None:
+    loops = [loop_device(16 * MIB) for _ in testbed.hosts]
+    key = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    pub = key.with_suffix(".pub").read_text().split()
+    lines = Path(testbed.known_hosts).read_text().splitlines()
+    first = testbed.hosts[0]
+    forged = [ln for ln in lines if not ln.split()[0].split(",")[0] in (first.address, first.name)]
+    forged.append(f"{first.address} {pub[0]} {pub[1]}")
+    known = tmp_path / "known_hosts"
+    known.write_text("\n".join(forged) + "\n")
+    cfg = write_config(tmp_path, _config(testbed, loops, str(known), "hostkey"))
+    proc = _run(cfg, tmp_path)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert first.name in proc.stderr and "host key" in proc.stderr
+    (folder,) = (tmp_path / "hostkey").iterdir()
+    assert not list(folder.glob("step*"))
