@@ -410,7 +410,6 @@ class WorkerPool:
         n_workers: int | None = None,
         *,
         max_workloads: int = 1024,
-        start_method: str = "fork",
     ) -> None:
         self.n_workers = n_workers or _usable_cores()
         self.max_workloads = max_workloads
@@ -429,11 +428,12 @@ class WorkerPool:
         self._workers: list[_WorkerHandle] = []
         self._last_collected = -1
         self._running = False
-        ctx = multiprocessing.get_context(start_method)
+        # fork: the workers inherit the shared mapping and need no import of their own
+        ctx = multiprocessing.get_context("fork")
         for i in range(self.n_workers):
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             rep_r, rep_w = ctx.Pipe(duplex=False)
-            proc = ctx.Process(  # type: ignore[attr-defined]
+            proc = ctx.Process(
                 target=_worker_main,
                 args=(i, cmd_r, rep_w, self._ctrl[i], self._stats_region),
                 name=f"ivypy-worker-{i}",
