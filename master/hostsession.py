@@ -187,7 +187,9 @@ class HostSession:
         if self.on_event is not None:
             self.on_event(ev)
 
-    async def _request(self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S) -> Message:
+    async def _request(
+        self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> Message:
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         await self.send(msg)

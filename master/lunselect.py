@@ -66,7 +66,9 @@ def file_requests(cfg: TestConfig, host: str) -> list[dict[str, Any]]:
     return out
 
 
-def select_luns(cfg: TestConfig, discovered: Mapping[str, Sequence[Lun]]) -> dict[str, list[SelectedLun]]:
+def select_luns(
+    cfg: TestConfig, discovered: Mapping[str, Sequence[Lun]]
+) -> dict[str, list[SelectedLun]]:
     """The LUNs the test uses, per host, in discovery order. A selector that matches nothing
     on a host it names is a ``ConfigError`` naming the selector, its line and the host."""
     out: dict[str, list[SelectedLun]] = {}
@@ -181,7 +183,9 @@ def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[st
     return attrs
 
 
-def expand_step(step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]]) -> list[WorkloadInstance]:
+def expand_step(
+    step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]]
+) -> list[WorkloadInstance]:
     """Every workload instance in force during ``step``, in a stable order."""
     out: list[WorkloadInstance] = []
     seed = 0
@@ -226,7 +230,9 @@ def rollup_key(spec: RollupSpec, inst: WorkloadInstance) -> str:
 
 
 def apply_rollup_edits(
-    edits: Iterable[RollupEdit], instances: Sequence[WorkloadInstance], rollups: Sequence[RollupSpec]
+    edits: Iterable[RollupEdit],
+    instances: Sequence[WorkloadInstance],
+    rollups: Sequence[RollupSpec],
 ) -> list[str]:
     """Apply ``edit_rollup`` entries to ``instances`` in place; return a description of each."""
     done: list[str] = []

@@ -225,7 +225,8 @@ class StepControl:
         if first.window is None:
             return [], f"measure: {first.reason or 'no window'}", extra
         lo, hi = first.window
-        window = [self.meas_start + j for j in range(lo, hi) if self.meas_start + j <= last_recorded]
+        start = self.meas_start
+        window = [start + j for j in range(lo, hi) if start + j <= last_recorded]
         reason = "" if first.valid else f"measure: {first.reason or 'not steady'} " \
             f"({crit}; best window reported)"
         return window, reason, extra

@@ -12,6 +12,7 @@ point was already refused by ``protocol.state``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -194,10 +195,8 @@ class SlaveSession:
         log.error("%s", message)
         self.backend.halt()
         if self.conv.state is not State.CLOSED:
-            try:
+            with contextlib.suppress(ProtocolError):
                 self.send(Error(kind=kind, message=message, fatal=True))
-            except ProtocolError:
-                pass
         self.closed = True
 
     def next_wakeup_ns(self) -> int | None:

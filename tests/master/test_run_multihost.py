@@ -105,7 +105,7 @@ def test_changed_host_key_is_refused(tmp_path: Path, testbed: Any, loop_device: 
     pub = key.with_suffix(".pub").read_text().split()
     lines = Path(testbed.known_hosts).read_text().splitlines()
     first = testbed.hosts[0]
-    forged = [ln for ln in lines if not ln.split()[0].split(",")[0] in (first.address, first.name)]
+    forged = [ln for ln in lines if ln.split()[0].split(",")[0] not in (first.address, first.name)]
     forged.append(f"{first.address} {pub[0]} {pub[1]}")
     known = tmp_path / "known_hosts"
     known.write_text("\n".join(forged) + "\n")
