@@ -133,25 +133,32 @@ _FLOAT_CELL_LIMIT = 1e15
 
 def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending), with one
-    C-level ``%`` format per row instead of one ``fmt`` call per cell: ``%.6g`` for numbers,
-    ``%.0s`` (nothing) for NaN and infinities, one template per pattern of empty cells.
-    Rows with a number of 1e15 or more take ``fmt`` itself. Same text as ``fmt``."""
+    C-level ``%`` format per row instead of one ``fmt`` call per cell. Rows are grouped by
+    their pattern of empty cells (NaN, infinities): each pattern has its own template with
+    ``%.6g`` for the numbers and nothing for the empty cells. Rows with a number of 1e15 or
+    more take ``fmt`` itself. Same text as ``fmt``.
+
+    (A fully vectorised ``%.6g`` in numpy was tried: exact, but not faster than this on the
+    reference machine; the cost is about 0.3 us per number either way.)"""
     n_rows, n_cols = values.shape
     if n_rows == 0:
         return []
     if n_cols == 0:
         return [""] * n_rows
     finite = np.isfinite(values)
-    big = finite & (np.abs(np.where(finite, values, 0.0)) >= _FLOAT_CELL_LIMIT)
-    slow: list[bool] = np.asarray(big.any(axis=1), dtype=bool).tolist()
+    big = (finite & (np.abs(np.where(finite, values, 0.0)) >= _FLOAT_CELL_LIMIT)).any(axis=1)
     patterns, which = np.unique(np.packbits(finite, axis=1), axis=0, return_inverse=True)
-    templates = [
-        ",".join("%.6g" if f else "%.0s" for f in np.unpackbits(p, count=n_cols).tolist())
-        for p in patterns
-    ]
-    out: list[str] = []
-    for row, t, is_slow in zip(values.tolist(), which.reshape(-1).tolist(), slow, strict=True):
-        out.append(",".join(fmt(v) for v in row) if is_slow else templates[t] % tuple(row))
+    which = which.reshape(-1)
+    out: list[str] = [""] * n_rows
+    for t, packed in enumerate(patterns):
+        cols = np.unpackbits(packed, count=n_cols).astype(bool)
+        template = ",".join("%.6g" if f else "" for f in cols.tolist())
+        members = np.flatnonzero((which == t) & ~big)
+        for i, row in zip(members.tolist(), values[np.ix_(members, cols)].tolist(),
+                          strict=True):
+            out[i] = template % tuple(row)
+    for i in np.flatnonzero(big).tolist():
+        out[i] = ",".join(fmt(float(v)) for v in values[i])
     return out
 
 

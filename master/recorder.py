@@ -117,7 +117,7 @@ class StepRecorder:
                ) -> Recorded:
         """Decode, roll up and write subinterval ``k`` (``planned_end_ns``: its end boundary
         on the master's clock)."""
-        parts: list[ru.Sample] = []
+        batches: list[StatsBatch] = []
         ids: list[str] = []
         ops_by_host: dict[str, int] = {}
         for h in hosts:
@@ -127,10 +127,10 @@ class StepRecorder:
                 raise HostError(f"bad statistics: {exc}", host=h.host) from exc
             if batch.n_workloads != len(h.result.workload_ids):
                 raise HostError("statistics and workload ids differ in count", host=h.host)
-            parts.append(ru.Sample.from_batch(batch))
+            batches.append(batch)
             ids += h.result.workload_ids
             ops_by_host[h.host] = int(batch.counters[:, :, OPS].sum())
-        sample = ru.Sample.concat(parts)
+        sample = ru.Sample.from_batches(batches)
         groupings = self._groupings_for(ids)
         self.samples[k] = sample
         self.phases[k] = phase

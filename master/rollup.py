@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 import numpy as np
@@ -71,17 +72,80 @@ METRIC_COLUMNS: Final = tuple(metric_columns())
 @dataclass(frozen=True, eq=False)
 class Sample:
     """Statistics of W workloads over some period (see ``StatsBatch`` for the layout).
-    Histogram coordinates need not be unique or sorted."""
+    Histogram coordinates need not be unique or sorted; ``coords_sorted`` says they are
+    strictly increasing by (row, bucket), as in a ``StatsBatch`` (``from_batch``, ``concat``
+    of such samples), which lets large rollups skip work."""
 
     counters: npt.NDArray[np.int64]  # (W, 4, 3)
     lat: npt.NDArray[np.int64]  # (W, 4, 2, 3)
     rows: npt.NDArray[np.int64]
     buckets: npt.NDArray[np.int64]
     counts: npt.NDArray[np.int64]
+    coords_sorted: bool = False
 
     @property
     def n_workloads(self) -> int:
         return int(self.counters.shape[0])
+
+    @cached_property
+    def counts_f64(self) -> npt.NDArray[np.float64]:
+        """``counts`` as float64 (exact below 2**53), the weights of every bincount."""
+        return self.counts.astype(np.float64)
+
+    @cached_property
+    def row_bounds(self) -> npt.NDArray[np.int64] | None:
+        """Where each histogram row's coordinates start (W * 8 + 1 bounds) when the
+        coordinates are grouped by row in order; None otherwise."""
+        rows = self.rows
+        if not self.coords_sorted and rows.size > 1 and not bool(np.all(rows[1:] >= rows[:-1])):
+            return None
+        n = self.n_workloads * ROWS_PER_WORKLOAD
+        out: npt.NDArray[np.int64] = np.searchsorted(rows, np.arange(n + 1), side="left")
+        return out
+
+    @cached_property
+    def row_extents(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Lowest and highest non-empty bucket of each histogram row (N_BUCKETS and -1 for
+        empty rows)."""
+        n = self.n_workloads * ROWS_PER_WORKLOAD
+        lo = np.full(n, N_BUCKETS, dtype=np.int64)
+        hi = np.full(n, -1, dtype=np.int64)
+        bounds = self.row_bounds
+        if self.rows.size == 0:
+            return lo, hi
+        if bounds is None:
+            np.minimum.at(lo, self.rows, self.buckets)
+            np.maximum.at(hi, self.rows, self.buckets)
+            return lo, hi
+        live = np.flatnonzero(bounds[1:] > bounds[:-1])
+        starts = bounds[live]
+        lo[live] = np.minimum.reduceat(self.buckets, starts)
+        hi[live] = np.maximum.reduceat(self.buckets, starts)
+        return lo, hi
+
+    @classmethod
+    def from_batches(cls, batches: Sequence[StatsBatch]) -> Sample:
+        """``concat`` of ``from_batch`` of each batch, built in one pass over the
+        coordinates (the hosts of one subinterval)."""
+        nnz = [b.rows.size for b in batches]
+        total = int(sum(nnz))
+        rows = np.empty(total, dtype=np.int64)
+        buckets = np.empty(total, dtype=np.int64)
+        counts = np.empty(total, dtype=np.int64)
+        at, first_row = 0, 0
+        for b, n in zip(batches, nnz, strict=True):
+            np.add(b.rows, first_row, out=rows[at:at + n], casting="unsafe")
+            buckets[at:at + n] = b.buckets
+            counts[at:at + n] = b.counts
+            at += n
+            first_row += b.n_workloads * ROWS_PER_WORKLOAD
+        return cls(
+            counters=np.concatenate([np.asarray(b.counters, dtype=np.int64) for b in batches])
+            if batches else np.zeros((0, 4, 3), dtype=np.int64),
+            lat=np.concatenate([np.asarray(b.lat, dtype=np.int64) for b in batches])
+            if batches else np.zeros((0, 4, 2, 3), dtype=np.int64),
+            rows=rows, buckets=buckets, counts=counts, coords_sorted=True,
+        )
 
     @classmethod
     def from_batch(cls, batch: StatsBatch) -> Sample:
@@ -91,6 +155,7 @@ class Sample:
             rows=batch.rows.astype(np.int64),
             buckets=batch.buckets.astype(np.int64),
             counts=np.asarray(batch.counts, dtype=np.int64),
+            coords_sorted=True,
         )
 
     @classmethod
@@ -105,6 +170,7 @@ class Sample:
             ),
             buckets=np.concatenate([p.buckets for p in parts]),
             counts=np.concatenate([p.counts for p in parts]),
+            coords_sorted=all(p.coords_sorted for p in parts),
         )
 
     @classmethod
@@ -214,47 +280,60 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
 
 
 def _segment_percentiles(
-    cum: npt.NDArray[np.int64],
-    counts: npt.NDArray[np.int64],
-    cell_bucket: npt.NDArray[np.int64] | None,
+    cum: npt.NDArray[np.float64],
+    counts: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
+    shift: npt.NDArray[np.int64] | None,
+    cell_bucket: npt.NDArray[np.int64] | None,
     mins: npt.NDArray[np.float64],
     maxs: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
     """Percentiles of Q histograms stored as segments ``[start, end)`` of one cell array.
 
-    A cell is one bucket of one histogram: ``counts[c]`` (may be 0) and its bucket
-    ``cell_bucket[c]`` (``None``: segments are dense, the bucket is ``c - start``); buckets rise
-    within a segment. ``cum`` is ``cumsum(counts)`` over the whole array, so one binary search
-    finds every rank at once. Same rule as ``protocol.histogram.percentiles_from_counts`` (the
-    first bucket whose cumulative count reaches the rank, interpolated inside it and narrowed
-    to ``[min, max]``), with exact integer cumulative counts. Returns (Q, len(PERCENTILES));
-    NaN for empty histograms.
+    A cell is one bucket of one histogram with ``counts[c]`` I/Os (possibly 0); buckets rise
+    within a segment. A cell's bucket is ``cell_bucket[c]`` (sparse coordinates) or
+    ``c - shift`` (dense windows; ``shift = start - lowest bucket``). ``cum`` is the running
+    sum of ``counts`` over the whole array (float64: exact integers below 2**53), so one
+    binary search finds every rank of every histogram at once. Same rule as
+    ``protocol.histogram.percentiles_from_counts`` (the first bucket whose cumulative count
+    reaches the rank, interpolated inside it and narrowed to ``[min, max]``). Returns
+    (Q, len(PERCENTILES)); NaN for empty histograms.
     """
-    q = start.size
-    out = np.full((q, len(PERCENTILES)), np.nan)
-    if q == 0:
+    out = np.full((start.size, len(PERCENTILES)), np.nan)
+    if start.size == 0:
         return out
-    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0)
-    total = cum[end - 1] - before_seg
+    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
+    total = np.where(end > start, cum[np.maximum(end - 1, 0)], 0.0) - before_seg
     live = np.flatnonzero(total > 0)
     if live.size == 0:
         return out
     base = before_seg[live][:, None]
     ps = np.asarray(PERCENTILES, dtype=np.float64)[None, :]
-    rank = ps / 100.0 * total[live][:, None].astype(np.float64)  # (L, P)
-    # cum is an integer, so cum >= rank exactly when cum >= ceil(rank)
-    idx = np.searchsorted(cum, base + np.ceil(rank).astype(np.int64), side="left")
-    in_b = counts[idx]
-    before = (cum[idx] - in_b - base).astype(np.float64)
-    b = idx - start[live][:, None] if cell_bucket is None else cell_bucket[idx]
-    in_bf = in_b.astype(np.float64)
-    frac = np.clip(np.where(in_b > 0, (rank - before) / np.maximum(in_bf, 1.0), 0.0), 0.0, 1.0)
+    rank = ps / 100.0 * total[live][:, None]  # (L, P)
+    # cumulative counts are integers: cum >= rank exactly when cum >= ceil(rank)
+    idx = np.searchsorted(cum, base + np.ceil(rank), side="left")
+    in_b = counts[idx].astype(np.float64)
+    before = cum[idx] - in_b - base
+    if cell_bucket is not None:
+        b = cell_bucket[idx]
+    else:
+        b = idx - (start if shift is None else shift)[live][:, None]
+    frac = np.clip(np.where(in_b > 0, (rank - before) / np.maximum(in_b, 1.0), 0.0), 0.0, 1.0)
     lo_clamp, hi_clamp = mins[live][:, None], maxs[live][:, None]
     lo = np.maximum(_LO[b], lo_clamp)
     hi = np.where(b == OVERFLOW_INDEX, hi_clamp, np.minimum(_HI[b], hi_clamp))
     out[live] = np.clip(lo + frac * (hi - lo), lo_clamp, hi_clamp)
+    return out
+
+
+def _seg_of_row(sample: Sample, g: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """For every histogram row of the sample (workload * 8 + category * 2 + kind), the
+    matching row of the rollup (instance * 8 + category * 2 + kind)."""
+    r = np.arange(sample.n_workloads * ROWS_PER_WORKLOAD, dtype=np.int64)
+    w = r // ROWS_PER_WORKLOAD
+    out: npt.NDArray[np.int64] = g[w].astype(np.int64) * ROWS_PER_WORKLOAD + (
+        r - w * ROWS_PER_WORKLOAD)
     return out
 
 
@@ -268,89 +347,33 @@ def _view_percentiles(
     """Percentiles per (instance, view, kind): (G, N_VIEWS, 2, len(PERCENTILES)).
 
     Small rollups (``G * 8 * N_BUCKETS <= DENSE_CELLS``) add the coordinates into dense
-    per-category histograms and the views are sums of those. Large rollups (the ``workload``
-    rollup) stay sparse: see ``_sparse_view_percentiles``.
+    per-category histograms in one bincount, and the views are sums of those. Large rollups
+    (``workload``, ``lun``) stay sparse: see ``_sparse_view_percentiles``.
     """
     out = np.full((g_count, N_VIEWS, 2, len(PERCENTILES)), np.nan)
     if sample.rows.size == 0 or g_count == 0:
         return out
     if g_count * ROWS_PER_WORKLOAD * N_BUCKETS > DENSE_CELLS:
         return _sparse_view_percentiles(sample, g, g_count, min_v, max_v)
-    rows = sample.rows
-    key = (g[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD + rows % ROWS_PER_WORKLOAD)
-    key = key * N_BUCKETS + sample.buckets
-    per_cat = np.bincount(key, weights=sample.counts.astype(np.float64),
+    key_of_row = _seg_of_row(sample, g) * N_BUCKETS
+    per_cat = np.bincount(key_of_row[sample.rows] + sample.buckets, weights=sample.counts_f64,
                           minlength=g_count * ROWS_PER_WORKLOAD * N_BUCKETS)
-    per_cat_i = per_cat.astype(np.int64).reshape(g_count, 4, 2, N_BUCKETS)
-    views = np.einsum("vc,gckb->gvkb", _MEMBERSHIP, per_cat_i).reshape(-1)  # (G*V*2*NB)
-    n_hist = g_count * N_VIEWS * 2
-    start = np.arange(n_hist, dtype=np.int64) * N_BUCKETS
-    res = _segment_percentiles(np.cumsum(views), views, None, start, start + N_BUCKETS,
+    views = np.einsum("vc,gckb->gvkb", _MEMBERSHIP.astype(np.float64),
+                      per_cat.reshape(g_count, 4, 2, N_BUCKETS)).reshape(-1)
+    start = np.arange(g_count * N_VIEWS * 2, dtype=np.int64) * N_BUCKETS
+    res = _segment_percentiles(np.cumsum(views), views, start, start + N_BUCKETS, None, None,
                                min_v.reshape(-1), max_v.reshape(-1))
     return res.reshape(g_count, N_VIEWS, 2, len(PERCENTILES))
 
 
-def _ranges(starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
-            ) -> npt.NDArray[np.int64]:
-    """Concatenated ``arange(starts[i], starts[i] + lengths[i])``, vectorised."""
-    total = int(lengths.sum())
-    offsets = np.cumsum(lengths) - lengths
-    out: npt.NDArray[np.int64] = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets,
-                                                                               lengths)
-    return out
-
-
-def _into_windows(
-    n_win: int,
-    lo: npt.NDArray[np.int64],
-    hi: npt.NDArray[np.int64],
-    win_of: npt.NDArray[np.int64],
-    buckets: npt.NDArray[np.int64],
-    counts: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
-           npt.NDArray[np.int64]]:
-    """Add coordinates (window ``win_of``, bucket, count) into one dense window per histogram
-    spanning buckets ``lo..hi``. Returns (cells, cell_bucket, start, end): histogram h is
-    ``cells[start[h]:end[h]]`` (empty ones have start == end)."""
+def _windows(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+             ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Dense windows side by side, one per histogram, spanning buckets ``lo..hi`` (empty when
+    hi < lo): (start, end, shift) with cell = bucket + shift."""
     width = np.maximum(hi - lo + 1, 0)
     end = np.cumsum(width)
     start = end - width
-    n_cells = int(end[-1]) if n_win else 0
-    shift = start - lo
-    cells = np.bincount(shift[win_of] + buckets, weights=counts.astype(np.float64),
-                        minlength=n_cells).astype(np.int64)
-    cell_bucket = np.arange(n_cells, dtype=np.int64) - np.repeat(shift, width)
-    return cells, cell_bucket, start, end
-
-
-def _category_histograms(
-    sample: Sample, g: npt.NDArray[np.intp], g_count: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
-           npt.NDArray[np.int64]]:
-    """One histogram per (instance, category, kind) as (cells, cell_bucket, start, end)."""
-    n_seg = g_count * ROWS_PER_WORKLOAD
-    rows, buckets = sample.rows, sample.buckets
-    ordered = rows.size < 2 or bool(np.all(rows[1:] >= rows[:-1]))
-    if ordered and g.size == g_count and bool(np.array_equal(g, np.arange(g_count))):
-        # StatsBatch coordinates are sorted by (row, bucket) and unique; concat keeps that.
-        bounds = np.searchsorted(rows, np.arange(n_seg + 1, dtype=np.int64), side="left")
-        return sample.counts, buckets, bounds[:-1], bounds[1:]
-    w = rows // ROWS_PER_WORKLOAD
-    seg = g[w].astype(np.int64) * ROWS_PER_WORKLOAD + (rows - w * ROWS_PER_WORKLOAD)
-    lo = np.full(n_seg, N_BUCKETS, dtype=np.int64)
-    hi = np.full(n_seg, -1, dtype=np.int64)
-    if ordered:
-        # extents per sample row first (contiguous runs), then per instance row
-        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
-        row_ids = rows[starts]
-        row_seg = g[row_ids // ROWS_PER_WORKLOAD].astype(np.int64) * ROWS_PER_WORKLOAD + (
-            row_ids % ROWS_PER_WORKLOAD)
-        np.minimum.at(lo, row_seg, np.minimum.reduceat(buckets, starts))
-        np.maximum.at(hi, row_seg, np.maximum.reduceat(buckets, starts))
-    else:
-        np.minimum.at(lo, seg, buckets)
-        np.maximum.at(hi, seg, buckets)
-    return _into_windows(n_seg, lo, hi, seg, buckets, sample.counts)
+    return start, end, start - lo
 
 
 def _sparse_view_percentiles(
@@ -362,28 +385,48 @@ def _sparse_view_percentiles(
 ) -> npt.NDArray[np.float64]:
     """Percentiles of a large rollup without dense (G, N_BUCKETS) arrays.
 
-    First one histogram per (instance, category, kind): when each instance is one workload in
-    order (the ``workload`` rollup) these are the sample's coordinates as they are (sorted and
-    unique); otherwise the coordinates are added into a dense window (lowest to highest
+    Per (instance, category, kind) histogram: when each instance is one workload in order
+    (the ``workload`` rollup) and the coordinates are sorted, these are the coordinates as
+    they are; otherwise the coordinates are added into a dense window (lowest to highest
     non-empty bucket) per histogram. A view with one non-empty category is that category's
     histogram. A view merging two or more non-empty categories is added up into a window of
     its own, once per distinct set of categories (``all`` and ``random`` are the same
-    histogram for a workload that only does random I/O).
+    histogram for a workload that only does random I/O). Every step is a pass over whole
+    arrays; lookups go through per-row tables (W * 8 entries), not per coordinate.
     """
     p = len(PERCENTILES)
     out = np.full((g_count * N_VIEWS * 2, p), np.nan)
     mins, maxs = min_v.reshape(-1), max_v.reshape(-1)
-    cells, cell_bucket, seg_start, seg_end = _category_histograms(sample, g, g_count)
-    cum = np.cumsum(cells)
-    has = seg_end > seg_start
-    seg_total = np.where(has, cum[np.maximum(seg_end - 1, 0)], 0) - np.where(
-        seg_start > 0, cum[np.maximum(seg_start - 1, 0)], 0)
-    nonempty = seg_total > 0
-    # first and last bucket of each non-empty histogram (cells at both ends are non-zero)
-    seg_lo = np.where(nonempty, cell_bucket[np.minimum(seg_start, cells.size - 1)], N_BUCKETS)
-    seg_hi = np.where(nonempty, cell_bucket[np.maximum(seg_end - 1, 0)], -1)
-    ne = nonempty.reshape(g_count, 4, 2)
-    bits = (ne * np.array([1, 2, 4, 8])[None, :, None]).sum(axis=1)  # (G, kind)
+    n_seg = g_count * ROWS_PER_WORKLOAD
+    rows, buckets, weights = sample.rows, sample.buckets, sample.counts_f64
+    row_lo, row_hi = sample.row_extents
+    identity = (sample.coords_sorted and g.size == g_count
+                and bool(np.array_equal(g, np.arange(g_count))))
+    # one histogram per (instance, category, kind)
+    cell_bucket: npt.NDArray[np.int64] | None
+    seg_shift: npt.NDArray[np.int64] | None
+    if identity:
+        bounds = sample.row_bounds
+        assert bounds is not None
+        seg_start, seg_end = bounds[:-1], bounds[1:]
+        seg_lo, seg_hi = row_lo, row_hi
+        cells: npt.NDArray[np.float64] | npt.NDArray[np.int64] = sample.counts
+        cum = np.cumsum(weights)
+        cell_bucket, seg_shift = buckets, None
+        seg_of_row = np.arange(n_seg, dtype=np.int64)
+    else:
+        seg_of_row = _seg_of_row(sample, g)
+        seg_lo = np.full(n_seg, N_BUCKETS, dtype=np.int64)
+        seg_hi = np.full(n_seg, -1, dtype=np.int64)
+        np.minimum.at(seg_lo, seg_of_row, row_lo)
+        np.maximum.at(seg_hi, seg_of_row, row_hi)
+        seg_start, seg_end, seg_shift = _windows(seg_lo, seg_hi)
+        cells = np.bincount(seg_shift[seg_of_row][rows] + buckets, weights=weights,
+                            minlength=int(seg_end[-1]))
+        cum = np.cumsum(cells)
+        cell_bucket = None
+    nonempty = (seg_hi >= 0).reshape(g_count, 4, 2)
+    bits = (nonempty * np.array([1, 2, 4, 8])[None, :, None]).sum(axis=1)  # (G, kind)
     view_bits = np.array([sum(1 << c for c in cats) for _, cats in VIEWS])
     masks = bits[:, None, :] & view_bits[None, :, None]  # (G, V, kind): non-empty members
     popcount = sum((masks >> c) & 1 for c in range(4))
@@ -393,8 +436,9 @@ def _sparse_view_percentiles(
         m = masks.reshape(-1)[single]
         cat = (m == 2) * 1 + (m == 4) * 2 + (m == 8) * 3
         s = (single // (N_VIEWS * 2)) * ROWS_PER_WORKLOAD + cat * 2 + single % 2
-        out[single] = _segment_percentiles(cum, cells, cell_bucket, seg_start[s], seg_end[s],
-                                           mins[single], maxs[single])
+        out[single] = _segment_percentiles(
+            cum, cells, seg_start[s], seg_end[s], None if seg_shift is None else seg_shift[s],
+            cell_bucket, mins[single], maxs[single])
     # views merging several categories: one window per distinct (instance, kind, member set)
     multi = popcount >= 2
     first = multi.copy()
@@ -402,33 +446,47 @@ def _sparse_view_percentiles(
         for u in range(v):
             first[:, v, :] &= ~(multi[:, u, :] & (masks[:, u, :] == masks[:, v, :]))
     jobs = np.flatnonzero(first.reshape(-1))
-    if jobs.size:
-        j_inst, j_kind = jobs // (N_VIEWS * 2), jobs % 2
-        j_mask = masks.reshape(-1)[jobs]
-        block_seg, block_job = [], []
-        for c in range(4):
-            member = np.flatnonzero((j_mask >> c) & 1)
-            block_seg.append(j_inst[member] * ROWS_PER_WORKLOAD + c * 2 + j_kind[member])
-            block_job.append(member)
-        b_seg = np.concatenate(block_seg)
-        b_job = np.concatenate(block_job)
-        j_lo = np.full(jobs.size, N_BUCKETS, dtype=np.int64)
-        j_hi = np.full(jobs.size, -1, dtype=np.int64)
-        np.minimum.at(j_lo, b_job, seg_lo[b_seg])
-        np.maximum.at(j_hi, b_job, seg_hi[b_seg])
-        lengths = seg_end[b_seg] - seg_start[b_seg]
-        idx = _ranges(seg_start[b_seg], lengths)
-        jcells, jbucket, jstart, jend = _into_windows(
-            jobs.size, j_lo, j_hi, np.repeat(b_job, lengths), cell_bucket[idx], cells[idx])
-        out[jobs] = _segment_percentiles(np.cumsum(jcells), jcells, jbucket, jstart, jend,
-                                         mins[jobs], maxs[jobs])
-        # a view whose member set equals an earlier view's reads that view's result
-        hist_id = np.arange(g_count * N_VIEWS * 2).reshape(g_count, N_VIEWS, 2)
-        for v in range(1, N_VIEWS):
-            for u in range(v):
-                dup = multi[:, v, :] & first[:, u, :] & (masks[:, u, :] == masks[:, v, :])
-                if dup.any():
-                    out[hist_id[:, v, :][dup]] = out[hist_id[:, u, :][dup]]
+    if jobs.size == 0:
+        return out.reshape(g_count, N_VIEWS, 2, p)
+    job_id = np.full(g_count * N_VIEWS * 2, -1, dtype=np.int64)
+    job_id[jobs] = np.arange(jobs.size)
+    j_lo = np.full(jobs.size, N_BUCKETS, dtype=np.int64)
+    j_hi = np.full(jobs.size, -1, dtype=np.int64)
+    seg_ids = np.arange(n_seg, dtype=np.int64)
+    seg_inst, seg_cat, seg_kind = seg_ids // 8, (seg_ids // 2) % 4, seg_ids % 2
+    job_of_seg = []  # per view with jobs: each rollup row's job (or -1)
+    for v, (_, cats) in enumerate(VIEWS):
+        if not first[:, v, :].any():
+            continue
+        js = np.where(np.isin(seg_cat, cats), job_id[(seg_inst * N_VIEWS + v) * 2 + seg_kind], -1)
+        ok = js >= 0
+        np.minimum.at(j_lo, js[ok], seg_lo[ok])
+        np.maximum.at(j_hi, js[ok], seg_hi[ok])
+        job_of_seg.append(js)
+    j_start, j_end, j_shift = _windows(j_lo, j_hi)
+    pos_parts, weight_parts = [], []
+    for js in job_of_seg:
+        row_in = (js >= 0)[seg_of_row]
+        row_shift = j_shift[np.maximum(js, 0)][seg_of_row]
+        if bool(np.all(row_in[row_hi >= 0])):
+            pos_parts.append(row_shift[rows] + buckets)
+            weight_parts.append(weights)
+        else:
+            keep = row_in[rows]
+            pos_parts.append(row_shift[rows[keep]] + buckets[keep])
+            weight_parts.append(weights[keep])
+    pos = pos_parts[0] if len(pos_parts) == 1 else np.concatenate(pos_parts)
+    wts = weight_parts[0] if len(weight_parts) == 1 else np.concatenate(weight_parts)
+    j_cells = np.bincount(pos, weights=wts, minlength=int(j_end[-1]))
+    out[jobs] = _segment_percentiles(np.cumsum(j_cells), j_cells, j_start, j_end, j_shift,
+                                     None, mins[jobs], maxs[jobs])
+    # a view whose member set equals an earlier view's reads that view's result
+    hist_id = np.arange(g_count * N_VIEWS * 2).reshape(g_count, N_VIEWS, 2)
+    for v in range(1, N_VIEWS):
+        for u in range(v):
+            dup = multi[:, v, :] & first[:, u, :] & (masks[:, u, :] == masks[:, v, :])
+            if dup.any():
+                out[hist_id[:, v, :][dup]] = out[hist_id[:, u, :][dup]]
     return out.reshape(g_count, N_VIEWS, 2, p)
 
 

@@ -96,6 +96,19 @@ def test_workload_and_lun_rollups_match_merged_histograms(
             _check(res, i, members, 2.0)
 
 
+def test_from_batches_is_concat_of_from_batch() -> None:
+    rng = np.random.default_rng(2)
+    batches = [StatsBatch.from_stats([_stats(rng, MIXES[w % 4], 80_000)[0] for w in range(n)])
+               for n in (3, 0, 5)]
+    fused = Sample.from_batches(batches)
+    ref = Sample.concat([Sample.from_batch(b) for b in batches])
+    for name in ("counters", "lat", "rows", "buckets", "counts"):
+        assert np.array_equal(getattr(fused, name), getattr(ref, name)), name
+        assert getattr(fused, name).dtype == np.int64
+    assert fused.coords_sorted and ref.coords_sorted
+    assert not Sample.add([fused, ref]).coords_sorted
+
+
 # ---------------------------------------------------------------------- StepRecorder
 def _workloads() -> dict[str, WorkloadInstance]:
     out: dict[str, WorkloadInstance] = {}
@@ -219,14 +232,21 @@ def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- formatting, files
 def test_format_float_rows_is_fmt() -> None:
     rng = np.random.default_rng(3)
-    vals = rng.lognormal(0, 8, (40, 30)) * rng.choice([-1.0, 1.0], (40, 30))
-    vals[rng.random((40, 30)) < 0.2] = np.nan
-    vals[0, :6] = [0.0, -0.0, np.inf, -np.inf, 1e15, 999999.5]
-    vals[1, :4] = [123456.5, 1e-5, 0.0001, 2.0**60]
+    n = 300
+    vals = np.concatenate([
+        rng.lognormal(0, 12, (n, 20)) * rng.choice([-1.0, 1.0], (n, 20)),
+        10.0 ** rng.integers(-20, 20, (n, 4)),
+        (rng.integers(1, 999_999, (n, 4)) + 0.5) * 10.0 ** rng.integers(-8, 8, (n, 4)),
+        np.nextafter(10.0 ** rng.integers(-6, 16, (n, 4)), 0),
+        rng.integers(0, 10**7, (n, 4)).astype(float),
+    ], axis=1)
+    vals[rng.random(vals.shape) < 0.2] = np.nan
+    vals[0, :10] = [0.0, -0.0, np.inf, -np.inf, 1e15, 999999.5, 99999.95, 5e-324, 1e-5, 1e308]
     vals[2, :] = np.nan
     got = format_float_rows(vals)
     assert got == [",".join(fmt(float(v)) for v in row) for row in vals]
     assert format_float_rows(np.zeros((0, 3))) == []
+    assert format_float_rows(np.zeros((2, 0))) == ["", ""]
 
 
 @pytest.mark.parametrize("text", ["plain", "a,b", 'say "hi"', "line\nbreak", "h1:/dev/sd0", ""])
