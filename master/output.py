@@ -288,10 +288,16 @@ class RunOutput:
         w = csv.writer(buf)
         names = list(columns)
         w.writerow(["bucket_lower_ns", "bucket_upper_ns", *names])
-        for i, (lo, hi) in enumerate(zip(lower_ns, upper_ns, strict=True)):
-            vals = [columns[n][i] for n in names]
-            if any(vals):
-                w.writerow([lo, hi, *[fmt(float(v)) if v % 1 else int(v) for v in vals]])
+        if len(lower_ns) != len(upper_ns):
+            raise ValueError("bucket edges differ in length")
+        stacked = np.array([np.asarray(columns[n], dtype=np.float64) for n in names]).reshape(
+            len(names), -1)
+        if stacked.shape[1] != len(lower_ns):
+            raise ValueError("histogram columns and bucket edges differ in length")
+        for i in np.flatnonzero(stacked.any(axis=0)).tolist():
+            vals = stacked[:, i].tolist()
+            w.writerow([lower_ns[i], upper_ns[i],
+                        *[fmt(float(v)) if v % 1 else int(v) for v in vals]])
         path = self.folder / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "x", encoding="utf-8", newline="") as fh:

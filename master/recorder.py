@@ -37,6 +37,8 @@ CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", 
 INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
                      "boundary_skew_us", "result_sent_after_boundary_us",
                      "result_received_after_boundary_us"]
+#: Instances whose dense histograms are built at once for histogram files (memory bound).
+HISTOGRAM_SLICE = 256
 HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ("all", "read", "write")
                      for kind in ("service_time", "response_time")]
 
@@ -284,15 +286,17 @@ class StepRecorder:
         return valid_all, rows, messages
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
-        dense = ru.dense_histograms(total, g)  # (G, 3 views, 2 kinds, N_BUCKETS)
         lower = LOWER_NS.tolist()
         upper = [int(x) for x in UPPER_NS]
-        for i, inst in enumerate(g.names):
-            cols = {HISTOGRAM_COLUMNS[v * 2 + kk]: dense[i, v, kk]
-                    for v in range(3) for kk in range(2)}
-            self.output.histogram_csv(
-                f"{self.dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
-                lower, upper, cols)
+        for first in range(0, g.n, HISTOGRAM_SLICE):
+            dense = ru.dense_histograms(total, g, first, HISTOGRAM_SLICE)  # (n, 3, 2, NB)
+            for j in range(dense.shape[0]):
+                inst = g.names[first + j]
+                cols = {HISTOGRAM_COLUMNS[v * 2 + kk]: dense[j, v, kk]
+                        for v in range(3) for kk in range(2)}
+                self.output.histogram_csv(
+                    f"{self.dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
+                    lower, upper, cols)
 
 
 def _us(ns: Any) -> float | None:

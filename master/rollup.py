@@ -175,7 +175,12 @@ class Sample:
 
     @classmethod
     def add(cls, parts: Sequence[Sample]) -> Sample:
-        """The same W workloads over consecutive periods added up (a measurement window)."""
+        """The same W workloads over consecutive periods added up (a measurement window).
+
+        The histograms are added into one dense window per histogram row (lowest to highest
+        bucket any part has), so the result holds each (row, bucket) once, sorted, however
+        many periods it covers: memory grows with the spread of the latencies, not with the
+        number of periods."""
         if not parts:
             raise ValueError("nothing to add")
         w = parts[0].n_workloads
@@ -186,13 +191,24 @@ class Sample:
             lat[..., SUM] += p.lat[..., SUM]
             np.minimum(lat[..., MIN], p.lat[..., MIN], out=lat[..., MIN])
             np.maximum(lat[..., MAX], p.lat[..., MAX], out=lat[..., MAX])
-        return cls(
-            counters=np.sum([p.counters for p in parts], axis=0),
-            lat=lat,
-            rows=np.concatenate([p.rows for p in parts]),
-            buckets=np.concatenate([p.buckets for p in parts]),
-            counts=np.concatenate([p.counts for p in parts]),
-        )
+        counters = np.sum([p.counters for p in parts], axis=0)
+        if len(parts) == 1:
+            p = parts[0]
+            return cls(counters=counters, lat=lat, rows=p.rows, buckets=p.buckets,
+                       counts=p.counts, coords_sorted=p.coords_sorted)
+        lo = np.min([p.row_extents[0] for p in parts], axis=0)
+        hi = np.max([p.row_extents[1] for p in parts], axis=0)
+        _, end, shift = _windows(lo, hi)
+        n_cells = int(end[-1]) if end.size else 0
+        cells = np.zeros(n_cells)
+        for p in parts:
+            if p.rows.size:
+                cells += np.bincount(shift[p.rows] + p.buckets, weights=p.counts_f64,
+                                     minlength=n_cells)
+        nz = np.flatnonzero(cells)
+        rows = np.searchsorted(end, nz, side="right").astype(np.int64)
+        return cls(counters=counters, lat=lat, rows=rows, buckets=nz - shift[rows],
+                   counts=cells[nz].astype(np.int64), coords_sorted=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,7 +296,7 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
 
 
 def _segment_percentiles(
-    cum: npt.NDArray[np.float64],
+    cum: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     counts: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
@@ -294,7 +310,7 @@ def _segment_percentiles(
     A cell is one bucket of one histogram with ``counts[c]`` I/Os (possibly 0); buckets rise
     within a segment. A cell's bucket is ``cell_bucket[c]`` (sparse coordinates) or
     ``c - shift`` (dense windows; ``shift = start - lowest bucket``). ``cum`` is the running
-    sum of ``counts`` over the whole array (float64: exact integers below 2**53), so one
+    sum of ``counts`` over the whole array (int64, or float64: exact below 2**53), so one
     binary search finds every rank of every histogram at once. Same rule as
     ``protocol.histogram.percentiles_from_counts`` (the first bucket whose cumulative count
     reaches the rank, interpolated inside it and narrowed to ``[min, max]``). Returns
@@ -303,18 +319,18 @@ def _segment_percentiles(
     out = np.full((start.size, len(PERCENTILES)), np.nan)
     if start.size == 0:
         return out
-    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
-    total = np.where(end > start, cum[np.maximum(end - 1, 0)], 0.0) - before_seg
+    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0)
+    total = np.where(end > start, cum[np.maximum(end - 1, 0)], 0) - before_seg
     live = np.flatnonzero(total > 0)
     if live.size == 0:
         return out
     base = before_seg[live][:, None]
     ps = np.asarray(PERCENTILES, dtype=np.float64)[None, :]
-    rank = ps / 100.0 * total[live][:, None]  # (L, P)
+    rank = ps / 100.0 * total[live][:, None].astype(np.float64)  # (L, P)
     # cumulative counts are integers: cum >= rank exactly when cum >= ceil(rank)
-    idx = np.searchsorted(cum, base + np.ceil(rank), side="left")
+    idx = np.searchsorted(cum, base + np.ceil(rank).astype(cum.dtype), side="left")
     in_b = counts[idx].astype(np.float64)
-    before = cum[idx] - in_b - base
+    before = (cum[idx] - base).astype(np.float64) - in_b
     if cell_bucket is not None:
         b = cell_bucket[idx]
     else:
@@ -411,7 +427,7 @@ def _sparse_view_percentiles(
         seg_start, seg_end = bounds[:-1], bounds[1:]
         seg_lo, seg_hi = row_lo, row_hi
         cells: npt.NDArray[np.float64] | npt.NDArray[np.int64] = sample.counts
-        cum = np.cumsum(weights)
+        cum = np.cumsum(sample.counts)
         cell_bucket, seg_shift = buckets, None
         seg_of_row = np.arange(n_seg, dtype=np.int64)
     else:
@@ -490,22 +506,27 @@ def _sparse_view_percentiles(
     return out.reshape(g_count, N_VIEWS, 2, p)
 
 
-def dense_histograms(sample: Sample, grouping: Grouping) -> npt.NDArray[np.float64]:
+def dense_histograms(sample: Sample, grouping: Grouping, first: int = 0,
+                     count: int | None = None) -> npt.NDArray[np.float64]:
     """Bucket counts per instance for the overall, read and write views and both kinds:
-    shape (G, 3, 2, N_BUCKETS). For histogram files; large rollups should be written in
-    slices of instances."""
-    out = np.zeros((grouping.n, 3, 2, N_BUCKETS))
-    if sample.rows.size == 0 or grouping.n == 0:
+    shape (n, 3, 2, N_BUCKETS) for the instances ``first .. first + n - 1`` (all by default;
+    large rollups are written in slices of instances)."""
+    n = grouping.n - first if count is None else max(0, min(count, grouping.n - first))
+    out = np.zeros((n, 3, 2, N_BUCKETS))
+    if sample.rows.size == 0 or n == 0:
         return out
-    w = sample.rows // ROWS_PER_WORKLOAD
-    r = sample.rows % ROWS_PER_WORKLOAD
+    rows = sample.rows
+    inst = grouping.of_workload[rows // ROWS_PER_WORKLOAD]
+    buckets, counts = sample.buckets, sample.counts_f64
+    if first > 0 or n < grouping.n:
+        keep = (inst >= first) & (inst < first + n)
+        rows, inst, buckets, counts = rows[keep], inst[keep] - first, buckets[keep], counts[keep]
+    r = rows % ROWS_PER_WORKLOAD
     cat, kind = r // 2, r % 2
-    inst = grouping.of_workload[w]
     views = np.stack([np.zeros_like(cat), np.where(cat % 2 == 0, 1, 2)], axis=1)  # all, rd/wr
-    key = ((inst[:, None] * 3 + views) * 2 + kind[:, None]) * N_BUCKETS + sample.buckets[:, None]
+    key = ((inst[:, None] * 3 + views) * 2 + kind[:, None]) * N_BUCKETS + buckets[:, None]
     flat = np.asarray(
-        np.bincount(key.ravel(), weights=np.repeat(sample.counts, 2).astype(np.float64),
-                    minlength=out.size),
+        np.bincount(key.ravel(), weights=np.repeat(counts, 2), minlength=out.size),
         dtype=np.float64,
     )
     return flat.reshape(out.shape)

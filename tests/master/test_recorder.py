@@ -106,7 +106,12 @@ def test_from_batches_is_concat_of_from_batch() -> None:
         assert np.array_equal(getattr(fused, name), getattr(ref, name)), name
         assert getattr(fused, name).dtype == np.int64
     assert fused.coords_sorted and ref.coords_sorted
-    assert not Sample.add([fused, ref]).coords_sorted
+    twice = Sample.add([fused, ref])  # windowed: each (row, bucket) once, counts added
+    assert twice.coords_sorted
+    assert np.array_equal(twice.rows, fused.rows) and np.array_equal(twice.buckets,
+                                                                       fused.buckets)
+    assert np.array_equal(twice.counts, 2 * fused.counts)
+    assert np.array_equal(twice.counters, 2 * fused.counters)
 
 
 # ---------------------------------------------------------------------- StepRecorder
