@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import mmap
 import multiprocessing
@@ -124,8 +125,9 @@ class SubintervalResults:
     io_errors: dict[str, dict[str, int]]
     interlock: list[WorkerInterlock]
 
-    @property
+    @functools.cached_property
     def stats(self) -> dict[str, WorkloadStats]:
+        """Dense copies, built once on first use (prefer ``batch``: it is already sparse)."""
         return {wid: self.batch.workload(i) for i, wid in enumerate(self.workload_ids)}
 
 
