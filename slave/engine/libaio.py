@@ -35,7 +35,7 @@ class LibaioEngine:
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
-        np.take(self._addr, slots, out=self._ptrs[:n])
+        self._addr.take(slots, out=self._ptrs[:n])
         done = self._ctx.submit(self._ptrs_addr, n)
         if done < n:
             self._submit_rest(done, n)

@@ -435,7 +435,7 @@ class EngineLoop:
         p = self._p
         q = p + n
         pend = self._pend
-        np.take(self._rows, slots, axis=0, out=pend[p:q])
+        self._rows.take(slots, axis=0, out=pend[p:q])
         single = self._single
         if single is not None:
             self._issue(single, slots)  # resubmit before the bookkeeping
