@@ -355,6 +355,23 @@ class _WorkerControl:
         self.loop.close()
 
 
+def _close_inherited_fds(keep: set[int]) -> None:
+    """Drop what the fork copied: the slave's protocol stdin/stdout and the other workers'
+    pipe ends, so that only the slave holds them (a lingering worker never keeps the master's
+    pipe open). stdin becomes /dev/null; stderr (the log) stays."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _worker_main(
     index: int,
     cmd: Connection,
@@ -367,6 +384,8 @@ def _worker_main(
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the slave decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    _close_inherited_fds(keep={2, cmd.fileno(), reply.fileno()})
     control = _WorkerControl(index, cmd, reply, ctrl, stats_region)
     if os.getppid() != control.parent:  # died before prctl took effect
         return

@@ -224,3 +224,20 @@ def test_memory_with_64_workloads_stays_under_150_mb() -> None:
     assert ops == pytest.approx(64 * 200, rel=0.03)  # every workload ran its 200 IOPS
     # resident set of the slave process plus its workers (shared pages counted in each)
     assert rss_kib < 150 * 1024, f"{rss_kib / 1024:.0f} MB"
+
+
+def test_workers_keep_no_inherited_descriptors() -> None:
+    r, w = os.pipe()  # stands for the slave's protocol pipe: no worker may hold it
+    try:
+        with WorkerPool(2) as p:
+            time.sleep(0.2)
+            for pid in p.pids:
+                fds = {int(x): os.readlink(f"/proc/{pid}/fd/{x}") for x in
+                       os.listdir(f"/proc/{pid}/fd")}
+                assert fds[0] == "/dev/null"
+                pipe_ids = {os.readlink(f"/proc/self/fd/{r}"), os.readlink(f"/proc/self/fd/{w}")}
+                assert not pipe_ids & set(fds.values())
+                assert len(fds) <= 5, fds  # stdin, stdout, stderr, its command and reply pipes
+    finally:
+        os.close(r)
+        os.close(w)
