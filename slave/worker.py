@@ -18,9 +18,11 @@ API for the slave main loop (all calls from one thread, the one that created the
                                                  # are ready to run
     loop:
         res = pool.collect(k, deadline_ns)       # k = 0, 1, 2 ...: waits until every worker has
-                                                 # handed subinterval k over, returns copies
-                                                 # (res.stats[workload_id] is a WorkloadStats,
-                                                 # res.io_errors, res.interlock per worker)
+                                                 # handed subinterval k over, returns copies:
+                                                 # res.batch (StatsBatch, wire-ready, row i is
+                                                 # res.workload_ids[i]), res.stats (dense, on
+                                                 # demand), res.io_errors {id: {errno: n}},
+                                                 # res.interlock (per worker, ns after boundary)
         pool.keep_going()                        # the master said continue: the buffer just
                                                  # collected is ready to run subinterval k + 2
     pool.stop()                                  # ends all I/O promptly (in-flight I/O drained)
