@@ -68,7 +68,7 @@ class Collected:
     """One finished subinterval from the backend."""
 
     workload_ids: list[str]
-    stats: list[WorkloadStats]
+    stats: list[WorkloadStats] | StatsBatch  # dense per workload, or already the sparse batch
     switch_ns: list[int]  # per worker: buffer switch done, ns after the boundary
     interlock: list[dict[str, Any]]
     io_errors: list[str] = field(default_factory=list)
@@ -448,7 +448,7 @@ class SlaveSession:
         step.cpu_before = snap
         for text in got.events:
             self.event("WARNING", text)
-        batch = StatsBatch.from_stats(got.stats)
+        batch = got.stats if isinstance(got.stats, StatsBatch) else StatsBatch.from_stats(got.stats)
         interlock = [
             {**il, "switch_ns": step.end_of(k) + s}
             for il, s in zip(got.interlock, got.switch_ns, strict=False)

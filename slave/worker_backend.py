@@ -79,7 +79,7 @@ class WorkerBackend:
             res = self.pool.collect(subinterval, deadline_ns)
         except PoolLateError as exc:
             raise MasterLateError(str(exc)) from exc
-        ids = list(res.stats)
+        ids = list(res.workload_ids)
         errors = [
             f"{wid}: {kind} x{count}"
             for wid, kinds in res.io_errors.items()
@@ -87,7 +87,7 @@ class WorkerBackend:
         ]
         return Collected(
             workload_ids=ids,
-            stats=[res.stats[i] for i in ids],
+            stats=res.batch,
             switch_ns=[il.switch_done_ns for il in res.interlock],
             interlock=[
                 {"worker": il.worker, "switch_delay_ns": il.switch_done_ns,
