@@ -1,10 +1,13 @@
 """The run folder: the only writer of result files.
 
 Owns the folder layout (see DESIGN.md "Output folder"), CSV headers and row formatting. Rows are
-appended and flushed as they come, so a crash keeps everything up to the last subinterval. A run
-never overwrites an earlier one: the folder is created exclusively (a suffix is added when two
-runs start in the same second). Must not compute metrics (``master.rollup`` does) or talk to
-hosts.
+appended and flushed as they come (instance rows: written unflushed, then ``RunOutput.flush``
+once per subinterval), so a crash keeps everything up to the last subinterval. Runs with more
+instance files than the open-file budget (the soft ``RLIMIT_NOFILE``, raised to the hard limit,
+less ``RESERVED_FDS``) keep the first files open and append to the rest with one
+open/write/close per flush. A run never overwrites an earlier one: the folder is created
+exclusively (a suffix is added when two runs start in the same second). Must not compute
+metrics (``master.rollup`` does) or talk to hosts.
 
 Layout::
 
@@ -24,10 +27,10 @@ import io
 import json
 import logging
 import math
+import os
 import re
 import resource
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -63,62 +66,84 @@ class CsvAppender:
     """A CSV file with a fixed header; every row is flushed to the OS as it is written.
 
     ``write_line`` appends an already formatted line without flushing, for writers that put
-    many rows into many files per subinterval and flush once (``RunOutput.flush``). The file
-    may be closed between rows to stay under the open-file limit (``RunOutput`` does that with
-    its least recently written files); the next row reopens it for appending.
+    many rows into many files per subinterval and flush once (``flush``; ``RunOutput.flush``
+    flushes every appender written since). An appender made with ``keep_open=False`` holds
+    no file descriptor: its lines wait in memory until ``flush``, which appends them with one
+    open/write/close; its ``write`` does the same at once. ``RunOutput`` makes those beyond
+    its open-file budget (runs with tens of thousands of instance files).
     """
 
-    def __init__(self, path: Path, header: Sequence[str],
-                 on_open: Callable[[CsvAppender], None] | None = None) -> None:
+    def __init__(self, path: Path, header: Sequence[str], keep_open: bool = True,
+                 on_dirty: Callable[[CsvAppender], None] | None = None) -> None:
         self.path = path
         self.header = list(header)
         self._header_set = frozenset(self.header)
-        self._on_open = on_open
+        self._on_dirty = on_dirty
+        self._pending: list[str] = []
+        self.dirty = False
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
         self._writer = csv.writer(self._fh)
         self._writer.writerow(self.header)
         self._fh.flush()
-        self.dirty = False
-        if on_open is not None:
-            on_open(self)
-
-    def _file(self) -> IO[str]:
-        if self._fh is None or self._fh.closed:
-            self._fh = open(self.path, "a", newline="", encoding="utf-8")  # noqa: SIM115
-            self._writer = csv.writer(self._fh)
-            if self._on_open is not None:
-                self._on_open(self)
-        return self._fh
+        if not keep_open:
+            self._fh.close()
+            self._fh = None
 
     @property
     def is_open(self) -> bool:
         return self._fh is not None and not self._fh.closed
 
-    def write(self, row: Mapping[str, Any]) -> None:
+    def _line(self, row: Mapping[str, Any]) -> str:
         unknown = set(row) - self._header_set
         if unknown:
             raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
-        fh = self._file()
+        buf = io.StringIO()
+        csv.writer(buf).writerow([fmt(row.get(col)) for col in self.header])
+        return buf.getvalue()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        if self._fh is None or self._fh.closed:
+            self._pending.append(self._line(row))
+            self.flush()
+            return
+        unknown = set(row) - self._header_set
+        if unknown:
+            raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
         self._writer.writerow([fmt(row.get(col)) for col in self.header])
-        fh.flush()
-        self.dirty = False
+        self._fh.flush()
 
     def write_line(self, line: str) -> None:
         """Append one formatted CSV line (ending in ``\\r\\n``, as ``csv.writer`` ends
         them); it reaches the OS at the next ``flush``."""
-        self._file().write(line)
-        self.dirty = True
+        if self._fh is None or self._fh.closed:
+            self._pending.append(line)
+        else:
+            self._fh.write(line)
+        if not self.dirty:
+            self.dirty = True
+            if self._on_dirty is not None:
+                self._on_dirty(self)
 
     def flush(self) -> None:
         if self._fh is not None and not self._fh.closed:
             self._fh.flush()
+        elif self._pending:
+            data = "".join(self._pending).encode("utf-8")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            self._pending.clear()
         self.dirty = False
 
     def close(self) -> None:
+        self.flush()
         if self._fh is not None and not self._fh.closed:
             self._fh.close()
-        self.dirty = False
 
 
 def csv_text(value: str) -> str:
@@ -204,7 +229,8 @@ class RunOutput:
     def __init__(self, folder: Path, max_open_files: int | None = None) -> None:
         self.folder = folder
         self._files: dict[Path, CsvAppender] = {}
-        self._open: OrderedDict[Path, CsvAppender] = OrderedDict()
+        self._n_open = 0
+        self._dirty: list[CsvAppender] = []
         self.max_open_files = (max(8, open_file_budget()) if max_open_files is None
                                else max(1, max_open_files))
         self._log_handler: logging.Handler | None = None
@@ -239,26 +265,19 @@ class RunOutput:
         path = self.folder / relative
         f = self._files.get(path)
         if f is None:
-            f = CsvAppender(path, header, self._opened)
+            keep_open = self._n_open < self.max_open_files
+            self._n_open += keep_open
+            f = CsvAppender(path, header, keep_open, self._dirty.append)
             self._files[path] = f
         elif f.header != list(header):
             raise ValueError(f"{relative}: header changed within a run")
         return f
 
-    def _opened(self, f: CsvAppender) -> None:
-        """Keep at most ``max_open_files`` appenders open: close the least recently opened
-        (flushing it first), it reopens on its next row."""
-        self._open[f.path] = f
-        self._open.move_to_end(f.path)
-        while len(self._open) > self.max_open_files:
-            _, old = self._open.popitem(last=False)
-            old.close()
-
     def flush(self) -> None:
         """Flush every file written with ``write_line`` since the last flush."""
-        for f in self._open.values():
-            if f.dirty:
-                f.flush()
+        for f in self._dirty:
+            f.flush()
+        self._dirty.clear()
 
     def write_rows(self, relative: str, header: Sequence[str],
                    rows: Iterable[Mapping[str, Any]]) -> None:
@@ -270,7 +289,8 @@ class RunOutput:
         for f in self._files.values():
             f.close()
         self._files.clear()
-        self._open.clear()
+        self._dirty.clear()
+        self._n_open = 0
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()

@@ -96,6 +96,18 @@ def test_workload_and_lun_rollups_match_merged_histograms(
             _check(res, i, members, 2.0)
 
 
+@pytest.mark.parametrize(("n", "dtype"), [(1000, np.int64), (200_000, np.int64),
+                                          (200_003, np.float64)])
+def test_blocked_search_is_searchsorted(n: int, dtype: type) -> None:
+    rng = np.random.default_rng(n)
+    # plateaus, as cumulative counts have
+    a: np.ndarray = np.cumsum(rng.integers(0, 3, n)).astype(dtype)
+    v: np.ndarray = np.concatenate([rng.integers(-5, int(a[-1]) + 5, 5000),
+                                    a[:: max(1, n // 977)], [a[0], a[-1], a[-1] + 1]])
+    v = v.astype(dtype)
+    assert np.array_equal(rollup._search_left(a, v), np.searchsorted(a, v, side="left"))
+
+
 def test_from_batches_is_concat_of_from_batch() -> None:
     rng = np.random.default_rng(2)
     batches = [StatsBatch.from_stats([_stats(rng, MIXES[w % 4], 80_000)[0] for w in range(n)])
@@ -261,17 +273,23 @@ def test_csv_text_quotes_like_csv_writer(text: str) -> None:
     assert buf.getvalue() == f"x,{csv_text(text)}\r\n"
 
 
-def test_appenders_beyond_the_open_file_budget_reopen(tmp_path: Path) -> None:
+def test_appenders_beyond_the_open_file_budget_hold_no_descriptor(tmp_path: Path) -> None:
     out = RunOutput(tmp_path, max_open_files=2)
     tables = [out.table(f"t{i}.csv", ["a", "b"]) for i in range(5)]
+    assert [t.is_open for t in tables] == [True, True, False, False, False]
     for rnd in range(3):
         for i, t in enumerate(tables):
             t.write_line(f"{rnd},{i}\r\n")
         out.flush()
-        assert sum(t.is_open for t in tables) <= 2
+        if rnd == 1:  # flushed rows are in the files already
+            assert (tmp_path / "t4.csv").read_text().count("\n") == 3
     tables[0].write({"a": 9, "b": None})
+    tables[4].write({"a": 8, "b": 1.5})
+    with pytest.raises(ValueError, match="not in the header"):
+        tables[3].write({"c": 1})
     out.close()
     for i in range(5):
         rows = _read(tmp_path / f"t{i}.csv")
         expect = [["a", "b"]] + [[str(r), str(i)] for r in range(3)]
-        assert rows == ([*expect, ["9", ""]] if i == 0 else expect)
+        extra = {0: [["9", ""]], 4: [["8", "1.5"]]}.get(i, [])
+        assert rows == expect + extra
