@@ -295,33 +295,6 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
     return RollupResult(grouping=grouping, duration_s=dur, columns=cols, ops=ops_v)
 
 
-#: Arrays longer than this are searched through a coarse index first (cache-friendly).
-_SEARCH_BLOCK = 128
-_SEARCH_DIRECT = 1 << 16
-
-
-def _search_left(a: npt.NDArray[np.float64] | npt.NDArray[np.int64],
-                 v: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """``np.searchsorted(a, v, side="left")`` for a long sorted ``a`` and many ``v``: a
-    search in every ``_SEARCH_BLOCK``-th element (small enough to stay in cache), then a
-    vectorised binary search inside the block found."""
-    n = a.size
-    if n <= _SEARCH_DIRECT:
-        out: npt.NDArray[np.int64] = np.searchsorted(a, v, side="left").astype(np.int64)
-        return out
-    step = _SEARCH_BLOCK
-    block = np.searchsorted(a[step - 1::step], v, side="left").astype(np.int64)
-    lo = block * step
-    hi = np.minimum(lo + step, n)
-    for _ in range(step.bit_length()):
-        mid = (lo + hi) >> 1
-        right = (lo < hi) & (a[np.minimum(mid, n - 1)] < v)
-        left = (lo < hi) & ~right
-        lo = np.where(right, mid + 1, lo)
-        hi = np.where(left, mid, hi)
-    return lo
-
-
 def _segment_percentiles(
     cum: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     counts: npt.NDArray[np.float64] | npt.NDArray[np.int64],
@@ -355,7 +328,7 @@ def _segment_percentiles(
     ps = np.asarray(PERCENTILES, dtype=np.float64)[None, :]
     rank = ps / 100.0 * total[live][:, None].astype(np.float64)  # (L, P)
     # cumulative counts are integers: cum >= rank exactly when cum >= ceil(rank)
-    idx = _search_left(cum, base + np.ceil(rank).astype(cum.dtype))
+    idx = np.searchsorted(cum, base + np.ceil(rank).astype(cum.dtype), side="left")
     in_b = counts[idx].astype(np.float64)
     before = (cum[idx] - base).astype(np.float64) - in_b
     if cell_bucket is not None:

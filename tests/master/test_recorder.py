@@ -96,18 +96,6 @@ def test_workload_and_lun_rollups_match_merged_histograms(
             _check(res, i, members, 2.0)
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(1000, np.int64), (200_000, np.int64),
-                                          (200_003, np.float64)])
-def test_blocked_search_is_searchsorted(n: int, dtype: type) -> None:
-    rng = np.random.default_rng(n)
-    # plateaus, as cumulative counts have
-    a: np.ndarray = np.cumsum(rng.integers(0, 3, n)).astype(dtype)
-    v: np.ndarray = np.concatenate([rng.integers(-5, int(a[-1]) + 5, 5000),
-                                    a[:: max(1, n // 977)], [a[0], a[-1], a[-1] + 1]])
-    v = v.astype(dtype)
-    assert np.array_equal(rollup._search_left(a, v), np.searchsorted(a, v, side="left"))
-
-
 def test_from_batches_is_concat_of_from_batch() -> None:
     rng = np.random.default_rng(2)
     batches = [StatsBatch.from_stats([_stats(rng, MIXES[w % 4], 80_000)[0] for w in range(n)])
