@@ -67,6 +67,9 @@ def register(subparsers: Any) -> None:
                    help="repair logs written by fio --client (rows accumulate)")
     p.add_argument("--skip-bad-lines", action="store_true",
                    help="skip malformed lines with a warning instead of failing")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="processes reading logs (default: one per CPU, up to 4, for inputs "
+                   "of 64 MB or more); each keeps its own per-quantum sums")
     p.set_defaults(func=run)
 
 
@@ -82,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         summary=args.summary,
         repair_client_logs=args.repair_client_logs,
         skip_bad_lines=args.skip_bad_lines,
+        jobs=args.jobs,
     )
     result = compute_pctiles(args.logs, options)
     for text in result.warnings:

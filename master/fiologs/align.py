@@ -129,16 +129,24 @@ class QuantumAccumulator:
         self.first_quantum: int | None = None
         self.last_quantum: int | None = None
 
-    def _ensure(self, q_lo: int, q_hi: int) -> None:
+    def reserve(self, q_lo: int, q_hi: int) -> None:
+        """Make room for quanta ``q_lo..q_hi`` at once (an estimate: adding beyond it still
+        works), which spares growing step by step. Counts are unchanged."""
+        self._ensure(q_lo, q_hi, exact=True)
+
+    def _ensure(self, q_lo: int, q_hi: int, *, exact: bool = False) -> None:
+        """Room for ``q_lo..q_hi``. The first sizing is just that (``exact``) or at least 64
+        quanta; growing later adds half the capacity again, below when growing downwards."""
         cap = self._data.shape[1]
         if cap == 0:
-            new_base, new_cap = q_lo, max(q_hi - q_lo + 1, 64)
+            new_base, new_cap = q_lo, max(q_hi - q_lo + 1, 1 if exact else 64)
         else:
             if q_lo >= self._base and q_hi < self._base + cap:
                 return
-            new_base = min(self._base, q_lo)
+            margin = cap // 2
+            new_base = min(self._base, q_lo - margin if q_lo < self._base else q_lo)
             need = max(self._base + cap, q_hi + 1) - new_base
-            new_cap = need if q_lo < self._base else max(need, 2 * cap)
+            new_cap = max(need, cap + margin)
         grown = np.zeros((self.n_slots, new_cap, self.n_columns), dtype=np.float64)
         if cap:
             at = self._base - new_base
@@ -156,7 +164,56 @@ class QuantumAccumulator:
         self._ensure(q_lo, q_hi)
         if block.entry_count.size == 0:
             return
-        row = block.entry_row
+        # where each row's first quantum starts in the flat matrix
+        cap = self._data.shape[1]
+        first = spread.row_first_pair
+        row_base = (slot_of_row * cap + (spread.pair_quantum[first] - self._base)) * self.n_columns
+        if int(spread.row_pairs.max()) <= 2:
+            self._add_one_or_two(block.entry_row, block.entry_col, block.entry_count, row_base,
+                                 spread)
+            return
+        simple = spread.row_pairs <= 2
+        cell_simple = simple[block.entry_row]
+        if cell_simple.any():
+            self._add_one_or_two(block.entry_row[cell_simple], block.entry_col[cell_simple],
+                                 block.entry_count[cell_simple], row_base, spread)
+        rest = ~cell_simple
+        self._add_pairs(block.entry_row[rest], block.entry_col[rest], block.entry_count[rest],
+                        slot_of_row, spread)
+
+    def _add_one_or_two(
+        self, row: IntArray, col: IntArray, count: IntArray, row_base: IntArray, spread: Spread
+    ) -> None:
+        """Cells of rows that reach one or two quanta (nearly all rows): one ``add.at`` per
+        quantum, without expanding cells into pairs."""
+        flat_data = self._data.reshape(-1)
+        first = spread.row_first_pair
+        flat = row_base[row]
+        flat += col
+        w_first = spread.pair_weight[first]
+        if bool((w_first == 1.0).all()):
+            np.add.at(flat_data, flat, count.astype(np.float64))
+        else:
+            np.add.at(flat_data, flat, count * w_first[row])
+        two = spread.row_pairs == 2
+        if not two.any():
+            return
+        w_second = np.where(two, spread.pair_weight[np.where(two, first + 1, first)], 0.0)
+        flat += self.n_columns  # the next quantum of the same slot
+        if bool(two.all()):
+            np.add.at(flat_data, flat, count * w_second[row])
+            return
+        cell_two = two[row]
+        np.add.at(flat_data, flat[cell_two], count[cell_two] * w_second[row[cell_two]])
+
+    def _add_pairs(
+        self, row: IntArray, col: IntArray, count: IntArray, slot_of_row: IntArray,
+        spread: Spread
+    ) -> None:
+        """Cells of any rows: each cell is expanded into one value per quantum its row
+        reaches."""
+        if row.size == 0:
+            return
         reps = spread.row_pairs[row]
         cell = np.repeat(np.arange(row.size, dtype=np.int64), reps)
         cell_first = np.cumsum(reps) - reps
@@ -166,9 +223,37 @@ class QuantumAccumulator:
         cap = self._data.shape[1]
         flat = (slot_of_row[row][cell] * cap + (spread.pair_quantum[pair] - self._base)) * (
             self.n_columns
-        ) + block.entry_col[cell]
-        values = block.entry_count[cell] * spread.pair_weight[pair]
+        ) + col[cell]
+        values = count[cell] * spread.pair_weight[pair]
         np.add.at(self._data.reshape(-1), flat, values)
+
+    def export(self) -> tuple[int | None, FloatArray]:
+        """The first quantum reached and a copy of the counts from it to the last one
+        (``slots x quanta x columns``), for ``merge`` in another accumulator."""
+        if self.first_quantum is None or self.last_quantum is None:
+            return None, np.zeros((self.n_slots, 0, self.n_columns))
+        lo = self.first_quantum - self._base
+        hi = self.last_quantum - self._base + 1
+        return self.first_quantum, np.ascontiguousarray(self._data[:, lo:hi])
+
+    def merge(self, first_quantum: int | None, counts: FloatArray) -> None:
+        """Add what ``export`` gave (another accumulator of the same slots and columns)."""
+        if first_quantum is None:
+            return
+        if counts.shape[0] != self.n_slots or counts.shape[2] != self.n_columns:
+            raise ValueError(f"cannot merge counts of shape {counts.shape} into "
+                             f"{self.n_slots} slots x {self.n_columns} columns")
+        last = first_quantum + counts.shape[1] - 1
+        self.first_quantum = (first_quantum if self.first_quantum is None
+                              else min(self.first_quantum, first_quantum))
+        self.last_quantum = last if self.last_quantum is None else max(self.last_quantum, last)
+        self._ensure(first_quantum, last)
+        at = first_quantum - self._base
+        self._data[:, at : at + counts.shape[1]] += counts
+
+    def column_total(self, column: int) -> float:
+        """Everything added to one column, over all slots and quanta."""
+        return float(self._data[:, :, column].sum())
 
     def quanta(self) -> IntArray:
         """Absolute indices of every quantum from the first to the last reached."""

@@ -9,11 +9,14 @@ A line is ``time_ms, direction, block_size, c0, c1, ..., c{n-1}``: non-negative 
 direction 0 (read), 1 (write) or 2 (trim), time stamps not decreasing within a direction.
 
 Speed: fio writes every line as ``"%llu, "``-separated integers and almost every cell is ``0``.
-The fast path checks that canonical shape with a handful of whole-chunk byte comparisons, then
-reads only the digit runs that start with 1-9 (the non-zero cells and header fields): a cell's
-column follows from its byte offset in the line, because every zero cell takes exactly three
-bytes (``"0, "``). A chunk that is not canonical (blank lines, CR/LF, other spacing, bad
-tokens) goes through the general path, line by line, which names the offending line.
+The fast path (``_parse_canonical``) works on a whole chunk of about 2 MB (small enough for its
+work arrays to stay in the CPU cache) with numpy: it finds the numbers that start with 1-9 (the
+non-zero cells and header fields) with a few byte comparisons, converts only those, drops the
+second and later digits of every number, and checks that what is left is exactly the text of
+all-zero lines. A number's row and column then follow from its offset in that squeezed text. A
+chunk that is not canonical (blank lines, CR/LF, other spacing, bad tokens, leading zeros,
+values of more than 18 digits) goes through the general path, line by line, which reads what
+the fast path declines and names the offending line.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ logger = logging.getLogger(__name__)
 HEADER_FIELDS: Final = 3  # time_ms, direction, block size
 N_DIRECTIONS: Final = 3  # 0 read, 1 write, 2 trim
 DIRECTION_NAMES: Final = ("read", "write", "trim")
-DEFAULT_CHUNK_BYTES: Final = 8 << 20
+DEFAULT_CHUNK_BYTES: Final = 2 << 20  # small enough for the work arrays to stay in cache
 _MAX_DIGITS: Final = 18  # larger values do not fit int64 safely; fio never logs them
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _MAX_WARNINGS: Final = 20
@@ -164,6 +167,7 @@ class LogReader:
         self.skip_bad_lines = skip_bad_lines
         self.chunk_bytes = max(int(chunk_bytes), 1 << 12)
         self.skipped_lines = 0
+        self.text_bytes = 0  # bytes of (uncompressed) text handed over so far
         self._scratch = scratch if scratch is not None else Scratch()
         self.warnings: list[str] = []
         self._last_time = np.full(N_DIRECTIONS, np.iinfo(np.int64).min, dtype=np.int64)
@@ -211,6 +215,7 @@ class LogReader:
                 if cut == 0:
                     held = end
                     continue
+                self.text_bytes += cut
                 yield view[:cut]
                 held = end - cut
                 buf[:held] = buf[cut:end]
@@ -313,7 +318,7 @@ class Scratch:
 
     Fresh multi-megabyte temporaries cost more in page faults than the comparisons that fill
     them, so the fast path writes into these (``out=``). Share one between the readers of a
-    run; it is not thread-safe.
+    process; it is not thread-safe.
     """
 
     def __init__(self) -> None:
@@ -325,94 +330,125 @@ class Scratch:
         return tuple(buf[:n] for buf in self._bufs)
 
 
+_NL: Final = 10
+_SPACE: Final = 32
+_COMMA: Final = 44
+_ZERO: Final = 48  # b"0"
+_NINE: Final = 57
+
+
+def _count(mask: npt.NDArray[np.bool_]) -> int:
+    return int(np.count_nonzero(mask))
+
+
 def _parse_canonical(
     chunk: bytes | memoryview, n_fields: int, line_base: int, scratch: Scratch
 ) -> HistBlock | None:
     """Parse a chunk written exactly as fio writes (``"%llu, "`` separators, one row a line,
-    no blank lines); None when the chunk is not in that shape (the caller falls back)."""
+    no blank lines); None when the chunk is not in that shape (the caller falls back).
+
+    Whole-chunk byte comparisons check the shape: only digits, ``", "`` and newlines, every
+    number a digit run without a leading 0 (``0`` itself aside). Then only the numbers that
+    start with 1-9 are converted (few: almost every cell is ``0``). If every number had one
+    digit, a line of ``n_fields`` fields would be ``3 * n_fields - 1`` bytes long; with the
+    digits after the first taken away (the "squeezed" text), every line must be exactly that
+    long, and a number's row and column follow from its squeezed offset.
+    """
     b = np.frombuffer(chunk, dtype=np.uint8)
     n = b.size
-    if n < 2 or b[-1] != 10 or int(b.max()) > 57:  # nothing above '9'
+    line_len = 3 * n_fields - 1  # a squeezed line, newline included
+    if n < line_len or b[-1] != _NL or b[0] < _ZERO or int(b.max()) > _NINE:
         return None
-    dig, mark, other, tmp = scratch.get(n)
-    np.greater_equal(b, 48, out=dig)
-    np.equal(b, 44, out=mark)
-    n_comma = int(np.count_nonzero(mark))
-    np.equal(b, 32, out=other)
-    n_space = int(np.count_nonzero(other))
-    np.equal(b, 10, out=tmp)
-    nl_pos = np.flatnonzero(tmp)
-    n_rows = nl_pos.size
-    if n_comma != n_space or n_comma != n_rows * (n_fields - 1):
+    non_digit, mark, comma, space = scratch.get(n)
+    np.less(b, _ZERO, out=non_digit)
+    np.equal(b, _COMMA, out=comma)
+    np.equal(b, _SPACE, out=space)
+    np.equal(b, _NL, out=mark)
+    newlines = np.flatnonzero(mark)
+    n_rows = newlines.size
+    n_comma = _count(comma)
+    # the only non-digits are commas, as many spaces and newlines; every comma is followed
+    # by a space, and no other two non-digits are neighbours: so every gap between two digit
+    # runs is ", " or a newline (and lines start and end with a digit)
+    if _count(space) != n_comma or _count(non_digit) != 2 * n_comma + n_rows:
         return None
-    if int(np.count_nonzero(dig)) + n_comma + n_space + n_rows != n:
-        return None  # some other byte (CR, tab, '-', '.', ...)
-    # every comma is followed by a space (so, counts being equal, every space follows a comma)
-    np.logical_and(mark[:-1], other[1:], out=tmp[:-1])
-    if int(np.count_nonzero(tmp[:-1])) != n_comma:
+    np.logical_and(comma[:-1], space[1:], out=mark[:-1])
+    if _count(mark[:-1]) != n_comma:
         return None
-    # every comma follows a digit (no empty field), and so does every newline; lines start
-    # with a digit
-    np.logical_and(mark[1:], dig[:-1], out=tmp[1:])
-    if mark[0] or int(np.count_nonzero(tmp[1:])) != n_comma:
+    np.logical_and(non_digit[:-1], non_digit[1:], out=mark[:-1])
+    if _count(mark[:-1]) != n_comma:
         return None
-    line_start = np.empty_like(nl_pos)
-    line_start[0] = 0
-    line_start[1:] = nl_pos[:-1] + 1
-    if nl_pos[0] == 0 or not bool(dig[nl_pos - 1].all()) or not bool(dig[line_start].all()):
+    # digits that follow a digit: all of them must belong to numbers that start with 1-9
+    np.logical_or(non_digit[:-1], non_digit[1:], out=mark[1:])
+    dropped = n - 1 - _count(mark[1:])
+    # starts of numbers with a leading 1-9: such a digit after a non-digit (or first)
+    np.greater(b, _ZERO, out=mark)
+    np.logical_and(mark[1:], non_digit[:-1], out=mark[1:])
+    starts = np.flatnonzero(mark)
+    runs = _digit_runs(b, starts)
+    if runs is None:
         return None
-    # runs: `other` = non-digit; a run starting with '0' must be the single digit 0
-    np.less(b, 48, out=other)
-    np.equal(b, 48, out=tmp)
-    np.logical_and(tmp[1:], other[:-1], out=tmp[1:])
-    np.logical_and(tmp[:-1], dig[1:], out=tmp[:-1])
-    if bool(tmp[:-1].any()):
+    values, extra = runs
+    dropped_through = np.cumsum(extra)
+    if int(dropped_through[-1] if dropped_through.size else 0) != dropped:
+        return None  # a number with a leading 0 and more digits ("05", "00")
+    # every squeezed line holds n_fields fields: its newline lands at the end of a line
+    dropped_to = np.concatenate(([0], dropped_through))
+    squeezed_nl = newlines - dropped_to[np.searchsorted(starts, newlines)]
+    if not np.array_equal(squeezed_nl, np.arange(line_len - 1, n_rows * line_len, line_len)):
         return None
-    # runs starting with 1-9 are the non-zero values
-    np.greater(b, 48, out=mark)
-    np.logical_and(mark[1:], other[:-1], out=mark[1:])
-    pos = np.flatnonzero(mark)
-    values = np.zeros(pos.size, dtype=np.int64)
-    length = np.zeros(pos.size, dtype=np.int64)
-    alive = np.ones(pos.size, dtype=bool)
-    for k in range(_MAX_DIGITS + 1):
-        at = pos + k  # a run always ends before its line's newline, so `at` stays in range
-        alive &= dig[np.minimum(at, n - 1)]
-        if not alive.any():
-            break
-        if k == _MAX_DIGITS:
-            return None  # a value of 19+ digits: let the general path report it
-        values[alive] = values[alive] * 10 + (b[at[alive]].astype(np.int64) - 48)
-        length += alive
-    line_of = np.searchsorted(nl_pos, pos)
-    extra = length - 1
-    extra_line = np.bincount(line_of, weights=extra, minlength=n_rows).astype(np.int64)
-    # every zero cell is exactly "0, ": a line's length follows from its multi-digit values
-    if not np.array_equal(nl_pos - line_start, 3 * n_fields - 2 + extra_line):
-        return None
-    # extra bytes of the multi-digit values before each value, within its line
-    extra_before_line = np.cumsum(extra_line) - extra_line
-    extra_before = np.cumsum(extra) - extra - extra_before_line[line_of]
-    offset = pos - line_start[line_of] - extra_before
-    if bool(np.any(offset % 3)):
-        return None
-    col = offset // 3
+    at = starts - dropped_to[:-1]  # where each number lands in the squeezed text
+    row, col = np.divmod(at, line_len)
+    col //= 3
     times = np.zeros(n_rows, dtype=np.int64)
     dirs = np.zeros(n_rows, dtype=np.int64)
     is_time = col == 0
-    times[line_of[is_time]] = values[is_time]
+    times[row[is_time]] = values[is_time]
     is_dir = col == 1
-    dirs[line_of[is_dir]] = values[is_dir]
+    dirs[row[is_dir]] = values[is_dir]
     cell = col >= HEADER_FIELDS
+    col = col[cell]
+    col -= HEADER_FIELDS
     return HistBlock(
         times,
         dirs,
         np.arange(line_base + 1, line_base + 1 + n_rows, dtype=np.int64),
-        line_of[cell].astype(np.int64),
-        col[cell] - HEADER_FIELDS,
+        row[cell],
+        col,
         values[cell],
         n_fields - HEADER_FIELDS,
     )
+
+
+def _digit_runs(b: npt.NDArray[np.uint8], starts: IntArray) -> tuple[IntArray, IntArray] | None:
+    """The value and the number of digits after the first (``extra``) of the digit run at each
+    of ``starts``; None when a run is longer than ``_MAX_DIGITS`` (the general path reports
+    it). ``b`` must end with a non-digit, so no run reaches past it, and hold no byte above
+    ``9``. Most numbers in a fio log have one or two digits: those are read at once, the few
+    longer ones digit by digit."""
+    last = b.size - 1
+    first = b[starts].astype(np.int64)
+    first -= _ZERO
+    second = b[starts + 1]
+    third = b[np.minimum(starts + 2, last)]
+    has_second = second >= _ZERO
+    values = np.where(has_second, first * 10 + second.astype(np.int64) - _ZERO, first)
+    extra = has_second.astype(np.int64)
+    alive = np.flatnonzero(has_second & (third >= _ZERO))  # runs still going
+    at = starts[alive] + 2
+    digit = third[alive]
+    k = 2
+    while alive.size:
+        if k >= _MAX_DIGITS:
+            return None
+        values[alive] = values[alive] * 10 + (digit - _ZERO)
+        extra[alive] = k
+        at += 1
+        digit = b[at]
+        more = digit >= _ZERO
+        alive, at, digit = alive[more], at[more], digit[more]
+        k += 1
+    return values, extra
 
 
 def read_all(path: str | Path, n_columns: int) -> HistBlock:

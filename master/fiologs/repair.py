@@ -10,7 +10,9 @@ Shape test (on the first rows of each direction, dense): every row is elementwis
 row two before it, and rows grow (the mean total of rows 2.. is at least 1.5 x the mean of rows
 0 and 1; honest logs of steady I/O keep their totals flat and are rarely elementwise monotone).
 A direction needs 3 rows to be judged; a file is client-shaped when every judged direction fits
-and at least one was judged.
+and at least one was judged. The test looks no further than the first ``HOLD_ROWS`` rows of a
+file (the reader holds them back until the verdict), so a direction that starts later is not
+judged and memory stays bounded when a file has only one or two directions.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from protocol.errors import LogFormatError
 IntArray = npt.NDArray[np.int64]
 
 DETECT_ROWS: Final = 32  # rows per direction the shape test looks at
+HOLD_ROWS: Final = 2 * N_DIRECTIONS * DETECT_ROWS  # rows of a file it may wait for
 GROWTH: Final = 1.5
 
 
@@ -47,12 +50,18 @@ class ShapeDetector:
     def __init__(self) -> None:
         self._rows: list[list[IntArray]] = [[] for _ in range(N_DIRECTIONS)]
         self._n = [0] * N_DIRECTIONS
+        self._seen = 0
 
     @property
     def full(self) -> bool:
-        return all(n >= DETECT_ROWS for n in self._n)
+        """Seen enough: every direction has its rows, or ``HOLD_ROWS`` rows went by and every
+        direction that appeared has its rows."""
+        if all(n >= DETECT_ROWS for n in self._n):
+            return True
+        return self._seen >= HOLD_ROWS and all(n == 0 or n >= DETECT_ROWS for n in self._n)
 
     def feed(self, block: HistBlock) -> None:
+        self._seen += block.n_rows
         want = [d for d in range(N_DIRECTIONS) if self._n[d] < DETECT_ROWS]
         if not want:
             return
