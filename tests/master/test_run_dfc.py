@@ -1,0 +1,73 @@
+"""DFC end to end on a real LUN: every move is recorded, reaches the slave from the announced
+subinterval on (rows show the setting in force and the IOPS follow it), and the controller
+drives to its bounds when the target lies beyond what the device can show. Holding a target on
+the knee of a real device's latency curve is measured by scripts/bench_dfc (its figures depend
+on the machine, so they are a benchmark, not a test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.master.runhelp import ROOT, rows, write_config
+
+TEST = """\
+test: dfc
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: "${{output_root}}/lun-dfc", size: 64MiB, create: true,
+     allow_write: true}}
+rollups: [host]
+steps:
+  - name: up
+    workloads:
+      - {{name: w, iosequencer: random_steady, blocksize: 4KiB, iodepth: 16, iops: 200}}
+    dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
+           low_iops: 100, high_iops: 3000}}
+    warmup_seconds: 0
+    measure_seconds: {n}
+  - name: down
+    dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
+           low_iops: 150, high_iops: 3000}}
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("dfc")
+    cfg = write_config(tmp, TEST.format(n=6))
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
+        capture_output=True, text=True, timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (out,) = (tmp / "dfc").iterdir()
+    return out
+
+
+def test_every_move_recorded_and_followed(folder: Path) -> None:
+    moves = rows(folder / "step0000-up/dfc.csv")
+    host_rows = {int(r["subinterval"]): r for r in rows(folder / "step0000-up/host/localhost.csv")}
+    assert [int(m["subinterval"]) for m in moves] == sorted(host_rows)
+    for m in moves:
+        assert m["instance"] == "localhost" and m["metric"] == "service_time_p99_ms"
+        assert float(m["new_iops"]) >= float(m["iops_in_force"])  # p99 far below target: up
+    # the setting each row shows is the move made two subintervals earlier (one to measure,
+    # one for the edit to reach the next boundary) and the IOPS follow it
+    for k, r in host_rows.items():
+        assert float(r["iops_setting"]) == pytest.approx(float(moves[k]["iops_in_force"]))
+        if k >= 2:
+            assert float(r["iops_setting"]) == pytest.approx(float(moves[k - 2]["new_iops"]))
+            assert float(r["IOPS"]) == pytest.approx(float(r["iops_setting"]), rel=0.05)
+
+
+def test_unreachable_targets_drive_to_the_bounds(folder: Path) -> None:
+    up = rows(folder / "step0000-up/dfc.csv")
+    assert float(up[-1]["new_iops"]) == 3000 and up[-1]["saturated"] == "true"
+    down = rows(folder / "step0001-down/dfc.csv")
+    assert float(down[-1]["new_iops"]) == 150 and down[-1]["saturated"] == "true"
+    events = (folder / "events.csv").read_text()
+    assert "step 1 down" in events
