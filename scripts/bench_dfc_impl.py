@@ -96,8 +96,8 @@ luns:
         folder = _run(dfc, tmp / "out")
         moves = _rows(folder / "step0000-hold/dfc.csv")
         settled_at = next((int(m["subinterval"]) for m in moves if m["settled"] == "true"), None)
-        errs = [(int(m["subinterval"]), float(m["measured"]) / target - 1.0, float(m["iops_in_force"]))
-                for m in moves if m["measured"]]
+        errs = [(int(m["subinterval"]), float(m["measured"]) / target - 1.0,
+                 float(m["iops_in_force"])) for m in moves if m["measured"]]
         if settled_at is None:
             print(f"DFC: not settled within {args.subintervals} subintervals (MISSED)")
             tail = errs[len(errs) // 2:]
