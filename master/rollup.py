@@ -372,8 +372,11 @@ def _view_percentiles(
     if g_count * ROWS_PER_WORKLOAD * N_BUCKETS > DENSE_CELLS:
         return _sparse_view_percentiles(sample, g, g_count, min_v, max_v)
     key_of_row = _seg_of_row(sample, g) * N_BUCKETS
-    per_cat = np.bincount(key_of_row[sample.rows] + sample.buckets, weights=sample.counts_f64,
+    key = key_of_row[sample.rows]
+    key += sample.buckets
+    per_cat = np.bincount(key, weights=sample.counts_f64,
                           minlength=g_count * ROWS_PER_WORKLOAD * N_BUCKETS)
+    del key
     views = np.einsum("vc,gckb->gvkb", _MEMBERSHIP.astype(np.float64),
                       per_cat.reshape(g_count, 4, 2, N_BUCKETS)).reshape(-1)
     start = np.arange(g_count * N_VIEWS * 2, dtype=np.int64) * N_BUCKETS
@@ -437,8 +440,10 @@ def _sparse_view_percentiles(
         np.minimum.at(seg_lo, seg_of_row, row_lo)
         np.maximum.at(seg_hi, seg_of_row, row_hi)
         seg_start, seg_end, seg_shift = _windows(seg_lo, seg_hi)
-        cells = np.bincount(seg_shift[seg_of_row][rows] + buckets, weights=weights,
-                            minlength=int(seg_end[-1]))
+        pos = seg_shift[seg_of_row][rows]
+        pos += buckets
+        cells = np.bincount(pos, weights=weights, minlength=int(seg_end[-1]))
+        del pos
         cum = np.cumsum(cells)
         cell_bucket = None
     nonempty = (seg_hi >= 0).reshape(g_count, 4, 2)
@@ -485,7 +490,9 @@ def _sparse_view_percentiles(
         row_in = (js >= 0)[seg_of_row]
         row_shift = j_shift[np.maximum(js, 0)][seg_of_row]
         if bool(np.all(row_in[row_hi >= 0])):
-            pos_parts.append(row_shift[rows] + buckets)
+            pos_v = row_shift[rows]
+            pos_v += buckets
+            pos_parts.append(pos_v)
             weight_parts.append(weights)
         else:
             keep = row_in[rows]
