@@ -394,20 +394,19 @@ def _parse_canonical(
         return None  # a number with a leading 0 and more digits ("05", "00")
     # every squeezed line holds n_fields fields: its newline lands at the end of a line
     dropped_to = np.concatenate(([0], dropped_through))
-    squeezed_nl = newlines - dropped_to[np.searchsorted(starts, newlines)]
+    row_end = np.searchsorted(starts, newlines)  # numbers before each newline
+    squeezed_nl = newlines - dropped_to[row_end]
     if not np.array_equal(squeezed_nl, np.arange(line_len - 1, n_rows * line_len, line_len)):
         return None
-    at = starts - dropped_to[:-1]  # where each number lands in the squeezed text
-    row, col = np.divmod(at, line_len)
+    row_first = np.concatenate(([0], row_end[:-1]))
+    row = np.repeat(np.arange(n_rows, dtype=np.int64), row_end - row_first)
+    # byte offset of each number within its squeezed line: 3 x its field index
+    offset = starts - dropped_to[:-1]
+    offset -= row * line_len
+    times, dirs = _header_fields(offset, values, row_first, row_end)
+    cell = np.flatnonzero(offset >= 3 * HEADER_FIELDS)
+    col = offset[cell]
     col //= 3
-    times = np.zeros(n_rows, dtype=np.int64)
-    dirs = np.zeros(n_rows, dtype=np.int64)
-    is_time = col == 0
-    times[row[is_time]] = values[is_time]
-    is_dir = col == 1
-    dirs[row[is_dir]] = values[is_dir]
-    cell = col >= HEADER_FIELDS
-    col = col[cell]
     col -= HEADER_FIELDS
     return HistBlock(
         times,
@@ -418,6 +417,24 @@ def _parse_canonical(
         values[cell],
         n_fields - HEADER_FIELDS,
     )
+
+
+def _header_fields(
+    offset: IntArray, values: IntArray, row_first: IntArray, row_end: IntArray
+) -> tuple[IntArray, IntArray]:
+    """Time stamp and direction of every row. A row's non-zero header fields are its first
+    numbers (at squeezed offsets 0, 3 and 6); a field that is 0 has none."""
+    out = []
+    for field in (0, 1):
+        got = np.zeros(row_first.size, dtype=np.int64)
+        for k in range(field + 1):  # the field is the row's number k, after k non-zero fields
+            idx = row_first + k
+            has = idx < row_end
+            idx = idx[has]
+            hit = offset[idx] == 3 * field
+            got[np.flatnonzero(has)[hit]] = values[idx[hit]]
+        out.append(got)
+    return out[0], out[1]
 
 
 def _digit_runs(b: npt.NDArray[np.uint8], starts: IntArray) -> tuple[IntArray, IntArray] | None:
