@@ -5,9 +5,15 @@ optional client/server repair -> windows -> spreading into one accumulator, then
 per quantum and direction group) and the warnings a user must see. It must not parse command
 lines (``master.fio_pctiles_cli``) and writes nothing but the CSV it is handed a stream for.
 
-Memory: one file is read at a time in chunks of about ``chunk_bytes`` of text; what stays is the
-accumulator, ``slots x quanta x columns`` float64 (1 slot for ``merged`` only, 3 when a single
-direction is asked for), e.g. 53 MB for 3,600 one-second quanta of uncoarsened fio 3 logs.
+Work is split by file over ``jobs`` processes (one per CPU by default, for large inputs); each
+adds its files into its own accumulator, and the sums are added here. Warnings are reported in
+file order and a malformed line stops the run at the first file, in order, that has one, as
+with a single process.
+
+Memory: each process reads one file at a time in chunks of about ``chunk_bytes`` of text; what
+stays is its accumulator, ``slots x quanta x columns`` float64 (1 slot for ``merged`` only, 3
+when a single direction is asked for), e.g. 53 MB for 3,600 one-second quanta of uncoarsened
+fio 3 logs.
 """
 
 from __future__ import annotations
