@@ -45,6 +45,8 @@ def main() -> int:
     ap.add_argument("--iodepth", type=int, default=32)
     ap.add_argument("--knee", type=float, default=0.6)
     ap.add_argument("--subintervals", type=int, default=60)
+    ap.add_argument("--metric", default="service_time_p99_ms",
+                    help="the focus metric (a p99 latency column)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ivypy-dfc-", dir="/dev/shm"))
     img = tmp / "lun.img"
@@ -70,14 +72,14 @@ luns:
     measure_seconds: 5
 """)
         folder = _run(probe, tmp / "out")
-        curve = [(r["step_name"], float(r["IOPS"]), float(r["service_time_p99_ms"]))
+        curve = [(r["step_name"], float(r["IOPS"]), float(r[args.metric]))
                  for r in _rows(folder / "summary.csv") if r["rollup_type"] == "all"]
         for name, iops, p99 in curve:
-            print(f"probe {name:18s} {iops:10,.0f} IOPS  p99 service time {p99:8.3f} ms")
+            print(f"probe {name:18s} {iops:10,.0f} IOPS  {args.metric} {p99:8.3f}")
         top = curve[0][1]
         knee = min(curve[1:], key=lambda c: abs(c[1] / top - args.knee))
         target = knee[2]
-        print(f"target: service_time_p99_ms = {target:.3f} (measured at {knee[1]:,.0f} IOPS)")
+        print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)")
         dfc = tmp / "dfc.yaml"
         dfc.write_text(f"""test: dfc
 {head}steps:
@@ -86,7 +88,7 @@ luns:
       - {wl}
     dfc:
       focus_rollup: all
-      focus_metric: service_time_p99_ms
+      focus_metric: {args.metric}
       target: {target}
       low_iops: {max(1.0, 0.05 * top):.0f}
       high_iops: {top:.0f}
