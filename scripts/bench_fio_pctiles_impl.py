@@ -143,6 +143,7 @@ def main() -> int:
         t0 = time.perf_counter()
         logs = generate(workdir, args.files, args.rows, args.seed)
         size = sum(p.stat().st_size for p in logs)
+        os.sync()  # write the logs out now, not while a command is being timed
         print(f"logs: {args.files} files x {args.rows} rows, {size / 1e9:.2f} GB "
               f"(generated in {time.perf_counter() - t0:.1f} s) in {workdir}")
 

@@ -9,7 +9,7 @@ A line is ``time_ms, direction, block_size, c0, c1, ..., c{n-1}``: non-negative 
 direction 0 (read), 1 (write) or 2 (trim), time stamps not decreasing within a direction.
 
 Speed: fio writes every line as ``"%llu, "``-separated integers and almost every cell is ``0``.
-The fast path (``_parse_canonical``) works on a whole chunk of about 2 MB (small enough for its
+The fast path (``_parse_canonical``) works on a whole chunk of about 1 MB (small enough for its
 work arrays to stay in the CPU cache) with numpy: it finds the numbers that start with 1-9 (the
 non-zero cells and header fields) with a few byte comparisons, converts only those, drops the
 second and later digits of every number, and checks that what is left is exactly the text of
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 HEADER_FIELDS: Final = 3  # time_ms, direction, block size
 N_DIRECTIONS: Final = 3  # 0 read, 1 write, 2 trim
 DIRECTION_NAMES: Final = ("read", "write", "trim")
-DEFAULT_CHUNK_BYTES: Final = 2 << 20  # small enough for the work arrays to stay in cache
+DEFAULT_CHUNK_BYTES: Final = 1 << 20  # small enough for the work arrays to stay in cache
 _MAX_DIGITS: Final = 18  # larger values do not fit int64 safely; fio never logs them
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _MAX_WARNINGS: Final = 20

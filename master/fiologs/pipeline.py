@@ -5,8 +5,9 @@ optional client/server repair -> windows -> spreading into one accumulator, then
 per quantum and direction group) and the warnings a user must see. It must not parse command
 lines (``master.fio_pctiles_cli``) and writes nothing but the CSV it is handed a stream for.
 
-Work is split by file over ``jobs`` processes (one per CPU by default, for large inputs); each
-adds its files into its own accumulator, and the sums are added here. Warnings are reported in
+Files are handed out one at a time, in order, to ``jobs`` processes (one per CPU by default,
+for large inputs; this one reads too); each adds its files into its own accumulator, and the
+sums are added here. Warnings are reported in
 file order and a malformed line stops the run at the first file, in order, that has one, as
 with a single process.
 
@@ -24,9 +25,11 @@ import logging
 import math
 import multiprocessing
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -252,11 +255,60 @@ _Note = tuple[str, bool]
 _FileError = tuple[int, str, str, int | None]
 
 
+class _FileQueue:
+    """Hands the files out one at a time, in file order; after a file with a malformed line it
+    hands out none that come later. This one serves a single reading process."""
+
+    def __init__(self, n_files: int) -> None:
+        self._next = 0
+        self._stop = n_files
+
+    def claim(self) -> int | None:
+        """The next file's index, or None when there is none left."""
+        if self._next >= self._stop:
+            return None
+        self._next += 1
+        return self._next - 1
+
+    def stop_at(self, index: int) -> None:
+        self._stop = min(self._stop, index)
+
+
+class _SharedFileQueue(_FileQueue):
+    """The same for several reading processes (counters in shared memory), so that a process
+    slowed down by other work on the machine just reads fewer files."""
+
+    def __init__(self, n_files: int, context: BaseContext) -> None:
+        super().__init__(n_files)
+        self._shared_next = context.Value("q", 0)
+        self._shared_stop = context.Value("q", n_files)
+
+    def claim(self) -> int | None:
+        with self._shared_next.get_lock():
+            index = int(self._shared_next.value)
+            if index >= int(self._shared_stop.value):
+                return None
+            self._shared_next.value = index + 1
+        return index
+
+    def stop_at(self, index: int) -> None:
+        with self._shared_stop.get_lock():
+            self._shared_stop.value = min(int(self._shared_stop.value), index)
+
+
+_child_queue: _FileQueue | None = None  # a reading process's queue, set as it starts
+
+
+def _init_child(queue: _FileQueue) -> None:
+    global _child_queue
+    _child_queue = queue
+
+
 @dataclass(frozen=True)
 class _ReadTask:
-    """What one reading process needs: its files (ascending index) and the run's settings."""
+    """What a reading process needs: every file (it claims which to read) and the settings."""
 
-    files: list[tuple[int, _FileInfo]]
+    files: list[_FileInfo]
     layout: ColumnLayout
     interval_ms: float
     quantum_ms: float
@@ -283,26 +335,29 @@ def _error_parts(exc: LogFormatError) -> tuple[str, str, int | None]:
 
 
 def _read_files(
-    task: _ReadTask, acc: QuantumAccumulator
+    task: _ReadTask, queue: _FileQueue, acc: QuantumAccumulator
 ) -> tuple[dict[int, list[_Note]], _FileError | None]:
-    """Add the task's files to ``acc`` in order; stop at the first malformed line."""
+    """Add the files claimed from ``queue`` to ``acc`` (in file order); stop at the first
+    malformed line. Every file before the one that stops the run is read by some process."""
     scratch = Scratch()
     warnings: dict[int, list[_Note]] = {}
-    for index, info in task.files:
+    while (index := queue.claim()) is not None:
         notes = warnings.setdefault(index, [])
         try:
-            _add_file(info, task, acc, scratch, notes)
+            _add_file(task.files[index], task, acc, scratch, notes)
         except LogFormatError as exc:
+            queue.stop_at(index)
             return warnings, (index, *_error_parts(exc))
     return warnings, None
 
 
 def _read_in_child(task: _ReadTask) -> _ReadOutcome:
     """Entry point of a reading process."""
-    separate = task.separate
-    acc = QuantumAccumulator(3 if separate else 1, task.layout.n_columns)
+    if _child_queue is None:
+        raise RuntimeError("reading process started without its file queue")
+    acc = QuantumAccumulator(3 if task.separate else 1, task.layout.n_columns)
     with _roomy_heap():
-        warnings, error = _read_files(task, acc)
+        warnings, error = _read_files(task, _child_queue, acc)
     first, counts = acc.export()
     return _ReadOutcome(first, counts, warnings, error)
 
@@ -386,18 +441,6 @@ def _reserve(acc: QuantumAccumulator, info: _FileInfo, head: list[HistBlock], he
                 math.ceil((first_ms + span_ms) / q))
 
 
-def _split_files(infos: list[_FileInfo], n_groups: int) -> list[list[tuple[int, _FileInfo]]]:
-    """Files in ``n_groups`` groups of about equal bytes, each in ascending file order."""
-    sizes = [(_file_bytes(info), index) for index, info in enumerate(infos)]
-    load = [0] * n_groups
-    groups: list[list[int]] = [[] for _ in range(n_groups)]
-    for size, index in sorted(sizes, key=lambda x: (-x[0], x[1])):
-        g = load.index(min(load))
-        load[g] += size
-        groups[g].append(index)
-    return [[(i, infos[i]) for i in sorted(g)] for g in groups if g]
-
-
 def _auto_jobs(infos: list[_FileInfo]) -> int:
     if len(infos) < 2 or sum(map(_file_bytes, infos)) < PARALLEL_MIN_BYTES:
         return 1
@@ -432,11 +475,19 @@ def _roomy_heap() -> Iterator[None]:
         mallopt(_M_TOP_PAD, _GLIBC_TOP_PAD_BYTES)
 
 
-def _process_pool(workers: int) -> ProcessPoolExecutor:
+def _start_method() -> str:
+    """fork starts a reader in milliseconds with everything already imported, but forking a
+    process that runs other threads can copy a lock some thread holds (logging's, say) and
+    hang the child: then, and where there is no fork, start fresh interpreters."""
     methods = multiprocessing.get_all_start_methods()
-    # fork starts in milliseconds and shares what is loaded; spawn where there is no fork
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _process_pool(workers: int, context: BaseContext, queue: _FileQueue) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                               initializer=_init_child, initargs=(queue,))
 
 
 class _Run:
@@ -504,18 +555,33 @@ class _Run:
         separate: bool,
         acc: QuantumAccumulator,
     ) -> None:
-        """Every file into ``acc``: in this process, or split over ``jobs`` processes (this one
-        reads the first group) whose sums are added here. Warnings and the error reported are
-        the same either way: files are reported in order, and a malformed line stops the run
-        at the first file (in order) that has one."""
+        """Every file into ``acc``: in this process, or by ``jobs`` processes (this one among
+        them) that claim files in order and whose sums are added here. Warnings and the error
+        reported are the same either way: files are reported in order, and a malformed line
+        stops the run at the first file (in order) that has one."""
         jobs = self.options.jobs if self.options.jobs is not None else _auto_jobs(infos)
-        groups = _split_files(infos, min(jobs, len(infos)))
-        tasks = [_ReadTask(g, layout, interval_ms, quantum_ms, separate, self.options)
-                 for g in groups]
+        jobs = min(jobs, len(infos))
+        task = _ReadTask(infos, layout, interval_ms, quantum_ms, separate, self.options)
         warnings: dict[int, list[_Note]] = {}
         errors: list[_FileError] = []
         with _roomy_heap():
-            self._read_tasks(tasks, acc, warnings, errors)
+            if jobs == 1:
+                notes, error = _read_files(task, _FileQueue(len(infos)), acc)
+                warnings.update(notes)
+                errors.extend([error] if error else [])
+            else:
+                context = multiprocessing.get_context(_start_method())
+                queue = _SharedFileQueue(len(infos), context)
+                with _process_pool(jobs - 1, context, queue) as pool:
+                    futures = [pool.submit(_read_in_child, task) for _ in range(jobs - 1)]
+                    notes, error = _read_files(task, queue, acc)  # this process reads too
+                    warnings.update(notes)
+                    errors.extend([error] if error else [])
+                    for future in futures:
+                        outcome = future.result()
+                        acc.merge(outcome.first_quantum, outcome.counts)
+                        warnings.update(outcome.warnings)
+                        errors.extend([outcome.error] if outcome.error else [])
         stop = min(errors)[0] if errors else len(infos)
         for index in sorted(warnings):
             if index > stop:
@@ -528,25 +594,6 @@ class _Run:
         if errors:
             _, message, file, line = min(errors)
             raise LogFormatError(message, file=file, line=line)
-
-    @staticmethod
-    def _read_tasks(tasks: list[_ReadTask], acc: QuantumAccumulator,
-                    warnings: dict[int, list[_Note]], errors: list[_FileError]) -> None:
-        if len(tasks) == 1:
-            notes, error = _read_files(tasks[0], acc)
-            warnings.update(notes)
-            errors.extend([error] if error else [])
-        else:
-            with _process_pool(len(tasks) - 1) as pool:
-                futures = [pool.submit(_read_in_child, t) for t in tasks[1:]]
-                notes, error = _read_files(tasks[0], acc)
-                warnings.update(notes)
-                errors.extend([error] if error else [])
-                for future in futures:
-                    outcome = future.result()
-                    acc.merge(outcome.first_quantum, outcome.counts)
-                    warnings.update(outcome.warnings)
-                    errors.extend([outcome.error] if outcome.error else [])
 
     # ----------------------------------------------------------------- statistics
     def _group_counts(

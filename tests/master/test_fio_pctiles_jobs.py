@@ -4,6 +4,7 @@ same warnings in the same order, and the same error (the first malformed line in
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from master.cli import main
 from master.fiologs.parse import open_log
-from master.fiologs.pipeline import PctileOptions, PctileResult, compute_pctiles
+from master.fiologs.pipeline import PctileOptions, PctileResult, _start_method, compute_pctiles
 from master.fiologs.synth import fio_counts, write_log
 from protocol.errors import ConfigError, LogFormatError
 
@@ -118,3 +119,20 @@ def test_jobs_must_be_positive_and_the_cli_takes_it(tmp_path: Path,
     assert main(["fio-pctiles", "--jobs", "1", *map(str, logs)]) == 0
     assert capsys.readouterr().out == two
     assert two.startswith("start_ms,end_ms,samples,")
+
+
+def test_with_other_threads_running_readers_start_as_fresh_interpreters(tmp_path: Path) -> None:
+    logs = make_logs(tmp_path, 2, offsets_ms=[0, 500], rows=5)
+    one = run(logs, jobs=1, time_quantum_s=1.0)
+    if threading.active_count() == 1:
+        assert _start_method() == "fork"
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert _start_method() in ("forkserver", "spawn")
+        two = run(logs, jobs=2, time_quantum_s=1.0)
+    finally:
+        release.set()
+        other.join()
+    assert csv_text(two) == csv_text(one)
