@@ -76,7 +76,17 @@ class StepRecorder:
         subinterval_s: float,
         workloads: Mapping[str, WorkloadInstance],
         show_type: str = "all",
+        *,
+        fold_measurement: bool = False,
     ) -> None:
+        """``fold_measurement``: the window will be exactly the subintervals recorded with
+        phase ``measurement`` (a fixed-length step), so they are added into one running total
+        as they come instead of being kept one by one; memory then stays constant however long
+        the step. Without it (``measure:`` steps choose their window later) every
+        ``measurement`` subinterval is kept; other phases are never kept."""
+        self.fold_measurement = fold_measurement
+        self._folded: ru.Sample | None = None
+        self._folded_ks: list[int] = []
         self.output = output
         self.number = number
         self.name = name
@@ -101,7 +111,7 @@ class StepRecorder:
             unknown = [i for i in ids if i not in self.workloads]
             if unknown:
                 raise ProtocolError(f"results for unknown workloads {unknown[:3]}")
-            if self.ids and self.samples:
+            if self.ids and (self.samples or self._folded is not None):
                 raise ProtocolError("the set or order of workloads changed within the step")
             insts = [self.workloads[i] for i in ids]
             self.groupings = {
@@ -134,8 +144,14 @@ class StepRecorder:
             ops_by_host[h.host] = int(batch.counters[:, :, OPS].sum())
         sample = ru.Sample.from_batches(batches)
         groupings = self._groupings_for(ids)
-        self.samples[k] = sample
         self.phases[k] = phase
+        if phase == "measurement":
+            if self.fold_measurement:
+                self._folded = sample if self._folded is None else ru.Sample.add(
+                    [self._folded, sample])
+                self._folded_ks.append(k)
+            else:
+                self.samples[k] = sample
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
         out = Recorded(k, phase, {}, [])
@@ -261,7 +277,13 @@ class StepRecorder:
         (valid, rows, validation messages)."""
         if not window:
             return (not extra_invalid), [], [extra_invalid] if extra_invalid else []
-        total = ru.Sample.add([self.samples[k] for k in window])
+        if self._folded is not None and list(window) == self._folded_ks:
+            total = self._folded
+        else:
+            missing = [k for k in window if k not in self.samples]
+            if missing:
+                raise ValueError(f"subintervals {missing[:5]} were not kept for a window")
+            total = ru.Sample.add([self.samples[k] for k in window])
         dur = len(window) * self.subinterval_s
         valid_all = not extra_invalid
         rows: list[dict[str, Any]] = []

@@ -336,9 +336,10 @@ class Run:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
         show = "host" if len(self.sessions) > 1 else "all"
-        st = _StepState(number, step, StepRecorder(self.output, number, step.name, self.rollups,
-                                                   self.cfg.subinterval_seconds, self.current,
-                                                   show), control)
+        recorder = StepRecorder(self.output, number, step.name, self.rollups,
+                                self.cfg.subinterval_seconds, self.current, show,
+                                fold_measurement=control.fixed is not None)
+        st = _StepState(number, step, recorder, control)
         self.step_state = st
         self.pending_edits = []
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
