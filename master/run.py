@@ -43,6 +43,7 @@ from master.lunselect import (
     split_total_iops,
 )
 from master.output import RunOutput, create_run_folder, safe_name
+from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
 from master.stepcontrol import Decision, StepControl
 from protocol.errors import ConfigError, HostError, IvyError, PreflightError, ProtocolError
@@ -163,7 +164,7 @@ class Run:
         self.output = RunOutput(folder)
         self.output.start_run_log()
         self.output.write_text("test.yaml", self.cfg.source_text)
-        self.output.write_json("resolved.json", dataclasses.asdict(self.cfg))
+        self.output.write_json("resolved.json", resolved_dict(self.cfg))
         self.view.message(f"ivypy: run folder {folder}")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
