@@ -126,4 +126,4 @@ def testbed() -> Iterator[Testbed]:
 
 
 # Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests.
-from tests.slave.conftest import loop_device  # noqa: E402, F401
+from tests.slave.conftest import ext4_loop_device, loop_device  # noqa: E402, F401

@@ -142,3 +142,37 @@ def test_ctrl_c_stops_cleanly_keeps_output_exit_130(tmp_path: Path) -> None:
     assert all_gone(tree, 2.0)
     assert len(rows(folder / "step0000-rr/all/all.csv")) >= 2
     assert "interrupted" in (folder / "events.csv").read_text()
+
+
+PREFLIGHT_TEST = """\
+test: preflight
+subinterval_seconds: 1
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, path: {dev}{allow}}}
+steps:
+  - name: w
+    workloads:
+      - {{name: w, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 100,
+         read_fraction: {rf}}}
+    warmup_seconds: 0
+    measure_seconds: 1
+"""
+
+
+@pytest.mark.parametrize("rf, allow, status", [("70%", "", 2), ("100%", "", 0),
+                                               ("70%", ", allow_write: true", 0)])
+def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: object, rf: str,
+                                          allow: str, status: int) -> None:
+    dev = ext4_loop_device.path  # type: ignore[attr-defined]
+    cfg = write_config(tmp_path, PREFLIGHT_TEST.format(dev=dev, allow=allow, rf=rf))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    folder = run_folder(tmp_path, "preflight")
+    if status == 2:
+        line = err.strip().splitlines()[-1]
+        assert "localhost" in line and dev in line and "ext4" in line, line
+        assert not list(folder.glob("step*")), "no I/O may have started"
+    else:
+        assert rows(folder / "step0000-w/all/all.csv")
