@@ -38,8 +38,12 @@ def register(subparsers: Any) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(console)
+    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # run.log takes INFO
     try:
         cfg = load_config(args.test, output_root_override=args.output_root)
     except ConfigError as exc:
