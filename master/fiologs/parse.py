@@ -367,20 +367,21 @@ def _parse_canonical(
     newlines = np.flatnonzero(mark)
     n_rows = newlines.size
     n_comma = _count(comma)
-    # the only non-digits are commas, as many spaces and newlines; every comma is followed
-    # by a space, and no other two non-digits are neighbours: so every gap between two digit
-    # runs is ", " or a newline (and lines start and end with a digit)
-    if _count(space) != n_comma or _count(non_digit) != 2 * n_comma + n_rows:
+    # the non-digits number two per comma plus the newlines, and every comma is followed by a
+    # space: so they are exactly the commas, their spaces and the newlines ...
+    if _count(non_digit) != 2 * n_comma + n_rows:
         return None
     np.logical_and(comma[:-1], space[1:], out=mark[:-1])
     if _count(mark[:-1]) != n_comma:
         return None
+    # ... and no other two non-digits are neighbours: every gap between two digit runs is
+    # ", " or a newline (and lines start and end with a digit)
     np.logical_and(non_digit[:-1], non_digit[1:], out=mark[:-1])
     if _count(mark[:-1]) != n_comma:
         return None
-    # digits that follow a digit: all of them must belong to numbers that start with 1-9
-    np.logical_or(non_digit[:-1], non_digit[1:], out=mark[1:])
-    dropped = n - 1 - _count(mark[1:])
+    # so there are n_comma + n_rows numbers, and the digits after the first of each (which
+    # squeezed lines lack) are all the digits but one per number
+    dropped = n - 3 * n_comma - 2 * n_rows
     # starts of numbers with a leading 1-9: such a digit after a non-digit (or first)
     np.greater(b, _ZERO, out=mark)
     np.logical_and(mark[1:], non_digit[:-1], out=mark[1:])

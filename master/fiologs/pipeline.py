@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final, Protocol, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -255,16 +255,25 @@ _Note = tuple[str, bool]
 _FileError = tuple[int, str, str, int | None]
 
 
-class _FileQueue:
+class _FileQueue(Protocol):
     """Hands the files out one at a time, in file order; after a file with a malformed line it
-    hands out none that come later. This one serves a single reading process."""
+    hands out none that come later."""
+
+    def claim(self) -> int | None:
+        """The next file's index, or None when there is none left."""
+
+    def stop_at(self, index: int) -> None:
+        """Hand out no file from ``index`` on."""
+
+
+class _LocalFileQueue:
+    """A ``_FileQueue`` for a single reading process."""
 
     def __init__(self, n_files: int) -> None:
         self._next = 0
         self._stop = n_files
 
     def claim(self) -> int | None:
-        """The next file's index, or None when there is none left."""
         if self._next >= self._stop:
             return None
         self._next += 1
@@ -274,26 +283,25 @@ class _FileQueue:
         self._stop = min(self._stop, index)
 
 
-class _SharedFileQueue(_FileQueue):
-    """The same for several reading processes (counters in shared memory), so that a process
-    slowed down by other work on the machine just reads fewer files."""
+class _SharedFileQueue:
+    """A ``_FileQueue`` for several reading processes (counters in shared memory), so that a
+    process slowed down by other work on the machine just reads fewer files."""
 
     def __init__(self, n_files: int, context: BaseContext) -> None:
-        super().__init__(n_files)
-        self._shared_next = context.Value("q", 0)
-        self._shared_stop = context.Value("q", n_files)
+        self._next = context.Value("q", 0)
+        self._stop = context.Value("q", n_files)
 
     def claim(self) -> int | None:
-        with self._shared_next.get_lock():
-            index = int(self._shared_next.value)
-            if index >= int(self._shared_stop.value):
+        with self._next.get_lock():
+            index = int(self._next.value)
+            if index >= int(self._stop.value):
                 return None
-            self._shared_next.value = index + 1
+            self._next.value = index + 1
         return index
 
     def stop_at(self, index: int) -> None:
-        with self._shared_stop.get_lock():
-            self._shared_stop.value = min(int(self._shared_stop.value), index)
+        with self._stop.get_lock():
+            self._stop.value = min(int(self._stop.value), index)
 
 
 _child_queue: _FileQueue | None = None  # a reading process's queue, set as it starts
@@ -566,7 +574,7 @@ class _Run:
         errors: list[_FileError] = []
         with _roomy_heap():
             if jobs == 1:
-                notes, error = _read_files(task, _FileQueue(len(infos)), acc)
+                notes, error = _read_files(task, _LocalFileQueue(len(infos)), acc)
                 warnings.update(notes)
                 errors.extend([error] if error else [])
             else:

@@ -101,9 +101,12 @@ def test_fast_path_declines_or_agrees_on_mutated_text(case: tuple[bytes, int]) -
         b"1000, 0, 4096, 00, 0, 0, 7\n",
         b"1000, 0, 4096, 7, 0, 0, 05\n",  # ... after the last number that starts with 1-9
         b"1000, 0, 4096, 7, 0, 0, 00\n",
+        b"1000, 0, 4096, 0000, 0, 7\n",  # a field short, made up for by three leading zeros
+        b"1000, 0, 4096, 00, , 0, 7\n",  # an empty field, made up for by a leading zero
         b"1000, 0, 4096, 1234567890123456789, 0, 0, 7\n",  # 19 digits
         b"1000, 0, 4096, 0, 0, 0, 7, \n",  # trailing separator
         b"1000, 0, 4096, 0, 0, 0,7\n",
+        b"1000, 0 ,4096, 0, 0, 0, 7\n",
         b"1000, 0, 4096, 0, 0, 0, 7\n1000, 0, 4096, 0, 0, 0\n",  # a line a field short
         b"1000, 0, 4096, 0, 0, 0, 7\n1000, 0, 4096, 0, 0, 0, 7, 0\n",  # and a field more
         b"1000, 0, 4096, 0, 0, 0, 7\t\n",
