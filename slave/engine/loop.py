@@ -54,6 +54,7 @@ FLUSH_AT: Final = 8192  # completion records buffered before binning
 RING_MIN: Final = 2048  # I/Os precomputed per refill
 POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
 SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
+BUSY_SPINS_PER_YIELD: Final = 1  # empty ring checks between sched_yield calls when busy polling
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 _INF: Final = 1 << 62
 # bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
@@ -112,6 +113,8 @@ class _Workload:
     free: list[int] = field(default_factory=list)
     ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 5), np.int64))
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
+    ring_len: int = 0  # rows in ``ring``
     cur: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
     errors: dict[str, int] = field(default_factory=dict)
@@ -121,6 +124,22 @@ class _Workload:
     @property
     def params(self) -> WorkloadParams:
         return self.spec.params
+
+
+def _words(a: npt.NDArray[np.int64]) -> memoryview:
+    """A C-contiguous int64 array's memory as a flat memoryview of int64 words."""
+    if a.size == 0:
+        return memoryview(b"").cast("q")
+    return a.data.cast("B").cast("q")
+
+
+def _set_ring(w: _Workload, ring: npt.NDArray[np.int64], is_write: npt.NDArray[np.bool_]) -> None:
+    ring = np.ascontiguousarray(ring)
+    w.ring = ring
+    w.ring_write = is_write
+    w.ring_words = _words(ring)
+    w.ring_len = int(ring.shape[0])
+    w.cur = 0
 
 
 def _errno_name(res: int) -> str:
@@ -136,10 +155,12 @@ class EngineLoop:
         self.name = name
         self.table = SlotTable(capacity)
         self._rows = self.table.rows
+        self._rows_words = _words(self._rows)  # the same memory, for scalar paths
         self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
         self._active_list = [-1] * capacity
         self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
         self._pend = np.zeros((FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
+        self._pend_words = _words(self._pend)
         self._p = 0
         self._wl: list[_Workload | None] = []
         self._engines: dict[str, IoEngine] = {}
@@ -253,9 +274,7 @@ class EngineLoop:
         same_slots = params.iodepth == old.iodepth and params.blocksize_bytes == old.blocksize_bytes
         was_paced = w.paced
         w.paced = params.iops is not None
-        w.cur = 0
-        w.ring = w.ring[:0]
-        w.ring_write = w.ring_write[:0]
+        _set_ring(w, w.ring[:0], w.ring_write[:0])
         if same_slots:
             self._setup_slots(w)
             self._refresh()
@@ -339,9 +358,9 @@ class EngineLoop:
         ring[:, R_SUBMIT] = 0
         ring[:, R_SCHED] = ch.sched_ns
         c = w.cur
-        w.ring = np.concatenate([w.ring[c:], ring])
-        w.ring_write = np.concatenate([w.ring_write[c:], ch.is_write])
-        w.cur = 0
+        _set_ring(
+            w, np.concatenate([w.ring[c:], ring]), np.concatenate([w.ring_write[c:], ch.is_write])
+        )
 
     def _issue(self, w: _Workload, slots: npt.NDArray[np.intp]) -> None:
         """Submit ``w``'s next ``len(slots)`` I/Os on ``slots``."""
@@ -350,7 +369,7 @@ class EngineLoop:
             self._issue1(w, int(slots[0]))
             return
         c = w.cur
-        if c + k > w.ring.shape[0]:
+        if c + k > w.ring_len:
             self._refill(w, k)
             c = 0
         e = c + k
@@ -371,26 +390,29 @@ class EngineLoop:
         self._in_flight += k
 
     def _issue1(self, w: _Workload, slot: int) -> None:
-        """``_issue`` for one slot, with scalar operations only."""
+        """``_issue`` for one slot, with scalar operations only (no numpy on reads)."""
         c = w.cur
-        if c >= w.ring.shape[0]:
+        if c >= w.ring_len:
             self._refill(w, 1)
             c = 0
         w.cur = c + 1
-        opfd, off, cat, _, sched = w.ring[c].tolist()
+        rw = w.ring_words
+        b = 5 * c
+        tw = self._rows_words
+        r = SlotTable.ROW_WORDS * slot
+        off = rw[b + R_OFF]
         if w.pattern is not None and w.ring_write[c]:
             w.pattern.fill(
                 w.buffers.array,
-                np.array([self._rows[slot, C_ROW]], dtype=np.intp),
+                np.array([tw[r + C_ROW]], dtype=np.intp),
                 np.array([off], dtype=np.int64),
             )
-        row = self._rows[slot]
-        row[W_OPCODE_FD] = opfd
-        row[W_OFFSET] = off
-        row[C_CAT] = cat
+        tw[r + W_OPCODE_FD] = rw[b]
+        tw[r + W_OFFSET] = off
+        tw[r + C_CAT] = rw[b + R_CAT]
         t_sub = time.monotonic_ns()
-        row[C_SUBMIT] = t_sub
-        row[C_SCHED] = sched if w.paced else t_sub
+        tw[r + C_SUBMIT] = t_sub
+        tw[r + C_SCHED] = rw[b + R_SCHED] if w.paced else t_sub
         w.spec.engine.submit_one(slot)
         self._in_flight += 1
 
@@ -403,7 +425,7 @@ class EngineLoop:
                 continue
             nfree = len(w.free)
             c = w.cur
-            if c + nfree > w.ring.shape[0]:
+            if c + nfree > w.ring_len:
                 self._refill(w, nfree)
                 c = 0
             sched = w.ring[c : c + nfree, R_SCHED]
@@ -418,8 +440,8 @@ class EngineLoop:
                 self._issue(w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp))
             if w.free:
                 nxt = w.cur
-                if nxt < w.ring.shape[0]:
-                    next_due = min(next_due, int(w.ring[nxt, R_SCHED]))
+                if nxt < w.ring_len:
+                    next_due = min(next_due, w.ring_words[5 * nxt + R_SCHED])
                 else:
                     next_due = now
         return next_due
@@ -448,12 +470,15 @@ class EngineLoop:
             self.flush()
 
     def _complete_scalar(self, engine: IoEngine, n: int, t: int) -> None:
-        pend = self._pend
-        rows = self._rows
+        pw = self._pend_words
+        tw = self._rows_words
+        rw = SlotTable.ROW_WORDS
         p = self._p
         for s, res in zip(engine.done_slot[:n].tolist(), engine.done_res[:n].tolist(), strict=True):
-            pr = pend[p]
-            pr[:] = rows[s]
+            b = rw * p
+            pw[b : b + rw] = tw[rw * s : rw * s + rw]
+            pw[b + C_RES] = res
+            pw[b + C_DONE] = t
             p += 1
             owner = self._active_list[s]
             if owner < 0:
@@ -468,8 +493,6 @@ class EngineLoop:
                     w.free.append(s)
                 else:
                     self._issue1(w, s)
-            pr[C_RES] = res
-            pr[C_DONE] = t
         self._p = p
         if p >= FLUSH_AT:
             self.flush()
@@ -628,6 +651,16 @@ class EngineLoop:
                 next_poll = now + POLL_CONTROL_NS
                 continue
             wake = boundary if boundary < next_poll else next_poll
+            single = self._single
+            if single is not None and single.params.iodepth <= SCALAR_MAX:
+                eng = self._engine_list[0]
+                if len(self._engine_list) == 1 and eng is single.spec.engine:
+                    words = getattr(eng, "done_words", None)
+                    if words is not None:
+                        boundary = self._loop_scalar(
+                            control, single, eng, words, boundary, subinterval_ns, wake
+                        )
+                        continue
             if self._paced:
                 due = self._submit_due(now)
                 if due < wake:
@@ -667,6 +700,93 @@ class EngineLoop:
                 if n:
                     self._complete(eng, n, mono())
 
+    def _loop_scalar(
+        self,
+        control: LoopControl,
+        w: _Workload,
+        eng: IoEngine,
+        ev: memoryview,
+        boundary: int,
+        subinterval_ns: int,
+        wake: int,
+    ) -> int:
+        """The loop for one max-iops workload of iodepth <= ``SCALAR_MAX`` on an engine that
+        exposes its completions as words (libaio): plain ints and memoryviews only, until
+        ``wake`` (the next boundary or control poll) or a completion reaped after the boundary
+        (handled here, before it is recorded). Returns the next boundary."""
+        mono = time.monotonic_ns
+        busy = self._busy_poll
+        poll = eng.poll
+        reap = eng.reap
+        submit_one = eng.submit_one
+        issue1 = None if w.pattern is None else self._issue1  # writes fill their buffer first
+        pw = self._pend_words
+        tw = self._rows_words
+        rw = SlotTable.ROW_WORDS
+        # the ring of precomputed I/Os, held in locals while this runs (``w.cur`` kept up)
+        cur = w.cur
+        ring_len = w.ring_len
+        ring = w.ring_words
+        spins = 0
+        now = mono()
+        while now < wake:
+            if busy:
+                n = poll()
+                if not n:
+                    spins += 1
+                    if spins >= BUSY_SPINS_PER_YIELD:
+                        spins = 0
+                        sched_yield()  # let the device's kernel worker run if it shares our core
+                    now = mono()
+                    continue
+            else:
+                n = reap(1, wake - now)
+                if not n:
+                    now = mono()
+                    continue
+            t = mono()
+            if t >= boundary:
+                self._boundary(control, boundary)
+                self._complete(eng, n, t)
+                return boundary + subinterval_ns
+            p = self._p
+            for i in range(n):
+                s = ev[4 * i]
+                b = rw * p
+                r = rw * s
+                pw[b : b + rw] = tw[r : r + rw]
+                pw[b + C_RES] = ev[4 * i + 2]
+                pw[b + C_DONE] = t
+                p += 1
+                # resubmit before the next record (in-flight count unchanged)
+                if issue1 is not None:
+                    self._in_flight -= 1
+                    issue1(w, s)
+                    cur = w.cur
+                    ring_len = w.ring_len
+                    ring = w.ring_words
+                    continue
+                if cur >= ring_len:
+                    self._refill(w, 1)
+                    cur = 0
+                    ring_len = w.ring_len
+                    ring = w.ring_words
+                k = 5 * cur
+                cur += 1
+                w.cur = cur
+                tw[r + W_OPCODE_FD] = ring[k]
+                tw[r + W_OFFSET] = ring[k + R_OFF]
+                tw[r + C_CAT] = ring[k + R_CAT]
+                t_sub = mono()
+                tw[r + C_SUBMIT] = t_sub
+                tw[r + C_SCHED] = t_sub
+                submit_one(s)
+            self._p = p
+            if p >= FLUSH_AT:
+                self.flush()
+            now = t
+        return boundary
+
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index
         self.flush()
@@ -702,9 +822,7 @@ class EngineLoop:
                 self._set_active(w.slots, w.index)
                 owned.update(w.slots.tolist())
                 w.free = []
-                w.cur = 0
-                w.ring = w.ring[:0]
-                w.ring_write = w.ring_write[:0]
+                _set_ring(w, w.ring[:0], w.ring_write[:0])
         self._free_slots = [s for s in range(self.table.capacity - 1, -1, -1) if s not in owned]
         self._retired_in_flight = 0
         self._in_flight = max(self._in_flight, 0)
