@@ -16,6 +16,7 @@ from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
 from slave.engine import aio_abi, choose_engine, files
+from slave.engine import loop as loop_mod
 from slave.engine.base import AlignedBuffers, SlotTable
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -133,6 +134,18 @@ def test_busy_poll_at_depth_one(lun_file: str) -> None:
     stats, errors = run_workload(lun_file, "libaio", p, 0.2)
     assert errors == {} and stats.ops(0) > 100
     assert stats.lat[0, 0, 1] > 0  # a real latency, not zero
+
+
+@needs_aio
+@pytest.mark.parametrize("iodepth", [1, 4])
+def test_busy_poll_blocks_once_it_has_spun_long_enough(
+    lun_file: str, iodepth: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)  # block at the first empty check
+    p = WorkloadParams(iodepth=iodepth, busy_poll=True)
+    stats, errors = run_workload(lun_file, "libaio", p, 0.2)
+    assert errors == {} and stats.ops(0) > 100
+    assert stats.lat[0, 0, 1] > 0
 
 
 @needs_aio
