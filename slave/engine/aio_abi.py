@@ -210,6 +210,14 @@ class AioContext:
             raise IoEngineError(f"io_getevents failed: {os.strerror(err)} (errno {err})")
         return rc
 
+    def ring_ready(self) -> int:
+        """Completions waiting in the ring (0 when the ring cannot be read)."""
+        hdr = self._ring_hdr
+        if hdr is None:
+            return 0
+        d: int = hdr[3] - hdr[2]
+        return d if d >= 0 else d + self._ring_nr
+
     def poll_ring(self) -> int:
         """Reap whatever completions are in the ring without a system call."""
         hdr = self._ring_hdr

@@ -82,6 +82,10 @@ class LibaioEngine:
             return self._ctx.poll_ring()
         return self._ctx.getevents(min_nr, timeout_ns)
 
+    def ready(self) -> int:
+        """Completions waiting in the ring now (not reaped)."""
+        return self._ctx.ring_ready()
+
     def poll(self) -> int:
         return self._ctx.poll_ring()
 
