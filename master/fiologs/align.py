@@ -190,19 +190,18 @@ class QuantumAccumulator:
         first = spread.row_first_pair
         flat = row_base[row]
         flat += col
-        w_first = spread.pair_weight[first]
-        if bool((w_first == 1.0).all()):
-            np.add.at(flat_data, flat, count.astype(np.float64))
-        else:
-            np.add.at(flat_data, flat, count * w_first[row])
         two = spread.row_pairs == 2
-        if not two.any():
+        if not two.any():  # every row in one quantum, with weight 1
+            np.add.at(flat_data, flat, count.astype(np.float64))
             return
-        w_second = np.where(two, spread.pair_weight[np.where(two, first + 1, first)], 0.0)
+        first_part = count * spread.pair_weight[first][row]
+        np.add.at(flat_data, flat, first_part)
         flat += self.n_columns  # the next quantum of the same slot
         if bool(two.all()):
-            np.add.at(flat_data, flat, count * w_second[row])
+            # the second quantum gets what the first did not: the parts add up to the count
+            np.add.at(flat_data, flat, count - first_part)
             return
+        w_second = np.where(two, spread.pair_weight[np.where(two, first + 1, first)], 0.0)
         cell_two = two[row]
         np.add.at(flat_data, flat[cell_two], count[cell_two] * w_second[row[cell_two]])
 
