@@ -53,8 +53,12 @@ class FakeEngine:
         self._pending_slot = np.zeros(0, dtype=np.int64)
         self._pending_due = np.zeros(0, dtype=np.int64)
         self._pending_res = np.zeros(0, dtype=np.int64)
-        self.done_slot = np.zeros(cap, dtype=np.uint64)
-        self.done_res = np.zeros(cap, dtype=np.int64)
+        # completions laid out as libaio's events (4 words each: slot, -, result, -), so the
+        # engine loop's scalar path runs on this engine too
+        events = np.zeros((cap, 4), dtype=np.int64)
+        self.done_words = events.data.cast("B").cast("q")
+        self.done_slot = events[:, 0].view(np.uint64)
+        self.done_res = events[:, 2]
         self.max_in_flight = 0
         self.submitted = 0
         self.keep_log = keep_log

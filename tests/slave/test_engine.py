@@ -245,3 +245,31 @@ def test_max_and_paced_workloads_share_a_loop() -> None:
     assert [x.ops() for x in ctl.snapshots["slow"]] == pytest.approx([100, 100], abs=3)
     assert all(x.ops() > 500 for x in ctl.snapshots["fast"])
     assert ctl.handed[0][1] < 50_000_000  # the switch happened promptly
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_depth_one_on_a_stalling_device_keeps_boundaries_and_control_polls(
+    busy_poll: bool,
+) -> None:
+    """The queue-depth-1 loop blocks with a far timeout, but never past a boundary, and a
+    stalled device holds up the control's polls by at most ~BLOCK_WAIT_NS."""
+    loop, eng = make_loop(constant_ns(45_000_000))
+    s = spec(loop, "w", WorkloadParams(iodepth=1, busy_poll=busy_poll))
+    loop.add_workload(s, None)
+    polls: list[int] = []
+
+    class Polling(Control):
+        def poll(self, loop: EngineLoop) -> None:
+            polls.append(time.monotonic_ns())
+
+    ctl = Polling(3)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert [h[0] for h in ctl.handed] == [0, 1, 2]
+    # the switch follows the boundary closely though no completion is near it
+    assert all(0 <= sw < 20_000_000 for _, sw, _, _ in ctl.handed), ctl.handed
+    gaps = np.diff(np.array(polls))
+    assert len(polls) >= 10 and int(gaps.max()) < 40_000_000, gaps
+    done = sum(snap.ops() for snap in ctl.snapshots["w"])
+    assert 4 <= done <= 8  # 300 ms at 45 ms per I/O, one at a time
+    assert eng.max_in_flight == 1
