@@ -192,6 +192,8 @@ class EngineLoop:
         self._discard = False
         self._busy_poll = False
         self._single: _Workload | None = None  # the only workload, when it runs at max iops
+        self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_scalar
+        self._ready: Callable[[], int] | None = None  # the only engine's ring peek, if any
         self._paced: list[_Workload] = []
         self.subinterval_index = -1
 
@@ -209,6 +211,8 @@ class EngineLoop:
             eng = maker(self.table)
             self._engines[kind] = eng
             self._engine_list = list(self._engines.values())
+            self._ready = getattr(eng, "ready", None) if len(self._engine_list) == 1 else None
+            self._pick_scalar()
         return eng
 
     @property
@@ -346,10 +350,24 @@ class EngineLoop:
         self._single = None
         if len(live) == 1 and not live[0].paced and self._retired_in_flight == 0:
             self._single = live[0]
+        self._pick_scalar()
         if self._retired_in_flight == 0 and self._pending_release:
             release, self._pending_release = self._pending_release, []
             for fn in release:
                 fn()
+
+    def _pick_scalar(self) -> None:
+        """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
+        SCALAR_MAX, alone on one engine that lays out its completions as words."""
+        self._scalar = None
+        w = self._single
+        engines = self._engine_list
+        if w is None or w.params.iodepth > SCALAR_MAX or len(engines) != 1:
+            return
+        eng = engines[0]
+        words = getattr(eng, "done_words", None)
+        if eng is w.spec.engine and words is not None:
+            self._scalar = (w, eng, words)
 
     def _start_workload(self, w: _Workload, at_ns: int) -> None:
         w.seq.start(at_ns)
@@ -670,16 +688,10 @@ class EngineLoop:
                 next_poll = now + POLL_CONTROL_NS
                 continue
             wake = boundary if boundary < next_poll else next_poll
-            single = self._single
-            if single is not None and single.params.iodepth <= SCALAR_MAX:
-                eng = self._engine_list[0]
-                if len(self._engine_list) == 1 and eng is single.spec.engine:
-                    words = getattr(eng, "done_words", None)
-                    if words is not None:
-                        boundary = self._loop_scalar(
-                            control, single, eng, words, boundary, subinterval_ns, wake
-                        )
-                        continue
+            scalar = self._scalar
+            if scalar is not None:
+                boundary = self._loop_scalar(control, *scalar, boundary, subinterval_ns, wake)
+                continue
             if self._paced:
                 due = self._submit_due(now)
                 if due < wake:
@@ -697,7 +709,7 @@ class EngineLoop:
                 else:
                     # look in the ring first when completions are likely there (no syscall)
                     inf = self._in_flight
-                    ready = getattr(eng, "ready", None)
+                    ready = self._ready
                     if (
                         ready is not None
                         and inf >= BATCH_MIN_IN_FLIGHT
@@ -844,6 +856,7 @@ class EngineLoop:
             if w is not None:
                 self._set_active(w.slots, -1)
         self._single = None
+        self._scalar = None
         while self._in_flight > 0:
             left = deadline - time.monotonic_ns()
             if left <= 0:
@@ -871,3 +884,5 @@ class EngineLoop:
             eng.close()
         self._engines.clear()
         self._engine_list = []
+        self._ready = None
+        self._scalar = None
