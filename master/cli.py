@@ -21,9 +21,26 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.fio_pctiles_cli",
     "master.cli_control",
 )
+#: Which module registers which subcommand, so that a command imports only its own module
+#: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
+COMMAND_OF: dict[str, str] = {
+    "run": "master.cli_run",
+    "fio-pctiles": "master.fio_pctiles_cli",
+    "status": "master.cli_control",
+    "edit": "master.cli_control",
+    "stop": "master.cli_control",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen_module(argv: Sequence[str]) -> str | None:
+    """The module of the subcommand named in ``argv`` (the first word not starting with -)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return COMMAND_OF.get(word)
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ivypy",
         description="Distributed storage load generator in the style of Hitachi's ivy.",
@@ -34,14 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
         version=f"ivypy {__version__} (protocol {PROTOCOL_VERSION})",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in (only,) if only else COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_chosen_module(words))
+    args = parser.parse_args(words)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

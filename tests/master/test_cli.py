@@ -1,0 +1,41 @@
+"""The top-level CLI: --help/--version, and each subcommand loading only its own module."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from master import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_command_table_matches_the_modules() -> None:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(cli.COMMAND_OF)
+    assert set(cli.COMMAND_OF.values()) == set(cli.COMMAND_MODULES)
+    for name, module in cli.COMMAND_OF.items():
+        only = cli.build_parser(module)
+        only_sub = next(a for a in only._actions if isinstance(a, argparse._SubParsersAction))
+        assert name in only_sub.choices
+
+
+@pytest.mark.parametrize("args, text", [(["--version"], "ivypy 0.1.0 (protocol 1)"),
+                                        (["--help"], "fio-pctiles"), ([], "COMMAND")])
+def test_help_and_version(args: list[str], text: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0 and text in proc.stdout
+
+
+def test_fio_pctiles_does_not_load_the_run_loop() -> None:
+    code2 = ("import sys\nfrom master import cli\ntry:\n    cli.main(['fio-pctiles', '--help'])"
+             "\nexcept SystemExit:\n    pass\nprint('asyncssh' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout + proc.stderr
