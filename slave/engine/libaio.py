@@ -1,8 +1,9 @@
 """The libaio engine: O_DIRECT I/O through native AIO (``io_submit`` / ``io_getevents``).
 
 Owns turning slot batches into ``io_submit`` calls (a preallocated pointer array filled with one
-numpy gather) and reaping events (syscall, or straight from the mapped ring when polling). It
-must not touch offsets or statistics.
+numpy gather; a single slot hands the kernel its own entry of the table's address array) and
+reaping events (syscall, or straight from the mapped ring when polling), with the per-I/O ctypes
+calls inlined and their arguments prebuilt. It must not touch offsets or statistics.
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ bookkeeping) with the next precomputed I/Os of their workloads, submit paced I/O
 scheduled time comes, buffer raw completion records and bin them into the running subinterval's
 ``WorkloadStats`` in bulk, and switch subinterval buffers at each boundary. One timestamp is
 taken per submit batch and one per reap batch. Small batches (queue depth 1 and 2) take a plain
-scalar path; larger ones are handled with a fixed number of numpy operations per batch.
+scalar path; larger ones are handled with a fixed number of numpy operations per batch. A lone
+max-iops workload of queue depth 1 or 2 on an engine that exposes its completions as words
+(libaio, fake) runs in ``_loop_scalar``: plain ints and memoryviews, no numpy per I/O. With many
+I/Os in flight and few done, the loop waits a few microseconds for a fuller batch; busy polling
+spins on the completion ring for a while after each completion, then blocks.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -211,7 +215,9 @@ class EngineLoop:
             eng = maker(self.table)
             self._engines[kind] = eng
             self._engine_list = list(self._engines.values())
-            self._ready = getattr(eng, "ready", None) if len(self._engine_list) == 1 else None
+            # a ring peek (libaio reading the kernel's ring) serves the batching wait
+            peek = len(self._engine_list) == 1 and getattr(eng, "userspace_reap", False)
+            self._ready = getattr(eng, "ready", None) if peek else None
             self._pick_scalar()
         return eng
 
