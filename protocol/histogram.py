@@ -260,35 +260,28 @@ class LatencyHistogram:
         """
         idx_parts: list[npt.NDArray[np.uint16]] = []
         cnt_parts: list[npt.NDArray[np.uint64]] = []
-        nnzs: list[int] = []
-        totals: list[int] = []
-        mins: list[int] = []
-        maxs: list[int] = []
-        total_sum = 0
+        heads: list[tuple[int, int, int, int, int]] = []
+        frombuffer = np.frombuffer
         for blob in blobs:
-            nnz, n, sum_ns, min_ns, max_ns = _parse_header(blob)
-            if not n:
+            head = _parse_header(blob)
+            nnz = head[0]
+            if not nnz:
                 continue
-            idx_parts.append(np.frombuffer(blob, dtype="<u2", count=nnz, offset=HEADER_BYTES))
-            cnt_parts.append(
-                np.frombuffer(blob, dtype="<u8", count=nnz, offset=HEADER_BYTES + 2 * nnz)
-            )
-            nnzs.append(nnz)
-            totals.append(n)
-            mins.append(min_ns)
-            maxs.append(max_ns)
-            total_sum += sum_ns
+            idx_parts.append(frombuffer(blob, "<u2", nnz, HEADER_BYTES))
+            cnt_parts.append(frombuffer(blob, "<u8", nnz, HEADER_BYTES + 2 * nnz))
+            heads.append(head)
         h = cls()
-        if not nnzs:
+        if not heads:
             return h
-        idx = np.concatenate(idx_parts).astype(np.intp)
-        cnt = np.concatenate(cnt_parts)
+        nnzs, totals, sums, mins, maxs = zip(*heads, strict=True)
+        idx = np.concatenate(idx_parts)
+        cnt = np.concatenate(cnt_parts).view(np.int64)
         _check_sparse(idx, cnt, np.array(nnzs), totals, mins, maxs)
         if sum(totals) < 1 << 53:  # float64 weights are exact below 2**53
             h._counts += np.bincount(idx, weights=cnt, minlength=N_BUCKETS).astype(np.int64)
         else:
-            np.add.at(h._counts, idx, cnt.astype(np.int64))
-        h._sum_ns, h._min_ns, h._max_ns = total_sum, min(mins), max(maxs)
+            np.add.at(h._counts, idx.astype(np.intp), cnt)
+        h._sum_ns, h._min_ns, h._max_ns = sum(sums), min(mins), max(maxs)
         return h
 
 
@@ -314,6 +307,8 @@ def _parse_header(data: bytes | bytearray | memoryview) -> tuple[int, int, int, 
         raise RemoteProtocolError(
             f"histogram claims {nnz} non-zero buckets but has {size - HEADER_BYTES} payload bytes"
         )
+    if n >= 1 << 63:
+        raise RemoteProtocolError(f"histogram count {n} is beyond 2**63-1")
     if bool(n) != bool(nnz):
         raise RemoteProtocolError(f"histogram count {n} with {nnz} non-zero buckets")
     if n and not (0 <= min_ns <= max_ns):
@@ -322,28 +317,29 @@ def _parse_header(data: bytes | bytearray | memoryview) -> tuple[int, int, int, 
 
 
 def _check_sparse(
-    idx: npt.NDArray[np.intp],
-    cnt: npt.NDArray[np.uint64],
+    idx: npt.NDArray[np.uint16],
+    cnt: npt.NDArray[np.int64],
     nnzs: npt.NDArray[np.int64],
-    totals: list[int],
-    mins: list[int],
-    maxs: list[int],
+    totals: Sequence[int],
+    mins: Sequence[int],
+    maxs: Sequence[int],
 ) -> None:
-    """Vectorised checks of many concatenated sparse histograms (each with nnz > 0)."""
-    if int(idx.max()) >= N_BUCKETS:
-        raise RemoteProtocolError("histogram bucket index out of range")
-    if not bool(np.all(cnt > 0)) or int(cnt.max()) >= 1 << 63:
+    """Vectorised checks of many concatenated sparse histograms (each with nnz > 0); ``cnt`` is
+    the u64 counts viewed as int64, so one ``min`` finds both zeros and counts >= 2**63."""
+    if int(cnt.min()) <= 0:
         raise RemoteProtocolError("histogram bucket counts must be in 1..2**63-1")
     starts = np.zeros(nnzs.size, dtype=np.int64)
     np.cumsum(nnzs[:-1], out=starts[1:])
-    step = np.diff(idx)
+    ends = starts + nnzs - 1
+    step = np.diff(idx.astype(np.int32))
     step[starts[1:] - 1] = 1  # a new histogram may start anywhere
     if step.size and int(step.min()) <= 0:
         raise RemoteProtocolError("histogram bucket indices must increase")
-    sums = np.add.reduceat(cnt, starts)
-    if not np.array_equal(sums, np.array(totals, dtype=np.uint64)):
+    first, last = idx[starts].astype(np.intp), idx[ends].astype(np.intp)
+    if int(last.max()) >= N_BUCKETS:
+        raise RemoteProtocolError("histogram bucket index out of range")
+    if not np.array_equal(np.add.reduceat(cnt, starts), np.array(totals, dtype=np.int64)):
         raise RemoteProtocolError("histogram count differs from its buckets' sum")
-    first, last = idx[starts], idx[starts + nnzs - 1]
     lo, hi = np.array(mins, dtype=np.int64), np.array(maxs, dtype=np.int64)
     if not (
         bool(np.all((LOWER_NS[first] <= lo) & (lo < UPPER_NS[first])))

@@ -152,6 +152,12 @@ def _mutations(blob: bytes) -> list[bytes]:
     reserved = bytearray(blob)
     reserved[2] = 1
     out.append(bytes(reserved))
+    huge = bytearray(blob)
+    huge[8:16] = (1 << 63).to_bytes(8, "little")
+    out.append(bytes(huge))
+    huge_count = bytearray(blob)
+    huge_count[cnt_at : cnt_at + 8] = (1 << 63).to_bytes(8, "little")
+    out.append(bytes(huge_count))
     bad_min = bytearray(blob)
     bad_min[32:40] = (10**12).to_bytes(8, "little")
     out.append(bytes(bad_min))
