@@ -182,8 +182,9 @@ class HostSession:
 
     def _event(self, level: str, message: str, context: dict[str, Any]) -> None:
         ev = SlaveEvent(self.host, level, message, self.clock(), dict(context))
-        log.log(logging.getLevelName(level) if isinstance(logging.getLevelName(level), int)
-                else logging.INFO, "[host=%s] %s", self.host, message)
+        numeric = logging.getLevelName(level)  # the number for a known level name
+        log.log(numeric if isinstance(numeric, int) else logging.INFO, "[host=%s] %s",
+                self.host, message)
         if self.on_event is not None:
             self.on_event(ev)
 

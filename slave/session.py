@@ -281,18 +281,14 @@ class SlaveSession:
             raw = {**raw, "iops": float(raw["iops"])}
         return base.replace(**raw) if base else WorkloadParams(**raw)
 
+    def _refuse(self, seq: int, kind: str, message: str, workload_id: str, lun: str = "") -> None:
+        """Answer request ``seq`` with an ``Error`` naming the workload (and LUN)."""
+        self.send(Error(kind=kind, message=message, seq=seq, workload_id=workload_id, lun=lun))
+
     def _on_create(self, msg: CreateWorkload) -> None:
         wid = msg.workload_id
         if wid in self.params:
-            self.send(
-                Error(
-                    kind="config",
-                    message=f"workload {wid} exists already",
-                    seq=msg.seq,
-                    workload_id=wid,
-                    lun=msg.lun_path,
-                )
-            )
+            self._refuse(msg.seq, "config", f"workload {wid} exists already", wid, msg.lun_path)
             return
         try:
             params = self._params(msg.params, None)
@@ -304,26 +300,10 @@ class SlaveSession:
             _check_fits(params, lun)
             info = self.backend.create(wid, lun, params)
         except PreflightError as exc:
-            self.send(
-                Error(
-                    kind="preflight",
-                    message=str(exc),
-                    seq=msg.seq,
-                    workload_id=wid,
-                    lun=msg.lun_path,
-                )
-            )
+            self._refuse(msg.seq, "preflight", str(exc), wid, msg.lun_path)
             return
         except (IvyError, OSError, ValueError, TypeError) as exc:
-            self.send(
-                Error(
-                    kind="config",
-                    message=f"workload {wid}: {exc}",
-                    seq=msg.seq,
-                    workload_id=wid,
-                    lun=msg.lun_path,
-                )
-            )
+            self._refuse(msg.seq, "config", f"workload {wid}: {exc}", wid, msg.lun_path)
             return
         self.params[wid] = params
         self.lun_of[wid] = lun
@@ -344,9 +324,7 @@ class SlaveSession:
             _check_fits(params, self.lun_of[wid])
             self.backend.edit(wid, params)
         except (IvyError, ValueError, TypeError) as exc:
-            self.send(
-                Error(kind="config", message=f"edit of {wid}: {exc}", seq=msg.seq, workload_id=wid)
-            )
+            self._refuse(msg.seq, "config", f"edit of {wid}: {exc}", wid)
             return
         self.params[wid] = params
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
@@ -354,14 +332,7 @@ class SlaveSession:
     def _on_delete(self, msg: DeleteWorkload) -> None:
         wid = msg.workload_id
         if wid not in self.params:
-            self.send(
-                Error(
-                    kind="config",
-                    message=f"no workload {wid} on this host",
-                    seq=msg.seq,
-                    workload_id=wid,
-                )
-            )
+            self._refuse(msg.seq, "config", f"no workload {wid} on this host", wid)
             return
         self.backend.delete(wid)
         del self.params[wid]
