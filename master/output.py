@@ -31,7 +31,7 @@ import os
 import re
 import resource
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,22 +65,17 @@ def fmt(value: Any) -> str:
 class CsvAppender:
     """A CSV file with a fixed header; every row is flushed to the OS as it is written.
 
-    ``write_line`` appends an already formatted line without flushing, for writers that put
-    many rows into many files per subinterval and flush once (``flush``; ``RunOutput.flush``
-    flushes every appender written since). An appender made with ``keep_open=False`` holds
-    no file descriptor: its lines wait in memory until ``flush``, which appends them with one
-    open/write/close; its ``write`` does the same at once. ``RunOutput`` makes those beyond
-    its open-file budget (runs with tens of thousands of instance files).
+    ``append_now`` appends an already formatted line with one ``write`` call, for writers that
+    put rows into many files per subinterval. An appender made with ``keep_open=False`` holds
+    no file descriptor: each row is appended with one open/write/close. ``RunOutput`` makes
+    those beyond its open-file budget (runs with tens of thousands of instance files).
     """
 
-    def __init__(self, path: Path, header: Sequence[str], keep_open: bool = True,
-                 on_dirty: Callable[[CsvAppender], None] | None = None) -> None:
+    def __init__(self, path: Path, header: Sequence[str], keep_open: bool = True) -> None:
         self.path = path
         self.header = list(header)
         self._header_set = frozenset(self.header)
-        self._on_dirty = on_dirty
         self._pending: list[str] = []
-        self.dirty = False
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
         self._writer = csv.writer(self._fh)
@@ -113,17 +108,17 @@ class CsvAppender:
         self._writer.writerow([fmt(row.get(col)) for col in self.header])
         self._fh.flush()
 
-    def write_line(self, line: str) -> None:
-        """Append one formatted CSV line (ending in ``\\r\\n``, as ``csv.writer`` ends
-        them); it reaches the OS at the next ``flush``."""
+    def append_now(self, line: str) -> None:
+        """Append one formatted line and hand it to the OS at once: one ``write`` call on an
+        open file (``write`` leaves nothing buffered), one open/write/close otherwise."""
         if self._fh is None or self._fh.closed:
             self._pending.append(line)
-        else:
-            self._fh.write(line)
-        if not self.dirty:
-            self.dirty = True
-            if self._on_dirty is not None:
-                self._on_dirty(self)
+            self.flush()
+            return
+        view = memoryview(line.encode("utf-8"))
+        fd = self._fh.fileno()
+        while view:
+            view = view[os.write(fd, view):]
 
     def flush(self) -> None:
         if self._fh is not None and not self._fh.closed:
@@ -138,7 +133,6 @@ class CsvAppender:
             finally:
                 os.close(fd)
             self._pending.clear()
-        self.dirty = False
 
     def close(self) -> None:
         self.flush()
@@ -153,36 +147,26 @@ def csv_text(value: str) -> str:
     return value
 
 
-_FLOAT_CELL_LIMIT = 1e15
 
 
 def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
-    """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending), with one
-    C-level ``%`` format per row instead of one ``fmt`` call per cell. Rows are grouped by
-    their pattern of empty cells (NaN, infinities): each pattern has its own template with
-    ``%.6g`` for the numbers and nothing for the empty cells. Rows with a number of 1e15 or
-    more take ``fmt`` itself. Same text as ``fmt``.
-
-    (A fully vectorised ``%.6g`` in numpy was tried: exact, but not faster than this on the
-    reference machine; the cost is about 0.3 us per number either way.)"""
+    """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending): the same
+    text as ``fmt``, written by the compiled ``master.kernels.format_rows``; the rare rows it
+    cannot decide (a ``%.6g`` rounding too close to call in binary, magnitudes of 1e15 or
+    more or below 1e-30) are formatted with ``fmt`` itself."""
     n_rows, n_cols = values.shape
     if n_rows == 0:
         return []
     if n_cols == 0:
         return [""] * n_rows
-    finite = np.isfinite(values)
-    big = (finite & (np.abs(np.where(finite, values, 0.0)) >= _FLOAT_CELL_LIMIT)).any(axis=1)
-    patterns, which = np.unique(np.packbits(finite, axis=1), axis=0, return_inverse=True)
-    which = which.reshape(-1)
-    out: list[str] = [""] * n_rows
-    for t, packed in enumerate(patterns):
-        cols = np.unpackbits(packed, count=n_cols).astype(bool)
-        template = ",".join("%.6g" if f else "" for f in cols.tolist())
-        members = np.flatnonzero((which == t) & ~big)
-        for i, row in zip(members.tolist(), values[np.ix_(members, cols)].tolist(),
-                          strict=True):
-            out[i] = template % tuple(row)
-    for i in np.flatnonzero(big).tolist():
+    from master import kernels  # numba: loaded by the first run that writes rows
+
+    text, ends, fallback = kernels.format_rows(values)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1]
+    out = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    for i in np.flatnonzero(fallback).tolist():
         out[i] = ",".join(fmt(float(v)) for v in values[i])
     return out
 
@@ -230,7 +214,6 @@ class RunOutput:
         self.folder = folder
         self._files: dict[Path, CsvAppender] = {}
         self._n_open = 0
-        self._dirty: list[CsvAppender] = []
         self.max_open_files = (max(8, open_file_budget()) if max_open_files is None
                                else max(1, max_open_files))
         self._log_handler: logging.Handler | None = None
@@ -267,17 +250,11 @@ class RunOutput:
         if f is None:
             keep_open = self._n_open < self.max_open_files
             self._n_open += keep_open
-            f = CsvAppender(path, header, keep_open, self._dirty.append)
+            f = CsvAppender(path, header, keep_open)
             self._files[path] = f
         elif f.header != list(header):
             raise ValueError(f"{relative}: header changed within a run")
         return f
-
-    def flush(self) -> None:
-        """Flush every file written with ``write_line`` since the last flush."""
-        for f in self._dirty:
-            f.flush()
-        self._dirty.clear()
 
     def write_rows(self, relative: str, header: Sequence[str],
                    rows: Iterable[Mapping[str, Any]]) -> None:
@@ -289,7 +266,6 @@ class RunOutput:
         for f in self._files.values():
             f.close()
         self._files.clear()
-        self._dirty.clear()
         self._n_open = 0
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)

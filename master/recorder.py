@@ -173,14 +173,13 @@ class StepRecorder:
         for h in hosts:
             self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns)
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
-        self.output.flush()
         return out
 
     def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
                              iops: npt.NDArray[np.float64]) -> None:
         """One row per instance into ``<rollup type>/<instance>.csv`` (INSTANCE_COLUMNS), each
-        formatted as ``CsvAppender.write`` would, written unflushed (``record`` flushes once)."""
+        formatted as ``CsvAppender.write`` would and handed to the OS with one write."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         values = np.empty((g.n, len(ru.METRIC_COLUMNS) + 1))
@@ -188,14 +187,15 @@ class StepRecorder:
             values[:, j] = res.columns[col]
         values[:, -1] = cpu
         body = format_float_rows(values)
-        count = np.bincount(g.of_workload, minlength=g.n)
+        count = np.bincount(g.of_workload, minlength=g.n).tolist()
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
         total = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+        settings = ["max" if m else fmt(t) for m, t in zip(is_max.tolist(), total.tolist(),
+                                                          strict=True)]
         tables = self._tables_of(rollup_type, g)
-        for i, table in enumerate(tables):
-            setting = "max" if is_max[i] else fmt(float(total[i]))
-            table.write_line(f"{head}{self._inst_text[rollup_type][i]},{body[i]},"
-                             f"{int(count[i])},{setting}\r\n")
+        texts = self._inst_text[rollup_type]
+        for i, (table, setting) in enumerate(zip(tables, settings, strict=True)):
+            table.append_now(f"{head}{texts[i]},{body[i]},{count[i]},{setting}\r\n")
 
     def _tables_of(self, rollup_type: str, g: ru.Grouping) -> list[Any]:
         tables = self._tables_by_type.get(rollup_type)

@@ -21,7 +21,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
+from master import kernels
+from protocol.buckets import N_BUCKETS
 from protocol.stats import BYTES, ERRORS, I64_MAX, MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
 
 #: Views: column prefix → categories (0 random_read, 1 random_write, 2 seq_read, 3 seq_write).
@@ -40,10 +41,6 @@ _VIEWS_OF_CATEGORY: Final = np.array([[0, 1, 3], [0, 2, 3], [0, 1, 4], [0, 2, 4]
 _MEMBERSHIP: Final = np.zeros((N_VIEWS, 4), dtype=np.int64)
 for _v, (_, _cats) in enumerate(VIEWS):
     _MEMBERSHIP[_v, list(_cats)] = 1
-#: Dense histogram cells built at once; larger rollups are processed in chunks of instances.
-DENSE_CELLS: Final = 1 << 22
-_LO: Final = LOWER_NS.astype(np.float64)
-_HI: Final = (UPPER_NS - 1).astype(np.float64)
 
 
 def pct_label(p: float) -> str:
@@ -256,15 +253,24 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
         )
     g_count = grouping.n
     g = grouping.of_workload
-    # counters and latency side statistics per instance and category
-    cnt = np.zeros((g_count, 4, 3), dtype=np.int64)
-    np.add.at(cnt, g, sample.counters)
-    lsum = np.zeros((g_count, 4, 2), dtype=np.int64)
-    np.add.at(lsum, g, sample.lat[..., SUM])
-    lmin = np.full((g_count, 4, 2), I64_MAX, dtype=np.int64)
-    np.minimum.at(lmin, g, sample.lat[..., MIN])
-    lmax = np.full((g_count, 4, 2), -1, dtype=np.int64)
-    np.maximum.at(lmax, g, sample.lat[..., MAX])
+    # counters and latency side statistics per instance and category: workloads ordered by
+    # instance, each instance a run of them (every instance has at least one workload)
+    order = np.argsort(g, kind="stable")
+    inst_ptr = np.zeros(g_count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(g, minlength=g_count), out=inst_ptr[1:])
+    if g_count == sample.n_workloads and bool(np.array_equal(g, np.arange(g_count))):
+        cnt = sample.counters
+        lsum, lmin, lmax = sample.lat[..., SUM], sample.lat[..., MIN], sample.lat[..., MAX]
+    elif g_count:
+        starts = inst_ptr[:-1]
+        lat = sample.lat[order]
+        cnt = np.add.reduceat(sample.counters[order], starts, axis=0)
+        lsum = np.add.reduceat(lat[..., SUM], starts, axis=0)
+        lmin = np.minimum.reduceat(lat[..., MIN], starts, axis=0)
+        lmax = np.maximum.reduceat(lat[..., MAX], starts, axis=0)
+    else:
+        cnt = np.zeros((0, 4, 3), dtype=np.int64)
+        lsum = lmin = lmax = np.zeros((0, 4, 2), dtype=np.int64)
     # per view
     ops_v = cnt[:, :, OPS] @ _MEMBERSHIP.T  # (G, V)
     bytes_v = cnt[:, :, BYTES] @ _MEMBERSHIP.T
@@ -274,7 +280,7 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
     min_v = big.min(axis=2).astype(np.float64)  # (G, V, 2)
     small = np.where(_MEMBERSHIP[None, :, :, None] > 0, lmax[:, None, :, :], -1)
     max_v = small.max(axis=2).astype(np.float64)
-    pct = _view_percentiles(sample, g, g_count, min_v, max_v)  # (G, V, 2, P)
+    pct = _view_percentiles(sample, order, inst_ptr, min_v, max_v)  # (G, V, 2, P)
 
     cols: dict[str, npt.NDArray[np.float64]] = {}
     dur = float(duration_s)
@@ -295,94 +301,30 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
     return RollupResult(grouping=grouping, duration_s=dur, columns=cols, ops=ops_v)
 
 
-def _segment_percentiles(
-    cum: npt.NDArray[np.float64] | npt.NDArray[np.int64],
-    counts: npt.NDArray[np.float64] | npt.NDArray[np.int64],
-    start: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64],
-    shift: npt.NDArray[np.int64] | None,
-    cell_bucket: npt.NDArray[np.int64] | None,
-    mins: npt.NDArray[np.float64],
-    maxs: npt.NDArray[np.float64],
-) -> npt.NDArray[np.float64]:
-    """Percentiles of Q histograms stored as segments ``[start, end)`` of one cell array.
-
-    A cell is one bucket of one histogram with ``counts[c]`` I/Os (possibly 0); buckets rise
-    within a segment. A cell's bucket is ``cell_bucket[c]`` (sparse coordinates) or
-    ``c - shift`` (dense windows; ``shift = start - lowest bucket``). ``cum`` is the running
-    sum of ``counts`` over the whole array (int64, or float64: exact below 2**53), so one
-    binary search finds every rank of every histogram at once. Same rule as
-    ``protocol.histogram.percentiles_from_counts`` (the first bucket whose cumulative count
-    reaches the rank, interpolated inside it and narrowed to ``[min, max]``). Returns
-    (Q, len(PERCENTILES)); NaN for empty histograms.
-    """
-    out = np.full((start.size, len(PERCENTILES)), np.nan)
-    if start.size == 0:
-        return out
-    before_seg = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0)
-    total = np.where(end > start, cum[np.maximum(end - 1, 0)], 0) - before_seg
-    live = np.flatnonzero(total > 0)
-    if live.size == 0:
-        return out
-    base = before_seg[live][:, None]
-    ps = np.asarray(PERCENTILES, dtype=np.float64)[None, :]
-    rank = ps / 100.0 * total[live][:, None].astype(np.float64)  # (L, P)
-    # cumulative counts are integers: cum >= rank exactly when cum >= ceil(rank)
-    idx = np.searchsorted(cum, base + np.ceil(rank).astype(cum.dtype), side="left")
-    in_b = counts[idx].astype(np.float64)
-    before = (cum[idx] - base).astype(np.float64) - in_b
-    if cell_bucket is not None:
-        b = cell_bucket[idx]
-    else:
-        b = idx - (start if shift is None else shift)[live][:, None]
-    frac = np.clip(np.where(in_b > 0, (rank - before) / np.maximum(in_b, 1.0), 0.0), 0.0, 1.0)
-    lo_clamp, hi_clamp = mins[live][:, None], maxs[live][:, None]
-    lo = np.maximum(_LO[b], lo_clamp)
-    hi = np.where(b == OVERFLOW_INDEX, hi_clamp, np.minimum(_HI[b], hi_clamp))
-    out[live] = np.clip(lo + frac * (hi - lo), lo_clamp, hi_clamp)
-    return out
-
-
-def _seg_of_row(sample: Sample, g: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
-    """For every histogram row of the sample (workload * 8 + category * 2 + kind), the
-    matching row of the rollup (instance * 8 + category * 2 + kind)."""
-    r = np.arange(sample.n_workloads * ROWS_PER_WORKLOAD, dtype=np.int64)
-    w = r // ROWS_PER_WORKLOAD
-    out: npt.NDArray[np.int64] = g[w].astype(np.int64) * ROWS_PER_WORKLOAD + (
-        r - w * ROWS_PER_WORKLOAD)
-    return out
-
-
 def _view_percentiles(
     sample: Sample,
-    g: npt.NDArray[np.intp],
-    g_count: int,
+    order: npt.NDArray[np.intp],
+    inst_ptr: npt.NDArray[np.int64],
     min_v: npt.NDArray[np.float64],
     max_v: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
-    """Percentiles per (instance, view, kind): (G, N_VIEWS, 2, len(PERCENTILES)).
-
-    Small rollups (``G * 8 * N_BUCKETS <= DENSE_CELLS``) add the coordinates into dense
-    per-category histograms in one bincount, and the views are sums of those. Large rollups
-    (``workload``, ``lun``) stay sparse: see ``_sparse_view_percentiles``.
-    """
-    out = np.full((g_count, N_VIEWS, 2, len(PERCENTILES)), np.nan)
+    """Percentiles per (instance, view, kind): (G, N_VIEWS, 2, len(PERCENTILES)), computed by
+    ``master.kernels.view_percentiles`` in one pass over the coordinates (sorted first when
+    the sample's are not). Instance i's workloads are ``order[inst_ptr[i]:inst_ptr[i + 1]]``."""
+    g_count = inst_ptr.size - 1
     if sample.rows.size == 0 or g_count == 0:
-        return out
-    if g_count * ROWS_PER_WORKLOAD * N_BUCKETS > DENSE_CELLS:
-        return _sparse_view_percentiles(sample, g, g_count, min_v, max_v)
-    key_of_row = _seg_of_row(sample, g) * N_BUCKETS
-    key = key_of_row[sample.rows]
-    key += sample.buckets
-    per_cat = np.bincount(key, weights=sample.counts_f64,
-                          minlength=g_count * ROWS_PER_WORKLOAD * N_BUCKETS)
-    del key
-    views = np.einsum("vc,gckb->gvkb", _MEMBERSHIP.astype(np.float64),
-                      per_cat.reshape(g_count, 4, 2, N_BUCKETS)).reshape(-1)
-    start = np.arange(g_count * N_VIEWS * 2, dtype=np.int64) * N_BUCKETS
-    res = _segment_percentiles(np.cumsum(views), views, start, start + N_BUCKETS, None, None,
-                               min_v.reshape(-1), max_v.reshape(-1))
-    return res.reshape(g_count, N_VIEWS, 2, len(PERCENTILES))
+        return np.full((g_count, N_VIEWS, 2, len(PERCENTILES)), np.nan)
+    bounds = sample.row_bounds
+    buckets, counts = sample.buckets, sample.counts
+    if bounds is None:
+        by_row = np.lexsort((sample.buckets, sample.rows))
+        rows, buckets, counts = sample.rows[by_row], sample.buckets[by_row], sample.counts[by_row]
+        bounds = np.searchsorted(rows, np.arange(sample.n_workloads * ROWS_PER_WORKLOAD + 1))
+    # a histogram row holds one count per I/O of its category (``StatsBatch.validate``)
+    row_tot = np.repeat(sample.counters[:, :, OPS], 2, axis=1).reshape(-1)
+    return kernels.view_percentiles(bounds, buckets, counts, row_tot, order, inst_ptr,
+                                    _MEMBERSHIP > 0, np.asarray(PERCENTILES, dtype=np.float64),
+                                    min_v, max_v)
 
 
 def _windows(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
@@ -393,124 +335,6 @@ def _windows(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
     end = np.cumsum(width)
     start = end - width
     return start, end, start - lo
-
-
-def _sparse_view_percentiles(
-    sample: Sample,
-    g: npt.NDArray[np.intp],
-    g_count: int,
-    min_v: npt.NDArray[np.float64],
-    max_v: npt.NDArray[np.float64],
-) -> npt.NDArray[np.float64]:
-    """Percentiles of a large rollup without dense (G, N_BUCKETS) arrays.
-
-    Per (instance, category, kind) histogram: when each instance is one workload in order
-    (the ``workload`` rollup) and the coordinates are sorted, these are the coordinates as
-    they are; otherwise the coordinates are added into a dense window (lowest to highest
-    non-empty bucket) per histogram. A view with one non-empty category is that category's
-    histogram. A view merging two or more non-empty categories is added up into a window of
-    its own, once per distinct set of categories (``all`` and ``random`` are the same
-    histogram for a workload that only does random I/O). Every step is a pass over whole
-    arrays; lookups go through per-row tables (W * 8 entries), not per coordinate.
-    """
-    p = len(PERCENTILES)
-    out = np.full((g_count * N_VIEWS * 2, p), np.nan)
-    mins, maxs = min_v.reshape(-1), max_v.reshape(-1)
-    n_seg = g_count * ROWS_PER_WORKLOAD
-    rows, buckets, weights = sample.rows, sample.buckets, sample.counts_f64
-    row_lo, row_hi = sample.row_extents
-    identity = (sample.coords_sorted and g.size == g_count
-                and bool(np.array_equal(g, np.arange(g_count))))
-    # one histogram per (instance, category, kind)
-    cell_bucket: npt.NDArray[np.int64] | None
-    seg_shift: npt.NDArray[np.int64] | None
-    if identity:
-        bounds = sample.row_bounds
-        assert bounds is not None
-        seg_start, seg_end = bounds[:-1], bounds[1:]
-        seg_lo, seg_hi = row_lo, row_hi
-        cells: npt.NDArray[np.float64] | npt.NDArray[np.int64] = sample.counts
-        cum = np.cumsum(sample.counts)
-        cell_bucket, seg_shift = buckets, None
-        seg_of_row = np.arange(n_seg, dtype=np.int64)
-    else:
-        seg_of_row = _seg_of_row(sample, g)
-        seg_lo = np.full(n_seg, N_BUCKETS, dtype=np.int64)
-        seg_hi = np.full(n_seg, -1, dtype=np.int64)
-        np.minimum.at(seg_lo, seg_of_row, row_lo)
-        np.maximum.at(seg_hi, seg_of_row, row_hi)
-        seg_start, seg_end, seg_shift = _windows(seg_lo, seg_hi)
-        pos = seg_shift[seg_of_row][rows]
-        pos += buckets
-        cells = np.bincount(pos, weights=weights, minlength=int(seg_end[-1]))
-        del pos
-        cum = np.cumsum(cells)
-        cell_bucket = None
-    nonempty = (seg_hi >= 0).reshape(g_count, 4, 2)
-    bits = (nonempty * np.array([1, 2, 4, 8])[None, :, None]).sum(axis=1)  # (G, kind)
-    view_bits = np.array([sum(1 << c for c in cats) for _, cats in VIEWS])
-    masks = bits[:, None, :] & view_bits[None, :, None]  # (G, V, kind): non-empty members
-    popcount = sum((masks >> c) & 1 for c in range(4))
-    # views with exactly one non-empty category: that category's histogram
-    single = np.flatnonzero(popcount.reshape(-1) == 1)
-    if single.size:
-        m = masks.reshape(-1)[single]
-        cat = (m == 2) * 1 + (m == 4) * 2 + (m == 8) * 3
-        s = (single // (N_VIEWS * 2)) * ROWS_PER_WORKLOAD + cat * 2 + single % 2
-        out[single] = _segment_percentiles(
-            cum, cells, seg_start[s], seg_end[s], None if seg_shift is None else seg_shift[s],
-            cell_bucket, mins[single], maxs[single])
-    # views merging several categories: one window per distinct (instance, kind, member set)
-    multi = popcount >= 2
-    first = multi.copy()
-    for v in range(1, N_VIEWS):
-        for u in range(v):
-            first[:, v, :] &= ~(multi[:, u, :] & (masks[:, u, :] == masks[:, v, :]))
-    jobs = np.flatnonzero(first.reshape(-1))
-    if jobs.size == 0:
-        return out.reshape(g_count, N_VIEWS, 2, p)
-    job_id = np.full(g_count * N_VIEWS * 2, -1, dtype=np.int64)
-    job_id[jobs] = np.arange(jobs.size)
-    j_lo = np.full(jobs.size, N_BUCKETS, dtype=np.int64)
-    j_hi = np.full(jobs.size, -1, dtype=np.int64)
-    seg_ids = np.arange(n_seg, dtype=np.int64)
-    seg_inst, seg_cat, seg_kind = seg_ids // 8, (seg_ids // 2) % 4, seg_ids % 2
-    job_of_seg = []  # per view with jobs: each rollup row's job (or -1)
-    for v, (_, cats) in enumerate(VIEWS):
-        if not first[:, v, :].any():
-            continue
-        js = np.where(np.isin(seg_cat, cats), job_id[(seg_inst * N_VIEWS + v) * 2 + seg_kind], -1)
-        ok = js >= 0
-        np.minimum.at(j_lo, js[ok], seg_lo[ok])
-        np.maximum.at(j_hi, js[ok], seg_hi[ok])
-        job_of_seg.append(js)
-    j_start, j_end, j_shift = _windows(j_lo, j_hi)
-    pos_parts, weight_parts = [], []
-    for js in job_of_seg:
-        row_in = (js >= 0)[seg_of_row]
-        row_shift = j_shift[np.maximum(js, 0)][seg_of_row]
-        if bool(np.all(row_in[row_hi >= 0])):
-            pos_v = row_shift[rows]
-            pos_v += buckets
-            pos_parts.append(pos_v)
-            weight_parts.append(weights)
-        else:
-            keep = row_in[rows]
-            pos_parts.append(row_shift[rows[keep]] + buckets[keep])
-            weight_parts.append(weights[keep])
-    pos = pos_parts[0] if len(pos_parts) == 1 else np.concatenate(pos_parts)
-    wts = weight_parts[0] if len(weight_parts) == 1 else np.concatenate(weight_parts)
-    j_cells = np.bincount(pos, weights=wts, minlength=int(j_end[-1]))
-    out[jobs] = _segment_percentiles(np.cumsum(j_cells), j_cells, j_start, j_end, j_shift,
-                                     None, mins[jobs], maxs[jobs])
-    # a view whose member set equals an earlier view's reads that view's result
-    hist_id = np.arange(g_count * N_VIEWS * 2).reshape(g_count, N_VIEWS, 2)
-    for v in range(1, N_VIEWS):
-        for u in range(v):
-            dup = multi[:, v, :] & first[:, u, :] & (masks[:, u, :] == masks[:, v, :])
-            if dup.any():
-                out[hist_id[:, v, :][dup]] = out[hist_id[:, u, :][dup]]
-    return out.reshape(g_count, N_VIEWS, 2, p)
 
 
 def dense_histograms(sample: Sample, grouping: Grouping, first: int = 0,

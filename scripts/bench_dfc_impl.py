@@ -47,6 +47,10 @@ def main() -> int:
     ap.add_argument("--subintervals", type=int, default=60)
     ap.add_argument("--metric", default="service_time_p99_ms",
                     help="the focus metric (a p99 latency column)")
+    ap.add_argument("--subinterval-seconds", type=float, default=1.0,
+                    help="longer subintervals give the controller a p99 of more I/Os")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the fixed-IOPS run that measures the device's own noise")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ivypy-dfc-", dir="/dev/shm"))
     img = tmp / "lun.img"
@@ -54,7 +58,7 @@ def main() -> int:
     loop = subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
                           capture_output=True, text=True).stdout.strip()
     try:
-        head = f"""subinterval_seconds: 1
+        head = f"""subinterval_seconds: {args.subinterval_seconds:g}
 hosts: [localhost]
 luns:
   - {{hosts: localhost, path: {loop}, allow_write: true}}
@@ -93,7 +97,7 @@ luns:
       low_iops: {max(1.0, 0.05 * top):.0f}
       high_iops: {top:.0f}
     warmup_seconds: 0
-    measure_seconds: {args.subintervals}
+    measure_seconds: {args.subintervals * args.subinterval_seconds:g}
 """)
         folder = _run(dfc, tmp / "out")
         moves = _rows(folder / "step0000-hold/dfc.csv")
@@ -113,6 +117,27 @@ luns:
               f"target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
               f"(the probe measured the target at {knee[1]:,.0f})")
         ok = settled_at is not None and within >= 0.8
+        if not args.no_reference and tail:
+            # the device alone: a fixed IOPS (the controller's settled median) for as many
+            # subintervals; how often does its own p99 stay within ±10 % of its median?
+            ref = tmp / "ref.yaml"
+            fixed = wl.replace("read_fraction: 100%", f"read_fraction: 100%, iops: {iops:.0f}")
+            ref.write_text(f"""test: ref
+{head}steps:
+  - name: fixed
+    workloads:
+      - {fixed}
+    warmup_seconds: {2 * args.subinterval_seconds:g}
+    measure_seconds: {len(tail) * args.subinterval_seconds:g}
+""")
+            folder = _run(ref, tmp / "out")
+            vals = [float(r[args.metric]) for r in _rows(folder / "step0000-fixed/all/all.csv")
+                    if r["phase"] == "measurement" and r[args.metric]]
+            mid = statistics.median(vals)
+            share = sum(abs(v / mid - 1) <= 0.10 for v in vals) / len(vals)
+            print(f"reference, the device alone at a fixed {iops:,.0f} IOPS: {share:.0%} of "
+                  f"{len(vals)} subintervals within ±10 % of their own median {mid:.3f} "
+                  f"(the best any controller could hold on this device)")
         print("result:", "settled and held" if ok else "MISSED (see the figures above)")
         return 0 if ok else 1
     finally:

@@ -61,14 +61,10 @@ def _check(res: rollup.RollupResult, i: int, members: list[Values], dur: float) 
                         prefix, kind, p)
 
 
-@pytest.mark.parametrize("dense_cells", [rollup.DENSE_CELLS, 1])
-def test_workload_and_lun_rollups_match_merged_histograms(
-    dense_cells: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workload_and_lun_rollups_match_merged_histograms() -> None:
     """The identity (workload) grouping, a grouping of several workloads per instance, and a
-    sample whose coordinates are not sorted (a window of two subintervals), on dense and
-    sparse paths; workloads mix categories so that views have 0, 1, 2 and 4 members."""
-    monkeypatch.setattr(rollup, "DENSE_CELLS", dense_cells)
+    sample whose coordinates are not sorted (a window of two subintervals); workloads mix
+    categories so that views have 0, 1, 2 and 4 members."""
     rng = np.random.default_rng(11)
     data = [_stats(rng, MIXES[w % 4], 50_000 + 20_000 * w) for w in range(10)]
     sample = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data]))
@@ -254,6 +250,32 @@ def test_format_float_rows_is_fmt() -> None:
     assert format_float_rows(np.zeros((2, 0))) == ["", ""]
 
 
+def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
+    """Metric-like values (1e-17 <= |x| < 1e15, decimal near-ties included): the compiled
+    formatter writes every row itself (no fallback to Python), and the text is ``fmt``'s."""
+    from master import kernels
+
+    rng = np.random.default_rng(8)
+    vals = np.concatenate([
+        rng.lognormal(0, 3, (500, 30)),
+        -rng.lognormal(0, 3, (500, 5)),
+        rng.integers(0, 10**6, (500, 5)) / 1000.0,  # ms with microsecond resolution
+        10.0 ** rng.integers(-29, 15, (500, 5)),
+        np.nextafter(10.0 ** rng.integers(-6, 14, (500, 5)), np.inf),
+        rng.integers(1, 10**9, (500, 5)) / 1e6,  # ns to ms: 7 digits, half of them ties
+        (rng.integers(1, 999_999, (500, 5)) + 0.5) * 10.0 ** rng.integers(-8, 8, (500, 5)),
+    ], axis=1)
+    vals[rng.random(vals.shape) < 0.1] = np.nan
+    text, ends, fallback = kernels.format_rows(vals)
+    assert not fallback.any()
+    starts = np.concatenate([[0], ends[:-1]])
+    assert [text[a:b] for a, b in zip(starts, ends, strict=True)] == [
+        ",".join(fmt(float(v)) for v in row) for row in vals]
+    counts = np.array([[0.0, 7.0, 123456789.0, -3.0]])
+    text, _, fallback = kernels.format_rows(counts, np.array([False, True, True, True]))
+    assert (text, bool(fallback.any())) == ("0,7,123456789,-3", False)
+
+
 @pytest.mark.parametrize("text", ["plain", "a,b", 'say "hi"', "line\nbreak", "h1:/dev/sd0", ""])
 def test_csv_text_quotes_like_csv_writer(text: str) -> None:
     buf = io.StringIO()
@@ -267,9 +289,8 @@ def test_appenders_beyond_the_open_file_budget_hold_no_descriptor(tmp_path: Path
     assert [t.is_open for t in tables] == [True, True, False, False, False]
     for rnd in range(3):
         for i, t in enumerate(tables):
-            t.write_line(f"{rnd},{i}\r\n")
-        out.flush()
-        if rnd == 1:  # flushed rows are in the files already
+            t.append_now(f"{rnd},{i}\r\n")
+        if rnd == 1:  # appended rows are in the files already
             assert (tmp_path / "t4.csv").read_text().count("\n") == 3
     tables[0].write({"a": 9, "b": None})
     tables[4].write({"a": 8, "b": 1.5})

@@ -36,17 +36,39 @@ def _reference(
     )
 
 
-@pytest.mark.parametrize("dense_cells", [rollup.DENSE_CELLS, 5 * 2 * 2369 * 2])
-def test_rollup_matches_merged_histograms(
-    dense_cells: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(rollup, "DENSE_CELLS", dense_cells)  # also exercise the chunked path
+def _shuffled_with_repeats(sample: Sample, seed: int) -> Sample:
+    """The same statistics with every coordinate split in two and the order shuffled: not
+    sorted, buckets repeated within a row."""
+    rng = np.random.default_rng(seed)
+    half = sample.counts // 2
+    rows = np.concatenate([sample.rows, sample.rows])
+    buckets = np.concatenate([sample.buckets, sample.buckets])
+    counts = np.concatenate([half, sample.counts - half])
+    keep = counts > 0
+    order = rng.permutation(int(keep.sum()))
+    return Sample(sample.counters, sample.lat, rows[keep][order], buckets[keep][order],
+                  counts[keep][order])
+
+
+@pytest.mark.parametrize(
+    ("keys", "layout"),
+    [
+        ([f"h{w % 3}" for w in range(9)], "sorted"),  # several workloads per instance
+        ([f"w{w}" for w in range(9)], "sorted"),  # one workload per instance (sparse walk)
+        (["all"] * 9, "sorted"),
+        ([f"h{w % 3}" for w in range(9)], "shuffled"),
+        ([f"w{w}" for w in range(9)], "shuffled"),
+        ([f"x{(w * 5) % 4}" for w in range(9)], "sorted"),  # instances out of workload order
+    ],
+)
+def test_rollup_matches_merged_histograms(keys: list[str], layout: str) -> None:
     data = _workloads(9, seed=4)
     sample = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data]))
-    keys = [f"h{w % 3}" for w in range(9)]
+    if layout == "shuffled":
+        sample = _shuffled_with_repeats(sample, seed=5)
     grouping = Grouping.from_keys("host", keys)
     res = compute(sample, grouping, duration_s=2.0)
-    assert grouping.names == ("h0", "h1", "h2")
+    assert grouping.names == tuple(dict.fromkeys(keys))
     for i, name in enumerate(grouping.names):
         members = [d for (_, d), k in zip(data, keys, strict=True) if k == name]
         stats = [s for (s, _), k in zip(data, keys, strict=True) if k == name]
