@@ -276,12 +276,81 @@ def warm_up() -> float:
         view_percentiles(bounds, buckets, counts, row_tot, np.array(order), np.array(ptr),
                          cats, np.array([50.0, 99.0]), mins[: len(ptr) - 1],
                          mins[: len(ptr) - 1] + 1e6)
+    one = np.ones(1, dtype=np.int64)
+    merge_sorted((one, one, one), (one, one + 1, one))
     format_rows(np.array([[1.5, np.nan, 1234567.0, 0.0]]),
                 np.array([False, False, True, False]))
     return time.perf_counter() - t0
 
 
 assert _LO.size == N_BUCKETS
+
+
+# ----------------------------------------------------------------------------- adding samples
+def _merge_sorted_py(ra: Any, ba: Any, ca: Any, rb: Any, bb: Any, cb: Any, ro: Any, bo: Any,
+                     co: Any) -> int:
+    """Merge two coordinate lists sorted strictly by (row, bucket) into ``ro, bo, co``,
+    adding the counts of a (row, bucket) both have; returns the merged length."""
+    na, nb = ra.size, rb.size
+    i = j = n = 0
+    shift = 1 << 16  # buckets < 2**16: (row, bucket) as one sortable key
+    ka = ra[0] * shift + ba[0] if na else 0
+    kb = rb[0] * shift + bb[0] if nb else 0
+    while i < na and j < nb:
+        if ka < kb:
+            ro[n] = ra[i]
+            bo[n] = ba[i]
+            co[n] = ca[i]
+            i += 1
+            if i < na:
+                ka = ra[i] * shift + ba[i]
+        elif kb < ka:
+            ro[n] = rb[j]
+            bo[n] = bb[j]
+            co[n] = cb[j]
+            j += 1
+            if j < nb:
+                kb = rb[j] * shift + bb[j]
+        else:
+            ro[n] = ra[i]
+            bo[n] = ba[i]
+            co[n] = ca[i] + cb[j]
+            i += 1
+            j += 1
+            if i < na:
+                ka = ra[i] * shift + ba[i]
+            if j < nb:
+                kb = rb[j] * shift + bb[j]
+        n += 1
+    while i < na:
+        ro[n] = ra[i]
+        bo[n] = ba[i]
+        co[n] = ca[i]
+        i += 1
+        n += 1
+    while j < nb:
+        ro[n] = rb[j]
+        bo[n] = bb[j]
+        co[n] = cb[j]
+        j += 1
+        n += 1
+    return n
+
+
+_merge_sorted = _jit(_merge_sorted_py)
+
+
+def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
+                 b: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(rows, buckets, counts) of two histogram-coordinate lists added up; each list sorted
+    strictly by (row, bucket), and so is the result."""
+    na, nb = a[0].size, b[0].size
+    ro = np.empty(na + nb, dtype=np.int64)
+    bo = np.empty(na + nb, dtype=np.int64)
+    co = np.empty(na + nb, dtype=np.int64)
+    n = _merge_sorted(*(np.ascontiguousarray(x, dtype=np.int64) for x in (*a, *b)), ro, bo, co)
+    return ro[:n], bo[:n], co[:n]
 
 
 # ----------------------------------------------------------------------------- CSV numbers

@@ -174,10 +174,10 @@ class Sample:
     def add(cls, parts: Sequence[Sample]) -> Sample:
         """The same W workloads over consecutive periods added up (a measurement window).
 
-        The histograms are added into one dense window per histogram row (lowest to highest
-        bucket any part has), so the result holds each (row, bucket) once, sorted, however
-        many periods it covers: memory grows with the spread of the latencies, not with the
-        number of periods."""
+        The result holds each (row, bucket) once, sorted, however many periods it covers:
+        memory grows with the spread of the latencies, not with the number of periods. Sorted
+        parts are merged (``master.kernels.merge_sorted``); others are added into one dense
+        window per histogram row (lowest to highest bucket any part has)."""
         if not parts:
             raise ValueError("nothing to add")
         w = parts[0].n_workloads
@@ -193,6 +193,17 @@ class Sample:
             p = parts[0]
             return cls(counters=counters, lat=lat, rows=p.rows, buckets=p.buckets,
                        counts=p.counts, coords_sorted=p.coords_sorted)
+        if all(p.coords_sorted for p in parts):
+            # sorted lists (subintervals as received, earlier sums): merged pairwise, a
+            # balanced tree of linear merges
+            coords = [(p.rows, p.buckets, p.counts) for p in parts]
+            while len(coords) > 1:
+                nxt = [kernels.merge_sorted(coords[i], coords[i + 1])
+                       for i in range(0, len(coords) - 1, 2)]
+                coords = nxt + coords[len(coords) - len(coords) % 2:]
+            rows, buckets, counts = coords[0]
+            return cls(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts,
+                       coords_sorted=True)
         lo = np.min([p.row_extents[0] for p in parts], axis=0)
         hi = np.max([p.row_extents[1] for p in parts], axis=0)
         _, end, shift = _windows(lo, hi)

@@ -211,7 +211,9 @@ class Run:
         """Load (or, first after an install, compile) the rollup kernels while the hosts
         start, so the first subinterval is not late."""
         from master import kernels
+        from master.heap import keep_freed_memory
 
+        keep_freed_memory()
         took = await asyncio.to_thread(kernels.warm_up)
         if took > 1.0:
             log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)

@@ -2,8 +2,10 @@
 
 Measures exactly what the master does with one subinterval's results: ``FrameDecoder.feed`` of
 pre-encoded ``SubintervalResult`` frames from simulated hosts, then ``StepRecorder.record``
-(decode and validate every host's ``StatsBatch``, roll up all / host / lun / workload /
+(decode and validate every host's ``StatsBatch``, add the subinterval into the step's running
+measurement total as a fixed-length step does, roll up all / host / lun / workload /
 vendor+model, write one CSV row per instance per rollup type plus cpu.csv and interlock.csv).
+The process keeps freed arrays in its heap as ``ivypy run`` does (``master.heap``).
 No real I/O engine or network: the frames are built beforehand from ``WorkloadStats`` filled
 with lognormal latencies (random reads and writes, a few hundred to a few thousand I/Os per
 category per workload). The run folder lives on /dev/shm when it exists (page cache only).
@@ -33,6 +35,7 @@ import numpy.typing as npt
 
 from master import rollup as ru
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
+from master.heap import keep_freed_memory
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
 from master.output import RunOutput
 from master.recorder import HostResult, StepRecorder
@@ -178,7 +181,10 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
     nbytes = sum(len(f) for f in frame_sets[0])
     folder = Path(tempfile.mkdtemp(prefix="bench-master-", dir=root))
     output = RunOutput(folder)
-    rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host")
+    # a fixed-length step, the common case: measurement subintervals are added into one
+    # running total as they come (part of the timed path)
+    rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host",
+                       fold_measurement=True)
     decoders = [FrameDecoder() for _ in ids_by_host]
     hosts = [f"host{h:03d}" for h in range(n_hosts)]
     times: list[float] = []
@@ -202,12 +208,10 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
             wall.append(time.perf_counter() - w0)
             if prof is not None and k == subintervals - 1:
                 prof.disable()
-            # the recorder keeps every subinterval for the summary; the bench needs only the
-            # last one (memory at 100,000 workloads), outside the timed part
-            rec.samples.pop(k - 1, None)
             del results
-        # the rollup arithmetic alone, on the last subinterval's sample
-        last = rec.samples[subintervals - 1]
+        # the rollup arithmetic alone, on the running total
+        last = rec._folded
+        assert last is not None
         rollup_s = float("inf")
         for _ in range(2):
             t0 = time.thread_time()
@@ -238,7 +242,7 @@ def breakdown(c: Case) -> str:
     rest = best - dec - c.rollup_s
     return (f"    frames {c.frame_bytes / 2**20:.1f} MiB, {c.coords / 1e6:.2f} M histogram "
             f"coordinates; decode {dec * 1e3:.1f} ms, rollup arithmetic {c.rollup_s * 1e3:.1f} "
-            f"ms, StatsBatch validation + rows + CSV {rest * 1e3:.1f} ms "
+            f"ms, StatsBatch validation + measurement fold + rows + CSV {rest * 1e3:.1f} ms "
             f"({best / c.coords * 1e9:.0f} ns per coordinate)")
 
 
@@ -254,6 +258,8 @@ def main() -> int:
         os.sched_setaffinity(0, {cpu})
         print(f"pinned to cpu {cpu}; load average {os.getloadavg()[0]:.2f} "
               f"(other processes on this core inflate the figures)")
+    print(f"glibc heap thresholds raised (master.heap, as ivypy run does): "
+          f"{keep_freed_memory()}")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open file limit: soft {soft}, hard {hard}")
     root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
