@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
+from protocol.stats import ROWS_PER_WORKLOAD
 
 try:  # pragma: no cover - exercised by every test run
     import numba as _numba
@@ -28,7 +29,6 @@ try:  # pragma: no cover - exercised by every test run
 except ImportError as exc:  # pragma: no cover
     raise ImportError(f"the master needs numba for its rollup kernels: {exc}") from exc
 
-ROWS_PER_WORKLOAD = 8
 _LO = LOWER_NS.astype(np.float64)
 _HI = (UPPER_NS - 1).astype(np.float64)
 
@@ -148,6 +148,12 @@ def _view_percentiles_py(
                     ranks[j] = pcts[j] / 100.0 * total
                     targets[j] = np.int64(np.ceil(ranks[j]))
                 mn, mx = mins[i, v, kind], maxs[i, v, kind]
+                # Four walks over the view's buckets, each summing counts until every rank is
+                # reached: one sparse row, sparse rows merged, one dense row, dense rows added.
+                # The one-row walks are kept apart on purpose: a single general walk measured
+                # ~1.5x slower on the workload and lun rollups (bench_master's 10,000 case).
+                # The rank check stays inline; calling _emit only when a rank is reached is
+                # what keeps the walks tight (calling it per bucket measured ~3x slower).
                 cum = 0
                 j = 0
                 nt = targets[0]
