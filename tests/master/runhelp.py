@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import subprocess
 import sys
@@ -39,6 +40,12 @@ def run_folder(out: Path, test: str, timeout_s: float = 30) -> Path:
                 return runs[-1]
         time.sleep(0.05)
     raise TimeoutError(f"no run folder under {out / test}")
+
+
+def poisson_rel(iops: float, seconds: float) -> float:
+    """Five sigma of a Poisson count at ``iops`` over ``seconds``, relative to its mean: how
+    far a random_independent workload's measured IOPS may honestly stray from its setting."""
+    return 5 / math.sqrt(iops * seconds)
 
 
 def rows(path: Path) -> list[dict[str, str]]:

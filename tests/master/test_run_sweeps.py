@@ -3,14 +3,13 @@ step, each giving one summary row per step (per rollup instance)."""
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.master.runhelp import ROOT, rows, write_config
+from tests.master.runhelp import ROOT, poisson_rel, rows, write_config
 
 TEST = """\
 test: sweeps
@@ -83,12 +82,6 @@ def test_for_values_reach_the_workloads(summary: dict[tuple[str, str], dict[str,
             assert float(row["IOPS"]) > 0
     shallow = float(summary[("grid-blocksize=4KiB-iodepth=1", "all")]["service_time_mean_ms"])
     assert shallow > 0
-
-
-def poisson_rel(iops: float, seconds: float) -> float:
-    """Five sigma of a Poisson count at ``iops`` over ``seconds``, relative to its mean: how
-    far a random_independent workload's measured IOPS may honestly stray from its setting."""
-    return 5 / math.sqrt(iops * seconds)
 
 
 def test_iops_curve_runs_at_fractions_of_the_max(
