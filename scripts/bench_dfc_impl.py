@@ -16,12 +16,15 @@ the target). Nothing is tuned to pass: the figures are what the run gave.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from scripts.kneedev_impl import knee_device
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,22 +54,39 @@ def main() -> int:
                     help="longer subintervals give the controller a p99 of more I/Os")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the fixed-IOPS run that measures the device's own noise")
+    ap.add_argument("--device", choices=("shm", "knee"), default="shm",
+                    help="shm: a loop device over a file in /dev/shm; knee: a loop device over "
+                         "a one-server queue with a fixed service time (scripts/kneedev_impl)")
+    ap.add_argument("--service-us", type=float, default=1000.0,
+                    help="--device knee: service time per request")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ivypy-dfc-", dir="/dev/shm"))
-    img = tmp / "lun.img"
-    subprocess.run(["truncate", "-s", "1G", str(img)], check=True)
-    loop = subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    try:
-        head = f"""subinterval_seconds: {args.subinterval_seconds:g}
+    with contextlib.ExitStack() as stack:
+        stack.callback(subprocess.run, ["rm", "-rf", str(tmp)], check=False)
+        if args.device == "knee":
+            loop = stack.enter_context(knee_device(1 << 30, args.service_us))
+            print(f"device: {loop} over a one-server FUSE queue, {args.service_us:g} us per "
+                  "request (scripts/kneedev_impl.py)")
+        else:
+            img = tmp / "lun.img"
+            subprocess.run(["truncate", "-s", "1G", str(img)], check=True)
+            loop = subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+            stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+            print(f"device: {loop} over a file in /dev/shm")
+        return _bench(args, tmp, loop)
+
+
+def _bench(args: argparse.Namespace, tmp: Path, loop: str) -> int:
+    head = f"""subinterval_seconds: {args.subinterval_seconds:g}
 hosts: [localhost]
 luns:
   - {{hosts: localhost, path: {loop}, allow_write: true}}
 """
-        wl = (f"{{name: r, iosequencer: random_independent, blocksize: {args.blocksize}, "
-              f"iodepth: {args.iodepth}, read_fraction: 100%}}")
-        probe = tmp / "probe.yaml"
-        probe.write_text(f"""test: probe
+    wl = (f"{{name: r, iosequencer: random_independent, blocksize: {args.blocksize}, "
+          f"iodepth: {args.iodepth}, read_fraction: 100%}}")
+    probe = tmp / "probe.yaml"
+    probe.write_text(f"""test: probe
 {head}steps:
   - name: curve
     workloads:
@@ -75,17 +95,17 @@ luns:
     warmup_seconds: 2
     measure_seconds: 5
 """)
-        folder = _run(probe, tmp / "out")
-        curve = [(r["step_name"], float(r["IOPS"]), float(r[args.metric]))
-                 for r in _rows(folder / "summary.csv") if r["rollup_type"] == "all"]
-        for name, iops, p99 in curve:
-            print(f"probe {name:18s} {iops:10,.0f} IOPS  {args.metric} {p99:8.3f}")
-        top = curve[0][1]
-        knee = min(curve[1:], key=lambda c: abs(c[1] / top - args.knee))
-        target = knee[2]
-        print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)")
-        dfc = tmp / "dfc.yaml"
-        dfc.write_text(f"""test: dfc
+    folder = _run(probe, tmp / "out")
+    curve = [(r["step_name"], float(r["IOPS"]), float(r[args.metric]))
+             for r in _rows(folder / "summary.csv") if r["rollup_type"] == "all"]
+    for name, iops, p99 in curve:
+        print(f"probe {name:18s} {iops:10,.0f} IOPS  {args.metric} {p99:8.3f}")
+    top = curve[0][1]
+    knee = min(curve[1:], key=lambda c: abs(c[1] / top - args.knee))
+    target = knee[2]
+    print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)")
+    dfc = tmp / "dfc.yaml"
+    dfc.write_text(f"""test: dfc
 {head}steps:
   - name: hold
     workloads:
@@ -99,30 +119,30 @@ luns:
     warmup_seconds: 0
     measure_seconds: {args.subintervals * args.subinterval_seconds:g}
 """)
-        folder = _run(dfc, tmp / "out")
-        moves = _rows(folder / "step0000-hold/dfc.csv")
-        settled_at = next((int(m["subinterval"]) for m in moves if m["settled"] == "true"), None)
-        errs = [(int(m["subinterval"]), float(m["measured"]) / target - 1.0,
-                 float(m["iops_in_force"])) for m in moves if m["measured"]]
-        if settled_at is None:
-            print(f"DFC: not settled within {args.subintervals} subintervals (MISSED)")
-            tail = errs[len(errs) // 2:]
-        else:
-            tail = [e for e in errs if e[0] > settled_at]
-            print(f"DFC: settled at subinterval {settled_at} (3 in a row within ±10 %)")
-        within = sum(abs(e) <= 0.10 for _, e, _ in tail) / max(1, len(tail))
-        med = statistics.median(abs(e) for _, e, _ in tail) if tail else float("nan")
-        iops = statistics.median(i for _, _, i in tail) if tail else float("nan")
-        print(f"after settling: {within:.0%} of {len(tail)} subintervals within ±10 % of the "
-              f"target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
-              f"(the probe measured the target at {knee[1]:,.0f})")
-        ok = settled_at is not None and within >= 0.8
-        if not args.no_reference and tail:
-            # the device alone: a fixed IOPS (the controller's settled median) for as many
-            # subintervals; how often does its own p99 stay within ±10 % of its median?
-            ref = tmp / "ref.yaml"
-            fixed = wl.replace("read_fraction: 100%", f"read_fraction: 100%, iops: {iops:.0f}")
-            ref.write_text(f"""test: ref
+    folder = _run(dfc, tmp / "out")
+    moves = _rows(folder / "step0000-hold/dfc.csv")
+    settled_at = next((int(m["subinterval"]) for m in moves if m["settled"] == "true"), None)
+    errs = [(int(m["subinterval"]), float(m["measured"]) / target - 1.0,
+             float(m["iops_in_force"])) for m in moves if m["measured"]]
+    if settled_at is None:
+        print(f"DFC: not settled within {args.subintervals} subintervals (MISSED)")
+        tail = errs[len(errs) // 2:]
+    else:
+        tail = [e for e in errs if e[0] > settled_at]
+        print(f"DFC: settled at subinterval {settled_at} (3 in a row within ±10 %)")
+    within = sum(abs(e) <= 0.10 for _, e, _ in tail) / max(1, len(tail))
+    med = statistics.median(abs(e) for _, e, _ in tail) if tail else float("nan")
+    iops = statistics.median(i for _, _, i in tail) if tail else float("nan")
+    print(f"after settling: {within:.0%} of {len(tail)} subintervals within ±10 % of the "
+          f"target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
+          f"(the probe measured the target at {knee[1]:,.0f})")
+    ok = settled_at is not None and within >= 0.8
+    if not args.no_reference and tail:
+        # the device alone: a fixed IOPS (the controller's settled median) for as many
+        # subintervals; how often does its own p99 stay within ±10 % of its median?
+        ref = tmp / "ref.yaml"
+        fixed = wl.replace("read_fraction: 100%", f"read_fraction: 100%, iops: {iops:.0f}")
+        ref.write_text(f"""test: ref
 {head}steps:
   - name: fixed
     workloads:
@@ -130,19 +150,16 @@ luns:
     warmup_seconds: {2 * args.subinterval_seconds:g}
     measure_seconds: {len(tail) * args.subinterval_seconds:g}
 """)
-            folder = _run(ref, tmp / "out")
-            vals = [float(r[args.metric]) for r in _rows(folder / "step0000-fixed/all/all.csv")
-                    if r["phase"] == "measurement" and r[args.metric]]
-            mid = statistics.median(vals)
-            share = sum(abs(v / mid - 1) <= 0.10 for v in vals) / len(vals)
-            print(f"reference, the device alone at a fixed {iops:,.0f} IOPS: {share:.0%} of "
-                  f"{len(vals)} subintervals within ±10 % of their own median {mid:.3f} "
-                  f"(the best any controller could hold on this device)")
-        print("result:", "settled and held" if ok else "MISSED (see the figures above)")
-        return 0 if ok else 1
-    finally:
-        subprocess.run(["losetup", "-d", loop], check=False)
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        folder = _run(ref, tmp / "out")
+        vals = [float(r[args.metric]) for r in _rows(folder / "step0000-fixed/all/all.csv")
+                if r["phase"] == "measurement" and r[args.metric]]
+        mid = statistics.median(vals)
+        share = sum(abs(v / mid - 1) <= 0.10 for v in vals) / len(vals)
+        print(f"reference, the device alone at a fixed {iops:,.0f} IOPS: {share:.0%} of "
+              f"{len(vals)} subintervals within ±10 % of their own median {mid:.3f} "
+              f"(the best any controller could hold on this device)")
+    print("result:", "settled and held" if ok else "MISSED (see the figures above)")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
