@@ -60,6 +60,7 @@ import math
 import os
 import socket
 import stat
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -332,13 +333,15 @@ class ControlServer:
             path.unlink()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with _sun_path(path) as address:
-                old_umask = os.umask(0o177)
-                try:
+            # bound in a private (0700) directory, made 0600, then moved into place: no one
+            # else can connect in between, and the process-wide umask is left alone (other
+            # threads create output files meanwhile)
+            with tempfile.TemporaryDirectory(prefix=".control-", dir=self.run_dir) as private:
+                staged = Path(private) / SOCKET_NAME
+                with _sun_path(staged) as address:
                     sock.bind(address)
-                finally:
-                    os.umask(old_umask)
-            os.chmod(path, 0o600)
+                os.chmod(staged, 0o600)
+                os.rename(staged, path)
             self._inode = path.stat().st_ino
             sock.listen(16)
             sock.setblocking(False)

@@ -127,16 +127,25 @@ def test_status_edit_stop_round_trip(run_dir: Path) -> None:
     assert fake.stops == 1
 
 
-def test_socket_mode_is_0600_whatever_the_umask(run_dir: Path) -> None:
+def test_socket_mode_is_0600_whatever_the_umask(run_dir: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     old = os.umask(0)
+
+    def no_umask(mask: int) -> int:
+        raise AssertionError("the process-wide umask is not the server's to change")
+
     try:
+        monkeypatch.setattr(os, "umask", no_umask)
+
         async def body(server: ControlServer, fake: FakeHandler) -> None:
             mode = server.socket_path.stat().st_mode
             assert stat.S_ISSOCK(mode)
             assert stat.S_IMODE(mode) == 0o600
-            assert os.umask(0) == 0  # the server restored the umask it found
+            # the private directory it was bound in is gone
+            assert [p.name for p in run_dir.iterdir()] == [SOCKET_NAME]
         serve(run_dir, body)
     finally:
+        monkeypatch.undo()
         os.umask(old)
 
 
