@@ -50,10 +50,12 @@ import contextlib
 import errno
 import logging
 import posixpath
+import re
 import secrets
 import shlex
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -572,7 +574,9 @@ async def _ensure_uploaded(
 
     Uploads to a unique temporary name and renames it into place with the plain SFTP rename,
     which does not replace an existing file: two masters uploading at once both succeed and
-    the file is never seen half-written.
+    the file is never seen half-written. A failed or interrupted upload removes its temporary
+    file when the connection still allows; temporaries older than ``STALE_UPLOAD_S`` (left by
+    a master that lost its connection mid-upload) are removed by the next upload.
     """
     async with conn.start_sftp_client() as sftp:
         if not posixpath.isabs(remote_dir):
@@ -584,17 +588,41 @@ async def _ensure_uploaded(
             logger.warning("replacing cached slave zipapp of the wrong size: %s", final)
             await sftp.remove(final)
         await sftp.makedirs(remote_dir, exist_ok=True)
-        tmp = f"{final}.tmp-{secrets.token_hex(8)}"
-        async with sftp.open(tmp, "wb") as remote_file:
-            await remote_file.write(app.data)
+        await _remove_stale_uploads(sftp, remote_dir)
+        tmp = f"{final}{UPLOAD_TMP_MARK}{secrets.token_hex(8)}"
         try:
-            await sftp.rename(tmp, final)
-        except asyncssh.SFTPError:
-            # Another master won the race; keep its (identical) file if it is whole.
-            await sftp.remove(tmp)
-            if (await sftp.stat(final)).size != app.size_bytes:
-                raise
+            async with sftp.open(tmp, "wb") as remote_file:
+                await remote_file.write(app.data)
+            try:
+                await sftp.rename(tmp, final)
+            except asyncssh.SFTPError:
+                # Another master won the race; keep its (identical) file if it is whole.
+                await sftp.remove(tmp)
+                if (await sftp.stat(final)).size != app.size_bytes:
+                    raise
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await sftp.remove(tmp)
+            raise
         return final, True
+
+
+UPLOAD_TMP_MARK = ".tmp-"
+_UPLOAD_TMP = re.compile(r"slave-[0-9a-f]+\.pyz\.tmp-[0-9a-f]{16}")
+STALE_UPLOAD_S = 3600.0  # an upload temporary this old belongs to no upload still running
+
+
+async def _remove_stale_uploads(sftp: asyncssh.SFTPClient, remote_dir: str) -> None:
+    """Remove zipapp upload temporaries in ``remote_dir`` not written to for an hour."""
+    now = time.time()
+    for entry in await sftp.readdir(remote_dir):
+        name = entry.filename
+        mtime = entry.attrs.mtime
+        if not _UPLOAD_TMP.fullmatch(name) or mtime is None or now - mtime < STALE_UPLOAD_S:
+            continue
+        logger.info("removing a stale slave upload %s", posixpath.join(remote_dir, name))
+        with contextlib.suppress(asyncssh.SFTPError):
+            await sftp.remove(posixpath.join(remote_dir, name))
 
 
 async def open_ssh(

@@ -368,6 +368,49 @@ def test_ssh_replaces_a_truncated_cached_zipapp(tmp_path: Path, echo_zipapp: Sla
     run(scenario())
 
 
+def test_ssh_upload_removes_stale_temporaries_and_keeps_fresh_ones(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            cache = server.home / "cache"
+            cache.mkdir()
+            stale = cache / f"{echo_zipapp.file_name}.tmp-{'a' * 16}"
+            fresh = cache / f"{echo_zipapp.file_name}.tmp-{'b' * 16}"  # another master's, now
+            other = cache / "notes.tmp-0123456789abcdef"  # not ours
+            for f in (stale, fresh, other):
+                f.write_bytes(b"partial")
+            two_hours_ago = time.time() - 7200
+            for f in (stale, other):
+                os.utime(f, (two_hours_ago, two_hours_ago))
+            conn = await open_ssh(spec_for(server), zipapp=echo_zipapp,
+                                  remote_cache_dir=str(cache))
+            await conn.close()
+            assert sorted(p.name for p in cache.iterdir()) == sorted(
+                [echo_zipapp.file_name, fresh.name, other.name])
+
+    run(scenario())
+
+
+def test_ssh_failed_upload_leaves_no_temporary(
+    tmp_path: Path, echo_zipapp: SlaveZipapp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def failing_write(self: object, data: bytes, offset: int | None = None) -> int:
+        raise asyncssh.SFTPFailure("No space left on device")
+
+    monkeypatch.setattr(asyncssh.SFTPClientFile, "write", failing_write)
+
+    async def scenario() -> None:
+        async with ssh_server(tmp_path) as server:
+            cache = server.home / "cache"
+            with pytest.raises((HostError, SlaveStartError), match="h-test"):
+                await open_ssh(spec_for(server), zipapp=echo_zipapp,
+                               remote_cache_dir=str(cache))
+            assert list(cache.iterdir()) == []
+
+    run(scenario())
+
+
 def test_ssh_exit_status_and_terminate_reach_the_master(
     tmp_path: Path, echo_zipapp: SlaveZipapp
 ) -> None:
