@@ -617,6 +617,8 @@ async def _remove_stale_uploads(sftp: asyncssh.SFTPClient, remote_dir: str) -> N
     now = time.time()
     for entry in await sftp.readdir(remote_dir):
         name = entry.filename
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
         mtime = entry.attrs.mtime
         if not _UPLOAD_TMP.fullmatch(name) or mtime is None or now - mtime < STALE_UPLOAD_S:
             continue
