@@ -26,11 +26,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from master.config.catalog import FIO_CRITERIA as CRITERIA_TABLE
 from protocol.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -38,14 +39,14 @@ logger = logging.getLogger(__name__)
 FioName = Literal["iops", "iops_slope", "bw", "bw_slope"]
 Statistic = Literal["deviation", "slope"]
 
-#: fio's four criteria: the rollup metric ivypy applies each one to, and the statistic.
+#: fio's four criteria: the rollup metric ivypy applies each one to, and the statistic (the
+#: entries of the config's criterion table that name their own metric).
 #: fio's bandwidth is bytes/s; ivypy's bandwidth metric is ``MB_per_s``, so an absolute ``bw``
 #: limit is in the focus metric's unit (percent limits are unit-free and match fio exactly).
 FIO_CRITERIA: dict[str, tuple[str, Statistic]] = {
-    "iops": ("IOPS", "deviation"),
-    "iops_slope": ("IOPS", "slope"),
-    "bw": ("MB_per_s", "deviation"),
-    "bw_slope": ("MB_per_s", "slope"),
+    name: (metric, cast(Statistic, stat))
+    for name, (metric, stat) in CRITERIA_TABLE.items()
+    if metric is not None
 }
 
 _LIMIT_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmMgGtTpP]?)\s*(%?)\s*$")
@@ -111,13 +112,11 @@ class FioCriterionResult:
 
 
 def _statistic_of(criterion: str) -> Statistic:
-    if criterion in FIO_CRITERIA:
-        return FIO_CRITERIA[criterion][1]
-    if criterion in ("deviation", "slope"):
-        return criterion  # type: ignore[return-value]
+    if criterion in CRITERIA_TABLE:
+        return cast(Statistic, CRITERIA_TABLE[criterion][1])
     raise ConfigError(
         f"unknown steady-state criterion {criterion!r}: expected one of "
-        f"{', '.join([*FIO_CRITERIA, 'deviation', 'slope'])}"
+        f"{', '.join(CRITERIA_TABLE)}"
     )
 
 
