@@ -21,6 +21,7 @@ from master.config import RollupSpec
 from master.live import LiveRow
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import RunOutput, csv_text, fmt, format_float_rows, safe_name
+from master.samplestore import DEFAULT_MEMORY_BYTES, SampleStore
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
@@ -78,12 +79,15 @@ class StepRecorder:
         show_type: str = "all",
         *,
         fold_measurement: bool = False,
+        keep_memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
         """``fold_measurement``: the window will be exactly the subintervals recorded with
         phase ``measurement`` (a fixed-length step), so they are added into one running total
         as they come instead of being kept one by one; memory then stays constant however long
         the step. Without it (``measure:`` steps choose their window later) every
-        ``measurement`` subinterval is kept; other phases are never kept."""
+        ``measurement`` subinterval is kept, the older ones in files in the step folder once
+        they pass ``keep_memory_bytes`` (``close`` removes them); other phases are never
+        kept."""
         self.fold_measurement = fold_measurement
         self._folded: ru.Sample | None = None
         self._folded_ks: list[int] = []
@@ -95,7 +99,7 @@ class StepRecorder:
         self.workloads = workloads
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
-        self.samples: dict[int, ru.Sample] = {}
+        self.samples = SampleStore(output.folder / self.dir, keep_memory_bytes)
         self.phases: dict[int, str] = {}
         self.ids: list[str] = []
         self.groupings: dict[str, ru.Grouping] = {}
@@ -267,6 +271,11 @@ class StepRecorder:
             })
 
     # ------------------------------------------------------------------ the summary
+    def close(self) -> None:
+        """Drop the kept subintervals (and their spill files); summaries are written by now."""
+        self.samples.close()
+        self._folded = None
+
     def window_of_phase(self, phase: str = "measurement") -> list[int]:
         return sorted(k for k, p in self.phases.items() if p == phase)
 

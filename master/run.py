@@ -368,53 +368,56 @@ class Run:
         last_recorded = -1
         stop_sent = control.fixed is not None and n_max == 1
         try:
-            k = 0
-            while True:
-                results = await self._gather(st, k)
-                self._apply_pending(k)
-                phase = control.phase_of(k)
-                rec = self._record(st, k, phase, results)
-                last_recorded = k
-                dec = control.after(k, rec.results, self._dfc_settings(control, k))
-                self._write_control_rows(st, dec)
-                if dec.new_totals:
-                    await self._dfc_apply(st, dec)
-                st.last_recorded, st.last_record = k, rec
-                if self.interrupted.is_set():
+            try:
+                k = 0
+                while True:
+                    results = await self._gather(st, k)
+                    self._apply_pending(k)
+                    phase = control.phase_of(k)
+                    rec = self._record(st, k, phase, results)
+                    last_recorded = k
+                    dec = control.after(k, rec.results, self._dfc_settings(control, k))
+                    self._write_control_rows(st, dec)
+                    if dec.new_totals:
+                        await self._dfc_apply(st, dec)
+                    st.last_recorded, st.last_record = k, rec
+                    if self.interrupted.is_set():
+                        if not stop_sent:
+                            await self._stop_all(k)
+                        break
+                    if st.forced_last is not None:
+                        stop_sent = True
+                        if k >= st.forced_last:
+                            break
+                        k += 1
+                        continue
+                    last = dec.last
+                    if last is not None and last <= k:
+                        if not stop_sent:
+                            await self._stop_all(k)
+                        break
                     if not stop_sent:
-                        await self._stop_all(k)
-                    break
-                if st.forced_last is not None:
-                    stop_sent = True
-                    if k >= st.forced_last:
+                        if (last is not None and last == k + 1) or k + 2 >= n_max:
+                            await self._stop_all(k + 1)
+                            stop_sent = True
+                        else:
+                            await asyncio.gather(*(hs.grant(k + 2)
+                                                   for hs in self.sessions.values()))
+                    if stop_sent and k + 1 > min(last if last is not None else n_max, n_max - 1):
                         break
                     k += 1
-                    continue
-                last = dec.last
-                if last is not None and last <= k:
-                    if not stop_sent:
-                        await self._stop_all(k)
-                    break
-                if not stop_sent:
-                    if (last is not None and last == k + 1) or k + 2 >= n_max:
-                        await self._stop_all(k + 1)
-                        stop_sent = True
-                    else:
-                        await asyncio.gather(*(hs.grant(k + 2)
-                                               for hs in self.sessions.values()))
-                if stop_sent and k + 1 > min(last if last is not None else n_max, n_max - 1):
-                    break
-                k += 1
-        except (HostError, ProtocolError) as exc:
-            await self._abort_step()
-            raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+            except (HostError, ProtocolError) as exc:
+                await self._abort_step()
+                raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+            finally:
+                self.step_state = None
+            await self._wait_stopped()
+            window, reason, extra = control.verdict(last_recorded)
+            valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
+            self.view.step_finished(text)
+            return valid
         finally:
-            self.step_state = None
-        await self._wait_stopped()
-        window, reason, extra = control.verdict(last_recorded)
-        valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
-        self.view.step_finished(text)
-        return valid
+            recorder.close()  # its spilled measurement subintervals
 
     # ------------------------------------------------------------------ measure, DFC, curves
     def _focus_instances(self, step: StepConfig,

@@ -304,32 +304,42 @@ def test_appenders_beyond_the_open_file_budget_hold_no_descriptor(tmp_path: Path
         assert rows == expect + extra
 
 
-def test_folded_measurement_equals_kept_samples(tmp_path: Path) -> None:
+def test_folded_and_spilled_measurement_equal_kept_samples(tmp_path: Path) -> None:
     """A fixed-length step folds its measurement subintervals into one running total (constant
-    memory); the summary is the same as adding the kept subintervals, and no warmup or cooldown
-    subinterval is kept at all."""
+    memory); a ``measure:`` step keeps them, in files once past its memory bound. Each way the
+    summary is the same as adding the kept subintervals, no warmup or cooldown subinterval is
+    kept at all, and closing the recorder removes the spill files."""
     wl = _workloads()
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     summaries = []
-    for fold in (False, True):
-        out = RunOutput(tmp_path / str(fold))
-        rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, "host", fold_measurement=fold)
+    for how in ("kept", "folded", "spilled"):
+        out = RunOutput(tmp_path / how)
+        rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, "host",
+                           fold_measurement=how == "folded",
+                           keep_memory_bytes=0 if how == "spilled" else 1 << 30)
         rng = np.random.default_rng(11)
         phases = ["warmup", "measurement", "measurement", "measurement", "cooldown"]
         for k, phase in enumerate(phases):
             r1, _ = _host_result("h1", ids["h1"], k, rng, 10.0)
             r2, _ = _host_result("h2", ids["h2"], k, rng, 10.0)
             rec.record(k, phase, [r1, r2], (k + 1) * 10**9)
-        assert sorted(rec.samples) == ([] if fold else [1, 2, 3])
+        assert sorted(rec.samples) == ([] if how == "folded" else [1, 2, 3])
+        spill = rec.samples.spill_dir
+        assert (spill is not None) == (how == "spilled")
         valid, srows, _ = rec.summarise([1, 2, 3])
         assert valid
         summaries.append(srows)
-        if fold:
+        if how == "folded":
             with pytest.raises(ValueError, match="not kept"):
                 rec.summarise([1, 2])
+        rec.close()
+        if spill is not None:
+            assert spill.parent == tmp_path / how / rec.dir and not spill.exists()
         out.close()
-    kept, folded = summaries
-    assert len(kept) == len(folded)
-    for a, b in zip(kept, folded, strict=True):
-        for col in ("IOPS", "service_time_p99_ms", "response_time_p99_9_ms", "write_MB_per_s"):
-            assert b[col] == pytest.approx(a[col], rel=1e-12, nan_ok=True), col
+    kept = summaries[0]
+    for other in summaries[1:]:
+        assert len(kept) == len(other)
+        for a, b in zip(kept, other, strict=True):
+            for col in ("IOPS", "service_time_p99_ms", "response_time_p99_9_ms",
+                        "write_MB_per_s"):
+                assert b[col] == pytest.approx(a[col], rel=1e-12, nan_ok=True), col
