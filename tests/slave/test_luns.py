@@ -1,12 +1,10 @@
-"""Tests for slave/luns.py: signatures (table), a fake sysfs tree (table), file LUNs, real loop
-devices (root), and the wire form of LunInfo."""
+"""Tests for slave/luns.py: a fake sysfs tree (table), file LUNs, real loop devices (root), and
+the wire form of LunInfo (signatures: tests/slave/test_signatures.py)."""
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,178 +17,17 @@ import pytest
 from protocol.errors import PreflightError, RemoteProtocolError
 from slave.luns import (
     LunInfo,
-    blkid_signatures,
     describe_block_device,
-    detect_signature,
     discover_block_devices,
     file_lun,
     lun_for_path,
 )
+from tests.slave.sigimages import MBR_MAGIC, Poke, ext_pokes, image_bytes, mbr_entry
 
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopDevice, LoopFactory, MountedLoop
 
 MIB = 1024 * 1024
-
-# ------------------------------------------------------------------------------------------------
-# detect_signature on synthetic images
-# ------------------------------------------------------------------------------------------------
-
-Poke = tuple[int, bytes]
-
-
-def _u16(v: int) -> bytes:
-    return struct.pack("<H", v)
-
-
-def _u32(v: int) -> bytes:
-    return struct.pack("<I", v)
-
-
-def _ext(compat: int, incompat: int, ro_compat: int = 0, log_block: int = 0) -> list[Poke]:
-    sb = 1024
-    return [(sb + 24, _u32(log_block)), (sb + 56, _u16(0xEF53)), (sb + 76, _u32(1)),
-            (sb + 92, _u32(compat)), (sb + 96, _u32(incompat)), (sb + 100, _u32(ro_compat))]
-
-
-def _mbr_entry(index: int, boot: int, ptype: int, start: int, count: int) -> Poke:
-    return (446 + 16 * index, struct.pack("<B3sB3sII", boot, b"\0" * 3, ptype, b"\0" * 3,
-                                          start, count))
-
-
-IMAGE_BYTES = 4 * MIB
-MD_V10_OFFSET = ((IMAGE_BYTES // 512 - 16) & ~7) * 512
-MD_V090_OFFSET = (IMAGE_BYTES & ~65535) - 65536
-MBR_MAGIC: Poke = (510, b"\x55\xaa")
-
-SIGNATURE_CASES: list[tuple[str, list[Poke], int, str]] = [
-    # (case id, pokes, logical block bytes, expected)
-    ("zeros", [], 512, ""),
-    ("ext2", _ext(compat=0, incompat=0x2), 512, "ext2"),
-    ("ext3", _ext(compat=0x4, incompat=0x2), 512, "ext3"),
-    ("ext4", _ext(compat=0x4, incompat=0x2 | 0x40 | 0x200), 512, "ext4"),
-    ("ext4 without journal", _ext(compat=0, incompat=0x40), 512, "ext4"),
-    ("ext4 by ro_compat", _ext(compat=0x4, incompat=0x2, ro_compat=0x400), 512, "ext4"),
-    ("ext journal device", _ext(compat=0, incompat=0x8), 512, "jbd"),
-    ("stray 0xEF53", _ext(compat=0, incompat=0, log_block=99), 512, ""),
-    ("xfs", [(0, b"XFSB")], 512, "xfs"),
-    ("btrfs", [(65600, b"_BHRfS_M")], 512, "btrfs"),
-    ("LVM2 in sector 1", [(512, b"LABELONE"), (536, b"LVM2 001")], 512, "LVM2_member"),
-    ("LVM2 in sector 0", [(0, b"LABELONE"), (24, b"LVM2 001")], 512, "LVM2_member"),
-    ("LABELONE without LVM2", [(512, b"LABELONE")], 512, ""),
-    ("md v1.1", [(0, _u32(0xA92B4EFC) + _u32(1))], 512, "linux_raid_member"),
-    ("md v1.2", [(4096, _u32(0xA92B4EFC) + _u32(1))], 512, "linux_raid_member"),
-    ("md v1.0 at the end", [(MD_V10_OFFSET, _u32(0xA92B4EFC) + _u32(1))], 512,
-     "linux_raid_member"),
-    ("md v0.90 at the end", [(MD_V090_OFFSET, _u32(0xA92B4EFC) + _u32(0))], 512,
-     "linux_raid_member"),
-    ("md v1.0 member wins over its ext4",
-     [*_ext(compat=0x4, incompat=0x40), (MD_V10_OFFSET, _u32(0xA92B4EFC) + _u32(1))], 512,
-     "linux_raid_member"),
-    ("md magic, wrong version", [(4096, _u32(0xA92B4EFC) + _u32(7))], 512, ""),
-    ("swap, 4 KiB pages", [(4086, b"SWAPSPACE2")], 512, "swap"),
-    ("swap, 64 KiB pages", [(65526, b"SWAPSPACE2")], 512, "swap"),
-    ("old swap", [(4086, b"SWAP-SPACE")], 512, "swap"),
-    ("LUKS", [(0, b"LUKS\xba\xbe")], 512, "crypto_LUKS"),
-    ("bcache", [(4096 + 24, bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81"))], 512, "bcache"),
-    ("iso9660", [(32769, b"CD001")], 512, "iso9660"),
-    ("squashfs", [(0, b"hsqs")], 512, "squashfs"),
-    ("ntfs", [(3, b"NTFS    "), MBR_MAGIC], 512, "ntfs"),
-    ("exfat", [(3, b"EXFAT   "), MBR_MAGIC], 512, "exfat"),
-    ("vfat 32", [(82, b"FAT32   "), MBR_MAGIC], 512, "vfat"),
-    ("vfat 16", [(54, b"FAT16   "), MBR_MAGIC], 512, "vfat"),
-    ("dos", [_mbr_entry(0, 0x80, 0x83, 2048, 8192), MBR_MAGIC], 512, "dos"),
-    ("dos, second entry", [_mbr_entry(1, 0, 0x8E, 2048, 8192), MBR_MAGIC], 512, "dos"),
-    ("0x55AA, no entries", [MBR_MAGIC], 512, ""),
-    ("0x55AA, bad boot flag", [_mbr_entry(0, 0x13, 0x83, 2048, 8192), MBR_MAGIC], 512, ""),
-    ("0x55AA, entry of length 0", [_mbr_entry(0, 0, 0x83, 2048, 0), MBR_MAGIC], 512, ""),
-    ("gpt, 512-byte sectors",
-     [_mbr_entry(0, 0, 0xEE, 1, 8191), MBR_MAGIC, (512, b"EFI PART")], 512, "gpt"),
-    ("gpt, 4 KiB sectors", [(4096, b"EFI PART")], 4096, "gpt"),
-]
-
-
-def _image(pokes: list[Poke], size_bytes: int = IMAGE_BYTES) -> bytearray:
-    buf = bytearray(size_bytes)
-    for offset, data in pokes:
-        buf[offset : offset + len(data)] = data
-    return buf
-
-
-def _reader(buf: bytes | bytearray) -> Callable[[int, int], bytes]:
-    return lambda offset, length: bytes(buf[offset : offset + length])
-
-
-@pytest.mark.parametrize(
-    ("pokes", "logical", "expected"),
-    [c[1:] for c in SIGNATURE_CASES],
-    ids=[c[0] for c in SIGNATURE_CASES],
-)
-def test_detect_signature(pokes: list[Poke], logical: int, expected: str) -> None:
-    buf = _image(pokes)
-    assert detect_signature(_reader(buf), len(buf), logical) == expected
-
-
-def test_random_data_has_no_signature() -> None:
-    rng = random.Random(20240601)
-    for _ in range(20):
-        buf = rng.randbytes(IMAGE_BYTES // 16)
-        assert detect_signature(_reader(buf), len(buf)) == ""
-
-
-def test_tiny_image_does_not_crash() -> None:
-    for size in (0, 1, 511, 1100, 5000):
-        assert detect_signature(_reader(bytes(size)), size) == ""
-
-
-@pytest.mark.parametrize(
-    ("tool", "argv"),
-    [
-        ("mkfs.ext4", ["mkfs.ext2", "-q", "-F"]),
-        ("mkfs.ext4", ["mkfs.ext3", "-q", "-F"]),
-        ("mkfs.ext4", ["mkfs.ext4", "-q", "-F"]),
-        ("mkswap", ["mkswap"]),
-    ],
-    ids=["ext2", "ext3", "ext4", "swap"],
-)
-def test_signature_of_real_tools_agrees_with_blkid(
-    tool: str, argv: list[str], tmp_path: Path
-) -> None:
-    if shutil.which(tool) is None or shutil.which(argv[0]) is None:
-        pytest.skip(f"needs {argv[0]}")
-    if shutil.which("blkid") is None:
-        pytest.skip("needs blkid")
-    image = tmp_path / "fs.img"
-    image.write_bytes(b"")
-    os.truncate(image, 16 * MIB)
-    subprocess.run([*argv, str(image)], check=True, capture_output=True)
-    blkid = subprocess.run(["blkid", "-p", "-s", "TYPE", "-o", "value", str(image)],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    ours = file_lun(str(image), use_blkid=False).signature
-    assert ours == blkid
-
-
-def _romfs(path: Path) -> str:
-    """An image only blkid recognises (romfs is not in our own probe's list)."""
-    buf = bytearray(MIB)
-    buf[0:8] = b"-rom1fs-"
-    buf[8:12] = MIB.to_bytes(4, "big")
-    buf[16:20] = b"test"
-    path.write_bytes(bytes(buf))
-    return str(path)
-
-
-def test_blkid_is_a_second_opinion(tmp_path: Path) -> None:
-    if shutil.which("blkid") is None:
-        pytest.skip("needs blkid")
-    first, second = _romfs(tmp_path / "a.img"), _romfs(tmp_path / "b.img")
-    blank = tmp_path / "blank.img"
-    blank.write_bytes(bytes(MIB))
-    assert blkid_signatures([first, str(blank), second]) == {first: "romfs", second: "romfs"}
-    assert file_lun(first, use_blkid=False).signature == ""
-    assert file_lun(first).signature == "romfs"
-    assert file_lun(str(blank)).signature == ""
-
 
 # ------------------------------------------------------------------------------------------------
 # A fake sysfs / proc / dev tree
@@ -236,7 +73,7 @@ class FakeHost:
 
     def image(self, name: str, pokes: list[Poke], size_bytes: int = 128 * 1024) -> str:
         path = self.dev / name
-        path.write_bytes(bytes(_image(pokes, size_bytes)))
+        path.write_bytes(bytes(image_bytes(pokes, size_bytes)))
         return str(path)
 
     def mount(self, dev: str, mount_point: str, source: str) -> None:
@@ -277,9 +114,9 @@ def fake_host(tmp_path: Path) -> FakeHost:
     h.part("sda", "sda3", "vanished", "8:3")  # a partition that cannot be read is skipped
     sda2 = h.part("sda", "sda2", 4096, "8:2")
     (sda2 / "holders" / "dm-0").mkdir()
-    h.image("sda", [_mbr_entry(0, 0, 0x83, 2048, 2048), _mbr_entry(1, 0, 0x8E, 4096, 4096),
+    h.image("sda", [mbr_entry(0, 0, 0x83, 2048, 2048), mbr_entry(1, 0, 0x8E, 4096, 4096),
                     MBR_MAGIC])
-    h.image("sda1", _ext(compat=0x4, incompat=0x40))
+    h.image("sda1", ext_pokes(compat=0x4, incompat=0x40))
     h.image("sda2", [(512, b"LABELONE"), (536, b"LVM2 001")])
     h.mount("8:1", "/boot efi", str(h.dev / "sda1"))
 
@@ -501,7 +338,7 @@ def test_file_lun_refusals(tmp_path: Path, kind: str) -> None:
 
 def test_file_lun_reports_signature_and_open_by(tmp_path: Path) -> None:
     path = tmp_path / "img"
-    path.write_bytes(bytes(_image([(0, b"XFSB")], MIB)))
+    path.write_bytes(bytes(image_bytes([(0, b"XFSB")], MIB)))
     with open(path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
         try:
             lun = file_lun(str(path))
@@ -597,7 +434,7 @@ def test_loop_device_open_by_another_process(loop_device: LoopFactory) -> None:
 
 def _write_mbr(path: str) -> None:
     with open(path, "r+b") as fh:
-        offset, data = _mbr_entry(0, 0, 0x83, 2048, 4096)
+        offset, data = mbr_entry(0, 0, 0x83, 2048, 4096)
         fh.seek(offset)
         fh.write(data)
         fh.seek(510)
