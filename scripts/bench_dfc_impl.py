@@ -54,6 +54,10 @@ def main() -> int:
                     help="longer subintervals give the controller a p99 of more I/Os")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the fixed-IOPS run that measures the device's own noise")
+    ap.add_argument("--target", type=float, default=None,
+                    help="with --max-iops: skip the probe and hold this target")
+    ap.add_argument("--max-iops", type=float, default=None,
+                    help="with --target: the device's maximum IOPS (DFC's high bound)")
     ap.add_argument("--device", choices=("shm", "knee"), default="shm",
                     help="shm: a loop device over a file in /dev/shm; knee: a loop device over "
                          "a one-server queue with a fixed service time (scripts/kneedev_impl)")
@@ -95,15 +99,21 @@ luns:
     warmup_seconds: 2
     measure_seconds: 5
 """)
-    folder = _run(probe, tmp / "out")
-    curve = [(r["step_name"], float(r["IOPS"]), float(r[args.metric]))
-             for r in _rows(folder / "summary.csv") if r["rollup_type"] == "all"]
-    for name, iops, p99 in curve:
-        print(f"probe {name:18s} {iops:10,.0f} IOPS  {args.metric} {p99:8.3f}")
-    top = curve[0][1]
-    knee = min(curve[1:], key=lambda c: abs(c[1] / top - args.knee))
-    target = knee[2]
-    print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)")
+    if args.target is not None and args.max_iops is not None:
+        top, target = args.max_iops, args.target
+        knee = ("given", float("nan"), target)
+        print(f"target: {args.metric} = {target:.3f} (given; maximum {top:,.0f} IOPS given)")
+    else:
+        folder = _run(probe, tmp / "out")
+        curve = [(r["step_name"], float(r["IOPS"]), float(r[args.metric]))
+                 for r in _rows(folder / "summary.csv") if r["rollup_type"] == "all"]
+        for name, iops, p99 in curve:
+            print(f"probe {name:18s} {iops:10,.0f} IOPS  {args.metric} {p99:8.3f}", flush=True)
+        top = curve[0][1]
+        knee = min(curve[1:], key=lambda c: abs(c[1] / top - args.knee))
+        target = knee[2]
+        print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)",
+              flush=True)
     dfc = tmp / "dfc.yaml"
     dfc.write_text(f"""test: dfc
 {head}steps:
@@ -121,6 +131,12 @@ luns:
 """)
     folder = _run(dfc, tmp / "out")
     moves = _rows(folder / "step0000-hold/dfc.csv")
+    print("trajectory (subinterval: IOPS in force -> measured, new IOPS):")
+    for m in moves:
+        if m["measured"]:
+            print(f"  {int(m['subinterval']):3d}: {float(m['iops_in_force']):9,.0f} -> "
+                  f"{float(m['measured']):8.3f} ({float(m['measured']) / target - 1:+6.1%}), "
+                  f"next {float(m['new_iops']):9,.0f}")
     settled_at = next((int(m["subinterval"]) for m in moves if m["settled"] == "true"), None)
     errs = [(int(m["subinterval"]), float(m["measured"]) / target - 1.0,
              float(m["iops_in_force"])) for m in moves if m["measured"]]
@@ -135,7 +151,7 @@ luns:
     iops = statistics.median(i for _, _, i in tail) if tail else float("nan")
     print(f"after settling: {within:.0%} of {len(tail)} subintervals within ±10 % of the "
           f"target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
-          f"(the probe measured the target at {knee[1]:,.0f})")
+          + ("" if knee[0] == "given" else f"(the probe measured the target at {knee[1]:,.0f})"))
     ok = settled_at is not None and within >= 0.8
     if not args.no_reference and tail:
         # the device alone: a fixed IOPS (the controller's settled median) for as many
