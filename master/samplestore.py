@@ -4,9 +4,10 @@ A ``measure:`` step chooses its window after the fact (the longest passing windo
 timeout the best one seen), so every measurement subinterval's combined ``Sample`` must stay
 available until the step ends. With the latency spreads of scripts/bench_master a Sample of
 1,000 workloads is 20-30 MB, and a 10-minute timeout at 1-second subintervals would hold 600
-of them: the master would run out of memory in the middle of a test. This store keeps the newest samples in memory up to
-``memory_bytes`` and writes older ones to files in a spill directory (raw ``.npy`` arrays,
-read back memory-mapped when a window needs them); ``close`` deletes the directory.
+of them: the master would run out of memory in the middle of a test. This store keeps the
+newest samples in memory up to ``memory_bytes`` and writes older ones to files in a spill
+directory (raw ``.npy`` arrays, read back memory-mapped when a window needs them); ``close``
+deletes the directory.
 
 It does not decide windows (``master.stepcontrol``), compute metrics (``master.rollup``) or
 write result files (``master.output``).
