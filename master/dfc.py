@@ -18,6 +18,7 @@ It must not do I/O, read clocks, sleep, or know about hosts, workloads' sequence
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import deque
@@ -55,8 +56,10 @@ class Move:
     ``ln(IOPS)``; ``comp`` is the delay compensation (non-zero only when the measured
     subinterval ran at another IOPS than the controller's last command). ``saturated`` means
     ``new_iops`` was clamped to ``low_iops``/``high_iops``; ``limited`` means the
-    per-subinterval step limit cut the move; ``held`` means no usable measurement (no move).
-    ``elasticity`` is the plant estimate the move used.
+    per-subinterval step limit cut the move; ``held`` means no move: no usable measurement,
+    or (``outlier``) a lone reading far outside the band once settled, held until the next
+    reading confirms it. ``elasticity`` is the plant
+    estimate the move used.
     """
 
     new_iops: float
@@ -72,6 +75,7 @@ class Move:
     held: bool
     elasticity: float
     gains: PidGains
+    outlier: bool = False
 
 
 class PidController:
@@ -81,14 +85,19 @@ class PidController:
     falls. With ``gains=None`` the gains adapt: ``ki = aggressiveness / elasticity`` (a damped
     Newton step on the estimated plant), ``kp = kd = 0``; ``aggressiveness`` itself shrinks
     when the error keeps changing sign outside the tolerance and grows when it keeps the same
-    sign. ``max_step_ratio`` bounds one move to ``x``/``/`` that factor.
+    sign. ``max_step_ratio`` bounds one move to ``x``/``/`` that factor. ``outlier_factor``
+    (or None): once the controller has settled, a lone reading further than ``outlier_factor *
+    tolerance`` from the target (the reading before it was not) is held as a spike (a stall, a
+    garbage collection) rather than acted on; a second such reading in a row is acted on, so
+    a real change costs one subinterval of delay.
     """
 
     def __init__(self, target: float, low_iops: float, high_iops: float,
                  gains: PidGains | None = None, *, direction: int = 1,
                  tolerance: float = 0.10, settle_count: int = 3,
                  aggressiveness: float = 0.5, max_step_ratio: float = 2.0,
-                 initial_elasticity: float = 1.0) -> None:
+                 initial_elasticity: float = 1.0,
+                 outlier_factor: float | None = 3.0) -> None:
         if not (math.isfinite(target) and target > 0):
             raise ConfigError("DFC target must be a positive number")
         if not (0 < low_iops <= high_iops):
@@ -103,6 +112,9 @@ class PidController:
             raise ConfigError("DFC aggressiveness must be in (0, 1]")
         if max_step_ratio <= 1:
             raise ConfigError("DFC max_step_ratio must be > 1")
+        if outlier_factor is not None and not outlier_factor > 1:
+            raise ConfigError("DFC outlier_factor must be > 1")
+        self.outlier_tolerance = None if outlier_factor is None else outlier_factor * tolerance
         self.target = float(target)
         self.low_iops = float(low_iops)
         self.high_iops = float(high_iops)
@@ -120,6 +132,8 @@ class PidController:
         self._errors: deque[float] = deque(maxlen=3)  # recent rel errors (for P and D)
         self._signs: deque[int] = deque(maxlen=4)
         self._in_band = 0
+        self._has_settled = False  # settled at least once (the outlier rule applies from then)
+        self._last_far = False  # the last reading was beyond the outlier tolerance
 
     # -- plant estimate ---------------------------------------------------------------------
 
@@ -194,6 +208,14 @@ class PidController:
             rel_error = self.max_log_step / max(gains.ki, 1e-9)
         else:
             rel_error = math.log(self.target / measured)
+            far = (self.outlier_tolerance is not None
+                   and abs(measured - self.target) > self.outlier_tolerance * self.target)
+            lone = far and self._has_settled and not self._last_far
+            self._last_far = far
+            if lone:
+                move = self._hold(anchor, measured)
+                return dataclasses.replace(move, error=self.target - measured,
+                                           rel_error=rel_error, outlier=True)
             self._points.append((math.log(current_iops), math.log(measured)))
             if self.fixed_gains is None:
                 self._update_elasticity()
@@ -219,6 +241,7 @@ class PidController:
         self._last_cmd = new
         in_band = abs(measured - self.target) <= self.tolerance * self.target
         self._in_band = self._in_band + 1 if in_band else 0
+        self._has_settled |= self.settled()
         return Move(new_iops=new, measured=float(measured), error=self.target - measured,
                     rel_error=rel_error, p=p, i=i, d=d, comp=comp, saturated=saturated,
                     limited=limited, held=False, elasticity=self.elasticity, gains=gains)

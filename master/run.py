@@ -737,7 +737,7 @@ MEASURE_COLUMNS = ["subinterval", "instance", "criterion", "metric", "limit", "w
                    "window_last", "value", "passed", "attained"]
 DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target", "error",
                "rel_error", "p", "i", "d", "iops_in_force", "new_iops", "saturated", "limited",
-               "held", "elasticity", "settled"]
+               "held", "outlier", "elasticity", "settled"]
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",

@@ -141,7 +141,7 @@ class StepControl:
                     "error": mv.error, "rel_error": mv.rel_error, "p": mv.p, "i": mv.i,
                     "d": mv.d, "iops_in_force": settings.get(row.instance),
                     "new_iops": mv.new_iops, "saturated": mv.saturated, "limited": mv.limited,
-                    "held": mv.held, "elasticity": mv.elasticity,
+                    "held": mv.held, "outlier": mv.outlier, "elasticity": mv.elasticity,
                     "settled": self.bank.controllers[row.instance].settled()})
         if self.fixed is not None:
             n = self.warm + self.fixed + self.cool
