@@ -58,8 +58,7 @@ class Move:
     ``new_iops`` was clamped to ``low_iops``/``high_iops``; ``limited`` means the
     per-subinterval step limit cut the move; ``held`` means no move: no usable measurement,
     or (``outlier``) a lone reading far outside the band once settled, held until the next
-    reading confirms it. ``elasticity`` is the plant
-    estimate the move used.
+    reading confirms it. ``elasticity`` is the plant estimate the move used.
     """
 
     new_iops: float
