@@ -153,6 +153,9 @@ def _dfc(dfc: DfcConfig) -> str:
         f"dfc holds {dfc.focus_metric} of {_instances(dfc.focus_rollup)} at {dfc.target:g} "
         f"with IOPS in [{dfc.low_iops:g}, {dfc.high_iops:g}]"
         + (f"; gains {gains}" if gains else "")
+        + ("" if dfc.window is None else
+           f"; acts once per {format_duration_s(dfc.window.rounded_s)} window "
+           f"({dfc.window.subintervals} subintervals at one IOPS, histograms merged)")
     )
 
 

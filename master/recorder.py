@@ -63,6 +63,7 @@ class Recorded:
     results: dict[str, ru.RollupResult]
     live: list[LiveRow]
     io_errors: list[tuple[str, str]] = field(default_factory=list)
+    sample: ru.Sample | None = None  # the subinterval's statistics (a DFC window adds them up)
 
 
 class StepRecorder:
@@ -158,7 +159,7 @@ class StepRecorder:
                 self.samples[k] = sample
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
-        out = Recorded(k, phase, {}, [])
+        out = Recorded(k, phase, {}, [], sample=sample)
         iops = self._iops_per_workload()
         host_of = self._host_index()
         host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)

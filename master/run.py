@@ -376,7 +376,8 @@ class Run:
                     phase = control.phase_of(k)
                     rec = self._record(st, k, phase, results)
                     last_recorded = k
-                    dec = control.after(k, rec.results, self._dfc_settings(control, k))
+                    dec = control.after(k, rec.results, self._dfc_settings(control, k),
+                                        rec.sample)
                     self._write_control_rows(st, dec)
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)

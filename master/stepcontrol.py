@@ -21,7 +21,7 @@ from typing import Any
 from master import measure as ms
 from master.config import AccuracyCriterion, FioCriteria, StepConfig
 from master.dfc import DfcBank, PidGains
-from master.rollup import RollupResult
+from master.rollup import RollupResult, Sample, compute
 
 DECREASING_METRICS = ("IOPS", "MB_per_s")  # metrics that do not rise with IOPS are rare; see doc
 
@@ -95,6 +95,8 @@ class StepControl:
                                 d.low_iops, d.high_iops, gains,
                                 direction=metric_direction(d.focus_metric))
         self.settle_deadline = self.warm + (self.timeout or 0)
+        self._window: list[Sample] = []  # a DFC window's subintervals so far
+        self._window_key: tuple[tuple[str, float], ...] = ()  # the IOPS they ran at
 
     @property
     def max_subintervals(self) -> int:
@@ -123,15 +125,13 @@ class StepControl:
         return "cooldown"
 
     def after(self, k: int, results: Mapping[str, RollupResult],
-              settings: Mapping[str, float]) -> Decision:
+              settings: Mapping[str, float], sample: Sample | None = None) -> Decision:
         """Decide after subinterval ``k``. ``settings``: the DFC focus instances' total IOPS in
-        force during ``k``."""
+        force during ``k``; ``sample``: its statistics (needed with a DFC window)."""
         phase = self.phase_of(k)
         dec = Decision(k, phase, self.last)
-        if self.bank is not None and self.dfc is not None:
-            res = results[self.dfc.focus_rollup]
-            col = res.columns[self.dfc.focus_metric]
-            measured = {n: float(col[i]) for i, n in enumerate(res.grouping.names)}
+        measured = self._dfc_measurement(results, settings, sample)
+        if self.bank is not None and self.dfc is not None and measured is not None:
             for row in self.bank.step(k, measured, settings):
                 mv = row.move
                 dec.new_totals[row.instance] = mv.new_iops
@@ -161,6 +161,33 @@ class StepControl:
                 self.meas_end = k
                 self.last = dec.last = k + self.cool
         return dec
+
+    def _dfc_measurement(self, results: Mapping[str, RollupResult],
+                         settings: Mapping[str, float], sample: Sample | None
+                         ) -> dict[str, float] | None:
+        """The focus metric per instance for the controller, or None when it does not act
+        now: every subinterval by default; with ``dfc.window_seconds``, once the subintervals
+        run at the same IOPS add up to a window (their histograms merged, so a percentile is
+        exact over the window). A change of IOPS (the controller's own move taking effect, or
+        an operator's edit) starts a new window."""
+        if self.dfc is None:
+            return None
+        res = results[self.dfc.focus_rollup]
+        n = 1 if self.dfc.window is None else self.dfc.window.subintervals
+        if n > 1:
+            if sample is None:
+                raise ValueError("a DFC window needs each subinterval's sample")
+            key = tuple(sorted(settings.items()))
+            if key != self._window_key:
+                self._window, self._window_key = [], key
+            self._window.append(sample)
+            if len(self._window) < n:
+                return None
+            total = Sample.add(self._window)
+            self._window = []
+            res = compute(total, res.grouping, n * self.subinterval_s)
+        col = res.columns[self.dfc.focus_metric]
+        return {name: float(col[i]) for i, name in enumerate(res.grouping.names)}
 
     def _feed(self, k: int, results: Mapping[str, RollupResult]) -> list[dict[str, Any]]:
         assert self.measure is not None

@@ -402,7 +402,10 @@ class DfcConfig:
     """A step's ``dfc:`` block: hold ``focus_metric`` of each ``focus_rollup`` instance at
     ``target`` by editing that instance's total IOPS every subinterval, within
     [``low_iops``, ``high_iops``]. ``target`` is in the metric's unit (ms for times). Optional
-    ``gains: {kp, ki, kd}`` (each ≥ 0)."""
+    ``gains: {kp, ki, kd}`` (each ≥ 0). Optional ``window_seconds``: the controller acts once
+    per window of that many seconds (whole subintervals, all at one IOPS), on the metric of the
+    window's merged histograms, so a tail percentile rests on more I/Os than one subinterval
+    has; ``window`` is None for every subinterval."""
 
     focus_rollup: str
     focus_metric: str
@@ -410,6 +413,7 @@ class DfcConfig:
     low_iops: float
     high_iops: float
     gains: DfcGains = DfcGains()
+    window: PhaseDuration | None = None
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ DFC_KEYS: tuple[str, ...] = (
     "low_iops",
     "high_iops",
     "gains",
+    "window_seconds",
 )
 EDIT_ROLLUP_KEYS: tuple[str, ...] = ("instance", "total_iops", *EDITABLE_KEYS)
 
@@ -339,7 +340,12 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
             if values[key] < 0:
                 raise child.error(f"must not be negative (got {child.node.text})")
         gains = DfcGains(**values)
-    return DfcConfig(focus_rollup, focus_metric, target, low, high, gains)
+    window_cursor = cursor.get("window_seconds")
+    window = None
+    if window_cursor is not None:
+        window = _positive_phase(window_cursor, context.subinterval_s, 0.0, 1, cursor,
+                                 "window_seconds")
+    return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window)
 
 
 def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]:

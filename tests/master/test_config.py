@@ -554,6 +554,7 @@ def test_dfc_and_edit_rollup() -> None:
         "host", 2.0, 100.0, 100000.0,
     )  # fmt: skip
     assert (step.dfc.gains.kp, step.dfc.gains.ki, step.dfc.gains.kd) == (0.5, 0.1, None)
+    assert step.dfc.window is None  # the controller acts every subinterval
     first, second, third = step.edit_rollup
     assert (first.instance, first.total_iops, first.settings.blocksize_bytes) == (
         "host=localhost",
@@ -662,3 +663,18 @@ def test_focus_metric_catalog() -> None:
     assert expected <= FOCUS_METRICS
     assert "service_time_p99.9_ms" not in FOCUS_METRICS
     assert "iops" not in FOCUS_METRICS
+
+
+def test_dfc_window_is_rounded_up_to_whole_subintervals() -> None:
+    cfg = parse(HEAD + textwrap.dedent(
+        """\
+        steps:
+          - name: s
+            workloads: [{name: w, iosequencer: random_steady}]
+            dfc: {focus_metric: service_time_p99_ms, target: 2, low_iops: 100,
+                  high_iops: 1e5, window_seconds: 2500ms}
+        """))
+    window = cfg.steps[0].dfc.window  # type: ignore[union-attr]
+    assert cfg.subinterval_seconds == 1.0
+    assert window is not None and window.requested_s == 2.5
+    assert (window.subintervals, window.rounded_s) == (3, 3.0)

@@ -40,7 +40,8 @@ steps:
       timeout_seconds: 1m
   - name: dfc
     measure_seconds: 4
-    dfc: {focus_rollup: host, focus_metric: IOPS, target: 500, low_iops: 10, high_iops: 1000}
+    dfc: {focus_rollup: host, focus_metric: IOPS, target: 500, low_iops: 10, high_iops: 1000,
+          window_seconds: 5}
     edit_rollup: [{instance: "vendor+model=ACME+X", total_iops: 300, iodepth: 2}]
   - name: curve
     iops_curve: [25%]
@@ -80,28 +81,28 @@ step 0001 steady  (steps[1], line 21)
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
 step 0002 dfc  (steps[2], line 29)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
-  dfc holds IOPS of every host instance at 500 with IOPS in [10, 1000]
+  dfc holds IOPS of every host instance at 500 with IOPS in [10, 1000]; acts once per 6s window (3 subintervals at one IOPS, histograms merged)
   edit_rollup vendor+model=ACME+X: total_iops=300 iodepth=2
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0003 curve-iops=max  (steps[3], line 33)
+step 0003 curve-iops=max  (steps[3], line 34)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   iops_curve: the max-IOPS point (every workload at iops=max)
   changes: ~ b (iops) [by iops_curve]
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0004 curve-iops=25%  (steps[3], line 33)
+step 0004 curve-iops=25%  (steps[3], line 34)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   iops_curve: the whole test (rollup all) at 25% of its IOPS in step curve-iops=max
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=(set by iops_curve) read_fraction=100%
-step 0005 sw-blocksize=4KiB  (steps[4], line 35)
+step 0005 sw-blocksize=4KiB  (steps[4], line 36)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   for blocksize=4KiB
   changes: ~ b (blocksize) [by for]
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0006 sw-blocksize=1MiB  (steps[4], line 35)
+step 0006 sw-blocksize=1MiB  (steps[4], line 36)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   for blocksize=1MiB
   changes: ~ b (blocksize) [by for]

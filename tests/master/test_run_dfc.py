@@ -33,6 +33,11 @@ steps:
   - name: down
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
            low_iops: 150, high_iops: 3000}}
+  - name: windowed
+    dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
+           low_iops: 100, high_iops: 3000, window_seconds: 1.5}}
+    warmup_seconds: 0
+    measure_seconds: 6
 """
 
 
@@ -71,3 +76,21 @@ def test_unreachable_targets_drive_to_the_bounds(folder: Path) -> None:
     assert float(down[-1]["new_iops"]) == 150 and down[-1]["saturated"] == "true"
     events = (folder / "events.csv").read_text()
     assert "step 1 down" in events
+
+
+def test_a_window_moves_once_per_window_at_one_iops(folder: Path) -> None:
+    """window_seconds: 1.5 is 3 subintervals of 0.5 s: the controller acts once 3 subintervals
+    at one IOPS are in, on their merged p99. Its move holds from two subintervals later, so
+    the subinterval in between (still at the old IOPS) starts no window: moves at 2, 6, 10."""
+    moves = rows(folder / "step0002-windowed/dfc.csv")
+    host = {int(r["subinterval"]): r for r in rows(folder / "step0002-windowed/host/localhost.csv")}
+    assert [int(m["subinterval"]) for m in moves] == [2, 6, 10]
+    for m in moves:
+        k = int(m["subinterval"])
+        window = [host[j] for j in (k - 2, k - 1, k)]
+        settings = {float(r["iops_setting"]) for r in window}
+        assert settings == {float(m["iops_in_force"])}  # the whole window at one IOPS
+        # a percentile of merged histograms lies within the range of the parts' percentiles
+        parts = [float(r["service_time_p99_ms"]) for r in window]
+        assert min(parts) <= float(m["measured"]) <= max(parts)
+        assert float(m["new_iops"]) > float(m["iops_in_force"])
