@@ -54,6 +54,9 @@ def main() -> int:
                     help="longer subintervals give the controller a p99 of more I/Os")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the fixed-IOPS run that measures the device's own noise")
+    ap.add_argument("--window-seconds", type=float, default=None,
+                    help="dfc.window_seconds: act once per window on its merged p99 (the "
+                         "reference then uses subintervals of this length)")
     ap.add_argument("--target", type=float, default=None,
                     help="with --max-iops: skip the probe and hold this target")
     ap.add_argument("--max-iops", type=float, default=None,
@@ -115,6 +118,8 @@ luns:
         print(f"target: {args.metric} = {target:.3f} (measured at {knee[1]:,.0f} IOPS)",
               flush=True)
     dfc = tmp / "dfc.yaml"
+    window = ("" if args.window_seconds is None
+              else f"\n      window_seconds: {args.window_seconds:g}")
     dfc.write_text(f"""test: dfc
 {head}steps:
   - name: hold
@@ -125,7 +130,7 @@ luns:
       focus_metric: {args.metric}
       target: {target}
       low_iops: {max(1.0, 0.05 * top):.0f}
-      high_iops: {top:.0f}
+      high_iops: {top:.0f}{window}
     warmup_seconds: 0
     measure_seconds: {args.subintervals * args.subinterval_seconds:g}
 """)
@@ -149,22 +154,26 @@ luns:
     within = sum(abs(e) <= 0.10 for _, e, _ in tail) / max(1, len(tail))
     med = statistics.median(abs(e) for _, e, _ in tail) if tail else float("nan")
     iops = statistics.median(i for _, _, i in tail) if tail else float("nan")
-    print(f"after settling: {within:.0%} of {len(tail)} subintervals within ±10 % of the "
-          f"target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
+    print(f"after settling: {within:.0%} of {len(tail)} decisions (subintervals or windows) "
+          f"within ±10 % of the target; median |error| {med:.1%}; median IOPS {iops:,.0f} "
           + ("" if knee[0] == "given" else f"(the probe measured the target at {knee[1]:,.0f})"))
     ok = settled_at is not None and within >= 0.8
     if not args.no_reference and tail:
         # the device alone: a fixed IOPS (the controller's settled median) for as many
         # subintervals; how often does its own p99 stay within ±10 % of its median?
         ref = tmp / "ref.yaml"
+        # one reference subinterval per DFC decision: a subinterval, or a window
+        per = args.window_seconds or args.subinterval_seconds
         fixed = wl.replace("read_fraction: 100%", f"read_fraction: 100%, iops: {iops:.0f}")
+        ref_head = head.replace(f"subinterval_seconds: {args.subinterval_seconds:g}",
+                                f"subinterval_seconds: {per:g}")
         ref.write_text(f"""test: ref
-{head}steps:
+{ref_head}steps:
   - name: fixed
     workloads:
       - {fixed}
-    warmup_seconds: {2 * args.subinterval_seconds:g}
-    measure_seconds: {len(tail) * args.subinterval_seconds:g}
+    warmup_seconds: {2 * per:g}
+    measure_seconds: {len(tail) * per:g}
 """)
         folder = _run(ref, tmp / "out")
         vals = [float(r[args.metric]) for r in _rows(folder / "step0000-fixed/all/all.csv")
