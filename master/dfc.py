@@ -128,6 +128,10 @@ class PidController:
         self._last_cmd: float | None = None
         self.elasticity = float(initial_elasticity) * direction
         self._points: deque[tuple[float, float]] = deque(maxlen=6)  # (ln iops, ln metric)
+        # the newest point, when its far reading steepened the estimate and the next secant
+        # has yet to confirm it (see _update_elasticity)
+        self._suspect: tuple[float, float] | None = None
+        self._before_suspect = 0.0  # the elasticity before that steepening
         self._errors: deque[float] = deque(maxlen=3)  # recent rel errors (for P and D)
         self._signs: deque[int] = deque(maxlen=4)
         self._in_band = 0
@@ -141,22 +145,50 @@ class PidController:
     MIN_LOG_SPAN = 0.05  # |ln(IOPS) difference| a secant needs (5 %) to say anything
     SLOW_BLEND = 0.3  # weight of a new, smaller elasticity estimate
 
-    def _update_elasticity(self) -> None:
-        """Secant in log-log space between the newest point and the newest earlier point at
-        least MIN_LOG_SPAN away. A larger elasticity (a steeper plant: be careful) is adopted at
-        once; a smaller one (be bolder) is blended in slowly. Bounded to x3 / /3 per update."""
+    def _secant(self, exclude: tuple[float, float] | None = None) -> float | None:
+        """Slope in log-log space between the newest point and the newest earlier point at
+        least MIN_LOG_SPAN away (not ``exclude``), or None when there is no such point."""
+        lu, ly = self._points[-1]
+        older = [pt for pt in self._points
+                 if abs(lu - pt[0]) >= self.MIN_LOG_SPAN and pt is not exclude]
+        if not older:
+            return None
+        lu0, ly0 = older[-1]
+        return (ly - ly0) / (lu - lu0)
+
+    def _update_elasticity(self, far: bool) -> None:
+        """Secant estimate of the plant (``_secant``). A larger elasticity (a steeper plant: be
+        careful) is adopted at once; a smaller one (be bolder) is blended in slowly. Bounded to
+        x3 / /3 per update.
+
+        A lone spike would steepen the estimate through two secants (to it, then from it) and
+        every later move would crawl. So a steepening suggested by a reading far from the target
+        (beyond the outlier tolerance) is provisional: the next secant, which does not use that
+        point, must agree that the plant is steeper than before; if it does not, the point is
+        dropped from the estimate and the elasticity goes back to what it was."""
         if len(self._points) < 2:
             return
-        lu, ly = self._points[-1]
-        older = [pt for pt in self._points if abs(lu - pt[0]) >= self.MIN_LOG_SPAN]
-        if not older:
-            return
-        lu0, ly0 = older[-1]
-        slope = (ly - ly0) / (lu - lu0)
-        if slope * self.direction <= 0:
-            return  # flat or noisy: keep the estimate, the step limit protects us
+        suspect, self._suspect = self._suspect, None
+        if suspect is not None:
+            confirm = self._secant(exclude=suspect)
+            if confirm is None or confirm * self.direction <= self._before_suspect:
+                self._points.remove(suspect)  # not confirmed: a spike, out of the estimate
+                self.elasticity = self.direction * self._before_suspect
+                if confirm is None or confirm * self.direction <= 0:
+                    return
+                self._set_elasticity(abs(confirm), self._before_suspect)
+                return
         old = abs(self.elasticity)
-        new = min(max(abs(slope), old / 3, self.ELASTICITY_MIN), old * 3, self.ELASTICITY_MAX)
+        slope = self._secant()
+        if slope is None or slope * self.direction <= 0:
+            return  # flat or noisy: keep the estimate, the step limit protects us
+        if abs(slope) > old and far:
+            self._suspect = self._points[-1]
+            self._before_suspect = old
+        self._set_elasticity(abs(slope), old)
+
+    def _set_elasticity(self, slope: float, old: float) -> None:
+        new = min(max(slope, old / 3, self.ELASTICITY_MIN), old * 3, self.ELASTICITY_MAX)
         if new < old:
             new = old ** (1 - self.SLOW_BLEND) * new ** self.SLOW_BLEND
         self.elasticity = self.direction * new
@@ -201,6 +233,7 @@ class PidController:
         if not (math.isfinite(measured) and current_iops > 0):
             return self._hold(anchor, measured)
         gains = self.gains()
+        far = False
         if measured <= 0:
             # the metric reads 0 (nothing measured as slow, idle): far below the target, so the
             # move is a full step (up for a rising metric, down for a falling one)
@@ -217,7 +250,7 @@ class PidController:
                                            rel_error=rel_error, outlier=True)
             self._points.append((math.log(current_iops), math.log(measured)))
             if self.fixed_gains is None:
-                self._update_elasticity()
+                self._update_elasticity(far)
                 self._adapt_aggressiveness(rel_error)
                 gains = self.gains()
         errs = list(self._errors)
