@@ -17,7 +17,8 @@ What it is not: storage. Reads return zeros and writes are discarded (like null_
 the kernel's FUSE protocol on /dev/fuse directly (no libfuse), only the operations a loop device
 and ``losetup`` need; anything else is answered ENOSYS. Needs root.
 
-    python -m scripts.kneedev_impl --service-us 1000   # prints the loop device; Ctrl-C removes it
+    python -m scripts.kneedev_impl --service-us 1000   # prints the loop device; Ctrl-C or
+                                                       # kill removes it
 """
 
 from __future__ import annotations
@@ -232,10 +233,18 @@ def main() -> int:
                          "it well above the path's own 0.2-2 ms per request")
     ap.add_argument("--size-mib", type=int, default=1024)
     args = ap.parse_args()
-    with knee_device(args.size_mib << 20, args.service_us) as dev:
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    # kill and a closed terminal clean up as Ctrl-C does (a background job started from a
+    # script ignores SIGINT, so `kill` is how it is stopped)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    with contextlib.suppress(KeyboardInterrupt), knee_device(args.size_mib << 20,
+                                                             args.service_us) as dev:
         print(dev, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
+        signal.pause()
     return 0
 
 

@@ -9,8 +9,11 @@ import json
 import mmap
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,13 +66,41 @@ def test_requests_queue_so_iops_stop_at_one_over_the_service_time() -> None:
     assert read["clat_ns"]["mean"] / 1e3 == pytest.approx(16 * SERVICE_US, rel=0.2)
 
 
+def backing_file(dev: str) -> str:
+    return subprocess.run(["losetup", "-n", "-O", "BACK-FILE", dev], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def assert_gone(backing: str) -> None:
+    assert not os.path.exists(os.path.dirname(backing))
+    with open("/proc/mounts") as f:
+        assert os.path.dirname(backing) not in f.read()
+    listed = subprocess.run(["losetup", "-j", backing], capture_output=True, text=True).stdout
+    assert listed.strip() == ""
+
+
 def test_nothing_is_left_behind() -> None:
     with knee_device(8 << 20, SERVICE_US) as dev:
-        mnt = subprocess.run(["losetup", "-n", "-O", "BACK-FILE", dev], capture_output=True,
-                             text=True, check=True).stdout.strip()
+        mnt = backing_file(dev)
         assert mnt.endswith("/disk")
-    assert not os.path.exists(os.path.dirname(mnt))
-    with open("/proc/mounts") as f:
-        assert "ivypy-knee" not in f.read()
-    listed = subprocess.run(["losetup", "-j", mnt], capture_output=True, text=True).stdout
-    assert listed.strip() == ""
+    assert_gone(mnt)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_command_cleans_up_when_stopped(sig: signal.Signals) -> None:
+    """``python -m scripts.kneedev_impl`` prints the device and holds it until stopped; Ctrl-C
+    and kill both remove loop device, mount and folder."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.kneedev_impl", "--size-mib", "8"],
+                            cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        dev = proc.stdout.readline().strip()
+        assert dev.startswith("/dev/loop"), dev
+        mnt = backing_file(dev)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_gone(mnt)
