@@ -133,7 +133,7 @@ class PidController:
         self._suspect: tuple[float, float] | None = None
         self._before_suspect = 0.0  # the elasticity before that steepening
         self._errors: deque[float] = deque(maxlen=3)  # recent rel errors (for P and D)
-        self._signs: deque[int] = deque(maxlen=4)
+        self._signs: deque[tuple[int, bool]] = deque(maxlen=4)  # (error sign, far)
         self._in_band = 0
         self._has_settled = False  # settled at least once (the outlier rule applies from then)
         self._last_far = False  # the last reading was beyond the outlier tolerance
@@ -193,24 +193,31 @@ class PidController:
             new = old ** (1 - self.SLOW_BLEND) * new ** self.SLOW_BLEND
         self.elasticity = self.direction * new
 
-    def _adapt_aggressiveness(self, rel_error: float) -> None:
+    def _adapt_aggressiveness(self, rel_error: float, far: bool) -> None:
         """ivy-like gain adaptation on top of the plant estimate: the error changing sign three
         times running outside the tolerance means too aggressive (x0.7); four errors of the
         same sign outside it, with no step limit or bound in the way, means too timid (x1.25);
-        inside the tolerance the aggressiveness relaxes back to its configured value."""
+        inside the tolerance the aggressiveness relaxes back to its configured value.
+
+        A lone far reading (``far``: beyond the outlier tolerance, with neither neighbour far)
+        is taken out of that history once the next reading shows it was alone: a spike flips
+        the sign twice, and would otherwise read as oscillation and cut the gain every time."""
         outside = abs(rel_error) > math.log1p(self.tolerance)
         if not outside:
             self._signs.clear()
             self.aggressiveness += 0.2 * (self.base_aggressiveness - self.aggressiveness)
             return
-        self._signs.append(1 if rel_error > 0 else -1)
-        s = list(self._signs)
-        if len(s) >= 3 and s[-1] != s[-2] and s[-2] != s[-3]:
+        s = self._signs
+        if not far and s and s[-1][1] and (len(s) == 1 or not s[-2][1]):
+            s.pop()
+        s.append((1 if rel_error > 0 else -1, far))
+        signs = [sign for sign, _ in s]
+        if len(signs) >= 3 and signs[-1] != signs[-2] and signs[-2] != signs[-3]:
             self.aggressiveness = max(0.1, self.aggressiveness * 0.7)
-            self._signs.clear()
-        elif len(s) == 4 and len(set(s)) == 1 and not self._last_constrained:
+            s.clear()
+        elif len(signs) == 4 and len(set(signs)) == 1 and not self._last_constrained:
             self.aggressiveness = min(1.0, self.aggressiveness * 1.25)
-            self._signs.clear()
+            s.clear()
 
     def gains(self) -> PidGains:
         if self.fixed_gains is not None:
@@ -251,7 +258,7 @@ class PidController:
             self._points.append((math.log(current_iops), math.log(measured)))
             if self.fixed_gains is None:
                 self._update_elasticity(far)
-                self._adapt_aggressiveness(rel_error)
+                self._adapt_aggressiveness(rel_error, far)
                 gains = self.gains()
         errs = list(self._errors)
         e1 = errs[-1] if errs else rel_error
