@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.master.runhelp import ROOT, poisson_rel, rows, write_config
 
@@ -44,6 +45,7 @@ steps:
       min_measure_seconds: 2
       timeout_seconds: 20
 """
+SUBINTERVAL_S = float(yaml.safe_load(TEST)["subinterval_seconds"])
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +95,17 @@ def test_iops_curve_runs_at_fractions_of_the_max(
         settings = [float(r["iops_setting"]) for r in rows(d / "host/localhost.csv")]
         for value in settings:
             assert value == pytest.approx(top * frac / 100, rel=1e-5), (frac, settings, top)
-        row = summary[(f"curve-iops={frac}%", "host")]
-        got, seconds = float(row["IOPS"]), float(row["measurement_seconds"])
-        # the device may not keep up near its maximum on a busy machine; it never runs faster
-        # than its schedule allows
+        # the device may not keep up near its maximum on a busy machine, and a schedule that
+        # fell behind catches up later, so one window may run above the setting (one run: +2.5 %
+        # over a 1.5 s window, 5 sigma). What holds is that the I/Os done from the step's start
+        # never pass the I/Os scheduled by then.
         expected = top * frac / 100
-        assert got <= expected * (1 + poisson_rel(expected, seconds)), (frac, got, expected)
+        done = 0.0
+        for k, r in enumerate(rows(d / "host/localhost.csv")):
+            done += float(r["IOPS"]) * SUBINTERVAL_S
+            scheduled = expected * SUBINTERVAL_S * (k + 1)
+            rel = poisson_rel(expected, SUBINTERVAL_S * (k + 1))
+            assert done <= scheduled * (1 + rel), (frac, k, done, scheduled)
     row = summary[("curve-iops=25%", "host")]
     low, seconds = float(row["IOPS"]), float(row["measurement_seconds"])
     expected = top * 0.25
