@@ -19,7 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
-from protocol.stats import ROWS_PER_WORKLOAD
+from protocol.errors import RemoteProtocolError
+from protocol.stats import MAX, MIN, N_CATEGORIES, N_KINDS, OPS, ROWS_PER_WORKLOAD, StatsBatch
 
 try:  # pragma: no cover - exercised by every test run
     import numba as _numba
@@ -284,6 +285,11 @@ def warm_up() -> float:
                          mins[: len(ptr) - 1] + 1e6)
     one = np.ones(1, dtype=np.int64)
     merge_sorted((one, one, one), (one, one + 1, one))
+    validate_batch(StatsBatch(  # the wire's types: rows uint32, buckets uint16, counts int64
+        counters=np.array([[[1, 4096, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]], dtype=np.int64),
+        lat=np.array([[[[5, 5, 5]] * 2] * 4], dtype=np.int64),
+        rows=np.array([0, 1], dtype=np.uint32), buckets=np.array([5, 5], dtype=np.uint16),
+        counts=np.ones(2, dtype=np.int64)))
     format_rows(np.array([[1.5, np.nan, 1234567.0, 0.0]]),
                 np.array([False, False, True, False]))
     return time.perf_counter() - t0
@@ -357,6 +363,69 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
     co = np.empty(na + nb, dtype=np.int64)
     n = _merge_sorted(*(np.ascontiguousarray(x, dtype=np.int64) for x in (*a, *b)), ro, bo, co)
     return ro[:n], bo[:n], co[:n]
+
+
+# ----------------------------------------------------------------------------- validation
+def _scan_coords_py(rows: Any, buckets: Any, counts: Any, row_tot: Any) -> tuple[int, bool, int]:
+    """One pass over a batch's coordinates: the largest bucket, whether (row, bucket) rises
+    strictly, the smallest count; adds each count into ``row_tot[row]`` (rows the caller has
+    checked in range: the last is the largest when sorted, and an unsorted batch is refused
+    before the totals are read)."""
+    n = rows.size
+    bmax = 0
+    cmin = counts[0] if n else 1
+    ascending = True
+    n_rows = row_tot.size
+    prev = -1
+    for x in range(n):
+        r = rows[x]
+        b = buckets[x]
+        c = counts[x]
+        if b > bmax:
+            bmax = b
+        if c < cmin:
+            cmin = c
+        key = r * 65536 + b  # buckets < 2**16
+        if key <= prev:
+            ascending = False
+        prev = key
+        if r < n_rows:
+            row_tot[r] += c
+    return bmax, ascending, cmin
+
+
+_scan_coords = _jit(_scan_coords_py)
+
+
+def validate_batch(batch: StatsBatch) -> None:
+    """``StatsBatch.validate`` in one compiled pass over the coordinates (eight numpy passes
+    there): the same checks in the same order, the same ``RemoteProtocolError`` messages."""
+    n = batch.n_workloads
+    counters = batch.counters
+    if n and int(counters.min()) < 0:
+        raise RemoteProtocolError("stats batch has negative counters")
+    row_tot = np.zeros(n * ROWS_PER_WORKLOAD, dtype=np.int64)
+    if batch.rows.size:
+        # aligned (a copy only when the wire left an array unaligned), so that the kernel
+        # compiled by warm_up is the one used
+        coords = (np.require(a, requirements="A") for a in (batch.rows, batch.buckets,
+                                                             batch.counts))
+        bmax, ascending, cmin = _scan_coords(*coords, row_tot)
+        if int(batch.rows[-1]) >= n * ROWS_PER_WORKLOAD or bmax >= N_BUCKETS:
+            raise RemoteProtocolError("stats batch histogram coordinates out of range")
+        if not ascending:
+            raise RemoteProtocolError("stats batch histogram coordinates are not sorted")
+        if cmin <= 0:
+            raise RemoteProtocolError("stats batch histogram counts must be > 0")
+    per_row = row_tot.reshape(n, N_CATEGORIES, N_KINDS)
+    ops = counters[:, :, OPS]
+    if n and not (np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)):
+        raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
+    has = ops > 0
+    lat_min = batch.lat[..., MIN]
+    lat_max = batch.lat[..., MAX]
+    if n and bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))):
+        raise RemoteProtocolError("stats batch latency min/max are inconsistent")
 
 
 # ----------------------------------------------------------------------------- CSV numbers

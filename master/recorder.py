@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from master import kernels
 from master import rollup as ru
 from master.config import RollupSpec
 from master.live import LiveRow
@@ -139,7 +140,8 @@ class StepRecorder:
         ops_by_host: dict[str, int] = {}
         for h in hosts:
             try:
-                batch = StatsBatch.from_wire(h.result.stats)
+                batch = StatsBatch.from_wire(h.result.stats, validate=False)
+                kernels.validate_batch(batch)
             except ProtocolError as exc:
                 raise HostError(f"bad statistics: {exc}", host=h.host) from exc
             if batch.n_workloads != len(h.result.workload_ids):

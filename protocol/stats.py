@@ -234,8 +234,10 @@ class StatsBatch:
         }
 
     @classmethod
-    def from_wire(cls, wire: dict[str, object]) -> StatsBatch:
-        """Decode and validate; anything inconsistent raises ``RemoteProtocolError``."""
+    def from_wire(cls, wire: dict[str, object], *, validate: bool = True) -> StatsBatch:
+        """Decode and validate; anything inconsistent raises ``RemoteProtocolError``. With
+        ``validate=False`` only the shapes are checked, and the caller must validate the batch
+        itself (the master does, with one compiled pass: ``master.kernels.validate_batch``)."""
         try:
             n = wire["n"]
             raw = {k: wire[k] for k in ("counters", "lat", "rows", "buckets", "counts")}
@@ -263,7 +265,8 @@ class StatsBatch:
         buckets = np.frombuffer(buf["buckets"], dtype="<u2")
         counts = np.frombuffer(buf["counts"], dtype="<i8")
         batch = cls(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts)
-        batch.validate()
+        if validate:
+            batch.validate()
         return batch
 
     def validate(self) -> None:

@@ -8,6 +8,9 @@ import pytest
 
 from master import kernels
 from master.heap import keep_freed_memory
+from protocol.buckets import N_BUCKETS
+from protocol.errors import RemoteProtocolError
+from protocol.stats import MAX, MIN, OPS, StatsBatch, WorkloadStats
 
 
 def _coords(rng: np.random.Generator, n: int, rows: int) -> tuple[np.ndarray, ...]:
@@ -40,3 +43,82 @@ def test_heap_thresholds_are_set_on_glibc() -> None:
         pytest.skip("not glibc")
     assert keep_freed_memory() is True
     assert keep_freed_memory() is True  # once per process, then a no-op
+
+
+def _batch() -> StatsBatch:
+    """Three workloads: random reads and writes, sequential reads, and errors only."""
+    rng = np.random.default_rng(3)
+    stats = [WorkloadStats() for _ in range(3)]
+    for cat, n in ((0, 500), (1, 200)):
+        svc = rng.lognormal(np.log(2e5), 0.6, n).astype(np.int64)
+        stats[0].record(cat, svc, svc + 1000, 4096)
+    svc = rng.lognormal(np.log(5e4), 0.3, 300).astype(np.int64)
+    stats[1].record(2, svc, svc, 131072)
+    stats[2].record_errors(1, 4)
+    return StatsBatch.from_stats(stats)
+
+
+def _with(batch: StatsBatch, **arrays: np.ndarray) -> StatsBatch:
+    fields = {k: getattr(batch, k).copy() for k in ("counters", "lat", "rows", "buckets",
+                                                     "counts")}
+    return StatsBatch(**{**fields, **arrays})
+
+
+def _bad_batches() -> list[tuple[str, StatsBatch]]:
+    b = _batch()
+    out = []
+    counters = b.counters.copy()
+    counters[2, 1, 2] = -1
+    out.append(("negative counters", _with(b, counters=counters)))
+    rows = b.rows.copy()
+    rows[-1] = 3 * 8
+    out.append(("out of range", _with(b, rows=rows)))
+    buckets = b.buckets.copy()
+    buckets[7] = N_BUCKETS
+    out.append(("out of range", _with(b, buckets=buckets)))
+    order = np.arange(b.rows.size)
+    order[[10, 11]] = order[[11, 10]]
+    out.append(("not sorted", _with(b, rows=b.rows[order], buckets=b.buckets[order],
+                                    counts=b.counts[order])))
+    buckets = b.buckets.copy()
+    buckets[11] = buckets[10]  # the same (row, bucket) twice
+    out.append(("not sorted", _with(b, buckets=buckets)))
+    for bad_count in (0, -3):
+        counts = b.counts.copy()
+        counts[5] = bad_count
+        out.append(("counts must be > 0", _with(b, counts=counts)))
+    counters = b.counters.copy()
+    counters[1, 2, OPS] += 1
+    out.append(("differ from the ops counters", _with(b, counters=counters)))
+    lat = b.lat.copy()
+    lat[0, 1, 0, MIN] = lat[0, 1, 0, MAX] + 1
+    out.append(("min/max are inconsistent", _with(b, lat=lat)))
+    lat = b.lat.copy()
+    lat[1, 2, 1, MIN] = -5
+    out.append(("min/max are inconsistent", _with(b, lat=lat)))
+    # two faults: the first check in StatsBatch.validate's order is the one reported
+    counts = b.counts[order].copy()
+    counts[0] = 0
+    out.append(("not sorted", _with(b, rows=b.rows[order], buckets=b.buckets[order],
+                                    counts=counts)))
+    return out
+
+
+@pytest.mark.parametrize(("message", "batch"), _bad_batches(),
+                         ids=[f"{i}-{m}" for i, (m, _) in enumerate(_bad_batches())])
+def test_validate_batch_refuses_what_statsbatch_validate_refuses(message: str,
+                                                                   batch: StatsBatch) -> None:
+    with pytest.raises(RemoteProtocolError, match=message) as numpy_way:
+        batch.validate()
+    with pytest.raises(RemoteProtocolError) as compiled:
+        kernels.validate_batch(batch)
+    assert str(compiled.value) == str(numpy_way.value)
+
+
+@pytest.mark.parametrize("batch", [_batch(), StatsBatch.empty(), StatsBatch.empty(5)],
+                         ids=["three-workloads", "none", "five-empty"])
+def test_validate_batch_passes_what_statsbatch_validate_passes(batch: StatsBatch) -> None:
+    batch.validate()
+    kernels.validate_batch(batch)
+    wire = StatsBatch.from_wire(batch.to_wire(), validate=False)  # the wire's dtypes
+    kernels.validate_batch(wire)

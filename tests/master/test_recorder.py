@@ -4,6 +4,7 @@ sparse rollup paths it relies on for large rollups, and the fast CSV row formatt
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from master.lunselect import Lun, SelectedLun, WorkloadInstance
 from master.output import RunOutput, csv_text, fmt, format_float_rows
 from master.recorder import CPU_COLUMNS, INSTANCE_COLUMNS, HostResult, StepRecorder
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
 from protocol.stats import StatsBatch, WorkloadStats
@@ -228,6 +230,35 @@ def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ProtocolError, match="changed within the step"):
         rec.record(1, "measurement", [_host_result("h1", ids[:2], 1, rng, 1.0)[0]], 2 * 10**9)
     out.close()
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ("counts", "counts must be > 0"),
+    ("counters", "differ from the ops counters"),
+])
+def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, field: str,
+                                                       message: str) -> None:
+    """A slave's batch that does not add up is that host's failure (exit 3 in a run), found by
+    the master's compiled validation before anything is rolled up or written."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rng = np.random.default_rng(1)
+    good, _ = _host_result("h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
+    bad, _ = _host_result("h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    wire = dict(bad.result.stats)
+    raw = np.frombuffer(wire[field], dtype="<i8").copy()  # type: ignore[arg-type]
+    if field == "counts":
+        raw[3] = 0
+    else:
+        raw[0] += 1  # workload 0's random-read ops
+    wire[field] = raw.tobytes()
+    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, stats=wire))
+    with pytest.raises(HostError, match=f"bad statistics: .*{message}") as err:
+        rec.record(0, "measurement", [good, bad], 10**9)
+    assert err.value.host == "h2"
+    out.close()
+    assert not list(tmp_path.rglob("*.csv"))  # nothing of that subinterval was written
 
 
 # ---------------------------------------------------------------------- formatting, files
