@@ -21,7 +21,7 @@ from master import rollup as ru
 from master.config import RollupSpec
 from master.live import LiveRow
 from master.lunselect import WorkloadInstance, rollup_key
-from master.output import RunOutput, csv_text, fmt, format_float_rows, safe_name
+from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
 from master.samplestore import DEFAULT_MEMORY_BYTES, SampleStore
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
@@ -197,12 +197,14 @@ class StepRecorder:
         count = np.bincount(g.of_workload, minlength=g.n).tolist()
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
         total = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
-        settings = ["max" if m else fmt(t) for m, t in zip(is_max.tolist(), total.tolist(),
-                                                          strict=True)]
+        settings = format_float_rows(np.asarray(total, dtype=np.float64)[:, None])
+        for i in np.flatnonzero(is_max).tolist():
+            settings[i] = "max"
         tables = self._tables_of(rollup_type, g)
         texts = self._inst_text[rollup_type]
-        for i, (table, setting) in enumerate(zip(tables, settings, strict=True)):
-            table.append_now(f"{head}{texts[i]},{body[i]},{count[i]},{setting}\r\n")
+        CsvAppender.append_many(tables, [
+            f"{head}{text},{b},{c},{setting}\r\n"
+            for text, b, c, setting in zip(texts, body, count, settings, strict=True)])
 
     def _tables_of(self, rollup_type: str, g: ru.Grouping) -> list[Any]:
         tables = self._tables_by_type.get(rollup_type)

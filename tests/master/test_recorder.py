@@ -14,7 +14,7 @@ import pytest
 from master import rollup
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
-from master.output import RunOutput, csv_text, fmt, format_float_rows
+from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows
 from master.recorder import CPU_COLUMNS, INSTANCE_COLUMNS, HostResult, StepRecorder
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from protocol.errors import HostError
@@ -319,8 +319,11 @@ def test_appenders_beyond_the_open_file_budget_hold_no_descriptor(tmp_path: Path
     tables = [out.table(f"t{i}.csv", ["a", "b"]) for i in range(5)]
     assert [t.is_open for t in tables] == [True, True, False, False, False]
     for rnd in range(3):
-        for i, t in enumerate(tables):
-            t.append_now(f"{rnd},{i}\r\n")
+        if rnd == 2:  # the many-files loop of the recorder: the same, one call
+            CsvAppender.append_many(tables, [f"{rnd},{i}\r\n" for i in range(5)])
+        else:
+            for i, t in enumerate(tables):
+                t.append_now(f"{rnd},{i}\r\n")
         if rnd == 1:  # appended rows are in the files already
             assert (tmp_path / "t4.csv").read_text().count("\n") == 3
     tables[0].write({"a": 9, "b": None})
