@@ -19,8 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
-from protocol.errors import RemoteProtocolError
-from protocol.stats import MAX, MIN, N_CATEGORIES, N_KINDS, OPS, ROWS_PER_WORKLOAD, StatsBatch
+from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch
 
 try:  # pragma: no cover - exercised by every test run
     import numba as _numba
@@ -398,34 +397,17 @@ _scan_coords = _jit(_scan_coords_py)
 
 
 def validate_batch(batch: StatsBatch) -> None:
-    """``StatsBatch.validate`` in one compiled pass over the coordinates (eight numpy passes
-    there): the same checks in the same order, the same ``RemoteProtocolError`` messages."""
-    n = batch.n_workloads
-    counters = batch.counters
-    if n and int(counters.min()) < 0:
-        raise RemoteProtocolError("stats batch has negative counters")
-    row_tot = np.zeros(n * ROWS_PER_WORKLOAD, dtype=np.int64)
+    """``StatsBatch.validate`` with its scan of the coordinates compiled (eight numpy passes
+    there, one here); the checks themselves are ``StatsBatch.check_scan``, shared."""
+    row_tot = np.zeros(batch.n_workloads * ROWS_PER_WORKLOAD, dtype=np.int64)
+    bmax, ascending, cmin = 0, True, 1
     if batch.rows.size:
         # aligned (a copy only when the wire left an array unaligned), so that the kernel
         # compiled by warm_up is the one used
         coords = (np.require(a, requirements="A") for a in (batch.rows, batch.buckets,
                                                              batch.counts))
         bmax, ascending, cmin = _scan_coords(*coords, row_tot)
-        if int(batch.rows[-1]) >= n * ROWS_PER_WORKLOAD or bmax >= N_BUCKETS:
-            raise RemoteProtocolError("stats batch histogram coordinates out of range")
-        if not ascending:
-            raise RemoteProtocolError("stats batch histogram coordinates are not sorted")
-        if cmin <= 0:
-            raise RemoteProtocolError("stats batch histogram counts must be > 0")
-    per_row = row_tot.reshape(n, N_CATEGORIES, N_KINDS)
-    ops = counters[:, :, OPS]
-    if n and not (np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)):
-        raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
-    has = ops > 0
-    lat_min = batch.lat[..., MIN]
-    lat_max = batch.lat[..., MAX]
-    if n and bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))):
-        raise RemoteProtocolError("stats batch latency min/max are inconsistent")
+    batch.check_scan(int(bmax), bool(ascending), int(cmin), row_tot)
 
 
 # ----------------------------------------------------------------------------- CSV numbers

@@ -272,21 +272,37 @@ class StatsBatch:
     def validate(self) -> None:
         """Raise ``RemoteProtocolError`` unless the batch is internally consistent."""
         n = self.n_workloads
+        nnz = self.rows.size
+        ascending = True
+        if nnz > 1:
+            key = self.rows.astype(np.int64) * N_BUCKETS + self.buckets
+            ascending = bool(np.all(key[1:] > key[:-1]))
+        in_range = nnz == 0 or int(self.rows[-1]) < n * ROWS_PER_WORKLOAD
+        row_totals = np.zeros(0, dtype=np.int64)
+        if in_range and ascending:  # the totals are read only then
+            row_totals = np.bincount(self.rows.astype(np.intp), weights=self.counts,
+                                     minlength=n * ROWS_PER_WORKLOAD).astype(np.int64)
+        self.check_scan(int(self.buckets.max()) if nnz else 0, ascending,
+                        int(self.counts.min()) if nnz else 1, row_totals)
+
+    def check_scan(self, max_bucket: int, ascending: bool, min_count: int,
+                   row_totals: npt.NDArray[np.int64]) -> None:
+        """The checks of ``validate`` given one scan of the coordinates: the largest bucket,
+        whether (row, bucket) rises strictly, the smallest count, and each histogram row's
+        total (read only when the rows are in range and sorted). Shared with the master's
+        compiled scan (``master.kernels.validate_batch``), so both refuse alike."""
+        n = self.n_workloads
         if n and int(self.counters.min()) < 0:
             raise RemoteProtocolError("stats batch has negative counters")
-        nnz = self.rows.size
-        if nnz:
-            if int(self.rows[-1]) >= n * ROWS_PER_WORKLOAD or int(self.buckets.max()) >= N_BUCKETS:
+        if self.rows.size:
+            if int(self.rows[-1]) >= n * ROWS_PER_WORKLOAD or max_bucket >= N_BUCKETS:
                 raise RemoteProtocolError("stats batch histogram coordinates out of range")
-            key = self.rows.astype(np.int64) * N_BUCKETS + self.buckets
-            if nnz > 1 and not bool(np.all(key[1:] > key[:-1])):
+            if not ascending:
                 raise RemoteProtocolError("stats batch histogram coordinates are not sorted")
-            if int(self.counts.min()) <= 0:
+            if min_count <= 0:
                 raise RemoteProtocolError("stats batch histogram counts must be > 0")
-        per_row = np.bincount(
-            self.rows.astype(np.intp), weights=self.counts, minlength=n * ROWS_PER_WORKLOAD
-        ).reshape(n, N_CATEGORIES, N_KINDS)
-        ops = self.counters[:, :, OPS].astype(np.float64)
+        per_row = row_totals.reshape(n, N_CATEGORIES, N_KINDS)
+        ops = self.counters[:, :, OPS]
         same = np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)
         if n and not same:
             raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
