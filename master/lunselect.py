@@ -233,24 +233,55 @@ def apply_rollup_edits(
     edits: Iterable[RollupEdit],
     instances: Sequence[WorkloadInstance],
     rollups: Sequence[RollupSpec],
+    *,
+    key_path: str = "edit_rollup",
+    file: str | None = None,
+    line: int | None = None,
 ) -> list[str]:
-    """Apply ``edit_rollup`` entries to ``instances`` in place; return a description of each."""
+    """Apply ``edit_rollup`` entries to ``instances`` in place; return a description of each.
+
+    An entry whose instance has no workloads among ``instances``, or whose settings leave a
+    workload with a block size its LUN cannot take, is a ``ConfigError`` at
+    ``<key_path>[j]`` (with ``file`` and ``line``) naming the instance, or the workload and
+    its LUN."""
     done: list[str] = []
     by_type = {r.type: r for r in rollups}
-    for edit in edits:
+    for j, edit in enumerate(edits):
         spec = by_type.get(edit.rollup) or RollupSpec(type=edit.rollup,
                                                       attributes=tuple(edit.rollup.split("+")))
         want = "all" if edit.rollup == "all" else "+".join(edit.value)
         members = [i for i in instances if rollup_key(spec, i) == want]
         if not members:
-            raise ConfigError(f"edit_rollup: instance {edit.instance} has no workloads")
+            known = sorted({rollup_key(spec, i) for i in instances})
+            listed = ", ".join(known[:10]) + (f" ... ({len(known)} in all)" if len(known) > 10
+                                              else "")
+            raise ConfigError(
+                f"{edit.instance} has no workloads in this step (its {edit.rollup} instances: "
+                f"{listed or 'none'})",
+                key_path=f"{key_path}[{j}].instance", file=file, line=line)
         changes = edit_to_params(edit.settings)
         for m in members:
             m.params.update(changes)
+            misfit = blocksize_misfit(m)
+            if misfit:
+                raise ConfigError(misfit, key_path=f"{key_path}[{j}].blocksize", file=file,
+                                  line=line)
         if edit.total_iops is not None:
             split_total_iops(members, edit.total_iops)
         done.append(f"{edit.instance}: {changes or ''} total_iops={edit.total_iops}")
     return done
+
+
+def blocksize_misfit(inst: WorkloadInstance) -> str | None:
+    """Why ``inst``'s block size (after an edit) does not fit its LUN, or None: it must be a
+    multiple of the LUN's logical block size and no larger than the workload's range."""
+    bs = int(inst.params["blocksize_bytes"])
+    lun = inst.lun.lun
+    span = int(inst.params["range_end_bytes"]) - int(inst.params["range_start_bytes"])
+    if bs % lun.logical_block_bytes or bs > span:
+        return (f"blocksize {bs} does not fit workload {inst.id} (logical block "
+                f"{lun.logical_block_bytes} bytes, range {span} bytes)")
+    return None
 
 
 def edit_to_params(edit: WorkloadEdit) -> dict[str, Any]:

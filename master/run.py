@@ -28,7 +28,7 @@ from typing import Any
 
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.control import ControlServer
-from master.editparse import EditChanges, EditRefused
+from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.hostsession import HostSession, SlaveEvent
 from master.live import LiveView
 from master.lunselect import (
@@ -36,6 +36,7 @@ from master.lunselect import (
     SelectedLun,
     WorkloadInstance,
     apply_rollup_edits,
+    blocksize_misfit,
     expand_step,
     file_requests,
     rollup_key,
@@ -266,7 +267,11 @@ class Run:
         self.selected = select_luns(self.cfg, self.discovered)
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
-            for inst in expand_step(step, self.selected):
+            instances = expand_step(step, self.selected)
+            # an edit_rollup that fits no workload of its step fails now, before any I/O,
+            # rather than when its step comes
+            self._rollup_edits(step, instances)
+            for inst in instances:
                 used.setdefault((inst.host, inst.lun.lun.path), [])
                 if inst.name not in used[(inst.host, inst.lun.lun.path)]:
                     used[(inst.host, inst.lun.lun.path)].append(inst.name)
@@ -331,11 +336,16 @@ class Run:
             text = "; ".join(r.message for r in (pre or refused))
             raise PreflightError(text) if pre else ConfigError(text)
 
+    def _rollup_edits(self, step: StepConfig, instances: list[WorkloadInstance]) -> list[str]:
+        return apply_rollup_edits(step.edit_rollup, instances, self.rollups,
+                                  key_path=f"steps[{step.source_index}].edit_rollup",
+                                  file=self.cfg.source_file, line=step.line or None)
+
     # ------------------------------------------------------------------ one step
     async def _run_step(self, number: int, step: StepConfig) -> bool:
         assert self.output is not None
         instances = expand_step(step, self.selected)
-        for text in apply_rollup_edits(step.edit_rollup, instances, self.rollups):
+        for text in self._rollup_edits(step, instances):
             self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)
         self._apply_iops_curve(number, step, instances)
         focus = self._focus_instances(step, instances)
@@ -691,20 +701,15 @@ class RunControl:
             type=rollup_type, attributes=tuple(rollup_type.split("+")))
         members = [i for i in run.current.values() if rollup_key(spec, i) == instance]
         if not members:
-            known = sorted({rollup_key(spec, i) for i in run.current.values()})[:10]
-            raise EditRefused(f"{rollup_type}={instance} has no workloads in step "
-                              f"{st.config.name}; instances: {', '.join(known) or 'none'}")
+            known = sorted({rollup_key(spec, i) for i in run.current.values()})
+            raise unknown_instance(rollup_type, instance, st.config.name, known)
         clones = [dataclasses.replace(m, params={**m.params, **changes.params}) for m in members]
         if changes.total_iops is not None:
             split_total_iops(clones, changes.total_iops)
         for c in clones:
-            bs = int(c.params["blocksize_bytes"])
-            lun = c.lun.lun
-            if bs % lun.logical_block_bytes or bs > c.params["range_end_bytes"] - c.params[
-                    "range_start_bytes"]:
-                raise EditRefused(f"blocksize {bs} does not fit {c.id} (logical block "
-                                  f"{lun.logical_block_bytes} bytes, range "
-                                  f"{c.params['range_end_bytes'] - c.params['range_start_bytes']})")
+            misfit = blocksize_misfit(c)
+            if misfit:
+                raise EditRefused(misfit)
         edits = [(c, {k: v for k, v in c.params.items() if m.params.get(k) != v})
                  for c, m in zip(clones, members, strict=True)]
         edits = [(c, p) for c, p in edits if p]

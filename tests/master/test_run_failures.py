@@ -176,3 +176,32 @@ def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: obje
         assert not list(folder.glob("step*")), "no I/O may have started"
     else:
         assert rows(folder / "step0000-w/all/all.csv")
+
+
+LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1) + """\
+  - name: second
+    edit_rollup: [{edit}]
+    measure_seconds: 1
+"""
+
+
+@pytest.mark.parametrize("edit, key, words", [
+    ("{instance: host=nope, iops: 5}", "steps[1].edit_rollup[0].instance",
+     ["host=nope", "localhost"]),
+    ("{instance: all, blocksize: 128MiB}", "steps[1].edit_rollup[0].blocksize",
+     ["blocksize 134217728", "lun-lateedit:rr"]),
+])
+def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
+        tmp_path: Path, edit: str, key: str, words: list[str]) -> None:
+    # its instances exist only once the LUNs are discovered; a typo in step 2 must not cost
+    # the operator step 1's run first
+    cfg = write_config(tmp_path, LATE_EDIT_TEST.replace("{edit}", edit))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    line = err.strip().splitlines()[-1]
+    assert f"test.yaml:13: {key}: " in line, line  # the step's line
+    for w in words:
+        assert w in line, (w, line)
+    folder = run_folder(tmp_path, "lateedit")
+    assert not list(folder.glob("step*")), "no I/O may have started"
