@@ -49,6 +49,7 @@ settings can rule out (a hot zone with ``iosequencer=sequential``) are the run l
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -91,6 +92,37 @@ class EditRefused(ConfigError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+
+
+#: instances an unknown-instance refusal lists at most
+LISTED_INSTANCES = 10
+
+
+def unknown_instance(rollup_type: str, instance: str, step_name: str,
+                     known: Sequence[str]) -> EditRefused:
+    """The refusal for an instance that has no workloads in the running step, given the
+    instances that do (``known``): it suggests the likely ones (a workload instance named
+    ``host:lun:name`` ends with the bare name the operator may have typed; otherwise the
+    closest spellings) and lists the instances, saying how many there are in all."""
+    names = sorted(set(known))
+    tail = instance.rsplit(":", 1)[-1]
+    likely = [k for k in names if k.rsplit(":", 1)[-1] == tail and k != instance]
+    if not likely:
+        likely = difflib.get_close_matches(instance, names, n=3, cutoff=0.6)
+    text = f"{rollup_type}={instance} has no workloads in step {step_name}."
+    if likely:
+        shown = [f"{rollup_type}={k}" for k in likely[:LISTED_INSTANCES]]
+        if len(likely) > LISTED_INSTANCES:
+            shown.append(f"{len(likely) - LISTED_INSTANCES} more")
+        alts = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+        text += f" Did you mean {alts}?"
+    if not names:
+        return EditRefused(f"{text} The {rollup_type} rollup has no instances.")
+    if len(names) > LISTED_INSTANCES:
+        head = f"Instances ({len(names)} in all; the first {LISTED_INSTANCES}):"
+    else:
+        head = "Instances:"
+    return EditRefused(f"{text} {head} {', '.join(names[:LISTED_INSTANCES])}")
 
 
 @dataclass(frozen=True)

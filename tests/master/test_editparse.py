@@ -14,6 +14,7 @@ from master.editparse import (
     parse_instance,
     parse_params,
     split_edit_args,
+    unknown_instance,
 )
 from protocol.errors import ConfigError, IvyError
 
@@ -217,3 +218,28 @@ def test_describe_names_every_change() -> None:
     assert changes.describe() == ("iops=max read_fraction=70% blocksize=8KiB iodepth=4 "
                                   "iosequencer=sequential skew_weight=2 busy_poll=true "
                                   "write_data=dedupable:3")
+
+
+WORKLOAD_IDS = [f"h1:/dev/sd{d}:w{i:02d}" for d in "ab" for i in range(8)]
+UNKNOWN_INSTANCES = [
+    # rollup type, typed instance, known instances, whole message (after "... in step s.")
+    ("workload", "w03", WORKLOAD_IDS,
+     " Did you mean workload=h1:/dev/sda:w03 or workload=h1:/dev/sdb:w03? Instances (16 in all;"
+     " the first 10): " + ", ".join(WORKLOAD_IDS[:10])),
+    ("host", "localhots", ["localhost", "h1"],
+     " Did you mean host=localhost? Instances: h1, localhost"),
+    ("host", "zz", ["localhost", "h1"], " Instances: h1, localhost"),
+    ("vendor", "ACME", [], " The vendor rollup has no instances."),
+    ("workload", "w03", [f"h{i:02d}:/l:w03" for i in range(12)],
+     " Did you mean " + ", ".join(f"workload=h{i:02d}:/l:w03" for i in range(9))
+     + ", workload=h09:/l:w03 or 2 more? Instances (12 in all; the first 10): "
+     + ", ".join(f"h{i:02d}:/l:w03" for i in range(10))),
+]
+
+
+@pytest.mark.parametrize("rtype, typed, known, rest", UNKNOWN_INSTANCES)
+def test_unknown_instance_suggests_and_lists(rtype: str, typed: str, known: list[str],
+                                             rest: str) -> None:
+    err = unknown_instance(rtype, typed, "s", known)
+    assert isinstance(err, EditRefused)
+    assert str(err) == f"{rtype}={typed} has no workloads in step s.{rest}"
