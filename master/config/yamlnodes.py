@@ -84,9 +84,8 @@ class _Builder(yaml.constructor.SafeConstructor):
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise self._error(
-                    f"keys must be strings, not {key_node.value!r}", key_node.start_mark
-                )
+                raise self._error(f"keys must be strings, not {_key_text(key_node)}",
+                                  key_node.start_mark)
             if key_node.value in seen:
                 raise self._error(
                     f"duplicate key {key_node.value!r} (first at line {seen[key_node.value]})",
@@ -100,9 +99,8 @@ class _Builder(yaml.constructor.SafeConstructor):
         entries: dict[str, tuple[int, YNode]] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise self._error(
-                    f"keys must be strings, not {key_node.value!r}", key_node.start_mark
-                )
+                raise self._error(f"keys must be strings, not {_key_text(key_node)}",
+                                  key_node.start_mark)
             entries.pop(key_node.value, None)  # a later (explicit) key overrides a merged one
             entries[key_node.value] = (
                 key_node.start_mark.line + 1,
@@ -264,3 +262,19 @@ class Cursor:
         ):
             raise self.error("must be a number")
         return float(value)
+
+
+def _key_text(node: yaml.Node) -> str:
+    """A non-string mapping key as the operator wrote it: a scalar's value, or what kind of
+    collection it is with its source text (``{{...}}`` in a flow mapping makes a mapping the
+    key of a mapping)."""
+    if isinstance(node, yaml.ScalarNode):
+        return repr(node.value)
+    kind = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+    buf = node.start_mark.buffer
+    if buf is None:
+        return kind
+    text = " ".join(str(buf[node.start_mark.index:node.end_mark.index]).split())
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{kind}, {text}"
