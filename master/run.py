@@ -161,7 +161,14 @@ class Run:
 
     # ------------------------------------------------------------------ the run
     async def execute(self) -> RunResult:
-        folder = create_run_folder(self.cfg.output_root, self.cfg.test)
+        try:
+            folder = create_run_folder(self.cfg.output_root, self.cfg.test)
+        except OSError as exc:  # before any host is contacted
+            where = f" ({exc.filename})" if exc.filename else ""
+            return RunResult(EXIT_CONFIG, None, str(ConfigError(
+                f"cannot create the run folder under {self.cfg.output_root}: "
+                f"{exc.strerror or exc}{where}", key_path="output_root",
+                file=self.cfg.source_file)))
         self.output = RunOutput(folder)
         self.output.start_run_log()
         self.output.write_text("test.yaml", self.cfg.source_text)

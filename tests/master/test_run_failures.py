@@ -205,3 +205,16 @@ def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
         assert w in line, (w, line)
     folder = run_folder(tmp_path, "lateedit")
     assert not list(folder.glob("step*")), "no I/O may have started"
+
+
+def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="noroot", seconds=1))
+    proc = start_run(cfg, tmp_path, "--output-root", str(blocker))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "output_root: cannot create the run folder under" in err
+    assert "Not a directory" in err and str(blocker) in err
+    assert "slave up" not in out + err
