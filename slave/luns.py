@@ -16,6 +16,10 @@ and by source path), active swap (``/proc/swaps``), holders and partitions (sysf
 processes' open file descriptors (``/proc/<pid>/fd``, excluding our own pid and ``ignore_pids``),
 and a signature read from the device itself (``slave/signatures.py``: our own probe of its first
 and last few KiB, with blkid as a second opinion where it is installed).
+Devices and files are matched as objects (device number; ``st_dev``/``st_ino``, for a loop
+device's file as the kernel reports it), never by name alone: a device node outside /dev, a hard
+link, a bind mount or a deleted name is still the same LUN. Paths on network or FUSE file systems
+are never stat'ed (a dead server would hang discovery); there names are all we compare.
 Only what is visible from this host's mount and pid namespaces can be seen; a mount in another
 mount namespace is caught only by the exclusive-open probe of ``describe_block_device``.
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import logging
 import os
 import re
@@ -179,10 +184,19 @@ def _read_text(path: str) -> str | None:
         return None
 
 
+# File systems where a stat() can block for as long as a server does not answer (a hard NFS
+# mount of a dead server, a stuck FUSE daemon): discovery never stats a path on one of these.
+_NETWORK_FS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "9p", "afs", "lustre", "gpfs", "glusterfs",
+    "beegfs", "ncpfs", "fuse", "fuseblk",
+})
+
+
 @dataclass(frozen=True)
 class _Mounts:
     by_dev: Mapping[str, tuple[str, ...]]
     by_source: Mapping[str, tuple[str, ...]]
+    network_points: tuple[str, ...] = ()
 
     def lookup(self, dev: str, paths: Iterable[str]) -> tuple[str, ...]:
         found = list(self.by_dev.get(dev, ())) if dev else []
@@ -190,11 +204,19 @@ class _Mounts:
             found.extend(self.by_source.get(p, ()))
         return tuple(dict.fromkeys(found))
 
+    def may_hang(self, path: str) -> bool:
+        """True when ``path`` lies on a network or FUSE file system (a stat there may block)."""
+        return any(
+            path == point or path.startswith(point.rstrip("/") + "/")
+            for point in self.network_points
+        )
+
 
 def _read_mounts(proc_root: str) -> _Mounts:
     """Mount points by ``major:minor`` and by source path (realpath), plus active swap."""
     by_dev: dict[str, list[str]] = {}
     by_source: dict[str, list[str]] = {}
+    network: list[str] = []
     text = _read_text(os.path.join(proc_root, "self", "mountinfo"))
     if text is None:
         log.warning("cannot read %s/self/mountinfo: mount points unknown", proc_root)
@@ -204,11 +226,14 @@ def _read_mounts(proc_root: str) -> _Mounts:
         try:
             sep = fields.index("-")
             dev, mount_point, source = fields[2], _unescape(fields[4]), _unescape(fields[sep + 2])
+            fstype = fields[sep + 1]
         except (ValueError, IndexError):
             continue
         by_dev.setdefault(dev, []).append(mount_point)
         if source.startswith("/"):
             by_source.setdefault(os.path.realpath(source), []).append(mount_point)
+        if fstype in _NETWORK_FS or fstype.startswith("fuse."):
+            network.append(mount_point)
     swaps = _read_text(os.path.join(proc_root, "swaps")) or ""
     for line in swaps.splitlines()[1:]:
         fields = line.split()
@@ -218,6 +243,7 @@ def _read_mounts(proc_root: str) -> _Mounts:
     return _Mounts(
         by_dev={k: tuple(v) for k, v in by_dev.items()},
         by_source={k: tuple(v) for k, v in by_source.items()},
+        network_points=tuple(network),
     )
 
 
@@ -226,16 +252,24 @@ def scan_open_files(
     paths: Collection[str],
     rdevs: Collection[int] = (),
     ignore_pids: Collection[int] = (),
+    inodes: Collection[tuple[int, int]] = (),
+    may_hang: Callable[[str], bool] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """Which other processes have one of ``paths`` (or a block device numbered in ``rdevs``) open.
+    """Which other processes have one of ``paths``, a block device numbered in ``rdevs`` or a
+    regular file ``(st_dev, st_ino)`` in ``inodes`` open.
 
-    Returns path-or-``rdev:<n>`` -> ``("pid:comm", ...)``. Our own pid and ``ignore_pids`` are left
-    out; processes we may not inspect are skipped silently (non-root sees only its own).
+    Returns path-, ``rdev:<n>``- or ``ino:<dev>:<ino>``-keyed ``("pid:comm", ...)``. Devices and
+    files are matched by the object each descriptor refers to (a stat through
+    ``/proc/<pid>/fd/<n>``), not by the name its opener used: a device node outside /dev (a
+    container's, kubelet's), a hard link or a bind mount is the same object. Descriptors whose
+    name ``may_hang`` says lies on a network file system are matched by name only. Our own pid
+    and ``ignore_pids`` are left out; processes we may not inspect are skipped silently (non-root
+    sees only its own).
     """
     own = {os.getpid(), *ignore_pids}
     wanted_paths = set(paths)
     wanted_rdevs = set(rdevs)
-    rdev_of: dict[str, int | None] = {}
+    wanted_inodes = set(inodes)
     hits: dict[str, list[int]] = {}
     try:
         pid_names = [e for e in os.listdir(proc_root) if e.isdigit()]
@@ -252,19 +286,20 @@ def scan_open_files(
         except OSError:
             continue
         for fd in fds:
+            link = os.path.join(fd_dir, fd)
             try:
-                target = os.readlink(os.path.join(fd_dir, fd))
+                target = os.readlink(link)
             except OSError:
                 continue
             key: str | None = None
             if target in wanted_paths:
                 key = target
-            elif wanted_rdevs and target.startswith("/dev/"):
-                if target not in rdev_of:
-                    rdev_of[target] = _block_rdev(target)
-                rdev = rdev_of[target]
-                if rdev is not None and rdev in wanted_rdevs:
-                    key = f"rdev:{rdev}"
+            elif (
+                (wanted_rdevs or wanted_inodes)
+                and target.startswith("/")
+                and not (may_hang is not None and may_hang(target))
+            ):
+                key = _object_key(link, wanted_rdevs, wanted_inodes)
             if key is not None:
                 pids = hits.setdefault(key, [])
                 if pid not in pids:
@@ -277,12 +312,23 @@ def scan_open_files(
     return result
 
 
-def _block_rdev(path: str) -> int | None:
+def _object_key(
+    link: str, rdevs: Collection[int], inodes: Collection[tuple[int, int]]
+) -> str | None:
+    """``rdev:<n>`` or ``ino:<dev>:<ino>`` when the file behind ``link`` is one we look for."""
     try:
-        st = os.stat(path)
+        st = os.stat(link)
     except OSError:
         return None
-    return st.st_rdev if stat.S_ISBLK(st.st_mode) else None
+    if stat.S_ISBLK(st.st_mode) and st.st_rdev in rdevs:
+        return f"rdev:{st.st_rdev}"
+    if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in inodes:
+        return _inode_key(st.st_dev, st.st_ino)
+    return None
+
+
+def _inode_key(st_dev: int, st_ino: int) -> str:
+    return f"ino:{st_dev}:{st_ino}"
 
 
 def _rdev_number(dev: str) -> int | None:
@@ -401,9 +447,21 @@ def _sys_block_lun(
     )
 
 
+def _file_identity(lun: LunInfo) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of a file LUN (None for block devices or a file that vanished)."""
+    if lun.kind != KIND_FILE:
+        return None
+    try:
+        st = os.stat(lun.path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _finish(
     luns: list[LunInfo],
     roots: _Roots,
+    mounts: _Mounts,
     *,
     exclusive: bool,
     use_blkid: bool,
@@ -424,9 +482,13 @@ def _finish(
         )
     paths = {p for lun in probed for p in (lun.path, os.path.realpath(lun.path))}
     rdevs = {r for lun in probed if (r := _rdev_number(lun.dev)) is not None}
+    identities = [_file_identity(lun) for lun in probed]
     if blkid is not None and blkid.proc is not None:  # our blkid has them open right now
         ignore_pids = {*ignore_pids, blkid.proc.pid}
-    opened = scan_open_files(roots.proc_root, paths, rdevs, ignore_pids)
+    opened = scan_open_files(
+        roots.proc_root, paths, rdevs, ignore_pids,
+        inodes={i for i in identities if i is not None}, may_hang=mounts.may_hang,
+    )
     second = blkid.result() if blkid is not None else {}
     for i, lun in enumerate(probed):
         theirs = second.get(lun.path, "")
@@ -438,11 +500,13 @@ def _finish(
     if not opened:
         return probed
     out = []
-    for lun in probed:
+    for lun, identity in zip(probed, identities, strict=True):
         keys = [lun.path, os.path.realpath(lun.path)]
         rdev = _rdev_number(lun.dev)
         if rdev is not None:
             keys.append(f"rdev:{rdev}")
+        if identity is not None:
+            keys.append(_inode_key(*identity))
         who = tuple(dict.fromkeys(w for k in dict.fromkeys(keys) for w in opened.get(k, ())))
         out.append(dataclasses.replace(lun, open_by=who) if who else lun)
     return out
@@ -491,7 +555,9 @@ def discover_block_devices(
                 continue
             if part_lun is not None:
                 luns.append(part_lun)
-    return _finish(luns, roots, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids)
+    return _finish(
+        luns, roots, mounts, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids
+    )
 
 
 def describe_block_device(
@@ -520,10 +586,11 @@ def describe_block_device(
     is_partition = os.path.exists(os.path.join(sysdir, "partition"))
     disk_dir = os.path.dirname(sysdir) if is_partition else sysdir
     roots = _Roots(sys_root, proc_root, os.path.dirname(path))
+    mounts = _read_mounts(proc_root)
     try:
         lun = _sys_block_lun(
             name, sysdir, disk_dir, os.path.basename(disk_dir) if is_partition else "",
-            roots, _read_mounts(proc_root), dev_path=path,
+            roots, mounts, dev_path=path,
         )
     except _SKIPPABLE as exc:
         raise PreflightError(
@@ -534,7 +601,9 @@ def describe_block_device(
         raise PreflightError(
             f"LUN {path} ({name}) is empty: size 0, no backing file, or hidden", host=host, lun=path
         )
-    return _finish([lun], roots, exclusive=True, use_blkid=use_blkid, ignore_pids=ignore_pids)[0]
+    return _finish(
+        [lun], roots, mounts, exclusive=True, use_blkid=use_blkid, ignore_pids=ignore_pids
+    )[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,13 +628,58 @@ def _underlying_rotational(st_dev: int, sys_root: str) -> bool | None:
     return None if text not in ("0", "1") else text == "1"
 
 
-def _loops_backed_by(real_path: str, sys_root: str) -> tuple[str, ...]:
+_LOOP_GET_STATUS64 = 0x4C05
+_LOOP_INFO64 = struct.Struct("<QQ")  # lo_device, lo_inode: the start of struct loop_info64
+_LOOP_INFO64_BYTES = 232
+
+
+def _loop_backing_identity(node: str, dev: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file behind the loop device ``node`` (sysfs ``dev`` numbers it).
+
+    Asked of the kernel (LOOP_GET_STATUS64), so it holds when the file was renamed, deleted or is
+    reached by another name. None when ``node`` is not that device or the kernel does not say.
+    """
+    try:
+        fd = os.open(node, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISBLK(st.st_mode) or st.st_rdev != _rdev_number(dev):
+            return None
+        info = fcntl.ioctl(fd, _LOOP_GET_STATUS64, bytes(_LOOP_INFO64_BYTES))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    st_dev, st_ino = _LOOP_INFO64.unpack_from(info)
+    return (st_dev, st_ino)
+
+
+def _loops_backed_by(
+    real_path: str, identity: tuple[int, int], sys_root: str, dev_root: str, mounts: _Mounts
+) -> tuple[str, ...]:
+    """Loop devices over the file ``real_path`` (st_dev, st_ino ``identity``), by any name.
+
+    The kernel's backing_file is a name: it differs from ours for a hard link, through a bind
+    mount, or once that name was deleted (`` (deleted)``). A loop device whose name does not
+    match is asked for its file's identity, unless that name lies on a network file system.
+    """
     block_dir = os.path.join(sys_root, "block")
     found = []
     for name in _list_dir(block_dir):
-        if name.startswith("loop"):
-            backing = _read_text(os.path.join(block_dir, name, "loop", "backing_file")) or ""
-            if backing.removesuffix(" (deleted)") == real_path:
+        if not name.startswith("loop"):
+            continue
+        backing = _read_text(os.path.join(block_dir, name, "loop", "backing_file")) or ""
+        if not backing:
+            continue
+        deleted = backing.endswith(" (deleted)")
+        backing_path = backing.removesuffix(" (deleted)")
+        if not deleted and backing_path == real_path:
+            found.append(name)
+        elif not mounts.may_hang(backing_path):
+            dev = _read_text(os.path.join(block_dir, name, "dev")) or ""
+            if _loop_backing_identity(os.path.join(dev_root, name), dev) == identity:
                 found.append(name)
     return tuple(found)
 
@@ -577,6 +691,7 @@ def file_lun(
     *,
     sys_root: str = "/sys",
     proc_root: str = "/proc",
+    dev_root: str = "/dev",
     use_blkid: bool = True,
     ignore_pids: Collection[int] = (),
     host: str | None = None,
@@ -628,12 +743,14 @@ def file_lun(
         logical_block_bytes=block_bytes,
         physical_block_bytes=block_bytes,
         rotational=_underlying_rotational(st.st_dev, sys_root),
-        holders=_loops_backed_by(real, sys_root),
+        holders=_loops_backed_by(real, (st.st_dev, st.st_ino), sys_root, dev_root, mounts),
         mount_points=mounts.lookup("", dict.fromkeys((abspath, real))),
         read_only=not os.access(abspath, os.W_OK),
     )
     roots = _Roots(sys_root, proc_root, os.path.dirname(abspath))
-    return _finish([lun], roots, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids)[0]
+    return _finish(
+        [lun], roots, mounts, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids
+    )[0]
 
 
 def _create_or_extend(

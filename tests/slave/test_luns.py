@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,10 +18,12 @@ import pytest
 from protocol.errors import PreflightError, RemoteProtocolError
 from slave.luns import (
     LunInfo,
+    _read_mounts,
     describe_block_device,
     discover_block_devices,
     file_lun,
     lun_for_path,
+    scan_open_files,
 )
 from tests.slave.sigimages import MBR_MAGIC, Poke, ext_pokes, image_bytes, mbr_entry
 
@@ -461,3 +464,107 @@ def test_partitioned_loop_device(loop_device: LoopFactory) -> None:
     assert part.parent == device.name
     assert part.size_bytes == 4096 * 512
     assert part.path == f"/dev/{part_name}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The same device or file reached by another name (root where a loop device or mount is needed)
+# ------------------------------------------------------------------------------------------------
+
+
+def _device_node(tmp_path: Path, device: LoopDevice) -> str:
+    """A second node for ``device`` outside /dev (as a container or kubelet has), or skip."""
+    node = tmp_path / "node"
+    os.mknod(node, 0o600 | stat.S_IFBLK, os.stat(device.path).st_rdev)
+    try:
+        os.close(os.open(node, os.O_RDONLY))
+    except PermissionError:
+        pytest.skip(f"{tmp_path} is mounted nodev: cannot open a device node there")
+    return str(node)
+
+
+@pytest.mark.root
+def test_device_open_through_a_node_outside_dev(loop_device: LoopFactory, tmp_path: Path) -> None:
+    device = loop_device(4 * MIB)
+    node = _device_node(tmp_path, device)
+    with open(node, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            assert f"{proc.pid}:sleep" in describe_block_device(device.path).open_by
+            assert f"{proc.pid}:sleep" in _discovered(device).open_by
+        finally:
+            proc.kill()
+
+
+def test_file_open_through_a_hard_link(tmp_path: Path) -> None:
+    path = tmp_path / "lun.dat"
+    path.write_bytes(bytes(MIB))
+    link = tmp_path / "other-name.dat"
+    os.link(path, link)
+    with open(link, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            assert f"{proc.pid}:sleep" in file_lun(str(path)).open_by
+        finally:
+            proc.kill()
+
+
+def test_file_open_on_a_network_file_system_is_matched_by_name_only(tmp_path: Path) -> None:
+    """A stat there could hang on a dead server: the scan then trusts names alone."""
+    path = tmp_path / "lun.dat"
+    path.write_bytes(bytes(MIB))
+    link = tmp_path / "other-name.dat"
+    os.link(path, link)
+    st = path.stat()
+    with open(link, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            found = scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)])
+            assert f"{proc.pid}:sleep" in found[f"ino:{st.st_dev}:{st.st_ino}"]
+            assert scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)],
+                                   may_hang=lambda _: True) == {}
+        finally:
+            proc.kill()
+
+
+MOUNTINFO_NETWORK = [
+    # (file system type, mount point, path asked about, may hang)
+    ("nfs4", "/mnt/nfs", "/mnt/nfs/lun.img", True),
+    ("nfs4", "/mnt/nfs", "/mnt/nfs", True),
+    ("nfs4", "/mnt/nfs", "/mnt/nfsother/lun.img", False),
+    ("fuse.sshfs", "/home/u/remote", "/home/u/remote/a", True),
+    ("cifs", "/", "/anything", True),
+    ("ext4", "/data", "/data/lun.img", False),
+]
+
+
+@pytest.mark.parametrize(("fstype", "point", "path", "hangs"), MOUNTINFO_NETWORK)
+def test_network_file_systems_are_known(
+    tmp_path: Path, fstype: str, point: str, path: str, hangs: bool
+) -> None:
+    h = FakeHost(tmp_path)
+    h.mountinfo.append(f"30 1 0:55 / {point} rw - {fstype} server:/export rw")
+    h.finish()
+    assert _read_mounts(str(h.proc)).may_hang(path) is hangs
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("via", ["hard link", "deleted first name", "bind mount"])
+def test_file_behind_a_loop_device_is_held_by_any_name(
+    loop_device: LoopFactory, tmp_path: Path, via: str
+) -> None:
+    device = loop_device(4 * MIB)
+    if via in ("hard link", "deleted first name"):
+        other = os.path.join(os.path.dirname(device.backing_file), "hard-link.img")
+        os.link(device.backing_file, other)
+        if via == "deleted first name":
+            os.unlink(device.backing_file)
+        assert file_lun(other).holders == (device.name,)
+        return
+    if shutil.which("mount") is None:
+        pytest.skip("needs mount")
+    view = tmp_path / "view"
+    view.mkdir()
+    subprocess.run(["mount", "--bind", os.path.dirname(device.backing_file), str(view)],
+                   check=True, capture_output=True)
+    try:
+        other = str(view / os.path.basename(device.backing_file))
+        assert file_lun(other).holders == (device.name,)
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False, capture_output=True)
