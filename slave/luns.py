@@ -65,7 +65,9 @@ class LunInfo:
     to. ``open_by`` lists other processes as ``pid:comm``. ``exclusive_busy`` is True when an
     ``O_EXCL`` open failed with EBUSY (mounted, held, or claimed by another process).
     ``probe_error`` is set when the device or file could not be read to look for a signature, in
-    which case nothing is known about its contents.
+    which case nothing is known about its contents. For a loop device, ``backing_open_by`` lists
+    other processes that have its backing file open (``pid:comm``) and ``backing_shared_with``
+    the other loop devices over the same file: a write to the loop device is a write to them.
     """
 
     path: str
@@ -90,6 +92,8 @@ class LunInfo:
     open_by: tuple[str, ...] = ()
     exclusive_busy: bool = False
     probe_error: str = ""
+    backing_open_by: tuple[str, ...] = ()
+    backing_shared_with: tuple[str, ...] = ()
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -140,7 +144,9 @@ class LunInfo:
 
 _INT_FIELDS = frozenset({"size_bytes", "logical_block_bytes", "physical_block_bytes"})
 _BOOL_FIELDS = frozenset({"read_only", "exclusive_busy"})
-_TUPLE_FIELDS = frozenset({"partitions", "holders", "mount_points", "open_by"})
+_TUPLE_FIELDS = frozenset({
+    "partitions", "holders", "mount_points", "open_by", "backing_open_by", "backing_shared_with",
+})
 
 
 def _checked_field(key: str, value: Any) -> Any:
@@ -467,7 +473,8 @@ def _finish(
     use_blkid: bool,
     ignore_pids: Collection[int],
 ) -> list[LunInfo]:
-    """Add signature, probe errors, exclusive-claim and open_by evidence to sysfs/stat facts."""
+    """Add signature, probe errors, exclusive-claim, open_by and (for loop devices) backing-file
+    evidence to sysfs/stat facts."""
     blkid = BlkidRun(lun.path for lun in luns) if use_blkid else None
     probed: list[LunInfo] = []
     for lun in luns:
@@ -483,11 +490,16 @@ def _finish(
     paths = {p for lun in probed for p in (lun.path, os.path.realpath(lun.path))}
     rdevs = {r for lun in probed if (r := _rdev_number(lun.dev)) is not None}
     identities = [_file_identity(lun) for lun in probed]
+    backings = _backing_files(probed, roots, mounts)
     if blkid is not None and blkid.proc is not None:  # our blkid has them open right now
         ignore_pids = {*ignore_pids, blkid.proc.pid}
     opened = scan_open_files(
-        roots.proc_root, paths, rdevs, ignore_pids,
-        inodes={i for i in identities if i is not None}, may_hang=mounts.may_hang,
+        roots.proc_root,
+        paths | {b.path for b in backings.values() if not b.deleted},
+        rdevs,
+        ignore_pids,
+        inodes={i for i in [*identities, *(b.identity for b in backings.values())] if i},
+        may_hang=mounts.may_hang,
     )
     second = blkid.result() if blkid is not None else {}
     for i, lun in enumerate(probed):
@@ -497,8 +509,6 @@ def _finish(
             probed[i] = dataclasses.replace(lun, signature=theirs)
         elif theirs and theirs != lun.signature:
             log.debug("LUN %s: our probe says %s, blkid says %s", lun.path, lun.signature, theirs)
-    if not opened:
-        return probed
     out = []
     for lun, identity in zip(probed, identities, strict=True):
         keys = [lun.path, os.path.realpath(lun.path)]
@@ -507,9 +517,54 @@ def _finish(
             keys.append(f"rdev:{rdev}")
         if identity is not None:
             keys.append(_inode_key(*identity))
-        who = tuple(dict.fromkeys(w for k in dict.fromkeys(keys) for w in opened.get(k, ())))
-        out.append(dataclasses.replace(lun, open_by=who) if who else lun)
+        lun = dataclasses.replace(lun, open_by=_who(opened, keys))
+        backing = backings.get(lun.path)
+        if backing is not None:
+            backing_keys = [] if backing.deleted else [backing.path]
+            if backing.identity is not None:
+                backing_keys.append(_inode_key(*backing.identity))
+            lun = dataclasses.replace(
+                lun,
+                backing_open_by=_who(opened, backing_keys),
+                backing_shared_with=backing.shared_with,
+            )
+        out.append(lun)
     return out
+
+
+def _who(opened: Mapping[str, tuple[str, ...]], keys: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(w for k in dict.fromkeys(keys) for w in opened.get(k, ())))
+
+
+@dataclass(frozen=True)
+class _Backing:
+    """A loop LUN's backing file and the other loop devices over the same file."""
+
+    path: str
+    deleted: bool
+    identity: tuple[int, int] | None
+    shared_with: tuple[str, ...]
+
+
+def _backing_files(luns: list[LunInfo], roots: _Roots, mounts: _Mounts) -> dict[str, _Backing]:
+    """By LUN path, for every loop device among ``luns``: its file, by name and identity."""
+    if not any(lun.backing_file for lun in luns):
+        return {}
+    loops = _loop_files(roots.sys_root, roots.dev_root, mounts)
+    found: dict[str, _Backing] = {}
+    for lun in luns:
+        mine = loops.get(lun.name)
+        if not lun.backing_file or mine is None:
+            continue
+        if mine.identity is None and not mounts.may_hang(mine.path):  # node not in dev_root
+            mine = dataclasses.replace(
+                mine, identity=_loop_backing_identity(lun.path, lun.dev)
+            )
+        shared = tuple(
+            name for name, other in loops.items() if name != lun.name and other.same_file(mine)
+        )
+        found[lun.path] = _Backing(mine.path, mine.deleted, mine.identity, shared)
+    return found
 
 
 def discover_block_devices(
@@ -585,7 +640,7 @@ def describe_block_device(
     name = os.path.basename(sysdir)
     is_partition = os.path.exists(os.path.join(sysdir, "partition"))
     disk_dir = os.path.dirname(sysdir) if is_partition else sysdir
-    roots = _Roots(sys_root, proc_root, os.path.dirname(path))
+    roots = _Roots(sys_root, proc_root, "/dev")
     mounts = _read_mounts(proc_root)
     try:
         lun = _sys_block_lun(
@@ -656,32 +711,49 @@ def _loop_backing_identity(node: str, dev: str) -> tuple[int, int] | None:
     return (st_dev, st_ino)
 
 
-def _loops_backed_by(
-    real_path: str, identity: tuple[int, int], sys_root: str, dev_root: str, mounts: _Mounts
-) -> tuple[str, ...]:
-    """Loop devices over the file ``real_path`` (st_dev, st_ino ``identity``), by any name.
+@dataclass(frozen=True)
+class _LoopFile:
+    """One attached loop device and its backing file, by name and (where known) identity."""
 
-    The kernel's backing_file is a name: it differs from ours for a hard link, through a bind
-    mount, or once that name was deleted (`` (deleted)``). A loop device whose name does not
-    match is asked for its file's identity, unless that name lies on a network file system.
-    """
+    name: str
+    path: str  # the kernel's name for the file, without " (deleted)"
+    deleted: bool
+    identity: tuple[int, int] | None
+
+    def same_file(self, other: _LoopFile) -> bool:
+        if self.identity is not None and other.identity is not None:
+            return self.identity == other.identity
+        return not self.deleted and not other.deleted and self.path == other.path
+
+
+def _loop_files(sys_root: str, dev_root: str, mounts: _Mounts) -> dict[str, _LoopFile]:
+    """Every attached loop device of the host. The kernel's backing_file is a name: it differs
+    from ours for a hard link, through a bind mount, or once that name was deleted; so each
+    device is also asked for its file's identity, unless that name lies on a network file
+    system."""
     block_dir = os.path.join(sys_root, "block")
-    found = []
+    found: dict[str, _LoopFile] = {}
     for name in _list_dir(block_dir):
         if not name.startswith("loop"):
             continue
         backing = _read_text(os.path.join(block_dir, name, "loop", "backing_file")) or ""
         if not backing:
             continue
-        deleted = backing.endswith(" (deleted)")
-        backing_path = backing.removesuffix(" (deleted)")
-        if not deleted and backing_path == real_path:
-            found.append(name)
-        elif not mounts.may_hang(backing_path):
+        path = backing.removesuffix(" (deleted)")
+        identity = None
+        if not mounts.may_hang(path):
             dev = _read_text(os.path.join(block_dir, name, "dev")) or ""
-            if _loop_backing_identity(os.path.join(dev_root, name), dev) == identity:
-                found.append(name)
-    return tuple(found)
+            identity = _loop_backing_identity(os.path.join(dev_root, name), dev)
+        found[name] = _LoopFile(name, path, path != backing, identity)
+    return found
+
+
+def _loops_backed_by(
+    real_path: str, identity: tuple[int, int], loops: Mapping[str, _LoopFile]
+) -> tuple[str, ...]:
+    """Loop devices over the file ``real_path`` (st_dev, st_ino ``identity``), by any name."""
+    me = _LoopFile("", real_path, False, identity)
+    return tuple(name for name, loop in loops.items() if loop.same_file(me))
 
 
 def file_lun(
@@ -743,7 +815,9 @@ def file_lun(
         logical_block_bytes=block_bytes,
         physical_block_bytes=block_bytes,
         rotational=_underlying_rotational(st.st_dev, sys_root),
-        holders=_loops_backed_by(real, (st.st_dev, st.st_ino), sys_root, dev_root, mounts),
+        holders=_loops_backed_by(
+            real, (st.st_dev, st.st_ino), _loop_files(sys_root, dev_root, mounts)
+        ),
         mount_points=mounts.lookup("", dict.fromkeys((abspath, real))),
         read_only=not os.access(abspath, os.W_OK),
     )

@@ -568,3 +568,31 @@ def test_file_behind_a_loop_device_is_held_by_any_name(
         assert file_lun(other).holders == (device.name,)
     finally:
         subprocess.run(["umount", "-l", str(view)], check=False, capture_output=True)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("use", ["open by a process", "attached twice", "attached twice, deleted"])
+def test_loop_device_whose_backing_file_is_in_use(loop_device: LoopFactory, use: str) -> None:
+    """Writing to the loop device writes that file: whoever else uses the file is a user."""
+    device = loop_device(4 * MIB)
+    if use == "open by a process":
+        with open(device.backing_file, "rb") as fh, \
+                subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+            try:
+                for lun in (describe_block_device(device.path), _discovered(device)):
+                    assert f"{proc.pid}:sleep" in lun.backing_open_by
+                    assert lun.open_by == ()
+            finally:
+                proc.kill()
+        return
+    second = subprocess.run(["losetup", "--find", "--show", device.backing_file], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    try:
+        if use == "attached twice, deleted":
+            os.unlink(device.backing_file)
+        name = os.path.basename(second)
+        assert describe_block_device(device.path).backing_shared_with == (name,)
+        assert _discovered(device).backing_shared_with == (name,)
+        assert describe_block_device(second).backing_shared_with == (device.name,)
+    finally:
+        subprocess.run(["losetup", "-d", second], check=False, capture_output=True)

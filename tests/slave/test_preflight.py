@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,12 @@ REASON_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
      ("mounted at /m",)),
     ("unreadable", {"probe_error": "cannot open /dev/sdx: Permission denied"},
      ("contents could not be checked: cannot open /dev/sdx: Permission denied",)),
+    ("loop: backing file open elsewhere",
+     {"backing_file": "/srv/lun.img", "backing_open_by": ("77:qemu-system-x86",)},
+     ("its backing file /srv/lun.img is open by pid 77 (qemu-system-x86)",)),
+    ("loop: backing file attached twice",
+     {"backing_file": "/srv/lun.img", "backing_shared_with": ("loop3", "loop5")},
+     ("its backing file /srv/lun.img is also attached as loop3, loop5",)),
     ("everything", {"mount_points": ("/m",), "partitions": ("sdx1",), "holders": ("md0",),
                     "signature": "dos", "open_by": ("7:x",)},
      ("mounted at /m", "has partitions sdx1", "held by md0", "carries a dos signature",
@@ -163,3 +170,19 @@ def test_allowed_override_on_a_real_device(
         result = require_ok(_lun(ext4_loop_device), writes=True, allow_write=True, host="h1")
     assert result.ok and result.overridden
     assert "carries an ext4 signature" in caplog.text
+
+
+@pytest.mark.root
+def test_loop_device_over_a_file_in_use_is_refused(loop_device: LoopFactory) -> None:
+    device = loop_device(4 * 1024 * 1024)
+    with open(device.backing_file, "rb") as fh, \
+            subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            with pytest.raises(PreflightError) as info:
+                require_ok(describe_block_device(device.path), writes=True, allow_write=False,
+                           host="h3")
+        finally:
+            proc.kill()
+    for part in ("h3", device.path, f"its backing file {device.backing_file}",
+                 f"open by pid {proc.pid} (sleep)"):
+        assert part in str(info.value)
