@@ -90,13 +90,35 @@ def _ext_type(head: bytes) -> str:
     return "ext4" if (incompat & ~0x12) or beyond_ext3_ro else "ext2"
 
 
-def _partition_table(head: bytes, logical_block_bytes: int) -> str:
+def _gpt_backup(read_at: Callable[[int, int], bytes], size_bytes: int, logical: int) -> bool:
+    """A GPT header in the last logical block (the backup copy), for 512-byte or 4 KiB LBAs."""
+    for lba_bytes in dict.fromkeys((logical, 512, 4096)):
+        last = (size_bytes // lba_bytes - 1) * lba_bytes
+        if last >= lba_bytes and read_at(last, 8) == b"EFI PART":
+            return True
+    return False
+
+
+def _partition_table(
+    head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int, logical_block_bytes: int
+) -> str:
     for lba1 in dict.fromkeys((logical_block_bytes, 512, 4096)):
         if _at(head, lba1, b"EFI PART"):
             return "gpt"
+    mbr = _mbr(head)
+    if mbr == "dos":
+        return mbr
+    if _gpt_backup(read_at, size_bytes, logical_block_bytes):
+        # The primary header is gone (a wiped first MiB): the partitions behind it may not be.
+        return "gpt" if mbr == "PMBR" else "gpt (backup header only)"
+    return mbr
+
+
+def _mbr(head: bytes) -> str:
+    """``dos`` for an MBR with valid entries, ``PMBR`` when its only entry is GPT's 0xEE."""
     if not _at(head, 510, b"\x55\xaa"):
         return ""
-    used = 0
+    types = []
     for i in range(4):
         entry = head[446 + 16 * i : 446 + 16 * (i + 1)]
         if len(entry) < 16 or entry[0] not in (0x00, 0x80):
@@ -107,8 +129,10 @@ def _partition_table(head: bytes, logical_block_bytes: int) -> str:
             continue
         if start == 0 or count == 0:
             return ""
-        used += 1
-    return "dos" if used else ""
+        types.append(ptype)
+    if not types:
+        return ""
+    return "PMBR" if types == [0xEE] else "dos"
 
 
 def detect_signature(
@@ -128,9 +152,13 @@ def detect_signature(
       at 32769; NTFS / exFAT OEM id at 3; FAT type string at 54 or 82
     - swap ``SWAPSPACE2`` / ``SWAP-SPACE`` at page end - 10 for 4..64 KiB pages
     - partition tables: GPT ``EFI PART`` at LBA 1 -> ``gpt``; MBR 0x55AA at 510 with valid
-      entries (boot flag 0 or 0x80, at least one used entry with start and length) -> ``dos``
+      entries (boot flag 0 or 0x80, at least one used entry with start and length) -> ``dos``,
+      or ``PMBR`` when the only entry is GPT's protective 0xEE; without a primary GPT header,
+      a backup header in the last LBA -> ``gpt`` behind a protective MBR, else
+      ``gpt (backup header only)`` (a wiped first MiB leaves the partitions behind it intact;
+      blkid and the kernel ignore such a table, so ours is the only warning)
 
-    Reads are small (68 KiB at the start and two 8-byte reads near the end).
+    Reads are small (68 KiB at the start and a few 8-byte reads near the end).
     """
     head = read_at(0, HEAD_BYTES)
     if _md_member(head, read_at, size_bytes):
@@ -165,7 +193,7 @@ def detect_signature(
     for page in (4096, 8192, 16384, 32768, 65536):
         if _at(head, page - 10, b"SWAPSPACE2") or _at(head, page - 10, b"SWAP-SPACE"):
             return "swap"
-    return _partition_table(head, logical_block_bytes)
+    return _partition_table(head, read_at, size_bytes, logical_block_bytes)
 
 
 def probe_path(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -186,3 +188,35 @@ def test_loop_device_over_a_file_in_use_is_refused(loop_device: LoopFactory) -> 
     for part in ("h3", device.path, f"its backing file {device.backing_file}",
                  f"open by pid {proc.pid} (sleep)"):
         assert part in str(info.value)
+
+
+ODD_SIZE_BYTES = 8 * 1024 * 1024 + 12 * 1024  # not a multiple of 64 KiB
+MD_MAGIC = struct.pack("<I", 0xA92B4EFC)
+
+END_SIGNATURES = [
+    # (case, offset of the bytes from the start, bytes, signature named in the refusal)
+    ("backup GPT header only", ODD_SIZE_BYTES - 512, b"EFI PART", "gpt (backup header only)"),
+    ("md 0.90 superblock", (ODD_SIZE_BYTES & ~65535) - 65536, MD_MAGIC + struct.pack("<I", 0),
+     "linux_raid_member"),
+    ("md 1.0 superblock", ((ODD_SIZE_BYTES // 512 - 16) & ~7) * 512,
+     MD_MAGIC + struct.pack("<I", 1), "linux_raid_member"),
+    ("md 1.2 superblock", 4096, MD_MAGIC + struct.pack("<I", 1), "linux_raid_member"),
+]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("offset", "data", "signature"), [c[1:] for c in END_SIGNATURES],
+                         ids=[c[0] for c in END_SIGNATURES])
+def test_signature_away_from_the_start_refused_on_a_real_device(
+    loop_device: LoopFactory, offset: int, data: bytes, signature: str
+) -> None:
+    def prepare(path: str) -> None:
+        with open(path, "r+b") as fh:
+            fh.seek(offset)
+            fh.write(data)
+
+    device = loop_device(ODD_SIZE_BYTES, prepare=prepare)
+    lun = _settled(lambda: describe_block_device(device.path))
+    with pytest.raises(PreflightError, match=re.escape(f"carries a {signature} signature")):
+        require_ok(lun, writes=True, allow_write=False, host="h1")
+    assert require_ok(lun, writes=False, allow_write=False, host="h1").ok

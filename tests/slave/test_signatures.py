@@ -72,6 +72,16 @@ SIGNATURE_CASES: list[tuple[str, list[Poke], int, str]] = [
     ("gpt, 512-byte sectors",
      [mbr_entry(0, 0, 0xEE, 1, 8191), MBR_MAGIC, (512, b"EFI PART")], 512, "gpt"),
     ("gpt, 4 KiB sectors", [(4096, b"EFI PART")], 4096, "gpt"),
+    ("protective MBR, no GPT header", [mbr_entry(0, 0, 0xEE, 1, 8191), MBR_MAGIC], 512, "PMBR"),
+    ("protective MBR, backup GPT only",
+     [mbr_entry(0, 0, 0xEE, 1, 8191), MBR_MAGIC, (IMAGE_BYTES - 512, b"EFI PART")], 512, "gpt"),
+    ("backup GPT only, first MiB zeroed", [(IMAGE_BYTES - 512, b"EFI PART")], 512,
+     "gpt (backup header only)"),
+    ("backup GPT only, 4 KiB sectors", [(IMAGE_BYTES - 4096, b"EFI PART")], 4096,
+     "gpt (backup header only)"),
+    ("dos MBR wins over a stale backup GPT",
+     [mbr_entry(0, 0x80, 0x83, 2048, 8192), MBR_MAGIC, (IMAGE_BYTES - 512, b"EFI PART")], 512,
+     "dos"),
 ]
 
 
