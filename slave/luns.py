@@ -68,6 +68,9 @@ class LunInfo:
     which case nothing is known about its contents. For a loop device, ``backing_open_by`` lists
     other processes that have its backing file open (``pid:comm``) and ``backing_shared_with``
     the other loop devices over the same file: a write to the loop device is a write to them.
+    For a partition, ``disk_holders`` and ``disk_open_by`` are its whole disk's holders and
+    other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
+    partition is a write to the disk they use.
     """
 
     path: str
@@ -94,6 +97,8 @@ class LunInfo:
     probe_error: str = ""
     backing_open_by: tuple[str, ...] = ()
     backing_shared_with: tuple[str, ...] = ()
+    disk_holders: tuple[str, ...] = ()
+    disk_open_by: tuple[str, ...] = ()
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -146,6 +151,7 @@ _INT_FIELDS = frozenset({"size_bytes", "logical_block_bytes", "physical_block_by
 _BOOL_FIELDS = frozenset({"read_only", "exclusive_busy"})
 _TUPLE_FIELDS = frozenset({
     "partitions", "holders", "mount_points", "open_by", "backing_open_by", "backing_shared_with",
+    "disk_holders", "disk_open_by",
 })
 
 
@@ -264,7 +270,8 @@ def scan_open_files(
     """Which other processes have one of ``paths``, a block device numbered in ``rdevs`` or a
     regular file ``(st_dev, st_ino)`` in ``inodes`` open.
 
-    Returns path-, ``rdev:<n>``- or ``ino:<dev>:<ino>``-keyed ``("pid:comm", ...)``. Devices and
+    Returns path-, ``rdev:<n>``- and ``ino:<dev>:<ino>``-keyed ``("pid:comm", ...)`` (a
+    descriptor found by both its name and its object is listed under both keys). Devices and
     files are matched by the object each descriptor refers to (a stat through
     ``/proc/<pid>/fd/<n>``), not by the name its opener used: a device node outside /dev (a
     container's, kubelet's), a hard link or a bind mount is the same object. Descriptors whose
@@ -297,16 +304,14 @@ def scan_open_files(
                 target = os.readlink(link)
             except OSError:
                 continue
-            key: str | None = None
-            if target in wanted_paths:
-                key = target
-            elif (
+            keys = [target] if target in wanted_paths else []
+            if (
                 (wanted_rdevs or wanted_inodes)
                 and target.startswith("/")
                 and not (may_hang is not None and may_hang(target))
             ):
-                key = _object_key(link, wanted_rdevs, wanted_inodes)
-            if key is not None:
+                keys.append(_object_key(link, wanted_rdevs, wanted_inodes) or "")
+            for key in filter(None, keys):
                 pids = hits.setdefault(key, [])
                 if pid not in pids:
                     pids.append(pid)
@@ -445,6 +450,7 @@ def _sys_block_lun(
         read_only=_read_text(os.path.join(sysdir, "ro")) == "1",
         partitions=partitions,
         holders=_list_dir(os.path.join(sysdir, "holders")),
+        disk_holders=_list_dir(os.path.join(disk_dir, "holders")) if parent else (),
         mount_points=mounts.lookup(dev, dict.fromkeys((path, real))),
         vendor=vendor,
         model=model,
@@ -487,8 +493,15 @@ def _finish(
         probed.append(
             dataclasses.replace(lun, signature=signature, probe_error=error, exclusive_busy=busy)
         )
+    disk_rdevs = [_disk_rdev(lun, roots.sys_root) for lun in probed]
+    disk_nodes = {
+        lun.path: os.path.join(roots.dev_root, lun.parent)
+        for lun in probed if lun.kind == KIND_BLOCK and lun.parent
+    }
     paths = {p for lun in probed for p in (lun.path, os.path.realpath(lun.path))}
+    paths.update(disk_nodes.values())
     rdevs = {r for lun in probed if (r := _rdev_number(lun.dev)) is not None}
+    rdevs.update(r for r in disk_rdevs if r is not None)
     identities = [_file_identity(lun) for lun in probed]
     backings = _backing_files(probed, roots, mounts)
     if blkid is not None and blkid.proc is not None:  # our blkid has them open right now
@@ -510,7 +523,7 @@ def _finish(
         elif theirs and theirs != lun.signature:
             log.debug("LUN %s: our probe says %s, blkid says %s", lun.path, lun.signature, theirs)
     out = []
-    for lun, identity in zip(probed, identities, strict=True):
+    for lun, identity, disk_rdev in zip(probed, identities, disk_rdevs, strict=True):
         keys = [lun.path, os.path.realpath(lun.path)]
         rdev = _rdev_number(lun.dev)
         if rdev is not None:
@@ -518,6 +531,9 @@ def _finish(
         if identity is not None:
             keys.append(_inode_key(*identity))
         lun = dataclasses.replace(lun, open_by=_who(opened, keys))
+        if lun.path in disk_nodes:
+            disk_keys = [disk_nodes[lun.path], *([f"rdev:{disk_rdev}"] if disk_rdev else [])]
+            lun = dataclasses.replace(lun, disk_open_by=_who(opened, disk_keys))
         backing = backings.get(lun.path)
         if backing is not None:
             backing_keys = [] if backing.deleted else [backing.path]
@@ -530,6 +546,13 @@ def _finish(
             )
         out.append(lun)
     return out
+
+
+def _disk_rdev(lun: LunInfo, sys_root: str) -> int | None:
+    """The device number of a partition's whole disk (None for anything else)."""
+    if lun.kind != KIND_BLOCK or not lun.parent:
+        return None
+    return _rdev_number(_read_text(os.path.join(sys_root, "block", lun.parent, "dev")) or "")
 
 
 def _who(opened: Mapping[str, tuple[str, ...]], keys: Iterable[str]) -> tuple[str, ...]:

@@ -7,8 +7,9 @@ raises ``PreflightError`` naming host, LUN and every reason when a write is refu
 Rules: reads are always allowed. A write is refused when the LUN is mounted (or active swap), has
 partitions, has holders (device mapper, md, a loop device over a file), carries a signature
 (file system, LVM, RAID, partition table, ...), is open by another process, is claimed exclusively
-by someone, could not be read to look for a signature, or is a loop device whose backing file is
-open by another process or attached to another loop device too. The test may allow writes to a LUN
+by someone, could not be read to look for a signature, is a loop device whose backing file is
+open by another process or attached to another loop device too, or is a partition whose whole
+disk has holders or is open by another process. The test may allow writes to a LUN
 explicitly; then the write goes ahead and every overridden reason is logged as a warning, so the
 run log shows what was overridden. This module gathers no evidence itself and must not touch
 devices.
@@ -92,6 +93,10 @@ def in_use_reasons(lun: LunInfo) -> tuple[str, ...]:
         )
     for entry in lun.backing_open_by:
         reasons.append(f"its backing file {lun.backing_file} is open by {_pid_comm(entry)}")
+    if lun.disk_holders:
+        reasons.append(f"its disk {lun.parent} is held by {', '.join(lun.disk_holders)}")
+    for entry in lun.disk_open_by:
+        reasons.append(f"its disk {lun.parent} is open by {_pid_comm(entry)}")
     if lun.exclusive_busy and not (lun.mount_points or lun.holders or lun.open_by):
         reasons.append("claimed exclusively by the kernel or another process (O_EXCL open: busy)")
     if lun.probe_error:

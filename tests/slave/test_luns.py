@@ -148,7 +148,15 @@ def fake_host(tmp_path: Path) -> FakeHost:
     h.disk("vdc", None, "252:32")  # vanished mid-scan: no size
     h.disk("vdd", "garbage", "252:48")  # unreadable size
 
+    # a multipath leg with a partition node: the partition is not held, its disk is
+    h.disk("sdb", 8192, "8:16", **_queue(512, 512, "1"))
+    (h.sys / "block" / "sdb" / "holders" / "dm-1").mkdir()
+    h.part("sdb", "sdb1", 4096, "8:17")
+    h.image("sdb", [mbr_entry(0, 0, 0x83, 2048, 4096), MBR_MAGIC])
+    h.image("sdb1", [])
+
     h.process(4242, "fio", [str(h.dev / "loop0"), "/dev/null"])
+    h.process(4244, "qemu", [str(h.dev / "sdb")])
     h.process(4243, "dd", [str(h.dev / "dm-0")])  # the kernel shows the resolved node
     h.process(os.getpid(), "self", [str(h.dev / "nvme0n1")])  # ourselves: ignored
     return h
@@ -173,6 +181,10 @@ FAKE_EXPECTED: dict[str, dict[str, Any]] = {
     "loop0": dict(backing_file="/srv/images/lun 0.img", signature="", open_by=("4242:fio",),
                   size_bytes=2048 * 512),
     "vdb": dict(serial="virtio-serial-7", signature="", probe_error_prefix="cannot open"),
+    "sdb": dict(holders=("dm-1",), partitions=("sdb1",), open_by=("4244:qemu",),
+                disk_holders=(), disk_open_by=()),
+    "sdb1": dict(parent="sdb", holders=(), open_by=(), signature="", disk_holders=("dm-1",),
+                 disk_open_by=("4244:qemu",)),
 }
 
 
@@ -596,3 +608,32 @@ def test_loop_device_whose_backing_file_is_in_use(loop_device: LoopFactory, use:
         assert describe_block_device(second).backing_shared_with == (device.name,)
     finally:
         subprocess.run(["losetup", "-d", second], check=False, capture_output=True)
+
+
+@pytest.mark.root
+def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> None:
+    """Writing to a partition writes the disk another process has open (a VM's, say)."""
+    if shutil.which("partx") is None:
+        pytest.skip("needs partx")
+    # partscan: detaching then drops the partitions (without it they outlive the loop device)
+    device = loop_device(8 * MIB, prepare=_write_mbr, partscan=True)
+    part = f"{device.path}p1"
+    deadline = time.monotonic() + 5
+    while not os.path.exists(part):  # some kernels need an explicit rescan
+        subprocess.run(["partx", "-a", device.path], check=False, capture_output=True)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{part} never appeared")
+        time.sleep(0.05)
+    try:
+        with open(device.path, "rb") as fh, \
+                subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+            try:
+                for lun in (describe_block_device(part),
+                            next(x for x in discover_block_devices() if x.path == part)):
+                    assert lun.parent == device.name
+                    assert f"{proc.pid}:sleep" in lun.disk_open_by
+                    assert lun.open_by == ()
+            finally:
+                proc.kill()
+    finally:
+        subprocess.run(["partx", "-d", device.path], check=False, capture_output=True)
