@@ -135,8 +135,10 @@ class SlaveSession:
         *,
         cpu: CpuSampler | None = None,
         collect_grace_ns: int = 2_000_000_000,
+        describe: Callable[..., lunmod.LunInfo] = lunmod.lun_for_path,
     ) -> None:
         self.backend = backend
+        self.describe = describe  # a LUN as it is now (tests give their own)
         self.send_bytes = send_bytes
         self.clock = clock
         self.cpu = cpu or CpuSampler()
@@ -146,6 +148,9 @@ class SlaveSession:
         self.luns: dict[str, lunmod.LunInfo] = {}
         self.params: dict[str, WorkloadParams] = {}
         self.lun_of: dict[str, lunmod.LunInfo] = {}
+        # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
+        # Go or discovery: one look per LUN for a whole batch of creates
+        self._write_checked: dict[str, lunmod.LunInfo] = {}
         self.step: _Step | None = None
         self.closed = False
         self._handlers: dict[type[Message], Callable[[Any], None]] = {
@@ -253,6 +258,7 @@ class SlaveSession:
                 )
                 return
         self.luns = {lun.path: lun for lun in found}
+        self._write_checked.clear()
         self.send(
             LunList(
                 seq=msg.seq,
@@ -292,9 +298,15 @@ class SlaveSession:
             return
         try:
             params = self._params(msg.params, None)
-            lun = self.luns.get(msg.lun_path) or lunmod.describe_block_device(
-                msg.lun_path, host=self.host
-            )
+            lun = self.luns.get(msg.lun_path)
+            if lun is None or (params.writes and not msg.allow_write):
+                # a write is checked against the LUN as it is now, not as discovery saw it
+                # (maybe hours ago, and without the exclusive-open probe)
+                lun = self._write_checked.get(msg.lun_path) or self.describe(
+                    msg.lun_path, ignore_pids={os.getpid(), *self._child_pids()},
+                    host=self.host)
+                if params.writes:
+                    self._write_checked[msg.lun_path] = lun
             self.luns[lun.path] = lun
             require_ok(lun, params.writes, msg.allow_write, self.host)
             _check_fits(params, lun)
@@ -340,6 +352,7 @@ class SlaveSession:
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
 
     def _on_go(self, msg: Go) -> None:
+        self._write_checked.clear()
         if msg.subinterval_ns <= 0:
             self._fatal("protocol", f"Go with subinterval_ns {msg.subinterval_ns}")
             return

@@ -133,6 +133,11 @@ def loop_device() -> Iterator[LoopFactory]:
         for device in reversed(attached):
             for mount_point in _mounted_from(device.name):
                 unmount(mount_point)
+            # state the kernel keeps on the loop device after a detach, which would trip the
+            # next test that gets the same device: read-only flag, partitions added by partx
+            for argv in (["blockdev", "--setrw", device.path], ["partx", "-d", device.path]):
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    subprocess.run(argv, capture_output=True, timeout=60, check=False)
             subprocess.run(["losetup", "-d", device.path], capture_output=True, timeout=60,
                            check=False)
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
 from typing import Any
 
 import numpy as np
@@ -29,9 +31,11 @@ from protocol.messages import (
 from protocol.state import Conversation, Role
 from protocol.stats import StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
-from slave.luns import LunInfo
+from slave import luns as lunmod
+from slave.luns import LunInfo, describe_block_device
 from slave.params import WorkloadParams
 from slave.session import Collected, MasterLateError, SlaveSession
+from tests.slave.conftest import require_tools
 
 SUB = 1_000_000_000
 
@@ -92,8 +96,11 @@ class Harness:
         self.now = 0
         self.backend = FakeBackend()
         self.out = bytearray()
-        self.session = SlaveSession(self.backend, self.out.extend, lambda: self.now)
+        self.session = SlaveSession(self.backend, self.out.extend, lambda: self.now,
+                                    describe=self._describe)
         self.master = Conversation(Role.MASTER, host="h1")
+        self.now_luns: dict[str, LunInfo] = {}  # the LUNs as they are now (default: as found)
+        self.described: list[str] = []
         self.session.luns["/dev/fake0"] = LunInfo(
             path="/dev/fake0",
             kind="block",
@@ -112,6 +119,11 @@ class Harness:
             signature="ext4",
             mount_points=("/mnt/data",),
         )
+        self.found = dict(self.session.luns)  # as discovery described them
+
+    def _describe(self, path: str, **_: Any) -> LunInfo:
+        self.described.append(path)
+        return self.now_luns.get(path) or self.found[path]
 
     def send(self, msg: Message) -> list[Message]:
         self.session.on_bytes(self.master.send(msg))
@@ -165,6 +177,33 @@ def test_refused_creates_name_the_reason(
     assert isinstance(err, Error) and err.kind == kind and err.seq == 5 and text in err.message
     assert err.workload_id == f"h1:{lun}:w"
     assert not h.backend.workloads
+
+
+def test_a_write_is_checked_against_the_lun_as_it_is_at_create() -> None:
+    # discovery found /dev/fake0 unused; it was mounted since: a writing workload is refused
+    # (reads and an explicit allow_write still go), with one look per LUN per batch of creates
+    h = Harness()
+    h.hello()
+    h.now_luns["/dev/fake0"] = dataclasses.replace(
+        h.session.luns["/dev/fake0"], signature="xfs", mount_points=("/srv/late",))
+    (err,) = _create(h, 1, "h1:/dev/fake0:w", read_fraction=0.5)
+    assert isinstance(err, Error) and err.kind == "preflight" and "/srv/late" in err.message
+    (err2,) = _create(h, 2, "h1:/dev/fake0:w2", read_fraction=0.0)
+    assert isinstance(err2, Error) and "/srv/late" in err2.message
+    assert h.described == ["/dev/fake0"]
+    (ack,) = _create(h, 3, "h1:/dev/fake0:r", read_fraction=1.0)
+    assert isinstance(ack, Ack)
+    (ack2,) = h.send(CreateWorkload(4, "h1:/dev/fake0:forced",
+                                    "/dev/fake0", {"iodepth": 4, "read_fraction": 0.5}, True))
+    assert isinstance(ack2, Ack)
+    assert h.described == ["/dev/fake0"] and set(h.backend.workloads) == {
+        "h1:/dev/fake0:r", "h1:/dev/fake0:forced"}
+    # unmounted again, and a new step: the next batch looks afresh
+    h.send(Go(0, 10 * SUB, SUB))
+    del h.now_luns["/dev/fake0"]
+    h.send(Stop(0))
+    (ack3,) = _create(h, 5, "h1:/dev/fake0:w", read_fraction=0.5)
+    assert isinstance(ack3, Ack) and h.described == ["/dev/fake0"] * 2
 
 
 def test_reads_allowed_on_a_busy_lun() -> None:
@@ -275,3 +314,19 @@ def test_events_travel_as_log_messages() -> None:
     h.session.event("WARNING", "engine fallback to threadpool", lun="/dev/fake0")
     (msg,) = h.take()
     assert isinstance(msg, Log) and msg.context == {"lun": "/dev/fake0"}
+
+
+def test_a_lun_formatted_after_discovery_is_refused_for_writes(loop_device: Any) -> None:
+    # the real describe: discovery saw a blank device, then somebody made a file system on it
+    require_tools("mkfs.ext4")
+    dev = loop_device(32 << 20)
+    h = Harness()
+    h.session.describe = lunmod.lun_for_path
+    h.hello()
+    h.session.luns[dev.path] = describe_block_device(dev.path)
+    subprocess.run(["mkfs.ext4", "-q", "-F", dev.path], check=True, capture_output=True)
+    (err,) = _create(h, 1, f"h1:{dev.path}:w", dev.path, read_fraction=0.5)
+    assert isinstance(err, Error) and err.kind == "preflight", err
+    assert dev.path in err.message and "ext4" in err.message
+    (ack,) = _create(h, 2, f"h1:{dev.path}:r", dev.path, read_fraction=1.0)
+    assert isinstance(ack, Ack)
