@@ -49,8 +49,16 @@ def safe_name(text: str) -> str:
     return cleaned[:200]
 
 
+#: From here on ``%.6g`` would switch to an exponent (999999.5 rounds to ``1e+06``).
+_EXPONENT_FROM = 999_999.5
+
+
 def fmt(value: Any) -> str:
-    """One CSV cell: empty for None/NaN, compact floats, plain text otherwise."""
+    """One CSV cell: empty for None/NaN, compact floats, plain text otherwise.
+
+    Floats get six significant digits (``%.6g``), except that magnitudes from 999,999.5 up to
+    1e15 are written as whole numbers (``1234567``, not ``1.23457e+06``): a cluster's IOPS
+    keeps every digit, so instance rows add up to their rollup's row as read back."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -58,7 +66,10 @@ def fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             return ""
-        return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.6e}"
+        a = abs(value)
+        if a < _EXPONENT_FROM:
+            return f"{value:.6g}"
+        return f"{value:.0f}" if a < 1e15 else f"{value:.6e}"
     return str(value)
 
 
@@ -168,9 +179,11 @@ def csv_text(value: str) -> str:
 
 def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending): the same
-    text as ``fmt``, written by the compiled ``master.kernels.format_rows``; the rare rows it
-    cannot decide (a ``%.6g`` rounding too close to call in binary, magnitudes of 1e15 or
-    more or below 1e-30) are formatted with ``fmt`` itself."""
+    text as ``fmt``, written by the compiled ``master.kernels.format_rows`` (which writes
+    ``%.6g``); the rows it cannot decide (a ``%.6g`` rounding too close to call in binary,
+    magnitudes of 1e15 or more or below 1e-30) and the rows where ``%.6g`` took an exponent
+    that ``fmt`` does not (magnitudes from 999,999.5; one NaN-ignoring max and min over the
+    array tells whether there are any) are formatted with ``fmt`` itself."""
     n_rows, n_cols = values.shape
     if n_rows == 0:
         return []
@@ -183,6 +196,10 @@ def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     starts[0] = 0
     starts[1:] = ends[:-1]
     out = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    big = _EXPONENT_FROM
+    if np.fmax.reduce(values, axis=None) >= big or np.fmin.reduce(values, axis=None) <= -big:
+        with np.errstate(invalid="ignore"):  # rare: a pass per row only when some are big
+            fallback |= (np.abs(values) >= big).any(axis=1)
     for i in np.flatnonzero(fallback).tolist():
         out[i] = ",".join(fmt(float(v)) for v in values[i])
     return out

@@ -281,9 +281,15 @@ def test_format_float_rows_is_fmt() -> None:
     assert format_float_rows(np.zeros((2, 0))) == ["", ""]
 
 
+def _g6(v: float) -> str:
+    """``%.6g`` as the compiled formatter writes it (``fmt`` below 999,999.5)."""
+    return "" if not np.isfinite(v) else f"{v:.6g}"
+
+
 def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
     """Metric-like values (1e-17 <= |x| < 1e15, decimal near-ties included): the compiled
-    formatter writes every row itself (no fallback to Python), and the text is ``fmt``'s."""
+    formatter writes every row itself (no fallback to Python), and the text is ``%.6g``'s;
+    ``format_float_rows`` turns it into ``fmt``'s (no exponent from 999,999.5 up)."""
     from master import kernels
 
     rng = np.random.default_rng(8)
@@ -301,7 +307,8 @@ def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
     assert not fallback.any()
     starts = np.concatenate([[0], ends[:-1]])
     assert [text[a:b] for a, b in zip(starts, ends, strict=True)] == [
-        ",".join(fmt(float(v)) for v in row) for row in vals]
+        ",".join(_g6(float(v)) for v in row) for row in vals]
+    assert format_float_rows(vals) == [",".join(fmt(float(v)) for v in row) for row in vals]
     counts = np.array([[0.0, 7.0, 123456789.0, -3.0]])
     text, _, fallback = kernels.format_rows(counts, np.array([False, True, True, True]))
     assert (text, bool(fallback.any())) == ("0,7,123456789,-3", False)
