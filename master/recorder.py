@@ -33,7 +33,8 @@ INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed
                     "workloads", "iops_setting"]
 SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
                    "first_subinterval", "last_subinterval", "measurement_seconds",
-                   *ru.METRIC_COLUMNS, "valid", "invalid_reason"]
+                   *ru.METRIC_COLUMNS, "cpu_busy_pct", "workloads", "iops_setting", "valid",
+                   "invalid_reason"]
 CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
                "slave_system_s", "slave_cpu_us_per_io"]
 INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
@@ -93,6 +94,14 @@ class StepRecorder:
         self.fold_measurement = fold_measurement
         self._folded: ru.Sample | None = None
         self._folded_ks: list[int] = []
+        # settings and CPU of the measurement subintervals, for the summary's columns: each
+        # subinterval's per-host busy % and per-workload IOPS setting (NaN = max), or (when
+        # folding) their running sums with the count of hosts' readings
+        self._win_cpu: dict[int, npt.NDArray[np.float64]] = {}
+        self._win_iops: dict[int, npt.NDArray[np.float64]] = {}
+        self._last_iops: npt.NDArray[np.float64] | None = None
+        self._fold_cpu: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]] | None = None
+        self._fold_iops: npt.NDArray[np.float64] | None = None
         self.output = output
         self.number = number
         self.name = name
@@ -165,6 +174,8 @@ class StepRecorder:
         iops = self._iops_per_workload()
         host_of = self._host_index()
         host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
+        if phase == "measurement":
+            self._keep_settings(k, host_cpu, iops)
         for spec in self.rollups:
             g = groupings[spec.type]
             res = ru.compute(sample, g, self.subinterval_s)
@@ -181,6 +192,51 @@ class StepRecorder:
             self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns)
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
         return out
+
+    def _keep_settings(self, k: int, host_cpu: npt.NDArray[np.float64],
+                       iops: npt.NDArray[np.float64]) -> None:
+        """Keep subinterval ``k``'s host CPU and IOPS settings for the summary (summed when
+        folding; otherwise an unchanged settings array is shared with the subinterval
+        before, so a step without edits keeps one)."""
+        if self.fold_measurement:
+            seen = ~np.isnan(host_cpu)
+            if self._fold_cpu is None or self._fold_iops is None:
+                self._fold_cpu = (np.where(seen, host_cpu, 0.0), seen.astype(np.int64))
+                self._fold_iops = iops.copy()
+            else:
+                total, count = self._fold_cpu
+                total += np.where(seen, host_cpu, 0.0)
+                count += seen
+                self._fold_iops += iops
+            return
+        self._win_cpu[k] = host_cpu
+        last = self._last_iops
+        if last is None or not np.array_equal(last, iops, equal_nan=True):
+            self._last_iops = last = iops
+        self._win_iops[k] = last
+
+    def _window_settings(self, window: Sequence[int]
+                         ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Mean busy % per host and mean IOPS setting per workload (NaN: max in some
+        subinterval) over ``window``."""
+        if self.fold_measurement and list(window) == self._folded_ks and (
+                self._fold_cpu is not None and self._fold_iops is not None):
+            total, count = self._fold_cpu
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cpu = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+            return cpu, self._fold_iops / len(window)
+        missing = [k for k in window if k not in self._win_iops]
+        if missing:
+            raise ValueError(f"settings of subintervals {missing[:5]} were not kept")
+        stacked = np.array([self._win_cpu[k] for k in window], dtype=np.float64)
+        seen = ~np.isnan(stacked)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cpu = np.where(seen.any(axis=0), np.where(seen, stacked, 0.0).sum(axis=0)
+                           / np.maximum(seen.sum(axis=0), 1), np.nan)
+        iops = np.zeros(len(self.ids))
+        for k in window:
+            iops += self._win_iops[k]
+        return cpu, iops / len(window)
 
     def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
@@ -280,6 +336,9 @@ class StepRecorder:
         """Drop the kept subintervals (and their spill files); summaries are written by now."""
         self.samples.close()
         self._folded = None
+        self._win_cpu.clear()
+        self._win_iops.clear()
+        self._fold_cpu = self._fold_iops = self._last_iops = None
 
     def window_of_phase(self, phase: str = "measurement") -> list[int]:
         return sorted(k for k, p in self.phases.items() if p == phase)
@@ -299,6 +358,8 @@ class StepRecorder:
                 raise ValueError(f"subintervals {missing[:5]} were not kept for a window")
             total = ru.Sample.add([self.samples[k] for k in window])
         dur = len(window) * self.subinterval_s
+        host_cpu, iops = self._window_settings(window)
+        host_of = self._host_index()
         valid_all = not extra_invalid
         rows: list[dict[str, Any]] = []
         messages = [extra_invalid] if extra_invalid else []
@@ -310,11 +371,17 @@ class StepRecorder:
                 messages.append(why)
             valid_all &= valid
             reason = "; ".join(x for x in (extra_invalid, why) if x)
+            cpu = self._instance_cpu_array(g, host_of, host_cpu)
+            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
             for i, inst in enumerate(g.names):
                 row = {"step_number": self.number, "step_name": self.name,
                        "rollup_type": spec.type, "rollup_instance": inst,
                        "first_subinterval": window[0], "last_subinterval": window[-1],
                        "measurement_seconds": dur, **res.row(i),
+                       "cpu_busy_pct": float(cpu[i]), "workloads": count[i],
+                       "iops_setting": "max" if is_max[i] else float(setting[i]),
                        "valid": valid and not extra_invalid, "invalid_reason": reason,
                        **(extra or {})}
                 rows.append(row)

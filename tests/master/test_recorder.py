@@ -384,3 +384,40 @@ def test_folded_and_spilled_measurement_equal_kept_samples(tmp_path: Path) -> No
             for col in ("IOPS", "service_time_p99_ms", "response_time_p99_9_ms",
                         "write_MB_per_s"):
                 assert b[col] == pytest.approx(a[col], rel=1e-12, nan_ok=True), col
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_summary_rows_carry_cpu_workloads_and_mean_iops_setting(tmp_path: Path,
+                                                                fold: bool) -> None:
+    """A summary row has the instance rows' cpu_busy_pct, workloads and iops_setting, over
+    its window: the mean of the rows' values (an edit or DFC move within the window gives
+    the mean setting; any workload at max gives ``max``)."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, fold_measurement=fold)
+    rng = np.random.default_rng(4)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    a0 = "h1:/dev/sd0:a"
+    for k, (setting, busy1) in enumerate([(50.0, 10.0), (100.0, 30.0), (300.0, 50.0)]):
+        wl[a0] = dataclasses.replace(wl[a0], params={"iops": setting})
+        rec.record(k, "warmup" if k == 0 else "measurement",
+                   [_host_result("h1", ids["h1"], k, rng, busy1)[0],
+                    _host_result("h2", ids["h2"], k, rng, 70.0)[0]], (k + 1) * 10**9)
+    valid, rows, _ = rec.summarise(rec.window_of_phase())
+    out.close()
+    assert valid
+    by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
+    assert by[("workload", a0)]["iops_setting"] == pytest.approx(200.0)  # (100 + 300) / 2
+    assert by[("workload", a0)]["cpu_busy_pct"] == pytest.approx(40.0)  # (30 + 50) / 2
+    assert by[("workload", a0)]["workloads"] == 1
+    assert by[("workload", "h1:/dev/sd0:b")]["iops_setting"] == "max"
+    assert by[("host", "h2")]["cpu_busy_pct"] == pytest.approx(70.0)
+    assert by[("vendor+model", "ACME+F9")]["cpu_busy_pct"] == pytest.approx(55.0)
+    assert by[("all", "all")]["workloads"] == 8
+    assert by[("all", "all")]["iops_setting"] == "max"
+    # the same columns as the instance rows of the window, as written
+    inst = [dict(zip(r[0], x, strict=True)) for r in [_read(
+        tmp_path / "step0001-s" / "workload" / "h1_dev_sd0_a.csv")] for x in r[1:]]
+    assert [x["iops_setting"] for x in inst] == ["50", "100", "300"]
+    assert np.mean([float(x["cpu_busy_pct"]) for x in inst[1:]]) == pytest.approx(
+        by[("workload", a0)]["cpu_busy_pct"])
