@@ -14,7 +14,7 @@ import pytest
 from master import rollup
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
-from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows
+from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
 from master.recorder import CPU_COLUMNS, INSTANCE_COLUMNS, HostResult, StepRecorder
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from protocol.errors import HostError
@@ -247,7 +247,7 @@ def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, field: st
     good, _ = _host_result("h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
     bad, _ = _host_result("h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
     wire = dict(bad.result.stats)
-    raw = np.frombuffer(wire[field], dtype="<i8").copy()  # type: ignore[arg-type]
+    raw = np.frombuffer(wire[field], dtype="<i8").copy()
     if field == "counts":
         raw[3] = 0
     else:
@@ -421,3 +421,46 @@ def test_summary_rows_carry_cpu_workloads_and_mean_iops_setting(tmp_path: Path,
     assert [x["iops_setting"] for x in inst] == ["50", "100", "300"]
     assert np.mean([float(x["cpu_busy_pct"]) for x in inst[1:]]) == pytest.approx(
         by[("workload", a0)]["cpu_busy_pct"])
+
+
+def test_summary_and_histogram_files_agree_with_the_window_rows(tmp_path: Path) -> None:
+    """What a lab engineer cross-checks in a step folder: a summary row is the mean of its
+    instance's rows over the window (IOPS, MB/s), its max the largest row max; the histogram
+    file's counts add up to IOPS x window seconds per view, on the protocol's bucket edges."""
+    from protocol.buckets import LOWER_NS, UPPER_NS
+
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 3, "x", ROLLUPS, 0.5, wl)
+    rng = np.random.default_rng(9)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    for k in range(4):
+        rec.record(k, "warmup" if k == 0 else "measurement",
+                   [_host_result(h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
+                   (k + 1) * 10**9)
+    window = rec.window_of_phase()
+    _, rows, _ = rec.summarise(window)
+    out.close()
+    step = tmp_path / "step0003-x"
+    edges = {(int(a), int(b)) for a, b in zip(LOWER_NS, UPPER_NS, strict=True)}
+    for s in rows:
+        kind, inst = s["rollup_type"], s["rollup_instance"]
+        fname = f"{safe_name(inst)}.csv"
+        table = _read(step / safe_name(kind) / fname)
+        inst_rows = [dict(zip(table[0], r, strict=True)) for r in table[1:]]
+        win = [r for r in inst_rows if int(r["subinterval"]) in window]
+        assert {r["phase"] for r in win} == {"measurement"} and len(win) == 3
+        for col in ("IOPS", "MB_per_s", "read_IOPS", "write_IOPS"):
+            assert s[col] == pytest.approx(np.mean([float(r[col]) for r in win]), rel=1e-5)
+        assert s["service_time_max_ms"] == pytest.approx(
+            max(float(r["service_time_max_ms"]) for r in win), rel=1e-5)
+        hist = _read(step / "histograms" / safe_name(kind) / fname)
+        cols = hist[0]
+        body = [dict(zip(cols, r, strict=True)) for r in hist[1:]]
+        assert {(int(r["bucket_lower_ns"]), int(r["bucket_upper_ns"])) for r in body} <= edges
+        seconds = s["measurement_seconds"]
+        assert seconds == 1.5
+        for view, prefix in (("all", ""), ("read", "read_"), ("write", "write_")):
+            for lat in ("service_time", "response_time"):
+                total = sum(int(r[f"{lat}_{view}_count"]) for r in body)
+                assert total == round(s[f"{prefix}IOPS"] * seconds), (inst, view, lat)
