@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
+from protocol.histogram import PCT_SCALE, percentile_numerators
 from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch
 
 try:  # pragma: no cover - exercised by every test run
@@ -59,7 +60,8 @@ _emit = _jit(_emit_py)
 def _view_percentiles_py(
     row_bounds: Any, buckets: Any, counts: Any, row_tot: Any, order: Any, inst_ptr: Any,
     view_cats: Any,
-    pcts: Any, lo_e: Any, hi_e: Any, overflow: int, mins: Any, maxs: Any, out: Any,
+    pct_num: Any, scale: int, lo_e: Any, hi_e: Any, overflow: int, mins: Any, maxs: Any,
+    out: Any,
 ) -> None:
     """Percentiles per (instance, view, kind) into ``out`` (G, V, 2, P), left NaN where empty.
 
@@ -67,7 +69,9 @@ def _view_percentiles_py(
     ``buckets`` / ``counts`` (coordinates sorted by row, buckets rising within a row; a bucket
     may repeat); ``row_tot``: each row's total count. Instance i's workloads are
     ``order[inst_ptr[i]:inst_ptr[i + 1]]``.
-    ``view_cats`` (V, 4): which categories each view adds up. ``mins`` / ``maxs`` (G, V, 2):
+    ``view_cats`` (V, 4): which categories each view adds up. ``pct_num``: the percentiles
+    as exact numerators over ``scale`` (``protocol.histogram.percentile_numerators``, scale
+    ``100 * PCT_SCALE``). ``mins`` / ``maxs`` (G, V, 2):
     the exact smallest and largest latency of each view.
 
     A one-workload instance is read straight from its sparse rows (a view of several
@@ -77,7 +81,7 @@ def _view_percentiles_py(
     """
     n_inst = inst_ptr.size - 1
     n_views = view_cats.shape[0]
-    p = pcts.size
+    p = pct_num.size
     scratch = np.zeros((ROWS_PER_WORKLOAD, lo_e.size), dtype=np.int64)
     lo = np.empty(ROWS_PER_WORKLOAD, dtype=np.int64)
     hi = np.empty(ROWS_PER_WORKLOAD, dtype=np.int64)
@@ -144,9 +148,13 @@ def _view_percentiles_py(
                         members[n_mem] = c * 2 + kind
                         total += tot[c * 2 + kind]
                         n_mem += 1
+                # exact decimal ranks, as protocol.histogram.percentile_ranks
+                q = total // scale
+                r = total - q * scale
                 for j in range(p):
-                    ranks[j] = pcts[j] / 100.0 * total
-                    targets[j] = np.int64(np.ceil(ranks[j]))
+                    part = r * pct_num[j]
+                    ranks[j] = q * pct_num[j] + part / scale
+                    targets[j] = q * pct_num[j] + (part + scale - 1) // scale
                 mn, mx = mins[i, v, kind], maxs[i, v, kind]
                 # Four walks over the view's buckets, each summing counts until every rank is
                 # reached: one sparse row, sparse rows merged, one dense row, dense rows added.
@@ -258,7 +266,7 @@ def view_percentiles(
         np.ascontiguousarray(row_tot, dtype=np.int64),
         np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(inst_ptr),
         np.ascontiguousarray(view_cats, dtype=np.bool_),
-        np.ascontiguousarray(percentiles, dtype=np.float64), _LO, _HI, OVERFLOW_INDEX,
+        percentile_numerators(percentiles), 100 * PCT_SCALE, _LO, _HI, OVERFLOW_INDEX,
         np.ascontiguousarray(mins, dtype=np.float64), np.ascontiguousarray(maxs, dtype=np.float64),
         out)
     return out
@@ -450,8 +458,10 @@ _put_uint = _jit(_put_uint_py)
 
 def _format_rows_py(values: Any, exps: Any, int_cols: Any, pow_pos: Any, buf: Any, ends: Any,
                     fallback: Any) -> None:
-    """Each row of ``values`` as ``fmt`` would write its cells joined by commas, into ``buf``
-    (row i ends at ``ends[i]``). NaN and infinities are empty cells; ``int_cols`` marks
+    """Each row of ``values`` with its cells as ``%.6g`` writes them, joined by commas, into
+    ``buf`` (row i ends at ``ends[i]``). That is ``master.output.fmt`` below 999,999.5; ``fmt``
+    writes larger magnitudes as whole numbers, so ``output.format_float_rows`` formats rows
+    holding such values with ``fmt`` instead. NaN and infinities are empty cells; ``int_cols`` marks
     columns of whole numbers written as integers. ``exps``: the binary exponents of the
     values (``np.frexp``). Rounding is decided on the exact binary value, ties to even, as C's
     ``printf`` does. A cell it cannot decide (a near-tie below 1e-17, magnitudes of 1e15 or

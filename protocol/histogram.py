@@ -348,6 +348,36 @@ def _check_sparse(
         raise RemoteProtocolError("histogram min/max lie outside their first/last bucket")
 
 
+#: percentiles are taken as exact decimals to this many parts per unit (99.9 = 99900000 / 1e6)
+PCT_SCALE: Final = 10**6
+
+
+def percentile_numerators(ps: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Percentiles (0..100) as exact integers ``p * PCT_SCALE`` (six decimal places)."""
+    return np.rint(np.asarray(ps, dtype=np.float64) * PCT_SCALE).astype(np.int64)
+
+
+def percentile_ranks(
+    ps: npt.ArrayLike, total: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """The rank ``p / 100 * total`` of each percentile among ``total`` samples: as a float (the
+    continuous position, for interpolating inside a bucket) and as the whole number of samples
+    the bucket holding it must reach (``ceil`` of the exact rank).
+
+    Exact decimal arithmetic: ``99.9 / 100 * 12000`` in floating point is
+    11988.000000000002, whose ceiling would send p99.9 of 12,000 samples to the bucket after
+    the 11,988th sample. Here the percentile is an integer numerator over ``100 * PCT_SCALE``
+    and ``total`` is split so that no product overflows int64 (valid up to 9e18 samples)."""
+    num = percentile_numerators(ps)
+    scale = 100 * PCT_SCALE
+    q, r = divmod(int(total), scale)
+    whole = q * num
+    part = r * num  # < 1e16
+    targets: npt.NDArray[np.int64] = whole + (part + scale - 1) // scale
+    ranks: npt.NDArray[np.float64] = whole + part / scale
+    return ranks, targets
+
+
 def percentiles_from_counts(
     counts: npt.NDArray[np.int64],
     ps: npt.NDArray[np.float64],
@@ -356,14 +386,15 @@ def percentiles_from_counts(
 ) -> npt.NDArray[np.float64]:
     """Percentiles (0..100) of one non-empty dense histogram, interpolated inside buckets.
 
-    The rank of percentile p is ``p / 100 * count`` (a continuous position among the samples);
-    the bucket holding it is found by binary search on the cumulative counts, and the value is
-    interpolated linearly over the bucket's values narrowed to ``[min_ns, max_ns]``.
+    The rank of percentile p is ``p / 100 * count`` (a continuous position among the samples,
+    computed exactly: ``percentile_ranks``); the bucket holding it is the first whose
+    cumulative count reaches it, and the value is interpolated linearly over the bucket's values
+    narrowed to ``[min_ns, max_ns]``.
     """
     cum = np.cumsum(counts)
     total = int(cum[-1])
-    rank = ps / 100.0 * total
-    b = np.searchsorted(cum, rank, side="left")
+    rank, target = percentile_ranks(ps, total)
+    b = np.searchsorted(cum, target, side="left")
     b = np.clip(b, 0, N_BUCKETS - 1)
     in_bucket = counts[b].astype(np.float64)
     before = (cum[b] - counts[b]).astype(np.float64)

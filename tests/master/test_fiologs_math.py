@@ -146,3 +146,14 @@ def test_detect_interval() -> None:
     d = np.array([0, 1, 1, 0, 0, 1], dtype=np.int64)
     assert detect_interval_ms(t, d) == 500.0
     assert detect_interval_ms(t[:2], d[:2]) is None
+
+
+def test_a_whole_rank_stays_in_the_column_that_reaches_it() -> None:
+    # 11,988 of 12,000 samples in column 100: p99.9 is there (99.9 / 100 * 12000 in floating
+    # point is 11988.000000000002, which would move it to the far column)
+    layout = make_layout(3, 0)
+    counts = np.zeros((1, FIO_BUCKETS))
+    counts[0, 100] = 11988.0
+    counts[0, 900] = 12.0
+    stats = percentile_matrix(counts, [99.9], layout.lower_ns, layout.upper_ns)
+    assert stats.pct_ns[0, 0] <= layout.upper_ns[100]

@@ -162,3 +162,30 @@ def test_columns_carry_units_and_cover_views() -> None:
         "read_response_time_p99_ms",
     ):
         assert required in cols
+
+
+@pytest.mark.parametrize("p, n", [(99.9, 12000), (99.9, 3000), (99.99, 20000), (99.0, 100),
+                                  (90.0, 10), (50.0, 2), (95.0, 20)])
+@pytest.mark.parametrize("layout", ["one row", "read and write merged", "two workloads"])
+def test_a_whole_rank_stays_in_the_bucket_that_reaches_it(p: float, n: int, layout: str) -> None:
+    # the first p % of the I/Os take 100 ns, the rest 1 ms: the p-th percentile is 100 ns,
+    # whichever walk the kernel takes (one sparse row, sparse rows merged, dense scratch)
+    low = round(p * n / 100)
+    fast, slow = np.full(low, 100), np.full(n - low, 1_000_000)
+    stats = [WorkloadStats(), WorkloadStats()]
+    if layout == "one row":
+        stats[0].record(0, np.r_[fast, slow], np.r_[fast, slow], 4096)
+        view = ""
+    elif layout == "read and write merged":
+        stats[0].record(0, fast, fast, 4096)
+        stats[0].record(1, slow, slow, 4096)
+        view = ""
+    else:
+        stats[0].record(0, fast, fast, 4096)
+        stats[1].record(0, slow, slow, 4096)
+        view = "read_"
+    batch = StatsBatch.from_stats(stats if layout == "two workloads" else stats[:1])
+    sample = Sample.from_batch(batch)
+    res = compute(sample, Grouping.from_keys("all", ["all"] * sample.n_workloads), 1.0)
+    for kind in ("service_time", "response_time"):
+        assert res.columns[f"{view}{kind}_{pct_label(p)}_ms"][0] == 100 / 1e6, (kind, layout)

@@ -7,7 +7,7 @@ import pytest
 
 from protocol.buckets import LADDER_ID, OVERFLOW_INDEX, OVERFLOW_LOWER_NS
 from protocol.errors import LadderMismatchError, RemoteProtocolError
-from protocol.histogram import HEADER_BYTES, LatencyHistogram
+from protocol.histogram import HEADER_BYTES, LatencyHistogram, percentile_ranks
 from tests.protocol.datasets import DATASETS, N, sample
 
 PCTS = [1.0, 50.0, 90.0, 99.0, 99.9, 99.99]
@@ -184,3 +184,26 @@ def test_overflow_bucket_interpolates_to_exact_max() -> None:
 def test_float_input_of_whole_numbers_is_accepted() -> None:
     h = LatencyHistogram.from_values(np.array([1000.0, 2000.0]))
     assert h.count == 2 and h.sum_ns == 3000
+
+
+# (percentile, samples): p / 100 * n is a whole number that floating point puts just above it
+# (99.9 / 100 * 12000 = 11988.000000000002) or just below it, or hits exactly
+EXACT_RANKS = [(99.9, 12000), (99.9, 3000), (99.9, 5000), (99.9, 1000), (99.99, 10000),
+               (99.99, 20000), (99.0, 100), (90.0, 10), (50.0, 2), (95.0, 20)]
+
+
+@pytest.mark.parametrize("p, n", EXACT_RANKS)
+def test_a_whole_rank_stays_in_the_bucket_that_reaches_it(p: float, n: int) -> None:
+    # the first p % of the samples are 100 ns, the rest 1 ms: the p-th percentile is 100 ns
+    low = round(p * n / 100)
+    h = LatencyHistogram.from_values(np.r_[np.full(low, 100), np.full(n - low, 1_000_000)])
+    assert h.percentile(p) == 100.0
+    assert h.percentile(min(100.0, p + 100 / n)) > 900_000  # one sample further: the far value
+
+
+def test_percentile_ranks_are_exact_decimals() -> None:
+    ranks, targets = percentile_ranks([0, 50, 99.9, 99.99, 100], 12000)
+    assert targets.tolist() == [0, 6000, 11988, 11999, 12000]
+    assert ranks.tolist() == [0.0, 6000.0, 11988.0, 11998.8, 12000.0]
+    _, big = percentile_ranks([99.9, 99.99], 10**17 + 1)  # no int64 overflow
+    assert big.tolist() == [99_900_000_000_000_001, 99_990_000_000_000_001]
