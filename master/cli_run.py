@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
         help="run a test",
         description="Run a test file: start a slave on every host, run its steps, write a "
         "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
-        "error, 3 host failure, 130 interrupted.",
+        "error, 3 host failure, 4 the run folder could not be written, 130 interrupted.",
     )
     p.add_argument("test", metavar="TEST.yaml", help="the test file")
     p.add_argument("--dry-run", action="store_true",

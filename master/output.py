@@ -22,6 +22,7 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -30,13 +31,16 @@ import math
 import os
 import re
 import resource
+import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
+
+from protocol.errors import OutputError
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,16 @@ def safe_name(text: str) -> str:
 
 #: From here on ``%.6g`` would switch to an exponent (999999.5 rounds to ``1e+06``).
 _EXPONENT_FROM = 999_999.5
+
+
+@contextlib.contextmanager
+def _writing(path: Path | str) -> Iterator[None]:
+    """Turn a failed write (disk full, quota, read-only, I/O error) into an ``OutputError``
+    naming the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(str(path), exc) from exc
 
 
 def fmt(value: Any) -> str:
@@ -87,14 +101,15 @@ class CsvAppender:
         self.header = list(header)
         self._header_set = frozenset(self.header)
         self._pending: list[str] = []
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
-        self._writer = csv.writer(self._fh)
-        self._writer.writerow(self.header)
-        self._fh.flush()
-        if not keep_open:
-            self._fh.close()
-            self._fh = None
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
+            self._writer = csv.writer(self._fh)
+            self._writer.writerow(self.header)
+            self._fh.flush()
+            if not keep_open:
+                self._fh.close()
+                self._fh = None
 
     @property
     def is_open(self) -> bool:
@@ -116,8 +131,9 @@ class CsvAppender:
         unknown = set(row) - self._header_set
         if unknown:
             raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
-        self._writer.writerow([fmt(row.get(col)) for col in self.header])
-        self._fh.flush()
+        with _writing(self.path):
+            self._writer.writerow([fmt(row.get(col)) for col in self.header])
+            self._fh.flush()
 
     def append_now(self, line: str) -> None:
         """Append one formatted line and hand it to the OS at once: one ``write`` call on an
@@ -128,44 +144,55 @@ class CsvAppender:
             return
         view = memoryview(line.encode("utf-8"))
         fd = self._fh.fileno()
-        while view:
-            view = view[os.write(fd, view):]
+        with _writing(self.path):
+            while view:
+                view = view[os.write(fd, view):]
 
     @staticmethod
     def append_many(appenders: Sequence[CsvAppender], lines: Sequence[str]) -> None:
         """``append_now(line)`` on each appender with its line: the loop of a writer of many
         instance files per subinterval, with one ``write`` per open file and nothing else."""
         write = os.write
-        for appender, line in zip(appenders, lines, strict=True):
-            fh = appender._fh
-            if fh is None or fh.closed:
-                appender.append_now(line)
-                continue
-            data = line.encode("utf-8")
-            done = write(fh.fileno(), data)
-            if done != len(data):  # a short write: the rest as append_now does it
-                view = memoryview(data)[done:]
-                while view:
-                    view = view[write(fh.fileno(), view):]
+        appender: CsvAppender | None = None
+        try:
+            for appender, line in zip(appenders, lines, strict=True):
+                fh = appender._fh
+                if fh is None or fh.closed:
+                    appender.append_now(line)
+                    continue
+                data = line.encode("utf-8")
+                done = write(fh.fileno(), data)
+                if done != len(data):  # a short write: the rest as append_now does it
+                    view = memoryview(data)[done:]
+                    while view:
+                        view = view[write(fh.fileno(), view):]
+        except OSError as exc:
+            raise OutputError(str(appender.path if appender else "?"), exc) from exc
 
     def flush(self) -> None:
-        if self._fh is not None and not self._fh.closed:
-            self._fh.flush()
-        elif self._pending:
-            data = "".join(self._pending).encode("utf-8")
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            self._pending.clear()
+        with _writing(self.path):
+            if self._fh is not None and not self._fh.closed:
+                self._fh.flush()
+            elif self._pending:
+                data = "".join(self._pending).encode("utf-8")
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+                self._pending.clear()
 
     def close(self) -> None:
-        self.flush()
-        if self._fh is not None and not self._fh.closed:
-            self._fh.close()
+        """Flush and close; the file is closed even when the flush fails (the error is
+        raised after)."""
+        try:
+            self.flush()
+        finally:
+            if self._fh is not None and not self._fh.closed:
+                with _writing(self.path), contextlib.suppress(ValueError):
+                    self._fh.close()
 
 
 def csv_text(value: str) -> str:
@@ -241,6 +268,21 @@ def create_run_folder(output_root: Path, test: str, now: float | None = None) ->
     raise FileExistsError(f"no free run folder under {parent} for {stamp}")
 
 
+class _RunLogHandler(logging.FileHandler):
+    """run.log. A record it cannot write (disk full) is reported once on stderr, not with a
+    traceback per record as ``logging`` does; the run loop learns of the full disk from the
+    CSV files, whose writes raise ``OutputError``."""
+
+    failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            self.failed = True
+            exc = sys.exc_info()[1]
+            sys.stderr.write(f"ivypy: cannot write {self.baseFilename}: {exc}; "
+                             "later log lines are lost\n")
+
+
 class RunOutput:
     """Every file of one run folder."""
 
@@ -255,7 +297,7 @@ class RunOutput:
     # -------------------------------------------------------------- whole-run files
     def write_text(self, name: str, text: str) -> Path:
         path = self.folder / name
-        with open(path, "x", encoding="utf-8") as fh:
+        with _writing(path), open(path, "x", encoding="utf-8") as fh:
             fh.write(text)
         return path
 
@@ -264,7 +306,8 @@ class RunOutput:
 
     def start_run_log(self, level: int = logging.INFO) -> logging.Handler:
         """Attach ``run.log`` to the root logger (every host's relayed stderr lands there)."""
-        handler = logging.FileHandler(self.folder / "run.log", mode="x", encoding="utf-8")
+        with _writing(self.folder / "run.log"):
+            handler = _RunLogHandler(self.folder / "run.log", mode="x", encoding="utf-8")
         handler.setFormatter(
             logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
                               "%Y-%m-%d %H:%M:%S")
@@ -297,14 +340,22 @@ class RunOutput:
             t.write(row)
 
     def close(self) -> None:
+        """Close every file (all of them, even after one fails to flush its last rows) and
+        detach run.log; the first failure is raised at the end."""
+        first: OutputError | None = None
         for f in self._files.values():
-            f.close()
+            try:
+                f.close()
+            except OutputError as exc:
+                first = first or exc
         self._files.clear()
         self._n_open = 0
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()
             self._log_handler = None
+        if first is not None:
+            raise first
 
     # -------------------------------------------------------------- helpers
     @staticmethod
@@ -329,6 +380,7 @@ class RunOutput:
             w.writerow([lower_ns[i], upper_ns[i],
                         *[fmt(float(v)) if v % 1 else int(v) for v in vals]])
         path = self.folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "x", encoding="utf-8", newline="") as fh:
-            fh.write(buf.getvalue())
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "x", encoding="utf-8", newline="") as fh:
+                fh.write(buf.getvalue())

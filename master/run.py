@@ -47,12 +47,20 @@ from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
 from master.stepcontrol import Decision, StepControl
-from protocol.errors import ConfigError, HostError, IvyError, PreflightError, ProtocolError
+from protocol.errors import (
+    ConfigError,
+    HostError,
+    IvyError,
+    OutputError,
+    PreflightError,
+    ProtocolError,
+)
 from protocol.messages import Error, SubintervalResult
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_HOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OUTPUT = 4  # the run folder could not be written (disk full, read-only ...)
 START_LEAD_NS = 1_000_000_000
 STOP_WAIT_S = 5.0
 
@@ -125,6 +133,7 @@ class Run:
         self.clock = clock
         self.sessions: dict[str, HostSession] = {}
         self.output: RunOutput | None = None
+        self.output_failed: OutputError | None = None  # a write that failed outside the run loop
         self.discovered: dict[str, list[Lun]] = {}
         self.selected: dict[str, list[SelectedLun]] = {}
         self.current: dict[str, WorkloadInstance] = {}
@@ -149,12 +158,18 @@ class Run:
               step: int | None = None, subinterval: int | None = None) -> None:
         log.log(logging.getLevelName(level), "%s%s", f"[host={host}] " if host else "", message)
         if self.output is not None:
-            self.output.table("events.csv", EVENT_COLUMNS).write({
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "elapsed_s": round((self.clock() - self.t0_ns) / 1e9, 3),
-                "level": level, "host": host, "kind": kind, "step": step,
-                "subinterval": subinterval, "message": message,
-            })
+            try:
+                self.output.table("events.csv", EVENT_COLUMNS).write({
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "elapsed_s": round((self.clock() - self.t0_ns) / 1e9, 3),
+                    "level": level, "host": host, "kind": kind, "step": step,
+                    "subinterval": subinterval, "message": message,
+                })
+            except OutputError as exc:
+                # events also come from host readers and callbacks: the run loop raises the
+                # first failure at its next subinterval (``_record``)
+                if self.output_failed is None:
+                    self.output_failed = exc
 
     def _on_slave_event(self, ev: SlaveEvent) -> None:
         self.event(ev.level, ev.message, host=ev.host, kind=str(ev.context.get("kind", "slave")))
@@ -203,16 +218,26 @@ class Run:
             result.exit_code, result.message = EXIT_HOST, str(exc)
         except ProtocolError as exc:
             result.exit_code, result.message = EXIT_HOST, str(exc)
+        except OutputError as exc:
+            result.exit_code = EXIT_OUTPUT
+            result.message = f"{exc}; all hosts stopped, the rows written so far are kept"
         finally:
             if result.message:
-                self.event("ERROR" if result.exit_code else "INFO", result.message, kind="run")
+                # the folder may be what failed (disk full): the message still reaches stderr
+                with contextlib.suppress(OutputError):
+                    self.event("ERROR" if result.exit_code else "INFO", result.message,
+                               kind="run")
             await server.close()
             await self._close_all()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
             self.view.close()
-            self.output.close()
+            try:
+                self.output.close()
+            except OutputError as exc:  # the last buffered rows
+                if result.exit_code == EXIT_OK:
+                    result.exit_code, result.message = EXIT_OUTPUT, str(exc)
         return result
 
     async def _warm_up_kernels(self) -> None:
@@ -563,6 +588,8 @@ class Run:
         now = self.clock()
         hosts = [HostResult(hs.host, r, hs.to_master_ns, now)
                  for r, hs in zip(results, self.sessions.values(), strict=True)]
+        if self.output_failed is not None:
+            raise self.output_failed
         rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns)
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,

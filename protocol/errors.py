@@ -114,6 +114,16 @@ class IoEngineError(IvyError):
     """The I/O engine could not be set up, or an I/O failed in a way the engine cannot count."""
 
 
+class OutputError(IvyError):
+    """The run folder could not be written (disk full, quota, read-only, I/O error). Names the
+    file and the reason."""
+
+    def __init__(self, path: str, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        super().__init__(f"cannot write {path}: {exc.strerror or exc}")
+
+
 class LogFormatError(IvyError):
     """An input log is malformed. Names the file and line."""
 

@@ -3,6 +3,7 @@ the master killed, Ctrl-C. Each runs the real CLI as a subprocess against a loca
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -218,3 +219,43 @@ def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(tmp_path: Pa
     assert "output_root: cannot create the run folder under" in err
     assert "Not a directory" in err and str(blocker) in err
     assert "slave up" not in out + err
+
+
+FULL_TEST = """\
+test: full
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: "{lun}", size: 64MiB, create: true, allow_write: true}}
+steps:
+  - name: fill
+    workloads:
+{workloads}
+    warmup_seconds: 0
+    measure_seconds: 60
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(small)], check=True)
+    try:
+        wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
+                       "iodepth: 2, iops: 100}" for i in range(16))
+        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl))
+        proc = start_run(cfg, small)
+        folder = run_folder(small, "full")
+        wait_rows(folder / "step0000-fill/all/all.csv", 1)
+        tree = process_tree(proc.pid)  # the master, its slave and the slave's workers
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 4, err
+        assert len(tree) >= 3 and all_gone(tree, 2.0)
+        line = err.strip().splitlines()[-1]
+        assert "Traceback" not in err, err
+        assert line.startswith(f"ivypy: cannot write {small}/full/"), line
+        assert "No space left on device" in line and "rows written so far are kept" in line
+        assert rows(folder / "step0000-fill/all/all.csv"), "the rows written so far are kept"
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
