@@ -456,6 +456,10 @@ class Run:
                 self.step_state = None
             await self._wait_stopped()
             window, reason, extra = control.verdict(last_recorded)
+            if self.interrupted.is_set():
+                # the step ran short of what it was to measure
+                reason = "; ".join(x for x in (
+                    f"interrupted after subinterval {last_recorded}", reason) if x)
             valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
             self.view.step_finished(text)
             return valid

@@ -95,6 +95,9 @@ class StepControl:
                                 d.low_iops, d.high_iops, gains,
                                 direction=metric_direction(d.focus_metric))
         self.settle_deadline = self.warm + (self.timeout or 0)
+        #: with DFC and measure: the controller had not settled when the deadline started the
+        #: measurement (what was measured is not the target's operating point)
+        self.started_unsettled = False
         self._window: list[Sample] = []  # a DFC window's subintervals so far
         self._window_key: tuple[tuple[str, float], ...] = ()  # the IOPS they ran at
 
@@ -154,6 +157,7 @@ class StepControl:
             settled = self.bank is None or self.bank.settled()
             if k + 1 >= self.warm and (settled or k + 1 >= self.settle_deadline):
                 self.meas_start = k + 1
+                self.started_unsettled = not settled
             return dec
         if phase == "measurement" and self.meas_end is None:
             dec.measure_rows = self._feed(k, results)
@@ -254,6 +258,14 @@ class StepControl:
         lo, hi = first.window
         start = self.meas_start
         window = [start + j for j in range(lo, hi) if start + j <= last_recorded]
-        reason = "" if first.valid else f"measure: {first.reason or 'not steady'} " \
-            f"({crit}; best window reported)"
-        return window, reason, extra
+        reasons = []
+        if self.started_unsettled:
+            assert self.dfc is not None
+            reasons.append(
+                f"dfc: {self.dfc.focus_metric} had not settled at its target "
+                f"{self.dfc.target:g} when the settle deadline started the measurement at "
+                f"subinterval {start} (see dfc.csv)")
+        if not first.valid:
+            reasons.append(f"measure: {first.reason or 'not steady'} ({crit}; best window "
+                           "reported)")
+        return window, "; ".join(reasons), extra

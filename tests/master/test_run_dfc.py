@@ -38,6 +38,12 @@ steps:
            low_iops: 100, high_iops: 3000, window_seconds: 1.5}}
     warmup_seconds: 0
     measure_seconds: 6
+  - name: unsettled
+    dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
+           low_iops: 150, high_iops: 3000}}
+    warmup_seconds: 0
+    measure: {{focus_metric: IOPS, criterion: accuracy, accuracy: 50%,
+               min_measure_seconds: 1, timeout_seconds: 2}}
 """
 
 
@@ -48,7 +54,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 1: the last step is invalid (its controller never settled)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "invalid steps: unsettled" in proc.stderr
     (out,) = (tmp / "dfc").iterdir()
     return out
 
@@ -94,3 +102,19 @@ def test_a_window_moves_once_per_window_at_one_iops(folder: Path) -> None:
         parts = [float(r["service_time_p99_ms"]) for r in window]
         assert min(parts) <= float(m["measured"]) <= max(parts)
         assert float(m["new_iops"]) > float(m["iops_in_force"])
+
+
+def test_measuring_a_controller_that_never_settled_is_invalid(folder: Path) -> None:
+    """With measure on, measuring starts once the controller settles, or at the settle
+    deadline. A target the device cannot reach (p99 of 1 ns) never settles: the measurement
+    that the deadline starts is reported, and marked invalid, naming the controller."""
+    moves = rows(folder / "step0003-unsettled/dfc.csv")
+    assert moves and all(m["settled"] == "false" for m in moves)
+    (summary,) = [r for r in rows(folder / "summary.csv")
+                  if r["step_name"] == "unsettled" and r["rollup_type"] == "all"]
+    assert summary["valid"] == "false"
+    assert "dfc: service_time_p99_ms had not settled at its target 1e-06" in \
+        summary["invalid_reason"]
+    for r in rows(folder / "summary.csv"):
+        if r["step_name"] != "unsettled":
+            assert r["valid"] == "true", r

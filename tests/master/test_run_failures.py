@@ -143,6 +143,10 @@ def test_ctrl_c_stops_cleanly_keeps_output_exit_130(tmp_path: Path) -> None:
     assert all_gone(tree, 2.0)
     assert len(rows(folder / "step0000-rr/all/all.csv")) >= 2
     assert "interrupted" in (folder / "events.csv").read_text()
+    # the step ran short of its 30 s: its summary says so
+    for r in rows(folder / "summary.csv"):
+        assert r["valid"] == "false" and "interrupted after subinterval" in r["invalid_reason"]
+    assert rows(folder / "summary.csv")
 
 
 PREFLIGHT_TEST = """\
