@@ -268,7 +268,12 @@ def apply_rollup_edits(
                                   line=line)
         if edit.total_iops is not None:
             split_total_iops(members, edit.total_iops)
-        done.append(f"{edit.instance}: {changes or ''} total_iops={edit.total_iops}")
+        what = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in changes.items()]
+        if edit.total_iops is not None:
+            what.append(f"total_iops={edit.total_iops:g}" if isinstance(edit.total_iops, float)
+                        else f"total_iops={edit.total_iops}")
+        done.append(f"{edit.instance}: {' '.join(what)}")
     return done
 
 

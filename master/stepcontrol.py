@@ -228,7 +228,8 @@ class StepControl:
                     "window_first": None if row.window is None else row.window[0] + self.meas_start,
                     "window_last": None if row.window is None
                     else row.window[1] - 1 + self.meas_start,
-                    "value": row.values[i], "passed": row.passed[i], "attained": row.attained})
+                    "value": _reported(crit.name, row.values[i]), "passed": row.passed[i],
+                    "attained": row.attained})
         return out
 
     def _tracker_done(self) -> bool:
@@ -250,7 +251,10 @@ class StepControl:
         results = {"only": res} if isinstance(res, ms.MeasureResult) else res
         first = next(iter(results.values()))
         crit = "; ".join(f"{r.criterion} {r.limit}" for r in results.values())
-        values = "; ".join(" ".join(f"{v:.6g}" for v in r.values) for r in results.values())
+        values = "; ".join(" ".join(f"{name}={_reported(r.criterion, v):.6g}"
+                                    for name, v in zip(self.focus_measure, r.values,
+                                                       strict=False))
+                           for r in results.values())
         extra = {"measure_criterion": crit, "measure_values": values,
                  "measure_attained": first.valid}
         if first.window is None:
@@ -269,3 +273,10 @@ class StepControl:
             reasons.append(f"measure: {first.reason or 'not steady'} ({crit}; best window "
                            "reported)")
         return window, "; ".join(reasons), extra
+
+
+def _reported(criterion: str, value: float) -> float:
+    """A criterion value as measure.csv and summary.csv report it, in its limit's unit: the
+    accuracy criterion's relative half-width in percent (its limit reads "5% at 95%"); fio's
+    criteria are already in percent or absolute, as their limit."""
+    return value * 100.0 if criterion == "accuracy" else value

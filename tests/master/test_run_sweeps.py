@@ -125,3 +125,31 @@ def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]])
     assert steady["valid"] == "true", steady["invalid_reason"]
     assert float(steady["IOPS"]) == pytest.approx(2000, rel=0.02)
     assert float(steady["measurement_seconds"]) >= 2
+    # the criterion value in its limit's unit (percent, as "2% at 95%"), named by instance
+    name, value = steady["measure_values"].split("=")
+    assert name == "all" and 0 < float(value) <= 2
+
+
+def test_measure_csv_values_are_in_the_limits_unit(folder: Path) -> None:
+    measured = rows(next(folder.glob("step*-steady")) / "measure.csv")
+    assert measured and all(r["limit"] == "2% at 95%" for r in measured)
+    last = measured[-1]
+    assert last["passed"] == "true" and 0 < float(last["value"]) <= 2  # percent
+    steady = {r["rollup_type"]: r for r in rows(folder / "summary.csv")
+              if r["step_name"] == "steady"}["all"]
+    assert steady["measure_values"] == f"all={float(last['value']):.6g}"
+
+
+@pytest.mark.parametrize("criterion, value, reported", [
+    ("accuracy", 0.0948, 9.48), ("iops", 9.57, 9.57), ("iops_slope", 120.0, 120.0)])
+def test_criterion_values_are_reported_in_the_limits_unit(criterion: str, value: float,
+                                                          reported: float) -> None:
+    from master.stepcontrol import _reported
+
+    assert _reported(criterion, value) == pytest.approx(reported)
+
+
+def test_edit_rollup_events_read_as_settings(folder: Path) -> None:
+    events = (folder / "events.csv").read_text()
+    assert "edit_rollup host=localhost: iosequencer=random_steady blocksize_bytes=4096 " \
+        "total_iops=1500" in events, events
