@@ -516,6 +516,11 @@ def _finish(
     )
     second = blkid.result() if blkid is not None else {}
     for i, lun in enumerate(probed):
+        if blkid is not None and blkid.failed and not lun.signature and not lun.probe_error:
+            # our probe knows fewer signatures than blkid (ZFS, VMFS, ASM ...): a blank
+            # answer from it alone is not enough to let a write through
+            probed[i] = lun = dataclasses.replace(lun, probe_error=(
+                f"{blkid.failed}, and our own probe, which knows fewer signatures, found none"))
         theirs = second.get(lun.path, "")
         if theirs and not lun.signature:
             log.info("LUN %s: blkid found %s where our probe found none", lun.path, theirs)

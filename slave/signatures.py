@@ -249,6 +249,8 @@ class BlkidRun:
     def __init__(self, paths: Iterable[str]) -> None:
         self.paths = list(dict.fromkeys(paths))
         self.proc: subprocess.Popen[str] | None = None
+        #: why blkid gave no opinion although it is installed (timeout), or ""
+        self.failed = ""
         exe = shutil.which("blkid")
         if not self.paths or exe is None:
             return
@@ -272,8 +274,9 @@ class BlkidRun:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.communicate()
-            log.warning("blkid gave no answer within %.0f s; relying on our own probe",
-                        BLKID_TIMEOUT_S)
+            self.failed = f"blkid gave no answer within {BLKID_TIMEOUT_S:g} s"
+            log.warning("%s; LUNs our own probe finds blank are reported as unchecked",
+                        self.failed)
             return {}
         found: dict[str, str] = {}
         for block in out.split("\n\n"):

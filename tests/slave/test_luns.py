@@ -637,3 +637,35 @@ def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> Non
                 proc.kill()
     finally:
         subprocess.run(["partx", "-d", device.path], check=False, capture_output=True)
+
+
+@pytest.mark.parametrize("ext4", [False, True])
+def test_a_blkid_that_hangs_leaves_blank_luns_unchecked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ext4: bool) -> None:
+    # our own probe knows fewer signatures than blkid: when blkid gives no answer, a LUN our
+    # probe finds blank is "could not be checked" (writes refused), one it recognises keeps
+    # its signature
+    from slave import signatures
+    from slave.preflight import in_use_reasons
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "blkid").write_text("#!/bin/sh\nexec sleep 30\n")
+    (fake / "blkid").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setattr(signatures, "BLKID_TIMEOUT_S", 0.3)
+    path = tmp_path / "lun.dat"
+    with open(path, "wb") as fh:
+        fh.truncate(4 * MIB)
+        if ext4:
+            for off, data in ext_pokes(compat=0x4, incompat=0x2 | 0x40 | 0x200):
+                fh.seek(off)
+                fh.write(data)
+    lun = file_lun(str(path), None, create=False)
+    if ext4:
+        assert lun.signature == "ext4" and not lun.probe_error
+    else:
+        assert lun.signature == "" and lun.probe_error.startswith(
+            "blkid gave no answer within 0.3 s")
+        (reason,) = in_use_reasons(lun)
+        assert reason.startswith("contents could not be checked: blkid gave no answer")
