@@ -127,14 +127,14 @@ def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]])
     assert float(steady["measurement_seconds"]) >= 2
     # the criterion value in its limit's unit (percent, as "2% at 95%"), named by instance
     name, value = steady["measure_values"].split("=")
-    assert name == "all" and 0 < float(value) <= 2
+    assert name == "all" and 0 <= float(value) <= 2  # random_steady: often exactly 0
 
 
 def test_measure_csv_values_are_in_the_limits_unit(folder: Path) -> None:
     measured = rows(next(folder.glob("step*-steady")) / "measure.csv")
     assert measured and all(r["limit"] == "2% at 95%" for r in measured)
     last = measured[-1]
-    assert last["passed"] == "true" and 0 < float(last["value"]) <= 2  # percent
+    assert last["passed"] == "true" and 0 <= float(last["value"]) <= 2  # percent
     steady = {r["rollup_type"]: r for r in rows(folder / "summary.csv")
               if r["step_name"] == "steady"}["all"]
     assert steady["measure_values"] == f"all={float(last['value']):.6g}"
