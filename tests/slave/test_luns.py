@@ -3,12 +3,13 @@ the wire form of LunInfo (signatures: tests/slave/test_signatures.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,16 @@ if TYPE_CHECKING:
     from tests.slave.conftest import LoopDevice, LoopFactory, MountedLoop
 
 MIB = 1024 * 1024
+
+
+@contextlib.contextmanager
+def _held_open(path: str | Path) -> Iterator[int]:
+    """``path`` held open (read-only) by another process for the block: yields its pid."""
+    with open(path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+        try:
+            yield proc.pid
+        finally:
+            proc.kill()
 
 # ------------------------------------------------------------------------------------------------
 # A fake sysfs / proc / dev tree
@@ -354,15 +365,12 @@ def test_file_lun_refusals(tmp_path: Path, kind: str) -> None:
 def test_file_lun_reports_signature_and_open_by(tmp_path: Path) -> None:
     path = tmp_path / "img"
     path.write_bytes(bytes(image_bytes([(0, b"XFSB")], MIB)))
-    with open(path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
-        try:
-            lun = file_lun(str(path))
-            assert lun.signature == "xfs"
-            assert f"{proc.pid}:sleep" in lun.open_by
-            ignored = file_lun(str(path), ignore_pids=[proc.pid])
-            assert ignored.open_by == ()
-        finally:
-            proc.kill()
+    with _held_open(path) as pid:
+        lun = file_lun(str(path))
+        assert lun.signature == "xfs"
+        assert f"{pid}:sleep" in lun.open_by
+        ignored = file_lun(str(path), ignore_pids=[pid])
+        assert ignored.open_by == ()
 
 
 def test_lun_for_path_routes_files(tmp_path: Path) -> None:
@@ -439,12 +447,9 @@ def test_mounted_loop_device(mounted_loop_device: MountedLoop) -> None:
 @pytest.mark.root
 def test_loop_device_open_by_another_process(loop_device: LoopFactory) -> None:
     device = loop_device(4 * MIB)
-    with open(device.path, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
-        try:
-            lun = _discovered(device)
-            assert f"{proc.pid}:sleep" in lun.open_by
-        finally:
-            proc.kill()
+    with _held_open(device.path) as pid:
+        lun = _discovered(device)
+        assert f"{pid}:sleep" in lun.open_by
 
 
 def _write_mbr(path: str) -> None:
@@ -498,12 +503,9 @@ def _device_node(tmp_path: Path, device: LoopDevice) -> str:
 def test_device_open_through_a_node_outside_dev(loop_device: LoopFactory, tmp_path: Path) -> None:
     device = loop_device(4 * MIB)
     node = _device_node(tmp_path, device)
-    with open(node, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
-        try:
-            assert f"{proc.pid}:sleep" in describe_block_device(device.path).open_by
-            assert f"{proc.pid}:sleep" in _discovered(device).open_by
-        finally:
-            proc.kill()
+    with _held_open(node) as pid:
+        assert f"{pid}:sleep" in describe_block_device(device.path).open_by
+        assert f"{pid}:sleep" in _discovered(device).open_by
 
 
 def test_file_open_through_a_hard_link(tmp_path: Path) -> None:
@@ -511,11 +513,8 @@ def test_file_open_through_a_hard_link(tmp_path: Path) -> None:
     path.write_bytes(bytes(MIB))
     link = tmp_path / "other-name.dat"
     os.link(path, link)
-    with open(link, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
-        try:
-            assert f"{proc.pid}:sleep" in file_lun(str(path)).open_by
-        finally:
-            proc.kill()
+    with _held_open(link) as pid:
+        assert f"{pid}:sleep" in file_lun(str(path)).open_by
 
 
 def test_file_open_on_a_network_file_system_is_matched_by_name_only(tmp_path: Path) -> None:
@@ -525,14 +524,11 @@ def test_file_open_on_a_network_file_system_is_matched_by_name_only(tmp_path: Pa
     link = tmp_path / "other-name.dat"
     os.link(path, link)
     st = path.stat()
-    with open(link, "rb") as fh, subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
-        try:
-            found = scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)])
-            assert f"{proc.pid}:sleep" in found[f"ino:{st.st_dev}:{st.st_ino}"]
-            assert scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)],
-                                   may_hang=lambda _: True) == {}
-        finally:
-            proc.kill()
+    with _held_open(link) as pid:
+        found = scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)])
+        assert f"{pid}:sleep" in found[f"ino:{st.st_dev}:{st.st_ino}"]
+        assert scan_open_files("/proc", [str(path)], inodes=[(st.st_dev, st.st_ino)],
+                               may_hang=lambda _: True) == {}
 
 
 MOUNTINFO_NETWORK = [
