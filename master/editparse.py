@@ -100,16 +100,23 @@ LISTED_INSTANCES = 10
 
 def unknown_instance(rollup_type: str, instance: str, step_name: str,
                      known: Sequence[str]) -> EditRefused:
-    """The refusal for an instance that has no workloads in the running step, given the
-    instances that do (``known``): it suggests the likely ones (a workload instance named
-    ``host:lun:name`` ends with the bare name the operator may have typed; otherwise the
+    """The refusal of a live edit for an instance with no workloads in the running step."""
+    return EditRefused(unknown_instance_text(rollup_type, instance, step_name, known))
+
+
+def unknown_instance_text(rollup_type: str, instance: str, step_name: str,
+                          known: Sequence[str]) -> str:
+    """Why an instance (of a live edit or an ``edit_rollup``) has no workloads in a step,
+    given the instances that do (``known``): it suggests the likely ones (a workload instance
+    named ``host:lun:name`` ends with the bare name the operator may have typed; otherwise the
     closest spellings) and lists the instances, saying how many there are in all."""
     names = sorted(set(known))
     tail = instance.rsplit(":", 1)[-1]
     likely = [k for k in names if k.rsplit(":", 1)[-1] == tail and k != instance]
     if not likely:
         likely = difflib.get_close_matches(instance, names, n=3, cutoff=0.6)
-    text = f"{rollup_type}={instance} has no workloads in step {step_name}."
+    where = f"step {step_name}" if step_name else "this step"
+    text = f"{rollup_type}={instance} has no workloads in {where}."
     if likely:
         shown = [f"{rollup_type}={k}" for k in likely[:LISTED_INSTANCES]]
         if len(likely) > LISTED_INSTANCES:
@@ -117,12 +124,12 @@ def unknown_instance(rollup_type: str, instance: str, step_name: str,
         alts = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
         text += f" Did you mean {alts}?"
     if not names:
-        return EditRefused(f"{text} The {rollup_type} rollup has no instances.")
+        return f"{text} The {rollup_type} rollup has no instances."
     if len(names) > LISTED_INSTANCES:
         head = f"Instances ({len(names)} in all; the first {LISTED_INSTANCES}):"
     else:
         head = "Instances:"
-    return EditRefused(f"{text} {head} {', '.join(names[:LISTED_INSTANCES])}")
+    return f"{text} {head} {', '.join(names[:LISTED_INSTANCES])}"
 
 
 @dataclass(frozen=True)

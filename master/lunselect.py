@@ -14,6 +14,7 @@ from typing import Any
 
 from master.config import LunExtent, LunSelector, RollupEdit, RollupSpec, StepConfig, TestConfig
 from master.config.schema import WorkloadEdit, WorkloadSpec
+from master.editparse import unknown_instance_text
 from protocol.errors import ConfigError
 
 
@@ -237,6 +238,7 @@ def apply_rollup_edits(
     key_path: str = "edit_rollup",
     file: str | None = None,
     line: int | None = None,
+    step_name: str = "",
 ) -> list[str]:
     """Apply ``edit_rollup`` entries to ``instances`` in place; return a description of each.
 
@@ -252,12 +254,9 @@ def apply_rollup_edits(
         want = "all" if edit.rollup == "all" else "+".join(edit.value)
         members = [i for i in instances if rollup_key(spec, i) == want]
         if not members:
-            known = sorted({rollup_key(spec, i) for i in instances})
-            listed = ", ".join(known[:10]) + (f" ... ({len(known)} in all)" if len(known) > 10
-                                              else "")
             raise ConfigError(
-                f"{edit.instance} has no workloads in this step (its {edit.rollup} instances: "
-                f"{listed or 'none'})",
+                unknown_instance_text(edit.rollup, want, step_name,
+                                      [rollup_key(spec, i) for i in instances]),
                 key_path=f"{key_path}[{j}].instance", file=file, line=line)
         changes = edit_to_params(edit.settings)
         for m in members:

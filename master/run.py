@@ -371,7 +371,8 @@ class Run:
     def _rollup_edits(self, step: StepConfig, instances: list[WorkloadInstance]) -> list[str]:
         return apply_rollup_edits(step.edit_rollup, instances, self.rollups,
                                   key_path=f"steps[{step.source_index}].edit_rollup",
-                                  file=self.cfg.source_file, line=step.line or None)
+                                  file=self.cfg.source_file, line=step.line or None,
+                                  step_name=step.name)
 
     # ------------------------------------------------------------------ one step
     async def _run_step(self, number: int, step: StepConfig) -> bool:
