@@ -798,9 +798,11 @@ def file_lun(
 ) -> LunInfo:
     """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
 
-    Never truncates: an existing file larger than ``size_bytes`` keeps its size and data. A file
-    smaller than ``size_bytes`` is extended only when ``create`` is true. Loop devices backed by
-    the file are reported as its holders. Raises PreflightError naming the path on any refusal.
+    Never truncates: an existing file larger than ``size_bytes`` keeps its size and data, and the
+    LUN is its first ``size_bytes`` (I/O stays there, as with fio's ``size=``). A file smaller
+    than ``size_bytes`` is extended only when ``create`` is true. Without ``size_bytes`` the LUN
+    is the whole file. Loop devices backed by the file are reported as its holders. Raises
+    PreflightError naming the path on any refusal.
     """
     abspath = os.path.abspath(path)
 
@@ -832,6 +834,13 @@ def file_lun(
         st = _create_or_extend(abspath, size_bytes, refuse)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
+    lun_bytes = st.st_size
+    if size_bytes and size_bytes < st.st_size:
+        lun_bytes = size_bytes
+        log.info(
+            "file LUN %s: the file is %d bytes; I/O stays in its first %d (the requested size)",
+            abspath, st.st_size, size_bytes,
+        )
     block_bytes = _file_block_bytes(abspath)
     real = os.path.realpath(abspath)
     mounts = _read_mounts(proc_root)
@@ -839,7 +848,7 @@ def file_lun(
         path=abspath,
         kind=KIND_FILE,
         name=os.path.basename(abspath),
-        size_bytes=st.st_size,
+        size_bytes=lun_bytes,
         logical_block_bytes=block_bytes,
         physical_block_bytes=block_bytes,
         rotational=_underlying_rotational(st.st_dev, sys_root),

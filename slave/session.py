@@ -302,8 +302,10 @@ class SlaveSession:
             if lun is None or (params.writes and not msg.allow_write):
                 # a write is checked against the LUN as it is now, not as discovery saw it
                 # (maybe hours ago, and without the exclusive-open probe)
+                # a file LUN keeps the size discovery gave it (maybe less than the file)
+                size = lun.size_bytes if lun is not None and lun.kind == lunmod.KIND_FILE else None
                 lun = self._write_checked.get(msg.lun_path) or self.describe(
-                    msg.lun_path, ignore_pids={os.getpid(), *self._child_pids()},
+                    msg.lun_path, size, ignore_pids={os.getpid(), *self._child_pids()},
                     host=self.host)
                 if params.writes:
                     self._write_checked[msg.lun_path] = lun

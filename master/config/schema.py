@@ -114,7 +114,9 @@ class LunSelector:
     ``file`` must be absolute or start with ``${output_root}``, which is replaced by the resolved
     output root (absolute, on the controller: meaningful for ``localhost``). ``${host}`` in a file
     path gives every host its own file: the entry becomes one selector per host. ``size`` is bytes
-    with units, a positive multiple of 512, required with ``create: true``.
+    with units, a positive multiple of 512, required with ``create: true``. The LUN is the first
+    ``size`` bytes of the file (as fio's ``size=``): a larger existing file is never truncated,
+    and I/O stays in that part; without ``size`` the LUN is the whole file.
     """
 
     hosts: tuple[str, ...]

@@ -334,10 +334,11 @@ def test_file_lun_extends_but_never_truncates(tmp_path: Path) -> None:
     lun = file_lun(str(path), 2 * MIB, create=True)
     assert lun.size_bytes == 2 * MIB
     assert path.read_bytes()[:7] == b"keep me"
-    lun = file_lun(str(path), 4096, create=True)  # smaller request: keep size and data
-    assert lun.size_bytes == 2 * MIB
+    lun = file_lun(str(path), 4096, create=True)  # smaller request: keep the file and its data
     assert path.stat().st_size == 2 * MIB
     assert path.read_bytes()[:7] == b"keep me"
+    assert lun.size_bytes == 4096  # ... and the LUN is the requested size (fio's size=)
+    assert file_lun(str(path), None).size_bytes == 2 * MIB  # no size: the whole file
 
 
 def test_file_lun_smaller_than_requested_without_create_is_refused(tmp_path: Path) -> None:

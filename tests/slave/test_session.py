@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,22 +34,25 @@ from protocol.state import Conversation, Role
 from protocol.stats import StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
-from slave.luns import LunInfo, describe_block_device
+from slave.luns import LunInfo, describe_block_device, file_lun, lun_for_path
 from slave.params import WorkloadParams
 from slave.session import Collected, MasterLateError, SlaveSession
 from tests.slave.conftest import require_tools
 
 SUB = 1_000_000_000
+MIB = 1 << 20
 
 
 class FakeBackend:
     def __init__(self) -> None:
         self.workloads: dict[str, WorkloadParams] = {}
+        self.luns: dict[str, LunInfo] = {}  # the LUN each workload was created on
         self.calls: list[tuple[str, Any]] = []
         self.late_at: int | None = None
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams) -> dict[str, Any]:
         self.workloads[workload_id] = params
+        self.luns[workload_id] = lun
         self.calls.append(("create", workload_id))
         return {"engine": "fake"}
 
@@ -92,12 +97,12 @@ class FakeBackend:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, describe: Callable[..., LunInfo] | None = None) -> None:
         self.now = 0
         self.backend = FakeBackend()
         self.out = bytearray()
         self.session = SlaveSession(self.backend, self.out.extend, lambda: self.now,
-                                    describe=self._describe)
+                                    describe=describe or self._describe)
         self.master = Conversation(Role.MASTER, host="h1")
         self.now_luns: dict[str, LunInfo] = {}  # the LUNs as they are now (default: as found)
         self.described: list[str] = []
@@ -121,7 +126,7 @@ class Harness:
         )
         self.found = dict(self.session.luns)  # as discovery described them
 
-    def _describe(self, path: str, **_: Any) -> LunInfo:
+    def _describe(self, path: str, size_bytes: int | None = None, **_: Any) -> LunInfo:
         self.described.append(path)
         return self.now_luns.get(path) or self.found[path]
 
@@ -204,6 +209,21 @@ def test_a_write_is_checked_against_the_lun_as_it_is_at_create() -> None:
     h.send(Stop(0))
     (ack3,) = _create(h, 5, "h1:/dev/fake0:w", read_fraction=0.5)
     assert isinstance(ack3, Ack) and h.described == ["/dev/fake0"] * 2
+
+
+def test_a_file_lun_keeps_its_requested_size_when_a_write_looks_afresh(tmp_path: Path) -> None:
+    # a 4 MiB file named with size 1 MiB: discovery gives a 1 MiB LUN, and the fresh look a
+    # writing workload takes at create (the real one here) must not widen it to the whole file
+    path = tmp_path / "lun.img"
+    path.write_bytes(bytes(4 * MIB))
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    h.session.luns[str(path)] = file_lun(str(path), MIB)
+    (ack,) = _create(h, 1, f"h1:{path}:w", str(path), read_fraction=0.0)
+    assert isinstance(ack, Ack), ack
+    assert h.backend.luns[f"h1:{path}:w"].size_bytes == MIB
+    assert h.session.luns[str(path)].size_bytes == MIB
+    assert path.stat().st_size == 4 * MIB
 
 
 def test_reads_allowed_on_a_busy_lun() -> None:
