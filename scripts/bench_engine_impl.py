@@ -8,7 +8,13 @@ alike); the medians over the rounds are compared. Targets (ivypy / fio):
   5 %; p99 within 10 % (and <= 1.1x); user CPU <= 1 us per I/O;
 * QD1 with busy_poll: IOPS >= 0.8x fio; QD1 blocking: >= 0.5x fio;
 * two LUNs at QD32, one worker process each: IOPS >= 1.2x fio with two jobs (defaults) and
-  >= 0.95x fio with two jobs and ``iodepth_batch_submit=16``.
+  >= 0.95x fio with two jobs and ``iodepth_batch_submit=16``;
+* the same workload on both sides: one LUN, QD32, both paced at one fixed rate (half of fio's
+  QD32 IOPS, measured first): ivypy's p50 within 5 % and p99 within 10 % of fio's.
+
+At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
+the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
+paced case compares the latency measurement itself.
 
 Latency is submit -> completion on both sides (ivypy's service time; fio's ``lat``, which
 includes the submission). A missed target is printed as MISSED with its figure and the exit
@@ -49,8 +55,9 @@ def cpu_user_s(pid: int) -> float:
     return int(fields[11]) / CLK_TCK  # utime
 
 
-def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int) -> Result:
-    params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096)
+def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
+              iops: float | None = None) -> Result:
+    params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops)
     with WorkerPool(len(devs)) as pool:
         for i, dev in enumerate(devs):
             pool.create_workload(f"bench:{dev}:w", dev, "libaio", params.replace(seed=i))
@@ -133,6 +140,12 @@ def main() -> int:
     s = args.seconds
     images, devs = setup(2, args.size_mib)
     one, two = devs[:1], devs
+    try:
+        calibration = run_fio(one, 32, 2, [])
+    except BaseException:
+        teardown(images, devs)
+        raise
+    rate = max(1000, round(calibration.iops / 2, -3))  # the paced case's IOPS, both tools
     cases: dict[str, Callable[[], Result]] = {
         "ivypy qd32": lambda: run_ivypy(one, 32, False, s),
         "fio qd32": lambda: run_fio(one, 32, s, []),
@@ -142,10 +155,13 @@ def main() -> int:
         "ivypy 2 luns qd32": lambda: run_ivypy(two, 32, False, s),
         "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
         "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
+        "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
+        "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
     }
     results: dict[str, list[Result]] = {k: [] for k in cases}
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-          f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}")
+          f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}; "
+          f"paced cases at {rate:.0f} IOPS (fio qd32 calibration: {calibration.iops:.0f})")
     try:
         for rnd in range(args.rounds):
             for name, fn in cases.items():
@@ -195,6 +211,12 @@ def main() -> int:
     check("2 LUNs IOPS / fio 2 jobs", r, r >= 1.2, ">= 1.2")
     r = ratio("ivypy 2 luns qd32", "fio 2 jobs qd32 batch16", "iops")
     check("2 LUNs IOPS / fio 2 jobs iodepth_batch_submit=16", r, r >= 0.95, ">= 0.95")
+    r = ratio("ivypy qd32 paced", "fio qd32 paced", "iops")
+    check(f"paced at {rate:.0f} IOPS: IOPS / fio (same load)", r, abs(r - 1) <= 0.02, "within 2 %")
+    r = ratio("ivypy qd32 paced", "fio qd32 paced", "p50_us")
+    check("paced: p50 / fio (same workload)", r, abs(r - 1) <= 0.05, "within 5 %")
+    r = ratio("ivypy qd32 paced", "fio qd32 paced", "p99_us")
+    check("paced: p99 / fio (same workload)", r, abs(r - 1) <= 0.10, "within 10 %")
     print(f"\n{missed} target(s) missed" if missed else "\nall targets met")
     return 1 if missed else 0
 
