@@ -63,6 +63,11 @@ SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
 # pure spinning loses to blocking (it starves the loop device's worker and loses the CPU
 # scheduler's wake-up preference); spinning 100 us then blocking beats both.
 BUSY_SPIN_NS: Final = 100_000
+# a wait shorter than this is spent looking in the completion ring instead of sleeping: a sleep
+# costs about this much in wake-up (measured on the 2-core VM: a bare Python QD1 loop reads
+# ~95 us where C reads ~40-70). Paced at 50,000 IOPS (20 us apart) this halved the service-time
+# p50 (151 -> 78 us; fio 79 us at the same rate) for 8 % more user CPU per I/O.
+SLEEP_MIN_NS: Final = 30_000
 # the longest a blocking wait for a completion may hold up a control poll (POLL_CONTROL_NS):
 # measured on a VM, io_getevents with a 2 ms timeout costs ~1/4 more per I/O than with 10 ms
 BLOCK_WAIT_NS: Final = 10_000_000
@@ -708,7 +713,13 @@ class EngineLoop:
                     # on an idle machine, no clear CPU saving under load
                     n = eng.poll() if self._in_flight > 2 else 0
                     if not n:
-                        n = eng.reap(1, max(wake - mono(), 1000))
+                        left = wake - mono()
+                        if left < SLEEP_MIN_NS:  # too near to sleep: look again
+                            n = eng.poll()
+                            if not n:
+                                continue
+                        else:
+                            n = eng.reap(1, left)
                 if n:
                     t = mono()
                     last_done = t
@@ -726,9 +737,10 @@ class EngineLoop:
                 if n:
                     got += n
                     self._complete(eng, n, mono())
-            if not got and not self._busy_poll:
+            left = wake - mono()
+            if not got and not self._busy_poll and left >= SLEEP_MIN_NS:
                 eng = engines[0]
-                n = eng.reap(1, min(max(wake - mono(), 1000), 200_000))
+                n = eng.reap(1, min(left, 200_000))
                 if n:
                     self._complete(eng, n, mono())
 

@@ -12,7 +12,7 @@ import pytest
 from protocol.stats import WorkloadStats
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
-from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop import SLEEP_MIN_NS, EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
 
 MiB = 1 << 20
@@ -143,6 +143,28 @@ def test_iops_2000_for_5_s_lands_within_2_percent() -> None:
     # each second on its own too (a loaded machine moves a few I/Os across a boundary)
     assert all(abs(n - 2000) <= 100 for n in per_sub), per_sub
     assert eng.max_in_flight <= 4
+
+
+def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling() -> None:
+    # paced at 50,000 IOPS the next I/O is 20 us away: a sleep that short costs its wake-up
+    # in the service times, so the loop looks in the ring again instead of sleeping
+    loop, eng = make_loop(constant_ns(50_000))
+    waits: list[int] = []
+    reap = eng.reap
+
+    def watched_reap(min_nr: int, timeout_ns: int) -> int:
+        waits.append(timeout_ns)
+        return reap(min_nr, timeout_ns)
+
+    eng.reap = watched_reap  # type: ignore[method-assign]
+    s = spec(loop, "w", WorkloadParams(iodepth=8, iops=50_000.0))
+    loop.add_workload(s, None)
+    ctl = Control(2)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert sum(x.ops() for x in ctl.snapshots["w"]) >= 9_000  # the rate was kept
+    short = [w for w in waits if 0 < w < SLEEP_MIN_NS]
+    assert not short, f"{len(short)} of {len(waits)} waits shorter than {SLEEP_MIN_NS} ns"
 
 
 def test_poisson_submissions_through_the_loop_have_cv_one() -> None:
