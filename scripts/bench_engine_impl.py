@@ -142,27 +142,23 @@ def main() -> int:
     one, two = devs[:1], devs
     try:
         calibration = run_fio(one, 32, 2, [])
-    except BaseException:
-        teardown(images, devs)
-        raise
-    rate = max(1000, round(calibration.iops / 2, -3))  # the paced case's IOPS, both tools
-    cases: dict[str, Callable[[], Result]] = {
-        "ivypy qd32": lambda: run_ivypy(one, 32, False, s),
-        "fio qd32": lambda: run_fio(one, 32, s, []),
-        "ivypy qd1 busy_poll": lambda: run_ivypy(one, 1, True, s),
-        "ivypy qd1 blocking": lambda: run_ivypy(one, 1, False, s),
-        "fio qd1": lambda: run_fio(one, 1, s, []),
-        "ivypy 2 luns qd32": lambda: run_ivypy(two, 32, False, s),
-        "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
-        "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
-        "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
-        "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
-    }
-    results: dict[str, list[Result]] = {k: [] for k in cases}
-    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-          f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}; "
-          f"paced cases at {rate:.0f} IOPS (fio qd32 calibration: {calibration.iops:.0f})")
-    try:
+        rate = max(1000, round(calibration.iops / 2, -3))  # the paced case's IOPS, both tools
+        cases: dict[str, Callable[[], Result]] = {
+            "ivypy qd32": lambda: run_ivypy(one, 32, False, s),
+            "fio qd32": lambda: run_fio(one, 32, s, []),
+            "ivypy qd1 busy_poll": lambda: run_ivypy(one, 1, True, s),
+            "ivypy qd1 blocking": lambda: run_ivypy(one, 1, False, s),
+            "fio qd1": lambda: run_fio(one, 1, s, []),
+            "ivypy 2 luns qd32": lambda: run_ivypy(two, 32, False, s),
+            "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
+            "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
+            "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
+            "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
+        }
+        results: dict[str, list[Result]] = {k: [] for k in cases}
+        print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
+              f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}; "
+              f"paced cases at {rate:.0f} IOPS (fio qd32 calibration: {calibration.iops:.0f})")
         for rnd in range(args.rounds):
             for name, fn in cases.items():
                 res = fn()

@@ -737,12 +737,13 @@ class EngineLoop:
                 if n:
                     got += n
                     self._complete(eng, n, mono())
-            left = wake - mono()
-            if not got and not self._busy_poll and left >= SLEEP_MIN_NS:
-                eng = engines[0]
-                n = eng.reap(1, min(left, 200_000))
-                if n:
-                    self._complete(eng, n, mono())
+            if not got and not self._busy_poll:
+                left = wake - mono()
+                if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
+                    eng = engines[0]
+                    n = eng.reap(1, min(left, 200_000))
+                    if n:
+                        self._complete(eng, n, mono())
 
     def _loop_scalar(
         self,
