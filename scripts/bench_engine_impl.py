@@ -100,7 +100,10 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
     lat = rd["lat_ns"]
     pct = lat["percentile"]
     ios = rd["total_ios"] or 1
-    usr_s = job["usr_cpu"] / 100 * job["elapsed"] * len(devs)  # % of one CPU per job
+    # usr_cpu is a percentage of job_runtime, the measured time (after ramp_time) summed over
+    # the jobs: that product is the user CPU of the I/Os counted in total_ios. (``elapsed`` is
+    # whole seconds of the run including the ramp; with it fio's figure read 1.25-1.5x too high.)
+    usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
     return Result(rd["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3, pct["99.000000"] / 1e3,
                   usr_s * 1e6 / ios)
 
@@ -157,7 +160,8 @@ def main() -> int:
         }
         results: dict[str, list[Result]] = {k: [] for k in cases}
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
-              f"{args.rounds} rounds of {s} s (+1 s ramp) per case, loop devices {', '.join(devs)}; "
+              f"{args.rounds} rounds of {s} s (+1 s ramp) per case, "
+              f"loop devices {', '.join(devs)}; "
               f"paced cases at {rate:.0f} IOPS (fio qd32 calibration: {calibration.iops:.0f})")
         for rnd in range(args.rounds):
             for name, fn in cases.items():
