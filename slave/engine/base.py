@@ -79,7 +79,8 @@ class IoEngine(Protocol):
     name: str
     #: extra ``os.open`` flags for LUNs served by this engine (``O_DIRECT`` for libaio)
     open_flags: int
-    done_slot: npt.NDArray[np.uint64]
+    #: the slot of each completion, as signed words (the loop indexes with them directly)
+    done_slot: npt.NDArray[np.int64]
     done_res: npt.NDArray[np.int64]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:

@@ -57,7 +57,7 @@ class FakeEngine:
         # engine loop's scalar path runs on this engine too
         events = np.zeros((cap, 4), dtype=np.int64)
         self.done_words = events.data.cast("B").cast("q")
-        self.done_slot = events[:, 0].view(np.uint64)
+        self.done_slot = events[:, 0]
         self.done_res = events[:, 2]
         self.max_in_flight = 0
         self.submitted = 0

@@ -36,7 +36,7 @@ class LibaioEngine:
         base = int(table.addr.ctypes.data)
         self._c_one = [ctypes.c_void_p(base + 8 * s) for s in range(table.capacity)]
         self._c_1 = ctypes.c_long(1)
-        self.done_slot = self._ctx.ev_data
+        self.done_slot = self._ctx.ev_data.view(np.int64)  # slot numbers fit a signed word
         self.done_res = self._ctx.ev_res
         #: completions as int64 words, 4 per event: slot at ``4*i``, result at ``4*i + 2``
         self.done_words = self._ctx.events_mv

@@ -195,6 +195,9 @@ class EngineLoop:
         self._discard = False
         self._busy_poll = False
         self._single: _Workload | None = None  # the only workload, when it runs at max iops
+        # the index of the only workload with slots in flight (none retired), or -1: completed
+        # slots then need no owner lookup
+        self._sole = -1
         self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_scalar
         self._paced: list[_Workload] = []
         self.subinterval_index = -1
@@ -349,8 +352,11 @@ class EngineLoop:
         self._paced = [w for w in live if w.paced]
         self._busy_poll = any(w.params.busy_poll for w in live)
         self._single = None
-        if len(live) == 1 and not live[0].paced and self._retired_in_flight == 0:
-            self._single = live[0]
+        self._sole = -1
+        if len(live) == 1 and self._retired_in_flight == 0:
+            self._sole = live[0].index
+            if not live[0].paced:
+                self._single = live[0]
         self._pick_scalar()
         if self._retired_in_flight == 0 and self._pending_release:
             release, self._pending_release = self._pending_release, []
@@ -465,12 +471,14 @@ class EngineLoop:
             if c + nfree > w.ring_len:
                 self._refill(w, nfree)
                 c = 0
-            sched = w.ring[c : c + nfree, R_SCHED]
-            first = int(sched[0])
+            first = w.ring_words[5 * c + R_SCHED]
             if first > now:
-                next_due = min(next_due, first)
+                if first < next_due:
+                    next_due = first
                 continue
-            k = 1 if nfree == 1 else int(np.searchsorted(sched, now, side="right"))
+            k = 1
+            if nfree > 1:
+                k = int(w.ring[c : c + nfree, R_SCHED].searchsorted(now, "right"))
             if k == 1:
                 self._issue1(w, w.free.pop())
             else:
@@ -490,7 +498,7 @@ class EngineLoop:
         if n <= SCALAR_MAX:
             self._complete_scalar(engine, n, t)
             return
-        slots = engine.done_slot[:n].astype(np.intp)
+        slots = engine.done_slot[:n]  # a view: used up before the engine reaps again
         p = self._p
         q = p + n
         pend = self._pend
@@ -537,6 +545,9 @@ class EngineLoop:
     def _recycle(self, slots: npt.NDArray[np.intp]) -> None:
         """Completed slots of several workloads: resubmit (max iops), free (paced) or return
         to the pool (retired)."""
+        if self._sole >= 0:
+            self._recycle_one(self._sole, slots)
+            return
         owners = self._active[slots]
         lo = int(owners.min())
         if lo == int(owners.max()):
@@ -857,6 +868,7 @@ class EngineLoop:
             if w is not None:
                 self._set_active(w.slots, -1)
         self._single = None
+        self._sole = -1
         self._scalar = None
         while self._in_flight > 0:
             left = deadline - time.monotonic_ns()

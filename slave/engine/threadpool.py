@@ -31,7 +31,7 @@ class ThreadPoolEngine:
         self._threads: list[threading.Thread] = []
         self._max_threads = max_threads
         self._in_flight = 0
-        self.done_slot = np.zeros(table.capacity, dtype=np.uint64)
+        self.done_slot = np.zeros(table.capacity, dtype=np.int64)
         self.done_res = np.zeros(table.capacity, dtype=np.int64)
 
     def _worker(self) -> None:
