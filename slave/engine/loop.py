@@ -717,7 +717,10 @@ class EngineLoop:
                         sched_yield()  # let the device's kernel worker run if it shares our core
                         if now - last_done < BUSY_SPIN_NS:
                             continue
-                        n = eng.reap(1, max(wake - mono(), 1000))
+                        left = wake - mono()
+                        if left < SLEEP_MIN_NS:  # too near to sleep: keep looking
+                            continue
+                        n = eng.reap(1, left)
                 else:
                     # look in the ring first when completions are likely there (no syscall); a
                     # short wait for a fuller batch (min_nr 8, 20 us) was measured: fewer IOPS
@@ -747,8 +750,13 @@ class EngineLoop:
                 n = eng.poll()
                 if n:
                     got += n
-                    self._complete(eng, n, mono())
-            if not got and not self._busy_poll:
+                    last_done = mono()
+                    self._complete(eng, n, last_done)
+            if not got:
+                if self._busy_poll:  # as with one engine: spin a while, then block
+                    sched_yield()
+                    if now - last_done < BUSY_SPIN_NS:
+                        continue
                 left = wake - mono()
                 if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
                     eng = engines[0]
