@@ -70,7 +70,9 @@ class LunInfo:
     the other loop devices over the same file: a write to the loop device is a write to them.
     For a partition, ``disk_holders`` and ``disk_open_by`` are its whole disk's holders and
     other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
-    partition is a write to the disk they use.
+    partition is a write to the disk they use. ``file_size_bytes`` is a file LUN's file size,
+    which may exceed ``size_bytes`` (the LUN is then the file's first ``size_bytes``); 0 for a
+    block device.
     """
 
     path: str
@@ -99,6 +101,7 @@ class LunInfo:
     backing_shared_with: tuple[str, ...] = ()
     disk_holders: tuple[str, ...] = ()
     disk_open_by: tuple[str, ...] = ()
+    file_size_bytes: int = 0
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -117,6 +120,7 @@ class LunInfo:
             "physical_block_bytes": str(self.physical_block_bytes),
             "parent": self.parent,
             "backing_file": self.backing_file,
+            "file_size_bytes": str(self.file_size_bytes) if self.kind == KIND_FILE else "",
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +151,9 @@ class LunInfo:
         return cls(**kwargs)
 
 
-_INT_FIELDS = frozenset({"size_bytes", "logical_block_bytes", "physical_block_bytes"})
+_INT_FIELDS = frozenset({
+    "size_bytes", "logical_block_bytes", "physical_block_bytes", "file_size_bytes",
+})
 _BOOL_FIELDS = frozenset({"read_only", "exclusive_busy"})
 _TUPLE_FIELDS = frozenset({
     "partitions", "holders", "mount_points", "open_by", "backing_open_by", "backing_shared_with",
@@ -849,6 +855,7 @@ def file_lun(
         kind=KIND_FILE,
         name=os.path.basename(abspath),
         size_bytes=lun_bytes,
+        file_size_bytes=st.st_size,
         logical_block_bytes=block_bytes,
         physical_block_bytes=block_bytes,
         rotational=_underlying_rotational(st.st_dev, sys_root),

@@ -47,6 +47,7 @@ LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "physical_block_bytes",
     "parent",
     "backing_file",
+    "file_size_bytes",
 )
 
 #: Latency statistics, each in milliseconds: ``<time>_<stat>_ms``.

@@ -44,6 +44,9 @@ def test_folder_layout(run_folder: Path) -> None:
     for name in ("test.yaml", "resolved.json", "run.log", "hosts.csv", "luns.csv", "events.csv",
                  "summary.csv"):
         assert (run_folder / name).is_file(), name
+    (lun,) = [r for r in _rows(run_folder / "luns.csv") if r["kind"] == "file"]
+    assert lun["lun"].endswith("quickstart-lun0") and lun["used_by"]
+    assert lun["size_bytes"] == lun["file_size_bytes"] == str(256 << 20)
     for step in STEPS:
         d = run_folder / step
         for sub in ("all/all.csv", "all/summary.csv", "host/localhost.csv", "host/summary.csv",

@@ -291,6 +291,7 @@ def test_attributes() -> None:
     assert attrs["parent"] == "sda"
     assert all(isinstance(v, str) for v in attrs.values())
     assert "mount_points" not in attrs  # state, not identity
+    assert attrs["file_size_bytes"] == ""  # a block device has no file size
     unknown = LunInfo(path="/f", kind="file", name="f", size_bytes=1).attributes()
     assert unknown["rotational"] == ""
 
@@ -338,7 +339,10 @@ def test_file_lun_extends_but_never_truncates(tmp_path: Path) -> None:
     assert path.stat().st_size == 2 * MIB
     assert path.read_bytes()[:7] == b"keep me"
     assert lun.size_bytes == 4096  # ... and the LUN is the requested size (fio's size=)
-    assert file_lun(str(path), None).size_bytes == 2 * MIB  # no size: the whole file
+    # the file's own size is reported beside it (luns.csv shows both)
+    assert (lun.file_size_bytes, lun.attributes()["file_size_bytes"]) == (2 * MIB, str(2 * MIB))
+    whole = file_lun(str(path), None)
+    assert (whole.size_bytes, whole.file_size_bytes) == (2 * MIB, 2 * MIB)  # no size: the file
 
 
 def test_file_lun_smaller_than_requested_without_create_is_refused(tmp_path: Path) -> None:
