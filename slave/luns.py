@@ -68,6 +68,7 @@ class LunInfo:
     which case nothing is known about its contents. For a loop device, ``backing_open_by`` lists
     other processes that have its backing file open (``pid:comm``) and ``backing_shared_with``
     the other loop devices over the same file: a write to the loop device is a write to them.
+    A partition of a loop device has its disk's ``backing_file`` and the same two checks.
     For a partition, ``disk_holders`` and ``disk_open_by`` are its whole disk's holders and
     other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
     partition is a write to the disk they use. ``file_size_bytes`` is a file LUN's file size,
@@ -430,6 +431,8 @@ def _sys_block_lun(
         backing = _read_text(os.path.join(sysdir, "loop", "backing_file")) or ""
         if not backing:
             return None
+    elif parent.startswith("loop"):  # a partition of a loop device: its data is in that file
+        backing = _read_text(os.path.join(disk_dir, "loop", "backing_file")) or ""
     queue = os.path.join(disk_dir, "queue")
     rotational_text = _read_text(os.path.join(queue, "rotational"))
     path = dev_path or os.path.join(roots.dev_root, name.replace("!", "/"))
@@ -587,7 +590,8 @@ def _backing_files(luns: list[LunInfo], roots: _Roots, mounts: _Mounts) -> dict[
     loops = _loop_files(roots.sys_root, roots.dev_root, mounts)
     found: dict[str, _Backing] = {}
     for lun in luns:
-        mine = loops.get(lun.name)
+        loop_name = lun.parent or lun.name  # a partition's file is its loop device's
+        mine = loops.get(loop_name)
         if not lun.backing_file or mine is None:
             continue
         if mine.identity is None and not mounts.may_hang(mine.path):  # node not in dev_root
@@ -595,7 +599,7 @@ def _backing_files(luns: list[LunInfo], roots: _Roots, mounts: _Mounts) -> dict[
                 mine, identity=_loop_backing_identity(lun.path, lun.dev)
             )
         shared = tuple(
-            name for name, other in loops.items() if name != lun.name and other.same_file(mine)
+            name for name, other in loops.items() if name != loop_name and other.same_file(mine)
         )
         found[lun.path] = _Backing(mine.path, mine.deleted, mine.identity, shared)
     return found

@@ -640,6 +640,50 @@ def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> Non
         subprocess.run(["partx", "-d", device.path], check=False, capture_output=True)
 
 
+@pytest.mark.root
+def test_partition_of_a_loop_device_whose_backing_file_is_in_use(
+        loop_device: LoopFactory) -> None:
+    """A partition of a loop device is written into the loop device's file: another opener of
+    that file, or another loop device over it, is a user of the partition too."""
+    from slave.preflight import in_use_reasons
+
+    if shutil.which("partx") is None:
+        pytest.skip("needs partx")
+    device = loop_device(8 * MIB, prepare=_write_mbr, partscan=True)
+    part = f"{device.path}p1"
+    deadline = time.monotonic() + 5
+    while not os.path.exists(part):  # some kernels need an explicit rescan
+        subprocess.run(["partx", "-a", device.path], check=False, capture_output=True)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{part} never appeared")
+        time.sleep(0.05)
+    second = ""
+    try:
+        def described() -> list[LunInfo]:
+            return [describe_block_device(part),
+                    next(x for x in discover_block_devices() if x.path == part)]
+
+        for lun in described():  # nobody else: the file is the partition's, and no more
+            assert lun.backing_file == device.backing_file
+            assert (lun.backing_open_by, lun.backing_shared_with) == ((), ())
+        with open(device.backing_file, "rb") as fh, \
+                subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
+            try:
+                for lun in described():
+                    assert f"{proc.pid}:sleep" in lun.backing_open_by
+                    assert any("backing file" in r and "sleep" in r for r in in_use_reasons(lun))
+            finally:
+                proc.kill()
+        second = subprocess.run(["losetup", "--find", "--show", device.backing_file],
+                                check=True, capture_output=True, text=True).stdout.strip()
+        for lun in described():
+            assert lun.backing_shared_with == (os.path.basename(second),)
+    finally:
+        if second:
+            subprocess.run(["losetup", "-d", second], check=False, capture_output=True)
+        subprocess.run(["partx", "-d", device.path], check=False, capture_output=True)
+
+
 @pytest.mark.parametrize("ext4", [False, True])
 def test_a_blkid_that_hangs_leaves_blank_luns_unchecked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ext4: bool) -> None:
