@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import subprocess
+import zlib
 from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,36 @@ SECTOR_BYTES = 512
 BLKID_TIMEOUT_S = 10.0
 
 
-HEAD_BYTES = 69632  # 68 KiB: covers btrfs (64 KiB + 64), swap up to 64 KiB pages, iso9660
+KIB = 1024
+MIB = 1024 * KIB
+# 68 KiB: covers btrfs (64 KiB + 64), swap up to 64 KiB pages, iso9660, and the superblocks at
+# 64 KiB of gfs/gfs2 (+ 32) and reiserfs (+ 0x34 + 9)
+HEAD_BYTES = 69632
 _MD_MAGIC = 0xA92B4EFC
 _BCACHE_MAGIC = bytes.fromhex("c68573f64e1a45ca8265f57f48ba6d81")
+_BCACHEFS_MAGIC = bytes.fromhex("c68573f666ce90a9d96a60cf803df7ef")
 _EXT_MAGIC = 0xEF53
+_BLUESTORE_MAGIC = b"bluestore block device"
+_VMFS_VOLUME_MAGIC = struct.pack("<I", 0xC001D00D)  # at 1 MiB
+_VMFS_MAGIC = struct.pack("<I", 0x2FABF15E)  # at 2 MiB
+# at 32: the ASM disk header's provider string, "ORCLDISK" + the label on ASMLib disks
+_ASM_MAGIC = b"ORCLDISK"
+_F2FS_MAGIC = struct.pack("<I", 0xF2F52010)
+_GFS_MAGIC = struct.pack(">I", 0x01161970)
+# ZFS vdev labels: 4 x 256 KiB (two at the start, two in the 256 KiB-aligned end), each with its
+# uberblock array in its second half. blkid steps through the array in 1 KiB slots (the real slot
+# is 1 KiB << max(ashift - 10, 0), at most 8 KiB, so 1 KiB steps visit every one).
+_ZFS_LABEL_BYTES = 256 * KIB
+_ZFS_UBERBLOCKS_AT = 128 * KIB
+_ZFS_SLOT_BYTES = KIB
+_ZFS_UB_MAGICS = (struct.pack("<Q", 0x00BAB10C), struct.pack(">Q", 0x00BAB10C))
+_ZFS_WANT = 4
+_ZFS_MIN_BYTES = 64 * MIB  # ZFS's SPA_MINDEVSIZE and blkid's minimum
+_REISER_MAGICS = (  # (superblock KiB, magic offset in it, magic); the first that matches counts
+    (8, 0x34, b"ReIsErFs"), (64, 0x34, b"ReIsEr2Fs"), (64, 0x34, b"ReIsEr3Fs"),
+    (64, 0x34, b"ReIsErFs"), (8, 20, b"ReIsErFs"),
+)
+_NILFS_SB_BYTES = 1024
 
 
 def _at(buf: bytes, offset: int, magic: bytes) -> bool:
@@ -42,6 +69,24 @@ def _u16(buf: bytes, offset: int) -> int | None:
 
 def _u32(buf: bytes, offset: int) -> int | None:
     return struct.unpack_from("<I", buf, offset)[0] if len(buf) >= offset + 4 else None
+
+
+def _u64(buf: bytes, offset: int) -> int | None:
+    return struct.unpack_from("<Q", buf, offset)[0] if len(buf) >= offset + 8 else None
+
+
+def _within(
+    read_at: Callable[[int, int], bytes], size_bytes: int, offset: int, length: int
+) -> bytes:
+    """``length`` bytes at ``offset``, or fewer (b"") where the device is too small for them."""
+    if offset < 0 or offset + length > size_bytes:
+        return b""
+    return read_at(offset, length)
+
+
+def _crc32_seeded(seed: int, data: bytes) -> int:
+    """util-linux's ``crc32(seed, ...)`` (CRC-32 without zlib's pre/post inversion), via zlib."""
+    return zlib.crc32(data, seed ^ 0xFFFFFFFF) ^ 0xFFFFFFFF
 
 
 def _md_superblock_at(read_at: Callable[[int, int], bytes], offset: int, version: int) -> bool:
@@ -88,6 +133,159 @@ def _ext_type(head: bytes) -> str:
     if compat & 0x4:  # has_journal
         return "ext4" if (incompat & ~0x16) or beyond_ext3_ro else "ext3"
     return "ext4" if (incompat & ~0x12) or beyond_ext3_ro else "ext2"
+
+
+def _bcache_type(head: bytes, size_bytes: int) -> str:
+    """``bcache`` or ``bcachefs`` from the superblock at 4 KiB (both keep their magic at + 24).
+
+    A bcachefs superblock must pass libblkid's structural checks: where it says it sits (+ 104)
+    is sector 8, its member index is below its member count, it fits in 4 KiB, on at least
+    128 KiB. We skip libblkid's checksum (crc32c, crc64 or xxhash, chosen by a flag), which
+    errs towards reporting. Early bcachefs used bcache's magic: such a superblock counts as
+    bcachefs when bcache's own "where I sit" field (+ 8) is not sector 8.
+    """
+    sb = 4096
+    magic = head[sb + 24 : sb + 40]
+    if magic not in (_BCACHE_MAGIC, _BCACHEFS_MAGIC):
+        return ""
+    if size_bytes >= 128 * KIB and _bcachefs_sane(head, sb) and (
+        magic == _BCACHEFS_MAGIC or _u64(head, sb + 8) != 8
+    ):
+        return "bcachefs"
+    return "bcache" if magic == _BCACHE_MAGIC else ""
+
+
+def _bcachefs_sane(head: bytes, sb: int) -> bool:
+    if len(head) < sb + 128 or _u64(head, sb + 104) != 8:
+        return False
+    dev_idx, nr_devices = head[sb + 122], head[sb + 123]
+    u64s = _u32(head, sb + 124) or 0
+    return nr_devices > 0 and dev_idx < nr_devices and 752 + 8 * u64s <= 4096
+
+
+def _zfs_member(read_at: Callable[[int, int], bytes], size_bytes: int) -> bool:
+    """At least 4 uberblock magics (either byte order) in the uberblock arrays of the 4 labels.
+
+    blkid's rule, label by label (L0, L1, L2, L3), stopping at the 4th find: every sync writes
+    the same uberblock into all 4 labels, so a pool that ever synced has at least 4, and a
+    healthy one usually has 4 in L0 alone (one 128 KiB read). We do not ask for fewer:
+    ``wipefs -a`` clears a ZFS member by erasing uberblock magics one at a time until blkid
+    finds fewer than 4 (it leaves 3), so a lower threshold would keep refusing a LUN the lab
+    has wiped. A label that cannot be read whole counts none.
+    """
+    if size_bytes < _ZFS_MIN_BYTES:
+        return False
+    end = size_bytes - size_bytes % _ZFS_LABEL_BYTES
+    array_bytes = _ZFS_LABEL_BYTES - _ZFS_UBERBLOCKS_AT
+    found = 0
+    for label in (0, _ZFS_LABEL_BYTES, end - 2 * _ZFS_LABEL_BYTES, end - _ZFS_LABEL_BYTES):
+        array = read_at(label + _ZFS_UBERBLOCKS_AT, array_bytes)
+        if len(array) != array_bytes:
+            continue
+        found += sum(
+            array[slot : slot + 8] in _ZFS_UB_MAGICS
+            for slot in range(0, array_bytes, _ZFS_SLOT_BYTES)
+        )
+        if found >= _ZFS_WANT:
+            return True
+    return False
+
+
+def _f2fs(head: bytes) -> bool:
+    """f2fs magic at 1 KiB (the first of its two superblocks, the second at 5 KiB).
+
+    From version 1.1 on, a superblock with a checksum offset (0xC7C when mkfs.f2fs enables it,
+    0 when not) must match its CRC-32 (seed 0xF2F52010), as newer libblkid checks (2.38 does
+    not). Unlike libblkid we also take a first superblock that fails it when the second one
+    carries the magic too: the kernel mounts from that copy. The checksum must lie in the head:
+    blkid would read anywhere, but no real superblock puts it past its 4 KiB block.
+    """
+    sb = KIB
+    if not _at(head, sb, _F2FS_MAGIC) or len(head) < sb + 0x24:
+        return False
+    if _at(head, 5 * KIB, _F2FS_MAGIC):
+        return True
+    if struct.unpack_from("<HH", head, sb + 4) == (1, 0):
+        return True  # version 1.0: no checksum field
+    csum_at = struct.unpack_from("<I", head, sb + 0x20)[0]
+    if csum_at == 0:
+        return True
+    stored = _u32(head, sb + csum_at)
+    return stored == _crc32_seeded(0xF2F52010, head[sb : sb + csum_at])
+
+
+def _jfs(head: bytes, size_bytes: int) -> bool:
+    """``JFS1`` at 32 KiB with consistent block sizes (bsize = 2^l2bsize, pbsize = 2^l2pbsize,
+    l2bfactor = l2bsize - l2pbsize), on at least 16 MiB."""
+    sb = 32 * KIB
+    if size_bytes < 16 * MIB or not _at(head, sb, b"JFS1") or len(head) < sb + 30:
+        return False
+    bsize, l2bsize, l2bfactor, pbsize, l2pbsize = struct.unpack_from("<IHHIH", head, sb + 16)
+    return bool(
+        l2bsize < 32 and bsize == 1 << l2bsize and l2pbsize < 32 and pbsize == 1 << l2pbsize
+        and l2bsize - l2pbsize == l2bfactor
+    )
+
+
+def _reiser_type(head: bytes, size_bytes: int) -> str:
+    """``reiserfs`` (magics at 8 or 64 KiB, block size >= 512, superblock before the journal)
+    or ``reiser4`` (``ReIsEr4`` at 64 KiB), on at least 128 KiB."""
+    if size_bytes < 128 * KIB:
+        return ""
+    for sb_kib, magic_at, magic in _REISER_MAGICS:
+        sb = sb_kib * KIB
+        if _at(head, sb + magic_at, magic):
+            blocksize, journal_block = _u16(head, sb + 44), _u32(head, sb + 12)
+            if blocksize is None or journal_block is None or blocksize >> 9 == 0:
+                return ""
+            return "" if sb_kib // (blocksize >> 9) > journal_block // 2 else "reiserfs"
+    return "reiser4" if _at(head, 64 * KIB, b"ReIsEr4") else ""
+
+
+def _gfs_type(head: bytes, size_bytes: int) -> str:
+    """gfs / gfs2: magic 0x01161970 (big-endian) at 64 KiB and the superblock's format pair.
+
+    gfs is exactly (1309, 1401). For gfs2, libblkid 2.38 (Debian 12) accepts any 18xx file
+    system format with a 19xx multihost format: gfs2-utils now writes 1802, not 1801.
+    """
+    sb = 64 * KIB
+    if size_bytes < 32 * MIB or not _at(head, sb, _GFS_MAGIC) or len(head) < sb + 32:
+        return ""
+    fs_format, multihost_format = struct.unpack_from(">II", head, sb + 24)
+    if (fs_format, multihost_format) == (1309, 1401):
+        return "gfs"
+    if fs_format // 100 == 18 and multihost_format // 100 == 19:
+        return "gfs2"
+    return ""
+
+
+def _nilfs_superblock(sb: bytes, size_bytes: int, *, backup: bool) -> bool:
+    """Magic 0x3434 at + 6 and the CRC-32 (seeded at + 12) over the first ``s_bytes`` bytes,
+    with the checksum field at + 16 read as zero, as libblkid checks.
+
+    Newer libblkid also wants the file system's device size (at + 32) to equal the device's;
+    we ask that of the backup only, whose place is counted from the end (else it may be the
+    last partition's), not of the primary: a LUN grown on the array keeps its nilfs2.
+    """
+    if len(sb) < _NILFS_SB_BYTES or _u16(sb, 6) != 0x3434:
+        return False
+    if backup and _u64(sb, 32) != size_bytes:
+        return False
+    sb_bytes, seed, stored = struct.unpack_from("<HxxII", sb, 8)
+    if not 20 <= sb_bytes <= _NILFS_SB_BYTES:
+        return False
+    return _crc32_seeded(seed, sb[:16] + bytes(4) + sb[20:sb_bytes]) == int(stored)
+
+
+def _nilfs2(head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int) -> bool:
+    """A valid nilfs2 superblock at 1 KiB or its backup 8 sectors before the end (>= 1 MiB)."""
+    if size_bytes < MIB:
+        return False
+    if _nilfs_superblock(head[KIB : KIB + _NILFS_SB_BYTES], size_bytes, backup=False):
+        return True
+    backup = _within(read_at, size_bytes, (size_bytes // SECTOR_BYTES - 8) * SECTOR_BYTES,
+                     _NILFS_SB_BYTES)
+    return _nilfs_superblock(backup, size_bytes, backup=True)
 
 
 def _gpt_backup(read_at: Callable[[int, int], bytes], size_bytes: int, logical: int) -> bool:
@@ -141,15 +339,33 @@ def detect_signature(
     """Name of the on-disk signature found through ``read_at(offset, length)``, or "" for none.
 
     Names follow blkid's TYPE / PTTYPE values so the two opinions compare directly. Checked, in
-    this order (RAID first, because md v0.90/v1.0 members carry a file system at offset 0):
+    this order: RAID and volume-manager members first, because a member may show a file system
+    signature too, of the file system it holds (md v0.90/v1.0 at offset 0, a VMFS volume its
+    VMFS at 2 MiB) or a stale one it did not overwrite; then file systems, swap, partition
+    tables:
 
     - md RAID magic 0xa92b4efc: v1.1 at 0, v1.2 at 4 KiB, v1.0 near the end, v0.90 in the last
       64 KiB-aligned 64 KiB -> ``linux_raid_member``
     - LUKS ``LUKS\\xba\\xbe`` at 0 -> ``crypto_LUKS``; LVM2 ``LABELONE`` + ``LVM2 001`` in one of
-      sectors 0-3 (normally 512 + 24 = 536) -> ``LVM2_member``; bcache magic at 4096 + 24
+      sectors 0-3 (normally 512 + 24 = 536) -> ``LVM2_member``
+    - bcache magic at 4096 + 24 -> ``bcache``; bcachefs magic there with a sane superblock (or
+      bcache's magic with a bcachefs superblock, as early bcachefs wrote) -> ``bcachefs``
+    - Ceph ``bluestore block device`` at 0 -> ``ceph_bluestore``; VMFS volume magic 0xc001d00d
+      (LE) at 1 MiB -> ``VMFS_volume_member``; Oracle ASM / ASMLib ``ORCLDISK`` at 32 ->
+      ``oracleasm``
+    - ZFS: at least 4 uberblock magics 0x00bab10c (8 bytes, either byte order) in 1 KiB steps
+      through the uberblock arrays (label + 128 KiB) of labels L0 at 0, L1 at 256 KiB, L2 and L3
+      in the last 512 KiB of the 256 KiB-aligned size, on at least 64 MiB -> ``zfs_member``
     - XFS ``XFSB`` at 0; btrfs ``_BHRfS_M`` at 65600; ext2/3/4 magic 0xEF53 at 1080 with a sane
-      superblock (the flavour from its feature flags); squashfs ``hsqs`` at 0; iso9660 ``CD001``
-      at 32769; NTFS / exFAT OEM id at 3; FAT type string at 54 or 82
+      superblock (the flavour from its feature flags); f2fs 0xF2F52010 (LE) at 1 KiB with its
+      checksum from version 1.1, or with the magic again at 5 KiB; JFS ``JFS1`` at 32 KiB with
+      consistent block sizes (>= 16 MiB); reiserfs ``ReIsErFs`` / ``ReIsEr2Fs`` / ``ReIsEr3Fs``
+      at 8 or 64 KiB + 0x34 (or 8 KiB + 20) with its superblock before its journal, reiser4
+      ``ReIsEr4`` at 64 KiB (>= 128 KiB); OCFS2 ``OCFSV2`` at 1, 2, 4 or 8 KiB (>= 14000 KiB);
+      gfs / gfs2 0x01161970 (BE) at 64 KiB with their format numbers (>= 32 MiB); nilfs2 with a
+      valid superblock at 1 KiB, or 8 sectors before the end for this size (>= 1 MiB); VMFS
+      0x2fabf15e (LE) at 2 MiB -> ``VMFS``; squashfs ``hsqs`` at 0; iso9660 ``CD001`` at 32769;
+      NTFS / exFAT OEM id at 3; FAT type string at 54 or 82
     - swap ``SWAPSPACE2`` / ``SWAP-SPACE`` at page end - 10 for 4..64 KiB pages
     - partition tables: GPT ``EFI PART`` at LBA 1 -> ``gpt``; MBR 0x55AA at 510 with valid
       entries (boot flag 0 or 0x80, at least one used entry with start and length) -> ``dos``,
@@ -158,9 +374,22 @@ def detect_signature(
       ``gpt (backup header only)`` (a wiped first MiB leaves the partitions behind it intact;
       blkid and the kernel ignore such a table, so ours is the only warning)
 
-    Reads are small (68 KiB at the start and a few 8-byte reads near the end).
+    The sizes in brackets are blkid's minimum device sizes for those types; a device too small
+    for a layout, or a short read, means "not that signature". Reads are small: 68 KiB at the
+    start, 4 bytes at 1 MiB and 2 MiB, up to four 128 KiB ZFS uberblock arrays (one for a
+    healthy ZFS member), 1 KiB for the nilfs2 backup and a few 8-byte reads near the end.
     """
     head = read_at(0, HEAD_BYTES)
+    return (
+        _member_type(head, read_at, size_bytes)
+        or _filesystem_type(head, read_at, size_bytes)
+        or _swap_type(head)
+        or _partition_table(head, read_at, size_bytes, logical_block_bytes)
+    )
+
+
+def _member_type(head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int) -> str:
+    """RAID, encryption and volume-manager members, in ``detect_signature``'s order."""
     if _md_member(head, read_at, size_bytes):
         return "linux_raid_member"
     if _at(head, 0, b"LUKS\xba\xbe"):
@@ -169,15 +398,41 @@ def detect_signature(
         base = sector * SECTOR_BYTES
         if _at(head, base, b"LABELONE") and _at(head, base + 24, b"LVM2 001"):
             return "LVM2_member"
-    if _at(head, 4096 + 24, _BCACHE_MAGIC):
-        return "bcache"
+    if bcache := _bcache_type(head, size_bytes):
+        return bcache
+    if _at(head, 0, _BLUESTORE_MAGIC):
+        return "ceph_bluestore"
+    if _within(read_at, size_bytes, MIB, 4) == _VMFS_VOLUME_MAGIC:
+        return "VMFS_volume_member"
+    if _at(head, 32, _ASM_MAGIC):
+        return "oracleasm"
+    if _zfs_member(read_at, size_bytes):
+        return "zfs_member"
+    return ""
+
+
+def _filesystem_type(head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int) -> str:
+    """File systems, in ``detect_signature``'s order."""
     if _at(head, 0, b"XFSB"):
         return "xfs"
     if _at(head, 65600, b"_BHRfS_M"):
         return "btrfs"
-    ext = _ext_type(head)
-    if ext:
+    if ext := _ext_type(head):
         return ext
+    if _f2fs(head):
+        return "f2fs"
+    if _jfs(head, size_bytes):
+        return "jfs"
+    if reiser := _reiser_type(head, size_bytes):
+        return reiser
+    if size_bytes >= 14000 * KIB and any(_at(head, k * KIB, b"OCFSV2") for k in (1, 2, 4, 8)):
+        return "ocfs2"
+    if gfs := _gfs_type(head, size_bytes):
+        return gfs
+    if _nilfs2(head, read_at, size_bytes):
+        return "nilfs2"
+    if _within(read_at, size_bytes, 2 * MIB, 4) == _VMFS_MAGIC:
+        return "VMFS"
     if _at(head, 0, b"hsqs"):
         return "squashfs"
     if _at(head, 32769, b"CD001"):
@@ -190,10 +445,14 @@ def detect_signature(
         _at(head, 82, b"FAT32   ") or any(_at(head, 54, t) for t in (b"FAT12   ", b"FAT16   "))
     ):
         return "vfat"
+    return ""
+
+
+def _swap_type(head: bytes) -> str:
     for page in (4096, 8192, 16384, 32768, 65536):
         if _at(head, page - 10, b"SWAPSPACE2") or _at(head, page - 10, b"SWAP-SPACE"):
             return "swap"
-    return _partition_table(head, read_at, size_bytes, logical_block_bytes)
+    return ""
 
 
 def probe_path(
