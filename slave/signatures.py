@@ -1,8 +1,9 @@
 """Signatures on a device: is there a filesystem, LVM, RAID member or partition table on it?
 
-Owns ``detect_signature`` (our own probe of the first and last few KiB of a device or file, so
-the answer does not depend on which hosts have util-linux), ``probe_path`` (that probe on a path,
-with the exclusive-open test of whether someone holds the device), and ``blkid_signatures`` /
+Owns ``detect_signature`` (our own probe of small regions of a device or file: its first 68 KiB,
+4 bytes at 1 and 2 MiB, the ZFS uberblock arrays, a few KiB near the end; so the answer does not
+depend on which hosts have util-linux), ``probe_path`` (that probe on a path, with the
+exclusive-open test of whether someone holds the device), and ``blkid_signatures`` /
 ``BlkidRun`` (blkid as a second opinion where it is installed, run while we probe).
 
 Rules: only reads. It never writes to a device, never opens one for writing, and never holds an
