@@ -14,8 +14,8 @@ plain dict) and the functions that build it:
 Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched by device number
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
 processes' open file descriptors (``/proc/<pid>/fd``, excluding our own pid and ``ignore_pids``),
-and a signature read from the device itself (``slave/signatures.py``: our own probe of its first
-and last few KiB, with blkid as a second opinion where it is installed).
+and a signature read from the device itself (``slave/signatures.py``: our own probe of small
+regions of it, with blkid as a second opinion where it is installed).
 Devices and files are matched as objects (device number; ``st_dev``/``st_ino``, for a loop
 device's file as the kernel reports it), never by name alone: a device node outside /dev, a hard
 link, a bind mount or a deleted name is still the same LUN. Paths on network or FUSE file systems
@@ -526,8 +526,9 @@ def _finish(
     second = blkid.result() if blkid is not None else {}
     for i, lun in enumerate(probed):
         if blkid is not None and blkid.failed and not lun.signature and not lun.probe_error:
-            # our probe knows fewer signatures than blkid (ZFS, VMFS, ASM ...): a blank
-            # answer from it alone is not enough to let a write through
+            # our probe knows fewer signatures than blkid (not hardware-RAID metadata such as
+            # DDF or Intel IMSM, DRBD, VDO, BitLocker, UDF, ZFS cache/spare devices ...): a
+            # blank answer from it alone is not enough to let a write through
             probed[i] = lun = dataclasses.replace(lun, probe_error=(
                 f"{blkid.failed}, and our own probe, which knows fewer signatures, found none"))
         theirs = second.get(lun.path, "")
