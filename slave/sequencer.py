@@ -101,17 +101,25 @@ class Sequencer:
         self._sched_last_ns = float(at_ns)
         self._first_poisson = True
 
-    def edited(self, params: WorkloadParams, *, at_ns: int) -> Sequencer:
+    def edited(
+        self, params: WorkloadParams, *, at_ns: int, resume_offset_bytes: int | None = None
+    ) -> Sequencer:
         """A sequencer for ``params`` that continues this one's sequential position, with its
-        schedule starting at ``at_ns``."""
+        schedule starting at ``at_ns``. ``resume_offset_bytes``: the first I/O this one
+        generated that was never issued (the caller drops the rest of what it generated);
+        without it, the position after everything generated."""
         new = Sequencer(
             params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs
         )
         new._rng = self._rng
+        bs = params.blocksize_bytes
         if params.iosequencer == "sequential" and self.params.iosequencer == "sequential" and (
-            new._first == self._first and new.params.blocksize_bytes == self.params.blocksize_bytes
+            new._first == self._first and bs == self.params.blocksize_bytes
         ):
-            new._seq_next = self._seq_next % new._n_blocks
+            if resume_offset_bytes is not None:
+                new._seq_next = (resume_offset_bytes - new._first) // bs % new._n_blocks
+            else:
+                new._seq_next = self._seq_next % new._n_blocks
         new.start(at_ns)
         return new
 

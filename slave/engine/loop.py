@@ -290,19 +290,43 @@ class EngineLoop:
         return WritePattern(p.write_data, p.write_data_ratio, p.blocksize_bytes, p.seed)
 
     def edit_workload(self, workload_id: str, params: WorkloadParams, at_ns: int | None) -> None:
-        """New parameters for a workload (at a boundary when running). Its sequential position
-        carries over; its schedule restarts at ``at_ns``."""
+        """New parameters for a workload (at a boundary when running). Its schedule restarts at
+        ``at_ns``. Paced I/Os the old schedule had due before ``at_ns`` and not yet issued (the
+        LUN or the loop was behind) are still issued, first, so the backlog stays in response
+        time (no coordinated omission); they are dropped, with a warning, only where they no
+        longer fit (the blocksize changed, or they are writes and the workload no longer
+        writes). A sequential workload resumes at its first I/O not issued."""
         w = self._find(workload_id)
         old = w.params
+        rest = w.ring[w.cur :]
+        due = 0
+        if at_ns is not None and w.paced:
+            due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
+        overdue = rest[:due].copy()
+        overdue_write = w.ring_write[w.cur : w.cur + due].copy()
+        resume = int(rest[due, R_OFF]) if due < rest.shape[0] else None
         w.spec.params = params
-        w.seq = w.seq.edited(params, at_ns=at_ns or 0)
+        w.seq = w.seq.edited(params, at_ns=at_ns or 0, resume_offset_bytes=resume)
         w.pattern = self._make_pattern(params)
         same_slots = params.iodepth == old.iodepth and params.blocksize_bytes == old.blocksize_bytes
         was_paced = w.paced
         w.paced = params.iops is not None
-        _set_ring(w, w.ring[:0], w.ring_write[:0])
+        if due and (params.blocksize_bytes != old.blocksize_bytes or w.pattern is None):
+            if params.blocksize_bytes != old.blocksize_bytes:
+                why, keep = "the blocksize changed", np.zeros(due, dtype=np.bool_)
+            else:  # no write pattern any more: the writes among them have no data
+                why, keep = "the workload no longer writes", ~overdue_write
+            dropped = due - int(keep.sum())
+            if dropped:
+                log.warning(
+                    "workload %s: %d I/Os due before its edit were not issued yet (the LUN was "
+                    "behind) and are dropped: %s", workload_id, dropped, why,
+                )
+                overdue, overdue_write = overdue[keep], overdue_write[keep]
+        _set_ring(w, overdue, overdue_write)
         if same_slots:
             self._setup_slots(w)
+            self._mixed_categories(w)
             self._refresh()
             if at_ns is not None and was_paced and not w.paced and w.free:
                 free = np.array(w.free, dtype=np.intp)
@@ -314,9 +338,17 @@ class EngineLoop:
         w.buffers = AlignedBuffers(params.iodepth, params.blocksize_bytes)
         w.slots = self._alloc_slots(params.iodepth, workload_id)
         self._setup_slots(w)
+        self._mixed_categories(w)
         self._refresh()
         if at_ns is not None:
             self._start_workload(w, at_ns)
+
+    @staticmethod
+    def _mixed_categories(w: _Workload) -> None:
+        """I/Os kept from the old settings may be of another category than the new settings'
+        only one: then every I/O is recorded by its own category."""
+        if w.fixed_cat >= 0 and w.ring_len and bool((w.ring[:, R_CAT] != w.fixed_cat).any()):
+            w.fixed_cat = -1
 
     def remove_workload(self, workload_id: str) -> None:
         """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""

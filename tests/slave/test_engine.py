@@ -264,6 +264,62 @@ def test_edit_create_delete_take_effect_at_the_boundary() -> None:
     assert eng.max_in_flight <= 6
 
 
+class _StallingControl(Control):
+    """``Control`` whose loop stalls ``stall_ns`` from ``lead_ns`` before boundary 0 (a loop
+    behind its schedule at the boundary, as on a loaded host)."""
+
+    def __init__(self, n: int, start_ns: int, sub_ns: int, lead_ns: int, stall_ns: int) -> None:
+        super().__init__(n)
+        self.stall_at = start_ns + sub_ns - lead_ns
+        self.stall_ns = stall_ns
+
+    def poll(self, loop: EngineLoop) -> None:
+        if self.stall_ns and time.monotonic_ns() >= self.stall_at:
+            time.sleep(self.stall_ns / 1e9)
+            self.stall_ns = 0
+
+
+@pytest.mark.parametrize("edit", [False, True])
+def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: bool) -> None:
+    # 1000 IOPS; the loop stalls for 40 ms from 20 ms before boundary 0. The I/Os due in those
+    # 20 ms go out late, after the boundary, with their own scheduled times, whether or not an
+    # edit lands at that boundary: an edit must not drop them (coordinated omission)
+    loop, eng = make_loop(constant_ns(100_000))
+    s = spec(loop, "w", WorkloadParams(iodepth=8, iops=1000.0))
+    sub_ns = 200_000_000
+    start = time.monotonic_ns() + 5_000_000
+    ctl = _StallingControl(2, start, sub_ns, 20_000_000, 40_000_000)
+    ctl.specs.append(s)
+    if edit:
+        ctl.at_boundary = {0: lambda lp, t: lp.edit_workload("w", s.params, t)}
+    loop.add_workload(s, None)
+    loop.run(ctl, start, sub_ns)
+    boundary = start + sub_ns
+    sched = np.sort(eng.offsets_log()[:, 4])
+    before = sched[sched < boundary]
+    assert before.size == 200  # every I/O of the first subinterval went out
+    assert np.diff(before).max() < 1_500_000  # one every ms: no gap where the stall was
+    late = eng.offsets_log()[(eng.offsets_log()[:, 4] < boundary)
+                             & (eng.offsets_log()[:, 2] >= boundary)]
+    assert late.shape[0] >= 10  # and the stall did put some of them after the boundary
+
+
+def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> None:
+    # a max-iops sequential workload precomputes up to RING_MIN I/Os; an edit at a boundary
+    # (here a new queue depth) continues from the first of them not issued, not after them all
+    loop, eng = make_loop(constant_ns(20_000))
+    s = spec(loop, "w", WorkloadParams(iosequencer="sequential", iodepth=4), lun=256 * MiB)
+    ctl = Control(2, {0: lambda lp, t: lp.edit_workload("w", s.params.replace(iodepth=2), t)})
+    ctl.specs.append(s)
+    loop.add_workload(s, None)
+    run(loop, ctl, 100_000_000)
+    log = eng.offsets_log()
+    blocks = log[np.argsort(log[:, 2], kind="stable"), 0] // 4096  # in submission order
+    assert blocks.size > 100
+    # in flight at the edit: up to 4 old I/Os complete after it; each block once, none skipped
+    assert np.array_equal(np.sort(blocks), np.arange(blocks.size))
+
+
 def test_max_and_paced_workloads_share_a_loop() -> None:
     loop, _eng = make_loop(exponential_ns(100_000))
     fast = spec(loop, "fast", WorkloadParams(iodepth=8))

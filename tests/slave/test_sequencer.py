@@ -125,6 +125,9 @@ def test_edit_keeps_sequential_position_and_restarts_schedule() -> None:
     ch = e.chunk(2)
     assert ch.offset_bytes.tolist() == [7 * 4096, 8 * 4096]
     assert ch.sched_ns.tolist() == [5_000_000_000, 5_005_000_000]
+    # the caller issued only the first 4 of the 7: the edited sequencer resumes at the 5th
+    r = s.edited(s.params, at_ns=0, resume_offset_bytes=4 * 4096)
+    assert r.chunk(2).offset_bytes.tolist() == [4 * 4096, 5 * 4096]
 
 
 @pytest.mark.parametrize(
