@@ -131,8 +131,12 @@ class _Workload:
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     ring_len: int = 0  # rows in ``ring``
+    # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
+    ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
+    ring_stamps: npt.NDArray[np.int64] | None = None
     cur: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
+    write_only: bool = False  # every I/O a write (no read mask per batch)
     errors: dict[str, int] = field(default_factory=dict)
     errors_logged: int = 0
     old_buffers: list[AlignedBuffers] = field(default_factory=list)
@@ -149,13 +153,26 @@ def _words(a: npt.NDArray[np.int64]) -> memoryview:
     return a.data.cast("B").cast("q")
 
 
-def _set_ring(w: _Workload, ring: npt.NDArray[np.int64], is_write: npt.NDArray[np.bool_]) -> None:
+def _set_ring(
+    w: _Workload,
+    ring: npt.NDArray[np.int64],
+    is_write: npt.NDArray[np.bool_],
+    plan: tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]] | None = None,
+) -> None:
+    """Make ``ring`` the workload's precomputed I/Os; ``plan``: their write data, planned
+    (planned here when the pattern plans and it is not given)."""
     ring = np.ascontiguousarray(ring)
     w.ring = ring
     w.ring_write = is_write
     w.ring_words = _words(ring)
     w.ring_len = int(ring.shape[0])
     w.cur = 0
+    if w.pattern is None or not w.pattern.planned:
+        w.ring_stamps = None
+        return
+    if plan is None:
+        plan = w.pattern.plan(ring[:, R_OFF])
+    w.ring_pool_rows, w.ring_stamps = plan
 
 
 def _errno_name(res: int) -> str:
@@ -173,6 +190,7 @@ class EngineLoop:
         self._rows = self.table.rows
         self._rows_words = _words(self._rows)  # the same memory, for scalar paths
         self._rows_flat = self._rows.reshape(-1)
+        self._slot_rows = self._rows[:, C_ROW]  # each slot's buffer row in its workload
         # flat indices of each slot's words that a precomputed I/O is scattered into
         self._scatter_idx = (
             np.arange(capacity, dtype=np.intp)[:, None] * SlotTable.ROW_WORDS + _SCATTER
@@ -256,6 +274,7 @@ class EngineLoop:
         rows[slots, C_NBYTES] = p.blocksize_bytes
         self._set_active(slots, w.index)
         w.fixed_cat = -1
+        w.write_only = p.read_fraction == 0.0
         if p.read_fraction in (0.0, 1.0):
             w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
 
@@ -433,8 +452,18 @@ class EngineLoop:
         ring[:, R_SUBMIT] = 0
         ring[:, R_SCHED] = ch.sched_ns
         c = w.cur
+        plan = None
+        if w.ring_stamps is not None and w.pattern is not None:
+            rows, stamps = w.pattern.plan(ch.offset_bytes)
+            plan = (
+                np.concatenate([w.ring_pool_rows[c:], rows]),
+                np.concatenate([w.ring_stamps[c:], stamps]),
+            )
         _set_ring(
-            w, np.concatenate([w.ring[c:], ring]), np.concatenate([w.ring_write[c:], ch.is_write])
+            w,
+            np.concatenate([w.ring[c:], ring]),
+            np.concatenate([w.ring_write[c:], ch.is_write]),
+            plan,
         )
 
     def _issue(self, w: _Workload, slots: npt.NDArray[np.intp]) -> None:
@@ -450,11 +479,21 @@ class EngineLoop:
         e = c + k
         w.cur = e
         ring = w.ring[c:e]
-        if w.pattern is not None:
-            wmask = w.ring_write[c:e]
-            if wmask.any():
-                ws = slots[wmask]
-                w.pattern.fill(w.buffers.array, self._rows[ws, C_ROW], ring[wmask, R_OFF])
+        pattern = w.pattern
+        if pattern is not None:
+            stamps = w.ring_stamps
+            if stamps is not None and w.write_only:
+                pattern.apply(w.buffers.array, self._slot_rows.take(slots),
+                              w.ring_pool_rows[c:e], stamps[c:e])
+            else:
+                wmask = w.ring_write[c:e]
+                if wmask.any():
+                    rows = self._slot_rows.take(slots[wmask])
+                    if stamps is not None:
+                        pattern.apply(w.buffers.array, rows, w.ring_pool_rows[c:e][wmask],
+                                      stamps[c:e][wmask])
+                    else:
+                        pattern.fill(w.buffers.array, rows, ring[wmask, R_OFF])
         t_sub = time.monotonic_ns()
         if w.paced:
             ring[:, R_SUBMIT] = t_sub
@@ -477,11 +516,13 @@ class EngineLoop:
         r = SlotTable.ROW_WORDS * slot
         off = rw[b + R_OFF]
         if w.pattern is not None and w.ring_write[c]:
-            w.pattern.fill(
-                w.buffers.array,
-                np.array([tw[r + C_ROW]], dtype=np.intp),
-                np.array([off], dtype=np.int64),
-            )
+            row = np.array([tw[r + C_ROW]], dtype=np.intp)
+            if w.ring_stamps is not None:
+                w.pattern.apply(
+                    w.buffers.array, row, w.ring_pool_rows[c : c + 1], w.ring_stamps[c : c + 1]
+                )
+            else:
+                w.pattern.fill(w.buffers.array, row, np.array([off], dtype=np.int64))
         tw[r + W_OPCODE_FD] = rw[b]
         tw[r + W_OFFSET] = off
         tw[r + C_CAT] = rw[b + R_CAT]

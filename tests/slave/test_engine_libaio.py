@@ -114,13 +114,21 @@ def test_sequential_writes_land_byte_for_byte(lun_file: str, kind: str) -> None:
 
 
 @needs_aio
-def test_random_mixed_writes_verify_and_stay_in_range(lun_file: str) -> None:
+@pytest.mark.parametrize(("read_fraction", "write_data", "ratio"), [
+    (0.5, "random", 1.0),        # writes planned at refill, a read mask per batch
+    (0.0, "random", 1.0),        # planned, every I/O a write (no mask)
+    (0.5, "compressible", 2.0),  # planned, one stamp per block
+    (0.0, "dedupable", 3.0),     # filled per batch (not planned)
+])
+def test_random_mixed_writes_verify_and_stay_in_range(
+        lun_file: str, read_fraction: float, write_data: str, ratio: float) -> None:
     start, end = 4 * MiB, 6 * MiB
-    p = WorkloadParams(read_fraction=0.5, iodepth=16, blocksize_bytes=8192,
-                       range_start_bytes=start, range_end_bytes=end, seed=5)
+    p = WorkloadParams(read_fraction=read_fraction, iodepth=16, blocksize_bytes=8192,
+                       range_start_bytes=start, range_end_bytes=end, seed=5,
+                       write_data=write_data, write_data_ratio=ratio)  # type: ignore[arg-type]
     stats, errors = run_workload(lun_file, "libaio", p, 0.3)
     assert errors == {}
-    assert stats.ops(0) > 100 and stats.ops(1) > 100
+    assert stats.ops(1) > 100 and (read_fraction == 0 or stats.ops(0) > 100)
     assert verify_range(lun_file, p, start, end) > 100
     with open(lun_file, "rb") as f:
         assert not any(f.read(start))
