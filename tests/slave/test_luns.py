@@ -611,9 +611,8 @@ def test_loop_device_whose_backing_file_is_in_use(loop_device: LoopFactory, use:
         subprocess.run(["losetup", "-d", second], check=False, capture_output=True)
 
 
-@pytest.mark.root
-def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> None:
-    """Writing to a partition writes the disk another process has open (a VM's, say)."""
+def _partitioned(loop_device: LoopFactory) -> tuple[LoopDevice, str]:
+    """A loop device with one MBR partition, and the partition's node (skips without partx)."""
     if shutil.which("partx") is None:
         pytest.skip("needs partx")
     # partscan: detaching then drops the partitions (without it they outlive the loop device)
@@ -625,6 +624,13 @@ def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> Non
         if time.monotonic() > deadline:
             pytest.fail(f"{part} never appeared")
         time.sleep(0.05)
+    return device, part
+
+
+@pytest.mark.root
+def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> None:
+    """Writing to a partition writes the disk another process has open (a VM's, say)."""
+    device, part = _partitioned(loop_device)
     try:
         with open(device.path, "rb") as fh, \
                 subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
@@ -647,16 +653,7 @@ def test_partition_of_a_loop_device_whose_backing_file_is_in_use(
     that file, or another loop device over it, is a user of the partition too."""
     from slave.preflight import in_use_reasons
 
-    if shutil.which("partx") is None:
-        pytest.skip("needs partx")
-    device = loop_device(8 * MIB, prepare=_write_mbr, partscan=True)
-    part = f"{device.path}p1"
-    deadline = time.monotonic() + 5
-    while not os.path.exists(part):  # some kernels need an explicit rescan
-        subprocess.run(["partx", "-a", device.path], check=False, capture_output=True)
-        if time.monotonic() > deadline:
-            pytest.fail(f"{part} never appeared")
-        time.sleep(0.05)
+    device, part = _partitioned(loop_device)
     second = ""
     try:
         def described() -> list[LunInfo]:
