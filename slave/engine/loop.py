@@ -479,21 +479,13 @@ class EngineLoop:
         e = c + k
         w.cur = e
         ring = w.ring[c:e]
-        pattern = w.pattern
-        if pattern is not None:
-            stamps = w.ring_stamps
-            if stamps is not None and w.write_only:
-                pattern.apply(w.buffers.array, self._slot_rows.take(slots),
-                              w.ring_pool_rows[c:e], stamps[c:e])
+        if w.pattern is not None:
+            if w.write_only:
+                self._write_data(w, self._slot_rows.take(slots), c, e)
             else:
                 wmask = w.ring_write[c:e]
                 if wmask.any():
-                    rows = self._slot_rows.take(slots[wmask])
-                    if stamps is not None:
-                        pattern.apply(w.buffers.array, rows, w.ring_pool_rows[c:e][wmask],
-                                      stamps[c:e][wmask])
-                    else:
-                        pattern.fill(w.buffers.array, rows, ring[wmask, R_OFF])
+                    self._write_data(w, self._slot_rows.take(slots[wmask]), c, e, wmask)
         t_sub = time.monotonic_ns()
         if w.paced:
             ring[:, R_SUBMIT] = t_sub
@@ -502,6 +494,26 @@ class EngineLoop:
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), ring)
         w.spec.engine.submit(slots)
         self._in_flight += k
+
+    @staticmethod
+    def _write_data(
+        w: _Workload,
+        rows: npt.NDArray[np.intp],
+        lo: int,
+        hi: int,
+        writes: npt.NDArray[np.bool_] | None = None,
+    ) -> None:
+        """Put the data of ring I/Os ``lo:hi`` (those in ``writes``, else all) into the buffer
+        ``rows``: planned data where the pattern plans, else filled now."""
+        assert w.pattern is not None
+        if w.ring_stamps is not None:
+            pool_rows, stamps = w.ring_pool_rows[lo:hi], w.ring_stamps[lo:hi]
+            if writes is not None:
+                pool_rows, stamps = pool_rows[writes], stamps[writes]
+            w.pattern.apply(w.buffers.array, rows, pool_rows, stamps)
+            return
+        offsets = w.ring[lo:hi, R_OFF]
+        w.pattern.fill(w.buffers.array, rows, offsets if writes is None else offsets[writes])
 
     def _issue1(self, w: _Workload, slot: int) -> None:
         """``_issue`` for one slot, with scalar operations only (no numpy on reads)."""
@@ -516,13 +528,7 @@ class EngineLoop:
         r = SlotTable.ROW_WORDS * slot
         off = rw[b + R_OFF]
         if w.pattern is not None and w.ring_write[c]:
-            row = np.array([tw[r + C_ROW]], dtype=np.intp)
-            if w.ring_stamps is not None:
-                w.pattern.apply(
-                    w.buffers.array, row, w.ring_pool_rows[c : c + 1], w.ring_stamps[c : c + 1]
-                )
-            else:
-                w.pattern.fill(w.buffers.array, row, np.array([off], dtype=np.int64))
+            self._write_data(w, np.array([tw[r + C_ROW]], dtype=np.intp), c, c + 1)
         tw[r + W_OPCODE_FD] = rw[b]
         tw[r + W_OFFSET] = off
         tw[r + C_CAT] = rw[b + R_CAT]
