@@ -23,24 +23,15 @@ import numpy.typing as npt
 
 from master import kernels
 from protocol.buckets import N_BUCKETS
+from protocol.grouping import MEMBERSHIP as _MEMBERSHIP
+from protocol.grouping import N_VIEWS as N_VIEWS
+from protocol.grouping import PERCENTILES as PERCENTILES
+from protocol.grouping import VIEWS as VIEWS
 from protocol.stats import BYTES, ERRORS, I64_MAX, MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
 
-#: Views: column prefix → categories (0 random_read, 1 random_write, 2 seq_read, 3 seq_write).
-VIEWS: Final[tuple[tuple[str, tuple[int, ...]], ...]] = (
-    ("", (0, 1, 2, 3)),
-    ("read_", (0, 2)),
-    ("write_", (1, 3)),
-    ("random_", (0, 1)),
-    ("sequential_", (2, 3)),
-)
-N_VIEWS: Final = len(VIEWS)
-PERCENTILES: Final[tuple[float, ...]] = (50.0, 90.0, 95.0, 99.0, 99.9, 99.99)
+# VIEWS (column prefix → categories), N_VIEWS, PERCENTILES and the views' membership matrix
+# are shared with the slave, which computes percentile tables itself: protocol.grouping.
 KIND_NAMES: Final = ("service_time", "response_time")
-#: Each category lands in three views: overall, read or write, random or sequential.
-_VIEWS_OF_CATEGORY: Final = np.array([[0, 1, 3], [0, 2, 3], [0, 1, 4], [0, 2, 4]], dtype=np.intp)
-_MEMBERSHIP: Final = np.zeros((N_VIEWS, 4), dtype=np.int64)
-for _v, (_, _cats) in enumerate(VIEWS):
-    _MEMBERSHIP[_v, list(_cats)] = 1
 
 
 def pct_label(p: float) -> str:
