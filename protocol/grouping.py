@@ -154,27 +154,32 @@ def _bincount_exact(cell: _I64, counts: _I64, n_cells: int) -> _I64:
     return out
 
 
+_Coords = tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16], _I64]
+
+
 def _coords_of_cells(cells: _I64, start: _I64, end: _I64, shift: _I64, first_row: int
-                     ) -> tuple[_I64, _I64, _I64]:
-    """The non-zero cells of side-by-side windows as (row, bucket, count), sorted."""
+                     ) -> _Coords:
+    """The non-zero cells of side-by-side windows as (row, bucket, count) in the wire's
+    dtypes, sorted."""
     nonzero = cells != 0
     nz = np.flatnonzero(nonzero)
     seen = np.zeros(cells.size + 1, dtype=np.int64)
     np.cumsum(nonzero, out=seen[1:])
     local = np.repeat(np.arange(start.size), seen[end] - seen[start])
-    return local + first_row, nz - shift[local], cells[nz]
+    rows = (local + first_row).astype(np.uint32)
+    buckets = (nz - shift[local]).astype(np.uint16)
+    return rows, buckets, cells[nz]
 
 
-def _assemble(counters: _I64, lat: _I64,
-              parts: list[tuple[_I64, _I64, _I64]]) -> StatsBatch:
-    if parts:
-        rows = np.concatenate([p[0] for p in parts]).astype(np.uint32)
-        buckets = np.concatenate([p[1] for p in parts]).astype(np.uint16)
-        counts = np.concatenate([p[2] for p in parts]).astype(np.int64, copy=False)
+def _assemble(counters: _I64, lat: _I64, parts: list[_Coords]) -> StatsBatch:
+    if not parts:
+        return StatsBatch(counters=counters, lat=lat, rows=np.zeros(0, dtype=np.uint32),
+                          buckets=np.zeros(0, dtype=np.uint16),
+                          counts=np.zeros(0, dtype=np.int64))
+    if len(parts) == 1:
+        rows, buckets, counts = parts[0]
     else:
-        rows = np.zeros(0, dtype=np.uint32)
-        buckets = np.zeros(0, dtype=np.uint16)
-        counts = np.zeros(0, dtype=np.int64)
+        rows, buckets, counts = (np.concatenate([p[i] for p in parts]) for i in range(3))
     return StatsBatch(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts)
 
 
@@ -225,7 +230,7 @@ def group_batch(batch: StatsBatch, of_workload: npt.ArrayLike, n_groups: int) ->
     nnz_w = np.diff(wb)
     width = np.maximum(ghi - glo + 1, 0).sum(axis=1)
     kind_rows = np.arange(ROWS_PER_WORKLOAD)
-    parts: list[tuple[_I64, _I64, _I64]] = []
+    parts: list[_Coords] = []
     for g0, g1 in _chunks(width, _CELL_BUDGET):
         start, end, shift = _windows(glo[g0:g1].reshape(-1), ghi[g0:g1].reshape(-1))
         n_cells = int(end[-1])
@@ -271,7 +276,7 @@ def add_batches(batches: Sequence[StatsBatch]) -> StatsBatch:
     hi = np.max([e[2] for e in extents], axis=0)
     nnz_w = np.max([np.diff(e[0][::ROWS_PER_WORKLOAD]) for e in extents], axis=0)
     width_w = np.maximum(hi - lo + 1, 0).reshape(w_count, ROWS_PER_WORKLOAD).sum(axis=1)
-    parts: list[tuple[_I64, _I64, _I64]] = []
+    parts: list[_Coords] = []
     for w0, w1 in _chunks(width_w + 3 * nnz_w, _CELL_BUDGET):
         r0, r1 = w0 * ROWS_PER_WORKLOAD, w1 * ROWS_PER_WORKLOAD
         start, end, shift = _windows(lo[r0:r1], hi[r0:r1])
