@@ -40,6 +40,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    WindowRequest,
+    WindowResult,
 )
 from protocol.state import Conversation, Role, State
 from protocol.version import PROTOCOL_VERSION, __version__
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PINGS = 9
 REQUEST_TIMEOUT_S = 60.0
+#: A long window is added up on the slave from its spill file: allow for it.
+WINDOW_TIMEOUT_S = 300.0
 
 
 class Connection(Protocol):
@@ -174,7 +178,7 @@ class HostSession:
                 self._fail(f"{msg.kind}: {msg.message}")
         elif isinstance(msg, Bye):
             self._bye.set()
-        elif isinstance(msg, Pong | Ack | LunList | HelloReply):
+        elif isinstance(msg, Pong | Ack | LunList | HelloReply | WindowResult):
             key = -1 if isinstance(msg, HelloReply) else msg.seq
             fut = self._pending.pop(key, None)
             if fut is not None and not fut.done():
@@ -261,10 +265,28 @@ class HostSession:
         assert isinstance(reply, Ack | Error)
         return reply
 
-    async def go(self, step: int, start_master_ns: int, subinterval_ns: int) -> None:
+    async def go(self, step: int, start_master_ns: int, subinterval_ns: int,
+                 rollups: list[dict[str, Any]], keep_from: int = 0, keep_to: int = -1,
+                 fold: bool = False) -> None:
+        """Start step ``step`` with its rollup plan (``Go.rollups``) and what to keep for the
+        measurement window (``Go.keep_from``, ``Go.keep_to``, ``Go.fold``)."""
         while not self.results.empty():
             self.results.get_nowait()
-        await self.send(Go(step, self.to_slave_ns(start_master_ns), subinterval_ns))
+        await self.send(Go(step, self.to_slave_ns(start_master_ns), subinterval_ns,
+                           rollups, keep_from, keep_to, fold))
+
+    async def window(self, step: int, first: int, last: int,
+                     timeout_s: float = WINDOW_TIMEOUT_S) -> WindowResult:
+        """Every workload's statistics of subintervals ``first`` .. ``last`` of ``step``,
+        added up by the slave. A refusal (the slave did not keep them) is a ``HostError``."""
+        seq = self._next_seq()
+        reply = await self._request(WindowRequest(seq, step, first, last), key=seq,
+                                    timeout_s=timeout_s)
+        if isinstance(reply, Error):
+            raise HostError(f"measurement window {first}..{last} of step {step}: "
+                            f"{reply.message}", host=self.host)
+        assert isinstance(reply, WindowResult)
+        return reply
 
     async def grant(self, subinterval: int) -> None:
         await self.send(Continue(subinterval))

@@ -1,10 +1,18 @@
 """One step's numbers: subinterval results in, rows out, and the measurement summary.
 
-Owns the path from decoded ``SubintervalResult``s to every per-subinterval file of a step
-(instance rows, cpu.csv, interlock.csv) and to the step's summaries and histogram files. It keeps
-each subinterval's combined ``Sample`` so that the measurement window can be chosen after the
-fact (by fixed phases, or by ``measure``). It does not talk to hosts or decide when a step ends
-(``master.run``); it does not compute metrics itself (``master.rollup``).
+Owns the step's rollup plan (which of each host's workloads the slave adds up into one group,
+per rollup type, and whether it sends the groups' histograms or their percentile tables: see
+``Go.rollups`` in ``protocol/SPEC.md``), and the path from decoded ``SubintervalResult``s to
+every per-subinterval file of a step (instance rows, cpu.csv, interlock.csv), and from the
+measurement window's per-workload statistics (``WindowResult``, kept and added up by the
+slaves) to the step's summaries and histogram files. It does not talk to hosts or decide when a
+step ends (``master.run``); it does not compute metrics itself (``master.rollup``).
+
+An instance that lives on one host (every instance of ``workload``, ``lun`` and ``host``, and of
+any rollup when there is one host) is one group of that host: the slave reads its percentiles
+from its exact histograms and sends the table. An instance spread over hosts is one group per
+host: the slave sends the group's merged histograms, and the master adds them up. Either way
+every percentile comes from an exact merged histogram.
 """
 
 from __future__ import annotations
@@ -22,11 +30,10 @@ from master.config import RollupSpec
 from master.live import LiveRow
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
-from master.samplestore import DEFAULT_MEMORY_BYTES, SampleStore
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
-from protocol.stats import OPS, StatsBatch
+from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
 
 INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
                     "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, "cpu_busy_pct",
@@ -65,7 +72,23 @@ class Recorded:
     results: dict[str, ru.RollupResult]
     live: list[LiveRow]
     io_errors: list[tuple[str, str]] = field(default_factory=list)
-    sample: ru.Sample | None = None  # the subinterval's statistics (a DFC window adds them up)
+    #: the host groups' statistics of each rollup type whose histograms came (a DFC window
+    #: adds them up, with the grouping of ``results``)
+    samples: dict[str, ru.Sample] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TypePlan:
+    """One rollup type's plan: its instances, and the host groups the slaves add up."""
+
+    spec: RollupSpec
+    names: tuple[str, ...]  # instances, in order of first appearance over the plan's workloads
+    index: dict[str, int]  # instance name → index
+    groups: dict[str, list[list[str]]]  # host → its groups (workload ids)
+    grouping: ru.Grouping  # host group (hosts in plan order) → instance
+    host_of: npt.NDArray[np.intp]  # host index of each host group
+    inst_of_workload: npt.NDArray[np.intp]  # instance of each workload, in plan order
+    histograms: bool  # the slaves send histograms (else percentile tables)
 
 
 class StepRecorder:
@@ -81,18 +104,17 @@ class StepRecorder:
         workloads: Mapping[str, WorkloadInstance],
         show_type: str = "all",
         *,
+        hosts: Sequence[str] | None = None,
+        histogram_types: frozenset[str] = frozenset(),
         fold_measurement: bool = False,
-        keep_memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
-        """``fold_measurement``: the window will be exactly the subintervals recorded with
-        phase ``measurement`` (a fixed-length step), so they are added into one running total
-        as they come instead of being kept one by one; memory then stays constant however long
-        the step. Without it (``measure:`` steps choose their window later) every
-        ``measurement`` subinterval is kept, the older ones in files in the step folder once
-        they pass ``keep_memory_bytes`` (``close`` removes them); other phases are never
-        kept."""
+        """``hosts``: the order the results of a subinterval come in (default: the order of
+        the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
+        needed on the master every subinterval (a DFC window adds them up) even where their
+        instances live on one host. ``fold_measurement``: the window will be exactly the
+        subintervals recorded with phase ``measurement`` (a fixed-length step), so their
+        settings are summed as they come (the slaves add the statistics up: ``Go.fold``)."""
         self.fold_measurement = fold_measurement
-        self._folded: ru.Sample | None = None
         self._folded_ks: list[int] = []
         # settings and CPU of the measurement subintervals, for the summary's columns: each
         # subinterval's per-host busy % and per-workload IOPS setting (NaN = max), or (when
@@ -110,77 +132,120 @@ class StepRecorder:
         self.workloads = workloads
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
-        self.samples = SampleStore(output.folder / self.dir, keep_memory_bytes)
         self.phases: dict[int, str] = {}
-        self.ids: list[str] = []
-        self.groupings: dict[str, ru.Grouping] = {}
         self._instance_tables: dict[tuple[str, str], Any] = {}
         self._tables_by_type: dict[str, list[Any]] = {}
         self._inst_text: dict[str, list[str]] = {}
-        self._host_of: npt.NDArray[np.intp] | None = None
-        self._hosts: list[str] = []
+        self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
 
-    # ------------------------------------------------------------------ groupings
-    def _groupings_for(self, ids: list[str]) -> dict[str, ru.Grouping]:
-        if ids != self.ids:
-            unknown = [i for i in ids if i not in self.workloads]
-            if unknown:
-                raise ProtocolError(f"results for unknown workloads {unknown[:3]}")
-            if self.ids and (self.samples or self._folded is not None):
-                raise ProtocolError("the set or order of workloads changed within the step")
-            insts = [self.workloads[i] for i in ids]
-            self.groupings = {
-                spec.type: ru.Grouping.from_keys(spec.type, [rollup_key(spec, i) for i in insts])
-                for spec in self.rollups
-            }
-            self.ids = ids
-            self._tables_by_type.clear()
-            self._inst_text.clear()
-            self._host_of = None
-        return self.groupings
+    # ------------------------------------------------------------------ the rollup plan
+    def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
+        of_host: dict[str, list[str]] = {}
+        for wid, inst in self.workloads.items():
+            of_host.setdefault(inst.host, []).append(wid)
+        self._hosts = hosts + [h for h in of_host if h not in hosts]
+        #: workload ids in plan order (host by host), and each one's host index
+        self.ids = [w for h in self._hosts for w in of_host.get(h, [])]
+        self._pos = {w: j for j, w in enumerate(self.ids)}
+        self._host_of = np.fromiter(
+            (j for j, h in enumerate(self._hosts) for _ in of_host.get(h, [])),
+            dtype=np.intp, count=len(self.ids))
+        self._host_workloads = {h: set(of_host.get(h, [])) for h in self._hosts}
+        self.plans: dict[str, _TypePlan] = {}
+        for spec in self.rollups:
+            keys = [rollup_key(spec, self.workloads[w]) for w in self.ids]
+            index: dict[str, int] = {}
+            inst_of = np.fromiter((index.setdefault(k, len(index)) for k in keys),
+                                  dtype=np.intp, count=len(keys))
+            groups: dict[str, list[list[str]]] = {}
+            hg_inst: list[int] = []
+            hg_host: list[int] = []
+            at = 0
+            for j, h in enumerate(self._hosts):
+                local: dict[str, list[str]] = {}
+                for w in of_host.get(h, []):
+                    local.setdefault(keys[at], []).append(w)
+                    at += 1
+                groups[h] = list(local.values())
+                hg_inst += [index[k] for k in local]
+                hg_host += [j] * len(local)
+            names = tuple(index)
+            of_hg = np.array(hg_inst, dtype=np.intp)
+            spread = bool(np.any(np.bincount(of_hg, minlength=len(names)) > 1))
+            self.plans[spec.type] = _TypePlan(
+                spec, names, index, groups, ru.Grouping(spec.type, names, of_hg),
+                np.array(hg_host, dtype=np.intp), inst_of,
+                spread or spec.type in histogram_types)
+        #: the instances of each rollup type over the workloads in plan order (summaries)
+        self.groupings = {t: ru.Grouping(t, p.names, p.inst_of_workload)
+                          for t, p in self.plans.items()}
+
+    def plan_for(self, host: str) -> list[dict[str, Any]]:
+        """``Go.rollups`` for ``host``: per rollup type its groups of the host's workloads."""
+        return [{"type": t, "groups": p.groups.get(host, []), "histograms": p.histograms}
+                for t, p in self.plans.items()]
+
+    def _decode(self, h: HostResult) -> list[GroupStats]:
+        """A host's result checked against the plan: its workloads, and per rollup type its
+        groups' statistics (histograms validated in one compiled pass)."""
+        r = h.result
+        expected = self._host_workloads.get(h.host)
+        if expected is None:
+            raise HostError("sent a result but has no place in the step's plan", host=h.host)
+        if set(r.workload_ids) != expected or len(r.workload_ids) != len(expected):
+            raise HostError(f"reported workloads {sorted(set(r.workload_ids) ^ expected)[:3]} "
+                            "other than the step's", host=h.host)
+        if len(r.rollups) != len(self.plans):
+            raise HostError(f"sent {len(r.rollups)} rollup entries, expected "
+                            f"{len(self.plans)}", host=h.host)
+        out = []
+        for entry, (t, p) in zip(r.rollups, self.plans.items(), strict=True):
+            try:
+                gs = GroupStats.from_wire(entry, histograms=p.histograms, validate=False)
+                if p.histograms:
+                    kernels.validate_batch(gs.batch)
+            except ProtocolError as exc:
+                raise HostError(f"bad statistics of rollup {t}: {exc}", host=h.host) from exc
+            if gs.n_groups != len(p.groups.get(h.host, [])):
+                raise HostError(f"sent {gs.n_groups} groups of rollup {t}, expected "
+                                f"{len(p.groups.get(h.host, []))}", host=h.host)
+            out.append(gs)
+        return out
 
     # ------------------------------------------------------------------ one subinterval
     def record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int
                ) -> Recorded:
         """Decode, roll up and write subinterval ``k`` (``planned_end_ns``: its end boundary
         on the master's clock)."""
-        batches: list[StatsBatch] = []
-        ids: list[str] = []
-        ops_by_host: dict[str, int] = {}
-        for h in hosts:
-            try:
-                batch = StatsBatch.from_wire(h.result.stats, validate=False)
-                kernels.validate_batch(batch)
-            except ProtocolError as exc:
-                raise HostError(f"bad statistics: {exc}", host=h.host) from exc
-            if batch.n_workloads != len(h.result.workload_ids):
-                raise HostError("statistics and workload ids differ in count", host=h.host)
-            batches.append(batch)
-            ids += h.result.workload_ids
-            ops_by_host[h.host] = int(batch.counters[:, :, OPS].sum())
-        sample = ru.Sample.from_batches(batches)
-        groupings = self._groupings_for(ids)
+        by_host = {h.host: h for h in hosts}
+        missing = [h for h in self._hosts if h not in by_host]
+        if missing:
+            raise ProtocolError(f"no result from hosts {missing[:3]} of the step's plan")
+        decoded = [self._decode(by_host[h]) for h in self._hosts]
+        ops_by_host = {h: int(d[0].batch.counters[:, :, OPS].sum()) if d else 0
+                       for h, d in zip(self._hosts, decoded, strict=True)}
         self.phases[k] = phase
-        if phase == "measurement":
-            if self.fold_measurement:
-                self._folded = sample if self._folded is None else ru.Sample.add(
-                    [self._folded, sample])
-                self._folded_ks.append(k)
-            else:
-                self.samples[k] = sample
+        if phase == "measurement" and self.fold_measurement:
+            self._folded_ks.append(k)
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
-        out = Recorded(k, phase, {}, [], sample=sample)
+        out = Recorded(k, phase, {}, [])
         iops = self._iops_per_workload()
-        host_of = self._host_index()
         host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
-        for spec in self.rollups:
-            g = groupings[spec.type]
-            res = ru.compute(sample, g, self.subinterval_s)
+        for i, spec in enumerate(self.rollups):
+            p = self.plans[spec.type]
+            parts = [d[i] for d in decoded]
+            sample = ru.Sample.from_batches([gs.batch for gs in parts])
+            pct = None if p.histograms else np.concatenate(
+                [gs.pct for gs in parts if gs.pct is not None])
+            res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=pct)
             out.results[spec.type] = res
-            cpu = self._instance_cpu_array(g, host_of, host_cpu)
+            if p.histograms:
+                out.samples[spec.type] = sample
+            cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
+            g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
             if spec.type == self.show_type:
                 cols = res.columns
@@ -271,21 +336,12 @@ class StepRecorder:
         return tables
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:
-        """Each workload's IOPS setting in force (NaN for ``max``), in result order."""
+        """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
         out = np.empty(len(self.ids))
         for j, wid in enumerate(self.ids):
             v = self.workloads[wid].params.get("iops")
             out[j] = float("nan") if v is None else float(v)
         return out
-
-    def _host_index(self) -> npt.NDArray[np.intp]:
-        if self._host_of is None or self._host_of.size != len(self.ids):
-            index: dict[str, int] = {}
-            self._host_of = np.fromiter(
-                (index.setdefault(self.workloads[w].host, len(index)) for w in self.ids),
-                dtype=np.intp, count=len(self.ids))
-            self._hosts = list(index)
-        return self._host_of
 
     @staticmethod
     def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
@@ -333,9 +389,7 @@ class StepRecorder:
 
     # ------------------------------------------------------------------ the summary
     def close(self) -> None:
-        """Drop the kept subintervals (and their spill files); summaries are written by now."""
-        self.samples.close()
-        self._folded = None
+        """Drop the kept settings; summaries are written by now."""
         self._win_cpu.clear()
         self._win_iops.clear()
         self._fold_cpu = self._fold_iops = self._last_iops = None
@@ -343,23 +397,47 @@ class StepRecorder:
     def window_of_phase(self, phase: str = "measurement") -> list[int]:
         return sorted(k for k, p in self.phases.items() if p == phase)
 
-    def summarise(self, window: Sequence[int], *, extra_invalid: str = "",
-                  extra: Mapping[str, Any] | None = None,
+    def window_sample(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
+                      ) -> ru.Sample:
+        """The measurement window's statistics from every host's ``WindowResult`` (host,
+        workload ids, ``StatsBatch`` wire dict), in the plan's workload order."""
+        by_host = {h: (ids, stats) for h, ids, stats in parts}
+        batches = []
+        for h in self._hosts:
+            if h not in by_host:
+                raise HostError("sent no measurement window", host=h)
+            ids, stats = by_host[h]
+            expected = self._host_workloads[h]
+            if set(ids) != expected or len(ids) != len(expected):
+                raise HostError("its measurement window covers workloads other than the "
+                                "step's", host=h)
+            try:
+                batch = StatsBatch.from_wire(stats, validate=False)
+                kernels.validate_batch(batch)
+            except ProtocolError as exc:
+                raise HostError(f"bad measurement window: {exc}", host=h) from exc
+            if batch.n_workloads != len(ids):
+                raise HostError("measurement window statistics and workload ids differ in "
+                                "count", host=h)
+            order = [self._pos[w] for w in ids]
+            if order != sorted(order):  # the plan lists the host's workloads in its order
+                batch = _reorder(batch, np.argsort(np.asarray(order)))
+            batches.append(batch)
+        return ru.Sample.from_batches(batches)
+
+    def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
+                  extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                   ) -> tuple[bool, list[dict[str, Any]], list[str]]:
-        """Summary rows over the subintervals ``window`` (and the histogram files). Returns
-        (valid, rows, validation messages)."""
+        """Summary rows over the subintervals ``window`` (and the histogram files), from the
+        window's statistics ``total`` (``window_sample``; needed unless the window is empty).
+        Returns (valid, rows, validation messages)."""
         if not window:
             return (not extra_invalid), [], [extra_invalid] if extra_invalid else []
-        if self._folded is not None and list(window) == self._folded_ks:
-            total = self._folded
-        else:
-            missing = [k for k in window if k not in self.samples]
-            if missing:
-                raise ValueError(f"subintervals {missing[:5]} were not kept for a window")
-            total = ru.Sample.add([self.samples[k] for k in window])
+        if total is None or total.n_workloads != len(self.ids):
+            raise ValueError("a summary needs the window's statistics of every workload")
         dur = len(window) * self.subinterval_s
         host_cpu, iops = self._window_settings(window)
-        host_of = self._host_index()
+        host_of = self._host_of
         valid_all = not extra_invalid
         rows: list[dict[str, Any]] = []
         messages = [extra_invalid] if extra_invalid else []
@@ -400,6 +478,19 @@ class StepRecorder:
                 self.output.histogram_csv(
                     f"{self.dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
                     lower, upper, cols)
+
+
+def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:
+    """``batch`` with its workloads in the order ``perm`` (new workload j = old ``perm[j]``),
+    coordinates sorted again."""
+    new_of_old = np.empty_like(perm)
+    new_of_old[perm] = np.arange(perm.size)
+    rows = batch.rows.astype(np.int64)
+    new_rows = new_of_old[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD + rows % ROWS_PER_WORKLOAD
+    order = np.lexsort((batch.buckets, new_rows))
+    return StatsBatch(counters=np.asarray(batch.counters)[perm], lat=np.asarray(batch.lat)[perm],
+                      rows=new_rows[order].astype(np.uint32), buckets=batch.buckets[order],
+                      counts=np.asarray(batch.counts)[order])
 
 
 def _us(ns: Any) -> float | None:

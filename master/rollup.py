@@ -246,13 +246,28 @@ class RollupResult:
         return {k: float(v[i]) for k, v in self.columns.items()}
 
 
-def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResult:
-    """Metrics of every instance of ``grouping`` over a period of ``duration_s`` seconds."""
+def compute(sample: Sample, grouping: Grouping, duration_s: float,
+            group_percentiles: npt.NDArray[np.float64] | None = None) -> RollupResult:
+    """Metrics of every instance of ``grouping`` over a period of ``duration_s`` seconds.
+
+    ``group_percentiles``: the sample's percentiles already read where its histograms are (a
+    slave's percentile table, ``protocol.grouping.view_percentiles``), (W, N_VIEWS, 2,
+    len(PERCENTILES)) in ns; then every instance must be exactly one of the sample's
+    "workloads" (a host's group), and the sample need carry no histograms."""
     if grouping.of_workload.shape != (sample.n_workloads,):
         raise ValueError(
             f"grouping {grouping.rollup_type} covers {grouping.of_workload.size} workloads, "
             f"sample has {sample.n_workloads}"
         )
+    if group_percentiles is not None:
+        want = (sample.n_workloads, N_VIEWS, 2, len(PERCENTILES))
+        if group_percentiles.shape != want:
+            raise ValueError(f"percentile table of shape {group_percentiles.shape}, expected "
+                             f"{want}")
+        if not np.array_equal(np.bincount(grouping.of_workload, minlength=grouping.n),
+                              np.ones(grouping.n, dtype=np.int64)):
+            raise ValueError(f"rollup {grouping.rollup_type}: a percentile table needs one "
+                             "group per instance")
     g_count = grouping.n
     g = grouping.of_workload
     # counters and latency side statistics per instance and category: workloads ordered by
@@ -282,7 +297,11 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float) -> RollupResu
     min_v = big.min(axis=2).astype(np.float64)  # (G, V, 2)
     small = np.where(_MEMBERSHIP[None, :, :, None] > 0, lmax[:, None, :, :], -1)
     max_v = small.max(axis=2).astype(np.float64)
-    pct = _view_percentiles(sample, order, inst_ptr, min_v, max_v)  # (G, V, 2, P)
+    if group_percentiles is not None:
+        pct = np.empty_like(group_percentiles)
+        pct[grouping.of_workload] = group_percentiles
+    else:
+        pct = _view_percentiles(sample, order, inst_ptr, min_v, max_v)  # (G, V, 2, P)
 
     cols: dict[str, npt.NDArray[np.float64]] = {}
     dur = float(duration_s)

@@ -46,6 +46,7 @@ from master.lunselect import (
 from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
+from master.rollup import Sample
 from master.stepcontrol import Decision, StepControl
 from protocol.errors import (
     ConfigError,
@@ -391,8 +392,14 @@ class Run:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
         show = "host" if len(self.sessions) > 1 else "all"
+        dfc_window = control.dfc is not None and control.dfc.window is not None and (
+            control.dfc.window.subintervals > 1)
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
                                 self.cfg.subinterval_seconds, self.current, show,
+                                hosts=list(self.sessions),
+                                histogram_types=frozenset(
+                                    {control.dfc.focus_rollup} if dfc_window and control.dfc
+                                    else ()),
                                 fold_measurement=control.fixed is not None)
         st = _StepState(number, step, recorder, control)
         self.step_state = st
@@ -404,7 +411,14 @@ class Run:
                else f"measure until steady (at most {control.timeout} measurement)")
         self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
                    f"{control.cool} cooldown subintervals", kind="step", step=number)
-        await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns)
+        # the slaves keep the measurement window's statistics: a fixed-length step adds
+        # warmup .. warmup + measurement - 1 up as it goes; a measure step keeps each
+        # subinterval from the end of its warmup on
+        fixed = control.fixed
+        keep_to = control.warm + fixed - 1 if fixed is not None else -1
+        await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns,
+                                     recorder.plan_for(hs.host), keep_from=control.warm,
+                                     keep_to=keep_to, fold=fixed is not None)
                                for hs in self.sessions.values()))
         if control.fixed is not None and n_max == 1:
             await self._stop_all(0)
@@ -420,7 +434,8 @@ class Run:
                     rec = self._record(st, k, phase, results)
                     last_recorded = k
                     dec = control.after(k, rec.results, self._dfc_settings(control, k),
-                                        rec.sample)
+                                        rec.samples.get(control.dfc.focus_rollup)
+                                        if control.dfc is not None else None)
                     self._write_control_rows(st, dec)
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
@@ -461,7 +476,11 @@ class Run:
                 # the step ran short of what it was to measure
                 reason = "; ".join(x for x in (
                     f"interrupted after subinterval {last_recorded}", reason) if x)
-            valid, text = self._summarise(st, window, extra_invalid=reason, extra=extra)
+            try:
+                total = await self._window(st, window)
+            except (HostError, ProtocolError) as exc:
+                raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+            valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
             self.view.step_finished(text)
             return valid
         finally:
@@ -602,10 +621,24 @@ class Run:
         self.view.subinterval(k, phase, st.recorder.show_type, rec.live)
         return rec
 
-    def _summarise(self, st: _StepState, window: Sequence[int], *, extra_invalid: str = "",
-                   extra: dict[str, Any] | None = None) -> tuple[bool, str]:
+    async def _window(self, st: _StepState, window: Sequence[int]) -> Sample | None:
+        """The measurement window's statistics of every workload, from the slaves (each adds
+        up the subintervals it kept); None for an empty window."""
+        if not window:
+            return None
+        first, last = window[0], window[-1]
+        if list(window) != list(range(first, last + 1)):
+            raise ProtocolError(f"measurement window {list(window)[:5]}... is not contiguous")
+        replies = await asyncio.gather(*(hs.window(st.number, first, last)
+                                         for hs in self.sessions.values()))
+        return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
+                                          in zip(self.sessions.values(), replies, strict=True)])
+
+    def _summarise(self, st: _StepState, window: Sequence[int], total: Sample | None, *,
+                   extra_invalid: str = "", extra: dict[str, Any] | None = None
+                   ) -> tuple[bool, str]:
         assert self.output is not None
-        valid, rows, messages = st.recorder.summarise(window, extra_invalid=extra_invalid,
+        valid, rows, messages = st.recorder.summarise(window, total, extra_invalid=extra_invalid,
                                                       extra=extra)
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",

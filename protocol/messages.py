@@ -19,10 +19,12 @@ The conversation (see ``protocol/SPEC.md`` for the full story)::
           ◄───────────────────────────────── LunList
     CreateWorkload / EditWorkload / DeleteWorkload ─►
           ◄───────────────────────────────── Ack (or Error, e.g. preflight refused)
-    Go(start, subinterval) ────────────────►
-          ◄───────────────────────────────── SubintervalResult 0, 1, ...
+    Go(start, subinterval, rollup plan) ───►
+          ◄───────────────────────────────── SubintervalResult 0, 1, ... (per rollup group)
     Continue(k) / Stop(after=k) / edits ───►
           ◄───────────────────────────────── Stopped
+    WindowRequest(first, last) ────────────►
+          ◄───────────────────────────────── WindowResult (every workload, added up)
     ... next step: edits, Go ...
     Bye ───────────────────────────────────►
           ◄───────────────────────────────── Bye
@@ -170,6 +172,20 @@ class Go(Message):
     step: int
     start_ns: int
     subinterval_ns: int
+    #: The rollup plan: one entry per rollup type, ``{"type": str, "groups": [[workload_id,
+    #: ...], ...], "histograms": bool}``. Every workload of the host is in exactly one group of
+    #: every entry. Each ``SubintervalResult`` carries, per entry and group, the group's added
+    #: statistics: with ``histograms`` its merged histograms (the master adds them across
+    #: hosts), without them its percentile table (the group is a whole rollup instance).
+    rollups: list[dict[str, Any]] = field(default_factory=list)
+    #: The subintervals a ``WindowRequest`` may cover, ``keep_from`` .. ``keep_to`` (-1: to
+    #: the step's end): the slave keeps every workload's statistics of those, for the window.
+    keep_from: int = 0
+    keep_to: int = -1
+    #: True when the window will be ``keep_from`` .. ``keep_to`` or the step's last
+    #: subinterval before it (a fixed-length step): the slave adds them up as they come
+    #: instead of keeping each.
+    fold: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,11 +208,13 @@ class Stop(Message):
 
 @dataclass(frozen=True)
 class SubintervalResult(Message):
-    """Slave → master: one subinterval's statistics for every workload of the host.
+    """Slave → master: one subinterval's statistics, added up by the rollup plan of ``Go``.
 
-    ``workload_ids`` gives the order of the rows of ``stats`` (a ``StatsBatch.to_wire()``
-    dict). ``start_ns``/``end_ns`` are the scheduled boundaries and ``switch_ns`` the times
-    each worker actually switched buffers at the end boundary (slave clock). ``cpu`` holds
+    ``workload_ids`` lists the host's workloads. ``rollups`` has one entry per entry of the
+    plan, in its order: a ``protocol.stats.GroupStats.to_wire()`` dict over that entry's
+    groups (counters and latency side statistics, and either the merged histograms or the
+    percentile table). ``start_ns``/``end_ns`` are the scheduled boundaries and ``switch_ns``
+    the times each worker actually switched buffers at the end boundary (slave clock). ``cpu`` holds
     ``busy_pct`` (whole host), ``per_core_busy_pct`` (list), ``slave_user_s``,
     ``slave_system_s``. ``interlock`` holds per worker ``switch_delay_ns`` (boundary → switch
     done) and ``handover_delay_ns`` (boundary → results handed to the sender).
@@ -209,7 +227,7 @@ class SubintervalResult(Message):
     start_ns: int
     end_ns: int
     workload_ids: list[str]
-    stats: dict[str, Any]
+    rollups: list[dict[str, Any]]
     cpu: dict[str, Any]
     interlock: list[dict[str, Any]]
     send_ns: int
@@ -223,6 +241,34 @@ class Stopped(Message):
     CODE: ClassVar[int] = 15
     step: int
     last_subinterval: int
+
+
+@dataclass(frozen=True)
+class WindowRequest(Message):
+    """Master → slave, after ``Stopped``: every workload's statistics of step ``step`` added up
+    over the subintervals ``first`` .. ``last`` (the measurement window), for the summary and
+    the histogram files. Answered with ``WindowResult``, or an ``Error`` of kind ``config``
+    when the slave did not keep those subintervals."""
+
+    CODE: ClassVar[int] = 19
+    seq: int
+    step: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class WindowResult(Message):
+    """Slave → master: the window asked for by ``seq``; ``stats`` is a
+    ``StatsBatch.to_wire()`` dict whose rows follow ``workload_ids``."""
+
+    CODE: ClassVar[int] = 20
+    seq: int
+    step: int
+    first: int
+    last: int
+    workload_ids: list[str]
+    stats: dict[str, Any]
 
 
 # --------------------------------------------------------------------------- side channel
@@ -283,6 +329,8 @@ MESSAGE_TYPES: Final[tuple[type[Message], ...]] = (
     Log,
     Error,
     Bye,
+    WindowRequest,
+    WindowResult,
 )
 
 BY_CODE: Final[dict[int, type[Message]]] = {t.CODE: t for t in MESSAGE_TYPES}

@@ -44,6 +44,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    WindowRequest,
+    WindowResult,
 )
 
 
@@ -83,7 +85,7 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     t[(State.HELLO, S, Log)] = State.HELLO
     # master → slave
     allow((I, R, P), M, (Ping, *_EDITS))
-    allow((I,), M, (DiscoverLuns,))
+    allow((I,), M, (DiscoverLuns, WindowRequest))
     allow((I,), M, (Go,), to=R)
     allow((R,), M, (Continue,))
     allow((R,), M, (Stop,), to=P)
@@ -92,10 +94,11 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     allow((State.HELLO,), M, (Bye,), to=State.CLOSING)
     # slave → master
     allow((I, R, P), S, _SLAVE_CHATTER)
-    allow((I,), S, (LunList,))
+    allow((I,), S, (LunList, WindowResult))
     allow((R, P), S, (SubintervalResult,))
     allow((R, P), S, (Stopped,), to=I)
-    allow((State.CLOSING,), S, (*_SLAVE_CHATTER, LunList, SubintervalResult, Stopped))
+    allow((State.CLOSING,), S, (*_SLAVE_CHATTER, LunList, SubintervalResult, Stopped,
+                                WindowResult))
     allow((State.CLOSING,), S, (Bye,), to=State.CLOSED)
     return t
 

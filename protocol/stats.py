@@ -292,8 +292,6 @@ class StatsBatch:
         total (read only when the rows are in range and sorted). Shared with the master's
         compiled scan (``master.kernels.validate_batch``), so both refuse alike."""
         n = self.n_workloads
-        if n and int(self.counters.min()) < 0:
-            raise RemoteProtocolError("stats batch has negative counters")
         if self.rows.size:
             if int(self.rows[-1]) >= n * ROWS_PER_WORKLOAD or max_bucket >= N_BUCKETS:
                 raise RemoteProtocolError("stats batch histogram coordinates out of range")
@@ -306,8 +304,80 @@ class StatsBatch:
         same = np.array_equal(per_row[:, :, 0], ops) and np.array_equal(per_row[:, :, 1], ops)
         if n and not same:
             raise RemoteProtocolError("stats batch histogram counts differ from the ops counters")
+        self.check_side()
+
+    def check_side(self) -> None:
+        """The checks of the counters and latency side statistics alone (a batch that carries
+        no histograms: ``GroupStats`` with a percentile table)."""
+        n = self.n_workloads
+        if n and int(self.counters.min()) < 0:
+            raise RemoteProtocolError("stats batch has negative counters")
+        ops = self.counters[:, :, OPS]
         has = ops > 0
         lat_min = self.lat[..., MIN]
         lat_max = self.lat[..., MAX]
         if n and bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))):
             raise RemoteProtocolError("stats batch latency min/max are inconsistent")
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One rollup entry of a ``SubintervalResult``: G groups of a host's workloads, each
+    added up (``protocol.grouping.group_batch``). ``batch`` holds their counters and latency
+    side statistics, and their merged histograms when the entry asked for histograms;
+    otherwise its coordinates are empty and ``pct`` holds each group's percentiles, in ns:
+    (G, N_VIEWS, N_KINDS, len(PERCENTILES)) float64, NaN where the view had no I/O
+    (``protocol.grouping.view_percentiles``)."""
+
+    batch: StatsBatch
+    pct: npt.NDArray[np.float64] | None = None
+
+    @property
+    def n_groups(self) -> int:
+        return self.batch.n_workloads
+
+    def to_wire(self) -> dict[str, bytes | int]:
+        wire = self.batch.to_wire()
+        wire["pct"] = b"" if self.pct is None else self.pct.astype("<f8").tobytes()
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, object], *, histograms: bool,
+                  validate: bool = True) -> GroupStats:
+        """Decode one entry. With ``histograms`` the batch's coordinates are the groups'
+        histograms and ``pct`` must be empty (``validate=False`` leaves the coordinate checks
+        to the caller, as ``StatsBatch.from_wire``); without, the coordinates must be empty
+        and the percentile table complete: the counters and side statistics are checked, and
+        each percentile is NaN exactly where its view had no I/O and lies within the view's
+        exact minimum and maximum."""
+        from protocol.grouping import N_VIEWS, PERCENTILES, view_min_max
+
+        raw = wire.get("pct") if isinstance(wire, dict) else None
+        if not isinstance(raw, bytes | bytearray | memoryview):
+            raise RemoteProtocolError("group statistics lack their pct field (bytes)")
+        batch = StatsBatch.from_wire(wire, validate=validate and histograms)
+        n = batch.n_workloads
+        if histograms:
+            if len(raw):
+                raise RemoteProtocolError("group statistics carry both histograms and percentiles")
+            return cls(batch)
+        if batch.rows.size:
+            raise RemoteProtocolError("group statistics carry histograms where percentiles were "
+                                      "asked for")
+        shape = (n, N_VIEWS, N_KINDS, len(PERCENTILES))
+        if len(raw) != 8 * int(np.prod(shape)):
+            raise RemoteProtocolError(
+                f"group percentile table has {len(raw)} bytes, expected {8 * int(np.prod(shape))}")
+        pct = np.frombuffer(raw, dtype="<f8").reshape(shape)
+        batch.check_side()
+        mins, maxs, has = view_min_max(batch)
+        empty = np.isnan(pct)
+        if not np.array_equal(empty, np.broadcast_to(~has[..., None], shape)):
+            raise RemoteProtocolError("group percentiles are missing, or present for a view "
+                                      "without I/O")
+        with np.errstate(invalid="ignore"):
+            outside = (pct < mins[..., None]) | (pct > maxs[..., None])
+        if bool(np.any(outside & ~empty)):
+            raise RemoteProtocolError("group percentiles lie outside the view's minimum and "
+                                      "maximum latency")
+        return cls(batch, pct)

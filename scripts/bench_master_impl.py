@@ -2,13 +2,20 @@
 
 Measures exactly what the master does with one subinterval's results: ``FrameDecoder.feed`` of
 pre-encoded ``SubintervalResult`` frames from simulated hosts, then ``StepRecorder.record``
-(decode and validate every host's ``StatsBatch``, add the subinterval into the step's running
-measurement total as a fixed-length step does, roll up all / host / lun / workload /
-vendor+model, write one CSV row per instance per rollup type plus cpu.csv and interlock.csv).
-The process keeps freed arrays in its heap as ``ivypy run`` does (``master.heap``).
-No real I/O engine or network: the frames are built beforehand from ``WorkloadStats`` filled
-with lognormal latencies (random reads and writes, a few hundred to a few thousand I/Os per
-category per workload). The run folder lives on /dev/shm when it exists (page cache only).
+(decode and validate every host's rollup groups, add the groups of instances spread over hosts
+(all, vendor+model) and read their percentiles, take the per-host instances' percentile tables
+(host, lun, workload), write one CSV row per instance per rollup type plus cpu.csv and
+interlock.csv). The process keeps freed arrays in its heap as ``ivypy run`` does
+(``master.heap``). No real I/O engine or network: each host's per-workload statistics are
+made beforehand from ``WorkloadStats`` filled with lognormal latencies (random reads and
+writes, a few hundred to a few thousand I/Os per category per workload), and added up by the
+step's rollup plan with the slave's own code (``slave.session.rollup_parts``), untimed here
+but measured and printed as the slave's cost per host. The run folder lives on /dev/shm when
+it exists (page cache only).
+
+Also printed, not part of the target: the master's work at the end of a step (the
+measurement window's per-workload statistics from every host, the summary rows and the
+histogram files), once per step.
 
 Target: 10,000 workloads per subinterval in <= 100 ms on one core (the process is pinned to one
 CPU). Also prints 1,000 and 100,000 workloads and the cost per workload, to show the path
@@ -33,7 +40,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from master import rollup as ru
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.heap import keep_freed_memory
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
@@ -42,6 +48,7 @@ from master.recorder import HostResult, StepRecorder
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import SubintervalResult
 from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch, WorkloadStats
+from slave.session import group_maps, parse_plan, rollup_parts
 
 TARGET_S = 0.100
 TARGET_WORKLOADS = 10_000
@@ -137,15 +144,22 @@ def make_workloads(n_hosts: int, per_host: int) -> tuple[dict[str, WorkloadInsta
     return out, ids_by_host
 
 
-def make_frames(pool: Pool, ids_by_host: list[list[str]], k: int, rng: np.random.Generator
-                ) -> list[bytes]:
-    frames = []
-    for ids in ids_by_host:
+def make_frames(pool: Pool, rec: StepRecorder, hosts: list[str], ids_by_host: list[list[str]],
+                k: int, rng: np.random.Generator) -> tuple[list[bytes], list[float], StatsBatch]:
+    """Each host's frame of subinterval ``k``, the slave's CPU seconds to add its workloads up
+    by the plan, and the last host's per-workload batch."""
+    frames, slave_s = [], []
+    batch = StatsBatch.empty()
+    for host, ids in zip(hosts, ids_by_host, strict=True):
         picks = rng.integers(0, len(pool.rows), len(ids))
         batch = host_batch(pool, picks)
+        t0 = time.thread_time()
+        plan = parse_plan(rec.plan_for(host), set(ids))
+        parts = rollup_parts(plan, group_maps(plan, ids), batch)
+        slave_s.append(time.thread_time() - t0)
         msg = SubintervalResult(
             step=0, subinterval=k, start_ns=k * SUB_NS, end_ns=(k + 1) * SUB_NS,
-            workload_ids=ids, stats=batch.to_wire(),
+            workload_ids=ids, rollups=parts,
             cpu={"busy_pct": 37.5, "per_core_busy_pct": [30.0, 45.0, 37.0, 38.0],
                  "slave_user_s": 0.21, "slave_system_s": 0.09},
             interlock=[{"worker": w, "switch_ns": (k + 1) * SUB_NS + 20_000 + w,
@@ -153,7 +167,7 @@ def make_frames(pool: Pool, ids_by_host: list[list[str]], k: int, rng: np.random
                        for w in range(2)],
             send_ns=(k + 1) * SUB_NS + 900_000)
         frames.append(encode(msg))
-    return frames
+    return frames, slave_s, batch
 
 
 # ---------------------------------------------------------------------- the measurement
@@ -165,8 +179,10 @@ class Case:
     wall_s: list[float]
     frame_bytes: int
     decode_s: list[float]
-    rollup_s: float
-    coords: int
+    slave_s: float  # median CPU of one simulated slave adding its workloads up per subinterval
+    coords: int  # histogram coordinates the master received per subinterval
+    workload_coords: int  # what the workloads' own histograms would have been
+    step_end_s: float  # the master's work on the measurement window at the step's end
 
     @property
     def workloads(self) -> int:
@@ -177,16 +193,17 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
              root: Path, profile: Path | None = None) -> Case:
     rng = np.random.default_rng(n_hosts * 1_000_003 + per_host)
     workloads, ids_by_host = make_workloads(n_hosts, per_host)
-    frame_sets = [make_frames(pool, ids_by_host, k, rng) for k in range(distinct)]
-    nbytes = sum(len(f) for f in frame_sets[0])
+    hosts = [f"host{h:03d}" for h in range(n_hosts)]
     folder = Path(tempfile.mkdtemp(prefix="bench-master-", dir=root))
     output = RunOutput(folder)
-    # a fixed-length step, the common case: measurement subintervals are added into one
-    # running total as they come (part of the timed path)
+    # a fixed-length step, the common case (the slaves add the window up: Go.fold)
     rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host",
-                       fold_measurement=True)
+                       hosts=hosts, fold_measurement=True)
+    made = [make_frames(pool, rec, hosts, ids_by_host, k, rng) for k in range(distinct)]
+    frame_sets = [m[0] for m in made]
+    slave_s = statistics.median(t for m in made for t in m[1])
+    nbytes = sum(len(f) for f in frame_sets[0])
     decoders = [FrameDecoder() for _ in ids_by_host]
-    hosts = [f"host{h:03d}" for h in range(n_hosts)]
     times: list[float] = []
     wall: list[float] = []
     decode: list[float] = []
@@ -208,24 +225,26 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
             wall.append(time.perf_counter() - w0)
             if prof is not None and k == subintervals - 1:
                 prof.disable()
+            coords = sum(len(e["rows"]) // 4 for r in results for e in r.result.rollups)
             del results
-        # the rollup arithmetic alone, on the running total
-        last = rec._folded
-        assert last is not None
-        rollup_s = float("inf")
-        for _ in range(2):
-            t0 = time.thread_time()
-            for spec in ROLLUPS:
-                ru.compute(last, rec.groupings[spec.type], 1.0)
-            rollup_s = min(rollup_s, time.thread_time() - t0)
-        coords = int(last.rows.size)
+        # the end of the step: every host's window (here: one subinterval's per-workload
+        # statistics standing for the window the slave added up), the summary rows and the
+        # histogram files of every instance
+        window = [(h, ids, host_batch(pool, rng.integers(0, len(pool.rows), len(ids))).to_wire())
+                  for h, ids in zip(hosts, ids_by_host, strict=True)]
+        workload_coords = sum(len(w[2]["rows"]) // 4 for w in window)
+        t0 = time.thread_time()
+        total = rec.window_sample(window)
+        rec.summarise(list(range(subintervals)), total)
+        step_end_s = time.thread_time() - t0
     finally:
         output.close()
         shutil.rmtree(folder, ignore_errors=True)
     if prof is not None and profile is not None:
         with open(profile, "w") as fh:
             pstats.Stats(prof, stream=fh).sort_stats("cumulative").print_stats(40)
-    return Case(n_hosts, per_host, times, wall, nbytes, decode, rollup_s, coords)
+    return Case(n_hosts, per_host, times, wall, nbytes, decode, slave_s, coords,
+                workload_coords, step_end_s)
 
 
 def describe(c: Case) -> str:
@@ -239,11 +258,12 @@ def describe(c: Case) -> str:
 def breakdown(c: Case) -> str:
     best = min(c.times_s)
     dec = min(c.decode_s)
-    rest = best - dec - c.rollup_s
     return (f"    frames {c.frame_bytes / 2**20:.1f} MiB, {c.coords / 1e6:.2f} M histogram "
-            f"coordinates; decode {dec * 1e3:.1f} ms, rollup arithmetic {c.rollup_s * 1e3:.1f} "
-            f"ms, StatsBatch validation + measurement fold + rows + CSV {rest * 1e3:.1f} ms "
-            f"({best / c.coords * 1e9:.0f} ns per coordinate)")
+            f"coordinates (the workloads' own: {c.workload_coords / 1e6:.2f} M); frame decode "
+            f"{dec * 1e3:.1f} ms, validation + rollups + rows + CSV {(best - dec) * 1e3:.1f} ms\n"
+            f"    each simulated slave adds its {c.per_host:,} workloads up in "
+            f"{c.slave_s * 1e3:.1f} ms of CPU per subinterval; the step's end (window, summary, "
+            f"histogram files) takes the master {c.step_end_s * 1e3:.0f} ms once per step")
 
 
 def main() -> int:

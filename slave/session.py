@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from protocol.errors import IvyError, PreflightError, ProtocolError
+from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
     Bye,
@@ -44,14 +45,17 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    WindowRequest,
+    WindowResult,
 )
 from protocol.state import Conversation, Role, State
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.params import WorkloadParams
 from slave.preflight import in_use_reasons, require_ok
+from slave.windowstore import WindowError, WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +114,39 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class PlanEntry:
+    """One rollup type of ``Go.rollups``: the groups' workload ids, and whether the master
+    wants their histograms (else their percentile tables)."""
+
+    rollup_type: str
+    groups: tuple[tuple[str, ...], ...]
+    histograms: bool
+
+
+def parse_plan(raw: list[dict[str, Any]], workloads: set[str]) -> list[PlanEntry]:
+    """``Go.rollups`` checked against the host's workloads: every workload in exactly one
+    group of every entry. Raises ``ValueError`` naming what is wrong."""
+    plan = []
+    for i, entry in enumerate(raw):
+        try:
+            rtype, groups, hist = entry["type"], entry["groups"], entry["histograms"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"rollup plan entry {i} lacks {exc}") from exc
+        if (not isinstance(rtype, str) or not isinstance(hist, bool)
+                or not isinstance(groups, list)
+                or not all(isinstance(g, list) and g and all(isinstance(w, str) for w in g)
+                           for g in groups)):
+            raise ValueError(f"rollup plan entry {i} is malformed")
+        members = [w for g in groups for w in g]
+        if len(members) != len(set(members)) or set(members) != workloads:
+            raise ValueError(
+                f"rollup plan entry {i} ({rtype}) does not put each of the host's "
+                f"{len(workloads)} workloads in exactly one group")
+        plan.append(PlanEntry(rtype, tuple(tuple(g) for g in groups), hist))
+    return plan
+
+
 @dataclass
 class _Step:
     number: int
@@ -119,6 +156,9 @@ class _Step:
     stop_after: int | None = None
     next_result: int = 0
     cpu_before: CpuSnapshot | None = None
+    plan: list[PlanEntry] = field(default_factory=list)
+    # per plan entry, each workload's group, for the order the backend reports them in
+    group_of: tuple[tuple[str, ...], list[np.ndarray]] | None = None
 
     def end_of(self, k: int) -> int:
         return self.start_ns + (k + 1) * self.subinterval_ns
@@ -152,6 +192,7 @@ class SlaveSession:
         # Go or discovery: one look per LUN for a whole batch of creates
         self._write_checked: dict[str, lunmod.LunInfo] = {}
         self.step: _Step | None = None
+        self.window_store: WindowStore | None = None  # the last step's, until the next Go
         self.closed = False
         self._handlers: dict[type[Message], Callable[[Any], None]] = {
             Hello: self._on_hello,
@@ -163,6 +204,7 @@ class SlaveSession:
             Go: self._on_go,
             Continue: self._on_continue,
             Stop: self._on_stop,
+            WindowRequest: self._on_window,
             Bye: self._on_bye,
         }
 
@@ -194,7 +236,13 @@ class SlaveSession:
         """The master is gone: stop everything."""
         log.info("stdin closed: stopping all I/O")
         self.backend.halt()
+        self._drop_window_store()
         self.closed = True
+
+    def _drop_window_store(self) -> None:
+        if self.window_store is not None:
+            self.window_store.close()
+            self.window_store = None
 
     def _fatal(self, kind: str, message: str) -> None:
         log.error("%s", message)
@@ -355,11 +403,19 @@ class SlaveSession:
 
     def _on_go(self, msg: Go) -> None:
         self._write_checked.clear()
+        self._drop_window_store()
         if msg.subinterval_ns <= 0:
             self._fatal("protocol", f"Go with subinterval_ns {msg.subinterval_ns}")
             return
+        try:
+            plan = parse_plan(msg.rollups, set(self.params))
+        except ValueError as exc:
+            self._fatal("protocol", f"Go of step {msg.step}: {exc}")
+            return
+        self.window_store = WindowStore(msg.step, msg.keep_from, msg.keep_to, msg.fold)
         self.step = _Step(
-            msg.step, msg.start_ns, msg.subinterval_ns, cpu_before=self.cpu.snapshot()
+            msg.step, msg.start_ns, msg.subinterval_ns, cpu_before=self.cpu.snapshot(),
+            plan=plan,
         )
         try:
             self.backend.go(msg.start_ns, msg.subinterval_ns, granted=1)
@@ -387,8 +443,22 @@ class SlaveSession:
         if last < self.step.next_result:
             self._finish_step()
 
+    def _on_window(self, msg: WindowRequest) -> None:
+        store = self.window_store
+        try:
+            if store is None or store.step != msg.step:
+                raise WindowError(f"step {msg.step}'s subintervals are not kept (a slave keeps "
+                                  "those of its last step, until the next Go)")
+            ids, batch = store.window(msg.first, msg.last)
+        except WindowError as exc:
+            self.send(Error(kind="config", message=str(exc), seq=msg.seq))
+            return
+        self.send(WindowResult(seq=msg.seq, step=msg.step, first=msg.first, last=msg.last,
+                               workload_ids=ids, stats=dict(batch.to_wire())))
+
     def _on_bye(self, msg: Bye) -> None:
         self.backend.halt()
+        self._drop_window_store()
         self.step = None
         self.send(Bye(reason="master said bye"))
         self.closed = True
@@ -417,7 +487,11 @@ class SlaveSession:
             except IvyError as exc:
                 self._end_step_with_error("io", f"subinterval {k}: {exc}")
                 return
-            self._send_result(step, k, got)
+            try:
+                self._send_result(step, k, got)
+            except ValueError as exc:  # the plan or the kept window no longer fit the workloads
+                self._end_step_with_error("internal", f"subinterval {k}: {exc}")
+                return
             step.next_result = k + 1
             try:
                 self.backend.release(k)
@@ -435,6 +509,10 @@ class SlaveSession:
         for text in got.events:
             self.event("WARNING", text)
         batch = got.stats if isinstance(got.stats, StatsBatch) else StatsBatch.from_stats(got.stats)
+        ids = list(got.workload_ids)
+        rollups = self._rollup_parts(step, ids, batch)
+        if self.window_store is not None:
+            self.window_store.add(k, ids, batch)
         interlock = [
             {**il, "switch_ns": step.end_of(k) + s}
             for il, s in zip(got.interlock, got.switch_ns, strict=False)
@@ -445,14 +523,21 @@ class SlaveSession:
                 subinterval=k,
                 start_ns=step.end_of(k - 1),
                 end_ns=step.end_of(k),
-                workload_ids=list(got.workload_ids),
-                stats=dict(batch.to_wire()),
+                workload_ids=ids,
+                rollups=rollups,
                 cpu=cpu,
                 interlock=interlock,
                 send_ns=self.clock(),
                 io_errors=got.io_errors[:20],
             )
         )
+
+    def _rollup_parts(self, step: _Step, ids: list[str], batch: StatsBatch
+                      ) -> list[dict[str, Any]]:
+        key = tuple(ids)
+        if step.group_of is None or step.group_of[0] != key:
+            step.group_of = (key, group_maps(step.plan, ids))
+        return rollup_parts(step.plan, step.group_of[1], batch)
 
     def _finish_step(self) -> None:
         step = self.step
@@ -470,6 +555,36 @@ class SlaveSession:
         self.send(Error(kind=kind, message=message))
         if step is not None:
             self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+
+
+def group_maps(plan: list[PlanEntry], ids: list[str]) -> list[np.ndarray]:
+    """Per plan entry, the group of each workload of ``ids`` (the backend's order)."""
+    maps = []
+    for entry in plan:
+        index = {w: g for g, members in enumerate(entry.groups) for w in members}
+        unknown = [w for w in ids if w not in index]
+        if unknown:
+            raise ValueError(f"workloads {unknown[:3]} are in no group of rollup "
+                             f"{entry.rollup_type}")
+        maps.append(np.fromiter((index[w] for w in ids), dtype=np.intp, count=len(ids)))
+    return maps
+
+
+def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
+                 batch: StatsBatch) -> list[dict[str, Any]]:
+    """A subinterval added up by the rollup plan (``SubintervalResult.rollups``): per entry,
+    the groups' statistics with their merged histograms or their percentile tables."""
+    out = []
+    for entry, of in zip(plan, maps, strict=True):
+        grouped = group_batch(batch, of, len(entry.groups))
+        if entry.histograms:
+            out.append(GroupStats(grouped).to_wire())
+        else:
+            side = StatsBatch(counters=grouped.counters, lat=grouped.lat,
+                              rows=grouped.rows[:0], buckets=grouped.buckets[:0],
+                              counts=grouped.counts[:0])
+            out.append(GroupStats(side, view_percentiles(grouped)).to_wire())
+    return out
 
 
 def _check_fits(params: WorkloadParams, lun: lunmod.LunInfo) -> None:

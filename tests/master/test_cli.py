@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from master import cli
+from protocol.version import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,8 @@ def test_command_table_matches_the_modules() -> None:
         assert name in only_sub.choices
 
 
-@pytest.mark.parametrize("args, text", [(["--version"], "ivypy 0.1.0 (protocol 1)"),
+@pytest.mark.parametrize("args, text", [(["--version"],
+                                         f"ivypy 0.1.0 (protocol {PROTOCOL_VERSION})"),
                                         (["--help"], "fio-pctiles"), ([], "COMMAND")])
 def test_help_and_version(args: list[str], text: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,

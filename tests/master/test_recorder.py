@@ -1,11 +1,17 @@
 """StepRecorder with synthetic host results (rows, cpu.csv, interlock.csv, summaries), the
-sparse rollup paths it relies on for large rollups, and the fast CSV row formatting."""
+sparse rollup paths it relies on for large rollups, and the fast CSV row formatting.
+
+The host results are what slaves send: each host's per-workload statistics added up by the
+recorder's rollup plan with the slave's own code (``slave.session.rollup_parts``) and kept for
+the window in the slave's ``WindowStore``. Where it matters the tests compare the rows with the
+rollups computed on the master from every workload's histograms (the protocol-1 way)."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +27,8 @@ from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
 from protocol.stats import StatsBatch, WorkloadStats
+from slave.session import group_maps, parse_plan, rollup_parts
+from slave.windowstore import WindowStore
 
 Values = dict[int, tuple[np.ndarray, np.ndarray]]
 # categories each workload does: random read+write, sequential only, all four, read only
@@ -133,18 +141,50 @@ ROLLUPS = [RollupSpec("all", (), builtin=True), RollupSpec("host", (), builtin=T
            RollupSpec("vendor+model", ("vendor", "model"))]
 
 
-def _host_result(host: str, ids: list[str], k: int, rng: np.random.Generator, busy: float
-                 ) -> tuple[HostResult, list[Values]]:
+class _Slaves:
+    """The slaves' side for a recorder: results added up by its plan, windows kept."""
+
+    def __init__(self, rec: StepRecorder, keep_from: int = 0, keep_to: int = -1,
+                 fold: bool = False, memory_bytes: int = 1 << 30) -> None:
+        self.rec = rec
+        self.keep = (keep_from, keep_to, fold, memory_bytes)
+        self.stores: dict[str, WindowStore] = {}
+        self.batches: dict[int, dict[str, StatsBatch]] = {}  # every subinterval, per host
+
+    def result(self, host: str, ids: list[str], k: int, batch: StatsBatch, busy: float
+               ) -> HostResult:
+        plan = parse_plan(self.rec.plan_for(host), set(ids))
+        parts = rollup_parts(plan, group_maps(plan, ids), batch)
+        store = self.stores.setdefault(host, WindowStore(0, *self.keep))
+        store.add(k, ids, batch)
+        self.batches.setdefault(k, {})[host] = batch
+        msg = SubintervalResult(
+            step=0, subinterval=k, start_ns=k * 10**9, end_ns=(k + 1) * 10**9,
+            workload_ids=ids, rollups=parts,
+            cpu={"busy_pct": busy, "per_core_busy_pct": [busy, busy + 1.5],
+                 "slave_user_s": 0.2, "slave_system_s": 0.1},
+            interlock=[{"worker": 0, "switch_ns": (k + 1) * 10**9 + 5_000,
+                        "switch_delay_ns": 5_000, "handover_delay_ns": 9_000}],
+            send_ns=(k + 1) * 10**9 + 20_000)
+        return HostResult(host, msg, lambda ns: ns + 1_000, (k + 1) * 10**9 + 50_000)
+
+    def window(self, first: int, last: int) -> Sample:
+        parts = []
+        for h, store in self.stores.items():
+            ids, batch = store.window(first, last)
+            parts.append((h, ids, dict(batch.to_wire())))
+        return self.rec.window_sample(parts)
+
+    def workload_sample(self, k: int) -> Sample:
+        """Subinterval ``k``'s per-workload statistics in the plan's order (as protocol 1
+        sent them)."""
+        return Sample.from_batches([self.batches[k][h] for h in self.rec._hosts])
+
+
+def _host_result(sim: _Slaves, host: str, ids: list[str], k: int, rng: np.random.Generator,
+                 busy: float) -> tuple[HostResult, list[Values]]:
     data = [_stats(rng, MIXES[j % 4], 60_000 + 10_000 * j) for j in range(len(ids))]
-    msg = SubintervalResult(
-        step=0, subinterval=k, start_ns=k * 10**9, end_ns=(k + 1) * 10**9, workload_ids=ids,
-        stats=StatsBatch.from_stats([s for s, _ in data]).to_wire(),
-        cpu={"busy_pct": busy, "per_core_busy_pct": [busy, busy + 1.5],
-             "slave_user_s": 0.2, "slave_system_s": 0.1},
-        interlock=[{"worker": 0, "switch_ns": (k + 1) * 10**9 + 5_000,
-                    "switch_delay_ns": 5_000, "handover_delay_ns": 9_000}],
-        send_ns=(k + 1) * 10**9 + 20_000)
-    return HostResult(host, msg, lambda ns: ns + 1_000, (k + 1) * 10**9 + 50_000), [
+    return sim.result(host, ids, k, StatsBatch.from_stats([s for s, _ in data]), busy), [
         v for _, v in data]
 
 
@@ -157,25 +197,37 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
     wl = _workloads()
     out = RunOutput(tmp_path, max_open_files=3)  # fewer than the files: appenders reopen
     rec = StepRecorder(out, 2, "mix", ROLLUPS, 1.0, wl, "host")
+    sim = _Slaves(rec, keep_from=1)
     rng = np.random.default_rng(5)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    # the plan: per-host instances come as percentile tables, spread ones as histograms
+    plan = {e["type"]: e for e in rec.plan_for("h2")}
+    assert {t: e["histograms"] for t, e in plan.items()} == {
+        "all": True, "host": False, "lun": False, "workload": False, "vendor+model": True}
+    assert plan["lun"]["groups"] == [["h2:/dev/sd0:a", "h2:/dev/sd0:b"],
+                                     ["h2:/dev/sd1:a", "h2:/dev/sd1:b"]]
     per_k: list[dict[str, Values]] = []
     for k in range(3):
-        r1, d1 = _host_result("h1", ids["h1"], k, rng, 40.0)
-        r2, d2 = _host_result("h2", ids["h2"], k, rng, 60.0)
+        r1, d1 = _host_result(sim, "h1", ids["h1"], k, rng, 40.0)
+        r2, d2 = _host_result(sim, "h2", ids["h2"], k, rng, 60.0)
         got = rec.record(k, "warmup" if k == 0 else "measurement", [r1, r2], (k + 1) * 10**9)
         per_k.append(dict(zip(ids["h1"] + ids["h2"], d1 + d2, strict=True)))
         assert [row.instance for row in got.live] == ["h1", "h2"]
         for spec in ROLLUPS:
             res = got.results[spec.type]
+            # every metric is what the master computes from every workload's histograms
+            whole = compute(sim.workload_sample(k), rec.groupings[spec.type], 1.0)
+            assert res.grouping.names == whole.grouping.names
+            for col in rollup.METRIC_COLUMNS:
+                assert np.array_equal(res.columns[col], whole.columns[col], equal_nan=True), col
             for i in range(res.grouping.n):
-                members = [wid for wid, gi in zip(rec.ids, res.grouping.of_workload,
+                members = [wid for wid, gi in zip(rec.ids, rec.groupings[spec.type].of_workload,
                                                   strict=True) if gi == i]
                 _check(res, i, [per_k[k][m] for m in members], 1.0)
     out.close()
     step = tmp_path / "step0002-mix"
     # instance rows: every rollup, every instance, one row per subinterval, as fmt writes them
-    res = compute(rec.samples[2], rec.groupings["host"], 1.0)
+    res = compute(sim.workload_sample(2), rec.groupings["host"], 1.0)
     rows = _read(step / "host" / "h2.csv")
     assert rows[0] == INSTANCE_COLUMNS and len(rows) == 4
     row = dict(zip(rows[0], rows[3], strict=True))
@@ -204,7 +256,7 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
     # summary over the measurement window adds the histograms of both subintervals
     window = rec.window_of_phase()
     assert window == [1, 2]
-    valid, srows, _ = rec.summarise(window)
+    valid, srows, _ = rec.summarise(window, sim.window(1, 2))
     assert valid
     lun_rows = [r for r in srows if r["rollup_type"] == "lun"]
     assert [r["rollup_instance"] for r in lun_rows] == ["h1:/dev/sd0", "h1:/dev/sd1",
@@ -222,39 +274,63 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
 def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
     wl = _workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1)
     rng = np.random.default_rng(1)
-    ids = [w for w in wl if w.startswith("h1:")]
-    rec.record(0, "measurement", [_host_result("h1", ids, 0, rng, 1.0)[0]], 10**9)
-    from protocol.errors import ProtocolError
-    with pytest.raises(ProtocolError, match="changed within the step"):
-        rec.record(1, "measurement", [_host_result("h1", ids[:2], 1, rng, 1.0)[0]], 2 * 10**9)
+    ids = list(h1)
+    rec.record(0, "measurement", [_host_result(_Slaves(rec), "h1", ids, 0, rng, 1.0)[0]], 10**9)
+    # a slave reporting fewer workloads than the plan gave it
+    other = StepRecorder(RunOutput(tmp_path / "o"), 0, "s", ROLLUPS, 1.0,
+                         {w: h1[w] for w in ids[:2]})
+    short = _host_result(_Slaves(other), "h1", ids[:2], 1, rng, 1.0)[0]
+    with pytest.raises(HostError, match=r"reported workloads .* other than the step's") as err:
+        rec.record(1, "measurement", [short], 2 * 10**9)
+    assert err.value.host == "h1"
     out.close()
 
 
-@pytest.mark.parametrize(("field", "message"), [
-    ("counts", "counts must be > 0"),
-    ("counters", "differ from the ops counters"),
+@pytest.mark.parametrize(("rollup_type", "field", "message"), [
+    ("all", "counts", "counts must be > 0"),
+    ("vendor+model", "counters", "differ from the ops counters"),
+    ("workload", "pct", "outside the view's minimum and maximum"),
+    ("lun", "pct-nan", "missing, or present for a view without I/O"),
+    ("host", "counters", "negative counters"),
 ])
-def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, field: str,
-                                                       message: str) -> None:
-    """A slave's batch that does not add up is that host's failure (exit 3 in a run), found by
-    the master's compiled validation before anything is rolled up or written."""
+def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, rollup_type: str,
+                                                       field: str, message: str) -> None:
+    """A slave's groups that do not add up (histograms against counters, a percentile table
+    against the counters and the exact minimum and maximum) are that host's failure (exit 3 in
+    a run), found before anything is rolled up or written."""
     wl = _workloads()
     out = RunOutput(tmp_path)
     rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    sim = _Slaves(rec)
     rng = np.random.default_rng(1)
-    good, _ = _host_result("h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
-    bad, _ = _host_result("h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
-    wire = dict(bad.result.stats)
-    raw = np.frombuffer(wire[field], dtype="<i8").copy()
-    if field == "counts":
-        raw[3] = 0
+    good, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
+    bad, _ = _host_result(sim, "h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    at = [spec.type for spec in ROLLUPS].index(rollup_type)
+    wire = dict(bad.result.rollups[at])
+    if field.startswith("pct"):
+        raw = np.frombuffer(wire["pct"], dtype="<f8").copy()
+        if field == "pct":
+            raw[0] = 1e15  # group 0's overall service time p50: beyond its maximum
+        else:
+            raw[:] = np.nan
+        wire["pct"] = raw.tobytes()
     else:
-        raw[0] += 1  # workload 0's random-read ops
-    wire[field] = raw.tobytes()
-    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, stats=wire))
-    with pytest.raises(HostError, match=f"bad statistics: .*{message}") as err:
+        raw = np.frombuffer(wire[field], dtype="<i8").copy()
+        if field == "counts":
+            raw[3] = 0
+        elif rollup_type == "host":
+            raw[0] = -1
+        else:
+            raw[0] += 1  # group 0's random-read ops
+        wire[field] = raw.tobytes()
+    rollups = list(bad.result.rollups)
+    rollups[at] = wire
+    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, rollups=rollups))
+    with pytest.raises(HostError, match=f"bad statistics of rollup {re.escape(rollup_type)}: "
+                                        f".*{message}") as err:
         rec.record(0, "measurement", [good, bad], 10**9)
     assert err.value.host == "h2"
     out.close()
@@ -345,37 +421,43 @@ def test_appenders_beyond_the_open_file_budget_hold_no_descriptor(tmp_path: Path
         assert rows == expect + extra
 
 
-def test_folded_and_spilled_measurement_equal_kept_samples(tmp_path: Path) -> None:
-    """A fixed-length step folds its measurement subintervals into one running total (constant
-    memory); a ``measure:`` step keeps them, in files once past its memory bound. Each way the
-    summary is the same as adding the kept subintervals, no warmup or cooldown subinterval is
-    kept at all, and closing the recorder removes the spill files."""
+def test_summary_is_the_same_whether_the_slaves_fold_keep_or_spill(tmp_path: Path) -> None:
+    """A fixed-length step's slaves add the measurement subintervals up as they come; a
+    ``measure:`` step's keep each, in a file once past their memory bound. Each way the summary
+    is the one computed on the master from every kept subinterval (the protocol-1 way), and
+    nothing before ``keep_from`` or after ``keep_to`` is kept."""
     wl = _workloads()
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     summaries = []
+    reference = None
     for how in ("kept", "folded", "spilled"):
         out = RunOutput(tmp_path / how)
         rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, "host",
-                           fold_measurement=how == "folded",
-                           keep_memory_bytes=0 if how == "spilled" else 1 << 30)
+                           fold_measurement=how == "folded")
+        sim = _Slaves(rec, keep_from=1, keep_to=3, fold=how == "folded",
+                      memory_bytes=0 if how == "spilled" else 1 << 30)
         rng = np.random.default_rng(11)
         phases = ["warmup", "measurement", "measurement", "measurement", "cooldown"]
         for k, phase in enumerate(phases):
-            r1, _ = _host_result("h1", ids["h1"], k, rng, 10.0)
-            r2, _ = _host_result("h2", ids["h2"], k, rng, 10.0)
+            r1, _ = _host_result(sim, "h1", ids["h1"], k, rng, 10.0)
+            r2, _ = _host_result(sim, "h2", ids["h2"], k, rng, 10.0)
             rec.record(k, phase, [r1, r2], (k + 1) * 10**9)
-        assert sorted(rec.samples) == ([] if how == "folded" else [1, 2, 3])
-        spill = rec.samples.spill_dir
-        assert (spill is not None) == (how == "spilled")
-        valid, srows, _ = rec.summarise([1, 2, 3])
+        if reference is None:
+            reference = Sample.add([sim.workload_sample(k) for k in (1, 2, 3)])
+        total = sim.window(1, 3)
+        for a in ("counters", "lat", "rows", "buckets", "counts"):
+            assert np.array_equal(getattr(total, a), getattr(reference, a)), (how, a)
+        for store in sim.stores.values():
+            with pytest.raises(ValueError, match="not kept"):
+                store.window(0, 3)
+            with pytest.raises(ValueError, match="not kept"):
+                store.window(1, 4)
+        valid, srows, _ = rec.summarise([1, 2, 3], total)
         assert valid
         summaries.append(srows)
-        if how == "folded":
-            with pytest.raises(ValueError, match="not kept"):
-                rec.summarise([1, 2])
+        for store in sim.stores.values():
+            store.close()
         rec.close()
-        if spill is not None:
-            assert spill.parent == tmp_path / how / rec.dir and not spill.exists()
         out.close()
     kept = summaries[0]
     for other in summaries[1:]:
@@ -383,7 +465,7 @@ def test_folded_and_spilled_measurement_equal_kept_samples(tmp_path: Path) -> No
         for a, b in zip(kept, other, strict=True):
             for col in ("IOPS", "service_time_p99_ms", "response_time_p99_9_ms",
                         "write_MB_per_s"):
-                assert b[col] == pytest.approx(a[col], rel=1e-12, nan_ok=True), col
+                assert b[col] == a[col] or (np.isnan(a[col]) and np.isnan(b[col])), col
 
 
 @pytest.mark.parametrize("fold", [False, True])
@@ -395,15 +477,16 @@ def test_summary_rows_carry_cpu_workloads_and_mean_iops_setting(tmp_path: Path,
     wl = _workloads()
     out = RunOutput(tmp_path)
     rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, fold_measurement=fold)
+    sim = _Slaves(rec, keep_from=1, fold=fold)
     rng = np.random.default_rng(4)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     a0 = "h1:/dev/sd0:a"
     for k, (setting, busy1) in enumerate([(50.0, 10.0), (100.0, 30.0), (300.0, 50.0)]):
         wl[a0] = dataclasses.replace(wl[a0], params={"iops": setting})
         rec.record(k, "warmup" if k == 0 else "measurement",
-                   [_host_result("h1", ids["h1"], k, rng, busy1)[0],
-                    _host_result("h2", ids["h2"], k, rng, 70.0)[0]], (k + 1) * 10**9)
-    valid, rows, _ = rec.summarise(rec.window_of_phase())
+                   [_host_result(sim, "h1", ids["h1"], k, rng, busy1)[0],
+                    _host_result(sim, "h2", ids["h2"], k, rng, 70.0)[0]], (k + 1) * 10**9)
+    valid, rows, _ = rec.summarise(rec.window_of_phase(), sim.window(1, 2))
     out.close()
     assert valid
     by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
@@ -432,14 +515,15 @@ def test_summary_and_histogram_files_agree_with_the_window_rows(tmp_path: Path) 
     wl = _workloads()
     out = RunOutput(tmp_path)
     rec = StepRecorder(out, 3, "x", ROLLUPS, 0.5, wl)
+    sim = _Slaves(rec)
     rng = np.random.default_rng(9)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     for k in range(4):
         rec.record(k, "warmup" if k == 0 else "measurement",
-                   [_host_result(h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
+                   [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
                    (k + 1) * 10**9)
     window = rec.window_of_phase()
-    _, rows, _ = rec.summarise(window)
+    _, rows, _ = rec.summarise(window, sim.window(window[0], window[-1]))
     out.close()
     step = tmp_path / "step0003-x"
     edges = {(int(a), int(b)) for a, b in zip(LOWER_NS, UPPER_NS, strict=True)}

@@ -29,7 +29,7 @@ from protocol.messages import (
     Ping,
     SubintervalResult,
 )
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from tests.protocol.strategies import any_message, message_strategy
 
@@ -47,7 +47,7 @@ def _result_message() -> SubintervalResult:
         start_ns=10,
         end_ns=20,
         workload_ids=["h1:/dev/loop0:rr"],
-        stats=dict(StatsBatch.from_stats([s]).to_wire()),
+        rollups=[GroupStats(StatsBatch.from_stats([s])).to_wire()],
         cpu={"busy_pct": 12.5, "per_core_busy_pct": [10.0, 15.0]},
         interlock=[{"switch_delay_ns": 1000, "handover_delay_ns": 5000}],
         send_ns=25,
@@ -95,7 +95,8 @@ def test_one_byte_at_a_time() -> None:
     assert out == msgs
     back = out[0]
     assert isinstance(back, SubintervalResult)
-    assert StatsBatch.from_wire(back.stats).workload(0).ops() == 1000
+    part = GroupStats.from_wire(back.rollups[0], histograms=True)
+    assert part.pct is None and part.batch.workload(0).ops() == 1000
 
 
 @settings(max_examples=300)

@@ -23,6 +23,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    WindowRequest,
+    WindowResult,
 )
 from protocol.state import TRANSITIONS, Conversation, Role, State
 from protocol.version import PROTOCOL_VERSION
@@ -47,7 +49,7 @@ class Pair:
 
 HELLO = Hello(PROTOCOL_VERSION, "0.1.0", "h1", 1)
 REPLY = HelloReply(PROTOCOL_VERSION, "0.1.0", "h", "6.1", "3.11", "1.24", 2, 9, 5)
-RESULT = SubintervalResult(0, 0, 0, 1, [], {}, {}, [], 2)
+RESULT = SubintervalResult(0, 0, 0, 1, [], [], {}, [], 2)
 
 
 def test_full_conversation() -> None:
@@ -68,6 +70,8 @@ def test_full_conversation() -> None:
         ("m", Stop(2), State.STOPPING),
         ("s", RESULT, State.STOPPING),
         ("s", Stopped(0, 2), State.IDLE),
+        ("m", WindowRequest(4, 0, 1, 2), State.IDLE),
+        ("s", WindowResult(4, 0, 1, 2, [], {}), State.IDLE),
         ("m", Bye(), State.CLOSING),
         ("s", Bye(), State.CLOSED),
     ]
@@ -88,6 +92,9 @@ def test_full_conversation() -> None:
         ([("m", HELLO), ("s", REPLY)], "s", Stopped(0, 0)),
         ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "m", Go(0, 1, 1)),
         ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "m", DiscoverLuns(1)),
+        ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "m", WindowRequest(1, 0, 0, 0)),
+        ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "s",
+         WindowResult(1, 0, 0, 0, [], {})),
         ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "s", LunList(1, [])),
         ([("m", HELLO), ("s", REPLY), ("m", Bye())], "m", Ping(1, 1)),
     ],

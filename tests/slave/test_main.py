@@ -26,7 +26,7 @@ from protocol.messages import (
     SubintervalResult,
 )
 from protocol.state import Conversation, Role
-from protocol.stats import StatsBatch
+from protocol.stats import GroupStats
 from protocol.version import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,10 +67,12 @@ class Slave:
                                  {"iodepth": 4, "iops": 500.0, "read_fraction": 1.0}, True))
         ack = self.recv()
         assert isinstance(ack, Ack) and ack.info["engine"] == "fake"
-        self.send(Go(0, time.monotonic_ns() + 200_000_000, 300_000_000))
+        self.send(Go(0, time.monotonic_ns() + 200_000_000, 300_000_000,
+                     [{"type": "workload", "groups": [["local:lun:w"]], "histograms": True}]))
         result = self.recv()
         assert isinstance(result, SubintervalResult) and result.workload_ids == ["local:lun:w"]
-        assert StatsBatch.from_wire(result.stats).workload(0).ops() > 0
+        part = GroupStats.from_wire(result.rollups[0], histograms=True)
+        assert part.batch.workload(0).ops() > 0
         tree = [psutil.Process(self.proc.pid)]
         tree += tree[0].children(recursive=True)
         assert len(tree) >= 2, "worker processes run the I/O"

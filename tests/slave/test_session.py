@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
     Bye,
@@ -29,9 +30,11 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    WindowRequest,
+    WindowResult,
 )
 from protocol.state import Conversation, Role
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
 from slave.luns import LunInfo, describe_block_device, file_lun, lun_for_path
@@ -156,6 +159,21 @@ def _create(
     return h.send(CreateWorkload(seq, wid, lun, {**base, **params}))
 
 
+def _plan(h: Harness, histograms: bool = True) -> list[dict[str, Any]]:
+    """A rollup plan of one entry: every workload its own group."""
+    return [{"type": "workload", "groups": [[w] for w in h.session.params],
+             "histograms": histograms}]
+
+
+def _go(h: Harness, step: int, start_ns: int, sub_ns: int, **keep: Any) -> list[Message]:
+    return h.send(Go(step, start_ns, sub_ns, _plan(h), **keep))
+
+
+def _batch(r: Message, entry: int = 0) -> StatsBatch:
+    assert isinstance(r, SubintervalResult)
+    return GroupStats.from_wire(r.rollups[entry], histograms=True).batch
+
+
 def test_handshake_ping_and_create() -> None:
     h = Harness()
     h.hello()
@@ -204,7 +222,7 @@ def test_a_write_is_checked_against_the_lun_as_it_is_at_create() -> None:
     assert h.described == ["/dev/fake0"] and set(h.backend.workloads) == {
         "h1:/dev/fake0:r", "h1:/dev/fake0:forced"}
     # unmounted again, and a new step: the next batch looks afresh
-    h.send(Go(0, 10 * SUB, SUB))
+    _go(h, 0, 10 * SUB, SUB)
     del h.now_luns["/dev/fake0"]
     h.send(Stop(0))
     (ack3,) = _create(h, 5, "h1:/dev/fake0:w", read_fraction=0.5)
@@ -238,12 +256,12 @@ def test_step_results_continue_edit_and_stop() -> None:
     h.hello()
     _create(h, 1, "h1:/dev/fake0:a")
     _create(h, 2, "h1:/dev/fake0:b", iops=200.0)
-    assert h.send(Go(0, 10 * SUB, SUB)) == []
+    assert _go(h, 0, 10 * SUB, SUB) == []
     assert h.tick(10 * SUB + SUB - 1) == []
     (r0,) = h.tick(11 * SUB)
     assert isinstance(r0, SubintervalResult) and r0.subinterval == 0
     assert (r0.start_ns, r0.end_ns) == (10 * SUB, 11 * SUB)
-    batch = StatsBatch.from_wire(r0.stats)
+    batch = _batch(r0)
     assert r0.workload_ids == ["h1:/dev/fake0:a", "h1:/dev/fake0:b"]
     assert [batch.workload(i).ops() for i in range(2)] == [100, 200]
     assert h.send(Continue(2)) == []
@@ -254,7 +272,7 @@ def test_step_results_continue_edit_and_stop() -> None:
     assert h.send(Stop(2)) == []
     r2, stopped = h.tick(13 * SUB)
     assert isinstance(r2, SubintervalResult) and r2.subinterval == 2
-    assert StatsBatch.from_wire(r2.stats).workload(0).ops() == 300
+    assert _batch(r2).workload(0).ops() == 300
     assert stopped == Stopped(0, 2)
     assert ("grant", 2) in h.backend.calls and ("stop_after", 2) in h.backend.calls
     (ack,) = h.send(DeleteWorkload(4, "h1:/dev/fake0:b"))
@@ -263,11 +281,98 @@ def test_step_results_continue_edit_and_stop() -> None:
     assert h.session.closed
 
 
+def test_results_are_added_up_by_the_rollup_plan() -> None:
+    """Each plan entry's groups come added up: as merged histograms, or as the percentile
+    table read from them (equal to reading the merged histograms)."""
+    h = Harness()
+    h.hello()
+    a, b, c = "h1:/dev/fake0:a", "h1:/dev/fake0:b", "h1:/dev/fake0:c"
+    for seq, (wid, iops) in enumerate(((a, 100.0), (b, 200.0), (c, 50.0)), start=1):
+        _create(h, seq, wid, iops=iops)
+    plan = [{"type": "workload", "groups": [[a], [b], [c]], "histograms": True},
+            {"type": "all", "groups": [[c, a, b]], "histograms": True},
+            {"type": "pair", "groups": [[b, a], [c]], "histograms": False}]
+    assert h.send(Go(0, 0, SUB, plan)) == []
+    (r0,) = h.tick(SUB)
+    assert isinstance(r0, SubintervalResult) and r0.workload_ids == [a, b, c]
+    each = _batch(r0, 0)
+    assert [each.workload(i).ops() for i in range(3)] == [100, 200, 50]
+    assert _batch(r0, 1).workload(0).ops() == 350
+    pair = GroupStats.from_wire(r0.rollups[2], histograms=False)
+    assert pair.batch.rows.size == 0 and pair.pct is not None
+    assert pair.batch.counters[:, 0, 0].tolist() == [300, 50]
+    want = view_percentiles(group_batch(each, np.array([0, 0, 1]), 2))
+    assert np.array_equal(pair.pct, want, equal_nan=True)
+    assert not np.isnan(pair.pct[:, 0]).any()  # the overall view had reads
+
+
+@pytest.mark.parametrize(("plan", "text"), [
+    ([{"type": "lun", "groups": [["h1:/dev/fake0:a"]], "histograms": False}],
+     "does not put each of the host's 2 workloads in exactly one group"),
+    ([{"type": "lun", "groups": [["h1:/dev/fake0:a", "h1:/dev/fake0:b"],
+                                 ["h1:/dev/fake0:b"]], "histograms": False}],
+     "exactly one group"),
+    ([{"type": "lun", "groups": [["h1:/dev/fake0:a", "h1:/dev/fake0:b"]]}], "lacks"),
+    ([{"type": "lun", "groups": "all", "histograms": True}], "malformed"),
+])
+def test_a_rollup_plan_that_does_not_fit_the_workloads_is_fatal(plan: list[dict[str, Any]],
+                                                                text: str) -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    _create(h, 2, "h1:/dev/fake0:b")
+    (err,) = h.send(Go(3, 0, SUB, plan))
+    assert isinstance(err, Error) and err.fatal and err.kind == "protocol"
+    assert "Go of step 3" in err.message and text in err.message
+    assert not [c for c in h.backend.calls if c[0] == "go"]  # no I/O was started
+    assert h.session.closed
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_window_after_the_step_adds_the_kept_subintervals_up(fold: bool) -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a", iops=100.0)
+    _create(h, 2, "h1:/dev/fake0:b", iops=200.0)
+    assert _go(h, 0, 0, SUB, keep_from=1, keep_to=3, fold=fold) == []
+    h.send(Continue(2))
+    h.send(Continue(3))
+    h.send(Continue(4))
+    h.send(Stop(4))
+    for k in range(4):
+        h.tick((k + 1) * SUB)
+    (edit_ack,) = h.send(EditWorkload(3, "h1:/dev/fake0:a", {"iops": 400.0}))  # from 4 on
+    assert isinstance(edit_ack, Ack)
+    *_, stopped = h.tick(5 * SUB)
+    assert stopped == Stopped(0, 4)
+    (win,) = h.send(WindowRequest(7, 0, 1, 3))
+    assert isinstance(win, WindowResult) and (win.seq, win.first, win.last) == (7, 1, 3)
+    batch = StatsBatch.from_wire(win.stats)
+    assert win.workload_ids == ["h1:/dev/fake0:a", "h1:/dev/fake0:b"]
+    assert [batch.workload(i).ops() for i in range(2)] == [300, 600]
+    (short,) = h.send(WindowRequest(8, 0, 1, 2))  # a Stop that crossed a result
+    assert isinstance(short, WindowResult)
+    assert StatsBatch.from_wire(short.stats).workload(1).ops() == 400
+    for seq, first, last, text in ((9, 0, 3, "not kept"), (10, 1, 4, "not kept"),
+                                   (11, 3, 3, "added its subintervals up" if fold else "")):
+        (got,) = h.send(WindowRequest(seq, 0, first, last))
+        if not text:
+            assert isinstance(got, WindowResult)
+            continue
+        assert isinstance(got, Error) and got.seq == seq and got.kind == "config"
+        assert text in got.message and not got.fatal
+    (other,) = h.send(WindowRequest(12, 5, 1, 3))
+    assert isinstance(other, Error) and "step 5's subintervals are not kept" in other.message
+    # the next Go drops what was kept
+    _go(h, 1, 10 * SUB, SUB)
+    assert h.session.window_store is not None and h.session.window_store.step == 1
+
+
 def test_missing_continue_is_master_late() -> None:
     h = Harness()
     h.hello()
     _create(h, 1, "h1:/dev/fake0:a")
-    h.send(Go(0, 0, SUB))
+    _go(h, 0, 0, SUB)
     h.tick(SUB)
     msgs = h.tick(2 * SUB)  # subinterval 2 started without a Continue
     err, stopped = msgs
@@ -284,7 +389,7 @@ def test_backend_detected_late_buffer() -> None:
     h.hello()
     _create(h, 1, "h1:/dev/fake0:a")
     h.backend.late_at = 1
-    h.send(Go(0, 0, SUB))
+    _go(h, 0, 0, SUB)
     h.send(Continue(2))
     h.tick(SUB)
     err, stopped = h.tick(2 * SUB)
@@ -296,7 +401,7 @@ def test_stop_in_the_past_ends_at_once() -> None:
     h = Harness()
     h.hello()
     _create(h, 1, "h1:/dev/fake0:a")
-    h.send(Go(0, 0, SUB))
+    _go(h, 0, 0, SUB)
     h.tick(SUB)
     msgs = h.send(Stop(-1))
     assert msgs == [Stopped(0, 0)]
