@@ -135,6 +135,19 @@ class CsvAppender:
             self._writer.writerow([fmt(row.get(col)) for col in self.header])
             self._fh.flush()
 
+    def write_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """``write`` of each row, handed to the OS with one write (many hosts' rows of one
+        subinterval)."""
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        for row in rows:
+            unknown = set(row) - self._header_set
+            if unknown:
+                raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
+            writer.writerow([fmt(row.get(col)) for col in self.header])
+        if buf.tell():
+            self.append_now(buf.getvalue())
+
     def append_now(self, line: str) -> None:
         """Append one formatted line and hand it to the OS at once: one ``write`` call on an
         open file (``write`` leaves nothing buffered), one open/write/close otherwise."""

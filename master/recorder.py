@@ -186,8 +186,9 @@ class StepRecorder:
                 for t, p in self.plans.items()]
 
     def _decode(self, h: HostResult) -> list[GroupStats]:
-        """A host's result checked against the plan: its workloads, and per rollup type its
-        groups' statistics (histograms validated in one compiled pass)."""
+        """A host's result checked against the plan: its workloads, and per rollup type the
+        shapes of its groups' statistics (their contents are checked for all hosts at once:
+        ``_checked``)."""
         r = h.result
         expected = self._host_workloads.get(h.host)
         if expected is None:
@@ -202,8 +203,6 @@ class StepRecorder:
         for entry, (t, p) in zip(r.rollups, self.plans.items(), strict=True):
             try:
                 gs = GroupStats.from_wire(entry, histograms=p.histograms, validate=False)
-                if p.histograms:
-                    kernels.validate_batch(gs.batch)
             except ProtocolError as exc:
                 raise HostError(f"bad statistics of rollup {t}: {exc}", host=h.host) from exc
             if gs.n_groups != len(p.groups.get(h.host, [])):
@@ -211,6 +210,30 @@ class StepRecorder:
                                 f"{len(p.groups.get(h.host, []))}", host=h.host)
             out.append(gs)
         return out
+
+    def _checked(self, rollup_type: str, parts: list[GroupStats]) -> GroupStats:
+        """Every host's part of one rollup type side by side, its contents checked in one
+        pass (histograms by the compiled scan); when they do not add up, the host whose part
+        is wrong is named."""
+        both = GroupStats.concat(parts)
+
+        def check(gs: GroupStats) -> None:
+            if gs.pct is None:
+                kernels.validate_batch(gs.batch)
+            else:
+                gs.check()
+
+        try:
+            check(both)
+        except ProtocolError as exc:
+            for h, gs in zip(self._hosts, parts, strict=True):
+                try:
+                    check(gs)
+                except ProtocolError as mine:
+                    raise HostError(f"bad statistics of rollup {rollup_type}: {mine}",
+                                    host=h) from mine
+            raise HostError(f"bad statistics of rollup {rollup_type}: {exc}") from exc
+        return both
 
     # ------------------------------------------------------------------ one subinterval
     def record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int
@@ -222,6 +245,9 @@ class StepRecorder:
         if missing:
             raise ProtocolError(f"no result from hosts {missing[:3]} of the step's plan")
         decoded = [self._decode(by_host[h]) for h in self._hosts]
+        # every rollup type checked before anything of the subinterval is written
+        checked = [self._checked(spec.type, [d[i] for d in decoded])
+                   for i, spec in enumerate(self.rollups)]
         ops_by_host = {h: int(d[0].batch.counters[:, :, OPS].sum()) if d else 0
                        for h, d in zip(self._hosts, decoded, strict=True)}
         self.phases[k] = phase
@@ -236,11 +262,9 @@ class StepRecorder:
             self._keep_settings(k, host_cpu, iops)
         for i, spec in enumerate(self.rollups):
             p = self.plans[spec.type]
-            parts = [d[i] for d in decoded]
-            sample = ru.Sample.from_batches([gs.batch for gs in parts])
-            pct = None if p.histograms else np.concatenate(
-                [gs.pct for gs in parts if gs.pct is not None])
-            res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=pct)
+            both = checked[i]
+            sample = ru.Sample.from_batch(both.batch)
+            res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=both.pct)
             out.results[spec.type] = res
             if p.histograms:
                 out.samples[spec.type] = sample
@@ -253,9 +277,15 @@ class StepRecorder:
                                      float(cols["service_time_p50_ms"][i]),
                                      float(cols["service_time_p99_ms"][i]), float(cpu[i]))
                              for i, inst in enumerate(g.names)]
+        cpu_rows: list[dict[str, Any]] = []
+        interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
-            self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns)
+            self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
+                            interlock_rows)
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
+        self.output.table(f"{self.dir}/cpu.csv", CPU_COLUMNS).write_many(cpu_rows)
+        self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(
+            interlock_rows)
         return out
 
     def _keep_settings(self, k: int, host_cpu: npt.NDArray[np.float64],
@@ -310,22 +340,23 @@ class StepRecorder:
         formatted as ``CsvAppender.write`` would and handed to the OS with one write."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
-        values = np.empty((g.n, len(ru.METRIC_COLUMNS) + 1))
+        n_metrics = len(ru.METRIC_COLUMNS)
+        values = np.empty((g.n, n_metrics + 3))
         for j, col in enumerate(ru.METRIC_COLUMNS):
             values[:, j] = res.columns[col]
-        values[:, -1] = cpu
+        values[:, n_metrics] = cpu
+        values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
+        values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
+                                               minlength=g.n)  # iops_setting
         body = format_float_rows(values)
-        count = np.bincount(g.of_workload, minlength=g.n).tolist()
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
-        total = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
-        settings = format_float_rows(np.asarray(total, dtype=np.float64)[:, None])
         for i in np.flatnonzero(is_max).tolist():
-            settings[i] = "max"
+            row = body[i]
+            body[i] = row[:row.rindex(",") + 1] + "max"
         tables = self._tables_of(rollup_type, g)
         texts = self._inst_text[rollup_type]
-        CsvAppender.append_many(tables, [
-            f"{head}{text},{b},{c},{setting}\r\n"
-            for text, b, c, setting in zip(texts, body, count, settings, strict=True)])
+        CsvAppender.append_many(tables, [f"{head}{text},{b}\r\n"
+                                         for text, b in zip(texts, body, strict=True)])
 
     def _tables_of(self, rollup_type: str, g: ru.Grouping) -> list[Any]:
         tables = self._tables_by_type.get(rollup_type)
@@ -337,11 +368,8 @@ class StepRecorder:
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
-        out = np.empty(len(self.ids))
-        for j, wid in enumerate(self.ids):
-            v = self.workloads[wid].params.get("iops")
-            out[j] = float("nan") if v is None else float(v)
-        return out
+        wl = self.workloads
+        return np.array([wl[w].params.get("iops") for w in self.ids], dtype=np.float64)
 
     @staticmethod
     def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
@@ -364,20 +392,22 @@ class StepRecorder:
             self._instance_tables[key] = t
         return t
 
-    def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int) -> None:
+    def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int,
+                   cpu_rows: list[dict[str, Any]], interlock_rows: list[dict[str, Any]]
+                   ) -> None:
+        """A host's rows of cpu.csv and interlock.csv for subinterval ``k``."""
         r = h.result
         user_s = float(r.cpu.get("slave_user_s", 0.0))
         sys_s = float(r.cpu.get("slave_system_s", 0.0))
-        self.output.table(f"{self.dir}/cpu.csv", CPU_COLUMNS).write({
+        cpu_rows.append({
             "subinterval": k, "phase": phase, "host": h.host, "busy_pct": r.cpu.get("busy_pct"),
             "per_core_busy_pct": " ".join(f"{c:g}" for c in r.cpu.get("per_core_busy_pct", [])),
             "slave_user_s": user_s, "slave_system_s": sys_s,
             "slave_cpu_us_per_io": (user_s + sys_s) * 1e6 / ops if ops else None,
         })
-        table = self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS)
         for w, il in enumerate(r.interlock):
             switch = il.get("switch_ns")
-            table.write({
+            interlock_rows.append({
                 "subinterval": k, "host": h.host, "worker": il.get("worker", w),
                 "switch_delay_us": _us(il.get("switch_delay_ns")),
                 "handover_delay_us": _us(il.get("handover_delay_ns")),

@@ -19,6 +19,7 @@ and one response time); ``errors`` counts failed I/Os and short transfers, which
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -200,6 +201,29 @@ class StatsBatch:
         )
 
     @classmethod
+    def concat(cls, batches: Sequence[StatsBatch]) -> StatsBatch:
+        """Workloads of several batches side by side (hosts of one subinterval), still sorted
+        by (row, bucket)."""
+        if len(batches) == 1:
+            return batches[0]
+        if not batches:
+            return cls.empty()
+        nnz = [b.rows.size for b in batches]
+        rows = np.empty(int(sum(nnz)), dtype=np.uint32)
+        at, first_row = 0, 0
+        for b, n in zip(batches, nnz, strict=True):
+            np.add(b.rows, np.uint32(first_row), out=rows[at:at + n], casting="unsafe")
+            at += n
+            first_row += b.n_workloads * ROWS_PER_WORKLOAD
+        return cls(
+            counters=np.concatenate([b.counters for b in batches]),
+            lat=np.concatenate([b.lat for b in batches]),
+            rows=rows,
+            buckets=np.concatenate([b.buckets for b in batches]),
+            counts=np.concatenate([b.counts for b in batches]),
+        )
+
+    @classmethod
     def empty(cls, n_workloads: int = 0) -> StatsBatch:
         lat = np.zeros((n_workloads, N_CATEGORIES, N_KINDS, 3), dtype=np.int64)
         lat[..., MIN] = I64_MAX
@@ -345,34 +369,62 @@ class GroupStats:
     def from_wire(cls, wire: dict[str, object], *, histograms: bool,
                   validate: bool = True) -> GroupStats:
         """Decode one entry. With ``histograms`` the batch's coordinates are the groups'
-        histograms and ``pct`` must be empty (``validate=False`` leaves the coordinate checks
-        to the caller, as ``StatsBatch.from_wire``); without, the coordinates must be empty
-        and the percentile table complete: the counters and side statistics are checked, and
-        each percentile is NaN exactly where its view had no I/O and lies within the view's
-        exact minimum and maximum."""
-        from protocol.grouping import N_VIEWS, PERCENTILES, view_min_max
+        histograms and ``pct`` must be empty; without, the coordinates must be empty and the
+        percentile table complete. ``validate`` then checks the contents (``check``);
+        without it only the shapes are checked and the caller must check the contents
+        (the master does, once for all hosts of a subinterval)."""
+        from protocol.grouping import N_VIEWS, PERCENTILES
 
         raw = wire.get("pct") if isinstance(wire, dict) else None
         if not isinstance(raw, bytes | bytearray | memoryview):
             raise RemoteProtocolError("group statistics lack their pct field (bytes)")
-        batch = StatsBatch.from_wire(wire, validate=validate and histograms)
+        batch = StatsBatch.from_wire(wire, validate=False)
         n = batch.n_workloads
         if histograms:
             if len(raw):
                 raise RemoteProtocolError("group statistics carry both histograms and percentiles")
+            out = cls(batch)
+        else:
+            if batch.rows.size:
+                raise RemoteProtocolError("group statistics carry histograms where percentiles "
+                                          "were asked for")
+            shape = (n, N_VIEWS, N_KINDS, len(PERCENTILES))
+            if len(raw) != 8 * int(np.prod(shape)):
+                raise RemoteProtocolError(f"group percentile table has {len(raw)} bytes, "
+                                          f"expected {8 * int(np.prod(shape))}")
+            out = cls(batch, np.frombuffer(raw, dtype="<f8").reshape(shape))
+        if validate:
+            out.check()
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[GroupStats]) -> GroupStats:
+        """The groups of several entries side by side (every host's part of one rollup type),
+        all with histograms or all with percentile tables."""
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        if len({p.pct is None for p in parts}) > 1:
+            raise ValueError("group statistics mix histograms and percentile tables")
+        batch = StatsBatch.concat([p.batch for p in parts])
+        if parts[0].pct is None:
             return cls(batch)
-        if batch.rows.size:
-            raise RemoteProtocolError("group statistics carry histograms where percentiles were "
-                                      "asked for")
-        shape = (n, N_VIEWS, N_KINDS, len(PERCENTILES))
-        if len(raw) != 8 * int(np.prod(shape)):
-            raise RemoteProtocolError(
-                f"group percentile table has {len(raw)} bytes, expected {8 * int(np.prod(shape))}")
-        pct = np.frombuffer(raw, dtype="<f8").reshape(shape)
-        batch.check_side()
-        mins, maxs, has = view_min_max(batch)
+        return cls(batch, np.concatenate([p.pct for p in parts if p.pct is not None]))
+
+    def check(self) -> None:
+        """Raise ``RemoteProtocolError`` unless consistent: a batch with histograms as
+        ``StatsBatch.validate``; with a percentile table, the counters and side statistics,
+        and each percentile NaN exactly where its view had no I/O and within the view's exact
+        minimum and maximum."""
+        from protocol.grouping import view_min_max
+
+        if self.pct is None:
+            self.batch.validate()
+            return
+        self.batch.check_side()
+        mins, maxs, has = view_min_max(self.batch)
+        pct = self.pct
         empty = np.isnan(pct)
-        if not np.array_equal(empty, np.broadcast_to(~has[..., None], shape)):
+        if not np.array_equal(empty, np.broadcast_to(~has[..., None], pct.shape)):
             raise RemoteProtocolError("group percentiles are missing, or present for a view "
                                       "without I/O")
         with np.errstate(invalid="ignore"):
@@ -380,4 +432,3 @@ class GroupStats:
         if bool(np.any(outside & ~empty)):
             raise RemoteProtocolError("group percentiles lie outside the view's minimum and "
                                       "maximum latency")
-        return cls(batch, pct)

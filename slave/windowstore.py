@@ -10,7 +10,8 @@ subintervals up (``protocol.grouping.add_batches``). Two ways to keep:
   crossed its ``Stop``) is still exact. Memory stays that of about three subintervals however
   long the step.
 * otherwise (a ``measure:`` step picks its window afterwards): each subinterval on its own, in
-  memory up to ``memory_bytes`` and then in a temporary file, which ``close`` removes.
+  memory up to ``memory_bytes`` and then in a temporary file (``spill_dir``), which
+  ``close`` removes (it has no name: nothing is left behind even when the slave is killed).
 
 No I/O on LUNs, no protocol messages (``slave.session`` answers the request).
 """
@@ -18,6 +19,7 @@ No I/O on LUNs, no protocol messages (``slave.session`` answers the request).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from collections import deque
 from collections.abc import Sequence
@@ -34,9 +36,18 @@ log = logging.getLogger(__name__)
 #: Subintervals a fold keeps on their own before adding them to the running total.
 FOLD_DELAY: Final = 2
 #: Kept subintervals beyond this many bytes go to a temporary file.
-DEFAULT_MEMORY_BYTES: Final = 128 << 20
+#: (16 MiB: about 20 subintervals of 64 workloads; the slave stays within its 150 MB.)
+DEFAULT_MEMORY_BYTES: Final = 16 << 20
 #: Subintervals added at once when a window is read (bounds the temporary memory).
 ADD_CHUNK: Final = 16
+
+
+def spill_dir() -> str | None:
+    """Where kept subintervals spill: ``$TMPDIR`` when set, else /var/tmp (on disk by
+    convention; /tmp is often RAM), else Python's default."""
+    if os.environ.get("TMPDIR"):
+        return None
+    return "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
 
 
 class WindowError(ValueError):
@@ -108,7 +119,8 @@ class WindowStore:
     def _write_spill(self, b: StatsBatch) -> _Spilled:
         if self._spill is None:
             # kept open until close(): the file lives as long as the step's window
-            self._spill = tempfile.TemporaryFile(prefix="ivypy-window-")  # noqa: SIM115
+            self._spill = tempfile.TemporaryFile(  # noqa: SIM115
+                prefix="ivypy-window-", dir=spill_dir())
             log.info("step %d: kept subintervals pass %d MiB; the rest go to a temporary file",
                      self.step, self.memory_bytes >> 20)
         at = self._spill_end
