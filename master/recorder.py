@@ -232,7 +232,8 @@ class StepRecorder:
                 except ProtocolError as mine:
                     raise HostError(f"bad statistics of rollup {rollup_type}: {mine}",
                                     host=h) from mine
-            raise HostError(f"bad statistics of rollup {rollup_type}: {exc}") from exc
+            raise ProtocolError(f"bad statistics of rollup {rollup_type} (no single host's part "
+                                f"is at fault): {exc}") from exc
         return both
 
     # ------------------------------------------------------------------ one subinterval
