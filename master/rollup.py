@@ -27,7 +27,8 @@ from protocol.grouping import MEMBERSHIP as _MEMBERSHIP
 from protocol.grouping import N_VIEWS as N_VIEWS
 from protocol.grouping import PERCENTILES as PERCENTILES
 from protocol.grouping import VIEWS as VIEWS
-from protocol.stats import BYTES, ERRORS, I64_MAX, MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
+from protocol.grouping import view_extremes
+from protocol.stats import BYTES, ERRORS, MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
 
 # VIEWS (column prefix → categories), N_VIEWS, PERCENTILES and the views' membership matrix
 # are shared with the slave, which computes percentile tables itself: protocol.grouping.
@@ -293,10 +294,9 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float,
     bytes_v = cnt[:, :, BYTES] @ _MEMBERSHIP.T
     err_v = cnt[:, :, ERRORS] @ _MEMBERSHIP.T
     sum_v = np.einsum("gck,vc->gvk", lsum, _MEMBERSHIP)  # (G, V, 2)
-    big = np.where(_MEMBERSHIP[None, :, :, None] > 0, lmin[:, None, :, :], I64_MAX)
-    min_v = big.min(axis=2).astype(np.float64)  # (G, V, 2)
-    small = np.where(_MEMBERSHIP[None, :, :, None] > 0, lmax[:, None, :, :], -1)
-    max_v = small.max(axis=2).astype(np.float64)
+    low, high = view_extremes(lmin, lmax)
+    min_v = low.astype(np.float64)  # (G, V, 2)
+    max_v = high.astype(np.float64)
     if group_percentiles is not None:
         pct = np.empty_like(group_percentiles)
         pct[grouping.of_workload] = group_percentiles

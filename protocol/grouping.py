@@ -30,7 +30,6 @@ import numpy.typing as npt
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
 from protocol.histogram import PCT_SCALE, percentile_numerators
 from protocol.stats import (
-    I64_MAX,
     MAX,
     MIN,
     N_CATEGORIES,
@@ -299,9 +298,18 @@ def view_extremes(lat_min: npt.ArrayLike, lat_max: npt.ArrayLike) -> tuple[_I64,
     master's ``rollup.compute`` builds them)."""
     mins = np.asarray(lat_min, dtype=np.int64)
     maxs = np.asarray(lat_max, dtype=np.int64)
-    member = MEMBERSHIP[None, :, :, None] > 0
-    low: _I64 = np.where(member, mins[:, None, :, :], I64_MAX).min(axis=2)
-    high: _I64 = np.where(member, maxs[:, None, :, :], -1).max(axis=2)
+    w = mins.shape[0]
+    low: _I64 = np.empty((w, N_VIEWS, N_KINDS), dtype=np.int64)
+    high: _I64 = np.empty((w, N_VIEWS, N_KINDS), dtype=np.int64)
+    # a view's categories, one elementwise min / max after another (a reduction over the
+    # middle axis of a broadcast array measured several times slower at 10,000 workloads)
+    for v, (_, cats) in enumerate(VIEWS):
+        lo, hi = low[:, v], high[:, v]
+        lo[...] = mins[:, cats[0]]
+        hi[...] = maxs[:, cats[0]]
+        for c in cats[1:]:
+            np.minimum(lo, mins[:, c], out=lo)
+            np.maximum(hi, maxs[:, c], out=hi)
     return low, high
 
 
