@@ -143,7 +143,9 @@ class Sample:
             lat=np.asarray(batch.lat, dtype=np.int64),
             rows=batch.rows.astype(np.int64),
             buckets=batch.buckets.astype(np.int64),
-            counts=np.asarray(batch.counts, dtype=np.int64),
+            # a copy: the wire's arrays are read-only views, which the compiled kernels
+            # would have to be compiled for again (seconds, in the middle of a step)
+            counts=batch.counts.astype(np.int64),
             coords_sorted=True,
         )
 

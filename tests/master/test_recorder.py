@@ -120,6 +120,19 @@ def test_from_batches_is_concat_of_from_batch() -> None:
     assert np.array_equal(twice.counters, 2 * fused.counters)
 
 
+def test_a_sample_from_the_wire_owns_writable_coordinates() -> None:
+    """The wire's arrays are read-only views; the compiled kernels are compiled (and cached)
+    for writable ones, and a read-only one would compile them again in the middle of a step
+    (seconds: the slave then stops with 'master late')."""
+    rng = np.random.default_rng(3)
+    wire = StatsBatch.from_stats([_stats(rng, MIXES[0], 80_000)[0]]).to_wire()
+    batch = StatsBatch.from_wire(wire)
+    assert not batch.counts.flags.writeable
+    sample = Sample.from_batch(batch)
+    for name in ("rows", "buckets", "counts"):
+        assert getattr(sample, name).flags.writeable, name
+
+
 # ---------------------------------------------------------------------- StepRecorder
 def _workloads() -> dict[str, WorkloadInstance]:
     out: dict[str, WorkloadInstance] = {}
