@@ -115,12 +115,17 @@ class CsvAppender:
     def is_open(self) -> bool:
         return self._fh is not None and not self._fh.closed
 
-    def _line(self, row: Mapping[str, Any]) -> str:
+    def _cells(self, row: Mapping[str, Any]) -> list[str]:
+        """The row's cells in header order, formatted; a column not in the header is an
+        error."""
         unknown = set(row) - self._header_set
         if unknown:
             raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
+        return [fmt(row.get(col)) for col in self.header]
+
+    def _line(self, row: Mapping[str, Any]) -> str:
         buf = io.StringIO()
-        csv.writer(buf).writerow([fmt(row.get(col)) for col in self.header])
+        csv.writer(buf).writerow(self._cells(row))
         return buf.getvalue()
 
     def write(self, row: Mapping[str, Any]) -> None:
@@ -128,11 +133,9 @@ class CsvAppender:
             self._pending.append(self._line(row))
             self.flush()
             return
-        unknown = set(row) - self._header_set
-        if unknown:
-            raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
+        cells = self._cells(row)
         with _writing(self.path):
-            self._writer.writerow([fmt(row.get(col)) for col in self.header])
+            self._writer.writerow(cells)
             self._fh.flush()
 
     def write_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -141,10 +144,7 @@ class CsvAppender:
         buf = io.StringIO()
         writer = csv.writer(buf)
         for row in rows:
-            unknown = set(row) - self._header_set
-            if unknown:
-                raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
-            writer.writerow([fmt(row.get(col)) for col in self.header])
+            writer.writerow(self._cells(row))
         if buf.tell():
             self.append_now(buf.getvalue())
 

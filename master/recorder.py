@@ -81,9 +81,7 @@ class Recorded:
 class _TypePlan:
     """One rollup type's plan: its instances, and the host groups the slaves add up."""
 
-    spec: RollupSpec
     names: tuple[str, ...]  # instances, in order of first appearance over the plan's workloads
-    index: dict[str, int]  # instance name → index
     groups: dict[str, list[list[str]]]  # host → its groups (workload ids)
     grouping: ru.Grouping  # host group (hosts in plan order) → instance
     host_of: npt.NDArray[np.intp]  # host index of each host group
@@ -173,7 +171,7 @@ class StepRecorder:
             of_hg = np.array(hg_inst, dtype=np.intp)
             spread = bool(np.any(np.bincount(of_hg, minlength=len(names)) > 1))
             self.plans[spec.type] = _TypePlan(
-                spec, names, index, groups, ru.Grouping(spec.type, names, of_hg),
+                names, groups, ru.Grouping(spec.type, names, of_hg),
                 np.array(hg_host, dtype=np.intp), inst_of,
                 spread or spec.type in histogram_types)
         #: the instances of each rollup type over the workloads in plan order (summaries)

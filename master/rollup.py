@@ -114,27 +114,8 @@ class Sample:
 
     @classmethod
     def from_batches(cls, batches: Sequence[StatsBatch]) -> Sample:
-        """``concat`` of ``from_batch`` of each batch, built in one pass over the
-        coordinates (the hosts of one subinterval)."""
-        nnz = [b.rows.size for b in batches]
-        total = int(sum(nnz))
-        rows = np.empty(total, dtype=np.int64)
-        buckets = np.empty(total, dtype=np.int64)
-        counts = np.empty(total, dtype=np.int64)
-        at, first_row = 0, 0
-        for b, n in zip(batches, nnz, strict=True):
-            np.add(b.rows, first_row, out=rows[at:at + n], casting="unsafe")
-            buckets[at:at + n] = b.buckets
-            counts[at:at + n] = b.counts
-            at += n
-            first_row += b.n_workloads * ROWS_PER_WORKLOAD
-        return cls(
-            counters=np.concatenate([np.asarray(b.counters, dtype=np.int64) for b in batches])
-            if batches else np.zeros((0, 4, 3), dtype=np.int64),
-            lat=np.concatenate([np.asarray(b.lat, dtype=np.int64) for b in batches])
-            if batches else np.zeros((0, 4, 2, 3), dtype=np.int64),
-            rows=rows, buckets=buckets, counts=counts, coords_sorted=True,
-        )
+        """``concat`` of ``from_batch`` of each batch (the hosts of one subinterval)."""
+        return cls.from_batch(StatsBatch.concat(batches))
 
     @classmethod
     def from_batch(cls, batch: StatsBatch) -> Sample:

@@ -392,14 +392,14 @@ class Run:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
         show = "host" if len(self.sessions) > 1 else "all"
-        dfc_window = control.dfc is not None and control.dfc.window is not None and (
-            control.dfc.window.subintervals > 1)
+        # a DFC window adds its focus rollup's histograms up over subintervals
+        dfc = control.dfc
+        windowed = dfc is not None and dfc.window is not None and dfc.window.subintervals > 1
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
                                 self.cfg.subinterval_seconds, self.current, show,
                                 hosts=list(self.sessions),
                                 histogram_types=frozenset(
-                                    {control.dfc.focus_rollup} if dfc_window and control.dfc
-                                    else ()),
+                                    {dfc.focus_rollup} if dfc is not None and windowed else ()),
                                 fold_measurement=control.fixed is not None)
         st = _StepState(number, step, recorder, control)
         self.step_state = st
