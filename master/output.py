@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import logging
@@ -35,7 +36,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -96,6 +97,10 @@ class CsvAppender:
     those beyond its open-file budget (runs with tens of thousands of instance files).
     """
 
+    #: Counts the appenders' file closes (``AppenderGroup`` reads its descriptors again after
+    #: one: a closed file's number may belong to another file by then).
+    closes = 0
+
     def __init__(self, path: Path, header: Sequence[str], keep_open: bool = True) -> None:
         self.path = path
         self.header = list(header)
@@ -110,6 +115,7 @@ class CsvAppender:
             if not keep_open:
                 self._fh.close()
                 self._fh = None
+                CsvAppender.closes += 1
 
     @property
     def is_open(self) -> bool:
@@ -161,26 +167,62 @@ class CsvAppender:
             while view:
                 view = view[os.write(fd, view):]
 
+    def _fd(self) -> int:
+        """The open file's descriptor, -1 when none is held."""
+        fh = self._fh
+        return fh.fileno() if fh is not None and not fh.closed else -1
+
     @staticmethod
     def append_many(appenders: Sequence[CsvAppender], lines: Sequence[str]) -> None:
-        """``append_now(line)`` on each appender with its line: the loop of a writer of many
-        instance files per subinterval, with one ``write`` per open file and nothing else."""
-        write = os.write
-        appender: CsvAppender | None = None
-        try:
-            for appender, line in zip(appenders, lines, strict=True):
-                fh = appender._fh
-                if fh is None or fh.closed:
-                    appender.append_now(line)
-                    continue
-                data = line.encode("utf-8")
-                done = write(fh.fileno(), data)
-                if done != len(data):  # a short write: the rest as append_now does it
-                    view = memoryview(data)[done:]
-                    while view:
-                        view = view[write(fh.fileno(), view):]
-        except OSError as exc:
-            raise OutputError(str(appender.path if appender else "?"), exc) from exc
+        """``append_now(line)`` on each appender with its line (``append_block``)."""
+        if len(appenders) != len(lines):
+            raise ValueError(f"{len(appenders)} files but {len(lines)} lines")
+        encoded = [line.encode("utf-8") for line in lines]
+        ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+        CsvAppender.append_block(appenders, np.frombuffer(b"".join(encoded), dtype=np.uint8),
+                                 ends)
+
+    @staticmethod
+    def append_block(appenders: Sequence[CsvAppender] | AppenderGroup,
+                     data: npt.NDArray[np.uint8],
+                     ends: npt.NDArray[np.int64], own: Mapping[int, str] | None = None
+                     ) -> None:
+        """Line ``i`` (``data[ends[i-1]:ends[i]]``, UTF-8, or ``own[i]`` where given) appended
+        to ``appenders[i]`` as ``append_now`` does it: the loop of a writer of many instance
+        files per subinterval. The open files' lines are written by compiled code
+        (``master.kernels.write_lines``, one ``write`` call per file, nothing else); a failed
+        write is repeated here and raises an ``OutputError`` naming its file."""
+        n = len(appenders)
+        if len(ends) != n:
+            raise ValueError(f"{n} files but {len(ends)} lines")
+        if n == 0:
+            return
+        from master import kernels  # numba: loaded by the first run that writes rows
+
+        own = own or {}
+        group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
+        fds = group.fds().copy()
+        for i in own:
+            fds[i] = -1
+        first, at = 0, None
+        while True:
+            i, stop = kernels.write_lines(fds, data, ends, first, at)
+            if i < 0:
+                break
+            path = appenders[i].path
+            view = data.data[stop:int(ends[i])]
+            with _writing(path):
+                while view:
+                    done = os.write(int(fds[i]), view)
+                    if done <= 0:
+                        raise OSError(errno.EIO, "write() wrote nothing")
+                    view = view[done:]
+            first, at = i + 1, None
+        for i in np.flatnonzero(fds < 0).tolist():
+            line = own.get(i)
+            if line is None:
+                line = data[int(ends[i - 1]) if i else 0:int(ends[i])].tobytes().decode("utf-8")
+            appenders[i].append_now(line)
 
     def flush(self) -> None:
         with _writing(self.path):
@@ -204,8 +246,39 @@ class CsvAppender:
             self.flush()
         finally:
             if self._fh is not None and not self._fh.closed:
+                CsvAppender.closes += 1
                 with _writing(self.path), contextlib.suppress(ValueError):
                     self._fh.close()
+
+
+class AppenderGroup(Sequence[CsvAppender]):
+    """Appenders written together every subinterval (one rollup type's instance files), with
+    their file descriptors read once, and again only after some appender closed its file."""
+
+    def __init__(self, appenders: Iterable[CsvAppender]) -> None:
+        self.appenders = list(appenders)
+        self._fds = np.zeros(0, dtype=np.int32)
+        self._closes = -1
+
+    def __len__(self) -> int:
+        return len(self.appenders)
+
+    @overload
+    def __getitem__(self, i: int) -> CsvAppender: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[CsvAppender]: ...
+
+    def __getitem__(self, i: int | slice) -> CsvAppender | Sequence[CsvAppender]:
+        return self.appenders[i]
+
+    def fds(self) -> npt.NDArray[np.int32]:
+        """Each appender's open descriptor, -1 where it holds none (read-only view)."""
+        if self._closes != CsvAppender.closes:
+            self._fds = np.fromiter((a._fd() for a in self.appenders), dtype=np.int32,
+                                    count=len(self.appenders))
+            self._fds.flags.writeable = False
+            self._closes = CsvAppender.closes
+        return self._fds
 
 
 def csv_text(value: str) -> str:
@@ -219,11 +292,9 @@ def csv_text(value: str) -> str:
 
 def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     """Each row of a 2-D float array as comma-joined ``fmt`` cells (no line ending): the same
-    text as ``fmt``, written by the compiled ``master.kernels.format_rows`` (which writes
-    ``%.6g``); the rows it cannot decide (a ``%.6g`` rounding too close to call in binary,
-    magnitudes of 1e15 or more or below 1e-30) and the rows where ``%.6g`` took an exponent
-    that ``fmt`` does not (magnitudes from 999,999.5; one NaN-ignoring max and min over the
-    array tells whether there are any) are formatted with ``fmt`` itself."""
+    text as ``fmt``, written by the compiled ``master.kernels.format_rows``; the rows it cannot
+    decide (a ``%.6g`` rounding too close to call in binary, magnitudes of 1e15 or more or
+    below 1e-30) are formatted with ``fmt`` itself."""
     n_rows, n_cols = values.shape
     if n_rows == 0:
         return []
@@ -236,13 +307,46 @@ def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     starts[0] = 0
     starts[1:] = ends[:-1]
     out = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    big = _EXPONENT_FROM
-    if np.fmax.reduce(values, axis=None) >= big or np.fmin.reduce(values, axis=None) <= -big:
-        with np.errstate(invalid="ignore"):  # rare: a pass per row only when some are big
-            fallback |= (np.abs(values) >= big).any(axis=1)
     for i in np.flatnonzero(fallback).tolist():
         out[i] = ",".join(fmt(float(v)) for v in values[i])
     return out
+
+
+class LineTexts:
+    """The fixed texts that begin each instance's line (``csv_text`` of the instance names),
+    as one UTF-8 buffer and where each ends: what ``format_lines`` takes."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        encoded = [t.encode("utf-8") for t in self.texts]
+        self.data = b"".join(encoded)
+        self.ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+
+
+def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
+                 word_last: npt.NDArray[np.bool_], word: str
+                 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], dict[int, str]]:
+    """Line ``i``: ``head``, ``texts.texts[i]``, then row ``i`` of ``values`` as ``fmt`` cells
+    (the last one ``word`` where ``word_last[i]``), each after a comma, and CRLF, as
+    ``csv.writer`` ends a row. Returns the UTF-8 bytes of all lines and where each ends
+    (written by the compiled ``master.kernels.format_lines``; valid until its next call) and
+    the lines it could not decide, as text made with ``fmt`` (``CsvAppender.append_block``
+    takes all three)."""
+    from master import kernels  # numba: loaded by the first run that writes rows
+
+    n = values.shape[0]
+    if len(texts.texts) != n or word_last.shape != (n,):
+        raise ValueError(f"{n} rows but {len(texts.texts)} texts and {word_last.shape} words")
+    data, ends, fallback = kernels.format_lines(
+        values, head.encode("utf-8"), texts.data, texts.ends, word_last, word.encode("utf-8"),
+        True, b"\r\n")
+    own = {}
+    for i in np.flatnonzero(fallback).tolist():
+        cells = [fmt(float(v)) for v in values[i]]
+        if word_last[i] and cells:
+            cells[-1] = word
+        own[i] = "".join([head, texts.texts[i], ",", ",".join(cells), "\r\n"])
+    return data, ends, own
 
 
 #: File descriptors kept free for everything else (sockets, pipes, logs, libraries).

@@ -29,7 +29,16 @@ from master import rollup as ru
 from master.config import RollupSpec
 from master.live import LiveRow
 from master.lunselect import WorkloadInstance, rollup_key
-from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
+from master.output import (
+    AppenderGroup,
+    CsvAppender,
+    LineTexts,
+    RunOutput,
+    csv_text,
+    fmt,
+    format_lines,
+    safe_name,
+)
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
@@ -132,8 +141,8 @@ class StepRecorder:
         self.dir = output.step_dir(number, name)
         self.phases: dict[int, str] = {}
         self._instance_tables: dict[tuple[str, str], Any] = {}
-        self._tables_by_type: dict[str, list[Any]] = {}
-        self._inst_text: dict[str, list[str]] = {}
+        self._tables_by_type: dict[str, AppenderGroup] = {}
+        self._inst_text: dict[str, LineTexts] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
 
     # ------------------------------------------------------------------ the rollup plan
@@ -347,22 +356,17 @@ class StepRecorder:
         values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
                                                minlength=g.n)  # iops_setting
-        body = format_float_rows(values)
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
-        for i in np.flatnonzero(is_max).tolist():
-            row = body[i]
-            body[i] = row[:row.rindex(",") + 1] + "max"
         tables = self._tables_of(rollup_type, g)
-        texts = self._inst_text[rollup_type]
-        CsvAppender.append_many(tables, [f"{head}{text},{b}\r\n"
-                                         for text, b in zip(texts, body, strict=True)])
+        data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max")
+        CsvAppender.append_block(tables, data, ends, own)
 
-    def _tables_of(self, rollup_type: str, g: ru.Grouping) -> list[Any]:
+    def _tables_of(self, rollup_type: str, g: ru.Grouping) -> AppenderGroup:
         tables = self._tables_by_type.get(rollup_type)
         if tables is None or len(tables) != g.n:
-            tables = [self._instance_table(rollup_type, inst) for inst in g.names]
+            tables = AppenderGroup(self._instance_table(rollup_type, inst) for inst in g.names)
             self._tables_by_type[rollup_type] = tables
-            self._inst_text[rollup_type] = [csv_text(inst) for inst in g.names]
+            self._inst_text[rollup_type] = LineTexts([csv_text(inst) for inst in g.names])
         return tables
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:

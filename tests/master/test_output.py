@@ -1,11 +1,30 @@
-"""master.output: CSV cell formatting (``fmt``, ``format_float_rows``)."""
+"""master.output: CSV cell formatting (``fmt``, ``format_float_rows``, ``format_lines``) and
+appending lines to many files (``CsvAppender.append_block``)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import os
+import resource
+import signal
+from pathlib import Path
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 
-from master.output import fmt, format_float_rows
+from master.output import (
+    AppenderGroup,
+    CsvAppender,
+    LineTexts,
+    RunOutput,
+    csv_text,
+    fmt,
+    format_float_rows,
+    format_lines,
+)
+from protocol.errors import OutputError
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -41,3 +60,112 @@ def test_format_float_rows_matches_fmt_for_large_values() -> None:
                      [-7654321.0, 1e-7, 5e14]])
     assert format_float_rows(vals) == [",".join(fmt(float(v)) for v in row) for row in vals]
     assert format_float_rows(vals)[0] == "1234567,0.5,12.25"
+
+
+# ---------------------------------------------------------------- instance lines, many files
+def _csv_line(cells: list[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(cells)
+    return buf.getvalue()
+
+
+def test_format_lines_are_the_csv_writer_rows_of_fmt_cells() -> None:
+    """Head, the instance's own text, the ``fmt`` cells (the last one a word where asked),
+    CRLF: what ``CsvAppender.write`` writes. Rows holding a cell the compiled formatter cannot
+    decide (1e15 and up, below 1e-30) come back as text made by ``fmt``."""
+    rng = np.random.default_rng(5)
+    n = 200
+    vals = rng.lognormal(0, 4, (n, 12))
+    vals[rng.random(vals.shape) < 0.2] = np.nan
+    vals[3, 2], vals[7, 0], vals[9, 11] = 2e15, 1e-31, 5e16
+    names = [f"host{i:03d}:/dev/sd{i}" for i in range(n)]
+    names[1], names[2] = 'a,"quoted"', "größe"  # quoted; not ASCII
+    word_last = rng.random(n) < 0.3
+    word_last[9] = True  # the undecidable cell is the one the word replaces
+    head_cells = ["1", "step one", "4", "measurement", "20", "workload"]
+    texts = LineTexts([csv_text(t) for t in names])
+    data, ends, own = format_lines(vals, _csv_line(head_cells)[:-2] + ",", texts, word_last,
+                                   "max")
+    assert sorted(own) == [3, 7]
+    starts = np.concatenate([[0], ends[:-1]])
+    got = [own.get(i) or data[a:b].tobytes().decode("utf-8")
+           for i, (a, b) in enumerate(zip(starts, ends, strict=True))]
+    expect = []
+    for i in range(n):
+        cells = [fmt(float(v)) for v in vals[i]]
+        if word_last[i]:
+            cells[-1] = "max"
+        expect.append(_csv_line([*head_cells, names[i], *cells]))
+    assert got == expect
+    with pytest.raises(ValueError, match="rows but"):
+        format_lines(vals, "", LineTexts(names[:5]), word_last, "max")
+
+
+def _block(lines: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    encoded = [line.encode() for line in lines]
+    return (np.frombuffer(b"".join(encoded), dtype=np.uint8),
+            np.cumsum([len(b) for b in encoded], dtype=np.int64))
+
+
+def test_append_block_writes_open_closed_and_own_lines(tmp_path: Path) -> None:
+    out = RunOutput(tmp_path, max_open_files=3)
+    tables = [out.table(f"t{i}.csv", ["a"]) for i in range(6)]
+    assert [t.is_open for t in tables] == [True] * 3 + [False] * 3
+    for rnd in range(2):
+        data, ends = _block([f"{rnd}{i}\r\n" for i in range(6)])
+        CsvAppender.append_block(tables, data, ends, {1: f"own{rnd}\r\n", 4: f"own{rnd}\r\n"})
+    out.close()
+    for i in range(6):
+        rows = [f"own{r}" if i in (1, 4) else f"{r}{i}" for r in range(2)]
+        assert (tmp_path / f"t{i}.csv").read_text() == "a\n" + "".join(f"{r}\n" for r in rows)
+    with pytest.raises(ValueError, match="6 files but 2 lines"):
+        CsvAppender.append_block(tables, *_block(["x\n", "y\n"]))
+
+
+def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
+    """A file that reaches its size limit: the write stops short (the compiled loop goes on with
+    the rest), then fails with EFBIG; the error names that file, and the files before it
+    have their lines."""
+    out = RunOutput(tmp_path)
+    tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
+    header = len("a\r\n")
+    lines = ["first\r\n", "x" * 40 + "\r\n", "third\r\n"]
+    limit = header + 10
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+        with pytest.raises(OutputError, match=r"t1\.csv") as err:
+            CsvAppender.append_block(tables, *_block(lines))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert "File too large" in str(err.value)
+    out.close()
+    assert (tmp_path / "t0.csv").read_text() == "a\nfirst\n"
+    assert (tmp_path / "t1.csv").stat().st_size == limit  # the short write's part
+    assert (tmp_path / "t2.csv").read_text() == "a\n"
+
+
+def test_appender_group_reads_descriptors_again_after_a_close(tmp_path: Path) -> None:
+    """A group keeps its files' descriptors; once one of them is closed, its number may be
+    another file's: the group's next block must not land there."""
+    out = RunOutput(tmp_path)
+    group = AppenderGroup(out.table(f"t{i}.csv", ["a"]) for i in range(3))
+    CsvAppender.append_block(group, *_block(["1\r\n", "2\r\n", "3\r\n"]))
+    fd0 = group.fds()[0]
+    group[0].close()
+    opened = os.open(tmp_path / "other", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    intruder = int(fd0)  # another file under the closed file's number
+    if opened != intruder:
+        os.dup2(opened, intruder)
+        os.close(opened)
+    try:
+        CsvAppender.append_block(group, *_block(["4\r\n", "5\r\n", "6\r\n"]))
+    finally:
+        os.close(intruder)
+    out.close()
+    assert (tmp_path / "other").read_text() == ""
+    assert [(tmp_path / f"t{i}.csv").read_text() for i in range(3)] == [
+        "a\n1\n4\n", "a\n2\n5\n", "a\n3\n6\n"]
+    assert len(group) == 3 and not group.fds().flags.writeable

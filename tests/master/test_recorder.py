@@ -370,15 +370,10 @@ def test_format_float_rows_is_fmt() -> None:
     assert format_float_rows(np.zeros((2, 0))) == ["", ""]
 
 
-def _g6(v: float) -> str:
-    """``%.6g`` as the compiled formatter writes it (``fmt`` below 999,999.5)."""
-    return "" if not np.isfinite(v) else f"{v:.6g}"
-
-
 def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
     """Metric-like values (1e-17 <= |x| < 1e15, decimal near-ties included): the compiled
-    formatter writes every row itself (no fallback to Python), and the text is ``%.6g``'s;
-    ``format_float_rows`` turns it into ``fmt``'s (no exponent from 999,999.5 up)."""
+    formatter writes every row itself (no fallback to Python), and the text is ``fmt``'s
+    (``%.6g``, whole numbers from 999,999.5 up)."""
     from master import kernels
 
     rng = np.random.default_rng(8)
@@ -390,17 +385,17 @@ def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
         np.nextafter(10.0 ** rng.integers(-6, 14, (500, 5)), np.inf),
         rng.integers(1, 10**9, (500, 5)) / 1e6,  # ns to ms: 7 digits, half of them ties
         (rng.integers(1, 999_999, (500, 5)) + 0.5) * 10.0 ** rng.integers(-8, 8, (500, 5)),
+        rng.integers(999_999, 10**15, (500, 3)) + rng.choice([0.0, 0.25, 0.5, 0.75], (500, 3)),
     ], axis=1)
     vals[rng.random(vals.shape) < 0.1] = np.nan
     text, ends, fallback = kernels.format_rows(vals)
     assert not fallback.any()
     starts = np.concatenate([[0], ends[:-1]])
     assert [text[a:b] for a, b in zip(starts, ends, strict=True)] == [
-        ",".join(_g6(float(v)) for v in row) for row in vals]
-    assert format_float_rows(vals) == [",".join(fmt(float(v)) for v in row) for row in vals]
-    counts = np.array([[0.0, 7.0, 123456789.0, -3.0]])
-    text, _, fallback = kernels.format_rows(counts, np.array([False, True, True, True]))
-    assert (text, bool(fallback.any())) == ("0,7,123456789,-3", False)
+        ",".join(fmt(float(v)) for v in row) for row in vals]
+    counts = np.array([[0.0, 7.0, 123456789.0, -3.0, 999999.5, 1000000.5, 1000001.5]])
+    text, _, fallback = kernels.format_rows(counts)
+    assert (text, bool(fallback.any())) == ("0,7,123456789,-3,1000000,1000000,1000002", False)
 
 
 @pytest.mark.parametrize("text", ["plain", "a,b", 'say "hi"', "line\nbreak", "h1:/dev/sd0", ""])
