@@ -350,8 +350,7 @@ class StepRecorder:
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         n_metrics = len(ru.METRIC_COLUMNS)
         values = np.empty((g.n, n_metrics + 3))
-        for j, col in enumerate(ru.METRIC_COLUMNS):
-            values[:, j] = res.columns[col]
+        values[:, :n_metrics] = res.values
         values[:, n_metrics] = cpu
         values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
