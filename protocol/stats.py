@@ -304,8 +304,12 @@ class StatsBatch:
         in_range = nnz == 0 or int(self.rows[-1]) < n * ROWS_PER_WORKLOAD
         row_totals = np.zeros(0, dtype=np.int64)
         if in_range and ascending:  # the totals are read only then
-            row_totals = np.bincount(self.rows.astype(np.intp), weights=self.counts,
-                                     minlength=n * ROWS_PER_WORKLOAD).astype(np.int64)
+            # exact int64 sums per row (bincount's float64 weights round beyond 2**53)
+            row_totals = np.zeros(n * ROWS_PER_WORKLOAD, dtype=np.int64)
+            if nnz:
+                starts = np.flatnonzero(np.diff(self.rows, prepend=self.rows[0] + 1) != 0)
+                row_totals[self.rows[starts]] = np.add.reduceat(
+                    self.counts.astype(np.int64), starts)
         self.check_scan(int(self.buckets.max()) if nnz else 0, ascending,
                         int(self.counts.min()) if nnz else 1, row_totals)
 

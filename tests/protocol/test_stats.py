@@ -124,3 +124,29 @@ def test_errors_counter_independent_of_histograms() -> None:
     s.record_errors(1, 5)
     back = StatsBatch.from_wire(StatsBatch.from_stats([s]).to_wire()).workload(0)
     assert back.counters[1, ERRORS] == 5
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_row_totals_are_exact_beyond_2_to_the_53(extra: int) -> None:
+    """A histogram row whose counts add up past 2**53 (float64 would round 2**53 + 1 down):
+    a batch whose counters agree is accepted, by both validators, and one off by one is
+    refused."""
+    from master import kernels
+
+    big = 1 << 53
+    s = WorkloadStats()
+    c = category_index(False, True)  # random read
+    s.counters[c, OPS] = big + 1 + extra
+    s.lat[c, :, :] = [[(big + 1) * 1000, 1000, 2000]] * 2
+    rows = s.hist.reshape(-1, s.hist.shape[-1])
+    for r in (2 * c, 2 * c + 1):  # service and response time rows
+        rows[r, 10], rows[r, 11] = big, 1
+    batch = StatsBatch.from_wire(StatsBatch.from_stats([s]).to_wire(), validate=False)
+    if extra:
+        with pytest.raises(RemoteProtocolError, match="differ from the ops counters"):
+            batch.validate()
+        with pytest.raises(RemoteProtocolError, match="differ from the ops counters"):
+            kernels.validate_batch(batch)
+    else:
+        batch.validate()
+        kernels.validate_batch(batch)
