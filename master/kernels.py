@@ -704,15 +704,16 @@ _c_write.restype = ctypes.c_ssize_t
 
 def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int) -> tuple[int, int]:
     """Append line ``i`` (``data[ends[i-1]:ends[i]]``) to the file open as ``fds[i]``, for
-    ``i`` from ``first`` on, starting at byte ``at`` of line ``first``; a line whose fd is
-    negative is skipped. A short write goes on with the rest. Returns ``(-1, 0)`` when all are
-    written, else the line whose ``write`` failed and the byte it stopped at: the caller
-    repeats that ``write`` to raise its error (libc's errno is not read here)."""
+    ``i`` from ``first`` on; line ``first`` from offset ``at`` of ``data`` (its start, or
+    where an earlier call stopped). A line whose fd is negative is skipped. A short write goes
+    on with the rest. Returns ``(-1, 0)`` when all are written, else the line whose ``write``
+    failed and the offset it stopped at: the caller repeats that ``write`` to raise its error
+    (libc's errno is not read here)."""
     base = data.ctypes.data
     for i in range(first, fds.size):
         end = ends[i]
         if i > first:
-            at = ends[i - 1] if i else 0
+            at = ends[i - 1]
         fd = fds[i]
         if fd < 0:
             continue
