@@ -177,10 +177,8 @@ class CsvAppender:
         """``append_now(line)`` on each appender with its line (``append_block``)."""
         if len(appenders) != len(lines):
             raise ValueError(f"{len(appenders)} files but {len(lines)} lines")
-        encoded = [line.encode("utf-8") for line in lines]
-        ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
-        CsvAppender.append_block(appenders, np.frombuffer(b"".join(encoded), dtype=np.uint8),
-                                 ends)
+        data, ends = joined_utf8(lines)
+        CsvAppender.append_block(appenders, np.frombuffer(data, dtype=np.uint8), ends)
 
     @staticmethod
     def append_block(appenders: Sequence[CsvAppender] | AppenderGroup,
@@ -312,15 +310,19 @@ def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
     return out
 
 
+def joined_utf8(texts: Sequence[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
+    """The texts' UTF-8 bytes one after another, and where each ends in them."""
+    encoded = [t.encode("utf-8") for t in texts]
+    return b"".join(encoded), np.cumsum([len(b) for b in encoded], dtype=np.int64)
+
+
 class LineTexts:
     """The fixed texts that begin each instance's line (``csv_text`` of the instance names),
     as one UTF-8 buffer and where each ends: what ``format_lines`` takes."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.texts = list(texts)
-        encoded = [t.encode("utf-8") for t in self.texts]
-        self.data = b"".join(encoded)
-        self.ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+        self.data, self.ends = joined_utf8(self.texts)
 
 
 def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,

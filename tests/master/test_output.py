@@ -23,6 +23,7 @@ from master.output import (
     fmt,
     format_float_rows,
     format_lines,
+    joined_utf8,
 )
 from protocol.errors import OutputError
 
@@ -102,9 +103,8 @@ def test_format_lines_are_the_csv_writer_rows_of_fmt_cells() -> None:
 
 
 def _block(lines: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    encoded = [line.encode() for line in lines]
-    return (np.frombuffer(b"".join(encoded), dtype=np.uint8),
-            np.cumsum([len(b) for b in encoded], dtype=np.int64))
+    data, ends = joined_utf8(lines)
+    return np.frombuffer(data, dtype=np.uint8), ends
 
 
 def test_append_block_writes_open_closed_and_own_lines(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from master import rollup
-from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from master.rollup import METRIC_COLUMNS, PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from protocol.histogram import LatencyHistogram
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import StatsBatch, WorkloadStats, category_index
 
 
 def _workloads(
@@ -189,3 +189,36 @@ def test_a_whole_rank_stays_in_the_bucket_that_reaches_it(p: float, n: int, layo
     res = compute(sample, Grouping.from_keys("all", ["all"] * sample.n_workloads), 1.0)
     for kind in ("service_time", "response_time"):
         assert res.columns[f"{view}{kind}_{pct_label(p)}_ms"][0] == 100 / 1e6, (kind, layout)
+
+
+def test_every_column_is_its_named_metric() -> None:
+    """``compute`` fills one array by position; each named column holds its own metric:
+    random reads of 1, 2, 3 us (4 KiB), one sequential write of 10 us (64 KiB) and 2 write
+    errors over 2 s, worked out by hand per view."""
+    s = WorkloadStats()
+    s.record(category_index(False, False), [1000, 2000, 3000], [1500, 2500, 3500], 4096)
+    s.record(category_index(True, True), [10000], [12000], 65536)
+    s.record_errors(category_index(True, True), 2)
+    res = compute(Sample.from_batch(StatsBatch.from_stats([s])), Grouping.from_keys(
+        "all", ["all"]), 2.0)
+    col = {k: float(v[0]) for k, v in res.columns.items()}
+    # view: (ops, bytes, service times in ns, response times in ns, errors)
+    views = {"": (4, 3 * 4096 + 65536, [1000, 2000, 3000, 10000], [1500, 2500, 3500, 12000], 2),
+             "read_": (3, 3 * 4096, [1000, 2000, 3000], [1500, 2500, 3500], 0),
+             "write_": (1, 65536, [10000], [12000], 2),
+             "random_": (3, 3 * 4096, [1000, 2000, 3000], [1500, 2500, 3500], 0),
+             "sequential_": (1, 65536, [10000], [12000], 2)}
+    for prefix, (ops, nbytes, svc, rsp, errors) in views.items():
+        assert col[f"{prefix}IOPS"] == ops / 2.0
+        assert col[f"{prefix}MB_per_s"] == pytest.approx(nbytes / 2.0 / 1e6)
+        assert col[f"{prefix}avg_blocksize_KiB"] == pytest.approx(nbytes / ops / 1024)
+        assert col[f"{prefix}errors"] == errors
+        for kind, lat in (("service_time", svc), ("response_time", rsp)):
+            assert col[f"{prefix}{kind}_mean_ms"] == pytest.approx(np.mean(lat) / 1e6)
+            assert col[f"{prefix}{kind}_min_ms"] == min(lat) / 1e6
+            assert col[f"{prefix}{kind}_max_ms"] == max(lat) / 1e6
+            pcts = [col[f"{prefix}{kind}_{pct_label(p)}_ms"] for p in PERCENTILES]
+            assert min(lat) / 1e6 <= pcts[0] <= pcts[-1] <= max(lat) / 1e6
+    assert list(res.columns) == list(METRIC_COLUMNS)
+    assert np.array_equal(res.values, np.array([[col[c] for c in METRIC_COLUMNS]]),
+                          equal_nan=True)

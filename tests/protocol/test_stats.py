@@ -135,7 +135,7 @@ def test_row_totals_are_exact_beyond_2_to_the_53(extra: int) -> None:
 
     big = 1 << 53
     s = WorkloadStats()
-    c = category_index(False, True)  # random read
+    c = category_index(False, True)  # random write
     s.counters[c, OPS] = big + 1 + extra
     s.lat[c, :, :] = [[(big + 1) * 1000, 1000, 2000]] * 2
     rows = s.hist.reshape(-1, s.hist.shape[-1])
