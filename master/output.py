@@ -394,12 +394,24 @@ class _RunLogHandler(logging.FileHandler):
 
     failed = False
 
-    def handleError(self, record: logging.LogRecord) -> None:
+    def _report(self, exc: BaseException | None) -> None:
         if not self.failed:
             self.failed = True
-            exc = sys.exc_info()[1]
             sys.stderr.write(f"ivypy: cannot write {self.baseFilename}: {exc}; "
                              "later log lines are lost\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._report(sys.exc_info()[1])
+
+    def close(self) -> None:
+        """Close the file; lines it still holds that cannot be written (disk full) are lost
+        and reported like any other, never raised: the run's own error and exit status
+        stand. The file is closed either way (``logging`` and ``io`` close it in a
+        ``finally``)."""
+        try:
+            super().close()
+        except OSError as exc:
+            self._report(exc)
 
 
 class RunOutput:

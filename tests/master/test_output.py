@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import resource
 import signal
@@ -169,3 +170,26 @@ def test_appender_group_reads_descriptors_again_after_a_close(tmp_path: Path) ->
     assert [(tmp_path / f"t{i}.csv").read_text() for i in range(3)] == [
         "a\n1\n4\n", "a\n2\n5\n", "a\n3\n6\n"]
     assert len(group) == 3 and not group.fds().flags.writeable
+
+
+def test_run_log_on_a_full_disk_reports_once_and_closes_without_raising(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """run.log's lines that cannot be written (here /dev/full: every write fails with
+    ENOSPC) are reported once on stderr; closing it, with those lines still buffered, does
+    not raise either (a full disk is the run's own error, exit 4, not a crash at close)."""
+    from master.output import _RunLogHandler
+
+    handler = _RunLogHandler("/dev/full")
+    log = logging.getLogger("test_run_log_full")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("first line")
+        log.warning("second line")
+    finally:
+        log.removeHandler(handler)
+    handler.close()
+    assert handler.stream is None
+    err = capsys.readouterr().err
+    assert err.count("cannot write /dev/full") == 1, err
+    assert "Traceback" not in err
