@@ -15,7 +15,7 @@ import dataclasses
 import struct
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgpack
@@ -193,44 +193,58 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
-        """Add bytes; return every message completed by them (possibly none)."""
-        return list(self.iter_feed(data))
+        """Add bytes; return every message completed by them (possibly none).
 
-    def iter_feed(self, data: bytes | bytearray | memoryview) -> Iterator[Message]:
+        Whole frames are decoded where they lie: from ``data`` itself when nothing is
+        buffered (a frame that came in one piece is not copied before msgpack reads it), else
+        from the buffer. Only an incomplete frame's bytes are kept."""
         if self._broken is not None:
             raise RemoteProtocolError(f"decoder already failed: {self._broken}")
-        self._buf += data
+        source: bytes | bytearray | memoryview = data
+        if self._buf:
+            self._buf += data
+            source = self._buf
+        out: list[Message] = []
+        at = 0
+        view = memoryview(source)
         try:
             while True:
-                head = bytes(self._buf[: len(MAGIC)])
+                head = bytes(view[at:at + len(MAGIC)])
                 if not MAGIC.startswith(head):
                     raise RemoteProtocolError(
-                        f"bad frame magic {bytes(self._buf[:32])!r}: is something else writing "
-                        "to the protocol stream (a print on the slave's stdout, a login banner)?"
+                        f"bad frame magic {bytes(view[at:at + 32])!r}: is something else "
+                        "writing to the protocol stream (a print on the slave's stdout, a "
+                        "login banner)?"
                     )
-                if len(self._buf) < FRAME_HEADER_BYTES:
-                    return
-                magic, length = _HEADER.unpack_from(self._buf)
-                if magic != MAGIC:  # pragma: no cover - caught by the prefix check above
-                    preview = bytes(self._buf[:32])
-                    raise RemoteProtocolError(
-                        f"bad frame magic {preview!r}: is something else writing to the "
-                        "protocol stream (a print on the slave's stdout, a login banner)?"
-                    )
+                if len(view) - at < FRAME_HEADER_BYTES:
+                    break
+                _magic, length = _HEADER.unpack_from(view, at)
                 if length > self.max_frame_bytes:
                     raise RemoteProtocolError(
-                        f"frame of {length} bytes exceeds the {self.max_frame_bytes}-byte maximum"
+                        f"frame of {length} bytes exceeds the {self.max_frame_bytes}-byte "
+                        "maximum"
                     )
-                end = FRAME_HEADER_BYTES + length
-                if len(self._buf) < end:
-                    return
-                payload = bytes(self._buf[FRAME_HEADER_BYTES:end])
-                del self._buf[:end]
-                yield decode_payload(payload)
+                end = at + FRAME_HEADER_BYTES + length
+                if len(view) < end:
+                    break
+                payload = view[at + FRAME_HEADER_BYTES:end]
+                try:  # msgpack copies what it keeps: the message holds no part of ``view``
+                    out.append(decode_payload(payload))
+                finally:
+                    payload.release()
+                at = end
+            if source is not self._buf and at < len(view):
+                self._buf += view[at:]
         except RemoteProtocolError as exc:
             self._broken = exc
+            view.release()
             self._buf.clear()
             raise
+        finally:
+            view.release()
+        if source is self._buf and at:
+            del self._buf[:at]
+        return out
 
     def at_frame_boundary(self) -> bool:
         """True when no partial frame is buffered (EOF here is a clean end)."""

@@ -99,6 +99,34 @@ def test_one_byte_at_a_time() -> None:
     assert part.pct is None and part.batch.workload(0).ops() == 1000
 
 
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_whole_frames_decode_in_place_and_only_the_piece_is_kept(kind: type) -> None:
+    msgs: list[Message] = [_result_message(), Ping(seq=1, master_send_ns=2)]
+    tail = encode(Ack(seq=3))
+    stream = b"".join(encode(m) for m in msgs) + tail[:4]
+    data = bytearray(stream)
+    dec = FrameDecoder()
+    fed = kind(data) if kind is not memoryview else memoryview(data)
+    assert dec.feed(fed) == msgs
+    assert dec.buffered_bytes == 4
+    if kind is memoryview:
+        fed.release()
+    data.clear()  # the decoder holds no view of the caller's buffer
+    assert dec.feed(tail[4:]) == [Ack(seq=3)]
+    assert dec.at_frame_boundary()
+
+
+def test_a_bad_frame_behind_a_buffered_piece_breaks_the_decoder_cleanly() -> None:
+    good = encode(Ping(seq=1, master_send_ns=2))
+    dec = FrameDecoder()
+    assert dec.feed(good[:3]) == []
+    with pytest.raises(RemoteProtocolError, match="undecodable payload"):
+        dec.feed(good[3:] + _frame(b"\xc1"))  # 0xc1 is never valid msgpack
+    assert dec.buffered_bytes == 0
+    with pytest.raises(RemoteProtocolError, match="already failed"):
+        dec.feed(good)
+
+
 @settings(max_examples=300)
 @given(garbage=st.binary(min_size=1, max_size=300))
 def test_random_bytes_raise_protocol_error_or_wait(garbage: bytes) -> None:
