@@ -278,6 +278,132 @@ def view_percentiles(
     return out
 
 
+# ----------------------------------------------------------------------------- instance metrics
+def _instance_metrics_py(counters: Any, lat: Any, order: Any, inst_ptr: Any, member: Any,
+                         dur: float, pct: Any, values: Any, ops_v: Any, min_v: Any,
+                         max_v: Any) -> None:
+    """Every metric of every instance (see ``master.rollup.compute``, whose numpy arithmetic
+    this repeats operation for operation, so the values are the same to the bit).
+
+    Instance ``g``'s workloads are ``order[inst_ptr[g]:inst_ptr[g + 1]]`` (at least one). Per
+    category their counters and latency sums are added, their minima and maxima taken; per
+    view (``member``: (V, 4) bool) the categories likewise. Writes ``values`` (G, V, per
+    view: IOPS, MB/s, average KiB, per kind mean, min, percentiles, max, then errors),
+    ``ops_v`` (G, V) and the views' extremes ``min_v``, ``max_v`` (G, V, 2, float). The
+    percentile columns are read from ``pct`` (W, V, 2, P: the percentile table of the one
+    workload of each instance, in ns) when it has rows; otherwise they are left alone."""
+    n_inst = inst_ptr.size - 1
+    n_views = member.shape[0]
+    n_pct = pct.shape[3]
+    per_kind = 3 + n_pct
+    cat = np.zeros((4, 3), dtype=np.int64)
+    lsum = np.zeros((4, 2), dtype=np.int64)
+    lmin = np.zeros((4, 2), dtype=np.int64)
+    lmax = np.zeros((4, 2), dtype=np.int64)
+    nan = np.nan
+    for g in range(n_inst):
+        lo, hi = inst_ptr[g], inst_ptr[g + 1]
+        w = order[lo]
+        for c in range(4):
+            for q in range(3):
+                cat[c, q] = counters[w, c, q]
+            for k in range(2):
+                lsum[c, k] = lat[w, c, k, 0]
+                lmin[c, k] = lat[w, c, k, 1]
+                lmax[c, k] = lat[w, c, k, 2]
+        for j in range(lo + 1, hi):
+            w = order[j]
+            for c in range(4):
+                for q in range(3):
+                    cat[c, q] += counters[w, c, q]
+                for k in range(2):
+                    lsum[c, k] += lat[w, c, k, 0]
+                    lmin[c, k] = min(lmin[c, k], lat[w, c, k, 1])
+                    lmax[c, k] = max(lmax[c, k], lat[w, c, k, 2])
+        for v in range(n_views):
+            ops = np.int64(0)
+            nbytes = np.int64(0)
+            errors = np.int64(0)
+            s0 = np.int64(0)
+            s1 = np.int64(0)
+            first = True
+            mn0 = mn1 = mx0 = mx1 = np.int64(0)
+            for c in range(4):
+                if not member[v, c]:
+                    continue
+                ops += cat[c, 0]
+                nbytes += cat[c, 1]
+                errors += cat[c, 2]
+                s0 += lsum[c, 0]
+                s1 += lsum[c, 1]
+                if first:
+                    mn0, mn1, mx0, mx1 = lmin[c, 0], lmin[c, 1], lmax[c, 0], lmax[c, 1]
+                    first = False
+                else:
+                    mn0 = min(mn0, lmin[c, 0])
+                    mn1 = min(mn1, lmin[c, 1])
+                    mx0 = max(mx0, lmax[c, 0])
+                    mx1 = max(mx1, lmax[c, 1])
+            ops_v[g, v] = ops
+            fops = np.float64(ops)
+            has = fops > 0
+            min_v[g, v, 0] = np.float64(mn0)
+            min_v[g, v, 1] = np.float64(mn1)
+            max_v[g, v, 0] = np.float64(mx0)
+            max_v[g, v, 1] = np.float64(mx1)
+            out = values[g, v]
+            out[0] = fops / dur
+            out[1] = np.float64(nbytes) / dur / 1e6
+            out[2] = np.float64(nbytes) / fops / 1024 if has else nan
+            for k in range(2):
+                at = 3 + k * per_kind
+                out[at] = np.float64(s0 if k == 0 else s1) / fops / 1e6 if has else nan
+                out[at + 1] = min_v[g, v, k] / 1e6 if has else nan
+                if pct.shape[0]:
+                    for p in range(n_pct):
+                        out[at + 2 + p] = pct[order[lo], v, k, p] / 1e6
+                out[at + per_kind - 1] = max_v[g, v, k] / 1e6 if has else nan
+            out[values.shape[2] - 1] = np.float64(errors)
+
+
+_instance_metrics = _jit(_instance_metrics_py)
+
+
+def _c_array(a: npt.ArrayLike, dtype: type) -> Any:
+    """``a`` as a C-contiguous, writable array of ``dtype`` (copied only when it is not: a
+    read-only array, as the wire's are, would need the kernels compiled again)."""
+    out: Any = np.ascontiguousarray(a, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
+
+
+def instance_metrics(counters: npt.NDArray[np.int64], lat: npt.NDArray[np.int64],
+                     order: npt.NDArray[np.intp], inst_ptr: npt.NDArray[np.int64],
+                     member: npt.NDArray[np.bool_], duration_s: float,
+                     pct: npt.NDArray[np.float64] | None, per_view: int,
+                     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64],
+                                npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(values (G, V, ``per_view``), ops (G, V), views' minima and maxima (G, V, 2)); see
+    ``_instance_metrics_py``. Without ``pct`` the percentile columns are uninitialised: the
+    caller fills them."""
+    g_count, n_views = inst_ptr.size - 1, member.shape[0]
+    n_pct = (per_view - 4) // 2 - 3
+    values = np.empty((g_count, n_views, per_view))
+    ops_v = np.empty((g_count, n_views), dtype=np.int64)
+    min_v = np.empty((g_count, n_views, 2))
+    max_v = np.empty((g_count, n_views, 2))
+    table = (np.zeros((0, n_views, 2, n_pct)) if pct is None
+             else _c_array(pct, np.float64))
+    if table.shape[1:] != (n_views, 2, n_pct):
+        raise ValueError(f"percentile table of shape {table.shape}, expected (W, {n_views}, 2, "
+                         f"{n_pct})")
+    _instance_metrics(_c_array(counters, np.int64), _c_array(lat, np.int64),
+                      np.ascontiguousarray(order, dtype=np.int64),
+                      np.ascontiguousarray(inst_ptr, dtype=np.int64),
+                      np.ascontiguousarray(member, dtype=np.bool_), float(duration_s), table,
+                      values, ops_v, min_v, max_v)
+    return values, ops_v, min_v, max_v
+
+
 def warm_up() -> float:
     """Compile (first process after an install) or load from the cache every kernel, on tiny
     inputs of the real types; returns the seconds it took. ``master.run`` calls it while the
@@ -296,6 +422,9 @@ def warm_up() -> float:
         view_percentiles(bounds, buckets, counts, row_tot, np.array(order), np.array(ptr),
                          cats, np.array([50.0, 99.0]), mins[: len(ptr) - 1],
                          mins[: len(ptr) - 1] + 1e6)
+    for pct in (None, np.zeros((2, 2, 2, 2))):
+        instance_metrics(np.ones((2, 4, 3), dtype=np.int64), np.ones((2, 4, 2, 3), dtype=np.int64),
+                         np.arange(2), np.arange(3), cats, 1.0, pct, 14)
     one = np.ones(1, dtype=np.int64)
     merge_sorted((one, one, one), (one, one + 1, one))
     validate_batch(StatsBatch(  # the wire's types: rows uint32, buckets uint16, counts int64

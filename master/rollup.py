@@ -2,8 +2,9 @@
 
 Owns the arithmetic from ``StatsBatch`` samples to per-instance metric columns (IOPS, MB/s,
 average block size, service and response time mean / percentiles / max, errors) for the
-overall, read, write, random and sequential views. Pure numpy on whole arrays: one reduction
-per rollup type, never a Python loop per workload. No I/O, no clocks.
+overall, read, write, random and sequential views. Whole arrays at a time, by numpy and by
+the compiled loops of ``master.kernels``: one pass per rollup type, never a Python loop per
+workload. No I/O, no clocks.
 
 A ``Sample`` is counters, latency side statistics and histogram coordinates for W workloads;
 samples concatenate (hosts of one subinterval) and add up (subintervals of a window) without
@@ -27,8 +28,7 @@ from protocol.grouping import MEMBERSHIP as _MEMBERSHIP
 from protocol.grouping import N_VIEWS as N_VIEWS
 from protocol.grouping import PERCENTILES as PERCENTILES
 from protocol.grouping import VIEWS as VIEWS
-from protocol.grouping import view_extremes
-from protocol.stats import BYTES, ERRORS, MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
+from protocol.stats import MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
 
 # VIEWS (column prefix → categories), N_VIEWS, PERCENTILES and the views' membership matrix
 # are shared with the slave, which computes percentile tables itself: protocol.grouping.
@@ -262,57 +262,21 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float,
                              "group per instance")
     g_count = grouping.n
     g = grouping.of_workload
-    # counters and latency side statistics per instance and category: workloads ordered by
-    # instance, each instance a run of them (every instance has at least one workload)
+    # workloads ordered by instance, each instance a run of them (every instance has at least
+    # one workload); the compiled kernel adds each instance's counters and latency side
+    # statistics up and writes every metric of every view (the percentiles too, when given)
     order = np.argsort(g, kind="stable")
     inst_ptr = np.zeros(g_count + 1, dtype=np.int64)
     np.cumsum(np.bincount(g, minlength=g_count), out=inst_ptr[1:])
-    if g_count == sample.n_workloads and bool(np.array_equal(g, np.arange(g_count))):
-        cnt = sample.counters
-        lsum, lmin, lmax = sample.lat[..., SUM], sample.lat[..., MIN], sample.lat[..., MAX]
-    elif g_count:
-        starts = inst_ptr[:-1]
-        lat = sample.lat[order]
-        cnt = np.add.reduceat(sample.counters[order], starts, axis=0)
-        lsum = np.add.reduceat(lat[..., SUM], starts, axis=0)
-        lmin = np.minimum.reduceat(lat[..., MIN], starts, axis=0)
-        lmax = np.maximum.reduceat(lat[..., MAX], starts, axis=0)
-    else:
-        cnt = np.zeros((0, 4, 3), dtype=np.int64)
-        lsum = lmin = lmax = np.zeros((0, 4, 2), dtype=np.int64)
-    # per view
-    ops_v = cnt[:, :, OPS] @ _MEMBERSHIP.T  # (G, V)
-    bytes_v = cnt[:, :, BYTES] @ _MEMBERSHIP.T
-    err_v = cnt[:, :, ERRORS] @ _MEMBERSHIP.T
-    # (G, V, 2); a matmul over the categories (np.einsum took 3x as long at 10,000 workloads)
-    sum_v = (lsum.transpose(0, 2, 1) @ _MEMBERSHIP.T).transpose(0, 2, 1)
-    low, high = view_extremes(lmin, lmax)
-    min_v = low.astype(np.float64)  # (G, V, 2)
-    max_v = high.astype(np.float64)
-    if group_percentiles is not None:
-        pct = np.empty_like(group_percentiles)
-        pct[grouping.of_workload] = group_percentiles
-    else:
-        pct = _view_percentiles(sample, order, inst_ptr, min_v, max_v)  # (G, V, 2, P)
-
-    # every metric column of every view at once: (G, N_VIEWS, _PER_VIEW) in METRIC_COLUMNS
-    # order, so the instance rows are this array as it is (the columns are views of it)
     dur = float(duration_s)
-    values = np.empty((g_count, N_VIEWS, _PER_VIEW))
-    ops = ops_v.astype(np.float64)
-    has = ops > 0
-    nan = np.nan
-    with np.errstate(invalid="ignore", divide="ignore"):
-        values[:, :, 0] = ops / dur
-        values[:, :, 1] = bytes_v / dur / 1e6
-        values[:, :, 2] = np.where(has, bytes_v / ops / 1024, nan)
+    values, ops_v, min_v, max_v = kernels.instance_metrics(
+        sample.counters, sample.lat, order, inst_ptr, _MEMBERSHIP > 0, dur, group_percentiles,
+        _PER_VIEW)
+    if group_percentiles is None:
+        pct = _view_percentiles(sample, order, inst_ptr, min_v, max_v)  # (G, V, 2, P)
         for k in range(len(KIND_NAMES)):
             at = 3 + k * _PER_KIND
-            values[:, :, at] = np.where(has, sum_v[:, :, k] / ops / 1e6, nan)
-            values[:, :, at + 1] = np.where(has, min_v[:, :, k] / 1e6, nan)
             np.divide(pct[:, :, k, :], 1e6, out=values[:, :, at + 2:at + 2 + len(PERCENTILES)])
-            values[:, :, at + _PER_KIND - 1] = np.where(has, max_v[:, :, k] / 1e6, nan)
-        values[:, :, _PER_VIEW - 1] = err_v
     table = values.reshape(g_count, len(METRIC_COLUMNS))
     cols = {name: table[:, j] for j, name in enumerate(METRIC_COLUMNS)}
     return RollupResult(grouping=grouping, duration_s=dur, columns=cols, ops=ops_v,

@@ -122,3 +122,84 @@ def test_validate_batch_passes_what_statsbatch_validate_passes(batch: StatsBatch
     kernels.validate_batch(batch)
     wire = StatsBatch.from_wire(batch.to_wire(), validate=False)  # the wire's dtypes
     kernels.validate_batch(wire)
+
+
+def _metrics_by_numpy(counters: np.ndarray, lat: np.ndarray, of: np.ndarray, g_count: int,
+                      dur: float, pct_w: np.ndarray | None) -> tuple[np.ndarray, ...]:
+    """``rollup.compute``'s metrics as it computed them with numpy before the kernel (the
+    reference: same values to the bit)."""
+    from protocol.grouping import MEMBERSHIP, view_extremes
+    from protocol.stats import BYTES, ERRORS, SUM
+
+    order = np.argsort(of, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=g_count))[:-1]])
+    lat_o = lat[order]
+    cnt = np.add.reduceat(counters[order], starts, axis=0)
+    lsum = np.add.reduceat(lat_o[..., SUM], starts, axis=0)
+    lmin = np.minimum.reduceat(lat_o[..., MIN], starts, axis=0)
+    lmax = np.maximum.reduceat(lat_o[..., MAX], starts, axis=0)
+    ops_v = cnt[:, :, OPS] @ MEMBERSHIP.T
+    bytes_v = cnt[:, :, BYTES] @ MEMBERSHIP.T
+    err_v = cnt[:, :, ERRORS] @ MEMBERSHIP.T
+    sum_v = (lsum.transpose(0, 2, 1) @ MEMBERSHIP.T).transpose(0, 2, 1)
+    low, high = view_extremes(lmin, lmax)
+    min_v, max_v = low.astype(np.float64), high.astype(np.float64)
+    n_pct = 6
+    per_view = 4 + 2 * (3 + n_pct)
+    values = np.full((g_count, 5, per_view), -7.0)  # the kernel leaves pct columns alone
+    ops = ops_v.astype(np.float64)
+    has = ops > 0
+    nan = np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values[:, :, 0] = ops / dur
+        values[:, :, 1] = bytes_v / dur / 1e6
+        values[:, :, 2] = np.where(has, bytes_v / ops / 1024, nan)
+        for k in range(2):
+            at = 3 + k * (3 + n_pct)
+            values[:, :, at] = np.where(has, sum_v[:, :, k] / ops / 1e6, nan)
+            values[:, :, at + 1] = np.where(has, min_v[:, :, k] / 1e6, nan)
+            if pct_w is not None:
+                pct = np.empty_like(pct_w)
+                pct[of] = pct_w
+                np.divide(pct[:, :, k, :], 1e6, out=values[:, :, at + 2:at + 2 + n_pct])
+            values[:, :, at + 2 + n_pct] = np.where(has, max_v[:, :, k] / 1e6, nan)
+        values[:, :, per_view - 1] = err_v
+    return values, ops_v, min_v, max_v
+
+
+@pytest.mark.parametrize(("w_count", "g_count", "with_pct"),
+                         [(1, 1, False), (7, 1, False), (40, 9, False), (500, 500, True),
+                          (300, 300, False), (1000, 37, False)])
+def test_instance_metrics_equal_numpy_to_the_bit(w_count: int, g_count: int,
+                                                 with_pct: bool) -> None:
+    from protocol.grouping import MEMBERSHIP
+
+    rng = np.random.default_rng(w_count * 31 + g_count)
+    counters = rng.integers(0, 1 << 40, (w_count, 4, 3))
+    counters[rng.random((w_count, 4)) < 0.3] = 0  # empty categories
+    lat = rng.integers(0, 1 << 50, (w_count, 4, 2, 3))
+    lat[..., MIN] = rng.integers(0, 1 << 30, (w_count, 4, 2))
+    lat[..., MAX] = lat[..., MIN] + rng.integers(0, 1 << 30, (w_count, 4, 2))
+    empty = counters[:, :, OPS] == 0
+    lat[empty, :, MIN] = np.iinfo(np.int64).max
+    lat[empty, :, MAX] = -1
+    lat[rng.random((w_count, 4)) < 0.05, :, MAX] = -5  # garbage an empty category may carry
+    of = (np.arange(w_count) if g_count == w_count
+          else np.concatenate([np.arange(g_count), rng.integers(0, g_count, w_count - g_count)]))
+    of = rng.permutation(of) if g_count < w_count else rng.permutation(w_count)
+    pct_w = None
+    if with_pct:
+        pct_w = rng.uniform(1e3, 1e9, (w_count, 5, 2, 6))
+        pct_w[rng.random((w_count, 5)) < 0.2] = np.nan
+    want = _metrics_by_numpy(counters, lat, of, g_count, 1.7, pct_w)
+    order = np.argsort(of, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=g_count))])
+    counters_ro, lat_ro = counters.copy(), lat.copy()
+    counters_ro.flags.writeable = lat_ro.flags.writeable = False  # as the wire's arrays are
+    got = kernels.instance_metrics(counters_ro, lat_ro, order, ptr, MEMBERSHIP > 0, 1.7, pct_w,
+                                   22)
+    if not with_pct:
+        got[0][:, :, [5, 6, 7, 8, 9, 10, 14, 15, 16, 17, 18, 19]] = -7.0
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert np.array_equal(g, w, equal_nan=True)
