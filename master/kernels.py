@@ -20,8 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
+from protocol.grouping import MEMBERSHIP, N_VIEWS
 from protocol.histogram import PCT_SCALE, percentile_numerators
-from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch
+from protocol.stats import ROWS_PER_WORKLOAD, GroupStats, StatsBatch
 
 try:  # pragma: no cover - exercised by every test run
     import numba as _numba
@@ -37,6 +38,8 @@ except ImportError as exc:  # pragma: no cover
     raise ImportError(f"the master needs numba for its rollup kernels: {exc}") from exc
 
 _LO = LOWER_NS.astype(np.float64)
+#: (N_VIEWS, 4): whether each view adds each category up.
+_VIEW_CATS = MEMBERSHIP > 0
 _HI = (UPPER_NS - 1).astype(np.float64)
 
 
@@ -432,6 +435,7 @@ def warm_up() -> float:
         lat=np.array([[[[5, 5, 5]] * 2] * 4], dtype=np.int64),
         rows=np.array([0, 1], dtype=np.uint32), buckets=np.array([5, 5], dtype=np.uint16),
         counts=np.ones(2, dtype=np.int64)))
+    check_group_stats(GroupStats(StatsBatch.empty(1), np.full((1, N_VIEWS, 2, 6), np.nan)))
     format_lines(np.array([[1.5, np.nan, 1234567.0, 0.0, 1e-5, 1e-20]]), b"h,", b"t",
                  np.array([1]), np.array([True]), b"max", True, b"\r\n")
     write_lines(np.array([-1], dtype=np.int32), np.array([49], dtype=np.uint8),
@@ -553,6 +557,71 @@ def validate_batch(batch: StatsBatch) -> None:
                                                              batch.counts))
         bmax, ascending, cmin = _scan_coords(*coords, row_tot)
     batch.check_scan(int(bmax), bool(ascending), int(cmin), row_tot)
+
+
+def _scan_group_pct_py(counters: Any, lat: Any, pct: Any, member: Any
+                       ) -> tuple[bool, bool, bool, bool]:
+    """One pass over a percentile-table entry (``GroupStats`` without histograms): what
+    ``GroupStats.check`` looks for, as (negative counter, inconsistent latency side
+    statistics, a percentile missing or present against its view's I/O, a percentile
+    outside its view's minimum and maximum). The same comparisons as there: a view had I/O
+    when one of its categories did; its extremes are its categories' (all of them, as
+    ``protocol.grouping.view_extremes``), compared as float64."""
+    n_views = member.shape[0]
+    n_pct = pct.shape[3]
+    negative = inconsistent = missing = outside = False
+    for w in range(counters.shape[0]):
+        for c in range(4):
+            for q in range(3):
+                if counters[w, c, q] < 0:
+                    negative = True
+            if counters[w, c, 0] > 0:
+                for k in range(2):
+                    if lat[w, c, k, 1] < 0 or lat[w, c, k, 2] < lat[w, c, k, 1]:
+                        inconsistent = True
+        for v in range(n_views):
+            has = False
+            for c in range(4):
+                if member[v, c] and counters[w, c, 0] > 0:
+                    has = True
+            for k in range(2):
+                first = True
+                lo = hi = np.int64(0)
+                for c in range(4):
+                    if member[v, c]:
+                        if first:
+                            lo, hi = lat[w, c, k, 1], lat[w, c, k, 2]
+                            first = False
+                        else:
+                            lo = min(lo, lat[w, c, k, 1])
+                            hi = max(hi, lat[w, c, k, 2])
+                flo, fhi = np.float64(lo), np.float64(hi)
+                for p in range(n_pct):
+                    x = pct[w, v, k, p]
+                    if np.isnan(x):
+                        if has:
+                            missing = True
+                    elif not has:
+                        missing = True
+                    elif x < flo or x > fhi:
+                        outside = True
+    return negative, inconsistent, missing, outside
+
+
+_scan_group_pct = _jit(_scan_group_pct_py)
+
+
+def check_group_stats(gs: GroupStats) -> None:
+    """``GroupStats.check`` with its scans compiled: the coordinates of an entry with
+    histograms (``validate_batch``), or the side statistics and percentile table of one
+    without (one pass here, a dozen numpy passes there); the verdicts are
+    ``GroupStats.raise_findings``, shared."""
+    if gs.pct is None:
+        validate_batch(gs.batch)
+        return
+    b = gs.batch
+    gs.raise_findings(*_scan_group_pct(_c_array(b.counters, np.int64), _c_array(b.lat, np.int64),
+                                       _c_array(gs.pct, np.float64), _VIEW_CATS))
 
 
 # ----------------------------------------------------------------------------- CSV numbers

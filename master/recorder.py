@@ -223,19 +223,12 @@ class StepRecorder:
         pass (histograms by the compiled scan); when they do not add up, the host whose part
         is wrong is named."""
         both = GroupStats.concat(parts)
-
-        def check(gs: GroupStats) -> None:
-            if gs.pct is None:
-                kernels.validate_batch(gs.batch)
-            else:
-                gs.check()
-
         try:
-            check(both)
+            kernels.check_group_stats(both)
         except ProtocolError as exc:
             for h, gs in zip(self._hosts, parts, strict=True):
                 try:
-                    check(gs)
+                    kernels.check_group_stats(gs)
                 except ProtocolError as mine:
                     raise HostError(f"bad statistics of rollup {rollup_type}: {mine}",
                                     host=h) from mine

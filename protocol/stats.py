@@ -337,15 +337,28 @@ class StatsBatch:
     def check_side(self) -> None:
         """The checks of the counters and latency side statistics alone (a batch that carries
         no histograms: ``GroupStats`` with a percentile table)."""
-        n = self.n_workloads
-        if n and int(self.counters.min()) < 0:
-            raise RemoteProtocolError("stats batch has negative counters")
-        ops = self.counters[:, :, OPS]
-        has = ops > 0
+        raise_side_findings(*self.side_findings())
+
+    def side_findings(self) -> tuple[bool, bool]:
+        """What ``check_side`` looks for: (a negative counter, a category with I/O whose
+        latency minimum is negative or above its maximum)."""
+        if not self.n_workloads:
+            return False, False
+        has = self.counters[:, :, OPS] > 0
         lat_min = self.lat[..., MIN]
         lat_max = self.lat[..., MAX]
-        if n and bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))):
-            raise RemoteProtocolError("stats batch latency min/max are inconsistent")
+        return (int(self.counters.min()) < 0,
+                bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))))
+
+
+def raise_side_findings(negative: bool, inconsistent: bool) -> None:
+    """``StatsBatch.check_side``'s verdict from what a scan found: negative counters, or a
+    category with I/O whose latency minimum is negative or above its maximum (shared with the
+    master's compiled scan, so both refuse alike)."""
+    if negative:
+        raise RemoteProtocolError("stats batch has negative counters")
+    if inconsistent:
+        raise RemoteProtocolError("stats batch latency min/max are inconsistent")
 
 
 @dataclass(frozen=True)
@@ -424,15 +437,28 @@ class GroupStats:
         if self.pct is None:
             self.batch.validate()
             return
-        self.batch.check_side()
         mins, maxs, has = view_min_max(self.batch)
         pct = self.pct
         empty = np.isnan(pct)
-        if not np.array_equal(empty, np.broadcast_to(~has[..., None], pct.shape)):
-            raise RemoteProtocolError("group percentiles are missing, or present for a view "
-                                      "without I/O")
         with np.errstate(invalid="ignore"):
             outside = (pct < mins[..., None]) | (pct > maxs[..., None])
-        if bool(np.any(outside & ~empty)):
+        self.raise_findings(
+            *self.batch.side_findings(),
+            not np.array_equal(empty, np.broadcast_to(~has[..., None], pct.shape)),
+            bool(np.any(outside & ~empty)))
+
+    @staticmethod
+    def raise_findings(negative: bool, inconsistent: bool, missing: bool, outside: bool
+                       ) -> None:
+        """``check``'s verdict on a percentile table's entry from what a scan found: the side
+        statistics' findings (``raise_side_findings``), a percentile missing where its view
+        had I/O or present where it had none, a percentile outside its view's exact minimum
+        and maximum. Shared with the master's compiled scan
+        (``master.kernels.check_group_stats``), so both refuse alike."""
+        raise_side_findings(negative, inconsistent)
+        if missing:
+            raise RemoteProtocolError("group percentiles are missing, or present for a view "
+                                      "without I/O")
+        if outside:
             raise RemoteProtocolError("group percentiles lie outside the view's minimum and "
                                       "maximum latency")

@@ -10,7 +10,8 @@ from master import kernels
 from master.heap import keep_freed_memory
 from protocol.buckets import N_BUCKETS
 from protocol.errors import RemoteProtocolError
-from protocol.stats import MAX, MIN, OPS, StatsBatch, WorkloadStats
+from protocol.grouping import view_percentiles
+from protocol.stats import MAX, MIN, OPS, GroupStats, StatsBatch, WorkloadStats
 
 
 def _coords(rng: np.random.Generator, n: int, rows: int) -> tuple[np.ndarray, ...]:
@@ -122,6 +123,80 @@ def test_validate_batch_passes_what_statsbatch_validate_passes(batch: StatsBatch
     kernels.validate_batch(batch)
     wire = StatsBatch.from_wire(batch.to_wire(), validate=False)  # the wire's dtypes
     kernels.validate_batch(wire)
+
+
+def _pct_entry() -> GroupStats:
+    """A percentile-table entry as a slave sends it: the three workloads of ``_batch`` (and
+    one with no I/O at all), each its own group."""
+    b = StatsBatch.concat([_batch(), StatsBatch.empty(1)])
+    side = StatsBatch(counters=b.counters, lat=b.lat, rows=np.zeros(0, dtype=np.uint32),
+                      buckets=np.zeros(0, dtype=np.uint16), counts=np.zeros(0, dtype=np.int64))
+    return GroupStats(side, view_percentiles(b))
+
+
+def _with_pct(gs: GroupStats, **arrays: np.ndarray) -> GroupStats:
+    pct = arrays.pop("pct", gs.pct)
+    b = gs.batch
+    fields = {k: getattr(b, k).copy() for k in ("counters", "lat", "rows", "buckets", "counts")}
+    return GroupStats(StatsBatch(**{**fields, **arrays}), pct)
+
+
+def _bad_pct_entries() -> list[tuple[str, GroupStats]]:
+    gs = _pct_entry()
+    assert gs.pct is not None
+    out = []
+    counters = gs.batch.counters.copy()
+    counters[3, 2, 1] = -1  # even in a category without I/O
+    out.append(("negative counters", _with_pct(gs, counters=counters)))
+    lat = gs.batch.lat.copy()
+    lat[0, 1, 1, MIN] = lat[0, 1, 1, MAX] + 1
+    out.append(("min/max are inconsistent", _with_pct(gs, lat=lat)))
+    pct = gs.pct.copy()
+    pct[0, 1, 0, 3] = np.nan  # a view with I/O lacks its p99
+    out.append(("missing, or present", _with_pct(gs, pct=pct)))
+    pct = gs.pct.copy()
+    pct[3, 0, 1, 0] = 5.0  # a workload without I/O has a p50
+    out.append(("missing, or present", _with_pct(gs, pct=pct)))
+    pct = gs.pct.copy()
+    pct[1, 0, 0, 5] = float(gs.batch.lat[1, 2, 0, MAX]) + 1.0
+    out.append(("outside the view", _with_pct(gs, pct=pct)))
+    pct = gs.pct.copy()
+    pct[0, 2, 1, 0] = float(gs.batch.lat[0, 1, 1, MIN]) - 1.0
+    out.append(("outside the view", _with_pct(gs, pct=pct)))
+    pct = gs.pct.copy()
+    pct[0, 0, 0, 0] = -np.inf
+    out.append(("outside the view", _with_pct(gs, pct=pct)))
+    # two faults: the first in GroupStats.check's order is the one reported
+    lat = gs.batch.lat.copy()
+    lat[1, 2, 0, MIN] = -1
+    out.append(("min/max are inconsistent", _with_pct(gs, lat=lat, pct=pct)))
+    return out
+
+
+@pytest.mark.parametrize(("message", "entry"), _bad_pct_entries(),
+                         ids=[f"{i}-{m}" for i, (m, _) in enumerate(_bad_pct_entries())])
+def test_check_group_stats_refuses_what_groupstats_check_refuses(message: str,
+                                                                  entry: GroupStats) -> None:
+    with pytest.raises(RemoteProtocolError, match=message) as numpy_way:
+        entry.check()
+    with pytest.raises(RemoteProtocolError) as compiled:
+        kernels.check_group_stats(entry)
+    assert str(compiled.value) == str(numpy_way.value)
+
+
+def test_check_group_stats_passes_what_groupstats_check_passes() -> None:
+    gs = _pct_entry()
+    for entry in (gs, GroupStats(_batch()), GroupStats(StatsBatch.empty(0), gs.pct[:0])):
+        entry.check()
+        kernels.check_group_stats(entry)
+    wire = GroupStats.from_wire(gs.to_wire(), histograms=False)  # the wire's read-only arrays
+    kernels.check_group_stats(wire)
+    # a percentile exactly at its view's extremes is inside
+    assert gs.pct is not None
+    pct = gs.pct.copy()
+    pct[0, 0, 0, 0] = float(gs.batch.lat[0, :, 0, MIN].min())
+    pct[0, 0, 0, 5] = float(gs.batch.lat[0, :, 0, MAX].max())
+    kernels.check_group_stats(GroupStats(gs.batch, pct))
 
 
 def _metrics_by_numpy(counters: np.ndarray, lat: np.ndarray, of: np.ndarray, g_count: int,
