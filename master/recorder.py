@@ -192,10 +192,9 @@ class StepRecorder:
         return [{"type": t, "groups": p.groups.get(host, []), "histograms": p.histograms}
                 for t, p in self.plans.items()]
 
-    def _decode(self, h: HostResult) -> list[GroupStats]:
-        """A host's result checked against the plan: its workloads, and per rollup type the
-        shapes of its groups' statistics (their contents are checked for all hosts at once:
-        ``_checked``)."""
+    def _check_host(self, h: HostResult) -> None:
+        """A host's result checked against the plan: its workloads and its count of rollup
+        entries (the entries themselves are decoded for all hosts at once: ``_joined``)."""
         r = h.result
         expected = self._host_workloads.get(h.host)
         if expected is None:
@@ -206,33 +205,36 @@ class StepRecorder:
         if len(r.rollups) != len(self.plans):
             raise HostError(f"sent {len(r.rollups)} rollup entries, expected "
                             f"{len(self.plans)}", host=h.host)
-        out = []
-        for entry, (t, p) in zip(r.rollups, self.plans.items(), strict=True):
-            try:
-                gs = GroupStats.from_wire(entry, histograms=p.histograms, validate=False)
-            except ProtocolError as exc:
-                raise HostError(f"bad statistics of rollup {t}: {exc}", host=h.host) from exc
-            if gs.n_groups != len(p.groups.get(h.host, [])):
-                raise HostError(f"sent {gs.n_groups} groups of rollup {t}, expected "
-                                f"{len(p.groups.get(h.host, []))}", host=h.host)
-            out.append(gs)
-        return out
 
-    def _checked(self, rollup_type: str, parts: list[GroupStats]) -> GroupStats:
-        """Every host's part of one rollup type side by side, its contents checked in one
-        pass (histograms by the compiled scan); when they do not add up, the host whose part
-        is wrong is named."""
-        both = GroupStats.concat(parts)
+    def _joined(self, index: int, results: Sequence[HostResult]) -> GroupStats:
+        """Every host's entry of the ``index``-th rollup type side by side, checked: shapes
+        against the plan, then contents in one pass (histograms by the compiled scan). A
+        fault names the host whose entry is wrong."""
+        t, p = self.rollups[index].type, self.plans[self.rollups[index].type]
+        entries = [h.result.rollups[index] for h in results]
+        try:
+            both, sizes = GroupStats.join_wire(entries, histograms=p.histograms)
+        except ProtocolError:  # the entry at fault, decoded alone, says the same
+            for h, entry in zip(self._hosts, entries, strict=True):
+                try:
+                    GroupStats.from_wire(entry, histograms=p.histograms, validate=False)
+                except ProtocolError as mine:
+                    raise HostError(f"bad statistics of rollup {t}: {mine}", host=h) from mine
+            raise  # pragma: no cover - join_wire refuses only what from_wire refuses
+        for h, n in zip(self._hosts, sizes, strict=True):
+            want = len(p.groups.get(h, []))
+            if n != want:
+                raise HostError(f"sent {n} groups of rollup {t}, expected {want}", host=h)
         try:
             kernels.check_group_stats(both)
         except ProtocolError as exc:
-            for h, gs in zip(self._hosts, parts, strict=True):
+            for h, entry in zip(self._hosts, entries, strict=True):
                 try:
-                    kernels.check_group_stats(gs)
+                    kernels.check_group_stats(GroupStats.from_wire(
+                        entry, histograms=p.histograms, validate=False))
                 except ProtocolError as mine:
-                    raise HostError(f"bad statistics of rollup {rollup_type}: {mine}",
-                                    host=h) from mine
-            raise ProtocolError(f"bad statistics of rollup {rollup_type} (no single host's part "
+                    raise HostError(f"bad statistics of rollup {t}: {mine}", host=h) from mine
+            raise ProtocolError(f"bad statistics of rollup {t} (no single host's part "
                                 f"is at fault): {exc}") from exc
         return both
 
@@ -245,12 +247,12 @@ class StepRecorder:
         missing = [h for h in self._hosts if h not in by_host]
         if missing:
             raise ProtocolError(f"no result from hosts {missing[:3]} of the step's plan")
-        decoded = [self._decode(by_host[h]) for h in self._hosts]
+        ordered = [by_host[h] for h in self._hosts]
+        for h in ordered:
+            self._check_host(h)
         # every rollup type checked before anything of the subinterval is written
-        checked = [self._checked(spec.type, [d[i] for d in decoded])
-                   for i, spec in enumerate(self.rollups)]
-        ops_by_host = {h: int(d[0].batch.counters[:, :, OPS].sum()) if d else 0
-                       for h, d in zip(self._hosts, decoded, strict=True)}
+        checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
+        ops_by_host = self._ops_by_host(checked[0]) if checked else {}
         self.phases[k] = phase
         if phase == "measurement" and self.fold_measurement:
             self._folded_ks.append(k)
@@ -288,6 +290,16 @@ class StepRecorder:
         self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(
             interlock_rows)
         return out
+
+    def _ops_by_host(self, first: GroupStats) -> dict[str, int]:
+        """Each host's I/Os of the subinterval, from its groups of one rollup type (every
+        type's groups cover all of a host's workloads)."""
+        group_ops = first.batch.counters[:, :, OPS].sum(axis=1)
+        upto = np.concatenate([[0], np.cumsum(group_ops)])
+        groups = self.plans[self.rollups[0].type].groups
+        ends = np.cumsum([len(groups.get(h, [])) for h in self._hosts]).tolist()
+        return {h: int(upto[e] - upto[b])
+                for h, b, e in zip(self._hosts, [0, *ends[:-1]], ends, strict=True)}
 
     def _keep_settings(self, k: int, host_cpu: npt.NDArray[np.float64],
                        iops: npt.NDArray[np.float64]) -> None:

@@ -19,9 +19,11 @@ and one response time); ``errors`` counts failed I/Os and short transfers, which
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -262,36 +264,22 @@ class StatsBatch:
         """Decode and validate; anything inconsistent raises ``RemoteProtocolError``. With
         ``validate=False`` only the shapes are checked, and the caller must validate the batch
         itself (the master does, with one compiled pass: ``master.kernels.validate_batch``)."""
-        try:
-            n = wire["n"]
-            raw = {k: wire[k] for k in ("counters", "lat", "rows", "buckets", "counts")}
-        except (KeyError, TypeError) as exc:
-            raise RemoteProtocolError(f"stats batch lacks field {exc}") from exc
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > 1 << 20:
-            raise RemoteProtocolError(f"stats batch workload count {n!r} is invalid")
-        buf: dict[str, bytes | bytearray | memoryview] = {}
-        for k, v in raw.items():
-            if not isinstance(v, bytes | bytearray | memoryview):
-                raise RemoteProtocolError(f"stats batch field {k} is not bytes")
-            buf[k] = v
-        for k, expect in (("counters", 8 * n * 12), ("lat", 8 * n * 24)):
-            if len(buf[k]) != expect:
-                raise RemoteProtocolError(
-                    f"stats batch field {k} has {len(buf[k])} bytes, expected {expect}"
-                )
-        nnz = len(buf["rows"]) // 4
-        lengths = (len(buf["rows"]), len(buf["buckets"]), len(buf["counts"]))
-        if lengths != (4 * nnz, 2 * nnz, 8 * nnz):
-            raise RemoteProtocolError("stats batch histogram coordinate arrays differ in length")
-        counters = np.frombuffer(buf["counters"], dtype="<i8").reshape(n, N_CATEGORIES, 3)
-        lat = np.frombuffer(buf["lat"], dtype="<i8").reshape(n, N_CATEGORIES, N_KINDS, 3)
-        rows = np.frombuffer(buf["rows"], dtype="<u4")
-        buckets = np.frombuffer(buf["buckets"], dtype="<u2")
-        counts = np.frombuffer(buf["counts"], dtype="<i8")
-        batch = cls(counters=counters, lat=lat, rows=rows, buckets=buckets, counts=counts)
+        n, buf = _wire_fields(wire)
+        batch = cls._of_buffers(n, *buf)
         if validate:
             batch.validate()
         return batch
+
+    @classmethod
+    def _of_buffers(cls, n: int, counters: _Buffer, lat: _Buffer, rows: _Buffer,
+                    buckets: _Buffer, counts: _Buffer) -> StatsBatch:
+        """A batch of ``n`` workloads over the wire fields' bytes (checked by
+        ``_wire_fields``), without copying them."""
+        return cls(counters=np.frombuffer(counters, dtype="<i8").reshape(n, N_CATEGORIES, 3),
+                   lat=np.frombuffer(lat, dtype="<i8").reshape(n, N_CATEGORIES, N_KINDS, 3),
+                   rows=np.frombuffer(rows, dtype="<u4"),
+                   buckets=np.frombuffer(buckets, dtype="<u2"),
+                   counts=np.frombuffer(counts, dtype="<i8"))
 
     def validate(self) -> None:
         """Raise ``RemoteProtocolError`` unless the batch is internally consistent."""
@@ -351,6 +339,70 @@ class StatsBatch:
                 bool(np.any(has[:, :, None] & ((lat_min < 0) | (lat_max < lat_min)))))
 
 
+_Buffer = bytes | bytearray | memoryview
+#: A ``StatsBatch``'s wire fields after ``n``, and each one's bytes per workload (None: any
+#: multiple of the coordinate's size).
+_WIRE_FIELDS: Final = (("counters", 8 * N_CATEGORIES * 3), ("lat", 8 * N_CATEGORIES * N_KINDS * 3),
+                       ("rows", None), ("buckets", None), ("counts", None))
+
+
+def _wire_fields(wire: object) -> tuple[int, tuple[_Buffer, _Buffer, _Buffer, _Buffer, _Buffer]]:
+    """A ``StatsBatch`` wire dict's workload count and the bytes of its five arrays
+    (counters, lat, rows, buckets, counts), each checked for type and length; anything else
+    raises ``RemoteProtocolError``."""
+    fields = cast(dict[str, object], wire)  # anything else fails the lookups
+    try:  # straight lookups: this runs for every host's every rollup entry, each subinterval
+        n = fields["n"]
+        buf = (fields["counters"], fields["lat"], fields["rows"], fields["buckets"],
+               fields["counts"])
+    except (KeyError, TypeError) as exc:
+        raise RemoteProtocolError(f"stats batch lacks field {exc}") from exc
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > 1 << 20:
+        raise RemoteProtocolError(f"stats batch workload count {n!r} is invalid")
+    for (k, per_workload), v in zip(_WIRE_FIELDS, buf, strict=True):
+        if not isinstance(v, bytes | bytearray | memoryview):
+            raise RemoteProtocolError(f"stats batch field {k} is not bytes")
+        if per_workload is not None and len(v) != per_workload * n:
+            raise RemoteProtocolError(
+                f"stats batch field {k} has {len(v)} bytes, expected {per_workload * n}")
+    checked = cast(tuple[_Buffer, _Buffer, _Buffer, _Buffer, _Buffer], buf)
+    nnz = len(checked[2]) // 4
+    if (len(checked[2]), len(checked[3]), len(checked[4])) != (4 * nnz, 2 * nnz, 8 * nnz):
+        raise RemoteProtocolError("stats batch histogram coordinate arrays differ in length")
+    return n, checked
+
+
+@functools.cache
+def _pct_shape() -> tuple[int, int, int]:
+    """A group's percentile table: (N_VIEWS, N_KINDS, len(PERCENTILES))."""
+    from protocol.grouping import N_VIEWS, PERCENTILES  # grouping imports this module
+
+    return N_VIEWS, N_KINDS, len(PERCENTILES)
+
+
+def _entry_fields(wire: object, histograms: bool
+                  ) -> tuple[int, tuple[_Buffer, _Buffer, _Buffer, _Buffer, _Buffer], _Buffer]:
+    """A ``GroupStats`` wire entry's group count, its batch's five arrays' bytes
+    (``_wire_fields``) and its percentile table's bytes (empty with ``histograms``), each
+    checked for type and length."""
+    raw = wire.get("pct") if isinstance(wire, dict) else None
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise RemoteProtocolError("group statistics lack their pct field (bytes)")
+    n, buf = _wire_fields(wire)
+    if histograms:
+        if len(raw):
+            raise RemoteProtocolError("group statistics carry both histograms and percentiles")
+        return n, buf, raw
+    if len(buf[2]):
+        raise RemoteProtocolError("group statistics carry histograms where percentiles "
+                                  "were asked for")
+    expect = 8 * n * math.prod(_pct_shape())
+    if len(raw) != expect:
+        raise RemoteProtocolError(f"group percentile table has {len(raw)} bytes, "
+                                  f"expected {expect}")
+    return n, buf, raw
+
+
 def raise_side_findings(negative: bool, inconsistent: bool) -> None:
     """``StatsBatch.check_side``'s verdict from what a scan found: negative counters, or a
     category with I/O whose latency minimum is negative or above its maximum (shared with the
@@ -390,29 +442,43 @@ class GroupStats:
         percentile table complete. ``validate`` then checks the contents (``check``);
         without it only the shapes are checked and the caller must check the contents
         (the master does, once for all hosts of a subinterval)."""
-        from protocol.grouping import N_VIEWS, PERCENTILES
-
-        raw = wire.get("pct") if isinstance(wire, dict) else None
-        if not isinstance(raw, bytes | bytearray | memoryview):
-            raise RemoteProtocolError("group statistics lack their pct field (bytes)")
-        batch = StatsBatch.from_wire(wire, validate=False)
-        n = batch.n_workloads
-        if histograms:
-            if len(raw):
-                raise RemoteProtocolError("group statistics carry both histograms and percentiles")
-            out = cls(batch)
-        else:
-            if batch.rows.size:
-                raise RemoteProtocolError("group statistics carry histograms where percentiles "
-                                          "were asked for")
-            shape = (n, N_VIEWS, N_KINDS, len(PERCENTILES))
-            if len(raw) != 8 * int(np.prod(shape)):
-                raise RemoteProtocolError(f"group percentile table has {len(raw)} bytes, "
-                                          f"expected {8 * int(np.prod(shape))}")
-            out = cls(batch, np.frombuffer(raw, dtype="<f8").reshape(shape))
+        n, buf, raw = _entry_fields(wire, histograms)
+        batch = StatsBatch._of_buffers(n, *buf)
+        out = cls(batch) if histograms else cls(batch, np.frombuffer(raw, dtype="<f8").reshape(
+            (n, *_pct_shape())))
         if validate:
             out.check()
         return out
+
+    @classmethod
+    def join_wire(cls, wires: Sequence[object], *, histograms: bool
+                  ) -> tuple[GroupStats, list[int]]:
+        """``concat`` of ``from_wire(w, histograms=..., validate=False)`` of each of
+        ``wires`` (every host's entry of one rollup type), and each one's group count. Each
+        array is put together in one copy, straight from the wire's bytes. An entry that
+        ``from_wire`` would refuse raises the same ``RemoteProtocolError`` here."""
+        if not wires:
+            raise ValueError("nothing to join")
+        n_of: list[int] = []
+        parts: list[tuple[_Buffer, _Buffer, _Buffer, _Buffer, _Buffer]] = []
+        pcts: list[_Buffer] = []
+        for wire in wires:
+            n, buf, raw = _entry_fields(wire, histograms)
+            n_of.append(n)
+            parts.append(buf)
+            pcts.append(raw)
+        total = sum(n_of)
+        # bytearrays: the arrays are writable, as the compiled kernels are compiled for
+        c, lat, rows, buckets, counts = (bytearray().join(f) for f in zip(*parts, strict=True))
+        batch = StatsBatch._of_buffers(total, c, lat, rows, buckets, counts)
+        if batch.rows.size and len(parts) > 1:  # each entry's rows count from its first group
+            first = np.cumsum([0, *n_of[:-1]], dtype=np.uint32) * np.uint32(ROWS_PER_WORKLOAD)
+            np.add(batch.rows, np.repeat(first, [len(p[2]) // 4 for p in parts]),
+                   out=batch.rows)
+        if histograms:
+            return cls(batch), n_of
+        pct = np.frombuffer(bytearray().join(pcts), dtype="<f8").reshape((total, *_pct_shape()))
+        return cls(batch, pct), n_of
 
     @classmethod
     def concat(cls, parts: Sequence[GroupStats]) -> GroupStats:

@@ -350,6 +350,45 @@ def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, rollup_ty
     assert not list(tmp_path.rglob("*.csv"))  # nothing of that subinterval was written
 
 
+@pytest.mark.parametrize(("rollup_type", "fault", "message"), [
+    ("lun", "short-counters", "bad statistics of rollup lun: stats batch field counters has"),
+    ("workload", "short-pct", "bad statistics of rollup workload: group percentile table has"),
+    ("all", "pct-with-histograms", "bad statistics of rollup all: .*carry both"),
+    ("workload", "lun-entry", "sent 2 groups of rollup workload, expected 4"),
+])
+def test_malformed_entries_fail_the_host_by_name(tmp_path: Path, rollup_type: str, fault: str,
+                                                 message: str) -> None:
+    """An entry whose shapes break the protocol or the plan (checked for all hosts at once)
+    is the failure of the host that sent it."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(1)
+    good, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
+    bad, _ = _host_result(sim, "h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    types = [spec.type for spec in ROLLUPS]
+    at = types.index(rollup_type)
+    wire = dict(bad.result.rollups[at])
+    if fault == "short-counters":
+        wire["counters"] = wire["counters"][:-8]
+    elif fault == "short-pct":
+        wire["pct"] = wire["pct"][:-8]
+    elif fault == "pct-with-histograms":
+        wire["pct"] = b"\0" * 8
+    else:
+        wire = dict(bad.result.rollups[types.index("lun")])
+    rollups = list(bad.result.rollups)
+    rollups[at] = wire
+    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, rollups=rollups))
+    assert sum(w.startswith("h2:") for w in wl) == 4
+    with pytest.raises(HostError, match=message) as err:
+        rec.record(0, "measurement", [good, bad], 10**9)
+    assert err.value.host == "h2"
+    out.close()
+    assert not list(tmp_path.rglob("*.csv"))
+
+
 # ---------------------------------------------------------------------- formatting, files
 def test_format_float_rows_is_fmt() -> None:
     rng = np.random.default_rng(3)

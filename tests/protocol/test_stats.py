@@ -150,3 +150,66 @@ def test_row_totals_are_exact_beyond_2_to_the_53(extra: int) -> None:
     else:
         batch.validate()
         kernels.validate_batch(batch)
+
+
+def _entries(histograms: bool) -> list[dict[str, object]]:
+    """Three hosts' entries of one rollup type: 3 groups, none, 2 groups."""
+    from protocol.grouping import view_percentiles
+    from protocol.stats import GroupStats
+
+    out = []
+    for seed, n in ((1, 3), (2, 0), (3, 2)):
+        batch = StatsBatch.from_stats([_filled(seed * 10 + i, 300)[0] for i in range(n)])
+        if histograms:
+            gs = GroupStats(batch)
+        else:
+            side = StatsBatch(batch.counters, batch.lat, batch.rows[:0], batch.buckets[:0],
+                              batch.counts[:0])
+            gs = GroupStats(side, view_percentiles(batch))
+        out.append(dict(gs.to_wire()))
+    return out
+
+
+@pytest.mark.parametrize("histograms", [True, False])
+def test_join_wire_is_concat_of_from_wire(histograms: bool) -> None:
+    from protocol.stats import GroupStats
+
+    entries = _entries(histograms)
+    for pick in ([0], [1], [0, 1, 2], [2, 1, 0, 0]):
+        wires = [entries[i] for i in pick]
+        joined, sizes = GroupStats.join_wire(wires, histograms=histograms)
+        want = GroupStats.concat([GroupStats.from_wire(w, histograms=histograms) for w in wires])
+        assert sizes == [int(w["n"]) for w in wires]  # type: ignore[call-overload]
+        for name in ("counters", "lat", "rows", "buckets", "counts"):
+            got, ref = getattr(joined.batch, name), getattr(want.batch, name)
+            assert got.dtype == ref.dtype and np.array_equal(got, ref), name
+            assert got.flags.writeable  # as the compiled kernels take them
+        assert (joined.pct is None) == (want.pct is None)
+        if joined.pct is not None and want.pct is not None:
+            assert np.array_equal(joined.pct, want.pct, equal_nan=True)
+        joined.check()
+
+
+@pytest.mark.parametrize("histograms", [True, False])
+def test_join_wire_refuses_what_from_wire_refuses(histograms: bool) -> None:
+    from protocol.stats import GroupStats
+
+    entries = _entries(histograms)
+    other = _entries(not histograms)
+    bad_entries = [
+        _corrupt(entries[2], "counters", b"\0" * 7),
+        _corrupt(entries[2], "n", 7),
+        _corrupt(entries[2], "pct", 5),
+        {k: v for k, v in entries[2].items() if k != "lat"},
+        other[2],  # histograms where a percentile table was asked for, or the reverse
+        _corrupt(entries[2], "pct", b"\0" * 8 if histograms else b"\0" * 16),
+        [1, 2],
+    ]
+    for bad in bad_entries:
+        with pytest.raises(RemoteProtocolError) as alone:
+            GroupStats.from_wire(bad, histograms=histograms, validate=False)  # type: ignore[arg-type]
+        with pytest.raises(RemoteProtocolError) as joined:
+            GroupStats.join_wire([entries[0], bad, entries[1]], histograms=histograms)
+        assert str(joined.value) == str(alone.value)
+    with pytest.raises(ValueError, match="nothing"):
+        GroupStats.join_wire([], histograms=histograms)
