@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -810,15 +811,26 @@ _put_cell = _jit_inline(_put_cell_py)
 
 def _format_lines_py(values: Any, bits: Any, pow_pos: Any, p10: Any, head: Any, texts: Any,
                      text_ends: Any, word_last: Any, word: Any, comma_first: bool, tail: Any,
-                     buf: Any, ends: Any, fallback: Any) -> None:
+                     repeats: Any, buf: Any, ends: Any, fallback: Any) -> None:
     """Row ``i`` of ``values`` as one line in ``buf`` (ending at ``ends[i]``): ``head``, the
     row's own text (``texts[text_ends[i-1]:text_ends[i]]``), the cells as ``_put_cell_py``
     writes them joined by commas (one before the first cell too when ``comma_first``), then
     ``tail``. NaN and infinities are empty cells; where ``word_last[i]``, the last cell is
     ``word`` instead of its number. A cell ``_put_cell_py`` cannot decide is left empty and
-    sets ``fallback[i]``: the caller writes that row itself."""
+    sets ``fallback[i]``: the caller writes that row itself.
+
+    ``repeats``: (R, 3) blocks of columns (start, source start, length; the source block
+    before the block, neither holding the last column) whose text is copied from the source
+    block's where a row's values are the same in both, bit for bit (the same numbers make the
+    same text): a workload that does only random I/O has the same metrics in its overall and
+    random views."""
     n, m = values.shape
     digits = np.empty(6, dtype=np.uint8)
+    rep_of = np.full(m, -1, dtype=np.int64)
+    for r in range(repeats.shape[0]):
+        rep_of[repeats[r, 0]] = r
+    cell_at = np.zeros(m, dtype=np.int64)  # where each cell's text starts and ends in the row
+    cell_end = np.zeros(m, dtype=np.int64)
     at = 0
     t0 = 0
     for i in range(n):
@@ -830,23 +842,44 @@ def _format_lines_py(values: Any, bits: Any, pow_pos: Any, p10: Any, head: Any, 
             buf[at] = texts[j]
             at += 1
         t0 = t1
-        for col in range(m):
+        col = 0
+        while col < m:
             if col or comma_first:
                 buf[at] = 44
                 at += 1
+            r = rep_of[col]
+            if r >= 0:
+                src, length = repeats[r, 1], repeats[r, 2]
+                same = True
+                for j in range(length):
+                    if bits[i, src + j] != bits[i, col + j]:
+                        same = False
+                        break
+                if same:
+                    a0, a1 = cell_at[src], cell_end[src + length - 1]
+                    for j in range(a1 - a0):  # earlier in the line: no overlap
+                        buf[at + j] = buf[a0 + j]
+                    for j in range(length):
+                        cell_at[col + j] = cell_at[src + j] + at - a0
+                        cell_end[col + j] = cell_end[src + j] + at - a0
+                    at += a1 - a0
+                    col += length
+                    continue
+            cell_at[col] = at
             if col == m - 1 and word_last[i]:
                 for j in range(word.size):
                     buf[at + j] = word[j]
                 at += word.size
-                continue
-            x = values[i, col]
-            if not np.isfinite(x):
-                continue
-            end = _put_cell(buf, at, x, bits[i, col], pow_pos, p10, digits)
-            if end < 0:
-                fallback[i] = True
             else:
-                at = end
+                x = values[i, col]
+                if np.isfinite(x):
+                    end = _put_cell(buf, at, x, bits[i, col], pow_pos, p10, digits)
+                    if end < 0:
+                        fallback[i] = True
+                    else:
+                        at = end
+            cell_end[col] = at
+            col += 1
         for j in range(tail.size):
             buf[at + j] = tail[j]
         at += tail.size
@@ -867,13 +900,23 @@ def _bytes(data: bytes) -> npt.NDArray[np.uint8]:
 def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: bytes = b"",
                  text_ends: npt.NDArray[np.int64] | None = None,
                  word_last: npt.NDArray[np.bool_] | None = None, word: bytes = b"",
-                 comma_first: bool = False, tail: bytes = b""
+                 comma_first: bool = False, tail: bytes = b"",
+                 repeats: Sequence[tuple[int, int, int]] = ()
                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Rows of ``values`` as lines of ``fmt`` cells (see ``_format_lines_py``): the bytes
     (ASCII), where each line ends in them, and which rows the caller must write itself. The
     bytes are a view of a buffer kept between calls (no page faults per call): valid until
-    the next call."""
+    the next call. ``repeats``: blocks of columns (start, source start, length) that take
+    their source block's text where their values are the same."""
     n, m = values.shape
+    blocks = np.array(repeats, dtype=np.int64).reshape(-1, 3)
+    taken = np.zeros(m, dtype=np.bool_)
+    for start, src, length in blocks.tolist():
+        if not (length > 0 and src >= 0 and src + length <= start and start + length < m
+                and not taken[start:start + length].any()):
+            raise ValueError(f"repeated block {start, src, length} must follow its source, "
+                             f"not overlap another, and leave the last of {m} columns")
+        taken[start:start + length] = True
     if text_ends is None:
         text_ends = np.zeros(n, dtype=np.int64)
     if word_last is None:
@@ -889,7 +932,7 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
     _format_lines(values, values.view(np.int64), _POW_POS, _P10, _bytes(head), _bytes(texts),
                   np.ascontiguousarray(text_ends, dtype=np.int64),
                   np.ascontiguousarray(word_last, dtype=np.bool_), _bytes(word), comma_first,
-                  _bytes(tail), buf, ends, fallback)
+                  _bytes(tail), blocks, buf, ends, fallback)
     return buf[:int(ends[-1]) if n else 0], ends, fallback
 
 

@@ -326,14 +326,16 @@ class LineTexts:
 
 
 def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
-                 word_last: npt.NDArray[np.bool_], word: str
+                 word_last: npt.NDArray[np.bool_], word: str,
+                 repeats: Sequence[tuple[int, int, int]] = ()
                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], dict[int, str]]:
     """Line ``i``: ``head``, ``texts.texts[i]``, then row ``i`` of ``values`` as ``fmt`` cells
     (the last one ``word`` where ``word_last[i]``), each after a comma, and CRLF, as
     ``csv.writer`` ends a row. Returns the UTF-8 bytes of all lines and where each ends
     (written by the compiled ``master.kernels.format_lines``; valid until its next call) and
     the lines it could not decide, as text made with ``fmt`` (``CsvAppender.append_block``
-    takes all three)."""
+    takes all three). ``repeats``: blocks of columns whose text is copied from an earlier
+    block's where the numbers are the same (``master.kernels.format_lines``)."""
     from master import kernels  # numba: loaded by the first run that writes rows
 
     n = values.shape[0]
@@ -341,7 +343,7 @@ def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
         raise ValueError(f"{n} rows but {len(texts.texts)} texts and {word_last.shape} words")
     data, ends, fallback = kernels.format_lines(
         values, head.encode("utf-8"), texts.data, texts.ends, word_last, word.encode("utf-8"),
-        True, b"\r\n")
+        True, b"\r\n", repeats)
     own = {}
     for i in np.flatnonzero(fallback).tolist():
         cells = [fmt(float(v)) for v in values[i]]

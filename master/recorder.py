@@ -362,7 +362,8 @@ class StepRecorder:
                                                minlength=g.n)  # iops_setting
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
         tables = self._tables_of(rollup_type, g)
-        data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max")
+        data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max",
+                                       ru.VIEW_BLOCKS)
         CsvAppender.append_block(tables, data, ends, own)
 
     def _tables_of(self, rollup_type: str, g: ru.Grouping) -> AppenderGroup:

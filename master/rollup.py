@@ -61,6 +61,11 @@ METRIC_COLUMNS: Final = tuple(metric_columns())
 _PER_KIND: Final = 3 + len(PERCENTILES)
 _PER_VIEW: Final = 4 + len(KIND_NAMES) * _PER_KIND
 assert len(METRIC_COLUMNS) == N_VIEWS * _PER_VIEW
+#: Each view's block of metric columns after the overall view's, with the overall block:
+#: (start, source start, length). A workload that does only random I/O has the same numbers
+#: in its random view as overall (only reads: in its read view), so writers of rows copy the
+#: overall block's text where the numbers are the same (``master.kernels.format_lines``).
+VIEW_BLOCKS: Final = tuple((v * _PER_VIEW, 0, _PER_VIEW) for v in range(1, N_VIEWS))
 
 
 @dataclass(frozen=True, eq=False)

@@ -103,6 +103,38 @@ def test_format_lines_are_the_csv_writer_rows_of_fmt_cells() -> None:
         format_lines(vals, "", LineTexts(names[:5]), word_last, "max")
 
 
+def test_repeated_blocks_are_the_same_lines() -> None:
+    """Blocks of columns copied from an earlier block where the numbers are the same give
+    the lines the cells would have made: equal blocks, different ones, empty ones, -0.0
+    against 0.0, a source block holding a cell only ``fmt`` can write."""
+    rng = np.random.default_rng(8)
+    n = 300
+    vals = rng.lognormal(0, 4, (n, 13))
+    vals[rng.random(vals.shape) < 0.1] = np.nan
+    pick = rng.random(n)
+    vals[pick < 0.4, 4:8] = vals[pick < 0.4, 0:4]  # block 1 the same as block 0
+    vals[pick < 0.2, 8:12] = vals[pick < 0.2, 0:4]  # block 2 too
+    vals[(pick >= 0.4) & (pick < 0.5), 4:8] = np.nan
+    vals[(pick >= 0.4) & (pick < 0.5), 0:4] = np.nan
+    vals[0, 0:4], vals[0, 4:8] = [0.0, 1.0, 2.0, 3.0], [-0.0, 1.0, 2.0, 3.0]
+    vals[1, 0:4] = vals[1, 4:8] = [2e15, 1.0, 2.0, 3.0]
+    names = [f"w{i}" for i in range(n)]
+    word_last = rng.random(n) < 0.3
+    texts = LineTexts(names)
+    blocks = [(4, 0, 4), (8, 0, 4)]
+    plain = format_lines(vals, "h,", texts, word_last, "max")
+    copied = format_lines(vals.copy(), "h,", texts, word_last, "max", blocks)
+    assert plain[2] == copied[2] and 1 in copied[2]
+    assert np.array_equal(plain[1], copied[1])
+    assert plain[0].tobytes() == copied[0].tobytes()
+    assert copied[0].tobytes().split(b"\r\n")[0] == b"h,w0,0,1,2,3,-0,1,2,3," + b",".join(
+        fmt(float(v)).encode() for v in vals[0, 8:12]) + (
+        b",max" if word_last[0] else b"," + fmt(float(vals[0, 12])).encode())
+    for bad in ([(0, 4, 4)], [(4, 0, 4), (6, 0, 2)], [(9, 0, 4)], [(4, 2, 4)]):
+        with pytest.raises(ValueError, match="repeated block"):
+            format_lines(vals, "h,", texts, word_last, "max", bad)
+
+
 def _block(lines: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     data, ends = joined_utf8(lines)
     return np.frombuffer(data, dtype=np.uint8), ends
