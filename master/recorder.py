@@ -158,6 +158,7 @@ class StepRecorder:
             (j for j, h in enumerate(self._hosts) for _ in of_host.get(h, [])),
             dtype=np.intp, count=len(self.ids))
         self._host_workloads = {h: set(of_host.get(h, [])) for h in self._hosts}
+        self._ids_of_host = {h: of_host.get(h, []) for h in self._hosts}
         self.plans: dict[str, _TypePlan] = {}
         for spec in self.rollups:
             keys = [rollup_key(spec, self.workloads[w]) for w in self.ids]
@@ -199,7 +200,8 @@ class StepRecorder:
         expected = self._host_workloads.get(h.host)
         if expected is None:
             raise HostError("sent a result but has no place in the step's plan", host=h.host)
-        if set(r.workload_ids) != expected or len(r.workload_ids) != len(expected):
+        if r.workload_ids != self._ids_of_host[h.host] and (  # the plan's order: no set
+                set(r.workload_ids) != expected or len(r.workload_ids) != len(expected)):
             raise HostError(f"reported workloads {sorted(set(r.workload_ids) ^ expected)[:3]} "
                             "other than the step's", host=h.host)
         if len(r.rollups) != len(self.plans):

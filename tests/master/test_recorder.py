@@ -302,6 +302,27 @@ def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
     out.close()
 
 
+def test_workload_ids_in_another_order_are_the_same_set(tmp_path: Path) -> None:
+    """The plan's order is the fast case; any order of the same workloads is accepted, a
+    repeated id in place of another is not."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1)
+    rng = np.random.default_rng(1)
+    ids = list(h1)
+    res = _host_result(_Slaves(rec), "h1", ids, 0, rng, 1.0)[0]
+    turned = dataclasses.replace(res, result=dataclasses.replace(
+        res.result, workload_ids=ids[::-1]))
+    rec.record(0, "measurement", [turned], 10**9)
+    twice = dataclasses.replace(res, result=dataclasses.replace(
+        res.result, workload_ids=[ids[0], *ids[:-1]]))
+    with pytest.raises(HostError, match="other than the step's") as err:
+        rec.record(1, "measurement", [twice], 2 * 10**9)
+    assert err.value.host == "h1"
+    out.close()
+
+
 @pytest.mark.parametrize(("rollup_type", "field", "message"), [
     ("all", "counts", "counts must be > 0"),
     ("vendor+model", "counters", "differ from the ops counters"),
