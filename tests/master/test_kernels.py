@@ -3,6 +3,8 @@ their references in test_rollup.py and test_recorder.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -105,15 +107,21 @@ def _bad_batches() -> list[tuple[str, StatsBatch]]:
     return out
 
 
+def _refused_alike(message: str, by_numpy: Callable[[], None],
+                   compiled: Callable[[], None]) -> None:
+    """Both checks refuse, with the same words, and those say ``message``."""
+    with pytest.raises(RemoteProtocolError, match=message) as numpy_way:
+        by_numpy()
+    with pytest.raises(RemoteProtocolError) as compiled_way:
+        compiled()
+    assert str(compiled_way.value) == str(numpy_way.value)
+
+
 @pytest.mark.parametrize(("message", "batch"), _bad_batches(),
                          ids=[f"{i}-{m}" for i, (m, _) in enumerate(_bad_batches())])
 def test_validate_batch_refuses_what_statsbatch_validate_refuses(message: str,
                                                                    batch: StatsBatch) -> None:
-    with pytest.raises(RemoteProtocolError, match=message) as numpy_way:
-        batch.validate()
-    with pytest.raises(RemoteProtocolError) as compiled:
-        kernels.validate_batch(batch)
-    assert str(compiled.value) == str(numpy_way.value)
+    _refused_alike(message, batch.validate, lambda: kernels.validate_batch(batch))
 
 
 @pytest.mark.parametrize("batch", [_batch(), StatsBatch.empty(), StatsBatch.empty(5)],
@@ -177,11 +185,7 @@ def _bad_pct_entries() -> list[tuple[str, GroupStats]]:
                          ids=[f"{i}-{m}" for i, (m, _) in enumerate(_bad_pct_entries())])
 def test_check_group_stats_refuses_what_groupstats_check_refuses(message: str,
                                                                   entry: GroupStats) -> None:
-    with pytest.raises(RemoteProtocolError, match=message) as numpy_way:
-        entry.check()
-    with pytest.raises(RemoteProtocolError) as compiled:
-        kernels.check_group_stats(entry)
-    assert str(compiled.value) == str(numpy_way.value)
+    _refused_alike(message, entry.check, lambda: kernels.check_group_stats(entry))
 
 
 def test_check_group_stats_passes_what_groupstats_check_passes() -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -285,26 +286,8 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
 
 
 def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
-    wl = _workloads()
-    out = RunOutput(tmp_path)
-    h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1)
-    rng = np.random.default_rng(1)
-    ids = list(h1)
-    rec.record(0, "measurement", [_host_result(_Slaves(rec), "h1", ids, 0, rng, 1.0)[0]], 10**9)
-    # a slave reporting fewer workloads than the plan gave it
-    other = StepRecorder(RunOutput(tmp_path / "o"), 0, "s", ROLLUPS, 1.0,
-                         {w: h1[w] for w in ids[:2]})
-    short = _host_result(_Slaves(other), "h1", ids[:2], 1, rng, 1.0)[0]
-    with pytest.raises(HostError, match=r"reported workloads .* other than the step's") as err:
-        rec.record(1, "measurement", [short], 2 * 10**9)
-    assert err.value.host == "h1"
-    out.close()
-
-
-def test_workload_ids_in_another_order_are_the_same_set(tmp_path: Path) -> None:
-    """The plan's order is the fast case; any order of the same workloads is accepted, a
-    repeated id in place of another is not."""
+    """A host reports the plan's workloads in any order (the plan's own is the fast case);
+    fewer of them, or one repeated in place of another, is its failure."""
     wl = _workloads()
     out = RunOutput(tmp_path)
     h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
@@ -312,15 +295,40 @@ def test_workload_ids_in_another_order_are_the_same_set(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     ids = list(h1)
     res = _host_result(_Slaves(rec), "h1", ids, 0, rng, 1.0)[0]
+    rec.record(0, "measurement", [res], 10**9)
     turned = dataclasses.replace(res, result=dataclasses.replace(
         res.result, workload_ids=ids[::-1]))
-    rec.record(0, "measurement", [turned], 10**9)
+    rec.record(1, "measurement", [turned], 2 * 10**9)
+    # a slave reporting fewer workloads than the plan gave it
+    other = StepRecorder(RunOutput(tmp_path / "o"), 0, "s", ROLLUPS, 1.0,
+                         {w: h1[w] for w in ids[:2]})
+    short = _host_result(_Slaves(other), "h1", ids[:2], 2, rng, 1.0)[0]
     twice = dataclasses.replace(res, result=dataclasses.replace(
         res.result, workload_ids=[ids[0], *ids[:-1]]))
-    with pytest.raises(HostError, match="other than the step's") as err:
-        rec.record(1, "measurement", [twice], 2 * 10**9)
-    assert err.value.host == "h1"
+    for bad in (short, twice):
+        with pytest.raises(HostError, match=r"reported workloads .* other than the step's") as err:
+            rec.record(2, "measurement", [bad], 3 * 10**9)
+        assert err.value.host == "h1"
     out.close()
+
+
+def _two_hosts(tmp_path: Path) -> tuple[RunOutput, StepRecorder, HostResult, HostResult]:
+    """A step on hosts h1 and h2, and one subinterval's result of each."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(1)
+    h1, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
+    h2, _ = _host_result(sim, "h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    return out, rec, h1, h2
+
+
+def _with_entry(res: HostResult, at: int, wire: dict[str, Any]) -> HostResult:
+    """``res`` with its ``at``-th rollup entry replaced."""
+    rollups = list(res.result.rollups)
+    rollups[at] = wire
+    return dataclasses.replace(res, result=dataclasses.replace(res.result, rollups=rollups))
 
 
 @pytest.mark.parametrize(("rollup_type", "field", "message"), [
@@ -335,13 +343,7 @@ def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, rollup_ty
     """A slave's groups that do not add up (histograms against counters, a percentile table
     against the counters and the exact minimum and maximum) are that host's failure (exit 3 in
     a run), found before anything is rolled up or written."""
-    wl = _workloads()
-    out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
-    sim = _Slaves(rec)
-    rng = np.random.default_rng(1)
-    good, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
-    bad, _ = _host_result(sim, "h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    out, rec, good, bad = _two_hosts(tmp_path)
     at = [spec.type for spec in ROLLUPS].index(rollup_type)
     wire = dict(bad.result.rollups[at])
     if field.startswith("pct"):
@@ -360,9 +362,7 @@ def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, rollup_ty
         else:
             raw[0] += 1  # group 0's random-read ops
         wire[field] = raw.tobytes()
-    rollups = list(bad.result.rollups)
-    rollups[at] = wire
-    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, rollups=rollups))
+    bad = _with_entry(bad, at, wire)
     with pytest.raises(HostError, match=f"bad statistics of rollup {re.escape(rollup_type)}: "
                                         f".*{message}") as err:
         rec.record(0, "measurement", [good, bad], 10**9)
@@ -381,13 +381,7 @@ def test_malformed_entries_fail_the_host_by_name(tmp_path: Path, rollup_type: st
                                                  message: str) -> None:
     """An entry whose shapes break the protocol or the plan (checked for all hosts at once)
     is the failure of the host that sent it."""
-    wl = _workloads()
-    out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
-    sim = _Slaves(rec)
-    rng = np.random.default_rng(1)
-    good, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
-    bad, _ = _host_result(sim, "h2", [w for w in wl if w.startswith("h2:")], 0, rng, 1.0)
+    out, rec, good, bad = _two_hosts(tmp_path)
     types = [spec.type for spec in ROLLUPS]
     at = types.index(rollup_type)
     wire = dict(bad.result.rollups[at])
@@ -399,10 +393,8 @@ def test_malformed_entries_fail_the_host_by_name(tmp_path: Path, rollup_type: st
         wire["pct"] = b"\0" * 8
     else:
         wire = dict(bad.result.rollups[types.index("lun")])
-    rollups = list(bad.result.rollups)
-    rollups[at] = wire
-    bad = dataclasses.replace(bad, result=dataclasses.replace(bad.result, rollups=rollups))
-    assert sum(w.startswith("h2:") for w in wl) == 4
+    bad = _with_entry(bad, at, wire)
+    assert sum(w.startswith("h2:") for w in rec.workloads) == 4
     with pytest.raises(HostError, match=message) as err:
         rec.record(0, "measurement", [good, bad], 10**9)
     assert err.value.host == "h2"
