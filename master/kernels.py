@@ -289,7 +289,7 @@ def _instance_metrics_py(counters: Any, lat: Any, order: Any, inst_ptr: Any, mem
     """Every metric of every instance (see ``master.rollup.compute``, whose numpy arithmetic
     this repeats operation for operation, so the values are the same to the bit).
 
-    Instance ``g``'s workloads are ``order[inst_ptr[g]:inst_ptr[g + 1]]`` (at least one). Per
+    Instance ``g``'s workloads are ``order[inst_ptr[g]:inst_ptr[g + 1]]``. Per
     category their counters and latency sums are added, their minima and maxima taken; per
     view (``member``: (V, 4) bool) the categories likewise. Writes ``values`` (G, V, per
     view: IOPS, MB/s, average KiB, per kind mean, min, percentiles, max, then errors),
@@ -307,14 +307,20 @@ def _instance_metrics_py(counters: Any, lat: Any, order: Any, inst_ptr: Any, mem
     nan = np.nan
     for g in range(n_inst):
         lo, hi = inst_ptr[g], inst_ptr[g + 1]
-        w = order[lo]
-        for c in range(4):
-            for q in range(3):
-                cat[c, q] = counters[w, c, q]
-            for k in range(2):
-                lsum[c, k] = lat[w, c, k, 0]
-                lmin[c, k] = lat[w, c, k, 1]
-                lmax[c, k] = lat[w, c, k, 2]
+        if lo == hi:  # no workloads (a caller's mistake, never a crash): an instance without I/O
+            cat[:] = 0
+            lsum[:] = 0
+            lmin[:] = np.iinfo(np.int64).max
+            lmax[:] = -1
+        else:
+            w = order[lo]
+            for c in range(4):
+                for q in range(3):
+                    cat[c, q] = counters[w, c, q]
+                for k in range(2):
+                    lsum[c, k] = lat[w, c, k, 0]
+                    lmin[c, k] = lat[w, c, k, 1]
+                    lmax[c, k] = lat[w, c, k, 2]
         for j in range(lo + 1, hi):
             w = order[j]
             for c in range(4):
@@ -365,7 +371,7 @@ def _instance_metrics_py(counters: Any, lat: Any, order: Any, inst_ptr: Any, mem
                 out[at + 1] = min_v[g, v, k] / 1e6 if has else nan
                 if pct.shape[0]:
                     for p in range(n_pct):
-                        out[at + 2 + p] = pct[order[lo], v, k, p] / 1e6
+                        out[at + 2 + p] = pct[order[lo], v, k, p] / 1e6 if hi > lo else nan
                 out[at + per_kind - 1] = max_v[g, v, k] / 1e6 if has else nan
             out[values.shape[2] - 1] = np.float64(errors)
 

@@ -282,3 +282,17 @@ def test_instance_metrics_equal_numpy_to_the_bit(w_count: int, g_count: int,
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
         assert np.array_equal(g, w, equal_nan=True)
+
+
+def test_instance_metrics_of_an_instance_without_workloads_is_empty() -> None:
+    """An instance no workload maps to reads nothing out of range: no I/O, NaN times."""
+    from protocol.grouping import MEMBERSHIP
+
+    counters = np.ones((2, 4, 3), dtype=np.int64)
+    lat = np.ones((2, 4, 2, 3), dtype=np.int64)
+    values, ops, mins, maxs = kernels.instance_metrics(
+        counters, lat, np.arange(2), np.array([0, 2, 2]), MEMBERSHIP > 0, 1.0,
+        np.ones((2, 5, 2, 6)), 22)
+    assert ops[1].tolist() == [0] * 5 and ops[0, 0] == 8
+    assert np.isnan(values[1, :, 3:21]).all() and (values[1, :, 0] == 0).all()
+    assert (maxs[1] == -1).all()
