@@ -295,4 +295,4 @@ def test_instance_metrics_of_an_instance_without_workloads_is_empty() -> None:
         np.ones((2, 5, 2, 6)), 22)
     assert ops[1].tolist() == [0] * 5 and ops[0, 0] == 8
     assert np.isnan(values[1, :, 3:21]).all() and (values[1, :, 0] == 0).all()
-    assert (maxs[1] == -1).all()
+    assert (maxs[1] == -1).all() and (mins[1] > maxs[1]).all()
