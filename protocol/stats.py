@@ -453,8 +453,9 @@ class GroupStats:
     @classmethod
     def join_wire(cls, wires: Sequence[object], *, histograms: bool
                   ) -> tuple[GroupStats, list[int]]:
-        """``concat`` of ``from_wire(w, histograms=..., validate=False)`` of each of
-        ``wires`` (every host's entry of one rollup type), and each one's group count. Each
+        """The groups of ``from_wire(w, histograms=..., validate=False)`` of each of ``wires``
+        (every host's entry of one rollup type) side by side, as ``StatsBatch.concat`` puts
+        batches, and each entry's group count. Each
         array is put together in one copy, straight from the wire's bytes. An entry that
         ``from_wire`` would refuse raises the same ``RemoteProtocolError`` here."""
         if not wires:
@@ -479,19 +480,6 @@ class GroupStats:
             return cls(batch), n_of
         pct = np.frombuffer(bytearray().join(pcts), dtype="<f8").reshape((total, *_pct_shape()))
         return cls(batch, pct), n_of
-
-    @classmethod
-    def concat(cls, parts: Sequence[GroupStats]) -> GroupStats:
-        """The groups of several entries side by side (every host's part of one rollup type),
-        all with histograms or all with percentile tables."""
-        if not parts:
-            raise ValueError("nothing to concatenate")
-        if len({p.pct is None for p in parts}) > 1:
-            raise ValueError("group statistics mix histograms and percentile tables")
-        batch = StatsBatch.concat([p.batch for p in parts])
-        if parts[0].pct is None:
-            return cls(batch)
-        return cls(batch, np.concatenate([p.pct for p in parts if p.pct is not None]))
 
     def check(self) -> None:
         """Raise ``RemoteProtocolError`` unless consistent: a batch with histograms as

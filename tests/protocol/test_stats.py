@@ -178,7 +178,10 @@ def test_join_wire_is_concat_of_from_wire(histograms: bool) -> None:
     for pick in ([0], [1], [0, 1, 2], [2, 1, 0, 0]):
         wires = [entries[i] for i in pick]
         joined, sizes = GroupStats.join_wire(wires, histograms=histograms)
-        want = GroupStats.concat([GroupStats.from_wire(w, histograms=histograms) for w in wires])
+        alone = [GroupStats.from_wire(w, histograms=histograms) for w in wires]
+        pcts = [p.pct for p in alone if p.pct is not None]
+        want = GroupStats(StatsBatch.concat([p.batch for p in alone]),
+                          np.concatenate(pcts) if pcts else None)
         assert sizes == [int(w["n"]) for w in wires]  # type: ignore[call-overload]
         for name in ("counters", "lat", "rows", "buckets", "counts"):
             got, ref = getattr(joined.batch, name), getattr(want.batch, name)
