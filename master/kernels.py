@@ -437,6 +437,8 @@ def warm_up() -> float:
                          np.arange(2), np.arange(3), cats, 1.0, pct, 14)
     one = np.ones(1, dtype=np.int64)
     merge_sorted((one, one, one), (one, one + 1, one))
+    histogram_rows(one - 1, one - 1, np.array([0, 1]), one, one, one, 0, 1)
+    gather_texts(b"ab", np.array([1, 2]), np.array([1, 0]))
     validate_batch(StatsBatch(  # the wire's types: rows uint32, buckets uint16, counts int64
         counters=np.array([[[1, 4096, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]], dtype=np.int64),
         lat=np.array([[[[5, 5, 5]] * 2] * 4], dtype=np.int64),
@@ -518,6 +520,71 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
     co = np.empty(na + nb, dtype=np.int64)
     n = _merge_sorted(*(np.ascontiguousarray(x, dtype=np.int64) for x in (*a, *b)), ro, bo, co)
     return ro[:n], bo[:n], co[:n]
+
+
+# ----------------------------------------------------------------------------- histogram files
+def _histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, buckets: Any,
+                       counts: Any, first: int, n: int) -> tuple[Any, Any, Any]:
+    """The non-empty buckets of instances ``first .. first + n - 1``, whose workloads are
+    ``members`` (workload w's instance ``of_workload[w]``, its coordinates
+    ``wl_bounds[w]:wl_bounds[w + 1]``): each (instance, bucket) once, in instance then bucket
+    order, with its counts in the overall, read and write views, service then response time
+    each (column ``view * 2 + kind``)."""
+    index = np.zeros(n * N_BUCKETS, dtype=np.int64)  # a bucket's row + 1, 0 while unseen
+    for m in range(members.size):
+        w = members[m]
+        base = (of_workload[w] - first) * N_BUCKETS
+        for x in range(wl_bounds[w], wl_bounds[w + 1]):
+            index[base + buckets[x]] = 1
+    n_rows = 0
+    for k in range(index.size):
+        if index[k]:
+            index[k] = n_rows + 1
+            n_rows += 1
+    out_inst = np.empty(n_rows, dtype=np.intp)
+    out_bucket = np.empty(n_rows, dtype=np.intp)
+    for k in range(index.size):
+        if index[k]:
+            out_inst[index[k] - 1] = k // N_BUCKETS
+            out_bucket[index[k] - 1] = k % N_BUCKETS
+    summed = np.zeros((n_rows, 6), dtype=np.int64)
+    for m in range(members.size):
+        w = members[m]
+        base = (of_workload[w] - first) * N_BUCKETS
+        for x in range(wl_bounds[w], wl_bounds[w + 1]):
+            row = index[base + buckets[x]] - 1
+            r = rows[x] % ROWS_PER_WORKLOAD
+            kind = r % 2
+            summed[row, kind] += counts[x]
+            summed[row, 2 + 2 * (r // 2 % 2) + kind] += counts[x]
+    return out_inst, out_bucket, summed
+
+
+_histogram_rows = _jit(_histogram_rows_py)
+
+
+def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.intp],
+                   wl_bounds: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
+                   buckets: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], first: int,
+                   n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp],
+                                    npt.NDArray[np.int64]]:
+    """See ``_histogram_rows_py``: (instance - first, bucket, counts (rows, 6)) per non-empty
+    bucket. The members' instances must lie in ``first .. first + n - 1`` and the buckets in
+    range (checked: the kernel indexes by them); ``wl_bounds`` must be the coordinates'
+    bounds by workload (rows sorted; the caller's)."""
+    inst = of_workload[members]
+    if inst.size and (int(inst.min()) < first or int(inst.max()) >= first + n):
+        raise ValueError(f"workloads of instances outside {first}..{first + n - 1}")
+    if buckets.size and (int(buckets.min()) < 0 or int(buckets.max()) >= N_BUCKETS):
+        raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
+    if wl_bounds.size != of_workload.size + 1 or int(wl_bounds[-1]) > rows.size:
+        raise ValueError(f"{wl_bounds.size} workload bounds for {of_workload.size} workloads "
+                         f"and {rows.size} coordinates")
+    out: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.int64]] = (
+        _histogram_rows(*(np.ascontiguousarray(a, dtype=np.int64)
+                          for a in (of_workload, members, wl_bounds, rows, buckets, counts)),
+                        first, n))
+    return out
 
 
 # ----------------------------------------------------------------------------- validation
@@ -896,11 +963,12 @@ _format_lines = _jit(_format_lines_py)
 
 
 _scratch: dict[str, npt.NDArray[np.uint8]] = {}
-_NO_BYTES = np.zeros(0, dtype=np.uint8)
 
 
 def _bytes(data: bytes) -> npt.NDArray[np.uint8]:
-    return np.frombuffer(data, dtype=np.uint8) if data else _NO_BYTES
+    """``data`` as a read-only uint8 array, empty or not: one type, so one compiled
+    signature of ``format_lines`` serves every caller."""
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: bytes = b"",
@@ -940,6 +1008,37 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
                   np.ascontiguousarray(word_last, dtype=np.bool_), _bytes(word), comma_first,
                   _bytes(tail), blocks, buf, ends, fallback)
     return buf[:int(ends[-1]) if n else 0], ends, fallback
+
+
+def _gather_texts_py(data: Any, ends: Any, which: Any, out: Any, out_ends: Any) -> None:
+    """Texts ``which[0], which[1], ...`` of ``data`` (text i is ``data[ends[i-1]:ends[i]]``)
+    one after another into ``out``, each ending at ``out_ends[j]``."""
+    at = 0
+    for j in range(which.size):
+        i = which[j]
+        a = ends[i - 1] if i else 0
+        for k in range(a, ends[i]):
+            out[at] = data[k]
+            at += 1
+        out_ends[j] = at
+
+
+_gather_texts = _jit(_gather_texts_py)
+
+
+def gather_texts(data: bytes, ends: npt.NDArray[np.int64], which: npt.NDArray[np.intp]
+                 ) -> tuple[bytes, npt.NDArray[np.int64]]:
+    """The texts ``which[0], which[1], ...`` (repeats allowed) of ``data`` (text i ends at
+    ``ends[i]``), one after another, and where each ends."""
+    if which.size and (int(which.min()) < 0 or int(which.max()) >= ends.size):
+        raise ValueError(f"texts {int(which.min())}..{int(which.max())} of {ends.size}")
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    which = np.ascontiguousarray(which, dtype=np.int64)
+    lengths = np.diff(ends, prepend=0)
+    out = np.empty(int(lengths[which].sum()), dtype=np.uint8)
+    out_ends = np.empty(which.size, dtype=np.int64)
+    _gather_texts(_bytes(data), ends, which, out, out_ends)
+    return out.tobytes(), out_ends
 
 
 # ----------------------------------------------------------------------------- appending lines

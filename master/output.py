@@ -34,7 +34,7 @@ import re
 import resource
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, overload
 
@@ -317,40 +317,68 @@ def joined_utf8(texts: Sequence[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
 
 
 class LineTexts:
-    """The fixed texts that begin each instance's line (``csv_text`` of the instance names),
-    as one UTF-8 buffer and where each ends: what ``format_lines`` takes."""
+    """The fixed texts that begin each line (``csv_text`` of the instance names, a histogram
+    bucket's edges), as one UTF-8 buffer and where each ends: what ``format_lines`` takes."""
 
     def __init__(self, texts: Sequence[str]) -> None:
-        self.texts = list(texts)
-        self.data, self.ends = joined_utf8(self.texts)
+        data, ends = joined_utf8(texts)
+        self.data: bytes = data
+        self.ends: npt.NDArray[np.int64] = ends
+
+    @classmethod
+    def of_bytes(cls, data: bytes, ends: npt.NDArray[np.int64]) -> LineTexts:
+        out = cls.__new__(cls)
+        out.data, out.ends = data, ends
+        return out
+
+    def __len__(self) -> int:
+        return int(self.ends.size)
+
+    def text(self, i: int) -> str:
+        return self.data[int(self.ends[i - 1]) if i else 0:int(self.ends[i])].decode("utf-8")
+
+    def take(self, which: npt.NDArray[np.intp]) -> LineTexts:
+        """The texts ``which[0], which[1], ...`` (repeats allowed), gathered in one compiled
+        pass."""
+        from master import kernels  # numba: loaded by the first run that writes rows
+
+        return LineTexts.of_bytes(*kernels.gather_texts(self.data, self.ends, which))
 
 
 def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
                  word_last: npt.NDArray[np.bool_], word: str,
-                 repeats: Sequence[tuple[int, int, int]] = ()
+                 repeats: Sequence[tuple[int, int, int]] = (),
+                 cell: Callable[[float], str] = fmt,
                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], dict[int, str]]:
-    """Line ``i``: ``head``, ``texts.texts[i]``, then row ``i`` of ``values`` as ``fmt`` cells
+    """Line ``i``: ``head``, ``texts.text(i)``, then row ``i`` of ``values`` as ``fmt`` cells
     (the last one ``word`` where ``word_last[i]``), each after a comma, and CRLF, as
     ``csv.writer`` ends a row. Returns the UTF-8 bytes of all lines and where each ends
     (written by the compiled ``master.kernels.format_lines``; valid until its next call) and
-    the lines it could not decide, as text made with ``fmt`` (``CsvAppender.append_block``
-    takes all three). ``repeats``: blocks of columns whose text is copied from an earlier
-    block's where the numbers are the same (``master.kernels.format_lines``)."""
+    the lines it could not decide, as text made with ``cell`` (``fmt``, or a function that
+    writes the same text wherever the kernel decides; ``CsvAppender.append_block`` takes all
+    three). ``repeats``: blocks of columns whose text is copied from an earlier block's where
+    the numbers are the same (``master.kernels.format_lines``)."""
     from master import kernels  # numba: loaded by the first run that writes rows
 
     n = values.shape[0]
-    if len(texts.texts) != n or word_last.shape != (n,):
-        raise ValueError(f"{n} rows but {len(texts.texts)} texts and {word_last.shape} words")
+    if len(texts) != n or word_last.shape != (n,):
+        raise ValueError(f"{n} rows but {len(texts)} texts and {word_last.shape} words")
     data, ends, fallback = kernels.format_lines(
         values, head.encode("utf-8"), texts.data, texts.ends, word_last, word.encode("utf-8"),
         True, b"\r\n", repeats)
     own = {}
     for i in np.flatnonzero(fallback).tolist():
-        cells = [fmt(float(v)) for v in values[i]]
+        cells = [cell(float(v)) for v in values[i]]
         if word_last[i] and cells:
             cells[-1] = word
-        own[i] = "".join([head, texts.texts[i], ",", ",".join(cells), "\r\n"])
+        own[i] = "".join([head, texts.text(i), ",", ",".join(cells), "\r\n"])
     return data, ends, own
+
+
+def histogram_count_text(value: float) -> str:
+    """A histogram file's count cell: whole numbers as integers (every digit), others as
+    ``fmt``."""
+    return fmt(value) if value % 1 else str(int(value))
 
 
 #: File descriptors kept free for everything else (sockets, pipes, logs, libraries).
@@ -495,25 +523,51 @@ class RunOutput:
     def step_dir(step_number: int, step_name: str) -> str:
         return f"step{step_number:04d}-{safe_name(step_name)}"
 
-    def histogram_csv(self, relative: str, lower_ns: Sequence[int], upper_ns: Sequence[int],
-                      columns: Mapping[str, Sequence[float]]) -> None:
-        """A histogram file: one row per non-empty bucket, edges in ns and counts by column."""
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        names = list(columns)
-        w.writerow(["bucket_lower_ns", "bucket_upper_ns", *names])
-        if len(lower_ns) != len(upper_ns):
-            raise ValueError("bucket edges differ in length")
-        stacked = np.array([np.asarray(columns[n], dtype=np.float64) for n in names]).reshape(
-            len(names), -1)
-        if stacked.shape[1] != len(lower_ns):
-            raise ValueError("histogram columns and bucket edges differ in length")
-        for i in np.flatnonzero(stacked.any(axis=0)).tolist():
-            vals = stacked[:, i].tolist()
-            w.writerow([lower_ns[i], upper_ns[i],
-                        *[fmt(float(v)) if v % 1 else int(v) for v in vals]])
-        path = self.folder / relative
-        with _writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "x", encoding="utf-8", newline="") as fh:
-                fh.write(buf.getvalue())
+    def histogram_csvs(self, relatives: Sequence[str], edges: LineTexts, names: Sequence[str],
+                       inst: npt.NDArray[np.intp], bucket: npt.NDArray[np.intp],
+                       counts: npt.NDArray[np.float64]) -> None:
+        """Histogram files, one per instance: file ``relatives[i]`` holds a header
+        (``bucket_lower_ns``, ``bucket_upper_ns``, ``names``), then its rows: row r (where
+        ``inst[r] == i``; ``inst`` ascending) is bucket ``bucket[r]``'s edges
+        (``edges.text(bucket[r])``: ``lower,upper`` in ns) and ``counts[r]``, whole numbers as
+        integers (``histogram_count_text``). Every row of every file is formatted in one
+        compiled pass (``format_lines``); each file is created (never overwritten) and written
+        at once."""
+        n = len(relatives)
+        n_rows = inst.size
+        if (bucket.shape != (n_rows,) or counts.shape != (n_rows, len(names))
+                or (n_rows and not (int(inst[0]) >= 0 and int(inst[-1]) < n
+                                    and bool((np.diff(inst) >= 0).all())))):
+            raise ValueError(f"{n_rows} rows of counts {counts.shape} for {n} files and "
+                             f"{len(names)} columns (instances ascending, below {n})")
+        header = ",".join(csv_text(c) for c in ("bucket_lower_ns", "bucket_upper_ns", *names))
+        head = (header + "\r\n").encode("utf-8")
+        data, ends, own = format_lines(counts, "", edges.take(bucket),
+                                       np.zeros(n_rows, dtype=np.bool_), "",
+                                       cell=histogram_count_text)
+        last = np.cumsum(np.bincount(inst, minlength=n)) - 1  # each file's last row, or less
+        own_files = set(inst[list(own)].tolist())
+        made: set[Path] = set()
+        row = 0
+        for i, rel in enumerate(relatives):
+            stop = int(last[i]) + 1
+            start_byte = int(ends[row - 1]) if row else 0
+            end_byte = int(ends[stop - 1]) if stop else 0
+            if i not in own_files:
+                body = data.data[start_byte:end_byte]
+            else:  # lines the kernel left to Python (rare): put together line by line
+                parts = []
+                for r in range(row, stop):
+                    line = own.get(r)
+                    parts.append(line.encode("utf-8") if line is not None else
+                                 data[int(ends[r - 1]) if r else 0:int(ends[r])].tobytes())
+                body = memoryview(b"".join(parts))
+            row = stop
+            path = self.folder / rel
+            with _writing(path):
+                if path.parent not in made:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(path.parent)
+                with open(path, "xb") as fh:
+                    fh.write(head)
+                    fh.write(body)

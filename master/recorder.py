@@ -17,6 +17,7 @@ every percentile comes from an exact merged histogram.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,10 +57,10 @@ CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", 
 INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
                      "boundary_skew_us", "result_sent_after_boundary_us",
                      "result_received_after_boundary_us"]
-#: Instances whose dense histograms are built at once for histogram files (memory bound).
-HISTOGRAM_SLICE = 256
-HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ("all", "read", "write")
-                     for kind in ("service_time", "response_time")]
+#: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
+HISTOGRAM_SLICE = 1024
+HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ru.HISTOGRAM_VIEWS
+                     for kind in ru.HISTOGRAM_KINDS]
 
 
 @dataclass(frozen=True)
@@ -507,17 +508,19 @@ class StepRecorder:
         return valid_all, rows, messages
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
-        lower = LOWER_NS.tolist()
-        upper = [int(x) for x in UPPER_NS]
-        for first in range(0, g.n, HISTOGRAM_SLICE):
-            dense = ru.dense_histograms(total, g, first, HISTOGRAM_SLICE)  # (n, 3, 2, NB)
-            for j in range(dense.shape[0]):
-                inst = g.names[first + j]
-                cols = {HISTOGRAM_COLUMNS[v * 2 + kk]: dense[j, v, kk]
-                        for v in range(3) for kk in range(2)}
-                self.output.histogram_csv(
-                    f"{self.dir}/histograms/{safe_name(spec.type)}/{safe_name(inst)}.csv",
-                    lower, upper, cols)
+        folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
+        for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
+            self.output.histogram_csvs(
+                [f"{folder}/{safe_name(inst)}.csv"
+                 for inst in g.names[part.first:part.first + part.n]],
+                _bucket_edges(), HISTOGRAM_COLUMNS, part.inst, part.bucket, part.counts)
+
+
+@functools.cache
+def _bucket_edges() -> LineTexts:
+    """Every bucket's ``lower,upper`` text (ns) for histogram files."""
+    return LineTexts([f"{lo},{hi}" for lo, hi in zip(LOWER_NS.tolist(), UPPER_NS.tolist(),
+                                                     strict=True)])
 
 
 def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:

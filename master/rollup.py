@@ -14,7 +14,7 @@ workload to an instance of one rollup type.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
@@ -324,27 +324,43 @@ def _windows(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
     return start, end, start - lo
 
 
-def dense_histograms(sample: Sample, grouping: Grouping, first: int = 0,
-                     count: int | None = None) -> npt.NDArray[np.float64]:
-    """Bucket counts per instance for the overall, read and write views and both kinds:
-    shape (n, 3, 2, N_BUCKETS) for the instances ``first .. first + n - 1`` (all by default;
-    large rollups are written in slices of instances)."""
-    n = grouping.n - first if count is None else max(0, min(count, grouping.n - first))
-    out = np.zeros((n, 3, 2, N_BUCKETS))
-    if sample.rows.size == 0 or n == 0:
-        return out
-    rows = sample.rows
-    inst = grouping.of_workload[rows // ROWS_PER_WORKLOAD]
-    buckets, counts = sample.buckets, sample.counts_f64
-    if first > 0 or n < grouping.n:
-        keep = (inst >= first) & (inst < first + n)
-        rows, inst, buckets, counts = rows[keep], inst[keep] - first, buckets[keep], counts[keep]
-    r = rows % ROWS_PER_WORKLOAD
-    cat, kind = r // 2, r % 2
-    views = np.stack([np.zeros_like(cat), np.where(cat % 2 == 0, 1, 2)], axis=1)  # all, rd/wr
-    key = ((inst[:, None] * 3 + views) * 2 + kind[:, None]) * N_BUCKETS + buckets[:, None]
-    flat = np.asarray(
-        np.bincount(key.ravel(), weights=np.repeat(counts, 2), minlength=out.size),
-        dtype=np.float64,
-    )
-    return flat.reshape(out.shape)
+@dataclass(frozen=True)
+class HistogramRows:
+    """The non-empty buckets of instances ``first .. first + n - 1``: row r is bucket
+    ``bucket[r]`` of instance ``first + inst[r]``, rows in instance order, then bucket order.
+    ``counts[r]`` holds the bucket's counts in the overall, read and write views, service then
+    response time each (``HISTOGRAM_VIEWS`` x ``HISTOGRAM_KINDS``)."""
+
+    first: int
+    n: int
+    inst: npt.NDArray[np.intp]
+    bucket: npt.NDArray[np.intp]
+    counts: npt.NDArray[np.float64]  # (rows, 6)
+
+
+HISTOGRAM_VIEWS: Final = ("all", "read", "write")
+HISTOGRAM_KINDS: Final = ("service_time", "response_time")
+
+
+def histogram_rows(sample: Sample, grouping: Grouping, size: int) -> Iterator[HistogramRows]:
+    """Every instance's merged histograms, in slices of ``size`` instances (memory bound).
+    Each slice reads only its own workloads' coordinates (``kernels.histogram_rows``)."""
+    if size < 1:
+        raise ValueError(f"slice size {size} must be at least 1")
+    rows, buckets, counts = sample.rows, sample.buckets, sample.counts
+    bounds = sample.row_bounds
+    if bounds is None:  # coordinates not grouped by workload: put them in row order
+        by_row = np.argsort(rows, kind="stable")
+        rows, buckets, counts = rows[by_row], buckets[by_row], counts[by_row]
+        bounds = np.searchsorted(rows, np.arange(sample.n_workloads * ROWS_PER_WORKLOAD + 1))
+    wl_bounds = bounds[::ROWS_PER_WORKLOAD]
+    of_workload = grouping.of_workload
+    by_inst = np.argsort(of_workload, kind="stable")
+    firsts = np.arange(0, grouping.n, size)
+    cuts = np.searchsorted(of_workload[by_inst], np.append(firsts, grouping.n)).tolist()
+    for k, first in enumerate(firsts.tolist()):
+        n = min(size, grouping.n - first)
+        inst, bucket, summed = kernels.histogram_rows(
+            of_workload, by_inst[cuts[k]:cuts[k + 1]], wl_bounds, rows, buckets, counts, first,
+            n)
+        yield HistogramRows(first, n, inst, bucket, summed.astype(np.float64))

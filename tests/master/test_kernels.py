@@ -296,3 +296,61 @@ def test_instance_metrics_of_an_instance_without_workloads_is_empty() -> None:
     assert ops[1].tolist() == [0] * 5 and ops[0, 0] == 8
     assert np.isnan(values[1, :, 3:21]).all() and (values[1, :, 0] == 0).all()
     assert (maxs[1] == -1).all() and (mins[1] > maxs[1]).all()
+
+
+def _histogram_rows_reference(of_workload: np.ndarray, rows: np.ndarray, buckets: np.ndarray,
+                              counts: np.ndarray, first: int, n: int
+                              ) -> dict[tuple[int, int], list[int]]:
+    """(instance - first, bucket) -> the six counts, one coordinate at a time."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for r, b, c in zip(rows.tolist(), buckets.tolist(), counts.tolist(), strict=True):
+        inst = int(of_workload[r // 16]) - first
+        if not 0 <= inst < n:
+            continue
+        cells = out.setdefault((inst, b), [0] * 6)
+        kind, cat = r % 16 % 2, r % 16 // 2
+        cells[kind] += c  # the overall view
+        cells[(1 if cat % 2 == 0 else 2) * 2 + kind] += c  # read (even category) or write
+    return out
+
+
+@pytest.mark.parametrize(("n_workloads", "n_inst", "first", "n"), [
+    (1, 1, 0, 1), (30, 7, 0, 7), (30, 7, 2, 3), (30, 7, 6, 1), (200, 40, 10, 25),
+    (5, 9, 4, 5),  # instances 4..8, some without workloads
+])
+def test_histogram_rows_add_each_instances_buckets(n_workloads: int, n_inst: int, first: int,
+                                                   n: int) -> None:
+    rng = np.random.default_rng(n_workloads * 31 + first)
+    rows, buckets, counts = _coords(rng, n_workloads * 60, n_workloads * 16)
+    of_workload = rng.integers(0, n_inst, n_workloads)
+    members = rng.permutation(np.flatnonzero((of_workload >= first)
+                                             & (of_workload < first + n)))
+    wl_bounds = np.searchsorted(rows, np.arange(0, n_workloads * 16 + 1, 16))
+    inst, bucket, summed = kernels.histogram_rows(of_workload, members, wl_bounds, rows, buckets,
+                                                  counts, first, n)
+    want = _histogram_rows_reference(of_workload, rows, buckets, counts, first, n)
+    keys = sorted(want)
+    assert list(zip(inst.tolist(), bucket.tolist(), strict=True)) == keys  # in order, once
+    assert summed.tolist() == [want[k] for k in keys]
+
+
+def test_histogram_rows_refuses_what_it_would_index_out_of_range() -> None:
+    one = np.ones(1, dtype=np.int64)
+    bounds = np.array([0, 1])
+    with pytest.raises(ValueError, match=r"instances outside 2\.\.2"):
+        kernels.histogram_rows(one, one - 1, bounds, one, one, one, 2, 1)
+    with pytest.raises(ValueError, match="buckets outside"):
+        kernels.histogram_rows(one, one - 1, bounds, one, one * N_BUCKETS, one, 1, 1)
+    with pytest.raises(ValueError, match="workload bounds"):
+        kernels.histogram_rows(one, one - 1, np.array([0, 2]), one, one, one, 1, 1)
+
+
+@pytest.mark.parametrize("which", [[], [0], [2, 0, 2, 1], [1, 1, 1]])
+def test_gather_texts_puts_the_chosen_texts_one_after_another(which: list[int]) -> None:
+    texts = ["0,1", "", "4398046511104,9223372036854775807"]
+    data, ends = b"".join(t.encode() for t in texts), np.cumsum([len(t) for t in texts])
+    got, got_ends = kernels.gather_texts(data, ends, np.array(which, dtype=np.intp))
+    assert got == "".join(texts[i] for i in which).encode()
+    assert got_ends.tolist() == np.cumsum([len(texts[i]) for i in which]).tolist()
+    with pytest.raises(ValueError, match=r"texts 0\.\.3 of 3"):
+        kernels.gather_texts(data, ends, np.array([0, 3]))

@@ -1,5 +1,6 @@
-"""master.output: CSV cell formatting (``fmt``, ``format_float_rows``, ``format_lines``) and
-appending lines to many files (``CsvAppender.append_block``)."""
+"""master.output: CSV cell formatting (``fmt``, ``format_float_rows``, ``format_lines``),
+appending lines to many files (``CsvAppender.append_block``) and histogram files
+(``RunOutput.histogram_csvs``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from master.output import (
     fmt,
     format_float_rows,
     format_lines,
+    histogram_count_text,
     joined_utf8,
 )
 from protocol.errors import OutputError
@@ -225,3 +227,76 @@ def test_run_log_on_a_full_disk_reports_once_and_closes_without_raising(
     err = capsys.readouterr().err
     assert err.count("cannot write /dev/full") == 1, err
     assert "Traceback" not in err
+
+
+def _histogram_reference(lower: list[int], upper: list[int], names: list[str],
+                         counts: np.ndarray) -> str:
+    """One histogram file as csv.writer writes it: a row per bucket with a count."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["bucket_lower_ns", "bucket_upper_ns", *names])
+    for b in np.flatnonzero(counts.any(axis=0)).tolist():
+        w.writerow([lower[b], upper[b],
+                    *[fmt(v) if v % 1 else int(v) for v in counts[:, b].tolist()]])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["whole", "fractions", "huge"])
+def test_histogram_files_are_the_csv_writer_rows(tmp_path: Path, kind: str) -> None:
+    """Each file: the header, then one row per bucket with any count (edges, counts; whole
+    counts as integers) - the text csv.writer makes; an instance without counts gets its header
+    only; whole counts of 1e15 and more (the compiled formatter leaves them to Python) keep
+    every digit."""
+    rng = np.random.default_rng(len(kind))
+    n_buckets, names = 40, ["a_count", "b count", "c,count"]
+    lower = [0, *(2 ** np.arange(1, n_buckets)).tolist()]
+    upper = [*lower[1:], 2 ** 63 - 1]
+    counts = rng.integers(0, 4, (5, 3, n_buckets)).astype(np.float64) * (
+        rng.random((5, 3, n_buckets)) < 0.3)
+    counts[2] = 0  # no I/O
+    if kind == "fractions":
+        counts[counts > 2] = 2.5
+    if kind == "huge":
+        counts[1, 0, 7] = 2.0 ** 60
+        counts[3, 2, 39] = 1e15
+    inst, bucket = np.nonzero(counts.any(axis=1))
+    out = RunOutput(tmp_path / "run")
+    rels = [f"h/t/i{i}.csv" for i in range(5)]
+    edges = LineTexts([f"{lo},{hi}" for lo, hi in zip(lower, upper, strict=True)])
+    out.histogram_csvs(rels, edges, names, inst, bucket, counts[inst, :, bucket])
+    for i, rel in enumerate(rels):
+        text = (tmp_path / "run" / rel).read_bytes().decode()
+        assert text == _histogram_reference(lower, upper, names, counts[i]), (kind, i)
+    assert (tmp_path / "run" / rels[2]).read_text().count("\n") == 1
+    # never overwritten: the same files again are refused, naming the file
+    with pytest.raises(OutputError, match=r"i0\.csv"):
+        out.histogram_csvs(rels, edges, names, inst, bucket, counts[inst, :, bucket])
+    out.close()
+
+
+def test_histogram_files_refuse_rows_that_do_not_fit() -> None:
+    out = RunOutput.__new__(RunOutput)
+    edges = LineTexts(["0,1", "1,2"])
+    one = np.zeros(1, dtype=np.intp)
+    for inst, bucket, counts, why in (
+        (one + 2, one, np.ones((1, 1)), "below 2"),  # an instance past the files
+        (np.array([1, 0]), np.array([0, 0]), np.ones((2, 1)), "ascending"),
+        (one, one, np.ones((1, 2)), "1 columns"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            out.histogram_csvs(["a.csv", "b.csv"], edges, ["c"], inst, bucket, counts)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.0, "0"), (7.0, "7"), (2.5, "2.5"), (1e15, "1000000000000000"),
+    (2.0 ** 60, "1152921504606846976"), (1 / 3, "0.333333"),
+])
+def test_histogram_counts_are_integers_when_whole(value: float, text: str) -> None:
+    assert histogram_count_text(value) == text
+
+
+@pytest.mark.parametrize("which", [[], [1], [2, 0, 2]])
+def test_line_texts_take_gathers_texts_in_order(which: list[int]) -> None:
+    texts = LineTexts(["a,b", "", "\u00e9t\u00e9"])
+    got = texts.take(np.array(which, dtype=np.intp))
+    assert [got.text(i) for i in range(len(got))] == [texts.text(i) for i in which]

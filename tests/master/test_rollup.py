@@ -222,3 +222,43 @@ def test_every_column_is_its_named_metric() -> None:
     assert list(res.columns) == list(METRIC_COLUMNS)
     assert np.array_equal(res.values, np.array([[col[c] for c in METRIC_COLUMNS]]),
                           equal_nan=True)
+
+
+@pytest.mark.parametrize("size", [1, 2, 1024])
+@pytest.mark.parametrize(
+    ("keys", "layout"),
+    [
+        ([f"h{w % 3}" for w in range(9)], "sorted"),
+        ([f"w{w}" for w in range(9)], "sorted"),
+        (["all"] * 9, "shuffled"),
+        ([f"x{(w * 5) % 4}" for w in range(9)], "sorted"),  # instances out of workload order
+        ([f"x{(w * 5) % 4}" for w in range(9)], "shuffled"),
+    ],
+)
+def test_histogram_rows_are_the_merged_histograms(keys: list[str], layout: str,
+                                                  size: int) -> None:
+    """Every instance's histogram-file rows are its members' merged histograms, bucket by
+    bucket, for each view and kind; slices cover every instance once, in order."""
+    data = _workloads(9, seed=6)
+    sample = Sample.from_batch(StatsBatch.from_stats([s for s, _ in data]))
+    if layout == "shuffled":
+        sample = _shuffled_with_repeats(sample, seed=7)
+    grouping = Grouping.from_keys("host", keys)
+    parts = list(rollup.histogram_rows(sample, grouping, size))
+    assert [(p.first, p.n) for p in parts] == [
+        (f, min(size, grouping.n - f)) for f in range(0, grouping.n, size)]
+    views = dict(zip(rollup.HISTOGRAM_VIEWS, (cats for _, cats in VIEWS), strict=False))
+    assert views == {"all": (0, 1, 2, 3), "read": (0, 2), "write": (1, 3)}
+    for part in parts:
+        for j in range(part.n):
+            name = grouping.names[part.first + j]
+            members = [d for (_, d), k in zip(data, keys, strict=True) if k == name]
+            mine = part.inst == j
+            got = np.zeros((rollup.N_BUCKETS, 6))
+            got[part.bucket[mine]] = part.counts[mine]
+            assert np.all(np.diff(part.bucket[mine]) > 0)  # each bucket once, in order
+            assert np.all(part.counts[mine].any(axis=1))  # only non-empty buckets
+            for v, view in enumerate(rollup.HISTOGRAM_VIEWS):
+                for k in range(2):
+                    want = _reference(members, views[view], k).counts
+                    assert np.array_equal(got[:, v * 2 + k], want), (name, view, k)
