@@ -135,6 +135,9 @@ class _Workload:
     ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
     ring_stamps: npt.NDArray[np.int64] | None = None
     cur: int = 0
+    # the next ``overdue`` I/Os of the ring (from ``cur``) are paced I/Os kept by an edit to
+    # max iops: they keep their scheduled time (response time shows the backlog)
+    overdue: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
     write_only: bool = False  # every I/O a write (no read mask per batch)
     errors: dict[str, int] = field(default_factory=dict)
@@ -311,7 +314,8 @@ class EngineLoop:
     def edit_workload(self, workload_id: str, params: WorkloadParams, at_ns: int | None) -> None:
         """New parameters for a workload (at a boundary when running). Its schedule restarts at
         ``at_ns``. Paced I/Os the old schedule had due before ``at_ns`` and not yet issued (the
-        LUN or the loop was behind) are still issued, first, so the backlog stays in response
+        LUN or the loop was behind) are still issued, first, with their scheduled times (also
+        when the edit makes the workload run at max iops), so the backlog stays in response
         time (no coordinated omission); they are dropped, with a warning, only where they no
         longer fit (the blocksize changed, or they are writes and the workload no longer
         writes). A sequential workload resumes at its first I/O not issued."""
@@ -321,6 +325,8 @@ class EngineLoop:
         due = 0
         if at_ns is not None and w.paced:
             due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
+        elif at_ns is not None:
+            due = w.overdue  # kept by an earlier edit and still not issued
         overdue = rest[:due].copy()
         overdue_write = w.ring_write[w.cur : w.cur + due].copy()
         resume = int(rest[due, R_OFF]) if due < rest.shape[0] else None
@@ -343,6 +349,7 @@ class EngineLoop:
                 )
                 overdue, overdue_write = overdue[keep], overdue_write[keep]
         _set_ring(w, overdue, overdue_write)
+        w.overdue = 0 if w.paced else int(overdue.shape[0])
         if same_slots:
             self._setup_slots(w)
             self._mixed_categories(w)
@@ -489,6 +496,11 @@ class EngineLoop:
         t_sub = time.monotonic_ns()
         if w.paced:
             ring[:, R_SUBMIT] = t_sub
+        elif w.overdue:
+            kept = min(k, w.overdue)
+            w.overdue -= kept
+            ring[:, R_SUBMIT] = t_sub
+            ring[kept:, R_SCHED] = t_sub
         else:
             ring[:, R_SUBMIT:] = t_sub
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), ring)
@@ -534,7 +546,13 @@ class EngineLoop:
         tw[r + C_CAT] = rw[b + R_CAT]
         t_sub = time.monotonic_ns()
         tw[r + C_SUBMIT] = t_sub
-        tw[r + C_SCHED] = rw[b + R_SCHED] if w.paced else t_sub
+        if w.paced:
+            tw[r + C_SCHED] = rw[b + R_SCHED]
+        elif w.overdue:
+            w.overdue -= 1
+            tw[r + C_SCHED] = rw[b + R_SCHED]
+        else:
+            tw[r + C_SCHED] = t_sub
         w.spec.engine.submit_one(slot)
         self._in_flight += 1
 
@@ -862,7 +880,8 @@ class EngineLoop:
         poll = eng.poll
         reap = eng.reap
         submit_one = eng.submit_one
-        issue1 = None if w.pattern is None else self._issue1  # writes fill their buffer first
+        # writes fill their buffer first; I/Os kept from a paced schedule keep their time
+        issue1 = None if w.pattern is None and not w.overdue else self._issue1
         pw = self._pend_words
         tw = self._rows_words
         rw = SlotTable.ROW_WORDS
@@ -974,6 +993,7 @@ class EngineLoop:
                 owned.update(w.slots.tolist())
                 w.free = []
                 _set_ring(w, w.ring[:0], w.ring_write[:0])
+                w.overdue = 0
         self._free_slots = [s for s in range(self.table.capacity - 1, -1, -1) if s not in owned]
         self._retired_in_flight = 0
         self._in_flight = max(self._in_flight, 0)

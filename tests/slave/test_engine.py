@@ -279,29 +279,57 @@ class _StallingControl(Control):
             self.stall_ns = 0
 
 
-@pytest.mark.parametrize("edit", [False, True])
-def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: bool) -> None:
+@pytest.mark.parametrize(("edit", "iodepth"), [(None, 8), ("same", 8), ("max", 8), ("max", 2)])
+def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
+                                                                 iodepth: int) -> None:
     # 1000 IOPS; the loop stalls for 40 ms from 20 ms before boundary 0. The I/Os due in those
     # 20 ms go out late, after the boundary, with their own scheduled times, whether or not an
-    # edit lands at that boundary: an edit must not drop them (coordinated omission)
+    # edit lands at that boundary, also one to max iops (queue depth 2: the scalar loop): an
+    # edit must not drop them or forget when they were due (coordinated omission)
     loop, eng = make_loop(constant_ns(100_000))
-    s = spec(loop, "w", WorkloadParams(iodepth=8, iops=1000.0))
+    s = spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=1000.0))
     sub_ns = 200_000_000
     start = time.monotonic_ns() + 5_000_000
     ctl = _StallingControl(2, start, sub_ns, 20_000_000, 40_000_000)
     ctl.specs.append(s)
-    if edit:
-        ctl.at_boundary = {0: lambda lp, t: lp.edit_workload("w", s.params, t)}
+    if edit is not None:
+        params = s.params if edit == "same" else s.params.replace(iops=None)
+        ctl.at_boundary = {0: lambda lp, t: lp.edit_workload("w", params, t)}
     loop.add_workload(s, None)
     loop.run(ctl, start, sub_ns)
     boundary = start + sub_ns
-    sched = np.sort(eng.offsets_log()[:, 4])
+    log = eng.offsets_log()
+    sched = np.sort(log[:, 4])
     before = sched[sched < boundary]
     assert before.size == 200  # every I/O of the first subinterval went out
     assert np.diff(before).max() < 1_500_000  # one every ms: no gap where the stall was
-    late = eng.offsets_log()[(eng.offsets_log()[:, 4] < boundary)
-                             & (eng.offsets_log()[:, 2] >= boundary)]
+    late = log[(log[:, 4] < boundary) & (log[:, 2] >= boundary)]
     assert late.shape[0] >= 10  # and the stall did put some of them after the boundary
+    # their response time (recorded in subinterval 1) shows how late they went out
+    assert int(ctl.snapshots["w"][1].lat[0, 1, 2]) >= int((late[:, 2] - late[:, 4]).max())
+    if edit == "max":  # the rest ran at max iops: scheduled when submitted (the fake engine
+        after = log[log[:, 4] >= boundary]  # logs its own, slightly later, submit time)
+        assert after.shape[0] > 300
+        assert np.all((after[:, 2] >= after[:, 4]) & (after[:, 2] - after[:, 4] < 5_000_000))
+
+
+def test_a_second_edit_keeps_the_backlog_an_edit_to_max_iops_kept() -> None:
+    # a device of 100 IOPS under a paced 1000 IOPS: at boundary 0 about 90 I/Os are overdue;
+    # an edit to max iops keeps them, and so does a second edit at boundary 1, while they are
+    # still going out (20 of them per subinterval): every I/O after it is from the backlog
+    loop, eng = make_loop(constant_ns(10_000_000))
+    s = spec(loop, "w", WorkloadParams(iodepth=1, iops=1000.0))
+    to_max = s.params.replace(iops=None)
+    sub_ns = 200_000_000
+    ctl = Control(3, {0: lambda lp, t: lp.edit_workload("w", to_max, t),
+                      1: lambda lp, t: lp.edit_workload("w", to_max.replace(seed=5), t)})
+    loop.add_workload(s, None)
+    start = time.monotonic_ns() + 2_000_000
+    loop.run(ctl, start, sub_ns)
+    log = eng.offsets_log()
+    late = log[log[:, 2] >= start + 2 * sub_ns]
+    assert late.shape[0] >= 5
+    assert np.all(late[:, 4] < start + sub_ns)  # scheduled by the first schedule
 
 
 def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> None:
