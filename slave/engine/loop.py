@@ -7,8 +7,10 @@ scheduled time comes, buffer raw completion records and bin them into the runnin
 taken per submit batch and one per reap batch. Small batches (queue depth 1 and 2) take a plain
 scalar path; larger ones are handled with a fixed number of numpy operations per batch. A lone
 max-iops workload of queue depth 1 or 2 on an engine that exposes its completions as words
-(libaio, fake) runs in ``_loop_scalar``: plain ints and memoryviews, no numpy per I/O. Busy
-polling spins on the completion ring for a while after each completion, then blocks.
+(libaio, fake) runs in ``_loop_scalar``: plain ints and memoryviews, no numpy per I/O. A lone
+max-iops read workload of a larger depth runs in ``_loop_single``: the batch path's numpy
+operations with its lookups held in locals. Busy polling spins on the completion ring for a
+while after each completion, then blocks.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -801,6 +803,14 @@ class EngineLoop:
             if scalar is not None:
                 boundary = self._loop_scalar(control, *scalar, boundary, subinterval_ns, wake)
                 continue
+            single = self._single
+            if (single is not None and single.pattern is None and not single.overdue
+                    and not self._busy_poll and single.params.iodepth > SCALAR_MAX
+                    and len(self._engine_list) == 1
+                    and self._engine_list[0] is single.spec.engine):
+                boundary = self._loop_single(control, single, single.spec.engine, boundary,
+                                             subinterval_ns, wake)
+                continue
             if self._paced:
                 due = self._submit_due(now)
                 if due < wake:
@@ -954,6 +964,69 @@ class EngineLoop:
             now = t
             spin_until = now + spin_ns
         return boundary
+
+    def _loop_single(
+        self,
+        control: LoopControl,
+        w: _Workload,
+        eng: IoEngine,
+        boundary: int,
+        subinterval_ns: int,
+        wake: int,
+    ) -> int:
+        """The loop for one max-iops workload that only reads, of queue depth above
+        ``SCALAR_MAX``, alone on its engine: ``_complete`` and ``_issue`` inlined with their
+        lookups held in locals (a fixed handful of numpy operations per reaped batch), until
+        ``wake`` (the next boundary or control poll) or a completion reaped after the boundary
+        (handled here, before it is recorded). Returns the next boundary."""
+        mono = time.monotonic_ns
+        poll = eng.poll
+        reap = eng.reap
+        submit = eng.submit
+        done_slot = eng.done_slot
+        done_res = eng.done_res
+        take_rows = self._rows.take
+        pend = self._pend
+        put_rows = self._rows_flat.put
+        take_scatter = self._scatter_idx.take
+        while True:
+            n = poll()
+            if not n:
+                now = mono()
+                left = wake - now
+                if left <= 0:
+                    return boundary
+                if left < SLEEP_MIN_NS:  # too near to sleep: look again
+                    continue
+                n = reap(1, left)
+                if not n:
+                    continue
+            t = mono()
+            if t >= boundary:
+                self._boundary(control, boundary)
+                self._complete(eng, n, t)
+                return boundary + subinterval_ns
+            slots = done_slot[:n]  # a view: used up before the engine reaps again
+            p = self._p
+            q = p + n
+            take_rows(slots, axis=0, out=pend[p:q])
+            # resubmit before the bookkeeping (in-flight count unchanged)
+            c = w.cur
+            if c + n > w.ring_len:
+                self._refill(w, n)
+                c = 0
+            w.cur = c + n
+            ring = w.ring[c : c + n]
+            ring[:, R_SUBMIT:] = mono()
+            put_rows(take_scatter(slots, axis=0), ring)
+            submit(slots)
+            pend[p:q, C_RES] = done_res[:n]
+            pend[p:q, C_DONE] = t
+            self._p = q
+            if q >= FLUSH_AT:
+                self.flush()
+            if t >= wake:
+                return boundary
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index
