@@ -923,9 +923,7 @@ class EngineLoop:
                     continue
             t = mono()
             if t >= boundary:
-                self._boundary(control, boundary)
-                self._complete(eng, n, t)
-                return boundary + subinterval_ns
+                return self._reaped_late(control, eng, n, t, boundary, subinterval_ns)
             p = self._p
             for i in range(n):
                 s = ev[4 * i]
@@ -1003,9 +1001,7 @@ class EngineLoop:
                     continue
             t = mono()
             if t >= boundary:
-                self._boundary(control, boundary)
-                self._complete(eng, n, t)
-                return boundary + subinterval_ns
+                return self._reaped_late(control, eng, n, t, boundary, subinterval_ns)
             slots = done_slot[:n]  # a view: used up before the engine reaps again
             p = self._p
             q = p + n
@@ -1027,6 +1023,15 @@ class EngineLoop:
                 self.flush()
             if t >= wake:
                 return boundary
+
+    def _reaped_late(self, control: LoopControl, eng: IoEngine, n: int, t: int, boundary: int,
+                     subinterval_ns: int) -> int:
+        """A specialised loop reaped ``n`` completions at ``t``, past ``boundary``: close the
+        subinterval first (the I/Os count in the next one), then record them the general way.
+        Returns the next boundary."""
+        self._boundary(control, boundary)
+        self._complete(eng, n, t)
+        return boundary + subinterval_ns
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index
