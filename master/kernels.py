@@ -524,18 +524,23 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
 
 # ----------------------------------------------------------------------------- histogram files
 def _histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, buckets: Any,
-                       counts: Any, first: int, n: int) -> tuple[Any, Any, Any]:
+                       counts: Any, first: int, n: int) -> tuple[Any, Any, Any, bool]:
     """The non-empty buckets of instances ``first .. first + n - 1``, whose workloads are
     ``members`` (workload w's instance ``of_workload[w]``, its coordinates
     ``wl_bounds[w]:wl_bounds[w + 1]``): each (instance, bucket) once, in instance then bucket
     order, with its counts in the overall, read and write views, service then response time
-    each (column ``view * 2 + kind``)."""
+    each (column ``view * 2 + kind``), and whether every bucket read was in range (when not,
+    nothing is added up: the rows are empty)."""
     index = np.zeros(n * N_BUCKETS, dtype=np.int64)  # a bucket's row + 1, 0 while unseen
     for m in range(members.size):
         w = members[m]
         base = (of_workload[w] - first) * N_BUCKETS
         for x in range(wl_bounds[w], wl_bounds[w + 1]):
-            index[base + buckets[x]] = 1
+            b = buckets[x]
+            if b < 0 or b >= N_BUCKETS:
+                empty = np.zeros(0, dtype=np.intp)
+                return empty, empty, np.zeros((0, 6), dtype=np.int64), False
+            index[base + b] = 1
     n_rows = 0
     for k in range(index.size):
         if index[k]:
@@ -557,7 +562,7 @@ def _histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any
             kind = r % 2
             summed[row, kind] += counts[x]
             summed[row, 2 + 2 * (r // 2 % 2) + kind] += counts[x]
-    return out_inst, out_bucket, summed
+    return out_inst, out_bucket, summed, True
 
 
 _histogram_rows = _jit(_histogram_rows_py)
@@ -570,21 +575,21 @@ def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.in
                                     npt.NDArray[np.int64]]:
     """See ``_histogram_rows_py``: (instance - first, bucket, counts (rows, 6)) per non-empty
     bucket. The members' instances must lie in ``first .. first + n - 1`` and the buckets in
-    range (checked: the kernel indexes by them); ``wl_bounds`` must be the coordinates'
-    bounds by workload (rows sorted; the caller's)."""
+    range (checked: the kernel indexes by them; the buckets by the kernel itself, as it reads
+    the members' coordinates, so a slice costs its own coordinates only); ``wl_bounds`` must
+    be the coordinates' bounds by workload (rows sorted; the caller's)."""
     inst = of_workload[members]
     if inst.size and (int(inst.min()) < first or int(inst.max()) >= first + n):
         raise ValueError(f"workloads of instances outside {first}..{first + n - 1}")
-    if buckets.size and (int(buckets.min()) < 0 or int(buckets.max()) >= N_BUCKETS):
-        raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
     if wl_bounds.size != of_workload.size + 1 or int(wl_bounds[-1]) > rows.size:
         raise ValueError(f"{wl_bounds.size} workload bounds for {of_workload.size} workloads "
                          f"and {rows.size} coordinates")
-    out: tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.int64]] = (
-        _histogram_rows(*(np.ascontiguousarray(a, dtype=np.int64)
-                          for a in (of_workload, members, wl_bounds, rows, buckets, counts)),
-                        first, n))
-    return out
+    out_inst, out_bucket, summed, in_range = _histogram_rows(
+        *(np.ascontiguousarray(a, dtype=np.int64)
+          for a in (of_workload, members, wl_bounds, rows, buckets, counts)), first, n)
+    if not in_range:
+        raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
+    return out_inst, out_bucket, summed
 
 
 # ----------------------------------------------------------------------------- validation
