@@ -161,6 +161,9 @@ class KneeServer:
             self._handle(op, unique, node, view[IN_HEADER.size:n], time.monotonic_ns())
 
     def _run(self) -> None:
+        # the stop signals are the main thread's: one delivered here would leave the main
+        # thread waiting for it forever (main's sigwait)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         buf = bytearray(BUFFER_BYTES)
         view = memoryview(buf)
         due = self._due
@@ -180,6 +183,10 @@ class KneeServer:
             return
         except BaseException as e:  # reported by knee_device on exit
             self.error = e
+
+
+#: What stops ``python -m scripts.kneedev_impl`` (cleaning up as it goes).
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def _mount(fuse_fd: int, mountpoint: str) -> None:
@@ -243,8 +250,11 @@ def main() -> int:
     signal.signal(signal.SIGHUP, stop)
     with contextlib.suppress(KeyboardInterrupt), knee_device(args.size_mib << 20,
                                                              args.service_us) as dev:
+        # from here a stop signal waits, pending, for sigwait: none can slip in between the
+        # print and the wait, or go to the server thread (which blocks them too)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         print(dev, flush=True)
-        signal.pause()
+        signal.sigwait(STOP_SIGNALS)
     return 0
 
 
