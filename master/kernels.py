@@ -13,6 +13,7 @@ an install pays the compile time (a few seconds).
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -447,7 +448,7 @@ def warm_up() -> float:
     check_group_stats(GroupStats(StatsBatch.empty(1), np.full((1, N_VIEWS, 2, 6), np.nan)))
     format_lines(np.array([[1.5, np.nan, 1234567.0, 0.0, 1e-5, 1e-20]]), b"h,", b"t",
                  np.array([1]), np.array([True]), b"max", True, b"\r\n")
-    write_lines(np.array([-1], dtype=np.int32), np.array([49], dtype=np.uint8),
+    write_lines(np.array([SKIP], dtype=np.int32), np.array([49], dtype=np.uint8),
                 np.array([1], dtype=np.int64))
     return time.perf_counter() - t0
 
@@ -1051,50 +1052,94 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _c_write = _libc.write
 _c_write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
 _c_write.restype = ctypes.c_ssize_t
+# open(path, flags): no O_CREAT, so the variadic mode argument is never read
+_c_open = _libc.open
+_c_open.argtypes = [ctypes.c_void_p, ctypes.c_int]
+_c_open.restype = ctypes.c_int
+_c_close = _libc.close
+_c_close.argtypes = [ctypes.c_int]
+_c_close.restype = ctypes.c_int
+
+#: ``write_lines``' fd for a line it appends by its file's path (open, write, close).
+BY_PATH = -1
+#: ``write_lines``' fd for a line it leaves alone (the caller writes it).
+SKIP = -2
+#: ``write_lines``' failure kinds: ``open`` or ``write`` failed (the caller repeats the rest of
+#: the line to raise its error), or ``close`` failed after the whole line was written.
+FAILED_WRITE, FAILED_CLOSE = 0, 1
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
-def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int) -> tuple[int, int]:
-    """Append line ``i`` (``data[ends[i-1]:ends[i]]``) to the file open as ``fds[i]``, for
-    ``i`` from ``first`` on; line ``first`` from offset ``at`` of ``data`` (its start, or
-    where an earlier call stopped). A line whose fd is negative is skipped. A short write goes
-    on with the rest. Returns ``(-1, 0)`` when all are written, else the line whose ``write``
-    failed and the offset it stopped at: the caller repeats that ``write`` to raise its error
-    (libc's errno is not read here)."""
+def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int, paths: Any,
+                    path_at: Any) -> tuple[int, int, int]:
+    """Append line ``i`` (``data[ends[i-1]:ends[i]]``) to its file, for ``i`` from ``first``
+    on; line ``first`` from offset ``at`` of ``data`` (its start, or where an earlier call
+    stopped). The file is open as ``fds[i]``, or, where ``fds[i]`` is ``BY_PATH``, opened for
+    appending by its path (``paths[path_at[i]:]``, NUL-terminated), written and closed. A line
+    whose fd is ``SKIP`` is left alone. A short write goes on with the rest. Returns
+    ``(-1, 0, 0)`` when all are written, else the line that failed, the offset it stopped at
+    and ``FAILED_WRITE`` (``open`` or ``write`` failed: the caller repeats them to raise their
+    error; libc's errno is not read here) or ``FAILED_CLOSE``."""
     base = data.ctypes.data
+    pbase = paths.ctypes.data
     for i in range(first, fds.size):
         end = ends[i]
         if i > first:
             at = ends[i - 1]
         fd = fds[i]
-        if fd < 0:
+        if fd == SKIP:
             continue
+        by_path = fd == BY_PATH
+        if by_path:
+            fd = _c_open(pbase + path_at[i], _APPEND_FLAGS)
+            if fd < 0:
+                return i, at, FAILED_WRITE
         while at < end:
             n = _c_write(fd, base + at, end - at)
             if n <= 0:
-                return i, at
+                if by_path:
+                    _c_close(fd)
+                return i, at, FAILED_WRITE
             at += n
-    return -1, 0
+        if by_path and _c_close(fd) != 0:
+            return i, at, FAILED_CLOSE
+    return -1, 0, FAILED_WRITE
 
 
 # not cached: a kernel calling through ctypes cannot be (numba bakes in the function's
 # address); warm_up compiles it (about 0.2 s) while the hosts start
 _write_lines = _numba.njit(nogil=True)(_write_lines_py)
 
+_NO_PATHS = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as AppenderGroup.paths's
+
 
 def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
-                ends: npt.NDArray[np.int64], first: int = 0, at: int | None = None
-                ) -> tuple[int, int]:
+                ends: npt.NDArray[np.int64], first: int = 0, at: int | None = None,
+                paths: npt.NDArray[np.uint8] | None = None,
+                path_at: npt.NDArray[np.int64] | None = None) -> tuple[int, int, int]:
     """``_write_lines_py``: one ``write`` call per line, from compiled code (12,604 instance
     files per subinterval cost about 18 ms of system calls on tmpfs, and as much again in
-    Python's per-call work). ``at``: where in ``data`` to start (default: line ``first``'s
-    start)."""
+    Python's per-call work), and for the files kept closed one ``open`` and one ``close``
+    more (about 5 us of system calls per file on tmpfs, and as much again in Python).
+    ``at``: where in ``data`` to start (default: line ``first``'s start). ``paths`` and
+    ``path_at`` are needed when some fd is ``BY_PATH``."""
     if data.size == 0 or fds.size <= first:
-        return -1, 0
+        return -1, 0, FAILED_WRITE
+    fds = np.ascontiguousarray(fds, dtype=np.int32)
+    if fds.size and int(fds.min()) < SKIP:
+        raise ValueError(f"fd {int(fds.min())}: neither a descriptor, BY_PATH nor SKIP")
+    if paths is None or path_at is None:
+        if (fds == BY_PATH).any():
+            raise ValueError("lines to append by path, but no paths")
+        paths, path_at = _NO_PATHS, np.zeros(fds.size, dtype=np.int64)
+    elif path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0":
+        raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, or paths not "
+                         "NUL-terminated")
     if at is None:
         at = int(ends[first - 1]) if first else 0
-    i, stop = _write_lines(np.ascontiguousarray(fds, dtype=np.int32), data,
-                           np.ascontiguousarray(ends, dtype=np.int64), first, at)
-    return int(i), int(stop)
+    i, stop, kind = _write_lines(fds, data, np.ascontiguousarray(ends, dtype=np.int64), first,
+                                 at, paths, np.ascontiguousarray(path_at, dtype=np.int64))
+    return int(i), int(stop), int(kind)
 
 
 def format_rows(values: npt.NDArray[np.float64]

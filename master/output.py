@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import functools
 import io
 import json
 import logging
@@ -36,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, overload
+from typing import IO, Any, ClassVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -88,6 +89,39 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+#: A result file is created, never opened over an existing one, and appended to.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+
+
+@functools.lru_cache(maxsize=64)
+def _header_bytes(header: tuple[str, ...]) -> bytes:
+    """A header line as ``csv.writer`` writes it (made once per distinct header)."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(header)
+    return buf.getvalue().encode("utf-8")
+
+
+@functools.lru_cache(maxsize=64)
+def _header_set(header: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(header)
+
+
+@functools.lru_cache(maxsize=64)
+def _header_tuple(header: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple object per distinct header."""
+    return header
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of ``data`` to ``fd`` (``write`` again after a short one)."""
+    view = memoryview(data)
+    while view:
+        done = os.write(fd, view)
+        if done <= 0:
+            raise OSError(errno.EIO, "write() wrote nothing")
+        view = view[done:]
+
+
 class CsvAppender:
     """A CSV file with a fixed header; every row is flushed to the OS as it is written.
 
@@ -100,22 +134,45 @@ class CsvAppender:
     #: Counts the appenders' file closes (``AppenderGroup`` reads its descriptors again after
     #: one: a closed file's number may belong to another file by then).
     closes = 0
+    #: Closed appenders holding lines an earlier append could not write (``append_block``
+    #: leaves their files to ``append_now``, which writes those lines first).
+    with_pending: ClassVar[set[CsvAppender]] = set()
 
-    def __init__(self, path: Path, header: Sequence[str], keep_open: bool = True) -> None:
-        self.path = path
-        self.header = list(header)
-        self._header_set = frozenset(self.header)
+    def __init__(self, path: Path | str, header: Sequence[str], keep_open: bool = True, *,
+                 at: tuple[int, str] | None = None) -> None:
+        """Create ``path`` (never an existing file) with its header line. ``at``: a
+        descriptor of ``path``'s directory, which exists, and the file's name in it (a
+        directory of many files: no ``mkdir`` and no path walk per file)."""
+        self._path = os.fspath(path)  # a Path object on demand (tens of thousands of files)
+        self._path_obj = path if isinstance(path, Path) else None
+        #: shared by the appenders of one header (a run holds tens of thousands)
+        self.header = key = _header_tuple(tuple(header))
+        self._header_set = _header_set(key)
         self._pending: list[str] = []
+        self._fh: IO[str] | None = None
         with _writing(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh: IO[str] | None = open(path, "x", newline="", encoding="utf-8")  # noqa: SIM115
-            self._writer = csv.writer(self._fh)
-            self._writer.writerow(self.header)
-            self._fh.flush()
+            if at is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, _CREATE_FLAGS, 0o666)
+            else:
+                fd = os.open(at[1], _CREATE_FLAGS, 0o666, dir_fd=at[0])
+            try:
+                _write_all(fd, _header_bytes(key))
+                if keep_open:
+                    self._fh = open(fd, "a", newline="", encoding="utf-8")  # noqa: SIM115
+            except BaseException:
+                os.close(fd)
+                raise
             if not keep_open:
-                self._fh.close()
-                self._fh = None
+                os.close(fd)
                 CsvAppender.closes += 1
+        self._writer = csv.writer(self._fh) if self._fh is not None else None
+
+    @property
+    def path(self) -> Path:
+        if self._path_obj is None:
+            self._path_obj = Path(self._path)
+        return self._path_obj
 
     @property
     def is_open(self) -> bool:
@@ -137,10 +194,13 @@ class CsvAppender:
     def write(self, row: Mapping[str, Any]) -> None:
         if self._fh is None or self._fh.closed:
             self._pending.append(self._line(row))
+            CsvAppender.with_pending.add(self)
             self.flush()
             return
         cells = self._cells(row)
-        with _writing(self.path):
+        with _writing(self._path):
+            if self._writer is None:
+                self._writer = csv.writer(self._fh)
             self._writer.writerow(cells)
             self._fh.flush()
 
@@ -159,16 +219,14 @@ class CsvAppender:
         open file (``write`` leaves nothing buffered), one open/write/close otherwise."""
         if self._fh is None or self._fh.closed:
             self._pending.append(line)
+            CsvAppender.with_pending.add(self)
             self.flush()
             return
-        view = memoryview(line.encode("utf-8"))
-        fd = self._fh.fileno()
-        with _writing(self.path):
-            while view:
-                view = view[os.write(fd, view):]
+        with _writing(self._path):
+            _write_all(self._fh.fileno(), line.encode("utf-8"))
 
     def _fd(self) -> int:
-        """The open file's descriptor, -1 when none is held."""
+        """The open file's descriptor, -1 when none is held (``kernels.BY_PATH``)."""
         fh = self._fh
         return fh.fileno() if fh is not None and not fh.closed else -1
 
@@ -187,9 +245,11 @@ class CsvAppender:
                      ) -> None:
         """Line ``i`` (``data[ends[i-1]:ends[i]]``, UTF-8, or ``own[i]`` where given) appended
         to ``appenders[i]`` as ``append_now`` does it: the loop of a writer of many instance
-        files per subinterval. The open files' lines are written by compiled code
-        (``master.kernels.write_lines``, one ``write`` call per file, nothing else); a failed
-        write is repeated here and raises an ``OutputError`` naming its file."""
+        files per subinterval. The lines are written by compiled code
+        (``master.kernels.write_lines``): one ``write`` call per open file, and ``open``,
+        ``write``, ``close`` by path for a file kept closed (beyond the open-file budget). A
+        failed ``open`` or ``write`` is repeated here and raises an ``OutputError`` naming its
+        file."""
         n = len(appenders)
         if len(ends) != n:
             raise ValueError(f"{n} files but {len(ends)} lines")
@@ -201,41 +261,52 @@ class CsvAppender:
         group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
         fds = group.fds().copy()
         for i in own:
-            fds[i] = -1
+            fds[i] = kernels.SKIP
+        by_path = np.flatnonzero(fds == kernels.BY_PATH)
+        paths = path_at = None
+        if by_path.size:
+            if CsvAppender.with_pending:  # rare: an earlier append failed
+                for i in by_path.tolist():
+                    if group[i] in CsvAppender.with_pending:
+                        fds[i] = kernels.SKIP
+            paths, path_at = group.paths()
         first, at = 0, None
         while True:
-            i, stop = kernels.write_lines(fds, data, ends, first, at)
+            i, stop, kind = kernels.write_lines(fds, data, ends, first, at, paths, path_at)
             if i < 0:
                 break
-            path = appenders[i].path
-            view = data.data[stop:int(ends[i])]
+            path = group[i].path
+            if kind == kernels.FAILED_CLOSE:
+                raise OutputError(str(path), OSError(errno.EIO, "close() after appending a "
+                                                     "line failed"))
             with _writing(path):
-                while view:
-                    done = os.write(int(fds[i]), view)
-                    if done <= 0:
-                        raise OSError(errno.EIO, "write() wrote nothing")
-                    view = view[done:]
+                fd = int(fds[i]) if fds[i] >= 0 else os.open(
+                    path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                try:
+                    _write_all(fd, data.data[stop:int(ends[i])])
+                finally:
+                    if fds[i] < 0:
+                        os.close(fd)
             first, at = i + 1, None
-        for i in np.flatnonzero(fds < 0).tolist():
+        for i in np.flatnonzero(fds == kernels.SKIP).tolist():
             line = own.get(i)
             if line is None:
                 line = data[int(ends[i - 1]) if i else 0:int(ends[i])].tobytes().decode("utf-8")
-            appenders[i].append_now(line)
+            group[i].append_now(line)
 
     def flush(self) -> None:
-        with _writing(self.path):
+        with _writing(self._path):
             if self._fh is not None and not self._fh.closed:
                 self._fh.flush()
             elif self._pending:
                 data = "".join(self._pending).encode("utf-8")
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    _write_all(fd, data)
                 finally:
                     os.close(fd)
                 self._pending.clear()
+                CsvAppender.with_pending.discard(self)
 
     def close(self) -> None:
         """Flush and close; the file is closed even when the flush fails (the error is
@@ -245,7 +316,7 @@ class CsvAppender:
         finally:
             if self._fh is not None and not self._fh.closed:
                 CsvAppender.closes += 1
-                with _writing(self.path), contextlib.suppress(ValueError):
+                with _writing(self._path), contextlib.suppress(ValueError):
                     self._fh.close()
 
 
@@ -257,6 +328,7 @@ class AppenderGroup(Sequence[CsvAppender]):
         self.appenders = list(appenders)
         self._fds = np.zeros(0, dtype=np.int32)
         self._closes = -1
+        self._paths: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
 
     def __len__(self) -> int:
         return len(self.appenders)
@@ -268,6 +340,17 @@ class AppenderGroup(Sequence[CsvAppender]):
 
     def __getitem__(self, i: int | slice) -> CsvAppender | Sequence[CsvAppender]:
         return self.appenders[i]
+
+    def paths(self) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Every appender's path, NUL-terminated, in one buffer, and where each starts in it
+        (for ``master.kernels.write_lines``; made once: a path never changes)."""
+        if self._paths is None:
+            encoded = [os.fsencode(a._path) + b"\0" for a in self.appenders]
+            starts = np.zeros(len(encoded), dtype=np.int64)
+            if encoded:
+                np.cumsum([len(e) for e in encoded[:-1]], out=starts[1:])
+            self._paths = (np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8), starts)
+        return self._paths
 
     def fds(self) -> npt.NDArray[np.int32]:
         """Each appender's open descriptor, -1 where it holds none (read-only view)."""
@@ -449,7 +532,7 @@ class RunOutput:
 
     def __init__(self, folder: Path, max_open_files: int | None = None) -> None:
         self.folder = folder
-        self._files: dict[Path, CsvAppender] = {}
+        self._files: dict[str, CsvAppender] = {}  # by path relative to the folder
         self._n_open = 0
         self.max_open_files = (max(8, open_file_budget()) if max_open_files is None
                                else max(1, max_open_files))
@@ -483,16 +566,49 @@ class RunOutput:
 
     def table(self, relative: str, header: Sequence[str]) -> CsvAppender:
         """The appender for ``relative`` (created with ``header`` on first use)."""
-        path = self.folder / relative
-        f = self._files.get(path)
+        f = self._files.get(relative)
         if f is None:
-            keep_open = self._n_open < self.max_open_files
-            self._n_open += keep_open
-            f = CsvAppender(path, header, keep_open)
-            self._files[path] = f
-        elif f.header != list(header):
+            parent, _, name = relative.rpartition("/")
+            return self.tables(parent, [name], header)[0]
+        if f.header != tuple(header):
             raise ValueError(f"{relative}: header changed within a run")
         return f
+
+    def tables(self, relative_dir: str, names: Sequence[str], header: Sequence[str]
+               ) -> list[CsvAppender]:
+        """The appenders for the files ``names`` in ``relative_dir`` (``""``: the run
+        folder), those not made yet created together with ``header``: the directory made
+        once and each file created relative to it (a rollup type's instance files, tens of
+        thousands at a time)."""
+        prefix = f"{relative_dir}/" if relative_dir else ""
+        want = tuple(header)
+        out: list[CsvAppender] = []
+        dir_fd = -1
+        directory = self.folder / relative_dir if relative_dir else self.folder
+        base = os.fspath(directory)
+        try:
+            for name in names:
+                relative = prefix + name
+                f = self._files.get(relative)
+                if f is None:
+                    if not name or "/" in name:
+                        raise ValueError(f"{relative}: not a file name in {relative_dir!r}")
+                    if dir_fd < 0:
+                        with _writing(directory):
+                            directory.mkdir(parents=True, exist_ok=True)
+                            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
+                                             | os.O_CLOEXEC)
+                    keep_open = self._n_open < self.max_open_files
+                    f = CsvAppender(f"{base}/{name}", header, keep_open, at=(dir_fd, name))
+                    self._n_open += keep_open
+                    self._files[relative] = f
+                elif f.header != want:
+                    raise ValueError(f"{relative}: header changed within a run")
+                out.append(f)
+        finally:
+            if dir_fd >= 0:
+                os.close(dir_fd)
+        return out
 
     def write_rows(self, relative: str, header: Sequence[str],
                    rows: Iterable[Mapping[str, Any]]) -> None:

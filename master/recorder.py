@@ -141,10 +141,14 @@ class StepRecorder:
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
         self.phases: dict[int, str] = {}
-        self._instance_tables: dict[tuple[str, str], Any] = {}
+        self._file_names: dict[str, list[str]] = {}
         self._tables_by_type: dict[str, AppenderGroup] = {}
         self._inst_text: dict[str, LineTexts] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
+        # every instance file is made here, before the step starts: made in the first
+        # subinterval, 126,000 of them would hold that subinterval's results up for seconds
+        for t, g in self.groupings.items():
+            self._tables_of(t, g)
 
     # ------------------------------------------------------------------ the rollup plan
     def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
@@ -372,10 +376,23 @@ class StepRecorder:
     def _tables_of(self, rollup_type: str, g: ru.Grouping) -> AppenderGroup:
         tables = self._tables_by_type.get(rollup_type)
         if tables is None or len(tables) != g.n:
-            tables = AppenderGroup(self._instance_table(rollup_type, inst) for inst in g.names)
+            tables = AppenderGroup(self.output.tables(
+                f"{self.dir}/{safe_name(rollup_type)}", self.file_names(rollup_type),
+                INSTANCE_COLUMNS))
             self._tables_by_type[rollup_type] = tables
             self._inst_text[rollup_type] = LineTexts([csv_text(inst) for inst in g.names])
         return tables
+
+    def file_names(self, rollup_type: str) -> list[str]:
+        """The file name of each instance of ``rollup_type`` (in ``groupings`` order), in
+        ``<rollup type>/`` and ``histograms/<rollup type>/``: its ``safe_name``, and where
+        two instances' safe names are the same (``a b``, ``a_b``) or the name is the rollup
+        type's ``summary.csv``, a ``-2``, ``-3`` ... suffix (each row names its instance)."""
+        names = self._file_names.get(rollup_type)
+        if names is None:
+            names = instance_file_names(self.groupings[rollup_type].names)
+            self._file_names[rollup_type] = names
+        return names
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
@@ -393,15 +410,6 @@ class StepRecorder:
         count = np.bincount(inst, minlength=g.n)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-    def _instance_table(self, rollup_type: str, instance: str) -> Any:
-        key = (rollup_type, instance)
-        t = self._instance_tables.get(key)
-        if t is None:
-            t = self.output.table(f"{self.dir}/{safe_name(rollup_type)}/{safe_name(instance)}.csv",
-                                  INSTANCE_COLUMNS)
-            self._instance_tables[key] = t
-        return t
 
     def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int,
                    cpu_rows: list[dict[str, Any]], interlock_rows: list[dict[str, Any]]
@@ -509,11 +517,33 @@ class StepRecorder:
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
+        files = self.file_names(spec.type)
         for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
             self.output.histogram_csvs(
-                [f"{folder}/{safe_name(inst)}.csv"
-                 for inst in g.names[part.first:part.first + part.n]],
+                [f"{folder}/{name}" for name in files[part.first:part.first + part.n]],
                 _bucket_edges(), HISTOGRAM_COLUMNS, part.inst, part.bucket, part.counts)
+
+
+#: File names an instance's file must not take in its rollup type's folder.
+RESERVED_FILE_NAMES = frozenset({"summary.csv"})
+
+
+def instance_file_names(instances: Sequence[str]) -> list[str]:
+    """``<safe_name>.csv`` per instance, made unique: a name already taken (two instances
+    with the same safe name, or a reserved one) gets the first free ``-2``, ``-3`` ...
+    suffix, in order."""
+    taken = set(RESERVED_FILE_NAMES)
+    out = []
+    for inst in instances:
+        base = safe_name(inst)
+        name = f"{base}.csv"
+        n = 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}.csv"
+        taken.add(name)
+        out.append(name)
+    return out
 
 
 @functools.cache

@@ -183,6 +183,7 @@ class Case:
     coords: int  # histogram coordinates the master received per subinterval
     workload_coords: int  # what the workloads' own histograms would have been
     step_end_s: float  # the master's work on the measurement window at the step's end
+    step_start_s: float  # the recorder made: its plan and every instance file, before go
 
     @property
     def workloads(self) -> int:
@@ -197,8 +198,10 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
     folder = Path(tempfile.mkdtemp(prefix="bench-master-", dir=root))
     output = RunOutput(folder)
     # a fixed-length step, the common case (the slaves add the window up: Go.fold)
+    t0 = time.thread_time()
     rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host",
                        hosts=hosts, fold_measurement=True)
+    step_start_s = time.thread_time() - t0
     made = [make_frames(pool, rec, hosts, ids_by_host, k, rng) for k in range(distinct)]
     frame_sets = [m[0] for m in made]
     slave_s = statistics.median(t for m in made for t in m[1])
@@ -244,7 +247,7 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
         with open(profile, "w") as fh:
             pstats.Stats(prof, stream=fh).sort_stats("cumulative").print_stats(40)
     return Case(n_hosts, per_host, times, wall, nbytes, decode, slave_s, coords,
-                workload_coords, step_end_s)
+                workload_coords, step_end_s, step_start_s)
 
 
 def describe(c: Case) -> str:
@@ -262,8 +265,10 @@ def breakdown(c: Case) -> str:
             f"coordinates (the workloads' own: {c.workload_coords / 1e6:.2f} M); frame decode "
             f"{dec * 1e3:.1f} ms, validation + rollups + rows + CSV {(best - dec) * 1e3:.1f} ms\n"
             f"    each simulated slave adds its {c.per_host:,} workloads up in "
-            f"{c.slave_s * 1e3:.1f} ms of CPU per subinterval; the step's end (window, summary, "
-            f"histogram files) takes the master {c.step_end_s * 1e3:.0f} ms once per step")
+            f"{c.slave_s * 1e3:.1f} ms of CPU per subinterval\n"
+            f"    once per step, the master's start (plan, every instance file) takes "
+            f"{c.step_start_s * 1e3:.0f} ms, its end (window, summary, histogram files) "
+            f"{c.step_end_s * 1e3:.0f} ms")
 
 
 def main() -> int:

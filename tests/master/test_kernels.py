@@ -3,7 +3,9 @@ their references in test_rollup.py and test_recorder.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -354,3 +356,65 @@ def test_gather_texts_puts_the_chosen_texts_one_after_another(which: list[int]) 
     assert got_ends.tolist() == np.cumsum([len(texts[i]) for i in which]).tolist()
     with pytest.raises(ValueError, match=r"texts 0\.\.3 of 3"):
         kernels.gather_texts(data, ends, np.array([0, 3]))
+
+
+def _paths(files: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [f.encode() + b"\0" for f in files]
+    starts = np.cumsum([0] + [len(e) for e in encoded[:-1]]).astype(np.int64)
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), starts
+
+
+def test_write_lines_appends_to_open_files_by_path_and_skips(tmp_path: Path) -> None:
+    """Line i to fds[i]: an open descriptor, BY_PATH (open for appending, write, close: no
+    descriptor left behind) or SKIP (untouched)."""
+    files = [str(tmp_path / f"f{i}") for i in range(5)]
+    for f in files:
+        Path(f).write_text("h\n")
+    held = os.open(files[0], os.O_WRONLY | os.O_APPEND)
+    lines = [b"zero\n", b"one\n", b"", b"three\n", b"four\n"]
+    data = np.frombuffer(b"".join(lines), dtype=np.uint8)
+    ends = np.cumsum([len(x) for x in lines]).astype(np.int64)
+    fds = np.array([held, kernels.BY_PATH, kernels.BY_PATH, kernels.SKIP, kernels.BY_PATH],
+                   dtype=np.int32)
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        for _ in range(2):
+            assert kernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
+                -1, 0, kernels.FAILED_WRITE)
+    finally:
+        os.close(held)
+    assert len(os.listdir("/proc/self/fd")) == before - 1
+    assert [Path(f).read_text() for f in files] == [
+        "h\nzero\nzero\n", "h\none\none\n", "h\n", "h\n", "h\nfour\nfour\n"]
+
+
+def test_write_lines_stops_at_a_file_it_cannot_open(tmp_path: Path) -> None:
+    files = [str(tmp_path / "a"), str(tmp_path / "gone"), str(tmp_path / "c")]
+    for f in (files[0], files[2]):
+        Path(f).touch()
+    data = np.frombuffer(b"1\n22\n3\n", dtype=np.uint8)
+    ends = np.array([2, 5, 7], dtype=np.int64)
+    fds = np.full(3, kernels.BY_PATH, dtype=np.int32)
+    assert kernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
+        1, 2, kernels.FAILED_WRITE)
+    assert not os.path.exists(files[1])  # never created: no O_CREAT
+    assert kernels.write_lines(fds, data, ends, 2, None, *_paths(files)) == (
+        -1, 0, kernels.FAILED_WRITE)
+    assert [Path(files[0]).read_text(), Path(files[2]).read_text()] == ["1\n", "3\n"]
+
+
+@pytest.mark.parametrize(("fds", "paths", "message"), [
+    ([kernels.BY_PATH], None, "no paths"),
+    ([-3], None, "neither a descriptor"),
+    ([kernels.BY_PATH], (np.frombuffer(b"/x", dtype=np.uint8), np.zeros(1, dtype=np.int64)),
+     "NUL-terminated"),
+    ([kernels.BY_PATH, kernels.SKIP], (np.frombuffer(b"/x\0", dtype=np.uint8),
+                                       np.zeros(1, dtype=np.int64)), "1 path offsets"),
+])
+def test_write_lines_refuses_what_it_cannot_follow(fds: list[int], paths, message: str) -> None:
+    n = len(fds)
+    data = np.frombuffer(b"x\n" * n, dtype=np.uint8)
+    ends = np.arange(2, 2 * n + 1, 2, dtype=np.int64)
+    with pytest.raises(ValueError, match=message):
+        kernels.write_lines(np.array(fds, dtype=np.int32), data, ends, 0, None,
+                            *(paths or (None, None)))

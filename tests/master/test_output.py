@@ -300,3 +300,66 @@ def test_line_texts_take_gathers_texts_in_order(which: list[int]) -> None:
     texts = LineTexts(["a,b", "", "\u00e9t\u00e9"])
     got = texts.take(np.array(which, dtype=np.intp))
     assert [got.text(i) for i in range(len(got))] == [texts.text(i) for i in which]
+
+
+def test_append_block_names_a_closed_file_it_cannot_open(tmp_path: Path) -> None:
+    """Files beyond the open-file budget are appended by path; one that has gone (removed
+    under the run) is named, and is not created again."""
+    out = RunOutput(tmp_path, max_open_files=1)
+    tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
+    (tmp_path / "t1.csv").unlink()
+    with pytest.raises(OutputError, match=r"t1\.csv.*No such file"):
+        CsvAppender.append_block(tables, *_block(["0\r\n", "1\r\n", "2\r\n"]))
+    out.close()
+    assert (tmp_path / "t0.csv").read_text() == "a\n0\n"
+    assert not (tmp_path / "t1.csv").exists()
+    assert (tmp_path / "t2.csv").read_text() == "a\n"
+
+
+def test_append_block_keeps_a_closed_files_pending_lines_first(tmp_path: Path) -> None:
+    """A closed file whose earlier line could not be written (file size limit) keeps it; the
+    next block writes it first, then the new line: nothing lost, nothing reordered."""
+    out = RunOutput(tmp_path, max_open_files=1)
+    tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len("a\r\n"), old_limit[1]))
+        with pytest.raises(OutputError, match=r"t2\.csv"):
+            tables[2].append_now("early\r\n")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    CsvAppender.append_block(tables, *_block(["0\r\n", "1\r\n", "2\r\n"]))
+    out.close()
+    assert [(tmp_path / f"t{i}.csv").read_text() for i in range(3)] == [
+        "a\n0\n", "a\n1\n", "a\nearly\n2\n"]
+
+
+def test_tables_makes_a_directory_of_files_at_once(tmp_path: Path) -> None:
+    """``tables``: the files of one directory created together (made on first use, given
+    back after), each with its header; the open-file budget counts across calls; a name
+    that is not a plain file name, a changed header, and an existing file are refused."""
+    out = RunOutput(tmp_path, max_open_files=3)
+    made = out.tables("step/lun", ["a.csv", "b.csv"], ["x", "y"])
+    again = out.tables("step/lun", ["b.csv", "c.csv", "d.csv"], ["x", "y"])
+    assert again[0] is made[1]
+    assert out.table("step/lun/c.csv", ["x", "y"]) is again[1]
+    assert [t.is_open for t in [*made, *again[1:]]] == [True, True, True, False]
+    assert made[0].path == tmp_path / "step" / "lun" / "a.csv"
+    with pytest.raises(ValueError, match="header changed"):
+        out.tables("step/lun", ["a.csv"], ["x"])
+    for bad in ("", "e/f.csv"):
+        with pytest.raises(ValueError, match="not a file name"):
+            out.tables("step/lun", [bad], ["x", "y"])
+    (tmp_path / "step" / "lun" / "old.csv").write_text("earlier\n")
+    with pytest.raises(OutputError, match=r"old\.csv"):
+        out.tables("step/lun", ["old.csv"], ["x", "y"])
+    CsvAppender.append_many(out.tables("step/lun", ["a.csv", "b.csv", "c.csv", "d.csv"],
+                                       ["x", "y"]), ["1,2\r\n"] * 4)
+    out.close()
+    assert sorted(p.name for p in (tmp_path / "step" / "lun").iterdir()) == [
+        "a.csv", "b.csv", "c.csv", "d.csv", "old.csv"]
+    assert (tmp_path / "step" / "lun" / "old.csv").read_text() == "earlier\n"
+    for name in ("a", "b", "c", "d"):
+        assert (tmp_path / "step" / "lun" / f"{name}.csv").read_text() == "x,y\n1,2\n"

@@ -22,7 +22,13 @@ from master import rollup
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
 from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
-from master.recorder import CPU_COLUMNS, INSTANCE_COLUMNS, HostResult, StepRecorder
+from master.recorder import (
+    CPU_COLUMNS,
+    INSTANCE_COLUMNS,
+    HostResult,
+    StepRecorder,
+    instance_file_names,
+)
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
@@ -331,6 +337,14 @@ def _with_entry(res: HostResult, at: int, wire: dict[str, Any]) -> HostResult:
     return dataclasses.replace(res, result=dataclasses.replace(res.result, rollups=rollups))
 
 
+def _assert_no_rows(folder: Path) -> None:
+    """Every CSV file under ``folder`` holds its header line only (the instance files are
+    made with the step's recorder, before its first subinterval)."""
+    files = list(folder.rglob("*.csv"))
+    assert files
+    assert [f for f in files if len(f.read_text().splitlines()) != 1] == []
+
+
 @pytest.mark.parametrize(("rollup_type", "field", "message"), [
     ("all", "counts", "counts must be > 0"),
     ("vendor+model", "counters", "differ from the ops counters"),
@@ -368,7 +382,7 @@ def test_inconsistent_statistics_fail_the_host_by_name(tmp_path: Path, rollup_ty
         rec.record(0, "measurement", [good, bad], 10**9)
     assert err.value.host == "h2"
     out.close()
-    assert not list(tmp_path.rglob("*.csv"))  # nothing of that subinterval was written
+    _assert_no_rows(tmp_path)  # nothing of that subinterval was written
 
 
 @pytest.mark.parametrize(("rollup_type", "fault", "message"), [
@@ -399,7 +413,7 @@ def test_malformed_entries_fail_the_host_by_name(tmp_path: Path, rollup_type: st
         rec.record(0, "measurement", [good, bad], 10**9)
     assert err.value.host == "h2"
     out.close()
-    assert not list(tmp_path.rglob("*.csv"))
+    _assert_no_rows(tmp_path)
 
 
 # ---------------------------------------------------------------------- formatting, files
@@ -608,3 +622,47 @@ def test_summary_and_histogram_files_agree_with_the_window_rows(tmp_path: Path) 
             for lat in ("service_time", "response_time"):
                 total = sum(int(r[f"{lat}_{view}_count"]) for r in body)
                 assert total == round(s[f"{prefix}IOPS"] * seconds), (inst, view, lat)
+
+
+@pytest.mark.parametrize(("instances", "files"), [
+    (["h1", "h2"], ["h1.csv", "h2.csv"]),
+    (["summary", "a b", "a_b", "a/b", "a_b-2"], ["summary-2.csv", "a_b.csv", "a_b-2.csv",
+                                                  "a_b-3.csv", "a_b-2-2.csv"]),
+    (["", "_", "."], ["_.csv", "_-2.csv", "_-3.csv"]),
+])
+def test_instance_file_names_are_unique_and_leave_summary_free(instances: list[str],
+                                                               files: list[str]) -> None:
+    assert instance_file_names(instances) == files
+
+
+def test_instances_with_the_same_safe_name_keep_their_own_files(tmp_path: Path) -> None:
+    """Two vendor+model instances whose safe names are the same, and a host named "summary"
+    (the host rollup's summary.csv): every instance gets a file of its own rows, histogram
+    file included."""
+    wl: dict[str, WorkloadInstance] = {}
+    for h, vendor in (("summary", "AC ME"), ("h2", "AC_ME")):
+        lun = Lun(h, "/dev/sd0", 1 << 30, 512, {"vendor": vendor, "model": "F9"}, (), {})
+        spec = WorkloadSpec(name="a", luns=LunChoice(), iosequencer="random_steady")
+        wid = f"{h}:/dev/sd0:a"
+        wl[wid] = WorkloadInstance(wid, "a", h, SelectedLun(lun, True, (0,)), spec,
+                                   {"iops": None}, {"vendor": vendor, "model": "F9"})
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(3)
+    for k in range(2):
+        rec.record(k, "measurement", [_host_result(sim, h, [f"{h}:/dev/sd0:a"], k, rng, 5.0)[0]
+                                      for h in ("summary", "h2")], (k + 1) * 10**9)
+    rec.summarise([0, 1], sim.window(0, 1))
+    out.close()
+    step = tmp_path / "step0000-s"
+    for kind, files in (("host", {"summary-2.csv": "summary", "h2.csv": "h2"}),
+                        ("vendor+model", {"AC_ME+F9.csv": "AC ME+F9",
+                                          "AC_ME+F9-2.csv": "AC_ME+F9"})):
+        for name, inst in files.items():
+            rows = _read(step / kind / name)
+            assert len(rows) == 3
+            assert {dict(zip(rows[0], r, strict=True))["rollup_instance"] for r in rows[1:]} == {
+                inst}
+            assert (step / "histograms" / kind / name).is_file()
+    assert not (step / "host" / "summary.csv").exists()
