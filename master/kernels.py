@@ -1132,9 +1132,10 @@ def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
         if (fds == BY_PATH).any():
             raise ValueError("lines to append by path, but no paths")
         paths, path_at = _NO_PATHS, np.zeros(fds.size, dtype=np.int64)
-    elif path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0":
-        raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, or paths not "
-                         "NUL-terminated")
+    elif (path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0"
+          or (path_at.size and not 0 <= int(path_at.min()) <= int(path_at.max()) < paths.size)):
+        raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, not all in the "
+                         f"{paths.size} bytes of paths, or paths not NUL-terminated")
     if at is None:
         at = int(ends[first - 1]) if first else 0
     i, stop, kind = _write_lines(fds, data, np.ascontiguousarray(ends, dtype=np.int64), first,

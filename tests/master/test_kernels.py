@@ -410,6 +410,8 @@ def test_write_lines_stops_at_a_file_it_cannot_open(tmp_path: Path) -> None:
      "NUL-terminated"),
     ([kernels.BY_PATH, kernels.SKIP], (np.frombuffer(b"/x\0", dtype=np.uint8),
                                        np.zeros(1, dtype=np.int64)), "1 path offsets"),
+    ([kernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([3])), "not all in"),
+    ([kernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([-1])), "not all in"),
 ])
 def test_write_lines_refuses_what_it_cannot_follow(fds: list[int], paths, message: str) -> None:
     n = len(fds)
