@@ -142,13 +142,16 @@ class StepRecorder:
         self.dir = output.step_dir(number, name)
         self.phases: dict[int, str] = {}
         self._file_names: dict[str, list[str]] = {}
-        self._tables_by_type: dict[str, AppenderGroup] = {}
-        self._inst_text: dict[str, LineTexts] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
         # every instance file is made here, before the step starts: made in the first
         # subinterval, 126,000 of them would hold that subinterval's results up for seconds
-        for t, g in self.groupings.items():
-            self._tables_of(t, g)
+        self._tables_by_type = {
+            t: AppenderGroup(self.output.tables(f"{self.dir}/{safe_name(t)}",
+                                                self.file_names(t), INSTANCE_COLUMNS))
+            for t in self.groupings}
+        #: each instance's name as CSV text, the rows' rollup_instance cell
+        self._inst_text = {t: LineTexts([csv_text(inst) for inst in g.names])
+                           for t, g in self.groupings.items()}
 
     # ------------------------------------------------------------------ the rollup plan
     def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
@@ -368,20 +371,10 @@ class StepRecorder:
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
                                                minlength=g.n)  # iops_setting
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
-        tables = self._tables_of(rollup_type, g)
+        tables = self._tables_by_type[rollup_type]
         data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max",
                                        ru.VIEW_BLOCKS)
         CsvAppender.append_block(tables, data, ends, own)
-
-    def _tables_of(self, rollup_type: str, g: ru.Grouping) -> AppenderGroup:
-        tables = self._tables_by_type.get(rollup_type)
-        if tables is None or len(tables) != g.n:
-            tables = AppenderGroup(self.output.tables(
-                f"{self.dir}/{safe_name(rollup_type)}", self.file_names(rollup_type),
-                INSTANCE_COLUMNS))
-            self._tables_by_type[rollup_type] = tables
-            self._inst_text[rollup_type] = LineTexts([csv_text(inst) for inst in g.names])
-        return tables
 
     def file_names(self, rollup_type: str) -> list[str]:
         """The file name of each instance of ``rollup_type`` (in ``groupings`` order), in
