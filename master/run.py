@@ -72,9 +72,10 @@ async def default_connect(host: HostConfig) -> Any:
     """Start the slave on ``host`` with the transport its config names."""
     from master.transport import SshHostSpec, open_local, open_ssh
 
+    slave_args = ("--worker-cpus", host.worker_cpus)
     if host.transport == "local":
         python = sys.executable if host.python == "python3" else host.python
-        return await open_local(host.name, python=python)
+        return await open_local(host.name, python=python, slave_args=slave_args)
     return await open_ssh(
         SshHostSpec(
             name=host.name,
@@ -85,8 +86,21 @@ async def default_connect(host: HostConfig) -> Any:
             identity_file=host.identity_file,
             known_hosts=host.known_hosts,
             ssh_config=host.ssh_config,
+            slave_args=slave_args,
         )
     )
+
+
+def _placement(info: dict[str, Any] | None) -> str:
+    """`` (engine libaio, worker 0 on CPU 1)`` from a create's ``Ack.info``, or ``""``."""
+    if not info:
+        return ""
+    parts = [f"engine {info['engine']}"] if info.get("engine") else []
+    if info.get("worker") is not None:
+        cpu = info.get("cpu")
+        parts.append(f"worker {info['worker']}"
+                     + (f" on CPU {cpu}" if cpu is not None else " (not pinned)"))
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 @dataclass
@@ -356,10 +370,8 @@ class Run:
             else:
                 assert done is not None
                 self.current[wid] = done
-                engine = reply.info.get("engine") if reply.info else None
                 if action == "create":
-                    self.event("INFO", f"workload {wid} created"
-                               + (f" (engine {engine})" if engine else ""),
+                    self.event("INFO", f"workload {wid} created{_placement(reply.info)}",
                                host=done.host, kind="workload", step=number)
                     if reply.info.get("warning"):
                         self.event("WARNING", str(reply.info["warning"]), host=done.host,

@@ -115,6 +115,7 @@ class SshHostSpec:
     known_hosts: str | None = None
     ssh_config: str | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    slave_args: tuple[str, ...] = ()  # the slave's command-line options (``--worker-cpus``)
 
 
 @dataclass(frozen=True)
@@ -214,8 +215,9 @@ def _probe_command(python: str) -> str:
 _PID_MARKER = "ivypy-slave-pid"
 
 
-def _slave_command(python: str, zipapp_path: str) -> str:
-    script = f"echo {_PID_MARKER} $$ >&2; exec {python} {shlex.quote(zipapp_path)}"
+def _slave_command(python: str, zipapp_path: str, slave_args: tuple[str, ...] = ()) -> str:
+    words = " ".join(shlex.quote(w) for w in (zipapp_path, *slave_args))
+    script = f"echo {_PID_MARKER} $$ >&2; exec {python} {words}"
     return f"exec /bin/sh -c {shlex.quote(script)}"
 
 
@@ -491,8 +493,10 @@ async def open_local(
     cache_dir: Path | None = None,
     check_python: bool = True,
     on_stderr_line: Callable[[str], None] | None = None,
+    slave_args: tuple[str, ...] = (),
 ) -> SlaveConnection:
-    """Start the slave as a local subprocess: ``<python> <cache_dir>/slave-<hash16>.pyz``.
+    """Start the slave as a local subprocess: ``<python> <cache_dir>/slave-<hash16>.pyz
+    <slave_args>``.
 
     ``python`` is split like a shell command line. The zipapp (default: built from this
     checkout) is written to ``cache_dir`` (default ``~/.cache/ivypy``), so local and remote
@@ -522,6 +526,7 @@ async def open_local(
         proc = await asyncio.create_subprocess_exec(
             *argv,
             str(path),
+            *slave_args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -650,7 +655,9 @@ async def open_ssh(
         phase = "uploading the slave"
         path, uploaded = await _ensure_uploaded(conn, app, remote_cache_dir)
         phase = "starting the slave"
-        process = await conn.create_process(_slave_command(spec.python, path), encoding=None)
+        process = await conn.create_process(
+            _slave_command(spec.python, path, spec.slave_args), encoding=None
+        )
         first_line = await asyncio.wait_for(process.stderr.readline(), _PROBE_TIMEOUT_S)
     except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:

@@ -8,6 +8,8 @@ gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a se
 
 from __future__ import annotations
 
+import argparse
+import functools
 import logging
 import os
 import selectors
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from protocol import cpulist
 from slave.session import Backend, SlaveSession, stderr_logging
 
 log = logging.getLogger("slave")
@@ -31,18 +34,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def default_backend() -> Backend:
+def default_backend(cpus: list[int | None] | None = None) -> Backend:
     from slave.worker_backend import WorkerBackend
 
-    return WorkerBackend()
+    return WorkerBackend(cpus=cpus)
 
 
 def serve(
     backend_factory: Callable[[], Backend] = default_backend,
     stdin_fd: int = 0,
     stdout_fd: int = 1,
+    startup_error: str | None = None,
 ) -> int:
-    """Run one conversation to its end; return the exit status."""
+    """Run one conversation to its end; return the exit status. ``startup_error``: a setting
+    this host cannot honour, answered to ``Hello`` as a fatal error."""
     wire = os.dup(stdout_fd)
     os.dup2(2, stdout_fd)
     sys.stdout = sys.stderr
@@ -55,7 +60,8 @@ def serve(
     signal.signal(signal.SIGHUP, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     backend = backend_factory()
-    session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns)
+    session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
+                           startup_error=startup_error)
     os.set_blocking(stdin_fd, False)
     sel = selectors.DefaultSelector()
     sel.register(stdin_fd, selectors.EVENT_READ)
@@ -96,9 +102,23 @@ def serve(
     return status
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     stderr_logging(getattr(logging, os.environ.get("IVYPY_SLAVE_LOG", "INFO").upper(), 20))
-    return serve()
+    ap = argparse.ArgumentParser(prog="slave", description="The ivypy slave: speaks the "
+                                 "protocol on stdin/stdout, logs to stderr.")
+    ap.add_argument("--worker-cpus", default=cpulist.AUTO, metavar="SETTING",
+                    help="auto (one worker per usable CPU, pinned to it; the default), "
+                    "unpinned, or a CPU list like 0-3,8 (one pinned worker per CPU)")
+    args = ap.parse_args(argv)
+    from slave.worker import usable_cpus
+
+    problem = None
+    try:
+        cpus = cpulist.worker_cpus(args.worker_cpus, usable_cpus())
+    except ValueError as exc:
+        problem = f"worker_cpus {args.worker_cpus!r}: {exc}"
+        cpus = [None]  # one idle worker: the handshake answers with the problem, then exits
+    return serve(functools.partial(default_backend, cpus), startup_error=problem)
 
 
 if __name__ == "__main__":

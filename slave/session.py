@@ -176,8 +176,12 @@ class SlaveSession:
         cpu: CpuSampler | None = None,
         collect_grace_ns: int = 2_000_000_000,
         describe: Callable[..., lunmod.LunInfo] = lunmod.lun_for_path,
+        startup_error: str | None = None,
     ) -> None:
         self.backend = backend
+        #: a setting of the slave's command line that this host cannot honour: the answer to
+        #: ``Hello`` is then a fatal ``config`` error saying so
+        self.startup_error = startup_error
         self.describe = describe  # a LUN as it is now (tests give their own)
         self.send_bytes = send_bytes
         self.clock = clock
@@ -261,6 +265,9 @@ class SlaveSession:
     # ------------------------------------------------------------------ handlers
     def _on_hello(self, msg: Hello) -> None:
         self.host = msg.host
+        if self.startup_error is not None:
+            self._fatal("config", self.startup_error)
+            return
         self.send(
             HelloReply(
                 protocol_version=PROTOCOL_VERSION,

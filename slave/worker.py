@@ -105,6 +105,7 @@ class WorkloadInfo:
     worker: int
     engine: str  # libaio | threadpool | fake
     warning: str | None
+    cpu: int | None = None  # the CPU the worker is pinned to
 
 
 @dataclass(frozen=True)
@@ -418,23 +419,42 @@ class _Entry:
     deleting: bool = False
 
 
-def _usable_cores() -> int:
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), in order."""
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - Linux has it
+        return list(range(os.cpu_count() or 1))
 
 
 class WorkerPool:
-    """``n_workers`` worker processes (default: one per usable core). See the module docstring."""
+    """``n_workers`` worker processes (default: one per usable core). See the module docstring.
+
+    ``cpus``: one entry per worker, the CPU it is pinned to or ``None`` (left to the scheduler);
+    it fixes the number of workers (``protocol.cpulist.worker_cpus`` makes it from the host's
+    ``worker_cpus`` setting). Default: worker ``i`` pinned to the ``i``-th usable CPU (round
+    robin when there are more workers than CPUs). Measured with scripts/bench_engine on a
+    2-core VM: QD1 blocking 15,200 IOPS pinned against 11,400 unpinned, and a bare QD1 loop
+    19,000 against 12,000 (a worker woken from a blocking reap stays on its core and its cache).
+    """
 
     def __init__(
         self,
         n_workers: int | None = None,
         *,
         max_workloads: int = 1024,
+        cpus: list[int | None] | None = None,
     ) -> None:
-        self.n_workers = n_workers or _usable_cores()
+        if cpus is None:
+            usable = usable_cpus()
+            cpus = [usable[i % len(usable)] for i in range(n_workers or len(usable))]
+        elif n_workers is not None and n_workers != len(cpus):
+            raise ValueError(f"{n_workers} workers but {len(cpus)} CPU entries")
+        if not cpus:
+            raise ValueError("a worker pool needs at least one worker")
+        self.n_workers = len(cpus)
+        #: the CPU each worker is pinned to (``None``: not pinned, or pinning failed)
+        self.worker_cpus: list[int | None] = list(cpus)
         self.max_workloads = max_workloads
         n = WorkloadStats.SIZE
         stats_bytes = max_workloads * 2 * n * 8
@@ -465,6 +485,14 @@ class WorkerPool:
             proc.start()
             cmd_r.close()
             rep_w.close()
+            cpu = cpus[i]
+            if cpu is not None and proc.pid is not None:
+                try:
+                    os.sched_setaffinity(proc.pid, {cpu})
+                except OSError as exc:
+                    log.warning("worker %d: cannot pin it to CPU %d (%s); it runs unpinned",
+                                i, cpu, exc)
+                    self.worker_cpus[i] = None
             self._workers.append(_WorkerHandle(i, proc, cmd_w, rep_r, self._ctrl[i]))
 
     # ------------------------------------------------------------------ messages
@@ -563,7 +591,8 @@ class WorkerPool:
                     if msg[0] == "failed":
                         self._free_slots.append(slot)
                         raise WorkerError(msg[2], worker=w.index, workloads=(workload_id,))
-                    info = WorkloadInfo(workload_id, lun_path, w.index, msg[2], msg[3])
+                    info = WorkloadInfo(workload_id, lun_path, w.index, msg[2], msg[3],
+                                        self.worker_cpus[w.index])
                     self._entries[workload_id] = _Entry(info, slot, params)
                     w.luns.add(lun_path)
                     if info.warning:

@@ -25,9 +25,14 @@ from slave.worker import WorkerPool
 class WorkerBackend:
     """The production backend: worker processes running engine loops."""
 
-    def __init__(self, n_workers: int | None = None, engine: str | None = None) -> None:
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        engine: str | None = None,
+        cpus: list[int | None] | None = None,
+    ) -> None:
         self.engine = engine or os.environ.get("IVYPY_SLAVE_ENGINE", "auto")
-        self.pool = WorkerPool(n_workers)
+        self.pool = WorkerPool(n_workers, cpus=cpus)
         self.granted = -1
         self._collected: collections.deque[int] = collections.deque()
         self._running = False
@@ -41,7 +46,7 @@ class WorkerBackend:
             logical_block_bytes=lun.logical_block_bytes,
             lun_size_bytes=lun.size_bytes,
         )
-        out: dict[str, Any] = {"engine": info.engine, "worker": info.worker}
+        out: dict[str, Any] = {"engine": info.engine, "worker": info.worker, "cpu": info.cpu}
         if info.warning:
             out["warning"] = info.warning
         return out

@@ -14,6 +14,7 @@ from typing import Literal
 
 from master.config.schema import HostConfig
 from master.config.yamlnodes import Cursor
+from protocol import cpulist
 
 __all__ = ["HOST_KEYS", "expand_ranges", "parse_hosts"]
 
@@ -27,6 +28,7 @@ HOST_KEYS: tuple[str, ...] = (
     "identity_file",
     "known_hosts",
     "transport",
+    "worker_cpus",
 )
 
 _MAX_EXPANSION = 10_000
@@ -116,6 +118,25 @@ def _optional_string(entry: Cursor, key: str) -> str | None:
     return value
 
 
+def _worker_cpus(entry: Cursor) -> str:
+    """``worker_cpus``: ``auto`` (default), ``unpinned`` or a CPU list (``0-3,8``; a lone CPU
+    may be written as a number), normalised."""
+    child = entry.get("worker_cpus")
+    if child is None:
+        return cpulist.AUTO
+    value = child.value
+    if isinstance(value, int) and not isinstance(value, bool) and child.is_scalar:
+        text = str(value)
+    elif child.is_scalar and isinstance(value, str):
+        text = value
+    else:
+        raise child.error("must be auto, unpinned or a CPU list like 0-3,8")
+    try:
+        return cpulist.check_setting(text)
+    except ValueError as exc:
+        raise child.error(f"{exc} (expected auto, unpinned or a CPU list like 0-3,8)") from exc
+
+
 def _parse_mapping(entry: Cursor) -> list[HostConfig]:
     entry.check_keys(HOST_KEYS)
     name_cursor = entry.require("name")
@@ -142,6 +163,7 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
         transport = transport_cursor.string()
         if transport not in ("local", "ssh"):
             raise transport_cursor.error("must be 'local' or 'ssh'")
+    worker_cpus = _worker_cpus(entry)
     hosts = []
     chosen: Literal["local", "ssh"]
     for name, address in zip(names, addresses, strict=True):
@@ -169,6 +191,7 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
                 ssh_config=_optional_string(entry, "ssh_config"),
                 identity_file=_optional_string(entry, "identity_file"),
                 known_hosts=_optional_string(entry, "known_hosts"),
+                worker_cpus=worker_cpus,
                 line=entry.line,
             )
         )

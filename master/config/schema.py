@@ -60,7 +60,9 @@ class HostConfig:
     (1..65535), ``python`` (interpreter on the host, default ``python3``), ``ssh_config``,
     ``identity_file``, ``known_hosts`` (paths the SSH transport reads, kept verbatim), ``transport``
     (``local`` | ``ssh``; default ``local`` for the name ``localhost`` without address, user or
-    port, else ``ssh``).
+    port, else ``ssh``), ``worker_cpus`` (``auto``: one worker process per CPU the slave may use,
+    pinned to it, the default; ``unpinned``: as many, left to the scheduler; a CPU list like
+    ``0-3,8``: one pinned worker per listed CPU; see ``protocol.cpulist``).
     """
 
     name: str
@@ -72,6 +74,7 @@ class HostConfig:
     ssh_config: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
+    worker_cpus: str = "auto"
     line: int = 0
 
 

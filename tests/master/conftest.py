@@ -33,9 +33,9 @@ TESTBED_STATE = Path("/run/ivypy-testbed")
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 # The stand-in entry point. It imports the packed msgpack/protocol/slave (so a broken zipapp
-# fails), reports on stderr where msgpack came from, writes its pid as the first stdout line,
-# then echoes stdin to stdout until EOF, exiting 0. "EXIT n\n" makes it exit with status n;
-# "IGNORE-EOF\n" makes it ignore EOF and sleep (to test terminate/kill).
+# fails), reports on stderr where msgpack came from and its arguments, writes its pid as the
+# first stdout line, then echoes stdin to stdout until EOF, exiting 0. "EXIT n\n" makes it
+# exit with status n; "IGNORE-EOF\n" makes it ignore EOF and sleep (to test terminate/kill).
 ECHO_SOURCE = b"""\
 import os, sys, time
 
@@ -43,9 +43,9 @@ import os, sys, time
 def main():
     import msgpack, protocol, slave
     packed = msgpack.unpackb(msgpack.packb({"ok": [1, 2]}))
-    sys.stderr.write("echo-slave pid %d msgpack %s impl %s file %s roundtrip %r\\n" % (
+    sys.stderr.write("echo-slave pid %d msgpack %s impl %s file %s roundtrip %r argv %r\\n" % (
         os.getpid(), ".".join(map(str, msgpack.version)), msgpack.Packer.__module__,
-        msgpack.__file__, packed))
+        msgpack.__file__, packed, sys.argv[1:]))
     sys.stderr.flush()
     out = sys.stdout.buffer
     out.write(b"%d\\n" % os.getpid())

@@ -207,6 +207,30 @@ def test_host_mappings() -> None:
     assert cfg.host("lab1").transport == "local"
 
 
+@pytest.mark.parametrize(
+    ("entry", "setting"),
+    [
+        ("localhost", "auto"),
+        ("{name: localhost}", "auto"),
+        ("{name: localhost, worker_cpus: auto}", "auto"),
+        ("{name: localhost, worker_cpus: Unpinned}", "unpinned"),
+        ("{name: localhost, worker_cpus: 3}", "3"),
+        ("{name: localhost, worker_cpus: '8,0-3'}", "0-3,8"),
+        ("{name: localhost, worker_cpus: 2-3}", "2-3"),
+    ],
+)
+def test_host_worker_cpus(entry: str, setting: str) -> None:
+    cfg = parse(
+        f"""\
+        test: t
+        hosts: [{entry}]
+        luns: [{{path: /dev/loop0}}]
+        steps: [{{name: s, workloads: [{{name: w, iosequencer: sequential}}]}}]
+        """
+    )
+    assert cfg.host("localhost").worker_cpus == setting
+
+
 def test_defaults() -> None:
     cfg = parse(
         """\

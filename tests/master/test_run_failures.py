@@ -4,6 +4,7 @@ the master killed, Ctrl-C. Each runs the real CLI as a subprocess against a loca
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -263,3 +264,31 @@ def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> Non
         assert rows(folder / "step0000-fill/all/all.csv"), "the rows written so far are kept"
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path) -> None:
+    missing = max(os.sched_getaffinity(0)) + 1
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="cpus", seconds=3).replace(
+        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: '0,{missing}'}}]"))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "localhost" in err and f"worker_cpus '0,{missing}': CPU {missing} is not " \
+        "available to the slave on this host" in err, err
+    folder = run_folder(tmp_path, "cpus")
+    assert not list(folder.glob("step*")), "no step may start"
+    assert "workload" not in (folder / "events.csv").read_text()
+
+
+def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=1).replace(
+        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]"))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    events = rows(run_folder(tmp_path, "pin") / "events.csv")
+    created = [e["message"] for e in events if "created" in e["message"]]
+    assert len(created) == 1, created
+    assert re.fullmatch(rf"workload localhost:\S*lun-pin:rr created \(engine "
+                        rf"(libaio|threadpool), worker 0 on CPU {cpu}\)", created[0]), created

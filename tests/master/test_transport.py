@@ -215,6 +215,22 @@ def test_local_echo_relays_stderr_and_exits_cleanly(
     assert relayed and relayed[0].getMessage() == seen[0]
 
 
+SLAVE_ARGS = ("--worker-cpus", "0-3,8", "a 'b'; c")  # a word the shell must not split
+
+
+def test_local_passes_the_slave_its_arguments(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        conn = await open_local("local-args", zipapp=echo_zipapp, cache_dir=tmp_path,
+                                on_stderr_line=seen.append, slave_args=SLAVE_ARGS)
+        await read_line(conn)
+        assert await conn.close() == 0
+
+    run(scenario())
+    assert seen[0].endswith(f" argv {list(SLAVE_ARGS)!r}"), seen[0]
+
+
 def test_local_exit_status_and_write_after_exit(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
     async def scenario() -> None:
         conn = await open_local("local-b", zipapp=echo_zipapp, cache_dir=tmp_path)
@@ -347,6 +363,20 @@ def test_ssh_uploads_once_runs_under_system_python_and_caches_by_hash(
             assert "impl msgpack.fallback" in first.stderr_tail()
 
     run(scenario())
+
+
+def test_ssh_passes_the_slave_its_arguments(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:
+    async def scenario() -> str:
+        async with ssh_server(tmp_path) as server:
+            conn = await open_ssh(spec_for(server, "h1", slave_args=SLAVE_ARGS),
+                                  zipapp=echo_zipapp)
+            try:
+                await read_line(conn)
+            finally:
+                assert await conn.close() == 0
+            return conn.stderr_tail()
+
+    assert f" argv {list(SLAVE_ARGS)!r}" in run(scenario())
 
 
 def test_ssh_replaces_a_truncated_cached_zipapp(tmp_path: Path, echo_zipapp: SlaveZipapp) -> None:

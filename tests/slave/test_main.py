@@ -14,10 +14,12 @@ import psutil
 import pytest
 
 from protocol.codec import FrameDecoder
+from protocol.cpulist import format_cpu_list
 from protocol.messages import (
     Ack,
     CreateWorkload,
     DiscoverLuns,
+    Error,
     Go,
     Hello,
     HelloReply,
@@ -118,3 +120,47 @@ def test_stray_print_cannot_corrupt_the_wire(tmp_path: Path) -> None:
     msgs = FrameDecoder().feed(proc.stdout)
     assert [type(m) for m in msgs] == [HelloReply]
     assert b"hello from a stray print" in proc.stderr
+
+
+def test_a_worker_cpu_this_host_lacks_is_a_fatal_config_error_naming_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake:const:50000"}
+    missing = max(os.sched_getaffinity(0)) + 1
+    proc = subprocess.Popen([sys.executable, "-m", "slave", "--worker-cpus", f"0,{missing}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    conv = Conversation(Role.MASTER, host="local")
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(conv.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns())))
+    proc.stdin.flush()
+    got: list[Message] = []
+    while not got:
+        chunk = os.read(proc.stdout.fileno(), 1 << 16)
+        assert chunk, "the slave closed its wire without an answer"
+        got += conv.receive_data(chunk)
+    err = got[0]
+    assert isinstance(err, Error) and err.fatal and err.kind == "config"
+    assert err.message == (f"worker_cpus '0,{missing}': CPU {missing} is not available to the "
+                           f"slave on this host (it may use "
+                           f"{format_cpu_list(sorted(os.sched_getaffinity(0)))})")
+    assert proc.wait(timeout=10) is not None
+
+
+def test_the_worker_cpus_option_pins_the_workers(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake:const:50000"}
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-m", "slave", "--worker-cpus", str(cpu)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 20
+        workers: list[psutil.Process] = []
+        while not workers and time.monotonic() < deadline:
+            workers = psutil.Process(proc.pid).children()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert len(workers) == 1, "one worker per listed CPU"
+        assert os.sched_getaffinity(workers[0].pid) == {cpu}
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=10)

@@ -307,3 +307,50 @@ def test_workers_keep_no_inherited_descriptors() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+# ---------------------------------------------------------------- pinning (worker_cpus)
+def test_workers_are_pinned_one_per_usable_cpu_by_default() -> None:
+    usable = sorted(os.sched_getaffinity(0))
+    with WorkerPool() as p:
+        assert p.n_workers == len(usable)
+        assert p.worker_cpus == usable
+        for pid, cpu in zip(p.pids, usable, strict=True):
+            assert os.sched_getaffinity(pid) == {cpu}
+        info = p.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=100.0), **LUN)
+        assert info.cpu == usable[info.worker]
+
+
+def test_more_workers_than_cpus_share_them_round_robin() -> None:
+    usable = sorted(os.sched_getaffinity(0))
+    n = len(usable) + 1
+    with WorkerPool(n) as p:
+        assert p.worker_cpus == [usable[i % len(usable)] for i in range(n)]
+        assert [os.sched_getaffinity(pid) for pid in p.pids] == [{c} for c in p.worker_cpus]
+
+
+def test_unpinned_workers_keep_the_slaves_cpus() -> None:
+    usable = os.sched_getaffinity(0)
+    with WorkerPool(cpus=[None, None]) as p:
+        assert p.n_workers == 2 and p.worker_cpus == [None, None]
+        assert all(os.sched_getaffinity(pid) == usable for pid in p.pids)
+        info = p.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=100.0), **LUN)
+        assert info.cpu is None
+
+
+def test_a_cpu_that_cannot_be_had_leaves_the_worker_unpinned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    usable = os.sched_getaffinity(0)
+    missing = max(usable) + 4096  # no such CPU: sched_setaffinity refuses it (EINVAL)
+    with WorkerPool(cpus=[min(usable), missing]) as p:
+        assert p.worker_cpus == [min(usable), None]
+        assert os.sched_getaffinity(p.pids[1]) == usable
+    assert f"worker 1: cannot pin it to CPU {missing}" in caplog.text
+
+
+def test_worker_count_and_cpu_list_must_agree() -> None:
+    with pytest.raises(ValueError, match="3 workers but 2 CPU entries"):
+        WorkerPool(3, cpus=[0, None])
+    with pytest.raises(ValueError, match="at least one worker"):
+        WorkerPool(cpus=[])
