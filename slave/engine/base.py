@@ -89,6 +89,9 @@ class IoEngine(Protocol):
     def submit_one(self, slot: int) -> None:
         """``submit`` for a single slot, without building an array."""
 
+    def submit_list(self, slots: list[int]) -> None:
+        """``submit`` for a few slots held in a list (the paced loop's due I/Os)."""
+
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in
         ``done_slot`` / ``done_res`` (at most ``capacity``). ``timeout_ns`` 0 does not wait."""

@@ -100,6 +100,9 @@ class FakeEngine:
     def submit_one(self, slot: int) -> None:
         self.submit(np.array([slot], dtype=np.intp))
 
+    def submit_list(self, slots: list[int]) -> None:
+        self.submit(np.array(slots, dtype=np.intp))
+
     def _take(self, now: int) -> int:
         ready = self._pending_due <= now
         n = min(int(ready.sum()), self.done_slot.size)

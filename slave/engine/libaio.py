@@ -29,7 +29,10 @@ class LibaioEngine:
         self._table = table
         self._ctx = AioContext(table.capacity)
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
+        self._ptr_words = self._ptrs.data.cast("B").cast("Q")
         self._ptrs_addr = self._ptrs.ctypes.data
+        self._row0 = int(table.addr[0])
+        self._row_bytes = SlotTable.ROW_WORDS * 8
         self._c_ptrs = ctypes.c_void_p(self._ptrs_addr)
         self._addr = table.addr
         # submitting one slot hands the kernel the slot's own entry of ``table.addr`` as a
@@ -50,6 +53,22 @@ class LibaioEngine:
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
         self._addr.take(slots, out=self._ptrs[:n])
+        self._submit_ptrs(n)
+
+    def submit_list(self, slots: list[int]) -> None:
+        n = len(slots)
+        if n == 1:
+            self.submit_one(slots[0])
+            return
+        words = self._ptr_words
+        row0 = self._row0
+        row_bytes = self._row_bytes
+        for j, s in enumerate(slots):
+            words[j] = row0 + row_bytes * s
+        self._submit_ptrs(n)
+
+    def _submit_ptrs(self, n: int) -> None:
+        """Submit the first ``n`` iocb pointers of ``_ptrs``."""
         ctx = self._ctx
         # the fast call inlined; a failure (-1) is repeated by submit_c, which reads errno
         c_n = self._c_counts[n] if n < len(self._c_counts) else ctx.c_long(n)

@@ -64,6 +64,9 @@ class ThreadPoolEngine:
     def submit_one(self, slot: int) -> None:
         self.submit(np.array([slot], dtype=np.intp))
 
+    def submit_list(self, slots: list[int]) -> None:
+        self.submit(np.array(slots, dtype=np.intp))
+
     def _drain(self, first: tuple[int, int] | None) -> int:
         n = 0
         item = first

@@ -388,3 +388,92 @@ def test_depth_one_on_a_stalling_device_keeps_boundaries_and_control_polls(
     done = sum(snap.ops() for snap in ctl.snapshots["w"])
     assert 4 <= done <= 8  # 300 ms at 45 ms per I/O, one at a time
     assert eng.max_in_flight == 1
+
+
+# ---------------------------------------------------------------- the lone paced workload loop
+def _count_paced_loop(loop: EngineLoop, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    inner = loop._loop_paced
+
+    def counted(*args: object) -> int:
+        calls.append(1)
+        return inner(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "_loop_paced", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("params", "alone", "served"),
+    [
+        (WorkloadParams(iodepth=8, iops=5000.0), True, True),
+        (WorkloadParams(iodepth=8, iops=5000.0, read_fraction=0.5), True, False),  # writes
+        (WorkloadParams(iodepth=8, iops=5000.0, busy_poll=True), True, False),
+        (WorkloadParams(iodepth=8), True, False),  # max iops
+        (WorkloadParams(iodepth=8, iops=5000.0), False, False),  # a second workload
+    ],
+)
+def test_the_paced_loop_serves_a_lone_paced_read_workload_only(
+    params: WorkloadParams, alone: bool, served: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop, _eng = make_loop(constant_ns(100_000))
+    calls = _count_paced_loop(loop, monkeypatch)
+    s = spec(loop, "w", params)
+    loop.add_workload(s, None)
+    if not alone:
+        loop.add_workload(spec(loop, "other", WorkloadParams(iodepth=2, iops=100.0)), None)
+    run(loop, Control(2), 50_000_000)
+    assert bool(calls) == served
+    assert s.stats[0].ops() > 0
+
+
+def test_the_paced_loop_issues_every_io_of_the_schedule_once_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a short ring (refilled about every 2 ms) and a boundary every 100 ms: the sequence runs
+    # on across both, with no I/O skipped or repeated, none early and none beyond the depth
+    monkeypatch.setattr(loop_mod, "RING_MIN", 16)
+    loop, eng = make_loop(exponential_ns(150_000))
+    calls = _count_paced_loop(loop, monkeypatch)
+    bs = 4096
+    p = WorkloadParams(iosequencer="sequential", blocksize_bytes=bs, iodepth=4, iops=8000.0,
+                       range_start_bytes=0, range_end_bytes=64 * bs)
+    s = spec(loop, "w", p)
+    loop.add_workload(s, None)
+    ctl = Control(5)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert calls
+    log = eng.offsets_log()
+    order = np.argsort(log[:, 4], kind="stable")
+    offsets = log[order, 0]
+    n = offsets.size
+    assert abs(n - 4000) < 400, n  # 8,000 IOPS for 0.5 s
+    assert (offsets == (np.arange(n) % 64) * bs).all(), "in order, wrapping, none skipped"
+    sched = log[order, 4]
+    assert (np.diff(sched) > 0).all()  # one I/O per scheduled time
+    assert (log[:, 2] >= log[:, 4]).all(), "no I/O went out before its scheduled time"
+    assert eng.max_in_flight <= 4
+    counted = sum(x.ops() for x in ctl.snapshots["w"]) + s.stats[loop.running_buffer].ops()
+    assert counted == n, "every issued I/O is recorded once"
+
+
+def test_the_paced_loop_sleeps_when_nothing_is_near(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 IOPS: 5 ms between I/Os: the loop must block in the engine, not spin
+    loop, eng = make_loop(constant_ns(100_000))
+    waits: list[int] = []
+    reap = eng.reap
+
+    def watched_reap(min_nr: int, timeout_ns: int) -> int:
+        waits.append(timeout_ns)
+        return reap(min_nr, timeout_ns)
+
+    eng.reap = watched_reap  # type: ignore[method-assign]
+    s = spec(loop, "w", WorkloadParams(iodepth=4, iops=200.0))
+    loop.add_workload(s, None)
+    cpu0 = time.thread_time()
+    run(loop, Control(1), 500_000_000)
+    cpu = time.thread_time() - cpu0
+    assert 80 <= s.stats[0].ops() + s.stats[1].ops() <= 120
+    assert waits and min(waits) >= SLEEP_MIN_NS
+    assert cpu < 0.25, f"{cpu:.2f} s of CPU for 0.5 s at 200 IOPS: the loop spun"
