@@ -19,6 +19,12 @@ paced case compares the latency measurement itself.
 Latency is submit -> completion on both sides (ivypy's service time; fio's ``lat``, which
 includes the submission). A missed target is printed as MISSED with its figure and the exit
 status is 1.
+
+Every run also reads the block layer's own mean service time of its loop devices
+(``/sys/block/<dev>/stat``: read ticks over reads; ivypy's measured seconds, fio's including its
+1 s ramp) as ``blk``: a third party to both tools. A tool's mean minus ``blk`` is what its own
+path (submission call, reaping) adds to the latency it reports; ``blk`` itself moves when a
+tool's CPU use slows the device's kernel worker.
 """
 
 from __future__ import annotations
@@ -47,6 +53,23 @@ class Result:
     p50_us: float
     p99_us: float
     usr_us_per_io: float
+    blk_mean_us: float  # the block layer's mean service time of the devices, same run
+
+
+def block_reads(devs: list[str]) -> tuple[int, int]:
+    """(reads completed, ms spent on reads) of the devices, from /sys/block/<dev>/stat."""
+    reads = ticks = 0
+    for dev in devs:
+        with open(f"/sys/block/{os.path.basename(dev)}/stat") as f:
+            fields = f.read().split()
+        reads += int(fields[0])
+        ticks += int(fields[3])
+    return reads, ticks
+
+
+def block_mean_us(before: tuple[int, int], after: tuple[int, int]) -> float:
+    reads = after[0] - before[0]
+    return (after[1] - before[1]) * 1e3 / reads if reads else 0.0
 
 
 def cpu_user_s(pid: int) -> float:
@@ -67,18 +90,20 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool.collect(0, t0 + 2 * sub + 500_000_000)  # ramp, like fio's ramp_time=1
         pool.keep_going()
         cpu0 = sum(cpu_user_s(p) for p in pool.pids)
+        blk0 = block_reads(devs)
         total = WorkloadStats()
         for k in range(1, seconds + 1):
             r = pool.collect(k, t0 + (k + 1) * sub + 500_000_000)
             pool.keep_going()
             merge_batch(total, r.batch)
         cpu1 = sum(cpu_user_s(p) for p in pool.pids)
+        blk1 = block_reads(devs)
         pool.stop()
     h = total.histogram(0, 0)  # random read, service time
     ops = total.ops()
     p50, p99 = (float(x) for x in (h.percentile(50) or 0, h.percentile(99) or 0))
     return Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
-                  (cpu1 - cpu0) * 1e6 / max(ops, 1))
+                  (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1))
 
 
 def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
@@ -94,7 +119,9 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
     ]
     for i, dev in enumerate(devs):
         cmd += [f"--name=j{i}", f"--filename={dev}"]
+    blk0 = block_reads(devs)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    blk = block_mean_us(blk0, block_reads(devs))
     job = json.loads(out[out.index("{"):])["jobs"][0]
     rd = job["read"]
     lat = rd["lat_ns"]
@@ -105,7 +132,7 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
     # whole seconds of the run including the ramp; with it fio's figure read 1.25-1.5x too high.)
     usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
     return Result(rd["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3, pct["99.000000"] / 1e3,
-                  usr_s * 1e6 / ios)
+                  usr_s * 1e6 / ios, blk)
 
 
 def sh(*cmd: str) -> str:
@@ -169,7 +196,8 @@ def main() -> int:
                 results[name].append(res)
                 print(f"round {rnd + 1} {name:26s} {res.iops:10.0f} IOPS"
                       f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
-                      f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO", flush=True)
+                      f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO"
+                      f"  blk {res.blk_mean_us:6.1f} us", flush=True)
     finally:
         teardown(images, devs)
 
@@ -180,7 +208,8 @@ def main() -> int:
     for name in cases:
         print(f"{name:26s} {med(name, 'iops'):10.0f} IOPS  mean {med(name, 'mean_us'):8.1f} us"
               f"  p50 {med(name, 'p50_us'):8.1f}  p99 {med(name, 'p99_us'):8.1f}"
-              f"  usr {med(name, 'usr_us_per_io'):5.2f} us/IO")
+              f"  usr {med(name, 'usr_us_per_io'):5.2f} us/IO"
+              f"  blk {med(name, 'blk_mean_us'):6.1f} us")
 
     missed = 0
 
@@ -217,6 +246,11 @@ def main() -> int:
     check("paced: p50 / fio (same workload)", r, abs(r - 1) <= 0.05, "within 5 %")
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "p99_us")
     check("paced: p99 / fio (same workload)", r, abs(r - 1) <= 0.10, "within 10 %")
+    print("\n# what each tool adds over the block layer's mean (mean - blk, medians; not a target)")
+    for case in ("ivypy qd32", "fio qd32", "ivypy qd1 blocking", "fio qd1",
+                 "ivypy qd32 paced", "fio qd32 paced"):
+        over = med(case, "mean_us") - med(case, "blk_mean_us")
+        print(f"{case:26s} {over:8.1f} us over blk {med(case, 'blk_mean_us'):6.1f} us")
     print(f"\n{missed} target(s) missed" if missed else "\nall targets met")
     return 1 if missed else 0
 
