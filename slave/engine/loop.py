@@ -1063,7 +1063,7 @@ class EngineLoop:
         poll = eng.poll
         reap = eng.reap
         submit_list = eng.submit_list
-        pw = self._pend_words
+        record = self._record_words
         tw = self._rows_words
         rw = SlotTable.ROW_WORDS
         free = w.free
@@ -1075,20 +1075,9 @@ class EngineLoop:
                 t = mono()
                 if t >= boundary:
                     return self._reaped_late(control, eng, n, t, boundary, subinterval_ns)
-                p = self._p
-                for i in range(n):
-                    s = ev[4 * i]
-                    b = rw * p
-                    r = rw * s
-                    pw[b : b + rw] = tw[r : r + rw]
-                    pw[b + C_RES] = ev[4 * i + 2]
-                    pw[b + C_DONE] = t
-                    p += 1
-                    free.append(s)
+                record(ev, n, t)
+                free.extend(ev[0 : 4 * n : 4].tolist())
                 self._in_flight -= n
-                self._p = p
-                if p >= FLUSH_AT:
-                    self.flush()
                 n = 0
                 now = t
             else:
@@ -1131,6 +1120,24 @@ class EngineLoop:
             left = (wake if wake < due else due) - now
             if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
                 n = reap(1, left)
+
+    def _record_words(self, ev: memoryview, n: int, t: int) -> None:
+        """Buffer ``n`` completions laid out as words (slot at ``4*i``, result at ``4*i + 2``),
+        reaped at ``t``: each slot's row copied whole, with its result and completion time."""
+        pw = self._pend_words
+        tw = self._rows_words
+        rw = SlotTable.ROW_WORDS
+        p = self._p
+        for i in range(n):
+            b = rw * p
+            r = rw * ev[4 * i]
+            pw[b : b + rw] = tw[r : r + rw]
+            pw[b + C_RES] = ev[4 * i + 2]
+            pw[b + C_DONE] = t
+            p += 1
+        self._p = p
+        if p >= FLUSH_AT:
+            self.flush()
 
     def _reaped_late(self, control: LoopControl, eng: IoEngine, n: int, t: int, boundary: int,
                      subinterval_ns: int) -> int:

@@ -72,6 +72,19 @@ def run(loop: EngineLoop, ctl: Control, sub_ns: int) -> None:
     loop.run(ctl, time.monotonic_ns() + 2_000_000, sub_ns)
 
 
+def _watch_waits(eng: FakeEngine) -> list[int]:
+    """The timeout of every blocking reap the loop makes on ``eng`` from now on."""
+    waits: list[int] = []
+    reap = eng.reap
+
+    def watched_reap(min_nr: int, timeout_ns: int) -> int:
+        waits.append(timeout_ns)
+        return reap(min_nr, timeout_ns)
+
+    eng.reap = watched_reap  # type: ignore[method-assign]
+    return waits
+
+
 def test_never_more_than_iodepth_in_flight_and_queue_kept_full() -> None:
     loop, eng = make_loop(exponential_ns(50_000))
     s = spec(loop, "w", WorkloadParams(iodepth=8))
@@ -157,14 +170,7 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
     iops = 50_000.0
     loop, eng = make_loop(constant_ns(50_000))
-    waits: list[int] = []
-    reap = eng.reap
-
-    def watched_reap(min_nr: int, timeout_ns: int) -> int:
-        waits.append(timeout_ns)
-        return reap(min_nr, timeout_ns)
-
-    eng.reap = watched_reap  # type: ignore[method-assign]
+    waits = _watch_waits(eng)
     s = spec(loop, "w", WorkloadParams(iodepth=8, iops=iops, busy_poll=busy_poll))
     loop.add_workload(s, None)
     ctl = Control(2)
@@ -461,14 +467,7 @@ def test_the_paced_loop_issues_every_io_of_the_schedule_once_in_order(
 def test_the_paced_loop_sleeps_when_nothing_is_near(monkeypatch: pytest.MonkeyPatch) -> None:
     # 200 IOPS: 5 ms between I/Os: the loop must block in the engine, not spin
     loop, eng = make_loop(constant_ns(100_000))
-    waits: list[int] = []
-    reap = eng.reap
-
-    def watched_reap(min_nr: int, timeout_ns: int) -> int:
-        waits.append(timeout_ns)
-        return reap(min_nr, timeout_ns)
-
-    eng.reap = watched_reap  # type: ignore[method-assign]
+    waits = _watch_waits(eng)
     s = spec(loop, "w", WorkloadParams(iodepth=4, iops=200.0))
     loop.add_workload(s, None)
     cpu0 = time.thread_time()

@@ -309,17 +309,23 @@ def test_depth_one_and_two_over_several_subintervals(
         assert verify_range(lun_file, p, start, end) == 64
 
 
-@needs_aio
-def test_ring_reads_across_its_wrap(lun_file: str) -> None:
-    """Batches of completions read from the mapped ring, many times round it."""
-    fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
-    table = SlotTable(7)
-    bufs = AlignedBuffers(7, 4096)
-    for slot in range(7):
+def _read_slots(fd: int, n: int) -> tuple[SlotTable, AlignedBuffers]:
+    """``n`` slots, each a 4 KiB read of ``fd`` at offset ``4096 * slot`` (keep the buffers)."""
+    table = SlotTable(n)
+    bufs = AlignedBuffers(n, 4096)
+    for slot in range(n):
         table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, fd)
         table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
         table.rows[slot, aio_abi.W_NBYTES] = 4096
         table.rows[slot, aio_abi.W_OFFSET] = 4096 * slot
+    return table, bufs
+
+
+@needs_aio
+def test_ring_reads_across_its_wrap(lun_file: str) -> None:
+    """Batches of completions read from the mapped ring, many times round it."""
+    fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
+    table, _bufs = _read_slots(fd, 7)
     eng = LibaioEngine(table)
     slots = np.arange(7, dtype=np.intp)
     try:
@@ -343,13 +349,7 @@ def test_ring_reads_across_its_wrap(lun_file: str) -> None:
 @needs_aio
 def test_submit_list_hands_the_kernel_the_listed_slots(lun_file: str) -> None:
     fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
-    table = SlotTable(8)
-    bufs = AlignedBuffers(8, 4096)
-    for slot in range(8):
-        table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, fd)
-        table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
-        table.rows[slot, aio_abi.W_NBYTES] = 4096
-        table.rows[slot, aio_abi.W_OFFSET] = 4096 * slot
+    table, _bufs = _read_slots(fd, 8)
     eng = LibaioEngine(table)
     try:
         for chosen in ([5], [7, 2, 4], [0, 1, 2, 3, 4, 5, 6, 7]):
