@@ -52,8 +52,13 @@ class LadderMismatchError(IvyError, ValueError):
     """Two histograms (or a wire histogram) use different bucket ladders."""
 
 
+# the characters str.splitlines() breaks at, written as escapes: a config error is one line
+# even when it quotes a value that holds one of them
+_ONE_LINE = str.maketrans({c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
 class ConfigError(IvyError):
-    """The test file is wrong. Formats as ``file:line: key.path: message``."""
+    """The test file is wrong. Formats as ``file:line: key.path: message``, on one line."""
 
     def __init__(
         self,
@@ -66,13 +71,15 @@ class ConfigError(IvyError):
         self.key_path = key_path
         self.file = file
         self.line = line
+        message = message.translate(_ONE_LINE)
         self.reason = message
         where = ""
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
         elif line:
             where = f"line {line}: "
-        super().__init__(f"{where}{key_path + ': ' if key_path else ''}{message}")
+        super().__init__(f"{where}{key_path + ': ' if key_path else ''}{message}"
+                         .translate(_ONE_LINE))
 
 
 class PreflightError(IvyError):
