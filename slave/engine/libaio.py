@@ -31,8 +31,7 @@ class LibaioEngine:
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
         self._ptr_words = self._ptrs.data.cast("B").cast("Q")
         self._ptrs_addr = self._ptrs.ctypes.data
-        self._row0 = int(table.addr[0])
-        self._row_bytes = SlotTable.ROW_WORDS * 8
+        self._addr_words = table.addr.data.cast("B").cast("Q")
         self._c_ptrs = ctypes.c_void_p(self._ptrs_addr)
         self._addr = table.addr
         # submitting one slot hands the kernel the slot's own entry of ``table.addr`` as a
@@ -61,10 +60,9 @@ class LibaioEngine:
             self.submit_one(slots[0])
             return
         words = self._ptr_words
-        row0 = self._row0
-        row_bytes = self._row_bytes
+        addr = self._addr_words
         for j, s in enumerate(slots):
-            words[j] = row0 + row_bytes * s
+            words[j] = addr[s]
         self._submit_ptrs(n)
 
     def _submit_ptrs(self, n: int) -> None:

@@ -222,7 +222,7 @@ class EngineLoop:
         # the index of the only workload with slots in flight (none retired), or -1: completed
         # slots then need no owner lookup
         self._sole = -1
-        self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_scalar
+        self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_word_loops
         self._paced_one: tuple[_Workload, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[_Workload] = []
         self.subinterval_index = -1
@@ -241,7 +241,7 @@ class EngineLoop:
             eng = maker(self.table)
             self._engines[kind] = eng
             self._engine_list = list(self._engines.values())
-            self._pick_scalar()
+            self._pick_word_loops()
         return eng
 
     @property
@@ -419,13 +419,13 @@ class EngineLoop:
             self._sole = live[0].index
             if not live[0].paced:
                 self._single = live[0]
-        self._pick_scalar()
+        self._pick_word_loops()
         if self._retired_in_flight == 0 and self._pending_release:
             release, self._pending_release = self._pending_release, []
             for fn in release:
                 fn()
 
-    def _pick_scalar(self) -> None:
+    def _pick_word_loops(self) -> None:
         """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
         SCALAR_MAX, alone on one engine that lays out its completions as words. And whether
         the paced loop serves: one paced read workload alone on such an engine, without
