@@ -90,6 +90,26 @@ class WritePattern:
     ) -> None:
         """Write planned data into ``buffers[rows]`` (rows of a multiple of 512 bytes, at
         least the blocksize: bytes past the block are left to chance)."""
+        words = self._sector_words(buffers)
+        buffers[rows] = self._wide_pool.take(pool_rows, axis=0)
+        words[rows, : stamps.shape[1], :2] = stamps
+
+    def apply_one(
+        self,
+        buffers: npt.NDArray[np.uint8],
+        row: int,
+        pool_row: int,
+        stamps: npt.NDArray[np.int64],
+    ) -> None:
+        """``apply`` for one write (``stamps``: its ``(stamped sectors, 2)``), with basic
+        indexing only: a few writes cost a fifth of ``apply``'s fancy indexing."""
+        words = self._sector_words(buffers)
+        buffers[row] = self._wide_pool[pool_row]
+        words[row, : stamps.shape[0], :2] = stamps
+
+    def _sector_words(self, buffers: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+        """``buffers`` as int64 words by (row, sector, word), kept for the next call; the
+        pool padded to the rows' width."""
         views = self._views
         if views is None or views[0] is not buffers:
             width = buffers.shape[1]
@@ -98,8 +118,7 @@ class WritePattern:
                 self._wide_pool[:, : self.blocksize_bytes] = self._pool
             words = buffers.view(np.int64).reshape(buffers.shape[0], -1, SECTOR_BYTES // 8)
             views = self._views = (buffers, words)
-        buffers[rows] = self._wide_pool.take(pool_rows, axis=0)
-        views[1][rows, : stamps.shape[1], :2] = stamps
+        return views[1]
 
     def fill(
         self,

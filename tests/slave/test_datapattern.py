@@ -63,3 +63,26 @@ def test_dedupable_to_its_ratio(ratio: float) -> None:
     got = 5000 / unique
     assert ratio * 0.85 < got < ratio * 1.15
     assert all(p.verify(buf[i], i * BS) is None for i in range(0, 5000, 97))
+
+
+@pytest.mark.parametrize(("kind", "ratio", "width"), [
+    ("random", 1.0, BS),
+    ("compressible", 2.0, BS),
+    ("random", 1.0, 2 * BS),  # buffer rows wider than the block (bytes past it untouched)
+])
+def test_apply_one_writes_what_apply_writes(kind: str, ratio: float, width: int) -> None:
+    offsets = np.arange(40, dtype=np.int64)[::-1] * BS + (3 << 20)
+    rows = np.arange(40, dtype=np.intp)
+    both = []
+    for one in (False, True):
+        p = WritePattern(kind, ratio, BS, seed=9)  # type: ignore[arg-type]
+        buf = np.full((40, width), 0xA5, dtype=np.uint8)
+        pool_rows, stamps = p.plan(offsets)
+        if one:
+            for i in range(40):
+                p.apply_one(buf, int(rows[i]), int(pool_rows[i]), stamps[i])
+        else:
+            p.apply(buf, rows, pool_rows, stamps)
+        assert all(p.verify(buf[i, :BS], int(offsets[i])) is None for i in range(40))
+        both.append(buf)
+    assert np.array_equal(both[0], both[1])

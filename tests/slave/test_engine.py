@@ -354,6 +354,113 @@ def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> N
     assert np.array_equal(np.sort(blocks), np.arange(blocks.size))
 
 
+def ticking_ns(period_ns: int) -> LatencyFn:
+    """A device that completes every I/O on the second tick of a ``period_ns`` clock after
+    its submission: I/Os in flight together complete together (batches span workloads)."""
+    def latency(rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.full(n, 2 * period_ns - time.monotonic_ns() % period_ns, dtype=np.int64)
+    return latency
+
+
+def _watch_submits(eng: FakeEngine) -> tuple[list[int], list[int]]:
+    """The size of every submission and of every non-empty reap on ``eng`` from now on."""
+    submits: list[int] = []
+    reaps: list[int] = []
+    submit, poll, reap = eng.submit, eng.poll, eng.reap
+
+    def watched_submit(slots: np.ndarray) -> None:
+        submits.append(int(slots.size))
+        submit(slots)
+
+    def watched_poll() -> int:
+        n = poll()
+        if n:
+            reaps.append(n)
+        return n
+
+    def watched_reap(min_nr: int, timeout_ns: int) -> int:
+        n = reap(min_nr, timeout_ns)
+        if n:
+            reaps.append(n)
+        return n
+
+    eng.submit = watched_submit  # type: ignore[method-assign]
+    eng.poll = watched_poll  # type: ignore[method-assign]
+    eng.reap = watched_reap  # type: ignore[method-assign]
+    return submits, reaps
+
+
+def test_a_batch_of_several_max_workloads_is_resubmitted_in_one_call() -> None:
+    tick = 5_000_000
+    loop, eng = make_loop(ticking_ns(tick))
+    specs = [spec(loop, f"w{i}", WorkloadParams(iodepth=4, seed=i), fd=3 + i) for i in range(4)]
+    ctl = Control(1)
+    for s in specs:
+        loop.add_workload(s, None)
+        ctl.specs.append(s)
+    submits, reaps = _watch_submits(eng)
+    start = (time.monotonic_ns() // tick + 2) * tick + tick // 5  # early in a tick
+    loop.run(ctl, start, 200_000_000)
+    # each workload fills its queue at the start (all in one tick); after that, one call per
+    # reaped batch (a batch reaped after the stop is not resubmitted), holding all four
+    # workloads' I/Os
+    assert submits[:4] == [4, 4, 4, 4]
+    again = submits[4:]
+    assert len(again) > 15 and again == reaps[: len(again)] and len(reaps) - len(again) <= 1
+    assert all(n == 16 for n in again)
+    # each I/O is stamped at its submission (the fake engine logs its own, later, time), and
+    # a max-iops I/O is scheduled when submitted
+    log = eng.offsets_log()
+    assert np.all((log[:, 2] >= log[:, 4]) & (log[:, 2] - log[:, 4] < 500_000))
+    for s in specs:
+        st = ctl.snapshots[s.workload_id][0]
+        assert st.ops() >= 60  # 4 I/Os every 2 ticks
+        assert int(st.lat[0, 0, 0]) == int(st.lat[0, 1, 0])  # response time = service time
+
+
+def test_paced_workloads_due_together_go_out_in_one_call_on_their_own_schedules() -> None:
+    loop, eng = make_loop(constant_ns(100_000))
+    specs = [spec(loop, f"p{i}", WorkloadParams(iodepth=4, iops=1000.0, seed=i), fd=3 + i)
+             for i in range(3)]
+    ctl = Control(1)
+    for s in specs:
+        loop.add_workload(s, None)
+        ctl.specs.append(s)
+    submits, _reaps = _watch_submits(eng)
+    run(loop, ctl, 200_000_000)
+    log = eng.offsets_log()
+    assert log.shape[0] >= 3 * 195
+    assert len(submits) < 0.5 * log.shape[0]  # due at the same times: mostly one call
+    for i in range(3):
+        sched = log[log[:, 3] == 3 + i, 4]
+        assert np.all(np.diff(sched) == 1_000_000)  # every I/O of the schedule, in order
+    late = log[:, 2] - log[:, 4]
+    assert late.min() >= 0
+
+
+def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> None:
+    # a device of ~100 IOPS per queue slot under a paced 1000 IOPS; at boundary 0 the paced
+    # workload is edited to max iops and keeps its backlog, while its completions come in the
+    # same batches as a max workload's: the backlog goes out with its own scheduled times
+    loop, eng = make_loop(ticking_ns(5_000_000))
+    w = spec(loop, "w", WorkloadParams(iodepth=1, iops=1000.0), fd=3)
+    c = spec(loop, "c", WorkloadParams(iodepth=2, seed=1), fd=4)
+    sub_ns = 200_000_000
+    ctl = Control(3, {0: lambda lp, t: lp.edit_workload("w", w.params.replace(iops=None), t)})
+    loop.add_workload(w, None)
+    loop.add_workload(c, None)
+    submits, _reaps = _watch_submits(eng)
+    start = time.monotonic_ns() + 2_000_000
+    loop.run(ctl, start, sub_ns)
+    log = eng.offsets_log()
+    wl, cl = log[log[:, 3] == 3], log[log[:, 3] == 4]
+    late = wl[wl[:, 2] >= start + sub_ns]
+    assert late.shape[0] >= 20
+    assert np.all(late[:, 4] < start + sub_ns)  # scheduled by the first schedule
+    assert np.all((cl[:, 2] >= cl[:, 4]) & (cl[:, 2] - cl[:, 4] < 500_000))
+    assert max(submits) == 3  # both workloads' I/Os in one call
+
+
 def test_max_and_paced_workloads_share_a_loop() -> None:
     loop, _eng = make_loop(exponential_ns(100_000))
     fast = spec(loop, "fast", WorkloadParams(iodepth=8))

@@ -137,6 +137,39 @@ def test_random_mixed_writes_verify_and_stay_in_range(
 
 
 @needs_aio
+@pytest.mark.parametrize("read_fraction", [0.0, 0.5])
+def test_several_write_workloads_on_one_loop_verify(lun_file: str, read_fraction: float) -> None:
+    # four workloads of one loop, each on its own MiB: their completions come back in shared
+    # batches, resubmitted together, with each write's data put in its buffer one at a time
+    loop = EngineLoop(capacity=256)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(lun_file, writable=True, extra_flags=eng.open_flags)
+    size = files.probe(lun_file).size_bytes
+    params = [WorkloadParams(read_fraction=read_fraction, iodepth=3, seed=20 + i,
+                             range_start_bytes=(4 + i) * MiB, range_end_bytes=(5 + i) * MiB)
+              for i in range(4)]
+    stats = [(WorkloadStats(), WorkloadStats()) for _ in params]
+    for i, (p, st) in enumerate(zip(params, stats, strict=True)):
+        loop.add_workload(WorkloadSpec(f"t:lun:w{i}", p, eng, fd, size, 512, st), None)
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 300_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    assert ctl.errors == {}
+    for p, st in zip(params, stats, strict=True):
+        st[0].merge_into(st[1])
+        assert st[0].ops(1) > 50
+        assert verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes) > 50
+    with open(lun_file, "rb") as f:
+        assert not any(f.read(4 * MiB))
+        f.seek(8 * MiB)
+        assert not any(f.read())
+
+
+@needs_aio
 def test_busy_poll_at_depth_one(lun_file: str) -> None:
     p = WorkloadParams(iodepth=1, busy_poll=True)
     stats, errors = run_workload(lun_file, "libaio", p, 0.2)
