@@ -12,6 +12,10 @@ alike); the medians over the rounds are compared. Targets (ivypy / fio):
 * the same workload on both sides: one LUN, QD32, both paced at one fixed rate (half of fio's
   QD32 IOPS, measured first): ivypy's p50 within 5 % and p99 within 10 % of fio's.
 
+Also printed, not targets: eight workloads of QD4 on one LUN in one worker (against fio's one
+QD32 job), and 70 % random reads / 30 % random writes at QD32, one workload and eight (against
+fio's ``randrw`` with ``rwmixread=70``).
+
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
 paced case compares the latency measurement itself.
@@ -79,11 +83,16 @@ def cpu_user_s(pid: int) -> float:
 
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
-              iops: float | None = None) -> Result:
-    params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops)
+              iops: float | None = None, per_lun: int = 1, read_fraction: float = 1.0) -> Result:
+    """``per_lun`` workloads of queue depth ``qd`` on each LUN (one worker per LUN). IOPS and
+    CPU count reads and writes; latency is the random reads' service time."""
+    params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
+                            read_fraction=read_fraction)
     with WorkerPool(len(devs)) as pool:
         for i, dev in enumerate(devs):
-            pool.create_workload(f"bench:{dev}:w", dev, "libaio", params.replace(seed=i))
+            for j in range(per_lun):
+                pool.create_workload(f"bench:{dev}:w{j}", dev, "libaio",
+                                     params.replace(seed=i * per_lun + j))
         sub = 1_000_000_000
         t0 = time.monotonic_ns() + 50_000_000
         pool.go(t0, sub)
@@ -126,13 +135,13 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
     rd = job["read"]
     lat = rd["lat_ns"]
     pct = lat["percentile"]
-    ios = rd["total_ios"] or 1
+    ios = (rd["total_ios"] + job["write"]["total_ios"]) or 1
     # usr_cpu is a percentage of job_runtime, the measured time (after ramp_time) summed over
     # the jobs: that product is the user CPU of the I/Os counted in total_ios. (``elapsed`` is
     # whole seconds of the run including the ramp; with it fio's figure read 1.25-1.5x too high.)
     usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
-    return Result(rd["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3, pct["99.000000"] / 1e3,
-                  usr_s * 1e6 / ios, blk)
+    return Result(rd["iops"] + job["write"]["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3,
+                  pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk)
 
 
 def sh(*cmd: str) -> str:
@@ -184,6 +193,12 @@ def main() -> int:
             "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
             "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
             "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
+            # not targets: many workloads in one worker, and writes (fio qd32 above compares)
+            "ivypy 8 workloads qd4": lambda: run_ivypy(one, 4, False, s, per_lun=8),
+            "ivypy qd32 70% reads": lambda: run_ivypy(one, 32, False, s, read_fraction=0.7),
+            "fio qd32 70% reads": lambda: run_fio(one, 32, s, ["--rw=randrw", "--rwmixread=70"]),
+            "ivypy 8 workloads qd4 70%": lambda: run_ivypy(one, 4, False, s, per_lun=8,
+                                                           read_fraction=0.7),
         }
         results: dict[str, list[Result]] = {k: [] for k in cases}
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
@@ -246,6 +261,12 @@ def main() -> int:
     check("paced: p50 / fio (same workload)", r, abs(r - 1) <= 0.05, "within 5 %")
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "p99_us")
     check("paced: p99 / fio (same workload)", r, abs(r - 1) <= 0.10, "within 10 %")
+    print("\n# many workloads in one worker, and 70 % reads (IOPS: reads and writes; not targets)")
+    for a, b in (("ivypy 8 workloads qd4", "fio qd32"),
+                 ("ivypy qd32 70% reads", "fio qd32 70% reads"),
+                 ("ivypy 8 workloads qd4 70%", "fio qd32 70% reads")):
+        print(f"{a:26s} / {b:20s} IOPS {ratio(a, b, 'iops'):6.3f}"
+              f"  user CPU {med(a, 'usr_us_per_io'):5.2f} vs {med(b, 'usr_us_per_io'):5.2f} us/IO")
     print("\n# what each tool adds over the block layer's mean (mean - blk, medians; not a target)")
     for case in ("ivypy qd32", "fio qd32", "ivypy qd1 blocking", "fio qd1",
                  "ivypy qd32 paced", "fio qd32 paced"):
