@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from os import sched_yield
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,7 @@ from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 FLUSH_AT: Final = 8192  # completion records buffered before binning
 RING_MIN: Final = 2048  # I/Os precomputed per refill
@@ -613,9 +614,7 @@ class EngineLoop:
                 tw[r + C_SCHED] = rw[b + R_SCHED]
             else:
                 self._staged_now_one.append(slot)
-            if self._staged_engine is not w.spec.engine:
-                self._submit_staged()
-                self._staged_engine = w.spec.engine
+            self._stage_for(w.spec.engine)
             self._staged_one.append(slot)
             return
         t_sub = time.monotonic_ns()
@@ -634,12 +633,26 @@ class EngineLoop:
                sched_now: npt.NDArray[np.intp] | None) -> None:
         """Hold ``slots`` (their rows written but for the submit time) for the next
         ``_submit_staged``; ``sched_now``: those of them that start when submitted."""
-        if self._staged_engine is not eng:
-            self._submit_staged()
-            self._staged_engine = eng
+        self._stage_for(eng)
         self._staged.append(slots)
         if sched_now is not None:
             self._staged_now.append(sched_now)
+
+    def _stage_for(self, eng: IoEngine) -> None:
+        """Make ``eng`` the engine of the staged slots (submitting those of another)."""
+        if self._staged_engine is not eng:
+            self._submit_staged()
+            self._staged_engine = eng
+
+    def _in_one_submission(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)``, with the I/Os it issues staged and then submitted in one call."""
+        self._staging = True
+        try:
+            out = fn(*args)
+        finally:
+            self._staging = False
+        self._submit_staged()
+        return out
 
     def _submit_staged(self) -> None:
         """Submit the staged slots in one call, stamped with one submit time."""
@@ -668,13 +681,9 @@ class EngineLoop:
     def _submit_due(self, now: int) -> int:
         """Submit every paced I/O whose time has come and that has a free slot; returns the
         earliest scheduled time of a waiting I/O that has a slot (or a far future)."""
-        self._staging = len(self._paced) > 1  # one submission for all the workloads
-        try:
-            next_due = self._stage_due(now)
-        finally:
-            self._staging = False
-        self._submit_staged()
-        return next_due
+        if len(self._paced) > 1:  # one submission for all the workloads
+            return self._in_one_submission(self._stage_due, now)
+        return self._stage_due(now)
 
     def _stage_due(self, now: int) -> int:
         """``_submit_due``'s work, each workload's due I/Os issued (or staged)."""
@@ -731,11 +740,19 @@ class EngineLoop:
             self.flush()
 
     def _complete_scalar(self, engine: IoEngine, n: int, t: int) -> None:
+        if n > 1:  # one submission for the batch
+            self._in_one_submission(self._complete_words, engine, n, t)
+        else:
+            self._complete_words(engine, n, t)
+        if self._p >= FLUSH_AT:
+            self.flush()
+
+    def _complete_words(self, engine: IoEngine, n: int, t: int) -> None:
+        """``_complete`` for a few completions, with plain ints."""
         pw = self._pend_words
         tw = self._rows_words
         rw = SlotTable.ROW_WORDS
         p = self._p
-        self._staging = n > 1  # one submission for the batch
         for s, res in zip(engine.done_slot[:n].tolist(), engine.done_res[:n].tolist(), strict=True):
             b = rw * p
             pw[b : b + rw] = tw[rw * s : rw * s + rw]
@@ -755,11 +772,7 @@ class EngineLoop:
                     w.free.append(s)
                 else:
                     self._issue1(w, s)
-        self._staging = False
-        self._submit_staged()
         self._p = p
-        if p >= FLUSH_AT:
-            self.flush()
 
     def _recycle(self, slots: npt.NDArray[np.intp]) -> None:
         """Completed slots of several workloads: resubmit (max iops), free (paced) or return
@@ -783,13 +796,11 @@ class EngineLoop:
             return
         if -1 not in by and self._resubmit_max(by):
             return
-        self._staging = True  # one submission for all the workloads
-        try:
-            for o, g in by.items():
-                self._recycle_one(o, np.array(g, dtype=np.intp))
-        finally:
-            self._staging = False
-        self._submit_staged()
+        self._in_one_submission(self._recycle_groups, by)  # one submission for them all
+
+    def _recycle_groups(self, by: dict[int, list[int]]) -> None:
+        for o, g in by.items():
+            self._recycle_one(o, np.array(g, dtype=np.intp))
 
     def _resubmit_max(self, by: dict[int, list[int]]) -> bool:
         """Resubmit completed slots (``by`` owner) with their workloads' next I/Os, when every
