@@ -14,7 +14,8 @@ alike); the medians over the rounds are compared. Targets (ivypy / fio):
 
 The target cases read loop devices whose tmpfs pages were fallocated and never written: tmpfs
 answers those reads by zeroing the buffer, without reading a page. Also printed, not targets:
-eight workloads of QD4 on one LUN in one worker (against fio's one QD32 job); QD32 on a third
+eight workloads of QD4 on one LUN in one worker (against fio's one QD32 job), also paced at
+the paced case's rate in all (against fio's paced job); QD32 on a third
 device filled with random data at the start. There each read copies a real page. Measured
 before this case existed: ivypy's QD32 IOPS fell from 250-275k to 183-194k and its user CPU per
 I/O doubled, while fio's stayed at 204-227k. In-process, the Python time per reaped batch stayed
@@ -207,6 +208,8 @@ def main() -> int:
             # not targets: many workloads in one worker (fio qd32 above compares); a device
             # that holds data; writes (on that device)
             "ivypy 8 workloads qd4": lambda: run_ivypy(one, 4, False, s, per_lun=8),
+            "ivypy 8 workloads paced": lambda: run_ivypy(one, 4, False, s, iops=rate / 8,
+                                                         per_lun=8),
             "ivypy qd32 written": lambda: run_ivypy(written, 32, False, s),
             "fio qd32 written": lambda: run_fio(written, 32, s, []),
             "ivypy qd32 70% reads": lambda: run_ivypy(written, 32, False, s, read_fraction=0.7),
@@ -279,11 +282,13 @@ def main() -> int:
     print("\n# many workloads in one worker, a device that holds data, and 70 % reads on it "
           "(IOPS: reads and writes; not targets)")
     for a, b in (("ivypy 8 workloads qd4", "fio qd32"),
+                 ("ivypy 8 workloads paced", "fio qd32 paced"),
                  ("ivypy qd32 written", "fio qd32 written"),
                  ("ivypy qd32 70% reads", "fio qd32 70% reads"),
                  ("ivypy 8 workloads qd4 70%", "fio qd32 70% reads")):
         print(f"{a:26s} / {b:20s} IOPS {ratio(a, b, 'iops'):6.3f}"
-              f"  user CPU {med(a, 'usr_us_per_io'):5.2f} vs {med(b, 'usr_us_per_io'):5.2f} us/IO")
+              f"  user CPU {med(a, 'usr_us_per_io'):5.2f} vs {med(b, 'usr_us_per_io'):5.2f} us/IO"
+              f"  p50 {ratio(a, b, 'p50_us'):6.3f}  p99 {ratio(a, b, 'p99_us'):6.3f}")
     print("\n# what each tool adds over the block layer's mean (mean - blk, medians; not a target)")
     for case in ("ivypy qd32", "fio qd32", "ivypy qd1 blocking", "fio qd1",
                  "ivypy qd32 paced", "fio qd32 paced"):

@@ -503,7 +503,7 @@ def test_depth_one_on_a_stalling_device_keeps_boundaries_and_control_polls(
     assert eng.max_in_flight == 1
 
 
-# ---------------------------------------------------------------- the lone paced workload loop
+# ---------------------------------------------------------------- the paced loop
 def _count_paced_loop(loop: EngineLoop, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     inner = loop._loop_paced
@@ -517,24 +517,26 @@ def _count_paced_loop(loop: EngineLoop, monkeypatch: pytest.MonkeyPatch) -> list
 
 
 @pytest.mark.parametrize(
-    ("params", "alone", "served"),
+    ("params", "other", "served"),
     [
-        (WorkloadParams(iodepth=8, iops=5000.0), True, True),
-        (WorkloadParams(iodepth=8, iops=5000.0, read_fraction=0.5), True, False),  # writes
-        (WorkloadParams(iodepth=8, iops=5000.0, busy_poll=True), True, False),
-        (WorkloadParams(iodepth=8), True, False),  # max iops
-        (WorkloadParams(iodepth=8, iops=5000.0), False, False),  # a second workload
+        (WorkloadParams(iodepth=8, iops=5000.0), None, True),
+        (WorkloadParams(iodepth=8, iops=5000.0, read_fraction=0.5), None, True),  # writes
+        (WorkloadParams(iodepth=8, iops=5000.0), WorkloadParams(iodepth=2, iops=100.0), True),
+        (WorkloadParams(iodepth=8, iops=5000.0, busy_poll=True), None, False),
+        (WorkloadParams(iodepth=8), None, False),  # max iops
+        (WorkloadParams(iodepth=8, iops=5000.0), WorkloadParams(iodepth=2), False),  # beside one
     ],
 )
-def test_the_paced_loop_serves_a_lone_paced_read_workload_only(
-    params: WorkloadParams, alone: bool, served: bool, monkeypatch: pytest.MonkeyPatch
+def test_the_paced_loop_serves_paced_workloads_only(
+    params: WorkloadParams, other: WorkloadParams | None, served: bool,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loop, _eng = make_loop(constant_ns(100_000))
     calls = _count_paced_loop(loop, monkeypatch)
     s = spec(loop, "w", params)
     loop.add_workload(s, None)
-    if not alone:
-        loop.add_workload(spec(loop, "other", WorkloadParams(iodepth=2, iops=100.0)), None)
+    if other is not None:
+        loop.add_workload(spec(loop, "other", other.replace(seed=3)), None)
     run(loop, Control(2), 50_000_000)
     assert bool(calls) == served
     assert s.stats[0].ops() > 0

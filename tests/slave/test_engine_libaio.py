@@ -137,16 +137,18 @@ def test_random_mixed_writes_verify_and_stay_in_range(
 
 
 @needs_aio
-@pytest.mark.parametrize("read_fraction", [0.0, 0.5])
-def test_several_write_workloads_on_one_loop_verify(lun_file: str, read_fraction: float) -> None:
+@pytest.mark.parametrize(("read_fraction", "iops"), [(0.0, None), (0.5, None), (0.5, 3000.0)])
+def test_several_write_workloads_on_one_loop_verify(lun_file: str, read_fraction: float,
+                                                    iops: float | None) -> None:
     # four workloads of one loop, each on its own MiB: their completions come back in shared
-    # batches, resubmitted together, with each write's data put in its buffer one at a time
+    # batches, resubmitted together (or, paced, submitted together when due), with each
+    # write's data put in its buffer one at a time
     loop = EngineLoop(capacity=256)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(lun_file, writable=True, extra_flags=eng.open_flags)
     size = files.probe(lun_file).size_bytes
-    params = [WorkloadParams(read_fraction=read_fraction, iodepth=3, seed=20 + i,
+    params = [WorkloadParams(read_fraction=read_fraction, iodepth=3, seed=20 + i, iops=iops,
                              range_start_bytes=(4 + i) * MiB, range_end_bytes=(5 + i) * MiB)
               for i in range(4)]
     stats = [(WorkloadStats(), WorkloadStats()) for _ in params]
