@@ -511,15 +511,7 @@ class EngineLoop:
         if k == 1:
             self._issue1(w, int(slots[0]))
             return
-        c = w.cur
-        if c + k > w.ring_len:
-            self._refill(w, k)
-            c = 0
-        e = c + k
-        w.cur = e
-        ring = w.ring[c:e]
-        if w.pattern is not None:
-            self._put_write_data(w, slots, c, e)
+        ring = self._next_ios(w, slots)
         if self._staging:
             # the submit time (and a max-iops I/O's scheduled time) is written at submission
             if w.paced:
@@ -543,6 +535,20 @@ class EngineLoop:
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), ring)
         w.spec.engine.submit(slots)
         self._in_flight += k
+
+    def _next_ios(self, w: _Workload, slots: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+        """``w``'s next ``len(slots)`` precomputed I/Os (refilling its ring when short), their
+        write data put into the buffers of ``slots``."""
+        k = int(slots.size)
+        c = w.cur
+        if c + k > w.ring_len:
+            self._refill(w, k)
+            c = 0
+        e = c + k
+        w.cur = e
+        if w.pattern is not None:
+            self._put_write_data(w, slots, c, e)
+        return w.ring[c:e]
 
     def _put_write_data(self, w: _Workload, slots: npt.NDArray[np.intp], lo: int,
                         hi: int) -> None:
@@ -612,25 +618,20 @@ class EngineLoop:
         tw[r + W_OPCODE_FD] = rw[b]
         tw[r + W_OFFSET] = off
         tw[r + C_CAT] = rw[b + R_CAT]
-        if self._staging:
-            if w.paced:
-                tw[r + C_SCHED] = rw[b + R_SCHED]
-            elif w.overdue:
+        starts_now = not w.paced and not w.overdue  # max iops: scheduled when submitted
+        if not starts_now:
+            if not w.paced:
                 w.overdue -= 1
-                tw[r + C_SCHED] = rw[b + R_SCHED]
-            else:
+            tw[r + C_SCHED] = rw[b + R_SCHED]
+        if self._staging:
+            if starts_now:
                 self._staged_now_one.append(slot)
             self._stage_for(w.spec.engine)
             self._staged_one.append(slot)
             return
         t_sub = time.monotonic_ns()
         tw[r + C_SUBMIT] = t_sub
-        if w.paced:
-            tw[r + C_SCHED] = rw[b + R_SCHED]
-        elif w.overdue:
-            w.overdue -= 1
-            tw[r + C_SCHED] = rw[b + R_SCHED]
-        else:
+        if starts_now:
             tw[r + C_SCHED] = t_sub
         w.spec.engine.submit_one(slot)
         self._in_flight += 1
@@ -834,17 +835,8 @@ class EngineLoop:
         out = self._gather[: len(order)]
         a = 0
         for w, g in groups:
-            k = len(g)
-            b = a + k
-            c = w.cur
-            if c + k > w.ring_len:
-                self._refill(w, k)
-                c = 0
-            e = c + k
-            w.cur = e
-            out[a:b] = w.ring[c:e]
-            if w.pattern is not None:
-                self._put_write_data(w, slots[a:b], c, e)
+            b = a + len(g)
+            out[a:b] = self._next_ios(w, slots[a:b])
             a = b
         out[:, R_SUBMIT:] = time.monotonic_ns()
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), out)

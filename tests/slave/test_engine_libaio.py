@@ -61,22 +61,32 @@ def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def run_workload(path: str, kind: str, params: WorkloadParams, seconds: float,
                  lbs: int = 512) -> tuple[WorkloadStats, dict[str, dict[str, int]]]:
+    stats, errors = run_workloads(path, kind, [params], seconds, lbs)
+    return stats[0], errors
+
+
+def run_workloads(path: str, kind: str, params: list[WorkloadParams], seconds: float,
+                  lbs: int = 512) -> tuple[list[WorkloadStats], dict[str, dict[str, int]]]:
+    """Workloads ``t:lun:w0``, ``w1``... on ``path`` in one loop; each one's statistics."""
     loop = EngineLoop(capacity=256)
     loop.register_engine_kind("libaio", LibaioEngine)
     loop.register_engine_kind("threadpool", ThreadPoolEngine)
     eng = loop.engine(kind)
-    fd = files.open_lun(path, writable=params.writes, extra_flags=eng.open_flags)
+    fd = files.open_lun(path, writable=any(p.writes for p in params),
+                        extra_flags=eng.open_flags)
     size = files.probe(path).size_bytes
-    stats = (WorkloadStats(), WorkloadStats())
-    loop.add_workload(WorkloadSpec("t:lun:w", params, eng, fd, size, lbs, stats), None)
+    stats = [(WorkloadStats(), WorkloadStats()) for _ in params]
+    for i, (p, st) in enumerate(zip(params, stats, strict=True)):
+        loop.add_workload(WorkloadSpec(f"t:lun:w{i}", p, eng, fd, size, lbs, st), None)
     ctl = Control(1)
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, int(seconds * 1e9))
     finally:
         loop.close()
         os.close(fd)
-    stats[0].merge_into(stats[1])
-    return stats[0], ctl.errors
+    for st in stats:
+        st[0].merge_into(st[1])
+    return [st[0] for st in stats], ctl.errors
 
 
 def verify_range(path: str, params: WorkloadParams, start: int, end: int) -> int:
@@ -143,27 +153,13 @@ def test_several_write_workloads_on_one_loop_verify(lun_file: str, read_fraction
     # four workloads of one loop, each on its own MiB: their completions come back in shared
     # batches, resubmitted together (or, paced, submitted together when due), with each
     # write's data put in its buffer one at a time
-    loop = EngineLoop(capacity=256)
-    loop.register_engine_kind("libaio", LibaioEngine)
-    eng = loop.engine("libaio")
-    fd = files.open_lun(lun_file, writable=True, extra_flags=eng.open_flags)
-    size = files.probe(lun_file).size_bytes
     params = [WorkloadParams(read_fraction=read_fraction, iodepth=3, seed=20 + i, iops=iops,
                              range_start_bytes=(4 + i) * MiB, range_end_bytes=(5 + i) * MiB)
               for i in range(4)]
-    stats = [(WorkloadStats(), WorkloadStats()) for _ in params]
-    for i, (p, st) in enumerate(zip(params, stats, strict=True)):
-        loop.add_workload(WorkloadSpec(f"t:lun:w{i}", p, eng, fd, size, 512, st), None)
-    ctl = Control(1)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, 300_000_000)
-    finally:
-        loop.close()
-        os.close(fd)
-    assert ctl.errors == {}
+    stats, errors = run_workloads(lun_file, "libaio", params, 0.3)
+    assert errors == {}
     for p, st in zip(params, stats, strict=True):
-        st[0].merge_into(st[1])
-        assert st[0].ops(1) > 50
+        assert st.ops(1) > 50
         assert verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes) > 50
     with open(lun_file, "rb") as f:
         assert not any(f.read(4 * MiB))
