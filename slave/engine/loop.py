@@ -826,8 +826,8 @@ class EngineLoop:
         order: list[int] = []
         for o, g in by.items():
             w = wl[o]
-            assert w is not None
-            if w.paced or w.overdue:
+            assert w is not None and not w.paced  # _recycle freed the paced ones' slots
+            if w.overdue:
                 return False
             groups.append((w, g))
             order += g
