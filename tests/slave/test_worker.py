@@ -253,13 +253,28 @@ def test_workers_die_within_a_second_of_the_slave() -> None:
 
 _MEM = textwrap.dedent(
     """
+    import os
     import time
+    import numpy as np
     from slave.params import WorkloadParams
     from slave.worker import WorkerPool
 
     def rss_kib(pid):
         with open(f"/proc/{pid}/status") as f:
             return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+
+    def frames(pid):
+        # the physical frames of the process's resident pages (0 each when not root)
+        got = []
+        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pm:
+            for line in maps:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if line.rstrip().endswith("[vsyscall]"):
+                    continue
+                pm.seek(lo // 4096 * 8)
+                e = np.frombuffer(pm.read((hi - lo) // 4096 * 8), dtype=np.uint64)
+                got.append(e[(e >> np.uint64(63)) == 1] & np.uint64((1 << 55) - 1))
+        return np.concatenate(got)
 
     pool = WorkerPool(2)
     for i in range(64):
@@ -274,10 +289,14 @@ _MEM = textwrap.dedent(
         r = pool.collect(k, t0 + (k + 2) * 500_000_000)
         pool.keep_going()
         ops += int(r.batch.counters[:, :, 0].sum())
-    total = rss_kib("self") + sum(rss_kib(p) for p in pool.pids)
+    pids = ["self", *pool.pids]
+    rss = sum(rss_kib(p) for p in pids)
+    union = -1
+    if os.geteuid() == 0:  # each resident page once, however many of the processes map it
+        union = np.unique(np.concatenate([frames(p) for p in pids])).size * 4
     pool.stop()
     pool.close()
-    print(ops, total)
+    print(ops, rss, union)
     """
 )
 
@@ -286,10 +305,15 @@ def test_memory_with_64_workloads_stays_under_150_mb() -> None:
     out = subprocess.run([sys.executable, "-c", _MEM], capture_output=True, text=True,
                          timeout=60, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    ops, rss_kib = map(int, out.stdout.split())
+    ops, rss_kib, union_kib = map(int, out.stdout.split())
     assert ops == pytest.approx(64 * 200, rel=0.03)  # every workload ran its 200 IOPS
-    # resident set of the slave process plus its workers (shared pages counted in each)
-    assert rss_kib < 150 * 1024, f"{rss_kib / 1024:.0f} MB"
+    # the resident set of the slave process and its workers together: each page once (as
+    # root, from the page frames). The sum of their RSS counts the libraries they share once
+    # per process, and how much of a library is resident moves with the page cache (fault-
+    # around): 138 MB in one virtualenv and 155 MB in a fresh one, same code; 75-83 MB as
+    # a union. Without root: that sum, a bound from above.
+    resident = union_kib if union_kib >= 0 else rss_kib
+    assert resident < 150 * 1024, f"{resident / 1024:.0f} MB (sum of RSS {rss_kib / 1024:.0f})"
 
 
 def test_workers_keep_no_inherited_descriptors() -> None:
