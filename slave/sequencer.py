@@ -14,13 +14,15 @@ Rules:
 * ``sequential`` starts at ``seq_start`` (rounded down onto the grid) and wraps to the range
   start after the last whole block of the range;
 * scheduled times: ``random_steady`` and ``sequential`` are evenly spaced at ``1e9 / iops`` ns,
-  ``random_independent`` has exponential gaps with that mean; with ``iops=None`` (max) there is
-  no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
+  from the start time plus a phase (a fraction of the period fixed by the stream, the workload's
+  id), ``random_independent`` has exponential gaps with that mean; with ``iops=None`` (max)
+  there is no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
 * ``read_fraction`` is drawn per I/O.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass
 
@@ -28,6 +30,12 @@ import numpy as np
 import numpy.typing as npt
 
 from slave.params import WorkloadParams
+
+
+def _fraction(stream: str) -> float:
+    """A number in [0, 1) fixed by ``stream``, unrelated for similar streams."""
+    digest = hashlib.blake2b(stream.encode(), digest_size=8, person=b"ivypy-phase").digest()
+    return int.from_bytes(digest, "little") / 2**64
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,22 @@ class Sequencer:
         self._lun_size_bytes = lun_size_bytes
         self._lbs = logical_block_bytes
         self._first, self._n_blocks = _grid(params, lun_size_bytes, logical_block_bytes)
+        self._stream = stream
         self._rng = np.random.default_rng([params.seed, zlib.crc32(stream.encode())])
         hot = min(params.hot_zone_bytes, self._n_blocks * params.blocksize_bytes)
         self._n_hot = hot // params.blocksize_bytes
         seq = max(params.seq_start_bytes - self._first, 0) // params.blocksize_bytes
         self._seq_next = int(seq % self._n_blocks)
         self._period_ns = 1e9 / params.iops if params.iops else 0.0
+        # evenly spaced schedules start a fraction of a period late, a fraction fixed by the
+        # stream (the workload; none without one): workloads of one rate started together do
+        # not all issue at the same instants. Eight of 13,750 IOPS each on one loop device,
+        # all at the same instants, read a service-time p50 of 79-88 us; spread, 48-50 us
+        # (fio, one job at the same 110,000 IOPS: 48 us)
+        self._phase_ns = (
+            0 if params.iosequencer == "random_independent" or not stream
+            else round(self._period_ns * _fraction(stream))
+        )
         self._sched_base_ns = 0
         self._sched_k = 0
         self._sched_last_ns = 0.0
@@ -95,8 +113,9 @@ class Sequencer:
         return self.params.iops is not None
 
     def start(self, at_ns: int) -> None:
-        """Restart the schedule: the next I/O is due at ``at_ns``."""
-        self._sched_base_ns = at_ns
+        """Restart the schedule: the next I/O is due at ``at_ns`` (plus the stream's phase, for
+        evenly spaced schedules)."""
+        self._sched_base_ns = at_ns + self._phase_ns
         self._sched_k = 0
         self._sched_last_ns = float(at_ns)
         self._first_poisson = True
@@ -109,7 +128,8 @@ class Sequencer:
         generated that was never issued (the caller drops the rest of what it generated);
         without it, the position after everything generated."""
         new = Sequencer(
-            params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs
+            params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs,
+            stream=self._stream,
         )
         new._rng = self._rng
         bs = params.blocksize_bytes

@@ -419,30 +419,37 @@ def test_a_batch_of_several_max_workloads_is_resubmitted_in_one_call() -> None:
 
 
 def test_paced_workloads_due_together_go_out_in_one_call_on_their_own_schedules() -> None:
+    # three workloads of 1000 IOPS (each on its own phase); the loop stalls for 20 ms: after
+    # it, every workload's free slots have an I/O due, and they all go out in one call
     loop, eng = make_loop(constant_ns(100_000))
     specs = [spec(loop, f"p{i}", WorkloadParams(iodepth=4, iops=1000.0, seed=i), fd=3 + i)
              for i in range(3)]
-    ctl = Control(1)
+    sub_ns = 200_000_000
+    start = time.monotonic_ns() + 5_000_000
+    ctl = _StallingControl(1, start, sub_ns, 60_000_000, 20_000_000)
     for s in specs:
         loop.add_workload(s, None)
         ctl.specs.append(s)
     submits, _reaps = _watch_submits(eng)
-    run(loop, ctl, 200_000_000)
+    loop.run(ctl, start, sub_ns)
     log = eng.offsets_log()
-    assert log.shape[0] >= 3 * 195
-    assert len(submits) < 0.5 * log.shape[0]  # due at the same times: mostly one call
+    assert max(submits) == 12  # 3 workloads x 4 free slots
+    phases = set()
     for i in range(3):
         sched = log[log[:, 3] == 3 + i, 4]
+        assert sched.size >= 195
         assert np.all(np.diff(sched) == 1_000_000)  # every I/O of the schedule, in order
-    late = log[:, 2] - log[:, 4]
-    assert late.min() >= 0
+        phases.add(int(sched[0]) - start)
+    assert len(phases) == 3 and all(0 <= p < 1_000_000 for p in phases)
+    assert (log[:, 2] >= log[:, 4]).all()
 
 
 def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> None:
     # a device of ~100 IOPS per queue slot under a paced 1000 IOPS; at boundary 0 the paced
     # workload is edited to max iops and keeps its backlog, while its completions come in the
     # same batches as a max workload's: the backlog goes out with its own scheduled times
-    loop, eng = make_loop(ticking_ns(5_000_000))
+    tick = 5_000_000
+    loop, eng = make_loop(ticking_ns(tick))
     w = spec(loop, "w", WorkloadParams(iodepth=1, iops=1000.0), fd=3)
     c = spec(loop, "c", WorkloadParams(iodepth=2, seed=1), fd=4)
     sub_ns = 200_000_000
@@ -450,7 +457,9 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     loop.add_workload(w, None)
     loop.add_workload(c, None)
     submits, _reaps = _watch_submits(eng)
-    start = time.monotonic_ns() + 2_000_000
+    # early in a tick: both workloads' first I/Os (the paced one's within its 1 ms phase) go
+    # out in the same tick, so their completions share batches from then on
+    start = (time.monotonic_ns() // tick + 2) * tick + tick // 10
     loop.run(ctl, start, sub_ns)
     log = eng.offsets_log()
     wl, cl = log[log[:, 3] == 3], log[log[:, 3] == 4]

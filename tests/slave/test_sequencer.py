@@ -100,6 +100,24 @@ def test_steady_schedule_is_evenly_spaced_across_chunks() -> None:
     assert t[-1] - t[0] == 1999 * 500_000
 
 
+@pytest.mark.parametrize("iosequencer", ["random_steady", "sequential"])
+def test_steady_schedules_of_two_workloads_have_their_own_phase(iosequencer: str) -> None:
+    # the same rate, started at the same time: each workload's schedule is evenly spaced from
+    # its own phase (fixed by its id) within the first period; an edit keeps it
+    firsts = []
+    for wid in ("h1:/dev/sdb:w", "h1:/dev/sdc:w"):
+        s = Sequencer(WorkloadParams(iops=1000.0, iosequencer=iosequencer),  # type: ignore[arg-type]
+                      lun_size_bytes=GiB, logical_block_bytes=512, stream=wid)
+        s.start(10**12)
+        t = s.chunk(100).sched_ns
+        assert 10**12 <= t[0] < 10**12 + 1_000_000
+        assert np.all(np.diff(t) == 1_000_000)
+        e = s.edited(s.params.replace(iops=500.0), at_ns=2 * 10**12)
+        assert e.chunk(1).sched_ns[0] == 2 * 10**12 + 2 * (int(t[0]) - 10**12)  # same fraction
+        firsts.append(int(t[0]))
+    assert abs(firsts[0] - firsts[1]) > 10_000  # not the same instants
+
+
 def test_poisson_arrivals_have_cv_one_and_the_right_rate() -> None:
     s = seq(iosequencer="random_independent", iops=1000.0)
     s.start(0)
