@@ -551,35 +551,42 @@ def test_the_paced_loop_serves_paced_workloads_only(
     assert s.stats[0].ops() > 0
 
 
+@pytest.mark.parametrize("workloads", [1, 3])
 def test_the_paced_loop_issues_every_io_of_the_schedule_once_in_order(
-    monkeypatch: pytest.MonkeyPatch,
+    workloads: int, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # a short ring (refilled about every 2 ms) and a boundary every 100 ms: the sequence runs
-    # on across both, with no I/O skipped or repeated, none early and none beyond the depth
+    # a short ring (refilled about every 2 ms) and a boundary every 100 ms: each workload's
+    # sequence runs on across both, with no I/O skipped or repeated, none early and none
+    # beyond its depth; with several workloads, each completion frees its own workload's slot
     monkeypatch.setattr(loop_mod, "RING_MIN", 16)
     loop, eng = make_loop(exponential_ns(150_000))
     calls = _count_paced_loop(loop, monkeypatch)
     bs = 4096
-    p = WorkloadParams(iosequencer="sequential", blocksize_bytes=bs, iodepth=4, iops=8000.0,
-                       range_start_bytes=0, range_end_bytes=64 * bs)
-    s = spec(loop, "w", p)
-    loop.add_workload(s, None)
     ctl = Control(5)
-    ctl.specs.append(s)
+    for i in range(workloads):
+        p = WorkloadParams(iosequencer="sequential", blocksize_bytes=bs, iodepth=4 + i,
+                           iops=8000.0 / (i + 1), range_start_bytes=i * 64 * bs,
+                           range_end_bytes=(i + 1) * 64 * bs, seed=i)
+        s = spec(loop, f"w{i}", p, fd=3 + i)
+        loop.add_workload(s, None)
+        ctl.specs.append(s)
     run(loop, ctl, 100_000_000)
     assert calls
-    log = eng.offsets_log()
-    order = np.argsort(log[:, 4], kind="stable")
-    offsets = log[order, 0]
-    n = offsets.size
-    assert abs(n - 4000) < 400, n  # 8,000 IOPS for 0.5 s
-    assert (offsets == (np.arange(n) % 64) * bs).all(), "in order, wrapping, none skipped"
-    sched = log[order, 4]
-    assert (np.diff(sched) > 0).all()  # one I/O per scheduled time
-    assert (log[:, 2] >= log[:, 4]).all(), "no I/O went out before its scheduled time"
-    assert eng.max_in_flight <= 4
-    counted = sum(x.ops() for x in ctl.snapshots["w"]) + s.stats[loop.running_buffer].ops()
-    assert counted == n, "every issued I/O is recorded once"
+    everything = eng.offsets_log()
+    assert eng.max_in_flight <= sum(4 + i for i in range(workloads))
+    for i, s in enumerate(ctl.specs):
+        log = everything[everything[:, 3] == 3 + i]
+        order = np.argsort(log[:, 4], kind="stable")
+        offsets = log[order, 0]
+        n = offsets.size
+        assert abs(n - 4000 / (i + 1)) < 400, n  # 8,000 / (i + 1) IOPS for 0.5 s
+        assert (offsets == (i * 64 + np.arange(n) % 64) * bs).all(), "in order, none skipped"
+        sched = log[order, 4]
+        assert (np.diff(sched) > 0).all()  # one I/O per scheduled time
+        assert (log[:, 2] >= log[:, 4]).all(), "no I/O went out before its scheduled time"
+        counted = (sum(x.ops() for x in ctl.snapshots[s.workload_id])
+                   + s.stats[loop.running_buffer].ops())
+        assert counted == n, "every issued I/O is recorded once"
 
 
 def test_the_paced_loop_sleeps_when_nothing_is_near(monkeypatch: pytest.MonkeyPatch) -> None:
