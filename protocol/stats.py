@@ -160,6 +160,49 @@ class WorkloadStats:
     __hash__ = None  # type: ignore[assignment]
 
 
+def record_groups(
+    targets: Sequence[WorkloadStats | None],
+    categories: Sequence[int],
+    starts: npt.NDArray[np.intp],
+    service_ns: npt.NDArray[np.int64],
+    response_ns: npt.NDArray[np.int64],
+    nbytes: npt.NDArray[np.int64],
+) -> None:
+    """Record I/Os sorted into consecutive groups: group ``g`` is rows ``starts[g]`` up to the
+    next start, all of them I/Os of ``targets[g]`` (None: not recorded) in ``categories[g]``.
+    ``WorkloadStats.record`` per group, with the vectorised work (bucket indices, sums, minima,
+    maxima) done once for all groups: per group there is then only a histogram update and a
+    few scalars. ``record`` costs ~40 us per call however few I/Os it gets, so a loop binning
+    512 workloads' I/Os in one flush spent 41 ms in it."""
+    n = service_ns.size
+    if n == 0:
+        return
+    if int(service_ns.min()) < 0 or int(response_ns.min()) < 0:
+        raise ValueError("latencies must be >= 0 ns")
+    b_svc = bucket_index(service_ns)
+    b_rsp = bucket_index(response_ns)
+    reduced = [
+        f.reduceat(v, starts).tolist()
+        for v in (service_ns, response_ns)
+        for f in (np.add, np.minimum, np.maximum)
+    ]
+    nb = np.add.reduceat(nbytes, starts).tolist()
+    ends = [*starts[1:].tolist(), n]
+    for g, (a, b) in enumerate(zip(starts.tolist(), ends, strict=True)):
+        st = targets[g]
+        if st is None:
+            continue
+        c = categories[g]
+        st.counters[c, OPS] += b - a
+        st.counters[c, BYTES] += nb[g]
+        for kind, idx in ((0, b_svc), (1, b_rsp)):
+            np.add.at(st.hist[c, kind], idx[a:b], 1)
+            lat = st.lat[c, kind]
+            lat[SUM] += reduced[3 * kind][g]
+            lat[MIN] = min(int(lat[MIN]), reduced[3 * kind + 1][g])
+            lat[MAX] = max(int(lat[MAX]), reduced[3 * kind + 2][g])
+
+
 @dataclass(frozen=True, eq=False)
 class StatsBatch:
     """Many workloads' statistics for one subinterval, in the sparse form that travels.

@@ -15,6 +15,7 @@ from protocol.stats import (
     StatsBatch,
     WorkloadStats,
     category_index,
+    record_groups,
 )
 
 
@@ -216,3 +217,35 @@ def test_join_wire_refuses_what_from_wire_refuses(histograms: bool) -> None:
         assert str(joined.value) == str(alone.value)
     with pytest.raises(ValueError, match="nothing"):
         GroupStats.join_wire([], histograms=histograms)
+
+
+@pytest.mark.parametrize(("groups", "seed"), [(1, 0), (5, 1), (40, 2), (300, 3)])
+def test_record_groups_equals_record_per_group(groups: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 30, groups)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
+    n = int(sizes.sum())
+    svc = rng.integers(0, 5_000_000_000, n).astype(np.int64)  # up to 5 s: also the overflow
+    rsp = svc + rng.integers(0, 1_000_000, n)
+    nb = rng.choice([512, 4096, 65536], n).astype(np.int64)
+    cats = rng.integers(0, 4, groups).tolist()
+    owners = rng.integers(0, max(groups // 3, 1), groups).tolist()  # several groups per target
+    mine = [WorkloadStats() for _ in range(max(owners) + 1)]
+    want = [WorkloadStats() for _ in mine]
+    targets: list[WorkloadStats | None] = [mine[o] for o in owners]
+    targets[-1] = None  # a deleted workload: its group is not recorded
+    record_groups(targets, cats, starts, svc, rsp, nb)
+    for g, (a, size) in enumerate(zip(starts.tolist(), sizes.tolist(), strict=True)):
+        if g < groups - 1:
+            b = a + size
+            want[owners[g]].record(cats[g], svc[a:b], rsp[a:b], nb[a:b])
+    for got, exp in zip(mine, want, strict=True):
+        assert got == exp
+
+
+def test_record_groups_refuses_negative_latency() -> None:
+    st = WorkloadStats()
+    with pytest.raises(ValueError, match=">= 0"):
+        record_groups([st], [0], np.array([0], dtype=np.intp), np.array([5, -1]),
+                      np.array([5, 5]), np.array([4096, 4096]))
+    assert st == WorkloadStats()
