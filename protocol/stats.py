@@ -56,7 +56,7 @@ class WorkloadStats:
 
     SIZE: Final = _N_COUNTERS + _N_LAT + _N_HIST
 
-    __slots__ = ("buffer", "counters", "hist", "lat")
+    __slots__ = ("_root", "buffer", "counters", "hist", "lat")
 
     def __init__(self, buffer: npt.NDArray[np.int64] | None = None) -> None:
         if buffer is None:
@@ -75,6 +75,7 @@ class WorkloadStats:
 
     def _bind(self) -> None:
         b = self.buffer
+        self._root: tuple[npt.NDArray[np.int64], int] | None = None  # see _rooted
         self.counters = b[:_N_COUNTERS].reshape(N_CATEGORIES, 3)
         self.lat = b[_N_COUNTERS : _N_COUNTERS + _N_LAT].reshape(N_CATEGORIES, N_KINDS, 3)
         self.hist = b[_N_COUNTERS + _N_LAT :].reshape(N_CATEGORIES, N_KINDS, N_BUCKETS)
@@ -172,8 +173,11 @@ def record_groups(
     next start, all of them I/Os of ``targets[g]`` (None: not recorded) in ``categories[g]``.
     ``WorkloadStats.record`` per group, with the vectorised work (bucket indices, sums, minima,
     maxima) done once for all groups: per group there is then only a histogram update and a
-    few scalars. ``record`` costs ~40 us per call however few I/Os it gets, so a loop binning
-    512 workloads' I/Os in one flush spent 41 ms in it."""
+    few scalars; and when every target is a view of one region (a worker's shared memory),
+    a dozen ``ufunc.at`` calls on that region for all the groups. ``record`` costs ~40 us per
+    call however few I/Os it gets: an engine loop binning 8,192 I/Os of 512 workloads spent
+    41 ms in it; 5.6 ms with a histogram update per group; 3.6 ms in one region (1 ms of it
+    here, warm)."""
     n = service_ns.size
     if n == 0:
         return
@@ -187,6 +191,10 @@ def record_groups(
         for f in (np.add, np.minimum, np.maximum)
     ]
     nb = np.add.reduceat(nbytes, starts).tolist()
+    root = _common_root(targets)
+    if root is not None:
+        _record_groups_in(root, targets, categories, starts, b_svc, b_rsp, reduced, nb)
+        return
     ends = [*starts[1:].tolist(), n]
     for g, (a, b) in enumerate(zip(starts.tolist(), ends, strict=True)):
         st = targets[g]
@@ -201,6 +209,75 @@ def record_groups(
             lat[SUM] += reduced[3 * kind][g]
             lat[MIN] = min(int(lat[MIN]), reduced[3 * kind + 1][g])
             lat[MAX] = max(int(lat[MAX]), reduced[3 * kind + 2][g])
+
+
+def _rooted(st: WorkloadStats) -> tuple[npt.NDArray[np.int64], int]:
+    """The array ``st.buffer`` is a view of (the first one that owns its memory or wraps a
+    foreign buffer) and where in it ``st.buffer`` starts, in elements; kept on ``st``."""
+    r = st._root
+    if r is None:
+        root = st.buffer
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        at = st.buffer.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        r = st._root = (root, at // 8)
+    return r
+
+
+def _common_root(targets: Sequence[WorkloadStats | None]) -> npt.NDArray[np.int64] | None:
+    """The one flat int64 array every target is a view of (a worker's shared stats region),
+    or None."""
+    root = None
+    for st in targets:
+        if st is None:
+            continue
+        r = _rooted(st)[0]
+        if root is None:
+            root = r
+        elif r is not root:
+            return None
+    if (root is None or root.dtype != np.int64 or root.ndim != 1
+            or not root.flags.c_contiguous or not root.flags.writeable):
+        return None
+    return root
+
+
+def _record_groups_in(
+    root: npt.NDArray[np.int64],
+    targets: Sequence[WorkloadStats | None],
+    categories: Sequence[int],
+    starts: npt.NDArray[np.intp],
+    b_svc: npt.NDArray[np.intp],
+    b_rsp: npt.NDArray[np.intp],
+    reduced: list[list[int]],
+    nb: list[int],
+) -> None:
+    """``record_groups`` when every target is a view of ``root``: a dozen ``ufunc.at`` calls
+    on ``root`` for all the groups (they handle several groups of one target and category)."""
+    n = b_svc.size
+    keep = [g for g, st in enumerate(targets) if st is not None]
+    if not keep:
+        return
+    sizes = np.diff(np.append(starts, n))
+    at = np.array([_rooted(st)[1] if st is not None else 0 for st in targets], dtype=np.int64)
+    cat = np.asarray(categories, dtype=np.int64)
+    # the group's histogram rows (service; response follows) and latency triples
+    hist0 = at + _N_COUNTERS + _N_LAT + cat * (N_KINDS * N_BUCKETS)
+    lat0 = at + _N_COUNTERS + cat * (N_KINDS * 3)
+    live = np.array([st is not None for st in targets])
+    rows = np.repeat(live, sizes)
+    h = np.repeat(hist0, sizes)[rows]
+    np.add.at(root, h + b_svc[rows], 1)
+    np.add.at(root, h + N_BUCKETS + b_rsp[rows], 1)
+    k = np.array(keep, dtype=np.intp)
+    counters = (at + cat * 3)[k]
+    np.add.at(root, counters + OPS, sizes[k])
+    np.add.at(root, counters + BYTES, np.asarray(nb, dtype=np.int64)[k])
+    for kind in (0, 1):
+        lat = lat0[k] + kind * 3
+        np.add.at(root, lat + SUM, np.asarray(reduced[3 * kind], dtype=np.int64)[k])
+        np.minimum.at(root, lat + MIN, np.asarray(reduced[3 * kind + 1], dtype=np.int64)[k])
+        np.maximum.at(root, lat + MAX, np.asarray(reduced[3 * kind + 2], dtype=np.int64)[k])
 
 
 @dataclass(frozen=True, eq=False)

@@ -219,8 +219,11 @@ def test_join_wire_refuses_what_from_wire_refuses(histograms: bool) -> None:
         GroupStats.join_wire([], histograms=histograms)
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize(("groups", "seed"), [(1, 0), (5, 1), (40, 2), (300, 3)])
-def test_record_groups_equals_record_per_group(groups: int, seed: int) -> None:
+def test_record_groups_equals_record_per_group(groups: int, seed: int, shared: bool) -> None:
+    # shared: the targets are views of one region (as a worker's shared memory), which takes
+    # the path of a dozen ufunc.at calls; else one update per group
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, 30, groups)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
@@ -230,7 +233,15 @@ def test_record_groups_equals_record_per_group(groups: int, seed: int) -> None:
     nb = rng.choice([512, 4096, 65536], n).astype(np.int64)
     cats = rng.integers(0, 4, groups).tolist()
     owners = rng.integers(0, max(groups // 3, 1), groups).tolist()  # several groups per target
-    mine = [WorkloadStats() for _ in range(max(owners) + 1)]
+    count = max(owners) + 1
+    if shared:
+        region = np.zeros(WorkloadStats.SIZE * (count + 2), dtype=np.int64)
+        z = WorkloadStats.SIZE
+        mine = [WorkloadStats(region[(i + 1) * z : (i + 2) * z]) for i in range(count)]
+        for st in mine:
+            st.reset()
+    else:
+        mine = [WorkloadStats() for _ in range(count)]
     want = [WorkloadStats() for _ in mine]
     targets: list[WorkloadStats | None] = [mine[o] for o in owners]
     targets[-1] = None  # a deleted workload: its group is not recorded
@@ -241,6 +252,8 @@ def test_record_groups_equals_record_per_group(groups: int, seed: int) -> None:
             want[owners[g]].record(cats[g], svc[a:b], rsp[a:b], nb[a:b])
     for got, exp in zip(mine, want, strict=True):
         assert got == exp
+    if shared:  # nothing outside the targets' blocks was touched
+        assert not region[: WorkloadStats.SIZE].any() and not region[-WorkloadStats.SIZE :].any()
 
 
 def test_record_groups_refuses_negative_latency() -> None:
