@@ -903,7 +903,6 @@ class EngineLoop:
         # several workloads: one vectorised pass, grouped by workload and category
         key = owner * N_CATEGORIES + rows[:, C_CAT]
         order = np.argsort(key, kind="stable")
-        rows = rows[order]
         key = key[order]
         starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
         wl = self._wl
@@ -914,9 +913,9 @@ class EngineLoop:
             w = wl[o] if o < len(wl) else None
             targets.append(None if w is None else w.spec.stats[self._buf])
             cats.append(c)
-        done = rows[:, C_DONE]
-        record_groups(targets, cats, starts, done - rows[:, C_SUBMIT], done - rows[:, C_SCHED],
-                      rows[:, C_NBYTES])
+        done = rows[:, C_DONE][order]  # the columns needed, not whole 128-byte rows
+        record_groups(targets, cats, starts, done - rows[:, C_SUBMIT][order],
+                      done - rows[:, C_SCHED][order], rows[:, C_NBYTES][order])
 
     def _record(self, owner: int, rows: npt.NDArray[np.int64]) -> None:
         w = self._wl[owner] if owner < len(self._wl) else None
