@@ -102,7 +102,8 @@ class WritePattern:
         stamps: npt.NDArray[np.int64],
     ) -> None:
         """``apply`` for one write (``stamps``: its ``(stamped sectors, 2)``), with basic
-        indexing only: a few writes cost a fifth of ``apply``'s fancy indexing."""
+        indexing only: one write costs 1.7 us against ``apply``'s 3.9 us (fancy indexing);
+        at four writes the two cost about the same."""
         words = self._sector_words(buffers)
         buffers[row] = self._wide_pool[pool_row]
         words[row, : stamps.shape[0], :2] = stamps
