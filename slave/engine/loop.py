@@ -1268,7 +1268,7 @@ class EngineLoop:
         IOPS about 6 due I/Os waited for each ``io_submit`` and the measured service time
         carried the wait; on four workloads of 10,000 IOPS it spent 17-20 us of user CPU per
         I/O. A walk over every workload each turn put the service-time p50 at 115 us for 128
-        workloads of 312 IOPS and 369 us for 512; with the heap, 45-67 and 50-90 us (their p99,
+        workloads of 312 IOPS and 369 us for 512; with the heap, 45-67 and 50-137 us (their p99,
         2-9 ms, comes from the flushes' stalls). Returns the next boundary."""
         mono = time.monotonic_ns
         poll = eng.poll
