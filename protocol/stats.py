@@ -28,7 +28,14 @@ from typing import Final, cast
 import numpy as np
 import numpy.typing as npt
 
-from protocol.buckets import N_BUCKETS, bucket_index
+from protocol.buckets import (
+    N_BUCKETS,
+    OVERFLOW_INDEX,
+    OVERFLOW_LOWER_NS,
+    PLAT_BITS,
+    PLAT_VAL,
+    bucket_index,
+)
 from protocol.errors import RemoteProtocolError
 from protocol.histogram import LatencyHistogram
 
@@ -43,6 +50,11 @@ I64_MAX: Final = int(np.iinfo(np.int64).max)
 _N_COUNTERS: Final = N_CATEGORIES * 3
 _N_LAT: Final = N_CATEGORIES * N_KINDS * 3
 _N_HIST: Final = N_CATEGORIES * N_KINDS * N_BUCKETS
+# record_one's bucket arithmetic (buckets.bucket_index_scalar): values below 2 * PLAT_VAL have a
+# bucket each; above, the group of bit length L starts at (L - PLAT_BITS) * PLAT_VAL
+_ONE_PER_VALUE: Final = 2 * PLAT_VAL
+_PLAT_SHIFT: Final = PLAT_BITS + 1
+_PLAT_MASK: Final = PLAT_VAL - 1
 #: Histogram rows per workload (category x kind): row = category * 2 + kind.
 ROWS_PER_WORKLOAD: Final = N_CATEGORIES * N_KINDS
 
@@ -56,7 +68,7 @@ class WorkloadStats:
 
     SIZE: Final = _N_COUNTERS + _N_LAT + _N_HIST
 
-    __slots__ = ("_root", "buffer", "counters", "hist", "lat")
+    __slots__ = ("_root", "_words", "buffer", "counters", "hist", "lat")
 
     def __init__(self, buffer: npt.NDArray[np.int64] | None = None) -> None:
         if buffer is None:
@@ -76,6 +88,7 @@ class WorkloadStats:
     def _bind(self) -> None:
         b = self.buffer
         self._root: tuple[npt.NDArray[np.int64], int] | None = None  # see _rooted
+        self._words: memoryview | None = None  # see record_one
         self.counters = b[:_N_COUNTERS].reshape(N_CATEGORIES, 3)
         self.lat = b[_N_COUNTERS : _N_COUNTERS + _N_LAT].reshape(N_CATEGORIES, N_KINDS, 3)
         self.hist = b[_N_COUNTERS + _N_LAT :].reshape(N_CATEGORIES, N_KINDS, N_BUCKETS)
@@ -123,6 +136,51 @@ class WorkloadStats:
             mask = cat == c
             if mask.any():
                 self.record(c, svc[mask], rsp[mask], nb if nb.size == 1 else nb[mask])
+
+    def record_one(self, category: int, service_ns: int, response_ns: int, nbytes: int) -> None:
+        """``record`` for one I/O, in plain ints: ~1.2-2.5 us here, where a ``record`` call
+        costs ~40 us however few I/Os it gets. For an engine loop that bins one I/O at a time
+        while it waits for its next I/O (no buffered I/Os binned all at once, no stall). The
+        service and response halves are written out twice: a loop over the two took twice as
+        long."""
+        if service_ns < 0 or response_ns < 0:
+            raise ValueError("latencies must be >= 0 ns")
+        w = self._words
+        if w is None:
+            w = self._words = self.buffer.data
+        c = 3 * category
+        w[c + OPS] += 1
+        w[c + BYTES] += nbytes
+        lat = _N_COUNTERS + N_KINDS * 3 * category
+        hist = _N_COUNTERS + _N_LAT + N_KINDS * N_BUCKETS * category
+        v = service_ns
+        w[lat + SUM] += v
+        if v < w[lat + MIN]:
+            w[lat + MIN] = v
+        if v > w[lat + MAX]:
+            w[lat + MAX] = v
+        if v < _ONE_PER_VALUE:  # bucket_index_scalar, inlined
+            w[hist + v] += 1
+        elif v < OVERFLOW_LOWER_NS:
+            e = v.bit_length() - _PLAT_SHIFT
+            w[hist + ((e + 1) << PLAT_BITS) + ((v >> e) & _PLAT_MASK)] += 1
+        else:
+            w[hist + OVERFLOW_INDEX] += 1
+        lat += 3
+        hist += N_BUCKETS
+        v = response_ns
+        w[lat + SUM] += v
+        if v < w[lat + MIN]:
+            w[lat + MIN] = v
+        if v > w[lat + MAX]:
+            w[lat + MAX] = v
+        if v < _ONE_PER_VALUE:
+            w[hist + v] += 1
+        elif v < OVERFLOW_LOWER_NS:
+            e = v.bit_length() - _PLAT_SHIFT
+            w[hist + ((e + 1) << PLAT_BITS) + ((v >> e) & _PLAT_MASK)] += 1
+        else:
+            w[hist + OVERFLOW_INDEX] += 1
 
     def record_errors(self, category: int, count: int = 1) -> None:
         self.counters[category, ERRORS] += count

@@ -262,3 +262,47 @@ def test_record_groups_refuses_negative_latency() -> None:
         record_groups([st], [0], np.array([0], dtype=np.intp), np.array([5, -1]),
                       np.array([5, 5]), np.array([4096, 4096]))
     assert st == WorkloadStats()
+
+
+# latencies at the ladder's seams: one bucket per value below 128 ns, then groups of 64; the
+# overflow bucket from 2**42 ns
+_SEAMS = [0, 1, 63, 64, 127, 128, 129, 191, 192, 255, 256, 4095, 4096, 123_456,
+          (1 << 42) - 1, 1 << 42, (1 << 42) + 7, 1 << 62]
+
+
+@pytest.mark.parametrize(("case", "svc", "rsp", "cats"), [
+    ("seams, one category", _SEAMS, [v + 3 for v in _SEAMS], [0] * len(_SEAMS)),
+    ("seams, every category", _SEAMS, _SEAMS[::-1], [i % 4 for i in range(len(_SEAMS))]),
+    ("random", None, None, None),
+])
+@pytest.mark.parametrize("shared", [False, True])
+def test_record_one_equals_record(case: str, svc: list[int] | None, rsp: list[int] | None,
+                                  cats: list[int] | None, shared: bool) -> None:
+    if svc is None or rsp is None or cats is None:
+        rng = np.random.default_rng(7)
+        svc = rng.lognormal(11, 2, 3000).astype(np.int64).tolist()
+        rsp = [v + int(d) for v, d in zip(svc, rng.integers(0, 10**6, 3000), strict=True)]
+        cats = rng.integers(0, 4, 3000).tolist()
+    nb = [512 * (1 + i % 9) for i in range(len(svc))]
+    if shared:  # a view inside a worker's region: nothing outside it may change
+        z = WorkloadStats.SIZE
+        region = np.zeros(3 * z, dtype=np.int64)
+        got = WorkloadStats(region[z : 2 * z])
+        got.reset()
+    else:
+        got = WorkloadStats()
+    for c, s, r, b in zip(cats, svc, rsp, nb, strict=True):
+        got.record_one(c, s, r, b)
+    want = WorkloadStats()
+    want.record(np.array(cats), np.array(svc), np.array(rsp), np.array(nb))
+    assert got == want, case
+    if shared:
+        assert not region[: WorkloadStats.SIZE].any() and not region[-WorkloadStats.SIZE :].any()
+
+
+@pytest.mark.parametrize(("svc", "rsp"), [(-1, 5), (5, -1)])
+def test_record_one_refuses_negative_latency(svc: int, rsp: int) -> None:
+    st = WorkloadStats()
+    with pytest.raises(ValueError, match=">= 0"):
+        st.record_one(0, svc, rsp, 4096)
+    assert st == WorkloadStats()
