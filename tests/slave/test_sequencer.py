@@ -165,3 +165,15 @@ def test_edit_keeps_sequential_position_and_restarts_schedule() -> None:
 def test_params_refuse_bad_values(kw: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         WorkloadParams(**kw)  # type: ignore[arg-type]
+
+
+def test_an_edit_carries_on_the_random_stream() -> None:
+    # the edited sequencer draws on from its predecessor's generator (not a new one seeded
+    # alike, which would repeat the offsets already issued)
+    a, b = seq(iops=100.0), seq(iops=100.0)
+    a.start(0)
+    b.start(0)
+    a.chunk(10)
+    b.chunk(10)
+    e = a.edited(a.params, at_ns=0)
+    assert e.chunk(10).offset_bytes.tolist() == b.chunk(10).offset_bytes.tolist()
