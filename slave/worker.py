@@ -311,8 +311,9 @@ class _WorkerControl:
             loop.request_stop(record=False)
             return
         self.ctrl[b] = RUNNING
-        for what, arg in self.staged:
-            self._apply(what, arg, boundary_ns)
+        with loop.changes():
+            for what, arg in self.staged:
+                self._apply(what, arg, boundary_ns)
         self.staged.clear()
 
     def handed_over(
@@ -348,8 +349,9 @@ class _WorkerControl:
                 continue
             finally:
                 self.in_run = False
-            for what, arg in self.staged:
-                self._apply(what, arg, None)
+            with self.loop.changes():
+                for what, arg in self.staged:
+                    self._apply(what, arg, None)
             self.staged.clear()
             if self.late is not None:
                 self.reply.send(("error", "late", self.late))

@@ -29,11 +29,12 @@ omission). A workload never has more than ``iodepth`` I/Os in flight: it owns ex
 
 from __future__ import annotations
 
+import contextlib
 import errno as errno_mod
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from os import sched_yield
@@ -236,6 +237,9 @@ class EngineLoop:
         self._pend_words = _words(self._pend)
         self._p = 0
         self._wl: list[_Workload | None] = []
+        self._index_of: dict[str, int] = {}  # live workloads by id
+        self._deferring = 0  # inside changes(): _refresh waits for the end
+        self._refresh_due = False
         self._engines: dict[str, IoEngine] = {}
         self._engine_makers: dict[str, Callable[[SlotTable], IoEngine]] = {}
         self._engine_list: list[IoEngine] = []
@@ -327,6 +331,8 @@ class EngineLoop:
         """Join ``spec``; with ``at_ns`` (loop running) its schedule starts then and a max-iops
         workload fills its queue at once."""
         p = spec.params
+        if spec.workload_id in self._index_of:
+            raise IoEngineError(f"{self.name}: workload {spec.workload_id} exists already")
         w = _Workload(
             index=len(self._wl),
             spec=spec,
@@ -342,6 +348,7 @@ class EngineLoop:
             paced=p.iops is not None,
         )
         self._wl.append(w)
+        self._index_of[spec.workload_id] = w.index
         self._setup_slots(w)
         self._refresh()
         if at_ns is not None:
@@ -423,6 +430,7 @@ class EngineLoop:
         w = self._find(workload_id)
         self._retire(w)
         self._wl[w.index] = None
+        del self._index_of[workload_id]
         self._refresh()
         if w.spec.on_release is not None:
             # its in-flight I/Os may still use the fd (the thread-pool engine by number)
@@ -431,10 +439,11 @@ class EngineLoop:
                 self._refresh()
 
     def _find(self, workload_id: str) -> _Workload:
-        for w in self._wl:
-            if w is not None and w.spec.workload_id == workload_id:
-                return w
-        raise IoEngineError(f"{self.name}: no workload {workload_id}")
+        i = self._index_of.get(workload_id)
+        w = None if i is None else self._wl[i]
+        if w is None:
+            raise IoEngineError(f"{self.name}: no workload {workload_id}")
+        return w
 
     def _retire(self, w: _Workload) -> None:
         """Stop resubmitting ``w``'s slots: idle ones go back to the pool now, in-flight ones
@@ -447,7 +456,25 @@ class EngineLoop:
         self._retired_in_flight += int(w.slots.size) - len(idle)
         w.free = []
 
+    @contextlib.contextmanager
+    def changes(self) -> Iterator[None]:
+        """Several adds, edits and deletes with one look over all workloads at the end, not
+        one per change: a controller that edits every workload at a boundary (DFC) otherwise
+        made the boundary quadratic (512 edits took 175 ms, 2,048 took 2.1 s, while I/Os
+        waited)."""
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            if not self._deferring and self._refresh_due:
+                self._refresh()
+
     def _refresh(self) -> None:
+        if self._deferring:
+            self._refresh_due = True
+            return
+        self._refresh_due = False
         live = [w for w in self._wl if w is not None]
         self._paced = [w for w in live if w.paced]
         self._busy_poll = any(w.params.busy_poll for w in live)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import loop as loop_mod
 from slave.engine.base import SlotTable
@@ -601,3 +602,45 @@ def test_the_paced_loop_sleeps_when_nothing_is_near(monkeypatch: pytest.MonkeyPa
     assert 80 <= s.stats[0].ops() + s.stats[1].ops() <= 120
     assert waits and min(waits) >= SLEEP_MIN_NS
     assert cpu < 0.25, f"{cpu:.2f} s of CPU for 0.5 s at 200 IOPS: the loop spun"
+
+
+def test_changes_look_over_the_workloads_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a boundary where DFC edits every workload: one look over all of them at the end of the
+    # block, not one per edit (512 edits took 175 ms, 2,048 took 2.1 s)
+    loop, _eng = make_loop(constant_ns(100_000))
+    looks: list[int] = []
+    pick = loop._pick_word_loops
+
+    def counted() -> None:
+        looks.append(1)
+        pick()
+
+    monkeypatch.setattr(loop, "_pick_word_loops", counted)
+    p = WorkloadParams(iodepth=2, iops=1000.0)
+    with loop.changes():
+        for i in range(20):
+            loop.add_workload(spec(loop, f"w{i}", p.replace(seed=i)), None)
+        with loop.changes():  # nested: still one look, at the end of the outer block
+            loop.edit_workload("w0", p.replace(iops=None), None)
+        assert not looks
+    assert len(looks) == 1
+    assert loop._paced_words is None  # w0 now runs at max iops: the paced loop does not serve
+    with pytest.raises(RuntimeError), loop.changes():  # a failed change still ends the block
+        loop.remove_workload("w0")
+        raise RuntimeError
+    assert len(looks) == 2 and loop._paced_words is not None
+    assert loop.workload_ids() == [f"w{i}" for i in range(1, 20)]
+
+
+def test_a_workload_id_is_added_once_and_found_by_id() -> None:
+    loop, _eng = make_loop(constant_ns(100_000))
+    p = WorkloadParams(iodepth=2, iops=1000.0)
+    loop.add_workload(spec(loop, "a", p), None)
+    with pytest.raises(IoEngineError, match="workload a exists already"):
+        loop.add_workload(spec(loop, "a", p), None)
+    loop.remove_workload("a")
+    with pytest.raises(IoEngineError, match="no workload a"):
+        loop.edit_workload("a", p, None)
+    loop.add_workload(spec(loop, "a", p.replace(iodepth=3)), None)  # a new one of that id
+    loop.edit_workload("a", p.replace(iops=5.0), None)
+    assert loop.workload_ids() == ["a"]
