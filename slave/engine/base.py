@@ -99,5 +99,9 @@ class IoEngine(Protocol):
     def poll(self) -> int:
         """Completions available now, without waiting (and, for libaio, without a syscall)."""
 
+    def ready(self) -> int:
+        """Completions waiting now, not reaped (for libaio without a syscall): the engine loop
+        asks between two records it bins while idle, to stop as soon as one arrives."""
+
     def close(self) -> None:
         """Cancel or finish in-flight I/O and release kernel resources."""

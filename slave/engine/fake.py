@@ -139,6 +139,9 @@ class FakeEngine:
     def poll(self) -> int:
         return self._take(time.monotonic_ns())
 
+    def ready(self) -> int:
+        return min(int((self._pending_due <= time.monotonic_ns()).sum()), self.done_slot.size)
+
     def close(self) -> None:
         self._pending_slot = self._pending_slot[:0]
         self._pending_due = self._pending_due[:0]

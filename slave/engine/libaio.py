@@ -47,6 +47,8 @@ class LibaioEngine:
         #: completions in the ring now, reaped without a system call: the context's own
         #: method, so the hot loop's call has no frame of ours in between
         self.poll: Callable[[], int] = self._ctx.poll_ring
+        #: completions waiting in the ring now, not reaped (likewise the context's method)
+        self.ready: Callable[[], int] = self._ctx.ring_ready
         self._c_counts = [self._ctx.c_long(i) for i in range(min(table.capacity, 64) + 1)]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
@@ -110,9 +112,6 @@ class LibaioEngine:
             return self._ctx.poll_ring()
         return self._ctx.getevents(min_nr, timeout_ns)
 
-    def ready(self) -> int:
-        """Completions waiting in the ring now (not reaped)."""
-        return self._ctx.ring_ready()
 
     def close(self) -> None:
         self._ctx.close()

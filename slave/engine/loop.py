@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 FLUSH_AT: Final = 8192  # completion records buffered before binning
+COMPACT_AT: Final = FLUSH_AT // 2  # records binned one at a time before the rest is moved up
 RING_MIN: Final = 2048  # I/Os precomputed per refill
 POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
 SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
@@ -236,6 +237,7 @@ class EngineLoop:
         self._pend = np.zeros((FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self._pend_words = _words(self._pend)
         self._p = 0
+        self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
         self._wl: list[_Workload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id
         self._deferring = 0  # inside changes(): _refresh waits for the end
@@ -910,10 +912,11 @@ class EngineLoop:
     def flush(self) -> None:
         """Bin the buffered completion records into the running stats buffers."""
         p = self._p
-        if p == 0:
+        b = self._binned
+        self._p = self._binned = 0
+        if p == b:
             return
-        rows = self._pend[:p]
-        self._p = 0
+        rows = self._pend[b:p]
         ok = rows[:, C_RES] == rows[:, C_NBYTES]
         if not bool(ok.all()):
             self._count_errors(rows[~ok])
@@ -943,6 +946,47 @@ class EngineLoop:
         done = rows[:, C_DONE][order]  # the columns needed, not whole 128-byte rows
         record_groups(targets, cats, starts, done - rows[:, C_SUBMIT][order],
                       done - rows[:, C_SCHED][order], rows[:, C_NBYTES][order])
+
+    def _bin_idle(self, until: int, ready: Callable[[], int]) -> None:
+        """Bin buffered completion records one at a time (``WorkloadStats.record_one``, ~2 us
+        each) until all are binned, ``until`` comes (the next scheduled I/O) or a completion
+        is ready: a loop that waits between its I/Os bins in the wait. ``flush`` binned 8,192
+        records at once; at 40,000 IOPS the I/Os due or completing in those 1-4 ms went out or
+        were timed late, and put the service-time p99 of 512 paced workloads at 8-13 ms."""
+        pw = self._pend_words
+        rw = SlotTable.ROW_WORDS
+        wl = self._wl
+        nwl = len(wl)
+        buf = self._buf
+        discard = self._discard
+        mono = time.monotonic_ns
+        b = self._binned
+        p = self._p
+        while b < p:
+            r = rw * b
+            b += 1
+            owner = pw[r + C_OWNER]
+            nbytes = pw[r + C_NBYTES]
+            if pw[r + C_RES] != nbytes:
+                self._count_errors(self._pend[b - 1 : b])
+            elif not discard:
+                w = wl[owner] if owner < nwl else None
+                if w is not None:  # else deleted: its last I/Os are not counted (as _record)
+                    done = pw[r + C_DONE]
+                    w.spec.stats[buf].record_one(
+                        pw[r + C_CAT] if w.fixed_cat < 0 else w.fixed_cat,
+                        done - pw[r + C_SUBMIT], done - pw[r + C_SCHED], nbytes)
+            if mono() >= until or ready():
+                break
+        if b == p:
+            self._p = self._binned = 0
+        elif b >= COMPACT_AT:  # move the few left to the front, so _p stays short of FLUSH_AT
+            p -= b
+            self._pend[:p] = self._pend[b : b + p]
+            self._p = p
+            self._binned = 0
+        else:
+            self._binned = b
 
     def _record(self, owner: int, rows: npt.NDArray[np.int64]) -> None:
         w = self._wl[owner] if owner < len(self._wl) else None
@@ -1299,6 +1343,7 @@ class EngineLoop:
         2-9 ms, comes from the flushes' stalls). Returns the next boundary."""
         mono = time.monotonic_ns
         poll = eng.poll
+        ready = eng.ready
         reap = eng.reap
         submit_list = eng.submit_list
         record = self._record_words
@@ -1379,7 +1424,11 @@ class EngineLoop:
                 self._in_flight += len(out)
                 continue  # look for completions at once
             due = heap[0][0] if heap else _INF
-            left = (wake if wake < due else due) - now
+            until = wake if wake < due else due
+            if self._binned < self._p:  # nothing to do but bin: bin until something is
+                self._bin_idle(until, ready)
+                continue
+            left = until - now
             if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
                 n = reap(1, left)
 

@@ -93,6 +93,9 @@ class ThreadPoolEngine:
     def poll(self) -> int:
         return self.reap(0, 0)
 
+    def ready(self) -> int:
+        return self._done.qsize()
+
     def close(self) -> None:
         for _ in self._threads:
             self._todo.put(-1)

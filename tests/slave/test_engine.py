@@ -221,9 +221,11 @@ def test_overload_keeps_the_schedule_so_response_time_shows_the_backlog() -> Non
     assert int(st.lat[0, 1, 2]) > 200_000_000  # the last one waited ~250 ms
 
 
-def test_errors_and_short_transfers_are_counted_with_their_errno() -> None:
+@pytest.mark.parametrize("iops", [None, 3000.0])  # the general path; the paced loop
+def test_errors_and_short_transfers_are_counted_with_their_errno(iops: float | None) -> None:
     loop, eng = make_loop(constant_ns(10_000), error_every=10, short_every=7)
-    s = spec(loop, "w", WorkloadParams(iodepth=4, read_fraction=0.0, write_data="zeros"))
+    s = spec(loop, "w", WorkloadParams(iodepth=4, read_fraction=0.0, write_data="zeros",
+                                       iops=iops))
     loop.add_workload(s, None)
     ctl = Control(1)
     ctl.specs.append(s)
@@ -602,6 +604,34 @@ def test_the_paced_loop_sleeps_when_nothing_is_near(monkeypatch: pytest.MonkeyPa
     assert 80 <= s.stats[0].ops() + s.stats[1].ops() <= 120
     assert waits and min(waits) >= SLEEP_MIN_NS
     assert cpu < 0.25, f"{cpu:.2f} s of CPU for 0.5 s at 200 IOPS: the loop spun"
+
+
+def test_the_paced_loop_bins_while_it_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # between its I/Os the paced loop bins what completed, one I/O at a time: nothing is left
+    # for a flush to bin at once (a flush of thousands stalled the loop for milliseconds), and
+    # every I/O is counted once
+    loop, eng = make_loop(constant_ns(100_000))
+    calls = _count_paced_loop(loop, monkeypatch)
+    backlog: list[int] = []
+    flush = loop.flush
+
+    def watched() -> None:
+        if loop.subinterval_index >= 0 and not loop._stop:  # not the drain after the stop
+            backlog.append(loop._p - loop._binned)
+        flush()
+
+    monkeypatch.setattr(loop, "flush", watched)
+    ctl = Control(3)
+    for i in range(2):
+        s = spec(loop, f"w{i}", WorkloadParams(iodepth=4, iops=2000.0, seed=i), fd=3 + i)
+        loop.add_workload(s, None)
+        ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert calls and backlog
+    assert max(backlog) <= 2, backlog
+    counted = sum(x.ops() for s in ctl.specs
+                  for x in [*ctl.snapshots[s.workload_id], s.stats[loop.running_buffer]])
+    assert counted == eng.submitted >= 1000
 
 
 def test_changes_look_over_the_workloads_once(monkeypatch: pytest.MonkeyPatch) -> None:
