@@ -8,7 +8,7 @@ raises ``ValueError`` with the field named.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Literal
 
 IoSequencerName = Literal["random_steady", "random_independent", "sequential"]
@@ -78,3 +78,11 @@ class WorkloadParams:
     def replace(self, **changes: Any) -> WorkloadParams:
         """A copy with ``changes`` applied (and validated)."""
         return replace(self, **changes)
+
+    def same_but_rate(self, other: WorkloadParams) -> bool:
+        """Whether ``other`` differs from these parameters in ``iops`` alone (or not at all):
+        field by field, without building a copy (a ``replace`` to compare cost ~16 us)."""
+        return all(getattr(self, f) == getattr(other, f) for f in _ALL_BUT_RATE)
+
+
+_ALL_BUT_RATE: Final = tuple(f.name for f in fields(WorkloadParams) if f.name != "iops")

@@ -146,6 +146,11 @@ class Sequencer:
         new.start(at_ns)
         return new
 
+    def schedule(self, n: int) -> npt.NDArray[np.int64]:
+        """The next ``n`` scheduled times alone (for I/Os generated before an edit of the rate,
+        whose offsets stand)."""
+        return self._sched(n)
+
     def _sched(self, n: int) -> npt.NDArray[np.int64]:
         if not self.paced:
             return np.zeros(n, dtype=np.int64)

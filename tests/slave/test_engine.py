@@ -288,7 +288,8 @@ class _StallingControl(Control):
             self.stall_ns = 0
 
 
-@pytest.mark.parametrize(("edit", "iodepth"), [(None, 8), ("same", 8), ("max", 8), ("max", 2)])
+@pytest.mark.parametrize(("edit", "iodepth"),
+                         [(None, 8), ("same", 8), ("rate", 8), ("max", 8), ("max", 2)])
 def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
                                                                  iodepth: int) -> None:
     # 1000 IOPS; the loop stalls for 40 ms from 20 ms before boundary 0. The I/Os due in those
@@ -302,7 +303,8 @@ def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
     ctl = _StallingControl(2, start, sub_ns, 20_000_000, 40_000_000)
     ctl.specs.append(s)
     if edit is not None:
-        params = s.params if edit == "same" else s.params.replace(iops=None)
+        params = {"same": s.params, "rate": s.params.replace(iops=2000.0),
+                  "max": s.params.replace(iops=None)}[edit]
         ctl.at_boundary = {0: lambda lp, t: lp.edit_workload("w", params, t)}
     loop.add_workload(s, None)
     loop.run(ctl, start, sub_ns)
@@ -316,6 +318,9 @@ def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
     assert late.shape[0] >= 10  # and the stall did put some of them after the boundary
     # their response time (recorded in subinterval 1) shows how late they went out
     assert int(ctl.snapshots["w"][1].lat[0, 1, 2]) >= int((late[:, 2] - late[:, 4]).max())
+    if edit == "rate":  # the rest on the new schedule: one every 0.5 ms from the boundary
+        after = sched[sched >= boundary]
+        assert after[0] - boundary < 500_000 and np.all(np.diff(after) == 500_000)
     if edit == "max":  # the rest ran at max iops: scheduled when submitted (the fake engine
         after = log[log[:, 4] >= boundary]  # logs its own, slightly later, submit time)
         assert after.shape[0] > 300
@@ -355,6 +360,41 @@ def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> N
     assert blocks.size > 100
     # in flight at the edit: up to 4 old I/Os complete after it; each block once, none skipped
     assert np.array_equal(np.sort(blocks), np.arange(blocks.size))
+
+
+@pytest.mark.parametrize("iosequencer", ["sequential", "random_steady"])
+def test_an_edit_of_the_rate_alone_keeps_the_ios_precomputed(
+    iosequencer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DFC edits only the rate, of every workload at every boundary: the precomputed I/Os
+    # (256 here) stay and take the new schedule; remaking them cost a refill per workload
+    loop, eng = make_loop(constant_ns(50_000))
+    refills: list[int] = []
+    refill = loop._refill
+
+    def counted(w: object, need: int) -> None:
+        refills.append(need)
+        refill(w, need)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "_refill", counted)
+    s = spec(loop, "w", WorkloadParams(iosequencer=iosequencer, iodepth=4, iops=1000.0))
+    rates = {0: 2000.0, 1: 500.0}
+    ctl = Control(3, {k: (lambda lp, t, r=r: lp.edit_workload("w", s.params.replace(iops=r),
+                                                                  t)) for k, r in rates.items()})
+    sub_ns = 60_000_000
+    start = time.monotonic_ns() + 2_000_000
+    loop.add_workload(s, None)
+    loop.run(ctl, start, sub_ns)
+    assert len(refills) == 1  # 60 + 120 + 30 I/Os: the first ring of 256 served them all
+    log = eng.offsets_log()
+    log = log[np.argsort(log[:, 4], kind="stable")]
+    for k, period in enumerate((1_000_000, 500_000, 2_000_000)):
+        lo, hi = start + k * sub_ns, start + (k + 1) * sub_ns
+        sched = log[(log[:, 4] >= lo) & (log[:, 4] < hi), 4]
+        assert sched.size == pytest.approx(sub_ns / period, abs=1)
+        assert np.all(np.diff(sched) == period)
+    if iosequencer == "sequential":  # the ring's order: each block once, none skipped
+        assert np.array_equal(log[:, 0] // 4096, np.arange(log.shape[0]))
 
 
 def ticking_ns(period_ns: int) -> LatencyFn:

@@ -1,0 +1,33 @@
+"""The slave's workload parameters."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from slave.params import WorkloadParams
+
+BASE = WorkloadParams(iops=1000.0)
+# a different valid value for every field
+OTHER = {"iosequencer": "sequential", "blocksize_bytes": 8192, "iodepth": 2, "iops": 2000.0,
+         "read_fraction": 0.5, "range_start_bytes": 4096, "range_end_bytes": 1 << 20,
+         "seq_start_bytes": 8192, "hot_zone_bytes": 4096, "hot_zone_fraction": 0.5,
+         "skew_weight": 2.0, "write_data": "zeros", "write_data_ratio": 2.0, "busy_poll": True,
+         "seed": 7}
+
+
+def test_every_field_has_a_case() -> None:
+    assert set(OTHER) == {f.name for f in fields(WorkloadParams)}
+
+
+@pytest.mark.parametrize("field", sorted(OTHER))
+def test_same_but_rate_sees_every_field_but_the_rate(field: str) -> None:
+    changed = BASE.replace(**{field: OTHER[field]})
+    assert changed.same_but_rate(BASE) == (field == "iops")
+    assert BASE.same_but_rate(changed) == (field == "iops")
+
+
+@pytest.mark.parametrize("iops", [None, 1000.0, 5.5])
+def test_same_but_rate_of_a_rate_alone(iops: float | None) -> None:
+    assert BASE.replace(iops=iops).same_but_rate(BASE)
