@@ -112,6 +112,5 @@ class LibaioEngine:
             return self._ctx.poll_ring()
         return self._ctx.getevents(min_nr, timeout_ns)
 
-
     def close(self) -> None:
         self._ctx.close()
