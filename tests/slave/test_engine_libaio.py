@@ -253,6 +253,40 @@ def test_choice_falls_back_to_the_thread_pool_with_a_warning(
         choose_engine("spdk", lun_file, 512)
 
 
+@pytest.mark.parametrize(
+    ("setups", "answers", "made"),
+    [
+        (["ok", "ok"], [None, None, None], 1),  # one test context per process
+        (["busy", "ok", "ok"], ["busy", None, None], 2),  # a failure is asked again
+        (["busy", "busy", "busy"], ["busy", "busy", "busy"], 3),
+    ],
+)
+def test_aio_is_tried_once_per_process_and_failures_again(
+    monkeypatch: pytest.MonkeyPatch, setups: list[str], answers: list[str | None], made: int
+) -> None:
+    """The test context's io_destroy waits for the kernel (30-50 ms): set up per workload, it
+    made 512 workloads take 20 s to create."""
+    if aio_abi.available() is not None:
+        pytest.skip("no native AIO here (the platform test comes first)")
+    outcomes = iter(setups)
+    contexts: list[str] = []
+
+    class Context:
+        def __init__(self, nr_events: int) -> None:
+            contexts.append(outcome := next(outcomes))
+            if outcome != "ok":
+                raise IoEngineError(f"io_setup: {outcome}")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(aio_abi, "_AVAILABLE", [])
+    monkeypatch.setattr(aio_abi, "AioContext", Context)
+    got = [aio_abi.available() for _ in answers]
+    assert [None if g is None else g.removeprefix("io_setup: ") for g in got] == answers
+    assert len(contexts) == made
+
+
 @needs_aio
 def test_auto_picks_libaio_where_o_direct_works(lun_file: str) -> None:
     assert choose_engine("auto", lun_file, 512).kind == "libaio"
