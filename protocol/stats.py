@@ -50,6 +50,9 @@ I64_MAX: Final = int(np.iinfo(np.int64).max)
 _N_COUNTERS: Final = N_CATEGORIES * 3
 _N_LAT: Final = N_CATEGORIES * N_KINDS * 3
 _N_HIST: Final = N_CATEGORIES * N_KINDS * N_BUCKETS
+_N_HEAD: Final = _N_COUNTERS + _N_LAT
+#: StatsBatch.drain gathers histogram cells in pieces of about this many
+_DRAIN_CELLS: Final = 1 << 20
 # record_one's bucket arithmetic (buckets.bucket_index_scalar): values below 2 * PLAT_VAL have a
 # bucket each; above, the group of bit length L starts at (L - PLAT_BITS) * PLAT_VAL
 _ONE_PER_VALUE: Final = 2 * PLAT_VAL
@@ -323,6 +326,43 @@ def _record_groups_in(
         np.maximum.at(root, lat + MAX, np.asarray(reduced[3 * kind + 2], dtype=np.int64)[k])
 
 
+#: The counters and latency triples of an empty block (WorkloadStats.reset)
+_EMPTY_HEAD: Final = WorkloadStats().buffer[:_N_HEAD].copy()
+
+
+def _drain_rows(
+    blocks: npt.NDArray[np.int64],
+    idx: npt.NDArray[np.intp],
+    seg_w: npt.NDArray[np.intp],
+    seg_row: npt.NDArray[np.intp],
+    first: npt.NDArray[np.intp],
+    last: npt.NDArray[np.intp],
+    ops: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint16], npt.NDArray[np.int64]]:
+    """``StatsBatch.drain`` on some histogram rows: batch row ``seg_row[i]`` is a row of block
+    ``idx[seg_w[i]]``, read and cleared from bucket ``first[i]`` to ``last[i]``, or whole when
+    its counts there do not add up to ``ops[i]``. Returns the nonzero cells as (rows, buckets,
+    counts), sorted as the rows come."""
+    for whole in (False, True):
+        lengths = last - first + 1
+        offsets = np.cumsum(lengths) - lengths
+        seg = np.repeat(np.arange(lengths.size), lengths)
+        bucket = np.arange(int(lengths.sum())) - np.repeat(offsets - first, lengths)
+        col = _N_HEAD + (seg_row % ROWS_PER_WORKLOAD)[seg] * N_BUCKETS + bucket
+        blk = idx[seg_w][seg]
+        vals = blocks[blk, col]
+        if whole:
+            break
+        short = np.add.reduceat(vals, offsets) != ops
+        if not short.any():
+            break
+        first = np.where(short, 0, first)
+        last = np.where(short, N_BUCKETS - 1, last)
+    nz = np.flatnonzero(vals)
+    blocks[blk[nz], col[nz]] = 0
+    return seg_row[seg[nz]].astype(np.uint32), bucket[nz].astype(np.uint16), vals[nz]
+
+
 @dataclass(frozen=True, eq=False)
 class StatsBatch:
     """Many workloads' statistics for one subinterval, in the sparse form that travels.
@@ -364,6 +404,67 @@ class StatsBatch:
             buckets=buckets.astype(np.uint16),
             counts=hist[rows, buckets].astype(np.int64),
         )
+
+    @classmethod
+    def drain(cls, blocks: npt.NDArray[np.int64],
+              slots: Sequence[int] | npt.NDArray[np.intp], audit: int | None = None
+              ) -> StatsBatch:
+        """The statistics of the blocks ``blocks[slots]`` (``blocks``: a (N,
+        WorkloadStats.SIZE) array or view, such as one side of a worker pool's shared region),
+        leaving each of those blocks empty, as ``WorkloadStats.reset`` would.
+
+        Reads and clears only what was recorded. A histogram row is looked at only when its
+        category counted operations, and then only between the buckets of its minimum and
+        maximum latency: every recording method keeps the counts there. A row whose counts
+        there do not add up to its operations is read and cleared whole, so the batch shows
+        what the block held and validation names it. ``audit``, an index into ``slots``: that
+        block is checked in full afterwards, and a count left outside what was read raises
+        ``ValueError`` (a caller auditing each block in turn finds a broken recording path).
+
+        A block is 152 KB. Copying, scanning and resetting 512 of them took the slave 94 ms
+        warm and 0.7 s when the copy was fresh memory; this takes 6-7 ms."""
+        idx = np.asarray(slots, dtype=np.intp).reshape(-1)
+        w = idx.size
+        head = blocks[idx, :_N_HEAD]
+        counters = np.ascontiguousarray(head[:, :_N_COUNTERS]).reshape(w, N_CATEGORIES, 3)
+        lat = np.ascontiguousarray(head[:, _N_COUNTERS:]).reshape(w, N_CATEGORIES, N_KINDS, 3)
+        # one segment per histogram row with operations, in row order
+        wi, ci = np.nonzero(counters[:, :, OPS] > 0)
+        seg_w = np.repeat(wi, N_KINDS)
+        seg_c = np.repeat(ci, N_KINDS)
+        seg_k = np.tile(np.arange(N_KINDS), wi.size)
+        seg_ops = counters[seg_w, seg_c, OPS]
+        low, high = lat[seg_w, seg_c, seg_k, MIN], lat[seg_w, seg_c, seg_k, MAX]
+        sane = (low >= 0) & (low <= high)
+        first = np.where(sane, bucket_index(np.where(sane, low, 0)), 0)
+        last = np.where(sane, bucket_index(np.where(sane, high, 0)), N_BUCKETS - 1)
+        seg_row = seg_w * ROWS_PER_WORKLOAD + seg_c * N_KINDS + seg_k
+        parts = []
+        # in pieces of about a million cells, so the temporaries stay a few tens of MB
+        lengths = last - first + 1
+        ends = np.cumsum(lengths)
+        a = 0
+        while a < seg_row.size:
+            b = int(np.searchsorted(ends, ends[a] - lengths[a] + _DRAIN_CELLS, side="right"))
+            b = max(b, a + 1)
+            parts.append(_drain_rows(blocks, idx, seg_w[a:b], seg_row[a:b], first[a:b],
+                                     last[a:b], seg_ops[a:b]))
+            a = b
+        blocks[idx, :_N_HEAD] = _EMPTY_HEAD
+        if audit is not None and blocks[idx[audit], _N_HEAD:].any():
+            left = blocks[idx[audit], _N_HEAD:].reshape(ROWS_PER_WORKLOAD, N_BUCKETS)
+            row, bucket = (int(v[0]) for v in np.nonzero(left))
+            raise ValueError(
+                f"block {int(idx[audit])}: histogram row {row} (category {row // N_KINDS}, "
+                f"kind {row % N_KINDS}) kept {int(np.count_nonzero(left))} nonzero buckets "
+                f"outside its recorded range, the first at bucket {bucket}")
+        if not parts:
+            return cls(counters=counters, lat=lat, rows=np.zeros(0, dtype=np.uint32),
+                       buckets=np.zeros(0, dtype=np.uint16), counts=np.zeros(0, dtype=np.int64))
+        return cls(counters=counters, lat=lat,
+                   rows=np.concatenate([p[0] for p in parts]),
+                   buckets=np.concatenate([p[1] for p in parts]),
+                   counts=np.concatenate([p[2] for p in parts]))
 
     @classmethod
     def concat(cls, batches: Sequence[StatsBatch]) -> StatsBatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from protocol import stats as stats_mod
 from protocol.errors import RemoteProtocolError
 from protocol.histogram import LatencyHistogram
 from protocol.stats import (
@@ -306,3 +307,122 @@ def test_record_one_refuses_negative_latency(svc: int, rsp: int) -> None:
     with pytest.raises(ValueError, match=">= 0"):
         st.record_one(0, svc, rsp, 4096)
     assert st == WorkloadStats()
+
+
+def _region_of(fills: list[str], seed: int) -> np.ndarray:
+    """A worker-like region: (len(fills), 2, SIZE) blocks, side 0 filled as each case says,
+    side 1 with something else (drain must leave it alone)."""
+    rng = np.random.default_rng(seed)
+    z = WorkloadStats.SIZE
+    region = np.zeros((len(fills), 2, z), dtype=np.int64)
+    for i, how in enumerate(fills):
+        st, other = WorkloadStats(region[i, 0]), WorkloadStats(region[i, 1])
+        st.reset()
+        other.reset()
+        other.record_one(1, 1000 + i, 2000 + i, 512)
+        n = int(rng.integers(1, 300))
+        svc = rng.lognormal(11, 2, n).astype(np.int64)
+        rsp = svc + rng.integers(0, 10**6, n)
+        cat = rng.integers(0, 4, n)
+        if how == "record":
+            st.record(cat, svc, rsp, 4096)
+        elif how == "record_one":
+            for c, s, r in zip(cat.tolist(), svc.tolist(), rsp.tolist(), strict=True):
+                st.record_one(c, s, r, 4096)
+        elif how == "seams":
+            st.record(np.arange(len(_SEAMS)) % 4, np.array(_SEAMS), np.array(_SEAMS[::-1]), 512)
+        elif how == "one value":
+            st.record(2, np.full(n, 77_777), np.full(n, 77_777), 512)
+        elif how == "errors only":
+            st.record_errors(3, 5)
+        elif how == "bytes without latency":  # not a state recording makes; drained as is
+            st.counters[0, BYTES] = 4096
+        elif how not in ("empty", "groups"):
+            raise AssertionError(how)
+    if "groups" in fills:  # several blocks at once through the shared region's path
+        mine = [WorkloadStats(region[i, 0]) for i, how in enumerate(fills) if how == "groups"]
+        sizes = rng.integers(1, 40, 3 * len(mine))
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
+        n = int(sizes.sum())
+        svc = rng.integers(0, 5_000_000_000, n).astype(np.int64)
+        record_groups([mine[g % len(mine)] for g in range(sizes.size)],
+                      rng.integers(0, 4, sizes.size).tolist(), starts, svc,
+                      svc + rng.integers(0, 10**6, n), np.full(n, 4096, dtype=np.int64))
+    return region
+
+
+@pytest.mark.parametrize("fills", [
+    ["record", "record_one", "seams", "one value", "errors only", "empty", "groups", "groups"],
+    ["empty"] * 5,
+    ["record"] * 40,
+    ["bytes without latency", "record"],
+    [],
+])
+@pytest.mark.parametrize("pieces", ["one piece", "a piece per row"])
+def test_drain_equals_a_copy_and_leaves_the_blocks_empty(
+    fills: list[str], pieces: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if pieces == "a piece per row":  # the gather in pieces must not change the result
+        monkeypatch.setattr(stats_mod, "_DRAIN_CELLS", 1)
+    region = _region_of(fills, seed=len(fills))
+    before = region.copy()
+    slots = np.arange(len(fills))[::-1].copy()  # any order of slots
+    got = StatsBatch.drain(region[:, 0], slots)
+    want = StatsBatch.from_flat(before[slots, 0])
+    for name in ("counters", "lat", "rows", "buckets", "counts"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    got.validate()
+    empty = WorkloadStats().buffer
+    assert all(np.array_equal(region[i, 0], empty) for i in range(len(fills)))
+    assert np.array_equal(region[:, 1], before[:, 1])  # the other side is untouched
+
+
+def test_drain_leaves_slots_it_was_not_asked_for() -> None:
+    region = _region_of(["record", "record", "record"], seed=3)
+    before = region.copy()
+    got = StatsBatch.drain(region[:, 0], [1])
+    assert got.n_workloads == 1 and got.workload(0) == WorkloadStats(before[1, 0].copy())
+    assert np.array_equal(region[[0, 2]], before[[0, 2]])
+
+
+@pytest.mark.parametrize("break_it", ["a latency without its minimum and maximum",
+                                      "an operation without latencies",
+                                      "a count inside the range"])
+def test_drain_reads_a_row_whole_when_its_counts_do_not_add_up(break_it: str) -> None:
+    """A row whose counts between its minimum's and maximum's buckets do not add up to its
+    operations is read and cleared whole: the batch shows what the block held, and
+    validation names what does not add up."""
+    region = _region_of(["record", "record"], seed=9)
+    st = WorkloadStats(region[1, 0])
+    c = int(np.flatnonzero(st.counters[:, OPS])[0])
+    if break_it == "a latency without its minimum and maximum":  # outside the range
+        st.counters[c, OPS] += 1
+        st.hist[c, :, 3] += 1
+    elif break_it == "an operation without latencies":
+        st.counters[c, OPS] += 1
+    else:
+        st.hist[c, 1, int(np.flatnonzero(st.hist[c, 1])[-1])] += 1
+    before = region.copy()
+    got = StatsBatch.drain(region[:, 0], [0, 1], audit=1)
+    want = StatsBatch.from_flat(before[:, 0])
+    for name in ("counters", "lat", "rows", "buckets", "counts"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    assert np.array_equal(region[1, 0], WorkloadStats().buffer)
+    if break_it != "a latency without its minimum and maximum":  # that one adds up
+        with pytest.raises(RemoteProtocolError):
+            got.validate()
+
+
+@pytest.mark.parametrize("bucket", [3, 2000, -1])
+def test_drain_audit_finds_a_count_outside_the_recorded_range(bucket: int) -> None:
+    """A count outside [bucket(min), bucket(max)] is not read (no recording method puts one
+    there: the equality test above would miss it). The audit of that block finds it."""
+    region = _region_of(["record", "record"], seed=9)
+    st = WorkloadStats(region[1, 0])
+    c = int(np.flatnonzero(st.counters[:, OPS])[0])
+    st.hist[c, 1, bucket] += 1
+    StatsBatch.drain(region[:, 0].copy(), [0, 1], audit=0)  # another block: not seen
+    with pytest.raises(ValueError, match=f"block 1: histogram row {2 * c + 1} .*kept 1 "
+                       f"nonzero buckets outside its recorded range, the first at bucket "
+                       f"{bucket % 2369}"):
+        StatsBatch.drain(region[:, 0], [0, 1], audit=1)
