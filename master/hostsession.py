@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from protocol.messages import (
     DeleteWorkload,
     DiscoverLuns,
     EditWorkload,
+    EditWorkloads,
     Error,
     Go,
     Hello,
@@ -256,6 +257,13 @@ class HostSession:
     async def edit(self, workload_id: str, params: dict[str, Any]) -> Ack | Error:
         seq = self._next_seq()
         reply = await self._request(EditWorkload(seq, workload_id, params), key=seq)
+        assert isinstance(reply, Ack | Error)
+        return reply
+
+    async def edit_many(self, edits: Sequence[tuple[str, dict[str, Any]]]) -> Ack | Error:
+        """Edits of many workloads in one request (``EditWorkloads``): all hold, or none."""
+        seq = self._next_seq()
+        reply = await self._request(EditWorkloads(seq, [[wid, p] for wid, p in edits]), key=seq)
         assert isinstance(reply, Ack | Error)
         return reply
 

@@ -17,7 +17,7 @@ The conversation (see ``protocol/SPEC.md`` for the full story)::
           ◄───────────────────────────────── Pong × n
     DiscoverLuns ──────────────────────────►
           ◄───────────────────────────────── LunList
-    CreateWorkload / EditWorkload / DeleteWorkload ─►
+    CreateWorkload / EditWorkload(s) / DeleteWorkload ─►
           ◄───────────────────────────────── Ack (or Error, e.g. preflight refused)
     Go(start, subinterval, rollup plan) ───►
           ◄───────────────────────────────── SubintervalResult 0, 1, ... (per rollup group)
@@ -137,6 +137,18 @@ class EditWorkload(Message):
     seq: int
     workload_id: str
     params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EditWorkloads(Message):
+    """Master → slave: ``EditWorkload`` for many workloads in one request, all or none:
+    ``edits`` is a list of ``[workload_id, params]``. One ``Ack``, or one ``Error`` naming the
+    first workload refused, and then no edit of the request holds. DFC edits every workload of
+    its instances every subinterval: one request per host, not one per workload."""
+
+    CODE: ClassVar[int] = 21
+    seq: int
+    edits: list[list[Any]]
 
 
 @dataclass(frozen=True)
@@ -331,6 +343,7 @@ MESSAGE_TYPES: Final[tuple[type[Message], ...]] = (
     Bye,
     WindowRequest,
     WindowResult,
+    EditWorkloads,
 )
 
 BY_CODE: Final[dict[int, type[Message]]] = {t.CODE: t for t in MESSAGE_TYPES}

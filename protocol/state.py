@@ -32,6 +32,7 @@ from protocol.messages import (
     DeleteWorkload,
     DiscoverLuns,
     EditWorkload,
+    EditWorkloads,
     Error,
     Go,
     Hello,
@@ -65,7 +66,7 @@ class State(enum.Enum):
 
 
 M, S = Role.MASTER, Role.SLAVE
-_EDITS: Final = (CreateWorkload, EditWorkload, DeleteWorkload)
+_EDITS: Final = (CreateWorkload, EditWorkload, EditWorkloads, DeleteWorkload)
 _SLAVE_CHATTER: Final = (Pong, Ack, Log, Error)
 
 

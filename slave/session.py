@@ -33,6 +33,7 @@ from protocol.messages import (
     DeleteWorkload,
     DiscoverLuns,
     EditWorkload,
+    EditWorkloads,
     Error,
     Go,
     Hello,
@@ -204,6 +205,7 @@ class SlaveSession:
             DiscoverLuns: self._on_discover,
             CreateWorkload: self._on_create,
             EditWorkload: self._on_edit,
+            EditWorkloads: self._on_edits,
             DeleteWorkload: self._on_delete,
             Go: self._on_go,
             Continue: self._on_continue,
@@ -378,25 +380,57 @@ class SlaveSession:
         self.lun_of[wid] = lun
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(), info=info))
 
+    def _edited(self, wid: str, raw: dict[str, Any]) -> WorkloadParams:
+        """The parameters ``wid`` would run with after edit ``raw``; ``ValueError`` if refused."""
+        base = self.params.get(wid)
+        if base is None:
+            raise ValueError(f"no workload {wid} on this host")
+        params = self._params(raw, base)
+        if params.writes and not base.writes:
+            raise ValueError(
+                "an edit cannot turn a read-only workload into one that writes (that needs "
+                "the write preflight): delete the workload and create it again"
+            )
+        _check_fits(params, self.lun_of[wid])
+        return params
+
     def _on_edit(self, msg: EditWorkload) -> None:
         wid = msg.workload_id
-        base = self.params.get(wid)
         try:
-            if base is None:
-                raise ValueError(f"no workload {wid} on this host")
-            params = self._params(msg.params, base)
-            if params.writes and not base.writes:
-                raise ValueError(
-                    "an edit cannot turn a read-only workload into one that writes (that needs "
-                    "the write preflight): delete the workload and create it again"
-                )
-            _check_fits(params, self.lun_of[wid])
+            params = self._edited(wid, msg.params)
             self.backend.edit(wid, params)
         except (IvyError, ValueError, TypeError) as exc:
             self._refuse(msg.seq, "config", f"edit of {wid}: {exc}", wid)
             return
         self.params[wid] = params
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
+
+    def _on_edits(self, msg: EditWorkloads) -> None:
+        """Every edit is checked before any is made: one refused refuses the request."""
+        staged: dict[str, WorkloadParams] = {}
+        for entry in msg.edits:
+            wid = entry[0] if isinstance(entry, list | tuple) and entry else "?"
+            try:
+                if not (isinstance(entry, list | tuple) and len(entry) == 2
+                        and isinstance(wid, str) and isinstance(entry[1], dict)):
+                    raise ValueError(f"an edit is [workload_id, params], not {entry!r:.80}")
+                if wid in staged:
+                    raise ValueError("named twice in one request")
+                staged[wid] = self._edited(wid, entry[1])
+            except (IvyError, ValueError, TypeError) as exc:
+                self._refuse(msg.seq, "config", f"edit of {wid}: {exc} (no edit of the "
+                             f"{len(msg.edits)} in this request was made)", str(wid))
+                return
+        for done, (wid, params) in enumerate(staged.items()):
+            try:
+                self.backend.edit(wid, params)
+            except IvyError as exc:  # checked above: the backend lost the workload
+                self._refuse(msg.seq, "internal", f"edit of {wid}: {exc} (the {done} edits "
+                             "before it in this request hold)", wid)
+                return
+            self.params[wid] = params
+        self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(),
+                      info={"edited": len(staged)}))
 
     def _on_delete(self, msg: DeleteWorkload) -> None:
         wid = msg.workload_id
@@ -596,9 +630,9 @@ def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
 
 def _check_fits(params: WorkloadParams, lun: lunmod.LunInfo) -> None:
     """Refuse parameters the I/O sequencer cannot run on this LUN (``ValueError``)."""
-    from slave.sequencer import Sequencer
+    from slave.sequencer import check_fits
 
-    Sequencer(params, lun_size_bytes=lun.size_bytes, logical_block_bytes=lun.logical_block_bytes)
+    check_fits(params, lun_size_bytes=lun.size_bytes, logical_block_bytes=lun.logical_block_bytes)
 
 
 def stderr_logging(level: int = logging.INFO) -> None:

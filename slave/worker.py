@@ -70,7 +70,7 @@ from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
-from slave.sequencer import Sequencer
+from slave.sequencer import check_fits
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class _WorkerControl:
                 kind = engine_choice  # one fake engine per distinct script
                 self.loop.register_engine_kind(kind, _make_fake(engine_choice))
             engine = self.loop.engine(kind)
-            Sequencer(params, lun_size_bytes=size, logical_block_bytes=lbs)  # validates range
+            check_fits(params, lun_size_bytes=size, logical_block_bytes=lbs)
             key = (path, kind, params.writes)
             fd = self._open(path, kind, params.writes, engine.open_flags)
             n = WorkloadStats.SIZE
@@ -281,10 +281,8 @@ class _WorkerControl:
             self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
             return
         try:
-            Sequencer(
-                params, lun_size_bytes=spec.lun_size_bytes,
-                logical_block_bytes=spec.logical_block_bytes,
-            )
+            check_fits(params, lun_size_bytes=spec.lun_size_bytes,
+                       logical_block_bytes=spec.logical_block_bytes)
             if params.writes and not spec.params.writes:
                 raise ValueError("an edit cannot turn a read-only workload into one that writes")
         except ValueError as exc:

@@ -19,6 +19,7 @@ from protocol.messages import (
     CreateWorkload,
     DeleteWorkload,
     EditWorkload,
+    EditWorkloads,
     Error,
     Go,
     Hello,
@@ -200,6 +201,73 @@ def test_refused_creates_name_the_reason(
     assert isinstance(err, Error) and err.kind == kind and err.seq == 5 and text in err.message
     assert err.workload_id == f"h1:{lun}:w"
     assert not h.backend.workloads
+
+
+@pytest.mark.parametrize(
+    "wid, params, text",
+    [
+        ("h1:/dev/fake0:w", {"blocksize_bytes": 1000}, "1000 is not a multiple of 512"),
+        ("h1:/dev/fake0:w", {"range_start_bytes": 1 << 40}, "no whole 4096-byte block"),
+        ("h1:/dev/fake0:w", {"read_fraction": 0.5}, "read-only workload into one that writes"),
+        ("h1:/dev/fake0:w", {"nonsense": 1}, "nonsense"),
+        ("h1:/dev/fake0:w", {"iops": -5}, "iops"),
+        ("h1:/dev/fake0:other", {"iops": 5}, "no workload h1:/dev/fake0:other"),
+    ],
+)
+def test_refused_edits_name_the_reason_and_change_nothing(
+    wid: str, params: dict[str, Any], text: str
+) -> None:
+    h = Harness()
+    h.hello()
+    _create(h, 2, "h1:/dev/fake0:w")
+    before = h.session.params["h1:/dev/fake0:w"]
+    (err,) = h.send(EditWorkload(3, wid, params))
+    assert isinstance(err, Error) and err.kind == "config" and err.seq == 3, err
+    assert text in err.message and f"edit of {wid}" in err.message and err.workload_id == wid
+    assert h.session.params["h1:/dev/fake0:w"] is before
+    assert [c for c in h.backend.calls if c[0] == "edit"] == []
+
+
+def test_edits_of_many_workloads_in_one_request() -> None:
+    h = Harness()
+    h.hello()
+    for i, wid in enumerate("abc"):
+        _create(h, 1 + i, f"h1:/dev/fake0:{wid}")
+    _go(h, 0, 10 * SUB, SUB)
+    assert [type(m) for m in h.tick(11 * SUB)] == [SubintervalResult]
+    assert h.send(Continue(2)) == []
+    edits = [["h1:/dev/fake0:a", {"iops": 300}], ["h1:/dev/fake0:c", {"iops": 50.5}]]
+    (ack,) = h.send(EditWorkloads(4, edits))
+    assert ack == Ack(4, 2, {"edited": 2})
+    assert [c for c in h.backend.calls if c[0] == "edit"] == [("edit", 300.0), ("edit", 50.5)]
+    assert [h.session.params[f"h1:/dev/fake0:{w}"].iops for w in "abc"] == [300.0, 100.0, 50.5]
+
+
+@pytest.mark.parametrize(
+    "bad, named, text",
+    [
+        (["h1:/dev/fake0:b", {"iops": -5}], "h1:/dev/fake0:b", "iops"),
+        (["h1:/dev/fake0:zz", {"iops": 5}], "h1:/dev/fake0:zz", "no workload h1:/dev/fake0:zz"),
+        (["h1:/dev/fake0:b", {"read_fraction": 0.5}], "h1:/dev/fake0:b", "one that writes"),
+        (["h1:/dev/fake0:a", {"iops": 7}], "h1:/dev/fake0:a", "named twice in one request"),
+        (["h1:/dev/fake0:b"], "h1:/dev/fake0:b", "an edit is [workload_id, params]"),
+        ([7, {"iops": 7}], "7", "an edit is [workload_id, params]"),
+    ],
+)
+def test_a_request_of_edits_with_one_refused_changes_nothing(
+    bad: Any, named: str, text: str
+) -> None:
+    h = Harness()
+    h.hello()
+    for i, wid in enumerate("ab"):
+        _create(h, 1 + i, f"h1:/dev/fake0:{wid}")
+    before = dict(h.session.params)
+    (err,) = h.send(EditWorkloads(5, [["h1:/dev/fake0:a", {"iops": 300}], bad]))
+    assert isinstance(err, Error) and err.kind == "config" and err.seq == 5, err
+    assert err.workload_id == named and f"edit of {named}: " in err.message
+    assert text in err.message and "no edit of the 2 in this request was made" in err.message
+    assert h.session.params == before
+    assert [c for c in h.backend.calls if c[0] == "edit"] == []
 
 
 def test_a_write_is_checked_against_the_lun_as_it_is_at_create() -> None:

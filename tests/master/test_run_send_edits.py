@@ -1,0 +1,68 @@
+"""``Run._send_edits``: one ``EditWorkloads`` request per host; a host's refusal names host and
+workload, and says which hosts' edits were made (those are noted for the rows)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from master.run import Run
+from protocol.errors import HostError
+from protocol.messages import Ack, Error
+
+
+class Session:
+    def __init__(self, reply: Ack | Error) -> None:
+        self.reply = reply
+        self.requests: list[list[tuple[str, dict[str, Any]]]] = []
+
+    async def edit_many(self, edits: list[tuple[str, dict[str, Any]]]) -> Ack | Error:
+        self.requests.append(list(edits))
+        return self.reply
+
+
+def _send(replies: dict[str, Ack | Error]) -> tuple[Any, SimpleNamespace, list[Any]]:
+    run = SimpleNamespace(sessions={h: Session(r) for h, r in replies.items()},
+                          pending_edits=[])
+    changes = [(SimpleNamespace(host=h, id=f"{h}:/dev/x:w{i}"), {"iops": 10.0 * i})
+               for i in range(3) for h in replies]
+    try:
+        out: Any = asyncio.run(Run._send_edits(run, None, changes, source="dfc"))  # type: ignore[arg-type]
+    except HostError as exc:
+        out = exc
+    return out, run, changes
+
+
+def test_one_request_per_host_and_the_latest_subinterval() -> None:
+    got, run, changes = _send({"h1": Ack(1, 7), "h2": Ack(1, 8)})
+    assert got == 8
+    for host in ("h1", "h2"):
+        (request,) = run.sessions[host].requests
+        assert request == [(inst.id, p) for inst, p in changes if inst.host == host]
+    assert sorted(run.pending_edits) == sorted(
+        ({"h1": 7, "h2": 8}[inst.host], inst.id, p) for inst, p in changes)
+
+
+@pytest.mark.parametrize(("replies", "held"), [
+    ({"h1": Error("config", "edit of h2:/dev/x:w1: no", 1, "h2:/dev/x:w1"), "h2": Ack(1, 5)},
+     ["h2"]),
+    ({"h1": Error("config", "edit of h1:/dev/x:w0: no", 1, "h1:/dev/x:w0")}, []),
+])
+def test_a_refusal_names_host_and_workload_and_what_was_made(
+    replies: dict[str, Ack | Error], held: list[str]
+) -> None:
+    got, run, changes = _send(replies)
+    assert isinstance(got, HostError) and got.host == "h1"
+    err = replies["h1"]
+    assert isinstance(err, Error)
+    assert f"dfc edit of {err.workload_id} refused: {err.message}" in str(got)
+    if held:
+        assert "the edits on h2 were made and hold from subinterval 5" in str(got)
+    else:
+        assert "were made" not in str(got)
+    # the rows show what holds: the hosts that took their edits, and only them
+    assert sorted(run.pending_edits) == sorted(
+        (5, inst.id, p) for inst, p in changes if inst.host in held)
