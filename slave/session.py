@@ -17,7 +17,7 @@ import logging
 import os
 import platform
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -90,6 +90,9 @@ class Backend(Protocol):
         as ``{"engine": "libaio"}``."""
 
     def edit(self, workload_id: str, params: WorkloadParams) -> None: ...
+
+    def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
+        """``edit`` for each; all of them, or (raising) none."""
 
     def delete(self, workload_id: str) -> None: ...
 
@@ -421,14 +424,13 @@ class SlaveSession:
                 self._refuse(msg.seq, "config", f"edit of {wid}: {exc} (no edit of the "
                              f"{len(msg.edits)} in this request was made)", str(wid))
                 return
-        for done, (wid, params) in enumerate(staged.items()):
-            try:
-                self.backend.edit(wid, params)
-            except IvyError as exc:  # checked above: the backend lost the workload
-                self._refuse(msg.seq, "internal", f"edit of {wid}: {exc} (the {done} edits "
-                             "before it in this request hold)", wid)
-                return
-            self.params[wid] = params
+        try:
+            self.backend.edit_many(list(staged.items()))
+        except IvyError as exc:  # checked above: the backend lost a workload
+            self._refuse(msg.seq, "internal", f"edits: {exc} (none of this request was made)",
+                         "")
+            return
+        self.params.update(staged)
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(),
                       info={"edited": len(staged)}))
 

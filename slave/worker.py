@@ -54,6 +54,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Final
@@ -186,6 +187,9 @@ class _WorkerControl:
             self._create(*msg[1:])
         elif kind == "edit":
             self._edit(msg[1], msg[2])
+        elif kind == "edits":
+            for wid, params in msg[1]:
+                self._edit(wid, params)
         elif kind == "delete":
             self._stage("delete", msg[1])
         elif kind == "go":
@@ -609,6 +613,18 @@ class WorkerPool:
         e = self._entry(workload_id)
         e.params = params
         self._send(self._workers[e.info.worker], ("edit", workload_id, params))
+
+    def edit_workloads(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
+        """``edit_workload`` for many, one message per worker (a message per edit cost the
+        slave ~15 % of its time under DFC of 1,024 workloads). An unknown workload raises
+        ``WorkerError`` before anything is sent."""
+        entries = [self._entry(wid) for wid, _ in edits]
+        by_worker: dict[int, list[tuple[str, WorkloadParams]]] = {}
+        for e, (wid, params) in zip(entries, edits, strict=True):
+            e.params = params
+            by_worker.setdefault(e.info.worker, []).append((wid, params))
+        for index, items in by_worker.items():
+            self._send(self._workers[index], ("edits", items))
 
     def delete_workload(self, workload_id: str) -> None:
         """Delete at the next boundary; its last subinterval is still collected."""

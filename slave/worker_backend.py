@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from slave.luns import LunInfo
@@ -53,6 +54,9 @@ class WorkerBackend:
 
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.pool.edit_workload(workload_id, params)
+
+    def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
+        self.pool.edit_workloads(edits)
 
     def delete(self, workload_id: str) -> None:
         self.pool.delete_workload(workload_id)

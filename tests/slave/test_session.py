@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,10 @@ class FakeBackend:
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.workloads[workload_id] = params
         self.calls.append(("edit", params.iops))
+
+    def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
+        for wid, params in edits:
+            self.edit(wid, params)
 
     def delete(self, workload_id: str) -> None:
         del self.workloads[workload_id]

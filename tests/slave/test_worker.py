@@ -149,6 +149,30 @@ def test_lifecycle_edit_delete_across_two_workers(pool: WorkerPool) -> None:
         _assert_counted(wid, 0, 0, ops[wid], rates[wid], worker[wid], lags)
 
 
+def test_edits_of_many_workloads_in_one_message_per_worker(pool: WorkerPool) -> None:
+    a = pool.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=500.0), **LUN)
+    b = pool.create_workload(B, "/dev/zero", FAKE, WorkloadParams(iops=500.0), **LUN)
+    assert a.worker != b.worker
+    t0 = start(pool)
+    results = [pool.collect(0, deadline(t0, 0))]
+    with pytest.raises(WorkerError, match="no workload h:nope"):
+        pool.edit_workloads([(A, WorkloadParams(iops=2000.0)), ("h:nope", WorkloadParams())])
+    assert pool._entries[A].params.iops == 500.0  # refused before anything was sent
+    pool.edit_workloads([(A, WorkloadParams(iops=1000.0)), (B, WorkloadParams(iops=250.0))])
+    pool.keep_going()
+    for k in range(1, 5):
+        results.append(pool.collect(k, deadline(t0, k)))
+        pool.keep_going()
+    pool.stop()
+    ops = {wid: [r.stats[wid].ops() for r in results] for wid in (A, B)}
+    rates = {A: [500.0] * 2 + [1000.0] * 3, B: [500.0] * 2 + [250.0] * 3}
+    worker = {A: a.worker, B: b.worker}
+    lags = _lags_s(results, worker, rates)  # (each workload shows its worker's lag after 2)
+    for wid in (A, B):
+        _assert_counted(wid, 0, 0, ops[wid], rates[wid], worker[wid], lags)
+        _assert_counted(wid, 3, 3, ops[wid], rates[wid], worker[wid], lags)
+
+
 def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
     pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(iodepth=4), **LUN)
     t0 = start(pool)
