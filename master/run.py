@@ -15,6 +15,7 @@ Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host fai
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -56,7 +57,7 @@ from protocol.errors import (
     PreflightError,
     ProtocolError,
 )
-from protocol.messages import Error, SubintervalResult
+from protocol.messages import MAX_WORKLOADS_PER_HOST, Error, SubintervalResult
 
 log = logging.getLogger(__name__)
 
@@ -381,6 +382,19 @@ class Run:
             text = "; ".join(r.message for r in (pre or refused))
             raise PreflightError(text) if pre else ConfigError(text)
 
+    def _check_per_host(self, step: StepConfig, instances: list[WorkloadInstance]) -> None:
+        """Refuse, before any workload is created, a step that gives a host more workloads
+        than a slave runs."""
+        per_host = collections.Counter(i.host for i in instances)
+        over = {h: n for h, n in per_host.items() if n > MAX_WORKLOADS_PER_HOST}
+        if over:
+            hosts = ", ".join(f"{h} {n:,}" for h, n in sorted(over.items()))
+            raise ConfigError(
+                f"step {step.name} gives hosts more workloads than a slave runs "
+                f"({MAX_WORKLOADS_PER_HOST:,}): {hosts}; spread them over more hosts",
+                key_path=f"steps[{step.source_index}].workloads", file=self.cfg.source_file,
+                line=step.line or None)
+
     def _rollup_edits(self, step: StepConfig, instances: list[WorkloadInstance]) -> list[str]:
         return apply_rollup_edits(step.edit_rollup, instances, self.rollups,
                                   key_path=f"steps[{step.source_index}].edit_rollup",
@@ -391,6 +405,7 @@ class Run:
     async def _run_step(self, number: int, step: StepConfig) -> bool:
         assert self.output is not None
         instances = expand_step(step, self.selected)
+        self._check_per_host(step, instances)
         for text in self._rollup_edits(step, instances):
             self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)
         self._apply_iops_curve(number, step, instances)

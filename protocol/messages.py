@@ -115,6 +115,10 @@ class LunList(Message):
 
 
 # --------------------------------------------------------------------------- workloads
+#: Workloads one slave runs at most (its shared statistics region has a block pair for each).
+MAX_WORKLOADS_PER_HOST: Final = 1024
+
+
 @dataclass(frozen=True)
 class CreateWorkload(Message):
     """Master → slave: create a workload (id ``host:lun:name``) on a LUN. ``params`` holds the

@@ -63,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
+from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.stats import StatsBatch, WorkloadStats
 from slave.engine import choose_engine, files
 from slave.engine.base import SlotTable
@@ -446,7 +447,7 @@ class WorkerPool:
         self,
         n_workers: int | None = None,
         *,
-        max_workloads: int = 1024,
+        max_workloads: int = MAX_WORKLOADS_PER_HOST,
         cpus: list[int | None] | None = None,
     ) -> None:
         if cpus is None:
@@ -577,7 +578,8 @@ class WorkerPool:
         if workload_id in self._entries:
             raise WorkerError(f"workload {workload_id} exists already", worker=-1)
         if not self._free_slots:
-            raise WorkerError(f"more than {self.max_workloads} workloads", worker=-1)
+            raise WorkerError(f"more than {self.max_workloads} workloads on this host",
+                              worker=-1)
         w = self._pick_worker(lun_path)
         slot = self._free_slots.pop()
         self._stats(slot, 0).reset()

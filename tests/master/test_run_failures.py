@@ -292,3 +292,23 @@ def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> N
     assert len(created) == 1, created
     assert re.fullmatch(rf"workload localhost:\S*lun-pin:rr created \(engine "
                         rf"(libaio|threadpool), worker 0 on CPU {cpu}\)", created[0]), created
+
+
+def test_more_workloads_on_a_host_than_a_slave_runs_is_refused_before_any_io(
+        tmp_path: Path) -> None:
+    specs = "\n".join(f"      - {{name: w{i}, iosequencer: random_steady, blocksize: 4KiB, "
+                      f"iodepth: 1, iops: 1}}" for i in range(513))
+    luns = "\n".join(f'  - {{hosts: localhost, file: "${{output_root}}/lun-many{j}", '
+                     f"size: 1MiB, create: true}}" for j in range(2))
+    cfg = write_config(tmp_path, f"test: many\nsubinterval_seconds: 1\nhosts: [localhost]\n"
+                       f"luns:\n{luns}\nsteps:\n  - name: crowd\n    workloads:\n{specs}\n"
+                       f"    measure_seconds: 1\n")
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    line = err.strip().splitlines()[-1]
+    assert "test.yaml:8: steps[0].workloads: step crowd gives hosts more workloads than a " \
+           "slave runs (1,024): localhost 1,026; spread them over more hosts" in line, line
+    folder = run_folder(tmp_path, "many")
+    assert not list(folder.glob("step*")), "no I/O may have started"
+    assert "created" not in (folder / "events.csv").read_text()
