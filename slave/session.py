@@ -411,11 +411,10 @@ class SlaveSession:
     def _on_edits(self, msg: EditWorkloads) -> None:
         """Every edit is checked before any is made: one refused refuses the request."""
         staged: dict[str, WorkloadParams] = {}
-        for entry in msg.edits:
-            wid = entry[0] if isinstance(entry, list | tuple) and entry else "?"
+        for entry in msg.edits:  # each a list (the codec checks that much)
+            wid = entry[0] if entry else "?"
             try:
-                if not (isinstance(entry, list | tuple) and len(entry) == 2
-                        and isinstance(wid, str) and isinstance(entry[1], dict)):
+                if len(entry) != 2 or not isinstance(wid, str) or not isinstance(entry[1], dict):
                     raise ValueError(f"an edit is [workload_id, params], not {entry!r:.80}")
                 if wid in staged:
                     raise ValueError("named twice in one request")
