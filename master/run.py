@@ -610,19 +610,19 @@ class Run:
             self.sessions[host].edit_many([(inst.id, params) for inst, params in edits])
             for host, edits in by_host.items()))
         effective = -1
-        refused: list[tuple[str, Error]] = []
+        refused: tuple[str, Error] | None = None  # the first host that refused
         held: list[str] = []
         for (host, edits), reply in zip(by_host.items(), replies, strict=True):
             if isinstance(reply, Error):
-                refused.append((host, reply))
+                refused = refused or (host, reply)
                 continue
             effective = max(effective, reply.effective_subinterval)
             # the other hosts' edits hold even when one host refused its own
             held.append(host)
             self.pending_edits += [(reply.effective_subinterval, inst.id, params)
                                    for inst, params in edits]
-        if refused:
-            host, err = refused[0]
+        if refused is not None:
+            host, err = refused
             also = (f"; the edits on {', '.join(held)} were made and hold from subinterval "
                     f"{effective}" if held else "")
             raise HostError(f"{source} edit of {err.workload_id} refused: {err.message}{also}",
