@@ -53,7 +53,8 @@ class LibaioEngine:
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
-        self._addr.take(slots, out=self._ptrs[:n])
+        # "clip": the slots are the caller's own; the default "raise" copies ``out`` first
+        self._addr.take(slots, out=self._ptrs[:n], mode="clip")
         self._submit_ptrs(n)
 
     def submit_list(self, slots: list[int]) -> None:

@@ -714,3 +714,42 @@ def test_a_workload_id_is_added_once_and_found_by_id() -> None:
     loop.add_workload(spec(loop, "a", p.replace(iodepth=3)), None)  # a new one of that id
     loop.edit_workload("a", p.replace(iops=5.0), None)
     assert loop.workload_ids() == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("params", "loop_name"),
+    [
+        (WorkloadParams(iodepth=8), "_loop_single"),  # completion times noted per batch
+        (WorkloadParams(iodepth=2), "_loop_scalar"),
+        (WorkloadParams(iodepth=8, iops=2000.0), "_loop_paced"),
+        (WorkloadParams(iodepth=8, busy_poll=True), "_complete"),  # the general path
+    ],
+)
+def test_every_loop_times_service_from_submit_to_reap(
+    params: WorkloadParams, loop_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device that takes exactly 2 ms: every loop's service times start at 2 ms and, reaped
+    at once, stay near it (a completion time written to the wrong rows, or late, shows)."""
+    latency_ns = 2_000_000
+    loop, _eng = make_loop(constant_ns(latency_ns))
+    calls: list[int] = []
+    inner = getattr(loop, loop_name)
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        return inner(*args)
+
+    monkeypatch.setattr(loop, loop_name, counted)
+    s = spec(loop, "w", params)
+    loop.add_workload(s, None)
+    ctl = Control(3)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert calls, f"{loop_name} never ran"
+    for st in ctl.snapshots["w"][1:]:  # the first subinterval and the last are whole
+        assert st.ops() > 40  # QD2 at 2 ms: 100 per subinterval
+        svc = st.histogram(0, 0)
+        assert int(st.lat[0, 0, 1]) >= latency_ns  # min
+        p50 = svc.percentile(50)
+        assert p50 is not None and latency_ns <= p50 < latency_ns + 1_000_000
+        assert svc.mean_ns is not None and svc.mean_ns < latency_ns + 1_000_000
