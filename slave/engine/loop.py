@@ -148,6 +148,9 @@ class _Workload:
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     ring_len: int = 0  # rows in ``ring``
+    # writes among the ring's first i I/Os, at [i] (ring_len + 1 words): whether a batch
+    # holds a write, in two word reads instead of a numpy ``any`` (~1.5 us)
+    ring_writes_before: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
     ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
     ring_stamps: npt.NDArray[np.int64] | None = None
@@ -206,6 +209,9 @@ def _set_ring(
     w.ring_write = is_write
     w.ring_words = _words(ring)
     w.ring_len = int(ring.shape[0])
+    before = np.zeros(w.ring_len + 1, dtype=np.int64)
+    np.cumsum(is_write, out=before[1:])
+    w.ring_writes_before = _words(before)
     w.cur = 0
     if w.pattern is None or not w.pattern.planned:
         w.ring_stamps = None
@@ -230,7 +236,10 @@ class EngineLoop:
         self._rows = self.table.rows
         self._rows_words = _words(self._rows)  # the same memory, for scalar paths
         self._rows_flat = self._rows.reshape(-1)
-        self._slot_rows = self._rows[:, C_ROW]  # each slot's buffer row in its workload
+        # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
+        # never ``.take``: numpy's take first copies a strided source whole (8,192 rows of
+        # 128 bytes read for a handful of words: 6.8 us against 0.2 us per batch of writes)
+        self._slot_rows = self._rows[:, C_ROW]
         # flat indices of each slot's words that a precomputed I/O is scattered into
         self._scatter_idx = (
             np.arange(capacity, dtype=np.intp)[:, None] * SlotTable.ROW_WORDS + _SCATTER
@@ -638,11 +647,12 @@ class EngineLoop:
                     self._write_one(w, tw[SlotTable.ROW_WORDS * s + C_ROW], lo + j)
             return
         if w.write_only:
-            self._write_data(w, self._slot_rows.take(slots), lo, hi)
+            self._write_data(w, self._slot_rows[slots], lo, hi)
         else:
-            wmask = w.ring_write[lo:hi]
-            if wmask.any():
-                self._write_data(w, self._slot_rows.take(slots[wmask]), lo, hi, wmask)
+            before = w.ring_writes_before
+            if before[hi] != before[lo]:
+                wmask = w.ring_write[lo:hi]
+                self._write_data(w, self._slot_rows[slots[wmask]], lo, hi, wmask)
 
     @classmethod
     def _write_for(cls, w: _Workload, row: int, i: int) -> None:
@@ -811,7 +821,7 @@ class EngineLoop:
         p = self._p
         q = p + n
         pend = self._pend
-        self._rows.take(slots, axis=0, out=pend[p:q])
+        self._rows.take(slots, axis=0, out=pend[p:q], mode="clip")  # "clip": see _loop_single
         single = self._single
         if single is not None:
             self._issue(single, slots)  # resubmit before the bookkeeping
