@@ -56,6 +56,23 @@ def test_record_single_category_and_errors() -> None:
     assert s.histogram(0, 0).count == 0 and s.histogram(0, 0).mean_ns is None
 
 
+@pytest.mark.parametrize("cats", ["one", "mixed"])
+@pytest.mark.parametrize("values", [[5], [0, 7, 7, 123_456, 99_000_000], [1 << 45, 3]])
+def test_record_with_response_the_service_array_bins_it_for_both(cats: str,
+                                                                  values: list[int]) -> None:
+    """Max iops hands ``record`` one array for both (binned once): the same result as two."""
+    svc = np.array(values, dtype=np.int64)
+    cat: int | np.ndarray = 2 if cats == "one" else np.arange(svc.size) % 3
+    once, twice = WorkloadStats(), WorkloadStats()
+    once.record(cat, svc, svc, 4096)
+    twice.record(cat, svc, svc.copy(), 4096)
+    assert np.array_equal(once.buffer, twice.buffer)
+    first = 2 if cats == "one" else 0  # the first value's category
+    assert once.histogram(first, 1) == once.histogram(first, 0) != LatencyHistogram()
+    with pytest.raises(ValueError):
+        once.record(cat, -svc - 1, -svc - 1, 4096)
+
+
 def test_record_rejects_bad_batches() -> None:
     s = WorkloadStats()
     with pytest.raises(ValueError):
