@@ -148,8 +148,8 @@ class _Workload:
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     ring_len: int = 0  # rows in ``ring``
-    # writes among the ring's first i I/Os, at [i] (ring_len + 1 words): whether a batch
-    # holds a write, in two word reads instead of a numpy ``any`` (~1.5 us)
+    # writes among the ring's first i I/Os, at [i] (ring_len + 1 words; kept only while the
+    # workload writes): whether a batch holds a write, in two word reads, not a numpy ``any``
     ring_writes_before: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
     ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
@@ -209,11 +209,14 @@ def _set_ring(
     w.ring_write = is_write
     w.ring_words = _words(ring)
     w.ring_len = int(ring.shape[0])
+    w.cur = 0
+    if w.pattern is None:  # no writes: no data to place (``_put_write_data`` is not called)
+        w.ring_stamps = None
+        return
     before = np.zeros(w.ring_len + 1, dtype=np.int64)
     np.cumsum(is_write, out=before[1:])
     w.ring_writes_before = _words(before)
-    w.cur = 0
-    if w.pattern is None or not w.pattern.planned:
+    if not w.pattern.planned:
         w.ring_stamps = None
         return
     if plan is None:
@@ -571,15 +574,21 @@ class EngineLoop:
         n = max(ahead, need, 4 * w.params.iodepth)
         ch = w.seq.chunk(n)
         fd = w.spec.fd
-        ring = np.empty((n, 5), dtype=np.int64)
-        ring[:, R_OPFD] = np.where(
-            ch.is_write, opcode_fd_word(IOCB_CMD_PWRITE, fd), opcode_fd_word(IOCB_CMD_PREAD, fd)
-        )
+        c = w.cur
+        left = w.ring_len - c
+        # the unused rest, then the new I/Os, written in place (no concatenation)
+        both = np.empty((left + n, 5), dtype=np.int64)
+        both[:left] = w.ring[c:]
+        ring = both[left:]
+        read = opcode_fd_word(IOCB_CMD_PREAD, fd)
+        if w.pattern is None:  # reads only
+            ring[:, R_OPFD] = read
+        else:
+            ring[:, R_OPFD] = np.where(ch.is_write, opcode_fd_word(IOCB_CMD_PWRITE, fd), read)
         ring[:, R_OFF] = ch.offset_bytes
         ring[:, R_CAT] = ch.category
         ring[:, R_SUBMIT] = 0
         ring[:, R_SCHED] = ch.sched_ns
-        c = w.cur
         plan = None
         if w.ring_stamps is not None and w.pattern is not None:
             rows, stamps = w.pattern.plan(ch.offset_bytes)
@@ -589,8 +598,8 @@ class EngineLoop:
             )
         _set_ring(
             w,
-            np.concatenate([w.ring[c:], ring]),
-            np.concatenate([w.ring_write[c:], ch.is_write]),
+            both,
+            np.concatenate([w.ring_write[c:], ch.is_write]) if left else ch.is_write,
             plan,
         )
 
