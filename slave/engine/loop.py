@@ -638,15 +638,21 @@ class EngineLoop:
         """``w``'s next ``len(slots)`` precomputed I/Os (refilling its ring when short), their
         write data put into the buffers of ``slots``."""
         k = int(slots.size)
+        c = self._advance(w, slots, 0, k)
+        return w.ring[c : c + k]
+
+    def _advance(self, w: _Workload, slots: npt.NDArray[np.intp], lo: int, k: int) -> int:
+        """Take ``w``'s next ``k`` precomputed I/Os (refilling its ring when short), their
+        write data put into the buffers of ``slots[lo : lo + k]``; returns the ring index of
+        the first."""
         c = w.cur
         if c + k > w.ring_len:
             self._refill(w, k)
             c = 0
-        e = c + k
-        w.cur = e
+        w.cur = c + k
         if w.pattern is not None:
-            self._put_write_data(w, slots, c, e)
-        return w.ring[c:e]
+            self._put_write_data(w, slots if k == slots.size else slots[lo : lo + k], c, c + k)
+        return c
 
     def _put_write_data(self, w: _Workload, slots: npt.NDArray[np.intp], lo: int,
                         hi: int) -> None:
@@ -935,19 +941,12 @@ class EngineLoop:
         gw = self._gather_words
         a = 0
         for w, g in groups:
-            # ``_next_ios`` inlined, its rows copied as words: a numpy view and assignment
-            # per workload cost ~2 us, and a batch holds the I/Os of up to all of them
+            # each workload's next I/Os copied as words: a numpy view and assignment per
+            # workload (``_next_ios``) cost ~2 us, and a batch holds I/Os of up to all of them
             k = len(g)
             b = a + k
-            c = w.cur
-            if c + k > w.ring_len:
-                self._refill(w, k)
-                c = 0
-            e = c + k
-            w.cur = e
-            if w.pattern is not None:
-                self._put_write_data(w, slots[a:b], c, e)
-            gw[5 * a : 5 * b] = w.ring_words[5 * c : 5 * e]
+            c = self._advance(w, slots, a, k)
+            gw[5 * a : 5 * b] = w.ring_words[5 * c : 5 * (c + k)]
             a = b
         out[:, R_SUBMIT:] = time.monotonic_ns()
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), out)
