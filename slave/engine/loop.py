@@ -970,7 +970,7 @@ class EngineLoop:
 
     # ------------------------------------------------------------------ statistics
     def _noted_done(self) -> npt.NDArray[np.int64]:
-        """The completion times that ``_loop_single`` noted per reaped batch (one list append
+        """The completion times that ``_loop_single`` noted per reaped batch (two words written
         instead of a numpy assignment per batch), one per record from ``_mark_from``; the
         notes are cleared."""
         marks = self._marks[: self._n_marks]
@@ -1409,7 +1409,7 @@ class EngineLoop:
             put_rows(take_scatter(slots, axis=0), ring)
             submit(slots)
             pend[p:q, C_RES] = done_res[:n]
-            # the batch's completion time, written into its rows when they are read
+            # the batch's completion time, noted: the flush reads the notes as one array
             nm = self._n_marks
             if not nm:
                 self._mark_from = p
