@@ -668,7 +668,10 @@ def test_the_paced_loop_bins_while_it_waits(monkeypatch: pytest.MonkeyPatch) -> 
         ctl.specs.append(s)
     run(loop, ctl, 100_000_000)
     assert calls and backlog
-    assert max(backlog) <= 2, backlog
+    # a boundary finds the few that completed since the loop's last wait: at most 2 here
+    # alone, 10 once in the full suite on a loaded machine; without binning in the waits,
+    # every I/O of the subinterval (~400)
+    assert max(backlog) <= 20, backlog
     counted = sum(x.ops() for s in ctl.specs
                   for x in [*ctl.snapshots[s.workload_id], s.stats[loop.running_buffer]])
     assert counted == eng.submitted >= 1000
