@@ -65,6 +65,22 @@ def bucket_index(values_ns: npt.ArrayLike) -> npt.NDArray[np.intp]:
     return idx.astype(np.intp, copy=False)
 
 
+def bucket_index_known(
+    values_ns: npt.NDArray[np.int64], low_ns: int, high_ns: int
+) -> npt.NDArray[np.intp]:
+    """``bucket_index`` of int64 values whose least and greatest the caller has at hand (a
+    recorder takes them for the histogram's min and max anyway). Values all in
+    [``PLAT_VAL``, ``OVERFLOW_LOWER_NS``), every real I/O's latency, need neither the small
+    values' nor the overflow's case: three array operations instead of six (an engine loop
+    bins 8,192 at a time, and each operation it adds lengthens that stall)."""
+    if low_ns < PLAT_VAL or high_ns >= OVERFLOW_LOWER_NS:
+        return bucket_index(values_ns)
+    idx = values_ns.astype(np.float64).view(np.int64)
+    idx >>= _DOUBLE_SHIFT
+    idx -= _DOUBLE_OFFSET
+    return idx
+
+
 def bucket_index_scalar(value_ns: int) -> int:
     """Bucket index of one value, by fio's integer arithmetic (``plat_val_to_idx``)."""
     if value_ns < 0:

@@ -114,6 +114,17 @@ def test_vectorised_equals_scalar_and_edges_hold_values() -> None:
     assert np.all(values < UPPER_NS[idx])
 
 
+@pytest.mark.parametrize("low_bits, high_bits", [(6, 42), (0, 20), (7, 45), (20, 30), (0, 63)])
+def test_bucket_index_known_equals_bucket_index(low_bits: int, high_bits: int) -> None:
+    """Given the values' least and greatest, the short form (values within [64 ns, 2**42 ns))
+    and the fallback (small or overflowing values) both agree with ``bucket_index``."""
+    values = np.concatenate([_values_across(low_bits, high_bits, 5000, seed=low_bits),
+                             [1 << low_bits, (1 << high_bits) - 1]]).astype(np.int64)
+    values = values[(values >= 0)]
+    got = buckets.bucket_index_known(values, int(values.min()), int(values.max()))
+    assert np.array_equal(got, bucket_index(values))
+
+
 def test_bucket_index_accepts_python_ints_and_empty() -> None:
     assert bucket_index([]).shape == (0,)
     assert bucket_index(5).tolist() == 5

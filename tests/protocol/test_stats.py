@@ -318,6 +318,42 @@ def test_record_one_equals_record(case: str, svc: list[int] | None, rsp: list[in
         assert not region[: WorkloadStats.SIZE].any() and not region[-WorkloadStats.SIZE :].any()
 
 
+@pytest.mark.parametrize(("case", "svc", "rsp"), [
+    ("seams", _SEAMS, [v + 3 for v in _SEAMS]),
+    ("seams, response is service", _SEAMS, None),
+    ("inside the ladder", [64, 65, 4096, 123_456, (1 << 42) - 1], [70, 80, 90, 100, 1 << 30]),
+    ("random", None, None),
+])
+def test_record_category_equals_record_one(case: str, svc: list[int] | None,
+                                           rsp: list[int] | None) -> None:
+    """The engine's form (int64 arrays, one category, bytes summed, response None when it is
+    the service time) bins exactly as one I/O at a time, into a stats block already holding
+    I/Os (its min and max kept where they are lower / higher)."""
+    if case == "random":
+        rng = np.random.default_rng(11)
+        svc = rng.lognormal(11, 2, 3000).astype(np.int64).tolist()
+        rsp = [v + int(d) for v, d in zip(svc, rng.integers(0, 10**6, 3000), strict=True)]
+    assert svc is not None
+    got, want = WorkloadStats(), WorkloadStats()
+    for st in (got, want):
+        st.record_one(1, 100, 200, 512)
+        st.record_one(1, 1 << 43, 1 << 43, 512)
+    for s, r in zip(svc, svc if rsp is None else rsp, strict=True):
+        want.record_one(1, s, r, 4096)
+    got.record_category(1, np.array(svc, dtype=np.int64),
+                        None if rsp is None else np.array(rsp, dtype=np.int64), 4096 * len(svc))
+    assert got == want, case
+
+
+@pytest.mark.parametrize(("svc", "rsp"), [([5, -1], [5, 6]), ([5, 6], [7, -1])])
+def test_record_category_refuses_negative_latency_and_changes_nothing(
+        svc: list[int], rsp: list[int]) -> None:
+    st = WorkloadStats()
+    with pytest.raises(ValueError, match=">= 0"):
+        st.record_category(0, np.array(svc), np.array(rsp), 8192)
+    assert st == WorkloadStats()
+
+
 @pytest.mark.parametrize(("svc", "rsp"), [(-1, 5), (5, -1)])
 def test_record_one_refuses_negative_latency(svc: int, rsp: int) -> None:
     st = WorkloadStats()
