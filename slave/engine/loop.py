@@ -259,6 +259,7 @@ class EngineLoop:
         # the first ``_n_marks`` (written as words: ~0.1 us a batch)
         self._mark_from = 0
         self._n_marks = 0
+        self._mark_owner = -1  # the workload whose I/Os the notes are (``_loop_single``'s)
         self._marks = np.zeros((FLUSH_AT + capacity, 2), dtype=np.int64)
         self._marks_words = _words(self._marks)
         self._wl: list[_Workload | None] = []
@@ -989,11 +990,14 @@ class EngineLoop:
         p = self._p
         b = self._binned
         done: npt.NDArray[np.int64] | None = None
+        noted_owner = -1
         if self._n_marks:
             if self._mark_from == b and self._marks_words[2 * self._n_marks - 2] == p:
                 # every record to bin was noted: their times as an array, not written into
-                # the records' column (a strided write over 1 MB: ~200 us of the flush)
+                # the records' column (a strided write over 1 MB: ~200 us of the flush); and
+                # all are I/Os of the workload that ``_loop_single`` ran
                 done = self._noted_done()
+                noted_owner = self._mark_owner
             else:
                 self._stamp_done()
         self._p = self._binned = 0
@@ -1009,6 +1013,9 @@ class EngineLoop:
             done = done[ok]
             if rows.shape[0] == 0:
                 return
+        if noted_owner >= 0:
+            self._record(noted_owner, rows, done)
+            return
         owner = rows[:, C_OWNER]
         lo = int(owner.min())
         if lo == int(owner.max()):
@@ -1086,12 +1093,14 @@ class EngineLoop:
         sched = rows[:, C_SCHED]
         service = done - submit
         # at max iops every I/O is scheduled when it is submitted: the response times are the
-        # service times, binned once (``record`` sees the same array)
-        response = service if np.array_equal(sched, submit) else done - sched
-        w.spec.stats[self._buf].record(
-            rows[:, C_CAT] if w.fixed_cat < 0 else w.fixed_cat, service, response,
-            rows[:, C_NBYTES],
-        )
+        # service times, binned once
+        response = None if np.array_equal(sched, submit) else done - sched
+        stats = w.spec.stats[self._buf]
+        if w.fixed_cat >= 0:
+            stats.record_category(w.fixed_cat, service, response, int(rows[:, C_NBYTES].sum()))
+        else:
+            stats.record(rows[:, C_CAT], service, service if response is None else response,
+                         rows[:, C_NBYTES])
 
     def _count_errors(self, bad: npt.NDArray[np.int64]) -> None:
         for row in bad.tolist():
@@ -1375,8 +1384,10 @@ class EngineLoop:
         take_scatter = self._scatter_idx.take
         marks = self._marks_words
         nm = self._n_marks
-        if nm and marks[2 * nm - 2] != self._p:  # rows recorded the general way since
+        # rows recorded the general way since, or the notes are another workload's
+        if nm and (marks[2 * nm - 2] != self._p or self._mark_owner != w.index):
             self._stamp_done()
+        self._mark_owner = w.index
         while True:
             n = poll()
             if not n:
