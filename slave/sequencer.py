@@ -182,13 +182,26 @@ class Sequencer:
             idx = (self._seq_next + np.arange(n, dtype=np.int64)) % self._n_blocks
             self._seq_next = int((self._seq_next + n) % self._n_blocks)
             return self._first + idx * bs, True
-        idx = self._rng.integers(0, self._n_blocks, n, dtype=np.int64)
+        idx = self._below(self._n_blocks, n)
         if self._n_hot and self.params.hot_zone_fraction > 0:
             hot = self._rng.random(n) < self.params.hot_zone_fraction
             n_hot = int(hot.sum())
             if n_hot:
-                idx[hot] = self._rng.integers(0, self._n_hot, n_hot, dtype=np.int64)
-        return self._first + idx * bs, False
+                idx[hot] = self._below(self._n_hot, n_hot)
+        idx *= bs
+        idx += self._first
+        return idx, False
+
+    def _below(self, bound: int, n: int) -> npt.NDArray[np.int64]:
+        """``n`` integers uniform in [0, ``bound``): 53-bit uniform doubles scaled and
+        truncated. Each value's share differs from 1/``bound`` by under ``bound`` / 2**53 of
+        itself (1e-7 for 2**30 blocks: 4 TiB of 4 KiB blocks), and the product stays below
+        ``bound`` (a double just under 1 times an integer below 2**53 rounds below it).
+        ``Generator.integers`` is exact, but its argument handling made each call ~100 us in
+        the engine loop's refill (cold there; ~12 us warm), against ~30 us for this."""
+        u = self._rng.random(n)
+        u *= bound
+        return u.astype(np.int64)
 
     def chunk(self, n: int) -> OpChunk:
         """The next ``n`` I/Os."""

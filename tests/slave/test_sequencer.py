@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from slave.params import WorkloadParams
@@ -40,6 +41,31 @@ def test_random_stays_inside_range_and_aligned(kw: dict[str, object], lbs: int, 
     assert np.all(ch.category == 0)  # random read
     # the whole range is used, not a corner of it
     assert ch.offset_bytes.max() + bs > lo + 0.9 * (hi - lo)
+
+
+def test_random_blocks_are_uniform() -> None:
+    """Every block of a small grid drawn equally often (chi-square, 63 degrees of freedom: the
+    0.1 % critical value is 103.4)."""
+    s = seq(lun=64 * 4096, blocksize_bytes=4096)
+    counts = np.bincount(s.chunk(640_000).offset_bytes // 4096, minlength=64)
+    assert counts.size == 64
+    chi2 = float(((counts - 10_000.0) ** 2 / 10_000.0).sum())
+    assert chi2 < 103.4
+
+
+class _HighestDraws:
+    """A generator whose uniform draws are all the largest double below 1."""
+
+    def random(self, n: int) -> npt.NDArray[np.float64]:
+        return np.full(n, np.nextafter(1.0, 0.0))
+
+
+@pytest.mark.parametrize("n_blocks", [1, 2, 3, 1 << 20, (1 << 20) + 1, (1 << 31) - 1,
+                                      (1 << 40) + 1, 3 * (1 << 40) + 7])
+def test_a_draw_just_under_one_picks_the_last_block(n_blocks: int) -> None:
+    s = Sequencer(WorkloadParams(blocksize_bytes=512), lun_size_bytes=n_blocks * 512,
+                  logical_block_bytes=512, rng=_HighestDraws())  # type: ignore[arg-type]
+    assert s.chunk(4).offset_bytes.tolist() == [(n_blocks - 1) * 512] * 4
 
 
 def test_range_with_no_whole_block_is_refused() -> None:
