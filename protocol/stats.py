@@ -155,11 +155,13 @@ class WorkloadStats:
         if n == 0:
             return
         kinds = [(service_ns, int(service_ns.min()), int(service_ns.max()))]
-        if response_ns is not None:
-            if response_ns.size != n:
-                raise ValueError("service_ns and response_ns differ in length")
+        if response_ns is None:
+            kinds.append(kinds[0])
+        elif response_ns.size != n:
+            raise ValueError("service_ns and response_ns differ in length")
+        else:
             kinds.append((response_ns, int(response_ns.min()), int(response_ns.max())))
-        if kinds[-1][1] < 0 or kinds[0][1] < 0:
+        if kinds[0][1] < 0 or kinds[1][1] < 0:
             raise ValueError("latencies must be >= 0 ns")
         w = self._words
         if w is None:
@@ -169,10 +171,8 @@ class WorkloadStats:
         w[c + BYTES] += nbytes_total
         lat = _N_COUNTERS + N_KINDS * 3 * category
         hist = self.hist[category]
-        counts = None
-        for kind in range(N_KINDS):  # service, then response: the next triple
-            v, low, high = kinds[kind] if kind < len(kinds) else kinds[0]
-            if counts is None or kind < len(kinds):
+        for kind, (v, low, high) in enumerate(kinds):  # service, then response: the next triple
+            if kind == 0 or response_ns is not None:  # else the service times': binned once
                 counts = np.bincount(bucket_index_known(v, low, high), minlength=N_BUCKETS)
                 total = int(v.sum())
             hist[kind] += counts
