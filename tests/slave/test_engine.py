@@ -346,8 +346,37 @@ def test_a_second_edit_keeps_the_backlog_an_edit_to_max_iops_kept() -> None:
     assert np.all(late[:, 4] < start + sub_ns)  # scheduled by the first schedule
 
 
+@pytest.mark.parametrize(
+    ("iodepth", "iops", "n_max_iops", "ahead"),
+    [
+        (1, None, 1, loop_mod.RING_MIN),  # 512 per depth, but at least RING_MIN
+        (8, None, 1, 8 * loop_mod.RING_PER_DEPTH),
+        (32, None, 1, loop_mod.RING_MAX),
+        (256, None, 1, loop_mod.RING_MAX),
+        (32, None, 64, loop_mod.RING_BUDGET // 64),  # the loop's max-iops workloads share
+        (32, None, 512, loop_mod.RING_MIN),
+        (32, 100.0, 1, loop_mod.PACED_RING_MIN),  # paced: a quarter second, at least this
+        (32, 1e6, 1, loop_mod.RING_MIN),  # ... and at most this
+    ],
+)
+def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
+    iodepth: int, iops: float | None, n_max_iops: int, ahead: int,
+) -> None:
+    # a refill holds up the loop's I/Os in flight: a max-iops workload precomputes 512 I/Os
+    # per unit of depth (one in 512 of its I/Os waits out a refill), within the loop's budget
+    loop, _ = make_loop(constant_ns(20_000))
+    for i in range(n_max_iops - 1):
+        loop.add_workload(spec(loop, f"o{i}", WorkloadParams(iodepth=1, seed=i)), None)
+    loop.add_workload(spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=iops)), None)
+    w = loop._wl[loop._index_of["w"]]
+    assert w is not None
+    loop._refill(w, 1)
+    assert w.ring_len == max(ahead, 4 * iodepth)
+    assert w.cur == 0
+
+
 def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> None:
-    # a max-iops sequential workload precomputes up to RING_MIN I/Os; an edit at a boundary
+    # a max-iops sequential workload precomputes thousands of I/Os; an edit at a boundary
     # (here a new queue depth) continues from the first of them not issued, not after them all
     loop, eng = make_loop(constant_ns(20_000))
     s = spec(loop, "w", WorkloadParams(iosequencer="sequential", iodepth=4), lun=256 * MiB)
