@@ -12,10 +12,12 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import loop as loop_mod
+from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
 from slave.engine.loop import SLEEP_MIN_NS, EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
+from slave.sequencer import Sequencer
 
 MiB = 1 << 20
 
@@ -373,6 +375,46 @@ def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
     loop._refill(w, 1)
     assert w.ring_len == max(ahead, 4 * iodepth)
     assert w.cur == 0
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"iodepth": 32},
+        {"iodepth": 4, "iosequencer": "sequential", "seq_start_bytes": 1 << 20},
+        {"iodepth": 2, "iops": 3000.0},
+        {"iodepth": 2, "iops": 3000.0, "iosequencer": "random_independent"},
+        {"iodepth": 8, "read_fraction": 0.6, "iops": 3000.0},
+    ],
+)
+def test_a_refill_keeps_the_rest_and_appends_the_sequencers_next_ios(
+    kw: dict[str, object],
+) -> None:
+    # the ring: the I/Os not yet taken, then the sequencer's next ones as (opcode and fd,
+    # offset, category, 0, scheduled time), with which of them write
+    loop, _ = make_loop(constant_ns(20_000))
+    p = WorkloadParams(seed=3, **kw)  # type: ignore[arg-type]
+    loop.add_workload(spec(loop, "w", p, fd=5), None)
+    w = loop._wl[0]
+    assert w is not None
+    twin = Sequencer(p, lun_size_bytes=64 * MiB, logical_block_bytes=512, stream="w")
+    w.seq.start(10_000)
+    twin.start(10_000)
+    loop._refill(w, 1)
+    first = w.ring.copy()
+    w.cur = first.shape[0] - 7  # 7 left
+    loop._refill(w, 1)
+    assert np.array_equal(w.ring[:7], first[-7:])
+    for ring in (first, w.ring[7:]):
+        ch = twin.chunk(ring.shape[0])
+        words = [opcode_fd_word(IOCB_CMD_PWRITE if x else IOCB_CMD_PREAD, 5) for x in ch.is_write]
+        assert np.array_equal(ring[:, 0], words)
+        assert np.array_equal(ring[:, 1], ch.offset_bytes)
+        assert np.array_equal(ring[:, 2], ch.category)
+        assert not ring[:, 3].any()
+        assert np.array_equal(ring[:, 4], ch.sched_ns)
+    assert np.array_equal(w.ring_write, np.concatenate([first[-7:, 0], w.ring[7:, 0]])
+                          == opcode_fd_word(IOCB_CMD_PWRITE, 5))
 
 
 def test_an_edit_resumes_a_sequential_workload_at_its_first_io_not_issued() -> None:
