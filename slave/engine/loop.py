@@ -66,11 +66,12 @@ FLUSH_AT: Final = 8192  # completion records buffered before binning
 COMPACT_AT: Final = FLUSH_AT // 2  # records binned one at a time before the rest is moved up
 RING_MIN: Final = 2048  # I/Os precomputed per refill (a paced workload's at most)
 # a max-iops workload precomputes RING_PER_DEPTH times its queue depth, up to RING_MAX (41
-# bytes each): a refill (150-450 us in the loop, mostly its numpy operations) holds up the
-# loop's I/Os in flight, so at most one of its I/Os in RING_PER_DEPTH waits one out, beyond the
-# p99 (RING_MIN alone put 1 in 64 of a QD32 workload's I/Os behind a refill). QD32, median
-# of p99 / fio's p99 in the same round, three runs of 8-10 rounds: 1.23 -> 1.15, 1.23 -> 1.48,
-# 1.82 -> 1.67 (the VM's noise is as large as the effect; a refill of 16,384 takes 450-900 us)
+# bytes each). A refill holds up the loop's I/Os in flight (in the QD32 loop 150-250 us for
+# 2,048 I/Os, 450-900 us for 16,384: numpy's code and the memory it writes are cold there), so
+# at most one of the workload's I/Os in RING_PER_DEPTH waits one out, beyond the p99; RING_MIN
+# alone put 1 in 64 of a QD32 workload's I/Os behind a refill. QD32, median of p99 / fio's p99
+# in the same round, three runs of 8-10 rounds: 1.23 -> 1.15, 1.23 -> 1.48, 1.82 -> 1.67 (the
+# VM's noise is as large as the effect)
 RING_PER_DEPTH: Final = 512
 RING_MAX: Final = 16384
 # and the max-iops workloads of one loop share this many (10.5 MB of reads; writes carry 24
