@@ -43,7 +43,16 @@ def run_command(args: argparse.Namespace) -> int:
     console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(console)
+    level = root.level
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # run.log takes INFO
+    try:
+        return _run(args)
+    finally:  # called in-process (tests, a wrapper): leave no handler on a stream it may close
+        root.removeHandler(console)
+        root.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.test, output_root_override=args.output_root)
     except ConfigError as exc:

@@ -35,3 +35,15 @@ def test_bad_config_exit_2_one_line(path: Path, tmp_path: Path,
     assert len(err) == 1, err
     assert str(path.name) in err[0] and expect in err[0], (err[0], expect)
     assert not out_root.exists()
+
+
+def test_a_run_in_process_leaves_the_root_loggers_handlers_and_level_as_it_found_them(
+        tmp_path: Path) -> None:
+    """``ivypy run`` called in-process (tests, a wrapper) removes its console handler: left on
+    a stream the caller closes, it turned every later log line into a logging error."""
+    import logging
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    assert cli.main(["run", str(FIXTURES[0]), "--output-root", str(tmp_path)]) == 2
+    assert (list(root.handlers), root.level) == before
