@@ -24,6 +24,7 @@ from slave.engine.base import SlotTable
 class LibaioEngine:
     name = "libaio"
     open_flags = os.O_DIRECT
+    takes_iocbs = True  # an IocbEngine
 
     def __init__(self, table: SlotTable) -> None:
         self._table = table
@@ -88,15 +89,32 @@ class LibaioEngine:
             self._ptrs[0] = self._addr[slot]
             self._submit_rest(0, 1)
 
-    def _submit_rest(self, done: int, n: int) -> None:
+    def _submit_rest(self, done: int, n: int, ptrs_addr: int | None = None) -> None:
         """The kernel took only a prefix (EAGAIN under memory pressure): retry the rest."""
+        base = self._ptrs_addr if ptrs_addr is None else ptrs_addr
         tries = 0
         while done < n:
             tries += 1
             if tries > 1000:
                 raise IoEngineError(f"io_submit took {done} of {n} iocbs and then no more")
             time.sleep(0.0001 * min(tries, 10))
-            done += self._ctx.submit(self._ptrs_addr + 8 * done, n - done)
+            done += self._ctx.submit(base + 8 * done, n - done)
+
+    def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
+        """Submit ``n`` iocbs of the caller's own (an ``IocbRing``), whose addresses are the
+        uint64s at ``ptrs_addr``; ``done``: how many of them a fast call already submitted."""
+        if done <= 0:
+            done = self._ctx.submit(ptrs_addr, n)
+        if done < n:
+            self._submit_rest(done, n, ptrs_addr)
+
+    def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
+        """The inlined ``io_submit``'s function and prebuilt arguments (system call number,
+        context) for a loop that submits address ranges itself, with the count as a prebuilt
+        ``ctypes.c_long`` and the address as a ``ctypes.c_void_p``: it returns the number of
+        iocbs taken, or -1 (then ``submit_iocbs`` learns why)."""
+        ctx = self._ctx
+        return ctx.submit_fast, ctx.c_sys_submit, ctx.c_ctx
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         if 0 < timeout_ns < 1_000_000_000:  # the common case, with the fast call inlined

@@ -791,21 +791,24 @@ def test_a_workload_id_is_added_once_and_found_by_id() -> None:
 
 
 @pytest.mark.parametrize(
-    ("params", "loop_name"),
+    ("params", "loop_name", "fake"),
     [
-        (WorkloadParams(iodepth=8), "_loop_single"),  # completion times noted per batch
-        (WorkloadParams(iodepth=2), "_loop_scalar"),
-        (WorkloadParams(iodepth=8, iops=2000.0), "_loop_paced"),
-        (WorkloadParams(iodepth=8, busy_poll=True), "_complete"),  # the general path
+        (WorkloadParams(iodepth=8), "_loop_ring", {}),  # iocbs submitted by address
+        # an engine that takes only its own slots: completion times noted per batch
+        (WorkloadParams(iodepth=8), "_loop_single", {"takes_iocbs": False}),
+        (WorkloadParams(iodepth=2), "_loop_scalar", {}),
+        (WorkloadParams(iodepth=8, iops=2000.0), "_loop_paced", {}),
+        (WorkloadParams(iodepth=8, busy_poll=True), "_complete", {}),  # the general path
     ],
 )
 def test_every_loop_times_service_from_submit_to_reap(
-    params: WorkloadParams, loop_name: str, monkeypatch: pytest.MonkeyPatch
+    params: WorkloadParams, loop_name: str, fake: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A device that takes exactly 2 ms: every loop's service times start at 2 ms and, reaped
     at once, stay near it (a completion time written to the wrong rows, or late, shows)."""
     latency_ns = 2_000_000
-    loop, _eng = make_loop(constant_ns(latency_ns))
+    loop, _eng = make_loop(constant_ns(latency_ns), **fake)
     calls: list[int] = []
     inner = getattr(loop, loop_name)
 
@@ -827,3 +830,122 @@ def test_every_loop_times_service_from_submit_to_reap(
         p50 = svc.percentile(50)
         assert p50 is not None and latency_ns <= p50 < latency_ns + 1_000_000
         assert svc.mean_ns is not None and svc.mean_ns < latency_ns + 1_000_000
+
+
+def _all_counted(ctl: Control, s: WorkloadSpec, running: int) -> tuple[int, int]:
+    """(ops, errors) of ``s`` over every subinterval handed over and the one running at the
+    stop (the drained I/Os)."""
+    done = [*ctl.snapshots[s.workload_id], s.stats[running]]
+    return (sum(x.ops() for x in done), sum(int(x.counters[:, 2].sum()) for x in done))
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["none", "paced", "deeper", "writes", "same", "another", "stop_in_boundary"],
+)
+def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: str) -> None:
+    """A lone max-iops reader runs on the ring of iocbs; a change at a boundary takes it back
+    to the slot path (drained, its slots reissued) and, where it qualifies again, onto a new
+    ring. Every I/O the engine was given is counted once, as an op or an error, the queue
+    depth is never exceeded, and nothing is left in flight."""
+    loop, eng = make_loop(exponential_ns(200_000), error_every=13)
+    p = WorkloadParams(iodepth=8)
+    s = spec(loop, "w", p)
+    other = spec(loop, "x", WorkloadParams(iodepth=4, seed=9))
+    ctl = Control(4)
+    ctl.specs.append(s)
+    edits: dict[str, Callable[[EngineLoop, int], None]] = {
+        "paced": lambda lp, t: lp.edit_workload("w", p.replace(iops=5000.0), t),
+        "deeper": lambda lp, t: lp.edit_workload("w", p.replace(iodepth=16), t),
+        "writes": lambda lp, t: lp.edit_workload("w", p.replace(read_fraction=0.5), t),
+        "same": lambda lp, t: lp.edit_workload("w", p, t),
+        "another": lambda lp, t: lp.add_workload(other, t),
+        "stop_in_boundary": lambda lp, t: lp.request_stop(),
+    }
+    if change in edits:
+        ctl.at_boundary = {0: edits[change], 1: lambda lp, t: lp.edit_workload("w", p, t)}
+        if change == "another":
+            ctl.at_boundary[1] = lambda lp, t: lp.remove_workload("x")
+            ctl.specs.append(other)
+    entered: list[int] = []
+    enter = loop._enter_ring
+
+    def counted_enter(w: object) -> object:
+        entered.append(1)
+        return enter(w)  # type: ignore[arg-type]
+
+    loop._enter_ring = counted_enter  # type: ignore[method-assign]
+    loop.add_workload(s, None)
+    run(loop, ctl, 60_000_000)
+    assert entered, "the ring never ran"
+    assert loop.in_flight == 0 and loop._ring is None
+    # a deeper edit starts 16 on new slots while the old 8 finish (the slot path's edit)
+    depth = {"deeper": 8 + 16, "another": 8 + 4}.get(change, 8)
+    assert eng.max_in_flight <= depth
+    # I/O went on in every subinterval, across each change
+    assert len(ctl.snapshots["w"]) == (1 if change == "stop_in_boundary" else 4)
+    assert all(x.ops() > 50 for x in ctl.snapshots["w"]), [x.ops() for x in ctl.snapshots["w"]]
+    ops, errors = _all_counted(ctl, s, loop.running_buffer)
+    uncounted = 0
+    if change == "another":  # x's I/Os until its removal (the last in flight uncounted)
+        x_ops, x_errors = _all_counted(ctl, other, loop.running_buffer)
+        ops, errors = ops + x_ops, errors + x_errors
+        uncounted = eng.submitted - ops - errors
+        assert 0 <= uncounted <= 4
+    else:
+        assert ops + errors == eng.submitted
+    # every 13th I/O given to the engine failed
+    assert eng.submitted // 13 - uncounted <= errors <= eng.submitted // 13
+
+
+def test_an_adopted_slot_reaped_past_a_boundary_keeps_its_own_times() -> None:
+    """The slot path's I/Os in flight when the ring takes over complete on the ring: here
+    they take 150 ms, so they are reaped past the first boundary (100 ms), where an edit takes
+    the workload off the ring and reissues its slots. They are recorded in the next
+    subinterval with the times they had, not those of the I/Os now on their slots."""
+    calls: list[int] = []
+
+    def latency(rng: np.random.Generator, n: int) -> np.ndarray:
+        calls.append(n)
+        return np.full(n, 150_000_000 if len(calls) == 1 else 1_000_000, dtype=np.int64)
+
+    loop, eng = make_loop(latency)
+    p = WorkloadParams(iodepth=8)
+    s = spec(loop, "w", p)
+    ctl = Control(3, {0: lambda lp, t: lp.edit_workload("w", p, t)})
+    ctl.specs.append(s)
+    loop.add_workload(s, None)
+    sub_ns = 100_000_000
+    start = time.monotonic_ns() + 2_000_000
+    boundary = start + sub_ns
+    poll = eng.poll
+    late: list[int] = []
+
+    def stalled_poll() -> int:  # the ring's loop looks last just before the boundary
+        if not late and time.monotonic_ns() >= boundary - 10_000_000:
+            time.sleep((boundary + 60_000_000 - time.monotonic_ns()) / 1e9)
+            late.append(1)
+        return poll()
+
+    eng.poll = stalled_poll  # type: ignore[method-assign]
+    loop.run(ctl, start, sub_ns)
+    assert late
+    first, second = ctl.snapshots["w"][:2]
+    assert calls[0] == 8 and first.ops() == 0  # all 8 still in flight at the boundary
+    assert second.ops() > 8
+    assert int(second.lat[0, 0, 2]) >= 150_000_000  # max service: the adopted ones'
+    assert int(second.lat[0, 0, 1]) >= 1_000_000  # min: the ring's
+
+
+def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
+    calls: list[int] = []
+
+    def latency(rng: np.random.Generator, n: int) -> np.ndarray:
+        calls.append(n)
+        return np.full(n, 1_000_000 if len(calls) == 1 else 60_000_000_000, dtype=np.int64)
+
+    loop, _eng = make_loop(latency)
+    s = spec(loop, "w", WorkloadParams(iodepth=4))
+    loop.add_workload(s, None)
+    with pytest.raises(IoEngineError, match=r"workload w: 4 I/Os still in flight 1 s after"):
+        run(loop, Control(1), 20_000_000)

@@ -1,0 +1,186 @@
+"""A ring of precomputed read iocbs for one max-iops read workload: submission without slots.
+
+The slot path rewrites a completed slot's iocb with the workload's next I/O before resubmitting
+it (a gather, a stamp and a scatter of 128-byte rows per batch) and copies each completed slot's
+whole row into the completion records. Here the workload's next I/Os are already whole iocbs,
+in submission order, so a batch of ``n`` completions is answered by handing the kernel the
+addresses of the next ``n`` iocbs (``io_submit`` copies an iocb when it is called, so the
+memory can be rewritten at once). Each iocb's ``aio_data`` is ``TAG | seq``, its number in the
+workload's submission order; a completion is recorded as its 4 event words, a batch of
+submissions as (sequence end, time) and a batch of completions as (record end, time): two
+words each, plain ints, no numpy per batch. ``collect`` turns them into service times when the
+loop bins.
+
+Buffers: position ``i`` of the ring reads into buffer ``i % iodepth`` of the workload. The I/Os in
+flight are (nearly always) the last ``iodepth`` submitted, so they use distinct buffers, as fio's
+do; a straggler completing after ``iodepth`` later ones shares its buffer with one of them. Only
+reads use the ring: the data read is not looked at.
+
+Owns: the iocb memory and its pointer array, the sequence numbers, the records and marks, and
+which I/Os are still in flight at each ``collect`` (with their submit times and offsets, for
+error messages). It must not submit, reap or bin: the engine loop does.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from slave.engine.aio_abi import (
+    IOCB_CMD_PREAD,
+    W_BUF,
+    W_DATA,
+    W_NBYTES,
+    W_OFFSET,
+    W_OPCODE_FD,
+    opcode_fd_word,
+)
+
+#: ``aio_data`` of a ring iocb: this bit and the sequence number (slot numbers are far below)
+TAG: Final = 1 << 62
+#: words of a completion record: the io_event as the kernel wrote it (data, obj, res, res2)
+EV_WORDS: Final = 4
+E_DATA, E_RES = 0, 2
+
+
+def _words(a: npt.NDArray[np.int64]) -> memoryview:
+    return a.data.cast("B").cast("q")
+
+
+class IocbRing:
+    """``size`` read iocbs of ``nbytes`` on ``fd`` for a workload of queue depth ``iodepth``.
+
+    Positions ``[cur, end)`` hold I/Os precomputed and not yet submitted; position ``i`` holds
+    sequence number ``seq0 + i``. The engine loop advances ``cur`` by each batch it submits
+    (noting ``(seq0 + cur, time)`` in ``sub_words``) and appends each batch of completions to
+    ``rec_words`` (noting ``(record end, time)`` in ``done_words``); ``records`` completions at
+    most between two ``collect`` calls. ``refill`` only right after a ``collect``: the offsets
+    of the I/Os in flight are saved there, before their iocbs are rewritten.
+    """
+
+    def __init__(self, size: int, iodepth: int, fd: int, nbytes: int,
+                 buffer_addrs: npt.NDArray[np.uint64], records: int) -> None:
+        if size < 2 * iodepth:
+            raise ValueError(f"a ring of {size} I/Os is too small for queue depth {iodepth}")
+        self.size = size
+        self.iodepth = iodepth
+        self.nbytes = nbytes
+        self.iocbs = np.zeros((size, 8), dtype=np.int64)
+        pos = np.arange(size)
+        self.iocbs[:, W_OPCODE_FD] = opcode_fd_word(IOCB_CMD_PREAD, fd)
+        self.iocbs[:, W_BUF] = buffer_addrs[pos % iodepth].astype(np.int64)
+        self.iocbs[:, W_NBYTES] = nbytes
+        self.ptrs = (self.iocbs.ctypes.data + 64 * pos).astype(np.uint64)
+        self.ptrs_addr = int(self.ptrs.ctypes.data)
+        self.seq0 = 0
+        self.cur = 0
+        self.end = 0
+        # completions and marks since the last ``collect``: a batch holds at most ``iodepth``
+        # completions, and one may be added past ``records`` (the loop then collects)
+        cap = records + 2 * iodepth
+        self._recs = np.zeros(cap * EV_WORDS, dtype=np.int64)
+        self.rec_words = _words(self._recs)
+        self.n_rec = 0
+        self._done = np.zeros(2 * cap, dtype=np.int64)  # (record end, completion time)
+        self.done_words = _words(self._done)
+        self.n_done = 0
+        self._sub = np.zeros(2 * (cap + 1), dtype=np.int64)  # (sequence end, submit time)
+        self.sub_words = _words(self._sub)
+        self.n_sub = 0
+        self.records = records
+        self._lo = 0  # the first sequence number submitted since the last collect
+        # I/Os in flight at the last collect: sequence numbers (ascending), submit times, offsets
+        self._carry = np.zeros((3, 0), dtype=np.int64)
+        #: the slot path's I/Os still in flight when the ring took over (they complete here)
+        self.adopted = 0
+        #: False once the loop has stopped submitting and reaped all it submitted
+        self.active = True
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number of the next I/O submitted."""
+        return self.seq0 + self.cur
+
+    def append(self, offsets: npt.NDArray[np.int64]) -> None:
+        """Precomputed I/Os at ``offsets`` after the last one (there must be room)."""
+        k = int(offsets.size)
+        e = self.end
+        if e + k > self.size:
+            raise ValueError(f"{k} I/Os do not fit the ring's {self.size - e} free places")
+        self.iocbs[e : e + k, W_OFFSET] = offsets
+        self.iocbs[e : e + k, W_DATA] = TAG + self.seq0 + np.arange(e, e + k)
+        self.end = e + k
+
+    def refill(self, offsets: npt.NDArray[np.int64]) -> None:
+        """The I/Os not submitted yet move to the front; ``offsets`` follow them."""
+        c = self.cur
+        rest = self.end - c
+        if rest:
+            self.iocbs[:rest, W_OFFSET] = self.iocbs[c : self.end, W_OFFSET]
+            self.iocbs[:rest, W_DATA] = self.iocbs[c : self.end, W_DATA]
+        self.seq0 += c
+        self.cur = 0
+        self.end = rest
+        self.append(offsets)
+
+    def unsubmitted(self) -> npt.NDArray[np.int64]:
+        """Offsets of the I/Os precomputed and not submitted, in order."""
+        return self.iocbs[self.cur : self.end, W_OFFSET].copy()
+
+    def collect(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                               npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The completions recorded since the last call: (service ns, result, offset,
+        completion time) per I/O, in reap order; records and marks are cleared. Offsets are
+        given for the I/Os whose result is not ``nbytes`` (the others read 0)."""
+        n = self.n_rec
+        hi = self.next_seq
+        lo = self._lo
+        recs = self._recs[: EV_WORDS * n].reshape(n, EV_WORDS)
+        seq = recs[:, E_DATA] - TAG
+        res = recs[:, E_RES].copy()
+        marks = self._done[: 2 * self.n_done].reshape(-1, 2)
+        done = marks[:, 1].repeat(np.diff(marks[:, 0], prepend=0))
+        sub_marks = self._sub[: 2 * self.n_sub].reshape(-1, 2)
+        ends, times = sub_marks[:, 0], sub_marks[:, 1]
+        # a sequence number's submit time: that of the first submission that ends after it
+        if self.n_sub:
+            sub = times.take(np.searchsorted(ends, seq, side="right"), mode="clip")
+        else:  # nothing submitted since: every I/O reaped was in flight at the last collect
+            sub = np.zeros(n, dtype=np.int64)
+        carry = self._carry  # (sequence, submit time, offset) of those in flight at the last
+        old = seq < lo
+        at = None
+        if bool(old.any()):
+            at = np.searchsorted(carry[0], seq[old])
+            if int(at.max()) >= carry.shape[1] or not np.array_equal(carry[0, at], seq[old]):
+                raise AssertionError("the ring reaped an I/O it did not have in flight")
+            sub[old] = carry[1, at]
+        offsets = np.zeros(n, dtype=np.int64)
+        bad = res != self.nbytes
+        if bool(bad.any()):
+            new_bad = bad & ~old
+            offsets[new_bad] = self.iocbs[seq[new_bad] - self.seq0, W_OFFSET]
+            if at is not None:
+                offsets[bad & old] = carry[2, at][bad[old]]
+        # in flight now: submitted since the last collect and not reaped, and those in flight
+        # then and not reaped since; their offsets saved before a refill rewrites their iocbs
+        hit = np.zeros(hi - lo, dtype=np.bool_)
+        hit[seq[~old] - lo] = True
+        left = np.flatnonzero(~hit) + lo
+        left_sub = times.take(np.searchsorted(ends, left, side="right"), mode="clip")
+        left_off = self.iocbs[left - self.seq0, W_OFFSET]
+        if at is not None:
+            keep = np.ones(carry.shape[1], dtype=np.bool_)
+            keep[at] = False
+            carry = carry[:, keep]
+        self._carry = np.concatenate((carry, np.stack((left, left_sub, left_off))), axis=1)
+        self._lo = hi
+        self.n_rec = self.n_done = self.n_sub = 0
+        return done - sub, res, offsets, done
+
+    @property
+    def in_flight_at_collect(self) -> int:
+        """I/Os the ring had in flight at the last ``collect``."""
+        return int(self._carry.shape[1])
