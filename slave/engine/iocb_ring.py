@@ -133,52 +133,57 @@ class IocbRing:
                                npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The completions recorded since the last call: (service ns, result, offset,
         completion time) per I/O, in reap order; records and marks are cleared. Offsets are
-        given for the I/Os whose result is not ``nbytes`` (the others read 0)."""
+        given for the I/Os whose result is not ``nbytes`` (the others read 0).
+
+        Submit times are looked up in a table by sequence number from the oldest I/O in
+        flight at the last call (``base``) to the next to submit (``hi``): those submitted
+        since then spread from the submission marks (one ``repeat``), those in flight then
+        from the saved ones. (A binary search of each record among the marks cost ~200 us
+        per 8,192 records in the loop.)"""
         n = self.n_rec
         hi = self.next_seq
         lo = self._lo
+        carry = self._carry  # (sequence, submit time, offset) of those in flight at the last
+        base = int(carry[0, 0]) if carry.shape[1] else lo
         recs = self._recs[: EV_WORDS * n].reshape(n, EV_WORDS)
-        seq = recs[:, E_DATA] - TAG
+        at = recs[:, E_DATA] - (TAG + base)  # places in the table
         res = recs[:, E_RES].copy()
         marks = self._done[: 2 * self.n_done].reshape(-1, 2)
         done = marks[:, 1].repeat(np.diff(marks[:, 0], prepend=0))
         sub_marks = self._sub[: 2 * self.n_sub].reshape(-1, 2)
-        ends, times = sub_marks[:, 0], sub_marks[:, 1]
-        # a sequence number's submit time: that of the first submission that ends after it
-        if self.n_sub:
-            sub = times.take(np.searchsorted(ends, seq, side="right"), mode="clip")
-        else:  # nothing submitted since: every I/O reaped was in flight at the last collect
-            sub = np.zeros(n, dtype=np.int64)
-        carry = self._carry  # (sequence, submit time, offset) of those in flight at the last
-        old = seq < lo
-        at = None
-        if bool(old.any()):
-            at = np.searchsorted(carry[0], seq[old])
-            if int(at.max()) >= carry.shape[1] or not np.array_equal(carry[0, at], seq[old]):
-                raise AssertionError("the ring reaped an I/O it did not have in flight")
-            sub[old] = carry[1, at]
+        submit = np.empty(hi - base, dtype=np.int64)
+        submit[lo - base :] = sub_marks[:, 1].repeat(np.diff(sub_marks[:, 0], prepend=lo))
+        live = np.zeros(hi - base, dtype=np.bool_)  # in flight: submitted and not reaped
+        live[lo - base :] = True
+        if carry.shape[1]:
+            old = carry[0] - base
+            submit[old] = carry[1]
+            live[old] = True
+        if int(at.min(initial=0)) < 0 or int(at.max(initial=0)) >= hi - base or not bool(
+                live[at].all()):
+            raise AssertionError("the ring reaped an I/O it did not have in flight")
+        live[at] = False
         offsets = np.zeros(n, dtype=np.int64)
         bad = res != self.nbytes
         if bool(bad.any()):
-            new_bad = bad & ~old
-            offsets[new_bad] = self.iocbs[seq[new_bad] - self.seq0, W_OFFSET]
-            if at is not None:
-                offsets[bad & old] = carry[2, at][bad[old]]
-        # in flight now: submitted since the last collect and not reaped, and those in flight
-        # then and not reaped since; their offsets saved before a refill rewrites their iocbs
-        hit = np.zeros(hi - lo, dtype=np.bool_)
-        hit[seq[~old] - lo] = True
-        left = np.flatnonzero(~hit) + lo
-        left_sub = times.take(np.searchsorted(ends, left, side="right"), mode="clip")
-        left_off = self.iocbs[left - self.seq0, W_OFFSET]
-        if at is not None:
-            keep = np.ones(carry.shape[1], dtype=np.bool_)
-            keep[at] = False
-            carry = carry[:, keep]
-        self._carry = np.concatenate((carry, np.stack((left, left_sub, left_off))), axis=1)
+            offsets[bad] = self._offsets(at[bad] + base, carry)
+        # in flight now; their offsets saved before a refill rewrites their iocbs
+        left = np.flatnonzero(live) + base
+        self._carry = np.stack((left, submit[left - base], self._offsets(left, carry)))
         self._lo = hi
         self.n_rec = self.n_done = self.n_sub = 0
-        return done - sub, res, offsets, done
+        return done - submit[at], res, offsets, done
+
+    def _offsets(self, seq: npt.NDArray[np.int64],
+                 carry: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Offsets of I/Os submitted since the last collect (their iocbs intact) or in flight
+        at it (``carry``, saved then)."""
+        out = np.empty(seq.size, dtype=np.int64)
+        new = seq >= self._lo
+        out[new] = self.iocbs[seq[new] - self.seq0, W_OFFSET]
+        if not bool(new.all()):
+            out[~new] = carry[2, np.searchsorted(carry[0], seq[~new])]
+        return out
 
     @property
     def in_flight_at_collect(self) -> int:
