@@ -243,6 +243,21 @@ def _set_ring(
     w.ring_pool_rows, w.ring_stamps = plan
 
 
+def _await_completions(poll: Callable[[], int], reap: Callable[[int, int], int],
+                       wake: int) -> int:
+    """Completions reaped by ``wake`` (0: none came): a wait shorter than ``SLEEP_MIN_NS``
+    is spent looking in the ring, a longer one blocks in the engine. Called by the hot loops
+    only when a look found nothing."""
+    mono = time.monotonic_ns
+    while True:
+        left = wake - mono()
+        if left <= 0:
+            return 0
+        n = poll() if left < SLEEP_MIN_NS else reap(1, left)
+        if n:
+            return n
+
+
 def _errno_name(res: int) -> str:
     if res >= 0:
         return "short"
@@ -1440,15 +1455,9 @@ class EngineLoop:
         while True:
             n = poll()
             if not n:
-                now = mono()
-                left = wake - now
-                if left <= 0:
-                    return boundary
-                if left < SLEEP_MIN_NS:  # too near to sleep: look again
-                    continue
-                n = reap(1, left)
+                n = _await_completions(poll, reap, wake)
                 if not n:
-                    continue
+                    return boundary
             t = mono()
             if t >= boundary:
                 return self._reaped_late(control, eng, n, t, boundary, subinterval_ns)
@@ -1530,15 +1539,9 @@ class EngineLoop:
         while True:
             n = poll()
             if not n:
-                now = mono()
-                left = wake - now
-                if left <= 0:
-                    return boundary
-                if left < SLEEP_MIN_NS:  # too near to sleep: look again
-                    continue
-                n = reap(1, left)
+                n = _await_completions(poll, reap, wake)
                 if not n:
-                    continue
+                    return boundary
             t = mono()
             # resubmit before the bookkeeping (in-flight count unchanged)
             c = ring.cur
