@@ -78,9 +78,10 @@ class FakeEngine:
                     self._table.rows[slots, 11])
 
     def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
-        """Start the ``n - done`` iocbs whose addresses follow the first ``done`` at
-        ``ptrs_addr``; each completion's slot word is the iocb's ``aio_data``."""
-        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(ptrs_addr))[done:]
+        """Start the iocbs whose addresses follow the first ``done`` (none for a failed fast
+        call's -1) of the ``n`` at ``ptrs_addr``; each completion's slot word is the iocb's
+        ``aio_data``."""
+        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(ptrs_addr))[max(done, 0):]
         iocbs = np.array([np.ctypeslib.as_array((ctypes.c_int64 * 8).from_address(int(a)))
                           for a in ptrs], dtype=np.int64).reshape(-1, 8)
         if not iocbs.size:
