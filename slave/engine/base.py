@@ -24,6 +24,14 @@ from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
 PAGE_BYTES = mmap.PAGESIZE
 
 
+def int64_words(a: npt.NDArray[np.int64]) -> memoryview:
+    """A C-contiguous int64 array's memory as a flat memoryview of int64 words (the engine
+    loops' scalar reads and writes)."""
+    if a.size == 0:
+        return memoryview(b"").cast("q")
+    return a.data.cast("B").cast("q")
+
+
 class SlotTable:
     """``capacity`` I/O slots, one 128-byte row each (16 int64 words), page aligned:
 

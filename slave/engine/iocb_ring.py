@@ -37,16 +37,13 @@ from slave.engine.aio_abi import (
     W_OPCODE_FD,
     opcode_fd_word,
 )
+from slave.engine.base import int64_words
 
 #: ``aio_data`` of a ring iocb: this bit and the sequence number (slot numbers are far below)
 TAG: Final = 1 << 62
 #: words of a completion record: the io_event as the kernel wrote it (data, obj, res, res2)
 EV_WORDS: Final = 4
 E_DATA, E_RES = 0, 2
-
-
-def _words(a: npt.NDArray[np.int64]) -> memoryview:
-    return a.data.cast("B").cast("q")
 
 
 class IocbRing:
@@ -81,13 +78,13 @@ class IocbRing:
         # completions, and one may be added past ``records`` (the loop then collects)
         cap = records + 2 * iodepth
         self._recs = np.zeros(cap * EV_WORDS, dtype=np.int64)
-        self.rec_words = _words(self._recs)
+        self.rec_words = int64_words(self._recs)
         self.n_rec = 0
         self._done = np.zeros(2 * cap, dtype=np.int64)  # (record end, completion time)
-        self.done_words = _words(self._done)
+        self.done_words = int64_words(self._done)
         self.n_done = 0
         self._sub = np.zeros(2 * (cap + 1), dtype=np.int64)  # (sequence end, submit time)
-        self.sub_words = _words(self._sub)
+        self.sub_words = int64_words(self._sub)
         self.n_sub = 0
         self.records = records
         self._lo = 0  # the first sequence number submitted since the last collect

@@ -61,7 +61,7 @@ from slave.engine.aio_abi import (
     W_OPCODE_FD,
     opcode_fd_word,
 )
-from slave.engine.base import AlignedBuffers, IocbEngine, IoEngine, SlotTable
+from slave.engine.base import AlignedBuffers, IocbEngine, IoEngine, SlotTable, int64_words
 from slave.engine.iocb_ring import EV_WORDS, TAG, IocbRing
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
@@ -208,13 +208,6 @@ class _PacedSet:
         self.armed[i] = True
 
 
-def _words(a: npt.NDArray[np.int64]) -> memoryview:
-    """A C-contiguous int64 array's memory as a flat memoryview of int64 words."""
-    if a.size == 0:
-        return memoryview(b"").cast("q")
-    return a.data.cast("B").cast("q")
-
-
 def _set_ring(
     w: _Workload,
     ring: npt.NDArray[np.int64],
@@ -226,7 +219,7 @@ def _set_ring(
     ring = np.ascontiguousarray(ring)
     w.ring = ring
     w.ring_write = is_write
-    w.ring_words = _words(ring)
+    w.ring_words = int64_words(ring)
     w.ring_len = int(ring.shape[0])
     w.cur = 0
     if w.pattern is None:  # no writes: no data to place (``_put_write_data`` is not called)
@@ -234,7 +227,7 @@ def _set_ring(
         return
     before = np.zeros(w.ring_len + 1, dtype=np.int64)
     np.cumsum(is_write, out=before[1:])
-    w.ring_writes_before = _words(before)
+    w.ring_writes_before = int64_words(before)
     if not w.pattern.planned:
         w.ring_stamps = None
         return
@@ -271,7 +264,7 @@ class EngineLoop:
         self.name = name
         self.table = SlotTable(capacity)
         self._rows = self.table.rows
-        self._rows_words = _words(self._rows)  # the same memory, for scalar paths
+        self._rows_words = int64_words(self._rows)  # the same memory, for scalar paths
         self._rows_flat = self._rows.reshape(-1)
         # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
         # never ``.take``: numpy's take first copies a strided source whole (8,192 rows of
@@ -285,7 +278,7 @@ class EngineLoop:
         self._active_list = [-1] * capacity
         self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
         self._pend = np.zeros((FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
-        self._pend_words = _words(self._pend)
+        self._pend_words = int64_words(self._pend)
         self._p = 0
         self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
         # completion times not yet in their rows (``_loop_single``): the records from
@@ -295,7 +288,7 @@ class EngineLoop:
         self._n_marks = 0
         self._mark_owner = -1  # the workload whose I/Os the notes are (``_loop_single``'s)
         self._marks = np.zeros((FLUSH_AT + capacity, 2), dtype=np.int64)
-        self._marks_words = _words(self._marks)
+        self._marks_words = int64_words(self._marks)
         self._wl: list[_Workload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id
         self._deferring = 0  # inside changes(): _refresh waits for the end
@@ -328,7 +321,7 @@ class EngineLoop:
         self._staged_now_one: list[int] = []
         self._staged_engine: IoEngine | None = None
         self._gather = np.zeros((capacity, 5), dtype=np.int64)  # see _resubmit_max
-        self._gather_words = _words(self._gather)
+        self._gather_words = int64_words(self._gather)
         # the lone max-iops read workload's ring of iocbs (``_loop_ring``), while it runs there
         # or holds records not binned yet; whose I/Os they are, and of which category
         self._ring: IocbRing | None = None
@@ -337,7 +330,7 @@ class EngineLoop:
         self._ring_counts: list[ctypes.c_long] = []  # batch sizes as ctypes, for io_submit
         # a batch reaped past a boundary, kept while the boundary is handled (``_ring_late``)
         self._ring_late_ev = np.zeros(EV_WORDS * capacity, dtype=np.int64)
-        self._ring_late_words = _words(self._ring_late_ev)
+        self._ring_late_words = int64_words(self._ring_late_ev)
         self.subinterval_index = -1
 
     # ------------------------------------------------------------------ set-up
