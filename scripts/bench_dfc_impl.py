@@ -61,9 +61,18 @@ def main() -> int:
                     help="with --max-iops: skip the probe and hold this target")
     ap.add_argument("--max-iops", type=float, default=None,
                     help="with --target: the device's maximum IOPS (DFC's high bound)")
-    ap.add_argument("--device", choices=("shm", "knee"), default="shm",
+    ap.add_argument("--device", choices=("shm", "knee", "disk"), default="shm",
                     help="shm: a loop device over a file in /dev/shm; knee: a loop device over "
-                         "a one-server queue with a fixed service time (scripts/kneedev_impl)")
+                         "a one-server queue with a fixed service time (scripts/kneedev_impl); "
+                         "disk: a direct-I/O loop device over a file of random data on a real "
+                         "disk (--disk-dir)")
+    ap.add_argument("--disk-dir", default="/var/tmp",
+                    help="--device disk: a folder on the disk to use (a file of --disk-gib "
+                         "GiB is written there and removed afterwards)")
+    ap.add_argument("--disk-gib", type=int, default=2,
+                    help="--device disk: size of the file, written with random data so reads "
+                         "reach the disk (a sparse or fallocated file reads as zeros from "
+                         "metadata alone)")
     ap.add_argument("--service-us", type=float, default=1000.0,
                     help="--device knee: service time per request")
     args = ap.parse_args()
@@ -74,6 +83,18 @@ def main() -> int:
             loop = stack.enter_context(knee_device(1 << 30, args.service_us))
             print(f"device: {loop} over a one-server FUSE queue, {args.service_us:g} us per "
                   "request (scripts/kneedev_impl.py)")
+        elif args.device == "disk":
+            disk = Path(tempfile.mkdtemp(prefix="ivypy-dfc-", dir=args.disk_dir))
+            stack.callback(subprocess.run, ["rm", "-rf", str(disk)], check=False)
+            img = disk / "lun.img"
+            subprocess.run(["dd", "if=/dev/urandom", f"of={img}", "bs=1M",
+                            f"count={args.disk_gib * 1024}", "oflag=direct", "status=none"],
+                           check=True)
+            loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(img)],
+                                  check=True, capture_output=True, text=True).stdout.strip()
+            stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+            print(f"device: {loop} (direct I/O) over {args.disk_gib} GiB of random data in "
+                  f"{args.disk_dir}")
         else:
             img = tmp / "lun.img"
             subprocess.run(["truncate", "-s", "1G", str(img)], check=True)
