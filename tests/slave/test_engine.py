@@ -349,7 +349,7 @@ def test_a_second_edit_keeps_the_backlog_an_edit_to_max_iops_kept() -> None:
 
 
 @pytest.mark.parametrize(
-    ("iodepth", "iops", "n_max_iops", "ahead"),
+    ("iodepth", "iops", "n_alike", "ahead"),
     [
         (1, None, 1, loop_mod.RING_MIN),  # 512 per depth, but at least RING_MIN
         (8, None, 1, 8 * loop_mod.RING_PER_DEPTH),
@@ -358,17 +358,23 @@ def test_a_second_edit_keeps_the_backlog_an_edit_to_max_iops_kept() -> None:
         (32, None, 64, loop_mod.RING_BUDGET // 64),  # the loop's max-iops workloads share
         (32, None, 512, loop_mod.RING_MIN),
         (32, 100.0, 1, loop_mod.PACED_RING_MIN),  # paced: a quarter second, at least this
-        (32, 1e6, 1, loop_mod.RING_MIN),  # ... and at most this
+        (32, 40_000.0, 1, 10_000),
+        (32, 1e6, 1, loop_mod.RING_MAX),  # ... and at most this
+        (32, 1e6, 64, loop_mod.RING_BUDGET // 64),  # ... and the paced workloads' share
+        (32, 1e6, 512, loop_mod.RING_BUDGET // 512),
     ],
 )
 def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
-    iodepth: int, iops: float | None, n_max_iops: int, ahead: int,
+    iodepth: int, iops: float | None, n_alike: int, ahead: int,
 ) -> None:
     # a refill holds up the loop's I/Os in flight: a max-iops workload precomputes 512 I/Os
-    # per unit of depth (one in 512 of its I/Os waits out a refill), within the loop's budget
+    # per unit of depth (one in 512 of its I/Os waits out a refill), within the loop's budget;
+    # a paced one a quarter second, within the paced workloads' budget. ``n_alike``: how many
+    # workloads of its kind (max-iops or paced) the loop runs, itself included
     loop, _ = make_loop(constant_ns(20_000))
-    for i in range(n_max_iops - 1):
-        loop.add_workload(spec(loop, f"o{i}", WorkloadParams(iodepth=1, seed=i)), None)
+    for i in range(n_alike - 1):
+        other = WorkloadParams(iodepth=1, seed=i, iops=None if iops is None else 1.0)
+        loop.add_workload(spec(loop, f"o{i}", other), None)
     loop.add_workload(spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=iops)), None)
     w = loop._wl[loop._index_of["w"]]
     assert w is not None
