@@ -955,3 +955,46 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
     loop.add_workload(s, None)
     with pytest.raises(IoEngineError, match=r"workload w: 4 I/Os still in flight 1 s after"):
         run(loop, Control(1), 20_000_000)
+
+
+@pytest.mark.parametrize(
+    ("polls", "reaped", "wake_in_ns", "want", "reaps"),
+    [
+        # a completion within the spin: found by looking, no blocking reap
+        ([0, 0, 0, 0, 5], 0, 1_000_000_000, 5, 0),
+        # none by looking: block after the spin, for what is left until wake
+        ([], 3, 1_000_000_000, 3, 1),
+        # none at all: the blocking reap returns empty until wake has passed
+        ([], 0, 2 * loop_mod.AWAIT_SPIN_NS, 0, None),
+        # wake nearer than the spin: look until it passes, never block
+        ([], 7, loop_mod.AWAIT_SPIN_NS // 2, 0, 0),
+        # wake already passed: nothing
+        ([], 7, -1, 0, 0),
+    ],
+)
+def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
+    polls: list[int], reaped: int, wake_in_ns: int, want: int, reaps: int | None,
+) -> None:
+    script = list(polls)
+    reap_calls: list[tuple[int, int, int]] = []  # (min_nr, timeout, ns since the wait began)
+
+    def poll() -> int:
+        return script.pop(0) if script else 0
+
+    def reap(min_nr: int, timeout_ns: int) -> int:
+        reap_calls.append((min_nr, timeout_ns, time.monotonic_ns() - t0))
+        if not reaped:
+            time.sleep(timeout_ns / 1e9)
+        return reaped
+
+    t0 = time.monotonic_ns()
+    wake = t0 + wake_in_ns
+    assert loop_mod._await_completions(poll, reap, wake) == want
+    if reaps is not None:
+        assert len(reap_calls) == reaps
+    for min_nr, timeout_ns, since in reap_calls:
+        assert min_nr == 1
+        assert since >= loop_mod.AWAIT_SPIN_NS  # only after looking for the spin's length
+        assert 0 < timeout_ns <= wake_in_ns - loop_mod.AWAIT_SPIN_NS
+    if want == 0 and wake_in_ns > 0:
+        assert time.monotonic_ns() >= wake
