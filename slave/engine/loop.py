@@ -104,13 +104,17 @@ WRITE_ONE_MAX: Final = 4
 # scheduler's wake-up preference); spinning 100 us then blocking beats both.
 BUSY_SPIN_NS: Final = 100_000
 # a max-iops loop that finds no completion looks again (yielding the core in between) for this
-# long before it blocks in the engine's reap: on the 2-core VM a blocking wait took ~45 us to
+# long before it blocks in the engine's reap, while its recent waits were shorter than this
+# (``_Waiter``): on the 2-core VM a blocking wait took ~45 us to
 # return (the sleeping CPU's wake-up), by when 7 of 8 I/Os in flight had completed, so a QD8
 # workload ran at 0.55x fio's IOPS (116,000 vs 201,000; fio's one-at-a-time submission seldom
 # finds the ring empty: 0.02 sleeps per I/O against ivypy's 0.11). Looking for 50 us first
 # (about the wake-up's cost): QD8 116,000 -> 208,000-221,000 IOPS, QD32 258,000 -> 333,000-
 # 372,000, QD32 on a device that holds data 215,000 -> 265,000-282,000 (fio 293,000), user CPU
-# per I/O unchanged (0.6-0.7 at QD32; the spin replaces the sleep's system time)
+# per I/O unchanged (0.6-0.7 at QD32; the spin replaces the sleep's system time). Behind the
+# VM's own disk (a direct-I/O loop device: 0.15-0.5 ms per wait), looking first whatever the
+# recent waits cost 9 empty looks and 10.8 us of user CPU per I/O at QD4 (2.7 at QD32);
+# looking only after short waits, 0.3 looks and 7.1 us (1.2 at QD32)
 AWAIT_SPIN_NS: Final = 50_000
 # a wait shorter than this is spent looking in the completion ring instead of sleeping: a sleep
 # costs about this much in wake-up (measured on the 2-core VM: a bare Python QD1 loop reads
@@ -249,28 +253,42 @@ def _set_ring(
     w.ring_pool_rows, w.ring_stamps = plan
 
 
-def _await_completions(poll: Callable[[], int], reap: Callable[[int, int], int],
-                       wake: int) -> int:
-    """Completions reaped by ``wake`` (0: none came): the first ``AWAIT_SPIN_NS`` and a
-    wait shorter than ``SLEEP_MIN_NS`` are spent looking in the ring, the rest blocks in the
-    engine. Called by the max-iops loops only when a look found nothing, so with I/Os in
-    flight."""
-    mono = time.monotonic_ns
-    spin_until = mono() + AWAIT_SPIN_NS
-    while True:
-        now = mono()
-        left = wake - now
-        if left <= 0:
-            return 0
-        if now < spin_until or left < SLEEP_MIN_NS:
-            n = poll()
-            if not n:
-                sched_yield()  # let the device's kernel worker run if it shares our core
+class _Waiter:
+    """The max-iops loops' wait for completions, called only when a look found none (so
+    with I/Os in flight). It looks in the ring (yielding the core in between) for the first
+    ``AWAIT_SPIN_NS`` and for a wait shorter than ``SLEEP_MIN_NS``, and blocks in the engine
+    for the rest; but it only looks first while its recent waits were short (their running
+    mean, ``mean_ns``, under ``AWAIT_SPIN_NS``): behind a slow device (a disk's milliseconds)
+    a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
+    completion."""
+
+    __slots__ = ("mean_ns",)
+
+    def __init__(self) -> None:
+        self.mean_ns = 0  # the recent waits, from the call to a completion or to wake
+
+    def wait(self, poll: Callable[[], int], reap: Callable[[int, int], int], wake: int) -> int:
+        """Completions reaped by ``wake`` (0: none came)."""
+        mono = time.monotonic_ns
+        t0 = mono()
+        spin_until = t0 + AWAIT_SPIN_NS if self.mean_ns < AWAIT_SPIN_NS else t0
+        while True:
+            now = mono()
+            left = wake - now
+            if left <= 0:
+                n = 0
+                break
+            if now < spin_until or left < SLEEP_MIN_NS:
                 n = poll()
-        else:
-            n = reap(1, left)
-        if n:
-            return n
+                if not n:
+                    sched_yield()  # let the device's kernel worker run if it shares our core
+                    n = poll()
+            else:
+                n = reap(1, left)
+            if n:
+                break
+        self.mean_ns += (mono() - t0 - self.mean_ns) >> 3  # a running mean over ~8 waits
+        return n
 
 
 def _errno_name(res: int) -> str:
@@ -325,6 +343,7 @@ class EngineLoop:
         self._stop = False
         self._discard = False
         self._busy_poll = False
+        self._waiter = _Waiter()  # the max-iops loops' wait for completions
         self._single: _Workload | None = None  # the only workload, when it runs at max iops
         # the index of the only workload with slots in flight (none retired), or -1: completed
         # slots then need no owner lookup
@@ -1314,7 +1333,7 @@ class EngineLoop:
                         # before blocking (one QD32 workload of 70 % reads: +1 to +11 % IOPS;
                         # eight of QD4: -5 to +6 %, within the VM's noise; the loop's Python
                         # is their limit)
-                        n = _await_completions(eng.poll, eng.reap, wake)
+                        n = self._waiter.wait(eng.poll, eng.reap, wake)
                     elif not n:
                         left = wake - mono()
                         if left < SLEEP_MIN_NS:  # too near to sleep: look again
@@ -1462,6 +1481,7 @@ class EngineLoop:
         mono = time.monotonic_ns
         poll = eng.poll
         reap = eng.reap
+        await_completions = self._waiter.wait
         submit = eng.submit
         done_slot = eng.done_slot
         done_res = eng.done_res
@@ -1478,7 +1498,7 @@ class EngineLoop:
         while True:
             n = poll()
             if not n:
-                n = _await_completions(poll, reap, wake)
+                n = await_completions(poll, reap, wake)
                 if not n:
                     return boundary
             t = mono()
@@ -1550,6 +1570,7 @@ class EngineLoop:
         mono = time.monotonic_ns
         poll = eng.poll
         reap = eng.reap
+        await_completions = self._waiter.wait
         fast, c_sys, c_ctx = eng.submit_fast_args()
         counts = self._ring_counts
         void_p = ctypes.c_void_p
@@ -1562,7 +1583,7 @@ class EngineLoop:
         while True:
             n = poll()
             if not n:
-                n = _await_completions(poll, reap, wake)
+                n = await_completions(poll, reap, wake)
                 if not n:
                     return boundary
             t = mono()

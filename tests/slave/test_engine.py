@@ -958,22 +958,26 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
 
 
 @pytest.mark.parametrize(
-    ("polls", "reaped", "wake_in_ns", "want", "reaps"),
+    ("mean_ns", "polls", "reaped", "wake_in_ns", "want", "reaps", "spun"),
     [
-        # a completion within the spin: found by looking, no blocking reap
-        ([0, 0, 0, 0, 5], 0, 1_000_000_000, 5, 0),
+        # recent waits short: a completion within the spin is found by looking, no reap
+        (0, [0, 0, 0, 0, 5], 0, 1_000_000_000, 5, 0, True),
         # none by looking: block after the spin, for what is left until wake
-        ([], 3, 1_000_000_000, 3, 1),
+        (0, [], 3, 1_000_000_000, 3, 1, True),
         # none at all: the blocking reap returns empty until wake has passed
-        ([], 0, 2 * loop_mod.AWAIT_SPIN_NS, 0, None),
+        (0, [], 0, 2 * loop_mod.AWAIT_SPIN_NS, 0, None, True),
         # wake nearer than the spin: look until it passes, never block
-        ([], 7, loop_mod.AWAIT_SPIN_NS // 2, 0, 0),
+        (0, [], 7, loop_mod.AWAIT_SPIN_NS // 2, 0, 0, True),
         # wake already passed: nothing
-        ([], 7, -1, 0, 0),
+        (0, [], 7, -1, 0, 0, True),
+        # recent waits long (a slow device): block at once, no looking
+        (loop_mod.AWAIT_SPIN_NS, [0, 0, 5], 3, 1_000_000_000, 3, 1, False),
+        (10 * loop_mod.AWAIT_SPIN_NS, [], 3, 1_000_000_000, 3, 1, False),
     ],
 )
 def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
-    polls: list[int], reaped: int, wake_in_ns: int, want: int, reaps: int | None,
+    mean_ns: int, polls: list[int], reaped: int, wake_in_ns: int, want: int,
+    reaps: int | None, spun: bool,
 ) -> None:
     script = list(polls)
     reap_calls: list[tuple[int, int, int]] = []  # (min_nr, timeout, ns since the wait began)
@@ -987,14 +991,50 @@ def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
             time.sleep(timeout_ns / 1e9)
         return reaped
 
+    waiter = loop_mod._Waiter()
+    waiter.mean_ns = mean_ns
     t0 = time.monotonic_ns()
     wake = t0 + wake_in_ns
-    assert loop_mod._await_completions(poll, reap, wake) == want
+    assert waiter.wait(poll, reap, wake) == want
     if reaps is not None:
         assert len(reap_calls) == reaps
     for min_nr, timeout_ns, since in reap_calls:
         assert min_nr == 1
-        assert since >= loop_mod.AWAIT_SPIN_NS  # only after looking for the spin's length
-        assert 0 < timeout_ns <= wake_in_ns - loop_mod.AWAIT_SPIN_NS
+        if spun:  # only after looking for the spin's length
+            assert since >= loop_mod.AWAIT_SPIN_NS
+            assert 0 < timeout_ns <= wake_in_ns - loop_mod.AWAIT_SPIN_NS
+        else:  # at once: the polls were never looked at
+            assert script == polls
     if want == 0 and wake_in_ns > 0:
         assert time.monotonic_ns() >= wake
+
+
+def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again() -> None:
+    waiter = loop_mod._Waiter()
+    looks = [0]
+
+    def poll() -> int:
+        looks[0] += 1
+        return 0
+
+    def slow_reap(min_nr: int, timeout_ns: int) -> int:
+        time.sleep(4 * loop_mod.AWAIT_SPIN_NS / 1e9)  # a completion long after the spin
+        return 1
+
+    far = time.monotonic_ns() + 10**12
+    for _ in range(16):
+        waiter.wait(poll, slow_reap, far)
+    assert waiter.mean_ns >= loop_mod.AWAIT_SPIN_NS
+    looks[0] = 0
+    waiter.wait(poll, slow_reap, far)
+    assert looks[0] == 0  # blocked at once
+
+    def fast_reap(min_nr: int, timeout_ns: int) -> int:
+        return 1  # the device is fast again: the blocking wait returns at once
+
+    for _ in range(64):
+        waiter.wait(poll, fast_reap, far)
+    assert waiter.mean_ns < loop_mod.AWAIT_SPIN_NS
+    looks[0] = 0
+    waiter.wait(poll, slow_reap, far)
+    assert looks[0] > 0  # looks first again
