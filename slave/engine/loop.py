@@ -103,18 +103,17 @@ WRITE_ONE_MAX: Final = 4
 # pure spinning loses to blocking (it starves the loop device's worker and loses the CPU
 # scheduler's wake-up preference); spinning 100 us then blocking beats both.
 BUSY_SPIN_NS: Final = 100_000
-# a max-iops loop that finds no completion looks again (yielding the core in between) for this
-# long before it blocks in the engine's reap, while its recent waits were shorter than this
-# (``_Waiter``): on the 2-core VM a blocking wait took ~45 us to
-# return (the sleeping CPU's wake-up), by when 7 of 8 I/Os in flight had completed, so a QD8
-# workload ran at 0.55x fio's IOPS (116,000 vs 201,000; fio's one-at-a-time submission seldom
-# finds the ring empty: 0.02 sleeps per I/O against ivypy's 0.11). Looking for 50 us first
-# (about the wake-up's cost): QD8 116,000 -> 208,000-221,000 IOPS, QD32 258,000 -> 333,000-
-# 372,000, QD32 on a device that holds data 215,000 -> 265,000-282,000 (fio 293,000), user CPU
-# per I/O unchanged (0.6-0.7 at QD32; the spin replaces the sleep's system time). Behind the
-# VM's own disk (a direct-I/O loop device: 0.15-0.5 ms per wait), looking first whatever the
-# recent waits cost 9 empty looks and 10.8 us of user CPU per I/O at QD4 (2.7 at QD32);
-# looking only after short waits, 0.3 looks and 7.1 us (1.2 at QD32)
+# a max-iops loop that finds no completion looks again (yielding the core in between) for this long
+# before it blocks in the engine's reap, while its recent waits were shorter than this
+# (``_Waiter``): on the 2-core VM a blocking wait took ~45 us to return (the sleeping CPU's
+# wake-up), by when 7 of 8 I/Os in flight had completed, so a QD8 workload ran at 0.55x fio's IOPS
+# (116,000 vs 201,000; fio's one-at-a-time submission seldom finds the ring empty: 0.02 sleeps per
+# I/O against ivypy's 0.11). Looking for 50 us first (about the wake-up's cost): QD8 116,000 ->
+# 208,000-221,000 IOPS, QD32 258,000 -> 333,000-372,000, QD32 on a device that holds data 215,000
+# -> 265,000-282,000 (fio 293,000), user CPU per I/O unchanged (0.6-0.7 at QD32; the spin replaces
+# the sleep's system time). Behind the VM's own disk (a direct-I/O loop device: 0.15-0.5 ms per
+# wait), looking first whatever the recent waits cost 9 empty looks and 10.8 us of user CPU per I/O
+# at QD4 (2.7 at QD32); looking only after short waits, 0.3 looks and 7.1 us (1.2 at QD32)
 AWAIT_SPIN_NS: Final = 50_000
 # a wait shorter than this is spent looking in the completion ring instead of sleeping: a sleep
 # costs about this much in wake-up (measured on the 2-core VM: a bare Python QD1 loop reads
