@@ -90,19 +90,23 @@ def main() -> int:
             subprocess.run(["dd", "if=/dev/urandom", f"of={img}", "bs=1M",
                             f"count={args.disk_gib * 1024}", "oflag=direct", "status=none"],
                            check=True)
-            loop = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(img)],
-                                  check=True, capture_output=True, text=True).stdout.strip()
-            stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+            loop = _attach(stack, img, "--direct-io=on")
             print(f"device: {loop} (direct I/O) over {args.disk_gib} GiB of random data in "
                   f"{args.disk_dir}")
         else:
             img = tmp / "lun.img"
             subprocess.run(["truncate", "-s", "1G", str(img)], check=True)
-            loop = subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
-                                  capture_output=True, text=True).stdout.strip()
-            stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+            loop = _attach(stack, img)
             print(f"device: {loop} over a file in /dev/shm")
         return _bench(args, tmp, loop)
+
+
+def _attach(stack: contextlib.ExitStack, img: Path, *flags: str) -> str:
+    """A loop device over ``img`` (detached when ``stack`` closes)."""
+    loop = subprocess.run(["losetup", "--find", "--show", *flags, str(img)], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+    return loop
 
 
 def _bench(args: argparse.Namespace, tmp: Path, loop: str) -> int:
