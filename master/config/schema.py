@@ -496,10 +496,10 @@ class TestConfig:
 
     YAML top-level keys: ``test`` (required; letters, digits, ``._-``), ``description``,
     ``output_root`` (default ``./ivypy-output``; a relative path is resolved against the current
-    directory, as ivy users expect; ``--output-root`` overrides), ``subinterval_seconds`` (> 0,
-    default 5), ``deadline_fraction`` (0 < f < 1, default 0.75: how long after a boundary the
-    master waits for results, as a fraction of a subinterval), ``hosts`` (required), ``luns``
-    (required), ``rollups``, ``steps`` (required). The run folder is
+    directory, as ivy users expect; ``--output-root`` overrides), ``subinterval_seconds``
+    (10ms to 1h, default 5), ``deadline_fraction`` (0 < f < 1, default 0.75: how long after a
+    boundary the master waits for results, as a fraction of a subinterval), ``hosts``
+    (required), ``luns`` (required), ``rollups``, ``steps`` (required). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
