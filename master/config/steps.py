@@ -92,6 +92,10 @@ DEFAULT_MEASURE_S = 60.0
 DEFAULT_MEASURE_TIMEOUT_S = 600.0
 DEFAULT_MIN_MEASURE_S = 60.0
 _MAX_STEPS_PER_ENTRY = 10_000
+# the longest warmup, measurement or cooldown: a soak test runs for days or weeks; beyond a year
+# a value is a typo (and 1e308 s overflowed the count of subintervals)
+MAX_PHASE_S = 366 * 86400.0
+
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=%+:,-]*$")
 
 
@@ -114,6 +118,8 @@ def phase(cursor: Cursor | None, subinterval_s: float, default_s: float = 0.0) -
             requested = parse_duration_s(cursor.value if cursor.is_scalar else None)
         except ValueError as exc:
             raise cursor.error(str(exc)) from exc
+        if requested > MAX_PHASE_S:
+            raise cursor.error(f"must be at most a year (got {cursor.node.text})")
     count = math.ceil(requested / subinterval_s - 1e-9) if requested > 0 else 0
     return PhaseDuration(requested, count, count * subinterval_s)
 
