@@ -529,9 +529,11 @@ def test_a_batch_of_several_max_workloads_is_resubmitted_in_one_call() -> None:
     assert len(again) > 15 and again == reaps[: len(again)] and len(reaps) - len(again) <= 1
     assert all(n == 16 for n in again)
     # each I/O is stamped at its submission (the fake engine logs its own, later, time), and
-    # a max-iops I/O is scheduled when submitted
+    # a max-iops I/O is scheduled when submitted. The bound is half a device tick: a stale
+    # time (an earlier batch's) is at least a tick old, while the loop's own gap between its
+    # stamp and the engine's clock is microseconds, but reached 0.5 ms in VM stalls
     log = eng.offsets_log()
-    assert np.all((log[:, 2] >= log[:, 4]) & (log[:, 2] - log[:, 4] < 500_000))
+    assert np.all((log[:, 2] >= log[:, 4]) & (log[:, 2] - log[:, 4] < tick // 2))
     for s in specs:
         st = ctl.snapshots[s.workload_id][0]
         assert st.ops() >= 60  # 4 I/Os every 2 ticks
@@ -586,7 +588,10 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     late = wl[wl[:, 2] >= start + sub_ns]
     assert late.shape[0] >= 20
     assert np.all(late[:, 4] < start + sub_ns)  # scheduled by the first schedule
-    assert np.all((cl[:, 2] >= cl[:, 4]) & (cl[:, 2] - cl[:, 4] < 500_000))
+    # the max workload's I/Os scheduled when submitted, not at a backlog's times (those are
+    # many ticks old); half a tick leaves room for a VM stall between the loop's stamp and the
+    # engine's clock (0.5 ms was exceeded about once per few full runs)
+    assert np.all((cl[:, 2] >= cl[:, 4]) & (cl[:, 2] - cl[:, 4] < tick // 2))
     assert max(submits) == 3  # both workloads' I/Os in one call
 
 
