@@ -4,6 +4,7 @@ errors, edits at boundaries, no coordinated omission."""
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Callable
 
 import numpy as np
@@ -962,6 +963,20 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
         run(loop, Control(1), 20_000_000)
 
 
+def _waiter_clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A clock of the test's own for ``_Waiter`` (1 us per reading, moved on by the test's
+    fake reaps), so a stalled or busy machine cannot end a spin early or make a wait long."""
+    clock = [10**12]
+
+    def monotonic_ns() -> int:
+        clock[0] += 1_000
+        return clock[0]
+
+    monkeypatch.setattr(loop_mod, "time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
+    monkeypatch.setattr(loop_mod, "sched_yield", lambda: None)
+    return clock
+
+
 @pytest.mark.parametrize(
     ("mean_ns", "polls", "reaped", "wake_in_ns", "want", "reaps", "spun"),
     [
@@ -981,9 +996,10 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
     ],
 )
 def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
-    mean_ns: int, polls: list[int], reaped: int, wake_in_ns: int, want: int,
-    reaps: int | None, spun: bool,
+    monkeypatch: pytest.MonkeyPatch, mean_ns: int, polls: list[int], reaped: int,
+    wake_in_ns: int, want: int, reaps: int | None, spun: bool,
 ) -> None:
+    clock = _waiter_clock(monkeypatch)  # a blocking reap that finds nothing moves it on
     script = list(polls)
     reap_calls: list[tuple[int, int, int]] = []  # (min_nr, timeout, ns since the wait began)
 
@@ -991,14 +1007,14 @@ def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
         return script.pop(0) if script else 0
 
     def reap(min_nr: int, timeout_ns: int) -> int:
-        reap_calls.append((min_nr, timeout_ns, time.monotonic_ns() - t0))
+        reap_calls.append((min_nr, timeout_ns, clock[0] - t0))
         if not reaped:
-            time.sleep(timeout_ns / 1e9)
+            clock[0] += timeout_ns
         return reaped
 
     waiter = loop_mod._Waiter()
     waiter.mean_ns = mean_ns
-    t0 = time.monotonic_ns()
+    t0 = clock[0]
     wake = t0 + wake_in_ns
     assert waiter.wait(poll, reap, wake) == want
     if reaps is not None:
@@ -1011,22 +1027,28 @@ def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
         else:  # at once: the polls were never looked at
             assert script == polls
     if want == 0 and wake_in_ns > 0:
-        assert time.monotonic_ns() >= wake
+        assert clock[0] >= wake
+    if spun and want and not reaps:  # found by looking, well within the spin
+        assert clock[0] - t0 < loop_mod.AWAIT_SPIN_NS
 
 
-def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again() -> None:
+def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _waiter_clock(monkeypatch)
     waiter = loop_mod._Waiter()
     looks = [0]
+    ready = [0]  # what a look finds
 
     def poll() -> int:
         looks[0] += 1
-        return 0
+        return ready[0]
 
     def slow_reap(min_nr: int, timeout_ns: int) -> int:
-        time.sleep(4 * loop_mod.AWAIT_SPIN_NS / 1e9)  # a completion long after the spin
+        clock[0] += 4 * loop_mod.AWAIT_SPIN_NS  # a completion long after the spin
         return 1
 
-    far = time.monotonic_ns() + 10**12
+    far = clock[0] + 10**12
     for _ in range(16):
         waiter.wait(poll, slow_reap, far)
     assert waiter.mean_ns >= loop_mod.AWAIT_SPIN_NS
@@ -1037,9 +1059,11 @@ def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again() -
     def fast_reap(min_nr: int, timeout_ns: int) -> int:
         return 1  # the device is fast again: the blocking wait returns at once
 
+    ready[0] = 1  # ... and a look finds a completion
     for _ in range(64):
         waiter.wait(poll, fast_reap, far)
-    assert waiter.mean_ns < loop_mod.AWAIT_SPIN_NS
+    assert waiter.mean_ns < loop_mod.AWAIT_SPIN_NS // 4
+    ready[0] = 0
     looks[0] = 0
     waiter.wait(poll, slow_reap, far)
     assert looks[0] > 0  # looks first again
