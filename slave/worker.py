@@ -80,6 +80,14 @@ FREE, READY_TO_RUN, RUNNING, READY_TO_SEND, SENDING = 0, 1, 2, 3, 4
 STATE_NAMES: Final = ("free", "ready to run", "running", "ready to send", "sending")
 _CTRL_WORDS: Final = 8  # per worker: (state, subinterval) for buffer 0, then buffer 1
 _PR_SET_PDEATHSIG: Final = 1
+_PR_SET_TIMERSLACK: Final = 29
+#: A worker's timer slack (``PR_SET_TIMERSLACK``): how late the kernel may end its timed waits.
+#: The engine loop waits in ``io_getevents`` with a timeout until a paced workload's next I/O is
+#: due, and the default slack of 50 us made it wake up to 50 us late: on the 2-core VM a 5 us
+#: sleep took 62 us (p50) with the default and 9 us with 1 ns. At 5,000 paced IOPS the
+#: response-time p50 (scheduled -> completion) fell from 94 to 57 us with 1 ns. A load generator
+#: wants its timers exact; the power saving slack buys is not ours to take.
+WORKER_TIMER_SLACK_NS = 1
 
 
 class WorkerError(IoEngineError):
@@ -390,6 +398,10 @@ def _worker_main(
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if libc.prctl(_PR_SET_TIMERSLACK, WORKER_TIMER_SLACK_NS, 0, 0, 0) != 0:
+            log.warning("worker %d: cannot set its timer slack to %d ns (%s); paced I/O may be "
+                        "submitted up to the default slack late", index, WORKER_TIMER_SLACK_NS,
+                        os.strerror(ctypes.get_errno()))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the slave decides when we stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)

@@ -15,6 +15,7 @@ import pytest
 
 from slave.params import WorkloadParams
 from slave.worker import (
+    WORKER_TIMER_SLACK_NS,
     MasterLateError,
     ResultsLateError,
     SubintervalResults,
@@ -384,6 +385,22 @@ def test_workers_keep_no_inherited_descriptors() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_workers_wait_with_a_timer_slack_of_one_nanosecond() -> None:
+    # a timed wait for a paced I/O's scheduled time must not overshoot by the default 50 us
+    with WorkerPool(2) as p:
+        deadline = time.monotonic() + 5.0
+        slacks: list[int] = []
+        while time.monotonic() < deadline:
+            slacks = []
+            for pid in p.pids:
+                with open(f"/proc/{pid}/timerslack_ns") as f:
+                    slacks.append(int(f.read()))
+            if slacks == [WORKER_TIMER_SLACK_NS] * 2:
+                break
+            time.sleep(0.02)
+        assert slacks == [1, 1], f"worker timer slack {slacks} ns"
 
 
 # ---------------------------------------------------------------- pinning (worker_cpus)
