@@ -120,6 +120,13 @@ AWAIT_SPIN_NS: Final = 50_000
 # ~95 us where C reads ~40-70). Paced at 50,000 IOPS (20 us apart) this halved the service-time
 # p50 (151 -> 78 us; fio 79 us at the same rate) for 8 % more user CPU per I/O.
 SLEEP_MIN_NS: Final = 30_000
+# a wait longer than LONG_WAIT_NS for a paced I/O's scheduled time ends WAKE_EARLY_NS before it,
+# and a second, short wait covers the rest (``_timed_wait_ns``): an idle CPU that stops polling
+# sleeps deeper and wakes late. On the 2-core VM (guest halt-polling 200 us) a timed sleep of
+# 40-200 us ended 8-12 us late (p50), one of 500 us 31 us and one of 1 ms 42 us (p99 209 and
+# 315 us); bare metal's deep C-states cost the same kind of exit latency
+LONG_WAIT_NS: Final = 200_000
+WAKE_EARLY_NS: Final = 50_000
 # the longest a blocking wait for a completion may hold up a control poll (POLL_CONTROL_NS):
 # measured on a VM, io_getevents with a 2 ms timeout costs ~1/4 more per I/O than with 10 ms
 BLOCK_WAIT_NS: Final = 10_000_000
@@ -288,6 +295,12 @@ class _Waiter:
                 break
         self.mean_ns += (mono() - t0 - self.mean_ns) >> 3  # a running mean over ~8 waits
         return n
+
+
+def _timed_wait_ns(left: int) -> int:
+    """How long to block for a wake-up due in ``left`` ns (``left >= SLEEP_MIN_NS``): all of
+    it when short, else all but ``WAKE_EARLY_NS`` (the loop then waits again, briefly)."""
+    return left - WAKE_EARLY_NS if left > LONG_WAIT_NS else left
 
 
 def _errno_name(res: int) -> str:
@@ -1321,7 +1334,7 @@ class EngineLoop:
                         left = wake - mono()
                         if left < SLEEP_MIN_NS:  # too near to sleep: keep looking
                             continue
-                        n = eng.reap(1, left)
+                        n = eng.reap(1, _timed_wait_ns(left))
                 else:
                     # look in the ring first when completions are likely there (no syscall); a
                     # short wait for a fuller batch (min_nr 8, 20 us) was measured: fewer IOPS
@@ -1340,7 +1353,7 @@ class EngineLoop:
                             if not n:
                                 continue
                         else:
-                            n = eng.reap(1, left)
+                            n = eng.reap(1, _timed_wait_ns(left))
                 if n:
                     t = mono()
                     last_done = t
@@ -1857,7 +1870,7 @@ class EngineLoop:
                 continue
             left = until - now
             if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
-                n = reap(1, left)
+                n = reap(1, _timed_wait_ns(left))
 
     def _record_words(self, ev: memoryview, n: int, t: int) -> None:
         """Buffer ``n`` completions laid out as words (slot at ``4*i``, result at ``4*i + 2``),

@@ -16,7 +16,13 @@ from slave.engine import loop as loop_mod
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
-from slave.engine.loop import SLEEP_MIN_NS, EngineLoop, WorkloadSpec
+from slave.engine.loop import (
+    LONG_WAIT_NS,
+    SLEEP_MIN_NS,
+    WAKE_EARLY_NS,
+    EngineLoop,
+    WorkloadSpec,
+)
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -184,6 +190,47 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     assert sum(x.ops() for x in ctl.snapshots["w"]) >= iops * 0.2 / 2
     short = [w for w in waits if 0 < w < SLEEP_MIN_NS]
     assert not short, f"{len(short)} of {len(waits)} waits shorter than {SLEEP_MIN_NS} ns"
+
+
+@pytest.mark.parametrize(
+    ("left", "wait"),
+    [
+        (SLEEP_MIN_NS, SLEEP_MIN_NS),  # short waits: all of it (the CPU polls, wakes on time)
+        (LONG_WAIT_NS, LONG_WAIT_NS),
+        (LONG_WAIT_NS + 1, LONG_WAIT_NS + 1 - WAKE_EARLY_NS),  # long: wake early
+        (1_000_000, 1_000_000 - WAKE_EARLY_NS),
+        (2_000_000_000, 2_000_000_000 - WAKE_EARLY_NS),
+    ],
+)
+def test_a_long_timed_wait_ends_early(left: int, wait: int) -> None:
+    assert loop_mod._timed_wait_ns(left) == wait
+    # what is left after an early wake-up is itself a short wait, and still a real one
+    assert SLEEP_MIN_NS <= WAKE_EARLY_NS <= LONG_WAIT_NS - SLEEP_MIN_NS
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_a_long_wait_for_a_scheduled_io_wakes_early_and_waits_again_briefly(
+    busy_poll: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # paced at 1,000 IOPS on a 50 us device, the next I/O is about 1 ms away after each
+    # submission. An idle CPU wakes late from a long sleep, so a wait that long must end
+    # WAKE_EARLY_NS before the I/O is due, and a second, short one covers the rest. (A bigger
+    # margin than the default, so that the loop's own delays cannot pass for it.)
+    monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
+    early = 150_000
+    monkeypatch.setattr(loop_mod, "WAKE_EARLY_NS", early)
+    loop, eng = make_loop(constant_ns(50_000))
+    waits = _watch_waits(eng)
+    s = spec(loop, "w", WorkloadParams(iodepth=4, iops=1000.0, busy_poll=busy_poll))
+    loop.add_workload(s, None)
+    ctl = Control(2)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    assert sum(x.ops() for x in ctl.snapshots["w"]) >= 100
+    long = [w for w in waits if w > LONG_WAIT_NS]
+    brief = [w for w in waits if SLEEP_MIN_NS <= w <= LONG_WAIT_NS]
+    assert long and max(long) <= 1_000_000 - early, sorted(long)[-5:]
+    assert len(brief) >= len(long) // 4, (len(brief), len(long))
 
 
 def test_poisson_submissions_through_the_loop_have_cv_one() -> None:
