@@ -21,7 +21,10 @@ before this case existed: ivypy's QD32 IOPS fell from 250-275k to 183-194k and i
 I/O doubled, while fio's stayed at 204-227k. In-process, the Python time per reaped batch stayed
 about 15 us, but the batches shrank from 13 completions to 9-11, and io_submit took 3.7 us per
 I/O instead of 3.2. And 70 % random reads / 30 % random writes at QD32 on that device, one
-workload and eight (against fio's ``randrw`` with ``rwmixread=70``).
+workload and eight (against fio's ``randrw`` with ``rwmixread=70``). For ivypy's paced cases,
+the response time (scheduled -> completion) beside the service time: the difference is how late
+ivypy itself submitted the I/Os (fio's ``lat`` starts at issue, so fio has no such figure); and
+a paced case at 1,000 IOPS, where the worker sleeps between I/Os and its wake-up decides that.
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
@@ -65,6 +68,11 @@ class Result:
     p99_us: float
     usr_us_per_io: float
     blk_mean_us: float  # the block layer's mean service time of the devices, same run
+    # ivypy only (fio's lat starts at issue, not at the I/O's scheduled time): response time,
+    # scheduled -> completion, of the random reads; minus the service time it is how late
+    # ivypy itself submitted them
+    resp_p50_us: float = float("nan")
+    resp_p99_us: float = float("nan")
 
 
 def block_reads(devs: list[str]) -> tuple[int, int]:
@@ -116,10 +124,13 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         blk1 = block_reads(devs)
         pool.stop()
     h = total.histogram(0, 0)  # random read, service time
+    rh = total.histogram(0, 1)  # random read, response time
     ops = total.ops()
-    p50, p99 = (float(x) for x in (h.percentile(50) or 0, h.percentile(99) or 0))
+    p50, p99, r50, r99 = (float(x or 0) for x in (h.percentile(50), h.percentile(99),
+                                                  rh.percentile(50), rh.percentile(99)))
     return Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
-                  (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1))
+                  (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1),
+                  r50 / 1e3, r99 / 1e3)
 
 
 def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
@@ -205,6 +216,10 @@ def main() -> int:
             "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
             "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
             "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
+            # not a target: a low rate, where the worker sleeps between I/Os and its wake-up
+            # for the next one decides how late that one goes out (response - service)
+            "ivypy qd32 paced 1000": lambda: run_ivypy(one, 32, False, s, iops=1000.0),
+            "fio qd32 paced 1000": lambda: run_fio(one, 32, s, ["--rate_iops=1000"]),
             # not targets: many workloads in one worker (fio qd32 above compares); a device
             # that holds data; writes (on that device)
             "ivypy 8 workloads qd4": lambda: run_ivypy(one, 4, False, s, per_lun=8),
@@ -291,6 +306,15 @@ def main() -> int:
         print(f"{a:26s} / {b:20s} IOPS {ratio(a, b, 'iops'):6.3f}"
               f"  user CPU {med(a, 'usr_us_per_io'):5.2f} vs {med(b, 'usr_us_per_io'):5.2f} us/IO"
               f"  p50 {ratio(a, b, 'p50_us'):6.3f}  p99 {ratio(a, b, 'p99_us'):6.3f}")
+    print("\n# ivypy's own lateness at paced rates: response time (scheduled -> completion) "
+          "against service time (submit -> completion), medians; not a target")
+    for case in ("ivypy qd32 paced", "ivypy 8 workloads paced", "ivypy qd32 paced 1000"):
+        print(f"{case:26s} response p50 {med(case, 'resp_p50_us'):7.1f} us"
+              f" (service {med(case, 'p50_us'):6.1f})  p99 {med(case, 'resp_p99_us'):7.1f} us"
+              f" (service {med(case, 'p99_us'):6.1f})")
+    r = ratio("ivypy qd32 paced 1000", "fio qd32 paced 1000", "p50_us")
+    print(f"{'paced at 1000 IOPS':26s} service p50 / fio {r:6.3f}"
+          f"  p99 / fio {ratio('ivypy qd32 paced 1000', 'fio qd32 paced 1000', 'p99_us'):6.3f}")
     print("\n# what each tool adds over the block layer's mean (mean - blk, medians; not a target)")
     for case in ("ivypy qd32", "fio qd32", "ivypy qd1 blocking", "fio qd1",
                  "ivypy qd32 paced", "fio qd32 paced"):
