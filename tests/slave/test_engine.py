@@ -169,6 +169,19 @@ def test_iops_2000_for_5_s_lands_within_2_percent() -> None:
     assert eng.max_in_flight <= 4
 
 
+def _paced_waits(iops: float, iodepth: int, busy_poll: bool) -> tuple[int, list[int]]:
+    """One paced workload on a 50 us device for two 100 ms subintervals: the I/Os it did and
+    the timeout of every blocking reap the loop made."""
+    loop, eng = make_loop(constant_ns(50_000))
+    waits = _watch_waits(eng)
+    s = spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=iops, busy_poll=busy_poll))
+    loop.add_workload(s, None)
+    ctl = Control(2)
+    ctl.specs.append(s)
+    run(loop, ctl, 100_000_000)
+    return sum(x.ops() for x in ctl.snapshots["w"]), waits
+
+
 @pytest.mark.parametrize("busy_poll", [False, True])
 def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     busy_poll: bool, monkeypatch: pytest.MonkeyPatch
@@ -179,15 +192,9 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     # with the spin set to 0 every wait is such a block, and none may be that short either.
     monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
     iops = 50_000.0
-    loop, eng = make_loop(constant_ns(50_000))
-    waits = _watch_waits(eng)
-    s = spec(loop, "w", WorkloadParams(iodepth=8, iops=iops, busy_poll=busy_poll))
-    loop.add_workload(s, None)
-    ctl = Control(2)
-    ctl.specs.append(s)
-    run(loop, ctl, 100_000_000)
+    ops, waits = _paced_waits(iops, 8, busy_poll)
     # paced I/O went on (a loaded machine keeps fewer than are due: what matters is the waits)
-    assert sum(x.ops() for x in ctl.snapshots["w"]) >= iops * 0.2 / 2
+    assert ops >= iops * 0.2 / 2
     short = [w for w in waits if 0 < w < SLEEP_MIN_NS]
     assert not short, f"{len(short)} of {len(waits)} waits shorter than {SLEEP_MIN_NS} ns"
 
@@ -219,14 +226,8 @@ def test_a_long_wait_for_a_scheduled_io_wakes_early_and_waits_again_briefly(
     monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
     early = 150_000
     monkeypatch.setattr(loop_mod, "WAKE_EARLY_NS", early)
-    loop, eng = make_loop(constant_ns(50_000))
-    waits = _watch_waits(eng)
-    s = spec(loop, "w", WorkloadParams(iodepth=4, iops=1000.0, busy_poll=busy_poll))
-    loop.add_workload(s, None)
-    ctl = Control(2)
-    ctl.specs.append(s)
-    run(loop, ctl, 100_000_000)
-    assert sum(x.ops() for x in ctl.snapshots["w"]) >= 100
+    ops, waits = _paced_waits(1000.0, 4, busy_poll)
+    assert ops >= 100
     long = [w for w in waits if w > LONG_WAIT_NS]
     brief = [w for w in waits if SLEEP_MIN_NS <= w <= LONG_WAIT_NS]
     assert long and max(long) <= 1_000_000 - early, sorted(long)[-5:]
