@@ -85,9 +85,9 @@ _PR_SET_TIMERSLACK: Final = 29
 #: The engine loop waits in ``io_getevents`` with a timeout until a paced workload's next I/O is
 #: due, and the default slack of 50 us made it wake up to 50 us late: on the 2-core VM a 5 us
 #: sleep took 62 us (p50) with the default and 9 us with 1 ns. At 5,000 paced IOPS the
-#: response-time p50 (scheduled -> completion) fell from 94 to 57 us with 1 ns. A load generator
-#: wants its timers exact; the power saving slack buys is not ours to take.
-WORKER_TIMER_SLACK_NS = 1
+#: response-time p50 (scheduled -> completion) fell from 91 to 48 us with 1 ns (5 interleaved
+#: runs). A load generator wants its timers exact; the power saving slack buys is not ours to take.
+WORKER_TIMER_SLACK_NS: Final = 1
 
 
 class WorkerError(IoEngineError):

@@ -224,7 +224,9 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
 )
 def test_a_long_timed_wait_ends_early(left: int, wait: int) -> None:
     assert loop_mod._timed_wait_ns(left) == wait
-    # what is left after an early wake-up is itself a short wait, and still a real one
+
+
+def test_what_an_early_wake_up_leaves_is_still_a_real_wait() -> None:
     assert SLEEP_MIN_NS <= WAKE_EARLY_NS <= LONG_WAIT_NS - SLEEP_MIN_NS
 
 
