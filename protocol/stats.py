@@ -313,6 +313,18 @@ def _rooted(st: WorkloadStats) -> tuple[npt.NDArray[np.int64], int]:
     return r
 
 
+def rooted_at(st: WorkloadStats) -> int:
+    """Where ``st.buffer`` starts in the array it is a view of (``common_root``), in elements."""
+    return _rooted(st)[1]
+
+
+def common_root(targets: Sequence[WorkloadStats | None]) -> npt.NDArray[np.int64] | None:
+    """The one writable, flat int64 array every target is a view of (a worker's shared stats
+    region), or None: compiled code that bins into several workloads' blocks takes that
+    array and each block's ``rooted_at``."""
+    return _common_root(targets)
+
+
 def _common_root(targets: Sequence[WorkloadStats | None]) -> npt.NDArray[np.int64] | None:
     """The one flat int64 array every target is a view of (a worker's shared stats region),
     or None."""

@@ -23,8 +23,10 @@ about 15 us, but the batches shrank from 13 completions to 9-11, and io_submit t
 I/O instead of 3.2. And 70 % random reads / 30 % random writes at QD32 on that device, one
 workload and eight (against fio's ``randrw`` with ``rwmixread=70``). For ivypy's paced cases,
 the response time (scheduled -> completion) beside the service time: the difference is how late
-ivypy itself submitted the I/Os (fio's ``lat`` starts at issue, so fio has no such figure); and
-a paced case at 1,000 IOPS, where the worker sleeps between I/Os and its wake-up decides that.
+ivypy itself submitted the I/Os (fio's ``lat`` starts at issue, so fio has no such figure); a
+paced case at 1,000 IOPS, where the worker sleeps between I/Os and its wake-up decides that;
+and the paced case again in the Python loop, as a host without a C compiler runs it (paced reads
+run in compiled C where the host has ``cc``: ``slave/engine/paced_kernel.py``).
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
@@ -54,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.stats import StatsBatch, WorkloadStats
+from slave.engine import loop as loop_mod
 from slave.params import WorkloadParams
 from slave.worker import WorkerPool
 
@@ -98,11 +101,14 @@ def cpu_user_s(pid: int) -> float:
 
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
-              iops: float | None = None, per_lun: int = 1, read_fraction: float = 1.0) -> Result:
+              iops: float | None = None, per_lun: int = 1, read_fraction: float = 1.0,
+              compiled: bool = True) -> Result:
     """``per_lun`` workloads of queue depth ``qd`` on each LUN (one worker per LUN). IOPS and
-    CPU count reads and writes; latency is the random reads' service time."""
+    CPU count reads and writes; latency is the random reads' service time. ``compiled=False``:
+    paced reads in the Python loop (a host without a C compiler), not the compiled one."""
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
+    loop_mod.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
     with WorkerPool(len(devs)) as pool:
         for i, dev in enumerate(devs):
             for j in range(per_lun):
@@ -123,6 +129,7 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         cpu1 = sum(cpu_user_s(p) for p in pool.pids)
         blk1 = block_reads(devs)
         pool.stop()
+    loop_mod.COMPILED_PACED = True
     h = total.histogram(0, 0)  # random read, service time
     rh = total.histogram(0, 1)  # random read, response time
     ops = total.ops()
@@ -216,6 +223,9 @@ def main() -> int:
             "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
             "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
             "fio qd32 paced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"]),
+            # not a target: the same in the Python loop, as on a host without a C compiler
+            "ivypy qd32 paced python": lambda: run_ivypy(one, 32, False, s, iops=rate,
+                                                         compiled=False),
             # not a target: a low rate, where the worker sleeps between I/Os and its wake-up
             # for the next one decides how late that one goes out (response - service)
             "ivypy qd32 paced 1000": lambda: run_ivypy(one, 32, False, s, iops=1000.0),
@@ -308,16 +318,20 @@ def main() -> int:
               f"  p50 {ratio(a, b, 'p50_us'):6.3f}  p99 {ratio(a, b, 'p99_us'):6.3f}")
     print("\n# ivypy's own lateness at paced rates: response time (scheduled -> completion) "
           "against service time (submit -> completion), medians; not a target")
-    for case in ("ivypy qd32 paced", "ivypy 8 workloads paced", "ivypy qd32 paced 1000"):
+    for case in ("ivypy qd32 paced", "ivypy qd32 paced python", "ivypy 8 workloads paced",
+                 "ivypy qd32 paced 1000"):
         print(f"{case:26s} response p50 {med(case, 'resp_p50_us'):7.1f} us"
               f" (service {med(case, 'p50_us'):6.1f})  p99 {med(case, 'resp_p99_us'):7.1f} us"
               f" (service {med(case, 'p99_us'):6.1f})")
     r50, r99 = (ratio("ivypy qd32 paced 1000", "fio qd32 paced 1000", f)
                 for f in ("p50_us", "p99_us"))
     print(f"{'paced at 1000 IOPS':26s} service p50 / fio {r50:6.3f}  p99 / fio {r99:6.3f}")
+    r50, r99 = (ratio("ivypy qd32 paced python", "fio qd32 paced", f)
+                for f in ("p50_us", "p99_us"))
+    print(f"{'paced, Python loop':26s} service p50 / fio {r50:6.3f}  p99 / fio {r99:6.3f}")
     print("\n# what each tool adds over the block layer's mean (mean - blk, medians; not a target)")
     for case in ("ivypy qd32", "fio qd32", "ivypy qd1 blocking", "fio qd1",
-                 "ivypy qd32 paced", "fio qd32 paced"):
+                 "ivypy qd32 paced", "ivypy qd32 paced python", "fio qd32 paced"):
         over = med(case, "mean_us") - med(case, "blk_mean_us")
         print(f"{case:26s} {over:8.1f} us over blk {med(case, 'blk_mean_us'):6.1f} us")
     print(f"\n{missed} target(s) missed" if missed else "\nall targets met")

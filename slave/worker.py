@@ -65,7 +65,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.stats import StatsBatch, WorkloadStats
-from slave.engine import choose_engine, files
+from slave.engine import choose_engine, files, paced_kernel
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.libaio import LibaioEngine
@@ -488,6 +488,11 @@ class WorkerPool:
         self._last_collected = -1
         self._audit_next = 0  # the block collect checks in full next (an index into ids)
         self._running = False
+        # the compiled paced loop, built (or found in the host's cache) and loaded here, once,
+        # so that every worker inherits it ready
+        if not paced_kernel.available():
+            log.warning("paced I/O runs in the Python loop, less precisely at high rates: %s",
+                        paced_kernel.why_not())
         # fork: the workers inherit the shared mapping and need no import of their own
         ctx = multiprocessing.get_context("fork")
         for i in range(self.n_workers):

@@ -18,6 +18,7 @@ import platform
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 
@@ -172,6 +173,15 @@ class AioContext:
     @property
     def userspace_reap(self) -> bool:
         return self._ring_hdr is not None
+
+    def ring_arrays(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]] | None:
+        """The mapped ring as numpy arrays over the kernel's memory: its header words (id, nr,
+        head, tail, ...) and its events as int64 words (4 per event), for compiled code that
+        polls it (``slave.engine.paced_kernel``); None when the ring cannot be read."""
+        if self._ring_hdr is None or self._ring_words is None:
+            return None
+        return (np.frombuffer(self._ring_hdr, dtype=np.uint32),
+                np.frombuffer(self._ring_words, dtype=np.int64))
 
     def c_long(self, n: int) -> ctypes.c_long:
         """A ctypes ``long`` of ``n`` (cached for small counts)."""

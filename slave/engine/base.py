@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -30,6 +31,23 @@ def int64_words(a: npt.NDArray[np.int64]) -> memoryview:
     if a.size == 0:
         return memoryview(b"").cast("q")
     return a.data.cast("B").cast("q")
+
+
+@dataclass(frozen=True)
+class KernelHandles:
+    """An engine's context, ring, event buffer and submission arrays, for compiled code."""
+
+    ctx_id: int
+    ring_header: npt.NDArray[np.uint32]  # id, nr, head, tail, ...
+    ring_events: npt.NDArray[np.int64]  # the ring's events, 4 words each
+    events: npt.NDArray[np.int64]  # the engine's own event buffer, 4 words each
+    events_addr: int
+    events_cap: int  # events it holds
+    iocb_addr: npt.NDArray[np.uint64]  # each slot's iocb address
+    ptrs: npt.NDArray[np.uint64]  # the pointer array io_submit is handed
+    ptrs_addr: int
+    #: ``(done, n)``: compiled code's io_submit of ``ptrs[:n]`` took ``done`` (-1: failed)
+    finish_submit: Callable[[int, int], None]
 
 
 class SlotTable:

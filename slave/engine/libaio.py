@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine.aio_abi import AioContext
-from slave.engine.base import SlotTable
+from slave.engine.base import KernelHandles, SlotTable
 
 
 class LibaioEngine:
@@ -107,6 +107,25 @@ class LibaioEngine:
             done = self._ctx.submit(ptrs_addr, n)
         if done < n:
             self._submit_rest(done, n, ptrs_addr)
+
+    def kernel_handles(self) -> KernelHandles | None:
+        """What compiled code needs to submit and reap on this engine itself
+        (``slave.engine.paced_kernel``): None when the completion ring cannot be read."""
+        ring = self._ctx.ring_arrays()
+        if ring is None:
+            return None
+        ev = self._ctx.events.view(np.int64).reshape(-1)
+        return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, int(ev.ctypes.data),
+                             self._ctx.nr_events, self._addr, self._ptrs, self._ptrs_addr,
+                             self.finish_submit)
+
+    def finish_submit(self, done: int, n: int) -> None:
+        """Compiled code's ``io_submit`` of the first ``n`` pointers of ``_ptrs`` took ``done``
+        (-1: failed, nothing taken): learn why (an error is raised) or submit the rest."""
+        if done < 0:
+            done = self._ctx.submit_c(self._c_ptrs, n)
+        if done < n:
+            self._submit_rest(done, n)
 
     def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
         """The inlined ``io_submit``'s function and prebuilt arguments (system call number,

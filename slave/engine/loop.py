@@ -50,8 +50,9 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from protocol.stats import N_CATEGORIES, WorkloadStats, record_groups
+from protocol.stats import N_CATEGORIES, WorkloadStats, common_root, record_groups, rooted_at
 from slave.datapattern import WritePattern
+from slave.engine import paced_kernel as pk
 from slave.engine.aio_abi import (
     IOCB_CMD_PREAD,
     IOCB_CMD_PWRITE,
@@ -61,7 +62,14 @@ from slave.engine.aio_abi import (
     W_OPCODE_FD,
     opcode_fd_word,
 )
-from slave.engine.base import AlignedBuffers, IocbEngine, IoEngine, SlotTable, int64_words
+from slave.engine.base import (
+    AlignedBuffers,
+    IocbEngine,
+    IoEngine,
+    KernelHandles,
+    SlotTable,
+    int64_words,
+)
 from slave.engine.iocb_ring import EV_WORDS, TAG, IocbRing
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
@@ -131,6 +139,9 @@ WAKE_EARLY_NS: Final = 50_000
 # measured on a VM, io_getevents with a 2 ms timeout costs ~1/4 more per I/O than with 10 ms
 BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
+# paced read workloads alone on a libaio engine run in compiled code where numba is installed
+# (``slave.engine.paced_kernel``; ``_CompiledPaced``); tests switch it off to run the Python loop
+COMPILED_PACED = True
 _INF: Final = 1 << 62
 # bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
 C_OWNER, C_CAT, C_SUBMIT, C_SCHED, C_NBYTES, C_ROW, C_RES, C_DONE = 8, 9, 10, 11, 12, 13, 14, 15
@@ -221,6 +232,7 @@ class _PacedSet:
         self.heap: list[tuple[int, int]] = []
         self.armed = [False] * len(ws)
         self._refill = loop._refill
+        self.compiled: _CompiledPaced | None = None  # set by EngineLoop._compile_paced
 
     def arm(self, i: int) -> None:
         """Put workload ``i`` (which has a free slot) in the heap at its next I/O's time."""
@@ -229,6 +241,99 @@ class _PacedSet:
             self._refill(w, len(w.free))
         heappush(self.heap, (w.ring_words[5 * w.cur + R_SCHED], i))
         self.armed[i] = True
+
+
+class _CompiledPaced:
+    """A ``_PacedSet``'s state in the arrays the compiled turn (``paced_kernel``) works on:
+    each workload's ring (its address), cursor and length, its free slots (a stack at
+    ``free_off[k]``, ``free_n[k]`` deep), the heap of armed workloads, and where each
+    workload's running stats block lies in the worker's stats region. While ``loaded`` the
+    arrays, not the workloads' ``free`` and ``cur``, are the truth; ``unload`` gives them back
+    (the engine loop does so before anything else looks: a boundary, a drain, a new set)."""
+
+    def __init__(self, loop: EngineLoop, paced: _PacedSet, h: KernelHandles,
+                 root: npt.NDArray[np.int64]) -> None:
+        ws = paced.ws
+        k = len(ws)
+        self.ws = ws
+        self.finish_submit = h.finish_submit
+        depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)
+        self.cur = np.zeros(k, dtype=np.int64)
+        self.rlen = np.zeros(k, dtype=np.int64)
+        self.rings = np.zeros(k, dtype=np.int64)  # each ring's address (the ws keep them)
+        self.free_off = np.zeros(k, dtype=np.int64)
+        np.cumsum(depth[:-1], out=self.free_off[1:])
+        self.free_n = np.zeros(k, dtype=np.int64)
+        self.free_buf = np.zeros(int(depth.sum()), dtype=np.int64)
+        self.slot_pos = np.full(loop.table.capacity, -1, dtype=np.int64)
+        for i, w in enumerate(ws):
+            self.slot_pos[w.slots] = i
+        self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
+        self.st = np.zeros(pk.ST_WORDS, dtype=np.int64)
+        a = self.args = pk.Args()
+        a.array("RING_HEADER", h.ring_header)
+        a.array("RING_EVENTS", h.ring_events)
+        a.array("EVENTS", h.events)
+        a.set("EVENTS_CAP", h.events_cap)
+        a.set("CTX", h.ctx_id)
+        a.array("ROWS", loop._rows)
+        a.array("IOCB_ADDR", h.iocb_addr)
+        a.array("PTRS", h.ptrs)
+        a.array("OUT", np.zeros(loop.table.capacity, dtype=np.int64))
+        for name, arr in (("RINGS", self.rings), ("CUR", self.cur), ("RLEN", self.rlen),
+                          ("FREE_BUF", self.free_buf), ("FREE_OFF", self.free_off),
+                          ("FREE_N", self.free_n), ("SLOT_POS", self.slot_pos),
+                          ("ARMED", self.armed), ("ST", self.st)):
+            a.array(name, arr)
+        a.array("HEAP_T", np.zeros(k, dtype=np.int64))
+        a.array("HEAP_K", np.zeros(k, dtype=np.int64))
+        a.set("N_WORKLOADS", k)
+        a.array("PEND", loop._pend)
+        a.set("FLUSH_AT", FLUSH_AT)
+        a.set("COMPACT_AT", COMPACT_AT)
+        a.array("ROOT", root)
+        a.set("SLEEP_MIN", SLEEP_MIN_NS)
+        a.set("LONG_WAIT", LONG_WAIT_NS)
+        a.set("WAKE_EARLY", WAKE_EARLY_NS)
+        self.stat_off = np.zeros(0, dtype=np.int64)
+        self.loaded = False
+
+    def load(self, loop: EngineLoop) -> None:
+        """Take the workloads' free slots and cursors (and the loop's running buffer)."""
+        for i, w in enumerate(self.ws):
+            self.set_ring(i, w)
+            n = len(w.free)
+            off = int(self.free_off[i])
+            self.free_buf[off : off + n] = w.free
+            self.free_n[i] = n
+        self.armed[:] = 0
+        self.st[pk.ST_HEAP_N] = 0
+        self.st[pk.ST_REFILL] = 0
+        wl = loop._wl
+        buf = loop._buf
+        self.stat_off = np.array([-1 if w is None else rooted_at(w.spec.stats[buf])
+                                  for w in wl], dtype=np.int64)
+        self.args.array("STAT_OFF", self.stat_off)
+        self.args.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
+                                           dtype=np.int64))
+        self.args.set("N_OWNERS", len(wl))
+        self.loaded = True
+
+    def set_ring(self, i: int, w: _Workload) -> None:
+        """Workload ``i``'s ring and cursor, as the workload has them now."""
+        self.rings[i] = w.ring.ctypes.data
+        self.rlen[i] = w.ring_len
+        self.cur[i] = w.cur
+
+    def unload(self) -> None:
+        """Give the workloads back their free slots and cursors."""
+        if not self.loaded:
+            return
+        self.loaded = False
+        for i, w in enumerate(self.ws):
+            off = int(self.free_off[i])
+            w.free = self.free_buf[off : off + int(self.free_n[i])].tolist()
+            w.cur = int(self.cur[i])
 
 
 def _set_ring(
@@ -635,6 +740,7 @@ class EngineLoop:
         the paced loop serves: only paced workloads (any mix of reads and writes), all on one
         such engine, none retired with I/O in flight, without busy polling."""
         self._scalar = None
+        self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
         paced = self._paced
@@ -644,7 +750,9 @@ class EngineLoop:
             eng = engines[0]
             words = getattr(eng, "done_words", None)
             if words is not None and all(w.spec.engine is eng for w in paced):
-                self._paced_words = (_PacedSet(self, list(paced)), eng, words)
+                ps = _PacedSet(self, list(paced))
+                ps.compiled = self._compile_paced(ps, eng)
+                self._paced_words = (ps, eng, words)
         w = self._single
         if w is None or w.params.iodepth > SCALAR_MAX or len(engines) != 1:
             return
@@ -652,6 +760,30 @@ class EngineLoop:
         words = getattr(eng, "done_words", None)
         if eng is w.spec.engine and words is not None:
             self._scalar = (w, eng, words)
+
+    def _compile_paced(self, paced: _PacedSet, eng: IoEngine) -> _CompiledPaced | None:
+        """The paced set's compiled state, when it can run compiled: numba is here, the
+        engine's completion ring can be read (libaio), no workload writes (the data of a write
+        is placed in Python) and every workload's stats lie in one array (a worker's region)."""
+        if not COMPILED_PACED or any(w.pattern is not None for w in paced.ws):
+            return None
+        handles = getattr(eng, "kernel_handles", None)
+        if handles is None:
+            return None
+        root = common_root([st for w in self._wl if w is not None for st in w.spec.stats])
+        if root is None:
+            return None
+        h = handles()
+        if h is None or not pk.available():
+            return None
+        return _CompiledPaced(self, paced, h, root)
+
+    def _unload_paced(self) -> None:
+        """Give the compiled paced loop's state back to the workloads (before a boundary, a
+        drain or a new paced set looks at their free slots)."""
+        pw = self._paced_words
+        if pw is not None and pw[0].compiled is not None:
+            pw[0].compiled.unload()
 
     def _start_workload(self, w: _Workload, at_ns: int) -> None:
         w.seq.start(at_ns)
@@ -1780,7 +1912,11 @@ class EngineLoop:
         workloads of 312 IOPS and 369 us for 512; with the heap, 45-67 and 50-137 us. When
         nothing is due and nothing completed, it bins what completed (``_bin_idle``) instead of
         leaving it to a flush, whose stall of 1-4 ms put the p99 of 512 workloads at 8-13 ms.
-        Returns the next boundary."""
+        Returns the next boundary. Where the set can run compiled, it does
+        (``_loop_paced_compiled``)."""
+        if paced.compiled is not None:
+            return self._loop_paced_compiled(control, paced.compiled, eng, boundary,
+                                             subinterval_ns, wake)
         mono = time.monotonic_ns
         poll = eng.poll
         ready = eng.ready
@@ -1872,6 +2008,47 @@ class EngineLoop:
             if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
                 n = reap(1, _timed_wait_ns(left))
 
+    def _loop_paced_compiled(self, control: LoopControl, cp: _CompiledPaced, eng: IoEngine,
+                             boundary: int, subinterval_ns: int, wake: int) -> int:
+        """``_loop_paced`` in compiled code (``paced_kernel.run``), which comes back here for
+        what only Python does: a completion reaped past the boundary, a workload's refill,
+        a flush, an I/O error to count, a submission the kernel took only in part."""
+        if not cp.loaded:
+            cp.load(self)
+        st = cp.st
+        args = cp.args
+        args.set("BOUNDARY", boundary)
+        args.set("WAKE", wake)
+        args.set("DISCARD", int(self._discard))
+        while True:
+            st[pk.ST_P] = self._p
+            st[pk.ST_BINNED] = self._binned
+            st[pk.ST_IN_FLIGHT] = self._in_flight
+            code = pk.run(args)
+            self._p = int(st[pk.ST_P])
+            self._binned = int(st[pk.ST_BINNED])
+            self._in_flight = int(st[pk.ST_IN_FLIGHT])
+            if code == pk.R_WAKE:
+                return boundary
+            if code == pk.R_LATE:
+                cp.unload()
+                return self._reaped_late(control, eng, int(st[pk.ST_N]), int(st[pk.ST_T]),
+                                         boundary, subinterval_ns)
+            if code == pk.R_REFILL:
+                st[pk.ST_REFILL] = 0
+                for i in np.flatnonzero(cp.armed == 2).tolist():
+                    w = cp.ws[i]
+                    w.cur = int(cp.cur[i])
+                    self._refill(w, int(cp.free_n[i]))
+                    cp.set_ring(i, w)
+                    cp.armed[i] = 0
+            elif code in (pk.R_FLUSH, pk.R_ERROR):
+                self.flush()
+            elif code == pk.R_SUBMIT:
+                cp.finish_submit(int(st[pk.ST_SUB_DONE]), int(st[pk.ST_SUB_N]))
+            else:  # pragma: no cover - the kernel returns only the codes above
+                raise AssertionError(f"paced kernel returned {code}")
+
     def _record_words(self, ev: memoryview, n: int, t: int) -> None:
         """Buffer ``n`` completions laid out as words (slot at ``4*i``, result at ``4*i + 2``),
         reaped at ``t``: each slot's row copied whole, with its result and completion time."""
@@ -1900,6 +2077,7 @@ class EngineLoop:
         return boundary + subinterval_ns
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
+        self._unload_paced()
         finished = self.subinterval_index
         self.flush()
         errors = self.take_errors()
@@ -1913,6 +2091,7 @@ class EngineLoop:
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
+        self._unload_paced()
         self._leave_ring(restart=False, timeout_ns=timeout_ns)
         deadline = time.monotonic_ns() + timeout_ns
         for w in self._wl:  # completions must not resubmit

@@ -8,6 +8,7 @@
 - ``ext4_loop_device``: a 32 MiB loop device formatted with ``mkfs.ext4 -q``.
 - ``mounted_loop_device``: that ext4 device mounted on a temporary directory (unmounted at
   teardown before the device is detached).
+- ``lun_file``: a 16 MiB file LUN on a filesystem that takes O_DIRECT (no root needed).
 
 Tests that use these skip with a clear reason when not root or when losetup / mkfs.ext4 / mount
 are missing. As root, a failure to attach is a test failure, not a skip. Other test directories
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from slave.engine.files import direct_io_works
 
 MIB = 1024 * 1024
 
@@ -165,3 +168,18 @@ def mounted_loop_device(ext4_loop_device: LoopDevice, tmp_path: Path) -> Iterato
         yield MountedLoop(ext4_loop_device, str(mount_point))
     finally:
         unmount(str(mount_point))
+
+
+@pytest.fixture
+def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /dev/shm)."""
+    for d in (str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"):
+        path = os.path.join(d, f"ivypy-test-lun-{os.getpid()}.img")
+        with open(path, "wb") as f:
+            f.truncate(16 * MIB)
+        if direct_io_works(path, 512) is None:
+            yield path
+            os.unlink(path)
+            return
+        os.unlink(path)
+    pytest.skip("no filesystem here takes O_DIRECT")

@@ -44,21 +44,6 @@ class Control:
         self.errors.update(errors)
 
 
-@pytest.fixture
-def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /dev/shm)."""
-    for d in (str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"):
-        path = os.path.join(d, f"ivypy-test-lun-{os.getpid()}.img")
-        with open(path, "wb") as f:
-            f.truncate(16 * MiB)
-        if files.direct_io_works(path, 512) is None:
-            yield path
-            os.unlink(path)
-            return
-        os.unlink(path)
-    pytest.skip("no filesystem here takes O_DIRECT")
-
-
 def run_workload(path: str, kind: str, params: WorkloadParams, seconds: float,
                  lbs: int = 512) -> tuple[WorkloadStats, dict[str, dict[str, int]]]:
     stats, errors = run_workloads(path, kind, [params], seconds, lbs)

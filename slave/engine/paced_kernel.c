@@ -1,0 +1,293 @@
+/* The paced loop's turn in C: see slave/engine/paced_kernel.py, which owns this file, compiles
+ * it with the host's C compiler and prepends the #defines it uses (the argument words A_*, the
+ * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
+ * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
+ * due I/O of every workload with a free slot in one io_submit, wait or bin one record at a
+ * time when nothing is due. It returns to Python (an R_* code) for a boundary crossed, a
+ * refill, a flush, an I/O error and a submission taken in part. It allocates nothing. */
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#define P64(i) ((int64_t *)(intptr_t)a[i])
+
+static inline int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* the binary min-heap of (time, workload), ties by workload (as Python's tuples) */
+static inline int before(int64_t t1, int64_t k1, int64_t t2, int64_t k2)
+{
+    return t1 < t2 || (t1 == t2 && k1 < k2);
+}
+
+static int64_t heap_push(int64_t *ht, int64_t *hk, int64_t n, int64_t t, int64_t k)
+{
+    int64_t i = n;
+    while (i > 0) {
+        int64_t up = (i - 1) >> 1;
+        if (before(ht[up], hk[up], t, k))
+            break;
+        ht[i] = ht[up];
+        hk[i] = hk[up];
+        i = up;
+    }
+    ht[i] = t;
+    hk[i] = k;
+    return n + 1;
+}
+
+static int64_t heap_pop(int64_t *ht, int64_t *hk, int64_t n)
+{
+    n -= 1;
+    int64_t t = ht[n], k = hk[n], i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && before(ht[c + 1], hk[c + 1], ht[c], hk[c]))
+            c += 1;
+        if (before(t, k, ht[c], hk[c]))
+            break;
+        ht[i] = ht[c];
+        hk[i] = hk[c];
+        i = c;
+    }
+    ht[i] = t;
+    hk[i] = k;
+    return n;
+}
+
+struct state {
+    int64_t *rings, *cur, *rlen, *ht, *hk, *st;
+    uint8_t *armed;
+};
+
+/* put workload k (which has a free slot) in the heap at its next I/O's time, or mark it for a
+ * refill when its precomputed I/Os ran out */
+static void arm(const struct state *s, int64_t k)
+{
+    int64_t c = s->cur[k];
+    if (c >= s->rlen[k]) {
+        s->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
+        s->st[ST_REFILL] += 1;
+        return;
+    }
+    const int64_t *ring = (const int64_t *)(intptr_t)s->rings[k];
+    s->st[ST_HEAP_N] = heap_push(s->ht, s->hk, s->st[ST_HEAP_N], ring[5 * c + R_SCHED_COL], k);
+    s->armed[k] = 1;
+}
+
+/* WorkloadStats.record_one for record row (a success), into its owner's block in root */
+static void bin_one(const int64_t *row, int64_t *root, const int64_t *stat_off,
+                    const int64_t *fixcat, int64_t n_owners)
+{
+    int64_t owner = row[C_OWNER];
+    if (owner < 0 || owner >= n_owners || stat_off[owner] < 0)
+        return; /* deleted: its last I/Os are not counted */
+    int64_t off = stat_off[owner];
+    int64_t cat = fixcat[owner] >= 0 ? fixcat[owner] : row[C_CAT];
+    int64_t done = row[C_DONE];
+    root[off + 3 * cat] += 1;
+    root[off + 3 * cat + 1] += row[C_NBYTES];
+    int64_t lat = off + N_COUNTERS + N_KINDS * 3 * cat;
+    int64_t hist = off + N_COUNTERS + N_LAT + N_KINDS * N_BUCKETS * cat;
+    for (int kind = 0; kind < 2; kind++) { /* service, then response: next triple and row */
+        int64_t v = done - (kind == 0 ? row[C_SUBMIT] : row[C_SCHED]);
+        if (v < 0)
+            v = 0;
+        root[lat] += v;
+        if (v < root[lat + 1])
+            root[lat + 1] = v;
+        if (v > root[lat + 2])
+            root[lat + 2] = v;
+        if (v < ONE_PER_VALUE) {
+            root[hist + v] += 1;
+        } else if (v < OVERFLOW_LOWER_NS) {
+            int64_t e = (64 - __builtin_clzll((uint64_t)v)) - PLAT_SHIFT;
+            root[hist + ((e + 1) << PLAT_BITS) + ((v >> e) & PLAT_MASK)] += 1;
+        } else {
+            root[hist + OVERFLOW_INDEX] += 1;
+        }
+        lat += 3;
+        hist += N_BUCKETS;
+    }
+}
+
+int64_t paced_run(const int64_t *a)
+{
+    volatile uint32_t *hdr = (volatile uint32_t *)(intptr_t)a[A_RING_HEADER];
+    const int64_t *ring_ev = P64(A_RING_EVENTS);
+    int64_t *ev = P64(A_EVENTS), *rows = P64(A_ROWS), *pend = P64(A_PEND);
+    const int64_t *iocb_addr = P64(A_IOCB_ADDR);
+    int64_t *ptrs = P64(A_PTRS), *out = P64(A_OUT);
+    int64_t *free_buf = P64(A_FREE_BUF), *free_off = P64(A_FREE_OFF), *free_n = P64(A_FREE_N);
+    const int64_t *slot_pos = P64(A_SLOT_POS);
+    int64_t *root = P64(A_ROOT);
+    const int64_t *stat_off = P64(A_STAT_OFF), *fixcat = P64(A_FIXCAT);
+    int64_t *st = P64(A_ST);
+    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
+                            st, (uint8_t *)(intptr_t)a[A_ARMED]};
+    const int64_t ctx = a[A_CTX], ev_cap = a[A_EVENTS_CAP], nk = a[A_N_WORKLOADS];
+    const int64_t n_owners = a[A_N_OWNERS], flush_at = a[A_FLUSH_AT];
+    const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
+    const int64_t boundary = a[A_BOUNDARY], wake = a[A_WAKE], sleep_min = a[A_SLEEP_MIN];
+    const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
+    const int64_t nr = hdr[1];
+
+    for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
+        if (free_n[k] > 0 && s.armed[k] != 1) {
+            s.armed[k] = 0;
+            arm(&s, k);
+        }
+    }
+    if (st[ST_REFILL])
+        return R_REFILL;
+    int64_t n = 0, now;
+    for (;;) {
+        if (n == 0) { /* look in the ring (AioContext.poll_ring) */
+            int64_t head = hdr[2], tail = hdr[3];
+            if (head != tail) {
+                __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the events after the tail */
+                if (tail > head) {
+                    n = tail - head < ev_cap ? tail - head : ev_cap;
+                    for (int64_t i = 0; i < 4 * n; i++)
+                        ev[i] = ring_ev[4 * head + i];
+                } else {
+                    int64_t first = nr - head < ev_cap ? nr - head : ev_cap;
+                    for (int64_t i = 0; i < 4 * first; i++)
+                        ev[i] = ring_ev[4 * head + i];
+                    n = first + (tail < ev_cap - first ? tail : ev_cap - first);
+                    for (int64_t i = 0; i < 4 * (n - first); i++)
+                        ev[4 * first + i] = ring_ev[i];
+                }
+                __atomic_thread_fence(__ATOMIC_RELEASE); /* copied before the head moves */
+                hdr[2] = (uint32_t)((head + n) % nr);
+            }
+        }
+        if (n) {
+            int64_t t = now_ns();
+            if (t >= boundary) {
+                st[ST_N] = n;
+                st[ST_T] = t;
+                return R_LATE;
+            }
+            int64_t p = st[ST_P];
+            for (int64_t i = 0; i < n; i++) { /* record: the slot's row whole, result, time */
+                int64_t slot = ev[4 * i];
+                int64_t *rec = pend + ROW_WORDS * p;
+                const int64_t *row = rows + ROW_WORDS * slot;
+                for (int j = 0; j < ROW_WORDS; j++)
+                    rec[j] = row[j];
+                rec[C_RES] = ev[4 * i + 2];
+                rec[C_DONE] = t;
+                p += 1;
+                int64_t k = slot_pos[slot];
+                free_buf[free_off[k] + free_n[k]] = slot;
+                free_n[k] += 1;
+                if (s.armed[k] == 0)
+                    arm(&s, k);
+            }
+            st[ST_P] = p;
+            st[ST_IN_FLIGHT] -= n;
+            n = 0;
+            if (p >= flush_at)
+                return R_FLUSH;
+            if (st[ST_REFILL])
+                return R_REFILL;
+            now = t;
+        } else {
+            now = now_ns();
+        }
+        if (now >= wake)
+            return R_WAKE;
+        int64_t m = 0;
+        while (st[ST_HEAP_N] > 0 && s.ht[0] <= now) {
+            int64_t k = s.hk[0];
+            st[ST_HEAP_N] = heap_pop(s.ht, s.hk, st[ST_HEAP_N]);
+            s.armed[k] = 0;
+            const int64_t *ring = (const int64_t *)(intptr_t)s.rings[k];
+            int64_t c = s.cur[k], fn = free_n[k];
+            int64_t lim = fn < s.rlen[k] - c ? fn : s.rlen[k] - c;
+            int64_t j = 0;
+            while (j < lim && ring[5 * (c + j) + R_SCHED_COL] <= now)
+                j++;
+            int64_t base = free_off[k] + fn - j;
+            for (int64_t q = 0; q < j; q++) {
+                int64_t slot = free_buf[base + q];
+                int64_t *row = rows + ROW_WORDS * slot;
+                const int64_t *io = ring + 5 * (c + q);
+                row[W_OPCODE_FD] = io[R_OPFD_COL];
+                row[W_OFFSET] = io[R_OFF_COL];
+                row[C_CAT] = io[R_CAT_COL];
+                row[C_SCHED] = io[R_SCHED_COL];
+                ptrs[m] = iocb_addr[slot];
+                out[m] = slot;
+                m++;
+            }
+            free_n[k] = fn - j;
+            s.cur[k] = c + j;
+            if (fn - j > 0)
+                arm(&s, k); /* its next I/O (due now too when the ring ran out: popped again) */
+        }
+        if (m) {
+            int64_t t_sub = now_ns();
+            long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)m, (void *)ptrs);
+            for (int64_t q = 0; q < m; q++)
+                rows[ROW_WORDS * out[q] + C_SUBMIT] = t_sub;
+            st[ST_IN_FLIGHT] += m;
+            if (done != m) {
+                st[ST_SUB_DONE] = done;
+                st[ST_SUB_N] = m;
+                return R_SUBMIT;
+            }
+            if (st[ST_REFILL])
+                return R_REFILL;
+            continue; /* look for completions at once */
+        }
+        int64_t due = st[ST_HEAP_N] > 0 ? s.ht[0] : INF_NS;
+        int64_t until = wake < due ? wake : due;
+        int64_t b = st[ST_BINNED], p = st[ST_P];
+        if (b < p) { /* nothing to do but bin: bin until something is (EngineLoop._bin_idle) */
+            while (b < p) {
+                const int64_t *rec = pend + ROW_WORDS * b;
+                if (rec[C_RES] != rec[C_NBYTES]) {
+                    st[ST_BINNED] = b;
+                    return R_ERROR; /* Python counts it (flush) */
+                }
+                if (!discard)
+                    bin_one(rec, root, stat_off, fixcat, n_owners);
+                b++;
+                if (now_ns() >= until || hdr[2] != hdr[3])
+                    break;
+            }
+            if (b == p) {
+                st[ST_P] = 0;
+                st[ST_BINNED] = 0;
+            } else if (b >= compact_at) { /* move the few left to the front */
+                int64_t left = p - b;
+                for (int64_t i = 0; i < ROW_WORDS * left; i++)
+                    pend[i] = pend[ROW_WORDS * b + i];
+                st[ST_P] = left;
+                st[ST_BINNED] = 0;
+            } else {
+                st[ST_BINNED] = b;
+            }
+            continue;
+        }
+        int64_t left_ns = until - now;
+        if (left_ns >= sleep_min) {
+            int64_t wait = left_ns > long_wait ? left_ns - wake_early : left_ns;
+            struct timespec ts = {wait / 1000000000LL, wait % 1000000000LL};
+            long got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)ev_cap,
+                               (void *)ev, &ts);
+            n = got > 0 ? got : 0; /* -1: interrupted (EINTR); look again */
+        } else {
+            syscall(SYS_sched_yield); /* too near to sleep: let the device's worker run */
+        }
+    }
+}

@@ -1,0 +1,319 @@
+"""The compiled paced loop (``slave.engine.paced_kernel``): its build and cache, its binning
+against ``WorkloadStats.record_one``, and paced workloads on real libaio through it, against
+the Python loop on the same workloads: pace, counts, refills, flushes, boundaries, I/O errors
+and a refused submission."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave.engine import aio_abi, files
+from slave.engine import loop as loop_mod
+from slave.engine import paced_kernel as pk
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.params import WorkloadParams
+
+needs_aio = pytest.mark.skipif(aio_abi.available() is not None, reason="no native AIO here")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None,
+                              reason="no C compiler (cc): the compiled paced loop cannot be built")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter (the kernel loads once per process)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **env}, timeout=120, check=False)
+
+
+_PROBE = ("from slave.engine import paced_kernel as pk, loop; print(pk.available()); "
+          "print(pk.why_not())")
+
+
+# ---------------------------------------------------------------------------- build and cache
+@needs_cc
+def test_the_kernel_is_built_once_and_then_found_in_the_cache(tmp_path: Path) -> None:
+    first = _python(_PROBE, XDG_CACHE_HOME=str(tmp_path))
+    assert first.stdout.split("\n")[:2] == ["True", "None"], first.stderr
+    built = list((tmp_path / "ivypy").glob("paced_kernel-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    second = _python(_PROBE, XDG_CACHE_HOME=str(tmp_path))
+    assert second.stdout.startswith("True"), second.stderr
+    assert [p.stat().st_mtime_ns for p in (tmp_path / "ivypy").glob("paced_kernel-*.so")] == [
+        stamp]
+
+
+@pytest.mark.parametrize(("cc", "why"), [
+    ("none", "turned off (IVYPY_SLAVE_CC=none)"),
+    ("no-such-compiler-here", "no C compiler 'no-such-compiler-here' on this host"),
+    ("false", "could not be built: false failed (exit 1)"),
+])
+def test_without_a_compiler_the_python_loop_runs_and_says_why(
+        tmp_path: Path, cc: str, why: str) -> None:
+    out = _python(_PROBE, XDG_CACHE_HOME=str(tmp_path), IVYPY_SLAVE_CC=cc)
+    lines = out.stdout.split("\n")
+    assert lines[0] == "False", out.stderr
+    assert why in lines[1]
+    assert not list(tmp_path.glob("ivypy/*.so"))
+
+
+@needs_cc
+def test_the_layouts_are_defined_once_for_both_sides() -> None:
+    src = pk.source()
+    for name, i in pk.A.items():
+        assert f"#define A_{name} {i}LL\n" in src
+    assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
+    assert f"#define ST_REFILL {pk.ST_REFILL}LL\n" in src
+    assert f"#define C_DONE {loop_mod.C_DONE}LL\n" in src
+    assert f"#define R_SCHED_COL {loop_mod.R_SCHED}LL\n" in src
+
+
+# ---------------------------------------------------------------------------- binning
+def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: int = -1
+                        ) -> tuple[int, npt.NDArray[np.int64], WorkloadStats]:
+    """Records (category, submit, scheduled, done, result) of owner 0, binned by a kernel run
+    with nothing in flight and nothing due, for 20 ms; the code, state and stats."""
+    assert pk.available(), pk.why_not()  # built before the 20 ms start
+    stats = WorkloadStats(np.zeros(WorkloadStats.SIZE, dtype=np.int64))
+    stats.reset()
+    pend = np.zeros((len(records) + 1, 16), dtype=np.int64)
+    for i, (cat, sub, sched, done, res) in enumerate(records):
+        pend[i, [loop_mod.C_OWNER, loop_mod.C_CAT, loop_mod.C_SUBMIT, loop_mod.C_SCHED,
+                 loop_mod.C_NBYTES, loop_mod.C_RES, loop_mod.C_DONE]] = (
+            0, cat, sub, sched, 4096, res, done)
+    st = np.zeros(pk.ST_WORDS, dtype=np.int64)
+    st[pk.ST_P] = len(records)
+    a = pk.Args()
+    hdr = np.zeros(8, dtype=np.uint32)
+    hdr[1] = 1  # a ring of one slot, empty (head == tail)
+    keep = {
+        "RING_HEADER": hdr, "RING_EVENTS": np.zeros(4, dtype=np.int64),
+        "EVENTS": np.zeros(4, dtype=np.int64), "ROWS": np.zeros((1, 16), dtype=np.int64),
+        "IOCB_ADDR": np.zeros(1, dtype=np.uint64), "PTRS": np.zeros(1, dtype=np.uint64),
+        "OUT": np.zeros(1, dtype=np.int64), "PEND": pend, "ROOT": stats.buffer,
+        "STAT_OFF": np.zeros(1, dtype=np.int64), "FIXCAT": np.array([fixcat], dtype=np.int64),
+        "ST": st, "ARMED": np.zeros(1, dtype=np.uint8),
+    }
+    for name in ("RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS",
+                 "HEAP_T", "HEAP_K"):
+        keep[name] = np.zeros(1, dtype=np.int64)
+    for name, arr in keep.items():
+        a.array(name, arr)
+    for name, v in (("EVENTS_CAP", 1), ("CTX", 0), ("N_WORKLOADS", 0), ("N_OWNERS", 1),
+                    ("FLUSH_AT", 1 << 20), ("COMPACT_AT", 1 << 20), ("BOUNDARY", 1 << 62),
+                    ("WAKE", time.monotonic_ns() + 20_000_000), ("SLEEP_MIN", 30_000),
+                    ("LONG_WAIT", 200_000), ("WAKE_EARLY", 50_000)):
+        a.set(name, v)  # CTX 0: io_getevents fails at once (EINVAL) and the kernel looks again
+    return pk.run(a), st, stats
+
+
+@needs_cc
+def test_the_kernel_bins_as_record_one_does() -> None:
+    # latencies across the ladder: one bucket per value, the log-linear groups, the overflow
+    lat = [0, 1, 127, 128, 129, 1000, 65_535, 1 << 20, (1 << 20) + 12_345, (1 << 41) + 7,
+           1 << 42, (1 << 42) + 1]
+    records = [(i % 4, 1_000, 1_000 - 3 * v, 1_000 + v, 4096) for i, v in enumerate(lat)]
+    code, st, got = _bin_through_kernel(records)
+    assert code == pk.R_WAKE
+    assert st[pk.ST_P] == 0 and st[pk.ST_BINNED] == 0  # all binned
+    want = WorkloadStats()
+    for cat, sub, sched, done, _ in records:
+        want.record_one(cat, done - sub, done - sched, 4096)
+    assert np.array_equal(got.buffer, want.buffer)
+
+
+@needs_cc
+def test_a_fixed_category_workload_bins_into_its_category() -> None:
+    _, _, got = _bin_through_kernel([(0, 10, 10, 510, 4096)], fixcat=3)
+    assert got.ops(3) == 1 and got.ops(0) == 0
+
+
+@needs_cc
+def test_a_failed_record_goes_back_to_python_unbinned() -> None:
+    code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096), (0, 10, 10, 600, -5),
+                                         (0, 10, 10, 700, 4096)])
+    assert code == pk.R_ERROR
+    assert st[pk.ST_BINNED] == 1  # the first is binned, the failed one is left for flush
+    assert got.ops() == 1
+
+
+# ---------------------------------------------------------------------------- on libaio
+class Control:
+    """Stops after ``n`` subintervals; ``at_poll(loop, elapsed_ns)`` runs at each poll."""
+
+    def __init__(self, n: int, at_poll: collections.abc.Callable[[EngineLoop, int], None]
+                 | None = None) -> None:
+        self.n = n
+        self.at_poll = at_poll
+        self.t0 = time.monotonic_ns()
+        self.errors: dict[str, dict[str, int]] = {}
+        self.stats: list[WorkloadStats] = []  # each subinterval's blocks, workload by workload
+        self.per_workload: list[tuple[WorkloadStats, WorkloadStats]] = []
+
+    def poll(self, loop: EngineLoop) -> None:
+        if self.at_poll is not None:
+            self.at_poll(loop, time.monotonic_ns() - self.t0)
+
+    def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        # every slot is free or in flight (the compiled loop's state was given back)
+        ws = [w for w in loop._wl if w is not None]
+        assert loop.in_flight == sum(w.params.iodepth - len(w.free) for w in ws)
+        assert all(len(set(w.free)) == len(w.free) for w in ws)
+        if finished + 1 >= self.n:
+            loop.request_stop()
+
+    def handed_over(self, loop: EngineLoop, finished: int, sw: int, ho: int,
+                    errors: dict[str, dict[str, int]]) -> None:
+        for k, v in errors.items():
+            mine = self.errors.setdefault(k, {})
+            for name, n in v.items():
+                mine[name] = mine.get(name, 0) + n
+        for s in self.per_workload:
+            self.stats.append(s[finished % 2].copy())
+            s[finished % 2].reset()
+
+
+@pytest.fixture
+def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]:
+    """The result codes of every kernel run (the compiled loop's returns to Python)."""
+    seen: collections.Counter[int] = collections.Counter()
+    run = pk.run
+
+    def counting(args: pk.Args) -> int:
+        code = run(args)
+        seen[code] += 1
+        return code
+
+    monkeypatch.setattr(pk, "run", counting)
+    yield seen
+
+
+def _run_paced(path: str, params: list[WorkloadParams], sub_ns: int, n_sub: int,
+               ctl: Control | None = None) -> tuple[Control, EngineLoop]:
+    """The workloads on ``path`` through libaio in one loop, their stats blocks in one region
+    (as a worker's); returns the control, which kept every subinterval's blocks."""
+    loop = EngineLoop(capacity=256)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(path, writable=False, extra_flags=eng.open_flags)
+    size = files.probe(path).size_bytes
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n * len(params), dtype=np.int64)
+    per = []
+    for i in range(len(params)):
+        pair = (WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
+                WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n]))
+        pair[0].reset()
+        pair[1].reset()
+        per.append(pair)
+    ctl = ctl or Control(n_sub)
+    ctl.n = n_sub
+    ctl.per_workload = per
+    for i, p in enumerate(params):
+        loop.add_workload(WorkloadSpec(f"t:lun:w{i}", p, eng, fd, size, 512, per[i]), None)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, sub_ns)
+    finally:
+        loop.close()
+        with contextlib.suppress(OSError):  # a test may have closed it under the loop
+            os.close(fd)
+    return ctl, loop
+
+
+@needs_aio
+@needs_cc
+@pytest.mark.parametrize("compiled", [True, False])
+def test_paced_workloads_keep_their_rate_compiled_as_in_python(
+        lun_file: str, compiled: bool, codes: collections.Counter[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # three workloads of different rates and depths in one loop, five 200 ms subintervals;
+    # rings of 64 I/Os, so each workload refills many times a subinterval
+    monkeypatch.setattr(loop_mod, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(loop_mod, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(loop_mod, "RING_BUDGET", 3 * 64)
+    rates = [2000.0, 500.0, 5000.0]
+    params = [WorkloadParams(iodepth=d, iops=r, seed=i, blocksize_bytes=4096)
+              for i, (d, r) in enumerate(zip([4, 1, 16], rates, strict=True))]
+    ctl, loop = _run_paced(lun_file, params, 200_000_000, 5)
+    assert (codes[pk.R_WAKE] > 0) == compiled
+    if compiled:
+        assert codes[pk.R_REFILL] >= 5 * 0.2 * 5000 / 64 * 0.5
+    assert ctl.errors == {}
+    assert loop.in_flight == 0
+    for i, rate in enumerate(rates):
+        # subintervals 1-3 (the first starts the schedule, the last has the drain)
+        ops = sum(ctl.stats[3 * k + i].ops(0) for k in (1, 2, 3))
+        assert abs(ops - rate * 0.6) <= rate * 0.6 * 0.02 + 2, (i, ops)
+        st = ctl.stats[3 * 2 + i]
+        svc, rsp = st.histogram(0, 0), st.histogram(0, 1)
+        assert svc.count == rsp.count == st.ops(0)
+        assert st.counters[0, 1] == 4096 * st.ops(0)
+        # a paced I/O is scheduled no later than it is submitted
+        assert rsp.sum_ns >= svc.sum_ns and (rsp.min_ns or 0) >= (svc.min_ns or 0)
+
+
+@needs_aio
+@needs_cc
+def test_a_full_record_buffer_is_flushed_and_nothing_is_lost(
+        lun_file: str, codes: collections.Counter[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_mod, "FLUSH_AT", 8)  # the kernel hands back every few records
+    params = [WorkloadParams(iodepth=8, iops=20_000.0, blocksize_bytes=4096)]
+    ctl, loop = _run_paced(lun_file, params, 100_000_000, 4)
+    assert codes[pk.R_FLUSH] > 0
+    assert loop.in_flight == 0
+    ops = sum(s.ops(0) for s in ctl.stats[1:3])
+    assert abs(ops - 4000) <= 4000 * 0.05, ops  # a loaded machine may fall a little behind
+    for s in ctl.stats:
+        assert s.histogram(0, 0).count == s.histogram(0, 1).count == s.ops(0)
+
+
+@needs_aio
+@needs_cc
+def test_short_reads_are_counted_as_errors(lun_file: str,
+                                           codes: collections.Counter[int]) -> None:
+    # the file shrinks under a paced workload after 100 ms: its reads past the end are short
+    def shrink(loop: EngineLoop, elapsed_ns: int) -> None:
+        if elapsed_ns > 100_000_000:
+            os.truncate(lun_file, 0)
+
+    params = [WorkloadParams(iodepth=4, iops=2000.0, blocksize_bytes=4096)]
+    ctl, _ = _run_paced(lun_file, params, 100_000_000, 3, Control(3, shrink))
+    assert codes[pk.R_ERROR] > 0
+    short = ctl.errors["t:lun:w0"]["short"]
+    ok = sum(s.ops(0) for s in ctl.stats)
+    assert short > 50 and ok > 50
+    assert abs(short + ok - 600) <= 20, (short, ok)  # every I/O counted, once
+
+
+@needs_aio
+@needs_cc
+def test_a_refused_submission_stops_the_loop_with_the_kernels_reason(lun_file: str) -> None:
+    # the LUN's descriptor is closed under the loop: io_submit refuses (EBADF), and the kernel
+    # hands the submission back to Python, which raises
+    fds: list[int] = []
+
+    def close_it(loop: EngineLoop, elapsed_ns: int) -> None:
+        if elapsed_ns > 50_000_000 and not fds:
+            w = loop._wl[0]
+            assert w is not None
+            fds.append(w.spec.fd)
+            os.close(w.spec.fd)
+
+    params = [WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096)]
+    with pytest.raises(IoEngineError, match="Bad file descriptor"):
+        _run_paced(lun_file, params, 100_000_000, 3, Control(3, close_it))
