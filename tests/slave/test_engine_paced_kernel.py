@@ -72,6 +72,17 @@ def test_without_a_compiler_the_python_loop_runs_and_says_why(
     assert not list(tmp_path.glob("ivypy/*.so"))
 
 
+def test_a_slave_without_the_kernel_warns_once_and_runs(tmp_path: Path) -> None:
+    # the workers fork from the slave after it tried to build the kernel: the slave's log
+    # (its stderr) says why paced I/O runs in Python
+    out = _python("from slave.worker import WorkerPool\n"
+                  "with WorkerPool(1) as pool: print(pool.n_workers)",
+                  XDG_CACHE_HOME=str(tmp_path), IVYPY_SLAVE_CC="none")
+    assert out.stdout.strip() == "1", out.stderr
+    assert out.stderr.count("paced I/O runs in the Python loop") == 1
+    assert "IVYPY_SLAVE_CC=none" in out.stderr
+
+
 @needs_cc
 def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
