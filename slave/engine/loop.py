@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno as errno_mod
+import hashlib
 import logging
 import os
 import time
@@ -215,6 +216,7 @@ class _Workload:
     write_only: bool = False  # every I/O a write (no read mask per batch)
     errors: dict[str, int] = field(default_factory=dict)
     errors_logged: int = 0
+    ring_spread: float = 1.0  # a paced refill's size, relative (``EngineLoop._ahead``)
     old_buffers: list[AlignedBuffers] = field(default_factory=list)
 
     @property
@@ -251,11 +253,12 @@ class _CompiledPaced:
     arrays, not the workloads' ``free`` and ``cur``, are the truth; ``unload`` gives them back
     (the engine loop does so before anything else looks: a boundary, a drain, a new set)."""
 
-    def __init__(self, loop: EngineLoop, paced: _PacedSet, h: KernelHandles,
+    def __init__(self, loop: EngineLoop, paced: _PacedSet, eng: IoEngine, h: KernelHandles,
                  root: npt.NDArray[np.int64]) -> None:
         ws = paced.ws
         k = len(ws)
         self.ws = ws
+        self.eng = eng
         self.finish_submit = h.finish_submit
         depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)
         self.cur = np.zeros(k, dtype=np.int64)
@@ -295,11 +298,20 @@ class _CompiledPaced:
         a.set("SLEEP_MIN", SLEEP_MIN_NS)
         a.set("LONG_WAIT", LONG_WAIT_NS)
         a.set("WAKE_EARLY", WAKE_EARLY_NS)
-        self.stat_off = np.zeros(0, dtype=np.int64)
+        # where each workload's stats block of either buffer lies in ``root`` (-1: deleted);
+        # the set is made anew whenever a workload joins or leaves
+        wl = loop._wl
+        self.stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
+                                  for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
+        self.stat_addr = [int(self.stat_off[b].ctypes.data) for b in (0, 1)]
+        a.array("STAT_OFF", self.stat_off)
+        a.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
+                                   dtype=np.int64))
+        a.set("N_OWNERS", len(wl))
         self.loaded = False
 
-    def load(self, loop: EngineLoop) -> None:
-        """Take the workloads' free slots and cursors (and the loop's running buffer)."""
+    def load(self) -> None:
+        """Take the workloads' free slots and cursors."""
         for i, w in enumerate(self.ws):
             self.set_ring(i, w)
             n = len(w.free)
@@ -309,14 +321,6 @@ class _CompiledPaced:
         self.armed[:] = 0
         self.st[pk.ST_HEAP_N] = 0
         self.st[pk.ST_REFILL] = 0
-        wl = loop._wl
-        buf = loop._buf
-        self.stat_off = np.array([-1 if w is None else rooted_at(w.spec.stats[buf])
-                                  for w in wl], dtype=np.int64)
-        self.args.array("STAT_OFF", self.stat_off)
-        self.args.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
-                                           dtype=np.int64))
-        self.args.set("N_OWNERS", len(wl))
         self.loaded = True
 
     def set_ring(self, i: int, w: _Workload) -> None:
@@ -326,7 +330,8 @@ class _CompiledPaced:
         self.cur[i] = w.cur
 
     def unload(self) -> None:
-        """Give the workloads back their free slots and cursors."""
+        """Give the workloads back their free slots and cursors (completions reaped past a
+        boundary and not recorded yet stay in ``st``: ``EngineLoop._unload_paced``)."""
         if not self.loaded:
             return
         self.loaded = False
@@ -400,6 +405,12 @@ class _Waiter:
                 break
         self.mean_ns += (mono() - t0 - self.mean_ns) >> 3  # a running mean over ~8 waits
         return n
+
+
+def _fraction(stream: str) -> float:
+    """A number in [0, 1) fixed by ``stream``, unrelated for similar streams."""
+    digest = hashlib.blake2b(stream.encode(), digest_size=8, person=b"ivypy-ring").digest()
+    return int.from_bytes(digest, "little") / 2**64
 
 
 def _timed_wait_ns(left: int) -> int:
@@ -556,6 +567,7 @@ class EngineLoop:
         if spec.workload_id in self._index_of:
             raise IoEngineError(f"{self.name}: workload {spec.workload_id} exists already")
         self._leave_ring(restart=True)
+        self._unload_paced()  # the workloads' free slots and cursors are theirs again
         w = _Workload(
             index=len(self._wl),
             spec=spec,
@@ -569,6 +581,7 @@ class EngineLoop:
             slots=self._alloc_slots(p.iodepth, spec.workload_id),
             buffers=AlignedBuffers(p.iodepth, p.blocksize_bytes),
             paced=p.iops is not None,
+            ring_spread=0.5 + _fraction(spec.workload_id),
         )
         self._wl.append(w)
         self._index_of[spec.workload_id] = w.index
@@ -593,6 +606,7 @@ class EngineLoop:
         writes). A sequential workload resumes at its first I/O not issued."""
         w = self._find(workload_id)
         self._leave_ring(restart=True)
+        self._unload_paced()  # the workloads' free slots and cursors are theirs again
         old = w.params
         if (at_ns is not None and w.paced and params.iops is not None
                 and params.same_but_rate(old)):
@@ -671,6 +685,7 @@ class EngineLoop:
         """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""
         w = self._find(workload_id)
         self._leave_ring(restart=True)
+        self._unload_paced()  # the workloads' free slots and cursors are theirs again
         self._retire(w)
         self._wl[w.index] = None
         del self._index_of[workload_id]
@@ -776,14 +791,22 @@ class EngineLoop:
         h = handles()
         if h is None or not pk.available():
             return None
-        return _CompiledPaced(self, paced, h, root)
+        return _CompiledPaced(self, paced, eng, h, root)
 
     def _unload_paced(self) -> None:
-        """Give the compiled paced loop's state back to the workloads (before a boundary, a
-        drain or a new paced set looks at their free slots)."""
+        """Give the compiled paced loop's state back to the workloads, before anything else
+        looks at their free slots and cursors: a change of workloads, a drain, a new paced
+        set. Completions it reaped past a boundary and left for its next run are recorded
+        here instead (the general way, as ``_reaped_late`` does)."""
         pw = self._paced_words
-        if pw is not None and pw[0].compiled is not None:
-            pw[0].compiled.unload()
+        cp = None if pw is None else pw[0].compiled
+        if cp is None:
+            return
+        cp.unload()
+        n = int(cp.st[pk.ST_N])
+        if n:
+            cp.st[pk.ST_N] = 0
+            self._complete(cp.eng, n, int(cp.st[pk.ST_T]))
 
     def _start_workload(self, w: _Workload, at_ns: int) -> None:
         w.seq.start(at_ns)
@@ -834,9 +857,11 @@ class EngineLoop:
             share = RING_BUDGET // max(self._n_max_iops, 1)
             return max(RING_MIN, min(RING_MAX, share, RING_PER_DEPTH * w.params.iodepth))
         # paced: about a quarter second ahead, at least PACED_RING_MIN, at most its share of
-        # RING_BUDGET among the paced workloads and RING_MAX
+        # RING_BUDGET among the paced workloads and RING_MAX; times the workload's own factor
+        # in [0.5, 1.5) (``ring_spread``), so that workloads of one rate started together do
+        # not all run out, and stall the loop with their refills, at the same moment
         share = RING_BUDGET // max(len(self._paced), 1)
-        return max(PACED_RING_MIN, min(RING_MAX, share, int(iops / 4)))
+        return int(max(PACED_RING_MIN, min(RING_MAX, share, int(iops / 4))) * w.ring_spread)
 
     def _issue(self, w: _Workload, slots: npt.NDArray[np.intp]) -> None:
         """Submit ``w``'s next ``len(slots)`` I/Os on ``slots``."""
@@ -2014,9 +2039,10 @@ class EngineLoop:
         what only Python does: a completion reaped past the boundary, a workload's refill,
         a flush, an I/O error to count, a submission the kernel took only in part."""
         if not cp.loaded:
-            cp.load(self)
+            cp.load()
         st = cp.st
         args = cp.args
+        args.set("STAT_OFF", cp.stat_addr[self._buf])
         args.set("BOUNDARY", boundary)
         args.set("WAKE", wake)
         args.set("DISCARD", int(self._discard))
@@ -2031,9 +2057,11 @@ class EngineLoop:
             if code == pk.R_WAKE:
                 return boundary
             if code == pk.R_LATE:
-                cp.unload()
-                return self._reaped_late(control, eng, int(st[pk.ST_N]), int(st[pk.ST_T]),
-                                         boundary, subinterval_ns)
+                # the completions stay in the engine's events and ``st``: the next run records
+                # them in the next subinterval (or ``_unload_paced``, if the boundary's changes
+                # unload the set), as ``_reaped_late`` does
+                self._boundary(control, boundary)
+                return boundary + subinterval_ns
             if code == pk.R_REFILL:
                 st[pk.ST_REFILL] = 0
                 for i in np.flatnonzero(cp.armed == 2).tolist():
@@ -2077,7 +2105,6 @@ class EngineLoop:
         return boundary + subinterval_ns
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
-        self._unload_paced()
         finished = self.subinterval_index
         self.flush()
         errors = self.take_errors()

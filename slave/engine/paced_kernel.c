@@ -147,7 +147,9 @@ int64_t paced_run(const int64_t *a)
     }
     if (st[ST_REFILL])
         return R_REFILL;
-    int64_t n = 0, now;
+    /* completions reaped past the last boundary, left in ev for this run to record */
+    int64_t n = st[ST_N], t_reaped = n ? st[ST_T] : 0, now;
+    st[ST_N] = 0;
     for (;;) {
         if (n == 0) { /* look in the ring (AioContext.poll_ring) */
             int64_t head = hdr[2], tail = hdr[3];
@@ -170,7 +172,8 @@ int64_t paced_run(const int64_t *a)
             }
         }
         if (n) {
-            int64_t t = now_ns();
+            int64_t t = t_reaped ? t_reaped : now_ns();
+            t_reaped = 0;
             if (t >= boundary) {
                 st[ST_N] = n;
                 st[ST_T] = t;

@@ -60,7 +60,8 @@ N_ARGS: Final = len(_ARGS)
 ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
 ST_WORDS: Final = 16
 # what a run returned for: ``wake`` came; a completion reaped past ``boundary`` (``ST_N`` of
-# them in the engine's events, at ``ST_T``); a workload's precomputed I/Os ran out (``armed``
+# them in the engine's events, at ``ST_T``: left there, the next run records them first); a
+# workload's precomputed I/Os ran out (``armed``
 # 2); the records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit
 # took ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT = range(6)

@@ -441,7 +441,8 @@ def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
     # a refill holds up the loop's I/Os in flight: a max-iops workload precomputes 512 I/Os
     # per unit of depth (one in 512 of its I/Os waits out a refill), within the loop's budget;
     # a paced one a quarter second, within the paced workloads' budget. ``n_alike``: how many
-    # workloads of its kind (max-iops or paced) the loop runs, itself included
+    # workloads of its kind (max-iops or paced) the loop runs, itself included. A paced one's
+    # refill is scaled by its own factor (``ring_spread``)
     loop, _ = make_loop(constant_ns(20_000))
     for i in range(n_alike - 1):
         other = WorkloadParams(iodepth=1, seed=i, iops=None if iops is None else 1.0)
@@ -450,8 +451,23 @@ def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
     w = loop._wl[loop._index_of["w"]]
     assert w is not None
     loop._refill(w, 1)
-    assert w.ring_len == max(ahead, 4 * iodepth)
+    want = ahead if iops is None else int(ahead * w.ring_spread)
+    assert w.ring_len == max(want, 4 * iodepth)
     assert w.cur == 0
+
+
+def test_paced_workloads_of_one_rate_refill_at_different_moments() -> None:
+    # refills stall the loop: workloads of one rate started together, with rings of one size,
+    # would all run out (and refill) together; each has its own factor in [0.5, 1.5)
+    loop, _ = make_loop(constant_ns(20_000))
+    for i in range(64):
+        loop.add_workload(spec(loop, f"host:lun:w{i}", WorkloadParams(iops=100.0)), None)
+    spreads = [w.ring_spread for w in loop._wl if w is not None]
+    assert all(0.5 <= f < 1.5 for f in spreads)
+    assert len({round(f, 6) for f in spreads}) == 64
+    assert 0.85 < float(np.mean(spreads)) < 1.15  # the budget holds on average
+    sizes = {loop._ahead(w) for w in loop._wl if w is not None}
+    assert len(sizes) > 32
 
 
 @pytest.mark.parametrize(

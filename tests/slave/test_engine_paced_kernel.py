@@ -175,16 +175,28 @@ class Control:
         self.errors: dict[str, dict[str, int]] = {}
         self.stats: list[WorkloadStats] = []  # each subinterval's blocks, workload by workload
         self.per_workload: list[tuple[WorkloadStats, WorkloadStats]] = []
+        self.loaded_boundaries = 0  # boundaries passed with the compiled state loaded
 
     def poll(self, loop: EngineLoop) -> None:
         if self.at_poll is not None:
             self.at_poll(loop, time.monotonic_ns() - self.t0)
 
     def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
-        # every slot is free or in flight (the compiled loop's state was given back)
+        # every slot is free or in flight, once (the compiled loop's state stays loaded over
+        # boundaries: its free stacks are the truth then)
         ws = [w for w in loop._wl if w is not None]
-        assert loop.in_flight == sum(w.params.iodepth - len(w.free) for w in ws)
-        assert all(len(set(w.free)) == len(w.free) for w in ws)
+        pw = loop._paced_words
+        cp = None if pw is None else pw[0].compiled
+        if cp is not None and cp.loaded:
+            free = [cp.free_buf[o : o + n].tolist()
+                    for o, n in zip(cp.free_off.tolist(), cp.free_n.tolist(), strict=True)]
+            self.loaded_boundaries += 1
+        else:
+            free = [w.free for w in ws]
+        assert loop.in_flight == sum(w.params.iodepth - len(f) for w, f in zip(ws, free,
+                                                                                  strict=True))
+        assert all(len(set(f)) == len(f) and set(f) <= set(w.slots.tolist())
+                   for w, f in zip(ws, free, strict=True))
         if finished + 1 >= self.n:
             loop.request_stop()
 
@@ -264,6 +276,7 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
     assert (codes[pk.R_WAKE] > 0) == compiled
     if compiled:
         assert codes[pk.R_REFILL] >= 5 * 0.2 * 5000 / 64 * 0.5
+        assert ctl.loaded_boundaries == 5  # no unload at a boundary without changes
     assert ctl.errors == {}
     assert loop.in_flight == 0
     for i, rate in enumerate(rates):
