@@ -168,9 +168,12 @@ class Control:
     """Stops after ``n`` subintervals; ``at_poll(loop, elapsed_ns)`` runs at each poll."""
 
     def __init__(self, n: int, at_poll: collections.abc.Callable[[EngineLoop, int], None]
+                 | None = None,
+                 at_boundary: collections.abc.Callable[[EngineLoop, int, int], None]
                  | None = None) -> None:
         self.n = n
         self.at_poll = at_poll
+        self.at_boundary = at_boundary
         self.t0 = time.monotonic_ns()
         self.errors: dict[str, dict[str, int]] = {}
         self.stats: list[WorkloadStats] = []  # each subinterval's blocks, workload by workload
@@ -197,6 +200,8 @@ class Control:
                                                                                   strict=True))
         assert all(len(set(f)) == len(f) and set(f) <= set(w.slots.tolist())
                    for w, f in zip(ws, free, strict=True))
+        if self.at_boundary is not None:
+            self.at_boundary(loop, finished, boundary_ns)
         if finished + 1 >= self.n:
             loop.request_stop()
 
@@ -289,6 +294,32 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
         assert st.counters[0, 1] == 4096 * st.ops(0)
         # a paced I/O is scheduled no later than it is submitted
         assert rsp.sum_ns >= svc.sum_ns and (rsp.min_ns or 0) >= (svc.min_ns or 0)
+
+
+@needs_aio
+@needs_cc
+def test_edits_at_every_boundary_lose_no_io(lun_file: str, codes: collections.Counter[int]
+                                            ) -> None:
+    # one of two workloads changes rate at every boundary: the compiled state is given back
+    # before the edit (with any completions reaped past the boundary, recorded then) and
+    # taken again after it; every slot stays accounted for (Control.boundary checks)
+    rates = [8000.0, 4000.0]
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        rate = 3000.0 if finished % 2 else 5000.0
+        loop.edit_workload("t:lun:w1", params[1].replace(iops=rate), boundary_ns)
+        rates.append(rate)
+
+    params = [WorkloadParams(iodepth=4, iops=rates[0], blocksize_bytes=4096, seed=1),
+              WorkloadParams(iodepth=4, iops=rates[1], blocksize_bytes=4096, seed=2)]
+    ctl, loop = _run_paced(lun_file, params, 100_000_000, 6, Control(6, at_boundary=edit))
+    assert codes[pk.R_WAKE] > 0
+    assert ctl.errors == {} and loop.in_flight == 0
+    for k in range(1, 5):  # subinterval k ran at the rate the edit at its start set
+        w0, w1 = ctl.stats[2 * k].ops(0), ctl.stats[2 * k + 1].ops(0)
+        assert abs(w0 - 800) <= 800 * 0.03 + 2, (k, w0)
+        want = rates[1 + k] * 0.1
+        assert abs(w1 - want) <= want * 0.03 + 2, (k, w1, want)
 
 
 @needs_aio
