@@ -64,6 +64,8 @@ class WritePattern:
         #: ``plan`` / ``apply`` serve this pattern (else ``fill`` does, per batch)
         self.planned = kind in ("random", "compressible") and bs <= PLAN_MAX_BYTES
         self._stamp_offsets = self._stamp_sectors * SECTOR_BYTES
+        #: sectors stamped per write, from the block's first (``plan``'s stamps per write)
+        self.stamped_sectors = int(self._stamp_sectors.size)
         self._wide_pool = self._pool  # the pool padded to the buffers' row width (apply)
         self._views: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
 
@@ -107,6 +109,12 @@ class WritePattern:
         words = self._sector_words(buffers)
         buffers[row] = self._wide_pool[pool_row]
         words[row, : stamps.shape[0], :2] = stamps
+
+    def wide_pool_for(self, buffers: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """The pool blocks padded to the rows of ``buffers`` (what ``apply`` copies a write's
+        block from, by its pool row), for compiled code that places planned data itself."""
+        self._sector_words(buffers)
+        return self._wide_pool
 
     def _sector_words(self, buffers: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
         """``buffers`` as int64 words by (row, sector, word), kept for the next call; the

@@ -291,6 +291,25 @@ class _CompiledPaced:
         a.array("HEAP_T", np.zeros(k, dtype=np.int64))
         a.array("HEAP_K", np.zeros(k, dtype=np.int64))
         a.set("N_WORKLOADS", k)
+        # writes: each workload's planned data (``WritePattern.plan``), by address: the ring's
+        # pool rows and stamps (set with the ring), its pool padded to its buffers' rows
+        self.pool_rows = np.zeros(k, dtype=np.int64)
+        self.stamps = np.zeros(k, dtype=np.int64)
+        n_stamps = np.zeros(k, dtype=np.int64)
+        pools = np.zeros(k, dtype=np.int64)
+        strides = np.zeros(k, dtype=np.int64)
+        self._pools = []
+        for i, w in enumerate(ws):
+            if w.pattern is not None:
+                pool = w.pattern.wide_pool_for(w.buffers.array)
+                assert pool.flags.c_contiguous
+                self._pools.append(pool)
+                pools[i] = pool.ctypes.data
+                strides[i] = pool.strides[0]
+                n_stamps[i] = w.pattern.stamped_sectors
+        for name, arr in (("POOL_ROWS", self.pool_rows), ("STAMPS", self.stamps),
+                          ("N_STAMPS", n_stamps), ("POOL", pools), ("POOL_STRIDE", strides)):
+            a.array(name, arr)
         a.array("PEND", loop._pend)
         a.set("FLUSH_AT", FLUSH_AT)
         a.set("COMPACT_AT", COMPACT_AT)
@@ -324,10 +343,15 @@ class _CompiledPaced:
         self.loaded = True
 
     def set_ring(self, i: int, w: _Workload) -> None:
-        """Workload ``i``'s ring and cursor, as the workload has them now."""
+        """Workload ``i``'s ring and cursor (and its writes' planned data), as the workload
+        has them now."""
         self.rings[i] = w.ring.ctypes.data
         self.rlen[i] = w.ring_len
         self.cur[i] = w.cur
+        if w.ring_stamps is not None:
+            assert w.ring_stamps.flags.c_contiguous and w.ring_pool_rows.flags.c_contiguous
+            self.pool_rows[i] = w.ring_pool_rows.ctypes.data
+            self.stamps[i] = w.ring_stamps.ctypes.data
 
     def unload(self) -> None:
         """Give the workloads back their free slots and cursors (completions reaped past a
@@ -777,10 +801,13 @@ class EngineLoop:
             self._scalar = (w, eng, words)
 
     def _compile_paced(self, paced: _PacedSet, eng: IoEngine) -> _CompiledPaced | None:
-        """The paced set's compiled state, when it can run compiled: numba is here, the
-        engine's completion ring can be read (libaio), no workload writes (the data of a write
-        is placed in Python) and every workload's stats lie in one array (a worker's region)."""
-        if not COMPILED_PACED or any(w.pattern is not None for w in paced.ws):
+        """The paced set's compiled state, when it can run compiled: the kernel was built
+        here, the engine's completion ring can be read (libaio), the data of every workload's
+        writes is planned (``WritePattern.planned``: random or compressible, blocks up to
+        16 KiB; other data is made in Python, per batch) and every workload's stats lie in one
+        array (a worker's region)."""
+        if not COMPILED_PACED or any(w.pattern is not None and not w.pattern.planned
+                                     for w in paced.ws):
             return None
         handles = getattr(eng, "kernel_handles", None)
         if handles is None:

@@ -2,10 +2,11 @@
  * it with the host's C compiler and prepends the #defines it uses (the argument words A_*, the
  * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
  * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
- * due I/O of every workload with a free slot in one io_submit, wait or bin one record at a
- * time when nothing is due. It returns to Python (an R_* code) for a boundary crossed, a
+ * due I/O of every workload with a free slot in one io_submit (a write with its planned data
+ * put in its buffer first), wait or bin one record at a time when nothing is due. It returns to Python (an R_* code) for a boundary crossed, a
  * refill, a flush, an I/O error and a submission taken in part. It allocates nothing. */
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -66,6 +67,23 @@ struct state {
     int64_t *rings, *cur, *rlen, *ht, *hk, *st;
     uint8_t *armed;
 };
+
+/* the planned data of workload k's ring I/O i (a write) into the buffer at dst: its pool
+ * block, then its stamps (the sector's offset on the LUN, the write's serial) at the head of
+ * each stamped sector (WritePattern.apply_one) */
+static void put_write_data(const int64_t *a, int64_t k, int64_t i, char *dst, int64_t nbytes)
+{
+    const int64_t *pool_rows = (const int64_t *)(intptr_t)P64(A_POOL_ROWS)[k];
+    const int64_t *stamps = (const int64_t *)(intptr_t)P64(A_STAMPS)[k];
+    const int64_t n_stamps = P64(A_N_STAMPS)[k], stride = P64(A_POOL_STRIDE)[k];
+    const char *pool = (const char *)(intptr_t)P64(A_POOL)[k];
+    memcpy(dst, pool + pool_rows[i] * stride, (size_t)nbytes);
+    for (int64_t sec = 0; sec < n_stamps; sec++) {
+        int64_t *head = (int64_t *)(dst + SECTOR_BYTES * sec);
+        head[0] = stamps[2 * (n_stamps * i + sec)];
+        head[1] = stamps[2 * (n_stamps * i + sec) + 1];
+    }
+}
 
 /* put workload k (which has a free slot) in the heap at its next I/O's time, or mark it for a
  * refill when its precomputed I/Os ran out */
@@ -224,6 +242,8 @@ int64_t paced_run(const int64_t *a)
                 int64_t slot = free_buf[base + q];
                 int64_t *row = rows + ROW_WORDS * slot;
                 const int64_t *io = ring + 5 * (c + q);
+                if ((io[R_OPFD_COL] & 0xffff) == IOCB_CMD_PWRITE)
+                    put_write_data(a, k, c + q, (char *)(intptr_t)row[W_BUF], row[W_NBYTES]);
                 row[W_OPCODE_FD] = io[R_OPFD_COL];
                 row[W_OFFSET] = io[R_OFF_COL];
                 row[C_CAT] = io[R_CAT_COL];

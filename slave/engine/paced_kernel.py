@@ -6,8 +6,8 @@ CPU per I/O there, so a completion often waited for the loop to finish a submiss
 before it was seen, and the measured p50 read 31-57 us where fio read 20. A C loop of the same
 design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as ``_loop_paced`` (record
 what completed, free its slots, submit every due I/O of every workload with a free slot in one
-``io_submit``, wait, or bin one record at a time when nothing is due), reading the kernel's
-completion ring in place.
+``io_submit``, a write with its planned data put in its buffer first, wait, or bin one record
+at a time when nothing is due), reading the kernel's completion ring in place.
 
 It is compiled on the slave host, by the host's C compiler (``cc``, or ``IVYPY_SLAVE_CC``; ``none``
 turns it off), once per source and compiler: the shared object is cached in
@@ -39,7 +39,8 @@ import numpy.typing as npt
 
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
-from slave.engine.aio_abi import W_OFFSET, W_OPCODE_FD
+from slave.datapattern import SECTOR_BYTES
+from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ _ARGS: Final = (
     "ROWS", "IOCB_ADDR", "PTRS", "OUT",
     "RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS",
     "HEAP_T", "HEAP_K", "ARMED", "N_WORKLOADS",
+    "POOL_ROWS", "STAMPS", "N_STAMPS", "POOL", "POOL_STRIDE",
     "PEND", "FLUSH_AT", "COMPACT_AT",
     "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
     "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
@@ -69,7 +71,8 @@ R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT = range(6)
 _INF_NS: Final = 1 << 62
 # slot row words (``slave.engine.loop``'s bookkeeping after the 8 iocb words)
 _ROW_LAYOUT: Final = {
-    "ROW_WORDS": 16, "W_OPCODE_FD": W_OPCODE_FD, "W_OFFSET": W_OFFSET,
+    "ROW_WORDS": 16, "W_OPCODE_FD": W_OPCODE_FD, "W_OFFSET": W_OFFSET, "W_BUF": W_BUF,
+    "W_NBYTES": W_NBYTES, "IOCB_CMD_PWRITE": IOCB_CMD_PWRITE, "SECTOR_BYTES": SECTOR_BYTES,
     "C_OWNER": 8, "C_CAT": 9, "C_SUBMIT": 10, "C_SCHED": 11, "C_NBYTES": 12, "C_RES": 14,
     "C_DONE": 15,
     # a precomputed I/O's columns (``loop.R_*``)

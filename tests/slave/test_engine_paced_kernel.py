@@ -27,6 +27,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
+from tests.slave.test_engine_libaio import MiB, verify_range
 
 needs_aio = pytest.mark.skipif(aio_abi.available() is not None, reason="no native AIO here")
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None,
@@ -238,7 +239,8 @@ def _run_paced(path: str, params: list[WorkloadParams], sub_ns: int, n_sub: int,
     loop = EngineLoop(capacity=256)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
-    fd = files.open_lun(path, writable=False, extra_flags=eng.open_flags)
+    fd = files.open_lun(path, writable=any(p.writes for p in params),
+                        extra_flags=eng.open_flags)
     size = files.probe(path).size_bytes
     n = WorkloadStats.SIZE
     region = np.zeros(2 * n * len(params), dtype=np.int64)
@@ -294,6 +296,54 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
         assert st.counters[0, 1] == 4096 * st.ops(0)
         # a paced I/O is scheduled no later than it is submitted
         assert rsp.sum_ns >= svc.sum_ns and (rsp.min_ns or 0) >= (svc.min_ns or 0)
+
+
+@needs_aio
+@needs_cc
+@pytest.mark.parametrize("compiled", [True, False])
+def test_paced_writes_land_byte_for_byte(lun_file: str, compiled: bool,
+                                         codes: collections.Counter[int],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # paced writes, each workload on its own MiB: random data stamped in every sector and
+    # compressible data stamped at the head, mixed with reads and alone; the data the
+    # compiled loop places is what the pattern says, at the offsets the workload wrote
+    monkeypatch.setattr(loop_mod, "COMPILED_PACED", compiled)
+    params = [
+        WorkloadParams(read_fraction=0.5, iodepth=4, iops=4000.0, blocksize_bytes=4096,
+                       seed=31, range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
+        WorkloadParams(read_fraction=0.0, iodepth=8, iops=3000.0, blocksize_bytes=8192,
+                       seed=32, range_start_bytes=5 * MiB, range_end_bytes=6 * MiB,
+                       write_data="compressible", write_data_ratio=2.0),
+        WorkloadParams(iodepth=2, iops=1000.0, blocksize_bytes=4096, seed=33,
+                       range_start_bytes=6 * MiB, range_end_bytes=7 * MiB),  # reads only
+    ]
+    ctl, loop = _run_paced(lun_file, params, 100_000_000, 4)
+    assert (codes[pk.R_WAKE] > 0) == compiled
+    assert ctl.errors == {} and loop.in_flight == 0
+    written = [verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes)
+               for p in params]
+    assert written[0] > 200 and written[1] > 80 and written[2] == 0
+    for k in (1, 2):  # each workload at its rate, reads and writes together
+        for i, p in enumerate(params):
+            ops = ctl.stats[3 * k + i].ops()
+            assert abs(ops - p.iops * 0.1) <= p.iops * 0.1 * 0.03 + 2, (k, i, ops)
+    with open(lun_file, "rb") as f:  # nothing outside the ranges
+        assert not any(f.read(4 * MiB))
+        f.seek(7 * MiB)
+        assert not any(f.read())
+
+
+@needs_aio
+@needs_cc
+def test_an_unplanned_write_pattern_runs_in_python(lun_file: str,
+                                                   codes: collections.Counter[int]) -> None:
+    # dedupable data is made per batch in Python: such a set does not run compiled
+    params = [WorkloadParams(read_fraction=0.0, iodepth=4, iops=2000.0, seed=34,
+                             write_data="dedupable", write_data_ratio=3.0,
+                             range_start_bytes=4 * MiB, range_end_bytes=5 * MiB)]
+    ctl, _ = _run_paced(lun_file, params, 100_000_000, 2)
+    assert not codes and ctl.errors == {}
+    assert verify_range(lun_file, params[0], 4 * MiB, 5 * MiB) > 100
 
 
 @needs_aio
