@@ -26,6 +26,12 @@ static inline int before(int64_t t1, int64_t k1, int64_t t2, int64_t k2)
     return t1 < t2 || (t1 == t2 && k1 < k2);
 }
 
+static inline void heap_put(int64_t *ht, int64_t *hk, int64_t i, int64_t t, int64_t k)
+{
+    ht[i] = t;
+    hk[i] = k;
+}
+
 static int64_t heap_push(int64_t *ht, int64_t *hk, int64_t n, int64_t t, int64_t k)
 {
     int64_t i = n;
@@ -33,12 +39,10 @@ static int64_t heap_push(int64_t *ht, int64_t *hk, int64_t n, int64_t t, int64_t
         int64_t up = (i - 1) >> 1;
         if (before(ht[up], hk[up], t, k))
             break;
-        ht[i] = ht[up];
-        hk[i] = hk[up];
+        heap_put(ht, hk, i, ht[up], hk[up]);
         i = up;
     }
-    ht[i] = t;
-    hk[i] = k;
+    heap_put(ht, hk, i, t, k);
     return n + 1;
 }
 
@@ -54,12 +58,10 @@ static int64_t heap_pop(int64_t *ht, int64_t *hk, int64_t n)
             c += 1;
         if (before(t, k, ht[c], hk[c]))
             break;
-        ht[i] = ht[c];
-        hk[i] = hk[c];
+        heap_put(ht, hk, i, ht[c], hk[c]);
         i = c;
     }
-    ht[i] = t;
-    hk[i] = k;
+    heap_put(ht, hk, i, t, k);
     return n;
 }
 
