@@ -291,6 +291,7 @@ class _CompiledPaced:
         a.array("HEAP_T", np.zeros(k, dtype=np.int64))
         a.array("HEAP_K", np.zeros(k, dtype=np.int64))
         a.set("N_WORKLOADS", k)
+        a.set("N_SLOTS", loop.table.capacity)
         # writes: each workload's planned data (``WritePattern.plan``), by address: the ring's
         # pool rows and stamps (set with the ring), its pool padded to its buffers' rows
         self.pool_rows = np.zeros(k, dtype=np.int64)
@@ -2101,6 +2102,10 @@ class EngineLoop:
                 self.flush()
             elif code == pk.R_SUBMIT:
                 cp.finish_submit(int(st[pk.ST_SUB_DONE]), int(st[pk.ST_SUB_N]))
+            elif code == pk.R_STRAY:
+                raise IoEngineError(
+                    f"{self.name}: a completion came for I/O slot {int(st[pk.ST_N])}, which no "
+                    "paced workload of this loop owns; the loop stops")
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 

@@ -157,7 +157,7 @@ int64_t paced_run(const int64_t *a)
     const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
     const int64_t boundary = a[A_BOUNDARY], wake = a[A_WAKE], sleep_min = a[A_SLEEP_MIN];
     const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
-    const int64_t nr = hdr[1];
+    const int64_t nr = hdr[1], n_slots = a[A_N_SLOTS];
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
         if (free_n[k] > 0 && s.armed[k] != 1) {
@@ -198,6 +198,13 @@ int64_t paced_run(const int64_t *a)
                 st[ST_N] = n;
                 st[ST_T] = t;
                 return R_LATE;
+            }
+            for (int64_t i = 0; i < n; i++) { /* every slot one of ours, or nothing is done */
+                int64_t slot = ev[4 * i];
+                if (slot < 0 || slot >= n_slots || slot_pos[slot] < 0) {
+                    st[ST_N] = slot;
+                    return R_STRAY;
+                }
             }
             int64_t p = st[ST_P];
             for (int64_t i = 0; i < n; i++) { /* record: the slot's row whole, result, time */

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 _ARGS: Final = (
     "RING_HEADER", "RING_EVENTS", "EVENTS", "EVENTS_CAP", "CTX",
     "ROWS", "IOCB_ADDR", "PTRS", "OUT",
-    "RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS",
+    "RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS", "N_SLOTS",
     "HEAP_T", "HEAP_K", "ARMED", "N_WORKLOADS",
     "POOL_ROWS", "STAMPS", "N_STAMPS", "POOL", "POOL_STRIDE",
     "PEND", "FLUSH_AT", "COMPACT_AT",
@@ -65,8 +65,9 @@ ST_WORDS: Final = 16
 # them in the engine's events, at ``ST_T``: left there, the next run records them first); a
 # workload's precomputed I/Os ran out (``armed``
 # 2); the records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit
-# took ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``
-R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT = range(6)
+# took ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``; a completion came for slot ``ST_N``, which
+# no workload of the set owns (a broken invariant: nothing of that batch is recorded)
+R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
 _INF_NS: Final = 1 << 62
 # slot row words (``slave.engine.loop``'s bookkeeping after the 8 iocb words)
@@ -94,7 +95,8 @@ def source() -> str:
                     "ST_HEAP_N": ST_HEAP_N, "ST_N": ST_N, "ST_T": ST_T,
                     "ST_SUB_DONE": ST_SUB_DONE, "ST_SUB_N": ST_SUB_N, "ST_REFILL": ST_REFILL})
     defines.update({"R_WAKE": R_WAKE, "R_LATE": R_LATE, "R_REFILL": R_REFILL,
-                    "R_FLUSH": R_FLUSH, "R_ERROR": R_ERROR, "R_SUBMIT": R_SUBMIT})
+                    "R_FLUSH": R_FLUSH, "R_ERROR": R_ERROR, "R_SUBMIT": R_SUBMIT,
+                    "R_STRAY": R_STRAY})
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = _INF_NS

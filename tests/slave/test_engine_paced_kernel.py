@@ -96,10 +96,12 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
 
 
 # ---------------------------------------------------------------------------- binning
-def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: int = -1
+def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: int = -1,
+                        ring_slot: int | None = None
                         ) -> tuple[int, npt.NDArray[np.int64], WorkloadStats]:
     """Records (category, submit, scheduled, done, result) of owner 0, binned by a kernel run
-    with nothing in flight and nothing due, for 20 ms; the code, state and stats."""
+    with nothing in flight and nothing due, for 20 ms; the code, state and stats. With
+    ``ring_slot``, the completion ring holds one event, for that slot (the table has one)."""
     assert pk.available(), pk.why_not()  # built before the 20 ms start
     stats = WorkloadStats(np.zeros(WorkloadStats.SIZE, dtype=np.int64))
     stats.reset()
@@ -112,21 +114,27 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     st[pk.ST_P] = len(records)
     a = pk.Args()
     hdr = np.zeros(8, dtype=np.uint32)
-    hdr[1] = 1  # a ring of one slot, empty (head == tail)
+    hdr[1] = 2  # a ring of two events, empty (head == tail)
+    ring_events = np.zeros(8, dtype=np.int64)
+    if ring_slot is not None:
+        hdr[3] = 1
+        ring_events[:4] = (ring_slot, 0, 4096, 0)
     keep = {
-        "RING_HEADER": hdr, "RING_EVENTS": np.zeros(4, dtype=np.int64),
+        "RING_HEADER": hdr, "RING_EVENTS": ring_events,
         "EVENTS": np.zeros(4, dtype=np.int64), "ROWS": np.zeros((1, 16), dtype=np.int64),
         "IOCB_ADDR": np.zeros(1, dtype=np.uint64), "PTRS": np.zeros(1, dtype=np.uint64),
         "OUT": np.zeros(1, dtype=np.int64), "PEND": pend, "ROOT": stats.buffer,
         "STAT_OFF": np.zeros(1, dtype=np.int64), "FIXCAT": np.array([fixcat], dtype=np.int64),
         "ST": st, "ARMED": np.zeros(1, dtype=np.uint8),
     }
-    for name in ("RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS",
-                 "HEAP_T", "HEAP_K"):
+    for name in ("RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "HEAP_T",
+                 "HEAP_K"):
         keep[name] = np.zeros(1, dtype=np.int64)
+    keep["SLOT_POS"] = np.full(1, -1, dtype=np.int64)  # the one slot is no workload's
     for name, arr in keep.items():
         a.array(name, arr)
     for name, v in (("EVENTS_CAP", 1), ("CTX", 0), ("N_WORKLOADS", 0), ("N_OWNERS", 1),
+                    ("N_SLOTS", 1),
                     ("FLUSH_AT", 1 << 20), ("COMPACT_AT", 1 << 20), ("BOUNDARY", 1 << 62),
                     ("WAKE", time.monotonic_ns() + 20_000_000), ("SLEEP_MIN", 30_000),
                     ("LONG_WAIT", 200_000), ("WAKE_EARLY", 50_000)):
@@ -162,6 +170,14 @@ def test_a_failed_record_goes_back_to_python_unbinned() -> None:
     assert code == pk.R_ERROR
     assert st[pk.ST_BINNED] == 1  # the first is binned, the failed one is left for flush
     assert got.ops() == 1
+
+
+@needs_cc
+@pytest.mark.parametrize("slot", [-1, 1, 0])  # beyond the table; in it, but no workload's
+def test_a_completion_for_a_slot_no_workload_owns_stops_the_kernel(slot: int) -> None:
+    code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096)], ring_slot=slot)
+    assert code == pk.R_STRAY and st[pk.ST_N] == slot
+    assert st[pk.ST_P] == 1 and got.ops() == 0  # nothing of the batch recorded
 
 
 # ---------------------------------------------------------------------------- on libaio
