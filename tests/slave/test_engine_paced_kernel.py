@@ -85,6 +85,15 @@ def test_a_slave_without_the_kernel_warns_once_and_runs(tmp_path: Path) -> None:
 
 
 @needs_cc
+def test_the_source_compiles_without_a_warning(tmp_path: Path) -> None:
+    src = tmp_path / "paced_kernel.c"
+    src.write_text(pk.source())
+    done = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                           str(src)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@needs_cc
 def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
     for name, i in pk.A.items():
