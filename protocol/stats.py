@@ -280,7 +280,7 @@ def record_groups(
         for f in (np.add, np.minimum, np.maximum)
     ]
     nb = np.add.reduceat(nbytes, starts).tolist()
-    root = _common_root(targets)
+    root = common_root(targets)
     if root is not None:
         _record_groups_in(root, targets, categories, starts, b_svc, b_rsp, reduced, nb)
         return
@@ -320,14 +320,8 @@ def rooted_at(st: WorkloadStats) -> int:
 
 def common_root(targets: Sequence[WorkloadStats | None]) -> npt.NDArray[np.int64] | None:
     """The one writable, flat int64 array every target is a view of (a worker's shared stats
-    region), or None: compiled code that bins into several workloads' blocks takes that
-    array and each block's ``rooted_at``."""
-    return _common_root(targets)
-
-
-def _common_root(targets: Sequence[WorkloadStats | None]) -> npt.NDArray[np.int64] | None:
-    """The one flat int64 array every target is a view of (a worker's shared stats region),
-    or None."""
+    region), or None. Compiled code that bins into several workloads' blocks takes it and each
+    block's ``rooted_at``."""
     root = None
     for st in targets:
         if st is None:

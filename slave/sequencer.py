@@ -32,9 +32,10 @@ import numpy.typing as npt
 from slave.params import WorkloadParams
 
 
-def _fraction(stream: str) -> float:
-    """A number in [0, 1) fixed by ``stream``, unrelated for similar streams."""
-    digest = hashlib.blake2b(stream.encode(), digest_size=8, person=b"ivypy-phase").digest()
+def stream_fraction(stream: str, use: bytes = b"ivypy-phase") -> float:
+    """A number in [0, 1) fixed by ``stream`` and ``use`` (up to 16 bytes), unrelated for
+    similar streams and for different uses of one stream."""
+    digest = hashlib.blake2b(stream.encode(), digest_size=8, person=use).digest()
     return int.from_bytes(digest, "little") / 2**64
 
 
@@ -113,7 +114,7 @@ class Sequencer:
         # (fio, one job at the same 110,000 IOPS: 48 us)
         self._phase_ns = (
             0 if params.iosequencer == "random_independent" or not stream
-            else round(self._period_ns * _fraction(stream))
+            else round(self._period_ns * stream_fraction(stream))
         )
         self._sched_base_ns = 0
         self._sched_k = 0

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno as errno_mod
-import hashlib
 import logging
 import os
 import time
@@ -73,7 +72,7 @@ from slave.engine.base import (
 )
 from slave.engine.iocb_ring import EV_WORDS, TAG, IocbRing
 from slave.params import WorkloadParams
-from slave.sequencer import Sequencer
+from slave.sequencer import Sequencer, stream_fraction
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -140,8 +139,9 @@ WAKE_EARLY_NS: Final = 50_000
 # measured on a VM, io_getevents with a 2 ms timeout costs ~1/4 more per I/O than with 10 ms
 BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
-# paced read workloads alone on a libaio engine run in compiled code where numba is installed
-# (``slave.engine.paced_kernel``; ``_CompiledPaced``); tests switch it off to run the Python loop
+# paced workloads alone on a libaio engine (reads, and writes of planned data) run in compiled
+# C where the host could build it (``slave.engine.paced_kernel``; ``_CompiledPaced``); tests
+# and bench_engine switch it off to run the Python loop
 COMPILED_PACED = True
 _INF: Final = 1 << 62
 # bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
@@ -249,9 +249,9 @@ class _CompiledPaced:
     """A ``_PacedSet``'s state in the arrays the compiled turn (``paced_kernel``) works on:
     each workload's ring (its address), cursor and length, its free slots (a stack at
     ``free_off[k]``, ``free_n[k]`` deep), the heap of armed workloads, and where each
-    workload's running stats block lies in the worker's stats region. While ``loaded`` the
-    arrays, not the workloads' ``free`` and ``cur``, are the truth; ``unload`` gives them back
-    (the engine loop does so before anything else looks: a boundary, a drain, a new set)."""
+    workload's stats blocks lie in the worker's stats region. While ``loaded`` the arrays,
+    not the workloads' ``free`` and ``cur``, are the truth, across boundaries; ``unload``
+    gives them back (the engine loop does so before anything else looks: ``_hand_back``)."""
 
     def __init__(self, loop: EngineLoop, paced: _PacedSet, eng: IoEngine, h: KernelHandles,
                  root: npt.NDArray[np.int64]) -> None:
@@ -273,7 +273,19 @@ class _CompiledPaced:
             self.slot_pos[w.slots] = i
         self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
         self.st = np.zeros(pk.ST_WORDS, dtype=np.int64)
-        a = self.args = pk.Args()
+        # the ring's planned write data, by address (set with the ring)
+        self.pool_rows = np.zeros(k, dtype=np.int64)
+        self.stamps = np.zeros(k, dtype=np.int64)
+        self.args = pk.Args()
+        self._engine_args(loop, h)
+        self._workload_args()
+        self._write_args()
+        self.stat_addr = self._stats_args(loop, root)
+        self.loaded = False
+
+    def _engine_args(self, loop: EngineLoop, h: KernelHandles) -> None:
+        """The kernel's words for the engine, the slot table and the loop's records."""
+        a = self.args
         a.array("RING_HEADER", h.ring_header)
         a.array("RING_EVENTS", h.ring_events)
         a.array("EVENTS", h.events)
@@ -283,24 +295,37 @@ class _CompiledPaced:
         a.array("IOCB_ADDR", h.iocb_addr)
         a.array("PTRS", h.ptrs)
         a.array("OUT", np.zeros(loop.table.capacity, dtype=np.int64))
+        a.set("N_SLOTS", loop.table.capacity)
+        a.array("PEND", loop._pend)
+        a.set("FLUSH_AT", FLUSH_AT)
+        a.set("COMPACT_AT", COMPACT_AT)
+        a.set("SLEEP_MIN", SLEEP_MIN_NS)
+        a.set("LONG_WAIT", LONG_WAIT_NS)
+        a.set("WAKE_EARLY", WAKE_EARLY_NS)
+
+    def _workload_args(self) -> None:
+        """The kernel's words for the workloads' rings, free slots and heap."""
+        a = self.args
+        k = len(self.ws)
         for name, arr in (("RINGS", self.rings), ("CUR", self.cur), ("RLEN", self.rlen),
                           ("FREE_BUF", self.free_buf), ("FREE_OFF", self.free_off),
                           ("FREE_N", self.free_n), ("SLOT_POS", self.slot_pos),
-                          ("ARMED", self.armed), ("ST", self.st)):
+                          ("ARMED", self.armed), ("ST", self.st),
+                          ("HEAP_T", np.zeros(k, dtype=np.int64)),
+                          ("HEAP_K", np.zeros(k, dtype=np.int64))):
             a.array(name, arr)
-        a.array("HEAP_T", np.zeros(k, dtype=np.int64))
-        a.array("HEAP_K", np.zeros(k, dtype=np.int64))
         a.set("N_WORKLOADS", k)
-        a.set("N_SLOTS", loop.table.capacity)
-        # writes: each workload's planned data (``WritePattern.plan``), by address: the ring's
-        # pool rows and stamps (set with the ring), its pool padded to its buffers' rows
-        self.pool_rows = np.zeros(k, dtype=np.int64)
-        self.stamps = np.zeros(k, dtype=np.int64)
+
+    def _write_args(self) -> None:
+        """The kernel's words for writes: each workload's pool padded to its buffers' rows
+        (``WritePattern.wide_pool_for``), its stride and stamped sectors; the ring's pool rows
+        and stamps come with the ring (``set_ring``)."""
+        k = len(self.ws)
         n_stamps = np.zeros(k, dtype=np.int64)
         pools = np.zeros(k, dtype=np.int64)
         strides = np.zeros(k, dtype=np.int64)
-        self._pools = []
-        for i, w in enumerate(ws):
+        self._pools = []  # kept alive: the kernel has their addresses only
+        for i, w in enumerate(self.ws):
             if w.pattern is not None:
                 pool = w.pattern.wide_pool_for(w.buffers.array)
                 assert pool.flags.c_contiguous
@@ -310,25 +335,23 @@ class _CompiledPaced:
                 n_stamps[i] = w.pattern.stamped_sectors
         for name, arr in (("POOL_ROWS", self.pool_rows), ("STAMPS", self.stamps),
                           ("N_STAMPS", n_stamps), ("POOL", pools), ("POOL_STRIDE", strides)):
-            a.array(name, arr)
-        a.array("PEND", loop._pend)
-        a.set("FLUSH_AT", FLUSH_AT)
-        a.set("COMPACT_AT", COMPACT_AT)
-        a.array("ROOT", root)
-        a.set("SLEEP_MIN", SLEEP_MIN_NS)
-        a.set("LONG_WAIT", LONG_WAIT_NS)
-        a.set("WAKE_EARLY", WAKE_EARLY_NS)
-        # where each workload's stats block of either buffer lies in ``root`` (-1: deleted);
-        # the set is made anew whenever a workload joins or leaves
+            self.args.array(name, arr)
+
+    def _stats_args(self, loop: EngineLoop, root: npt.NDArray[np.int64]) -> list[int]:
+        """The kernel's words for binning: the stats region, each workload's category when
+        fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
+        made anew whenever a workload joins or leaves). Returns the address of each buffer's
+        offsets (``STAT_OFF`` is set to the running one before each run)."""
         wl = loop._wl
-        self.stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
-                                  for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
-        self.stat_addr = [int(self.stat_off[b].ctypes.data) for b in (0, 1)]
-        a.array("STAT_OFF", self.stat_off)
+        a = self.args
+        a.array("ROOT", root)
+        stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
+                             for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
+        a.array("STAT_OFF", stat_off)
         a.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
                                    dtype=np.int64))
         a.set("N_OWNERS", len(wl))
-        self.loaded = False
+        return [int(stat_off[b].ctypes.data) for b in (0, 1)]
 
     def load(self) -> None:
         """Take the workloads' free slots and cursors."""
@@ -430,12 +453,6 @@ class _Waiter:
                 break
         self.mean_ns += (mono() - t0 - self.mean_ns) >> 3  # a running mean over ~8 waits
         return n
-
-
-def _fraction(stream: str) -> float:
-    """A number in [0, 1) fixed by ``stream``, unrelated for similar streams."""
-    digest = hashlib.blake2b(stream.encode(), digest_size=8, person=b"ivypy-ring").digest()
-    return int.from_bytes(digest, "little") / 2**64
 
 
 def _timed_wait_ns(left: int) -> int:
@@ -591,8 +608,7 @@ class EngineLoop:
         p = spec.params
         if spec.workload_id in self._index_of:
             raise IoEngineError(f"{self.name}: workload {spec.workload_id} exists already")
-        self._leave_ring(restart=True)
-        self._unload_paced()  # the workloads' free slots and cursors are theirs again
+        self._hand_back()
         w = _Workload(
             index=len(self._wl),
             spec=spec,
@@ -606,7 +622,7 @@ class EngineLoop:
             slots=self._alloc_slots(p.iodepth, spec.workload_id),
             buffers=AlignedBuffers(p.iodepth, p.blocksize_bytes),
             paced=p.iops is not None,
-            ring_spread=0.5 + _fraction(spec.workload_id),
+            ring_spread=0.5 + stream_fraction(spec.workload_id, b"ivypy-ring"),
         )
         self._wl.append(w)
         self._index_of[spec.workload_id] = w.index
@@ -630,8 +646,7 @@ class EngineLoop:
         longer fit (the blocksize changed, or they are writes and the workload no longer
         writes). A sequential workload resumes at its first I/O not issued."""
         w = self._find(workload_id)
-        self._leave_ring(restart=True)
-        self._unload_paced()  # the workloads' free slots and cursors are theirs again
+        self._hand_back()
         old = w.params
         if (at_ns is not None and w.paced and params.iops is not None
                 and params.same_but_rate(old)):
@@ -709,8 +724,7 @@ class EngineLoop:
     def remove_workload(self, workload_id: str) -> None:
         """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""
         w = self._find(workload_id)
-        self._leave_ring(restart=True)
-        self._unload_paced()  # the workloads' free slots and cursors are theirs again
+        self._hand_back()
         self._retire(w)
         self._wl[w.index] = None
         del self._index_of[workload_id]
@@ -820,6 +834,13 @@ class EngineLoop:
         if h is None or not pk.available():
             return None
         return _CompiledPaced(self, paced, eng, h, root)
+
+    def _hand_back(self, *, restart: bool = True, timeout_ns: int = 1_000_000_000) -> None:
+        """Leave the specialised loops' own state before a change of workloads or a drain:
+        the lone workload's iocb ring (``_leave_ring``) and the compiled paced set's slots and
+        cursors (``_unload_paced``)."""
+        self._leave_ring(restart=restart, timeout_ns=timeout_ns)
+        self._unload_paced()
 
     def _unload_paced(self) -> None:
         """Give the compiled paced loop's state back to the workloads, before anything else
@@ -2150,8 +2171,7 @@ class EngineLoop:
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
-        self._unload_paced()
-        self._leave_ring(restart=False, timeout_ns=timeout_ns)
+        self._hand_back(restart=False, timeout_ns=timeout_ns)
         deadline = time.monotonic_ns() + timeout_ns
         for w in self._wl:  # completions must not resubmit
             if w is not None:

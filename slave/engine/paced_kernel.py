@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import logging
 import os
 import shutil
 import subprocess
@@ -41,8 +40,6 @@ from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import SECTOR_BYTES
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
-
-log = logging.getLogger(__name__)
 
 #: the kernel's argument words, in order: addresses of arrays, then scalars
 _ARGS: Final = (
