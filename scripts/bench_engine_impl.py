@@ -115,7 +115,11 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
     loop_mod.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
-    with WorkerPool(len(devs)) as pool:
+    try:
+        pool = WorkerPool(len(devs))
+    finally:
+        loop_mod.COMPILED_PACED = True
+    with pool:
         for i, dev in enumerate(devs):
             for j in range(per_lun):
                 pool.create_workload(f"bench:{dev}:w{j}", dev, "libaio",
@@ -135,7 +139,6 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         cpu1 = sum(cpu_user_s(p) for p in pool.pids)
         blk1 = block_reads(devs)
         pool.stop()
-    loop_mod.COMPILED_PACED = True
     h = total.histogram(0, 0)  # random read, service time
     rh = total.histogram(0, 1)  # random read, response time
     ops = total.ops()

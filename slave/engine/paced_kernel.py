@@ -131,20 +131,18 @@ def _build(cc: list[str], src: str) -> str:
     if os.path.exists(path):
         return path
     os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ivypy-kernel-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".paced_kernel-", dir=cache) as tmp:
         c_path = os.path.join(tmp, "paced_kernel.c")
         with open(c_path, "w", encoding="utf-8") as f:
             f.write(src)
-        so_tmp = os.path.join(tmp, "paced_kernel.so")
-        done = subprocess.run([*cc, *_FLAGS, "-o", so_tmp, c_path], capture_output=True,
+        part = os.path.join(tmp, "paced_kernel.so")
+        done = subprocess.run([*cc, *_FLAGS, "-o", part, c_path], capture_output=True,
                               text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cc)} failed (exit {done.returncode}): "
                                f"{done.stderr.strip()[-2000:]}")
         # another slave on this host may build the same file: each renames its own, whole
-        fd, part = tempfile.mkstemp(dir=cache, prefix=".paced_kernel-", suffix=".so")
-        os.close(fd)
-        shutil.copyfile(so_tmp, part)
+        # (the build directory is in the cache, so the rename stays on one filesystem)
         os.replace(part, path)
     return path
 
@@ -189,7 +187,8 @@ def why_not() -> str | None:
 
 class Args:
     """The kernel's argument words (``A_*``): array addresses and scalars, one int64 array
-    the caller fills once and updates per run (``BOUNDARY``, ``WAKE``, ``DISCARD``). The
+    the caller fills once and updates per run (``BOUNDARY``, ``WAKE``, ``DISCARD``, and
+    ``STAT_OFF`` to the running buffer's offsets). The
     arrays whose addresses it holds must stay alive and in place: it keeps them."""
 
     def __init__(self) -> None:
