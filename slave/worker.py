@@ -308,6 +308,9 @@ class _WorkerControl:
         while self.cmd.poll():
             self.handle(self.cmd.recv())
 
+    def poll_fd(self) -> int:
+        return self.cmd.fileno()  # readable exactly when ``cmd.poll()`` is true (or closed)
+
     def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
         self.poll(loop)  # everything sent before the boundary counts for it
         nxt = finished_index + 1

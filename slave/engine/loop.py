@@ -158,6 +158,12 @@ class LoopControl(Protocol):
     def poll(self, loop: EngineLoop) -> None:
         """Called every few ms while running: stage commands, or call ``loop.request_stop()``."""
 
+    def poll_fd(self) -> int | None:
+        """A descriptor that is readable (or closed) whenever ``poll`` has something to do, or
+        None. With one, the compiled paced loop looks at it every ``POLL_CONTROL_NS`` itself
+        and comes back for ``poll`` only when it is: each way back to Python cost 8-64 us,
+        during which the I/Os due waited (at 35,000 IOPS, 2 % of them)."""
+
     def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
         """At the end of subinterval ``finished_index`` (its records are already binned):
         check that the next buffer is ready to run (raise if not) and apply staged changes."""
@@ -2095,6 +2101,9 @@ class EngineLoop:
         args.set("BOUNDARY", boundary)
         args.set("WAKE", wake)
         args.set("DISCARD", int(self._discard))
+        fd = control.poll_fd()
+        args.set("CONTROL_FD", -1 if fd is None else fd)
+        args.set("POLL_NS", POLL_CONTROL_NS)
         while True:
             st[pk.ST_P] = self._p
             st[pk.ST_BINNED] = self._binned

@@ -3,8 +3,11 @@
  * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
  * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
  * due I/O of every workload with a free slot in one io_submit (a write with its planned data
- * put in its buffer first), wait or bin one record at a time when nothing is due. It returns to Python (an R_* code) for a boundary crossed, a
- * refill, a flush, an I/O error and a submission taken in part. It allocates nothing. */
+ * put in its buffer first), wait or bin one record at a time when nothing is due. It returns
+ * to Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a
+ * submission taken in part, and a control poll; for the poll only when the control's
+ * descriptor (CONTROL_FD) has something, or when it has none. It allocates nothing. */
+#include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +21,14 @@ static inline int64_t now_ns(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* whether the control's descriptor has something for its poll (or an error or hang-up, which
+ * its poll must see too) */
+static int control_waiting(int fd)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) != 0;
 }
 
 /* the binary min-heap of (time, workload), ties by workload (as Python's tuples) */
@@ -155,7 +166,9 @@ int64_t paced_run(const int64_t *a)
     const int64_t ctx = a[A_CTX], ev_cap = a[A_EVENTS_CAP], nk = a[A_N_WORKLOADS];
     const int64_t n_owners = a[A_N_OWNERS], flush_at = a[A_FLUSH_AT];
     const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
-    const int64_t boundary = a[A_BOUNDARY], wake = a[A_WAKE], sleep_min = a[A_SLEEP_MIN];
+    const int64_t boundary = a[A_BOUNDARY], sleep_min = a[A_SLEEP_MIN];
+    const int64_t control_fd = a[A_CONTROL_FD], poll_ns = a[A_POLL_NS];
+    int64_t wake = a[A_WAKE];
     const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
     const int64_t nr = hdr[1], n_slots = a[A_N_SLOTS];
 
@@ -233,8 +246,11 @@ int64_t paced_run(const int64_t *a)
         } else {
             now = now_ns();
         }
-        if (now >= wake)
-            return R_WAKE;
+        if (now >= wake) { /* the boundary, or the control's poll: unless nothing waits for it */
+            if (control_fd < 0 || wake >= boundary || control_waiting((int)control_fd))
+                return R_WAKE;
+            wake = now + poll_ns < boundary ? now + poll_ns : boundary;
+        }
         int64_t m = 0;
         while (st[ST_HEAP_N] > 0 && s.ht[0] <= now) {
             int64_t k = s.hk[0];

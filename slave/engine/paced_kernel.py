@@ -51,6 +51,7 @@ _ARGS: Final = (
     "PEND", "FLUSH_AT", "COMPACT_AT",
     "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
     "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
+    "CONTROL_FD", "POLL_NS",
 )
 A: Final = {name: i for i, name in enumerate(_ARGS)}
 N_ARGS: Final = len(_ARGS)
@@ -58,12 +59,13 @@ N_ARGS: Final = len(_ARGS)
 # the words of the state array ``st``
 ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
 ST_WORDS: Final = 16
-# what a run returned for: ``wake`` came; a completion reaped past ``boundary`` (``ST_N`` of
-# them in the engine's events, at ``ST_T``: left there, the next run records them first); a
-# workload's precomputed I/Os ran out (``armed``
-# 2); the records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit
-# took ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``; a completion came for slot ``ST_N``, which
-# no workload of the set owns (a broken invariant: nothing of that batch is recorded)
+# what a run returned for: ``wake`` came (the boundary, or a control poll: one every
+# ``POLL_NS`` that finds ``CONTROL_FD`` readable, or the first when it is -1); a completion
+# reaped past ``boundary`` (``ST_N`` of them in the engine's events, at ``ST_T``: left there,
+# the next run records them first); a workload's precomputed I/Os ran out (``armed`` 2); the
+# records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit took
+# ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``; a completion came for slot ``ST_N``, which no
+# workload of the set owns (a broken invariant: nothing of that batch is recorded)
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
 _INF_NS: Final = 1 << 62

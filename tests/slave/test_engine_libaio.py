@@ -35,6 +35,9 @@ class Control:
     def poll(self, loop: EngineLoop) -> None:
         pass
 
+    def poll_fd(self) -> int | None:
+        return None
+
     def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished + 1 >= self.n:
             loop.request_stop()

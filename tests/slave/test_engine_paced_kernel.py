@@ -8,9 +8,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
+from slave.worker import WorkerPool
 from tests.slave.test_engine_libaio import MiB, verify_range
 
 needs_aio = pytest.mark.skipif(aio_abi.available() is not None, reason="no native AIO here")
@@ -205,10 +208,14 @@ class Control:
         self.stats: list[WorkloadStats] = []  # each subinterval's blocks, workload by workload
         self.per_workload: list[tuple[WorkloadStats, WorkloadStats]] = []
         self.loaded_boundaries = 0  # boundaries passed with the compiled state loaded
+        self.fd: int | None = None  # poll_fd's answer
 
     def poll(self, loop: EngineLoop) -> None:
         if self.at_poll is not None:
             self.at_poll(loop, time.monotonic_ns() - self.t0)
+
+    def poll_fd(self) -> int | None:
+        return self.fd
 
     def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         # every slot is free or in flight, once (the compiled loop's state stays loaded over
@@ -395,6 +402,79 @@ def test_edits_at_every_boundary_lose_no_io(lun_file: str, codes: collections.Co
         assert abs(w0 - 800) <= 800 * 0.03 + 2, (k, w0)
         want = rates[1 + k] * 0.1
         assert abs(w1 - want) <= want * 0.03 + 2, (k, w1, want)
+
+
+@needs_aio
+@needs_cc
+@pytest.mark.parametrize("with_fd", [True, False])
+def test_the_kernel_comes_back_for_a_poll_only_when_the_control_has_something(
+        lun_file: str, with_fd: bool, codes: collections.Counter[int]) -> None:
+    # three 200 ms subintervals; 300 ms in, a command arrives on the control's descriptor.
+    # With the descriptor, the kernel comes back for the boundaries and that command only, and
+    # the poll that reads it runs within a poll period of its arrival; without one, for every
+    # poll period (POLL_CONTROL_NS)
+    r, w = os.pipe()
+    sent: list[int] = []
+    got: list[int] = []
+
+    def at_poll(loop: EngineLoop, elapsed_ns: int) -> None:
+        if select.select([r], [], [], 0)[0]:
+            os.read(r, 1)
+            got.append(time.monotonic_ns())
+
+    def send() -> None:
+        sent.append(time.monotonic_ns())
+        os.write(w, b"x")
+
+    ctl = Control(3, at_poll=at_poll)
+    ctl.fd = r if with_fd else None
+    timer = threading.Timer(0.3, send)
+    timer.start()
+    try:
+        ctl, loop = _run_paced(lun_file, [WorkloadParams(iodepth=4, iops=2000.0, seed=5,
+                                                         blocksize_bytes=4096)],
+                               200_000_000, 3, ctl)
+    finally:
+        timer.cancel()
+        os.close(r)
+        os.close(w)
+    assert len(sent) == len(got) == 1
+    assert got[0] - sent[0] <= loop_mod.POLL_CONTROL_NS + 20_000_000
+    periods = 0.6e9 / loop_mod.POLL_CONTROL_NS
+    if with_fd:
+        assert codes[pk.R_WAKE] <= 3 + 1 + 2  # boundaries, the command, the drain's margin
+    else:
+        assert codes[pk.R_WAKE] >= periods / 2
+    assert ctl.errors == {} and loop.in_flight == 0
+    assert abs(sum(s.ops(0) for s in ctl.stats[1:2]) - 400) <= 400 * 0.03 + 2
+
+
+@needs_aio
+@needs_cc
+def test_a_worker_running_compiled_answers_a_command_at_once(lun_file: str) -> None:
+    # subintervals of 1 s: a worker whose compiled loop came back for its commands only at
+    # boundaries would answer a create sent 0.35 s in about 0.65 s later
+    p = WorkloadParams(iodepth=4, iops=2000.0, blocksize_bytes=4096)
+    sub = 1_000_000_000
+    with WorkerPool(1) as pool:
+        pool.create_workload("t:lun:a", lun_file, "libaio", p)
+        t0 = time.monotonic_ns() + 50_000_000
+        pool.go(t0, sub)
+        time.sleep(0.4)
+        t = time.monotonic()
+        pool.create_workload("t:lun:b", lun_file, "libaio", p.replace(seed=2))
+        create_s = time.monotonic() - t
+        first = pool.collect(0, t0 + sub + 2 * sub)
+        pool.keep_going()
+        second = pool.collect(1, t0 + 2 * sub + 2 * sub)
+        t = time.monotonic()
+        pool.stop()
+        stop_s = time.monotonic() - t
+    assert create_s < 0.2, create_s
+    assert stop_s < 0.2, stop_s
+    assert first.stats["t:lun:b"].ops() == 0  # it runs from the next boundary
+    for wid in ("t:lun:a", "t:lun:b"):
+        assert abs(second.stats[wid].ops() - 2000) <= 2000 * 0.02 + 2, wid
 
 
 @needs_aio
