@@ -69,6 +69,15 @@ class WritePattern:
         self._wide_pool = self._pool  # the pool padded to the buffers' row width (apply)
         self._views: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
 
+    @property
+    def next_serial(self) -> int:
+        """The serial number of the next write planned or filled (the first is 1)."""
+        return self._serial
+
+    @next_serial.setter
+    def next_serial(self, serial: int) -> None:  # a compiled loop planned up to here
+        self._serial = serial
+
     def plan(
         self, offsets_bytes: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:

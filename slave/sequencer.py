@@ -80,6 +80,30 @@ def _grid(params: WorkloadParams, lun_size_bytes: int, logical_block_bytes: int)
     return first, n_blocks
 
 
+@dataclass(frozen=True)
+class GeneratorState:
+    """A sequencer as numbers, for a compiled loop that goes on generating its I/Os
+    (``slave/engine/paced_kernel.c``: ``generate``): what ``chunk`` draws from, in the order
+    it draws, and where the schedule and the sequential position stand. The compiled loop
+    hands the moving parts back through ``Sequencer.resume``."""
+
+    rng_state: int  # the PCG64 bit generator's 128-bit state and increment
+    rng_inc: int
+    first_offset_bytes: int
+    n_blocks: int
+    blocksize_bytes: int
+    n_hot_blocks: int  # 0: no hot zone
+    hot_zone_fraction: float
+    read_fraction: float
+    sequential: bool
+    seq_next: int
+    poisson: bool
+    period_ns: float
+    sched_base_ns: int
+    sched_k: int
+    sched_last_ns: float
+
+
 class Sequencer:
     """Generates one workload's I/Os chunk by chunk. Not thread-safe; one owner."""
 
@@ -218,6 +242,38 @@ class Sequencer:
         if sequential:
             category += 2
         return OpChunk(offsets, is_write, category, self._sched(n))
+
+    def generator_state(self) -> GeneratorState | None:
+        """This sequencer as numbers for a compiled generator; None where one cannot go on
+        from here: a bit generator other than PCG64 (``default_rng``'s), no schedule (max
+        IOPS), or a Poisson schedule whose first arrival (at the start time) is still to
+        come."""
+        bg = self._rng.bit_generator.state
+        if bg["bit_generator"] != "PCG64" or not self.paced or (self._first_poisson and (
+                self.params.iosequencer == "random_independent")):
+            return None
+        p = self.params
+        return GeneratorState(
+            rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],
+            first_offset_bytes=self._first, n_blocks=self._n_blocks,
+            blocksize_bytes=p.blocksize_bytes,
+            n_hot_blocks=self._n_hot if p.hot_zone_fraction > 0 else 0,
+            hot_zone_fraction=p.hot_zone_fraction, read_fraction=p.read_fraction,
+            sequential=p.iosequencer == "sequential", seq_next=self._seq_next,
+            poisson=p.iosequencer == "random_independent", period_ns=self._period_ns,
+            sched_base_ns=self._sched_base_ns, sched_k=self._sched_k,
+            sched_last_ns=self._sched_last_ns)
+
+    def resume(self, rng_state: int, seq_next: int, sched_k: int, sched_last_ns: float
+               ) -> None:
+        """Go on from where a compiled generator left this sequencer (``generator_state``):
+        its bit generator's state, its sequential position and its schedule."""
+        bg = self._rng.bit_generator.state
+        bg["state"]["state"] = rng_state
+        self._rng.bit_generator.state = bg
+        self._seq_next = seq_next
+        self._sched_k = sched_k
+        self._sched_last_ns = sched_last_ns
 
     @property
     def range_bytes(self) -> tuple[int, int]:

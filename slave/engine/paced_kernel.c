@@ -3,10 +3,13 @@
  * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
  * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
  * due I/O of every workload with a free slot in one io_submit (a write with its planned data
- * put in its buffer first), wait or bin one record at a time when nothing is due. It returns
- * to Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a
- * submission taken in part, and a control poll; for the poll only when the control's
- * descriptor (CONTROL_FD) has something, or when it has none. It allocates nothing. */
+ * put in its buffer first), wait or bin one record at a time when nothing is due. A workload
+ * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
+ * Sequencer's stream (G_* words), or, where it cannot, from Python. It returns to Python (an
+ * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
+ * part, and a control poll; for the poll only when the control's descriptor (CONTROL_FD) has
+ * something, or when it has none. It allocates nothing. */
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
@@ -79,7 +82,121 @@ static int64_t heap_pop(int64_t *ht, int64_t *hk, int64_t n)
 struct state {
     int64_t *rings, *cur, *rlen, *ht, *hk, *st;
     uint8_t *armed;
+    const int64_t *a;
 };
+
+/* numpy's PCG64 (XSL-RR 128/64) and its doubles (Generator.random): bit for bit, so a
+ * workload's stream goes on here as it would in its Sequencer */
+static inline double pcg_double(__uint128_t *state, __uint128_t inc)
+{
+    const __uint128_t mult = ((__uint128_t)2549297995355413924ULL << 64) | 4865540595714422341ULL;
+    __uint128_t s = *state * mult + inc;
+    *state = s;
+    uint64_t x = (uint64_t)(s >> 64) ^ (uint64_t)s;
+    unsigned r = (unsigned)(s >> 122);
+    uint64_t v = (x >> r) | (x << ((-r) & 63));
+    return (double)(v >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static inline double word_double(int64_t w)
+{
+    double d;
+    memcpy(&d, &w, sizeof d);
+    return d;
+}
+
+static inline int64_t double_word(double d)
+{
+    int64_t w;
+    memcpy(&w, &d, sizeof w);
+    return w;
+}
+
+/* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
+ * EngineLoop._refill make them (the same draws in the same order: every offset, then the hot
+ * zone's choice and its offsets, then every direction, then, for a Poisson schedule, every
+ * gap, drawn here by inversion where numpy uses a ziggurat), with their planned write data
+ * (WritePattern.plan: a pool row and stamps for each I/O, by serial number) */
+static void generate(const struct state *s, int64_t k, int64_t m)
+{
+    const int64_t *a = s->a;
+    int64_t *g = P64(A_GEN) + GEN_WORDS * k;
+    int64_t *ring = (int64_t *)(intptr_t)s->rings[k];
+    __uint128_t st = ((__uint128_t)(uint64_t)g[G_STATE_HI] << 64) | (uint64_t)g[G_STATE_LO];
+    const __uint128_t inc = ((__uint128_t)(uint64_t)g[G_INC_HI] << 64) | (uint64_t)g[G_INC_LO];
+    const int64_t first = g[G_FIRST], nb = g[G_N_BLOCKS], bs = g[G_BLOCKSIZE];
+    const int64_t nhot = g[G_N_HOT];
+    if (g[G_SEQUENTIAL]) {
+        int64_t next = g[G_SEQ_NEXT];
+        for (int64_t i = 0; i < m; i++) {
+            ring[5 * i + R_OFF_COL] = first + next * bs;
+            next = next + 1 == nb ? 0 : next + 1;
+        }
+        g[G_SEQ_NEXT] = next;
+    } else {
+        for (int64_t i = 0; i < m; i++)
+            ring[5 * i + R_OFF_COL] = (int64_t)(pcg_double(&st, inc) * (double)nb);
+        if (nhot) { /* the choice first, for all (kept in the submit column), then the offsets */
+            const double share = word_double(g[G_HOT_SHARE]);
+            for (int64_t i = 0; i < m; i++)
+                ring[5 * i + R_SUBMIT_COL] = pcg_double(&st, inc) < share;
+            for (int64_t i = 0; i < m; i++)
+                if (ring[5 * i + R_SUBMIT_COL])
+                    ring[5 * i + R_OFF_COL] = (int64_t)(pcg_double(&st, inc) * (double)nhot);
+        }
+        for (int64_t i = 0; i < m; i++)
+            ring[5 * i + R_OFF_COL] = ring[5 * i + R_OFF_COL] * bs + first;
+    }
+    const double rf = word_double(g[G_READ_FRACTION]);
+    const int64_t seq_cat = g[G_SEQUENTIAL] ? 2 : 0;
+    for (int64_t i = 0; i < m; i++) {
+        int64_t w = rf >= 1.0 ? 0 : rf <= 0.0 ? 1 : pcg_double(&st, inc) >= rf;
+        ring[5 * i + R_OPFD_COL] = w ? g[G_OP_WRITE] : g[G_OP_READ];
+        ring[5 * i + R_CAT_COL] = w + seq_cat;
+        ring[5 * i + R_SUBMIT_COL] = 0;
+    }
+    const double period = word_double(g[G_PERIOD]);
+    if (g[G_POISSON]) {
+        double last = word_double(g[G_SCHED_LAST]);
+        for (int64_t i = 0; i < m; i++) {
+            last += -log1p(-pcg_double(&st, inc)) * period;
+            ring[5 * i + R_SCHED_COL] = (int64_t)last;
+        }
+        g[G_SCHED_LAST] = double_word(last);
+    } else { /* base + round(k * period), as numpy rounds: half to even */
+        const int64_t base = g[G_SCHED_BASE], k0 = g[G_SCHED_K];
+        for (int64_t i = 0; i < m; i++)
+            ring[5 * i + R_SCHED_COL] = base + (int64_t)nearbyint((double)(k0 + i) * period);
+        g[G_SCHED_K] = k0 + m;
+    }
+    if (g[G_PLANNED]) {
+        int64_t *pool_rows = (int64_t *)(intptr_t)P64(A_POOL_ROWS)[k];
+        int64_t *stamps = (int64_t *)(intptr_t)P64(A_STAMPS)[k];
+        const int64_t n_stamps = P64(A_N_STAMPS)[k];
+        int64_t serial = g[G_SERIAL];
+        for (int64_t i = 0; i < m; i++, serial++) {
+            pool_rows[i] = serial % POOL_BLOCKS;
+            for (int64_t sec = 0; sec < n_stamps; sec++) {
+                stamps[2 * (n_stamps * i + sec)] = ring[5 * i + R_OFF_COL] + SECTOR_BYTES * sec;
+                stamps[2 * (n_stamps * i + sec) + 1] = serial;
+            }
+        }
+        g[G_SERIAL] = serial;
+    }
+    g[G_STATE_HI] = (int64_t)(uint64_t)(st >> 64);
+    g[G_STATE_LO] = (int64_t)(uint64_t)st;
+    g[G_MADE] += m;
+    s->rlen[k] = m;
+    s->cur[k] = 0;
+}
+
+/* generate(), for the tests */
+void paced_generate(const int64_t *a, int64_t k, int64_t m)
+{
+    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
+                            P64(A_ST), (uint8_t *)(intptr_t)a[A_ARMED], a};
+    generate(&s, k, m);
+}
 
 /* the planned data of workload k's ring I/O i (a write) into the buffer at dst: its pool
  * block, then its stamps (the sector's offset on the LUN, the write's serial) at the head of
@@ -98,15 +215,22 @@ static void put_write_data(const int64_t *a, int64_t k, int64_t i, char *dst, in
     }
 }
 
-/* put workload k (which has a free slot) in the heap at its next I/O's time, or mark it for a
- * refill when its precomputed I/Os ran out */
+/* put workload k (which has a free slot) in the heap at its next I/O's time; when its
+ * precomputed I/Os ran out, generate the next ones, or, where this loop cannot (G_ON 0),
+ * mark it for Python's refill */
 static void arm(const struct state *s, int64_t k)
 {
     int64_t c = s->cur[k];
     if (c >= s->rlen[k]) {
-        s->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
-        s->st[ST_REFILL] += 1;
-        return;
+        const int64_t *a = s->a;
+        int64_t m = P64(A_RCAP)[k] < a[A_GEN_IOS] ? P64(A_RCAP)[k] : a[A_GEN_IOS];
+        if (!P64(A_GEN)[GEN_WORDS * k + G_ON] || m < 1) {
+            s->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
+            s->st[ST_REFILL] += 1;
+            return;
+        }
+        generate(s, k, m);
+        c = 0;
     }
     const int64_t *ring = (const int64_t *)(intptr_t)s->rings[k];
     s->st[ST_HEAP_N] = heap_push(s->ht, s->hk, s->st[ST_HEAP_N], ring[5 * c + R_SCHED_COL], k);
@@ -162,7 +286,7 @@ int64_t paced_run(const int64_t *a)
     const int64_t *stat_off = P64(A_STAT_OFF), *fixcat = P64(A_FIXCAT);
     int64_t *st = P64(A_ST);
     const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
-                            st, (uint8_t *)(intptr_t)a[A_ARMED]};
+                            st, (uint8_t *)(intptr_t)a[A_ARMED], a};
     const int64_t ctx = a[A_CTX], ev_cap = a[A_EVENTS_CAP], nk = a[A_N_WORKLOADS];
     const int64_t n_owners = a[A_N_OWNERS], flush_at = a[A_FLUSH_AT];
     const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];

@@ -18,8 +18,15 @@ budget is 150) and its compile took 4-5 s per start from the zipapp, which numba
 
 Owns the C source's build and load, the layout of its argument words (``A_*``, built from
 ``_ARGS`` into ``#define``s prepended to the source: one list for both sides), its state words
-(``ST_*``) and result codes (``R_*``). It must not touch a workload object, refill, count
-errors or allocate on the hot path: the kernel returns to the engine loop for each of those.
+(``ST_*``) and result codes (``R_*``), and the words of each workload's generator (``G_*``):
+where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
+kernel generates its next I/Os itself when its ring runs out, a few hundred at a time
+(``GEN_IOS``), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
+the loop (a quarter second of a 35,000 IOPS workload: 8,592 I/Os), mostly the cold start of
+each numpy call after the loop's I/O had pushed Python out of the CPU's caches, while the I/Os
+due waited; 512 workloads' refills stalled the loop 155 times a second. It must not touch a
+workload object, count errors or allocate on the hot path: the kernel returns to the engine
+loop for each of those.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from importlib import resources
@@ -38,8 +46,9 @@ import numpy.typing as npt
 
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
-from slave.datapattern import SECTOR_BYTES
+from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.sequencer import GeneratorState
 
 #: the kernel's argument words, in order: addresses of arrays, then scalars
 _ARGS: Final = (
@@ -51,10 +60,23 @@ _ARGS: Final = (
     "PEND", "FLUSH_AT", "COMPACT_AT",
     "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
     "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
-    "CONTROL_FD", "POLL_NS",
+    "CONTROL_FD", "POLL_NS", "GEN", "RCAP", "GEN_IOS",
 )
 A: Final = {name: i for i, name in enumerate(_ARGS)}
 N_ARGS: Final = len(_ARGS)
+
+#: a workload's generator words (a row of ``GEN``; doubles as their bits): whether the kernel
+#: generates its I/Os (``ON``), then a ``GeneratorState``, the opcode-and-descriptor words of
+#: a read and a write, whether its writes' data is planned and the next write serial, and how
+#: many I/Os the kernel generated since the row was written (``MADE``: 0, nothing to give back)
+_GEN: Final = (
+    "ON", "STATE_HI", "STATE_LO", "INC_HI", "INC_LO", "FIRST", "N_BLOCKS", "BLOCKSIZE",
+    "N_HOT", "HOT_SHARE", "READ_FRACTION", "SEQUENTIAL", "SEQ_NEXT", "POISSON", "PERIOD",
+    "SCHED_BASE", "SCHED_K", "SCHED_LAST", "OP_READ", "OP_WRITE", "PLANNED", "SERIAL", "MADE",
+)
+G: Final = {name: i for i, name in enumerate(_GEN)}
+GEN_WORDS: Final = len(_GEN)
+_U64: Final = (1 << 64) - 1
 
 # the words of the state array ``st``
 ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
@@ -76,7 +98,7 @@ _ROW_LAYOUT: Final = {
     "C_OWNER": 8, "C_CAT": 9, "C_SUBMIT": 10, "C_SCHED": 11, "C_NBYTES": 12, "C_RES": 14,
     "C_DONE": 15,
     # a precomputed I/O's columns (``loop.R_*``)
-    "R_OPFD_COL": 0, "R_OFF_COL": 1, "R_CAT_COL": 2, "R_SCHED_COL": 4,
+    "R_OPFD_COL": 0, "R_OFF_COL": 1, "R_CAT_COL": 2, "R_SUBMIT_COL": 3, "R_SCHED_COL": 4,
 }
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
 _STATS_LAYOUT: Final = {
@@ -96,6 +118,9 @@ def source() -> str:
     defines.update({"R_WAKE": R_WAKE, "R_LATE": R_LATE, "R_REFILL": R_REFILL,
                     "R_FLUSH": R_FLUSH, "R_ERROR": R_ERROR, "R_SUBMIT": R_SUBMIT,
                     "R_STRAY": R_STRAY})
+    defines.update({f"G_{name}": i for i, name in enumerate(_GEN)})
+    defines["GEN_WORDS"] = GEN_WORDS
+    defines["POOL_BLOCKS"] = POOL_BLOCKS
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = _INF_NS
@@ -107,7 +132,9 @@ def source() -> str:
 # no -Werror here: a host's other compiler may warn of what this one does not, and a warning
 # must not cost the host its compiled loop (the tests compile the source with -Werror)
 _FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall")
+_LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 
 
@@ -127,7 +154,8 @@ def _compiler() -> list[str] | None:
 def _build(cc: list[str], src: str) -> str:
     """The cached shared object for ``src`` compiled by ``cc`` (built now when missing)."""
     version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
-    key = hashlib.sha256("\0".join([src, version.stdout, *cc, *_FLAGS]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([src, version.stdout, *cc, *_FLAGS, *_LIBS]).encode()
+                         ).hexdigest()
     cache = _cache_dir()
     path = os.path.join(cache, f"paced_kernel-{key[:16]}.so")
     if os.path.exists(path):
@@ -138,7 +166,7 @@ def _build(cc: list[str], src: str) -> str:
         with open(c_path, "w", encoding="utf-8") as f:
             f.write(src)
         part = os.path.join(tmp, "paced_kernel.so")
-        done = subprocess.run([*cc, *_FLAGS, "-o", part, c_path], capture_output=True,
+        done = subprocess.run([*cc, *_FLAGS, "-o", part, c_path, *_LIBS], capture_output=True,
                               text=True, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cc)} failed (exit {done.returncode}): "
@@ -152,7 +180,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Build (or find in the cache) and load the kernel, once per process; on failure note
     why (``why_not``)."""
-    global _fn, _why_not
+    global _fn, _gen_fn, _why_not
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -172,7 +200,10 @@ def _load() -> None:
     fn = lib.paced_run
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_int64
-    _fn = fn
+    gen = lib.paced_generate
+    gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    gen.restype = None
+    _fn, _gen_fn = fn, gen
 
 
 def available() -> bool:
@@ -216,3 +247,64 @@ def run(args: Args) -> int:
         fn = _fn
         assert fn is not None, _why_not
     return int(fn(args.addr))
+
+
+def generate(args: Args, k: int, m: int) -> None:
+    """The kernel's generator alone (for the tests): workload ``k``'s next ``m`` I/Os into
+    its ring from the top, as ``run`` makes them when the ring runs out."""
+    _load()
+    assert _gen_fn is not None, _why_not
+    _gen_fn(args.addr, k, m)
+
+
+def _word(u: int) -> int:
+    """An unsigned 64-bit value as the int64 word with its bits."""
+    u &= _U64
+    return u - (1 << 64) if u >> 63 else u
+
+
+def _double_word(x: float) -> int:
+    return int(struct.unpack("<q", struct.pack("<d", x))[0])
+
+
+def _word_double(w: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<q", w))[0])
+
+
+def generator_words(gs: GeneratorState, op_read: int, op_write: int,
+                    next_serial: int | None) -> list[int]:
+    """A workload's generator row (``G_*``), on: ``gs`` and its read and write words;
+    ``next_serial``: its planned writes' next serial, or None (no data to plan)."""
+    row = [0] * GEN_WORDS
+    row[G["ON"]] = 1
+    row[G["STATE_HI"]] = _word(gs.rng_state >> 64)
+    row[G["STATE_LO"]] = _word(gs.rng_state)
+    row[G["INC_HI"]] = _word(gs.rng_inc >> 64)
+    row[G["INC_LO"]] = _word(gs.rng_inc)
+    row[G["FIRST"]] = gs.first_offset_bytes
+    row[G["N_BLOCKS"]] = gs.n_blocks
+    row[G["BLOCKSIZE"]] = gs.blocksize_bytes
+    row[G["N_HOT"]] = gs.n_hot_blocks
+    row[G["HOT_SHARE"]] = _double_word(gs.hot_zone_fraction)
+    row[G["READ_FRACTION"]] = _double_word(gs.read_fraction)
+    row[G["SEQUENTIAL"]] = int(gs.sequential)
+    row[G["SEQ_NEXT"]] = gs.seq_next
+    row[G["POISSON"]] = int(gs.poisson)
+    row[G["PERIOD"]] = _double_word(gs.period_ns)
+    row[G["SCHED_BASE"]] = gs.sched_base_ns
+    row[G["SCHED_K"]] = gs.sched_k
+    row[G["SCHED_LAST"]] = _double_word(gs.sched_last_ns)
+    row[G["OP_READ"]] = op_read
+    row[G["OP_WRITE"]] = op_write
+    row[G["PLANNED"]] = int(next_serial is not None)
+    row[G["SERIAL"]] = next_serial or 0
+    return row
+
+
+def generator_progress(row: npt.NDArray[np.int64]) -> tuple[int, int, int, float, int]:
+    """Where the kernel left a generator row: (bit generator state, sequential position,
+    schedule index, last Poisson arrival, next write serial), for ``Sequencer.resume``."""
+    words = row.tolist()
+    state = ((words[G["STATE_HI"]] & _U64) << 64) | (words[G["STATE_LO"]] & _U64)
+    return (state, words[G["SEQ_NEXT"]], words[G["SCHED_K"]],
+            _word_double(words[G["SCHED_LAST"]]), words[G["SERIAL"]])

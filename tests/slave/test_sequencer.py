@@ -203,3 +203,41 @@ def test_an_edit_carries_on_the_random_stream() -> None:
     b.chunk(10)
     e = a.edited(a.params, at_ns=0)
     assert e.chunk(10).offset_bytes.tolist() == b.chunk(10).offset_bytes.tolist()
+
+
+@pytest.mark.parametrize(("params", "rng", "draw_first", "continued"), [
+    (WorkloadParams(iops=100.0), None, False, True),
+    (WorkloadParams(iops=100.0, iosequencer="sequential"), None, False, True),
+    (WorkloadParams(iops=None), None, False, False),  # no schedule to go on with
+    (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, False, False),
+    (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, True, True),
+    (WorkloadParams(iops=100.0), np.random.Generator(np.random.MT19937(1)), False, False),
+])
+def test_generator_state_only_where_a_compiled_generator_can_go_on(
+        params: WorkloadParams, rng: np.random.Generator | None, draw_first: bool,
+        continued: bool) -> None:
+    seq = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="s",
+                    rng=rng)
+    seq.start(0)
+    if draw_first:  # a Poisson schedule's first arrival, at the start, comes from here
+        seq.chunk(1)
+    assert (seq.generator_state() is not None) == continued
+
+
+def test_resume_goes_on_from_the_numbers_given() -> None:
+    # a twin elsewhere in the same stream, resumed from the other's numbers (as a compiled
+    # generator gives them back), generates what the other generates next
+    params = WorkloadParams(iops=500.0, read_fraction=0.5, iosequencer="sequential",
+                            range_end_bytes=1 << 20)
+    a = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="a")
+    b = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="a")
+    a.start(10)
+    b.start(10)
+    a.chunk(1000)
+    b.chunk(7)
+    gs = a.generator_state()
+    assert gs is not None
+    b.resume(gs.rng_state, gs.seq_next, gs.sched_k, gs.sched_last_ns)
+    x, y = a.chunk(300), b.chunk(300)
+    for field in ("offset_bytes", "is_write", "category", "sched_ns"):
+        assert np.array_equal(getattr(x, field), getattr(y, field)), field
