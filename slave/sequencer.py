@@ -248,11 +248,11 @@ class Sequencer:
         from here: a bit generator other than PCG64 (``default_rng``'s), no schedule (max
         IOPS), or a Poisson schedule whose first arrival (at the start time) is still to
         come."""
-        bg = self._rng.bit_generator.state
-        if bg["bit_generator"] != "PCG64" or not self.paced or (self._first_poisson and (
-                self.params.iosequencer == "random_independent")):
-            return None
         p = self.params
+        first_arrival_due = self._first_poisson and p.iosequencer == "random_independent"
+        bg = self._rng.bit_generator.state
+        if bg["bit_generator"] != "PCG64" or not self.paced or first_arrival_due:
+            return None
         return GeneratorState(
             rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],
             first_offset_bytes=self._first, n_blocks=self._n_blocks,
