@@ -20,8 +20,8 @@ Owns the C source's build and load, the layout of its argument words (``A_*``, b
 ``_ARGS`` into ``#define``s prepended to the source: one list for both sides), its state words
 (``ST_*``) and result codes (``R_*``), and the words of each workload's generator (``G_*``):
 where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
-kernel generates its next I/Os itself when its ring runs out, a few hundred at a time
-(``GEN_IOS``), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
+kernel generates its next I/Os itself when its ring runs out, 512 at a time (``GEN_IOS``:
+7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
 the loop (a quarter second of a 35,000 IOPS workload: 8,592 I/Os), mostly the cold start of
 each numpy call after the loop's I/O had pushed Python out of the CPU's caches, while the I/Os
 due waited; 512 workloads' refills stalled the loop 155 times a second. It must not touch a
