@@ -983,10 +983,15 @@ def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: st
     # a deeper edit starts 16 on new slots while the old 8 finish (the slot path's edit)
     depth = {"deeper": 8 + 16, "another": 8 + 4}.get(change, 8)
     assert eng.max_in_flight <= depth
-    # I/O went on in every subinterval, across each change
+    # I/O went on in every subinterval, across each change (this failed twice in full runs,
+    # [0, 8, 0, 0] and [1211, 1226, 0, 0], and never alone: the message says whether the
+    # engine was given I/O that was not counted, or was given none)
     assert len(ctl.snapshots["w"]) == (1 if change == "stop_in_boundary" else 4)
-    assert all(x.ops() > 50 for x in ctl.snapshots["w"]), [x.ops() for x in ctl.snapshots["w"]]
     ops, errors = _all_counted(ctl, s, loop.running_buffer)
+    per_sub = [x.ops() for x in ctl.snapshots["w"]]
+    assert all(n > 50 for n in per_sub), (
+        f"ops per subinterval {per_sub}; counted {ops} ops and {errors} errors of "
+        f"{eng.submitted} submitted; ring entered {len(entered)} times")
     uncounted = 0
     if change == "another":  # x's I/Os until its removal (the last in flight uncounted)
         x_ops, x_errors = _all_counted(ctl, other, loop.running_buffer)
