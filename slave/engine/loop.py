@@ -897,7 +897,7 @@ class EngineLoop:
         here instead (the general way, as ``_reaped_late`` does)."""
         pw = self._paced_words
         cp = None if pw is None else pw[0].compiled
-        if cp is None:
+        if cp is None or not cp.loaded:  # given back already, with what it reaped late
             return
         cp.unload()
         n = int(cp.st[pk.ST_N])

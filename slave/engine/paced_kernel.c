@@ -85,6 +85,13 @@ struct state {
     const int64_t *a;
 };
 
+static struct state state_of(const int64_t *a)
+{
+    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
+                            P64(A_ST), (uint8_t *)(intptr_t)a[A_ARMED], a};
+    return s;
+}
+
 /* numpy's PCG64 (XSL-RR 128/64) and its doubles (Generator.random): bit for bit, so a
  * workload's stream goes on here as it would in its Sequencer */
 static inline double pcg_double(__uint128_t *state, __uint128_t inc)
@@ -193,8 +200,7 @@ static void generate(const struct state *s, int64_t k, int64_t m)
 /* generate(), for the tests */
 void paced_generate(const int64_t *a, int64_t k, int64_t m)
 {
-    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
-                            P64(A_ST), (uint8_t *)(intptr_t)a[A_ARMED], a};
+    const struct state s = state_of(a);
     generate(&s, k, m);
 }
 
@@ -285,8 +291,7 @@ int64_t paced_run(const int64_t *a)
     int64_t *root = P64(A_ROOT);
     const int64_t *stat_off = P64(A_STAT_OFF), *fixcat = P64(A_FIXCAT);
     int64_t *st = P64(A_ST);
-    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
-                            st, (uint8_t *)(intptr_t)a[A_ARMED], a};
+    const struct state s = state_of(a);
     const int64_t ctx = a[A_CTX], ev_cap = a[A_EVENTS_CAP], nk = a[A_N_WORKLOADS];
     const int64_t n_owners = a[A_N_OWNERS], flush_at = a[A_FLUSH_AT];
     const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
