@@ -977,21 +977,25 @@ def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: st
 
     loop._enter_ring = counted_enter  # type: ignore[method-assign]
     loop.add_workload(s, None)
-    run(loop, ctl, 60_000_000)
+    sub_ns = 60_000_000
+    run(loop, ctl, sub_ns)
     assert entered, "the ring never ran"
     assert loop.in_flight == 0 and loop._ring is None
     # a deeper edit starts 16 on new slots while the old 8 finish (the slot path's edit)
     depth = {"deeper": 8 + 16, "another": 8 + 4}.get(change, 8)
     assert eng.max_in_flight <= depth
-    # I/O went on in every subinterval, across each change (this failed twice in full runs,
-    # [0, 8, 0, 0] and [1211, 1226, 0, 0], and never alone: the message says whether the
-    # engine was given I/O that was not counted, or was given none)
+    # I/O went on in every subinterval the loop was there for, across each change. A
+    # subinterval that the process spent mostly stopped (a boundary on either side of it
+    # handled over half a subinterval late) may rightly hold nothing: in full runs this
+    # failed twice, [0, 8, 0, 0] and [1211, 1226, 0, 0], and a 150 ms SIGSTOP gives the same
     assert len(ctl.snapshots["w"]) == (1 if change == "stop_in_boundary" else 4)
     ops, errors = _all_counted(ctl, s, loop.running_buffer)
     per_sub = [x.ops() for x in ctl.snapshots["w"]]
-    assert all(n > 50 for n in per_sub), (
-        f"ops per subinterval {per_sub}; counted {ops} ops and {errors} errors of "
-        f"{eng.submitted} submitted; ring entered {len(entered)} times")
+    late = [sw > sub_ns // 2 for _, sw, _, _ in ctl.handed]
+    present = [n for k, n in enumerate(per_sub) if not late[k] and not (k and late[k - 1])]
+    assert all(n > 50 for n in present), (
+        f"ops per subinterval {per_sub}, boundaries handled late {late}; counted {ops} ops "
+        f"and {errors} errors of {eng.submitted} submitted; ring entered {len(entered)} times")
     uncounted = 0
     if change == "another":  # x's I/Os until its removal (the last in flight uncounted)
         x_ops, x_errors = _all_counted(ctl, other, loop.running_buffer)
