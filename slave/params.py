@@ -8,6 +8,7 @@ raises ``ValueError`` with the field named.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Literal
 
@@ -81,8 +82,11 @@ class WorkloadParams:
 
     def same_but_rate(self, other: WorkloadParams) -> bool:
         """Whether ``other`` differs from these parameters in ``iops`` alone (or not at all):
-        field by field, without building a copy (a ``replace`` to compare cost ~16 us)."""
-        return all(getattr(self, f) == getattr(other, f) for f in _ALL_BUT_RATE)
+        every other field read in one ``attrgetter`` call and the tuples compared (a
+        ``replace`` to compare cost ~16 us; a generator over the fields ~1 us, called for
+        every workload at every DFC boundary)."""
+        return _ALL_BUT_RATE(self) == _ALL_BUT_RATE(other)
 
 
-_ALL_BUT_RATE: Final = tuple(f.name for f in fields(WorkloadParams) if f.name != "iops")
+_ALL_BUT_RATE: Final = operator.attrgetter(
+    *(f.name for f in fields(WorkloadParams) if f.name != "iops"))

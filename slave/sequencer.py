@@ -102,6 +102,7 @@ class GeneratorState:
     sched_base_ns: int
     sched_k: int
     sched_last_ns: float
+    first_arrival_due: bool  # a Poisson schedule's first arrival, at its start, still to come
 
 
 class Sequencer:
@@ -136,10 +137,8 @@ class Sequencer:
         # not all issue at the same instants. Eight of 13,750 IOPS each on one loop device,
         # all at the same instants, read a service-time p50 of 79-88 us; spread, 48-50 us
         # (fio, one job at the same 110,000 IOPS: 48 us)
-        self._phase_ns = (
-            0 if params.iosequencer == "random_independent" or not stream
-            else round(self._period_ns * stream_fraction(stream))
-        )
+        self._phase_fraction = stream_fraction(stream) if stream else 0.0
+        self._phase_ns = self._phase_of(self._period_ns)
         self._sched_base_ns = 0
         self._sched_k = 0
         self._sched_last_ns = 0.0
@@ -149,6 +148,14 @@ class Sequencer:
     @property
     def paced(self) -> bool:
         return self.params.iops is not None
+
+    @property
+    def phase_fraction(self) -> float:
+        """An evenly spaced schedule's phase as a fraction of its period (0 for Poisson)."""
+        return 0.0 if self.params.iosequencer == "random_independent" else self._phase_fraction
+
+    def _phase_of(self, period_ns: float) -> int:
+        return round(period_ns * self.phase_fraction)
 
     def start(self, at_ns: int) -> None:
         """Restart the schedule: the next I/O is due at ``at_ns`` (plus the stream's phase, for
@@ -179,6 +186,24 @@ class Sequencer:
                 new._seq_next = self._seq_next % new._n_blocks
         new.start(at_ns)
         return new
+
+    def retime(self, params: WorkloadParams, at_ns: int) -> None:
+        """In place, what ``edited`` makes of parameters that differ from this sequencer's
+        in ``iops`` alone (``WorkloadParams.same_but_rate``): the new rate, its schedule
+        starting at ``at_ns``, the stream and the sequential position going on (a new
+        sequencer per edit was a sixth of DFC's edit of every workload)."""
+        self.rerate(params)
+        self.start(at_ns)
+
+    def rerate(self, params: WorkloadParams) -> None:
+        """The new rate of ``params`` (which differ from this sequencer's in ``iops`` alone),
+        leaving the schedule where it stands: ``retime`` without the ``start``, for a
+        compiled loop that retimed in place and gives the schedule back with ``resume``."""
+        if params.iops is None or not params.same_but_rate(self.params):
+            raise ValueError("retime: only a new rate (iops) for a paced sequencer")
+        self.params = params
+        self._period_ns = 1e9 / params.iops
+        self._phase_ns = self._phase_of(self._period_ns)
 
     def schedule(self, n: int) -> npt.NDArray[np.int64]:
         """The next ``n`` scheduled times alone (for I/Os generated before an edit of the rate,
@@ -245,13 +270,11 @@ class Sequencer:
 
     def generator_state(self) -> GeneratorState | None:
         """This sequencer as numbers for a compiled generator; None where one cannot go on
-        from here: a bit generator other than PCG64 (``default_rng``'s), no schedule (max
-        IOPS), or a Poisson schedule whose first arrival (at the start time) is still to
-        come."""
+        from here: a bit generator other than PCG64 (``default_rng``'s) or no schedule (max
+        IOPS)."""
         p = self.params
-        first_arrival_due = self._first_poisson and p.iosequencer == "random_independent"
         bg = self._rng.bit_generator.state
-        if bg["bit_generator"] != "PCG64" or not self.paced or first_arrival_due:
+        if bg["bit_generator"] != "PCG64" or not self.paced:
             return None
         return GeneratorState(
             rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],
@@ -262,18 +285,21 @@ class Sequencer:
             sequential=p.iosequencer == "sequential", seq_next=self._seq_next,
             poisson=p.iosequencer == "random_independent", period_ns=self._period_ns,
             sched_base_ns=self._sched_base_ns, sched_k=self._sched_k,
-            sched_last_ns=self._sched_last_ns)
+            sched_last_ns=self._sched_last_ns,
+            first_arrival_due=self._first_poisson and p.iosequencer == "random_independent")
 
-    def resume(self, rng_state: int, seq_next: int, sched_k: int, sched_last_ns: float
-               ) -> None:
+    def resume(self, rng_state: int, seq_next: int, sched_base_ns: int, sched_k: int,
+               sched_last_ns: float, first_arrival_due: bool) -> None:
         """Go on from where a compiled generator left this sequencer (``generator_state``):
         its bit generator's state, its sequential position and its schedule."""
         bg = self._rng.bit_generator.state
         bg["state"]["state"] = rng_state
         self._rng.bit_generator.state = bg
         self._seq_next = seq_next
+        self._sched_base_ns = sched_base_ns
         self._sched_k = sched_k
         self._sched_last_ns = sched_last_ns
+        self._first_poisson = first_arrival_due
 
     @property
     def range_bytes(self) -> tuple[int, int]:

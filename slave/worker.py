@@ -220,6 +220,29 @@ class _WorkerControl:
         else:
             self._apply(what, arg, None)
 
+    def _apply_staged(self, at_ns: int | None) -> None:
+        """The staged changes, in order, with one look over all workloads at the end; each
+        run of edits in one call (``EngineLoop.edit_workloads``: DFC's edit of every
+        workload's rate is done in place)."""
+        staged, self.staged = self.staged, []
+        with self.loop.changes():
+            edits: list[tuple[str, WorkloadParams]] = []
+            for what, arg in staged:
+                if what == "edit":
+                    edits.append(arg)
+                    continue
+                self._apply_edits(edits, at_ns)
+                self._apply(what, arg, at_ns)
+            self._apply_edits(edits, at_ns)
+
+    def _apply_edits(self, edits: list[tuple[str, WorkloadParams]], at_ns: int | None) -> None:
+        if not edits:
+            return
+        self.loop.edit_workloads(edits, at_ns)
+        for wid, params in edits:
+            self.specs[wid].params = params
+        edits.clear()
+
     def _apply(self, what: str, arg: Any, at_ns: int | None) -> None:
         if what == "add":
             self.loop.add_workload(arg, at_ns)
@@ -325,10 +348,7 @@ class _WorkerControl:
             loop.request_stop(record=False)
             return
         self.ctrl[b] = RUNNING
-        with loop.changes():
-            for what, arg in self.staged:
-                self._apply(what, arg, boundary_ns)
-        self.staged.clear()
+        self._apply_staged(boundary_ns)
 
     def handed_over(
         self,
@@ -363,10 +383,7 @@ class _WorkerControl:
                 continue
             finally:
                 self.in_run = False
-            with self.loop.changes():
-                for what, arg in self.staged:
-                    self._apply(what, arg, None)
-            self.staged.clear()
+            self._apply_staged(None)
             if self.late is not None:
                 self.reply.send(("error", "late", self.late))
             else:

@@ -40,7 +40,7 @@ import errno as errno_mod
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from os import sched_yield
@@ -288,6 +288,8 @@ class _CompiledPaced:
         # each workload's generator (``pk.G``) and how many I/Os its ring array holds
         self.gen = np.zeros((k, pk.GEN_WORDS), dtype=np.int64)
         self.rcap = np.zeros(k, dtype=np.int64)
+        self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
+        self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
         self.args = pk.Args()
         self._engine_args(loop, h)
         self._workload_args()
@@ -407,11 +409,17 @@ class _CompiledPaced:
         since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
         place, from the top) with their directions and planned data."""
         g = self.gen[i]
-        if not g[pk.G["MADE"]]:
+        made = int(g[pk.G["MADE"]])
+        if not made and not g[pk.G["RESYNC"]]:
             return
         w = self.ws[i]
-        rng_state, seq_next, sched_k, sched_last, serial = pk.generator_progress(g)
-        w.seq.resume(rng_state, seq_next, sched_k, sched_last)
+        if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
+            w.seq.rerate(w.spec.params)
+        progress, serial = pk.generator_progress(g)
+        w.seq.resume(*progress)
+        g[pk.G["RESYNC"]] = 0
+        if not made:  # retimed in place: the ring stands
+            return
         n = int(self.rlen[i])
         ring = w.ring[:n]
         plan = None
@@ -748,6 +756,53 @@ class EngineLoop:
         if at_ns is not None:
             self._start_workload(w, at_ns)
 
+    def edit_workloads(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int | None
+                       ) -> None:
+        """``edit_workload`` for each, in order, with one look over all workloads at the end
+        (``changes``); in place where every edit only sets a new rate of a paced workload
+        that the compiled loop holds (``_retime_loaded``)."""
+        if at_ns is not None and self._retime_loaded(edits, at_ns):
+            return
+        with self.changes():
+            for workload_id, params in edits:
+                self.edit_workload(workload_id, params, at_ns)
+
+    def _retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int) -> bool:
+        """DFC's edit (a new rate for every workload at every boundary) while the compiled
+        paced loop holds the workloads: ``_retime``'s result without giving the set back.
+        The kernel rewrites the rings' times and the generators' schedules
+        (``paced_kernel.retime``); each sequencer takes its new rate and schedule when the
+        set is given back (``_CompiledPaced.take_back``). Given back and loaded again at
+        every boundary, 1,024 workloads held a worker's I/O some 30 ms each time. False
+        (nothing done) where any edit is not such an edit."""
+        pw = self._paced_words
+        cp = None if pw is None else pw[0].compiled
+        if cp is None or not cp.loaded:
+            return False
+        pos_of = cp.pos_of
+        on = cp.gen[:, pk.G["ON"]].tolist()
+        ws = cp.ws
+        chosen: dict[int, WorkloadParams] = {}
+        for workload_id, params in edits:
+            k = pos_of.get(workload_id)
+            if k is None or not on[k] or params.iops is None or not params.same_but_rate(
+                    ws[k].spec.params):
+                return False
+            chosen[k] = params  # the last edit of a workload counts
+        ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
+        iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,
+                           count=len(chosen))
+        for k, params in chosen.items():
+            ws[k].spec.params = params
+        # as Sequencer.retime: the period, the phase rounded half to even as round() does
+        periods = 1e9 / iops
+        bases = at_ns + np.rint(periods * cp.phase_fraction[ks]).astype(np.int64)
+        pk.retime(cp.args, cp.gen, at_ns, ks, periods, bases)
+        # the kernel's heap holds the old times: its next run arms every workload anew
+        cp.armed[cp.armed == 1] = 0
+        cp.st[pk.ST_HEAP_N] = 0
+        return True
+
     def _retime(self, w: _Workload, params: WorkloadParams, at_ns: int) -> None:
         """``edit_workload`` of a running paced workload whose new parameters differ only in
         its rate (DFC's edit, for every workload at every boundary): the I/Os it precomputed
@@ -757,7 +812,7 @@ class EngineLoop:
         rest = w.ring[w.cur :]
         due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
         w.spec.params = params
-        w.seq = w.seq.edited(params, at_ns=at_ns)  # on after everything precomputed
+        w.seq.retime(params, at_ns)  # on after everything precomputed
         if due < rest.shape[0]:
             rest[due:, R_SCHED] = w.seq.schedule(rest.shape[0] - due)
         self._refresh()  # the paced loop's heap holds the old times

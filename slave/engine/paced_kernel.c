@@ -105,6 +105,18 @@ static inline double pcg_double(__uint128_t *state, __uint128_t inc)
     return (double)(v >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* a 128-bit value in two words, high first (G_STATE_HI, G_STATE_LO; G_INC_HI, G_INC_LO) */
+static inline __uint128_t word_pair(const int64_t *g, int64_t hi)
+{
+    return ((__uint128_t)(uint64_t)g[hi] << 64) | (uint64_t)g[hi + 1];
+}
+
+static inline void put_word_pair(int64_t *g, int64_t hi, __uint128_t v)
+{
+    g[hi] = (int64_t)(uint64_t)(v >> 64);
+    g[hi + 1] = (int64_t)(uint64_t)v;
+}
+
 static inline double word_double(int64_t w)
 {
     double d;
@@ -119,6 +131,33 @@ static inline int64_t double_word(double d)
     return w;
 }
 
+/* the scheduled times of m I/Os at ring (rows of 5 words) as Sequencer._sched makes them:
+ * evenly spaced, base + round(k * period) as numpy rounds (half to even); or Poisson, each
+ * gap drawn by inversion where numpy uses a ziggurat. A Poisson schedule's first arrival
+ * (FIRST_DUE) is at its start: its gap is drawn and dropped, as the sequencer does */
+static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __uint128_t inc)
+{
+    const double period = word_double(g[G_PERIOD]);
+    if (g[G_POISSON]) {
+        double last = word_double(g[G_SCHED_LAST]);
+        for (int64_t i = 0; i < m; i++) {
+            double gap = -log1p(-pcg_double(st, inc)) * period;
+            if (g[G_FIRST_DUE]) {
+                gap = 0.0;
+                g[G_FIRST_DUE] = 0;
+            }
+            last += gap;
+            ring[5 * i + R_SCHED_COL] = (int64_t)last;
+        }
+        g[G_SCHED_LAST] = double_word(last);
+    } else {
+        const int64_t base = g[G_SCHED_BASE], k0 = g[G_SCHED_K];
+        for (int64_t i = 0; i < m; i++)
+            ring[5 * i + R_SCHED_COL] = base + (int64_t)nearbyint((double)(k0 + i) * period);
+        g[G_SCHED_K] = k0 + m;
+    }
+}
+
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
  * EngineLoop._refill make them (the same draws in the same order: every offset, then the hot
  * zone's choice and its offsets, then every direction, then, for a Poisson schedule, every
@@ -129,8 +168,8 @@ static void generate(const struct state *s, int64_t k, int64_t m)
     const int64_t *a = s->a;
     int64_t *g = P64(A_GEN) + GEN_WORDS * k;
     int64_t *ring = (int64_t *)(intptr_t)s->rings[k];
-    __uint128_t st = ((__uint128_t)(uint64_t)g[G_STATE_HI] << 64) | (uint64_t)g[G_STATE_LO];
-    const __uint128_t inc = ((__uint128_t)(uint64_t)g[G_INC_HI] << 64) | (uint64_t)g[G_INC_LO];
+    __uint128_t st = word_pair(g, G_STATE_HI);
+    const __uint128_t inc = word_pair(g, G_INC_HI);
     const int64_t first = g[G_FIRST], nb = g[G_N_BLOCKS], bs = g[G_BLOCKSIZE];
     const int64_t nhot = g[G_N_HOT];
     if (g[G_SEQUENTIAL]) {
@@ -162,20 +201,7 @@ static void generate(const struct state *s, int64_t k, int64_t m)
         ring[5 * i + R_CAT_COL] = w + seq_cat;
         ring[5 * i + R_SUBMIT_COL] = 0;
     }
-    const double period = word_double(g[G_PERIOD]);
-    if (g[G_POISSON]) {
-        double last = word_double(g[G_SCHED_LAST]);
-        for (int64_t i = 0; i < m; i++) {
-            last += -log1p(-pcg_double(&st, inc)) * period;
-            ring[5 * i + R_SCHED_COL] = (int64_t)last;
-        }
-        g[G_SCHED_LAST] = double_word(last);
-    } else { /* base + round(k * period), as numpy rounds: half to even */
-        const int64_t base = g[G_SCHED_BASE], k0 = g[G_SCHED_K];
-        for (int64_t i = 0; i < m; i++)
-            ring[5 * i + R_SCHED_COL] = base + (int64_t)nearbyint((double)(k0 + i) * period);
-        g[G_SCHED_K] = k0 + m;
-    }
+    schedule(g, ring, m, &st, inc);
     if (g[G_PLANNED]) {
         int64_t *pool_rows = (int64_t *)(intptr_t)P64(A_POOL_ROWS)[k];
         int64_t *stamps = (int64_t *)(intptr_t)P64(A_STAMPS)[k];
@@ -190,8 +216,7 @@ static void generate(const struct state *s, int64_t k, int64_t m)
         }
         g[G_SERIAL] = serial;
     }
-    g[G_STATE_HI] = (int64_t)(uint64_t)(st >> 64);
-    g[G_STATE_LO] = (int64_t)(uint64_t)st;
+    put_word_pair(g, G_STATE_HI, st);
     g[G_MADE] += m;
     s->rlen[k] = m;
     s->cur[k] = 0;
@@ -202,6 +227,30 @@ void paced_generate(const int64_t *a, int64_t k, int64_t m)
 {
     const struct state s = state_of(a);
     generate(&s, k, m);
+}
+
+/* an edit of the rates of workloads ks[0..n) at time at, in place (EngineLoop's
+ * _retime_loaded: each one's G_* row holds its new period and schedule start, SCHED_K 0,
+ * SCHED_LAST at and, for a Poisson schedule, FIRST_DUE): the I/Os in its ring that were due
+ * before at and are not issued yet keep their times (the backlog), the rest take the new
+ * schedule's, as EngineLoop._retime gives them. RESYNC: its Sequencer takes the row back */
+void paced_retime(const int64_t *a, int64_t at, const int64_t *ks, int64_t n)
+{
+    const struct state s = state_of(a);
+    for (int64_t x = 0; x < n; x++) {
+        const int64_t k = ks[x];
+        int64_t *g = P64(A_GEN) + GEN_WORDS * k;
+        int64_t *ring = (int64_t *)(intptr_t)s.rings[k];
+        int64_t j = s.cur[k];
+        const int64_t end = s.rlen[k];
+        while (j < end && ring[5 * j + R_SCHED_COL] < at) /* in time order */
+            j++;
+        __uint128_t st = word_pair(g, G_STATE_HI);
+        const __uint128_t inc = word_pair(g, G_INC_HI);
+        schedule(g, ring + 5 * j, end - j, &st, inc);
+        put_word_pair(g, G_STATE_HI, st);
+        g[G_RESYNC] = 1;
+    }
 }
 
 /* the planned data of workload k's ring I/O i (a write) into the buffer at dst: its pool

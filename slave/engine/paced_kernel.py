@@ -67,14 +67,18 @@ N_ARGS: Final = len(_ARGS)
 
 #: a workload's generator words (a row of ``GEN``; doubles as their bits): whether the kernel
 #: generates its I/Os (``ON``), then a ``GeneratorState``, the opcode-and-descriptor words of
-#: a read and a write, whether its writes' data is planned and the next write serial, and how
-#: many I/Os the kernel generated since the row was written (``MADE``: 0, nothing to give back)
+#: a read and a write, whether its writes' data is planned and the next write serial, how
+#: many I/Os the kernel generated since the row was written (``MADE``: 0, no I/Os to give
+#: back) and whether it moved the stream or the schedule otherwise (``RESYNC``: ``retime``)
 _GEN: Final = (
     "ON", "STATE_HI", "STATE_LO", "INC_HI", "INC_LO", "FIRST", "N_BLOCKS", "BLOCKSIZE",
     "N_HOT", "HOT_SHARE", "READ_FRACTION", "SEQUENTIAL", "SEQ_NEXT", "POISSON", "PERIOD",
-    "SCHED_BASE", "SCHED_K", "SCHED_LAST", "OP_READ", "OP_WRITE", "PLANNED", "SERIAL", "MADE",
+    "SCHED_BASE", "SCHED_K", "SCHED_LAST", "FIRST_DUE", "OP_READ", "OP_WRITE", "PLANNED",
+    "SERIAL", "MADE", "RESYNC",
 )
 G: Final = {name: i for i, name in enumerate(_GEN)}
+# the C reads each 128-bit value as two words in a row, high first (``word_pair``)
+assert G["STATE_LO"] == G["STATE_HI"] + 1 and G["INC_LO"] == G["INC_HI"] + 1
 GEN_WORDS: Final = len(_GEN)
 _U64: Final = (1 << 64) - 1
 
@@ -135,6 +139,7 @@ _FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall")
 _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 
 
@@ -180,7 +185,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Build (or find in the cache) and load the kernel, once per process; on failure note
     why (``why_not``)."""
-    global _fn, _gen_fn, _why_not
+    global _fn, _gen_fn, _retime_fn, _why_not
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -203,7 +208,10 @@ def _load() -> None:
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     gen.restype = None
-    _fn, _gen_fn = fn, gen
+    retime_fn = lib.paced_retime
+    retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
+    retime_fn.restype = None
+    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
 
 
 def available() -> bool:
@@ -257,6 +265,24 @@ def generate(args: Args, k: int, m: int) -> None:
     _gen_fn(args.addr, k, m)
 
 
+def retime(args: Args, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[np.int64],
+           period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
+    """Workloads ``ks`` (rows of ``gen``, the kernel's ``GEN``) take new schedules from
+    ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the I/Os of
+    its ring due before ``at_ns`` and not issued keep their times, the rest are retimed, and
+    its row (schedule words, stream) goes on from there, marked ``RESYNC`` for its sequencer
+    to take back."""
+    _load()
+    assert _retime_fn is not None, _why_not
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    gen[ks, G["PERIOD"]] = period_ns.view(np.int64)
+    gen[ks, G["SCHED_BASE"]] = base_ns
+    gen[ks, G["SCHED_K"]] = 0
+    gen[ks, G["SCHED_LAST"]] = _double_word(float(at_ns))
+    gen[ks, G["FIRST_DUE"]] = gen[ks, G["POISSON"]]
+    _retime_fn(args.addr, at_ns, ks.ctypes.data, ks.shape[0])
+
+
 def _word(u: int) -> int:
     """An unsigned 64-bit value as the int64 word with its bits."""
     u &= _U64
@@ -294,6 +320,7 @@ def generator_words(gs: GeneratorState, op_read: int, op_write: int,
     row[G["SCHED_BASE"]] = gs.sched_base_ns
     row[G["SCHED_K"]] = gs.sched_k
     row[G["SCHED_LAST"]] = _double_word(gs.sched_last_ns)
+    row[G["FIRST_DUE"]] = int(gs.first_arrival_due)
     row[G["OP_READ"]] = op_read
     row[G["OP_WRITE"]] = op_write
     row[G["PLANNED"]] = int(next_serial is not None)
@@ -301,10 +328,13 @@ def generator_words(gs: GeneratorState, op_read: int, op_write: int,
     return row
 
 
-def generator_progress(row: npt.NDArray[np.int64]) -> tuple[int, int, int, float, int]:
-    """Where the kernel left a generator row: (bit generator state, sequential position,
-    schedule index, last Poisson arrival, next write serial), for ``Sequencer.resume``."""
+def generator_progress(row: npt.NDArray[np.int64]
+                       ) -> tuple[tuple[int, int, int, int, float, bool], int]:
+    """Where the kernel left a generator row: the arguments of ``Sequencer.resume`` (bit
+    generator state, sequential position, schedule start and index, last Poisson arrival,
+    whether the first arrival is still due), and the next write serial."""
     words = row.tolist()
     state = ((words[G["STATE_HI"]] & _U64) << 64) | (words[G["STATE_LO"]] & _U64)
-    return (state, words[G["SEQ_NEXT"]], words[G["SCHED_K"]],
-            _word_double(words[G["SCHED_LAST"]]), words[G["SERIAL"]])
+    return ((state, words[G["SEQ_NEXT"]], words[G["SCHED_BASE"]], words[G["SCHED_K"]],
+             _word_double(words[G["SCHED_LAST"]]), bool(words[G["FIRST_DUE"]])),
+            words[G["SERIAL"]])

@@ -281,8 +281,8 @@ def test_the_kernel_generates_what_the_sequencer_would_bit_for_bit(name: str) ->
         want = _python_generate(twin, twin_pattern, 300)
         assert np.array_equal(got, want)
     assert row[pk.G["MADE"]] == 900
-    rng_state, seq_next, sched_k, sched_last, serial = pk.generator_progress(row)
-    seq.resume(rng_state, seq_next, sched_k, sched_last)
+    progress, serial = pk.generator_progress(row)
+    seq.resume(*progress)
     if pattern is not None:
         pattern.next_serial = serial
     assert np.array_equal(_python_generate(seq, pattern, 50),
@@ -296,15 +296,83 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     params = WorkloadParams(iops=20_000.0, blocksize_bytes=4096, seed=9,
                             iosequencer="random_independent")
     seq = _sequencer(params)
-    assert seq.generator_state() is None  # the first arrival (at the start) is Python's
-    first = seq.chunk(1).sched_ns
     made, row = _kernel_generate(seq, None, 20_000)
-    sched = np.concatenate([first, made[0][:, loop_mod.R_SCHED]])
+    sched = made[0][:, loop_mod.R_SCHED]
+    assert sched[0] == 1_000_000_000  # the first arrival is at the start, as in Python
+    assert not row[pk.G["FIRST_DUE"]]
     gaps = np.diff(sched).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.02
     assert abs(gaps.std() / gaps.mean() - 1) < 0.03
-    _, _, _, last, _ = pk.generator_progress(row)
+    last = pk.generator_progress(row)[0][4]
     assert int(last) == sched[-1]
+
+
+def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.int64]
+                 ) -> pk.Args:
+    """The kernel's words for one workload's ring (cursor at ``cur``) and generator row."""
+    a = pk.Args()
+    for name, arr in (("RINGS", np.array([ring.ctypes.data])), ("CUR", np.array([cur])),
+                      ("RLEN", np.array([ring.shape[0]])), ("GEN", gen)):
+        a.array(name, arr)
+    return a
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["reads", "sequential, wrapping"])
+def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None:
+    # 300 I/Os precomputed, 20 issued, then a new rate at the time of the 100th: the 80 due
+    # before it keep their times (the backlog), the other 200 take the new schedule's, as
+    # EngineLoop._retime (Python) makes them; the sequencer then goes on as its twin does
+    params = GENERATED[name]
+    new = params.replace(iops=params.iops * 1.7)
+    seq, twin = _sequencer(params), _sequencer(params)
+    ring = np.ascontiguousarray(_python_generate(seq, None, 300)[:, :5])
+    want = _python_generate(twin, None, 300)[:, :5]
+    at = int(ring[100, loop_mod.R_SCHED]) - 1
+    gs = seq.generator_state()
+    assert gs is not None
+    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    twin.retime(new, at)
+    want[100:, loop_mod.R_SCHED] = twin.schedule(200)
+    probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
+    probe.retime(new, at)
+    probe_gs = probe.generator_state()
+    assert probe_gs is not None
+    pk.retime(_kernel_args(ring, 20, gen), gen, at, np.array([0]),
+              np.array([probe_gs.period_ns]), np.array([probe_gs.sched_base_ns]))
+    assert np.array_equal(ring, want)
+    assert gen[0, pk.G["RESYNC"]] == 1 and gen[0, pk.G["SCHED_K"]] == 200
+    seq.rerate(new)
+    progress, _ = pk.generator_progress(gen[0])
+    seq.resume(*progress)
+    assert np.array_equal(_python_generate(seq, None, 50), _python_generate(twin, None, 50))
+
+
+@needs_cc
+def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
+    # 20,000 Poisson arrivals at 5,000 IOPS, none issued; retimed at the 1,000th to 20,000
+    # IOPS: the first 999 keep their times, the next is at the edit itself (its first
+    # arrival), the rest come at the new rate
+    params = WorkloadParams(iops=5000.0, blocksize_bytes=4096, seed=9,
+                            iosequencer="random_independent")
+    seq = _sequencer(params)
+    ring = np.ascontiguousarray(_python_generate(seq, None, 20_000)[:, :5])
+    before = ring.copy()
+    at = int(ring[999, loop_mod.R_SCHED]) + 1
+    gs = seq.generator_state()
+    assert gs is not None and not gs.first_arrival_due
+    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
+              np.array([at]))
+    sched = ring[:, loop_mod.R_SCHED]
+    assert np.array_equal(sched[:1000], before[:1000, loop_mod.R_SCHED])
+    assert sched[1000] == at
+    assert np.array_equal(ring[:, :4], before[:, :4])  # offsets and directions stand
+    gaps = np.diff(sched[1000:]).astype(np.float64)
+    assert abs(gaps.mean() / 50_000 - 1) < 0.03
+    assert abs(gaps.std() / gaps.mean() - 1) < 0.04
+    assert not gen[0, pk.G["FIRST_DUE"]] and gen[0, pk.G["RESYNC"]] == 1
+    assert int(pk.generator_progress(gen[0])[0][4]) == sched[-1]
 
 
 # ---------------------------------------------------------------------------- on libaio
@@ -564,6 +632,111 @@ def test_edits_at_every_boundary_lose_no_io(lun_file: str, codes: collections.Co
         assert abs(w0 - 800) <= 800 * 0.03 + 2, (k, w0)
         want = rates[1 + k] * 0.1
         assert abs(w1 - want) <= want * 0.03 + 2, (k, w1, want)
+
+
+@needs_aio
+@needs_cc
+@pytest.mark.parametrize("in_place", [True, False])
+def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
+        lun_file: str, in_place: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # three workloads (evenly spaced, sequential, Poisson) all get a new rate at every
+    # boundary in one edit_workloads, as DFC does: the kernel retimes them in place (the
+    # compiled state is loaded once), or, where that is turned off, the set is given back
+    # and loaded again; either way each subinterval runs at the rates its edit set
+    if not in_place:
+        monkeypatch.setattr(EngineLoop, "_retime_loaded", lambda *a: False)
+    loads, retimes = [0], [0]
+    load, retime = loop_mod._CompiledPaced.load, pk.retime
+
+    def counted_load(cp: loop_mod._CompiledPaced) -> None:
+        loads[0] += 1
+        load(cp)
+
+    def counted_retime(*a: object) -> None:
+        retimes[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop_mod._CompiledPaced, "load", counted_load)
+    monkeypatch.setattr(pk, "retime", counted_retime)
+    params = [WorkloadParams(iodepth=4, iops=4000.0, blocksize_bytes=4096, seed=1),
+              WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2,
+                             iosequencer="sequential"),
+              WorkloadParams(iodepth=4, iops=5000.0, blocksize_bytes=4096, seed=3,
+                             iosequencer="random_independent")]
+    scale = [1.0]
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        scale.append(1.5 if finished % 2 == 0 else 0.75)
+        loop.edit_workloads([(f"t:lun:w{i}", p.replace(iops=p.iops * scale[-1]))
+                             for i, p in enumerate(params)], boundary_ns)
+
+    sub_ns = 200_000_000
+    ctl, loop = _run_paced(lun_file, params, sub_ns, 6, Control(6, at_boundary=edit))
+    assert ctl.errors == {} and loop.in_flight == 0
+    assert (loads[0], retimes[0]) == ((1, 6) if in_place else (6, 0))  # an edit per boundary
+    for k in range(1, 5):  # subinterval k ran at the rates the edit at its start set
+        for i, p in enumerate(params):
+            got = ctl.stats[3 * k + i].ops(2 if i == 1 else 0)  # sequential reads: 2
+            want = p.iops * scale[k] * sub_ns / 1e9
+            # a Poisson count varies by its square root: 5 of them
+            tol = 5 * want ** 0.5 if i == 2 else want * 0.03 + 2
+            assert abs(got - want) <= tol, (k, i, got, want)
+    for i, w in enumerate(x for x in loop._wl if x is not None):
+        # given back at the end, each sequencer has its last rate
+        assert w.seq.params is w.spec.params
+        assert w.seq.params.iops == params[i].iops * scale[-1]
+
+
+@needs_aio
+@needs_cc
+def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
+    # 10 IOPS (its next I/O 78 ms after the boundary, by its phase) raised to 1,000 there:
+    # the I/Os of the new schedule start at once, not when the old one had its next
+    # (the kernel's heap held that time: it is emptied, and every workload armed anew)
+    params = [WorkloadParams(iodepth=4, iops=10.0, blocksize_bytes=4096, seed=1)]
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0:
+            loop.edit_workloads([("t:lun:w0", params[0].replace(iops=1000.0))], boundary_ns)
+            assert loop._paced_words is not None
+            cp = loop._paced_words[0].compiled
+            assert cp is not None and cp.loaded  # made in place
+
+    ctl, _ = _run_paced(lun_file, params, 200_000_000, 2, Control(2, at_boundary=edit))
+    after = ctl.stats[1]
+    assert abs(after.ops(0) - 200) <= 200 * 0.03 + 2
+    worst = after.histogram(0, 1).max_ns
+    assert worst is not None and worst < 20_000_000, worst
+
+
+@needs_aio
+@needs_cc
+def test_an_edit_of_more_than_the_rate_takes_the_set_back_for_all(
+        lun_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one edit among rate edits changes the depth: none is made in place, all take effect
+    retimes = [0]
+    retime = pk.retime
+
+    def counted_retime(*a: object) -> None:
+        retimes[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "retime", counted_retime)
+    params = [WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=1),
+              WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2)]
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0:
+            loop.edit_workloads([("t:lun:w0", params[0].replace(iops=4000.0)),
+                                 ("t:lun:w1", params[1].replace(iops=1000.0, iodepth=3))],
+                                boundary_ns)
+
+    ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=edit))
+    assert retimes[0] == 0 and ctl.errors == {}
+    w0, w1 = (w for w in loop._wl if w is not None)
+    assert (w0.params.iops, w1.params.iops, w1.params.iodepth) == (4000.0, 1000.0, 3)
+    assert abs(ctl.stats[2].ops(0) - 800) <= 800 * 0.03 + 2
+    assert abs(ctl.stats[3].ops(0) - 200) <= 200 * 0.03 + 2
 
 
 @needs_aio

@@ -209,7 +209,7 @@ def test_an_edit_carries_on_the_random_stream() -> None:
     (WorkloadParams(iops=100.0), None, False, True),
     (WorkloadParams(iops=100.0, iosequencer="sequential"), None, False, True),
     (WorkloadParams(iops=None), None, False, False),  # no schedule to go on with
-    (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, False, False),
+    (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, False, True),
     (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, True, True),
     (WorkloadParams(iops=100.0), np.random.Generator(np.random.MT19937(1)), False, False),
 ])
@@ -237,7 +237,38 @@ def test_resume_goes_on_from_the_numbers_given() -> None:
     b.chunk(7)
     gs = a.generator_state()
     assert gs is not None
-    b.resume(gs.rng_state, gs.seq_next, gs.sched_k, gs.sched_last_ns)
+    b.resume(gs.rng_state, gs.seq_next, gs.sched_base_ns, gs.sched_k, gs.sched_last_ns,
+             gs.first_arrival_due)
     x, y = a.chunk(300), b.chunk(300)
     for field in ("offset_bytes", "is_write", "category", "sched_ns"):
         assert np.array_equal(getattr(x, field), getattr(y, field)), field
+
+
+@pytest.mark.parametrize("params", [
+    WorkloadParams(iops=100.0, read_fraction=0.5, hot_zone_bytes=1 << 20,
+                   hot_zone_fraction=0.5),
+    WorkloadParams(iops=100.0, iosequencer="sequential", range_end_bytes=1 << 20),
+    WorkloadParams(iops=100.0, iosequencer="random_independent"),
+])
+def test_retime_in_place_is_the_edited_sequencer(params: WorkloadParams) -> None:
+    # DFC's edit without a new sequencer: the same schedule, stream and position after it
+    a = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="h:l:w")
+    b = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="h:l:w")
+    for s in (a, b):
+        s.start(1_000)
+        s.chunk(333)
+    new = params.replace(iops=317.0)
+    a.retime(new, 7_000_000_000)
+    b = b.edited(new, at_ns=7_000_000_000)
+    assert a.params is new
+    x, y = a.chunk(500), b.chunk(500)
+    for field in ("offset_bytes", "is_write", "category", "sched_ns"):
+        assert np.array_equal(getattr(x, field), getattr(y, field)), field
+
+
+@pytest.mark.parametrize("change", [{"iops": None}, {"iodepth": 2}, {"blocksize_bytes": 8192},
+                                    {"read_fraction": 0.5}])
+def test_retime_refuses_more_than_a_new_rate(change: dict[str, object]) -> None:
+    seq = Sequencer(WorkloadParams(iops=100.0), lun_size_bytes=1 << 30, logical_block_bytes=512)
+    with pytest.raises(ValueError, match="only a new rate"):
+        seq.retime(WorkloadParams(iops=100.0).replace(**change), 0)

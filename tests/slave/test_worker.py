@@ -174,6 +174,31 @@ def test_edits_of_many_workloads_in_one_message_per_worker(pool: WorkerPool) -> 
         _assert_counted(wid, 3, 3, ops[wid], rates[wid], worker[wid], lags)
 
 
+def test_staged_edits_and_deletes_apply_in_the_order_sent(pool: WorkerPool) -> None:
+    # a worker applies each run of edits in one call: an edit, a delete, two more edits of
+    # one workload; its last edit counts, and the delete between them stands
+    a = pool.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=500.0), **LUN)
+    d = pool.create_workload(D, "/dev/null", FAKE, WorkloadParams(iops=250.0), **LUN)
+    assert a.worker == d.worker
+    t0 = start(pool)
+    results = [pool.collect(0, deadline(t0, 0))]
+    pool.edit_workload(A, WorkloadParams(iops=2000.0))
+    pool.delete_workload(D)
+    pool.edit_workload(A, WorkloadParams(iops=1500.0))
+    pool.edit_workload(A, WorkloadParams(iops=1000.0))
+    pool.keep_going()
+    for k in range(1, 5):
+        results.append(pool.collect(k, deadline(t0, k)))
+        pool.keep_going()
+    pool.stop()
+    assert sorted(pool.workloads) == [A]
+    assert [D in r.stats for r in results] == [True, True, False, False, False]
+    ops: list[int | None] = [r.stats[A].ops() for r in results]
+    rates = {A: [500.0] * 2 + [1000.0] * 3, D: [250.0] * 2 + [0.0] * 3}
+    lags = _lags_s(results, {A: a.worker, D: d.worker}, rates)
+    _assert_counted(A, 3, 3, ops, rates[A], a.worker, lags)
+
+
 def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
     pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(iodepth=4), **LUN)
     t0 = start(pool)
