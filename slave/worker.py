@@ -90,13 +90,22 @@ _PR_SET_TIMERSLACK: Final = 29
 WORKER_TIMER_SLACK_NS: Final = 1
 
 
+#: workloads a worker's error names; the rest are counted (a worker of 1,024 workloads named
+#: every one, some 10 KB in one line)
+NAMED_WORKLOADS: Final = 8
+
+
 class WorkerError(IoEngineError):
-    """A worker process failed or refused a command. ``worker`` is its index."""
+    """A worker process failed or refused a command. ``worker`` is its index; ``workloads``
+    all of its workloads (the message names the first ``NAMED_WORKLOADS``)."""
 
     def __init__(self, message: str, *, worker: int, workloads: tuple[str, ...] = ()) -> None:
         self.worker = worker
         self.workloads = workloads
-        names = f" (workloads {', '.join(workloads)})" if workloads else ""
+        names = ", ".join(workloads[:NAMED_WORKLOADS])
+        if len(workloads) > NAMED_WORKLOADS:
+            names += f" and {len(workloads) - NAMED_WORKLOADS:,} more"
+        names = f" (workloads {names})" if workloads else ""
         super().__init__(f"worker {worker}{names}: {message}")
 
 

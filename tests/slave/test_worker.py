@@ -474,3 +474,17 @@ def test_worker_count_and_cpu_list_must_agree() -> None:
         WorkerPool(3, cpus=[0, None])
     with pytest.raises(ValueError, match="at least one worker"):
         WorkerPool(cpus=[])
+
+
+@pytest.mark.parametrize(("n", "names"), [
+    (0, ""),
+    (1, " (workloads w0)"),
+    (8, " (workloads w0, w1, w2, w3, w4, w5, w6, w7)"),
+    (9, " (workloads w0, w1, w2, w3, w4, w5, w6, w7 and 1 more)"),
+    (1024, " (workloads w0, w1, w2, w3, w4, w5, w6, w7 and 1,016 more)"),
+])
+def test_a_worker_error_names_a_few_workloads_and_counts_the_rest(n: int, names: str) -> None:
+    workloads = tuple(f"w{i}" for i in range(n))
+    exc = MasterLateError("the master is late", worker=3, workloads=workloads)
+    assert str(exc) == f"worker 3{names}: the master is late"
+    assert exc.workloads == workloads  # all of them, for whoever handles it
