@@ -300,11 +300,15 @@ class Run:
                 "ivypy_version": hello.ivypy_version, "cores": hello.cores,
                 "slave_pid": hello.pid, "clock_offset_ns": hs.offset_ns,
                 "rtt_us": round(hs.rtt_ns / 1e3, 3),
-                "clock_samples": len(hs.clock_samples),
+                "clock_samples": len(hs.clock_samples), "paced_loop": hello.paced_loop,
             })
             self.event("INFO", f"slave up: {hello.hostname} python {hello.python_version}, "
                        f"{hello.cores} cores, clock offset {hs.offset_ns} ns, "
                        f"RTT {hs.rtt_ns / 1e3:.1f} us", host=name, kind="host")
+            if hello.paced_loop != "compiled":
+                self.event("WARNING", "paced I/O runs in the Python loop here, its latencies less "
+                           f"precise at high rates ({hello.paced_loop.removeprefix('python: ')})",
+                           host=name, kind="host")
 
     async def _discover(self) -> None:
         async def one(name: str, hs: HostSession) -> None:
@@ -862,7 +866,7 @@ DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
-                "rtt_us", "clock_samples"]
+                "rtt_us", "clock_samples", "paced_loop"]
 def run_test(cfg: TestConfig, view: LiveView | None = None,
              connect: Connector = default_connect) -> RunResult:
     """Run a validated test to its end (blocking)."""

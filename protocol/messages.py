@@ -70,6 +70,8 @@ class HelloReply(Message):
     cores: int
     pid: int
     slave_time_ns: int
+    # where paced I/O runs: "compiled" (slave/engine/paced_kernel), or "python: " and why not
+    paced_loop: str
 
 
 # --------------------------------------------------------------------------- clock

@@ -54,6 +54,7 @@ from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
+from slave.engine import paced_kernel
 from slave.params import WorkloadParams
 from slave.preflight import in_use_reasons, require_ok
 from slave.windowstore import WindowError, WindowStore
@@ -284,6 +285,8 @@ class SlaveSession:
                 cores=os.cpu_count() or 1,
                 pid=os.getpid(),
                 slave_time_ns=self.clock(),
+                paced_loop=("compiled" if paced_kernel.available()
+                            else f"python: {paced_kernel.why_not()}"),
             )
         )
 

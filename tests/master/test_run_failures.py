@@ -294,6 +294,24 @@ def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> N
                         rf"(libaio|threadpool), worker 0 on CPU {cpu}\)", created[0]), created
 
 
+def test_a_host_without_the_compiled_loop_runs_and_the_output_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the local slave inherits IVYPY_SLAVE_CC=none: its paced I/O runs in Python, which
+    # hosts.csv records and events.csv warns of, naming the host
+    monkeypatch.setenv("IVYPY_SLAVE_CC", "none")
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=1))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    folder = run_folder(tmp_path, "nocc")
+    why = "the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"
+    assert [h["paced_loop"] for h in rows(folder / "hosts.csv")] == [f"python: {why}"]
+    warned = [e for e in rows(folder / "events.csv") if "Python loop" in e["message"]]
+    assert [(e["level"], e["host"], e["kind"]) for e in warned] == [
+        ("WARNING", "localhost", "host")]
+    assert why in warned[0]["message"]
+
+
 def test_more_workloads_on_a_host_than_a_slave_runs_is_refused_before_any_io(
         tmp_path: Path) -> None:
     specs = "\n".join(f"      - {{name: w{i}, iosequencer: random_steady, blocksize: 4KiB, "

@@ -55,6 +55,8 @@ def test_folder_layout(run_folder: Path) -> None:
             assert (d / sub).is_file(), f"{step}/{sub}"
     hosts = _rows(run_folder / "hosts.csv")
     assert hosts[0]["host"] == "localhost" and int(hosts[0]["clock_samples"]) >= 8
+    # where paced I/O ran (the test machines have a C compiler: scripts/test installs gcc)
+    assert hosts[0]["paced_loop"] == "compiled"
     assert "slave" not in (run_folder / "run.log").read_text()[:0]
 
 

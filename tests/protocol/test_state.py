@@ -49,7 +49,7 @@ class Pair:
 
 
 HELLO = Hello(PROTOCOL_VERSION, "0.1.0", "h1", 1)
-REPLY = HelloReply(PROTOCOL_VERSION, "0.1.0", "h", "6.1", "3.11", "1.24", 2, 9, 5)
+REPLY = HelloReply(PROTOCOL_VERSION, "0.1.0", "h", "6.1", "3.11", "1.24", 2, 9, 5, "compiled")
 RESULT = SubintervalResult(0, 0, 0, 1, [], [], {}, [], 2)
 
 

@@ -4,6 +4,7 @@ prompt, complete exit on stdin EOF or SIGTERM — no child process left behind."
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Slave:
-    def __init__(self, tmp: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake:const:50000"}
+    def __init__(self, tmp: Path, **extra_env: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake:const:50000",
+               **extra_env}
         self.proc = subprocess.Popen([sys.executable, "-m", "slave"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      cwd=tmp)
@@ -164,3 +166,24 @@ def test_the_worker_cpus_option_pins_the_workers(tmp_path: Path) -> None:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize(("cc", "want"), [
+    (None, "compiled"),
+    ("none", "python: the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"),
+    ("no-such-cc", "python: no C compiler 'no-such-cc' on this host to build the compiled "
+                   "paced loop"),
+])
+def test_hello_reply_says_where_paced_io_runs(tmp_path: Path, cc: str | None, want: str
+                                              ) -> None:
+    if cc is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) here: the compiled paced loop cannot be built")
+    env = {} if cc is None else {"IVYPY_SLAVE_CC": cc, "XDG_CACHE_HOME": str(tmp_path)}
+    s = Slave(tmp_path, **env)
+    try:
+        s.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
+        reply = s.recv()
+        assert isinstance(reply, HelloReply) and reply.paced_loop == want
+    finally:
+        s.proc.kill()
+        s.proc.wait(5)
