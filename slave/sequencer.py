@@ -128,7 +128,8 @@ class Sequencer:
         self._rng = (np.random.default_rng([params.seed, zlib.crc32(stream.encode())])
                      if rng is None else rng)
         hot = min(params.hot_zone_bytes, self._n_blocks * params.blocksize_bytes)
-        self._n_hot = hot // params.blocksize_bytes
+        # blocks in the hot zone, 0 when it takes no share: no draw for it then
+        self._n_hot = hot // params.blocksize_bytes if params.hot_zone_fraction > 0 else 0
         seq = max(params.seq_start_bytes - self._first, 0) // params.blocksize_bytes
         self._seq_next = int(seq % self._n_blocks)
         self._period_ns = 1e9 / params.iops if params.iops else 0.0
@@ -233,7 +234,7 @@ class Sequencer:
             self._seq_next = int((self._seq_next + n) % self._n_blocks)
             return self._first + idx * bs, True
         idx = self._below(self._n_blocks, n)
-        if self._n_hot and self.params.hot_zone_fraction > 0:
+        if self._n_hot:
             hot = self._rng.random(n) < self.params.hot_zone_fraction
             n_hot = int(hot.sum())
             if n_hot:
@@ -280,7 +281,7 @@ class Sequencer:
             rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],
             first_offset_bytes=self._first, n_blocks=self._n_blocks,
             blocksize_bytes=p.blocksize_bytes,
-            n_hot_blocks=self._n_hot if p.hot_zone_fraction > 0 else 0,
+            n_hot_blocks=self._n_hot,
             hot_zone_fraction=p.hot_zone_fraction, read_fraction=p.read_fraction,
             sequential=p.iosequencer == "sequential", seq_next=self._seq_next,
             poisson=p.iosequencer == "random_independent", period_ns=self._period_ns,

@@ -326,8 +326,9 @@ class _WorkerControl:
             self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
             return
         try:
-            check_fits(params, lun_size_bytes=spec.lun_size_bytes,
-                       logical_block_bytes=spec.logical_block_bytes)
+            if not params.same_but_rate(spec.params):  # a new rate alone fits as before
+                check_fits(params, lun_size_bytes=spec.lun_size_bytes,
+                           logical_block_bytes=spec.logical_block_bytes)
             if params.writes and not spec.params.writes:
                 raise ValueError("an edit cannot turn a read-only workload into one that writes")
         except ValueError as exc:
