@@ -249,6 +249,10 @@ def main() -> int:
             "ivypy qd32 paced quarter": lambda: run_ivypy(one, 32, False, s, iops=quarter),
             "fio qd32 paced quarter poll": lambda: run_fio(
                 one, 32, s, [f"--rate_iops={quarter:.0f}", *polling]),
+            # and ivypy polling too (busy_poll: it looks in the ring, never sleeping while I/O
+            # is in flight, as fio's polling job spins)
+            "ivypy qd32 paced quarter busy_poll": lambda: run_ivypy(one, 32, True, s,
+                                                                    iops=quarter),
             # not a target: the same in the Python loop, as on a host without a C compiler
             "ivypy qd32 paced python": lambda: run_ivypy(one, 32, False, s, iops=rate,
                                                          compiled=False),
@@ -346,7 +350,8 @@ def main() -> int:
     print("\n# ivypy's own lateness at paced rates: response time (scheduled -> completion) "
           "against service time (submit -> completion), medians; not a target")
     for case in ("ivypy qd32 paced", "ivypy qd32 paced python", "ivypy 8 workloads paced",
-                 "ivypy qd32 paced quarter", "ivypy qd32 paced 1000"):
+                 "ivypy qd32 paced quarter", "ivypy qd32 paced quarter busy_poll",
+                 "ivypy qd32 paced 1000"):
         print(f"{case:26s} response p50 {med(case, 'resp_p50_us'):7.1f} us"
               f" (service {med(case, 'p50_us'):6.1f})  p99 {med(case, 'resp_p99_us'):7.1f} us"
               f" (service {med(case, 'p99_us'):6.1f})")
@@ -358,6 +363,11 @@ def main() -> int:
     r = ratio("ivypy qd32 paced quarter", "fio qd32 paced quarter poll", "iops")
     print(f"{'like reference':26s} service p50 / fio polling {r50:6.3f}  p99 / fio polling "
           f"{r99:6.3f}  (at {quarter:.0f} IOPS; IOPS / fio {r:6.3f})")
+    r50, r99 = (ratio("ivypy qd32 paced quarter busy_poll", "fio qd32 paced quarter poll", f)
+                for f in ("p50_us", "p99_us"))
+    r = ratio("ivypy qd32 paced quarter busy_poll", "fio qd32 paced quarter poll", "iops")
+    print(f"{'like reference, busy_poll':26s} service p50 / fio polling {r50:6.3f}  p99 / fio "
+          f"polling {r99:6.3f}  (IOPS / fio {r:6.3f})")
     r50, r99 = (ratio("ivypy qd32 paced python", "fio qd32 paced", f)
                 for f in ("p50_us", "p99_us"))
     print(f"{'paced, Python loop':26s} service p50 / fio {r50:6.3f}  p99 / fio {r99:6.3f}")

@@ -895,14 +895,14 @@ class EngineLoop:
         """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
         SCALAR_MAX, alone on one engine that lays out its completions as words. And whether
         the paced loop serves: only paced workloads (any mix of reads and writes), all on one
-        such engine, none retired with I/O in flight, without busy polling."""
+        such engine, none retired with I/O in flight (with ``busy_poll``, it looks in the
+        completion ring instead of sleeping while I/O is in flight)."""
         self._scalar = None
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
         paced = self._paced
-        if (paced and len(engines) == 1 and not self._busy_poll
-                and self._retired_in_flight == 0
+        if (paced and len(engines) == 1 and self._retired_in_flight == 0
                 and len(paced) == sum(w is not None for w in self._wl)):
             eng = engines[0]
             words = getattr(eng, "done_words", None)
@@ -2112,6 +2112,7 @@ class EngineLoop:
             if w.free and not armed[i]:
                 arm(i)
         lone = ws[0].free if len(ws) == 1 else None  # one workload: no owner lookup
+        busy = self._busy_poll
         n = 0
         while True:
             if not n:
@@ -2182,7 +2183,12 @@ class EngineLoop:
                 self._bin_idle(until, ready)
                 continue
             left = until - now
-            if left >= SLEEP_MIN_NS:  # else too near to sleep: look again
+            if busy:  # look again at once while I/O is in flight or the next is near
+                if not self._in_flight and left >= LONG_WAIT_NS:
+                    n = reap(1, left - WAKE_EARLY_NS)
+                else:
+                    sched_yield()  # letting the device's kernel worker run if it shares the core
+            elif left >= SLEEP_MIN_NS:  # else too near to sleep: look again
                 n = reap(1, _timed_wait_ns(left))
 
     def _loop_paced_compiled(self, control: LoopControl, cp: _CompiledPaced, eng: IoEngine,
@@ -2201,6 +2207,7 @@ class EngineLoop:
         fd = control.poll_fd()
         args.set("CONTROL_FD", -1 if fd is None else fd)
         args.set("POLL_NS", POLL_CONTROL_NS)
+        args.set("BUSY_POLL", int(self._busy_poll))
         while True:
             st[pk.ST_P] = self._p
             st[pk.ST_BINNED] = self._binned

@@ -346,6 +346,7 @@ int64_t paced_run(const int64_t *a)
     const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
     const int64_t boundary = a[A_BOUNDARY], sleep_min = a[A_SLEEP_MIN];
     const int64_t control_fd = a[A_CONTROL_FD], poll_ns = a[A_POLL_NS];
+    const int64_t busy_poll = a[A_BUSY_POLL];
     int64_t wake = a[A_WAKE];
     const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
     const int64_t nr = hdr[1], n_slots = a[A_N_SLOTS];
@@ -505,9 +506,15 @@ int64_t paced_run(const int64_t *a)
             }
             continue;
         }
-        int64_t left_ns = until - now;
-        if (left_ns >= sleep_min) {
-            int64_t wait = left_ns > long_wait ? left_ns - wake_early : left_ns;
+        const int64_t left_ns = until - now;
+        int64_t wait = 0; /* 0: too near to sleep, look again */
+        if (busy_poll) { /* look again at once while I/O is in flight or the next is near */
+            if (st[ST_IN_FLIGHT] == 0 && left_ns >= long_wait)
+                wait = left_ns - wake_early;
+        } else if (left_ns >= sleep_min) {
+            wait = left_ns > long_wait ? left_ns - wake_early : left_ns;
+        }
+        if (wait > 0) {
             struct timespec ts = {wait / 1000000000LL, wait % 1000000000LL};
             long got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)ev_cap,
                                (void *)ev, &ts);

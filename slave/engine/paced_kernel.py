@@ -60,7 +60,7 @@ _ARGS: Final = (
     "PEND", "FLUSH_AT", "COMPACT_AT",
     "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
     "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
-    "CONTROL_FD", "POLL_NS", "GEN", "RCAP", "GEN_IOS",
+    "CONTROL_FD", "POLL_NS", "GEN", "RCAP", "GEN_IOS", "BUSY_POLL",
 )
 A: Final = {name: i for i, name in enumerate(_ARGS)}
 N_ARGS: Final = len(_ARGS)

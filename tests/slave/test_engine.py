@@ -746,7 +746,7 @@ def _count_paced_loop(loop: EngineLoop, monkeypatch: pytest.MonkeyPatch) -> list
         (WorkloadParams(iodepth=8, iops=5000.0), None, True),
         (WorkloadParams(iodepth=8, iops=5000.0, read_fraction=0.5), None, True),  # writes
         (WorkloadParams(iodepth=8, iops=5000.0), WorkloadParams(iodepth=2, iops=100.0), True),
-        (WorkloadParams(iodepth=8, iops=5000.0, busy_poll=True), None, False),
+        (WorkloadParams(iodepth=8, iops=5000.0, busy_poll=True), None, True),  # polls there
         (WorkloadParams(iodepth=8), None, False),  # max iops
         (WorkloadParams(iodepth=8, iops=5000.0), WorkloadParams(iodepth=2), False),  # beside one
     ],
