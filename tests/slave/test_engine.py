@@ -27,6 +27,7 @@ from slave.engine.loop import (
 )
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
+from tests.slave.stalls import StallWatch
 
 MiB = 1 << 20
 
@@ -920,11 +921,18 @@ def test_every_loop_times_service_from_submit_to_reap(
     monkeypatch.setattr(loop, loop_name, counted)
     s = spec(loop, "w", params)
     loop.add_workload(s, None)
-    ctl = Control(3)
+    ctl = Control(5)
     ctl.specs.append(s)
-    run(loop, ctl, 100_000_000)
+    sub_ns = 100_000_000
+    with StallWatch() as watch:  # a subinterval in which the process did not run is not seen
+        start = time.monotonic_ns() + 2_000_000
+        loop.run(ctl, start, sub_ns)
     assert calls, f"{loop_name} never ran"
-    for st in ctl.snapshots["w"][1:]:  # the first subinterval and the last are whole
+    seen = [k for k in watch.clear_subintervals(start, sub_ns, 5) if k]  # from the second on
+    if not seen:
+        pytest.skip(f"the process did not run for a while in every subinterval: {watch}")
+    for k in seen:
+        st = ctl.snapshots["w"][k]
         assert st.ops() > 40  # QD2 at 2 ms: 100 per subinterval
         svc = st.histogram(0, 0)
         assert int(st.lat[0, 0, 1]) >= latency_ns  # min
