@@ -42,7 +42,13 @@ it submits one I/O per call; ivypy keeps to its schedule and submits all the I/O
 call, so when its loop was held up (0.06-2 ms, 10-20 times in 6 s on the VM: another process or
 the device's kernel worker on its core; raising the worker's priority to nice -10 changed
 nothing) the I/Os that came due meanwhile went out together, 16-32 at a time, and queued at the
-device. The block layer's own mean read 17-34 us under ivypy against 14 under fio.
+device. The block layer's own mean read 17-34 us under ivypy against 14 under fio. On a faster
+host (fio's QD32 300,000 IOPS) the polling job is itself two-moded at the same settings: when
+it held 80,000 IOPS its p50 read 7.3-8.8 us (block layer 11 us), when it fell to 51,000-53,000
+IOPS in the next round 18.6-19.1 us (block layer 17-18), whichever CPU it was pinned to; ivypy
+at 80,000 read 15.7-19.8 us pinned to either CPU or unpinned. ivypy with ``busy_poll`` (it
+then looks in the ring instead of sleeping while I/O is in flight, as fio's polling job spins)
+read no lower there (p50 19.1 against 16.3 us, medians of three rounds).
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
