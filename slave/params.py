@@ -80,6 +80,17 @@ class WorkloadParams:
         """A copy with ``changes`` applied (and validated)."""
         return replace(self, **changes)
 
+    def with_rate(self, iops: float) -> WorkloadParams:
+        """A copy with ``iops`` (> 0) alone changed, made without ``__init__``: the rest was
+        validated when these were made. DFC gives every workload a new rate at every
+        boundary: a ``replace`` cost ~3 us per workload there, this ~0.4."""
+        if not iops > 0:
+            raise ValueError(f"iops: {iops} must be > 0")
+        new = object.__new__(WorkloadParams)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["iops"] = float(iops)
+        return new
+
     def same_but_rate(self, other: WorkloadParams) -> bool:
         """Whether ``other`` differs from these parameters in ``iops`` alone (or not at all):
         every other field read in one ``attrgetter`` call and the tuples compared (a

@@ -191,6 +191,9 @@ class _WorkerControl:
         self.staged: list[tuple[str, Any]] = []
         self.fds: dict[tuple[str, str, bool], list[int]] = {}  # key -> [fd, refcount]
         self.specs: dict[str, WorkloadSpec] = {}
+        # each workload's parameters as last sent (staged, or applied): a "rates" message
+        # gives only the new rate of these
+        self.latest: dict[str, WorkloadParams] = {}
         self.running = False
         self.go_args: tuple[int, int] | None = None
         self.exit = False
@@ -208,6 +211,8 @@ class _WorkerControl:
         elif kind == "edits":
             for wid, params in msg[1]:
                 self._edit(wid, params)
+        elif kind == "rates":
+            self._rates(msg[1])
         elif kind == "delete":
             self._stage("delete", msg[1])
         elif kind == "go":
@@ -262,6 +267,7 @@ class _WorkerControl:
         elif what == "delete":
             self.loop.remove_workload(arg)
             self.specs.pop(arg, None)
+            self.latest.pop(arg, None)
 
     def _open(self, path: str, kind: str, writable: bool, flags: int) -> int:
         key = (path, kind, writable)
@@ -314,11 +320,24 @@ class _WorkerControl:
                 wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
             )
             self.specs[wid] = spec
+            self.latest[wid] = params
             self._stage("add", spec)
         except (IoEngineError, ValueError, OSError) as exc:
             self.reply.send(("failed", wid, str(exc)))
             return
         self.reply.send(("created", wid, decision.kind, decision.warning))
+
+    def _rates(self, rates: list[tuple[str, float]]) -> None:
+        """Edits of the rate alone of each workload's latest parameters (checked when they
+        came: a new rate fits wherever they did), staged as ``_edit`` stages them."""
+        latest, stage = self.latest, self._stage
+        for wid, iops in rates:
+            base = latest.get(wid)
+            if base is None:
+                self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
+                continue
+            params = latest[wid] = base.with_rate(iops)
+            stage("edit", (wid, params))
 
     def _edit(self, wid: str, params: WorkloadParams) -> None:
         spec = self.specs.get(wid)
@@ -334,6 +353,7 @@ class _WorkerControl:
         except ValueError as exc:
             self.reply.send(("error", "command", f"edit of {wid} refused: {exc}"))
             return
+        self.latest[wid] = params
         self._stage("edit", (wid, params))
 
     # ------------------------------------------------------------------ LoopControl
@@ -669,11 +689,20 @@ class WorkerPool:
         ``WorkerError`` before anything is sent."""
         entries = [self._entry(wid) for wid, _ in edits]
         by_worker: dict[int, list[tuple[str, WorkloadParams]]] = {}
+        rates_only: dict[int, bool] = {}
         for e, (wid, params) in zip(entries, edits, strict=True):
+            w = e.info.worker
+            rate = params.iops is not None and params.same_but_rate(e.params)
+            rates_only[w] = rates_only.get(w, True) and rate
             e.params = params
-            by_worker.setdefault(e.info.worker, []).append((wid, params))
+            by_worker.setdefault(w, []).append((wid, params))
         for index, items in by_worker.items():
-            self._send(self._workers[index], ("edits", items))
+            # DFC's edits (new rates alone) as (id, iops): a quarter of the bytes, and the
+            # worker makes no parameters from a pickle (1.2 ms for 1,024, warm, while its
+            # I/O waited)
+            msg = (("rates", [(wid, p.iops) for wid, p in items]) if rates_only[index]
+                   else ("edits", items))
+            self._send(self._workers[index], msg)
 
     def delete_workload(self, workload_id: str) -> None:
         """Delete at the next boundary; its last subinterval is still collected."""

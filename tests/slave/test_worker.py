@@ -174,6 +174,37 @@ def test_edits_of_many_workloads_in_one_message_per_worker(pool: WorkerPool) -> 
         _assert_counted(wid, 3, 3, ops[wid], rates[wid], worker[wid], lags)
 
 
+def test_new_rates_alone_go_as_rates_of_the_latest_parameters_sent(
+        pool: WorkerPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # edits of the rate alone travel as (id, iops) and the worker applies each to the
+    # parameters it was last sent: here an edit of the blocksize staged just before
+    a = pool.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=500.0), **LUN)
+    sent: list[str] = []
+    send = pool._send
+
+    def spy(w: object, msg: tuple[object, ...]) -> None:
+        sent.append(str(msg[0]))
+        send(w, msg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pool, "_send", spy)
+    t0 = start(pool)
+    results = [pool.collect(0, deadline(t0, 0))]
+    bigger = WorkloadParams(iops=500.0, blocksize_bytes=8192)
+    pool.edit_workloads([(A, bigger)])
+    pool.edit_workloads([(A, bigger.replace(iops=1000.0))])
+    pool.keep_going()
+    for k in range(1, 5):
+        results.append(pool.collect(k, deadline(t0, k)))
+        pool.keep_going()
+    pool.stop()
+    assert [m for m in sent if m in ("edit", "edits", "rates")] == ["edits", "rates"]
+    st = results[3].stats[A]
+    assert int(st.counters[0, 1]) == 8192 * st.ops()  # the blocksize of the edit before
+    rates = {A: [500.0] * 2 + [1000.0] * 3}
+    lags = _lags_s(results, {A: a.worker}, rates)
+    _assert_counted(A, 3, 3, [r.stats[A].ops() for r in results], rates[A], a.worker, lags)
+
+
 def test_staged_edits_and_deletes_apply_in_the_order_sent(pool: WorkerPool) -> None:
     # a worker applies each run of edits in one call: an edit, a delete, two more edits of
     # one workload; its last edit counts, and the delete between them stands
