@@ -215,6 +215,8 @@ def test_refused_creates_name_the_reason(
         ("h1:/dev/fake0:w", {"read_fraction": 0.5}, "read-only workload into one that writes"),
         ("h1:/dev/fake0:w", {"nonsense": 1}, "nonsense"),
         ("h1:/dev/fake0:w", {"iops": -5}, "iops"),
+        ("h1:/dev/fake0:w", {"iops": 0}, "iops: 0.0 must be > 0"),
+        ("h1:/dev/fake0:w", {"iops": "fast"}, "could not convert string to float: 'fast'"),
         ("h1:/dev/fake0:other", {"iops": 5}, "no workload h1:/dev/fake0:other"),
     ],
 )
@@ -245,6 +247,10 @@ def test_edits_of_many_workloads_in_one_request() -> None:
     assert ack == Ack(4, 2, {"edited": 2})
     assert [c for c in h.backend.calls if c[0] == "edit"] == [("edit", 300.0), ("edit", 50.5)]
     assert [h.session.params[f"h1:/dev/fake0:{w}"].iops for w in "abc"] == [300.0, 100.0, 50.5]
+    # an edit of the rate alone is the workload's parameters with that rate, as a float
+    a = h.session.params["h1:/dev/fake0:a"]
+    assert a == h.session.params["h1:/dev/fake0:b"].replace(iops=300.0)
+    assert isinstance(a.iops, float)
 
 
 @pytest.mark.parametrize(
