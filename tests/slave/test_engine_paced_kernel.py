@@ -722,6 +722,59 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
 
 @needs_aio
 @needs_cc
+def test_writes_land_byte_for_byte_across_edits_in_place_and_given_back(
+        lun_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # planned writes (random data in a random workload; compressible data in a sequential
+    # one that wraps its range many times) beside Poisson reads, all retimed in place at
+    # boundaries 0, 2, 3 and 4, and given back at 1, where one workload's depth changes and
+    # the others go on with the schedules they were given in place: every block written
+    # carries the data and stamps its pattern gives it at its offset, and every workload
+    # keeps the rate last set
+    retimes = [0]
+    retime = pk.retime
+
+    def counted_retime(*a: object) -> None:
+        retimes[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "retime", counted_retime)
+    params = [WorkloadParams(read_fraction=0.5, iodepth=4, iops=4000.0, blocksize_bytes=4096,
+                             seed=41, range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
+              WorkloadParams(read_fraction=0.0, iodepth=4, iops=3000.0, blocksize_bytes=8192,
+                             seed=42, iosequencer="sequential", range_start_bytes=5 * MiB,
+                             range_end_bytes=5 * MiB + 64 * 8192, write_data="compressible",
+                             write_data_ratio=2.0),
+              WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=43,
+                             iosequencer="random_independent", range_start_bytes=6 * MiB,
+                             range_end_bytes=7 * MiB)]
+    now = list(params)
+    rates: list[list[float]] = []  # as set at each boundary
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 1:  # the others keep the schedules they were given in place
+            now[0] = now[0].replace(iodepth=6)
+            loop.edit_workloads([("t:lun:w0", now[0])], boundary_ns)
+        else:
+            scale = 1.25 if finished % 2 else 0.8
+            now[:] = [p.replace(iops=p.iops * scale) for p in now]
+            loop.edit_workloads([(f"t:lun:w{i}", p) for i, p in enumerate(now)], boundary_ns)
+        rates.append([p.iops for p in now if p.iops is not None])
+
+    ctl, loop = _run_paced(lun_file, params, 100_000_000, 5, Control(5, at_boundary=edit))
+    assert retimes[0] == 4  # at boundaries 0, 2, 3, 4; given back at 1
+    assert ctl.errors == {} and loop.in_flight == 0
+    written = [verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes)
+               for p in params]
+    assert written[0] > 200 and written[1] == 64 and written[2] == 0
+    for k in (1, 2, 3):  # the steady workloads at the rates set at the boundary before
+        for i in (0, 1):
+            want = rates[k - 1][i] * 0.1
+            got = ctl.stats[3 * k + i].ops()
+            assert abs(got - want) <= want * 0.03 + 2, (k, i, got, want)
+
+
+@needs_aio
+@needs_cc
 def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
     # 10 IOPS (its next I/O 78 ms after the boundary, by its phase) raised to 1,000 there:
     # the I/Os of the new schedule start at once, not when the old one had its next
