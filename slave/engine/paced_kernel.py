@@ -24,7 +24,9 @@ kernel generates its next I/Os itself when its ring runs out, 512 at a time (``G
 7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
 the loop (a quarter second of a 35,000 IOPS workload: 8,592 I/Os), mostly the cold start of
 each numpy call after the loop's I/O had pushed Python out of the CPU's caches, while the I/Os
-due waited; 512 workloads' refills stalled the loop 155 times a second. It must not touch a
+due waited; 512 workloads' refills stalled the loop 155 times a second. An edit of the rates
+alone (DFC's, of every workload at every boundary) is made in the kernel's own arrays too
+(``retime``), without giving the set back to Python and loading it again. It must not touch a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 """
