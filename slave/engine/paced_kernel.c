@@ -8,7 +8,8 @@
  * Sequencer's stream (G_* words), or, where it cannot, from Python. It returns to Python (an
  * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
  * part, and a control poll; for the poll only when the control's descriptor (CONTROL_FD) has
- * something, or when it has none. It allocates nothing. */
+ * something, or when it has none. paced_retime makes an edit of workloads' rates in its arrays
+ * between runs, and paced_generate serves the tests. It allocates nothing. */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
