@@ -461,6 +461,20 @@ def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return made
 
 
+@pytest.fixture
+def retimes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the loop retimed workloads in the kernel (``paced_kernel.retime``)."""
+    n = [0]
+    retime = pk.retime
+
+    def counting(*a: object) -> None:
+        n[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "retime", counting)
+    return n
+
+
 def _run_paced(path: str, params: list[WorkloadParams], sub_ns: int, n_sub: int,
                ctl: Control | None = None) -> tuple[Control, EngineLoop]:
     """The workloads on ``path`` through libaio in one loop, their stats blocks in one region
@@ -671,26 +685,22 @@ def test_edits_at_every_boundary_lose_no_io(lun_file: str, codes: collections.Co
 @needs_cc
 @pytest.mark.parametrize("in_place", [True, False])
 def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
-        lun_file: str, in_place: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        lun_file: str, in_place: bool, retimes: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # three workloads (evenly spaced, sequential, Poisson) all get a new rate at every
     # boundary in one edit_workloads, as DFC does: the kernel retimes them in place (the
     # compiled state is loaded once), or, where that is turned off, the set is given back
     # and loaded again; either way each subinterval runs at the rates its edit set
     if not in_place:
         monkeypatch.setattr(EngineLoop, "_retime_loaded", lambda *a: False)
-    loads, retimes = [0], [0]
-    load, retime = loop_mod._CompiledPaced.load, pk.retime
+    loads = [0]
+    load = loop_mod._CompiledPaced.load
 
     def counted_load(cp: loop_mod._CompiledPaced) -> None:
         loads[0] += 1
         load(cp)
 
-    def counted_retime(*a: object) -> None:
-        retimes[0] += 1
-        retime(*a)  # type: ignore[arg-type]
-
     monkeypatch.setattr(loop_mod._CompiledPaced, "load", counted_load)
-    monkeypatch.setattr(pk, "retime", counted_retime)
     params = [WorkloadParams(iodepth=4, iops=4000.0, blocksize_bytes=4096, seed=1),
               WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2,
                              iosequencer="sequential"),
@@ -723,21 +733,13 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
 @needs_aio
 @needs_cc
 def test_writes_land_byte_for_byte_across_edits_in_place_and_given_back(
-        lun_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        lun_file: str, retimes: list[int]) -> None:
     # planned writes (random data in a random workload; compressible data in a sequential
     # one that wraps its range many times) beside Poisson reads, all retimed in place at
     # boundaries 0, 2, 3 and 4, and given back at 1, where one workload's depth changes and
     # the others go on with the schedules they were given in place: every block written
     # carries the data and stamps its pattern gives it at its offset, and every workload
     # keeps the rate last set
-    retimes = [0]
-    retime = pk.retime
-
-    def counted_retime(*a: object) -> None:
-        retimes[0] += 1
-        retime(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pk, "retime", counted_retime)
     params = [WorkloadParams(read_fraction=0.5, iodepth=4, iops=4000.0, blocksize_bytes=4096,
                              seed=41, range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
               WorkloadParams(read_fraction=0.0, iodepth=4, iops=3000.0, blocksize_bytes=8192,
@@ -798,16 +800,8 @@ def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
 @needs_aio
 @needs_cc
 def test_an_edit_of_more_than_the_rate_takes_the_set_back_for_all(
-        lun_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        lun_file: str, retimes: list[int]) -> None:
     # one edit among rate edits changes the depth: none is made in place, all take effect
-    retimes = [0]
-    retime = pk.retime
-
-    def counted_retime(*a: object) -> None:
-        retimes[0] += 1
-        retime(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pk, "retime", counted_retime)
     params = [WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=1),
               WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2)]
 
