@@ -364,16 +364,12 @@ def main() -> int:
     r50, r99 = (ratio("ivypy qd32 paced 1000", "fio qd32 paced 1000", f)
                 for f in ("p50_us", "p99_us"))
     print(f"{'paced at 1000 IOPS':26s} service p50 / fio {r50:6.3f}  p99 / fio {r99:6.3f}")
-    r50, r99 = (ratio("ivypy qd32 paced quarter", "fio qd32 paced quarter poll", f)
-                for f in ("p50_us", "p99_us"))
-    r = ratio("ivypy qd32 paced quarter", "fio qd32 paced quarter poll", "iops")
-    print(f"{'like reference':26s} service p50 / fio polling {r50:6.3f}  p99 / fio polling "
-          f"{r99:6.3f}  (at {quarter:.0f} IOPS; IOPS / fio {r:6.3f})")
-    r50, r99 = (ratio("ivypy qd32 paced quarter busy_poll", "fio qd32 paced quarter poll", f)
-                for f in ("p50_us", "p99_us"))
-    r = ratio("ivypy qd32 paced quarter busy_poll", "fio qd32 paced quarter poll", "iops")
-    print(f"{'like reference, busy_poll':26s} service p50 / fio polling {r50:6.3f}  p99 / fio "
-          f"polling {r99:6.3f}  (IOPS / fio {r:6.3f})")
+    for label, case in (("like reference", "ivypy qd32 paced quarter"),
+                        ("like reference, busy_poll", "ivypy qd32 paced quarter busy_poll")):
+        r50, r99, r = (ratio(case, "fio qd32 paced quarter poll", f)
+                       for f in ("p50_us", "p99_us", "iops"))
+        print(f"{label:26s} service p50 / fio polling {r50:6.3f}  p99 / fio polling "
+              f"{r99:6.3f}  (at {quarter:.0f} IOPS; IOPS / fio {r:6.3f})")
     r50, r99 = (ratio("ivypy qd32 paced python", "fio qd32 paced", f)
                 for f in ("p50_us", "p99_us"))
     print(f"{'paced, Python loop':26s} service p50 / fio {r50:6.3f}  p99 / fio {r99:6.3f}")

@@ -252,9 +252,7 @@ class _WorkerControl:
     def _apply_edits(self, edits: list[tuple[str, WorkloadParams]], at_ns: int | None) -> None:
         if not edits:
             return
-        self.loop.edit_workloads(edits, at_ns)
-        for wid, params in edits:
-            self.specs[wid].params = params
+        self.loop.edit_workloads(edits, at_ns)  # it sets each spec's params (ours, shared)
         edits.clear()
 
     def _apply(self, what: str, arg: Any, at_ns: int | None) -> None:
@@ -262,8 +260,7 @@ class _WorkerControl:
             self.loop.add_workload(arg, at_ns)
         elif what == "edit":
             wid, params = arg
-            self.loop.edit_workload(wid, params, at_ns)
-            self.specs[wid].params = params
+            self.loop.edit_workload(wid, params, at_ns)  # sets the spec's params
         elif what == "delete":
             self.loop.remove_workload(arg)
             self.specs.pop(arg, None)

@@ -794,9 +794,7 @@ class EngineLoop:
                            count=len(chosen))
         for k, params in chosen.items():
             ws[k].spec.params = params
-        # as Sequencer.retime: the period, the phase rounded half to even as round() does
-        periods = 1e9 / iops
-        bases = at_ns + np.rint(periods * cp.phase_fraction[ks]).astype(np.int64)
+        periods, bases = Sequencer.schedule_starts(cp.phase_fraction[ks], iops, at_ns)
         pk.retime(cp.args, cp.gen, at_ns, ks, periods, bases)
         # the kernel's heap holds the old times: its next run arms every workload anew
         cp.armed[cp.armed == 1] = 0

@@ -272,3 +272,30 @@ def test_retime_refuses_more_than_a_new_rate(change: dict[str, object]) -> None:
     seq = Sequencer(WorkloadParams(iops=100.0), lun_size_bytes=1 << 30, logical_block_bytes=512)
     with pytest.raises(ValueError, match="only a new rate"):
         seq.retime(WorkloadParams(iops=100.0).replace(**change), 0)
+
+
+@pytest.mark.parametrize(("iosequencer", "stream", "iops"), [
+    ("random_steady", "h:l:w", 317.0),
+    ("sequential", "h:/dev/sdb:w7", 20.0),
+    ("random_steady", "", 1e6 / 3),
+    ("random_independent", "h:l:w", 50.0),  # no phase
+    ("random_steady", "h:l:w", 2e9 / 5),  # a period of 2.5 ns: phases round half to even
+])
+def test_schedule_starts_are_retime_s_for_many(iosequencer: str, stream: str,
+                                               iops: float) -> None:
+    params = WorkloadParams(iops=1000.0, iosequencer=iosequencer)  # type: ignore[arg-type]
+    seq = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream=stream)
+    seq.retime(params.replace(iops=iops), 5_000_000_123)
+    gs = seq.generator_state()
+    assert gs is not None
+    period, base = Sequencer.schedule_starts(np.array([seq.phase_fraction]),
+                                             np.array([iops]), 5_000_000_123)
+    assert (period[0], int(base[0])) == (gs.period_ns, gs.sched_base_ns)
+
+
+@pytest.mark.parametrize(("fraction", "phase"), [(0.2, 0), (0.6, 2), (0.3, 1), (0.9, 2)])
+def test_phases_round_half_to_even_both_ways(fraction: float, phase: int) -> None:
+    # a period of 2.5 ns: x 0.2 = 0.5 and x 0.6 = 1.5 are ties, to the even neighbour
+    assert round(2.5 * fraction) == phase
+    got = Sequencer.schedule_starts(np.array([fraction]), np.array([1e9 / 2.5]), 0)[1]
+    assert got.tolist() == [phase]
