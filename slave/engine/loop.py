@@ -1712,6 +1712,11 @@ class EngineLoop:
         submit_one = eng.submit_one
         # writes fill their buffer first; I/Os kept from a paced schedule keep their time
         issue1 = None if w.pattern is None and not w.overdue else self._issue1
+        # blocking, the last resubmission of a batch waits to go out with the next wait, in
+        # one compiled call (``submit_reap``): no Python between the submission and the sleep,
+        # in which a device's kernel worker woken onto this CPU would wait for it
+        submit_reap = None if busy or issue1 is not None else getattr(eng, "submit_reap", None)
+        held = -1  # the slot whose I/O goes out with the next wait
         pw = self._pend_words
         tw = self._rows_words
         rw = SlotTable.ROW_WORDS
@@ -1737,7 +1742,15 @@ class EngineLoop:
             else:
                 # a far timeout (a near one costs a timer reprogramming per I/O); a control
                 # poll waits for the next completion, up to BLOCK_WAIT_NS; a boundary never
-                n = reap(1, min(boundary - now, BLOCK_WAIT_NS))
+                if held >= 0:
+                    r = rw * held
+                    t_sub = mono()
+                    tw[r + C_SUBMIT] = t_sub
+                    tw[r + C_SCHED] = t_sub
+                    n = submit_reap(held, min(boundary - now, BLOCK_WAIT_NS))  # type: ignore[misc]
+                    held = -1
+                else:
+                    n = reap(1, min(boundary - now, BLOCK_WAIT_NS))
                 if not n:
                     now = mono()
                     continue
@@ -1772,6 +1785,9 @@ class EngineLoop:
                 tw[r + W_OPCODE_FD] = ring[k]
                 tw[r + W_OFFSET] = ring[k + R_OFF]
                 tw[r + C_CAT] = ring[k + R_CAT]
+                if submit_reap is not None and i == n - 1:
+                    held = s  # stamped and submitted with the next wait, or below
+                    continue
                 t_sub = mono()
                 tw[r + C_SUBMIT] = t_sub
                 tw[r + C_SCHED] = t_sub
@@ -1781,6 +1797,12 @@ class EngineLoop:
                 self.flush()
             now = t
             spin_until = now + spin_ns
+        if held >= 0:
+            r = rw * held
+            t_sub = mono()
+            tw[r + C_SUBMIT] = t_sub
+            tw[r + C_SCHED] = t_sub
+            submit_one(held)
         return boundary
 
     def _loop_single(

@@ -1,0 +1,163 @@
+"""The libaio engine's ``submit_reap``: one I/O's submission and the wait for a completion in
+one compiled call (``slave/engine/paced_kernel.c``), used by the max-iops loop of queue depth
+1-2 when it blocks. Real AIO on a file that takes O_DIRECT and on a loop device."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave.engine import aio_abi, files, paced_kernel
+from slave.engine.base import AlignedBuffers, SlotTable
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopFactory, settle
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _compiled() -> None:
+    """Native AIO and the compiled kernel (gcc: ``scripts/test`` installs it) must be here when
+    root runs the tests; without root their absence skips."""
+    why = aio_abi.available() or paced_kernel.why_not()
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"as root this is a failure, not a skip: {why}")
+    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+def _reads(fd: int, offsets: list[int]) -> tuple[SlotTable, AlignedBuffers]:
+    """One 4 KiB read slot of ``fd`` per offset (keep the buffers alive)."""
+    table = SlotTable(len(offsets))
+    bufs = AlignedBuffers(len(offsets), 4096)
+    for slot, off in enumerate(offsets):
+        table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, fd)
+        table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+        table.rows[slot, aio_abi.W_NBYTES] = 4096
+        table.rows[slot, aio_abi.W_OFFSET] = off
+    return table, bufs
+
+
+def test_one_call_submits_the_slot_and_returns_its_completion(lun_file: str) -> None:
+    data = np.random.default_rng(5).integers(0, 256, 16 * 4096, dtype=np.uint8)
+    with open(lun_file, "r+b") as f:
+        f.write(data.tobytes())
+    fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
+    table, bufs = _reads(fd, [3 * 4096, 11 * 4096])
+    eng = LibaioEngine(table)
+    try:
+        assert eng.submit_reap is not None
+        for slot, block in ((1, 11), (0, 3), (1, 11)):
+            bufs.array[slot, :] = 0
+            assert eng.submit_reap(slot, 500_000_000) == 1
+            assert int(eng.done_slot[0]) == slot and int(eng.done_res[0]) == 4096
+            assert np.array_equal(bufs.array[slot], data[block * 4096 : (block + 1) * 4096])
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+def test_a_refused_submission_raises_with_its_errno(lun_file: str) -> None:
+    fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
+    table, _bufs = _reads(fd, [0])
+    os.close(fd)  # the iocb's descriptor is gone: io_submit says EBADF
+    eng = LibaioEngine(table)
+    try:
+        assert eng.submit_reap is not None
+        with pytest.raises(IoEngineError, match="Bad file descriptor"):
+            eng.submit_reap(0, 100_000_000)
+    finally:
+        eng.close()
+
+
+def test_without_the_kernel_the_engine_has_none(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(paced_kernel, "_submit_reap_fn", None)  # as on a host without cc
+    table, _bufs = _reads(0, [0])
+    eng = LibaioEngine(table)
+    try:
+        assert eng.submit_reap is None
+    finally:
+        eng.close()
+
+
+class _Control:
+    def __init__(self, n: int, stats: tuple[WorkloadStats, WorkloadStats]) -> None:
+        self.n = n
+        self.stats = stats
+        self.per_sub: list[int] = []
+
+    def poll(self, loop: EngineLoop) -> None:
+        pass
+
+    def poll_fd(self) -> int | None:
+        return None
+
+    def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished + 1 >= self.n:
+            loop.request_stop()
+
+    def handed_over(self, loop: EngineLoop, finished: int, sw: int, ho: int,
+                    errors: dict[str, dict[str, int]]) -> None:
+        assert errors == {}
+        buf = self.stats[finished % 2]
+        self.per_sub.append(buf.ops())
+        if finished + 1 < self.n:
+            buf.reset()
+
+
+def _device_reads(name: str) -> int:
+    with open(f"/sys/block/{name}/stat") as f:
+        return int(f.read().split()[0])
+
+
+@pytest.mark.parametrize("iodepth", [1, 2])
+def test_the_depth_one_loop_waits_through_it_and_leaves_nothing_behind(
+    loop_device: LoopFactory, iodepth: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every I/O the scalar loop resubmits last in a batch goes out with the next wait (or, at
+    the end of a turn, on its own): the device completed exactly the reads recorded, nothing is
+    left in flight, every subinterval recorded."""
+    dev = loop_device(16 * MiB)
+    calls = [0]
+    real: Callable[[LibaioEngine, int, int], int] = LibaioEngine._submit_reap
+
+    def counting(self: LibaioEngine, slot: int, timeout_ns: int) -> int:
+        calls[0] += 1
+        return real(self, slot, timeout_ns)
+
+    monkeypatch.setattr(LibaioEngine, "_submit_reap", counting)
+    loop = EngineLoop(capacity=16)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    p = WorkloadParams(iodepth=iodepth, seed=9)
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    ctl = _Control(4, stats)
+    settle()  # udev's probe of the new device reads it too
+    before = _device_reads(dev.name)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 50_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    done = _device_reads(dev.name) - before
+    assert loop.in_flight == 0
+    assert len(ctl.per_sub) == 4 and all(n > 50 for n in ctl.per_sub), ctl.per_sub
+    recorded = sum(ctl.per_sub)
+    # not recorded: the reads the loop reaped past the last boundary (they belong to the
+    # subinterval the stop discards) and those it had resubmitted, which the stop drains
+    assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
+    # each reaped batch's last resubmission went out through it (batches of 1 or 2 at QD2)
+    assert calls[0] >= recorded // 2 > 0, (calls[0], recorded)
