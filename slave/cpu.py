@@ -20,7 +20,10 @@ class CpuSnapshot:
 
 
 def _busy_total(t: Any) -> tuple[float, float]:
-    total = float(sum(t))
+    """(busy, total) seconds of one ``psutil.cpu_times`` entry. Linux counts guest time in
+    ``user`` and ``guest_nice`` in ``nice`` as well (as psutil's own percentages know), so
+    they are taken out of the sum once; iowait is idle."""
+    total = float(sum(t)) - float(getattr(t, "guest", 0.0)) - float(getattr(t, "guest_nice", 0.0))
     idle = float(t.idle) + float(getattr(t, "iowait", 0.0))
     return total - idle, total
 

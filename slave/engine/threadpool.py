@@ -1,9 +1,10 @@
 """The portable fallback engine: a pool of threads doing ``os.preadv`` / ``os.pwritev``.
 
-Used where O_DIRECT or native AIO is unavailable (a file on tmpfs, a non-x86_64 host). It reads
-each slot's iocb record for fd, opcode, buffer, size and offset, so the engine loop drives it
-exactly like the libaio engine. It costs one queue item per I/O (the GIL is released during the
-system call); it is a correctness fallback, not a fast path.
+Used where O_DIRECT or native AIO is unavailable (a file on ramfs, or on tmpfs before Linux
+6.6; a non-x86_64 host). It reads each slot's iocb record for fd, opcode, buffer, size and
+offset, so the engine loop drives it exactly like the libaio engine. It costs one queue item
+per I/O (the GIL is released during the system call); it is a correctness fallback, not a fast
+path.
 """
 
 from __future__ import annotations
