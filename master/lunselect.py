@@ -150,8 +150,20 @@ def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
             f"{where}: blocksize {spec.blocksize_bytes} is not a multiple of the LUN's logical "
             f"block size {lun.logical_block_bytes}"
         )
-    seq_start = _extent_bytes(spec.seq_start, end - start, align, 0)
+    # seq_start is a place on the LUN, as range_start and range_end are (the config check
+    # holds it inside them where their kinds agree; here, in bytes, always)
+    seq_start = _extent_bytes(spec.seq_start, size, align, start)
+    if not start <= seq_start < end:
+        raise ConfigError(
+            f"{where}: seq_start {seq_start} is outside the range [{start}, {end})"
+        )
+    # the hot zone is a size: a fraction of it is of the workload's range
     hot = _extent_bytes(spec.hot_zone_size, end - start, align, 0)
+    if spec.hot_zone_size is not None and hot < spec.blocksize_bytes:
+        raise ConfigError(
+            f"{where}: hot_zone_size {hot} bytes is less than one block of "
+            f"{spec.blocksize_bytes} bytes (hot_zone_share would have no blocks to go to)"
+        )
     return {
         "iosequencer": spec.iosequencer,
         "blocksize_bytes": spec.blocksize_bytes,
@@ -160,7 +172,7 @@ def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
         "read_fraction": spec.read_fraction,
         "range_start_bytes": start,
         "range_end_bytes": end,
-        "seq_start_bytes": start + seq_start,
+        "seq_start_bytes": seq_start,
         "hot_zone_bytes": hot,
         "hot_zone_fraction": spec.hot_zone_share or 0.0,
         "skew_weight": spec.skew_weight,

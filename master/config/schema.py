@@ -228,8 +228,10 @@ class WorkloadSpec:
     (1..4096, default 1); ``iops`` (a number > 0 or ``max``, default max); ``read_fraction``
     (0..1, default 1); ``range_start`` / ``range_end`` (``LunExtent``; default 0 and 1; start <
     end when both are the same kind, otherwise checked against the LUN size at run time);
-    ``seq_start`` (``LunExtent``, sequential only; default: range_start); ``hot_zone_size``
-    (``LunExtent`` > 0) and ``hot_zone_share`` (0..1, the share of I/Os going to the hot zone),
+    ``seq_start`` (``LunExtent``: a place on the LUN in range_start..range_end, sequential
+    only; default: range_start); ``hot_zone_size`` (``LunExtent`` of at least one block; a
+    fraction is of the workload's range) and ``hot_zone_share`` (0..1, the share of I/Os
+    going to the hot zone),
     random sequencers only, both or neither; ``skew_weight`` (> 0, default 1: this workload's
     share when a rollup's ``total_iops`` is divided); ``write_data`` (``WriteData``);
     ``busy_poll`` (bool, default false); ``seed`` (int, optional; cannot be edited);

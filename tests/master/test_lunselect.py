@@ -1,5 +1,6 @@
-"""master.lunselect: ``edit_rollup`` entries applied to a step's workloads, good and bad
-(table-driven, on LUNs as discovery describes them; no hosts)."""
+"""master.lunselect: ``edit_rollup`` entries applied to a step's workloads, good and bad; a
+``total_iops`` split by skew weight; ranges, hot zones and sequential starts turned into bytes
+for a LUN (table-driven, on LUNs as discovery describes them; no hosts)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from master.config.loader import parse_config_text
 from master.config.schema import TestConfig
-from master.lunselect import Lun, apply_rollup_edits, expand_step, select_luns
+from master.lunselect import Lun, WorkloadInstance, apply_rollup_edits, expand_step, select_luns
 from protocol.errors import ConfigError
 
 TEST = """\
@@ -38,10 +39,10 @@ DISCOVERED = {
 }
 
 
-def _setup(edit: str) -> tuple[TestConfig, list[object]]:
+def _setup(edit: str) -> tuple[TestConfig, list[WorkloadInstance]]:
     cfg = parse_config_text(TEST.format(edit=edit), "edits.yaml", cwd=Path("/"))
     instances = expand_step(cfg.steps[0], select_luns(cfg, DISCOVERED))
-    return cfg, instances  # type: ignore[return-value]
+    return cfg, instances
 
 
 GOOD = [
@@ -61,10 +62,10 @@ GOOD = [
 def test_edit_rollup_changes_exactly_its_instances_workloads(
         edit: str, changed: dict[str, tuple[float, int]]) -> None:
     cfg, instances = _setup(edit)
-    apply_rollup_edits(cfg.steps[0].edit_rollup, instances, cfg.rollups)  # type: ignore[arg-type]
+    apply_rollup_edits(cfg.steps[0].edit_rollup, instances, cfg.rollups)
     for inst in instances:
-        want = changed.get(inst.id, (100.0, 4))  # type: ignore[attr-defined]
-        assert (inst.params["iops"], inst.params["iodepth"]) == want, inst.id  # type: ignore[attr-defined]
+        want = changed.get(inst.id, (100.0, 4))
+        assert (inst.params["iops"], inst.params["iodepth"]) == want, inst.id
 
 
 BAD = [
@@ -90,10 +91,275 @@ def test_edit_rollup_refusals_name_the_key_and_instance(edit: str, key_path: str
     cfg, instances = _setup(edit)
     step = cfg.steps[0]
     with pytest.raises(ConfigError) as err:
-        apply_rollup_edits(step.edit_rollup, instances, cfg.rollups,  # type: ignore[arg-type]
+        apply_rollup_edits(step.edit_rollup, instances, cfg.rollups,
                            key_path="steps[0].edit_rollup", file="edits.yaml", line=step.line)
     text = str(err.value)
     assert text.startswith(f"edits.yaml:{step.line}: {key_path}: "), text
     for w in words:
         assert w in text, (w, text)
     assert "\n" not in text
+
+
+# --------------------------------------------------------------------------- skew weights
+SKEW_TEST = """\
+test: skew
+hosts: [h1]
+luns:
+  - {{hosts: all, path: "/dev/sd*"}}
+steps:
+  - name: s
+    workloads:
+{workloads}
+    edit_rollup: [{edit}]
+"""
+SKEW_LUNS = {"h1": DISCOVERED["h1"]}  # /dev/sda (512-byte sectors) and /dev/sdb (4 KiB)
+
+
+def _skew_workloads(weights: list[tuple[str, float]]) -> str:
+    """YAML entries ``w0``, ``w1``... of 4 KiB random reads at 100 IOPS, each on its LUN with
+    its skew weight."""
+    return "\n".join(
+        f"      - {{name: w{i}, luns: {lun}, iosequencer: random_steady, iops: 100, "
+        f"skew_weight: {weight}}}"
+        for i, (lun, weight) in enumerate(weights)
+    )
+
+
+def _split(weights: list[tuple[str, float]], edit: str) -> list[float | None]:
+    """Each workload's IOPS after ``edit`` (an ``edit_rollup`` entry), in order w0, w1..."""
+    text = SKEW_TEST.format(workloads=_skew_workloads(weights), edit=edit)
+    cfg = parse_config_text(text, "skew.yaml", cwd=Path("/"))
+    instances = expand_step(cfg.steps[0], select_luns(cfg, SKEW_LUNS))
+    apply_rollup_edits(cfg.steps[0].edit_rollup, instances, cfg.rollups)
+    by_name = {inst.name: inst.iops_setting for inst in instances}
+    assert len(by_name) == len(instances) == len(weights)
+    return [by_name[f"w{i}"] for i in range(len(weights))]
+
+
+SPLITS = [
+    # (LUN, skew weight) per workload, the edit_rollup entry, each workload's IOPS after it
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 3)], "{instance: all, total_iops: 1200}",
+                 [300.0, 900.0], id="1:3 of 1200"),
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 2), ("/dev/sda", 3)],
+                 "{instance: all, total_iops: 1200}", [200.0, 400.0, 600.0], id="1:2:3 of 1200"),
+    pytest.param([("/dev/sda", 0.5), ("/dev/sda", 1.5)], "{instance: all, total_iops: 1200}",
+                 [300.0, 900.0], id="fractional weights"),
+    # IOPS are not rounded to whole numbers: each gets its exact share
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 1), ("/dev/sda", 1)],
+                 "{instance: all, total_iops: 1000}", [1000 / 3] * 3, id="thirds unrounded"),
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 2)], "{instance: all, total_iops: 1}",
+                 [1 / 3, 2 / 3], id="below one IOPS"),
+    # equally over the LUNs first, then by weight within each LUN (ivy's rule)
+    pytest.param([("/dev/sda", 1), ("/dev/sdb", 3)], "{instance: all, total_iops: 1200}",
+                 [600.0, 600.0], id="one per LUN: weights do not matter"),
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 3), ("/dev/sdb", 5)],
+                 "{instance: all, total_iops: 1200}", [150.0, 450.0, 600.0],
+                 id="LUNs first, then weights"),
+    # the entry's own skew_weight is applied before its total is split
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 3)],
+                 "{instance: all, skew_weight: 2, total_iops: 1200}", [600.0, 600.0],
+                 id="weights edited in the same entry"),
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 3)], "{instance: all, total_iops: max}",
+                 [None, None], id="max"),
+    # a total for one LUN's instance leaves the other LUN's workload alone
+    pytest.param([("/dev/sda", 1), ("/dev/sda", 3), ("/dev/sdb", 5)],
+                 "{instance: \"lun=h1:/dev/sda\", total_iops: 400}", [100.0, 300.0, 100.0],
+                 id="one LUN's instance"),
+]
+
+
+@pytest.mark.parametrize(("weights", "edit", "want"), SPLITS)
+def test_total_iops_is_split_by_skew_weight(weights: list[tuple[str, float]], edit: str,
+                                            want: list[float | None]) -> None:
+    got = _split(weights, edit)
+    assert got == want
+    if "total_iops: max" not in edit and "lun=" not in edit:
+        total = float(edit.rsplit("total_iops: ", 1)[1].rstrip("}"))
+        assert sum(g for g in got if g is not None) == pytest.approx(total, rel=1e-12)
+
+
+SKEW_REFUSALS = [
+    # weights, edit, key path, reason: a weight must be > 0, in a workload or in an edit
+    ([("/dev/sda", 1), ("/dev/sda", 0)], "{instance: all, total_iops: 100}",
+     "steps[0].workloads[1].skew_weight", "must be greater than 0 (got 0)"),
+    ([("/dev/sda", -1)], "{instance: all, total_iops: 100}",
+     "steps[0].workloads[0].skew_weight", "must be greater than 0 (got -1)"),
+    ([("/dev/sda", 1)], "{instance: all, skew_weight: 0, total_iops: 100}",
+     "steps[0].edit_rollup[0].skew_weight", "must be greater than 0 (got 0)"),
+]
+
+
+@pytest.mark.parametrize(("weights", "edit", "key_path", "reason"), SKEW_REFUSALS)
+def test_a_skew_weight_of_zero_or_less_is_refused_naming_its_key(
+        weights: list[tuple[str, float]], edit: str, key_path: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _split(weights, edit)
+    assert (err.value.key_path, err.value.reason) == (key_path, reason)
+    assert str(err.value).startswith("skew.yaml:"), str(err.value)
+
+
+# --------------------------------------------------------------------------- extents in bytes
+GIB = 1 << 30
+MIB = 1 << 20
+EXTENT_TEST = """\
+test: extents
+hosts: [h1]
+luns:
+  - {{hosts: all, path: /dev/sda}}
+steps:
+  - name: s
+    workloads:
+      - {{name: w, {keys}}}
+"""
+
+
+def _resolved(keys: str, size_bytes: int, logical_block_bytes: int) -> dict[str, object]:
+    """The parameters workload ``w`` (``keys`` its YAML keys) gets on a LUN of ``size_bytes``
+    with ``logical_block_bytes`` sectors."""
+    cfg = parse_config_text(EXTENT_TEST.format(keys=keys), "extents.yaml", cwd=Path("/"))
+    lun = Lun("h1", "/dev/sda", size_bytes, logical_block_bytes, {}, (), {})
+    (inst,) = expand_step(cfg.steps[0], select_luns(cfg, {"h1": [lun]}))
+    return inst.params
+
+
+RANDOM = "iosequencer: random_steady"
+SEQUENTIAL = "iosequencer: sequential"
+EXTENTS = [
+    # YAML keys, logical block bytes (LUN of 1 GiB), (range_start, range_end, hot_zone,
+    # seq_start) in bytes
+    pytest.param(RANDOM, 512, (0, GIB, 0, 0), id="defaults: the whole LUN"),
+    pytest.param(f"{RANDOM}, range_start: 0.25, range_end: 0.75", 512,
+                 (GIB // 4, 3 * GIB // 4, 0, GIB // 4), id="fractions"),
+    pytest.param(f"{RANDOM}, range_start: '25%', range_end: '75%'", 512,
+                 (GIB // 4, 3 * GIB // 4, 0, GIB // 4), id="percentages"),
+    pytest.param(f"{RANDOM}, range_start: 1MiB, range_end: 3MiB", 4096,
+                 (MIB, 3 * MIB, 0, MIB), id="bytes"),
+    pytest.param(f"{RANDOM}, range_end: 1GiB", 4096, (0, GIB, 0, 0),
+                 id="an end at the LUN's end"),
+    # 0.1 GiB = 107374182.4 bytes and 0.9 GiB = 966367641.6, rounded down to whole sectors
+    pytest.param(f"{RANDOM}, range_start: 0.1, range_end: 0.9", 512,
+                 (107374080, 966367232, 0, 107374080), id="fractions onto 512-byte sectors"),
+    pytest.param(f"{RANDOM}, range_start: 0.1, range_end: 0.9", 4096,
+                 (107372544, 966365184, 0, 107372544), id="fractions onto 4 KiB sectors"),
+    pytest.param(f"{RANDOM}, range_start: 1000B, range_end: 1000000B", 512,
+                 (512, 999936, 0, 512), id="bytes onto 512-byte sectors"),
+    pytest.param(f"{RANDOM}, range_start: 1000B, range_end: 1000000B", 4096,
+                 (0, 999424, 0, 0), id="bytes onto 4 KiB sectors"),
+    # an end less than a sector past the LUN's end is rounded down onto it, not refused
+    pytest.param(f"{RANDOM}, range_end: {GIB + 100}B", 512, (0, GIB, 0, 0),
+                 id="an end a part-sector past the LUN"),
+    # a hot zone's fraction is of the workload's range, not of the LUN: 0.1 of 512 MiB
+    pytest.param(f"{RANDOM}, range_start: 0.5, hot_zone_size: 0.1, hot_zone_share: 0.9", 512,
+                 (GIB // 2, GIB, 53686784, GIB // 2), id="hot zone fraction of the range"),
+    pytest.param(f"{RANDOM}, range_end: 50%, hot_zone_size: '10%', hot_zone_share: 0.9", 512,
+                 (0, GIB // 2, 53686784, 0), id="hot zone percentage"),
+    pytest.param(f"{RANDOM}, hot_zone_size: 64MiB, hot_zone_share: 0.5", 4096,
+                 (0, GIB, 64 * MIB, 0), id="hot zone bytes"),
+    pytest.param(f"{RANDOM}, hot_zone_size: 5000B, hot_zone_share: 0.5", 512,
+                 (0, GIB, 4608, 0), id="hot zone bytes onto sectors"),
+    # a sequential start defaults to the range's start (the range starting at 0 here, where
+    # seq_start as a place on the LUN and as an offset in the range agree: see below)
+    pytest.param(f"{SEQUENTIAL}, range_start: 1MiB", 4096, (MIB, GIB, 0, MIB),
+                 id="seq_start defaults to range_start"),
+    pytest.param(f"{SEQUENTIAL}, seq_start: 0.25", 512, (0, GIB, 0, GIB // 4),
+                 id="seq_start fraction"),
+    pytest.param(f"{SEQUENTIAL}, seq_start: 1000B", 512, (0, GIB, 0, 512),
+                 id="seq_start bytes onto sectors"),
+]
+
+
+@pytest.mark.parametrize(("keys", "logical", "want"), EXTENTS)
+def test_extents_become_sector_aligned_bytes_of_the_lun(
+        keys: str, logical: int, want: tuple[int, int, int, int]) -> None:
+    p = _resolved(keys, GIB, logical)
+    got = (p["range_start_bytes"], p["range_end_bytes"], p["hot_zone_bytes"],
+           p["seq_start_bytes"])
+    assert got == want
+    assert all(isinstance(v, int) and v % logical == 0 for v in got), got
+
+
+EXTENT_REFUSALS = [
+    # YAML keys, LUN size, logical block bytes, the whole message (it names the workload and
+    # its host:LUN)
+    (f"{RANDOM}, range_end: 2GiB", GIB, 512,
+     f"workload w on h1:/dev/sda: range_end {2 * GIB} is beyond the LUN's {GIB} bytes"),
+    (f"{RANDOM}, range_end: {GIB + 512}B", GIB, 512,
+     f"workload w on h1:/dev/sda: range_end {GIB + 512} is beyond the LUN's {GIB} bytes"),
+    (f"{RANDOM}, range_end: 32MiB", 16 * MIB, 4096,
+     f"workload w on h1:/dev/sda: range_end {32 * MIB} is beyond the LUN's {16 * MIB} bytes"),
+    # the default end is the LUN's end: a start beyond it leaves no range
+    (f"{RANDOM}, range_start: 2GiB", GIB, 512,
+     f"workload w on h1:/dev/sda: the range [{2 * GIB}, {GIB}) is smaller than one block of "
+     "4096 bytes"),
+    # bytes and a fraction are compared only once the LUN's size is known
+    (f"{RANDOM}, range_start: 900MiB, range_end: 0.5", GIB, 512,
+     f"workload w on h1:/dev/sda: the range [{900 * MIB}, {GIB // 2}) is smaller than one "
+     "block of 4096 bytes"),
+    (f"{RANDOM}, range_end: 2KiB", GIB, 512,
+     "workload w on h1:/dev/sda: the range [0, 2048) is smaller than one block of 4096 bytes"),
+    (f"{RANDOM}, blocksize: 512", GIB, 4096,
+     "workload w on h1:/dev/sda: blocksize 512 is not a multiple of the LUN's logical block "
+     "size 4096"),
+]
+
+
+@pytest.mark.parametrize(("keys", "size", "logical", "message"), EXTENT_REFUSALS)
+def test_extents_that_do_not_fit_the_lun_are_refused_naming_workload_and_lun(
+        keys: str, size: int, logical: int, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _resolved(keys, size, logical)
+    assert str(err.value) == message
+
+
+EXTENT_KEY_REFUSALS = [
+    # YAML keys, key path, reason: what needs no LUN size is refused when the file is read
+    (f"{RANDOM}, range_start: 1.5", "steps[0].workloads[0].range_start",
+     "must be between 0 and 1 (got 1.5)"),
+    (f"{RANDOM}, range_end: '150%'", "steps[0].workloads[0].range_end",
+     "must be between 0 and 1 (got 150%)"),
+    (f"{RANDOM}, range_start: 0.5, range_end: 25%", "steps[0].workloads[0].range_start",
+     "must be less than range_end (50% >= 25%)"),
+    (f"{RANDOM}, range_end: 1000", "steps[0].workloads[0].range_end",
+     "must be between 0 and 1 (got 1000)"),
+    (f"{RANDOM}, hot_zone_size: 0B, hot_zone_share: 0.5", "steps[0].workloads[0].hot_zone_size",
+     "must be greater than 0"),
+]
+
+
+@pytest.mark.parametrize(("keys", "key_path", "reason"), EXTENT_KEY_REFUSALS)
+def test_extents_refused_when_read_name_their_key_path(keys: str, key_path: str,
+                                                       reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _resolved(keys, GIB, 512)
+    assert (err.value.key_path, err.value.reason) == (key_path, reason)
+    assert str(err.value).startswith("extents.yaml:8: "), str(err.value)
+
+
+# seq_start is a place on the LUN, as the config check and the schema take it; it was once
+# resolved as an offset from range_start (and a fraction of the range): 3 MiB, 0.875 GiB and
+# 1.25 GiB (past the LUN, unrefused) for these
+@pytest.mark.parametrize(("keys", "want"), [
+    ("range_start: 1MiB, seq_start: 2MiB", 2 * MIB),
+    ("range_start: 0.5, seq_start: 0.75", 3 * GIB // 4),
+    ("range_start: 512MiB, seq_start: 768MiB", 768 * MIB),
+    ("range_start: 0.25, seq_start: 256MiB", 256 * MIB),  # kinds mixed: checked in bytes
+])
+def test_seq_start_is_the_place_on_the_lun_the_config_check_took_it_for(keys: str,
+                                                                       want: int) -> None:
+    assert _resolved(f"{SEQUENTIAL}, {keys}", GIB, 512)["seq_start_bytes"] == want
+
+
+@pytest.mark.parametrize("keys", [
+    "range_start: 0.5, seq_start: 1MiB",  # before the range (kinds mixed: known at run time)
+    "range_end: 256MiB, seq_start: 0.5",  # at or past its end
+    "range_end: 0.25, seq_start: 256MiB",  # exactly at its end
+])
+def test_seq_start_outside_the_range_is_refused_naming_workload_and_lun(keys: str) -> None:
+    with pytest.raises(ConfigError, match=r"workload w on h1:/dev/sda: seq_start \d+ is "
+                                          r"outside the range \[\d+, \d+\)"):
+        _resolved(f"{SEQUENTIAL}, {keys}", GIB, 512)
+
+
+def test_a_hot_zone_smaller_than_a_block_is_refused() -> None:
+    with pytest.raises(ConfigError, match="hot_zone_size"):
+        _resolved(f"{RANDOM}, hot_zone_size: 2KiB, hot_zone_share: 0.5", GIB, 512)
