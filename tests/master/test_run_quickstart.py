@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from master.rollup import PERCENTILES, pct_label
+from master.transport import slave_logger_name
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("step0000-randread_qd32", "step0001-mix70_30", "step0002-seqread_128k")
@@ -57,7 +59,15 @@ def test_folder_layout(run_folder: Path) -> None:
     assert hosts[0]["host"] == "localhost" and int(hosts[0]["clock_samples"]) >= 8
     # where paced I/O ran (the test machines have a C compiler: scripts/test installs gcc)
     assert hosts[0]["paced_loop"] == "compiled"
-    assert "slave" not in (run_folder / "run.log").read_text()[:0]
+    # run.log: the master's log with the slave's stderr relayed under the host's logger (seen
+    # here, so that the check that neither side logged an error or a traceback is not vacuous)
+    lines = (run_folder / "run.log").read_text().splitlines()
+    relayed = [line for line in lines if f" INFO {slave_logger_name('localhost')}: " in line]
+    assert any(f"file LUN {lun['lun']}: sized to {256 << 20} bytes" in line
+               for line in relayed), lines
+    errors = [line for line in lines
+              if re.search(r" (ERROR|CRITICAL) ", line) or "Traceback (most recent" in line]
+    assert errors == []
 
 
 def test_rows_per_subinterval_and_phases(run_folder: Path) -> None:

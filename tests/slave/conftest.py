@@ -172,14 +172,21 @@ def mounted_loop_device(ext4_loop_device: LoopDevice, tmp_path: Path) -> Iterato
 
 @pytest.fixture
 def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /dev/shm)."""
+    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /var/tmp, else /dev/shm).
+    Where none does: skipped when not root, a failure naming each one's reason as root."""
+    why_not: list[str] = []
     for d in (str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"):
         path = os.path.join(d, f"ivypy-test-lun-{os.getpid()}.img")
         with open(path, "wb") as f:
             f.truncate(16 * MIB)
-        if direct_io_works(path, 512) is None:
+        why = direct_io_works(path, 512)
+        if why is None:
             yield path
             os.unlink(path)
             return
+        why_not.append(f"{d}: {why}")
         os.unlink(path)
-    pytest.skip("no filesystem here takes O_DIRECT")
+    reason = f"no filesystem here takes O_DIRECT ({'; '.join(why_not)})"
+    if os.geteuid() == 0:
+        pytest.fail(f"{reason}; as root that is a failure, not a skip")
+    pytest.skip(f"{reason}; not root, so skipped (as root this fails)")

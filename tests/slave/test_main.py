@@ -1,19 +1,24 @@
-"""The slave as a process (``python -m slave``): the wire on stdout, logs on stderr, and a
-prompt, complete exit on stdin EOF or SIGTERM — no child process left behind."""
+"""The slave as a process (``python -m slave``, and the zipapp the master ships): the wire on
+stdout, logs on stderr, and a prompt, complete exit on stdin EOF or SIGTERM — no child process
+left behind, and (with real libaio I/O on a loop device) no I/O left in flight."""
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
 
+from master.zipapp import build_slave_zipapp, write_cached
 from protocol.codec import FrameDecoder
 from protocol.cpulist import format_cpu_list
 from protocol.messages import (
@@ -32,16 +37,28 @@ from protocol.state import Conversation, Role
 from protocol.stats import GroupStats
 from protocol.version import PROTOCOL_VERSION
 
+if TYPE_CHECKING:
+    from tests.slave.conftest import LoopDevice, LoopFactory
+
 ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
 
 
 class Slave:
-    def __init__(self, tmp: Path, **extra_env: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake:const:50000",
-               **extra_env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "slave"], stdin=subprocess.PIPE,
+    """A slave process and the master's side of its conversation. By default ``python -m
+    slave`` from this checkout with the fake engine; ``argv``, ``base_env`` and ``new_session``
+    start it some other way (``extra_env`` is added to either)."""
+
+    def __init__(self, tmp: Path, *, argv: Sequence[str] = (sys.executable, "-m", "slave"),
+                 base_env: Mapping[str, str] | None = None,
+                 extra_env: Mapping[str, str] | None = None, new_session: bool = False) -> None:
+        if base_env is None:
+            base_env = {**os.environ, "PYTHONPATH": str(ROOT),
+                        "IVYPY_SLAVE_ENGINE": "fake:const:50000"}
+        env = {**base_env, **(extra_env or {})}
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                     cwd=tmp)
+                                     cwd=tmp, start_new_session=new_session)
         self.conv = Conversation(Role.MASTER, host="local")
         self.pending: list[Message] = []
 
@@ -54,7 +71,8 @@ class Slave:
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
         while not self.pending:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
                 raise TimeoutError("no message from the slave")
             chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
             if not chunk:
@@ -71,10 +89,30 @@ class Slave:
                                  {"iodepth": 4, "iops": 500.0, "read_fraction": 1.0}, True))
         ack = self.recv()
         assert isinstance(ack, Ack) and ack.info["engine"] == "fake"
-        self.send(Go(0, time.monotonic_ns() + 200_000_000, 300_000_000,
-                     [{"type": "workload", "groups": [["local:lun:w"]], "histograms": True}]))
+        return self.go("local:lun:w", 300_000_000)
+
+    def running_on_device(self, device: str) -> list[psutil.Process]:
+        """Random 4 KiB reads at ``iops: max``, depth 32, on a block device with whatever
+        engine the slave picks (which must be libaio), running in subinterval 1 of 1 s."""
+        self.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
+        assert isinstance(self.recv(), HelloReply)
+        self.send(DiscoverLuns(1, []))
+        found = self.recv()
+        assert isinstance(found, LunList)
+        wid = f"local:{device}:w"
+        self.send(CreateWorkload(2, wid, device, {"iodepth": 32, "read_fraction": 1.0}, False))
+        ack = self.recv()
+        assert isinstance(ack, Ack), ack
+        assert ack.info["engine"] == "libaio", ack.info
+        return self.go(wid, 1_000_000_000)
+
+    def go(self, wid: str, subinterval_ns: int) -> list[psutil.Process]:
+        """Start the step with ``wid`` alone; once subinterval 0 has come back with I/Os
+        counted, the process tree (the slave first). Subinterval 1 is running then."""
+        self.send(Go(0, time.monotonic_ns() + 200_000_000, subinterval_ns,
+                     [{"type": "workload", "groups": [[wid]], "histograms": True}]))
         result = self.recv()
-        assert isinstance(result, SubintervalResult) and result.workload_ids == ["local:lun:w"]
+        assert isinstance(result, SubintervalResult) and result.workload_ids == [wid]
         part = GroupStats.from_wire(result.rollups[0], histograms=True)
         assert part.batch.workload(0).ops() > 0
         tree = [psutil.Process(self.proc.pid)]
@@ -105,6 +143,63 @@ def test_exits_within_a_second_leaving_nothing(tmp_path: Path, how: str) -> None
         assert _gone(tree, 1.0)
     finally:
         s.proc.kill()
+    err = s.proc.stderr.read().decode() if s.proc.stderr else ""
+    assert "stopping all I/O" in err
+
+
+def _in_flight(device: LoopDevice) -> tuple[int, int]:
+    """The device's requests in flight, (reads, writes), as the block layer counts them."""
+    reads, writes = (Path("/sys/block") / device.name / "inflight").read_text().split()
+    return int(reads), int(writes)
+
+
+def _reads_in_flight(device: LoopDevice, timeout_s: float) -> int:
+    """The reads in flight on ``device`` as soon as there are some; 0 after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (reads := _in_flight(device)[0]) == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return reads
+
+
+def _in_flight_after(device: LoopDevice, timeout_s: float) -> tuple[int, int]:
+    """The device's requests in flight once they are none, or after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while (now := _in_flight(device)) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return now
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("how", ["eof", "sigterm"])
+def test_the_shipped_zipapp_exits_within_a_second_with_libaio_io_in_flight(
+        tmp_path: Path, loop_device: LoopFactory, how: str) -> None:
+    """The slave as the master starts it on localhost (``master.transport.open_local``: the
+    zipapp from ``master.zipapp`` run by this interpreter, in a session of its own), with no
+    engine forced and no PYTHONPATH, reading a loop device through libaio at depth 32: on
+    stdin EOF or SIGTERM it exits within a second, its workers are gone and the device has no
+    request in flight."""
+    device = loop_device(64 * MIB)
+    pyz = write_cached(build_slave_zipapp(), tmp_path / "zipapp")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "IVYPY_SLAVE_ENGINE")}
+    s = Slave(tmp_path, argv=(sys.executable, str(pyz)), base_env=env, new_session=True)
+    try:
+        tree = s.running_on_device(device.path)
+        assert _reads_in_flight(device, 0.5) > 0, "no read in flight on the loop device"
+        t0 = time.monotonic()
+        if how == "eof":
+            assert s.proc.stdin is not None
+            s.proc.stdin.close()
+        else:
+            s.proc.send_signal(signal.SIGTERM)
+        status = s.proc.wait(5)
+        took = time.monotonic() - t0
+        assert took < 1.0, f"exited after {took:.2f} s"
+        assert status == (0 if how == "eof" else 128 + signal.SIGTERM)
+        assert _gone(tree, 1.0), [p.pid for p in tree if p.is_running()]
+        assert _in_flight_after(device, 1.0) == (0, 0)
+    finally:
+        s.proc.kill()
+        s.proc.wait(5)
     err = s.proc.stderr.read().decode() if s.proc.stderr else ""
     assert "stopping all I/O" in err
 
@@ -179,7 +274,7 @@ def test_hello_reply_says_where_paced_io_runs(tmp_path: Path, cc: str | None, wa
     if cc is None and shutil.which("cc") is None:
         pytest.skip("no C compiler (cc) here: the compiled paced loop cannot be built")
     env = {} if cc is None else {"IVYPY_SLAVE_CC": cc, "XDG_CACHE_HOME": str(tmp_path)}
-    s = Slave(tmp_path, **env)
+    s = Slave(tmp_path, extra_env=env)
     try:
         s.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
         reply = s.recv()
