@@ -10,10 +10,10 @@
   teardown before the device is detached).
 - ``lun_file``: a 16 MiB file LUN on a filesystem that takes O_DIRECT (no root needed).
 
-Tests that use these skip with a clear reason when not root or when losetup / mkfs.ext4 / mount
-are missing. As root, a failure to attach is a test failure, not a skip. Other test directories
-can reuse them with ``pytest_plugins = ["tests.slave.conftest"]`` style imports or by moving
-this file up.
+Tests that use these skip with a clear reason when not root. As root, missing tools (losetup,
+mkfs.ext4, mount), missing loop device support or a failure to attach fail the test. Other test
+directories can reuse them with ``pytest_plugins = ["tests.slave.conftest"]`` style imports or
+by moving this file up.
 """
 
 from __future__ import annotations
@@ -56,14 +56,17 @@ LoopFactory = Callable[..., LoopDevice]
 
 
 def require_tools(*tools: str) -> None:
-    """Skip the calling test unless we are root and every tool is installed."""
+    """Skip the calling test when not root; as root (CI), fail it unless every tool is installed
+    (``scripts/test`` installs them) and the kernel has loop devices."""
     if os.geteuid() != 0:
-        pytest.skip("needs root: loop devices can only be attached by root")
+        pytest.skip("not root: loop devices can only be attached by root")
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"needs {', '.join(missing)} (not installed)")
+        pytest.fail(f"needs {', '.join(missing)} (not installed; scripts/test installs it), "
+                    "and as root that is a failure, not a skip")
     if not os.path.exists("/dev/loop-control") and not os.path.exists("/dev/loop0"):
-        pytest.skip("no loop device support (/dev/loop-control missing)")
+        pytest.fail("no loop device support (/dev/loop-control missing), and as root that is "
+                    "a failure, not a skip")
 
 
 def _run(*argv: str) -> str:
