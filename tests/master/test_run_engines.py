@@ -15,7 +15,6 @@ Needs root (mounting the ramfs and the loop device): skipped otherwise.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import shutil
 import subprocess
@@ -34,6 +33,7 @@ from tests.master.runhelp import (
     wait_rows,
     write_config,
 )
+from tests.slave.test_engine_odirect import kernel_takes_o_direct
 
 HOST = "localhost"
 SUB_S = 0.5
@@ -96,22 +96,9 @@ def _takes_o_direct(directory: Path) -> bool:
     with open(probe, "wb") as fh:
         fh.truncate(1 << 20)
     try:
-        fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
-    except OSError:
-        return False
+        return kernel_takes_o_direct(str(probe))
     finally:
         probe.unlink()
-    try:
-        buf = mmap.mmap(-1, 4096)
-        try:
-            os.preadv(fd, [buf], 0)
-        except OSError:
-            return False
-        finally:
-            buf.close()
-    finally:
-        os.close(fd)
-    return True
 
 
 @pytest.fixture(scope="module")

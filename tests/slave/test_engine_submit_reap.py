@@ -19,6 +19,7 @@ from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
+from tests.slave.test_engine_libaio import Control
 
 MiB = 1 << 20
 
@@ -91,21 +92,13 @@ def test_without_the_kernel_the_engine_has_none(
         eng.close()
 
 
-class _Control:
+class _Control(Control):
+    """Counts each handed-over subinterval's I/Os."""
+
     def __init__(self, n: int, stats: tuple[WorkloadStats, WorkloadStats]) -> None:
-        self.n = n
+        super().__init__(n)
         self.stats = stats
         self.per_sub: list[int] = []
-
-    def poll(self, loop: EngineLoop) -> None:
-        pass
-
-    def poll_fd(self) -> int | None:
-        return None
-
-    def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
-        if finished + 1 >= self.n:
-            loop.request_stop()
 
     def handed_over(self, loop: EngineLoop, finished: int, sw: int, ho: int,
                     errors: dict[str, dict[str, int]]) -> None:
