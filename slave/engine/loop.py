@@ -146,6 +146,9 @@ LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # C where the host could build it (``slave.engine.paced_kernel``; ``_CompiledPaced``); tests
 # and bench_engine switch it off to run the Python loop
 COMPILED_PACED = True
+# and the max-iops loop of depth 1-2 that blocks, for a lone workload of reads
+# (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
+COMPILED_SCALAR = True
 _INF: Final = 1 << 62
 # bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
 C_OWNER, C_CAT, C_SUBMIT, C_SCHED, C_NBYTES, C_ROW, C_RES, C_DONE = 8, 9, 10, 11, 12, 13, 14, 15
@@ -575,6 +578,9 @@ class EngineLoop:
         # slots then need no owner lookup
         self._sole = -1
         self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_word_loops
+        # the compiled scalar loop's words for an engine: (engine, S_* args, SS_* state)
+        self._scalar_words: tuple[IoEngine, npt.NDArray[np.int64],
+                                  npt.NDArray[np.int64]] | None = None
         self._paced_words: tuple[_PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[_Workload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -1712,6 +1718,11 @@ class EngineLoop:
         submit_one = eng.submit_one
         # writes fill their buffer first; I/Os kept from a paced schedule keep their time
         issue1 = None if w.pattern is None and not w.overdue else self._issue1
+        if not busy and issue1 is None and COMPILED_SCALAR:
+            words = self._scalar_args(eng)
+            if words is not None:
+                return self._loop_scalar_compiled(control, w, eng, words, boundary,
+                                                  subinterval_ns, wake)
         # blocking, the last resubmission of a batch waits to go out with the next wait, in
         # one compiled call (``submit_reap``): no Python between the submission and the sleep,
         # in which a device's kernel worker woken onto this CPU would wait for it
@@ -1804,6 +1815,95 @@ class EngineLoop:
             tw[r + C_SCHED] = t_sub
             submit_one(held)
         return boundary
+
+    def _scalar_args(self, eng: IoEngine
+                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The compiled scalar loop's argument and state words for ``eng`` (made once per
+        engine), or None where it cannot run: no kernel here, or an engine whose completion
+        ring compiled code cannot read."""
+        sw = self._scalar_words
+        if sw is not None and sw[0] is eng:
+            return sw[1], sw[2]
+        handles = getattr(eng, "kernel_handles", None)
+        h = None if handles is None or pk.scalar_function() is None else handles()
+        if h is None:
+            return None
+        args = np.zeros(len(pk.S), dtype=np.int64)
+        st = np.zeros(pk.SS_WORDS, dtype=np.int64)
+        args[pk.S["CTX"]] = h.ctx_id
+        args[pk.S["EVENTS_CAP"]] = h.events_cap
+        args[pk.S["ROWS"]] = self._rows.ctypes.data
+        args[pk.S["PEND"]] = self._pend.ctypes.data
+        args[pk.S["EVENTS"]] = h.events_addr
+        args[pk.S["ST"]] = st.ctypes.data
+        args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
+        args[pk.S["FLUSH_AT"]] = FLUSH_AT
+        args[pk.S["BLOCK_WAIT"]] = BLOCK_WAIT_NS
+        self._scalar_words = (eng, args, st)
+        return args, st
+
+    def _loop_scalar_compiled(
+        self,
+        control: LoopControl,
+        w: _Workload,
+        eng: IoEngine,
+        words: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        boundary: int,
+        subinterval_ns: int,
+        wake: int,
+    ) -> int:
+        """``_loop_scalar`` for a lone workload of reads that blocks, its turns in C
+        (``pk.scalar_function``): Python only for what the C returns for (a refill, a flush,
+        a submission it could not make, a completion past the boundary) and at ``wake``.
+        Returns the next boundary."""
+        fn = pk.scalar_function()
+        assert fn is not None
+        args, st = words
+        addr = args.ctypes.data
+        args[pk.S["BOUNDARY"]] = boundary
+        args[pk.S["WAKE"]] = wake
+        st[pk.SS_NHELD] = 0
+        rw = SlotTable.ROW_WORDS
+        tw = self._rows_words
+        while True:
+            args[pk.S["RING"]] = w.ring.ctypes.data
+            st[pk.SS_CUR] = w.cur
+            st[pk.SS_RLEN] = w.ring_len
+            st[pk.SS_P] = self._p
+            code = int(fn(addr))
+            w.cur = int(st[pk.SS_CUR])
+            self._p = int(st[pk.SS_P])
+            held = [int(x) for x in st[pk.SS_HELD0 : pk.SS_HELD0 + int(st[pk.SS_NHELD])]]
+            if code == pk.SR_LATE:  # nothing held: the wait went out with its submission
+                return self._reaped_late(control, eng, int(st[pk.SS_N]), int(st[pk.SS_T]),
+                                         boundary, subinterval_ns)
+            if code == pk.SR_WAKE or code == pk.SR_SUBMIT:
+                taken = max(int(st[pk.SS_SUB_DONE]), 0) if code == pk.SR_SUBMIT else 0
+                for slot in held[taken:]:  # out one by one (a refusal raises, naming errno)
+                    t_sub = time.monotonic_ns()
+                    tw[rw * slot + C_SUBMIT] = t_sub
+                    tw[rw * slot + C_SCHED] = t_sub
+                    eng.submit_one(slot)
+                st[pk.SS_NHELD] = 0
+                if code == pk.SR_WAKE:
+                    return boundary
+                continue
+            if code == pk.SR_REFILL:  # the ring ran out: the slots left wait with the held
+                for slot in st[pk.SS_NEED0 : pk.SS_NEED0 + int(st[pk.SS_NNEED])].tolist():
+                    if w.cur >= w.ring_len:
+                        self._refill(w, 1)
+                    k = 5 * w.cur
+                    w.cur += 1
+                    ring = w.ring_words
+                    r = rw * slot
+                    tw[r + W_OPCODE_FD] = ring[k]
+                    tw[r + W_OFFSET] = ring[k + R_OFF]
+                    tw[r + C_CAT] = ring[k + R_CAT]
+                    held.append(slot)
+                st[pk.SS_HELD0 : pk.SS_HELD0 + len(held)] = held
+                st[pk.SS_NHELD] = len(held)
+            if self._p >= FLUSH_AT:  # SR_FLUSH, or a refill's records
+                self.flush()
 
     def _loop_single(
         self,

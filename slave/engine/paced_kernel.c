@@ -547,3 +547,97 @@ int64_t submit_reap(int64_t ctx, int64_t n, const void *ptrs, int64_t min_nr, in
     out[1] = got;
     return got;
 }
+
+/* The max-iops loop of queue depth 1-2 that blocks (EngineLoop._loop_scalar) in C, for a lone
+ * workload of reads: its I/Os come from its precomputed ring (5 words each: R_*_COL); each
+ * completion's slot row is copied whole into the records (pend) with its result and time, and
+ * the slot takes the ring's next I/O; the batch's slots go out together with the wait for the
+ * next completion (as submit_reap: no code between io_submit and io_getevents). Its argument
+ * words (S_*, prepended by paced_kernel.py) hold the array addresses and the scalars; its state
+ * words (SS_*) the ring cursor and length, the records' count, the held slots (submitted with
+ * the next wait), and what a return leaves for Python: completions reaped past the boundary
+ * (SS_N at SS_T, in the engine's events), the slots the ring had no next I/O for (SS_NEED*),
+ * how many of the held slots io_submit took when it did not take them all (SS_SUB_DONE, -1:
+ * failed). Returns an SR_* code. */
+int64_t scalar_run(const int64_t *a)
+{
+    const int64_t ctx = a[S_CTX], nr = a[S_EVENTS_CAP];
+    int64_t *rows = P64(S_ROWS), *pend = P64(S_PEND), *ev = P64(S_EVENTS), *st = P64(S_ST);
+    const int64_t *ring = P64(S_RING), *iocb_addr = P64(S_IOCB_ADDR);
+    const int64_t boundary = a[S_BOUNDARY], wake = a[S_WAKE], flush_at = a[S_FLUSH_AT];
+    const int64_t block = a[S_BLOCK_WAIT], rlen = st[SS_RLEN];
+    int64_t cur = st[SS_CUR], p = st[SS_P], nheld = st[SS_NHELD];
+    int64_t ptrs[SS_MAX_HELD];
+    int64_t code;
+    st[SS_N] = 0;
+    st[SS_NNEED] = 0;
+    for (;;) {
+        int64_t now = now_ns();
+        if (now >= wake) {
+            code = SR_WAKE;
+            break;
+        }
+        int64_t left = boundary - now < block ? boundary - now : block;
+        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+        if (nheld) {
+            int64_t t_sub = now_ns();
+            for (int64_t q = 0; q < nheld; q++) {
+                int64_t slot = st[SS_HELD0 + q];
+                rows[ROW_WORDS * slot + C_SUBMIT] = t_sub;
+                rows[ROW_WORDS * slot + C_SCHED] = t_sub;
+                ptrs[q] = iocb_addr[slot];
+            }
+            long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)nheld, (void *)ptrs);
+            if (done != nheld) {
+                st[SS_SUB_DONE] = done;
+                code = SR_SUBMIT; /* the held slots stay: Python learns why, or submits */
+                break;
+            }
+            nheld = 0;
+        }
+        long got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr, (void *)ev, &ts);
+        if (got <= 0)
+            continue; /* the timeout, or interrupted: look at the time again */
+        int64_t t = now_ns();
+        if (t >= boundary) {
+            st[SS_N] = got;
+            st[SS_T] = t;
+            code = SR_LATE;
+            break;
+        }
+        for (int64_t i = 0; i < got; i++) {
+            int64_t slot = ev[4 * i];
+            int64_t *rec = pend + ROW_WORDS * p;
+            int64_t *row = rows + ROW_WORDS * slot;
+            for (int j = 0; j < ROW_WORDS; j++)
+                rec[j] = row[j];
+            rec[C_RES] = ev[4 * i + 2];
+            rec[C_DONE] = t;
+            p += 1;
+            if (cur >= rlen || nheld >= SS_MAX_HELD) { /* Python refills and submits it */
+                st[SS_NEED0 + st[SS_NNEED]] = slot;
+                st[SS_NNEED] += 1;
+                continue;
+            }
+            const int64_t *io = ring + 5 * cur;
+            cur += 1;
+            row[W_OPCODE_FD] = io[R_OPFD_COL];
+            row[W_OFFSET] = io[R_OFF_COL];
+            row[C_CAT] = io[R_CAT_COL];
+            st[SS_HELD0 + nheld] = slot;
+            nheld += 1;
+        }
+        if (st[SS_NNEED]) {
+            code = SR_REFILL;
+            break;
+        }
+        if (p >= flush_at) {
+            code = SR_FLUSH;
+            break;
+        }
+    }
+    st[SS_CUR] = cur;
+    st[SS_P] = p;
+    st[SS_NHELD] = nheld;
+    return code;
+}

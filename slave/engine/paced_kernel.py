@@ -30,9 +30,11 @@ alone (DFC's, of every workload at every boundary) is made in the kernel's own a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 
-The same shared object carries ``submit_reap`` for the libaio engine (``submit_reap_function``):
-one I/O's ``io_submit`` and the wait for its completion in one call, for the max-iops loop of
-queue depth 1-2, so that no Python runs between the two (see the C).
+The same shared object carries the max-iops loop of queue depth 1-2 that blocks, for a lone
+workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s turn: S_*, SS_* and SR_*
+words), and ``submit_reap`` for the libaio engine (``submit_reap_function``): one I/O's
+``io_submit`` and the wait for its completion in one call. Both leave no code between the
+submission and the wait (see the C).
 """
 
 from __future__ import annotations
@@ -100,6 +102,24 @@ ST_WORDS: Final = 16
 # workload of the set owns (a broken invariant: nothing of that batch is recorded)
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
+# ``scalar_run`` (the queue-depth 1-2 max-iops loop in C): its argument words, its state
+# words and its result codes
+_SCALAR_ARGS: Final = (
+    "CTX", "EVENTS_CAP", "ROWS", "PEND", "EVENTS", "ST", "RING", "IOCB_ADDR",
+    "BOUNDARY", "WAKE", "FLUSH_AT", "BLOCK_WAIT",
+)
+S: Final = {name: i for i, name in enumerate(_SCALAR_ARGS)}
+SS_MAX_HELD: Final = 4  # slots held for the next submission (the loop's depth is <= 2)
+SS_CUR, SS_RLEN, SS_P, SS_NHELD, SS_HELD0 = 0, 1, 2, 3, 4
+SS_N, SS_T, SS_NNEED, SS_NEED0 = 8, 9, 10, 11
+SS_SUB_DONE: Final = 15
+SS_WORDS: Final = 16
+# ``wake`` came (held slots not submitted: the caller submits them); completions reaped past
+# the boundary (``SS_N`` at ``SS_T``, in the engine's events; nothing held); slots the ring had
+# no next I/O for (``SS_NEED*``); the records reached ``FLUSH_AT`` (held slots stay held);
+# io_submit took ``SS_SUB_DONE`` (-1: none) of the held slots (they stay held)
+SR_WAKE, SR_LATE, SR_REFILL, SR_FLUSH, SR_SUBMIT = range(5)
+
 _INF_NS: Final = 1 << 62
 # slot row words (``slave.engine.loop``'s bookkeeping after the 8 iocb words)
 _ROW_LAYOUT: Final = {
@@ -134,6 +154,13 @@ def source() -> str:
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = _INF_NS
+    defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
+    defines.update({"SS_MAX_HELD": SS_MAX_HELD, "SS_CUR": SS_CUR, "SS_RLEN": SS_RLEN,
+                    "SS_P": SS_P, "SS_NHELD": SS_NHELD, "SS_HELD0": SS_HELD0, "SS_N": SS_N,
+                    "SS_T": SS_T, "SS_NNEED": SS_NNEED, "SS_NEED0": SS_NEED0,
+                    "SS_SUB_DONE": SS_SUB_DONE})
+    defines.update({"SR_WAKE": SR_WAKE, "SR_LATE": SR_LATE, "SR_REFILL": SR_REFILL,
+                    "SR_FLUSH": SR_FLUSH, "SR_SUBMIT": SR_SUBMIT})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     body = resources.files("slave.engine").joinpath("paced_kernel.c").read_text("utf-8")
     return "#define _GNU_SOURCE\n" + head + body
@@ -147,6 +174,7 @@ _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _submit_reap_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 
 
@@ -192,7 +220,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Build (or find in the cache) and load the kernel, once per process; on failure note
     why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _submit_reap_fn, _why_not
+    global _fn, _gen_fn, _retime_fn, _submit_reap_fn, _scalar_fn, _why_not
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -221,7 +249,11 @@ def _load() -> None:
     # no argtypes: the engine hands prebuilt ctypes objects, converted by nothing
     submit_reap_fn = lib.submit_reap
     submit_reap_fn.restype = ctypes.c_int64
-    _fn, _gen_fn, _retime_fn, _submit_reap_fn = fn, gen, retime_fn, submit_reap_fn
+    scalar_fn = lib.scalar_run
+    scalar_fn.argtypes = [ctypes.c_void_p]
+    scalar_fn.restype = ctypes.c_int64
+    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
+    _submit_reap_fn, _scalar_fn = submit_reap_fn, scalar_fn
 
 
 def available() -> bool:
@@ -236,6 +268,13 @@ def submit_reap_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defi
     available."""
     _load()
     return _submit_reap_fn
+
+
+def scalar_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """The compiled ``scalar_run`` (one argument: the address of its ``S_*`` words; it releases
+    the GIL while it runs), or None where the kernel is not available."""
+    _load()
+    return _scalar_fn
 
 
 def why_not() -> str | None:

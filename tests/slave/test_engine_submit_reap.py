@@ -5,8 +5,10 @@ one compiled call (``slave/engine/paced_kernel.c``), used by the max-iops loop o
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import aio_abi, files, paced_kernel
+from slave.engine import loop as loop_mod
 from slave.engine.base import AlignedBuffers, SlotTable
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -114,22 +117,31 @@ def _device_reads(name: str) -> int:
         return int(f.read().split()[0])
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["scalar_run", "python+submit_reap"])
 @pytest.mark.parametrize("iodepth", [1, 2])
 def test_the_depth_one_loop_waits_through_it_and_leaves_nothing_behind(
-    loop_device: LoopFactory, iodepth: int, monkeypatch: pytest.MonkeyPatch
+    loop_device: LoopFactory, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every I/O the scalar loop resubmits last in a batch goes out with the next wait (or, at
-    the end of a turn, on its own): the device completed exactly the reads recorded, nothing is
-    left in flight, every subinterval recorded."""
+    """The blocking loop of depth 1-2 for a lone workload of reads, in C (``scalar_run``) or
+    in Python with ``submit_reap``: every I/O resubmitted goes out with the next wait (or, at
+    the end of a turn, on its own), the device completed exactly the reads recorded, nothing
+    is left in flight, every subinterval recorded."""
     dev = loop_device(16 * MiB)
-    calls = [0]
-    real: Callable[[LibaioEngine, int, int], int] = LibaioEngine._submit_reap
+    calls = {"submit_reap": 0, "compiled turns": 0}
+    real_sr: Callable[[LibaioEngine, int, int], int] = LibaioEngine._submit_reap
+    real_turn = EngineLoop._loop_scalar_compiled
 
-    def counting(self: LibaioEngine, slot: int, timeout_ns: int) -> int:
-        calls[0] += 1
-        return real(self, slot, timeout_ns)
+    def counting_sr(self: LibaioEngine, slot: int, timeout_ns: int) -> int:
+        calls["submit_reap"] += 1
+        return real_sr(self, slot, timeout_ns)
 
-    monkeypatch.setattr(LibaioEngine, "_submit_reap", counting)
+    def counting_turn(self: EngineLoop, *args: Any) -> int:
+        calls["compiled turns"] += 1
+        return real_turn(self, *args)
+
+    monkeypatch.setattr(LibaioEngine, "_submit_reap", counting_sr)
+    monkeypatch.setattr(EngineLoop, "_loop_scalar_compiled", counting_turn)
+    monkeypatch.setattr(loop_mod, "COMPILED_SCALAR", compiled)
     loop = EngineLoop(capacity=16)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
@@ -152,5 +164,45 @@ def test_the_depth_one_loop_waits_through_it_and_leaves_nothing_behind(
     # not recorded: the reads the loop reaped past the last boundary (they belong to the
     # subinterval the stop discards) and those it had resubmitted, which the stop drains
     assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
-    # each reaped batch's last resubmission went out through it (batches of 1 or 2 at QD2)
-    assert calls[0] >= recorded // 2 > 0, (calls[0], recorded)
+    if compiled:
+        assert calls["compiled turns"] > 0 and calls["submit_reap"] == 0, calls
+    else:  # each reaped batch's last resubmission went out through it
+        assert calls["compiled turns"] == 0, calls
+        assert calls["submit_reap"] >= recorded // 2 > 0, (calls, recorded)
+
+
+def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
+    loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LUN's descriptor closed under the running loop, mid-subinterval: the C loop's next
+    io_submit fails (SR_SUBMIT) and Python's submission of the held slot raises naming the
+    errno, instead of the loop going on or hanging."""
+    dev = loop_device(16 * MiB)
+    loop = EngineLoop(capacity=16)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    loop.add_workload(WorkloadSpec("t:l:w", WorkloadParams(iodepth=1), eng, fd,
+                                   dev.size_bytes, 512, stats), None)
+    codes: list[int] = []
+    real = paced_kernel.scalar_function()
+    assert real is not None
+
+    def noting(addr: int) -> int:
+        code = int(real(addr))
+        codes.append(code)
+        return code
+
+    monkeypatch.setattr(paced_kernel, "scalar_function", lambda: noting)
+    closer = threading.Timer(0.08, os.close, (fd,))  # in the second subinterval's middle
+    closer.start()
+    try:
+        with pytest.raises(IoEngineError, match="Bad file descriptor"):
+            loop.run(_Control(10, stats), time.monotonic_ns() + 1_000_000, 50_000_000)
+    finally:
+        closer.join()
+        loop.close()
+    assert codes[-1] == paced_kernel.SR_SUBMIT, codes[-5:]
+    # it ran turns before (returning at control polls and boundaries)
+    assert {paced_kernel.SR_WAKE, paced_kernel.SR_LATE} & set(codes[:-1]), codes[:5]
