@@ -4,13 +4,28 @@
 the fio jobs it is compared with back to back (interleaved, so a busy neighbour hurts both
 alike); the medians over the rounds are compared. Targets (ivypy / fio):
 
-* one LUN, QD32: IOPS >= 1.0x fio's default libaio job; mean latency within 5 %; p50 within
-  5 %; p99 <= 1.1x; user CPU <= 1 us per I/O;
+* one LUN, QD32: IOPS >= 1.0x fio's default libaio job; mean latency and p50 within 5 %;
+  p99 <= 1.1x; user CPU <= 1 us per I/O;
 * QD1 with busy_poll: IOPS >= 0.8x fio; QD1 blocking: >= 0.5x fio;
 * two LUNs at QD32, one worker process each: IOPS >= 1.2x fio with two jobs (defaults) and
   >= 0.95x fio with two jobs and ``iodepth_batch_submit=16``;
 * the same workload on both sides: one LUN, QD32, both paced at one fixed rate (half of fio's
   QD32 IOPS, measured first): ivypy's p50 within 5 % and p99 within 10 % of fio's.
+
+"Within x %" of fio's latency is checked as written, two-sided (|ratio - 1| <= x), and each
+such line also says what the one-sided reading ("no more than x % above fio's", ratio <= 1 + x)
+gives: the issue writes the QD32 p99 bound one-sided ("p99 <= 1.1x") and the same quantity's
+"within 10 %" beside it, and a two-sided bound contradicts its open-ended IOPS target where an
+engine is more than 5 % faster at a full queue (Little's law: the mean is the queue depth over
+the rate). Which reading holds is the planners' to say; the count of missed targets follows the
+two-sided one. A latency below fio's is believed only with the fidelity checks (targets):
+
+* Little's law on ivypy's own clock, QD32 at ``iops=max``: mean service time x IOPS over the
+  queue depth within 0.95..1.01. A service time measured short (a submit stamp taken after
+  ``io_submit``, a completion stamp before the reap) reads below 0.95; so does one that
+  leaves slots idle (book-keeping between reap and resubmit);
+* no ivypy case's mean service time below the block layer's own mean for the same I/Os
+  (``blk``, below): a request's life in the block layer lies within its submit -> reap.
 
 The target cases read loop devices whose tmpfs pages were fallocated and never written: tmpfs
 answers those reads by zeroing the buffer, without reading a page. Also printed, not targets:
@@ -49,6 +64,18 @@ IOPS in the next round 18.6-19.1 us (block layer 17-18), whichever CPU it was pi
 at 80,000 read 15.7-19.8 us pinned to either CPU or unpinned. ivypy with ``busy_poll`` (it
 then looks in the ring instead of sleeping while I/O is in flight, as fio's polling job spins)
 read no lower there (p50 19.1 against 16.3 us, medians of three rounds).
+
+On a faster host (kernel 6.18; fio's QD32 450,000-530,000 IOPS) fio's own QD1 job read
+51,000-105,000 IOPS from one run to the next, minutes apart: the QD1 ratios move with it more
+than with either tool. There a QD1 loop in Python read 30,000-51,000 IOPS, with the block
+layer's mean twice fio's: a loop device's kernel worker is woken by the submission, often onto
+the submitting CPU, and waits there while the submitter runs (in C, 3 us of work between
+io_submit and io_getevents took a QD1 loop from 84,000 to 38,000 IOPS); the compiled loop
+(``scalar_run``) read 61,000-73,000 against fio's 44,000-83,000 in the same rounds. Polling
+loses to blocking on that device: C loops polling for their completion read 0.15-0.54x the
+IOPS of one that blocks, so ``busy_poll`` cannot reach 0.8x fio's blocking job there except
+when fio's job is in its slow mode. Two LUNs there are bound by the kernel's work, not the
+tools': fio's two jobs read what its one job does (470,000-530,000), and so does ivypy.
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
@@ -319,12 +346,16 @@ def main() -> int:
     print("\n# targets")
     r = ratio("ivypy qd32", "fio qd32", "iops")
     check("qd32 IOPS / fio", r, r >= 1.0, ">= 1.0")
+    def within(label: str, r: float, x: float) -> None:
+        """The issue's "within x %" of fio's latency, two-sided as written; the one-sided
+        reading beside it (see the docstring)."""
+        one = "ok" if r <= 1 + x else "MISSED"
+        check(label, r, abs(r - 1) <= x, f"within {x:.0%}; one-sided <= {1 + x:.2f}: {one}")
+
     r = ratio("ivypy qd32", "fio qd32", "mean_us")
-    check("qd32 mean latency / fio", r, abs(r - 1) <= 0.05, "within 5 %")
+    within("qd32 mean latency / fio", r, 0.05)
     r = ratio("ivypy qd32", "fio qd32", "p50_us")
-    check("qd32 p50 / fio", r, abs(r - 1) <= 0.05, "within 5 %")
-    # the issue's QD32 target is one-sided ("p99 <= 1.1x"); "within 10 %" is the same-workload
-    # target, checked on the paced case below (at iops=max the rates differ: see the docstring)
+    within("qd32 p50 / fio", r, 0.05)
     r = ratio("ivypy qd32", "fio qd32", "p99_us")
     check("qd32 p99 / fio", r, r <= 1.10, "<= 1.1")
     u = med("ivypy qd32", "usr_us_per_io")
@@ -340,9 +371,23 @@ def main() -> int:
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "iops")
     check(f"paced at {rate:.0f} IOPS: IOPS / fio (same load)", r, abs(r - 1) <= 0.02, "within 2 %")
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "p50_us")
-    check("paced: p50 / fio (same workload)", r, abs(r - 1) <= 0.05, "within 5 %")
+    within("paced: p50 / fio (same workload)", r, 0.05)
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "p99_us")
-    check("paced: p99 / fio (same workload)", r, abs(r - 1) <= 0.10, "within 10 %")
+    within("paced: p99 / fio (same workload)", r, 0.10)
+    print("\n# fidelity: a latency below fio's is believed only where these hold (targets)")
+
+    def per_round(name: str, of: Callable[[Result], float]) -> float:
+        return float(statistics.median(of(x) for x in results[name]))
+
+    little = {c: per_round(c, lambda x: x.mean_us * 1e-6 * x.iops / 32)
+              for c in ("ivypy qd32", "fio qd32")}
+    check("qd32: mean x IOPS / iodepth (Little's law)", little["ivypy qd32"],
+          0.95 <= little["ivypy qd32"] <= 1.01, f"0.95..1.01; fio's {little['fio qd32']:.3f}")
+    floor = {c: per_round(c, lambda x: x.mean_us / x.blk_mean_us) for c in cases
+             if c.startswith("ivypy") and all(x.blk_mean_us > 0 for x in results[c])}
+    lowest = min(floor, key=floor.__getitem__)
+    check(f"ivypy mean / block layer's mean, lowest ({lowest})", floor[lowest],
+          floor[lowest] >= 1.0, ">= 1 in every ivypy case")
     print("\n# many workloads in one worker, a device that holds data, and 70 % reads on it "
           "(IOPS: reads and writes; not targets)")
     for a, b in (("ivypy 8 workloads qd4", "fio qd32"),
