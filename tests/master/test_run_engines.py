@@ -14,7 +14,6 @@ Needs root (mounting the ramfs and the loop device): skipped otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ from tests.master.runhelp import (
     wait_rows,
     write_config,
 )
-from tests.slave.test_engine_odirect import kernel_takes_o_direct
+from tests.slave.test_engine_odirect import fd_flags, kernel_takes_o_direct
 
 HOST = "localhost"
 SUB_S = 0.5
@@ -74,20 +73,6 @@ def _sh(*argv: str) -> None:
 def _unmount(mount_point: Path) -> None:
     if subprocess.run(["umount", str(mount_point)], capture_output=True, timeout=60).returncode:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=60)
-
-
-def _fd_flags(pid: int, real: str) -> list[int]:
-    """``flags`` (fdinfo) of every fd of ``pid`` whose link is ``real``."""
-    found = []
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(FileNotFoundError):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") != real:
-                    continue
-                with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
-                    fields = dict(line.split(":", 1) for line in fh if ":" in line)
-                found.append(int(fields["flags"].strip(), 8))
-    return found
 
 
 def _takes_o_direct(directory: Path) -> bool:
@@ -135,7 +120,7 @@ def engine_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRun]:
         flags: dict[str, list[int]] = {path: [] for path in luns.values()}
         for p in process_tree(slave):
             for path in luns.values():
-                flags[path] += _fd_flags(p.pid, os.path.realpath(path))
+                flags[path] += fd_flags(p.pid, os.path.realpath(path))
         stdout, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stdout + stderr
         yield EngineRun(folder, luns, flags, direct, stderr)

@@ -34,13 +34,15 @@ def fd_flags(pid: int, path: str) -> list[int]:
     real = os.path.realpath(path)
     found = []
     fd_dir = f"/proc/{pid}/fd"
-    for fd in os.listdir(fd_dir):
-        with contextlib.suppress(FileNotFoundError):
-            if os.readlink(f"{fd_dir}/{fd}") != real:
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
-                fields = dict(line.split(":", 1) for line in fh if ":" in line)
-            found.append(int(fields["flags"].strip(), 8))
+    # a process that has exited meanwhile has none
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for fd in os.listdir(fd_dir):
+            with contextlib.suppress(FileNotFoundError):
+                if os.readlink(f"{fd_dir}/{fd}") != real:
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                    fields = dict(line.split(":", 1) for line in fh if ":" in line)
+                found.append(int(fields["flags"].strip(), 8))
     return found
 
 
