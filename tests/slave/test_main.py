@@ -126,20 +126,27 @@ def _gone(tree: list[psutil.Process], timeout_s: float) -> bool:
     return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _stop_within_a_second(s: Slave, how: str) -> int:
+    """Close the slave's stdin (``eof``) or send it SIGTERM; it must exit within a second.
+    Returns its exit status."""
+    t0 = time.monotonic()
+    if how == "eof":
+        assert s.proc.stdin is not None
+        s.proc.stdin.close()
+    else:
+        s.proc.send_signal(signal.SIGTERM)
+    status = s.proc.wait(5)
+    took = time.monotonic() - t0
+    assert took < 1.0, f"exited after {took:.2f} s"
+    return status
+
+
 @pytest.mark.parametrize("how", ["eof", "sigterm"])
 def test_exits_within_a_second_leaving_nothing(tmp_path: Path, how: str) -> None:
     s = Slave(tmp_path)
     try:
         tree = s.running_step(tmp_path / "lun")
-        t0 = time.monotonic()
-        if how == "eof":
-            assert s.proc.stdin is not None
-            s.proc.stdin.close()
-        else:
-            s.proc.send_signal(signal.SIGTERM)
-        s.proc.wait(5)
-        took = time.monotonic() - t0
-        assert took < 1.0, f"exited after {took:.2f} s"
+        _stop_within_a_second(s, how)
         assert _gone(tree, 1.0)
     finally:
         s.proc.kill()
@@ -185,15 +192,7 @@ def test_the_shipped_zipapp_exits_within_a_second_with_libaio_io_in_flight(
     try:
         tree = s.running_on_device(device.path)
         assert _reads_in_flight(device, 0.5) > 0, "no read in flight on the loop device"
-        t0 = time.monotonic()
-        if how == "eof":
-            assert s.proc.stdin is not None
-            s.proc.stdin.close()
-        else:
-            s.proc.send_signal(signal.SIGTERM)
-        status = s.proc.wait(5)
-        took = time.monotonic() - t0
-        assert took < 1.0, f"exited after {took:.2f} s"
+        status = _stop_within_a_second(s, how)
         assert status == (0 if how == "eof" else 128 + signal.SIGTERM)
         assert _gone(tree, 1.0), [p.pid for p in tree if p.is_running()]
         assert _in_flight_after(device, 1.0) == (0, 0)
