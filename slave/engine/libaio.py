@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine import paced_kernel
 from slave.engine.aio_abi import AioContext
 from slave.engine.base import KernelHandles, SlotTable
 
@@ -52,13 +51,6 @@ class LibaioEngine:
         #: completions waiting in the ring now, not reaped (likewise the context's method)
         self.ready: Callable[[], int] = self._ctx.ring_ready
         self._c_counts = [self._ctx.c_long(i) for i in range(min(table.capacity, 64) + 1)]
-        # one slot's submission and the wait for a completion in one compiled call, where the
-        # host built the paced kernel (``submit_reap``); None: two calls, Python between them
-        self._c_submit_reap = paced_kernel.submit_reap_function()
-        self._out = np.zeros(2, dtype=np.int64)
-        self._c_out = ctypes.c_void_p(self._out.ctypes.data)
-        self.submit_reap: Callable[[int, int], int] | None = (
-            None if self._c_submit_reap is None else self._submit_reap)
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
@@ -96,26 +88,6 @@ class LibaioEngine:
         if ctx.submit_c(self._c_one[slot], 1) < 1:
             self._ptrs[0] = self._addr[slot]
             self._submit_rest(0, 1)
-
-    def _submit_reap(self, slot: int, timeout_ns: int) -> int:
-        """``submit_one(slot)`` and ``reap(1, timeout_ns)`` (0 < ``timeout_ns`` < 1 s) with no
-        Python between them: the compiled ``submit_reap``. Where it could not submit, or its
-        wait failed, the two calls' own paths learn why and go on."""
-        ctx = self._ctx
-        ts = ctx.ts_mv
-        ts[0] = 0
-        ts[1] = timeout_ns
-        fn = self._c_submit_reap
-        assert fn is not None
-        got: int = fn(ctx.c_ctx, self._c_1, self._c_one[slot], self._c_1, ctx.c_nr, ctx.c_events,
-                      ctx.c_ts, self._c_out)
-        if got >= 0:
-            return got
-        # not taken: submit_one's own slow path
-        if self._out[0] != 1 and ctx.submit_c(self._c_one[slot], 1) < 1:
-            self._ptrs[0] = self._addr[slot]
-            self._submit_rest(0, 1)
-        return self.reap(1, timeout_ns)
 
     def _submit_rest(self, done: int, n: int, ptrs_addr: int | None = None) -> None:
         """The kernel took only a prefix (EAGAIN under memory pressure): retry the rest."""

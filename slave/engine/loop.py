@@ -514,6 +514,10 @@ class _Waiter:
         return n
 
 
+# the compiled scalar loop's function and its argument and state words (``pk.S``, ``pk.SS_*``)
+_ScalarWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
 def _timed_wait_ns(left: int) -> int:
     """How long to block for a wake-up due in ``left`` ns (``left >= SLEEP_MIN_NS``): all of
     it when short, else all but ``WAKE_EARLY_NS`` (the loop then waits again, briefly)."""
@@ -578,9 +582,8 @@ class EngineLoop:
         # slots then need no owner lookup
         self._sole = -1
         self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_word_loops
-        # the compiled scalar loop's words for an engine: (engine, S_* args, SS_* state)
-        self._scalar_words: tuple[IoEngine, npt.NDArray[np.int64],
-                                  npt.NDArray[np.int64]] | None = None
+        # the compiled scalar loop for an engine: (engine, its function, S_* args, SS_* state)
+        self._scalar_words: tuple[IoEngine, _ScalarWords] | None = None
         self._paced_words: tuple[_PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[_Workload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -1723,11 +1726,6 @@ class EngineLoop:
             if words is not None:
                 return self._loop_scalar_compiled(control, w, eng, words, boundary,
                                                   subinterval_ns, wake)
-        # blocking, the last resubmission of a batch waits to go out with the next wait, in
-        # one compiled call (``submit_reap``): no Python between the submission and the sleep,
-        # in which a device's kernel worker woken onto this CPU would wait for it
-        submit_reap = None if busy or issue1 is not None else getattr(eng, "submit_reap", None)
-        held = -1  # the slot whose I/O goes out with the next wait
         pw = self._pend_words
         tw = self._rows_words
         rw = SlotTable.ROW_WORDS
@@ -1753,15 +1751,7 @@ class EngineLoop:
             else:
                 # a far timeout (a near one costs a timer reprogramming per I/O); a control
                 # poll waits for the next completion, up to BLOCK_WAIT_NS; a boundary never
-                if held >= 0:
-                    r = rw * held
-                    t_sub = mono()
-                    tw[r + C_SUBMIT] = t_sub
-                    tw[r + C_SCHED] = t_sub
-                    n = submit_reap(held, min(boundary - now, BLOCK_WAIT_NS))  # type: ignore[misc]
-                    held = -1
-                else:
-                    n = reap(1, min(boundary - now, BLOCK_WAIT_NS))
+                n = reap(1, min(boundary - now, BLOCK_WAIT_NS))
                 if not n:
                     now = mono()
                     continue
@@ -1796,9 +1786,6 @@ class EngineLoop:
                 tw[r + W_OPCODE_FD] = ring[k]
                 tw[r + W_OFFSET] = ring[k + R_OFF]
                 tw[r + C_CAT] = ring[k + R_CAT]
-                if submit_reap is not None and i == n - 1:
-                    held = s  # stamped and submitted with the next wait, or below
-                    continue
                 t_sub = mono()
                 tw[r + C_SUBMIT] = t_sub
                 tw[r + C_SCHED] = t_sub
@@ -1808,25 +1795,19 @@ class EngineLoop:
                 self.flush()
             now = t
             spin_until = now + spin_ns
-        if held >= 0:
-            r = rw * held
-            t_sub = mono()
-            tw[r + C_SUBMIT] = t_sub
-            tw[r + C_SCHED] = t_sub
-            submit_one(held)
         return boundary
 
-    def _scalar_args(self, eng: IoEngine
-                     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
-        """The compiled scalar loop's argument and state words for ``eng`` (made once per
-        engine), or None where it cannot run: no kernel here, or an engine whose completion
-        ring compiled code cannot read."""
+    def _scalar_args(self, eng: IoEngine) -> _ScalarWords | None:
+        """The compiled scalar loop's function, argument and state words for ``eng`` (made
+        once per engine), or None where it cannot run: no kernel here, or an engine whose
+        completion ring compiled code cannot read."""
         sw = self._scalar_words
         if sw is not None and sw[0] is eng:
-            return sw[1], sw[2]
+            return sw[1]
         handles = getattr(eng, "kernel_handles", None)
-        h = None if handles is None or pk.scalar_function() is None else handles()
-        if h is None:
+        fn = pk.scalar_function()
+        h = None if handles is None or fn is None else handles()
+        if fn is None or h is None:
             return None
         args = np.zeros(len(pk.S), dtype=np.int64)
         st = np.zeros(pk.SS_WORDS, dtype=np.int64)
@@ -1839,15 +1820,16 @@ class EngineLoop:
         args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
         args[pk.S["FLUSH_AT"]] = FLUSH_AT
         args[pk.S["BLOCK_WAIT"]] = BLOCK_WAIT_NS
-        self._scalar_words = (eng, args, st)
-        return args, st
+        words = (fn, args, st)
+        self._scalar_words = (eng, words)
+        return words
 
     def _loop_scalar_compiled(
         self,
         control: LoopControl,
         w: _Workload,
         eng: IoEngine,
-        words: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        words: _ScalarWords,
         boundary: int,
         subinterval_ns: int,
         wake: int,
@@ -1856,9 +1838,7 @@ class EngineLoop:
         (``pk.scalar_function``): Python only for what the C returns for (a refill, a flush,
         a submission it could not make, a completion past the boundary) and at ``wake``.
         Returns the next boundary."""
-        fn = pk.scalar_function()
-        assert fn is not None
-        args, st = words
+        fn, args, st = words
         addr = args.ctypes.data
         args[pk.S["BOUNDARY"]] = boundary
         args[pk.S["WAKE"]] = wake
@@ -1873,13 +1853,13 @@ class EngineLoop:
             code = int(fn(addr))
             w.cur = int(st[pk.SS_CUR])
             self._p = int(st[pk.SS_P])
-            held = [int(x) for x in st[pk.SS_HELD0 : pk.SS_HELD0 + int(st[pk.SS_NHELD])]]
             if code == pk.SR_LATE:  # nothing held: the wait went out with its submission
                 return self._reaped_late(control, eng, int(st[pk.SS_N]), int(st[pk.SS_T]),
                                          boundary, subinterval_ns)
             if code == pk.SR_WAKE or code == pk.SR_SUBMIT:
                 taken = max(int(st[pk.SS_SUB_DONE]), 0) if code == pk.SR_SUBMIT else 0
-                for slot in held[taken:]:  # out one by one (a refusal raises, naming errno)
+                held = st[pk.SS_HELD0 + taken : pk.SS_HELD0 + int(st[pk.SS_NHELD])].tolist()
+                for slot in held:  # out one by one (a refusal raises, naming errno)
                     t_sub = time.monotonic_ns()
                     tw[rw * slot + C_SUBMIT] = t_sub
                     tw[rw * slot + C_SCHED] = t_sub
@@ -1888,20 +1868,10 @@ class EngineLoop:
                 if code == pk.SR_WAKE:
                     return boundary
                 continue
-            if code == pk.SR_REFILL:  # the ring ran out: the slots left wait with the held
+            if code == pk.SR_REFILL:  # the ring ran out: refilled, the slots left go out now
                 for slot in st[pk.SS_NEED0 : pk.SS_NEED0 + int(st[pk.SS_NNEED])].tolist():
-                    if w.cur >= w.ring_len:
-                        self._refill(w, 1)
-                    k = 5 * w.cur
-                    w.cur += 1
-                    ring = w.ring_words
-                    r = rw * slot
-                    tw[r + W_OPCODE_FD] = ring[k]
-                    tw[r + W_OFFSET] = ring[k + R_OFF]
-                    tw[r + C_CAT] = ring[k + R_CAT]
-                    held.append(slot)
-                st[pk.SS_HELD0 : pk.SS_HELD0 + len(held)] = held
-                st[pk.SS_NHELD] = len(held)
+                    self._in_flight -= 1  # completed, recorded; _issue1 counts it again
+                    self._issue1(w, slot)
             if self._p >= FLUSH_AT:  # SR_FLUSH, or a refill's records
                 self.flush()
 

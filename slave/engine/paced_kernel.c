@@ -526,33 +526,15 @@ int64_t paced_run(const int64_t *a)
     }
 }
 
-/* For the max-iops loop of queue depth 1-2 (EngineLoop._loop_scalar), not the paced loop:
- * io_submit of the n iocbs at ptrs and, when it took them all, at once io_getevents for at
- * least min_nr of at most nr events within the timespec at ts, with none of the caller's code
- * between the two calls. A device whose completion needs a kernel worker (a loop device's)
- * has that worker woken by the submission, often onto the submitting CPU, where it waits for
- * the caller to sleep: in C on the 2-core VM, 1 us of work between the calls took a QD1 loop
- * device from 84,000 to 64,000 IOPS, 3 us to 38,000; a Python loop spends 2-3 us there.
- * out[0] is io_submit's result, out[1] io_getevents' (-1: failed; the caller calls again to
- * learn errno). Returns out[1] when every iocb was taken, else -1 (nothing waited for). */
-int64_t submit_reap(int64_t ctx, int64_t n, const void *ptrs, int64_t min_nr, int64_t nr,
-                    void *events, const void *ts, int64_t *out)
-{
-    long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)n, ptrs);
-    out[0] = done;
-    out[1] = 0;
-    if (done != n)
-        return -1;
-    long got = syscall(SYS_io_getevents, (unsigned long)ctx, (long)min_nr, (long)nr, events, ts);
-    out[1] = got;
-    return got;
-}
-
 /* The max-iops loop of queue depth 1-2 that blocks (EngineLoop._loop_scalar) in C, for a lone
  * workload of reads: its I/Os come from its precomputed ring (5 words each: R_*_COL); each
  * completion's slot row is copied whole into the records (pend) with its result and time, and
  * the slot takes the ring's next I/O; the batch's slots go out together with the wait for the
- * next completion (as submit_reap: no code between io_submit and io_getevents). Its argument
+ * next completion, with no code between io_submit and io_getevents: a device whose completion
+ * needs a kernel worker (a loop device's) has it woken by the submission, often onto this CPU,
+ * where it waits for the submitter to sleep (in C on the 2-core VM, 1 us of work between the
+ * two calls took a QD1 loop device from 84,000 to 64,000 IOPS, 3 us to 38,000; the Python
+ * loop spent 2-3 us there and 5-6 us of user CPU per I/O in all). Its argument
  * words (S_*, prepended by paced_kernel.py) hold the array addresses and the scalars; its state
  * words (SS_*) the ring cursor and length, the records' count, the held slots (submitted with
  * the next wait), and what a return leaves for Python: completions reaped past the boundary

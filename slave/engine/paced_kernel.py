@@ -32,9 +32,8 @@ loop for each of those.
 
 The same shared object carries the max-iops loop of queue depth 1-2 that blocks, for a lone
 workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s turn: S_*, SS_* and SR_*
-words), and ``submit_reap`` for the libaio engine (``submit_reap_function``): one I/O's
-``io_submit`` and the wait for its completion in one call. Both leave no code between the
-submission and the wait (see the C).
+words), which leaves no code between a submission and the wait for the next completion (see
+the C).
 """
 
 from __future__ import annotations
@@ -173,7 +172,6 @@ _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_submit_reap_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 
@@ -220,7 +218,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Build (or find in the cache) and load the kernel, once per process; on failure note
     why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _submit_reap_fn, _scalar_fn, _why_not
+    global _fn, _gen_fn, _retime_fn, _scalar_fn, _why_not
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -246,28 +244,16 @@ def _load() -> None:
     retime_fn = lib.paced_retime
     retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     retime_fn.restype = None
-    # no argtypes: the engine hands prebuilt ctypes objects, converted by nothing
-    submit_reap_fn = lib.submit_reap
-    submit_reap_fn.restype = ctypes.c_int64
     scalar_fn = lib.scalar_run
     scalar_fn.argtypes = [ctypes.c_void_p]
     scalar_fn.restype = ctypes.c_int64
-    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
-    _submit_reap_fn, _scalar_fn = submit_reap_fn, scalar_fn
+    _fn, _gen_fn, _retime_fn, _scalar_fn = fn, gen, retime_fn, scalar_fn
 
 
 def available() -> bool:
     """Whether the compiled loop can run here (built and loaded, or loaded from the cache)."""
     _load()
     return _fn is not None
-
-
-def submit_reap_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """The compiled ``submit_reap`` (``ctx, n, ptrs, min_nr, nr, events, timespec, out``: all
-    ctypes objects; it releases the GIL while it waits), or None where the kernel is not
-    available."""
-    _load()
-    return _submit_reap_fn
 
 
 def scalar_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
