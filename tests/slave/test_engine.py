@@ -618,7 +618,13 @@ def test_a_batch_of_several_max_workloads_is_resubmitted_in_one_call() -> None:
     assert submits[:4] == [4, 4, 4, 4]
     again = submits[4:]
     assert len(again) > 15 and again == reaps[: len(again)] and len(reaps) - len(again) <= 1
-    assert all(n == 16 for n in again)
+    # the four fills go out one after another at the start; where they straddle a tick (the
+    # first refills of a fresh process took over 4 ms: 4 runs of 20 alone at 88eed8d), their
+    # first completions come a tick apart, in two batches that add up to 16, then as one
+    if again[0] != 16:
+        assert again[0] % 4 == 0 and again[0] + again[1] == 16, again[:4]
+        again = again[2:]
+    assert all(n == 16 for n in again), again
     # each I/O is stamped at its submission (the fake engine logs its own, later, time), and
     # a max-iops I/O is scheduled when submitted. The bound is half a device tick: a stale
     # time (an earlier batch's) is at least a tick old, while the loop's own gap between its
