@@ -156,8 +156,9 @@ class IocbRing:
             old = carry[0] - base
             submit[old] = carry[1]
             live[old] = True
-        if int(at.min(initial=0)) < 0 or int(at.max(initial=0)) >= hi - base or not bool(
-                live[at].all()):
+        # (none reaped: nothing to check; the table may be empty, when the ring has submitted
+        # nothing yet because the slots it adopted have not completed)
+        if n and (int(at.min()) < 0 or int(at.max()) >= hi - base or not bool(live[at].all())):
             raise AssertionError("the ring reaped an I/O it did not have in flight")
         live[at] = False
         offsets = np.zeros(n, dtype=np.int64)

@@ -1589,8 +1589,15 @@ class EngineLoop:
                 if w is not None:
                     self._start_workload(w, start_ns)
             self._loop(control, start_ns, subinterval_ns)
-        finally:
+        except BaseException as exc:
+            try:
+                self._drain()
+            except IoEngineError as also:  # the first error is the one to report
+                exc.add_note(f"and while stopping: {also}")
+            raise
+        else:
             self._drain()
+        finally:
             self.subinterval_index = -1
 
     def _loop(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
@@ -2007,7 +2014,7 @@ class EngineLoop:
             t_sub = mono()
             got = fast(c_sys, c_ctx, counts[n], void_p(ptrs + 8 * c))
             if got != n:
-                eng.submit_iocbs(ptrs + 8 * c, n, got)
+                self._ring_submit_rest(eng, ptrs + 8 * c, n, got)
             c += n
             ring.cur = c
             k = ring.n_sub
@@ -2031,6 +2038,18 @@ class EngineLoop:
                 self.flush()
             if t >= wake:
                 return boundary
+
+    def _ring_submit_rest(self, eng: IocbEngine, ptrs_addr: int, n: int, got: int) -> None:
+        """The ring's resubmission of a reaped batch of ``n`` took ``got`` (-1: failed): learn
+        why, or submit the rest. When that raises, the batch's I/Os not submitted leave the
+        in-flight count (the ring keeps it unchanged across a batch), so that the stop does
+        not wait for I/Os that were never submitted (a second of waiting, and a "does not
+        answer" error in place of this one)."""
+        try:
+            eng.submit_iocbs(ptrs_addr, n, got)
+        except IoEngineError:
+            self._in_flight -= n - max(got, 0)
+            raise
 
     def _ring_take(self, ring: IocbRing, ev: memoryview, n: int, t: int,
                    slot_rows: dict[int, list[int]] | None = None) -> None:

@@ -1179,3 +1179,20 @@ def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again(
     looks[0] = 0
     waiter.wait(poll, slow_reap, far)
     assert looks[0] > 0  # looks first again
+
+
+def test_an_error_in_the_loop_is_raised_first_when_the_stop_fails_too() -> None:
+    """The loop fails at a boundary while its ring has I/Os in flight that never complete:
+    the stop's own error (they are still in flight after a second) is added to the first as
+    a note, not raised in its place."""
+    loop, _eng = make_loop(constant_ns(60_000_000_000))  # a LUN that does not answer
+
+    def fail(lp: EngineLoop, t: int) -> None:
+        raise RuntimeError("the control failed")
+
+    ctl = Control(3, {0: fail})
+    loop.add_workload(spec(loop, "w", WorkloadParams(iodepth=8)), None)
+    with pytest.raises(RuntimeError, match="the control failed") as raised:
+        run(loop, ctl, 50_000_000)
+    notes = getattr(raised.value, "__notes__", [])
+    assert len(notes) == 1 and "8 I/Os still in flight" in notes[0], notes

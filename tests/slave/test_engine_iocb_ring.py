@@ -108,6 +108,18 @@ def test_a_batch_in_flight_across_a_collect_keeps_its_submit_time() -> None:
     assert m.ring.seq0 > 0  # the ring was refilled
 
 
+def test_a_collect_before_anything_was_submitted_gives_nothing() -> None:
+    """The ring took over slots whose I/Os have not completed (a slow or stalled LUN), so it
+    has submitted nothing when the boundary collects: nothing is given back, and nothing is
+    wrong (this raised "reaped an I/O it did not have in flight" and ended the worker)."""
+    m = Model(size=8, iodepth=4)
+    m.collect()
+    m.collect()
+    m.submit(2, t=1_000)  # then its first I/Os
+    m.complete([1], [4096], t=1_300)
+    m.collect()
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize(("size", "iodepth"), [(8, 4), (16, 4), (64, 4)])
 def test_random_orders_refills_and_errors_match_the_model(seed: int, size: int,
