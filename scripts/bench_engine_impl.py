@@ -74,8 +74,16 @@ io_submit and io_getevents took a QD1 loop from 84,000 to 38,000 IOPS); the comp
 (``scalar_run``) read 61,000-73,000 against fio's 44,000-83,000 in the same rounds. Polling
 loses to blocking on that device: C loops polling for their completion read 0.15-0.54x the
 IOPS of one that blocks, so ``busy_poll`` cannot reach 0.8x fio's blocking job there except
-when fio's job is in its slow mode. Two LUNs there are bound by the kernel's work, not the
-tools': fio's two jobs read what its one job does (470,000-530,000), and so does ivypy.
+when fio's job is in its slow mode. fio's own polling job at QD1 (``userspace_reap=1``,
+``iodepth_batch_complete_min=0``) read 50,600-52,200 IOPS there while its blocking job read
+75,600-105,000, and ivypy's ``busy_poll`` 52,700-55,700 (in Python; the same poll in C read the
+same, 52,700-55,700, at half the user CPU, and was not kept). Two LUNs there were bound by the
+kernel's work while the tools' loops were in Python: fio's two jobs read what its one job does
+(470,000-530,000), and so did ivypy. With the ring's turns in C (``ring_run``: 0.16-0.22 us of
+user CPU per I/O) one LUN read 660,000-700,000 and two 600,000-630,000; two LUNs then lost to
+one because each worker's wait for completions stopped looking in the ring and slept (its gate
+on the recent waits' mean, at the look's own 50 us, held once passed: see
+``slave.engine.loop.AWAIT_SPIN_GATE_NS``); gated at 200 us two LUNs read 770,000-780,000.
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The

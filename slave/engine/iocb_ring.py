@@ -87,6 +87,10 @@ class IocbRing:
         self.sub_words = int64_words(self._sub)
         self.n_sub = 0
         self.records = records
+        #: the addresses of the records and of both marks' words, for compiled code
+        self.rec_addr = int(self._recs.ctypes.data)
+        self.done_addr = int(self._done.ctypes.data)
+        self.sub_addr = int(self._sub.ctypes.data)
         self._lo = 0  # the first sequence number submitted since the last collect
         # I/Os in flight at the last collect: sequence numbers (ascending), submit times, offsets
         self._carry = np.zeros((3, 0), dtype=np.int64)

@@ -16,7 +16,10 @@ max-iops read workload of a larger depth runs in ``_loop_ring`` on an engine tha
 by address (libaio, fake): its I/Os precomputed as whole iocbs (``IocbRing``), a reaped batch
 answered by submitting the next ones by address and recorded as the events' words, no numpy
 per batch (QD32 on a tmpfs loop device: user CPU per I/O 1.39 -> 0.97 us, median of 4 rounds
-against fio's 0.79); it goes back to the slot path, drained, before any change. Elsewhere it
+against fio's 0.79); it goes back to the slot path, drained, before any change. Where the host
+built ``slave.engine.paced_kernel``, the ring's turns run in C (``_loop_ring_compiled``), as do
+the depth 1-2 loop's for reads that block (``_loop_scalar_compiled``) and the paced loop's
+(``_loop_paced_compiled``). Elsewhere it
 runs in ``_loop_single``: the batch path's numpy operations with its lookups held in locals.
 Paced workloads alone on such an engine run in ``_loop_paced``: plain ints per I/O, all their
 due I/Os submitted in one call per turn. Busy polling spins on the completion ring for a while
@@ -126,6 +129,15 @@ BUSY_SPIN_NS: Final = 100_000
 # wait), looking first whatever the recent waits cost 9 empty looks and 10.8 us of user CPU per I/O
 # at QD4 (2.7 at QD32); looking only after short waits, 0.3 looks and 7.1 us (1.2 at QD32)
 AWAIT_SPIN_NS: Final = 50_000
+# "short waits": a running mean under this. At AWAIT_SPIN_NS itself the gate trapped a loop in
+# blocking: a wait that outlasts the look and blocks reads the sleeper's wake-up (~45 us on the
+# VM) on top, so the mean, once past the gate, stayed past it. Measured with the compiled ring
+# loop (tmpfs loop devices, QD32): two LUNs, a worker each, 631,000 IOPS gated at 50 us against
+# 769,000-784,000 at 200 (fio's two jobs: 541,000); one LUN 587,000-698,000 against
+# 636,000-707,000. Behind a direct-I/O loop device on the VM's disk (~150 us a read) QD4 read
+# 26,000-28,000 IOPS at 1.2-1.8 us of user CPU per I/O gated at 50, 32,000-33,000 at 4.0-4.1 at
+# 200; QD32 the same (98,000-100,000 at 0.3 us)
+AWAIT_SPIN_GATE_NS: Final = 200_000
 # a wait shorter than this is spent looking in the completion ring instead of sleeping: a sleep
 # costs about this much in wake-up (measured on the 2-core VM: a bare Python QD1 loop reads
 # ~95 us where C reads ~40-70). Paced at 50,000 IOPS (20 us apart) this halved the service-time
@@ -149,6 +161,9 @@ COMPILED_PACED = True
 # and the max-iops loop of depth 1-2 that blocks, for a lone workload of reads
 # (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
 COMPILED_SCALAR = True
+# and the lone max-iops read workload's ring of iocbs (``pk.ring_function``;
+# ``EngineLoop._loop_ring_compiled``); tests switch it off to run the Python loop
+COMPILED_RING = True
 _INF: Final = 1 << 62
 # bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
 C_OWNER, C_CAT, C_SUBMIT, C_SCHED, C_NBYTES, C_ROW, C_RES, C_DONE = 8, 9, 10, 11, 12, 13, 14, 15
@@ -481,7 +496,7 @@ class _Waiter:
     with I/Os in flight). It looks in the ring (yielding the core in between) for the first
     ``AWAIT_SPIN_NS`` and for a wait shorter than ``SLEEP_MIN_NS``, and blocks in the engine
     for the rest; but it only looks first while its recent waits were short (their running
-    mean, ``mean_ns``, under ``AWAIT_SPIN_NS``): behind a slow device (a disk's milliseconds)
+    mean, ``mean_ns``, under ``AWAIT_SPIN_GATE_NS``): behind a slow device (a disk's milliseconds)
     a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
     completion."""
 
@@ -494,7 +509,7 @@ class _Waiter:
         """Completions reaped by ``wake`` (0: none came)."""
         mono = time.monotonic_ns
         t0 = mono()
-        spin_until = t0 + AWAIT_SPIN_NS if self.mean_ns < AWAIT_SPIN_NS else t0
+        spin_until = t0 + AWAIT_SPIN_NS if self.mean_ns < AWAIT_SPIN_GATE_NS else t0
         while True:
             now = mono()
             left = wake - now
@@ -584,6 +599,7 @@ class EngineLoop:
         self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_word_loops
         # the compiled scalar loop for an engine: (engine, its function, S_* args, SS_* state)
         self._scalar_words: tuple[IoEngine, _ScalarWords] | None = None
+        self._ring_c_words: tuple[IoEngine, _ScalarWords] | None = None
         self._paced_words: tuple[_PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[_Workload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -1981,10 +1997,17 @@ class EngineLoop:
         """``_loop_single`` on a ring of iocbs: a reaped batch of ``n`` is answered by
         submitting the ring's next ``n`` iocbs (their addresses are already an array) and
         recorded as the events' words plus two marks, with no numpy call per batch, until
-        ``wake`` or a completion reaped after the boundary. Returns the next boundary."""
+        ``wake`` or a completion reaped after the boundary. Returns the next boundary. Its
+        turns run in C where they can (``_loop_ring_compiled``): once the slots it adopted
+        have completed, on an engine whose completion ring compiled code can read."""
         w = self._ring_w
         assert w is not None
         eng = cast(IocbEngine, w.spec.engine)
+        if not ring.adopted and COMPILED_RING:
+            words = self._ring_c_args(eng)
+            if words is not None:
+                return self._loop_ring_compiled(control, ring, words, boundary,
+                                                subinterval_ns, wake)
         mono = time.monotonic_ns
         poll = eng.poll
         reap = eng.reap
@@ -2050,6 +2073,82 @@ class EngineLoop:
         except IoEngineError:
             self._in_flight -= n - max(got, 0)
             raise
+
+    def _ring_c_args(self, eng: IoEngine) -> _ScalarWords | None:
+        """The compiled ring loop's function, argument and state words for ``eng`` (made once
+        per engine), or None where it cannot run: no kernel here, or an engine whose
+        completion ring compiled code cannot read."""
+        rw = self._ring_c_words
+        if rw is not None and rw[0] is eng:
+            return rw[1]
+        handles = getattr(eng, "kernel_handles", None)
+        fn = pk.ring_function()
+        h = None if handles is None or fn is None else handles()
+        if fn is None or h is None:
+            return None
+        args = np.zeros(len(pk.RA), dtype=np.int64)
+        st = np.zeros(pk.RS_WORDS, dtype=np.int64)
+        args[pk.RA["CTX"]] = h.ctx_id
+        args[pk.RA["RING_HEADER"]] = h.ring_header.ctypes.data
+        args[pk.RA["RING_EVENTS"]] = h.ring_events.ctypes.data
+        args[pk.RA["EVENTS_CAP"]] = h.events_cap
+        args[pk.RA["EVENTS"]] = h.events_addr
+        args[pk.RA["ST"]] = st.ctypes.data
+        args[pk.RA["SPIN_NS"]] = AWAIT_SPIN_NS
+        args[pk.RA["SPIN_GATE_NS"]] = AWAIT_SPIN_GATE_NS
+        args[pk.RA["SLEEP_MIN_NS"]] = SLEEP_MIN_NS
+        words = (fn, args, st)
+        self._ring_c_words = (eng, words)
+        return words
+
+    def _loop_ring_compiled(self, control: LoopControl, ring: IocbRing, words: _ScalarWords,
+                            boundary: int, subinterval_ns: int, wake: int) -> int:
+        """``_loop_ring`` with its turns in C (``pk.ring_function``), for a ring that adopted
+        no slots: Python only for what the C returns for (a refill, a flush, a submission it
+        could not make whole, a batch reaped past the boundary) and at ``wake``. Returns the
+        next boundary."""
+        fn, args, st = words
+        w = self._ring_w
+        assert w is not None
+        eng = cast(IocbEngine, w.spec.engine)
+        waiter = self._waiter
+        addr = args.ctypes.data
+        args[pk.RA["PTRS"]] = ring.ptrs_addr
+        args[pk.RA["REC"]] = ring.rec_addr
+        args[pk.RA["DONE"]] = ring.done_addr
+        args[pk.RA["SUB"]] = ring.sub_addr
+        args[pk.RA["RECORDS"]] = ring.records
+        args[pk.RA["BOUNDARY"]] = boundary
+        args[pk.RA["WAKE"]] = wake
+        st[pk.RS_STAGE] = 0
+        while True:
+            args[pk.RA["SEQ0"]] = ring.seq0
+            st[pk.RS_CUR] = ring.cur
+            st[pk.RS_END] = ring.end
+            st[pk.RS_N_REC] = ring.n_rec
+            st[pk.RS_N_DONE] = ring.n_done
+            st[pk.RS_N_SUB] = ring.n_sub
+            st[pk.RS_MEAN] = waiter.mean_ns
+            code = int(fn(addr))
+            ring.cur = int(st[pk.RS_CUR])
+            ring.n_rec = int(st[pk.RS_N_REC])
+            ring.n_done = int(st[pk.RS_N_DONE])
+            ring.n_sub = int(st[pk.RS_N_SUB])
+            waiter.mean_ns = int(st[pk.RS_MEAN])
+            if code == pk.RR_WAKE:
+                return boundary
+            if code == pk.RR_LATE:
+                return self._ring_late(control, ring, int(st[pk.RS_N]), int(st[pk.RS_T]),
+                                       boundary, subinterval_ns)
+            if code == pk.RR_REFILL:  # the ring saves its in-flight I/Os' offsets first
+                self.flush()
+                ring.refill(w.seq.chunk(ring.size - ring.end + ring.cur).offset_bytes)
+            elif code == pk.RR_SUBMIT:
+                self._ring_submit_rest(eng, ring.ptrs_addr + 8 * ring.cur, int(st[pk.RS_N]),
+                                       int(st[pk.RS_SUB_DONE]))
+                st[pk.RS_STAGE] = 2
+            else:  # RR_FLUSH
+                self.flush()
 
     def _ring_take(self, ring: IocbRing, ev: memoryview, n: int, t: int,
                    slot_rows: dict[int, list[int]] | None = None) -> None:

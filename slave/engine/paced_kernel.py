@@ -33,7 +33,8 @@ loop for each of those.
 The same shared object carries the max-iops loop of queue depth 1-2 that blocks, for a lone
 workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s turn: S_*, SS_* and SR_*
 words), which leaves no code between a submission and the wait for the next completion (see
-the C).
+the C), and a lone max-iops read workload's ring of iocbs (``ring_run``, ``EngineLoop._loop_ring``'s
+turn: RA_*, RS_* and RR_* words), at about a tenth of the Python loop's user CPU per I/O.
 """
 
 from __future__ import annotations
@@ -119,6 +120,22 @@ SS_WORDS: Final = 16
 # io_submit took ``SS_SUB_DONE`` (-1: none) of the held slots (they stay held)
 SR_WAKE, SR_LATE, SR_REFILL, SR_FLUSH, SR_SUBMIT = range(5)
 
+# ``ring_run`` (a lone max-iops read workload's ring of iocbs in C, ``EngineLoop._loop_ring``):
+# its argument words, its state words and its result codes
+_RING_ARGS: Final = (
+    "CTX", "RING_HEADER", "RING_EVENTS", "EVENTS_CAP", "EVENTS", "ST", "PTRS", "REC", "DONE",
+    "SUB", "BOUNDARY", "WAKE", "RECORDS", "SEQ0", "SPIN_NS", "SPIN_GATE_NS", "SLEEP_MIN_NS",
+)
+RA: Final = {name: i for i, name in enumerate(_RING_ARGS)}
+RS_CUR, RS_END, RS_N_REC, RS_N_DONE, RS_N_SUB, RS_STAGE = range(6)
+RS_N, RS_T, RS_T_SUB, RS_SUB_DONE, RS_MEAN = range(6, 11)
+RS_WORDS: Final = 11
+# ``wake`` came (nothing pending); the ring has too few iocbs left for the batch reaped
+# (``RS_N`` at ``RS_T``, in the engine's events; stage 1); io_submit took ``RS_SUB_DONE`` (-1:
+# failed) of them (stage 1); the batch was reaped past the boundary (submitted, not recorded);
+# the records reached ``RECORDS``
+RR_WAKE, RR_REFILL, RR_SUBMIT, RR_LATE, RR_FLUSH = range(5)
+
 _INF_NS: Final = 1 << 62
 # slot row words (``slave.engine.loop``'s bookkeeping after the 8 iocb words)
 _ROW_LAYOUT: Final = {
@@ -160,6 +177,13 @@ def source() -> str:
                     "SS_SUB_DONE": SS_SUB_DONE})
     defines.update({"SR_WAKE": SR_WAKE, "SR_LATE": SR_LATE, "SR_REFILL": SR_REFILL,
                     "SR_FLUSH": SR_FLUSH, "SR_SUBMIT": SR_SUBMIT})
+    defines.update({f"RA_{name}": i for i, name in enumerate(_RING_ARGS)})
+    defines.update({"RS_CUR": RS_CUR, "RS_END": RS_END, "RS_N_REC": RS_N_REC,
+                    "RS_N_DONE": RS_N_DONE, "RS_N_SUB": RS_N_SUB, "RS_STAGE": RS_STAGE,
+                    "RS_N": RS_N, "RS_T": RS_T, "RS_T_SUB": RS_T_SUB,
+                    "RS_SUB_DONE": RS_SUB_DONE, "RS_MEAN": RS_MEAN})
+    defines.update({"RR_WAKE": RR_WAKE, "RR_REFILL": RR_REFILL, "RR_SUBMIT": RR_SUBMIT,
+                    "RR_LATE": RR_LATE, "RR_FLUSH": RR_FLUSH})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     body = resources.files("slave.engine").joinpath("paced_kernel.c").read_text("utf-8")
     return "#define _GNU_SOURCE\n" + head + body
@@ -173,6 +197,7 @@ _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_ring_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 
 
@@ -218,7 +243,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Build (or find in the cache) and load the kernel, once per process; on failure note
     why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _scalar_fn, _why_not
+    global _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn, _why_not
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -247,7 +272,10 @@ def _load() -> None:
     scalar_fn = lib.scalar_run
     scalar_fn.argtypes = [ctypes.c_void_p]
     scalar_fn.restype = ctypes.c_int64
-    _fn, _gen_fn, _retime_fn, _scalar_fn = fn, gen, retime_fn, scalar_fn
+    ring_fn = lib.ring_run
+    ring_fn.argtypes = [ctypes.c_void_p]
+    ring_fn.restype = ctypes.c_int64
+    _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn = fn, gen, retime_fn, scalar_fn, ring_fn
 
 
 def available() -> bool:
@@ -261,6 +289,13 @@ def scalar_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     the GIL while it runs), or None where the kernel is not available."""
     _load()
     return _scalar_fn
+
+
+def ring_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """The compiled ``ring_run`` (one argument: the address of its ``RA_*`` words; it releases
+    the GIL while it runs), or None where the kernel is not available."""
+    _load()
+    return _ring_fn
 
 
 def why_not() -> str | None:

@@ -1102,9 +1102,12 @@ def _waiter_clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         (0, [], 7, loop_mod.AWAIT_SPIN_NS // 2, 0, 0, True),
         # wake already passed: nothing
         (0, [], 7, -1, 0, 0, True),
+        # recent waits longer than the look but under its gate (a loaded host, whose blocked
+        # waits read the wake-up too): still looks first
+        (loop_mod.AWAIT_SPIN_NS, [0, 0, 5], 3, 1_000_000_000, 5, 0, True),
         # recent waits long (a slow device): block at once, no looking
-        (loop_mod.AWAIT_SPIN_NS, [0, 0, 5], 3, 1_000_000_000, 3, 1, False),
-        (10 * loop_mod.AWAIT_SPIN_NS, [], 3, 1_000_000_000, 3, 1, False),
+        (loop_mod.AWAIT_SPIN_GATE_NS, [0, 0, 5], 3, 1_000_000_000, 3, 1, False),
+        (10 * loop_mod.AWAIT_SPIN_GATE_NS, [], 3, 1_000_000_000, 3, 1, False),
     ],
 )
 def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
@@ -1157,13 +1160,13 @@ def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again(
         return ready[0]
 
     def slow_reap(min_nr: int, timeout_ns: int) -> int:
-        clock[0] += 4 * loop_mod.AWAIT_SPIN_NS  # a completion long after the spin
+        clock[0] += 2 * loop_mod.AWAIT_SPIN_GATE_NS  # a completion long after the spin
         return 1
 
     far = clock[0] + 10**12
     for _ in range(16):
         waiter.wait(poll, slow_reap, far)
-    assert waiter.mean_ns >= loop_mod.AWAIT_SPIN_NS
+    assert waiter.mean_ns >= loop_mod.AWAIT_SPIN_GATE_NS
     looks[0] = 0
     waiter.wait(poll, slow_reap, far)
     assert looks[0] == 0  # blocked at once

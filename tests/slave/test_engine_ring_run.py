@@ -1,0 +1,148 @@
+"""A lone max-iops read workload's ring of iocbs, in C (``ring_run`` in
+``slave/engine/paced_kernel.c``) and in Python (``EngineLoop._loop_ring``): real libaio on a
+loop device."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave.engine import files, paced_kernel
+from slave.engine import loop as loop_mod
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopFactory, settle
+from tests.slave.test_engine_scalar_run import _compiled, _Control, _device_read_bytes
+
+MiB = 1 << 20
+_ = _compiled  # the autouse fixture: native AIO and the compiled kernel, or fail as root
+
+
+class _ServiceControl(_Control):
+    """Notes each handed-over subinterval's sum of random reads' service times too."""
+
+    def __init__(self, n: int, stats: tuple[WorkloadStats, WorkloadStats]) -> None:
+        super().__init__(n, stats)
+        self.service_ns: list[int] = []
+
+    def handed_over(self, loop: EngineLoop, finished: int, sw: int, ho: int,
+                    errors: dict[str, dict[str, int]]) -> None:
+        self.service_ns.append(int(self.stats[finished % 2].lat[0, 0, 0]))
+        super().handed_over(loop, finished, sw, ho, errors)
+
+
+def _noting_ring_function(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The compiled ring loop's return codes, noted as it runs."""
+    real = paced_kernel.ring_function()
+    assert real is not None
+    codes: list[int] = []
+
+    def noting(addr: int) -> int:
+        code = int(real(addr))
+        codes.append(code)
+        return code
+
+    monkeypatch.setattr(paced_kernel, "ring_function", lambda: noting)
+    return codes
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["ring_run", "python"])
+@pytest.mark.parametrize("iodepth", [3, 32])
+def test_the_ring_loop_records_every_read_and_leaves_nothing_behind(
+    loop_device: LoopFactory, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through boundaries, control polls, refills of the ring and flushes (``FLUSH_AT``):
+    the device completed exactly the reads recorded, nothing is left in flight, every
+    subinterval recorded; the service times add up to no more than the queue depth's time
+    over the run (each read's submit -> reap inside it, at most ``iodepth`` at once) and, the
+    queue being kept full, to more than half of it (a submit stamp taken late or a completion
+    stamp early reads short); the compiled loop ran its turns (after the slots the ring adopted at
+    its start completed in Python), or none ran."""
+    dev = loop_device(64 * MiB)
+    codes = _noting_ring_function(monkeypatch)
+    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    p = WorkloadParams(iodepth=iodepth, seed=5)
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    n_subs, sub_ns = 5, 100_000_000
+    ctl = _ServiceControl(n_subs, stats)
+    service_ns = ctl.service_ns
+    settle()  # udev's probe of the new device reads it too
+    before = _device_read_bytes(dev.name)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, sub_ns)
+    finally:
+        loop.close()
+        os.close(fd)
+    done = (_device_read_bytes(dev.name) - before) // p.blocksize_bytes
+    assert loop.in_flight == 0
+    assert len(ctl.per_sub) == n_subs and all(n > 200 for n in ctl.per_sub), ctl.per_sub
+    recorded = sum(ctl.per_sub)
+    # not recorded: the reads reaped past the last boundary (the stop discards their
+    # subinterval) and those resubmitted for them, which the stop drains
+    assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
+    # every read recorded was submitted after the start and reaped before the last boundary
+    # (one subinterval's sum may hold more: reads submitted in the one before)
+    busy = sum(service_ns) / (iodepth * n_subs * sub_ns)
+    assert 0.5 < busy <= 1.0, (busy, [x / sub_ns for x in service_ns], ctl.per_sub)
+    assert bool(codes) == compiled, codes[:5]
+    if compiled:  # it refilled the ring; and where the ring is longer than the records (QD32:
+        # 16,384 I/Os), it flushed them where a subinterval held more than twice as many (the
+        # records are flushed at every boundary and refill too)
+        assert paced_kernel.RR_REFILL in codes, sorted(set(codes))
+        if iodepth * loop_mod.RING_PER_DEPTH > loop_mod.FLUSH_AT and max(
+                ctl.per_sub[1:]) > 2 * loop_mod.FLUSH_AT:
+            assert paced_kernel.RR_FLUSH in codes, (sorted(set(codes)), ctl.per_sub)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["ring_run", "python"])
+def test_a_refused_resubmission_raises_with_its_errno_at_once(
+    loop_device: LoopFactory, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LUN's descriptor closed under the running loop, mid-subinterval: the ring's next
+    io_submit fails (in C: RR_SUBMIT) and Python's submission of that batch raises naming the
+    errno, instead of the loop going on or hanging; and the stop does not wait for the
+    batch that was never resubmitted (before, it waited a second for those I/Os and raised
+    "the LUN does not answer" in place of the real error)."""
+    dev = loop_device(16 * MiB)
+    codes = _noting_ring_function(monkeypatch)
+    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
+    loop = EngineLoop(capacity=16)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    loop.add_workload(WorkloadSpec("t:l:w", WorkloadParams(iodepth=8), eng, fd,
+                                   dev.size_bytes, 512, stats), None)
+    fired: list[float] = []
+
+    def close_now() -> None:
+        fired.append(time.monotonic())
+        os.close(fd)
+
+    closer = threading.Timer(0.08, close_now)  # in the second subinterval's middle
+    closer.start()
+    try:
+        with pytest.raises(IoEngineError, match="Bad file descriptor") as raised:
+            loop.run(_Control(10, stats), time.monotonic_ns() + 1_000_000, 50_000_000)
+        stopped = time.monotonic()
+    finally:
+        closer.join()
+        loop.close()
+    assert not getattr(raised.value, "__notes__", None), raised.value.__notes__
+    assert stopped - fired[0] < 0.5  # no second's wait for I/Os never submitted
+    if compiled:
+        assert codes[-1] == paced_kernel.RR_SUBMIT, codes[-5:]
+        assert paced_kernel.RR_WAKE in codes[:-1], codes[:5]  # it ran turns before
+    else:
+        assert not codes
