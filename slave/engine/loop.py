@@ -533,6 +533,25 @@ class _Waiter:
 _ScalarWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
+def _compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: dict[str, int],
+                    state_words: int) -> tuple[KernelHandles, _ScalarWords] | None:
+    """A compiled max-iops loop's argument and state words for ``eng``, its ``CTX``,
+    ``EVENTS_CAP``, ``EVENTS`` and ``ST`` words set (``arg_index``: where each word is), with
+    the engine's handles for the rest; None where it cannot run: no kernel here (``fn`` None),
+    or an engine whose completion ring compiled code cannot read."""
+    handles = getattr(eng, "kernel_handles", None)
+    h = None if handles is None or fn is None else handles()
+    if fn is None or h is None:
+        return None
+    args = np.zeros(len(arg_index), dtype=np.int64)
+    st = np.zeros(state_words, dtype=np.int64)
+    args[arg_index["CTX"]] = h.ctx_id
+    args[arg_index["EVENTS_CAP"]] = h.events_cap
+    args[arg_index["EVENTS"]] = h.events_addr
+    args[arg_index["ST"]] = st.ctypes.data
+    return h, (fn, args, st)
+
+
 def _timed_wait_ns(left: int) -> int:
     """How long to block for a wake-up due in ``left`` ns (``left >= SLEEP_MIN_NS``): all of
     it when short, else all but ``WAKE_EARLY_NS`` (the loop then waits again, briefly)."""
@@ -1827,23 +1846,16 @@ class EngineLoop:
         sw = self._scalar_words
         if sw is not None and sw[0] is eng:
             return sw[1]
-        handles = getattr(eng, "kernel_handles", None)
-        fn = pk.scalar_function()
-        h = None if handles is None or fn is None else handles()
-        if fn is None or h is None:
+        made = _compiled_words(eng, pk.scalar_function(), pk.S, pk.SS_WORDS)
+        if made is None:
             return None
-        args = np.zeros(len(pk.S), dtype=np.int64)
-        st = np.zeros(pk.SS_WORDS, dtype=np.int64)
-        args[pk.S["CTX"]] = h.ctx_id
-        args[pk.S["EVENTS_CAP"]] = h.events_cap
+        h, words = made
+        args = words[1]
         args[pk.S["ROWS"]] = self._rows.ctypes.data
         args[pk.S["PEND"]] = self._pend.ctypes.data
-        args[pk.S["EVENTS"]] = h.events_addr
-        args[pk.S["ST"]] = st.ctypes.data
         args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
         args[pk.S["FLUSH_AT"]] = FLUSH_AT
         args[pk.S["BLOCK_WAIT"]] = BLOCK_WAIT_NS
-        words = (fn, args, st)
         self._scalar_words = (eng, words)
         return words
 
@@ -2081,23 +2093,16 @@ class EngineLoop:
         rw = self._ring_c_words
         if rw is not None and rw[0] is eng:
             return rw[1]
-        handles = getattr(eng, "kernel_handles", None)
-        fn = pk.ring_function()
-        h = None if handles is None or fn is None else handles()
-        if fn is None or h is None:
+        made = _compiled_words(eng, pk.ring_function(), pk.RA, pk.RS_WORDS)
+        if made is None:
             return None
-        args = np.zeros(len(pk.RA), dtype=np.int64)
-        st = np.zeros(pk.RS_WORDS, dtype=np.int64)
-        args[pk.RA["CTX"]] = h.ctx_id
+        h, words = made
+        args = words[1]
         args[pk.RA["RING_HEADER"]] = h.ring_header.ctypes.data
         args[pk.RA["RING_EVENTS"]] = h.ring_events.ctypes.data
-        args[pk.RA["EVENTS_CAP"]] = h.events_cap
-        args[pk.RA["EVENTS"]] = h.events_addr
-        args[pk.RA["ST"]] = st.ctypes.data
         args[pk.RA["SPIN_NS"]] = AWAIT_SPIN_NS
         args[pk.RA["SPIN_GATE_NS"]] = AWAIT_SPIN_GATE_NS
         args[pk.RA["SLEEP_MIN_NS"]] = SLEEP_MIN_NS
-        words = (fn, args, st)
         self._ring_c_words = (eng, words)
         return words
 

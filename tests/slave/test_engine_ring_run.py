@@ -12,13 +12,17 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import files, paced_kernel
 from slave.engine import loop as loop_mod
-from slave.engine.libaio import LibaioEngine
-from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine import paced_kernel
+from slave.engine.loop import EngineLoop
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
-from tests.slave.test_engine_scalar_run import _compiled, _Control, _device_read_bytes
+from tests.slave.test_engine_scalar_run import (
+    _compiled,
+    _Control,
+    _device_read_bytes,
+    _lone_reader,
+)
 
 MiB = 1 << 20
 _ = _compiled  # the autouse fixture: native AIO and the compiled kernel, or fail as root
@@ -67,13 +71,8 @@ def test_the_ring_loop_records_every_read_and_leaves_nothing_behind(
     dev = loop_device(64 * MiB)
     codes = _noting_ring_function(monkeypatch)
     monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
-    loop = EngineLoop(capacity=64)
-    loop.register_engine_kind("libaio", LibaioEngine)
-    eng = loop.engine("libaio")
-    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
     p = WorkloadParams(iodepth=iodepth, seed=5)
-    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    loop, fd, stats = _lone_reader(dev, 64, p)
     n_subs, sub_ns = 5, 100_000_000
     ctl = _ServiceControl(n_subs, stats)
     service_ns = ctl.service_ns
@@ -117,13 +116,7 @@ def test_a_refused_resubmission_raises_with_its_errno_at_once(
     dev = loop_device(16 * MiB)
     codes = _noting_ring_function(monkeypatch)
     monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
-    loop = EngineLoop(capacity=16)
-    loop.register_engine_kind("libaio", LibaioEngine)
-    eng = loop.engine("libaio")
-    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
-    loop.add_workload(WorkloadSpec("t:l:w", WorkloadParams(iodepth=8), eng, fd,
-                                   dev.size_bytes, 512, stats), None)
+    loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=8))
     fired: list[float] = []
 
     def close_now() -> None:

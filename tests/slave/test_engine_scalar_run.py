@@ -18,7 +18,7 @@ from slave.engine import loop as loop_mod
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopFactory, settle
+from tests.slave.conftest import LoopDevice, LoopFactory, settle
 from tests.slave.test_engine_libaio import Control
 
 MiB = 1 << 20
@@ -61,6 +61,20 @@ def _device_read_bytes(name: str) -> int:
         return int(f.read().split()[2]) * 512
 
 
+def _lone_reader(dev: LoopDevice, capacity: int, params: WorkloadParams
+                 ) -> tuple[EngineLoop, int, tuple[WorkloadStats, WorkloadStats]]:
+    """An engine loop of ``capacity`` slots on libaio with one read workload of ``params`` on
+    ``dev``: the loop, the LUN's descriptor (the caller closes it) and the workload's two
+    stats buffers."""
+    loop = EngineLoop(capacity=capacity)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    stats = (WorkloadStats(), WorkloadStats())
+    loop.add_workload(WorkloadSpec("t:l:w", params, eng, fd, dev.size_bytes, 512, stats), None)
+    return loop, fd, stats
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["scalar_run", "python"])
 @pytest.mark.parametrize("iodepth", [1, 2])
 def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
@@ -79,13 +93,8 @@ def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
 
     monkeypatch.setattr(EngineLoop, "_loop_scalar_compiled", counting_turn)
     monkeypatch.setattr(loop_mod, "COMPILED_SCALAR", compiled)
-    loop = EngineLoop(capacity=16)
-    loop.register_engine_kind("libaio", LibaioEngine)
-    eng = loop.engine("libaio")
-    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
     p = WorkloadParams(iodepth=iodepth, seed=9)
-    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    loop, fd, stats = _lone_reader(dev, 16, p)
     ctl = _Control(4, stats)
     settle()  # udev's probe of the new device reads it too
     before = _device_read_bytes(dev.name)
@@ -113,13 +122,7 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
     back at each with its slot held, and Python would submit it): within a subinterval only
     the ring's refills (one I/O in 2,048) submit from Python."""
     dev = loop_device(16 * MiB)
-    loop = EngineLoop(capacity=16)
-    loop.register_engine_kind("libaio", LibaioEngine)
-    eng = loop.engine("libaio")
-    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
-    loop.add_workload(WorkloadSpec("t:l:w", WorkloadParams(iodepth=1), eng, fd,
-                                   dev.size_bytes, 512, stats), None)
+    loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=1))
     codes: list[int] = []
     real = paced_kernel.scalar_function()
     assert real is not None
