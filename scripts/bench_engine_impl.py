@@ -75,7 +75,8 @@ io_submit and io_getevents took a QD1 loop from 84,000 to 38,000 IOPS); the comp
 loses to blocking on that device: C loops polling for their completion read 0.15-0.54x the
 IOPS of one that blocks, so ``busy_poll`` cannot reach 0.8x fio's blocking job there except
 when fio's job is in its slow mode. fio's own polling job at QD1 (``userspace_reap=1``,
-``iodepth_batch_complete_min=0``) read 50,600-52,200 IOPS there while its blocking job read
+``iodepth_batch_complete_min=0``; run as ``fio qd1 poll`` and printed beside the target as
+the like reference, not a target) read 50,600-52,200 IOPS there while its blocking job read
 75,600-105,000, and ivypy's ``busy_poll`` 52,700-55,700 (in Python; the same poll in C read the
 same, 52,700-55,700, at half the user CPU, and was not kept). Two LUNs there were bound by the
 kernel's work while the tools' loops were in Python: fio's two jobs read what its one job does
@@ -280,6 +281,8 @@ def main() -> int:
             "ivypy qd1 busy_poll": lambda: run_ivypy(one, 1, True, s),
             "ivypy qd1 blocking": lambda: run_ivypy(one, 1, False, s),
             "fio qd1": lambda: run_fio(one, 1, s, []),
+            # not a target: fio's own polling job at QD1, the like reference of busy_poll
+            "fio qd1 poll": lambda: run_fio(one, 1, s, polling),
             "ivypy 2 luns qd32": lambda: run_ivypy(two, 32, False, s),
             "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
             "fio 2 jobs qd32 batch16": lambda: run_fio(two, 32, s, ["--iodepth_batch_submit=16"]),
@@ -372,6 +375,9 @@ def main() -> int:
     check("qd1 busy_poll IOPS / fio qd1", r, r >= 0.8, ">= 0.8")
     r = ratio("ivypy qd1 blocking", "fio qd1", "iops")
     check("qd1 blocking IOPS / fio qd1", r, r >= 0.5, ">= 0.5")
+    r = ratio("ivypy qd1 busy_poll", "fio qd1 poll", "iops")
+    print(f"{'':7s}{'qd1 busy_poll IOPS / fio qd1 polling':44s} {r:7.3f}  (like reference, "
+          "not a target: fio's job with userspace_reap=1, iodepth_batch_complete_min=0)")
     r = ratio("ivypy 2 luns qd32", "fio 2 jobs qd32", "iops")
     check("2 LUNs IOPS / fio 2 jobs", r, r >= 1.2, ">= 1.2")
     r = ratio("ivypy 2 luns qd32", "fio 2 jobs qd32 batch16", "iops")
