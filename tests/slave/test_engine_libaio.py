@@ -16,7 +16,7 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, choose_engine, files
+from slave.engine import aio_abi, choose_engine, files, paced_kernel
 from slave.engine import loop as loop_mod
 from slave.engine.base import AlignedBuffers, SlotTable
 from slave.engine.libaio import LibaioEngine
@@ -190,10 +190,27 @@ def test_busy_poll_blocks_once_it_has_spun_long_enough(
 
 
 @needs_aio
-@pytest.mark.parametrize("iodepth", [4, 1])  # depth 1 runs the engine loop's scalar path
-def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int) -> None:
+@pytest.mark.parametrize(
+    ("iodepth", "compiled_ring"),
+    # depth 4 runs the ring of iocbs, in C (paced_kernel.ring_run) or in Python; depth 1 the
+    # engine loop's scalar path
+    [(4, True), (4, False), (1, True)],
+)
+def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled_ring: bool,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # a 4096-byte block size with 512-byte alignment at odd offsets on O_DIRECT is fine, but a
     # read past the end of the file is short: shrink the file under the workload's feet
+    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled_ring)
+    turns: list[int] = []
+    real = paced_kernel.ring_function()
+
+    def counted(addr: int) -> int:
+        turns.append(1)
+        assert real is not None
+        return int(real(addr))
+
+    if real is not None:
+        monkeypatch.setattr(paced_kernel, "ring_function", lambda: counted)
     p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
     os.truncate(lun_file, 16 * MiB)
     loop = EngineLoop(capacity=64)
@@ -212,6 +229,8 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int) -> None:
     assert set(ctl.errors["t:l:w"]) == {"short"}
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
     assert stats[0].ops() == 0
+    if iodepth == 4 and real is not None:  # the errors came through the loop asked for
+        assert bool(turns) == compiled_ring
 
 
 @needs_aio
