@@ -197,11 +197,18 @@ def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[st
 
 
 def expand_step(
-    step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]]
+    step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]], file: str | None = None
 ) -> list[WorkloadInstance]:
-    """Every workload instance in force during ``step``, in a stable order."""
+    """Every workload instance in force during ``step``, in a stable order. A workload that
+    does not fit a LUN (or fits none) is refused naming the step's ``workloads`` (its key
+    path, and its line in ``file``, the test file), the workload, host and LUN."""
     out: list[WorkloadInstance] = []
     seed = 0
+
+    def refused(reason: str) -> ConfigError:
+        return ConfigError(reason, key_path=f"steps[{step.source_index}].workloads", file=file,
+                           line=step.line or None)
+
     for spec in step.workloads:
         matched = 0
         for host, luns in selected.items():
@@ -211,6 +218,10 @@ def expand_step(
                 matched += 1
                 seed += 1
                 wid = f"{host}:{sl.lun.path}:{spec.name}"
+                try:
+                    params = resolve_params(spec, sl.lun, seed)
+                except ConfigError as exc:  # it knows the workload and LUN, not the step
+                    raise refused(exc.reason) from None
                 out.append(
                     WorkloadInstance(
                         id=wid,
@@ -218,15 +229,13 @@ def expand_step(
                         host=host,
                         lun=sl,
                         spec=spec,
-                        params=resolve_params(spec, sl.lun, seed),
+                        params=params,
                         attributes=workload_attributes(spec.name, spec, sl.lun),
                     )
                 )
         if not matched:
-            raise ConfigError(
-                f"workload {spec.name} (luns: {spec.luns}) matches none of the test's LUNs",
-                key_path=f"steps[{step.source_index}].workloads",
-            )
+            raise refused(
+                f"workload {spec.name} (luns: {spec.luns}) matches none of the test's LUNs")
     return out
 
 

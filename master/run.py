@@ -319,7 +319,7 @@ class Run:
         self.selected = select_luns(self.cfg, self.discovered)
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
-            instances = expand_step(step, self.selected)
+            instances = expand_step(step, self.selected, self.cfg.source_file)
             # an edit_rollup that fits no workload of its step fails now, before any I/O,
             # rather than when its step comes
             self._rollup_edits(step, instances)
@@ -408,7 +408,7 @@ class Run:
     # ------------------------------------------------------------------ one step
     async def _run_step(self, number: int, step: StepConfig) -> bool:
         assert self.output is not None
-        instances = expand_step(step, self.selected)
+        instances = expand_step(step, self.selected, self.cfg.source_file)
         self._check_per_host(step, instances)
         for text in self._rollup_edits(step, instances):
             self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)

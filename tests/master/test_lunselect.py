@@ -218,7 +218,7 @@ def _resolved(keys: str, size_bytes: int, logical_block_bytes: int) -> dict[str,
     with ``logical_block_bytes`` sectors."""
     cfg = parse_config_text(EXTENT_TEST.format(keys=keys), "extents.yaml", cwd=Path("/"))
     lun = Lun("h1", "/dev/sda", size_bytes, logical_block_bytes, {}, (), {})
-    (inst,) = expand_step(cfg.steps[0], select_luns(cfg, {"h1": [lun]}))
+    (inst,) = expand_step(cfg.steps[0], select_luns(cfg, {"h1": [lun]}), cfg.source_file)
     return inst.params
 
 
@@ -308,7 +308,9 @@ def test_extents_that_do_not_fit_the_lun_are_refused_naming_workload_and_lun(
         keys: str, size: int, logical: int, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         _resolved(keys, size, logical)
-    assert str(err.value) == message
+    # and where in the test file: the step's workloads (line 6: its "- name: s")
+    assert err.value.reason == message
+    assert str(err.value) == f"extents.yaml:6: steps[0].workloads: {message}"
 
 
 EXTENT_KEY_REFUSALS = [
