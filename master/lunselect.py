@@ -140,6 +140,9 @@ def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
     where = f"workload {spec.name} on {lun.host}:{lun.path}"
     if end > size:
         raise ConfigError(f"{where}: range_end {end} is beyond the LUN's {size} bytes")
+    if start >= size:
+        raise ConfigError(f"{where}: range_start {start} is at or beyond the LUN's end "
+                          f"({size} bytes)")
     if end - start < spec.blocksize_bytes:
         raise ConfigError(
             f"{where}: the range [{start}, {end}) is smaller than one block of "

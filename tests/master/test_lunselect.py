@@ -287,10 +287,17 @@ EXTENT_REFUSALS = [
      f"workload w on h1:/dev/sda: range_end {GIB + 512} is beyond the LUN's {GIB} bytes"),
     (f"{RANDOM}, range_end: 32MiB", 16 * MIB, 4096,
      f"workload w on h1:/dev/sda: range_end {32 * MIB} is beyond the LUN's {16 * MIB} bytes"),
-    # the default end is the LUN's end: a start beyond it leaves no range
+    # the default end is the LUN's end: a start at or beyond it is named as such
     (f"{RANDOM}, range_start: 2GiB", GIB, 512,
-     f"workload w on h1:/dev/sda: the range [{2 * GIB}, {GIB}) is smaller than one block of "
-     "4096 bytes"),
+     f"workload w on h1:/dev/sda: range_start {2 * GIB} is at or beyond the LUN's end "
+     f"({GIB} bytes)"),
+    (f"{RANDOM}, range_start: 1GiB", GIB, 512,
+     f"workload w on h1:/dev/sda: range_start {GIB} is at or beyond the LUN's end "
+     f"({GIB} bytes)"),
+    # a start inside the LUN but within a block of its end leaves no whole block
+    (f"{RANDOM}, range_start: {GIB - 1024}B", GIB, 512,
+     f"workload w on h1:/dev/sda: the range [{GIB - 1024}, {GIB}) is smaller than one block "
+     "of 4096 bytes"),
     # bytes and a fraction are compared only once the LUN's size is known
     (f"{RANDOM}, range_start: 900MiB, range_end: 0.5", GIB, 512,
      f"workload w on h1:/dev/sda: the range [{900 * MIB}, {GIB // 2}) is smaller than one "
