@@ -184,16 +184,14 @@ class LunChoice:
 
 @dataclass(frozen=True)
 class LunExtent:
-    """A place or length on a LUN: a fraction of its size (YAML ``0.5``, ``50%``) or bytes with
-    a unit (YAML ``1GiB``, ``0B``). Plain numbers are always fractions, so they must be 0..1."""
+    """A place or length on a LUN: a fraction (YAML ``0.5``, ``50%``) or bytes with a unit
+    (YAML ``1GiB``, ``0B``). Plain numbers are always fractions, so they must be 0..1. A
+    fraction is of the LUN's size for ``range_start``, ``range_end`` and ``seq_start``, and of
+    the workload's range for ``hot_zone_size`` (``master.lunselect.resolve_params`` makes them
+    bytes, aligned to the LUN's sectors, once the LUN is known)."""
 
     value: float
     unit: Literal["fraction", "bytes"]
-
-    def to_bytes(self, lun_size_bytes: int) -> int:
-        if self.unit == "bytes":
-            return int(self.value)
-        return int(self.value * lun_size_bytes)
 
     def __str__(self) -> str:
         if self.unit == "bytes":

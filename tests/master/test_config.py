@@ -623,8 +623,8 @@ def test_lun_choice_and_extent() -> None:
     both = (AttributeMatch("host", "h*"), AttributeMatch("vendor", "ACME"))
     assert LunChoice(every=False, attributes=both).matches(lun)
     assert not LunChoice(every=False, attributes=(AttributeMatch("model", "*"),)).matches(lun)
-    assert LunExtent(0.5, "fraction").to_bytes(1 << 30) == 1 << 29
-    assert LunExtent(4096.0, "bytes").to_bytes(1 << 30) == 4096
+    assert str(LunExtent(0.5, "fraction")) == "50%"
+    assert str(LunExtent(4096.0, "bytes")) == "4KiB"
 
 
 def test_error_is_one_line_with_file_line_and_key_path() -> None:
