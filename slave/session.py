@@ -90,6 +90,10 @@ class Backend(Protocol):
         """Stage a new workload for the next boundary (or the next ``go``); return facts such
         as ``{"engine": "libaio"}``."""
 
+    def engine_for(self, lun: lunmod.LunInfo) -> str:
+        """The engine workloads on ``lun`` would run on (what ``create`` reports as
+        ``engine``), or ``unavailable`` where the slave's engine choice cannot serve it."""
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None: ...
 
     def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
@@ -326,7 +330,8 @@ class SlaveSession:
             LunList(
                 seq=msg.seq,
                 luns=[
-                    {"info": lun.to_dict(), "attributes": lun.attributes(),
+                    {"info": lun.to_dict(),
+                     "attributes": {**lun.attributes(), "engine": self.backend.engine_for(lun)},
                      "in_use": list(in_use_reasons(lun))}
                     for lun in found
                 ],

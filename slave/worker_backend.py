@@ -16,6 +16,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from protocol.errors import IoEngineError
+from slave.engine import choose_engine
 from slave.luns import LunInfo
 from slave.params import WorkloadParams
 from slave.session import Collected, MasterLateError
@@ -51,6 +53,14 @@ class WorkerBackend:
         if info.warning:
             out["warning"] = info.warning
         return out
+
+    def engine_for(self, lun: LunInfo) -> str:
+        """As ``create`` would choose: an O_DIRECT read of the LUN's first block, where the
+        choice is ``auto`` or ``libaio``."""
+        try:
+            return choose_engine(self.engine, lun.path, lun.logical_block_bytes).kind
+        except IoEngineError:  # libaio asked for and not available here (create says why)
+            return "unavailable"
 
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.pool.edit_workload(workload_id, params)

@@ -5,9 +5,10 @@ fall back to the thread-pool engine and say so), on an ext4 loop device (O_DIREC
 and on tmpfs in /dev/shm (libaio exactly where this kernel takes O_DIRECT there, since Linux
 6.6; else the fallback). While the run does I/O, the open flags of each LUN's fd in the slave's
 workers (``/proc/<pid>/fdinfo``) show whether the engine really opened it with ``O_DIRECT``.
-The engine of each workload is reported in events.csv (``workload ... created (engine ...)``)
-and run.log; the fallback's warning, naming host and LUN, in both and on the console too.
-luns.csv has no engine column (it is written at discovery, before any engine is chosen).
+The engine of each LUN is in luns.csv (the slave's discovery names the engine its workloads
+would run on: an attribute, so a selection and rollup key too), the engine of each workload in
+events.csv (``workload ... created (engine ...)``) and run.log; the fallback's warning, naming
+host and LUN, in both and on the console too.
 
 Needs root (mounting the ramfs and the loop device): skipped otherwise.
 """
@@ -197,9 +198,14 @@ def test_luns_listed_and_every_engine_did_its_io(engine_run: EngineRun) -> None:
     listed = {r["lun"]: r for r in rows(engine_run.folder / "luns.csv")}
     summary = {r["rollup_instance"]: r
                for r in rows(engine_run.folder / "step0000-read" / "lun" / "summary.csv")}
+    engine = {"ramfs": "threadpool", "ext4": "libaio",
+              "tmpfs": "libaio" if engine_run.tmpfs_takes_o_direct else "threadpool"}
     for kind, path in engine_run.luns.items():
         assert listed[path]["selected"] == "true" and listed[path]["used_by"] == "r", kind
         assert listed[path]["kind"] == "file" and listed[path]["size_bytes"] == str(16 << 20)
+        # the engine per LUN, as discovery named it: the one its workload was created on
+        assert listed[path]["engine"] == engine[kind], kind
+        assert f"(engine {engine[kind]}," in _created(engine_run, path)
         lun = summary[f"{HOST}:{path}"]
         assert float(lun["IOPS"]) == pytest.approx(IOPS, rel=0.05), kind
         assert lun["valid"] == "true", kind

@@ -84,7 +84,11 @@ class Slave:
         self.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
         assert isinstance(self.recv(), HelloReply)
         self.send(DiscoverLuns(1, [{"path": str(lun), "size_bytes": 16 << 20, "create": True}]))
-        assert isinstance(self.recv(), LunList)
+        found = self.recv()
+        assert isinstance(found, LunList)
+        # discovery names the engine the LUN's workloads run on (the one create reports)
+        (entry,) = [e for e in found.luns if e["info"]["path"] == str(lun)]
+        assert entry["attributes"]["engine"] == "fake"
         self.send(CreateWorkload(2, "local:lun:w", str(lun),
                                  {"iodepth": 4, "iops": 500.0, "read_fraction": 1.0}, True))
         ack = self.recv()
@@ -99,6 +103,8 @@ class Slave:
         self.send(DiscoverLuns(1, []))
         found = self.recv()
         assert isinstance(found, LunList)
+        (entry,) = [e for e in found.luns if e["info"]["path"] == device]
+        assert entry["attributes"]["engine"] == "libaio"
         wid = f"local:{device}:w"
         self.send(CreateWorkload(2, wid, device, {"iodepth": 32, "read_fraction": 1.0}, False))
         ack = self.recv()

@@ -60,6 +60,9 @@ class FakeBackend:
         self.calls.append(("create", workload_id))
         return {"engine": "fake"}
 
+    def engine_for(self, lun: LunInfo) -> str:
+        return "fake"
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.workloads[workload_id] = params
         self.calls.append(("edit", params.iops))
