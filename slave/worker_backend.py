@@ -56,11 +56,18 @@ class WorkerBackend:
 
     def engine_for(self, lun: LunInfo) -> str:
         """As ``create`` would choose: an O_DIRECT read of the LUN's first block, where the
-        choice is ``auto`` or ``libaio``."""
+        choice is ``auto`` or ``libaio``; ``unavailable`` where no engine could open it (the
+        thread-pool engine opens it without O_DIRECT) or the forced one cannot serve it."""
         try:
-            return choose_engine(self.engine, lun.path, lun.logical_block_bytes).kind
+            kind = choose_engine(self.engine, lun.path, lun.logical_block_bytes).kind
         except IoEngineError:  # libaio asked for and not available here (create says why)
             return "unavailable"
+        if kind == "threadpool":
+            try:
+                os.close(os.open(lun.path, os.O_RDONLY | os.O_CLOEXEC))
+            except OSError:  # create says why
+                return "unavailable"
+        return kind
 
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.pool.edit_workload(workload_id, params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,12 @@ def test_the_engine_named_for_a_lun_is_the_one_its_workloads_get(
     if want != "unavailable" and aio:  # the worker forked before the patch: real AIO only
         info = one_worker.create("h:lun:w", lun, WorkloadParams(iodepth=1, iops=100.0))
         assert info["engine"] == want
+
+
+def test_a_lun_no_engine_can_open_is_named_unavailable(one_worker: WorkerBackend,
+                                                       tmp_path: Path) -> None:
+    """Not the thread-pool fallback: that engine could not open it either."""
+    missing = str(tmp_path / "gone.img")
+    for choice in ("auto", "threadpool"):
+        one_worker.engine = choice
+        assert one_worker.engine_for(_lun(missing)) == "unavailable"
