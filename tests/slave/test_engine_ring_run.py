@@ -139,3 +139,56 @@ def test_a_refused_resubmission_raises_with_its_errno_at_once(
         assert paced_kernel.RR_WAKE in codes[:-1], codes[:5]  # it ran turns before
     else:
         assert not codes
+
+
+class _EditingControl(_Control):
+    """Applies ``edits[k]`` to the loop at the end of subinterval ``k``."""
+
+    def __init__(self, n: int, stats: tuple[WorkloadStats, WorkloadStats],
+                 edits: dict[int, WorkloadParams]) -> None:
+        super().__init__(n, stats)
+        self.edits = edits
+
+    def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished in self.edits:
+            loop.edit_workload("t:l:w", self.edits[finished], boundary_ns)
+        super().boundary(loop, finished, boundary_ns)
+
+
+def test_edits_take_the_workload_off_the_compiled_ring_and_back_counting_every_read_once(
+    loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone reader at QD8 on the compiled ring, then paced (it leaves the ring: drained,
+    its slots reissued), then at max IOPS again (a new ring, which adopts the paced loop's
+    slots and hands over to C once they complete), then deeper (QD16, another new ring): every
+    subinterval has I/O, nothing is left in flight, and the device read what was recorded
+    (less the reads the stop drained, which no subinterval counts)."""
+    dev = loop_device(64 * MiB)
+    codes = _noting_ring_function(monkeypatch)
+    entered: list[int] = []
+    enter = EngineLoop._enter_ring
+
+    def counted_enter(self: EngineLoop, w: object) -> object:
+        entered.append(1)
+        return enter(self, w)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EngineLoop, "_enter_ring", counted_enter)
+    p = WorkloadParams(iodepth=8, seed=3)
+    loop, fd, stats = _lone_reader(dev, 64, p)
+    edits = {0: p.replace(iops=5000.0), 1: p, 2: p.replace(iodepth=16)}
+    ctl = _EditingControl(4, stats, edits)
+    settle()
+    before = _device_read_bytes(dev.name)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    done = (_device_read_bytes(dev.name) - before) // p.blocksize_bytes
+    assert loop.in_flight == 0
+    assert len(ctl.per_sub) == 4 and all(n > 200 for n in ctl.per_sub), ctl.per_sub
+    assert 375 <= ctl.per_sub[1] <= 625  # the paced subinterval: 5,000 IOPS for 0.1 s
+    recorded = sum(ctl.per_sub)
+    assert recorded <= done <= recorded + 2 * 16, (recorded, done, ctl.per_sub)
+    assert len(entered) >= 3, entered  # the first ring, after the paced one, after QD16
+    assert paced_kernel.RR_WAKE in codes, sorted(set(codes))
