@@ -529,12 +529,13 @@ class _Waiter:
         return n
 
 
-# the compiled scalar loop's function and its argument and state words (``pk.S``, ``pk.SS_*``)
-_ScalarWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+# a compiled max-iops loop's function and its argument and state words (``scalar_run``:
+# ``pk.S`` and ``pk.SS_*``; ``ring_run``: ``pk.RA`` and ``pk.RS_*``)
+_CompiledWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 def _compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: dict[str, int],
-                    state_words: int) -> tuple[KernelHandles, _ScalarWords] | None:
+                    state_words: int) -> tuple[KernelHandles, _CompiledWords] | None:
     """A compiled max-iops loop's argument and state words for ``eng``, its ``CTX``,
     ``EVENTS_CAP``, ``EVENTS`` and ``ST`` words set (``arg_index``: where each word is), with
     the engine's handles for the rest; None where it cannot run: no kernel here (``fn`` None),
@@ -616,9 +617,9 @@ class EngineLoop:
         # slots then need no owner lookup
         self._sole = -1
         self._scalar: tuple[_Workload, IoEngine, memoryview] | None = None  # see _pick_word_loops
-        # the compiled scalar loop for an engine: (engine, its function, S_* args, SS_* state)
-        self._scalar_words: tuple[IoEngine, _ScalarWords] | None = None
-        self._ring_c_words: tuple[IoEngine, _ScalarWords] | None = None
+        # the compiled scalar and ring loops for an engine: (engine, their words)
+        self._scalar_words: tuple[IoEngine, _CompiledWords] | None = None
+        self._ring_c_words: tuple[IoEngine, _CompiledWords] | None = None
         self._paced_words: tuple[_PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[_Workload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -1839,7 +1840,7 @@ class EngineLoop:
             spin_until = now + spin_ns
         return boundary
 
-    def _scalar_args(self, eng: IoEngine) -> _ScalarWords | None:
+    def _scalar_args(self, eng: IoEngine) -> _CompiledWords | None:
         """The compiled scalar loop's function, argument and state words for ``eng`` (made
         once per engine), or None where it cannot run: no kernel here, or an engine whose
         completion ring compiled code cannot read."""
@@ -1864,7 +1865,7 @@ class EngineLoop:
         control: LoopControl,
         w: _Workload,
         eng: IoEngine,
-        words: _ScalarWords,
+        words: _CompiledWords,
         boundary: int,
         subinterval_ns: int,
         wake: int,
@@ -2043,8 +2044,7 @@ class EngineLoop:
             # resubmit before the bookkeeping (in-flight count unchanged)
             c = ring.cur
             if c + n > ring.end:
-                self.flush()  # the ring saves its in-flight I/Os' offsets before a refill
-                ring.refill(w.seq.chunk(ring.size - ring.end + ring.cur).offset_bytes)
+                self._refill_ring(ring, w)
                 c = 0
             t_sub = mono()
             got = fast(c_sys, c_ctx, counts[n], void_p(ptrs + 8 * c))
@@ -2074,6 +2074,12 @@ class EngineLoop:
             if t >= wake:
                 return boundary
 
+    def _refill_ring(self, ring: IocbRing, w: _Workload) -> None:
+        """Fill ``ring`` up with ``w``'s next I/Os, its records flushed first (the ring saves
+        the offsets of its I/Os in flight there, before their iocbs are rewritten)."""
+        self.flush()
+        ring.refill(w.seq.chunk(ring.size - ring.end + ring.cur).offset_bytes)
+
     def _ring_submit_rest(self, eng: IocbEngine, ptrs_addr: int, n: int, got: int) -> None:
         """The ring's resubmission of a reaped batch of ``n`` took ``got`` (-1: failed): learn
         why, or submit the rest. When that raises, the batch's I/Os not submitted leave the
@@ -2086,7 +2092,7 @@ class EngineLoop:
             self._in_flight -= n - max(got, 0)
             raise
 
-    def _ring_c_args(self, eng: IoEngine) -> _ScalarWords | None:
+    def _ring_c_args(self, eng: IoEngine) -> _CompiledWords | None:
         """The compiled ring loop's function, argument and state words for ``eng`` (made once
         per engine), or None where it cannot run: no kernel here, or an engine whose
         completion ring compiled code cannot read."""
@@ -2106,7 +2112,7 @@ class EngineLoop:
         self._ring_c_words = (eng, words)
         return words
 
-    def _loop_ring_compiled(self, control: LoopControl, ring: IocbRing, words: _ScalarWords,
+    def _loop_ring_compiled(self, control: LoopControl, ring: IocbRing, words: _CompiledWords,
                             boundary: int, subinterval_ns: int, wake: int) -> int:
         """``_loop_ring`` with its turns in C (``pk.ring_function``), for a ring that adopted
         no slots: Python only for what the C returns for (a refill, a flush, a submission it
@@ -2145,9 +2151,8 @@ class EngineLoop:
             if code == pk.RR_LATE:
                 return self._ring_late(control, ring, int(st[pk.RS_N]), int(st[pk.RS_T]),
                                        boundary, subinterval_ns)
-            if code == pk.RR_REFILL:  # the ring saves its in-flight I/Os' offsets first
-                self.flush()
-                ring.refill(w.seq.chunk(ring.size - ring.end + ring.cur).offset_bytes)
+            if code == pk.RR_REFILL:
+                self._refill_ring(ring, w)
             elif code == pk.RR_SUBMIT:
                 self._ring_submit_rest(eng, ring.ptrs_addr + 8 * ring.cur, int(st[pk.RS_N]),
                                        int(st[pk.RS_SUB_DONE]))

@@ -108,6 +108,15 @@ static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t
     return n;
 }
 
+/* a completion's record: its slot's row whole, then the event's result and the reap time */
+static inline void record_slot(int64_t *rec, const int64_t *row, const int64_t *event, int64_t t)
+{
+    for (int j = 0; j < ROW_WORDS; j++)
+        rec[j] = row[j];
+    rec[C_RES] = event[2];
+    rec[C_DONE] = t;
+}
+
 struct state {
     int64_t *rings, *cur, *rlen, *ht, *hk, *st;
     uint8_t *armed;
@@ -410,14 +419,9 @@ int64_t paced_run(const int64_t *a)
                 }
             }
             int64_t p = st[ST_P];
-            for (int64_t i = 0; i < n; i++) { /* record: the slot's row whole, result, time */
+            for (int64_t i = 0; i < n; i++) {
                 int64_t slot = ev[4 * i];
-                int64_t *rec = pend + ROW_WORDS * p;
-                const int64_t *row = rows + ROW_WORDS * slot;
-                for (int j = 0; j < ROW_WORDS; j++)
-                    rec[j] = row[j];
-                rec[C_RES] = ev[4 * i + 2];
-                rec[C_DONE] = t;
+                record_slot(pend + ROW_WORDS * p, rows + ROW_WORDS * slot, ev + 4 * i, t);
                 p += 1;
                 int64_t k = slot_pos[slot];
                 free_buf[free_off[k] + free_n[k]] = slot;
@@ -599,12 +603,8 @@ int64_t scalar_run(const int64_t *a)
         }
         for (int64_t i = 0; i < got; i++) {
             int64_t slot = ev[4 * i];
-            int64_t *rec = pend + ROW_WORDS * p;
             int64_t *row = rows + ROW_WORDS * slot;
-            for (int j = 0; j < ROW_WORDS; j++)
-                rec[j] = row[j];
-            rec[C_RES] = ev[4 * i + 2];
-            rec[C_DONE] = t;
+            record_slot(pend + ROW_WORDS * p, row, ev + 4 * i, t);
             p += 1;
             if (cur >= rlen || nheld >= SS_MAX_HELD) { /* Python refills and submits it */
                 st[SS_NEED0 + st[SS_NNEED]] = slot;

@@ -171,19 +171,10 @@ def source() -> str:
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = _INF_NS
     defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
-    defines.update({"SS_MAX_HELD": SS_MAX_HELD, "SS_CUR": SS_CUR, "SS_RLEN": SS_RLEN,
-                    "SS_P": SS_P, "SS_NHELD": SS_NHELD, "SS_HELD0": SS_HELD0, "SS_N": SS_N,
-                    "SS_T": SS_T, "SS_NNEED": SS_NNEED, "SS_NEED0": SS_NEED0,
-                    "SS_SUB_DONE": SS_SUB_DONE})
-    defines.update({"SR_WAKE": SR_WAKE, "SR_LATE": SR_LATE, "SR_REFILL": SR_REFILL,
-                    "SR_FLUSH": SR_FLUSH, "SR_SUBMIT": SR_SUBMIT})
     defines.update({f"RA_{name}": i for i, name in enumerate(_RING_ARGS)})
-    defines.update({"RS_CUR": RS_CUR, "RS_END": RS_END, "RS_N_REC": RS_N_REC,
-                    "RS_N_DONE": RS_N_DONE, "RS_N_SUB": RS_N_SUB, "RS_STAGE": RS_STAGE,
-                    "RS_N": RS_N, "RS_T": RS_T, "RS_T_SUB": RS_T_SUB,
-                    "RS_SUB_DONE": RS_SUB_DONE, "RS_MEAN": RS_MEAN})
-    defines.update({"RR_WAKE": RR_WAKE, "RR_REFILL": RR_REFILL, "RR_SUBMIT": RR_SUBMIT,
-                    "RR_LATE": RR_LATE, "RR_FLUSH": RR_FLUSH})
+    for prefix in ("SS_", "SR_", "RS_", "RR_"):  # the max-iops loops' state words and codes
+        defines.update({k: v for k, v in globals().items()
+                        if k.startswith(prefix) and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     body = resources.files("slave.engine").joinpath("paced_kernel.c").read_text("utf-8")
     return "#define _GNU_SOURCE\n" + head + body
@@ -260,22 +251,23 @@ def _load() -> None:
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         _why_not = f"the compiled paced loop could not be built: {exc}"
         return
-    fn = lib.paced_run
-    fn.argtypes = [ctypes.c_void_p]
-    fn.restype = ctypes.c_int64
+    fn = _run_function(lib, "paced_run")
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     gen.restype = None
     retime_fn = lib.paced_retime
     retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     retime_fn.restype = None
-    scalar_fn = lib.scalar_run
-    scalar_fn.argtypes = [ctypes.c_void_p]
-    scalar_fn.restype = ctypes.c_int64
-    ring_fn = lib.ring_run
-    ring_fn.argtypes = [ctypes.c_void_p]
-    ring_fn.restype = ctypes.c_int64
+    scalar_fn, ring_fn = _run_function(lib, "scalar_run"), _run_function(lib, "ring_run")
     _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn = fn, gen, retime_fn, scalar_fn, ring_fn
+
+
+def _run_function(lib: ctypes.CDLL, name: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """One of the loops' turns: ``int64_t name(const int64_t *args)``."""
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int64
+    return fn
 
 
 def available() -> bool:

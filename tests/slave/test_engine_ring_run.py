@@ -16,11 +16,11 @@ from slave.engine import loop as loop_mod
 from slave.engine import paced_kernel
 from slave.engine.loop import EngineLoop
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopFactory, settle
+from tests.slave.conftest import LoopFactory
 from tests.slave.test_engine_scalar_run import (
     _compiled,
     _Control,
-    _device_read_bytes,
+    _device_reads_of_run,
     _lone_reader,
 )
 
@@ -76,14 +76,7 @@ def test_the_ring_loop_records_every_read_and_leaves_nothing_behind(
     n_subs, sub_ns = 5, 100_000_000
     ctl = _ServiceControl(n_subs, stats)
     service_ns = ctl.service_ns
-    settle()  # udev's probe of the new device reads it too
-    before = _device_read_bytes(dev.name)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, sub_ns)
-    finally:
-        loop.close()
-        os.close(fd)
-    done = (_device_read_bytes(dev.name) - before) // p.blocksize_bytes
+    done = _device_reads_of_run(dev, loop, fd, ctl, sub_ns, p.blocksize_bytes)
     assert loop.in_flight == 0
     assert len(ctl.per_sub) == n_subs and all(n > 200 for n in ctl.per_sub), ctl.per_sub
     recorded = sum(ctl.per_sub)
@@ -177,14 +170,7 @@ def test_edits_take_the_workload_off_the_compiled_ring_and_back_counting_every_r
     loop, fd, stats = _lone_reader(dev, 64, p)
     edits = {0: p.replace(iops=5000.0), 1: p, 2: p.replace(iodepth=16)}
     ctl = _EditingControl(4, stats, edits)
-    settle()
-    before = _device_read_bytes(dev.name)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
-    finally:
-        loop.close()
-        os.close(fd)
-    done = (_device_read_bytes(dev.name) - before) // p.blocksize_bytes
+    done = _device_reads_of_run(dev, loop, fd, ctl, 100_000_000, p.blocksize_bytes)
     assert loop.in_flight == 0
     assert len(ctl.per_sub) == 4 and all(n > 200 for n in ctl.per_sub), ctl.per_sub
     assert 375 <= ctl.per_sub[1] <= 625  # the paced subinterval: 5,000 IOPS for 0.1 s

@@ -75,6 +75,20 @@ def _lone_reader(dev: LoopDevice, capacity: int, params: WorkloadParams
     return loop, fd, stats
 
 
+def _device_reads_of_run(dev: LoopDevice, loop: EngineLoop, fd: int, ctl: Control,
+                         sub_ns: int, blocksize_bytes: int) -> int:
+    """Run ``loop`` under ``ctl`` (subintervals of ``sub_ns``), then close it and the LUN's
+    descriptor: the reads of ``blocksize_bytes`` the device did meanwhile."""
+    settle()  # udev's probe of the new device reads it too
+    before = _device_read_bytes(dev.name)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, sub_ns)
+    finally:
+        loop.close()
+        os.close(fd)
+    return (_device_read_bytes(dev.name) - before) // blocksize_bytes
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["scalar_run", "python"])
 @pytest.mark.parametrize("iodepth", [1, 2])
 def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
@@ -96,14 +110,7 @@ def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
     p = WorkloadParams(iodepth=iodepth, seed=9)
     loop, fd, stats = _lone_reader(dev, 16, p)
     ctl = _Control(4, stats)
-    settle()  # udev's probe of the new device reads it too
-    before = _device_read_bytes(dev.name)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, 50_000_000)
-    finally:
-        loop.close()
-        os.close(fd)
-    done = (_device_read_bytes(dev.name) - before) // p.blocksize_bytes
+    done = _device_reads_of_run(dev, loop, fd, ctl, 50_000_000, p.blocksize_bytes)
     assert loop.in_flight == 0
     assert len(ctl.per_sub) == 4 and all(n > 50 for n in ctl.per_sub), ctl.per_sub
     recorded = sum(ctl.per_sub)
