@@ -281,11 +281,11 @@ class Sequencer:
 
     def generator_state(self) -> GeneratorState | None:
         """This sequencer as numbers for a compiled generator; None where one cannot go on
-        from here: a bit generator other than PCG64 (``default_rng``'s) or no schedule (max
-        IOPS)."""
+        from here: a bit generator other than PCG64 (``default_rng``'s). At max IOPS the
+        period is 0: no schedule (every time 0, as ``chunk`` gives), and no draw for one."""
         p = self.params
         bg = self._rng.bit_generator.state
-        if bg["bit_generator"] != "PCG64" or not self.paced:
+        if bg["bit_generator"] != "PCG64":
             return None
         return GeneratorState(
             rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],

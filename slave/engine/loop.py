@@ -22,8 +22,10 @@ the depth 1-2 loop's for reads that block (``_loop_scalar_compiled``) and the pa
 (``_loop_paced_compiled``). Elsewhere it
 runs in ``_loop_single``: the batch path's numpy operations with its lookups held in locals.
 Paced workloads alone on such an engine run in ``_loop_paced``: plain ints per I/O, all their
-due I/Os submitted in one call per turn. Busy polling spins on the completion ring for a while
-after each completion, then blocks.
+due I/Os submitted in one call per turn; where that loop runs compiled, max-iops workloads join
+it, alone or beside paced ones (a max-iops workload's I/Os are always due: its free slots go
+out in the turn that freed them). Busy polling spins on the completion ring for a while after
+each completion, then blocks.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -155,8 +157,9 @@ WAKE_EARLY_NS: Final = 50_000
 BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # paced workloads alone on a libaio engine (reads, and writes of planned data) run in compiled
-# C where the host could build it (``slave.engine.paced_kernel``; ``_CompiledPaced``); tests
-# and bench_engine switch it off to run the Python loop
+# C where the host could build it (``slave.engine.paced_kernel``; ``_CompiledPaced``), and
+# max-iops workloads with them or without them (but a lone one that a loop of its own serves);
+# tests and bench_engine switch it off to run the Python loops
 COMPILED_PACED = True
 # and the max-iops loop of depth 1-2 that blocks, for a lone workload of reads
 # (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
@@ -253,7 +256,9 @@ class _Workload:
 
 class _PacedSet:
     """The paced loop's workloads (``ws``) and, for those with a free slot, a heap of their
-    next scheduled times (``(time, position in ws)``; ``armed``: which are in it)."""
+    next scheduled times (``(time, position in ws)``; ``armed``: which are in it). Where the
+    set runs compiled (``compiled``), it may hold max-iops workloads too: their I/Os have no
+    time (0) but those an edit kept from a paced schedule, so they are always due."""
 
     def __init__(self, loop: EngineLoop, ws: list[_Workload]) -> None:
         self.ws = ws
@@ -334,6 +339,9 @@ class _CompiledPaced:
         a.set("SLEEP_MIN", SLEEP_MIN_NS)
         a.set("LONG_WAIT", LONG_WAIT_NS)
         a.set("WAKE_EARLY", WAKE_EARLY_NS)
+        a.set("N_MAX", sum(not w.paced for w in self.ws))
+        a.set("SPIN_NS", AWAIT_SPIN_NS)
+        a.set("SPIN_GATE_NS", AWAIT_SPIN_GATE_NS)
 
     def _workload_args(self) -> None:
         """The kernel's words for the workloads' rings, free slots and heap."""
@@ -452,7 +460,9 @@ class _CompiledPaced:
     def unload(self) -> None:
         """Give the workloads back their free slots, cursors and what the kernel generated
         (completions reaped past a boundary and not recorded yet stay in ``st``:
-        ``EngineLoop._unload_paced``)."""
+        ``EngineLoop._unload_paced``). A max-iops workload's I/Os kept from its paced
+        schedule (``overdue``) are those still at the head of its ring with a time (the
+        kernel issued the rest)."""
         if not self.loaded:
             return
         self.loaded = False
@@ -461,6 +471,10 @@ class _CompiledPaced:
             off = int(self.free_off[i])
             w.free = self.free_buf[off : off + int(self.free_n[i])].tolist()
             w.cur = int(self.cur[i])
+            if w.overdue:
+                timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
+                w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
+                                else int(timed.size))
 
 
 def _set_ring(
@@ -830,8 +844,8 @@ class EngineLoop:
         chosen: dict[int, WorkloadParams] = {}
         for workload_id, params in edits:
             k = pos_of.get(workload_id)
-            if k is None or not on[k] or params.iops is None or not params.same_but_rate(
-                    ws[k].spec.params):
+            if (k is None or not on[k] or not ws[k].paced or params.iops is None
+                    or not params.same_but_rate(ws[k].spec.params)):
                 return False
             chosen[k] = params  # the last edit of a workload counts
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
@@ -937,22 +951,30 @@ class EngineLoop:
     def _pick_word_loops(self) -> None:
         """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
         SCALAR_MAX, alone on one engine that lays out its completions as words. And whether
-        the paced loop serves: only paced workloads (any mix of reads and writes), all on one
-        such engine, none retired with I/O in flight (with ``busy_poll``, it looks in the
-        completion ring instead of sleeping while I/O is in flight)."""
+        the paced loop serves: all workloads on one such engine, none retired with I/O in
+        flight (with ``busy_poll``, it looks in the completion ring instead of sleeping while
+        I/O is in flight); paced workloads only (any mix of reads and writes), or, where the
+        set runs compiled, any mix of paced and max-iops workloads but a lone max-iops one
+        that a loop of its own serves (``_lone_loop_serves``). The general loop's Python
+        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4, 1.6-1.9 where they
+        write: the compiled loop, which submits a max-iops workload's free slots as soon as it
+        frees them, does the same work in C."""
         self._scalar = None
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
         paced = self._paced
-        if (paced and len(engines) == 1 and self._retired_in_flight == 0
-                and len(paced) == sum(w is not None for w in self._wl)):
+        live = [w for w in self._wl if w is not None]
+        lone = self._single
+        if (live and len(engines) == 1 and self._retired_in_flight == 0
+                and (lone is None or not self._lone_loop_serves(lone))):
             eng = engines[0]
             words = getattr(eng, "done_words", None)
-            if words is not None and all(w.spec.engine is eng for w in paced):
-                ps = _PacedSet(self, list(paced))
+            if words is not None and all(w.spec.engine is eng for w in live):
+                ps = _PacedSet(self, live)
                 ps.compiled = self._compile_paced(ps, eng)
-                self._paced_words = (ps, eng, words)
+                if ps.compiled is not None or len(paced) == len(live):
+                    self._paced_words = (ps, eng, words)
         w = self._single
         if w is None or w.params.iodepth > SCALAR_MAX or len(engines) != 1:
             return
@@ -960,6 +982,12 @@ class EngineLoop:
         words = getattr(eng, "done_words", None)
         if eng is w.spec.engine and words is not None:
             self._scalar = (w, eng, words)
+
+    def _lone_loop_serves(self, w: _Workload) -> bool:
+        """Whether a lone max-iops workload runs in a loop of its own: the queue-depth 1-2
+        loop (``_loop_scalar``), or, for reads that do not poll, the iocb ring or the batch
+        loop (``_loop_ring``, ``_loop_single``)."""
+        return w.params.iodepth <= SCALAR_MAX or (w.pattern is None and not self._busy_poll)
 
     def _compile_paced(self, paced: _PacedSet, eng: IoEngine) -> _CompiledPaced | None:
         """The paced set's compiled state, when it can run compiled: the kernel was built
@@ -986,13 +1014,15 @@ class EngineLoop:
         the lone workload's iocb ring (``_leave_ring``) and the compiled paced set's slots and
         cursors (``_unload_paced``)."""
         self._leave_ring(restart=restart, timeout_ns=timeout_ns)
-        self._unload_paced()
+        self._unload_paced(restart=restart)
 
-    def _unload_paced(self) -> None:
+    def _unload_paced(self, *, restart: bool = True) -> None:
         """Give the compiled paced loop's state back to the workloads, before anything else
         looks at their free slots and cursors: a change of workloads, a drain, a new paced
         set. Completions it reaped past a boundary and left for its next run are recorded
-        here instead (the general way, as ``_reaped_late`` does)."""
+        here instead (the general way, as ``_reaped_late`` does). A max-iops workload's
+        slots that it freed and had not submitted again go out now (``restart``, while
+        running): elsewhere a max-iops workload has every slot in flight."""
         pw = self._paced_words
         cp = None if pw is None else pw[0].compiled
         if cp is None or not cp.loaded:  # given back already, with what it reaped late
@@ -1002,6 +1032,12 @@ class EngineLoop:
         if n:
             cp.st[pk.ST_N] = 0
             self._complete(cp.eng, n, int(cp.st[pk.ST_T]))
+        for w in cp.ws:
+            if w.free and not w.paced:
+                free = np.array(w.free, dtype=np.intp)
+                w.free = []
+                if restart and self.subinterval_index >= 0:
+                    self._issue(w, free)
 
     def _start_workload(self, w: _Workload, at_ns: int) -> None:
         w.seq.start(at_ns)
@@ -2308,10 +2344,12 @@ class EngineLoop:
         nothing is due and nothing completed, it bins what completed (``_bin_idle``) instead of
         leaving it to a flush, whose stall of 1-4 ms put the p99 of 512 workloads at 8-13 ms.
         Returns the next boundary. Where the set can run compiled, it does
-        (``_loop_paced_compiled``)."""
+        (``_loop_paced_compiled``); only then does it hold max-iops workloads (this loop's
+        Python per I/O would cost them more than the general loop's numpy per batch)."""
         if paced.compiled is not None:
             return self._loop_paced_compiled(control, paced.compiled, eng, boundary,
                                              subinterval_ns, wake)
+        assert all(w.paced for w in paced.ws), "max-iops workloads in the Python paced loop"
         mono = time.monotonic_ns
         poll = eng.poll
         ready = eng.ready

@@ -3,7 +3,11 @@
  * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
  * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
  * due I/O of every workload with a free slot in one io_submit (a write with its planned data
- * put in its buffer first), wait or bin one record at a time when nothing is due. A workload
+ * put in its buffer first), wait or bin one record at a time when nothing is due. A max-iops
+ * workload's I/Os have no time (0, but those an edit kept from its paced schedule): they are
+ * due at once, so its freed slots go out in the turn that freed them, each I/O timed at its
+ * submission; with one in flight, a wait looks in the ring before it blocks (await_events, as
+ * the lone max-iops loops do). A workload
  * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
  * Sequencer's stream (G_* words), or, where it cannot, from Python. It returns to Python (an
  * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
@@ -108,6 +112,37 @@ static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t
     return n;
 }
 
+/* the max-iops loops' wait for completions when a look found none (EngineLoop's _Waiter): look
+ * in the ring again, yielding the core in between (the device's kernel worker may need it),
+ * for spin ns when the recent waits (their running mean, *mean) were shorter than gate, and
+ * while until is nearer than sleep_min; block in io_getevents for the rest, up to block_until.
+ * How many completions it moved into ev (0: until came) */
+static int64_t await_events(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
+                            int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
+                            int64_t spin, int64_t gate, int64_t sleep_min, int64_t *mean)
+{
+    const int64_t t0 = now_ns(), spin_until = *mean < gate ? t0 + spin : t0;
+    int64_t n = 0, now = t0;
+    for (;;) {
+        if (now >= until)
+            break;
+        if (now < spin_until || until - now < sleep_min || block_until <= now) {
+            syscall(SYS_sched_yield);
+            n = ring_take(hdr, ring_ev, ev, cap);
+        } else {
+            const int64_t left = block_until - now;
+            struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+            long got = syscall(SYS_io_getevents, ctx, 1L, (long)cap, (void *)ev, &ts);
+            n = got > 0 ? got : 0; /* -1: interrupted; look at the time again */
+        }
+        if (n)
+            break;
+        now = now_ns();
+    }
+    *mean += (now_ns() - t0 - *mean) >> 3; /* a running mean over ~8 waits */
+    return n;
+}
+
 /* a completion's record: its slot's row whole, then the event's result and the reap time */
 static inline void record_slot(int64_t *rec, const int64_t *row, const int64_t *event, int64_t t)
 {
@@ -176,6 +211,11 @@ static inline int64_t double_word(double d)
 static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __uint128_t inc)
 {
     const double period = word_double(g[G_PERIOD]);
+    if (!(period > 0.0)) { /* max iops: no schedule (0: the submit time), no draw, as in Python */
+        for (int64_t i = 0; i < m; i++)
+            ring[5 * i + R_SCHED_COL] = 0;
+        return;
+    }
     if (g[G_POISSON]) {
         double last = word_double(g[G_SCHED_LAST]);
         for (int64_t i = 0; i < m; i++) {
@@ -387,7 +427,8 @@ int64_t paced_run(const int64_t *a)
     const int64_t busy_poll = a[A_BUSY_POLL];
     int64_t wake = a[A_WAKE];
     const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
-    const int64_t n_slots = a[A_N_SLOTS];
+    const int64_t n_slots = a[A_N_SLOTS], n_max = a[A_N_MAX];
+    const int64_t spin = a[A_SPIN_NS], gate = a[A_SPIN_GATE_NS];
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
         if (free_n[k] > 0 && s.armed[k] != 1) {
@@ -479,8 +520,12 @@ int64_t paced_run(const int64_t *a)
         if (m) {
             int64_t t_sub = now_ns();
             long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)m, (void *)ptrs);
-            for (int64_t q = 0; q < m; q++)
-                rows[ROW_WORDS * out[q] + C_SUBMIT] = t_sub;
+            for (int64_t q = 0; q < m; q++) {
+                int64_t *row = rows + ROW_WORDS * out[q];
+                row[C_SUBMIT] = t_sub;
+                if (row[C_SCHED] == 0) /* a max-iops I/O: scheduled as it goes out */
+                    row[C_SCHED] = t_sub;
+            }
             st[ST_IN_FLIGHT] += m;
             if (done != m) {
                 st[ST_SUB_DONE] = done;
@@ -523,6 +568,14 @@ int64_t paced_run(const int64_t *a)
         }
         const int64_t left_ns = until - now;
         int64_t wait = 0; /* 0: too near to sleep, look again */
+        if (n_max && !busy_poll && st[ST_IN_FLIGHT] > 0) {
+            /* max-iops I/O in flight: look a while before blocking, as the lone loops do (a
+             * wait for a paced I/O's time ends WAKE_EARLY before it, and looks for the rest) */
+            n = await_events((unsigned long)ctx, hdr, ring_ev, ev, ev_cap, until,
+                             left_ns > long_wait ? until - wake_early : until, spin, gate,
+                             sleep_min, &st[ST_MEAN]);
+            continue;
+        }
         if (busy_poll) { /* look again at once while I/O is in flight or the next is near */
             if (st[ST_IN_FLIGHT] == 0 && left_ns >= long_wait)
                 wait = left_ns - wake_early;
@@ -673,25 +726,8 @@ int64_t ring_run(const int64_t *a)
             }
             n = ring_take(hdr, ring_ev, ev, cap);
             if (!n) {
-                const int64_t t0 = now, spin_until = mean < gate ? t0 + spin : t0;
-                for (;;) {
-                    now = now_ns();
-                    if (now >= wake)
-                        break;
-                    if (now < spin_until || wake - now < sleep_min) {
-                        syscall(SYS_sched_yield); /* the device's kernel worker may need it */
-                        n = ring_take(hdr, ring_ev, ev, cap);
-                    } else {
-                        const int64_t left = wake - now;
-                        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
-                        long got = syscall(SYS_io_getevents, ctx, 1L, (long)cap,
-                                           (void *)ev, &ts);
-                        n = got > 0 ? got : 0; /* -1: interrupted; look at the time again */
-                    }
-                    if (n)
-                        break;
-                }
-                mean += (now_ns() - t0 - mean) >> 3; /* a running mean over ~8 waits */
+                n = await_events(ctx, hdr, ring_ev, ev, cap, wake, wake, spin, gate, sleep_min,
+                                 &mean);
                 if (!n) {
                     code = RR_WAKE;
                     break;

@@ -261,6 +261,12 @@ GENERATED = {
                                           seq_start_bytes=1 * MiB + 90 * 4096),
     "writes": WorkloadParams(iops=777.0, blocksize_bytes=4096, seed=6, read_fraction=0.0,
                              range_start_bytes=3 * MiB, range_end_bytes=9 * MiB),
+    # max iops: every time 0 and no draw for one (a Poisson sequencer's too)
+    "max iops, 70 % reads": WorkloadParams(iops=None, blocksize_bytes=4096, seed=7,
+                                           read_fraction=0.7),
+    "max iops, Poisson": WorkloadParams(iops=None, blocksize_bytes=4096, seed=8,
+                                        iosequencer="random_independent",
+                                        hot_zone_bytes=1 * MiB, hot_zone_fraction=0.5),
 }
 
 

@@ -208,7 +208,7 @@ def test_an_edit_carries_on_the_random_stream() -> None:
 @pytest.mark.parametrize(("params", "rng", "draw_first", "continued"), [
     (WorkloadParams(iops=100.0), None, False, True),
     (WorkloadParams(iops=100.0, iosequencer="sequential"), None, False, True),
-    (WorkloadParams(iops=None), None, False, False),  # no schedule to go on with
+    (WorkloadParams(iops=None), None, False, True),  # no schedule: times 0, period 0
     (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, False, True),
     (WorkloadParams(iops=100.0, iosequencer="random_independent"), None, True, True),
     (WorkloadParams(iops=100.0), np.random.Generator(np.random.MT19937(1)), False, False),

@@ -1,0 +1,270 @@
+"""Max-iops workloads in the compiled word loop (``paced_run`` in
+``slave/engine/paced_kernel.c``): several of them, mixed with paced ones, reading and writing,
+on real libaio (loop devices and an O_DIRECT file). A max-iops I/O has no scheduled time in its
+ring (0): it is scheduled as it goes out, so its response time is its service time; I/Os kept
+from a paced schedule by an edit keep their times."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+
+import numpy as np
+import pytest
+
+from protocol.stats import WorkloadStats
+from slave.engine import files
+from slave.engine import loop as loop_mod
+from slave.engine import paced_kernel as pk
+from slave.engine.loop import EngineLoop
+from slave.engine.threadpool import ThreadPoolEngine
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopFactory, settle
+from tests.slave.test_engine_libaio import MiB, verify_range
+from tests.slave.test_engine_paced_kernel import Control, _run_paced, codes
+from tests.slave.test_engine_scalar_run import _compiled, _device_read_bytes
+
+_ = (_compiled, codes)  # fixtures: native AIO and the kernel (or fail as root); the codes
+
+
+def _run_counting_reads(dev_name: str, path: str, params: list[WorkloadParams], sub_ns: int,
+                        n_sub: int, ctl: Control | None = None
+                        ) -> tuple[Control, EngineLoop, int]:
+    """``_run_paced`` on a loop device, with the bytes the device read meanwhile."""
+    settle()  # udev's probe of the new device reads it too
+    before = _device_read_bytes(dev_name)
+    ctl, loop = _run_paced(path, params, sub_ns, n_sub, ctl)
+    return ctl, loop, _device_read_bytes(dev_name) - before
+
+
+def _subs(ctl: Control, n_workloads: int, i: int) -> list[WorkloadStats]:
+    """Workload ``i``'s stats, subinterval by subinterval."""
+    return ctl.stats[i::n_workloads]
+
+
+def test_several_max_workloads_run_compiled_and_every_read_is_counted(
+        loop_device: LoopFactory, codes: collections.Counter[int]) -> None:
+    """Four max-iops readers of depths 1, 2, 4 and 8 share one compiled loop through
+    boundaries, generations of their I/Os in C and flushes: every slot is free or in flight
+    at each boundary (``Control``), the loop stayed loaded over every boundary, the device
+    read exactly what was recorded (and the few reaped past the last boundary), each one's
+    response time is its service time, I/O by I/O, and each kept its queue full (its
+    service times add up to over half its depth's time)."""
+    dev = loop_device(64 * MiB)
+    depths = [1, 2, 4, 8]
+    params = [WorkloadParams(iodepth=d, seed=i, blocksize_bytes=4096)
+              for i, d in enumerate(depths)]
+    n_sub, sub_ns = 5, 100_000_000
+    ctl, loop, read = _run_counting_reads(dev.name, dev.path, params, sub_ns, n_sub)
+    assert codes[pk.R_WAKE] > 0 and ctl.loaded_boundaries == n_sub
+    assert ctl.errors == {} and loop.in_flight == 0
+    recorded = sum(st.ops() for st in ctl.stats)
+    assert recorded > 20_000
+    # the reads reaped past the last boundary (discarded with the stop) and those submitted
+    # for them, which the stop drains
+    assert recorded <= read // 4096 <= recorded + 2 * sum(depths), (recorded, read // 4096)
+    for i, d in enumerate(depths):
+        subs = _subs(ctl, len(depths), i)
+        for st in subs:
+            svc, rsp = st.histogram(0, 0), st.histogram(0, 1)
+            assert svc.count == rsp.count == st.ops() > 200
+            assert np.array_equal(st.hist[0, 0], st.hist[0, 1])
+            assert (rsp.sum_ns, rsp.min_ns, rsp.max_ns) == (svc.sum_ns, svc.min_ns, svc.max_ns)
+        busy = sum(st.histogram(0, 0).sum_ns for st in subs[1:-1]) / (d * (n_sub - 2) * sub_ns)
+        assert 0.5 < busy <= 1.0, (d, busy)
+
+
+def test_paced_and_max_workloads_share_the_compiled_loop(
+        loop_device: LoopFactory, codes: collections.Counter[int]) -> None:
+    """A paced workload keeps its rate (within 2 %) beside two max-iops ones that take the
+    rest of the device, in one compiled loop; the paced one's I/Os are scheduled before they
+    go out, the max-iops ones' as they go out."""
+    dev = loop_device(64 * MiB)
+    params = [WorkloadParams(iodepth=4, iops=5000.0, seed=1, blocksize_bytes=4096),
+              WorkloadParams(iodepth=4, seed=2, blocksize_bytes=4096),
+              WorkloadParams(iodepth=8, seed=3, blocksize_bytes=4096,
+                             iosequencer="sequential")]
+    ctl, loop, _ = _run_counting_reads(dev.name, dev.path, params, 100_000_000, 5)
+    assert codes[pk.R_WAKE] > 0 and ctl.loaded_boundaries == 5
+    assert ctl.errors == {} and loop.in_flight == 0
+    for k in (1, 2, 3):
+        paced, rnd, seq = ctl.stats[3 * k : 3 * k + 3]
+        assert abs(paced.ops() - 500) <= 500 * 0.02 + 2, (k, paced.ops())
+        assert rnd.ops() > 10 * paced.ops() and seq.ops(2) > 10 * paced.ops()
+        svc, rsp = paced.histogram(0, 0), paced.histogram(0, 1)
+        assert rsp.sum_ns >= svc.sum_ns and (rsp.min_ns or 0) >= (svc.min_ns or 0)
+        for st, cat in ((rnd, 0), (seq, 2)):
+            assert st.histogram(cat, 1).sum_ns == st.histogram(cat, 0).sum_ns
+
+
+def test_max_writes_land_byte_for_byte(lun_file: str, codes: collections.Counter[int]) -> None:
+    """Max-iops writes in the compiled loop, each workload on its own MiB: random data mixed
+    with reads, compressible data alone, beside a reader; every block written holds what the
+    pattern says for its offset, and nothing outside the ranges was written."""
+    params = [
+        WorkloadParams(read_fraction=0.5, iodepth=4, blocksize_bytes=4096, seed=41,
+                       range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
+        WorkloadParams(read_fraction=0.0, iodepth=8, blocksize_bytes=8192, seed=42,
+                       range_start_bytes=5 * MiB, range_end_bytes=6 * MiB,
+                       write_data="compressible", write_data_ratio=2.0),
+        WorkloadParams(iodepth=2, blocksize_bytes=4096, seed=43,
+                       range_start_bytes=6 * MiB, range_end_bytes=7 * MiB),
+    ]
+    ctl, loop = _run_paced(lun_file, params, 100_000_000, 3)
+    assert codes[pk.R_WAKE] > 0 and ctl.loaded_boundaries == 3
+    assert ctl.errors == {} and loop.in_flight == 0
+    mixed = ctl.stats[3]  # the first workload's second subinterval: reads and writes
+    assert mixed.ops(0) > 100 and mixed.ops(1) > 100
+    written = [verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes)
+               for p in params]
+    assert written[0] > 100 and written[1] == 128 and written[2] == 0  # 1 MiB of 8 KiB, all
+    with open(lun_file, "rb") as f:
+        assert not any(f.read(4 * MiB))
+        f.seek(7 * MiB)
+        assert not any(f.read())
+
+
+@pytest.mark.parametrize("carried", [True, False], ids=["carried over", "issued first"])
+def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
+        loop_device: LoopFactory, codes: collections.Counter[int],
+        monkeypatch: pytest.MonkeyPatch, carried: bool) -> None:
+    """A paced workload of depth 1 far behind its rate is edited to max iops: the I/Os its
+    schedule had due and not issued go out first with their scheduled times (response >
+    service) in the compiled loop. A second edit (to depth 16 and unplanned write data: the
+    general loop) takes over those still not issued, with their times: thousands of them,
+    beside a reader of depth 64 ("carried over"); none, where the compiled loop issued them
+    all before it (fewer, beside a reader of depth 2: "issued first"). No max-iops I/O after
+    them, timed at its submission, reads a response from a time it never had (0: the response
+    would be the clock's whole reading). Once the backlog is out, response is service again."""
+    dev = loop_device(64 * MiB)
+    if carried:  # the kernel generates a ring's whole length at a time: thousands due
+        monkeypatch.setattr(loop_mod, "GEN_IOS", 1 << 20)
+    else:  # short rings, and 512 generated at a time: at most ~512 due
+        monkeypatch.setattr(loop_mod, "RING_MAX", 1024)
+    behind = WorkloadParams(iodepth=1, iops=1_000_000.0, seed=1, blocksize_bytes=4096)
+    # it writes a little, elsewhere: the LUN is opened for writing, as the second edit needs
+    other = WorkloadParams(iodepth=64 if carried else 2, seed=2, blocksize_bytes=4096,
+                           read_fraction=0.99, range_start_bytes=32 * MiB)
+    ran: list[str] = []
+    kept: list[int] = []
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        pw = loop._paced_words  # the loop that ran the subinterval just finished
+        ran.append("compiled" if pw is not None and pw[0].compiled is not None else "general")
+        if finished == 0:
+            loop.edit_workload("t:lun:w0", behind.replace(iops=None), boundary_ns)
+        elif finished == 1:
+            loop.edit_workload("t:lun:w0", behind.replace(
+                iops=None, iodepth=16, read_fraction=0.99, write_data="dedupable",
+                write_data_ratio=2.0), boundary_ns)
+        if finished in (0, 1):
+            w = loop._wl[0]
+            assert w is not None
+            kept.append(w.overdue)
+
+    n_sub = 8
+    ctl, loop, _ = _run_counting_reads(dev.name, dev.path, [behind, other], 100_000_000,
+                                       n_sub, Control(n_sub, at_boundary=edit))
+    assert ran[:3] == ["compiled", "compiled", "general"], ran
+    assert ctl.errors == {} and loop.in_flight == 0
+    subs = _subs(ctl, 2, 0)
+    late = [st.histogram(0, 1).sum_ns - st.histogram(0, 0).sum_ns for st in subs]
+    if carried:  # the backlog in both loops: what the compiled loop had not issued, kept
+        assert kept[0] > kept[1] > 0 and late[1] > 0 and late[2] > 0, (kept, late)
+    else:  # issued in the compiled loop, the I/Os after it max-iops ones
+        assert kept[1] == 0 and late[2:] == [0] * (n_sub - 2), (kept, late)
+    assert late[-1] == 0, (kept, late)  # out by the last subinterval
+    for st in subs:
+        assert (st.histogram(0, 1).max_ns or 0) < n_sub * 100_000_000, (kept, late)
+
+
+def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
+        loop_device: LoopFactory, codes: collections.Counter[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled loop frees a max-iops workload's slots and submits them again within its
+    turn; given back between the two (it returned for a control poll after a batch), they go
+    out at once. Two max-iops readers beside a paced one whose rate is edited at every poll
+    for two subintervals (each edit gives the set back and takes it again), then joined by a
+    reader on the thread-pool engine (as a LUN without O_DIRECT gets; one loop, two engines:
+    the general loop): every slot is free or in flight at each boundary (``Control``: a slot
+    left free would be neither there), the hand-backs did find such slots, and each reader
+    keeps its queue full in the general loop."""
+    dev = loop_device(64 * MiB)
+    monkeypatch.setattr(loop_mod, "POLL_CONTROL_NS", 500_000)
+    params = [WorkloadParams(iodepth=4, seed=1, blocksize_bytes=4096),
+              WorkloadParams(iodepth=8, seed=2, blocksize_bytes=4096),
+              WorkloadParams(iodepth=1, iops=1000.0, seed=3, blocksize_bytes=4096)]
+    loops: list[str] = []
+    fds: list[int] = []
+    freed = [0, 0]  # max-iops slots the kernel had freed and not submitted; hand-backs
+    unload = loop_mod._CompiledPaced.unload
+
+    def noting(cp: loop_mod._CompiledPaced) -> None:
+        unload(cp)
+        freed[0] += sum(len(w.free) for w in cp.ws if not w.paced)
+        freed[1] += 1
+
+    monkeypatch.setattr(loop_mod._CompiledPaced, "unload", noting)
+    sub_ns, n_sub, join = 100_000_000, 5, 2
+
+    def edit(loop: EngineLoop, elapsed_ns: int) -> None:
+        if loop.subinterval_index in (0, 1):
+            rate = 1000.0 + 100 * (elapsed_ns // 1_000_000 % 2)
+            loop.edit_workload("t:lun:w2", params[2].replace(iops=rate), time.monotonic_ns())
+
+    def add(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        pw = loop._paced_words
+        loops.append("compiled" if pw is not None and pw[0].compiled is not None
+                     else "general")
+        if finished == join - 1:
+            loop.register_engine_kind("threadpool", ThreadPoolEngine)
+            fds.append(files.open_lun(dev.path, writable=False, extra_flags=0))
+            joiner = WorkloadParams(iodepth=2, seed=4, blocksize_bytes=4096)
+            loop.add_workload(loop_mod.WorkloadSpec(
+                "t:lun:w3", joiner, loop.engine("threadpool"), fds[0], dev.size_bytes, 512,
+                (WorkloadStats(), WorkloadStats())), boundary_ns)
+
+    try:
+        ctl, loop, _ = _run_counting_reads(dev.name, dev.path, params, sub_ns, n_sub,
+                                           Control(n_sub, at_poll=edit, at_boundary=add))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert loops == ["compiled"] * join + ["general"] * (n_sub - join), loops
+    assert ctl.errors == {} and loop.in_flight == 0
+    assert freed[1] > 100 and freed[0] > 0, freed
+    for i, d in enumerate((4, 8)):
+        st = _subs(ctl, 3, i)[join + 1]  # in the general loop, after the join
+        busy = st.histogram(0, 0).sum_ns / (d * sub_ns)
+        assert 0.5 < busy <= 1.0, (i, busy)
+
+
+def test_an_edit_of_a_max_workload_to_a_rate_paces_it(
+        loop_device: LoopFactory, codes: collections.Counter[int]) -> None:
+    """A rate for a max-iops workload, given as DFC gives rates (``edit_workloads`` at a
+    boundary, nothing else changed), beside a paced workload that also gets a new rate: the
+    former is paced from then on at its rate (the compiled set's in-place retiming is for
+    paced workloads only), the latter at its new one."""
+    dev = loop_device(64 * MiB)
+    params = [WorkloadParams(iodepth=4, seed=1, blocksize_bytes=4096),
+              WorkloadParams(iodepth=4, iops=3000.0, seed=2, blocksize_bytes=4096)]
+
+    def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0:
+            loop.edit_workloads([("t:lun:w0", params[0].replace(iops=2000.0)),
+                                 ("t:lun:w1", params[1].replace(iops=4000.0))], boundary_ns)
+
+    ctl, loop, _ = _run_counting_reads(dev.name, dev.path, params, 100_000_000, 4,
+                                       Control(4, at_boundary=edit))
+    assert codes[pk.R_WAKE] > 0 and ctl.errors == {} and loop.in_flight == 0
+    assert ctl.stats[0].ops() > 2000  # at max iops first
+    for k in (1, 2):
+        for i, rate in enumerate((2000.0, 4000.0)):
+            ops = ctl.stats[2 * k + i].ops()
+            # in the first subinterval of its rate, the first workload's I/Os also count those
+            # of max iops that were in flight at the edit, and those that completed just past
+            # the boundary had sent out again before it (at most its depth each)
+            extra = 2 * params[i].iodepth if (k, i) == (1, 0) else 0
+            want = rate * 0.1
+            assert want - want * 0.02 - 2 <= ops <= want + want * 0.02 + 2 + extra, (k, i, ops)
