@@ -20,9 +20,20 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from protocol.errors import IoEngineError
 from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 PAGE_BYTES = mmap.PAGESIZE
+
+
+class SubmitError(IoEngineError):
+    """A submission the kernel refused, after it took ``submitted`` of the batch (those are in
+    flight): the engine loop counts them, so that its stop waits for them, and no longer
+    for the rest, which it never submitted."""
+
+    def __init__(self, message: str, submitted: int) -> None:
+        super().__init__(message)
+        self.submitted = submitted
 
 
 def int64_words(a: npt.NDArray[np.int64]) -> memoryview:

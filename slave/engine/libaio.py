@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine.aio_abi import AioContext
-from slave.engine.base import KernelHandles, SlotTable
+from slave.engine.base import KernelHandles, SlotTable, SubmitError
 
 
 class LibaioEngine:
@@ -75,38 +75,41 @@ class LibaioEngine:
         # the fast call inlined; a failure (-1) is repeated by submit_c, which reads errno
         c_n = self._c_counts[n] if n < len(self._c_counts) else ctx.c_long(n)
         done = ctx.submit_fast(ctx.c_sys_submit, ctx.c_ctx, c_n, self._c_ptrs)
-        if done < 0:
-            done = ctx.submit_c(self._c_ptrs, n)
         if done < n:
-            self._submit_rest(done, n)
+            self._submit_rest(max(done, 0), n)
 
     def submit_one(self, slot: int) -> None:
         # the fast call inlined (one Python frame per I/O at queue depth 1)
         ctx = self._ctx
         if ctx.submit_fast(ctx.c_sys_submit, ctx.c_ctx, self._c_1, self._c_one[slot]) == 1:
             return
-        if ctx.submit_c(self._c_one[slot], 1) < 1:
-            self._ptrs[0] = self._addr[slot]
-            self._submit_rest(0, 1)
+        self._ptrs[0] = self._addr[slot]
+        self._submit_rest(0, 1)
 
     def _submit_rest(self, done: int, n: int, ptrs_addr: int | None = None) -> None:
-        """The kernel took only a prefix (EAGAIN under memory pressure): retry the rest."""
+        """A fast call took only the first ``done`` of ``n`` (none, when it failed): submit
+        the rest, at once and then after short sleeps while the kernel takes a prefix
+        (EAGAIN under memory pressure); a refusal raises ``SubmitError`` with its errno and
+        how many of the ``n`` went out."""
         base = self._ptrs_addr if ptrs_addr is None else ptrs_addr
         tries = 0
-        while done < n:
-            tries += 1
-            if tries > 1000:
-                raise IoEngineError(f"io_submit took {done} of {n} iocbs and then no more")
-            time.sleep(0.0001 * min(tries, 10))
-            done += self._ctx.submit(base + 8 * done, n - done)
+        try:
+            while done < n:
+                if tries:
+                    time.sleep(0.0001 * min(tries, 10))
+                tries += 1
+                if tries > 1000:
+                    raise IoEngineError(f"io_submit took {done} of {n} iocbs and then no more")
+                done += self._ctx.submit(base + 8 * done, n - done)
+        except IoEngineError as exc:
+            raise SubmitError(str(exc), done) from exc
 
     def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
         """Submit ``n`` iocbs of the caller's own (an ``IocbRing``), whose addresses are the
-        uint64s at ``ptrs_addr``; ``done``: how many of them a fast call already submitted."""
-        if done <= 0:
-            done = self._ctx.submit(ptrs_addr, n)
+        uint64s at ``ptrs_addr``; ``done``: how many of them a fast call already submitted
+        (-1: it failed)."""
         if done < n:
-            self._submit_rest(done, n, ptrs_addr)
+            self._submit_rest(max(done, 0), n, ptrs_addr)
 
     def kernel_handles(self) -> KernelHandles | None:
         """What compiled code needs to submit and reap on this engine itself
@@ -121,11 +124,9 @@ class LibaioEngine:
 
     def finish_submit(self, done: int, n: int) -> None:
         """Compiled code's ``io_submit`` of the first ``n`` pointers of ``_ptrs`` took ``done``
-        (-1: failed, nothing taken): learn why (an error is raised) or submit the rest."""
-        if done < 0:
-            done = self._ctx.submit_c(self._c_ptrs, n)
+        (-1: failed, nothing taken): learn why (``SubmitError``) or submit the rest."""
         if done < n:
-            self._submit_rest(done, n)
+            self._submit_rest(max(done, 0), n)
 
     def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
         """The inlined ``io_submit``'s function and prebuilt arguments (system call number,

@@ -73,6 +73,7 @@ from slave.engine.base import (
     IoEngine,
     KernelHandles,
     SlotTable,
+    SubmitError,
     int64_words,
 )
 from slave.engine.iocb_ring import EV_WORDS, TAG, IocbRing
@@ -565,6 +566,12 @@ def _compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: d
     args[arg_index["EVENTS"]] = h.events_addr
     args[arg_index["ST"]] = st.ctypes.data
     return h, (fn, args, st)
+
+
+def _took(exc: IoEngineError) -> int:
+    """How many I/Os of a refused submission the kernel took (in flight): ``SubmitError``
+    says; another error, none."""
+    return exc.submitted if isinstance(exc, SubmitError) else 0
 
 
 def _timed_wait_ns(left: int) -> int:
@@ -1122,7 +1129,11 @@ class EngineLoop:
         else:
             ring[:, R_SUBMIT:] = t_sub
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), ring)
-        w.spec.engine.submit(slots)
+        try:
+            w.spec.engine.submit(slots)
+        except IoEngineError as exc:
+            self._in_flight += _took(exc)
+            raise
         self._in_flight += k
 
     def _next_ios(self, w: _Workload, slots: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
@@ -1229,7 +1240,11 @@ class EngineLoop:
         tw[r + C_SUBMIT] = t_sub
         if starts_now:
             tw[r + C_SCHED] = t_sub
-        w.spec.engine.submit_one(slot)
+        try:
+            w.spec.engine.submit_one(slot)
+        except IoEngineError as exc:
+            self._in_flight += _took(exc)
+            raise
         self._in_flight += 1
 
     def _stage(self, eng: IoEngine, slots: npt.NDArray[np.intp],
@@ -1278,7 +1293,11 @@ class EngineLoop:
         if now_parts:
             rows[now_parts[0] if len(now_parts) == 1 else np.concatenate(now_parts),
                  C_SCHED] = t_sub
-        eng.submit(slots)
+        try:
+            eng.submit(slots)
+        except IoEngineError as exc:
+            self._in_flight += _took(exc)
+            raise
         self._in_flight += int(slots.size)
 
     def _submit_due(self, now: int) -> int:
@@ -1441,7 +1460,11 @@ class EngineLoop:
             a = b
         out[:, R_SUBMIT:] = time.monotonic_ns()
         self._rows_flat.put(self._scatter_idx.take(slots, axis=0), out)
-        groups[0][0].spec.engine.submit(slots)  # the engine that reaped them serves them all
+        try:  # the engine that reaped them serves them all
+            groups[0][0].spec.engine.submit(slots)
+        except IoEngineError as exc:
+            self._in_flight += _took(exc)
+            raise
         self._in_flight += a
         return True
 
@@ -1868,7 +1891,11 @@ class EngineLoop:
                 t_sub = mono()
                 tw[r + C_SUBMIT] = t_sub
                 tw[r + C_SCHED] = t_sub
-                submit_one(s)
+                try:
+                    submit_one(s)
+                except IoEngineError as exc:  # it was counted in flight
+                    self._in_flight -= 1 - _took(exc)
+                    raise
             self._p = p
             if p >= FLUSH_AT:
                 self.flush()
@@ -1931,11 +1958,15 @@ class EngineLoop:
             if code == pk.SR_WAKE or code == pk.SR_SUBMIT:
                 taken = max(int(st[pk.SS_SUB_DONE]), 0) if code == pk.SR_SUBMIT else 0
                 held = st[pk.SS_HELD0 + taken : pk.SS_HELD0 + int(st[pk.SS_NHELD])].tolist()
-                for slot in held:  # out one by one (a refusal raises, naming errno)
+                for i, slot in enumerate(held):  # one by one (a refusal raises, naming errno)
                     t_sub = time.monotonic_ns()
                     tw[rw * slot + C_SUBMIT] = t_sub
                     tw[rw * slot + C_SCHED] = t_sub
-                    eng.submit_one(slot)
+                    try:
+                        eng.submit_one(slot)
+                    except IoEngineError as exc:  # the held slots were counted in flight
+                        self._in_flight -= len(held) - i - _took(exc)
+                        raise
                 st[pk.SS_NHELD] = 0
                 if code == pk.SR_WAKE:
                     return boundary
@@ -2002,7 +2033,11 @@ class EngineLoop:
             ring = w.ring[c : c + n]
             ring[:, R_SUBMIT:] = mono()
             put_rows(take_scatter(slots, axis=0), ring)
-            submit(slots)
+            try:
+                submit(slots)
+            except IoEngineError as exc:  # they were counted in flight
+                self._in_flight -= n - _took(exc)
+                raise
             pend[p:q, C_RES] = done_res[:n]
             # the batch's completion time, noted: the flush reads the notes as one array
             nm = self._n_marks
@@ -2085,7 +2120,7 @@ class EngineLoop:
             t_sub = mono()
             got = fast(c_sys, c_ctx, counts[n], void_p(ptrs + 8 * c))
             if got != n:
-                self._ring_submit_rest(eng, ptrs + 8 * c, n, got)
+                self._ring_submit_rest(ring, eng, n, got, t_sub)
             c += n
             ring.cur = c
             k = ring.n_sub
@@ -2116,16 +2151,27 @@ class EngineLoop:
         self.flush()
         ring.refill(w.seq.chunk(ring.size - ring.end + ring.cur).offset_bytes)
 
-    def _ring_submit_rest(self, eng: IocbEngine, ptrs_addr: int, n: int, got: int) -> None:
-        """The ring's resubmission of a reaped batch of ``n`` took ``got`` (-1: failed): learn
-        why, or submit the rest. When that raises, the batch's I/Os not submitted leave the
-        in-flight count (the ring keeps it unchanged across a batch), so that the stop does
-        not wait for I/Os that were never submitted (a second of waiting, and a "does not
-        answer" error in place of this one)."""
+    def _ring_submit_rest(self, ring: IocbRing, eng: IocbEngine, n: int, got: int,
+                          t_sub: int) -> None:
+        """The ring's resubmission of a reaped batch of ``n`` (its next iocbs, from ``cur``,
+        submitted at ``t_sub``) took ``got`` (-1: failed): learn why, or submit the rest. When
+        that raises, those the kernel took are the ring's submissions (so that the stop
+        records them as the ring's, not as I/Os it never had in flight: an AssertionError
+        then replaced the real error), and the rest leave the in-flight count (the ring keeps
+        it unchanged across a batch), so that the stop does not wait for I/Os that were never
+        submitted (a second of waiting, and a "does not answer" error in place of this
+        one)."""
         try:
-            eng.submit_iocbs(ptrs_addr, n, got)
-        except IoEngineError:
-            self._in_flight -= n - max(got, 0)
+            eng.submit_iocbs(ring.ptrs_addr + 8 * ring.cur, n, got)
+        except IoEngineError as exc:
+            took = max(_took(exc), got, 0)
+            if took:
+                ring.cur += took
+                k = ring.n_sub
+                ring.sub_words[2 * k] = ring.seq0 + ring.cur
+                ring.sub_words[2 * k + 1] = t_sub
+                ring.n_sub = k + 1
+            self._in_flight -= n - took
             raise
 
     def _ring_c_args(self, eng: IoEngine) -> _CompiledWords | None:
@@ -2190,8 +2236,8 @@ class EngineLoop:
             if code == pk.RR_REFILL:
                 self._refill_ring(ring, w)
             elif code == pk.RR_SUBMIT:
-                self._ring_submit_rest(eng, ring.ptrs_addr + 8 * ring.cur, int(st[pk.RS_N]),
-                                       int(st[pk.RS_SUB_DONE]))
+                self._ring_submit_rest(ring, eng, int(st[pk.RS_N]), int(st[pk.RS_SUB_DONE]),
+                                       int(st[pk.RS_T_SUB]))
                 st[pk.RS_STAGE] = 2
             else:  # RR_FLUSH
                 self.flush()
@@ -2428,7 +2474,11 @@ class EngineLoop:
                     arm(i)  # its next I/O (due now too when the ring ran out: popped again)
             if out:
                 t_sub = mono()
-                submit_list(out)
+                try:
+                    submit_list(out)
+                except IoEngineError as exc:
+                    self._in_flight += _took(exc)
+                    raise
                 for s in out:
                     tw[rw * s + C_SUBMIT] = t_sub
                 self._in_flight += len(out)
@@ -2492,7 +2542,12 @@ class EngineLoop:
             elif code in (pk.R_FLUSH, pk.R_ERROR):
                 self.flush()
             elif code == pk.R_SUBMIT:
-                cp.finish_submit(int(st[pk.ST_SUB_DONE]), int(st[pk.ST_SUB_N]))
+                m = int(st[pk.ST_SUB_N])
+                try:
+                    cp.finish_submit(int(st[pk.ST_SUB_DONE]), m)
+                except IoEngineError as exc:  # the kernel counted all m in flight
+                    self._in_flight -= m - _took(exc)
+                    raise
             elif code == pk.R_STRAY:
                 raise IoEngineError(
                     f"{self.name}: a completion came for I/O slot {int(st[pk.ST_N])}, which no "

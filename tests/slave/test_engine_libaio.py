@@ -18,7 +18,7 @@ from slave import engine as engine_mod
 from slave.datapattern import WritePattern
 from slave.engine import aio_abi, choose_engine, files, paced_kernel
 from slave.engine import loop as loop_mod
-from slave.engine.base import AlignedBuffers, SlotTable
+from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.threadpool import ThreadPoolEngine
@@ -453,6 +453,47 @@ def test_submit_list_hands_the_kernel_the_listed_slots(lun_file: str) -> None:
                 got += eng.done_slot[:n].tolist()
                 assert eng.done_res[:n].tolist() == [4096] * n
             assert sorted(got) == sorted(chosen)
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+@needs_aio
+@pytest.mark.parametrize("how", ["submit", "submit_list", "submit_iocbs", "finish_submit"])
+def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str) -> None:
+    """Slots 0-4 read the file, slot 5 names a closed descriptor: the kernel takes the first
+    five, then refuses; the error names the errno and that five went out (the engine loop
+    counts those in flight), and the five complete."""
+    fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
+    table, _bufs = _read_slots(fd, 8)
+    closed = os.open(lun_file, os.O_RDONLY)
+    os.close(closed)
+    table.rows[5, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, closed)
+    eng = LibaioEngine(table)
+    slots = [0, 1, 2, 3, 4, 5, 6, 7]
+    try:
+        with pytest.raises(SubmitError, match=r"Bad file descriptor \(errno 9\)") as raised:
+            if how == "submit":
+                eng.submit(np.array(slots, dtype=np.intp))
+            elif how == "submit_list":
+                eng.submit_list(slots)
+            elif how == "submit_iocbs":  # a fast call failed (-1) before: nothing taken yet
+                eng.submit_iocbs(int(table.addr.ctypes.data), 8, -1)
+            else:  # compiled code's io_submit took the first two
+                h = eng.kernel_handles()
+                assert h is not None
+                h.ptrs[:8] = table.addr[slots]
+                n = eng._ctx.submit(int(h.ptrs.ctypes.data), 2)
+                assert n == 2
+                eng.finish_submit(2, 8)
+        assert raised.value.submitted == 5
+        got: list[int] = []
+        deadline = time.monotonic() + 2
+        while len(got) < 5 and time.monotonic() < deadline:
+            n = eng.reap(1, 100_000_000)
+            got += eng.done_slot[:n].tolist()
+        assert sorted(got) == [0, 1, 2, 3, 4]
+        assert eng.reap(1, 20_000_000) == 0
     finally:
         eng.close()
         os.close(fd)

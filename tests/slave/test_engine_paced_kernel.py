@@ -938,16 +938,21 @@ def test_short_reads_are_counted_as_errors(lun_file: str,
 @needs_cc
 def test_a_refused_submission_stops_the_loop_with_the_kernels_reason(lun_file: str) -> None:
     # the LUN's descriptor is closed under the loop: io_submit refuses (EBADF), and the kernel
-    # hands the submission back to Python, which raises
+    # hands the submission back to Python, which raises; the I/Os the kernel counted in
+    # flight and the kernel refused leave the count (the stop waited a second for them)
     fds: list[int] = []
+    fired: list[float] = []
 
     def close_it(loop: EngineLoop, elapsed_ns: int) -> None:
         if elapsed_ns > 50_000_000 and not fds:
             w = loop._wl[0]
             assert w is not None
             fds.append(w.spec.fd)
+            fired.append(time.monotonic())
             os.close(w.spec.fd)
 
     params = [WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096)]
-    with pytest.raises(IoEngineError, match="Bad file descriptor"):
+    with pytest.raises(IoEngineError, match="Bad file descriptor") as raised:
         _run_paced(lun_file, params, 100_000_000, 3, Control(3, close_it))
+    assert time.monotonic() - fired[0] < 0.5
+    assert not getattr(raised.value, "__notes__", None), raised.value.__notes__

@@ -4,6 +4,7 @@ loop device."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import loop as loop_mod
 from slave.engine import paced_kernel
+from slave.engine.base import SubmitError
 from slave.engine.loop import EngineLoop
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory
@@ -132,6 +134,54 @@ def test_a_refused_resubmission_raises_with_its_errno_at_once(
         assert paced_kernel.RR_WAKE in codes[:-1], codes[:5]  # it ran turns before
     else:
         assert not codes
+
+
+def test_a_resubmission_refused_part_way_is_the_rings_for_what_went_out(
+    loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reaped batch's resubmission goes out in part (the kernel takes the first of its
+    iocbs), then the LUN's descriptor closes and the rest is refused: the run raises naming
+    the errno. Those that went out are the ring's, so the stop records them as its own (when
+    they were not, its check that it reaped only I/Os it had in flight raised an
+    AssertionError in place of the real error: once in a full run, the descriptor closing
+    inside the C loop's io_submit), and it does not wait for the rest. The Python ring loop,
+    whose submission call the test can cut short (the C loop's is the same bookkeeping:
+    ``EngineLoop._ring_submit_rest``)."""
+    dev = loop_device(16 * MiB)
+    monkeypatch.setattr(loop_mod, "COMPILED_RING", False)
+    loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=8))
+    eng = loop.engine("libaio")
+    fast, c_sys, c_ctx = eng.submit_fast_args()  # type: ignore[attr-defined]
+    calls = [0]
+    cut: list[tuple[int, int]] = []
+    fired: list[float] = []
+
+    def cutting(sys_nr: object, ctx: object, count: ctypes.c_long,
+                ptrs: ctypes.c_void_p) -> int:
+        calls[0] += 1
+        n = count.value
+        if cut or calls[0] < 2000 or n < 2:
+            return int(fast(sys_nr, ctx, count, ptrs))
+        took = int(fast(sys_nr, ctx, ctypes.c_long(n // 2), ptrs))
+        cut.append((took, n))
+        fired.append(time.monotonic())
+        os.close(fd)
+        return took
+
+    monkeypatch.setattr(eng, "submit_fast_args", lambda: (cutting, c_sys, c_ctx))
+    try:
+        with pytest.raises(IoEngineError, match="Bad file descriptor") as raised:
+            loop.run(_Control(100, stats), time.monotonic_ns() + 1_000_000, 50_000_000)
+        stopped = time.monotonic()
+    finally:
+        loop.close()
+        if not cut:
+            os.close(fd)
+    assert cut and cut[0][0] == cut[0][1] // 2 > 0, cut
+    assert isinstance(raised.value, SubmitError) and raised.value.submitted == cut[0][0]
+    assert not getattr(raised.value, "__notes__", None), raised.value.__notes__
+    assert loop.in_flight == 0
+    assert stopped - fired[0] < 0.5  # no second's wait for I/Os never submitted
 
 
 class _EditingControl(_Control):
