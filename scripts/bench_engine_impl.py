@@ -84,7 +84,7 @@ kernel's work while the tools' loops were in Python: fio's two jobs read what it
 user CPU per I/O) one LUN read 660,000-700,000 and two 600,000-630,000; two LUNs then lost to
 one because each worker's wait for completions stopped looking in the ring and slept (its gate
 on the recent waits' mean, at the look's own 50 us, held once passed: see
-``slave.engine.loop.AWAIT_SPIN_GATE_NS``); gated at 200 us two LUNs read 770,000-780,000.
+``slave.engine.tuning.AWAIT_SPIN_GATE_NS``); gated at 200 us two LUNs read 770,000-780,000.
 
 At ``iops=max`` the two tools run at different rates, and at a full queue the mean latency is
 the queue depth over the rate (Little's law): a faster engine reads lower latencies there. The
@@ -115,7 +115,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from protocol.stats import StatsBatch, WorkloadStats
-from slave.engine import loop as loop_mod
+from slave.engine import tuning
 from slave.params import WorkloadParams
 from slave.worker import WorkerPool
 
@@ -167,11 +167,11 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     paced reads in the Python loop (a host without a C compiler), not the compiled one."""
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
-    loop_mod.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
+    tuning.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
     try:
         pool = WorkerPool(len(devs))
     finally:
-        loop_mod.COMPILED_PACED = True
+        tuning.COMPILED_PACED = True
     with pool:
         for i, dev in enumerate(devs):
             for j in range(per_lun):

@@ -112,7 +112,7 @@ static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t
     return n;
 }
 
-/* the max-iops loops' wait for completions when a look found none (EngineLoop's _Waiter): look
+/* the max-iops loops' wait for completions when a look found none (slave.engine.waits.Waiter): look
  * in the ring again, yielding the core in between (the device's kernel worker may need it),
  * for spin ns when the recent waits (their running mean, *mean) were shorter than gate, and
  * while until is nearer than sleep_min; block in io_getevents for the rest, up to block_until.
@@ -694,7 +694,7 @@ int64_t scalar_run(const int64_t *a)
  * slave/engine/iocb_ring.py). Completions are taken from the mapped ring; when it has none,
  * the loop looks again, yielding the core in between, for SPIN_NS (only while the recent
  * waits, their running mean RS_MEAN, were shorter than SPIN_GATE_NS) and while WAKE is nearer
- * than SLEEP_MIN_NS, and blocks in io_getevents for the rest (EngineLoop's _Waiter). A batch
+ * than SLEEP_MIN_NS, and blocks in io_getevents for the rest (slave.engine.waits.Waiter). A batch
  * goes through stages (RS_STAGE): 1 reaped (RS_N at RS_T, in ev), 2 submitted (at RS_T_SUB),
  * 0 recorded; a return leaves it at its stage and the next run goes on from there. Returns an
  * RR_* code: WAKE came (stage 0); the ring has no n iocbs left (stage 1: Python refills it);

@@ -60,7 +60,9 @@ import numpy.typing as npt
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
+from slave.engine import layout
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.engine.base import SlotTable
 from slave.sequencer import GeneratorState
 
 #: the kernel's argument words, in order: addresses of arrays, then scalars
@@ -98,7 +100,7 @@ _U64: Final = (1 << 64) - 1
 
 # the words of the state array ``st``
 ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
-ST_MEAN: Final = 9  # the running mean of the max-iops waits (``N_MAX`` > 0), as ``_Waiter``'s
+ST_MEAN: Final = 9  # the running mean of the max-iops waits (``N_MAX`` > 0), as ``waits.Waiter``'s
 ST_WORDS: Final = 16
 # what a run returned for: ``wake`` came (the boundary, or a control poll: one every
 # ``POLL_NS`` that finds ``CONTROL_FD`` readable, or the first when it is -1); a completion
@@ -143,15 +145,16 @@ RS_WORDS: Final = 11
 # the records reached ``RECORDS``
 RR_WAKE, RR_REFILL, RR_SUBMIT, RR_LATE, RR_FLUSH = range(5)
 
-_INF_NS: Final = 1 << 62
-# slot row words (``slave.engine.loop``'s bookkeeping after the 8 iocb words)
+# slot row words (the iocb's, ``aio_abi.W_*``, then the loop's bookkeeping, ``layout.C_*``)
 _ROW_LAYOUT: Final = {
-    "ROW_WORDS": 16, "W_OPCODE_FD": W_OPCODE_FD, "W_OFFSET": W_OFFSET, "W_BUF": W_BUF,
-    "W_NBYTES": W_NBYTES, "IOCB_CMD_PWRITE": IOCB_CMD_PWRITE, "SECTOR_BYTES": SECTOR_BYTES,
-    "C_OWNER": 8, "C_CAT": 9, "C_SUBMIT": 10, "C_SCHED": 11, "C_NBYTES": 12, "C_RES": 14,
-    "C_DONE": 15,
-    # a precomputed I/O's columns (``loop.R_*``)
-    "R_OPFD_COL": 0, "R_OFF_COL": 1, "R_CAT_COL": 2, "R_SUBMIT_COL": 3, "R_SCHED_COL": 4,
+    "ROW_WORDS": SlotTable.ROW_WORDS, "W_OPCODE_FD": W_OPCODE_FD, "W_OFFSET": W_OFFSET,
+    "W_BUF": W_BUF, "W_NBYTES": W_NBYTES, "IOCB_CMD_PWRITE": IOCB_CMD_PWRITE,
+    "SECTOR_BYTES": SECTOR_BYTES,
+    **{name: getattr(layout, name)
+       for name in ("C_OWNER", "C_CAT", "C_SUBMIT", "C_SCHED", "C_NBYTES", "C_RES", "C_DONE")},
+    # a precomputed I/O's columns (``layout.R_*``)
+    **{f"{name}_COL": getattr(layout, name)
+       for name in ("R_OPFD", "R_OFF", "R_CAT", "R_SUBMIT", "R_SCHED")},
 }
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
 _STATS_LAYOUT: Final = {
@@ -170,7 +173,7 @@ def source() -> str:
     defines["POOL_BLOCKS"] = POOL_BLOCKS
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
-    defines["INF_NS"] = _INF_NS
+    defines["INF_NS"] = layout.INF
     defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
     defines.update({f"RA_{name}": i for i, name in enumerate(_RING_ARGS)})
     for prefix in ("ST_", "R_", "SS_", "SR_", "RS_", "RR_"):  # the loops' state words, codes

@@ -4,7 +4,6 @@ errors, edits at boundaries, no coordinated omission."""
 from __future__ import annotations
 
 import time
-import types
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -14,17 +13,12 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import loop as loop_mod
+from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
-from slave.engine.loop import (
-    LONG_WAIT_NS,
-    SLEEP_MIN_NS,
-    WAKE_EARLY_NS,
-    EngineLoop,
-    WorkloadSpec,
-)
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from tests.slave.stalls import StallWatch
@@ -207,31 +201,13 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     # in the service times, so the loop looks in the ring again instead of sleeping. Busy
     # polling spins BUSY_SPIN_NS after each completion and then blocks like the plain loop:
     # with the spin set to 0 every wait is such a block, and none may be that short either.
-    monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
+    monkeypatch.setattr(tuning, "BUSY_SPIN_NS", 0)
     iops = 50_000.0
     ops, waits, _, _ = _paced_waits(iops, 8, busy_poll)
     # paced I/O went on (a loaded machine keeps fewer than are due: what matters is the waits)
     assert ops >= iops * 0.2 / 2
     short = [w for w in waits if 0 < w < SLEEP_MIN_NS]
     assert not short, f"{len(short)} of {len(waits)} waits shorter than {SLEEP_MIN_NS} ns"
-
-
-@pytest.mark.parametrize(
-    ("left", "wait"),
-    [
-        (SLEEP_MIN_NS, SLEEP_MIN_NS),  # short waits: all of it (the CPU polls, wakes on time)
-        (LONG_WAIT_NS, LONG_WAIT_NS),
-        (LONG_WAIT_NS + 1, LONG_WAIT_NS + 1 - WAKE_EARLY_NS),  # long: wake early
-        (1_000_000, 1_000_000 - WAKE_EARLY_NS),
-        (2_000_000_000, 2_000_000_000 - WAKE_EARLY_NS),
-    ],
-)
-def test_a_long_timed_wait_ends_early(left: int, wait: int) -> None:
-    assert loop_mod._timed_wait_ns(left) == wait
-
-
-def test_what_an_early_wake_up_leaves_is_still_a_real_wait() -> None:
-    assert SLEEP_MIN_NS <= WAKE_EARLY_NS <= LONG_WAIT_NS - SLEEP_MIN_NS
 
 
 @pytest.mark.parametrize("busy_poll", [False, True])
@@ -243,9 +219,9 @@ def test_a_long_wait_for_a_scheduled_io_wakes_early(
     # WAKE_EARLY_NS before the I/O is due (the loop then waits again briefly, or looks in the
     # ring when less is left). A bigger margin than the default, so that the loop's own delays
     # cannot pass for it.
-    monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)
+    monkeypatch.setattr(tuning, "BUSY_SPIN_NS", 0)
     early = 150_000
-    monkeypatch.setattr(loop_mod, "WAKE_EARLY_NS", early)
+    monkeypatch.setattr(tuning, "WAKE_EARLY_NS", early)
     got = _paced_waits(1000.0, 32, busy_poll)  # deep: no stall fills every slot
     assert got.ops >= 100
     # each long wait against the I/O it waits for (the next one scheduled): it must end about
@@ -426,17 +402,17 @@ def test_a_second_edit_keeps_the_backlog_an_edit_to_max_iops_kept() -> None:
 @pytest.mark.parametrize(
     ("iodepth", "iops", "n_alike", "ahead"),
     [
-        (1, None, 1, loop_mod.RING_MIN),  # 512 per depth, but at least RING_MIN
-        (8, None, 1, 8 * loop_mod.RING_PER_DEPTH),
-        (32, None, 1, loop_mod.RING_MAX),
-        (256, None, 1, loop_mod.RING_MAX),
-        (32, None, 64, loop_mod.RING_BUDGET // 64),  # the loop's max-iops workloads share
-        (32, None, 512, loop_mod.RING_MIN),
-        (32, 100.0, 1, loop_mod.PACED_RING_MIN),  # paced: a quarter second, at least this
+        (1, None, 1, tuning.RING_MIN),  # 512 per depth, but at least RING_MIN
+        (8, None, 1, 8 * tuning.RING_PER_DEPTH),
+        (32, None, 1, tuning.RING_MAX),
+        (256, None, 1, tuning.RING_MAX),
+        (32, None, 64, tuning.RING_BUDGET // 64),  # the loop's max-iops workloads share
+        (32, None, 512, tuning.RING_MIN),
+        (32, 100.0, 1, tuning.PACED_RING_MIN),  # paced: a quarter second, at least this
         (32, 40_000.0, 1, 10_000),
-        (32, 1e6, 1, loop_mod.RING_MAX),  # ... and at most this
-        (32, 1e6, 64, loop_mod.RING_BUDGET // 64),  # ... and the paced workloads' share
-        (32, 1e6, 512, loop_mod.RING_BUDGET // 512),
+        (32, 1e6, 1, tuning.RING_MAX),  # ... and at most this
+        (32, 1e6, 64, tuning.RING_BUDGET // 64),  # ... and the paced workloads' share
+        (32, 1e6, 512, tuning.RING_BUDGET // 512),
     ],
 )
 def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
@@ -780,7 +756,7 @@ def test_the_paced_loop_issues_every_io_of_the_schedule_once_in_order(
     # a short ring (refilled about every 2 ms) and a boundary every 100 ms: each workload's
     # sequence runs on across both, with no I/O skipped or repeated, none early and none
     # beyond its depth; with several workloads, each completion frees its own workload's slot
-    monkeypatch.setattr(loop_mod, "RING_MIN", 16)
+    monkeypatch.setattr(tuning, "RING_MIN", 16)
     loop, eng = make_loop(exponential_ns(150_000))
     calls = _count_paced_loop(loop, monkeypatch)
     bs = 4096
@@ -1073,115 +1049,6 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
     loop.add_workload(s, None)
     with pytest.raises(IoEngineError, match=r"workload w: 4 I/Os still in flight 1 s after"):
         run(loop, Control(1), 20_000_000)
-
-
-def _waiter_clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A clock of the test's own for ``_Waiter`` (1 us per reading, moved on by the test's
-    fake reaps), so a stalled or busy machine cannot end a spin early or make a wait long."""
-    clock = [10**12]
-
-    def monotonic_ns() -> int:
-        clock[0] += 1_000
-        return clock[0]
-
-    monkeypatch.setattr(loop_mod, "time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
-    monkeypatch.setattr(loop_mod, "sched_yield", lambda: None)
-    return clock
-
-
-@pytest.mark.parametrize(
-    ("mean_ns", "polls", "reaped", "wake_in_ns", "want", "reaps", "spun"),
-    [
-        # recent waits short: a completion within the spin is found by looking, no reap
-        (0, [0, 0, 0, 0, 5], 0, 1_000_000_000, 5, 0, True),
-        # none by looking: block after the spin, for what is left until wake
-        (0, [], 3, 1_000_000_000, 3, 1, True),
-        # none at all: the blocking reap returns empty until wake has passed
-        (0, [], 0, 2 * loop_mod.AWAIT_SPIN_NS, 0, None, True),
-        # wake nearer than the spin: look until it passes, never block
-        (0, [], 7, loop_mod.AWAIT_SPIN_NS // 2, 0, 0, True),
-        # wake already passed: nothing
-        (0, [], 7, -1, 0, 0, True),
-        # recent waits longer than the look but under its gate (a loaded host, whose blocked
-        # waits read the wake-up too): still looks first
-        (loop_mod.AWAIT_SPIN_NS, [0, 0, 5], 3, 1_000_000_000, 5, 0, True),
-        # recent waits long (a slow device): block at once, no looking
-        (loop_mod.AWAIT_SPIN_GATE_NS, [0, 0, 5], 3, 1_000_000_000, 3, 1, False),
-        (10 * loop_mod.AWAIT_SPIN_GATE_NS, [], 3, 1_000_000_000, 3, 1, False),
-    ],
-)
-def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
-    monkeypatch: pytest.MonkeyPatch, mean_ns: int, polls: list[int], reaped: int,
-    wake_in_ns: int, want: int, reaps: int | None, spun: bool,
-) -> None:
-    clock = _waiter_clock(monkeypatch)  # a blocking reap that finds nothing moves it on
-    script = list(polls)
-    reap_calls: list[tuple[int, int, int]] = []  # (min_nr, timeout, ns since the wait began)
-
-    def poll() -> int:
-        return script.pop(0) if script else 0
-
-    def reap(min_nr: int, timeout_ns: int) -> int:
-        reap_calls.append((min_nr, timeout_ns, clock[0] - t0))
-        if not reaped:
-            clock[0] += timeout_ns
-        return reaped
-
-    waiter = loop_mod._Waiter()
-    waiter.mean_ns = mean_ns
-    t0 = clock[0]
-    wake = t0 + wake_in_ns
-    assert waiter.wait(poll, reap, wake) == want
-    if reaps is not None:
-        assert len(reap_calls) == reaps
-    for min_nr, timeout_ns, since in reap_calls:
-        assert min_nr == 1
-        if spun:  # only after looking for the spin's length
-            assert since >= loop_mod.AWAIT_SPIN_NS
-            assert 0 < timeout_ns <= wake_in_ns - loop_mod.AWAIT_SPIN_NS
-        else:  # at once: the polls were never looked at
-            assert script == polls
-    if want == 0 and wake_in_ns > 0:
-        assert clock[0] >= wake
-    if spun and want and not reaps:  # found by looking, well within the spin
-        assert clock[0] - t0 < loop_mod.AWAIT_SPIN_NS
-
-
-def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = _waiter_clock(monkeypatch)
-    waiter = loop_mod._Waiter()
-    looks = [0]
-    ready = [0]  # what a look finds
-
-    def poll() -> int:
-        looks[0] += 1
-        return ready[0]
-
-    def slow_reap(min_nr: int, timeout_ns: int) -> int:
-        clock[0] += 2 * loop_mod.AWAIT_SPIN_GATE_NS  # a completion long after the spin
-        return 1
-
-    far = clock[0] + 10**12
-    for _ in range(16):
-        waiter.wait(poll, slow_reap, far)
-    assert waiter.mean_ns >= loop_mod.AWAIT_SPIN_GATE_NS
-    looks[0] = 0
-    waiter.wait(poll, slow_reap, far)
-    assert looks[0] == 0  # blocked at once
-
-    def fast_reap(min_nr: int, timeout_ns: int) -> int:
-        return 1  # the device is fast again: the blocking wait returns at once
-
-    ready[0] = 1  # ... and a look finds a completion
-    for _ in range(64):
-        waiter.wait(poll, fast_reap, far)
-    assert waiter.mean_ns < loop_mod.AWAIT_SPIN_NS // 4
-    ready[0] = 0
-    looks[0] = 0
-    waiter.wait(poll, slow_reap, far)
-    assert looks[0] > 0  # looks first again
 
 
 def test_an_error_in_the_loop_is_raised_first_when_the_stop_fails_too() -> None:

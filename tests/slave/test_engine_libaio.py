@@ -16,8 +16,7 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, choose_engine, files, paced_kernel
-from slave.engine import loop as loop_mod
+from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -182,7 +181,7 @@ def test_busy_poll_at_depth_one(lun_file: str) -> None:
 def test_busy_poll_blocks_once_it_has_spun_long_enough(
     lun_file: str, iodepth: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop_mod, "BUSY_SPIN_NS", 0)  # block at the first empty check
+    monkeypatch.setattr(tuning, "BUSY_SPIN_NS", 0)  # block at the first empty check
     p = WorkloadParams(iodepth=iodepth, busy_poll=True)
     stats, errors = run_workload(lun_file, "libaio", p, 0.2)
     assert errors == {} and stats.ops(0) > 100
@@ -200,7 +199,7 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled_
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # a 4096-byte block size with 512-byte alignment at odd offsets on O_DIRECT is fine, but a
     # read past the end of the file is short: shrink the file under the workload's feet
-    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled_ring)
+    monkeypatch.setattr(tuning, "COMPILED_RING", compiled_ring)
     turns: list[int] = []
     real = paced_kernel.ring_function()
 

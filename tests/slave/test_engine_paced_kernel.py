@@ -24,8 +24,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, files
-from slave.engine import loop as loop_mod
+from slave.engine import aio_abi, compiled_paced, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -105,8 +104,8 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
         assert f"#define A_{name} {i}LL\n" in src
     assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
     assert f"#define ST_REFILL {pk.ST_REFILL}LL\n" in src
-    assert f"#define C_DONE {loop_mod.C_DONE}LL\n" in src
-    assert f"#define R_SCHED_COL {loop_mod.R_SCHED}LL\n" in src
+    assert f"#define C_DONE {layout.C_DONE}LL\n" in src
+    assert f"#define R_SCHED_COL {layout.R_SCHED}LL\n" in src
 
 
 # ---------------------------------------------------------------------------- binning
@@ -121,8 +120,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     stats.reset()
     pend = np.zeros((len(records) + 1, 16), dtype=np.int64)
     for i, (cat, sub, sched, done, res) in enumerate(records):
-        pend[i, [loop_mod.C_OWNER, loop_mod.C_CAT, loop_mod.C_SUBMIT, loop_mod.C_SCHED,
-                 loop_mod.C_NBYTES, loop_mod.C_RES, loop_mod.C_DONE]] = (
+        pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
+                 layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
             0, cat, sub, sched, 4096, res, done)
     st = np.zeros(pk.ST_WORDS, dtype=np.int64)
     st[pk.ST_P] = len(records)
@@ -239,10 +238,10 @@ def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
     the plan beside it, as ``_kernel_generate``)."""
     ch = seq.chunk(m)
     ring = np.zeros((m, 5), dtype=np.int64)
-    ring[:, loop_mod.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
-    ring[:, loop_mod.R_OFF] = ch.offset_bytes
-    ring[:, loop_mod.R_CAT] = ch.category
-    ring[:, loop_mod.R_SCHED] = ch.sched_ns
+    ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
+    ring[:, layout.R_OFF] = ch.offset_bytes
+    ring[:, layout.R_CAT] = ch.category
+    ring[:, layout.R_SCHED] = ch.sched_ns
     if pattern is None:
         return np.concatenate([ring, np.zeros((m, 1), np.int64)], axis=1)
     rows, stamps = pattern.plan(ch.offset_bytes)
@@ -303,7 +302,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
                             iosequencer="random_independent")
     seq = _sequencer(params)
     made, row = _kernel_generate(seq, None, 20_000)
-    sched = made[0][:, loop_mod.R_SCHED]
+    sched = made[0][:, layout.R_SCHED]
     assert sched[0] == 1_000_000_000  # the first arrival is at the start, as in Python
     assert not row[pk.G["FIRST_DUE"]]
     gaps = np.diff(sched).astype(np.float64)
@@ -334,12 +333,12 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     seq, twin = _sequencer(params), _sequencer(params)
     ring = np.ascontiguousarray(_python_generate(seq, None, 300)[:, :5])
     want = _python_generate(twin, None, 300)[:, :5]
-    at = int(ring[100, loop_mod.R_SCHED]) - 1
+    at = int(ring[100, layout.R_SCHED]) - 1
     gs = seq.generator_state()
     assert gs is not None
     gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
     twin.retime(new, at)
-    want[100:, loop_mod.R_SCHED] = twin.schedule(200)
+    want[100:, layout.R_SCHED] = twin.schedule(200)
     probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
     probe.retime(new, at)
     probe_gs = probe.generator_state()
@@ -364,14 +363,14 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     seq = _sequencer(params)
     ring = np.ascontiguousarray(_python_generate(seq, None, 20_000)[:, :5])
     before = ring.copy()
-    at = int(ring[999, loop_mod.R_SCHED]) + 1
+    at = int(ring[999, layout.R_SCHED]) + 1
     gs = seq.generator_state()
     assert gs is not None and not gs.first_arrival_due
     gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
     pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
               np.array([at]))
-    sched = ring[:, loop_mod.R_SCHED]
-    assert np.array_equal(sched[:1000], before[:1000, loop_mod.R_SCHED])
+    sched = ring[:, layout.R_SCHED]
+    assert np.array_equal(sched[:1000], before[:1000, layout.R_SCHED])
     assert sched[1000] == at
     assert np.array_equal(ring[:, :4], before[:, :4])  # offsets and directions stand
     gaps = np.diff(sched[1000:]).astype(np.float64)
@@ -457,13 +456,13 @@ def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]
 def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
     made = [0]
-    take_back = loop_mod._CompiledPaced.take_back
+    take_back = compiled_paced.CompiledPaced.take_back
 
-    def counting(cp: loop_mod._CompiledPaced, i: int) -> None:
+    def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
         made[0] += int(cp.gen[i, pk.G["MADE"]])
         take_back(cp, i)
 
-    monkeypatch.setattr(loop_mod._CompiledPaced, "take_back", counting)
+    monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
     return made
 
 
@@ -524,9 +523,9 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
     # subintervals; rings of 64 I/Os, so each workload runs out many times a subinterval:
     # Python refills them, or the kernel generates their next I/Os
     compiled = mode != "python"
-    monkeypatch.setattr(loop_mod, "COMPILED_PACED", compiled)
-    monkeypatch.setattr(loop_mod, "PACED_RING_MIN", 64)
-    monkeypatch.setattr(loop_mod, "RING_BUDGET", 3 * 64)
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_BUDGET", 3 * 64)
     if mode == "compiled, Python refills":
         monkeypatch.setattr(Sequencer, "generator_state", lambda self: None)
     rates = [2000.0, 500.0, 5000.0]
@@ -571,7 +570,7 @@ def test_busy_poll_paced_runs_in_the_paced_loop_and_looks_instead_of_sleeping(
     # (compiled, or Python's), and with busy_poll the loop's thread spends several times the
     # CPU time (it looks in the completion ring while I/O is in flight or the next I/O is
     # near, where the other sleeps until a completion or the next I/O's time)
-    monkeypatch.setattr(loop_mod, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     cpu = {}
     for busy in (False, True):
         params = [WorkloadParams(iodepth=4, iops=10_000.0, blocksize_bytes=4096, busy_poll=busy)]
@@ -601,7 +600,7 @@ def test_a_workload_deeper_than_a_generation_keeps_its_rate(
     # the kernel generates 8 I/Os at a time for a workload of 32 free slots: a turn that finds
     # many due (the start, a late loop) generates again, within the turn, until its slots or
     # its due I/Os are used up
-    monkeypatch.setattr(loop_mod, "GEN_IOS", 8)
+    monkeypatch.setattr(tuning, "GEN_IOS", 8)
     params = [WorkloadParams(iodepth=32, iops=10_000.0, blocksize_bytes=4096, seed=8)]
     ctl, loop = _run_paced(lun_file, params, 200_000_000, 4)
     assert codes[pk.R_REFILL] <= 1  # the first ring, which Python makes
@@ -622,7 +621,7 @@ def test_paced_writes_land_byte_for_byte(lun_file: str, compiled: bool,
     # paced writes, each workload on its own MiB: random data stamped in every sector and
     # compressible data stamped at the head, mixed with reads and alone; the data the
     # compiled loop places is what the pattern says, at the offsets the workload wrote
-    monkeypatch.setattr(loop_mod, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     params = [
         WorkloadParams(read_fraction=0.5, iodepth=4, iops=4000.0, blocksize_bytes=4096,
                        seed=31, range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
@@ -700,13 +699,13 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     if not in_place:
         monkeypatch.setattr(EngineLoop, "_retime_loaded", lambda *a: False)
     loads = [0]
-    load = loop_mod._CompiledPaced.load
+    load = compiled_paced.CompiledPaced.load
 
-    def counted_load(cp: loop_mod._CompiledPaced) -> None:
+    def counted_load(cp: compiled_paced.CompiledPaced) -> None:
         loads[0] += 1
         load(cp)
 
-    monkeypatch.setattr(loop_mod._CompiledPaced, "load", counted_load)
+    monkeypatch.setattr(compiled_paced.CompiledPaced, "load", counted_load)
     params = [WorkloadParams(iodepth=4, iops=4000.0, blocksize_bytes=4096, seed=1),
               WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2,
                              iosequencer="sequential"),
@@ -860,8 +859,8 @@ def test_the_kernel_comes_back_for_a_poll_only_when_the_control_has_something(
         os.close(r)
         os.close(w)
     assert len(sent) == len(got) == 1
-    assert got[0] - sent[0] <= loop_mod.POLL_CONTROL_NS + 20_000_000
-    periods = 0.6e9 / loop_mod.POLL_CONTROL_NS
+    assert got[0] - sent[0] <= tuning.POLL_CONTROL_NS + 20_000_000
+    periods = 0.6e9 / tuning.POLL_CONTROL_NS
     if with_fd:
         assert codes[pk.R_WAKE] <= 3 + 1 + 2  # boundaries, the command, the drain's margin
     else:
@@ -905,7 +904,7 @@ def test_a_full_record_buffer_is_flushed_and_nothing_is_lost(
     # the buffer is full at every record: the kernel hands back after each completion it
     # records. With 8, a machine fast enough to bin every record while idle never filled it
     # (3 runs in 6 saw no flush)
-    monkeypatch.setattr(loop_mod, "FLUSH_AT", 1)
+    monkeypatch.setattr(tuning, "FLUSH_AT", 1)
     params = [WorkloadParams(iodepth=8, iops=20_000.0, blocksize_bytes=4096)]
     ctl, loop = _run_paced(lun_file, params, 100_000_000, 4)
     assert codes[pk.R_FLUSH] > 0

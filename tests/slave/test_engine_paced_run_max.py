@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from protocol.stats import WorkloadStats
-from slave.engine import files
+from slave.engine import compiled_paced, files, tuning
 from slave.engine import loop as loop_mod
 from slave.engine import paced_kernel as pk
 from slave.engine.loop import EngineLoop
@@ -139,9 +139,9 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
     would be the clock's whole reading). Once the backlog is out, response is service again."""
     dev = loop_device(64 * MiB)
     if carried:  # the kernel generates a ring's whole length at a time: thousands due
-        monkeypatch.setattr(loop_mod, "GEN_IOS", 1 << 20)
+        monkeypatch.setattr(tuning, "GEN_IOS", 1 << 20)
     else:  # short rings, and 512 generated at a time: at most ~512 due
-        monkeypatch.setattr(loop_mod, "RING_MAX", 1024)
+        monkeypatch.setattr(tuning, "RING_MAX", 1024)
     behind = WorkloadParams(iodepth=1, iops=1_000_000.0, seed=1, blocksize_bytes=4096)
     # it writes a little, elsewhere: the LUN is opened for writing, as the second edit needs
     other = WorkloadParams(iodepth=64 if carried else 2, seed=2, blocksize_bytes=4096,
@@ -191,21 +191,21 @@ def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
     left free would be neither there), the hand-backs did find such slots, and each reader
     keeps its queue full in the general loop."""
     dev = loop_device(64 * MiB)
-    monkeypatch.setattr(loop_mod, "POLL_CONTROL_NS", 500_000)
+    monkeypatch.setattr(tuning, "POLL_CONTROL_NS", 500_000)
     params = [WorkloadParams(iodepth=4, seed=1, blocksize_bytes=4096),
               WorkloadParams(iodepth=8, seed=2, blocksize_bytes=4096),
               WorkloadParams(iodepth=1, iops=1000.0, seed=3, blocksize_bytes=4096)]
     loops: list[str] = []
     fds: list[int] = []
     freed = [0, 0]  # max-iops slots the kernel had freed and not submitted; hand-backs
-    unload = loop_mod._CompiledPaced.unload
+    unload = compiled_paced.CompiledPaced.unload
 
-    def noting(cp: loop_mod._CompiledPaced) -> None:
+    def noting(cp: compiled_paced.CompiledPaced) -> None:
         unload(cp)
         freed[0] += sum(len(w.free) for w in cp.ws if not w.paced)
         freed[1] += 1
 
-    monkeypatch.setattr(loop_mod._CompiledPaced, "unload", noting)
+    monkeypatch.setattr(compiled_paced.CompiledPaced, "unload", noting)
     sub_ns, n_sub, join = 100_000_000, 5, 2
 
     def edit(loop: EngineLoop, elapsed_ns: int) -> None:

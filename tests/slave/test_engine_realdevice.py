@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from slave.engine import aio_abi, paced_kernel
-from slave.engine import loop as loop_mod
+from slave.engine import aio_abi, paced_kernel, tuning
 from slave.params import IoSequencerName, WorkloadParams
 from slave.worker import SubintervalResults, WorkerPool
 
@@ -376,7 +375,7 @@ def test_submission_gaps_of_poisson_and_steady_arrivals(
     if compiled:
         assert paced_kernel.available(), f"no compiled paced loop: {paced_kernel.why_not()}"
     else:
-        monkeypatch.setattr(loop_mod, "COMPILED_PACED", False)  # the workers fork with it
+        monkeypatch.setattr(tuning, "COMPILED_PACED", False)  # the workers fork with it
     device = loop_device(64 * MIB)
     wid = f"t:{device.path}:{sequencer}"
     iops, window_s = 2000.0, 2.0

@@ -13,8 +13,7 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import loop as loop_mod
-from slave.engine import paced_kernel
+from slave.engine import paced_kernel, tuning
 from slave.engine.base import SubmitError
 from slave.engine.loop import EngineLoop
 from slave.params import WorkloadParams
@@ -72,7 +71,7 @@ def test_the_ring_loop_records_every_read_and_leaves_nothing_behind(
     its start completed in Python), or none ran."""
     dev = loop_device(64 * MiB)
     codes = _noting_ring_function(monkeypatch)
-    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_RING", compiled)
     p = WorkloadParams(iodepth=iodepth, seed=5)
     loop, fd, stats = _lone_reader(dev, 64, p)
     n_subs, sub_ns = 5, 100_000_000
@@ -94,8 +93,8 @@ def test_the_ring_loop_records_every_read_and_leaves_nothing_behind(
         # 16,384 I/Os), it flushed them where a subinterval held more than twice as many (the
         # records are flushed at every boundary and refill too)
         assert paced_kernel.RR_REFILL in codes, sorted(set(codes))
-        if iodepth * loop_mod.RING_PER_DEPTH > loop_mod.FLUSH_AT and max(
-                ctl.per_sub[1:]) > 2 * loop_mod.FLUSH_AT:
+        if iodepth * tuning.RING_PER_DEPTH > tuning.FLUSH_AT and max(
+                ctl.per_sub[1:]) > 2 * tuning.FLUSH_AT:
             assert paced_kernel.RR_FLUSH in codes, (sorted(set(codes)), ctl.per_sub)
 
 
@@ -110,7 +109,7 @@ def test_a_refused_resubmission_raises_with_its_errno_at_once(
     "the LUN does not answer" in place of the real error)."""
     dev = loop_device(16 * MiB)
     codes = _noting_ring_function(monkeypatch)
-    monkeypatch.setattr(loop_mod, "COMPILED_RING", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_RING", compiled)
     loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=8))
     fired: list[float] = []
 
@@ -148,7 +147,7 @@ def test_a_resubmission_refused_part_way_is_the_rings_for_what_went_out(
     whose submission call the test can cut short (the C loop's is the same bookkeeping:
     ``EngineLoop._ring_submit_rest``)."""
     dev = loop_device(16 * MiB)
-    monkeypatch.setattr(loop_mod, "COMPILED_RING", False)
+    monkeypatch.setattr(tuning, "COMPILED_RING", False)
     loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=8))
     eng = loop.engine("libaio")
     fast, c_sys, c_ctx = eng.submit_fast_args()  # type: ignore[attr-defined]

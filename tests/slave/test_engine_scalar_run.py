@@ -13,8 +13,7 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import aio_abi, files, paced_kernel
-from slave.engine import loop as loop_mod
+from slave.engine import aio_abi, files, paced_kernel, tuning
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
@@ -106,7 +105,7 @@ def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
         return real_turn(self, *args)
 
     monkeypatch.setattr(EngineLoop, "_loop_scalar_compiled", counting_turn)
-    monkeypatch.setattr(loop_mod, "COMPILED_SCALAR", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_SCALAR", compiled)
     p = WorkloadParams(iodepth=iodepth, seed=9)
     loop, fd, stats = _lone_reader(dev, 16, p)
     ctl = _Control(4, stats)
@@ -140,11 +139,11 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
         return code
 
     monkeypatch.setattr(paced_kernel, "scalar_function", lambda: noting)
-    monkeypatch.setattr(loop_mod, "POLL_CONTROL_NS", 10_000_000_000)
+    monkeypatch.setattr(tuning, "POLL_CONTROL_NS", 10_000_000_000)
     # and a ring of precomputed I/Os too long to run out in the test: a refill's slot goes
     # out from Python (at 120,000 IOPS, a 2,048-I/O ring ran out every 17 ms, and once in a
     # full run the descriptor was closed during a refill, so Python's submission raised first)
-    monkeypatch.setattr(loop_mod, "RING_MIN", 1 << 16)
+    monkeypatch.setattr(tuning, "RING_MIN", 1 << 16)
     closer = threading.Timer(0.08, os.close, (fd,))  # in the second subinterval's middle
     closer.start()
     try:

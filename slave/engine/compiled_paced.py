@@ -1,0 +1,249 @@
+"""The compiled loops' side in Python: the paced set's state as the arrays the compiled
+turn works on (``CompiledPaced``) and the argument words of the compiled max-iops loops
+(``compiled_words``). It lays out and gives back state; the turns themselves are C
+(``slave.engine.paced_kernel``) and the Python loops that call them are ``EngineLoop``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.stats import rooted_at
+from slave.engine import paced_kernel as pk
+from slave.engine import tuning
+from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
+from slave.engine.base import IoEngine, KernelHandles
+from slave.engine.layout import R_OPFD, R_SCHED
+from slave.engine.loop_state import LoopWorkload, set_ring
+
+if TYPE_CHECKING:
+    from slave.engine.loop import EngineLoop
+    from slave.engine.loop_paced import PacedSet
+
+
+class CompiledPaced:
+    """A ``PacedSet``'s state in the arrays the compiled turn (``paced_kernel``) works on:
+    each workload's ring (its address), cursor and length, its free slots (a stack at
+    ``free_off[k]``, ``free_n[k]`` deep), the heap of armed workloads, and where each
+    workload's stats blocks lie in the worker's stats region. While ``loaded`` the arrays,
+    not the workloads' ``free`` and ``cur``, are the truth, across boundaries; ``unload``
+    gives them back (the engine loop does so before anything else looks: ``_hand_back``)."""
+
+    def __init__(self, loop: EngineLoop, paced: PacedSet, eng: IoEngine, h: KernelHandles,
+                 root: npt.NDArray[np.int64]) -> None:
+        ws = paced.ws
+        k = len(ws)
+        self.ws = ws
+        self.eng = eng
+        self.finish_submit = h.finish_submit
+        depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)
+        self.cur = np.zeros(k, dtype=np.int64)
+        self.rlen = np.zeros(k, dtype=np.int64)
+        self.rings = np.zeros(k, dtype=np.int64)  # each ring's address (the ws keep them)
+        self.free_off = np.zeros(k, dtype=np.int64)
+        np.cumsum(depth[:-1], out=self.free_off[1:])
+        self.free_n = np.zeros(k, dtype=np.int64)
+        self.free_buf = np.zeros(int(depth.sum()), dtype=np.int64)
+        self.slot_pos = np.full(loop.table.capacity, -1, dtype=np.int64)
+        for i, w in enumerate(ws):
+            self.slot_pos[w.slots] = i
+        self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
+        self.st = np.zeros(pk.ST_WORDS, dtype=np.int64)
+        # the ring's planned write data, by address (set with the ring)
+        self.pool_rows = np.zeros(k, dtype=np.int64)
+        self.stamps = np.zeros(k, dtype=np.int64)
+        # each workload's generator (``pk.G``) and how many I/Os its ring array holds
+        self.gen = np.zeros((k, pk.GEN_WORDS), dtype=np.int64)
+        self.rcap = np.zeros(k, dtype=np.int64)
+        self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
+        self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
+        self.args = pk.Args()
+        self._engine_args(loop, h)
+        self._workload_args()
+        self._write_args()
+        self.stat_addr = self._stats_args(loop, root)
+        self.loaded = False
+
+    def _engine_args(self, loop: EngineLoop, h: KernelHandles) -> None:
+        """The kernel's words for the engine, the slot table and the loop's records."""
+        a = self.args
+        a.array("RING_HEADER", h.ring_header)
+        a.array("RING_EVENTS", h.ring_events)
+        a.array("EVENTS", h.events)
+        a.set("EVENTS_CAP", h.events_cap)
+        a.set("CTX", h.ctx_id)
+        a.array("ROWS", loop._rows)
+        a.array("IOCB_ADDR", h.iocb_addr)
+        a.array("PTRS", h.ptrs)
+        a.array("OUT", np.zeros(loop.table.capacity, dtype=np.int64))
+        a.set("N_SLOTS", loop.table.capacity)
+        a.array("PEND", loop._pend)
+        a.set("FLUSH_AT", tuning.FLUSH_AT)
+        a.set("COMPACT_AT", tuning.COMPACT_AT)
+        a.set("SLEEP_MIN", tuning.SLEEP_MIN_NS)
+        a.set("LONG_WAIT", tuning.LONG_WAIT_NS)
+        a.set("WAKE_EARLY", tuning.WAKE_EARLY_NS)
+        a.set("N_MAX", sum(not w.paced for w in self.ws))
+        a.set("SPIN_NS", tuning.AWAIT_SPIN_NS)
+        a.set("SPIN_GATE_NS", tuning.AWAIT_SPIN_GATE_NS)
+
+    def _workload_args(self) -> None:
+        """The kernel's words for the workloads' rings, free slots and heap."""
+        a = self.args
+        k = len(self.ws)
+        for name, arr in (("RINGS", self.rings), ("CUR", self.cur), ("RLEN", self.rlen),
+                          ("FREE_BUF", self.free_buf), ("FREE_OFF", self.free_off),
+                          ("FREE_N", self.free_n), ("SLOT_POS", self.slot_pos),
+                          ("ARMED", self.armed), ("ST", self.st), ("GEN", self.gen),
+                          ("RCAP", self.rcap),
+                          ("HEAP_T", np.zeros(k, dtype=np.int64)),
+                          ("HEAP_K", np.zeros(k, dtype=np.int64))):
+            a.array(name, arr)
+        a.set("N_WORKLOADS", k)
+        a.set("GEN_IOS", tuning.GEN_IOS)
+
+    def _write_args(self) -> None:
+        """The kernel's words for writes: each workload's pool padded to its buffers' rows
+        (``WritePattern.wide_pool_for``), its stride and stamped sectors; the ring's pool rows
+        and stamps come with the ring (``set_ring``)."""
+        k = len(self.ws)
+        n_stamps = np.zeros(k, dtype=np.int64)
+        pools = np.zeros(k, dtype=np.int64)
+        strides = np.zeros(k, dtype=np.int64)
+        self._pools = []  # kept alive: the kernel has their addresses only
+        for i, w in enumerate(self.ws):
+            if w.pattern is not None:
+                pool = w.pattern.wide_pool_for(w.buffers.array)
+                assert pool.flags.c_contiguous
+                self._pools.append(pool)
+                pools[i] = pool.ctypes.data
+                strides[i] = pool.strides[0]
+                n_stamps[i] = w.pattern.stamped_sectors
+        for name, arr in (("POOL_ROWS", self.pool_rows), ("STAMPS", self.stamps),
+                          ("N_STAMPS", n_stamps), ("POOL", pools), ("POOL_STRIDE", strides)):
+            self.args.array(name, arr)
+
+    def _stats_args(self, loop: EngineLoop, root: npt.NDArray[np.int64]) -> list[int]:
+        """The kernel's words for binning: the stats region, each workload's category when
+        fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
+        made anew whenever a workload joins or leaves). Returns the address of each buffer's
+        offsets (``STAT_OFF`` is set to the running one before each run)."""
+        wl = loop._wl
+        a = self.args
+        a.array("ROOT", root)
+        stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
+                             for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
+        a.array("STAT_OFF", stat_off)
+        a.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
+                                   dtype=np.int64))
+        a.set("N_OWNERS", len(wl))
+        return [int(stat_off[b].ctypes.data) for b in (0, 1)]
+
+    def load(self) -> None:
+        """Take the workloads' free slots and cursors."""
+        for i, w in enumerate(self.ws):
+            self.set_ring(i, w)
+            n = len(w.free)
+            off = int(self.free_off[i])
+            self.free_buf[off : off + n] = w.free
+            self.free_n[i] = n
+        self.armed[:] = 0
+        self.st[pk.ST_HEAP_N] = 0
+        self.st[pk.ST_REFILL] = 0
+        self.loaded = True
+
+    def set_ring(self, i: int, w: LoopWorkload) -> None:
+        """Workload ``i``'s ring and cursor (and its writes' planned data), and its generator,
+        as the workload has them now."""
+        self.rings[i] = w.ring.ctypes.data
+        self.rlen[i] = w.ring_len
+        self.cur[i] = w.cur
+        cap = int(w.ring.shape[0])
+        if w.ring_stamps is not None:
+            assert w.ring_stamps.flags.c_contiguous and w.ring_pool_rows.flags.c_contiguous
+            self.pool_rows[i] = w.ring_pool_rows.ctypes.data
+            self.stamps[i] = w.ring_stamps.ctypes.data
+            cap = min(cap, int(w.ring_stamps.shape[0]), int(w.ring_pool_rows.shape[0]))
+        self.rcap[i] = cap
+        gs = w.seq.generator_state()
+        if gs is None:
+            self.gen[i] = 0  # Python refills it (R_REFILL)
+            return
+        fd = w.spec.fd
+        self.gen[i] = pk.generator_words(
+            gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd),
+            None if w.pattern is None else w.pattern.next_serial)
+
+    def take_back(self, i: int) -> None:
+        """Give workload ``i``'s sequencer and write pattern back what the kernel generated
+        since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
+        place, from the top) with their directions and planned data."""
+        g = self.gen[i]
+        made = int(g[pk.G["MADE"]])
+        if not made and not g[pk.G["RESYNC"]]:
+            return
+        w = self.ws[i]
+        if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
+            w.seq.rerate(w.spec.params)
+        progress, serial = pk.generator_progress(g)
+        w.seq.resume(*progress)
+        g[pk.G["RESYNC"]] = 0
+        if not made:  # retimed in place: the ring stands
+            return
+        n = int(self.rlen[i])
+        ring = w.ring[:n]
+        plan = None
+        if w.pattern is not None:
+            w.pattern.next_serial = serial
+            if w.ring_stamps is not None:
+                plan = (w.ring_pool_rows[:n], w.ring_stamps[:n])
+        is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
+        set_ring(w, ring, is_write, plan)
+        g[pk.G["MADE"]] = 0
+
+    def unload(self) -> None:
+        """Give the workloads back their free slots, cursors and what the kernel generated
+        (completions reaped past a boundary and not recorded yet stay in ``st``:
+        ``EngineLoop._unload_paced``). A max-iops workload's I/Os kept from its paced
+        schedule (``overdue``) are those still at the head of its ring with a time (the
+        kernel issued the rest)."""
+        if not self.loaded:
+            return
+        self.loaded = False
+        for i, w in enumerate(self.ws):
+            self.take_back(i)
+            off = int(self.free_off[i])
+            w.free = self.free_buf[off : off + int(self.free_n[i])].tolist()
+            w.cur = int(self.cur[i])
+            if w.overdue:
+                timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
+                w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
+                                else int(timed.size))
+
+
+# a compiled max-iops loop's function and its argument and state words (``scalar_run``:
+# ``pk.S`` and ``pk.SS_*``; ``ring_run``: ``pk.RA`` and ``pk.RS_*``)
+CompiledWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+def compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: dict[str, int],
+                   state_words: int) -> tuple[KernelHandles, CompiledWords] | None:
+    """A compiled max-iops loop's argument and state words for ``eng``, its ``CTX``,
+    ``EVENTS_CAP``, ``EVENTS`` and ``ST`` words set (``arg_index``: where each word is), with
+    the engine's handles for the rest; None where it cannot run: no kernel here (``fn`` None),
+    or an engine whose completion ring compiled code cannot read."""
+    handles = getattr(eng, "kernel_handles", None)
+    h = None if handles is None or fn is None else handles()
+    if fn is None or h is None:
+        return None
+    args = np.zeros(len(arg_index), dtype=np.int64)
+    st = np.zeros(state_words, dtype=np.int64)
+    args[arg_index["CTX"]] = h.ctx_id
+    args[arg_index["EVENTS_CAP"]] = h.events_cap
+    args[arg_index["EVENTS"]] = h.events_addr
+    args[arg_index["ST"]] = st.ctypes.data
+    return h, (fn, args, st)
