@@ -1,10 +1,11 @@
 """Worker processes: each runs one engine loop serving many workloads, with double-buffered
 per-workload statistics in shared memory.
 
-Owns ``WorkerPool`` (the slave main loop's only door to I/O), the worker process body, the
-buffer-state handshake in shared memory and the worker <-> main messages. It must not speak the
-master's protocol, read the network or do anything on the hot path but hand work to
-``slave.engine.loop``.
+Owns ``WorkerPool`` (the slave main loop's only door to I/O): the workers' start and end, the
+shared memory of their statistics and buffer states, the slave's side of the buffer-state
+handshake and of the worker <-> main messages. The worker process's own side is
+``slave.worker_process``. It must not speak the master's protocol, read the network or do
+anything on the hot path but hand work to the workers.
 
 API for the slave main loop (all calls from one thread, the one that created the pool)::
 
@@ -43,17 +44,14 @@ Workers die with the slave: ``PR_SET_PDEATHSIG`` (SIGKILL) plus a parent-pid che
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import logging
 import mmap
 import multiprocessing
 import multiprocessing.connection as mpc
 import os
-import signal
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -65,30 +63,11 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.stats import StatsBatch, WorkloadStats
-from slave.engine import choose_engine, files, paced_kernel
-from slave.engine.base import SlotTable
-from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
-from slave.engine.libaio import LibaioEngine
-from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.threadpool import ThreadPoolEngine
+from slave.engine import paced_kernel
 from slave.params import WorkloadParams
-from slave.sequencer import check_fits
+from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
 
 log = logging.getLogger(__name__)
-
-FREE, READY_TO_RUN, RUNNING, READY_TO_SEND, SENDING = 0, 1, 2, 3, 4
-STATE_NAMES: Final = ("free", "ready to run", "running", "ready to send", "sending")
-_CTRL_WORDS: Final = 8  # per worker: (state, subinterval) for buffer 0, then buffer 1
-_PR_SET_PDEATHSIG: Final = 1
-_PR_SET_TIMERSLACK: Final = 29
-#: A worker's timer slack (``PR_SET_TIMERSLACK``): how late the kernel may end its timed waits.
-#: The engine loop waits in ``io_getevents`` with a timeout until a paced workload's next I/O is
-#: due, and the default slack of 50 us made it wake up to 50 us late: on the 2-core VM a 5 us
-#: sleep took 62 us (p50) with the default and 9 us with 1 ns. At 5,000 paced IOPS the
-#: response-time p50 (scheduled -> completion) fell from 91 to 48 us with 1 ns (5 interleaved
-#: runs). A load generator wants its timers exact; the power saving slack buys is not ours to take.
-WORKER_TIMER_SLACK_NS: Final = 1
-
 
 #: workloads a worker's error names; the rest are counted (a worker of 1,024 workloads named
 #: every one, some 10 KB in one line)
@@ -153,314 +132,6 @@ class SubintervalResults:
         return {wid: self.batch.workload(i) for i, wid in enumerate(self.workload_ids)}
 
 
-# ====================================================================== the worker process
-def _make_fake(spec: str) -> Any:
-    """``fake[:exp|const[:value_ns[:error_every[:short_every]]]]``."""
-    parts = spec.split(":")[1:]
-    dist = parts[0] if parts else "exp"
-    value = int(parts[1]) if len(parts) > 1 else 100_000
-    error_every = int(parts[2]) if len(parts) > 2 else 0
-    short_every = int(parts[3]) if len(parts) > 3 else 0
-    latency = constant_ns(value) if dist == "const" else exponential_ns(value)
-
-    def make(table: SlotTable) -> FakeEngine:
-        return FakeEngine(table, latency, error_every=error_every, short_every=short_every)
-
-    return make
-
-
-class _WorkerControl:
-    """The worker side: commands from the pipe, staged changes, the buffer handshake."""
-
-    def __init__(
-        self,
-        index: int,
-        cmd: Connection,
-        reply: Connection,
-        ctrl: npt.NDArray[np.int64],
-        stats_region: npt.NDArray[np.int64],
-    ) -> None:
-        self.index = index
-        self.cmd = cmd
-        self.reply = reply
-        self.ctrl = ctrl
-        self.stats_region = stats_region
-        self.loop = EngineLoop(name=f"worker {index}")
-        self.loop.register_engine_kind("libaio", LibaioEngine)
-        self.loop.register_engine_kind("threadpool", ThreadPoolEngine)
-        self.staged: list[tuple[str, Any]] = []
-        self.fds: dict[tuple[str, str, bool], list[int]] = {}  # key -> [fd, refcount]
-        self.specs: dict[str, WorkloadSpec] = {}
-        # each workload's parameters as last sent (staged, or applied): a "rates" message
-        # gives only the new rate of these
-        self.latest: dict[str, WorkloadParams] = {}
-        self.running = False
-        self.go_args: tuple[int, int] | None = None
-        self.exit = False
-        self.in_run = False
-        self.late: str | None = None
-        self.parent = os.getppid()
-
-    # ------------------------------------------------------------------ commands
-    def handle(self, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == "create":
-            self._create(*msg[1:])
-        elif kind == "edit":
-            self._edit(msg[1], msg[2])
-        elif kind == "edits":
-            for wid, params in msg[1]:
-                self._edit(wid, params)
-        elif kind == "rates":
-            self._rates(msg[1])
-        elif kind == "delete":
-            self._stage("delete", msg[1])
-        elif kind == "go":
-            self.go_args = (msg[1], msg[2])
-        elif kind == "stop":
-            self.loop.request_stop()
-            self.go_args = None
-            if not self.in_run:
-                self.reply.send(("stopped",))
-        elif kind == "exit":
-            self.exit = True
-            self.loop.request_stop()
-        else:
-            self.reply.send(("error", "command", f"unknown command {kind!r}"))
-
-    def _stage(self, what: str, arg: Any) -> None:
-        if self.loop.subinterval_index >= 0:
-            self.staged.append((what, arg))
-        else:
-            self._apply(what, arg, None)
-
-    def _apply_staged(self, at_ns: int | None) -> None:
-        """The staged changes, in order, with one look over all workloads at the end; each
-        run of edits in one call (``EngineLoop.edit_workloads``: DFC's edit of every
-        workload's rate is done in place)."""
-        staged, self.staged = self.staged, []
-        with self.loop.changes():
-            edits: list[tuple[str, WorkloadParams]] = []
-            for what, arg in staged:
-                if what == "edit":
-                    edits.append(arg)
-                    continue
-                self._apply_edits(edits, at_ns)
-                self._apply(what, arg, at_ns)
-            self._apply_edits(edits, at_ns)
-
-    def _apply_edits(self, edits: list[tuple[str, WorkloadParams]], at_ns: int | None) -> None:
-        if not edits:
-            return
-        self.loop.edit_workloads(edits, at_ns)  # it sets each spec's params (ours, shared)
-        edits.clear()
-
-    def _apply(self, what: str, arg: Any, at_ns: int | None) -> None:
-        if what == "add":
-            self.loop.add_workload(arg, at_ns)
-        elif what == "edit":
-            wid, params = arg
-            self.loop.edit_workload(wid, params, at_ns)  # sets the spec's params
-        elif what == "delete":
-            self.loop.remove_workload(arg)
-            self.specs.pop(arg, None)
-            self.latest.pop(arg, None)
-
-    def _open(self, path: str, kind: str, writable: bool, flags: int) -> int:
-        key = (path, kind, writable)
-        entry = self.fds.get(key)
-        if entry is None:
-            entry = [files.open_lun(path, writable=writable, extra_flags=flags), 0]
-            self.fds[key] = entry
-        entry[1] += 1
-        return entry[0]
-
-    def _release(self, key: tuple[str, str, bool]) -> None:
-        entry = self.fds.get(key)
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] <= 0:
-                with contextlib.suppress(OSError):
-                    os.close(entry[0])
-                del self.fds[key]
-
-    def _create(
-        self,
-        wid: str,
-        slot: int,
-        path: str,
-        engine_choice: str,
-        params: WorkloadParams,
-        lbs: int | None,
-        size: int | None,
-    ) -> None:
-        try:
-            geometry = files.probe(path) if lbs is None or size is None else None
-            lbs = lbs if lbs is not None else geometry.logical_block_bytes  # type: ignore[union-attr]
-            size = size if size is not None else geometry.size_bytes  # type: ignore[union-attr]
-            decision = choose_engine(engine_choice, path, lbs)
-            kind = decision.kind
-            if kind == "fake":
-                kind = engine_choice  # one fake engine per distinct script
-                self.loop.register_engine_kind(kind, _make_fake(engine_choice))
-            engine = self.loop.engine(kind)
-            check_fits(params, lun_size_bytes=size, logical_block_bytes=lbs)
-            key = (path, kind, params.writes)
-            fd = self._open(path, kind, params.writes, engine.open_flags)
-            n = WorkloadStats.SIZE
-            region = self.stats_region
-            stats = (
-                WorkloadStats(region[(2 * slot) * n : (2 * slot + 1) * n]),
-                WorkloadStats(region[(2 * slot + 1) * n : (2 * slot + 2) * n]),
-            )
-            spec = WorkloadSpec(
-                wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
-            )
-            self.specs[wid] = spec
-            self.latest[wid] = params
-            self._stage("add", spec)
-        except (IoEngineError, ValueError, OSError) as exc:
-            self.reply.send(("failed", wid, str(exc)))
-            return
-        self.reply.send(("created", wid, decision.kind, decision.warning))
-
-    def _rates(self, rates: list[tuple[str, float]]) -> None:
-        """Edits of the rate alone of each workload's latest parameters (checked when they
-        came: a new rate fits wherever they did), staged as ``_edit`` stages them."""
-        latest, stage = self.latest, self._stage
-        for wid, iops in rates:
-            base = latest.get(wid)
-            if base is None:
-                self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
-                continue
-            params = latest[wid] = base.with_rate(iops)
-            stage("edit", (wid, params))
-
-    def _edit(self, wid: str, params: WorkloadParams) -> None:
-        spec = self.specs.get(wid)
-        if spec is None:
-            self.reply.send(("error", "command", f"edit of unknown workload {wid}"))
-            return
-        try:
-            if not params.same_but_rate(spec.params):  # a new rate alone fits as before
-                check_fits(params, lun_size_bytes=spec.lun_size_bytes,
-                           logical_block_bytes=spec.logical_block_bytes)
-            if params.writes and not spec.params.writes:
-                raise ValueError("an edit cannot turn a read-only workload into one that writes")
-        except ValueError as exc:
-            self.reply.send(("error", "command", f"edit of {wid} refused: {exc}"))
-            return
-        self.latest[wid] = params
-        self._stage("edit", (wid, params))
-
-    # ------------------------------------------------------------------ LoopControl
-    def poll(self, loop: EngineLoop) -> None:
-        while self.cmd.poll():
-            self.handle(self.cmd.recv())
-
-    def poll_fd(self) -> int:
-        return self.cmd.fileno()  # readable exactly when ``cmd.poll()`` is true (or closed)
-
-    def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
-        self.poll(loop)  # everything sent before the boundary counts for it
-        nxt = finished_index + 1
-        b = 2 * (nxt % 2)
-        state, sub = int(self.ctrl[b]), int(self.ctrl[b + 1])
-        if state != READY_TO_RUN or sub != nxt:
-            self.late = (
-                f"at the end of subinterval {finished_index} the buffer for subinterval {nxt} "
-                f"was not ready to run (it was {STATE_NAMES[state]} for subinterval {sub}): "
-                "the master is late"
-            )
-            loop.request_stop(record=False)
-            return
-        self.ctrl[b] = RUNNING
-        self._apply_staged(boundary_ns)
-
-    def handed_over(
-        self,
-        loop: EngineLoop,
-        finished_index: int,
-        switch_done_ns: int,
-        handed_over_ns: int,
-        io_errors: dict[str, dict[str, int]],
-    ) -> None:
-        self.ctrl[2 * (finished_index % 2)] = READY_TO_SEND
-        self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors))
-
-    # ------------------------------------------------------------------ main
-    def serve(self) -> None:
-        while not self.exit:
-            if self.go_args is None:
-                if not self.cmd.poll(0.2):
-                    if os.getppid() != self.parent:
-                        return  # the slave is gone
-                    continue
-                self.handle(self.cmd.recv())
-                continue
-            start_ns, sub_ns = self.go_args
-            self.go_args = None
-            self.late = None
-            self.in_run = True
-            try:
-                self.loop.run(self, start_ns, sub_ns)
-            except Exception as exc:  # report, never die silently
-                log.error("worker %d: %s", self.index, traceback.format_exc())
-                self.reply.send(("error", "crash", f"{type(exc).__name__}: {exc}"))
-                continue
-            finally:
-                self.in_run = False
-            self._apply_staged(None)
-            if self.late is not None:
-                self.reply.send(("error", "late", self.late))
-            else:
-                self.reply.send(("stopped",))
-        self.loop.close()
-
-
-def _close_inherited_fds(keep: set[int]) -> None:
-    """Drop what the fork copied: the slave's protocol stdin/stdout and the other workers'
-    pipe ends, so that only the slave holds them (a lingering worker never keeps the master's
-    pipe open). stdin becomes /dev/null; stderr (the log) stays."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    try:
-        fds = [int(x) for x in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = list(range(3, 1024))
-    for fd in fds:
-        if fd > 2 and fd not in keep:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _worker_main(
-    index: int,
-    cmd: Connection,
-    reply: Connection,
-    ctrl: npt.NDArray[np.int64],
-    stats_region: npt.NDArray[np.int64],
-) -> None:
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if libc.prctl(_PR_SET_TIMERSLACK, WORKER_TIMER_SLACK_NS, 0, 0, 0) != 0:
-            log.warning("worker %d: cannot set its timer slack to %d ns (%s); paced I/O may be "
-                        "submitted up to the default slack late", index, WORKER_TIMER_SLACK_NS,
-                        os.strerror(ctypes.get_errno()))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the slave decides when we stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    _close_inherited_fds(keep={2, cmd.fileno(), reply.fileno()})
-    control = _WorkerControl(index, cmd, reply, ctrl, stats_region)
-    if os.getppid() != control.parent:  # died before prctl took effect
-        return
-    with contextlib.suppress(EOFError, OSError):  # the slave closed the pipes: exit
-        control.serve()
-
-
-# ====================================================================== the slave's side
 @dataclass
 class _WorkerHandle:
     index: int
@@ -522,13 +193,13 @@ class WorkerPool:
         self.max_workloads = max_workloads
         n = WorkloadStats.SIZE
         stats_bytes = max_workloads * 2 * n * 8
-        ctrl_bytes = self.n_workers * _CTRL_WORDS * 8
+        ctrl_bytes = self.n_workers * CTRL_WORDS * 8
         # one anonymous shared mapping, inherited by the workers; untouched pages cost nothing
         self._mem = mmap.mmap(-1, stats_bytes + ctrl_bytes)
         self._stats_region = np.frombuffer(self._mem, dtype=np.int64, count=stats_bytes // 8)
         self._ctrl = np.frombuffer(
             self._mem, dtype=np.int64, count=ctrl_bytes // 8, offset=stats_bytes
-        ).reshape(self.n_workers, _CTRL_WORDS)
+        ).reshape(self.n_workers, CTRL_WORDS)
         self._free_slots = list(range(max_workloads - 1, -1, -1))
         self._entries: dict[str, _Entry] = {}
         self._workers: list[_WorkerHandle] = []
@@ -546,7 +217,7 @@ class WorkerPool:
             cmd_r, cmd_w = ctx.Pipe(duplex=False)
             rep_r, rep_w = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=_worker_main,
+                target=worker_main,
                 args=(i, cmd_r, rep_w, self._ctrl[i], self._stats_region),
                 name=f"ivypy-worker-{i}",
                 daemon=True,

@@ -18,13 +18,13 @@ import pytest
 
 from slave.params import WorkloadParams
 from slave.worker import (
-    WORKER_TIMER_SLACK_NS,
     MasterLateError,
     ResultsLateError,
     SubintervalResults,
     WorkerError,
     WorkerPool,
 )
+from slave.worker_process import WORKER_TIMER_SLACK_NS
 
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopFactory
