@@ -78,7 +78,12 @@ when fio's job is in its slow mode. fio's own polling job at QD1 (``userspace_re
 ``iodepth_batch_complete_min=0``; run as ``fio qd1 poll`` and printed beside the target as
 the like reference, not a target) read 50,600-52,200 IOPS there while its blocking job read
 75,600-105,000, and ivypy's ``busy_poll`` 52,700-55,700 (in Python; the same poll in C read the
-same, 52,700-55,700, at half the user CPU, and was not kept). Two LUNs there were bound by the
+same, 52,700-55,700, at half the user CPU, and was not kept then). On a host where polling wins
+(fio's QD32 job 140,000-170,000 IOPS; its QD1 polling job 66,700, its blocking job 47,200;
+medians of five rounds) the Python poll read 47,000 and the poll in C 72,000 (mean 13.5 us
+against fio's polling 14.4), so ``scalar_run`` now polls too; looking without a yield for the
+first 20 us after each completion, 79,000 against fio's polling 84,800
+(``slave.engine.tuning.BUSY_HOT_NS``). Two LUNs there were bound by the
 kernel's work while the tools' loops were in Python: fio's two jobs read what its one job does
 (470,000-530,000), and so did ivypy. With the ring's turns in C (``ring_run``: 0.16-0.22 us of
 user CPU per I/O) one LUN read 660,000-700,000 and two 600,000-630,000; two LUNs then lost to

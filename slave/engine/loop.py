@@ -22,7 +22,7 @@ class body (``self`` is the loop there too):
   ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
 - ``loop_lone``: one max-iops workload alone on its engine: depth 1-2 with plain ints
-  (``_loop_scalar``, in C for blocking reads), deeper reads with the batch path's numpy
+  (``_loop_scalar``, in C for reads), deeper reads with the batch path's numpy
   operations held in locals (``_loop_single``);
 - ``loop_ring``: a lone max-iops reader of a larger depth on a ring of whole iocbs submitted by
   address (``_loop_ring``, in C where the host built ``slave.engine.paced_kernel``), drained

@@ -1,6 +1,6 @@
 """The loops of one max-iops workload alone on its engine: queue depth 1-2 with plain ints
-(``_loop_scalar``, its blocking reads' turns in C: ``_loop_scalar_compiled``), and deeper reads
-with a fixed handful of numpy operations per reaped batch (``_loop_single``).
+(``_loop_scalar``, its reads' turns in C, blocking or polling: ``_loop_scalar_compiled``), and
+deeper reads with a fixed handful of numpy operations per reaped batch (``_loop_single``).
 
 Its functions are ``EngineLoop``'s methods (bound in its class body, ``self`` the loop);
 they are written here, apart from the loop's set-up and general path (``slave.engine.loop``),
@@ -47,7 +47,7 @@ def _loop_scalar(
     submit_one = eng.submit_one
     # writes fill their buffer first; I/Os kept from a paced schedule keep their time
     issue1 = None if w.pattern is None and not w.overdue else self._issue1
-    if not busy and issue1 is None and tuning.COMPILED_SCALAR:
+    if issue1 is None and tuning.COMPILED_SCALAR:
         words = self._scalar_args(eng)
         if words is not None:
             return self._loop_scalar_compiled(control, w, eng, words, boundary,
@@ -145,6 +145,8 @@ def _scalar_args(self: EngineLoop, eng: IoEngine) -> CompiledWords | None:
     args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
     args[pk.S["FLUSH_AT"]] = tuning.FLUSH_AT
     args[pk.S["BLOCK_WAIT"]] = tuning.BLOCK_WAIT_NS
+    args[pk.S["RING_HEADER"]] = h.ring_header.ctypes.data
+    args[pk.S["RING_EVENTS"]] = h.ring_events.ctypes.data
     self._scalar_words = (eng, words)
     return words
 
@@ -159,7 +161,7 @@ def _loop_scalar_compiled(
     subinterval_ns: int,
     wake: int,
 ) -> int:
-    """``_loop_scalar`` for a lone workload of reads that blocks, its turns in C
+    """``_loop_scalar`` for a lone workload of reads, its turns in C (polling with ``busy_poll``)
     (``pk.scalar_function``): Python only for what the C returns for (a refill, a flush,
     a submission it could not make, a completion past the boundary) and at ``wake``.
     Returns the next boundary."""
@@ -167,6 +169,8 @@ def _loop_scalar_compiled(
     addr = args.ctypes.data
     args[pk.S["BOUNDARY"]] = boundary
     args[pk.S["WAKE"]] = wake
+    args[pk.S["BUSY_SPIN_NS"]] = tuning.BUSY_SPIN_NS if self._busy_poll else 0
+    args[pk.S["BUSY_HOT_NS"]] = tuning.BUSY_HOT_NS
     st[pk.SS_NHELD] = 0
     rw = SlotTable.ROW_WORDS
     tw = self._rows_words

@@ -601,7 +601,10 @@ int64_t paced_run(const int64_t *a)
  * needs a kernel worker (a loop device's) has it woken by the submission, often onto this CPU,
  * where it waits for the submitter to sleep (in C on the 2-core VM, 1 us of work between the
  * two calls took a QD1 loop device from 84,000 to 64,000 IOPS, 3 us to 38,000; the Python
- * loop spent 2-3 us there and 5-6 us of user CPU per I/O in all). Its argument
+ * loop spent 2-3 us there and 5-6 us of user CPU per I/O in all). With BUSY_SPIN_NS (busy_poll)
+ * it looks for the completion in the mapped ring instead, until BUSY_SPIN_NS after the last
+ * completion, and only then blocks; past BUSY_HOT_NS after it, it yields the core between looks
+ * (slave.engine.tuning says what each bought). Its argument
  * words (S_*, prepended by paced_kernel.py) hold the array addresses and the scalars; its state
  * words (SS_*) the ring cursor and length, the records' count, the held slots (submitted with
  * the next wait), and what a return leaves for Python: completions reaped past the boundary
@@ -614,10 +617,13 @@ int64_t scalar_run(const int64_t *a)
     int64_t *rows = P64(S_ROWS), *pend = P64(S_PEND), *ev = P64(S_EVENTS), *st = P64(S_ST);
     const int64_t *ring = P64(S_RING), *iocb_addr = P64(S_IOCB_ADDR);
     const int64_t boundary = a[S_BOUNDARY], wake = a[S_WAKE], flush_at = a[S_FLUSH_AT];
-    const int64_t block = a[S_BLOCK_WAIT], rlen = st[SS_RLEN];
+    const int64_t block = a[S_BLOCK_WAIT], rlen = st[SS_RLEN], spin = a[S_BUSY_SPIN_NS];
+    const int64_t hot = a[S_BUSY_HOT_NS];
+    const int64_t *ring_ev = P64(S_RING_EVENTS);
+    volatile uint32_t *hdr = (volatile uint32_t *)(intptr_t)a[S_RING_HEADER];
     int64_t cur = st[SS_CUR], p = st[SS_P], nheld = st[SS_NHELD];
     int64_t ptrs[SS_MAX_HELD];
-    int64_t code;
+    int64_t code, last_done = now_ns();
     st[SS_N] = 0;
     st[SS_NNEED] = 0;
     for (;;) {
@@ -644,10 +650,34 @@ int64_t scalar_run(const int64_t *a)
             }
             nheld = 0;
         }
-        long got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr, (void *)ev, &ts);
+        long got = 0;
+        if (spin) { /* busy_poll: look in the ring, yielding the core, then block */
+            got = ring_take(hdr, ring_ev, ev, nr);
+            while (!got) {
+                if (now_ns() - last_done >= hot) /* the device's kernel worker may need */
+                    syscall(SYS_sched_yield);    /* this core */
+                got = ring_take(hdr, ring_ev, ev, nr);
+                if (got)
+                    break;
+                now = now_ns();
+                if (now >= wake)
+                    break;
+                if (now - last_done >= spin) { /* spun long enough since the last one */
+                    left = boundary - now < block ? boundary - now : block;
+                    ts.tv_sec = left / 1000000000LL;
+                    ts.tv_nsec = left % 1000000000LL;
+                    got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr,
+                                  (void *)ev, &ts);
+                    break;
+                }
+            }
+        } else {
+            got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr, (void *)ev, &ts);
+        }
         if (got <= 0)
             continue; /* the timeout, or interrupted: look at the time again */
         int64_t t = now_ns();
+        last_done = t;
         if (t >= boundary) {
             st[SS_N] = got;
             st[SS_T] = t;

@@ -35,11 +35,12 @@ alone (DFC's, of every workload at every boundary) is made in the kernel's own a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 
-The same shared object carries the max-iops loop of queue depth 1-2 that blocks, for a lone
-workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s turn: S_*, SS_* and SR_*
-words), which leaves no code between a submission and the wait for the next completion (see
-the C), and a lone max-iops read workload's ring of iocbs (``ring_run``, ``EngineLoop._loop_ring``'s
-turn: RA_*, RS_* and RR_* words), at about a tenth of the Python loop's user CPU per I/O.
+The same shared object carries the max-iops loop of queue depth 1-2 (blocking, or polling for
+``busy_poll``) for a lone workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s
+turn: S_*, SS_* and SR_* words), which leaves no code between a submission and the wait for
+the next completion (see the C), and a lone max-iops read workload's ring of iocbs
+(``ring_run``, ``EngineLoop._loop_ring``'s turn: RA_*, RS_* and RR_* words), at about a tenth
+of the Python loop's user CPU per I/O.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 # words and its result codes
 _SCALAR_ARGS: Final = (
     "CTX", "EVENTS_CAP", "ROWS", "PEND", "EVENTS", "ST", "RING", "IOCB_ADDR",
-    "BOUNDARY", "WAKE", "FLUSH_AT", "BLOCK_WAIT",
+    "BOUNDARY", "WAKE", "FLUSH_AT", "BLOCK_WAIT", "RING_HEADER", "RING_EVENTS", "BUSY_SPIN_NS",
+    "BUSY_HOT_NS",
 )
 S: Final = {name: i for i, name in enumerate(_SCALAR_ARGS)}
 SS_MAX_HELD: Final = 4  # slots held for the next submission (the loop's depth is <= 2)

@@ -45,8 +45,19 @@ WRITE_ONE_MAX: Final = 4
 # empty check (the device's kernel worker may need it), for up to BUSY_SPIN_NS after the last
 # completion; then block in the engine's reap until the next one. Measured on 2 shared cores:
 # pure spinning loses to blocking (it starves the loop device's worker and loses the CPU
-# scheduler's wake-up preference); spinning 100 us then blocking beats both.
+# scheduler's wake-up preference); spinning 100 us then blocking beats both. The depth 1-2
+# loop's look in C (``scalar_run``; it was Python) took a QD1 busy_poll reader from 47,000 to
+# 72,000 IOPS (mean 19.1 -> 13.5 us; fio's polling job 66,700 at 14.4, its blocking job 47,200;
+# five interleaved rounds on a tmpfs loop device)
 BUSY_SPIN_NS: Final = 100_000
+# and for the first BUSY_HOT_NS after a completion the C loop looks again without yielding: a
+# fast device's next completion is due then, and a yield per empty look cost it. Five
+# interleaved rounds, QD1 on a tmpfs loop device (another host than the line above's): a yield
+# after every look 70,000 IOPS, none in the first 20 us 79,000, none ever 79,000 (fio's polling
+# job 84,800, which never yields, its blocking job 55,100); two LUNs in two workers, both cores
+# spinning: 86,000, 84,000 and 84,000 in all (fio's two polling jobs 50,600, blocking 76,700).
+# Past it the yields stay: they let a device's kernel worker that shares the core run
+BUSY_HOT_NS: Final = 20_000
 # a max-iops loop that finds no completion looks again (yielding the core in between) for this long
 # before it blocks in the engine's reap, while its recent waits were shorter than this
 # (``waits.Waiter``): on the 2-core VM a blocking wait took ~45 us to return (the sleeping CPU's
@@ -90,7 +101,7 @@ LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # lone one that a loop of its own serves); tests and bench_engine switch it off to run the
 # Python loops
 COMPILED_PACED = True
-# and the max-iops loop of depth 1-2 that blocks, for a lone workload of reads
+# and the max-iops loop of depth 1-2, blocking or polling, for a lone workload of reads
 # (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
 COMPILED_SCALAR = True
 # and the lone max-iops read workload's ring of iocbs (``pk.ring_function``;
