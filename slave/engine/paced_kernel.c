@@ -593,7 +593,7 @@ int64_t paced_run(const int64_t *a)
     }
 }
 
-/* The max-iops loop of queue depth 1-2 that blocks (EngineLoop._loop_scalar) in C, for a lone
+/* The max-iops loop of queue depth 1-2 (EngineLoop._loop_scalar) in C, for a lone
  * workload of reads: its I/Os come from its precomputed ring (5 words each: R_*_COL); each
  * completion's slot row is copied whole into the records (pend) with its result and time, and
  * the slot takes the ring's next I/O; the batch's slots go out together with the wait for the
