@@ -112,22 +112,21 @@ static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t
     return n;
 }
 
-/* the max-iops loops' wait for completions when a look found none (slave.engine.waits.Waiter): look
- * in the ring again, yielding the core in between (the device's kernel worker may need it),
- * for spin ns when the recent waits (their running mean, *mean) were shorter than gate, and
- * while until is nearer than sleep_min; block in io_getevents for the rest, up to block_until.
+/* a wait for completions when a look found none: look in the ring again until spin_until, and
+ * while until is nearer than sleep_min, yielding the core between looks from yield_from on (the
+ * device's kernel worker may need it); block in io_getevents for the rest, up to block_until.
  * How many completions it moved into ev (0: until came) */
-static int64_t await_events(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
-                            int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
-                            int64_t spin, int64_t gate, int64_t sleep_min, int64_t *mean)
+static int64_t look_then_block(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
+                               int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
+                               int64_t spin_until, int64_t yield_from, int64_t sleep_min)
 {
-    const int64_t t0 = now_ns(), spin_until = *mean < gate ? t0 + spin : t0;
-    int64_t n = 0, now = t0;
+    int64_t n = 0, now = now_ns();
     for (;;) {
         if (now >= until)
             break;
         if (now < spin_until || until - now < sleep_min || block_until <= now) {
-            syscall(SYS_sched_yield);
+            if (now >= yield_from)
+                syscall(SYS_sched_yield);
             n = ring_take(hdr, ring_ev, ev, cap);
         } else {
             const int64_t left = block_until - now;
@@ -139,6 +138,19 @@ static int64_t await_events(unsigned long ctx, volatile uint32_t *hdr, const int
             break;
         now = now_ns();
     }
+    return n;
+}
+
+/* the max-iops loops' wait (slave.engine.waits.Waiter): look_then_block, looking for spin ns
+ * (yielding after every look) only when the recent waits (their running mean, *mean) were
+ * shorter than gate */
+static int64_t await_events(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
+                            int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
+                            int64_t spin, int64_t gate, int64_t sleep_min, int64_t *mean)
+{
+    const int64_t t0 = now_ns();
+    int64_t n = look_then_block(ctx, hdr, ring_ev, ev, cap, until, block_until,
+                                *mean < gate ? t0 + spin : t0, t0, sleep_min);
     *mean += (now_ns() - t0 - *mean) >> 3; /* a running mean over ~8 waits */
     return n;
 }
@@ -650,27 +662,12 @@ int64_t scalar_run(const int64_t *a)
             }
             nheld = 0;
         }
-        long got = 0;
-        if (spin) { /* busy_poll: look in the ring, yielding the core, then block */
+        long got;
+        if (spin) { /* busy_poll: look in the ring (yielding past hot) until spin, then block */
             got = ring_take(hdr, ring_ev, ev, nr);
-            while (!got) {
-                if (now_ns() - last_done >= hot) /* the device's kernel worker may need */
-                    syscall(SYS_sched_yield);    /* this core */
-                got = ring_take(hdr, ring_ev, ev, nr);
-                if (got)
-                    break;
-                now = now_ns();
-                if (now >= wake)
-                    break;
-                if (now - last_done >= spin) { /* spun long enough since the last one */
-                    left = boundary - now < block ? boundary - now : block;
-                    ts.tv_sec = left / 1000000000LL;
-                    ts.tv_nsec = left % 1000000000LL;
-                    got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr,
-                                  (void *)ev, &ts);
-                    break;
-                }
-            }
+            if (!got)
+                got = look_then_block((unsigned long)ctx, hdr, ring_ev, ev, nr, wake,
+                                      now + left, last_done + spin, last_done + hot, 0);
         } else {
             got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr, (void *)ev, &ts);
         }
