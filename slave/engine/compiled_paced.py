@@ -82,7 +82,7 @@ class CompiledPaced:
         a.array("OUT", np.zeros(loop.table.capacity, dtype=np.int64))
         a.set("N_SLOTS", loop.table.capacity)
         a.array("PEND", loop._pend)
-        a.set("FLUSH_AT", tuning.FLUSH_AT)
+        a.set("FLUSH_AT", loop._flush_at)
         a.set("COMPACT_AT", tuning.COMPACT_AT)
         a.set("SLEEP_MIN", tuning.SLEEP_MIN_NS)
         a.set("LONG_WAIT", tuning.LONG_WAIT_NS)

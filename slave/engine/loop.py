@@ -134,7 +134,9 @@ class EngineLoop:
         self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
         self._active_list = [-1] * capacity
         self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
-        self._pend = np.zeros((tuning.FLUSH_AT + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
+        # records buffered before binning: taken once, as the buffers below are sized by it
+        self._flush_at = tuning.FLUSH_AT
+        self._pend = np.zeros((self._flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self._pend_words = int64_words(self._pend)
         self._p = 0
         self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
@@ -144,7 +146,7 @@ class EngineLoop:
         self._mark_from = 0
         self._n_marks = 0
         self._mark_owner = -1  # the workload whose I/Os the notes are (``_loop_single``'s)
-        self._marks = np.zeros((tuning.FLUSH_AT + capacity, 2), dtype=np.int64)
+        self._marks = np.zeros((self._flush_at + capacity, 2), dtype=np.int64)
         self._marks_words = int64_words(self._marks)
         self._wl: list[LoopWorkload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id

@@ -121,7 +121,7 @@ def _loop_scalar(
                 self._in_flight -= 1 - took(exc)
                 raise
         self._p = p
-        if p >= tuning.FLUSH_AT:
+        if p >= self._flush_at:
             self.flush()
         now = t
         spin_until = now + spin_ns
@@ -143,7 +143,7 @@ def _scalar_args(self: EngineLoop, eng: IoEngine) -> CompiledWords | None:
     args[pk.S["ROWS"]] = self._rows.ctypes.data
     args[pk.S["PEND"]] = self._pend.ctypes.data
     args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
-    args[pk.S["FLUSH_AT"]] = tuning.FLUSH_AT
+    args[pk.S["FLUSH_AT"]] = self._flush_at
     args[pk.S["BLOCK_WAIT"]] = tuning.BLOCK_WAIT_NS
     args[pk.S["RING_HEADER"]] = h.ring_header.ctypes.data
     args[pk.S["RING_EVENTS"]] = h.ring_events.ctypes.data
@@ -205,7 +205,7 @@ def _loop_scalar_compiled(
             for slot in st[pk.SS_NEED0 : pk.SS_NEED0 + int(st[pk.SS_NNEED])].tolist():
                 self._in_flight -= 1  # completed, recorded; _issue1 counts it again
                 self._issue1(w, slot)
-        if self._p >= tuning.FLUSH_AT:  # SR_FLUSH, or a refill's records
+        if self._p >= self._flush_at:  # SR_FLUSH, or a refill's records
             self.flush()
 
 
@@ -278,7 +278,7 @@ def _loop_single(
         marks[2 * nm + 1] = t
         self._n_marks = nm + 1
         self._p = q
-        if q >= tuning.FLUSH_AT:
+        if q >= self._flush_at:
             self.flush()
         if t >= wake:
             return boundary

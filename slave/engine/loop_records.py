@@ -54,7 +54,7 @@ def _complete(self: EngineLoop, engine: IoEngine, n: int, t: int) -> None:
     pend[p:q, C_RES] = engine.done_res[:n]
     pend[p:q, C_DONE] = t
     self._p = q
-    if q >= tuning.FLUSH_AT:
+    if q >= self._flush_at:
         self.flush()
 
 
@@ -63,7 +63,7 @@ def _complete_scalar(self: EngineLoop, engine: IoEngine, n: int, t: int) -> None
         self._in_one_submission(self._complete_words, engine, n, t)
     else:
         self._complete_words(engine, n, t)
-    if self._p >= tuning.FLUSH_AT:
+    if self._p >= self._flush_at:
         self.flush()
 
 
@@ -374,7 +374,7 @@ def _record_words(self: EngineLoop, ev: memoryview, n: int, t: int) -> None:
         pw[b + C_DONE] = t
         p += 1
     self._p = p
-    if p >= tuning.FLUSH_AT:
+    if p >= self._flush_at:
         self.flush()
 
 

@@ -43,7 +43,7 @@ def _enter_ring(self: EngineLoop, w: LoopWorkload) -> IocbRing:
     rest = w.ring[w.cur : w.ring_len, R_OFF]
     size = max(self._ahead(w), int(rest.size) + 4 * p.iodepth)
     ring = IocbRing(size, p.iodepth, w.spec.fd, p.blocksize_bytes, w.buffers.addr,
-                    tuning.FLUSH_AT)
+                    self._flush_at)
     ring.append(rest)
     ring.append(w.seq.chunk(size - ring.end).offset_bytes)
     set_ring(w, w.ring[:0], w.ring_write[:0])
