@@ -1,0 +1,110 @@
+"""Tests for scripts/blocktrace: pairing the block layer's arrival and completion events into
+latencies (table-driven), parsing the trace text, and a real trace of a loop device (root)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from scripts import blocktrace
+from scripts.blocktrace import BlockTrace, kernel_dev, pair, parse
+from tests.slave.conftest import LoopFactory, loop_device, require_tools  # noqa: F401
+
+Q, C = False, True
+
+# (name, events as (dev, sector, time, is completion), latencies sorted, unpaired)
+PAIR_CASES = [
+    ("none", [], [], 0),
+    ("one I/O", [(1, 8, 10.0, Q), (1, 8, 25.0, C)], [15.0], 0),
+    ("events out of order", [(1, 8, 25.0, C), (1, 8, 10.0, Q)], [15.0], 0),
+    ("same sector on two devices",
+     [(1, 8, 10.0, Q), (2, 8, 11.0, Q), (2, 8, 14.0, C), (1, 8, 30.0, C)], [3.0, 20.0], 0),
+    ("one sector read twice in turn",
+     [(1, 8, 10.0, Q), (1, 8, 12.0, C), (1, 8, 20.0, Q), (1, 8, 27.0, C)], [2.0, 7.0], 0),
+    ("two in flight on one sector: the later arrival pairs, the second completion is unpaired",
+     [(1, 8, 10.0, Q), (1, 8, 11.0, Q), (1, 8, 15.0, C), (1, 8, 16.0, C)], [4.0], 1),
+    ("completion whose arrival came before tracing", [(1, 8, 5.0, C)], [], 1),
+    ("arrival still in flight at the end", [(1, 8, 5.0, Q), (1, 16, 6.0, Q), (1, 16, 9.0, C)],
+     [3.0], 0),
+    ("arrival and completion at one timestamp", [(1, 8, 7.0, C), (1, 8, 7.0, Q)], [0.0], 0),
+    ("a completion on another sector does not pair",
+     [(1, 8, 10.0, Q), (1, 16, 12.0, C)], [], 1),
+]
+
+
+@pytest.mark.parametrize(("events", "want", "unpaired"),
+                         [c[1:] for c in PAIR_CASES], ids=[c[0] for c in PAIR_CASES])
+def test_pair(events: list[tuple[int, int, float, bool]], want: list[float],
+              unpaired: int) -> None:
+    cols: list[tuple[object, ...]] = list(zip(*events, strict=True)) or [(), (), (), ()]
+    lat = pair(np.array(cols[0], np.int64), np.array(cols[1], np.int64),
+               np.array(cols[2], np.float64), np.array(cols[3], np.bool_))
+    assert sorted(lat.ns.tolist()) == want
+    assert lat.unpaired == unpaired
+
+
+TRACE = b"""# tracer: nop
+#
+#                                _-----=> irqs-off/BH-disabled
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |
+          python-1400    [000] ..... 1000000: tracing_mark_write: ivypy-blocktrace 5000000000
+             fio-1314    [001] ..... 1000100: block_bio_queue: 7,0 R 586112 + 8 [fio]
+             fio-1314    [001] ..... 1000150: block_bio_queue: 259,3 RS 16 + 8 [fio]
+     ksoftirqd/0-14      [000] ..s.. 1000400: block_rq_complete: 7,0 R () 586112 + 8 be,0,4 [0]
+    kworker/u8:2-99      [001] d..1. 1000250: block_rq_complete: 259,3 RS () 16 + 8 none,0,0 [0]
+          python-1400    [000] ..... 1002000: tracing_mark_write: ivypy-blocktrace 5000001000
+"""
+
+
+def test_parse_reads_events_devices_and_markers() -> None:
+    lat, marks = parse(TRACE)
+    assert sorted(lat.ns.tolist()) == [100.0, 300.0]
+    assert lat.unpaired == 0
+    assert marks == [(1000000.0, 5000000000), (1002000.0, 5000001000)]
+
+
+def test_parse_mono_clock_seconds() -> None:
+    text = (b"  fio-1 [000] ..... 12.000010: block_bio_queue: 7,1 R 8 + 8 [fio]\n"
+            b"  fio-1 [000] ..... 12.000025: block_rq_complete: 7,1 R () 8 + 8 be,0,4 [0]\n")
+    lat, marks = parse(text)
+    assert lat.ns.tolist() == pytest.approx([15e-6])
+    assert marks == []
+
+
+def test_latencies_summaries() -> None:
+    lat = blocktrace.Latencies(np.arange(1.0, 101.0), 0)
+    assert lat.percentile(50) == pytest.approx(50.5)
+    assert lat.mean == pytest.approx(50.5)
+    empty = blocktrace.Latencies(np.empty(0), 3)
+    assert np.isnan(empty.percentile(99)) and np.isnan(empty.mean)
+
+
+@pytest.mark.root
+def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F811
+    """A real trace: each direct read of the traced device is one latency, between zero and
+    the time the reads took in all; I/O on another device is not traced; the trace instance
+    is gone afterwards."""
+    require_tools("losetup", "dd")
+    traced, other = loop_device(8 << 20), loop_device(8 << 20)
+    with BlockTrace([traced.path], buffer_mib_per_cpu=4) as bt:
+        instance = bt.dir
+        assert instance.is_dir()
+        bt.start()
+        t0 = time.monotonic_ns()
+        for dev in (traced.path, other.path):
+            subprocess.run(["dd", f"if={dev}", "of=/dev/null", "bs=4k", "count=200",
+                            "iflag=direct", "status=none"], check=True)
+        took_ns = time.monotonic_ns() - t0
+        lat = bt.stop()
+    assert not instance.exists()
+    assert lat.ns.size == 200
+    assert lat.unpaired == 0
+    assert lat.ns.min() > 0
+    assert lat.ns.sum() < took_ns
+    with open(f"/sys/block/{traced.name}/dev") as f:
+        major, minor = (int(x) for x in f.read().split(":"))
+    assert kernel_dev(traced.path) == (major << 20) | minor
