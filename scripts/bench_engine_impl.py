@@ -25,7 +25,14 @@ two-sided one. A latency below fio's is believed only with the fidelity checks (
   ``io_submit``, a completion stamp before the reap) reads below 0.95; so does one that
   leaves slots idle (book-keeping between reap and resubmit);
 * no ivypy case's mean service time below the block layer's own mean for the same I/Os
-  (``blk``, below): a request's life in the block layer lies within its submit -> reap.
+  (``blk``, below): a request's life in the block layer lies within its submit -> reap;
+* the same floor on the percentiles: in runs made apart with the kernel's block tracepoints on
+  (cases ending ``traced``: QD32, QD1 and the paced case, each tool; ``scripts/blocktrace.py``
+  times each I/O from its bio's arrival in the block layer to its request's completion), ivypy's
+  p50 and p99 at least the block layer's p50 and p99 of the same I/Os, less the histogram's
+  rounding inside one bucket (1/64). The same runs print what each tool adds to the block
+  layer's p50, p99 and mean: on the same workload, the part of the latency each tool's own path
+  puts there. The tracepoints cost each I/O some kernel time, so the target cases run untraced.
 
 The target cases read loop devices whose tmpfs pages were fallocated and never written: tmpfs
 answers those reads by zeroing the buffer, without reading a page. Also printed, not targets:
@@ -117,9 +124,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
 
 from protocol.stats import StatsBatch, WorkloadStats
+from scripts.blocktrace import BlockTrace, Latencies
 from slave.engine import tuning
 from slave.params import WorkloadParams
 from slave.worker import WorkerPool
@@ -140,6 +149,22 @@ class Result:
     # ivypy itself submitted them
     resp_p50_us: float = float("nan")
     resp_p99_us: float = float("nan")
+    # traced runs only: the block layer's own latency of the same I/Os (scripts/blocktrace.py)
+    kern_p50_us: float = float("nan")
+    kern_p99_us: float = float("nan")
+    kern_mean_us: float = float("nan")
+    kern_ios: int = 0
+    kern_unpaired: int = 0
+
+    def traced(self, lat: Latencies) -> Result:
+        return replace(self, kern_p50_us=lat.percentile(50) / 1e3,
+                       kern_p99_us=lat.percentile(99) / 1e3, kern_mean_us=lat.mean / 1e3,
+                       kern_ios=int(lat.ns.size), kern_unpaired=lat.unpaired)
+
+
+# per CPU: a traced run's two events per I/O (about 64 bytes each in the ring), for 400,000
+# IOPS for 5 s on one CPU; the buffer is the kernel's memory while the instance exists
+TRACE_MIB_PER_CPU = 256
 
 
 def block_reads(devs: list[str]) -> tuple[int, int]:
@@ -166,10 +191,11 @@ def cpu_user_s(pid: int) -> float:
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
               iops: float | None = None, per_lun: int = 1, read_fraction: float = 1.0,
-              compiled: bool = True) -> Result:
+              compiled: bool = True, trace: bool = False) -> Result:
     """``per_lun`` workloads of queue depth ``qd`` on each LUN (one worker per LUN). IOPS and
     CPU count reads and writes; latency is the random reads' service time. ``compiled=False``:
-    paced reads in the Python loop (a host without a C compiler), not the compiled one."""
+    paced reads in the Python loop (a host without a C compiler), not the compiled one.
+    ``trace``: the block layer's latency of the measured seconds' I/Os beside (blocktrace)."""
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
     tuning.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
@@ -177,7 +203,9 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool = WorkerPool(len(devs))
     finally:
         tuning.COMPILED_PACED = True
-    with pool:
+    tracer: AbstractContextManager[BlockTrace | None] = (
+        BlockTrace(devs, TRACE_MIB_PER_CPU) if trace else nullcontext())
+    with tracer as bt, pool:
         for i, dev in enumerate(devs):
             for j in range(per_lun):
                 pool.create_workload(f"bench:{dev}:w{j}", dev, "libaio",
@@ -187,6 +215,8 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool.go(t0, sub)
         pool.collect(0, t0 + 2 * sub + 500_000_000)  # ramp, like fio's ramp_time=1
         pool.keep_going()
+        if bt:
+            bt.start()
         cpu0 = sum(cpu_user_s(p) for p in pool.pids)
         blk0 = block_reads(devs)
         total = WorkloadStats()
@@ -196,15 +226,19 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
             merge_batch(total, r.batch)
         cpu1 = sum(cpu_user_s(p) for p in pool.pids)
         blk1 = block_reads(devs)
+        if bt:
+            bt.stop()
         pool.stop()
+        lat = bt.latencies() if bt else None
     h = total.histogram(0, 0)  # random read, service time
     rh = total.histogram(0, 1)  # random read, response time
     ops = total.ops()
     p50, p99, r50, r99 = (float(x or 0) for x in (h.percentile(50), h.percentile(99),
                                                   rh.percentile(50), rh.percentile(99)))
-    return Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
-                  (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1),
-                  r50 / 1e3, r99 / 1e3)
+    res = Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
+                 (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1),
+                 r50 / 1e3, r99 / 1e3)
+    return res.traced(lat) if lat else res
 
 
 def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
@@ -212,7 +246,10 @@ def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
         total.merge_into(batch.workload(i))
 
 
-def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
+def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
+            trace: bool = False) -> Result:
+    """fio's job(s); ``trace``: the block layer's latency of its I/Os beside (blocktrace; like
+    ``blk``, that includes the I/Os of fio's ramp second, which fio's own figures leave out)."""
     cmd = [
         "fio", "--output-format=json", "--group_reporting", "--ioengine=libaio", "--direct=1",
         "--rw=randread", "--bs=4k", f"--iodepth={qd}", "--time_based", f"--runtime={seconds}",
@@ -220,20 +257,29 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str]) -> Result:
     ]
     for i, dev in enumerate(devs):
         cmd += [f"--name=j{i}", f"--filename={dev}"]
-    blk0 = block_reads(devs)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    blk = block_mean_us(blk0, block_reads(devs))
+    tracer: AbstractContextManager[BlockTrace | None] = (
+        BlockTrace(devs, TRACE_MIB_PER_CPU) if trace else nullcontext())
+    with tracer as bt:
+        if bt:
+            bt.start()
+        blk0 = block_reads(devs)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        blk = block_mean_us(blk0, block_reads(devs))
+        if bt:
+            bt.stop()
+        lat = bt.latencies() if bt else None
     job = json.loads(out[out.index("{"):])["jobs"][0]
     rd = job["read"]
-    lat = rd["lat_ns"]
-    pct = lat["percentile"]
+    lat_ns = rd["lat_ns"]
+    pct = lat_ns["percentile"]
     ios = (rd["total_ios"] + job["write"]["total_ios"]) or 1
     # usr_cpu is a percentage of job_runtime, the measured time (after ramp_time) summed over
     # the jobs: that product is the user CPU of the I/Os counted in total_ios. (``elapsed`` is
     # whole seconds of the run including the ramp; with it fio's figure read 1.25-1.5x too high.)
     usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
-    return Result(rd["iops"] + job["write"]["iops"], lat["mean"] / 1e3, pct["50.000000"] / 1e3,
-                  pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk)
+    res = Result(rd["iops"] + job["write"]["iops"], lat_ns["mean"] / 1e3,
+                 pct["50.000000"] / 1e3, pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk)
+    return res.traced(lat) if lat else res
 
 
 def sh(*cmd: str) -> str:
@@ -325,6 +371,17 @@ def main() -> int:
                                                   ["--rw=randrw", "--rwmixread=70"]),
             "ivypy 8 workloads qd4 70%": lambda: run_ivypy(written, 4, False, s, per_lun=8,
                                                            read_fraction=0.7),
+            # not targets: runs again with the block layer's own latency of each I/O traced
+            # (scripts/blocktrace.py), for the fidelity floor on percentiles; the trace costs
+            # each I/O some kernel time, so these are apart from the target cases
+            "ivypy qd32 traced": lambda: run_ivypy(one, 32, False, s, trace=True),
+            "fio qd32 traced": lambda: run_fio(one, 32, s, [], trace=True),
+            "ivypy qd1 blocking traced": lambda: run_ivypy(one, 1, False, s, trace=True),
+            "fio qd1 traced": lambda: run_fio(one, 1, s, [], trace=True),
+            "ivypy qd32 paced traced": lambda: run_ivypy(one, 32, False, s, iops=rate,
+                                                         trace=True),
+            "fio qd32 paced traced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"],
+                                                     trace=True),
         }
         if args.only:
             cases = {k: fn for k, fn in cases.items() if re.search(args.only, k)}
@@ -344,7 +401,10 @@ def main() -> int:
                 print(f"round {rnd + 1} {name:26s} {res.iops:10.0f} IOPS"
                       f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
                       f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO"
-                      f"  blk {res.blk_mean_us:6.1f} us", flush=True)
+                      f"  blk {res.blk_mean_us:6.1f} us"
+                      + (f"  block layer p50 {res.kern_p50_us:6.1f} p99 {res.kern_p99_us:6.1f}"
+                         f" ({res.kern_ios} I/Os, {res.kern_unpaired} unpaired)"
+                         if res.kern_ios else ""), flush=True)
     finally:
         teardown(images, devs)
 
@@ -419,6 +479,41 @@ def main() -> int:
     lowest = min(floor, key=floor.__getitem__)
     check(f"ivypy mean / block layer's mean, lowest ({lowest})", floor[lowest],
           floor[lowest] >= 1.0, ">= 1 in every ivypy case")
+    traced = [c for c in cases if c.endswith(" traced") and all(x.kern_ios for x in results[c])]
+
+    def over_block(case: str, field: str, how: Callable[[float, float], float]) -> float:
+        """Per round: ``how(tool's figure, the block layer's)`` of one statistic."""
+        return per_round(case, lambda x: how(getattr(x, f"{field}_us"),
+                                             getattr(x, f"kern_{field}_us")))
+
+    for c in cases:
+        if c.endswith(" traced") and c not in traced:
+            check(f"{c}: the trace holds its I/Os", 0.0, False, "every round's trace")
+    if traced:
+        # each I/O's life in the block layer lies inside its submit -> reap, so each quantile
+        # of a tool's latency is at least the block layer's, less the histogram's rounding
+        # inside one bucket (1/64 of its power-of-two group)
+        for q in ("p50", "p99"):
+            r_of = {c: over_block(c, q, lambda t, k: t / k) for c in traced}
+            ivy = [c for c in traced if c.startswith("ivypy")]
+            fio = [c for c in traced if c.startswith("fio")]
+            if not ivy or not fio:
+                break  # missed above: a traced run found nothing in its trace
+            low, fio_low = min(ivy, key=r_of.__getitem__), min(fio, key=r_of.__getitem__)
+            check(f"ivypy {q} / block layer's {q}, same I/Os, lowest ({low})", r_of[low],
+                  r_of[low] >= 1 - 1 / 64,
+                  f">= {1 - 1 / 64:.3f} in every traced ivypy case; fio's lowest "
+                  f"{r_of[fio_low]:.3f}")
+        print("\n# the block layer's own latency of the same I/Os (tracepoints block_bio_queue ->"
+              " block_rq_complete, traced runs; medians; not targets): what each tool adds")
+        for c in traced:
+            untraced = c.removesuffix(" traced")
+            cost = (f"  IOPS / untraced {ratio(c, untraced, 'iops'):5.3f}"
+                    if untraced in results else "")
+            cols = "".join(f"  {q} {med(c, f'{q}_us'):7.1f} us = {med(c, f'kern_{q}_us'):6.1f}"
+                           f" + {over_block(c, q, lambda t, k: t - k):6.1f}"
+                           for q in ("p50", "p99", "mean"))
+            print(f"{c:26s}{cols}{cost}")
     print("\n# many workloads in one worker, a device that holds data, and 70 % reads on it "
           "(IOPS: reads and writes; not targets)")
     for a, b in (("ivypy 8 workloads qd4", "fio qd32"),

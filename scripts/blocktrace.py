@@ -98,7 +98,7 @@ def parse(text: bytes) -> tuple[Latencies, list[tuple[float, int]]]:
 
 
 class BlockTrace:
-    """``with BlockTrace(devs) as bt: bt.start(); <I/O>; lat = bt.stop()``."""
+    """``with BlockTrace(devs) as bt: bt.start(); <I/O>; bt.stop(); lat = bt.latencies()``."""
 
     def __init__(self, devs: list[str], buffer_mib_per_cpu: int = 128) -> None:
         self.devs = devs
@@ -112,6 +112,10 @@ class BlockTrace:
         if not (TRACEFS / "instances").is_dir():
             subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True,
                            capture_output=True)
+        missing = [ev for ev in EVENTS if not (TRACEFS / "events" / "block" / ev).is_dir()]
+        if missing:
+            raise RuntimeError(f"blocktrace: this kernel has no tracepoint {', '.join(missing)} "
+                               f"under {TRACEFS / 'events' / 'block'}")
         self.dir.mkdir()
         try:
             clocks = (self.dir / "trace_clock").read_text().replace("[", "").replace("]", "")
@@ -135,9 +139,13 @@ class BlockTrace:
         self._write("tracing_on", "1")
         self._mark()
 
-    def stop(self) -> Latencies:
+    def stop(self) -> None:
+        """Stop tracing; the events stay in the buffer for ``latencies``."""
         self._mark()
         self._write("tracing_on", "0")
+
+    def latencies(self) -> Latencies:
+        """The traced I/Os' latencies in ns (reading a million I/Os' trace takes seconds)."""
         lat, marks = parse((self.dir / "trace").read_bytes())
         if self.clock == "mono":  # seconds, printed to the microsecond
             return Latencies(lat.ns * 1e9, lat.unpaired)
