@@ -99,7 +99,10 @@ def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F
             subprocess.run(["dd", f"if={dev}", "of=/dev/null", "bs=4k", "count=200",
                             "iflag=direct", "status=none"], check=True)
         took_ns = time.monotonic_ns() - t0
-        lat = bt.stop()
+        bt.stop()
+        subprocess.run(["dd", f"if={traced.path}", "of=/dev/null", "bs=4k", "count=50",
+                        "iflag=direct", "status=none"], check=True)  # after stop: not traced
+        lat = bt.latencies()
     assert not instance.exists()
     assert lat.ns.size == 200
     assert lat.unpaired == 0
