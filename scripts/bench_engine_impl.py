@@ -167,7 +167,10 @@ class Result:
     kern_ios: int = 0
     kern_unpaired: int = 0
 
-    def traced(self, lat: Latencies) -> Result:
+    def traced(self, lat: Latencies | None) -> Result:
+        """This result with the block layer's figures of a traced run (``lat``), if any."""
+        if lat is None:
+            return self
         return replace(self, kern_p50_us=lat.percentile(50) / 1e3,
                        kern_p99_us=lat.percentile(99) / 1e3, kern_mean_us=lat.mean / 1e3,
                        kern_ios=int(lat.ns.size), kern_unpaired=lat.unpaired)
@@ -176,6 +179,11 @@ class Result:
 # per CPU: a traced run's two events per I/O (about 64 bytes each in the ring), for 400,000
 # IOPS for 5 s on one CPU; the buffer is the kernel's memory while the instance exists
 TRACE_MIB_PER_CPU = 256
+
+
+def block_trace(devs: list[str], on: bool) -> AbstractContextManager[BlockTrace | None]:
+    """The devices' block trace for a run with ``trace`` set, else nothing (None)."""
+    return BlockTrace(devs, TRACE_MIB_PER_CPU) if on else nullcontext()
 
 
 def block_reads(devs: list[str]) -> tuple[int, int]:
@@ -214,9 +222,7 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool = WorkerPool(len(devs))
     finally:
         tuning.COMPILED_PACED = True
-    tracer: AbstractContextManager[BlockTrace | None] = (
-        BlockTrace(devs, TRACE_MIB_PER_CPU) if trace else nullcontext())
-    with tracer as bt, pool:
+    with block_trace(devs, trace) as bt, pool:
         for i, dev in enumerate(devs):
             for j in range(per_lun):
                 pool.create_workload(f"bench:{dev}:w{j}", dev, "libaio",
@@ -249,7 +255,7 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     res = Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
                  (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1),
                  r50 / 1e3, r99 / 1e3)
-    return res.traced(lat) if lat else res
+    return res.traced(lat)
 
 
 def merge_batch(total: WorkloadStats, batch: StatsBatch) -> None:
@@ -268,9 +274,7 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     ]
     for i, dev in enumerate(devs):
         cmd += [f"--name=j{i}", f"--filename={dev}"]
-    tracer: AbstractContextManager[BlockTrace | None] = (
-        BlockTrace(devs, TRACE_MIB_PER_CPU) if trace else nullcontext())
-    with tracer as bt:
+    with block_trace(devs, trace) as bt:
         if bt:
             bt.start()
         blk0 = block_reads(devs)
@@ -290,7 +294,7 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
     res = Result(rd["iops"] + job["write"]["iops"], lat_ns["mean"] / 1e3,
                  pct["50.000000"] / 1e3, pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk)
-    return res.traced(lat) if lat else res
+    return res.traced(lat)
 
 
 def sh(*cmd: str) -> str:

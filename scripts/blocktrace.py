@@ -45,7 +45,8 @@ _MARK = re.compile(rb"\s(\d+(?:\.\d+)?): tracing_mark_write: ivypy-blocktrace (\
 
 @dataclass(frozen=True)
 class Latencies:
-    """The block layer's latency of each paired request, in ns (unsorted), and how many
+    """The block layer's latency of each paired request (unsorted; in ns from
+    ``BlockTrace.latencies``, in the trace clock's unit from ``parse``), and how many
     completions found no arrival to pair with (the trace buffer overran, or the I/O arrived
     before tracing started)."""
 
