@@ -69,6 +69,15 @@ class Connection(Protocol):
     def stderr_tail(self) -> str: ...
 
 
+class LunRefusedError(HostError):
+    """A host refused a file LUN the test names (a directory, a missing parent, no size): the
+    test's fault, not the host's. ``lun`` is the file's path."""
+
+    def __init__(self, message: str, *, host: str, lun: str) -> None:
+        self.lun = lun
+        super().__init__(message, host=host)
+
+
 @dataclass
 class ClockSample:
     rtt_ns: int
@@ -168,12 +177,13 @@ class HostSession:
         elif isinstance(msg, Log):
             self._event(msg.level, msg.message, msg.context)
         elif isinstance(msg, Error):
-            ctx = {k: v for k, v in (("workload", msg.workload_id), ("lun", msg.lun)) if v}
-            self._event("ERROR", f"{msg.kind}: {msg.message}", {"kind": msg.kind, **ctx})
             fut = self._pending.pop(msg.seq, None) if msg.seq >= 0 else None
             if fut is not None and not fut.done():
-                fut.set_result(msg)
-            elif msg.fatal:
+                fut.set_result(msg)  # a refusal: the requester reports it, once
+                return
+            ctx = {k: v for k, v in (("workload", msg.workload_id), ("lun", msg.lun)) if v}
+            self._event("ERROR", f"{msg.kind}: {msg.message}", {"kind": msg.kind, **ctx})
+            if msg.fatal:
                 self._fail(f"slave failed ({msg.kind}): {msg.message}")
             elif msg.kind in ("late", "io", "internal"):
                 self._fail(f"{msg.kind}: {msg.message}")
@@ -187,11 +197,12 @@ class HostSession:
 
     def _event(self, level: str, message: str, context: dict[str, Any]) -> None:
         ev = SlaveEvent(self.host, level, message, self.clock(), dict(context))
+        if self.on_event is not None:
+            self.on_event(ev)  # which logs it (the run: console, run.log, events.csv)
+            return
         numeric = logging.getLevelName(level)  # the number for a known level name
         log.log(numeric if isinstance(numeric, int) else logging.INFO, "[host=%s] %s",
                 self.host, message)
-        if self.on_event is not None:
-            self.on_event(ev)
 
     async def _request(
         self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S
@@ -242,15 +253,18 @@ class HostSession:
         seq = self._next_seq()
         reply = await self._request(DiscoverLuns(seq, files), key=seq)
         if isinstance(reply, Error):
+            if reply.kind in ("config", "preflight") and reply.lun:
+                raise LunRefusedError(reply.message, host=self.host, lun=reply.lun)
             raise HostError(reply.message, host=self.host)
         assert isinstance(reply, LunList)
         return reply.luns
 
     async def create(self, workload_id: str, lun_path: str, params: dict[str, Any],
-                     allow_write: bool) -> Ack | Error:
+                     allow_write: bool, engine: str = "auto",
+                     allow_engine_fallback: bool = False) -> Ack | Error:
         seq = self._next_seq()
-        reply = await self._request(CreateWorkload(seq, workload_id, lun_path, params, allow_write),
-                                    key=seq)
+        reply = await self._request(CreateWorkload(seq, workload_id, lun_path, params, allow_write,
+                                                   engine, allow_engine_fallback), key=seq)
         assert isinstance(reply, Ack | Error)
         return reply
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from master.config import LunExtent, LunSelector, RollupEdit, RollupSpec, StepConfig, TestConfig
@@ -49,9 +49,15 @@ class Lun:
 
 @dataclass(frozen=True)
 class SelectedLun:
+    """A LUN the test uses, with what its ``luns:`` entries (``selectors``, their indices)
+    allow and ask for. ``lun.attributes["engine"]`` is the engine it is to run on: the
+    entries' ``engine`` where one names it, else what discovery found ``auto`` gives."""
+
     lun: Lun
     allow_write: bool
     selectors: tuple[int, ...]
+    engine: str = "auto"
+    allow_engine_fallback: bool = False
 
 
 def selector_applies(sel: LunSelector, host: str) -> bool:
@@ -90,11 +96,32 @@ def select_luns(
                 allow, idx = chosen.get(lun.path, (False, []))
                 chosen[lun.path] = (allow or sel.allow_write, [*idx, i])
         out[host] = [
-            SelectedLun(lun, chosen[lun.path][0], tuple(chosen[lun.path][1]))
+            _selected(cfg, host, lun, chosen[lun.path][0], tuple(chosen[lun.path][1]))
             for lun in luns
             if lun.path in chosen
         ]
     return out
+
+
+def _selected(cfg: TestConfig, host: str, lun: Lun, allow_write: bool,
+              selectors: tuple[int, ...]) -> SelectedLun:
+    """``lun`` as its entries ``selectors`` choose it: the engine one of them names (two that
+    name different engines are an error) and whether any allows the fallback."""
+    engine, named_by = "auto", -1
+    for i in selectors:
+        sel = cfg.luns[i]
+        if sel.engine == "auto" or sel.engine == engine:
+            continue
+        if engine != "auto":
+            raise ConfigError(
+                f"LUN {lun.path} on host {host} is chosen by luns[{named_by}] with engine "
+                f"{engine} and by this entry with engine {sel.engine}: name one engine",
+                key_path=f"luns[{i}].engine", file=cfg.source_file, line=sel.line or None)
+        engine, named_by = sel.engine, i
+    fallback = any(cfg.luns[i].allow_engine_fallback for i in selectors) and engine == "auto"
+    if engine != "auto":
+        lun = replace(lun, attributes={**lun.attributes, "engine": engine})
+    return SelectedLun(lun, allow_write, selectors, engine, fallback)
 
 
 def _selector_matches(sel: LunSelector, lun: Lun) -> bool:

@@ -564,6 +564,27 @@ class RunOutput:
         self._log_handler = handler
         return handler
 
+    def replace_table(self, name: str, header: Sequence[str],
+                      rows: Sequence[Mapping[str, Any]]) -> Path:
+        """A small whole-run table written whole: to a temporary file beside it, then renamed
+        over the last one, so a reader sees the old table or the new, never a part."""
+        path = self.folder / name
+        tmp = self.folder / f".{name}.tmp"
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(list(header))
+        wanted = list(header)
+        for row in rows:
+            unknown = set(row) - set(wanted)
+            if unknown:
+                raise ValueError(f"{name}: columns {sorted(unknown)} not in the header")
+            writer.writerow([fmt(row.get(col)) for col in wanted])
+        with _writing(path):
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(buf.getvalue())
+            os.replace(tmp, path)
+        return path
+
     def table(self, relative: str, header: Sequence[str]) -> CsvAppender:
         """The appender for ``relative`` (created with ``header`` on first use)."""
         f = self._files.get(relative)

@@ -30,7 +30,7 @@ from typing import Any
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
-from master.hostsession import HostSession, SlaveEvent
+from master.hostsession import HostSession, LunRefusedError, SlaveEvent
 from master.live import LiveView
 from master.lunselect import (
     Lun,
@@ -57,7 +57,7 @@ from protocol.errors import (
     PreflightError,
     ProtocolError,
 )
-from protocol.messages import MAX_WORKLOADS_PER_HOST, Error, SubintervalResult
+from protocol.messages import MAX_WORKLOADS_PER_HOST, Ack, Error, SubintervalResult
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,10 @@ class Run:
         self.output_failed: OutputError | None = None  # a write that failed outside the run loop
         self.discovered: dict[str, list[Lun]] = {}
         self.selected: dict[str, list[SelectedLun]] = {}
+        # the engines each LUN's workloads run on, as their creates answered (host, path)
+        self.engines_in_use: dict[tuple[str, str], set[str]] = {}
+        self._luns_used: dict[tuple[str, str], list[str]] = {}  # workload names per LUN
+        self._luns_csv_stale = False
         self.current: dict[str, WorkloadInstance] = {}
         self.rollups: list[RollupSpec] = self._rollup_specs()
         self.interrupted = asyncio.Event()
@@ -312,7 +316,10 @@ class Run:
 
     async def _discover(self) -> None:
         async def one(name: str, hs: HostSession) -> None:
-            raw = await hs.discover(file_requests(self.cfg, name))
+            try:
+                raw = await hs.discover(file_requests(self.cfg, name))
+            except LunRefusedError as exc:
+                raise self._file_lun_error(exc) from None
             self.discovered[name] = [Lun.from_wire(name, e) for e in raw]
 
         await asyncio.gather(*(one(n, hs) for n, hs in self.sessions.items()))
@@ -327,20 +334,41 @@ class Run:
                 used.setdefault((inst.host, inst.lun.lun.path), [])
                 if inst.name not in used[(inst.host, inst.lun.lun.path)]:
                     used[(inst.host, inst.lun.lun.path)].append(inst.name)
+        self._luns_used = used
+        self._write_luns_csv()
+
+    def _file_lun_error(self, exc: LunRefusedError) -> ConfigError:
+        """A host's refusal of a file LUN, as the error of the ``luns:`` entry naming it."""
+        for i, sel in enumerate(self.cfg.luns):
+            if sel.kind == "file" and sel.file == exc.lun:
+                return ConfigError(str(exc), key_path=f"luns[{i}].file",
+                                   file=self.cfg.source_file, line=sel.line or None)
+        return ConfigError(str(exc), key_path="luns", file=self.cfg.source_file)
+
+    def _write_luns_csv(self) -> None:
+        """luns.csv: every discovered LUN, whether the test uses it, and its attributes; for a
+        LUN in use, ``engine`` is the engine its workloads run on (as their creates answered,
+        ``a/b`` when they differ), else the one it is to run on. Written whole, in place of
+        the last one, when that changes."""
         assert self.output is not None
         attr_keys = sorted({k for luns in self.discovered.values() for lun in luns
                             for k in lun.attributes} - {"lun"})
-        table = self.output.table("luns.csv", ["host", "lun", "selected", "allow_write",
-                                               "used_by", "in_use", *attr_keys])
+        rows: list[dict[str, Any]] = []
         for host, luns in self.discovered.items():
             chosen = {s.lun.path: s for s in self.selected.get(host, [])}
             for lun in luns:
                 sel = chosen.get(lun.path)
-                table.write({"host": host, "lun": lun.path, "selected": sel is not None,
+                attrs = dict((sel.lun if sel is not None else lun).attributes)
+                running = self.engines_in_use.get((host, lun.path))
+                if running:
+                    attrs["engine"] = "/".join(sorted(running))
+                rows.append({"host": host, "lun": lun.path, "selected": sel is not None,
                              "allow_write": bool(sel and sel.allow_write),
-                             "used_by": " ".join(used.get((host, lun.path), [])),
+                             "used_by": " ".join(self._luns_used.get((host, lun.path), [])),
                              "in_use": "; ".join(lun.in_use),
-                             **{k: lun.attributes.get(k, "") for k in attr_keys}})
+                             **{k: attrs.get(k, "") for k in attr_keys}})
+        self.output.replace_table("luns.csv", ["host", "lun", "selected", "allow_write",
+                                               "used_by", "in_use", *attr_keys], rows)
 
     # ------------------------------------------------------------------ workloads
     async def _apply_workloads(self, number: int, instances: list[WorkloadInstance]) -> None:
@@ -353,14 +381,12 @@ class Run:
             hs = self.sessions[inst.host]
             prev = self.current.get(wid)
             if prev is None:
-                jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
-                                                 inst.lun.allow_write), inst, wid))
+                jobs.append(("create", self._create(hs, inst), inst, wid))
             elif prev.params != inst.params:
                 if float(inst.params["read_fraction"]) < 1.0 <= float(prev.params["read_fraction"]):
                     # a workload that starts writing goes through the write preflight again
                     jobs.append(("delete", hs.delete(wid), None, wid))
-                    jobs.append(("create", hs.create(wid, inst.lun.lun.path, inst.params,
-                                                     inst.lun.allow_write), inst, wid))
+                    jobs.append(("create", self._create(hs, inst), inst, wid))
                     continue
                 changed = {k: v for k, v in inst.params.items() if prev.params.get(k) != v}
                 jobs.append(("edit", hs.edit(wid, changed), inst, wid))
@@ -378,13 +404,41 @@ class Run:
                 if action == "create":
                     self.event("INFO", f"workload {wid} created{_placement(reply.info)}",
                                host=done.host, kind="workload", step=number)
-                    if reply.info.get("warning"):
-                        self.event("WARNING", str(reply.info["warning"]), host=done.host,
-                                   kind="engine", step=number)
+                    self._created(number, done, reply.info)
+        if self._luns_csv_stale:
+            self._write_luns_csv()
+            self._luns_csv_stale = False
         if refused:
             pre = [r for r in refused if r.kind == "preflight"]
             text = "; ".join(r.message for r in (pre or refused))
             raise PreflightError(text) if pre else ConfigError(text)
+
+    @staticmethod
+    def _create(hs: HostSession, inst: WorkloadInstance) -> Awaitable[Ack | Error]:
+        sl = inst.lun
+        return hs.create(inst.id, sl.lun.path, inst.params, sl.allow_write, sl.engine,
+                         sl.allow_engine_fallback)
+
+    def _created(self, number: int, inst: WorkloadInstance, info: dict[str, Any]) -> None:
+        """What a create answered: the workload's ``engine`` attribute (a rollup key) is the
+        engine it runs on, and luns.csv follows when that is not the one it listed; the
+        engine's warning (the thread pool) and a write preflight overridden go to the console
+        and events.csv."""
+        engine = str(info.get("engine") or "")
+        if engine:
+            inst.attributes["engine"] = engine
+            key = (inst.host, inst.lun.lun.path)
+            running = self.engines_in_use.setdefault(key, set())
+            if engine not in running:
+                running.add(engine)
+                self._luns_csv_stale = (self._luns_csv_stale or running
+                                        != {inst.lun.lun.attributes.get("engine")})
+        if info.get("warning"):
+            self.event("WARNING", str(info["warning"]), host=inst.host, kind="engine",
+                       step=number)
+        if info.get("preflight_warning"):
+            self.event("WARNING", str(info["preflight_warning"]), host=inst.host,
+                       kind="preflight", step=number)
 
     def _check_per_host(self, step: StepConfig, instances: list[WorkloadInstance]) -> None:
         """Refuse, before any workload is created, a step that gives a host more workloads
@@ -409,6 +463,10 @@ class Run:
     async def _run_step(self, number: int, step: StepConfig) -> bool:
         assert self.output is not None
         instances = expand_step(step, self.selected, self.cfg.source_file)
+        for inst in instances:  # a workload carried over runs on the engine it was created on
+            prev = self.current.get(inst.id)
+            if prev is not None and "engine" in prev.attributes:
+                inst.attributes["engine"] = prev.attributes["engine"]
         self._check_per_host(step, instances)
         for text in self._rollup_edits(step, instances):
             self.event("INFO", f"edit_rollup {text}", kind="edit", step=number)
@@ -837,6 +895,8 @@ class RunControl:
         try:
             effective = await run._send_edits(st, edits, source="live")
         except HostError as exc:
+            run.event("WARNING", f"live edit {rollup_type}={instance} {changes.describe()} "
+                      f"refused: {exc}", kind="edit", step=st.number)
             raise EditRefused(str(exc)) from exc
         run.event("INFO", f"live edit {rollup_type}={instance} {changes.describe()}: "
                   f"{len(edits)} workloads from subinterval {effective}", kind="edit",

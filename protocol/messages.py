@@ -125,7 +125,10 @@ MAX_WORKLOADS_PER_HOST: Final = 1024
 class CreateWorkload(Message):
     """Master → slave: create a workload (id ``host:lun:name``) on a LUN. ``params`` holds the
     resolved workload parameters (bytes, fractions, ``iops`` None for max). Effective at the
-    next boundary when a step is running, else at ``Go``. Preflight happens here."""
+    next boundary when a step is running, else at ``Go``. Preflight happens here. ``engine``
+    is the LUN's engine choice (``auto``, ``libaio`` or ``threadpool``);
+    ``allow_engine_fallback`` lets ``auto`` run on the thread pool where libaio cannot be
+    had (else the create is refused). The ``Ack`` names the engine in use (``info.engine``)."""
 
     CODE: ClassVar[int] = 7
     seq: int
@@ -133,6 +136,8 @@ class CreateWorkload(Message):
     lun_path: str
     params: dict[str, Any]
     allow_write: bool = False
+    engine: str = "auto"
+    allow_engine_fallback: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,6 @@ from slave.signatures import SECTOR_BYTES
 KIND_BLOCK = "block"
 KIND_FILE = "file"
 
-KIND_BLOCK = "block"
-
-
-KIND_FILE = "file"
-
 
 SWAP_MOUNT_POINT = "[swap]"
 
@@ -42,7 +37,8 @@ class LunInfo:
     other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
     partition is a write to the disk they use. ``file_size_bytes`` is a file LUN's file size,
     which may exceed ``size_bytes`` (the LUN is then the file's first ``size_bytes``); 0 for a
-    block device.
+    block device. ``created`` is True for a file LUN this run made (a new file, or an empty one
+    it extended): its data are ivypy's own. An existing non-empty file is someone's data.
     """
 
     path: str
@@ -72,6 +68,7 @@ class LunInfo:
     disk_holders: tuple[str, ...] = ()
     disk_open_by: tuple[str, ...] = ()
     file_size_bytes: int = 0
+    created: bool = False
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -126,7 +123,7 @@ _INT_FIELDS = frozenset({
 })
 
 
-_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy"})
+_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy", "created"})
 
 
 _TUPLE_FIELDS = frozenset({

@@ -18,12 +18,12 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from protocol.errors import IvyError, PreflightError, ProtocolError
+from protocol.errors import IoEngineError, IvyError, PreflightError, ProtocolError
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -85,10 +85,12 @@ class Backend(Protocol):
     """What the session needs from the I/O side (``slave.worker`` implements it)."""
 
     def create(
-        self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams
+        self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams,
+        engine: str = "auto", fallback: bool = False,
     ) -> dict[str, Any]:
-        """Stage a new workload for the next boundary (or the next ``go``); return facts such
-        as ``{"engine": "libaio"}``."""
+        """Stage a new workload for the next boundary (or the next ``go``) on ``engine`` (the
+        LUN's choice in the test; ``fallback``: the thread pool where libaio cannot be had);
+        return facts such as ``{"engine": "libaio"}``, the engine it runs on."""
 
     def engine_for(self, lun: lunmod.LunInfo) -> str:
         """The engine workloads on ``lun`` would run on (what ``create`` reports as
@@ -204,6 +206,8 @@ class SlaveSession:
         # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
         # Go or discovery: one look per LUN for a whole batch of creates
         self._write_checked: dict[str, lunmod.LunInfo] = {}
+        # file LUNs this run created (its data are ours to overwrite: ``LunInfo.created``)
+        self._created_files: set[str] = set()
         self.step: _Step | None = None
         self.window_store: WindowStore | None = None  # the last step's, until the next Go
         self.closed = False
@@ -324,6 +328,8 @@ class SlaveSession:
                     )
                 )
                 return
+        self._created_files.update(lun.path for lun in found if lun.created)
+        found = [self._ours(lun) for lun in found]
         self.luns = {lun.path: lun for lun in found}
         self._write_checked.clear()
         self.send(
@@ -337,6 +343,13 @@ class SlaveSession:
                 ],
             )
         )
+
+    def _ours(self, lun: lunmod.LunInfo) -> lunmod.LunInfo:
+        """``lun``, marked ``created`` when it is a file this run made (described again, it is
+        an existing file like any other)."""
+        if lun.path in self._created_files and not lun.created:
+            return replace(lun, created=True)
+        return lun
 
     @staticmethod
     def _child_pids() -> list[int]:
@@ -372,21 +385,29 @@ class SlaveSession:
                 # (maybe hours ago, and without the exclusive-open probe)
                 # a file LUN keeps the size discovery gave it (maybe less than the file)
                 size = lun.size_bytes if lun is not None and lun.kind == lunmod.KIND_FILE else None
-                lun = self._write_checked.get(msg.lun_path) or self.describe(
+                lun = self._write_checked.get(msg.lun_path) or self._ours(self.describe(
                     msg.lun_path, size, ignore_pids={os.getpid(), *self._child_pids()},
-                    host=self.host)
+                    host=self.host))
                 if params.writes:
                     self._write_checked[msg.lun_path] = lun
             self.luns[lun.path] = lun
-            require_ok(lun, params.writes, msg.allow_write, self.host)
+            verdict = require_ok(lun, params.writes, msg.allow_write, self.host)
             _check_fits(params, lun)
-            info = self.backend.create(wid, lun, params)
+            info = self.backend.create(wid, lun, params, engine=msg.engine,
+                                       fallback=msg.allow_engine_fallback)
         except PreflightError as exc:
             self._refuse(msg.seq, "preflight", str(exc), wid, msg.lun_path)
+            return
+        except IoEngineError as exc:  # no engine for this LUN: a fact of the host, like preflight
+            reason = getattr(exc, "reason", str(exc))  # a worker's, without its worker's name
+            self._refuse(msg.seq, "preflight", f"host {self.host}: workload {wid}: {reason}",
+                         wid, msg.lun_path)
             return
         except (IvyError, OSError, ValueError, TypeError) as exc:
             self._refuse(msg.seq, "config", f"workload {wid}: {exc}", wid, msg.lun_path)
             return
+        if verdict.overridden:
+            info = {**info, "preflight_warning": verdict.message()}
         self.params[wid] = params
         self.lun_of[wid] = lun
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective(), info=info))

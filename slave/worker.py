@@ -81,6 +81,7 @@ class WorkerError(IoEngineError):
     def __init__(self, message: str, *, worker: int, workloads: tuple[str, ...] = ()) -> None:
         self.worker = worker
         self.workloads = workloads
+        self.reason = message  # without the worker and its workloads
         names = ", ".join(workloads[:NAMED_WORKLOADS])
         if len(workloads) > NAMED_WORKLOADS:
             names += f" and {len(workloads) - NAMED_WORKLOADS:,} more"
@@ -304,11 +305,13 @@ class WorkerPool:
         *,
         logical_block_bytes: int | None = None,
         lun_size_bytes: int | None = None,
+        fallback: bool = False,
         timeout_s: float = 10.0,
     ) -> WorkloadInfo:
         """Create a workload on ``lun_path`` (``engine_choice``: auto | libaio | threadpool |
-        fake[...]); effective at the next boundary when running. Returns the engine in use and
-        its warning (e.g. the thread-pool fallback). Raises ``WorkerError`` when refused."""
+        fake[...]; ``fallback``: with auto, the thread pool where libaio cannot be had);
+        effective at the next boundary when running. Returns the engine in use and its
+        warning (e.g. the thread-pool fallback). Raises ``WorkerError`` when refused."""
         self._raise_errors()
         if workload_id in self._entries:
             raise WorkerError(f"workload {workload_id} exists already", worker=-1)
@@ -322,7 +325,7 @@ class WorkerPool:
         self._send(
             w,
             ("create", workload_id, slot, lun_path, engine_choice, params,
-             logical_block_bytes, lun_size_bytes),
+             logical_block_bytes, lun_size_bytes, fallback),
         )
         deadline = time.monotonic() + timeout_s
         while True:

@@ -5,8 +5,9 @@ Owns the bookkeeping between the master's grants (``Continue(k)``) and the pool'
 collected buffer is handed back for reuse only once the master has granted the subinterval it
 would run. Nothing else: no protocol, no I/O.
 
-``IVYPY_SLAVE_ENGINE`` (``auto`` by default; ``libaio``, ``threadpool`` or ``fake[...]``) forces
-the engine of every workload, for diagnostics and tests.
+Each workload runs on the engine its LUN's entry in the test asks for (``auto`` by default).
+``IVYPY_SLAVE_ENGINE`` (``libaio``, ``threadpool`` or ``fake[...]``; ``auto`` or unset: the
+test's choice) forces the engine of every workload, for diagnostics and tests.
 """
 
 from __future__ import annotations
@@ -34,20 +35,24 @@ class WorkerBackend:
         engine: str | None = None,
         cpus: list[int | None] | None = None,
     ) -> None:
-        self.engine = engine or os.environ.get("IVYPY_SLAVE_ENGINE", "auto")
+        forced = engine or os.environ.get("IVYPY_SLAVE_ENGINE", "auto")
+        #: the engine of every workload whatever the test asks, or None
+        self.forced: str | None = None if forced == "auto" else forced
         self.pool = WorkerPool(n_workers, cpus=cpus)
         self.granted = -1
         self._collected: collections.deque[int] = collections.deque()
         self._running = False
 
-    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams) -> dict[str, Any]:
+    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
+               engine: str = "auto", fallback: bool = False) -> dict[str, Any]:
         info = self.pool.create_workload(
             workload_id,
             lun.path,
-            self.engine,
+            self.forced or engine,
             params,
             logical_block_bytes=lun.logical_block_bytes,
             lun_size_bytes=lun.size_bytes,
+            fallback=fallback,
         )
         out: dict[str, Any] = {"engine": info.engine, "worker": info.worker, "cpu": info.cpu}
         if info.warning:
@@ -55,11 +60,11 @@ class WorkerBackend:
         return out
 
     def engine_for(self, lun: LunInfo) -> str:
-        """As ``create`` would choose: an O_DIRECT read of the LUN's first block, where the
-        choice is ``auto`` or ``libaio``; ``unavailable`` where no engine could open it (the
-        thread-pool engine opens it without O_DIRECT) or the forced one cannot serve it."""
+        """As ``create`` would choose for ``auto``: an O_DIRECT read of the LUN's first block;
+        ``unavailable`` where no engine could open it (the thread-pool engine opens it without
+        O_DIRECT), or a LUN that O_DIRECT serves cannot have libaio (the create says why)."""
         try:
-            kind = choose_engine(self.engine, lun.path, lun.logical_block_bytes).kind
+            kind = choose_engine(self.forced or "auto", lun.path, lun.logical_block_bytes).kind
         except IoEngineError:  # libaio asked for and not available here (create says why)
             return "unavailable"
         if kind == "threadpool":

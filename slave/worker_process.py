@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import choose_engine, files
+from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.libaio import LibaioEngine
@@ -190,36 +190,60 @@ class _WorkerControl:
         params: WorkloadParams,
         lbs: int | None,
         size: int | None,
+        fallback: bool = False,
     ) -> None:
+        """Create a workload on its engine and answer ``created`` with the engine it runs on
+        (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
+        context cannot be had or grown (``fs.aio-max-nr``) is refused, or, with
+        ``fallback``, runs on the thread pool: never silently elsewhere."""
         try:
             geometry = files.probe(path) if lbs is None or size is None else None
             lbs = lbs if lbs is not None else geometry.logical_block_bytes  # type: ignore[union-attr]
             size = size if size is not None else geometry.size_bytes  # type: ignore[union-attr]
-            decision = choose_engine(engine_choice, path, lbs)
-            kind = decision.kind
-            if kind == "fake":
-                kind = engine_choice  # one fake engine per distinct script
-                self.loop.register_engine_kind(kind, _make_fake(engine_choice))
-            engine = self.loop.engine(kind)
             check_fits(params, lun_size_bytes=size, logical_block_bytes=lbs)
-            key = (path, kind, params.writes)
-            fd = self._open(path, kind, params.writes, engine.open_flags)
-            n = WorkloadStats.SIZE
-            region = self.stats_region
-            stats = (
-                WorkloadStats(region[(2 * slot) * n : (2 * slot + 1) * n]),
-                WorkloadStats(region[(2 * slot + 1) * n : (2 * slot + 2) * n]),
-            )
-            spec = WorkloadSpec(
-                wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
-            )
-            self.specs[wid] = spec
-            self.latest[wid] = params
-            self._stage("add", spec)
+            decision = choose_engine(engine_choice, path, lbs, fallback=fallback)
+            try:
+                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
+            except IoEngineError as exc:
+                if decision.kind != "libaio":
+                    raise
+                if not (fallback and engine_choice == "auto"):
+                    raise IoEngineError(refusal(path, str(exc))) from exc
+                decision = EngineDecision("threadpool", fallback_warning(path, str(exc)))
+                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
         except (IoEngineError, ValueError, OSError) as exc:
             self.reply.send(("failed", wid, str(exc)))
             return
         self.reply.send(("created", wid, decision.kind, decision.warning))
+
+    def _add(self, wid: str, slot: int, path: str, kind: str, engine_choice: str,
+             params: WorkloadParams, lbs: int, size: int) -> None:
+        """Open the LUN for ``kind`` and add the workload to the loop (at the next boundary
+        when running); on failure nothing of it is left (no descriptor, no spec)."""
+        if kind == "fake":
+            kind = engine_choice  # one fake engine per distinct script
+            self.loop.register_engine_kind(kind, _make_fake(engine_choice))
+        engine = self.loop.engine(kind)
+        key = (path, kind, params.writes)
+        fd = self._open(path, kind, params.writes, engine.open_flags)
+        n = WorkloadStats.SIZE
+        region = self.stats_region
+        stats = (
+            WorkloadStats(region[(2 * slot) * n : (2 * slot + 1) * n]),
+            WorkloadStats(region[(2 * slot + 1) * n : (2 * slot + 2) * n]),
+        )
+        spec = WorkloadSpec(
+            wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
+        )
+        self.specs[wid] = spec
+        self.latest[wid] = params
+        try:
+            self._stage("add", spec)
+        except BaseException:
+            self.specs.pop(wid, None)
+            self.latest.pop(wid, None)
+            self._release(key)
+            raise
 
     def _rates(self, rates: list[tuple[str, float]]) -> None:
         """Edits of the rate alone of each workload's latest parameters (checked when they

@@ -20,6 +20,7 @@ __all__ = [
     "IOSEQUENCERS",
     "LATENCY_STATS",
     "LUN_ATTRIBUTE_KEYS",
+    "LUN_ENGINES",
     "RANDOM_IOSEQUENCERS",
 ]
 
@@ -49,6 +50,10 @@ LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "backing_file",
     "file_size_bytes",
 )
+
+#: The I/O engines a ``luns:`` entry may ask for (``engine:``); the slave's
+#: ``slave.engine.LUN_ENGINE_CHOICES`` (a test checks they agree).
+LUN_ENGINES: tuple[str, ...] = ("auto", "libaio", "threadpool")
 
 #: Latency statistics, each in milliseconds: ``<time>_<stat>_ms``.
 LATENCY_STATS: tuple[str, ...] = (

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS
+from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
@@ -45,6 +45,8 @@ LUN_KEYS: tuple[str, ...] = (
     "size",
     "create",
     "allow_write",
+    "engine",
+    "allow_engine_fallback",
     *LUN_ATTRIBUTE_KEYS,
 )
 ROLLUP_KEYS: tuple[str, ...] = ("type", "quantity", "max_droop")
@@ -168,13 +170,15 @@ def _lun_selector(
             raise child.error("only with file")
     allow_cursor = entry.get("allow_write")
     allow_write = False if allow_cursor is None else allow_cursor.boolean()
+    engine, fallback = _lun_engine(entry)
     if kinds[0] == "path":
         path_cursor = entry.require("path")
         path = path_cursor.string()
         if not path.startswith("/"):
             raise path_cursor.error(f"must be an absolute device path or glob (got {path!r})")
         return (
-            LunSelector(host_names, "path", path=path, allow_write=allow_write, line=entry.line),
+            LunSelector(host_names, "path", path=path, allow_write=allow_write, engine=engine,
+                        allow_engine_fallback=fallback, line=entry.line),
         )
     if kinds[0] == "file":
         file_cursor = entry.require("file")
@@ -208,6 +212,8 @@ def _lun_selector(
                 size_bytes=size_bytes,
                 create=create,
                 allow_write=allow_write,
+                engine=engine,
+                allow_engine_fallback=fallback,
                 line=entry.line,
             )
             for group in groups
@@ -217,9 +223,25 @@ def _lun_selector(
     )
     return (
         LunSelector(
-            host_names, "attributes", attributes=matches, allow_write=allow_write, line=entry.line
+            host_names, "attributes", attributes=matches, allow_write=allow_write, engine=engine,
+            allow_engine_fallback=fallback, line=entry.line
         ),
     )
+
+
+def _lun_engine(entry: Cursor) -> tuple[str, bool]:
+    """A ``luns:`` entry's ``engine`` (default ``auto``) and ``allow_engine_fallback``."""
+    engine_cursor = entry.get("engine")
+    engine = "auto" if engine_cursor is None else engine_cursor.string()
+    if engine not in LUN_ENGINES:
+        assert engine_cursor is not None
+        raise engine_cursor.error(f"must be one of {', '.join(LUN_ENGINES)} (got {engine!r})")
+    fallback_cursor = entry.get("allow_engine_fallback")
+    fallback = False if fallback_cursor is None else fallback_cursor.boolean()
+    if fallback and engine != "auto":
+        assert fallback_cursor is not None
+        raise fallback_cursor.error(f"only with engine: auto (this entry asks for {engine})")
+    return engine, fallback
 
 
 def _luns(

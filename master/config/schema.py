@@ -112,7 +112,15 @@ class LunSelector:
     exactly one of ``path`` (a glob over block-device paths, e.g. ``/dev/loop*``), ``file`` (a
     file LUN, with ``size`` and ``create``) or attribute keys (``vendor``, ``model``, ``serial``,
     ``kind``, ``size_bytes``, ``rotational``, ``logical_block_bytes``); and ``allow_write``
-    (bool, default false: a write to a LUN in use is refused by preflight unless this is true).
+    (bool, default false: a write to a LUN in use, or to an existing non-empty file the run did
+    not create, is refused by preflight unless this is true).
+
+    ``engine``: ``auto`` (the default: libaio with O_DIRECT where it works on the LUN; the
+    thread pool, through the page cache, for a file on a file system without O_DIRECT),
+    ``libaio`` or ``threadpool``. A LUN that O_DIRECT serves but that cannot have libaio (for
+    example the kernel's ``fs.aio-max-nr`` reached) is refused before any I/O, naming host, LUN,
+    reason and fix, unless ``allow_engine_fallback: true`` (with ``auto`` only) lets it run on
+    the thread pool, with a warning.
 
     ``file`` must be absolute or start with ``${output_root}``, which is replaced by the resolved
     output root (absolute, on the controller: meaningful for ``localhost``). ``${host}`` in a file
@@ -130,6 +138,8 @@ class LunSelector:
     create: bool = False
     attributes: tuple[AttributeMatch, ...] = ()
     allow_write: bool = False
+    engine: str = "auto"
+    allow_engine_fallback: bool = False
     line: int = 0
 
     def describe(self) -> str:
@@ -143,7 +153,9 @@ class LunSelector:
                 what += " create"
         else:
             what = "attributes " + " ".join(str(match) for match in self.attributes)
-        return what + (" allow_write" if self.allow_write else "")
+        return (what + (" allow_write" if self.allow_write else "")
+                + (f" engine {self.engine}" if self.engine != "auto" else "")
+                + (" allow_engine_fallback" if self.allow_engine_fallback else ""))
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,29 @@
 """I/O engines and the engine loop.
 
-Owns choosing an engine per LUN (``choose_engine``): ``libaio`` (native AIO, O_DIRECT) when the
-kernel interface and O_DIRECT both work on the LUN, else ``threadpool`` (pread/pwrite) with a
-warning that the caller must record; ``fake`` only when asked for (tests). It must not import
-anything outside ``slave`` and ``protocol``.
+Owns choosing an engine per LUN (``choose_engine``). A LUN's native engine is ``libaio``
+(native AIO, O_DIRECT) where O_DIRECT works on it; a file on a file system without O_DIRECT
+(tmpfs) has none and runs on ``threadpool`` (pread/pwrite through the page cache) with a
+warning that the caller must record. A LUN that O_DIRECT serves never leaves ``libaio``
+silently: when native AIO cannot be had (no context within ``fs.aio-max-nr``, another
+platform), or a block device refuses O_DIRECT, the choice is refused with the reason, unless
+the test allows the fallback for that LUN. ``fake`` only when asked for (tests). It must not
+import anything outside ``slave`` and ``protocol``.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 from protocol.errors import IoEngineError
 from slave.engine import aio_abi, files
 
 ENGINE_CHOICES = ("auto", "libaio", "threadpool", "fake")
+#: what a test may name for a LUN (``luns[].engine``); ``fake`` is for tests, through
+#: ``IVYPY_SLAVE_ENGINE``
+LUN_ENGINE_CHOICES = ("auto", "libaio", "threadpool")
+PAGE_CACHE_NOTE = "so its latencies are the page cache's, not the device's"
 
 
 @dataclass(frozen=True)
@@ -22,20 +32,47 @@ class EngineDecision:
     warning: str | None
 
 
-def choose_engine(choice: str, path: str, logical_block_bytes: int) -> EngineDecision:
-    """Which engine serves ``path``. ``auto`` falls back to ``threadpool`` with a warning."""
+def fallback_warning(path: str, why: str) -> str:
+    """The warning for a LUN that runs on the thread pool because its test allowed it."""
+    return (f"LUN {path}: libaio unavailable ({why}); running on the thread-pool engine as "
+            f"the test allows (allow_engine_fallback), {PAGE_CACHE_NOTE}")
+
+
+def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
+                  fallback: bool = False) -> EngineDecision:
+    """Which engine serves ``path`` for ``choice`` (``auto`` | ``libaio`` | ``threadpool`` |
+    ``fake[...]``). ``fallback``: with ``auto``, a LUN that cannot have libaio runs on the
+    thread pool with a warning instead of being refused. Raises ``IoEngineError`` naming the
+    LUN, the reason and the fix."""
     kind = choice.split(":", 1)[0]
     if kind not in ENGINE_CHOICES:
         raise IoEngineError(f"LUN {path}: unknown engine {choice!r} (one of {ENGINE_CHOICES})")
-    if kind in ("threadpool", "fake"):
+    if kind in ("fake", "threadpool"):  # asked for: said in luns.csv and the created event
         return EngineDecision(kind, None)
-    why = aio_abi.available() or files.direct_io_works(path, logical_block_bytes)
+    direct_why = files.direct_io_works(path, logical_block_bytes)
+    if kind == "auto" and direct_why is not None and not _is_block_device(path):
+        return EngineDecision(
+            "threadpool",
+            f"LUN {path}: its file system does not take O_DIRECT ({direct_why}); using the "
+            f"thread-pool pread/pwrite engine, {PAGE_CACHE_NOTE}",
+        )
+    why = direct_why or aio_abi.available()
     if why is None:
         return EngineDecision("libaio", None)
-    if kind == "libaio":
-        raise IoEngineError(f"LUN {path}: libaio engine unavailable: {why}")
-    return EngineDecision(
-        "threadpool",
-        f"LUN {path}: libaio/O_DIRECT unavailable ({why}); using the thread-pool pread/pwrite "
-        "engine through the page cache, so latencies are not device latencies",
-    )
+    if kind == "auto" and fallback:
+        return EngineDecision("threadpool", fallback_warning(path, why))
+    raise IoEngineError(refusal(path, why))
+
+
+def refusal(path: str, why: str) -> str:
+    """Why ``path`` cannot run on libaio, and what the test can do about it."""
+    return (f"LUN {path}: the libaio engine is unavailable: {why}. Fix the cause, or set "
+            "allow_engine_fallback: true (or engine: threadpool) on this LUN to run it on "
+            f"the thread-pool engine, {PAGE_CACHE_NOTE}")
+
+
+def _is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False

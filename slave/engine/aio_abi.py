@@ -85,6 +85,37 @@ def _libc_syscall_fast(*, release_gil: bool) -> Any:
     return fn
 
 
+#: the kernel's system-wide AIO limit and use (events of all contexts, ``io_setup``'s count)
+AIO_MAX_NR_PATH: Final = "/proc/sys/fs/aio-max-nr"
+AIO_NR_PATH: Final = "/proc/sys/fs/aio-nr"
+_EAGAIN: Final = 11
+
+
+def _read_count(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def setup_failure(nr_events: int, err: int, *, max_nr_path: str = AIO_MAX_NR_PATH,
+                  nr_path: str = AIO_NR_PATH) -> str:
+    """Why ``io_setup(nr_events)`` failed with ``err``, and the fix: for EAGAIN (the system-wide
+    limit ``fs.aio-max-nr`` reached) the limit, the events in use and the value needed."""
+    text = f"io_setup({nr_events}) failed: {os.strerror(err)} (errno {err})"
+    if err != _EAGAIN:
+        return text
+    limit, used = _read_count(max_nr_path), _read_count(nr_path)
+    if limit is None or used is None:
+        return f"{text}: the kernel's AIO limit fs.aio-max-nr is reached; raise it"
+    need = used + nr_events
+    suggest = max(need, 2 * limit)
+    return (f"{text}: the kernel's AIO limit fs.aio-max-nr is {limit:,} events and "
+            f"{used:,} are in use (fs.aio-nr), so this context of {nr_events:,} needs at "
+            f"least {need:,}: raise it, e.g. sysctl -w fs.aio-max-nr={suggest}")
+
+
 _AVAILABLE: list[bool] = []  # [True] once a context was set up in this process
 
 
@@ -130,10 +161,7 @@ class AioContext:
         rc = self._setup(_SYS_IO_SETUP, nr_events, ctypes.addressof(ctx))
         if rc < 0:
             err = ctypes.get_errno()
-            raise IoEngineError(
-                f"io_setup({nr_events}) failed: {os.strerror(err)} (errno {err}); "
-                "check /proc/sys/fs/aio-max-nr"
-            )
+            raise IoEngineError(setup_failure(nr_events, err))
         self.ctx_id = int(ctx.value)
         self.nr_events = nr_events
         self.events = np.zeros(nr_events, dtype=IO_EVENT_DTYPE)

@@ -145,6 +145,22 @@ class IoEngine(Protocol):
         """Cancel or finish in-flight I/O and release kernel resources."""
 
 
+class SizedEngine(IoEngine, Protocol):
+    """An engine whose kernel context holds a bounded number of I/Os in flight (libaio's
+    ``io_setup`` size, counted against the system-wide ``fs.aio-max-nr``): the loop grows it
+    before the slots in use could outnumber it."""
+
+    #: I/Os the engine can hold in flight now
+    room: int
+
+    def grow(self, slots_in_use: int, *, keep_old: bool = False) -> None:
+        """Room for ``slots_in_use`` slots' I/Os, with nothing in flight; raises
+        ``IoEngineError`` (the reason and the fix) and keeps the present room if refused."""
+
+    def release_old(self) -> None:
+        """Free what ``grow(keep_old=True)`` replaced."""
+
+
 class IocbEngine(IoEngine, Protocol):
     """An engine that also submits iocbs it does not own (an ``IocbRing``'s), given as an
     array of their addresses, and lays out its completions as words (libaio's events)."""

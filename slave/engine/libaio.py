@@ -12,6 +12,7 @@ import ctypes
 import os
 import time
 from collections.abc import Callable
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -20,15 +21,31 @@ from protocol.errors import IoEngineError
 from slave.engine.aio_abi import AioContext
 from slave.engine.base import KernelHandles, SlotTable, SubmitError
 
+#: The smallest AIO context an engine sets up (events). The kernel counts every context's
+#: events against the system-wide ``fs.aio-max-nr`` (65,536 by default): a fixed 8,192 per
+#: worker let only 8 workers in a kernel have one, and the rest ran elsewhere.
+MIN_AIO_EVENTS: Final = 64
+
+
+def aio_events_for(slots_in_use: int, capacity: int) -> int:
+    """The size of context that ``slots_in_use`` I/O slots need: twice as many (an edit
+    retires a workload's slots with their I/Os in flight and takes as many anew before they
+    complete), as a power of two, at least ``MIN_AIO_EVENTS`` and at most ``capacity`` (a
+    loop never has more slots, so never more I/Os in flight)."""
+    want = max(MIN_AIO_EVENTS, 2 * slots_in_use)
+    return min(capacity, 1 << (want - 1).bit_length())
+
 
 class LibaioEngine:
     name = "libaio"
     open_flags = os.O_DIRECT
     takes_iocbs = True  # an IocbEngine
 
-    def __init__(self, table: SlotTable) -> None:
+    def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
         self._table = table
-        self._ctx = AioContext(table.capacity)
+        self._ctx = AioContext(aio_events_for(slots_in_use, table.capacity))
+        self._old: list[AioContext] = []
+        self._bind_context()
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
         self._ptr_words = self._ptrs.data.cast("B").cast("Q")
         self._ptrs_addr = self._ptrs.ctypes.data
@@ -40,6 +57,37 @@ class LibaioEngine:
         base = int(table.addr.ctypes.data)
         self._c_one = [ctypes.c_void_p(base + 8 * s) for s in range(table.capacity)]
         self._c_1 = ctypes.c_long(1)
+
+    @property
+    def room(self) -> int:
+        """I/Os the context can hold in flight."""
+        return self._ctx.nr_events
+
+    def grow(self, slots_in_use: int, *, keep_old: bool = False) -> None:
+        """A context for ``slots_in_use`` slots in place of the present one, which must have
+        nothing in flight (the loop reaps everything first); with ``keep_old`` the present one
+        is closed by ``release_old``. Raises ``IoEngineError`` with the kernel's reason and the
+        fix, keeping the present context, when it cannot be had."""
+        size = aio_events_for(slots_in_use, self._table.capacity)
+        if size <= self._ctx.nr_events:
+            return
+        ctx = AioContext(size)
+        # io_destroy waits for the kernel (tens of ms): inside a run the old context is
+        # closed after it (``release_old``), not at the boundary where it was replaced
+        self._old.append(self._ctx)
+        self._ctx = ctx
+        self._bind_context()
+        if not keep_old:
+            self.release_old()
+
+    def release_old(self) -> None:
+        """Close the contexts ``grow`` replaced (each with nothing in flight)."""
+        old, self._old = self._old, []
+        for ctx in old:
+            ctx.close()
+
+    def _bind_context(self) -> None:
+        """The context's arrays and calls, held where the hot paths look for them."""
         self.done_slot = self._ctx.ev_data.view(np.int64)  # slot numbers fit a signed word
         self.done_res = self._ctx.ev_res
         #: completions as int64 words, 4 per event: slot at ``4*i``, result at ``4*i + 2``
@@ -50,7 +98,7 @@ class LibaioEngine:
         self.poll: Callable[[], int] = self._ctx.poll_ring
         #: completions waiting in the ring now, not reaped (likewise the context's method)
         self.ready: Callable[[], int] = self._ctx.ring_ready
-        self._c_counts = [self._ctx.c_long(i) for i in range(min(table.capacity, 64) + 1)]
+        self._c_counts = [self._ctx.c_long(i) for i in range(min(self._ctx.nr_events, 64) + 1)]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
@@ -152,4 +200,5 @@ class LibaioEngine:
         return self._ctx.getevents(min_nr, timeout_ns)
 
     def close(self) -> None:
+        self.release_old()
         self._ctx.close()

@@ -196,6 +196,8 @@ class EngineLoop:
         self._ring_late_ev = np.zeros(EV_WORDS * capacity, dtype=np.int64)
         self._ring_late_words = int64_words(self._ring_late_ev)
         self.subinterval_index = -1
+        # completions reaped past a boundary, recorded after it (``_reaped_late``)
+        self._reaped: tuple[IoEngine, int, int] | None = None
 
     def register_engine_kind(self, kind: str, maker: Callable[[SlotTable], IoEngine]) -> None:
         self._engine_makers[kind] = maker
@@ -230,14 +232,93 @@ class EngineLoop:
         for s in slots.tolist():
             self._active_list[s] = owner
 
-    def _alloc_slots(self, n: int, workload_id: str) -> npt.NDArray[np.intp]:
+    def _alloc_slots(self, n: int, workload_id: str, engine: IoEngine) -> npt.NDArray[np.intp]:
         if n > len(self._free_slots):
             raise IoEngineError(
                 f"{self.name}: workload {workload_id} needs {n} I/O slots, only "
                 f"{len(self._free_slots)} of {self.table.capacity} are free"
             )
+        self._make_room(engine, n)
         got = [self._free_slots.pop() for _ in range(n)]
         return np.array(got, dtype=np.intp)
+
+    def _make_room(self, engine: IoEngine, n: int) -> None:
+        """Grow ``engine``'s context (a sized engine's: libaio) where it could not hold the
+        I/Os of ``n`` more slots in flight beside those of its active workloads and the
+        retired I/Os still in flight. Inside a run the I/Os in flight are reaped first
+        (``_quiesce``), as a context is replaced whole; the old one is closed after the run.
+        Raises ``IoEngineError`` (the kernel's reason and the fix) with nothing changed."""
+        grow = getattr(engine, "grow", None)
+        if grow is None:
+            return
+        al = self._active_list
+        need = n + self._retired_in_flight + sum(
+            int(w.slots.size) for w in self._wl
+            if w is not None and w.spec.engine is engine and al[int(w.slots[0])] == w.index)
+        if getattr(engine, "room", need) >= need:
+            return
+        running = self.subinterval_index >= 0
+        live = self._quiesce() if running and self._in_flight else None
+        try:
+            grow(need, keep_old=running)
+        finally:
+            # the compiled loops' words hold the old context's ring and events
+            self._scalar_words = None
+            self._ring_c_words = None
+            if live is not None:
+                self._resume(live)
+
+    def _quiesce(self) -> list[LoopWorkload]:
+        """Reap (and record) every I/O in flight; ``_resume`` then lets each active workload
+        (returned) go on where it was. A workload being edited has had its slots retired
+        already: they return to the pool. Called with the specialised loops handed back
+        (``_hand_back``), at a boundary."""
+        al = self._active_list
+        live = [w for w in self._wl if w is not None and al[int(w.slots[0])] == w.index]
+        for w in live:  # their completions are recorded, not resubmitted
+            self._set_active(w.slots, -1)
+        # every I/O in flight now counts as retired: each completion returns its slot to the
+        # pool, and the last one releases what waited for the retired ones; no workload is
+        # served as the only one meanwhile (``_complete`` would resubmit its slots)
+        self._retired_in_flight = self._in_flight
+        self._single = None
+        self._sole = -1
+        self._deferring += 1
+        try:
+            self._complete_reaped()  # reaped past the boundary: in the engine's events
+            self._reap_all(time.monotonic_ns() + 1_000_000_000)
+        finally:
+            self._deferring -= 1
+        owned: set[int] = set()
+        for w in live:
+            self._set_active(w.slots, w.index)
+            owned.update(w.slots.tolist())
+        self._free_slots = [s for s in self._free_slots if s not in owned]
+        return live
+
+    def _resume(self, live: list[LoopWorkload]) -> None:
+        """After ``_quiesce``: a max-iops workload's slots are issued again at once, a paced
+        workload's wait for its schedule, which is kept (what was due and not issued stays
+        due)."""
+        for w in live:
+            if w.paced:
+                w.free = w.slots.tolist()[::-1]
+            else:
+                self._issue(w, w.slots)
+        self._refresh()  # waits for the end of ``changes()`` when inside it
+
+    def _reap_all(self, deadline_ns: int) -> None:
+        """Reap until nothing is in flight (each completion recorded and recycled as its slot's
+        owner says), or log what is left at ``deadline_ns``."""
+        while self._in_flight > 0:
+            left = deadline_ns - time.monotonic_ns()
+            if left <= 0:
+                log.error("%s: %d I/Os still in flight after stop", self.name, self._in_flight)
+                break
+            for eng in self._engine_list:
+                n = eng.reap(1, min(left, 20_000_000))
+                if n:
+                    self._complete(eng, n, time.monotonic_ns())
 
     def _setup_slots(self, w: LoopWorkload) -> None:
         p = w.params
@@ -369,12 +450,20 @@ class EngineLoop:
 
     def _reaped_late(self, control: LoopControl, eng: IoEngine, n: int, t: int, boundary: int,
                      subinterval_ns: int) -> int:
-        """A specialised loop reaped ``n`` completions at ``t``, past ``boundary``: close the
-        subinterval first (the I/Os count in the next one), then record them the general way.
-        Returns the next boundary."""
+        """A loop reaped ``n`` completions at ``t``, past ``boundary``: close the subinterval
+        first (the I/Os count in the next one), then record them the general way. They wait
+        in the engine's events meanwhile (``_reaped``): a boundary's change that reaps itself
+        (``_quiesce``) records them first. Returns the next boundary."""
+        self._reaped = (eng, n, t)
         self._boundary(control, boundary)
-        self._complete(eng, n, t)
+        self._complete_reaped()
         return boundary + subinterval_ns
+
+    def _complete_reaped(self) -> None:
+        """Record the completions ``_reaped_late`` holds, if they are still held."""
+        held, self._reaped = self._reaped, None
+        if held is not None:
+            self._complete(*held)
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index
@@ -399,15 +488,11 @@ class EngineLoop:
         self._sole = -1
         self._scalar = None
         self._paced_words = None
-        while self._in_flight > 0:
-            left = deadline - time.monotonic_ns()
-            if left <= 0:
-                log.error("%s: %d I/Os still in flight after stop", self.name, self._in_flight)
-                break
-            for eng in self._engine_list:
-                n = eng.reap(1, min(left, 20_000_000))
-                if n:
-                    self._complete(eng, n, time.monotonic_ns())
+        self._reap_all(deadline)
+        for eng in self._engine_list:
+            release_old = getattr(eng, "release_old", None)
+            if release_old is not None:
+                release_old()  # contexts a run's growth replaced, with nothing in flight
         self.flush()
         owned: set[int] = set()
         for w in self._wl:

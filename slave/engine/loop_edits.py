@@ -49,7 +49,7 @@ def add_workload(self: EngineLoop, spec: WorkloadSpec, at_ns: int | None) -> Non
             stream=spec.workload_id,
         ),
         pattern=make_pattern(p),
-        slots=self._alloc_slots(p.iodepth, spec.workload_id),
+        slots=self._alloc_slots(p.iodepth, spec.workload_id, spec.engine),
         buffers=AlignedBuffers(p.iodepth, p.blocksize_bytes),
         paced=p.iops is not None,
         ring_spread=0.5 + stream_fraction(spec.workload_id, b"ivypy-ring"),
@@ -125,7 +125,7 @@ def edit_workload(self: EngineLoop, workload_id: str, params: WorkloadParams,
     self._retire(w)
     w.old_buffers.append(w.buffers)  # in-flight I/Os may still use them
     w.buffers = AlignedBuffers(params.iodepth, params.blocksize_bytes)
-    w.slots = self._alloc_slots(params.iodepth, workload_id)
+    w.slots = self._alloc_slots(params.iodepth, workload_id, w.spec.engine)
     self._setup_slots(w)
     mixed_categories(w)
     self._refresh()

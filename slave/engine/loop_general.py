@@ -101,9 +101,9 @@ def _loop(self: EngineLoop, control: LoopControl, start_ns: int, subinterval_ns:
                 t = mono()
                 last_done = t
                 if t >= boundary:
-                    self._boundary(control, boundary)
-                    boundary += subinterval_ns
-                self._complete(eng, n, t)
+                    boundary = self._reaped_late(control, eng, n, t, boundary, subinterval_ns)
+                else:
+                    self._complete(eng, n, t)
             continue
         if not engines:
             time.sleep(max(wake - mono(), 0) / 1e9)

@@ -156,14 +156,16 @@ def test_ramfs_lun_falls_back_to_threadpool_and_says_so(engine_run: EngineRun) -
     assert "(engine threadpool," in _created(engine_run, path)
     (warning,) = _engine_warnings(engine_run, path)
     assert warning["host"] == HOST and warning["kind"] == "engine" and warning["step"] == "0"
-    assert warning["message"].startswith(f"LUN {path}: libaio/O_DIRECT unavailable (")
+    assert warning["message"].startswith(f"LUN {path}: its file system does not take O_DIRECT (")
     assert "thread-pool" in warning["message"]
     log = (engine_run.folder / "run.log").read_text()
-    assert f"WARNING master.run: [host={HOST}] LUN {path}: libaio/O_DIRECT unavailable" in log
+    assert (f"WARNING master.run: [host={HOST}] LUN {path}: its file system does not take "
+            "O_DIRECT") in log
     assert f"[host={HOST}] workload {HOST}:{path}:r created (engine threadpool," in log
     # and on the console, once from the master
     assert engine_run.stderr.count(
-        f"WARNING master.run: [host={HOST}] LUN {path}: libaio/O_DIRECT unavailable") == 1
+        f"WARNING master.run: [host={HOST}] LUN {path}: its file system does not take "
+        "O_DIRECT") == 1
 
 
 def test_ext4_lun_uses_libaio_without_a_warning(engine_run: EngineRun) -> None:

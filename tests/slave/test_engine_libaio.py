@@ -260,17 +260,62 @@ def test_aio_context_roundtrip(lun_file: str) -> None:
         os.close(fd)
 
 
-def test_choice_falls_back_to_the_thread_pool_with_a_warning(
-    lun_file: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(engine_mod.aio_abi, "available", lambda: "no AIO on this test host")
-    d = choose_engine("auto", lun_file, 512)
-    assert d.kind == "threadpool"
-    assert d.warning is not None and "no AIO on this test host" in d.warning
-    with pytest.raises(IoEngineError, match="libaio engine unavailable"):
-        choose_engine("libaio", lun_file, 512)
+# (LUN, O_DIRECT works, AIO available, choice, fallback) -> engine, or the refusal's words
+_CHOICES = [
+    # a LUN that O_DIRECT serves runs on libaio, or is refused: never silently elsewhere
+    ("file", True, True, "auto", False, "libaio"),
+    ("block", True, True, "auto", False, "libaio"),
+    ("file", True, False, "auto", False, "error: no AIO on this test host"),
+    ("block", True, False, "auto", False, "error: no AIO on this test host"),
+    ("block", True, False, "libaio", False, "error: no AIO on this test host"),
+    ("block", False, True, "auto", False, "error: O_DIRECT read failed"),
+    # ... unless the test allows the fallback for it (auto only)
+    ("block", True, False, "auto", True, "threadpool: allow_engine_fallback"),
+    ("file", True, False, "auto", True, "threadpool: allow_engine_fallback"),
+    ("block", False, True, "auto", True, "threadpool: allow_engine_fallback"),
+    ("block", True, False, "libaio", True, "error: no AIO on this test host"),
+    # a file on a file system without O_DIRECT (tmpfs) has no native engine but the pool
+    ("file", False, True, "auto", False, "threadpool: does not take O_DIRECT"),
+    ("file", False, True, "libaio", False, "error: O_DIRECT read failed"),
+    # the thread pool when the test asks for it (no warning: it is what the test says)
+    ("block", True, True, "threadpool", False, "threadpool"),
+    ("file", True, False, "threadpool", False, "threadpool"),
+]
+
+
+@pytest.mark.parametrize(("lun", "direct", "aio", "choice", "fallback", "expect"), _CHOICES)
+def test_engine_choice(lun_file: str, monkeypatch: pytest.MonkeyPatch, lun: str, direct: bool,
+                       aio: bool, choice: str, fallback: bool, expect: str) -> None:
+    monkeypatch.setattr(engine_mod.aio_abi, "available",
+                        lambda: None if aio else "no AIO on this test host")
+    monkeypatch.setattr(engine_mod.files, "direct_io_works",
+                        lambda path, lbs: None if direct else "O_DIRECT read failed: EINVAL")
+    monkeypatch.setattr(engine_mod, "_is_block_device", lambda path: lun == "block")
+    if expect.startswith("error: "):
+        with pytest.raises(IoEngineError) as info:
+            choose_engine(choice, lun_file, 512, fallback=fallback)
+        text = str(info.value)
+        assert expect.removeprefix("error: ") in text and lun_file in text
+        assert "allow_engine_fallback: true" in text  # the way out is named
+        return
+    d = choose_engine(choice, lun_file, 512, fallback=fallback)
+    kind, _, words = expect.partition(": ")
+    assert d.kind == kind
+    if not words:
+        assert d.warning is None
+    else:
+        assert d.warning is not None and words in d.warning and "page cache" in d.warning
+
+
+def test_an_unknown_engine_is_refused(lun_file: str) -> None:
     with pytest.raises(IoEngineError, match="unknown engine"):
         choose_engine("spdk", lun_file, 512)
+
+
+def test_the_master_and_the_slave_know_the_same_lun_engines() -> None:
+    from master.config.catalog import LUN_ENGINES
+
+    assert LUN_ENGINES == engine_mod.LUN_ENGINE_CHOICES
 
 
 @pytest.mark.parametrize(

@@ -52,12 +52,15 @@ class FakeBackend:
         self.workloads: dict[str, WorkloadParams] = {}
         self.luns: dict[str, LunInfo] = {}  # the LUN each workload was created on
         self.calls: list[tuple[str, Any]] = []
+        self.engines: dict[str, tuple[str, bool]] = {}  # what each create asked for
         self.late_at: int | None = None
 
-    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams) -> dict[str, Any]:
+    def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
+               engine: str = "auto", fallback: bool = False) -> dict[str, Any]:
         self.workloads[workload_id] = params
         self.luns[workload_id] = lun
         self.calls.append(("create", workload_id))
+        self.engines[workload_id] = (engine, fallback)
         return {"engine": "fake"}
 
     def engine_for(self, lun: LunInfo) -> str:

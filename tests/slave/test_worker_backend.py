@@ -30,17 +30,17 @@ def _lun(path: str) -> LunInfo:
 
 
 @pytest.mark.parametrize(
-    ("choice", "aio", "want"),
+    ("forced", "aio", "want"),
     [
         ("auto", True, "libaio"),
-        ("auto", False, "threadpool"),  # the fallback, as create makes it
+        ("auto", False, "unavailable"),  # create refuses it, saying why: no silent fallback
         ("threadpool", True, "threadpool"),
-        ("libaio", False, "unavailable"),  # create refuses it, saying why
+        ("libaio", False, "unavailable"),  # likewise
         ("fake:const=100us", True, "fake"),
     ],
 )
 def test_the_engine_named_for_a_lun_is_the_one_its_workloads_get(
-    one_worker: WorkerBackend, lun_file: str, choice: str, aio: bool, want: str,
+    one_worker: WorkerBackend, lun_file: str, forced: str, aio: bool, want: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not aio:
@@ -49,7 +49,7 @@ def test_the_engine_named_for_a_lun_is_the_one_its_workloads_get(
         if os.geteuid() == 0:
             pytest.fail(f"no native AIO here, and as root that is a failure, not a skip: {why}")
         pytest.skip(f"no native AIO here ({why}); not root, so skipped (as root this fails)")
-    one_worker.engine = choice
+    one_worker.forced = None if forced == "auto" else forced
     lun = _lun(lun_file)
     assert one_worker.engine_for(lun) == want
     if want != "unavailable" and aio:  # the worker forked before the patch: real AIO only
@@ -57,10 +57,21 @@ def test_the_engine_named_for_a_lun_is_the_one_its_workloads_get(
         assert info["engine"] == want
 
 
+@pytest.mark.parametrize(("engine", "want"), [("auto", "libaio"), ("libaio", "libaio"),
+                                              ("threadpool", "threadpool")])
+def test_a_workload_runs_on_the_engine_its_lun_asks_for(
+        one_worker: WorkerBackend, lun_file: str, engine: str, want: str) -> None:
+    one_worker.forced = None
+    info = one_worker.create("h:lun:w", _lun(lun_file), WorkloadParams(iodepth=1, iops=100.0),
+                             engine=engine)
+    assert info["engine"] == want
+    assert "warning" not in info  # the engine asked for, or the native one
+
+
 def test_a_lun_no_engine_can_open_is_named_unavailable(one_worker: WorkerBackend,
                                                        tmp_path: Path) -> None:
     """Not the thread-pool fallback: that engine could not open it either."""
     missing = str(tmp_path / "gone.img")
-    for choice in ("auto", "threadpool"):
-        one_worker.engine = choice
+    for forced in (None, "threadpool"):
+        one_worker.forced = forced
         assert one_worker.engine_for(_lun(missing)) == "unavailable"
