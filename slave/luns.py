@@ -306,6 +306,7 @@ def file_lun(
 
     if size_bytes is not None and size_bytes < 0:
         raise refuse(f"requested size {size_bytes} bytes is negative")
+    created = False
     try:
         st = os.stat(abspath)
     except FileNotFoundError:
@@ -313,11 +314,14 @@ def file_lun(
             raise refuse("does not exist and the test does not ask to create it") from None
         if not size_bytes:
             raise refuse("does not exist; creating it needs a size") from None
-        st = _create_or_extend(abspath, size_bytes, refuse)
+        st = _create_or_extend(abspath, size_bytes, refuse, new=True)
+        created = True
     except OSError as exc:
         raise refuse(exc.strerror or str(exc)) from exc
     if stat.S_ISBLK(st.st_mode):
         raise refuse("is a block device; name it as a block LUN")
+    if stat.S_ISDIR(st.st_mode):
+        raise refuse("is a directory; name a file in it")
     if not stat.S_ISREG(st.st_mode):
         raise refuse("is not a regular file")
     if size_bytes is not None and st.st_size < size_bytes:
@@ -326,6 +330,7 @@ def file_lun(
                 f"is {st.st_size} bytes, smaller than the requested {size_bytes} bytes, and the "
                 "test does not ask to create (extend) it"
             )
+        created = created or st.st_size == 0  # an empty file held nobody's data
         st = _create_or_extend(abspath, size_bytes, refuse)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
@@ -353,6 +358,7 @@ def file_lun(
         ),
         mount_points=mounts.lookup("", dict.fromkeys((abspath, real))),
         read_only=not os.access(abspath, os.W_OK),
+        created=created,
     )
     roots = Roots(sys_root, proc_root, os.path.dirname(abspath))
     return with_evidence(
@@ -361,11 +367,19 @@ def file_lun(
 
 
 def _create_or_extend(
-    path: str, size_bytes: int, refuse: Callable[[str], PreflightError]
+    path: str, size_bytes: int, refuse: Callable[[str], PreflightError], *, new: bool = False
 ) -> os.stat_result:
+    """Size ``path`` to ``size_bytes`` (sparse), never shrinking it; ``new``: create it, and
+    refuse one that another process made meanwhile (it would be taken for ours)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if new else 0)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError as exc:
+        raise refuse("was created by someone else while ivypy was creating it") from exc
     except OSError as exc:
+        parent = os.path.dirname(path)
+        if exc.errno == errno.ENOENT and not os.path.isdir(parent):
+            raise refuse(f"cannot create: its directory {parent} does not exist") from exc
         raise refuse(f"cannot create: {exc.strerror or exc}") from exc
     try:
         st = os.fstat(fd)

@@ -8,10 +8,12 @@ Rules: reads are always allowed. A write is refused when the LUN is mounted (or 
 partitions, has holders (device mapper, md, a loop device over a file), carries a signature
 (file system, LVM, RAID, partition table, ...), is open by another process, is claimed exclusively
 by someone, could not be read to look for a signature, is a loop device whose backing file is
-open by another process or attached to another loop device too, or is a partition whose whole
-disk has holders or is open by another process. The test may allow writes to a LUN
-explicitly; then the write goes ahead and every overridden reason is logged as a warning, so the
-run log shows what was overridden. This module gathers no evidence itself and must not touch
+open by another process or attached to another loop device too, is a partition whose whole
+disk has holders or is open by another process, or is an existing non-empty file that this run
+did not create (a typo in ``file:`` must not overwrite a database or a VM image). The test may
+allow writes to a LUN explicitly; then the write goes ahead and every overridden reason is
+logged as a warning, and the session hands it to the master for the console and events.csv.
+This module gathers no evidence itself and must not touch
 devices.
 """
 
@@ -21,7 +23,7 @@ import logging
 from dataclasses import dataclass
 
 from protocol.errors import PreflightError
-from slave.luns import SWAP_MOUNT_POINT, LunInfo
+from slave.luns import KIND_FILE, SWAP_MOUNT_POINT, LunInfo
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,24 @@ def in_use_reasons(lun: LunInfo) -> tuple[str, ...]:
         reasons.append("claimed exclusively by the kernel or another process (O_EXCL open: busy)")
     if lun.probe_error:
         reasons.append(f"contents could not be checked: {lun.probe_error}")
+    if lun.kind == KIND_FILE and lun.file_size_bytes > 0 and not lun.created:
+        holds = f"{_article(lun.signature)} {lun.signature} signature" if lun.signature else (
+            "data")
+        reasons.append(f"an existing non-empty file of {_size_text(lun.file_size_bytes)} "
+                       f"holding {holds}, which this run did not create")
     return tuple(reasons)
+
+
+def _size_text(n_bytes: int) -> str:
+    """``200 MiB (209,715,200 bytes)``; bytes alone below 1 KiB."""
+    value, unit = float(n_bytes), ""
+    for name in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, name
+    if not unit:
+        return f"{n_bytes:,} bytes"
+    return f"{value:.4g} {unit} ({n_bytes:,} bytes)"
 
 
 def check_lun(lun: LunInfo, writes: bool, allow_write: bool, host: str) -> PreflightResult:

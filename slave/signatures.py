@@ -386,7 +386,34 @@ def detect_signature(
         or _filesystem_type(head, read_at, size_bytes)
         or _swap_type(head)
         or _partition_table(head, read_at, size_bytes, logical_block_bytes)
+        or _file_format(head)
     )
+
+
+def _file_format(head: bytes) -> str:
+    """Databases and virtual-disk images, the files a typo in a test's ``file:`` would most
+    likely hit (blkid knows none of them): SQLite ``SQLite format 3\0`` at 0 -> ``sqlite3``;
+    QEMU ``QFI\xfb`` at 0 -> ``qcow2`` (version 2 or 3) or ``qcow``; VMware sparse extent
+    ``KDMV`` at 0 or a descriptor ``# Disk DescriptorFile`` -> ``vmdk``; Hyper-V ``vhdxfile``
+    at 0 -> ``vhdx``, ``conectix`` at 0 (a dynamic VHD's footer copy) -> ``vhd``; VirtualBox
+    0xbeda107f (LE) at 64 -> ``vdi``."""
+    if _at(head, 0, b"SQLite format 3\x00"):
+        return "sqlite3"
+    if _at(head, 0, b"QFI\xfb"):
+        return "qcow2" if _u32_be(head, 4) in (2, 3) else "qcow"
+    if _at(head, 0, b"KDMV") or _at(head, 0, b"# Disk DescriptorFile"):
+        return "vmdk"
+    if _at(head, 0, b"vhdxfile"):
+        return "vhdx"
+    if _at(head, 0, b"conectix"):
+        return "vhd"
+    if _at(head, 64, struct.pack("<I", 0xBEDA107F)):
+        return "vdi"
+    return ""
+
+
+def _u32_be(buf: bytes, offset: int) -> int | None:
+    return struct.unpack_from(">I", buf, offset)[0] if offset + 4 <= len(buf) else None
 
 
 def _member_type(head: bytes, read_at: Callable[[int, int], bytes], size_bytes: int) -> str:

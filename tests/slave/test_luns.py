@@ -643,5 +643,5 @@ def test_a_blkid_that_hangs_leaves_blank_luns_unchecked(
     else:
         assert lun.signature == "" and lun.probe_error.startswith(
             "blkid gave no answer within 0.3 s")
-        (reason,) = in_use_reasons(lun)
-        assert reason.startswith("contents could not be checked: blkid gave no answer")
+        reasons = in_use_reasons(lun)
+        assert reasons[0].startswith("contents could not be checked: blkid gave no answer")

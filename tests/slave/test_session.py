@@ -18,6 +18,7 @@ from protocol.messages import (
     Continue,
     CreateWorkload,
     DeleteWorkload,
+    DiscoverLuns,
     EditWorkload,
     EditWorkloads,
     Error,
@@ -25,6 +26,7 @@ from protocol.messages import (
     Hello,
     HelloReply,
     Log,
+    LunList,
     Message,
     Ping,
     Pong,
@@ -321,11 +323,72 @@ def test_a_file_lun_keeps_its_requested_size_when_a_write_looks_afresh(tmp_path:
     h = Harness(describe=lun_for_path)
     h.hello()
     h.session.luns[str(path)] = file_lun(str(path), MIB)
-    (ack,) = _create(h, 1, f"h1:{path}:w", str(path), read_fraction=0.0)
+    (ack,) = h.send(CreateWorkload(1, f"h1:{path}:w", str(path),
+                                   {"iodepth": 4, "iops": 100.0, "read_fraction": 0.0},
+                                   allow_write=True))
     assert isinstance(ack, Ack), ack
     assert h.backend.luns[f"h1:{path}:w"].size_bytes == MIB
     assert h.session.luns[str(path)].size_bytes == MIB
     assert path.stat().st_size == 4 * MIB
+
+
+def _discover_file(h: Harness, path: Path, size: int, create: bool) -> list[Message]:
+    return h.send(DiscoverLuns(9, files=[{"path": str(path), "size_bytes": size,
+                                          "create": create}]))
+
+
+@pytest.mark.parametrize(("content", "holds"), [
+    (b"SQLite format 3\x00" + bytes(4080), "holding a sqlite3 signature"),
+    (b"QFI\xfb\x00\x00\x00\x03" + bytes(4088), "holding a qcow2 signature"),
+    ((b"line of text\n" * 700)[:8192], "holding data"),
+])
+def test_a_write_to_an_existing_file_the_run_did_not_create_is_refused(
+        tmp_path: Path, content: bytes, holds: str) -> None:
+    """A typo in ``file:`` must not overwrite someone's data: refused naming host, file, size
+    and what it holds, unless the test allows writes; reads stay allowed."""
+    path = tmp_path / "precious.db"
+    path.write_bytes(content)
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    assert isinstance(_discover_file(h, path, len(content), create=True)[0], LunList)
+    (err,) = _create(h, 1, f"h1:{path}:w", str(path), read_fraction=0.5, iodepth=1)
+    assert isinstance(err, Error) and err.kind == "preflight", err
+    assert "host h1" in err.message and str(path) in err.message
+    assert "an existing non-empty file of" in err.message
+    assert f"({len(content):,} bytes)" in err.message
+    assert holds in err.message
+    assert f"h1:{path}:w" not in h.backend.workloads
+    (ack,) = _create(h, 2, f"h1:{path}:r", str(path), read_fraction=1.0, iodepth=1)
+    assert isinstance(ack, Ack)
+    (ack,) = h.send(CreateWorkload(3, f"h1:{path}:w2", str(path),
+                                   {"iodepth": 1, "iops": 100.0, "read_fraction": 0.5},
+                                   allow_write=True))
+    assert isinstance(ack, Ack), ack
+    warning = ack.info["preflight_warning"]
+    assert "as the test allows" in warning and "an existing non-empty file" in warning
+    assert path.read_bytes() == content  # nothing here writes; the backend is a fake
+
+
+def test_a_file_the_run_created_takes_writes_in_every_step(tmp_path: Path) -> None:
+    """Created by this run's discovery: ivypy's own data, so writes need no allow_write, also
+    when a later create describes the (now non-empty) file afresh. An empty file extended is
+    the run's too."""
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    new, empty = tmp_path / "new.img", tmp_path / "empty.img"
+    empty.write_bytes(b"")
+    for i, path in enumerate((new, empty)):
+        (reply,) = _discover_file(h, path, MIB, create=True)
+        assert isinstance(reply, LunList)
+        (entry,) = [e for e in reply.luns if e["info"]["path"] == str(path)]
+        assert entry["info"]["created"] is True
+        with open(path, "r+b") as fh:  # the first step wrote to it
+            fh.write(b"x" * 4096)
+        for seq in (1, 2):
+            (ack,) = _create(h, 10 * i + seq, f"h1:{path}:w{seq}", str(path),
+                             read_fraction=0.0, iodepth=1)
+            assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
+            h.session._write_checked.clear()  # as at the next Go: described afresh
 
 
 def test_reads_allowed_on_a_busy_lun() -> None:

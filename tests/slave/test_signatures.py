@@ -89,6 +89,20 @@ SIGNATURE_CASES: list[tuple[str, list[Poke], int, str]] = [
     ("dos MBR wins over a stale backup GPT",
      [mbr_entry(0, 0x80, 0x83, 2048, 8192), MBR_MAGIC, (IMAGE_BYTES - 512, b"EFI PART")], 512,
      "dos"),
+    # files a typo in a test's file: would hit (blkid knows none of them)
+    ("sqlite", [(0, b"SQLite format 3\x00")], 512, "sqlite3"),
+    ("sqlite magic not at 0", [(512, b"SQLite format 3\x00")], 512, ""),
+    ("qcow2 v3", [(0, b"QFI\xfb" + struct.pack(">I", 3))], 512, "qcow2"),
+    ("qcow2 v2", [(0, b"QFI\xfb" + struct.pack(">I", 2))], 512, "qcow2"),
+    ("qcow v1", [(0, b"QFI\xfb" + struct.pack(">I", 1))], 512, "qcow"),
+    ("vmdk sparse extent", [(0, b"KDMV")], 512, "vmdk"),
+    ("vmdk descriptor", [(0, b"# Disk DescriptorFile\nversion=1\n")], 512, "vmdk"),
+    ("vhdx", [(0, b"vhdxfile")], 512, "vhdx"),
+    ("vhd", [(0, b"conectix")], 512, "vhd"),
+    ("vdi", [(0, b"<<< Oracle VM VirtualBox Disk Image >>>\n"), (64, u32(0xBEDA107F))], 512,
+     "vdi"),
+    ("an ext4 file system wins over file formats", [*ext_pokes(compat=0x4, incompat=0x40),
+                                                     (0, b"conectix")], 512, "ext4"),
 ]
 
 
