@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from protocol.errors import IvyError, PreflightError, ProtocolError
+from protocol.errors import IvyError, PreflightError, ProtocolError, VersionMismatchError
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -233,15 +233,26 @@ class SlaveSession:
             self.send(Log(level=level, message=message, time_ns=self.clock(), context=context))
 
     def on_bytes(self, data: bytes) -> None:
+        """Answer every message ``data`` completes, one at a time: each is checked against
+        the legal order in the state the ones before it and their answers left (a ``Hello``
+        and a ``Bye`` in one read are answered ``HelloReply``, ``Bye``)."""
         try:
-            messages = self.conv.receive_data(data)
+            messages = self.conv.decode_data(data)
         except ProtocolError as exc:
-            self._fatal("version" if "version" in str(exc) else "protocol", str(exc))
+            self._fatal_protocol(exc)
             return
         for msg in messages:
             if self.closed:
                 return
+            try:
+                self.conv.receive(msg)
+            except ProtocolError as exc:
+                self._fatal_protocol(exc)
+                return
             self._handlers.get(type(msg), self._ignore)(msg)
+
+    def _fatal_protocol(self, exc: ProtocolError) -> None:
+        self._fatal("version" if isinstance(exc, VersionMismatchError) else "protocol", str(exc))
 
     def _ignore(self, msg: Message) -> None:
         log.debug("ignoring %s", type(msg).__name__)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from protocol.codec import FrameDecoder
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -34,7 +35,7 @@ from protocol.messages import (
     WindowRequest,
     WindowResult,
 )
-from protocol.state import Conversation, Role
+from protocol.state import Conversation, Role, State
 from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
@@ -486,6 +487,30 @@ def test_stop_in_the_past_ends_at_once() -> None:
     h.tick(SUB)
     msgs = h.send(Stop(-1))
     assert msgs == [Stopped(0, 0)]
+
+
+def test_hello_and_bye_in_one_read_are_answered_hello_reply_then_bye() -> None:
+    h = Harness()
+    h.session.on_bytes(h.master.send(Hello(PROTOCOL_VERSION, "0.1.0", "h1", 0))
+                       + h.master.send(Bye("changed my mind")))
+    assert [type(m) for m in h.take()] == [HelloReply, Bye]
+    assert h.session.closed and h.master.state is State.CLOSED
+
+
+def test_messages_in_one_read_are_answered_each_in_the_state_it_left() -> None:
+    """A WindowRequest and the next Go in one read: the WindowResult is answered in IDLE,
+    before the Go moves to RUNNING (where a WindowResult may not be sent)."""
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    _go(h, 0, 0, SUB, keep_from=0, keep_to=0, fold=True)
+    h.send(Stop(0))
+    assert h.tick(SUB)[-1] == Stopped(0, 0)
+    h.session.on_bytes(h.master.send(WindowRequest(5, 0, 0, 0))
+                       + h.master.send(Go(1, 10 * SUB, SUB, _plan(h))))
+    (win,) = FrameDecoder().feed(bytes(h.out))
+    assert isinstance(win, WindowResult) and win.seq == 5
+    assert h.session.conv.state is State.RUNNING and not h.session.closed
 
 
 def test_eof_halts() -> None:
