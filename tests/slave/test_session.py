@@ -518,6 +518,22 @@ def test_eof_halts() -> None:
     h.hello()
     h.session.on_eof()
     assert h.session.closed and ("halt", None) in h.backend.calls
+    assert h.session.failure is None and not h.out  # the master is gone: no error of ours
+
+
+@pytest.mark.parametrize("cut", [1, 5, 6, 12])
+def test_eof_inside_a_frame_is_a_fatal_protocol_error(cut: int) -> None:
+    h = Harness()
+    h.hello()
+    h.session.on_bytes(h.master.send(Ping(1, 2))[:cut])
+    assert h.take() == [] and not h.session.closed  # a partial frame waits for the rest
+    h.session.on_eof()
+    (err,) = h.take()
+    assert isinstance(err, Error) and err.fatal and err.kind == "protocol"
+    assert err.message == (f"the master's stream ended inside a frame ({cut} bytes of it "
+                           "received)")
+    assert h.session.closed and h.session.failure == f"protocol: {err.message}"
+    assert ("halt", None) in h.backend.calls
 
 
 def test_garbage_is_a_fatal_protocol_error() -> None:
@@ -525,6 +541,7 @@ def test_garbage_is_a_fatal_protocol_error() -> None:
     h.session.on_bytes(b"hello there\n")
     assert h.session.closed
     assert b"protocol" in bytes(h.out)
+    assert h.session.failure is not None and h.session.failure.startswith("protocol: bad frame")
 
 
 def test_version_mismatch_answered_with_fatal_error() -> None:
