@@ -130,7 +130,7 @@ class Conversation:
         self._decoder = FrameDecoder(max_frame_bytes)
 
     def _next(self, sender: Role, msg: Message) -> State | None:
-        if isinstance(msg, Error) and msg.fatal and self.state is not State.CLOSED:
+        if isinstance(msg, Error) and msg.fatal and sender is S and self.state is not State.CLOSED:
             return State.CLOSED
         return TRANSITIONS.get((self.state, sender, type(msg)))
 

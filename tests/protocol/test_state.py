@@ -100,6 +100,8 @@ def test_full_conversation() -> None:
          WindowResult(1, 0, 0, 0, [], {})),
         ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "s", LunList(1, [])),
         ([("m", HELLO), ("s", REPLY), ("m", Bye())], "m", Ping(1, 1)),
+        ([], "m", Error(kind="protocol", message="a master has no errors to send", fatal=True)),
+        ([("m", HELLO), ("s", REPLY)], "m", Error(kind="io", message="x", fatal=True)),
     ],
 )
 def test_out_of_order(prefix: list[tuple[str, Message]], side: str, msg: Message) -> None:

@@ -544,6 +544,20 @@ def test_garbage_is_a_fatal_protocol_error() -> None:
     assert h.session.failure is not None and h.session.failure.startswith("protocol: bad frame")
 
 
+def test_an_error_from_the_master_is_a_fatal_protocol_error() -> None:
+    """Error is the slave's message: a master's, fatal or not, is out of order (a fatal one
+    used to close the conversation silently, leaving the session open)."""
+    from protocol.codec import encode
+
+    h = Harness()
+    h.hello()
+    h.session.on_bytes(encode(Error(kind="io", message="from the master", fatal=True)))
+    (err,) = FrameDecoder().feed(bytes(h.out))
+    assert isinstance(err, Error) and err.fatal and err.kind == "protocol"
+    assert err.message == "master sent Error in state IDLE"
+    assert h.session.closed
+
+
 def test_version_mismatch_answered_with_fatal_error() -> None:
     h = Harness()
     from protocol.codec import encode
