@@ -5,6 +5,7 @@ left behind, and (with real libaio I/O on a loop device) no I/O left in flight."
 from __future__ import annotations
 
 import os
+import random
 import select
 import shutil
 import signal
@@ -19,7 +20,7 @@ import psutil
 import pytest
 
 from master.zipapp import build_slave_zipapp, write_cached
-from protocol.codec import MAGIC, FrameDecoder
+from protocol.codec import MAGIC, FrameDecoder, encode
 from protocol.cpulist import format_cpu_list
 from protocol.messages import (
     Ack,
@@ -32,6 +33,7 @@ from protocol.messages import (
     HelloReply,
     LunList,
     Message,
+    Ping,
     SubintervalResult,
 )
 from protocol.state import Conversation, Role
@@ -331,3 +333,36 @@ def test_a_fatal_protocol_error_is_the_last_message_and_the_exit_is_non_zero(
     assert text in last.message
     assert [type(m) for m in msgs[:-1]] in ([], [HelloReply])
     assert status == EXIT_FAILED and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_slave_process_ends_cleanly_on_a_mutated_stdin(seed: int) -> None:
+    """A few streams for the process itself (tests/slave/test_session_fuzz.py fuzzes the
+    session in-process): a legal opening, cut, with bytes flipped, inserted or deleted, or a
+    huge length header. The slave exits 0 or 1 without a traceback, its output is whole
+    frames, and exit 1 comes with a fatal Error as its last message."""
+    rng = random.Random(seed)
+    frames = [encode(m) for m in (HELLO, Ping(1, 2), DiscoverLuns(2, []), Ping(3, 4),
+                                  Bye("done"))]
+    data = bytearray(b"".join(frames[:rng.randint(2, len(frames))]))
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(rng.choice([0, len(frames[0])]), len(data) + 1)  # half after Hello
+        op = rng.choice(["flip", "insert", "delete", "truncate", "huge"])
+        if op == "flip" and at < len(data):
+            data[at] = rng.randrange(256)
+        elif op == "insert":
+            data[at:at] = rng.randbytes(rng.randint(1, 8))
+        elif op == "delete":
+            del data[at:at + rng.randint(1, 8)]
+        elif op == "truncate":
+            del data[at:]
+        elif op == "huge" and data[:2] == MAGIC:
+            data[2:6] = rng.choice([2**32 - 1, 200 * MIB]).to_bytes(4, "little")
+    status, msgs, err = _fed(bytes(data))
+    assert "Traceback" not in err, err
+    assert status in (0, EXIT_FAILED), (status, err)
+    last = msgs[-1] if msgs else None
+    if status == EXIT_FAILED:
+        assert isinstance(last, Error) and last.fatal, (bytes(data), msgs)
+    else:
+        assert not [m for m in msgs if isinstance(m, Error)], msgs
