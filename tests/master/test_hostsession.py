@@ -32,8 +32,7 @@ class ScriptedSlave:
         self.eof_after = eof_after
 
     async def write(self, data: bytes) -> None:
-        for msg in self.conv.decode_data(data):
-            self.conv.receive(msg)
+        for msg in self.conv.receive_data(data):  # the master writes one frame at a time
             if isinstance(msg, Hello):
                 answer = self.conv.send(REPLY)
             elif isinstance(msg, Ping):

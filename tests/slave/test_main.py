@@ -22,6 +22,7 @@ import pytest
 from master.zipapp import build_slave_zipapp, write_cached
 from protocol.codec import MAGIC, FrameDecoder, encode
 from protocol.cpulist import format_cpu_list
+from protocol.errors import RemoteProtocolError
 from protocol.messages import (
     Ack,
     Bye,
@@ -366,3 +367,11 @@ def test_the_slave_process_ends_cleanly_on_a_mutated_stdin(seed: int) -> None:
         assert isinstance(last, Error) and last.fatal, (bytes(data), msgs)
     else:
         assert not [m for m in msgs if isinstance(m, Error)], msgs
+    ref = FrameDecoder()
+    try:
+        ref.feed(bytes(data))
+        broken = not ref.at_frame_boundary()
+    except RemoteProtocolError:
+        broken = True
+    if broken:  # a stream that breaks the framing is answered, unless Bye came first
+        assert status == EXIT_FAILED or isinstance(last, Bye), (bytes(data), msgs, status)
