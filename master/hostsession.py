@@ -152,10 +152,7 @@ class HostSession:
             while True:
                 data = await self.conn.read()
                 if not data:
-                    if self._bye.is_set() or self.conv.state is State.CLOSED:
-                        return
-                    self._fail("the slave ended its output unexpectedly (process died or "
-                               "connection lost)")
+                    self._on_eof()
                     return
                 for msg in self.conv.receive_data(data):
                     self._dispatch(msg)
@@ -168,6 +165,16 @@ class HostSession:
         except Exception as exc:  # a bug here must not hang the run
             log.exception("reader for host %s failed", self.host)
             self._fail(f"reader failed: {exc!r}")
+
+    def _on_eof(self) -> None:
+        """The slave's output ended: clean after its ``Bye`` (or fatal ``Error``) at a frame
+        boundary; inside a frame a protocol error (SPEC, Framing); else the slave is lost."""
+        if self.conv.buffered_bytes:
+            self._fail(f"protocol error: the slave's output ended inside a frame "
+                       f"({self.conv.buffered_bytes} bytes of it received)")
+        elif not (self._bye.is_set() or self.conv.state is State.CLOSED):
+            self._fail("the slave ended its output unexpectedly (process died or "
+                       "connection lost)")
 
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, SubintervalResult):

@@ -2,8 +2,10 @@
 
 Owns: starting the slave zipapp as a local subprocess (``open_local``) or over SSH with asyncssh
 (``open_ssh``), checking the host's Python first, uploading the zipapp to the host's cache, relaying
-the slave's stderr lines to a logger per host, stopping the slave, and translating foreign errors
-(asyncssh, OSError, timeouts) into ``HostError`` / ``SlaveStartError`` -- here and nowhere else.
+the slave's stderr lines to a logger per host (read as it comes, whatever the length of a line, so
+the slave never blocks on a full stderr pipe; ``master.stderrlines`` cuts the lines), stopping the
+slave, and translating foreign errors (asyncssh, OSError, timeouts) into ``HostError`` /
+``SlaveStartError`` -- here and nowhere else.
 
 Must not: know the protocol (it moves opaque bytes; framing and messages live in ``protocol/``),
 read the test config (the run loop maps config hosts onto ``SshHostSpec``), or retry on its own.
@@ -23,7 +25,8 @@ process id on its host), ``zipapp_path`` (where the zipapp lives on that host),
 ``wait()`` returns the exit status once the slave has exited. ``stderr_tail()`` gives the last
 lines the slave wrote to stderr (for error messages). Each stderr line is logged at INFO on the
 logger ``slave_logger_name(host)`` (``ivypy.slave.<host>``) and passed to ``on_stderr_line`` when
-given.
+given; a line over ``STDERR_LINE_MAX_BYTES`` (64 KiB) is cut there and ends with
+`` ... [line truncated: <n> bytes]``.
 
 When the master dies (even by SIGKILL) the slave's stdin closes and the slave exits by itself:
 locally because the master held the only write end of the stdin pipe; over SSH because the
@@ -63,6 +66,8 @@ from typing import Any
 
 import asyncssh
 
+from master.stderrlines import MAX_LINE_BYTES as STDERR_LINE_MAX_BYTES
+from master.stderrlines import StderrLines
 from master.zipapp import SlaveZipapp, build_slave_zipapp, write_cached
 from protocol.errors import HostError, SlaveStartError
 
@@ -281,6 +286,7 @@ class SlaveConnection(abc.ABC):
         self._on_stderr_line = on_stderr_line
         self._stderr_logger = logging.getLogger(slave_logger_name(host))
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_lines = StderrLines(STDERR_LINE_MAX_BYTES)
         self._stderr_task: asyncio.Task[None] | None = None
 
     # --- stderr relay -------------------------------------------------------------------------
@@ -290,14 +296,16 @@ class SlaveConnection(abc.ABC):
         )
 
     async def _relay_stderr(self) -> None:
-        while True:
-            raw = await self._read_stderr_line()
-            if not raw:
-                return
-            self._handle_stderr_line(raw)
+        while data := await self._read_stderr():
+            self._relay_stderr_bytes(data)
+        for line in self._stderr_lines.close():
+            self._handle_stderr_line(line)
 
-    def _handle_stderr_line(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+    def _relay_stderr_bytes(self, data: bytes) -> None:
+        for line in self._stderr_lines.feed(data):
+            self._handle_stderr_line(line)
+
+    def _handle_stderr_line(self, line: str) -> None:
         self._stderr_tail.append(line)
         self._stderr_logger.info("%s", line)
         if self._on_stderr_line is not None:
@@ -333,7 +341,8 @@ class SlaveConnection(abc.ABC):
         """Exit status, minus the signal number when killed by a signal, None while running."""
 
     @abc.abstractmethod
-    async def _read_stderr_line(self) -> bytes: ...
+    async def _read_stderr(self) -> bytes:
+        """Up to ``READ_CHUNK_BYTES`` of the slave's stderr as they come; ``b""`` at EOF."""
 
     @abc.abstractmethod
     async def write(self, data: bytes) -> None:
@@ -369,9 +378,9 @@ class _LocalSlaveConnection(SlaveConnection):
     def returncode(self) -> int | None:
         return self._proc.returncode
 
-    async def _read_stderr_line(self) -> bytes:
+    async def _read_stderr(self) -> bytes:
         assert self._proc.stderr is not None
-        return await self._proc.stderr.readline()
+        return await self._proc.stderr.read(READ_CHUNK_BYTES)
 
     async def write(self, data: bytes) -> None:
         stdin = self._proc.stdin
@@ -425,17 +434,17 @@ class _SshSlaveConnection(SlaveConnection):
         self._conn = conn
         self._process = process
         self.pid = _parse_pid_marker(first_stderr_line)
-        if self.pid is None and first_stderr_line:
-            self._handle_stderr_line(first_stderr_line)
+        if self.pid is None:
+            self._relay_stderr_bytes(first_stderr_line)
         self._start_stderr_relay()
 
     @property
     def returncode(self) -> int | None:
         return self._process.returncode
 
-    async def _read_stderr_line(self) -> bytes:
+    async def _read_stderr(self) -> bytes:
         try:
-            return await self._process.stderr.readline()
+            return await self._process.stderr.read(READ_CHUNK_BYTES)
         except (asyncssh.Error, OSError):
             return b""
 

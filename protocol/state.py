@@ -14,7 +14,12 @@ it receives)::
 
 A fatal ``Error`` from the slave moves to CLOSED in any state. Messages that can cross on the
 wire are tolerated where they can legitimately arrive late: ``Continue`` and ``Stop`` in IDLE
-(the slave stopped by itself), anything from the slave in CLOSING.
+(the slave stopped by itself), anything from the slave in CLOSING (a ``HelloReply`` too: the
+master may say ``Bye`` right after ``Hello``).
+
+A receiver acts on each message in the state that message leaves (``decode_data``, then
+``receive`` and act, one message at a time): several messages arriving in one read must not all
+move the state before the first is answered.
 """
 
 from __future__ import annotations
@@ -98,8 +103,8 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     allow((I,), S, (LunList, WindowResult))
     allow((R, P), S, (SubintervalResult,))
     allow((R, P), S, (Stopped,), to=I)
-    allow((State.CLOSING,), S, (*_SLAVE_CHATTER, LunList, SubintervalResult, Stopped,
-                                WindowResult))
+    allow((State.CLOSING,), S, (*_SLAVE_CHATTER, HelloReply, LunList, SubintervalResult,
+                                Stopped, WindowResult))
     allow((State.CLOSING,), S, (Bye,), to=State.CLOSED)
     return t
 
@@ -125,7 +130,7 @@ class Conversation:
         self._decoder = FrameDecoder(max_frame_bytes)
 
     def _next(self, sender: Role, msg: Message) -> State | None:
-        if isinstance(msg, Error) and msg.fatal and self.state is not State.CLOSED:
+        if isinstance(msg, Error) and msg.fatal and sender is S and self.state is not State.CLOSED:
             return State.CLOSED
         return TRANSITIONS.get((self.state, sender, type(msg)))
 
@@ -142,17 +147,32 @@ class Conversation:
         self.state = nxt
         return frame
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of a partial frame from the peer (EOF now is inside a frame: an error)."""
+        return self._decoder.buffered_bytes
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[Message]:
-        """Feed bytes from the peer; return the messages they complete, each checked."""
+        """Feed bytes from the peer; return the messages they complete, each checked.
+
+        All of them are checked before the first is returned: a side that answers messages
+        (whose answers move the state) uses ``decode_data`` and ``receive`` instead."""
+        messages = self.decode_data(data)
+        for msg in messages:
+            self.receive(msg)
+        return messages
+
+    def decode_data(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Feed bytes from the peer; return the messages they complete, decoded and their
+        fields checked but not yet their order: pass each to ``receive`` just before acting
+        on it, so that it is checked in the state the messages before it (and the answers
+        to them) left."""
         try:
-            messages = self._decoder.feed(data)
+            return self._decoder.feed(data)
         except RemoteProtocolError as exc:
             if exc.host is not None or self.host is None:
                 raise
             raise type(exc)(str(exc), host=self.host) from exc
-        for msg in messages:
-            self.receive(msg)
-        return messages
 
     def receive(self, msg: Message) -> None:
         """Check an already decoded message from the peer and move on."""

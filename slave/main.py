@@ -25,6 +25,9 @@ from slave.session import Backend, SlaveSession, stderr_logging
 log = logging.getLogger("slave")
 
 READ_BYTES = 1 << 20
+#: The conversation ended with a fatal ``Error`` from the slave (a protocol or version error, a
+#: setting this host cannot honour), or the slave failed; 128 + n after signal n; else 0.
+EXIT_FAILED = 1
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -46,8 +49,9 @@ def serve(
     stdout_fd: int = 1,
     startup_error: str | None = None,
 ) -> int:
-    """Run one conversation to its end; return the exit status. ``startup_error``: a setting
-    this host cannot honour, answered to ``Hello`` as a fatal error."""
+    """Run one conversation to its end; return the exit status (``EXIT_FAILED`` after a fatal
+    ``Error``). ``startup_error``: a setting this host cannot honour, answered to ``Hello`` as
+    a fatal error."""
     wire = os.dup(stdout_fd)
     os.dup2(2, stdout_fd)
     sys.stdout = sys.stderr
@@ -70,7 +74,7 @@ def serve(
         while not session.closed:
             if stopping:
                 log.warning("signal %d: stopping all I/O", stopping[0])
-                session.on_eof()
+                session.shut_down()
                 status = 128 + stopping[0]
                 break
             wake = session.next_wakeup_ns()
@@ -91,14 +95,16 @@ def serve(
     except BrokenPipeError:
         log.warning("the master closed our stdout: stopping all I/O")
         backend.halt()
-        status = 1
+        status = EXIT_FAILED
     except Exception:
         log.exception("slave failed")
         backend.halt()
-        status = 1
+        status = EXIT_FAILED
     finally:
         backend.close()
         sel.close()
+    if session.failure is not None and status == 0:
+        status = EXIT_FAILED
     return status
 
 

@@ -23,7 +23,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from protocol.errors import IoEngineError, IvyError, PreflightError, ProtocolError
+from protocol.errors import (
+    IoEngineError,
+    IvyError,
+    PreflightError,
+    ProtocolError,
+    VersionMismatchError,
+)
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -211,6 +217,8 @@ class SlaveSession:
         self.step: _Step | None = None
         self.window_store: WindowStore | None = None  # the last step's, until the next Go
         self.closed = False
+        #: why the conversation ended with a fatal ``Error`` from this side (``kind: message``)
+        self.failure: str | None = None
         self._handlers: dict[type[Message], Callable[[Any], None]] = {
             Hello: self._on_hello,
             Ping: self._on_ping,
@@ -237,22 +245,44 @@ class SlaveSession:
             self.send(Log(level=level, message=message, time_ns=self.clock(), context=context))
 
     def on_bytes(self, data: bytes) -> None:
+        """Answer every message ``data`` completes, one at a time: each is checked against
+        the legal order in the state the ones before it and their answers left (a ``Hello``
+        and a ``Bye`` in one read are answered ``HelloReply``, ``Bye``)."""
         try:
-            messages = self.conv.receive_data(data)
+            messages = self.conv.decode_data(data)
         except ProtocolError as exc:
-            self._fatal("version" if "version" in str(exc) else "protocol", str(exc))
+            self._fatal_protocol(exc)
             return
         for msg in messages:
             if self.closed:
                 return
+            try:
+                self.conv.receive(msg)
+            except ProtocolError as exc:
+                self._fatal_protocol(exc)
+                return
             self._handlers.get(type(msg), self._ignore)(msg)
+
+    def _fatal_protocol(self, exc: ProtocolError) -> None:
+        self._fatal("version" if isinstance(exc, VersionMismatchError) else "protocol", str(exc))
 
     def _ignore(self, msg: Message) -> None:
         log.debug("ignoring %s", type(msg).__name__)
 
     def on_eof(self) -> None:
-        """The master is gone: stop everything."""
+        """stdin reached EOF: the master is gone, stop everything. EOF inside a frame is a
+        protocol error (SPEC, Framing): a fatal ``Error`` says so, should the master still
+        read."""
         log.info("stdin closed: stopping all I/O")
+        partial = self.conv.buffered_bytes
+        if partial and not self.closed:
+            self._fatal("protocol", f"the master's stream ended inside a frame ({partial} bytes "
+                        "of it received)")
+        self.shut_down()
+
+    def shut_down(self) -> None:
+        """Stop all I/O and end the conversation without a word (the master is gone, or a
+        signal came)."""
         self.backend.halt()
         self._drop_window_store()
         self.closed = True
@@ -263,10 +293,13 @@ class SlaveSession:
             self.window_store = None
 
     def _fatal(self, kind: str, message: str) -> None:
+        """End the conversation with a fatal ``Error`` (best effort: the master may be gone);
+        the process then exits non-zero (``failure``)."""
         log.error("%s", message)
+        self.failure = f"{kind}: {message}"
         self.backend.halt()
         if self.conv.state is not State.CLOSED:
-            with contextlib.suppress(ProtocolError):
+            with contextlib.suppress(ProtocolError, OSError):
                 self.send(Error(kind=kind, message=message, fatal=True))
         self.closed = True
 

@@ -23,6 +23,8 @@ import asyncssh
 import pytest
 
 from master.transport import (
+    _PID_MARKER,
+    STDERR_LINE_MAX_BYTES,
     SlaveConnection,
     SshHostSpec,
     _describe,
@@ -31,7 +33,7 @@ from master.transport import (
     open_ssh,
     slave_logger_name,
 )
-from master.zipapp import SlaveZipapp
+from master.zipapp import SlaveZipapp, build_slave_zipapp
 from protocol.errors import HostError, SlaveStartError
 from tests.sshserver import SshServerInfo, new_key, ssh_server
 
@@ -213,6 +215,59 @@ def test_local_echo_relays_stderr_and_exits_cleanly(
     assert seen[0] in tail
     relayed = [r for r in caplog.records if r.name == slave_logger_name("local-a")]
     assert relayed and relayed[0].getMessage() == seen[0]
+
+
+# A stand-in slave that writes one 1 MiB line to stderr, then ordinary lines, then exits.
+_LONG_LINE_BYTES = 1 << 20
+NOISY_SOURCE = b"""\
+import sys
+
+
+def main():
+    err = sys.stderr.buffer
+    err.write(b"x" * %d + b"\\n")
+    err.write(b"after the long line\\r\\n")
+    err.write(b"\\n")
+    err.write(b"no newline at the end")
+    err.flush()
+    return 0
+""" % _LONG_LINE_BYTES
+
+
+@pytest.fixture(scope="module")
+def noisy_zipapp() -> SlaveZipapp:
+    return build_slave_zipapp("ivypy_noisy_slave:main",
+                              extra_files={"ivypy_noisy_slave.py": NOISY_SOURCE})
+
+
+def _check_relayed_long_line(seen: list[str]) -> None:
+    """The 1 MiB line arrives cut, with a marker; every later line arrives whole."""
+    (long_line, *later) = [line for line in seen if not line.startswith(_PID_MARKER)]
+    assert long_line == "x" * STDERR_LINE_MAX_BYTES + (
+        f" ... [line truncated: {_LONG_LINE_BYTES} bytes]")
+    assert later == ["after the long line", "", "no newline at the end"]
+
+
+def test_local_relays_a_1_mib_stderr_line_cut_and_the_lines_after_it(
+    tmp_path: Path, noisy_zipapp: SlaveZipapp, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stderr line longer than the relay's limit used to end the relay (and, as the pipe
+    filled, block the slave for good): it is cut with a marker, and the relay goes on."""
+    seen: list[str] = []
+
+    async def scenario() -> int | None:
+        conn = await open_local("local-noisy", zipapp=noisy_zipapp, cache_dir=tmp_path,
+                                on_stderr_line=seen.append)
+        try:
+            return await asyncio.wait_for(conn.wait(), 10)
+        finally:
+            await conn.close()
+
+    with caplog.at_level(logging.INFO, logger=slave_logger_name("local-noisy")):
+        assert run(scenario(), timeout_s=20) == 0
+    _check_relayed_long_line(seen)
+    logged = [r.getMessage() for r in caplog.records if r.name == slave_logger_name("local-noisy")]
+    assert logged == seen
 
 
 SLAVE_ARGS = ("--worker-cpus", "0-3,8", "a 'b'; c")  # a word the shell must not split
@@ -439,6 +494,24 @@ def test_ssh_failed_upload_leaves_no_temporary(
             assert list(cache.iterdir()) == []
 
     run(scenario())
+
+
+def test_ssh_relays_a_1_mib_stderr_line_cut_and_the_lines_after_it(
+    tmp_path: Path, noisy_zipapp: SlaveZipapp
+) -> None:
+    seen: list[str] = []
+
+    async def scenario() -> int | None:
+        async with ssh_server(tmp_path) as server:
+            conn = await open_ssh(spec_for(server, "h-noisy"), zipapp=noisy_zipapp,
+                                  on_stderr_line=seen.append)
+            try:
+                return await asyncio.wait_for(conn.wait(), 10)
+            finally:
+                await conn.close()
+
+    assert run(scenario(), timeout_s=30) == 0
+    _check_relayed_long_line(seen)
 
 
 def test_ssh_exit_status_and_terminate_reach_the_master(

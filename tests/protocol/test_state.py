@@ -100,6 +100,8 @@ def test_full_conversation() -> None:
          WindowResult(1, 0, 0, 0, [], {})),
         ([("m", HELLO), ("s", REPLY), ("m", Go(0, 1, 1))], "s", LunList(1, [])),
         ([("m", HELLO), ("s", REPLY), ("m", Bye())], "m", Ping(1, 1)),
+        ([], "m", Error(kind="protocol", message="a master has no errors to send", fatal=True)),
+        ([("m", HELLO), ("s", REPLY)], "m", Error(kind="io", message="x", fatal=True)),
     ],
 )
 def test_out_of_order(prefix: list[tuple[str, Message]], side: str, msg: Message) -> None:
@@ -163,6 +165,28 @@ def test_eof_rules() -> None:
     r.s(Bye())
     r.master.receive_eof()
     assert r.master.state is State.CLOSED
+
+
+def test_hello_and_bye_in_one_read_are_answered_one_at_a_time() -> None:
+    """The master says Bye right after Hello; the slave reads both at once. Checked one at a
+    time (``decode_data``, then ``receive`` and answer), Hello is answered in HELLO and Bye in
+    IDLE; the master, in CLOSING since its Bye, accepts the HelloReply that crossed it."""
+    p = Pair()
+    sent = p.master.send(HELLO) + p.master.send(Bye("done"))
+    assert p.master.state is State.CLOSING
+    answers = b""
+    for msg in p.slave.decode_data(sent):
+        p.slave.receive(msg)
+        answers += p.slave.send(REPLY if isinstance(msg, Hello) else Bye("master said bye"))
+    assert p.master.receive_data(answers) == [REPLY, Bye("master said bye")]
+    assert p.states() == (State.CLOSED, State.CLOSED)
+    # checked all at once, an answer can fall into the state a later message left
+    q = Pair()
+    q.m(HELLO)
+    q.s(REPLY)
+    q.slave.receive_data(q.master.send(WindowRequest(4, 0, 1, 2)) + q.master.send(Go(1, 1, 1)))
+    with pytest.raises(LocalProtocolError, match="WindowResult in state RUNNING"):
+        q.slave.send(WindowResult(4, 0, 1, 2, [], {}))
 
 
 def test_slave_may_stop_by_itself_and_late_continue_is_tolerated() -> None:

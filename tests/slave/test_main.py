@@ -5,6 +5,7 @@ left behind, and (with real libaio I/O on a loop device) no I/O left in flight."
 from __future__ import annotations
 
 import os
+import random
 import select
 import shutil
 import signal
@@ -19,10 +20,12 @@ import psutil
 import pytest
 
 from master.zipapp import build_slave_zipapp, write_cached
-from protocol.codec import FrameDecoder
+from protocol.codec import MAGIC, FrameDecoder, encode
 from protocol.cpulist import format_cpu_list
+from protocol.errors import RemoteProtocolError
 from protocol.messages import (
     Ack,
+    Bye,
     CreateWorkload,
     DiscoverLuns,
     Error,
@@ -31,11 +34,13 @@ from protocol.messages import (
     HelloReply,
     LunList,
     Message,
+    Ping,
     SubintervalResult,
 )
 from protocol.state import Conversation, Role
 from protocol.stats import GroupStats
 from protocol.version import PROTOCOL_VERSION
+from slave.main import EXIT_FAILED
 
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopDevice, LoopFactory
@@ -287,3 +292,86 @@ def test_hello_reply_says_where_paced_io_runs(tmp_path: Path, cc: str | None, wa
     finally:
         s.proc.kill()
         s.proc.wait(5)
+
+
+def _fed(stdin: bytes) -> tuple[int, list[Message], str]:
+    """``python -m slave`` fed ``stdin`` then EOF: its exit status, the messages it wrote (all
+    of its stdout must be whole frames) and its stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "IVYPY_SLAVE_ENGINE": "fake"}
+    proc = subprocess.run([sys.executable, "-m", "slave", "--worker-cpus", "unpinned"],
+                          input=stdin, capture_output=True, env=env, timeout=30)
+    dec = FrameDecoder()
+    msgs = dec.feed(proc.stdout)
+    assert dec.at_frame_boundary(), proc.stdout[-100:]
+    return proc.returncode, msgs, proc.stderr.decode()
+
+
+HELLO = Hello(PROTOCOL_VERSION, "test", "local", 0)
+
+
+def test_hello_and_bye_in_one_read_are_answered_and_the_slave_exits_0() -> None:
+    conv = Conversation(Role.MASTER, host="local")
+    status, msgs, err = _fed(conv.send(HELLO) + conv.send(Bye("changed my mind")))
+    assert [type(m) for m in msgs] == [HelloReply, Bye], err
+    assert status == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("stdin", "text"), [
+    (Conversation(Role.MASTER).send(HELLO)[:9],
+     "the master's stream ended inside a frame (9 bytes of it received)"),
+    (Conversation(Role.MASTER).send(HELLO) + MAGIC + b"\x10\x00",
+     "the master's stream ended inside a frame (4 bytes of it received)"),
+    (b"Welcome to host h1\n", "bad frame magic b'Welcome to host h1\\n'"),
+    (MAGIC + b"\xff\xff\xff\xff", "frame of 4294967295 bytes exceeds the"),
+    (Conversation(Role.MASTER).send(Hello(PROTOCOL_VERSION + 1, "9", "h", 0)),
+     f"peer speaks protocol version {PROTOCOL_VERSION + 1}"),
+], ids=["eof-inside-hello", "eof-inside-a-2nd-frame", "banner", "huge-length", "version"])
+def test_a_fatal_protocol_error_is_the_last_message_and_the_exit_is_non_zero(
+        stdin: bytes, text: str) -> None:
+    status, msgs, err = _fed(stdin)
+    last = msgs[-1]
+    assert isinstance(last, Error) and last.fatal and last.kind in ("protocol", "version"), msgs
+    assert text in last.message
+    assert [type(m) for m in msgs[:-1]] in ([], [HelloReply])
+    assert status == EXIT_FAILED and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_slave_process_ends_cleanly_on_a_mutated_stdin(seed: int) -> None:
+    """A few streams for the process itself (tests/slave/test_session_fuzz.py fuzzes the
+    session in-process): a legal opening, cut, with bytes flipped, inserted or deleted, or a
+    huge length header. The slave exits 0 or 1 without a traceback, its output is whole
+    frames, and exit 1 comes with a fatal Error as its last message."""
+    rng = random.Random(seed)
+    frames = [encode(m) for m in (HELLO, Ping(1, 2), DiscoverLuns(2, []), Ping(3, 4),
+                                  Bye("done"))]
+    data = bytearray(b"".join(frames[:rng.randint(2, len(frames))]))
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(rng.choice([0, len(frames[0])]), len(data) + 1)  # half after Hello
+        op = rng.choice(["flip", "insert", "delete", "truncate", "huge"])
+        if op == "flip" and at < len(data):
+            data[at] = rng.randrange(256)
+        elif op == "insert":
+            data[at:at] = rng.randbytes(rng.randint(1, 8))
+        elif op == "delete":
+            del data[at:at + rng.randint(1, 8)]
+        elif op == "truncate":
+            del data[at:]
+        elif op == "huge" and data[:2] == MAGIC:
+            data[2:6] = rng.choice([2**32 - 1, 200 * MIB]).to_bytes(4, "little")
+    status, msgs, err = _fed(bytes(data))
+    assert "Traceback" not in err, err
+    assert status in (0, EXIT_FAILED), (status, err)
+    last = msgs[-1] if msgs else None
+    if status == EXIT_FAILED:
+        assert isinstance(last, Error) and last.fatal, (bytes(data), msgs)
+    else:
+        assert not [m for m in msgs if isinstance(m, Error)], msgs
+    ref = FrameDecoder()
+    try:
+        ref.feed(bytes(data))
+        broken = not ref.at_frame_boundary()
+    except RemoteProtocolError:
+        broken = True
+    if broken:  # a stream that breaks the framing is answered, unless Bye came first
+        assert status == EXIT_FAILED or isinstance(last, Bye), (bytes(data), msgs, status)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from protocol.codec import FrameDecoder
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -36,7 +37,7 @@ from protocol.messages import (
     WindowRequest,
     WindowResult,
 )
-from protocol.state import Conversation, Role
+from protocol.state import Conversation, Role, State
 from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
@@ -554,11 +555,51 @@ def test_stop_in_the_past_ends_at_once() -> None:
     assert msgs == [Stopped(0, 0)]
 
 
+def test_hello_and_bye_in_one_read_are_answered_hello_reply_then_bye() -> None:
+    h = Harness()
+    h.session.on_bytes(h.master.send(Hello(PROTOCOL_VERSION, "0.1.0", "h1", 0))
+                       + h.master.send(Bye("changed my mind")))
+    assert [type(m) for m in h.take()] == [HelloReply, Bye]
+    assert h.session.closed and h.master.state is State.CLOSED
+
+
+def test_messages_in_one_read_are_answered_each_in_the_state_it_left() -> None:
+    """A WindowRequest and the next Go in one read: the WindowResult is answered in IDLE,
+    before the Go moves to RUNNING (where a WindowResult may not be sent)."""
+    h = Harness()
+    h.hello()
+    _create(h, 1, "h1:/dev/fake0:a")
+    _go(h, 0, 0, SUB, keep_from=0, keep_to=0, fold=True)
+    h.send(Stop(0))
+    assert h.tick(SUB)[-1] == Stopped(0, 0)
+    h.session.on_bytes(h.master.send(WindowRequest(5, 0, 0, 0))
+                       + h.master.send(Go(1, 10 * SUB, SUB, _plan(h))))
+    (win,) = FrameDecoder().feed(bytes(h.out))
+    assert isinstance(win, WindowResult) and win.seq == 5
+    assert h.session.conv.state is State.RUNNING and not h.session.closed
+
+
 def test_eof_halts() -> None:
     h = Harness()
     h.hello()
     h.session.on_eof()
     assert h.session.closed and ("halt", None) in h.backend.calls
+    assert h.session.failure is None and not h.out  # the master is gone: no error of ours
+
+
+@pytest.mark.parametrize("cut", [1, 5, 6, 12])
+def test_eof_inside_a_frame_is_a_fatal_protocol_error(cut: int) -> None:
+    h = Harness()
+    h.hello()
+    h.session.on_bytes(h.master.send(Ping(1, 2))[:cut])
+    assert h.take() == [] and not h.session.closed  # a partial frame waits for the rest
+    h.session.on_eof()
+    (err,) = h.take()
+    assert isinstance(err, Error) and err.fatal and err.kind == "protocol"
+    assert err.message == (f"the master's stream ended inside a frame ({cut} bytes of it "
+                           "received)")
+    assert h.session.closed and h.session.failure == f"protocol: {err.message}"
+    assert ("halt", None) in h.backend.calls
 
 
 def test_garbage_is_a_fatal_protocol_error() -> None:
@@ -566,6 +607,21 @@ def test_garbage_is_a_fatal_protocol_error() -> None:
     h.session.on_bytes(b"hello there\n")
     assert h.session.closed
     assert b"protocol" in bytes(h.out)
+    assert h.session.failure is not None and h.session.failure.startswith("protocol: bad frame")
+
+
+def test_an_error_from_the_master_is_a_fatal_protocol_error() -> None:
+    """Error is the slave's message: a master's, fatal or not, is out of order (a fatal one
+    used to close the conversation silently, leaving the session open)."""
+    from protocol.codec import encode
+
+    h = Harness()
+    h.hello()
+    h.session.on_bytes(encode(Error(kind="io", message="from the master", fatal=True)))
+    (err,) = FrameDecoder().feed(bytes(h.out))
+    assert isinstance(err, Error) and err.fatal and err.kind == "protocol"
+    assert err.message == "master sent Error in state IDLE"
+    assert h.session.closed
 
 
 def test_version_mismatch_answered_with_fatal_error() -> None:

@@ -1,0 +1,109 @@
+"""The master's side of one host (``master.hostsession``) over an in-memory connection whose
+slave answers from a script: how the end of the slave's output is judged."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from master.hostsession import HostSession
+from protocol.codec import encode
+from protocol.errors import HostError
+from protocol.messages import Bye, Error, Hello, HelloReply, Message, Ping, Pong
+from protocol.state import Conversation, Role, State
+from protocol.version import PROTOCOL_VERSION
+
+REPLY = HelloReply(PROTOCOL_VERSION, "0.1.0", "h", "6.1", "3.11", "1.24", 2, 9, 5, "compiled")
+
+# what the scripted slave writes after its answer to a message (then, with ``eof``, it ends)
+Extra = Callable[[Message], bytes]
+
+
+class ScriptedSlave:
+    """A ``Connection`` whose slave answers Hello, Ping and Bye as a slave does; ``after``
+    may add bytes behind an answer and ``eof_after`` end the output there."""
+
+    def __init__(self, after: Extra = lambda m: b"",
+                 eof_after: type[Message] | None = None) -> None:
+        self.host = "h1"
+        self.conv = Conversation(Role.SLAVE)
+        self.out: asyncio.Queue[bytes] = asyncio.Queue()
+        self.after = after
+        self.eof_after = eof_after
+
+    async def write(self, data: bytes) -> None:
+        for msg in self.conv.receive_data(data):  # the master writes one frame at a time
+            if isinstance(msg, Hello):
+                answer = self.conv.send(REPLY)
+            elif isinstance(msg, Ping):
+                answer = self.conv.send(Pong(msg.seq, msg.master_send_ns, 7))
+            elif isinstance(msg, Bye):
+                answer = self.conv.send(Bye("master said bye"))
+            else:
+                raise AssertionError(f"unexpected {msg}")
+            self.out.put_nowait(answer + self.after(msg))
+            if isinstance(msg, self.eof_after or ()):
+                self.out.put_nowait(b"")
+
+    async def read(self) -> bytes:
+        return await self.out.get()
+
+    async def close(self, grace_s: float = 2.0) -> int | None:
+        self.out.put_nowait(b"")
+        return 0
+
+    def stderr_tail(self) -> str:
+        return "last words"
+
+
+def _run(conn: ScriptedSlave) -> HostSession:
+    """Handshake (one ping), then, unless the slave's output ends by itself, say bye."""
+
+    async def scenario() -> HostSession:
+        hs = HostSession(conn, "h1")
+        await hs.start(pings=1)
+        if conn.eof_after is not Bye:
+            await asyncio.wait_for(hs.failed.wait(), 5)
+        await hs.close(grace_s=1)
+        return hs
+
+    return asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_the_end_after_the_slaves_bye_is_clean() -> None:
+    hs = _run(ScriptedSlave(eof_after=Bye))
+    assert hs.failure is None and hs.conv.state is State.CLOSED
+
+
+def test_output_ending_inside_a_frame_after_bye_is_a_protocol_error() -> None:
+    frame = encode(Pong(1, 2, 3))
+    hs = _run(ScriptedSlave(after=lambda m: frame[:9] if isinstance(m, Bye) else b"",
+                            eof_after=Bye))
+    assert isinstance(hs.failure, HostError) and hs.failure.host == "h1"
+    assert "protocol error: the slave's output ended inside a frame (9 bytes of it " \
+        "received)" in str(hs.failure)
+    assert hs.failure.stderr_tail == "last words"
+
+
+def test_output_ending_inside_a_frame_mid_conversation_is_a_protocol_error() -> None:
+    hs = _run(ScriptedSlave(after=lambda m: b"IV\x05" if isinstance(m, Ping) else b"",
+                            eof_after=Ping))
+    assert isinstance(hs.failure, HostError)
+    assert "protocol error: the slave's output ended inside a frame (3 bytes of it " \
+        "received)" in str(hs.failure)
+
+
+def test_output_ending_between_frames_mid_conversation_is_a_lost_slave() -> None:
+    hs = _run(ScriptedSlave(eof_after=Ping))
+    assert isinstance(hs.failure, HostError)
+    assert "the slave ended its output unexpectedly" in str(hs.failure)
+
+
+def test_a_fatal_protocol_error_from_the_slave_is_a_host_failure() -> None:
+    fatal = Conversation(Role.SLAVE)
+    fatal.state = State.IDLE
+    frame = fatal.send(Error(kind="protocol", message="stream ended inside a frame", fatal=True))
+    hs = _run(ScriptedSlave(after=lambda m: frame if isinstance(m, Ping) else b"",
+                            eof_after=Ping))
+    assert isinstance(hs.failure, HostError)
+    assert "slave failed (protocol): stream ended inside a frame" in str(hs.failure)
