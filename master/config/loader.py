@@ -53,6 +53,9 @@ DEFAULT_OUTPUT_ROOT = "./ivypy-output"
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
 MAX_SUBINTERVAL_S = 3600.0
+#: the longest test file, in characters: the example tests are a few KiB, and the YAML parser
+#: (pure Python) reads about 1 MiB a second; a file is read no further than this
+MAX_FILE_CHARS = 1024 * 1024
 # a subinterval carries a boundary (a switch of buffers and a send, 0.3-1 ms in the engine loop)
 # and at least a few control polls (every 2 ms): shorter ones measure the tool, not the LUNs
 MIN_SUBINTERVAL_S = 0.01
@@ -351,11 +354,16 @@ def load_config(path: str | Path, output_root_override: str | None = None) -> Te
     """Read and validate a test file; raises ``ConfigError`` (``file:line: key.path: message``)."""
     filename = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:  # universal newlines, as read_text
+            text = file.read(MAX_FILE_CHARS + 1)  # a device or FIFO may never end
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason})", file=filename) from exc
     except OSError as exc:
         raise ConfigError(
             f"cannot read the test file: {exc.strerror or exc}", file=filename
         ) from exc
+    if len(text) > MAX_FILE_CHARS:
+        raise ConfigError(
+            f"the test file is longer than {MAX_FILE_CHARS:,} characters", file=filename
+        )
     return parse_config_text(text, filename, output_root_override)
