@@ -16,6 +16,7 @@ from pathlib import Path
 
 from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS
 from master.config.hosts import expand_ranges, parse_hosts
+from master.config.limits import MAX_LUN_BYTES, MAX_ROLLUP_QUANTITY, bounded, show_bytes
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
 from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
@@ -197,6 +198,7 @@ def _lun_selector(
                 raise size_cursor.error(str(exc)) from exc
             if size_bytes <= 0 or size_bytes % 512:
                 raise size_cursor.error(f"must be a positive multiple of 512 (got {size_bytes})")
+            bounded(size_cursor, size_bytes, high=MAX_LUN_BYTES, show=show_bytes)
         create = False if create_cursor is None else create_cursor.boolean()
         if create and size_bytes is None:
             raise entry.error("create: true needs size")
@@ -272,6 +274,7 @@ def _rollups(root: Cursor) -> tuple[RollupSpec, ...]:
             quantity_cursor, droop_cursor = entry.get("quantity"), entry.get("max_droop")
             if quantity_cursor is not None:
                 quantity = quantity_cursor.integer(1)
+                bounded(quantity_cursor, quantity, high=MAX_ROLLUP_QUANTITY)
             if droop_cursor is not None:
                 try:
                     max_droop = parse_fraction(
