@@ -238,7 +238,7 @@ class WorkloadSpec:
     workload's share when a rollup's ``total_iops`` is divided); ``write_data`` (``WriteData``);
     ``busy_poll`` (bool, default false); ``seed`` (int, optional; cannot be edited);
     ``delete: true`` removes the workload (it must exist). An extent in bytes is at most
-    1024PiB.
+    1024PiB. A name appears once in a step's ``workloads:`` list (again only after a ``delete``).
     """
 
     name: str
@@ -434,7 +434,7 @@ class RollupEdit:
 
     YAML: ``{instance: all | "host=h1" | "vendor+model=ACME+X1", <workload keys>, total_iops}``.
     ``total_iops`` (0.001..10**10 or ``max``) is divided over the instance's workloads by
-    ``skew_weight``; it excludes ``iops``.
+    ``skew_weight``; it excludes ``iops``. An instance appears once in a step's ``edit_rollup``.
     """
 
     rollup: str

@@ -392,6 +392,7 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
 def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]:
     cursor.expect_seq("a list of {instance, ...} mappings")
     edits = []
+    first_line: dict[tuple[str, tuple[str, ...]], int] = {}
     for entry in cursor:
         entry.expect_map("a mapping with 'instance'")
         entry.check_keys(EDIT_ROLLUP_KEYS)
@@ -416,6 +417,12 @@ def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]
                 raise instance_cursor.error(
                     f"bad instance {text!r}: {rollup} needs {wanted} '+'-joined values"
                 )
+        if (rollup, value) in first_line:  # a second entry would merge into the first's edits
+            raise instance_cursor.error(
+                f"duplicate instance {text!r} in this step's edit_rollup "
+                f"(first at line {first_line[rollup, value]})"
+            )
+        first_line[rollup, value] = instance_cursor.line
         settings = parse_settings(entry, EDITABLE_KEYS)
         total_cursor = entry.get("total_iops")
         total = None if total_cursor is None else parse_iops(total_cursor, MAX_TOTAL_IOPS)
@@ -512,8 +519,22 @@ def _apply_entries(
     if entries is None:
         return changes, targets
     entries.expect_seq("a list of workload entries")
+    named_at: dict[str, int] = {}  # workloads this step's entries created or edited: their line
     for entry in entries:
+        name_cursor = entry.get("name") if entry.is_map else None
+        if name_cursor is not None and name_cursor.is_scalar and name_cursor.value in named_at:
+            # a second entry would edit what the first just set up: two workloads meant as
+            # two merged into one. Only a delete ends a workload's use in the step (delete and
+            # create again is how luns or seed change).
+            raise name_cursor.error(
+                f"duplicate workload {name_cursor.value!r} in this step "
+                f"(first at line {named_at[str(name_cursor.value)]})"
+            )
         change = table.apply_entry(entry, allow_empty_edit=sweeping)
+        if change.action == "delete":
+            named_at.pop(change.name, None)
+        elif name_cursor is not None:
+            named_at[change.name] = name_cursor.line
         changes.append(change)
         if change.action == "delete":
             targets = [name for name in targets if name != change.name]
