@@ -18,6 +18,10 @@ Durations (``parse_duration_s``)
     each with a unit, added up (``1h30m``, ``1m 30s``), as ``format_duration_s`` writes them.
 Fractions (``parse_fraction``)
     A number (``0.05``) or a percentage string (``5%``). Range checks belong to the caller.
+
+A number inside a string is read exactly (as a ``Fraction``), so its size is bounded first: at
+most ``MAX_NUMBER_CHARS`` characters and an exponent within ±``MAX_EXPONENT`` (``"1e999999999B"``
+would otherwise be a billion-digit integer). Both lie far beyond any value a test could mean.
 """
 
 from __future__ import annotations
@@ -67,6 +71,11 @@ DURATION_UNITS_S: dict[str, Fraction] = {
 }
 _DURATION_UNIT_NAMES = "ns, us, ms, s, m, min, h, d"
 
+#: the longest number inside a string (``"1.5GiB"``), in characters
+MAX_NUMBER_CHARS = 50
+#: the largest exponent of a number inside a string (``"1e6us"``), either sign
+MAX_EXPONENT = 50
+
 _NUMBER_UNIT = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z%]*)\s*$")
 
 
@@ -74,11 +83,22 @@ def _is_plain_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _exact(number: str, text: str) -> Fraction:
+    """The number text (as matched by ``_NUMBER_UNIT``) as a ``Fraction``, if it is bounded."""
+    _, _, exponent = number.lower().partition("e")
+    if len(number) > MAX_NUMBER_CHARS or (
+        exponent and abs(int(exponent)) > MAX_EXPONENT
+    ):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"number out of range in {shown!r}")
+    return Fraction(number)
+
+
 def _split(text: str, what: str) -> tuple[Fraction, str]:
     match = _NUMBER_UNIT.match(text)
     if match is None:
         raise ValueError(f"not a {what}: {text!r}")
-    return Fraction(match.group(1)), match.group(2)
+    return _exact(match.group(1), text), match.group(2)
 
 
 def parse_bytes(value: object) -> int:
@@ -125,7 +145,7 @@ def _duration_parts(text: str) -> list[tuple[Fraction, str]]:
         match = _COMPOUND_PART.match(stripped, position)
         if match is None:
             raise ValueError(f"not a duration: {text!r}")
-        parts.append((Fraction(match.group(1)), match.group(2)))
+        parts.append((_exact(match.group(1), text), match.group(2)))
         position = match.end()
     if not parts:
         raise ValueError(f"not a duration: {text!r}")
@@ -169,7 +189,7 @@ def parse_fraction(value: object) -> float:
     if isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         if match is not None and match.group(2) in ("", "%"):
-            number = Fraction(match.group(1))
+            number = _exact(match.group(1), value)
             return float(number / 100 if match.group(2) == "%" else number)
     raise ValueError(f"not a fraction or percentage: {value!r}")
 

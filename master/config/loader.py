@@ -16,6 +16,7 @@ from pathlib import Path
 
 from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
 from master.config.hosts import expand_ranges, parse_hosts
+from master.config.limits import MAX_LUN_BYTES, MAX_ROLLUP_QUANTITY, bounded, show_bytes
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
 from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
@@ -55,6 +56,9 @@ DEFAULT_OUTPUT_ROOT = "./ivypy-output"
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
 MAX_SUBINTERVAL_S = 3600.0
+#: the longest test file, in characters: the example tests are a few KiB, and the YAML parser
+#: (pure Python) reads about 1 MiB a second; a file is read no further than this
+MAX_FILE_CHARS = 1024 * 1024
 # a subinterval carries a boundary (a switch of buffers and a send, 0.3-1 ms in the engine loop)
 # and at least a few control polls (every 2 ms): shorter ones measure the tool, not the LUNs
 MIN_SUBINTERVAL_S = 0.01
@@ -198,6 +202,7 @@ def _lun_selector(
                 raise size_cursor.error(str(exc)) from exc
             if size_bytes <= 0 or size_bytes % 512:
                 raise size_cursor.error(f"must be a positive multiple of 512 (got {size_bytes})")
+            bounded(size_cursor, size_bytes, high=MAX_LUN_BYTES, show=show_bytes)
         create = False if create_cursor is None else create_cursor.boolean()
         if create and size_bytes is None:
             raise entry.error("create: true needs size")
@@ -291,6 +296,7 @@ def _rollups(root: Cursor) -> tuple[RollupSpec, ...]:
             quantity_cursor, droop_cursor = entry.get("quantity"), entry.get("max_droop")
             if quantity_cursor is not None:
                 quantity = quantity_cursor.integer(1)
+                bounded(quantity_cursor, quantity, high=MAX_ROLLUP_QUANTITY)
             if droop_cursor is not None:
                 try:
                     max_droop = parse_fraction(
@@ -373,11 +379,16 @@ def load_config(path: str | Path, output_root_override: str | None = None) -> Te
     """Read and validate a test file; raises ``ConfigError`` (``file:line: key.path: message``)."""
     filename = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:  # universal newlines, as read_text
+            text = file.read(MAX_FILE_CHARS + 1)  # a device or FIFO may never end
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason})", file=filename) from exc
     except OSError as exc:
         raise ConfigError(
             f"cannot read the test file: {exc.strerror or exc}", file=filename
         ) from exc
+    if len(text) > MAX_FILE_CHARS:
+        raise ConfigError(
+            f"the test file is longer than {MAX_FILE_CHARS:,} characters", file=filename
+        )
     return parse_config_text(text, filename, output_root_override)

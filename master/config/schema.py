@@ -7,6 +7,8 @@ value (``LunExtent.to_bytes``, ``AttributeMatch.matches``) live next to it. This
 parse YAML or touch hosts.
 
 The YAML keys (the interface) and the field each one becomes are listed in the docstrings below.
+Every number has a finite range (the bounds and their reasons: ``master.config.limits``); a value
+outside it, infinite or NaN is an error naming its key path.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ class LunSelector:
     ``file`` must be absolute or start with ``${output_root}``, which is replaced by the resolved
     output root (absolute, on the controller: meaningful for ``localhost``). ``${host}`` in a file
     path gives every host its own file: the entry becomes one selector per host. ``size`` is bytes
-    with units, a positive multiple of 512, required with ``create: true``. The LUN is the first
+    with units, a positive multiple of 512 and at most 1024PiB (1 EiB), required with
+    ``create: true``. The LUN is the first
     ``size`` bytes of the file (as fio's ``size=``): a larger existing file is never truncated,
     and I/O stays in that part; without ``size`` the LUN is the whole file.
     """
@@ -215,7 +218,7 @@ class LunExtent:
 class WriteData:
     """What written blocks contain. YAML ``write_data``: ``random`` (default), ``zeros``,
     ``"compressible:2.5"``, ``"dedupable:3"``, or a one-key mapping ``{compressible: 2.5}`` /
-    ``{dedupable: 3}``. ``ratio`` (≥ 1) is the compression or dedup ratio; 1 for random and
+    ``{dedupable: 3}``. ``ratio`` (1..1000) is the compression or dedup ratio; 1 for random and
     zeros."""
 
     kind: Literal["random", "zeros", "compressible", "dedupable"] = "random"
@@ -234,18 +237,20 @@ class WorkloadSpec:
     YAML keys of a step's ``workloads:`` entry → field: ``name``; ``luns`` → ``luns``
     (``LunChoice``, default all); ``iosequencer`` (required when the workload is created:
     ``random_steady`` | ``random_independent`` | ``sequential``); ``blocksize`` →
-    ``blocksize_bytes`` (bytes with units, a positive multiple of 512, default 4KiB); ``iodepth``
-    (1..4096, default 1); ``iops`` (a number > 0 or ``max``, default max); ``read_fraction``
+    ``blocksize_bytes`` (bytes with units, a positive multiple of 512 up to 64MiB, default 4KiB);
+    ``iodepth`` (1..4096, default 1); ``iops`` (0.001..10**8 or ``max``, default max);
+    ``read_fraction``
     (0..1, default 1); ``range_start`` / ``range_end`` (``LunExtent``; default 0 and 1; start <
     end when both are the same kind, otherwise checked against the LUN size at run time);
     ``seq_start`` (``LunExtent``: a place on the LUN in range_start..range_end, sequential
     only; default: range_start); ``hot_zone_size`` (``LunExtent`` of at least one block; a
     fraction is of the workload's range) and ``hot_zone_share`` (0..1, the share of I/Os
     going to the hot zone),
-    random sequencers only, both or neither; ``skew_weight`` (> 0, default 1: this workload's
-    share when a rollup's ``total_iops`` is divided); ``write_data`` (``WriteData``);
+    random sequencers only, both or neither; ``skew_weight`` (1e-6..1e6, default 1: this
+    workload's share when a rollup's ``total_iops`` is divided); ``write_data`` (``WriteData``);
     ``busy_poll`` (bool, default false); ``seed`` (int, optional; cannot be edited);
-    ``delete: true`` removes the workload (it must exist).
+    ``delete: true`` removes the workload (it must exist). An extent in bytes is at most
+    1024PiB. A name appears once in a step's ``workloads:`` list (again only after a ``delete``).
     """
 
     name: str
@@ -309,9 +314,9 @@ class RollupSpec:
 
     ``attributes`` are the ``+``-joined keys (LUN attributes, host keys, workload keys; whether
     they exist is checked against discovered LUNs). ``quantity``: the number of instances the run
-    must find (validation fails otherwise). ``max_droop``: the largest allowed fraction by which an
-    instance's IOPS may fall below the instances' mean. ``all``, ``host``, ``lun`` and ``workload``
-    always exist; listing them only adds validation.
+    must find (1..1,000,000; validation fails otherwise). ``max_droop``: the largest allowed
+    fraction by which an instance's IOPS may fall below the instances' mean. ``all``, ``host``,
+    ``lun`` and ``workload`` always exist; listing them only adds validation.
     """
 
     type: str
@@ -332,8 +337,9 @@ class PhaseDuration:
 
 @dataclass(frozen=True)
 class Limit:
-    """A steady-state limit: ``"2%"`` (``percent``, of the window mean) or a plain number in the
-    watched metric's unit (per second for slopes)."""
+    """A steady-state limit: ``"2%"`` (``percent``, of the window mean, at most 100 %) or a plain
+    number in the watched metric's unit (per second for slopes), at most the metric's largest
+    value (10**10 IOPS, 10**9 MB/s, 3,600,000 ms)."""
 
     value: float
     percent: bool
@@ -351,7 +357,7 @@ class AccuracyCriterion:
     default 5%), ``confidence`` (fraction, default 95%), ``min_measure_seconds`` (default 60 s;
     at least 2 subintervals), ``ramp_seconds`` (default 0: subintervals ignored before a window
     may start), ``autocorrelation`` (``estimate`` (default: corrected from the data) or a fixed
-    factor >= 1 multiplying the half-width; ivy uses 2). Maps onto ``master.measure``'s
+    factor 1..100 multiplying the half-width; ivy uses 2). Maps onto ``master.measure``'s
     ``AccuracyCriterion``.
     """
 
@@ -418,11 +424,12 @@ class DfcGains:
 class DfcConfig:
     """A step's ``dfc:`` block: hold ``focus_metric`` of each ``focus_rollup`` instance at
     ``target`` by editing that instance's total IOPS every subinterval, within
-    [``low_iops``, ``high_iops``]. ``target`` is in the metric's unit (ms for times). Optional
-    ``gains: {kp, ki, kd}`` (each ≥ 0). Optional ``window_seconds``: the controller acts once
-    per window of that many seconds (whole subintervals, all at one IOPS), on the metric of the
-    window's merged histograms, so a tail percentile rests on more I/Os than one subinterval
-    has; ``window`` is None for every subinterval."""
+    [``low_iops``, ``high_iops``] (each 0.001..10**10). ``target`` is in the metric's unit (ms for
+    times), at most its largest value (as for a ``Limit``). Optional ``gains: {kp, ki, kd}``
+    (each 0..100, not all 0; ki is 0.5 unless given). Optional ``window_seconds``: the
+    controller acts once per window of that many seconds (whole subintervals, all at one
+    IOPS), on the metric of the window's merged histograms, so a tail percentile rests on more
+    I/Os than one subinterval has; ``window`` is None for every subinterval."""
 
     focus_rollup: str
     focus_metric: str
@@ -438,8 +445,8 @@ class RollupEdit:
     """An ``edit_rollup`` entry: change the workloads of one rollup instance at step start.
 
     YAML: ``{instance: all | "host=h1" | "vendor+model=ACME+X1", <workload keys>, total_iops}``.
-    ``total_iops`` (> 0 or ``max``) is divided over the instance's workloads by ``skew_weight``;
-    it excludes ``iops``.
+    ``total_iops`` (0.001..10**10 or ``max``) is divided over the instance's workloads by
+    ``skew_weight``; it excludes ``iops``. An instance appears once in a step's ``edit_rollup``.
     """
 
     rollup: str

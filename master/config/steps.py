@@ -22,6 +22,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from master.config.catalog import FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
+from master.config.limits import (
+    MAX_AUTOCORRELATION,
+    MAX_DFC_GAIN,
+    MAX_LIMIT_PERCENT,
+    MAX_TOTAL_IOPS,
+    MIN_IOPS,
+    bounded,
+    format_number,
+    metric_max,
+)
 from master.config.schema import (
     AccuracyCriterion,
     DfcConfig,
@@ -195,7 +205,18 @@ def _rollup_type(cursor: Cursor | None, rollup_types: tuple[str, ...]) -> str:
 # ---------------------------------------------------------------- measure, dfc, edit_rollup
 
 
-def _limit(cursor: Cursor) -> Limit:
+def _in_metric_range(cursor: Cursor, value: float, metric: str, per: str = "") -> float:
+    """``value`` in ``metric``'s unit (``per="/s"``: its change per second), at most the
+    metric's largest value."""
+    high, unit = metric_max(metric)
+    return bounded(
+        cursor, value, high=high, show=lambda bound: f"{format_number(bound)} {unit}{per}"
+    )
+
+
+def _limit(cursor: Cursor, metric: str, check: str) -> Limit:
+    """A steady-state limit: a percentage up to ``MAX_LIMIT_PERCENT``, or a number in the
+    watched ``metric``'s unit (per second for a slope) up to that metric's largest value."""
     value = cursor.value
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
@@ -207,8 +228,12 @@ def _limit(cursor: Cursor) -> Limit:
         number, percent = float(value), False
     else:
         raise cursor.error("must be a percentage like 2% or a number")
-    if not number > 0 or math.isinf(number):
-        raise cursor.error(f"must be greater than 0 (got {cursor.node.text})")
+    if not number > 0:
+        raise cursor.error(f"must be greater than 0 (got {cursor.shown()})")
+    if percent:
+        bounded(cursor, number, high=MAX_LIMIT_PERCENT, show=lambda bound: f"{bound:g}%")
+    else:
+        _in_metric_range(cursor, number, metric, "/s" if check == "slope" else "")
     return Limit(number, percent)
 
 
@@ -217,7 +242,6 @@ def _fio_criterion(cursor: Cursor, focus_metric: str) -> FioCriterion:
         cursor.check_keys(("type", "limit"))
         type_cursor, limit_cursor = cursor.require("type"), cursor.require("limit")
         kind = type_cursor.string()
-        limit = _limit(limit_cursor)
     elif cursor.is_scalar and isinstance(cursor.value, str) and ":" in cursor.value:
         type_cursor = cursor
         kind, _, limit_text = cursor.value.partition(":")
@@ -225,14 +249,18 @@ def _fio_criterion(cursor: Cursor, focus_metric: str) -> FioCriterion:
         limit_node = YNode(
             "scalar", cursor.line, value=_number_or_text(limit_text), text=limit_text.strip()
         )
-        limit = _limit(Cursor(limit_node, cursor.path, cursor.file))
+        limit_cursor = Cursor(limit_node, cursor.path, cursor.file)
     else:
         raise cursor.error("must be a mapping {type, limit} or a string like 'iops_slope:2%'")
     if kind not in FIO_CRITERIA:
         raise type_cursor.error(f"unknown criterion {kind!r} (one of {', '.join(FIO_CRITERIA)})")
     metric, check = FIO_CRITERIA[kind]
+    watched = metric or focus_metric
     return FioCriterion(
-        kind, metric or focus_metric, "slope" if check == "slope" else "deviation", limit
+        kind,
+        watched,
+        "slope" if check == "slope" else "deviation",
+        _limit(limit_cursor, watched, check),
     )
 
 
@@ -253,8 +281,8 @@ def _autocorrelation(cursor: Cursor | None) -> Literal["estimate"] | float:
         return "estimate"
     value = cursor.value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
-        return float(value)
-    raise cursor.error(f"must be 'estimate' or a factor >= 1 (got {cursor.node.text})")
+        return bounded(cursor, float(value), high=MAX_AUTOCORRELATION)
+    raise cursor.error(f"must be 'estimate' or a factor >= 1 (got {cursor.shown()})")
 
 
 def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
@@ -329,9 +357,11 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
     cursor.check_keys(DFC_KEYS)
     focus_rollup = _rollup_type(cursor.get("focus_rollup"), context.rollup_types)
     focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, None)
-    target = _positive_number(cursor.require("target"))
+    target_cursor = cursor.require("target")
+    target = _in_metric_range(target_cursor, _positive_number(target_cursor), focus_metric)
     low_cursor, high_cursor = cursor.require("low_iops"), cursor.require("high_iops")
-    low, high = _positive_number(low_cursor), _positive_number(high_cursor)
+    low = bounded(low_cursor, _positive_number(low_cursor), low=MIN_IOPS, high=MAX_TOTAL_IOPS)
+    high = bounded(high_cursor, _positive_number(high_cursor), low=MIN_IOPS, high=MAX_TOTAL_IOPS)
     if low >= high:
         raise low_cursor.error(f"must be less than high_iops ({low:g} >= {high:g})")
     gains = DfcGains()
@@ -345,7 +375,12 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
             values[key] = child.number()
             if values[key] < 0:
                 raise child.error(f"must not be negative (got {child.node.text})")
+            bounded(child, values[key], high=MAX_DFC_GAIN)
         gains = DfcGains(**values)
+        # the controller takes ki = 0.5 where only kp or kd is given (master.stepcontrol)
+        if values and values.get("kp", 0.0) == values.get("ki", 0.5) == values.get("kd", 0.0) == 0:
+            raise gains_cursor.error("kp, ki and kd cannot all be 0 (the controller would never "
+                                     "move; ki is 0.5 unless given)")
     window_cursor = cursor.get("window_seconds")
     window = None
     if window_cursor is not None:
@@ -357,6 +392,7 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
 def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]:
     cursor.expect_seq("a list of {instance, ...} mappings")
     edits = []
+    first_line: dict[tuple[str, tuple[str, ...]], int] = {}
     for entry in cursor:
         entry.expect_map("a mapping with 'instance'")
         entry.check_keys(EDIT_ROLLUP_KEYS)
@@ -381,9 +417,15 @@ def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]
                 raise instance_cursor.error(
                     f"bad instance {text!r}: {rollup} needs {wanted} '+'-joined values"
                 )
+        if (rollup, value) in first_line:  # a second entry would merge into the first's edits
+            raise instance_cursor.error(
+                f"duplicate instance {text!r} in this step's edit_rollup "
+                f"(first at line {first_line[rollup, value]})"
+            )
+        first_line[rollup, value] = instance_cursor.line
         settings = parse_settings(entry, EDITABLE_KEYS)
         total_cursor = entry.get("total_iops")
-        total = None if total_cursor is None else parse_iops(total_cursor)
+        total = None if total_cursor is None else parse_iops(total_cursor, MAX_TOTAL_IOPS)
         if total_cursor is not None and "iops" in settings:
             raise total_cursor.error("total_iops and iops exclude each other")
         if not settings and total_cursor is None:
@@ -477,8 +519,22 @@ def _apply_entries(
     if entries is None:
         return changes, targets
     entries.expect_seq("a list of workload entries")
+    named_at: dict[str, int] = {}  # workloads this step's entries created or edited: their line
     for entry in entries:
+        name_cursor = entry.get("name") if entry.is_map else None
+        if name_cursor is not None and name_cursor.is_scalar and name_cursor.value in named_at:
+            # a second entry would edit what the first just set up: two workloads meant as
+            # two merged into one. Only a delete ends a workload's use in the step (delete and
+            # create again is how luns or seed change).
+            raise name_cursor.error(
+                f"duplicate workload {name_cursor.value!r} in this step "
+                f"(first at line {named_at[str(name_cursor.value)]})"
+            )
         change = table.apply_entry(entry, allow_empty_edit=sweeping)
+        if change.action == "delete":
+            named_at.pop(change.name, None)
+        elif name_cursor is not None:
+            named_at[change.name] = name_cursor.line
         changes.append(change)
         if change.action == "delete":
             targets = [name for name in targets if name != change.name]

@@ -18,6 +18,19 @@ from pathlib import Path
 from typing import Literal
 
 from master.config.catalog import IOSEQUENCERS, LUN_ATTRIBUTE_KEYS, RANDOM_IOSEQUENCERS
+from master.config.limits import (
+    MAX_BLOCKSIZE_BYTES,
+    MAX_IODEPTH,
+    MAX_IOPS,
+    MAX_LUN_BYTES,
+    MAX_SKEW_WEIGHT,
+    MAX_WRITE_DATA_RATIO,
+    MIN_IOPS,
+    MIN_SKEW_WEIGHT,
+    bounded,
+    format_number,
+    show_bytes,
+)
 from master.config.schema import (
     AttributeMatch,
     LunChoice,
@@ -117,9 +130,10 @@ def _extent(cursor: Cursor) -> LunExtent:
             return LunExtent(_fraction(cursor), "fraction")
         if any(char.isalpha() for char in value):
             try:
-                return LunExtent(float(parse_bytes(value)), "bytes")
+                size = float(parse_bytes(value))
             except ValueError as exc:
                 raise cursor.error(str(exc)) from exc
+            return LunExtent(bounded(cursor, size, high=MAX_LUN_BYTES, show=show_bytes), "bytes")
     raise cursor.error(message)
 
 
@@ -137,20 +151,22 @@ def _blocksize(cursor: Cursor) -> int:
         raise cursor.error(str(exc)) from exc
     if size <= 0 or size % 512:
         raise cursor.error(f"must be a positive multiple of 512 (got {size})")
+    bounded(cursor, size, high=MAX_BLOCKSIZE_BYTES, show=show_bytes)
     return size
 
 
 def _iodepth(cursor: Cursor) -> int:
-    return cursor.integer(1, 4096)
+    return cursor.integer(1, MAX_IODEPTH)
 
 
-def parse_iops(cursor: Cursor) -> float | Literal["max"]:
+def parse_iops(cursor: Cursor, high: float = MAX_IOPS) -> float | Literal["max"]:
+    """``iops`` (``MIN_IOPS`` .. ``high``, by default one workload's ``MAX_IOPS``) or ``max``."""
     if cursor.value == "max":
         return "max"
     value = cursor.value
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise cursor.error(f"must be a number > 0 or 'max' (got {cursor.node.text})")
-    return cursor.number()
+        raise cursor.error(f"must be a number > 0 or 'max' (got {cursor.shown()})")
+    return bounded(cursor, float(value), low=MIN_IOPS, high=high)
 
 
 def _hot_zone_size(cursor: Cursor) -> LunExtent:
@@ -164,7 +180,7 @@ def _skew_weight(cursor: Cursor) -> float:
     value = cursor.number()
     if value <= 0:
         raise cursor.error(f"must be greater than 0 (got {cursor.node.text})")
-    return value
+    return bounded(cursor, value, low=MIN_SKEW_WEIGHT, high=MAX_SKEW_WEIGHT)
 
 
 def _ratio(cursor: Cursor, text: str | float) -> float:
@@ -174,6 +190,10 @@ def _ratio(cursor: Cursor, text: str | float) -> float:
         raise cursor.error(f"bad ratio {text!r}: must be a number >= 1") from exc
     if not ratio >= 1.0 or ratio == float("inf"):
         raise cursor.error(f"bad ratio {text!r}: must be a number >= 1")
+    if ratio > MAX_WRITE_DATA_RATIO:
+        raise cursor.error(
+            f"bad ratio {text!r}: must be at most {format_number(MAX_WRITE_DATA_RATIO)}"
+        )
     return ratio
 
 

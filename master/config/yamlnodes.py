@@ -5,11 +5,20 @@ Owns the only use of ``yaml`` in ivypy's config: the text is composed into PyYAM
 YAML syntax errors, duplicate keys and non-string keys become ``ConfigError`` here. ``Cursor``
 pairs a node with its key path (``steps[1].workloads[0].blocksize``) and offers the small typed
 readers the schema code uses. This module must not know the test-file schema.
+
+It also bounds what a text may expand to, before anything is built from it: aliases stay
+aliases in the composed graph and are expanded here (merge keys ``<<: *anchor`` too). Composing
+counts values and nesting; then the values and alias expansions the graph would expand to are
+measured, each anchored node once, and only a graph within the limits is built. An "alias bomb"
+(anchors that each refer to the one before several times) is short text that expands
+exponentially; it is refused in the time its text takes to read, naming the line of the value
+that crossed a limit.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
@@ -18,13 +27,104 @@ import yaml
 
 from protocol.errors import ConfigError
 
-__all__ = ["Cursor", "YNode", "compose_text"]
+__all__ = [
+    "MAX_ALIAS_EXPANSIONS",
+    "MAX_DEPTH",
+    "MAX_INTEGER_DIGITS",
+    "MAX_VALUES",
+    "SHOWN_CHARS",
+    "Cursor",
+    "YNode",
+    "compose_text",
+]
+
+# Limits on the YAML of one test file. The example tests have a few hundred values and a few
+# aliases (a workload template merged into several entries); a generated test of a thousand
+# steps stays below these. Parsing (pure-Python PyYAML) and building cost ~40 us and ~1 KB a
+# value on a busy 2-core machine, so a file at the limits loads in about 2 s and 60 MB; an alias
+# bomb is refused in the time its text takes to parse, before anything is built.
+#: values (scalars, mappings, lists) after expanding aliases and merge keys
+MAX_VALUES = 50_000
+#: aliases entered while expanding, those inside an expanded anchor included
+MAX_ALIAS_EXPANSIONS = 10_000
+#: nesting of mappings and lists (PyYAML's composer recurses: ~300 levels exhaust Python's stack)
+MAX_DEPTH = 100
+#: an integer literal longer than this is beyond every numeric key's range; refused here, since
+#: Python cannot even print an integer of more than 4,300 digits (a hex literal makes one fast)
+MAX_INTEGER_DIGITS = 100
+
+#: the longest value text an error message quotes (``Cursor.shown``)
+SHOWN_CHARS = 40
 
 _SCALAR, _MAP, _SEQ = "scalar", "map", "seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _too_many_values() -> str:
+    return f"more than {MAX_VALUES:,} values after expanding aliases (a test file needs far fewer)"
+
+
+def _too_many_aliases() -> str:
+    return (
+        f"more than {MAX_ALIAS_EXPANSIONS:,} alias expansions (aliases nested in anchors "
+        "multiply; a test file needs far fewer)"
+    )
+
+
+def _too_deep() -> str:
+    return f"nesting too deep (more than {MAX_DEPTH} levels)"
+
+
+class _Refused(Exception):
+    """A limit hit while composing; ``compose_text`` turns it into a ``ConfigError``."""
+
+    def __init__(self, message: str, mark: yaml.Mark | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = mark.line + 1 if mark is not None else None
+
+
+class _Alias(yaml.Node):
+    """An alias (``*name``) as written, in place of the node it refers to (``value``), so that
+    expanding it is counted, and errors about it can name the line of the alias."""
+
+    id = "alias"
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader, plus YAML 1.2 exponent floats: ``1e5`` is a number, not a string."""
+    """The safe loader, plus YAML 1.2 exponent floats: ``1e5`` is a number, not a string.
+
+    Composing keeps aliases as ``_Alias`` nodes and refuses a document nested deeper than
+    ``MAX_DEPTH``, or holding more than ``MAX_VALUES`` values or ``MAX_ALIAS_EXPANSIONS``
+    aliases before expansion.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            self._aliases += 1  # each is at least one expansion
+            if self._aliases > MAX_ALIAS_EXPANSIONS:
+                raise _Refused(_too_many_aliases(), event.start_mark)
+            target = super().compose_node(parent, index)  # refuses an undefined alias
+            return _Alias("", target, event.start_mark, event.end_mark)
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        self._values += 1
+        if self._values > MAX_VALUES:
+            raise _Refused(_too_many_values(), mark)
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(_too_deep(), mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Loader.add_implicit_resolver(
@@ -34,7 +134,7 @@ _Loader.add_implicit_resolver(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class YNode:
     """One YAML node: a scalar (``value``, with its source ``text``), a mapping or a sequence.
 
@@ -50,8 +150,70 @@ class YNode:
     items: tuple[YNode, ...] = ()
 
 
+def _target(node: yaml.Node) -> yaml.Node:
+    """The node an alias refers to (anchors are defined on nodes, never on aliases)."""
+    return node.value if isinstance(node, _Alias) else node
+
+
+def _built_children(node: yaml.Node) -> Iterator[yaml.Node]:
+    """The nodes ``_Builder`` builds directly under ``node``: a list's items, a mapping's values
+    and the mappings its merge keys name (not the keys, nor a merge key's list itself)."""
+    if isinstance(node, yaml.SequenceNode):
+        yield from node.value
+    elif isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            merged = _target(key_node).tag == _MERGE_TAG
+            if merged and isinstance(_target(value_node), yaml.SequenceNode):
+                yield from _target(value_node).value
+            else:
+                yield value_node
+
+
+class _Expansion:
+    """Measures what building a composed graph would make, without building it: the values and
+    the alias expansions of every node's expanded subtree, remembered per node, so a node used
+    through many aliases is measured once and an alias bomb costs the size of its text. The
+    first subtree past a limit is refused at the line of the value (or alias) that crossed it.
+    """
+
+    def __init__(self, file: str) -> None:
+        self._file = file
+        self._sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, alias expansions)
+
+    def check(self, root: yaml.Node) -> None:
+        self._measure(root, 0)
+
+    def _measure(self, node: yaml.Node, depth: int) -> tuple[int, int]:
+        if isinstance(node, _Alias):
+            values, expansions = self._measure(node.value, depth)
+            return values, expansions + 1
+        known = self._sizes.get(id(node))
+        if known is not None:
+            return known
+        if depth > MAX_DEPTH:  # an alias inside its own anchor (&a [*a]) never ends
+            raise ConfigError(_too_deep(), file=self._file, line=node.start_mark.line + 1)
+        values, expansions = 1, 0
+        for child in _built_children(node):
+            child_values, child_expansions = self._measure(child, depth + 1)
+            values += child_values
+            expansions += child_expansions
+            too_many = (
+                _too_many_values() if values > MAX_VALUES
+                else _too_many_aliases() if expansions > MAX_ALIAS_EXPANSIONS
+                else None
+            )
+            if too_many is not None:
+                raise ConfigError(too_many, file=self._file, line=child.start_mark.line + 1)
+        self._sizes[id(node)] = (values, expansions)
+        return values, expansions
+
+
 class _Builder(yaml.constructor.SafeConstructor):
-    """Turns a composed node graph into ``YNode``s; scalars use the safe constructors."""
+    """Turns a composed node graph into ``YNode``s; scalars use the safe constructors.
+
+    Expands aliases and merge keys. ``_Expansion`` has checked the graph against the limits
+    first; the depth check here only guards the builder's own recursion.
+    """
 
     def __init__(self, file: str) -> None:
         super().__init__()
@@ -61,15 +223,12 @@ class _Builder(yaml.constructor.SafeConstructor):
         return ConfigError(message, file=self._file, line=mark.line + 1 if mark else None)
 
     def build(self, node: yaml.Node, depth: int = 0) -> YNode:
+        node = _target(node)
         line = node.start_mark.line + 1
-        if depth > 100:
-            raise self._error("nesting too deep", node.start_mark)
+        if depth > MAX_DEPTH:
+            raise self._error(_too_deep(), node.start_mark)
         if isinstance(node, yaml.ScalarNode):
-            try:
-                value = self.construct_object(node, deep=True)
-            except yaml.YAMLError as exc:
-                raise self._error(f"bad value: {_problem(exc)}", node.start_mark) from exc
-            return YNode(_SCALAR, line, value=value, text=str(node.value))
+            return YNode(_SCALAR, line, value=self._scalar(node), text=str(node.value))
         if isinstance(node, yaml.SequenceNode):
             return YNode(
                 _SEQ, line, items=tuple(self.build(item, depth + 1) for item in node.value)
@@ -78,12 +237,30 @@ class _Builder(yaml.constructor.SafeConstructor):
             return self._build_mapping(node, line, depth)
         raise self._error(f"unsupported YAML node {type(node).__name__}", node.start_mark)
 
+    def _scalar(self, node: yaml.ScalarNode) -> object:
+        too_long = f"bad value: an integer of more than {MAX_INTEGER_DIGITS} digits"
+        try:
+            value = self.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self._error(f"bad value: {_problem(exc)}", node.start_mark) from exc
+        except ValueError as exc:  # Python's limit on the digits of an int read from text
+            raise self._error(too_long, node.start_mark) from exc
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and abs(value) >= 10**MAX_INTEGER_DIGITS
+        ):
+            raise self._error(too_long, node.start_mark)
+        return value
+
     def _build_mapping(self, node: yaml.MappingNode, line: int, depth: int) -> YNode:
         seen: dict[str, int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+            key_node = _target(key_node)
+            is_merge = key_node.tag == _MERGE_TAG  # "<<", checked for duplicates too
+            if not is_merge and (
+                not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR_TAG
+            ):
                 raise self._error(f"keys must be strings, not {_key_text(key_node)}",
                                   key_node.start_mark)
             if key_node.value in seen:
@@ -92,21 +269,55 @@ class _Builder(yaml.constructor.SafeConstructor):
                     key_node.start_mark,
                 )
             seen[key_node.value] = key_node.start_mark.line + 1
-        try:
-            self.flatten_mapping(node)  # resolves YAML merge keys (<<: *anchor)
-        except yaml.YAMLError as exc:
-            raise self._error(f"bad merge key: {_problem(exc)}", node.start_mark) from exc
+        # The YAML merge key (<<: *anchor or <<: [*a, *b]), as the merge-key spec has it: an
+        # explicit key overrides a merged one, and in a list an earlier mapping overrides a later
+        # one. Merged keys come first, in the order they first appear, then the explicit ones.
+        # (PyYAML 6.0.4 lets a later mapping win for keys longer than a character.) Each source
+        # is built as a YNode, so merging one twice does not double its entries.
         entries: dict[str, tuple[int, YNode]] = {}
         for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise self._error(f"keys must be strings, not {_key_text(key_node)}",
-                                  key_node.start_mark)
+            if _target(key_node).tag == _MERGE_TAG:
+                for source in self._merge_sources(value_node, depth):
+                    for key, entry in source.entries.items():
+                        entries.setdefault(key, entry)
+        for key_node, value_node in node.value:
+            key_node = _target(key_node)
+            if key_node.tag == _MERGE_TAG:
+                continue
             entries.pop(key_node.value, None)  # a later (explicit) key overrides a merged one
             entries[key_node.value] = (
                 key_node.start_mark.line + 1,
                 self.build(value_node, depth + 1),
             )
         return YNode(_MAP, line, entries=entries)
+
+    def _merge_sources(self, value_node: yaml.Node, depth: int) -> list[YNode]:
+        """The mappings a merge key's value names, the one that wins a key first."""
+        target = _target(value_node)
+        if isinstance(target, yaml.MappingNode):
+            sources = [value_node]
+        elif isinstance(target, yaml.SequenceNode):
+            sources = list(target.value)
+            for source in sources:
+                if not isinstance(_target(source), yaml.MappingNode):
+                    raise self._error(
+                        "bad merge key: expected a mapping for merging, but found "
+                        f"{_kind(_target(source))}",
+                        source.start_mark,
+                    )
+        else:
+            raise self._error(
+                "bad merge key: expected a mapping or list of mappings for merging, but found "
+                f"{_kind(target)}",
+                value_node.start_mark,
+            )
+        return [self.build(source, depth + 1) for source in sources]
+
+
+def _kind(node: yaml.Node) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    return "a list" if isinstance(node, yaml.SequenceNode) else "a scalar"
 
 
 def _problem(exc: yaml.YAMLError) -> str:
@@ -116,9 +327,12 @@ def _problem(exc: yaml.YAMLError) -> str:
 
 
 def compose_text(text: str, file: str) -> YNode:
-    """Parse one YAML document into a ``YNode`` tree; an empty document is a ``ConfigError``."""
+    """Parse one YAML document into a ``YNode`` tree; an empty document is a ``ConfigError``,
+    and so is one past a limit (``MAX_VALUES``, ``MAX_ALIAS_EXPANSIONS``, ``MAX_DEPTH``)."""
     try:
         root = yaml.compose(text, Loader=_Loader)
+    except _Refused as exc:
+        raise ConfigError(exc.message, file=file, line=exc.line) from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise ConfigError(
@@ -130,6 +344,7 @@ def compose_text(text: str, file: str) -> YNode:
         raise ConfigError(f"YAML syntax error: {exc}", file=file) from exc
     if root is None:
         raise ConfigError("the test file is empty", file=file, line=1)
+    _Expansion(file).check(root)
     return _Builder(file).build(root)
 
 
@@ -253,15 +468,17 @@ class Cursor:
 
     def number(self) -> float:
         value = self.value
-        if (
-            not self.is_scalar
-            or not isinstance(value, (int, float))
-            or isinstance(value, bool)
-            or value != value  # NaN
-            or value in (float("inf"), float("-inf"))
-        ):
+        if not self.is_scalar or not isinstance(value, (int, float)) or isinstance(value, bool):
             raise self.error("must be a number")
+        if not math.isfinite(value):
+            raise self.error(f"must be a finite number (got {self.shown()})")
         return float(value)
+
+    def shown(self) -> str:
+        """The value as written, on one line and at most ``SHOWN_CHARS`` long, for messages."""
+        text = self.node.text if self.is_scalar else str(self.value)
+        text = " ".join(text.split())
+        return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def _key_text(node: yaml.Node) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -208,3 +210,35 @@ def test_duration_round_trip_whole_seconds(seconds: int) -> None:
 def test_percent_equals_fraction(numerator: int) -> None:
     text = f"{numerator / 10:g}%"
     assert parse_fraction(text) == pytest.approx(numerator / 1000)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "expected"),
+    [
+        (parse_bytes, "1e50B", 10**50),  # at the bounds: read exactly
+        (parse_bytes, "1" + "0" * 49 + "B", 10**49),
+        (parse_duration_s, "1e-50s", 1e-50),
+        (parse_fraction, "1e50%", 1e48),
+    ],
+)
+def test_numbers_in_strings_at_the_bounds(parse: Callable[[object], float], text: str,
+                                          expected: float) -> None:
+    assert parse(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (parse_bytes, "1e51B"),
+        (parse_bytes, "1" + "0" * 50 + "B"),  # 51 characters
+        (parse_bytes, "1e999999999B"),  # a billion-digit integer, were it read
+        (parse_duration_s, "1e-51s"),
+        (parse_duration_s, "1e999999999s"),
+        (parse_duration_s, "1h " + "9" * 60 + "s"),  # a part of a compound duration
+        (parse_fraction, "1e999999999%"),
+    ],
+)
+def test_numbers_in_strings_beyond_the_bounds_are_refused_at_once(
+        parse: Callable[[object], float], text: str) -> None:
+    with pytest.raises(ValueError, match="number out of range in"):
+        parse(text)
