@@ -372,3 +372,45 @@ def test_seq_start_outside_the_range_is_refused_naming_workload_and_lun(keys: st
 def test_a_hot_zone_smaller_than_a_block_is_refused() -> None:
     with pytest.raises(ConfigError, match="hot_zone_size"):
         _resolved(f"{RANDOM}, hot_zone_size: 2KiB, hot_zone_share: 0.5", GIB, 512)
+
+
+ENGINES = """\
+test: engines
+hosts: [h1]
+luns:
+{entries}
+steps:
+  - name: s
+    workloads: [{{name: r, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 100}}]
+"""
+
+
+@pytest.mark.parametrize(("entries", "want"), [
+    # (engine, fallback, engine attribute) of /dev/sda
+    ('  - {path: "/dev/sd*"}', ("auto", False, "libaio")),
+    ('  - {path: "/dev/sd*", engine: threadpool}', ("threadpool", False, "threadpool")),
+    ('  - {path: "/dev/sd*", allow_engine_fallback: true}', ("auto", True, "libaio")),
+    ('  - {path: /dev/sda, engine: libaio}\n  - {vendor: ACME}', ("libaio", False, "libaio")),
+    ('  - {vendor: ACME, allow_engine_fallback: true}\n  - {path: /dev/sda, engine: libaio}',
+     ("libaio", False, "libaio")),  # an engine named wins: no fallback from it
+])
+def test_a_luns_engine_is_what_its_entries_ask_for(entries: str, want: tuple[str, bool, str]
+                                                    ) -> None:
+    cfg = parse_config_text(ENGINES.format(entries=entries), "e.yaml", cwd=Path("/"))
+    discovered = {"h1": [Lun("h1", "/dev/sda", 1 << 30, 512,
+                             {"vendor": "ACME", "engine": "libaio"}, (), {})]}
+    (sel,) = select_luns(cfg, discovered)["h1"]
+    assert (sel.engine, sel.allow_engine_fallback, sel.lun.attributes["engine"]) == want
+    (inst,) = expand_step(cfg.steps[0], {"h1": [sel]})
+    assert inst.attributes["engine"] == want[2]  # the rollup key, before any create answers
+
+
+def test_two_entries_naming_different_engines_for_one_lun_are_refused() -> None:
+    entries = '  - {path: /dev/sda, engine: libaio}\n  - {vendor: ACME, engine: threadpool}'
+    cfg = parse_config_text(ENGINES.format(entries=entries), "e.yaml", cwd=Path("/"))
+    discovered = {"h1": [Lun("h1", "/dev/sda", 1 << 30, 512, {"vendor": "ACME"}, (), {})]}
+    with pytest.raises(ConfigError) as info:
+        select_luns(cfg, discovered)
+    text = str(info.value)
+    assert "e.yaml:5: luns[1].engine:" in text
+    assert "LUN /dev/sda on host h1" in text and "luns[0] with engine libaio" in text
