@@ -98,9 +98,11 @@ def test_a_window_moves_once_per_window_at_one_iops(folder: Path) -> None:
         window = [host[j] for j in (k - 2, k - 1, k)]
         settings = {float(r["iops_setting"]) for r in window}
         assert settings == {float(m["iops_in_force"])}  # the whole window at one IOPS
-        # a percentile of merged histograms lies within the range of the parts' percentiles
+        # a percentile of merged histograms lies within the range of the parts' percentiles,
+        # up to a bucket's width (1/64): each part interpolates inside a bucket narrowed to its
+        # own max, the merge over the bucket narrowed to the largest max
         parts = [float(r["service_time_p99_ms"]) for r in window]
-        assert min(parts) <= float(m["measured"]) <= max(parts)
+        assert min(parts) * (1 - 1 / 64) <= float(m["measured"]) <= max(parts) * (1 + 1 / 64)
         assert float(m["new_iops"]) > float(m["iops_in_force"])
 
 

@@ -184,7 +184,9 @@ def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: obje
         assert rows(folder / "step0000-w/all/all.csv")
 
 
-LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1) + """\
+# a 16 MiB LUN: a 32 MiB blocksize passes the config's bounds (64 MiB) but fits no LUN here
+LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1).replace(
+    "size: 64MiB", "size: 16MiB") + """\
   - name: second
     edit_rollup: [{edit}]
     measure_seconds: 1
@@ -194,8 +196,8 @@ LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1) + """\
 @pytest.mark.parametrize("edit, key, words", [
     ("{instance: host=nope, iops: 5}", "steps[1].edit_rollup[0].instance",
      ["host=nope", "localhost"]),
-    ("{instance: all, blocksize: 128MiB}", "steps[1].edit_rollup[0].blocksize",
-     ["blocksize 134217728", "lun-lateedit:rr"]),
+    ("{instance: all, blocksize: 32MiB}", "steps[1].edit_rollup[0].blocksize",
+     ["blocksize 33554432", "lun-lateedit:rr"]),
 ])
 def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
         tmp_path: Path, edit: str, key: str, words: list[str]) -> None:
