@@ -5,6 +5,10 @@ of subinterval results, relaying the slave's ``Log`` events, and turning a lost 
 slave into a ``HostError`` naming the host. It does not decide what to run (``master.run``) and
 does not open connections itself: it is handed a ``SlaveConnection``.
 
+Keepalive: once the handshake is done the session sends a ``Ping`` whenever it has sent nothing
+for ``KEEPALIVE_S``, so that a slave hears from a live master at least that often (the slave's
+watchdog stops its I/O and exits when it does not: ``slave.session.watchdog_s``).
+
 Clock: the master's clock is ``time.monotonic_ns``. ``offset_ns`` is the slave's clock minus the
 master's, from the ping with the smallest round trip: ``offset = slave_ns - (send + rtt / 2)``.
 """
@@ -50,6 +54,14 @@ from protocol.version import PROTOCOL_VERSION, __version__
 log = logging.getLogger(__name__)
 
 PINGS = 9
+#: The longest the master stays silent towards a slave it talks to (a ``Ping`` then).
+KEEPALIVE_S = 2.0
+#: How long a host that failed (late, cut off, stopped) gets to exit once its stdin is closed
+#: before it is terminated and killed: it is not waited for (the run ends within 3 s of a
+#: missed deadline).
+FAILED_CLOSE_GRACE_S = 0.2
+#: ... and how long its closing may take in all (an SSH kill over a cut link never returns).
+FAILED_CLOSE_LIMIT_S = 1.5
 REQUEST_TIMEOUT_S = 60.0
 #: A long window is added up on the slave from its spill file: allow for it.
 WINDOW_TIMEOUT_S = 300.0
@@ -122,6 +134,8 @@ class HostSession:
         self._seq = 0
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._last_sent_ns = 0
         self._bye = asyncio.Event()
 
     # ------------------------------------------------------------------ plumbing
@@ -132,7 +146,26 @@ class HostSession:
             frame = self.conv.send(msg)
         except ProtocolError as exc:
             raise self._fail(f"cannot send {type(msg).__name__}: {exc}") from exc
+        self._last_sent_ns = self.clock()
         await self.conn.write(frame)
+
+    def mark_failed(self, message: str) -> HostError:
+        """This host failed in the run's eyes (it missed a deadline): it is not waited for
+        again, and ``close`` kills it at once. Returns the ``HostError`` to raise."""
+        return self._fail(message)
+
+    async def _keep_alive(self) -> None:
+        """A ``Ping`` whenever nothing was sent for ``KEEPALIVE_S`` (its ``Pong`` is ignored)."""
+        interval_ns = round(KEEPALIVE_S * 1e9)
+        while self.failure is None:
+            quiet_ns = self.clock() - self._last_sent_ns
+            if quiet_ns < interval_ns:
+                await asyncio.sleep((interval_ns - quiet_ns) / 1e9)
+                continue
+            if self.conv.state not in (State.IDLE, State.RUNNING, State.STOPPING):
+                return  # closing: nothing more to say
+            with contextlib.suppress(HostError, OSError):
+                await self.send(Ping(self._next_seq(), self.clock()))
 
     def _fail(self, message: str) -> HostError:
         if self.failure is None:
@@ -214,6 +247,8 @@ class HostSession:
     async def _request(
         self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S
     ) -> Message:
+        if self.failure is not None:  # a host given up is not asked again (nor waited for)
+            raise self.failure
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
         await self.send(msg)
@@ -234,6 +269,7 @@ class HostSession:
         assert isinstance(reply, HelloReply)
         self.hello = reply
         await self.measure_clock(pings)
+        self._keepalive = asyncio.create_task(self._keep_alive(), name=f"keepalive-{self.host}")
         return reply
 
     async def measure_clock(self, pings: int = PINGS) -> None:
@@ -331,13 +367,22 @@ class HostSession:
             return None
 
     async def close(self, grace_s: float = 2.0) -> int | None:
-        """Say bye (when still possible), then close the transport."""
+        """Say bye (when still possible), then close the transport: a host that failed is
+        given ``FAILED_CLOSE_GRACE_S`` to exit, then terminated and killed."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         if self.failure is None and self.conv.state in (State.IDLE, State.RUNNING, State.STOPPING):
             with contextlib.suppress(HostError, ProtocolError, OSError):
                 await self.send(Bye("run finished"))
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._bye.wait(), grace_s)
-        status = await self.conn.close(grace_s)
+        if self.failure is None:
+            status = await self.conn.close(grace_s)
+        else:  # over a cut link the kill cannot arrive either: the slave's watchdog ends it
+            status = None
+            with contextlib.suppress(asyncio.TimeoutError):
+                status = await asyncio.wait_for(self.conn.close(FAILED_CLOSE_GRACE_S),
+                                                FAILED_CLOSE_LIMIT_S)
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -65,6 +65,9 @@ EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_HOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 13
 EXIT_OUTPUT = 4  # the run folder could not be written (disk full, read-only ...)
 START_LEAD_NS = 1_000_000_000
 STOP_WAIT_S = 5.0
+#: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
+#: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
+INTERRUPT_WAIT_S = 1.0
 
 Connector = Callable[[HostConfig], Awaitable[Any]]
 
@@ -73,7 +76,8 @@ async def default_connect(host: HostConfig) -> Any:
     """Start the slave on ``host`` with the transport its config names."""
     from master.transport import SshHostSpec, open_local, open_ssh
 
-    slave_args = ("--worker-cpus", host.worker_cpus)
+    slave_args = ("--worker-cpus", host.worker_cpus,
+                  "--watchdog-min-seconds", f"{host.watchdog_seconds:g}")
     if host.transport == "local":
         python = sys.executable if host.python == "python3" else host.python
         return await open_local(host.name, python=python, slave_args=slave_args)
@@ -110,6 +114,15 @@ class RunResult:
     folder: Path | None
     message: str = ""
     invalid_steps: list[str] = field(default_factory=list)
+
+
+class _Abandoned(Exception):
+    """The subinterval awaited is given up: the run was interrupted."""
+
+
+class Interrupted(IvyError):
+    """SIGINT or SIGTERM came during a stage that would not end by itself soon (connecting,
+    the handshake, discovery, creating workloads): it was abandoned."""
 
 
 class StepFailed(IvyError):
@@ -217,8 +230,9 @@ class Run:
         server = ControlServer(folder, RunControl(self))
         try:
             await server.start()
-            await asyncio.gather(self._start_hosts(), self._warm_up_kernels())
-            await self._discover()
+            await self._or_interrupted(
+                asyncio.gather(self._start_hosts(), self._warm_up_kernels()), "starting hosts")
+            await self._or_interrupted(self._discover(), "discovering LUNs")
             for number, step in enumerate(self.cfg.steps):
                 if self.interrupted.is_set():
                     break
@@ -232,8 +246,13 @@ class Run:
                 result.message = f"invalid steps: {', '.join(result.invalid_steps)}"
         except (ConfigError, PreflightError) as exc:
             result.exit_code, result.message = EXIT_CONFIG, str(exc)
+        except Interrupted as exc:
+            result.exit_code, result.message = EXIT_INTERRUPTED, str(exc)
         except StepFailed as exc:
-            result.exit_code, result.message = exc.exit_code, str(exc)
+            if self.interrupted.is_set():  # a host lost while the run stopped for the signal
+                result.exit_code, result.message = EXIT_INTERRUPTED, f"interrupted; {exc}"
+            else:
+                result.exit_code, result.message = exc.exit_code, str(exc)
         except HostError as exc:
             result.exit_code, result.message = EXIT_HOST, str(exc)
         except ProtocolError as exc:
@@ -248,7 +267,7 @@ class Run:
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
             await server.close()
-            await self._close_all()
+            await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
@@ -475,7 +494,8 @@ class Run:
         control = StepControl(step, self.cfg.subinterval_seconds, focus)
         if step.dfc is not None:
             self._dfc_start(step, control, instances)
-        await self._apply_workloads(number, instances)
+        await self._or_interrupted(self._apply_workloads(number, instances),
+                                   f"creating the workloads of step {number} {step.name}")
         n_max = control.max_subintervals
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
@@ -518,6 +538,10 @@ class Run:
                 k = 0
                 while True:
                     results = await self._gather(st, k)
+                    if results is None:  # interrupted: the step ends without k
+                        if not stop_sent:
+                            await self._stop_all(k - 1)
+                        break
                     self._apply_pending(k)
                     phase = control.phase_of(k)
                     rec = self._record(st, k, phase, results)
@@ -768,7 +792,11 @@ class Run:
     async def _stop_all(self, after: int) -> None:
         await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
 
-    async def _gather(self, st: _StepState, k: int) -> list[SubintervalResult]:
+    async def _gather(self, st: _StepState, k: int) -> list[SubintervalResult] | None:
+        """Every host's result of subinterval ``k``. A host late at the deadline is marked
+        failed there and then (``HostError``; it is not waited for again). None when the run
+        was interrupted and the results would come later than ``INTERRUPT_WAIT_S`` from now:
+        the step ends without ``k``."""
         deadline = st.start_ns + (k + 1) * self.sub_ns + round(
             self.cfg.deadline_fraction * self.sub_ns)
 
@@ -792,17 +820,30 @@ class Run:
                         assert hs.failure is not None
                         raise hs.failure
                     if stop in done:
-                        # interrupted: still wait for this result until the deadline
+                        if timeout > INTERRUPT_WAIT_S:
+                            raise _Abandoned
+                        # interrupted near the deadline: this result still counts
                         stop = asyncio.ensure_future(asyncio.sleep(3600))
                         continue
                     late_ms = self.cfg.deadline_fraction * self.sub_ns / 1e6
-                    raise HostError(f"result of subinterval {k} not received within the "
-                                    f"deadline ({late_ms:.0f} ms after its end)", host=hs.host)
+                    raise hs.mark_failed(f"result of subinterval {k} not received within the "
+                                         f"deadline ({late_ms:.0f} ms after its end)")
             finally:
                 for f in (get, fail, stop):
                     f.cancel()
 
-        return list(await asyncio.gather(*(one(hs) for hs in self.sessions.values())))
+        tasks = [asyncio.ensure_future(one(hs)) for hs in self.sessions.values()]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in tasks:
+                if t in done and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            return [t.result() for t in tasks]
+        except _Abandoned:
+            return None
+        finally:
+            for t in tasks:
+                t.cancel()
 
     async def _abort_step(self) -> None:
         for hs in self.sessions.values():
@@ -812,17 +853,45 @@ class Run:
         await self._wait_stopped(healthy_only=True)
 
     async def _wait_stopped(self, healthy_only: bool = False) -> None:
+        """Every healthy host's ``Stopped``; one that does not confirm within ``STOP_WAIT_S``
+        (``INTERRUPT_WAIT_S`` once interrupted, when it is marked failed and not waited for
+        again) fails the step, unless ``healthy_only``."""
+        interrupted = self.interrupted.is_set()
+
         async def one(hs: HostSession) -> None:
             if hs.failure is not None:
                 return
-            if await hs.wait_stopped(STOP_WAIT_S) is None and not healthy_only:
-                raise HostError("did not confirm the end of the step", host=hs.host)
+            wait_s = INTERRUPT_WAIT_S if interrupted else STOP_WAIT_S
+            if await hs.wait_stopped(wait_s) is None:
+                if interrupted:
+                    hs.mark_failed(f"did not confirm the end of the step within {wait_s:.0f} s "
+                                   "of the interrupt")
+                elif not healthy_only:
+                    raise HostError("did not confirm the end of the step", host=hs.host)
 
         await asyncio.gather(*(one(hs) for hs in self.sessions.values()))
 
-    async def _close_all(self) -> None:
-        await asyncio.gather(*(hs.close() for hs in self.sessions.values()),
+    async def _close_all(self, grace_s: float = 2.0) -> None:
+        await asyncio.gather(*(hs.close(grace_s) for hs in self.sessions.values()),
                              return_exceptions=True)
+
+    async def _or_interrupted(self, aw: Awaitable[Any], stage: str) -> Any:
+        """``aw``'s result, or ``Interrupted`` as soon as SIGINT/SIGTERM comes (``aw`` is
+        cancelled): connecting to a host that never answers waits for no timeout."""
+        task = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            raise Interrupted(f"interrupted while {stage}")
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
 
 class RunControl:
     """The run's side of the control socket: ``ivypy status``, ``ivypy edit``, ``ivypy stop``."""

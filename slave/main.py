@@ -3,7 +3,9 @@
 Owns file descriptors, signals and the process lifetime. Before anything else it moves the wire
 to a private descriptor and points fd 1 at stderr, so that a stray ``print`` (here or in a
 worker process) can never corrupt the protocol stream. When stdin reaches EOF (the master is
-gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a second.
+gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a second; so it does
+when the master says nothing for too long (the watchdog: ``WATCHDOG_MIN_S``, or three of the
+longest subinterval).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from slave.session import Backend, SlaveSession, stderr_logging
 log = logging.getLogger("slave")
 
 READ_BYTES = 1 << 20
+#: The watchdog's floor: a slave that hears nothing from its master for this long (or three of
+#: the longest subinterval, when longer) stops its I/O, closes its LUNs and exits, over any
+#: transport (a cut SSH link does not always close stdin: a stock sshd kept a slave 150 s and
+#: more, its LUN open, so the next run's write preflight refused the LUN).
+WATCHDOG_MIN_S = 30.0
 #: The conversation ended with a fatal ``Error`` from the slave (a protocol or version error, a
 #: setting this host cannot honour), or the slave failed; 128 + n after signal n; else 0.
 EXIT_FAILED = 1
@@ -48,6 +55,7 @@ def serve(
     stdin_fd: int = 0,
     stdout_fd: int = 1,
     startup_error: str | None = None,
+    watchdog_min_s: float = WATCHDOG_MIN_S,
 ) -> int:
     """Run one conversation to its end; return the exit status (``EXIT_FAILED`` after a fatal
     ``Error``). ``startup_error``: a setting this host cannot honour, answered to ``Hello`` as
@@ -70,6 +78,7 @@ def serve(
     sel = selectors.DefaultSelector()
     sel.register(stdin_fd, selectors.EVENT_READ)
     status = 0
+    heard = time.monotonic()
     try:
         while not session.closed:
             if stopping:
@@ -89,9 +98,18 @@ def serve(
                 if not data:
                     session.on_eof()
                     break
+                heard = time.monotonic()
                 session.on_bytes(data)
-            if not session.closed:
-                session.on_tick()
+            if session.closed:
+                break
+            silent_s = time.monotonic() - heard
+            if silent_s > session.watchdog_s(watchdog_min_s):
+                log.error("no word from the master for %.1f s: taking it for gone, stopping all "
+                          "I/O and exiting (watchdog)", silent_s)
+                session.shut_down()  # no Error: nobody is listening, and a write could block
+                status = EXIT_FAILED
+                break
+            session.on_tick()
     except BrokenPipeError:
         log.warning("the master closed our stdout: stopping all I/O")
         backend.halt()
@@ -115,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-cpus", default=cpulist.AUTO, metavar="SETTING",
                     help="auto (one worker per usable CPU, pinned to it; the default), "
                     "unpinned, or a CPU list like 0-3,8 (one pinned worker per CPU)")
+    ap.add_argument("--watchdog-min-seconds", type=float, default=WATCHDOG_MIN_S,
+                    metavar="S", help="the least time without a word from the master before "
+                    f"the slave stops and exits (default {WATCHDOG_MIN_S:g}; three of the "
+                    "longest subinterval, when longer)")
     args = ap.parse_args(argv)
+    if not args.watchdog_min_seconds > 0:
+        ap.error("--watchdog-min-seconds must be > 0")
     from slave.worker import usable_cpus
 
     problem = None
@@ -124,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         problem = f"worker_cpus {args.worker_cpus!r}: {exc}"
         cpus = [None]  # one idle worker: the handshake answers with the problem, then exits
-    return serve(functools.partial(default_backend, cpus), startup_error=problem)
+    return serve(functools.partial(default_backend, cpus), startup_error=problem,
+                 watchdog_min_s=args.watchdog_min_seconds)
 
 
 if __name__ == "__main__":

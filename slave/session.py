@@ -65,6 +65,10 @@ from slave.params import WorkloadParams
 from slave.preflight import in_use_reasons, require_ok
 from slave.windowstore import WindowError, WindowStore
 
+#: The slave's watchdog allows this many of the longest subinterval without a word from the
+#: master (two subintervals and the deadline between them, rounded up).
+WATCHDOG_SUBINTERVALS = 3
+
 log = logging.getLogger(__name__)
 
 PARAM_NAMES = frozenset(f.name for f in fields(WorkloadParams))
@@ -219,6 +223,7 @@ class SlaveSession:
         self.closed = False
         #: why the conversation ended with a fatal ``Error`` from this side (``kind: message``)
         self.failure: str | None = None
+        self.longest_subinterval_ns = 0  # of the steps so far (``watchdog_s``)
         self._handlers: dict[type[Message], Callable[[Any], None]] = {
             Hello: self._on_hello,
             Ping: self._on_ping,
@@ -302,6 +307,14 @@ class SlaveSession:
             with contextlib.suppress(ProtocolError, OSError):
                 self.send(Error(kind=kind, message=message, fatal=True))
         self.closed = True
+
+    def watchdog_s(self, min_s: float) -> float:
+        """How long the slave may hear nothing from its master before it takes the master for
+        gone (``slave.main``'s watchdog): ``WATCHDOG_SUBINTERVALS`` of the longest subinterval
+        a step has had (a result each, a grant each, and the deadline between), and never
+        less than ``min_s``. A live master is never silent that long: it sends a ``Ping``
+        whenever it has said nothing for 2 s (``master.hostsession.KEEPALIVE_S``)."""
+        return max(min_s, WATCHDOG_SUBINTERVALS * self.longest_subinterval_ns / 1e9)
 
     def next_wakeup_ns(self) -> int | None:
         """When ``on_tick`` next has work: the end of the next subinterval to collect."""
@@ -518,6 +531,7 @@ class SlaveSession:
         except ValueError as exc:
             self._fatal("protocol", f"Go of step {msg.step}: {exc}")
             return
+        self.longest_subinterval_ns = max(self.longest_subinterval_ns, msg.subinterval_ns)
         self.window_store = WindowStore(msg.step, msg.keep_from, msg.keep_to, msg.fold)
         self.step = _Step(
             msg.step, msg.start_ns, msg.subinterval_ns, cpu_before=self.cpu.snapshot(),

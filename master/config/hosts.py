@@ -14,6 +14,7 @@ from typing import Literal
 
 from master.config.schema import HostConfig
 from master.config.yamlnodes import Cursor
+from master.units import parse_duration_s
 from protocol import cpulist
 
 __all__ = ["HOST_KEYS", "expand_ranges", "parse_hosts"]
@@ -29,7 +30,12 @@ HOST_KEYS: tuple[str, ...] = (
     "known_hosts",
     "transport",
     "worker_cpus",
+    "watchdog_seconds",
 )
+#: The bounds of a host's ``watchdog_seconds``: a second (tests, labs that want a cut-off slave
+#: gone fast) to an hour.
+WATCHDOG_SECONDS_RANGE: tuple[float, float] = (1.0, 3600.0)
+DEFAULT_WATCHDOG_S = 30.0
 
 _MAX_EXPANSION = 10_000
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -164,6 +170,7 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
         if transport not in ("local", "ssh"):
             raise transport_cursor.error("must be 'local' or 'ssh'")
     worker_cpus = _worker_cpus(entry)
+    watchdog_s = _watchdog_seconds(entry)
     hosts = []
     chosen: Literal["local", "ssh"]
     for name, address in zip(names, addresses, strict=True):
@@ -192,10 +199,27 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
                 identity_file=_optional_string(entry, "identity_file"),
                 known_hosts=_optional_string(entry, "known_hosts"),
                 worker_cpus=worker_cpus,
+                watchdog_seconds=watchdog_s,
                 line=entry.line,
             )
         )
     return hosts
+
+
+def _watchdog_seconds(entry: Cursor) -> float:
+    """``watchdog_seconds``: the least time the host's slave waits for a word from the master
+    before it stops its I/O and exits (a duration; default 30 s)."""
+    child = entry.get("watchdog_seconds")
+    if child is None:
+        return DEFAULT_WATCHDOG_S
+    try:
+        seconds = parse_duration_s(child.value if child.is_scalar else None)
+    except ValueError as exc:
+        raise child.error(str(exc)) from exc
+    low, high = WATCHDOG_SECONDS_RANGE
+    if not low <= seconds <= high:
+        raise child.error(f"must be at least 1s and at most 1h (got {child.node.text})")
+    return seconds
 
 
 def parse_hosts(cursor: Cursor) -> tuple[HostConfig, ...]:

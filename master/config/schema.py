@@ -64,7 +64,9 @@ class HostConfig:
     (``local`` | ``ssh``; default ``local`` for the name ``localhost`` without address, user or
     port, else ``ssh``), ``worker_cpus`` (``auto``: one worker process per CPU the slave may use,
     pinned to it, the default; ``unpinned``: as many, left to the scheduler; a CPU list like
-    ``0-3,8``: one pinned worker per listed CPU; see ``protocol.cpulist``).
+    ``0-3,8``: one pinned worker per listed CPU; see ``protocol.cpulist``), ``watchdog_seconds``
+    (a duration, 1 s to 1 h, default 30 s: a slave that hears nothing from the master for this
+    long, or three subintervals when longer, stops its I/O and exits).
     """
 
     name: str
@@ -77,6 +79,7 @@ class HostConfig:
     identity_file: str | None = None
     known_hosts: str | None = None
     worker_cpus: str = "auto"
+    watchdog_seconds: float = 30.0
     line: int = 0
 
 

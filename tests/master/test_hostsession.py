@@ -4,10 +4,14 @@ slave answers from a script: how the end of the slave's output is judged."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
+import pytest
+
+from master import hostsession
 from master.hostsession import HostSession
-from protocol.codec import encode
+from protocol.codec import FrameDecoder, encode
 from protocol.errors import HostError
 from protocol.messages import Bye, Error, Hello, HelloReply, Message, Ping, Pong
 from protocol.state import Conversation, Role, State
@@ -107,3 +111,68 @@ def test_a_fatal_protocol_error_from_the_slave_is_a_host_failure() -> None:
                             eof_after=Ping))
     assert isinstance(hs.failure, HostError)
     assert "slave failed (protocol): stream ended inside a frame" in str(hs.failure)
+
+
+class _Counting(ScriptedSlave):
+    """Counts the master's pings after the handshake; its close may hang for good."""
+
+    def __init__(self, close_hangs: bool = False) -> None:
+        super().__init__()
+        self.pings = 0
+        self.close_hangs = close_hangs
+        self.close_grace: float | None = None
+        self.frames = FrameDecoder()
+
+    async def write(self, data: bytes) -> None:
+        self.pings += sum(isinstance(m, Ping) for m in self.frames.feed(data))
+        await super().write(data)
+
+    async def close(self, grace_s: float = 2.0) -> int | None:
+        self.close_grace = grace_s
+        if self.close_hangs:
+            await asyncio.sleep(3600)  # an SSH kill over a cut link
+        return await super().close(grace_s)
+
+
+def test_a_quiet_master_pings_its_slave_every_keepalive_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slave's watchdog takes a master that says nothing for long for gone: an idle master
+    (between steps, waiting on another host) says Ping every ``KEEPALIVE_S``, and stops at
+    close."""
+    monkeypatch.setattr(hostsession, "KEEPALIVE_S", 0.05)
+    conn = _Counting()
+
+    async def scenario() -> tuple[int, int]:
+        hs = HostSession(conn, "h1")
+        await hs.start(pings=1)
+        at_start = conn.pings
+        await asyncio.sleep(0.5)
+        idle = conn.pings - at_start
+        await hs.close(grace_s=1)
+        after = conn.pings
+        await asyncio.sleep(0.2)
+        assert conn.pings == after, "pings after close"
+        return at_start, idle
+
+    at_start, idle = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert at_start == 1  # the handshake's one
+    assert 5 <= idle <= 12, idle
+
+
+def test_a_host_marked_failed_is_closed_at_once_even_when_its_close_hangs() -> None:
+    """A host late at its deadline is not waited for: closing it takes the short grace and is
+    cut off at ``FAILED_CLOSE_LIMIT_S`` (its watchdog ends a slave out of reach)."""
+    conn = _Counting(close_hangs=True)
+
+    async def scenario() -> float:
+        hs = HostSession(conn, "h1")
+        await hs.start(pings=1)
+        err = hs.mark_failed("result of subinterval 3 not received within the deadline")
+        assert hs.failure is err and hs.failed.is_set() and err.host == "h1"
+        t0 = time.monotonic()
+        await hs.close(grace_s=2)
+        return time.monotonic() - t0
+
+    took = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert conn.close_grace == hostsession.FAILED_CLOSE_GRACE_S
+    assert took <= hostsession.FAILED_CLOSE_LIMIT_S + 0.3, took

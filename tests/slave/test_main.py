@@ -375,3 +375,56 @@ def test_the_slave_process_ends_cleanly_on_a_mutated_stdin(seed: int) -> None:
         broken = True
     if broken:  # a stream that breaks the framing is answered, unless Bye came first
         assert status == EXIT_FAILED or isinstance(last, Bye), (bytes(data), msgs, status)
+
+
+def test_a_slave_that_hears_nothing_from_its_master_stops_and_exits(tmp_path: Path) -> None:
+    """The watchdog: a master cut off without its stdin closing (a cut SSH link under a stock
+    sshd) says nothing more; past the bound (here its floor, 1 s, over three 0.3 s
+    subintervals) the slave stops its I/O, closes its LUNs and exits non-zero, its workers
+    gone. Before, it stopped its I/O (the master late) and lived on, the LUN held open."""
+    s = Slave(tmp_path, argv=(sys.executable, "-m", "slave", "--watchdog-min-seconds", "1"))
+    sent: list[float] = []
+    send = s.send
+
+    def noted(msg: Message) -> None:
+        send(msg)
+        sent.append(time.monotonic())
+
+    s.send = noted  # type: ignore[method-assign]
+    try:
+        tree = s.running_step(tmp_path / "lun")  # its Go is the master's last word
+        status = s.proc.wait(10)
+        took = time.monotonic() - sent[-1]
+    finally:
+        s.proc.kill()
+    err = s.proc.stderr.read().decode() if s.proc.stderr else ""
+    assert status == EXIT_FAILED, err
+    assert 1.0 <= took < 2.0, f"exited {took:.2f} s after the master's last word"
+    assert "no word from the master for" in err and "watchdog" in err
+    assert _gone(tree, 1.0)
+    lun = str(tmp_path / "lun")
+    assert not [p for p in psutil.process_iter() if _holds(p, lun)], "the LUN is still open"
+
+
+def _holds(p: psutil.Process, path: str) -> bool:
+    try:
+        return any(f.path == path for f in p.open_files())
+    except psutil.Error:
+        return False
+
+
+def test_the_watchdog_counts_subintervals_not_only_its_floor() -> None:
+    from slave.session import WATCHDOG_SUBINTERVALS, SlaveSession
+
+    session = SlaveSession.__new__(SlaveSession)
+    session.longest_subinterval_ns = 0
+    assert session.watchdog_s(30.0) == 30.0  # before any step
+    session.longest_subinterval_ns = 60_000_000_000  # a step of 60 s subintervals
+    assert session.watchdog_s(30.0) == WATCHDOG_SUBINTERVALS * 60.0
+
+
+def test_a_watchdog_floor_that_is_not_positive_is_refused() -> None:
+    proc = subprocess.run([sys.executable, "-m", "slave", "--watchdog-min-seconds", "0"],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "--watchdog-min-seconds must be > 0" in proc.stderr
