@@ -11,6 +11,9 @@ watchdog stops its I/O and exits when it does not: ``slave.session.watchdog_s``)
 
 Clock: the master's clock is ``time.monotonic_ns``. ``offset_ns`` is the slave's clock minus the
 master's, from the ping with the smallest round trip: ``offset = slave_ns - (send + rtt / 2)``.
+The slave read its clock somewhere inside that round trip, so the offset is known to within
+``offset_uncertainty_ns`` = half the best RTT; while that exceeds the run's limit the session
+pings again, up to ``MAX_PINGS`` in all (a loaded link's best RTT falls with more samples).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ from protocol.version import PROTOCOL_VERSION, __version__
 log = logging.getLogger(__name__)
 
 PINGS = 9
+#: The most pings spent on one host's clock offset while its uncertainty exceeds the limit.
+MAX_PINGS = 64
 #: The longest the master stays silent towards a slave it talks to (a ``Ping`` then).
 KEEPALIVE_S = 2.0
 #: How long a host that failed (late, cut off, stopped) gets to exit once its stdin is closed
@@ -88,6 +93,12 @@ class LunRefusedError(HostError):
     def __init__(self, message: str, *, host: str, lun: str) -> None:
         self.lun = lun
         super().__init__(message, host=host)
+
+
+def _uncertainty(rtt_ns: int) -> int:
+    """How far an offset from a ping of this round trip may be off: half of it, rounded up
+    (the slave read its clock somewhere between the send and the receipt)."""
+    return (rtt_ns + 1) // 2
 
 
 @dataclass
@@ -127,6 +138,8 @@ class HostSession:
         self.clock_samples: list[ClockSample] = []
         self.offset_ns = 0
         self.rtt_ns = 0
+        #: the offset is right to within this (half the best round trip)
+        self.offset_uncertainty_ns = 0
         self.results: asyncio.Queue[SubintervalResult] = asyncio.Queue()
         self.stopped: asyncio.Queue[Stopped] = asyncio.Queue()
         self.failure: HostError | None = None
@@ -258,8 +271,9 @@ class HostSession:
             raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
 
     # ------------------------------------------------------------------ conversation
-    async def start(self, pings: int = PINGS) -> HelloReply:
-        """Handshake and clock offset."""
+    async def start(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None
+                    ) -> HelloReply:
+        """Handshake and clock offset (``measure_clock``)."""
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader-{self.host}")
         reply = await self._request(
             Hello(PROTOCOL_VERSION, __version__, self.host, self.clock()), key=-1
@@ -268,13 +282,24 @@ class HostSession:
             raise self._fail(f"slave refused the handshake: {reply.message}")
         assert isinstance(reply, HelloReply)
         self.hello = reply
-        await self.measure_clock(pings)
+        await self.measure_clock(pings, uncertainty_limit_ns)
         self._keepalive = asyncio.create_task(self._keep_alive(), name=f"keepalive-{self.host}")
         return reply
 
-    async def measure_clock(self, pings: int = PINGS) -> None:
+    async def measure_clock(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None
+                            ) -> None:
+        """``pings`` round trips; then more, one at a time up to ``MAX_PINGS`` in all, while
+        half the best round trip exceeds ``uncertainty_limit_ns``."""
         samples: list[ClockSample] = []
-        for _ in range(pings):
+
+        def more() -> bool:
+            if len(samples) < pings:
+                return True
+            if uncertainty_limit_ns is None or len(samples) >= MAX_PINGS:
+                return False
+            return _uncertainty(min(s.rtt_ns for s in samples)) > uncertainty_limit_ns
+
+        while more():
             seq = self._next_seq()
             sent = self.clock()
             pong = await self._request(Ping(seq, sent), key=seq, timeout_s=10.0)
@@ -285,6 +310,7 @@ class HostSession:
         best = min(samples, key=lambda s: s.rtt_ns)
         self.clock_samples = samples
         self.offset_ns, self.rtt_ns = best.offset_ns, best.rtt_ns
+        self.offset_uncertainty_ns = _uncertainty(best.rtt_ns)
 
     def to_slave_ns(self, master_ns: int) -> int:
         return master_ns + self.offset_ns

@@ -54,8 +54,13 @@ SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
                    "invalid_reason"]
 CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
                "slave_system_s", "slave_cpu_us_per_io"]
+#: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
+#: through the host's measured clock offset; ``switch_slave_ns``: the switch as the slave's own
+#: clock read it; ``boundary_skew_bound_us``: the most the true skew can be, the offset's
+#: uncertainty (half the best ping round trip) added to the measured skew's size.
 INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
-                     "boundary_skew_us", "result_sent_after_boundary_us",
+                     "boundary_skew_us", "switch_slave_ns", "offset_uncertainty_us",
+                     "boundary_skew_bound_us", "result_sent_after_boundary_us",
                      "result_received_after_boundary_us"]
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024
@@ -71,6 +76,8 @@ class HostResult:
     result: SubintervalResult
     to_master_ns: Callable[[int], int]
     received_ns: int
+    #: the host's clock offset is right to within this (``HostSession.offset_uncertainty_ns``)
+    offset_uncertainty_ns: int = 0
 
 
 @dataclass
@@ -85,6 +92,8 @@ class Recorded:
     #: the host groups' statistics of each rollup type whose histograms came (a DFC window
     #: adds them up, with the grouping of ``results``)
     samples: dict[str, ru.Sample] = field(default_factory=dict)
+    #: each host's largest ``boundary_skew_bound_us`` of the subinterval, in ns
+    skew_bound_ns: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -293,8 +302,10 @@ class StepRecorder:
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
-            self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
-                            interlock_rows)
+            bound = self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
+                                    interlock_rows)
+            if bound is not None:
+                out.skew_bound_ns[h.host] = bound
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
         self.output.table(f"{self.dir}/cpu.csv", CPU_COLUMNS).write_many(cpu_rows)
         self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(
@@ -406,8 +417,9 @@ class StepRecorder:
 
     def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int,
                    cpu_rows: list[dict[str, Any]], interlock_rows: list[dict[str, Any]]
-                   ) -> None:
-        """A host's rows of cpu.csv and interlock.csv for subinterval ``k``."""
+                   ) -> int | None:
+        """A host's rows of cpu.csv and interlock.csv for subinterval ``k``; returns the
+        largest skew bound of its workers (ns), None when none switched."""
         r = h.result
         user_s = float(r.cpu.get("slave_user_s", 0.0))
         sys_s = float(r.cpu.get("slave_system_s", 0.0))
@@ -417,17 +429,25 @@ class StepRecorder:
             "slave_user_s": user_s, "slave_system_s": sys_s,
             "slave_cpu_us_per_io": (user_s + sys_s) * 1e6 / ops if ops else None,
         })
+        worst: int | None = None
         for w, il in enumerate(r.interlock):
             switch = il.get("switch_ns")
+            skew = bound = None
+            if isinstance(switch, int) and switch:
+                skew = h.to_master_ns(switch) - planned
+                bound = abs(skew) + h.offset_uncertainty_ns
+                worst = bound if worst is None else max(worst, bound)
             interlock_rows.append({
                 "subinterval": k, "host": h.host, "worker": il.get("worker", w),
                 "switch_delay_us": _us(il.get("switch_delay_ns")),
                 "handover_delay_us": _us(il.get("handover_delay_ns")),
-                "boundary_skew_us": _us(h.to_master_ns(switch) - planned)
-                if isinstance(switch, int) and switch else None,
+                "boundary_skew_us": _us(skew), "switch_slave_ns": switch if skew is not None
+                else None, "offset_uncertainty_us": _us(h.offset_uncertainty_ns),
+                "boundary_skew_bound_us": _us(bound),
                 "result_sent_after_boundary_us": _us(h.to_master_ns(r.send_ns) - planned),
                 "result_received_after_boundary_us": _us(h.received_ns - planned),
             })
+        return worst
 
     # ------------------------------------------------------------------ the summary
     def close(self) -> None:

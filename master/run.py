@@ -143,6 +143,8 @@ class _StepState:
     last_recorded: int = -1
     last_record: Recorded | None = None
     forced_last: int | None = None
+    #: hosts whose boundary skew bound exceeded the limit in this step (warned once each)
+    skew_warned: set[str] = field(default_factory=set)
 
 
 class Run:
@@ -178,6 +180,7 @@ class Run:
         self.step_results: dict[str, dict[str, dict[str, float]]] = {}
         self.t0_ns = clock()
         self.sub_ns = round(cfg.subinterval_seconds * 1e9)
+        self.skew_limit_ns = round(cfg.skew_limit_seconds * 1e9)
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -300,7 +303,7 @@ class Run:
             conn = await self.connect(host)
             hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
             self.sessions[host.name] = hs
-            await hs.start()
+            await hs.start(uncertainty_limit_ns=self.skew_limit_ns)
             return hs
 
         results = await asyncio.gather(*(start(h) for h in self.cfg.hosts), return_exceptions=True)
@@ -323,11 +326,18 @@ class Run:
                 "ivypy_version": hello.ivypy_version, "cores": hello.cores,
                 "slave_pid": hello.pid, "clock_offset_ns": hs.offset_ns,
                 "rtt_us": round(hs.rtt_ns / 1e3, 3),
+                "offset_uncertainty_us": round(hs.offset_uncertainty_ns / 1e3, 3),
                 "clock_samples": len(hs.clock_samples), "paced_loop": hello.paced_loop,
             })
             self.event("INFO", f"slave up: {hello.hostname} python {hello.python_version}, "
                        f"{hello.cores} cores, clock offset {hs.offset_ns} ns, "
                        f"RTT {hs.rtt_ns / 1e3:.1f} us", host=name, kind="host")
+            if hs.offset_uncertainty_ns > self.skew_limit_ns:
+                self.event("WARNING", "clock offset known only to within "
+                           f"±{hs.offset_uncertainty_ns / 1e6:.3f} ms (half the best round trip "
+                           f"of {len(hs.clock_samples)} pings), more than skew_limit_seconds "
+                           f"({self.skew_limit_ns / 1e6:g} ms): this host's boundary times in "
+                           "interlock.csv may be off by that much", host=name, kind="clock")
             if hello.paced_loop != "compiled":
                 self.event("WARNING", "paced I/O runs in the Python loop here, its latencies less "
                            f"precise at high rates ({hello.paced_loop.removeprefix('python: ')})",
@@ -739,11 +749,21 @@ class Run:
     def _record(self, st: _StepState, k: int, phase: str,
                 results: Sequence[SubintervalResult]) -> Recorded:
         now = self.clock()
-        hosts = [HostResult(hs.host, r, hs.to_master_ns, now)
+        hosts = [HostResult(hs.host, r, hs.to_master_ns, now, hs.offset_uncertainty_ns)
                  for r, hs in zip(results, self.sessions.values(), strict=True)]
         if self.output_failed is not None:
             raise self.output_failed
         rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns)
+        for host, bound in rec.skew_bound_ns.items():
+            if bound > self.skew_limit_ns and host not in st.skew_warned:
+                st.skew_warned.add(host)
+                hs = self.sessions[host]
+                self.event("WARNING", f"boundary skew may be up to {bound / 1e6:.3f} ms "
+                           f"(measured skew plus the clock offset's uncertainty of "
+                           f"±{hs.offset_uncertainty_ns / 1e6:.3f} ms), more than "
+                           f"skew_limit_seconds ({self.skew_limit_ns / 1e6:g} ms); "
+                           "interlock.csv has every boundary (warned once a step)",
+                           host=host, kind="clock", step=st.number, subinterval=k)
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
                        subinterval=k)
@@ -995,7 +1015,9 @@ DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
-                "rtt_us", "clock_samples", "paced_loop"]
+                "rtt_us", "offset_uncertainty_us", "clock_samples", "paced_loop"]
+
+
 def run_test(cfg: TestConfig, view: LiveView | None = None,
              connect: Connector = default_connect) -> RunResult:
     """Run a validated test to its end (blocking)."""

@@ -34,6 +34,7 @@ TOP_KEYS: tuple[str, ...] = (
     "output_root",
     "subinterval_seconds",
     "deadline_fraction",
+    "skew_limit_seconds",
     "hosts",
     "luns",
     "rollups",
@@ -55,6 +56,10 @@ ROLLUP_KEYS: tuple[str, ...] = ("type", "quantity", "max_droop")
 DEFAULT_OUTPUT_ROOT = "./ivypy-output"
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
+#: ``skew_limit_seconds``: a host's clock offset uncertainty, or a boundary's skew bound, past
+#: this is warned about (the default, and its range)
+DEFAULT_SKEW_LIMIT_S = 0.001
+SKEW_LIMIT_RANGE_S: tuple[float, float] = (1e-6, 10.0)
 MAX_SUBINTERVAL_S = 3600.0
 #: the longest test file, in characters: the example tests are a few KiB, and the YAML parser
 #: (pure Python) reads about 1 MiB a second; a file is read no further than this
@@ -120,6 +125,20 @@ def _deadline_fraction(root: Cursor) -> float:
     if not 0 < value < 1:
         raise cursor.error(f"must be between 0 and 1, exclusive (got {cursor.node.text})")
     return value
+
+
+def _skew_limit(root: Cursor) -> float:
+    cursor = root.get("skew_limit_seconds")
+    if cursor is None:
+        return DEFAULT_SKEW_LIMIT_S
+    try:
+        seconds = parse_duration_s(cursor.value if cursor.is_scalar else None)
+    except ValueError as exc:
+        raise cursor.error(str(exc)) from exc
+    low, high = SKEW_LIMIT_RANGE_S
+    if not low <= seconds <= high:
+        raise cursor.error(f"must be at least 1us and at most 10s (got {cursor.node.text})")
+    return seconds
 
 
 # ---------------------------------------------------------------- luns
@@ -348,6 +367,7 @@ def parse_config_text(
     output_root = _output_root(root, output_root_override, base)
     subinterval_s = _subinterval(root)
     deadline_fraction = _deadline_fraction(root)
+    skew_limit_s = _skew_limit(root)
     hosts = parse_hosts(root.require("hosts"))
     luns = _luns(root, hosts, output_root)
     rollups = _rollups(root)
@@ -368,6 +388,7 @@ def parse_config_text(
         output_root=output_root,
         subinterval_seconds=subinterval_s,
         deadline_fraction=deadline_fraction,
+        skew_limit_seconds=skew_limit_s,
         hosts=hosts,
         luns=luns,
         rollups=rollups,

@@ -520,7 +520,10 @@ class TestConfig:
     ``output_root`` (default ``./ivypy-output``; a relative path is resolved against the current
     directory, as ivy users expect; ``--output-root`` overrides), ``subinterval_seconds``
     (10ms to 1h, default 5), ``deadline_fraction`` (0 < f < 1, default 0.75: how long after a
-    boundary the master waits for results, as a fraction of a subinterval), ``hosts``
+    boundary the master waits for results, as a fraction of a subinterval),
+    ``skew_limit_seconds`` (1us to 10s, default 1ms: a host whose clock offset is known less
+    well than this, or a subinterval boundary whose skew may exceed it, is warned about),
+    ``hosts``
     (required), ``luns`` (required), ``rollups``, ``steps`` (required). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
@@ -538,6 +541,7 @@ class TestConfig:
     luns: tuple[LunSelector, ...]
     rollups: tuple[RollupSpec, ...]
     steps: tuple[StepConfig, ...]
+    skew_limit_seconds: float = 0.001
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

@@ -176,3 +176,52 @@ def test_a_host_marked_failed_is_closed_at_once_even_when_its_close_hangs() -> N
     took = asyncio.run(asyncio.wait_for(scenario(), 10))
     assert conn.close_grace == hostsession.FAILED_CLOSE_GRACE_S
     assert took <= hostsession.FAILED_CLOSE_LIMIT_S + 0.3, took
+
+
+class _Link(ScriptedSlave):
+    """Each ping's round trip takes the next of ``rtts_ns`` on the session's clock (the last
+    one repeats); ``clock`` is that clock."""
+
+    def __init__(self, rtts_ns: list[int]) -> None:
+        super().__init__()
+        self.rtts_ns = rtts_ns
+        self.now = 1_000_000_000
+        self.pings = 0
+        self.frames = FrameDecoder()
+
+    def clock(self) -> int:
+        return self.now
+
+    async def write(self, data: bytes) -> None:
+        for m in self.frames.feed(data):
+            if isinstance(m, Ping):
+                self.now += self.rtts_ns[min(self.pings, len(self.rtts_ns) - 1)]
+                self.pings += 1
+        await super().write(data)
+
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize("rtts_ns, limit_ns, pings, uncertainty_ns", [
+    ([100_000], MS, 9, 50_000),  # a good link: the usual nine
+    ([4 * MS], None, 9, 2 * MS),  # no limit: the usual nine
+    ([4 * MS] * 9 + [3 * MS, 1_500_000], MS, 11, 750_000),  # until it is within the limit
+    ([4 * MS], MS, hostsession.MAX_PINGS, 2 * MS),  # never within: up to MAX_PINGS
+    ([2 * MS + 1], MS, hostsession.MAX_PINGS, MS + 1),  # half the RTT, rounded up
+    ([2 * MS], MS, 9, MS),  # at the limit is within it
+])
+def test_the_clock_is_pinged_again_while_its_offset_is_uncertain(
+        rtts_ns: list[int], limit_ns: int | None, pings: int, uncertainty_ns: int) -> None:
+    link = _Link(rtts_ns)
+
+    async def scenario() -> HostSession:
+        hs = HostSession(link, "h1", clock=link.clock)
+        await hs.start(uncertainty_limit_ns=limit_ns)
+        await hs.close(grace_s=0.1)
+        return hs
+
+    hs = asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert len(hs.clock_samples) == pings
+    assert hs.offset_uncertainty_ns == uncertainty_ns
+    assert hs.rtt_ns == min(s.rtt_ns for s in hs.clock_samples)

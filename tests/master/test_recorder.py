@@ -186,7 +186,8 @@ class _Slaves:
             interlock=[{"worker": 0, "switch_ns": (k + 1) * 10**9 + 5_000,
                         "switch_delay_ns": 5_000, "handover_delay_ns": 9_000}],
             send_ns=(k + 1) * 10**9 + 20_000)
-        return HostResult(host, msg, lambda ns: ns + 1_000, (k + 1) * 10**9 + 50_000)
+        return HostResult(host, msg, lambda ns: ns + 1_000, (k + 1) * 10**9 + 50_000,
+                          offset_uncertainty_ns=2_500)
 
     def window(self, first: int, last: int) -> Sample:
         parts = []
@@ -233,6 +234,7 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
         got = rec.record(k, "warmup" if k == 0 else "measurement", [r1, r2], (k + 1) * 10**9)
         per_k.append(dict(zip(ids["h1"] + ids["h2"], d1 + d2, strict=True)))
         assert [row.instance for row in got.live] == ["h1", "h2"]
+        assert got.skew_bound_ns == {"h1": 8_500, "h2": 8_500}
         for spec in ROLLUPS:
             res = got.results[spec.type]
             # every metric is what the master computes from every workload's histograms
@@ -273,6 +275,10 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
     i0 = dict(zip(il[0], il[1], strict=True))
     assert i0["boundary_skew_us"] == "6" and i0["result_received_after_boundary_us"] == "50"
     assert i0["result_sent_after_boundary_us"] == "21"
+    # the switch in the slave's own clock, and the most the true skew can be: the measured
+    # skew's size plus the offset's uncertainty
+    assert i0["switch_slave_ns"] == str(10**9 + 5_000)
+    assert i0["offset_uncertainty_us"] == "2.5" and i0["boundary_skew_bound_us"] == "8.5"
     # summary over the measurement window adds the histograms of both subintervals
     window = rec.window_of_phase()
     assert window == [1, 2]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from master.hostsession import MAX_PINGS
 from tests.master.runhelp import ROOT, poisson_rel, rows, write_config
 
 MIB = 1024 * 1024
@@ -29,6 +30,7 @@ def _config(testbed: Any, loops: list[Any], known_hosts: str, name: str) -> str:
     return f"""\
 test: {name}
 subinterval_seconds: 1
+skew_limit_seconds: 1us
 hosts:
 {hosts}
 luns:
@@ -70,6 +72,17 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
         assert h["transport"] == "ssh" and int(h["clock_samples"]) >= 8
         assert 0 < float(h["rtt_us"]) < 50_000
         assert h["clock_offset_ns"] != ""
+        # no SSH round trip is within 2 us: pinged up to the most, and known to half the RTT
+        assert int(h["clock_samples"]) == MAX_PINGS
+        assert float(h["offset_uncertainty_us"]) == pytest.approx(float(h["rtt_us"]) / 2,
+                                                                  abs=0.002)
+    # each host's uncertain offset, and its skew bound once in each step, are warned about
+    clock = [e for e in rows(folder / "events.csv") if e["kind"] == "clock"]
+    assert sorted(e["host"] for e in clock if e["step"] == "") == sorted(
+        h.name for h in testbed.hosts)
+    assert all("more than skew_limit_seconds (0.001 ms)" in e["message"] for e in clock)
+    assert sorted((e["step"], e["host"]) for e in clock if e["step"] != "") == sorted(
+        (step, h.name) for step in ("0", "1") for h in testbed.hosts)
     summary = rows(folder / "summary.csv")
     per_host = {r["rollup_instance"]: r for r in summary
                 if r["step_name"] == "randread" and r["rollup_type"] == "host"}
@@ -89,9 +102,15 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
     # boundaries line up across hosts: the switch times, in the master's clock
     inter = rows(folder / "step0000-randread/interlock.csv")
     by_k: dict[int, list[float]] = {}
+    uncertainty = {h["host"]: float(h["offset_uncertainty_us"]) for h in hosts}
     for r in inter:
         if r["boundary_skew_us"]:
             by_k.setdefault(int(r["subinterval"]), []).append(float(r["boundary_skew_us"]))
+            # the most the true skew can be: the measured one's size plus the offset's error
+            assert float(r["offset_uncertainty_us"]) == uncertainty[r["host"]]
+            assert float(r["boundary_skew_bound_us"]) == pytest.approx(
+                abs(float(r["boundary_skew_us"])) + uncertainty[r["host"]], rel=1e-5, abs=0.002)
+            assert int(r["switch_slave_ns"]) > 0
     assert by_k
     assert all({r["host"] for r in inter if int(r["subinterval"]) == k} ==
                {h.name for h in testbed.hosts} for k in by_k)
