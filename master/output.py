@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -122,8 +122,65 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[done:]
 
 
+class Ledger:
+    """How many bytes each appender's file holds, so that what a subinterval wrote can be taken
+    back whole (``RunOutput.subinterval``).
+
+    Every appender has a slot here; its size grows by each line written. ``mark`` notes the
+    sizes at the start of a subinterval; ``undo`` cuts every file that grew since (or whose
+    write failed part-way) back to its size at the mark, and a file made since back to its
+    header. So after a failure (disk full) every file ends on a whole row, and the rollup
+    files all end at the same subinterval.
+    """
+
+    def __init__(self) -> None:
+        self.sizes = np.zeros(64, dtype=np.int64)
+        self.appenders: list[CsvAppender] = []
+        self._mark: npt.NDArray[np.int64] | None = None
+        self._failed: set[int] = set()  # slots whose write failed part-way since the mark
+
+    def add(self, appender: CsvAppender, size: int) -> int:
+        slot = len(self.appenders)
+        if slot == self.sizes.size:
+            self.sizes = np.concatenate([self.sizes, np.zeros(slot, dtype=np.int64)])
+        self.sizes[slot] = size
+        self.appenders.append(appender)
+        return slot
+
+    def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
+             ) -> None:
+        self.sizes[slots] += nbytes
+
+    def failed(self, slot: int) -> None:
+        self._failed.add(slot)
+
+    def mark(self) -> None:
+        self._mark = self.sizes[:len(self.appenders)].copy()
+        self._failed.clear()
+
+    def undo(self) -> None:
+        """Cut back to the mark (nothing when there is none). A file that cannot be cut is
+        left as it is: the error that called for the undo is the run's."""
+        mark = self._mark
+        if mark is None:
+            return
+        n = len(self.appenders)
+        grown = set(np.flatnonzero(self.sizes[:mark.size] != mark).tolist()) | self._failed
+        grown |= set(range(mark.size, n))
+        for slot in sorted(grown):
+            a = self.appenders[slot]
+            if a.journal:
+                continue
+            size = int(mark[slot]) if slot < mark.size else a.header_size
+            with contextlib.suppress(OSError):
+                a.cut(size)
+            self.sizes[slot] = size
+        self._failed.clear()
+
+
 class CsvAppender:
-    """A CSV file with a fixed header; every row is flushed to the OS as it is written.
+    """A CSV file with a fixed header; every row is handed to the OS as it is written, whole
+    or not at all: a write that fails part-way (disk full) is cut back to where it began.
 
     ``append_now`` appends an already formatted line with one ``write`` call, for writers that
     put rows into many files per subinterval. An appender made with ``keep_open=False`` holds
@@ -134,22 +191,23 @@ class CsvAppender:
     #: Counts the appenders' file closes (``AppenderGroup`` reads its descriptors again after
     #: one: a closed file's number may belong to another file by then).
     closes = 0
-    #: Closed appenders holding lines an earlier append could not write (``append_block``
-    #: leaves their files to ``append_now``, which writes those lines first).
-    with_pending: ClassVar[set[CsvAppender]] = set()
 
     def __init__(self, path: Path | str, header: Sequence[str], keep_open: bool = True, *,
-                 at: tuple[int, str] | None = None) -> None:
+                 at: tuple[int, str] | None = None, ledger: Ledger | None = None) -> None:
         """Create ``path`` (never an existing file) with its header line. ``at``: a
         descriptor of ``path``'s directory, which exists, and the file's name in it (a
-        directory of many files: no ``mkdir`` and no path walk per file)."""
+        directory of many files: no ``mkdir`` and no path walk per file). ``ledger``: where
+        its size is kept (``RunOutput``'s; a private one by default)."""
         self._path = os.fspath(path)  # a Path object on demand (tens of thousands of files)
         self._path_obj = path if isinstance(path, Path) else None
         #: shared by the appenders of one header (a run holds tens of thousands)
         self.header = key = _header_tuple(tuple(header))
         self._header_set = _header_set(key)
-        self._pending: list[str] = []
-        self._fh: IO[str] | None = None
+        head = _header_bytes(key)
+        self.header_size = len(head)
+        self._fd_held = -1
+        #: kept whole when a subinterval is undone (``RunOutput.JOURNALS``)
+        self.journal = False
         with _writing(path):
             if at is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,16 +215,19 @@ class CsvAppender:
             else:
                 fd = os.open(at[1], _CREATE_FLAGS, 0o666, dir_fd=at[0])
             try:
-                _write_all(fd, _header_bytes(key))
-                if keep_open:
-                    self._fh = open(fd, "a", newline="", encoding="utf-8")  # noqa: SIM115
+                _write_all(fd, head)
             except BaseException:
                 os.close(fd)
+                with contextlib.suppress(OSError):  # not even a whole header: no file
+                    os.unlink(at[1], dir_fd=at[0]) if at is not None else os.unlink(path)
                 raise
-            if not keep_open:
+            if keep_open:
+                self._fd_held = fd
+            else:
                 os.close(fd)
                 CsvAppender.closes += 1
-        self._writer = csv.writer(self._fh) if self._fh is not None else None
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.slot = self.ledger.add(self, self.header_size)
 
     @property
     def path(self) -> Path:
@@ -176,7 +237,12 @@ class CsvAppender:
 
     @property
     def is_open(self) -> bool:
-        return self._fh is not None and not self._fh.closed
+        return self._fd_held >= 0
+
+    @property
+    def size(self) -> int:
+        """The bytes the file holds: its header and every whole row written."""
+        return int(self.ledger.sizes[self.slot])
 
     def _cells(self, row: Mapping[str, Any]) -> list[str]:
         """The row's cells in header order, formatted; a column not in the header is an
@@ -186,23 +252,10 @@ class CsvAppender:
             raise ValueError(f"{self.path.name}: columns {sorted(unknown)} not in the header")
         return [fmt(row.get(col)) for col in self.header]
 
-    def _line(self, row: Mapping[str, Any]) -> str:
+    def write(self, row: Mapping[str, Any]) -> None:
         buf = io.StringIO()
         csv.writer(buf).writerow(self._cells(row))
-        return buf.getvalue()
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        if self._fh is None or self._fh.closed:
-            self._pending.append(self._line(row))
-            CsvAppender.with_pending.add(self)
-            self.flush()
-            return
-        cells = self._cells(row)
-        with _writing(self._path):
-            if self._writer is None:
-                self._writer = csv.writer(self._fh)
-            self._writer.writerow(cells)
-            self._fh.flush()
+        self.append_now(buf.getvalue())
 
     def write_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """``write`` of each row, handed to the OS with one write (many hosts' rows of one
@@ -215,20 +268,50 @@ class CsvAppender:
             self.append_now(buf.getvalue())
 
     def append_now(self, line: str) -> None:
-        """Append one formatted line and hand it to the OS at once: one ``write`` call on an
-        open file (``write`` leaves nothing buffered), one open/write/close otherwise."""
-        if self._fh is None or self._fh.closed:
-            self._pending.append(line)
-            CsvAppender.with_pending.add(self)
-            self.flush()
-            return
+        """Append formatted lines and hand them to the OS at once: one ``write`` call on an
+        open file, one open/write/close otherwise; on a failure the file is cut back to its
+        size before (``OutputError`` naming the file)."""
+        self._append(memoryview(line.encode("utf-8")))
+
+    def _append(self, data: memoryview, done: int = 0) -> None:
+        """Write ``data[done:]`` (``done`` bytes of it already in the file: a compiled writer
+        stopped there); the ledger grows by all of ``data``."""
         with _writing(self._path):
-            _write_all(self._fh.fileno(), line.encode("utf-8"))
+            try:
+                fd = self._fd_held if self._fd_held >= 0 else os.open(
+                    self._path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                try:
+                    _write_all(fd, data[done:])
+                finally:
+                    if self._fd_held < 0:
+                        os.close(fd)
+            except OSError:
+                self.ledger.failed(self.slot)
+                with contextlib.suppress(OSError):
+                    self.cut(self.size)
+                raise
+        self.ledger.grow(self.slot, len(data))
+
+    def cut(self, size: int) -> None:
+        """Cut the file back to ``size`` bytes (a failed write's part, an undone subinterval)."""
+        if self._fd_held >= 0:
+            os.ftruncate(self._fd_held, size)
+        else:
+            os.truncate(self._path, size)
 
     def _fd(self) -> int:
         """The open file's descriptor, -1 when none is held (``kernels.BY_PATH``)."""
-        fh = self._fh
-        return fh.fileno() if fh is not None and not fh.closed else -1
+        return self._fd_held
+
+    def removed(self) -> bool:
+        """Whether the file was removed (or replaced) under the run: its directory entry no
+        longer leads to what this appender writes."""
+        try:
+            if self._fd_held >= 0:
+                return os.fstat(self._fd_held).st_nlink == 0
+            return not os.path.isfile(self._path)
+        except OSError:
+            return True
 
     @staticmethod
     def append_many(appenders: Sequence[CsvAppender], lines: Sequence[str]) -> None:
@@ -249,7 +332,8 @@ class CsvAppender:
         (``master.kernels.write_lines``): one ``write`` call per open file, and ``open``,
         ``write``, ``close`` by path for a file kept closed (beyond the open-file budget). A
         failed ``open`` or ``write`` is repeated here and raises an ``OutputError`` naming its
-        file."""
+        file, which is cut back to where its line began (the lines before it stand, for
+        ``Ledger.undo`` to take back with the subinterval)."""
         n = len(appenders)
         if len(ends) != n:
             raise ValueError(f"{n} files but {len(ends)} lines")
@@ -262,31 +346,25 @@ class CsvAppender:
         fds = group.fds().copy()
         for i in own:
             fds[i] = kernels.SKIP
-        by_path = np.flatnonzero(fds == kernels.BY_PATH)
         paths = path_at = None
-        if by_path.size:
-            if CsvAppender.with_pending:  # rare: an earlier append failed
-                for i in by_path.tolist():
-                    if group[i] in CsvAppender.with_pending:
-                        fds[i] = kernels.SKIP
+        if (fds == kernels.BY_PATH).any():
             paths, path_at = group.paths()
+        lengths = np.diff(ends, prepend=0)
         first, at = 0, None
         while True:
             i, stop, kind = kernels.write_lines(fds, data, ends, first, at, paths, path_at)
+            upto = n if i < 0 else i
+            written = fds[first:upto] != kernels.SKIP
+            group.grow(first, upto, np.where(written, lengths[first:upto], 0))
             if i < 0:
                 break
-            path = group[i].path
+            appender = group[i]
+            start = int(ends[i - 1]) if i else 0
             if kind == kernels.FAILED_CLOSE:
-                raise OutputError(str(path), OSError(errno.EIO, "close() after appending a "
-                                                     "line failed"))
-            with _writing(path):
-                fd = int(fds[i]) if fds[i] >= 0 else os.open(
-                    path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-                try:
-                    _write_all(fd, data.data[stop:int(ends[i])])
-                finally:
-                    if fds[i] < 0:
-                        os.close(fd)
+                appender.ledger.failed(appender.slot)
+                raise OutputError(str(appender.path), OSError(
+                    errno.EIO, "close() after appending a line failed"))
+            appender._append(data.data[start:int(ends[i])], stop - start)
             first, at = i + 1, None
         for i in np.flatnonzero(fds == kernels.SKIP).tolist():
             line = own.get(i)
@@ -294,30 +372,13 @@ class CsvAppender:
                 line = data[int(ends[i - 1]) if i else 0:int(ends[i])].tobytes().decode("utf-8")
             group[i].append_now(line)
 
-    def flush(self) -> None:
-        with _writing(self._path):
-            if self._fh is not None and not self._fh.closed:
-                self._fh.flush()
-            elif self._pending:
-                data = "".join(self._pending).encode("utf-8")
-                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-                try:
-                    _write_all(fd, data)
-                finally:
-                    os.close(fd)
-                self._pending.clear()
-                CsvAppender.with_pending.discard(self)
-
     def close(self) -> None:
-        """Flush and close; the file is closed even when the flush fails (the error is
-        raised after)."""
-        try:
-            self.flush()
-        finally:
-            if self._fh is not None and not self._fh.closed:
-                CsvAppender.closes += 1
-                with _writing(self._path), contextlib.suppress(ValueError):
-                    self._fh.close()
+        """Close the file (rows are in the OS already)."""
+        if self._fd_held >= 0:
+            fd, self._fd_held = self._fd_held, -1
+            CsvAppender.closes += 1
+            with _writing(self._path):
+                os.close(fd)
 
 
 class AppenderGroup(Sequence[CsvAppender]):
@@ -329,6 +390,20 @@ class AppenderGroup(Sequence[CsvAppender]):
         self._fds = np.zeros(0, dtype=np.int32)
         self._closes = -1
         self._paths: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
+        ledgers = {id(a.ledger): a.ledger for a in self.appenders}
+        self._ledger = next(iter(ledgers.values())) if len(ledgers) == 1 else None
+        self._slots = np.fromiter((a.slot for a in self.appenders), dtype=np.int64,
+                                  count=len(self.appenders))
+
+    def grow(self, first: int, stop: int, nbytes: npt.NDArray[np.int64]) -> None:
+        """Appenders ``first`` .. ``stop - 1`` wrote ``nbytes`` each."""
+        if stop <= first:
+            return
+        if self._ledger is not None:
+            self._ledger.grow(self._slots[first:stop], nbytes)
+            return
+        for a, nb in zip(self.appenders[first:stop], nbytes.tolist(), strict=True):
+            a.ledger.grow(a.slot, nb)
 
     def __len__(self) -> int:
         return len(self.appenders)
@@ -500,12 +575,23 @@ def create_run_folder(output_root: Path, test: str, now: float | None = None) ->
     raise FileExistsError(f"no free run folder under {parent} for {stamp}")
 
 
-class _RunLogHandler(logging.FileHandler):
-    """run.log. A record it cannot write (disk full) is reported once on stderr, not with a
-    traceback per record as ``logging`` does; the run loop learns of the full disk from the
-    CSV files, whose writes raise ``OutputError``."""
+class _RunLogHandler(logging.Handler):
+    """run.log, each record written whole or not at all: a write that fails part-way (disk
+    full) is cut back, so the log never ends in a cut line. A record it cannot write is
+    reported once on stderr, not with a traceback per record as ``logging`` does; the run loop
+    learns of the full disk from the CSV files, whose writes raise ``OutputError``."""
 
     failed = False
+
+    def __init__(self, path: Path | str, mode: str = "a", encoding: str = "utf-8") -> None:
+        super().__init__()
+        self.baseFilename = os.fspath(path)
+        self._encoding = encoding
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_CREAT
+        if mode == "x":
+            flags |= os.O_EXCL
+        self._fd = os.open(self.baseFilename, flags, 0o666)
+        self._size = os.fstat(self._fd).st_size
 
     def _report(self, exc: BaseException | None) -> None:
         if not self.failed:
@@ -513,22 +599,54 @@ class _RunLogHandler(logging.FileHandler):
             sys.stderr.write(f"ivypy: cannot write {self.baseFilename}: {exc}; "
                              "later log lines are lost\n")
 
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            data = (self.format(record) + "\n").encode(self._encoding, "replace")
+        except Exception:  # a bad format string: logging's own report
+            self.handleError(record)
+            return
+        if self._fd < 0:
+            return
+        try:
+            _write_all(self._fd, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            self._report(exc)
+            return
+        self._size += len(data)
+
     def handleError(self, record: logging.LogRecord) -> None:
         self._report(sys.exc_info()[1])
 
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
     def close(self) -> None:
-        """Close the file; lines it still holds that cannot be written (disk full) are lost
-        and reported like any other, never raised: the run's own error and exit status
-        stand. The file is closed either way (``logging`` and ``io`` close it in a
-        ``finally``)."""
+        """Close the file; nothing is held back to write at close, so nothing raises here:
+        the run's own error and exit status stand."""
         try:
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        finally:
             super().close()
-        except OSError as exc:
-            self._report(exc)
 
 
 class RunOutput:
-    """Every file of one run folder."""
+    """Every file of one run folder.
+
+    ``subinterval()`` holds one subinterval's rows: written whole, or (disk full, an I/O
+    error) cut back so that every file ends where the subinterval before ended. It first checks
+    that the folder and its files are still there (``check_present``): a folder removed under a
+    run would take every later row with it, unseen."""
+
+    #: Files kept out of a subinterval's undo: what happened stays told.
+    JOURNALS = frozenset({"events.csv"})
+    #: Files checked for removal per subinterval, in turn (a run may hold tens of thousands).
+    CHECKED_PER_SUBINTERVAL = 64
 
     def __init__(self, folder: Path, max_open_files: int | None = None) -> None:
         self.folder = folder
@@ -537,6 +655,45 @@ class RunOutput:
         self.max_open_files = (max(8, open_file_budget()) if max_open_files is None
                                else max(1, max_open_files))
         self._log_handler: logging.Handler | None = None
+        self.ledger = Ledger()
+        self._next_checked = 0
+        self._folder_fd = -1  # held from the first check on: its link count tells removal
+
+    # -------------------------------------------------------------- whole subintervals
+    @contextlib.contextmanager
+    def subinterval(self) -> Iterator[None]:
+        """The rows written inside stand whole, or not at all: on any error every file
+        written since it began is cut back (``Ledger.undo``), then the error is raised."""
+        self.check_present()
+        self.ledger.mark()
+        try:
+            yield
+        except BaseException:
+            self.ledger.undo()
+            raise
+
+    def check_present(self) -> None:
+        """``OutputError`` when the run folder, or one of its files (a few per call, in
+        turn), was removed under the run."""
+        try:
+            if self._folder_fd < 0:
+                self._folder_fd = os.open(self.folder,
+                                          os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            gone = os.fstat(self._folder_fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            raise OutputError(str(self.folder), OSError(
+                errno.ENOENT, "the run folder was removed during the run; rows from here "
+                "on would be lost"))
+        appenders = self.ledger.appenders
+        n = len(appenders)
+        for _ in range(min(n, self.CHECKED_PER_SUBINTERVAL)):
+            a = appenders[self._next_checked % n]
+            self._next_checked = (self._next_checked + 1) % n
+            if a.removed():
+                raise OutputError(str(a.path), OSError(
+                    errno.ENOENT, "removed during the run; rows from here on would be lost"))
 
     # -------------------------------------------------------------- whole-run files
     def write_text(self, name: str, text: str) -> Path:
@@ -620,7 +777,9 @@ class RunOutput:
                             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY
                                              | os.O_CLOEXEC)
                     keep_open = self._n_open < self.max_open_files
-                    f = CsvAppender(f"{base}/{name}", header, keep_open, at=(dir_fd, name))
+                    f = CsvAppender(f"{base}/{name}", header, keep_open, at=(dir_fd, name),
+                                    ledger=self.ledger)
+                    f.journal = relative in self.JOURNALS
                     self._n_open += keep_open
                     self._files[relative] = f
                 elif f.header != want:
@@ -648,6 +807,9 @@ class RunOutput:
                 first = first or exc
         self._files.clear()
         self._n_open = 0
+        if self._folder_fd >= 0:
+            os.close(self._folder_fd)
+            self._folder_fd = -1
         if self._log_handler is not None:
             logging.getLogger().removeHandler(self._log_handler)
             self._log_handler.close()
@@ -706,5 +868,11 @@ class RunOutput:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     made.add(path.parent)
                 with open(path, "xb") as fh:
-                    fh.write(head)
-                    fh.write(body)
+                    try:
+                        fh.write(head)
+                        fh.write(body)
+                        fh.flush()
+                    except OSError:  # a part of a histogram is no histogram
+                        with contextlib.suppress(OSError):
+                            path.unlink()
+                        raise

@@ -554,12 +554,13 @@ class Run:
                         break
                     self._apply_pending(k)
                     phase = control.phase_of(k)
-                    rec = self._record(st, k, phase, results)
+                    with self.output.subinterval():  # every file's rows of k, or none
+                        rec = self._record(st, k, phase, results)
+                        dec = control.after(k, rec.results, self._dfc_settings(control, k),
+                                            rec.samples.get(control.dfc.focus_rollup)
+                                            if control.dfc is not None else None)
+                        self._write_control_rows(st, dec)
                     last_recorded = k
-                    dec = control.after(k, rec.results, self._dfc_settings(control, k),
-                                        rec.samples.get(control.dfc.focus_rollup)
-                                        if control.dfc is not None else None)
-                    self._write_control_rows(st, dec)
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
                     st.last_recorded, st.last_record = k, rec
@@ -793,10 +794,13 @@ class Run:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
         results = self.step_results.setdefault(st.config.name, {})
+        with self.output.subinterval():  # a step's summary rows whole, or none
+            for row in rows:
+                self.output.table(
+                    f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
+                    RUN_SUMMARY_COLUMNS).write(row)
+                self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
         for row in rows:
-            self.output.table(f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
-                              RUN_SUMMARY_COLUMNS).write(row)
-            self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
             results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls:

@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import resource
+import shutil
 import signal
 from pathlib import Path
 
@@ -158,9 +159,9 @@ def test_append_block_writes_open_closed_and_own_lines(tmp_path: Path) -> None:
 
 
 def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
-    """A file that reaches its size limit: the write stops short (the compiled loop goes on with
-    the rest), then fails with EFBIG; the error names that file, and the files before it
-    have their lines."""
+    """A file that reaches its size limit: the write stops short, then fails with EFBIG; the
+    error names that file, which is cut back to its last whole row; the files before it
+    have their lines (the subinterval's undo takes them back: ``RunOutput.subinterval``)."""
     out = RunOutput(tmp_path)
     tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
     header = len("a\r\n")
@@ -178,7 +179,7 @@ def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
     assert "File too large" in str(err.value)
     out.close()
     assert (tmp_path / "t0.csv").read_text() == "a\nfirst\n"
-    assert (tmp_path / "t1.csv").stat().st_size == limit  # the short write's part
+    assert (tmp_path / "t1.csv").read_text() == "a\n"  # the short write's part cut off
     assert (tmp_path / "t2.csv").read_text() == "a\n"
 
 
@@ -209,11 +210,11 @@ def test_appender_group_reads_descriptors_again_after_a_close(tmp_path: Path) ->
 def test_run_log_on_a_full_disk_reports_once_and_closes_without_raising(
         capsys: pytest.CaptureFixture[str]) -> None:
     """run.log's lines that cannot be written (here /dev/full: every write fails with
-    ENOSPC) are reported once on stderr; closing it, with those lines still buffered, does
-    not raise either (a full disk is the run's own error, exit 4, not a crash at close)."""
+    ENOSPC) are reported once on stderr; closing it does not raise either (a full disk is the
+    run's own error, exit 4, not a crash at close)."""
     from master.output import _RunLogHandler
 
-    handler = _RunLogHandler("/dev/full")
+    handler = _RunLogHandler("/dev/full")  # appended to, as a file that exists
     log = logging.getLogger("test_run_log_full")
     log.addHandler(handler)
     log.propagate = False
@@ -223,10 +224,38 @@ def test_run_log_on_a_full_disk_reports_once_and_closes_without_raising(
     finally:
         log.removeHandler(handler)
     handler.close()
-    assert handler.stream is None
+    assert not handler.is_open
     err = capsys.readouterr().err
     assert err.count("cannot write /dev/full") == 1, err
     assert "Traceback" not in err
+
+
+def test_run_log_never_ends_in_a_cut_line(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A record that fits only in part (a file size limit, as a full disk) is cut back: the
+    log ends on its last whole line, and the next record that fits follows it."""
+    from master.output import _RunLogHandler
+
+    path = tmp_path / "run.log"
+    handler = _RunLogHandler(path, mode="x")
+    log = logging.getLogger("test_run_log_cut")
+    log.addHandler(handler)
+    log.propagate = False
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        log.warning("first")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len("first\n") + 10, old_limit[1]))
+        log.warning("x" * 100)
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        log.warning("third")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+        log.removeHandler(handler)
+        handler.close()
+    assert path.read_text() == "first\nthird\n"
+    assert capsys.readouterr().err.count("cannot write") == 1
 
 
 def _histogram_reference(lower: list[int], upper: list[int], names: list[str],
@@ -316,24 +345,82 @@ def test_append_block_names_a_closed_file_it_cannot_open(tmp_path: Path) -> None
     assert (tmp_path / "t2.csv").read_text() == "a\n"
 
 
-def test_append_block_keeps_a_closed_files_pending_lines_first(tmp_path: Path) -> None:
-    """A closed file whose earlier line could not be written (file size limit) keeps it; the
-    next block writes it first, then the new line: nothing lost, nothing reordered."""
+def test_a_closed_file_whose_write_fails_is_cut_back_and_takes_the_next_line(
+        tmp_path: Path) -> None:
+    """A file kept closed whose line could not be written (file size limit) ends on its last
+    whole row; a later block appends after it."""
     out = RunOutput(tmp_path, max_open_files=1)
     tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (len("a\r\n"), old_limit[1]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (len("a\r\near"), old_limit[1]))
         with pytest.raises(OutputError, match=r"t2\.csv"):
             tables[2].append_now("early\r\n")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_handler)
+    assert (tmp_path / "t2.csv").read_text() == "a\n"
     CsvAppender.append_block(tables, *_block(["0\r\n", "1\r\n", "2\r\n"]))
     out.close()
     assert [(tmp_path / f"t{i}.csv").read_text() for i in range(3)] == [
-        "a\n0\n", "a\n1\n", "a\nearly\n2\n"]
+        "a\n0\n", "a\n1\n", "a\n2\n"]
+
+
+@pytest.mark.parametrize("open_files", [1, 100])
+def test_a_failed_subinterval_is_taken_back_from_every_file(tmp_path: Path,
+                                                             open_files: int) -> None:
+    """Disk full in the middle of a subinterval's rows (here a file size limit on the third
+    of four files, and a file made in that subinterval): every file ends where the last whole
+    subinterval ended, events.csv keeps its rows, and the next subinterval's rows follow."""
+    out = RunOutput(tmp_path, max_open_files=open_files)
+    tables = AppenderGroup(out.table(f"i{i}.csv", ["a"]) for i in range(4))
+    events = out.table("events.csv", ["e"])
+    with out.subinterval():
+        CsvAppender.append_block(tables, *_block([(f"0-{i}" + "x" * 30 * (i == 2)) + "\r\n"
+                                                  for i in range(4)]))
+        out.table("cpu.csv", ["c"]).write({"c": 0})
+    whole = {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")}
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        with pytest.raises(OutputError, match=r"i2\.csv"), out.subinterval():
+            out.table("cpu.csv", ["c"]).write({"c": 1})
+            events.write({"e": "told"})
+            out.table("new.csv", ["n"]).write({"n": 1})
+            resource.setrlimit(resource.RLIMIT_FSIZE, (len(whole["i2.csv"]) + 2, old_limit[1]))
+            CsvAppender.append_block(tables, *_block([f"1-{i}\r\n" for i in range(4)]))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    for name, data in whole.items():
+        want = data + b"told\r\n" if name == "events.csv" else data
+        assert (tmp_path / name).read_bytes() == want, name
+    assert (tmp_path / "new.csv").read_text() == "n\n"  # made in the undone subinterval
+    with out.subinterval():
+        CsvAppender.append_block(tables, *_block([f"2-{i}\r\n" for i in range(4)]))
+    out.close()
+    assert [(tmp_path / f"i{i}.csv").read_text() for i in range(4)] == [
+        f"a\n0-{i}{'x' * 30 * (i == 2)}\n2-{i}\n" for i in range(4)]
+
+
+@pytest.mark.parametrize("what", ["folder", "open file", "closed file"])
+def test_a_removed_run_folder_or_file_is_noticed(tmp_path: Path, what: str) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    out = RunOutput(folder, max_open_files=1)
+    tables = [out.table(f"step/all/i{i}.csv", ["a"]) for i in range(2)]
+    with out.subinterval():
+        CsvAppender.append_block(tables, *_block(["1\r\n", "2\r\n"]))
+    if what == "folder":
+        shutil.rmtree(folder)
+        match = "the run folder was removed during the run"
+    else:
+        (folder / "step" / "all" / ("i0.csv" if what == "open file" else "i1.csv")).unlink()
+        match = "removed during the run"
+    with pytest.raises(OutputError, match=match), out.subinterval():
+        raise AssertionError("not reached: the check comes first")
+    out.close()
 
 
 def test_tables_makes_a_directory_of_files_at_once(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -264,8 +265,70 @@ def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> Non
         assert line.startswith(f"ivypy: cannot write {small}/full/"), line
         assert "No space left on device" in line and "rows written so far are kept" in line
         assert rows(folder / "step0000-fill/all/all.csv"), "the rows written so far are kept"
+        _assert_whole_and_even(folder / "step0000-fill")
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _assert_whole_and_even(step: Path) -> None:
+    """Every CSV file of the run ends on a whole row, and every per-subinterval file of the
+    step ends at the same subinterval (its rows were written whole or not at all)."""
+    last: dict[str, int] = {}
+    for path in step.parent.rglob("*.csv"):
+        data = path.read_bytes()
+        assert data.endswith(b"\r\n"), f"{path} ends in a cut row: {data[-80:]!r}"
+    for path in step.rglob("*.csv"):
+        if path.name == "summary.csv" or "histograms" in path.parts:
+            continue
+        got = rows(path)
+        if got and "subinterval" in got[0]:
+            last[str(path.relative_to(step))] = int(got[-1]["subinterval"])
+    assert "all/all.csv" in last and "cpu.csv" in last and "interlock.csv" in last, last
+    assert len(set(last.values())) == 1, last
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+@pytest.mark.parametrize("size_k", [200, 260, 330])
+def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(tmp_path: Path,
+                                                                 size_k: int) -> None:
+    """At several sizes of the disk (the space runs out at another file each time), every
+    CSV ends on a whole row and the step's files all end at one subinterval."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_k}k", "tmpfs", str(small)],
+                   check=True)
+    try:
+        wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
+                       "iodepth: 2, iops: 100}" for i in range(24))
+        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl))
+        proc = subprocess.run([sys.executable, "-m", "master", "run", str(cfg), "--output-root",
+                               str(small), "--plain"], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert proc.returncode == 4, proc.stderr[-2000:]
+        (folder,) = (small / "full").iterdir()
+        _assert_whole_and_even(folder / "step0000-fill")
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_run_folder_removed_mid_run_ends_the_run_exit_4(tmp_path: Path) -> None:
+    """Deleting the run folder under a run (it went on, exit 0, every row gone) stops it:
+    exit 4 naming the folder and why, the slave gone."""
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="gone", seconds=30))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "gone")
+        wait_rows(folder / "step0000-rr/all/all.csv", 1)
+        tree = process_tree(proc.pid)
+        shutil.rmtree(folder)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    line = err.strip().splitlines()[-1]
+    assert f"cannot write {folder}: the run folder was removed during the run" in line, line
+    assert "Traceback" not in err
+    assert all_gone(tree, 2.0)
 
 
 def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path) -> None:
