@@ -15,7 +15,9 @@ Rules:
   start after the last whole block of the range;
 * scheduled times: ``random_steady`` and ``sequential`` are evenly spaced at ``1e9 / iops`` ns,
   from the start time plus a phase (a fraction of the period fixed by the stream, the workload's
-  id), ``random_independent`` has exponential gaps with that mean; with ``iops=None`` (max)
+  id), ``random_independent`` has exponential gaps with that mean, each drawn by inversion
+  (``-log1p(-u)`` periods) with the C library's ``log1p``, as the compiled generator draws
+  them (``slave/engine/paced_kernel.c``: the same numbers); with ``iops=None`` (max)
   there is no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
 * ``read_fraction`` is drawn per I/O.
 """
@@ -23,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -225,16 +228,34 @@ class Sequencer:
         if not self.paced:
             return np.zeros(n, dtype=np.int64)
         if self.params.iosequencer == "random_independent":
-            gaps = self._rng.exponential(self._period_ns, n)
-            if self._first_poisson:
-                gaps[0] = 0.0  # the first arrival is at the start time
-                self._first_poisson = False
-            t = self._sched_last_ns + np.cumsum(gaps)
-            self._sched_last_ns = float(t[-1])
-            return t.astype(np.int64)
+            return self._poisson(n)
         k = np.arange(self._sched_k, self._sched_k + n, dtype=np.float64)
         self._sched_k += n
         return self._sched_base_ns + np.round(k * self._period_ns).astype(np.int64)
+
+    def _poisson(self, n: int) -> npt.NDArray[np.int64]:
+        """The next ``n`` Poisson arrivals, drawn as the compiled generator draws them
+        (``paced_kernel.c``: ``schedule``), bit for bit: for each, a uniform double ``u``
+        (``Generator.random``) and the gap ``-log1p(-u) * period`` (inversion), the time
+        the last one's plus the gap, added in turn (``cumsum`` from the last time: the C's
+        order), truncated to ns. The first arrival's gap is drawn and dropped: it is at the
+        start. ``log1p`` is the C library's, the function the C calls: ``math.log1p`` calls
+        it, one element at a time; numpy's vectorised ``np.log1p`` may run other (SIMD) code
+        that differs from it in the last bit (docs/run.md)."""
+        u = self._rng.random(n)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        np.negative(u, out=u)
+        gaps = np.fromiter(map(math.log1p, u.data), dtype=np.float64, count=n)
+        np.negative(gaps, out=gaps)
+        gaps *= self._period_ns
+        if self._first_poisson:
+            gaps[0] = 0.0
+            self._first_poisson = False
+        gaps[0] += self._sched_last_ns
+        t = np.cumsum(gaps)
+        self._sched_last_ns = float(t[-1])
+        return t.astype(np.int64)
 
     # ------------------------------------------------------------------ offsets
     def _offsets(self, n: int) -> tuple[npt.NDArray[np.int64], bool]:

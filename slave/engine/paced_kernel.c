@@ -216,10 +216,11 @@ static inline int64_t double_word(double d)
     return w;
 }
 
-/* the scheduled times of m I/Os at ring (rows of 5 words) as Sequencer._sched makes them:
- * evenly spaced, base + round(k * period) as numpy rounds (half to even); or Poisson, each
- * gap drawn by inversion where numpy uses a ziggurat. A Poisson schedule's first arrival
- * (FIRST_DUE) is at its start: its gap is drawn and dropped, as the sequencer does */
+/* the scheduled times of m I/Os at ring (rows of 5 words) as Sequencer._sched makes them, bit
+ * for bit: evenly spaced, base + round(k * period) as numpy rounds (half to even); or Poisson
+ * (Sequencer._poisson), each gap drawn by inversion, -log1p(-u) * period, with the C library's
+ * log1p (math.log1p calls the same), and added to the last time in turn. A Poisson schedule's
+ * first arrival (FIRST_DUE) is at its start: its gap is drawn and dropped, as in Python */
 static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __uint128_t inc)
 {
     const double period = word_double(g[G_PERIOD]);
@@ -231,7 +232,10 @@ static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __ui
     if (g[G_POISSON]) {
         double last = word_double(g[G_SCHED_LAST]);
         for (int64_t i = 0; i < m; i++) {
-            double gap = -log1p(-pcg_double(st, inc)) * period;
+            /* volatile: the product is rounded before the sum, as numpy rounds it; a compiler
+             * may otherwise fuse the two into one multiply-add, rounded once (GCC does by
+             * default where the CPU has one, as every aarch64 does) */
+            volatile double gap = -log1p(-pcg_double(st, inc)) * period;
             if (g[G_FIRST_DUE]) {
                 gap = 0.0;
                 g[G_FIRST_DUE] = 0;
@@ -251,7 +255,7 @@ static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __ui
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
  * EngineLoop._refill make them (the same draws in the same order: every offset, then the hot
  * zone's choice and its offsets, then every direction, then, for a Poisson schedule, every
- * gap, drawn here by inversion where numpy uses a ziggurat), with their planned write data
+ * gap), with their planned write data
  * (WritePattern.plan: a pool row and stamps for each I/O, by serial number) */
 static void generate(const struct state *s, int64_t k, int64_t m)
 {

@@ -296,8 +296,8 @@ def test_the_kernel_generates_what_the_sequencer_would_bit_for_bit(name: str) ->
 
 @needs_cc
 def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
-    # numpy draws exponential gaps with a ziggurat, the kernel by inversion: the same law, not
-    # the same numbers. Mean gap within 2 %, coefficient of variation within 3 % of 1
+    # the kernel's gaps (by inversion, as the sequencer's: test_engine_paced_draws) have the
+    # law: mean gap within 2 %, coefficient of variation within 3 % of 1
     params = WorkloadParams(iops=20_000.0, blocksize_bytes=4096, seed=9,
                             iosequencer="random_independent")
     seq = _sequencer(params)

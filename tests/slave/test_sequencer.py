@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -153,6 +155,34 @@ def test_poisson_arrivals_have_cv_one_and_the_right_rate() -> None:
     assert abs(gaps.mean() - 1e6) / 1e6 < 0.02
     cv = gaps.std() / gaps.mean()
     assert 0.97 < cv < 1.03
+
+
+def test_poisson_gaps_are_drawn_by_inversion_with_the_c_librarys_log1p() -> None:
+    # the definition, one arrival at a time (as paced_kernel.c draws them): a uniform double
+    # u each, the gap -log1p(-u) * period (math.log1p: the C library's), the first dropped,
+    # each time the last one's plus its gap, truncated; on across calls
+    start = 1_382_400_123_456_789
+    s = Sequencer(WorkloadParams(iosequencer="random_independent", iops=3333.3),
+                  lun_size_bytes=GiB, logical_block_bytes=512, rng=np.random.default_rng(5))
+    s.start(start)
+    got = np.concatenate([s.schedule(1), s.schedule(0), s.schedule(700), s.schedule(299)])
+    period = 1e9 / 3333.3
+    last, want = float(start), []
+    for i, u in enumerate(np.random.default_rng(5).random(1000).tolist()):
+        gap = -math.log1p(-u) * period
+        last += 0.0 if i == 0 else gap
+        want.append(int(last))
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
+def test_a_poisson_schedule_of_no_io_draws_nothing() -> None:
+    a, b = (seq(iosequencer="random_independent", iops=100.0) for _ in range(2))
+    a.start(7)
+    b.start(7)
+    assert a.schedule(0).shape == (0,)
+    first = a.schedule(3)
+    assert first.tolist() == b.schedule(3).tolist()
+    assert first[0] == 7  # the first arrival still at the start
 
 
 def test_max_iops_has_no_schedule() -> None:
