@@ -7,7 +7,9 @@ otherwise it is the instance.
 
 Exit codes: 0 done; 2 the edit or stop was refused (bad instance, key or value, or refused by the
 run), with the reason on stderr and nothing changed; 3 no run could be reached (none active, the
-folder has no socket, the run ended).
+folder has no socket, the run ended). ``status`` of a run folder that no master serves prints
+what its ``state.json`` records (complete, failed, interrupted, or dead: its master gone, with
+the command that resumes it), and exits 3.
 
 Must not: decide anything about the run (the run loop answers every request).
 """
@@ -144,11 +146,29 @@ def status_command(args: argparse.Namespace) -> int:
     try:
         _, reply = _call(args.run_dir, {"op": "status"})
     except ControlError as exc:
-        return _fail(str(exc), EXIT_NO_RUN)
+        recorded = _recorded_state(args.run_dir)
+        if recorded is None:
+            return _fail(str(exc), EXIT_NO_RUN)
+        print(recorded)  # a run no master serves: what its folder says of it
+        return EXIT_NO_RUN
     if not reply["ok"]:
         return _fail(f"status refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
     print(format_status(reply))
     return EXIT_OK
+
+
+def _recorded_state(run_dir: str | None) -> str | None:
+    """The state a run folder's ``state.json`` records (a run that ended, failed, was
+    interrupted or died), as text; None when ``run_dir`` is not given or holds none."""
+    from master.runstate import RunStateError, describe, read_state
+
+    if run_dir is None:
+        return None
+    folder = Path(run_dir).expanduser()
+    try:
+        return describe(read_state(folder), folder)
+    except RunStateError:
+        return None
 
 
 # ---------------------------------------------------------------- edit

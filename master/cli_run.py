@@ -1,4 +1,6 @@
-"""``ivypy run TEST.yaml``: load and validate the test, then run it (or print the plan).
+"""``ivypy run TEST.yaml``: load and validate the test, then run it (or print the plan);
+``ivypy run --resume RUN_DIR``: continue a run that died or was stopped, from its first
+incomplete step, in its own folder with the test file kept there (``master.runstate``).
 
 Thin: options → ``master.run.run_test`` → exit code. A config error is one line on stderr and
 exit 2, before any host is contacted, and before the run loop (numpy, numba, asyncssh: ~0.7 s
@@ -10,37 +12,45 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from master.config import TestConfig, load_config
+from master.config import TestConfig, load_config, parse_config_text
 from master.live import LiveView
 from master.plan import format_plan
 from protocol.errors import ConfigError
 
 if TYPE_CHECKING:
     from master.run import RunResult
+    from master.runstate import Resume
 
 #: the exit status of a config error: ``master.run.EXIT_CONFIG`` (a test keeps them equal),
 #: here so that refusing a test file does not import the run loop
 EXIT_CONFIG = 2
 
 
-def run_test(cfg: TestConfig, view: LiveView) -> RunResult:
+def run_test(cfg: TestConfig, view: LiveView, resume: Resume | None = None) -> RunResult:
     """``master.run.run_test``, imported once the test file is valid."""
     from master.run import run_test as run
 
-    return run(cfg, view=view)
+    return run(cfg, view=view, resume=resume)
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run",
         help="run a test",
+        usage="ivypy run [-h] [--dry-run] [--output-root DIR] [--plain] [-v] "
+        "(TEST.yaml | --resume RUN_DIR)",
         description="Run a test file: start a slave on every host, run its steps, write a "
         "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
-        "error, 3 host failure, 4 the run folder could not be written, 130 interrupted.",
+        "error (or a run that cannot be resumed), 3 host failure, 4 the run folder could not "
+        "be written or was removed, 130 interrupted.",
     )
-    p.add_argument("test", metavar="TEST.yaml", help="the test file")
+    p.add_argument("test", metavar="TEST.yaml", nargs="?", help="the test file")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR (it died, failed or was interrupted) from "
+                   "its first incomplete step, with the test file kept there")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved plan (hosts, LUN selectors, workloads, durations) "
                    "and exit without contacting any host")
@@ -67,8 +77,18 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if (args.test is None) == (args.resume is None):
+        print("ivypy: run: give a test file, or --resume RUN_DIR (not both)", file=sys.stderr)
+        return EXIT_CONFIG
+    resume = None
     try:
-        cfg = load_config(args.test, output_root_override=args.output_root)
+        if args.resume is not None:
+            if args.output_root is not None:
+                raise ConfigError("--output-root does not go with --resume: the run keeps "
+                                  "its folder")
+            cfg, resume = _resumed(Path(args.resume))
+        else:
+            cfg = load_config(args.test, output_root_override=args.output_root)
     except ConfigError as exc:
         print(f"ivypy: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -76,9 +96,36 @@ def _run(args: argparse.Namespace) -> int:
         print(format_plan(cfg))
         return 0
     view = LiveView(rich_mode=False if args.plain else None)
-    result = run_test(cfg, view=view)
+    result = run_test(cfg, view=view, resume=resume)
     if result.folder is not None:
         print(f"ivypy: results in {result.folder}")
     if result.message:
         print(f"ivypy: {result.message}", file=sys.stderr if result.exit_code else sys.stdout)
     return result.exit_code
+
+
+def _resumed(folder: Path) -> tuple[TestConfig, Resume]:
+    """The test kept in ``folder`` and where to resume it; ``ConfigError`` (exit 2) when the
+    folder cannot be resumed (no state, complete, still running, its test file or ivypy's
+    version changed)."""
+    from master.runstate import Resume, RunStateError, check_resumable, read_state
+    from protocol.version import __version__
+
+    folder = folder.expanduser().absolute()
+    try:
+        state = read_state(folder)
+        test_file = folder / "test.yaml"
+        try:
+            text = test_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunStateError(f"cannot read {test_file}: {exc}") from exc
+        first = check_resumable(state, folder, text, __version__)
+    except RunStateError as exc:
+        raise ConfigError(f"cannot resume: {exc}") from exc
+    # the run's folder is <output_root>/<test>/<stamp>; paths resolve as in its first session
+    cfg = parse_config_text(text, str(test_file), output_root_override=str(folder.parent.parent),
+                            cwd=Path(state.cwd))
+    if len(cfg.steps) != state.steps_total:
+        raise ConfigError(f"cannot resume: {test_file} has {len(cfg.steps)} steps, the run "
+                          f"{state.steps_total}")
+    return cfg, Resume(folder, state, first)

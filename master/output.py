@@ -193,11 +193,13 @@ class CsvAppender:
     closes = 0
 
     def __init__(self, path: Path | str, header: Sequence[str], keep_open: bool = True, *,
-                 at: tuple[int, str] | None = None, ledger: Ledger | None = None) -> None:
+                 at: tuple[int, str] | None = None, ledger: Ledger | None = None,
+                 adopt: bool = False) -> None:
         """Create ``path`` (never an existing file) with its header line. ``at``: a
         descriptor of ``path``'s directory, which exists, and the file's name in it (a
         directory of many files: no ``mkdir`` and no path walk per file). ``ledger``: where
-        its size is kept (``RunOutput``'s; a private one by default)."""
+        its size is kept (``RunOutput``'s; a private one by default). ``adopt``: an existing
+        file with this header is appended to (a resumed run's), a cut last row cut off."""
         self._path = os.fspath(path)  # a Path object on demand (tens of thousands of files)
         self._path_obj = path if isinstance(path, Path) else None
         #: shared by the appenders of one header (a run holds tens of thousands)
@@ -208,26 +210,51 @@ class CsvAppender:
         self._fd_held = -1
         #: kept whole when a subinterval is undone (``RunOutput.JOURNALS``)
         self.journal = False
+        size = self.header_size
         with _writing(path):
             if at is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, _CREATE_FLAGS, 0o666)
-            else:
-                fd = os.open(at[1], _CREATE_FLAGS, 0o666, dir_fd=at[0])
             try:
-                _write_all(fd, head)
-            except BaseException:
-                os.close(fd)
-                with contextlib.suppress(OSError):  # not even a whole header: no file
-                    os.unlink(at[1], dir_fd=at[0]) if at is not None else os.unlink(path)
-                raise
+                fd = os.open(at[1] if at is not None else path, _CREATE_FLAGS, 0o666,
+                             dir_fd=at[0] if at is not None else None)
+            except FileExistsError:
+                if not adopt:
+                    raise
+                fd = self._adopted(at, head)
+                size = os.fstat(fd).st_size
+            else:
+                try:
+                    _write_all(fd, head)
+                except BaseException:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):  # not even a whole header: no file
+                        os.unlink(at[1], dir_fd=at[0]) if at is not None else os.unlink(path)
+                    raise
             if keep_open:
                 self._fd_held = fd
             else:
                 os.close(fd)
                 CsvAppender.closes += 1
         self.ledger = ledger if ledger is not None else Ledger()
-        self.slot = self.ledger.add(self, self.header_size)
+        self.slot = self.ledger.add(self, size)
+
+    def _adopted(self, at: tuple[int, str] | None, head: bytes) -> int:
+        """An existing file of the run, opened for appending: its header must be ``head``;
+        bytes after its last whole row (a row cut by a crash) are cut off."""
+        fd = os.open(at[1] if at is not None else self._path,
+                     os.O_RDWR | os.O_APPEND | os.O_CLOEXEC,
+                     dir_fd=at[0] if at is not None else None)
+        try:
+            if os.pread(fd, len(head), 0) != head:
+                raise OSError(errno.EEXIST, "exists with another header")
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, min(size, 1 << 16), max(0, size - (1 << 16)))
+            if not tail.endswith(b"\n"):
+                os.ftruncate(fd, size - len(tail) + tail.rfind(b"\n") + 1)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     @property
     def path(self) -> Path:
@@ -657,6 +684,8 @@ class RunOutput:
         self._log_handler: logging.Handler | None = None
         self.ledger = Ledger()
         self._next_checked = 0
+        #: a resumed run: its existing files are appended to (``CsvAppender``'s ``adopt``)
+        self.resuming = False
         self._folder_fd = -1  # held from the first check on: its link count tells removal
 
     # -------------------------------------------------------------- whole subintervals
@@ -706,9 +735,11 @@ class RunOutput:
         return self.write_text(name, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
     def start_run_log(self, level: int = logging.INFO) -> logging.Handler:
-        """Attach ``run.log`` to the root logger (every host's relayed stderr lands there)."""
+        """Attach ``run.log`` to the root logger (every host's relayed stderr lands there);
+        a resumed run appends to it."""
         with _writing(self.folder / "run.log"):
-            handler = _RunLogHandler(self.folder / "run.log", mode="x", encoding="utf-8")
+            handler = _RunLogHandler(self.folder / "run.log", mode="a" if self.resuming
+                                     else "x", encoding="utf-8")
         handler.setFormatter(
             logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s",
                               "%Y-%m-%d %H:%M:%S")
@@ -778,7 +809,7 @@ class RunOutput:
                                              | os.O_CLOEXEC)
                     keep_open = self._n_open < self.max_open_files
                     f = CsvAppender(f"{base}/{name}", header, keep_open, at=(dir_fd, name),
-                                    ledger=self.ledger)
+                                    ledger=self.ledger, adopt=self.resuming)
                     f.journal = relative in self.JOURNALS
                     self._n_open += keep_open
                     self._files[relative] = f

@@ -19,10 +19,12 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
+import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,17 @@ from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
 from master.rollup import Sample
+from master.runstate import (
+    STATE_FILE,
+    CreatedFile,
+    Resume,
+    RunState,
+    new_state,
+    now_text,
+    set_aside_incomplete_steps,
+    step_results_from,
+    write_state,
+)
 from master.stepcontrol import Decision, StepControl
 from protocol.errors import (
     ConfigError,
@@ -58,6 +71,7 @@ from protocol.errors import (
     ProtocolError,
 )
 from protocol.messages import MAX_WORKLOADS_PER_HOST, Ack, Error, SubintervalResult
+from protocol.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +130,16 @@ class RunResult:
     invalid_steps: list[str] = field(default_factory=list)
 
 
+@contextlib.contextmanager
+def _writing_state(folder: Path) -> Iterator[None]:
+    """An OSError of the run folder's own files (state.json, a step set aside) as the
+    ``OutputError`` of the run's exit status 4."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(exc.filename or str(folder / STATE_FILE), exc) from exc
+
+
 class _Abandoned(Exception):
     """The subinterval awaited is given up: the run was interrupted."""
 
@@ -157,8 +181,12 @@ class Run:
         view: LiveView | None = None,
         connect: Connector = default_connect,
         clock: Callable[[], int] = time.monotonic_ns,
+        resume: Resume | None = None,
     ) -> None:
         self.cfg = cfg
+        self.resume = resume
+        #: the folder's state.json (``master.runstate``), written at every step's end
+        self.state: RunState | None = None
         self.view = view or LiveView()
         self.connect = connect
         self.clock = clock
@@ -212,18 +240,25 @@ class Run:
 
     # ------------------------------------------------------------------ the run
     async def execute(self) -> RunResult:
-        try:
-            folder = create_run_folder(self.cfg.output_root, self.cfg.test)
-        except OSError as exc:  # before any host is contacted
-            where = f" ({exc.filename})" if exc.filename else ""
-            return RunResult(EXIT_CONFIG, None, str(ConfigError(
-                f"cannot create the run folder under {self.cfg.output_root}: "
-                f"{exc.strerror or exc}{where}", key_path="output_root",
-                file=self.cfg.source_file)))
+        resume = self.resume
+        if resume is None:
+            try:
+                folder = create_run_folder(self.cfg.output_root, self.cfg.test)
+            except OSError as exc:  # before any host is contacted
+                where = f" ({exc.filename})" if exc.filename else ""
+                return RunResult(EXIT_CONFIG, None, str(ConfigError(
+                    f"cannot create the run folder under {self.cfg.output_root}: "
+                    f"{exc.strerror or exc}{where}", key_path="output_root",
+                    file=self.cfg.source_file)))
+        else:
+            folder = resume.folder
         self.output = RunOutput(folder)
-        self.output.start_run_log()
-        self.output.write_text("test.yaml", self.cfg.source_text)
-        self.output.write_json("resolved.json", resolved_dict(self.cfg))
+        self.output.resuming = resume is not None
+        try:
+            self._open_folder(folder)
+        except OutputError as exc:
+            self.output.close()
+            return RunResult(EXIT_OUTPUT, folder, str(exc))
         self.view.message(f"ivypy: run folder {folder}")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -236,12 +271,17 @@ class Run:
             await self._or_interrupted(
                 asyncio.gather(self._start_hosts(), self._warm_up_kernels()), "starting hosts")
             await self._or_interrupted(self._discover(), "discovering LUNs")
+            first = resume.first_step if resume is not None else 0
             for number, step in enumerate(self.cfg.steps):
                 if self.interrupted.is_set():
                     break
+                if number < first:
+                    continue
                 valid = await self._run_step(number, step)
                 if not valid:
                     result.invalid_steps.append(step.name)
+                if not self.interrupted.is_set():
+                    self._step_complete(number, step)
             if self.interrupted.is_set():
                 result.exit_code, result.message = EXIT_INTERRUPTED, "interrupted"
             elif result.invalid_steps:
@@ -269,6 +309,7 @@ class Run:
                 with contextlib.suppress(OutputError):
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
+            self._final_state(result)
             await server.close()
             await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -281,6 +322,59 @@ class Run:
                 if result.exit_code == EXIT_OK:
                     result.exit_code, result.message = EXIT_OUTPUT, str(exc)
         return result
+
+    # ------------------------------------------------------------------ the folder's state
+    def _open_folder(self, folder: Path) -> None:
+        """run.log, test.yaml, resolved.json and state.json of a new run; for a resumed one,
+        its cut-off step set aside, state.json marked running again and the resume told."""
+        assert self.output is not None
+        resume = self.resume
+        with _writing_state(folder):
+            self.output.start_run_log()
+            if resume is None:
+                self.output.write_text("test.yaml", self.cfg.source_text)
+                self.output.write_json("resolved.json", resolved_dict(self.cfg))
+                self.state = new_state(self.cfg.test, len(self.cfg.steps), self.cfg.source_text,
+                                       __version__)
+                write_state(folder, self.state)
+                return
+            moved = set_aside_incomplete_steps(
+                folder, [RunOutput.step_dir(n, st.name) for n, st in enumerate(self.cfg.steps)
+                         if n >= resume.first_step], resume.first_step)
+            state = self.state = resume.state
+            was = state.state if state.state != "running" else "dead (its master gone)"
+            state.resumes.append(now_text())
+            state.state, state.reason, state.exit_code = "running", "", None
+            state.pid, state.controller = os.getpid(), socket.gethostname()
+            self.step_results = step_results_from(state.step_results)
+            write_state(folder, state)
+        step = self.cfg.steps[resume.first_step]
+        self.event("INFO", f"resumed at step {resume.first_step} {step.name} of "
+                   f"{len(self.cfg.steps)} (the run was {was}; last complete step: "
+                   f"{state.last_complete_step}"
+                   + (f"; set aside: {', '.join(moved)}" if moved else "") + ")",
+                   kind="resume")
+
+    def _step_complete(self, number: int, step: StepConfig) -> None:
+        """State.json: step ``number`` is complete (its summary is written)."""
+        assert self.state is not None and self.output is not None
+        self.state.last_complete_step, self.state.last_complete_step_name = number, step.name
+        self.state.step_results = self.step_results
+        with _writing_state(self.output.folder):
+            write_state(self.output.folder, self.state)
+
+    def _final_state(self, result: RunResult) -> None:
+        """State.json at the end: complete, failed or interrupted, with the reason."""
+        if self.state is None or self.output is None:
+            return
+        code = result.exit_code
+        self.state.state = ("interrupted" if code == EXIT_INTERRUPTED
+                            else "complete" if code in (EXIT_OK, EXIT_INVALID) else "failed")
+        self.state.exit_code, self.state.reason = code, result.message
+        try:
+            write_state(self.output.folder, self.state)
+        except OSError as exc:  # the folder itself may be what failed
+            log.warning("cannot write %s: %s", self.output.folder / STATE_FILE, exc)
 
     async def _warm_up_kernels(self) -> None:
         """Load (or, first after an install, compile) the rollup kernels while the hosts
@@ -344,14 +438,32 @@ class Run:
                            host=name, kind="host")
 
     async def _discover(self) -> None:
+        state = self.state
+        made = {(c.host, os.path.normpath(c.path)): c.file_id
+                for c in state.created_files} if state else {}
+
         async def one(name: str, hs: HostSession) -> None:
+            requests = file_requests(self.cfg, name)
+            for req in requests:  # a resumed run's own files are still its own
+                file_id = made.get((name, os.path.normpath(str(req["path"]))))
+                if file_id:
+                    req["created_as"] = file_id
             try:
-                raw = await hs.discover(file_requests(self.cfg, name))
+                raw = await hs.discover(requests)
             except LunRefusedError as exc:
                 raise self._file_lun_error(exc) from None
             self.discovered[name] = [Lun.from_wire(name, e) for e in raw]
 
         await asyncio.gather(*(one(n, hs) for n, hs in self.sessions.items()))
+        if state is not None and self.output is not None:
+            for host, luns in self.discovered.items():
+                for lun in luns:
+                    file_id = str(lun.info.get("file_id") or "")
+                    if lun.info.get("created") and file_id and (
+                            host, os.path.normpath(lun.path)) not in made:
+                        state.created_files.append(CreatedFile(host, lun.path, file_id))
+            with _writing_state(self.output.folder):
+                write_state(self.output.folder, state)
         self.selected = select_luns(self.cfg, self.discovered)
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
@@ -1023,6 +1135,6 @@ HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_ve
 
 
 def run_test(cfg: TestConfig, view: LiveView | None = None,
-             connect: Connector = default_connect) -> RunResult:
-    """Run a validated test to its end (blocking)."""
-    return asyncio.run(Run(cfg, view=view, connect=connect).execute())
+             connect: Connector = default_connect, resume: Resume | None = None) -> RunResult:
+    """Run a validated test to its end (blocking); ``resume``: continue that run."""
+    return asyncio.run(Run(cfg, view=view, connect=connect, resume=resume).execute())

@@ -38,7 +38,8 @@ class LunInfo:
     partition is a write to the disk they use. ``file_size_bytes`` is a file LUN's file size,
     which may exceed ``size_bytes`` (the LUN is then the file's first ``size_bytes``); 0 for a
     block device. ``created`` is True for a file LUN this run made (a new file, or an empty one
-    it extended): its data are ivypy's own. An existing non-empty file is someone's data.
+    it extended; or, in a resumed run, the file the run created before, by ``file_id``): its data
+    are ivypy's own. An existing non-empty file is someone's data.
     """
 
     path: str
@@ -69,6 +70,8 @@ class LunInfo:
     disk_open_by: tuple[str, ...] = ()
     file_size_bytes: int = 0
     created: bool = False
+    #: a file LUN's ``st_dev:st_ino`` (a resumed run knows the file it created by it)
+    file_id: str = ""
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""

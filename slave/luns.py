@@ -290,8 +290,12 @@ def file_lun(
     use_blkid: bool = True,
     ignore_pids: Collection[int] = (),
     host: str | None = None,
+    created_as: str = "",
 ) -> LunInfo:
     """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
+
+    ``created_as``: the ``file_id`` (``dev:inode``) of the file this run created before it was
+    resumed; the file is the run's own (``created``) while it is still that file.
 
     Never truncates: an existing file larger than ``size_bytes`` keeps its size and data, and the
     LUN is its first ``size_bytes`` (I/O stays there, as with fio's ``size=``). A file smaller
@@ -332,6 +336,8 @@ def file_lun(
             )
         created = created or st.st_size == 0  # an empty file held nobody's data
         st = _create_or_extend(abspath, size_bytes, refuse)
+    file_id = f"{st.st_dev}:{st.st_ino}"
+    created = created or (bool(created_as) and created_as == file_id)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
     lun_bytes = st.st_size
@@ -359,6 +365,7 @@ def file_lun(
         mount_points=mounts.lookup("", dict.fromkeys((abspath, real))),
         read_only=not os.access(abspath, os.W_OK),
         created=created,
+        file_id=file_id,
     )
     roots = Roots(sys_root, proc_root, os.path.dirname(abspath))
     return with_evidence(

@@ -362,6 +362,7 @@ class SlaveSession:
                         req.get("size_bytes"),
                         bool(req.get("create", False)),
                         ignore_pids=ignore,
+                        created_as=str(req.get("created_as") or ""),
                     )
                 )
             except (IvyError, OSError, KeyError, TypeError, ValueError) as exc:

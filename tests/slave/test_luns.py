@@ -248,6 +248,22 @@ def test_file_lun_created_sparse_at_requested_size(tmp_path: Path) -> None:
     assert lun.attributes()["kind"] == "file"
 
 
+def test_a_resumed_runs_file_is_its_own_while_it_is_the_same_file(tmp_path: Path) -> None:
+    """``created_as`` (the ``file_id`` a resumed run recorded when it made the file) makes an
+    existing non-empty file the run's own; another file put at the same path is not."""
+    path = tmp_path / "lun.dat"
+    made = file_lun(str(path), MIB, create=True)
+    assert made.created and made.file_id == f"{path.stat().st_dev}:{path.stat().st_ino}"
+    path.write_bytes(b"x" * MIB)  # the first session wrote it
+    assert not file_lun(str(path), MIB).created  # a later describe without the claim
+    assert file_lun(str(path), MIB, created_as=made.file_id).created
+    other = tmp_path / "other.dat"
+    other.write_bytes(b"y" * MIB)
+    os.replace(other, path)  # someone's file now stands at the path
+    again = file_lun(str(path), MIB, created_as=made.file_id)
+    assert not again.created and again.file_id != made.file_id
+
+
 def test_file_lun_missing_without_create_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "absent.dat"
     with pytest.raises(PreflightError, match=str(path)) as info:
