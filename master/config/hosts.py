@@ -12,9 +12,9 @@ import itertools
 import re
 from typing import Literal
 
+from master.config.limits import duration_within
 from master.config.schema import HostConfig
 from master.config.yamlnodes import Cursor
-from master.units import parse_duration_s
 from protocol import cpulist
 
 __all__ = ["HOST_KEYS", "expand_ranges", "parse_hosts"]
@@ -209,17 +209,8 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
 def _watchdog_seconds(entry: Cursor) -> float:
     """``watchdog_seconds``: the least time the host's slave waits for a word from the master
     before it stops its I/O and exits (a duration; default 30 s)."""
-    child = entry.get("watchdog_seconds")
-    if child is None:
-        return DEFAULT_WATCHDOG_S
-    try:
-        seconds = parse_duration_s(child.value if child.is_scalar else None)
-    except ValueError as exc:
-        raise child.error(str(exc)) from exc
-    low, high = WATCHDOG_SECONDS_RANGE
-    if not low <= seconds <= high:
-        raise child.error(f"must be at least 1s and at most 1h (got {child.node.text})")
-    return seconds
+    return duration_within(entry.get("watchdog_seconds"), DEFAULT_WATCHDOG_S,
+                           *WATCHDOG_SECONDS_RANGE, "at least 1s and at most 1h")
 
 
 def parse_hosts(cursor: Cursor) -> tuple[HostConfig, ...]:

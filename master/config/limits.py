@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from master.config.yamlnodes import Cursor
-from master.units import format_bytes
+from master.units import format_bytes, parse_duration_s
 
 __all__ = [
     "MAX_AUTOCORRELATION",
@@ -35,6 +35,7 @@ __all__ = [
     "MIN_IOPS",
     "MIN_SKEW_WEIGHT",
     "bounded",
+    "duration_within",
     "format_number",
     "metric_max",
     "show_bytes",
@@ -114,6 +115,22 @@ def bounded(
     if high is not None and not value <= high:
         raise cursor.error(f"must be at most {show(high)} (got {cursor.shown()})")
     return value
+
+
+def duration_within(cursor: Cursor | None, default: float, low_s: float, high_s: float,
+                    words: str) -> float:
+    """A duration key's seconds (``default`` when ``cursor`` is None), refused at the cursor
+    when it is not a duration, or outside ``[low_s, high_s]``: ``must be <words> (got <text>)``
+    (``words``: the bounds as the operator writes them, ``at least 1s and at most 1h``)."""
+    if cursor is None:
+        return default
+    try:
+        seconds = parse_duration_s(cursor.value if cursor.is_scalar else None)
+    except ValueError as exc:
+        raise cursor.error(str(exc)) from exc
+    if not low_s <= seconds <= high_s:
+        raise cursor.error(f"must be {words} (got {cursor.node.text})")
+    return seconds
 
 
 def show_bytes(size_bytes: float) -> str:

@@ -16,12 +16,18 @@ from pathlib import Path
 
 from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
 from master.config.hosts import expand_ranges, parse_hosts
-from master.config.limits import MAX_LUN_BYTES, MAX_ROLLUP_QUANTITY, bounded, show_bytes
+from master.config.limits import (
+    MAX_LUN_BYTES,
+    MAX_ROLLUP_QUANTITY,
+    bounded,
+    duration_within,
+    show_bytes,
+)
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
 from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
 from master.config.yamlnodes import Cursor, compose_text
-from master.units import parse_bytes, parse_duration_s, parse_fraction
+from master.units import parse_bytes, parse_fraction
 from protocol.errors import ConfigError
 
 __all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
@@ -102,16 +108,8 @@ def _output_root(root: Cursor, override: str | None, base: Path) -> Path:
 
 
 def _subinterval(root: Cursor) -> float:
-    cursor = root.get("subinterval_seconds")
-    if cursor is None:
-        return DEFAULT_SUBINTERVAL_S
-    try:
-        seconds = parse_duration_s(cursor.value if cursor.is_scalar else None)
-    except ValueError as exc:
-        raise cursor.error(str(exc)) from exc
-    if not MIN_SUBINTERVAL_S <= seconds <= MAX_SUBINTERVAL_S:
-        raise cursor.error(f"must be at least 10ms and at most 1h (got {cursor.node.text})")
-    return seconds
+    return duration_within(root.get("subinterval_seconds"), DEFAULT_SUBINTERVAL_S,
+                           MIN_SUBINTERVAL_S, MAX_SUBINTERVAL_S, "at least 10ms and at most 1h")
 
 
 def _deadline_fraction(root: Cursor) -> float:
@@ -128,17 +126,8 @@ def _deadline_fraction(root: Cursor) -> float:
 
 
 def _skew_limit(root: Cursor) -> float:
-    cursor = root.get("skew_limit_seconds")
-    if cursor is None:
-        return DEFAULT_SKEW_LIMIT_S
-    try:
-        seconds = parse_duration_s(cursor.value if cursor.is_scalar else None)
-    except ValueError as exc:
-        raise cursor.error(str(exc)) from exc
-    low, high = SKEW_LIMIT_RANGE_S
-    if not low <= seconds <= high:
-        raise cursor.error(f"must be at least 1us and at most 10s (got {cursor.node.text})")
-    return seconds
+    return duration_within(root.get("skew_limit_seconds"), DEFAULT_SKEW_LIMIT_S,
+                           *SKEW_LIMIT_RANGE_S, "at least 1us and at most 10s")
 
 
 # ---------------------------------------------------------------- luns

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -45,6 +46,26 @@ steps:
 """
 
 
+@contextlib.contextmanager
+def _slave_stopped(proc: subprocess.Popen[str], out: Path, test: str, rows_first: int
+                   ) -> Iterator[tuple[Path, list[psutil.Process]]]:
+    """SIGSTOP the run's slave once its step has ``rows_first`` rows; yields the run folder and
+    the slave's process tree. After: the run is killed and the slave let go (SIGCONT)."""
+    slave: psutil.Process | None = None
+    try:
+        folder = run_folder(out, test)
+        wait_rows(folder / "step0000-rr/all/all.csv", rows_first)
+        slave = psutil.Process(slave_pids(folder)[0])
+        tree = process_tree(slave.pid)
+        slave.send_signal(signal.SIGSTOP)
+        yield folder, tree
+    finally:
+        proc.kill()
+        if slave is not None:
+            with contextlib.suppress(psutil.Error):
+                slave.send_signal(signal.SIGCONT)
+
+
 def test_a_stopped_slave_is_reported_at_its_deadline_and_the_run_ends_within_3s(
         tmp_path: Path) -> None:
     """SIGSTOP the slave (its workers go on, the slave sends nothing): the master reports it
@@ -54,21 +75,10 @@ def test_a_stopped_slave_is_reported_at_its_deadline_and_the_run_ends_within_3s(
     cfg = write_config(tmp_path, TEST.format(name="stop", sub=sub, hosts="localhost",
                                              seconds=30))
     proc = start_run(cfg, tmp_path)
-    slave: psutil.Process | None = None
-    try:
-        folder = run_folder(tmp_path, "stop")
-        wait_rows(folder / "step0000-rr/all/all.csv", 2)
-        slave = psutil.Process(slave_pids(folder)[0])
-        tree = process_tree(slave.pid)
-        slave.send_signal(signal.SIGSTOP)
+    with _slave_stopped(proc, tmp_path, "stop", 2) as (folder, tree):
         t_stop = time.monotonic()
         _, err = proc.communicate(timeout=30)
         took = time.monotonic() - t_stop
-    finally:
-        proc.kill()
-        if slave is not None:
-            with contextlib.suppress(psutil.Error):
-                slave.send_signal(signal.SIGCONT)
     assert proc.returncode == 3, err
     assert "localhost" in err and "not received within the deadline" in err
     # the deadline of the subinterval running at the stop is at most 1.75 subintervals later
@@ -162,23 +172,12 @@ def test_ctrl_c_while_a_host_hangs_exits_130_within_3s(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, TEST.format(name="hung", sub=2, hosts="localhost",
                                              seconds=60))
     proc = start_run(cfg, tmp_path)
-    slave: psutil.Process | None = None
-    try:
-        folder = run_folder(tmp_path, "hung")
-        wait_rows(folder / "step0000-rr/all/all.csv", 1)
-        slave = psutil.Process(slave_pids(folder)[0])
-        tree = process_tree(slave.pid)
-        slave.send_signal(signal.SIGSTOP)
+    with _slave_stopped(proc, tmp_path, "hung", 1) as (_, tree):
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         t_int = time.monotonic()
         _, err = proc.communicate(timeout=30)
         took = time.monotonic() - t_int
-    finally:
-        proc.kill()
-        if slave is not None:
-            with contextlib.suppress(psutil.Error):
-                slave.send_signal(signal.SIGCONT)
     assert proc.returncode == 130, err
     assert took < 3.0, f"exited {took:.2f} s after Ctrl-C"
     assert all_gone(tree, 2.0), [p.pid for p in tree if p.is_running()]
