@@ -432,7 +432,7 @@ class Run:
                            f"of {len(hs.clock_samples)} pings), more than skew_limit_seconds "
                            f"({self.skew_limit_ns / 1e6:g} ms): this host's boundary times in "
                            "interlock.csv may be off by that much", host=name, kind="clock")
-            if hello.paced_loop != "compiled":
+            if not hello.paced_loop.startswith("compiled"):
                 self.event("WARNING", "paced I/O runs in the Python loop here, its latencies less "
                            f"precise at high rates ({hello.paced_loop.removeprefix('python: ')})",
                            host=name, kind="host")

@@ -66,9 +66,10 @@ from typing import Any
 
 import asyncssh
 
+from master.nativeloop import slave_zipapp
 from master.stderrlines import MAX_LINE_BYTES as STDERR_LINE_MAX_BYTES
 from master.stderrlines import StderrLines
-from master.zipapp import SlaveZipapp, build_slave_zipapp, write_cached
+from master.zipapp import SlaveZipapp, write_cached
 from protocol.errors import HostError, SlaveStartError
 
 logger = logging.getLogger(__name__)
@@ -511,7 +512,7 @@ async def open_local(
     checkout) is written to ``cache_dir`` (default ``~/.cache/ivypy``), so local and remote
     hosts run the same bytes.
     """
-    app = zipapp if zipapp is not None else build_slave_zipapp()
+    app = zipapp if zipapp is not None else await slave_zipapp()
     argv = shlex.split(python)
     try:
         path = write_cached(app, cache_dir)
@@ -654,7 +655,7 @@ async def open_ssh(
     permission denied, ...) or ``SlaveStartError`` (python3 missing, too old, lacks numpy or
     psutil), always naming ``spec.name``.
     """
-    app = zipapp if zipapp is not None else build_slave_zipapp()
+    app = zipapp if zipapp is not None else await slave_zipapp()
     conn: asyncssh.SSHClientConnection | None = None
     phase = "connecting"
     try:

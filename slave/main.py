@@ -16,6 +16,7 @@ import logging
 import os
 import selectors
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -137,7 +138,19 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="S", help="the least time without a word from the master before "
                     f"the slave stops and exits (default {WATCHDOG_MIN_S:g}; three of the "
                     "longest subinterval, when longer)")
+    ap.add_argument("--build-paced-kernel", metavar="DIR",
+                    help="build the compiled paced loop into DIR for shipping to other hosts "
+                    "(the controller does this), print its file name and exit")
     args = ap.parse_args(argv)
+    if args.build_paced_kernel is not None:
+        from slave.engine import paced_kernel
+
+        try:
+            print(paced_kernel.build_for_shipping(args.build_paced_kernel))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            log.error("cannot build the compiled paced loop: %s", exc)
+            return EXIT_FAILED
+        return 0
     if not args.watchdog_min_seconds > 0:
         ap.error("--watchdog-min-seconds must be > 0")
     from slave.worker import usable_cpus

@@ -339,7 +339,7 @@ class SlaveSession:
                 cores=os.cpu_count() or 1,
                 pid=os.getpid(),
                 slave_time_ns=self.clock(),
-                paced_loop=("compiled" if paced_kernel.available()
+                paced_loop=(f"compiled ({paced_kernel.origin()})" if paced_kernel.available()
                             else f"python: {paced_kernel.why_not()}"),
             )
         )

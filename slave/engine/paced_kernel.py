@@ -14,10 +14,15 @@ device, 8 max-iops workloads of QD4 in one worker read 417,000 IOPS at 1.10 us o
 I/O in the general Python loop and 794,000 at 0.12 here (fio's one QD32 job: 520,000-534,000);
 one of QD32 with 30 % writes 376,000 at 1.64 against 403,000 at 0.62.
 
-It is compiled on the slave host, by the host's C compiler (``cc``, or ``IVYPY_SLAVE_CC``; ``none``
-turns it off), once per source and compiler: the shared object is cached in
-``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded with ctypes. A host without a compiler runs
-the Python loop, and says so in the slave's log. numba (the master's compiler) was tried first
+It is compiled once, on the controller, and shipped in the slave zipapp
+(``master.nativeloop`` runs ``build_for_shipping`` there): the zipapp carries
+``paced_kernel-<machine>-<libc>-<source hash>.so`` (``shipped_name``), which a host of that
+machine and C library copies into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``; ctypes loads files,
+not zip members) and loads. Where none ships for the host, or it does not load (an older C
+library), the host compiles the source with its own C compiler (``cc``, or ``IVYPY_SLAVE_CC``;
+``none`` turns it off), once per source and compiler, into the same cache. A host with
+neither runs the Python loop, and says why (``origin``, ``why_not``: hosts.csv's
+``paced_loop``). numba (the master's compiler) was tried first
 and gave the same loop, but importing it made a slave of 64 workloads 180 MB resident (the
 budget is 150) and its compile took 4-5 s per start from the zipapp, which numba cannot cache.
 
@@ -45,9 +50,11 @@ of the Python loop's user CPU per I/O.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import struct
 import subprocess
@@ -196,6 +203,57 @@ _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _ring_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
+_origin: str | None = None  # where the loaded object came from
+
+
+def platform_tag() -> str:
+    """The machine and C library family a shipped object is for (``x86_64-glibc``); a host
+    of the same tag with an older C library fails to load it, and builds its own."""
+    return f"{platform.machine() or 'unknown'}-{platform.libc_ver()[0] or 'libc'}"
+
+
+def shipped_name(src: str | None = None, tag: str | None = None) -> str:
+    """The file name of the object shipped for ``tag`` (this host's) and ``src`` (this
+    source): ``paced_kernel-<tag>-<sha256 of the source, 16 hex>.so``."""
+    key = hashlib.sha256((src if src is not None else source()).encode()).hexdigest()[:16]
+    return f"paced_kernel-{tag or platform_tag()}-{key}.so"
+
+
+def build_for_shipping(out_dir: str) -> str:
+    """Build the object here (the controller) into ``out_dir`` under its ``shipped_name``;
+    returns that name. Raises ``RuntimeError`` when there is no compiler or the build fails."""
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)")
+    if not cc:
+        raise RuntimeError(f"no C compiler {os.environ.get('IVYPY_SLAVE_CC', 'cc')!r} here")
+    src = source()
+    name = shipped_name(src)
+    shutil.copyfile(_build(cc, src), os.path.join(out_dir, name))
+    return name
+
+
+def _shipped(src: str) -> str | None:
+    """The object shipped for this host and source, copied into the cache (once, whole); None
+    when the package holds none for them."""
+    name = shipped_name(src)
+    item = resources.files("slave.engine").joinpath(name)
+    if not item.is_file():
+        return None
+    cache = _cache_dir()
+    path = os.path.join(cache, f"shipped-{name}")
+    if not os.path.exists(path):
+        os.makedirs(cache, exist_ok=True)
+        fd, part = tempfile.mkstemp(prefix=".shipped-", dir=cache)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(item.read_bytes())
+            os.replace(part, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
+    return path
 
 
 def _cache_dir() -> str:
@@ -238,25 +296,39 @@ def _build(cc: list[str], src: str) -> str:
 
 
 def _load() -> None:
-    """Build (or find in the cache) and load the kernel, once per process; on failure note
-    why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn, _why_not
+    """Load the kernel once per process: the object shipped for this host, else one built
+    here (or found in the cache); on failure note why (``why_not``)."""
+    global _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn, _why_not, _origin
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
     if cc is None:
         _why_not = "the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"
         return
-    if not cc:
-        _why_not = (f"no C compiler {os.environ.get('IVYPY_SLAVE_CC', 'cc')!r} on this host "
-                    "to build the compiled paced loop")
-        return
     try:
-        path = _build(cc, source())
-        lib = ctypes.CDLL(path)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        _why_not = f"the compiled paced loop could not be built: {exc}"
+        src = source()
+    except OSError as exc:  # an install that lost the package's data
+        _why_not = f"the compiled paced loop's source is not in this install: {exc}"
         return
+    lib, shipped_failed = None, ""
+    try:
+        shipped = _shipped(src)
+        if shipped is not None:
+            lib, _origin = ctypes.CDLL(shipped), "shipped from the controller"
+    except OSError as exc:  # another C library than the controller's, a full cache ...
+        shipped_failed = f" (the one shipped from the controller would not load: {exc})"
+    if lib is None:
+        if not cc:
+            _why_not = (f"no C compiler {os.environ.get('IVYPY_SLAVE_CC', 'cc')!r} on this "
+                        "host to build the compiled paced loop, and none shipped for "
+                        f"{platform_tag()}{shipped_failed}")
+            return
+        try:
+            lib = ctypes.CDLL(_build(cc, src))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            _why_not = f"the compiled paced loop could not be built: {exc}{shipped_failed}"
+            return
+        _origin = f"built on this host{shipped_failed}"
     fn = _run_function(lib, "paced_run")
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
@@ -300,6 +372,12 @@ def why_not() -> str | None:
     """Why the compiled loop is not available, or None."""
     _load()
     return _why_not
+
+
+def origin() -> str | None:
+    """Where the loaded compiled loop came from (shipped, or built on this host), or None."""
+    _load()
+    return _origin
 
 
 class Args:

@@ -58,7 +58,7 @@ def test_folder_layout(run_folder: Path) -> None:
     hosts = _rows(run_folder / "hosts.csv")
     assert hosts[0]["host"] == "localhost" and int(hosts[0]["clock_samples"]) >= 8
     # where paced I/O ran (the test machines have a C compiler: scripts/test installs gcc)
-    assert hosts[0]["paced_loop"] == "compiled"
+    assert hosts[0]["paced_loop"] == "compiled (shipped from the controller)"
     # run.log: the master's log with the slave's stderr relayed under the host's logger (seen
     # here, so that the check that neither side logged an error or a traceback is not vacuous)
     lines = (run_folder / "run.log").read_text().splitlines()

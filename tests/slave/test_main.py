@@ -40,6 +40,7 @@ from protocol.messages import (
 from protocol.state import Conversation, Role
 from protocol.stats import GroupStats
 from protocol.version import PROTOCOL_VERSION
+from slave.engine.paced_kernel import platform_tag
 from slave.main import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -274,10 +275,10 @@ def test_the_worker_cpus_option_pins_the_workers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("cc", "want"), [
-    (None, "compiled"),
+    (None, "compiled (built on this host)"),  # from the source tree: nothing shipped
     ("none", "python: the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"),
     ("no-such-cc", "python: no C compiler 'no-such-cc' on this host to build the compiled "
-                   "paced loop"),
+                   f"paced loop, and none shipped for {platform_tag()}"),
 ])
 def test_hello_reply_says_where_paced_io_runs(tmp_path: Path, cc: str | None, want: str
                                               ) -> None:
