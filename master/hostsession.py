@@ -68,6 +68,8 @@ FAILED_CLOSE_GRACE_S = 0.2
 #: ... and how long its closing may take in all (an SSH kill over a cut link never returns).
 FAILED_CLOSE_LIMIT_S = 1.5
 REQUEST_TIMEOUT_S = 60.0
+#: Discovery that lays files out waits for them at no less than this rate (a slow disk).
+LAYOUT_MIN_BYTES_PER_S = 20e6
 #: A long window is added up on the slave from its spill file: allow for it.
 WINDOW_TIMEOUT_S = 300.0
 
@@ -319,8 +321,13 @@ class HostSession:
         return slave_ns - self.offset_ns
 
     async def discover(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The host's LUNs; files to lay out (``layout`` not ``none``, up to their size) give
+        the slave more time, at ``LAYOUT_MIN_BYTES_PER_S``."""
         seq = self._next_seq()
-        reply = await self._request(DiscoverLuns(seq, files), key=seq)
+        laid_out = sum(int(f.get("size_bytes") or 0) for f in files
+                       if f.get("create") and f.get("layout", "none") != "none")
+        reply = await self._request(DiscoverLuns(seq, files), key=seq, timeout_s=(
+            REQUEST_TIMEOUT_S + laid_out / LAYOUT_MIN_BYTES_PER_S))
         if isinstance(reply, Error):
             if reply.kind in ("config", "preflight") and reply.lun:
                 raise LunRefusedError(reply.message, host=self.host, lun=reply.lun)

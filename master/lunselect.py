@@ -69,7 +69,8 @@ def file_requests(cfg: TestConfig, host: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for sel in cfg.luns:
         if sel.kind == "file" and selector_applies(sel, host) and sel.file:
-            out.append({"path": sel.file, "size_bytes": sel.size_bytes, "create": sel.create})
+            out.append({"path": sel.file, "size_bytes": sel.size_bytes, "create": sel.create,
+                        "layout": sel.layout})
     return out
 
 

@@ -236,7 +236,10 @@ class Run:
                     self.output_failed = exc
 
     def _on_slave_event(self, ev: SlaveEvent) -> None:
-        self.event(ev.level, ev.message, host=ev.host, kind=str(ev.context.get("kind", "slave")))
+        kind = str(ev.context.get("kind", "slave"))
+        self.event(ev.level, ev.message, host=ev.host, kind=kind)
+        if kind == "layout":  # minutes may go by: the console is told how it goes
+            self.view.message(f"ivypy: [{ev.host}] {ev.message}")
 
     # ------------------------------------------------------------------ the run
     async def execute(self) -> RunResult:
@@ -355,6 +358,31 @@ class Run:
                    + (f"; set aside: {', '.join(moved)}" if moved else "") + ")",
                    kind="resume")
 
+    def _warn_file_luns(self) -> None:
+        """A file LUN whose numbers would not be the device's is a warning naming host and
+        file: left sparse by ``layout: none``, an existing file with holes (reads there cost
+        no I/O), or a file on tmpfs or ramfs (memory)."""
+        for host, luns in self.selected.items():
+            for sl in luns:
+                info = sl.lun.info
+                if info.get("kind") != "file":
+                    continue
+                where = f"file LUN {sl.lun.path}"
+                if info.get("created") and all(
+                        self.cfg.luns[i].layout == "none" for i in sl.selectors):
+                    self.event("WARNING", f"{where} was created sparse (layout: none): reads "
+                               "of its unwritten ranges return zeros without any I/O, so its "
+                               "read numbers are not the device's", host=host, kind="lun")
+                elif info.get("has_holes"):
+                    self.event("WARNING", f"{where} has unwritten ranges (holes, found by "
+                               "SEEK_HOLE): reads there return zeros without any I/O, so its "
+                               "read numbers are not the device's; write it whole first (or "
+                               "let ivypy create it: layout: random)", host=host, kind="lun")
+                fs_type = str(info.get("fs_type") or "")
+                if fs_type in ("tmpfs", "ramfs"):
+                    self.event("WARNING", f"{where} is on {fs_type}: memory, not a storage "
+                               "device", host=host, kind="lun")
+
     def _step_complete(self, number: int, step: StepConfig) -> None:
         """State.json: step ``number`` is complete (its summary is written)."""
         assert self.state is not None and self.output is not None
@@ -465,6 +493,7 @@ class Run:
             with _writing_state(self.output.folder):
                 write_state(self.output.folder, state)
         self.selected = select_luns(self.cfg, self.discovered)
+        self._warn_file_luns()
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
             instances = expand_step(step, self.selected, self.cfg.source_file)

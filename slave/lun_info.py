@@ -72,6 +72,11 @@ class LunInfo:
     created: bool = False
     #: a file LUN's ``st_dev:st_ino`` (a resumed run knows the file it created by it)
     file_id: str = ""
+    #: a file LUN's file system type (``ext4``, ``tmpfs`` ...), from mountinfo
+    fs_type: str = ""
+    #: a file LUN with unwritten ranges (SEEK_HOLE finds a hole within it): reads there
+    #: return zeros without any I/O
+    has_holes: bool = False
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -91,6 +96,7 @@ class LunInfo:
             "parent": self.parent,
             "backing_file": self.backing_file,
             "file_size_bytes": str(self.file_size_bytes) if self.kind == KIND_FILE else "",
+            "fs_type": self.fs_type,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,7 +132,7 @@ _INT_FIELDS = frozenset({
 })
 
 
-_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy", "created"})
+_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy", "created", "has_holes"})
 
 
 _TUPLE_FIELDS = frozenset({

@@ -55,6 +55,8 @@ class Mounts:
     by_dev: Mapping[str, tuple[str, ...]]
     by_source: Mapping[str, tuple[str, ...]]
     network_points: tuple[str, ...] = ()
+    #: the file system type of each mounted device (``major:minor``), as mountinfo names it
+    fstype_by_dev: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def lookup(self, dev: str, paths: Iterable[str]) -> tuple[str, ...]:
         found = list(self.by_dev.get(dev, ())) if dev else []
@@ -75,6 +77,7 @@ def read_mounts(proc_root: str) -> Mounts:
     by_dev: dict[str, list[str]] = {}
     by_source: dict[str, list[str]] = {}
     network: list[str] = []
+    fstypes: dict[str, str] = {}
     text = read_text(os.path.join(proc_root, "self", "mountinfo"))
     if text is None:
         log.warning("cannot read %s/self/mountinfo: mount points unknown", proc_root)
@@ -88,6 +91,7 @@ def read_mounts(proc_root: str) -> Mounts:
         except (ValueError, IndexError):
             continue
         by_dev.setdefault(dev, []).append(mount_point)
+        fstypes.setdefault(dev, fstype)
         if source.startswith("/"):
             by_source.setdefault(os.path.realpath(source), []).append(mount_point)
         if fstype in _NETWORK_FS or fstype.startswith("fuse."):
@@ -102,6 +106,7 @@ def read_mounts(proc_root: str) -> Mounts:
         by_dev={k: tuple(v) for k, v in by_dev.items()},
         by_source={k: tuple(v) for k, v in by_source.items()},
         network_points=tuple(network),
+        fstype_by_dev=fstypes,
     )
 
 

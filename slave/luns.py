@@ -33,12 +33,15 @@ skipped; discovery does not crash on them. Deciding whether a write may go ahead
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import stat
 import struct
 from collections.abc import Callable, Collection
+
+import numpy as np
 
 from protocol.errors import PreflightError
 from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo
@@ -291,11 +294,18 @@ def file_lun(
     ignore_pids: Collection[int] = (),
     host: str | None = None,
     created_as: str = "",
+    layout: str = "none",
+    progress: Callable[[int, int], None] | None = None,
 ) -> LunInfo:
     """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
 
     ``created_as``: the ``file_id`` (``dev:inode``) of the file this run created before it was
     resumed; the file is the run's own (``created``) while it is still that file.
+
+    ``layout``: how a file this call creates is filled before use, ``random`` or ``zero``
+    (every byte written, so that no read lands on a hole the file system answers without I/O:
+    ``lay_out``), or ``none`` (sparse). ``progress(done_bytes, total_bytes)`` is called as it
+    goes.
 
     Never truncates: an existing file larger than ``size_bytes`` keeps its size and data, and the
     LUN is its first ``size_bytes`` (I/O stays there, as with fio's ``size=``). A file smaller
@@ -318,7 +328,10 @@ def file_lun(
             raise refuse("does not exist and the test does not ask to create it") from None
         if not size_bytes:
             raise refuse("does not exist; creating it needs a size") from None
-        st = _create_or_extend(abspath, size_bytes, refuse, new=True)
+        if layout == "none":
+            st = _create_or_extend(abspath, size_bytes, refuse, new=True)
+        else:
+            st = lay_out(abspath, size_bytes, layout, refuse, progress)
         created = True
     except OSError as exc:
         raise refuse(exc.strerror or str(exc)) from exc
@@ -350,6 +363,7 @@ def file_lun(
     block_bytes = _file_block_bytes(abspath)
     real = os.path.realpath(abspath)
     mounts = read_mounts(proc_root)
+    fs_type = mounts.fstype_by_dev.get(f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}", "")
     lun = LunInfo(
         path=abspath,
         kind=KIND_FILE,
@@ -366,11 +380,79 @@ def file_lun(
         read_only=not os.access(abspath, os.W_OK),
         created=created,
         file_id=file_id,
+        fs_type=fs_type,
+        has_holes=_has_holes(abspath, lun_bytes),
     )
     roots = Roots(sys_root, proc_root, os.path.dirname(abspath))
     return with_evidence(
         [lun], roots, mounts, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids
     )[0]
+
+
+#: what ``lay_out`` writes per call: large enough to stream, small enough to report often
+LAYOUT_CHUNK_BYTES = 4 << 20
+
+
+def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], PreflightError],
+            progress: Callable[[int, int], None] | None = None) -> os.stat_result:
+    """Create ``path`` with all of its ``size_bytes`` written: random bytes (``random``: a
+    storage system that compresses or dedupes sees no shortcut) or zeros (``zero``), then
+    synced. It is written under a hidden name beside it and linked into place only when whole,
+    so a layout cut off (the run stopped, the disk full) never leaves a half-written file that
+    a later run would take for someone's data; the hidden file of an earlier cut-off layout is
+    removed first. Refuses (naming the file) a file someone else made meanwhile."""
+    if layout not in ("random", "zero"):
+        raise ValueError(f"layout {layout!r}: random, zero or none")
+    part = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.ivypy-layout")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(part)
+    try:
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        parent = os.path.dirname(path)
+        if exc.errno == errno.ENOENT and not os.path.isdir(parent):
+            raise refuse(f"cannot create: its directory {parent} does not exist") from exc
+        raise refuse(f"cannot create: {exc.strerror or exc}") from exc
+    rng = np.random.default_rng()
+    zeros = bytes(min(LAYOUT_CHUNK_BYTES, size_bytes)) if layout == "zero" else b""
+    done = 0
+    try:
+        while done < size_bytes:
+            n = min(LAYOUT_CHUNK_BYTES, size_bytes - done)
+            data = memoryview(zeros)[:n] if layout == "zero" else memoryview(rng.bytes(n))
+            while data:
+                data = data[os.write(fd, data):]
+            done += n
+            if progress is not None:
+                progress(done, size_bytes)
+        os.fsync(fd)
+        os.link(part, path)
+    except FileExistsError as exc:
+        raise refuse("was created by someone else while ivypy was laying it out") from exc
+    except OSError as exc:
+        raise refuse(f"cannot lay out ({done} of {size_bytes} bytes written): "
+                     f"{exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+    log.info("file LUN %s: laid out, %d bytes of %s data", path, size_bytes, layout)
+    return os.stat(path)
+
+
+def _has_holes(path: str, size_bytes: int) -> bool:
+    """Whether the first ``size_bytes`` of the file hold a hole (an unwritten range, read as
+    zeros without I/O): SEEK_HOLE finds one before their end. False where it cannot tell."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < size_bytes
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _create_or_extend(

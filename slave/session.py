@@ -347,6 +347,23 @@ class SlaveSession:
     def _on_ping(self, msg: Ping) -> None:
         self.send(Pong(seq=msg.seq, master_send_ns=msg.master_send_ns, slave_ns=self.clock()))
 
+    def _layout_progress(self, path: str) -> Callable[[int, int], None]:
+        """Tell the master how a file's layout goes: at most once a second, and at its end."""
+        started = self.clock()
+        told = [started]
+
+        def progress(done: int, total: int) -> None:
+            now = self.clock()
+            if done < total and now - told[0] < 1_000_000_000:
+                return
+            told[0] = now
+            rate = done / max(now - started, 1) * 1e3
+            self.event("INFO", f"layout of file LUN {path}: {100 * done / total:.0f} % "
+                       f"({done / 2**30:.2f} of {total / 2**30:.2f} GiB, {rate:.0f} MB/s)",
+                       kind="layout", lun=path)
+
+        return progress
+
     def _on_discover(self, msg: DiscoverLuns) -> None:
         ignore = {os.getpid(), *self._child_pids()}
         found: list[lunmod.LunInfo] = []
@@ -363,6 +380,8 @@ class SlaveSession:
                         bool(req.get("create", False)),
                         ignore_pids=ignore,
                         created_as=str(req.get("created_as") or ""),
+                        layout=str(req.get("layout") or "none"),
+                        progress=self._layout_progress(str(req["path"])),
                     )
                 )
             except (IvyError, OSError, KeyError, TypeError, ValueError) as exc:

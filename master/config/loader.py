@@ -55,11 +55,14 @@ LUN_KEYS: tuple[str, ...] = (
     "allow_write",
     "engine",
     "allow_engine_fallback",
+    "layout",
     *LUN_ATTRIBUTE_KEYS,
 )
 ROLLUP_KEYS: tuple[str, ...] = ("type", "quantity", "max_droop")
 
 DEFAULT_OUTPUT_ROOT = "./ivypy-output"
+#: how a created file LUN is filled before its first step (``luns[].layout``)
+LAYOUTS: tuple[str, ...] = ("random", "zero", "none")
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
 #: ``skew_limit_seconds``: a host's clock offset uncertainty, or a boundary's skew bound, past
@@ -176,7 +179,7 @@ def _lun_selector(
         raise second.error(
             f"give only one of path, file or LUN attributes (this entry has {' and '.join(kinds)})"
         )
-    for key in ("size", "create"):
+    for key in ("size", "create", "layout"):
         child = entry.get(key)
         if child is not None and kinds[0] != "file":
             raise child.error("only with file")
@@ -214,6 +217,7 @@ def _lun_selector(
         create = False if create_cursor is None else create_cursor.boolean()
         if create and size_bytes is None:
             raise entry.error("create: true needs size")
+        layout = _layout(entry, create)
         # ${host} gives each host its own file: one selector per host
         per_host = "${host}" in file
         groups = [(name,) for name in host_names] if per_host else [host_names]
@@ -224,6 +228,7 @@ def _lun_selector(
                 file=file.replace("${host}", group[0]) if per_host else file,
                 size_bytes=size_bytes,
                 create=create,
+                layout=layout,
                 allow_write=allow_write,
                 engine=engine,
                 allow_engine_fallback=fallback,
@@ -240,6 +245,20 @@ def _lun_selector(
             allow_engine_fallback=fallback, line=entry.line
         ),
     )
+
+
+def _layout(entry: Cursor, create: bool) -> str:
+    """A file entry's ``layout``: how a file the run creates is filled before its first step
+    (``random``, the default; ``zero``; ``none``: left sparse)."""
+    cursor = entry.get("layout")
+    if cursor is None:
+        return "random" if create else "none"
+    layout = cursor.string()
+    if layout not in LAYOUTS:
+        raise cursor.error(f"must be one of {', '.join(LAYOUTS)} (got {layout!r})")
+    if layout != "none" and not create:
+        raise cursor.error("lays out a file the run creates: give create: true with it")
+    return layout
 
 
 def _lun_engine(entry: Cursor) -> tuple[str, bool]:

@@ -133,7 +133,10 @@ class LunSelector:
     with units, a positive multiple of 512 and at most 1024PiB (1 EiB), required with
     ``create: true``. The LUN is the first
     ``size`` bytes of the file (as fio's ``size=``): a larger existing file is never truncated,
-    and I/O stays in that part; without ``size`` the LUN is the whole file.
+    and I/O stays in that part; without ``size`` the LUN is the whole file. ``layout``: how a
+    file the run creates is filled before its first step: ``random`` (the default), ``zero``
+    (every byte written: no read lands on a hole the file system answers without I/O), or
+    ``none`` (left sparse, with a warning).
     """
 
     hosts: tuple[str, ...]
@@ -142,6 +145,7 @@ class LunSelector:
     file: str | None = None
     size_bytes: int | None = None
     create: bool = False
+    layout: str = "none"
     attributes: tuple[AttributeMatch, ...] = ()
     allow_write: bool = False
     engine: str = "auto"

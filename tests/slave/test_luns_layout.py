@@ -1,0 +1,108 @@
+"""Laying a created file LUN out (``slave.luns.lay_out``): every byte written (no hole left for
+the file system to answer reads from without I/O), random or zero, whole or not at all under
+its name; holes in an existing file found (SEEK_HOLE); the file system type of a file LUN."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocol.errors import PreflightError
+from slave.luns import LAYOUT_CHUNK_BYTES, file_lun, lay_out
+
+MIB = 1 << 20
+
+
+def _refuse(reason: str) -> PreflightError:
+    return PreflightError(f"file LUN x: {reason}", host="h1", lun="x")
+
+
+def _holes(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return os.lseek(fh.fileno(), 0, os.SEEK_HOLE) < path.stat().st_size
+
+
+@pytest.mark.parametrize("layout", ["random", "zero"])
+@pytest.mark.parametrize("size", [512, 3 * MIB, LAYOUT_CHUNK_BYTES + 4096])
+def test_every_byte_is_written(tmp_path: Path, layout: str, size: int) -> None:
+    path = tmp_path / "lun"
+    seen: list[tuple[int, int]] = []
+    lay_out(str(path), size, layout, _refuse, lambda d, t: seen.append((d, t)))
+    data = np.fromfile(path, dtype=np.uint8)
+    assert data.size == size and not _holes(path)
+    assert path.stat().st_blocks * 512 >= size  # allocated, not sparse
+    if layout == "zero":
+        assert not data.any()
+    else:  # random bytes: each value about 1/256 of them
+        counts = np.bincount(data, minlength=256)
+        assert counts.max() < max(size / 128, 16)
+        if size >= MIB:
+            assert counts.min() > size / 512
+    assert [d for d, _ in seen] == sorted({d for d, _ in seen}) and seen[-1] == (size, size)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lun"]  # no hidden part left
+
+
+def test_a_file_made_meanwhile_is_refused_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "lun"
+
+    def someone(done: int, total: int) -> None:
+        if not path.exists():
+            path.write_text("someone's data")
+
+    with pytest.raises(PreflightError, match="created by someone else while ivypy was laying"):
+        lay_out(str(path), 2 * MIB, "random", _refuse, someone)
+    assert path.read_text() == "someone's data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lun"]
+
+
+def test_a_layout_cut_off_earlier_is_cleaned_up(tmp_path: Path) -> None:
+    (tmp_path / ".lun.ivypy-layout").write_bytes(b"half")
+    lay_out(str(tmp_path / "lun"), MIB, "zero", _refuse)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lun"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_leaves_no_file(small_tmpfs: Path) -> None:
+    path = small_tmpfs / "lun"
+    with pytest.raises(PreflightError, match=r"cannot lay out \(\d+ of 4194304 bytes written\)"
+                       r": No space left on device"):
+        lay_out(str(path), 4 * MIB, "random", _refuse)
+    assert list(small_tmpfs.iterdir()) == []  # a later run creates it anew
+
+
+def test_file_lun_lays_out_what_it_creates_only(tmp_path: Path) -> None:
+    made = file_lun(str(tmp_path / "new"), 2 * MIB, create=True, layout="random")
+    assert made.created and not made.has_holes and made.file_size_bytes == 2 * MIB
+    sparse = file_lun(str(tmp_path / "sparse"), 2 * MIB, create=True, layout="none")
+    assert sparse.created and sparse.has_holes
+    again = file_lun(str(tmp_path / "sparse"), 2 * MIB, create=True, layout="random")
+    assert not again.created and again.has_holes  # an existing file is never written here
+
+
+def test_a_file_luns_file_system_type(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    path = shm / f"ivypy-fstype-{os.getpid()}"
+    try:
+        lun = file_lun(str(path), MIB, create=True, layout="zero")
+        assert lun.fs_type == "tmpfs" and lun.attributes()["fs_type"] == "tmpfs"
+    finally:
+        path.unlink(missing_ok=True)
