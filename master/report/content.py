@@ -1,0 +1,270 @@
+"""What the report's charts show: from a read run folder to chart specifications (plain data
+for the page's JSON).
+
+Owns the choice of the rollup to plot (``default_rollup``), which columns each chart takes
+(IOPS, MB/s, service and response time p50/p99/p99.9/max per instance; the latency CDF from
+the step's ``all`` histogram; DFC's measured metric, target and IOPS in force; measure's
+criteria against their limits; CPU busy per host), the measurement window each time chart
+marks, and the page-wide point budget. Must not read files itself beyond
+``master.report.runfolder``'s readers, or write HTML (``master.report.page``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from master.report import series as sr
+from master.report.runfolder import (
+    RunFolder,
+    StepFolder,
+    Table,
+    leading_number,
+    read_table,
+    to_float,
+)
+
+#: The numbers all charts of a page may hold together; beyond it every series is downsampled
+#: by one bucket size (3 MB for 100 instances x 1,000 subintervals holds with room to spare).
+BUDGET_POINTS = 250_000
+PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("max", "max"))
+KINDS = (("service_time", "Service time"), ("response_time", "Response time"))
+INSTANCE_READ = ("subinterval", "phase", "elapsed_s", "rollup_instance", "IOPS", "MB_per_s",
+                 *(f"{k}_{p}_ms" for k, _ in KINDS for p, _ in PERCENTILES))
+
+
+def default_rollup(run: RunFolder) -> str:
+    """``host`` when the run had several hosts, else ``lun``; ``all`` when the steps have
+    neither."""
+    n_hosts = len(run.hosts.rows) if run.hosts is not None else 0
+    want = "host" if n_hosts > 1 else "lun"
+    return want if any(want in s.instances for s in run.steps) else "all"
+
+
+def subinterval_seconds(run: RunFolder) -> float:
+    """The run's subinterval length (resolved.json), 1 s when it cannot be told."""
+    value = (run.resolved or {}).get("subinterval_seconds")
+    return float(value) if isinstance(value, int | float) and value > 0 else 1.0
+
+
+@dataclass
+class _Raw:
+    """One chart at full resolution, before the page-wide downsampling."""
+
+    title: str
+    y_label: str
+    n: int  # subintervals on its axis
+    series: list[dict[str, Any]] = field(default_factory=list)  # "values": full arrays
+    y2_label: str = ""
+    window: tuple[int, int] | None = None  # first and last measurement subinterval
+
+    def add(self, label: str, values: sr.FloatArray, how: sr.Reduce = "mean", *,
+            group: int = 0, dash: int = 0, axis: str = "y") -> None:
+        self.series.append({"label": label, "values": values, "how": how, "group": group,
+                            "dash": dash, "axis": axis})
+
+
+def _by(table: Table, key: str) -> dict[str, list[int]]:
+    """Row numbers of ``table`` per value of column ``key``, in first-seen order."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, value in enumerate(table.column(key)):
+        out[value].append(i)
+    return out
+
+
+def _window(table: Table) -> tuple[int, int] | None:
+    ks = [int(k) for k, p in zip(table.floats("subinterval"), table.column("phase"), strict=True)
+          if p == "measurement" and math.isfinite(k)]
+    return (min(ks), max(ks)) if ks else None
+
+
+def _instance_charts(step: StepFolder, rollup: str) -> list[_Raw]:
+    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step``."""
+    tables: list[tuple[str, Table]] = []
+    for name in step.instances.get(rollup, []):
+        t = read_table(step.instance_path(rollup, name), INSTANCE_READ)
+        if t is not None and t.rows:
+            label = t.column("rollup_instance")[0] or name
+            tables.append((label, t))
+    if not tables:
+        return []
+    n = max(int(np.nanmax(t.floats("subinterval"))) + 1 for _, t in tables)
+    window = _window(tables[0][1])
+    where = f"{rollup} instances" if len(tables) > 1 else f"{rollup} {tables[0][0]}"
+    iops = _Raw(f"IOPS ({where})", "IOPS", n, window=window)
+    mbs = _Raw(f"MB/s ({where})", "MB/s", n, window=window)
+    lat = [_Raw(f"{title} ({where})", "ms", n, window=window) for _, title in KINDS]
+    for g, (label, t) in enumerate(tables):
+        k = t.floats("subinterval")
+        iops.add(label, sr.on_axis(k, t.floats("IOPS"), n), group=g)
+        mbs.add(label, sr.on_axis(k, t.floats("MB_per_s"), n), group=g)
+        for chart, (kind, _) in zip(lat, KINDS, strict=True):
+            for dash, (pct, pct_label) in enumerate(PERCENTILES):
+                name = pct_label if len(tables) == 1 else f"{label} {pct_label}"
+                chart.add(name, sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
+                          "max" if pct == "max" else "mean", group=g, dash=dash)
+    return [iops, mbs, *lat]
+
+
+def _dfc_chart(table: Table, n: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    metric = table.column("metric")[0]
+    chart = _Raw(f"DFC: {metric} against its target, and the IOPS set", metric, n,
+                 y2_label="IOPS in force", window=_window(table))
+    for g, (inst, rows) in enumerate(_by(table, "instance").items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(f"{inst} measured", sr.on_axis(k, table.floats("measured")[rows], n), group=g)
+        chart.add(f"{inst} target", sr.on_axis(k, table.floats("target")[rows], n), group=g,
+                  dash=1)
+        chart.add(f"{inst} IOPS", sr.on_axis(k, table.floats("iops_in_force")[rows], n),
+                  group=g, dash=2, axis="y2")
+    return chart
+
+
+def _measure_chart(table: Table, n: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    chart = _Raw("Measure: each criterion's value against its limit", "value", n)
+    keys = [f"{i} {c} ({m})" for i, c, m in zip(table.column("instance"),
+                                                 table.column("criterion"),
+                                                 table.column("metric"), strict=True)]
+    groups: dict[str, list[int]] = defaultdict(list)
+    for row, key in enumerate(keys):
+        groups[key].append(row)
+    limits = table.column("limit")
+    for g, (key, rows) in enumerate(groups.items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(key, sr.on_axis(k, table.floats("value")[rows], n), group=g)
+        limit = leading_number(limits[rows[0]])
+        if math.isfinite(limit):
+            chart.add(f"{key} limit", sr.on_axis(k, np.full(len(rows), limit), n), group=g,
+                      dash=1)
+    return chart
+
+
+def _cpu_chart(table: Table, n: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    chart = _Raw("CPU busy per host", "% busy", n, window=_window(table))
+    for g, (host, rows) in enumerate(_by(table, "host").items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(host, sr.on_axis(k, table.floats("busy_pct")[rows], n), group=g)
+    return chart
+
+
+def _axis_length(*tables: Table | None) -> int:
+    n = 0
+    for t in tables:
+        if t is not None and t.rows:
+            k = t.floats("subinterval")
+            if np.isfinite(k).any():
+                n = max(n, int(np.nanmax(k)) + 1)
+    return n
+
+
+def _step_raw(step: StepFolder, rollup: str) -> list[_Raw]:
+    charts = _instance_charts(step, rollup)
+    dfc = read_table(step.path / "dfc.csv")
+    measure = read_table(step.path / "measure.csv")
+    cpu = read_table(step.path / "cpu.csv")
+    n = max([c.n for c in charts] + [_axis_length(dfc, measure, cpu)])
+    window = charts[0].window if charts else None
+    for table, make in ((dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)):
+        chart = make(table, n) if table is not None else None
+        if chart is not None:
+            chart.window = chart.window or window
+            charts.append(chart)
+    return charts
+
+
+def cdf_chart(step: StepFolder) -> dict[str, Any] | None:
+    """The step's latency CDF over its measurement window, from ``histograms/all/all.csv``:
+    x the bucket's upper edge in ms (log scale), y the fraction of I/Os at or below it."""
+    t = read_table(step.histogram_path("all", "all"))
+    if t is None or not t.rows or not t.has("bucket_upper_ns"):
+        return None
+    x_ms = t.floats("bucket_upper_ns") / 1e6
+    out: list[dict[str, Any]] = []
+    for g, (kind, title) in enumerate(KINDS):
+        for dash, view in enumerate(("all", "read", "write")):
+            counts = np.nan_to_num(t.floats(f"{kind}_{view}_count"))
+            total = counts.sum()
+            if total > 0 and (view == "all" or total < np.nan_to_num(
+                    t.floats(f"{kind}_all_count")).sum()):
+                out.append({"label": f"{title} ({view})", "values":
+                            sr.rounded(np.cumsum(counts) / total), "group": g, "dash": dash,
+                            "axis": "y"})
+    if not out:
+        return None
+    return {"title": "Latency CDF over the measurement window (all I/Os)", "x": sr.rounded(x_ms),
+            "x_label": "ms (log scale)", "log_x": True, "y_label": "fraction ≤ x",
+            "y2_label": "", "window": None, "series": out}
+
+
+@dataclass
+class StepCharts:
+    step: StepFolder
+    charts: list[dict[str, Any]]
+
+
+@dataclass
+class Charts:
+    """Every step's charts, ready for the page's JSON, and how they were downsampled."""
+
+    rollup: str
+    bucket: int
+    steps: list[StepCharts]
+    total_points: int
+
+
+def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
+    """Each summarised step's measurement window (first and last subinterval) from the run's
+    summary.csv; a step cut short has none there (its charts mark its measurement phase)."""
+    out: dict[int, tuple[int, int]] = {}
+    if run.summary is None:
+        return out
+    for r in run.summary.dicts():
+        first, last, number = (to_float(r.get(c, "")) for c in (
+            "first_subinterval", "last_subinterval", "step_number"))
+        if r.get("rollup_type") == "all" and all(map(math.isfinite, (first, last, number))):
+            out[int(number)] = (int(first), int(last))
+    return out
+
+
+def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
+    """Every step's charts for ``rollup`` (a step without it shows ``all``), downsampled by
+    one bucket size so that they hold at most about ``budget_points`` numbers."""
+    raws: list[tuple[StepFolder, list[_Raw]]] = []
+    windows = summary_windows(run)
+    for step in run.steps:
+        use = rollup if rollup in step.instances else "all"
+        charts = _step_raw(step, use)
+        for c in charts:
+            c.window = windows.get(step.number, c.window)
+        raws.append((step, charts))
+    total = sum(c.n * (len(c.series) + 1) for _, charts in raws for c in charts)
+    bucket = sr.bucket_size(total, budget_points)
+    s = subinterval_seconds(run)
+    steps: list[StepCharts] = []
+    for step, charts in raws:
+        out: list[dict[str, Any]] = []
+        for c in charts:
+            window = None if c.window is None else [c.window[0] * s, (c.window[1] + 1) * s]
+            out.append({
+                "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s)),
+                "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
+                "y2_label": c.y2_label, "window": window,
+                "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
+                            "axis": v["axis"],
+                            "values": sr.rounded(sr.downsample(v["values"], bucket, v["how"]))}
+                           for v in c.series]})
+        cdf = cdf_chart(step)
+        if cdf is not None:
+            out.insert(min(4, len(out)), cdf)
+        steps.append(StepCharts(step, out))
+    return Charts(rollup, bucket, steps, total)

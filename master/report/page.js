@@ -1,0 +1,83 @@
+// ivypy report: draws the charts of the page's JSON (#report-data) with uPlot (inlined above).
+// Marks what it did on <html>: data-charts-drawn (charts made), data-report-ready; uncaught
+// errors are recorded by the recorder in <head> (data-script-errors, #script-errors).
+(function () {
+  "use strict";
+  var DASHES = [[], [7, 4], [2, 3], [1, 5]];
+
+  function colour(group) {
+    return "hsl(" + Math.round((group * 137.508) % 360) + ", 65%, 42%)";
+  }
+
+  function windowBand(win) {
+    return {
+      hooks: {
+        drawClear: [function (u) {
+          if (!win) { return; }
+          var x0 = u.valToPos(win[0], "x", true), x1 = u.valToPos(win[1], "x", true);
+          var ctx = u.ctx;
+          ctx.save();
+          ctx.fillStyle = "rgba(40, 120, 240, 0.10)";
+          ctx.fillRect(x0, u.bbox.top, x1 - x0, u.bbox.height);
+          ctx.restore();
+        }]
+      }
+    };
+  }
+
+  function makeChart(holder, chart, width) {
+    var box = document.createElement("figure");
+    box.className = "chart";
+    var cap = document.createElement("figcaption");
+    cap.textContent = chart.title + (chart.window ? "  (shaded: measurement window)" : "");
+    box.appendChild(cap);
+    holder.appendChild(box);
+    var many = chart.series.length > 16;
+    var hasY2 = chart.series.some(function (s) { return s.axis === "y2"; });
+    var series = [{ label: chart.x_label }];
+    var data = [chart.x];
+    chart.series.forEach(function (s) {
+      series.push({
+        label: s.label, scale: s.axis, stroke: colour(s.group), width: many ? 1 : 1.5,
+        dash: DASHES[s.dash % DASHES.length], spanGaps: false, points: { show: false }
+      });
+      data.push(s.values);
+    });
+    var axes = [{ label: chart.x_label }, { label: chart.y_label, scale: "y" }];
+    if (hasY2) {
+      axes.push({ label: chart.y2_label, scale: "y2", side: 1, grid: { show: false } });
+    }
+    var scales = { x: chart.log_x ? { time: false, distr: 3 } : { time: false }, y: {} };
+    if (hasY2) { scales.y2 = {}; }
+    var opts = {
+      width: width, height: 260, series: series, axes: axes, scales: scales,
+      legend: { show: !many }, cursor: { drag: { x: true, y: false } },
+      plugins: [windowBand(chart.window)]
+    };
+    new uPlot(opts, data, box);
+    if (many) {
+      var note = document.createElement("p");
+      note.className = "note";
+      note.textContent = chart.series.length + " series: legend left out.";
+      box.appendChild(note);
+    }
+  }
+
+  function draw() {
+    var data = JSON.parse(document.getElementById("report-data").textContent);
+    var drawn = 0;
+    data.steps.forEach(function (step) {
+      var holder = document.getElementById("charts-" + step.id);
+      var width = Math.max(480, Math.min(1100, (holder.clientWidth || 1000) - 20));
+      step.charts.forEach(function (chart) {
+        makeChart(holder, chart, width);
+        drawn += 1;
+        document.documentElement.setAttribute("data-charts-drawn", String(drawn));
+      });
+    });
+    document.documentElement.setAttribute("data-charts-drawn", String(drawn));
+    document.documentElement.setAttribute("data-report-ready", "yes");
+  }
+
+  draw();
+})();
