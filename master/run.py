@@ -49,6 +49,7 @@ from master.lunselect import (
 from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
+from master.report.build import report_after_run
 from master.rollup import Sample
 from master.runstate import (
     STATE_FILE,
@@ -313,6 +314,7 @@ class Run:
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
             self._final_state(result)
+            report_after_run(self.output.folder)  # logs a failure, never raises
             await server.close()
             await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
