@@ -1,5 +1,6 @@
 // ivypy report: records every uncaught error and unhandled rejection into the page, so that a
-// reader (and the tests' headless browser) sees them: <html data-script-errors=N>, #script-errors.
+// reader (and the tests' headless browser) sees them: the root element's data-script-errors
+// attribute counts them, the list #script-errors shows them.
 (function () {
   "use strict";
   var seen = [];

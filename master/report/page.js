@@ -1,5 +1,5 @@
 // ivypy report: draws the charts of the page's JSON (#report-data) with uPlot (inlined above).
-// Marks what it did on <html>: data-charts-drawn (charts made), data-report-ready; uncaught
+// Marks what it did on the root element: data-charts-drawn (charts made), data-report-ready; uncaught
 // errors are recorded by the recorder in <head> (data-script-errors, #script-errors).
 (function () {
   "use strict";
