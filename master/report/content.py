@@ -104,9 +104,11 @@ def _instance_charts(step: StepFolder, rollup: str) -> list[_Raw]:
         mbs.add(label, sr.on_axis(k, t.floats("MB_per_s"), n), group=g)
         for chart, (kind, _) in zip(lat, KINDS, strict=True):
             for dash, (pct, pct_label) in enumerate(PERCENTILES):
-                name = pct_label if len(tables) == 1 else f"{label} {pct_label}"
-                chart.add(name, sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
-                          "max" if pct == "max" else "mean", group=g, dash=dash)
+                alone = len(tables) == 1  # one instance: a colour per percentile
+                chart.add(pct_label if alone else f"{label} {pct_label}",
+                          sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
+                          "max" if pct == "max" else "mean", group=dash if alone else g,
+                          dash=dash)
     return [iops, mbs, *lat]
 
 

@@ -47,7 +47,8 @@
     if (hasY2) {
       axes.push({ label: chart.y2_label, scale: "y2", side: 1, grid: { show: false } });
     }
-    var scales = { x: chart.log_x ? { time: false, distr: 3 } : { time: false }, y: {} };
+    var fromZero = { time: false, range: function (u, min, max) { return [0, max]; } };
+    var scales = { x: chart.log_x ? { time: false, distr: 3 } : fromZero, y: {} };
     if (hasY2) { scales.y2 = {}; }
     var opts = {
       width: width, height: 260, series: series, axes: axes, scales: scales,
