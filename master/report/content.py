@@ -31,6 +31,9 @@ from master.report.runfolder import (
 #: The numbers all charts of a page may hold together; beyond it every series is downsampled
 #: by one bucket size (3 MB for 100 instances x 1,000 subintervals holds with room to spare).
 BUDGET_POINTS = 250_000
+#: The instances of one rollup type a step's charts show at most (reading beyond them would
+#: cost time at the end of every run for lines no one can tell apart).
+MAX_INSTANCES = 100
 PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("max", "max"))
 KINDS = (("service_time", "Service time"), ("response_time", "Response time"))
 INSTANCE_READ = ("subinterval", "phase", "elapsed_s", "rollup_instance", "IOPS", "MB_per_s",
@@ -61,6 +64,9 @@ class _Raw:
     series: list[dict[str, Any]] = field(default_factory=list)  # "values": full arrays
     y2_label: str = ""
     window: tuple[int, int] | None = None  # first and last measurement subinterval
+    #: a latency chart of several instances: the page offers to show one percentile at a time
+    #: (a series' ``dash`` is its index in ``PERCENTILES``)
+    percentiles: bool = False
 
     def add(self, label: str, values: sr.FloatArray, how: sr.Reduce = "mean", *,
             group: int = 0, dash: int = 0, axis: str = "y") -> None:
@@ -82,22 +88,29 @@ def _window(table: Table) -> tuple[int, int] | None:
     return (min(ks), max(ks)) if ks else None
 
 
-def _instance_charts(step: StepFolder, rollup: str) -> list[_Raw]:
-    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step``."""
+def _instance_charts(step: StepFolder, rollup: str) -> tuple[list[_Raw], str]:
+    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` (the
+    first ``MAX_INSTANCES`` by file name), and a note when some were left out."""
     tables: list[tuple[str, Table]] = []
-    for name in step.instances.get(rollup, []):
+    names = step.instances.get(rollup, [])
+    note = ""
+    if len(names) > MAX_INSTANCES:
+        note = (f"{len(names):,} {rollup} instances: the first {MAX_INSTANCES} (by name) are "
+                "plotted; ivypy report --rollup TYPE plots another rollup type.")
+    for name in names[:MAX_INSTANCES]:
         t = read_table(step.instance_path(rollup, name), INSTANCE_READ)
         if t is not None and t.rows:
             label = t.column("rollup_instance")[0] or name
             tables.append((label, t))
     if not tables:
-        return []
+        return [], note
     n = max(int(np.nanmax(t.floats("subinterval"))) + 1 for _, t in tables)
     window = _window(tables[0][1])
     where = f"{rollup} instances" if len(tables) > 1 else f"{rollup} {tables[0][0]}"
     iops = _Raw(f"IOPS ({where})", "IOPS", n, window=window)
     mbs = _Raw(f"MB/s ({where})", "MB/s", n, window=window)
-    lat = [_Raw(f"{title} ({where})", "ms", n, window=window) for _, title in KINDS]
+    lat = [_Raw(f"{title} ({where})", "ms", n, window=window,
+                percentiles=len(tables) > 1) for _, title in KINDS]
     for g, (label, t) in enumerate(tables):
         k = t.floats("subinterval")
         iops.add(label, sr.on_axis(k, t.floats("IOPS"), n), group=g)
@@ -109,7 +122,7 @@ def _instance_charts(step: StepFolder, rollup: str) -> list[_Raw]:
                           sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
                           "max" if pct == "max" else "mean", group=dash if alone else g,
                           dash=dash)
-    return [iops, mbs, *lat]
+    return [iops, mbs, *lat], note
 
 
 def _dfc_chart(table: Table, n: int) -> _Raw | None:
@@ -169,8 +182,8 @@ def _axis_length(*tables: Table | None) -> int:
     return n
 
 
-def _step_raw(step: StepFolder, rollup: str) -> list[_Raw]:
-    charts = _instance_charts(step, rollup)
+def _step_raw(step: StepFolder, rollup: str) -> tuple[list[_Raw], str]:
+    charts, note = _instance_charts(step, rollup)
     dfc = read_table(step.path / "dfc.csv")
     measure = read_table(step.path / "measure.csv")
     cpu = read_table(step.path / "cpu.csv")
@@ -181,7 +194,7 @@ def _step_raw(step: StepFolder, rollup: str) -> list[_Raw]:
         if chart is not None:
             chart.window = chart.window or window
             charts.append(chart)
-    return charts
+    return charts, note
 
 
 def cdf_chart(step: StepFolder) -> dict[str, Any] | None:
@@ -205,13 +218,14 @@ def cdf_chart(step: StepFolder) -> dict[str, Any] | None:
         return None
     return {"title": "Latency CDF over the measurement window (all I/Os)", "x": sr.rounded(x_ms),
             "x_label": "ms (log scale)", "log_x": True, "y_label": "fraction ≤ x",
-            "y2_label": "", "window": None, "series": out}
+            "y2_label": "", "window": None, "percentiles": [], "series": out}
 
 
 @dataclass
 class StepCharts:
     step: StepFolder
     charts: list[dict[str, Any]]
+    note: str = ""  # what the charts leave out
 
 
 @dataclass
@@ -241,19 +255,19 @@ def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
 def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
     """Every step's charts for ``rollup`` (a step without it shows ``all``), downsampled by
     one bucket size so that they hold at most about ``budget_points`` numbers."""
-    raws: list[tuple[StepFolder, list[_Raw]]] = []
+    raws: list[tuple[StepFolder, list[_Raw], str]] = []
     windows = summary_windows(run)
     for step in run.steps:
         use = rollup if rollup in step.instances else "all"
-        charts = _step_raw(step, use)
+        charts, note = _step_raw(step, use)
         for c in charts:
             c.window = windows.get(step.number, c.window)
-        raws.append((step, charts))
-    total = sum(c.n * (len(c.series) + 1) for _, charts in raws for c in charts)
+        raws.append((step, charts, note))
+    total = sum(c.n * (len(c.series) + 1) for _, charts, _ in raws for c in charts)
     bucket = sr.bucket_size(total, budget_points)
     s = subinterval_seconds(run)
     steps: list[StepCharts] = []
-    for step, charts in raws:
+    for step, charts, note in raws:
         out: list[dict[str, Any]] = []
         for c in charts:
             window = None if c.window is None else [c.window[0] * s, (c.window[1] + 1) * s]
@@ -261,6 +275,7 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
                 "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s)),
                 "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
                 "y2_label": c.y2_label, "window": window,
+                "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],
                 "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
                             "axis": v["axis"],
                             "values": sr.rounded(sr.downsample(v["values"], bucket, v["how"]))}
@@ -268,5 +283,5 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
         cdf = cdf_chart(step)
         if cdf is not None:
             out.insert(min(4, len(out)), cdf)
-        steps.append(StepCharts(step, out))
+        steps.append(StepCharts(step, out, note))
     return Charts(rollup, bucket, steps, total)

@@ -25,6 +25,31 @@
     };
   }
 
+  // Several instances' latency lines: show all percentiles, or one (a series' dash is the
+  // index of its percentile).
+  function percentileChoice(plot, chart) {
+    var label = document.createElement("label");
+    label.className = "note";
+    label.textContent = "show ";
+    var select = document.createElement("select");
+    ["all percentiles"].concat(chart.percentiles).forEach(function (text, i) {
+      var option = document.createElement("option");
+      option.value = String(i - 1);
+      option.textContent = text;
+      select.appendChild(option);
+    });
+    select.addEventListener("change", function () {
+      var want = Number(select.value);
+      plot.batch(function () {
+        chart.series.forEach(function (s, i) {
+          plot.setSeries(i + 1, { show: want < 0 || s.dash === want });
+        });
+      });
+    });
+    label.appendChild(select);
+    return label;
+  }
+
   function makeChart(holder, chart, width) {
     var box = document.createElement("figure");
     box.className = "chart";
@@ -55,7 +80,8 @@
       legend: { show: !many }, cursor: { drag: { x: true, y: false } },
       plugins: [windowBand(chart.window)]
     };
-    new uPlot(opts, data, box);
+    var plot = new uPlot(opts, data, box);
+    if (chart.percentiles.length) { box.insertBefore(percentileChoice(plot, chart), plot.root); }
     if (many) {
       var note = document.createElement("p");
       note.className = "note";

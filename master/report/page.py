@@ -167,6 +167,8 @@ def render(run: RunFolder, charts: Charts) -> str:
         sections.append(f"<h2>Step {sc.step.number}: {_e(sc.step.name)}</h2>")
         if not sc.charts:
             sections.append('<p class="missing">No rows in this step folder.</p>')
+        if sc.note:
+            sections.append(f'<p class="note">{_e(sc.note)}</p>')
         sections.append(f'<div class="charts" id="charts-{sid}"></div>')
         data_steps.append({"id": sid, "charts": sc.charts})
     data = {"steps": data_steps, "n_charts": sum(len(s.charts) for s in charts.steps)}

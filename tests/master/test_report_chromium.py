@@ -79,3 +79,24 @@ def test_100_instances_x_1000_subintervals_within_3_mb(tmp_path: Path) -> None:
     assert _check_page(made.path, tmp_path) == 8
     json.dumps(made.problems)  # nothing missing in a whole folder
     assert made.problems == ()
+
+
+def test_choosing_one_percentile_hides_the_others(tmp_path: Path) -> None:
+    """The page's percentile choice, driven in the browser: on the first service-time chart of
+    3 instances (12 lines), choosing p99 leaves 3 shown (uPlot marks a hidden series' legend
+    row ``u-off``)."""
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    probe = ('<script>(function () {var s = document.querySelector("figure.chart select");'
+             's.value = "1"; s.dispatchEvent(new Event("change"));'
+             'var fig = s.closest("figure");'
+             'document.documentElement.setAttribute("data-probe-off",'
+             'String(fig.querySelectorAll("tr.u-series.u-off").length));'
+             'document.documentElement.setAttribute("data-probe-rows",'
+             'String(fig.querySelectorAll("tr.u-series").length));})();</script>')
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.replace("</body>", probe + "</body>"))
+    got = load(driven, tmp_path)
+    assert got.root_attr("data-script-errors") is None
+    assert got.root_attr("data-probe-rows") == "13"  # the x row and 12 lines
+    assert got.root_attr("data-probe-off") == "9"

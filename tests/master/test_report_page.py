@@ -179,3 +179,27 @@ def test_cli(tmp_path: Path) -> None:
         proc = _cli(*args)
         assert proc.returncode == 2 and text in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_instances_beyond_the_cap_are_left_out_and_said(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    from master.report import content
+    monkeypatch.setattr(content, "MAX_INSTANCES", 2)
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    assert "3 lun instances: the first 2 (by name) are plotted" in page
+    iops = page_data(page)["steps"][0]["charts"][0]
+    assert [s["label"] for s in iops["series"]] == ["localhost:/dev/lun000",
+                                                    "localhost:/dev/lun001"]
+
+
+def test_latency_charts_of_several_instances_offer_one_percentile(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=2, steps=("one",)))
+    charts = page_data(build_report(folder).path.read_text())["steps"][0]["charts"]
+    assert [c["percentiles"] for c in charts[:4]] == [
+        [], [], ["p50", "p99", "p99.9", "max"], ["p50", "p99", "p99.9", "max"]]
+    assert [s["dash"] for s in charts[2]["series"]] == [0, 1, 2, 3] * 2
+    one = generate(tmp_path / "one", GenSpec(instances=1, steps=("one",)))
+    charts = page_data(build_report(one).path.read_text())["steps"][0]["charts"]
+    assert charts[2]["percentiles"] == []  # one instance: four lines, no need to choose
