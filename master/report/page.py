@@ -22,6 +22,8 @@ from protocol.version import __version__
 
 #: At most this many events are shown (the rest are counted; events.csv holds them all).
 MAX_EVENTS = 1000
+#: Tables longer than this are folded (``<details>``) until clicked.
+FOLD_ROWS = 12
 SUMMARY_METRICS = ("IOPS", "MB_per_s", *(f"{k}_{p}_ms" for k, _ in KINDS
                                         for p, _ in PERCENTILES))
 HOST_COLUMNS = ("host", "hostname", "transport", "kernel", "python_version", "numpy_version",
@@ -66,7 +68,15 @@ def _picked(table: Table | None, columns: Sequence[str], what: str,
     cols = [c for c in columns if table.has(c)]
     rows = [r for r in table.dicts()
             if all(r.get(k) == v for k, v in (keep or {}).items())]
-    return _table(cols, ([r[c] for c in cols] for r in rows))
+    return _folded(f"{len(rows)} rows", _table(cols, ([r[c] for c in cols] for r in rows)),
+                   len(rows))
+
+
+def _folded(what: str, body: str, n_rows: int) -> str:
+    """A long table folded away (a click shows it), so that the charts stay near the top."""
+    if n_rows <= FOLD_ROWS:
+        return body
+    return f"<details><summary>{_e(what)} (click to show)</summary>{body}</details>"
 
 
 def _verdict(run: RunFolder) -> str:
@@ -132,7 +142,9 @@ def _events(run: RunFolder) -> str:
                         "message") if run.events.has(c)]
     rows = run.events.dicts()
     more = len(rows) - MAX_EVENTS
-    text = _table(cols, ([r[c] for c in cols] for r in rows[:MAX_EVENTS]))
+    shown = rows[:MAX_EVENTS]
+    text = _folded(f"{len(shown)} events", _table(cols, ([r[c] for c in cols] for r in shown)),
+                   len(shown))
     if more > 0:
         text += f'<p class="note">{more} more events in events.csv.</p>'
     return text
