@@ -5,6 +5,7 @@ Chromium with its charts drawn, no script error and no request."""
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 
 from tests.master.chromium import CHROMIUM, load
@@ -80,3 +81,24 @@ def test_ctrl_c_still_writes_the_report(tmp_path: Path) -> None:
     assert len(step["charts"][0]["x"]) >= 3
     if CHROMIUM is not None:
         _check_page(folder / "report.html", tmp_path)
+
+
+def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port no one listens on: the SSH host is refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="unreach", seconds=3).replace(
+        "hosts: [localhost]",
+        f"hosts: [localhost, {{name: far, address: 127.0.0.1, port: {port}, user: root}}]"))
+    proc = start_run(cfg, tmp_path)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    folder = run_folder(tmp_path, "unreach")
+    page = (folder / "report.html").read_text()
+    assert "failed, exit 3" in page and "far" in page
+    assert page.count("<td>did not run</td>") == 2 and page_data(page)["steps"] == []
+    if CHROMIUM is not None:
+        assert _check_page(folder / "report.html", tmp_path) == 0
