@@ -61,7 +61,8 @@ class _Raw:
     title: str
     y_label: str
     n: int  # subintervals on its axis
-    series: list[dict[str, Any]] = field(default_factory=list)  # "values": full arrays
+    bucket: int  # subintervals per point
+    series: list[dict[str, Any]] = field(default_factory=list)  # "values": downsampled
     y2_label: str = ""
     window: tuple[int, int] | None = None  # first and last measurement subinterval
     #: a latency chart of several instances: the page offers to show one percentile at a time
@@ -70,8 +71,8 @@ class _Raw:
 
     def add(self, label: str, values: sr.FloatArray, how: sr.Reduce = "mean", *,
             group: int = 0, dash: int = 0, axis: str = "y") -> None:
-        self.series.append({"label": label, "values": values, "how": how, "group": group,
-                            "dash": dash, "axis": axis})
+        self.series.append({"label": label, "values": sr.downsample(values, self.bucket, how),
+                            "group": group, "dash": dash, "axis": axis})
 
 
 def _by(table: Table, key: str) -> dict[str, list[int]]:
@@ -88,48 +89,50 @@ def _window(table: Table) -> tuple[int, int] | None:
     return (min(ks), max(ks)) if ks else None
 
 
-def _instance_charts(step: StepFolder, rollup: str) -> tuple[list[_Raw], str]:
+def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
+                     window: tuple[int, int] | None) -> tuple[list[_Raw], str]:
     """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` (the
-    first ``MAX_INSTANCES`` by file name), and a note when some were left out."""
-    tables: list[tuple[str, Table]] = []
+    first ``MAX_INSTANCES`` by file name) on an axis of ``n`` subintervals, and a note when
+    some were left out. One instance file is read at a time and kept only downsampled."""
     names = step.instances.get(rollup, [])
     note = ""
     if len(names) > MAX_INSTANCES:
         note = (f"{len(names):,} {rollup} instances: the first {MAX_INSTANCES} (by name) are "
                 "plotted; ivypy report --rollup TYPE plots another rollup type.")
-    for name in names[:MAX_INSTANCES]:
-        t = read_table(step.instance_path(rollup, name), INSTANCE_READ)
-        if t is not None and t.rows:
-            label = t.column("rollup_instance")[0] or name
-            tables.append((label, t))
-    if not tables:
+    names = names[:MAX_INSTANCES]
+    if not names or n == 0:
         return [], note
-    n = max(int(np.nanmax(t.floats("subinterval"))) + 1 for _, t in tables)
-    window = _window(tables[0][1])
-    where = f"{rollup} instances" if len(tables) > 1 else f"{rollup} {tables[0][0]}"
-    iops = _Raw(f"IOPS ({where})", "IOPS", n, window=window)
-    mbs = _Raw(f"MB/s ({where})", "MB/s", n, window=window)
-    lat = [_Raw(f"{title} ({where})", "ms", n, window=window,
-                percentiles=len(tables) > 1) for _, title in KINDS]
-    for g, (label, t) in enumerate(tables):
+    alone = len(names) == 1  # one instance: a colour per percentile
+    iops = _Raw("IOPS", "IOPS", n, bucket, window=window)
+    mbs = _Raw("MB/s", "MB/s", n, bucket, window=window)
+    lat = [_Raw(title, "ms", n, bucket, window=window, percentiles=not alone)
+           for _, title in KINDS]
+    for g, name in enumerate(names):
+        t = read_table(step.instance_path(rollup, name), INSTANCE_READ)
+        if t is None or not t.rows:
+            continue
+        label = t.column("rollup_instance")[0] or name
         k = t.floats("subinterval")
         iops.add(label, sr.on_axis(k, t.floats("IOPS"), n), group=g)
         mbs.add(label, sr.on_axis(k, t.floats("MB_per_s"), n), group=g)
         for chart, (kind, _) in zip(lat, KINDS, strict=True):
             for dash, (pct, pct_label) in enumerate(PERCENTILES):
-                alone = len(tables) == 1  # one instance: a colour per percentile
                 chart.add(pct_label if alone else f"{label} {pct_label}",
                           sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
                           "max" if pct == "max" else "mean", group=dash if alone else g,
                           dash=dash)
-    return [iops, mbs, *lat], note
+    charts = [c for c in (iops, mbs, *lat) if c.series]
+    where = f"{rollup} {iops.series[0]['label']}" if alone and charts else f"{rollup} instances"
+    for c in charts:
+        c.title = f"{c.title} ({where})"
+    return charts, note
 
 
-def _dfc_chart(table: Table, n: int) -> _Raw | None:
+def _dfc_chart(table: Table, n: int, bucket: int) -> _Raw | None:
     if not table.rows:
         return None
     metric = table.column("metric")[0]
-    chart = _Raw(f"DFC: {metric} against its target, and the IOPS set", metric, n,
+    chart = _Raw(f"DFC: {metric} against its target, and the IOPS set", metric, n, bucket,
                  y2_label="IOPS in force", window=_window(table))
     for g, (inst, rows) in enumerate(_by(table, "instance").items()):
         k = table.floats("subinterval")[rows]
@@ -141,18 +144,23 @@ def _dfc_chart(table: Table, n: int) -> _Raw | None:
     return chart
 
 
-def _measure_chart(table: Table, n: int) -> _Raw | None:
-    if not table.rows:
-        return None
-    chart = _Raw("Measure: each criterion's value against its limit", "value", n)
+def _criteria(table: Table) -> dict[str, list[int]]:
+    """measure.csv's rows per criterion of an instance, in first-seen order."""
     keys = [f"{i} {c} ({m})" for i, c, m in zip(table.column("instance"),
                                                  table.column("criterion"),
                                                  table.column("metric"), strict=True)]
     groups: dict[str, list[int]] = defaultdict(list)
     for row, key in enumerate(keys):
         groups[key].append(row)
+    return groups
+
+
+def _measure_chart(table: Table, n: int, bucket: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    chart = _Raw("Measure: each criterion's value against its limit", "value", n, bucket)
     limits = table.column("limit")
-    for g, (key, rows) in enumerate(groups.items()):
+    for g, (key, rows) in enumerate(_criteria(table).items()):
         k = table.floats("subinterval")[rows]
         chart.add(key, sr.on_axis(k, table.floats("value")[rows], n), group=g)
         limit = leading_number(limits[rows[0]])
@@ -162,10 +170,10 @@ def _measure_chart(table: Table, n: int) -> _Raw | None:
     return chart
 
 
-def _cpu_chart(table: Table, n: int) -> _Raw | None:
+def _cpu_chart(table: Table, n: int, bucket: int) -> _Raw | None:
     if not table.rows:
         return None
-    chart = _Raw("CPU busy per host", "% busy", n, window=_window(table))
+    chart = _Raw("CPU busy per host", "% busy", n, bucket, window=_window(table))
     for g, (host, rows) in enumerate(_by(table, "host").items()):
         k = table.floats("subinterval")[rows]
         chart.add(host, sr.on_axis(k, table.floats("busy_pct")[rows], n), group=g)
@@ -182,17 +190,45 @@ def _axis_length(*tables: Table | None) -> int:
     return n
 
 
-def _step_raw(step: StepFolder, rollup: str) -> tuple[list[_Raw], str]:
-    charts, note = _instance_charts(step, rollup)
+@dataclass
+class _StepPlan:
+    """A step's files read before any chart is made: the axis, the tables of its side charts
+    and how many series its charts will hold (for the page-wide bucket size)."""
+
+    step: StepFolder
+    rollup: str
+    n: int
+    window: tuple[int, int] | None
+    side: list[tuple[Table | None, Any]]
+    n_series: int
+    n_charts: int
+
+
+def _plan(step: StepFolder, rollup: str) -> _StepPlan:
+    axis = read_table(step.instance_path("all", "all"), ("subinterval", "phase"))
+    if axis is None or not axis.rows:  # no all.csv: the first instance file gives the axis
+        first = step.instances.get(rollup, [])[:1]
+        axis = read_table(step.instance_path(rollup, first[0]), ("subinterval", "phase")
+                          ) if first else None
     dfc = read_table(step.path / "dfc.csv")
     measure = read_table(step.path / "measure.csv")
     cpu = read_table(step.path / "cpu.csv")
-    n = max([c.n for c in charts] + [_axis_length(dfc, measure, cpu)])
-    window = charts[0].window if charts else None
-    for table, make in ((dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)):
-        chart = make(table, n) if table is not None else None
+    n_inst = min(len(step.instances.get(rollup, [])), MAX_INSTANCES)
+    n_series = (10 * n_inst + (3 * len(_by(dfc, "instance")) if dfc else 0)
+                + (2 * len(_criteria(measure)) if measure else 0)
+                + (len(_by(cpu, "host")) if cpu else 0))
+    return _StepPlan(step, rollup, _axis_length(axis, dfc, measure, cpu),
+                     _window(axis) if axis is not None else None,
+                     [(dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)],
+                     n_series, 4 + 3)
+
+
+def _step_charts(plan: _StepPlan, bucket: int) -> tuple[list[_Raw], str]:
+    charts, note = _instance_charts(plan.step, plan.rollup, plan.n, bucket, plan.window)
+    for table, make in plan.side:
+        chart = make(table, plan.n, bucket) if table is not None else None
         if chart is not None:
-            chart.window = chart.window or window
+            chart.window = chart.window or plan.window
             charts.append(chart)
     return charts, note
 
@@ -254,31 +290,28 @@ def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
 
 def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
     """Every step's charts for ``rollup`` (a step without it shows ``all``), downsampled by
-    one bucket size so that they hold at most about ``budget_points`` numbers."""
-    raws: list[tuple[StepFolder, list[_Raw], str]] = []
-    windows = summary_windows(run)
-    for step in run.steps:
-        use = rollup if rollup in step.instances else "all"
-        charts, note = _step_raw(step, use)
-        for c in charts:
-            c.window = windows.get(step.number, c.window)
-        raws.append((step, charts, note))
-    total = sum(c.n * (len(c.series) + 1) for _, charts, _ in raws for c in charts)
+    one bucket size so that they hold at most about ``budget_points`` numbers. The bucket size
+    is known before any instance file is read, so a long run is held only downsampled."""
+    plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
+    total = sum(p.n * (p.n_series + p.n_charts) for p in plans)
     bucket = sr.bucket_size(total, budget_points)
+    windows = summary_windows(run)
     s = subinterval_seconds(run)
     steps: list[StepCharts] = []
-    for step, charts, note in raws:
+    for plan in plans:
+        step = plan.step
+        charts, note = _step_charts(plan, bucket)
         out: list[dict[str, Any]] = []
         for c in charts:
-            window = None if c.window is None else [c.window[0] * s, (c.window[1] + 1) * s]
+            win = windows.get(step.number, c.window)
+            window = None if win is None else [win[0] * s, (win[1] + 1) * s]
             out.append({
                 "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s)),
                 "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
                 "y2_label": c.y2_label, "window": window,
                 "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],
                 "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
-                            "axis": v["axis"],
-                            "values": sr.rounded(sr.downsample(v["values"], bucket, v["how"]))}
+                            "axis": v["axis"], "values": sr.rounded(v["values"])}
                            for v in c.series]})
         cdf = cdf_chart(step)
         if cdf is not None:
