@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +191,11 @@ def _axis_length(*tables: Table | None) -> int:
     return n
 
 
+_SideChart = Callable[[Table, int, int], "_Raw | None"]
+#: Time charts a step shows at most: IOPS, MB/s, service, response time, DFC, measure, CPU.
+_TIME_CHARTS = 7
+
+
 @dataclass
 class _StepPlan:
     """A step's files read before any chart is made: the axis, the tables of its side charts
@@ -199,9 +205,8 @@ class _StepPlan:
     rollup: str
     n: int
     window: tuple[int, int] | None
-    side: list[tuple[Table | None, Any]]
+    side: list[tuple[Table | None, _SideChart]]
     n_series: int
-    n_charts: int
 
 
 def _plan(step: StepFolder, rollup: str) -> _StepPlan:
@@ -220,7 +225,7 @@ def _plan(step: StepFolder, rollup: str) -> _StepPlan:
     return _StepPlan(step, rollup, _axis_length(axis, dfc, measure, cpu),
                      _window(axis) if axis is not None else None,
                      [(dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)],
-                     n_series, 4 + 3)
+                     n_series)
 
 
 def _step_charts(plan: _StepPlan, bucket: int) -> tuple[list[_Raw], str]:
@@ -293,7 +298,7 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
     one bucket size so that they hold at most about ``budget_points`` numbers. The bucket size
     is known before any instance file is read, so a long run is held only downsampled."""
     plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
-    total = sum(p.n * (p.n_series + p.n_charts) for p in plans)
+    total = sum(p.n * (p.n_series + _TIME_CHARTS) for p in plans)  # a chart's x: one more
     bucket = sr.bucket_size(total, budget_points)
     windows = summary_windows(run)
     s = subinterval_seconds(run)
