@@ -203,3 +203,13 @@ def test_latency_charts_of_several_instances_offer_one_percentile(tmp_path: Path
     one = generate(tmp_path / "one", GenSpec(instances=1, steps=("one",)))
     charts = page_data(build_report(one).path.read_text())["steps"][0]["charts"]
     assert charts[2]["percentiles"] == []  # one instance: four lines, no need to choose
+
+
+def test_report_does_not_load_the_run_loop(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    code = ("import sys\nfrom master import cli\n"
+            f"assert cli.main(['report', {str(folder)!r}]) == 0\n"
+            "print('asyncssh' in sys.modules, 'master.run' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr
