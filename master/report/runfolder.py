@@ -27,6 +27,8 @@ import numpy.typing as npt
 from protocol.errors import IvyError
 
 _STEP_DIR = re.compile(r"^step(\d{4})-(.+)$")
+#: A step folder a resume set aside (``master.runstate.set_aside_incomplete_steps``).
+_SET_ASIDE = re.compile(r"\.incomplete(-\d+)?$")
 #: Files and folders of which any one marks a run folder (``master.output``'s layout).
 RUN_MARKERS = ("state.json", "test.yaml", "resolved.json", "events.csv", "summary.csv")
 #: Folders in a step folder that are not rollup types.
@@ -179,11 +181,16 @@ class RunFolder:
         return self.path.parent.name
 
 
-def _step_folders(path: Path) -> list[StepFolder]:
+def _step_folders(path: Path) -> tuple[list[StepFolder], list[str]]:
+    """The step folders, and the names of those a resume set aside (not shown)."""
     steps: list[StepFolder] = []
+    aside: list[str] = []
     for d in sorted(path.iterdir()):
         m = _STEP_DIR.match(d.name)
         if not m or not d.is_dir():
+            continue
+        if _SET_ASIDE.search(d.name):
+            aside.append(d.name)
             continue
         instances: dict[str, list[str]] = {}
         for sub in sorted(d.iterdir()):
@@ -191,7 +198,7 @@ def _step_folders(path: Path) -> list[StepFolder]:
                 instances[sub.name] = sorted(
                     f.stem for f in sub.iterdir() if f.suffix == ".csv" and f.stem != "summary")
         steps.append(StepFolder(int(m.group(1)), m.group(2), d, instances))
-    return steps
+    return steps, aside
 
 
 def open_run_folder(path: Path) -> RunFolder:
@@ -200,12 +207,15 @@ def open_run_folder(path: Path) -> RunFolder:
     if not path.is_dir():
         raise ReportError(f"{path}: not a run folder (no such directory)")
     try:
-        steps = _step_folders(path)
+        steps, aside = _step_folders(path)
     except OSError as exc:
         raise ReportError(f"{path}: cannot read the folder: {exc.strerror or exc}") from exc
     if not steps and not any((path / name).exists() for name in RUN_MARKERS):
+        runs = [d.name for d in sorted(path.iterdir())
+                if d.is_dir() and (d / "state.json").exists()]
+        hint = f"; it holds run folders, such as {runs[-1]}" if runs else ""
         raise ReportError(f"{path}: not a run folder (no state.json, test.yaml, summary.csv "
-                          "or step folders)")
+                          f"or step folders){hint}")
     run = RunFolder(
         path=path, state=read_json(path / "state.json"),
         resolved=read_json(path / "resolved.json"), hosts=read_table(path / "hosts.csv"),
@@ -219,6 +229,7 @@ def open_run_folder(path: Path) -> RunFolder:
                         ("summary.csv", run.summary)):
         if value is None:
             run.problems.append(f"{name} is missing or unreadable")
+    run.problems += [f"{name}: set aside by a resume (not shown)" for name in aside]
     done = {s.number for s in steps}
     for number, name in enumerate(run.planned_steps):
         if number not in done:

@@ -213,3 +213,20 @@ def test_report_does_not_load_the_run_loop(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr
+
+
+def test_a_resumed_runs_set_aside_step_is_not_shown(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one", "two")))
+    (folder / "step0001-two").rename(folder / "step0001-two.incomplete")
+    generate(tmp_path / "again", GenSpec(steps=("one", "two")))
+    (tmp_path / "again" / "step0001-two").rename(folder / "step0001-two")
+    made = build_report(folder)
+    assert "step0001-two.incomplete: set aside by a resume (not shown)" in made.problems
+    assert [s["id"] for s in page_data(made.path.read_text())["steps"]] == [
+        "step0000", "step0001"]
+
+
+def test_a_test_folder_names_a_run_folder_in_it(tmp_path: Path) -> None:
+    generate(tmp_path / "quick" / "20260101-000000")
+    with pytest.raises(ReportError, match="it holds run folders, such as 20260101-000000"):
+        build_report(tmp_path / "quick")
