@@ -102,3 +102,45 @@ def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> 
     assert page.count("<td>did not run</td>") == 2 and page_data(page)["steps"] == []
     if CHROMIUM is not None:
         assert _check_page(folder / "report.html", tmp_path) == 0
+
+
+TWO_HOSTS = """\
+test: twohosts
+subinterval_seconds: 1
+hosts:
+  - localhost
+  - {name: h2, transport: local}
+luns:
+  - {hosts: localhost, file: "${output_root}/two-a", size: 32MiB, create: true, allow_write: true}
+  - {hosts: h2, file: "${output_root}/two-b", size: 32MiB, create: true, allow_write: true}
+rollups: [host, lun]
+steps:
+  - name: paced
+    workloads:
+      - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 1000}
+    warmup_seconds: 1
+    measure_seconds: 3
+"""
+
+
+def test_two_hosts_plot_the_host_rollup(tmp_path: Path) -> None:
+    """Two slaves on this machine (local transport, each its own file LUN): the report plots
+    the host rollup by default, a line per host, and CPU busy per host."""
+    proc = start_run(write_config(tmp_path, TWO_HOSTS), tmp_path)
+    try:
+        _, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    folder = run_folder(tmp_path, "twohosts")
+    page = (folder / "report.html").read_text()
+    assert "<dt>Rollup plotted</dt><dd>host</dd>" in page
+    (step,) = page_data(page)["steps"]
+    iops, _, service, *_ = step["charts"]
+    assert iops["title"] == "IOPS (host instances)"
+    assert [s["label"] for s in iops["series"]] == ["h2", "localhost"]
+    assert service["percentiles"] == ["p50", "p99", "p99.9", "max"]
+    cpu = next(c for c in step["charts"] if c["title"].startswith("CPU"))
+    assert sorted(s["label"] for s in cpu["series"]) == ["h2", "localhost"]
+    if CHROMIUM is not None:
+        assert _check_page(folder / "report.html", tmp_path) == 6
