@@ -418,7 +418,8 @@ DFC = Section(
 GAINS = Section(
     "steps[].dfc.gains",
     "Fixed DFC gains",
-    "PID gains on `ln(IOPS)` against `ln(target / measured)`; not all 0.",
+    "PID gains on `ln(IOPS)` against `ln(target / measured)`, fixed for the step. Given "
+    "`gains`, a gain left out takes the default shown; not all three may be 0.",
     (
         _k("kp", f"number, 0 to {format_number(MAX_DFC_GAIN)}", "0", "Proportional gain."),
         _k("ki", f"number, 0 to {format_number(MAX_DFC_GAIN)}", "0.5", "Integral gain."),
