@@ -6,7 +6,8 @@ sweeps, ``iops_curve:`` points, workloads in force per step). Small pure helpers
 value (``LunExtent.to_bytes``, ``AttributeMatch.matches``) live next to it. This module must not
 parse YAML or touch hosts.
 
-The YAML keys (the interface) and the field each one becomes are listed in the docstrings below.
+The YAML keys (the interface) and the field each one becomes are listed in the docstrings below;
+for users, ``docs/config.md`` lists them from ``master.config.keys``.
 Every number has a finite range (the bounds and their reasons: ``master.config.limits``); a value
 outside it, infinite or NaN is an error naming its key path.
 """
