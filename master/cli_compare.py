@@ -30,8 +30,8 @@ DEFAULT_METRICS = ("IOPS", "MB_per_s", "service_time_p50_ms", "service_time_p99_
 _EPILOG = """\
 EXPR is METRIC OP LIMIT with OP one of < <= > >=. LIMIT is a signed change in percent of
 the base value, or an absolute value in the metric's unit, held against the NEW value:
-  "IOPS < -10%"                 new IOPS more than 10 %% below the base's
-  "service_time_p99_ms > +5%"   new p99 more than 5 %% above the base's
+  "IOPS < -10%"                 new IOPS more than 10 % below the base's
+  "service_time_p99_ms > +5%"   new p99 more than 5 % above the base's
   "service_time_p99_ms > 2"     new p99 above 2 ms, whatever the base's
 Steps are matched by name and rollup instances by name. Exit 0: no condition holds;
 1: one holds (each named on stderr: metric, step, instance); 2: wrong arguments, or the
@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
         help="compare two runs' summaries; fail on conditions (a CI gate)",
         description=(
             "Set two run folders' summary.csv side by side: for each step and rollup instance "
-            "in both, each metric's base value, new value and change (absolute and %%)."),
+            "in both, each metric's base value, new value and change (absolute and %)."),
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("base_run", type=Path, metavar="BASE_RUN", help="the run folder to compare "

@@ -32,6 +32,9 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
 _OP_TOKEN = re.compile(r"<=|>=|==|!=|=<|=>|<|>|=")
 _METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: Decimals a relative change is rounded to before it is compared: summary.csv values carry
+#: six significant digits, far coarser than this, and float noise far finer.
+PCT_DIGITS = 9
 _EXAMPLE = "write METRIC OP LIMIT, e.g. 'IOPS < -10%' or 'service_time_p99_ms > 2'"
 
 
@@ -89,12 +92,13 @@ def parse_fail_if(text: str) -> FailIf:
 
 
 def relative_change_pct(base: float, new: float) -> float:
-    """``100 (new - base) / base``; over a base of 0, 0 when ``new`` is 0 too, else infinite
-    with the sign of ``new``. A negative base (a change of a signed metric) divides by its
-    size, so that a rise is always positive."""
+    """``100 (new - base) / base``, rounded to ``PCT_DIGITS`` decimals so that a change of
+    exactly a limit is that limit (0.5 to 0.55 is +10 %, not +10.000000000000009 %); over a
+    base of 0, 0 when ``new`` is 0 too, else infinite with the sign of ``new``. A negative
+    base divides by its size, so that a rise is always positive."""
     if base == 0:
         return 0.0 if new == 0 else math.copysign(math.inf, new)
-    return 100.0 * (new - base) / abs(base)
+    return round(100.0 * (new - base) / abs(base), PCT_DIGITS)
 
 
 def evaluate(cond: FailIf, base: float | None, new: float | None) -> bool | None:

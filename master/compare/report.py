@@ -24,14 +24,14 @@ FORMATS = ("text", "csv", "json")
 
 
 def _num(value: float | None, signed: bool = False) -> str:
-    """A number for people: six significant digits, whole numbers with thousands commas from
-    100,000 up; ``-`` for a missing one."""
+    """A number for people: six significant digits, thousands commas, whole numbers from
+    1,000,000 up (no exponent); ``-`` for a missing one."""
     if value is None:
         return "-"
     sign = "+" if signed else ""
-    if abs(value) >= 1e5:
+    if abs(value) >= 999_999.5:
         return f"{value:{sign},.0f}"
-    return f"{value:{sign}.6g}"
+    return f"{value:{sign},.6g}"
 
 
 def _pct(value: float | None) -> str:
