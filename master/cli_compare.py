@@ -46,7 +46,10 @@ def _fail_if(text: str) -> FailIf:
 
 
 def _metric_list(text: str) -> list[str]:
-    return [m.strip() for m in text.split(",") if m.strip()]
+    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    if not metrics:
+        raise argparse.ArgumentTypeError(f"no metric named in {text!r}")
+    return metrics
 
 
 def register(subparsers: Any) -> None:

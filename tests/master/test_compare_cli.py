@@ -78,6 +78,7 @@ def test_exit_codes_of_conditions(capsys: pytest.CaptureFixture[str], runs: tupl
     (["--format", "xml"], "invalid choice: 'xml'"),
     (["--rollup", "lun"], "neither run has rollup type 'lun' (they have: all, host)"),
     (["--metric", "IOPs"], "the base run has no metric 'IOPs'"),
+    (["--metric", " , "], "no metric named in ' , '"),
     (["--metric", "invalid_reason"], "the base run has no metric 'invalid_reason'"),
     (["--fail-if", "p99 > 2"], "the base run has no metric 'p99'"),
 ])
@@ -171,3 +172,12 @@ def test_help_explains_expressions() -> None:
     assert '"IOPS < -10%"                 new IOPS more than 10 % below the base\'s' in proc.stdout
     assert "above 2 ms, whatever the base's" in proc.stdout
     assert "2: wrong arguments" in proc.stdout
+
+
+def test_compare_does_not_load_the_run_loop() -> None:
+    code = ("import sys\nfrom master import cli\ntry:\n    cli.main(['compare', '--help'])"
+            "\nexcept SystemExit:\n    pass\nprint('asyncssh' in sys.modules, "
+            "'master.run' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr
