@@ -61,10 +61,12 @@ def summary_path(run: Path) -> Path:
 
 
 def _number(text: str) -> float | None:
-    """A cell as a number, None when empty; ValueError when it is not one."""
+    """A cell as a number, None when empty (or NaN); ValueError when it is not a finite one."""
     if not text.strip():
         return None
     value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"not finite: {text!r}")
     return None if math.isnan(value) else value
 
 

@@ -56,6 +56,18 @@ def test_a_text_column_is_not_a_metric() -> None:
         check_metrics(run, run, ["service_time_p99_ms"])
 
 
+@pytest.mark.parametrize("cell, value", [("", None), (" ", None), ("nan", None), ("1e3", 1000.0),
+                                         ("-0.5", -0.5)])
+def test_cells(cell: str, value: float | None) -> None:
+    assert summary(f"0,s,all,all,1,{cell},1,true,,").rows[0].values["IOPS"] == value
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf", "1,000", "x"])
+def test_a_cell_that_is_not_a_finite_number_makes_a_text_column(cell: str) -> None:
+    run = summary(f'0,s,all,all,1,"{cell}",1,true,,')
+    assert "IOPS" not in run.metrics and run.text_columns == {"IOPS": 2}
+
+
 def test_quoted_cells_and_line_numbers() -> None:
     run = summary('0,s,all,all,1,5,1,false,"two\nlines, quoted",', "1,t,all,all,1,5,1,true,,")
     assert run.rows[0].invalid_reason == "two\nlines, quoted"
