@@ -42,6 +42,10 @@ def _valid(value: bool | None) -> str:
     return "?" if value is None else "yes" if value else "NO"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _where(row: ComparedRow) -> str:
     p = row.pair
     return f"step {p.step_name}, {p.rollup_type} {p.rollup_instance}"
@@ -96,15 +100,15 @@ def write_text(cmp: Comparison, base_run: Path, new_run: Path) -> str:
     for row in cmp.rows:
         for role, side in (("base", row.pair.base), ("new", row.pair.new)):
             if side.valid is False:
-                out.append(f"invalid in the {role} run: {_where(row)}: "
-                           f"{side.invalid_reason or 'no reason given'}")
+                reason = " ".join(side.invalid_reason.splitlines()) or "no reason given"
+                out.append(f"invalid in the {role} run: {_where(row)}: {reason}")
     for role, only in (("base", cmp.matching.only_in_base), ("new", cmp.matching.only_in_new)):
         out += [f"only in the {role} run: {text}" for text in only]
     out += [failure_line(row, cond) for row, cond in cmp.failures]
     out += [untold_line(row, cond) for row, cond in cmp.untold]
     if cmp.conditions and not cmp.failures:
-        out.append(f"ok: no --fail-if condition holds ({len(cmp.conditions)} conditions over "
-                   f"{len(cmp.rows)} {kind} instances)")
+        out.append(f"ok: no --fail-if condition holds ({_count(len(cmp.conditions), 'condition')}"
+                   f" over {_count(len(cmp.rows), kind + ' instance')})")
     return "\n".join(out).rstrip("\n") + "\n"
 
 

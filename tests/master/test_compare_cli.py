@@ -120,6 +120,9 @@ def test_text_table(capsys: pytest.CaptureFixture[str], runs: tuple[Path, Path])
     assert ("invalid in the new run: step rand, all all: IOPS 50 % below its setting"
             in lines)
     assert "only in the new run: step extra" in lines
+    status, out, _ = compare(capsys, str(runs[0]), str(runs[1]), "--fail-if", "IOPS < -60%")
+    assert status == 0 and out.splitlines()[-1] == (
+        "ok: no --fail-if condition holds (1 condition over 2 all instances)")
 
 
 def test_csv_and_json(capsys: pytest.CaptureFixture[str], runs: tuple[Path, Path]) -> None:
