@@ -184,3 +184,11 @@ def test_compare_does_not_load_the_run_loop() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr
+
+
+def test_invalid_reason_on_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    base = folder(tmp_path, "b", ["0,s,all,all,1,1,1,1,1,true,"])
+    new = folder(tmp_path, "n", ['0,s,all,all,1,1,1,1,1,false,"measure timed out\nafter 60 s"'])
+    status, out, _ = compare(capsys, str(base), str(new))
+    assert status == 0
+    assert "invalid in the new run: step s, all all: measure timed out after 60 s" in out
