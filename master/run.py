@@ -4,8 +4,9 @@ Owns the order of things: create the run folder, start every host's slave (concu
 measure clocks, discover and select LUNs, then per step create/edit/delete workloads (preflight
 happens there, before any I/O of the step), start all hosts on one common boundary, gather each
 subinterval's results within the deadline, roll up, write rows, grant the next subinterval, and
-finally summarise the measurement period. Failures stop every slave and keep every row written
-so far. It does not compute metrics (``master.rollup``), format files (``master.output``) or
+finally summarise the measurement period (``master.stepcontrol`` gives the verdict,
+``master.verdicts`` words why a step ended early). Failures stop every slave and keep every row
+written so far; the failed step still gets its summary rows, invalid, saying what ended it. It does not compute metrics (``master.rollup``), format files (``master.output``) or
 speak bytes (``master.hostsession``).
 
 Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host failure,
@@ -739,7 +740,13 @@ class Run:
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             finally:
                 self.step_state = None
-            await self._wait_stopped()
+            try:
+                await self._wait_stopped()
+            except HostError as exc:
+                self._summarise_failed(st, ended_early(
+                    "host", last_recorded, control.phase_of(max(last_recorded, 0)),
+                    _failure_text(exc), after=True))
+                raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             window, reason, extra = control.verdict(last_recorded)
             ended = ("interrupt" if self.interrupted.is_set()
                      else "stop" if st.forced_last is not None else "")

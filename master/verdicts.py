@@ -100,14 +100,16 @@ ENDINGS = {"stop": "stopped by ivypy stop", "interrupt": "interrupted",
            "host": "failed"}
 
 
-def ended_early(cause: str, subinterval: int, phase: str, detail: str = "") -> str:
+def ended_early(cause: str, subinterval: int, phase: str, detail: str = "", *,
+                after: bool = False) -> str:
     """``stopped by ivypy stop after subinterval 2 (warmup)``; a failure names the
-    subinterval it happened in: ``failed in subinterval 3 (warmup): <detail>``. Before the
-    first subinterval: ``... before subinterval 0``."""
+    subinterval it happened in: ``failed in subinterval 3 (warmup): <detail>`` (``after``:
+    once that subinterval was recorded, ``failed after subinterval 3 ...``). Before the first
+    subinterval: ``... before subinterval 0``."""
     what = ENDINGS[cause]
     if subinterval < 0:
         where = "before subinterval 0"
-    elif cause == "host":
+    elif cause == "host" and not after:
         where = f"in subinterval {subinterval} ({phase})"
     else:
         where = f"after subinterval {subinterval} ({phase})"

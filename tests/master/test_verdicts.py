@@ -80,6 +80,14 @@ def test_ended_early(cause: str, k: int, phase: str, detail: str, text: str) -> 
     assert ended_early(cause, k, phase, detail) == text
 
 
+def test_a_failure_after_the_last_subinterval() -> None:
+    """A host that does not confirm the end of the step failed once its last subinterval
+    was recorded."""
+    assert ended_early("host", 9, "cooldown", "host h2: did not confirm the end of the step",
+                       after=True) == ("failed after subinterval 9 (cooldown): host h2: did "
+                                       "not confirm the end of the step")
+
+
 def _moves(values: list[tuple[float, float, bool]], first: int = 0) -> list[DfcReading]:
     """(measured, new_iops, saturated) per subinterval from ``first``."""
     return [DfcReading(first + i, m, n, s, False) for i, (m, n, s) in enumerate(values)]
