@@ -6,8 +6,9 @@ happens there, before any I/O of the step), start all hosts on one common bounda
 subinterval's results within the deadline, roll up, write rows, grant the next subinterval, and
 finally summarise the measurement period (``master.stepcontrol`` gives the verdict,
 ``master.verdicts`` words why a step ended early). Failures stop every slave and keep every row
-written so far; the failed step still gets its summary rows, invalid, saying what ended it. It does not compute metrics (``master.rollup``), format files (``master.output``) or
-speak bytes (``master.hostsession``).
+written so far; the failed step still gets its summary rows, invalid, saying what ended it.
+It does not compute metrics (``master.rollup``), format files (``master.output``) or speak
+bytes (``master.hostsession``).
 
 Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host failure,
 130 interrupted.
