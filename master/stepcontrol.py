@@ -72,9 +72,10 @@ class StepControl:
         self.fixed = step.measure_time.subintervals if step.measure_time else None
         self.measure = step.measure
         self.dfc = step.dfc
-        self.meas_start: int | None = self.warm if self.measure is None and not self.dfc else None
-        if self.measure is None and self.dfc is not None:
-            self.meas_start = self.warm  # DFC without measure: fixed phases as configured
+        # the measurement starts after the fixed warmup, but with DFC and measure together
+        # once the controller has settled (or at the settle deadline): ``after`` decides
+        self.meas_start: int | None = (
+            None if self.measure is not None and self.dfc is not None else self.warm)
         self.meas_end: int | None = None  # last measurement subinterval, once known
         self.last: int | None = None
         self.timeout = step.measure.timeout.subintervals if step.measure else None
