@@ -85,7 +85,7 @@ def shortfall_reason(shortfalls: Sequence[Shortfall], tolerance_pct: float, roll
                       f"{_iops(s.set_iops)} IOPS ({s.short_pct:.1f}% short)"
                       for s in shortfalls[:NAMED_SHORTFALLS])
     more = len(shortfalls) - NAMED_SHORTFALLS
-    rest = f"; {more} more {rollup}s short" if more > 0 else ""
+    rest = f"; {more:,} more {rollup}s short" if more > 0 else ""
     return (f"IOPS short of the setting in force by more than {tolerance_pct:g}% "
             f"(iops_tolerance_pct): {named}{rest}")
 

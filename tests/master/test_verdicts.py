@@ -64,6 +64,8 @@ def test_shortfalls_worst_first_and_reason_names_three() -> None:
         "workload b 500 of 1,000 IOPS (50.0% short); workload d 700 of 1,000 IOPS "
         "(30.0% short); workload e 800 of 1,000 IOPS (20.0% short); 1 more workloads short")
     assert shortfall_reason([], 5.0, "workload") == ""
+    many = [Shortfall(f"w{i}", 10.0, 100.0) for i in range(1234)]
+    assert shortfall_reason(many, 5.0, "workload").endswith("; 1,231 more workloads short")
     assert shortfall_reason([Shortfall("h:/f:w", 7.5, 10.0)], 2.5, "workload") == (
         "IOPS short of the setting in force by more than 2.5% (iops_tolerance_pct): "
         "workload h:/f:w 7.5 of 10 IOPS (25.0% short)")
