@@ -40,6 +40,7 @@ from master.output import (
     format_lines,
     safe_name,
 )
+from master.verdicts import iops_shortfalls, shortfall_reason
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
@@ -489,16 +490,24 @@ class StepRecorder:
 
     def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
+                  iops_tolerance_pct: float | None = None,
                   ) -> tuple[bool, list[dict[str, Any]], list[str]]:
         """Summary rows over the subintervals ``window`` (and the histogram files), from the
         window's statistics ``total`` (``window_sample``; needed unless the window is empty).
+        ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting
+        (``master.verdicts``; None: no check). An empty window gives a row per instance all
+        the same, its metric cells empty, invalid with ``extra_invalid`` as the reason.
         Returns (valid, rows, validation messages)."""
         if not window:
-            return (not extra_invalid), [], [extra_invalid] if extra_invalid else []
+            reason = extra_invalid or "no measurement subinterval"
+            return False, self.unmeasured_rows(reason, extra), [reason]
         if total is None or total.n_workloads != len(self.ids):
             raise ValueError("a summary needs the window's statistics of every workload")
         dur = len(window) * self.subinterval_s
         host_cpu, iops = self._window_settings(window)
+        if iops_tolerance_pct is not None:
+            short = self.iops_shortfall(total, iops, dur, iops_tolerance_pct)
+            extra_invalid = "; ".join(x for x in (extra_invalid, short) if x)
         host_of = self._host_of
         valid_all = not extra_invalid
         rows: list[dict[str, Any]] = []
@@ -527,6 +536,41 @@ class StepRecorder:
                 rows.append(row)
             self._write_histograms(spec, g, total)
         return valid_all, rows, messages
+
+    def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,
+                       tolerance_pct: float) -> str:
+        """The reason naming the paced workloads whose IOPS over the window (``total``, of
+        ``dur_s``) fell short of their mean setting ``iops`` (per workload in plan order, NaN
+        for max) by more than ``tolerance_pct``; '' when none did."""
+        achieved = total.counters[:, :, OPS].sum(axis=1) / dur_s
+        params = [self.workloads[w].params for w in self.ids]
+        depth = [float(p.get("iodepth") or 1) for p in params]
+        poisson = [p.get("iosequencer") == "random_independent" for p in params]
+        found = iops_shortfalls(self.ids, achieved, iops, depth, poisson, dur_s, tolerance_pct)
+        return shortfall_reason(found, tolerance_pct, "workload")
+
+    def unmeasured_rows(self, reason: str, extra: Mapping[str, Any] | None = None
+                        ) -> list[dict[str, Any]]:
+        """A summary row per instance of a step that measured nothing (stopped or failed
+        before its measurement): names, workloads and the settings in force, the metric
+        cells empty, invalid with ``reason``."""
+        iops = self._iops_per_workload()
+        blank = dict.fromkeys(ru.METRIC_COLUMNS)
+        rows: list[dict[str, Any]] = []
+        for spec in self.rollups:
+            g = self.groupings[spec.type]
+            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            rows += [{"step_number": self.number, "step_name": self.name,
+                      "rollup_type": spec.type, "rollup_instance": inst,
+                      "first_subinterval": None, "last_subinterval": None,
+                      "measurement_seconds": 0.0, **blank, "cpu_busy_pct": None,
+                      "workloads": count[i],
+                      "iops_setting": "max" if is_max[i] else float(setting[i]),
+                      "valid": False, "invalid_reason": reason, **(extra or {})}
+                     for i, inst in enumerate(g.names)]
+        return rows
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"

@@ -4,9 +4,11 @@ Owns the order of things: create the run folder, start every host's slave (concu
 measure clocks, discover and select LUNs, then per step create/edit/delete workloads (preflight
 happens there, before any I/O of the step), start all hosts on one common boundary, gather each
 subinterval's results within the deadline, roll up, write rows, grant the next subinterval, and
-finally summarise the measurement period. Failures stop every slave and keep every row written
-so far. It does not compute metrics (``master.rollup``), format files (``master.output``) or
-speak bytes (``master.hostsession``).
+finally summarise the measurement period (``master.stepcontrol`` gives the verdict,
+``master.verdicts`` words why a step ended early). Failures stop every slave and keep every row
+written so far; the failed step still gets its summary rows, invalid, saying what ended it.
+It does not compute metrics (``master.rollup``), format files (``master.output``) or speak
+bytes (``master.hostsession``).
 
 Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host failure,
 130 interrupted.
@@ -62,6 +64,7 @@ from master.runstate import (
     write_state,
 )
 from master.stepcontrol import Decision, StepControl
+from master.verdicts import ended_early
 from protocol.errors import (
     ConfigError,
     HostError,
@@ -732,18 +735,32 @@ class Run:
                     k += 1
             except (HostError, ProtocolError) as exc:
                 await self._abort_step()
+                failed = last_recorded + 1
+                self._summarise_failed(st, ended_early("host", failed, control.phase_of(failed),
+                                                       _failure_text(exc)))
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             finally:
                 self.step_state = None
-            await self._wait_stopped()
+            try:
+                await self._wait_stopped()
+            except HostError as exc:
+                self._summarise_failed(st, ended_early(
+                    "host", last_recorded, control.phase_of(max(last_recorded, 0)),
+                    _failure_text(exc), after=True))
+                raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             window, reason, extra = control.verdict(last_recorded)
-            if self.interrupted.is_set():
-                # the step ran short of what it was to measure
-                reason = "; ".join(x for x in (
-                    f"interrupted after subinterval {last_recorded}", reason) if x)
+            ended = ("interrupt" if self.interrupted.is_set()
+                     else "stop" if st.forced_last is not None else "")
+            # the step ran short of what it was to measure; a stop in the measurement of a
+            # fixed-length step leaves a shorter window, which stays valid (the operator's call)
+            if ended == "interrupt" or (ended == "stop" and (reason or not window)):
+                reason = "; ".join(x for x in (ended_early(
+                    ended, last_recorded, control.phase_of(max(last_recorded, 0))), reason) if x)
             try:
                 total = await self._window(st, window)
             except (HostError, ProtocolError) as exc:
+                self._summarise_failed(st, f"failed fetching the measurement window: "
+                                       f"{_failure_text(exc)}")
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
             self.view.step_finished(text)
@@ -925,12 +942,41 @@ class Run:
         return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
                                           in zip(self.sessions.values(), replies, strict=True)])
 
+    def _summarise_failed(self, st: _StepState, reason: str) -> None:
+        """The summary rows of a step a failure ended: invalid with ``reason``, no metrics
+        (the run still ends with the failure's exit code). A failure to write them is left
+        to the run's end (the failure itself is what the run reports)."""
+        try:
+            self._write_summary(st, st.recorder.unmeasured_rows(reason), [reason])
+        except OutputError as exc:
+            if self.output_failed is None:
+                self.output_failed = exc
+
     def _summarise(self, st: _StepState, window: Sequence[int], total: Sample | None, *,
                    extra_invalid: str = "", extra: dict[str, Any] | None = None
                    ) -> tuple[bool, str]:
+        valid, rows, messages = st.recorder.summarise(
+            window, total, extra_invalid=extra_invalid, extra=extra,
+            iops_tolerance_pct=st.config.iops_tolerance_pct)
+        self._write_summary(st, rows, messages)
+        alls = [r for r in rows if r["rollup_type"] == "all"]
+        if not alls or alls[0]["IOPS"] is None:
+            return valid, (f"step {st.number} {st.config.name}: no measurement"
+                           + (f" ({messages[0]})" if messages else ""))
+        a = alls[0]
+        dur = a["measurement_seconds"]
+        text = (f"step {st.number} {st.config.name}: {a['IOPS']:,.0f} IOPS, "
+                f"{a['MB_per_s']:.1f} MB/s, service time mean {a['service_time_mean_ms']:.3f} ms "
+                f"p99 {a['service_time_p99_ms']:.3f} ms over {dur:g} s"
+                + ("" if valid else " (INVALID)"))
+        return valid, text
+
+    def _write_summary(self, st: _StepState, rows: Sequence[dict[str, Any]],
+                       messages: Sequence[str]) -> None:
+        """A step's summary rows into its per-rollup summary.csv files and the run's; each
+        reason why it is invalid to events.csv; each measured instance's IOPS to the run's
+        step results (``iops_curve`` points, state.json)."""
         assert self.output is not None
-        valid, rows, messages = st.recorder.summarise(window, total, extra_invalid=extra_invalid,
-                                                      extra=extra)
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
@@ -942,17 +988,9 @@ class Run:
                     RUN_SUMMARY_COLUMNS).write(row)
                 self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
         for row in rows:
-            results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
-        alls = [r for r in rows if r["rollup_type"] == "all"]
-        if not alls:
-            return valid, f"step {st.number} {st.config.name}: no measurement subintervals"
-        a = alls[0]
-        dur = a["measurement_seconds"]
-        text = (f"step {st.number} {st.config.name}: {a['IOPS']:,.0f} IOPS, "
-                f"{a['MB_per_s']:.1f} MB/s, service time mean {a['service_time_mean_ms']:.3f} ms "
-                f"p99 {a['service_time_p99_ms']:.3f} ms over {dur:g} s"
-                + ("" if valid else " (INVALID)"))
-        return valid, text
+            if row["IOPS"] is not None:
+                results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(
+                    row["IOPS"])
 
     async def _stop_all(self, after: int) -> None:
         await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
@@ -1056,6 +1094,12 @@ class Run:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _failure_text(exc: IvyError) -> str:
+    """A failure as a summary row's reason quotes it: its first line (a ``HostError`` names
+    its host; a slave's stderr tail stays in events.csv and run.log)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class RunControl:
