@@ -295,15 +295,25 @@ def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
     if bad:
         f.problems.append(f"summary.csv: {bad} row(s) left out, their step_number is not a "
                           "number")
-    events_of: dict[str, list[Mapping[str, str]]] = {}
-    for e in events:
-        events_of.setdefault(e.get("step", ""), []).append(e)
+    events_of = _events_by_step(events)
     if names is None:  # the test's steps unknown: those the folder shows
         known = {n: str(rs[0].get("step_name", "")) for n, rs in by_step.items() if n >= 0}
         total = max([*known, (state.steps_total - 1) if state is not None else -1], default=-1)
         names = [known.get(n, "") for n in range(total + 1)]
     return [_step(f, state, n, name, by_step.get(n, []), events_of.get(str(n), []))
             for n, name in enumerate(names)]
+
+
+def _events_by_step(events: Iterable[Mapping[str, str]]) -> dict[str, list[Mapping[str, str]]]:
+    """events.csv's rows by their ``step`` cell; a resume at step N (its ``resume`` row names
+    N) drops the rows of steps N on before it: they belong to the attempt set aside."""
+    out: dict[str, list[Mapping[str, str]]] = {}
+    for e in events:
+        if e.get("kind") == "resume" and e.get("step", "").isdigit():
+            first = int(e["step"])
+            out = {s: rs for s, rs in out.items() if not (s.isdigit() and int(s) >= first)}
+        out.setdefault(e.get("step", ""), []).append(e)
+    return out
 
 
 def _step(f: _Folder, state: RunState | None, number: int, name: str,
@@ -342,12 +352,31 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
 
 
 # ---------------------------------------------------------------------- writing it
+def json_text(value: Any, indent: str = "") -> str:
+    """``value`` as JSON text, objects and arrays indented two spaces a level, but one whose
+    members are all scalars on one line (a rollup instance's metrics, a host, the outcome):
+    readable, and written by the json module's C encoder, which ``indent=`` would turn off
+    (a run of 10,000 workloads has 10,000 instances a step)."""
+    if isinstance(value, dict) and not _flat(value.values()):
+        inner = indent + "  "
+        items = [f"{inner}{json.dumps(str(k))}: {json_text(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and not _flat(value):
+        inner = indent + "  "
+        return "[\n" + ",\n".join(inner + json_text(v, inner) for v in value) + f"\n{indent}]"
+    return json.dumps(value, allow_nan=False)
+
+
+def _flat(values: Iterable[Any]) -> bool:
+    return all(not isinstance(v, dict | list) for v in values)
+
+
 def write_summary_json(folder: Path) -> Path:
     """Build the folder's summary document and replace ``summary.json`` with it whole (a
     reader sees the old one or the new). ``OutputError`` when it cannot be written."""
     path = folder / SUMMARY_JSON
     tmp = folder / f".{SUMMARY_JSON}.tmp"
-    data = (json.dumps(build(folder), indent=2, allow_nan=False) + "\n").encode("utf-8")
+    data = (json_text(build(folder)) + "\n").encode("utf-8")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:

@@ -161,6 +161,22 @@ def test_utc_text(local: str, utc: str | None) -> None:
     assert sj.utc_text(local) == utc
 
 
+@pytest.mark.parametrize("value, text", [
+    ({}, "{}"), ([], "[]"), (None, "null"), ({"a": 1, "b": None}, '{"a": 1, "b": null}'),
+    ({"a": {"x": 1.5, "y": "z"}, "b": []},
+     '{\n  "a": {"x": 1.5, "y": "z"},\n  "b": []\n}'),
+    ([{"x": [1, 2]}, 3], '[\n  {\n    "x": [1, 2]\n  },\n  3\n]'),
+])
+def test_json_text_puts_an_object_of_scalars_on_one_line(value: Any, text: str) -> None:
+    assert sj.json_text(value) == text
+    assert json.loads(text) == value
+
+
+def test_json_text_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(ValueError):
+        sj.json_text({"x": float("nan")})
+
+
 # ---------------------------------------------------------------------- hand-made folders
 def test_a_complete_run(tmp_path: Path) -> None:
     doc = sj.build(_folder(tmp_path))
@@ -224,6 +240,24 @@ def test_a_step_with_no_rows_found_invalid_is_invalid_with_its_reason(tmp_path: 
     assert (mix["status"], mix["valid"], mix["rollups"]) == ("complete", False, {})
     assert mix["invalid_reasons"] == ["the measurement never started (the controller did "
                                       "not settle)"]
+
+
+def test_a_resumed_run_forgets_the_events_of_the_attempt_set_aside(tmp_path: Path) -> None:
+    events = [{"level": "WARNING", "kind": "validation", "step": s,
+               "message": f"step {STEPS[s]} invalid: interrupted after subinterval 1"}
+              for s in (0, 1)]
+    events += [{"level": "INFO", "kind": "resume", "step": 1,
+                "message": "resumed at step 1 mix of 3"},
+               {"level": "WARNING", "kind": "clock", "step": 1, "message": "skew"}]
+    doc = sj.build(_folder(tmp_path, events=events))
+    _valid(doc)
+    fill, mix, _ = doc["steps"]
+    # step 0 was not run again: what was found of it stands; step 1's first attempt is gone
+    assert (fill["valid"], fill["invalid_reasons"]) == (False, [
+        "interrupted after subinterval 1"])
+    assert (mix["valid"], mix["invalid_reasons"]) == (True, [])
+    assert mix["events"] == {"info": 1, "warning": 1, "error": 0}
+    assert doc["events"] == {"info": 1, "warning": 3, "error": 0}
 
 
 def test_a_failed_run_whose_step_left_no_summary(tmp_path: Path) -> None:
