@@ -122,16 +122,19 @@ class _Folder:
     path: Path
     problems: list[str] = field(default_factory=list)
 
-    def table(self, name: str, required: Sequence[str] = ()) -> list[dict[str, str]]:
-        """The rows of a CSV file of the folder; [] (and a problem) when it is missing,
-        unreadable, or lacks a ``required`` column. A row whose cells do not match the
-        header (a row cut by a crash) is left out and counted as a problem."""
+    def table(self, name: str, required: Sequence[str] = (), expected: bool = True
+              ) -> list[dict[str, str]]:
+        """The rows of a CSV file of the folder; [] when it is missing (a problem when it is
+        ``expected``: a run that ended early never wrote some), unreadable, or lacks a
+        ``required`` column. A row whose cells do not match the header (a row cut by a crash)
+        is left out and counted as a problem."""
         path = self.path / name
         try:
             with open(path, newline="", encoding="utf-8") as fh:
                 table = list(csv.reader(fh))
         except FileNotFoundError:
-            self.problems.append(f"{name}: missing")
+            if expected:
+                self.problems.append(f"{name}: missing")
             return []
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             self.problems.append(f"{name}: cannot be read ({exc})")
@@ -223,10 +226,15 @@ def build(folder: Path) -> dict[str, Any]:
     f = _Folder(folder)
     state = f.state()
     resolved = f.json_object("resolved.json")
-    events = f.table("events.csv", ("level",))
-    rows = f.table("summary.csv", ("step_number", "rollup_type", "rollup_instance"))
-    hosts = _typed_rows(f.table("hosts.csv", ("host",)), _host_kind)
-    luns = _typed_rows(f.table("luns.csv", ("host", "lun")), _lun_kind)
+    # what the run must have written: every table once a step started its I/O, summary.csv
+    # once a step completed (a run that failed before has none of them)
+    ran = _steps_with_folders(folder)
+    done = state is not None and any(n <= state.last_complete_step for n in ran)
+    events = f.table("events.csv", ("level",), expected=bool(ran))
+    rows = f.table("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
+                   expected=done)
+    hosts = _typed_rows(f.table("hosts.csv", ("host",), expected=bool(ran)), _host_kind)
+    luns = _typed_rows(f.table("luns.csv", ("host", "lun"), expected=bool(ran)), _lun_kind)
     names = _step_names(resolved, f)
     steps = _steps(f, state, names, rows, events)
     test = state.test if state is not None else str((resolved or {}).get("test") or "")
@@ -255,8 +263,22 @@ def build(folder: Path) -> dict[str, Any]:
     }
 
 
-def _time(text: str, name: str, f: _Folder) -> str | None:
-    out = utc_text(text)
+_STEP_DIR = re.compile(r"step(\d{4})-")
+_SET_ASIDE = re.compile(r"\.incomplete(-\d+)?$")
+
+
+def _steps_with_folders(folder: Path) -> set[int]:
+    """The numbers of the steps whose folder is there (not those a resume set aside)."""
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_dir()]
+    except OSError:
+        return set()
+    return {int(m.group(1)) for n in names if (m := _STEP_DIR.match(n))
+            and not _SET_ASIDE.search(n)}
+
+
+def _time(text: Any, name: str, f: _Folder) -> str | None:
+    out = utc_text(text) if isinstance(text, str) else None
     if out is None:
         f.problems.append(f"state.json: {name} {text!r} is not a time")
     return out

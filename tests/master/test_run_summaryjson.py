@@ -1,6 +1,6 @@
 """summary.json of real runs (the CLI as a subprocess, a local slave, a file LUN): a quickstart
-run, a run that fails when a later step's write is refused, and a run interrupted by SIGINT
-and then resumed. Each writes a summary.json that validates against docs/summary.schema.json
+run, a run that fails when a later step's write is refused, one whose slave is killed mid-step
+(a host failure), and a run interrupted by SIGINT and then resumed. Each writes a summary.json that validates against docs/summary.schema.json
 and says what happened: how the run ended, which steps completed, which was cut short, which
 never ran, and per step per rollup instance the numbers of summary.csv."""
 
@@ -14,9 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 import pytest
 
-from tests.master.runhelp import ROOT, rows, run_folder, start_run, wait_rows, write_config
+from tests.master.runhelp import (
+    ROOT,
+    rows,
+    run_folder,
+    slave_pids,
+    start_run,
+    wait_rows,
+    write_config,
+)
 
 SCHEMA = json.loads((ROOT / "docs/summary.schema.json").read_text())
 
@@ -131,6 +140,33 @@ def test_a_run_failed_by_a_refused_write_tells_the_steps_that_never_ran(
     for s in (writes, after):  # refused before any of its I/O, and never reached
         assert (s["status"], s["valid"], s["folder"], s["rollups"]) == (
             "not_run", None, None, {})
+
+
+def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TWO_STEPS.format(
+        name="lost", lun="${output_root}/lun-lost", create=", size: 16MiB, create: true",
+        seconds=20))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "lost")
+        wait_rows(folder / "step0000-reads/all/all.csv", 2)
+        (pid,) = slave_pids(folder)
+        psutil.Process(pid).kill()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    doc = _summary(folder)
+    out = doc["outcome"]
+    assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 3, -1)
+    assert "localhost" in out["reason"] and "step 0 reads failed" in out["reason"]
+    reads, writes, after = doc["steps"]
+    # cut off before its summary: its folder holds the rows, there is no verdict
+    assert (reads["status"], reads["valid"], reads["folder"], reads["rollups"]) == (
+        "incomplete", None, "step0000-reads", {})
+    assert reads["events"]["error"] == 0 and doc["events"]["error"] >= 1
+    for s in (writes, after):
+        assert (s["status"], s["folder"]) == ("not_run", None)
 
 
 def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:

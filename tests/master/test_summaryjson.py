@@ -270,6 +270,22 @@ def test_a_failed_run_whose_step_left_no_summary(tmp_path: Path) -> None:
         ("complete", True), ("incomplete", None), ("not_run", None)]
 
 
+def test_tables_a_run_that_ended_early_never_wrote_are_no_problem(tmp_path: Path) -> None:
+    # failed in step 0 (no summary yet), then before any host started (no table at all)
+    folder = _folder(tmp_path, state="failed", last_complete=-1, exit_code=3, step_dirs=(0,))
+    (folder / "summary.csv").unlink()
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["problems"] == [] and doc["hosts"]
+    (folder / "step0000-fill").rmdir()
+    for name in ("events.csv", "hosts.csv", "luns.csv"):
+        (folder / name).unlink()
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["problems"] == [] and doc["hosts"] == doc["luns"] == []
+    assert [s["status"] for s in doc["steps"]] == ["not_run"] * 3
+
+
 @pytest.mark.parametrize("content, problem", [
     (None, "summary.csv: missing"),
     (b"", "summary.csv: empty (no header)"),
@@ -324,7 +340,7 @@ def test_an_empty_folder_still_gives_a_valid_document(tmp_path: Path) -> None:
     doc = sj.build(tmp_path)
     _valid(doc)
     assert doc["steps"] == [] and [p.split(":")[0] for p in doc["problems"]] == [
-        "state.json", "resolved.json", "events.csv", "summary.csv", "hosts.csv", "luns.csv"]
+        "state.json", "resolved.json"]
 
 
 def test_a_run_whose_master_died_is_dead_without_an_end(tmp_path: Path) -> None:
