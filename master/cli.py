@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.cli_run",
     "master.fio_pctiles_cli",
     "master.cli_control",
+    "master.cli_summaryjson",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -29,6 +30,7 @@ COMMAND_OF: dict[str, str] = {
     "status": "master.cli_control",
     "edit": "master.cli_control",
     "stop": "master.cli_control",
+    "summary-json": "master.cli_summaryjson",
 }
 
 

@@ -393,12 +393,13 @@ def _flat(values: Iterable[Any]) -> bool:
     return all(not isinstance(v, dict | list) for v in values)
 
 
-def write_summary_json(folder: Path) -> Path:
-    """Build the folder's summary document and replace ``summary.json`` with it whole (a
-    reader sees the old one or the new). ``OutputError`` when it cannot be written."""
+def write_summary_json(folder: Path) -> dict[str, Any]:
+    """Build the folder's summary document, replace ``summary.json`` with it whole (a reader
+    sees the old one or the new), and return it. ``OutputError`` when it cannot be written."""
     path = folder / SUMMARY_JSON
     tmp = folder / f".{SUMMARY_JSON}.tmp"
-    data = (json_text(build(folder)) + "\n").encode("utf-8")
+    doc = build(folder)
+    data = (json_text(doc) + "\n").encode("utf-8")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
@@ -413,4 +414,4 @@ def write_summary_json(folder: Path) -> Path:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise OutputError(str(path), exc) from exc
-    return path
+    return doc

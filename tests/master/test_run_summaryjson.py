@@ -1,8 +1,10 @@
 """summary.json of real runs (the CLI as a subprocess, a local slave, a file LUN): a quickstart
 run, a run that fails when a later step's write is refused, one whose slave is killed mid-step
-(a host failure), and a run interrupted by SIGINT and then resumed. Each writes a summary.json that validates against docs/summary.schema.json
-and says what happened: how the run ended, which steps completed, which was cut short, which
-never ran, and per step per rollup instance the numbers of summary.csv."""
+(a host failure), a run interrupted by SIGINT and then resumed, and one whose master is
+SIGKILLed, whose summary.json ``ivypy summary-json`` writes. Each summary.json validates
+against docs/summary.schema.json and says what happened: how the run ended, which steps
+completed, which was cut short, which never ran, and per step per rollup instance the numbers
+of summary.csv."""
 
 from __future__ import annotations
 
@@ -206,3 +208,28 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
     assert (folder / "step0000-reads.incomplete").is_dir()
     _matches_summary_csv(doc, folder)
     assert len(doc["hosts"]) == 2  # a row per host per session
+
+
+def test_a_run_whose_master_died_gets_its_summary_from_ivypy_summary_json(
+        tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TWO_STEPS.format(
+        name="died", lun="${output_root}/lun-died", create=", size: 16MiB, create: true",
+        seconds=20))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "died")
+        wait_rows(folder / "step0000-reads/all/all.csv", 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    assert not (folder / "summary.json").exists()  # nothing ran its end
+    done = _run("summary-json", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{folder / 'summary.json'}: dead, 3 steps\n"
+    doc = _summary(folder)
+    assert doc["outcome"] == {"state": "dead", "exit_code": None, "reason": None,
+                              "last_complete_step": -1}
+    assert doc["ended_utc"] is None and doc["started_utc"] is not None
+    assert [(s["status"], s["valid"]) for s in doc["steps"]] == [
+        ("incomplete", None), ("not_run", None), ("not_run", None)]

@@ -358,9 +358,8 @@ def test_a_run_whose_master_died_is_dead_without_an_end(tmp_path: Path) -> None:
 def test_written_whole_in_place_of_the_last_one(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     (folder / "summary.json").write_text("old")
-    path = sj.write_summary_json(folder)
-    assert path == folder / "summary.json"
-    assert json.loads(path.read_text()) == sj.build(folder)
+    doc = sj.write_summary_json(folder)
+    assert json.loads((folder / "summary.json").read_text()) == doc == sj.build(folder)
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
 
 
@@ -382,3 +381,23 @@ def test_the_runs_hook_turns_a_failure_into_a_warning_event(tmp_path: Path) -> N
     Run._summary_json(fake)  # type: ignore[arg-type]
     assert len(told) == 1 and told[0][0] == "WARNING"
     assert told[0][1].startswith("summary.json not written: cannot write")
+
+
+# ---------------------------------------------------------------------- ivypy summary-json
+def test_the_command_writes_each_folder_and_names_one_that_is_not_a_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from master import cli
+
+    folder = _folder(tmp_path)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    assert cli.main(["summary-json", str(stray), str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"ivypy: {stray}: not a run folder (no state.json)\n"
+    assert out == f"{folder / 'summary.json'}: complete, 3 steps\n"
+    _valid(json.loads((folder / "summary.json").read_text()))
+    (folder / "hosts.csv").write_bytes(b"\xff")
+    assert cli.main(["summary-json", str(folder)]) == 0
+    out, _ = capsys.readouterr()
+    assert out.endswith("; 1 problem(s): hosts.csv: cannot be read ('utf-8' codec can't "
+                        "decode byte 0xff in position 0: invalid start byte)\n"), out
