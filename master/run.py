@@ -414,7 +414,8 @@ class Run:
         try:
             write_summary_json(self.output.folder)
         except Exception as exc:  # the run's own outcome stands whatever happens here
-            log.warning("summary.json not written", exc_info=exc)
+            if not isinstance(exc, OutputError):  # a bug: its traceback to run.log only
+                log.info("summary.json not written", exc_info=exc)
             with contextlib.suppress(OutputError):
                 self.event("WARNING", f"summary.json not written: {exc}", kind="output")
 

@@ -252,7 +252,7 @@ def build(folder: Path) -> dict[str, Any]:
         "ended_utc": (_time(state.updated, "updated", f)
                       if state is not None and state.state != "running" else None),
         "resumed_utc": [t for t in (_time(r, "resumes", f) for r in state.resumes) if t]
-        if state is not None else [],
+        if state is not None and isinstance(state.resumes, list) else [],
         "outcome": _outcome(state),
         "steps_total": len(steps),
         "hosts": hosts,

@@ -383,6 +383,26 @@ def test_the_runs_hook_turns_a_failure_into_a_warning_event(tmp_path: Path) -> N
     assert told[0][1].startswith("summary.json not written: cannot write")
 
 
+def test_the_runs_hook_survives_a_bug_in_the_builder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import master.run
+
+    def broken(folder: Path) -> dict[str, Any]:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(master.run, "write_summary_json", broken)
+    told: list[tuple[str, str]] = []
+    fake = SimpleNamespace(output=SimpleNamespace(folder=_folder(tmp_path)),
+                           event=lambda level, message, **_: told.append((level, message)))
+    with caplog.at_level("INFO"):
+        Run._summary_json(fake)  # type: ignore[arg-type]
+    assert told == [("WARNING", "summary.json not written: 'a bug'")]
+    # the traceback goes to run.log (INFO), not to the console (WARNING and up)
+    (rec,) = [r for r in caplog.records if r.name == "master.run"]
+    assert rec.levelname == "INFO" and rec.exc_info is not None
+
+
 # ---------------------------------------------------------------------- ivypy summary-json
 def test_the_command_writes_each_folder_and_names_one_that_is_not_a_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
