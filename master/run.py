@@ -64,6 +64,7 @@ from master.runstate import (
     write_state,
 )
 from master.stepcontrol import Decision, StepControl
+from master.summaryjson import write_summary_json
 from master.verdicts import ended_early
 from protocol.errors import (
     ConfigError,
@@ -316,6 +317,7 @@ class Run:
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
             self._final_state(result)
+            self._summary_json()
             await server.close()
             await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -359,7 +361,7 @@ class Run:
                    f"{len(self.cfg.steps)} (the run was {was}; last complete step: "
                    f"{state.last_complete_step}"
                    + (f"; set aside: {', '.join(moved)}" if moved else "") + ")",
-                   kind="resume")
+                   kind="resume", step=resume.first_step)
 
     def _warn_file_luns(self) -> None:
         """A file LUN whose numbers would not be the device's is a warning naming host and
@@ -406,6 +408,19 @@ class Run:
             write_state(self.output.folder, self.state)
         except OSError as exc:  # the folder itself may be what failed
             log.warning("cannot write %s: %s", self.output.folder / STATE_FILE, exc)
+
+    def _summary_json(self) -> None:
+        """summary.json from the folder as the run leaves it; a failure to write it is a
+        warning (run.log, events.csv), never the run's error."""
+        if self.output is None:
+            return
+        try:
+            write_summary_json(self.output.folder)
+        except Exception as exc:  # the run's own outcome stands whatever happens here
+            if not isinstance(exc, OutputError):  # a bug: its traceback to run.log only
+                log.info("summary.json not written", exc_info=exc)
+            with contextlib.suppress(OutputError):
+                self.event("WARNING", f"summary.json not written: {exc}", kind="output")
 
     async def _warm_up_kernels(self) -> None:
         """Load (or, first after an install, compile) the rollup kernels while the hosts
