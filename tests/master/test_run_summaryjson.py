@@ -163,9 +163,12 @@ def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
     assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 3, -1)
     assert "localhost" in out["reason"] and "step 0 reads failed" in out["reason"]
     reads, writes, after = doc["steps"]
-    # cut off before its summary: its folder holds the rows, there is no verdict
-    assert (reads["status"], reads["valid"], reads["folder"], reads["rollups"]) == (
-        "incomplete", None, "step0000-reads", {})
+    # cut off: its folder holds the rows, and its summary rows say it failed, unmeasured
+    assert (reads["status"], reads["valid"], reads["folder"]) == (
+        "incomplete", False, "step0000-reads")
+    assert any("failed in subinterval" in r for r in reads["invalid_reasons"]), reads
+    (total,) = reads["rollups"]["all"].values()
+    assert total["valid"] is False and total["IOPS"] is None
     assert reads["events"]["error"] == 0 and doc["events"]["error"] >= 1
     for s in (writes, after):
         assert (s["status"], s["folder"]) == ("not_run", None)
