@@ -34,6 +34,7 @@ from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.hostsession import HostSession, LunRefusedError, SlaveEvent
 from master.live import LiveView
+from master.liverows import default_live_rollup, dfc_lines
 from master.lunselect import (
     Lun,
     SelectedLun,
@@ -318,6 +319,7 @@ class Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
+            self.view.run_finished()  # the table over every step summarised
             self.view.close()
             try:
                 self.output.close()
@@ -651,7 +653,7 @@ class Run:
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
-        show = "host" if len(self.sessions) > 1 else "all"
+        show = self.view.live_rollup or default_live_rollup(len(self.sessions))
         # a DFC window adds its focus rollup's histograms up over subintervals
         dfc = control.dfc
         windowed = dfc is not None and dfc.window is not None and dfc.window.subintervals > 1
@@ -701,6 +703,8 @@ class Run:
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
+                    self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
+                                          rec.live, dfc_lines(dec.dfc_rows))
                     last_recorded = k
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
@@ -909,7 +913,6 @@ class Run:
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
                        subinterval=k)
-        self.view.subinterval(k, phase, st.recorder.show_type, rec.live)
         return rec
 
     async def _window(self, st: _StepState, window: Sequence[int]) -> Sample | None:
@@ -943,6 +946,7 @@ class Run:
                 self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
         for row in rows:
             results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
+        self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls:
             return valid, f"step {st.number} {st.config.name}: no measurement subintervals"
