@@ -132,8 +132,9 @@ def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
                rollup_types: Sequence[str], limit: int) -> tuple[list[FinalRow], int]:
     """The end-of-run table's rows of one step: its summary rows of ``rollup_types`` (in that
     order; a type's rows in theirs), at most ``limit`` of each type past the first; and how
-    many were left out. A step without summary rows (no measurement window) gets one row
-    saying so."""
+    many were left out. The ``all`` row carries the step's verdict: invalid when any of its
+    summary rows is (of any rollup type, shown or not), with every row's reasons, each once.
+    A step without summary rows (no measurement window) gets one row saying so."""
     if not summary_rows:
         nan = math.nan
         return [FinalRow(step, "all", "-", nan, nan, nan, nan, nan, nan, None,
@@ -144,14 +145,28 @@ def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
         mine = [r for r in summary_rows if r.get("rollup_type") == t]
         keep = mine if t == "all" else mine[:limit]
         left_out += len(mine) - len(keep)
-        out += [FinalRow(step, t, str(r.get("rollup_instance", "")), _float(r.get("IOPS")),
-                         _float(r.get("MB_per_s")), _float(r.get("service_time_p50_ms")),
-                         _float(r.get("service_time_p99_ms")),
-                         _float(r.get("response_time_p50_ms")),
-                         _float(r.get("response_time_p99_ms")), _valid(r.get("valid")),
-                         str(r.get("invalid_reason") or ""))
-                for r in keep]
+        for r in keep:
+            valid, reason = ((step_verdict(summary_rows)) if t == "all" else
+                             (_valid(r.get("valid")), str(r.get("invalid_reason") or "")))
+            out.append(FinalRow(
+                step, t, str(r.get("rollup_instance", "")), _float(r.get("IOPS")),
+                _float(r.get("MB_per_s")), _float(r.get("service_time_p50_ms")),
+                _float(r.get("service_time_p99_ms")), _float(r.get("response_time_p50_ms")),
+                _float(r.get("response_time_p99_ms")), valid, reason))
     return out, left_out
+
+
+def step_verdict(summary_rows: Sequence[Mapping[str, Any]]) -> tuple[bool | None, str]:
+    """A step's verdict from its summary rows: False when any row is invalid, True when all
+    are valid, else None; and the reasons of all rows, each ``; ``-separated part once."""
+    marks = [_valid(r.get("valid")) for r in summary_rows]
+    valid = False if False in marks else True if marks and None not in marks else None
+    parts: dict[str, None] = {}
+    for r in summary_rows:
+        for part in str(r.get("invalid_reason") or "").split("; "):
+            if part.strip():
+                parts.setdefault(part.strip(), None)
+    return valid, "; ".join(parts)
 
 
 def _valid(v: Any) -> bool | None:

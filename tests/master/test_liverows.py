@@ -17,6 +17,7 @@ from master.liverows import (
     final_rows,
     ivypy_cpu_pct,
     live_rows,
+    step_verdict,
 )
 from protocol.errors import ConfigError
 
@@ -131,3 +132,29 @@ def test_final_rows_of_a_step_without_summary() -> None:
     assert (rows[0].step, rows[0].rollup_type, rows[0].valid) == ("2 short", "all", None)
     assert rows[0].reason == "no measurement subintervals"
     assert math.isnan(rows[0].iops)
+
+
+@pytest.mark.parametrize(("marks", "reasons", "want"), [
+    ([True, True], ["", ""], (True, "")),
+    # the host rollup's quantity failed: the step is invalid though its all row is valid
+    ([True, False], ["", "host: 1 instances, expected 2"],
+     (False, "host: 1 instances, expected 2")),
+    # a step-wide reason in every row, a rollup's own in one: each part once, in order
+    ([False, False, False], ["timed out", "timed out; host: 1 instances, expected 2",
+                             "timed out"], (False, "timed out; host: 1 instances, expected 2")),
+    (["True", "False"], ["", "droop"], (False, "droop")),  # CSV text
+    ([True, ""], ["", ""], (None, "")),  # a row that does not say
+    ([], [], (None, "")),
+])
+def test_step_verdict(marks: list[Any], reasons: list[str],
+                      want: tuple[bool | None, str]) -> None:
+    rows = [{"valid": m, "invalid_reason": r} for m, r in zip(marks, reasons, strict=True)]
+    assert step_verdict(rows) == want
+
+
+def test_the_all_row_carries_the_step_verdict() -> None:
+    summary = [_summary("all", "all", 3000.0), _summary("lun", "l1", 3000.0),
+               _summary("host", "h1", 3000.0, False, "host: 1 instances, expected 2")]
+    rows, _ = final_rows("0 s", summary, ("all", "lun"), 5)
+    assert [(r.rollup_type, r.valid, r.reason) for r in rows] == [
+        ("all", False, "host: 1 instances, expected 2"), ("lun", True, "")]
