@@ -103,10 +103,11 @@ def _table(columns: Sequence[str]) -> Table:
 
 def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequence[LiveRow],
                dfc: Sequence[DfcLine], done: int, of: int, left_s: float,
-               max_rows: int, width: int = 80) -> RenderableType:
+               max_rows: int, width: int = 80, instances: int = 0) -> RenderableType:
     """The live region of one subinterval: title, table (total row first, then at most
-    ``max_rows`` instances of ``rollup_type``, named in what ``width`` columns leave),
-    DFC's moves, progress."""
+    ``max_rows`` instances of ``rollup_type``, named in what ``width`` columns leave, and
+    how many of its ``instances`` (at least ``len(rows)``) are not shown), DFC's moves,
+    progress."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -121,8 +122,9 @@ def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequen
         shown = rows[:max(1, max_rows)]
         for r in shown:
             table.add_row(cut_left(r.instance, name_width), *_row_cells(r))
-        if len(rows) > len(shown):
-            table.add_row(f"+{len(rows) - len(shown)} more")
+        more = max(instances, len(rows)) - len(shown)
+        if more > 0:
+            table.add_row(f"+{more:,} more")
     parts.append(table)
     if dfc:
         d = _table(DFC_COLUMNS)
@@ -265,31 +267,36 @@ class LiveView:
         self._live.start()
 
     def subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
-                    rows: Sequence[LiveRow], dfc: Sequence[DfcLine] = ()) -> None:
-        """Subinterval ``k`` recorded: the total row, the rows of ``rollup_type``, and DFC's
-        moves after it (none: the last ones shown stay)."""
+                    rows: Sequence[LiveRow], dfc: Sequence[DfcLine] = (),
+                    instances: int = 0) -> None:
+        """Subinterval ``k`` recorded: the total row, the first rows of ``rollup_type`` (of
+        its ``instances``; 0: ``rows`` are all of them), and DFC's moves after it (none: the
+        last ones shown stay)."""
+        instances = max(instances, len(rows))
         left_s = (self._total - k - 1) * self._sub_s
         if dfc:
             self._dfc = list(dfc)
         if self._live is None:
-            self._plain_subinterval(k, phase, rollup_type, total, rows, dfc, left_s)
+            self._plain_subinterval(k, phase, rollup_type, total, rows, dfc, left_s, instances)
             return
         title = f"{self._title} · subinterval {k} {phase} · by {rollup_type}"
         max_rows = self.console.height - FRAME_LINES - (len(self._dfc[:DFC_LINES]) + 3
                                                         if self._dfc else 0)
         self._live.update(live_frame(title, rollup_type, total, rows, self._dfc, k + 1,
-                                     self._total, left_s, max_rows, self.console.width),
+                                     self._total, left_s, max_rows, self.console.width,
+                                     instances),
                           refresh=True)
 
     def _plain_subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                            rows: Sequence[LiveRow], dfc: Sequence[DfcLine],
-                           left_s: float) -> None:
+                           left_s: float, instances: int) -> None:
         head = f"  [{k + 1}/{self._total} {phase}, {left_s:.0f} s left]"
         lines = [f"{head} total: {_plain(total)}" if total is not None else head]
         if rollup_type != "all":
             lines += [f"    {rollup_type}={r.instance}: {_plain(r)}" for r in rows[:PLAIN_ROWS]]
-            if len(rows) > PLAIN_ROWS:
-                lines.append(f"    (+{len(rows) - PLAIN_ROWS} more {rollup_type})")
+            shown = min(len(rows), PLAIN_ROWS)
+            if instances > shown:
+                lines.append(f"    (+{instances - shown:,} more {rollup_type})")
         lines += [f"    DFC {d.instance}: {d.metric} {num(d.measured, 3)} (target "
                   f"{num(d.target, 3)}) at {num(d.iops_in_force, 0)} IOPS, set "
                   f"{num(d.iops_set, 0)} IOPS" for d in dfc]

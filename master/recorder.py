@@ -28,7 +28,7 @@ import numpy.typing as npt
 from master import kernels
 from master import rollup as ru
 from master.config import RollupSpec
-from master.liverows import LiveRow, ivypy_cpu_pct, live_rows
+from master.liverows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import (
     AppenderGroup,
@@ -83,13 +83,15 @@ class HostResult:
 @dataclass
 class Recorded:
     """What one subinterval gave: every rollup's result (for measure and DFC) and live rows
-    (``live_total``: the ``all`` rollup's row; ``live``: the rows of ``show_type``)."""
+    (``live_total``: the ``all`` rollup's row; ``live``: the first rows of ``show_type``)."""
 
     subinterval: int
     phase: str
     results: dict[str, ru.RollupResult]
     live: list[LiveRow]
     live_total: LiveRow | None = None
+    #: instances of ``show_type`` (``live`` has the first ``liverows.LIVE_ROWS_MAX``)
+    live_instances: int = 0
     io_errors: list[tuple[str, str]] = field(default_factory=list)
     #: the host groups' statistics of each rollup type whose histograms came (a DFC window
     #: adds them up, with the grouping of ``results``)
@@ -299,12 +301,13 @@ class StepRecorder:
             g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
             if spec.type in ("all", self.show_type):
-                rows = live_rows(g.names, res.columns, cpu.tolist(), self._instance_cpu_array(
-                    p.grouping, p.host_of, host_ivypy).tolist())
+                ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
+                rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
+                                 ivypy[:LIVE_ROWS_MAX].tolist())
                 if spec.type == "all" and rows:
                     out.live_total = rows[0]
                 if spec.type == self.show_type:
-                    out.live = rows
+                    out.live, out.live_instances = rows, g.n
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:

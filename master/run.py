@@ -704,7 +704,7 @@ class Run:
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
                     self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
-                                          rec.live, dfc_lines(dec.dfc_rows))
+                                          rec.live, dfc_lines(dec.dfc_rows), rec.live_instances)
                     last_recorded = k
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)

@@ -84,6 +84,21 @@ def test_frame_of_the_all_rollup_shows_the_total_once_and_cuts_many_rows() -> No
     assert [line.split()[0] for line in lines if line.startswith("w")][1:] == [
         "w0", "w1", "w2", "w3", "w4"]
     assert any(line.startswith("+7 more") for line in lines)
+    # the recorder sends the first rows of 5,000 instances: the rest are counted
+    lines = _render(live_frame("t", "workload", TOTAL, many, [], 1, 2, 1.0, 5, instances=5000))
+    assert any(line.startswith("+4,995 more") for line in lines)
+
+
+def test_plain_lines_count_the_instances_not_shown() -> None:
+    buf = io.StringIO()
+    view = LiveView(buf, rich_mode=False)
+    view.step_started(0, "many", 2, 1.0)
+    many = [LiveRow(f"w{i}", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0) for i in range(64)]
+    view.subinterval(0, "warmup", "workload", TOTAL, many, instances=2048)
+    lines = buf.getvalue().splitlines()
+    assert [x.split(":")[0].strip() for x in lines[2:10]] == [f"workload=w{i}" for i in range(8)]
+    assert lines[10] == "    (+2,040 more workload)"
+    assert len(lines) == 11
 
 
 def test_plain_lines() -> None:

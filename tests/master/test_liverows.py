@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from master.liverows import (
+    LIVE_ROWS_MAX,
     DfcLine,
     FinalRow,
     LiveRow,
@@ -158,3 +159,16 @@ def test_the_all_row_carries_the_step_verdict() -> None:
     rows, _ = final_rows("0 s", summary, ("all", "lun"), 5)
     assert [(r.rollup_type, r.valid, r.reason) for r in rows] == [
         ("all", False, "host: 1 instances, expected 2"), ("lun", True, "")]
+
+
+def test_live_rows_stop_at_the_limit() -> None:
+    n = 1000
+    columns = {c: [float(i) for i in range(n)] for c in
+               ("IOPS", "MB_per_s", "service_time_p50_ms", "service_time_p99_ms",
+                "response_time_p50_ms", "response_time_p99_ms")}
+    names = [f"w{i}" for i in range(n)]
+    got = live_rows(names, columns, [1.0] * n, [2.0] * n)
+    assert len(got) == LIVE_ROWS_MAX and got[-1].instance == f"w{LIVE_ROWS_MAX - 1}"
+    assert got[-1].response_p99_ms == LIVE_ROWS_MAX - 1
+    assert [r.instance for r in live_rows(names[:3], columns, [1.0] * 3, [2.0] * 3, 5)] == [
+        "w0", "w1", "w2"]
