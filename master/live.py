@@ -261,9 +261,11 @@ class LiveView:
         from rich.live import Live
         from rich.text import Text
 
+        # a stray write to sys.stdout or sys.stderr (a Python warning, say) prints above the
+        # region too while it is on (rich's redirection)
         self._live = Live(Text(f"{self._title}: starting", no_wrap=True, overflow="ellipsis"),
                           console=self.console, refresh_per_second=4, transient=True,
-                          redirect_stdout=False, redirect_stderr=False)
+                          redirect_stdout=True, redirect_stderr=True)
         self._live.start()
 
     def subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import math
+import sys
 
 import pytest
 from rich.console import Console
@@ -174,6 +175,7 @@ def test_rich_view_prints_log_lines_above_the_region_and_leaves_the_final_table(
             view.subinterval(k, "warmup" if k < 2 else "measurement", "lun", TOTAL, ROWS)
             if k == 2:
                 log.warning("a log line during the run [host=h1]")
+                print("a stray line on stderr", file=sys.stderr)
         assert view.is_live
         view.step_summary("1 mix", "lun", SUMMARY)
         view.step_finished("step 1 mix: 24,691 IOPS")
@@ -189,6 +191,7 @@ def test_rich_view_prints_log_lines_above_the_region_and_leaves_the_final_table(
     text = console.export_text()
     # the line printed while live went through the console, markup-free, once
     assert text.count("WARNING tests.live.view: a log line during the run [host=h1]") == 1
+    assert text.count("a stray line on stderr") == 1
     assert "step 1 mix · subinterval 4 measurement · by lun" in text
     assert "lun-a" in text and "response" in text and "ivypy" in text
     tail = text[text.index("step 1 mix: 24,691 IOPS"):]
