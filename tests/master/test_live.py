@@ -11,7 +11,15 @@ import sys
 import pytest
 from rich.console import Console
 
-from master.live import LiveView, ViewLogHandler, cut_left, final_table, live_frame, ms
+from master.live import (
+    Drawn,
+    LiveView,
+    ViewLogHandler,
+    cut_left,
+    final_table,
+    live_frame,
+    ms,
+)
 from master.liverows import DfcLine, LiveRow, final_rows
 
 NAN = math.nan
@@ -197,3 +205,11 @@ def test_rich_view_prints_log_lines_above_the_region_and_leaves_the_final_table(
     tail = text[text.index("step 1 mix: 24,691 IOPS"):]
     assert "all steps" in tail and "step 1 mix: host: 1 instances, expected 2" in tail
     assert "subinterval" not in tail  # no frame after the step ended
+
+
+def test_a_drawn_frame_reads_as_the_frame() -> None:
+    frame = live_frame("step 0 x · subinterval 1 warmup · by lun", "lun", TOTAL, ROWS, DFC, 2,
+                       5, 3.0, 10)
+    console = Console(record=True, width=80, file=io.StringIO())
+    drawn = Drawn(console, frame)
+    assert _render(drawn) == _render(frame)
