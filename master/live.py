@@ -197,15 +197,20 @@ def final_lines(rows: Sequence[FinalRow], left_out: int) -> list[str]:
 class Drawn:
     """A renderable laid out once: the live region is drawn again below every line printed
     above it, and a table's layout cost ~5-14 ms each time (on a loaded 2-core VM); these
-    lines cost a fraction of that. Laid out for the console's width at the time."""
+    lines cost a fraction of that. Laid out again only when the terminal's width changed."""
 
     def __init__(self, console: Console, renderable: RenderableType) -> None:
+        self.renderable = renderable
+        self.width = console.options.max_width
         self.lines = console.render_lines(renderable, console.options, pad=False)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions
                          ) -> Iterator[Segment]:
         from rich.segment import Segment
 
+        if options.max_width != self.width:  # resized
+            self.width = options.max_width
+            self.lines = console.render_lines(self.renderable, options, pad=False)
         new_line = Segment.line()
         for line in self.lines:
             yield from line

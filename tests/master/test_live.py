@@ -213,3 +213,7 @@ def test_a_drawn_frame_reads_as_the_frame() -> None:
     console = Console(record=True, width=80, file=io.StringIO())
     drawn = Drawn(console, frame)
     assert _render(drawn) == _render(frame)
+    # a terminal made narrower gets the frame laid out for its width
+    narrow = _render(drawn, width=60)
+    assert narrow == _render(frame, width=60)
+    assert max(len(line) for line in narrow) <= 60 < max(len(line) for line in _render(frame))
