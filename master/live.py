@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from master.liverows import DfcLine, FinalRow, LiveRow, final_rows
+from master.ttyecho import EchoOff
 
 if TYPE_CHECKING:  # rich is imported where a frame is drawn: a bad test file never loads it
     from rich.console import Console, ConsoleOptions, RenderableType
@@ -233,6 +234,7 @@ class LiveView:
         self.live_rollup = live_rollup
         self._console = console
         self._live: Live | None = None
+        self._echo: EchoOff | None = None
         self._title = ""
         self._total = 0
         self._sub_s = 0.0
@@ -292,6 +294,8 @@ class LiveView:
                           console=self.console, auto_refresh=False, transient=True,
                           redirect_stdout=True, redirect_stderr=True)
         self._live.start()
+        # a key typed meanwhile would move the cursor under the region (``master.ttyecho``)
+        self._echo = EchoOff.on(self.console.file)
 
     def subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                     rows: Sequence[LiveRow], dfc: Sequence[DfcLine] = (),
@@ -361,6 +365,9 @@ class LiveView:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._echo is not None:
+            self._echo.restore()
+            self._echo = None
 
     def close(self) -> None:
         self._stop()

@@ -2,9 +2,10 @@
 read back with ``capture-pane`` during the run and at its end.
 
 A host rollup that wants 2 instances of a 1-host test makes each step invalid; the run warns
-so (a log line) while the step's live region is on the screen. During the second step the
-screen must hold that warning above exactly one frame (title, labelled header, total row, a
-row per LUN); at the end, no frame at all and the table over both steps.
+so (a log line) while the step's live region is on the screen. Keys are typed during both
+steps (Enter, x), as an operator does to see whether the run is alive. During the second step
+the screen must hold that warning above exactly one frame (title, labelled header, total row,
+a row per LUN); at the end, no frame at all and the table over both steps.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -92,15 +93,21 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
                        timeout=10)
 
 
-def _wait(tmux: Tmux, ok: object, timeout_s: float) -> list[str]:
+def _wait(tmux: Tmux, ok: Callable[[list[str]], bool], timeout_s: float) -> list[str]:
     deadline = time.monotonic() + timeout_s
     lines: list[str] = []
     while time.monotonic() < deadline:
         lines = tmux.screen()
-        if callable(ok) and ok(lines):
+        if ok(lines):
             return lines
         time.sleep(0.2)
     raise AssertionError("the screen never showed what was waited for:\n" + "\n".join(lines))
+
+
+def _frame_of(step: int, name: str, k: str) -> Callable[[list[str]], bool]:
+    """The screen shows the frame of ``step`` at a subinterval matching ``k``."""
+    title = re.compile(rf"^step {step} {name} · subinterval {k} ")
+    return lambda lines: any(title.match(x) for x in lines)
 
 
 def _frame_at(lines: list[str]) -> int:
@@ -116,9 +123,13 @@ def test_live_view_in_a_terminal(tmp_path: Path, tmux: Tmux) -> None:
     tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), "-s", "ivy",
          "-c", str(tmp_path), command)
 
-    # the second step's frame, from its second subinterval on, below the first's warning
-    during = _wait(tmux, lambda lines: any(re.match(r"step 1 second · subinterval [1-9]", x)
-                                           for x in lines), 120)
+    # keys typed while a region is on: echoed, they would move the cursor under it
+    _wait(tmux, _frame_of(0, "first", "[1-9]"), 120)
+    tmux("send-keys", "-t", "ivy", "Enter")
+    _wait(tmux, _frame_of(1, "second", "[1-9]"), 60)
+    tmux("send-keys", "-t", "ivy", "Enter", "x", "Enter")
+    # the second step's frame, redrawn since, below the first's warning
+    during = _wait(tmux, _frame_of(1, "second", "[3-9]"), 60)
     at = _frame_at(during)
     assert [x for x in during[:at] if WARNING.match(x)], during
     assert not any(x.startswith("step 0 first ·") for x in during)  # its frame went
@@ -138,7 +149,7 @@ def test_live_view_in_a_terminal(tmp_path: Path, tmux: Tmux) -> None:
     assert "subintervals," in frame[7] and "s left" in frame[7]
     assert all(len(x) <= WIDTH for x in during)
 
-    end = _wait(tmux, lambda lines: any(x.startswith("IVYPY-EXIT=") for x in lines), 120)
+    end = _wait(tmux, lambda lines: any(x.startswith("IVYPY-EXIT=") for x in lines), 60)
     assert "IVYPY-EXIT=1" in end  # both steps are invalid
     assert not [x for x in end if FRAME_TITLE.match(x)], "a frame was left:\n" + "\n".join(end)
     top = end.index("all steps")
