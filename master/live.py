@@ -334,11 +334,13 @@ class LiveView:
             self.message(line)
 
     def step_summary(self, step: str, rollup_type: str,
-                     summary_rows: Sequence[Mapping[str, Any]]) -> None:
+                     summary_rows: Sequence[Mapping[str, Any]], *, valid: bool | None = None,
+                     reasons: Sequence[str] = ()) -> None:
         """A step's summary rows (as in summary.csv), for the end-of-run table: those of
-        ``all`` and of ``rollup_type`` (the step's live rollup)."""
+        ``all`` and of ``rollup_type`` (the step's live rollup). ``valid`` and ``reasons``:
+        the step's verdict, shown when it has no rows."""
         rows, left_out = final_rows(step, summary_rows, ("all", rollup_type),
-                                    FINAL_ROWS_PER_STEP)
+                                    FINAL_ROWS_PER_STEP, valid=valid, reasons=reasons)
         self._final += rows
         self._final_left_out += left_out
 

@@ -131,16 +131,18 @@ def dfc_lines(dfc_rows: Sequence[Mapping[str, Any]]) -> list[DfcLine]:
 
 
 def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
-               rollup_types: Sequence[str], limit: int) -> tuple[list[FinalRow], int]:
+               rollup_types: Sequence[str], limit: int, *, valid: bool | None = None,
+               reasons: Sequence[str] = ()) -> tuple[list[FinalRow], int]:
     """The end-of-run table's rows of one step: its summary rows of ``rollup_types`` (in that
     order; a type's rows in theirs), at most ``limit`` of each type past the first; and how
     many were left out. The ``all`` row carries the step's verdict: invalid when any of its
     summary rows is (of any rollup type, shown or not), with every row's reasons, each once.
-    A step without summary rows (no measurement window) gets one row saying so."""
+    A step without summary rows (no measurement window) gets one row saying so, with the
+    step's ``valid`` and ``reasons`` as the run had them (used only then)."""
     if not summary_rows:
         nan = math.nan
-        return [FinalRow(step, "all", "-", nan, nan, nan, nan, nan, nan, None,
-                         "no measurement subintervals")], 0
+        why = "; ".join(dict.fromkeys(("no measurement subintervals", *reasons)))
+        return [FinalRow(step, "all", "-", nan, nan, nan, nan, nan, nan, valid, why)], 0
     out: list[FinalRow] = []
     left_out = 0
     for t in dict.fromkeys(rollup_types):

@@ -946,7 +946,8 @@ class Run:
                 self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
         for row in rows:
             results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
-        self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows)
+        self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,
+                               valid=valid, reasons=messages)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls:
             return valid, f"step {st.number} {st.config.name}: no measurement subintervals"

@@ -133,6 +133,14 @@ def test_final_rows_of_a_step_without_summary() -> None:
     assert (rows[0].step, rows[0].rollup_type, rows[0].valid) == ("2 short", "all", None)
     assert rows[0].reason == "no measurement subintervals"
     assert math.isnan(rows[0].iops)
+    # an interrupted step: its verdict and reason as the run had them
+    rows, _ = final_rows("2 short", [], ("all",), 5, valid=False,
+                         reasons=["interrupted after subinterval 0"])
+    assert (rows[0].valid, rows[0].reason) == (
+        False, "no measurement subintervals; interrupted after subinterval 0")
+    # the verdict given is for a step without rows only
+    rows, _ = final_rows("0 s", SUMMARY, ("all",), 5, valid=True, reasons=["ignored"])
+    assert (rows[0].valid, rows[0].reason) == (False, "host: 1 instances, expected 2")
 
 
 @pytest.mark.parametrize(("marks", "reasons", "want"), [
