@@ -267,12 +267,21 @@ class LiveView:
             print(text, file=self.stream, flush=True)
 
     def log_line(self, text: str) -> None:
-        """A log line: above the live region while there is one, else on stderr."""
-        if self._live is not None:
+        """A log line: on stderr, but above the live region while there is one and stderr
+        is a terminal (the region's; stderr sent to a file stays the file's)."""
+        if self._live is not None and self._err_on_screen():
             self._print(text)
             return
-        err = self.err_stream or sys.stderr
-        print(text, file=err, flush=True)
+        print(text, file=self._err(), flush=True)
+
+    def _err(self) -> IO[str]:
+        return self.err_stream or sys.stderr
+
+    def _err_on_screen(self) -> bool:
+        try:
+            return self._err().isatty()
+        except (AttributeError, ValueError):  # closed, or no stream at all
+            return False
 
     def step_started(self, number: int, name: str, total_subintervals: int,
                      subinterval_s: float) -> None:
@@ -292,7 +301,7 @@ class LiveView:
         # drawn when told (each subinterval, each line printed above), never by a timer
         self._live = Live(Text(f"{self._title}: starting", no_wrap=True, overflow="ellipsis"),
                           console=self.console, auto_refresh=False, transient=True,
-                          redirect_stdout=True, redirect_stderr=True)
+                          redirect_stdout=True, redirect_stderr=self._err_on_screen())
         self._live.start()
         # a key typed meanwhile would move the cursor under the region (``master.ttyecho``)
         self._echo = EchoOff.on(self.console.file)

@@ -163,6 +163,13 @@ def test_final_table_at_80_columns() -> None:
     assert "(1 more rows in the steps' summary.csv)" in lines
 
 
+class _TtyText(io.StringIO):
+    """A stream that says it is a terminal (stderr on the same screen as the view)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def _terminal(width: int = 80, height: int = 30) -> Console:
     return Console(record=True, width=width, height=height, file=io.StringIO(),
                    force_terminal=True, color_system=None)
@@ -170,7 +177,7 @@ def _terminal(width: int = 80, height: int = 30) -> Console:
 
 def test_rich_view_prints_log_lines_above_the_region_and_leaves_the_final_table() -> None:
     console = _terminal()
-    err = io.StringIO()
+    err = _TtyText()
     view = LiveView(io.StringIO(), rich_mode=True, console=console, err_stream=err)
     log = logging.getLogger("tests.live.view")
     handler = ViewLogHandler(view)
@@ -217,3 +224,18 @@ def test_a_drawn_frame_reads_as_the_frame() -> None:
     narrow = _render(drawn, width=60)
     assert narrow == _render(frame, width=60)
     assert max(len(line) for line in narrow) <= 60 < max(len(line) for line in _render(frame))
+
+
+def test_log_lines_stay_on_stderr_sent_elsewhere() -> None:
+    """``ivypy run t.yaml 2>err.log`` on a terminal: the log lines go to the file, also
+    while the region is on (they cannot disturb it there)."""
+    console = _terminal()
+    err = io.StringIO()  # a file: no terminal
+    view = LiveView(io.StringIO(), rich_mode=True, console=console, err_stream=err)
+    view.step_started(0, "s", 3, 1.0)
+    view.subinterval(0, "warmup", "lun", TOTAL, ROWS)
+    assert view.is_live
+    view.log_line("WARNING x: while live")
+    view.close()
+    assert err.getvalue() == "WARNING x: while live\n"
+    assert "while live" not in console.export_text()
