@@ -1,5 +1,6 @@
 """The live view in both modes: plain lines off a terminal, a rich live region on one (drawn
-on rich's recording console), log lines through the view, and the end-of-run table."""
+on rich's recording console), log lines through the view, and the end-of-run table; the
+frames and tables of ``master.liveframe`` at 80 columns."""
 
 from __future__ import annotations
 
@@ -11,15 +12,8 @@ import sys
 import pytest
 from rich.console import Console
 
-from master.live import (
-    Drawn,
-    LiveView,
-    ViewLogHandler,
-    cut_left,
-    final_table,
-    live_frame,
-    ms,
-)
+from master.live import LiveView, ViewLogHandler
+from master.liveframe import Drawn, cut_left, final_table, live_frame, ms
 from master.liverows import DfcLine, LiveRow, final_rows
 
 NAN = math.nan
