@@ -28,7 +28,7 @@ import numpy.typing as npt
 from master import kernels
 from master import rollup as ru
 from master.config import RollupSpec
-from master.live import LiveRow
+from master.liverows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import (
     AppenderGroup,
@@ -83,12 +83,16 @@ class HostResult:
 
 @dataclass
 class Recorded:
-    """What one subinterval gave: every rollup's result (for measure and DFC) and live rows."""
+    """What one subinterval gave: every rollup's result (for measure and DFC) and live rows
+    (``live_total``: the ``all`` rollup's row; ``live``: the first rows of ``show_type``)."""
 
     subinterval: int
     phase: str
     results: dict[str, ru.RollupResult]
     live: list[LiveRow]
+    live_total: LiveRow | None = None
+    #: instances of ``show_type`` (``live`` has the first ``liverows.LIVE_ROWS_MAX``)
+    live_instances: int = 0
     io_errors: list[tuple[str, str]] = field(default_factory=list)
     #: the host groups' statistics of each rollup type whose histograms came (a DFC window
     #: adds them up, with the grouping of ``results``)
@@ -277,10 +281,13 @@ class StepRecorder:
         if phase == "measurement" and self.fold_measurement:
             self._folded_ks.append(k)
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
+        ivypy_by_host = {h.host: ivypy_cpu_pct(h.result.cpu, self.subinterval_s) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
         out = Recorded(k, phase, {}, [])
         iops = self._iops_per_workload()
         host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
+        host_ivypy = np.array([ivypy_by_host.get(h, float("nan")) for h in self._hosts],
+                              dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
         for i, spec in enumerate(self.rollups):
@@ -294,12 +301,14 @@ class StepRecorder:
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
-            if spec.type == self.show_type:
-                cols = res.columns
-                out.live += [LiveRow(inst, float(cols["IOPS"][i]), float(cols["MB_per_s"][i]),
-                                     float(cols["service_time_p50_ms"][i]),
-                                     float(cols["service_time_p99_ms"][i]), float(cpu[i]))
-                             for i, inst in enumerate(g.names)]
+            if spec.type in ("all", self.show_type):
+                ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
+                rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
+                                 ivypy[:LIVE_ROWS_MAX].tolist())
+                if spec.type == "all" and rows:
+                    out.live_total = rows[0]
+                if spec.type == self.show_type:
+                    out.live, out.live_instances = rows, g.n
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:

@@ -36,6 +36,7 @@ from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.hostsession import HostSession, LunRefusedError, SlaveEvent
 from master.live import LiveView
+from master.liverows import default_live_rollup, dfc_lines
 from master.lunselect import (
     Lun,
     SelectedLun,
@@ -323,6 +324,7 @@ class Run:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
+            self.view.run_finished()  # the table over every step summarised
             self.view.close()
             try:
                 self.output.close()
@@ -669,7 +671,7 @@ class Run:
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
-        show = "host" if len(self.sessions) > 1 else "all"
+        show = self.view.live_rollup or default_live_rollup(len(self.sessions))
         # a DFC window adds its focus rollup's histograms up over subintervals
         dfc = control.dfc
         windowed = dfc is not None and dfc.window is not None and dfc.window.subintervals > 1
@@ -719,6 +721,8 @@ class Run:
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
+                    self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
+                                          rec.live, dfc_lines(dec.dfc_rows), rec.live_instances)
                     last_recorded = k
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
@@ -941,7 +945,6 @@ class Run:
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
                        subinterval=k)
-        self.view.subinterval(k, phase, st.recorder.show_type, rec.live)
         return rec
 
     async def _window(self, st: _StepState, window: Sequence[int]) -> Sample | None:
@@ -962,7 +965,8 @@ class Run:
         (the run still ends with the failure's exit code). A failure to write them is left
         to the run's end (the failure itself is what the run reports)."""
         try:
-            self._write_summary(st, st.recorder.unmeasured_rows(reason), [reason])
+            self._write_summary(st, st.recorder.unmeasured_rows(reason), [reason],
+                                valid=False)
         except OutputError as exc:
             if self.output_failed is None:
                 self.output_failed = exc
@@ -973,7 +977,7 @@ class Run:
         valid, rows, messages = st.recorder.summarise(
             window, total, extra_invalid=extra_invalid, extra=extra,
             iops_tolerance_pct=st.config.iops_tolerance_pct)
-        self._write_summary(st, rows, messages)
+        self._write_summary(st, rows, messages, valid=valid)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls or alls[0]["IOPS"] is None:
             return valid, (f"step {st.number} {st.config.name}: no measurement"
@@ -987,10 +991,11 @@ class Run:
         return valid, text
 
     def _write_summary(self, st: _StepState, rows: Sequence[dict[str, Any]],
-                       messages: Sequence[str]) -> None:
+                       messages: Sequence[str], *, valid: bool) -> None:
         """A step's summary rows into its per-rollup summary.csv files and the run's; each
         reason why it is invalid to events.csv; each measured instance's IOPS to the run's
-        step results (``iops_curve`` points, state.json)."""
+        step results (``iops_curve`` points, state.json); the step's line of the end-of-run
+        table to the view."""
         assert self.output is not None
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
@@ -1006,6 +1011,8 @@ class Run:
             if row["IOPS"] is not None:
                 results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(
                     row["IOPS"])
+        self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,
+                               valid=valid, reasons=messages)
 
     async def _stop_all(self, after: int) -> None:
         await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))

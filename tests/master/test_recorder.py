@@ -234,6 +234,19 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
         got = rec.record(k, "warmup" if k == 0 else "measurement", [r1, r2], (k + 1) * 10**9)
         per_k.append(dict(zip(ids["h1"] + ids["h2"], d1 + d2, strict=True)))
         assert [row.instance for row in got.live] == ["h1", "h2"]
+        assert got.live_instances == 2
+        # the live rows: host busy % and the slave's 0.3 s of CPU over 1 s on 2 cores
+        assert [r.host_cpu_pct for r in got.live] == [40.0, 60.0]
+        assert [r.ivypy_cpu_pct for r in got.live] == pytest.approx([15.0, 15.0])
+        total = got.live_total
+        assert total is not None and total.instance == "all"
+        assert (total.host_cpu_pct, total.ivypy_cpu_pct) == (50.0, pytest.approx(15.0))
+        all_cols = got.results["all"].columns
+        assert (total.iops, total.service_p99_ms, total.response_p50_ms) == (
+            float(all_cols["IOPS"][0]), float(all_cols["service_time_p99_ms"][0]),
+            float(all_cols["response_time_p50_ms"][0]))
+        assert [r.response_p99_ms for r in got.live] == [
+            float(v) for v in got.results["host"].columns["response_time_p99_ms"]]
         assert got.skew_bound_ns == {"h1": 8_500, "h2": 8_500}
         for spec in ROLLUPS:
             res = got.results[spec.type]
