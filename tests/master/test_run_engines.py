@@ -148,14 +148,20 @@ def _created(run: EngineRun, path: str) -> str:
 
 
 def _engine_warnings(run: EngineRun, path: str) -> list[dict[str, str]]:
-    return [e for e in _events(run) if e["level"] == "WARNING" and path in e["message"]]
+    """The engine's warnings about ``path`` (a file LUN's other warnings, such as ramfs being
+    memory, are of kind ``lun``)."""
+    return [e for e in _events(run) if e["level"] == "WARNING" and e["kind"] == "engine"
+            and path in e["message"]]
 
 
 def test_ramfs_lun_falls_back_to_threadpool_and_says_so(engine_run: EngineRun) -> None:
     path = engine_run.luns["ramfs"]
     assert "(engine threadpool," in _created(engine_run, path)
     (warning,) = _engine_warnings(engine_run, path)
-    assert warning["host"] == HOST and warning["kind"] == "engine" and warning["step"] == "0"
+    assert warning["host"] == HOST and warning["step"] == "0"
+    (memory,) = [e for e in _events(engine_run) if e["kind"] == "lun" and path in e["message"]]
+    assert memory["level"] == "WARNING" and memory["message"].endswith(
+        "is on ramfs: memory, not a storage device")
     assert warning["message"].startswith(f"LUN {path}: its file system does not take O_DIRECT (")
     assert "thread-pool" in warning["message"]
     log = (engine_run.folder / "run.log").read_text()
