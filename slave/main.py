@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from protocol import cpulist
+from slave.devstats import DeviceSampler
 from slave.session import Backend, SlaveSession, stderr_logging
 
 log = logging.getLogger("slave")
@@ -74,7 +75,7 @@ def serve(
     signal.signal(signal.SIGINT, on_signal)
     backend = backend_factory()
     session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
-                           startup_error=startup_error)
+                           startup_error=startup_error, devices=DeviceSampler())
     os.set_blocking(stdin_fd, False)
     sel = selectors.DefaultSelector()
     sel.register(stdin_fd, selectors.EVENT_READ)
