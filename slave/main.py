@@ -46,6 +46,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def _timeout_s(left_ns: int) -> float:
+    """How long to wait for input with ``left_ns`` to the next boundary: the whole
+    milliseconds before it, at most 0.2 s. ``select`` rounds a timeout up to whole milliseconds
+    (epoll), which would wake the loop up to a millisecond after the boundary; the loop spins
+    through the rest instead, so the boundary's work (the devices' counters) starts on time."""
+    return max(0.0, min(0.2, (left_ns // 1_000_000) / 1e3))
+
+
 def default_backend(cpus: list[int | None] | None = None) -> Backend:
     from slave.worker_backend import WorkerBackend
 
@@ -89,9 +97,7 @@ def serve(
                 status = 128 + stopping[0]
                 break
             wake = session.next_wakeup_ns()
-            timeout = (
-                0.2 if wake is None else max(0.0, min(0.2, (wake - time.monotonic_ns()) / 1e9))
-            )
+            timeout = 0.2 if wake is None else _timeout_s(wake - time.monotonic_ns())
             for _key, _ in sel.select(timeout):
                 try:
                     data = os.read(stdin_fd, READ_BYTES)

@@ -190,3 +190,15 @@ def test_session_without_a_sampler_sends_no_device_counters() -> None:
     assert h.session.next_wakeup_ns() == 11 * SUB
     (r0,) = h.tick(11 * SUB)
     assert isinstance(r0, SubintervalResult) and r0.devices == []
+
+
+@pytest.mark.parametrize("left_ns, want_s", [
+    (5_700_000, 0.005),  # the whole milliseconds before the boundary: select rounds up
+    (999_999, 0.0),  # under a millisecond: spin to the boundary
+    (0, 0.0), (-3_000_000, 0.0),  # due or past
+    (900_000_000, 0.2),  # never longer than 0.2 s (signals, the watchdog)
+])
+def test_the_slave_loop_wakes_before_a_boundary_not_after(left_ns: int, want_s: float) -> None:
+    from slave.main import _timeout_s
+
+    assert _timeout_s(left_ns) == want_s
