@@ -123,6 +123,9 @@ def test_deltas_of_two_samples_and_a_device_that_disappears(tmp_path: Path) -> N
     assert got == [DeviceDelta("7:0", "loop0", ("/dev/loop0",), 1010, 999_850, 250, 100,
                                (1000, 20, 8000, 160, 60, 0, 500, 4000))]
     assert set(why) == {"8:0"} and "gone?" in why["8:0"]
+    # counters that went back are not one device's: no delta, and why
+    back, why = deltas(second, first, {"7:0": ["/dev/loop0"]}, {}, sampler.name)
+    assert back == [] and "went back" in why["7:0"]
     # a device read in neither sample (new) has no delta and nothing to say
     assert deltas(Sample(0, 0, {}), Sample(5, 0, {}), {"9:9": ["/x"]}, {}, str) == ([], {})
 
