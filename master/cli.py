@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from protocol.errors import IvyError
 from protocol.version import PROTOCOL_VERSION, __version__
 
+#: the exit status when stdout's reader goes away, as a shell reports a process killed by SIGPIPE
+EXIT_BROKEN_PIPE = 128 + 13
+
 #: Modules that each register one or more subcommands.
 COMMAND_MODULES: tuple[str, ...] = (
     "master.cli_run",
     "master.fio_pctiles_cli",
     "master.cli_control",
+    "master.cli_compare",
+    "master.cli_summaryjson",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -29,6 +35,8 @@ COMMAND_OF: dict[str, str] = {
     "status": "master.cli_control",
     "edit": "master.cli_control",
     "stop": "master.cli_control",
+    "compare": "master.cli_compare",
+    "summary-json": "master.cli_summaryjson",
 }
 
 
@@ -69,6 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except IvyError as exc:
         print(f"ivypy: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (``ivypy run X --dry-run | head``): no traceback, and no second
+        # error when the interpreter flushes stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     return status
 
 

@@ -13,7 +13,8 @@
     ├── HostError                     a host failed: unreachable, lost, late, slave crashed
     │   └── SlaveStartError           the slave could not start on the host
     ├── IoEngineError                 the I/O engine could not be set up or failed
-    └── LogFormatError                an input log (fio histogram log) is malformed
+    ├── LogFormatError                an input log (fio histogram log) is malformed
+    └── CompareError                  ``ivypy compare``: a wrong argument, or runs that do not match
 
 Exceptions carry context as attributes (``host``, ``lun``, ``key_path``, ...) so that callers
 can act on them without parsing messages. Foreign exceptions (OSError, asyncssh errors, yaml
@@ -138,3 +139,13 @@ class LogFormatError(IvyError):
         self.file = file
         self.line = line
         super().__init__(f"{file}:{line}: {message}" if line else f"{file}: {message}")
+
+
+class CompareError(IvyError):
+    """``ivypy compare`` cannot compare: a wrong argument (a ``--fail-if`` expression, a metric
+    or rollup type the runs do not have), a run folder without a readable ``summary.csv``, or
+    two runs with no step and rollup instance in common. ``what`` names the argument or file."""
+
+    def __init__(self, message: str, *, what: str = "") -> None:
+        self.what = what
+        super().__init__(f"{what}: {message}" if what else message)

@@ -25,12 +25,14 @@ from master.config.catalog import FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
 from master.config.limits import (
     MAX_AUTOCORRELATION,
     MAX_DFC_GAIN,
+    MAX_IOPS_TOLERANCE_PCT,
     MAX_LIMIT_PERCENT,
     MAX_TOTAL_IOPS,
     MIN_IOPS,
     bounded,
     format_number,
     metric_max,
+    percent_within,
 )
 from master.config.schema import (
     AccuracyCriterion,
@@ -71,6 +73,7 @@ STEP_KEYS: tuple[str, ...] = (
     "iops_curve",
     "for",
     "edit_rollup",
+    "iops_tolerance_pct",
 )
 MEASURE_KEYS: tuple[str, ...] = (
     "focus_rollup",
@@ -114,6 +117,8 @@ class StepContext:
     subinterval_s: float
     rollup_types: tuple[str, ...]
     workloads: WorkloadContext
+    #: the test's ``iops_tolerance_pct``, a step's own value overrides it for that step
+    iops_tolerance_pct: float = 5.0
 
 
 # ---------------------------------------------------------------- small readers
@@ -585,6 +590,8 @@ def _parse_step(
     dfc = None if dfc_cursor is None else _dfc(dfc_cursor, context)
     edit_cursor = step.get("edit_rollup")
     edit_rollup = () if edit_cursor is None else _edit_rollup(edit_cursor, context)
+    tolerance_pct = percent_within(step.get("iops_tolerance_pct"), context.iops_tolerance_pct,
+                                   MAX_IOPS_TOLERANCE_PCT)
 
     sweep_cursor, curve_cursor = step.get("for"), step.get("iops_curve")
     if sweep_cursor is not None and curve_cursor is not None:
@@ -636,6 +643,7 @@ def _parse_step(
                 edit_rollup=edit_rollup,
                 iops_curve=variant.curve,
                 for_values=variant.for_values,
+                iops_tolerance_pct=tolerance_pct,
                 line=step.line,
             )
         )

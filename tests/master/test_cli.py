@@ -41,3 +41,15 @@ def test_fio_pctiles_does_not_load_the_run_loop() -> None:
     proc = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout + proc.stderr
+
+
+def test_a_reader_that_goes_away_is_no_traceback() -> None:
+    """``ivypy run X --dry-run | head -1``: the plan's later lines meet a closed pipe; the
+    command ends quietly with the shell's SIGPIPE status (it printed a BrokenPipeError
+    traceback, twice)."""
+    test = ROOT / "configs" / "sweep.yaml"
+    proc = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m master run {test} --dry-run | head -c 10 >/dev/null;"
+         " echo ${PIPESTATUS[0]}"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == str(cli.EXIT_BROKEN_PIPE)

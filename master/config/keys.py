@@ -1,0 +1,484 @@
+"""The test file's keys as a user reads them: one table per mapping, each key with its value
+form, its default and its meaning.
+
+Owns the words of the config reference (``docs/config.md``, written by
+``master.config.reference``). Bounds and defaults are taken from the constants the parsers use
+(``limits``, ``loader``, ``steps``, ``hosts``, the ``schema`` dataclasses), so a changed number
+shows in the reference when it is regenerated. Which keys each mapping accepts is decided by
+the parsers (``loader.TOP_KEYS``, ``steps.STEP_KEYS``, ...); a test loads a test file that
+reaches every mapping and checks that the keys each one accepts are exactly those listed here,
+so a key added to the loader without a line here fails it. This module must not parse YAML or
+validate anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from master.config import hosts as host_rules
+from master.config import loader
+from master.config import steps as step_rules
+from master.config.catalog import FIO_CRITERIA, IOSEQUENCERS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
+from master.config.limits import (
+    MAX_AUTOCORRELATION,
+    MAX_BLOCKSIZE_BYTES,
+    MAX_DFC_GAIN,
+    MAX_IODEPTH,
+    MAX_IOPS,
+    MAX_IOPS_TOLERANCE_PCT,
+    MAX_LIMIT_PERCENT,
+    MAX_LUN_BYTES,
+    MAX_ROLLUP_QUANTITY,
+    MAX_SKEW_WEIGHT,
+    MAX_TOTAL_IOPS,
+    MAX_WRITE_DATA_RATIO,
+    MIN_IOPS,
+    MIN_SKEW_WEIGHT,
+    format_number,
+    show_bytes,
+)
+from master.config.schema import HostConfig, LunChoice, WorkloadSpec
+from master.units import format_duration_s, format_fraction
+
+__all__ = ["SECTIONS", "Key", "Section", "editable_workload_keys", "section"]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One row of the reference: ``names`` (several when they share one meaning, as the LUN
+    attribute keys do), the value ``form``, the ``default`` as a user writes it (``required``,
+    or ``-`` for none) and the ``meaning``. ``editable``: a workload key that ``for:`` and
+    ``edit_rollup`` may change."""
+
+    names: tuple[str, ...]
+    form: str
+    default: str
+    meaning: str
+    editable: bool = False
+
+
+@dataclass(frozen=True)
+class Section:
+    """One mapping of the test file: ``path`` as error messages write it, with ``[]`` for any
+    list index (``steps[].dfc``; ``""`` is the top level)."""
+
+    path: str
+    title: str
+    intro: str
+    keys: tuple[Key, ...]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(name for key in self.keys for name in key.names)
+
+
+def _seconds(seconds: float) -> str:
+    return format_duration_s(seconds)
+
+
+def _k(name: str, form: str, default: str, meaning: str, *, editable: bool = False) -> Key:
+    return Key((name,), form, default, meaning, editable)
+
+
+_PHASE_MAX = "at most a year"
+#: a workload and a host with every default, to read the defaults from
+_SPEC = WorkloadSpec(name="defaults", luns=LunChoice(), iosequencer="")
+_HOST = HostConfig(name="defaults", address="defaults", transport="local")
+_EXTENT = "fraction or bytes"
+
+TOP = Section(
+    "",
+    "The top level",
+    "A test file is one YAML mapping with these keys.",
+    (
+        _k("test", "name: letters, digits, `._-`", "required",
+           "The test's name; the run folder is `<output_root>/<test>/<YYYYmmdd-HHMMSS>/`."),
+        _k("description", "text", "empty", "Free text, printed with the plan (`--dry-run`)."),
+        _k("output_root", "directory", f"`{loader.DEFAULT_OUTPUT_ROOT}`",
+           "Where run folders go; a relative path is taken from the current directory. "
+           "`ivypy run --output-root DIR` overrides it."),
+        _k("subinterval_seconds",
+           f"duration, {_seconds(loader.MIN_SUBINTERVAL_S)} to "
+           f"{_seconds(loader.MAX_SUBINTERVAL_S)}",
+           _seconds(loader.DEFAULT_SUBINTERVAL_S),
+           "The reporting period: every rollup writes a row per subinterval, and measure and "
+           "DFC decide once per subinterval. Step durations are rounded up to whole "
+           "subintervals."),
+        _k("deadline_fraction", "fraction, 0 < f < 1",
+           format_fraction(loader.DEFAULT_DEADLINE_FRACTION),
+           "How long after a subinterval ends the master waits for every host's results, as "
+           "a fraction of a subinterval; a host later than that fails the step (exit 3)."),
+        _k("skew_limit_seconds",
+           f"duration, {loader.SKEW_LIMIT_RANGE_S[0] * 1e6:g}us to "
+           f"{_seconds(loader.SKEW_LIMIT_RANGE_S[1])}",
+           _seconds(loader.DEFAULT_SKEW_LIMIT_S),
+           "A host whose clock offset is known less well than this, or a step in which a "
+           "host's boundary skew may exceed it, is a warning in events.csv."),
+        _k("iops_tolerance_pct", f"percent, 0 to {MAX_IOPS_TOLERANCE_PCT:g} (5 or 5%)",
+           f"{loader.DEFAULT_IOPS_TOLERANCE_PCT:g}",
+           "A step is invalid when a paced workload's IOPS over the measurement fall short of "
+           "its setting in force by more than this (`iops: max` is not checked); 100 turns "
+           "the check off. A step may set its own."),
+        _k("hosts", "list of hosts", "required", "The test hosts; see `hosts[]`."),
+        _k("luns", "list of LUN selectors", "required",
+           "Which LUNs the test may use, per host; see `luns[]`."),
+        _k("rollups", "list of rollup types", "all, host, lun, workload",
+           "Rollup types beyond the built-in ones, and validation of any; see `rollups[]`."),
+        _k("steps", "list of steps", "required", "What the test runs, in order; see `steps[]`."),
+    ),
+)
+
+HOSTS = Section(
+    "hosts[]",
+    "A host",
+    "An entry is a host name (`localhost`, `h1`, `cb[08-11]`) or a mapping with these keys. "
+    "A name may hold numeric ranges: `cb[08-11]` is cb08 cb09 cb10 cb11 (zero-padded to the "
+    "first number's width), `n[1,4,7-9]` a list, `r[1-2]n[1-2]` their product.",
+    (
+        _k("name", "host name, ranges allowed", "required",
+           "The host's name in rollups, selectors and files; `all` is reserved."),
+        _k("address", "address, ranges allowed", "the name",
+           "Where SSH connects; ranges must expand to as many addresses as the name has hosts, "
+           "and are paired with them in order."),
+        _k("user", "text", "-", "SSH user; unset, the SSH client's own default applies."),
+        _k("port", "integer, 1 to 65535", "-", "SSH port; unset, the SSH client's default."),
+        _k("python", "command", f"`{_HOST.python}`",
+           "The Python interpreter that runs the slave on the host (3.10 or later, with numpy "
+           "and psutil)."),
+        _k("ssh_config", "path", "-", "An OpenSSH client config file the SSH transport reads."),
+        _k("identity_file", "path", "-", "The private key to log in with."),
+        _k("known_hosts", "path", "-", "The known_hosts file host keys are checked against."),
+        _k("transport", "`local` or `ssh`", "see meaning",
+           "`local` runs the slave as a child process of the master, `ssh` over SSH. Default: "
+           "`local` for the name `localhost` without address, user or port, else `ssh`."),
+        _k("worker_cpus", "`auto`, `unpinned` or a CPU list like `0-3,8`",
+           f"`{_HOST.worker_cpus}`",
+           "`auto`: one worker process per CPU the slave may use, pinned to it; `unpinned`: as "
+           "many, left to the scheduler; a list: one pinned worker per listed CPU (a CPU the "
+           "slave may not use stops the run, exit 3)."),
+        _k("watchdog_seconds",
+           f"duration, {_seconds(host_rules.WATCHDOG_SECONDS_RANGE[0])} to "
+           f"{_seconds(host_rules.WATCHDOG_SECONDS_RANGE[1])}",
+           _seconds(host_rules.DEFAULT_WATCHDOG_S),
+           "A slave that hears nothing from the master for this long (or three of the longest "
+           "subinterval, when longer) stops its I/O and exits."),
+    ),
+)
+
+LUNS = Section(
+    "luns[]",
+    "A LUN selector",
+    "Each entry picks LUNs on some hosts by exactly one of `path`, `file` or LUN attributes. "
+    "A selector that matches nothing on a host it names is an error at run time.",
+    (
+        _k("hosts", "`all`, a host name or a list of them (ranges allowed)", "`all`",
+           "The hosts this entry selects LUNs on."),
+        _k("path", "absolute glob over block devices", "-",
+           "Block devices by path, e.g. `/dev/loop*` or `/dev/sdb`."),
+        _k("file", "absolute path", "-",
+           "A file LUN. `${output_root}` stands for the resolved output root; `${host}` gives "
+           "every host its own file (one selector per host)."),
+        _k("size", f"bytes, a positive multiple of 512, at most {show_bytes(MAX_LUN_BYTES)}",
+           "the whole file",
+           "With `file` only: the LUN is the file's first `size` bytes (as fio's `size=`); a "
+           "larger file is never truncated. Required with `create: true`."),
+        _k("create", "bool", "false",
+           "With `file` only: create the file (or extend it to `size`) when it is missing."),
+        _k("layout", " or ".join(f"`{name}`" for name in loader.LAYOUTS),
+           "`random` with `create`, else `none`",
+           "With `create: true`: how a file the run creates is filled before its first step. "
+           "`random` and `zero` write it whole (no read lands on a hole the file system "
+           "answers without I/O); `none` leaves it sparse, with a warning."),
+        _k("allow_write", "bool", "false",
+           "Without it, a write to a LUN in use (mounted, partitioned, with a signature, open "
+           "elsewhere) or to an existing non-empty file the run did not create is refused "
+           "(exit 2). With it the write goes ahead and the reasons are a warning."),
+        _k("engine", " or ".join(f"`{name}`" for name in LUN_ENGINES), "`auto`",
+           "The I/O engine of the LUN's workloads: `auto` is libaio with O_DIRECT where that "
+           "works, the thread pool (through the page cache) for a file on a file system "
+           "without O_DIRECT."),
+        _k("allow_engine_fallback", "bool", "false",
+           "With `engine: auto` only: a LUN that O_DIRECT serves but that cannot have libaio "
+           "(the kernel's `fs.aio-max-nr` reached) runs on the thread pool with a warning "
+           "instead of being refused."),
+        Key(LUN_ATTRIBUTE_KEYS, "glob, integer or bool", "-",
+            "Select LUNs by what discovery reports (strings are shell globs, `ACME*`; all "
+            "given must match). `rotational` matches true/false or 1/0."),
+    ),
+)
+
+ROLLUPS = Section(
+    "rollups[]",
+    "A rollup type",
+    "An entry is a rollup type (`host`, `vendor+model`: attribute names joined by `+`) or a "
+    "mapping with these keys. `all`, `host`, `lun` and `workload` always exist; listing one "
+    "only adds validation. An attribute may be a LUN attribute, a host key or a workload key.",
+    (
+        _k("type", "rollup type", "required", "The `+`-joined attribute names."),
+        _k("quantity", f"integer, 1 to {format_number(MAX_ROLLUP_QUANTITY)}", "-",
+           "The number of instances the run must find, or the step is invalid."),
+        _k("max_droop", "fraction, 0 < f < 1", "-",
+           "The most an instance's IOPS may fall below the instances' mean, or the step is "
+           "invalid."),
+    ),
+)
+
+STEPS = Section(
+    "steps[]",
+    "A step",
+    "Steps run in order. Workloads and durations carry over into later steps until a step "
+    "changes them. A step measures for `measure_seconds`, or until steady with `measure:`.",
+    (
+        _k("name", "letters, digits and `._=%+:,-`", "required",
+           "The step's name (its folder is `stepNNNN-<name>`); `for` and `iops_curve` add "
+           "suffixes. Names are unique in a test."),
+        _k("workloads", "list of workload entries", "none",
+           "Create, edit or delete workloads; see `steps[].workloads[]`."),
+        _k("warmup_seconds", f"duration, {_PHASE_MAX}", "the previous step's; first 0s",
+           "Subintervals run before the measurement, not in its summary."),
+        _k("measure_seconds", f"duration, {_PHASE_MAX}, at least one subinterval",
+           f"the previous step's; first {_seconds(step_rules.DEFAULT_MEASURE_S)}",
+           "The measurement's length. Not allowed with `measure`."),
+        _k("cooldown_seconds", f"duration, {_PHASE_MAX}", "the previous step's; first 0s",
+           "Subintervals run after the measurement, not in its summary."),
+        _k("measure", "mapping (`{}` for the defaults)", "-",
+           "Measure until the focus metric is steady; see `steps[].measure`."),
+        _k("dfc", "mapping", "-",
+           "Hold a focus metric at a target by moving IOPS; see `steps[].dfc`."),
+        _k("iops_curve", "list of fractions, 0 < f <= 1", "-",
+           "Expands into `<name>-iops=max` (every workload at `iops: max`) and one step per "
+           "fraction, `<name>-iops=<f>`, each setting the total IOPS of every instance of the "
+           "step's `measure` focus rollup (`all` without `measure`) to that fraction of what "
+           "it measured at max. Not with `for` or `dfc`."),
+        _k("for", "mapping of workload key to a list of values", "-",
+           "A sweep: one step per combination (the first key varies slowest), named "
+           "`<name>-key=value-...`; see `steps[].for`."),
+        _k("edit_rollup", "list", "-",
+           "Change the workloads of rollup instances at the step's start; see "
+           "`steps[].edit_rollup[]`."),
+        _k("iops_tolerance_pct", "percent, as at the top level", "the test's",
+           "This step's own IOPS tolerance; it does not carry over to later steps."),
+    ),
+)
+
+_WRITE_DATA = "`random`, `zeros`, `compressible:R`, `dedupable:R` or a one-key mapping"
+
+WORKLOADS = Section(
+    "steps[].workloads[]",
+    "A workload entry",
+    "An entry naming a new workload creates it (`iosequencer` needed, other keys default); one "
+    "naming an existing workload changes only the keys given; `delete: true` removes it. A "
+    "workload runs on every LUN its `luns` choose; its id is `host:lun:name`.",
+    (
+        _k("name", "letters, digits, `._-`", "required",
+           "The workload's name; once per step (again only after a `delete`)."),
+        _k("luns", "`all`, a list of LUN paths (globs) or a mapping of attribute matches", "`all`",
+           "Which of the selected LUNs the workload runs on; see `steps[].workloads[].luns`. "
+           "Only when the workload is created."),
+        _k("iosequencer", " or ".join(f"`{name}`" for name in IOSEQUENCERS),
+           "required to create",
+           "How offsets and start times are chosen: `random_steady` (random offsets, evenly "
+           "spaced), `random_independent` (random offsets, Poisson arrivals), `sequential`.",
+           editable=True),
+        _k("blocksize", f"bytes, a multiple of 512, at most {show_bytes(MAX_BLOCKSIZE_BYTES)}",
+           show_bytes(_SPEC.blocksize_bytes), "The I/O size.",
+           editable=True),
+        _k("iodepth", f"integer, 1 to {format_number(MAX_IODEPTH)}",
+           str(_SPEC.iodepth), "The most I/Os in flight.", editable=True),
+        _k("iops", f"`max` or a rate, {format_number(MIN_IOPS)} to {format_number(MAX_IOPS)}",
+           f"`{_SPEC.iops}`",
+           "The rate to pace at; `max` submits as fast as the queue depth allows.",
+           editable=True),
+        _k("read_fraction", "fraction, 0 to 1",
+           format_fraction(_SPEC.read_fraction),
+           "The share of reads; the rest are writes.", editable=True),
+        _k("range_start", _EXTENT, str(_SPEC.range_start),
+           "Where the workload's part of the LUN starts: a fraction of the LUN (`0.5`, `50%`) "
+           "or bytes with a unit (`1GiB`).", editable=True),
+        _k("range_end", _EXTENT, str(_SPEC.range_end), "Where it ends (after `range_start`).",
+           editable=True),
+        _k("seq_start", _EXTENT, "`range_start`",
+           "`sequential` only: where the first I/O goes, inside the range.", editable=True),
+        _k("hot_zone_size", _EXTENT + ", at least one block", "-",
+           "Random sequencers only, with `hot_zone_share`: the size of a hot zone at the "
+           "range's start (a fraction is of the workload's range).", editable=True),
+        _k("hot_zone_share", "fraction, 0 to 1", "-",
+           "The share of I/Os that go to the hot zone.", editable=True),
+        _k("skew_weight",
+           f"number, {MIN_SKEW_WEIGHT:g} to {format_number(MAX_SKEW_WEIGHT)}",
+           f"{_SPEC.skew_weight:g}",
+           "A total IOPS given to a rollup instance (`edit_rollup` `total_iops`, DFC, "
+           "`iops_curve`) is split evenly over its LUNs, then among each LUN's workloads in "
+           "proportion to this weight.", editable=True),
+        _k("write_data", _WRITE_DATA, f"`{_SPEC.write_data}`",
+           "What written blocks hold; `R` is a compression or dedup ratio, 1 to "
+           f"{format_number(MAX_WRITE_DATA_RATIO)}. See `steps[].workloads[].write_data`.",
+           editable=True),
+        _k("busy_poll", "bool", str(_SPEC.busy_poll).lower(),
+           "Look for completions in the ring instead of sleeping (lower latency, a busy CPU).",
+           editable=True),
+        _k("delete", "bool", "false", "`true` removes the workload; no other key but `name`."),
+        _k("seed", "integer, 0 to 2**64-1", "-",
+           "The random stream's seed, for a repeatable I/O sequence. Only when the workload "
+           "is created."),
+    ),
+)
+
+WORKLOAD_LUNS = Section(
+    "steps[].workloads[].luns",
+    "A workload's LUNs as attribute matches",
+    "Given as a mapping, every key must match (globs for strings).",
+    (
+        _k("host", "glob over host names", "-", "The host the LUN is on."),
+        _k("lun", "glob over LUN paths", "-", "The LUN's path (`/dev/sdb`, a file's path)."),
+        Key(LUN_ATTRIBUTE_KEYS, "glob, integer or bool", "-",
+            "Any attribute LUN discovery reports, as in `luns[]`."),
+    ),
+)
+
+WRITE_DATA = Section(
+    "steps[].workloads[].write_data",
+    "`write_data` as a mapping",
+    "The mapping form of `compressible:R` / `dedupable:R`; give exactly one key.",
+    (
+        _k("compressible", f"ratio, 1 to {format_number(MAX_WRITE_DATA_RATIO)}", "-",
+           "Blocks that compress by this ratio."),
+        _k("dedupable", f"ratio, 1 to {format_number(MAX_WRITE_DATA_RATIO)}", "-",
+           "Blocks that deduplicate by this ratio."),
+    ),
+)
+
+_ACCURACY_ONLY = "With `criterion: accuracy` only."
+_FIO_ONLY = "With `criterion: fio` only."
+
+MEASURE = Section(
+    "steps[].measure",
+    "Measure until steady",
+    "The step runs its warmup, then until every focus-rollup instance's focus metric is steady "
+    "(the window found is the measurement), or times out with `valid=false` and the best "
+    "window. See docs/measure.md.",
+    (
+        _k("focus_rollup", "rollup type", "`all`", "Every instance of it must be steady."),
+        _k("focus_metric", "metric name (see Metrics)", "`IOPS`", "The metric watched."),
+        _k("criterion", "`accuracy` or `fio`", "`accuracy`",
+           "`accuracy`: ivy's, the Student-t confidence interval of the mean within "
+           "±`accuracy`; `fio`: fio's steady-state criteria over a window."),
+        _k("accuracy", "fraction, 0 < f < 1", "5%",
+           f"The interval's half-width relative to the mean. {_ACCURACY_ONLY}"),
+        _k("confidence", "fraction, 0 < f < 1", "95%", f"The confidence. {_ACCURACY_ONLY}"),
+        _k("min_measure_seconds", "duration, at least 2 subintervals",
+           _seconds(step_rules.DEFAULT_MIN_MEASURE_S),
+           f"The shortest measurement. {_ACCURACY_ONLY}"),
+        _k("autocorrelation",
+           f"`estimate` or a factor, 1 to {format_number(MAX_AUTOCORRELATION)}", "`estimate`",
+           "`estimate` corrects the interval for autocorrelation from the data; a factor "
+           f"multiplies its half-width (ivy uses 2). {_ACCURACY_ONLY}"),
+        _k("criteria", "list of `{type, limit}` or `\"type:limit\"`", "required with fio",
+           f"Every criterion must hold; see `steps[].measure.criteria[]`. {_FIO_ONLY}"),
+        _k("window_seconds", "duration, at least 2 subintervals", "required with fio",
+           f"The window the criteria are checked over. {_FIO_ONLY}"),
+        _k("ramp_seconds", "duration", "0s",
+           "Subintervals after the warmup that no window may include."),
+        _k("timeout_seconds", "duration, at least the ramp plus the shortest window",
+           _seconds(step_rules.DEFAULT_MEASURE_TIMEOUT_S),
+           "Not steady by then: the step ends with its best window, `valid=false`."),
+    ),
+)
+
+CRITERIA = Section(
+    "steps[].measure.criteria[]",
+    "A fio-style criterion",
+    "A mapping with these keys, or the string `\"type:limit\"` (`\"iops_slope:2%\"`).",
+    (
+        _k("type", " or ".join(f"`{name}`" for name in FIO_CRITERIA), "required",
+           "`iops`, `bw` (MB/s) and `deviation` (the focus metric) limit the largest "
+           "deviation of a subinterval from the window mean; `iops_slope`, `bw_slope` and "
+           "`slope` limit the least-squares slope over the window."),
+        _k("limit", f"a percentage up to {MAX_LIMIT_PERCENT:g}%, or a number", "required",
+           "A percentage of the window mean, or a number in the watched metric's unit (per "
+           "second for a slope)."),
+    ),
+)
+
+DFC = Section(
+    "steps[].dfc",
+    "Dynamic feedback control",
+    "Every subinterval (or window), each focus-rollup instance's total IOPS is moved so that "
+    "its focus metric approaches the target. See docs/measure.md.",
+    (
+        _k("focus_rollup", "rollup type", "`all`", "One controller per instance of it."),
+        _k("focus_metric", "metric name (see Metrics)", "required",
+           "The metric held, e.g. `service_time_p99_ms`."),
+        _k("target", "number > 0 in the metric's unit (ms for times)", "required",
+           "The value to hold."),
+        _k("low_iops", f"rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",
+           "required", "The lowest total IOPS an instance is set to."),
+        _k("high_iops", f"rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",
+           "required", "The highest; above `low_iops`."),
+        _k("gains", "mapping `{kp, ki, kd}`", "adaptive",
+           "Fixed PID gains; without them the controller adapts its own. See "
+           "`steps[].dfc.gains`."),
+        _k("window_seconds", "duration, at least one subinterval", "every subinterval",
+           "Act once per window, on the metric of the window's merged histograms (a tail "
+           "percentile then rests on more I/Os)."),
+    ),
+)
+
+GAINS = Section(
+    "steps[].dfc.gains",
+    "Fixed DFC gains",
+    "PID gains on `ln(IOPS)` against `ln(target / measured)`, fixed for the step. Given "
+    "`gains`, a gain left out takes the default shown; not all three may be 0.",
+    (
+        _k("kp", f"number, 0 to {format_number(MAX_DFC_GAIN)}", "0", "Proportional gain."),
+        _k("ki", f"number, 0 to {format_number(MAX_DFC_GAIN)}", "0.5", "Integral gain."),
+        _k("kd", f"number, 0 to {format_number(MAX_DFC_GAIN)}", "0", "Derivative gain."),
+    ),
+)
+
+
+def editable_workload_keys() -> tuple[str, ...]:
+    """The workload keys ``for:`` and ``edit_rollup`` may change, in the table's order."""
+    return tuple(name for key in WORKLOADS.keys if key.editable for name in key.names)
+
+
+EDIT_ROLLUP = Section(
+    "steps[].edit_rollup[]",
+    "Edit a rollup instance",
+    "At the step's start, change every workload of one rollup instance. An instance appears "
+    "once in a step's `edit_rollup`.",
+    (
+        _k("instance", "`all` or `<rollup type>=<value>`", "required",
+           "`host=h1`, `vendor+model=ACME+X1` (one `+`-joined value per attribute)."),
+        _k("total_iops",
+           f"`max` or a rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",
+           "-", "Split evenly over the instance's LUNs, then by `skew_weight` among each LUN's "
+           "workloads; not with `iops`."),
+        Key(editable_workload_keys(), "as in `steps[].workloads[]`", "-",
+            "The value every workload of the instance takes."),
+    ),
+)
+
+FOR = Section(
+    "steps[].for",
+    "A sweep",
+    "Each key is a workload key, each value a list of scalars (no duplicates). The values are "
+    "applied to the workloads the step's own entries name, or to every workload in force. A "
+    "key may not also be set by the step's `workloads:` entries.",
+    (
+        Key(editable_workload_keys(), "list of values, each as in `steps[].workloads[]`", "-",
+            "The values to sweep."),
+    ),
+)
+
+SECTIONS: tuple[Section, ...] = (
+    TOP, HOSTS, LUNS, ROLLUPS, STEPS, WORKLOADS, WORKLOAD_LUNS, WRITE_DATA, MEASURE, CRITERIA,
+    DFC, GAINS, EDIT_ROLLUP, FOR,
+)
+
+
+def section(path: str) -> Section:
+    """The section of a key path with ``[]`` for list indexes; ``KeyError`` when none."""
+    for candidate in SECTIONS:
+        if candidate.path == path:
+            return candidate
+    raise KeyError(path)
