@@ -28,6 +28,7 @@ import numpy.typing as npt
 from master import kernels
 from master import rollup as ru
 from master.config import RollupSpec
+from master.devstats import DEVICE_COLUMNS, DEVICE_FILE_COLUMNS, DeviceKey, DeviceRollups
 from master.liverows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import (
@@ -42,17 +43,18 @@ from master.output import (
 )
 from master.verdicts import iops_shortfalls, shortfall_reason
 from protocol.buckets import LOWER_NS, UPPER_NS
+from protocol.devstats import DeviceDelta
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
 from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
 
 INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
-                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, "cpu_busy_pct",
-                    "workloads", "iops_setting"]
+                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, *DEVICE_COLUMNS,
+                    "cpu_busy_pct", "workloads", "iops_setting"]
 SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
                    "first_subinterval", "last_subinterval", "measurement_seconds",
-                   *ru.METRIC_COLUMNS, "cpu_busy_pct", "workloads", "iops_setting", "valid",
-                   "invalid_reason"]
+                   *ru.METRIC_COLUMNS, *DEVICE_COLUMNS, "cpu_busy_pct", "workloads",
+                   "iops_setting", "valid", "invalid_reason"]
 CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
                "slave_system_s", "slave_cpu_us_per_io"]
 #: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
@@ -99,6 +101,8 @@ class Recorded:
     samples: dict[str, ru.Sample] = field(default_factory=dict)
     #: each host's largest ``boundary_skew_bound_us`` of the subinterval, in ns
     skew_bound_ns: dict[str, int] = field(default_factory=dict)
+    #: each rollup type's ``DEVICE_COLUMNS`` (instances × columns; NaN where empty)
+    devices: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,10 @@ class StepRecorder:
         self.phases: dict[int, str] = {}
         self._file_names: dict[str, list[str]] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
+        #: the device columns (``master.devstats``): over the devices under each instance's LUNs
+        self.devices = DeviceRollups(
+            [(workloads[w].host, workloads[w].lun.lun.path) for w in self.ids], self.groupings,
+            subinterval_s)
         # every instance file is made here, before the step starts: made in the first
         # subinterval, 126,000 of them would hold that subinterval's results up for seconds
         self._tables_by_type = {
@@ -276,6 +284,7 @@ class StepRecorder:
             self._check_host(h)
         # every rollup type checked before anything of the subinterval is written
         checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
+        device_deltas = [(h.host, _device_deltas(h)) for h in ordered]
         ops_by_host = self._ops_by_host(checked[0]) if checked else {}
         self.phases[k] = phase
         if phase == "measurement" and self.fold_measurement:
@@ -290,6 +299,7 @@ class StepRecorder:
                               dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
+        out.devices = self.devices.record(k, device_deltas)
         for i, spec in enumerate(self.rollups):
             p = self.plans[spec.type]
             both = checked[i]
@@ -300,7 +310,8 @@ class StepRecorder:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
-            self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
+            self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
+                                      out.devices[spec.type])
             if spec.type in ("all", self.show_type):
                 ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
                 rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
@@ -320,6 +331,13 @@ class StepRecorder:
         self.output.table(f"{self.dir}/cpu.csv", CPU_COLUMNS).write_many(cpu_rows)
         self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(
             interlock_rows)
+        late: dict[DeviceKey, tuple[float, float]] = {
+            (host, d.device): (d.start_late_ns / 1e3, d.end_late_ns / 1e3)
+            for host, deltas in device_deltas for d in deltas}
+        device_rows = self.devices.file_rows(k, phase, late)
+        if device_rows:
+            self.output.table(f"{self.dir}/devices.csv", DEVICE_FILE_COLUMNS).write_many(
+                device_rows)
         return out
 
     def _ops_by_host(self, first: GroupStats) -> dict[str, int]:
@@ -379,14 +397,17 @@ class StepRecorder:
 
     def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
-                             iops: npt.NDArray[np.float64]) -> None:
+                             iops: npt.NDArray[np.float64],
+                             device: npt.NDArray[np.float64]) -> None:
         """One row per instance into ``<rollup type>/<instance>.csv`` (INSTANCE_COLUMNS), each
         formatted as ``CsvAppender.write`` would and handed to the OS with one write."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         n_metrics = len(ru.METRIC_COLUMNS)
-        values = np.empty((g.n, n_metrics + 3))
+        values = np.empty((g.n, n_metrics + len(DEVICE_COLUMNS) + 3))
         values[:, :n_metrics] = res.values
+        values[:, n_metrics:n_metrics + len(DEVICE_COLUMNS)] = device
+        n_metrics += len(DEVICE_COLUMNS)
         values[:, n_metrics] = cpu
         values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
@@ -519,6 +540,7 @@ class StepRecorder:
             extra_invalid = "; ".join(x for x in (extra_invalid, short) if x)
         host_of = self._host_of
         valid_all = not extra_invalid
+        device = self.devices.window(window)
         rows: list[dict[str, Any]] = []
         messages = [extra_invalid] if extra_invalid else []
         for spec in self.rollups:
@@ -538,6 +560,7 @@ class StepRecorder:
                        "rollup_type": spec.type, "rollup_instance": inst,
                        "first_subinterval": window[0], "last_subinterval": window[-1],
                        "measurement_seconds": dur, **res.row(i),
+                       **dict(zip(DEVICE_COLUMNS, device[spec.type][i].tolist(), strict=True)),
                        "cpu_busy_pct": float(cpu[i]), "workloads": count[i],
                        "iops_setting": "max" if is_max[i] else float(setting[i]),
                        "valid": valid and not extra_invalid, "invalid_reason": reason,
@@ -564,7 +587,7 @@ class StepRecorder:
         before its measurement): names, workloads and the settings in force, the metric
         cells empty, invalid with ``reason``."""
         iops = self._iops_per_workload()
-        blank = dict.fromkeys(ru.METRIC_COLUMNS)
+        blank = dict.fromkeys([*ru.METRIC_COLUMNS, *DEVICE_COLUMNS])
         rows: list[dict[str, Any]] = []
         for spec in self.rollups:
             g = self.groupings[spec.type]
@@ -630,6 +653,14 @@ def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:
     return StatsBatch(counters=np.asarray(batch.counters)[perm], lat=np.asarray(batch.lat)[perm],
                       rows=new_rows[order].astype(np.uint32), buckets=batch.buckets[order],
                       counts=np.asarray(batch.counts)[order])
+
+
+def _device_deltas(h: HostResult) -> list[DeviceDelta]:
+    """A host's device counters of a subinterval, every field checked."""
+    try:
+        return [DeviceDelta.from_wire(d) for d in h.result.devices]
+    except ProtocolError as exc:
+        raise HostError(f"bad device counters: {exc}", host=h.host) from exc
 
 
 def _us(ns: Any) -> float | None:

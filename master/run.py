@@ -784,6 +784,8 @@ class Run:
                                        f"{_failure_text(exc)}")
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
+            for host, message in recorder.devices.disagreements():  # one per device and step
+                self.event("WARNING", message, host=host, kind="device", step=number)
             self.view.step_finished(text)
             return valid
         finally:

@@ -242,6 +242,9 @@ class SubintervalResult(Message):
     ``slave_system_s``. ``interlock`` holds per worker ``switch_delay_ns`` (boundary → switch
     done) and ``handover_delay_ns`` (boundary → results handed to the sender).
     ``io_errors`` lists the first few I/O error descriptions of the subinterval.
+    ``devices`` has one ``protocol.devstats.DeviceDelta.to_wire()`` dict per block device
+    under the LUNs of the host's workloads, over this subinterval (protocol 7); a device
+    without both samples (new in this subinterval, or gone) has no entry.
     """
 
     CODE: ClassVar[int] = 14
@@ -255,6 +258,7 @@ class SubintervalResult(Message):
     interlock: list[dict[str, Any]]
     send_ns: int
     io_errors: list[str] = field(default_factory=list)
+    devices: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from protocol import cpulist
+from slave.devstats import DeviceSampler
 from slave.session import Backend, SlaveSession, stderr_logging
 
 log = logging.getLogger("slave")
@@ -43,6 +44,14 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def _timeout_s(left_ns: int) -> float:
+    """How long to wait for input with ``left_ns`` to the next boundary: the whole
+    milliseconds before it, at most 0.2 s. ``select`` rounds a timeout up to whole milliseconds
+    (epoll), which would wake the loop up to a millisecond after the boundary; the loop spins
+    through the rest instead, so the boundary's work (the devices' counters) starts on time."""
+    return max(0.0, min(0.2, (left_ns // 1_000_000) / 1e3))
 
 
 def default_backend(cpus: list[int | None] | None = None) -> Backend:
@@ -74,7 +83,7 @@ def serve(
     signal.signal(signal.SIGINT, on_signal)
     backend = backend_factory()
     session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
-                           startup_error=startup_error)
+                           startup_error=startup_error, devices=DeviceSampler())
     os.set_blocking(stdin_fd, False)
     sel = selectors.DefaultSelector()
     sel.register(stdin_fd, selectors.EVENT_READ)
@@ -88,9 +97,7 @@ def serve(
                 status = 128 + stopping[0]
                 break
             wake = session.next_wakeup_ns()
-            timeout = (
-                0.2 if wake is None else max(0.0, min(0.2, (wake - time.monotonic_ns()) / 1e9))
-            )
+            timeout = 0.2 if wake is None else _timeout_s(wake - time.monotonic_ns())
             for _key, _ in sel.select(timeout):
                 try:
                     data = os.read(stdin_fd, READ_BYTES)

@@ -56,8 +56,9 @@ from protocol.messages import (
     WindowResult,
 )
 from protocol.state import Conversation, Role, State
-from protocol.stats import GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import OPS, GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
+from slave import devstats
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import paced_kernel
@@ -180,6 +181,9 @@ class _Step:
     plan: list[PlanEntry] = field(default_factory=list)
     # per plan entry, each workload's group, for the order the backend reports them in
     group_of: tuple[tuple[str, ...], list[np.ndarray]] | None = None
+    # the devices' counters at the last boundary sampled (the step's start, then each end)
+    dev_before: devstats.Sample | None = None
+    dev_told: set[str] = field(default_factory=set)  # devices said to have no delta
 
     def end_of(self, k: int) -> int:
         return self.start_ns + (k + 1) * self.subinterval_ns
@@ -198,8 +202,12 @@ class SlaveSession:
         collect_grace_ns: int = 2_000_000_000,
         describe: Callable[..., lunmod.LunInfo] = lunmod.lun_for_path,
         startup_error: str | None = None,
+        devices: devstats.DeviceSampler | None = None,
     ) -> None:
         self.backend = backend
+        #: samples the kernel's counters of the devices under the LUNs at every boundary
+        #: (``slave.main`` always gives one; without it results carry no device counters)
+        self.devices = devices
         #: a setting of the slave's command line that this host cannot honour: the answer to
         #: ``Hello`` is then a fatal ``config`` error saying so
         self.startup_error = startup_error
@@ -320,6 +328,8 @@ class SlaveSession:
         """When ``on_tick`` next has work: the end of the next subinterval to collect."""
         if self.step is None:
             return None
+        if self.devices is not None and self.step.dev_before is None:
+            return self.step.start_ns  # the devices' first sample, at the step's start
         return self.step.end_of(self.step.next_result)
 
     # ------------------------------------------------------------------ handlers
@@ -557,6 +567,7 @@ class SlaveSession:
             msg.step, msg.start_ns, msg.subinterval_ns, cpu_before=self.cpu.snapshot(),
             plan=plan,
         )
+        self._resolve_devices()  # before the start boundary: a sample then only reads
         try:
             self.backend.go(msg.start_ns, msg.subinterval_ns, granted=1)
         except IvyError as exc:
@@ -607,6 +618,9 @@ class SlaveSession:
     def on_tick(self) -> None:
         """Collect and send every subinterval that has ended; enforce Continue."""
         step = self.step
+        if (step is not None and self.devices is not None and step.dev_before is None
+                and self.clock() >= step.start_ns):
+            step.dev_before = self._sample_devices(step.start_ns)
         while (
             step is not None and self.step is step and self.clock() >= step.end_of(step.next_result)
         ):
@@ -619,6 +633,9 @@ class SlaveSession:
                     f"before it started; all I/O stopped",
                 )
                 return
+            # the devices' counters first: as near the boundary as the loop woke, and before
+            # waiting for the workers' buffers
+            dev_after = self._sample_devices(step.end_of(k))
             try:
                 got = self.backend.collect(k, step.end_of(k) + self.collect_grace_ns)
             except MasterLateError as exc:
@@ -628,7 +645,7 @@ class SlaveSession:
                 self._end_step_with_error("io", f"subinterval {k}: {exc}")
                 return
             try:
-                self._send_result(step, k, got)
+                self._send_result(step, k, got, dev_after)
             except ValueError as exc:  # the plan or the kept window no longer fit the workloads
                 self._end_step_with_error("internal", f"subinterval {k}: {exc}")
                 return
@@ -642,7 +659,8 @@ class SlaveSession:
                 self._finish_step()
                 return
 
-    def _send_result(self, step: _Step, k: int, got: Collected) -> None:
+    def _send_result(self, step: _Step, k: int, got: Collected,
+                     dev_after: devstats.Sample | None = None) -> None:
         snap = self.cpu.snapshot()
         cpu = self.cpu.difference(step.cpu_before, snap) if step.cpu_before else {}
         step.cpu_before = snap
@@ -653,6 +671,7 @@ class SlaveSession:
         rollups = self._rollup_parts(step, ids, batch)
         if self.window_store is not None:
             self.window_store.add(k, ids, batch)
+        devices = self._device_deltas(step, ids, batch, dev_after)
         interlock = [
             {**il, "switch_ns": step.end_of(k) + s}
             for il, s in zip(got.interlock, got.switch_ns, strict=False)
@@ -669,8 +688,54 @@ class SlaveSession:
                 interlock=interlock,
                 send_ns=self.clock(),
                 io_errors=got.io_errors[:20],
+                devices=devices,
             )
         )
+
+    # ------------------------------------------------------------------ device counters
+    def _workload_luns(self) -> list[lunmod.LunInfo]:
+        return list({lun.path: lun for lun in self.lun_of.values()}.values())
+
+    def _resolve_devices(self) -> None:
+        """Find the device under each LUN with workloads not seen before; say once per LUN
+        where there is none."""
+        if self.devices is None:
+            return
+        for path, why in self.devices.resolve(self._workload_luns()):
+            self.event("WARNING", f"LUN {path} has no device counters: {why}; its device "
+                       "columns stay empty", kind="device", lun=path)
+
+    def _sample_devices(self, boundary_ns: int) -> devstats.Sample | None:
+        if self.devices is None:
+            return None
+        self._resolve_devices()  # a workload created during the step (found at once else)
+        luns = self.devices.devices(lun.path for lun in self._workload_luns())
+        return self.devices.take(luns, boundary_ns, self.clock)
+
+    def _device_deltas(self, step: _Step, ids: list[str], batch: StatsBatch,
+                       dev_after: devstats.Sample | None) -> list[dict[str, Any]]:
+        """Subinterval's ``DeviceDelta``s (wire dicts) from the samples at its boundaries,
+        with ivypy's own I/Os on each device's LUNs; a device without one is said once per
+        step."""
+        before, step.dev_before = step.dev_before, dev_after or step.dev_before
+        if self.devices is None or before is None or dev_after is None:
+            return []
+        ops_by_lun: dict[str, int] = {}
+        per_workload = batch.counters[:, :, OPS].sum(axis=1).tolist()
+        for wid, ops in zip(ids, per_workload, strict=True):
+            lun = self.lun_of.get(wid)
+            if lun is not None:
+                ops_by_lun[lun.path] = ops_by_lun.get(lun.path, 0) + int(ops)
+        luns_of = self.devices.devices(lun.path for lun in self._workload_luns())
+        found, why = devstats.deltas(before, dev_after, luns_of, ops_by_lun, self.devices.name)
+        for devno, reason in why.items():
+            if devno not in step.dev_told:
+                step.dev_told.add(devno)
+                self.event("WARNING", f"device {self.devices.name(devno)} ({devno}) under "
+                           f"LUNs {', '.join(luns_of[devno])}: {reason}; no device counters "
+                           f"from subinterval {step.next_result}", kind="device",
+                           lun=luns_of[devno][0])
+        return [d.to_wire() for d in found]
 
     def _rollup_parts(self, step: _Step, ids: list[str], batch: StatsBatch
                       ) -> list[dict[str, Any]]:
