@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
+from master.config.gather import parse_gather
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.limits import (
     MAX_LUN_BYTES,
@@ -44,6 +45,7 @@ TOP_KEYS: tuple[str, ...] = (
     "hosts",
     "luns",
     "rollups",
+    "gather",
     "steps",
 )
 LUN_KEYS: tuple[str, ...] = (
@@ -379,10 +381,12 @@ def parse_config_text(
     hosts = parse_hosts(root.require("hosts"))
     luns = _luns(root, hosts, output_root)
     rollups = _rollups(root)
+    gather = parse_gather(root.get("gather"), subinterval_s)
     context = StepContext(
         subinterval_s=subinterval_s,
         rollup_types=tuple(spec.type for spec in rollups),
         workloads=WorkloadContext(tuple(host.name for host in hosts), luns, output_root),
+        gather=gather,
     )
     steps = parse_steps(root.require("steps"), context)
     logger.debug(
@@ -401,6 +405,7 @@ def parse_config_text(
         luns=luns,
         rollups=rollups,
         steps=steps,
+        gather=gather,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from master.config.gather import GatherSource
 from master.units import format_bytes, format_fraction
 
 __all__ = [
@@ -529,7 +530,8 @@ class TestConfig:
     ``skew_limit_seconds`` (1us to 10s, default 1ms: a host whose clock offset is known less
     well than this, or a subinterval boundary whose skew may exceed it, is warned about),
     ``hosts``
-    (required), ``luns`` (required), ``rollups``, ``steps`` (required). The run folder is
+    (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
+    ``master.config.gather``), ``steps`` (required). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
@@ -547,6 +549,7 @@ class TestConfig:
     rollups: tuple[RollupSpec, ...]
     steps: tuple[StepConfig, ...]
     skew_limit_seconds: float = 0.001
+    gather: tuple[GatherSource, ...] = ()
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:
