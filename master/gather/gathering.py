@@ -43,17 +43,20 @@ log = logging.getLogger(__name__)
 
 #: how long a ``config_command`` may run (once, before the first step)
 CONFIG_TIMEOUT_S = 60.0
-#: durations the lead looks back over, and the first gather's assumed duration
+#: durations the lead looks back over
 _RECENT = 5
-_FIRST_GUESS_NS = 50_000_000
 _NON_PARTICIPATING = "non_participating"
 
 
 def lead_ns(recent_ns: Sequence[int], sub_ns: int, timeout_ns: int) -> int:
-    """How long before a boundary a gather starts: its longest recent duration (a first guess
-    before any) and a margin (2 ms and 2 % of a subinterval), at most its timeout."""
-    longest = max(recent_ns) if recent_ns else _FIRST_GUESS_NS
-    return min(longest + 2_000_000 + sub_ns // 50, timeout_ns)
+    """How long before a boundary a gather starts: 1.5 times its longest recent duration
+    and a margin (2 ms and 5 % of a subinterval), at most its timeout; its whole timeout
+    before any (the first gather, at the step's start, may be a cold start of its program).
+    The master records a subinterval a few ms after its end: a gather must be in by then, and
+    a script's start-up varied by half its duration on a loaded 2-core machine."""
+    if not recent_ns:
+        return timeout_ns
+    return min(max(recent_ns) * 3 // 2 + 2_000_000 + sub_ns // 20, timeout_ns)
 
 
 class Recorder(Protocol):
