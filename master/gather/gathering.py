@@ -3,7 +3,8 @@
 Owns, on the controller: the ``config_command`` of each source (once, at the start, written as
 ``gather/<source>/config/<element_type>.csv``); per step, one task per source that starts each
 gather just in time before the end of subinterval k (its recent duration and a margin ahead),
-plus one at the step's start as the counters' first base; and, when the master records
+plus one at once (to time it) and one just before the step's start (the counters' first
+base); and, when the master records
 subinterval k (``record``), the rows of k: ``gather/<source>/<element_type>.csv`` (a row per
 element), ``gather/<source>/joined/<rollup type>.csv`` (a row per rollup instance, the joined
 metrics as ``gather.<source>.<element_type>.<metric>``), the non-participating elements'
@@ -156,8 +157,9 @@ class Gathering:
     # ------------------------------------------------------------------ a step
     def start_step(self, number: int, recorder: Recorder, start_ns: int, sub_ns: int,
                    n_subintervals: int, focus: Sequence[str]) -> None:
-        """Start the step's gathers: one at ``start_ns`` (the counters' base), then one
-        before the end of each subinterval."""
+        """Start the step's gathers: one at once (its duration sets how early the next
+        starts), one just before ``start_ns`` (the counters' base), then one before the end of
+        each subinterval."""
         groupings = {t: (tuple(g.names), g.of_workload.tolist())
                      for t, g in recorder.groupings.items()}
         lun_values: dict[str, list[str | None]] = {}
@@ -179,7 +181,9 @@ class Gathering:
 
     async def _loop(self, s: _Source, step: _Step, n_subintervals: int) -> None:
         timeout_ns = round(s.cfg.timeout_s * 1e9)
-        for k in range(-1, n_subintervals):
+        # -2: at once, to learn the gather's duration (a cold start of its program); -1: the
+        # counters' base, just before the step's first boundary
+        for k in range(-2, n_subintervals):
             boundary = step.start_ns + (k + 1) * step.sub_ns
             at = boundary - lead_ns(list(s.recent_ns), step.sub_ns, timeout_ns)
             delay_s = (at - self.clock()) / 1e9
