@@ -60,8 +60,9 @@ def test_known_values_land_in_their_subintervals(folder: Path) -> None:
         (k, e) for k in range(N) for e in ("b1", "b2")]
     for r in box:
         k = int(r["subinterval"])
-        # call 1 is the step's base, taken at its start; call k + 2 ends just before k's end
-        want_calls = (k + 2) * (1 if r["element_instance"] == "b1" else 10)
+        # call 1 times the source, call 2 is the counters' base just before the step's start,
+        # call k + 3 ends just before k's end
+        want_calls = (k + 3) * (1 if r["element_instance"] == "b1" else 10)
         assert float(r["calls"]) == want_calls and r["phase"] == "measurement"
         # ticks count 500 (b2: 1000) per second of the master's clock: the rate over the
         # true time between two samples; the read sits at most a script's print before its end
