@@ -956,6 +956,8 @@ class Run:
                     f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
                     RUN_SUMMARY_COLUMNS).write(row)
                 self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
+            if self.gathering is not None:  # the joined metrics' means over the window
+                self.gathering.summarise(window)
         for row in rows:
             results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
         alls = [r for r in rows if r["rollup_type"] == "all"]

@@ -35,6 +35,7 @@ __all__ = [
     "GatherJoin",
     "GatherSource",
     "MetricPattern",
+    "describe",
     "focus_metric_problem",
     "parse_gather",
 ]
@@ -103,6 +104,25 @@ class GatherSource:
     config_argv: tuple[str, ...] = ()
     join: GatherJoin | None = None
     line: int = 0
+
+
+def describe(source: GatherSource) -> str:
+    """One line for the plan (``--dry-run``)."""
+    if source.kind == "command":
+        what = "command " + " ".join(source.argv)
+        if source.counters:
+            what += f"; counters {', '.join(source.counters)}"
+    else:
+        what = (f"prometheus {source.url}; metrics "
+                + ", ".join(f"/{p.text}/" if p.regex else p.text for p in source.metrics)
+                + f"; {source.element_type} by label {source.instance_label}")
+    what += f"; timeout {source.timeout_s:g}s"
+    if source.config_argv:
+        what += "; config " + " ".join(source.config_argv)
+    if source.join is not None:
+        j = source.join
+        what += (f"; join {j.element_type}.{j.by} = LUN {j.lun_attribute} ({j.aggregate})")
+    return f"{source.name}: {what}"
 
 
 def _argv(cursor: Cursor) -> tuple[str, ...]:

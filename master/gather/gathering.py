@@ -65,6 +65,8 @@ class Recorder(Protocol):
 
     dir: str
     ids: list[str]
+    number: int
+    name: str
 
     @property
     def groupings(self) -> Mapping[str, Any]: ...
@@ -97,11 +99,14 @@ class _Source:
     plans: dict[frozenset[str], tuple[dict[str, JoinPlan], list[str]]] = field(
         default_factory=dict)
     warned: set[str] = field(default_factory=set)
+    #: subinterval → the joined rows written (measurement subintervals, for the summary)
+    kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
 class _Step:
     number: int
+    name: str
     dir: str
     start_ns: int
     sub_ns: int
@@ -168,7 +173,7 @@ class Gathering:
                 lun_values[s.cfg.join.lun_attribute] = [
                     _lun_value(recorder.workloads[w], s.cfg.join.lun_attribute)
                     for w in recorder.ids]
-        step = _Step(number, recorder.dir, start_ns, sub_ns, groupings, lun_values,
+        step = _Step(number, recorder.name, recorder.dir, start_ns, sub_ns, groupings, lun_values,
                      tuple(f for f in focus if f.startswith(GATHER_PREFIX)))
         self.step = step
         for s in self.sources:
@@ -177,6 +182,7 @@ class Gathering:
             s.headers.clear()
             s.plans.clear()
             s.warned.clear()
+            s.kept.clear()
             step.tasks.append(asyncio.ensure_future(self._loop(s, step, n_subintervals)))
 
     async def _loop(self, s: _Source, step: _Step, n_subintervals: int) -> None:
@@ -349,6 +355,8 @@ class Gathering:
                         columns[n][i] = v
                 rows.append(row)
             self.output.table(f"{folder}/{safe_name(rollup_type)}.csv", header).write_many(rows)
+            if phase == "measurement":
+                s.kept.setdefault(k, []).extend(rows)
             res = results.get(rollup_type)
             if res is not None and tuple(res.grouping.names) == plan.names:
                 res.columns.update(columns)
@@ -357,6 +365,43 @@ class Gathering:
         for m, n in zip(metrics, names, strict=True):
             row[n] = aggregate([per_element[e].get(m) for e in outside], join.aggregate)
         self.output.table(f"{folder}/{_NON_PARTICIPATING}.csv", header).write(row)
+        if phase == "measurement":
+            s.kept.setdefault(k, []).append(row)
+
+    # ------------------------------------------------------------------ the step's summary
+    def summarise(self, window: Sequence[int]) -> None:
+        """Each joined source's mean of every joined metric per rollup instance over the
+        measurement ``window`` (the subintervals that have a value), into
+        ``gather/<source>/joined/summary.csv`` of the step and ``gather/<source>/summary.csv``
+        of the run."""
+        step = self.step
+        if step is None or not window:
+            return
+        for s in self.sources:
+            if s.cfg.join is None or s.joined_header is None:
+                continue
+            names = [f"{GATHER_PREFIX}{s.cfg.name}.{s.cfg.join.element_type}.{m}"
+                     for m in s.joined_header]
+            header = ["step_number", "step_name", "rollup_type", "rollup_instance",
+                      "first_subinterval", "last_subinterval", "subintervals", *names]
+            totals: dict[tuple[str, str], dict[str, list[float]]] = {}
+            counts: dict[tuple[str, str], int] = {}
+            for k in window:
+                for row in s.kept.get(k, ()):
+                    key = (row["rollup_type"], row["rollup_instance"])
+                    counts[key] = counts.get(key, 0) + 1
+                    sums = totals.setdefault(key, {})
+                    for n in names:
+                        if row.get(n) is not None:
+                            sums.setdefault(n, []).append(float(row[n]))
+            rows = [{"step_number": step.number, "step_name": step.name, "rollup_type": t,
+                     "rollup_instance": inst, "first_subinterval": window[0],
+                     "last_subinterval": window[-1], "subintervals": counts[(t, inst)],
+                     **{n: sum(v) / len(v) for n, v in totals[(t, inst)].items()}}
+                    for t, inst in totals]
+            where = f"gather/{safe_name(s.cfg.name)}"
+            self.output.table(f"{step.dir}/{where}/joined/summary.csv", header).write_many(rows)
+            self.output.table(f"{where}/summary.csv", header).write_many(rows)
 
 
 def _lun_value(workload: Any, attribute: str) -> str | None:

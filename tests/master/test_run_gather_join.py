@@ -68,6 +68,17 @@ steps:
         outside = rows(step / f"gather/{source}/joined/non_participating.csv")
         assert [(r["elements"], float(r[busy.format(source)])) for r in outside] == [
             ("1", 990.0)] * N
+        # the step's summary: each instance's mean over the measurement window
+        summary = {(r["rollup_type"], r["rollup_instance"]): r
+                   for r in rows(step / f"gather/{source}/joined/summary.csv")}
+        assert summary == {(r["rollup_type"], r["rollup_instance"]): r
+                           for r in rows(folder / f"gather/{source}/summary.csv")}
+        host = summary[("host", "localhost")]
+        assert (host["first_subinterval"], host["last_subinterval"], host["subintervals"]) == (
+            "0", str(N - 1), str(N))
+        assert float(host[busy.format(source)]) == host_busy
+        assert float(summary[("non_participating", "non_participating")][
+            busy.format(source)]) == 990.0
     events = [e["message"] for e in rows(folder / "events.csv") if e["kind"] == "gather"]
     assert ("gather arr: 1 LDEV elements under no rollup instance (non-participating): 00:99"
             in events)
