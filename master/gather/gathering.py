@@ -324,9 +324,11 @@ class Gathering:
         for (etype, inst, metric), v in (values or {}).items():
             if etype == join.element_type:
                 per_element.setdefault(inst, {})[metric] = v
-        if s.joined_header is None and per_element:
+        if s.joined_header is None:
+            if not per_element:  # no header yet: the files start with the first sample
+                return
             s.joined_header = sorted({m for ms in per_element.values() for m in ms})
-        metrics = s.joined_header or []
+        metrics = s.joined_header
         names = [f"{GATHER_PREFIX}{s.cfg.name}.{join.element_type}.{m}" for m in metrics]
         elements = frozenset(per_element)
         if elements not in s.plans:
