@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.fio_pctiles_cli",
     "master.cli_control",
     "master.cli_compare",
+    "master.cli_summaryjson",
+    "master.cli_report",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -35,6 +37,8 @@ COMMAND_OF: dict[str, str] = {
     "edit": "master.cli_control",
     "stop": "master.cli_control",
     "compare": "master.cli_compare",
+    "summary-json": "master.cli_summaryjson",
+    "report": "master.cli_report",
 }
 
 

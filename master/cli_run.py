@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from master.config import TestConfig, load_config, parse_config_text
-from master.live import LiveView
+from master.live import LiveView, ViewLogHandler
+from master.liverows import check_live_rollup
 from master.plan import format_plan
 from protocol.errors import ConfigError
 
@@ -40,8 +41,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run",
         help="run a test",
-        usage="ivypy run [-h] [--dry-run] [--output-root DIR] [--plain] [-v] "
-        "(TEST.yaml | --resume RUN_DIR)",
+        usage="ivypy run [-h] [--dry-run] [--output-root DIR] [--plain] [--live-rollup TYPE] "
+        "[-v] (TEST.yaml | --resume RUN_DIR)",
         description="Run a test file: start a slave on every host, run its steps, write a "
         "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
         "error (or a run that cannot be resumed), 3 host failure, 4 the run folder could not "
@@ -57,12 +58,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output-root", metavar="DIR", help="override the test's output_root")
     p.add_argument("--plain", action="store_true",
                    help="plain lines instead of the live table, even on a terminal")
+    p.add_argument("--live-rollup", metavar="TYPE",
+                   help="the rollup whose rows the live view and the end-of-run table show "
+                   "beside the total (one of the test's rollup types; default: host when the "
+                   "test has several hosts, else lun)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug lines to the console")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    console = logging.StreamHandler(sys.stderr)
+    view = LiveView(rich_mode=False if args.plain else None, live_rollup=args.live_rollup)
+    # log lines print through the view: above its live region while there is one
+    console = ViewLogHandler(view)
     console.setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
@@ -70,13 +77,13 @@ def run_command(args: argparse.Namespace) -> int:
     level = root.level
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # run.log takes INFO
     try:
-        return _run(args)
+        return _run(args, view)
     finally:  # called in-process (tests, a wrapper): leave no handler on a stream it may close
         root.removeHandler(console)
         root.setLevel(level)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, view: LiveView) -> int:
     if (args.test is None) == (args.resume is None):
         print("ivypy: run: give a test file, or --resume RUN_DIR (not both)", file=sys.stderr)
         return EXIT_CONFIG
@@ -89,13 +96,14 @@ def _run(args: argparse.Namespace) -> int:
             cfg, resume = _resumed(Path(args.resume))
         else:
             cfg = load_config(args.test, output_root_override=args.output_root)
+        if args.live_rollup is not None:
+            check_live_rollup(args.live_rollup, [r.type for r in cfg.rollups], cfg.source_file)
     except ConfigError as exc:
         print(f"ivypy: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.dry_run:
         print(format_plan(cfg))
         return 0
-    view = LiveView(rich_mode=False if args.plain else None)
     result = run_test(cfg, view=view, resume=resume)
     if result.folder is not None:
         print(f"ivypy: results in {result.folder}")

@@ -171,7 +171,7 @@ def _edit(edit: RollupEdit) -> str:
     return f"edit_rollup {edit.instance}: " + " ".join(words)
 
 
-def _step(step: StepConfig, subinterval_s: float) -> list[str]:
+def _step(step: StepConfig, subinterval_s: float, tolerance_pct: float) -> list[str]:
     origin = f"steps[{step.source_index}], line {step.line}"
     lines = [f"step {step.index:04d} {step.name}  ({origin})"]
     phases = [_phase("warmup", step.warmup, subinterval_s)]
@@ -183,6 +183,9 @@ def _step(step: StepConfig, subinterval_s: float) -> list[str]:
         lines.append("  " + _measure(step.measure))
     if step.dfc is not None:
         lines.append("  " + _dfc(step.dfc))
+    if step.iops_tolerance_pct != tolerance_pct:
+        lines.append(f"  iops_tolerance_pct {step.iops_tolerance_pct:g}% (the test's: "
+                     f"{tolerance_pct:g}%)")
     if step.for_values:
         lines.append("  for " + " ".join(f"{key}={text}" for key, text in step.for_values))
     if step.iops_curve is not None:
@@ -228,6 +231,8 @@ def format_plan(cfg: TestConfig) -> str:
         f"subinterval  {format_duration_s(si)}; results awaited up to "
         f"{format_fraction(cfg.deadline_fraction)} of a subinterval "
         f"({format_duration_s(si * cfg.deadline_fraction)}) after each boundary",
+        f"validity     a step is invalid when a paced workload's IOPS falls more than "
+        f"{cfg.iops_tolerance_pct:g}% short of its setting (iops_tolerance_pct)",
         "",
         f"hosts ({len(cfg.hosts)})",
     ]
@@ -254,7 +259,7 @@ def format_plan(cfg: TestConfig) -> str:
                      for source in cfg.gather)
     lines += ["", f"steps ({len(cfg.steps)})"]
     for step in cfg.steps:
-        lines.extend(_step(step, si))
+        lines.extend(_step(step, si, cfg.iops_tolerance_pct))
     fixed, extra = _time_bounds(cfg)
     total = f"total: {format_duration_s(fixed)} of fixed-length phases"
     if extra:

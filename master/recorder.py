@@ -28,7 +28,7 @@ import numpy.typing as npt
 from master import kernels
 from master import rollup as ru
 from master.config import RollupSpec
-from master.live import LiveRow
+from master.liverows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
 from master.lunselect import WorkloadInstance, rollup_key
 from master.output import (
     AppenderGroup,
@@ -40,6 +40,7 @@ from master.output import (
     format_lines,
     safe_name,
 )
+from master.verdicts import iops_shortfalls, shortfall_reason
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
@@ -87,12 +88,16 @@ class HostResult:
 
 @dataclass
 class Recorded:
-    """What one subinterval gave: every rollup's result (for measure and DFC) and live rows."""
+    """What one subinterval gave: every rollup's result (for measure and DFC) and live rows
+    (``live_total``: the ``all`` rollup's row; ``live``: the first rows of ``show_type``)."""
 
     subinterval: int
     phase: str
     results: dict[str, ru.RollupResult]
     live: list[LiveRow]
+    live_total: LiveRow | None = None
+    #: instances of ``show_type`` (``live`` has the first ``liverows.LIVE_ROWS_MAX``)
+    live_instances: int = 0
     io_errors: list[tuple[str, str]] = field(default_factory=list)
     #: the host groups' statistics of each rollup type whose histograms came (a DFC window
     #: adds them up, with the grouping of ``results``)
@@ -281,10 +286,13 @@ class StepRecorder:
         if phase == "measurement" and self.fold_measurement:
             self._folded_ks.append(k)
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
+        ivypy_by_host = {h.host: ivypy_cpu_pct(h.result.cpu, self.subinterval_s) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
         out = Recorded(k, phase, {}, [])
         iops = self._iops_per_workload()
         host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
+        host_ivypy = np.array([ivypy_by_host.get(h, float("nan")) for h in self._hosts],
+                              dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
         for i, spec in enumerate(self.rollups):
@@ -298,12 +306,14 @@ class StepRecorder:
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops)
-            if spec.type == self.show_type:
-                cols = res.columns
-                out.live += [LiveRow(inst, float(cols["IOPS"][i]), float(cols["MB_per_s"][i]),
-                                     float(cols["service_time_p50_ms"][i]),
-                                     float(cols["service_time_p99_ms"][i]), float(cpu[i]))
-                             for i, inst in enumerate(g.names)]
+            if spec.type in ("all", self.show_type):
+                ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
+                rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
+                                 ivypy[:LIVE_ROWS_MAX].tolist())
+                if spec.type == "all" and rows:
+                    out.live_total = rows[0]
+                if spec.type == self.show_type:
+                    out.live, out.live_instances = rows, g.n
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
@@ -494,16 +504,24 @@ class StepRecorder:
 
     def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
+                  iops_tolerance_pct: float | None = None,
                   ) -> tuple[bool, list[dict[str, Any]], list[str]]:
         """Summary rows over the subintervals ``window`` (and the histogram files), from the
         window's statistics ``total`` (``window_sample``; needed unless the window is empty).
+        ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting
+        (``master.verdicts``; None: no check). An empty window gives a row per instance all
+        the same, its metric cells empty, invalid with ``extra_invalid`` as the reason.
         Returns (valid, rows, validation messages)."""
         if not window:
-            return (not extra_invalid), [], [extra_invalid] if extra_invalid else []
+            reason = extra_invalid or "no measurement subinterval"
+            return False, self.unmeasured_rows(reason, extra), [reason]
         if total is None or total.n_workloads != len(self.ids):
             raise ValueError("a summary needs the window's statistics of every workload")
         dur = len(window) * self.subinterval_s
         host_cpu, iops = self._window_settings(window)
+        if iops_tolerance_pct is not None:
+            short = self.iops_shortfall(total, iops, dur, iops_tolerance_pct)
+            extra_invalid = "; ".join(x for x in (extra_invalid, short) if x)
         host_of = self._host_of
         valid_all = not extra_invalid
         rows: list[dict[str, Any]] = []
@@ -532,6 +550,41 @@ class StepRecorder:
                 rows.append(row)
             self._write_histograms(spec, g, total)
         return valid_all, rows, messages
+
+    def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,
+                       tolerance_pct: float) -> str:
+        """The reason naming the paced workloads whose IOPS over the window (``total``, of
+        ``dur_s``) fell short of their mean setting ``iops`` (per workload in plan order, NaN
+        for max) by more than ``tolerance_pct``; '' when none did."""
+        achieved = total.counters[:, :, OPS].sum(axis=1) / dur_s
+        params = [self.workloads[w].params for w in self.ids]
+        depth = [float(p.get("iodepth") or 1) for p in params]
+        poisson = [p.get("iosequencer") == "random_independent" for p in params]
+        found = iops_shortfalls(self.ids, achieved, iops, depth, poisson, dur_s, tolerance_pct)
+        return shortfall_reason(found, tolerance_pct, "workload")
+
+    def unmeasured_rows(self, reason: str, extra: Mapping[str, Any] | None = None
+                        ) -> list[dict[str, Any]]:
+        """A summary row per instance of a step that measured nothing (stopped or failed
+        before its measurement): names, workloads and the settings in force, the metric
+        cells empty, invalid with ``reason``."""
+        iops = self._iops_per_workload()
+        blank = dict.fromkeys(ru.METRIC_COLUMNS)
+        rows: list[dict[str, Any]] = []
+        for spec in self.rollups:
+            g = self.groupings[spec.type]
+            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            rows += [{"step_number": self.number, "step_name": self.name,
+                      "rollup_type": spec.type, "rollup_instance": inst,
+                      "first_subinterval": None, "last_subinterval": None,
+                      "measurement_seconds": 0.0, **blank, "cpu_busy_pct": None,
+                      "workloads": count[i],
+                      "iops_setting": "max" if is_max[i] else float(setting[i]),
+                      "valid": False, "invalid_reason": reason, **(extra or {})}
+                     for i, inst in enumerate(g.names)]
+        return rows
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"

@@ -4,9 +4,11 @@ Owns the order of things: create the run folder, start every host's slave (concu
 measure clocks, discover and select LUNs, then per step create/edit/delete workloads (preflight
 happens there, before any I/O of the step), start all hosts on one common boundary, gather each
 subinterval's results within the deadline, roll up, write rows, grant the next subinterval, and
-finally summarise the measurement period. Failures stop every slave and keep every row written
-so far. It does not compute metrics (``master.rollup``), format files (``master.output``) or
-speak bytes (``master.hostsession``).
+finally summarise the measurement period (``master.stepcontrol`` gives the verdict,
+``master.verdicts`` words why a step ended early). Failures stop every slave and keep every row
+written so far; the failed step still gets its summary rows, invalid, saying what ended it.
+It does not compute metrics (``master.rollup``), format files (``master.output``) or speak
+bytes (``master.hostsession``).
 
 Exit codes: 0 success, 1 a step invalid, 2 config or preflight error, 3 host failure,
 130 interrupted.
@@ -35,6 +37,7 @@ from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.gather.gathering import Gathering
 from master.hostsession import HostSession, LunRefusedError, SlaveEvent
 from master.live import LiveView
+from master.liverows import default_live_rollup, dfc_lines
 from master.lunselect import (
     Lun,
     SelectedLun,
@@ -50,6 +53,7 @@ from master.lunselect import (
 from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
 from master.recorder import SUMMARY_COLUMNS, HostResult, Recorded, StepRecorder
+from master.report.build import report_after_run
 from master.rollup import Sample
 from master.runstate import (
     STATE_FILE,
@@ -63,6 +67,8 @@ from master.runstate import (
     write_state,
 )
 from master.stepcontrol import Decision, StepControl
+from master.summaryjson import write_summary_json
+from master.verdicts import ended_early
 from protocol.errors import (
     ConfigError,
     HostError,
@@ -321,11 +327,14 @@ class Run:
             self._final_state(result)
             if self.gathering is not None:
                 await self.gathering.close()
+            self._summary_json()
+            report_after_run(self.output.folder)  # logs a failure, never raises
             await server.close()
             await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
+            self.view.run_finished()  # the table over every step summarised
             self.view.close()
             try:
                 self.output.close()
@@ -364,7 +373,7 @@ class Run:
                    f"{len(self.cfg.steps)} (the run was {was}; last complete step: "
                    f"{state.last_complete_step}"
                    + (f"; set aside: {', '.join(moved)}" if moved else "") + ")",
-                   kind="resume")
+                   kind="resume", step=resume.first_step)
 
     def _warn_file_luns(self) -> None:
         """A file LUN whose numbers would not be the device's is a warning naming host and
@@ -411,6 +420,19 @@ class Run:
             write_state(self.output.folder, self.state)
         except OSError as exc:  # the folder itself may be what failed
             log.warning("cannot write %s: %s", self.output.folder / STATE_FILE, exc)
+
+    def _summary_json(self) -> None:
+        """summary.json from the folder as the run leaves it; a failure to write it is a
+        warning (run.log, events.csv), never the run's error."""
+        if self.output is None:
+            return
+        try:
+            write_summary_json(self.output.folder)
+        except Exception as exc:  # the run's own outcome stands whatever happens here
+            if not isinstance(exc, OutputError):  # a bug: its traceback to run.log only
+                log.info("summary.json not written", exc_info=exc)
+            with contextlib.suppress(OutputError):
+                self.event("WARNING", f"summary.json not written: {exc}", kind="output")
 
     async def _warm_up_kernels(self) -> None:
         """Load (or, first after an install, compile) the rollup kernels while the hosts
@@ -659,7 +681,7 @@ class Run:
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
             return True
-        show = "host" if len(self.sessions) > 1 else "all"
+        show = self.view.live_rollup or default_live_rollup(len(self.sessions))
         # a DFC window adds its focus rollup's histograms up over subintervals
         dfc = control.dfc
         windowed = dfc is not None and dfc.window is not None and dfc.window.subintervals > 1
@@ -714,6 +736,8 @@ class Run:
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
+                    self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
+                                          rec.live, dfc_lines(dec.dfc_rows), rec.live_instances)
                     last_recorded = k
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
@@ -745,18 +769,32 @@ class Run:
                     k += 1
             except (HostError, ProtocolError) as exc:
                 await self._abort_step()
+                failed = last_recorded + 1
+                self._summarise_failed(st, ended_early("host", failed, control.phase_of(failed),
+                                                       _failure_text(exc)))
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             finally:
                 self.step_state = None
-            await self._wait_stopped()
+            try:
+                await self._wait_stopped()
+            except HostError as exc:
+                self._summarise_failed(st, ended_early(
+                    "host", last_recorded, control.phase_of(max(last_recorded, 0)),
+                    _failure_text(exc), after=True))
+                raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             window, reason, extra = control.verdict(last_recorded)
-            if self.interrupted.is_set():
-                # the step ran short of what it was to measure
-                reason = "; ".join(x for x in (
-                    f"interrupted after subinterval {last_recorded}", reason) if x)
+            ended = ("interrupt" if self.interrupted.is_set()
+                     else "stop" if st.forced_last is not None else "")
+            # the step ran short of what it was to measure; a stop in the measurement of a
+            # fixed-length step leaves a shorter window, which stays valid (the operator's call)
+            if ended == "interrupt" or (ended == "stop" and (reason or not window)):
+                reason = "; ".join(x for x in (ended_early(
+                    ended, last_recorded, control.phase_of(max(last_recorded, 0))), reason) if x)
             try:
                 total = await self._window(st, window)
             except (HostError, ProtocolError) as exc:
+                self._summarise_failed(st, f"failed fetching the measurement window: "
+                                       f"{_failure_text(exc)}")
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
             self.view.step_finished(text)
@@ -924,7 +962,6 @@ class Run:
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
                        subinterval=k)
-        self.view.subinterval(k, phase, st.recorder.show_type, rec.live)
         return rec
 
     async def _window(self, st: _StepState, window: Sequence[int]) -> Sample | None:
@@ -940,12 +977,46 @@ class Run:
         return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
                                           in zip(self.sessions.values(), replies, strict=True)])
 
+    def _summarise_failed(self, st: _StepState, reason: str) -> None:
+        """The summary rows of a step a failure ended: invalid with ``reason``, no metrics
+        (the run still ends with the failure's exit code). A failure to write them is left
+        to the run's end (the failure itself is what the run reports)."""
+        try:
+            self._write_summary(st, st.recorder.unmeasured_rows(reason), [reason],
+                                valid=False)
+        except OutputError as exc:
+            if self.output_failed is None:
+                self.output_failed = exc
+
     def _summarise(self, st: _StepState, window: Sequence[int], total: Sample | None, *,
                    extra_invalid: str = "", extra: dict[str, Any] | None = None
                    ) -> tuple[bool, str]:
+        valid, rows, messages = st.recorder.summarise(
+            window, total, extra_invalid=extra_invalid, extra=extra,
+            iops_tolerance_pct=st.config.iops_tolerance_pct)
+        self._write_summary(st, rows, messages, valid=valid)
+        if self.gathering is not None and self.output is not None:  # joined metrics' means
+            with self.output.subinterval():
+                self.gathering.summarise(window)
+        alls = [r for r in rows if r["rollup_type"] == "all"]
+        if not alls or alls[0]["IOPS"] is None:
+            return valid, (f"step {st.number} {st.config.name}: no measurement"
+                           + (f" ({messages[0]})" if messages else ""))
+        a = alls[0]
+        dur = a["measurement_seconds"]
+        text = (f"step {st.number} {st.config.name}: {a['IOPS']:,.0f} IOPS, "
+                f"{a['MB_per_s']:.1f} MB/s, service time mean {a['service_time_mean_ms']:.3f} ms "
+                f"p99 {a['service_time_p99_ms']:.3f} ms over {dur:g} s"
+                + ("" if valid else " (INVALID)"))
+        return valid, text
+
+    def _write_summary(self, st: _StepState, rows: Sequence[dict[str, Any]],
+                       messages: Sequence[str], *, valid: bool) -> None:
+        """A step's summary rows into its per-rollup summary.csv files and the run's; each
+        reason why it is invalid to events.csv; each measured instance's IOPS to the run's
+        step results (``iops_curve`` points, state.json); the step's line of the end-of-run
+        table to the view."""
         assert self.output is not None
-        valid, rows, messages = st.recorder.summarise(window, total, extra_invalid=extra_invalid,
-                                                      extra=extra)
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
@@ -956,20 +1027,12 @@ class Run:
                     f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
                     RUN_SUMMARY_COLUMNS).write(row)
                 self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
-            if self.gathering is not None:  # the joined metrics' means over the window
-                self.gathering.summarise(window)
         for row in rows:
-            results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
-        alls = [r for r in rows if r["rollup_type"] == "all"]
-        if not alls:
-            return valid, f"step {st.number} {st.config.name}: no measurement subintervals"
-        a = alls[0]
-        dur = a["measurement_seconds"]
-        text = (f"step {st.number} {st.config.name}: {a['IOPS']:,.0f} IOPS, "
-                f"{a['MB_per_s']:.1f} MB/s, service time mean {a['service_time_mean_ms']:.3f} ms "
-                f"p99 {a['service_time_p99_ms']:.3f} ms over {dur:g} s"
-                + ("" if valid else " (INVALID)"))
-        return valid, text
+            if row["IOPS"] is not None:
+                results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(
+                    row["IOPS"])
+        self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,
+                               valid=valid, reasons=messages)
 
     async def _stop_all(self, after: int) -> None:
         await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
@@ -1073,6 +1136,12 @@ class Run:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _failure_text(exc: IvyError) -> str:
+    """A failure as a summary row's reason quotes it: its first line (a ``HostError`` names
+    its host; a slave's stderr tail stays in events.csv and run.log)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class RunControl:

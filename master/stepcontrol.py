@@ -22,6 +22,7 @@ from master import measure as ms
 from master.config import AccuracyCriterion, FioCriteria, StepConfig
 from master.dfc import DfcBank, PidGains
 from master.rollup import RollupResult, Sample, compute
+from master.verdicts import DfcReading, dfc_cause, measure_cause, pinned_bound
 
 DECREASING_METRICS = ("IOPS", "MB_per_s")  # metrics that do not rise with IOPS are rare; see doc
 
@@ -71,9 +72,10 @@ class StepControl:
         self.fixed = step.measure_time.subintervals if step.measure_time else None
         self.measure = step.measure
         self.dfc = step.dfc
-        self.meas_start: int | None = self.warm if self.measure is None and not self.dfc else None
-        if self.measure is None and self.dfc is not None:
-            self.meas_start = self.warm  # DFC without measure: fixed phases as configured
+        # the measurement starts after the fixed warmup, but with DFC and measure together
+        # once the controller has settled (or at the settle deadline): ``after`` decides
+        self.meas_start: int | None = (
+            None if self.measure is not None and self.dfc is not None else self.warm)
         self.meas_end: int | None = None  # last measurement subinterval, once known
         self.last: int | None = None
         self.timeout = step.measure.timeout.subintervals if step.measure else None
@@ -99,6 +101,8 @@ class StepControl:
         #: measurement (what was measured is not the target's operating point)
         self.started_unsettled = False
         self._window: list[Sample] = []  # a DFC window's subintervals so far
+        #: every DFC move of each focus instance, for the verdict's reasons
+        self.dfc_moves: dict[str, list[DfcReading]] = {}
         self._window_key: tuple[tuple[str, float], ...] = ()  # the IOPS they ran at
 
     @property
@@ -138,6 +142,8 @@ class StepControl:
             for row in self.bank.step(k, measured, settings):
                 mv = row.move
                 dec.new_totals[row.instance] = mv.new_iops
+                self.dfc_moves.setdefault(row.instance, []).append(DfcReading(
+                    k, mv.measured, mv.new_iops, mv.saturated, mv.held))
                 dec.dfc_rows.append({
                     "subinterval": k, "phase": phase, "instance": row.instance,
                     "metric": row.metric, "measured": mv.measured, "target": self.dfc.target,
@@ -237,16 +243,24 @@ class StepControl:
 
     # ------------------------------------------------------------------ the verdict
     def verdict(self, last_recorded: int) -> tuple[list[int], str, dict[str, Any]]:
-        """(window subintervals, invalid reason or '', extra summary columns)."""
+        """(window subintervals, invalid reason or '', extra summary columns). The reasons
+        carry their figures (``master.verdicts``): no measurement subinterval; a DFC
+        controller pinned at a bound over the window, or not settled when the deadline
+        started the measurement (why, per instance); a criterion's values against its limit."""
         if self.fixed is not None or self.measure is None:
             start = self.meas_start if self.meas_start is not None else self.warm
             end = self.meas_end if self.meas_end is not None else last_recorded
-            end = min(end, last_recorded)
-            return list(range(start, end + 1)), "", {}
+            window = list(range(start, min(end, last_recorded) + 1))
+            if not window:
+                return [], "no measurement subinterval", {}
+            return window, self._pinned_reason(window), {}
         assert self.meas_start is not None or self.tracker is None
         if self.tracker is None or self.meas_start is None:
-            return [], "the measurement never started (the controller did not settle)", {
-                "measure_criterion": self.checks[0][2].name if self.checks else ""}
+            named = {"measure_criterion": self.checks[0][2].name if self.checks else ""}
+            if self.bank is not None and not self.bank.settled():
+                return [], self._unsettled_reason(
+                    "the step ended before the settle deadline", last_recorded), named
+            return [], "no measurement subinterval", named
         res = self.tracker.result()
         results = {"only": res} if isinstance(res, ms.MeasureResult) else res
         first = next(iter(results.values()))
@@ -257,22 +271,61 @@ class StepControl:
                            for r in results.values())
         extra = {"measure_criterion": crit, "measure_values": values,
                  "measure_attained": first.valid}
+        reasons = []
+        if self.started_unsettled:
+            reasons.append(self._unsettled_reason(
+                f"the settle deadline started the measurement at subinterval {self.meas_start}",
+                self.meas_start - 1))
+        if not first.valid:
+            timeout_s = None if self.timeout is None else self.timeout * self.subinterval_s
+            causes = "; ".join(measure_cause(
+                r.criterion, r.limit, self.focus_measure,
+                [_reported(r.criterion, v) for v in r.values], r.passed, r.reason, timeout_s)
+                for r in results.values())
+            reasons.append(f"measure: {causes}"
+                           + ("" if first.window is None else " (best window reported)"))
         if first.window is None:
-            return [], f"measure: {first.reason or 'no window'}", extra
+            return [], "; ".join(reasons), extra
         lo, hi = first.window
         start = self.meas_start
         window = [start + j for j in range(lo, hi) if start + j <= last_recorded]
-        reasons = []
-        if self.started_unsettled:
-            assert self.dfc is not None
-            reasons.append(
-                f"dfc: {self.dfc.focus_metric} had not settled at its target "
-                f"{self.dfc.target:g} when the settle deadline started the measurement at "
-                f"subinterval {start} (see dfc.csv)")
-        if not first.valid:
-            reasons.append(f"measure: {first.reason or 'not steady'} ({crit}; best window "
-                           "reported)")
         return window, "; ".join(reasons), extra
+
+    def _dfc_causes(self, first: int, last: int, instances: list[str]) -> list[str]:
+        """``<instance>: <cause>`` of each controller of ``instances`` over its moves in
+        ``first..last``."""
+        assert self.dfc is not None and self.bank is not None
+        d, out = self.dfc, []
+        for inst in instances:
+            ctrl = self.bank.controllers[inst]
+            moves = [m for m in self.dfc_moves.get(inst, []) if first <= m.subinterval <= last]
+            out.append(f"{inst}: " + dfc_cause(moves, d.focus_metric, d.target, d.low_iops,
+                                               d.high_iops, ctrl.tolerance, ctrl.settle_count))
+        return out
+
+    def _unsettled_reason(self, when: str, last: int) -> str:
+        """The DFC had not settled when ``when``: why, per unsettled instance, over its moves
+        up to subinterval ``last``."""
+        assert self.dfc is not None and self.bank is not None
+        unsettled = [i for i, c in self.bank.controllers.items() if not c.settled()]
+        causes = "; ".join(self._dfc_causes(0, last, unsettled))
+        return (f"dfc: {self.dfc.focus_metric} had not settled at its target "
+                f"{self.dfc.target:g} when {when} ({causes}; see dfc.csv)")
+
+    def _pinned_reason(self, window: list[int]) -> str:
+        """A fixed-length DFC step whose controller was pinned at a bound for most of its
+        moves in the measurement window did not hold its target there: why, per instance."""
+        if self.bank is None or self.dfc is None:
+            return ""
+        d = self.dfc
+        pinned = [inst for inst in self.bank.controllers if pinned_bound(
+            [m for m in self.dfc_moves.get(inst, []) if window[0] <= m.subinterval <= window[-1]],
+            d.low_iops, d.high_iops) is not None]
+        if not pinned:
+            return ""
+        causes = self._dfc_causes(window[0], window[-1], pinned)
+        return (f"dfc: {d.focus_metric} not held at its target {d.target:g} in the "
+                f"measurement window ({'; '.join(causes)}; see dfc.csv)")
 
 
 def _reported(criterion: str, value: float) -> float:

@@ -59,7 +59,11 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
           str(source)], tmp_path, 300)
     (wheel,) = (tmp_path / "dist").glob("ivypy-*.whl")
-    assert "slave/engine/paced_kernel.c" in zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "slave/engine/paced_kernel.c" in names
+    for asset in ("page.js", "errors.js", "page.css", "vendor/uPlot.iife.min.js",
+                  "vendor/uPlot.min.css", "vendor/uPlot-LICENSE"):  # report.html's parts
+        assert f"master/report/{asset}" in names, asset
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, 120)
     _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], tmp_path, 600)
@@ -76,3 +80,5 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
     with open(folder / "summary.csv", newline="") as fh:
         (total,) = [r for r in csv.DictReader(fh) if r["rollup_type"] == "all"]
     assert total["valid"] == "true" and abs(float(total["IOPS"]) - 500) < 25
+    page = (folder / "report.html").read_text()  # the report's assets came with the install
+    assert "uPlot" in page and "data-charts-drawn" in page and len(page) > 60_000

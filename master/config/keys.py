@@ -26,6 +26,7 @@ from master.config.limits import (
     MAX_DFC_GAIN,
     MAX_IODEPTH,
     MAX_IOPS,
+    MAX_IOPS_TOLERANCE_PCT,
     MAX_LIMIT_PERCENT,
     MAX_LUN_BYTES,
     MAX_ROLLUP_QUANTITY,
@@ -113,6 +114,11 @@ TOP = Section(
            _seconds(loader.DEFAULT_SKEW_LIMIT_S),
            "A host whose clock offset is known less well than this, or a step in which a "
            "host's boundary skew may exceed it, is a warning in events.csv."),
+        _k("iops_tolerance_pct", f"percent, 0 to {MAX_IOPS_TOLERANCE_PCT:g} (5 or 5%)",
+           f"{loader.DEFAULT_IOPS_TOLERANCE_PCT:g}",
+           "A step is invalid when a paced workload's IOPS over the measurement fall short of "
+           "its setting in force by more than this (`iops: max` is not checked); 100 turns "
+           "the check off. A step may set its own."),
         _k("hosts", "list of hosts", "required", "The test hosts; see `hosts[]`."),
         _k("luns", "list of LUN selectors", "required",
            "Which LUNs the test may use, per host; see `luns[]`."),
@@ -253,6 +259,8 @@ STEPS = Section(
         _k("edit_rollup", "list", "-",
            "Change the workloads of rollup instances at the step's start; see "
            "`steps[].edit_rollup[]`."),
+        _k("iops_tolerance_pct", "percent, as at the top level", "the test's",
+           "This step's own IOPS tolerance; it does not carry over to later steps."),
     ),
 )
 

@@ -25,6 +25,7 @@ __all__ = [
     "MAX_GATHERED_VALUE",
     "MAX_IODEPTH",
     "MAX_IOPS",
+    "MAX_IOPS_TOLERANCE_PCT",
     "MAX_LATENCY_MS",
     "MAX_LIMIT_PERCENT",
     "MAX_LUN_BYTES",
@@ -39,6 +40,7 @@ __all__ = [
     "duration_within",
     "format_number",
     "metric_max",
+    "percent_within",
     "show_bytes",
 ]
 
@@ -91,6 +93,9 @@ MAX_DFC_GAIN = 100.0
 #: The largest steady-state limit in percent (of the window mean): above 100 % a window whose
 #: values swing by more than their own mean counts as steady; ivy and fio use a few percent.
 MAX_LIMIT_PERCENT = 100.0
+#: The largest ``iops_tolerance_pct`` (how far a paced workload's IOPS may fall short of its
+#: setting before its step is invalid): 100 % lets any shortfall pass, which turns the check off.
+MAX_IOPS_TOLERANCE_PCT = 100.0
 #: The most instances a rollup ``quantity`` may demand: a rollup has at most one instance per
 #: workload, a host runs at most 1,024 workloads; a million is a thousand full hosts.
 MAX_ROLLUP_QUANTITY = 1_000_000
@@ -135,6 +140,25 @@ def duration_within(cursor: Cursor | None, default: float, low_s: float, high_s:
     if not low_s <= seconds <= high_s:
         raise cursor.error(f"must be {words} (got {cursor.node.text})")
     return seconds
+
+
+def percent_within(cursor: Cursor | None, default: float, high: float) -> float:
+    """A percentage key (``5``, ``2.5`` or ``"5%"``, all in percent) from 0 to ``high``;
+    ``default`` when ``cursor`` is None. Refused at the cursor when it is not a number or out
+    of range: ``must be at most 100% (got 150)``."""
+    if cursor is None:
+        return default
+    value = cursor.value if cursor.is_scalar else None
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            number = float(value.strip()[:-1])
+        except ValueError as exc:
+            raise cursor.error(f"must be a percentage like 5 or 5% (got {value!r})") from exc
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise cursor.error("must be a percentage like 5 or 5%")
+    return bounded(cursor, number, low=0.0, high=high, show=lambda bound: f"{bound:g}%")
 
 
 def show_bytes(size_bytes: float) -> str:

@@ -18,10 +18,12 @@ from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGIN
 from master.config.gather import parse_gather
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.limits import (
+    MAX_IOPS_TOLERANCE_PCT,
     MAX_LUN_BYTES,
     MAX_ROLLUP_QUANTITY,
     bounded,
     duration_within,
+    percent_within,
     show_bytes,
 )
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
@@ -42,6 +44,7 @@ TOP_KEYS: tuple[str, ...] = (
     "subinterval_seconds",
     "deadline_fraction",
     "skew_limit_seconds",
+    "iops_tolerance_pct",
     "hosts",
     "luns",
     "rollups",
@@ -67,6 +70,9 @@ DEFAULT_OUTPUT_ROOT = "./ivypy-output"
 LAYOUTS: tuple[str, ...] = ("random", "zero", "none")
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
+#: ``iops_tolerance_pct``: how far (percent) a paced workload's IOPS over a step's measurement
+#: may fall short of its setting before the step is invalid (``master.verdicts``)
+DEFAULT_IOPS_TOLERANCE_PCT = 5.0
 #: ``skew_limit_seconds``: a host's clock offset uncertainty, or a boundary's skew bound, past
 #: this is warned about (the default, and its range)
 DEFAULT_SKEW_LIMIT_S = 0.001
@@ -128,6 +134,11 @@ def _deadline_fraction(root: Cursor) -> float:
     if not 0 < value < 1:
         raise cursor.error(f"must be between 0 and 1, exclusive (got {cursor.node.text})")
     return value
+
+
+def _iops_tolerance(root: Cursor) -> float:
+    return percent_within(root.get("iops_tolerance_pct"), DEFAULT_IOPS_TOLERANCE_PCT,
+                          MAX_IOPS_TOLERANCE_PCT)
 
 
 def _skew_limit(root: Cursor) -> float:
@@ -378,6 +389,7 @@ def parse_config_text(
     subinterval_s = _subinterval(root)
     deadline_fraction = _deadline_fraction(root)
     skew_limit_s = _skew_limit(root)
+    tolerance_pct = _iops_tolerance(root)
     hosts = parse_hosts(root.require("hosts"))
     luns = _luns(root, hosts, output_root)
     rollups = _rollups(root)
@@ -385,6 +397,7 @@ def parse_config_text(
     context = StepContext(
         subinterval_s=subinterval_s,
         rollup_types=tuple(spec.type for spec in rollups),
+        iops_tolerance_pct=tolerance_pct,
         workloads=WorkloadContext(tuple(host.name for host in hosts), luns, output_root),
         gather=gather,
     )
@@ -401,6 +414,7 @@ def parse_config_text(
         subinterval_seconds=subinterval_s,
         deadline_fraction=deadline_fraction,
         skew_limit_seconds=skew_limit_s,
+        iops_tolerance_pct=tolerance_pct,
         hosts=hosts,
         luns=luns,
         rollups=rollups,

@@ -494,8 +494,10 @@ class StepConfig:
     ``cooldown_seconds`` (like workloads, durations carry over from the previous step; the first
     step's defaults are 0, 60 s and 0), ``measure`` (then the step has no ``measure_seconds``),
     ``dfc``, ``iops_curve`` (list of fractions), ``for`` (mapping of workload key → list of
-    values), ``edit_rollup`` (list). Durations are rounded up to whole subintervals; ``warmup``
-    and ``measure_time`` keep both values. ``measure_time`` is ``None`` for a ``measure:`` step.
+    values), ``edit_rollup`` (list), ``iops_tolerance_pct`` (this step's own, else the test's: see
+    ``TestConfig``; it does not carry over to later steps). Durations are rounded up to whole
+    subintervals; ``warmup`` and ``measure_time`` keep both values. ``measure_time`` is
+    ``None`` for a ``measure:`` step.
 
     ``workloads`` is every workload in force during the step, in creation order; ``changes`` is
     what this step did to get there. ``source_index`` is the index in the YAML ``steps:`` list
@@ -515,6 +517,7 @@ class StepConfig:
     edit_rollup: tuple[RollupEdit, ...] = ()
     iops_curve: IopsCurvePoint | None = None
     for_values: tuple[tuple[str, str], ...] = ()
+    iops_tolerance_pct: float = 5.0
     line: int = 0
 
 
@@ -529,6 +532,10 @@ class TestConfig:
     boundary the master waits for results, as a fraction of a subinterval),
     ``skew_limit_seconds`` (1us to 10s, default 1ms: a host whose clock offset is known less
     well than this, or a subinterval boundary whose skew may exceed it, is warned about),
+    ``iops_tolerance_pct`` (0 to 100, in percent, default 5: a step is invalid when a paced
+    workload's IOPS over the measurement falls short of the mean setting in force, after edits
+    and DFC, by more than this, beyond what counting allows; ``iops: max`` workloads are not
+    checked; a step's own ``iops_tolerance_pct`` overrides it),
     ``hosts``
     (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
     ``master.config.gather``), ``steps`` (required). The run folder is
@@ -550,6 +557,7 @@ class TestConfig:
     steps: tuple[StepConfig, ...]
     skew_limit_seconds: float = 0.001
     gather: tuple[GatherSource, ...] = ()
+    iops_tolerance_pct: float = 5.0
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

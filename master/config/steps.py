@@ -26,12 +26,14 @@ from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_probl
 from master.config.limits import (
     MAX_AUTOCORRELATION,
     MAX_DFC_GAIN,
+    MAX_IOPS_TOLERANCE_PCT,
     MAX_LIMIT_PERCENT,
     MAX_TOTAL_IOPS,
     MIN_IOPS,
     bounded,
     format_number,
     metric_max,
+    percent_within,
 )
 from master.config.schema import (
     AccuracyCriterion,
@@ -72,6 +74,7 @@ STEP_KEYS: tuple[str, ...] = (
     "iops_curve",
     "for",
     "edit_rollup",
+    "iops_tolerance_pct",
 )
 MEASURE_KEYS: tuple[str, ...] = (
     "focus_rollup",
@@ -117,6 +120,8 @@ class StepContext:
     workloads: WorkloadContext
     #: the test's ``gather:`` sources (a focus metric may name a joined metric of one)
     gather: tuple[GatherSource, ...] = ()
+    #: the test's ``iops_tolerance_pct``, a step's own value overrides it for that step
+    iops_tolerance_pct: float = 5.0
 
 
 # ---------------------------------------------------------------- small readers
@@ -597,6 +602,8 @@ def _parse_step(
     dfc = None if dfc_cursor is None else _dfc(dfc_cursor, context)
     edit_cursor = step.get("edit_rollup")
     edit_rollup = () if edit_cursor is None else _edit_rollup(edit_cursor, context)
+    tolerance_pct = percent_within(step.get("iops_tolerance_pct"), context.iops_tolerance_pct,
+                                   MAX_IOPS_TOLERANCE_PCT)
 
     sweep_cursor, curve_cursor = step.get("for"), step.get("iops_curve")
     if sweep_cursor is not None and curve_cursor is not None:
@@ -648,6 +655,7 @@ def _parse_step(
                 edit_rollup=edit_rollup,
                 iops_curve=variant.curve,
                 for_values=variant.for_values,
+                iops_tolerance_pct=tolerance_pct,
                 line=step.line,
             )
         )

@@ -43,6 +43,7 @@ steps:
     dfc: {focus_rollup: host, focus_metric: IOPS, target: 500, low_iops: 10, high_iops: 1000,
           window_seconds: 5}
     edit_rollup: [{instance: "vendor+model=ACME+X", total_iops: 300, iodepth: 2}]
+    iops_tolerance_pct: 10%
   - name: curve
     iops_curve: [25%]
   - name: sw
@@ -54,6 +55,7 @@ test plan_demo  (from demo.yaml)
   a demo of every plan line
 output       /run/here/out/plan_demo/<YYYYmmdd-HHMMSS>/
 subinterval  2s; results awaited up to 75% of a subinterval (1.5s) after each boundary
+validity     a step is invalid when a paced workload's IOPS falls more than 5% short of its setting (iops_tolerance_pct)
 
 hosts (3)
   localhost  local
@@ -82,27 +84,28 @@ step 0001 steady  (steps[1], line 21)
 step 0002 dfc  (steps[2], line 29)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   dfc holds IOPS of every host instance at 500 with IOPS in [10, 1000]; acts once per 6s window (3 subintervals at one IOPS, histograms merged)
+  iops_tolerance_pct 10% (the test's: 5%)
   edit_rollup vendor+model=ACME+X: total_iops=300 iodepth=2
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0003 curve-iops=max  (steps[3], line 34)
+step 0003 curve-iops=max  (steps[3], line 35)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   iops_curve: the max-IOPS point (every workload at iops=max)
   changes: ~ b (iops) [by iops_curve]
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0004 curve-iops=25%  (steps[3], line 34)
+step 0004 curve-iops=25%  (steps[3], line 35)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   iops_curve: the whole test (rollup all) at 25% of its IOPS in step curve-iops=max
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=(set by iops_curve) read_fraction=100%
-step 0005 sw-blocksize=4KiB  (steps[4], line 36)
+step 0005 sw-blocksize=4KiB  (steps[4], line 37)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   for blocksize=4KiB
   changes: ~ b (blocksize) [by for]
   workloads in force (1):
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
-step 0006 sw-blocksize=1MiB  (steps[4], line 36)
+step 0006 sw-blocksize=1MiB  (steps[4], line 37)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
   for blocksize=1MiB
   changes: ~ b (blocksize) [by for]

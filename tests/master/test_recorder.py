@@ -234,6 +234,19 @@ def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
         got = rec.record(k, "warmup" if k == 0 else "measurement", [r1, r2], (k + 1) * 10**9)
         per_k.append(dict(zip(ids["h1"] + ids["h2"], d1 + d2, strict=True)))
         assert [row.instance for row in got.live] == ["h1", "h2"]
+        assert got.live_instances == 2
+        # the live rows: host busy % and the slave's 0.3 s of CPU over 1 s on 2 cores
+        assert [r.host_cpu_pct for r in got.live] == [40.0, 60.0]
+        assert [r.ivypy_cpu_pct for r in got.live] == pytest.approx([15.0, 15.0])
+        total = got.live_total
+        assert total is not None and total.instance == "all"
+        assert (total.host_cpu_pct, total.ivypy_cpu_pct) == (50.0, pytest.approx(15.0))
+        all_cols = got.results["all"].columns
+        assert (total.iops, total.service_p99_ms, total.response_p50_ms) == (
+            float(all_cols["IOPS"][0]), float(all_cols["service_time_p99_ms"][0]),
+            float(all_cols["response_time_p50_ms"][0]))
+        assert [r.response_p99_ms for r in got.live] == [
+            float(v) for v in got.results["host"].columns["response_time_p99_ms"]]
         assert got.skew_bound_ns == {"h1": 8_500, "h2": 8_500}
         for spec in ROLLUPS:
             res = got.results[spec.type]
@@ -672,3 +685,61 @@ def test_instances_with_the_same_safe_name_keep_their_own_files(tmp_path: Path) 
                 inst}
             assert (step / "histograms" / kind / name).is_file()
     assert not (step / "host" / "summary.csv").exists()
+
+
+def test_summary_names_the_workloads_short_of_their_iops_setting(tmp_path: Path) -> None:
+    """``iops_tolerance_pct``: a workload set to 1,000,000 IOPS that did a few hundred makes
+    every row invalid, the reason naming it with its own row's IOPS; the workloads at 100
+    IOPS (they did more) and at max are not named; at 100% nothing is short."""
+    wl = _workloads()
+    a0 = "h1:/dev/sd0:a"
+    wl[a0] = dataclasses.replace(wl[a0], params={"iops": 1e6, "iodepth": 4,
+                                                 "iosequencer": "random_steady"})
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(5)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    for k in range(3):
+        rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
+                                      for h in ("h1", "h2")], (k + 1) * 10**9)
+    total = sim.window(0, 2)
+    valid, rows, messages = rec.summarise([0, 1, 2], total, iops_tolerance_pct=5.0)
+    out.close()
+    by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
+    got = by[("workload", a0)]["IOPS"]
+    reason = (f"IOPS short of the setting in force by more than 5% (iops_tolerance_pct): "
+              f"workload {a0} {got:,.0f} of 1,000,000 IOPS ({100 * (1 - got / 1e6):.1f}% short)")
+    assert not valid and messages[0] == reason
+    for r in rows:
+        assert r["valid"] is False and r["invalid_reason"] == reason, r
+    iops = np.array([wl[w].params["iops"] or np.nan for w in rec.ids], dtype=float)
+    assert rec.iops_shortfall(total, iops, 3.0, 100.0) == ""
+    iops[rec.ids.index(a0)] = got
+    assert rec.iops_shortfall(total, iops, 3.0, 5.0) == ""
+
+
+def test_unmeasured_rows_keep_names_workloads_and_settings(tmp_path: Path) -> None:
+    """A step that measured nothing: a row per instance of every rollup type, the metric
+    cells and the window empty, the workloads and IOPS settings in force, invalid with the
+    reason (test_run_verdicts reads them back from the CSV files)."""
+    wl = _workloads()
+    rec = StepRecorder(RunOutput(tmp_path), 4, "w", ROLLUPS, 1.0, wl)
+    reason = "stopped by ivypy stop after subinterval 1 (warmup); no measurement subinterval"
+    rows = rec.unmeasured_rows(reason, {"measure_criterion": "accuracy"})
+    assert [(r["rollup_type"], r["rollup_instance"]) for r in rows] == [
+        (t, inst) for t, g in rec.groupings.items() for inst in g.names]
+    assert len(rows) == 1 + 2 + 4 + 8 + 2
+    for r in rows:
+        assert r["valid"] is False and r["invalid_reason"] == reason
+        assert all(r[c] is None for c in rollup.METRIC_COLUMNS)
+        assert r["first_subinterval"] is None and r["cpu_busy_pct"] is None
+        assert r["measurement_seconds"] == 0.0 and r["measure_criterion"] == "accuracy"
+    by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
+    assert by[("workload", "h1:/dev/sd0:a")]["iops_setting"] == 100.0
+    assert by[("workload", "h1:/dev/sd0:b")]["iops_setting"] == "max"
+    assert by[("lun", "h2:/dev/sd1")]["workloads"] == 2
+    assert by[("all", "all")]["iops_setting"] == "max"
+    # summarise with no window gives the same rows
+    assert rec.summarise([], extra_invalid=reason,
+                         extra={"measure_criterion": "accuracy"}) == (False, rows, [reason])

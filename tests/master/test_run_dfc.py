@@ -6,6 +6,7 @@ on the machine, so they are a benchmark, not a test)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,9 +55,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = subprocess.run(
         [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
         capture_output=True, text=True, timeout=180, cwd=ROOT)
-    # 1: the last step is invalid (its controller never settled)
+    # 1: up and down ran pinned at a bound, unsettled never settled
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "invalid steps: unsettled" in proc.stderr
+    assert "invalid steps: up, down, unsettled" in proc.stderr
     (out,) = (tmp / "dfc").iterdir()
     return out
 
@@ -109,14 +110,39 @@ def test_a_window_moves_once_per_window_at_one_iops(folder: Path) -> None:
 def test_measuring_a_controller_that_never_settled_is_invalid(folder: Path) -> None:
     """With measure on, measuring starts once the controller settles, or at the settle
     deadline. A target the device cannot reach (p99 of 1 ns) never settles: the measurement
-    that the deadline starts is reported, and marked invalid, naming the controller."""
+    that the deadline starts is reported, and marked invalid, naming the controller and why:
+    it sat at low_iops, with its last reading against the target."""
     moves = rows(folder / "step0003-unsettled/dfc.csv")
     assert moves and all(m["settled"] == "false" for m in moves)
-    (summary,) = [r for r in rows(folder / "summary.csv")
-                  if r["step_name"] == "unsettled" and r["rollup_type"] == "all"]
-    assert summary["valid"] == "false"
-    assert "dfc: service_time_p99_ms had not settled at its target 1e-06" in \
-        summary["invalid_reason"]
+    summary = [r for r in rows(folder / "summary.csv") if r["step_name"] == "unsettled"]
+    assert {r["rollup_type"] for r in summary} == {"all", "host", "lun", "workload"}
+    for r in summary:
+        assert r["valid"] == "false"
+        reason = r["invalid_reason"]
+        assert "dfc: service_time_p99_ms had not settled at its target 1e-06 when the settle " \
+            "deadline started the measurement at subinterval 4 (localhost: pinned at " \
+            "low_iops 150 for " in reason, reason
+        assert re.search(r"for \d of 4 moves \(subintervals 0-3\); service_time_p99_ms last "
+                         r"[0-9.]+ vs target 1e-06", reason), reason
+
+
+def test_a_step_pinned_at_a_bound_is_invalid_with_the_count(folder: Path) -> None:
+    """A fixed-length DFC step whose controller sat at a bound for most of its measurement
+    did not hold its target: invalid, with the bound and how many of its moves were pinned
+    there (counted from dfc.csv). A windowed step that rose freely stays valid."""
+    for step, bound, name in (("step0000-up", 3000.0, "high_iops 3,000"),
+                              ("step0001-down", 150.0, "low_iops 150")):
+        moves = rows(folder / f"{step}/dfc.csv")
+        pinned = sum(1 for m in moves if m["saturated"] == "true"
+                     and float(m["new_iops"]) == bound)
+        assert pinned * 2 > len(moves)
+        summary = [r for r in rows(folder / "summary.csv")
+                   if r["step_name"] == step.split("-")[1]]
+        assert len(summary) == 4
+        for r in summary:
+            assert r["valid"] == "false"
+            assert (f"localhost: pinned at {name} for {pinned} of {len(moves)} moves "
+                    f"(subintervals 0-{len(moves) - 1})") in r["invalid_reason"], r
     for r in rows(folder / "summary.csv"):
-        if r["step_name"] != "unsettled":
+        if r["step_name"] == "windowed":
             assert r["valid"] == "true", r

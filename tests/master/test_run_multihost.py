@@ -96,7 +96,16 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
     assert float(total["IOPS"]) == pytest.approx(9000, rel=poisson_rel(9000, 4))
     mix = next(r for r in summary if r["step_name"] == "mix" and r["rollup_type"] == "all")
     assert float(mix["write_IOPS"]) / float(mix["IOPS"]) == pytest.approx(0.3, abs=0.03)
-    # every host's LUN is its own loop device
+    # the console: with several hosts the live view shows the host rollup beside the total,
+    # each subinterval and in the end-of-run table
+    names = [h.name for h in testbed.hosts]
+    out = proc.stdout.splitlines()
+    for name in names:
+        assert any(x.startswith(f"    host={name}: ") and " IOPS " in x and "response p50" in x
+                   for x in out), name
+    table = out[out.index("== all steps"):]
+    assert [x.split()[2] for x in table[2:] if x.startswith("0 randread")] == [
+        "total", *(f"host={name}" for name in names)]
     luns = rows(folder / "luns.csv")
     used = {(r["host"], r["lun"]) for r in luns if r["used_by"]}
     assert used == {(h.name, lp.path) for h, lp in zip(testbed.hosts, loops, strict=True)}

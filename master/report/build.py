@@ -1,0 +1,84 @@
+"""Making a run folder's ``report.html``: read the folder, choose the charts, write the page.
+
+Owns where the page goes (``report.html`` in the run folder unless told otherwise), writing it
+whole (a temporary file beside it, renamed over the last one: a reader never sees half a page),
+and the one call ``Run.execute`` makes at the end of every run, which logs a failure and never
+raises. Must not talk to hosts or change any other file of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from master.report.content import BUDGET_POINTS, build_charts, default_rollup
+from master.report.page import render
+from master.report.runfolder import ReportError, open_run_folder
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "report.html"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A page written: where, how big, what it plots and what it cost."""
+
+    path: Path
+    size_bytes: int
+    rollup: str
+    charts: int
+    bucket: int
+    seconds: float
+    problems: tuple[str, ...]
+
+
+def build_report(folder: Path, output: Path | None = None, rollup: str | None = None,
+                 budget_points: int = BUDGET_POINTS) -> Report:
+    """Write the report of the run folder ``folder`` to ``output`` (default
+    ``folder/report.html``); ``rollup``: the rollup type whose instances are plotted (default:
+    ``default_rollup``). ``ReportError`` when the folder is not a run folder, the rollup type
+    is in none of its steps, or the page cannot be written."""
+    t0 = time.monotonic()
+    run = open_run_folder(folder)
+    if rollup is not None:
+        have = sorted({t for s in run.steps for t in s.instances})
+        if rollup not in have:
+            raise ReportError(f"{folder}: rollup type {rollup!r} is in none of its steps "
+                              f"(it has: {', '.join(have) or 'none'})")
+    chosen = rollup or default_rollup(run)
+    charts = build_charts(run, chosen, budget_points)
+    text = render(run, charts).encode("utf-8")
+    path = output if output is not None else folder / REPORT_FILE
+    _write_whole(path, text)
+    return Report(path, len(text), chosen, sum(len(s.charts) for s in charts.steps),
+                  charts.bucket, time.monotonic() - t0, tuple(run.problems))
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ReportError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
+
+
+def report_after_run(folder: Path) -> Path | None:
+    """``report.html`` at the end of a run (also a failed or interrupted one). Never raises: a
+    report that cannot be made is a warning in run.log (``ivypy report`` can make it later)."""
+    try:
+        made = build_report(folder)
+    except Exception as exc:  # the run's own outcome must stand whatever happens here
+        log.warning("report.html not written: %s (ivypy report %s makes it later)", exc, folder)
+        return None
+    log.info("report.html written (%d bytes, %d charts) in %.2f s", made.size_bytes,
+             made.charts, made.seconds)
+    return made.path

@@ -1,0 +1,102 @@
+"""report.html in a real headless Chromium: it loads with no uncaught script error, draws every
+chart it carries (counted in the DOM after load), fetches nothing from the network, and a run
+of 100 instances x 1,000 subintervals stays within 3 MB. The witnesses are shown able to fail:
+a page that does fetch, and a page that does throw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from master.report.build import build_report
+from master.report.page import _asset
+from tests.master.chromium import load, needs_chromium
+from tests.master.reportgen import GenSpec, generate
+from tests.master.test_report_page import page_data
+
+pytestmark = needs_chromium
+SIZE_BUDGET_BYTES = 3 * 1024 * 1024
+
+
+def test_the_witnesses_can_fail(tmp_path: Path) -> None:
+    """The net log sees a page's requests, and the error recorder sees a throw and a
+    rejection: so their silence on the report means something."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        "<!DOCTYPE html><html><head><script>" + _asset("errors.js") + "</script></head><body>"
+        '<ol id="script-errors"></ol><img src="http://127.0.0.1:9/x.png">'
+        '<script>fetch("https://example.invalid/y.js").catch(function () {});'
+        'Promise.reject(new Error("rejected on purpose"));</script>'
+        '<script>throw new Error("thrown on purpose");</script></body></html>')
+    got = load(page, tmp_path)
+    assert "http://127.0.0.1:9/x.png" in got.page_requests
+    assert "https://example.invalid/y.js" in got.page_requests
+    assert got.root_attr("data-script-errors") == "2"
+    assert "thrown on purpose" in got.dom and "rejected on purpose" in got.dom
+
+
+def _check_page(path: Path, tmp: Path) -> int:
+    """The page loads, draws every chart of its data, records no error, fetches nothing;
+    returns the number of charts."""
+    want = page_data(path.read_text())["n_charts"]
+    got = load(path, tmp)
+    assert got.root_attr("data-report-ready") == "yes", got.dom[:2000]
+    errors_at = got.dom.find('id="script-errors"')
+    assert got.root_attr("data-script-errors") is None, got.dom[errors_at:errors_at + 2000]
+    assert got.root_attr("data-charts-drawn") == str(want)
+    assert got.dom.count('<div class="uplot') == want  # one uPlot root per chart
+    assert got.dom.count("<canvas") >= want            # each with its canvas
+    assert got.page_requests == []
+    return int(want)
+
+
+def test_a_generated_run(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=5, subintervals=60))
+    assert _check_page(build_report(folder).path, tmp_path) == 16
+
+
+def test_a_failed_run(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(not_run=("later",), cut_last_at=5))
+    (folder / "events.csv").unlink()
+    assert _check_page(build_report(folder).path, tmp_path) == 16
+
+
+@pytest.mark.slow
+def test_100_instances_x_1000_subintervals_within_3_mb(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=100, subintervals=1000,
+                                                steps=("big",)))
+    made = build_report(folder)
+    print(f"100 x 1,000: {made.size_bytes:,} bytes, bucket {made.bucket}, "
+          f"{made.seconds:.2f} s to build")
+    assert made.size_bytes <= SIZE_BUDGET_BYTES
+    assert made.bucket > 1  # it had to downsample, and says so
+    page = made.path.read_text()
+    assert f"each point stands for {made.bucket} subintervals" in page
+    iops = page_data(page)["steps"][0]["charts"][0]
+    assert len(iops["series"]) == 100
+    assert _check_page(made.path, tmp_path) == 8
+    json.dumps(made.problems)  # nothing missing in a whole folder
+    assert made.problems == ()
+
+
+def test_choosing_one_percentile_hides_the_others(tmp_path: Path) -> None:
+    """The page's percentile choice, driven in the browser: on the first service-time chart of
+    3 instances (12 lines), choosing p99 leaves 3 shown (uPlot marks a hidden series' legend
+    row ``u-off``)."""
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    probe = ('<script>(function () {var s = document.querySelector("figure.chart select");'
+             's.value = "1"; s.dispatchEvent(new Event("change"));'
+             'var fig = s.closest("figure");'
+             'document.documentElement.setAttribute("data-probe-off",'
+             'String(fig.querySelectorAll("tr.u-series.u-off").length));'
+             'document.documentElement.setAttribute("data-probe-rows",'
+             'String(fig.querySelectorAll("tr.u-series").length));})();</script>')
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.replace("</body>", probe + "</body>"))
+    got = load(driven, tmp_path)
+    assert got.root_attr("data-script-errors") is None
+    assert got.root_attr("data-probe-rows") == "13"  # the x row and 12 lines
+    assert got.root_attr("data-probe-off") == "9"

@@ -1,0 +1,232 @@
+"""report.html from generated run folders: what the page holds, a failed run's folder read as
+far as it goes, the rollup chosen, the downsampling said, and ``ivypy report``'s exit codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from master.report.build import REPORT_FILE, build_report, report_after_run
+from master.report.content import default_rollup
+from master.report.runfolder import ReportError, open_run_folder
+from tests.master.reportgen import GenSpec, generate
+
+ROOT = Path(__file__).resolve().parents[2]
+#: a complete step's charts: IOPS, MB/s, service, response, CDF, DFC, measure, CPU
+FULL_STEP = ["IOPS", "MB/s", "Service time", "Response time", "Latency CDF", "DFC", "Measure",
+             "CPU busy"]
+
+
+def page_data(page: str) -> dict[str, Any]:
+    m = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page,
+                  re.S)
+    assert m, "no chart data in the page"
+    data: dict[str, Any] = json.loads(m.group(1))
+    return data
+
+
+def titles(step: dict[str, Any]) -> list[str]:
+    return [c["title"] for c in step["charts"]]
+
+
+def test_a_complete_run(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=3, subintervals=20, warmup=4))
+    made = build_report(folder)
+    assert made.path == folder / REPORT_FILE and made.rollup == "lun" and made.bucket == 1
+    page = made.path.read_text()
+    assert made.size_bytes == len(page.encode())
+    data = page_data(page)
+    assert [s["id"] for s in data["steps"]] == ["step0000", "step0001"]
+    for step in data["steps"]:
+        assert [t.split(" ")[0].rstrip(":") for t in titles(step)] == [
+            t.split(" ")[0].rstrip(":") for t in FULL_STEP]
+        iops = step["charts"][0]
+        assert [s["label"] for s in iops["series"]] == [
+            f"localhost:/dev/lun{i:03d}" for i in range(3)]
+        assert iops["x"] == list(range(1, 21)) and len(iops["series"][0]["values"]) == 20
+        assert iops["window"] == [4, 20]  # subintervals 4..19 of 1 s, from summary.csv
+        service = step["charts"][2]
+        assert len(service["series"]) == 3 * 4  # p50, p99, p99.9, max per instance
+        cdf = step["charts"][4]
+        assert cdf["log_x"] and all(s["values"][-1] == 1.0 for s in cdf["series"])
+    assert data["n_charts"] == made.charts == 16
+    for text in ("ivypy run: generated", "complete, exit 0", "Hosts", "LUNs used", "Events",
+                 "/dev/lun002", "Permission is hereby granted"):  # uPlot's license too
+        assert text in page, text
+    assert "Downsampled" not in page
+    # self-contained: nothing names another file or address to load
+    assert not re.search(r"""\b(src|href)\s*=""", page)
+    assert "@import" not in page and "url(" not in page
+
+
+def test_downsampled_to_the_budget_and_said(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=4, subintervals=100))
+    made = build_report(folder, budget_points=2_000)
+    assert made.bucket > 1
+    page = made.path.read_text()
+    assert f"each point stands for {made.bucket} subintervals" in page
+    iops = page_data(page)["steps"][0]["charts"][0]
+    assert len(iops["x"]) == len(iops["series"][0]["values"]) == -(-100 // made.bucket)
+
+
+def test_a_failed_run_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one", "two"), not_run=("three",),
+                                                cut_last_at=7, subintervals=20))
+    (folder / "hosts.csv").unlink()
+    (folder / "step0001-two" / "dfc.csv").unlink()
+    (folder / "step0001-two" / "histograms" / "all" / "all.csv").unlink()
+    with open(folder / "step0001-two" / "lun" / "localhost_dev_lun000.csv", "a") as fh:
+        fh.write("1,two,7,measurement,8,lun,localhost:/dev/lun000,123")  # cut by a crash
+    made = build_report(folder)
+    page = made.path.read_text()
+    assert "hosts.csv: missing" in page and "failed, exit 3" in page
+    assert "did not run" in page and "cut short: no summary row" in page
+    assert "step 2 three: no step folder (it did not run)" in made.problems
+    one, two = page_data(page)["steps"]
+    assert len(one["charts"]) == 8
+    assert [t.split(" ")[0] for t in titles(two)] == ["IOPS", "MB/s", "Service", "Response",
+                                                      "Measure:", "CPU"]
+    assert len(two["charts"][0]["series"][0]["values"]) == 7  # the cut row left out
+    assert two["charts"][0]["window"] == [2, 7]  # no summary: the measurement phase so far
+
+
+def test_an_empty_step_folder_and_no_state(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    (folder / "state.json").unlink()
+    (folder / "step0001-two").mkdir()
+    page = build_report(folder).path.read_text()
+    assert "unknown (no state.json)" in page and "No rows in this step folder" in page
+
+
+def test_event_text_stays_text(tmp_path: Path) -> None:
+    nasty = '</script><script>alert(1)</script> & "quotes"'
+    folder = generate(tmp_path / "run", GenSpec(event_text=nasty, events=2))
+    page = build_report(folder).path.read_text()
+    assert "alert(1)" in page and "<script>alert" not in page
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page
+
+
+@pytest.mark.parametrize("hosts, have, want", [
+    (1, {"all", "lun", "host"}, "lun"),
+    (2, {"all", "lun", "host"}, "host"),
+    (2, {"all", "lun"}, "all"),
+    (1, {"all"}, "all"),
+])
+def test_default_rollup(tmp_path: Path, hosts: int, have: set[str], want: str) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    step = folder / "step0000-one"
+    for t in have - {"all", "lun"}:
+        (step / t).mkdir()
+        (step / t / "localhost.csv").write_text((step / "all" / "all.csv").read_text())
+    if "lun" not in have:
+        for f in (step / "lun").iterdir():
+            f.unlink()
+        (step / "lun").rmdir()
+    if hosts > 1:
+        with open(folder / "hosts.csv", "a") as fh:
+            fh.write("h2,h2,ssh,h2,6.1,3.11,2.0,0.1.0,2,1,0,100,50,9,compiled\n")
+    assert default_rollup(open_run_folder(folder)) == want
+
+
+def test_not_a_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="not a run folder"):
+        build_report(tmp_path / "empty")
+    with pytest.raises(ReportError, match="no such directory"):
+        build_report(tmp_path / "nothing")
+
+
+def test_an_unknown_rollup_is_refused(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run")
+    with pytest.raises(ReportError, match=r"'vendor' is in none of its steps .*all, lun"):
+        build_report(folder, rollup="vendor")
+
+
+def test_after_a_run_a_failure_is_logged_not_raised(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert report_after_run(tmp_path / "gone") is None
+    assert "report.html not written" in caplog.text
+    folder = generate(tmp_path / "run")
+    assert report_after_run(folder) == folder / REPORT_FILE
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "master", "report", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_cli(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run")
+    out = tmp_path / "elsewhere.html"
+    proc = _cli(str(folder), "-o", str(out), "--rollup", "all")
+    assert proc.returncode == 0, proc.stderr
+    assert f"report written: {out}" in proc.stdout and "charts of rollup all" in proc.stdout
+    assert out.is_file() and not (folder / REPORT_FILE).exists()
+    first = _cli(str(folder))
+    assert first.returncode == 0 and (folder / REPORT_FILE).is_file()
+    again = _cli(str(folder))  # rebuilt over the last one
+    assert again.returncode == 0, again.stderr
+    for args, text in (([str(tmp_path)], "not a run folder"),
+                       ([str(folder), "--rollup", "engine"], "'engine' is in none")):
+        proc = _cli(*args)
+        assert proc.returncode == 2 and text in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_instances_beyond_the_cap_are_left_out_and_said(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    from master.report import content
+    monkeypatch.setattr(content, "MAX_INSTANCES", 2)
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    assert "3 lun instances: the first 2 (by name) are plotted" in page
+    iops = page_data(page)["steps"][0]["charts"][0]
+    assert [s["label"] for s in iops["series"]] == ["localhost:/dev/lun000",
+                                                    "localhost:/dev/lun001"]
+
+
+def test_latency_charts_of_several_instances_offer_one_percentile(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(instances=2, steps=("one",)))
+    charts = page_data(build_report(folder).path.read_text())["steps"][0]["charts"]
+    assert [c["percentiles"] for c in charts[:4]] == [
+        [], [], ["p50", "p99", "p99.9", "max"], ["p50", "p99", "p99.9", "max"]]
+    assert [s["dash"] for s in charts[2]["series"]] == [0, 1, 2, 3] * 2
+    one = generate(tmp_path / "one", GenSpec(instances=1, steps=("one",)))
+    charts = page_data(build_report(one).path.read_text())["steps"][0]["charts"]
+    assert charts[2]["percentiles"] == []  # one instance: four lines, no need to choose
+
+
+def test_report_does_not_load_the_run_loop(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    code = ("import sys\nfrom master import cli\n"
+            f"assert cli.main(['report', {str(folder)!r}]) == 0\n"
+            "print('asyncssh' in sys.modules, 'master.run' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr
+
+
+def test_a_resumed_runs_set_aside_step_is_not_shown(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one", "two")))
+    (folder / "step0001-two").rename(folder / "step0001-two.incomplete")
+    generate(tmp_path / "again", GenSpec(steps=("one", "two")))
+    (tmp_path / "again" / "step0001-two").rename(folder / "step0001-two")
+    made = build_report(folder)
+    assert "step0001-two.incomplete: set aside by a resume (not shown)" in made.problems
+    assert [s["id"] for s in page_data(made.path.read_text())["steps"]] == [
+        "step0000", "step0001"]
+
+
+def test_a_test_folder_names_a_run_folder_in_it(tmp_path: Path) -> None:
+    generate(tmp_path / "quick" / "20260101-000000")
+    with pytest.raises(ReportError, match="it holds run folders, such as 20260101-000000"):
+        build_report(tmp_path / "quick")

@@ -1,0 +1,90 @@
+"""The report's pure parts: downsampling to a budget, the axis, rounding, cell parsing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from master.report import series as sr
+from master.report.runfolder import leading_number, to_float
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize("total, budget, bucket", [
+    (0, 100, 1), (100, 100, 1), (101, 100, 2), (1_020_000, 250_000, 5), (999, 1, 999),
+])
+def test_bucket_size(total: int, budget: int, bucket: int) -> None:
+    assert sr.bucket_size(total, budget) == bucket
+
+
+def test_bucket_size_refuses_no_budget() -> None:
+    with pytest.raises(ValueError, match="budget_points"):
+        sr.bucket_size(10, 0)
+
+
+@pytest.mark.parametrize("values, bucket, how, want", [
+    ([1, 2, 3, 4], 1, "mean", [1, 2, 3, 4]),
+    ([1, 2, 3, 4], 2, "mean", [1.5, 3.5]),
+    ([1, 5, 3, 4], 2, "max", [5, 4]),
+    ([1, 2, 3, 4, 10], 2, "mean", [1.5, 3.5, 10]),          # a short last bucket
+    ([1, NAN, NAN, NAN, 7], 2, "mean", [1, NAN, 7]),        # NaN ignored; all-NaN: a gap
+    ([NAN, 9, 2, NAN], 2, "max", [9, 2]),
+    ([], 3, "max", []),
+])
+def test_downsample(values: list[float], bucket: int, how: sr.Reduce, want: list[float]
+                    ) -> None:
+    got = sr.downsample(np.array(values, dtype=np.float64), bucket, how)
+    np.testing.assert_array_equal(got, np.array(want, dtype=np.float64))
+
+
+def test_downsample_keeps_a_spike_in_the_max_and_not_in_the_mean() -> None:
+    values = np.ones(1000)
+    values[537] = 500.0
+    assert sr.downsample(values, 10, "max").max() == 500.0
+    assert sr.downsample(values, 10, "mean").max() == pytest.approx(50.9)
+
+
+@pytest.mark.parametrize("k, values, n, want", [
+    ([0, 1, 2], [5, 6, 7], 3, [5, 6, 7]),
+    ([2, 0], [7, 5], 4, [5, NAN, 7, NAN]),                  # a missing subinterval is a gap
+    ([0, 9, NAN], [1, 2, 3], 2, [1, NAN]),                  # out of range or unknown: dropped
+])
+def test_on_axis(k: list[float], values: list[float], n: int, want: list[float]) -> None:
+    got = sr.on_axis(np.array(k, dtype=np.float64), np.array(values, dtype=np.float64), n)
+    np.testing.assert_array_equal(got, np.array(want))
+
+
+@pytest.mark.parametrize("n, bucket, s, want", [
+    (4, 1, 1.0, [1, 2, 3, 4]),                              # subinterval k ends at (k+1)*s
+    (5, 2, 0.5, [1, 2, 2.5]),                               # a bucket's last end; short last
+    (0, 3, 1.0, []),
+])
+def test_axis_seconds(n: int, bucket: int, s: float, want: list[float]) -> None:
+    np.testing.assert_array_equal(sr.axis_seconds(n, bucket, s), np.array(want))
+    assert sr.axis_seconds(n, bucket, s).size == sr.downsample(np.zeros(n), bucket, "mean").size
+
+
+@pytest.mark.parametrize("values, want", [
+    ([1.23456789, 123456.7, 0.000123456, NAN, 0.0], [1.235, 123500.0, 0.0001235, None, 0.0]),
+])
+def test_rounded(values: list[float], want: list[float | None]) -> None:
+    assert sr.rounded(values) == want
+
+
+@pytest.mark.parametrize("cell, want", [
+    ("1.5", 1.5), ("", NAN), ("10%", 10.0), ("abc", NAN), ("inf", NAN), (" 2 ", 2.0),
+])
+def test_to_float(cell: str, want: float) -> None:
+    got = to_float(cell)
+    assert (math.isnan(got) and math.isnan(want)) or got == want
+
+
+@pytest.mark.parametrize("cell, want", [
+    ("10% at 95%", 10.0), ("2%", 2.0), ("0.5", 0.5), ("-3e2 ms", -300.0), ("none", NAN),
+])
+def test_leading_number(cell: str, want: float) -> None:
+    got = leading_number(cell)
+    assert (math.isnan(got) and math.isnan(want)) or got == want

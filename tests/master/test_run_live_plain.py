@@ -1,0 +1,134 @@
+"""``ivypy run --plain --live-rollup TYPE`` end to end on localhost: the lines each
+subinterval (total row, the chosen rollup's rows, DFC's moves), the end-of-run table, their
+numbers against the run's CSV files; and an unknown rollup type refused before any host."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.master.runhelp import ROOT, rows, write_config
+
+TEST = """\
+test: liveplain
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {hosts: localhost, file: "${output_root}/lun-p", size: 16MiB, create: true,
+     allow_write: true}
+steps:
+  - name: fixed
+    workloads:
+      - {name: a, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 400,
+         read_fraction: 100%}
+      - {name: b, iosequencer: random_steady, blocksize: 8KiB, iodepth: 4, iops: 200,
+         read_fraction: 100%}
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
+  - name: held
+    dfc: {focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
+          low_iops: 100, high_iops: 2000}
+    warmup_seconds: 0
+    measure_seconds: 1.5
+"""
+NUMBER = r"[\d,.]+|-"
+ROW = (rf"({NUMBER}) IOPS ({NUMBER}) MB/s service p50 ({NUMBER}) p99 ({NUMBER}) ms response "
+       rf"p50 ({NUMBER}) p99 ({NUMBER}) ms host CPU ({NUMBER})% ivypy CPU ({NUMBER})%")
+
+
+def _ivypy(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "master", "run", *args], capture_output=True,
+                          text=True, timeout=180, cwd=tmp,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _shows(text: str, value: float) -> bool:
+    """``text`` is ``value`` as shown: within half its last digit (and what the CSV file's
+    own rounding of ``value`` may add)."""
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return abs(_f(text) - value) <= 0.5 * 10.0 ** -decimals + 1e-6 * max(1.0, abs(value))
+
+
+def test_plain_lines_and_the_end_of_run_table(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TEST)
+    proc = _ivypy(tmp_path, str(cfg), "--output-root", str(tmp_path), "--plain",
+                  "--live-rollup", "workload")
+    # step 1's DFC cannot reach its 10 s target: pinned at high_iops, it is invalid (exit 1)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder,) = (tmp_path / "liveplain").iterdir()
+    out = proc.stdout.splitlines()
+
+    # step 0: a total line per subinterval, then a line per workload
+    totals = [m for x in out if (m := re.match(
+        rf"  \[(\d+)/(\d+) (\w+), \d+ s left\] total: {ROW}$", x))]
+    assert [(m[1], m[3]) for m in totals[:4]] == [
+        ("1", "warmup"), ("2", "measurement"), ("3", "measurement"), ("4", "measurement")]
+    first = out.index(totals[0][0])
+    for i, name in enumerate(("a", "b")):
+        m = re.match(rf"    workload=localhost:\S+lun-p:{name}: {ROW}$", out[first + 1 + i])
+        assert m, out[first: first + 3]
+    # the total line's numbers are the all rollup's row and cpu.csv of that subinterval
+    step0 = folder / "step0000-fixed"
+    all_rows = rows(step0 / "all" / "all.csv")
+    cpu = rows(step0 / "cpu.csv")
+    for m, row, c in zip(totals[:4], all_rows, cpu, strict=False):
+        assert _shows(m[4], float(row["IOPS"]))
+        assert _shows(m[8], float(row["response_time_p50_ms"]))
+        assert _shows(m[10], float(c["busy_pct"]))  # host CPU: the host's busy %
+        cores = len(c["per_core_busy_pct"].split())
+        ivypy = 100 * (float(c["slave_user_s"]) + float(c["slave_system_s"])) / (0.5 * cores)
+        assert _shows(m[11], ivypy)  # ivypy CPU: the slave's seconds on all cores
+        assert _f(m[11]) <= _f(m[10]) + 1.0  # ivypy's CPU is part of the host's
+
+    # step 1 runs DFC: its move after each subinterval, by focus instance
+    dfc = [x for x in out if x.startswith("    DFC localhost: service_time_p99_ms ")]
+    moves = rows(folder / "step0001-held" / "dfc.csv")
+    assert len(dfc) == len(moves) > 0
+    m = re.fullmatch(r"    DFC localhost: service_time_p99_ms ([\d,.]+) \(target 10,000\.000\) "
+                     r"at ([\d,]+) IOPS, set ([\d,]+) IOPS", dfc[0])
+    assert m, dfc[0]
+    assert _shows(m[2], float(moves[0]["iops_in_force"]))
+    assert _shows(m[3], float(moves[0]["new_iops"]))
+
+    # the end-of-run table: each step's total and its workloads, with valid
+    top = out.index("== all steps")
+    table = [x.split() for x in out[top + 2:] if not x.startswith("ivypy:")]
+    summary = {(r["step_name"], r["rollup_type"], r["rollup_instance"]): r
+               for r in rows(folder / "summary.csv")}
+    assert [(t[1], t[2]) for t in table] == [
+        ("fixed", "total"), ("fixed", f"workload={_wid(summary, 'fixed', 'a')}"),
+        ("fixed", f"workload={_wid(summary, 'fixed', 'b')}"),
+        ("held", "total"), ("held", f"workload={_wid(summary, 'held', 'a')}"),
+        ("held", f"workload={_wid(summary, 'held', 'b')}")]
+    for t in table:
+        key = (t[1], "all", "all") if t[2] == "total" else (t[1], "workload", t[2][9:])
+        s = summary[key]
+        assert _shows(t[3], float(s["IOPS"]))
+        assert _shows(t[7], float(s["response_time_p50_ms"]))
+        assert _shows(t[8], float(s["response_time_p99_ms"]))
+        assert t[9] == ("yes" if t[1] == "fixed" else "NO")
+        if t[1] == "held":  # the reason, as summary.csv has it
+            assert "pinned at high_iops" in s["invalid_reason"]
+            assert " ".join(t[10:]) == s["invalid_reason"]
+
+
+def _wid(summary: dict[tuple[str, str, str], dict[str, str]], step: str, name: str) -> str:
+    (wid,) = [k[2] for k in summary if k[:2] == (step, "workload") and k[2].endswith(":" + name)]
+    return wid
+
+
+def test_an_unknown_live_rollup_is_refused_before_any_host(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TEST)
+    proc = _ivypy(tmp_path, str(cfg), "--output-root", str(tmp_path), "--live-rollup", "vendor")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"ivypy: {cfg}: --live-rollup vendor: not one of the test's "
+                                   "rollup types (all, host, lun, workload)")
+    assert proc.stdout == ""
+    assert not (tmp_path / "liveplain").exists()  # no run folder: no host was contacted

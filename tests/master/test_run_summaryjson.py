@@ -1,0 +1,238 @@
+"""summary.json of real runs (the CLI as a subprocess, a local slave, a file LUN): a quickstart
+run, a run that fails when a later step's write is refused, one whose slave is killed mid-step
+(a host failure), a run interrupted by SIGINT and then resumed, and one whose master is
+SIGKILLed, whose summary.json ``ivypy summary-json`` writes. Each summary.json validates
+against docs/summary.schema.json and says what happened: how the run ended, which steps
+completed, which was cut short, which never ran, and per step per rollup instance the numbers
+of summary.csv."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import psutil
+import pytest
+
+from tests.master.runhelp import (
+    ROOT,
+    rows,
+    run_folder,
+    slave_pids,
+    start_run,
+    wait_rows,
+    write_config,
+)
+
+SCHEMA = json.loads((ROOT / "docs/summary.schema.json").read_text())
+
+pytestmark = pytest.mark.slow
+
+
+def _summary(folder: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((folder / "summary.json").read_text())
+    errors = [f"{list(e.absolute_path)}: {e.message}"
+              for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc)]
+    assert errors == []
+    assert doc["problems"] == [] and doc["run_folder"] == str(folder)
+    assert not list(folder.glob(".summary.json*"))
+    return doc
+
+
+def _matches_summary_csv(doc: dict[str, Any], folder: Path) -> None:
+    """Every summary.csv row is in the document, its numbers equal to the cells'."""
+    table = rows(folder / "summary.csv")
+    assert table
+    for r in table:
+        inst = doc["steps"][int(r["step_number"])]["rollups"][r["rollup_type"]][
+            r["rollup_instance"]]
+        for col in ("IOPS", "MB_per_s", "service_time_p99_ms", "response_time_p99_ms",
+                    "measurement_seconds"):
+            assert inst[col] == (float(r[col]) if r[col] else None), col
+        assert inst["valid"] is (r["valid"] == "true")
+    n = sum(len(i) for s in doc["steps"] for i in s["rollups"].values())
+    assert n == len(table)
+
+
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_a_quickstart_run(tmp_path: Path) -> None:
+    # the quickstart (configs/quickstart.yaml: its three steps, rollups and LUN) made short
+    text = (ROOT / "configs/quickstart.yaml").read_text()
+    for old, new in (("warmup_seconds: 2", "warmup_seconds: 1"),
+                     ("measure_seconds: 8 ", "measure_seconds: 2 "), ("256MiB", "32MiB")):
+        assert old in text
+        text = text.replace(old, new)
+    cfg = write_config(tmp_path, text)
+    proc = _run("run", str(cfg), "--output-root", str(tmp_path / "out"), "--plain")
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = (tmp_path / "out/quickstart").iterdir()
+    doc = _summary(folder)
+    assert doc["test"] == "quickstart" and doc["description"].startswith("random reads")
+    assert doc["outcome"] == {"state": "complete", "exit_code": 0, "reason": None,
+                              "last_complete_step": 2}
+    assert doc["started_utc"] <= doc["ended_utc"]
+    assert [(s["name"], s["status"], s["valid"], s["invalid_reasons"]) for s in doc["steps"]
+            ] == [(n, "complete", True, []) for n in ("randread_qd32", "mix70_30",
+                                                      "seqread_128k")]
+    for s in doc["steps"]:
+        assert set(s["rollups"]) == {"all", "host", "lun", "workload"}
+        assert s["rollups"]["all"]["all"]["IOPS"] > 0
+        assert s["folder"] == f"step{s['number']:04d}-{s['name']}"
+    _matches_summary_csv(doc, folder)
+    mix = doc["steps"][1]["rollups"]["all"]["all"]
+    assert mix["iops_setting"] == 2000 and mix["write_IOPS"] > 0
+    (host,) = doc["hosts"]
+    assert host["host"] == "localhost" and isinstance(host["cores"], int)
+    assert host["paced_loop"].startswith(("compiled", "python"))
+    (lun,) = [x for x in doc["luns"] if x["selected"]]
+    assert lun["lun"].endswith("quickstart-lun0") and lun["used_by"] == ["rr", "mix", "seq"]
+    assert lun["size_bytes"] == 32 << 20 and lun["engine"] == "libaio"
+
+
+TWO_STEPS = """\
+test: {name}
+subinterval_seconds: 1
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: "{lun}"{create}}}
+steps:
+  - name: reads
+    workloads:
+      - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 500,
+         read_fraction: 100%}}
+    warmup_seconds: 1
+    measure_seconds: {seconds}
+  - name: writes
+    workloads:
+      - {{name: rr, delete: true}}
+      - {{name: mx, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 300,
+         read_fraction: 70%}}
+    measure_seconds: 1
+  - name: after
+    measure_seconds: 1
+"""
+
+
+def test_a_run_failed_by_a_refused_write_tells_the_steps_that_never_ran(
+        tmp_path: Path) -> None:
+    lun = tmp_path / "someones-data"
+    lun.write_bytes(b"\x5a" * (16 << 20))  # an existing file this run did not create
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="refused", lun=lun, create="",
+                                                  seconds=1))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    doc = _summary(run_folder(tmp_path, "refused"))
+    out = doc["outcome"]
+    assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 2, 0)
+    assert str(lun) in out["reason"] and "did not create" in out["reason"]
+    assert doc["ended_utc"] is not None and doc["events"]["error"] >= 1
+    reads, writes, after = doc["steps"]
+    assert (reads["status"], reads["valid"]) == ("complete", True)
+    assert reads["rollups"]["all"]["all"]["IOPS"] > 0
+    for s in (writes, after):  # refused before any of its I/O, and never reached
+        assert (s["status"], s["valid"], s["folder"], s["rollups"]) == (
+            "not_run", None, None, {})
+
+
+def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TWO_STEPS.format(
+        name="lost", lun="${output_root}/lun-lost", create=", size: 16MiB, create: true",
+        seconds=20))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "lost")
+        wait_rows(folder / "step0000-reads/all/all.csv", 2)
+        (pid,) = slave_pids(folder)
+        psutil.Process(pid).kill()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    doc = _summary(folder)
+    out = doc["outcome"]
+    assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 3, -1)
+    assert "localhost" in out["reason"] and "step 0 reads failed" in out["reason"]
+    reads, writes, after = doc["steps"]
+    # cut off: its folder holds the rows, and its summary rows say it failed, unmeasured
+    assert (reads["status"], reads["valid"], reads["folder"]) == (
+        "incomplete", False, "step0000-reads")
+    assert any("failed in subinterval" in r for r in reads["invalid_reasons"]), reads
+    (total,) = reads["rollups"]["all"].values()
+    assert total["valid"] is False and total["IOPS"] is None
+    assert reads["events"]["error"] == 0 and doc["events"]["error"] >= 1
+    for s in (writes, after):
+        assert (s["status"], s["folder"]) == ("not_run", None)
+
+
+def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TWO_STEPS.format(
+        name="intr", lun="${output_root}/lun-intr", create=", size: 16MiB, create: true",
+        seconds=4))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "intr")
+        wait_rows(folder / "step0000-reads/all/all.csv", 2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    doc = _summary(folder)
+    assert (doc["outcome"]["state"], doc["outcome"]["exit_code"]) == ("interrupted", 130)
+    assert doc["outcome"]["last_complete_step"] == -1 and doc["resumed_utc"] == []
+    reads, writes, after = doc["steps"]
+    # the step cut short keeps its summary, invalid, saying why
+    assert (reads["status"], reads["valid"]) == ("incomplete", False)
+    assert any(r.startswith("interrupted after subinterval") for r in reads["invalid_reasons"])
+    assert reads["rollups"]["all"]["all"]["valid"] is False
+    _matches_summary_csv(doc, folder)
+    for s in (writes, after):
+        assert (s["status"], s["folder"]) == ("not_run", None)
+
+    proc2 = _run("run", "--resume", str(folder), "--plain")
+    assert proc2.returncode == 0, proc2.stderr
+    doc = _summary(folder)
+    assert doc["outcome"] == {"state": "complete", "exit_code": 0, "reason": None,
+                              "last_complete_step": 2}
+    assert len(doc["resumed_utc"]) == 1 and doc["started_utc"] <= doc["resumed_utc"][0]
+    assert [(s["status"], s["valid"]) for s in doc["steps"]] == [("complete", True)] * 3
+    # the cut-off step's folder is set aside; its rows left summary.csv
+    assert doc["steps"][0]["folder"] == "step0000-reads"
+    assert (folder / "step0000-reads.incomplete").is_dir()
+    _matches_summary_csv(doc, folder)
+    assert len(doc["hosts"]) == 2  # a row per host per session
+
+
+def test_a_run_whose_master_died_gets_its_summary_from_ivypy_summary_json(
+        tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, TWO_STEPS.format(
+        name="died", lun="${output_root}/lun-died", create=", size: 16MiB, create: true",
+        seconds=20))
+    proc = start_run(cfg, tmp_path)
+    try:
+        folder = run_folder(tmp_path, "died")
+        wait_rows(folder / "step0000-reads/all/all.csv", 2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    assert not (folder / "summary.json").exists()  # nothing ran its end
+    done = _run("summary-json", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{folder / 'summary.json'}: dead, 3 steps\n"
+    doc = _summary(folder)
+    assert doc["outcome"] == {"state": "dead", "exit_code": None, "reason": None,
+                              "last_complete_step": -1}
+    assert doc["ended_utc"] is None and doc["started_utc"] is not None
+    assert [(s["status"], s["valid"]) for s in doc["steps"]] == [
+        ("incomplete", None), ("not_run", None), ("not_run", None)]

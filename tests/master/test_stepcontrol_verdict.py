@@ -1,0 +1,139 @@
+"""StepControl.verdict on simulated subintervals: the window and the reason it gives for a
+DFC step pinned at a bound, one that holds its target, a step stopped in its warmup, a
+measure + DFC step whose controller is too noisy to settle, and a measure timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pytest
+
+from master.config import StepConfig, parse_config_text
+from master.rollup import RollupResult
+from master.stepcontrol import StepControl
+
+HEAD = """\
+test: t
+subinterval_seconds: 1
+hosts: [localhost]
+luns: [{file: /x/lun0, create: true, size: 1MiB}]
+steps:
+  - name: s
+    workloads: [{name: w, iosequencer: random_steady, iops: 200}]
+"""
+DFC = ("    dfc: {focus_rollup: host, focus_metric: service_time_p99_ms, target: 1, "
+       "low_iops: 100, high_iops: 1000}\n")
+
+
+def _step(body: str) -> StepConfig:
+    return parse_config_text(HEAD + body, "t.yaml", cwd=Path("/x")).steps[0]
+
+
+@dataclass
+class _Grouping:
+    names: tuple[str, ...]
+
+
+@dataclass
+class _Result:
+    """The part of a RollupResult that StepControl reads."""
+
+    grouping: _Grouping
+    columns: dict[str, Any] = field(default_factory=dict)
+
+
+def _results(p99_ms: float, iops: float) -> dict[str, RollupResult]:
+    cols = {"service_time_p99_ms": np.array([p99_ms]), "IOPS": np.array([iops])}
+    return {"all": cast(RollupResult, _Result(_Grouping(("all",)), cols)),
+            "host": cast(RollupResult, _Result(_Grouping(("h1",)), cols))}
+
+
+def _drive(step: StepConfig, p99_of: Callable[[int, float], float], last: int | None = None,
+           iops_of: Callable[[int], float] = lambda k: 200.0
+           ) -> tuple[StepControl, int]:
+    """Run the control as master.run does, a DFC move holding from the next subinterval;
+    ``p99_of(k, iops in force)``. Returns the control and the last subinterval fed."""
+    control = StepControl(step, 1.0, {"all": ("all",), "host": ("h1",)})
+    setting = {"h1": 200.0}
+    k = 0
+    while True:
+        dec = control.after(k, _results(p99_of(k, setting["h1"]), iops_of(k)),
+                            dict(setting) if control.bank is not None else {})
+        setting.update(dec.new_totals)
+        if (last is not None and k >= last) or (dec.last is not None and dec.last <= k) or (
+                k + 1 >= control.max_subintervals):
+            return control, k
+        k += 1
+
+
+def test_a_fixed_dfc_step_pinned_at_high_iops_is_invalid_with_the_count() -> None:
+    """p99 stays at a tenth of the target whatever the IOPS: the controller climbs x2 a move
+    from 200 (400, 800) and sits clamped at 1000 from the third move on: 6 of 8."""
+    control, last = _drive(_step("    warmup_seconds: 0\n    measure_seconds: 8\n" + DFC),
+                           lambda k, iops: 0.1)
+    window, reason, _ = control.verdict(last)
+    assert window == list(range(8))
+    assert reason == (
+        "dfc: service_time_p99_ms not held at its target 1 in the measurement window (h1: "
+        "pinned at high_iops 1,000 for 6 of 8 moves (subintervals 0-7); service_time_p99_ms "
+        "last 0.1 vs target 1; see dfc.csv)")
+
+
+def test_a_fixed_dfc_step_that_holds_its_target_is_valid() -> None:
+    control, last = _drive(_step("    warmup_seconds: 0\n    measure_seconds: 8\n" + DFC),
+                           lambda k, iops: iops / 300.0)  # at 300 IOPS p99 is 1 ms
+    assert control.verdict(last)[1] == ""
+
+
+def test_only_the_windows_moves_count() -> None:
+    """Pinned during a 6 s warmup, then free in a 4 s window: the window's moves decide."""
+    control, last = _drive(_step("    warmup_seconds: 6\n    measure_seconds: 4\n" + DFC),
+                           lambda k, iops: 0.1 if k < 6 else iops / 300.0)
+    window, reason, _ = control.verdict(last)
+    assert window == [6, 7, 8, 9] and reason == ""
+
+
+@pytest.mark.parametrize("body", [
+    "    warmup_seconds: 5\n    measure_seconds: 5\n",
+    "    warmup_seconds: 5\n    measure: {focus_metric: IOPS, min_measure_seconds: 2}\n",
+])
+def test_a_step_stopped_in_its_warmup_has_no_window(body: str) -> None:
+    control, last = _drive(_step(body), lambda k, iops: 1.0, last=2)
+    window, reason, _ = control.verdict(last)
+    assert (window, reason) == ([], "no measurement subinterval")
+
+
+def test_measure_with_a_noisy_controller_says_so_with_the_readings() -> None:
+    """p99 swings between half and twice the target: the deadline (warmup 0 + timeout 4)
+    starts the measurement unsettled, and the reason gives the range of the last readings."""
+    body = ("    warmup_seconds: 0\n    measure: {focus_metric: IOPS, min_measure_seconds: 2, "
+            "timeout_seconds: 4}\n" + DFC)
+    control, last = _drive(_step(body), lambda k, iops: 0.5 if k % 2 else 2.0)
+    window, reason, extra = control.verdict(last)
+    assert control.started_unsettled and window
+    assert reason.startswith(
+        "dfc: service_time_p99_ms had not settled at its target 1 when the settle deadline "
+        "started the measurement at subinterval 4 (h1: service_time_p99_ms too noisy to "
+        "settle: its last 4 readings ranged 0.5-2 across the target 1 (tolerance ±10%; "
+        "subintervals 0-3); see dfc.csv)"), reason
+    assert extra["measure_criterion"] == "accuracy 5% at 95%"
+
+
+def test_a_measure_timeout_gives_the_value_against_the_limit() -> None:
+    """IOPS swinging 100/300 never reach 5% accuracy in the 4 s timeout. Without a warmup
+    the measurement starts at subinterval 0, so the 4 subintervals the step has reach the
+    timeout (it used to start at 1 and end 'not finished')."""
+    body = ("    warmup_seconds: 0\n    measure: {focus_metric: IOPS, min_measure_seconds: 2, "
+            "timeout_seconds: 4}\n")
+    control, last = _drive(_step(body), lambda k, iops: 1.0,
+                           iops_of=lambda k: 100.0 if k % 2 else 300.0)
+    window, reason, extra = control.verdict(last)
+    assert last == 3 and control.phase_of(0) == "measurement" and window
+    value = float(extra["measure_values"].removeprefix("all="))
+    assert value > 5
+    assert reason == (f"measure: accuracy not attained by the timeout (4s): all {value:.4g}% "
+                      "vs limit 5% at 95% (best window reported)")

@@ -1,0 +1,423 @@
+"""summary.json's builder on hand-made run folders, and its schema: every document built, whole
+or from a broken folder, validates against docs/summary.schema.json; the schema is a valid
+draft 2020-12 schema that describes every field and every summary.csv and hosts.csv column;
+cells are typed (numbers, booleans, null for empty); a missing or garbled file leaves its part
+empty and is named in ``problems``; steps that never ran are told apart from incomplete ones."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import jsonschema
+import pytest
+
+from master import summaryjson as sj
+from master.output import fmt
+from master.run import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, Run
+from master.runstate import new_state, write_state
+from protocol.errors import OutputError
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "docs/summary.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+STEPS = ("fill", "mix", "tail")
+
+
+def _valid(doc: Mapping[str, Any]) -> None:
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in VALIDATOR.iter_errors(doc)]
+    assert errors == []
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for r in rows:
+            w.writerow([fmt(r.get(c)) for c in header])
+
+
+def _summary_row(step: int, rtype: str, inst: str, **cells: Any) -> dict[str, Any]:
+    return {"step_number": step, "step_name": STEPS[step], "rollup_type": rtype,
+            "rollup_instance": inst, "first_subinterval": 1, "last_subinterval": 4,
+            "measurement_seconds": 4.0, "IOPS": 2000.0, "MB_per_s": 8.192,
+            "service_time_mean_ms": 0.25, "service_time_p99_ms": 1.5,
+            "response_time_p99_ms": 2.0, "write_service_time_p99_ms": None, "workloads": 1,
+            "iops_setting": 2000.0, "valid": True, "invalid_reason": "", **cells}
+
+
+def _folder(tmp: Path, *, state: str = "complete", last_complete: int = 2,
+            exit_code: int | None = 0, rows: Sequence[Mapping[str, Any]] | None = None,
+            events: Sequence[Mapping[str, Any]] = (), step_dirs: Sequence[int] = (0, 1, 2),
+            ) -> Path:
+    """A run folder of a 3-step test as a run leaves it."""
+    folder = tmp / "t" / "20261125-140000"
+    folder.mkdir(parents=True)
+    st = new_state("t", len(STEPS), "test: t\n", "0.1.0")
+    st.state, st.last_complete_step, st.exit_code = state, last_complete, exit_code
+    st.reason = "" if state == "complete" else f"the run {state}"
+    write_state(folder, st)
+    (folder / "resolved.json").write_text(json.dumps(
+        {"test": "t", "description": "a hand-made run", "steps": [{"name": n} for n in STEPS]}))
+    _write_csv(folder / "hosts.csv", HOST_COLUMNS, [{
+        "host": "localhost", "address": "localhost", "transport": "local", "hostname": "vm",
+        "kernel": "6.1.0", "python_version": "3.11", "numpy_version": "2.0",
+        "ivypy_version": "0.1.0", "cores": 2, "slave_pid": 123, "clock_offset_ns": -42,
+        "rtt_us": 80.5, "offset_uncertainty_us": 40.25, "clock_samples": 9,
+        "paced_loop": "compiled (shipped from the controller)"}])
+    _write_csv(folder / "luns.csv", ["host", "lun", "selected", "allow_write", "used_by",
+                                     "in_use", "kind", "serial", "size_bytes", "rotational"],
+               [{"host": "localhost", "lun": "/data/lun0", "selected": True,
+                 "allow_write": False, "used_by": "rr mx", "in_use": "", "kind": "file",
+                 "serial": "0123", "size_bytes": 1 << 26, "rotational": 0},
+                {"host": "localhost", "lun": "/dev/vda", "selected": False,
+                 "allow_write": False, "used_by": "", "in_use": "mounted at /; holders dm-0",
+                 "kind": "block", "serial": "", "size_bytes": 1 << 30, "rotational": 1}])
+    _write_csv(folder / "events.csv", ["time", "elapsed_s", "level", "host", "kind", "step",
+                                       "subinterval", "message"], events)
+    if rows is None:
+        rows = [_summary_row(s, t, i) for s in range(3) for t, i in
+                (("all", "all"), ("host", "localhost"))]
+    _write_csv(folder / "summary.csv", RUN_SUMMARY_COLUMNS, rows)
+    for n in step_dirs:
+        (folder / f"step{n:04d}-{STEPS[n]}").mkdir()
+    return folder
+
+
+# ---------------------------------------------------------------------- the schema
+def test_the_schema_is_a_valid_draft_2020_12_schema_with_id_title_and_description() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert SCHEMA["$id"] == sj.SCHEMA_ID and SCHEMA["title"] and SCHEMA["description"]
+    assert SCHEMA["properties"]["schema_version"] == {
+        "const": sj.SCHEMA_VERSION, "description": SCHEMA["properties"]["schema_version"][
+            "description"]}
+
+
+def _properties(node: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key in ("properties", "patternProperties", "$defs"):
+            for name, sub in node.get(key, {}).items():
+                yield f"{where}/{name}", sub
+        for key, sub in node.items():
+            yield from _properties(sub, f"{where}/{key}")
+
+
+def test_every_property_of_the_schema_has_a_description() -> None:
+    undocumented = [w for w, sub in _properties(SCHEMA) if not sub.get("description")]
+    assert undocumented == []
+
+
+def test_the_schema_names_every_summary_and_hosts_column() -> None:
+    # a column added to summary.csv or hosts.csv validates anyway (additionalProperties), but
+    # is documented only once the schema names it: this test asks for that line
+    import re
+
+    inst = SCHEMA["$defs"]["instance"]
+    patterns = [re.compile(p) for p in inst["patternProperties"]]
+    unnamed = [c for c in RUN_SUMMARY_COLUMNS if c not in sj.SUMMARY_KEYS
+               and c not in inst["properties"] and not any(p.search(c) for p in patterns)]
+    assert unnamed == []
+    assert [c for c in HOST_COLUMNS if c not in SCHEMA["$defs"]["host"]["properties"]] == []
+
+
+# ---------------------------------------------------------------------- pure parts
+@pytest.mark.parametrize("cell, value", [
+    ("", None), ("true", True), ("false", False), ("0", 0), ("-42", -42), ("57875", 57875),
+    ("0.551482", 0.551482), ("1.23457e+06", 1234570.0), ("1e999", "1e999"), ("max", "max"),
+    ("nan", "nan"), ("inf", "inf"), ("1.2.3", "1.2.3"), ("a=1.5", "a=1.5"), (".5", 0.5),
+])
+def test_typed_cell(cell: str, value: Any) -> None:
+    got = sj.typed_cell(cell)
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize("text, reasons", [
+    ("", []),
+    ("interrupted after subinterval 3", ["interrupted after subinterval 3"]),
+    ("interrupted after subinterval 3; host: 1 instances, expected 2",
+     ["interrupted after subinterval 3", "host: 1 instances, expected 2"]),
+    ("measure: not steady (ivy 5% at 95%; iops 10%; best window 2-9); all: x",
+     ["measure: not steady (ivy 5% at 95%; iops 10%; best window 2-9)", "all: x"]),
+    ("a;b; c", ["a;b", "c"]),
+    ("unbalanced) paren; next", ["unbalanced) paren", "next"]),
+])
+def test_split_reasons(text: str, reasons: list[str]) -> None:
+    assert sj.split_reasons(text) == reasons
+
+
+@pytest.mark.parametrize("local, utc", [
+    ("2026-11-25T14:00:00+0100", "2026-11-25T13:00:00Z"),
+    ("2026-11-25T13:00:00+0000", "2026-11-25T13:00:00Z"),
+    ("2026-12-31T20:30:05-0500", "2027-01-01T01:30:05Z"),
+    ("2026-11-25 14:00:00", None), ("", None),
+])
+def test_utc_text(local: str, utc: str | None) -> None:
+    assert sj.utc_text(local) == utc
+
+
+@pytest.mark.parametrize("value, text", [
+    ({}, "{}"), ([], "[]"), (None, "null"), ({"a": 1, "b": None}, '{"a": 1, "b": null}'),
+    ({"a": {"x": 1.5, "y": "z"}, "b": []},
+     '{\n  "a": {"x": 1.5, "y": "z"},\n  "b": []\n}'),
+    ([{"x": [1, 2]}, 3], '[\n  {\n    "x": [1, 2]\n  },\n  3\n]'),
+])
+def test_json_text_puts_an_object_of_scalars_on_one_line(value: Any, text: str) -> None:
+    assert sj.json_text(value) == text
+    assert json.loads(text) == value
+
+
+def test_json_text_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(ValueError):
+        sj.json_text({"x": float("nan")})
+
+
+# ---------------------------------------------------------------------- hand-made folders
+def test_a_complete_run(tmp_path: Path) -> None:
+    doc = sj.build(_folder(tmp_path))
+    _valid(doc)
+    assert doc["problems"] == [] and doc["schema_version"] == 1 and doc["test"] == "t"
+    assert doc["outcome"] == {"state": "complete", "exit_code": 0, "reason": None,
+                              "last_complete_step": 2}
+    assert doc["started_utc"].endswith("Z") and doc["ended_utc"] >= doc["started_utc"]
+    assert [(s["number"], s["name"], s["status"], s["valid"]) for s in doc["steps"]] == [
+        (0, "fill", "complete", True), (1, "mix", "complete", True),
+        (2, "tail", "complete", True)]
+    inst = doc["steps"][1]["rollups"]["host"]["localhost"]
+    assert inst["IOPS"] == 2000 and inst["MB_per_s"] == 8.192 and inst["valid"] is True
+    assert inst["write_service_time_p99_ms"] is None and inst["invalid_reason"] is None
+    assert inst["measure_criterion"] is None and inst["workloads"] == 1
+    assert not set(sj.SUMMARY_KEYS) & set(inst)
+    assert set(inst) == set(RUN_SUMMARY_COLUMNS) - set(sj.SUMMARY_KEYS)
+    (host,) = doc["hosts"]
+    assert host["cores"] == 2 and host["clock_offset_ns"] == -42 and host["rtt_us"] == 80.5
+    # version texts stay text however they look
+    assert host["python_version"] == "3.11" and host["numpy_version"] == "2.0"
+    lun, other = doc["luns"]
+    assert lun["used_by"] == ["rr", "mx"] and lun["in_use"] == [] and lun["selected"] is True
+    assert lun["serial"] == "0123" and lun["size_bytes"] == 1 << 26 and lun["rotational"] == 0
+    assert other["in_use"] == ["mounted at /", "holders dm-0"] and other["serial"] is None
+
+
+def test_an_interrupted_run_tells_the_step_cut_short_from_those_never_run(
+        tmp_path: Path) -> None:
+    why = "interrupted after subinterval 2; measure: not steady (ivy 5%; best window 1-2)"
+    rows = [_summary_row(0, "all", "all", valid=False, invalid_reason=why),
+            _summary_row(0, "host", "localhost", valid=False, invalid_reason=why)]
+    events = [{"level": "WARNING", "kind": "validation", "step": 0,
+               "message": f"step fill invalid: {why}"},
+              {"level": "ERROR", "kind": "run", "message": "interrupted"}]
+    doc = sj.build(_folder(tmp_path, state="interrupted", last_complete=-1, exit_code=130,
+                           rows=rows, events=events, step_dirs=(0,)))
+    _valid(doc)
+    assert doc["outcome"]["state"] == "interrupted" and doc["outcome"]["exit_code"] == 130
+    first, second, third = doc["steps"]
+    assert (first["status"], first["valid"], first["folder"]) == (
+        "incomplete", False, "step0000-fill")
+    assert first["invalid_reasons"] == ["interrupted after subinterval 2",
+                                        "measure: not steady (ivy 5%; best window 1-2)"]
+    assert first["events"] == {"info": 0, "warning": 1, "error": 0}
+    assert doc["events"] == {"info": 0, "warning": 1, "error": 1}
+    for s in (second, third):
+        assert (s["status"], s["valid"], s["folder"], s["rollups"]) == (
+            "not_run", None, None, {})
+
+
+def test_a_step_with_no_rows_found_invalid_is_invalid_with_its_reason(tmp_path: Path) -> None:
+    # a measure+dfc step whose measurement never started writes no summary row
+    rows = [_summary_row(0, "all", "all"), _summary_row(2, "all", "all")]
+    events = [{"level": "WARNING", "kind": "validation", "step": 1,
+               "message": "step mix invalid: the measurement never started (the controller "
+                          "did not settle)"}]
+    doc = sj.build(_folder(tmp_path, exit_code=1, rows=rows, events=events))
+    _valid(doc)
+    mix = doc["steps"][1]
+    assert (mix["status"], mix["valid"], mix["rollups"]) == ("complete", False, {})
+    assert mix["invalid_reasons"] == ["the measurement never started (the controller did "
+                                      "not settle)"]
+
+
+def test_a_resumed_run_forgets_the_events_of_the_attempt_set_aside(tmp_path: Path) -> None:
+    events = [{"level": "WARNING", "kind": "validation", "step": s,
+               "message": f"step {STEPS[s]} invalid: interrupted after subinterval 1"}
+              for s in (0, 1)]
+    events += [{"level": "INFO", "kind": "resume", "step": 1,
+                "message": "resumed at step 1 mix of 3"},
+               {"level": "WARNING", "kind": "clock", "step": 1, "message": "skew"}]
+    doc = sj.build(_folder(tmp_path, events=events))
+    _valid(doc)
+    fill, mix, _ = doc["steps"]
+    # step 0 was not run again: what was found of it stands; step 1's first attempt is gone
+    assert (fill["valid"], fill["invalid_reasons"]) == (False, [
+        "interrupted after subinterval 1"])
+    assert (mix["valid"], mix["invalid_reasons"]) == (True, [])
+    assert mix["events"] == {"info": 1, "warning": 1, "error": 0}
+    assert doc["events"] == {"info": 1, "warning": 3, "error": 0}
+
+
+def test_a_failed_run_whose_step_left_no_summary(tmp_path: Path) -> None:
+    rows = [_summary_row(0, "all", "all")]
+    doc = sj.build(_folder(tmp_path, state="failed", last_complete=0, exit_code=3, rows=rows,
+                           step_dirs=(0, 1)))
+    _valid(doc)
+    assert doc["outcome"]["reason"] == "the run failed"
+    assert [(s["status"], s["valid"]) for s in doc["steps"]] == [
+        ("complete", True), ("incomplete", None), ("not_run", None)]
+
+
+def test_tables_a_run_that_ended_early_never_wrote_are_no_problem(tmp_path: Path) -> None:
+    # failed in step 0 (no summary yet), then before any host started (no table at all)
+    folder = _folder(tmp_path, state="failed", last_complete=-1, exit_code=3, step_dirs=(0,))
+    (folder / "summary.csv").unlink()
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["problems"] == [] and doc["hosts"]
+    (folder / "step0000-fill").rmdir()
+    for name in ("events.csv", "hosts.csv", "luns.csv"):
+        (folder / name).unlink()
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["problems"] == [] and doc["hosts"] == doc["luns"] == []
+    assert [s["status"] for s in doc["steps"]] == ["not_run"] * 3
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "summary.csv: missing"),
+    (b"", "summary.csv: empty (no header)"),
+    (b"\xff\xfe\x00garbage\n", "summary.csv: cannot be read"),
+    (b"a,b,c\n1,2,3\n", "summary.csv: no column step_number, rollup_type, rollup_instance"),
+])
+def test_a_missing_or_garbled_summary_csv_leaves_the_steps_without_rollups(
+        tmp_path: Path, content: bytes | None, problem: str) -> None:
+    folder = _folder(tmp_path)
+    if content is None:
+        (folder / "summary.csv").unlink()
+    else:
+        (folder / "summary.csv").write_bytes(content)
+    doc = sj.build(folder)
+    _valid(doc)
+    assert len(doc["problems"]) == 1 and doc["problems"][0].startswith(problem)
+    assert [(s["status"], s["valid"], s["rollups"]) for s in doc["steps"]] == [
+        ("complete", None, {})] * 3
+    assert doc["hosts"] and doc["luns"]  # the rest is read as usual
+
+
+def test_rows_cut_or_misnumbered_are_left_out_and_counted(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    with open(folder / "summary.csv", "a", encoding="utf-8") as fh:
+        fh.write("x,fill,all,odd," + ",".join("1" for _ in RUN_SUMMARY_COLUMNS[4:]) + "\r\n")
+        fh.write("2,tail,all,al")  # the last row, cut by a crash
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["problems"] == [
+        "summary.csv: 1 row(s) left out, their cells do not match the header's "
+        f"{len(RUN_SUMMARY_COLUMNS)}",
+        "summary.csv: 1 row(s) left out, their step_number is not a number"]
+    assert set(doc["steps"][2]["rollups"]["all"]) == {"all"}
+
+
+def test_a_folder_without_state_or_resolved_json(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    (folder / "state.json").unlink()
+    (folder / "resolved.json").write_text("{not json")
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["outcome"] == {"state": "unknown", "exit_code": None, "reason": None,
+                              "last_complete_step": None}
+    assert doc["started_utc"] is None and doc["test"] is None
+    assert [p.split(":")[0] for p in doc["problems"]] == ["state.json", "resolved.json"]
+    # the steps the folder shows, named by their rows
+    assert [(s["number"], s["name"], s["status"]) for s in doc["steps"]] == [
+        (0, "fill", "unknown"), (1, "mix", "unknown"), (2, "tail", "unknown")]
+
+
+def test_an_empty_folder_still_gives_a_valid_document(tmp_path: Path) -> None:
+    doc = sj.build(tmp_path)
+    _valid(doc)
+    assert doc["steps"] == [] and [p.split(":")[0] for p in doc["problems"]] == [
+        "state.json", "resolved.json"]
+
+
+def test_a_run_whose_master_died_is_dead_without_an_end(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, state="running", last_complete=0, exit_code=None)
+    st = json.loads((folder / "state.json").read_text())
+    st["pid"] = 2**22 + 1  # above pid_max: no process
+    (folder / "state.json").write_text(json.dumps(st))
+    doc = sj.build(folder)
+    _valid(doc)
+    assert doc["outcome"]["state"] == "dead" and doc["ended_utc"] is None
+    assert [s["status"] for s in doc["steps"]] == ["complete", "incomplete", "incomplete"]
+
+
+# ---------------------------------------------------------------------- writing it
+def test_written_whole_in_place_of_the_last_one(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    (folder / "summary.json").write_text("old")
+    doc = sj.write_summary_json(folder)
+    assert json.loads((folder / "summary.json").read_text()) == doc == sj.build(folder)
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_folder_that_cannot_be_written_is_an_output_error(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    with pytest.raises(OutputError, match=r"cannot write .*gone/summary.json"):
+        sj.write_summary_json(gone)
+
+
+def test_the_runs_hook_turns_a_failure_into_a_warning_event(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        target = tmp_path / "file-not-folder"  # even root cannot make a file inside a file
+        target.write_text("")
+    else:
+        target = tmp_path / "missing"
+    told: list[tuple[str, str]] = []
+    fake = SimpleNamespace(output=SimpleNamespace(folder=target),
+                           event=lambda level, message, **_: told.append((level, message)))
+    Run._summary_json(fake)  # type: ignore[arg-type]
+    assert len(told) == 1 and told[0][0] == "WARNING"
+    assert told[0][1].startswith("summary.json not written: cannot write")
+
+
+def test_the_runs_hook_survives_a_bug_in_the_builder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import master.run
+
+    def broken(folder: Path) -> dict[str, Any]:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(master.run, "write_summary_json", broken)
+    told: list[tuple[str, str]] = []
+    fake = SimpleNamespace(output=SimpleNamespace(folder=_folder(tmp_path)),
+                           event=lambda level, message, **_: told.append((level, message)))
+    with caplog.at_level("INFO"):
+        Run._summary_json(fake)  # type: ignore[arg-type]
+    assert told == [("WARNING", "summary.json not written: 'a bug'")]
+    # the traceback goes to run.log (INFO), not to the console (WARNING and up)
+    (rec,) = [r for r in caplog.records if r.name == "master.run"]
+    assert rec.levelname == "INFO" and rec.exc_info is not None
+
+
+# ---------------------------------------------------------------------- ivypy summary-json
+def test_the_command_writes_each_folder_and_names_one_that_is_not_a_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from master import cli
+
+    folder = _folder(tmp_path)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    assert cli.main(["summary-json", str(stray), str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"ivypy: {stray}: not a run folder (no state.json)\n"
+    assert out == f"{folder / 'summary.json'}: complete, 3 steps\n"
+    _valid(json.loads((folder / "summary.json").read_text()))
+    (folder / "hosts.csv").write_bytes(b"\xff")
+    assert cli.main(["summary-json", str(folder)]) == 0
+    out, _ = capsys.readouterr()
+    assert out.endswith("; 1 problem(s): hosts.csv: cannot be read ('utf-8' codec can't "
+                        "decode byte 0xff in position 0: invalid start byte)\n"), out
