@@ -152,10 +152,11 @@ class Gathering:
                 r.metric] = str(r.value)
         self.attributes[cfg.name] = by_type
         for element_type, elements in by_type.items():
+            relative = f"gather/{safe_name(cfg.name)}/config/{safe_name(element_type)}.csv"
+            if self.output.resuming and (self.output.folder / relative).exists():
+                continue  # a resumed run keeps the configuration its first start wrote
             names = sorted({a for attrs in elements.values() for a in attrs})
-            table = self.output.table(
-                f"gather/{safe_name(cfg.name)}/config/{safe_name(element_type)}.csv",
-                ["element_instance", *names])
+            table = self.output.table(relative, ["element_instance", *names])
             table.write_many([{"element_instance": e, **attrs}
                               for e, attrs in sorted(elements.items())])
 
