@@ -13,6 +13,7 @@ import dataclasses
 import enum
 from pathlib import Path
 
+from master.config.gather import describe as describe_gather
 from master.config.schema import (
     AccuracyCriterion,
     DfcConfig,
@@ -252,6 +253,10 @@ def format_plan(cfg: TestConfig) -> str:
             checks.append(f"max_droop {format_fraction(rollup.max_droop)}")
         if checks:
             lines.append(f"  {rollup.type}: " + ", ".join(checks))
+    if cfg.gather:
+        lines += ["", f"gather ({len(cfg.gather)}, on the controller)"]
+        lines.extend(f"  {describe_gather(source)}  (line {source.line})"
+                     for source in cfg.gather)
     lines += ["", f"steps ({len(cfg.steps)})"]
     for step in cfg.steps:
         lines.extend(_step(step, si, cfg.iops_tolerance_pct))

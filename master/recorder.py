@@ -60,11 +60,16 @@ CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", 
 #: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
 #: through the host's measured clock offset; ``switch_slave_ns``: the switch as the slave's own
 #: clock read it; ``boundary_skew_bound_us``: the most the true skew can be, the offset's
-#: uncertainty (half the best ping round trip) added to the measured skew's size.
+#: uncertainty (half the best ping round trip) added to the measured skew's size. The
+#: ``gather_*`` columns are a ``gather:`` source's row (``master.gather.gathering``; a host's
+#: row leaves them empty): when its gather started and its sample was taken against the
+#: subinterval's end boundary (negative: before), how long it took, and ``ok`` or why not.
 INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
                      "boundary_skew_us", "switch_slave_ns", "offset_uncertainty_us",
                      "boundary_skew_bound_us", "result_sent_after_boundary_us",
-                     "result_received_after_boundary_us"]
+                     "result_received_after_boundary_us", "gather_source",
+                     "gather_started_after_boundary_us", "gather_duration_us",
+                     "gather_sample_after_boundary_us", "gather_status"]
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024
 HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ru.HISTOGRAM_VIEWS

@@ -34,6 +34,7 @@ from typing import Any
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
+from master.gather.gathering import Gathering
 from master.hostsession import HostSession, LunRefusedError, SlaveEvent
 from master.live import LiveView
 from master.liverows import default_live_rollup, dfc_lines
@@ -215,6 +216,8 @@ class Run:
         self.t0_ns = clock()
         self.sub_ns = round(cfg.subinterval_seconds * 1e9)
         self.skew_limit_ns = round(cfg.skew_limit_seconds * 1e9)
+        #: the test's ``gather:`` sources (``master.gather``), made after LUN discovery
+        self.gathering: Gathering | None = None
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -280,6 +283,9 @@ class Run:
             await self._or_interrupted(
                 asyncio.gather(self._start_hosts(), self._warm_up_kernels()), "starting hosts")
             await self._or_interrupted(self._discover(), "discovering LUNs")
+            if self.cfg.gather:
+                self.gathering = Gathering(self.cfg.gather, self.output, self.event, self.clock)
+                await self._or_interrupted(self.gathering.configure(), "gather config_command")
             first = resume.first_step if resume is not None else 0
             for number, step in enumerate(self.cfg.steps):
                 if self.interrupted.is_set():
@@ -319,6 +325,8 @@ class Run:
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
             self._final_state(result)
+            if self.gathering is not None:
+                await self.gathering.close()
             self._summary_json()
             report_after_run(self.output.folder)  # logs a failure, never raises
             await server.close()
@@ -689,6 +697,9 @@ class Run:
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
         st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
+        if self.gathering is not None:
+            self.gathering.start_step(number, recorder, st.start_ns, self.sub_ns, n_max, [
+                b.focus_metric for b in (step.measure, step.dfc) if b is not None])
         how = (f"{control.fixed} measurement" if control.fixed is not None
                else f"measure until steady (at most {control.timeout} measurement)")
         self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
@@ -719,6 +730,8 @@ class Run:
                     phase = control.phase_of(k)
                     with self.output.subinterval():  # every file's rows of k, or none
                         rec = self._record(st, k, phase, results)
+                        if self.gathering is not None:  # joined metrics into rec.results
+                            self.gathering.record(k, phase, rec.results)
                         dec = control.after(k, rec.results, self._dfc_settings(control, k),
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
@@ -790,6 +803,8 @@ class Run:
             return valid
         finally:
             recorder.close()  # its spilled measurement subintervals
+            if self.gathering is not None:
+                self.gathering.end_step()
 
     # ------------------------------------------------------------------ measure, DFC, curves
     def _focus_instances(self, step: StepConfig,
@@ -982,6 +997,9 @@ class Run:
             window, total, extra_invalid=extra_invalid, extra=extra,
             iops_tolerance_pct=st.config.iops_tolerance_pct)
         self._write_summary(st, rows, messages, valid=valid)
+        if self.gathering is not None and self.output is not None:  # joined metrics' means
+            with self.output.subinterval():
+                self.gathering.summarise(window)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls or alls[0]["IOPS"] is None:
             return valid, (f"step {st.number} {st.config.name}: no measurement"

@@ -13,8 +13,10 @@ PYTHON="${PYTHON:-python3}"
 # the mkfs tools of f2fs, jfs, reiserfs, nilfs2, ocfs2 and gfs2, whose real images test our own
 # signature probe against blkid (tests/slave/test_signatures.py); tmux, the terminal the live
 # view is read back from (tests/master/test_run_live_terminal.py); chromium, the headless browser
-# that loads report.html (tests/master/test_report_chromium.py, test_run_report.py).
-IVYPY_DEBS="fio gcc libc6-dev python3-numpy python3-psutil openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc f2fs-tools jfsutils reiserfsprogs nilfs-tools ocfs2-tools gfs2-utils tmux chromium"
+# that loads report.html (tests/master/test_report_chromium.py, test_run_report.py);
+# prometheus-node-exporter, a real Prometheus endpoint for the gather: sources
+# (tests/master/test_gather_prometheus.py).
+IVYPY_DEBS="fio gcc libc6-dev python3-numpy python3-psutil openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc f2fs-tools jfsutils reiserfsprogs nilfs-tools ocfs2-tools gfs2-utils tmux chromium prometheus-node-exporter"
 
 ivypy_install_debs() {
     if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from master.config import gather as gather_rules
 from master.config import hosts as host_rules
 from master.config import loader
 from master.config import steps as step_rules
@@ -123,6 +124,9 @@ TOP = Section(
            "Which LUNs the test may use, per host; see `luns[]`."),
         _k("rollups", "list of rollup types", "all, host, lun, workload",
            "Rollup types beyond the built-in ones, and validation of any; see `rollups[]`."),
+        _k("gather", "list of sources", "none",
+           "External metrics (a command's output, a Prometheus endpoint) gathered on the "
+           "controller every subinterval; see `gather[]`."),
         _k("steps", "list of steps", "required", "What the test runs, in order; see `steps[]`."),
     ),
 )
@@ -358,7 +362,9 @@ MEASURE = Section(
     "window. See docs/measure.md.",
     (
         _k("focus_rollup", "rollup type", "`all`", "Every instance of it must be steady."),
-        _k("focus_metric", "metric name (see Metrics)", "`IOPS`", "The metric watched."),
+        _k("focus_metric", "metric name (see Metrics)", "`IOPS`",
+           "The metric watched; `gather.<source>.<element_type>.<metric>` names a "
+           "joined gathered metric."),
         _k("criterion", "`accuracy` or `fio`", "`accuracy`",
            "`accuracy`: ivy's, the Student-t confidence interval of the mean within "
            "±`accuracy`; `fio`: fio's steady-state criteria over a window."),
@@ -407,7 +413,8 @@ DFC = Section(
     (
         _k("focus_rollup", "rollup type", "`all`", "One controller per instance of it."),
         _k("focus_metric", "metric name (see Metrics)", "required",
-           "The metric held, e.g. `service_time_p99_ms`."),
+           "The metric held, e.g. `service_time_p99_ms`, or a joined gathered metric "
+           "`gather.<source>.<element_type>.<metric>` (then no `window_seconds`)."),
         _k("target", "number > 0 in the metric's unit (ms for times)", "required",
            "The value to hold."),
         _k("low_iops", f"rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",
@@ -470,9 +477,62 @@ FOR = Section(
     ),
 )
 
+GATHER = Section(
+    "gather[]",
+    "A gather source",
+    "Run on the controller at every subinterval, started just in time (by its own recent "
+    "duration) so that its sample belongs to the subinterval that just ended. Exactly one of "
+    "`command` or `prometheus`. A source that fails, is late, prints garbage or hangs never "
+    "holds up I/O: it is stopped at its timeout and its cells of that subinterval stay empty, "
+    "with an event saying why. Output: `gather/<source>/<element_type>.csv` per step; "
+    "interlock.csv has each gather's timing. See docs/gather.md.",
+    (
+        _k("name", "name: letters, digits, `_-`", "required",
+           "The source's name, in file names and in `gather.<source>.<type>.<metric>`."),
+        _k("command", "list of strings (program and arguments)", "-",
+           "Prints `element_type,element_instance,metric,value` lines, or JSON lines with those "
+           "four keys."),
+        _k("prometheus", "`http://` URL", "-",
+           "A Prometheus/OpenMetrics text endpoint to scrape."),
+        _k("timeout", f"duration, {_seconds(gather_rules.MIN_GATHER_TIMEOUT_S)} to one "
+           "subinterval", "half a subinterval",
+           "A gather still running then is killed (its process group) and recorded missing."),
+        _k("counters", "list of metric names", "none",
+           "A command's metrics that are counters: written as rates per second from their "
+           "deltas over the true time between samples."),
+        _k("metrics", "list of metric names or `/regex/`", "required with `prometheus`",
+           "The endpoint's metrics to take; counters (`# TYPE counter`, or `*_total`) become "
+           "rates per second."),
+        _k("element_type", "name", "required with `prometheus`",
+           "The element type of the endpoint's series."),
+        _k("instance_label", "label name", "required with `prometheus`",
+           "The label whose value is the element instance (series that share it are added)."),
+        _k("config_command", "list of strings", "-",
+           "Run once at the start: attribute 4-tuples, written to "
+           "`gather/<source>/config/<element_type>.csv` and used by `join`."),
+        _k("join", "mapping", "-", "Map elements to LUNs; see `gather[].join`."),
+    ),
+)
+
+GATHER_JOIN = Section(
+    "gather[].join",
+    "Join a source's elements to LUNs",
+    "Each rollup instance gets the metrics of the elements under its LUNs; elements under no "
+    "LUN of the step are reported as non-participating.",
+    (
+        _k("element_type", "name", "required", "The element type joined."),
+        _k("by", f"attribute name, or `{gather_rules.ELEMENT_INSTANCE}`", "required",
+           "The element's attribute (from `config_command`) that names its LUN."),
+        _k("lun_attribute", "LUN attribute, `lun` or `host`", "required",
+           "The LUN attribute it equals (a loop device's `name`, an array LUN's `serial`)."),
+        _k("aggregate", " | ".join(f"`{a}`" for a in gather_rules.AGGREGATES), "`sum`",
+           "How a rollup instance combines its elements' values."),
+    ),
+)
+
 SECTIONS: tuple[Section, ...] = (
-    TOP, HOSTS, LUNS, ROLLUPS, STEPS, WORKLOADS, WORKLOAD_LUNS, WRITE_DATA, MEASURE, CRITERIA,
-    DFC, GAINS, EDIT_ROLLUP, FOR,
+    TOP, HOSTS, LUNS, ROLLUPS, GATHER, GATHER_JOIN, STEPS, WORKLOADS, WORKLOAD_LUNS,
+    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR,
 )
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_AUTOCORRELATION",
     "MAX_BLOCKSIZE_BYTES",
     "MAX_DFC_GAIN",
+    "MAX_GATHERED_VALUE",
     "MAX_IODEPTH",
     "MAX_IOPS",
     "MAX_IOPS_TOLERANCE_PCT",
@@ -71,6 +72,9 @@ MAX_MB_PER_S = 10**9
 #: The largest latency a DFC target or steady-state limit in ms may name: an hour, the longest
 #: subinterval (a target no subinterval can show is a typo).
 MAX_LATENCY_MS = 3_600_000
+#: The largest DFC target or steady-state limit on a gathered metric (``gather.*``, in its
+#: source's own unit): 10**15, beyond any counter rate or percentage a storage system reports.
+MAX_GATHERED_VALUE = 10**15
 #: ``skew_weight`` is relative (a workload's share of its LUN's ``total_iops``): 10**-6 .. 10**6
 #: spans any useful split. Outside it a sum of weights overflows to infinity, or a share rounds
 #: to 0 IOPS, which the slave refuses.
@@ -165,6 +169,8 @@ def show_bytes(size_bytes: float) -> str:
 def metric_max(metric: str) -> tuple[float, str]:
     """The largest value of a focus metric (``catalog.FOCUS_METRICS``) and its unit, for a DFC
     target or a plain steady-state limit: latencies (ms), ``MB_per_s`` (MB/s), else ``IOPS``."""
+    if metric.startswith("gather."):  # an external metric, in its source's own unit
+        return MAX_GATHERED_VALUE, "(the source's unit)"
     if metric.endswith("_ms"):
         return MAX_LATENCY_MS, "ms"
     if metric.endswith("MB_per_s"):

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
+from master.config.gather import parse_gather
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.limits import (
     MAX_IOPS_TOLERANCE_PCT,
@@ -47,6 +48,7 @@ TOP_KEYS: tuple[str, ...] = (
     "hosts",
     "luns",
     "rollups",
+    "gather",
     "steps",
 )
 LUN_KEYS: tuple[str, ...] = (
@@ -391,11 +393,13 @@ def parse_config_text(
     hosts = parse_hosts(root.require("hosts"))
     luns = _luns(root, hosts, output_root)
     rollups = _rollups(root)
+    gather = parse_gather(root.get("gather"), subinterval_s)
     context = StepContext(
         subinterval_s=subinterval_s,
         rollup_types=tuple(spec.type for spec in rollups),
         iops_tolerance_pct=tolerance_pct,
         workloads=WorkloadContext(tuple(host.name for host in hosts), luns, output_root),
+        gather=gather,
     )
     steps = parse_steps(root.require("steps"), context)
     logger.debug(
@@ -415,6 +419,7 @@ def parse_config_text(
         luns=luns,
         rollups=rollups,
         steps=steps,
+        gather=gather,
     )
 
 

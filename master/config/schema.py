@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from master.config.gather import GatherSource
 from master.units import format_bytes, format_fraction
 
 __all__ = [
@@ -536,7 +537,8 @@ class TestConfig:
     and DFC, by more than this, beyond what counting allows; ``iops: max`` workloads are not
     checked; a step's own ``iops_tolerance_pct`` overrides it),
     ``hosts``
-    (required), ``luns`` (required), ``rollups``, ``steps`` (required). The run folder is
+    (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
+    ``master.config.gather``), ``steps`` (required). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
@@ -554,6 +556,7 @@ class TestConfig:
     rollups: tuple[RollupSpec, ...]
     steps: tuple[StepConfig, ...]
     skew_limit_seconds: float = 0.001
+    gather: tuple[GatherSource, ...] = ()
     iops_tolerance_pct: float = 5.0
 
     def host(self, name: str) -> HostConfig:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from master.config.catalog import FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
+from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_problem
 from master.config.limits import (
     MAX_AUTOCORRELATION,
     MAX_DFC_GAIN,
@@ -117,6 +118,8 @@ class StepContext:
     subinterval_s: float
     rollup_types: tuple[str, ...]
     workloads: WorkloadContext
+    #: the test's ``gather:`` sources (a focus metric may name a joined metric of one)
+    gather: tuple[GatherSource, ...] = ()
     #: the test's ``iops_tolerance_pct``, a step's own value overrides it for that step
     iops_tolerance_pct: float = 5.0
 
@@ -185,12 +188,18 @@ def _metric_hint() -> str:
     )
 
 
-def _focus_metric(cursor: Cursor | None, parent: Cursor, default: str | None) -> str:
+def _focus_metric(cursor: Cursor | None, parent: Cursor, default: str | None,
+                  gather: tuple[GatherSource, ...] = ()) -> str:
     if cursor is None:
         if default is None:
             raise parent.error("missing key 'focus_metric'")
         return default
     name = cursor.string()
+    if name.startswith(GATHER_PREFIX):
+        problem = focus_metric_problem(name, gather)
+        if problem is not None:
+            raise cursor.error(problem)
+        return name
     if name not in FOCUS_METRICS:
         close = difflib.get_close_matches(name, sorted(FOCUS_METRICS), n=1)
         hint = f"did you mean {close[0]!r}?" if close else _metric_hint()
@@ -295,7 +304,7 @@ def _measure(cursor: Cursor, context: StepContext) -> MeasureConfig:
     cursor.check_keys(MEASURE_KEYS)
     si = context.subinterval_s
     focus_rollup = _rollup_type(cursor.get("focus_rollup"), context.rollup_types)
-    focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, "IOPS")
+    focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, "IOPS", context.gather)
     criterion_cursor = cursor.get("criterion")
     kind = "accuracy"
     if criterion_cursor is not None:
@@ -361,7 +370,7 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
     cursor.expect_map("a mapping")
     cursor.check_keys(DFC_KEYS)
     focus_rollup = _rollup_type(cursor.get("focus_rollup"), context.rollup_types)
-    focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, None)
+    focus_metric = _focus_metric(cursor.get("focus_metric"), cursor, None, context.gather)
     target_cursor = cursor.require("target")
     target = _in_metric_range(target_cursor, _positive_number(target_cursor), focus_metric)
     low_cursor, high_cursor = cursor.require("low_iops"), cursor.require("high_iops")
@@ -391,6 +400,9 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
     if window_cursor is not None:
         window = _positive_phase(window_cursor, context.subinterval_s, 0.0, 1, cursor,
                                  "window_seconds")
+        if focus_metric.startswith(GATHER_PREFIX) and window.subintervals > 1:
+            raise window_cursor.error("a gathered focus metric has no histograms to merge over "
+                                      "a window: leave window_seconds out")
     return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window)
 
 

@@ -31,6 +31,10 @@ luns:
 rollups:
   - host
   - {type: lun, quantity: 1}
+gather:
+  - {name: arr, command: [/bin/true], timeout: 1s, counters: [reads],
+     config_command: [/bin/true],
+     join: {element_type: LDEV, by: serial, lun_attribute: serial, aggregate: max}}
 steps:
   - name: steady
     workloads:

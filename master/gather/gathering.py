@@ -1,0 +1,432 @@
+"""The gathers of a run: when each source runs, and what its samples become in the run folder.
+
+Owns, on the controller: the ``config_command`` of each source (once, at the start, written as
+``gather/<source>/config/<element_type>.csv``); per step, one task per source that starts each
+gather just in time before the end of subinterval k (its recent duration and a margin ahead),
+plus one at once (to time it) and one just before the step's start (the counters' first
+base); and, when the master records
+subinterval k (``record``), the rows of k: ``gather/<source>/<element_type>.csv`` (a row per
+element), ``gather/<source>/joined/<rollup type>.csv`` (a row per rollup instance, the joined
+metrics as ``gather.<source>.<element_type>.<metric>``), the non-participating elements'
+aggregate, a row per source in interlock.csv, and the joined values as columns of the rollup
+results that measure and DFC read. A gather that failed, or is not in when k is recorded,
+leaves k's cells empty with an event: the run never waits for a gather.
+
+This module must not talk to hosts, decide when a step ends, or parse outputs (``lines``,
+``promtext``); the run calls it through ``start_step``, ``record``, ``end_step``, ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from master.config.gather import GATHER_PREFIX, GatherSource
+from master.gather.join import JoinPlan, aggregate, plan_join
+from master.gather.lines import parse_lines
+from master.gather.promtext import parse_exposition
+from master.gather.rates import Key, Sample, values_of
+from master.gather.runner import GatherFailed, http_get, run_command
+from master.output import RunOutput, safe_name
+from master.recorder import INTERLOCK_COLUMNS
+from master.rollup import RollupResult
+
+__all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "lead_ns"]
+
+log = logging.getLogger(__name__)
+
+#: how long a ``config_command`` may run (once, before the first step)
+CONFIG_TIMEOUT_S = 60.0
+#: durations the lead looks back over
+_RECENT = 5
+_NON_PARTICIPATING = "non_participating"
+
+
+def lead_ns(recent_ns: Sequence[int], sub_ns: int, timeout_ns: int) -> int:
+    """How long before a boundary a gather starts: 1.5 times its longest recent duration
+    and a margin (2 ms and 5 % of a subinterval), at most its timeout; its whole timeout
+    before any (the first gather, at the step's start, may be a cold start of its program).
+    The master records a subinterval a few ms after its end: a gather must be in by then, and
+    a script's start-up varied by half its duration on a loaded 2-core machine."""
+    if not recent_ns:
+        return timeout_ns
+    return min(max(recent_ns) * 3 // 2 + 2_000_000 + sub_ns // 20, timeout_ns)
+
+
+class Recorder(Protocol):
+    """What ``start_step`` reads of the step's ``master.recorder.StepRecorder``."""
+
+    dir: str
+    ids: list[str]
+    number: int
+    name: str
+
+    @property
+    def groupings(self) -> Mapping[str, Any]: ...
+
+    @property
+    def workloads(self) -> Mapping[str, Any]: ...
+
+
+@dataclass
+class Outcome:
+    """One gather: when it ran (master ns), and its sample or why there is none."""
+
+    started_ns: int
+    ended_ns: int
+    sample: Sample | None = None
+    counters: frozenset[str] = frozenset()
+    failure: str = ""
+
+
+@dataclass
+class _Source:
+    cfg: GatherSource
+    recent_ns: collections.deque[int] = field(default_factory=lambda: collections.deque(
+        maxlen=_RECENT))
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    running: int | None = None  # the subinterval whose gather is running
+    previous: Sample | None = None
+    headers: dict[str, list[str]] = field(default_factory=dict)  # element type → metrics
+    joined_header: list[str] | None = None
+    plans: dict[frozenset[str], tuple[dict[str, JoinPlan], list[str]]] = field(
+        default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+    #: subinterval → the joined rows written (measurement subintervals, for the summary)
+    kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    number: int
+    name: str
+    dir: str
+    start_ns: int
+    sub_ns: int
+    groupings: dict[str, tuple[tuple[str, ...], Sequence[int]]]
+    lun_values: dict[str, list[str | None]]  # lun_attribute → each workload's value
+    focus: tuple[str, ...]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class Gathering:
+    """The run's gather sources; see the module docstring."""
+
+    def __init__(self, sources: Sequence[GatherSource], output: RunOutput,
+                 event: Callable[..., None], clock: Callable[[], int]) -> None:
+        self.sources = [_Source(s) for s in sources]
+        self.output = output
+        self.event = event
+        self.clock = clock
+        #: source → element type → element instance → attribute → value
+        self.attributes: dict[str, dict[str, dict[str, dict[str, str]]]] = {}
+        self.step: _Step | None = None
+
+    # ------------------------------------------------------------------ config
+    async def configure(self) -> None:
+        """Run every ``config_command`` once (concurrently) and write its CSVs."""
+        await asyncio.gather(*(self._configure(s.cfg) for s in self.sources
+                               if s.cfg.config_argv))
+
+    async def _configure(self, cfg: GatherSource) -> None:
+        try:
+            text = await run_command(cfg.config_argv, CONFIG_TIMEOUT_S)
+        except GatherFailed as exc:
+            self.event("WARNING", f"gather {cfg.name}: config_command: {exc.reason}; its "
+                       "elements have no attributes", kind="gather")
+            return
+        readings, problems = parse_lines(text, numeric=False)
+        for problem in problems:
+            self.event("WARNING", f"gather {cfg.name}: config_command: {problem}",
+                       kind="gather")
+        by_type: dict[str, dict[str, dict[str, str]]] = {}
+        for r in readings:
+            by_type.setdefault(r.element_type, {}).setdefault(r.element_instance, {})[
+                r.metric] = str(r.value)
+        self.attributes[cfg.name] = by_type
+        for element_type, elements in by_type.items():
+            relative = f"gather/{safe_name(cfg.name)}/config/{safe_name(element_type)}.csv"
+            if self.output.resuming and (self.output.folder / relative).exists():
+                continue  # a resumed run keeps the configuration its first start wrote
+            names = sorted({a for attrs in elements.values() for a in attrs})
+            table = self.output.table(relative, ["element_instance", *names])
+            table.write_many([{"element_instance": e, **attrs}
+                              for e, attrs in sorted(elements.items())])
+
+    # ------------------------------------------------------------------ a step
+    def start_step(self, number: int, recorder: Recorder, start_ns: int, sub_ns: int,
+                   n_subintervals: int, focus: Sequence[str]) -> None:
+        """Start the step's gathers: one at once (its duration sets how early the next
+        starts), one just before ``start_ns`` (the counters' base), then one before the end of
+        each subinterval."""
+        groupings = {t: (tuple(g.names), g.of_workload.tolist())
+                     for t, g in recorder.groupings.items()}
+        lun_values: dict[str, list[str | None]] = {}
+        for s in self.sources:
+            if s.cfg.join is not None and s.cfg.join.lun_attribute not in lun_values:
+                lun_values[s.cfg.join.lun_attribute] = [
+                    _lun_value(recorder.workloads[w], s.cfg.join.lun_attribute)
+                    for w in recorder.ids]
+        step = _Step(number, recorder.name, recorder.dir, start_ns, sub_ns, groupings, lun_values,
+                     tuple(f for f in focus if f.startswith(GATHER_PREFIX)))
+        self.step = step
+        for s in self.sources:
+            s.outcomes.clear()
+            s.previous, s.running, s.joined_header = None, None, None
+            s.headers.clear()
+            s.plans.clear()
+            s.warned.clear()
+            s.kept.clear()
+            step.tasks.append(asyncio.ensure_future(self._loop(s, step, n_subintervals)))
+
+    async def _loop(self, s: _Source, step: _Step, n_subintervals: int) -> None:
+        timeout_ns = round(s.cfg.timeout_s * 1e9)
+        # -2: at once, to learn the gather's duration (a cold start of its program); -1: the
+        # counters' base, just before the step's first boundary
+        for k in range(-2, n_subintervals):
+            boundary = step.start_ns + (k + 1) * step.sub_ns
+            at = boundary - lead_ns(list(s.recent_ns), step.sub_ns, timeout_ns)
+            delay_s = (at - self.clock()) / 1e9
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
+            s.running = k
+            s.outcomes[k] = await self._one(s.cfg)
+            s.running = None
+            out = s.outcomes[k]
+            s.recent_ns.append(out.ended_ns - out.started_ns)
+
+    async def _one(self, cfg: GatherSource) -> Outcome:
+        t0 = self.clock()
+        try:
+            if cfg.kind == "command":
+                text = await run_command(cfg.argv, cfg.timeout_s)
+                readings, problems = parse_lines(text)
+                counters = frozenset(cfg.counters)
+            else:
+                text = await http_get(cfg.url, cfg.timeout_s)
+                scrape = parse_exposition(text, cfg.metrics, cfg.element_type,
+                                          cfg.instance_label)
+                readings, problems = scrape.readings, scrape.problems
+                counters = frozenset(scrape.counters)
+        except GatherFailed as exc:
+            return Outcome(t0, self.clock(), failure=exc.reason)
+        t1 = self.clock()
+        if not readings:
+            why = "; ".join(problems) if problems else "nothing"
+            return Outcome(t0, t1, failure=f"gave no readings ({why})")
+        # a tool reads its counters, then prints them and exits: the end is when they were
+        # read, within the printing (a scrape's few ms; a script's start-up goes before)
+        out = Outcome(t0, t1, Sample.of(t1, readings), counters)
+        if problems:
+            out.failure = "; ".join(problems)  # readings kept; the problems are told
+        return out
+
+    def end_step(self) -> None:
+        """Stop the step's gathers (a running command's process group is killed)."""
+        if self.step is not None:
+            for task in self.step.tasks:
+                task.cancel()
+
+    async def close(self) -> None:
+        """Wait for the cancelled gathers to be gone (the run's end)."""
+        self.end_step()
+        if self.step is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*self.step.tasks, return_exceptions=True)
+            self.step = None
+
+    # ------------------------------------------------------------------ subinterval k
+    def record(self, k: int, phase: str, results: Mapping[str, RollupResult]) -> None:
+        """Write every source's rows of subinterval ``k`` and add the joined metrics to
+        ``results`` (columns ``gather.<source>.<type>.<metric>``, NaN where empty)."""
+        step = self.step
+        if step is None:
+            return
+        boundary = step.start_ns + (k + 1) * step.sub_ns
+        interlock: list[dict[str, Any]] = []
+        for s in self.sources:
+            for j in sorted(i for i in s.outcomes if i < k):  # late ones: a base for rates
+                late = s.outcomes.pop(j)
+                if late.sample is not None:
+                    s.previous = late.sample
+            out = s.outcomes.pop(k, None)
+            values: dict[Key, float | None] | None = None
+            if out is None:
+                why = ("still running when the subinterval was recorded" if s.running == k
+                       else "not started by the time the subinterval was recorded")
+                status = "late"
+            elif out.sample is None:
+                why, status = out.failure, "failed"
+            else:
+                values = values_of(out.sample, s.previous, out.counters)
+                s.previous = out.sample
+                why, status = "", "ok"
+                if out.failure:
+                    self.event("WARNING", f"gather {s.cfg.name}: subinterval {k}: bad lines "
+                               f"skipped: {out.failure}", kind="gather", step=step.number,
+                               subinterval=k)
+            if values is None:
+                self.event("WARNING", f"gather {s.cfg.name}: subinterval {k} has no sample: "
+                           f"{why}", kind="gather", step=step.number, subinterval=k)
+            interlock.append(_interlock_row(k, s.cfg.name, boundary, out, status, why))
+            self._element_rows(s, step, k, phase, values)
+            if s.cfg.join is not None:
+                self._joined(s, step, k, phase, values, results)
+        for name in step.focus:  # measure and DFC always find their column
+            for res in results.values():
+                if name not in res.columns:
+                    res.columns[name] = np.full(len(res.grouping.names), np.nan)
+        self.output.table(f"{step.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(interlock)
+
+    def _element_rows(self, s: _Source, step: _Step, k: int, phase: str,
+                      values: Mapping[Key, float | None] | None) -> None:
+        by_type: dict[str, dict[str, dict[str, float | None]]] = {}
+        for (etype, inst, metric), v in (values or {}).items():
+            by_type.setdefault(etype, {}).setdefault(inst, {})[metric] = v
+        for etype in by_type.keys() | s.headers.keys():
+            elements = by_type.get(etype, {})
+            header = s.headers.get(etype)
+            if header is None:
+                header = sorted({m for metrics in elements.values() for m in metrics})
+                s.headers[etype] = header
+            self._warn_new(s, step, k, etype, elements, header)
+            table = self.output.table(
+                f"{step.dir}/gather/{safe_name(s.cfg.name)}/{safe_name(etype)}.csv",
+                ["subinterval", "phase", "element_instance", *header])
+            known = set(header)
+            table.write_many([{"subinterval": k, "phase": phase, "element_instance": inst,
+                               **{m: v for m, v in metrics.items() if m in known}}
+                              for inst, metrics in sorted(elements.items())])
+
+    def _warn_new(self, s: _Source, step: _Step, k: int, etype: str,
+                  elements: Mapping[str, Mapping[str, float | None]], header: list[str]
+                  ) -> None:
+        new = sorted({m for metrics in elements.values() for m in metrics} - set(header))
+        fresh = [m for m in new if f"{etype}.{m}" not in s.warned]
+        if fresh:
+            s.warned.update(f"{etype}.{m}" for m in fresh)
+            self.event("WARNING", f"gather {s.cfg.name}: {etype} metrics {', '.join(fresh)} "
+                       "appeared after the step's first sample and are not written",
+                       kind="gather", step=step.number, subinterval=k)
+
+    def _joined(self, s: _Source, step: _Step, k: int, phase: str,
+                values: Mapping[Key, float | None] | None,
+                results: Mapping[str, RollupResult]) -> None:
+        join = s.cfg.join
+        assert join is not None
+        per_element: dict[str, dict[str, float | None]] = {}
+        for (etype, inst, metric), v in (values or {}).items():
+            if etype == join.element_type:
+                per_element.setdefault(inst, {})[metric] = v
+        if s.joined_header is None:
+            if not per_element:  # no header yet: the files start with the first sample
+                return
+            s.joined_header = sorted({m for ms in per_element.values() for m in ms})
+        metrics = s.joined_header
+        names = [f"{GATHER_PREFIX}{s.cfg.name}.{join.element_type}.{m}" for m in metrics]
+        elements = frozenset(per_element)
+        if elements not in s.plans:
+            plans, outside = plan_join(
+                join, sorted(elements), self.attributes.get(s.cfg.name, {}).get(
+                    join.element_type, {}), step.groupings, step.lun_values[join.lun_attribute])
+            s.plans[elements] = plans, outside
+            if outside:
+                shown = ", ".join(outside[:20]) + (" ..." if len(outside) > 20 else "")
+                self.event("INFO", f"gather {s.cfg.name}: {len(outside)} {join.element_type} "
+                           f"elements under no rollup instance (non-participating): {shown}",
+                           kind="gather", step=step.number, subinterval=k)
+        plans, outside = s.plans[elements]
+        folder = f"{step.dir}/gather/{safe_name(s.cfg.name)}/joined"
+        header = ["subinterval", "phase", "rollup_type", "rollup_instance", "elements", *names]
+        for rollup_type, plan in plans.items():
+            rows, columns = [], {n: np.full(len(plan.names), np.nan) for n in names}
+            for i, (inst, members) in enumerate(zip(plan.names, plan.members, strict=True)):
+                row: dict[str, Any] = {"subinterval": k, "phase": phase,
+                                       "rollup_type": rollup_type, "rollup_instance": inst,
+                                       "elements": len(members)}
+                for m, n in zip(metrics, names, strict=True):
+                    v = aggregate([per_element[e].get(m) for e in members], join.aggregate)
+                    row[n] = v
+                    if v is not None:
+                        columns[n][i] = v
+                rows.append(row)
+            self.output.table(f"{folder}/{safe_name(rollup_type)}.csv", header).write_many(rows)
+            if phase == "measurement":
+                s.kept.setdefault(k, []).extend(rows)
+            res = results.get(rollup_type)
+            if res is not None and tuple(res.grouping.names) == plan.names:
+                res.columns.update(columns)
+        row = {"subinterval": k, "phase": phase, "rollup_type": _NON_PARTICIPATING,
+               "rollup_instance": _NON_PARTICIPATING, "elements": len(outside)}
+        for m, n in zip(metrics, names, strict=True):
+            row[n] = aggregate([per_element[e].get(m) for e in outside], join.aggregate)
+        self.output.table(f"{folder}/{_NON_PARTICIPATING}.csv", header).write(row)
+        if phase == "measurement":
+            s.kept.setdefault(k, []).append(row)
+
+    # ------------------------------------------------------------------ the step's summary
+    def summarise(self, window: Sequence[int]) -> None:
+        """Each joined source's mean of every joined metric per rollup instance over the
+        measurement ``window`` (the subintervals that have a value), into
+        ``gather/<source>/joined/summary.csv`` of the step and ``gather/<source>/summary.csv``
+        of the run."""
+        step = self.step
+        if step is None or not window:
+            return
+        for s in self.sources:
+            if s.cfg.join is None or s.joined_header is None:
+                continue
+            names = [f"{GATHER_PREFIX}{s.cfg.name}.{s.cfg.join.element_type}.{m}"
+                     for m in s.joined_header]
+            header = ["step_number", "step_name", "rollup_type", "rollup_instance",
+                      "first_subinterval", "last_subinterval", "subintervals", *names]
+            totals: dict[tuple[str, str], dict[str, list[float]]] = {}
+            counts: dict[tuple[str, str], int] = {}
+            for k in window:
+                for row in s.kept.get(k, ()):
+                    key = (row["rollup_type"], row["rollup_instance"])
+                    counts[key] = counts.get(key, 0) + 1
+                    sums = totals.setdefault(key, {})
+                    for n in names:
+                        if row.get(n) is not None:
+                            sums.setdefault(n, []).append(float(row[n]))
+            rows = [{"step_number": step.number, "step_name": step.name, "rollup_type": t,
+                     "rollup_instance": inst, "first_subinterval": window[0],
+                     "last_subinterval": window[-1], "subintervals": counts[(t, inst)],
+                     **{n: sum(v) / len(v) for n, v in totals[(t, inst)].items()}}
+                    for t, inst in totals]
+            where = f"gather/{safe_name(s.cfg.name)}"
+            self.output.table(f"{step.dir}/{where}/joined/summary.csv", header).write_many(rows)
+            self.output.table(f"{where}/summary.csv", header).write_many(rows)
+
+
+def _lun_value(workload: Any, attribute: str) -> str | None:
+    """A workload's LUN's value of a join's ``lun_attribute``."""
+    if attribute == "host":
+        return str(workload.host)
+    lun = workload.lun.lun
+    if attribute == "lun":
+        return str(lun.path)
+    value = lun.attributes.get(attribute)
+    return None if value is None else str(value)
+
+
+def _interlock_row(k: int, source: str, boundary_ns: int, out: Outcome | None, status: str,
+                   why: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"subinterval": k, "gather_source": source,
+                           "gather_status": status + (f": {why}" if why and status != "ok"
+                                                      else "")}
+    if out is not None:
+        row["gather_started_after_boundary_us"] = (out.started_ns - boundary_ns) / 1e3
+        row["gather_duration_us"] = (out.ended_ns - out.started_ns) / 1e3
+        if out.sample is not None:
+            row["gather_sample_after_boundary_us"] = (out.sample.at_ns - boundary_ns) / 1e3
+    return row
+

@@ -1,0 +1,108 @@
+"""``gather:`` command sources through a real ``ivypy run`` on a file LUN: a script with known
+values lands in the right subintervals and files (its counter as a rate), a source that hangs,
+one that exits non-zero and one that prints garbage are recorded missing with events while the
+run ends on time, and ``config_command`` output lands in the run's config CSVs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.master.runhelp import ROOT, rows, write_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gather"
+N = 4  # measurement subintervals of 0.5 s
+
+TEST = f"""\
+test: gcmd
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {{file: "${{output_root}}/lun0", size: 16MiB, create: true}}
+gather:
+  - {{name: cnt, command: [{sys.executable}, {FIXTURES / 'counting.py'}, STATE],
+     counters: [ticks], timeout: 0.45s,
+     config_command: [{sys.executable}, {FIXTURES / 'fake_array.py'}, config, "1:a", "2:b"]}}
+  - {{name: hang, command: [sleep, "31.25"], timeout: 0.2s}}
+  - {{name: fail, command: [sh, -c, "echo oops >&2; exit 3"]}}
+  - {{name: junk, command: [{sys.executable}, {FIXTURES / 'garbage.py'}]}}
+steps:
+  - name: s
+    workloads:
+      - {{name: w, iosequencer: random_steady, iops: 100}}
+    warmup_seconds: 0
+    measure_seconds: {N * 0.5}
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("gcmd")
+    cfg = write_config(tmp, TEST.replace("STATE", str(tmp / "calls")))
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert time.monotonic() - t0 < 200
+    (out,) = (tmp / "gcmd").iterdir()
+    return out
+
+
+def test_known_values_land_in_their_subintervals(folder: Path) -> None:
+    box = rows(folder / "step0000-s/gather/cnt/box.csv")
+    assert list(box[0]) == ["subinterval", "phase", "element_instance", "calls", "ticks"]
+    assert [(int(r["subinterval"]), r["element_instance"]) for r in box] == [
+        (k, e) for k in range(N) for e in ("b1", "b2")]
+    for r in box:
+        k = int(r["subinterval"])
+        # call 1 times the source, call 2 is the counters' base just before the step's start,
+        # call k + 3 ends just before k's end
+        want_calls = (k + 3) * (1 if r["element_instance"] == "b1" else 10)
+        assert float(r["calls"]) == want_calls and r["phase"] == "measurement"
+        # ticks count 500 (b2: 1000) per second of the master's clock: the rate over the
+        # true time between two samples; the read sits at most a script's print before its end
+        want_rate = 500 if r["element_instance"] == "b1" else 1000
+        assert float(r["ticks"]) == pytest.approx(want_rate, rel=0.1), r
+
+
+def test_failures_are_missing_cells_with_events_and_the_run_ends_on_time(folder: Path) -> None:
+    il = [r for r in rows(folder / "step0000-s/interlock.csv") if r["gather_source"]]
+    by = {(r["gather_source"], int(r["subinterval"])): r for r in il}
+    assert sorted(by) == sorted((s, k) for s in ("cnt", "hang", "fail", "junk")
+                                for k in range(N))
+    for k in range(N):
+        assert by[("cnt", k)]["gather_status"] == "ok"
+        # taken just before k's end (or just after, before k was recorded): k's, not k+1's
+        assert float(by[("cnt", k)]["gather_sample_after_boundary_us"]) < 0.1e6
+        assert by[("fail", k)]["gather_status"] == "failed: sh exited with status 3: oops"
+        assert by[("junk", k)]["gather_status"].startswith("failed: gave no readings (line 1")
+        hang = by[("hang", k)]["gather_status"]
+        assert hang in ("failed: did not finish within its timeout of 0.2s (its process group "
+                        "was killed)", "late: still running when the subinterval was recorded")
+        if hang.startswith("failed"):
+            assert float(by[("hang", k)]["gather_duration_us"]) < 0.2e6 + 0.15e6
+    assert not (folder / "step0000-s/gather/hang").exists()
+    events = [e for e in rows(folder / "events.csv") if e["kind"] == "gather"]
+    for source in ("hang", "fail", "junk"):
+        ks = sorted(int(e["subinterval"]) for e in events if f"gather {source}:" in e["message"])
+        assert ks == list(range(N)), source
+    # every subinterval recorded on time: the step's rows are whole, no host was late
+    assert [int(r["subinterval"]) for r in rows(folder / "step0000-s/all/all.csv")] == list(
+        range(N))
+    # the hanging source's processes are gone (its group is killed at the timeout)
+    left = subprocess.run(["pgrep", "-f", "^sleep 31.25$"], capture_output=True, text=True)
+    assert left.stdout.split() == []
+
+
+def test_config_command_output_is_the_config_csv(folder: Path) -> None:
+    got = rows(folder / "gather/cnt/config/LDEV.csv")
+    assert got == [
+        {"element_instance": "00:01", "lun_name": "a", "pool": "pool1"},
+        {"element_instance": "00:02", "lun_name": "b", "pool": "pool0"},
+        {"element_instance": "00:99", "lun_name": "not-a-lun", "pool": "pool1"},
+    ]
