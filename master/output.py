@@ -42,6 +42,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from master.wholefile import replace_whole
 from protocol.errors import OutputError
 
 log = logging.getLogger(__name__)
@@ -757,7 +758,6 @@ class RunOutput:
         """A small whole-run table written whole: to a temporary file beside it, then renamed
         over the last one, so a reader sees the old table or the new, never a part."""
         path = self.folder / name
-        tmp = self.folder / f".{name}.tmp"
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(list(header))
@@ -768,9 +768,7 @@ class RunOutput:
                 raise ValueError(f"{name}: columns {sorted(unknown)} not in the header")
             writer.writerow([fmt(row.get(col)) for col in wanted])
         with _writing(path):
-            with open(tmp, "w", encoding="utf-8", newline="") as fh:
-                fh.write(buf.getvalue())
-            os.replace(tmp, path)
+            replace_whole(path, buf.getvalue().encode("utf-8"))
         return path
 
     def table(self, relative: str, header: Sequence[str]) -> CsvAppender:

@@ -15,7 +15,6 @@ all were valid), ``failed`` (a config, preflight, host or output error ended it)
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import itertools
@@ -28,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from master.wholefile import replace_whole
 from protocol.errors import IvyError
 
 STATE_FILE = "state.json"
@@ -128,24 +128,7 @@ def new_state(test: str, steps_total: int, source_text: str, version: str) -> Ru
 def write_state(folder: Path, state: RunState) -> None:
     """Replace ``state.json`` whole: a reader (or a crash) sees the old state or the new."""
     state.updated = now_text()
-    path = folder / STATE_FILE
-    tmp = folder / f".{STATE_FILE}.tmp"
-    data = state.to_json().encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):  # the rename itself made durable
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    replace_whole(folder / STATE_FILE, state.to_json().encode("utf-8"))
 
 
 def read_state(folder: Path) -> RunState:

@@ -14,10 +14,8 @@ the folder, or compute metrics (every number is a cell of the run's own CSV file
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from typing import Any
 
 from master.output import RunOutput
 from master.runstate import RunState, RunStateError, master_alive, read_state
+from master.wholefile import replace_whole
 from protocol.errors import OutputError
 from protocol.version import PROTOCOL_VERSION, __version__
 
@@ -397,21 +396,9 @@ def write_summary_json(folder: Path) -> dict[str, Any]:
     """Build the folder's summary document, replace ``summary.json`` with it whole (a reader
     sees the old one or the new), and return it. ``OutputError`` when it cannot be written."""
     path = folder / SUMMARY_JSON
-    tmp = folder / f".{SUMMARY_JSON}.tmp"
     doc = build(folder)
-    data = (json_text(doc) + "\n").encode("utf-8")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_whole(path, (json_text(doc) + "\n").encode("utf-8"))
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise OutputError(str(path), exc) from exc
     return doc

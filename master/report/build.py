@@ -8,9 +8,7 @@ raises. Must not talk to hosts or change any other file of the run.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 from master.report.content import BUDGET_POINTS, build_charts, default_rollup
 from master.report.page import render
 from master.report.runfolder import ReportError, open_run_folder
+from master.wholefile import replace_whole
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +59,9 @@ def build_report(folder: Path, output: Path | None = None, rollup: str | None = 
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        replace_whole(path, data)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise ReportError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
 
 

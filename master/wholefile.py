@@ -1,0 +1,40 @@
+"""Replacing a file whole: a reader, or a crash, sees the old file or the new one, never a part.
+
+Owns the one way the master replaces a whole-run file (state.json, summary.json, report.html,
+luns.csv): the bytes go to a hidden temporary file beside it, are synced, and the temporary file
+is renamed over the old one; the directory is then synced so that the rename itself survives a
+crash. A failure removes the temporary file and raises the ``OSError`` for the caller to
+translate. Must not know what the files hold; stdlib only (``ivypy status`` imports it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` whole (``.<name>.tmp`` beside it, fsync, rename, fsync of
+    the directory). ``OSError`` when it cannot be written; the temporary file is then gone."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # the rename itself made durable
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

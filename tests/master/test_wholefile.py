@@ -1,0 +1,53 @@
+"""``replace_whole``: the new bytes whole, or the old file untouched and no temporary file."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from master.wholefile import replace_whole
+
+
+@pytest.fixture
+def small_file_limit() -> Iterator[int]:
+    """Writes past 64 KiB fail with EFBIG (SIGXFSZ ignored), as a full disk fails them."""
+    limit = 64 * 1024
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        yield limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+@pytest.mark.parametrize("old, new", [(None, b"new"), (b"old", b"new"), (b"old" * 1000, b""),
+                                      (b"x", bytes(range(256)) * 1000)])
+def test_the_new_bytes_replace_the_old_whole(tmp_path: Path, old: bytes | None,
+                                             new: bytes) -> None:
+    path = tmp_path / "state.json"
+    if old is not None:
+        path.write_bytes(old)
+    replace_whole(path, new)
+    assert path.read_bytes() == new
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path,
+                                                             small_file_limit: int) -> None:
+    path = tmp_path / "summary.json"
+    path.write_bytes(b"the old summary")
+    with pytest.raises(OSError):
+        replace_whole(path, b"x" * (2 * small_file_limit))
+    assert path.read_bytes() == b"the old summary"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_a_missing_directory_is_an_oserror(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        replace_whole(tmp_path / "gone" / "report.html", b"page")
