@@ -6,6 +6,8 @@ show why, with figures, in every one of their rows of the step's and the run's s
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import signal
@@ -76,6 +78,24 @@ def _summary(folder: Path, step: str) -> list[dict[str, str]]:
     return [r for r in rows(folder / "summary.csv") if r["step_name"] == step]
 
 
+def _reasons_shown_everywhere(folder: Path, step: str) -> None:
+    """The step's reasons, as summary.csv has them, in summary.json (the step's reasons and
+    every instance's) and in report.html's summary table."""
+    got = _summary(folder, step)
+    reasons = {r["invalid_reason"] for r in got}
+    assert reasons and "" not in reasons
+    doc = json.loads((folder / "summary.json").read_text())
+    (st,) = [s for s in doc["steps"] if s["name"] == step]
+    parts = {part for reason in reasons for part in reason.split("; ")}  # the JSON's list
+    assert st["valid"] is False and parts <= set(st["invalid_reasons"]), st["invalid_reasons"]
+    for rtype, instances in st["rollups"].items():
+        for name, row in instances.items():
+            assert row["valid"] is False and row["invalid_reason"] in reasons, (rtype, name)
+    page = (folder / "report.html").read_text()
+    for reason in reasons:
+        assert html.escape(reason) in page, reason
+
+
 def test_a_step_short_of_its_iops_is_invalid_naming_the_workload(short: Path) -> None:
     """1,000,000 IOPS at queue depth 1 on a file is out of reach: every row of the step is
     invalid, the reason naming the workload with its achieved and set IOPS and the shortfall,
@@ -101,6 +121,7 @@ def test_a_step_short_of_its_iops_is_invalid_naming_the_workload(short: Path) ->
         assert own["invalid_reason"] == run["invalid_reason"] and own["valid"] == "false"
     events = (short / "events.csv").read_text()
     assert "step missed invalid: IOPS short of the setting" in events
+    _reasons_shown_everywhere(short, "missed")
 
 
 def test_met_max_and_a_step_tolerance_of_100_are_valid(short: Path) -> None:
@@ -132,6 +153,7 @@ def test_a_measurement_not_attained_gives_its_value_against_the_limit(short: Pat
         value = float(r["measure_values"].removeprefix("all="))
         assert float(m.group(1)) == pytest.approx(value, rel=1e-3)
         assert value > 0.1
+    _reasons_shown_everywhere(short, "unsteady")
 
 
 WARM = """\
@@ -198,6 +220,7 @@ def test_ivypy_stop_in_warmup_keeps_the_steps_rows_invalid(tmp_path: Path) -> No
     _check_unmeasured(folder, "step0000-long-warmup",
                       r"stopped by ivypy stop after subinterval (\d+) \(warmup\); "
                       r"no measurement subinterval")
+    _reasons_shown_everywhere(folder, "long-warmup")
     # the run went on: the next step measured, valid
     after = _summary(folder, "after")
     assert after and all(r["valid"] == "true" for r in after)
