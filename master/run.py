@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
+from master.config.catalog import DEVICE_METRICS
 from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.gather.gathering import Gathering
@@ -732,6 +733,7 @@ class Run:
                         rec = self._record(st, k, phase, results)
                         if self.gathering is not None:  # joined metrics into rec.results
                             self.gathering.record(k, phase, rec.results)
+                        _device_focus(control, rec)
                         dec = control.after(k, rec.results, self._dfc_settings(control, k),
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
@@ -821,6 +823,16 @@ class Run:
                                   f"test's rollups ({', '.join(out)})",
                                   key_path=f"steps[{step.source_index}].{key}.focus_rollup",
                                   file=self.cfg.source_file, line=step.line or None)
+            if block is not None and block.focus_metric in DEVICE_METRICS:
+                split = _split_lun(next(r for r in self.rollups if r.type == block.focus_rollup),
+                                   instances)
+                if split is not None:
+                    raise ConfigError(
+                        f"{block.focus_metric} needs a LUN-based focus rollup, but "
+                        f"{block.focus_rollup} splits the workloads of LUN {split} between "
+                        "instances (a device's I/O cannot be told apart by workload)",
+                        key_path=f"steps[{step.source_index}].{key}.focus_rollup",
+                        file=self.cfg.source_file, line=step.line or None)
         return out
 
     def _by_instance(self, rollup_type: str, instances: Iterable[WorkloadInstance]
@@ -1236,6 +1248,28 @@ class RunControl:
                       f"{st.forced_last}", kind="stop", step=st.number)
         return {"step": st.number, "step_name": st.config.name,
                 "last_subinterval": st.forced_last}
+
+
+def _split_lun(spec: RollupSpec, instances: Sequence[WorkloadInstance]) -> str | None:
+    """The first LUN (``host:path``) whose workloads lie in more than one instance of
+    ``spec`` (None: the rollup is LUN-based and has device columns, ``master.devstats``)."""
+    seen: dict[tuple[str, str], str] = {}
+    for inst in instances:
+        lun = (inst.host, str(inst.lun.lun.path))
+        key = rollup_key(spec, inst)
+        if seen.setdefault(lun, key) != key:
+            return f"{lun[0]}:{lun[1]}"
+    return None
+
+
+def _device_focus(control: StepControl, rec: Recorded) -> None:
+    """A device focus metric's value per focus-rollup instance into ``rec.results``, where
+    measure and DFC read it (NaN where the instance has no device value: not steady, hold)."""
+    for block in (control.step.measure, control.step.dfc):
+        if block is not None and block.focus_metric in DEVICE_METRICS:
+            j = DEVICE_METRICS.index(block.focus_metric)
+            rec.results[block.focus_rollup].columns[block.focus_metric] = (
+                rec.devices[block.focus_rollup][:, j])
 
 
 RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, "measure_criterion", "measure_values",
