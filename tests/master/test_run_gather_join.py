@@ -6,13 +6,14 @@ and the LDEV under no LUN is counted as non-participating."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.master.gatherhelp import loop_devices, run_to_end
-from tests.master.runhelp import rows
+from tests.master.runhelp import ROOT, rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gather"
 N = 3
@@ -83,6 +84,15 @@ steps:
     assert header[at + 1:at + 5] == [busy.format("arr"), reads.format("arr"),
                                      busy.format("arrmax"), reads.format("arrmax")]
     assert not (step / "gather/arr/joined").exists()
+    # ivypy compare reads the gathered columns from summary.csv; the report is made
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "compare", str(folder), str(folder), "--rollup", "host",
+         "--metric", busy.format("arr"), "--format", "json",
+         "--fail-if", f"{busy.format('arr')} < -1%"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert busy.format("arr") in proc.stdout and "30" in proc.stdout
+    assert "report.html written" in (folder / "run.log").read_text()
     events = [e["message"] for e in rows(folder / "events.csv") if e["kind"] == "gather"]
     assert ("gather arr: 1 LDEV elements under no rollup instance (non-participating): 00:99"
             in events)
