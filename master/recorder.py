@@ -330,7 +330,7 @@ class StepRecorder:
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
         out.devices = self.devices.record(k, device_deltas)
-        extra = self._gathered_arrays(gathered or {})
+        extra = self._gathered_arrays(gathered or {}) if self.gathered else {}
         if phase == "measurement" and self.gathered:
             self._win_gathered[k] = extra
         for i, spec in enumerate(self.rollups):
@@ -339,13 +339,15 @@ class StepRecorder:
             sample = ru.Sample.from_batch(both.batch)
             res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=both.pct)
             out.results[spec.type] = res
-            res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
+            if self.gathered:
+                res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
             if p.histograms:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
-                                      np.hstack([out.devices[spec.type], extra[spec.type]]))
+                                      np.hstack([out.devices[spec.type], extra[spec.type]])
+                                      if self.gathered else out.devices[spec.type])
             if spec.type in ("all", self.show_type):
                 ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
                 rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
