@@ -41,12 +41,11 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from master.config.catalog import DEVICE_METRICS
 from master.rollup import Grouping
 from protocol.devstats import SECTOR_BYTES, DeviceDelta
 
-DEVICE_COLUMNS: Final = ("device_IOPS", "device_read_IOPS", "device_write_IOPS",
-                         "device_MB_per_s", "device_service_time_ms", "device_util_pct",
-                         "device_queue_depth")
+DEVICE_COLUMNS: Final = DEVICE_METRICS
 #: ivypy's and the device's I/O counts on a device differ by more than this part of ivypy's:
 #: ivy's host-versus-subsystem check.
 DISAGREE_FRACTION: Final = 0.15

@@ -48,6 +48,9 @@ from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
 from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
 
+#: The columns of an instance row and of a summary row; a step with ``gather:`` sources has
+#: its joined metrics (``gather.<source>.<element_type>.<metric>``) after the device columns
+#: (``instance_columns``, ``summary_columns``).
 INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
                     "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, *DEVICE_COLUMNS,
                     "cpu_busy_pct", "workloads", "iops_setting"]
@@ -55,6 +58,18 @@ SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
                    "first_subinterval", "last_subinterval", "measurement_seconds",
                    *ru.METRIC_COLUMNS, *DEVICE_COLUMNS, "cpu_busy_pct", "workloads",
                    "iops_setting", "valid", "invalid_reason"]
+
+
+def instance_columns(gathered: Sequence[str] = ()) -> list[str]:
+    """``INSTANCE_COLUMNS`` with the joined gathered columns after the device columns."""
+    at = INSTANCE_COLUMNS.index("cpu_busy_pct")
+    return [*INSTANCE_COLUMNS[:at], *gathered, *INSTANCE_COLUMNS[at:]]
+
+
+def summary_columns(gathered: Sequence[str] = ()) -> list[str]:
+    """``SUMMARY_COLUMNS`` with the joined gathered columns after the device columns."""
+    at = SUMMARY_COLUMNS.index("cpu_busy_pct")
+    return [*SUMMARY_COLUMNS[:at], *gathered, *SUMMARY_COLUMNS[at:]]
 CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
                "slave_system_s", "slave_cpu_us_per_io"]
 #: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
@@ -138,13 +153,21 @@ class StepRecorder:
         hosts: Sequence[str] | None = None,
         histogram_types: frozenset[str] = frozenset(),
         fold_measurement: bool = False,
+        gathered: Sequence[str] = (),
     ) -> None:
         """``hosts``: the order the results of a subinterval come in (default: the order of
         the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
         needed on the master every subinterval (a DFC window adds them up) even where their
         instances live on one host. ``fold_measurement``: the window will be exactly the
         subintervals recorded with phase ``measurement`` (a fixed-length step), so their
-        settings are summed as they come (the slaves add the statistics up: ``Go.fold``)."""
+        settings are summed as they come (the slaves add the statistics up: ``Go.fold``).
+        ``gathered``: the step's joined gathered columns (``master.gather``), given to
+        ``record`` each subinterval; their summary is the mean over the window's values."""
+        self.gathered = tuple(gathered)
+        self.instance_columns = instance_columns(self.gathered)
+        self.summary_columns = summary_columns(self.gathered)
+        #: each measurement subinterval's gathered columns per rollup type (instances × columns)
+        self._win_gathered: dict[int, dict[str, npt.NDArray[np.float64]]] = {}
         self.fold_measurement = fold_measurement
         self._folded_ks: list[int] = []
         # settings and CPU of the measurement subintervals, for the summary's columns: each
@@ -174,7 +197,7 @@ class StepRecorder:
         # subinterval, 126,000 of them would hold that subinterval's results up for seconds
         self._tables_by_type = {
             t: AppenderGroup(self.output.tables(f"{self.dir}/{safe_name(t)}",
-                                                self.file_names(t), INSTANCE_COLUMNS))
+                                                self.file_names(t), self.instance_columns))
             for t in self.groupings}
         #: each instance's name as CSV text, the rows' rollup_instance cell
         self._inst_text = {t: LineTexts([csv_text(inst) for inst in g.names])
@@ -276,10 +299,12 @@ class StepRecorder:
         return both
 
     # ------------------------------------------------------------------ one subinterval
-    def record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int
+    def record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int,
+               gathered: Mapping[str, Mapping[str, npt.NDArray[np.float64]]] | None = None
                ) -> Recorded:
         """Decode, roll up and write subinterval ``k`` (``planned_end_ns``: its end boundary
-        on the master's clock)."""
+        on the master's clock; ``gathered``: per rollup type, each gathered column's value per
+        instance, a missing one empty). The gathered columns join the results' columns."""
         by_host = {h.host: h for h in hosts}
         missing = [h for h in self._hosts if h not in by_host]
         if missing:
@@ -305,18 +330,24 @@ class StepRecorder:
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
         out.devices = self.devices.record(k, device_deltas)
+        extra = self._gathered_arrays(gathered or {}) if self.gathered else {}
+        if phase == "measurement" and self.gathered:
+            self._win_gathered[k] = extra
         for i, spec in enumerate(self.rollups):
             p = self.plans[spec.type]
             both = checked[i]
             sample = ru.Sample.from_batch(both.batch)
             res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=both.pct)
             out.results[spec.type] = res
+            if self.gathered:
+                res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
             if p.histograms:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
-                                      out.devices[spec.type])
+                                      np.hstack([out.devices[spec.type], extra[spec.type]])
+                                      if self.gathered else out.devices[spec.type])
             if spec.type in ("all", self.show_type):
                 ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
                 rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
@@ -343,6 +374,21 @@ class StepRecorder:
         if device_rows:
             self.output.table(f"{self.dir}/devices.csv", DEVICE_FILE_COLUMNS).write_many(
                 device_rows)
+        return out
+
+    def _gathered_arrays(self, gathered: Mapping[str, Mapping[str, npt.NDArray[np.float64]]]
+                         ) -> dict[str, npt.NDArray[np.float64]]:
+        """Each rollup type's gathered columns as one array (instances × columns, NaN where
+        not given)."""
+        out = {}
+        for t, g in self.groupings.items():
+            a = np.full((g.n, len(self.gathered)), np.nan)
+            given = gathered.get(t, {})
+            for j, name in enumerate(self.gathered):
+                column = given.get(name)
+                if column is not None:
+                    a[:, j] = column
+            out[t] = a
         return out
 
     def _ops_by_host(self, first: GroupStats) -> dict[str, int]:
@@ -404,15 +450,16 @@ class StepRecorder:
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
                              iops: npt.NDArray[np.float64],
                              device: npt.NDArray[np.float64]) -> None:
-        """One row per instance into ``<rollup type>/<instance>.csv`` (INSTANCE_COLUMNS), each
-        formatted as ``CsvAppender.write`` would and handed to the OS with one write."""
+        """One row per instance into ``<rollup type>/<instance>.csv`` (``instance_columns``),
+        each formatted as ``CsvAppender.write`` would and handed to the OS with one write.
+        ``device``: the device and gathered columns (instances × columns)."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         n_metrics = len(ru.METRIC_COLUMNS)
-        values = np.empty((g.n, n_metrics + len(DEVICE_COLUMNS) + 3))
+        values = np.empty((g.n, n_metrics + device.shape[1] + 3))
         values[:, :n_metrics] = res.values
-        values[:, n_metrics:n_metrics + len(DEVICE_COLUMNS)] = device
-        n_metrics += len(DEVICE_COLUMNS)
+        values[:, n_metrics:n_metrics + device.shape[1]] = device
+        n_metrics += device.shape[1]
         values[:, n_metrics] = cpu
         values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
@@ -490,6 +537,7 @@ class StepRecorder:
         """Drop the kept settings; summaries are written by now."""
         self._win_cpu.clear()
         self._win_iops.clear()
+        self._win_gathered.clear()
         self._fold_cpu = self._fold_iops = self._last_iops = None
 
     def window_of_phase(self, phase: str = "measurement") -> list[int]:
@@ -546,6 +594,7 @@ class StepRecorder:
         host_of = self._host_of
         valid_all = not extra_invalid
         device = self.devices.window(window)
+        gathered = self._window_gathered(window)
         rows: list[dict[str, Any]] = []
         messages = [extra_invalid] if extra_invalid else []
         for spec in self.rollups:
@@ -566,6 +615,7 @@ class StepRecorder:
                        "first_subinterval": window[0], "last_subinterval": window[-1],
                        "measurement_seconds": dur, **res.row(i),
                        **dict(zip(DEVICE_COLUMNS, device[spec.type][i].tolist(), strict=True)),
+                       **dict(zip(self.gathered, gathered[spec.type][i].tolist(), strict=True)),
                        "cpu_busy_pct": float(cpu[i]), "workloads": count[i],
                        "iops_setting": "max" if is_max[i] else float(setting[i]),
                        "valid": valid and not extra_invalid, "invalid_reason": reason,
@@ -573,6 +623,22 @@ class StepRecorder:
                 rows.append(row)
             self._write_histograms(spec, g, total)
         return valid_all, rows, messages
+
+    def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
+        """Each rollup type's gathered columns over ``window``: per instance and column, the
+        mean of the subintervals that have a value (NaN where none has)."""
+        out = {}
+        for t, g in self.groupings.items():
+            stacked = [self._win_gathered[k][t] for k in window if k in self._win_gathered]
+            if not stacked or not self.gathered:
+                out[t] = np.full((g.n, len(self.gathered)), np.nan)
+                continue
+            a = np.stack(stacked)
+            seen = ~np.isnan(a)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[t] = np.where(seen.any(axis=0), np.where(seen, a, 0.0).sum(axis=0)
+                                  / np.maximum(seen.sum(axis=0), 1), np.nan)
+        return out
 
     def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,
                        tolerance_pct: float) -> str:
@@ -592,7 +658,7 @@ class StepRecorder:
         before its measurement): names, workloads and the settings in force, the metric
         cells empty, invalid with ``reason``."""
         iops = self._iops_per_workload()
-        blank = dict.fromkeys([*ru.METRIC_COLUMNS, *DEVICE_COLUMNS])
+        blank = dict.fromkeys([*ru.METRIC_COLUMNS, *DEVICE_COLUMNS, *self.gathered])
         rows: list[dict[str, Any]] = []
         for spec in self.rollups:
             g = self.groupings[spec.type]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import csv
 import dataclasses
 import logging
 import os
@@ -31,7 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
+from master.config.catalog import DEVICE_METRICS
 from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.gather.gathering import Gathering
@@ -218,6 +223,9 @@ class Run:
         self.skew_limit_ns = round(cfg.skew_limit_seconds * 1e9)
         #: the test's ``gather:`` sources (``master.gather``), made after LUN discovery
         self.gathering: Gathering | None = None
+        #: the run's summary.csv header: fixed by the first step that writes it (its gathered
+        #: columns), or the existing file's (a resumed run)
+        self.run_summary_header: list[str] | None = None
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -685,12 +693,17 @@ class Run:
         # a DFC window adds its focus rollup's histograms up over subintervals
         dfc = control.dfc
         windowed = dfc is not None and dfc.window is not None and dfc.window.subintervals > 1
+        gathered: list[str] = []
+        if self.gathering is not None:  # its first sample fixes the step's gathered columns
+            gathered = await self._or_interrupted(self.gathering.probe(
+                [b.focus_metric for b in (step.measure, step.dfc) if b is not None]),
+                f"the first gather of step {number} {step.name}")
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
                                 self.cfg.subinterval_seconds, self.current, show,
                                 hosts=list(self.sessions),
                                 histogram_types=frozenset(
                                     {dfc.focus_rollup} if dfc is not None and windowed else ()),
-                                fold_measurement=control.fixed is not None)
+                                fold_measurement=control.fixed is not None, gathered=gathered)
         st = _StepState(number, step, recorder, control)
         self.step_state = st
         self.pending_edits = []
@@ -698,8 +711,7 @@ class Run:
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
         st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
         if self.gathering is not None:
-            self.gathering.start_step(number, recorder, st.start_ns, self.sub_ns, n_max, [
-                b.focus_metric for b in (step.measure, step.dfc) if b is not None])
+            self.gathering.start_step(number, recorder, st.start_ns, self.sub_ns, n_max)
         how = (f"{control.fixed} measurement" if control.fixed is not None
                else f"measure until steady (at most {control.timeout} measurement)")
         self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
@@ -729,9 +741,10 @@ class Run:
                     self._apply_pending(k)
                     phase = control.phase_of(k)
                     with self.output.subinterval():  # every file's rows of k, or none
-                        rec = self._record(st, k, phase, results)
-                        if self.gathering is not None:  # joined metrics into rec.results
-                            self.gathering.record(k, phase, rec.results)
+                        joined = (self.gathering.record(k, phase)
+                                  if self.gathering is not None else None)
+                        rec = self._record(st, k, phase, results, joined)
+                        _device_focus(control, rec)
                         dec = control.after(k, rec.results, self._dfc_settings(control, k),
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
@@ -821,6 +834,16 @@ class Run:
                                   f"test's rollups ({', '.join(out)})",
                                   key_path=f"steps[{step.source_index}].{key}.focus_rollup",
                                   file=self.cfg.source_file, line=step.line or None)
+            if block is not None and block.focus_metric in DEVICE_METRICS:
+                split = _split_lun(next(r for r in self.rollups if r.type == block.focus_rollup),
+                                   instances)
+                if split is not None:
+                    raise ConfigError(
+                        f"{block.focus_metric} needs a LUN-based focus rollup, but "
+                        f"{block.focus_rollup} splits the workloads of LUN {split} between "
+                        "instances (a device's I/O cannot be told apart by workload)",
+                        key_path=f"steps[{step.source_index}].{key}.focus_rollup",
+                        file=self.cfg.source_file, line=step.line or None)
         return out
 
     def _by_instance(self, rollup_type: str, instances: Iterable[WorkloadInstance]
@@ -943,14 +966,15 @@ class Run:
             for row in dec.dfc_rows:
                 t.write(row)
 
-    def _record(self, st: _StepState, k: int, phase: str,
-                results: Sequence[SubintervalResult]) -> Recorded:
+    def _record(self, st: _StepState, k: int, phase: str, results: Sequence[SubintervalResult],
+                joined: dict[str, dict[str, npt.NDArray[np.float64]]] | None = None
+                ) -> Recorded:
         now = self.clock()
         hosts = [HostResult(hs.host, r, hs.to_master_ns, now, hs.offset_uncertainty_ns)
                  for r, hs in zip(results, self.sessions.values(), strict=True)]
         if self.output_failed is not None:
             raise self.output_failed
-        rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns)
+        rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
         for host, bound in rec.skew_bound_ns.items():
             if bound > self.skew_limit_ns and host not in st.skew_warned:
                 st.skew_warned.add(host)
@@ -997,9 +1021,6 @@ class Run:
             window, total, extra_invalid=extra_invalid, extra=extra,
             iops_tolerance_pct=st.config.iops_tolerance_pct)
         self._write_summary(st, rows, messages, valid=valid)
-        if self.gathering is not None and self.output is not None:  # joined metrics' means
-            with self.output.subinterval():
-                self.gathering.summarise(window)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls or alls[0]["IOPS"] is None:
             return valid, (f"step {st.number} {st.config.name}: no measurement"
@@ -1023,18 +1044,41 @@ class Run:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
         results = self.step_results.setdefault(st.config.name, {})
+        header = [*st.recorder.summary_columns, *MEASURE_SUMMARY_COLUMNS]
+        run_header = self._run_summary_header(header)
+        left_out = [c for c in header if c not in set(run_header)]
+        if left_out:
+            self.event("WARNING", f"step {st.config.name}: gathered columns "
+                       f"{', '.join(left_out)} are not in the run's summary.csv (the run's "
+                       "first step fixed its columns); the step's summary.csv files have them",
+                       kind="gather", step=st.number)
         with self.output.subinterval():  # a step's summary rows whole, or none
             for row in rows:
                 self.output.table(
                     f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
-                    RUN_SUMMARY_COLUMNS).write(row)
-                self.output.table("summary.csv", RUN_SUMMARY_COLUMNS).write(row)
+                    header).write(row)
+                self.output.table("summary.csv", run_header).write(
+                    {c: v for c, v in row.items() if c not in left_out})
         for row in rows:
             if row["IOPS"] is not None:
                 results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(
                     row["IOPS"])
         self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,
                                valid=valid, reasons=messages)
+
+    def _run_summary_header(self, step_header: list[str]) -> list[str]:
+        """The run's summary.csv columns: a resumed run's existing file's, else those of the
+        first step that writes it (the gathered columns of a later step that are not among
+        them stay in its own summary.csv files)."""
+        if self.run_summary_header is None:
+            assert self.output is not None
+            existing = self.output.folder / "summary.csv"
+            header = step_header
+            if self.output.resuming and existing.exists():
+                with open(existing, newline="", encoding="utf-8") as fh:
+                    header = next(csv.reader(fh), step_header)
+            self.run_summary_header = header
+        return self.run_summary_header
 
     async def _stop_all(self, after: int) -> None:
         await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
@@ -1238,8 +1282,32 @@ class RunControl:
                 "last_subinterval": st.forced_last}
 
 
-RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, "measure_criterion", "measure_values",
-                       "measure_attained"]
+def _split_lun(spec: RollupSpec, instances: Sequence[WorkloadInstance]) -> str | None:
+    """The first LUN (``host:path``) whose workloads lie in more than one instance of
+    ``spec`` (None: the rollup is LUN-based and has device columns, ``master.devstats``)."""
+    seen: dict[tuple[str, str], str] = {}
+    for inst in instances:
+        lun = (inst.host, str(inst.lun.lun.path))
+        key = rollup_key(spec, inst)
+        if seen.setdefault(lun, key) != key:
+            return f"{lun[0]}:{lun[1]}"
+    return None
+
+
+def _device_focus(control: StepControl, rec: Recorded) -> None:
+    """A device focus metric's value per focus-rollup instance into ``rec.results``, where
+    measure and DFC read it (NaN where the instance has no device value: not steady, hold)."""
+    for block in (control.step.measure, control.step.dfc):
+        if block is not None and block.focus_metric in DEVICE_METRICS:
+            j = DEVICE_METRICS.index(block.focus_metric)
+            rec.results[block.focus_rollup].columns[block.focus_metric] = (
+                rec.devices[block.focus_rollup][:, j])
+
+
+#: the columns a summary row has after the recorder's (``StepRecorder.summary_columns``)
+MEASURE_SUMMARY_COLUMNS = ["measure_criterion", "measure_values", "measure_attained"]
+#: a summary row's columns in a run without ``gather:`` sources
+RUN_SUMMARY_COLUMNS = [*SUMMARY_COLUMNS, *MEASURE_SUMMARY_COLUMNS]
 MEASURE_COLUMNS = ["subinterval", "instance", "criterion", "metric", "limit", "window_first",
                    "window_last", "value", "passed", "attained"]
 DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target", "error",

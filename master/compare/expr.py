@@ -30,7 +30,9 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
 }
 #: An operator-like token, longest first, so that ``<=`` is not read as ``<`` then ``=``.
 _OP_TOKEN = re.compile(r"<=|>=|==|!=|=<|=>|<|>|=")
-_METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A summary.csv column: a plain name, or a joined gathered metric
+#: ``gather.<source>.<element_type>.<metric>`` (docs/gather.md).
+_METRIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|gather\.[A-Za-z0-9_-]+\.[^\s.<>=!]+\.[^\s<>=!]+")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 #: Decimals a relative change is rounded to before it is compared: summary.csv values carry
 #: six significant digits, far coarser than this, and float noise far finer.

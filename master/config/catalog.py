@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __all__ = [
     "BUILTIN_ROLLUPS",
+    "DEVICE_METRICS",
     "FIO_CRITERIA",
     "FOCUS_METRICS",
     "FOCUS_VIEW_PREFIXES",
@@ -83,8 +84,14 @@ def _focus_metrics() -> frozenset[str]:
     return frozenset(names)
 
 
-#: Every metric name ``measure.focus_metric`` and ``dfc.focus_metric`` accept.
+#: Every rollup metric name ``measure.focus_metric`` and ``dfc.focus_metric`` accept.
 FOCUS_METRICS: frozenset[str] = _focus_metrics()
+
+#: The device-side columns (``master.devstats``): the kernel's counters of the block devices
+#: under a LUN-based instance's LUNs. A focus metric too, of a LUN-based focus rollup.
+DEVICE_METRICS: tuple[str, ...] = ("device_IOPS", "device_read_IOPS", "device_write_IOPS",
+                                   "device_MB_per_s", "device_service_time_ms",
+                                   "device_util_pct", "device_queue_depth")
 
 #: fio-style steady-state criteria and the metric each one watches (``None``: the focus metric).
 #: ``*_slope`` criteria limit the least-squares slope over the window; the others limit the

@@ -363,7 +363,8 @@ MEASURE = Section(
     (
         _k("focus_rollup", "rollup type", "`all`", "Every instance of it must be steady."),
         _k("focus_metric", "metric name (see Metrics)", "`IOPS`",
-           "The metric watched; `gather.<source>.<element_type>.<metric>` names a "
+           "The metric watched; a device-side one (`device_IOPS`, `device_util_pct`, ...) "
+           "of a LUN-based focus rollup; `gather.<source>.<element_type>.<metric>` names a "
            "joined gathered metric."),
         _k("criterion", "`accuracy` or `fio`", "`accuracy`",
            "`accuracy`: ivy's, the Student-t confidence interval of the mean within "
@@ -413,8 +414,9 @@ DFC = Section(
     (
         _k("focus_rollup", "rollup type", "`all`", "One controller per instance of it."),
         _k("focus_metric", "metric name (see Metrics)", "required",
-           "The metric held, e.g. `service_time_p99_ms`, or a joined gathered metric "
-           "`gather.<source>.<element_type>.<metric>` (then no `window_seconds`)."),
+           "The metric held, e.g. `service_time_p99_ms`, a device-side one such as "
+           "`device_util_pct` of a LUN-based focus rollup, or a joined gathered metric "
+           "`gather.<source>.<element_type>.<metric>` (for these two, no `window_seconds`)."),
         _k("target", "number > 0 in the metric's unit (ms for times)", "required",
            "The value to hold."),
         _k("low_iops", f"rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",

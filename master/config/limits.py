@@ -21,6 +21,7 @@ from master.units import format_bytes, parse_duration_s
 __all__ = [
     "MAX_AUTOCORRELATION",
     "MAX_BLOCKSIZE_BYTES",
+    "MAX_DEVICE_QUEUE_DEPTH",
     "MAX_DFC_GAIN",
     "MAX_GATHERED_VALUE",
     "MAX_IODEPTH",
@@ -56,6 +57,9 @@ MAX_BLOCKSIZE_BYTES = 64 * 1024**2
 #: The deepest queue of one workload: the slave's own bound (``slave.params.MAX_IODEPTH``; the
 #: master does not import the slave).
 MAX_IODEPTH = 4096
+#: The deepest average device queue (``device_queue_depth``) a target or limit may name: a
+#: host's 1,024 workloads each at ``MAX_IODEPTH`` on one device.
+MAX_DEVICE_QUEUE_DEPTH = 1024 * MAX_IODEPTH
 #: The fastest rate of one workload (``iops``): 10**8 I/Os per second, far beyond what one
 #: workload's engine loop submits or one LUN serves (a few million).
 MAX_IOPS = 10**8
@@ -167,10 +171,15 @@ def show_bytes(size_bytes: float) -> str:
 
 
 def metric_max(metric: str) -> tuple[float, str]:
-    """The largest value of a focus metric (``catalog.FOCUS_METRICS``) and its unit, for a DFC
-    target or a plain steady-state limit: latencies (ms), ``MB_per_s`` (MB/s), else ``IOPS``."""
+    """The largest value of a focus metric (``catalog.FOCUS_METRICS``, ``DEVICE_METRICS`` or
+    a gathered one) and its unit, for a DFC target or a plain steady-state limit: latencies
+    (ms), ``MB_per_s`` (MB/s), the device's busy % and queue depth, else ``IOPS``."""
     if metric.startswith("gather."):  # an external metric, in its source's own unit
         return MAX_GATHERED_VALUE, "(the source's unit)"
+    if metric == "device_util_pct":  # time with I/O in flight per elapsed time
+        return MAX_LIMIT_PERCENT, "%"
+    if metric == "device_queue_depth":
+        return MAX_DEVICE_QUEUE_DEPTH, "I/Os in flight"
     if metric.endswith("_ms"):
         return MAX_LATENCY_MS, "ms"
     if metric.endswith("MB_per_s"):

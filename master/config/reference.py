@@ -16,6 +16,7 @@ from pathlib import Path
 
 from master.config.catalog import (
     BUILTIN_ROLLUPS,
+    DEVICE_METRICS,
     FOCUS_METRICS,
     FOCUS_VIEW_PREFIXES,
     LATENCY_STATS,
@@ -101,7 +102,12 @@ def _vocabularies() -> list[str]:
         f"`response_time_<stat>_ms`, where `<stat>` is one of {stats}; each also with one of "
         f"{views} in front (that view's I/Os only). Service time runs from submission to "
         "completion; response time from the I/O's scheduled start, so a workload that falls "
-        "behind its rate shows its queueing (for `iops: max` the start is the submission).",
+        "behind its rate shows its queueing (for `iops: max` the start is the submission). "
+        f"The device-side columns ({', '.join(f'`{m}`' for m in DEVICE_METRICS)}, "
+        "docs/devstats.md) are focus metrics too, of a focus rollup that keeps each LUN's "
+        "workloads in one instance (else the run refuses the step, exit 2), without "
+        "`dfc.window_seconds`; a gathered metric `gather.<source>.<element_type>.<metric>` "
+        "too (docs/gather.md).",
         "",
         '<a id="lun-attributes"></a>',
         "## LUN attributes and rollups",

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from master.config.catalog import FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
+from master.config.catalog import DEVICE_METRICS, FIO_CRITERIA, FOCUS_METRICS, LATENCY_STATS
 from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_problem
 from master.config.limits import (
     MAX_AUTOCORRELATION,
@@ -200,8 +200,11 @@ def _focus_metric(cursor: Cursor | None, parent: Cursor, default: str | None,
         if problem is not None:
             raise cursor.error(problem)
         return name
+    if name in DEVICE_METRICS:  # a LUN-based focus rollup's: checked when the step starts
+        return name
     if name not in FOCUS_METRICS:
-        close = difflib.get_close_matches(name, sorted(FOCUS_METRICS), n=1)
+        close = difflib.get_close_matches(name, sorted(FOCUS_METRICS | set(DEVICE_METRICS)),
+                                          n=1)
         hint = f"did you mean {close[0]!r}?" if close else _metric_hint()
         raise cursor.error(f"unknown metric {name!r} ({hint})")
     return name
@@ -403,6 +406,10 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
         if focus_metric.startswith(GATHER_PREFIX) and window.subintervals > 1:
             raise window_cursor.error("a gathered focus metric has no histograms to merge over "
                                       "a window: leave window_seconds out")
+        if focus_metric in DEVICE_METRICS and window.subintervals > 1:
+            raise window_cursor.error(f"a device focus metric ({focus_metric}) has no "
+                                      "histograms to merge over a window: leave window_seconds "
+                                      "out")
     return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window)
 
 

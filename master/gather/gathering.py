@@ -1,19 +1,21 @@
 """The gathers of a run: when each source runs, and what its samples become in the run folder.
 
 Owns, on the controller: the ``config_command`` of each source (once, at the start, written as
-``gather/<source>/config/<element_type>.csv``); per step, one task per source that starts each
-gather just in time before the end of subinterval k (its recent duration and a margin ahead),
-plus one at once (to time it) and one just before the step's start (the counters' first
-base); and, when the master records
-subinterval k (``record``), the rows of k: ``gather/<source>/<element_type>.csv`` (a row per
-element), ``gather/<source>/joined/<rollup type>.csv`` (a row per rollup instance, the joined
-metrics as ``gather.<source>.<element_type>.<metric>``), the non-participating elements'
-aggregate, a row per source in interlock.csv, and the joined values as columns of the rollup
-results that measure and DFC read. A gather that failed, or is not in when k is recorded,
-leaves k's cells empty with an event: the run never waits for a gather.
+``gather/<source>/config/<element_type>.csv``); per step, a first gather of every source before
+the step's files are made (``probe``: it times the source, and its metrics with the declared
+ones fix the step's joined columns, ``gather.<source>.<element_type>.<metric>``), then one task
+per source that gathers just before the step's start (the counters' first base) and just in
+time before the end of each subinterval k (its recent duration and a margin ahead); and, when
+the master records subinterval k (``record``), the rows of k: ``gather/<source>/<element_type>.csv``
+(a row per element), ``gather/<source>/non_participating.csv`` (the aggregate of the elements
+under no LUN of the step), a row per source in interlock.csv, and the joined values per rollup
+instance, which the recorder writes as columns of the rollup rows and summaries and measure
+and DFC read. A gather that failed, or is not in when k is recorded, leaves k's cells empty
+with an event: the run never waits for a gather.
 
-This module must not talk to hosts, decide when a step ends, or parse outputs (``lines``,
-``promtext``); the run calls it through ``start_step``, ``record``, ``end_step``, ``close``.
+This module must not talk to hosts, decide when a step ends, write rollup rows, or parse
+outputs (``lines``, ``promtext``); the run calls it through ``probe``, ``start_step``,
+``record``, ``end_step``, ``close``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from master.config.gather import GATHER_PREFIX, GatherSource
 from master.gather.join import JoinPlan, aggregate, plan_join
@@ -36,9 +39,8 @@ from master.gather.rates import Key, Sample, values_of
 from master.gather.runner import GatherFailed, http_get, run_command
 from master.output import RunOutput, safe_name
 from master.recorder import INTERLOCK_COLUMNS
-from master.rollup import RollupResult
 
-__all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "lead_ns"]
+__all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "declared_metrics", "lead_ns"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,20 @@ def lead_ns(recent_ns: Sequence[int], sub_ns: int, timeout_ns: int) -> int:
     if not recent_ns:
         return timeout_ns
     return min(max(recent_ns) * 3 // 2 + 2_000_000 + sub_ns // 20, timeout_ns)
+
+
+def declared_metrics(cfg: GatherSource, focus: Sequence[str] = ()) -> set[str]:
+    """The metrics of ``cfg``'s joined element type known before any gather: a command's
+    ``counters``, a Prometheus source's literal ``metrics`` (of that element type), and those
+    ``focus`` names (``gather.<source>.<element_type>.<metric>``) that point at it."""
+    if cfg.join is None:
+        return set()
+    out = set(cfg.counters)
+    if cfg.kind == "prometheus" and cfg.element_type == cfg.join.element_type:
+        out |= {p.text for p in cfg.metrics if not p.regex}
+    prefix = f"{GATHER_PREFIX}{cfg.name}.{cfg.join.element_type}."
+    out |= {f.removeprefix(prefix) for f in focus if f.startswith(prefix)}
+    return out
 
 
 class Recorder(Protocol):
@@ -95,12 +111,18 @@ class _Source:
     running: int | None = None  # the subinterval whose gather is running
     previous: Sample | None = None
     headers: dict[str, list[str]] = field(default_factory=dict)  # element type → metrics
-    joined_header: list[str] | None = None
+    #: the joined metrics of the step (fixed by ``probe``): its columns in the rollup rows
+    joined_header: list[str] = field(default_factory=list)
     plans: dict[frozenset[str], tuple[dict[str, JoinPlan], list[str]]] = field(
         default_factory=dict)
     warned: set[str] = field(default_factory=set)
-    #: subinterval → the joined rows written (measurement subintervals, for the summary)
-    kept: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def column_names(self) -> list[str]:
+        join = self.cfg.join
+        if join is None:
+            return []
+        return [f"{GATHER_PREFIX}{self.cfg.name}.{join.element_type}.{m}"
+                for m in self.joined_header]
 
 
 @dataclass
@@ -112,7 +134,6 @@ class _Step:
     sub_ns: int
     groupings: dict[str, tuple[tuple[str, ...], Sequence[int]]]
     lun_values: dict[str, list[str | None]]  # lun_attribute → each workload's value
-    focus: tuple[str, ...]
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -161,11 +182,37 @@ class Gathering:
                               for e, attrs in sorted(elements.items())])
 
     # ------------------------------------------------------------------ a step
+    async def probe(self, focus: Sequence[str]) -> list[str]:
+        """A step's first gather of every source, at once and together (a cold start of a
+        script is slower: its duration sets how early the next starts). Fixes and returns the
+        step's joined columns: per joined source, its declared metrics (``declared_metrics``)
+        and those of its join's element type in this sample, sorted. Takes at most the
+        longest timeout of the sources; before the step's files are made."""
+        for s in self.sources:
+            s.outcomes.clear()
+            s.previous, s.running = None, None
+            s.headers.clear()
+            s.plans.clear()
+            s.warned.clear()
+        outs = await asyncio.gather(*(self._one(s.cfg) for s in self.sources))
+        for s, out in zip(self.sources, outs, strict=True):
+            s.outcomes[-2] = out
+            s.recent_ns.append(out.ended_ns - out.started_ns)
+            metrics = declared_metrics(s.cfg, focus)
+            if s.cfg.join is not None and out.sample is not None:
+                metrics |= {m for (etype, _, m) in out.sample.values
+                            if etype == s.cfg.join.element_type}
+            s.joined_header = sorted(metrics)
+        return self.columns()
+
+    def columns(self) -> list[str]:
+        """The step's joined columns (``probe``), source by source."""
+        return [n for s in self.sources for n in s.column_names()]
+
     def start_step(self, number: int, recorder: Recorder, start_ns: int, sub_ns: int,
-                   n_subintervals: int, focus: Sequence[str]) -> None:
-        """Start the step's gathers: one at once (its duration sets how early the next
-        starts), one just before ``start_ns`` (the counters' base), then one before the end of
-        each subinterval."""
+                   n_subintervals: int) -> None:
+        """Start the step's gathers (after ``probe``): one just before ``start_ns`` (the
+        counters' base), then one before the end of each subinterval."""
         groupings = {t: (tuple(g.names), g.of_workload.tolist())
                      for t, g in recorder.groupings.items()}
         lun_values: dict[str, list[str | None]] = {}
@@ -174,23 +221,15 @@ class Gathering:
                 lun_values[s.cfg.join.lun_attribute] = [
                     _lun_value(recorder.workloads[w], s.cfg.join.lun_attribute)
                     for w in recorder.ids]
-        step = _Step(number, recorder.name, recorder.dir, start_ns, sub_ns, groupings, lun_values,
-                     tuple(f for f in focus if f.startswith(GATHER_PREFIX)))
+        step = _Step(number, recorder.name, recorder.dir, start_ns, sub_ns, groupings, lun_values)
         self.step = step
         for s in self.sources:
-            s.outcomes.clear()
-            s.previous, s.running, s.joined_header = None, None, None
-            s.headers.clear()
-            s.plans.clear()
-            s.warned.clear()
-            s.kept.clear()
             step.tasks.append(asyncio.ensure_future(self._loop(s, step, n_subintervals)))
 
     async def _loop(self, s: _Source, step: _Step, n_subintervals: int) -> None:
         timeout_ns = round(s.cfg.timeout_s * 1e9)
-        # -2: at once, to learn the gather's duration (a cold start of its program); -1: the
-        # counters' base, just before the step's first boundary
-        for k in range(-2, n_subintervals):
+        # -1: the counters' base, just before the step's first boundary (-2 was the probe)
+        for k in range(-1, n_subintervals):
             boundary = step.start_ns + (k + 1) * step.sub_ns
             at = boundary - lead_ns(list(s.recent_ns), step.sub_ns, timeout_ns)
             delay_s = (at - self.clock()) / 1e9
@@ -243,14 +282,17 @@ class Gathering:
             self.step = None
 
     # ------------------------------------------------------------------ subinterval k
-    def record(self, k: int, phase: str, results: Mapping[str, RollupResult]) -> None:
-        """Write every source's rows of subinterval ``k`` and add the joined metrics to
-        ``results`` (columns ``gather.<source>.<type>.<metric>``, NaN where empty)."""
+    def record(self, k: int, phase: str) -> dict[str, dict[str, npt.NDArray[np.float64]]]:
+        """Write every source's rows of subinterval ``k``; return the joined metrics per
+        rollup type: column (``columns()``) → a value per instance, in the recorder's
+        grouping order, NaN where empty."""
         step = self.step
         if step is None:
-            return
+            return {}
         boundary = step.start_ns + (k + 1) * step.sub_ns
         interlock: list[dict[str, Any]] = []
+        joined: dict[str, dict[str, npt.NDArray[np.float64]]] = {
+            t: {} for t in step.groupings}
         for s in self.sources:
             for j in sorted(i for i in s.outcomes if i < k):  # late ones: a base for rates
                 late = s.outcomes.pop(j)
@@ -278,12 +320,10 @@ class Gathering:
             interlock.append(_interlock_row(k, s.cfg.name, boundary, out, status, why))
             self._element_rows(s, step, k, phase, values)
             if s.cfg.join is not None:
-                self._joined(s, step, k, phase, values, results)
-        for name in step.focus:  # measure and DFC always find their column
-            for res in results.values():
-                if name not in res.columns:
-                    res.columns[name] = np.full(len(res.grouping.names), np.nan)
+                for t, columns in self._joined(s, step, k, phase, values).items():
+                    joined[t].update(columns)
         self.output.table(f"{step.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(interlock)
+        return joined
 
     def _element_rows(self, s: _Source, step: _Step, k: int, phase: str,
                       values: Mapping[Key, float | None] | None) -> None:
@@ -296,7 +336,7 @@ class Gathering:
             if header is None:
                 header = sorted({m for metrics in elements.values() for m in metrics})
                 s.headers[etype] = header
-            self._warn_new(s, step, k, etype, elements, header)
+            self._warn_new(s, step, k, etype, elements, header, "are not written")
             table = self.output.table(
                 f"{step.dir}/gather/{safe_name(s.cfg.name)}/{safe_name(etype)}.csv",
                 ["subinterval", "phase", "element_instance", *header])
@@ -306,31 +346,31 @@ class Gathering:
                               for inst, metrics in sorted(elements.items())])
 
     def _warn_new(self, s: _Source, step: _Step, k: int, etype: str,
-                  elements: Mapping[str, Mapping[str, float | None]], header: list[str]
-                  ) -> None:
+                  elements: Mapping[str, Mapping[str, float | None]], header: list[str],
+                  what: str) -> None:
         new = sorted({m for metrics in elements.values() for m in metrics} - set(header))
-        fresh = [m for m in new if f"{etype}.{m}" not in s.warned]
+        fresh = [m for m in new if f"{what}.{etype}.{m}" not in s.warned]
         if fresh:
-            s.warned.update(f"{etype}.{m}" for m in fresh)
+            s.warned.update(f"{what}.{etype}.{m}" for m in fresh)
             self.event("WARNING", f"gather {s.cfg.name}: {etype} metrics {', '.join(fresh)} "
-                       "appeared after the step's first sample and are not written",
+                       f"appeared after the step's first sample and {what}",
                        kind="gather", step=step.number, subinterval=k)
 
     def _joined(self, s: _Source, step: _Step, k: int, phase: str,
-                values: Mapping[Key, float | None] | None,
-                results: Mapping[str, RollupResult]) -> None:
+                values: Mapping[Key, float | None] | None
+                ) -> dict[str, dict[str, npt.NDArray[np.float64]]]:
+        """The source's joined columns of ``k`` per rollup type; the non-participating
+        elements' aggregate into ``gather/<source>/non_participating.csv``."""
         join = s.cfg.join
         assert join is not None
         per_element: dict[str, dict[str, float | None]] = {}
         for (etype, inst, metric), v in (values or {}).items():
             if etype == join.element_type:
                 per_element.setdefault(inst, {})[metric] = v
-        if s.joined_header is None:
-            if not per_element:  # no header yet: the files start with the first sample
-                return
-            s.joined_header = sorted({m for ms in per_element.values() for m in ms})
         metrics = s.joined_header
-        names = [f"{GATHER_PREFIX}{s.cfg.name}.{join.element_type}.{m}" for m in metrics]
+        names = s.column_names()
+        self._warn_new(s, step, k, join.element_type, per_element, metrics,
+                       "are not in the rollup rows (until the next step)")
         elements = frozenset(per_element)
         if elements not in s.plans:
             plans, outside = plan_join(
@@ -343,68 +383,23 @@ class Gathering:
                            f"elements under no rollup instance (non-participating): {shown}",
                            kind="gather", step=step.number, subinterval=k)
         plans, outside = s.plans[elements]
-        folder = f"{step.dir}/gather/{safe_name(s.cfg.name)}/joined"
-        header = ["subinterval", "phase", "rollup_type", "rollup_instance", "elements", *names]
+        out: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
         for rollup_type, plan in plans.items():
-            rows, columns = [], {n: np.full(len(plan.names), np.nan) for n in names}
-            for i, (inst, members) in enumerate(zip(plan.names, plan.members, strict=True)):
-                row: dict[str, Any] = {"subinterval": k, "phase": phase,
-                                       "rollup_type": rollup_type, "rollup_instance": inst,
-                                       "elements": len(members)}
+            columns = {n: np.full(len(plan.names), np.nan) for n in names}
+            for i, members in enumerate(plan.members):
                 for m, n in zip(metrics, names, strict=True):
                     v = aggregate([per_element[e].get(m) for e in members], join.aggregate)
-                    row[n] = v
                     if v is not None:
                         columns[n][i] = v
-                rows.append(row)
-            self.output.table(f"{folder}/{safe_name(rollup_type)}.csv", header).write_many(rows)
-            if phase == "measurement":
-                s.kept.setdefault(k, []).extend(rows)
-            res = results.get(rollup_type)
-            if res is not None and tuple(res.grouping.names) == plan.names:
-                res.columns.update(columns)
-        row = {"subinterval": k, "phase": phase, "rollup_type": _NON_PARTICIPATING,
-               "rollup_instance": _NON_PARTICIPATING, "elements": len(outside)}
-        for m, n in zip(metrics, names, strict=True):
-            row[n] = aggregate([per_element[e].get(m) for e in outside], join.aggregate)
-        self.output.table(f"{folder}/{_NON_PARTICIPATING}.csv", header).write(row)
-        if phase == "measurement":
-            s.kept.setdefault(k, []).append(row)
-
-    # ------------------------------------------------------------------ the step's summary
-    def summarise(self, window: Sequence[int]) -> None:
-        """Each joined source's mean of every joined metric per rollup instance over the
-        measurement ``window`` (the subintervals that have a value), into
-        ``gather/<source>/joined/summary.csv`` of the step and ``gather/<source>/summary.csv``
-        of the run."""
-        step = self.step
-        if step is None or not window:
-            return
-        for s in self.sources:
-            if s.cfg.join is None or s.joined_header is None:
-                continue
-            names = [f"{GATHER_PREFIX}{s.cfg.name}.{s.cfg.join.element_type}.{m}"
-                     for m in s.joined_header]
-            header = ["step_number", "step_name", "rollup_type", "rollup_instance",
-                      "first_subinterval", "last_subinterval", "subintervals", *names]
-            totals: dict[tuple[str, str], dict[str, list[float]]] = {}
-            counts: dict[tuple[str, str], int] = {}
-            for k in window:
-                for row in s.kept.get(k, ()):
-                    key = (row["rollup_type"], row["rollup_instance"])
-                    counts[key] = counts.get(key, 0) + 1
-                    sums = totals.setdefault(key, {})
-                    for n in names:
-                        if row.get(n) is not None:
-                            sums.setdefault(n, []).append(float(row[n]))
-            rows = [{"step_number": step.number, "step_name": step.name, "rollup_type": t,
-                     "rollup_instance": inst, "first_subinterval": window[0],
-                     "last_subinterval": window[-1], "subintervals": counts[(t, inst)],
-                     **{n: sum(v) / len(v) for n, v in totals[(t, inst)].items()}}
-                    for t, inst in totals]
-            where = f"gather/{safe_name(s.cfg.name)}"
-            self.output.table(f"{step.dir}/{where}/joined/summary.csv", header).write_many(rows)
-            self.output.table(f"{where}/summary.csv", header).write_many(rows)
+            out[rollup_type] = columns
+        if names:
+            row: dict[str, Any] = {"subinterval": k, "phase": phase, "elements": len(outside)}
+            for m, n in zip(metrics, names, strict=True):
+                row[n] = aggregate([per_element[e].get(m) for e in outside], join.aggregate)
+            self.output.table(
+                f"{step.dir}/gather/{safe_name(s.cfg.name)}/{_NON_PARTICIPATING}.csv",
+                ["subinterval", "phase", "elements", *names]).write(row)
+        return out
 
 
 def _lun_value(workload: Any, attribute: str) -> str | None:

@@ -22,6 +22,9 @@ from protocol.errors import CompareError
     ("response_time_p99_9_ms > 1e1", FailIf("response_time_p99_9_ms", ">", 10.0, False)),
     ("IOPS < .5", FailIf("IOPS", "<", 0.5, False)),
     ("IOPS > -3", FailIf("IOPS", ">", -3.0, False)),
+    ("gather.arr.LDEV.busy_pct > 80", FailIf("gather.arr.LDEV.busy_pct", ">", 80.0, False)),
+    ("gather.node.disk.node_disk_reads_completed_total<-5%",
+     FailIf("gather.node.disk.node_disk_reads_completed_total", "<", -5.0, True)),
 ])
 def test_parses(text: str, want: FailIf) -> None:
     assert parse_fail_if(text) == want
@@ -38,6 +41,8 @@ def test_parses(text: str, want: FailIf) -> None:
     ("< 5", "no metric before '<'"),
     ("service time > 2", "'service time' is not a metric name"),
     ("2IOPS > 2", "'2IOPS' is not a metric name"),
+    ("gather.arr.busy > 2", "'gather.arr.busy' is not a metric name"),
+    ("gather.a b.LDEV.busy > 2", "'gather.a b.LDEV.busy' is not a metric name"),
     ("IOPS <", "no limit after '<'"),
     ("IOPS < %", "no limit after '<'"),
     ("IOPS < 10%", "a relative change needs its sign: '+10%' for a rise, '-10%' for a fall"),

@@ -221,5 +221,8 @@ def test_every_bound_is_finite_and_ordered() -> None:
     assert limits.MAX_BLOCKSIZE_BYTES < limits.MAX_LUN_BYTES < 2**63  # int64 offsets
     assert limits.MAX_LUN_BYTES % 512 == 0 and limits.MAX_BLOCKSIZE_BYTES % 512 == 0
     for metric, unit in (("IOPS", "IOPS"), ("read_MB_per_s", "MB/s"),
-                         ("response_time_p99_9_ms", "ms")):
+                         ("response_time_p99_9_ms", "ms"), ("device_IOPS", "IOPS"),
+                         ("device_MB_per_s", "MB/s"), ("device_service_time_ms", "ms"),
+                         ("device_util_pct", "%"), ("device_queue_depth", "I/Os in flight")):
         assert limits.metric_max(metric)[1] == unit
+    assert limits.metric_max("device_util_pct")[0] == 100

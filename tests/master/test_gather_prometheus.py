@@ -83,16 +83,17 @@ steps:
     assert list(disk[0])[3:] == ["node_disk_read_bytes_total", "node_disk_reads_completed_total"]
     (lun_file,) = [p for p in (step / "lun").glob("*.csv") if p.name != "summary.csv"]
     iops = {int(r["subinterval"]): float(r["IOPS"]) for r in rows(lun_file)}
-    joined = {int(r["subinterval"]): r for r in rows(step / "gather/node/joined/lun.csv")}
+    joined = {int(r["subinterval"]): r for r in rows(lun_file)}  # the gathered columns
     assert sorted(joined) == sorted(iops) == list(range(N))
     for k in range(N):
         rate = float(disk[k]["node_disk_reads_completed_total"])
         assert rate == pytest.approx(iops[k], rel=0.10), (k, rate, iops[k])
         assert float(joined[k][METRIC]) == rate
         assert joined[k]["rollup_instance"] == f"localhost:{dev}"
+        assert joined[k]["gather.node.disk.node_disk_read_bytes_total"] != ""
         # 4 KiB reads, and a few larger ones of udev's probe of the new device
         assert float(disk[k]["node_disk_read_bytes_total"]) >= rate * 4096 * 0.9
-    outside = rows(step / "gather/node/joined/non_participating.csv")
+    outside = rows(step / "gather/node/non_participating.csv")
     assert len(outside) == N and all(int(r["elements"]) == len(every) // N - 1 for r in outside)
     il = [r for r in rows(step / "interlock.csv") if r["gather_source"] == "node"]
     assert [r["gather_status"] for r in il] == ["ok"] * N

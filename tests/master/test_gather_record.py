@@ -1,34 +1,30 @@
-"""``Gathering.record`` on outcomes given by hand (no process runs): a source whose first
-gathers failed starts its files with its first sample and keeps one header, a failed
-subinterval leaves empty cells and NaN in the focus column, counters are rates from the last
-sample there was (a late one too), and the summary means skip empty cells."""
+"""``Gathering.record`` on outcomes given by hand (no process runs): the joined columns per
+rollup type and instance (NaN for a failed or late subinterval), counters as rates from the
+last sample there was (a late one too), element files that start with their first sample, the
+non-participating aggregate, and an event for a joined metric first seen after the probe;
+``declared_metrics`` and ``probe`` (one real command), which fix a step's joined columns."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
-from master.config.gather import GatherJoin, GatherSource
-from master.gather.gathering import Gathering, Outcome, _Step
+from master.config.gather import GatherJoin, GatherSource, MetricPattern
+from master.gather.gathering import Gathering, Outcome, _Step, declared_metrics
 from master.gather.rates import Sample
 from master.output import RunOutput
-from master.rollup import Grouping, RollupResult
 
 S = 1_000_000_000
 FOCUS = "gather.arr.LDEV.busy"
 SOURCE = GatherSource("arr", "command", 0.5, argv=("x",), counters=("reads",),
                       join=GatherJoin("LDEV", "element_instance", "name", "sum"))
-
-
-def _results() -> dict[str, RollupResult]:
-    def one(t: str, names: tuple[str, ...]) -> RollupResult:
-        g = Grouping(t, names, np.arange(len(names)) % len(names))
-        return RollupResult(g, 1.0, {}, np.zeros((len(names), 1), dtype=np.int64),
-                            np.zeros((len(names), 0)))
-    return {"lun": one("lun", ("h:/dev/loop1", "h:/dev/loop2")), "all": one("all", ("all",))}
 
 
 def _sample(at_s: float, busy: float, reads: float) -> Sample:
@@ -41,7 +37,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def test_record_and_summary(tmp_path: Path) -> None:
+def test_record_gives_joined_columns(tmp_path: Path) -> None:
     events: list[str] = []
 
     def event(level: str, message: str, **_: Any) -> None:
@@ -51,40 +47,92 @@ def test_record_and_summary(tmp_path: Path) -> None:
     gathering = Gathering([SOURCE], out, event, lambda: 0)
     step = _Step(0, "s", "step0000-s", 0, S, {"lun": (("h:/dev/loop1", "h:/dev/loop2"), [0, 1]),
                                               "all": (("all",), [0, 0])},
-                 {"name": ["loop1", "loop2"]}, (FOCUS,))
+                 {"name": ["loop1", "loop2"]})
     gathering.step = step
     (src,) = gathering.sources
+    src.joined_header = ["busy", "reads"]  # as ``probe`` fixed them
+    assert gathering.columns() == [FOCUS, "gather.arr.LDEV.reads"]
     plan: list[Outcome | None] = [
         Outcome(0, 1, failure="sh exited with status 1"),  # k=0 failed
         Outcome(0, 1, _sample(1.95, 10, 100), frozenset({"reads"})),  # k=1 first sample
         None,  # k=2 late: comes in after, as k=3's base
         Outcome(0, 1, _sample(3.95, 30, 400), frozenset({"reads"})),
     ]
-    focus = []
+    got = []
     for k, outcome in enumerate(plan):
         if outcome is not None:
             src.outcomes[k] = outcome
         if k == 3:  # the late sample of k=2 arrived before k=3 was recorded
             src.outcomes[2] = Outcome(0, 1, _sample(2.95, 20, 250), frozenset({"reads"}))
-        results = _results()
         with out.subinterval():
-            gathering.record(k, "measurement", results)
-        focus.append(results["all"].columns[FOCUS].tolist())
-    gathering.summarise([0, 1, 2, 3])
+            got.append(gathering.record(k, "measurement"))
     out.close()
-    assert np.isnan(focus[0][0])
-    assert focus[1] == [30.0] and np.isnan(focus[2][0]) and focus[3] == [90.0]
+    cells = [(c["all"][FOCUS].tolist(), c["all"]["gather.arr.LDEV.reads"].tolist(),
+              c["lun"][FOCUS].tolist()) for c in got]
+    assert np.isnan(cells[0][0][0]) and np.isnan(cells[0][2]).all()
+    assert cells[1][0] == [30.0] and cells[1][2] == [10.0, 20.0] and np.isnan(cells[1][1][0])
+    assert np.isnan(cells[2][0][0])
+    assert cells[3][:2] == ([90.0], [450.0])  # (400 - 250) + (800 - 500) over 1 s
     folder = tmp_path / "step0000-s/gather/arr"
-    joined = _rows(folder / "joined/all.csv")
-    assert [(r["subinterval"], r[FOCUS], r["gather.arr.LDEV.reads"]) for r in joined] == [
-        ("1", "30", ""), ("2", "", ""), ("3", "90", "450")]  # (400 - 250) + (800 - 500) over 1 s
     ldev = _rows(folder / "LDEV.csv")
     assert list(ldev[0]) == ["subinterval", "phase", "element_instance", "busy", "reads"]
     assert [r["subinterval"] for r in ldev] == ["1", "1", "3", "3"]
-    (summary,) = [r for r in _rows(folder / "joined/summary.csv") if r["rollup_type"] == "all"]
-    assert (summary["subintervals"], summary[FOCUS]) == ("3", "60")
+    outside = _rows(folder / "non_participating.csv")
+    assert [(r["subinterval"], r["elements"], r[FOCUS]) for r in outside] == [
+        ("0", "0", ""), ("1", "0", ""), ("2", "0", ""), ("3", "0", "")]
+    assert not (folder / "joined").exists()
     assert any("subinterval 0 has no sample: sh exited with status 1" in e for e in events)
     assert any("subinterval 2 has no sample: not started" in e for e in events)
     interlock = _rows(tmp_path / "step0000-s/interlock.csv")
     assert [r["gather_status"].split(":")[0] for r in interlock] == [
         "failed", "ok", "late", "ok"]
+
+
+def test_a_joined_metric_seen_after_the_probe_is_told_not_written(tmp_path: Path) -> None:
+    events: list[str] = []
+    out = RunOutput(tmp_path)
+    gathering = Gathering([SOURCE], out, lambda _l, m, **_k: events.append(m), lambda: 0)
+    gathering.step = _Step(0, "s", "step0000-s", 0, S, {"all": (("all",), [0, 0])},
+                           {"name": ["loop1", "loop2"]})
+    (src,) = gathering.sources
+    src.joined_header = ["reads"]
+    for k in range(2):
+        src.outcomes[k] = Outcome(0, 1, _sample(k + 0.95, 10, 100), frozenset({"reads"}))
+        with out.subinterval():
+            cols = gathering.record(k, "warmup")
+        assert list(cols["all"]) == ["gather.arr.LDEV.reads"]
+    out.close()
+    told = [e for e in events if "busy appeared after the step's first sample" in e]
+    assert told == ["gather arr: LDEV metrics busy appeared after the step's first sample and "
+                    "are not in the rollup rows (until the next step)"]
+
+
+@pytest.mark.parametrize("source, focus, declared", [
+    (SOURCE, (), {"reads"}),
+    (SOURCE, (FOCUS, "gather.other.LDEV.x", "IOPS"), {"reads", "busy"}),
+    (GatherSource("p", "prometheus", 0.5, url="http://h/m", element_type="disk",
+                  instance_label="device",
+                  metrics=(MetricPattern("node_reads_total", False),
+                           MetricPattern("node_.*_seconds_total", True)),
+                  join=GatherJoin("disk", "element_instance", "name", "sum")),
+     (), {"node_reads_total"}),
+    (GatherSource("n", "command", 0.5, argv=("x",), counters=("reads",)), (), set()),
+])
+def test_declared_metrics(source: GatherSource, focus: tuple[str, ...],
+                          declared: set[str]) -> None:
+    assert declared_metrics(source, focus) == declared
+
+
+def test_probe_fixes_the_columns_from_the_first_sample_and_the_config(tmp_path: Path) -> None:
+    script = ("print('LDEV,loop1,busy,5'); print('LDEV,loop1,queue,2'); "
+              "print('port,p1,busy,9')")
+    source = GatherSource("arr", "command", 5.0, argv=(sys.executable, "-c", script),
+                          counters=("reads",),
+                          join=GatherJoin("LDEV", "element_instance", "name", "sum"))
+    clock = time.monotonic_ns
+    gathering = Gathering([source], RunOutput(tmp_path), lambda *a, **k: None, clock)
+    columns = asyncio.run(gathering.probe(["gather.arr.LDEV.resp_ms"]))
+    assert columns == ["gather.arr.LDEV.busy", "gather.arr.LDEV.queue",
+                       "gather.arr.LDEV.reads", "gather.arr.LDEV.resp_ms"]
+    (src,) = gathering.sources
+    assert -2 in src.outcomes and len(src.recent_ns) == 1

@@ -27,7 +27,9 @@ from master.recorder import (
     INSTANCE_COLUMNS,
     HostResult,
     StepRecorder,
+    instance_columns,
     instance_file_names,
+    summary_columns,
 )
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from protocol.errors import HostError
@@ -743,3 +745,41 @@ def test_unmeasured_rows_keep_names_workloads_and_settings(tmp_path: Path) -> No
     # summarise with no window gives the same rows
     assert rec.summarise([], extra_invalid=reason,
                          extra={"measure_criterion": "accuracy"}) == (False, rows, [reason])
+
+
+def test_gathered_columns_in_rows_results_and_summary_means(tmp_path: Path) -> None:
+    """A step's joined gathered columns: in every instance row after the device columns (a
+    type not given empty), in the results measure and DFC read, and in the summary as the
+    mean of the window's subintervals that have a value (empty where none has)."""
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    g1, g2 = "gather.arr.LDEV.busy_pct", "gather.arr.LDEV.reads"
+    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, gathered=[g1, g2])
+    sim = _Slaves(rec, keep_from=1)
+    rng = np.random.default_rng(6)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    nan = float("nan")
+    given = [{"host": {g1: np.array([10.0, 20.0]), g2: np.array([nan, nan])}},
+             {"host": {g1: np.array([30.0, nan]), g2: np.array([nan, nan])}},
+             {"host": {g1: np.array([50.0, 60.0])}, "all": {g2: np.array([7.0])}}]
+    for k, joined in enumerate(given):
+        got = rec.record(k, "warmup" if k == 0 else "measurement",
+                         [_host_result(sim, "h1", ids["h1"], k, rng, 10.0)[0],
+                          _host_result(sim, "h2", ids["h2"], k, rng, 10.0)[0]],
+                         (k + 1) * 10**9, joined)
+        assert got.results["host"].columns[g1].tolist()[0] == joined["host"][g1][0]
+        assert np.isnan(got.results["lun"].columns[g1]).all()
+    valid, rows, _ = rec.summarise(rec.window_of_phase(), sim.window(1, 2))
+    out.close()
+    by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
+    assert by[("host", "h1")][g1] == pytest.approx(40.0)  # (30 + 50) / 2
+    assert by[("host", "h2")][g1] == pytest.approx(60.0)  # only k=2 has one
+    assert by[("all", "all")][g2] == pytest.approx(7.0) and np.isnan(by[("all", "all")][g1])
+    assert valid and set(rows[0]) == set(summary_columns([g1, g2]))
+    header, *lines = _read(tmp_path / "step0001-s/host/h1.csv")
+    assert header == instance_columns([g1, g2])
+    at = header.index("device_queue_depth")
+    assert header[at + 1:at + 3] == [g1, g2] and header[at + 3] == "cpu_busy_pct"
+    assert [line[at + 1] for line in lines] == ["10", "30", "50"]
+    assert [line[at + 2] for line in lines] == ["", "", ""]
+    assert [line[-1] for line in lines] == ["max"] * 3  # iops_setting is still the last

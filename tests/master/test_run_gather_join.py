@@ -1,17 +1,19 @@
 """The join through a real run on two loop devices: a fake array's per-LDEV metrics (its
 ``config_command`` maps each LDEV to a LUN by the loop device's kernel name) reach the ``lun``
 and ``host`` rollup instances with the declared aggregation (``sum`` for one source, ``max``
-for another), and the LDEV under no LUN is counted as non-participating."""
+for another) as columns of their rows and summaries (the step's and the run's summary.csv),
+and the LDEV under no LUN is counted as non-participating."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.master.gatherhelp import loop_devices, run_to_end
-from tests.master.runhelp import rows
+from tests.master.runhelp import ROOT, rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gather"
 N = 3
@@ -50,35 +52,47 @@ steps:
     assert [(r["element_instance"], r["lun_name"]) for r in config] == [
         ("00:01", names[0]), ("00:02", names[1]), ("00:99", "not-a-lun")]
     busy, reads = "gather.{}.LDEV.busy_pct", "gather.{}.LDEV.reads"
+    lun_files = {d: step / f"lun/localhost_dev_{Path(d).name}.csv" for d in devs}
     for source, host_busy, host_reads in (("arr", 30.0, 300.0), ("arrmax", 20.0, 200.0)):
-        lun = rows(step / f"gather/{source}/joined/lun.csv")
-        assert [(int(r["subinterval"]), r["rollup_instance"]) for r in lun] == [
-            (k, f"localhost:{d}") for k in range(N) for d in devs]
-        for r in lun:
-            n = 1 if r["rollup_instance"].endswith(devs[0]) else 2
-            assert r["elements"] == "1" and float(r[busy.format(source)]) == 10 * n
-            assert float(r[reads.format(source)]) == pytest.approx(100 * n, rel=0.1)
+        # the joined metrics are columns of the rollup instances' rows
+        for n, d in enumerate(devs, start=1):
+            lun = rows(lun_files[d])
+            assert [int(r["subinterval"]) for r in lun] == list(range(N))
+            for r in lun:
+                assert float(r[busy.format(source)]) == 10 * n
+                assert float(r[reads.format(source)]) == pytest.approx(100 * n, rel=0.1)
         for rollup_type, instance in (("host", "localhost"), ("all", "all")):
-            got = rows(step / f"gather/{source}/joined/{rollup_type}.csv")
-            assert [(int(r["subinterval"]), r["rollup_instance"], r["elements"])
-                    for r in got] == [(k, instance, "2") for k in range(N)]
+            got = rows(step / f"{rollup_type}/{instance}.csv")
+            assert [int(r["subinterval"]) for r in got] == list(range(N))
             for r in got:
                 assert float(r[busy.format(source)]) == host_busy
                 assert float(r[reads.format(source)]) == pytest.approx(host_reads, rel=0.1)
-        outside = rows(step / f"gather/{source}/joined/non_participating.csv")
+        outside = rows(step / f"gather/{source}/non_participating.csv")
         assert [(r["elements"], float(r[busy.format(source)])) for r in outside] == [
             ("1", 990.0)] * N
-        # the step's summary: each instance's mean over the measurement window
-        summary = {(r["rollup_type"], r["rollup_instance"]): r
-                   for r in rows(step / f"gather/{source}/joined/summary.csv")}
-        assert summary == {(r["rollup_type"], r["rollup_instance"]): r
-                           for r in rows(folder / f"gather/{source}/summary.csv")}
-        host = summary[("host", "localhost")]
-        assert (host["first_subinterval"], host["last_subinterval"], host["subintervals"]) == (
-            "0", str(N - 1), str(N))
+        # the summaries: each instance's mean over the measurement window, in the step's
+        # rollup summary.csv and the run's
+        run_summary = {(r["rollup_type"], r["rollup_instance"]): r
+                       for r in rows(folder / "summary.csv")}
+        host = rows(step / "host/summary.csv")[0]
+        assert host == run_summary[("host", "localhost")]
+        assert (host["first_subinterval"], host["last_subinterval"]) == ("0", str(N - 1))
         assert float(host[busy.format(source)]) == host_busy
-        assert float(summary[("non_participating", "non_participating")][
-            busy.format(source)]) == 990.0
+        assert float(run_summary[("lun", f"localhost:{devs[1]}")][busy.format(source)]) == 20.0
+    header = list(rows(folder / "summary.csv")[0])
+    at = header.index("device_queue_depth")
+    assert header[at + 1:at + 5] == [busy.format("arr"), reads.format("arr"),
+                                     busy.format("arrmax"), reads.format("arrmax")]
+    assert not (step / "gather/arr/joined").exists()
+    # ivypy compare reads the gathered columns from summary.csv; the report is made
+    proc = subprocess.run(
+        [sys.executable, "-m", "master", "compare", str(folder), str(folder), "--rollup", "host",
+         "--metric", busy.format("arr"), "--format", "json",
+         "--fail-if", f"{busy.format('arr')} < -1%"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert busy.format("arr") in proc.stdout and "30" in proc.stdout
+    assert "report.html written" in (folder / "run.log").read_text()
     events = [e["message"] for e in rows(folder / "events.csv") if e["kind"] == "gather"]
     assert ("gather arr: 1 LDEV elements under no rollup instance (non-participating): 00:99"
             in events)

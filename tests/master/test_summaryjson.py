@@ -19,6 +19,7 @@ import pytest
 
 from master import summaryjson as sj
 from master.output import fmt
+from master.recorder import summary_columns
 from master.run import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, Run
 from master.runstate import new_state, write_state
 from protocol.errors import OutputError
@@ -123,6 +124,11 @@ def test_the_schema_names_every_summary_and_hosts_column() -> None:
     unnamed = [c for c in RUN_SUMMARY_COLUMNS if c not in sj.SUMMARY_KEYS
                and c not in inst["properties"] and not any(p.search(c) for p in patterns)]
     assert unnamed == []
+    # a step with gather: sources adds its joined metrics (master.recorder.summary_columns)
+    gathered = ["gather.arr.LDEV.busy_pct", "gather.node.disk.node_disk_reads_completed_total"]
+    assert [c for c in summary_columns(gathered) if not any(p.search(c) for p in patterns)
+            and c not in inst["properties"] and c not in sj.SUMMARY_KEYS] == []
+    assert not any(p.search("gather.arr") for p in patterns)
     assert [c for c in HOST_COLUMNS if c not in SCHEMA["$defs"]["host"]["properties"]] == []
 
 
