@@ -46,12 +46,14 @@ from master.rollup import Grouping
 from protocol.devstats import SECTOR_BYTES, DeviceDelta
 
 DEVICE_COLUMNS: Final = DEVICE_METRICS
-#: ivypy's and the device's I/O counts on a device differ by more than this part of ivypy's:
-#: ivy's host-versus-subsystem check.
+#: ivypy's and the device's I/O counts on a device differ by more than this part of ivypy's,
+#: and so do their bytes: ivy's host-versus-subsystem check. Counts alone would cry wolf where
+#: the block layer merges ivypy's I/Os (sequential 128 KiB reads: a fifth of the count, the
+#: same bytes) or splits them.
 DISAGREE_FRACTION: Final = 0.15
 #: ``<step>/devices.csv``: each device of each host, each subinterval.
 DEVICE_FILE_COLUMNS: Final = ["subinterval", "phase", "host", "device", "device_name", "luns",
-                              "ivypy_IOPS", *DEVICE_COLUMNS, "sample_interval_s",
+                              "ivypy_IOPS", "ivypy_MB_per_s", *DEVICE_COLUMNS, "sample_interval_s",
                               "start_sample_late_us", "end_sample_late_us"]
 
 _READ_IOS, _WRITE_IOS, _READ_SECT, _WRITE_SECT, _READ_TICKS, _WRITE_TICKS, _IO_TICKS, _QUEUE = (
@@ -102,6 +104,7 @@ class _Seen:
     counters: tuple[int, ...]
     interval_ns: int
     ivypy_ops: int
+    ivypy_bytes: int
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ class DeviceRollups:
         for host, deltas in by_host:
             for d in deltas:
                 key = (host, d.device)
-                seen[key] = _Seen(d.counters, d.interval_ns, d.ivypy_ops)
+                seen[key] = _Seen(d.counters, d.interval_ns, d.ivypy_ops, d.ivypy_bytes)
                 self.names[key] = d.name
                 self.luns_of[key] = d.luns
                 for lun in d.luns:
@@ -211,7 +214,8 @@ class DeviceRollups:
                 t = total.get(key)
                 total[key] = s if t is None else _Seen(
                     tuple(a + b for a, b in zip(t.counters, s.counters, strict=True)),
-                    t.interval_ns + s.interval_ns, t.ivypy_ops + s.ivypy_ops)
+                    t.interval_ns + s.interval_ns, t.ivypy_ops + s.ivypy_ops,
+                    t.ivypy_bytes + s.ivypy_bytes)
         return self._columns({key: s for key, s in total.items() if key not in missing})
 
     # ------------------------------------------------------------------ devices.csv
@@ -227,6 +231,7 @@ class DeviceRollups:
             rows.append({"subinterval": k, "phase": phase, "host": key[0], "device": key[1],
                          "device_name": self.names[key], "luns": " ".join(self.luns_of[key]),
                          "ivypy_IOPS": s.ivypy_ops / self.subinterval_s,
+                         "ivypy_MB_per_s": s.ivypy_bytes / 1e6 / self.subinterval_s,
                          **dict(zip(DEVICE_COLUMNS, values.tolist(), strict=True)),
                          "sample_interval_s": s.interval_ns / 1e9,
                          "start_sample_late_us": start_us, "end_sample_late_us": end_us})
@@ -234,8 +239,9 @@ class DeviceRollups:
 
     # ------------------------------------------------------------------ the check
     def disagreements(self) -> list[tuple[str, str]]:
-        """(host, message) per device of the step whose I/O count differs from ivypy's on its
-        LUNs by more than ``DISAGREE_FRACTION`` in some subinterval with ivypy I/O."""
+        """(host, message) per device of the step whose I/O count and bytes both differ from
+        ivypy's on its LUNs by more than ``DISAGREE_FRACTION`` in some subinterval with ivypy
+        I/O."""
         out = []
         for key in sorted(set(self.device_of_lun.values())):
             bad = [k for k in sorted(self.kept) if key in self.kept[k]
@@ -243,22 +249,31 @@ class DeviceRollups:
             if not bad:
                 continue
             ivy = sum(self.kept[k][key].ivypy_ops for k in bad) / (len(bad) * self.subinterval_s)
+            ivy_mb = (sum(self.kept[k][key].ivypy_bytes for k in bad)
+                      / (len(bad) * self.subinterval_s) / 1e6)
             dev_ios = sum(self.kept[k][key].counters[_READ_IOS]
                           + self.kept[k][key].counters[_WRITE_IOS] for k in bad)
-            dev = dev_ios / (sum(self.kept[k][key].interval_ns for k in bad) / 1e9)
+            dev_bytes = SECTOR_BYTES * sum(self.kept[k][key].counters[_READ_SECT]
+                                           + self.kept[k][key].counters[_WRITE_SECT]
+                                           for k in bad)
+            seconds = sum(self.kept[k][key].interval_ns for k in bad) / 1e9
             host, devno = key
             luns = ", ".join(self.luns_of[key])
             out.append((host, (
-                f"host {host} LUN {luns}: ivypy's IOPS and the device's differ by more than "
-                f"{DISAGREE_FRACTION:.0%} (ivypy {ivy:.6g} IOPS, device {self.names[key]} "
-                f"({devno}) {dev:.6g} IOPS) in subintervals {_spans(bad)}: a file LUN served "
-                "from the page cache, or another tenant on the device?")))
+                f"host {host} LUN {luns}: ivypy's IOPS and MB/s and the device's differ by "
+                f"more than {DISAGREE_FRACTION:.0%} (ivypy {ivy:.6g} IOPS {ivy_mb:.6g} MB/s, "
+                f"device {self.names[key]} ({devno}) {dev_ios / seconds:.6g} IOPS "
+                f"{dev_bytes / seconds / 1e6:.6g} MB/s) in subintervals {_spans(bad)}: a file "
+                "LUN served from the page cache, or another tenant on the device?")))
         return out
 
 
 def _disagree(s: _Seen) -> bool:
-    dev = s.counters[_READ_IOS] + s.counters[_WRITE_IOS]
-    return s.ivypy_ops > 0 and abs(dev - s.ivypy_ops) > DISAGREE_FRACTION * s.ivypy_ops
+    """Counts and bytes both off by more than ``DISAGREE_FRACTION`` of ivypy's."""
+    ios = s.counters[_READ_IOS] + s.counters[_WRITE_IOS]
+    nbytes = SECTOR_BYTES * (s.counters[_READ_SECT] + s.counters[_WRITE_SECT])
+    return (s.ivypy_ops > 0 and abs(ios - s.ivypy_ops) > DISAGREE_FRACTION * s.ivypy_ops
+            and abs(nbytes - s.ivypy_bytes) > DISAGREE_FRACTION * s.ivypy_bytes)
 
 
 def _spans(ks: Sequence[int]) -> str:

@@ -10,8 +10,9 @@ The counters are the differences of ``/sys/dev/block/<major:minor>/stat`` fields
 (Documentation/admin-guide/iostats.rst) between two samples the slave took as close as it
 could to the subinterval's start and end boundaries; ``interval_ns`` is the time between the
 two samples, ``start_late_ns`` and ``end_late_ns`` how long after each boundary they were
-taken. ``ivypy_ops`` is the I/Os ivypy's own workloads completed on the device's LUNs in the
-subinterval, so the host-versus-device check needs nothing else.
+taken. ``ivypy_ops`` and ``ivypy_bytes`` are the I/Os ivypy's own workloads completed on the
+device's LUNs in the subinterval and their bytes, so the host-versus-device check needs nothing
+else (bytes tell a device that merged or split ivypy's I/Os from one that did not see them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ COUNTERS: Final = ("read_ios", "write_ios", "read_sectors", "write_sectors", "re
 #: Bytes per sector in the kernel's counters (always 512, whatever the device's block size).
 SECTOR_BYTES: Final = 512
 
-_FIELDS: Final = frozenset({"device", "name", "luns", "ivypy_ops", "interval_ns",
+_FIELDS: Final = frozenset({"device", "name", "luns", "ivypy_ops", "ivypy_bytes", "interval_ns",
                             "start_late_ns", "end_late_ns", "counters"})
 
 
@@ -44,6 +45,7 @@ class DeviceDelta:
     name: str
     luns: tuple[str, ...]
     ivypy_ops: int
+    ivypy_bytes: int
     interval_ns: int
     start_late_ns: int
     end_late_ns: int
@@ -54,7 +56,8 @@ class DeviceDelta:
 
     def to_wire(self) -> dict[str, Any]:
         return {"device": self.device, "name": self.name, "luns": list(self.luns),
-                "ivypy_ops": self.ivypy_ops, "interval_ns": self.interval_ns,
+                "ivypy_ops": self.ivypy_ops, "ivypy_bytes": self.ivypy_bytes,
+                "interval_ns": self.interval_ns,
                 "start_late_ns": self.start_late_ns, "end_late_ns": self.end_late_ns,
                 "counters": list(self.counters)}
 
@@ -77,7 +80,7 @@ class DeviceDelta:
         if (not isinstance(luns, list) or not luns
                 or not all(isinstance(x, str) and x for x in luns)):
             raise RemoteProtocolError(f"device {device}: luns must be a non-empty list of paths")
-        for key in ("ivypy_ops", "interval_ns", "start_late_ns", "end_late_ns"):
+        for key in ("ivypy_ops", "ivypy_bytes", "interval_ns", "start_late_ns", "end_late_ns"):
             if not _count(raw[key]):
                 raise RemoteProtocolError(f"device {device}: {key} must be an int >= 0, not "
                                           f"{raw[key]!r}")
@@ -88,8 +91,8 @@ class DeviceDelta:
                 or not all(_count(c) for c in counters)):
             raise RemoteProtocolError(f"device {device}: counters must be {len(COUNTERS)} "
                                       f"ints >= 0 ({', '.join(COUNTERS)})")
-        return cls(device, name, tuple(luns), raw["ivypy_ops"], raw["interval_ns"],
-                   raw["start_late_ns"], raw["end_late_ns"], tuple(counters))
+        return cls(device, name, tuple(luns), raw["ivypy_ops"], raw["ivypy_bytes"],
+                   raw["interval_ns"], raw["start_late_ns"], raw["end_late_ns"], tuple(counters))
 
 
 def _count(value: Any) -> bool:

@@ -128,10 +128,11 @@ class DeviceSampler:
 
 
 def deltas(before: Sample, after: Sample, luns_of: Mapping[str, list[str]],
-           ops_by_lun: Mapping[str, int], names: Callable[[str], str]
+           ops_by_lun: Mapping[str, tuple[int, int]], names: Callable[[str], str]
            ) -> tuple[list[DeviceDelta], dict[str, str]]:
-    """A ``DeviceDelta`` per device of ``luns_of`` read in both samples, and why each other
-    one has none (a device read in neither sample is new and has no reason)."""
+    """A ``DeviceDelta`` per device of ``luns_of`` read in both samples (``ops_by_lun``: ivypy's
+    I/Os and bytes per LUN), and why each other one has none (a device read in neither sample
+    is new and has no reason)."""
     out: list[DeviceDelta] = []
     why: dict[str, str] = {}
     interval = after.taken_ns - before.taken_ns
@@ -148,7 +149,8 @@ def deltas(before: Sample, after: Sample, luns_of: Mapping[str, list[str]],
             continue
         if interval <= 0:
             continue
-        out.append(DeviceDelta(devno, names(devno), tuple(luns),
-                               sum(ops_by_lun.get(p, 0) for p in luns), interval,
+        ops = [ops_by_lun.get(p, (0, 0)) for p in luns]
+        out.append(DeviceDelta(devno, names(devno), tuple(luns), sum(o for o, _ in ops),
+                               sum(b for _, b in ops), interval,
                                before.late_ns, after.late_ns, delta))
     return out, why

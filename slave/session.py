@@ -56,7 +56,7 @@ from protocol.messages import (
     WindowResult,
 )
 from protocol.state import Conversation, Role, State
-from protocol.stats import OPS, GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import BYTES, OPS, GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
 from slave import devstats
 from slave import luns as lunmod
@@ -720,12 +720,14 @@ class SlaveSession:
         before, step.dev_before = step.dev_before, dev_after or step.dev_before
         if self.devices is None or before is None or dev_after is None:
             return []
-        ops_by_lun: dict[str, int] = {}
+        ops_by_lun: dict[str, tuple[int, int]] = {}
         per_workload = batch.counters[:, :, OPS].sum(axis=1).tolist()
-        for wid, ops in zip(ids, per_workload, strict=True):
+        bytes_per_workload = batch.counters[:, :, BYTES].sum(axis=1).tolist()
+        for wid, ops, nbytes in zip(ids, per_workload, bytes_per_workload, strict=True):
             lun = self.lun_of.get(wid)
             if lun is not None:
-                ops_by_lun[lun.path] = ops_by_lun.get(lun.path, 0) + int(ops)
+                o, b = ops_by_lun.get(lun.path, (0, 0))
+                ops_by_lun[lun.path] = (o + int(ops), b + int(nbytes))
         luns_of = self.devices.devices(lun.path for lun in self._workload_luns())
         found, why = devstats.deltas(before, dev_after, luns_of, ops_by_lun, self.devices.name)
         for devno, reason in why.items():

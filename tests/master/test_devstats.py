@@ -90,17 +90,18 @@ def _rollups() -> DeviceRollups:
 
 def _delta(device: str, luns: tuple[str, ...], ivypy: int, counters: tuple[int, ...],
            interval_ns: int = 10**9, name: str = "") -> DeviceDelta:
-    return DeviceDelta(device, name or f"dev{device}", luns, ivypy, interval_ns, 10_000,
-                       20_000, counters)
+    return DeviceDelta(device, name or f"dev{device}", luns, ivypy, 4096 * ivypy, interval_ns,
+                       10_000, 20_000, counters)
 
 
-def _subinterval(h2_reads: int = 2000, ivypy_h2: int = 2000, disk: bool = True
-                 ) -> list[tuple[str, list[DeviceDelta]]]:
+def _subinterval(h2_reads: int = 2000, ivypy_h2: int = 2000, disk: bool = True,
+                 h2_sectors: int | None = None) -> list[tuple[str, list[DeviceDelta]]]:
     h1 = [_delta("7:0", ("/dev/loop0",), 1000, LOOP)]
     if disk:
         h1.append(_delta("8:1", ("/fs/x", "/fs/y"), 400, DISK))
     h2 = [_delta("7:0", ("/dev/loop0",), ivypy_h2,
-                 (h2_reads, 0, 8 * h2_reads, 0, 400, 0, 450, 1000), interval_ns=500_000_000)]
+                 (h2_reads, 0, 8 * h2_reads if h2_sectors is None else h2_sectors, 0, 400, 0,
+                  450, 1000), interval_ns=500_000_000)]
     return [("h1", h1), ("h2", h2)]
 
 
@@ -156,14 +157,17 @@ def test_disagreement_is_one_event_per_device_per_step() -> None:
         dr.record(k, _subinterval(h2_reads=10))
     dr.record(3, _subinterval(h2_reads=1750))  # 12.5 % fewer: within the tolerance
     dr.record(5, _subinterval(h2_reads=2400))  # 20 % more: another tenant
+    # the block layer merged ivypy's 2,000 reads of 4 KiB into 400 of 20 KiB: the same bytes
+    dr.record(6, _subinterval(h2_reads=400, h2_sectors=8 * 2000))
     # (h2's samples are 0.5 s apart: 2,430 of its I/Os over 2 s)
     (event,) = dr.disagreements()
     host, text = event
     assert host == "h2"
     assert text == (
-        "host h2 LUN /dev/loop0: ivypy's IOPS and the device's differ by more than 15% "
-        "(ivypy 2000 IOPS, device dev7:0 (7:0) 1215 IOPS) in subintervals 1-2, 4-5: a file "
-        "LUN served from the page cache, or another tenant on the device?")
+        "host h2 LUN /dev/loop0: ivypy's IOPS and MB/s and the device's differ by more than "
+        "15% (ivypy 2000 IOPS 8.192 MB/s, device dev7:0 (7:0) 1215 IOPS 4.97664 MB/s) in "
+        "subintervals 1-2, 4-5: a file LUN served from the page cache, or another tenant on "
+        "the device?")
 
 
 @pytest.mark.parametrize("ks, text", [([0], "0"), ([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"),

@@ -156,8 +156,8 @@ def test_a_file_lun_read_from_the_page_cache_is_named(tmp_path: Path, ext4_dir: 
     assert event["level"] == "WARNING" and event["host"] == "localhost"
     assert event["step"] == "0"
     text = event["message"]
-    assert text.startswith(f"host localhost LUN {lun}: ivypy's IOPS and the device's differ "
-                           "by more than 15% (ivypy ")
+    assert text.startswith(f"host localhost LUN {lun}: ivypy's IOPS and MB/s and the "
+                           "device's differ by more than 15% (ivypy ")
     assert "in subintervals 0-2" in text, text
     ivy = float(text.split("(ivypy ")[1].split(" IOPS")[0])
     assert ivy == pytest.approx(2000, rel=0.05)

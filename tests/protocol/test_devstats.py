@@ -14,7 +14,8 @@ from protocol.devstats import COUNTERS, DeviceDelta
 from protocol.errors import RemoteProtocolError
 from protocol.messages import SubintervalResult
 
-DELTA = DeviceDelta("7:0", "loop0", ("/dev/loop0",), 41_000, 1_000_031_000, 52_000, 83_000,
+DELTA = DeviceDelta("7:0", "loop0", ("/dev/loop0",), 41_000, 41_000 * 4096, 1_000_031_000,
+                    52_000, 83_000,
                     (40_990, 3, 327_920, 24, 8_100, 2, 990, 8_150))
 
 
@@ -51,6 +52,8 @@ def test_the_codec_refuses_devices_that_are_not_maps() -> None:
     ({"luns": ["/dev/loop0", 3]}, "luns must be a non-empty list of paths"),
     ({"ivypy_ops": -1}, "ivypy_ops must be an int >= 0"),
     ({"ivypy_ops": True}, "ivypy_ops must be an int >= 0"),
+    ({"ivypy_bytes": -4096}, "ivypy_bytes must be an int >= 0"),
+    ({"ivypy_bytes": 1.5}, "ivypy_bytes must be an int >= 0"),
     ({"interval_ns": 0}, "interval_ns must be > 0"),
     ({"interval_ns": 1.5}, "interval_ns must be an int >= 0"),
     ({"start_late_ns": -3}, "start_late_ns must be an int >= 0"),

@@ -119,8 +119,10 @@ def test_deltas_of_two_samples_and_a_device_that_disappears(tmp_path: Path) -> N
     now[0] = 2_000_100
     second = sampler.take(luns_of, 2_000_000, lambda: now[0])
     assert "cannot be read" in second.failed["8:0"]
-    got, why = deltas(first, second, luns_of, {"/dev/loop0": 1010, "/dev/sda": 3}, sampler.name)
-    assert got == [DeviceDelta("7:0", "loop0", ("/dev/loop0",), 1010, 999_850, 250, 100,
+    got, why = deltas(first, second, luns_of, {"/dev/loop0": (1010, 1010 * 4096),
+                                               "/dev/sda": (3, 3 * 8192)}, sampler.name)
+    assert got == [DeviceDelta("7:0", "loop0", ("/dev/loop0",), 1010, 1010 * 4096, 999_850,
+                               250, 100,
                                (1000, 20, 8000, 160, 60, 0, 500, 4000))]
     assert set(why) == {"8:0"} and "gone?" in why["8:0"]
     # counters that went back are not one device's: no delta, and why
@@ -164,8 +166,8 @@ def test_session_sends_the_deltas_between_boundaries(tmp_path: Path) -> None:
     (r0,) = h.tick(start + SUB + 30_000)
     assert isinstance(r0, SubintervalResult)
     (dev,) = [DeviceDelta.from_wire(d) for d in r0.devices]
-    assert dev == DeviceDelta("7:0", "fake0", ("/dev/fake0",), 500, SUB - 10_000, 40_000,
-                              30_000, (480, 0, 3840, 0, 96, 0, 500, 1000))
+    assert dev == DeviceDelta("7:0", "fake0", ("/dev/fake0",), 500, 500 * 4096, SUB - 10_000,
+                              40_000, 30_000, (480, 0, 3840, 0, 96, 0, 500, 1000))
     h.send(Continue(2))
     _set(stat, 7 + 480 + 500, ticks_ms=96, io_ticks_ms=500, queue_ms=1000)
     (r1,) = h.tick(start + 2 * SUB)
