@@ -177,7 +177,7 @@ def _retime_loaded(self: EngineLoop, edits: Sequence[tuple[str, WorkloadParams]]
     pk.retime(cp.args, cp.gen, at_ns, ks, periods, bases)
     # the kernel's heap holds the old times: its next run arms every workload anew
     cp.armed[cp.armed == 1] = 0
-    cp.st[pk.ST_HEAP_N] = 0
+    cp.args.heap_n = 0
     return True
 
 

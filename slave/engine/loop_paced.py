@@ -89,10 +89,10 @@ def _unload_paced(self: EngineLoop, *, restart: bool = True) -> None:
     if cp is None or not cp.loaded:  # given back already, with what it reaped late
         return
     cp.unload()
-    n = int(cp.st[pk.ST_N])
+    n = int(cp.args.n)
     if n:
-        cp.st[pk.ST_N] = 0
-        self._complete(cp.eng, n, int(cp.st[pk.ST_T]))
+        cp.args.n = 0
+        self._complete(cp.eng, n, int(cp.args.t_ns))
     for w in cp.ws:
         if w.free and not w.paced:
             free = np.array(w.free, dtype=np.intp)
@@ -242,24 +242,23 @@ def _loop_paced_compiled(self: EngineLoop, control: LoopControl, cp: CompiledPac
     a flush, an I/O error to count, a submission the kernel took only in part."""
     if not cp.loaded:
         cp.load()
-    st = cp.st
     args = cp.args
-    args.set("STAT_OFF", cp.stat_addr[self._buf])
-    args.set("BOUNDARY", boundary)
-    args.set("WAKE", wake)
-    args.set("DISCARD", int(self._discard))
+    args.stat_off = cp.stat_addr[self._buf]
+    args.boundary_ns = boundary
+    args.wake_ns = wake
+    args.discard = int(self._discard)
     fd = control.poll_fd()
-    args.set("CONTROL_FD", -1 if fd is None else fd)
-    args.set("POLL_NS", tuning.POLL_CONTROL_NS)
-    args.set("BUSY_POLL", int(self._busy_poll))
+    args.control_fd = -1 if fd is None else fd
+    args.poll_ns = tuning.POLL_CONTROL_NS
+    args.busy_poll = int(self._busy_poll)
     while True:
-        st[pk.ST_P] = self._p
-        st[pk.ST_BINNED] = self._binned
-        st[pk.ST_IN_FLIGHT] = self._in_flight
+        args.p = self._p
+        args.binned = self._binned
+        args.in_flight = self._in_flight
         code = pk.run(args)
-        self._p = int(st[pk.ST_P])
-        self._binned = int(st[pk.ST_BINNED])
-        self._in_flight = int(st[pk.ST_IN_FLIGHT])
+        self._p = int(args.p)
+        self._binned = int(args.binned)
+        self._in_flight = int(args.in_flight)
         if code == pk.R_WAKE:
             return boundary
         if code == pk.R_LATE:
@@ -269,7 +268,7 @@ def _loop_paced_compiled(self: EngineLoop, control: LoopControl, cp: CompiledPac
             self._boundary(control, boundary)
             return boundary + subinterval_ns
         if code == pk.R_REFILL:
-            st[pk.ST_REFILL] = 0
+            args.refill = 0
             for i in np.flatnonzero(cp.armed == 2).tolist():
                 w = cp.ws[i]
                 cp.take_back(i)
@@ -280,15 +279,15 @@ def _loop_paced_compiled(self: EngineLoop, control: LoopControl, cp: CompiledPac
         elif code in (pk.R_FLUSH, pk.R_ERROR):
             self.flush()
         elif code == pk.R_SUBMIT:
-            m = int(st[pk.ST_SUB_N])
+            m = int(args.sub_n)
             try:
-                cp.finish_submit(int(st[pk.ST_SUB_DONE]), m)
+                cp.finish_submit(int(args.sub_done), m)
             except IoEngineError as exc:  # the kernel counted all m in flight
                 self._in_flight -= m - took(exc)
                 raise
         elif code == pk.R_STRAY:
             raise IoEngineError(
-                f"{self.name}: a completion came for I/O slot {int(st[pk.ST_N])}, which no "
+                f"{self.name}: a completion came for I/O slot {int(args.n)}, which no "
                 "paced workload of this loop owns; the loop stops")
         else:  # pragma: no cover - the kernel returns only the codes above
             raise AssertionError(f"paced kernel returned {code}")

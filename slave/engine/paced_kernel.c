@@ -1,7 +1,8 @@
 /* The paced loop's turn in C: see slave/engine/paced_kernel.py, which owns this file, compiles
- * it with the host's C compiler and prepends the #defines it uses (the argument words A_*, the
- * result codes R_*, the state words ST_*, the slot row and stats layouts). One function,
- * paced_run, as EngineLoop._loop_paced: record what completed and free its slots, submit every
+ * it with the host's C compiler and prepends the #defines it uses (the result codes R_*, the
+ * generator words G_*, the slot row and stats layouts). One function, paced_run, as
+ * EngineLoop._loop_paced, over one struct ivy_loop (ivy_loop.h: its arguments and its state
+ * across runs): record what completed and free its slots, submit every
  * due I/O of every workload with a free slot in one io_submit (a write with its planned data
  * put in its buffer first), wait or bin one record at a time when nothing is due. A max-iops
  * workload's I/Os have no time (0, but those an edit kept from its paced schedule): they are
@@ -11,7 +12,7 @@
  * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
  * Sequencer's stream (G_* words), or, where it cannot, from Python. It returns to Python (an
  * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
- * part, and a control poll; for the poll only when the control's descriptor (CONTROL_FD) has
+ * part, and a control poll; for the poll only when the control's descriptor (control_fd) has
  * something, or when it has none. paced_retime makes an edit of workloads' rates in its arrays
  * between runs, and paced_generate serves the tests. It allocates nothing. */
 #include <math.h>
@@ -21,8 +22,18 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include "ivy_loop.h"
 
-#define P64(i) ((int64_t *)(intptr_t)a[i])
+/* struct ivy_loop's layout as compiled: its size, then each field's offset and size, in
+ * order; and the fields' names, each followed by a space (slave.engine.loop_args checks its
+ * mirror against them) */
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_loop, name), (int64_t)sizeof(((struct ivy_loop *)0)->name),
+#define IVY_NAME(type, name) #name " "
+const int64_t ivy_loop_layout[] = {(int64_t)sizeof(struct ivy_loop), IVY_LOOP_FIELDS(IVY_LAYOUT)};
+const char ivy_loop_names[] = IVY_LOOP_FIELDS(IVY_NAME);
+#undef IVY_LAYOUT
+#undef IVY_NAME
 
 static inline int64_t now_ns(void)
 {
@@ -164,19 +175,6 @@ static inline void record_slot(int64_t *rec, const int64_t *row, const int64_t *
     rec[C_DONE] = t;
 }
 
-struct state {
-    int64_t *rings, *cur, *rlen, *ht, *hk, *st;
-    uint8_t *armed;
-    const int64_t *a;
-};
-
-static struct state state_of(const int64_t *a)
-{
-    const struct state s = {P64(A_RINGS), P64(A_CUR), P64(A_RLEN), P64(A_HEAP_T), P64(A_HEAP_K),
-                            P64(A_ST), (uint8_t *)(intptr_t)a[A_ARMED], a};
-    return s;
-}
-
 /* numpy's PCG64 (XSL-RR 128/64) and its doubles (Generator.random): bit for bit, so a
  * workload's stream goes on here as it would in its Sequencer */
 static inline double pcg_double(__uint128_t *state, __uint128_t inc)
@@ -257,11 +255,10 @@ static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __ui
  * zone's choice and its offsets, then every direction, then, for a Poisson schedule, every
  * gap), with their planned write data
  * (WritePattern.plan: a pool row and stamps for each I/O, by serial number) */
-static void generate(const struct state *s, int64_t k, int64_t m)
+static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
-    const int64_t *a = s->a;
-    int64_t *g = P64(A_GEN) + GEN_WORDS * k;
-    int64_t *ring = (int64_t *)(intptr_t)s->rings[k];
+    int64_t *g = L->gen + GEN_WORDS * k;
+    int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
     __uint128_t st = word_pair(g, G_STATE_HI);
     const __uint128_t inc = word_pair(g, G_INC_HI);
     const int64_t first = g[G_FIRST], nb = g[G_N_BLOCKS], bs = g[G_BLOCKSIZE];
@@ -297,9 +294,9 @@ static void generate(const struct state *s, int64_t k, int64_t m)
     }
     schedule(g, ring, m, &st, inc);
     if (g[G_PLANNED]) {
-        int64_t *pool_rows = (int64_t *)(intptr_t)P64(A_POOL_ROWS)[k];
-        int64_t *stamps = (int64_t *)(intptr_t)P64(A_STAMPS)[k];
-        const int64_t n_stamps = P64(A_N_STAMPS)[k];
+        int64_t *pool_rows = (int64_t *)(intptr_t)L->pool_rows[k];
+        int64_t *stamps = (int64_t *)(intptr_t)L->stamps[k];
+        const int64_t n_stamps = L->n_stamps[k];
         int64_t serial = g[G_SERIAL];
         for (int64_t i = 0; i < m; i++, serial++) {
             pool_rows[i] = serial % POOL_BLOCKS;
@@ -312,15 +309,14 @@ static void generate(const struct state *s, int64_t k, int64_t m)
     }
     put_word_pair(g, G_STATE_HI, st);
     g[G_MADE] += m;
-    s->rlen[k] = m;
-    s->cur[k] = 0;
+    L->rlen[k] = m;
+    L->cur[k] = 0;
 }
 
 /* generate(), for the tests */
-void paced_generate(const int64_t *a, int64_t k, int64_t m)
+void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
-    const struct state s = state_of(a);
-    generate(&s, k, m);
+    generate(L, k, m);
 }
 
 /* an edit of the rates of workloads ks[0..n) at time at, in place (EngineLoop's
@@ -328,15 +324,14 @@ void paced_generate(const int64_t *a, int64_t k, int64_t m)
  * SCHED_LAST at and, for a Poisson schedule, FIRST_DUE): the I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
  * schedule's, as EngineLoop._retime gives them. RESYNC: its Sequencer takes the row back */
-void paced_retime(const int64_t *a, int64_t at, const int64_t *ks, int64_t n)
+void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
 {
-    const struct state s = state_of(a);
     for (int64_t x = 0; x < n; x++) {
         const int64_t k = ks[x];
-        int64_t *g = P64(A_GEN) + GEN_WORDS * k;
-        int64_t *ring = (int64_t *)(intptr_t)s.rings[k];
-        int64_t j = s.cur[k];
-        const int64_t end = s.rlen[k];
+        int64_t *g = L->gen + GEN_WORDS * k;
+        int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
+        int64_t j = L->cur[k];
+        const int64_t end = L->rlen[k];
         while (j < end && ring[5 * j + R_SCHED_COL] < at) /* in time order */
             j++;
         __uint128_t st = word_pair(g, G_STATE_HI);
@@ -350,12 +345,13 @@ void paced_retime(const int64_t *a, int64_t at, const int64_t *ks, int64_t n)
 /* the planned data of workload k's ring I/O i (a write) into the buffer at dst: its pool
  * block, then its stamps (the sector's offset on the LUN, the write's serial) at the head of
  * each stamped sector (WritePattern.apply_one) */
-static void put_write_data(const int64_t *a, int64_t k, int64_t i, char *dst, int64_t nbytes)
+static void put_write_data(const struct ivy_loop *L, int64_t k, int64_t i, char *dst,
+                           int64_t nbytes)
 {
-    const int64_t *pool_rows = (const int64_t *)(intptr_t)P64(A_POOL_ROWS)[k];
-    const int64_t *stamps = (const int64_t *)(intptr_t)P64(A_STAMPS)[k];
-    const int64_t n_stamps = P64(A_N_STAMPS)[k], stride = P64(A_POOL_STRIDE)[k];
-    const char *pool = (const char *)(intptr_t)P64(A_POOL)[k];
+    const int64_t *pool_rows = (const int64_t *)(intptr_t)L->pool_rows[k];
+    const int64_t *stamps = (const int64_t *)(intptr_t)L->stamps[k];
+    const int64_t n_stamps = L->n_stamps[k], stride = L->pool_stride[k];
+    const char *pool = (const char *)(intptr_t)L->pool[k];
     memcpy(dst, pool + pool_rows[i] * stride, (size_t)nbytes);
     for (int64_t sec = 0; sec < n_stamps; sec++) {
         int64_t *head = (int64_t *)(dst + SECTOR_BYTES * sec);
@@ -367,23 +363,22 @@ static void put_write_data(const int64_t *a, int64_t k, int64_t i, char *dst, in
 /* put workload k (which has a free slot) in the heap at its next I/O's time; when its
  * precomputed I/Os ran out, generate the next ones, or, where this loop cannot (G_ON 0),
  * mark it for Python's refill */
-static void arm(const struct state *s, int64_t k)
+static void arm(struct ivy_loop *L, int64_t k)
 {
-    int64_t c = s->cur[k];
-    if (c >= s->rlen[k]) {
-        const int64_t *a = s->a;
-        int64_t m = P64(A_RCAP)[k] < a[A_GEN_IOS] ? P64(A_RCAP)[k] : a[A_GEN_IOS];
-        if (!P64(A_GEN)[GEN_WORDS * k + G_ON] || m < 1) {
-            s->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
-            s->st[ST_REFILL] += 1;
+    int64_t c = L->cur[k];
+    if (c >= L->rlen[k]) {
+        int64_t m = L->rcap[k] < L->gen_ios ? L->rcap[k] : L->gen_ios;
+        if (!L->gen[GEN_WORDS * k + G_ON] || m < 1) {
+            L->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
+            L->refill += 1;
             return;
         }
-        generate(s, k, m);
+        generate(L, k, m);
         c = 0;
     }
-    const int64_t *ring = (const int64_t *)(intptr_t)s->rings[k];
-    s->st[ST_HEAP_N] = heap_push(s->ht, s->hk, s->st[ST_HEAP_N], ring[5 * c + R_SCHED_COL], k);
-    s->armed[k] = 1;
+    const int64_t *ring = (const int64_t *)(intptr_t)L->rings[k];
+    L->heap_n = heap_push(L->heap_t, L->heap_k, L->heap_n, ring[5 * c + R_SCHED_COL], k);
+    L->armed[k] = 1;
 }
 
 /* WorkloadStats.record_one for record row (a success), into its owner's block in root */
@@ -422,41 +417,42 @@ static void bin_one(const int64_t *row, int64_t *root, const int64_t *stat_off,
     }
 }
 
-int64_t paced_run(const int64_t *a)
+int64_t paced_run(struct ivy_loop *L)
 {
-    volatile uint32_t *hdr = (volatile uint32_t *)(intptr_t)a[A_RING_HEADER];
-    const int64_t *ring_ev = P64(A_RING_EVENTS);
-    int64_t *ev = P64(A_EVENTS), *rows = P64(A_ROWS), *pend = P64(A_PEND);
-    const int64_t *iocb_addr = P64(A_IOCB_ADDR);
-    int64_t *ptrs = P64(A_PTRS), *out = P64(A_OUT);
-    int64_t *free_buf = P64(A_FREE_BUF), *free_off = P64(A_FREE_OFF), *free_n = P64(A_FREE_N);
-    const int64_t *slot_pos = P64(A_SLOT_POS);
-    int64_t *root = P64(A_ROOT);
-    const int64_t *stat_off = P64(A_STAT_OFF), *fixcat = P64(A_FIXCAT);
-    int64_t *st = P64(A_ST);
-    const struct state s = state_of(a);
-    const int64_t ctx = a[A_CTX], ev_cap = a[A_EVENTS_CAP], nk = a[A_N_WORKLOADS];
-    const int64_t n_owners = a[A_N_OWNERS], flush_at = a[A_FLUSH_AT];
-    const int64_t compact_at = a[A_COMPACT_AT], discard = a[A_DISCARD];
-    const int64_t boundary = a[A_BOUNDARY], sleep_min = a[A_SLEEP_MIN];
-    const int64_t control_fd = a[A_CONTROL_FD], poll_ns = a[A_POLL_NS];
-    const int64_t busy_poll = a[A_BUSY_POLL];
-    int64_t wake = a[A_WAKE];
-    const int64_t long_wait = a[A_LONG_WAIT], wake_early = a[A_WAKE_EARLY];
-    const int64_t n_slots = a[A_N_SLOTS], n_max = a[A_N_MAX];
-    const int64_t spin = a[A_SPIN_NS], gate = a[A_SPIN_GATE_NS];
+    volatile uint32_t *hdr = L->ring_header;
+    const int64_t *ring_ev = L->ring_events;
+    int64_t *ev = L->events, *rows = L->rows, *pend = L->pend;
+    const int64_t *iocb_addr = L->iocb_addr;
+    int64_t *ptrs = L->ptrs, *out = L->out;
+    int64_t *free_buf = L->free_buf, *free_off = L->free_off, *free_n = L->free_n;
+    const int64_t *slot_pos = L->slot_pos;
+    int64_t *root = L->root;
+    const int64_t *stat_off = L->stat_off, *fixcat = L->fixcat;
+    uint8_t *armed = L->armed;
+    int64_t *heap_t = L->heap_t, *heap_k = L->heap_k, *cur = L->cur;
+    const int64_t *rings = L->rings, *rlen = L->rlen;
+    const int64_t ctx = L->ctx, ev_cap = L->events_cap, nk = L->n_workloads;
+    const int64_t n_owners = L->n_owners, flush_at = L->flush_at;
+    const int64_t compact_at = L->compact_at, discard = L->discard;
+    const int64_t boundary = L->boundary_ns, sleep_min = L->sleep_min_ns;
+    const int64_t control_fd = L->control_fd, poll_ns = L->poll_ns;
+    const int64_t busy_poll = L->busy_poll;
+    int64_t wake = L->wake_ns;
+    const int64_t long_wait = L->long_wait_ns, wake_early = L->wake_early_ns;
+    const int64_t n_slots = L->n_slots, n_max = L->n_max;
+    const int64_t spin = L->spin_ns, gate = L->spin_gate_ns;
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
-        if (free_n[k] > 0 && s.armed[k] != 1) {
-            s.armed[k] = 0;
-            arm(&s, k);
+        if (free_n[k] > 0 && armed[k] != 1) {
+            armed[k] = 0;
+            arm(L, k);
         }
     }
-    if (st[ST_REFILL])
+    if (L->refill)
         return R_REFILL;
     /* completions reaped past the last boundary, left in ev for this run to record */
-    int64_t n = st[ST_N], t_reaped = n ? st[ST_T] : 0, now;
-    st[ST_N] = 0;
+    int64_t n = L->n, t_reaped = n ? L->t_ns : 0, now;
+    L->n = 0;
     for (;;) {
         if (n == 0) /* look in the ring */
             n = ring_take(hdr, ring_ev, ev, ev_cap);
@@ -464,18 +460,18 @@ int64_t paced_run(const int64_t *a)
             int64_t t = t_reaped ? t_reaped : now_ns();
             t_reaped = 0;
             if (t >= boundary) {
-                st[ST_N] = n;
-                st[ST_T] = t;
+                L->n = n;
+                L->t_ns = t;
                 return R_LATE;
             }
             for (int64_t i = 0; i < n; i++) { /* every slot one of ours, or nothing is done */
                 int64_t slot = ev[4 * i];
                 if (slot < 0 || slot >= n_slots || slot_pos[slot] < 0) {
-                    st[ST_N] = slot;
+                    L->n = slot;
                     return R_STRAY;
                 }
             }
-            int64_t p = st[ST_P];
+            int64_t p = L->p;
             for (int64_t i = 0; i < n; i++) {
                 int64_t slot = ev[4 * i];
                 record_slot(pend + ROW_WORDS * p, rows + ROW_WORDS * slot, ev + 4 * i, t);
@@ -483,15 +479,15 @@ int64_t paced_run(const int64_t *a)
                 int64_t k = slot_pos[slot];
                 free_buf[free_off[k] + free_n[k]] = slot;
                 free_n[k] += 1;
-                if (s.armed[k] == 0)
-                    arm(&s, k);
+                if (armed[k] == 0)
+                    arm(L, k);
             }
-            st[ST_P] = p;
-            st[ST_IN_FLIGHT] -= n;
+            L->p = p;
+            L->in_flight -= n;
             n = 0;
             if (p >= flush_at)
                 return R_FLUSH;
-            if (st[ST_REFILL])
+            if (L->refill)
                 return R_REFILL;
             now = t;
         } else {
@@ -503,13 +499,13 @@ int64_t paced_run(const int64_t *a)
             wake = now + poll_ns < boundary ? now + poll_ns : boundary;
         }
         int64_t m = 0;
-        while (st[ST_HEAP_N] > 0 && s.ht[0] <= now) {
-            int64_t k = s.hk[0];
-            st[ST_HEAP_N] = heap_pop(s.ht, s.hk, st[ST_HEAP_N]);
-            s.armed[k] = 0;
-            const int64_t *ring = (const int64_t *)(intptr_t)s.rings[k];
-            int64_t c = s.cur[k], fn = free_n[k];
-            int64_t lim = fn < s.rlen[k] - c ? fn : s.rlen[k] - c;
+        while (L->heap_n > 0 && heap_t[0] <= now) {
+            int64_t k = heap_k[0];
+            L->heap_n = heap_pop(heap_t, heap_k, L->heap_n);
+            armed[k] = 0;
+            const int64_t *ring = (const int64_t *)(intptr_t)rings[k];
+            int64_t c = cur[k], fn = free_n[k];
+            int64_t lim = fn < rlen[k] - c ? fn : rlen[k] - c;
             int64_t j = 0;
             while (j < lim && ring[5 * (c + j) + R_SCHED_COL] <= now)
                 j++;
@@ -519,7 +515,7 @@ int64_t paced_run(const int64_t *a)
                 int64_t *row = rows + ROW_WORDS * slot;
                 const int64_t *io = ring + 5 * (c + q);
                 if ((io[R_OPFD_COL] & 0xffff) == IOCB_CMD_PWRITE)
-                    put_write_data(a, k, c + q, (char *)(intptr_t)row[W_BUF], row[W_NBYTES]);
+                    put_write_data(L, k, c + q, (char *)(intptr_t)row[W_BUF], row[W_NBYTES]);
                 row[W_OPCODE_FD] = io[R_OPFD_COL];
                 row[W_OFFSET] = io[R_OFF_COL];
                 row[C_CAT] = io[R_CAT_COL];
@@ -529,9 +525,9 @@ int64_t paced_run(const int64_t *a)
                 m++;
             }
             free_n[k] = fn - j;
-            s.cur[k] = c + j;
+            cur[k] = c + j;
             if (fn - j > 0)
-                arm(&s, k); /* its next I/O (due now too when the ring ran out: popped again) */
+                arm(L, k); /* its next I/O (due now too when the ring ran out: popped again) */
         }
         if (m) {
             int64_t t_sub = now_ns();
@@ -542,24 +538,24 @@ int64_t paced_run(const int64_t *a)
                 if (row[C_SCHED] == 0) /* a max-iops I/O: scheduled as it goes out */
                     row[C_SCHED] = t_sub;
             }
-            st[ST_IN_FLIGHT] += m;
+            L->in_flight += m;
             if (done != m) {
-                st[ST_SUB_DONE] = done;
-                st[ST_SUB_N] = m;
+                L->sub_done = done;
+                L->sub_n = m;
                 return R_SUBMIT;
             }
-            if (st[ST_REFILL])
+            if (L->refill)
                 return R_REFILL;
             continue; /* look for completions at once */
         }
-        int64_t due = st[ST_HEAP_N] > 0 ? s.ht[0] : INF_NS;
+        int64_t due = L->heap_n > 0 ? heap_t[0] : INF_NS;
         int64_t until = wake < due ? wake : due;
-        int64_t b = st[ST_BINNED], p = st[ST_P];
+        int64_t b = L->binned, p = L->p;
         if (b < p) { /* nothing to do but bin: bin until something is (EngineLoop._bin_idle) */
             while (b < p) {
                 const int64_t *rec = pend + ROW_WORDS * b;
                 if (rec[C_RES] != rec[C_NBYTES]) {
-                    st[ST_BINNED] = b;
+                    L->binned = b;
                     return R_ERROR; /* Python counts it (flush) */
                 }
                 if (!discard)
@@ -569,31 +565,31 @@ int64_t paced_run(const int64_t *a)
                     break;
             }
             if (b == p) {
-                st[ST_P] = 0;
-                st[ST_BINNED] = 0;
+                L->p = 0;
+                L->binned = 0;
             } else if (b >= compact_at) { /* move the few left to the front */
                 int64_t left = p - b;
                 for (int64_t i = 0; i < ROW_WORDS * left; i++)
                     pend[i] = pend[ROW_WORDS * b + i];
-                st[ST_P] = left;
-                st[ST_BINNED] = 0;
+                L->p = left;
+                L->binned = 0;
             } else {
-                st[ST_BINNED] = b;
+                L->binned = b;
             }
             continue;
         }
         const int64_t left_ns = until - now;
         int64_t wait = 0; /* 0: too near to sleep, look again */
-        if (n_max && !busy_poll && st[ST_IN_FLIGHT] > 0) {
+        if (n_max && !busy_poll && L->in_flight > 0) {
             /* max-iops I/O in flight: look a while before blocking, as the lone loops do (a
              * wait for a paced I/O's time ends WAKE_EARLY before it, and looks for the rest) */
             n = await_events((unsigned long)ctx, hdr, ring_ev, ev, ev_cap, until,
                              left_ns > long_wait ? until - wake_early : until, spin, gate,
-                             sleep_min, &st[ST_MEAN]);
+                             sleep_min, &L->mean_ns);
             continue;
         }
         if (busy_poll) { /* look again at once while I/O is in flight or the next is near */
-            if (st[ST_IN_FLIGHT] == 0 && left_ns >= long_wait)
+            if (L->in_flight == 0 && left_ns >= long_wait)
                 wait = left_ns - wake_early;
         } else if (left_ns >= sleep_min) {
             wait = left_ns > long_wait ? left_ns - wake_early : left_ns;
@@ -608,6 +604,9 @@ int64_t paced_run(const int64_t *a)
         }
     }
 }
+
+/* the lone max-iops loops' argument words (S_*, RA_*): the address of an array at word i */
+#define P64(i) ((int64_t *)(intptr_t)a[i])
 
 /* The max-iops loop of queue depth 1-2 (EngineLoop._loop_scalar) in C, for a lone
  * workload of reads: its I/Os come from its precomputed ring (5 words each: R_*_COL); each

@@ -26,9 +26,10 @@ neither runs the Python loop, and says why (``origin``, ``why_not``: hosts.csv's
 and gave the same loop, but importing it made a slave of 64 workloads 180 MB resident (the
 budget is 150) and its compile took 4-5 s per start from the zipapp, which numba cannot cache.
 
-Owns the C source's build and load, the layout of its argument words (``A_*``, built from
-``_ARGS`` into ``#define``s prepended to the source: one list for both sides), its state words
-(``ST_*``) and result codes (``R_*``), and the words of each workload's generator (``G_*``):
+Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
+place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
+``slave.engine.loop_args.LoopArgs`` mirrors; an object whose layout differs from the mirror's
+is not used), its result codes (``R_*``), and the words of each workload's generator (``G_*``):
 where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
 kernel generates its next I/Os itself when its ring runs out, 512 at a time (``GEN_IOS``:
 7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
@@ -68,26 +69,11 @@ import numpy.typing as npt
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
-from slave.engine import layout
+from slave.engine import layout, loop_args
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 from slave.engine.base import SlotTable
+from slave.engine.loop_args import LoopArgs
 from slave.sequencer import GeneratorState
-
-#: the kernel's argument words, in order: addresses of arrays, then scalars
-_ARGS: Final = (
-    "RING_HEADER", "RING_EVENTS", "EVENTS", "EVENTS_CAP", "CTX",
-    "ROWS", "IOCB_ADDR", "PTRS", "OUT",
-    "RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS", "N_SLOTS",
-    "HEAP_T", "HEAP_K", "ARMED", "N_WORKLOADS",
-    "POOL_ROWS", "STAMPS", "N_STAMPS", "POOL", "POOL_STRIDE",
-    "PEND", "FLUSH_AT", "COMPACT_AT",
-    "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
-    "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
-    "CONTROL_FD", "POLL_NS", "GEN", "RCAP", "GEN_IOS", "BUSY_POLL",
-    "N_MAX", "SPIN_NS", "SPIN_GATE_NS",
-)
-A: Final = {name: i for i, name in enumerate(_ARGS)}
-N_ARGS: Final = len(_ARGS)
 
 #: a workload's generator words (a row of ``GEN``; doubles as their bits): whether the kernel
 #: generates its I/Os (``ON``), then a ``GeneratorState``, the opcode-and-descriptor words of
@@ -106,17 +92,14 @@ assert G["STATE_LO"] == G["STATE_HI"] + 1 and G["INC_LO"] == G["INC_HI"] + 1
 GEN_WORDS: Final = len(_GEN)
 _U64: Final = (1 << 64) - 1
 
-# the words of the state array ``st``
-ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
-ST_MEAN: Final = 9  # the running mean of the max-iops waits (``N_MAX`` > 0), as ``waits.Waiter``'s
-ST_WORDS: Final = 16
-# what a run returned for: ``wake`` came (the boundary, or a control poll: one every
-# ``POLL_NS`` that finds ``CONTROL_FD`` readable, or the first when it is -1); a completion
-# reaped past ``boundary`` (``ST_N`` of them in the engine's events, at ``ST_T``: left there,
-# the next run records them first); a workload's precomputed I/Os ran out (``armed`` 2); the
-# records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit took
-# ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``; a completion came for slot ``ST_N``, which no
-# workload of the set owns (a broken invariant: nothing of that batch is recorded)
+# what a run returned for (its state in ``LoopArgs``' fields): ``wake_ns`` came (the
+# boundary, or a control poll: one every ``poll_ns`` that finds ``control_fd`` readable, or
+# the first when it is -1); a completion reaped past ``boundary_ns`` (``n`` of them in the
+# engine's events, at ``t_ns``: left there, the next run records them first); a workload's
+# precomputed I/Os ran out (``armed`` 2); the records reached ``flush_at``; a record to bin
+# failed (at ``binned``); io_submit took ``sub_done`` (-1: none) of ``sub_n``; a completion
+# came for slot ``n``, which no workload of the set owns (a broken invariant: nothing of that
+# batch is recorded)
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
 # ``scalar_run`` (the queue-depth 1-2 max-iops loop in C): its argument words, its state
@@ -174,10 +157,14 @@ _STATS_LAYOUT: Final = {
 }
 
 
+_INCLUDE: Final = '#include "ivy_loop.h"\n'
+
+
 def source() -> str:
-    """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``."""
-    defines = {f"A_{name}": i for i, name in enumerate(_ARGS)}
-    defines.update({f"G_{name}": i for i, name in enumerate(_GEN)})
+    """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
+    with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
+    hash, which names the cached and the shipped object, cover both)."""
+    defines = {f"G_{name}": i for i, name in enumerate(_GEN)}
     defines["GEN_WORDS"] = GEN_WORDS
     defines["POOL_BLOCKS"] = POOL_BLOCKS
     defines.update(_ROW_LAYOUT)
@@ -185,12 +172,16 @@ def source() -> str:
     defines["INF_NS"] = layout.INF
     defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
     defines.update({f"RA_{name}": i for i, name in enumerate(_RING_ARGS)})
-    for prefix in ("ST_", "R_", "SS_", "SR_", "RS_", "RR_"):  # the loops' state words, codes
+    for prefix in ("R_", "SS_", "SR_", "RS_", "RR_"):  # the loops' state words, codes
         defines.update({k: v for k, v in globals().items()
                         if k.startswith(prefix) and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
-    body = resources.files("slave.engine").joinpath("paced_kernel.c").read_text("utf-8")
-    return "#define _GNU_SOURCE\n" + head + body
+    package = resources.files("slave.engine")
+    body = package.joinpath("paced_kernel.c").read_text("utf-8")
+    header = package.joinpath("ivy_loop.h").read_text("utf-8")
+    if body.count(_INCLUDE) != 1:
+        raise OSError(f"paced_kernel.c must include ivy_loop.h once ({_INCLUDE.strip()})")
+    return "#define _GNU_SOURCE\n" + head + body.replace(_INCLUDE, header)
 
 
 # no -Werror here: a host's other compiler may warn of what this one does not, and a warning
@@ -329,6 +320,10 @@ def _load() -> None:
             _why_not = f"the compiled paced loop could not be built: {exc}{shipped_failed}"
             return
         _origin = f"built on this host{shipped_failed}"
+    differs = loop_args.layout_difference(lib)
+    if differs is not None:  # an object of another source under this one's name
+        _why_not = f"the compiled paced loop does not match this slave: {differs}"
+        return
     fn = _run_function(lib, "paced_run")
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
@@ -380,46 +375,25 @@ def origin() -> str | None:
     return _origin
 
 
-class Args:
-    """The kernel's argument words (``A_*``): array addresses and scalars, one int64 array
-    the caller fills once and updates per run (``BOUNDARY``, ``WAKE``, ``DISCARD``, and
-    ``STAT_OFF`` to the running buffer's offsets). The
-    arrays whose addresses it holds must stay alive and in place: it keeps them."""
-
-    def __init__(self) -> None:
-        self.words = np.zeros(N_ARGS, dtype=np.int64)
-        self.addr = ctypes.c_void_p(int(self.words.ctypes.data))
-        self._keep: dict[str, npt.NDArray[np.generic]] = {}
-
-    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
-        if not a.flags.c_contiguous:
-            raise ValueError(f"paced kernel argument {name} must be C-contiguous")
-        self._keep[name] = a
-        self.words[A[name]] = a.ctypes.data
-
-    def set(self, name: str, value: int) -> None:
-        self.words[A[name]] = value
-
-
-def run(args: Args) -> int:
+def run(args: LoopArgs) -> int:
     """One run of the kernel (``available()`` must be True); returns an ``R_*`` code."""
     fn = _fn
     if fn is None:
         _load()
         fn = _fn
         assert fn is not None, _why_not
-    return int(fn(args.addr))
+    return int(fn(args.address))
 
 
-def generate(args: Args, k: int, m: int) -> None:
+def generate(args: LoopArgs, k: int, m: int) -> None:
     """The kernel's generator alone (for the tests): workload ``k``'s next ``m`` I/Os into
     its ring from the top, as ``run`` makes them when the ring runs out."""
     _load()
     assert _gen_fn is not None, _why_not
-    _gen_fn(args.addr, k, m)
+    _gen_fn(args.address, k, m)
 
 
-def retime(args: Args, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[np.int64],
+def retime(args: LoopArgs, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[np.int64],
            period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
     """Workloads ``ks`` (rows of ``gen``, the kernel's ``GEN``) take new schedules from
     ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the I/Os of
@@ -434,7 +408,7 @@ def retime(args: Args, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[n
     gen[ks, G["SCHED_K"]] = 0
     gen[ks, G["SCHED_LAST"]] = _double_word(float(at_ns))
     gen[ks, G["FIRST_DUE"]] = gen[ks, G["POISSON"]]
-    _retime_fn(args.addr, at_ns, ks.ctypes.data, ks.shape[0])
+    _retime_fn(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
 def _word(u: int) -> int:

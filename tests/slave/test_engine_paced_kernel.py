@@ -28,6 +28,7 @@ from slave.engine import aio_abi, compiled_paced, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
@@ -100,10 +101,8 @@ def test_the_source_compiles_without_a_warning(tmp_path: Path) -> None:
 @needs_cc
 def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
-    for name, i in pk.A.items():
-        assert f"#define A_{name} {i}LL\n" in src
+    assert "struct ivy_loop {" in src and '#include "ivy_loop.h"' not in src  # inlined
     assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
-    assert f"#define ST_REFILL {pk.ST_REFILL}LL\n" in src
     assert f"#define C_DONE {layout.C_DONE}LL\n" in src
     assert f"#define R_SCHED_COL {layout.R_SCHED}LL\n" in src
 
@@ -111,7 +110,7 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
 # ---------------------------------------------------------------------------- binning
 def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: int = -1,
                         ring_slot: int | None = None
-                        ) -> tuple[int, npt.NDArray[np.int64], WorkloadStats]:
+                        ) -> tuple[int, LoopArgs, WorkloadStats]:
     """Records (category, submit, scheduled, done, result) of owner 0, binned by a kernel run
     with nothing in flight and nothing due, for 20 ms; the code, state and stats. With
     ``ring_slot``, the completion ring holds one event, for that slot (the table has one)."""
@@ -123,9 +122,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
                  layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
             0, cat, sub, sched, 4096, res, done)
-    st = np.zeros(pk.ST_WORDS, dtype=np.int64)
-    st[pk.ST_P] = len(records)
-    a = pk.Args()
+    a = LoopArgs()
+    a.p = len(records)
     hdr = np.zeros(8, dtype=np.uint32)
     hdr[1] = 2  # a ring of two events, empty (head == tail)
     ring_events = np.zeros(8, dtype=np.int64)
@@ -133,26 +131,26 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         hdr[3] = 1
         ring_events[:4] = (ring_slot, 0, 4096, 0)
     keep = {
-        "RING_HEADER": hdr, "RING_EVENTS": ring_events,
-        "EVENTS": np.zeros(4, dtype=np.int64), "ROWS": np.zeros((1, 16), dtype=np.int64),
-        "IOCB_ADDR": np.zeros(1, dtype=np.uint64), "PTRS": np.zeros(1, dtype=np.uint64),
-        "OUT": np.zeros(1, dtype=np.int64), "PEND": pend, "ROOT": stats.buffer,
-        "STAT_OFF": np.zeros(1, dtype=np.int64), "FIXCAT": np.array([fixcat], dtype=np.int64),
-        "ST": st, "ARMED": np.zeros(1, dtype=np.uint8),
+        "ring_header": hdr, "ring_events": ring_events,
+        "events": np.zeros(4, dtype=np.int64), "rows": np.zeros((1, 16), dtype=np.int64),
+        "iocb_addr": np.zeros(1, dtype=np.uint64), "ptrs": np.zeros(1, dtype=np.uint64),
+        "out": np.zeros(1, dtype=np.int64), "pend": pend, "root": stats.buffer,
+        "stat_off": np.zeros(1, dtype=np.int64), "fixcat": np.array([fixcat], dtype=np.int64),
+        "armed": np.zeros(1, dtype=np.uint8),
     }
-    for name in ("RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "HEAP_T",
-                 "HEAP_K"):
+    for name in ("rings", "cur", "rlen", "free_buf", "free_off", "free_n", "heap_t",
+                 "heap_k"):
         keep[name] = np.zeros(1, dtype=np.int64)
-    keep["SLOT_POS"] = np.full(1, -1, dtype=np.int64)  # the one slot is no workload's
+    keep["slot_pos"] = np.full(1, -1, dtype=np.int64)  # the one slot is no workload's
     for name, arr in keep.items():
         a.array(name, arr)
-    for name, v in (("EVENTS_CAP", 1), ("CTX", 0), ("N_WORKLOADS", 0), ("N_OWNERS", 1),
-                    ("N_SLOTS", 1),
-                    ("FLUSH_AT", 1 << 20), ("COMPACT_AT", 1 << 20), ("BOUNDARY", 1 << 62),
-                    ("WAKE", time.monotonic_ns() + 20_000_000), ("SLEEP_MIN", 30_000),
-                    ("LONG_WAIT", 200_000), ("WAKE_EARLY", 50_000)):
-        a.set(name, v)  # CTX 0: io_getevents fails at once (EINVAL) and the kernel looks again
-    return pk.run(a), st, stats
+    for name, v in (("events_cap", 1), ("ctx", 0), ("n_workloads", 0), ("n_owners", 1),
+                    ("n_slots", 1),
+                    ("flush_at", 1 << 20), ("compact_at", 1 << 20), ("boundary_ns", 1 << 62),
+                    ("wake_ns", time.monotonic_ns() + 20_000_000), ("sleep_min_ns", 30_000),
+                    ("long_wait_ns", 200_000), ("wake_early_ns", 50_000)):
+        setattr(a, name, v)  # ctx 0: io_getevents fails at once (EINVAL); the kernel looks again
+    return pk.run(a), a, stats
 
 
 @needs_cc
@@ -163,7 +161,7 @@ def test_the_kernel_bins_as_record_one_does() -> None:
     records = [(i % 4, 1_000, 1_000 - 3 * v, 1_000 + v, 4096) for i, v in enumerate(lat)]
     code, st, got = _bin_through_kernel(records)
     assert code == pk.R_WAKE
-    assert st[pk.ST_P] == 0 and st[pk.ST_BINNED] == 0  # all binned
+    assert st.p == 0 and st.binned == 0  # all binned
     want = WorkloadStats()
     for cat, sub, sched, done, _ in records:
         want.record_one(cat, done - sub, done - sched, 4096)
@@ -181,7 +179,7 @@ def test_a_failed_record_goes_back_to_python_unbinned() -> None:
     code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096), (0, 10, 10, 600, -5),
                                          (0, 10, 10, 700, 4096)])
     assert code == pk.R_ERROR
-    assert st[pk.ST_BINNED] == 1  # the first is binned, the failed one is left for flush
+    assert st.binned == 1  # the first is binned, the failed one is left for flush
     assert got.ops() == 1
 
 
@@ -189,8 +187,8 @@ def test_a_failed_record_goes_back_to_python_unbinned() -> None:
 @pytest.mark.parametrize("slot", [-1, 1, 0])  # beyond the table; in it, but no workload's
 def test_a_completion_for_a_slot_no_workload_owns_stops_the_kernel(slot: int) -> None:
     code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096)], ring_slot=slot)
-    assert code == pk.R_STRAY and st[pk.ST_N] == slot
-    assert st[pk.ST_P] == 1 and got.ops() == 0  # nothing of the batch recorded
+    assert code == pk.R_STRAY and st.n == slot
+    assert st.p == 1 and got.ops() == 0  # nothing of the batch recorded
 
 
 # ---------------------------------------------------------------------------- generating
@@ -216,14 +214,14 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
     stamps = np.zeros((m, n_stamps, 2), dtype=np.int64)
     gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD,
                                        None if pattern is None else pattern.next_serial)])
-    a = pk.Args()
-    for name, arr in (("RINGS", np.array([ring.ctypes.data])), ("CUR", np.zeros(1, np.int64)),
-                      ("RLEN", np.zeros(1, np.int64)), ("HEAP_T", np.zeros(1, np.int64)),
-                      ("HEAP_K", np.zeros(1, np.int64)), ("ST", np.zeros(pk.ST_WORDS, np.int64)),
-                      ("ARMED", np.zeros(1, np.uint8)), ("GEN", gen),
-                      ("POOL_ROWS", np.array([pool_rows.ctypes.data])),
-                      ("STAMPS", np.array([stamps.ctypes.data])),
-                      ("N_STAMPS", np.array([n_stamps]))):
+    a = LoopArgs()
+    for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.zeros(1, np.int64)),
+                      ("rlen", np.zeros(1, np.int64)), ("heap_t", np.zeros(1, np.int64)),
+                      ("heap_k", np.zeros(1, np.int64)),
+                      ("armed", np.zeros(1, np.uint8)), ("gen", gen),
+                      ("pool_rows", np.array([pool_rows.ctypes.data])),
+                      ("stamps", np.array([stamps.ctypes.data])),
+                      ("n_stamps", np.array([n_stamps]))):
         a.array(name, arr)
     made = []
     for _ in range(times):
@@ -313,11 +311,11 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
 
 
 def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.int64]
-                 ) -> pk.Args:
+                 ) -> LoopArgs:
     """The kernel's words for one workload's ring (cursor at ``cur``) and generator row."""
-    a = pk.Args()
-    for name, arr in (("RINGS", np.array([ring.ctypes.data])), ("CUR", np.array([cur])),
-                      ("RLEN", np.array([ring.shape[0]])), ("GEN", gen)):
+    a = LoopArgs()
+    for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.array([cur])),
+                      ("rlen", np.array([ring.shape[0]])), ("gen", gen)):
         a.array(name, arr)
     return a
 

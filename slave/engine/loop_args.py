@@ -1,0 +1,97 @@
+"""The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
+that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order, and
+the check of that mirror against the layout the compiled object reports of itself.
+
+Owns the Python side of the struct: its fields' names, order and C types, keeping alive the
+arrays whose addresses it holds, and the comparison with the compiled layout. It must not
+build or load the compiled object (``paced_kernel``), or know what the loop does with a field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+_P: Final = ctypes.c_void_p  # every pointer field: an array's address
+_I: Final = ctypes.c_int64
+
+#: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
+FIELDS: Final[tuple[tuple[str, Any], ...]] = (
+    ("ring_header", _P), ("ring_events", _P), ("events", _P), ("events_cap", _I), ("ctx", _I),
+    ("rows", _P), ("iocb_addr", _P), ("ptrs", _P), ("out", _P),
+    ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
+    ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),
+    ("heap_t", _P), ("heap_k", _P), ("armed", _P), ("n_workloads", _I),
+    ("pool_rows", _P), ("stamps", _P), ("n_stamps", _P), ("pool", _P), ("pool_stride", _P),
+    ("pend", _P), ("flush_at", _I), ("compact_at", _I),
+    ("root", _P), ("stat_off", _P), ("fixcat", _P), ("n_owners", _I), ("discard", _I),
+    ("boundary_ns", _I), ("wake_ns", _I), ("sleep_min_ns", _I), ("long_wait_ns", _I),
+    ("wake_early_ns", _I), ("control_fd", _I), ("poll_ns", _I),
+    ("gen", _P), ("rcap", _P), ("gen_ios", _I),
+    ("busy_poll", _I), ("n_max", _I), ("spin_ns", _I), ("spin_gate_ns", _I),
+    ("p", _I), ("binned", _I), ("in_flight", _I), ("heap_n", _I), ("n", _I), ("t_ns", _I),
+    ("sub_done", _I), ("sub_n", _I), ("refill", _I), ("mean_ns", _I),
+)
+
+#: a layout: the struct's size, then (name, offset, size) of each field in order
+Layout = tuple[int, tuple[tuple[str, int, int], ...]]
+
+
+class LoopArgs(ctypes.Structure):
+    """``struct ivy_loop``: the compiled loop's arguments (set before a run) and its state
+    across runs (``p``, ``binned``, ``in_flight``, ``heap_n``, ``n``, ``t_ns``, ``sub_done``,
+    ``sub_n``, ``refill``, ``mean_ns``), read and written as attributes. A pointer field is
+    set with ``array``, which keeps the array alive and in place as long as this object."""
+
+    _fields_ = FIELDS
+    address: int  # the struct's address, the compiled functions' argument
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keep: dict[str, npt.NDArray[np.generic]] = {}
+        self.address = ctypes.addressof(self)
+
+    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
+        """Point field ``name`` at ``a`` (C-contiguous), and keep ``a``."""
+        if not a.flags.c_contiguous:
+            raise ValueError(f"compiled loop field {name} must be C-contiguous")
+        if dict(FIELDS).get(name) is not _P:
+            raise ValueError(f"compiled loop field {name} is not a pointer")
+        self._keep[name] = a
+        setattr(self, name, a.ctypes.data)
+
+
+def python_layout() -> Layout:
+    """``LoopArgs``' layout as ctypes lays it out."""
+    fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
+                   for name, _ in FIELDS)
+    return ctypes.sizeof(LoopArgs), fields
+
+
+def compiled_layout(lib: ctypes.CDLL) -> Layout:
+    """``struct ivy_loop``'s layout as the compiled object ``lib`` reports it
+    (``ivy_loop_layout``; ``ivy_loop_names``: the names, a space after each)."""
+    start = ctypes.addressof(ctypes.c_char.in_dll(lib, "ivy_loop_names"))
+    names = ctypes.string_at(start).decode("ascii").split()
+    words = (ctypes.c_int64 * (1 + 2 * len(names))).in_dll(lib, "ivy_loop_layout")
+    return int(words[0]), tuple((name, int(words[1 + 2 * i]), int(words[2 + 2 * i]))
+                                for i, name in enumerate(names))
+
+
+def layout_difference(lib: ctypes.CDLL) -> str | None:
+    """How ``LoopArgs`` differs from the compiled ``struct ivy_loop`` (the first field that
+    differs, or the size), or None when they agree."""
+    py_size, py_fields = python_layout()
+    c_size, c_fields = compiled_layout(lib)
+    for i in range(max(len(py_fields), len(c_fields))):
+        py = py_fields[i] if i < len(py_fields) else None
+        c = c_fields[i] if i < len(c_fields) else None
+        if py != c:
+            return (f"struct ivy_loop field {i}: compiled (name, offset, size) {c}, "
+                    f"the Python mirror's {py}")
+    if py_size != c_size:
+        return f"struct ivy_loop is {c_size} bytes compiled, {py_size} in the Python mirror"
+    return None
