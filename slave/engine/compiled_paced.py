@@ -226,7 +226,7 @@ class CompiledPaced:
 
 
 # a compiled max-iops loop's function and its argument and state words (``scalar_run``:
-# ``pk.S`` and ``pk.SS_*``; ``ring_run``: ``pk.RA`` and ``pk.RS_*``)
+# ``pk.S`` and ``pk.SS_*``)
 CompiledWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 

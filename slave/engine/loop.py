@@ -23,13 +23,10 @@ class body (``self`` is the loop there too):
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
 - ``loop_lone``: one max-iops workload alone on its engine: depth 1-2 with plain ints
   (``_loop_scalar``, in C for reads), deeper reads with the batch path's numpy
-  operations held in locals (``_loop_single``);
-- ``loop_ring``: a lone max-iops reader of a larger depth on a ring of whole iocbs submitted by
-  address (``_loop_ring``, in C where the host built ``slave.engine.paced_kernel``), drained
-  back to the slot path before any change;
+  operations held in locals (``_loop_single``, where the compiled loop cannot run);
 - ``loop_paced``: paced workloads on one engine, all their due I/Os submitted in one call per
   turn (``_loop_paced``); where it runs compiled (``_loop_paced_compiled``), max-iops
-  workloads join it, alone or beside paced ones;
+  workloads join it, alone (of a depth above 2) or beside paced ones;
 - ``compiled_paced``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the compiled
   loops' state in Python, the waits, a workload's state, the row layout and the measured knobs.
 
@@ -45,7 +42,6 @@ blocks.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from collections.abc import Callable
@@ -62,14 +58,12 @@ from slave.engine import (
     loop_lone,
     loop_paced,
     loop_records,
-    loop_ring,
     tuning,
 )
 from slave.engine import paced_kernel as pk
 from slave.engine.aio_abi import W_BUF, W_NBYTES
 from slave.engine.base import IoEngine, SlotTable, int64_words
 from slave.engine.compiled_paced import CompiledWords
-from slave.engine.iocb_ring import EV_WORDS, IocbRing
 from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, SCATTER
 from slave.engine.loop_paced import PacedSet
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, set_ring
@@ -169,9 +163,8 @@ class EngineLoop:
         self._sole = -1
         # the queue-depth 1-2 loop's workload, engine and events (``_pick_word_loops``)
         self._scalar: tuple[LoopWorkload, IoEngine, memoryview] | None = None
-        # the compiled scalar and ring loops for an engine: (engine, their words)
+        # the compiled scalar loop for an engine: (engine, its words)
         self._scalar_words: tuple[IoEngine, CompiledWords] | None = None
-        self._ring_c_words: tuple[IoEngine, CompiledWords] | None = None
         self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[LoopWorkload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -186,15 +179,6 @@ class EngineLoop:
         self._staged_engine: IoEngine | None = None
         self._gather = np.zeros((capacity, 5), dtype=np.int64)  # see _resubmit_max
         self._gather_words = int64_words(self._gather)
-        # the lone max-iops read workload's ring of iocbs (``_loop_ring``), while it runs there
-        # or holds records not binned yet; whose I/Os they are, and of which category
-        self._ring: IocbRing | None = None
-        self._ring_w: LoopWorkload | None = None
-        self._ring_cat = 0
-        self._ring_counts: list[ctypes.c_long] = []  # batch sizes as ctypes, for io_submit
-        # a batch reaped past a boundary, kept while the boundary is handled (``_ring_late``)
-        self._ring_late_ev = np.zeros(EV_WORDS * capacity, dtype=np.int64)
-        self._ring_late_words = int64_words(self._ring_late_ev)
         self.subinterval_index = -1
         # completions reaped past a boundary, recorded after it (``_reaped_late``)
         self._reaped: tuple[IoEngine, int, int] | None = None
@@ -262,9 +246,8 @@ class EngineLoop:
         try:
             grow(need, keep_old=running)
         finally:
-            # the compiled loops' words hold the old context's ring and events
+            # the compiled loop's words hold the old context's ring and events
             self._scalar_words = None
-            self._ring_c_words = None
             if live is not None:
                 self._resume(live)
 
@@ -307,14 +290,18 @@ class EngineLoop:
                 self._issue(w, w.slots)
         self._refresh()  # waits for the end of ``changes()`` when inside it
 
-    def _reap_all(self, deadline_ns: int) -> None:
+    def _reap_all(self, deadline_ns: int, timeout_ns: int = 1_000_000_000) -> None:
         """Reap until nothing is in flight (each completion recorded and recycled as its slot's
-        owner says), or log what is left at ``deadline_ns``."""
+        owner says). Raises ``IoEngineError`` when I/Os are still in flight at ``deadline_ns``
+        (``timeout_ns`` after the loop stopped submitting): the LUN does not answer."""
         while self._in_flight > 0:
             left = deadline_ns - time.monotonic_ns()
             if left <= 0:
-                log.error("%s: %d I/Os still in flight after stop", self.name, self._in_flight)
-                break
+                ids = ", ".join(self.workload_ids()) or "none left"
+                raise IoEngineError(
+                    f"{self.name}: {self._in_flight} I/Os still in flight {timeout_ns / 1e9:g} s "
+                    f"after the loop stopped submitting (workloads: {ids}); the LUN does not "
+                    "answer")
             for eng in self._engine_list:
                 n = eng.reap(1, min(left, 20_000_000))
                 if n:
@@ -393,15 +380,13 @@ class EngineLoop:
 
     def _lone_loop_serves(self, w: LoopWorkload) -> bool:
         """Whether a lone max-iops workload runs in a loop of its own: the queue-depth 1-2
-        loop (``_loop_scalar``), or, for reads that do not poll, the iocb ring or the batch
-        loop (``_loop_ring``, ``_loop_single``)."""
-        return w.params.iodepth <= tuning.SCALAR_MAX or (w.pattern is None and not self._busy_poll)
+        loop (``_loop_scalar``). A deeper one runs in the compiled paced loop, or, where that
+        cannot run, for reads that do not poll in the batch loop (``_loop_single``)."""
+        return w.params.iodepth <= tuning.SCALAR_MAX
 
-    def _hand_back(self, *, restart: bool = True, timeout_ns: int = 1_000_000_000) -> None:
+    def _hand_back(self, *, restart: bool = True) -> None:
         """Leave the specialised loops' own state before a change of workloads or a drain:
-        the lone workload's iocb ring (``_leave_ring``) and the compiled paced set's slots and
-        cursors (``_unload_paced``)."""
-        self._leave_ring(restart=restart, timeout_ns=timeout_ns)
+        the compiled paced set's slots and cursors (``_unload_paced``)."""
         self._unload_paced(restart=restart)
 
     def request_stop(self, *, record: bool = True) -> None:
@@ -479,7 +464,7 @@ class EngineLoop:
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
-        self._hand_back(restart=False, timeout_ns=timeout_ns)
+        self._hand_back(restart=False)
         deadline = time.monotonic_ns() + timeout_ns
         for w in self._wl:  # completions must not resubmit
             if w is not None:
@@ -488,7 +473,7 @@ class EngineLoop:
         self._sole = -1
         self._scalar = None
         self._paced_words = None
-        self._reap_all(deadline)
+        self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
             release_old = getattr(eng, "release_old", None)
             if release_old is not None:
@@ -567,18 +552,6 @@ class EngineLoop:
     _scalar_args = loop_lone._scalar_args
     _loop_scalar_compiled = loop_lone._loop_scalar_compiled
     _loop_single = loop_lone._loop_single
-
-    # the lone reader's ring of iocbs (``slave.engine.loop_ring``)
-    _enter_ring = loop_ring._enter_ring
-    _loop_ring = loop_ring._loop_ring
-    _refill_ring = loop_ring._refill_ring
-    _ring_submit_rest = loop_ring._ring_submit_rest
-    _ring_c_args = loop_ring._ring_c_args
-    _loop_ring_compiled = loop_ring._loop_ring_compiled
-    _ring_take = loop_ring._ring_take
-    _ring_late = loop_ring._ring_late
-    _leave_ring = loop_ring._leave_ring
-    _flush_ring = loop_ring._flush_ring
 
     # the paced loop (``slave.engine.loop_paced``)
     _compile_paced = loop_paced._compile_paced

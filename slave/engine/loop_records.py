@@ -204,8 +204,6 @@ def _stamp_done(self: EngineLoop) -> None:
 
 def flush(self: EngineLoop) -> None:
     """Bin the buffered completion records into the running stats buffers."""
-    if self._ring is not None:
-        self._flush_ring(self._ring)
     p = self._p
     b = self._binned
     done: npt.NDArray[np.int64] | None = None

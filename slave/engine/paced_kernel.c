@@ -605,7 +605,7 @@ int64_t paced_run(struct ivy_loop *L)
     }
 }
 
-/* the lone max-iops loops' argument words (S_*, RA_*): the address of an array at word i */
+/* scalar_run's argument words (S_*): the address of an array at word i */
 #define P64(i) ((int64_t *)(intptr_t)a[i])
 
 /* The max-iops loop of queue depth 1-2 (EngineLoop._loop_scalar) in C, for a lone
@@ -714,102 +714,5 @@ int64_t scalar_run(const int64_t *a)
     st[SS_CUR] = cur;
     st[SS_P] = p;
     st[SS_NHELD] = nheld;
-    return code;
-}
-
-/* The lone max-iops read workload's ring of iocbs (EngineLoop._loop_ring) in C: a reaped batch
- * of n is answered by submitting the ring's next n iocbs (their addresses: PTRS from CUR), in
- * one io_submit before any bookkeeping, then recorded as the events' words (REC) with a mark of
- * (record end, time) in DONE; each submission is marked (sequence end, time) in SUB (see
- * slave/engine/iocb_ring.py). Completions are taken from the mapped ring; when it has none,
- * the loop looks again, yielding the core in between, for SPIN_NS (only while the recent
- * waits, their running mean RS_MEAN, were shorter than SPIN_GATE_NS) and while WAKE is nearer
- * than SLEEP_MIN_NS, and blocks in io_getevents for the rest (slave.engine.waits.Waiter). A batch
- * goes through stages (RS_STAGE): 1 reaped (RS_N at RS_T, in ev), 2 submitted (at RS_T_SUB),
- * 0 recorded; a return leaves it at its stage and the next run goes on from there. Returns an
- * RR_* code: WAKE came (stage 0); the ring has no n iocbs left (stage 1: Python refills it);
- * io_submit took RS_SUB_DONE (-1: failed) of n (stage 1: Python learns why, or submits the
- * rest, and sets stage 2); the batch was reaped past BOUNDARY (submitted, not recorded: Python
- * closes the subinterval first); the records reached RECORDS. Measured against the Python
- * loop (tmpfs loop device, QD32): 0.16-0.22 us of user CPU per I/O against 0.45-0.69, and
- * 660,000-700,000 IOPS against 480,000-540,000 (fio's default job: 500,000-530,000). */
-int64_t ring_run(const int64_t *a)
-{
-    int64_t *st = P64(RA_ST), *ev = P64(RA_EVENTS), *rec = P64(RA_REC), *done = P64(RA_DONE);
-    int64_t *sub = P64(RA_SUB);
-    const int64_t *ptrs = P64(RA_PTRS), *ring_ev = P64(RA_RING_EVENTS);
-    volatile uint32_t *hdr = (volatile uint32_t *)(intptr_t)a[RA_RING_HEADER];
-    const unsigned long ctx = (unsigned long)a[RA_CTX];
-    const int64_t boundary = a[RA_BOUNDARY], wake = a[RA_WAKE], records = a[RA_RECORDS];
-    const int64_t seq0 = a[RA_SEQ0], spin = a[RA_SPIN_NS], gate = a[RA_SPIN_GATE_NS];
-    const int64_t sleep_min = a[RA_SLEEP_MIN_NS], cap = a[RA_EVENTS_CAP];
-    int64_t cur = st[RS_CUR], end = st[RS_END], n_rec = st[RS_N_REC], n_done = st[RS_N_DONE];
-    int64_t n_sub = st[RS_N_SUB], stage = st[RS_STAGE], n = st[RS_N], t = st[RS_T];
-    int64_t t_sub = st[RS_T_SUB], mean = st[RS_MEAN];
-    int64_t code;
-    for (;;) {
-        if (stage == 0) {
-            int64_t now = now_ns();
-            if (now >= wake) {
-                code = RR_WAKE;
-                break;
-            }
-            n = ring_take(hdr, ring_ev, ev, cap);
-            if (!n) {
-                n = await_events(ctx, hdr, ring_ev, ev, cap, wake, wake, spin, gate, sleep_min,
-                                 &mean);
-                if (!n) {
-                    code = RR_WAKE;
-                    break;
-                }
-            }
-            t = now_ns();
-            stage = 1;
-        }
-        if (stage == 1) {
-            if (cur + n > end) {
-                code = RR_REFILL;
-                break;
-            }
-            t_sub = now_ns();
-            long got = syscall(SYS_io_submit, ctx, (long)n, (void *)(ptrs + cur));
-            if (got != n) {
-                st[RS_SUB_DONE] = got;
-                code = RR_SUBMIT;
-                break;
-            }
-        }
-        cur += n; /* stage 2: submitted */
-        sub[2 * n_sub] = seq0 + cur;
-        sub[2 * n_sub + 1] = t_sub;
-        n_sub += 1;
-        stage = 0;
-        if (t >= boundary) {
-            code = RR_LATE;
-            break;
-        }
-        memcpy(rec + 4 * n_rec, ev, 32 * n);
-        n_rec += n;
-        done[2 * n_done] = n_rec;
-        done[2 * n_done + 1] = t;
-        n_done += 1;
-        if (n_rec >= records) {
-            code = RR_FLUSH;
-            break;
-        }
-        if (t >= wake) {
-            code = RR_WAKE;
-            break;
-        }
-    }
-    st[RS_CUR] = cur;
-    st[RS_N_REC] = n_rec;
-    st[RS_N_DONE] = n_done;
-    st[RS_N_SUB] = n_sub;
-    st[RS_STAGE] = stage;
-    st[RS_N] = n;
-    st[RS_T] = t;
-    st[RS_T_SUB] = t_sub;
-    st[RS_MEAN] = mean;
     return code;
 }

@@ -106,6 +106,3 @@ COMPILED_PACED = True
 # and the max-iops loop of depth 1-2, blocking or polling, for a lone workload of reads
 # (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
 COMPILED_SCALAR = True
-# and the lone max-iops read workload's ring of iocbs (``pk.ring_function``;
-# ``EngineLoop._loop_ring_compiled``); tests switch it off to run the Python loop
-COMPILED_RING = True

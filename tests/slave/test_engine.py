@@ -877,9 +877,9 @@ def test_a_workload_id_is_added_once_and_found_by_id() -> None:
 @pytest.mark.parametrize(
     ("params", "loop_name", "fake"),
     [
-        (WorkloadParams(iodepth=8), "_loop_ring", {}),  # iocbs submitted by address
-        # an engine that takes only its own slots: completion times noted per batch
-        (WorkloadParams(iodepth=8), "_loop_single", {"takes_iocbs": False}),
+        # a lone deeper reader where the compiled loop cannot run: completion times noted
+        # per batch
+        (WorkloadParams(iodepth=8), "_loop_single", {}),
         (WorkloadParams(iodepth=2), "_loop_scalar", {}),
         (WorkloadParams(iodepth=8, iops=2000.0), "_loop_paced", {}),
         (WorkloadParams(iodepth=8, busy_poll=True), "_complete", {}),  # the general path
@@ -934,11 +934,11 @@ def _all_counted(ctl: Control, s: WorkloadSpec, running: int) -> tuple[int, int]
     "change",
     ["none", "paced", "deeper", "writes", "same", "another", "stop_in_boundary"],
 )
-def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: str) -> None:
-    """A lone max-iops reader runs on the ring of iocbs; a change at a boundary takes it back
-    to the slot path (drained, its slots reissued) and, where it qualifies again, onto a new
-    ring. Every I/O the engine was given is counted once, as an op or an error, the queue
-    depth is never exceeded, and nothing is left in flight."""
+def test_a_lone_reader_counts_every_io_once_across_every_change(change: str) -> None:
+    """A lone max-iops reader runs in the batch loop (``_loop_single``); a change at a
+    boundary takes it to the general or paced path and, where it qualifies again, back. Every
+    I/O the engine was given is counted once, as an op or an error, the queue depth is never
+    exceeded, and nothing is left in flight."""
     loop, eng = make_loop(exponential_ns(200_000), error_every=13)
     p = WorkloadParams(iodepth=8)
     s = spec(loop, "w", p)
@@ -959,18 +959,18 @@ def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: st
             ctl.at_boundary[1] = lambda lp, t: lp.remove_workload("x")
             ctl.specs.append(other)
     entered: list[int] = []
-    enter = loop._enter_ring
+    single = loop._loop_single
 
-    def counted_enter(w: object) -> object:
+    def counted_single(*args: object) -> int:
         entered.append(1)
-        return enter(w)  # type: ignore[arg-type]
+        return single(*args)  # type: ignore[arg-type]
 
-    loop._enter_ring = counted_enter  # type: ignore[method-assign]
+    loop._loop_single = counted_single  # type: ignore[method-assign]
     loop.add_workload(s, None)
     sub_ns = 60_000_000
     run(loop, ctl, sub_ns)
-    assert entered, "the ring never ran"
-    assert loop.in_flight == 0 and loop._ring is None
+    assert entered, "the batch loop never ran"
+    assert loop.in_flight == 0
     # a deeper edit starts 16 on new slots while the old 8 finish (the slot path's edit)
     depth = {"deeper": 8 + 16, "another": 8 + 4}.get(change, 8)
     assert eng.max_in_flight <= depth
@@ -985,7 +985,7 @@ def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: st
     present = [n for k, n in enumerate(per_sub) if not late[k] and not (k and late[k - 1])]
     assert all(n > 50 for n in present), (
         f"ops per subinterval {per_sub}, boundaries handled late {late}; counted {ops} ops "
-        f"and {errors} errors of {eng.submitted} submitted; ring entered {len(entered)} times")
+        f"and {errors} errors of {eng.submitted} submitted; batch loop ran {len(entered)} times")
     uncounted = 0
     if change == "another":  # x's I/Os until its removal (the last in flight uncounted)
         x_ops, x_errors = _all_counted(ctl, other, loop.running_buffer)
@@ -998,11 +998,10 @@ def test_the_ring_hands_back_at_every_change_and_counts_every_io_once(change: st
     assert eng.submitted // 13 - uncounted <= errors <= eng.submitted // 13
 
 
-def test_an_adopted_slot_reaped_past_a_boundary_keeps_its_own_times() -> None:
-    """The slot path's I/Os in flight when the ring takes over complete on the ring: here
-    they take 150 ms, so they are reaped past the first boundary (100 ms), where an edit takes
-    the workload off the ring and reissues its slots. They are recorded in the next
-    subinterval with the times they had, not those of the I/Os now on their slots."""
+def test_ios_reaped_past_a_boundary_keep_their_own_times() -> None:
+    """A lone reader's first I/Os take 150 ms, so they are reaped past the first boundary
+    (100 ms), where an edit retires its slots and issues new ones. They are recorded in the
+    next subinterval with the times they had, not those of the I/Os now on their slots."""
     calls: list[int] = []
 
     def latency(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -1021,7 +1020,7 @@ def test_an_adopted_slot_reaped_past_a_boundary_keeps_its_own_times() -> None:
     poll = eng.poll
     late: list[int] = []
 
-    def stalled_poll() -> int:  # the ring's loop looks last just before the boundary
+    def stalled_poll() -> int:  # the loop looks last just before the boundary
         if not late and time.monotonic_ns() >= boundary - 10_000_000:
             time.sleep((boundary + 60_000_000 - time.monotonic_ns()) / 1e9)
             late.append(1)
@@ -1034,10 +1033,10 @@ def test_an_adopted_slot_reaped_past_a_boundary_keeps_its_own_times() -> None:
     assert calls[0] == 8 and first.ops() == 0  # all 8 still in flight at the boundary
     assert second.ops() > 8
     assert int(second.lat[0, 0, 2]) >= 150_000_000  # max service: the adopted ones'
-    assert int(second.lat[0, 0, 1]) >= 1_000_000  # min: the ring's
+    assert int(second.lat[0, 0, 1]) >= 1_000_000  # min: the later I/Os
 
 
-def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
+def test_an_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
     calls: list[int] = []
 
     def latency(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -1047,12 +1046,13 @@ def test_a_ring_io_that_never_completes_is_a_clear_error_at_the_stop() -> None:
     loop, _eng = make_loop(latency)
     s = spec(loop, "w", WorkloadParams(iodepth=4))
     loop.add_workload(s, None)
-    with pytest.raises(IoEngineError, match=r"workload w: 4 I/Os still in flight 1 s after"):
+    with pytest.raises(IoEngineError, match=r"4 I/Os still in flight 1 s after the loop "
+                       r"stopped submitting \(workloads: w\); the LUN does not answer"):
         run(loop, Control(1), 20_000_000)
 
 
 def test_an_error_in_the_loop_is_raised_first_when_the_stop_fails_too() -> None:
-    """The loop fails at a boundary while its ring has I/Os in flight that never complete:
+    """The loop fails at a boundary while it has I/Os in flight that never complete:
     the stop's own error (they are still in flight after a second) is added to the first as
     a note, not raised in its place."""
     loop, _eng = make_loop(constant_ns(60_000_000_000))  # a LUN that does not answer

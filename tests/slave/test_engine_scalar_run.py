@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from protocol.errors import IoEngineError
@@ -64,12 +65,14 @@ def _lone_reader(dev: LoopDevice, capacity: int, params: WorkloadParams
                  ) -> tuple[EngineLoop, int, tuple[WorkloadStats, WorkloadStats]]:
     """An engine loop of ``capacity`` slots on libaio with one read workload of ``params`` on
     ``dev``: the loop, the LUN's descriptor (the caller closes it) and the workload's two
-    stats buffers."""
+    stats buffers, in one region as a worker's are (the compiled loop bins into it)."""
     loop = EngineLoop(capacity=capacity)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
     loop.add_workload(WorkloadSpec("t:l:w", params, eng, fd, dev.size_bytes, 512, stats), None)
     return loop, fd, stats
 
