@@ -1,12 +1,10 @@
-"""The compiled loops' side in Python: the paced set's state as the arrays the compiled
-turn works on (``CompiledPaced``) and the argument words of the compiled max-iops loops
-(``compiled_words``). It lays out and gives back state; the turns themselves are C
-(``slave.engine.paced_kernel``) and the Python loops that call them are ``EngineLoop``'s.
+"""The compiled loop's side in Python: the set's state as the arrays the compiled turn works
+on (``CompiledPaced``). It lays out and gives back state; the turns themselves are C
+(``slave.engine.paced_kernel``) and the Python loop that calls them is ``EngineLoop``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -90,6 +88,11 @@ class CompiledPaced:
         a.n_max = sum(not w.paced for w in self.ws)
         a.spin_ns = tuning.AWAIT_SPIN_NS
         a.spin_gate_ns = tuning.AWAIT_SPIN_GATE_NS
+        # a lone max-iops workload of depth 1-2 waits as soon as its I/Os went out
+        a.lone = int(len(self.ws) == 1 and not self.ws[0].paced
+                     and self.ws[0].params.iodepth <= tuning.SCALAR_MAX)
+        a.busy_spin_ns = tuning.BUSY_SPIN_NS
+        a.busy_hot_ns = tuning.BUSY_HOT_NS
 
     def _workload_args(self) -> None:
         """The kernel's words for the workloads' rings, free slots and heap."""
@@ -223,27 +226,3 @@ class CompiledPaced:
                 timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
                 w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
                                 else int(timed.size))
-
-
-# a compiled max-iops loop's function and its argument and state words (``scalar_run``:
-# ``pk.S`` and ``pk.SS_*``)
-CompiledWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
-
-
-def compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: dict[str, int],
-                   state_words: int) -> tuple[KernelHandles, CompiledWords] | None:
-    """A compiled max-iops loop's argument and state words for ``eng``, its ``CTX``,
-    ``EVENTS_CAP``, ``EVENTS`` and ``ST`` words set (``arg_index``: where each word is), with
-    the engine's handles for the rest; None where it cannot run: no kernel here (``fn`` None),
-    or an engine whose completion ring compiled code cannot read."""
-    handles = getattr(eng, "kernel_handles", None)
-    h = None if handles is None or fn is None else handles()
-    if fn is None or h is None:
-        return None
-    args = np.zeros(len(arg_index), dtype=np.int64)
-    st = np.zeros(state_words, dtype=np.int64)
-    args[arg_index["CTX"]] = h.ctx_id
-    args[arg_index["EVENTS_CAP"]] = h.events_cap
-    args[arg_index["EVENTS"]] = h.events_addr
-    args[arg_index["ST"]] = st.ctypes.data
-    return h, (fn, args, st)

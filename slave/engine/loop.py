@@ -22,11 +22,11 @@ class body (``self`` is the loop there too):
   ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
 - ``loop_lone``: one max-iops workload alone on its engine: depth 1-2 with plain ints
-  (``_loop_scalar``, in C for reads), deeper reads with the batch path's numpy
-  operations held in locals (``_loop_single``, where the compiled loop cannot run);
+  (``_loop_scalar``), deeper reads with the batch path's numpy operations held in locals
+  (``_loop_single``), where the compiled loop cannot run;
 - ``loop_paced``: paced workloads on one engine, all their due I/Os submitted in one call per
   turn (``_loop_paced``); where it runs compiled (``_loop_paced_compiled``), max-iops
-  workloads join it, alone (of a depth above 2) or beside paced ones;
+  workloads join it, alone or beside paced ones;
 - ``compiled_paced``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the compiled
   loops' state in Python, the waits, a workload's state, the row layout and the measured knobs.
 
@@ -63,7 +63,6 @@ from slave.engine import (
 from slave.engine import paced_kernel as pk
 from slave.engine.aio_abi import W_BUF, W_NBYTES
 from slave.engine.base import IoEngine, SlotTable, int64_words
-from slave.engine.compiled_paced import CompiledWords
 from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, SCATTER
 from slave.engine.loop_paced import PacedSet
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, set_ring
@@ -163,8 +162,6 @@ class EngineLoop:
         self._sole = -1
         # the queue-depth 1-2 loop's workload, engine and events (``_pick_word_loops``)
         self._scalar: tuple[LoopWorkload, IoEngine, memoryview] | None = None
-        # the compiled scalar loop for an engine: (engine, its words)
-        self._scalar_words: tuple[IoEngine, CompiledWords] | None = None
         self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None  # likewise
         self._paced: list[LoopWorkload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -245,9 +242,7 @@ class EngineLoop:
         live = self._quiesce() if running and self._in_flight else None
         try:
             grow(need, keep_old=running)
-        finally:
-            # the compiled loop's words hold the old context's ring and events
-            self._scalar_words = None
+        finally:  # the compiled set, which holds the old context's ring, is made anew there
             if live is not None:
                 self._resume(live)
 
@@ -344,25 +339,23 @@ class EngineLoop:
                 fn()
 
     def _pick_word_loops(self) -> None:
-        """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
-        SCALAR_MAX, alone on one engine that lays out its completions as words. And whether
-        the paced loop serves: all workloads on one such engine, none retired with I/O in
-        flight (with ``busy_poll``, it looks in the completion ring instead of sleeping while
-        I/O is in flight); paced workloads only (any mix of reads and writes), or, where the
-        set runs compiled, any mix of paced and max-iops workloads but a lone max-iops one
-        that a loop of its own serves (``_lone_loop_serves``). The general loop's Python
-        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4, 1.6-1.9 where they
-        write: the compiled loop, which submits a max-iops workload's free slots as soon as it
-        frees them, does the same work in C."""
+        """Whether the paced loop serves: all workloads on one engine that lays out its
+        completions as words, none retired with I/O in flight (with ``busy_poll``, it looks in
+        the completion ring instead of sleeping while I/O is in flight); where the set runs
+        compiled, any mix of paced and max-iops workloads (a lone max-iops one of depth 1-2
+        waits there as its own loop did: ``lone``), else paced workloads only (any mix of
+        reads and writes). Where it does not, whether the Python queue-depth 1-2 loop serves:
+        one max-iops workload of iodepth <= SCALAR_MAX, alone on such an engine. The general
+        loop's Python spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4,
+        1.6-1.9 where they write: the compiled loop, which submits a max-iops workload's free
+        slots as soon as it frees them, does the same work in C."""
         self._scalar = None
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
         paced = self._paced
         live = [w for w in self._wl if w is not None]
-        lone = self._single
-        if (live and len(engines) == 1 and self._retired_in_flight == 0
-                and (lone is None or not self._lone_loop_serves(lone))):
+        if live and len(engines) == 1 and self._retired_in_flight == 0:
             eng = engines[0]
             words = getattr(eng, "done_words", None)
             if words is not None and all(w.spec.engine is eng for w in live):
@@ -371,18 +364,13 @@ class EngineLoop:
                 if ps.compiled is not None or len(paced) == len(live):
                     self._paced_words = (ps, eng, words)
         w = self._single
-        if w is None or w.params.iodepth > tuning.SCALAR_MAX or len(engines) != 1:
+        if (self._paced_words is not None or w is None or w.params.iodepth > tuning.SCALAR_MAX
+                or len(engines) != 1):
             return
         eng = engines[0]
         words = getattr(eng, "done_words", None)
         if eng is w.spec.engine and words is not None:
             self._scalar = (w, eng, words)
-
-    def _lone_loop_serves(self, w: LoopWorkload) -> bool:
-        """Whether a lone max-iops workload runs in a loop of its own: the queue-depth 1-2
-        loop (``_loop_scalar``). A deeper one runs in the compiled paced loop, or, where that
-        cannot run, for reads that do not poll in the batch loop (``_loop_single``)."""
-        return w.params.iodepth <= tuning.SCALAR_MAX
 
     def _hand_back(self, *, restart: bool = True) -> None:
         """Leave the specialised loops' own state before a change of workloads or a drain:
@@ -549,8 +537,6 @@ class EngineLoop:
 
     # a lone max-iops workload's loops (``slave.engine.loop_lone``)
     _loop_scalar = loop_lone._loop_scalar
-    _scalar_args = loop_lone._scalar_args
-    _loop_scalar_compiled = loop_lone._loop_scalar_compiled
     _loop_single = loop_lone._loop_single
 
     # the paced loop (``slave.engine.loop_paced``)

@@ -1,6 +1,7 @@
-"""The loops of one max-iops workload alone on its engine: queue depth 1-2 with plain ints
-(``_loop_scalar``, its reads' turns in C, blocking or polling: ``_loop_scalar_compiled``), and
-deeper reads with a fixed handful of numpy operations per reaped batch (``_loop_single``).
+"""The Python loops of one max-iops workload alone on its engine, where the compiled loop
+(``paced_kernel``, which serves it where it can) cannot run: queue depth 1-2 with plain ints
+(``_loop_scalar``), and deeper reads with a fixed handful of numpy operations per reaped batch
+(``_loop_single``).
 
 Its functions are ``EngineLoop``'s methods (bound in its class body, ``self`` the loop);
 they are written here, apart from the loop's set-up and general path (``slave.engine.loop``),
@@ -14,11 +15,9 @@ from os import sched_yield
 from typing import TYPE_CHECKING
 
 from protocol.errors import IoEngineError
-from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.aio_abi import W_OFFSET, W_OPCODE_FD
 from slave.engine.base import IoEngine, SlotTable
-from slave.engine.compiled_paced import CompiledWords, compiled_words
 from slave.engine.layout import C_CAT, C_DONE, C_RES, C_SCHED, C_SUBMIT, R_CAT, R_OFF, R_SUBMIT
 from slave.engine.loop_state import LoopWorkload, took
 
@@ -47,11 +46,6 @@ def _loop_scalar(
     submit_one = eng.submit_one
     # writes fill their buffer first; I/Os kept from a paced schedule keep their time
     issue1 = None if w.pattern is None and not w.overdue else self._issue1
-    if issue1 is None and tuning.COMPILED_SCALAR:
-        words = self._scalar_args(eng)
-        if words is not None:
-            return self._loop_scalar_compiled(control, w, eng, words, boundary,
-                                              subinterval_ns, wake)
     pw = self._pend_words
     tw = self._rows_words
     rw = SlotTable.ROW_WORDS
@@ -126,87 +120,6 @@ def _loop_scalar(
         now = t
         spin_until = now + spin_ns
     return boundary
-
-
-def _scalar_args(self: EngineLoop, eng: IoEngine) -> CompiledWords | None:
-    """The compiled scalar loop's function, argument and state words for ``eng`` (made
-    once per engine), or None where it cannot run: no kernel here, or an engine whose
-    completion ring compiled code cannot read."""
-    sw = self._scalar_words
-    if sw is not None and sw[0] is eng:
-        return sw[1]
-    made = compiled_words(eng, pk.scalar_function(), pk.S, pk.SS_WORDS)
-    if made is None:
-        return None
-    h, words = made
-    args = words[1]
-    args[pk.S["ROWS"]] = self._rows.ctypes.data
-    args[pk.S["PEND"]] = self._pend.ctypes.data
-    args[pk.S["IOCB_ADDR"]] = h.iocb_addr.ctypes.data
-    args[pk.S["FLUSH_AT"]] = self._flush_at
-    args[pk.S["BLOCK_WAIT"]] = tuning.BLOCK_WAIT_NS
-    args[pk.S["RING_HEADER"]] = h.ring_header.ctypes.data
-    args[pk.S["RING_EVENTS"]] = h.ring_events.ctypes.data
-    self._scalar_words = (eng, words)
-    return words
-
-
-def _loop_scalar_compiled(
-    self: EngineLoop,
-    control: LoopControl,
-    w: LoopWorkload,
-    eng: IoEngine,
-    words: CompiledWords,
-    boundary: int,
-    subinterval_ns: int,
-    wake: int,
-) -> int:
-    """``_loop_scalar`` for a lone workload of reads, its turns in C (polling with ``busy_poll``)
-    (``pk.scalar_function``): Python only for what the C returns for (a refill, a flush,
-    a submission it could not make, a completion past the boundary) and at ``wake``.
-    Returns the next boundary."""
-    fn, args, st = words
-    addr = args.ctypes.data
-    args[pk.S["BOUNDARY"]] = boundary
-    args[pk.S["WAKE"]] = wake
-    args[pk.S["BUSY_SPIN_NS"]] = tuning.BUSY_SPIN_NS if self._busy_poll else 0
-    args[pk.S["BUSY_HOT_NS"]] = tuning.BUSY_HOT_NS
-    st[pk.SS_NHELD] = 0
-    rw = SlotTable.ROW_WORDS
-    tw = self._rows_words
-    while True:
-        args[pk.S["RING"]] = w.ring.ctypes.data
-        st[pk.SS_CUR] = w.cur
-        st[pk.SS_RLEN] = w.ring_len
-        st[pk.SS_P] = self._p
-        code = int(fn(addr))
-        w.cur = int(st[pk.SS_CUR])
-        self._p = int(st[pk.SS_P])
-        if code == pk.SR_LATE:  # nothing held: the wait went out with its submission
-            return self._reaped_late(control, eng, int(st[pk.SS_N]), int(st[pk.SS_T]),
-                                     boundary, subinterval_ns)
-        if code == pk.SR_WAKE or code == pk.SR_SUBMIT:
-            taken = max(int(st[pk.SS_SUB_DONE]), 0) if code == pk.SR_SUBMIT else 0
-            held = st[pk.SS_HELD0 + taken : pk.SS_HELD0 + int(st[pk.SS_NHELD])].tolist()
-            for i, slot in enumerate(held):  # one by one (a refusal raises, naming errno)
-                t_sub = time.monotonic_ns()
-                tw[rw * slot + C_SUBMIT] = t_sub
-                tw[rw * slot + C_SCHED] = t_sub
-                try:
-                    eng.submit_one(slot)
-                except IoEngineError as exc:  # the held slots were counted in flight
-                    self._in_flight -= len(held) - i - took(exc)
-                    raise
-            st[pk.SS_NHELD] = 0
-            if code == pk.SR_WAKE:
-                return boundary
-            continue
-        if code == pk.SR_REFILL:  # the ring ran out: refilled, the slots left go out now
-            for slot in st[pk.SS_NEED0 : pk.SS_NEED0 + int(st[pk.SS_NNEED])].tolist():
-                self._in_flight -= 1  # completed, recorded; _issue1 counts it again
-                self._issue1(w, slot)
-        if self._p >= self._flush_at:  # SR_FLUSH, or a refill's records
-            self.flush()
 
 
 def _loop_single(

@@ -417,6 +417,34 @@ static void bin_one(const int64_t *row, int64_t *root, const int64_t *stat_off,
     }
 }
 
+/* the wait of a lone max-iops workload of queue depth 1-2 (lone), taken as soon as its I/Os
+ * went out, with no code between io_submit and io_getevents: a device whose completion needs
+ * a kernel worker (a loop device's) has it woken by the submission, often onto this CPU, where
+ * it waits for the submitter to sleep (on the 2-core VM, 1 us of work between the two calls
+ * took a QD1 loop device from 84,000 to 64,000 IOPS, 3 us to 38,000). Blocking: in
+ * io_getevents until until. With busy_poll: looking in the mapped ring until busy_spin_ns
+ * after the last completion (last_done), yielding the core between looks from busy_hot_ns
+ * after it on (slave.engine.tuning says what each bought), then blocking. How many completions
+ * it moved into events (0: until came, or interrupted) */
+static int64_t lone_wait(const struct ivy_loop *L, int64_t left, int64_t until,
+                         int64_t last_done)
+{
+    if (L->busy_poll) {
+        int64_t n = ring_take(L->ring_header, L->ring_events, L->events, L->events_cap);
+        if (n)
+            return n;
+        return look_then_block((unsigned long)L->ctx, L->ring_header, L->ring_events,
+                               L->events, L->events_cap, until, until,
+                               last_done + L->busy_spin_ns, last_done + L->busy_hot_ns, 0);
+    }
+    if (left <= 0)
+        return 0;
+    struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+    long got = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)L->events_cap,
+                       (void *)L->events, &ts);
+    return got > 0 ? got : 0; /* -1: interrupted; look at the time again */
+}
+
 int64_t paced_run(struct ivy_loop *L)
 {
     volatile uint32_t *hdr = L->ring_header;
@@ -440,7 +468,8 @@ int64_t paced_run(struct ivy_loop *L)
     int64_t wake = L->wake_ns;
     const int64_t long_wait = L->long_wait_ns, wake_early = L->wake_early_ns;
     const int64_t n_slots = L->n_slots, n_max = L->n_max;
-    const int64_t spin = L->spin_ns, gate = L->spin_gate_ns;
+    const int64_t spin = L->spin_ns, gate = L->spin_gate_ns, lone = L->lone;
+    int64_t last_done = now_ns(); /* when the last completion was reaped (lone_wait) */
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
         if (free_n[k] > 0 && armed[k] != 1) {
@@ -484,6 +513,7 @@ int64_t paced_run(struct ivy_loop *L)
             }
             L->p = p;
             L->in_flight -= n;
+            last_done = t;
             n = 0;
             if (p >= flush_at)
                 return R_FLUSH;
@@ -546,10 +576,19 @@ int64_t paced_run(struct ivy_loop *L)
             }
             if (L->refill)
                 return R_REFILL;
+            if (lone) { /* wait at once, before anything else (lone_wait) */
+                int64_t due = L->heap_n > 0 ? heap_t[0] : INF_NS;
+                int64_t until = wake < due ? wake : due;
+                n = lone_wait(L, until - now, until, last_done);
+            }
             continue; /* look for completions at once */
         }
         int64_t due = L->heap_n > 0 ? heap_t[0] : INF_NS;
         int64_t until = wake < due ? wake : due;
+        if (lone && L->in_flight > 0) { /* its records are binned by Python, at flush_at */
+            n = lone_wait(L, until - now_ns(), until, last_done);
+            continue;
+        }
         int64_t b = L->binned, p = L->p;
         if (b < p) { /* nothing to do but bin: bin until something is (EngineLoop._bin_idle) */
             while (b < p) {
@@ -603,116 +642,4 @@ int64_t paced_run(struct ivy_loop *L)
             syscall(SYS_sched_yield); /* too near to sleep: let the device's worker run */
         }
     }
-}
-
-/* scalar_run's argument words (S_*): the address of an array at word i */
-#define P64(i) ((int64_t *)(intptr_t)a[i])
-
-/* The max-iops loop of queue depth 1-2 (EngineLoop._loop_scalar) in C, for a lone
- * workload of reads: its I/Os come from its precomputed ring (5 words each: R_*_COL); each
- * completion's slot row is copied whole into the records (pend) with its result and time, and
- * the slot takes the ring's next I/O; the batch's slots go out together with the wait for the
- * next completion, with no code between io_submit and io_getevents: a device whose completion
- * needs a kernel worker (a loop device's) has it woken by the submission, often onto this CPU,
- * where it waits for the submitter to sleep (in C on the 2-core VM, 1 us of work between the
- * two calls took a QD1 loop device from 84,000 to 64,000 IOPS, 3 us to 38,000; the Python
- * loop spent 2-3 us there and 5-6 us of user CPU per I/O in all). With BUSY_SPIN_NS (busy_poll)
- * it looks for the completion in the mapped ring instead, until BUSY_SPIN_NS after the last
- * completion, and only then blocks; past BUSY_HOT_NS after it, it yields the core between looks
- * (slave.engine.tuning says what each bought). Its argument
- * words (S_*, prepended by paced_kernel.py) hold the array addresses and the scalars; its state
- * words (SS_*) the ring cursor and length, the records' count, the held slots (submitted with
- * the next wait), and what a return leaves for Python: completions reaped past the boundary
- * (SS_N at SS_T, in the engine's events), the slots the ring had no next I/O for (SS_NEED*),
- * how many of the held slots io_submit took when it did not take them all (SS_SUB_DONE, -1:
- * failed). Returns an SR_* code. */
-int64_t scalar_run(const int64_t *a)
-{
-    const int64_t ctx = a[S_CTX], nr = a[S_EVENTS_CAP];
-    int64_t *rows = P64(S_ROWS), *pend = P64(S_PEND), *ev = P64(S_EVENTS), *st = P64(S_ST);
-    const int64_t *ring = P64(S_RING), *iocb_addr = P64(S_IOCB_ADDR);
-    const int64_t boundary = a[S_BOUNDARY], wake = a[S_WAKE], flush_at = a[S_FLUSH_AT];
-    const int64_t block = a[S_BLOCK_WAIT], rlen = st[SS_RLEN], spin = a[S_BUSY_SPIN_NS];
-    const int64_t hot = a[S_BUSY_HOT_NS];
-    const int64_t *ring_ev = P64(S_RING_EVENTS);
-    volatile uint32_t *hdr = (volatile uint32_t *)(intptr_t)a[S_RING_HEADER];
-    int64_t cur = st[SS_CUR], p = st[SS_P], nheld = st[SS_NHELD];
-    int64_t ptrs[SS_MAX_HELD];
-    int64_t code, last_done = now_ns();
-    st[SS_N] = 0;
-    st[SS_NNEED] = 0;
-    for (;;) {
-        int64_t now = now_ns();
-        if (now >= wake) {
-            code = SR_WAKE;
-            break;
-        }
-        int64_t left = boundary - now < block ? boundary - now : block;
-        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
-        if (nheld) {
-            int64_t t_sub = now_ns();
-            for (int64_t q = 0; q < nheld; q++) {
-                int64_t slot = st[SS_HELD0 + q];
-                rows[ROW_WORDS * slot + C_SUBMIT] = t_sub;
-                rows[ROW_WORDS * slot + C_SCHED] = t_sub;
-                ptrs[q] = iocb_addr[slot];
-            }
-            long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)nheld, (void *)ptrs);
-            if (done != nheld) {
-                st[SS_SUB_DONE] = done;
-                code = SR_SUBMIT; /* the held slots stay: Python learns why, or submits */
-                break;
-            }
-            nheld = 0;
-        }
-        long got;
-        if (spin) { /* busy_poll: look in the ring (yielding past hot) until spin, then block */
-            got = ring_take(hdr, ring_ev, ev, nr);
-            if (!got)
-                got = look_then_block((unsigned long)ctx, hdr, ring_ev, ev, nr, wake,
-                                      now + left, last_done + spin, last_done + hot, 0);
-        } else {
-            got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)nr, (void *)ev, &ts);
-        }
-        if (got <= 0)
-            continue; /* the timeout, or interrupted: look at the time again */
-        int64_t t = now_ns();
-        last_done = t;
-        if (t >= boundary) {
-            st[SS_N] = got;
-            st[SS_T] = t;
-            code = SR_LATE;
-            break;
-        }
-        for (int64_t i = 0; i < got; i++) {
-            int64_t slot = ev[4 * i];
-            int64_t *row = rows + ROW_WORDS * slot;
-            record_slot(pend + ROW_WORDS * p, row, ev + 4 * i, t);
-            p += 1;
-            if (cur >= rlen || nheld >= SS_MAX_HELD) { /* Python refills and submits it */
-                st[SS_NEED0 + st[SS_NNEED]] = slot;
-                st[SS_NNEED] += 1;
-                continue;
-            }
-            const int64_t *io = ring + 5 * cur;
-            cur += 1;
-            row[W_OPCODE_FD] = io[R_OPFD_COL];
-            row[W_OFFSET] = io[R_OFF_COL];
-            row[C_CAT] = io[R_CAT_COL];
-            st[SS_HELD0 + nheld] = slot;
-            nheld += 1;
-        }
-        if (st[SS_NNEED]) {
-            code = SR_REFILL;
-            break;
-        }
-        if (p >= flush_at) {
-            code = SR_FLUSH;
-            break;
-        }
-    }
-    st[SS_CUR] = cur;
-    st[SS_P] = p;
-    st[SS_NHELD] = nheld;
-    return code;
 }

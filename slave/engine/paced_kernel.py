@@ -41,13 +41,12 @@ alone (DFC's, of every workload at every boundary) is made in the kernel's own a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 
-The same shared object carries the max-iops loop of queue depth 1-2 (blocking, or polling for
-``busy_poll``) for a lone workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s
-turn: S_*, SS_* and SR_* words), which leaves no code between a submission and the wait for
-the next completion (see the C). A lone max-iops workload of a larger depth runs in
-``paced_run``: its ring of whole iocbs (``ring_run``) went, as ``paced_run`` read as many IOPS
-at QD32 with half the user CPU per I/O or less (tmpfs loop device, interleaved rounds:
-267,000 against 269,000 IOPS, 0.11 against 0.41 us).
+``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too. At queue
+depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in the ring
+for ``busy_poll``), with no code between a submission and the wait, as its own loop
+(``scalar_run``) did. Deeper, its ring of whole iocbs (``ring_run``) went, as ``paced_run``
+read as many IOPS at QD32 with a quarter of the user CPU per I/O (tmpfs loop device,
+interleaved rounds: 267,000 against 269,000 IOPS, 0.11 against 0.41 us).
 """
 
 from __future__ import annotations
@@ -103,24 +102,6 @@ _U64: Final = (1 << 64) - 1
 # batch is recorded)
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
-# ``scalar_run`` (the queue-depth 1-2 max-iops loop in C): its argument words, its state
-# words and its result codes
-_SCALAR_ARGS: Final = (
-    "CTX", "EVENTS_CAP", "ROWS", "PEND", "EVENTS", "ST", "RING", "IOCB_ADDR",
-    "BOUNDARY", "WAKE", "FLUSH_AT", "BLOCK_WAIT", "RING_HEADER", "RING_EVENTS", "BUSY_SPIN_NS",
-    "BUSY_HOT_NS",
-)
-S: Final = {name: i for i, name in enumerate(_SCALAR_ARGS)}
-SS_MAX_HELD: Final = 4  # slots held for the next submission (the loop's depth is <= 2)
-SS_CUR, SS_RLEN, SS_P, SS_NHELD, SS_HELD0 = 0, 1, 2, 3, 4
-SS_N, SS_T, SS_NNEED, SS_NEED0 = 8, 9, 10, 11
-SS_SUB_DONE: Final = 15
-SS_WORDS: Final = 16
-# ``wake`` came (held slots not submitted: the caller submits them); completions reaped past
-# the boundary (``SS_N`` at ``SS_T``, in the engine's events; nothing held); slots the ring had
-# no next I/O for (``SS_NEED*``); the records reached ``FLUSH_AT`` (held slots stay held);
-# io_submit took ``SS_SUB_DONE`` (-1: none) of the held slots (they stay held)
-SR_WAKE, SR_LATE, SR_REFILL, SR_FLUSH, SR_SUBMIT = range(5)
 
 
 # slot row words (the iocb's, ``aio_abi.W_*``, then the loop's bookkeeping, ``layout.C_*``)
@@ -156,8 +137,7 @@ def source() -> str:
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
-    defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
-    for prefix in ("R_", "SS_", "SR_"):  # the loops' state words, codes
+    for prefix in ("R_",):  # the loop's result codes
         defines.update({k: v for k, v in globals().items()
                         if k.startswith(prefix) and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
@@ -176,7 +156,6 @@ _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 _origin: str | None = None  # where the loaded object came from
 
@@ -273,7 +252,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Load the kernel once per process: the object shipped for this host, else one built
     here (or found in the cache); on failure note why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _scalar_fn, _why_not, _origin
+    global _fn, _gen_fn, _retime_fn, _why_not, _origin
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -308,36 +287,22 @@ def _load() -> None:
     if differs is not None:  # an object of another source under this one's name
         _why_not = f"the compiled paced loop does not match this slave: {differs}"
         return
-    fn = _run_function(lib, "paced_run")
+    fn = lib.paced_run
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int64
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     gen.restype = None
     retime_fn = lib.paced_retime
     retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     retime_fn.restype = None
-    scalar_fn = _run_function(lib, "scalar_run")
-    _fn, _gen_fn, _retime_fn, _scalar_fn = fn, gen, retime_fn, scalar_fn
-
-
-def _run_function(lib: ctypes.CDLL, name: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """One of the loops' turns: ``int64_t name(const int64_t *args)``."""
-    fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p]
-    fn.restype = ctypes.c_int64
-    return fn
+    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
 
 
 def available() -> bool:
     """Whether the compiled loop can run here (built and loaded, or loaded from the cache)."""
     _load()
     return _fn is not None
-
-
-def scalar_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """The compiled ``scalar_run`` (one argument: the address of its ``S_*`` words; it releases
-    the GIL while it runs), or None where the kernel is not available."""
-    _load()
-    return _scalar_fn
 
 
 def why_not() -> str | None:

@@ -189,6 +189,13 @@ def test_busy_poll_blocks_once_it_has_spun_long_enough(
     assert stats.lat[0, 0, 1] > 0
 
 
+def _stats_in_one_region() -> tuple[WorkloadStats, WorkloadStats]:
+    """A workload's two stats buffers in one region, as a worker's are (the compiled loop bins
+    into such a region only)."""
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    return WorkloadStats(region[: WorkloadStats.SIZE]), WorkloadStats(region[WorkloadStats.SIZE :])
+
+
 @needs_aio
 @pytest.mark.parametrize(
     ("iodepth", "compiled"),
@@ -215,9 +222,7 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled:
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
-    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)  # one region, as a worker's
-    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
-             WorkloadStats(region[WorkloadStats.SIZE :]))
+    stats = _stats_in_one_region()
     loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
     os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
     ctl = Control(1)
@@ -404,8 +409,9 @@ def test_loop_device_writes_verify(loop_device: str) -> None:
 def test_depth_one_and_two_over_several_subintervals(
     lun_file: str, iodepth: int, busy_poll: bool, writes: bool
 ) -> None:
-    """The scalar loop (queue depth <= 2): every subinterval records, service <= response,
-    written blocks verify."""
+    """A lone workload of queue depth <= 2 (in the compiled loop where it can run, its stats
+    in one region as a worker's): every subinterval records, service <= response, written
+    blocks verify."""
     start, end = 1 * MiB, 1 * MiB + 64 * 4096
     p = WorkloadParams(iodepth=iodepth, busy_poll=busy_poll, seed=3,
                        read_fraction=0.0 if writes else 1.0,
@@ -415,7 +421,7 @@ def test_depth_one_and_two_over_several_subintervals(
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(lun_file, writable=writes, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
+    stats = _stats_in_one_region()
     loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
     per_sub: list[int] = []
 

@@ -17,7 +17,7 @@ from slave.engine.loop import EngineLoop
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory
-from tests.slave.test_engine_scalar_run import (
+from tests.slave.test_engine_lone_shallow import (
     _compiled,
     _Control,
     _device_reads_of_run,
