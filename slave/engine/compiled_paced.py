@@ -16,7 +16,7 @@ from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import IoEngine, KernelHandles
 from slave.engine.layout import R_OPFD, R_SCHED
-from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.engine.loop_state import LoopWorkload, set_ring
 
 if TYPE_CHECKING:
@@ -54,8 +54,8 @@ class CompiledPaced:
         # the ring's planned write data, by address (set with the ring)
         self.pool_rows = np.zeros(k, dtype=np.int64)
         self.stamps = np.zeros(k, dtype=np.int64)
-        # each workload's generator (``pk.G``) and how many I/Os its ring array holds
-        self.gen = np.zeros((k, pk.GEN_WORDS), dtype=np.int64)
+        # each workload's generator (``struct ivy_gen``) and how many I/Os its ring array holds
+        self.gen = np.zeros(k, dtype=GEN_DTYPE)
         self.rcap = np.zeros(k, dtype=np.int64)
         self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
         self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
@@ -177,7 +177,7 @@ class CompiledPaced:
             self.gen[i] = 0  # Python refills it (R_REFILL)
             return
         fd = w.spec.fd
-        self.gen[i] = pk.generator_words(
+        self.gen[i] = pk.generator(
             gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd),
             None if w.pattern is None else w.pattern.next_serial)
 
@@ -185,16 +185,16 @@ class CompiledPaced:
         """Give workload ``i``'s sequencer and write pattern back what the kernel generated
         since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
         place, from the top) with their directions and planned data."""
-        g = self.gen[i]
-        made = int(g[pk.G["MADE"]])
-        if not made and not g[pk.G["RESYNC"]]:
+        gen = self.gen
+        made = int(gen["made"][i])
+        if not made and not gen["resync"][i]:
             return
         w = self.ws[i]
         if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
             w.seq.rerate(w.spec.params)
-        progress, serial = pk.generator_progress(g)
+        progress, serial = pk.generator_progress(gen[i])
         w.seq.resume(*progress)
-        g[pk.G["RESYNC"]] = 0
+        gen["resync"][i] = 0
         if not made:  # retimed in place: the ring stands
             return
         n = int(self.rlen[i])
@@ -206,7 +206,7 @@ class CompiledPaced:
                 plan = (w.ring_pool_rows[:n], w.ring_stamps[:n])
         is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
         set_ring(w, ring, is_write, plan)
-        g[pk.G["MADE"]] = 0
+        gen["made"][i] = 0
 
     def unload(self) -> None:
         """Give the workloads back their free slots, cursors and what the kernel generated

@@ -1,14 +1,56 @@
 /* The compiled loop's state and arguments: one struct, struct ivy_loop, declared once here as
  * the list IVY_LOOP_FIELDS (type, name) and mirrored field for field, in order, by
- * slave.engine.loop_args.LoopArgs (a ctypes.Structure). The compiled object tells its own
- * layout (ivy_loop_layout: the struct's size, then each field's offset and size; and
- * ivy_loop_names: the fields' names, each ended by a NUL), which the loader and a test compare
- * with the Python mirror's. Owns the names, types and order of the fields; it must not hold
+ * slave.engine.loop_args.LoopArgs (a ctypes.Structure); and each workload's generator, struct
+ * ivy_gen (IVY_GEN_FIELDS), mirrored by the numpy dtype loop_args.GEN_DTYPE. The compiled
+ * object tells their layouts (ivy_loop_layout, ivy_gen_layout: the struct's size, then each
+ * field's offset and size; ivy_loop_names, ivy_gen_names: the fields' names, a space after
+ * each), which the loader and a test compare with the Python mirrors'. Owns the names, types and order of the fields; it must not hold
  * code. Pointers are the addresses of arrays Python owns and keeps alive; "of addresses" means
  * an array of one address per workload. Units are in the names (_ns). paced_kernel.py includes
  * this file in the source it compiles (and in the source's hash), in place of its #include. */
 #include <stddef.h>
 #include <stdint.h>
+
+/* a workload's generator (struct ivy_gen, mirrored by loop_args.GEN_DTYPE): whether the loop
+ * generates its I/Os (on), then its Sequencer's stream as Sequencer.generator_state gives it
+ * (numpy's PCG64 state and increment in 64-bit halves, high first; the block range, the hot
+ * zone, the read fraction, the sequential position; the schedule: Poisson or even, its period,
+ * start, index and last arrival, whether the first arrival is still due), the opcode-and-
+ * descriptor words of a read and a write, whether its writes' data is planned and the next
+ * write serial, how many I/Os the loop generated since the row was written (made: 0, none to
+ * give back) and whether it moved the stream or the schedule otherwise (resync: a retime) */
+#define IVY_GEN_FIELDS(X) \
+    X(int64_t, on) \
+    X(uint64_t, state_hi) \
+    X(uint64_t, state_lo) \
+    X(uint64_t, inc_hi) \
+    X(uint64_t, inc_lo) \
+    X(int64_t, first_bytes) \
+    X(int64_t, n_blocks) \
+    X(int64_t, blocksize_bytes) \
+    X(int64_t, n_hot) \
+    X(double, hot_share) \
+    X(double, read_fraction) \
+    X(int64_t, sequential) \
+    X(int64_t, seq_next) \
+    X(int64_t, poisson) \
+    X(double, period_ns) \
+    X(int64_t, sched_base_ns) \
+    X(int64_t, sched_k) \
+    X(double, sched_last_ns) \
+    X(int64_t, first_due) \
+    X(int64_t, op_read) \
+    X(int64_t, op_write) \
+    X(int64_t, planned) \
+    X(int64_t, serial) \
+    X(int64_t, made) \
+    X(int64_t, resync)
+
+#define IVY_FIELD(type, name) type name;
+struct ivy_gen {
+    IVY_GEN_FIELDS(IVY_FIELD)
+};
+#undef IVY_FIELD
 
 #define IVY_LOOP_FIELDS(X) \
     /* the engine: the kernel's mapped completion ring (its header words and events), the \
@@ -69,8 +111,8 @@
     X(int64_t, wake_early_ns) \
     X(int64_t, control_fd) \
     X(int64_t, poll_ns) \
-    /* the generator rows (GEN_WORDS each), each ring's capacity, how many a refill makes */ \
-    X(int64_t *, gen) \
+    /* each workload's generator, its ring's capacity, how many I/Os a refill makes */ \
+    X(struct ivy_gen *, gen) \
     X(const int64_t *, rcap) \
     X(int64_t, gen_ios) \
     /* the max-iops workloads' waits; lone: the set is one max-iops workload of queue depth \

@@ -1,10 +1,12 @@
 """The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
-that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order, and
-the check of that mirror against the layout the compiled object reports of itself.
+that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
+``GEN_DTYPE``, the numpy dtype that mirrors each workload's ``struct ivy_gen``; and the check of
+both mirrors against the layouts the compiled object reports of itself.
 
-Owns the Python side of the struct: its fields' names, order and C types, keeping alive the
-arrays whose addresses it holds, and the comparison with the compiled layout. It must not
-build or load the compiled object (``paced_kernel``), or know what the loop does with a field.
+Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
+arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
+must not build or load the compiled object (``paced_kernel``), or know what the loop does with
+a field.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ FIELDS: Final[tuple[tuple[str, Any], ...]] = (
     ("sub_done", _I), ("sub_n", _I), ("refill", _I), ("mean_ns", _I),
 )
 
+#: ``struct ivy_gen``'s fields in the header's order (``IVY_GEN_FIELDS``): a workload's
+#: generator, one element of the array ``LoopArgs.gen`` points at
+GEN_DTYPE: Final = np.dtype([
+    ("on", "<i8"), ("state_hi", "<u8"), ("state_lo", "<u8"), ("inc_hi", "<u8"),
+    ("inc_lo", "<u8"), ("first_bytes", "<i8"), ("n_blocks", "<i8"), ("blocksize_bytes", "<i8"),
+    ("n_hot", "<i8"), ("hot_share", "<f8"), ("read_fraction", "<f8"), ("sequential", "<i8"),
+    ("seq_next", "<i8"), ("poisson", "<i8"), ("period_ns", "<f8"), ("sched_base_ns", "<i8"),
+    ("sched_k", "<i8"), ("sched_last_ns", "<f8"), ("first_due", "<i8"), ("op_read", "<i8"),
+    ("op_write", "<i8"), ("planned", "<i8"), ("serial", "<i8"), ("made", "<i8"),
+    ("resync", "<i8"),
+])
+
 #: a layout: the struct's size, then (name, offset, size) of each field in order
 Layout = tuple[int, tuple[tuple[str, int, int], ...]]
 
@@ -65,34 +79,42 @@ class LoopArgs(ctypes.Structure):
         setattr(self, name, a.ctypes.data)
 
 
-def python_layout() -> Layout:
-    """``LoopArgs``' layout as ctypes lays it out."""
+def python_layout(struct: str = "ivy_loop") -> Layout:
+    """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
+    out; ``ivy_gen``: ``GEN_DTYPE`` as numpy does)."""
+    if struct == "ivy_gen":
+        fields_of = GEN_DTYPE.fields
+        assert fields_of is not None
+        return GEN_DTYPE.itemsize, tuple(
+            (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
+            for name in GEN_DTYPE.names or ())
     fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
                    for name, _ in FIELDS)
     return ctypes.sizeof(LoopArgs), fields
 
 
-def compiled_layout(lib: ctypes.CDLL) -> Layout:
-    """``struct ivy_loop``'s layout as the compiled object ``lib`` reports it
-    (``ivy_loop_layout``; ``ivy_loop_names``: the names, a space after each)."""
-    start = ctypes.addressof(ctypes.c_char.in_dll(lib, "ivy_loop_names"))
+def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
+    """``struct``'s layout as the compiled object ``lib`` reports it (``<struct>_layout``;
+    ``<struct>_names``: the names, a space after each)."""
+    start = ctypes.addressof(ctypes.c_char.in_dll(lib, f"{struct}_names"))
     names = ctypes.string_at(start).decode("ascii").split()
-    words = (ctypes.c_int64 * (1 + 2 * len(names))).in_dll(lib, "ivy_loop_layout")
+    words = (ctypes.c_int64 * (1 + 2 * len(names))).in_dll(lib, f"{struct}_layout")
     return int(words[0]), tuple((name, int(words[1 + 2 * i]), int(words[2 + 2 * i]))
                                 for i, name in enumerate(names))
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How ``LoopArgs`` differs from the compiled ``struct ivy_loop`` (the first field that
-    differs, or the size), or None when they agree."""
-    py_size, py_fields = python_layout()
-    c_size, c_fields = compiled_layout(lib)
-    for i in range(max(len(py_fields), len(c_fields))):
-        py = py_fields[i] if i < len(py_fields) else None
-        c = c_fields[i] if i < len(c_fields) else None
-        if py != c:
-            return (f"struct ivy_loop field {i}: compiled (name, offset, size) {c}, "
-                    f"the Python mirror's {py}")
-    if py_size != c_size:
-        return f"struct ivy_loop is {c_size} bytes compiled, {py_size} in the Python mirror"
+    """How a Python mirror differs from its compiled struct (``ivy_loop``, then ``ivy_gen``:
+    the first field that differs, or the size), or None when both agree."""
+    for struct in ("ivy_loop", "ivy_gen"):
+        py_size, py_fields = python_layout(struct)
+        c_size, c_fields = compiled_layout(lib, struct)
+        for i in range(max(len(py_fields), len(c_fields))):
+            py = py_fields[i] if i < len(py_fields) else None
+            c = c_fields[i] if i < len(c_fields) else None
+            if py != c:
+                return (f"struct {struct} field {i}: compiled (name, offset, size) {c}, "
+                        f"the Python mirror's {py}")
+        if py_size != c_size:
+            return f"struct {struct} is {c_size} bytes compiled, {py_size} in the Python mirror"
     return None

@@ -159,7 +159,7 @@ def _retime_loaded(self: EngineLoop, edits: Sequence[tuple[str, WorkloadParams]]
     if cp is None or not cp.loaded:
         return False
     pos_of = cp.pos_of
-    on = cp.gen[:, pk.G["ON"]].tolist()
+    on = cp.gen["on"].tolist()
     ws = cp.ws
     chosen: dict[int, WorkloadParams] = {}
     for workload_id, params in edits:

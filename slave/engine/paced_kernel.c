@@ -1,6 +1,6 @@
 /* The paced loop's turn in C: see slave/engine/paced_kernel.py, which owns this file, compiles
  * it with the host's C compiler and prepends the #defines it uses (the result codes R_*, the
- * generator words G_*, the slot row and stats layouts). One function, paced_run, as
+ * slot row and stats layouts). One function, paced_run, as
  * EngineLoop._loop_paced, over one struct ivy_loop (ivy_loop.h: its arguments and its state
  * across runs): record what completed and free its slots, submit every
  * due I/O of every workload with a free slot in one io_submit (a write with its planned data
@@ -10,7 +10,7 @@
  * submission; with one in flight, a wait looks in the ring before it blocks (await_events, as
  * the lone max-iops loops do). A workload
  * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
- * Sequencer's stream (G_* words), or, where it cannot, from Python. It returns to Python (an
+ * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to Python (an
  * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
  * part, and a control poll; for the poll only when the control's descriptor (control_fd) has
  * something, or when it has none. paced_retime makes an edit of workloads' rates in its arrays
@@ -24,14 +24,19 @@
 #include <sys/syscall.h>
 #include "ivy_loop.h"
 
-/* struct ivy_loop's layout as compiled: its size, then each field's offset and size, in
- * order; and the fields' names, each followed by a space (slave.engine.loop_args checks its
- * mirror against them) */
+/* struct ivy_loop's and struct ivy_gen's layouts as compiled: each one's size, then each
+ * field's offset and size, in order; and the fields' names, each followed by a space
+ * (slave.engine.loop_args checks its mirrors against them) */
 #define IVY_LAYOUT(type, name) \
     (int64_t)offsetof(struct ivy_loop, name), (int64_t)sizeof(((struct ivy_loop *)0)->name),
 #define IVY_NAME(type, name) #name " "
 const int64_t ivy_loop_layout[] = {(int64_t)sizeof(struct ivy_loop), IVY_LOOP_FIELDS(IVY_LAYOUT)};
 const char ivy_loop_names[] = IVY_LOOP_FIELDS(IVY_NAME);
+#undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_gen, name), (int64_t)sizeof(((struct ivy_gen *)0)->name),
+const int64_t ivy_gen_layout[] = {(int64_t)sizeof(struct ivy_gen), IVY_GEN_FIELDS(IVY_LAYOUT)};
+const char ivy_gen_names[] = IVY_GEN_FIELDS(IVY_NAME);
 #undef IVY_LAYOUT
 #undef IVY_NAME
 
@@ -188,65 +193,53 @@ static inline double pcg_double(__uint128_t *state, __uint128_t inc)
     return (double)(v >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* a 128-bit value in two words, high first (G_STATE_HI, G_STATE_LO; G_INC_HI, G_INC_LO) */
-static inline __uint128_t word_pair(const int64_t *g, int64_t hi)
+/* a 128-bit value kept in two 64-bit halves, high first */
+static inline __uint128_t pair(uint64_t hi, uint64_t lo)
 {
-    return ((__uint128_t)(uint64_t)g[hi] << 64) | (uint64_t)g[hi + 1];
+    return ((__uint128_t)hi << 64) | lo;
 }
 
-static inline void put_word_pair(int64_t *g, int64_t hi, __uint128_t v)
+/* the stream's state back into the generator */
+static inline void put_state(struct ivy_gen *g, __uint128_t v)
 {
-    g[hi] = (int64_t)(uint64_t)(v >> 64);
-    g[hi + 1] = (int64_t)(uint64_t)v;
-}
-
-static inline double word_double(int64_t w)
-{
-    double d;
-    memcpy(&d, &w, sizeof d);
-    return d;
-}
-
-static inline int64_t double_word(double d)
-{
-    int64_t w;
-    memcpy(&w, &d, sizeof w);
-    return w;
+    g->state_hi = (uint64_t)(v >> 64);
+    g->state_lo = (uint64_t)v;
 }
 
 /* the scheduled times of m I/Os at ring (rows of 5 words) as Sequencer._sched makes them, bit
  * for bit: evenly spaced, base + round(k * period) as numpy rounds (half to even); or Poisson
  * (Sequencer._poisson), each gap drawn by inversion, -log1p(-u) * period, with the C library's
  * log1p (math.log1p calls the same), and added to the last time in turn. A Poisson schedule's
- * first arrival (FIRST_DUE) is at its start: its gap is drawn and dropped, as in Python */
-static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __uint128_t inc)
+ * first arrival (first_due) is at its start: its gap is drawn and dropped, as in Python */
+static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m, __uint128_t *st,
+                     __uint128_t inc)
 {
-    const double period = word_double(g[G_PERIOD]);
+    const double period = g->period_ns;
     if (!(period > 0.0)) { /* max iops: no schedule (0: the submit time), no draw, as in Python */
         for (int64_t i = 0; i < m; i++)
             ring[5 * i + R_SCHED_COL] = 0;
         return;
     }
-    if (g[G_POISSON]) {
-        double last = word_double(g[G_SCHED_LAST]);
+    if (g->poisson) {
+        double last = g->sched_last_ns;
         for (int64_t i = 0; i < m; i++) {
             /* volatile: the product is rounded before the sum, as numpy rounds it; a compiler
              * may otherwise fuse the two into one multiply-add, rounded once (GCC does by
              * default where the CPU has one, as every aarch64 does) */
             volatile double gap = -log1p(-pcg_double(st, inc)) * period;
-            if (g[G_FIRST_DUE]) {
+            if (g->first_due) {
                 gap = 0.0;
-                g[G_FIRST_DUE] = 0;
+                g->first_due = 0;
             }
             last += gap;
             ring[5 * i + R_SCHED_COL] = (int64_t)last;
         }
-        g[G_SCHED_LAST] = double_word(last);
+        g->sched_last_ns = last;
     } else {
-        const int64_t base = g[G_SCHED_BASE], k0 = g[G_SCHED_K];
+        const int64_t base = g->sched_base_ns, k0 = g->sched_k;
         for (int64_t i = 0; i < m; i++)
             ring[5 * i + R_SCHED_COL] = base + (int64_t)nearbyint((double)(k0 + i) * period);
-        g[G_SCHED_K] = k0 + m;
+        g->sched_k = k0 + m;
     }
 }
 
@@ -257,24 +250,24 @@ static void schedule(int64_t *g, int64_t *ring, int64_t m, __uint128_t *st, __ui
  * (WritePattern.plan: a pool row and stamps for each I/O, by serial number) */
 static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
-    int64_t *g = L->gen + GEN_WORDS * k;
+    struct ivy_gen *g = &L->gen[k];
     int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
-    __uint128_t st = word_pair(g, G_STATE_HI);
-    const __uint128_t inc = word_pair(g, G_INC_HI);
-    const int64_t first = g[G_FIRST], nb = g[G_N_BLOCKS], bs = g[G_BLOCKSIZE];
-    const int64_t nhot = g[G_N_HOT];
-    if (g[G_SEQUENTIAL]) {
-        int64_t next = g[G_SEQ_NEXT];
+    __uint128_t st = pair(g->state_hi, g->state_lo);
+    const __uint128_t inc = pair(g->inc_hi, g->inc_lo);
+    const int64_t first = g->first_bytes, nb = g->n_blocks, bs = g->blocksize_bytes;
+    const int64_t nhot = g->n_hot;
+    if (g->sequential) {
+        int64_t next = g->seq_next;
         for (int64_t i = 0; i < m; i++) {
             ring[5 * i + R_OFF_COL] = first + next * bs;
             next = next + 1 == nb ? 0 : next + 1;
         }
-        g[G_SEQ_NEXT] = next;
+        g->seq_next = next;
     } else {
         for (int64_t i = 0; i < m; i++)
             ring[5 * i + R_OFF_COL] = (int64_t)(pcg_double(&st, inc) * (double)nb);
         if (nhot) { /* the choice first, for all (kept in the submit column), then the offsets */
-            const double share = word_double(g[G_HOT_SHARE]);
+            const double share = g->hot_share;
             for (int64_t i = 0; i < m; i++)
                 ring[5 * i + R_SUBMIT_COL] = pcg_double(&st, inc) < share;
             for (int64_t i = 0; i < m; i++)
@@ -284,20 +277,20 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
         for (int64_t i = 0; i < m; i++)
             ring[5 * i + R_OFF_COL] = ring[5 * i + R_OFF_COL] * bs + first;
     }
-    const double rf = word_double(g[G_READ_FRACTION]);
-    const int64_t seq_cat = g[G_SEQUENTIAL] ? 2 : 0;
+    const double rf = g->read_fraction;
+    const int64_t seq_cat = g->sequential ? 2 : 0;
     for (int64_t i = 0; i < m; i++) {
         int64_t w = rf >= 1.0 ? 0 : rf <= 0.0 ? 1 : pcg_double(&st, inc) >= rf;
-        ring[5 * i + R_OPFD_COL] = w ? g[G_OP_WRITE] : g[G_OP_READ];
+        ring[5 * i + R_OPFD_COL] = w ? g->op_write : g->op_read;
         ring[5 * i + R_CAT_COL] = w + seq_cat;
         ring[5 * i + R_SUBMIT_COL] = 0;
     }
     schedule(g, ring, m, &st, inc);
-    if (g[G_PLANNED]) {
+    if (g->planned) {
         int64_t *pool_rows = (int64_t *)(intptr_t)L->pool_rows[k];
         int64_t *stamps = (int64_t *)(intptr_t)L->stamps[k];
         const int64_t n_stamps = L->n_stamps[k];
-        int64_t serial = g[G_SERIAL];
+        int64_t serial = g->serial;
         for (int64_t i = 0; i < m; i++, serial++) {
             pool_rows[i] = serial % POOL_BLOCKS;
             for (int64_t sec = 0; sec < n_stamps; sec++) {
@@ -305,10 +298,10 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
                 stamps[2 * (n_stamps * i + sec) + 1] = serial;
             }
         }
-        g[G_SERIAL] = serial;
+        g->serial = serial;
     }
-    put_word_pair(g, G_STATE_HI, st);
-    g[G_MADE] += m;
+    put_state(g, st);
+    g->made += m;
     L->rlen[k] = m;
     L->cur[k] = 0;
 }
@@ -320,25 +313,24 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
 }
 
 /* an edit of the rates of workloads ks[0..n) at time at, in place (EngineLoop's
- * _retime_loaded: each one's G_* row holds its new period and schedule start, SCHED_K 0,
- * SCHED_LAST at and, for a Poisson schedule, FIRST_DUE): the I/Os in its ring that were due
+ * _retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
+ * sched_last_ns at and, for a Poisson schedule, first_due): the I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
- * schedule's, as EngineLoop._retime gives them. RESYNC: its Sequencer takes the row back */
+ * schedule's, as EngineLoop._retime gives them. resync: its Sequencer takes the state back */
 void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
 {
     for (int64_t x = 0; x < n; x++) {
         const int64_t k = ks[x];
-        int64_t *g = L->gen + GEN_WORDS * k;
+        struct ivy_gen *g = &L->gen[k];
         int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
         int64_t j = L->cur[k];
         const int64_t end = L->rlen[k];
         while (j < end && ring[5 * j + R_SCHED_COL] < at) /* in time order */
             j++;
-        __uint128_t st = word_pair(g, G_STATE_HI);
-        const __uint128_t inc = word_pair(g, G_INC_HI);
-        schedule(g, ring + 5 * j, end - j, &st, inc);
-        put_word_pair(g, G_STATE_HI, st);
-        g[G_RESYNC] = 1;
+        __uint128_t st = pair(g->state_hi, g->state_lo);
+        schedule(g, ring + 5 * j, end - j, &st, pair(g->inc_hi, g->inc_lo));
+        put_state(g, st);
+        g->resync = 1;
     }
 }
 
@@ -361,14 +353,14 @@ static void put_write_data(const struct ivy_loop *L, int64_t k, int64_t i, char 
 }
 
 /* put workload k (which has a free slot) in the heap at its next I/O's time; when its
- * precomputed I/Os ran out, generate the next ones, or, where this loop cannot (G_ON 0),
+ * precomputed I/Os ran out, generate the next ones, or, where this loop cannot (gen.on 0),
  * mark it for Python's refill */
 static void arm(struct ivy_loop *L, int64_t k)
 {
     int64_t c = L->cur[k];
     if (c >= L->rlen[k]) {
         int64_t m = L->rcap[k] < L->gen_ios ? L->rcap[k] : L->gen_ios;
-        if (!L->gen[GEN_WORDS * k + G_ON] || m < 1) {
+        if (!L->gen[k].on || m < 1) {
             L->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
             L->refill += 1;
             return;

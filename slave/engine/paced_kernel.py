@@ -29,7 +29,8 @@ budget is 150) and its compile took 4-5 s per start from the zipapp, which numba
 Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
 place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
 ``slave.engine.loop_args.LoopArgs`` mirrors; an object whose layout differs from the mirror's
-is not used), its result codes (``R_*``), and the words of each workload's generator (``G_*``):
+is not used; each workload's generator, ``struct ivy_gen``, is an element of a ``GEN_DTYPE``
+array), its result codes (``R_*``), and each workload's generator (``generator``):
 where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
 kernel generates its next I/Os itself when its ring runs out, 512 at a time (``GEN_IOS``:
 7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
@@ -57,7 +58,6 @@ import hashlib
 import os
 import platform
 import shutil
-import struct
 import subprocess
 import tempfile
 from importlib import resources
@@ -72,25 +72,11 @@ from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
 from slave.engine import layout, loop_args
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 from slave.engine.base import SlotTable
-from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.sequencer import GeneratorState
 
-#: a workload's generator words (a row of ``GEN``; doubles as their bits): whether the kernel
-#: generates its I/Os (``ON``), then a ``GeneratorState``, the opcode-and-descriptor words of
-#: a read and a write, whether its writes' data is planned and the next write serial, how
-#: many I/Os the kernel generated since the row was written (``MADE``: 0, no I/Os to give
-#: back) and whether it moved the stream or the schedule otherwise (``RESYNC``: ``retime``)
-_GEN: Final = (
-    "ON", "STATE_HI", "STATE_LO", "INC_HI", "INC_LO", "FIRST", "N_BLOCKS", "BLOCKSIZE",
-    "N_HOT", "HOT_SHARE", "READ_FRACTION", "SEQUENTIAL", "SEQ_NEXT", "POISSON", "PERIOD",
-    "SCHED_BASE", "SCHED_K", "SCHED_LAST", "FIRST_DUE", "OP_READ", "OP_WRITE", "PLANNED",
-    "SERIAL", "MADE", "RESYNC",
-)
-G: Final = {name: i for i, name in enumerate(_GEN)}
-# the C reads each 128-bit value as two words in a row, high first (``word_pair``)
-assert G["STATE_LO"] == G["STATE_HI"] + 1 and G["INC_LO"] == G["INC_HI"] + 1
-GEN_WORDS: Final = len(_GEN)
 _U64: Final = (1 << 64) - 1
+
 
 # what a run returned for (its state in ``LoopArgs``' fields): ``wake_ns`` came (the
 # boundary, or a control poll: one every ``poll_ns`` that finds ``control_fd`` readable, or
@@ -131,9 +117,7 @@ def source() -> str:
     """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
     with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
     hash, which names the cached and the shipped object, cover both)."""
-    defines = {f"G_{name}": i for i, name in enumerate(_GEN)}
-    defines["GEN_WORDS"] = GEN_WORDS
-    defines["POOL_BLOCKS"] = POOL_BLOCKS
+    defines = {"POOL_BLOCKS": POOL_BLOCKS}
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
@@ -335,76 +319,60 @@ def generate(args: LoopArgs, k: int, m: int) -> None:
     _gen_fn(args.address, k, m)
 
 
-def retime(args: LoopArgs, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[np.int64],
+def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArray[np.int64],
            period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
-    """Workloads ``ks`` (rows of ``gen``, the kernel's ``GEN``) take new schedules from
+    """Workloads ``ks`` (elements of ``gen``, the loop's generators) take new schedules from
     ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the I/Os of
     its ring due before ``at_ns`` and not issued keep their times, the rest are retimed, and
-    its row (schedule words, stream) goes on from there, marked ``RESYNC`` for its sequencer
+    its generator (schedule, stream) goes on from there, marked ``resync`` for its sequencer
     to take back."""
     _load()
     assert _retime_fn is not None, _why_not
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    gen[ks, G["PERIOD"]] = period_ns.view(np.int64)
-    gen[ks, G["SCHED_BASE"]] = base_ns
-    gen[ks, G["SCHED_K"]] = 0
-    gen[ks, G["SCHED_LAST"]] = _double_word(float(at_ns))
-    gen[ks, G["FIRST_DUE"]] = gen[ks, G["POISSON"]]
+    gen["period_ns"][ks] = period_ns
+    gen["sched_base_ns"][ks] = base_ns
+    gen["sched_k"][ks] = 0
+    gen["sched_last_ns"][ks] = float(at_ns)
+    gen["first_due"][ks] = gen["poisson"][ks]
     _retime_fn(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
-def _word(u: int) -> int:
-    """An unsigned 64-bit value as the int64 word with its bits."""
-    u &= _U64
-    return u - (1 << 64) if u >> 63 else u
-
-
-def _double_word(x: float) -> int:
-    return int(struct.unpack("<q", struct.pack("<d", x))[0])
-
-
-def _word_double(w: int) -> float:
-    return float(struct.unpack("<d", struct.pack("<q", w))[0])
-
-
-def generator_words(gs: GeneratorState, op_read: int, op_write: int,
-                    next_serial: int | None) -> list[int]:
-    """A workload's generator row (``G_*``), on: ``gs`` and its read and write words;
+def generator(gs: GeneratorState, op_read: int, op_write: int,
+              next_serial: int | None) -> npt.NDArray[np.void]:
+    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write words;
     ``next_serial``: its planned writes' next serial, or None (no data to plan)."""
-    row = [0] * GEN_WORDS
-    row[G["ON"]] = 1
-    row[G["STATE_HI"]] = _word(gs.rng_state >> 64)
-    row[G["STATE_LO"]] = _word(gs.rng_state)
-    row[G["INC_HI"]] = _word(gs.rng_inc >> 64)
-    row[G["INC_LO"]] = _word(gs.rng_inc)
-    row[G["FIRST"]] = gs.first_offset_bytes
-    row[G["N_BLOCKS"]] = gs.n_blocks
-    row[G["BLOCKSIZE"]] = gs.blocksize_bytes
-    row[G["N_HOT"]] = gs.n_hot_blocks
-    row[G["HOT_SHARE"]] = _double_word(gs.hot_zone_fraction)
-    row[G["READ_FRACTION"]] = _double_word(gs.read_fraction)
-    row[G["SEQUENTIAL"]] = int(gs.sequential)
-    row[G["SEQ_NEXT"]] = gs.seq_next
-    row[G["POISSON"]] = int(gs.poisson)
-    row[G["PERIOD"]] = _double_word(gs.period_ns)
-    row[G["SCHED_BASE"]] = gs.sched_base_ns
-    row[G["SCHED_K"]] = gs.sched_k
-    row[G["SCHED_LAST"]] = _double_word(gs.sched_last_ns)
-    row[G["FIRST_DUE"]] = int(gs.first_arrival_due)
-    row[G["OP_READ"]] = op_read
-    row[G["OP_WRITE"]] = op_write
-    row[G["PLANNED"]] = int(next_serial is not None)
-    row[G["SERIAL"]] = next_serial or 0
-    return row
+    g = np.zeros((), dtype=GEN_DTYPE)
+    g["on"] = 1
+    g["state_hi"] = gs.rng_state >> 64
+    g["state_lo"] = gs.rng_state & _U64
+    g["inc_hi"] = gs.rng_inc >> 64
+    g["inc_lo"] = gs.rng_inc & _U64
+    g["first_bytes"] = gs.first_offset_bytes
+    g["n_blocks"] = gs.n_blocks
+    g["blocksize_bytes"] = gs.blocksize_bytes
+    g["n_hot"] = gs.n_hot_blocks
+    g["hot_share"] = gs.hot_zone_fraction
+    g["read_fraction"] = gs.read_fraction
+    g["sequential"] = int(gs.sequential)
+    g["seq_next"] = gs.seq_next
+    g["poisson"] = int(gs.poisson)
+    g["period_ns"] = gs.period_ns
+    g["sched_base_ns"] = gs.sched_base_ns
+    g["sched_k"] = gs.sched_k
+    g["sched_last_ns"] = gs.sched_last_ns
+    g["first_due"] = int(gs.first_arrival_due)
+    g["op_read"] = op_read
+    g["op_write"] = op_write
+    g["planned"] = int(next_serial is not None)
+    g["serial"] = next_serial or 0
+    return g
 
 
-def generator_progress(row: npt.NDArray[np.int64]
+def generator_progress(g: npt.NDArray[np.void] | np.void
                        ) -> tuple[tuple[int, int, int, int, float, bool], int]:
-    """Where the kernel left a generator row: the arguments of ``Sequencer.resume`` (bit
-    generator state, sequential position, schedule start and index, last Poisson arrival,
-    whether the first arrival is still due), and the next write serial."""
-    words = row.tolist()
-    state = ((words[G["STATE_HI"]] & _U64) << 64) | (words[G["STATE_LO"]] & _U64)
-    return ((state, words[G["SEQ_NEXT"]], words[G["SCHED_BASE"]], words[G["SCHED_K"]],
-             _word_double(words[G["SCHED_LAST"]]), bool(words[G["FIRST_DUE"]])),
-            words[G["SERIAL"]])
+    """Where the loop left a generator: the arguments of ``Sequencer.resume`` (bit generator
+    state, sequential position, schedule start and index, last Poisson arrival, whether the
+    first arrival is still due), and the next write serial."""
+    state = (int(g["state_hi"]) << 64) | int(g["state_lo"])
+    return ((state, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
+             float(g["sched_last_ns"]), bool(g["first_due"])), int(g["serial"]))

@@ -1,7 +1,7 @@
-"""The compiled loop's one struct (``slave/engine/ivy_loop.h``) and its Python mirror
-(``slave.engine.loop_args.LoopArgs``): every field's name, offset and size as compiled against
-the mirror's, a mirror that drifted from the header caught and named, and the loader refusing
-an object whose struct differs."""
+"""The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors
+(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``): every field's name, offset and size
+as compiled against the mirror's, a mirror that drifted from the header caught and named, and
+the loader refusing an object whose struct differs."""
 
 from __future__ import annotations
 
@@ -43,6 +43,21 @@ def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
     assert [off for _, off, _ in c_fields] == [8 * i for i in range(len(c_fields))]
 
 
+@needs_cc
+def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
+    lib = _compile(tmp_path, pk.source())
+    c_size, c_fields = loop_args.compiled_layout(lib, "ivy_gen")
+    assert [f[0] for f in c_fields] == list(loop_args.GEN_DTYPE.names or ())
+    assert (c_size, c_fields) == loop_args.python_layout("ivy_gen")
+    assert c_size == loop_args.GEN_DTYPE.itemsize == 8 * len(c_fields)
+    # the C's doubles are numpy's doubles, its 128-bit halves unsigned
+    kinds = {name: loop_args.GEN_DTYPE[name].kind for name in loop_args.GEN_DTYPE.names or ()}
+    assert sorted(n for n, k in kinds.items() if k == "f") == [
+        "hot_share", "period_ns", "read_fraction", "sched_last_ns"]
+    assert sorted(n for n, k in kinds.items() if k == "u") == [
+        "inc_hi", "inc_lo", "state_hi", "state_lo"]
+
+
 def _header_edited(old: str, new: str) -> str:
     src = pk.source()
     assert src.count(old) == 1, old
@@ -61,11 +76,17 @@ def _header_edited(old: str, new: str) -> str:
     # a field added at the end
     ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
      "field 61: compiled (name, offset, size) ('extra', 488, 8), the Python mirror's None"),
+    # a generator's fields swapped
+    ("X(double, hot_share) \\\n    X(double, read_fraction)",
+     "X(double, read_fraction) \\\n    X(double, hot_share)",
+     "field 9: compiled (name, offset, size) ('read_fraction', 72, 8), the Python mirror's "
+     "('hot_share', 72, 8)"),
 ])
 def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
                                                       said: str) -> None:
     lib = _compile(tmp_path, _header_edited(old, new))
-    assert loop_args.layout_difference(lib) == f"struct ivy_loop {said}"
+    struct = "ivy_gen" if "hot_share" in old else "ivy_loop"
+    assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
 
 
 def test_a_pointer_field_takes_a_contiguous_array_and_keeps_it() -> None:

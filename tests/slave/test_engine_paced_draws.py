@@ -47,7 +47,7 @@ class _Kernel:
         gs = seq.generator_state()
         assert gs is not None
         self.ring = np.zeros((_CAP, 5), dtype=np.int64)
-        self.gen = np.array([pk.generator_words(gs, _READ, _WRITE, None)], dtype=np.int64)
+        self.gen = np.stack([pk.generator(gs, _READ, _WRITE, None)])
         self.cur = np.zeros(1, dtype=np.int64)
         self.rlen = np.zeros(1, dtype=np.int64)
         self.phase = np.array([seq.phase_fraction])

@@ -203,7 +203,7 @@ def _sequencer(params: WorkloadParams) -> Sequencer:
 
 
 def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times: int = 1
-                     ) -> tuple[list[npt.NDArray[np.int64]], npt.NDArray[np.int64]]:
+                     ) -> tuple[list[npt.NDArray[np.int64]], np.void]:
     """The kernel's generator run ``times`` over ``seq`` (as its ring runs out), ``m`` I/Os
     each; each time's (m, 5) ring, pool rows and stamps, side by side; and the row."""
     gs = seq.generator_state()
@@ -212,8 +212,8 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
     ring = np.zeros((m, 5), dtype=np.int64)
     pool_rows = np.zeros(m, dtype=np.int64)
     stamps = np.zeros((m, n_stamps, 2), dtype=np.int64)
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD,
-                                       None if pattern is None else pattern.next_serial)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD,
+                                 None if pattern is None else pattern.next_serial)])
     a = LoopArgs()
     for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.zeros(1, np.int64)),
                       ("rlen", np.zeros(1, np.int64)), ("heap_t", np.zeros(1, np.int64)),
@@ -283,7 +283,7 @@ def test_the_kernel_generates_what_the_sequencer_would_bit_for_bit(name: str) ->
     for got in made:
         want = _python_generate(twin, twin_pattern, 300)
         assert np.array_equal(got, want)
-    assert row[pk.G["MADE"]] == 900
+    assert row["made"] == 900
     progress, serial = pk.generator_progress(row)
     seq.resume(*progress)
     if pattern is not None:
@@ -302,7 +302,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     made, row = _kernel_generate(seq, None, 20_000)
     sched = made[0][:, layout.R_SCHED]
     assert sched[0] == 1_000_000_000  # the first arrival is at the start, as in Python
-    assert not row[pk.G["FIRST_DUE"]]
+    assert not row["first_due"]
     gaps = np.diff(sched).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.02
     assert abs(gaps.std() / gaps.mean() - 1) < 0.03
@@ -310,7 +310,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     assert int(last) == sched[-1]
 
 
-def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.int64]
+def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.void]
                  ) -> LoopArgs:
     """The kernel's words for one workload's ring (cursor at ``cur``) and generator row."""
     a = LoopArgs()
@@ -334,7 +334,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     at = int(ring[100, layout.R_SCHED]) - 1
     gs = seq.generator_state()
     assert gs is not None
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
     twin.retime(new, at)
     want[100:, layout.R_SCHED] = twin.schedule(200)
     probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
@@ -344,7 +344,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     pk.retime(_kernel_args(ring, 20, gen), gen, at, np.array([0]),
               np.array([probe_gs.period_ns]), np.array([probe_gs.sched_base_ns]))
     assert np.array_equal(ring, want)
-    assert gen[0, pk.G["RESYNC"]] == 1 and gen[0, pk.G["SCHED_K"]] == 200
+    assert gen["resync"][0] == 1 and gen["sched_k"][0] == 200
     seq.rerate(new)
     progress, _ = pk.generator_progress(gen[0])
     seq.resume(*progress)
@@ -364,7 +364,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     at = int(ring[999, layout.R_SCHED]) + 1
     gs = seq.generator_state()
     assert gs is not None and not gs.first_arrival_due
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
     pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
               np.array([at]))
     sched = ring[:, layout.R_SCHED]
@@ -374,7 +374,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     gaps = np.diff(sched[1000:]).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.03
     assert abs(gaps.std() / gaps.mean() - 1) < 0.04
-    assert not gen[0, pk.G["FIRST_DUE"]] and gen[0, pk.G["RESYNC"]] == 1
+    assert not gen["first_due"][0] and gen["resync"][0] == 1
     assert int(pk.generator_progress(gen[0])[0][4]) == sched[-1]
 
 
@@ -457,7 +457,7 @@ def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     take_back = compiled_paced.CompiledPaced.take_back
 
     def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
-        made[0] += int(cp.gen[i, pk.G["MADE"]])
+        made[0] += int(cp.gen["made"][i])
         take_back(cp, i)
 
     monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
