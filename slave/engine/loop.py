@@ -21,9 +21,6 @@ class body (``self`` is the loop there too):
   number of numpy operations per batch; a batch of several workloads' I/Os grouped with plain
   ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
-- ``loop_lone``: one max-iops workload alone on its engine: depth 1-2 with plain ints
-  (``_loop_scalar``), deeper reads with the batch path's numpy operations held in locals
-  (``_loop_single``), where the compiled loop cannot run;
 - ``loop_paced``: paced workloads on one engine, all their due I/Os submitted in one call per
   turn (``_loop_paced``); where it runs compiled (``_loop_paced_compiled``), max-iops
   workloads join it, alone or beside paced ones;
@@ -55,7 +52,6 @@ from slave.engine import (
     loop_edits,
     loop_general,
     loop_issue,
-    loop_lone,
     loop_paced,
     loop_records,
     tuning,
@@ -133,14 +129,6 @@ class EngineLoop:
         self._pend_words = int64_words(self._pend)
         self._p = 0
         self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
-        # completion times not yet in their rows (``_loop_single``): the records from
-        # ``_mark_from`` up to ``_marks[0, 0]`` completed at ``_marks[0, 1]``, and so on for
-        # the first ``_n_marks`` (written as words: ~0.1 us a batch)
-        self._mark_from = 0
-        self._n_marks = 0
-        self._mark_owner = -1  # the workload whose I/Os the notes are (``_loop_single``'s)
-        self._marks = np.zeros((self._flush_at + capacity, 2), dtype=np.int64)
-        self._marks_words = int64_words(self._marks)
         self._wl: list[LoopWorkload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id
         self._deferring = 0  # inside changes(): _refresh waits for the end
@@ -160,9 +148,8 @@ class EngineLoop:
         # the index of the only workload with slots in flight (none retired), or -1: completed
         # slots then need no owner lookup
         self._sole = -1
-        # the queue-depth 1-2 loop's workload, engine and events (``_pick_word_loops``)
-        self._scalar: tuple[LoopWorkload, IoEngine, memoryview] | None = None
-        self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None  # likewise
+        # the paced loop's set, engine and events (``_pick_word_loops``)
+        self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None
         self._paced: list[LoopWorkload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
         # staging: the I/Os of several workloads put together for one submission per engine
@@ -344,12 +331,10 @@ class EngineLoop:
         the completion ring instead of sleeping while I/O is in flight); where the set runs
         compiled, any mix of paced and max-iops workloads (a lone max-iops one of depth 1-2
         waits there as its own loop did: ``lone``), else paced workloads only (any mix of
-        reads and writes). Where it does not, whether the Python queue-depth 1-2 loop serves:
-        one max-iops workload of iodepth <= SCALAR_MAX, alone on such an engine. The general
-        loop's Python spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4,
+        reads and writes). Where it does not, the general loop (``_loop``) serves. Its Python
+        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4,
         1.6-1.9 where they write: the compiled loop, which submits a max-iops workload's free
         slots as soon as it frees them, does the same work in C."""
-        self._scalar = None
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
@@ -363,14 +348,6 @@ class EngineLoop:
                 ps.compiled = self._compile_paced(ps, eng)
                 if ps.compiled is not None or len(paced) == len(live):
                     self._paced_words = (ps, eng, words)
-        w = self._single
-        if (self._paced_words is not None or w is None or w.params.iodepth > tuning.SCALAR_MAX
-                or len(engines) != 1):
-            return
-        eng = engines[0]
-        words = getattr(eng, "done_words", None)
-        if eng is w.spec.engine and words is not None:
-            self._scalar = (w, eng, words)
 
     def _hand_back(self, *, restart: bool = True) -> None:
         """Leave the specialised loops' own state before a change of workloads or a drain:
@@ -459,7 +436,6 @@ class EngineLoop:
                 self._set_active(w.slots, -1)
         self._single = None
         self._sole = -1
-        self._scalar = None
         self._paced_words = None
         self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
@@ -485,7 +461,6 @@ class EngineLoop:
             eng.close()
         self._engines.clear()
         self._engine_list = []
-        self._scalar = None
         self._paced_words = None
 
     # workloads joining, changing and leaving (``slave.engine.loop_edits``)
@@ -523,8 +498,6 @@ class EngineLoop:
     _recycle_groups = loop_records._recycle_groups
     _resubmit_max = loop_records._resubmit_max
     _recycle_one = loop_records._recycle_one
-    _noted_done = loop_records._noted_done
-    _stamp_done = loop_records._stamp_done
     flush = loop_records.flush
     _bin_idle = loop_records._bin_idle
     _record = loop_records._record
@@ -535,9 +508,6 @@ class EngineLoop:
     # the general path (``slave.engine.loop_general``)
     _loop = loop_general._loop
 
-    # a lone max-iops workload's loops (``slave.engine.loop_lone``)
-    _loop_scalar = loop_lone._loop_scalar
-    _loop_single = loop_lone._loop_single
 
     # the paced loop (``slave.engine.loop_paced``)
     _compile_paced = loop_paced._compile_paced

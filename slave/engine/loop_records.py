@@ -45,7 +45,9 @@ def _complete(self: EngineLoop, engine: IoEngine, n: int, t: int) -> None:
     p = self._p
     q = p + n
     pend = self._pend
-    self._rows.take(slots, axis=0, out=pend[p:q], mode="clip")  # "clip": see _loop_single
+    # "clip": the slots are ours (each event returns the slot we submitted); numpy's
+    # default "raise" copies ``out`` first, to leave it unchanged on an error
+    self._rows.take(slots, axis=0, out=pend[p:q], mode="clip")
     single = self._single
     if single is not None:
         self._issue(single, slots)  # resubmit before the bookkeeping
@@ -185,44 +187,15 @@ def _recycle_one(self: EngineLoop, owner: int, slots: npt.NDArray[np.intp]) -> N
         self._issue(w, slots)
 
 
-def _noted_done(self: EngineLoop) -> npt.NDArray[np.int64]:
-    """The completion times that ``_loop_single`` noted per reaped batch (two words written
-    instead of a numpy assignment per batch), one per record from ``_mark_from``; the
-    notes are cleared."""
-    marks = self._marks[: self._n_marks]
-    self._n_marks = 0
-    counts = np.diff(marks[:, 0], prepend=np.int64(self._mark_from))
-    return marks[:, 1].repeat(counts)
-
-
-def _stamp_done(self: EngineLoop) -> None:
-    """Write the noted completion times into the records they belong to."""
-    start = self._mark_from
-    end = self._marks_words[2 * self._n_marks - 2]
-    self._pend[start:end, C_DONE] = self._noted_done()
-
-
 def flush(self: EngineLoop) -> None:
     """Bin the buffered completion records into the running stats buffers."""
     p = self._p
     b = self._binned
-    done: npt.NDArray[np.int64] | None = None
-    noted_owner = -1
-    if self._n_marks:
-        if self._mark_from == b and self._marks_words[2 * self._n_marks - 2] == p:
-            # every record to bin was noted: their times as an array, not written into
-            # the records' column (a strided write over 1 MB: ~200 us of the flush); and
-            # all are I/Os of the workload that ``_loop_single`` ran
-            done = self._noted_done()
-            noted_owner = self._mark_owner
-        else:
-            self._stamp_done()
     self._p = self._binned = 0
     if p == b:
         return
     rows = self._pend[b:p]
-    if done is None:
-        done = rows[:, C_DONE]
+    done = rows[:, C_DONE]
     ok = rows[:, C_RES] == rows[:, C_NBYTES]
     if not bool(ok.all()):
         self._count_errors(rows[~ok])
@@ -230,9 +203,6 @@ def flush(self: EngineLoop) -> None:
         done = done[ok]
         if rows.shape[0] == 0:
             return
-    if noted_owner >= 0:
-        self._record(noted_owner, rows, done)
-        return
     owner = rows[:, C_OWNER]
     lo = int(owner.min())
     if lo == int(owner.max()):
@@ -264,8 +234,6 @@ def _bin_idle(self: EngineLoop, until: int, ready: Callable[[], int]) -> None:
     is ready: a loop that waits between its I/Os bins in the wait. ``flush`` binned 8,192
     records at once; at 40,000 IOPS the I/Os due or completing in those 1-4 ms went out or
     were timed late, and put the service-time p99 of 512 paced workloads at 8-13 ms."""
-    if self._n_marks:
-        self._stamp_done()
     pw = self._pend_words
     rw = SlotTable.ROW_WORDS
     wl = self._wl

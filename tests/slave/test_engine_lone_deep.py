@@ -1,6 +1,6 @@
 """A lone max-iops read workload deeper than the depth 1-2 loop's, in the compiled loop
 (``paced_run`` in ``slave/engine/paced_kernel.c``) and, where that cannot run, in Python
-(``EngineLoop._loop_single``): real libaio on a loop device."""
+(the general loop): real libaio on a loop device."""
 
 from __future__ import annotations
 
