@@ -4,10 +4,11 @@
  * ivy_gen (IVY_GEN_FIELDS), mirrored by the numpy dtype loop_args.GEN_DTYPE. The compiled
  * object tells their layouts (ivy_loop_layout, ivy_gen_layout: the struct's size, then each
  * field's offset and size; ivy_loop_names, ivy_gen_names: the fields' names, a space after
- * each), which the loader and a test compare with the Python mirrors'. Owns the names, types and order of the fields; it must not hold
- * code. Pointers are the addresses of arrays Python owns and keeps alive; "of addresses" means
- * an array of one address per workload. Units are in the names (_ns). paced_kernel.py includes
- * this file in the source it compiles (and in the source's hash), in place of its #include. */
+ * each), which the loader and a test compare with the Python mirrors'. Owns the names, types
+ * and order of the fields; it must not hold code. Pointers are the addresses of arrays Python
+ * owns and keeps alive; "of addresses" means an array of one address per workload. Units are
+ * in the names (_ns). paced_kernel.py includes this file in the source it compiles (and in
+ * the source's hash), in place of its #include. */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -128,7 +128,7 @@ class EngineLoop:
         self._pend = np.zeros((self._flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self._pend_words = int64_words(self._pend)
         self._p = 0
-        self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
+        self._binned = 0  # records of _pend[:_p] already binned one at a time (in C)
         self._wl: list[LoopWorkload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id
         self._deferring = 0  # inside changes(): _refresh waits for the end
@@ -326,27 +326,26 @@ class EngineLoop:
                 fn()
 
     def _pick_word_loops(self) -> None:
-        """Whether the paced loop serves: all workloads on one engine that lays out its
-        completions as words, none retired with I/O in flight (with ``busy_poll``, it looks in
-        the completion ring instead of sleeping while I/O is in flight); where the set runs
-        compiled, any mix of paced and max-iops workloads (a lone max-iops one of depth 1-2
-        waits there as its own loop did: ``lone``), else paced workloads only (any mix of
-        reads and writes). Where it does not, the general loop (``_loop``) serves. Its Python
-        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4,
-        1.6-1.9 where they write: the compiled loop, which submits a max-iops workload's free
-        slots as soon as it frees them, does the same work in C."""
+        """Whether the compiled loop serves: all workloads on one engine that lays out its
+        completions as words, none retired with I/O in flight, and the set can run compiled
+        (``_compile_paced``): any mix of paced and max-iops workloads (a lone max-iops one of
+        depth 1-2 waits there as its own loop did: ``lone``; with ``busy_poll``, it looks in
+        the completion ring instead of sleeping while I/O is in flight). Where it does not,
+        the general loop (``_loop``) serves, whose Python spends 1.1 us of user CPU per I/O
+        on 8 max-iops workloads of QD4, 1.6-1.9 where they write: the compiled loop, which
+        submits a max-iops workload's free slots as soon as it frees them, does the same work
+        in C."""
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
-        paced = self._paced
         live = [w for w in self._wl if w is not None]
         if live and len(engines) == 1 and self._retired_in_flight == 0:
             eng = engines[0]
             words = getattr(eng, "done_words", None)
             if words is not None and all(w.spec.engine is eng for w in live):
-                ps = PacedSet(self, live)
+                ps = PacedSet(live)
                 ps.compiled = self._compile_paced(ps, eng)
-                if ps.compiled is not None or len(paced) == len(live):
+                if ps.compiled is not None:
                     self._paced_words = (ps, eng, words)
 
     def _hand_back(self, *, restart: bool = True) -> None:
@@ -499,11 +498,9 @@ class EngineLoop:
     _resubmit_max = loop_records._resubmit_max
     _recycle_one = loop_records._recycle_one
     flush = loop_records.flush
-    _bin_idle = loop_records._bin_idle
     _record = loop_records._record
     _count_errors = loop_records._count_errors
     take_errors = loop_records.take_errors
-    _record_words = loop_records._record_words
 
     # the general path (``slave.engine.loop_general``)
     _loop = loop_general._loop
@@ -512,5 +509,4 @@ class EngineLoop:
     # the paced loop (``slave.engine.loop_paced``)
     _compile_paced = loop_paced._compile_paced
     _unload_paced = loop_paced._unload_paced
-    _loop_paced = loop_paced._loop_paced
     _loop_paced_compiled = loop_paced._loop_paced_compiled

@@ -38,8 +38,10 @@ def _loop(self: EngineLoop, control: LoopControl, start_ns: int, subinterval_ns:
         wake = boundary if boundary < next_poll else next_poll
         paced_words = self._paced_words
         if paced_words is not None:
-            boundary = self._loop_paced(control, *paced_words, boundary, subinterval_ns,
-                                        wake)
+            ps, eng, _ = paced_words
+            assert ps.compiled is not None  # only a set that runs compiled is chosen
+            boundary = self._loop_paced_compiled(control, ps.compiled, eng, boundary,
+                                                 subinterval_ns, wake)
             continue
         if self._paced:
             due = self._submit_due(now)

@@ -15,7 +15,6 @@ import errno as errno_mod
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -228,48 +227,6 @@ def flush(self: EngineLoop) -> None:
                   done - rows[:, C_SCHED][order], rows[:, C_NBYTES][order])
 
 
-def _bin_idle(self: EngineLoop, until: int, ready: Callable[[], int]) -> None:
-    """Bin buffered completion records one at a time (``WorkloadStats.record_one``, ~2 us
-    each) until all are binned, ``until`` comes (the next scheduled I/O) or a completion
-    is ready: a loop that waits between its I/Os bins in the wait. ``flush`` binned 8,192
-    records at once; at 40,000 IOPS the I/Os due or completing in those 1-4 ms went out or
-    were timed late, and put the service-time p99 of 512 paced workloads at 8-13 ms."""
-    pw = self._pend_words
-    rw = SlotTable.ROW_WORDS
-    wl = self._wl
-    nwl = len(wl)
-    buf = self._buf
-    discard = self._discard
-    mono = time.monotonic_ns
-    b = self._binned
-    p = self._p
-    while b < p:
-        r = rw * b
-        b += 1
-        owner = pw[r + C_OWNER]
-        nbytes = pw[r + C_NBYTES]
-        if pw[r + C_RES] != nbytes:
-            self._count_errors(self._pend[b - 1 : b])
-        elif not discard:
-            w = wl[owner] if owner < nwl else None
-            if w is not None:  # else deleted: its last I/Os are not counted (as _record)
-                done = pw[r + C_DONE]
-                w.spec.stats[buf].record_one(
-                    pw[r + C_CAT] if w.fixed_cat < 0 else w.fixed_cat,
-                    done - pw[r + C_SUBMIT], done - pw[r + C_SCHED], nbytes)
-        if mono() >= until or ready():
-            break
-    if b == p:
-        self._p = self._binned = 0
-    elif b >= tuning.COMPACT_AT:  # move the few left to the front, so _p stays short of FLUSH_AT
-        p -= b
-        self._pend[:p] = self._pend[b : b + p]
-        self._p = p
-        self._binned = 0
-    else:
-        self._binned = b
-
-
 def _record(self: EngineLoop, owner: int, rows: npt.NDArray[np.int64],
             done: npt.NDArray[np.int64]) -> None:
     """Bin ``rows``, completed at ``done``, all of them I/Os of workload ``owner``."""
@@ -323,25 +280,6 @@ def take_errors(self: EngineLoop) -> dict[str, dict[str, int]]:
             out[w.spec.workload_id] = w.errors
             w.errors = {}
     return out
-
-
-def _record_words(self: EngineLoop, ev: memoryview, n: int, t: int) -> None:
-    """Buffer ``n`` completions laid out as words (slot at ``4*i``, result at ``4*i + 2``),
-    reaped at ``t``: each slot's row copied whole, with its result and completion time."""
-    pw = self._pend_words
-    tw = self._rows_words
-    rw = SlotTable.ROW_WORDS
-    p = self._p
-    for i in range(n):
-        b = rw * p
-        r = rw * ev[4 * i]
-        pw[b : b + rw] = tw[r : r + rw]
-        pw[b + C_RES] = ev[4 * i + 2]
-        pw[b + C_DONE] = t
-        p += 1
-    self._p = p
-    if p >= self._flush_at:
-        self.flush()
 
 
 def errno_name(res: int) -> str:

@@ -1,20 +1,20 @@
-/* The paced loop's turn in C: see slave/engine/paced_kernel.py, which owns this file, compiles
- * it with the host's C compiler and prepends the #defines it uses (the result codes R_*, the
- * slot row and stats layouts). One function, paced_run, as
- * EngineLoop._loop_paced, over one struct ivy_loop (ivy_loop.h: its arguments and its state
- * across runs): record what completed and free its slots, submit every
- * due I/O of every workload with a free slot in one io_submit (a write with its planned data
- * put in its buffer first), wait or bin one record at a time when nothing is due. A max-iops
- * workload's I/Os have no time (0, but those an edit kept from its paced schedule): they are
- * due at once, so its freed slots go out in the turn that freed them, each I/O timed at its
- * submission; with one in flight, a wait looks in the ring before it blocks (await_events, as
- * the lone max-iops loops do). A workload
+/* The engine loop's turn in C: see slave/engine/paced_kernel.py, which owns this file,
+ * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
+ * R_*, the slot row and stats layouts). One function, paced_run, over one struct ivy_loop
+ * (ivy_loop.h: its arguments and its state across runs): record what completed and free its
+ * slots, submit every due I/O of every workload with a free slot in one io_submit (a write
+ * with its planned data put in its buffer first), wait or bin one record at a time when
+ * nothing is due. A max-iops workload's I/Os have no time (0, but those an edit kept from its
+ * paced schedule): they are due at once, so its freed slots go out in the turn that freed
+ * them, each I/O timed at its submission; with one in flight, a wait looks in the ring before
+ * it blocks (await_events), or, alone at depth 1-2, waits at once (lone_wait). A workload
  * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
- * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to Python (an
- * R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission taken in
- * part, and a control poll; for the poll only when the control's descriptor (control_fd) has
- * something, or when it has none. paced_retime makes an edit of workloads' rates in its arrays
- * between runs, and paced_generate serves the tests. It allocates nothing. */
+ * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
+ * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
+ * taken in part, and a control poll; for the poll only when the control's descriptor
+ * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
+ * rates in its arrays between runs, and paced_generate serves the tests. It allocates
+ * nothing. */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
@@ -582,7 +582,7 @@ int64_t paced_run(struct ivy_loop *L)
             continue;
         }
         int64_t b = L->binned, p = L->p;
-        if (b < p) { /* nothing to do but bin: bin until something is (EngineLoop._bin_idle) */
+        if (b < p) { /* nothing to do but bin: bin until something is */
             while (b < p) {
                 const int64_t *rec = pend + ROW_WORDS * b;
                 if (rec[C_RES] != rec[C_NBYTES]) {

@@ -1,10 +1,10 @@
-"""The paced loop compiled: ``EngineLoop._loop_paced``'s turn in C, without Python per I/O.
+"""The compiled loop: paced and max-iops workloads' turn in C, without Python per I/O.
 
 At high paced rates the Python loop's own time is the service time's error: at 78,000 IOPS on
 a tmpfs loop device (half of fio's QD32 maximum on the 2-core VM) a worker spent 6-7 us of user
 CPU per I/O there, so a completion often waited for the loop to finish a submission or a record
 before it was seen, and the measured p50 read 31-57 us where fio read 20. A C loop of the same
-design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as ``_loop_paced`` (record
+design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as the Python one (record
 what completed, free its slots, submit every due I/O of every workload with a free slot in one
 ``io_submit``, a write with its planned data put in its buffer first, wait, or bin one record
 at a time when nothing is due), reading the kernel's completion ring in place. Max-iops
