@@ -21,11 +21,12 @@ class body (``self`` is the loop there too):
   number of numpy operations per batch; a batch of several workloads' I/Os grouped with plain
   ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
-- ``loop_paced``: paced workloads on one engine, all their due I/Os submitted in one call per
-  turn (``_loop_paced``); where it runs compiled (``_loop_paced_compiled``), max-iops
-  workloads join it, alone or beside paced ones;
-- ``compiled_paced``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the compiled
-  loops' state in Python, the waits, a workload's state, the row layout and the measured knobs.
+- ``loop_paced``: the compiled loop's Python side: any mix of paced and max-iops workloads
+  on one engine, its turns in C (``_loop_paced_compiled``, ``paced_kernel``), where it can
+  run; the general path serves the rest;
+- ``compiled_paced``, ``loop_args``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the
+  compiled loop's state in Python and its structs' mirrors, the waits, a workload's state, the
+  row layout and the measured knobs.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
