@@ -93,6 +93,7 @@ class CompiledPaced:
                      and self.ws[0].params.iodepth <= tuning.SCALAR_MAX)
         a.busy_spin_ns = tuning.BUSY_SPIN_NS
         a.busy_hot_ns = tuning.BUSY_HOT_NS
+        a.block_wait_ns = tuning.BLOCK_WAIT_NS
 
     def _workload_args(self) -> None:
         """The kernel's words for the workloads' rings, free slots and heap."""

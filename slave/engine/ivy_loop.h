@@ -117,8 +117,9 @@ struct ivy_gen {
     X(const int64_t *, rcap) \
     X(int64_t, gen_ios) \
     /* the max-iops workloads' waits; lone: the set is one max-iops workload of queue depth \
-     * 1-2, which waits as soon as its I/Os went out (lone_wait: busy_poll's look for \
-     * busy_spin_ns after a completion, yielding from busy_hot_ns on) */ \
+     * 1-2, which waits as soon as its I/Os went out (lone_wait: blocking for block_wait_ns \
+     * at most; busy_poll's look for busy_spin_ns after a completion, yielding from \
+     * busy_hot_ns on) */ \
     X(int64_t, busy_poll) \
     X(int64_t, n_max) \
     X(int64_t, spin_ns) \
@@ -126,6 +127,7 @@ struct ivy_gen {
     X(int64_t, lone) \
     X(int64_t, busy_spin_ns) \
     X(int64_t, busy_hot_ns) \
+    X(int64_t, block_wait_ns) \
     /* state, across runs: the records' count and how many are binned, I/Os in flight, the \
      * heap's size; completions reaped past the boundary (n at t_ns, in events) or the stray \
      * slot (R_STRAY); a submission taken in part (sub_done of sub_n); workloads waiting for \

@@ -34,7 +34,7 @@ FIELDS: Final[tuple[tuple[str, Any], ...]] = (
     ("wake_early_ns", _I), ("control_fd", _I), ("poll_ns", _I),
     ("gen", _P), ("rcap", _P), ("gen_ios", _I),
     ("busy_poll", _I), ("n_max", _I), ("spin_ns", _I), ("spin_gate_ns", _I),
-    ("lone", _I), ("busy_spin_ns", _I), ("busy_hot_ns", _I),
+    ("lone", _I), ("busy_spin_ns", _I), ("busy_hot_ns", _I), ("block_wait_ns", _I),
     ("p", _I), ("binned", _I), ("in_flight", _I), ("heap_n", _I), ("n", _I), ("t_ns", _I),
     ("sub_done", _I), ("sub_n", _I), ("refill", _I), ("mean_ns", _I),
 )
