@@ -160,21 +160,3 @@ class SizedEngine(IoEngine, Protocol):
     def release_old(self) -> None:
         """Free what ``grow(keep_old=True)`` replaced."""
 
-
-class IocbEngine(IoEngine, Protocol):
-    """An engine that also submits iocbs it does not own (an ``IocbRing``'s), given as an
-    array of their addresses, and lays out its completions as words (libaio's events)."""
-
-    #: True: the engine loop may run a lone max-iops read workload on a ring of iocbs
-    takes_iocbs: bool
-    #: the completions as int64 words, 4 per event (data, obj, res, res2)
-    done_words: memoryview
-
-    def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
-        """Submit ``n`` iocbs whose addresses are the uint64s at ``ptrs_addr`` (all of them,
-        or raise); ``done``: how many of them a fast call already submitted."""
-
-    def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
-        """A fast submission function and its first two arguments; called with a
-        ``ctypes.c_long`` count and a ``ctypes.c_void_p`` address of the pointer array, it
-        returns how many were taken, or -1 (then ``submit_iocbs`` retries and says why)."""

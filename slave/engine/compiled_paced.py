@@ -1,12 +1,10 @@
-"""The compiled loops' side in Python: the paced set's state as the arrays the compiled
-turn works on (``CompiledPaced``) and the argument words of the compiled max-iops loops
-(``compiled_words``). It lays out and gives back state; the turns themselves are C
-(``slave.engine.paced_kernel``) and the Python loops that call them are ``EngineLoop``'s.
+"""The compiled loop's side in Python: the set's state as the arrays the compiled turn works
+on (``CompiledPaced``). It lays out and gives back state; the turns themselves are C
+(``slave.engine.paced_kernel``) and the Python loop that calls them is ``EngineLoop``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +16,7 @@ from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import IoEngine, KernelHandles
 from slave.engine.layout import R_OPFD, R_SCHED
+from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.engine.loop_state import LoopWorkload, set_ring
 
 if TYPE_CHECKING:
@@ -52,16 +51,15 @@ class CompiledPaced:
         for i, w in enumerate(ws):
             self.slot_pos[w.slots] = i
         self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
-        self.st = np.zeros(pk.ST_WORDS, dtype=np.int64)
         # the ring's planned write data, by address (set with the ring)
         self.pool_rows = np.zeros(k, dtype=np.int64)
         self.stamps = np.zeros(k, dtype=np.int64)
-        # each workload's generator (``pk.G``) and how many I/Os its ring array holds
-        self.gen = np.zeros((k, pk.GEN_WORDS), dtype=np.int64)
+        # each workload's generator (``struct ivy_gen``) and how many I/Os its ring array holds
+        self.gen = np.zeros(k, dtype=GEN_DTYPE)
         self.rcap = np.zeros(k, dtype=np.int64)
         self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
         self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
-        self.args = pk.Args()
+        self.args = LoopArgs()
         self._engine_args(loop, h)
         self._workload_args()
         self._write_args()
@@ -71,40 +69,46 @@ class CompiledPaced:
     def _engine_args(self, loop: EngineLoop, h: KernelHandles) -> None:
         """The kernel's words for the engine, the slot table and the loop's records."""
         a = self.args
-        a.array("RING_HEADER", h.ring_header)
-        a.array("RING_EVENTS", h.ring_events)
-        a.array("EVENTS", h.events)
-        a.set("EVENTS_CAP", h.events_cap)
-        a.set("CTX", h.ctx_id)
-        a.array("ROWS", loop._rows)
-        a.array("IOCB_ADDR", h.iocb_addr)
-        a.array("PTRS", h.ptrs)
-        a.array("OUT", np.zeros(loop.table.capacity, dtype=np.int64))
-        a.set("N_SLOTS", loop.table.capacity)
-        a.array("PEND", loop._pend)
-        a.set("FLUSH_AT", loop._flush_at)
-        a.set("COMPACT_AT", tuning.COMPACT_AT)
-        a.set("SLEEP_MIN", tuning.SLEEP_MIN_NS)
-        a.set("LONG_WAIT", tuning.LONG_WAIT_NS)
-        a.set("WAKE_EARLY", tuning.WAKE_EARLY_NS)
-        a.set("N_MAX", sum(not w.paced for w in self.ws))
-        a.set("SPIN_NS", tuning.AWAIT_SPIN_NS)
-        a.set("SPIN_GATE_NS", tuning.AWAIT_SPIN_GATE_NS)
+        a.array("ring_header", h.ring_header)
+        a.array("ring_events", h.ring_events)
+        a.array("events", h.events)
+        a.events_cap = h.events_cap
+        a.ctx = h.ctx_id
+        a.array("rows", loop._rows)
+        a.array("iocb_addr", h.iocb_addr)
+        a.array("ptrs", h.ptrs)
+        a.array("out", np.zeros(loop.table.capacity, dtype=np.int64))
+        a.n_slots = loop.table.capacity
+        a.array("pend", loop._pend)
+        a.flush_at = loop._flush_at
+        a.compact_at = tuning.COMPACT_AT
+        a.sleep_min_ns = tuning.SLEEP_MIN_NS
+        a.long_wait_ns = tuning.LONG_WAIT_NS
+        a.wake_early_ns = tuning.WAKE_EARLY_NS
+        a.n_max = sum(not w.paced for w in self.ws)
+        a.spin_ns = tuning.AWAIT_SPIN_NS
+        a.spin_gate_ns = tuning.AWAIT_SPIN_GATE_NS
+        # a lone max-iops workload of depth 1-2 waits as soon as its I/Os went out
+        a.lone = int(len(self.ws) == 1 and not self.ws[0].paced
+                     and self.ws[0].params.iodepth <= tuning.SCALAR_MAX)
+        a.busy_spin_ns = tuning.BUSY_SPIN_NS
+        a.busy_hot_ns = tuning.BUSY_HOT_NS
+        a.block_wait_ns = tuning.BLOCK_WAIT_NS
 
     def _workload_args(self) -> None:
         """The kernel's words for the workloads' rings, free slots and heap."""
         a = self.args
         k = len(self.ws)
-        for name, arr in (("RINGS", self.rings), ("CUR", self.cur), ("RLEN", self.rlen),
-                          ("FREE_BUF", self.free_buf), ("FREE_OFF", self.free_off),
-                          ("FREE_N", self.free_n), ("SLOT_POS", self.slot_pos),
-                          ("ARMED", self.armed), ("ST", self.st), ("GEN", self.gen),
-                          ("RCAP", self.rcap),
-                          ("HEAP_T", np.zeros(k, dtype=np.int64)),
-                          ("HEAP_K", np.zeros(k, dtype=np.int64))):
+        for name, arr in (("rings", self.rings), ("cur", self.cur), ("rlen", self.rlen),
+                          ("free_buf", self.free_buf), ("free_off", self.free_off),
+                          ("free_n", self.free_n), ("slot_pos", self.slot_pos),
+                          ("armed", self.armed), ("gen", self.gen),
+                          ("rcap", self.rcap),
+                          ("heap_t", np.zeros(k, dtype=np.int64)),
+                          ("heap_k", np.zeros(k, dtype=np.int64))):
             a.array(name, arr)
-        a.set("N_WORKLOADS", k)
-        a.set("GEN_IOS", tuning.GEN_IOS)
+        a.n_workloads = k
+        a.gen_ios = tuning.GEN_IOS
 
     def _write_args(self) -> None:
         """The kernel's words for writes: each workload's pool padded to its buffers' rows
@@ -123,24 +127,24 @@ class CompiledPaced:
                 pools[i] = pool.ctypes.data
                 strides[i] = pool.strides[0]
                 n_stamps[i] = w.pattern.stamped_sectors
-        for name, arr in (("POOL_ROWS", self.pool_rows), ("STAMPS", self.stamps),
-                          ("N_STAMPS", n_stamps), ("POOL", pools), ("POOL_STRIDE", strides)):
+        for name, arr in (("pool_rows", self.pool_rows), ("stamps", self.stamps),
+                          ("n_stamps", n_stamps), ("pool", pools), ("pool_stride", strides)):
             self.args.array(name, arr)
 
     def _stats_args(self, loop: EngineLoop, root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when
         fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
         made anew whenever a workload joins or leaves). Returns the address of each buffer's
-        offsets (``STAT_OFF`` is set to the running one before each run)."""
+        offsets (``stat_off`` is set to the running one before each run)."""
         wl = loop._wl
         a = self.args
-        a.array("ROOT", root)
+        a.array("root", root)
         stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
                              for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
-        a.array("STAT_OFF", stat_off)
-        a.array("FIXCAT", np.array([-1 if w is None else w.fixed_cat for w in wl],
+        a.array("stat_off", stat_off)
+        a.array("fixcat", np.array([-1 if w is None else w.fixed_cat for w in wl],
                                    dtype=np.int64))
-        a.set("N_OWNERS", len(wl))
+        a.n_owners = len(wl)
         return [int(stat_off[b].ctypes.data) for b in (0, 1)]
 
     def load(self) -> None:
@@ -152,8 +156,8 @@ class CompiledPaced:
             self.free_buf[off : off + n] = w.free
             self.free_n[i] = n
         self.armed[:] = 0
-        self.st[pk.ST_HEAP_N] = 0
-        self.st[pk.ST_REFILL] = 0
+        self.args.heap_n = 0
+        self.args.refill = 0
         self.loaded = True
 
     def set_ring(self, i: int, w: LoopWorkload) -> None:
@@ -174,7 +178,7 @@ class CompiledPaced:
             self.gen[i] = 0  # Python refills it (R_REFILL)
             return
         fd = w.spec.fd
-        self.gen[i] = pk.generator_words(
+        self.gen[i] = pk.generator(
             gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd),
             None if w.pattern is None else w.pattern.next_serial)
 
@@ -182,16 +186,16 @@ class CompiledPaced:
         """Give workload ``i``'s sequencer and write pattern back what the kernel generated
         since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
         place, from the top) with their directions and planned data."""
-        g = self.gen[i]
-        made = int(g[pk.G["MADE"]])
-        if not made and not g[pk.G["RESYNC"]]:
+        gen = self.gen
+        made = int(gen["made"][i])
+        if not made and not gen["resync"][i]:
             return
         w = self.ws[i]
         if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
             w.seq.rerate(w.spec.params)
-        progress, serial = pk.generator_progress(g)
+        progress, serial = pk.generator_progress(gen[i])
         w.seq.resume(*progress)
-        g[pk.G["RESYNC"]] = 0
+        gen["resync"][i] = 0
         if not made:  # retimed in place: the ring stands
             return
         n = int(self.rlen[i])
@@ -203,11 +207,11 @@ class CompiledPaced:
                 plan = (w.ring_pool_rows[:n], w.ring_stamps[:n])
         is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
         set_ring(w, ring, is_write, plan)
-        g[pk.G["MADE"]] = 0
+        gen["made"][i] = 0
 
     def unload(self) -> None:
         """Give the workloads back their free slots, cursors and what the kernel generated
-        (completions reaped past a boundary and not recorded yet stay in ``st``:
+        (completions reaped past a boundary and not recorded yet stay in ``args``:
         ``EngineLoop._unload_paced``). A max-iops workload's I/Os kept from its paced
         schedule (``overdue``) are those still at the head of its ring with a time (the
         kernel issued the rest)."""
@@ -223,27 +227,3 @@ class CompiledPaced:
                 timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
                 w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
                                 else int(timed.size))
-
-
-# a compiled max-iops loop's function and its argument and state words (``scalar_run``:
-# ``pk.S`` and ``pk.SS_*``; ``ring_run``: ``pk.RA`` and ``pk.RS_*``)
-CompiledWords = tuple[Callable[[int], int], npt.NDArray[np.int64], npt.NDArray[np.int64]]
-
-
-def compiled_words(eng: IoEngine, fn: Callable[[int], int] | None, arg_index: dict[str, int],
-                   state_words: int) -> tuple[KernelHandles, CompiledWords] | None:
-    """A compiled max-iops loop's argument and state words for ``eng``, its ``CTX``,
-    ``EVENTS_CAP``, ``EVENTS`` and ``ST`` words set (``arg_index``: where each word is), with
-    the engine's handles for the rest; None where it cannot run: no kernel here (``fn`` None),
-    or an engine whose completion ring compiled code cannot read."""
-    handles = getattr(eng, "kernel_handles", None)
-    h = None if handles is None or fn is None else handles()
-    if fn is None or h is None:
-        return None
-    args = np.zeros(len(arg_index), dtype=np.int64)
-    st = np.zeros(state_words, dtype=np.int64)
-    args[arg_index["CTX"]] = h.ctx_id
-    args[arg_index["EVENTS_CAP"]] = h.events_cap
-    args[arg_index["EVENTS"]] = h.events_addr
-    args[arg_index["ST"]] = st.ctypes.data
-    return h, (fn, args, st)

@@ -4,20 +4,16 @@ It does no I/O: every submitted slot completes after a latency drawn from a scri
 distribution, with an optional errno every N I/Os and a short transfer every M I/Os. It keeps a
 log of what was submitted (offset, opcode, submit time) and the highest number of I/Os ever in
 flight, so tests can check sequencers and queue-depth limits through the real engine loop.
-Like libaio it also takes iocbs of the caller's own by address (an ``IocbRing``'s), reading
-them from memory as the kernel would, unless made with ``takes_iocbs=False``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
 from slave.engine.base import SlotTable
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
@@ -45,10 +41,8 @@ class FakeEngine:
         short_every: int = 0,
         seed: int = 0,
         keep_log: bool = False,
-        takes_iocbs: bool = True,
     ) -> None:
         self._table = table
-        self.takes_iocbs = takes_iocbs
         self._latency = latency or exponential_ns(100_000)
         self._rng = np.random.default_rng(seed)
         self._error_every = error_every
@@ -76,28 +70,6 @@ class FakeEngine:
         opcode, fd, _, nbytes, offset = self._table.fields(slots)
         self._start(slots.astype(np.int64), opcode, fd, nbytes, offset,
                     self._table.rows[slots, 11])
-
-    def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
-        """Start the iocbs whose addresses follow the first ``done`` (none for a failed fast
-        call's -1) of the ``n`` at ``ptrs_addr``; each completion's slot word is the iocb's
-        ``aio_data``."""
-        ptrs = np.ctypeslib.as_array((ctypes.c_uint64 * n).from_address(ptrs_addr))[max(done, 0):]
-        iocbs = np.array([np.ctypeslib.as_array((ctypes.c_int64 * 8).from_address(int(a)))
-                          for a in ptrs], dtype=np.int64).reshape(-1, 8)
-        if not iocbs.size:
-            return
-        word = iocbs[:, W_OPCODE_FD]
-        assert (iocbs[:, W_BUF] != 0).all()
-        self._start(iocbs[:, W_DATA], word & 0xFFFF, word >> 32, iocbs[:, W_NBYTES],
-                    iocbs[:, W_OFFSET], np.full(len(iocbs), time.monotonic_ns()))
-
-    def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
-        def fast(_sys: object, _ctx: object, count: ctypes.c_long, ptrs: ctypes.c_void_p) -> int:
-            assert ptrs.value is not None
-            self.submit_iocbs(ptrs.value, count.value)
-            return count.value
-
-        return fast, None, None
 
     def _start(self, slots: npt.NDArray[np.int64], opcode: npt.NDArray[np.int64],
                fd: npt.NDArray[np.int64], nbytes: npt.NDArray[np.int64],

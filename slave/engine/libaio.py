@@ -39,7 +39,6 @@ def aio_events_for(slots_in_use: int, capacity: int) -> int:
 class LibaioEngine:
     name = "libaio"
     open_flags = os.O_DIRECT
-    takes_iocbs = True  # an IocbEngine
 
     def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
         self._table = table
@@ -134,12 +133,12 @@ class LibaioEngine:
         self._ptrs[0] = self._addr[slot]
         self._submit_rest(0, 1)
 
-    def _submit_rest(self, done: int, n: int, ptrs_addr: int | None = None) -> None:
+    def _submit_rest(self, done: int, n: int) -> None:
         """A fast call took only the first ``done`` of ``n`` (none, when it failed): submit
         the rest, at once and then after short sleeps while the kernel takes a prefix
         (EAGAIN under memory pressure); a refusal raises ``SubmitError`` with its errno and
         how many of the ``n`` went out."""
-        base = self._ptrs_addr if ptrs_addr is None else ptrs_addr
+        base = self._ptrs_addr
         tries = 0
         try:
             while done < n:
@@ -151,13 +150,6 @@ class LibaioEngine:
                 done += self._ctx.submit(base + 8 * done, n - done)
         except IoEngineError as exc:
             raise SubmitError(str(exc), done) from exc
-
-    def submit_iocbs(self, ptrs_addr: int, n: int, done: int = 0) -> None:
-        """Submit ``n`` iocbs of the caller's own (an ``IocbRing``), whose addresses are the
-        uint64s at ``ptrs_addr``; ``done``: how many of them a fast call already submitted
-        (-1: it failed)."""
-        if done < n:
-            self._submit_rest(max(done, 0), n, ptrs_addr)
 
     def kernel_handles(self) -> KernelHandles | None:
         """What compiled code needs to submit and reap on this engine itself
@@ -175,14 +167,6 @@ class LibaioEngine:
         (-1: failed, nothing taken): learn why (``SubmitError``) or submit the rest."""
         if done < n:
             self._submit_rest(max(done, 0), n)
-
-    def submit_fast_args(self) -> tuple[Callable[..., int], object, object]:
-        """The inlined ``io_submit``'s function and prebuilt arguments (system call number,
-        context) for a loop that submits address ranges itself, with the count as a prebuilt
-        ``ctypes.c_long`` and the address as a ``ctypes.c_void_p``: it returns the number of
-        iocbs taken, or -1 (then ``submit_iocbs`` learns why)."""
-        ctx = self._ctx
-        return ctx.submit_fast, ctx.c_sys_submit, ctx.c_ctx
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         if 0 < timeout_ns < 1_000_000_000:  # the common case, with the fast call inlined

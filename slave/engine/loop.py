@@ -21,17 +21,12 @@ class body (``self`` is the loop there too):
   number of numpy operations per batch; a batch of several workloads' I/Os grouped with plain
   ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
   depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
-- ``loop_lone``: one max-iops workload alone on its engine: depth 1-2 with plain ints
-  (``_loop_scalar``, in C for reads), deeper reads with the batch path's numpy
-  operations held in locals (``_loop_single``);
-- ``loop_ring``: a lone max-iops reader of a larger depth on a ring of whole iocbs submitted by
-  address (``_loop_ring``, in C where the host built ``slave.engine.paced_kernel``), drained
-  back to the slot path before any change;
-- ``loop_paced``: paced workloads on one engine, all their due I/Os submitted in one call per
-  turn (``_loop_paced``); where it runs compiled (``_loop_paced_compiled``), max-iops
-  workloads join it, alone or beside paced ones;
-- ``compiled_paced``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the compiled
-  loops' state in Python, the waits, a workload's state, the row layout and the measured knobs.
+- ``loop_paced``: the compiled loop's Python side: any mix of paced and max-iops workloads
+  on one engine, its turns in C (``_loop_paced_compiled``, ``paced_kernel``), where it can
+  run; the general path serves the rest;
+- ``compiled_paced``, ``loop_args``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the
+  compiled loop's state in Python and its structs' mirrors, the waits, a workload's state, the
+  row layout and the measured knobs.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -45,7 +40,6 @@ blocks.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import time
 from collections.abc import Callable
@@ -59,17 +53,13 @@ from slave.engine import (
     loop_edits,
     loop_general,
     loop_issue,
-    loop_lone,
     loop_paced,
     loop_records,
-    loop_ring,
     tuning,
 )
 from slave.engine import paced_kernel as pk
 from slave.engine.aio_abi import W_BUF, W_NBYTES
 from slave.engine.base import IoEngine, SlotTable, int64_words
-from slave.engine.compiled_paced import CompiledWords
-from slave.engine.iocb_ring import EV_WORDS, IocbRing
 from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, SCATTER
 from slave.engine.loop_paced import PacedSet
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, set_ring
@@ -139,15 +129,7 @@ class EngineLoop:
         self._pend = np.zeros((self._flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self._pend_words = int64_words(self._pend)
         self._p = 0
-        self._binned = 0  # records of _pend[:_p] already binned one at a time (_bin_idle)
-        # completion times not yet in their rows (``_loop_single``): the records from
-        # ``_mark_from`` up to ``_marks[0, 0]`` completed at ``_marks[0, 1]``, and so on for
-        # the first ``_n_marks`` (written as words: ~0.1 us a batch)
-        self._mark_from = 0
-        self._n_marks = 0
-        self._mark_owner = -1  # the workload whose I/Os the notes are (``_loop_single``'s)
-        self._marks = np.zeros((self._flush_at + capacity, 2), dtype=np.int64)
-        self._marks_words = int64_words(self._marks)
+        self._binned = 0  # records of _pend[:_p] already binned one at a time (in C)
         self._wl: list[LoopWorkload | None] = []
         self._index_of: dict[str, int] = {}  # live workloads by id
         self._deferring = 0  # inside changes(): _refresh waits for the end
@@ -167,12 +149,8 @@ class EngineLoop:
         # the index of the only workload with slots in flight (none retired), or -1: completed
         # slots then need no owner lookup
         self._sole = -1
-        # the queue-depth 1-2 loop's workload, engine and events (``_pick_word_loops``)
-        self._scalar: tuple[LoopWorkload, IoEngine, memoryview] | None = None
-        # the compiled scalar and ring loops for an engine: (engine, their words)
-        self._scalar_words: tuple[IoEngine, CompiledWords] | None = None
-        self._ring_c_words: tuple[IoEngine, CompiledWords] | None = None
-        self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None  # likewise
+        # the paced loop's set, engine and events (``_pick_word_loops``)
+        self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None
         self._paced: list[LoopWorkload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
         # staging: the I/Os of several workloads put together for one submission per engine
@@ -186,15 +164,6 @@ class EngineLoop:
         self._staged_engine: IoEngine | None = None
         self._gather = np.zeros((capacity, 5), dtype=np.int64)  # see _resubmit_max
         self._gather_words = int64_words(self._gather)
-        # the lone max-iops read workload's ring of iocbs (``_loop_ring``), while it runs there
-        # or holds records not binned yet; whose I/Os they are, and of which category
-        self._ring: IocbRing | None = None
-        self._ring_w: LoopWorkload | None = None
-        self._ring_cat = 0
-        self._ring_counts: list[ctypes.c_long] = []  # batch sizes as ctypes, for io_submit
-        # a batch reaped past a boundary, kept while the boundary is handled (``_ring_late``)
-        self._ring_late_ev = np.zeros(EV_WORDS * capacity, dtype=np.int64)
-        self._ring_late_words = int64_words(self._ring_late_ev)
         self.subinterval_index = -1
         # completions reaped past a boundary, recorded after it (``_reaped_late``)
         self._reaped: tuple[IoEngine, int, int] | None = None
@@ -261,10 +230,7 @@ class EngineLoop:
         live = self._quiesce() if running and self._in_flight else None
         try:
             grow(need, keep_old=running)
-        finally:
-            # the compiled loops' words hold the old context's ring and events
-            self._scalar_words = None
-            self._ring_c_words = None
+        finally:  # the compiled set, which holds the old context's ring, is made anew there
             if live is not None:
                 self._resume(live)
 
@@ -307,14 +273,18 @@ class EngineLoop:
                 self._issue(w, w.slots)
         self._refresh()  # waits for the end of ``changes()`` when inside it
 
-    def _reap_all(self, deadline_ns: int) -> None:
+    def _reap_all(self, deadline_ns: int, timeout_ns: int = 1_000_000_000) -> None:
         """Reap until nothing is in flight (each completion recorded and recycled as its slot's
-        owner says), or log what is left at ``deadline_ns``."""
+        owner says). Raises ``IoEngineError`` when I/Os are still in flight at ``deadline_ns``
+        (``timeout_ns`` after the loop stopped submitting): the LUN does not answer."""
         while self._in_flight > 0:
             left = deadline_ns - time.monotonic_ns()
             if left <= 0:
-                log.error("%s: %d I/Os still in flight after stop", self.name, self._in_flight)
-                break
+                ids = ", ".join(self.workload_ids()) or "none left"
+                raise IoEngineError(
+                    f"{self.name}: {self._in_flight} I/Os still in flight {timeout_ns / 1e9:g} s "
+                    f"after the loop stopped submitting (workloads: {ids}); the LUN does not "
+                    "answer")
             for eng in self._engine_list:
                 n = eng.reap(1, min(left, 20_000_000))
                 if n:
@@ -357,51 +327,31 @@ class EngineLoop:
                 fn()
 
     def _pick_word_loops(self) -> None:
-        """Whether the queue-depth 1-2 loop serves: one max-iops workload of iodepth <=
-        SCALAR_MAX, alone on one engine that lays out its completions as words. And whether
-        the paced loop serves: all workloads on one such engine, none retired with I/O in
-        flight (with ``busy_poll``, it looks in the completion ring instead of sleeping while
-        I/O is in flight); paced workloads only (any mix of reads and writes), or, where the
-        set runs compiled, any mix of paced and max-iops workloads but a lone max-iops one
-        that a loop of its own serves (``_lone_loop_serves``). The general loop's Python
-        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4, 1.6-1.9 where they
-        write: the compiled loop, which submits a max-iops workload's free slots as soon as it
-        frees them, does the same work in C."""
-        self._scalar = None
+        """Whether the compiled loop serves: all workloads on one engine that lays out its
+        completions as words, none retired with I/O in flight, and the set can run compiled
+        (``_compile_paced``): any mix of paced and max-iops workloads (a lone max-iops one of
+        depth 1-2 waits there as its own loop did: ``lone``; with ``busy_poll``, it looks in
+        the completion ring instead of sleeping while I/O is in flight). Where it does not,
+        the general loop (``_loop``) serves, whose Python spends 1.1 us of user CPU per I/O
+        on 8 max-iops workloads of QD4, 1.6-1.9 where they write: the compiled loop, which
+        submits a max-iops workload's free slots as soon as it frees them, does the same work
+        in C."""
         self._unload_paced()
         self._paced_words = None
         engines = self._engine_list
-        paced = self._paced
         live = [w for w in self._wl if w is not None]
-        lone = self._single
-        if (live and len(engines) == 1 and self._retired_in_flight == 0
-                and (lone is None or not self._lone_loop_serves(lone))):
+        if live and len(engines) == 1 and self._retired_in_flight == 0:
             eng = engines[0]
             words = getattr(eng, "done_words", None)
             if words is not None and all(w.spec.engine is eng for w in live):
-                ps = PacedSet(self, live)
+                ps = PacedSet(live)
                 ps.compiled = self._compile_paced(ps, eng)
-                if ps.compiled is not None or len(paced) == len(live):
+                if ps.compiled is not None:
                     self._paced_words = (ps, eng, words)
-        w = self._single
-        if w is None or w.params.iodepth > tuning.SCALAR_MAX or len(engines) != 1:
-            return
-        eng = engines[0]
-        words = getattr(eng, "done_words", None)
-        if eng is w.spec.engine and words is not None:
-            self._scalar = (w, eng, words)
 
-    def _lone_loop_serves(self, w: LoopWorkload) -> bool:
-        """Whether a lone max-iops workload runs in a loop of its own: the queue-depth 1-2
-        loop (``_loop_scalar``), or, for reads that do not poll, the iocb ring or the batch
-        loop (``_loop_ring``, ``_loop_single``)."""
-        return w.params.iodepth <= tuning.SCALAR_MAX or (w.pattern is None and not self._busy_poll)
-
-    def _hand_back(self, *, restart: bool = True, timeout_ns: int = 1_000_000_000) -> None:
+    def _hand_back(self, *, restart: bool = True) -> None:
         """Leave the specialised loops' own state before a change of workloads or a drain:
-        the lone workload's iocb ring (``_leave_ring``) and the compiled paced set's slots and
-        cursors (``_unload_paced``)."""
-        self._leave_ring(restart=restart, timeout_ns=timeout_ns)
+        the compiled paced set's slots and cursors (``_unload_paced``)."""
         self._unload_paced(restart=restart)
 
     def request_stop(self, *, record: bool = True) -> None:
@@ -479,16 +429,15 @@ class EngineLoop:
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
-        self._hand_back(restart=False, timeout_ns=timeout_ns)
+        self._hand_back(restart=False)
         deadline = time.monotonic_ns() + timeout_ns
         for w in self._wl:  # completions must not resubmit
             if w is not None:
                 self._set_active(w.slots, -1)
         self._single = None
         self._sole = -1
-        self._scalar = None
         self._paced_words = None
-        self._reap_all(deadline)
+        self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
             release_old = getattr(eng, "release_old", None)
             if release_old is not None:
@@ -512,7 +461,6 @@ class EngineLoop:
             eng.close()
         self._engines.clear()
         self._engine_list = []
-        self._scalar = None
         self._paced_words = None
 
     # workloads joining, changing and leaving (``slave.engine.loop_edits``)
@@ -550,38 +498,16 @@ class EngineLoop:
     _recycle_groups = loop_records._recycle_groups
     _resubmit_max = loop_records._resubmit_max
     _recycle_one = loop_records._recycle_one
-    _noted_done = loop_records._noted_done
-    _stamp_done = loop_records._stamp_done
     flush = loop_records.flush
-    _bin_idle = loop_records._bin_idle
     _record = loop_records._record
     _count_errors = loop_records._count_errors
     take_errors = loop_records.take_errors
-    _record_words = loop_records._record_words
 
     # the general path (``slave.engine.loop_general``)
     _loop = loop_general._loop
 
-    # a lone max-iops workload's loops (``slave.engine.loop_lone``)
-    _loop_scalar = loop_lone._loop_scalar
-    _scalar_args = loop_lone._scalar_args
-    _loop_scalar_compiled = loop_lone._loop_scalar_compiled
-    _loop_single = loop_lone._loop_single
-
-    # the lone reader's ring of iocbs (``slave.engine.loop_ring``)
-    _enter_ring = loop_ring._enter_ring
-    _loop_ring = loop_ring._loop_ring
-    _refill_ring = loop_ring._refill_ring
-    _ring_submit_rest = loop_ring._ring_submit_rest
-    _ring_c_args = loop_ring._ring_c_args
-    _loop_ring_compiled = loop_ring._loop_ring_compiled
-    _ring_take = loop_ring._ring_take
-    _ring_late = loop_ring._ring_late
-    _leave_ring = loop_ring._leave_ring
-    _flush_ring = loop_ring._flush_ring
 
     # the paced loop (``slave.engine.loop_paced``)
     _compile_paced = loop_paced._compile_paced
     _unload_paced = loop_paced._unload_paced
-    _loop_paced = loop_paced._loop_paced
     _loop_paced_compiled = loop_paced._loop_paced_compiled

@@ -159,7 +159,7 @@ def _retime_loaded(self: EngineLoop, edits: Sequence[tuple[str, WorkloadParams]]
     if cp is None or not cp.loaded:
         return False
     pos_of = cp.pos_of
-    on = cp.gen[:, pk.G["ON"]].tolist()
+    on = cp.gen["on"].tolist()
     ws = cp.ws
     chosen: dict[int, WorkloadParams] = {}
     for workload_id, params in edits:
@@ -177,7 +177,7 @@ def _retime_loaded(self: EngineLoop, edits: Sequence[tuple[str, WorkloadParams]]
     pk.retime(cp.args, cp.gen, at_ns, ks, periods, bases)
     # the kernel's heap holds the old times: its next run arms every workload anew
     cp.armed[cp.armed == 1] = 0
-    cp.st[pk.ST_HEAP_N] = 0
+    cp.args.heap_n = 0
     return True
 
 

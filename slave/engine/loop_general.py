@@ -1,5 +1,5 @@
 """The engine loop's general path (``_loop``): any mix of workloads and engines, one turn at
-a time, handing each turn to a specialised loop (``loop_ring``, ``loop_lone``, ``loop_paced``)
+a time, handing each turn to the paced loop (``loop_paced``, compiled where it can run)
 where one serves the workloads as they are.
 
 Its functions are ``EngineLoop``'s methods (bound in its class body, ``self`` the loop);
@@ -36,30 +36,12 @@ def _loop(self: EngineLoop, control: LoopControl, start_ns: int, subinterval_ns:
             next_poll = now + tuning.POLL_CONTROL_NS
             continue
         wake = boundary if boundary < next_poll else next_poll
-        ring = self._ring
-        if ring is not None and ring.active:
-            boundary = self._loop_ring(control, ring, boundary, subinterval_ns, wake)
-            continue
-        scalar = self._scalar
-        if scalar is not None:
-            boundary = self._loop_scalar(control, *scalar, boundary, subinterval_ns, wake)
-            continue
-        single = self._single
-        if (single is not None and single.pattern is None and not single.overdue
-                and not self._busy_poll and single.params.iodepth > tuning.SCALAR_MAX
-                and len(self._engine_list) == 1
-                and self._engine_list[0] is single.spec.engine):
-            if single.fixed_cat >= 0 and getattr(single.spec.engine, "takes_iocbs", False):
-                ring = self._enter_ring(single)
-                boundary = self._loop_ring(control, ring, boundary, subinterval_ns, wake)
-            else:
-                boundary = self._loop_single(control, single, single.spec.engine, boundary,
-                                             subinterval_ns, wake)
-            continue
         paced_words = self._paced_words
         if paced_words is not None:
-            boundary = self._loop_paced(control, *paced_words, boundary, subinterval_ns,
-                                        wake)
+            ps, eng, _ = paced_words
+            assert ps.compiled is not None  # only a set that runs compiled is chosen
+            boundary = self._loop_paced_compiled(control, ps.compiled, eng, boundary,
+                                                 subinterval_ns, wake)
             continue
         if self._paced:
             due = self._submit_due(now)

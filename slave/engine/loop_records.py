@@ -15,7 +15,6 @@ import errno as errno_mod
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,7 +44,9 @@ def _complete(self: EngineLoop, engine: IoEngine, n: int, t: int) -> None:
     p = self._p
     q = p + n
     pend = self._pend
-    self._rows.take(slots, axis=0, out=pend[p:q], mode="clip")  # "clip": see _loop_single
+    # "clip": the slots are ours (each event returns the slot we submitted); numpy's
+    # default "raise" copies ``out`` first, to leave it unchanged on an error
+    self._rows.take(slots, axis=0, out=pend[p:q], mode="clip")
     single = self._single
     if single is not None:
         self._issue(single, slots)  # resubmit before the bookkeeping
@@ -185,46 +186,15 @@ def _recycle_one(self: EngineLoop, owner: int, slots: npt.NDArray[np.intp]) -> N
         self._issue(w, slots)
 
 
-def _noted_done(self: EngineLoop) -> npt.NDArray[np.int64]:
-    """The completion times that ``_loop_single`` noted per reaped batch (two words written
-    instead of a numpy assignment per batch), one per record from ``_mark_from``; the
-    notes are cleared."""
-    marks = self._marks[: self._n_marks]
-    self._n_marks = 0
-    counts = np.diff(marks[:, 0], prepend=np.int64(self._mark_from))
-    return marks[:, 1].repeat(counts)
-
-
-def _stamp_done(self: EngineLoop) -> None:
-    """Write the noted completion times into the records they belong to."""
-    start = self._mark_from
-    end = self._marks_words[2 * self._n_marks - 2]
-    self._pend[start:end, C_DONE] = self._noted_done()
-
-
 def flush(self: EngineLoop) -> None:
     """Bin the buffered completion records into the running stats buffers."""
-    if self._ring is not None:
-        self._flush_ring(self._ring)
     p = self._p
     b = self._binned
-    done: npt.NDArray[np.int64] | None = None
-    noted_owner = -1
-    if self._n_marks:
-        if self._mark_from == b and self._marks_words[2 * self._n_marks - 2] == p:
-            # every record to bin was noted: their times as an array, not written into
-            # the records' column (a strided write over 1 MB: ~200 us of the flush); and
-            # all are I/Os of the workload that ``_loop_single`` ran
-            done = self._noted_done()
-            noted_owner = self._mark_owner
-        else:
-            self._stamp_done()
     self._p = self._binned = 0
     if p == b:
         return
     rows = self._pend[b:p]
-    if done is None:
-        done = rows[:, C_DONE]
+    done = rows[:, C_DONE]
     ok = rows[:, C_RES] == rows[:, C_NBYTES]
     if not bool(ok.all()):
         self._count_errors(rows[~ok])
@@ -232,9 +202,6 @@ def flush(self: EngineLoop) -> None:
         done = done[ok]
         if rows.shape[0] == 0:
             return
-    if noted_owner >= 0:
-        self._record(noted_owner, rows, done)
-        return
     owner = rows[:, C_OWNER]
     lo = int(owner.min())
     if lo == int(owner.max()):
@@ -258,50 +225,6 @@ def flush(self: EngineLoop) -> None:
     done = done[order]  # the columns needed, not whole 128-byte rows
     record_groups(targets, cats, starts, done - rows[:, C_SUBMIT][order],
                   done - rows[:, C_SCHED][order], rows[:, C_NBYTES][order])
-
-
-def _bin_idle(self: EngineLoop, until: int, ready: Callable[[], int]) -> None:
-    """Bin buffered completion records one at a time (``WorkloadStats.record_one``, ~2 us
-    each) until all are binned, ``until`` comes (the next scheduled I/O) or a completion
-    is ready: a loop that waits between its I/Os bins in the wait. ``flush`` binned 8,192
-    records at once; at 40,000 IOPS the I/Os due or completing in those 1-4 ms went out or
-    were timed late, and put the service-time p99 of 512 paced workloads at 8-13 ms."""
-    if self._n_marks:
-        self._stamp_done()
-    pw = self._pend_words
-    rw = SlotTable.ROW_WORDS
-    wl = self._wl
-    nwl = len(wl)
-    buf = self._buf
-    discard = self._discard
-    mono = time.monotonic_ns
-    b = self._binned
-    p = self._p
-    while b < p:
-        r = rw * b
-        b += 1
-        owner = pw[r + C_OWNER]
-        nbytes = pw[r + C_NBYTES]
-        if pw[r + C_RES] != nbytes:
-            self._count_errors(self._pend[b - 1 : b])
-        elif not discard:
-            w = wl[owner] if owner < nwl else None
-            if w is not None:  # else deleted: its last I/Os are not counted (as _record)
-                done = pw[r + C_DONE]
-                w.spec.stats[buf].record_one(
-                    pw[r + C_CAT] if w.fixed_cat < 0 else w.fixed_cat,
-                    done - pw[r + C_SUBMIT], done - pw[r + C_SCHED], nbytes)
-        if mono() >= until or ready():
-            break
-    if b == p:
-        self._p = self._binned = 0
-    elif b >= tuning.COMPACT_AT:  # move the few left to the front, so _p stays short of FLUSH_AT
-        p -= b
-        self._pend[:p] = self._pend[b : b + p]
-        self._p = p
-        self._binned = 0
-    else:
-        self._binned = b
 
 
 def _record(self: EngineLoop, owner: int, rows: npt.NDArray[np.int64],
@@ -357,25 +280,6 @@ def take_errors(self: EngineLoop) -> dict[str, dict[str, int]]:
             out[w.spec.workload_id] = w.errors
             w.errors = {}
     return out
-
-
-def _record_words(self: EngineLoop, ev: memoryview, n: int, t: int) -> None:
-    """Buffer ``n`` completions laid out as words (slot at ``4*i``, result at ``4*i + 2``),
-    reaped at ``t``: each slot's row copied whole, with its result and completion time."""
-    pw = self._pend_words
-    tw = self._rows_words
-    rw = SlotTable.ROW_WORDS
-    p = self._p
-    for i in range(n):
-        b = rw * p
-        r = rw * ev[4 * i]
-        pw[b : b + rw] = tw[r : r + rw]
-        pw[b + C_RES] = ev[4 * i + 2]
-        pw[b + C_DONE] = t
-        p += 1
-    self._p = p
-    if p >= self._flush_at:
-        self.flush()
 
 
 def errno_name(res: int) -> str:

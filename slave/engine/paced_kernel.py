@@ -1,10 +1,10 @@
-"""The paced loop compiled: ``EngineLoop._loop_paced``'s turn in C, without Python per I/O.
+"""The compiled loop: paced and max-iops workloads' turn in C, without Python per I/O.
 
 At high paced rates the Python loop's own time is the service time's error: at 78,000 IOPS on
 a tmpfs loop device (half of fio's QD32 maximum on the 2-core VM) a worker spent 6-7 us of user
 CPU per I/O there, so a completion often waited for the loop to finish a submission or a record
 before it was seen, and the measured p50 read 31-57 us where fio read 20. A C loop of the same
-design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as ``_loop_paced`` (record
+design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as the Python one (record
 what completed, free its slots, submit every due I/O of every workload with a free slot in one
 ``io_submit``, a write with its planned data put in its buffer first, wait, or bin one record
 at a time when nothing is due), reading the kernel's completion ring in place. Max-iops
@@ -26,9 +26,11 @@ neither runs the Python loop, and says why (``origin``, ``why_not``: hosts.csv's
 and gave the same loop, but importing it made a slave of 64 workloads 180 MB resident (the
 budget is 150) and its compile took 4-5 s per start from the zipapp, which numba cannot cache.
 
-Owns the C source's build and load, the layout of its argument words (``A_*``, built from
-``_ARGS`` into ``#define``s prepended to the source: one list for both sides), its state words
-(``ST_*``) and result codes (``R_*``), and the words of each workload's generator (``G_*``):
+Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
+place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
+``slave.engine.loop_args.LoopArgs`` mirrors; an object whose layout differs from the mirror's
+is not used; each workload's generator, ``struct ivy_gen``, is an element of a ``GEN_DTYPE``
+array), its result codes (``R_*``), and each workload's generator (``generator``):
 where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
 kernel generates its next I/Os itself when its ring runs out, 512 at a time (``GEN_IOS``:
 7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
@@ -40,12 +42,12 @@ alone (DFC's, of every workload at every boundary) is made in the kernel's own a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 
-The same shared object carries the max-iops loop of queue depth 1-2 (blocking, or polling for
-``busy_poll``) for a lone workload of reads (``scalar_run``, ``EngineLoop._loop_scalar``'s
-turn: S_*, SS_* and SR_* words), which leaves no code between a submission and the wait for
-the next completion (see the C), and a lone max-iops read workload's ring of iocbs
-(``ring_run``, ``EngineLoop._loop_ring``'s turn: RA_*, RS_* and RR_* words), at about a tenth
-of the Python loop's user CPU per I/O.
+``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too. At queue
+depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in the ring
+for ``busy_poll``), with no code between a submission and the wait, as its own loop
+(``scalar_run``) did. Deeper, its ring of whole iocbs (``ring_run``) went, as ``paced_run``
+read as many IOPS at QD32 with a quarter of the user CPU per I/O (tmpfs loop device,
+interleaved rounds: 267,000 against 269,000 IOPS, 0.11 against 0.41 us).
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ import hashlib
 import os
 import platform
 import shutil
-import struct
 import subprocess
 import tempfile
 from importlib import resources
@@ -68,91 +69,26 @@ import numpy.typing as npt
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
-from slave.engine import layout
+from slave.engine import layout, loop_args
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 from slave.engine.base import SlotTable
+from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.sequencer import GeneratorState
 
-#: the kernel's argument words, in order: addresses of arrays, then scalars
-_ARGS: Final = (
-    "RING_HEADER", "RING_EVENTS", "EVENTS", "EVENTS_CAP", "CTX",
-    "ROWS", "IOCB_ADDR", "PTRS", "OUT",
-    "RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "SLOT_POS", "N_SLOTS",
-    "HEAP_T", "HEAP_K", "ARMED", "N_WORKLOADS",
-    "POOL_ROWS", "STAMPS", "N_STAMPS", "POOL", "POOL_STRIDE",
-    "PEND", "FLUSH_AT", "COMPACT_AT",
-    "ROOT", "STAT_OFF", "FIXCAT", "N_OWNERS", "DISCARD",
-    "ST", "BOUNDARY", "WAKE", "SLEEP_MIN", "LONG_WAIT", "WAKE_EARLY",
-    "CONTROL_FD", "POLL_NS", "GEN", "RCAP", "GEN_IOS", "BUSY_POLL",
-    "N_MAX", "SPIN_NS", "SPIN_GATE_NS",
-)
-A: Final = {name: i for i, name in enumerate(_ARGS)}
-N_ARGS: Final = len(_ARGS)
-
-#: a workload's generator words (a row of ``GEN``; doubles as their bits): whether the kernel
-#: generates its I/Os (``ON``), then a ``GeneratorState``, the opcode-and-descriptor words of
-#: a read and a write, whether its writes' data is planned and the next write serial, how
-#: many I/Os the kernel generated since the row was written (``MADE``: 0, no I/Os to give
-#: back) and whether it moved the stream or the schedule otherwise (``RESYNC``: ``retime``)
-_GEN: Final = (
-    "ON", "STATE_HI", "STATE_LO", "INC_HI", "INC_LO", "FIRST", "N_BLOCKS", "BLOCKSIZE",
-    "N_HOT", "HOT_SHARE", "READ_FRACTION", "SEQUENTIAL", "SEQ_NEXT", "POISSON", "PERIOD",
-    "SCHED_BASE", "SCHED_K", "SCHED_LAST", "FIRST_DUE", "OP_READ", "OP_WRITE", "PLANNED",
-    "SERIAL", "MADE", "RESYNC",
-)
-G: Final = {name: i for i, name in enumerate(_GEN)}
-# the C reads each 128-bit value as two words in a row, high first (``word_pair``)
-assert G["STATE_LO"] == G["STATE_HI"] + 1 and G["INC_LO"] == G["INC_HI"] + 1
-GEN_WORDS: Final = len(_GEN)
 _U64: Final = (1 << 64) - 1
 
-# the words of the state array ``st``
-ST_P, ST_BINNED, ST_IN_FLIGHT, ST_HEAP_N, ST_N, ST_T, ST_SUB_DONE, ST_SUB_N, ST_REFILL = range(9)
-ST_MEAN: Final = 9  # the running mean of the max-iops waits (``N_MAX`` > 0), as ``waits.Waiter``'s
-ST_WORDS: Final = 16
-# what a run returned for: ``wake`` came (the boundary, or a control poll: one every
-# ``POLL_NS`` that finds ``CONTROL_FD`` readable, or the first when it is -1); a completion
-# reaped past ``boundary`` (``ST_N`` of them in the engine's events, at ``ST_T``: left there,
-# the next run records them first); a workload's precomputed I/Os ran out (``armed`` 2); the
-# records reached ``flush_at``; a record to bin failed (at ``ST_BINNED``); io_submit took
-# ``ST_SUB_DONE`` (-1: none) of ``ST_SUB_N``; a completion came for slot ``ST_N``, which no
-# workload of the set owns (a broken invariant: nothing of that batch is recorded)
+
+# what a run returned for (its state in ``LoopArgs``' fields): ``wake_ns`` came (the
+# boundary, or a control poll: one every ``poll_ns`` that finds ``control_fd`` readable, or
+# the first when it is -1); a completion reaped past ``boundary_ns`` (``n`` of them in the
+# engine's events, at ``t_ns``: left there, the next run records them first); a workload's
+# precomputed I/Os ran out (``armed`` 2); the records reached ``flush_at``; a record to bin
+# failed (at ``binned``); io_submit took ``sub_done`` (-1: none) of ``sub_n``; a completion
+# came for slot ``n``, which no workload of the set owns (a broken invariant: nothing of that
+# batch is recorded)
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
-# ``scalar_run`` (the queue-depth 1-2 max-iops loop in C): its argument words, its state
-# words and its result codes
-_SCALAR_ARGS: Final = (
-    "CTX", "EVENTS_CAP", "ROWS", "PEND", "EVENTS", "ST", "RING", "IOCB_ADDR",
-    "BOUNDARY", "WAKE", "FLUSH_AT", "BLOCK_WAIT", "RING_HEADER", "RING_EVENTS", "BUSY_SPIN_NS",
-    "BUSY_HOT_NS",
-)
-S: Final = {name: i for i, name in enumerate(_SCALAR_ARGS)}
-SS_MAX_HELD: Final = 4  # slots held for the next submission (the loop's depth is <= 2)
-SS_CUR, SS_RLEN, SS_P, SS_NHELD, SS_HELD0 = 0, 1, 2, 3, 4
-SS_N, SS_T, SS_NNEED, SS_NEED0 = 8, 9, 10, 11
-SS_SUB_DONE: Final = 15
-SS_WORDS: Final = 16
-# ``wake`` came (held slots not submitted: the caller submits them); completions reaped past
-# the boundary (``SS_N`` at ``SS_T``, in the engine's events; nothing held); slots the ring had
-# no next I/O for (``SS_NEED*``); the records reached ``FLUSH_AT`` (held slots stay held);
-# io_submit took ``SS_SUB_DONE`` (-1: none) of the held slots (they stay held)
-SR_WAKE, SR_LATE, SR_REFILL, SR_FLUSH, SR_SUBMIT = range(5)
 
-# ``ring_run`` (a lone max-iops read workload's ring of iocbs in C, ``EngineLoop._loop_ring``):
-# its argument words, its state words and its result codes
-_RING_ARGS: Final = (
-    "CTX", "RING_HEADER", "RING_EVENTS", "EVENTS_CAP", "EVENTS", "ST", "PTRS", "REC", "DONE",
-    "SUB", "BOUNDARY", "WAKE", "RECORDS", "SEQ0", "SPIN_NS", "SPIN_GATE_NS", "SLEEP_MIN_NS",
-)
-RA: Final = {name: i for i, name in enumerate(_RING_ARGS)}
-RS_CUR, RS_END, RS_N_REC, RS_N_DONE, RS_N_SUB, RS_STAGE = range(6)
-RS_N, RS_T, RS_T_SUB, RS_SUB_DONE, RS_MEAN = range(6, 11)
-RS_WORDS: Final = 11
-# ``wake`` came (nothing pending); the ring has too few iocbs left for the batch reaped
-# (``RS_N`` at ``RS_T``, in the engine's events; stage 1); io_submit took ``RS_SUB_DONE`` (-1:
-# failed) of them (stage 1); the batch was reaped past the boundary (submitted, not recorded);
-# the records reached ``RECORDS``
-RR_WAKE, RR_REFILL, RR_SUBMIT, RR_LATE, RR_FLUSH = range(5)
 
 # slot row words (the iocb's, ``aio_abi.W_*``, then the loop's bookkeeping, ``layout.C_*``)
 _ROW_LAYOUT: Final = {
@@ -174,23 +110,27 @@ _STATS_LAYOUT: Final = {
 }
 
 
+_INCLUDE: Final = '#include "ivy_loop.h"\n'
+
+
 def source() -> str:
-    """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``."""
-    defines = {f"A_{name}": i for i, name in enumerate(_ARGS)}
-    defines.update({f"G_{name}": i for i, name in enumerate(_GEN)})
-    defines["GEN_WORDS"] = GEN_WORDS
-    defines["POOL_BLOCKS"] = POOL_BLOCKS
+    """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
+    with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
+    hash, which names the cached and the shipped object, cover both)."""
+    defines = {"POOL_BLOCKS": POOL_BLOCKS}
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
-    defines.update({f"S_{name}": i for i, name in enumerate(_SCALAR_ARGS)})
-    defines.update({f"RA_{name}": i for i, name in enumerate(_RING_ARGS)})
-    for prefix in ("ST_", "R_", "SS_", "SR_", "RS_", "RR_"):  # the loops' state words, codes
+    for prefix in ("R_",):  # the loop's result codes
         defines.update({k: v for k, v in globals().items()
                         if k.startswith(prefix) and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
-    body = resources.files("slave.engine").joinpath("paced_kernel.c").read_text("utf-8")
-    return "#define _GNU_SOURCE\n" + head + body
+    package = resources.files("slave.engine")
+    body = package.joinpath("paced_kernel.c").read_text("utf-8")
+    header = package.joinpath("ivy_loop.h").read_text("utf-8")
+    if body.count(_INCLUDE) != 1:
+        raise OSError(f"paced_kernel.c must include ivy_loop.h once ({_INCLUDE.strip()})")
+    return "#define _GNU_SOURCE\n" + head + body.replace(_INCLUDE, header)
 
 
 # no -Werror here: a host's other compiler may warn of what this one does not, and a warning
@@ -200,8 +140,6 @@ _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_scalar_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_ring_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 _origin: str | None = None  # where the loaded object came from
 
@@ -298,7 +236,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Load the kernel once per process: the object shipped for this host, else one built
     here (or found in the cache); on failure note why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn, _why_not, _origin
+    global _fn, _gen_fn, _retime_fn, _why_not, _origin
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -329,43 +267,26 @@ def _load() -> None:
             _why_not = f"the compiled paced loop could not be built: {exc}{shipped_failed}"
             return
         _origin = f"built on this host{shipped_failed}"
-    fn = _run_function(lib, "paced_run")
+    differs = loop_args.layout_difference(lib)
+    if differs is not None:  # an object of another source under this one's name
+        _why_not = f"the compiled paced loop does not match this slave: {differs}"
+        return
+    fn = lib.paced_run
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = ctypes.c_int64
     gen = lib.paced_generate
     gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     gen.restype = None
     retime_fn = lib.paced_retime
     retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     retime_fn.restype = None
-    scalar_fn, ring_fn = _run_function(lib, "scalar_run"), _run_function(lib, "ring_run")
-    _fn, _gen_fn, _retime_fn, _scalar_fn, _ring_fn = fn, gen, retime_fn, scalar_fn, ring_fn
-
-
-def _run_function(lib: ctypes.CDLL, name: str) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    """One of the loops' turns: ``int64_t name(const int64_t *args)``."""
-    fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p]
-    fn.restype = ctypes.c_int64
-    return fn
+    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
 
 
 def available() -> bool:
     """Whether the compiled loop can run here (built and loaded, or loaded from the cache)."""
     _load()
     return _fn is not None
-
-
-def scalar_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """The compiled ``scalar_run`` (one argument: the address of its ``S_*`` words; it releases
-    the GIL while it runs), or None where the kernel is not available."""
-    _load()
-    return _scalar_fn
-
-
-def ring_function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
-    """The compiled ``ring_run`` (one argument: the address of its ``RA_*`` words; it releases
-    the GIL while it runs), or None where the kernel is not available."""
-    _load()
-    return _ring_fn
 
 
 def why_not() -> str | None:
@@ -380,115 +301,78 @@ def origin() -> str | None:
     return _origin
 
 
-class Args:
-    """The kernel's argument words (``A_*``): array addresses and scalars, one int64 array
-    the caller fills once and updates per run (``BOUNDARY``, ``WAKE``, ``DISCARD``, and
-    ``STAT_OFF`` to the running buffer's offsets). The
-    arrays whose addresses it holds must stay alive and in place: it keeps them."""
-
-    def __init__(self) -> None:
-        self.words = np.zeros(N_ARGS, dtype=np.int64)
-        self.addr = ctypes.c_void_p(int(self.words.ctypes.data))
-        self._keep: dict[str, npt.NDArray[np.generic]] = {}
-
-    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
-        if not a.flags.c_contiguous:
-            raise ValueError(f"paced kernel argument {name} must be C-contiguous")
-        self._keep[name] = a
-        self.words[A[name]] = a.ctypes.data
-
-    def set(self, name: str, value: int) -> None:
-        self.words[A[name]] = value
-
-
-def run(args: Args) -> int:
+def run(args: LoopArgs) -> int:
     """One run of the kernel (``available()`` must be True); returns an ``R_*`` code."""
     fn = _fn
     if fn is None:
         _load()
         fn = _fn
         assert fn is not None, _why_not
-    return int(fn(args.addr))
+    return int(fn(args.address))
 
 
-def generate(args: Args, k: int, m: int) -> None:
+def generate(args: LoopArgs, k: int, m: int) -> None:
     """The kernel's generator alone (for the tests): workload ``k``'s next ``m`` I/Os into
     its ring from the top, as ``run`` makes them when the ring runs out."""
     _load()
     assert _gen_fn is not None, _why_not
-    _gen_fn(args.addr, k, m)
+    _gen_fn(args.address, k, m)
 
 
-def retime(args: Args, gen: npt.NDArray[np.int64], at_ns: int, ks: npt.NDArray[np.int64],
+def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArray[np.int64],
            period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
-    """Workloads ``ks`` (rows of ``gen``, the kernel's ``GEN``) take new schedules from
+    """Workloads ``ks`` (elements of ``gen``, the loop's generators) take new schedules from
     ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the I/Os of
     its ring due before ``at_ns`` and not issued keep their times, the rest are retimed, and
-    its row (schedule words, stream) goes on from there, marked ``RESYNC`` for its sequencer
+    its generator (schedule, stream) goes on from there, marked ``resync`` for its sequencer
     to take back."""
     _load()
     assert _retime_fn is not None, _why_not
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    gen[ks, G["PERIOD"]] = period_ns.view(np.int64)
-    gen[ks, G["SCHED_BASE"]] = base_ns
-    gen[ks, G["SCHED_K"]] = 0
-    gen[ks, G["SCHED_LAST"]] = _double_word(float(at_ns))
-    gen[ks, G["FIRST_DUE"]] = gen[ks, G["POISSON"]]
-    _retime_fn(args.addr, at_ns, ks.ctypes.data, ks.shape[0])
+    gen["period_ns"][ks] = period_ns
+    gen["sched_base_ns"][ks] = base_ns
+    gen["sched_k"][ks] = 0
+    gen["sched_last_ns"][ks] = float(at_ns)
+    gen["first_due"][ks] = gen["poisson"][ks]
+    _retime_fn(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
-def _word(u: int) -> int:
-    """An unsigned 64-bit value as the int64 word with its bits."""
-    u &= _U64
-    return u - (1 << 64) if u >> 63 else u
-
-
-def _double_word(x: float) -> int:
-    return int(struct.unpack("<q", struct.pack("<d", x))[0])
-
-
-def _word_double(w: int) -> float:
-    return float(struct.unpack("<d", struct.pack("<q", w))[0])
-
-
-def generator_words(gs: GeneratorState, op_read: int, op_write: int,
-                    next_serial: int | None) -> list[int]:
-    """A workload's generator row (``G_*``), on: ``gs`` and its read and write words;
+def generator(gs: GeneratorState, op_read: int, op_write: int,
+              next_serial: int | None) -> npt.NDArray[np.void]:
+    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write words;
     ``next_serial``: its planned writes' next serial, or None (no data to plan)."""
-    row = [0] * GEN_WORDS
-    row[G["ON"]] = 1
-    row[G["STATE_HI"]] = _word(gs.rng_state >> 64)
-    row[G["STATE_LO"]] = _word(gs.rng_state)
-    row[G["INC_HI"]] = _word(gs.rng_inc >> 64)
-    row[G["INC_LO"]] = _word(gs.rng_inc)
-    row[G["FIRST"]] = gs.first_offset_bytes
-    row[G["N_BLOCKS"]] = gs.n_blocks
-    row[G["BLOCKSIZE"]] = gs.blocksize_bytes
-    row[G["N_HOT"]] = gs.n_hot_blocks
-    row[G["HOT_SHARE"]] = _double_word(gs.hot_zone_fraction)
-    row[G["READ_FRACTION"]] = _double_word(gs.read_fraction)
-    row[G["SEQUENTIAL"]] = int(gs.sequential)
-    row[G["SEQ_NEXT"]] = gs.seq_next
-    row[G["POISSON"]] = int(gs.poisson)
-    row[G["PERIOD"]] = _double_word(gs.period_ns)
-    row[G["SCHED_BASE"]] = gs.sched_base_ns
-    row[G["SCHED_K"]] = gs.sched_k
-    row[G["SCHED_LAST"]] = _double_word(gs.sched_last_ns)
-    row[G["FIRST_DUE"]] = int(gs.first_arrival_due)
-    row[G["OP_READ"]] = op_read
-    row[G["OP_WRITE"]] = op_write
-    row[G["PLANNED"]] = int(next_serial is not None)
-    row[G["SERIAL"]] = next_serial or 0
-    return row
+    g = np.zeros((), dtype=GEN_DTYPE)
+    g["on"] = 1
+    g["state_hi"] = gs.rng_state >> 64
+    g["state_lo"] = gs.rng_state & _U64
+    g["inc_hi"] = gs.rng_inc >> 64
+    g["inc_lo"] = gs.rng_inc & _U64
+    g["first_bytes"] = gs.first_offset_bytes
+    g["n_blocks"] = gs.n_blocks
+    g["blocksize_bytes"] = gs.blocksize_bytes
+    g["n_hot"] = gs.n_hot_blocks
+    g["hot_share"] = gs.hot_zone_fraction
+    g["read_fraction"] = gs.read_fraction
+    g["sequential"] = int(gs.sequential)
+    g["seq_next"] = gs.seq_next
+    g["poisson"] = int(gs.poisson)
+    g["period_ns"] = gs.period_ns
+    g["sched_base_ns"] = gs.sched_base_ns
+    g["sched_k"] = gs.sched_k
+    g["sched_last_ns"] = gs.sched_last_ns
+    g["first_due"] = int(gs.first_arrival_due)
+    g["op_read"] = op_read
+    g["op_write"] = op_write
+    g["planned"] = int(next_serial is not None)
+    g["serial"] = next_serial or 0
+    return g
 
 
-def generator_progress(row: npt.NDArray[np.int64]
+def generator_progress(g: npt.NDArray[np.void] | np.void
                        ) -> tuple[tuple[int, int, int, int, float, bool], int]:
-    """Where the kernel left a generator row: the arguments of ``Sequencer.resume`` (bit
-    generator state, sequential position, schedule start and index, last Poisson arrival,
-    whether the first arrival is still due), and the next write serial."""
-    words = row.tolist()
-    state = ((words[G["STATE_HI"]] & _U64) << 64) | (words[G["STATE_LO"]] & _U64)
-    return ((state, words[G["SEQ_NEXT"]], words[G["SCHED_BASE"]], words[G["SCHED_K"]],
-             _word_double(words[G["SCHED_LAST"]]), bool(words[G["FIRST_DUE"]])),
-            words[G["SERIAL"]])
+    """Where the loop left a generator: the arguments of ``Sequencer.resume`` (bit generator
+    state, sequential position, schedule start and index, last Poisson arrival, whether the
+    first arrival is still due), and the next write serial."""
+    state = (int(g["state_hi"]) << 64) | int(g["state_lo"])
+    return ((state, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
+             float(g["sched_last_ns"]), bool(g["first_due"])), int(g["serial"]))

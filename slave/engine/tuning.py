@@ -99,13 +99,6 @@ BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # paced workloads alone on a libaio engine (reads, and writes of planned data) run in compiled
 # C where the host could build it (``slave.engine.paced_kernel``;
-# ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (but a
-# lone one that a loop of its own serves); tests and bench_engine switch it off to run the
-# Python loops
+# ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (a lone
+# one too, of any depth); tests and bench_engine switch it off to run the Python loops
 COMPILED_PACED = True
-# and the max-iops loop of depth 1-2, blocking or polling, for a lone workload of reads
-# (``pk.scalar_function``; ``EngineLoop._loop_scalar_compiled``); tests switch it off too
-COMPILED_SCALAR = True
-# and the lone max-iops read workload's ring of iocbs (``pk.ring_function``;
-# ``EngineLoop._loop_ring_compiled``); tests switch it off to run the Python loop
-COMPILED_RING = True

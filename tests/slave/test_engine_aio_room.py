@@ -29,7 +29,7 @@ from slave.worker import WorkerError
 from slave.worker_backend import WorkerBackend
 from tests.slave.conftest import LoopFactory, settle
 from tests.slave.test_engine_libaio import Control
-from tests.slave.test_engine_scalar_run import _device_read_bytes
+from tests.slave.test_engine_lone_shallow import _device_read_bytes
 
 MiB = 1 << 20
 

@@ -20,6 +20,7 @@ from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
 
@@ -188,35 +189,40 @@ def test_busy_poll_blocks_once_it_has_spun_long_enough(
     assert stats.lat[0, 0, 1] > 0
 
 
+def _stats_in_one_region() -> tuple[WorkloadStats, WorkloadStats]:
+    """A workload's two stats buffers in one region, as a worker's are (the compiled loop bins
+    into such a region only)."""
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    return WorkloadStats(region[: WorkloadStats.SIZE]), WorkloadStats(region[WorkloadStats.SIZE :])
+
+
 @needs_aio
 @pytest.mark.parametrize(
-    ("iodepth", "compiled_ring"),
-    # depth 4 runs the ring of iocbs, in C (paced_kernel.ring_run) or in Python; depth 1 the
+    ("iodepth", "compiled"),
+    # depth 4 runs in the compiled loop (paced_kernel.paced_run) or in Python; depth 1 the
     # engine loop's scalar path
     [(4, True), (4, False), (1, True)],
 )
-def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled_ring: bool,
+def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled: bool,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # a 4096-byte block size with 512-byte alignment at odd offsets on O_DIRECT is fine, but a
     # read past the end of the file is short: shrink the file under the workload's feet
-    monkeypatch.setattr(tuning, "COMPILED_RING", compiled_ring)
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     turns: list[int] = []
-    real = paced_kernel.ring_function()
+    real = paced_kernel.run
 
-    def counted(addr: int) -> int:
+    def counted(args: LoopArgs) -> int:
         turns.append(1)
-        assert real is not None
-        return int(real(addr))
+        return real(args)
 
-    if real is not None:
-        monkeypatch.setattr(paced_kernel, "ring_function", lambda: counted)
+    monkeypatch.setattr(paced_kernel, "run", counted)
     p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
     os.truncate(lun_file, 16 * MiB)
     loop = EngineLoop(capacity=64)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
+    stats = _stats_in_one_region()
     loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
     os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
     ctl = Control(1)
@@ -228,8 +234,8 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled_
     assert set(ctl.errors["t:l:w"]) == {"short"}
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
     assert stats[0].ops() == 0
-    if iodepth == 4 and real is not None:  # the errors came through the loop asked for
-        assert bool(turns) == compiled_ring
+    if iodepth == 4 and paced_kernel.available():  # the errors came through the loop asked for
+        assert bool(turns) == compiled
 
 
 @needs_aio
@@ -403,8 +409,9 @@ def test_loop_device_writes_verify(loop_device: str) -> None:
 def test_depth_one_and_two_over_several_subintervals(
     lun_file: str, iodepth: int, busy_poll: bool, writes: bool
 ) -> None:
-    """The scalar loop (queue depth <= 2): every subinterval records, service <= response,
-    written blocks verify."""
+    """A lone workload of queue depth <= 2 (in the compiled loop where it can run, its stats
+    in one region as a worker's): every subinterval records, service <= response, written
+    blocks verify."""
     start, end = 1 * MiB, 1 * MiB + 64 * 4096
     p = WorkloadParams(iodepth=iodepth, busy_poll=busy_poll, seed=3,
                        read_fraction=0.0 if writes else 1.0,
@@ -414,7 +421,7 @@ def test_depth_one_and_two_over_several_subintervals(
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(lun_file, writable=writes, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
+    stats = _stats_in_one_region()
     loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
     per_sub: list[int] = []
 
@@ -503,7 +510,7 @@ def test_submit_list_hands_the_kernel_the_listed_slots(lun_file: str) -> None:
 
 
 @needs_aio
-@pytest.mark.parametrize("how", ["submit", "submit_list", "submit_iocbs", "finish_submit"])
+@pytest.mark.parametrize("how", ["submit", "submit_list", "finish_submit"])
 def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str) -> None:
     """Slots 0-4 read the file, slot 5 names a closed descriptor: the kernel takes the first
     five, then refuses; the error names the errno and that five went out (the engine loop
@@ -521,8 +528,6 @@ def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str
                 eng.submit(np.array(slots, dtype=np.intp))
             elif how == "submit_list":
                 eng.submit_list(slots)
-            elif how == "submit_iocbs":  # a fast call failed (-1) before: nothing taken yet
-                eng.submit_iocbs(int(table.addr.ctypes.data), 8, -1)
             else:  # compiled code's io_submit took the first two
                 h = eng.kernel_handles()
                 assert h is not None

@@ -16,6 +16,7 @@ import pytest
 
 from slave.engine import aio_abi, layout, tuning
 from slave.engine import paced_kernel as pk
+from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -46,13 +47,13 @@ class _Kernel:
         gs = seq.generator_state()
         assert gs is not None
         self.ring = np.zeros((_CAP, 5), dtype=np.int64)
-        self.gen = np.array([pk.generator_words(gs, _READ, _WRITE, None)], dtype=np.int64)
+        self.gen = np.stack([pk.generator(gs, _READ, _WRITE, None)])
         self.cur = np.zeros(1, dtype=np.int64)
         self.rlen = np.zeros(1, dtype=np.int64)
         self.phase = np.array([seq.phase_fraction])
-        self.args = pk.Args()
-        for name, arr in (("RINGS", np.array([self.ring.ctypes.data], dtype=np.int64)),
-                          ("CUR", self.cur), ("RLEN", self.rlen), ("GEN", self.gen)):
+        self.args = LoopArgs()
+        for name, arr in (("rings", np.array([self.ring.ctypes.data], dtype=np.int64)),
+                          ("cur", self.cur), ("rlen", self.rlen), ("gen", self.gen)):
             self.args.array(name, arr)
 
     def generate(self, m: int) -> npt.NDArray[np.int64]:

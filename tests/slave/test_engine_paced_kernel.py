@@ -28,6 +28,7 @@ from slave.engine import aio_abi, compiled_paced, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
@@ -100,10 +101,8 @@ def test_the_source_compiles_without_a_warning(tmp_path: Path) -> None:
 @needs_cc
 def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
-    for name, i in pk.A.items():
-        assert f"#define A_{name} {i}LL\n" in src
+    assert "struct ivy_loop {" in src and '#include "ivy_loop.h"' not in src  # inlined
     assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
-    assert f"#define ST_REFILL {pk.ST_REFILL}LL\n" in src
     assert f"#define C_DONE {layout.C_DONE}LL\n" in src
     assert f"#define R_SCHED_COL {layout.R_SCHED}LL\n" in src
 
@@ -111,7 +110,7 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
 # ---------------------------------------------------------------------------- binning
 def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: int = -1,
                         ring_slot: int | None = None
-                        ) -> tuple[int, npt.NDArray[np.int64], WorkloadStats]:
+                        ) -> tuple[int, LoopArgs, WorkloadStats]:
     """Records (category, submit, scheduled, done, result) of owner 0, binned by a kernel run
     with nothing in flight and nothing due, for 20 ms; the code, state and stats. With
     ``ring_slot``, the completion ring holds one event, for that slot (the table has one)."""
@@ -123,9 +122,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
                  layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
             0, cat, sub, sched, 4096, res, done)
-    st = np.zeros(pk.ST_WORDS, dtype=np.int64)
-    st[pk.ST_P] = len(records)
-    a = pk.Args()
+    a = LoopArgs()
+    a.p = len(records)
     hdr = np.zeros(8, dtype=np.uint32)
     hdr[1] = 2  # a ring of two events, empty (head == tail)
     ring_events = np.zeros(8, dtype=np.int64)
@@ -133,26 +131,26 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         hdr[3] = 1
         ring_events[:4] = (ring_slot, 0, 4096, 0)
     keep = {
-        "RING_HEADER": hdr, "RING_EVENTS": ring_events,
-        "EVENTS": np.zeros(4, dtype=np.int64), "ROWS": np.zeros((1, 16), dtype=np.int64),
-        "IOCB_ADDR": np.zeros(1, dtype=np.uint64), "PTRS": np.zeros(1, dtype=np.uint64),
-        "OUT": np.zeros(1, dtype=np.int64), "PEND": pend, "ROOT": stats.buffer,
-        "STAT_OFF": np.zeros(1, dtype=np.int64), "FIXCAT": np.array([fixcat], dtype=np.int64),
-        "ST": st, "ARMED": np.zeros(1, dtype=np.uint8),
+        "ring_header": hdr, "ring_events": ring_events,
+        "events": np.zeros(4, dtype=np.int64), "rows": np.zeros((1, 16), dtype=np.int64),
+        "iocb_addr": np.zeros(1, dtype=np.uint64), "ptrs": np.zeros(1, dtype=np.uint64),
+        "out": np.zeros(1, dtype=np.int64), "pend": pend, "root": stats.buffer,
+        "stat_off": np.zeros(1, dtype=np.int64), "fixcat": np.array([fixcat], dtype=np.int64),
+        "armed": np.zeros(1, dtype=np.uint8),
     }
-    for name in ("RINGS", "CUR", "RLEN", "FREE_BUF", "FREE_OFF", "FREE_N", "HEAP_T",
-                 "HEAP_K"):
+    for name in ("rings", "cur", "rlen", "free_buf", "free_off", "free_n", "heap_t",
+                 "heap_k"):
         keep[name] = np.zeros(1, dtype=np.int64)
-    keep["SLOT_POS"] = np.full(1, -1, dtype=np.int64)  # the one slot is no workload's
+    keep["slot_pos"] = np.full(1, -1, dtype=np.int64)  # the one slot is no workload's
     for name, arr in keep.items():
         a.array(name, arr)
-    for name, v in (("EVENTS_CAP", 1), ("CTX", 0), ("N_WORKLOADS", 0), ("N_OWNERS", 1),
-                    ("N_SLOTS", 1),
-                    ("FLUSH_AT", 1 << 20), ("COMPACT_AT", 1 << 20), ("BOUNDARY", 1 << 62),
-                    ("WAKE", time.monotonic_ns() + 20_000_000), ("SLEEP_MIN", 30_000),
-                    ("LONG_WAIT", 200_000), ("WAKE_EARLY", 50_000)):
-        a.set(name, v)  # CTX 0: io_getevents fails at once (EINVAL) and the kernel looks again
-    return pk.run(a), st, stats
+    for name, v in (("events_cap", 1), ("ctx", 0), ("n_workloads", 0), ("n_owners", 1),
+                    ("n_slots", 1),
+                    ("flush_at", 1 << 20), ("compact_at", 1 << 20), ("boundary_ns", 1 << 62),
+                    ("wake_ns", time.monotonic_ns() + 20_000_000), ("sleep_min_ns", 30_000),
+                    ("long_wait_ns", 200_000), ("wake_early_ns", 50_000)):
+        setattr(a, name, v)  # ctx 0: io_getevents fails at once (EINVAL); the kernel looks again
+    return pk.run(a), a, stats
 
 
 @needs_cc
@@ -163,7 +161,7 @@ def test_the_kernel_bins_as_record_one_does() -> None:
     records = [(i % 4, 1_000, 1_000 - 3 * v, 1_000 + v, 4096) for i, v in enumerate(lat)]
     code, st, got = _bin_through_kernel(records)
     assert code == pk.R_WAKE
-    assert st[pk.ST_P] == 0 and st[pk.ST_BINNED] == 0  # all binned
+    assert st.p == 0 and st.binned == 0  # all binned
     want = WorkloadStats()
     for cat, sub, sched, done, _ in records:
         want.record_one(cat, done - sub, done - sched, 4096)
@@ -181,7 +179,7 @@ def test_a_failed_record_goes_back_to_python_unbinned() -> None:
     code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096), (0, 10, 10, 600, -5),
                                          (0, 10, 10, 700, 4096)])
     assert code == pk.R_ERROR
-    assert st[pk.ST_BINNED] == 1  # the first is binned, the failed one is left for flush
+    assert st.binned == 1  # the first is binned, the failed one is left for flush
     assert got.ops() == 1
 
 
@@ -189,8 +187,8 @@ def test_a_failed_record_goes_back_to_python_unbinned() -> None:
 @pytest.mark.parametrize("slot", [-1, 1, 0])  # beyond the table; in it, but no workload's
 def test_a_completion_for_a_slot_no_workload_owns_stops_the_kernel(slot: int) -> None:
     code, st, got = _bin_through_kernel([(0, 10, 10, 510, 4096)], ring_slot=slot)
-    assert code == pk.R_STRAY and st[pk.ST_N] == slot
-    assert st[pk.ST_P] == 1 and got.ops() == 0  # nothing of the batch recorded
+    assert code == pk.R_STRAY and st.n == slot
+    assert st.p == 1 and got.ops() == 0  # nothing of the batch recorded
 
 
 # ---------------------------------------------------------------------------- generating
@@ -205,7 +203,7 @@ def _sequencer(params: WorkloadParams) -> Sequencer:
 
 
 def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times: int = 1
-                     ) -> tuple[list[npt.NDArray[np.int64]], npt.NDArray[np.int64]]:
+                     ) -> tuple[list[npt.NDArray[np.int64]], np.void]:
     """The kernel's generator run ``times`` over ``seq`` (as its ring runs out), ``m`` I/Os
     each; each time's (m, 5) ring, pool rows and stamps, side by side; and the row."""
     gs = seq.generator_state()
@@ -214,16 +212,16 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
     ring = np.zeros((m, 5), dtype=np.int64)
     pool_rows = np.zeros(m, dtype=np.int64)
     stamps = np.zeros((m, n_stamps, 2), dtype=np.int64)
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD,
-                                       None if pattern is None else pattern.next_serial)])
-    a = pk.Args()
-    for name, arr in (("RINGS", np.array([ring.ctypes.data])), ("CUR", np.zeros(1, np.int64)),
-                      ("RLEN", np.zeros(1, np.int64)), ("HEAP_T", np.zeros(1, np.int64)),
-                      ("HEAP_K", np.zeros(1, np.int64)), ("ST", np.zeros(pk.ST_WORDS, np.int64)),
-                      ("ARMED", np.zeros(1, np.uint8)), ("GEN", gen),
-                      ("POOL_ROWS", np.array([pool_rows.ctypes.data])),
-                      ("STAMPS", np.array([stamps.ctypes.data])),
-                      ("N_STAMPS", np.array([n_stamps]))):
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD,
+                                 None if pattern is None else pattern.next_serial)])
+    a = LoopArgs()
+    for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.zeros(1, np.int64)),
+                      ("rlen", np.zeros(1, np.int64)), ("heap_t", np.zeros(1, np.int64)),
+                      ("heap_k", np.zeros(1, np.int64)),
+                      ("armed", np.zeros(1, np.uint8)), ("gen", gen),
+                      ("pool_rows", np.array([pool_rows.ctypes.data])),
+                      ("stamps", np.array([stamps.ctypes.data])),
+                      ("n_stamps", np.array([n_stamps]))):
         a.array(name, arr)
     made = []
     for _ in range(times):
@@ -285,7 +283,7 @@ def test_the_kernel_generates_what_the_sequencer_would_bit_for_bit(name: str) ->
     for got in made:
         want = _python_generate(twin, twin_pattern, 300)
         assert np.array_equal(got, want)
-    assert row[pk.G["MADE"]] == 900
+    assert row["made"] == 900
     progress, serial = pk.generator_progress(row)
     seq.resume(*progress)
     if pattern is not None:
@@ -304,7 +302,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     made, row = _kernel_generate(seq, None, 20_000)
     sched = made[0][:, layout.R_SCHED]
     assert sched[0] == 1_000_000_000  # the first arrival is at the start, as in Python
-    assert not row[pk.G["FIRST_DUE"]]
+    assert not row["first_due"]
     gaps = np.diff(sched).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.02
     assert abs(gaps.std() / gaps.mean() - 1) < 0.03
@@ -312,12 +310,12 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     assert int(last) == sched[-1]
 
 
-def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.int64]
-                 ) -> pk.Args:
+def _kernel_args(ring: npt.NDArray[np.int64], cur: int, gen: npt.NDArray[np.void]
+                 ) -> LoopArgs:
     """The kernel's words for one workload's ring (cursor at ``cur``) and generator row."""
-    a = pk.Args()
-    for name, arr in (("RINGS", np.array([ring.ctypes.data])), ("CUR", np.array([cur])),
-                      ("RLEN", np.array([ring.shape[0]])), ("GEN", gen)):
+    a = LoopArgs()
+    for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.array([cur])),
+                      ("rlen", np.array([ring.shape[0]])), ("gen", gen)):
         a.array(name, arr)
     return a
 
@@ -336,7 +334,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     at = int(ring[100, layout.R_SCHED]) - 1
     gs = seq.generator_state()
     assert gs is not None
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
     twin.retime(new, at)
     want[100:, layout.R_SCHED] = twin.schedule(200)
     probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
@@ -346,7 +344,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     pk.retime(_kernel_args(ring, 20, gen), gen, at, np.array([0]),
               np.array([probe_gs.period_ns]), np.array([probe_gs.sched_base_ns]))
     assert np.array_equal(ring, want)
-    assert gen[0, pk.G["RESYNC"]] == 1 and gen[0, pk.G["SCHED_K"]] == 200
+    assert gen["resync"][0] == 1 and gen["sched_k"][0] == 200
     seq.rerate(new)
     progress, _ = pk.generator_progress(gen[0])
     seq.resume(*progress)
@@ -366,7 +364,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     at = int(ring[999, layout.R_SCHED]) + 1
     gs = seq.generator_state()
     assert gs is not None and not gs.first_arrival_due
-    gen = np.array([pk.generator_words(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
     pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
               np.array([at]))
     sched = ring[:, layout.R_SCHED]
@@ -376,7 +374,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     gaps = np.diff(sched[1000:]).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.03
     assert abs(gaps.std() / gaps.mean() - 1) < 0.04
-    assert not gen[0, pk.G["FIRST_DUE"]] and gen[0, pk.G["RESYNC"]] == 1
+    assert not gen["first_due"][0] and gen["resync"][0] == 1
     assert int(pk.generator_progress(gen[0])[0][4]) == sched[-1]
 
 
@@ -459,7 +457,7 @@ def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     take_back = compiled_paced.CompiledPaced.take_back
 
     def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
-        made[0] += int(cp.gen[i, pk.G["MADE"]])
+        made[0] += int(cp.gen["made"][i])
         take_back(cp, i)
 
     monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
@@ -562,14 +560,14 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
 @needs_aio
 @needs_cc
 @pytest.mark.parametrize("compiled", [True, False])
-def test_busy_poll_paced_runs_in_the_paced_loop_and_looks_instead_of_sleeping(
+def test_busy_poll_paced_looks_instead_of_sleeping(
         lun_file: str, compiled: bool, codes: collections.Counter[int],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # 10,000 IOPS at QD4 (100 us apart: never far enough to sleep with busy_poll), three
-    # 200 ms subintervals, with and without busy_poll: both hold the rate in the paced loop
-    # (compiled, or Python's), and with busy_poll the loop's thread spends several times the
-    # CPU time (it looks in the completion ring while I/O is in flight or the next I/O is
-    # near, where the other sleeps until a completion or the next I/O's time)
+    # 200 ms subintervals, with and without busy_poll: both hold the rate in the compiled loop
+    # or, where it cannot run, the general loop, and with busy_poll the loop's thread spends
+    # several times the CPU time (it looks in the completion ring while I/O is in flight or
+    # the next I/O is near, where the other sleeps until a completion or the next I/O's time)
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     cpu = {}
     for busy in (False, True):
@@ -578,13 +576,12 @@ def test_busy_poll_paced_runs_in_the_paced_loop_and_looks_instead_of_sleeping(
 
         def seen(loop: EngineLoop, finished: int, boundary_ns: int,
                  paced: list[bool] = paced) -> None:
-            pw = loop._paced_words
-            paced.append(pw is not None and (pw[0].compiled is not None) == compiled)
+            paced.append((loop._paced_words is not None) == compiled)
 
         t0 = time.thread_time()
         ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=seen))
         cpu[busy] = time.thread_time() - t0
-        assert paced == [True] * 3, busy  # the paced loop served it, compiled or not
+        assert paced == [True] * 3, busy  # the compiled loop served it, or did not
         assert ctl.errors == {} and loop.in_flight == 0
         for k in (1, 2):
             assert abs(ctl.stats[k].ops(0) - 2000) <= 2000 * 0.03 + 2, (busy, k)

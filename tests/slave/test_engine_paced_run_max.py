@@ -22,8 +22,8 @@ from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
 from tests.slave.test_engine_libaio import MiB, verify_range
+from tests.slave.test_engine_lone_shallow import _compiled, _device_read_bytes
 from tests.slave.test_engine_paced_kernel import Control, _run_paced, codes
-from tests.slave.test_engine_scalar_run import _compiled, _device_read_bytes
 
 _ = (_compiled, codes)  # fixtures: native AIO and the kernel (or fail as root); the codes
 

@@ -1,14 +1,15 @@
-"""The max-iops loop of queue depth 1-2 for a lone workload of reads, blocking or polling
-(``busy_poll``), in C (``scalar_run`` in ``slave/engine/paced_kernel.c``) and in Python: real
-libaio on a loop device."""
+"""A lone max-iops workload of reads at queue depth 1-2, blocking or polling (``busy_poll``),
+in the compiled loop (``paced_run`` in ``slave/engine/paced_kernel.c``, its ``lone`` wait) and
+in Python (the general loop, where the compiled loop cannot run): real libaio on a loop
+device."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from typing import Any
 
+import numpy as np
 import pytest
 
 from protocol.errors import IoEngineError
@@ -16,6 +17,7 @@ from protocol.stats import WorkloadStats
 from slave.engine import aio_abi, files, paced_kernel, tuning
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, settle
 from tests.slave.test_engine_libaio import Control
@@ -64,12 +66,14 @@ def _lone_reader(dev: LoopDevice, capacity: int, params: WorkloadParams
                  ) -> tuple[EngineLoop, int, tuple[WorkloadStats, WorkloadStats]]:
     """An engine loop of ``capacity`` slots on libaio with one read workload of ``params`` on
     ``dev``: the loop, the LUN's descriptor (the caller closes it) and the workload's two
-    stats buffers."""
+    stats buffers, in one region as a worker's are (the compiled loop bins into it)."""
     loop = EngineLoop(capacity=capacity)
     loop.register_engine_kind("libaio", LibaioEngine)
     eng = loop.engine("libaio")
     fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    stats = (WorkloadStats(), WorkloadStats())
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
     loop.add_workload(WorkloadSpec("t:l:w", params, eng, fd, dev.size_bytes, 512, stats), None)
     return loop, fd, stats
 
@@ -88,26 +92,35 @@ def _device_reads_of_run(dev: LoopDevice, loop: EngineLoop, fd: int, ctl: Contro
     return (_device_read_bytes(dev.name) - before) // blocksize_bytes
 
 
+def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[tuple[int, int]]:
+    """The compiled loop's return codes and whether it ran as a lone workload's (``lone``),
+    noted as it runs (``compiled``: whether it may run)."""
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    real = paced_kernel.run
+    codes: list[tuple[int, int]] = []
+
+    def noting(args: LoopArgs) -> int:
+        code = real(args)
+        codes.append((code, int(args.lone)))
+        return code
+
+    monkeypatch.setattr(paced_kernel, "run", noting)
+    return codes
+
+
 @pytest.mark.parametrize("busy_poll", [False, True], ids=["blocking", "busy_poll"])
-@pytest.mark.parametrize("compiled", [True, False], ids=["scalar_run", "python"])
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
 @pytest.mark.parametrize("iodepth", [1, 2])
 def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
     loop_device: LoopFactory, iodepth: int, compiled: bool, busy_poll: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Through boundaries, control polls, refills of the workload's ring (2,048 I/Os) and
+    """Through boundaries, control polls, the workload's next I/Os made as they run out and
     flushes (8,192 records): the device completed exactly the reads recorded, nothing is left
-    in flight, every subinterval recorded; the compiled loop ran its turns, or none ran."""
+    in flight, every subinterval recorded; the compiled loop ran its turns, each as a lone
+    workload's, or none ran."""
     dev = loop_device(16 * MiB)
-    turns = [0]
-    real_turn = EngineLoop._loop_scalar_compiled
-
-    def counting_turn(self: EngineLoop, *args: Any) -> int:
-        turns[0] += 1
-        return real_turn(self, *args)
-
-    monkeypatch.setattr(EngineLoop, "_loop_scalar_compiled", counting_turn)
-    monkeypatch.setattr(tuning, "COMPILED_SCALAR", compiled)
+    codes = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=iodepth, seed=9, busy_poll=busy_poll)
     loop, fd, stats = _lone_reader(dev, 16, p)
     ctl = _Control(4, stats)
@@ -118,7 +131,8 @@ def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
     # not recorded: the reads the loop reaped past the last boundary (they belong to the
     # subinterval the stop discards) and those it had resubmitted, which the stop drains
     assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
-    assert (turns[0] > 0) == compiled, turns
+    assert bool(codes) == compiled, codes[:5]
+    assert all(lone == 1 for _, lone in codes), codes[:5]
 
 
 def _sleeps() -> int:
@@ -132,7 +146,7 @@ def _sleeps() -> int:
     raise AssertionError("no voluntary_ctxt_switches in /proc/thread-self/status")
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["scalar_run", "python"])
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
 def test_busy_poll_looks_for_its_completions_instead_of_sleeping(
     loop_device: LoopFactory, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,8 +156,9 @@ def test_busy_poll_looks_for_its_completions_instead_of_sleeping(
     (measured on an idle host: 2-4 sleeps for 19,000-33,000 reads polling, 0.5-1 per read
     blocking). With both cores loaded by other processes the blocking loop, preempted, often
     finds its completion there when it runs again (0.2 sleeps per read seen), hence the
-    relative bound."""
-    monkeypatch.setattr(tuning, "COMPILED_SCALAR", compiled)
+    relative bound. The general loop (``compiled`` False) looks before it blocks in both
+    modes: its polling sleeps a twentieth as often as it reads at most."""
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     dev = loop_device(16 * MiB)
     sleeps: dict[bool, tuple[int, int]] = {}
     for busy in (False, True):
@@ -157,6 +172,10 @@ def test_busy_poll_looks_for_its_completions_instead_of_sleeping(
     # (polling in Python yields after each empty look: with four busy processes on the two
     # cores each yield gave them the core for a while, and it read only ~70 reads in 0.3 s)
     assert reads_blocking > 50 and reads_polling > 50, sleeps
+    if not compiled:  # the general loop's blocking wait looks in the ring first too (its
+        # Waiter, for max-iops workloads), so there is no contrast: polling sleeps seldom
+        assert polled * 20 < reads_polling, sleeps
+        return
     assert blocked > reads_blocking // 20, sleeps  # the blocking loop sleeps in its waits
     # and the polling one a tenth as often per read at most (a few times in all when idle)
     assert polled * reads_blocking * 10 < blocked * reads_polling, sleeps
@@ -166,22 +185,12 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
     loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The LUN's descriptor closed under the running loop, mid-subinterval: the C loop's next
-    io_submit fails (SR_SUBMIT) and Python's submission of the held slot raises naming the
-    errno, instead of the loop going on or hanging. No control polls (the C loop would come
-    back at each with its slot held, and Python would submit it), and no refill of the
-    workload's ring (its slot goes out from Python)."""
+    io_submit fails (R_SUBMIT) and Python's learning why raises naming the errno, instead of
+    the loop going on or hanging. No control polls and no refill of the workload's ring from
+    Python (each a way back to Python, which could meet the closed descriptor first)."""
     dev = loop_device(16 * MiB)
     loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=1))
-    codes: list[int] = []
-    real = paced_kernel.scalar_function()
-    assert real is not None
-
-    def noting(addr: int) -> int:
-        code = int(real(addr))
-        codes.append(code)
-        return code
-
-    monkeypatch.setattr(paced_kernel, "scalar_function", lambda: noting)
+    noted = _noting_runs(monkeypatch, True)
     monkeypatch.setattr(tuning, "POLL_CONTROL_NS", 10_000_000_000)
     # and a ring of precomputed I/Os too long to run out in the test: a refill's slot goes
     # out from Python (at 120,000 IOPS, a 2,048-I/O ring ran out every 17 ms, and once in a
@@ -195,7 +204,8 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
     finally:
         closer.join()
         loop.close()
-    assert codes[-1] == paced_kernel.SR_SUBMIT, codes[-5:]
-    assert codes.count(paced_kernel.SR_REFILL) <= 1, codes  # the first ring's end, if any
+    codes = [code for code, _ in noted]
+    assert codes[-1] == paced_kernel.R_SUBMIT, codes[-5:]
+    assert codes.count(paced_kernel.R_REFILL) <= 1, codes  # the first ring's end, if any
     # it ran turns before (returning at the first boundary)
-    assert {paced_kernel.SR_WAKE, paced_kernel.SR_LATE} & set(codes[:-1]), codes[:5]
+    assert {paced_kernel.R_WAKE, paced_kernel.R_LATE} & set(codes[:-1]), codes[:5]

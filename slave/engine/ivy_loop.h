@@ -1,0 +1,150 @@
+/* The compiled loop's state and arguments: one struct, struct ivy_loop, declared once here as
+ * the list IVY_LOOP_FIELDS (type, name) and mirrored field for field, in order, by
+ * slave.engine.loop_args.LoopArgs (a ctypes.Structure); and each workload's generator, struct
+ * ivy_gen (IVY_GEN_FIELDS), mirrored by the numpy dtype loop_args.GEN_DTYPE. The compiled
+ * object tells their layouts (ivy_loop_layout, ivy_gen_layout: the struct's size, then each
+ * field's offset and size; ivy_loop_names, ivy_gen_names: the fields' names, a space after
+ * each), which the loader and a test compare with the Python mirrors'. Owns the names, types
+ * and order of the fields; it must not hold code. Pointers are the addresses of arrays Python
+ * owns and keeps alive; "of addresses" means an array of one address per workload. Units are
+ * in the names (_ns). paced_kernel.py includes this file in the source it compiles (and in
+ * the source's hash), in place of its #include. */
+#include <stddef.h>
+#include <stdint.h>
+
+/* a workload's generator (struct ivy_gen, mirrored by loop_args.GEN_DTYPE): whether the loop
+ * generates its I/Os (on), then its Sequencer's stream as Sequencer.generator_state gives it
+ * (numpy's PCG64 state and increment in 64-bit halves, high first; the block range, the hot
+ * zone, the read fraction, the sequential position; the schedule: Poisson or even, its period,
+ * start, index and last arrival, whether the first arrival is still due), the opcode-and-
+ * descriptor words of a read and a write, whether its writes' data is planned and the next
+ * write serial, how many I/Os the loop generated since the row was written (made: 0, none to
+ * give back) and whether it moved the stream or the schedule otherwise (resync: a retime) */
+#define IVY_GEN_FIELDS(X) \
+    X(int64_t, on) \
+    X(uint64_t, state_hi) \
+    X(uint64_t, state_lo) \
+    X(uint64_t, inc_hi) \
+    X(uint64_t, inc_lo) \
+    X(int64_t, first_bytes) \
+    X(int64_t, n_blocks) \
+    X(int64_t, blocksize_bytes) \
+    X(int64_t, n_hot) \
+    X(double, hot_share) \
+    X(double, read_fraction) \
+    X(int64_t, sequential) \
+    X(int64_t, seq_next) \
+    X(int64_t, poisson) \
+    X(double, period_ns) \
+    X(int64_t, sched_base_ns) \
+    X(int64_t, sched_k) \
+    X(double, sched_last_ns) \
+    X(int64_t, first_due) \
+    X(int64_t, op_read) \
+    X(int64_t, op_write) \
+    X(int64_t, planned) \
+    X(int64_t, serial) \
+    X(int64_t, made) \
+    X(int64_t, resync)
+
+#define IVY_FIELD(type, name) type name;
+struct ivy_gen {
+    IVY_GEN_FIELDS(IVY_FIELD)
+};
+#undef IVY_FIELD
+
+#define IVY_LOOP_FIELDS(X) \
+    /* the engine: the kernel's mapped completion ring (its header words and events), the \
+     * events a reap fills (4 words each) and their capacity, the AIO context */ \
+    X(volatile uint32_t *, ring_header) \
+    X(const int64_t *, ring_events) \
+    X(int64_t *, events) \
+    X(int64_t, events_cap) \
+    X(int64_t, ctx) \
+    /* the slot table: rows of ROW_WORDS, each slot's iocb address, a submission's iocb \
+     * addresses and slots */ \
+    X(int64_t *, rows) \
+    X(const int64_t *, iocb_addr) \
+    X(int64_t *, ptrs) \
+    X(int64_t *, out) \
+    /* per workload: its precomputed ring (of addresses; 5 words an I/O), cursor and length; \
+     * its free slots (a stack at free_off, free_n deep, in free_buf); each slot's workload \
+     * (-1: none of this set's) */ \
+    X(int64_t *, rings) \
+    X(int64_t *, cur) \
+    X(int64_t *, rlen) \
+    X(int64_t *, free_buf) \
+    X(int64_t *, free_off) \
+    X(int64_t *, free_n) \
+    X(const int64_t *, slot_pos) \
+    X(int64_t, n_slots) \
+    /* the heap of armed workloads (time, workload) and each one's mark (0 no, 1 in the \
+     * heap, 2 wants Python's refill) */ \
+    X(int64_t *, heap_t) \
+    X(int64_t *, heap_k) \
+    X(uint8_t *, armed) \
+    X(int64_t, n_workloads) \
+    /* writes' planned data, per workload: the ring's pool rows and stamps (of addresses), \
+     * stamped sectors, the pool (of addresses) and its row stride */ \
+    X(int64_t *, pool_rows) \
+    X(int64_t *, stamps) \
+    X(const int64_t *, n_stamps) \
+    X(const int64_t *, pool) \
+    X(const int64_t *, pool_stride) \
+    /* the records (rows of ROW_WORDS): a return to flush at flush_at, the binned moved to \
+     * the front past compact_at */ \
+    X(int64_t *, pend) \
+    X(int64_t, flush_at) \
+    X(int64_t, compact_at) \
+    /* binning: the stats region, each owner's block in the running buffer (-1: deleted), \
+     * its fixed category (-1: the record's), how many owners; discard: bin nothing */ \
+    X(int64_t *, root) \
+    X(const int64_t *, stat_off) \
+    X(const int64_t *, fixcat) \
+    X(int64_t, n_owners) \
+    X(int64_t, discard) \
+    /* time: the boundary, the next return (the boundary or a control poll), the waits' \
+     * knobs (slave.engine.tuning) */ \
+    X(int64_t, boundary_ns) \
+    X(int64_t, wake_ns) \
+    X(int64_t, sleep_min_ns) \
+    X(int64_t, long_wait_ns) \
+    X(int64_t, wake_early_ns) \
+    X(int64_t, control_fd) \
+    X(int64_t, poll_ns) \
+    /* each workload's generator, its ring's capacity, how many I/Os a refill makes */ \
+    X(struct ivy_gen *, gen) \
+    X(const int64_t *, rcap) \
+    X(int64_t, gen_ios) \
+    /* the max-iops workloads' waits; lone: the set is one max-iops workload of queue depth \
+     * 1-2, which waits as soon as its I/Os went out (lone_wait: blocking for block_wait_ns \
+     * at most; busy_poll's look for busy_spin_ns after a completion, yielding from \
+     * busy_hot_ns on) */ \
+    X(int64_t, busy_poll) \
+    X(int64_t, n_max) \
+    X(int64_t, spin_ns) \
+    X(int64_t, spin_gate_ns) \
+    X(int64_t, lone) \
+    X(int64_t, busy_spin_ns) \
+    X(int64_t, busy_hot_ns) \
+    X(int64_t, block_wait_ns) \
+    /* state, across runs: the records' count and how many are binned, I/Os in flight, the \
+     * heap's size; completions reaped past the boundary (n at t_ns, in events) or the stray \
+     * slot (R_STRAY); a submission taken in part (sub_done of sub_n); workloads waiting for \
+     * Python's refill; the running mean of the max-iops waits */ \
+    X(int64_t, p) \
+    X(int64_t, binned) \
+    X(int64_t, in_flight) \
+    X(int64_t, heap_n) \
+    X(int64_t, n) \
+    X(int64_t, t_ns) \
+    X(int64_t, sub_done) \
+    X(int64_t, sub_n) \
+    X(int64_t, refill) \
+    X(int64_t, mean_ns)
+
+#define IVY_FIELD(type, name) type name;
+struct ivy_loop {
+    IVY_LOOP_FIELDS(IVY_FIELD)
+};
+#undef IVY_FIELD

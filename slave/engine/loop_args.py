@@ -1,0 +1,120 @@
+"""The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
+that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
+``GEN_DTYPE``, the numpy dtype that mirrors each workload's ``struct ivy_gen``; and the check of
+both mirrors against the layouts the compiled object reports of itself.
+
+Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
+arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
+must not build or load the compiled object (``paced_kernel``), or know what the loop does with
+a field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+_P: Final = ctypes.c_void_p  # every pointer field: an array's address
+_I: Final = ctypes.c_int64
+
+#: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
+FIELDS: Final[tuple[tuple[str, Any], ...]] = (
+    ("ring_header", _P), ("ring_events", _P), ("events", _P), ("events_cap", _I), ("ctx", _I),
+    ("rows", _P), ("iocb_addr", _P), ("ptrs", _P), ("out", _P),
+    ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
+    ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),
+    ("heap_t", _P), ("heap_k", _P), ("armed", _P), ("n_workloads", _I),
+    ("pool_rows", _P), ("stamps", _P), ("n_stamps", _P), ("pool", _P), ("pool_stride", _P),
+    ("pend", _P), ("flush_at", _I), ("compact_at", _I),
+    ("root", _P), ("stat_off", _P), ("fixcat", _P), ("n_owners", _I), ("discard", _I),
+    ("boundary_ns", _I), ("wake_ns", _I), ("sleep_min_ns", _I), ("long_wait_ns", _I),
+    ("wake_early_ns", _I), ("control_fd", _I), ("poll_ns", _I),
+    ("gen", _P), ("rcap", _P), ("gen_ios", _I),
+    ("busy_poll", _I), ("n_max", _I), ("spin_ns", _I), ("spin_gate_ns", _I),
+    ("lone", _I), ("busy_spin_ns", _I), ("busy_hot_ns", _I), ("block_wait_ns", _I),
+    ("p", _I), ("binned", _I), ("in_flight", _I), ("heap_n", _I), ("n", _I), ("t_ns", _I),
+    ("sub_done", _I), ("sub_n", _I), ("refill", _I), ("mean_ns", _I),
+)
+
+#: ``struct ivy_gen``'s fields in the header's order (``IVY_GEN_FIELDS``): a workload's
+#: generator, one element of the array ``LoopArgs.gen`` points at
+GEN_DTYPE: Final = np.dtype([
+    ("on", "<i8"), ("state_hi", "<u8"), ("state_lo", "<u8"), ("inc_hi", "<u8"),
+    ("inc_lo", "<u8"), ("first_bytes", "<i8"), ("n_blocks", "<i8"), ("blocksize_bytes", "<i8"),
+    ("n_hot", "<i8"), ("hot_share", "<f8"), ("read_fraction", "<f8"), ("sequential", "<i8"),
+    ("seq_next", "<i8"), ("poisson", "<i8"), ("period_ns", "<f8"), ("sched_base_ns", "<i8"),
+    ("sched_k", "<i8"), ("sched_last_ns", "<f8"), ("first_due", "<i8"), ("op_read", "<i8"),
+    ("op_write", "<i8"), ("planned", "<i8"), ("serial", "<i8"), ("made", "<i8"),
+    ("resync", "<i8"),
+])
+
+#: a layout: the struct's size, then (name, offset, size) of each field in order
+Layout = tuple[int, tuple[tuple[str, int, int], ...]]
+
+
+class LoopArgs(ctypes.Structure):
+    """``struct ivy_loop``: the compiled loop's arguments (set before a run) and its state
+    across runs (``p``, ``binned``, ``in_flight``, ``heap_n``, ``n``, ``t_ns``, ``sub_done``,
+    ``sub_n``, ``refill``, ``mean_ns``), read and written as attributes. A pointer field is
+    set with ``array``, which keeps the array alive and in place as long as this object."""
+
+    _fields_ = FIELDS
+    address: int  # the struct's address, the compiled functions' argument
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._keep: dict[str, npt.NDArray[np.generic]] = {}
+        self.address = ctypes.addressof(self)
+
+    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
+        """Point field ``name`` at ``a`` (C-contiguous), and keep ``a``."""
+        if not a.flags.c_contiguous:
+            raise ValueError(f"compiled loop field {name} must be C-contiguous")
+        if dict(FIELDS).get(name) is not _P:
+            raise ValueError(f"compiled loop field {name} is not a pointer")
+        self._keep[name] = a
+        setattr(self, name, a.ctypes.data)
+
+
+def python_layout(struct: str = "ivy_loop") -> Layout:
+    """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
+    out; ``ivy_gen``: ``GEN_DTYPE`` as numpy does)."""
+    if struct == "ivy_gen":
+        fields_of = GEN_DTYPE.fields
+        assert fields_of is not None
+        return GEN_DTYPE.itemsize, tuple(
+            (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
+            for name in GEN_DTYPE.names or ())
+    fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
+                   for name, _ in FIELDS)
+    return ctypes.sizeof(LoopArgs), fields
+
+
+def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
+    """``struct``'s layout as the compiled object ``lib`` reports it (``<struct>_layout``;
+    ``<struct>_names``: the names, a space after each)."""
+    start = ctypes.addressof(ctypes.c_char.in_dll(lib, f"{struct}_names"))
+    names = ctypes.string_at(start).decode("ascii").split()
+    words = (ctypes.c_int64 * (1 + 2 * len(names))).in_dll(lib, f"{struct}_layout")
+    return int(words[0]), tuple((name, int(words[1 + 2 * i]), int(words[2 + 2 * i]))
+                                for i, name in enumerate(names))
+
+
+def layout_difference(lib: ctypes.CDLL) -> str | None:
+    """How a Python mirror differs from its compiled struct (``ivy_loop``, then ``ivy_gen``:
+    the first field that differs, or the size), or None when both agree."""
+    for struct in ("ivy_loop", "ivy_gen"):
+        py_size, py_fields = python_layout(struct)
+        c_size, c_fields = compiled_layout(lib, struct)
+        for i in range(max(len(py_fields), len(c_fields))):
+            py = py_fields[i] if i < len(py_fields) else None
+            c = c_fields[i] if i < len(c_fields) else None
+            if py != c:
+                return (f"struct {struct} field {i}: compiled (name, offset, size) {c}, "
+                        f"the Python mirror's {py}")
+        if py_size != c_size:
+            return f"struct {struct} is {c_size} bytes compiled, {py_size} in the Python mirror"
+    return None

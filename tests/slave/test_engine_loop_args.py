@@ -1,0 +1,130 @@
+"""The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors
+(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``): every field's name, offset and size
+as compiled against the mirror's, a mirror that drifted from the header caught and named, and
+the loader refusing an object whose struct differs."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slave.engine import loop_args
+from slave.engine import paced_kernel as pk
+from slave.engine.loop_args import LoopArgs
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
+
+
+def _compile(tmp_path: Path, src: str) -> ctypes.CDLL:
+    c_path = tmp_path / "kernel.c"
+    c_path.write_text(src)
+    so = tmp_path / "kernel.so"
+    subprocess.run(["cc", "-O2", "-std=gnu11", "-shared", "-fPIC", "-o", str(so), str(c_path),
+                    "-lm"], check=True, capture_output=True, timeout=120)
+    return ctypes.CDLL(str(so))
+
+
+@needs_cc
+def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
+    lib = _compile(tmp_path, pk.source())
+    c_size, c_fields = loop_args.compiled_layout(lib)
+    py_size, py_fields = loop_args.python_layout()
+    assert [f[0] for f in c_fields] == [name for name, _ in loop_args.FIELDS]
+    assert c_fields == py_fields
+    assert c_size == py_size == ctypes.sizeof(LoopArgs)
+    assert loop_args.layout_difference(lib) is None
+    # the C's own types: pointers and int64 words, 8 bytes each, no padding between them
+    assert {size for _, _, size in c_fields} == {8}
+    assert [off for _, off, _ in c_fields] == [8 * i for i in range(len(c_fields))]
+
+
+@needs_cc
+def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
+    lib = _compile(tmp_path, pk.source())
+    c_size, c_fields = loop_args.compiled_layout(lib, "ivy_gen")
+    assert [f[0] for f in c_fields] == list(loop_args.GEN_DTYPE.names or ())
+    assert (c_size, c_fields) == loop_args.python_layout("ivy_gen")
+    assert c_size == loop_args.GEN_DTYPE.itemsize == 8 * len(c_fields)
+    # the C's doubles are numpy's doubles, its 128-bit halves unsigned
+    kinds = {name: loop_args.GEN_DTYPE[name].kind for name in loop_args.GEN_DTYPE.names or ()}
+    assert sorted(n for n, k in kinds.items() if k == "f") == [
+        "hot_share", "period_ns", "read_fraction", "sched_last_ns"]
+    assert sorted(n for n, k in kinds.items() if k == "u") == [
+        "inc_hi", "inc_lo", "state_hi", "state_lo"]
+
+
+def _header_edited(old: str, new: str) -> str:
+    src = pk.source()
+    assert src.count(old) == 1, old
+    return src.replace(old, new)
+
+
+@needs_cc
+@pytest.mark.parametrize(("old", "new", "said"), [
+    # two fields swapped in the header: same size, other order
+    ("X(int64_t, p) \\\n    X(int64_t, binned)", "X(int64_t, binned) \\\n    X(int64_t, p)",
+     "field 52: compiled (name, offset, size) ('binned', 416, 8), the Python mirror's "
+     "('p', 416, 8)"),
+    # a field narrowed: its size, then every later offset
+    ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
+     "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
+    # a field added at the end
+    ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
+     "field 62: compiled (name, offset, size) ('extra', 496, 8), the Python mirror's None"),
+    # a generator's fields swapped
+    ("X(double, hot_share) \\\n    X(double, read_fraction)",
+     "X(double, read_fraction) \\\n    X(double, hot_share)",
+     "field 9: compiled (name, offset, size) ('read_fraction', 72, 8), the Python mirror's "
+     "('hot_share', 72, 8)"),
+])
+def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
+                                                      said: str) -> None:
+    lib = _compile(tmp_path, _header_edited(old, new))
+    struct = "ivy_gen" if "hot_share" in old else "ivy_loop"
+    assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
+
+
+def test_a_pointer_field_takes_a_contiguous_array_and_keeps_it() -> None:
+    args = LoopArgs()
+    a = np.arange(6, dtype=np.int64)
+    args.array("cur", a)
+    assert args.cur == a.ctypes.data and args.address == ctypes.addressof(args)
+    del a  # the struct keeps it: the address stays valid
+    assert ctypes.c_int64.from_address(args.cur).value == 0
+    assert ctypes.c_int64.from_address(args.cur + 40).value == 5
+    with pytest.raises(ValueError, match="field rows must be C-contiguous"):
+        args.array("rows", np.zeros((4, 4), dtype=np.int64)[:, 1])
+    with pytest.raises(ValueError, match="field flush_at is not a pointer"):
+        args.array("flush_at", np.zeros(1, dtype=np.int64))
+
+
+def test_the_state_fields_start_at_zero_and_hold_int64() -> None:
+    args = LoopArgs()
+    assert [getattr(args, name) for name in ("p", "binned", "in_flight", "heap_n", "n", "t_ns",
+                                             "sub_done", "sub_n", "refill", "mean_ns")] == [0] * 10
+    args.t_ns = (1 << 62) + 3
+    args.sub_done = -1
+    assert (args.t_ns, args.sub_done) == ((1 << 62) + 3, -1)
+
+
+def test_the_source_compiled_carries_the_header() -> None:
+    src = pk.source()  # what is compiled, hashed into the object's name and shipped
+    assert "#define IVY_LOOP_FIELDS(X)" in src and '#include "ivy_loop.h"' not in src
+    assert src.index("struct ivy_loop {") < src.index("int64_t paced_run(struct ivy_loop *L)")
+
+
+@needs_cc
+def test_the_loader_refuses_an_object_whose_struct_differs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("_fn", "_gen_fn", "_retime_fn", "_why_not",
+                 "_origin"):
+        monkeypatch.setattr(pk, name, None)
+    monkeypatch.setattr(loop_args, "layout_difference", lambda lib: "field 0: (a drift)")
+    assert not pk.available()
+    assert pk.why_not() == ("the compiled paced loop does not match this slave: "
+                            "field 0: (a drift)")
