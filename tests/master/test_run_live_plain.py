@@ -85,7 +85,9 @@ def test_plain_lines_and_the_end_of_run_table(tmp_path: Path) -> None:
         cores = len(c["per_core_busy_pct"].split())
         ivypy = 100 * (float(c["slave_user_s"]) + float(c["slave_system_s"])) / (0.5 * cores)
         assert _shows(m[11], ivypy)  # ivypy CPU: the slave's seconds on all cores
-        assert _f(m[11]) <= _f(m[10]) + 1.0  # ivypy's CPU is part of the host's
+        # (not compared with the host's: the kernel charges a process its exact run time but
+        # a CPU's busy time by the tick, so over half a second at a few % busy the slave's
+        # share read 13 % against the host's 4.4 % once)
 
     # step 1 runs DFC: its move after each subinterval, by focus instance
     dfc = [x for x in out if x.startswith("    DFC localhost: service_time_p99_ms ")]
