@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -80,3 +82,31 @@ def process_tree(pid: int) -> list[psutil.Process]:
 def all_gone(procs: list[psutil.Process], timeout_s: float) -> bool:
     _, alive = psutil.wait_procs(procs, timeout=timeout_s)
     return not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def kill_the_slave(proc: subprocess.Popen[str], folder: Path) -> None:
+    """An ``act`` for ``run_until``: SIGKILL the run's one slave."""
+    (pid,) = slave_pids(folder)
+    psutil.Process(pid).kill()
+
+
+def interrupt(proc: subprocess.Popen[str], folder: Path) -> None:
+    """An ``act`` for ``run_until``: Ctrl-C to the master."""
+    proc.send_signal(signal.SIGINT)
+
+
+def run_until(config: Path, out: Path, test: str, rows_file: str, n_rows: int,
+              act: Callable[[subprocess.Popen[str], Path], None]
+              ) -> tuple[subprocess.Popen[str], Path, str]:
+    """Start ``ivypy run``, wait for ``n_rows`` rows of ``rows_file`` (relative to its run
+    folder), ``act`` on it, and wait for the master to end: the process, its run folder and
+    its stderr."""
+    proc = start_run(config, out)
+    try:
+        folder = run_folder(out, test)
+        wait_rows(folder / rows_file, n_rows)
+        act(proc, folder)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    return proc, folder, err

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import psutil
 import pytest
 
 from tests.master.runhelp import (
     ROOT,
+    interrupt,
+    kill_the_slave,
     rows,
     run_folder,
-    slave_pids,
+    run_until,
     start_run,
     wait_rows,
     write_config,
@@ -148,15 +149,8 @@ def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, TWO_STEPS.format(
         name="lost", lun="${output_root}/lun-lost", create=", size: 16MiB, create: true",
         seconds=20))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "lost")
-        wait_rows(folder / "step0000-reads/all/all.csv", 2)
-        (pid,) = slave_pids(folder)
-        psutil.Process(pid).kill()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    proc, folder, err = run_until(cfg, tmp_path, "lost", "step0000-reads/all/all.csv", 2,
+                                  kill_the_slave)
     assert proc.returncode == 3, err
     doc = _summary(folder)
     out = doc["outcome"]
@@ -178,14 +172,8 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, TWO_STEPS.format(
         name="intr", lun="${output_root}/lun-intr", create=", size: 16MiB, create: true",
         seconds=4))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "intr")
-        wait_rows(folder / "step0000-reads/all/all.csv", 2)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    proc, folder, err = run_until(cfg, tmp_path, "intr", "step0000-reads/all/all.csv", 2,
+                                  interrupt)
     assert proc.returncode == 130, err
     doc = _summary(folder)
     assert (doc["outcome"]["state"], doc["outcome"]["exit_code"]) == ("interrupted", 130)

@@ -10,22 +10,21 @@ import html
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from master.recorder import SUMMARY_COLUMNS
 from master.rollup import METRIC_COLUMNS
 from tests.master.runhelp import (
     ROOT,
+    interrupt,
+    kill_the_slave,
     rows,
     run_folder,
-    slave_pids,
-    start_run,
+    run_until,
     wait_rows,
     write_config,
 )
@@ -228,14 +227,8 @@ def test_ivypy_stop_in_warmup_keeps_the_steps_rows_invalid(tmp_path: Path) -> No
 
 def test_ctrl_c_in_warmup_keeps_the_steps_rows_invalid_exit_130(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, WARM.format(name="intw"))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "intw")
-        wait_rows(folder / "step0000-long-warmup/all/all.csv", 2)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    proc, folder, err = run_until(cfg, tmp_path, "intw", "step0000-long-warmup/all/all.csv", 2,
+                                  interrupt)
     assert proc.returncode == 130, err
     _check_unmeasured(folder, "step0000-long-warmup",
                       r"interrupted after subinterval (\d+) \(warmup\); "
@@ -245,15 +238,8 @@ def test_ctrl_c_in_warmup_keeps_the_steps_rows_invalid_exit_130(tmp_path: Path) 
 
 def test_a_host_failure_in_warmup_keeps_the_steps_rows_invalid_exit_3(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, WARM.format(name="failw"))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "failw")
-        wait_rows(folder / "step0000-long-warmup/all/all.csv", 2)
-        (pid,) = slave_pids(folder)
-        psutil.Process(pid).kill()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
+    proc, folder, err = run_until(cfg, tmp_path, "failw", "step0000-long-warmup/all/all.csv", 2,
+                                  kill_the_slave)
     assert proc.returncode == 3, err
     assert "localhost" in err
     _check_unmeasured(folder, "step0000-long-warmup",
