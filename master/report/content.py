@@ -2,7 +2,9 @@
 for the page's JSON).
 
 Owns the choice of the rollup to plot (``default_rollup``), which columns each chart takes
-(IOPS, MB/s, service and response time p50/p99/p99.9/max per instance; the latency CDF from
+(IOPS, MB/s, service and response time p50/p99/p99.9/max per instance, the device's IOPS
+and MB/s beside ivypy's and its service time, utilisation and queue depth where the run
+recorded ``device_*`` columns, a chart per gathered ``gather.*`` column; the latency CDF from
 the step's ``all`` histogram; DFC's measured metric, target and IOPS in force; measure's
 criteria against their limits; CPU busy per host), the measurement window each time chart
 marks, and the page-wide point budget. Must not read files itself beyond
@@ -25,6 +27,7 @@ from master.report.runfolder import (
     StepFolder,
     Table,
     leading_number,
+    read_header,
     read_table,
     to_float,
 )
@@ -39,6 +42,14 @@ PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("max", "max"
 KINDS = (("service_time", "Service time"), ("response_time", "Response time"))
 INSTANCE_READ = ("subinterval", "phase", "elapsed_s", "rollup_instance", "IOPS", "MB_per_s",
                  *(f"{k}_{p}_ms" for k, _ in KINDS for p, _ in PERCENTILES))
+#: The device columns the charts show (``master.devstats``): the device's IOPS and MB/s beside
+#: ivypy's, and a chart of its service time (left axis) with utilisation and queue depth
+DEVICE_READ = ("device_IOPS", "device_MB_per_s", "device_service_time_ms", "device_util_pct",
+               "device_queue_depth")
+#: A gathered column's prefix (``gather.<source>.<element_type>.<metric>``): a chart each
+GATHER_PREFIX = "gather."
+#: Gathered columns a step charts at most (the first by the instance file's column order)
+MAX_GATHERED = 12
 
 
 def default_rollup(run: RunFolder) -> str:
@@ -90,11 +101,43 @@ def _window(table: Table) -> tuple[int, int] | None:
     return (min(ks), max(ks)) if ks else None
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """What a step's instance files hold beyond ``INSTANCE_READ`` (from the first one's
+    header): the device columns, and the gathered columns charted."""
+
+    device: bool
+    gathered: tuple[str, ...]
+
+    @property
+    def series_per_instance(self) -> int:
+        """Series an instance adds to the step's charts: IOPS, MB/s and 4 + 4 latencies; the
+        device's IOPS, MB/s, service time, utilisation and queue depth; one per gathered."""
+        return 10 + (5 if self.device else 0) + len(self.gathered)
+
+    @property
+    def charts(self) -> int:
+        return 4 + (1 if self.device else 0) + len(self.gathered)
+
+
+def _columns(step: StepFolder, rollup: str) -> _Columns:
+    first = step.instances.get(rollup, [])[:1]
+    header = read_header(step.instance_path(rollup, first[0])) if first else ()
+    return _Columns("device_IOPS" in header,
+                    tuple(c for c in header if c.startswith(GATHER_PREFIX))[:MAX_GATHERED])
+
+
+def _has_values(values: sr.FloatArray) -> bool:
+    return bool(np.isfinite(values).any())
+
+
 def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
-                     window: tuple[int, int] | None) -> tuple[list[_Raw], str]:
+                     window: tuple[int, int] | None, columns: _Columns
+                     ) -> tuple[list[_Raw], str]:
     """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` (the
-    first ``MAX_INSTANCES`` by file name) on an axis of ``n`` subintervals, and a note when
-    some were left out. One instance file is read at a time and kept only downsampled."""
+    first ``MAX_INSTANCES`` by file name) on an axis of ``n`` subintervals, with the device's
+    and the gathered columns where the step has them, and a note when some were left out.
+    One instance file is read at a time and kept only downsampled."""
     names = step.instances.get(rollup, [])
     note = ""
     if len(names) > MAX_INSTANCES:
@@ -108,8 +151,13 @@ def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
     mbs = _Raw("MB/s", "MB/s", n, bucket, window=window)
     lat = [_Raw(title, "ms", n, bucket, window=window, percentiles=not alone)
            for _, title in KINDS]
+    device = _Raw("Device service time, utilisation and queue depth", "ms", n, bucket,
+                  y2_label="% busy, queue depth", window=window)
+    gathered = [_Raw(f"Gathered: {c.removeprefix(GATHER_PREFIX)}", "value", n, bucket,
+                     window=window) for c in columns.gathered]
+    read = (*INSTANCE_READ, *(DEVICE_READ if columns.device else ()), *columns.gathered)
     for g, name in enumerate(names):
-        t = read_table(step.instance_path(rollup, name), INSTANCE_READ)
+        t = read_table(step.instance_path(rollup, name), read)
         if t is None or not t.rows:
             continue
         label = t.column("rollup_instance")[0] or name
@@ -122,7 +170,23 @@ def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
                           sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
                           "max" if pct == "max" else "mean", group=dash if alone else g,
                           dash=dash)
-    charts = [c for c in (iops, mbs, *lat) if c.series]
+        if columns.device and _has_values(t.floats("device_IOPS")):
+            # the device's own counts beside ivypy's, dashed in the instance's colour
+            iops.add(f"{label} device", sr.on_axis(k, t.floats("device_IOPS"), n), group=g,
+                     dash=1)
+            mbs.add(f"{label} device", sr.on_axis(k, t.floats("device_MB_per_s"), n), group=g,
+                    dash=1)
+            device.add(f"{label} service time", sr.on_axis(
+                k, t.floats("device_service_time_ms"), n), group=g)
+            device.add(f"{label} % busy", sr.on_axis(k, t.floats("device_util_pct"), n),
+                       group=g, dash=1, axis="y2")
+            device.add(f"{label} queue depth", sr.on_axis(
+                k, t.floats("device_queue_depth"), n), group=g, dash=2, axis="y2")
+        for chart, column in zip(gathered, columns.gathered, strict=True):
+            values = t.floats(column)
+            if _has_values(values):
+                chart.add(label, sr.on_axis(k, values, n), group=g)
+    charts = [c for c in (iops, mbs, *lat, device, *gathered) if c.series]
     where = f"{rollup} {iops.series[0]['label']}" if alone and charts else f"{rollup} instances"
     for c in charts:
         c.title = f"{c.title} ({where})"
@@ -192,8 +256,8 @@ def _axis_length(*tables: Table | None) -> int:
 
 
 _SideChart = Callable[[Table, int, int], "_Raw | None"]
-#: Time charts a step shows at most: IOPS, MB/s, service, response time, DFC, measure, CPU.
-_TIME_CHARTS = 7
+#: Time charts a step shows at most besides its instance charts: DFC, measure, CPU.
+_SIDE_CHARTS = 3
 
 
 @dataclass
@@ -207,6 +271,7 @@ class _StepPlan:
     window: tuple[int, int] | None
     side: list[tuple[Table | None, _SideChart]]
     n_series: int
+    columns: _Columns
 
 
 def _plan(step: StepFolder, rollup: str) -> _StepPlan:
@@ -219,17 +284,20 @@ def _plan(step: StepFolder, rollup: str) -> _StepPlan:
     measure = read_table(step.path / "measure.csv")
     cpu = read_table(step.path / "cpu.csv")
     n_inst = min(len(step.instances.get(rollup, [])), MAX_INSTANCES)
-    n_series = (10 * n_inst + (3 * len(_by(dfc, "instance")) if dfc else 0)
+    columns = _columns(step, rollup)
+    n_series = (columns.series_per_instance * n_inst
+                + (3 * len(_by(dfc, "instance")) if dfc else 0)
                 + (2 * len(_criteria(measure)) if measure else 0)
                 + (len(_by(cpu, "host")) if cpu else 0))
     return _StepPlan(step, rollup, _axis_length(axis, dfc, measure, cpu),
                      _window(axis) if axis is not None else None,
                      [(dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)],
-                     n_series)
+                     n_series, columns)
 
 
 def _step_charts(plan: _StepPlan, bucket: int) -> tuple[list[_Raw], str]:
-    charts, note = _instance_charts(plan.step, plan.rollup, plan.n, bucket, plan.window)
+    charts, note = _instance_charts(plan.step, plan.rollup, plan.n, bucket, plan.window,
+                                    plan.columns)
     for table, make in plan.side:
         chart = make(table, plan.n, bucket) if table is not None else None
         if chart is not None:
@@ -298,7 +366,8 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
     one bucket size so that they hold at most about ``budget_points`` numbers. The bucket size
     is known before any instance file is read, so a long run is held only downsampled."""
     plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
-    total = sum(p.n * (p.n_series + _TIME_CHARTS) for p in plans)  # a chart's x: one more
+    # a chart's x is one more series
+    total = sum(p.n * (p.n_series + p.columns.charts + _SIDE_CHARTS) for p in plans)
     bucket = sr.bucket_size(total, budget_points)
     windows = summary_windows(run)
     s = subinterval_seconds(run)

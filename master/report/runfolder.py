@@ -131,6 +131,15 @@ def read_table(path: Path, columns: Sequence[str] | None = None) -> Table | None
     return Table(tuple(header[i] for i in keep), rows)
 
 
+def read_header(path: Path) -> tuple[str, ...]:
+    """The header of the CSV file at ``path``; empty when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            return tuple(next(csv.reader(fh), []))
+    except (OSError, csv.Error):
+        return ()
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, None when missing or not a JSON object."""
     try:

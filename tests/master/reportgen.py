@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from master.devstats import DEVICE_COLUMNS
 from master.output import RunOutput, fmt, safe_name
-from master.recorder import CPU_COLUMNS, HISTOGRAM_COLUMNS, INSTANCE_COLUMNS
+from master.recorder import CPU_COLUMNS, HISTOGRAM_COLUMNS, instance_columns
 from master.rollup import METRIC_COLUMNS
 from master.run import (
     DFC_COLUMNS,
@@ -40,6 +41,10 @@ class GenSpec:
     dfc: bool = True
     events: int = 5
     event_text: str = "workload created"
+    #: the device_* columns filled (else left empty, as where no device was found)
+    device: bool = False
+    #: gathered columns (``gather.<source>.<element_type>.<metric>``) after the device's
+    gathered: tuple[str, ...] = ()
 
 
 def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
@@ -50,18 +55,21 @@ def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
         w.writerows(rows)
 
 
-def _instance_file(path: Path, number: int, name: str, inst: str, n: int, warmup: int,
+def _instance_file(path: Path, number: int, name: str, inst: str, n: int, spec: GenSpec,
                    rng: np.random.Generator) -> None:
     """An instance's rows: every metric column filled (a row's text reused for the columns
-    the report does not read), IOPS, MB/s and the plotted latencies drawn per row."""
-    base = {c: fmt(float(v)) for c, v in zip(METRIC_COLUMNS, rng.uniform(0.05, 5.0,
-                                                                       len(METRIC_COLUMNS)),
+    the report does not read), IOPS, MB/s and the plotted latencies drawn per row, and the
+    device's and gathered columns as ``spec`` says."""
+    warmup = spec.warmup
+    columns = instance_columns(spec.gathered)
+    filled = [*METRIC_COLUMNS, *(DEVICE_COLUMNS if spec.device else ()), *spec.gathered]
+    base = {c: fmt(float(v)) for c, v in zip(filled, rng.uniform(0.05, 5.0, len(filled)),
                                                strict=True)}
-    cells = [base.get(c, "") for c in INSTANCE_COLUMNS]
-    at = {c: i for i, c in enumerate(INSTANCE_COLUMNS)}
+    cells = [base.get(c, "") for c in columns]
+    at = {c: i for i, c in enumerate(columns)}
     iops = rng.normal(20_000, 800, n)
     lat = np.sort(rng.gamma(2.0, 0.1, (n, 4)), axis=1)
-    lines = [",".join(INSTANCE_COLUMNS)]
+    lines = [",".join(columns)]
     for k in range(n):
         row = list(cells)
         row[at["step_number"]], row[at["step_name"]] = str(number), name
@@ -82,11 +90,10 @@ def _instance_file(path: Path, number: int, name: str, inst: str, n: int, warmup
 def _step(folder: Path, number: int, name: str, spec: GenSpec, n: int,
           rng: np.random.Generator) -> None:
     d = folder / RunOutput.step_dir(number, name)
-    _instance_file(d / "all" / "all.csv", number, name, "all", n, spec.warmup, rng)
+    _instance_file(d / "all" / "all.csv", number, name, "all", n, spec, rng)
     for i in range(spec.instances):
         inst = f"localhost:/dev/lun{i:03d}"
-        _instance_file(d / "lun" / f"{safe_name(inst)}.csv", number, name, inst, n,
-                       spec.warmup, rng)
+        _instance_file(d / "lun" / f"{safe_name(inst)}.csv", number, name, inst, n, spec, rng)
     _write(d / "cpu.csv", CPU_COLUMNS, [
         [str(k), "warmup" if k < spec.warmup else "measurement", "localhost",
          f"{rng.uniform(20, 90):.4g}", "50 50", "0.1", "0.1", "3"] for k in range(n)])

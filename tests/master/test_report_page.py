@@ -66,6 +66,36 @@ def test_a_complete_run(tmp_path: Path) -> None:
     assert "@import" not in page and "url(" not in page
 
 
+def test_device_and_gathered_columns_are_charted(tmp_path: Path) -> None:
+    # the device's IOPS and MB/s dashed beside each instance's, its service time, utilisation
+    # and queue depth in a chart of their own, and a chart per gathered column
+    gathered = ("gather.array.ldev.read_IOPS", "gather.array.port.busy_pct")
+    folder = generate(tmp_path / "run", GenSpec(instances=2, subintervals=12, device=True,
+                                                gathered=gathered))
+    made = build_report(folder)
+    step = page_data(made.path.read_text())["steps"][0]
+    charts = {c["title"].split(" (")[0]: c for c in step["charts"]}
+    lun = [f"localhost:/dev/lun{i:03d}" for i in range(2)]
+    assert [s["label"] for s in charts["IOPS"]["series"]] == [
+        lun[0], f"{lun[0]} device", lun[1], f"{lun[1]} device"]
+    assert [s["dash"] for s in charts["MB/s"]["series"]] == [0, 1, 0, 1]
+    device = charts["Device service time, utilisation and queue depth"]
+    assert [(s["label"].removeprefix(f"{lun[0]} "), s["axis"]) for s in device["series"][:3]
+            ] == [("service time", "y"), ("% busy", "y2"), ("queue depth", "y2")]
+    assert len(device["series"]) == 6 and device["y2_label"]
+    for column in gathered:
+        chart = charts[f"Gathered: {column.removeprefix('gather.')}"]
+        assert [s["label"] for s in chart["series"]] == lun
+        assert all(v is not None for s in chart["series"] for v in s["values"])
+    # without device numbers (empty cells, as where no device was found) no device series
+    plain = generate(tmp_path / "plain", GenSpec(instances=2, subintervals=12))
+    step = page_data(build_report(plain).path.read_text())["steps"][0]
+    assert titles(step)[:4] == [f"{t} (lun instances)" for t in (
+        "IOPS", "MB/s", "Service time", "Response time")]
+    assert not any("Device" in t or "Gathered" in t for t in titles(step))
+    assert len(step["charts"][0]["series"]) == 2
+
+
 def test_downsampled_to_the_budget_and_said(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(instances=4, subintervals=100))
     made = build_report(folder, budget_points=2_000)
