@@ -14,7 +14,6 @@ the folder, or compute metrics (every number is a cell of the run's own CSV file
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from master.output import RunOutput
+from master.runfolder import TableError, load_table, step_folder_number
 from master.runstate import RunState, RunStateError, master_alive, read_state
 from master.wholefile import replace_whole
 from protocol.errors import OutputError
@@ -127,31 +127,20 @@ class _Folder:
         ``expected``: a run that ended early never wrote some), unreadable, or lacks a
         ``required`` column. A row whose cells do not match the header (a row cut by a crash)
         is left out and counted as a problem."""
-        path = self.path / name
         try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                table = list(csv.reader(fh))
-        except FileNotFoundError:
-            if expected:
-                self.problems.append(f"{name}: missing")
+            table = load_table(self.path / name)
+        except TableError as exc:
+            if str(exc) != "missing" or expected:
+                self.problems.append(f"{name}: {exc}")
             return []
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            self.problems.append(f"{name}: cannot be read ({exc})")
-            return []
-        if not table:
-            self.problems.append(f"{name}: empty (no header)")
-            return []
-        header, body = table[0], table[1:]
-        missing = [c for c in required if c not in header]
+        missing = [c for c in required if c not in table.header]
         if missing:
             self.problems.append(f"{name}: no column {', '.join(missing)} in its header")
             return []
-        rows = [dict(zip(header, r, strict=True)) for r in body if len(r) == len(header)]
-        cut = len(body) - len(rows)
-        if cut:
-            self.problems.append(f"{name}: {cut} row(s) left out, their cells do not match "
-                                 f"the header's {len(header)}")
-        return rows
+        if table.cut:
+            self.problems.append(f"{name}: {table.cut} row(s) left out, their cells do not "
+                                 f"match the header's {len(table.header)}")
+        return table.dicts()
 
     def json_object(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
@@ -276,18 +265,13 @@ def build(folder: Path) -> dict[str, Any]:
     }
 
 
-_STEP_DIR = re.compile(r"step(\d{4})-")
-_SET_ASIDE = re.compile(r"\.incomplete(-\d+)?$")
-
-
 def _steps_with_folders(folder: Path) -> set[int]:
     """The numbers of the steps whose folder is there (not those a resume set aside)."""
     try:
         names = [p.name for p in folder.iterdir() if p.is_dir()]
     except OSError:
         return set()
-    return {int(m.group(1)) for n in names if (m := _STEP_DIR.match(n))
-            and not _SET_ASIDE.search(n)}
+    return {n for n in map(step_folder_number, names) if n is not None}
 
 
 def _time(text: Any, name: str, f: _Folder) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from master.report.content import BUDGET_POINTS, build_charts, default_rollup
 from master.report.page import render
-from master.report.runfolder import ReportError, open_run_folder
+from master.runfolder import ReportError, open_run_folder
 from master.wholefile import replace_whole
 
 log = logging.getLogger(__name__)

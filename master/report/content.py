@@ -8,7 +8,7 @@ recorded ``device_*`` columns, a chart per gathered ``gather.*`` column; the lat
 the step's ``all`` histogram; DFC's measured metric, target and IOPS in force; measure's
 criteria against their limits; CPU busy per host), the measurement window each time chart
 marks, and the page-wide point budget. Must not read files itself beyond
-``master.report.runfolder``'s readers, or write HTML (``master.report.page``).
+``master.runfolder``'s readers, or write HTML (``master.report.page``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from master.report import series as sr
-from master.report.runfolder import (
+from master.runfolder import (
     RunFolder,
     StepFolder,
     Table,

@@ -5,7 +5,7 @@ versions), the per-step summary table, one section per step for its charts, the 
 what is missing or downsampled said in words. The chart library (uPlot, MIT, vendored in
 ``vendor/`` with its license), the page's own script and style are inlined, and the chart data
 is JSON in the page: nothing is fetched. Must not read the run's CSV files
-(``master.report.runfolder``) or choose what a chart shows (``master.report.content``).
+(``master.runfolder``) or choose what a chart shows (``master.report.content``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from importlib import resources
 from typing import Any
 
 from master.report.content import KINDS, PERCENTILES, Charts
-from master.report.runfolder import RunFolder, Table
+from master.runfolder import RunFolder, Table
 from protocol.version import __version__
 
 #: At most this many events are shown (the rest are counted; events.csv holds them all).

@@ -4,7 +4,7 @@ rounded for the page. Pure functions on numpy arrays.
 Owns the downsampling rule: one bucket size for the whole page (each point then stands for the
 same number of subintervals everywhere), a rate or percentile bucket as its mean, a maximum as
 its largest value (a latency spike stays visible), an empty bucket as a gap. Must not read
-files (``master.report.runfolder``) or know the page's layout (``master.report.page``).
+files (``master.runfolder``) or know the page's layout (``master.report.page``).
 """
 
 from __future__ import annotations

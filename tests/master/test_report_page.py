@@ -15,7 +15,7 @@ import pytest
 
 from master.report.build import REPORT_FILE, build_report, report_after_run
 from master.report.content import default_rollup
-from master.report.runfolder import ReportError, open_run_folder
+from master.runfolder import ReportError, open_run_folder
 from tests.master.reportgen import GenSpec, generate
 
 ROOT = Path(__file__).resolve().parents[2]

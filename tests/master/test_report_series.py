@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from master.report import series as sr
-from master.report.runfolder import leading_number, to_float
+from master.runfolder import leading_number, to_float
 
 NAN = math.nan
 

@@ -1,12 +1,14 @@
-"""Reading a run folder back for the report: every file the run writes, as it is on disk.
+"""Reading a run folder back (for the report and for summary.json): every file the run
+writes, as it is on disk.
 
 Owns finding the folder's parts (its steps, each step's rollup types and instance files,
 histograms, ``dfc.csv``, ``measure.csv``, ``cpu.csv``) and reading them into plain tables of
 text cells, keeping only the columns asked for (a large run's instance files hold hundreds of
 columns). A file that is missing, unreadable or cut short is not an error: a failed run's folder
-is read as far as it goes, and what is missing is said so (``RunFolder.problems``). A folder that
-is not a run folder at all is a ``ReportError``. Must not compute what the page shows
-(``master.report.content``) or write anything.
+is read as far as it goes, and what is missing is said so (``RunFolder.problems``; a
+``TableError`` from ``load_table`` says why a table could not be read). A folder that is not a
+run folder at all is a ``ReportError``. Must not compute what a page or document shows
+(``master.report.content``, ``master.summaryjson``) or write anything.
 """
 
 from __future__ import annotations
@@ -39,12 +41,19 @@ class ReportError(IvyError):
     """The report cannot be made: the folder is not a run folder, or the page not written."""
 
 
+class TableError(Exception):
+    """A CSV file of the folder cannot be read as a table: the text says why (``missing``,
+    ``cannot be read (...)``, ``empty (no header)``)."""
+
+
 @dataclass(frozen=True)
 class Table:
-    """A CSV file's header and rows as text cells (only the columns read)."""
+    """A CSV file's header and rows as text cells (only the columns read); ``cut``: the rows
+    left out, their cells not matching the header's (a row cut by a crash)."""
 
     header: tuple[str, ...]
     rows: list[tuple[str, ...]]
+    cut: int = 0
 
     def has(self, name: str) -> bool:
         return name in self.header
@@ -98,37 +107,52 @@ def _picker(keep: Sequence[int]) -> Callable[[list[str]], tuple[str, ...]]:
 
 
 def read_table(path: Path, columns: Sequence[str] | None = None) -> Table | None:
-    """The CSV file at ``path`` (only ``columns`` of it, those it has, when given); None when
-    it is missing, unreadable or has no header. A row of the wrong length, or a last row
-    without its line end (a row cut by a crash), is left out."""
+    """``load_table``, None when the file cannot be read as a table."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        return load_table(path, columns)
+    except TableError:
         return None
+
+
+def load_table(path: Path, columns: Sequence[str] | None = None) -> Table:
+    """The CSV file at ``path`` (only ``columns`` of it, those it has, when given);
+    ``TableError`` when it is missing, unreadable or has no header. A row of the wrong length,
+    or a last row without its line end (a row cut by a crash), is left out (``Table.cut``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TableError("missing") from None
+    except (OSError, UnicodeDecodeError) as exc:  # not text ivypy wrote
+        raise TableError(f"cannot be read ({exc})") from exc
     lines = text.splitlines(keepends=True)
     if not lines:
-        return None
+        raise TableError("empty (no header)")
     try:
         header = next(csv.reader(lines[:1]))
-    except (csv.Error, StopIteration):
-        return None
+    except (csv.Error, StopIteration) as exc:
+        raise TableError(f"cannot be read ({exc})") from exc
     width = len(header)
     wanted = set(columns) if columns is not None else set(header)
     keep = [i for i, name in enumerate(header) if name in wanted]
     pick = _picker(keep)
     body = lines[1:]
+    cut = 0
     if body and not body[-1].endswith(("\n", "\r")):
         body.pop()
+        cut = 1
     if '"' in text:  # quoted cells (commas, line ends inside): the csv module's reading
         try:
-            rows = [pick(row) for row in csv.reader(body) if len(row) == width]
-        except csv.Error:
-            return None
+            parsed = list(csv.reader(body))
+        except csv.Error as exc:
+            raise TableError(f"cannot be read ({exc})") from exc
+        rows = [pick(row) for row in parsed if len(row) == width]
+        cut += len(parsed) - len(rows)
     else:  # plain cells: split each line only as far as the last column kept
         upto = (keep[-1] + 1) if keep else 0
         rows = [pick(line.rstrip("\r\n").split(",", upto)) for line in body
                 if line.count(",") == width - 1]
-    return Table(tuple(header[i] for i in keep), rows)
+        cut += len(body) - len(rows)
+    return Table(tuple(header[i] for i in keep), rows, cut)
 
 
 def read_header(path: Path) -> tuple[str, ...]:
@@ -188,6 +212,13 @@ class RunFolder:
             if source and isinstance(source.get("test"), str):
                 return str(source["test"])
         return self.path.parent.name
+
+
+def step_folder_number(name: str) -> int | None:
+    """The step number of a step folder's name (``step0003-<name>``); None for another name
+    and for a step folder a resume set aside."""
+    m = _STEP_DIR.match(name)
+    return None if m is None or _SET_ASIDE.search(name) else int(m.group(1))
 
 
 def _step_folders(path: Path) -> tuple[list[StepFolder], list[str]]:
