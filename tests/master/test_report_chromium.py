@@ -55,6 +55,10 @@ def _check_page(path: Path, tmp: Path) -> int:
 def test_a_generated_run(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(instances=5, subintervals=60))
     assert _check_page(build_report(folder).path, tmp_path) == 16
+    # with the device's columns and a gathered one: a chart more of each a step
+    folder = generate(tmp_path / "dev", GenSpec(instances=5, subintervals=60, device=True,
+                                                gathered=("gather.array.ldev.busy_pct",)))
+    assert _check_page(build_report(folder).path, tmp_path) == 20
 
 
 def test_a_failed_run(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
     assert [s["id"] for s in data["steps"]] == ["step0000", "step0001"]
     for step in data["steps"]:
         assert [t.split(" ")[0] for t in titles(step)] == [
-            "IOPS", "MB/s", "Service", "Response", "Latency", "CPU"]
+            "IOPS", "MB/s", "Service", "Response", "Latency", "Device", "CPU"]
         iops = step["charts"][0]
         assert iops["window"] == [1, 4]  # warmup 1 s, then 3 s measured
         measured = [v for v in iops["series"][0]["values"][1:] if v is not None]
@@ -58,7 +58,7 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
     assert f'{float(summary[0]["IOPS"]):.6g}' in page or summary[0]["IOPS"] in page
     if CHROMIUM is None:  # no browser here: the page's content is checked above
         return
-    assert _check_page(folder / "report.html", tmp_path) == 12
+    assert _check_page(folder / "report.html", tmp_path) == 14  # 2 steps x 7 (the device chart too)
     shot = tmp_path / "report.png"
     load(folder / "report.html", tmp_path, screenshot=shot)
     assert shot.stat().st_size > 10_000
@@ -138,9 +138,11 @@ def test_two_hosts_plot_the_host_rollup(tmp_path: Path) -> None:
     (step,) = page_data(page)["steps"]
     iops, _, service, *_ = step["charts"]
     assert iops["title"] == "IOPS (host instances)"
-    assert [s["label"] for s in iops["series"]] == ["h2", "localhost"]
+    # each host's line, and its device's (the file LUN's file system's) dashed
+    assert [(s["label"], s["dash"]) for s in iops["series"]] == [
+        ("h2", 0), ("h2 device", 1), ("localhost", 0), ("localhost device", 1)]
     assert service["percentiles"] == ["p50", "p99", "p99.9", "max"]
     cpu = next(c for c in step["charts"] if c["title"].startswith("CPU"))
     assert sorted(s["label"] for s in cpu["series"]) == ["h2", "localhost"]
     if CHROMIUM is not None:
-        assert _check_page(folder / "report.html", tmp_path) == 6
+        assert _check_page(folder / "report.html", tmp_path) == 7
