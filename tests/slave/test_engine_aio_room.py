@@ -28,8 +28,8 @@ from slave.params import WorkloadParams
 from slave.worker import WorkerError
 from slave.worker_backend import WorkerBackend
 from tests.slave.conftest import LoopFactory, settle
+from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control
-from tests.slave.test_engine_lone_shallow import _device_read_bytes
 
 MiB = 1 << 20
 
@@ -161,13 +161,13 @@ def test_the_context_grows_at_a_boundary_and_every_read_is_counted_once(
     }
     ctl = _Editing(4, stats, changes)
     settle()
-    before = _device_read_bytes(dev.name)
+    witness = ReadWitness(dev.name)
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
     finally:
         loop.close()
         os.close(fd)
-    done = (_device_read_bytes(dev.name) - before) // pmax.blocksize_bytes
+    done = witness.bytes() // pmax.blocksize_bytes
     assert loop.in_flight == 0
     # 100 + 8 + the 4 retired (in flight), twice -> 256; then 100 + 8 + 200, twice -> 1024
     assert ctl.rooms == [256, 1024, 1024, 1024], ctl.rooms

@@ -20,6 +20,7 @@ from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control
 
 MiB = 1 << 20
@@ -54,14 +55,6 @@ class _Control(Control):
             buf.reset()
 
 
-def _device_read_bytes(name: str) -> int:
-    """Bytes the device has read: its read requests would undercount the I/Os, as the block
-    layer merges two adjacent reads in flight into one request (a ring at QD3 over 64 MiB:
-    6-19 in 300,000)."""
-    with open(f"/sys/block/{name}/stat") as f:
-        return int(f.read().split()[2]) * 512
-
-
 def _lone_reader(dev: LoopDevice, capacity: int, params: WorkloadParams
                  ) -> tuple[EngineLoop, int, tuple[WorkloadStats, WorkloadStats]]:
     """An engine loop of ``capacity`` slots on libaio with one read workload of ``params`` on
@@ -83,13 +76,13 @@ def _device_reads_of_run(dev: LoopDevice, loop: EngineLoop, fd: int, ctl: Contro
     """Run ``loop`` under ``ctl`` (subintervals of ``sub_ns``), then close it and the LUN's
     descriptor: the reads of ``blocksize_bytes`` the device did meanwhile."""
     settle()  # udev's probe of the new device reads it too
-    before = _device_read_bytes(dev.name)
+    witness = ReadWitness(dev.name)
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, sub_ns)
     finally:
         loop.close()
         os.close(fd)
-    return (_device_read_bytes(dev.name) - before) // blocksize_bytes
+    return witness.bytes() // blocksize_bytes
 
 
 def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[tuple[int, int]]:

@@ -21,8 +21,9 @@ from slave.engine.loop import EngineLoop
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
+from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import MiB, verify_range
-from tests.slave.test_engine_lone_shallow import _compiled, _device_read_bytes
+from tests.slave.test_engine_lone_shallow import _compiled
 from tests.slave.test_engine_paced_kernel import Control, _run_paced, codes
 
 _ = (_compiled, codes)  # fixtures: native AIO and the kernel (or fail as root); the codes
@@ -31,11 +32,11 @@ _ = (_compiled, codes)  # fixtures: native AIO and the kernel (or fail as root);
 def _run_counting_reads(dev_name: str, path: str, params: list[WorkloadParams], sub_ns: int,
                         n_sub: int, ctl: Control | None = None
                         ) -> tuple[Control, EngineLoop, int]:
-    """``_run_paced`` on a loop device, with the bytes the device read meanwhile."""
+    """``_run_paced`` on a loop device, with the bytes it read from the device meanwhile."""
     settle()  # udev's probe of the new device reads it too
-    before = _device_read_bytes(dev_name)
+    witness = ReadWitness(dev_name)
     ctl, loop = _run_paced(path, params, sub_ns, n_sub, ctl)
-    return ctl, loop, _device_read_bytes(dev_name) - before
+    return ctl, loop, witness.bytes()
 
 
 def _subs(ctl: Control, n_workloads: int, i: int) -> list[WorkloadStats]:
