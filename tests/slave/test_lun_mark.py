@@ -322,20 +322,6 @@ def test_a_layout_interrupted_in_process_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture
-def ramfs(tmp_path: Path) -> Iterator[Path]:
-    """A ramfs mount: a real file system without user extended attributes."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a ramfs")
-    mount = tmp_path / "ramfs"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 @pytest.mark.parametrize("layout", ["random", "none"])
 def test_without_user_xattrs_a_file_works_as_before_with_one_warning(
         ramfs: Path, layout: str) -> None:

@@ -434,6 +434,31 @@ def test_a_file_an_earlier_run_created_takes_writes_in_a_later_one(tmp_path: Pat
     assert "holding data, which ivypy did not create" in err.message
 
 
+def test_a_file_that_cannot_carry_the_mark_is_a_warning_when_made(ramfs: Path) -> None:
+    """On a file system without user extended attributes: one warning for the master's console
+    and events.csv naming the file when the run makes it; the file is this session's own all
+    the same, and a later session's describe finds it someone's."""
+    path = ramfs / "lun.img"
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    warning, reply = _discover_file(h, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    assert isinstance(warning, Log) and warning.level == "WARNING", warning
+    assert warning.context == {"kind": "lun", "lun": str(path)}
+    assert warning.message.startswith(f"file LUN {path}: ivypy cannot mark it as its own (its "
+                                      "file system keeps no user extended attributes)")
+    (ack,) = _create(h, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
+    (again,) = _discover_file(h, path, MIB, create=True)  # made already: nothing to say
+    assert isinstance(again, LunList)
+    later = Harness(describe=lun_for_path)
+    later.hello()
+    (reply,) = _discover_file(later, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    (err,) = _create(later, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(err, Error) and "keeps no user extended attributes" in err.message, err
+
+
 def test_reads_allowed_on_a_busy_lun() -> None:
     h = Harness()
     h.hello()
