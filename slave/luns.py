@@ -10,7 +10,9 @@ evidence of use is gathered by ``slave.lun_usage``:
 - ``describe_block_device`` describes the one block device a test names (any path to a device
   node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
 - ``file_lun`` describes a file named by a test, creating or extending it (sparse) when the test
-  says so, never truncating it. ``lun_for_path`` picks between the two.
+  says so, never truncating it, and tells whether its data are ivypy's own (made by this run,
+  or carrying ivypy's mark for its inode and size: ``slave.lun_mark``). ``lun_for_path`` picks
+  between the two.
 
 Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched by device number
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
@@ -24,11 +26,11 @@ are never stat'ed (a dead server would hang discovery); there names are all we c
 Only what is visible from this host's mount and pid namespaces can be seen; a mount in another
 mount namespace is caught only by the exclusive-open probe of ``describe_block_device``.
 
-Rules: this module only reads (plus creating or growing a file LUN on request). It never writes to a
-device, never opens one for writing, and never holds an exclusive claim longer than one
-``open``/``close`` pair. Sysfs entries that vanish or cannot be read mid-scan are logged and
-skipped; discovery does not crash on them. Deciding whether a write may go ahead is
-``slave/preflight.py``'s job, not this module's.
+Rules: this module only reads (plus creating or growing a file LUN on request, and marking a
+file it made or sized as ivypy's). It never writes to a device, never opens one for writing,
+and never holds an exclusive claim longer than one ``open``/``close`` pair. Sysfs entries that
+vanish or cannot be read mid-scan are logged and skipped; discovery does not crash on them.
+Deciding whether a write may go ahead is ``slave/preflight.py``'s job, not this module's.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 
 from protocol.errors import PreflightError
 from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo
-from slave.lun_mark import MARK_NONE, MARK_OK, MARK_UNSUPPORTED, Mark, read_mark, write_mark
+from slave.lun_mark import MARK_NONE, MARK_OK, MARK_UNSUPPORTED, read_mark, write_mark
 from slave.lun_usage import (
     Mounts,
     Roots,
@@ -343,8 +345,8 @@ def file_lun(
         if not size_bytes:
             raise refuse("does not exist; creating it needs a size") from None
         if layout == "none":
-            st = _create_or_extend(abspath, size_bytes, refuse, new=True,
-                                   mark=Mark("none", 0, 0, ""), unmarked=unmarked)
+            st = _create_or_extend(abspath, size_bytes, refuse, new=True, mark_layout="none",
+                                   unmarked=unmarked)
         else:
             st = lay_out(abspath, size_bytes, layout, refuse, progress, unmarked=unmarked)
         created = True
@@ -358,8 +360,10 @@ def file_lun(
         raise refuse("is not a regular file")
     file_id = f"{st.st_dev}:{st.st_ino}"
     mark_state, mark = read_mark(abspath, st)
+    # a resumed run's own file, where no mark says otherwise (a file system that keeps none)
+    claimed = bool(created_as) and created_as == file_id
     created = created or mark_state == MARK_OK or (
-        created_as == file_id != "" and mark_state in (MARK_NONE, MARK_UNSUPPORTED))
+        claimed and mark_state in (MARK_NONE, MARK_UNSUPPORTED))
     if size_bytes is not None and st.st_size < size_bytes:
         if not create:
             raise refuse(
@@ -367,10 +371,14 @@ def file_lun(
                 "test does not ask to create (extend) it"
             )
         created = created or st.st_size == 0  # an empty file held nobody's data
-        # ivypy's own file stays its own at its new size; an empty one becomes its own
-        keep = (mark if mark_state == MARK_OK else None) or Mark("none", 0, 0, "")
-        st = _create_or_extend(abspath, size_bytes, refuse, mark=keep if created else None,
-                               unmarked=unmarked)
+        # ivypy's own file stays its own at its new size (its mark's layout and date kept);
+        # an empty one becomes its own; someone's file extended stays theirs, unmarked
+        own = mark if mark_state == MARK_OK else None
+        st = _create_or_extend(
+            abspath, size_bytes, refuse, unmarked=unmarked,
+            mark_layout=(own.layout if own else "none") if created else "",
+            mark_created=own.created if own else "",
+        )
         mark_state, mark = read_mark(abspath, st)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
@@ -487,13 +495,14 @@ def _has_holes(path: str, size_bytes: int) -> bool:
 
 def _create_or_extend(
     path: str, size_bytes: int, refuse: Callable[[str], PreflightError], *, new: bool = False,
-    mark: Mark | None = None, unmarked: Callable[[str], None] | None = None,
+    mark_layout: str = "", mark_created: str = "",
+    unmarked: Callable[[str], None] | None = None,
 ) -> os.stat_result:
     """Size ``path`` to ``size_bytes`` (sparse), never shrinking it; ``new``: create it, and
-    refuse one that another process made meanwhile (it would be taken for ours). ``mark``:
-    the file is ivypy's; mark it at its new size with that mark's layout (and date, when it
-    has one: a file ivypy made earlier), telling ``unmarked`` (default: the log) why not
-    where the mark cannot be set."""
+    refuse one that another process made meanwhile (it would be taken for ours).
+    ``mark_layout``: the file is ivypy's; mark it at its new size with that layout and
+    ``mark_created`` (default: now; an earlier mark's date for a file ivypy made before),
+    telling ``unmarked`` (default: the log) why not where the mark cannot be set."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if new else 0)
     try:
         fd = os.open(path, flags, 0o644)
@@ -511,8 +520,8 @@ def _create_or_extend(
         if st.st_size < size_bytes:  # re-checked on the open file: never shrink
             os.ftruncate(fd, size_bytes)
             log.info("file LUN %s: sized to %d bytes (sparse)", path, size_bytes)
-        if mark is not None:
-            why = write_mark(fd, mark.layout, created=mark.created)
+        if mark_layout:
+            why = write_mark(fd, mark_layout, created=mark_created)
             if why:
                 (unmarked or log.warning)(why)
         return os.fstat(fd)
