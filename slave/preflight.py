@@ -142,9 +142,9 @@ def own_file_note(lun: LunInfo) -> str:
     ``allow_write``); else ""."""
     if lun.kind != KIND_FILE or not lun.created or lun.mark != MARK_OK:
         return ""
-    return (f"file LUN {lun.path}: created by ivypy on {_date_text(lun.mark_created)} "
-            f"({_size_text(lun.mark_size_bytes)}, {MARK_XATTR}): ivypy's own, its writes need "
-            "no allow_write")
+    return (f"file LUN {lun.path}: created by ivypy on {_date_text(lun.mark_created)} at "
+            f"{_size_text(lun.mark_size_bytes)}, as its mark {MARK_XATTR} says: ivypy's own, "
+            "its writes need no allow_write")
 
 
 def _date_text(iso_utc: str) -> str:

@@ -73,8 +73,8 @@ FILE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...], str]] = [
     # (case, LunInfo fields, reasons, own_file_note)
     ("made by this run", {"created": True}, (), ""),
     ("ivypy's by its mark", {"created": True, "mark": "ok", **MARKED, "mark_size_bytes": 8 << 20},
-     (), "file LUN /srv/lun: created by ivypy on 2026-11-25 16:54:19 UTC (8 MiB (8,388,608 "
-     "bytes), user.ivypy.lun): ivypy's own, its writes need no allow_write"),
+     (), "file LUN /srv/lun: created by ivypy on 2026-11-25 16:54:19 UTC at 8 MiB (8,388,608 "
+     "bytes), as its mark user.ivypy.lun says: ivypy's own, its writes need no allow_write"),
     ("no mark", {}, (f"{HOLDING}, which ivypy did not create",), ""),
     ("no mark, a signature", {"signature": "sqlite3"},
      ("carries a sqlite3 signature", "an existing non-empty file of 8 MiB (8,388,608 bytes) "
