@@ -379,6 +379,7 @@ def file_lun(
             mark_layout=(own.layout if own else "none") if created else "",
             mark_created=own.created if own else "",
         )
+        file_id = f"{st.st_dev}:{st.st_ino}"
         mark_state, mark = read_mark(abspath, st)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
