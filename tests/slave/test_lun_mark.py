@@ -275,13 +275,13 @@ def test_ivypy_extending_its_own_file_keeps_it_its_own(tmp_path: Path) -> None:
 
 
 CUT_OFF = """\
-import sys, time
+import sys
 from protocol.errors import PreflightError
 from slave.luns import lay_out
 
 def progress(done, total):
     print(done, flush=True)
-    time.sleep(0.05)
+    sys.stdin.readline()  # stays here, midway, until it is killed
 
 lay_out(sys.argv[1], 64 << 20, "random", lambda r: PreflightError(r), progress)
 """
@@ -293,16 +293,16 @@ def test_a_layout_cut_off_leaves_no_marked_file(tmp_path: Path) -> None:
     into place) is not ivypy's."""
     path = tmp_path / "lun"
     part = tmp_path / ".lun.ivypy-layout"
-    proc = subprocess.Popen([sys.executable, "-c", CUT_OFF, str(path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and int(proc.stdout.readline()) > 0
-        with pytest.raises(OSError) as info:  # being written: no mark yet
-            os.getxattr(part, MARK_XATTR)
-        assert info.value.errno == errno.ENODATA
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    with subprocess.Popen([sys.executable, "-c", CUT_OFF, str(path)], cwd=ROOT,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and int(proc.stdout.readline()) > 0
+            with pytest.raises(OSError) as info:  # being written: no mark yet
+                os.getxattr(part, MARK_XATTR)
+            assert info.value.errno == errno.ENODATA
+        finally:
+            proc.send_signal(signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
     assert not path.exists() and part.exists()
     with pytest.raises(OSError) as info:
         os.getxattr(part, MARK_XATTR)
