@@ -393,7 +393,9 @@ class Run:
                 if info.get("kind") != "file":
                     continue
                 where = f"file LUN {sl.lun.path}"
-                if info.get("created") and all(
+                # ivypy's own file with holes: left sparse when a run made it (this one, or
+                # an earlier one whose file carries ivypy's mark), and not written whole since
+                if info.get("created") and info.get("has_holes") and all(
                         self.cfg.luns[i].layout == "none" for i in sl.selectors):
                     self.event("WARNING", f"{where} was created sparse (layout: none): reads "
                                "of its unwritten ranges return zeros without any I/O, so its "

@@ -42,8 +42,11 @@ class RunStateError(IvyError):
 
 @dataclass
 class CreatedFile:
-    """A file LUN the run created: a resumed run may write it again only while it is the
-    same file (``file_id``: the slave's ``dev:inode`` of it)."""
+    """A file LUN that was ivypy's own when the run first saw it (made by the run, or carrying
+    ivypy's mark): a resumed run may write it again only while it is the same file
+    (``file_id``: the slave's ``dev:inode`` of it). Where the file system keeps the mark the
+    slave also goes by the mark; this is what a file system without user extended attributes
+    has."""
 
     host: str
     path: str

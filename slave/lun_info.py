@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import RemoteProtocolError
+from slave.lun_mark import MARK_STATES
 from slave.signatures import SECTOR_BYTES
 
 KIND_BLOCK = "block"
@@ -37,9 +38,11 @@ class LunInfo:
     other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
     partition is a write to the disk they use. ``file_size_bytes`` is a file LUN's file size,
     which may exceed ``size_bytes`` (the LUN is then the file's first ``size_bytes``); 0 for a
-    block device. ``created`` is True for a file LUN this run made (a new file, or an empty one
-    it extended; or, in a resumed run, the file the run created before, by ``file_id``): its data
-    are ivypy's own. An existing non-empty file is someone's data.
+    block device. ``created`` is True for a file LUN whose data are ivypy's own: one this run
+    made (a new file, or an empty one it extended), one carrying ivypy's mark that still holds
+    (``mark``: ``slave.lun_mark``), or, in a resumed run, the file the run created before (by
+    ``file_id``, for a file system that keeps no mark). Any other existing non-empty file is
+    someone's data.
     """
 
     path: str
@@ -77,6 +80,12 @@ class LunInfo:
     #: a file LUN with unwritten ranges (SEEK_HOLE finds a hole within it): reads there
     #: return zeros without any I/O
     has_holes: bool = False
+    #: a file LUN's ivypy mark as found (``slave.lun_mark.MARK_*``: "" none, ``ok``, ``copied``,
+    #: ``resized``, ``damaged``, ``unsupported``), with the date it says ivypy made the file
+    #: (ISO 8601 UTC) and the size it was marked at
+    mark: str = ""
+    mark_created: str = ""
+    mark_size_bytes: int = 0
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -124,11 +133,17 @@ class LunInfo:
             raise RemoteProtocolError(
                 f"LunInfo: kind must be 'block' or 'file', not {data['kind']!r}"
             )
+        if kwargs.get("mark", "") not in MARK_STATES:
+            raise RemoteProtocolError(
+                f"LunInfo: mark must be one of {', '.join(map(repr, MARK_STATES))}, "
+                f"not {data['mark']!r}"
+            )
         return cls(**kwargs)
 
 
 _INT_FIELDS = frozenset({
     "size_bytes", "logical_block_bytes", "physical_block_bytes", "file_size_bytes",
+    "mark_size_bytes",
 })
 
 

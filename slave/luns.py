@@ -10,7 +10,9 @@ evidence of use is gathered by ``slave.lun_usage``:
 - ``describe_block_device`` describes the one block device a test names (any path to a device
   node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
 - ``file_lun`` describes a file named by a test, creating or extending it (sparse) when the test
-  says so, never truncating it. ``lun_for_path`` picks between the two.
+  says so, never truncating it, and tells whether its data are ivypy's own (made by this run,
+  or carrying ivypy's mark for its inode and size: ``slave.lun_mark``). ``lun_for_path`` picks
+  between the two.
 
 Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched by device number
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
@@ -24,11 +26,11 @@ are never stat'ed (a dead server would hang discovery); there names are all we c
 Only what is visible from this host's mount and pid namespaces can be seen; a mount in another
 mount namespace is caught only by the exclusive-open probe of ``describe_block_device``.
 
-Rules: this module only reads (plus creating or growing a file LUN on request). It never writes to a
-device, never opens one for writing, and never holds an exclusive claim longer than one
-``open``/``close`` pair. Sysfs entries that vanish or cannot be read mid-scan are logged and
-skipped; discovery does not crash on them. Deciding whether a write may go ahead is
-``slave/preflight.py``'s job, not this module's.
+Rules: this module only reads (plus creating or growing a file LUN on request, and marking a
+file it made or sized as ivypy's). It never writes to a device, never opens one for writing,
+and never holds an exclusive claim longer than one ``open``/``close`` pair. Sysfs entries that
+vanish or cannot be read mid-scan are logged and skipped; discovery does not crash on them.
+Deciding whether a write may go ahead is ``slave/preflight.py``'s job, not this module's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import numpy as np
 
 from protocol.errors import PreflightError
 from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo
+from slave.lun_mark import MARK_NONE, MARK_OK, MARK_UNSUPPORTED, read_mark, write_mark
 from slave.lun_usage import (
     Mounts,
     Roots,
@@ -296,11 +299,17 @@ def file_lun(
     created_as: str = "",
     layout: str = "none",
     progress: Callable[[int, int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> LunInfo:
     """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
 
-    ``created_as``: the ``file_id`` (``dev:inode``) of the file this run created before it was
-    resumed; the file is the run's own (``created``) while it is still that file.
+    The file's data are ivypy's own (``created``) when this call makes it (or sizes an empty
+    one), when it carries ivypy's mark (``slave.lun_mark``) for its inode and size, or when
+    it is ``created_as``: the ``file_id`` (``dev:inode``) of the file this run created before
+    it was resumed (a file system without user extended attributes keeps no mark), unless a
+    mark says it was copied or resized since. A file this call makes or sizes for ivypy gets
+    the mark; where it cannot (no user extended attributes), ``warn`` (default: the log) is
+    told once, naming the file.
 
     ``layout``: how a file this call creates is filled before use, ``random`` or ``zero``
     (every byte written, so that no read lands on a hole the file system answers without I/O:
@@ -318,6 +327,13 @@ def file_lun(
     def refuse(reason: str) -> PreflightError:
         return PreflightError(f"file LUN {abspath}: {reason}", host=host, lun=abspath)
 
+    def unmarked(why: str) -> None:
+        (warn or log.warning)(
+            f"file LUN {abspath}: ivypy cannot mark it as its own ({why}): a later run will "
+            "take it for someone's data and refuse to write it unless its luns: entry sets "
+            "allow_write: true"
+        )
+
     if size_bytes is not None and size_bytes < 0:
         raise refuse(f"requested size {size_bytes} bytes is negative")
     created = False
@@ -329,9 +345,10 @@ def file_lun(
         if not size_bytes:
             raise refuse("does not exist; creating it needs a size") from None
         if layout == "none":
-            st = _create_or_extend(abspath, size_bytes, refuse, new=True)
+            st = _create_or_extend(abspath, size_bytes, refuse, new=True, mark_layout="none",
+                                   unmarked=unmarked)
         else:
-            st = lay_out(abspath, size_bytes, layout, refuse, progress)
+            st = lay_out(abspath, size_bytes, layout, refuse, progress, unmarked=unmarked)
         created = True
     except OSError as exc:
         raise refuse(exc.strerror or str(exc)) from exc
@@ -341,6 +358,12 @@ def file_lun(
         raise refuse("is a directory; name a file in it")
     if not stat.S_ISREG(st.st_mode):
         raise refuse("is not a regular file")
+    file_id = f"{st.st_dev}:{st.st_ino}"
+    mark_state, mark = read_mark(abspath, st)
+    # a resumed run's own file, where no mark says otherwise (a file system that keeps none)
+    claimed = bool(created_as) and created_as == file_id
+    created = created or mark_state == MARK_OK or (
+        claimed and mark_state in (MARK_NONE, MARK_UNSUPPORTED))
     if size_bytes is not None and st.st_size < size_bytes:
         if not create:
             raise refuse(
@@ -348,9 +371,16 @@ def file_lun(
                 "test does not ask to create (extend) it"
             )
         created = created or st.st_size == 0  # an empty file held nobody's data
-        st = _create_or_extend(abspath, size_bytes, refuse)
-    file_id = f"{st.st_dev}:{st.st_ino}"
-    created = created or (bool(created_as) and created_as == file_id)
+        # ivypy's own file stays its own at its new size (its mark's layout and date kept);
+        # an empty one becomes its own; someone's file extended stays theirs, unmarked
+        own = mark if mark_state == MARK_OK else None
+        st = _create_or_extend(
+            abspath, size_bytes, refuse, unmarked=unmarked,
+            mark_layout=(own.layout if own else "none") if created else "",
+            mark_created=own.created if own else "",
+        )
+        file_id = f"{st.st_dev}:{st.st_ino}"
+        mark_state, mark = read_mark(abspath, st)
     if st.st_size == 0:
         raise refuse("is empty; give a size and allow creating it")
     lun_bytes = st.st_size
@@ -382,6 +412,9 @@ def file_lun(
         file_id=file_id,
         fs_type=fs_type,
         has_holes=_has_holes(abspath, lun_bytes),
+        mark=mark_state,
+        mark_created=mark.created if mark else "",
+        mark_size_bytes=mark.size_bytes if mark else 0,
     )
     roots = Roots(sys_root, proc_root, os.path.dirname(abspath))
     return with_evidence(
@@ -394,13 +427,16 @@ LAYOUT_CHUNK_BYTES = 4 << 20
 
 
 def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], PreflightError],
-            progress: Callable[[int, int], None] | None = None) -> os.stat_result:
+            progress: Callable[[int, int], None] | None = None, *,
+            unmarked: Callable[[str], None] | None = None) -> os.stat_result:
     """Create ``path`` with all of its ``size_bytes`` written: random bytes (``random``: a
-    storage system that compresses or dedupes sees no shortcut) or zeros (``zero``), then
-    synced. It is written under a hidden name beside it and linked into place only when whole,
-    so a layout cut off (the run stopped, the disk full) never leaves a half-written file that
-    a later run would take for someone's data; the hidden file of an earlier cut-off layout is
-    removed first. Refuses (naming the file) a file someone else made meanwhile."""
+    storage system that compresses or dedupes sees no shortcut) or zeros (``zero``), marked as
+    ivypy's (``slave.lun_mark``), then synced. It is written under a hidden name beside it and
+    linked into place only when whole, so a layout cut off (the run stopped, the disk full)
+    never leaves a half-written file under its name, nor a marked one that a later run would
+    take for ivypy's whole file; the hidden file of an earlier cut-off layout is removed first.
+    Refuses (naming the file) a file someone else made meanwhile. Where the mark cannot be set,
+    ``unmarked`` (default: the log) is told why and the file is laid out without it."""
     if layout not in ("random", "zero"):
         raise ValueError(f"layout {layout!r}: random, zero or none")
     part = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.ivypy-layout")
@@ -425,6 +461,9 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
             done += n
             if progress is not None:
                 progress(done, size_bytes)
+        why = write_mark(fd, layout)
+        if why:
+            (unmarked or log.warning)(why)
         os.fsync(fd)
         os.link(part, path)
     except FileExistsError as exc:
@@ -456,10 +495,15 @@ def _has_holes(path: str, size_bytes: int) -> bool:
 
 
 def _create_or_extend(
-    path: str, size_bytes: int, refuse: Callable[[str], PreflightError], *, new: bool = False
+    path: str, size_bytes: int, refuse: Callable[[str], PreflightError], *, new: bool = False,
+    mark_layout: str = "", mark_created: str = "",
+    unmarked: Callable[[str], None] | None = None,
 ) -> os.stat_result:
     """Size ``path`` to ``size_bytes`` (sparse), never shrinking it; ``new``: create it, and
-    refuse one that another process made meanwhile (it would be taken for ours)."""
+    refuse one that another process made meanwhile (it would be taken for ours).
+    ``mark_layout``: the file is ivypy's; mark it at its new size with that layout and
+    ``mark_created`` (default: now; an earlier mark's date for a file ivypy made before),
+    telling ``unmarked`` (default: the log) why not where the mark cannot be set."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if new else 0)
     try:
         fd = os.open(path, flags, 0o644)
@@ -477,6 +521,10 @@ def _create_or_extend(
         if st.st_size < size_bytes:  # re-checked on the open file: never shrink
             os.ftruncate(fd, size_bytes)
             log.info("file LUN %s: sized to %d bytes (sparse)", path, size_bytes)
+        if mark_layout:
+            why = write_mark(fd, mark_layout, created=mark_created)
+            if why:
+                (unmarked or log.warning)(why)
         return os.fstat(fd)
     except OSError as exc:
         raise refuse(f"cannot size to {size_bytes} bytes: {exc.strerror or exc}") from exc

@@ -9,8 +9,9 @@ partitions, has holders (device mapper, md, a loop device over a file), carries 
 (file system, LVM, RAID, partition table, ...), is open by another process, is claimed exclusively
 by someone, could not be read to look for a signature, is a loop device whose backing file is
 open by another process or attached to another loop device too, is a partition whose whole
-disk has holders or is open by another process, or is an existing non-empty file that this run
-did not create (a typo in ``file:`` must not overwrite a database or a VM image). The test may
+disk has holders or is open by another process, or is an existing non-empty file that is not
+ivypy's own: neither made by this run nor carrying ivypy's mark for its inode and size
+(``slave.lun_mark``; a typo in ``file:`` must not overwrite a database or a VM image). The test may
 allow writes to a LUN explicitly; then the write goes ahead and every overridden reason is
 logged as a warning, and the session hands it to the master for the console and events.csv.
 This module gathers no evidence itself and must not touch
@@ -23,6 +24,14 @@ import logging
 from dataclasses import dataclass
 
 from protocol.errors import PreflightError
+from slave.lun_mark import (
+    MARK_COPIED,
+    MARK_DAMAGED,
+    MARK_OK,
+    MARK_RESIZED,
+    MARK_UNSUPPORTED,
+    MARK_XATTR,
+)
 from slave.luns import KIND_FILE, SWAP_MOUNT_POINT, LunInfo
 
 log = logging.getLogger(__name__)
@@ -107,8 +116,42 @@ def in_use_reasons(lun: LunInfo) -> tuple[str, ...]:
         holds = f"{_article(lun.signature)} {lun.signature} signature" if lun.signature else (
             "data")
         reasons.append(f"an existing non-empty file of {_size_text(lun.file_size_bytes)} "
-                       f"holding {holds}, which this run did not create")
+                       f"holding {holds}, {_not_ivypys(lun)}")
     return tuple(reasons)
+
+
+def _not_ivypys(lun: LunInfo) -> str:
+    """Why an existing file is not ivypy's own, from its mark (``slave.lun_mark``)."""
+    made = f"created by ivypy on {_date_text(lun.mark_created)}"
+    if lun.mark == MARK_RESIZED:
+        return (f"{made} at {_size_text(lun.mark_size_bytes)} but resized since, so no longer "
+                "ivypy's")
+    if lun.mark == MARK_COPIED:
+        return (f"a copy of a file {made} (its mark names another inode: copied with its "
+                "extended attributes, e.g. cp -a or rsync -X), so not ivypy's")
+    if lun.mark == MARK_DAMAGED:
+        return f"which ivypy did not create (its {MARK_XATTR} attribute is not ivypy's mark)"
+    if lun.mark == MARK_UNSUPPORTED:
+        return ("which this run did not create (its file system keeps no user extended "
+                "attributes, so a file ivypy made in an earlier run carries no mark)")
+    return "which ivypy did not create"
+
+
+def own_file_note(lun: LunInfo) -> str:
+    """For a file LUN whose mark makes it ivypy's own: a line saying so (its writes need no
+    ``allow_write``); else ""."""
+    if lun.kind != KIND_FILE or not lun.created or lun.mark != MARK_OK:
+        return ""
+    return (f"file LUN {lun.path}: created by ivypy on {_date_text(lun.mark_created)} at "
+            f"{_size_text(lun.mark_size_bytes)}, as its mark {MARK_XATTR} says: ivypy's own, "
+            "its writes need no allow_write")
+
+
+def _date_text(iso_utc: str) -> str:
+    """``2026-11-25 16:54:19 UTC`` from the mark's ``2026-11-25T16:54:19Z``."""
+    if len(iso_utc) == 20 and iso_utc[10] == "T" and iso_utc.endswith("Z"):
+        return f"{iso_utc[:10]} {iso_utc[11:19]} UTC"
+    return iso_utc or "an unknown date"
 
 
 def _size_text(n_bytes: int) -> str:

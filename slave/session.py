@@ -63,7 +63,7 @@ from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import paced_kernel
 from slave.params import WorkloadParams
-from slave.preflight import in_use_reasons, require_ok
+from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
 
 #: The slave's watchdog allows this many of the longest subinterval without a word from the
@@ -374,6 +374,10 @@ class SlaveSession:
 
         return progress
 
+    def _lun_warning(self, path: str) -> Callable[[str], None]:
+        """A warning about file LUN ``path`` for the master's console and events.csv."""
+        return lambda message: self.event("WARNING", message, kind="lun", lun=path)
+
     def _on_discover(self, msg: DiscoverLuns) -> None:
         ignore = {os.getpid(), *self._child_pids()}
         found: list[lunmod.LunInfo] = []
@@ -383,6 +387,12 @@ class SlaveSession:
             self.event("WARNING", f"block device discovery failed: {exc}")
         for req in msg.files:
             try:
+                # a file with data before this look and ivypy's by its mark: the run says why
+                # it writes it without allow_write, once
+                try:
+                    had_data = os.stat(str(req["path"])).st_size > 0
+                except OSError:
+                    had_data = False
                 found.append(
                     lunmod.file_lun(
                         str(req["path"]),
@@ -392,8 +402,12 @@ class SlaveSession:
                         created_as=str(req.get("created_as") or ""),
                         layout=str(req.get("layout") or "none"),
                         progress=self._layout_progress(str(req["path"])),
+                        warn=self._lun_warning(str(req["path"])),
                     )
                 )
+                note = own_file_note(found[-1])
+                if had_data and note and found[-1].path not in self._created_files:
+                    self.event("INFO", note, kind="lun", lun=found[-1].path)
             except (IvyError, OSError, KeyError, TypeError, ValueError) as exc:
                 self.send(
                     Error(

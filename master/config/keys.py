@@ -186,7 +186,11 @@ LUNS = Section(
            "With `file` only: the LUN is the file's first `size` bytes (as fio's `size=`); a "
            "larger file is never truncated. Required with `create: true`."),
         _k("create", "bool", "false",
-           "With `file` only: create the file (or extend it to `size`) when it is missing."),
+           "With `file` only: create the file (or extend it to `size`) when it is missing. A "
+           "file ivypy makes (or sizes from empty) carries its mark, the extended attribute "
+           "`user.ivypy.lun`: later runs write it without `allow_write` while it is that file "
+           "(same inode) at that size. Where the file system keeps no user extended attributes "
+           "the run warns, and a later run refuses the file as it would anyone's."),
         _k("layout", " or ".join(f"`{name}`" for name in loader.LAYOUTS),
            "`random` with `create`, else `none`",
            "With `create: true`: how a file the run creates is filled before its first step. "
@@ -194,7 +198,8 @@ LUNS = Section(
            "answers without I/O); `none` leaves it sparse, with a warning."),
         _k("allow_write", "bool", "false",
            "Without it, a write to a LUN in use (mounted, partitioned, with a signature, open "
-           "elsewhere) or to an existing non-empty file the run did not create is refused "
+           "elsewhere) or to an existing non-empty file that is not ivypy's own (neither made by "
+           "this run nor carrying ivypy's mark from an earlier one: see `create`) is refused "
            "(exit 2). With it the write goes ahead and the reasons are a warning."),
         _k("engine", " or ".join(f"`{name}`" for name in LUN_ENGINES), "`auto`",
            "The I/O engine of the LUN's workloads: `auto` is libaio with O_DIRECT where that "

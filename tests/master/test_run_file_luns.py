@@ -107,3 +107,51 @@ steps:
     finally:
         shutil.rmtree(lun.parent, ignore_errors=True)
     assert 0.5 <= ivypy_iops / fio_iops <= 2.0, (ivypy_iops, fio_iops)
+
+
+REWRITE = """\
+test: rewrite
+subinterval_seconds: 0.5
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: {lun}, size: 8MiB, create: true}}
+steps:
+  - name: w
+    workloads:
+      - {{name: w, iosequencer: random_steady, blocksize: 4KiB, iodepth: 1, iops: 100,
+         read_fraction: 50%}}
+    warmup_seconds: 0
+    measure_seconds: 0.5
+"""
+
+
+def test_a_later_run_writes_the_file_an_earlier_run_created(tmp_path: Path) -> None:
+    """The same writing test twice on the file the first run made, without ``allow_write``:
+    the second run finds ivypy's mark and says so; a file someone put there instead is
+    refused (exit 2)."""
+    lun = tmp_path / "lun"
+
+    def run(name: str) -> tuple[int, str, Path]:
+        out = tmp_path / name
+        out.mkdir()
+        proc = start_run(write_config(out, REWRITE.format(lun=lun)), out)
+        _, err = proc.communicate(timeout=120)
+        return proc.returncode, err, out
+
+    code, err, _ = run("first")
+    assert code == 0, err
+    code, err, out = run("second")
+    assert code == 0, err
+    events = rows(run_folder(out, "rewrite") / "events.csv")
+    (note,) = [e for e in events if e["kind"] == "lun" and e["level"] == "INFO"]
+    assert note["host"] == "localhost"
+    assert note["message"].startswith(f"file LUN {lun}: created by ivypy on ")
+    assert not [e for e in events if e["kind"] == "preflight"]
+    assert lun.stat().st_size == 8 * MIB
+    lun.unlink()
+    lun.write_bytes(os.urandom(8 * MIB))  # someone's file at the path now
+    code, err, _ = run("third")
+    assert code == 2, err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("ivypy:")]
+    assert "refusing to write" in line and str(lun) in line
+    assert "holding data, which ivypy did not create" in line

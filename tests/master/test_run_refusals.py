@@ -6,7 +6,7 @@ CLI (``ivypy run``) on localhost with a real slave and a real loop device.
   before any subinterval; it never runs on the thread pool unasked (before, it did, and luns.csv
   said libaio). With ``allow_engine_fallback: true`` it runs on the thread pool and says so:
   luns.csv, events.csv, the console and the ``engine`` rollup name the thread pool.
-- A write to an existing non-empty file that the run did not create is refused (exit 2, host,
+- A write to an existing non-empty file that ivypy did not create is refused (exit 2, host,
   file, size and what it holds) and the file's bytes are unchanged; with ``allow_write: true``
   it goes ahead and the overridden reason is a warning on the console and in events.csv.
 

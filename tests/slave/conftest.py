@@ -193,3 +193,18 @@ def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if os.geteuid() == 0:
         pytest.fail(f"{reason}; as root that is a failure, not a skip")
     pytest.skip(f"{reason}; not root, so skipped (as root this fails)")
+
+
+@pytest.fixture
+def ramfs(tmp_path: Path) -> Iterator[Path]:
+    """A ramfs mount: a real file system without user extended attributes (ivypy's mark on a
+    file LUN cannot be set there)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a ramfs")
+    mount = tmp_path / "ramfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

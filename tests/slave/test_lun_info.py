@@ -24,6 +24,9 @@ def test_lun_info_round_trips_through_msgpack() -> None:
     assert LunInfo.from_dict(msgpack.unpackb(wire)) == SAMPLE
     assert LunInfo.from_dict(LunInfo(path="/f", kind="file", name="f", size_bytes=1).to_dict()) \
         == LunInfo(path="/f", kind="file", name="f", size_bytes=1)
+    marked = LunInfo(path="/f", kind="file", name="f", size_bytes=1, created=True, mark="ok",
+                     mark_created="2026-11-25T16:54:19Z", mark_size_bytes=1)
+    assert LunInfo.from_dict(msgpack.unpackb(msgpack.packb(marked.to_dict()))) == marked
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,9 @@ def test_lun_info_round_trips_through_msgpack() -> None:
         ({"exclusive_busy": 0}, "exclusive_busy"),
         ({"vendor": None}, "vendor"),
         ({"kind": "tape"}, "kind"),
+        ({"mark": "mine"}, "mark must be one of"),
+        ({"mark": None}, "mark"),
+        ({"mark_size_bytes": -1}, "mark_size_bytes"),
         ({"colour": "red"}, "colour"),
     ],
 )

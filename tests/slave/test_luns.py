@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from protocol.errors import PreflightError
+from slave.lun_mark import MARK_XATTR
 from slave.lun_usage import read_mounts
 from slave.luns import (
     LunInfo,
@@ -250,13 +251,22 @@ def test_file_lun_created_sparse_at_requested_size(tmp_path: Path) -> None:
 
 def test_a_resumed_runs_file_is_its_own_while_it_is_the_same_file(tmp_path: Path) -> None:
     """``created_as`` (the ``file_id`` a resumed run recorded when it made the file) makes an
-    existing non-empty file the run's own; another file put at the same path is not."""
+    existing non-empty file without ivypy's mark (its file system keeps none) the run's own;
+    another file put at the same path is not, nor the same file with a mark saying it was
+    resized since."""
     path = tmp_path / "lun.dat"
     made = file_lun(str(path), MIB, create=True)
     assert made.created and made.file_id == f"{path.stat().st_dev}:{path.stat().st_ino}"
-    path.write_bytes(b"x" * MIB)  # the first session wrote it
+    with open(path, "r+b") as fh:  # the first session wrote it
+        fh.write(b"x" * MIB)
+    marked = os.getxattr(path, MARK_XATTR)
+    os.removexattr(path, MARK_XATTR)  # as on a file system without user extended attributes
     assert not file_lun(str(path), MIB).created  # a later describe without the claim
     assert file_lun(str(path), MIB, created_as=made.file_id).created
+    os.setxattr(path, MARK_XATTR, marked)
+    os.truncate(path, 2 * MIB)  # someone resized it: the mark says so, and it outweighs the claim
+    resized = file_lun(str(path), MIB, created_as=made.file_id)
+    assert not resized.created and resized.mark == "resized"
     other = tmp_path / "other.dat"
     other.write_bytes(b"y" * MIB)
     os.replace(other, path)  # someone's file now stands at the path

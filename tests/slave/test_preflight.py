@@ -15,7 +15,7 @@ import pytest
 
 from protocol.errors import PreflightError
 from slave.luns import LunInfo, describe_block_device, discover_block_devices
-from slave.preflight import check_lun, in_use_reasons, require_ok
+from slave.preflight import check_lun, in_use_reasons, own_file_note, require_ok
 
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopDevice, LoopFactory, MountedLoop
@@ -62,6 +62,52 @@ REASON_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
                          ids=[c[0] for c in REASON_CASES])
 def test_in_use_reasons(change: dict[str, Any], reasons: tuple[str, ...]) -> None:
     assert in_use_reasons(dataclasses.replace(CLEAN, **change)) == reasons
+
+
+FILE = LunInfo(path="/srv/lun", kind="file", name="lun", size_bytes=8 << 20,
+               file_size_bytes=8 << 20)
+MARKED = {"mark_created": "2026-11-25T16:54:19Z", "mark_size_bytes": 4 << 20}
+HOLDING = "an existing non-empty file of 8 MiB (8,388,608 bytes) holding data"
+
+FILE_CASES: list[tuple[str, dict[str, Any], tuple[str, ...], str]] = [
+    # (case, LunInfo fields, reasons, own_file_note)
+    ("made by this run", {"created": True}, (), ""),
+    ("ivypy's by its mark", {"created": True, "mark": "ok", **MARKED, "mark_size_bytes": 8 << 20},
+     (), "file LUN /srv/lun: created by ivypy on 2026-11-25 16:54:19 UTC at 8 MiB (8,388,608 "
+     "bytes), as its mark user.ivypy.lun says: ivypy's own, its writes need no allow_write"),
+    ("no mark", {}, (f"{HOLDING}, which ivypy did not create",), ""),
+    ("no mark, a signature", {"signature": "sqlite3"},
+     ("carries a sqlite3 signature", "an existing non-empty file of 8 MiB (8,388,608 bytes) "
+      "holding a sqlite3 signature, which ivypy did not create"), ""),
+    ("resized", {"mark": "resized", **MARKED},
+     (f"{HOLDING}, created by ivypy on 2026-11-25 16:54:19 UTC at 4 MiB (4,194,304 bytes) but "
+      "resized since, so no longer ivypy's",), ""),
+    ("copied", {"mark": "copied", **MARKED},
+     (f"{HOLDING}, a copy of a file created by ivypy on 2026-11-25 16:54:19 UTC (its mark names "
+      "another inode: copied with its extended attributes, e.g. cp -a or rsync -X), so not "
+      "ivypy's",), ""),
+    ("a mark with an odd date", {"mark": "resized", **MARKED, "mark_created": "yesterday"},
+     (f"{HOLDING}, created by ivypy on yesterday at 4 MiB (4,194,304 bytes) but resized since, "
+      "so no longer ivypy's",), ""),
+    ("damaged", {"mark": "damaged"},
+     (f"{HOLDING}, which ivypy did not create (its user.ivypy.lun attribute is not ivypy's "
+      "mark)",), ""),
+    ("no user xattrs", {"mark": "unsupported"},
+     (f"{HOLDING}, which this run did not create (its file system keeps no user extended "
+      "attributes, so a file ivypy made in an earlier run carries no mark)",), ""),
+    ("no user xattrs, made by this run", {"mark": "unsupported", "created": True}, (), ""),
+    ("empty", {"file_size_bytes": 0}, (), ""),
+]
+
+
+@pytest.mark.parametrize(("change", "reasons", "note"), [c[1:] for c in FILE_CASES],
+                         ids=[c[0] for c in FILE_CASES])
+def test_a_file_luns_reasons_say_whose_it_is(
+        change: dict[str, Any], reasons: tuple[str, ...], note: str) -> None:
+    lun = dataclasses.replace(FILE, **change)
+    assert in_use_reasons(lun) == reasons
+    assert own_file_note(lun) == note
+    assert check_lun(lun, writes=True, allow_write=False, host="h").ok == (not reasons)
 
 
 IN_USE = dataclasses.replace(CLEAN, signature="ext4", mount_points=("/mnt/x",))

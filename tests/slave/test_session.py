@@ -392,6 +392,73 @@ def test_a_file_the_run_created_takes_writes_in_every_step(tmp_path: Path) -> No
             h.session._write_checked.clear()  # as at the next Go: described afresh
 
 
+def test_a_file_an_earlier_run_created_takes_writes_in_a_later_one(tmp_path: Path) -> None:
+    """A second run (a new session) of the same test finds the file the first one made: ivypy's
+    own by its mark, so writes need no allow_write, and the run says why once (an event). A
+    file someone else put there instead is refused, saying ivypy did not create it."""
+    path = tmp_path / "lun.img"
+    first = Harness(describe=lun_for_path)
+    first.hello()
+    *told, reply = first.send(DiscoverLuns(9, files=[{"path": str(path), "size_bytes": MIB,
+                                                      "create": True, "layout": "random"}]))
+    assert isinstance(reply, LunList)
+    assert told and all(isinstance(m, Log) and m.context["kind"] == "layout" for m in told)
+    (ack,) = _create(first, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
+    with open(path, "r+b") as fh:  # the first run wrote to it
+        fh.write(b"x" * 4096)
+
+    second = Harness(describe=lun_for_path)
+    second.hello()
+    note, reply = _discover_file(second, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    (entry,) = [e for e in reply.luns if e["info"]["path"] == str(path)]
+    assert entry["info"]["created"] is True and entry["info"]["mark"] == "ok"
+    assert entry["in_use"] == []
+    assert isinstance(note, Log) and note.level == "INFO" and note.context["kind"] == "lun"
+    assert note.message.startswith(f"file LUN {path}: created by ivypy on ")
+    assert note.message.endswith("ivypy's own, its writes need no allow_write")
+    (ack,) = _create(second, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
+    (again,) = _discover_file(second, path, MIB, create=True)  # said once per session
+    assert isinstance(again, LunList)
+
+    path.unlink()
+    path.write_bytes(b"y" * MIB)  # someone's file at the path now
+    third = Harness(describe=lun_for_path)
+    third.hello()
+    (reply,) = _discover_file(third, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    (err,) = _create(third, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(err, Error) and err.kind == "preflight", err
+    assert "holding data, which ivypy did not create" in err.message
+
+
+def test_a_file_that_cannot_carry_the_mark_is_a_warning_when_made(ramfs: Path) -> None:
+    """On a file system without user extended attributes: one warning for the master's console
+    and events.csv naming the file when the run makes it; the file is this session's own all
+    the same, and a later session's describe finds it someone's."""
+    path = ramfs / "lun.img"
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    warning, reply = _discover_file(h, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    assert isinstance(warning, Log) and warning.level == "WARNING", warning
+    assert warning.context == {"kind": "lun", "lun": str(path)}
+    assert warning.message.startswith(f"file LUN {path}: ivypy cannot mark it as its own (its "
+                                      "file system keeps no user extended attributes)")
+    (ack,) = _create(h, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
+    (again,) = _discover_file(h, path, MIB, create=True)  # made already: nothing to say
+    assert isinstance(again, LunList)
+    later = Harness(describe=lun_for_path)
+    later.hello()
+    (reply,) = _discover_file(later, path, MIB, create=True)
+    assert isinstance(reply, LunList)
+    (err,) = _create(later, 1, f"h1:{path}:w", str(path), read_fraction=0.0, iodepth=1)
+    assert isinstance(err, Error) and "keeps no user extended attributes" in err.message, err
+
+
 def test_reads_allowed_on_a_busy_lun() -> None:
     h = Harness()
     h.hello()
