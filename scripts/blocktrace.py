@@ -40,6 +40,8 @@ _names = itertools.count()
 _EVENT = re.compile(
     rb" (\d+(?:\.\d+)?): block_(bio_queue|rq_complete): (\d+),(\d+) \S+ (?:\([^)]*\) )?(\d+) \+"
 )
+# "<ts>: block_bio_queue: 7,0 WS 2048 + 8 [python]": device, rwbs, sector, sectors
+_BIO = re.compile(rb" block_bio_queue: (\d+),(\d+) (\S+) (\d+) \+ (\d+) ")
 _MARK = re.compile(rb"\s(\d+(?:\.\d+)?): tracing_mark_write: ivypy-blocktrace (\d+)")
 
 
@@ -85,6 +87,31 @@ def pair(dev: npt.NDArray[np.int64], sector: npt.NDArray[np.int64],
     return Latencies(ns.astype(np.float64), int(c.sum()) - int(paired.sum()))
 
 
+@dataclass(frozen=True)
+class Bios:
+    """The bios that arrived in the block layer, in the order they arrived: each one's device
+    (the kernel's ``dev_t``), whether it writes, its first sector and its size in sectors."""
+
+    dev: npt.NDArray[np.int64]
+    write: npt.NDArray[np.bool_]
+    sector: npt.NDArray[np.int64]
+    sectors: npt.NDArray[np.int64]
+
+    def of(self, dev: int) -> npt.NDArray[np.int64]:
+        """Device ``dev``'s bios in order, as rows (writes, sector, sectors)."""
+        on = self.dev == dev
+        return np.stack([self.write[on].astype(np.int64), self.sector[on], self.sectors[on]],
+                        axis=1)
+
+
+def parse_bios(text: bytes) -> Bios:
+    """The ``block_bio_queue`` events of a trace instance's ``trace`` file, in trace order."""
+    events = np.array(_BIO.findall(text), dtype=np.bytes_).reshape(-1, 5)
+    dev = (events[:, 0].astype(np.int64) << 20) | events[:, 1].astype(np.int64)
+    write = np.char.find(events[:, 2], b"W") >= 0
+    return Bios(dev, write, events[:, 3].astype(np.int64), events[:, 4].astype(np.int64))
+
+
 def parse(text: bytes) -> tuple[Latencies, list[tuple[float, int]]]:
     """The paired latencies in the trace's own time unit, and the markers (trace time, ns of
     CLOCK_MONOTONIC) found in ``text``, a trace instance's ``trace`` file."""
@@ -101,9 +128,13 @@ def parse(text: bytes) -> tuple[Latencies, list[tuple[float, int]]]:
 class BlockTrace:
     """``with BlockTrace(devs) as bt: bt.start(); <I/O>; bt.stop(); lat = bt.latencies()``."""
 
-    def __init__(self, devs: list[str], buffer_mib_per_cpu: int = 128) -> None:
+    def __init__(self, devs: list[str], buffer_mib_per_cpu: int = 128,
+                 pid: int | None = None) -> None:
         self.devs = devs
         self.buffer_mib_per_cpu = buffer_mib_per_cpu
+        #: only the events of this task (another process reading the devices is left out); a
+        #: completion runs in another context, so with a task only ``bios`` has a meaning
+        self.pid = pid
         self.dir = TRACEFS / "instances" / f"ivypy-blocktrace-{os.getpid()}-{next(_names)}"
 
     def _write(self, name: str, value: str) -> None:
@@ -124,6 +155,8 @@ class BlockTrace:
             self._write("trace_clock", self.clock)
             self._write("buffer_size_kb", str(self.buffer_mib_per_cpu << 10))
             devs = " || ".join(f"dev == {kernel_dev(d)}" for d in self.devs)
+            if self.pid is not None:
+                devs = f"({devs}) && common_pid == {self.pid}"
             for ev in EVENTS:
                 self._write(f"events/block/{ev}/filter", devs)
                 self._write(f"events/block/{ev}/enable", "1")
@@ -144,6 +177,10 @@ class BlockTrace:
         """Stop tracing; the events stay in the buffer for ``latencies``."""
         self._mark()
         self._write("tracing_on", "0")
+
+    def bios(self) -> Bios:
+        """The traced bios in the order they arrived (``parse_bios``)."""
+        return parse_bios((self.dir / "trace").read_bytes())
 
     def latencies(self) -> Latencies:
         """The traced I/Os' latencies in ns (reading a million I/Os' trace takes seconds)."""

@@ -20,6 +20,15 @@ Rules:
   them (``slave/engine/paced_kernel.c``: the same numbers); with ``iops=None`` (max)
   there is no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
 * ``read_fraction`` is drawn per I/O.
+
+The draws: two PCG64 streams of uniform doubles, one for the I/Os and one for the Poisson
+schedule's gaps (so a rate edit between max and paced leaves the I/Os' stream as it is). An
+I/O takes its draws from the I/O stream in a fixed order, I/O by I/O: its offset (random
+sequencers), the hot zone's choice and a hot offset (with a hot zone: both drawn whatever the
+choice), its direction (a read fraction strictly between 0 and 1): ``draws_per_io`` of them.
+The I/Os are therefore the same however they are cut into chunks, and the compiled generator
+draws them one I/O at a time; an edit that drops I/Os generated and never issued winds the
+I/O stream back by their draws (``edited``), so the stream goes on at the first I/O not issued.
 """
 
 from __future__ import annotations
@@ -90,8 +99,10 @@ class GeneratorState:
     it draws, and where the schedule and the sequential position stand. The compiled loop
     hands the moving parts back through ``Sequencer.resume``."""
 
-    rng_state: int  # the PCG64 bit generator's 128-bit state and increment
+    rng_state: int  # the I/O stream's PCG64 bit generator: 128-bit state and increment
     rng_inc: int
+    sched_rng_state: int  # the schedule's (Poisson gaps)
+    sched_rng_inc: int
     first_offset_bytes: int
     n_blocks: int
     blocksize_bytes: int
@@ -118,7 +129,7 @@ class Sequencer:
         lun_size_bytes: int,
         logical_block_bytes: int,
         stream: str = "",
-        rng: np.random.Generator | None = None,
+        rng: tuple[np.random.Generator, np.random.Generator] | None = None,
     ) -> None:
         self._first, self._n_blocks = check_fits(
             params, lun_size_bytes=lun_size_bytes, logical_block_bytes=logical_block_bytes)
@@ -126,10 +137,14 @@ class Sequencer:
         self._lun_size_bytes = lun_size_bytes
         self._lbs = logical_block_bytes
         self._stream = stream
-        # rng: an edit's sequencer carries on its predecessor's generator (a new one cost
+        # rng: an edit's sequencer carries on its predecessor's generators (a new one cost
         # ~50 us, a tenth of a second at a boundary where DFC edits 2,000 workloads)
-        self._rng = (np.random.default_rng([params.seed, zlib.crc32(stream.encode())])
-                     if rng is None else rng)
+        if rng is None:
+            key = [params.seed, zlib.crc32(stream.encode())]
+            self._rng = np.random.default_rng(key)
+            self._sched_rng = np.random.default_rng([*key, 1])
+        else:
+            self._rng, self._sched_rng = rng
         hot = min(params.hot_zone_bytes, self._n_blocks * params.blocksize_bytes)
         # blocks in the hot zone, 0 when it takes no share: no draw for it then
         self._n_hot = hot // params.blocksize_bytes if params.hot_zone_fraction > 0 else 0
@@ -180,15 +195,22 @@ class Sequencer:
         self._first_poisson = True
 
     def edited(
-        self, params: WorkloadParams, *, at_ns: int, resume_offset_bytes: int | None = None
+        self, params: WorkloadParams, *, at_ns: int, resume_offset_bytes: int | None = None,
+        unissued: int = 0,
     ) -> Sequencer:
         """A sequencer for ``params`` that continues this one's sequential position, with its
         schedule starting at ``at_ns``. ``resume_offset_bytes``: the first I/O this one
         generated that was never issued (the caller drops the rest of what it generated);
-        without it, the position after everything generated."""
+        without it, the position after everything generated. ``unissued``: how many I/Os
+        this one generated last that the caller drops; the I/O stream is wound back by their
+        draws, so the new one's first I/O takes the draws of the first of them."""
+        back = unissued * self.draws_per_io
+        bg = self._rng.bit_generator
+        if back and isinstance(bg, np.random.PCG64):  # default_rng's: others skip the I/Os
+            bg.advance((1 << 128) - back)  # a 128-bit state: forward by its size less back
         new = Sequencer(
             params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs,
-            stream=self._stream, rng=self._rng,
+            stream=self._stream, rng=(self._rng, self._sched_rng),
         )
         bs = params.blocksize_bytes
         if params.iosequencer == "sequential" and self.params.iosequencer == "sequential" and (
@@ -219,6 +241,15 @@ class Sequencer:
         self._period_ns = 1e9 / params.iops
         self._phase_ns = self._phase_of(self._period_ns)
 
+    @property
+    def draws_per_io(self) -> int:
+        """The uniform doubles an I/O takes from the I/O stream: its offset (random), the
+        hot zone's choice and offset (with a hot zone), its direction (a mixed read
+        fraction)."""
+        random = self.params.iosequencer != "sequential"
+        mixed = 0.0 < self.params.read_fraction < 1.0
+        return (1 + (2 if self._n_hot else 0) if random else 0) + (1 if mixed else 0)
+
     def schedule(self, n: int) -> npt.NDArray[np.int64]:
         """The next ``n`` scheduled times alone (for I/Os generated before an edit of the rate,
         whose offsets stand)."""
@@ -242,7 +273,7 @@ class Sequencer:
         start. ``log1p`` is the C library's, the function the C calls: ``math.log1p`` calls
         it, one element at a time; numpy's vectorised ``np.log1p`` may run other (SIMD) code
         that differs from it in the last bit (docs/run.md)."""
-        u = self._rng.random(n)
+        u = self._sched_rng.random(n)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         np.negative(u, out=u)
@@ -258,47 +289,41 @@ class Sequencer:
         return t.astype(np.int64)
 
     # ------------------------------------------------------------------ offsets
-    def _offsets(self, n: int) -> tuple[npt.NDArray[np.int64], bool]:
+    def chunk(self, n: int) -> OpChunk:
+        """The next ``n`` I/Os: each one's draws in turn (the module's docstring). An offset
+        is a 53-bit uniform double scaled by the blocks and truncated: each block's share
+        differs from 1/blocks by under blocks / 2**53 of itself (1e-7 for 2**30 blocks: 4 TiB
+        of 4 KiB blocks), and the product stays below the blocks (a double just under 1 times
+        an integer below 2**53 rounds below it); ``Generator.integers`` is exact but cost ~100
+        us a call in the engine loop's refill, against ~30 us for this."""
+        k = self.draws_per_io
+        u = self._rng.random(n * k).reshape(n, k) if k else np.empty((n, 0))
         bs = self.params.blocksize_bytes
-        if self.params.iosequencer == "sequential":
+        sequential = self.params.iosequencer == "sequential"
+        col = 0
+        if sequential:
             idx = (self._seq_next + np.arange(n, dtype=np.int64)) % self._n_blocks
             self._seq_next = int((self._seq_next + n) % self._n_blocks)
-            return self._first + idx * bs, True
-        idx = self._below(self._n_blocks, n)
-        if self._n_hot:
-            hot = self._rng.random(n) < self.params.hot_zone_fraction
-            n_hot = int(hot.sum())
-            if n_hot:
-                idx[hot] = self._below(self._n_hot, n_hot)
+        else:
+            idx = (u[:, 0] * self._n_blocks).astype(np.int64)
+            col = 1
+            if self._n_hot:
+                hot = u[:, 1] < self.params.hot_zone_fraction
+                idx[hot] = (u[hot, 2] * self._n_hot).astype(np.int64)
+                col = 3
         idx *= bs
         idx += self._first
-        return idx, False
-
-    def _below(self, bound: int, n: int) -> npt.NDArray[np.int64]:
-        """``n`` integers uniform in [0, ``bound``): 53-bit uniform doubles scaled and
-        truncated. Each value's share differs from 1/``bound`` by under ``bound`` / 2**53 of
-        itself (1e-7 for 2**30 blocks: 4 TiB of 4 KiB blocks), and the product stays below
-        ``bound`` (a double just under 1 times an integer below 2**53 rounds below it).
-        ``Generator.integers`` is exact, but its argument handling made each call ~100 us in
-        the engine loop's refill (cold there; ~12 us warm), against ~30 us for this."""
-        u = self._rng.random(n)
-        u *= bound
-        return u.astype(np.int64)
-
-    def chunk(self, n: int) -> OpChunk:
-        """The next ``n`` I/Os."""
-        offsets, sequential = self._offsets(n)
         rf = self.params.read_fraction
         if rf >= 1.0:
             is_write = np.zeros(n, dtype=np.bool_)
         elif rf <= 0.0:
             is_write = np.ones(n, dtype=np.bool_)
         else:
-            is_write = self._rng.random(n) >= rf
+            is_write = u[:, col] >= rf
         category = is_write.astype(np.int64)
         if sequential:
             category += 2
-        return OpChunk(offsets, is_write, category, self._sched(n))
+        return OpChunk(idx, is_write, category, self._sched(n))
 
     def generator_state(self) -> GeneratorState | None:
         """This sequencer as numbers for a compiled generator; None where one cannot go on
@@ -306,10 +331,13 @@ class Sequencer:
         period is 0: no schedule (every time 0, as ``chunk`` gives), and no draw for one."""
         p = self.params
         bg = self._rng.bit_generator.state
-        if bg["bit_generator"] != "PCG64":
+        if bg["bit_generator"] != "PCG64" or (
+                self._sched_rng.bit_generator.state["bit_generator"] != "PCG64"):
             return None
+        sg = self._sched_rng.bit_generator.state
         return GeneratorState(
             rng_state=bg["state"]["state"], rng_inc=bg["state"]["inc"],
+            sched_rng_state=sg["state"]["state"], sched_rng_inc=sg["state"]["inc"],
             first_offset_bytes=self._first, n_blocks=self._n_blocks,
             blocksize_bytes=p.blocksize_bytes,
             n_hot_blocks=self._n_hot,
@@ -320,13 +348,14 @@ class Sequencer:
             sched_last_ns=self._sched_last_ns,
             first_arrival_due=self._first_poisson and p.iosequencer == "random_independent")
 
-    def resume(self, rng_state: int, seq_next: int, sched_base_ns: int, sched_k: int,
-               sched_last_ns: float, first_arrival_due: bool) -> None:
+    def resume(self, rng_state: int, sched_rng_state: int, seq_next: int, sched_base_ns: int,
+               sched_k: int, sched_last_ns: float, first_arrival_due: bool) -> None:
         """Go on from where a compiled generator left this sequencer (``generator_state``):
-        its bit generator's state, its sequential position and its schedule."""
-        bg = self._rng.bit_generator.state
-        bg["state"]["state"] = rng_state
-        self._rng.bit_generator.state = bg
+        its two bit generators' states, its sequential position and its schedule."""
+        for gen, state in ((self._rng, rng_state), (self._sched_rng, sched_rng_state)):
+            bg = gen.bit_generator.state
+            bg["state"]["state"] = state
+            gen.bit_generator.state = bg
         self._seq_next = seq_next
         self._sched_base_ns = sched_base_ns
         self._sched_k = sched_k

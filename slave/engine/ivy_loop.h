@@ -13,8 +13,9 @@
 #include <stdint.h>
 
 /* a workload's generator (struct ivy_gen, mirrored by loop_args.GEN_DTYPE): whether the loop
- * generates its I/Os (on), then its Sequencer's stream as Sequencer.generator_state gives it
- * (numpy's PCG64 state and increment in 64-bit halves, high first; the block range, the hot
+ * generates its I/Os (on), then its Sequencer's two streams as Sequencer.generator_state gives
+ * them (numpy's PCG64 state and increment in 64-bit halves, high first: the I/Os', then the
+ * schedule's; the block range, the hot
  * zone, the read fraction, the sequential position; the schedule: Poisson or even, its period,
  * start, index and last arrival, whether the first arrival is still due), the opcode-and-
  * descriptor words of a read and a write, whether its writes' data is planned and the next
@@ -26,6 +27,10 @@
     X(uint64_t, state_lo) \
     X(uint64_t, inc_hi) \
     X(uint64_t, inc_lo) \
+    X(uint64_t, sched_state_hi) \
+    X(uint64_t, sched_state_lo) \
+    X(uint64_t, sched_inc_hi) \
+    X(uint64_t, sched_inc_lo) \
     X(int64_t, first_bytes) \
     X(int64_t, n_blocks) \
     X(int64_t, blocksize_bytes) \

@@ -43,7 +43,9 @@ FIELDS: Final[tuple[tuple[str, Any], ...]] = (
 #: generator, one element of the array ``LoopArgs.gen`` points at
 GEN_DTYPE: Final = np.dtype([
     ("on", "<i8"), ("state_hi", "<u8"), ("state_lo", "<u8"), ("inc_hi", "<u8"),
-    ("inc_lo", "<u8"), ("first_bytes", "<i8"), ("n_blocks", "<i8"), ("blocksize_bytes", "<i8"),
+    ("inc_lo", "<u8"), ("sched_state_hi", "<u8"), ("sched_state_lo", "<u8"),
+    ("sched_inc_hi", "<u8"), ("sched_inc_lo", "<u8"), ("first_bytes", "<i8"),
+    ("n_blocks", "<i8"), ("blocksize_bytes", "<i8"),
     ("n_hot", "<i8"), ("hot_share", "<f8"), ("read_fraction", "<f8"), ("sequential", "<i8"),
     ("seq_next", "<i8"), ("poisson", "<i8"), ("period_ns", "<f8"), ("sched_base_ns", "<i8"),
     ("sched_k", "<i8"), ("sched_last_ns", "<f8"), ("first_due", "<i8"), ("op_read", "<i8"),

@@ -76,7 +76,8 @@ def edit_workload(self: EngineLoop, workload_id: str, params: WorkloadParams,
     when the edit makes the workload run at max iops), so the backlog stays in response
     time (no coordinated omission); they are dropped, with a warning, only where they no
     longer fit (the blocksize changed, or they are writes and the workload no longer
-    writes). A sequential workload resumes at its first I/O not issued."""
+    writes). The workload's I/Os go on at its first I/O not issued (a sequential one's
+    position, every one's draws)."""
     w = self._find(workload_id)
     self._hand_back()
     old = w.params
@@ -94,7 +95,10 @@ def edit_workload(self: EngineLoop, workload_id: str, params: WorkloadParams,
     overdue_write = w.ring_write[w.cur : w.cur + due].copy()
     resume = int(rest[due, R_OFF]) if due < rest.shape[0] else None
     w.spec.params = params
-    w.seq = w.seq.edited(params, at_ns=at_ns or 0, resume_offset_bytes=resume)
+    # the I/Os generated after the kept ones are dropped: the new settings' I/Os take their
+    # draws (the stream goes on at the first I/O not issued, whenever the edit came)
+    w.seq = w.seq.edited(params, at_ns=at_ns or 0, resume_offset_bytes=resume,
+                         unissued=int(rest.shape[0]) - due)
     w.pattern = make_pattern(params)
     same_slots = params.iodepth == old.iodepth and params.blocksize_bytes == old.blocksize_bytes
     was_paced = w.paced

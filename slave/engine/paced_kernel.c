@@ -199,7 +199,7 @@ static inline __uint128_t pair(uint64_t hi, uint64_t lo)
     return ((__uint128_t)hi << 64) | lo;
 }
 
-/* the stream's state back into the generator */
+/* the I/O stream's state back into the generator */
 static inline void put_state(struct ivy_gen *g, __uint128_t v)
 {
     g->state_hi = (uint64_t)(v >> 64);
@@ -211,8 +211,7 @@ static inline void put_state(struct ivy_gen *g, __uint128_t v)
  * (Sequencer._poisson), each gap drawn by inversion, -log1p(-u) * period, with the C library's
  * log1p (math.log1p calls the same), and added to the last time in turn. A Poisson schedule's
  * first arrival (first_due) is at its start: its gap is drawn and dropped, as in Python */
-static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m, __uint128_t *st,
-                     __uint128_t inc)
+static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
 {
     const double period = g->period_ns;
     if (!(period > 0.0)) { /* max iops: no schedule (0: the submit time), no draw, as in Python */
@@ -221,12 +220,14 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m, __uint128_t *s
         return;
     }
     if (g->poisson) {
+        __uint128_t st = pair(g->sched_state_hi, g->sched_state_lo);
+        const __uint128_t inc = pair(g->sched_inc_hi, g->sched_inc_lo);
         double last = g->sched_last_ns;
         for (int64_t i = 0; i < m; i++) {
             /* volatile: the product is rounded before the sum, as numpy rounds it; a compiler
              * may otherwise fuse the two into one multiply-add, rounded once (GCC does by
              * default where the CPU has one, as every aarch64 does) */
-            volatile double gap = -log1p(-pcg_double(st, inc)) * period;
+            volatile double gap = -log1p(-pcg_double(&st, inc)) * period;
             if (g->first_due) {
                 gap = 0.0;
                 g->first_due = 0;
@@ -235,6 +236,8 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m, __uint128_t *s
             ring[5 * i + R_SCHED_COL] = (int64_t)last;
         }
         g->sched_last_ns = last;
+        g->sched_state_hi = (uint64_t)(st >> 64);
+        g->sched_state_lo = (uint64_t)st;
     } else {
         const int64_t base = g->sched_base_ns, k0 = g->sched_k;
         for (int64_t i = 0; i < m; i++)
@@ -244,10 +247,9 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m, __uint128_t *s
 }
 
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
- * EngineLoop._refill make them (the same draws in the same order: every offset, then the hot
- * zone's choice and its offsets, then every direction, then, for a Poisson schedule, every
- * gap), with their planned write data
- * (WritePattern.plan: a pool row and stamps for each I/O, by serial number) */
+ * EngineLoop._refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
+ * and offset, its direction; the Poisson gaps from the schedule's own stream), with their
+ * planned write data (WritePattern.plan: a pool row and stamps for each I/O, by serial) */
 static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
     struct ivy_gen *g = &L->gen[k];
@@ -256,36 +258,32 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
     const __uint128_t inc = pair(g->inc_hi, g->inc_lo);
     const int64_t first = g->first_bytes, nb = g->n_blocks, bs = g->blocksize_bytes;
     const int64_t nhot = g->n_hot;
-    if (g->sequential) {
-        int64_t next = g->seq_next;
-        for (int64_t i = 0; i < m; i++) {
-            ring[5 * i + R_OFF_COL] = first + next * bs;
-            next = next + 1 == nb ? 0 : next + 1;
-        }
-        g->seq_next = next;
-    } else {
-        for (int64_t i = 0; i < m; i++)
-            ring[5 * i + R_OFF_COL] = (int64_t)(pcg_double(&st, inc) * (double)nb);
-        if (nhot) { /* the choice first, for all (kept in the submit column), then the offsets */
-            const double share = g->hot_share;
-            for (int64_t i = 0; i < m; i++)
-                ring[5 * i + R_SUBMIT_COL] = pcg_double(&st, inc) < share;
-            for (int64_t i = 0; i < m; i++)
-                if (ring[5 * i + R_SUBMIT_COL])
-                    ring[5 * i + R_OFF_COL] = (int64_t)(pcg_double(&st, inc) * (double)nhot);
-        }
-        for (int64_t i = 0; i < m; i++)
-            ring[5 * i + R_OFF_COL] = ring[5 * i + R_OFF_COL] * bs + first;
-    }
-    const double rf = g->read_fraction;
+    const double share = g->hot_share, rf = g->read_fraction;
+    const int64_t mixed = rf > 0.0 && rf < 1.0, all_write = rf <= 0.0;
     const int64_t seq_cat = g->sequential ? 2 : 0;
+    int64_t next = g->seq_next;
     for (int64_t i = 0; i < m; i++) {
-        int64_t w = rf >= 1.0 ? 0 : rf <= 0.0 ? 1 : pcg_double(&st, inc) >= rf;
+        int64_t block;
+        if (g->sequential) {
+            block = next;
+            next = next + 1 == nb ? 0 : next + 1;
+        } else {
+            block = (int64_t)(pcg_double(&st, inc) * (double)nb);
+            if (nhot) { /* both drawn, whatever the choice */
+                int hot = pcg_double(&st, inc) < share;
+                int64_t hot_block = (int64_t)(pcg_double(&st, inc) * (double)nhot);
+                if (hot)
+                    block = hot_block;
+            }
+        }
+        int64_t w = mixed ? pcg_double(&st, inc) >= rf : all_write;
+        ring[5 * i + R_OFF_COL] = first + block * bs;
         ring[5 * i + R_OPFD_COL] = w ? g->op_write : g->op_read;
         ring[5 * i + R_CAT_COL] = w + seq_cat;
         ring[5 * i + R_SUBMIT_COL] = 0;
     }
-    schedule(g, ring, m, &st, inc);
+    g->seq_next = next;
+    schedule(g, ring, m);
     if (g->planned) {
         int64_t *pool_rows = (int64_t *)(intptr_t)L->pool_rows[k];
         int64_t *stamps = (int64_t *)(intptr_t)L->stamps[k];
@@ -327,9 +325,7 @@ void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
         const int64_t end = L->rlen[k];
         while (j < end && ring[5 * j + R_SCHED_COL] < at) /* in time order */
             j++;
-        __uint128_t st = pair(g->state_hi, g->state_lo);
-        schedule(g, ring + 5 * j, end - j, &st, pair(g->inc_hi, g->inc_lo));
-        put_state(g, st);
+        schedule(g, ring + 5 * j, end - j);
         g->resync = 1;
     }
 }

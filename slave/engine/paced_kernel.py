@@ -347,6 +347,10 @@ def generator(gs: GeneratorState, op_read: int, op_write: int,
     g["state_lo"] = gs.rng_state & _U64
     g["inc_hi"] = gs.rng_inc >> 64
     g["inc_lo"] = gs.rng_inc & _U64
+    g["sched_state_hi"] = gs.sched_rng_state >> 64
+    g["sched_state_lo"] = gs.sched_rng_state & _U64
+    g["sched_inc_hi"] = gs.sched_rng_inc >> 64
+    g["sched_inc_lo"] = gs.sched_rng_inc & _U64
     g["first_bytes"] = gs.first_offset_bytes
     g["n_blocks"] = gs.n_blocks
     g["blocksize_bytes"] = gs.blocksize_bytes
@@ -369,10 +373,11 @@ def generator(gs: GeneratorState, op_read: int, op_write: int,
 
 
 def generator_progress(g: npt.NDArray[np.void] | np.void
-                       ) -> tuple[tuple[int, int, int, int, float, bool], int]:
-    """Where the loop left a generator: the arguments of ``Sequencer.resume`` (bit generator
-    state, sequential position, schedule start and index, last Poisson arrival, whether the
-    first arrival is still due), and the next write serial."""
+                       ) -> tuple[tuple[int, int, int, int, int, float, bool], int]:
+    """Where the loop left a generator: the arguments of ``Sequencer.resume`` (the two bit
+    generators' states, sequential position, schedule start and index, last Poisson arrival,
+    whether the first arrival is still due), and the next write serial."""
     state = (int(g["state_hi"]) << 64) | int(g["state_lo"])
-    return ((state, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
+    sched = (int(g["sched_state_hi"]) << 64) | int(g["sched_state_lo"])
+    return ((state, sched, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
              float(g["sched_last_ns"]), bool(g["first_due"])), int(g["serial"]))

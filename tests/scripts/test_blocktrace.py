@@ -3,7 +3,9 @@ latencies (table-driven), parsing the trace text, and a real trace of a loop dev
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -67,6 +69,15 @@ def test_parse_reads_events_devices_and_markers() -> None:
     assert marks == [(1000000.0, 5000000000), (1002000.0, 5000001000)]
 
 
+def test_parse_bios_in_order_with_direction_and_size() -> None:
+    text = TRACE + (b"  py-7 [001] ..... 1003000: block_bio_queue: 7,0 WS 64 + 128 [py]\n"
+                    b"  py-7 [001] ..... 1003100: block_bio_queue: 7,0 RA 8 + 8 [py]\n")
+    bios = blocktrace.parse_bios(text)
+    assert bios.of(7 << 20).tolist() == [[0, 586112, 8], [1, 64, 128], [0, 8, 8]]
+    assert bios.of((259 << 20) | 3).tolist() == [[0, 16, 8]]
+    assert bios.of(1).shape == (0, 3)
+
+
 def test_parse_mono_clock_seconds() -> None:
     text = (b"  fio-1 [000] ..... 12.000010: block_bio_queue: 7,1 R 8 + 8 [fio]\n"
             b"  fio-1 [000] ..... 12.000025: block_rq_complete: 7,1 R () 8 + 8 be,0,4 [0]\n")
@@ -111,3 +122,22 @@ def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F
     with open(f"/sys/block/{traced.name}/dev") as f:
         major, minor = (int(x) for x in f.read().split(":"))
     assert kernel_dev(traced.path) == (major << 20) | minor
+
+
+@pytest.mark.root
+def test_a_task_filter_keeps_only_that_tasks_bios(loop_device: LoopFactory) -> None:  # noqa: F811
+    """Traced for one task: another process's reads of the same device are left out."""
+    require_tools("losetup", "dd")
+    dev = loop_device(8 << 20)
+    with (open(dev.path, "rb", buffering=0) as fh,
+          BlockTrace([dev.path], buffer_mib_per_cpu=4, pid=threading.get_native_id()) as bt):
+        bt.start()
+        subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=30",
+                        "skip=100", "iflag=direct", "status=none"], check=True)
+        for block in (5, 9):
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            os.preadv(fh.fileno(), [bytearray(4096)], block * 4096)
+        bt.stop()
+        bios = bt.bios().of(kernel_dev(dev.path))
+    assert bios[:, 0].tolist() == [0] * len(bios) and len(bios) >= 2
+    assert not np.isin(bios[:, 1], np.arange(800, 1040)).any()  # none of dd's 30 reads

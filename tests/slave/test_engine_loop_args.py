@@ -55,7 +55,8 @@ def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) 
     assert sorted(n for n, k in kinds.items() if k == "f") == [
         "hot_share", "period_ns", "read_fraction", "sched_last_ns"]
     assert sorted(n for n, k in kinds.items() if k == "u") == [
-        "inc_hi", "inc_lo", "state_hi", "state_lo"]
+        "inc_hi", "inc_lo", "sched_inc_hi", "sched_inc_lo", "sched_state_hi", "sched_state_lo",
+        "state_hi", "state_lo"]
 
 
 def _header_edited(old: str, new: str) -> str:
@@ -79,8 +80,8 @@ def _header_edited(old: str, new: str) -> str:
     # a generator's fields swapped
     ("X(double, hot_share) \\\n    X(double, read_fraction)",
      "X(double, read_fraction) \\\n    X(double, hot_share)",
-     "field 9: compiled (name, offset, size) ('read_fraction', 72, 8), the Python mirror's "
-     "('hot_share', 72, 8)"),
+     "field 13: compiled (name, offset, size) ('read_fraction', 104, 8), the Python mirror's "
+     "('hot_share', 104, 8)"),
 ])
 def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
                                                       said: str) -> None:

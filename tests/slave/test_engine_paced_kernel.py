@@ -306,7 +306,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     gaps = np.diff(sched).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.02
     assert abs(gaps.std() / gaps.mean() - 1) < 0.03
-    last = pk.generator_progress(row)[0][4]
+    last = pk.generator_progress(row)[0][5]
     assert int(last) == sched[-1]
 
 
@@ -375,7 +375,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     assert abs(gaps.mean() / 50_000 - 1) < 0.03
     assert abs(gaps.std() / gaps.mean() - 1) < 0.04
     assert not gen["first_due"][0] and gen["resync"][0] == 1
-    assert int(pk.generator_progress(gen[0])[0][4]) == sched[-1]
+    assert int(pk.generator_progress(gen[0])[0][5]) == sched[-1]
 
 
 # ---------------------------------------------------------------------------- on libaio

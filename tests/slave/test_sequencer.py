@@ -66,7 +66,8 @@ class _HighestDraws:
                                       (1 << 40) + 1, 3 * (1 << 40) + 7])
 def test_a_draw_just_under_one_picks_the_last_block(n_blocks: int) -> None:
     s = Sequencer(WorkloadParams(blocksize_bytes=512), lun_size_bytes=n_blocks * 512,
-                  logical_block_bytes=512, rng=_HighestDraws())  # type: ignore[arg-type]
+                  logical_block_bytes=512,
+                  rng=(_HighestDraws(), _HighestDraws()))  # type: ignore[arg-type]
     assert s.chunk(4).offset_bytes.tolist() == [(n_blocks - 1) * 512] * 4
 
 
@@ -163,7 +164,8 @@ def test_poisson_gaps_are_drawn_by_inversion_with_the_c_librarys_log1p() -> None
     # each time the last one's plus its gap, truncated; on across calls
     start = 1_382_400_123_456_789
     s = Sequencer(WorkloadParams(iosequencer="random_independent", iops=3333.3),
-                  lun_size_bytes=GiB, logical_block_bytes=512, rng=np.random.default_rng(5))
+                  lun_size_bytes=GiB, logical_block_bytes=512,
+                  rng=(np.random.default_rng(4), np.random.default_rng(5)))  # the schedule's: 5
     s.start(start)
     got = np.concatenate([s.schedule(1), s.schedule(0), s.schedule(700), s.schedule(299)])
     period = 1e9 / 3333.3
@@ -247,7 +249,7 @@ def test_generator_state_only_where_a_compiled_generator_can_go_on(
         params: WorkloadParams, rng: np.random.Generator | None, draw_first: bool,
         continued: bool) -> None:
     seq = Sequencer(params, lun_size_bytes=1 << 30, logical_block_bytes=512, stream="s",
-                    rng=rng)
+                    rng=None if rng is None else (rng, rng))
     seq.start(0)
     if draw_first:  # a Poisson schedule's first arrival, at the start, comes from here
         seq.chunk(1)
@@ -267,8 +269,8 @@ def test_resume_goes_on_from_the_numbers_given() -> None:
     b.chunk(7)
     gs = a.generator_state()
     assert gs is not None
-    b.resume(gs.rng_state, gs.seq_next, gs.sched_base_ns, gs.sched_k, gs.sched_last_ns,
-             gs.first_arrival_due)
+    b.resume(gs.rng_state, gs.sched_rng_state, gs.seq_next, gs.sched_base_ns, gs.sched_k,
+             gs.sched_last_ns, gs.first_arrival_due)
     x, y = a.chunk(300), b.chunk(300)
     for field in ("offset_bytes", "is_write", "category", "sched_ns"):
         assert np.array_equal(getattr(x, field), getattr(y, field)), field
@@ -329,3 +331,50 @@ def test_phases_round_half_to_even_both_ways(fraction: float, phase: int) -> Non
     assert round(2.5 * fraction) == phase
     got = Sequencer.schedule_starts(np.array([fraction]), np.array([1e9 / 2.5]), 0)[1]
     assert got.tolist() == [phase]
+
+
+_DRAW_CASES = [
+    {"iosequencer": "random_steady"},
+    {"iosequencer": "random_steady", "read_fraction": 0.7},
+    {"iosequencer": "random_independent", "read_fraction": 0.3, "iops": 2000.0},
+    {"iosequencer": "random_steady", "read_fraction": 0.5, "hot_zone_bytes": 1 << 20,
+     "hot_zone_fraction": 0.4},
+    {"iosequencer": "sequential", "read_fraction": 0.6},
+    {"iosequencer": "sequential", "read_fraction": 0.0},
+]
+
+
+@pytest.mark.parametrize("kw", _DRAW_CASES)
+def test_the_ios_do_not_depend_on_how_they_are_cut_into_chunks(kw: dict[str, object]) -> None:
+    # each I/O takes its draws in turn (offset, hot choice and offset, direction) from the
+    # I/O stream and its gap from the schedule's: one chunk of 1,000 is chunks of 1, 7, 300
+    # and 692 (the compiled generator and the Python refills cut them differently)
+    whole, parts = seq(**kw), seq(**kw)
+    whole.start(0)
+    parts.start(0)
+    a = whole.chunk(1000)
+    cut = [parts.chunk(n) for n in (1, 7, 300, 692)]
+    for field in ("offset_bytes", "is_write", "category", "sched_ns"):
+        assert np.array_equal(getattr(a, field),
+                              np.concatenate([getattr(c, field) for c in cut])), field
+
+
+@pytest.mark.parametrize("kw", _DRAW_CASES)
+def test_an_edit_goes_on_at_the_first_io_not_issued(kw: dict[str, object]) -> None:
+    # 100 I/Os generated, 37 of them issued, the other 63 dropped by an edit (to another
+    # rate, or to max): the edited sequencer's I/Os are the 63 the old one would have
+    # issued, and then on, the same offsets and directions
+    ref, s = seq(**kw), seq(**kw)
+    ref.start(0)
+    s.start(0)
+    want = ref.chunk(300)
+    got = s.chunk(100)
+    for iops in (5000.0, None):
+        t = seq(**kw)
+        t.start(0)
+        t.chunk(100)
+        edited = t.edited(t.params.replace(iops=iops), at_ns=7,
+                          resume_offset_bytes=int(got.offset_bytes[37]), unissued=63)
+        after = edited.chunk(263)
+        assert np.array_equal(after.offset_bytes, want.offset_bytes[37:]), iops
+        assert np.array_equal(after.is_write, want.is_write[37:]), iops

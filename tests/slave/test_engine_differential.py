@@ -1,0 +1,216 @@
+"""The compiled loop against the Python loop on real loop devices, the kernel as witness.
+
+Randomized mixes of workloads (paced and max IOPS, queue depths 1-256, read fractions, all
+three sequencers, every write-data kind, block sizes up to 64 KiB), each workload on a loop
+device of its own, run once through the compiled loop (``paced_run``) and once through the
+Python loop (``tuning.COMPILED_PACED`` off), each run under the block layer's tracepoint
+``block_bio_queue`` (``scripts/blocktrace.py``). The bios reach each device in the order the
+loop submitted its I/Os, so:
+
+- both runs' I/O streams agree bio for bio (direction, sector, size) as far as the shorter
+  one goes: the same draws of offsets, sizes and directions, in the same order;
+- each run's own counts agree with its trace: the operations and bytes it recorded, per
+  direction, are what the device was asked for, less at most two queues' worth around the
+  stop (reaped past the last boundary, and submitted in their place: drained unrecorded).
+
+Timing differs between the runs (how many I/Os each got through, when), so the streams are
+compared as prefixes; the scheduled times of paced I/Os are the draws' business, checked bit
+for bit against numpy's in ``test_engine_paced_kernel`` and ``test_sequencer``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from protocol.stats import WorkloadStats
+from scripts.blocktrace import TRACEFS, BlockTrace, kernel_dev
+from slave.engine import files, tuning
+from slave.engine import paced_kernel as pk
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
+from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
+from tests.slave.test_engine_paced_kernel import Control
+
+MiB = 1 << 20
+#: randomized mixes, each run both ways: several workloads (the odd ones with an edit at the
+#: first boundary), then a lone max-IOPS workload at QD 1-2 (the compiled loop's lone wait)
+MIXES, LONE = 6, 2
+CASES = MIXES + LONE
+SUB_NS, N_SUB = 100_000_000, 3
+DEPTHS = (1, 2, 3, 4, 8, 16, 32, 64, 256)
+BLOCKS = (4096, 8192, 16384, 65536)
+
+
+def _mix(case: int) -> list[WorkloadParams]:
+    """Case ``case``'s workloads, each drawn at random (seeded by the case): two or three, or
+    one of QD 1-2 at max IOPS for the lone cases."""
+    rng = np.random.default_rng(1000 + case)
+    lone = case >= MIXES
+    out = []
+    for i in range(1 if lone else int(rng.integers(2, 4))):
+        paced = not lone and bool(rng.random() < 0.5)
+        out.append(WorkloadParams(
+            iosequencer=str(rng.choice(IOSEQUENCERS)),  # type: ignore[arg-type]
+            blocksize_bytes=int(rng.choice(BLOCKS)),
+            iodepth=int(rng.choice((1, 2) if lone else DEPTHS)),
+            iops=float(rng.integers(500, 4000)) if paced else None,
+            read_fraction=float(rng.choice([1.0, 0.7, 0.3, 0.0])),
+            write_data=str(rng.choice(WRITE_DATA_KINDS)),  # type: ignore[arg-type]
+            seed=int(rng.integers(1 << 30)) + i))
+    return out
+
+
+def _edit(case: int, params: list[WorkloadParams]) -> WorkloadParams | None:
+    """The edit of workload 0 at the first boundary in the odd mixes: a paced one to another
+    rate or to max IOPS, a max one to a rate (its stream goes on either way)."""
+    if case >= MIXES or case % 2 == 0:
+        return None
+    p = params[0]
+    if p.iops is None:
+        return p.replace(iops=1500.0)
+    return p.replace(iops=None) if case % 4 == 1 else p.with_rate(p.iops * 2)
+
+
+class _Run:
+    """One run of a mix: each workload's recorded (operations, bytes) by direction, and each
+    device's bios as the kernel saw them arrive."""
+
+    def __init__(self, ops: npt.NDArray[np.int64], nbytes: npt.NDArray[np.int64],
+                 bios: list[npt.NDArray[np.int64]], kernel_runs: int) -> None:
+        self.ops = ops  # [workload, read/write]
+        self.nbytes = nbytes
+        self.bios = bios  # per workload: rows (writes, sector, sectors)
+        self.kernel_runs = kernel_runs
+
+
+def _run(devs: list[LoopDevice], params: list[WorkloadParams], edit: WorkloadParams | None,
+         compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    kernel_runs = [0]
+    run = pk.run
+
+    def counting(args: pk.Args) -> int:
+        kernel_runs[0] += 1
+        return run(args)
+
+    monkeypatch.setattr(pk, "run", counting)
+    loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16)
+    loop.register_engine_kind("libaio", LibaioEngine)
+    eng = loop.engine("libaio")
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n * len(params), dtype=np.int64)  # one region, as a worker's
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0 and edit is not None:
+            lp.edit_workload(f"t:{devs[0].name}:w", edit, boundary_ns)
+
+    ctl = Control(N_SUB, at_boundary=at_boundary)
+    fds = []
+    try:
+        for i, (dev, p) in enumerate(zip(devs, params, strict=True)):
+            pair = (WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
+                    WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n]))
+            pair[0].reset()
+            pair[1].reset()
+            ctl.per_workload.append(pair)
+            fd = files.open_lun(dev.path, writable=p.writes, extra_flags=eng.open_flags)
+            fds.append(fd)
+            loop.add_workload(WorkloadSpec(f"t:{dev.name}:w", p, eng, fd, dev.size_bytes, 512,
+                                           pair), None)
+        settle()
+        # this thread's bios only (it submits every I/O: libaio's io_submit queues them in
+        # its own context): another process probing the devices is not the loop's stream
+        with BlockTrace([d.path for d in devs], buffer_mib_per_cpu=32,
+                        pid=threading.get_native_id()) as bt:
+            bt.start()
+            try:
+                loop.run(ctl, time.monotonic_ns() + 1_000_000, SUB_NS)
+            finally:
+                loop.close()
+            bt.stop()
+            bios = bt.bios()
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    assert ctl.errors == {} and loop.in_flight == 0
+    ops = np.zeros((len(params), 2), dtype=np.int64)
+    nbytes = np.zeros((len(params), 2), dtype=np.int64)
+    for k, st in enumerate(ctl.stats):
+        w = k % len(params)
+        for d in (0, 1):  # reads, writes
+            ops[w, d] += sum(st.ops(cat) for cat in (d, d + 2))
+            nbytes[w, d] += sum(int(st.counters[cat, 1]) for cat in (d, d + 2))
+    return _Run(ops, nbytes, [bios.of(kernel_dev(d.path)) for d in devs], kernel_runs[0])
+
+
+@pytest.fixture
+def devices(loop_device: LoopFactory) -> Iterator[list[LoopDevice]]:
+    if not (TRACEFS / "events" / "block" / "block_bio_queue").is_dir() and os.path.ismount(
+            TRACEFS):
+        pytest.fail(f"no block_bio_queue tracepoint under {TRACEFS}")
+    yield [loop_device(16 * MiB) for _ in range(3)]
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_compiled_and_python_loops_send_the_same_ios(
+        case: int, devices: list[LoopDevice], monkeypatch: pytest.MonkeyPatch) -> None:
+    params = _mix(case)
+    devs = devices[: len(params)]
+    edit = _edit(case, params)
+    runs = {c: _run(devs, params, edit, c, monkeypatch) for c in (True, False)}
+    # the compiled run ran in the kernel unless a workload's write data is made in Python
+    # (zeros and dedupable data, or blocks over 16 KiB: ``WritePattern.planned``)
+    assert runs[False].kernel_runs == 0
+    planned = all(not p.writes or (p.write_data in ("random", "compressible")
+                                   and p.blocksize_bytes <= 16384) for p in params)
+    assert (runs[True].kernel_runs > 0) == planned, [p.write_data for p in params]
+    for w, p in enumerate(params):
+        what = f"case {case} workload {w}: {p}, edited to {edit if w == 0 else None}"
+        for r in runs.values():
+            traced = r.bios[w]
+            # every bio is one I/O of the workload's size, inside the device
+            assert np.all(traced[:, 2] * 512 == p.blocksize_bytes), what
+            assert np.all((traced[:, 1] + traced[:, 2]) * 512 <= devs[w].size_bytes), what
+            # the run's counts against the kernel's: the device was asked for at most two
+            # queues more (those reaped past the last boundary, discarded with the stop, and
+            # those submitted in their place, which the stop drains)
+            for d in (0, 1):
+                asked = int((traced[:, 0] == d).sum())
+                got = int(r.ops[w, d])
+                assert got <= asked <= got + 2 * p.iodepth, (what, d, got, asked)
+                assert r.nbytes[w, d] == got * p.blocksize_bytes, what
+            assert traced.shape[0] >= 50, what
+        c, py = runs[True].bios[w], runs[False].bios[w]
+        m = min(c.shape[0], py.shape[0])
+        same = np.all(c[:m] == py[:m], axis=1)
+        first = int(np.argmin(same)) if not same.all() else m
+        assert same.all(), (what, m, first, c[first : first + 3].tolist(),
+                            py[first : first + 3].tolist())
+
+
+def test_the_mixes_cover_what_they_claim() -> None:
+    # over the cases: paced and max, shallow and deep, reads, writes and mixes, every
+    # sequencer and write-data kind the mixes draw
+    ps = [p for case in range(CASES) for p in _mix(case)]
+    assert {p.iops is None for p in ps} == {True, False}
+    edits = [(_mix(case)[0], _edit(case, _mix(case))) for case in range(CASES)]
+    kinds = {(a.iops is None, b.iops is None) for a, b in edits if b is not None}
+    assert kinds >= {(False, True), (True, False)}  # paced to max, max to paced
+    assert [len(_mix(case)) == 1 and _mix(case)[0].iodepth <= 2 and _mix(case)[0].iops is None
+            for case in range(MIXES, CASES)] == [True] * LONE
+    assert min(p.iodepth for p in ps) <= 2 and max(p.iodepth for p in ps) >= 32
+    assert {p.read_fraction for p in ps} >= {1.0, 0.0} and any(0 < p.read_fraction < 1
+                                                               for p in ps)
+    assert {p.iosequencer for p in ps} == set(IOSEQUENCERS)
+    assert collections.Counter(p.write_data for p in ps if p.writes).keys() >= {"random"}
