@@ -31,6 +31,7 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.threadpool import ThreadPoolEngine
+from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from slave.sequencer import check_fits
 
@@ -85,6 +86,7 @@ class _WorkerControl:
         self.loop = EngineLoop(name=f"worker {index}")
         self.loop.register_engine_kind("libaio", LibaioEngine)
         self.loop.register_engine_kind("threadpool", ThreadPoolEngine)
+        self.loop.register_engine_kind("io_uring", UringEngine)
         self.staged: list[tuple[str, Any]] = []
         self.fds: dict[tuple[str, str, bool], list[int]] = {}  # key -> [fd, refcount]
         self.specs: dict[str, WorkloadSpec] = {}

@@ -1,0 +1,295 @@
+"""The io_uring engine (``slave.engine.uring``) on real loop devices over fully written files in
+/dev/shm: in the compiled loop (``paced_run``'s backend 1) and in the general Python loop, at
+queue depth 1 and 32, paced and at max IOPS, with the device's own counters as the witness of
+counts and bytes and the written blocks' contents of offsets; errors with errno and short
+transfers; the ring itself (registered files and buffers, reaped from the mapped ring and with
+a timed wait); the refusal where io_uring cannot be had."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave import engine as engine_mod
+from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning, uring
+from slave.engine.base import AlignedBuffers, SlotTable
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
+from slave.engine.uring import UringEngine
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.test_engine_libaio import Control, verify_range
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _uring_here() -> None:
+    """io_uring and the compiled kernel must be here when root runs the tests (CI); without
+    root their absence skips."""
+    why = uring.available() or paced_kernel.why_not()
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"as root this is a failure, not a skip: {why}")
+    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:
+    """A loop device over a file written whole (a sparse file's holes read as zero pages)."""
+    def fill(path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(np.random.default_rng(1).integers(0, 256, size_bytes, dtype=np.uint8))
+    dev = loop_device(size_bytes, prepare=fill)
+    settle()
+    return dev
+
+
+def _device_bytes(name: str) -> tuple[int, int]:
+    """Bytes the device has read and written (``/sys/block/<dev>/stat`` sectors)."""
+    with open(f"/sys/block/{name}/stat") as f:
+        fields = f.read().split()
+    return int(fields[2]) * 512, int(fields[6]) * 512
+
+
+def _run(path: str, params: list[WorkloadParams], seconds: float, subintervals: int = 1,
+         lbs: int = 512) -> tuple[list[WorkloadStats], dict[str, dict[str, int]], EngineLoop]:
+    """Workloads ``t:l:w0``... on io_uring in one loop, their stats in one region (as a
+    worker's, which the compiled loop bins into); each one's statistics of every
+    subinterval, merged, and the errors."""
+    loop = EngineLoop(capacity=256)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(path, writable=any(p.writes for p in params),
+                        extra_flags=eng.open_flags)
+    size = files.probe(path).size_bytes
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n * len(params), dtype=np.int64)
+    stats = [(WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
+              WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n])) for i in range(len(params))]
+    for i, (p, st) in enumerate(zip(params, stats, strict=True)):
+        loop.add_workload(WorkloadSpec(f"t:l:w{i}", p, eng, fd, size, lbs, st), None)
+    totals = [WorkloadStats() for _ in params]
+
+    class Ctl(Control):
+        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
+                        errors: dict[str, dict[str, int]]) -> None:
+            super().handed_over(lp, finished, sw, ho, errors)
+            for st, total in zip(stats, totals, strict=True):
+                total.merge_into(st[finished % 2])
+                st[finished % 2].reset()
+
+    ctl = Ctl(subintervals)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, int(seconds / subintervals * 1e9))
+    finally:
+        loop.close()
+        os.close(fd)
+    return totals, ctl.errors, loop
+
+
+def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
+    """The compiled loop's backend at each of its runs (``compiled``: whether it may run)."""
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    real = paced_kernel.run
+    backends: list[int] = []
+
+    def noting(args: LoopArgs) -> int:
+        backends.append(int(args.backend))
+        return real(args)
+
+    monkeypatch.setattr(paced_kernel, "run", noting)
+    return backends
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iops", [None, 4000.0], ids=["max", "paced"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_reads_recorded_are_the_reads_the_device_did(
+    loop_device: LoopFactory, iodepth: int, iops: float | None, compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over 3 subintervals: the device read exactly the bytes of the reads recorded (but for
+    those reaped past the last boundary or in flight at the stop: at most the queue depth);
+    a paced workload its rate; the compiled loop ran on io_uring, or did not run."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    p = WorkloadParams(iodepth=iodepth, iops=iops, seed=4)
+    before, _ = _device_bytes(dev.name)
+    (st,), errors, loop = _run(dev.path, [p], 0.3, subintervals=3)
+    done = (_device_bytes(dev.name)[0] - before) // p.blocksize_bytes
+    assert errors == {} and loop.in_flight == 0
+    recorded = st.ops(0)
+    assert recorded > 300
+    assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
+    assert int(st.counters[0, 1]) == recorded * p.blocksize_bytes
+    if iops is not None:  # 0.3 s at 4,000 IOPS, less the I/Os the stop left unrecorded
+        assert 1200 - 2 * iodepth <= recorded <= 1200, recorded
+    assert backends == [1] * len(backends) and bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize(("iodepth", "read_fraction"), [(1, 0.0), (32, 0.0), (32, 0.5)])
+def test_writes_land_byte_for_byte_where_they_were_sent(
+    loop_device: LoopFactory, iodepth: int, read_fraction: float, compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sequential writes over 1 MiB (with reads beside them): every block of the range holds
+    its planned data for its offset (``WritePattern.verify``: the offset is stamped in each
+    sector), nothing was written outside it, and the device wrote the bytes recorded."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    start, end = 2 * MiB, 3 * MiB
+    p = WorkloadParams(iosequencer="sequential", read_fraction=read_fraction, iodepth=iodepth,
+                       range_start_bytes=start, range_end_bytes=end, seed=11)
+    with open(dev.backing_file, "rb") as f:
+        outside = f.read(start), f.read()[end - start :]
+    _, wrote_before = _device_bytes(dev.name)
+    (st,), errors, _ = _run(dev.path, [p], 0.3)
+    wrote = _device_bytes(dev.name)[1] - wrote_before
+    assert errors == {}
+    assert st.ops(3) >= 256
+    assert st.ops(3) * p.blocksize_bytes <= wrote <= (st.ops(3) + 2 * iodepth) * p.blocksize_bytes
+    with open(dev.backing_file, "rb") as f:
+        assert (f.read(start), f.read()[end - start :]) == outside
+    pattern_checked = verify_range(dev.backing_file, p, start, end)
+    assert pattern_checked == 256
+    assert bool(backends) == compiled
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_reads_past_the_end_are_short_transfers_counted(
+    lun_file: str, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A workload over the last MiB of a file shrunk under its feet: every read is short (0
+    bytes), counted as such and not as an I/O done, as libaio's are."""
+    backends = _noting_runs(monkeypatch, compiled)
+    p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
+    os.truncate(lun_file, 16 * MiB)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
+    os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    assert set(ctl.errors["t:l:w"]) == {"short"}
+    assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
+    assert stats[0].ops() == 0
+    assert bool(backends) == compiled
+
+
+@pytest.mark.root
+def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactory) -> None:
+    """A write and a read of one block through the engine by hand: the read finds the write's
+    data; one reaped from the mapped ring without a system call, one with the timed wait;
+    an unregistered descriptor's I/O completes with -EBADF, a read at an offset not a
+    multiple of the logical block with -EINVAL (errno in the result, as libaio's)."""
+    dev = _written(loop_device)
+    fd = os.open(dev.path, os.O_RDWR | os.O_DIRECT)
+    table = SlotTable(8)
+    bufs = AlignedBuffers(8, 4096)
+    bufs.array[0, :] = np.arange(4096) % 251
+    eng = UringEngine(table)
+    try:
+        slots = np.arange(8, dtype=np.intp)
+        eng.prepare_slots(slots, fd, bufs)
+        for slot, op, off, f in ((0, aio_abi.IOCB_CMD_PWRITE, 8192, fd),
+                                 (1, aio_abi.IOCB_CMD_PREAD, 8192, fd),
+                                 (2, aio_abi.IOCB_CMD_PREAD, 0, fd + 100),
+                                 (3, aio_abi.IOCB_CMD_PREAD, 100, fd)):
+            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, f)
+            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, aio_abi.W_NBYTES] = 4096
+            table.rows[slot, aio_abi.W_OFFSET] = off
+        eng.submit_one(0)
+        assert eng.reap(1, 1_000_000_000) == 1
+        assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
+        eng.submit_list([1])
+        n = 0
+        deadline = time.monotonic() + 2
+        while n == 0 and time.monotonic() < deadline:
+            n = eng.poll()
+        assert n == 1 and int(eng.done_slot[0]) == 1 and int(eng.done_res[0]) == 4096
+        assert np.array_equal(bufs.array[1], bufs.array[0])
+        eng.submit(np.array([2, 3], dtype=np.intp))
+        got: dict[int, int] = {}
+        while len(got) < 2 and time.monotonic() < deadline:
+            n = eng.reap(1, 100_000_000)
+            got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
+        assert got == {2: -9, 3: -22}  # EBADF, EINVAL
+        assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+def test_an_explicit_io_uring_is_refused_where_it_cannot_be_had(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where io_uring is unavailable the choice is refused, naming the LUN and the reason,
+    never served by another engine. The probe is patched: this host has io_uring, and an old
+    kernel or a seccomp filter cannot be had in a test."""
+    monkeypatch.setattr(engine_mod.uring, "available",
+                        lambda: "io_uring_setup(8) failed: Operation not permitted (errno 1)")
+    with pytest.raises(IoEngineError) as info:
+        choose_engine("io_uring", lun_file, 512)
+    text = str(info.value)
+    assert lun_file in text and "io_uring engine is unavailable" in text and "errno 1" in text
+    assert choose_engine("auto", lun_file, 512).kind == "libaio"  # auto keeps today's choice
+
+
+def test_io_uring_where_o_direct_is_refused_is_refused(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_mod.files, "direct_io_works",
+                        lambda path, lbs: "O_DIRECT read failed: EINVAL")
+    with pytest.raises(IoEngineError, match="io_uring engine is unavailable: O_DIRECT read"):
+        choose_engine("io_uring", lun_file, 512)
+
+
+@pytest.mark.parametrize(("mode", "root", "refused"), [
+    ("0", False, None), ("1", True, None), ("1", False, "kernel.io_uring_disabled = 1"),
+    ("2", True, "kernel.io_uring_disabled = 2"),
+])
+def test_the_kernels_switch_is_read_before_any_ring(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, mode: str, root: bool,
+    refused: str | None,
+) -> None:
+    """``kernel.io_uring_disabled`` from a file of the test's (the host's own is not the test's
+    to set): 2 refuses everyone, 1 all but root (CAP_SYS_ADMIN), 0 no one; a ring is set up
+    only where the switch lets it."""
+    path = os.path.join(tmp_path, "io_uring_disabled")
+    with open(path, "w") as f:
+        f.write(mode + "\n")
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    rings: list[int] = []
+
+    class Ring:
+        def __init__(self, entries: int, n_buffers: int) -> None:
+            rings.append(entries)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(uring, "_AVAILABLE", [])
+    monkeypatch.setattr(uring, "UringRing", Ring)
+    why = uring.available(path)
+    assert (why is None) == (refused is None) and (refused is None or refused in why)
+    assert bool(rings) == (refused is None)
