@@ -44,9 +44,9 @@ def fallback_warning(path: str, why: str) -> str:
 def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
                   fallback: bool = False) -> EngineDecision:
     """Which engine serves ``path`` for ``choice`` (``auto`` | ``libaio`` | ``io_uring`` |
-    ``threadpool`` | ``fake[...]``). ``fallback``: with ``auto``, a LUN that cannot have libaio runs on the
-    thread pool with a warning instead of being refused. Raises ``IoEngineError`` naming the
-    LUN, the reason and the fix."""
+    ``threadpool`` | ``fake[...]``). ``fallback``: with ``auto``, a LUN that cannot have
+    libaio runs on the thread pool with a warning instead of being refused. Raises
+    ``IoEngineError`` naming the LUN, the reason and the fix."""
     kind = choice.split(":", 1)[0]
     if kind not in ENGINE_CHOICES:
         raise IoEngineError(f"LUN {path}: unknown engine {choice!r} (one of {ENGINE_CHOICES})")

@@ -24,8 +24,15 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET
-from slave.engine.aio_abi import W_OPCODE_FD, _libc_syscall
+from slave.engine.aio_abi import (
+    IO_EVENT_DTYPE,
+    IOCB_CMD_PWRITE,
+    W_BUF,
+    W_NBYTES,
+    W_OFFSET,
+    W_OPCODE_FD,
+    _libc_syscall,
+)
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
 
 _SYS_SETUP, _SYS_ENTER, _SYS_REGISTER = 425, 426, 427
@@ -152,7 +159,8 @@ class UringRing:
         self.rings_addr = int(self.words.ctypes.data)
         self.sq_tail, self.sq_flags = int(sq[1]) // 4, int(sq[4]) // 4
         self.cq_head, self.cq_tail = int(cq[0]) // 4, int(cq[1]) // 4
-        self.sq_mask, self.cq_mask = int(self.words[int(sq[2]) // 4]), int(self.words[int(cq[2]) // 4])
+        self.sq_mask = int(self.words[int(sq[2]) // 4])
+        self.cq_mask = int(self.words[int(cq[2]) // 4])
         array = self.words[int(sq[6]) // 4 : int(sq[6]) // 4 + self.sq_entries]
         array[:] = np.arange(self.sq_entries)  # entry i is the ring's i, for good
         self.sqes = np.frombuffer(sqes, dtype=SQE_DTYPE)

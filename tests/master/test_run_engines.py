@@ -4,8 +4,9 @@ One run reads four file LUNs at once: on a ramfs (no direct I/O on any kernel: t
 fall back to the thread-pool engine and say so), on an ext4 loop device (O_DIRECT works:
 libaio), on tmpfs in /dev/shm (libaio exactly where this kernel takes O_DIRECT there, since
 Linux 6.6; else the fallback) and on the ext4 loop device again with ``engine: io_uring``
-(the engine rollup has an instance of it). While the run does I/O, the open flags of each LUN's
-fd in the slave's workers (``/proc/<pid>/fdinfo``) show whether the engine really opened it with ``O_DIRECT``.
+(the engine rollup has an instance of it). While the run does I/O, the open flags of each
+LUN's fd in the slave's workers (``/proc/<pid>/fdinfo``) show whether the engine really opened
+it with ``O_DIRECT``.
 The engine of each LUN is in luns.csv (the slave's discovery names the engine its workloads
 would run on: an attribute, so a selection and rollup key too), the engine of each workload in
 events.csv (``workload ... created (engine ...)``) and run.log; the fallback's warning, naming

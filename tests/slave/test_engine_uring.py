@@ -293,3 +293,40 @@ def test_the_kernels_switch_is_read_before_any_ring(
     why = uring.available(path)
     assert (why is None) == (refused is None) and (refused is None or refused in why)
     assert bool(rings) == (refused is None)
+
+
+@pytest.mark.root
+def test_a_worker_refuses_io_uring_before_any_io_where_it_cannot_be_had(
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a real worker (forked after the probe is patched: this host has io_uring, and an
+    old kernel or a seccomp filter cannot be had in a test): the create is refused with the LUN
+    and the reason, no workload is left and the device did no I/O but the engine choice's
+    read of its first block (``files.direct_io_works``); where io_uring can be had
+    the same create runs on it, and says so (the master adds the host: test_run_refusals)."""
+    from slave.luns import describe_block_device
+    from slave.worker import WorkerError
+    from slave.worker_backend import WorkerBackend
+
+    dev = _written(loop_device)
+    lun = describe_block_device(dev.path)
+    reason = "io_uring_setup(8) failed: Function not implemented (errno 38)"
+    with monkeypatch.context() as m:
+        m.setattr(engine_mod.uring, "available", lambda: reason)
+        backend = WorkerBackend(1)
+    try:
+        before = _device_bytes(dev.name)
+        with pytest.raises(WorkerError) as refused:
+            backend.create("h:l:w", lun, WorkloadParams(iodepth=4), engine="io_uring")
+        text = str(refused.value)
+        assert dev.path in text and f"the io_uring engine is unavailable: {reason}" in text
+        assert backend.pool.workloads == {}
+        read, wrote = _device_bytes(dev.name)  # the engine choice's O_DIRECT probe: one block
+        assert read - before[0] <= 4096 and wrote == before[1]
+    finally:
+        backend.close()
+    backend = WorkerBackend(1)
+    try:
+        info = backend.create("h:l:w", lun, WorkloadParams(iodepth=4), engine="io_uring")
+        assert info["engine"] == "io_uring" and "warning" not in info
+    finally:
+        backend.close()
