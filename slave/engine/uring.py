@@ -233,18 +233,16 @@ class UringEngine:
         self.done_words = self.events.view(np.int64).data.cast("B").cast("q")
         self._w = r.words
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)  # the compiled loop's, unused
-        self._files: set[int] = set()
 
     def prepare_slots(self, slots: npt.NDArray[np.intp], fd: int,
                       buffers: AlignedBuffers) -> None:
         """Register ``fd`` (at its number's index) and each slot's buffer of ``buffers`` (at
-        its slot's index), before the slots' first I/O."""
-        if fd not in self._files:
-            if fd >= self._ring.n_files:
-                raise IoEngineError(f"io_uring: descriptor {fd} is past the {self._ring.n_files} "
-                                    "files registered (RLIMIT_NOFILE)")
-            self._ring.update(True, fd, np.array([fd], dtype=np.int32), 1)
-            self._files.add(fd)
+        its slot's index), before the slots' first I/O. The file is registered anew each
+        time: a descriptor's number, closed, may come back for another LUN."""
+        if fd >= self._ring.n_files:
+            raise IoEngineError(f"io_uring: descriptor {fd} is past the {self._ring.n_files} "
+                                "files registered (RLIMIT_NOFILE)")
+        self._ring.update(True, fd, np.array([fd], dtype=np.int32), 1)
         iov = np.zeros((slots.size, 2), dtype=np.uint64)
         iov[:, 0] = buffers.addr[: slots.size]
         iov[:, 1] = buffers.slot_bytes
