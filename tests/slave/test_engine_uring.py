@@ -107,6 +107,15 @@ def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
     return backends
 
 
+def _own_read_bytes() -> int:
+    """Bytes this process's reads asked of block devices (``/proc/self/io`` read_bytes: the
+    kernel counts each read bio in ``submit_bio`` against the task that submits it, io_uring's
+    workers being threads of this process; the loop device's own reads of its backing file are
+    its kernel worker's)."""
+    with open("/proc/self/io") as f:
+        return int(next(ln for ln in f if ln.startswith("read_bytes:")).split()[1])
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
 @pytest.mark.parametrize("iops", [None, 4000.0], ids=["max", "paced"])
@@ -115,22 +124,26 @@ def test_reads_recorded_are_the_reads_the_device_did(
     loop_device: LoopFactory, iodepth: int, iops: float | None, compiled: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Over 3 subintervals: the device read exactly the bytes of the reads recorded (but for
-    those reaped past the last boundary or in flight at the stop: at most the queue depth);
-    a paced workload its rate; the compiled loop ran on io_uring, or did not run."""
+    """Over 3 subintervals: this process read exactly the bytes of the reads recorded (but for
+    those reaped past the last boundary or in flight at the stop: at most twice the queue
+    depth), and the device at least those (others may read it too: a shared host's LUN
+    discovery probes every block device); a paced workload its rate, within 1 %; the compiled
+    loop ran on io_uring, or did not run."""
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=iodepth, iops=iops, seed=4)
-    before, _ = _device_bytes(dev.name)
+    device_before, own_before = _device_bytes(dev.name)[0], _own_read_bytes()
     (st,), errors, loop = _run(dev.path, [p], 0.3, subintervals=3)
-    done = (_device_bytes(dev.name)[0] - before) // p.blocksize_bytes
+    own = (_own_read_bytes() - own_before) // p.blocksize_bytes
+    device = (_device_bytes(dev.name)[0] - device_before) // p.blocksize_bytes
     assert errors == {} and loop.in_flight == 0
     recorded = st.ops(0)
     assert recorded > 300
-    assert recorded <= done <= recorded + 2 * iodepth, (recorded, done)
+    assert recorded <= own <= recorded + 2 * iodepth, (recorded, own)
+    assert own <= device, (own, device)
     assert int(st.counters[0, 1]) == recorded * p.blocksize_bytes
-    if iops is not None:  # 0.3 s at 4,000 IOPS, less the I/Os the stop left unrecorded
-        assert 1200 - 2 * iodepth <= recorded <= 1200, recorded
+    if iops is not None:  # 0.3 s at 4,000 IOPS
+        assert 0.99 * 1200 <= recorded <= 1200, recorded
     assert backends == [1] * len(backends) and bool(backends) == compiled
 
 
