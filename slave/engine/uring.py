@@ -82,19 +82,13 @@ def _fail(what: str) -> IoEngineError:
     return IoEngineError(f"{what} failed: {os.strerror(err)} (errno {err})")
 
 
-def _disabled(path: str) -> str | None:
-    """Why ``kernel.io_uring_disabled`` (read at ``path``) keeps this process from io_uring."""
+def _disabled_mode(path: str) -> int:
+    """``kernel.io_uring_disabled`` (read at ``path``; 0 where the kernel has no such switch)."""
     try:
         with open(path, encoding="ascii") as fh:
-            mode = int(fh.read().strip())
+            return int(fh.read().strip())
     except (OSError, ValueError):
-        return None  # a kernel without the switch: the setup says
-    if mode == 2:
-        return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
-    if mode == 1 and os.geteuid() != 0:
-        return ("io_uring is limited to CAP_SYS_ADMIN and the io_uring_group on this host "
-                "(kernel.io_uring_disabled = 1)")
-    return None
+        return 0
 
 
 _AVAILABLE: list[bool] = []  # [True] once a ring was set up in this process
@@ -102,18 +96,23 @@ _AVAILABLE: list[bool] = []  # [True] once a ring was set up in this process
 
 def available(disabled_path: str = IO_URING_DISABLED_PATH) -> str | None:
     """``None`` when io_uring, as this engine uses it, can be had here, else the reason: a
-    ring set up, sparse files and buffers registered, the timed wait (``EXT_ARG``, 5.11); a
-    kernel without it, ``kernel.io_uring_disabled`` or a seccomp filter refuse the setup."""
+    ring set up, sparse files and buffers registered (Linux 5.19), the timed wait
+    (``EXT_ARG``); a kernel without them, ``kernel.io_uring_disabled`` or a seccomp filter
+    refuse. The switch is read every time (a ring set up earlier does not say it is still
+    allowed); a ring is set up once per process."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"io_uring is wired for Linux x86_64 only, not {platform.platform()}"
-    why = _disabled(disabled_path)  # read every time: a ring set up earlier may be older
-    if why is not None:
-        return why
+    mode = _disabled_mode(disabled_path)
+    if mode == 2:
+        return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
     if _AVAILABLE:
         return None
     try:
         UringRing(8, 8).close()
     except IoEngineError as exc:
+        if mode == 1:
+            return (f"{exc}; kernel.io_uring_disabled = 1 on this host limits io_uring to "
+                    "CAP_SYS_ADMIN and the io_uring_group")
         return str(exc)
     _AVAILABLE.append(True)
     return None
