@@ -197,7 +197,8 @@ class _WorkerControl:
         """Create a workload on its engine and answer ``created`` with the engine it runs on
         (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
         context cannot be had or grown (``fs.aio-max-nr``) is refused, or, with
-        ``fallback``, runs on the thread pool: never silently elsewhere."""
+        ``fallback``, runs on the thread pool: never silently elsewhere; one asked for
+        io_uring whose ring cannot be had is refused."""
         try:
             geometry = files.probe(path) if lbs is None or size is None else None
             lbs = lbs if lbs is not None else geometry.logical_block_bytes  # type: ignore[union-attr]
@@ -207,6 +208,9 @@ class _WorkerControl:
             try:
                 self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
             except IoEngineError as exc:
+                if decision.kind == "io_uring":  # its ring, or a registration, refused
+                    raise IoEngineError(
+                        f"LUN {path}: the io_uring engine is unavailable: {exc}") from exc
                 if decision.kind != "libaio":
                     raise
                 if not (fallback and engine_choice == "auto"):
