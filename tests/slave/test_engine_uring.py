@@ -17,7 +17,7 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning, uring
-from slave.engine.base import AlignedBuffers, SlotTable
+from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
 from slave.engine.uring import UringEngine
@@ -273,6 +273,55 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
             got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
         assert got == {2: -9, 3: -22}  # EBADF, EINVAL
         assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+@pytest.mark.root
+def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
+    loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``finish_submit`` (the compiled loop's R_SUBMIT comes back to it too): entries the kernel
+    did not take (EAGAIN, as under memory pressure; the first call is made to say so) stay in
+    the submission ring and go out at the next call, each once; a refusal is a
+    ``SubmitError`` saying how many went out."""
+    dev = _written(loop_device)
+    fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
+    table = SlotTable(4)
+    bufs = AlignedBuffers(4, 4096)
+    eng = UringEngine(table)
+    try:
+        eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
+        for slot in range(4):
+            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(
+                aio_abi.IOCB_CMD_PREAD, fd)
+            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, aio_abi.W_NBYTES] = 4096
+            table.rows[slot, aio_abi.W_OFFSET] = 4096 * slot
+        real = eng._ring.enter
+        calls: list[int] = []
+
+        def busy_once(to_submit: int, min_complete: int, timeout_ns: int, **kw: bool) -> int:
+            calls.append(to_submit)
+            if len(calls) == 1:
+                return -11  # EAGAIN: nothing taken
+            return real(to_submit, min_complete, timeout_ns, **kw)
+
+        monkeypatch.setattr(eng._ring, "enter", busy_once)
+        eng.submit(np.array([0, 1], dtype=np.intp))
+        assert calls[:2] == [2, 2]
+        got: dict[int, int] = {}
+        deadline = time.monotonic() + 2
+        while len(got) < 2 and time.monotonic() < deadline:
+            n = eng.reap(1, 100_000_000)
+            got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
+        assert got == {0: 4096, 1: 4096}
+        assert eng.reap(1, 20_000_000) == 0  # each went out once
+        monkeypatch.setattr(eng._ring, "enter", lambda *a, **kw: -77)  # EBADFD
+        with pytest.raises(SubmitError) as refused:
+            eng.submit(np.array([2], dtype=np.intp))
+        assert refused.value.submitted == 0 and "errno 77" in str(refused.value)
     finally:
         eng.close()
         os.close(fd)
