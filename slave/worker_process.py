@@ -179,6 +179,9 @@ class _WorkerControl:
         if entry is not None:
             entry[1] -= 1
             if entry[1] <= 0:
+                forget = getattr(self.loop.engine(key[1]), "forget_file", None)
+                if forget is not None:  # io_uring's registration holds the file open
+                    forget(entry[0])
                 with contextlib.suppress(OSError):
                     os.close(entry[0])
                 del self.fds[key]

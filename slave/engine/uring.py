@@ -252,6 +252,12 @@ class UringEngine:
             run = np.ascontiguousarray(iov[a:b])
             self._ring.update(False, int(s[a]), run, b - a)
 
+    def forget_file(self, fd: int) -> None:
+        """Unregister ``fd``, which its last workload let go of: the ring holds the file open
+        until then (nothing of it is in flight: the loop releases a LUN after its last I/O)."""
+        if 0 <= fd < self._ring.n_files:
+            self._ring.update(True, fd, np.array([-1], dtype=np.int32), 1)
+
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
         if not n:

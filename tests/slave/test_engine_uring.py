@@ -238,7 +238,8 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
     """A write and a read of one block through the engine by hand: the read finds the write's
     data; one reaped from the mapped ring without a system call, one with the timed wait;
     an unregistered descriptor's I/O completes with -EBADF, a read at an offset not a
-    multiple of the logical block with -EINVAL (errno in the result, as libaio's)."""
+    multiple of the logical block with -EINVAL (errno in the result, as libaio's); a file
+    forgotten is no longer served."""
     dev = _written(loop_device)
     fd = os.open(dev.path, os.O_RDWR | os.O_DIRECT)
     table = SlotTable(8)
@@ -273,6 +274,9 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
             got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
         assert got == {2: -9, 3: -22}  # EBADF, EINVAL
         assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
+        eng.forget_file(fd)  # its last workload let go of it: unregistered
+        eng.submit_one(1)
+        assert eng.reap(1, 1_000_000_000) == 1 and int(eng.done_res[0]) == -9
     finally:
         eng.close()
         os.close(fd)
