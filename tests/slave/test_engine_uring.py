@@ -40,11 +40,16 @@ def _uring_here() -> None:
     pytest.skip(f"{why}; not root, so skipped (as root this fails)")
 
 
-def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:
-    """A loop device over a file written whole (a sparse file's holes read as zero pages)."""
+def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB, *,
+             zeros: bool = False) -> LoopDevice:
+    """A loop device over a file written whole, with random bytes or ``zeros`` (a sparse
+    file's holes read as zero pages without I/O; ``verify_range`` takes a block of zeros for
+    one never written)."""
     def fill(path: str) -> None:
+        rng = np.random.default_rng(1)
         with open(path, "wb") as f:
-            f.write(np.random.default_rng(1).integers(0, 256, size_bytes, dtype=np.uint8))
+            f.write(np.zeros(size_bytes, dtype=np.uint8) if zeros
+                    else rng.integers(0, 256, size_bytes, dtype=np.uint8))
     dev = loop_device(size_bytes, prepare=fill)
     settle()
     return dev
@@ -231,6 +236,30 @@ def test_reads_past_the_end_are_short_transfers_counted(
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
     assert stats[0].ops() == 0
     assert bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+def test_paced_and_max_workloads_with_writes_share_the_ring(
+    loop_device: LoopFactory, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four workloads on one ring, each on its own MiB: two paced, two at max IOPS, half
+    writes: their I/Os go out together (one submission for all that are due) and every
+    written block holds its planned data for its offset; the paced ones hold their rates."""
+    dev = _written(loop_device, zeros=True)
+    backends = _noting_runs(monkeypatch, compiled)
+    params = [WorkloadParams(read_fraction=0.5, iodepth=4, seed=30 + i,
+                             iops=2000.0 if i % 2 else None,
+                             range_start_bytes=(4 + i) * MiB, range_end_bytes=(5 + i) * MiB)
+              for i in range(4)]
+    stats, errors, _ = _run(dev.path, params, 0.3, subintervals=3)
+    assert errors == {}
+    for p, st in zip(params, stats, strict=True):
+        assert st.ops(1) > 100 and st.ops(0) > 100
+        if p.iops is not None:  # 0.3 s at 2,000 IOPS
+            assert 0.99 * 600 <= st.ops() <= 600, st.ops()
+        assert verify_range(dev.backing_file, p, p.range_start_bytes, p.range_end_bytes) > 50
+    assert backends == [1] * len(backends) and bool(backends) == compiled
 
 
 @pytest.mark.root
