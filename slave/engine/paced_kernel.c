@@ -5,17 +5,17 @@
  * slots, submit every due I/O of every workload with a free slot in one submission (a write
  * with its planned data put in its buffer first), wait or bin one record at a time when
  * nothing is due. The engine under it is libaio's or io_uring's (backend): the loop reaches
- * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have no time (0, but those an edit kept from its
- * paced schedule): they are due at once, so its freed slots go out in the turn that freed
- * them, each I/O timed at its submission; with one in flight, a wait looks in the ring before
- * it blocks (await_events), or, alone at depth 1-2, waits at once (lone_wait). A workload
- * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
- * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
- * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
- * taken in part, and a control poll; for the poll only when the control's descriptor
- * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, and paced_generate serves the tests. It allocates
- * nothing. */
+ * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
+ * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
+ * freed slots go out in the turn that freed them, each I/O timed at its submission; with one
+ * in flight, a wait looks in the ring before it blocks (await_events), or, alone at depth
+ * 1-2, waits at once (lone_wait). A workload whose precomputed I/Os ran out gets its next
+ * ones from generate(), which goes on with its Sequencer's stream (its struct ivy_gen), or,
+ * where it cannot, from Python. It returns to Python (an R_* code) for a boundary crossed, a
+ * refill, a flush, an I/O error, a submission taken in part, and a control poll; for the poll
+ * only when the control's descriptor (control_fd) has something, or when it has none.
+ * paced_retime makes an edit of workloads' rates in its arrays between runs, and
+ * paced_generate serves the tests. It allocates nothing. */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
@@ -193,7 +193,7 @@ static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap
     return n;
 }
 
-/* the backend's three calls, the one place the loop tells libaio (backend 0) from io_uring:
+/* the backend's four calls, the one place the loop tells libaio (backend 0) from io_uring:
  * the completions there now, taken without a system call (be_take) or only looked at
  * (be_ready); a block for one for ns at most (be_wait: how many it took, 0 at the timeout or
  * when interrupted); the submission of the m slots in out (be_submit: libaio's io_submit of
