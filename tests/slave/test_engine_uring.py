@@ -263,6 +263,40 @@ def test_paced_and_max_workloads_with_writes_share_the_ring(
 
 
 @pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_errors_are_counted_with_their_errno(
+    loop_device: LoopFactory, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A workload whose file the ring no longer holds (unregistered after its slots were
+    prepared): every I/O completes with -EBADF, counted under EBADF as libaio's errors are,
+    none as done."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
+    stats[0].reset()
+    p = WorkloadParams(iodepth=iodepth)
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    eng.forget_file(fd)  # type: ignore[attr-defined]
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    assert set(ctl.errors["t:l:w"]) == {"EBADF"}
+    assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["EBADF"] > 10
+    assert stats[0].ops() == 0
+    assert bool(backends) == compiled
+
+
+@pytest.mark.root
 def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactory) -> None:
     """A write and a read of one block through the engine by hand: the read finds the write's
     data; one reaped from the mapped ring without a system call, one with the timed wait;
