@@ -31,6 +31,7 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.threadpool import ThreadPoolEngine
+from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from slave.sequencer import check_fits
 
@@ -85,6 +86,7 @@ class _WorkerControl:
         self.loop = EngineLoop(name=f"worker {index}")
         self.loop.register_engine_kind("libaio", LibaioEngine)
         self.loop.register_engine_kind("threadpool", ThreadPoolEngine)
+        self.loop.register_engine_kind("io_uring", UringEngine)
         self.staged: list[tuple[str, Any]] = []
         self.fds: dict[tuple[str, str, bool], list[int]] = {}  # key -> [fd, refcount]
         self.specs: dict[str, WorkloadSpec] = {}
@@ -177,6 +179,9 @@ class _WorkerControl:
         if entry is not None:
             entry[1] -= 1
             if entry[1] <= 0:
+                forget = getattr(self.loop.engine(key[1]), "forget_file", None)
+                if forget is not None:  # io_uring's registration holds the file open
+                    forget(entry[0])
                 with contextlib.suppress(OSError):
                     os.close(entry[0])
                 del self.fds[key]
@@ -195,7 +200,8 @@ class _WorkerControl:
         """Create a workload on its engine and answer ``created`` with the engine it runs on
         (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
         context cannot be had or grown (``fs.aio-max-nr``) is refused, or, with
-        ``fallback``, runs on the thread pool: never silently elsewhere."""
+        ``fallback``, runs on the thread pool: never silently elsewhere; one asked for
+        io_uring whose ring cannot be had is refused."""
         try:
             geometry = files.probe(path) if lbs is None or size is None else None
             lbs = lbs if lbs is not None else geometry.logical_block_bytes  # type: ignore[union-attr]
@@ -205,6 +211,9 @@ class _WorkerControl:
             try:
                 self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
             except IoEngineError as exc:
+                if decision.kind == "io_uring":  # its ring, or a registration, refused
+                    raise IoEngineError(
+                        f"LUN {path}: the io_uring engine is unavailable: {exc}") from exc
                 if decision.kind != "libaio":
                     raise
                 if not (fallback and engine_choice == "auto"):

@@ -54,7 +54,7 @@ LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
 
 #: The I/O engines a ``luns:`` entry may ask for (``engine:``); the slave's
 #: ``slave.engine.LUN_ENGINE_CHOICES`` (a test checks they agree).
-LUN_ENGINES: tuple[str, ...] = ("auto", "libaio", "threadpool")
+LUN_ENGINES: tuple[str, ...] = ("auto", "libaio", "io_uring", "threadpool")
 
 #: Latency statistics, each in milliseconds: ``<time>_<stat>_ms``.
 LATENCY_STATS: tuple[str, ...] = (

@@ -204,7 +204,11 @@ LUNS = Section(
         _k("engine", " or ".join(f"`{name}`" for name in LUN_ENGINES), "`auto`",
            "The I/O engine of the LUN's workloads: `auto` is libaio with O_DIRECT where that "
            "works, the thread pool (through the page cache) for a file on a file system "
-           "without O_DIRECT."),
+           "without O_DIRECT. `io_uring` is O_DIRECT through io_uring with registered files "
+           "and buffers, under the same loop as libaio; where io_uring cannot be had (a kernel "
+           "before 5.19, `kernel.io_uring_disabled`, a seccomp filter) the LUN is refused "
+           "before any I/O, naming the host, the LUN and the reason. The engine in use is "
+           "reported per LUN (luns.csv, events.csv, the `engine` rollup key)."),
         _k("allow_engine_fallback", "bool", "false",
            "With `engine: auto` only: a LUN that O_DIRECT serves but that cannot have libaio "
            "(the kernel's `fs.aio-max-nr` reached) runs on the thread pool with a warning "

@@ -6,7 +6,10 @@ Owns choosing an engine per LUN (``choose_engine``). A LUN's native engine is ``
 warning that the caller must record. A LUN that O_DIRECT serves never leaves ``libaio``
 silently: when native AIO cannot be had (no context within ``fs.aio-max-nr``, another
 platform), or a block device refuses O_DIRECT, the choice is refused with the reason, unless
-the test allows the fallback for that LUN. ``fake`` only when asked for (tests). It must not
+the test allows the fallback for that LUN. ``io_uring`` (O_DIRECT through io_uring) only when
+asked for, and then never elsewhere: where O_DIRECT or io_uring cannot be had (an old kernel,
+``kernel.io_uring_disabled``, a seccomp filter) the choice is refused with the reason, before
+any I/O. ``fake`` only when asked for (tests). It must not
 import anything outside ``slave`` and ``protocol``.
 """
 
@@ -17,18 +20,18 @@ import stat
 from dataclasses import dataclass
 
 from protocol.errors import IoEngineError
-from slave.engine import aio_abi, files
+from slave.engine import aio_abi, files, uring
 
-ENGINE_CHOICES = ("auto", "libaio", "threadpool", "fake")
+ENGINE_CHOICES = ("auto", "libaio", "io_uring", "threadpool", "fake")
 #: what a test may name for a LUN (``luns[].engine``); ``fake`` is for tests, through
 #: ``IVYPY_SLAVE_ENGINE``
-LUN_ENGINE_CHOICES = ("auto", "libaio", "threadpool")
+LUN_ENGINE_CHOICES = ("auto", "libaio", "io_uring", "threadpool")
 PAGE_CACHE_NOTE = "so its latencies are the page cache's, not the device's"
 
 
 @dataclass(frozen=True)
 class EngineDecision:
-    kind: str  # libaio | threadpool | fake
+    kind: str  # libaio | io_uring | threadpool | fake
     warning: str | None
 
 
@@ -40,16 +43,21 @@ def fallback_warning(path: str, why: str) -> str:
 
 def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
                   fallback: bool = False) -> EngineDecision:
-    """Which engine serves ``path`` for ``choice`` (``auto`` | ``libaio`` | ``threadpool`` |
-    ``fake[...]``). ``fallback``: with ``auto``, a LUN that cannot have libaio runs on the
-    thread pool with a warning instead of being refused. Raises ``IoEngineError`` naming the
-    LUN, the reason and the fix."""
+    """Which engine serves ``path`` for ``choice`` (``auto`` | ``libaio`` | ``io_uring`` |
+    ``threadpool`` | ``fake[...]``). ``fallback``: with ``auto``, a LUN that cannot have
+    libaio runs on the thread pool with a warning instead of being refused. Raises
+    ``IoEngineError`` naming the LUN, the reason and the fix."""
     kind = choice.split(":", 1)[0]
     if kind not in ENGINE_CHOICES:
         raise IoEngineError(f"LUN {path}: unknown engine {choice!r} (one of {ENGINE_CHOICES})")
     if kind in ("fake", "threadpool"):  # asked for: said in luns.csv and the created event
         return EngineDecision(kind, None)
     direct_why = files.direct_io_works(path, logical_block_bytes)
+    if kind == "io_uring":
+        why = direct_why or uring.available()
+        if why is not None:
+            raise IoEngineError(f"LUN {path}: the io_uring engine is unavailable: {why}")
+        return EngineDecision("io_uring", None)
     if kind == "auto" and direct_why is not None and not _is_block_device(path):
         return EngineDecision(
             "threadpool",

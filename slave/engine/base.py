@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -59,6 +59,9 @@ class KernelHandles:
     ptrs_addr: int
     #: ``(done, n)``: compiled code's io_submit of ``ptrs[:n]`` took ``done`` (-1: failed)
     finish_submit: Callable[[int, int], None]
+    #: the backend's own words of ``ivy_loop.h`` by name (io_uring's: ``backend`` 1, its
+    #: descriptor and its mapped rings' addresses, which the engine keeps alive)
+    words: dict[str, int] = field(default_factory=dict)
 
 
 class SlotTable:

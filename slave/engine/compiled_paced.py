@@ -74,6 +74,8 @@ class CompiledPaced:
         a.array("events", h.events)
         a.events_cap = h.events_cap
         a.ctx = h.ctx_id
+        for name, value in h.words.items():
+            setattr(a, name, value)
         a.array("rows", loop._rows)
         a.array("iocb_addr", h.iocb_addr)
         a.array("ptrs", h.ptrs)

@@ -60,12 +60,27 @@ struct ivy_gen {
 
 #define IVY_LOOP_FIELDS(X) \
     /* the engine: the kernel's mapped completion ring (its header words and events), the \
-     * events a reap fills (4 words each) and their capacity, the AIO context */ \
+     * events a reap fills (4 words each, libaio's struct io_event, whichever the backend) \
+     * and their capacity, the AIO context */ \
     X(volatile uint32_t *, ring_header) \
     X(const int64_t *, ring_events) \
     X(int64_t *, events) \
     X(int64_t, events_cap) \
     X(int64_t, ctx) \
+    /* the backend: 0 libaio (ctx, the mapped ring, iocb_addr and ptrs), 1 io_uring: its \
+     * descriptor, its submission ring's tail, flags, mask and entries, its completion \
+     * ring's head, tail, mask and entries (files registered at their descriptor's index, \
+     * buffers at their slot's) */ \
+    X(int64_t, backend) \
+    X(int64_t, uring_fd) \
+    X(volatile uint32_t *, sq_tail) \
+    X(volatile uint32_t *, sq_flags) \
+    X(int64_t, sq_mask) \
+    X(void *, sqes) \
+    X(volatile uint32_t *, cq_head) \
+    X(volatile uint32_t *, cq_tail) \
+    X(int64_t, cq_mask) \
+    X(const void *, cqes) \
     /* the slot table: rows of ROW_WORDS, each slot's iocb address, a submission's iocb \
      * addresses and slots */ \
     X(int64_t *, rows) \

@@ -295,6 +295,9 @@ class EngineLoop:
         slots = w.slots
         rows = self._rows
         rows[slots, W_BUF] = w.buffers.addr[: slots.size].astype(np.int64)
+        prepare = getattr(w.spec.engine, "prepare_slots", None)
+        if prepare is not None:  # io_uring registers the file and the slots' buffers
+            prepare(slots, w.spec.fd, w.buffers)
         rows[slots, W_NBYTES] = p.blocksize_bytes
         rows[slots, C_ROW] = np.arange(slots.size)
         rows[slots, C_OWNER] = w.index

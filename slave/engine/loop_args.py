@@ -23,6 +23,9 @@ _I: Final = ctypes.c_int64
 #: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
 FIELDS: Final[tuple[tuple[str, Any], ...]] = (
     ("ring_header", _P), ("ring_events", _P), ("events", _P), ("events_cap", _I), ("ctx", _I),
+    ("backend", _I), ("uring_fd", _I), ("sq_tail", _P), ("sq_flags", _P),
+    ("sq_mask", _I), ("sqes", _P),
+    ("cq_head", _P), ("cq_tail", _P), ("cq_mask", _I), ("cqes", _P),
     ("rows", _P), ("iocb_addr", _P), ("ptrs", _P), ("out", _P),
     ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
     ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),

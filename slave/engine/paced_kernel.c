@@ -2,19 +2,20 @@
  * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
  * R_*, the slot row and stats layouts). One function, paced_run, over one struct ivy_loop
  * (ivy_loop.h: its arguments and its state across runs): record what completed and free its
- * slots, submit every due I/O of every workload with a free slot in one io_submit (a write
+ * slots, submit every due I/O of every workload with a free slot in one submission (a write
  * with its planned data put in its buffer first), wait or bin one record at a time when
- * nothing is due. A max-iops workload's I/Os have no time (0, but those an edit kept from its
- * paced schedule): they are due at once, so its freed slots go out in the turn that freed
- * them, each I/O timed at its submission; with one in flight, a wait looks in the ring before
- * it blocks (await_events), or, alone at depth 1-2, waits at once (lone_wait). A workload
- * whose precomputed I/Os ran out gets its next ones from generate(), which goes on with its
- * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
- * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
- * taken in part, and a control poll; for the poll only when the control's descriptor
- * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, and paced_generate serves the tests. It allocates
- * nothing. */
+ * nothing is due. The engine under it is libaio's or io_uring's (backend): the loop reaches
+ * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
+ * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
+ * freed slots go out in the turn that freed them, each I/O timed at its submission; with one
+ * in flight, a wait looks in the ring before it blocks (await_events), or, alone at depth
+ * 1-2, waits at once (lone_wait). A workload whose precomputed I/Os ran out gets its next
+ * ones from generate(), which goes on with its Sequencer's stream (its struct ivy_gen), or,
+ * where it cannot, from Python. It returns to Python (an R_* code) for a boundary crossed, a
+ * refill, a flush, an I/O error, a submission taken in part, and a control poll; for the poll
+ * only when the control's descriptor (control_fd) has something, or when it has none.
+ * paced_retime makes an edit of workloads' rates in its arrays between runs, and
+ * paced_generate serves the tests. It allocates nothing. */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
@@ -128,13 +129,137 @@ static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t
     return n;
 }
 
-/* a wait for completions when a look found none: look in the ring again until spin_until, and
- * while until is nearer than sleep_min, yielding the core between looks from yield_from on (the
- * device's kernel worker may need it); block in io_getevents for the rest, up to block_until.
+/* io_uring's ABI (linux/io_uring.h), the parts the loop uses, spelled out here: a host may
+ * lack the header. A submission entry (64 bytes), a completion entry (16), the wait's
+ * argument (IORING_ENTER_EXT_ARG: a timeout with the wait) */
+struct ivy_sqe {
+    uint8_t opcode, flags;
+    uint16_t ioprio;
+    int32_t fd;
+    uint64_t off, addr;
+    uint32_t len, rw_flags;
+    uint64_t user_data;
+    uint16_t buf_index, personality;
+    int32_t file_index;
+    uint64_t pad[2];
+};
+struct ivy_cqe {
+    uint64_t user_data;
+    int32_t res;
+    uint32_t flags;
+};
+struct ivy_getevents_arg {
+    uint64_t sigmask;
+    uint32_t sigmask_sz, min_wait_usec;
+    uint64_t ts;
+};
+#define IVY_OP_READ_FIXED 4
+#define IVY_OP_WRITE_FIXED 5
+#define IVY_SQE_FIXED_FILE 1
+#define IVY_ENTER_GETEVENTS 1
+#define IVY_ENTER_EXT_ARG 8
+#define IVY_SQ_TASKRUN 2
+#ifndef SYS_io_uring_enter
+#define SYS_io_uring_enter 426
+#endif
+
+/* the completions in io_uring's completion ring moved into ev as libaio's events (the slot,
+ * 0, the result, 0), at most cap, with no system call but where the ring says completions
+ * wait for this task to post them (IORING_SQ_TASKRUN: the ring is set up with
+ * IORING_SETUP_COOP_TASKRUN, which does not interrupt the task for them); how many */
+static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
+{
+    const uint32_t head = *L->cq_head;
+    uint32_t tail = __atomic_load_n(L->cq_tail, __ATOMIC_ACQUIRE);
+    if (tail == head && (*L->sq_flags & IVY_SQ_TASKRUN)) {
+        syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 0, IVY_ENTER_GETEVENTS, NULL, 0);
+        tail = __atomic_load_n(L->cq_tail, __ATOMIC_ACQUIRE);
+    }
+    int64_t n = (uint32_t)(tail - head);
+    if (n == 0)
+        return 0;
+    if (n > cap)
+        n = cap;
+    const struct ivy_cqe *cqes = (const struct ivy_cqe *)L->cqes;
+    const uint32_t mask = (uint32_t)L->cq_mask;
+    for (int64_t i = 0; i < n; i++) {
+        const struct ivy_cqe *c = &cqes[(head + (uint32_t)i) & mask];
+        ev[4 * i] = (int64_t)c->user_data;
+        ev[4 * i + 1] = 0;
+        ev[4 * i + 2] = c->res;
+        ev[4 * i + 3] = 0;
+    }
+    __atomic_store_n(L->cq_head, head + (uint32_t)n, __ATOMIC_RELEASE); /* copied first */
+    return n;
+}
+
+/* the backend's four calls, the one place the loop tells libaio (backend 0) from io_uring:
+ * the completions there now, taken without a system call (be_take) or only looked at
+ * (be_ready); a block for one for ns at most (be_wait: how many it took, 0 at the timeout or
+ * when interrupted); the submission of the m slots in out (be_submit: libaio's io_submit of
+ * their iocbs, in ptrs; io_uring's entries made from their rows, each slot's registered file
+ * and buffer, then io_uring_enter; how many the kernel took, -1 none) */
+static inline int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
+{
+    if (L->backend)
+        return cq_take(L, ev, cap);
+    return ring_take(L->ring_header, L->ring_events, ev, cap);
+}
+
+static inline int be_ready(const struct ivy_loop *L)
+{
+    if (L->backend)
+        return *L->cq_head != *L->cq_tail || (*L->sq_flags & IVY_SQ_TASKRUN);
+    return L->ring_header[2] != L->ring_header[3];
+}
+
+static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
+{
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    if (!L->backend) {
+        long got = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)cap, (void *)ev,
+                           &ts);
+        return got > 0 ? got : 0; /* -1: interrupted (EINTR); look again */
+    }
+    struct ivy_getevents_arg arg = {0, 8, 0, (uint64_t)(uintptr_t)&ts};
+    syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 1, IVY_ENTER_GETEVENTS | IVY_ENTER_EXT_ARG,
+            &arg, sizeof arg); /* -1: ETIME or EINTR; take what is there */
+    return cq_take(L, ev, cap);
+}
+
+static inline long be_submit(const struct ivy_loop *L, const int64_t *rows, const int64_t *out,
+                             int64_t m)
+{
+    if (!L->backend)
+        return syscall(SYS_io_submit, (unsigned long)L->ctx, (long)m, (void *)L->ptrs);
+    struct ivy_sqe *sqes = (struct ivy_sqe *)L->sqes;
+    const uint32_t tail = *L->sq_tail, mask = (uint32_t)L->sq_mask;
+    for (int64_t q = 0; q < m; q++) {
+        const int64_t slot = out[q];
+        const int64_t *row = rows + ROW_WORDS * slot;
+        const int64_t w = row[W_OPCODE_FD];
+        struct ivy_sqe *e = &sqes[(tail + (uint32_t)q) & mask];
+        memset(e, 0, sizeof *e);
+        e->opcode = (w & 0xffff) == IOCB_CMD_PWRITE ? IVY_OP_WRITE_FIXED : IVY_OP_READ_FIXED;
+        e->flags = IVY_SQE_FIXED_FILE;
+        e->fd = (int32_t)(w >> 32); /* the file registered at its descriptor's index */
+        e->off = (uint64_t)row[W_OFFSET];
+        e->addr = (uint64_t)row[W_BUF];
+        e->len = (uint32_t)row[W_NBYTES];
+        e->user_data = (uint64_t)slot;
+        e->buf_index = (uint16_t)slot; /* the buffer registered at its slot's index */
+    }
+    __atomic_store_n(L->sq_tail, tail + (uint32_t)m, __ATOMIC_RELEASE); /* entries first */
+    return syscall(SYS_io_uring_enter, (int)L->uring_fd, (unsigned)m, 0, 0, NULL, 0);
+}
+
+/* a wait for completions when a look found none: look again until spin_until, and while
+ * until is nearer than sleep_min, yielding the core between looks from yield_from on (the
+ * device's kernel worker may need it); block (be_wait) for the rest, up to block_until.
  * How many completions it moved into ev (0: until came) */
-static int64_t look_then_block(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
-                               int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
-                               int64_t spin_until, int64_t yield_from, int64_t sleep_min)
+static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t cap,
+                               int64_t until, int64_t block_until, int64_t spin_until,
+                               int64_t yield_from, int64_t sleep_min)
 {
     int64_t n = 0, now = now_ns();
     for (;;) {
@@ -143,12 +268,9 @@ static int64_t look_then_block(unsigned long ctx, volatile uint32_t *hdr, const 
         if (now < spin_until || until - now < sleep_min || block_until <= now) {
             if (now >= yield_from)
                 syscall(SYS_sched_yield);
-            n = ring_take(hdr, ring_ev, ev, cap);
+            n = be_take(L, ev, cap);
         } else {
-            const int64_t left = block_until - now;
-            struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
-            long got = syscall(SYS_io_getevents, ctx, 1L, (long)cap, (void *)ev, &ts);
-            n = got > 0 ? got : 0; /* -1: interrupted; look at the time again */
+            n = be_wait(L, ev, cap, block_until - now);
         }
         if (n)
             break;
@@ -160,13 +282,13 @@ static int64_t look_then_block(unsigned long ctx, volatile uint32_t *hdr, const 
 /* the max-iops loops' wait (slave.engine.waits.Waiter): look_then_block, looking for spin ns
  * (yielding after every look) only when the recent waits (their running mean, *mean) were
  * shorter than gate */
-static int64_t await_events(unsigned long ctx, volatile uint32_t *hdr, const int64_t *ring_ev,
-                            int64_t *ev, int64_t cap, int64_t until, int64_t block_until,
-                            int64_t spin, int64_t gate, int64_t sleep_min, int64_t *mean)
+static int64_t await_events(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t until,
+                            int64_t block_until, int64_t spin, int64_t gate, int64_t sleep_min,
+                            int64_t *mean)
 {
     const int64_t t0 = now_ns();
-    int64_t n = look_then_block(ctx, hdr, ring_ev, ev, cap, until, block_until,
-                                *mean < gate ? t0 + spin : t0, t0, sleep_min);
+    int64_t n = look_then_block(L, ev, cap, until, block_until, *mean < gate ? t0 + spin : t0,
+                                t0, sleep_min);
     *mean += (now_ns() - t0 - *mean) >> 3; /* a running mean over ~8 waits */
     return n;
 }
@@ -422,26 +544,20 @@ static int64_t lone_wait(const struct ivy_loop *L, int64_t now, int64_t until, i
 {
     const int64_t left = until - now < L->block_wait_ns ? until - now : L->block_wait_ns;
     if (L->busy_poll) {
-        int64_t n = ring_take(L->ring_header, L->ring_events, L->events, L->events_cap);
+        int64_t n = be_take(L, L->events, L->events_cap);
         if (n)
             return n;
-        return look_then_block((unsigned long)L->ctx, L->ring_header, L->ring_events,
-                               L->events, L->events_cap, wake < until ? wake : until,
+        return look_then_block(L, L->events, L->events_cap, wake < until ? wake : until,
                                now + left, last_done + L->busy_spin_ns,
                                last_done + L->busy_hot_ns, 0);
     }
     if (left <= 0)
         return 0;
-    struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
-    long got = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)L->events_cap,
-                       (void *)L->events, &ts);
-    return got > 0 ? got : 0; /* -1: interrupted; look at the time again */
+    return be_wait(L, L->events, L->events_cap, left);
 }
 
 int64_t paced_run(struct ivy_loop *L)
 {
-    volatile uint32_t *hdr = L->ring_header;
-    const int64_t *ring_ev = L->ring_events;
     int64_t *ev = L->events, *rows = L->rows, *pend = L->pend;
     const int64_t *iocb_addr = L->iocb_addr;
     int64_t *ptrs = L->ptrs, *out = L->out;
@@ -452,7 +568,7 @@ int64_t paced_run(struct ivy_loop *L)
     uint8_t *armed = L->armed;
     int64_t *heap_t = L->heap_t, *heap_k = L->heap_k, *cur = L->cur;
     const int64_t *rings = L->rings, *rlen = L->rlen;
-    const int64_t ctx = L->ctx, ev_cap = L->events_cap, nk = L->n_workloads;
+    const int64_t ev_cap = L->events_cap, nk = L->n_workloads;
     const int64_t n_owners = L->n_owners, flush_at = L->flush_at;
     const int64_t compact_at = L->compact_at, discard = L->discard;
     const int64_t boundary = L->boundary_ns, sleep_min = L->sleep_min_ns;
@@ -477,7 +593,7 @@ int64_t paced_run(struct ivy_loop *L)
     L->n = 0;
     for (;;) {
         if (n == 0) /* look in the ring */
-            n = ring_take(hdr, ring_ev, ev, ev_cap);
+            n = be_take(L, ev, ev_cap);
         if (n) {
             int64_t t = t_reaped ? t_reaped : now_ns();
             t_reaped = 0;
@@ -554,7 +670,7 @@ int64_t paced_run(struct ivy_loop *L)
         }
         if (m) {
             int64_t t_sub = now_ns();
-            long done = syscall(SYS_io_submit, (unsigned long)ctx, (long)m, (void *)ptrs);
+            long done = be_submit(L, rows, out, m);
             for (int64_t q = 0; q < m; q++) {
                 int64_t *row = rows + ROW_WORDS * out[q];
                 row[C_SUBMIT] = t_sub;
@@ -592,7 +708,7 @@ int64_t paced_run(struct ivy_loop *L)
                 if (!discard)
                     bin_one(rec, root, stat_off, fixcat, n_owners);
                 b++;
-                if (now_ns() >= until || hdr[2] != hdr[3])
+                if (now_ns() >= until || be_ready(L))
                     break;
             }
             if (b == p) {
@@ -614,7 +730,7 @@ int64_t paced_run(struct ivy_loop *L)
         if (n_max && !busy_poll && L->in_flight > 0) {
             /* max-iops I/O in flight: look a while before blocking, as the lone loops do (a
              * wait for a paced I/O's time ends WAKE_EARLY before it, and looks for the rest) */
-            n = await_events((unsigned long)ctx, hdr, ring_ev, ev, ev_cap, until,
+            n = await_events(L, ev, ev_cap, until,
                              left_ns > long_wait ? until - wake_early : until, spin, gate,
                              sleep_min, &L->mean_ns);
             continue;
@@ -626,10 +742,7 @@ int64_t paced_run(struct ivy_loop *L)
             wait = left_ns > long_wait ? left_ns - wake_early : left_ns;
         }
         if (wait > 0) {
-            struct timespec ts = {wait / 1000000000LL, wait % 1000000000LL};
-            long got = syscall(SYS_io_getevents, (unsigned long)ctx, 1L, (long)ev_cap,
-                               (void *)ev, &ts);
-            n = got > 0 ? got : 0; /* -1: interrupted (EINTR); look again */
+            n = be_wait(L, ev, ev_cap, wait);
         } else {
             syscall(SYS_sched_yield); /* too near to sleep: let the device's worker run */
         }

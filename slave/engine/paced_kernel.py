@@ -42,6 +42,14 @@ alone (DFC's, of every workload at every boundary) is made in the kernel's own a
 workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for each of those.
 
+``paced_run`` serves libaio and io_uring alike (``ivy_loop.h``'s ``backend``): it takes
+completions, looks for them, waits for them and submits only through four small functions
+(``be_take``, ``be_ready``, ``be_wait``, ``be_submit``), which read libaio's mapped ring and
+call ``io_getevents`` / ``io_submit``, or read io_uring's mapped completion ring and fill its
+submission ring from the slot rows (``READ_FIXED`` / ``WRITE_FIXED`` on the registered file
+and buffer: ``slave.engine.uring``) and call ``io_uring_enter``; io_uring's completions are
+copied into the events as libaio's, so the loop's body is one.
+
 ``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too. At queue
 depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in the ring
 for ``busy_poll``), with no code between a submission and the wait, as its own loop

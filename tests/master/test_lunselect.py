@@ -389,6 +389,7 @@ steps:
     # (engine, fallback, engine attribute) of /dev/sda
     ('  - {path: "/dev/sd*"}', ("auto", False, "libaio")),
     ('  - {path: "/dev/sd*", engine: threadpool}', ("threadpool", False, "threadpool")),
+    ('  - {path: "/dev/sd*", engine: io_uring}', ("io_uring", False, "io_uring")),
     ('  - {path: "/dev/sd*", allow_engine_fallback: true}', ("auto", True, "libaio")),
     ('  - {path: /dev/sda, engine: libaio}\n  - {vendor: ACME}', ("libaio", False, "libaio")),
     ('  - {vendor: ACME, allow_engine_fallback: true}\n  - {path: /dev/sda, engine: libaio}',

@@ -1,10 +1,12 @@
 """Which I/O engine serves each LUN, end to end through the real CLI (``ivypy run``) on localhost.
 
-One run reads three file LUNs at once: on a ramfs (no direct I/O on any kernel: the slave must
-fall back to the thread-pool engine and say so), on an ext4 loop device (O_DIRECT works: libaio)
-and on tmpfs in /dev/shm (libaio exactly where this kernel takes O_DIRECT there, since Linux
-6.6; else the fallback). While the run does I/O, the open flags of each LUN's fd in the slave's
-workers (``/proc/<pid>/fdinfo``) show whether the engine really opened it with ``O_DIRECT``.
+One run reads four file LUNs at once: on a ramfs (no direct I/O on any kernel: the slave must
+fall back to the thread-pool engine and say so), on an ext4 loop device (O_DIRECT works:
+libaio), on tmpfs in /dev/shm (libaio exactly where this kernel takes O_DIRECT there, since
+Linux 6.6; else the fallback) and on the ext4 loop device again with ``engine: io_uring``
+(the engine rollup has an instance of it). While the run does I/O, the open flags of each
+LUN's fd in the slave's workers (``/proc/<pid>/fdinfo``) show whether the engine really opened
+it with ``O_DIRECT``.
 The engine of each LUN is in luns.csv (the slave's discovery names the engine its workloads
 would run on: an attribute, so a selection and rollup key too), the engine of each workload in
 events.csv (``workload ... created (engine ...)``) and run.log; the fallback's warning, naming
@@ -42,10 +44,12 @@ TEST = """\
 test: engines
 subinterval_seconds: {sub}
 hosts: [localhost]
+rollups: [lun, engine]
 luns:
   - {{hosts: localhost, file: "{ramfs}", size: 16MiB, create: true}}
   - {{hosts: localhost, file: "{ext4}", size: 16MiB, create: true}}
   - {{hosts: localhost, file: "{tmpfs}", size: 16MiB, create: true}}
+  - {{hosts: localhost, file: "{uring}", size: 16MiB, create: true, engine: io_uring}}
 steps:
   - name: read
     workloads:
@@ -111,7 +115,7 @@ def engine_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRun]:
         tmpfs.mkdir()
         direct = _takes_o_direct(tmpfs)
         luns = {"ramfs": str(ramfs / "lun-ramfs"), "ext4": str(ext4 / "lun-ext4"),
-                "tmpfs": str(tmpfs / "lun-tmpfs")}
+                "tmpfs": str(tmpfs / "lun-tmpfs"), "uring": str(ext4 / "lun-uring")}
         cfg = write_config(tmp, TEST.format(sub=SUB_S, iops=IOPS, **luns))
         proc = start_run(cfg, out)
         folder = run_folder(out, "engines")
@@ -191,10 +195,21 @@ def test_tmpfs_lun_engine_follows_the_kernel(engine_run: EngineRun) -> None:
     assert len(_engine_warnings(engine_run, path)) == (0 if direct else 1)
 
 
+def test_an_ext4_lun_asked_for_io_uring_runs_on_it(engine_run: EngineRun) -> None:
+    path = engine_run.luns["uring"]
+    assert "(engine io_uring," in _created(engine_run, path)
+    assert _engine_warnings(engine_run, path) == []
+    instances = {r["rollup_instance"]
+                 for r in rows(engine_run.folder / "step0000-read" / "engine" / "summary.csv")}
+    assert "io_uring" in instances  # the rollup key
+
+
 def test_engines_open_luns_with_o_direct_exactly_for_libaio(engine_run: EngineRun) -> None:
     """Each LUN is open once in the slave's process tree during the run; O_DIRECT on it is set
-    for libaio (ext4, tmpfs where the kernel takes it) and clear for the thread-pool engine."""
-    want = {"ramfs": False, "ext4": True, "tmpfs": engine_run.tmpfs_takes_o_direct}
+    for libaio and io_uring (ext4, tmpfs where the kernel takes it) and clear for the
+    thread-pool engine."""
+    want = {"ramfs": False, "ext4": True, "tmpfs": engine_run.tmpfs_takes_o_direct,
+            "uring": True}
     for kind, path in engine_run.luns.items():
         flags = engine_run.flags[path]
         assert len(flags) == 1, (kind, [oct(f) for f in flags])
@@ -207,7 +222,8 @@ def test_luns_listed_and_every_engine_did_its_io(engine_run: EngineRun) -> None:
     summary = {r["rollup_instance"]: r
                for r in rows(engine_run.folder / "step0000-read" / "lun" / "summary.csv")}
     engine = {"ramfs": "threadpool", "ext4": "libaio",
-              "tmpfs": "libaio" if engine_run.tmpfs_takes_o_direct else "threadpool"}
+              "tmpfs": "libaio" if engine_run.tmpfs_takes_o_direct else "threadpool",
+              "uring": "io_uring"}
     for kind, path in engine_run.luns.items():
         assert listed[path]["selected"] == "true" and listed[path]["used_by"] == "r", kind
         assert listed[path]["kind"] == "file" and listed[path]["size_bytes"] == str(16 << 20)

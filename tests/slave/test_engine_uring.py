@@ -1,0 +1,493 @@
+"""The io_uring engine (``slave.engine.uring``) on real loop devices over fully written files in
+/dev/shm: in the compiled loop (``paced_run``'s backend 1) and in the general Python loop, at
+queue depth 1 and 32, paced and at max IOPS, with the device's own counters as the witness of
+counts and bytes and the written blocks' contents of offsets; errors with errno and short
+transfers; the ring itself (registered files and buffers, reaped from the mapped ring and with
+a timed wait); the refusal where io_uring cannot be had."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from protocol.errors import IoEngineError
+from protocol.stats import WorkloadStats
+from slave import engine as engine_mod
+from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning, uring
+from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
+from slave.engine.uring import UringEngine
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.test_engine_libaio import Control, verify_range
+
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _uring_here() -> None:
+    """io_uring and the compiled kernel must be here when root runs the tests (CI); without
+    root their absence skips."""
+    why = uring.available() or paced_kernel.why_not()
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"as root this is a failure, not a skip: {why}")
+    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB, *,
+             zeros: bool = False) -> LoopDevice:
+    """A loop device over a file written whole, with random bytes or ``zeros`` (a sparse
+    file's holes read as zero pages without I/O; ``verify_range`` takes a block of zeros for
+    one never written)."""
+    def fill(path: str) -> None:
+        rng = np.random.default_rng(1)
+        with open(path, "wb") as f:
+            f.write(np.zeros(size_bytes, dtype=np.uint8) if zeros
+                    else rng.integers(0, 256, size_bytes, dtype=np.uint8))
+    dev = loop_device(size_bytes, prepare=fill)
+    settle()
+    return dev
+
+
+def _device_bytes(name: str) -> tuple[int, int]:
+    """Bytes the device has read and written (``/sys/block/<dev>/stat`` sectors)."""
+    with open(f"/sys/block/{name}/stat") as f:
+        fields = f.read().split()
+    return int(fields[2]) * 512, int(fields[6]) * 512
+
+
+def _run(path: str, params: list[WorkloadParams], seconds: float, subintervals: int = 1,
+         lbs: int = 512) -> tuple[list[WorkloadStats], dict[str, dict[str, int]], EngineLoop]:
+    """Workloads ``t:l:w0``... on io_uring in one loop, their stats in one region (as a
+    worker's, which the compiled loop bins into); each one's statistics of every
+    subinterval, merged, and the errors."""
+    loop = EngineLoop(capacity=256)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(path, writable=any(p.writes for p in params),
+                        extra_flags=eng.open_flags)
+    size = files.probe(path).size_bytes
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n * len(params), dtype=np.int64)
+    stats = [(WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
+              WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n])) for i in range(len(params))]
+    for i, (p, st) in enumerate(zip(params, stats, strict=True)):
+        loop.add_workload(WorkloadSpec(f"t:l:w{i}", p, eng, fd, size, lbs, st), None)
+    for pair in stats:  # a view of zeros: the least latencies must start above any
+        pair[0].reset()
+        pair[1].reset()
+    totals = [WorkloadStats() for _ in params]
+
+    class Ctl(Control):
+        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
+                        errors: dict[str, dict[str, int]]) -> None:
+            super().handed_over(lp, finished, sw, ho, errors)
+            for st, total in zip(stats, totals, strict=True):
+                total.merge_into(st[finished % 2])
+                st[finished % 2].reset()
+
+    ctl = Ctl(subintervals)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, int(seconds / subintervals * 1e9))
+    finally:
+        loop.close()
+        os.close(fd)
+    return totals, ctl.errors, loop
+
+
+def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
+    """The compiled loop's backend at each of its runs (``compiled``: whether it may run)."""
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    real = paced_kernel.run
+    backends: list[int] = []
+
+    def noting(args: LoopArgs) -> int:
+        backends.append(int(args.backend))
+        return real(args)
+
+    monkeypatch.setattr(paced_kernel, "run", noting)
+    return backends
+
+
+def _own_read_bytes() -> int:
+    """Bytes this process's reads asked of block devices (``/proc/self/io`` read_bytes: the
+    kernel counts each read bio in ``submit_bio`` against the task that submits it, io_uring's
+    workers being threads of this process; the loop device's own reads of its backing file are
+    its kernel worker's)."""
+    with open("/proc/self/io") as f:
+        return int(next(ln for ln in f if ln.startswith("read_bytes:")).split()[1])
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iops", [None, 4000.0], ids=["max", "paced"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_reads_recorded_are_the_reads_the_device_did(
+    loop_device: LoopFactory, iodepth: int, iops: float | None, compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over 3 subintervals: the reads recorded are the reads done (but for those reaped past
+    the last boundary or in flight at the stop: at most twice the queue depth), counted by the
+    kernel twice: the device's reads, and this process's reads of any block device. Each
+    count alone may hold others' (a shared host's LUN discovery probes every block device;
+    a module this process imports for the first time is read from its disk), so the witness
+    is the lesser. A paced workload holds its rate, within 1 %; the compiled loop ran on
+    io_uring, or did not run."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    p = WorkloadParams(iodepth=iodepth, iops=iops, seed=4)
+    device_before, own_before = _device_bytes(dev.name)[0], _own_read_bytes()
+    (st,), errors, loop = _run(dev.path, [p], 0.3, subintervals=3)
+    own = (_own_read_bytes() - own_before) // p.blocksize_bytes
+    device = (_device_bytes(dev.name)[0] - device_before) // p.blocksize_bytes
+    assert errors == {} and loop.in_flight == 0
+    recorded = st.ops(0)
+    assert recorded > 300
+    assert recorded <= min(own, device) <= recorded + 2 * iodepth, (recorded, own, device)
+    assert int(st.counters[0, 1]) == recorded * p.blocksize_bytes
+    if iops is not None:  # 0.3 s at 4,000 IOPS
+        assert 0.99 * 1200 <= recorded <= 1200, recorded
+    assert backends == [1] * len(backends) and bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+def test_busy_poll_at_depth_one_looks_in_the_ring(
+    loop_device: LoopFactory, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``busy_poll`` at QD1 (the compiled loop's ``lone`` wait looking in the completion ring,
+    which asks the kernel to post what waits for this task): every read recorded is one the
+    device did (witnessed as above), with a real latency."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    p = WorkloadParams(iodepth=1, busy_poll=True, seed=6)
+    device_before, own_before = _device_bytes(dev.name)[0], _own_read_bytes()
+    (st,), errors, _ = _run(dev.path, [p], 0.2, subintervals=2)
+    own = (_own_read_bytes() - own_before) // p.blocksize_bytes
+    device = (_device_bytes(dev.name)[0] - device_before) // p.blocksize_bytes
+    assert errors == {} and st.ops(0) > 200
+    assert st.ops(0) <= min(own, device) <= st.ops(0) + 2, (st.ops(0), own, device)
+    assert st.lat[0, 0, 1] > 0  # the least service time: a real latency, not zero
+    assert backends == [1] * len(backends) and bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize(("iodepth", "read_fraction"), [(1, 0.0), (32, 0.0), (32, 0.5)])
+def test_writes_land_byte_for_byte_where_they_were_sent(
+    loop_device: LoopFactory, iodepth: int, read_fraction: float, compiled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sequential writes over 1 MiB (with reads beside them): every block of the range holds
+    its planned data for its offset (``WritePattern.verify``: the offset is stamped in each
+    sector), nothing was written outside it, and the device wrote the bytes recorded."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    start, end = 2 * MiB, 3 * MiB
+    p = WorkloadParams(iosequencer="sequential", read_fraction=read_fraction, iodepth=iodepth,
+                       range_start_bytes=start, range_end_bytes=end, seed=11)
+    with open(dev.backing_file, "rb") as f:
+        outside = f.read(start), f.read()[end - start :]
+    _, wrote_before = _device_bytes(dev.name)
+    (st,), errors, _ = _run(dev.path, [p], 0.3)
+    wrote = _device_bytes(dev.name)[1] - wrote_before
+    assert errors == {}
+    assert st.ops(3) >= 256
+    assert st.ops(3) * p.blocksize_bytes <= wrote <= (st.ops(3) + 2 * iodepth) * p.blocksize_bytes
+    with open(dev.backing_file, "rb") as f:
+        assert (f.read(start), f.read()[end - start :]) == outside
+    pattern_checked = verify_range(dev.backing_file, p, start, end)
+    assert pattern_checked == 256
+    assert bool(backends) == compiled
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_reads_past_the_end_are_short_transfers_counted(
+    lun_file: str, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A workload over the last MiB of a file shrunk under its feet: every read is short (0
+    bytes), counted as such and not as an I/O done, as libaio's are."""
+    backends = _noting_runs(monkeypatch, compiled)
+    p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
+    os.truncate(lun_file, 16 * MiB)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
+    os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    assert set(ctl.errors["t:l:w"]) == {"short"}
+    assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
+    assert stats[0].ops() == 0
+    assert bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+def test_paced_and_max_workloads_with_writes_share_the_ring(
+    loop_device: LoopFactory, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four workloads on one ring, each on its own MiB: two paced, two at max IOPS, half
+    writes: their I/Os go out together (one submission for all that are due) and every
+    written block holds its planned data for its offset; the paced ones hold their rates."""
+    dev = _written(loop_device, zeros=True)
+    backends = _noting_runs(monkeypatch, compiled)
+    params = [WorkloadParams(read_fraction=0.5, iodepth=4, seed=30 + i,
+                             iops=2000.0 if i % 2 else None,
+                             range_start_bytes=(4 + i) * MiB, range_end_bytes=(5 + i) * MiB)
+              for i in range(4)]
+    stats, errors, _ = _run(dev.path, params, 0.3, subintervals=3)
+    assert errors == {}
+    for p, st in zip(params, stats, strict=True):
+        assert st.ops(1) > 100 and st.ops(0) > 100
+        if p.iops is not None:  # 0.3 s at 2,000 IOPS
+            assert 0.99 * 600 <= st.ops() <= 600, st.ops()
+        assert verify_range(dev.backing_file, p, p.range_start_bytes, p.range_end_bytes) > 50
+    assert backends == [1] * len(backends) and bool(backends) == compiled
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
+@pytest.mark.parametrize("iodepth", [1, 32])
+def test_errors_are_counted_with_their_errno(
+    loop_device: LoopFactory, iodepth: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A workload whose file the ring no longer holds (unregistered after its slots were
+    prepared): every I/O completes with -EBADF, counted under EBADF as libaio's errors are,
+    none as done."""
+    dev = _written(loop_device)
+    backends = _noting_runs(monkeypatch, compiled)
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
+    stats[0].reset()
+    p = WorkloadParams(iodepth=iodepth)
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    eng.forget_file(fd)  # type: ignore[attr-defined]
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    assert set(ctl.errors["t:l:w"]) == {"EBADF"}
+    assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["EBADF"] > 10
+    assert stats[0].ops() == 0
+    assert bool(backends) == compiled
+
+
+@pytest.mark.root
+def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactory) -> None:
+    """A write and a read of one block through the engine by hand: the read finds the write's
+    data; one reaped from the mapped ring without a system call, one with the timed wait;
+    an unregistered descriptor's I/O completes with -EBADF, a read at an offset not a
+    multiple of the logical block with -EINVAL (errno in the result, as libaio's); a file
+    forgotten is no longer served."""
+    dev = _written(loop_device)
+    fd = os.open(dev.path, os.O_RDWR | os.O_DIRECT)
+    table = SlotTable(8)
+    bufs = AlignedBuffers(8, 4096)
+    bufs.array[0, :] = np.arange(4096) % 251
+    eng = UringEngine(table)
+    try:
+        slots = np.arange(8, dtype=np.intp)
+        eng.prepare_slots(slots, fd, bufs)
+        for slot, op, off, f in ((0, aio_abi.IOCB_CMD_PWRITE, 8192, fd),
+                                 (1, aio_abi.IOCB_CMD_PREAD, 8192, fd),
+                                 (2, aio_abi.IOCB_CMD_PREAD, 0, fd + 100),
+                                 (3, aio_abi.IOCB_CMD_PREAD, 100, fd)):
+            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, f)
+            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, aio_abi.W_NBYTES] = 4096
+            table.rows[slot, aio_abi.W_OFFSET] = off
+        eng.submit_one(0)
+        assert eng.reap(1, 1_000_000_000) == 1
+        assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
+        eng.submit_list([1])
+        n = 0
+        deadline = time.monotonic() + 2
+        while n == 0 and time.monotonic() < deadline:
+            n = eng.poll()
+        assert n == 1 and int(eng.done_slot[0]) == 1 and int(eng.done_res[0]) == 4096
+        assert np.array_equal(bufs.array[1], bufs.array[0])
+        eng.submit(np.array([2, 3], dtype=np.intp))
+        got: dict[int, int] = {}
+        while len(got) < 2 and time.monotonic() < deadline:
+            n = eng.reap(1, 100_000_000)
+            got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
+        assert got == {2: -9, 3: -22}  # EBADF, EINVAL
+        assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
+        eng.forget_file(fd)  # its last workload let go of it: unregistered
+        eng.submit_one(1)
+        assert eng.reap(1, 1_000_000_000) == 1 and int(eng.done_res[0]) == -9
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+@pytest.mark.root
+def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
+    loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``finish_submit`` (the compiled loop's R_SUBMIT comes back to it too): entries the kernel
+    did not take (EAGAIN, as under memory pressure; the first call is made to say so) stay in
+    the submission ring and go out at the next call, each once; a refusal is a
+    ``SubmitError`` saying how many went out."""
+    dev = _written(loop_device)
+    fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
+    table = SlotTable(4)
+    bufs = AlignedBuffers(4, 4096)
+    eng = UringEngine(table)
+    try:
+        eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
+        for slot in range(4):
+            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(
+                aio_abi.IOCB_CMD_PREAD, fd)
+            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, aio_abi.W_NBYTES] = 4096
+            table.rows[slot, aio_abi.W_OFFSET] = 4096 * slot
+        real = eng._ring.enter
+        calls: list[int] = []
+
+        def busy_once(to_submit: int, min_complete: int, timeout_ns: int, **kw: bool) -> int:
+            calls.append(to_submit)
+            if len(calls) == 1:
+                return -11  # EAGAIN: nothing taken
+            return real(to_submit, min_complete, timeout_ns, **kw)
+
+        monkeypatch.setattr(eng._ring, "enter", busy_once)
+        eng.submit(np.array([0, 1], dtype=np.intp))
+        assert calls[:2] == [2, 2]
+        got: dict[int, int] = {}
+        deadline = time.monotonic() + 2
+        while len(got) < 2 and time.monotonic() < deadline:
+            n = eng.reap(1, 100_000_000)
+            got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
+        assert got == {0: 4096, 1: 4096}
+        assert eng.reap(1, 20_000_000) == 0  # each went out once
+        monkeypatch.setattr(eng._ring, "enter", lambda *a, **kw: -77)  # EBADFD
+        with pytest.raises(SubmitError) as refused:
+            eng.submit(np.array([2], dtype=np.intp))
+        assert refused.value.submitted == 0 and "errno 77" in str(refused.value)
+    finally:
+        eng.close()
+        os.close(fd)
+
+
+def test_an_explicit_io_uring_is_refused_where_it_cannot_be_had(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where io_uring is unavailable the choice is refused, naming the LUN and the reason,
+    never served by another engine. The probe is patched: this host has io_uring, and an old
+    kernel or a seccomp filter cannot be had in a test."""
+    monkeypatch.setattr(engine_mod.uring, "available",
+                        lambda: "io_uring_setup(8) failed: Operation not permitted (errno 1)")
+    with pytest.raises(IoEngineError) as info:
+        choose_engine("io_uring", lun_file, 512)
+    text = str(info.value)
+    assert lun_file in text and "io_uring engine is unavailable" in text and "errno 1" in text
+    assert choose_engine("auto", lun_file, 512).kind == "libaio"  # auto keeps today's choice
+
+
+def test_io_uring_where_o_direct_is_refused_is_refused(
+    lun_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_mod.files, "direct_io_works",
+                        lambda path, lbs: "O_DIRECT read failed: EINVAL")
+    with pytest.raises(IoEngineError, match="io_uring engine is unavailable: O_DIRECT read"):
+        choose_engine("io_uring", lun_file, 512)
+
+
+@pytest.mark.parametrize(("mode", "ring", "refused"), [
+    ("0", "ok", None), ("1", "ok", None),
+    ("1", "EPERM", "not permitted (errno 1); kernel.io_uring_disabled = 1 on this host"),
+    ("0", "ENOSYS", "Function not implemented (errno 38)"),
+    ("2", "ok", "disabled on this host (kernel.io_uring_disabled = 2)"),
+])
+def test_the_kernels_switch_and_the_ring_say_why_io_uring_cannot_be_had(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch, mode: str, ring: str,
+    refused: str | None,
+) -> None:
+    """``kernel.io_uring_disabled`` from a file of the test's, and a ring that fails as the
+    kernel would (the host's own switch is not the test's to set, nor its kernel's age): 2
+    refuses before any ring, 1 names itself beside the ring's refusal, a kernel without
+    io_uring (or a seccomp filter) is the ring's errno."""
+    path = os.path.join(tmp_path, "io_uring_disabled")
+    with open(path, "w") as f:
+        f.write(mode + "\n")
+    rings: list[int] = []
+
+    class Ring:
+        def __init__(self, entries: int, n_buffers: int) -> None:
+            rings.append(entries)
+            if ring != "ok":
+                err = {"EPERM": 1, "ENOSYS": 38}[ring]
+                raise IoEngineError(f"io_uring_setup({entries}) failed: {os.strerror(err)} "
+                                    f"(errno {err})")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(uring, "_AVAILABLE", [])
+    monkeypatch.setattr(uring, "UringRing", Ring)
+    why = uring.available(path)
+    assert (why is None) == (refused is None)
+    assert refused is None or (why is not None and refused in why), why
+    assert bool(rings) == (mode != "2")
+
+
+@pytest.mark.root
+def test_a_worker_refuses_io_uring_before_any_io_where_it_cannot_be_had(
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through a real worker (forked after the probe is patched: this host has io_uring, and an
+    old kernel or a seccomp filter cannot be had in a test): the create is refused with the LUN
+    and the reason, no workload is left and the device did no I/O but the engine choice's
+    read of its first block (``files.direct_io_works``); where io_uring can be had
+    the same create runs on it, and says so (the master adds the host: test_run_refusals)."""
+    from slave.luns import describe_block_device
+    from slave.worker import WorkerError
+    from slave.worker_backend import WorkerBackend
+
+    dev = _written(loop_device)
+    lun = describe_block_device(dev.path)
+    reason = "io_uring_setup(8) failed: Function not implemented (errno 38)"
+    with monkeypatch.context() as m:
+        m.setattr(engine_mod.uring, "available", lambda: reason)
+        backend = WorkerBackend(1)
+    try:
+        before = _device_bytes(dev.name)
+        with pytest.raises(WorkerError) as refused:
+            backend.create("h:l:w", lun, WorkloadParams(iodepth=4), engine="io_uring")
+        text = str(refused.value)
+        assert dev.path in text and f"the io_uring engine is unavailable: {reason}" in text
+        assert backend.pool.workloads == {}
+        read, wrote = _device_bytes(dev.name)  # the engine choice's O_DIRECT probe: one block
+        assert read - before[0] <= 4096 and wrote == before[1]
+    finally:
+        backend.close()
+    backend = WorkerBackend(1)
+    try:
+        info = backend.create("h:l:w", lun, WorkloadParams(iodepth=4), engine="io_uring")
+        assert info["engine"] == "io_uring" and "warning" not in info
+    finally:
+        backend.close()
