@@ -132,8 +132,10 @@ class BlockTrace:
                  pid: int | None = None) -> None:
         self.devs = devs
         self.buffer_mib_per_cpu = buffer_mib_per_cpu
-        #: only the events of this task (another process reading the devices is left out); a
-        #: completion runs in another context, so with a task only ``bios`` has a meaning
+        #: only the events of this task and of its io_uring workers (``iou-wrk-<pid>``, which
+        #: issue what the ring could not issue at once): another process reading the devices
+        #: is left out; a completion runs in another context, so with a task only ``bios``
+        #: has a meaning
         self.pid = pid
         self.dir = TRACEFS / "instances" / f"ivypy-blocktrace-{os.getpid()}-{next(_names)}"
 
@@ -155,8 +157,9 @@ class BlockTrace:
             self._write("trace_clock", self.clock)
             self._write("buffer_size_kb", str(self.buffer_mib_per_cpu << 10))
             devs = " || ".join(f"dev == {kernel_dev(d)}" for d in self.devs)
-            if self.pid is not None:
-                devs = f"({devs}) && common_pid == {self.pid}"
+            if self.pid is not None:  # and its io_uring workers, named after it
+                devs = (f"({devs}) && (common_pid == {self.pid} || "
+                         f"comm == \"iou-wrk-{self.pid}\")")
             for ev in EVENTS:
                 self._write(f"events/block/{ev}/filter", devs)
                 self._write(f"events/block/{ev}/enable", "1")
