@@ -55,6 +55,32 @@ def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB, *,
     return dev
 
 
+def _one_workload(path: str, p: WorkloadParams, size_bytes: int
+                  ) -> tuple[EngineLoop, UringEngine, int, tuple[WorkloadStats, WorkloadStats]]:
+    """A loop on io_uring with workload ``t:l:w`` of ``p`` reading ``path``: the loop, its
+    engine, the LUN's descriptor and the workload's stats, in one region as a worker's."""
+    loop = EngineLoop(capacity=64)
+    loop.register_engine_kind("io_uring", UringEngine)
+    eng = loop.engine("io_uring")
+    fd = files.open_lun(path, writable=False, extra_flags=eng.open_flags)
+    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
+    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
+             WorkloadStats(region[WorkloadStats.SIZE :]))
+    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, size_bytes, 512, stats), None)
+    return loop, eng, fd, stats  # type: ignore[return-value]
+
+
+def _run_once(loop: EngineLoop, fd: int) -> Control:
+    """One subinterval of 100 ms; then the loop and the descriptor closed."""
+    ctl = Control(1)
+    try:
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        os.close(fd)
+    return ctl
+
+
 def _device_bytes(name: str) -> tuple[int, int]:
     """Bytes the device has read and written (``/sys/block/<dev>/stat`` sectors)."""
     with open(f"/sys/block/{name}/stat") as f:
@@ -217,21 +243,9 @@ def test_reads_past_the_end_are_short_transfers_counted(
     backends = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
     os.truncate(lun_file, 16 * MiB)
-    loop = EngineLoop(capacity=64)
-    loop.register_engine_kind("io_uring", UringEngine)
-    eng = loop.engine("io_uring")
-    fd = files.open_lun(lun_file, writable=False, extra_flags=eng.open_flags)
-    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
-    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
-             WorkloadStats(region[WorkloadStats.SIZE :]))
-    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
+    loop, _eng, fd, stats = _one_workload(lun_file, p, 16 * MiB)
     os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
-    ctl = Control(1)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
-    finally:
-        loop.close()
-        os.close(fd)
+    ctl = _run_once(loop, fd)
     assert set(ctl.errors["t:l:w"]) == {"short"}
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
     assert stats[0].ops() == 0
@@ -273,23 +287,10 @@ def test_errors_are_counted_with_their_errno(
     none as done."""
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
-    loop = EngineLoop(capacity=64)
-    loop.register_engine_kind("io_uring", UringEngine)
-    eng = loop.engine("io_uring")
-    fd = files.open_lun(dev.path, writable=False, extra_flags=eng.open_flags)
-    region = np.zeros(2 * WorkloadStats.SIZE, dtype=np.int64)
-    stats = (WorkloadStats(region[: WorkloadStats.SIZE]),
-             WorkloadStats(region[WorkloadStats.SIZE :]))
-    stats[0].reset()
-    p = WorkloadParams(iodepth=iodepth)
-    loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, dev.size_bytes, 512, stats), None)
+    loop, eng, fd, stats = _one_workload(dev.path, WorkloadParams(iodepth=iodepth),
+                                         dev.size_bytes)
     eng.forget_file(fd)  # type: ignore[attr-defined]
-    ctl = Control(1)
-    try:
-        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
-    finally:
-        loop.close()
-        os.close(fd)
+    ctl = _run_once(loop, fd)
     assert set(ctl.errors["t:l:w"]) == {"EBADF"}
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["EBADF"] > 10
     assert stats[0].ops() == 0
