@@ -3,7 +3,8 @@
 Owns: ``echo_zipapp`` (the real zipapp builder with a small echo entry point in place of
 ``slave.main``, so transports are tested end to end while the slave is being written) and
 ``testbed`` (``scripts/testbed up 3`` once for the tests/master directory, ``down`` after its
-last test; root only). The in-process SSH server lives in tests/sshserver.py.
+last test; root only). The in-process SSH server lives in tests/sshserver.py; the real runs
+several test files share, in tests/master/sharedruns.py.
 
 Must not: leave processes, namespaces or files behind, or touch the user's ~/.cache (every
 cache directory here is under tmp_path).
@@ -126,4 +127,6 @@ def testbed() -> Iterator[Testbed]:
 
 
 # Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests.
+# Real runs shared by several test files (once per session, on first use).
+from tests.master.sharedruns import quickstart_run  # noqa: E402, F401
 from tests.slave.conftest import ext4_loop_device, loop_device  # noqa: E402, F401
