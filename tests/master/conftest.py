@@ -126,7 +126,12 @@ def testbed() -> Iterator[Testbed]:
             subprocess.run([str(TESTBED_SCRIPT), "down"], check=False, capture_output=True)
 
 
-# Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests.
-# Real runs shared by several test files (once per session, on first use).
-from tests.master.sharedruns import quickstart_run  # noqa: E402, F401
+# Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests, and
+# the real runs several test files share (tests/master/sharedruns.py: once per session).
+from tests.master.sharedruns import (  # noqa: E402, F401
+    interrupted_run,
+    master_killed_run,
+    quickstart_run,
+    slave_killed_run,
+)
 from tests.slave.conftest import ext4_loop_device, loop_device  # noqa: E402, F401

@@ -1,15 +1,16 @@
 """report.html at the end of real runs of ``ivypy run`` on this machine (a local slave, a file
-LUN, real I/O): a run that completes, and one stopped by Ctrl-C. Each page loads in headless
-Chromium with its charts drawn, no script error and no request."""
+LUN, real I/O): a run that completes, and one stopped by Ctrl-C (the run shared with other test
+files, tests/master/sharedruns.py). Each page loads in headless Chromium with its charts drawn,
+no script error and no request."""
 
 from __future__ import annotations
 
-import signal
 import socket
 from pathlib import Path
 
 from tests.master.chromium import CHROMIUM, load
-from tests.master.runhelp import rows, run_folder, start_run, wait_rows, write_config
+from tests.master.runhelp import rows, run_folder, start_run, write_config
+from tests.master.sharedruns import FaultRun
 from tests.master.test_report_chromium import _check_page
 from tests.master.test_report_page import page_data, titles
 
@@ -64,23 +65,15 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
 
 
-def test_ctrl_c_still_writes_the_report(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="intr", seconds=30))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "intr")
-        wait_rows(folder / "step0000-paced/all/all.csv", 3)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
-    page = (folder / "report.html").read_text()
-    assert "interrupted, exit 130" in page and "did not run" in page  # step 1 never ran
+def test_ctrl_c_still_writes_the_report(interrupted_run: FaultRun, tmp_path: Path) -> None:
+    run = interrupted_run
+    assert run.returncode == 130, run.stderr
+    page = (run.folder / "report.html").read_text()
+    assert "interrupted, exit 130" in page and "did not run" in page  # steps 1, 2 never ran
     (step,) = page_data(page)["steps"]
-    assert len(step["charts"][0]["x"]) >= 3
+    assert len(step["charts"][0]["x"]) >= run.rows_before
     if CHROMIUM is not None:
-        _check_page(folder / "report.html", tmp_path)
+        _check_page(run.folder / "report.html", tmp_path)
 
 
 def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ of summary.csv."""
 from __future__ import annotations
 
 import json
-import signal
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +21,13 @@ import pytest
 from tests.master.runhelp import (
     ROOT,
     interrupt,
-    kill_the_slave,
     rows,
     run_folder,
     run_until,
     start_run,
-    wait_rows,
     write_config,
 )
+from tests.master.sharedruns import FaultRun
 
 SCHEMA = json.loads((ROOT / "docs/summary.schema.json").read_text())
 
@@ -94,7 +93,7 @@ def test_a_quickstart_run(quickstart_run: Path) -> None:
 
 TWO_STEPS = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "{lun}"{create}}}
@@ -103,7 +102,7 @@ steps:
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 500,
          read_fraction: 100%}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
   - name: writes
     workloads:
@@ -138,13 +137,9 @@ def test_a_run_failed_by_a_refused_write_tells_the_steps_that_never_ran(
             "not_run", None, None, {})
 
 
-def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="lost", lun="${output_root}/lun-lost", create=", size: 16MiB, create: true",
-        seconds=20))
-    proc, folder, err = run_until(cfg, tmp_path, "lost", "step0000-reads/all/all.csv", 2,
-                                  kill_the_slave)
-    assert proc.returncode == 3, err
+def test_a_run_failed_by_a_host_lost_mid_step(slave_killed_run: FaultRun) -> None:
+    folder = slave_killed_run.folder
+    assert slave_killed_run.returncode == 3, slave_killed_run.stderr
     doc = _summary(folder)
     out = doc["outcome"]
     assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 3, -1)
@@ -164,7 +159,7 @@ def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
 def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, TWO_STEPS.format(
         name="intr", lun="${output_root}/lun-intr", create=", size: 16MiB, create: true",
-        seconds=4))
+        seconds=3))
     proc, folder, err = run_until(cfg, tmp_path, "intr", "step0000-reads/all/all.csv", 2,
                                   interrupt)
     assert proc.returncode == 130, err
@@ -195,18 +190,11 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
 
 
 def test_a_run_whose_master_died_gets_its_summary_from_ivypy_summary_json(
-        tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="died", lun="${output_root}/lun-died", create=", size: 16MiB, create: true",
-        seconds=20))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "died")
-        wait_rows(folder / "step0000-reads/all/all.csv", 2)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        proc.kill()
+        master_killed_run: FaultRun, tmp_path: Path) -> None:
+    # on a copy of the run folder: ivypy summary-json writes into it, and the run is shared
+    folder = tmp_path / "died"
+    shutil.copytree(master_killed_run.folder, folder, symlinks=True,
+                    ignore=shutil.ignore_patterns("control.sock"))
     assert not (folder / "summary.json").exists()  # nothing ran its end
     done = _run("summary-json", str(folder))
     assert done.returncode == 0, done.stderr
