@@ -16,7 +16,7 @@ from tests.master.test_report_page import page_data, titles
 
 TWO_STEPS = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
@@ -26,7 +26,7 @@ steps:
   - name: paced
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
   - name: mixed
     workloads:
@@ -35,7 +35,7 @@ steps:
 
 
 def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="rep", seconds=3))
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="rep", seconds=1.5))
     proc = start_run(cfg, tmp_path)
     try:
         _, err = proc.communicate(timeout=180)
@@ -51,7 +51,7 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
         assert [t.split(" ")[0] for t in titles(step)] == [
             "IOPS", "MB/s", "Service", "Response", "Latency", "CPU"]
         iops = step["charts"][0]
-        assert iops["window"] == [1, 4]  # warmup 1 s, then 3 s measured
+        assert iops["window"] == [0.5, 2]  # warmup 0.5 s, then 1.5 s measured
         measured = [v for v in iops["series"][0]["values"][1:] if v is not None]
         assert len(measured) == 3 and all(abs(v - want) < 0.1 * want for v, want in zip(
             measured, [2000 if step["id"] == "step0000" else 1000] * 3, strict=True))
@@ -80,7 +80,7 @@ def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> 
     with socket.socket() as sock:  # a port no one listens on: the SSH host is refused
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="unreach", seconds=3).replace(
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="unreach", seconds=1.5).replace(
         "hosts: [localhost]",
         f"hosts: [localhost, {{name: far, address: 127.0.0.1, port: {port}, user: root}}]"))
     proc = start_run(cfg, tmp_path)
@@ -99,7 +99,7 @@ def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> 
 
 TWO_HOSTS = """\
 test: twohosts
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts:
   - localhost
   - {name: h2, transport: local}
@@ -111,8 +111,8 @@ steps:
   - name: paced
     workloads:
       - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 1000}
-    warmup_seconds: 1
-    measure_seconds: 3
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
 """
 
 
