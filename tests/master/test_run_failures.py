@@ -30,7 +30,7 @@ from tests.master.sharedruns import FAULT_ROWS, SLAVE_GONE_S, FaultRun
 
 LOCAL_TEST = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
@@ -39,7 +39,7 @@ steps:
   - name: rr
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
 """
 
@@ -319,7 +319,7 @@ def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path)
 
 def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=1).replace(
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=0.5).replace(
         "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]"))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
@@ -336,7 +336,7 @@ def test_a_host_without_the_compiled_loop_runs_and_the_output_says_so(
     # the local slave inherits IVYPY_SLAVE_CC=none: its paced I/O runs in Python, which
     # hosts.csv records and events.csv warns of, naming the host
     monkeypatch.setenv("IVYPY_SLAVE_CC", "none")
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=1))
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=0.5))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
