@@ -117,7 +117,7 @@ def test_ctrl_c_stops_cleanly_keeps_output_exit_130(interrupted_run: FaultRun) -
     assert run.slave_gone
     assert len(rows(run.folder / FAULT_ROWS)) >= run.rows_before
     assert "interrupted" in (run.folder / "events.csv").read_text()
-    # the step ran short of its 30 s: its summary says so
+    # the step ran short of its measurement: its summary says so
     for r in rows(run.folder / "summary.csv"):
         assert r["valid"] == "false" and "interrupted after subinterval" in r["invalid_reason"]
     assert rows(run.folder / "summary.csv")

@@ -4,7 +4,8 @@ run, a run that fails when a later step's write is refused, one whose slave is k
 SIGKILLed, whose summary.json ``ivypy summary-json`` writes. Each summary.json validates
 against docs/summary.schema.json and says what happened: how the run ended, which steps
 completed, which was cut short, which never ran, and per step per rollup instance the numbers
-of summary.csv."""
+of summary.csv. The quickstart and the runs ended by a fault are shared with other test files
+(tests/master/sharedruns.py); what writes into a run folder works on a copy."""
 
 from __future__ import annotations
 
@@ -20,10 +21,8 @@ import pytest
 
 from tests.master.runhelp import (
     ROOT,
-    interrupt,
     rows,
     run_folder,
-    run_until,
     start_run,
     write_config,
 )
@@ -156,13 +155,10 @@ def test_a_run_failed_by_a_host_lost_mid_step(slave_killed_run: FaultRun) -> Non
         assert (s["status"], s["folder"]) == ("not_run", None)
 
 
-def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="intr", lun="${output_root}/lun-intr", create=", size: 16MiB, create: true",
-        seconds=3))
-    proc, folder, err = run_until(cfg, tmp_path, "intr", "step0000-reads/all/all.csv", 2,
-                                  interrupt)
-    assert proc.returncode == 130, err
+def test_a_run_interrupted_by_sigint_and_then_resumed(interrupted_run: FaultRun,
+                                                      tmp_path: Path) -> None:
+    folder = interrupted_run.folder
+    assert interrupted_run.returncode == 130, interrupted_run.stderr
     doc = _summary(folder)
     assert (doc["outcome"]["state"], doc["outcome"]["exit_code"]) == ("interrupted", 130)
     assert doc["outcome"]["last_complete_step"] == -1 and doc["resumed_utc"] == []
@@ -175,6 +171,11 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
     for s in (writes, after):
         assert (s["status"], s["folder"]) == ("not_run", None)
 
+    # resumed in a copy of the run folder, as deep under an output root as the run's: the run
+    # is shared
+    folder = tmp_path / folder.parent.name / folder.name
+    shutil.copytree(interrupted_run.folder, folder, symlinks=True,
+                    ignore=shutil.ignore_patterns("control.sock"))
     proc2 = _run("run", "--resume", str(folder), "--plain")
     assert proc2.returncode == 0, proc2.stderr
     doc = _summary(folder)
