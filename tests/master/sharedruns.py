@@ -131,9 +131,10 @@ def _sigkill_the_master(proc: subprocess.Popen[str], folder: Path) -> None:
 @pytest.fixture(scope="session")
 def interrupted_run(tmp_path_factory: pytest.TempPathFactory) -> FaultRun:
     """Ctrl-C (SIGINT to the master) in the first step's measurement, at its third row of
-    seven (3 s measured: short enough that a resume of a copy runs the whole test soon)."""
+    nine (4 s measured: 3 s left for the Ctrl-C to land in the step, and short enough that a
+    resume of a copy runs the whole test soon)."""
     return _fault_run(tmp_path_factory.mktemp("interrupted"), "intr", 0.5, 3, interrupt,
-                      measure_s=3)
+                      measure_s=4)
 
 
 @pytest.fixture(scope="session")
