@@ -3,7 +3,8 @@
 Owns: ``echo_zipapp`` (the real zipapp builder with a small echo entry point in place of
 ``slave.main``, so transports are tested end to end while the slave is being written) and
 ``testbed`` (``scripts/testbed up 3`` once for the tests/master directory, ``down`` after its
-last test; root only). The in-process SSH server lives in tests/sshserver.py.
+last test; root only). The in-process SSH server lives in tests/sshserver.py; the real runs
+several test files share, in tests/master/sharedruns.py.
 
 Must not: leave processes, namespaces or files behind, or touch the user's ~/.cache (every
 cache directory here is under tmp_path).
@@ -125,5 +126,12 @@ def testbed() -> Iterator[Testbed]:
             subprocess.run([str(TESTBED_SCRIPT), "down"], check=False, capture_output=True)
 
 
-# Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests.
+# Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests, and
+# the real runs several test files share (tests/master/sharedruns.py: once per session).
+from tests.master.sharedruns import (  # noqa: E402, F401
+    interrupted_run,
+    master_killed_run,
+    quickstart_run,
+    slave_killed_run,
+)
 from tests.slave.conftest import ext4_loop_device, loop_device  # noqa: E402, F401

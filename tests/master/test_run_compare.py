@@ -15,7 +15,7 @@ from tests.master.runhelp import ROOT, run_folder, start_run, write_config
 
 TEST = """\
 test: paced
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: {lun}, size: 8MiB, create: true}}
@@ -24,8 +24,8 @@ steps:
     workloads:
       - {{name: w, iosequencer: random_steady, blocksize: 4KiB, iodepth: 1, iops: {iops},
          read_fraction: 100%}}
-    warmup_seconds: 1
-    measure_seconds: 2
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
 """
 
 

@@ -34,6 +34,7 @@ steps:
   - name: down
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
            low_iops: 150, high_iops: 3000}}
+    measure_seconds: 2
   - name: windowed
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
            low_iops: 100, high_iops: 3000, window_seconds: 1.5}}

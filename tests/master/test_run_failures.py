@@ -1,19 +1,19 @@
 """``ivypy run`` when things go wrong: bad configs, unreachable hosts, a slave killed mid-step,
-the master killed, Ctrl-C. Each runs the real CLI as a subprocess against a local slave."""
+the master killed, Ctrl-C. Each runs the real CLI as a subprocess against a local slave; the
+runs ended by a killed slave, a killed master or Ctrl-C are shared with other test files
+(tests/master/sharedruns.py)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.master.runhelp import (
@@ -22,15 +22,15 @@ from tests.master.runhelp import (
     process_tree,
     rows,
     run_folder,
-    slave_pids,
     start_run,
     wait_rows,
     write_config,
 )
+from tests.master.sharedruns import FAULT_ROWS, SLAVE_GONE_S, FaultRun
 
 LOCAL_TEST = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
@@ -39,7 +39,7 @@ steps:
   - name: rr
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
 """
 
@@ -93,62 +93,34 @@ def test_unreachable_host_stops_the_run_before_any_io(tmp_path: Path) -> None:
     assert "workload" not in (folder / "events.csv").read_text()
 
 
-def test_slave_killed_mid_step_fails_the_step_naming_the_host(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="kill", seconds=20))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "kill")
-        wait_rows(folder / "step0000-rr/all/all.csv", 3)
-        (pid,) = slave_pids(folder)
-        psutil.Process(pid).kill()
-        t_kill = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t_kill
-    finally:
-        proc.kill()
-    assert proc.returncode == 3, err
-    assert "localhost" in err
-    assert took < 1 + 0.75 + 2.0, f"detected after {took:.1f} s"
-    kept = rows(folder / "step0000-rr/all/all.csv")
-    assert len(kept) >= 3 and all(float(r["IOPS"]) > 0 for r in kept)
-    assert "localhost" in (folder / "events.csv").read_text()
+def test_slave_killed_mid_step_fails_the_step_naming_the_host(slave_killed_run: FaultRun
+                                                              ) -> None:
+    run = slave_killed_run
+    assert run.returncode == 3, run.stderr
+    assert "localhost" in run.stderr
+    assert run.took_s < 1 + 0.75 + 2.0, f"detected after {run.took_s:.1f} s"
+    kept = rows(run.folder / FAULT_ROWS)
+    assert len(kept) >= run.rows_before and all(float(r["IOPS"]) > 0 for r in kept)
+    assert "localhost" in (run.folder / "events.csv").read_text()
 
 
-def test_master_killed_stops_every_slave_within_2s(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="mkill", seconds=30))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "mkill")
-        wait_rows(folder / "step0000-rr/all/all.csv", 2)
-        (pid,) = slave_pids(folder)
-        tree = process_tree(pid)
-        assert len(tree) >= 2, "the slave and its worker processes"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        assert all_gone(tree, 2.0), [p.pid for p in tree if p.is_running()]
-    finally:
-        proc.kill()
+def test_master_killed_stops_every_slave_within_2s(master_killed_run: FaultRun) -> None:
+    run = master_killed_run
+    assert len(run.slave_tree) >= 2, "the slave and its worker processes"
+    assert SLAVE_GONE_S == 2.0  # the fixture's wait for the slave's end: the 2 s named here
+    assert run.slave_gone, [p.pid for p in run.slave_tree if p.is_running()]
 
 
-def test_ctrl_c_stops_cleanly_keeps_output_exit_130(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="intr", seconds=30))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "intr")
-        wait_rows(folder / "step0000-rr/all/all.csv", 2)
-        tree = process_tree(slave_pids(folder)[0])
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
-    assert all_gone(tree, 2.0)
-    assert len(rows(folder / "step0000-rr/all/all.csv")) >= 2
-    assert "interrupted" in (folder / "events.csv").read_text()
-    # the step ran short of its 30 s: its summary says so
-    for r in rows(folder / "summary.csv"):
+def test_ctrl_c_stops_cleanly_keeps_output_exit_130(interrupted_run: FaultRun) -> None:
+    run = interrupted_run
+    assert run.returncode == 130, run.stderr
+    assert run.slave_gone
+    assert len(rows(run.folder / FAULT_ROWS)) >= run.rows_before
+    assert "interrupted" in (run.folder / "events.csv").read_text()
+    # the step ran short of its measurement: its summary says so
+    for r in rows(run.folder / "summary.csv"):
         assert r["valid"] == "false" and "interrupted after subinterval" in r["invalid_reason"]
-    assert rows(folder / "summary.csv")
+    assert rows(run.folder / "summary.csv")
 
 
 PREFLIGHT_TEST = """\
@@ -347,7 +319,7 @@ def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path)
 
 def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=1).replace(
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=0.5).replace(
         "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]"))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
@@ -364,7 +336,7 @@ def test_a_host_without_the_compiled_loop_runs_and_the_output_says_so(
     # the local slave inherits IVYPY_SLAVE_CC=none: its paced I/O runs in Python, which
     # hosts.csv records and events.csv warns of, naming the host
     monkeypatch.setenv("IVYPY_SLAVE_CC", "none")
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=1))
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=0.5))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

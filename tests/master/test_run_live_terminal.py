@@ -50,7 +50,7 @@ steps:
       - {name: w, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 800,
          read_fraction: 100%}
     warmup_seconds: 1
-    measure_seconds: 6
+    measure_seconds: 4
 """
 WIDTH, HEIGHT = 80, 30
 FRAME_TITLE = re.compile(r"^step \d+ \w+ · subinterval \d+ \w+ · by lun")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import csv
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,16 +28,9 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("quickstart")
-    proc = subprocess.run(
-        [sys.executable, "-m", "master", "run", str(ROOT / "configs/quickstart.yaml"),
-         "--output-root", str(out), "--plain"],
-        capture_output=True, text=True, timeout=180, cwd=out,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (folder,) = (out / "quickstart").iterdir()
-    return folder
+def run_folder(quickstart_run: Path) -> Path:
+    """The quickstart's run (shared with test_run_summaryjson, which reads its summary.json)."""
+    return quickstart_run
 
 
 def test_folder_layout(run_folder: Path) -> None:

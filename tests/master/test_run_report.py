@@ -1,21 +1,22 @@
 """report.html at the end of real runs of ``ivypy run`` on this machine (a local slave, a file
-LUN, real I/O): a run that completes, and one stopped by Ctrl-C. Each page loads in headless
-Chromium with its charts drawn, no script error and no request."""
+LUN, real I/O): a run that completes, and one stopped by Ctrl-C (the run shared with other test
+files, tests/master/sharedruns.py). Each page loads in headless Chromium with its charts drawn,
+no script error and no request."""
 
 from __future__ import annotations
 
-import signal
 import socket
 from pathlib import Path
 
 from tests.master.chromium import CHROMIUM, load
-from tests.master.runhelp import rows, run_folder, start_run, wait_rows, write_config
+from tests.master.runhelp import rows, run_folder, start_run, write_config
+from tests.master.sharedruns import FaultRun
 from tests.master.test_report_chromium import _check_page
 from tests.master.test_report_page import page_data, titles
 
 TWO_STEPS = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
@@ -25,7 +26,7 @@ steps:
   - name: paced
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
   - name: mixed
     workloads:
@@ -34,7 +35,7 @@ steps:
 
 
 def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="rep", seconds=3))
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="rep", seconds=1.5))
     proc = start_run(cfg, tmp_path)
     try:
         _, err = proc.communicate(timeout=180)
@@ -50,7 +51,7 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
         assert [t.split(" ")[0] for t in titles(step)] == [
             "IOPS", "MB/s", "Service", "Response", "Latency", "Device", "CPU"]
         iops = step["charts"][0]
-        assert iops["window"] == [1, 4]  # warmup 1 s, then 3 s measured
+        assert iops["window"] == [0.5, 2]  # warmup 0.5 s, then 1.5 s measured
         measured = [v for v in iops["series"][0]["values"][1:] if v is not None]
         assert len(measured) == 3 and all(abs(v - want) < 0.1 * want for v, want in zip(
             measured, [2000 if step["id"] == "step0000" else 1000] * 3, strict=True))
@@ -64,30 +65,22 @@ def test_a_real_run_writes_its_report(tmp_path: Path) -> None:
     assert shot.stat().st_size > 10_000
 
 
-def test_ctrl_c_still_writes_the_report(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="intr", seconds=30))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "intr")
-        wait_rows(folder / "step0000-paced/all/all.csv", 3)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
-    page = (folder / "report.html").read_text()
-    assert "interrupted, exit 130" in page and "did not run" in page  # step 1 never ran
+def test_ctrl_c_still_writes_the_report(interrupted_run: FaultRun, tmp_path: Path) -> None:
+    run = interrupted_run
+    assert run.returncode == 130, run.stderr
+    page = (run.folder / "report.html").read_text()
+    assert "interrupted, exit 130" in page and "did not run" in page  # steps 1, 2 never ran
     (step,) = page_data(page)["steps"]
-    assert len(step["charts"][0]["x"]) >= 3
+    assert len(step["charts"][0]["x"]) >= run.rows_before
     if CHROMIUM is not None:
-        _check_page(folder / "report.html", tmp_path)
+        _check_page(run.folder / "report.html", tmp_path)
 
 
 def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port no one listens on: the SSH host is refused
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="unreach", seconds=3).replace(
+    cfg = write_config(tmp_path, TWO_STEPS.format(name="unreach", seconds=1.5).replace(
         "hosts: [localhost]",
         f"hosts: [localhost, {{name: far, address: 127.0.0.1, port: {port}, user: root}}]"))
     proc = start_run(cfg, tmp_path)
@@ -106,7 +99,7 @@ def test_a_run_that_fails_before_any_step_still_has_a_report(tmp_path: Path) -> 
 
 TWO_HOSTS = """\
 test: twohosts
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts:
   - localhost
   - {name: h2, transport: local}
@@ -118,8 +111,8 @@ steps:
   - name: paced
     workloads:
       - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 1000}
-    warmup_seconds: 1
-    measure_seconds: 3
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
 """
 
 

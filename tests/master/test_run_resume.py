@@ -38,7 +38,7 @@ steps:
       - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 400,
          read_fraction: 100%}
     warmup_seconds: 0.5
-    measure_seconds: 2
+    measure_seconds: 1
   - name: second
     workloads:
       - {name: mx, iosequencer: random_steady, blocksize: 8KiB, iodepth: 2, iops: 300,

@@ -4,12 +4,13 @@ run, a run that fails when a later step's write is refused, one whose slave is k
 SIGKILLed, whose summary.json ``ivypy summary-json`` writes. Each summary.json validates
 against docs/summary.schema.json and says what happened: how the run ended, which steps
 completed, which was cut short, which never ran, and per step per rollup instance the numbers
-of summary.csv."""
+of summary.csv. The quickstart and the runs ended by a fault are shared with other test files
+(tests/master/sharedruns.py); what writes into a run folder works on a copy."""
 
 from __future__ import annotations
 
 import json
-import signal
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,15 +21,12 @@ import pytest
 
 from tests.master.runhelp import (
     ROOT,
-    interrupt,
-    kill_the_slave,
     rows,
     run_folder,
-    run_until,
     start_run,
-    wait_rows,
     write_config,
 )
+from tests.master.sharedruns import FaultRun
 
 SCHEMA = json.loads((ROOT / "docs/summary.schema.json").read_text())
 
@@ -65,17 +63,10 @@ def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=timeout, cwd=ROOT)
 
 
-def test_a_quickstart_run(tmp_path: Path) -> None:
-    # the quickstart (configs/quickstart.yaml: its three steps, rollups and LUN) made short
-    text = (ROOT / "configs/quickstart.yaml").read_text()
-    for old, new in (("warmup_seconds: 2", "warmup_seconds: 1"),
-                     ("measure_seconds: 8 ", "measure_seconds: 2 "), ("256MiB", "32MiB")):
-        assert old in text
-        text = text.replace(old, new)
-    cfg = write_config(tmp_path, text)
-    proc = _run("run", str(cfg), "--output-root", str(tmp_path / "out"), "--plain")
-    assert proc.returncode == 0, proc.stderr
-    (folder,) = (tmp_path / "out/quickstart").iterdir()
+def test_a_quickstart_run(quickstart_run: Path) -> None:
+    # the quickstart as it ships (configs/quickstart.yaml: its three steps, rollups and LUN),
+    # the run test_run_quickstart checks the CSV files of
+    folder = quickstart_run
     doc = _summary(folder)
     assert doc["test"] == "quickstart" and doc["description"].startswith("random reads")
     assert doc["outcome"] == {"state": "complete", "exit_code": 0, "reason": None,
@@ -96,12 +87,12 @@ def test_a_quickstart_run(tmp_path: Path) -> None:
     assert host["paced_loop"].startswith(("compiled", "python"))
     (lun,) = [x for x in doc["luns"] if x["selected"]]
     assert lun["lun"].endswith("quickstart-lun0") and lun["used_by"] == ["rr", "mix", "seq"]
-    assert lun["size_bytes"] == 32 << 20 and lun["engine"] == "libaio"
+    assert lun["size_bytes"] == 256 << 20 and lun["engine"] == "libaio"
 
 
 TWO_STEPS = """\
 test: {name}
-subinterval_seconds: 1
+subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "{lun}"{create}}}
@@ -110,7 +101,7 @@ steps:
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 2, iops: 500,
          read_fraction: 100%}}
-    warmup_seconds: 1
+    warmup_seconds: 0.5
     measure_seconds: {seconds}
   - name: writes
     workloads:
@@ -145,13 +136,9 @@ def test_a_run_failed_by_a_refused_write_tells_the_steps_that_never_ran(
             "not_run", None, None, {})
 
 
-def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="lost", lun="${output_root}/lun-lost", create=", size: 16MiB, create: true",
-        seconds=20))
-    proc, folder, err = run_until(cfg, tmp_path, "lost", "step0000-reads/all/all.csv", 2,
-                                  kill_the_slave)
-    assert proc.returncode == 3, err
+def test_a_run_failed_by_a_host_lost_mid_step(slave_killed_run: FaultRun) -> None:
+    folder = slave_killed_run.folder
+    assert slave_killed_run.returncode == 3, slave_killed_run.stderr
     doc = _summary(folder)
     out = doc["outcome"]
     assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 3, -1)
@@ -168,13 +155,10 @@ def test_a_run_failed_by_a_host_lost_mid_step(tmp_path: Path) -> None:
         assert (s["status"], s["folder"]) == ("not_run", None)
 
 
-def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="intr", lun="${output_root}/lun-intr", create=", size: 16MiB, create: true",
-        seconds=4))
-    proc, folder, err = run_until(cfg, tmp_path, "intr", "step0000-reads/all/all.csv", 2,
-                                  interrupt)
-    assert proc.returncode == 130, err
+def test_a_run_interrupted_by_sigint_and_then_resumed(interrupted_run: FaultRun,
+                                                      tmp_path: Path) -> None:
+    folder = interrupted_run.folder
+    assert interrupted_run.returncode == 130, interrupted_run.stderr
     doc = _summary(folder)
     assert (doc["outcome"]["state"], doc["outcome"]["exit_code"]) == ("interrupted", 130)
     assert doc["outcome"]["last_complete_step"] == -1 and doc["resumed_utc"] == []
@@ -187,6 +171,11 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
     for s in (writes, after):
         assert (s["status"], s["folder"]) == ("not_run", None)
 
+    # resumed in a copy of the run folder, as deep under an output root as the run's: the run
+    # is shared
+    folder = tmp_path / folder.parent.name / folder.name
+    shutil.copytree(interrupted_run.folder, folder, symlinks=True,
+                    ignore=shutil.ignore_patterns("control.sock"))
     proc2 = _run("run", "--resume", str(folder), "--plain")
     assert proc2.returncode == 0, proc2.stderr
     doc = _summary(folder)
@@ -202,18 +191,11 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(tmp_path: Path) -> None:
 
 
 def test_a_run_whose_master_died_gets_its_summary_from_ivypy_summary_json(
-        tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, TWO_STEPS.format(
-        name="died", lun="${output_root}/lun-died", create=", size: 16MiB, create: true",
-        seconds=20))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "died")
-        wait_rows(folder / "step0000-reads/all/all.csv", 2)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        proc.kill()
+        master_killed_run: FaultRun, tmp_path: Path) -> None:
+    # on a copy of the run folder: ivypy summary-json writes into it, and the run is shared
+    folder = tmp_path / "died"
+    shutil.copytree(master_killed_run.folder, folder, symlinks=True,
+                    ignore=shutil.ignore_patterns("control.sock"))
     assert not (folder / "summary.json").exists()  # nothing ran its end
     done = _run("summary-json", str(folder))
     assert done.returncode == 0, done.stderr

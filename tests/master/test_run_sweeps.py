@@ -26,12 +26,14 @@ steps:
     for:
       blocksize: [4KiB, 64KiB]
       iodepth: [1, 8]
-    warmup_seconds: 0.5
-    measure_seconds: 1.5
+    warmup_seconds: 0
+    measure_seconds: 0.5
   - name: curve
     workloads:
       - {name: rr, blocksize: 8KiB, iodepth: 16, read_fraction: 70%}
     iops_curve: [25%, 75%]
+    warmup_seconds: 0.5
+    measure_seconds: 1.5
   - name: edited
     edit_rollup:
       - {instance: "host=localhost", total_iops: 1500, blocksize: 4KiB,
