@@ -163,9 +163,12 @@ def test_ramfs_lun_falls_back_to_threadpool_and_says_so(engine_run: EngineRun) -
     assert "(engine threadpool," in _created(engine_run, path)
     (warning,) = _engine_warnings(engine_run, path)
     assert warning["host"] == HOST and warning["step"] == "0"
-    (memory,) = [e for e in _events(engine_run) if e["kind"] == "lun" and path in e["message"]]
-    assert memory["level"] == "WARNING" and memory["message"].endswith(
-        "is on ramfs: memory, not a storage device")
+    memory, unmarked = (
+        [e for e in _events(engine_run) if e["kind"] == "lun" and path in e["message"]
+         and what in e["message"]] for what in ("is on ramfs", "cannot mark it as its own"))
+    assert [e["level"] for e in memory + unmarked] == ["WARNING", "WARNING"]
+    assert memory[0]["message"].endswith("is on ramfs: memory, not a storage device")
+    assert "no user extended attributes" in unmarked[0]["message"]  # ivypy's mark: none
     assert warning["message"].startswith(f"LUN {path}: its file system does not take O_DIRECT (")
     assert "thread-pool" in warning["message"]
     log = (engine_run.folder / "run.log").read_text()
