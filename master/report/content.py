@@ -170,10 +170,10 @@ def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
                           sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
                           "max" if pct == "max" else "mean", group=dash if alone else g,
                           dash=dash)
-        if columns.device and _has_values(t.floats("device_IOPS")):
+        dev_iops = t.floats("device_IOPS") if columns.device else None
+        if dev_iops is not None and _has_values(dev_iops):
             # the device's own counts beside ivypy's, dashed in the instance's colour
-            iops.add(f"{label} device", sr.on_axis(k, t.floats("device_IOPS"), n), group=g,
-                     dash=1)
+            iops.add(f"{label} device", sr.on_axis(k, dev_iops, n), group=g, dash=1)
             mbs.add(f"{label} device", sr.on_axis(k, t.floats("device_MB_per_s"), n), group=g,
                     dash=1)
             device.add(f"{label} service time", sr.on_axis(

@@ -23,6 +23,7 @@ from slave.engine.loop_args import LoopArgs
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control, verify_range
 
 MiB = 1 << 20
@@ -40,16 +41,12 @@ def _uring_here() -> None:
     pytest.skip(f"{why}; not root, so skipped (as root this fails)")
 
 
-def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB, *,
-             zeros: bool = False) -> LoopDevice:
-    """A loop device over a file written whole, with random bytes or ``zeros`` (a sparse
-    file's holes read as zero pages without I/O; ``verify_range`` takes a block of zeros for
-    one never written)."""
+def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:
+    """A loop device over a file written whole with random bytes (``loop_device`` writes
+    zeros; ``verify_range`` takes a block of zeros for one never written)."""
     def fill(path: str) -> None:
-        rng = np.random.default_rng(1)
         with open(path, "wb") as f:
-            f.write(np.zeros(size_bytes, dtype=np.uint8) if zeros
-                    else rng.integers(0, 256, size_bytes, dtype=np.uint8))
+            f.write(np.random.default_rng(1).integers(0, 256, size_bytes, dtype=np.uint8))
     dev = loop_device(size_bytes, prepare=fill)
     settle()
     return dev
@@ -141,15 +138,6 @@ def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
     return backends
 
 
-def _own_read_bytes() -> int:
-    """Bytes this process's reads asked of block devices (``/proc/self/io`` read_bytes: the
-    kernel counts each read bio in ``submit_bio`` against the task that submits it, io_uring's
-    workers being threads of this process; the loop device's own reads of its backing file are
-    its kernel worker's)."""
-    with open("/proc/self/io") as f:
-        return int(next(ln for ln in f if ln.startswith("read_bytes:")).split()[1])
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
 @pytest.mark.parametrize("iops", [None, 4000.0], ids=["max", "paced"])
@@ -160,22 +148,19 @@ def test_reads_recorded_are_the_reads_the_device_did(
 ) -> None:
     """Over 3 subintervals: the reads recorded are the reads done (but for those reaped past
     the last boundary or in flight at the stop: at most twice the queue depth), counted by the
-    kernel twice: the device's reads, and this process's reads of any block device. Each
-    count alone may hold others' (a shared host's LUN discovery probes every block device;
-    a module this process imports for the first time is read from its disk), so the witness
-    is the lesser. A paced workload holds its rate, within 1 %; the compiled loop ran on
+    kernel twice (``ReadWitness``: the lesser of the device's reads and this process's). A
+    paced workload holds its rate, within 1 %; the compiled loop ran on
     io_uring, or did not run."""
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=iodepth, iops=iops, seed=4)
-    device_before, own_before = _device_bytes(dev.name)[0], _own_read_bytes()
+    witness = ReadWitness(dev.name)
     (st,), errors, loop = _run(dev.path, [p], 0.3, subintervals=3)
-    own = (_own_read_bytes() - own_before) // p.blocksize_bytes
-    device = (_device_bytes(dev.name)[0] - device_before) // p.blocksize_bytes
+    read = witness.bytes() // p.blocksize_bytes
     assert errors == {} and loop.in_flight == 0
     recorded = st.ops(0)
     assert recorded > 300
-    assert recorded <= min(own, device) <= recorded + 2 * iodepth, (recorded, own, device)
+    assert recorded <= read <= recorded + 2 * iodepth, (recorded, read)
     assert int(st.counters[0, 1]) == recorded * p.blocksize_bytes
     if iops is not None:  # 0.3 s at 4,000 IOPS
         assert 0.99 * 1200 <= recorded <= 1200, recorded
@@ -193,12 +178,11 @@ def test_busy_poll_at_depth_one_looks_in_the_ring(
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=1, busy_poll=True, seed=6)
-    device_before, own_before = _device_bytes(dev.name)[0], _own_read_bytes()
+    witness = ReadWitness(dev.name)
     (st,), errors, _ = _run(dev.path, [p], 0.2, subintervals=2)
-    own = (_own_read_bytes() - own_before) // p.blocksize_bytes
-    device = (_device_bytes(dev.name)[0] - device_before) // p.blocksize_bytes
+    read = witness.bytes() // p.blocksize_bytes
     assert errors == {} and st.ops(0) > 200
-    assert st.ops(0) <= min(own, device) <= st.ops(0) + 2, (st.ops(0), own, device)
+    assert st.ops(0) <= read <= st.ops(0) + 2, (st.ops(0), read)
     assert st.lat[0, 0, 1] > 0  # the least service time: a real latency, not zero
     assert backends == [1] * len(backends) and bool(backends) == compiled
 
@@ -260,7 +244,7 @@ def test_paced_and_max_workloads_with_writes_share_the_ring(
     """Four workloads on one ring, each on its own MiB: two paced, two at max IOPS, half
     writes: their I/Os go out together (one submission for all that are due) and every
     written block holds its planned data for its offset; the paced ones hold their rates."""
-    dev = _written(loop_device, zeros=True)
+    dev = loop_device(16 * MiB)  # zeros, written whole
     backends = _noting_runs(monkeypatch, compiled)
     params = [WorkloadParams(read_fraction=0.5, iodepth=4, seed=30 + i,
                              iops=2000.0 if i % 2 else None,
