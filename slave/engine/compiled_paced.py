@@ -16,7 +16,7 @@ from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import IoEngine, KernelHandles
 from slave.engine.layout import R_OPFD, R_SCHED
-from slave.engine.loop_args import GEN_DTYPE, LoopArgs
+from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
 from slave.engine.loop_state import LoopWorkload, set_ring
 
 if TYPE_CHECKING:
@@ -51,9 +51,9 @@ class CompiledPaced:
         for i, w in enumerate(ws):
             self.slot_pos[w.slots] = i
         self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
-        # the ring's planned write data, by address (set with the ring)
-        self.pool_rows = np.zeros(k, dtype=np.int64)
-        self.stamps = np.zeros(k, dtype=np.int64)
+        # each workload's write data (``struct ivy_data``; its ring's first serial set with
+        # the ring)
+        self.data = np.zeros(k, dtype=DATA_DTYPE)
         # each workload's generator (``struct ivy_gen``) and how many I/Os its ring array holds
         self.gen = np.zeros(k, dtype=GEN_DTYPE)
         self.rcap = np.zeros(k, dtype=np.int64)
@@ -113,25 +113,19 @@ class CompiledPaced:
         a.gen_ios = tuning.GEN_IOS
 
     def _write_args(self) -> None:
-        """The kernel's words for writes: each workload's pool padded to its buffers' rows
-        (``WritePattern.wide_pool_for``), its stride and stamped sectors; the ring's pool rows
-        and stamps come with the ring (``set_ring``)."""
-        k = len(self.ws)
-        n_stamps = np.zeros(k, dtype=np.int64)
-        pools = np.zeros(k, dtype=np.int64)
-        strides = np.zeros(k, dtype=np.int64)
-        self._pools = []  # kept alive: the kernel has their addresses only
+        """The kernel's words for writes: each writing workload's data
+        (``WritePattern.data_words``: its kind, pool, duplicates, dedup key and bound) and
+        block size; its ring's first serial comes with the ring (``set_ring``)."""
+        d = self.data
+        # kept alive: the kernel has their arrays' addresses only
+        self._patterns = [w.pattern for w in self.ws]
         for i, w in enumerate(self.ws):
-            if w.pattern is not None:
-                pool = w.pattern.wide_pool_for(w.buffers.array)
-                assert pool.flags.c_contiguous
-                self._pools.append(pool)
-                pools[i] = pool.ctypes.data
-                strides[i] = pool.strides[0]
-                n_stamps[i] = w.pattern.stamped_sectors
-        for name, arr in (("pool_rows", self.pool_rows), ("stamps", self.stamps),
-                          ("n_stamps", n_stamps), ("pool", pools), ("pool_stride", strides)):
-            self.args.array(name, arr)
+            if w.pattern is None:
+                continue
+            (d["kind"][i], d["pool"][i], d["dups"][i], d["dedup_key"][i],
+             d["unique_below"][i]) = w.pattern.data_words()
+            d["block_bytes"][i] = w.pattern.blocksize_bytes
+        self.args.array("data", d)
 
     def _stats_args(self, loop: EngineLoop, root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when
@@ -163,31 +157,25 @@ class CompiledPaced:
         self.loaded = True
 
     def set_ring(self, i: int, w: LoopWorkload) -> None:
-        """Workload ``i``'s ring and cursor (and its writes' planned data), and its generator,
+        """Workload ``i``'s ring and cursor (and its first I/O's serial), and its generator,
         as the workload has them now."""
         self.rings[i] = w.ring.ctypes.data
         self.rlen[i] = w.ring_len
         self.cur[i] = w.cur
-        cap = int(w.ring.shape[0])
-        if w.ring_stamps is not None:
-            assert w.ring_stamps.flags.c_contiguous and w.ring_pool_rows.flags.c_contiguous
-            self.pool_rows[i] = w.ring_pool_rows.ctypes.data
-            self.stamps[i] = w.ring_stamps.ctypes.data
-            cap = min(cap, int(w.ring_stamps.shape[0]), int(w.ring_pool_rows.shape[0]))
-        self.rcap[i] = cap
+        self.data["ring_serial"][i] = w.ring_serial
+        self.rcap[i] = int(w.ring.shape[0])
         gs = w.seq.generator_state()
         if gs is None:
             self.gen[i] = 0  # Python refills it (R_REFILL)
             return
         fd = w.spec.fd
         self.gen[i] = pk.generator(
-            gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd),
-            None if w.pattern is None else w.pattern.next_serial)
+            gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd))
 
     def take_back(self, i: int) -> None:
         """Give workload ``i``'s sequencer and write pattern back what the kernel generated
         since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
-        place, from the top) with their directions and planned data."""
+        place, from the top) with their directions and first serial."""
         gen = self.gen
         made = int(gen["made"][i])
         if not made and not gen["resync"][i]:
@@ -195,20 +183,13 @@ class CompiledPaced:
         w = self.ws[i]
         if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
             w.seq.rerate(w.spec.params)
-        progress, serial = pk.generator_progress(gen[i])
-        w.seq.resume(*progress)
+        w.seq.resume(*pk.generator_progress(gen[i]))
         gen["resync"][i] = 0
         if not made:  # retimed in place: the ring stands
             return
-        n = int(self.rlen[i])
-        ring = w.ring[:n]
-        plan = None
-        if w.pattern is not None:
-            w.pattern.next_serial = serial
-            if w.ring_stamps is not None:
-                plan = (w.ring_pool_rows[:n], w.ring_stamps[:n])
+        ring = w.ring[: int(self.rlen[i])]
         is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
-        set_ring(w, ring, is_write, plan)
+        set_ring(w, ring, is_write, int(self.data["ring_serial"][i]))
         gen["made"][i] = 0
 
     def unload(self) -> None:

@@ -1,10 +1,11 @@
 /* The compiled loop's state and arguments: one struct, struct ivy_loop, declared once here as
  * the list IVY_LOOP_FIELDS (type, name) and mirrored field for field, in order, by
  * slave.engine.loop_args.LoopArgs (a ctypes.Structure); and each workload's generator, struct
- * ivy_gen (IVY_GEN_FIELDS), mirrored by the numpy dtype loop_args.GEN_DTYPE. The compiled
- * object tells their layouts (ivy_loop_layout, ivy_gen_layout: the struct's size, then each
- * field's offset and size; ivy_loop_names, ivy_gen_names: the fields' names, a space after
- * each), which the loader and a test compare with the Python mirrors'. Owns the names, types
+ * ivy_gen (IVY_GEN_FIELDS), and write data, struct ivy_data (IVY_DATA_FIELDS), mirrored by
+ * the numpy dtypes loop_args.GEN_DTYPE and DATA_DTYPE. The compiled object tells their
+ * layouts (ivy_loop_layout, ivy_gen_layout, ivy_data_layout: the struct's size, then each
+ * field's offset and size; ivy_loop_names, ivy_gen_names, ivy_data_names: the fields' names,
+ * a space after each), which the loader and a test compare with the Python mirrors'. Owns the names, types
  * and order of the fields; it must not hold code. Pointers are the addresses of arrays Python
  * owns and keeps alive; "of addresses" means an array of one address per workload. Units are
  * in the names (_ns). paced_kernel.py includes this file in the source it compiles (and in
@@ -18,9 +19,9 @@
  * schedule's; the block range, the hot
  * zone, the read fraction, the sequential position; the schedule: Poisson or even, its period,
  * start, index and last arrival, whether the first arrival is still due), the opcode-and-
- * descriptor words of a read and a write, whether its writes' data is planned and the next
- * write serial, how many I/Os the loop generated since the row was written (made: 0, none to
- * give back) and whether it moved the stream or the schedule otherwise (resync: a retime) */
+ * descriptor words of a read and a write, how many I/Os the loop generated since the row was
+ * written (made: 0, none to give back) and whether it moved the stream or the schedule
+ * otherwise (resync: a retime) */
 #define IVY_GEN_FIELDS(X) \
     X(int64_t, on) \
     X(uint64_t, state_hi) \
@@ -47,14 +48,33 @@
     X(int64_t, first_due) \
     X(int64_t, op_read) \
     X(int64_t, op_write) \
-    X(int64_t, planned) \
-    X(int64_t, serial) \
     X(int64_t, made) \
     X(int64_t, resync)
 
 #define IVY_FIELD(type, name) type name;
 struct ivy_gen {
     IVY_GEN_FIELDS(IVY_FIELD)
+};
+#undef IVY_FIELD
+
+/* a workload's write data (struct ivy_data, mirrored by loop_args.DATA_DTYPE), as
+ * slave.datapattern.WritePattern defines it: its kind (0: it does not write; else
+ * datapattern.KIND_CODES, DATA_*), its block's bytes, its pool of POOL_BLOCKS blocks and
+ * dedupable's DEDUP_POOL duplicates (addresses of arrays of blocks; NULL where the kind has
+ * none), dedupable's key and unique bound; and the serial of its ring's first I/O (ring I/O
+ * i's is ring_serial + i: every I/O takes one, read or write) */
+#define IVY_DATA_FIELDS(X) \
+    X(int64_t, kind) \
+    X(int64_t, block_bytes) \
+    X(const uint8_t *, pool) \
+    X(const uint8_t *, dups) \
+    X(uint64_t, dedup_key) \
+    X(int64_t, unique_below) \
+    X(int64_t, ring_serial)
+
+#define IVY_FIELD(type, name) type name;
+struct ivy_data {
+    IVY_DATA_FIELDS(IVY_FIELD)
 };
 #undef IVY_FIELD
 
@@ -104,13 +124,8 @@ struct ivy_gen {
     X(int64_t *, heap_k) \
     X(uint8_t *, armed) \
     X(int64_t, n_workloads) \
-    /* writes' planned data, per workload: the ring's pool rows and stamps (of addresses), \
-     * stamped sectors, the pool (of addresses) and its row stride */ \
-    X(int64_t *, pool_rows) \
-    X(int64_t *, stamps) \
-    X(const int64_t *, n_stamps) \
-    X(const int64_t *, pool) \
-    X(const int64_t *, pool_stride) \
+    /* each workload's write data (put into a write's buffer as it goes out) */ \
+    X(struct ivy_data *, data) \
     /* the records (rows of ROW_WORDS): a return to flush at flush_at, the binned moved to \
      * the front past compact_at */ \
     X(int64_t *, pend) \

@@ -1,7 +1,8 @@
 """The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
 that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
-``GEN_DTYPE``, the numpy dtype that mirrors each workload's ``struct ivy_gen``; and the check of
-both mirrors against the layouts the compiled object reports of itself.
+``GEN_DTYPE`` and ``DATA_DTYPE``, the numpy dtypes that mirror each workload's ``struct ivy_gen``
+and ``struct ivy_data``; and the check of the mirrors against the layouts the compiled object
+reports of itself.
 
 Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
 arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
@@ -30,7 +31,7 @@ FIELDS: Final[tuple[tuple[str, Any], ...]] = (
     ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
     ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),
     ("heap_t", _P), ("heap_k", _P), ("armed", _P), ("n_workloads", _I),
-    ("pool_rows", _P), ("stamps", _P), ("n_stamps", _P), ("pool", _P), ("pool_stride", _P),
+    ("data", _P),
     ("pend", _P), ("flush_at", _I), ("compact_at", _I),
     ("root", _P), ("stat_off", _P), ("fixcat", _P), ("n_owners", _I), ("discard", _I),
     ("boundary_ns", _I), ("wake_ns", _I), ("sleep_min_ns", _I), ("long_wait_ns", _I),
@@ -52,9 +53,17 @@ GEN_DTYPE: Final = np.dtype([
     ("n_hot", "<i8"), ("hot_share", "<f8"), ("read_fraction", "<f8"), ("sequential", "<i8"),
     ("seq_next", "<i8"), ("poisson", "<i8"), ("period_ns", "<f8"), ("sched_base_ns", "<i8"),
     ("sched_k", "<i8"), ("sched_last_ns", "<f8"), ("first_due", "<i8"), ("op_read", "<i8"),
-    ("op_write", "<i8"), ("planned", "<i8"), ("serial", "<i8"), ("made", "<i8"),
-    ("resync", "<i8"),
+    ("op_write", "<i8"), ("made", "<i8"), ("resync", "<i8"),
 ])
+
+#: ``struct ivy_data``'s fields in the header's order (``IVY_DATA_FIELDS``): a workload's write
+#: data, one element of the array ``LoopArgs.data`` points at (``pool`` and ``dups`` are
+#: addresses)
+DATA_DTYPE: Final = np.dtype([
+    ("kind", "<i8"), ("block_bytes", "<i8"), ("pool", "<u8"), ("dups", "<u8"),
+    ("dedup_key", "<u8"), ("unique_below", "<i8"), ("ring_serial", "<i8"),
+])
+_DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE}
 
 #: a layout: the struct's size, then (name, offset, size) of each field in order
 Layout = tuple[int, tuple[tuple[str, int, int], ...]]
@@ -86,13 +95,14 @@ class LoopArgs(ctypes.Structure):
 
 def python_layout(struct: str = "ivy_loop") -> Layout:
     """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
-    out; ``ivy_gen``: ``GEN_DTYPE`` as numpy does)."""
-    if struct == "ivy_gen":
-        fields_of = GEN_DTYPE.fields
+    out; ``ivy_gen``, ``ivy_data``: ``GEN_DTYPE``, ``DATA_DTYPE`` as numpy does)."""
+    dtype = _DTYPES.get(struct)
+    if dtype is not None:
+        fields_of = dtype.fields
         assert fields_of is not None
-        return GEN_DTYPE.itemsize, tuple(
+        return dtype.itemsize, tuple(
             (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
-            for name in GEN_DTYPE.names or ())
+            for name in dtype.names or ())
     fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
                    for name, _ in FIELDS)
     return ctypes.sizeof(LoopArgs), fields
@@ -109,9 +119,9 @@ def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How a Python mirror differs from its compiled struct (``ivy_loop``, then ``ivy_gen``:
-    the first field that differs, or the size), or None when both agree."""
-    for struct in ("ivy_loop", "ivy_gen"):
+    """How a Python mirror differs from its compiled struct (``ivy_loop``, ``ivy_gen``, then
+    ``ivy_data``: the first field that differs, or the size), or None when all agree."""
+    for struct in ("ivy_loop", *_DTYPES):
         py_size, py_fields = python_layout(struct)
         c_size, c_fields = compiled_layout(lib, struct)
         for i in range(max(len(py_fields), len(c_fields))):

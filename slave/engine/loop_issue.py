@@ -66,18 +66,11 @@ def _refill(self: EngineLoop, w: LoopWorkload, need: int) -> None:
     ring[:, R_CAT] = ch.category
     ring[:, R_SUBMIT] = 0
     ring[:, R_SCHED] = ch.sched_ns
-    plan = None
-    if w.ring_stamps is not None and w.pattern is not None:
-        rows, stamps = w.pattern.plan(ch.offset_bytes)
-        plan = (
-            np.concatenate([w.ring_pool_rows[c:], rows]),
-            np.concatenate([w.ring_stamps[c:], stamps]),
-        )
     set_ring(
         w,
         both,
         np.concatenate([w.ring_write[c:], ch.is_write]) if left else ch.is_write,
-        plan,
+        w.ring_serial + c,  # the unused rest's serials, then the new I/Os' next ones
     )
 
 
@@ -160,12 +153,12 @@ def _advance(self: EngineLoop, w: LoopWorkload, slots: npt.NDArray[np.intp], lo:
 def _put_write_data(self: EngineLoop, w: LoopWorkload, slots: npt.NDArray[np.intp], lo: int,
                     hi: int) -> None:
     """The data of the writes among ring I/Os ``lo:hi`` into the buffers of ``slots``."""
-    if hi - lo <= tuning.WRITE_ONE_MAX and w.ring_stamps is not None:
+    if hi - lo <= tuning.WRITE_ONE_MAX:
         tw = self._rows_words
         is_write = w.ring_write
         for j, s in enumerate(slots.tolist()):
             if is_write[lo + j]:
-                write_one(w, tw[SlotTable.ROW_WORDS * s + C_ROW], lo + j)
+                write_for(w, tw[SlotTable.ROW_WORDS * s + C_ROW], lo + j)
         return
     if w.write_only:
         write_data(w, self._slot_rows[slots], lo, hi)
@@ -178,16 +171,8 @@ def _put_write_data(self: EngineLoop, w: LoopWorkload, slots: npt.NDArray[np.int
 
 def write_for(w: LoopWorkload, row: int, i: int) -> None:
     """The data of ring I/O ``i`` (a write) into buffer ``row``."""
-    if w.ring_stamps is not None:
-        write_one(w, row, i)
-    else:
-        write_data(w, np.array([row], dtype=np.intp), i, i + 1)
-
-
-def write_one(w: LoopWorkload, row: int, i: int) -> None:
-    """The planned data of ring I/O ``i`` into buffer ``row``."""
-    assert w.pattern is not None and w.ring_stamps is not None
-    w.pattern.apply_one(w.buffers.array, row, int(w.ring_pool_rows[i]), w.ring_stamps[i])
+    assert w.pattern is not None
+    w.pattern.fill_one(w.buffers.array, row, w.ring_words[5 * i + R_OFF], w.ring_serial + i)
 
 
 def write_data(
@@ -198,16 +183,13 @@ def write_data(
     writes: npt.NDArray[np.bool_] | None = None,
 ) -> None:
     """Put the data of ring I/Os ``lo:hi`` (those in ``writes``, else all) into the buffer
-    ``rows``: planned data where the pattern plans, else filled now."""
+    ``rows``."""
     assert w.pattern is not None
-    if w.ring_stamps is not None:
-        pool_rows, stamps = w.ring_pool_rows[lo:hi], w.ring_stamps[lo:hi]
-        if writes is not None:
-            pool_rows, stamps = pool_rows[writes], stamps[writes]
-        w.pattern.apply(w.buffers.array, rows, pool_rows, stamps)
-        return
     offsets = w.ring[lo:hi, R_OFF]
-    w.pattern.fill(w.buffers.array, rows, offsets if writes is None else offsets[writes])
+    serials = np.arange(w.ring_serial + lo, w.ring_serial + hi, dtype=np.int64)
+    if writes is not None:
+        offsets, serials = offsets[writes], serials[writes]
+    w.pattern.fill(w.buffers.array, rows, offsets, serials)
 
 
 def _issue1(self: EngineLoop, w: LoopWorkload, slot: int) -> None:

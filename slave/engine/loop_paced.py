@@ -38,12 +38,9 @@ class PacedSet:
 
 def _compile_paced(self: EngineLoop, paced: PacedSet, eng: IoEngine) -> CompiledPaced | None:
     """The paced set's compiled state, when it can run compiled: the kernel was built
-    here, the engine's completion ring can be read (libaio), the data of every workload's
-    writes is planned (``WritePattern.planned``: random or compressible, blocks up to
-    16 KiB; other data is made in Python, per batch) and every workload's stats lie in one
-    array (a worker's region)."""
-    if not tuning.COMPILED_PACED or any(w.pattern is not None and not w.pattern.planned
-                                 for w in paced.ws):
+    here, the engine's completion ring can be read (libaio, io_uring) and every workload's
+    stats lie in one array (a worker's region)."""
+    if not tuning.COMPILED_PACED:
         return None
     handles = getattr(eng, "kernel_handles", None)
     if handles is None:

@@ -17,7 +17,6 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine.base import AlignedBuffers, IoEngine, SubmitError, int64_words
-from slave.engine.layout import R_OFF
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -53,9 +52,9 @@ class LoopWorkload:
     # writes among the ring's first i I/Os, at [i] (ring_len + 1 words; kept only while the
     # workload writes): whether a batch holds a write, in two word reads, not a numpy ``any``
     ring_writes_before: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
-    # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
-    ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
-    ring_stamps: npt.NDArray[np.int64] | None = None
+    # the serial of the ring's first I/O (ring I/O i's is ring_serial + i: the data of its
+    # write, ``WritePattern``), while the workload writes
+    ring_serial: int = 1
     cur: int = 0
     # the next ``overdue`` I/Os of the ring (from ``cur``) are paced I/Os kept by an edit to
     # max iops: they keep their scheduled time (response time shows the backlog)
@@ -76,10 +75,11 @@ def set_ring(
     w: LoopWorkload,
     ring: npt.NDArray[np.int64],
     is_write: npt.NDArray[np.bool_],
-    plan: tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]] | None = None,
+    first_serial: int | None = None,
 ) -> None:
-    """Make ``ring`` the workload's precomputed I/Os; ``plan``: their write data, planned
-    (planned here when the pattern plans and it is not given)."""
+    """Make ``ring`` the workload's precomputed I/Os; ``first_serial``: the serial of its
+    first I/O (by default the pattern's next). The pattern's next serial is then the one
+    after the ring's last."""
     ring = np.ascontiguousarray(ring)
     w.ring = ring
     w.ring_write = is_write
@@ -87,17 +87,14 @@ def set_ring(
     w.ring_len = int(ring.shape[0])
     w.cur = 0
     if w.pattern is None:  # no writes: no data to place (``_put_write_data`` is not called)
-        w.ring_stamps = None
         return
     before = np.zeros(w.ring_len + 1, dtype=np.int64)
     np.cumsum(is_write, out=before[1:])
     w.ring_writes_before = int64_words(before)
-    if not w.pattern.planned:
-        w.ring_stamps = None
-        return
-    if plan is None:
-        plan = w.pattern.plan(ring[:, R_OFF])
-    w.ring_pool_rows, w.ring_stamps = plan
+    if first_serial is None:
+        first_serial = w.pattern.next_serial
+    w.ring_serial = first_serial
+    w.pattern.next_serial = first_serial + w.ring_len
 
 
 def took(exc: IoEngineError) -> int:

@@ -3,8 +3,8 @@
  * R_*, the slot row and stats layouts). One function, paced_run, over one struct ivy_loop
  * (ivy_loop.h: its arguments and its state across runs): record what completed and free its
  * slots, submit every due I/O of every workload with a free slot in one submission (a write
- * with its planned data put in its buffer first), wait or bin one record at a time when
- * nothing is due. The engine under it is libaio's or io_uring's (backend): the loop reaches
+ * with its data put in its buffer first: put_write_data, from its offset and serial alone),
+ * wait or bin one record at a time when nothing is due. The engine under it is libaio's or io_uring's (backend): the loop reaches
  * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
  * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
  * freed slots go out in the turn that freed them, each I/O timed at its submission; with one
@@ -15,7 +15,7 @@
  * refill, a flush, an I/O error, a submission taken in part, and a control poll; for the poll
  * only when the control's descriptor (control_fd) has something, or when it has none.
  * paced_retime makes an edit of workloads' rates in its arrays between runs, and
- * paced_generate serves the tests. It allocates nothing. */
+ * paced_generate and paced_write_data serve the tests. It allocates nothing. */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include "ivy_loop.h"
 
-/* struct ivy_loop's and struct ivy_gen's layouts as compiled: each one's size, then each
+/* struct ivy_loop's, struct ivy_gen's and struct ivy_data's layouts as compiled: each one's size, then each
  * field's offset and size, in order; and the fields' names, each followed by a space
  * (slave.engine.loop_args checks its mirrors against them) */
 #define IVY_LAYOUT(type, name) \
@@ -38,6 +38,12 @@ const char ivy_loop_names[] = IVY_LOOP_FIELDS(IVY_NAME);
     (int64_t)offsetof(struct ivy_gen, name), (int64_t)sizeof(((struct ivy_gen *)0)->name),
 const int64_t ivy_gen_layout[] = {(int64_t)sizeof(struct ivy_gen), IVY_GEN_FIELDS(IVY_LAYOUT)};
 const char ivy_gen_names[] = IVY_GEN_FIELDS(IVY_NAME);
+#undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_data, name), (int64_t)sizeof(((struct ivy_data *)0)->name),
+const int64_t ivy_data_layout[] = {(int64_t)sizeof(struct ivy_data),
+                                   IVY_DATA_FIELDS(IVY_LAYOUT)};
+const char ivy_data_names[] = IVY_DATA_FIELDS(IVY_NAME);
 #undef IVY_LAYOUT
 #undef IVY_NAME
 
@@ -370,8 +376,8 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
 
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
  * EngineLoop._refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
- * and offset, its direction; the Poisson gaps from the schedule's own stream), with their
- * planned write data (WritePattern.plan: a pool row and stamps for each I/O, by serial) */
+ * and offset, its direction; the Poisson gaps from the schedule's own stream), their serials
+ * (its write data's) following the old ring's, whose I/Os it replaces (all issued) */
 static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
     struct ivy_gen *g = &L->gen[k];
@@ -406,20 +412,8 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
     }
     g->seq_next = next;
     schedule(g, ring, m);
-    if (g->planned) {
-        int64_t *pool_rows = (int64_t *)(intptr_t)L->pool_rows[k];
-        int64_t *stamps = (int64_t *)(intptr_t)L->stamps[k];
-        const int64_t n_stamps = L->n_stamps[k];
-        int64_t serial = g->serial;
-        for (int64_t i = 0; i < m; i++, serial++) {
-            pool_rows[i] = serial % POOL_BLOCKS;
-            for (int64_t sec = 0; sec < n_stamps; sec++) {
-                stamps[2 * (n_stamps * i + sec)] = ring[5 * i + R_OFF_COL] + SECTOR_BYTES * sec;
-                stamps[2 * (n_stamps * i + sec) + 1] = serial;
-            }
-        }
-        g->serial = serial;
-    }
+    if (L->data) /* every I/O took a serial */
+        L->data[k].ring_serial += L->rlen[k];
     put_state(g, st);
     g->made += m;
     L->rlen[k] = m;
@@ -452,22 +446,55 @@ void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
     }
 }
 
-/* the planned data of workload k's ring I/O i (a write) into the buffer at dst: its pool
- * block, then its stamps (the sector's offset on the LUN, the write's serial) at the head of
- * each stamped sector (WritePattern.apply_one) */
-static void put_write_data(const struct ivy_loop *L, int64_t k, int64_t i, char *dst,
-                           int64_t nbytes)
+/* SplitMix64's output function (slave.datapattern.splitmix64) */
+static inline uint64_t mix64(uint64_t z)
 {
-    const int64_t *pool_rows = (const int64_t *)(intptr_t)L->pool_rows[k];
-    const int64_t *stamps = (const int64_t *)(intptr_t)L->stamps[k];
-    const int64_t n_stamps = L->n_stamps[k], stride = L->pool_stride[k];
-    const char *pool = (const char *)(intptr_t)L->pool[k];
-    memcpy(dst, pool + pool_rows[i] * stride, (size_t)nbytes);
-    for (int64_t sec = 0; sec < n_stamps; sec++) {
-        int64_t *head = (int64_t *)(dst + SECTOR_BYTES * sec);
-        head[0] = stamps[2 * (n_stamps * i + sec)];
-        head[1] = stamps[2 * (n_stamps * i + sec) + 1];
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* the data of ring I/O i of a workload whose write data is d, a write at byte offset off,
+ * into its buffer at dst, as WritePattern defines it from its serial (ring_serial + i):
+ * zeros (the buffer holds what the slot last read or wrote: they are written); dedupable's
+ * duplicate block where the serial's mix says so; else its pool block, stamped (the sector's
+ * offset on the LUN, the serial) at the head of every sector, or of the first
+ * (compressible) */
+static void put_write_data(const struct ivy_data *d, int64_t i, int64_t off, char *dst)
+{
+    const int64_t bs = d->block_bytes, serial = d->ring_serial + i;
+    int64_t stamped = bs / SECTOR_BYTES;
+    switch (d->kind) {
+    case DATA_ZEROS:
+        memset(dst, 0, (size_t)bs);
+        return;
+    case DATA_DEDUPABLE: {
+        const uint64_t x = mix64(d->dedup_key + (uint64_t)serial);
+        if ((x >> 11) >= (uint64_t)d->unique_below) {
+            memcpy(dst, d->dups + (x % DEDUP_POOL) * (uint64_t)bs, (size_t)bs);
+            return;
+        }
+        break;
     }
+    case DATA_COMPRESSIBLE:
+        stamped = 1;
+        break;
+    default:
+        break;
+    }
+    memcpy(dst, d->pool + (serial % POOL_BLOCKS) * bs, (size_t)bs);
+    for (int64_t sec = 0; sec < stamped; sec++) {
+        int64_t *head = (int64_t *)(dst + SECTOR_BYTES * sec);
+        head[0] = off + SECTOR_BYTES * sec;
+        head[1] = serial;
+    }
+}
+
+/* put_write_data, for the tests: workload k's ring I/O i, a write at off, into dst */
+void paced_write_data(const struct ivy_loop *L, int64_t k, int64_t i, int64_t off, char *dst)
+{
+    put_write_data(&L->data[k], i, off, dst);
 }
 
 /* put workload k (which has a free slot) in the heap at its next I/O's time; when its
@@ -654,7 +681,8 @@ int64_t paced_run(struct ivy_loop *L)
                 int64_t *row = rows + ROW_WORDS * slot;
                 const int64_t *io = ring + 5 * (c + q);
                 if ((io[R_OPFD_COL] & 0xffff) == IOCB_CMD_PWRITE)
-                    put_write_data(L, k, c + q, (char *)(intptr_t)row[W_BUF], row[W_NBYTES]);
+                    put_write_data(&L->data[k], c + q, io[R_OFF_COL],
+                                   (char *)(intptr_t)row[W_BUF]);
                 row[W_OPCODE_FD] = io[R_OPFD_COL];
                 row[W_OFFSET] = io[R_OFF_COL];
                 row[C_CAT] = io[R_CAT_COL];

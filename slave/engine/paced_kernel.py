@@ -6,7 +6,7 @@ CPU per I/O there, so a completion often waited for the loop to finish a submiss
 before it was seen, and the measured p50 read 31-57 us where fio read 20. A C loop of the same
 design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as the Python one (record
 what completed, free its slots, submit every due I/O of every workload with a free slot in one
-``io_submit``, a write with its planned data put in its buffer first, wait, or bin one record
+``io_submit``, a write with its data put in its buffer first, wait, or bin one record
 at a time when nothing is due), reading the kernel's completion ring in place. Max-iops
 workloads run in it too, alone or beside paced ones: their I/Os are always due (a time of 0,
 the submission's), and a wait for their completions looks before it blocks. On a tmpfs loop
@@ -76,7 +76,7 @@ import numpy.typing as npt
 
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
-from slave.datapattern import POOL_BLOCKS, SECTOR_BYTES
+from slave.datapattern import DEDUP_POOL, KIND_CODES, POOL_BLOCKS, SECTOR_BYTES
 from slave.engine import layout, loop_args
 from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 from slave.engine.base import SlotTable
@@ -125,7 +125,8 @@ def source() -> str:
     """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
     with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
     hash, which names the cached and the shipped object, cover both)."""
-    defines = {"POOL_BLOCKS": POOL_BLOCKS}
+    defines = {"POOL_BLOCKS": POOL_BLOCKS, "DEDUP_POOL": DEDUP_POOL}
+    defines.update({f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()})
     defines.update(_ROW_LAYOUT)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
@@ -148,6 +149,7 @@ _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_data_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _why_not: str | None = None
 _origin: str | None = None  # where the loaded object came from
 
@@ -244,7 +246,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Load the kernel once per process: the object shipped for this host, else one built
     here (or found in the cache); on failure note why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _why_not, _origin
+    global _fn, _gen_fn, _retime_fn, _data_fn, _why_not, _origin
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -288,7 +290,11 @@ def _load() -> None:
     retime_fn = lib.paced_retime
     retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
     retime_fn.restype = None
-    _fn, _gen_fn, _retime_fn = fn, gen, retime_fn
+    data_fn = lib.paced_write_data
+    data_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                        ctypes.c_void_p]
+    data_fn.restype = None
+    _fn, _gen_fn, _retime_fn, _data_fn = fn, gen, retime_fn, data_fn
 
 
 def available() -> bool:
@@ -327,6 +333,18 @@ def generate(args: LoopArgs, k: int, m: int) -> None:
     _gen_fn(args.address, k, m)
 
 
+def write_data(args: LoopArgs, k: int, i: int, offset_bytes: int,
+               dst: npt.NDArray[np.uint8]) -> None:
+    """The kernel's write data alone (for the tests): what it puts into a write's buffer for
+    workload ``k``'s ring I/O ``i`` (``args.data``), a write at ``offset_bytes``, into
+    ``dst`` (C-contiguous, at least the block's size: the kernel writes the block whole)."""
+    _load()
+    assert _data_fn is not None, _why_not
+    if not dst.flags.c_contiguous:
+        raise ValueError("write data goes into a C-contiguous buffer")
+    _data_fn(args.address, k, i, offset_bytes, dst.ctypes.data)
+
+
 def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArray[np.int64],
            period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
     """Workloads ``ks`` (elements of ``gen``, the loop's generators) take new schedules from
@@ -345,10 +363,9 @@ def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArra
     _retime_fn(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
-def generator(gs: GeneratorState, op_read: int, op_write: int,
-              next_serial: int | None) -> npt.NDArray[np.void]:
-    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write words;
-    ``next_serial``: its planned writes' next serial, or None (no data to plan)."""
+def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:
+    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write
+    words."""
     g = np.zeros((), dtype=GEN_DTYPE)
     g["on"] = 1
     g["state_hi"] = gs.rng_state >> 64
@@ -375,17 +392,15 @@ def generator(gs: GeneratorState, op_read: int, op_write: int,
     g["first_due"] = int(gs.first_arrival_due)
     g["op_read"] = op_read
     g["op_write"] = op_write
-    g["planned"] = int(next_serial is not None)
-    g["serial"] = next_serial or 0
     return g
 
 
 def generator_progress(g: npt.NDArray[np.void] | np.void
-                       ) -> tuple[tuple[int, int, int, int, int, float, bool], int]:
+                       ) -> tuple[int, int, int, int, int, float, bool]:
     """Where the loop left a generator: the arguments of ``Sequencer.resume`` (the two bit
     generators' states, sequential position, schedule start and index, last Poisson arrival,
-    whether the first arrival is still due), and the next write serial."""
+    whether the first arrival is still due)."""
     state = (int(g["state_hi"]) << 64) | int(g["state_lo"])
     sched = (int(g["sched_state_hi"]) << 64) | int(g["sched_state_lo"])
-    return ((state, sched, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
-             float(g["sched_last_ns"]), bool(g["first_due"])), int(g["serial"]))
+    return (state, sched, int(g["seq_next"]), int(g["sched_base_ns"]), int(g["sched_k"]),
+            float(g["sched_last_ns"]), bool(g["first_due"]))

@@ -40,8 +40,9 @@ PACED_RING_MIN: Final = 256
 GEN_IOS: Final = 512
 POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
 SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
-# a workload's share of a batch up to this size gets its planned write data one write at a time
-# (basic indexing); above it, in one fancy-indexed operation
+# a workload's share of a batch up to this size gets its write data one write at a time in the
+# Python loop (basic indexing: ``WritePattern.fill_one``); above it, in a few fancy-indexed
+# operations (``fill``)
 WRITE_ONE_MAX: Final = 4
 # busy_poll: check the completion ring without a system call, yielding the core after every
 # empty check (the device's kernel worker may need it), for up to BUSY_SPIN_NS after the last
@@ -97,8 +98,8 @@ WAKE_EARLY_NS: Final = 50_000
 # measured on a VM, io_getevents with a 2 ms timeout costs ~1/4 more per I/O than with 10 ms
 BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
-# paced workloads alone on a libaio engine (reads, and writes of planned data) run in compiled
-# C where the host could build it (``slave.engine.paced_kernel``;
+# paced workloads on a libaio or io_uring engine (reads, and writes of every data kind) run in
+# compiled C where the host could build it (``slave.engine.paced_kernel``;
 # ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (a lone
 # one too, of any depth); tests and bench_engine switch it off to run the Python loops
 COMPILED_PACED = True

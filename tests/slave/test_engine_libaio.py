@@ -127,10 +127,10 @@ def test_sequential_writes_land_byte_for_byte(lun_file: str, kind: str) -> None:
 
 @needs_aio
 @pytest.mark.parametrize(("read_fraction", "write_data", "ratio"), [
-    (0.5, "random", 1.0),        # writes planned at refill, a read mask per batch
-    (0.0, "random", 1.0),        # planned, every I/O a write (no mask)
-    (0.5, "compressible", 2.0),  # planned, one stamp per block
-    (0.0, "dedupable", 3.0),     # filled per batch (not planned)
+    (0.5, "random", 1.0),        # a read mask per batch
+    (0.0, "random", 1.0),        # every I/O a write (no mask)
+    (0.5, "compressible", 2.0),  # one stamp per block
+    (0.0, "dedupable", 3.0),     # unique or a duplicate, as each write's serial says
 ])
 def test_random_mixed_writes_verify_and_stay_in_range(
         lun_file: str, read_fraction: float, write_data: str, ratio: float) -> None:

@@ -1,7 +1,7 @@
 """The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors
-(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``): every field's name, offset and size
-as compiled against the mirror's, a mirror that drifted from the header caught and named, and
-the loader refusing an object whose struct differs."""
+(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``): every field's name,
+offset and size as compiled against the mirror's, a mirror that drifted from the header caught
+and named, and the loader refusing an object whose struct differs."""
 
 from __future__ import annotations
 
@@ -59,6 +59,18 @@ def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) 
         "state_hi", "state_lo"]
 
 
+@needs_cc
+def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
+    lib = _compile(tmp_path, pk.source())
+    c_size, c_fields = loop_args.compiled_layout(lib, "ivy_data")
+    assert [f[0] for f in c_fields] == list(loop_args.DATA_DTYPE.names or ())
+    assert (c_size, c_fields) == loop_args.python_layout("ivy_data")
+    assert c_size == loop_args.DATA_DTYPE.itemsize == 8 * len(c_fields)
+    # the addresses and the key (a full 64-bit mix input) unsigned
+    kinds = {name: loop_args.DATA_DTYPE[name].kind for name in loop_args.DATA_DTYPE.names or ()}
+    assert sorted(n for n, k in kinds.items() if k == "u") == ["dedup_key", "dups", "pool"]
+
+
 def _header_edited(old: str, new: str) -> str:
     src = pk.source()
     assert src.count(old) == 1, old
@@ -69,24 +81,30 @@ def _header_edited(old: str, new: str) -> str:
 @pytest.mark.parametrize(("old", "new", "said"), [
     # two fields swapped in the header: same size, other order
     ("X(int64_t, p) \\\n    X(int64_t, binned)", "X(int64_t, binned) \\\n    X(int64_t, p)",
-     "field 62: compiled (name, offset, size) ('binned', 496, 8), the Python mirror's "
-     "('p', 496, 8)"),
+     "field 58: compiled (name, offset, size) ('binned', 464, 8), the Python mirror's "
+     "('p', 464, 8)"),
     # a field narrowed: its size, then every later offset
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
     ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
-     "field 72: compiled (name, offset, size) ('extra', 576, 8), the Python mirror's None"),
+     "field 68: compiled (name, offset, size) ('extra', 544, 8), the Python mirror's None"),
     # a generator's fields swapped
     ("X(double, hot_share) \\\n    X(double, read_fraction)",
      "X(double, read_fraction) \\\n    X(double, hot_share)",
      "field 13: compiled (name, offset, size) ('read_fraction', 104, 8), the Python mirror's "
      "('hot_share', 104, 8)"),
+    # a write data's fields swapped
+    ("X(uint64_t, dedup_key) \\\n    X(int64_t, unique_below)",
+     "X(int64_t, unique_below) \\\n    X(uint64_t, dedup_key)",
+     "field 4: compiled (name, offset, size) ('unique_below', 32, 8), the Python mirror's "
+     "('dedup_key', 32, 8)"),
 ])
 def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
                                                       said: str) -> None:
     lib = _compile(tmp_path, _header_edited(old, new))
-    struct = "ivy_gen" if "hot_share" in old else "ivy_loop"
+    struct = ("ivy_gen" if "hot_share" in old else "ivy_data" if "dedup_key" in old
+              else "ivy_loop")
     assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
 
 
@@ -122,7 +140,7 @@ def test_the_source_compiled_carries_the_header() -> None:
 @needs_cc
 def test_the_loader_refuses_an_object_whose_struct_differs(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_fn", "_gen_fn", "_retime_fn", "_why_not",
+    for name in ("_fn", "_gen_fn", "_retime_fn", "_data_fn", "_why_not",
                  "_origin"):
         monkeypatch.setattr(pk, name, None)
     monkeypatch.setattr(loop_args, "layout_difference", lambda lib: "field 0: (a drift)")

@@ -47,7 +47,7 @@ class _Kernel:
         gs = seq.generator_state()
         assert gs is not None
         self.ring = np.zeros((_CAP, 5), dtype=np.int64)
-        self.gen = np.stack([pk.generator(gs, _READ, _WRITE, None)])
+        self.gen = np.stack([pk.generator(gs, _READ, _WRITE)])
         self.cur = np.zeros(1, dtype=np.int64)
         self.rlen = np.zeros(1, dtype=np.int64)
         self.phase = np.array([seq.phase_fraction])
@@ -72,8 +72,7 @@ class _Kernel:
         """``CompiledPaced.take_back``: the sequencer takes the kernel's rate and place."""
         if iops is not None and seq.params.iops != iops:
             seq.rerate(seq.params.replace(iops=iops))
-        progress, _ = pk.generator_progress(self.gen[0])
-        seq.resume(*progress)
+        seq.resume(*pk.generator_progress(self.gen[0]))
 
 
 class _Python:

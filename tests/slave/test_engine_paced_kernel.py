@@ -28,7 +28,7 @@ from slave.engine import aio_abi, compiled_paced, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_args import DATA_DTYPE, LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
@@ -205,35 +205,35 @@ def _sequencer(params: WorkloadParams) -> Sequencer:
 def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times: int = 1
                      ) -> tuple[list[npt.NDArray[np.int64]], np.void]:
     """The kernel's generator run ``times`` over ``seq`` (as its ring runs out), ``m`` I/Os
-    each; each time's (m, 5) ring, pool rows and stamps, side by side; and the row."""
+    each; each time's (m, 5) ring and its I/Os' serials (0 without writes), side by side; and
+    the row."""
     gs = seq.generator_state()
     assert gs is not None
-    n_stamps = pattern.stamped_sectors if pattern is not None else 0
     ring = np.zeros((m, 5), dtype=np.int64)
-    pool_rows = np.zeros(m, dtype=np.int64)
-    stamps = np.zeros((m, n_stamps, 2), dtype=np.int64)
-    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD,
-                                 None if pattern is None else pattern.next_serial)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
+    data = np.zeros(1, dtype=DATA_DTYPE)
+    data["ring_serial"] = 0 if pattern is None else pattern.next_serial
     a = LoopArgs()
     for name, arr in (("rings", np.array([ring.ctypes.data])), ("cur", np.zeros(1, np.int64)),
                       ("rlen", np.zeros(1, np.int64)), ("heap_t", np.zeros(1, np.int64)),
                       ("heap_k", np.zeros(1, np.int64)),
-                      ("armed", np.zeros(1, np.uint8)), ("gen", gen),
-                      ("pool_rows", np.array([pool_rows.ctypes.data])),
-                      ("stamps", np.array([stamps.ctypes.data])),
-                      ("n_stamps", np.array([n_stamps]))):
+                      ("armed", np.zeros(1, np.uint8)), ("gen", gen), ("data", data)):
         a.array(name, arr)
     made = []
     for _ in range(times):
         pk.generate(a, 0, m)
-        made.append(np.concatenate([ring, pool_rows[:, None], stamps.reshape(m, -1)], axis=1))
+        serials = (np.zeros(m, np.int64) if pattern is None
+                   else int(data["ring_serial"][0]) + np.arange(m))
+        made.append(np.concatenate([ring, serials[:, None]], axis=1))
+    if pattern is not None:  # the next serial, after the last ring's
+        pattern.next_serial = int(data["ring_serial"][0]) + m
     return made, gen[0]
 
 
 def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
                      ) -> npt.NDArray[np.int64]:
     """What ``EngineLoop._refill`` puts in a ring for the next ``m`` I/Os (its layout, with
-    the plan beside it, as ``_kernel_generate``)."""
+    the serials beside it, as ``_kernel_generate``)."""
     ch = seq.chunk(m)
     ring = np.zeros((m, 5), dtype=np.int64)
     ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
@@ -242,8 +242,9 @@ def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
     ring[:, layout.R_SCHED] = ch.sched_ns
     if pattern is None:
         return np.concatenate([ring, np.zeros((m, 1), np.int64)], axis=1)
-    rows, stamps = pattern.plan(ch.offset_bytes)
-    return np.concatenate([ring, rows[:, None], stamps.reshape(m, -1)], axis=1)
+    first = pattern.next_serial
+    pattern.next_serial = first + m
+    return np.concatenate([ring, first + np.arange(m)[:, None]], axis=1)
 
 
 GENERATED = {
@@ -284,10 +285,7 @@ def test_the_kernel_generates_what_the_sequencer_would_bit_for_bit(name: str) ->
         want = _python_generate(twin, twin_pattern, 300)
         assert np.array_equal(got, want)
     assert row["made"] == 900
-    progress, serial = pk.generator_progress(row)
-    seq.resume(*progress)
-    if pattern is not None:
-        pattern.next_serial = serial
+    seq.resume(*pk.generator_progress(row))
     assert np.array_equal(_python_generate(seq, pattern, 50),
                           _python_generate(twin, twin_pattern, 50))
 
@@ -306,7 +304,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
     gaps = np.diff(sched).astype(np.float64)
     assert abs(gaps.mean() / 50_000 - 1) < 0.02
     assert abs(gaps.std() / gaps.mean() - 1) < 0.03
-    last = pk.generator_progress(row)[0][5]
+    last = pk.generator_progress(row)[5]
     assert int(last) == sched[-1]
 
 
@@ -334,7 +332,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     at = int(ring[100, layout.R_SCHED]) - 1
     gs = seq.generator_state()
     assert gs is not None
-    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
     twin.retime(new, at)
     want[100:, layout.R_SCHED] = twin.schedule(200)
     probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
@@ -346,8 +344,7 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     assert np.array_equal(ring, want)
     assert gen["resync"][0] == 1 and gen["sched_k"][0] == 200
     seq.rerate(new)
-    progress, _ = pk.generator_progress(gen[0])
-    seq.resume(*progress)
+    seq.resume(*pk.generator_progress(gen[0]))
     assert np.array_equal(_python_generate(seq, None, 50), _python_generate(twin, None, 50))
 
 
@@ -364,7 +361,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     at = int(ring[999, layout.R_SCHED]) + 1
     gs = seq.generator_state()
     assert gs is not None and not gs.first_arrival_due
-    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD, None)])
+    gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
     pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
               np.array([at]))
     sched = ring[:, layout.R_SCHED]
@@ -375,7 +372,7 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     assert abs(gaps.mean() / 50_000 - 1) < 0.03
     assert abs(gaps.std() / gaps.mean() - 1) < 0.04
     assert not gen["first_due"][0] and gen["resync"][0] == 1
-    assert int(pk.generator_progress(gen[0])[0][5]) == sched[-1]
+    assert int(pk.generator_progress(gen[0])[5]) == sched[-1]
 
 
 # ---------------------------------------------------------------------------- on libaio
@@ -648,14 +645,14 @@ def test_paced_writes_land_byte_for_byte(lun_file: str, compiled: bool,
 
 @needs_aio
 @needs_cc
-def test_an_unplanned_write_pattern_runs_in_python(lun_file: str,
-                                                   codes: collections.Counter[int]) -> None:
-    # dedupable data is made per batch in Python: such a set does not run compiled
+def test_dedupable_writes_run_compiled(lun_file: str, codes: collections.Counter[int]) -> None:
+    # dedupable data (each write unique or a duplicate as its serial says) is placed by the
+    # compiled loop too: the set runs there, and what it wrote verifies
     params = [WorkloadParams(read_fraction=0.0, iodepth=4, iops=2000.0, seed=34,
                              write_data="dedupable", write_data_ratio=3.0,
                              range_start_bytes=4 * MiB, range_end_bytes=5 * MiB)]
     ctl, _ = _run_paced(lun_file, params, 100_000_000, 2)
-    assert not codes and ctl.errors == {}
+    assert codes[pk.R_WAKE] > 0 and ctl.errors == {}
     assert verify_range(lun_file, params[0], 4 * MiB, 5 * MiB) > 100
 
 
@@ -738,7 +735,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
 @needs_cc
 def test_writes_land_byte_for_byte_across_edits_in_place_and_given_back(
         lun_file: str, retimes: list[int]) -> None:
-    # planned writes (random data in a random workload; compressible data in a sequential
+    # writes (random data in a random workload; compressible data in a sequential
     # one that wraps its range many times) beside Poisson reads, all retimed in place at
     # boundaries 0, 2, 3 and 4, and given back at 1, where one workload's depth changes and
     # the others go on with the schedules they were given in place: every block written

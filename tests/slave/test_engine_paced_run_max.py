@@ -134,12 +134,13 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
         monkeypatch: pytest.MonkeyPatch, carried: bool) -> None:
     """A paced workload of depth 1 far behind its rate is edited to max iops: the I/Os its
     schedule had due and not issued go out first with their scheduled times (response >
-    service) in the compiled loop. A second edit (to depth 16 and unplanned write data: the
-    general loop) takes over those still not issued, with their times: thousands of them,
-    beside a reader of depth 64 ("carried over"); none, where the compiled loop issued them
-    all before it (fewer, beside a reader of depth 2: "issued first"). No max-iops I/O after
-    them, timed at its submission, reads a response from a time it never had (0: the response
-    would be the clock's whole reading). Once the backlog is out, response is service again."""
+    service) in the compiled loop. A second edit (to depth 16 and other write data, with the
+    compiled loop switched off: the general loop) takes over those still not issued, with
+    their times: thousands of them, beside a reader of depth 64 ("carried over"); none, where
+    the compiled loop issued them all before it (fewer, beside a reader of depth 2: "issued
+    first"). No max-iops I/O after them, timed at its submission, reads a response from a time
+    it never had (0: the response would be the clock's whole reading). Once the backlog is
+    out, response is service again."""
     dev = loop_device(64 * MiB)
     if carried:  # the kernel generates a ring's whole length at a time: thousands due
         monkeypatch.setattr(tuning, "GEN_IOS", 1 << 20)
@@ -158,6 +159,7 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
         if finished == 0:
             loop.edit_workload("t:lun:w0", behind.replace(iops=None), boundary_ns)
         elif finished == 1:
+            monkeypatch.setattr(tuning, "COMPILED_PACED", False)  # the general loop from here
             loop.edit_workload("t:lun:w0", behind.replace(
                 iops=None, iodepth=16, read_fraction=0.99, write_data="dedupable",
                 write_data_ratio=2.0), boundary_ns)

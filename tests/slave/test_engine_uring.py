@@ -195,7 +195,7 @@ def test_writes_land_byte_for_byte_where_they_were_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Sequential writes over 1 MiB (with reads beside them): every block of the range holds
-    its planned data for its offset (``WritePattern.verify``: the offset is stamped in each
+    its data for its offset (``WritePattern.verify``: the offset is stamped in each
     sector), nothing was written outside it, and the device wrote the bytes recorded."""
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
@@ -243,7 +243,7 @@ def test_paced_and_max_workloads_with_writes_share_the_ring(
 ) -> None:
     """Four workloads on one ring, each on its own MiB: two paced, two at max IOPS, half
     writes: their I/Os go out together (one submission for all that are due) and every
-    written block holds its planned data for its offset; the paced ones hold their rates."""
+    written block holds its data for its offset; the paced ones hold their rates."""
     dev = loop_device(16 * MiB)  # zeros, written whole
     backends = _noting_runs(monkeypatch, compiled)
     params = [WorkloadParams(read_fraction=0.5, iodepth=4, seed=30 + i,

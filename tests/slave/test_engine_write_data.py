@@ -1,0 +1,252 @@
+"""Every write-data kind at every block size in the compiled loop (``paced_kernel.c``'s
+``put_write_data``) against the Python loop and ``WritePattern``: the kernel's bytes for a write
+against ``WritePattern.fill``'s; and on real loop devices over fully written files in /dev/shm,
+on libaio and io_uring, a workload that writes runs in the compiled loop and leaves on its
+device the bytes the Python loop leaves for the same workload and seed, each block what its
+pattern says (``WritePattern.verify``), with the dedup fraction and the compressible zero tail
+the config asks for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from protocol.stats import WorkloadStats
+from slave.datapattern import WritePattern
+from slave.engine import compiled_paced, files, tuning, uring
+from slave.engine import paced_kernel as pk
+from slave.engine.libaio import LibaioEngine
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import DATA_DTYPE, LoopArgs
+from slave.engine.uring import UringEngine
+from slave.params import WorkloadParams
+from tests.slave.conftest import LoopDevice, LoopFactory
+from tests.slave.test_engine_paced_kernel import Control
+
+MiB = 1 << 20
+KiB = 1 << 10
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None,
+                              reason="no C compiler (cc): the compiled loop cannot be built")
+#: (kind, ratio): each kind, at the ratios the config asks for
+KINDS = [("random", 1.0), ("compressible", 2.0), ("zeros", 1.0), ("dedupable", 3.0)]
+BLOCKS = [4 * KiB, 64 * KiB, 1 * MiB]
+ENGINES = {"libaio": LibaioEngine, "io_uring": UringEngine}
+
+
+def _pattern(kind: str, ratio: float, bs: int, seed: int) -> WritePattern:
+    return WritePattern(kind, ratio, bs, seed)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- the kernel alone
+def _kernel_data(p: WritePattern, ring_serial: int) -> LoopArgs:
+    """The kernel's arguments for one workload writing ``p``'s data, its ring's first I/O of
+    serial ``ring_serial`` (``CompiledPaced._write_args``)."""
+    d = np.zeros(1, dtype=DATA_DTYPE)
+    (d["kind"][0], d["pool"][0], d["dups"][0], d["dedup_key"][0],
+     d["unique_below"][0]) = p.data_words()
+    d["block_bytes"][0] = p.blocksize_bytes
+    d["ring_serial"][0] = ring_serial
+    a = LoopArgs()
+    a.array("data", d)
+    return a
+
+
+@needs_cc
+@pytest.mark.parametrize("bs", BLOCKS)
+@pytest.mark.parametrize(("kind", "ratio"), KINDS)
+def test_the_kernel_writes_what_the_pattern_writes(kind: str, ratio: float, bs: int) -> None:
+    # ring I/Os 0..n-1 of a ring whose first serial is 1000, at offsets in no order, into
+    # buffers that hold other bytes (what a read left there): the kernel's blocks are fill's,
+    # byte for byte, and each verifies at its offset
+    n = 300 if bs < MiB else 24
+    p = _pattern(kind, ratio, bs, seed=21)
+    offsets = np.random.default_rng(2).permutation(4096)[:n].astype(np.int64) * bs
+    serials = 1000 + np.arange(n, dtype=np.int64)
+    want = np.full((n, bs), 0xA5, dtype=np.uint8)
+    p.fill(want, np.arange(n, dtype=np.intp), offsets, serials)
+    got = np.full((n, bs + 512), 0x5A, dtype=np.uint8)  # a row past the block: left alone
+    args = _kernel_data(p, 1000)
+    for i in range(n):
+        pk.write_data(args, 0, i, int(offsets[i]), got[i])
+    assert np.array_equal(got[:, :bs], want)
+    assert (got[:, bs:] == 0x5A).all()
+    assert all(p.verify(got[i, :bs], int(offsets[i])) is None for i in range(n))
+    if kind == "dedupable":  # both unique blocks and duplicates among them
+        dup = ~p.unique(serials)
+        assert 0 < int(dup.sum()) < n
+
+
+# ---------------------------------------------------------------------------- on loop devices
+def _prefill(size_bytes: int) -> npt.NDArray[np.uint8]:
+    """What both devices hold before a run: random bytes (neither zeros nor any pattern's)."""
+    return np.random.default_rng(77).integers(0, 256, size_bytes, dtype=np.uint8)
+
+
+def _device(loop_device: LoopFactory, size_bytes: int) -> LoopDevice:
+    def fill(path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(_prefill(size_bytes).tobytes())
+    return loop_device(size_bytes, prepare=fill)
+
+
+def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
+         monkeypatch: pytest.MonkeyPatch, n_sub: int = 2) -> int:
+    """Workload ``p`` on ``dev`` through ``engine`` for ``n_sub`` subintervals of 100 ms, in
+    the compiled loop or the Python loop; how many times the compiled loop ran."""
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    runs = [0]
+    run = pk.run
+
+    def counting(args: LoopArgs) -> int:
+        runs[0] += 1
+        return run(args)
+
+    monkeypatch.setattr(pk, "run", counting)
+    loop = EngineLoop(capacity=p.iodepth + 16)
+    loop.register_engine_kind(engine, ENGINES[engine])
+    eng = loop.engine(engine)
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n, dtype=np.int64)  # one region, as a worker's
+    pair = (WorkloadStats(region[:n]), WorkloadStats(region[n:]))
+    pair[0].reset()
+    pair[1].reset()
+    ctl = Control(n_sub)
+    ctl.per_workload.append(pair)
+    fd = files.open_lun(dev.path, writable=True, extra_flags=eng.open_flags)
+    try:
+        # one name on every device: the name is in the workload's stream
+        loop.add_workload(WorkloadSpec("t:lun:w", p, eng, fd, dev.size_bytes, 512, pair),
+                          None)
+        loop.run(ctl, time.monotonic_ns() + 1_000_000, 100_000_000)
+    finally:
+        loop.close()
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    assert ctl.errors == {} and loop.in_flight == 0
+    assert sum(st.ops(1) + st.ops(3) for st in ctl.stats) > 0  # it wrote
+    monkeypatch.setattr(pk, "run", run)
+    return runs[0]
+
+
+def _blocks(dev: LoopDevice, bs: int) -> npt.NDArray[np.uint8]:
+    """The device's blocks as its backing file holds them after the run."""
+    with open(dev.backing_file, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, bs)
+
+
+def _written(blocks: npt.NDArray[np.uint8], bs: int) -> npt.NDArray[np.bool_]:
+    """Which blocks a run changed (the prefill is random: no written block is it)."""
+    before = _prefill(blocks.size).reshape(-1, bs)
+    return np.asarray((blocks != before).any(axis=1))
+
+
+def _check_blocks(blocks: npt.NDArray[np.uint8], written: npt.NDArray[np.bool_],
+                  p: WorkloadParams) -> None:
+    """Every block written is what its pattern writes there; compressible blocks end in
+    their zero tail; dedupable ones are duplicates at about 1 - 1/d."""
+    bs = p.blocksize_bytes
+    pattern = _pattern(p.write_data, p.write_data_ratio, bs, p.seed)
+    idx = np.flatnonzero(written)
+    for i in idx.tolist():
+        why = pattern.verify(blocks[i], i * bs)
+        assert why is None, f"block {i} of {bs} bytes: {why}"
+    if p.write_data == "compressible":
+        keep = round(bs / p.write_data_ratio)
+        assert not blocks[idx, keep:].any() and blocks[idx, 16:keep].any(axis=1).all()
+    if p.write_data == "dedupable" and idx.size >= 150:
+        # a unique block carries its offset in its first word; a duplicate is random bytes
+        first = blocks[idx].view(np.int64)[:, 0]
+        dup = float((first != idx * bs).mean())
+        assert abs(dup - (1 - 1 / p.write_data_ratio)) < 0.12, (dup, idx.size)
+
+
+#: per block size: the paced rate and how many blocks the range holds (more than the run
+#: issues: the sequential workload does not wrap, so each block is written once at most)
+_PACED = {4 * KiB: (3000.0, 1024), 64 * KiB: (1500.0, 512), 1 * MiB: (150.0, 64)}
+
+
+@pytest.fixture
+def _uring_here(request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params.get("engine") != "io_uring":
+        return
+    why = uring.available() or pk.why_not()
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"as root this is a failure, not a skip: {why}")
+    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+@needs_cc
+@pytest.mark.root
+@pytest.mark.usefixtures("_uring_here")
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("bs", BLOCKS)
+@pytest.mark.parametrize(("kind", "ratio"), KINDS)
+def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch, kind: str, ratio: float,
+        bs: int, engine: str) -> None:
+    # a paced sequential workload, half reads (which leave their data in the slots' buffers),
+    # on two devices of the same random bytes: once in the compiled loop, once in the Python
+    # loop. The two issue the same I/Os in the same order, each write with its serial; one
+    # may issue a few more than the other before the stop, so the blocks up to the last one
+    # both wrote are byte for byte the same (those neither wrote: the prefill), and every
+    # block either wrote is its pattern's
+    # short rings (16 I/Os: four times the depth): the compiled loop generates the rest
+    # itself, serials and all, and the Python loop refills with the unused rest of its ring
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 8)
+    monkeypatch.setattr(tuning, "RING_MAX", 8)
+    generated = [0]
+    take_back = compiled_paced.CompiledPaced.take_back
+
+    def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
+        generated[0] += int(cp.gen["made"][i])
+        take_back(cp, i)
+
+    monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
+    iops, n_blocks = _PACED[bs]
+    p = WorkloadParams(iosequencer="sequential", read_fraction=0.5, iodepth=4, iops=iops,
+                       blocksize_bytes=bs, seed=60 + bs // KiB,
+                       write_data=kind, write_data_ratio=ratio)  # type: ignore[arg-type]
+    size = n_blocks * bs
+    devs = {c: _device(loop_device, size) for c in (True, False)}
+    runs = {c: _run(devs[c], p, engine, c, monkeypatch) for c in (True, False)}
+    assert runs[True] > 0 and runs[False] == 0  # which loop ran each
+    assert generated[0] >= 0.4 * iops * 0.2  # most of the compiled run's I/Os made in C
+    blocks = {c: _blocks(devs[c], bs) for c in (True, False)}
+    written = {c: _written(blocks[c], bs) for c in (True, False)}
+    last = min(int(np.flatnonzero(written[c])[-1]) for c in (True, False))
+    issued = iops * 0.2  # both subintervals, about half of them writes
+    assert last + 1 >= 0.8 * issued, (last, issued)
+    assert not written[True][-(n_blocks // 8) :].any()  # it did not wrap
+    assert np.array_equal(blocks[True][: last + 1], blocks[False][: last + 1])
+    assert np.array_equal(written[True][: last + 1], written[False][: last + 1])
+    for c in (True, False):
+        _check_blocks(blocks[c], written[c], p)
+
+
+@needs_cc
+@pytest.mark.root
+@pytest.mark.usefixtures("_uring_here")
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize(("kind", "ratio", "bs"), [
+    (k, r, bs) for k, r in KINDS for bs in (64 * KiB, 1 * MiB)])
+def test_max_iops_writes_of_every_kind_land_in_the_compiled_loop(
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch, kind: str, ratio: float,
+        bs: int, engine: str) -> None:
+    # random offsets at queue depth 32, half reads, as fast as the device goes, in the
+    # compiled loop: every block changed holds its pattern's data for its offset
+    p = WorkloadParams(read_fraction=0.5, iodepth=32, blocksize_bytes=bs, seed=90,
+                       write_data=kind, write_data_ratio=ratio)  # type: ignore[arg-type]
+    dev = _device(loop_device, 64 * MiB)
+    assert _run(dev, p, engine, True, monkeypatch) > 0
+    blocks = _blocks(dev, bs)
+    written = _written(blocks, bs)
+    assert int(written.sum()) >= (20 if bs == MiB else 200)
+    _check_blocks(blocks, written, p)
