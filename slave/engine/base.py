@@ -36,14 +36,6 @@ class SubmitError(IoEngineError):
         self.submitted = submitted
 
 
-def int64_words(a: npt.NDArray[np.int64]) -> memoryview:
-    """A C-contiguous int64 array's memory as a flat memoryview of int64 words (the engine
-    loops' scalar reads and writes)."""
-    if a.size == 0:
-        return memoryview(b"").cast("q")
-    return a.data.cast("B").cast("q")
-
-
 @dataclass(frozen=True)
 class KernelHandles:
     """An engine's context, ring, event buffer and submission arrays, for compiled code."""

@@ -92,7 +92,7 @@ class CompiledPaced:
         a.spin_gate_ns = tuning.AWAIT_SPIN_GATE_NS
         # a lone max-iops workload of depth 1-2 waits as soon as its I/Os went out
         a.lone = int(len(self.ws) == 1 and not self.ws[0].paced
-                     and self.ws[0].params.iodepth <= tuning.SCALAR_MAX)
+                     and self.ws[0].params.iodepth <= tuning.LONE_DEPTH_MAX)
         a.busy_spin_ns = tuning.BUSY_SPIN_NS
         a.busy_hot_ns = tuning.BUSY_HOT_NS
         a.block_wait_ns = tuning.BLOCK_WAIT_NS

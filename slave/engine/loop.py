@@ -59,7 +59,7 @@ from slave.engine import (
 )
 from slave.engine import paced_kernel as pk
 from slave.engine.aio_abi import W_BUF, W_NBYTES
-from slave.engine.base import IoEngine, SlotTable, int64_words
+from slave.engine.base import IoEngine, SlotTable
 from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, SCATTER
 from slave.engine.loop_paced import PacedSet
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, set_ring
@@ -111,7 +111,6 @@ class EngineLoop:
         pk.available()
         self.table = SlotTable(capacity)
         self._rows = self.table.rows
-        self._rows_words = int64_words(self._rows)  # the same memory, for scalar paths
         self._rows_flat = self._rows.reshape(-1)
         # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
         # never ``.take``: numpy's take first copies a strided source whole (8,192 rows of
@@ -121,13 +120,11 @@ class EngineLoop:
         self._scatter_idx = (
             np.arange(capacity, dtype=np.intp)[:, None] * SlotTable.ROW_WORDS + SCATTER
         )
-        self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
-        self._active_list = [-1] * capacity
+        self._owner = [-1] * capacity  # each slot's workload, which resubmits it, or -1
         self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
         # records buffered before binning: taken once, as the buffers below are sized by it
         self._flush_at = tuning.FLUSH_AT
         self._pend = np.zeros((self._flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
-        self._pend_words = int64_words(self._pend)
         self._p = 0
         self._binned = 0  # records of _pend[:_p] already binned one at a time (in C)
         self._wl: list[LoopWorkload | None] = []
@@ -145,25 +142,10 @@ class EngineLoop:
         self._discard = False
         self._busy_poll = False
         self._waiter = Waiter()  # the max-iops loops' wait for completions
-        self._single: LoopWorkload | None = None  # the only workload, when it runs at max iops
-        # the index of the only workload with slots in flight (none retired), or -1: completed
-        # slots then need no owner lookup
-        self._sole = -1
         # the paced loop's set, engine and events (``_pick_word_loops``)
         self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None
         self._paced: list[LoopWorkload] = []
         self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
-        # staging: the I/Os of several workloads put together for one submission per engine
-        # (``_stage``, ``_submit_staged``) instead of one system call per workload
-        self._staging = False
-        self._staged: list[npt.NDArray[np.intp]] = []
-        self._staged_one: list[int] = []
-        # of the staged slots, those whose scheduled time is their submit time (max iops)
-        self._staged_now: list[npt.NDArray[np.intp]] = []
-        self._staged_now_one: list[int] = []
-        self._staged_engine: IoEngine | None = None
-        self._gather = np.zeros((capacity, 5), dtype=np.int64)  # see _resubmit_max
-        self._gather_words = int64_words(self._gather)
         self.subinterval_index = -1
         # completions reaped past a boundary, recorded after it (``_reaped_late``)
         self._reaped: tuple[IoEngine, int, int] | None = None
@@ -196,10 +178,9 @@ class EngineLoop:
         return [w.spec.workload_id for w in self._wl if w is not None]
 
     def _set_active(self, slots: npt.NDArray[np.intp], owner: int) -> None:
-        """Which workload resubmits ``slots`` (-1: none); a list mirror serves scalar paths."""
-        self._active[slots] = owner
+        """Which workload resubmits ``slots`` (-1: none)."""
         for s in slots.tolist():
-            self._active_list[s] = owner
+            self._owner[s] = owner
 
     def _alloc_slots(self, n: int, workload_id: str, engine: IoEngine) -> npt.NDArray[np.intp]:
         if n > len(self._free_slots):
@@ -220,7 +201,7 @@ class EngineLoop:
         grow = getattr(engine, "grow", None)
         if grow is None:
             return
-        al = self._active_list
+        al = self._owner
         need = n + self._retired_in_flight + sum(
             int(w.slots.size) for w in self._wl
             if w is not None and w.spec.engine is engine and al[int(w.slots[0])] == w.index)
@@ -239,16 +220,13 @@ class EngineLoop:
         (returned) go on where it was. A workload being edited has had its slots retired
         already: they return to the pool. Called with the specialised loops handed back
         (``_hand_back``), at a boundary."""
-        al = self._active_list
+        al = self._owner
         live = [w for w in self._wl if w is not None and al[int(w.slots[0])] == w.index]
         for w in live:  # their completions are recorded, not resubmitted
             self._set_active(w.slots, -1)
         # every I/O in flight now counts as retired: each completion returns its slot to the
-        # pool, and the last one releases what waited for the retired ones; no workload is
-        # served as the only one meanwhile (``_complete`` would resubmit its slots)
+        # pool, and the last one releases what waited for the retired ones
         self._retired_in_flight = self._in_flight
-        self._single = None
-        self._sole = -1
         self._deferring += 1
         try:
             self._complete_reaped()  # reaped past the boundary: in the engine's events
@@ -304,7 +282,6 @@ class EngineLoop:
         rows[slots, C_NBYTES] = p.blocksize_bytes
         self._set_active(slots, w.index)
         w.fixed_cat = -1
-        w.write_only = p.read_fraction == 0.0
         if p.read_fraction in (0.0, 1.0):
             w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
 
@@ -317,12 +294,6 @@ class EngineLoop:
         self._paced = [w for w in live if w.paced]
         self._n_max_iops = len(live) - len(self._paced)
         self._busy_poll = any(w.params.busy_poll for w in live)
-        self._single = None
-        self._sole = -1
-        if len(live) == 1 and self._retired_in_flight == 0:
-            self._sole = live[0].index
-            if not live[0].paced:
-                self._single = live[0]
         self._pick_word_loops()
         if self._retired_in_flight == 0 and self._pending_release:
             release, self._pending_release = self._pending_release, []
@@ -437,8 +408,6 @@ class EngineLoop:
         for w in self._wl:  # completions must not resubmit
             if w is not None:
                 self._set_active(w.slots, -1)
-        self._single = None
-        self._sole = -1
         self._paced_words = None
         self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
@@ -482,25 +451,13 @@ class EngineLoop:
     _refill = loop_issue._refill
     _ahead = loop_issue._ahead
     _issue = loop_issue._issue
+    _issue_groups = loop_issue._issue_groups
     _next_ios = loop_issue._next_ios
-    _advance = loop_issue._advance
-    _put_write_data = loop_issue._put_write_data
-    _issue1 = loop_issue._issue1
-    _stage = loop_issue._stage
-    _stage_for = loop_issue._stage_for
-    _in_one_submission = loop_issue._in_one_submission
-    _submit_staged = loop_issue._submit_staged
     _submit_due = loop_issue._submit_due
-    _stage_due = loop_issue._stage_due
 
     # completions and statistics (``slave.engine.loop_records``)
     _complete = loop_records._complete
-    _complete_scalar = loop_records._complete_scalar
-    _complete_words = loop_records._complete_words
     _recycle = loop_records._recycle
-    _recycle_groups = loop_records._recycle_groups
-    _resubmit_max = loop_records._resubmit_max
-    _recycle_one = loop_records._recycle_one
     flush = loop_records.flush
     _record = loop_records._record
     _count_errors = loop_records._count_errors

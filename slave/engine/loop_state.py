@@ -16,7 +16,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine.base import AlignedBuffers, IoEngine, SubmitError, int64_words
+from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
 from slave.engine.layout import R_OFF
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
@@ -48,11 +48,7 @@ class LoopWorkload:
     free: list[int] = field(default_factory=list)
     ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 5), np.int64))
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
-    ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     ring_len: int = 0  # rows in ``ring``
-    # writes among the ring's first i I/Os, at [i] (ring_len + 1 words; kept only while the
-    # workload writes): whether a batch holds a write, in two word reads, not a numpy ``any``
-    ring_writes_before: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
     ring_pool_rows: npt.NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, np.intp))
     ring_stamps: npt.NDArray[np.int64] | None = None
@@ -61,7 +57,6 @@ class LoopWorkload:
     # max iops: they keep their scheduled time (response time shows the backlog)
     overdue: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
-    write_only: bool = False  # every I/O a write (no read mask per batch)
     errors: dict[str, int] = field(default_factory=dict)
     errors_logged: int = 0
     ring_spread: float = 1.0  # a paced refill's size, relative (``EngineLoop._ahead``)
@@ -83,16 +78,9 @@ def set_ring(
     ring = np.ascontiguousarray(ring)
     w.ring = ring
     w.ring_write = is_write
-    w.ring_words = int64_words(ring)
     w.ring_len = int(ring.shape[0])
     w.cur = 0
-    if w.pattern is None:  # no writes: no data to place (``_put_write_data`` is not called)
-        w.ring_stamps = None
-        return
-    before = np.zeros(w.ring_len + 1, dtype=np.int64)
-    np.cumsum(is_write, out=before[1:])
-    w.ring_writes_before = int64_words(before)
-    if not w.pattern.planned:
+    if w.pattern is None or not w.pattern.planned:  # no data to plan
         w.ring_stamps = None
         return
     if plan is None:

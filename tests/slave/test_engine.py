@@ -352,7 +352,7 @@ def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
                                                                  iodepth: int) -> None:
     # 1000 IOPS; the loop stalls for 40 ms from 20 ms before boundary 0. The I/Os due in those
     # 20 ms go out late, after the boundary, with their own scheduled times, whether or not an
-    # edit lands at that boundary, also one to max iops (queue depth 2: the scalar loop): an
+    # edit lands at that boundary, also one to max iops (at queue depth 2 too): an
     # edit must not drop them or forget when they were due (coordinated omission)
     loop, eng = make_loop(constant_ns(100_000))
     s = spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=1000.0))
