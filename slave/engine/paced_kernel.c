@@ -369,7 +369,7 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
 }
 
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
- * EngineLoop._refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
+ * LoopWorkload.refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
  * and offset, its direction; the Poisson gaps from the schedule's own stream), with their
  * planned write data (WritePattern.plan: a pool row and stamps for each I/O, by serial) */
 static void generate(struct ivy_loop *L, int64_t k, int64_t m)
@@ -432,11 +432,11 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
     generate(L, k, m);
 }
 
-/* an edit of the rates of workloads ks[0..n) at time at, in place (EngineLoop's
- * _retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
+/* an edit of the rates of workloads ks[0..n) at time at, in place
+ * (NativeLoop.retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
  * sched_last_ns at and, for a Poisson schedule, first_due): the I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
- * schedule's, as EngineLoop._retime gives them. resync: its Sequencer takes the state back */
+ * schedule's, as Workloads._retime gives them. resync: its Sequencer takes the state back */
 void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
 {
     for (int64_t x = 0; x < n; x++) {

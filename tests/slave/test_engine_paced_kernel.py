@@ -29,6 +29,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_native import NativeLoop
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
@@ -406,9 +407,8 @@ class Control:
     def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         # every slot is free or in flight, once (the compiled loop's state stays loaded over
         # boundaries: its free stacks are the truth then)
-        ws = [w for w in loop._wl if w is not None]
-        pw = loop._paced_words
-        cp = None if pw is None else pw[0].compiled
+        ws = loop.workloads.live()
+        cp = loop.native.compiled
         if cp is not None and cp.loaded:
             free = [cp.free_buf[o : o + n].tolist()
                     for o, n in zip(cp.free_off.tolist(), cp.free_n.tolist(), strict=True)]
@@ -576,7 +576,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
 
         def seen(loop: EngineLoop, finished: int, boundary_ns: int,
                  paced: list[bool] = paced) -> None:
-            paced.append((loop._paced_words is not None) == compiled)
+            paced.append((loop.native.compiled is not None) == compiled)
 
         t0 = time.thread_time()
         ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=seen))
@@ -696,7 +696,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     # compiled state is loaded once), or, where that is turned off, the set is given back
     # and loaded again; either way each subinterval runs at the rates its edit set
     if not in_place:
-        monkeypatch.setattr(EngineLoop, "_retime_loaded", lambda *a: False)
+        monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: False)
     loads = [0]
     load = compiled_paced.CompiledPaced.load
 
@@ -728,7 +728,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
             # a Poisson count varies by its square root: 5 of them
             tol = 5 * want ** 0.5 if i == 2 else want * 0.03 + 2
             assert abs(got - want) <= tol, (k, i, got, want)
-    for i, w in enumerate(x for x in loop._wl if x is not None):
+    for i, w in enumerate(loop.workloads.live()):
         # given back at the end, each sequencer has its last rate
         assert w.seq.params is w.spec.params
         assert w.seq.params.iops == params[i].iops * scale[-1]
@@ -790,8 +790,7 @@ def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished == 0:
             loop.edit_workloads([("t:lun:w0", params[0].replace(iops=1000.0))], boundary_ns)
-            assert loop._paced_words is not None
-            cp = loop._paced_words[0].compiled
+            cp = loop.native.compiled
             assert cp is not None and cp.loaded  # made in place
 
     ctl, _ = _run_paced(lun_file, params, 200_000_000, 2, Control(2, at_boundary=edit))
@@ -817,7 +816,7 @@ def test_an_edit_of_more_than_the_rate_takes_the_set_back_for_all(
 
     ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=edit))
     assert retimes[0] == 0 and ctl.errors == {}
-    w0, w1 = (w for w in loop._wl if w is not None)
+    w0, w1 = loop.workloads.live()
     assert (w0.params.iops, w1.params.iops, w1.params.iodepth) == (4000.0, 1000.0, 3)
     assert abs(ctl.stats[2].ops(0) - 800) <= 800 * 0.03 + 2
     assert abs(ctl.stats[3].ops(0) - 200) <= 200 * 0.03 + 2
@@ -943,8 +942,7 @@ def test_a_refused_submission_stops_the_loop_with_the_kernels_reason(lun_file: s
 
     def close_it(loop: EngineLoop, elapsed_ns: int) -> None:
         if elapsed_ns > 50_000_000 and not fds:
-            w = loop._wl[0]
-            assert w is not None
+            w = loop.workloads.live()[0]
             fds.append(w.spec.fd)
             fired.append(time.monotonic())
             os.close(w.spec.fd)
