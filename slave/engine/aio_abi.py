@@ -46,9 +46,6 @@ IOCB_DTYPE: Final = np.dtype(
 IO_EVENT_DTYPE: Final = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
 assert IOCB_DTYPE.itemsize == 64 and IO_EVENT_DTYPE.itemsize == 32
 
-# iocb as 8 uint64 words per slot: word 2 packs opcode (16 bits), reqprio (16), fildes (32)
-W_DATA, W_OPCODE_FD, W_BUF, W_NBYTES, W_OFFSET = 0, 2, 3, 4, 5
-
 _SYS_IO_SETUP: Final = 206
 _SYS_IO_DESTROY: Final = 207
 _SYS_IO_GETEVENTS: Final = 208

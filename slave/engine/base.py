@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.engine.layout import ROW_WORDS, W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 PAGE_BYTES = mmap.PAGESIZE
 
@@ -57,15 +57,14 @@ class KernelHandles:
 
 
 class SlotTable:
-    """``capacity`` I/O slots, one 128-byte row each (16 int64 words), page aligned:
-
-    * words 0-7 are the slot's ``struct iocb`` (word 0 ``aio_data`` = slot number, word 2 packs
-      opcode and fd, 3 buffer address, 4 byte count, 5 offset) - what ``io_submit`` reads;
-    * words 8-15 are the engine loop's bookkeeping (owner, category, submit and scheduled
-      times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
+    """``capacity`` I/O slots, one row each (``layout.ROW_DTYPE``, ``struct ivy_row``: 128
+    bytes, 16 int64 words), page aligned, held as an int64 view whose columns are
+    ``layout``'s: the slot's ``struct iocb`` first (what ``io_submit`` reads; ``aio_data`` is
+    the slot number), then the engine loop's bookkeeping (owner, category, submit and scheduled
+    times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
     """
 
-    ROW_WORDS = 16
+    ROW_WORDS = ROW_WORDS
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slave.engine.base import SlotTable
+from slave.engine.layout import C_SCHED
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
@@ -62,14 +63,14 @@ class FakeEngine:
         self.max_in_flight = 0
         self.submitted = 0
         self.keep_log = keep_log
-        # rows: offset, opcode, submit_ns, fd, and the slot row's word 11 (the engine loop's
-        # scheduled time of the I/O)
+        # rows: offset, opcode, submit_ns, fd, and the engine loop's scheduled time of the I/O
+        # (the slot row's ``sched_ns``)
         self.log: list[npt.NDArray[np.int64]] = []
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         opcode, fd, _, nbytes, offset = self._table.fields(slots)
         self._start(slots.astype(np.int64), opcode, fd, nbytes, offset,
-                    self._table.rows[slots, 11])
+                    self._table.rows[slots, C_SCHED])
 
     def _start(self, slots: npt.NDArray[np.int64], opcode: npt.NDArray[np.int64],
                fd: npt.NDArray[np.int64], nbytes: npt.NDArray[np.int64],

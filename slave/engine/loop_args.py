@@ -1,7 +1,8 @@
 """The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
 that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
 ``GEN_DTYPE``, the numpy dtype that mirrors each workload's ``struct ivy_gen``; and the check of
-both mirrors against the layouts the compiled object reports of itself.
+these and of ``layout``'s dtypes (``struct ivy_row``, ``struct ivy_io``) against the layouts the
+compiled object reports of itself.
 
 Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
 arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
@@ -16,6 +17,8 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+
+from slave.engine.layout import IO_DTYPE, ROW_DTYPE
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
@@ -84,15 +87,20 @@ class LoopArgs(ctypes.Structure):
         setattr(self, name, a.ctypes.data)
 
 
+#: the structs mirrored by a numpy dtype
+DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE}
+
+
 def python_layout(struct: str = "ivy_loop") -> Layout:
     """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
-    out; ``ivy_gen``: ``GEN_DTYPE`` as numpy does)."""
-    if struct == "ivy_gen":
-        fields_of = GEN_DTYPE.fields
+    out; the others, their dtypes in ``DTYPES`` as numpy does)."""
+    dtype = DTYPES.get(struct)
+    if dtype is not None:
+        fields_of = dtype.fields
         assert fields_of is not None
-        return GEN_DTYPE.itemsize, tuple(
+        return dtype.itemsize, tuple(
             (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
-            for name in GEN_DTYPE.names or ())
+            for name in dtype.names or ())
     fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
                    for name, _ in FIELDS)
     return ctypes.sizeof(LoopArgs), fields
@@ -109,9 +117,9 @@ def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How a Python mirror differs from its compiled struct (``ivy_loop``, then ``ivy_gen``:
-    the first field that differs, or the size), or None when both agree."""
-    for struct in ("ivy_loop", "ivy_gen"):
+    """How a Python mirror differs from its compiled struct (``ivy_loop``, then those in
+    ``DTYPES``: the first field that differs, or the size), or None when all agree."""
+    for struct in ("ivy_loop", *DTYPES):
         py_size, py_fields = python_layout(struct)
         c_size, c_fields = compiled_layout(lib, struct)
         for i in range(max(len(py_fields), len(c_fields))):

@@ -20,9 +20,17 @@ import numpy.typing as npt
 
 from protocol.stats import N_CATEGORIES, WorkloadStats, record_groups
 from slave.engine import tuning
-from slave.engine.aio_abi import W_OFFSET
 from slave.engine.base import SlotTable
-from slave.engine.layout import C_CAT, C_DONE, C_NBYTES, C_OWNER, C_RES, C_SCHED, C_SUBMIT
+from slave.engine.layout import (
+    C_CAT,
+    C_DONE,
+    C_NBYTES,
+    C_OWNER,
+    C_RES,
+    C_SCHED,
+    C_SUBMIT,
+    W_OFFSET,
+)
 from slave.engine.loop_state import LoopWorkload
 
 log = logging.getLogger(__name__)

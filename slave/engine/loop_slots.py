@@ -19,9 +19,19 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import W_BUF, W_NBYTES
 from slave.engine.base import IoEngine, SlotTable
-from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, C_SCHED, C_SUBMIT, INF, R_SCHED, SCATTER
+from slave.engine.layout import (
+    C_NBYTES,
+    C_OWNER,
+    C_ROW,
+    C_SCHED,
+    C_SUBMIT,
+    INF,
+    R_SCHED,
+    SCATTER,
+    W_BUF,
+    W_NBYTES,
+)
 from slave.engine.loop_state import LoopWorkload, took
 
 

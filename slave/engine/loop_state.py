@@ -24,7 +24,7 @@ from slave.datapattern import WritePattern
 from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
-from slave.engine.layout import R_CAT, R_OFF, R_OPFD, R_SCHED, R_SUBMIT
+from slave.engine.layout import IO_WORDS, R_CAT, R_OFF, R_OPFD, R_SCHED, R_SUBMIT
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -53,7 +53,7 @@ class LoopWorkload:
     buffers: AlignedBuffers
     paced: bool
     free: list[int] = field(default_factory=list)
-    ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 5), np.int64))
+    ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, IO_WORDS), np.int64))
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     ring_len: int = 0  # rows in ``ring``
     # the planned data of the ring's I/Os (WritePattern.plan), when the pattern plans
@@ -80,7 +80,7 @@ class LoopWorkload:
         c = self.cur
         left = self.ring_len - c
         # the unused rest, then the new I/Os, written in place (no concatenation)
-        both = np.empty((left + n, 5), dtype=np.int64)
+        both = np.empty((left + n, IO_WORDS), dtype=np.int64)
         both[:left] = self.ring[c:]
         ring = both[left:]
         read = opcode_fd_word(IOCB_CMD_PREAD, fd)

@@ -17,8 +17,9 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_OFFSET, W_OPCODE_FD
+from slave.engine.aio_abi import IOCB_CMD_PWRITE
 from slave.engine.base import SlotTable
+from slave.engine.layout import W_OFFSET, W_OPCODE_FD
 
 
 class ThreadPoolEngine:

@@ -24,16 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import (
-    IO_EVENT_DTYPE,
-    IOCB_CMD_PWRITE,
-    W_BUF,
-    W_NBYTES,
-    W_OFFSET,
-    W_OPCODE_FD,
-    _libc_syscall,
-)
+from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, _libc_syscall
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
+from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 _SYS_SETUP, _SYS_ENTER, _SYS_REGISTER = 425, 426, 427
 _FEAT_SINGLE_MMAP, _FEAT_NODROP, _FEAT_EXT_ARG = 1 << 0, 1 << 1, 1 << 8

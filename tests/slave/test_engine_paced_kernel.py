@@ -104,8 +104,9 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
     assert "struct ivy_loop {" in src and '#include "ivy_loop.h"' not in src  # inlined
     assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
-    assert f"#define C_DONE {layout.C_DONE}LL\n" in src
-    assert f"#define R_SCHED_COL {layout.R_SCHED}LL\n" in src
+    # a slot's row and a precomputed I/O are structs, read by field: no word numbers
+    assert "struct ivy_row {" in src and "struct ivy_io {" in src
+    assert "#define C_DONE" not in src and "_COL" not in src and "ROW_WORDS" not in src
 
 
 # ---------------------------------------------------------------------------- binning
@@ -118,7 +119,7 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     assert pk.available(), pk.why_not()  # built before the 20 ms start
     stats = WorkloadStats(np.zeros(WorkloadStats.SIZE, dtype=np.int64))
     stats.reset()
-    pend = np.zeros((len(records) + 1, 16), dtype=np.int64)
+    pend = np.zeros((len(records) + 1, layout.ROW_WORDS), dtype=np.int64)
     for i, (cat, sub, sched, done, res) in enumerate(records):
         pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
                  layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
@@ -133,7 +134,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         ring_events[:4] = (ring_slot, 0, 4096, 0)
     keep = {
         "ring_header": hdr, "ring_events": ring_events,
-        "events": np.zeros(4, dtype=np.int64), "rows": np.zeros((1, 16), dtype=np.int64),
+        "events": np.zeros(4, dtype=np.int64),
+        "rows": np.zeros((1, layout.ROW_WORDS), dtype=np.int64),
         "iocb_addr": np.zeros(1, dtype=np.uint64), "ptrs": np.zeros(1, dtype=np.uint64),
         "out": np.zeros(1, dtype=np.int64), "pend": pend, "root": stats.buffer,
         "stat_off": np.zeros(1, dtype=np.int64), "fixcat": np.array([fixcat], dtype=np.int64),
@@ -210,7 +212,7 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
     gs = seq.generator_state()
     assert gs is not None
     n_stamps = pattern.stamped_sectors if pattern is not None else 0
-    ring = np.zeros((m, 5), dtype=np.int64)
+    ring = np.zeros((m, layout.IO_WORDS), dtype=np.int64)
     pool_rows = np.zeros(m, dtype=np.int64)
     stamps = np.zeros((m, n_stamps, 2), dtype=np.int64)
     gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD,
@@ -236,7 +238,7 @@ def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
     """What ``EngineLoop._refill`` puts in a ring for the next ``m`` I/Os (its layout, with
     the plan beside it, as ``_kernel_generate``)."""
     ch = seq.chunk(m)
-    ring = np.zeros((m, 5), dtype=np.int64)
+    ring = np.zeros((m, layout.IO_WORDS), dtype=np.int64)
     ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
     ring[:, layout.R_OFF] = ch.offset_bytes
     ring[:, layout.R_CAT] = ch.category
