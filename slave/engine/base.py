@@ -118,22 +118,12 @@ class IoEngine(Protocol):
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         """Start the I/Os described by ``table.iocb[slots]``; all of them, or raise."""
 
-    def submit_one(self, slot: int) -> None:
-        """``submit`` for a single slot, without building an array."""
-
-    def submit_list(self, slots: list[int]) -> None:
-        """``submit`` for a few slots held in a list (the paced loop's due I/Os)."""
-
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in
         ``done_slot`` / ``done_res`` (at most ``capacity``). ``timeout_ns`` 0 does not wait."""
 
     def poll(self) -> int:
         """Completions available now, without waiting (and, for libaio, without a syscall)."""
-
-    def ready(self) -> int:
-        """Completions waiting now, not reaped (for libaio without a syscall): the engine loop
-        asks between two records it bins while idle, to stop as soon as one arrives."""
 
     def close(self) -> None:
         """Cancel or finish in-flight I/O and release kernel resources."""

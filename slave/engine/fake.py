@@ -54,12 +54,8 @@ class FakeEngine:
         self._pending_slot = np.zeros(0, dtype=np.int64)
         self._pending_due = np.zeros(0, dtype=np.int64)
         self._pending_res = np.zeros(0, dtype=np.int64)
-        # completions laid out as libaio's events (4 words each: slot, -, result, -), so the
-        # engine loop's scalar path runs on this engine too
-        events = np.zeros((cap, 4), dtype=np.int64)
-        self.done_words = events.data.cast("B").cast("q")
-        self.done_slot = events[:, 0]
-        self.done_res = events[:, 2]
+        self.done_slot = np.zeros(cap, dtype=np.int64)
+        self.done_res = np.zeros(cap, dtype=np.int64)
         self.max_in_flight = 0
         self.submitted = 0
         self.keep_log = keep_log
@@ -104,12 +100,6 @@ class FakeEngine:
                 )
             )
 
-    def submit_one(self, slot: int) -> None:
-        self.submit(np.array([slot], dtype=np.intp))
-
-    def submit_list(self, slots: list[int]) -> None:
-        self.submit(np.array(slots, dtype=np.intp))
-
     def _take(self, now: int) -> int:
         ready = self._pending_due <= now
         n = min(int(ready.sum()), self.done_slot.size)
@@ -145,9 +135,6 @@ class FakeEngine:
 
     def poll(self) -> int:
         return self._take(time.monotonic_ns())
-
-    def ready(self) -> int:
-        return min(int((self._pending_due <= time.monotonic_ns()).sum()), self.done_slot.size)
 
     def close(self) -> None:
         self._pending_slot = self._pending_slot[:0]

@@ -63,12 +63,6 @@ class ThreadPoolEngine:
         for s in slots.tolist():
             self._todo.put(s)
 
-    def submit_one(self, slot: int) -> None:
-        self.submit(np.array([slot], dtype=np.intp))
-
-    def submit_list(self, slots: list[int]) -> None:
-        self.submit(np.array(slots, dtype=np.intp))
-
     def _drain(self, first: tuple[int, int] | None) -> int:
         n = 0
         item = first
@@ -94,9 +88,6 @@ class ThreadPoolEngine:
 
     def poll(self) -> int:
         return self.reap(0, 0)
-
-    def ready(self) -> int:
-        return self._done.qsize()
 
     def close(self) -> None:
         for _ in self._threads:

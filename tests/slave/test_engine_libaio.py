@@ -254,7 +254,7 @@ def test_aio_context_roundtrip(lun_file: str) -> None:
         eng.submit(np.array([0], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1
         assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
-        eng.submit_one(1)
+        eng.submit(np.array([1], dtype=np.intp))
         n = 0
         deadline = time.monotonic() + 2
         while n == 0 and time.monotonic() < deadline:
@@ -476,13 +476,13 @@ def test_ring_reads_across_its_wrap(lun_file: str) -> None:
         for _ in range(300):  # 2100 events through a ring of a few hundred entries
             eng.submit(slots)
             deadline = time.monotonic() + 2
-            while eng.ready() < 7 and time.monotonic() < deadline:
+            while eng._ctx.ring_ready() < 7 and time.monotonic() < deadline:
                 time.sleep(0)
-            assert eng.ready() == 7
+            assert eng._ctx.ring_ready() == 7
             assert eng.poll() == 7
             assert eng.done_res[:7].tolist() == [4096] * 7
             assert sorted(eng.done_slot[:7].tolist()) == list(range(7))
-            assert eng.ready() == 0
+            assert eng._ctx.ring_ready() == 0
         assert eng.poll() == 0
     finally:
         eng.close()
@@ -490,13 +490,13 @@ def test_ring_reads_across_its_wrap(lun_file: str) -> None:
 
 
 @needs_aio
-def test_submit_list_hands_the_kernel_the_listed_slots(lun_file: str) -> None:
+def test_submit_hands_the_kernel_the_slots_given(lun_file: str) -> None:
     fd = os.open(lun_file, os.O_RDONLY | os.O_DIRECT)
     table, _bufs = _read_slots(fd, 8)
     eng = LibaioEngine(table)
     try:
         for chosen in ([5], [7, 2, 4], [0, 1, 2, 3, 4, 5, 6, 7]):
-            eng.submit_list(chosen)
+            eng.submit(np.array(chosen, dtype=np.intp))
             got: list[int] = []
             deadline = time.monotonic() + 2
             while len(got) < len(chosen) and time.monotonic() < deadline:
@@ -510,7 +510,7 @@ def test_submit_list_hands_the_kernel_the_listed_slots(lun_file: str) -> None:
 
 
 @needs_aio
-@pytest.mark.parametrize("how", ["submit", "submit_list", "finish_submit"])
+@pytest.mark.parametrize("how", ["submit", "finish_submit"])
 def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str) -> None:
     """Slots 0-4 read the file, slot 5 names a closed descriptor: the kernel takes the first
     five, then refuses; the error names the errno and that five went out (the engine loop
@@ -526,8 +526,6 @@ def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str
         with pytest.raises(SubmitError, match=r"Bad file descriptor \(errno 9\)") as raised:
             if how == "submit":
                 eng.submit(np.array(slots, dtype=np.intp))
-            elif how == "submit_list":
-                eng.submit_list(slots)
             else:  # compiled code's io_submit took the first two
                 h = eng.kernel_handles()
                 assert h is not None

@@ -305,10 +305,10 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
             table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
             table.rows[slot, layout.W_NBYTES] = 4096
             table.rows[slot, layout.W_OFFSET] = off
-        eng.submit_one(0)
+        eng.submit(np.array([0], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1
         assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
-        eng.submit_list([1])
+        eng.submit(np.array([1], dtype=np.intp))
         n = 0
         deadline = time.monotonic() + 2
         while n == 0 and time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
         assert got == {2: -9, 3: -22}  # EBADF, EINVAL
         assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
         eng.forget_file(fd)  # its last workload let go of it: unregistered
-        eng.submit_one(1)
+        eng.submit(np.array([1], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1 and int(eng.done_res[0]) == -9
     finally:
         eng.close()
