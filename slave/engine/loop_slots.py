@@ -185,10 +185,13 @@ class Slots:
             if c + nfree > w.ring_len:
                 w.refill(nfree)
                 c = 0
+            first = int(w.ring[c, R_SCHED])
+            if first > now:  # the common case, without a search
+                next_due = min(next_due, first)
+                continue
             # the ring is in time order
-            k = int(w.ring[c : c + nfree, R_SCHED].searchsorted(now, "right"))
-            if k:
-                due.append((w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp)))
+            k = 1 if nfree == 1 else int(w.ring[c : c + nfree, R_SCHED].searchsorted(now, "right"))
+            due.append((w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp)))
             if k < nfree:
                 next_due = min(next_due, int(w.ring[c + k, R_SCHED]))
         if due:
