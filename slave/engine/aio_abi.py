@@ -164,7 +164,7 @@ class AioContext:
         self.events = np.zeros(nr_events, dtype=IO_EVENT_DTYPE)
         self.ev_data = self.events["data"]
         self.ev_res = self.events["res"]
-        #: the events as int64 words, 4 per event (data, obj, res, res2), for scalar readers
+        #: the events as int64 words, 4 per event (data, obj, res, res2), for ``poll_ring``
         self.events_mv = self.events.view(np.int64).data.cast("B").cast("q")
         self._events_addr = self.events.ctypes.data
         self._ts = np.zeros(2, dtype=np.int64)  # struct timespec

@@ -99,5 +99,5 @@ LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # paced workloads alone on a libaio engine (reads, and writes of planned data) run in compiled
 # C where the host could build it (``slave.engine.paced_kernel``;
 # ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (a lone
-# one too, of any depth); tests and bench_engine switch it off to run the Python loops
+# one too, of any depth); tests and bench_engine switch it off to run the Python loop
 COMPILED_PACED = True
