@@ -46,9 +46,6 @@ IOCB_DTYPE: Final = np.dtype(
 IO_EVENT_DTYPE: Final = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
 assert IOCB_DTYPE.itemsize == 64 and IO_EVENT_DTYPE.itemsize == 32
 
-# iocb as 8 uint64 words per slot: word 2 packs opcode (16 bits), reqprio (16), fildes (32)
-W_DATA, W_OPCODE_FD, W_BUF, W_NBYTES, W_OFFSET = 0, 2, 3, 4, 5
-
 _SYS_IO_SETUP: Final = 206
 _SYS_IO_DESTROY: Final = 207
 _SYS_IO_GETEVENTS: Final = 208
@@ -167,7 +164,7 @@ class AioContext:
         self.events = np.zeros(nr_events, dtype=IO_EVENT_DTYPE)
         self.ev_data = self.events["data"]
         self.ev_res = self.events["res"]
-        #: the events as int64 words, 4 per event (data, obj, res, res2), for scalar readers
+        #: the events as int64 words, 4 per event (data, obj, res, res2), for ``poll_ring``
         self.events_mv = self.events.view(np.int64).data.cast("B").cast("q")
         self._events_addr = self.events.ctypes.data
         self._ts = np.zeros(2, dtype=np.int64)  # struct timespec

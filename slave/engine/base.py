@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.engine.layout import ROW_WORDS, W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 PAGE_BYTES = mmap.PAGESIZE
 
@@ -34,14 +34,6 @@ class SubmitError(IoEngineError):
     def __init__(self, message: str, submitted: int) -> None:
         super().__init__(message)
         self.submitted = submitted
-
-
-def int64_words(a: npt.NDArray[np.int64]) -> memoryview:
-    """A C-contiguous int64 array's memory as a flat memoryview of int64 words (the engine
-    loops' scalar reads and writes)."""
-    if a.size == 0:
-        return memoryview(b"").cast("q")
-    return a.data.cast("B").cast("q")
 
 
 @dataclass(frozen=True)
@@ -65,15 +57,14 @@ class KernelHandles:
 
 
 class SlotTable:
-    """``capacity`` I/O slots, one 128-byte row each (16 int64 words), page aligned:
-
-    * words 0-7 are the slot's ``struct iocb`` (word 0 ``aio_data`` = slot number, word 2 packs
-      opcode and fd, 3 buffer address, 4 byte count, 5 offset) - what ``io_submit`` reads;
-    * words 8-15 are the engine loop's bookkeeping (owner, category, submit and scheduled
-      times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
+    """``capacity`` I/O slots, one row each (``layout.ROW_DTYPE``, ``struct ivy_row``: 128
+    bytes, 16 int64 words), page aligned, held as an int64 view whose columns are
+    ``layout``'s: the slot's ``struct iocb`` first (what ``io_submit`` reads; ``aio_data`` is
+    the slot number), then the engine loop's bookkeeping (owner, category, submit and scheduled
+    times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
     """
 
-    ROW_WORDS = 16
+    ROW_WORDS = ROW_WORDS
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -127,22 +118,12 @@ class IoEngine(Protocol):
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         """Start the I/Os described by ``table.iocb[slots]``; all of them, or raise."""
 
-    def submit_one(self, slot: int) -> None:
-        """``submit`` for a single slot, without building an array."""
-
-    def submit_list(self, slots: list[int]) -> None:
-        """``submit`` for a few slots held in a list (the paced loop's due I/Os)."""
-
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in
         ``done_slot`` / ``done_res`` (at most ``capacity``). ``timeout_ns`` 0 does not wait."""
 
     def poll(self) -> int:
         """Completions available now, without waiting (and, for libaio, without a syscall)."""
-
-    def ready(self) -> int:
-        """Completions waiting now, not reaped (for libaio without a syscall): the engine loop
-        asks between two records it bins while idle, to stop as soon as one arrives."""
 
     def close(self) -> None:
         """Cancel or finish in-flight I/O and release kernel resources."""

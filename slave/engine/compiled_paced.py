@@ -1,6 +1,7 @@
 """The compiled loop's side in Python: the set's state as the arrays the compiled turn works
 on (``CompiledPaced``). It lays out and gives back state; the turns themselves are C
-(``slave.engine.paced_kernel``) and the Python loop that calls them is ``EngineLoop``'s.
+(``slave.engine.paced_kernel``) and the Python that calls them is ``NativeLoop``'s
+(``slave.engine.loop_native``).
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
 from slave.engine.loop_state import LoopWorkload, set_ring
 
 if TYPE_CHECKING:
-    from slave.engine.loop import EngineLoop
-    from slave.engine.loop_paced import PacedSet
+    from slave.engine.loop_records import Records
+    from slave.engine.loop_slots import Slots
 
 
 class CompiledPaced:
-    """A ``PacedSet``'s state in the arrays the compiled turn (``paced_kernel``) works on:
-    each workload's ring (its address), cursor and length, its free slots (a stack at
-    ``free_off[k]``, ``free_n[k]`` deep), the heap of armed workloads, and where each
-    workload's stats blocks lie in the worker's stats region. While ``loaded`` the arrays,
-    not the workloads' ``free`` and ``cur``, are the truth, across boundaries; ``unload``
-    gives them back (the engine loop does so before anything else looks: ``_hand_back``)."""
+    """A set of workloads' (``ws``: paced ones, max-iops ones, or both) state in the arrays the
+    compiled turn (``paced_kernel``) works on: each workload's ring (its address), cursor and
+    length, its free slots (a stack at ``free_off[k]``, ``free_n[k]`` deep), the heap of armed
+    workloads, and where each workload's stats blocks lie in the worker's stats region. While
+    ``loaded`` the arrays, not the workloads' ``free`` and ``cur``, are the truth, across
+    boundaries; ``unload`` gives them back (``NativeLoop.unload`` does so before anything else
+    looks). ``wl``: the loop's workloads (the set's, and any deleted: their stats blocks are
+    left out)."""
 
-    def __init__(self, loop: EngineLoop, paced: PacedSet, eng: IoEngine, h: KernelHandles,
-                 root: npt.NDArray[np.int64]) -> None:
-        ws = paced.ws
+    def __init__(self, ws: list[LoopWorkload], eng: IoEngine, h: KernelHandles,
+                 root: npt.NDArray[np.int64], slots: Slots, records: Records,
+                 wl: list[LoopWorkload | None]) -> None:
         k = len(ws)
         self.ws = ws
         self.eng = eng
@@ -47,7 +50,7 @@ class CompiledPaced:
         np.cumsum(depth[:-1], out=self.free_off[1:])
         self.free_n = np.zeros(k, dtype=np.int64)
         self.free_buf = np.zeros(int(depth.sum()), dtype=np.int64)
-        self.slot_pos = np.full(loop.table.capacity, -1, dtype=np.int64)
+        self.slot_pos = np.full(slots.table.capacity, -1, dtype=np.int64)
         for i, w in enumerate(ws):
             self.slot_pos[w.slots] = i
         self.armed = np.zeros(k, dtype=np.uint8)  # 0 no, 1 in the heap, 2 wants a refill
@@ -60,13 +63,13 @@ class CompiledPaced:
         self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
         self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
         self.args = LoopArgs()
-        self._engine_args(loop, h)
+        self._engine_args(slots, records, h)
         self._workload_args()
         self._write_args()
-        self.stat_addr = self._stats_args(loop, root)
+        self.stat_addr = self._stats_args(wl, root)
         self.loaded = False
 
-    def _engine_args(self, loop: EngineLoop, h: KernelHandles) -> None:
+    def _engine_args(self, slots: Slots, records: Records, h: KernelHandles) -> None:
         """The kernel's words for the engine, the slot table and the loop's records."""
         a = self.args
         a.array("ring_header", h.ring_header)
@@ -76,13 +79,13 @@ class CompiledPaced:
         a.ctx = h.ctx_id
         for name, value in h.words.items():
             setattr(a, name, value)
-        a.array("rows", loop._rows)
+        a.array("rows", slots.rows)
         a.array("iocb_addr", h.iocb_addr)
         a.array("ptrs", h.ptrs)
-        a.array("out", np.zeros(loop.table.capacity, dtype=np.int64))
-        a.n_slots = loop.table.capacity
-        a.array("pend", loop._pend)
-        a.flush_at = loop._flush_at
+        a.array("out", np.zeros(slots.table.capacity, dtype=np.int64))
+        a.n_slots = slots.table.capacity
+        a.array("pend", records.pend)
+        a.flush_at = records.flush_at
         a.compact_at = tuning.COMPACT_AT
         a.sleep_min_ns = tuning.SLEEP_MIN_NS
         a.long_wait_ns = tuning.LONG_WAIT_NS
@@ -92,7 +95,7 @@ class CompiledPaced:
         a.spin_gate_ns = tuning.AWAIT_SPIN_GATE_NS
         # a lone max-iops workload of depth 1-2 waits as soon as its I/Os went out
         a.lone = int(len(self.ws) == 1 and not self.ws[0].paced
-                     and self.ws[0].params.iodepth <= tuning.SCALAR_MAX)
+                     and self.ws[0].params.iodepth <= tuning.LONE_DEPTH_MAX)
         a.busy_spin_ns = tuning.BUSY_SPIN_NS
         a.busy_hot_ns = tuning.BUSY_HOT_NS
         a.block_wait_ns = tuning.BLOCK_WAIT_NS
@@ -127,12 +130,12 @@ class CompiledPaced:
             d["block_bytes"][i] = w.pattern.blocksize_bytes
         self.args.array("data", d)
 
-    def _stats_args(self, loop: EngineLoop, root: npt.NDArray[np.int64]) -> list[int]:
+    def _stats_args(self, wl: list[LoopWorkload | None],
+                    root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when
         fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
         made anew whenever a workload joins or leaves). Returns the address of each buffer's
         offsets (``stat_off`` is set to the running one before each run)."""
-        wl = loop._wl
         a = self.args
         a.array("root", root)
         stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
@@ -181,7 +184,7 @@ class CompiledPaced:
         if not made and not gen["resync"][i]:
             return
         w = self.ws[i]
-        if w.seq.params is not w.spec.params:  # retimed in place (``_retime_loaded``)
+        if w.seq.params is not w.spec.params:  # retimed in place (``retime_loaded``)
             w.seq.rerate(w.spec.params)
         w.seq.resume(*pk.generator_progress(gen[i]))
         gen["resync"][i] = 0
@@ -195,7 +198,7 @@ class CompiledPaced:
     def unload(self) -> None:
         """Give the workloads back their free slots, cursors and what the kernel generated
         (completions reaped past a boundary and not recorded yet stay in ``args``:
-        ``EngineLoop._unload_paced``). A max-iops workload's I/Os kept from its paced
+        ``NativeLoop.unload``). A max-iops workload's I/Os kept from its paced
         schedule (``overdue``) are those still at the head of its ring with a time (the
         kernel issued the rest)."""
         if not self.loaded:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from slave.engine.base import SlotTable
+from slave.engine.layout import C_SCHED
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
@@ -53,23 +54,19 @@ class FakeEngine:
         self._pending_slot = np.zeros(0, dtype=np.int64)
         self._pending_due = np.zeros(0, dtype=np.int64)
         self._pending_res = np.zeros(0, dtype=np.int64)
-        # completions laid out as libaio's events (4 words each: slot, -, result, -), so the
-        # engine loop's scalar path runs on this engine too
-        events = np.zeros((cap, 4), dtype=np.int64)
-        self.done_words = events.data.cast("B").cast("q")
-        self.done_slot = events[:, 0]
-        self.done_res = events[:, 2]
+        self.done_slot = np.zeros(cap, dtype=np.int64)
+        self.done_res = np.zeros(cap, dtype=np.int64)
         self.max_in_flight = 0
         self.submitted = 0
         self.keep_log = keep_log
-        # rows: offset, opcode, submit_ns, fd, and the slot row's word 11 (the engine loop's
-        # scheduled time of the I/O)
+        # rows: offset, opcode, submit_ns, fd, and the engine loop's scheduled time of the I/O
+        # (the slot row's ``sched_ns``)
         self.log: list[npt.NDArray[np.int64]] = []
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         opcode, fd, _, nbytes, offset = self._table.fields(slots)
         self._start(slots.astype(np.int64), opcode, fd, nbytes, offset,
-                    self._table.rows[slots, 11])
+                    self._table.rows[slots, C_SCHED])
 
     def _start(self, slots: npt.NDArray[np.int64], opcode: npt.NDArray[np.int64],
                fd: npt.NDArray[np.int64], nbytes: npt.NDArray[np.int64],
@@ -102,12 +99,6 @@ class FakeEngine:
                     axis=1,
                 )
             )
-
-    def submit_one(self, slot: int) -> None:
-        self.submit(np.array([slot], dtype=np.intp))
-
-    def submit_list(self, slots: list[int]) -> None:
-        self.submit(np.array(slots, dtype=np.intp))
 
     def _take(self, now: int) -> int:
         ready = self._pending_due <= now
@@ -144,9 +135,6 @@ class FakeEngine:
 
     def poll(self) -> int:
         return self._take(time.monotonic_ns())
-
-    def ready(self) -> int:
-        return min(int((self._pending_due <= time.monotonic_ns()).sum()), self.done_slot.size)
 
     def close(self) -> None:
         self._pending_slot = self._pending_slot[:0]

@@ -1,17 +1,65 @@
-/* The compiled loop's state and arguments: one struct, struct ivy_loop, declared once here as
- * the list IVY_LOOP_FIELDS (type, name) and mirrored field for field, in order, by
- * slave.engine.loop_args.LoopArgs (a ctypes.Structure); and each workload's generator, struct
- * ivy_gen (IVY_GEN_FIELDS), and write data, struct ivy_data (IVY_DATA_FIELDS), mirrored by
- * the numpy dtypes loop_args.GEN_DTYPE and DATA_DTYPE. The compiled object tells their
- * layouts (ivy_loop_layout, ivy_gen_layout, ivy_data_layout: the struct's size, then each
- * field's offset and size; ivy_loop_names, ivy_gen_names, ivy_data_names: the fields' names,
- * a space after each), which the loader and a test compare with the Python mirrors'. Owns the names, types
- * and order of the fields; it must not hold code. Pointers are the addresses of arrays Python
- * owns and keeps alive; "of addresses" means an array of one address per workload. Units are
- * in the names (_ns). paced_kernel.py includes this file in the source it compiles (and in
- * the source's hash), in place of its #include. */
+/* The compiled loop's structs, each declared once here as a list of (type, name) and mirrored
+ * field for field, in order, in Python: its state and arguments, struct ivy_loop
+ * (IVY_LOOP_FIELDS), by slave.engine.loop_args.LoopArgs (a ctypes.Structure); each workload's
+ * generator and write data, struct ivy_gen and struct ivy_data (IVY_GEN_FIELDS,
+ * IVY_DATA_FIELDS), by the numpy dtypes loop_args.GEN_DTYPE and DATA_DTYPE; a slot's
+ * row and a precomputed I/O, struct ivy_row and struct ivy_io (IVY_ROW_FIELDS, IVY_IO_FIELDS),
+ * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE. The compiled object tells
+ * their layouts (ivy_<struct>_layout: the struct's size, then each field's offset and size;
+ * ivy_<struct>_names: the fields' names, a space after each), which the loader and a test
+ * compare with the Python mirrors'. Owns the names, types and order of the fields; it must not
+ * hold code. Pointers are the addresses of arrays Python owns and keeps alive; "of addresses"
+ * means an array of one address per workload. Units are in the names (_ns, _bytes).
+ * paced_kernel.py includes this file in the source it compiles (and in the source's hash), in
+ * place of its #include. */
 #include <stddef.h>
 #include <stdint.h>
+
+#define IVY_FIELD(type, name) type name;
+
+/* a slot's row (struct ivy_row, mirrored by slave.engine.layout.ROW_DTYPE): the kernel's struct
+ * iocb first, byte for byte (linux/aio_abi.h; io_submit reads it at the row's address): aio_data
+ * (the slot's number, back in the completion's event), aio_key and aio_rw_flags (0),
+ * aio_lio_opcode, aio_reqprio and aio_fildes in one word (opcode | fd << 32: opcode_fd),
+ * aio_buf, aio_nbytes, aio_offset, aio_reserved2, aio_flags and aio_resfd (0); then the loop's
+ * bookkeeping: the owning workload (its index), the I/O's category, its submit and scheduled
+ * times, the bytes it must transfer, its buffer's row in the workload's buffers, and in a
+ * record (a row copied at completion) the result and the reap time */
+#define IVY_ROW_FIELDS(X) \
+    X(uint64_t, data) \
+    X(uint64_t, key_rw_flags) \
+    X(int64_t, opcode_fd) \
+    X(uint64_t, buf) \
+    X(uint64_t, nbytes) \
+    X(int64_t, offset) \
+    X(uint64_t, reserved2) \
+    X(uint64_t, flags_resfd) \
+    X(int64_t, owner) \
+    X(int64_t, cat) \
+    X(int64_t, submit_ns) \
+    X(int64_t, sched_ns) \
+    X(int64_t, size_bytes) \
+    X(int64_t, buf_row) \
+    X(int64_t, res) \
+    X(int64_t, done_ns)
+
+struct ivy_row {
+    IVY_ROW_FIELDS(IVY_FIELD)
+};
+
+/* a precomputed I/O in a workload's ring (struct ivy_io, mirrored by layout.IO_DTYPE): the
+ * fields of its row that it sets, under the row's names (its submit time 0: stamped at the
+ * submission; its scheduled time 0 at max iops: the submission's) */
+#define IVY_IO_FIELDS(X) \
+    X(int64_t, opcode_fd) \
+    X(int64_t, offset) \
+    X(int64_t, cat) \
+    X(int64_t, submit_ns) \
+    X(int64_t, sched_ns)
+
+struct ivy_io {
+    IVY_IO_FIELDS(IVY_FIELD)
+};
 
 /* a workload's generator (struct ivy_gen, mirrored by loop_args.GEN_DTYPE): whether the loop
  * generates its I/Os (on), then its Sequencer's two streams as Sequencer.generator_state gives
@@ -51,11 +99,9 @@
     X(int64_t, made) \
     X(int64_t, resync)
 
-#define IVY_FIELD(type, name) type name;
 struct ivy_gen {
     IVY_GEN_FIELDS(IVY_FIELD)
 };
-#undef IVY_FIELD
 
 /* a workload's write data (struct ivy_data, mirrored by loop_args.DATA_DTYPE), as
  * slave.datapattern.WritePattern defines it: its kind (0: it does not write; else
@@ -72,11 +118,9 @@ struct ivy_gen {
     X(int64_t, unique_below) \
     X(int64_t, ring_serial)
 
-#define IVY_FIELD(type, name) type name;
 struct ivy_data {
     IVY_DATA_FIELDS(IVY_FIELD)
 };
-#undef IVY_FIELD
 
 #define IVY_LOOP_FIELDS(X) \
     /* the engine: the kernel's mapped completion ring (its header words and events), the \
@@ -101,13 +145,13 @@ struct ivy_data {
     X(volatile uint32_t *, cq_tail) \
     X(int64_t, cq_mask) \
     X(const void *, cqes) \
-    /* the slot table: rows of ROW_WORDS, each slot's iocb address, a submission's iocb \
-     * addresses and slots */ \
-    X(int64_t *, rows) \
+    /* the slot table: its rows, each slot's iocb address, a submission's iocb addresses and \
+     * slots */ \
+    X(struct ivy_row *, rows) \
     X(const int64_t *, iocb_addr) \
     X(int64_t *, ptrs) \
     X(int64_t *, out) \
-    /* per workload: its precomputed ring (of addresses; 5 words an I/O), cursor and length; \
+    /* per workload: its precomputed ring (of addresses of struct ivy_io), cursor and length; \
      * its free slots (a stack at free_off, free_n deep, in free_buf); each slot's workload \
      * (-1: none of this set's) */ \
     X(int64_t *, rings) \
@@ -126,9 +170,9 @@ struct ivy_data {
     X(int64_t, n_workloads) \
     /* each workload's write data (put into a write's buffer as it goes out) */ \
     X(struct ivy_data *, data) \
-    /* the records (rows of ROW_WORDS): a return to flush at flush_at, the binned moved to \
-     * the front past compact_at */ \
-    X(int64_t *, pend) \
+    /* the records (rows): a return to flush at flush_at, the binned moved to the front past \
+     * compact_at */ \
+    X(struct ivy_row *, pend) \
     X(int64_t, flush_at) \
     X(int64_t, compact_at) \
     /* binning: the stats region, each owner's block in the running buffer (-1: deleted), \
@@ -178,7 +222,6 @@ struct ivy_data {
     X(int64_t, refill) \
     X(int64_t, mean_ns)
 
-#define IVY_FIELD(type, name) type name;
 struct ivy_loop {
     IVY_LOOP_FIELDS(IVY_FIELD)
 };

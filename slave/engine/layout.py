@@ -1,7 +1,9 @@
-"""The words the engine loop's parts share: the bookkeeping words of a slot row (after the
-eight words of its iocb, ``slave.engine.aio_abi``) and the words of a precomputed I/O in a
-workload's ring. Layout only: no code, no state. ``paced_kernel.c`` reads the same words (its
-defines are made from these names).
+"""The slot row and the precomputed I/O as the engine loop's parts and its C share them:
+``ROW_DTYPE`` mirrors ``struct ivy_row`` and ``IO_DTYPE`` ``struct ivy_io`` (``ivy_loop.h``,
+field for field; ``loop_args.layout_difference`` checks both against the compiled object), and
+the column of each of their fields in an int64 view of their arrays (``W_*``: the row's iocb
+words, ``C_*``: its bookkeeping, ``R_*``: an I/O's), derived from the dtypes here and nowhere
+else. Layout only: no code but that derivation, no state.
 """
 
 from __future__ import annotations
@@ -12,9 +14,65 @@ import numpy as np
 
 # a far future (no scheduled time)
 INF: Final = 1 << 62
-# bookkeeping words of a slot row (after the 8 iocb words); pending records copy whole rows
-C_OWNER, C_CAT, C_SUBMIT, C_SCHED, C_NBYTES, C_ROW, C_RES, C_DONE = 8, 9, 10, 11, 12, 13, 14, 15
-# a precomputed I/O: (opcode|fd word, offset, category, submit time, scheduled time), scattered
-# into these row words in one operation
-SCATTER: Final = np.array([2, 5, C_CAT, C_SUBMIT, C_SCHED], dtype=np.intp)
-R_OPFD, R_OFF, R_CAT, R_SUBMIT, R_SCHED = 0, 1, 2, 3, 4
+
+#: ``struct ivy_row``: a slot's row, the kernel's ``struct iocb`` first (64 bytes, what
+#: ``io_submit`` reads at the row's address; ``aio_abi.IOCB_DTYPE`` has its fields one by one:
+#: here aio_key and aio_rw_flags, aio_lio_opcode, aio_reqprio and aio_fildes, and aio_flags and
+#: aio_resfd are one word each), then the loop's bookkeeping; a record is a row copied whole at
+#: completion, with its result and reap time
+ROW_DTYPE: Final = np.dtype([
+    ("data", "<u8"),  # aio_data: the slot's number, back in the completion's event
+    ("key_rw_flags", "<u8"),
+    ("opcode_fd", "<i8"),  # opcode | fd << 32 (``aio_abi.opcode_fd_word``)
+    ("buf", "<u8"), ("nbytes", "<u8"), ("offset", "<i8"), ("reserved2", "<u8"),
+    ("flags_resfd", "<u8"),
+    ("owner", "<i8"),  # the workload's index
+    ("cat", "<i8"),  # the I/O's category
+    ("submit_ns", "<i8"), ("sched_ns", "<i8"),
+    ("size_bytes", "<i8"),  # what it must transfer (less is a short transfer)
+    ("buf_row", "<i8"),  # its buffer's row in the workload's buffers
+    ("res", "<i8"), ("done_ns", "<i8"),  # a record's result and reap time
+])
+#: ``struct ivy_io``: a precomputed I/O in a workload's ring, the fields of its row it sets
+IO_DTYPE: Final = np.dtype([
+    ("opcode_fd", "<i8"), ("offset", "<i8"), ("cat", "<i8"), ("submit_ns", "<i8"),
+    ("sched_ns", "<i8"),
+])
+
+
+def _columns(dtype: np.dtype[np.void]) -> dict[str, int]:
+    """Each field's column in an int64 view of ``dtype``'s array (every field one word)."""
+    fields = dtype.fields
+    assert fields is not None
+    out = {}
+    for name in dtype.names or ():
+        sub, offset = fields[name][0], fields[name][1]
+        assert sub.itemsize == 8 and offset % 8 == 0, (dtype, name)
+        out[name] = offset // 8
+    return out
+
+
+ROW: Final = _columns(ROW_DTYPE)
+IO: Final = _columns(IO_DTYPE)
+ROW_WORDS: Final = ROW_DTYPE.itemsize // 8
+IO_WORDS: Final = IO_DTYPE.itemsize // 8
+W_DATA: Final = ROW["data"]
+W_OPCODE_FD: Final = ROW["opcode_fd"]
+W_BUF: Final = ROW["buf"]
+W_NBYTES: Final = ROW["nbytes"]
+W_OFFSET: Final = ROW["offset"]
+C_OWNER: Final = ROW["owner"]
+C_CAT: Final = ROW["cat"]
+C_SUBMIT: Final = ROW["submit_ns"]
+C_SCHED: Final = ROW["sched_ns"]
+C_NBYTES: Final = ROW["size_bytes"]
+C_ROW: Final = ROW["buf_row"]
+C_RES: Final = ROW["res"]
+C_DONE: Final = ROW["done_ns"]
+R_OPFD: Final = IO["opcode_fd"]
+R_OFF: Final = IO["offset"]
+R_CAT: Final = IO["cat"]
+R_SUBMIT: Final = IO["submit_ns"]
+R_SCHED: Final = IO["sched_ns"]
+#: the row columns an I/O is scattered into, in one operation: its fields' namesakes
+SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)

@@ -1,9 +1,8 @@
 """The libaio engine: O_DIRECT I/O through native AIO (``io_submit`` / ``io_getevents``).
 
 Owns turning slot batches into ``io_submit`` calls (a preallocated pointer array filled with one
-numpy gather; a single slot hands the kernel its own entry of the table's address array) and
-reaping events (syscall, or straight from the mapped ring when polling), with the per-I/O ctypes
-calls inlined and their arguments prebuilt. It must not touch offsets or statistics.
+numpy gather) and reaping events (syscall, or straight from the mapped ring when polling), with
+the ctypes calls inlined and their arguments prebuilt. It must not touch offsets or statistics.
 """
 
 from __future__ import annotations
@@ -46,16 +45,9 @@ class LibaioEngine:
         self._old: list[AioContext] = []
         self._bind_context()
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
-        self._ptr_words = self._ptrs.data.cast("B").cast("Q")
         self._ptrs_addr = self._ptrs.ctypes.data
-        self._addr_words = table.addr.data.cast("B").cast("Q")
         self._c_ptrs = ctypes.c_void_p(self._ptrs_addr)
         self._addr = table.addr
-        # submitting one slot hands the kernel the slot's own entry of ``table.addr`` as a
-        # one-element pointer array
-        base = int(table.addr.ctypes.data)
-        self._c_one = [ctypes.c_void_p(base + 8 * s) for s in range(table.capacity)]
-        self._c_1 = ctypes.c_long(1)
 
     @property
     def room(self) -> int:
@@ -89,49 +81,22 @@ class LibaioEngine:
         """The context's arrays and calls, held where the hot paths look for them."""
         self.done_slot = self._ctx.ev_data.view(np.int64)  # slot numbers fit a signed word
         self.done_res = self._ctx.ev_res
-        #: completions as int64 words, 4 per event: slot at ``4*i``, result at ``4*i + 2``
-        self.done_words = self._ctx.events_mv
         self.userspace_reap = self._ctx.userspace_reap
         #: completions in the ring now, reaped without a system call: the context's own
         #: method, so the hot loop's call has no frame of ours in between
         self.poll: Callable[[], int] = self._ctx.poll_ring
-        #: completions waiting in the ring now, not reaped (likewise the context's method)
-        self.ready: Callable[[], int] = self._ctx.ring_ready
         self._c_counts = [self._ctx.c_long(i) for i in range(min(self._ctx.nr_events, 64) + 1)]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
         # "clip": the slots are the caller's own; the default "raise" copies ``out`` first
         self._addr.take(slots, out=self._ptrs[:n], mode="clip")
-        self._submit_ptrs(n)
-
-    def submit_list(self, slots: list[int]) -> None:
-        n = len(slots)
-        if n == 1:
-            self.submit_one(slots[0])
-            return
-        words = self._ptr_words
-        addr = self._addr_words
-        for j, s in enumerate(slots):
-            words[j] = addr[s]
-        self._submit_ptrs(n)
-
-    def _submit_ptrs(self, n: int) -> None:
-        """Submit the first ``n`` iocb pointers of ``_ptrs``."""
         ctx = self._ctx
         # the fast call inlined; a failure (-1) is repeated by submit_c, which reads errno
         c_n = self._c_counts[n] if n < len(self._c_counts) else ctx.c_long(n)
         done = ctx.submit_fast(ctx.c_sys_submit, ctx.c_ctx, c_n, self._c_ptrs)
         if done < n:
             self._submit_rest(max(done, 0), n)
-
-    def submit_one(self, slot: int) -> None:
-        # the fast call inlined (one Python frame per I/O at queue depth 1)
-        ctx = self._ctx
-        if ctx.submit_fast(ctx.c_sys_submit, ctx.c_ctx, self._c_1, self._c_one[slot]) == 1:
-            return
-        self._ptrs[0] = self._addr[slot]
-        self._submit_rest(0, 1)
 
     def _submit_rest(self, done: int, n: int) -> None:
         """A fast call took only the first ``done`` of ``n`` (none, when it failed): submit

@@ -1,32 +1,20 @@
 """The engine loop: one thread of control that drives many workloads through shared engines.
 
-Owns the hot path: reap a batch of completions, resubmit the completed slots (before any
-bookkeeping) with the next precomputed I/Os of their workloads, submit paced I/Os when their
-scheduled time comes, buffer raw completion records and bin them into the running subinterval's
-``WorkloadStats`` in bulk, and switch subinterval buffers at each boundary. One timestamp is
-taken per submit batch and one per reap batch. A workload never has more than ``iodepth`` I/Os
-in flight: it owns exactly ``iodepth`` slots.
+Owns the run: the engines by kind, waiting for the start, the general loop (``_loop``: any mix
+of workloads and engines, a fixed number of numpy operations per batch, handing its turns to
+the compiled loop where that serves the workloads as they are), each reaped batch recorded and
+its slots recycled (resubmitted before the bookkeeping), the boundary where the stats buffers
+switch, the drain, and the growth of an engine's context (``_make_room``, reaping everything
+in flight first). A workload never has more than ``iodepth`` I/Os in flight: it owns exactly
+``iodepth`` slots. One timestamp is taken per submission and one per reaped batch.
 
-This module holds ``EngineLoop``'s state, its set-up, the choice of loop for the workloads it
-has (``_refresh``, ``_pick_word_loops``), the run, the boundary and the drain. Its other
-methods are written in modules of their own, one part of the hot path each, and bound in its
-class body (``self`` is the loop there too):
-
-- ``loop_edits``: workloads joining, changing (in place where only a paced rate changes) and
-  leaving, several at once with one look at the end (``changes``);
-- ``loop_issue``: precomputing a workload's I/Os and submitting them, several workloads' in one
-  call;
-- ``loop_records``: recording completions, recycling their slots, binning, I/O errors;
-- ``loop_general``: the general path (``_loop``): any mix of workloads and engines, a fixed
-  number of numpy operations per batch; a batch of several workloads' I/Os grouped with plain
-  ints and resubmitted in one call (one call per workload per batch had cost 8 workloads of
-  depth 4 a third of their IOPS: 140,000 -> 190,000-210,000 on a tmpfs loop device);
-- ``loop_paced``: the compiled loop's Python side: any mix of paced and max-iops workloads
-  on one engine, its turns in C (``_loop_paced_compiled``, ``paced_kernel``), where it can
-  run; the general path serves the rest;
-- ``compiled_paced``, ``loop_args``, ``waits``, ``loop_state``, ``layout`` and ``tuning``: the
-  compiled loop's state in Python and its structs' mirrors, the waits, a workload's state, the
-  row layout and the measured knobs.
+Its state is kept by four objects, each the owner of its part, which ``EngineLoop`` makes and
+joins (``slave.engine`` modules): ``Workloads`` (``loop_workloads``: the workloads and their
+edits, the look after each change), ``Slots`` (``loop_slots``: the slot table, owners, free
+pool, in-flight counts, issuing and submitting), ``Records`` (``loop_records``: the pending
+records, binning, errors) and ``NativeLoop`` (``loop_native``: the compiled loop's state and
+turns); a workload's own state is ``loop_state``'s. ``waits``, ``layout`` and ``tuning``:
+the waits, the row layout and the measured knobs.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -40,36 +28,28 @@ blocks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from os import sched_yield
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 from protocol.errors import IoEngineError
-from slave.engine import (
-    loop_edits,
-    loop_general,
-    loop_issue,
-    loop_paced,
-    loop_records,
-    tuning,
-)
 from slave.engine import paced_kernel as pk
-from slave.engine.aio_abi import W_BUF, W_NBYTES
-from slave.engine.base import IoEngine, SlotTable, int64_words
-from slave.engine.layout import C_NBYTES, C_OWNER, C_ROW, SCATTER
-from slave.engine.loop_paced import PacedSet
-from slave.engine.loop_state import LoopWorkload, WorkloadSpec, set_ring
-from slave.engine.waits import Waiter
+from slave.engine import tuning
+from slave.engine.base import IoEngine, SlotTable
+from slave.engine.loop_native import NativeLoop
+from slave.engine.loop_records import Records
+from slave.engine.loop_slots import Slots
+from slave.engine.loop_state import LoopWorkload, WorkloadSpec
+from slave.engine.loop_workloads import Workloads
+from slave.engine.waits import Waiter, timed_wait_ns
+from slave.params import WorkloadParams
 
 __all__ = ["EngineLoop", "LoopControl", "WorkloadSpec"]
 
 log = logging.getLogger(__name__)
-
-
 class LoopControl(Protocol):
     """What the engine loop asks of its owner."""
 
@@ -109,61 +89,18 @@ class EngineLoop:
         # I/O (seen in a test: 40 I/Os in 300 ms of QD8 at 50 us). A worker pool loads them
         # before it forks; a loop made elsewhere (tests) did not.
         pk.available()
-        self.table = SlotTable(capacity)
-        self._rows = self.table.rows
-        self._rows_words = int64_words(self._rows)  # the same memory, for scalar paths
-        self._rows_flat = self._rows.reshape(-1)
-        # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
-        # never ``.take``: numpy's take first copies a strided source whole (8,192 rows of
-        # 128 bytes read for a handful of words: 6.8 us against 0.2 us per batch of writes)
-        self._slot_rows = self._rows[:, C_ROW]
-        # flat indices of each slot's words that a precomputed I/O is scattered into
-        self._scatter_idx = (
-            np.arange(capacity, dtype=np.intp)[:, None] * SlotTable.ROW_WORDS + SCATTER
-        )
-        self._active = np.full(capacity, -1, dtype=np.int64)  # owner that resubmits, or -1
-        self._active_list = [-1] * capacity
-        self._free_slots: list[int] = list(range(capacity - 1, -1, -1))
-        # records buffered before binning: taken once, as the buffers below are sized by it
-        self._flush_at = tuning.FLUSH_AT
-        self._pend = np.zeros((self._flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
-        self._pend_words = int64_words(self._pend)
-        self._p = 0
-        self._binned = 0  # records of _pend[:_p] already binned one at a time (in C)
-        self._wl: list[LoopWorkload | None] = []
-        self._index_of: dict[str, int] = {}  # live workloads by id
-        self._deferring = 0  # inside changes(): _refresh waits for the end
-        self._refresh_due = False
+        wl: list[LoopWorkload | None] = []  # kept by ``workloads``; the others read it
+        self.slots = Slots(capacity, name, wl)
+        self.table = self.slots.table
+        self.records = Records(capacity, wl)
+        self.native = NativeLoop(name, self.slots, self.records, wl, self._complete)
+        self.workloads = Workloads(name, wl, self.slots, self.native, lambda: self._engine_list,
+                                   self._make_room)
         self._engines: dict[str, IoEngine] = {}
         self._engine_makers: dict[str, Callable[[SlotTable], IoEngine]] = {}
         self._engine_list: list[IoEngine] = []
-        self._in_flight = 0
-        self._retired_in_flight = 0
-        self._pending_release: list[Callable[[], None]] = []
-        self._buf = 0  # which of the two stats buffers is running
         self._stop = False
-        self._discard = False
-        self._busy_poll = False
-        self._waiter = Waiter()  # the max-iops loops' wait for completions
-        self._single: LoopWorkload | None = None  # the only workload, when it runs at max iops
-        # the index of the only workload with slots in flight (none retired), or -1: completed
-        # slots then need no owner lookup
-        self._sole = -1
-        # the paced loop's set, engine and events (``_pick_word_loops``)
-        self._paced_words: tuple[PacedSet, IoEngine, memoryview] | None = None
-        self._paced: list[LoopWorkload] = []
-        self._n_max_iops = 0  # live workloads at max iops (they share RING_BUDGET)
-        # staging: the I/Os of several workloads put together for one submission per engine
-        # (``_stage``, ``_submit_staged``) instead of one system call per workload
-        self._staging = False
-        self._staged: list[npt.NDArray[np.intp]] = []
-        self._staged_one: list[int] = []
-        # of the staged slots, those whose scheduled time is their submit time (max iops)
-        self._staged_now: list[npt.NDArray[np.intp]] = []
-        self._staged_now_one: list[int] = []
-        self._staged_engine: IoEngine | None = None
-        self._gather = np.zeros((capacity, 5), dtype=np.int64)  # see _resubmit_max
-        self._gather_words = int64_words(self._gather)
+        self._waiter = Waiter()  # the max-iops waits for completions
         self.subinterval_index = -1
         # completions reaped past a boundary, recorded after it (``_reaped_late``)
         self._reaped: tuple[IoEngine, int, int] | None = None
@@ -181,35 +118,64 @@ class EngineLoop:
             eng = maker(self.table)
             self._engines[kind] = eng
             self._engine_list = list(self._engines.values())
-            self._pick_word_loops()
+            self.workloads.refresh()
         return eng
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self.slots.in_flight
 
     @property
     def running_buffer(self) -> int:
-        return self._buf
+        return self.records.buf
 
     def workload_ids(self) -> list[str]:
-        return [w.spec.workload_id for w in self._wl if w is not None]
+        return self.workloads.ids()
 
-    def _set_active(self, slots: npt.NDArray[np.intp], owner: int) -> None:
-        """Which workload resubmits ``slots`` (-1: none); a list mirror serves scalar paths."""
-        self._active[slots] = owner
-        for s in slots.tolist():
-            self._active_list[s] = owner
+    def add_workload(self, spec: WorkloadSpec, at_ns: int | None) -> None:
+        """Join ``spec``; with ``at_ns`` (loop running) its schedule starts then and a max-iops
+        workload fills its queue at once."""
+        self.workloads.add(spec, at_ns)
 
-    def _alloc_slots(self, n: int, workload_id: str, engine: IoEngine) -> npt.NDArray[np.intp]:
-        if n > len(self._free_slots):
-            raise IoEngineError(
-                f"{self.name}: workload {workload_id} needs {n} I/O slots, only "
-                f"{len(self._free_slots)} of {self.table.capacity} are free"
-            )
-        self._make_room(engine, n)
-        got = [self._free_slots.pop() for _ in range(n)]
-        return np.array(got, dtype=np.intp)
+    def edit_workload(self, workload_id: str, params: WorkloadParams, at_ns: int | None
+                      ) -> None:
+        """New parameters for a workload, its schedule restarted at ``at_ns``
+        (``Workloads.edit``: the I/Os the old schedule had due go out first)."""
+        self.workloads.edit(workload_id, params, at_ns)
+
+    def edit_workloads(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int | None
+                       ) -> None:
+        """``edit_workload`` for each, with one look over all workloads at the end."""
+        self.workloads.edit_many(edits, at_ns)
+
+    def remove_workload(self, workload_id: str) -> None:
+        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the
+        pool."""
+        self.workloads.remove(workload_id)
+
+    @contextlib.contextmanager
+    def changes(self) -> Iterator[None]:
+        """Several adds, edits and deletes with one look over all workloads at the end."""
+        with self.workloads.changes():
+            yield
+
+    def flush(self) -> None:
+        """Bin the pending completion records into the running stats buffers."""
+        self.records.flush()
+
+    def take_errors(self) -> dict[str, dict[str, int]]:
+        """I/O errors per workload since the last call, by errno name."""
+        return self.records.take_errors()
+
+    def _complete(self, engine: IoEngine, n: int, t: int) -> None:
+        """Record ``n`` completions ``engine`` reaped at ``t`` and recycle their slots."""
+        self.slots.in_flight -= n
+        slots = engine.done_slot[:n]  # a view: used up before the engine reaps again
+        self.records.add(self.slots.rows, slots, engine.done_res[:n], t)
+        if self.slots.recycle(slots):  # the last retired I/O completed
+            self.workloads.refresh()
+        if self.records.full:
+            self.records.flush()
 
     def _make_room(self, engine: IoEngine, n: int) -> None:
         """Grow ``engine``'s context (a sized engine's: libaio) where it could not hold the
@@ -220,14 +186,11 @@ class EngineLoop:
         grow = getattr(engine, "grow", None)
         if grow is None:
             return
-        al = self._active_list
-        need = n + self._retired_in_flight + sum(
-            int(w.slots.size) for w in self._wl
-            if w is not None and w.spec.engine is engine and al[int(w.slots[0])] == w.index)
+        need = n + self.slots.in_use(engine)
         if getattr(engine, "room", need) >= need:
             return
         running = self.subinterval_index >= 0
-        live = self._quiesce() if running and self._in_flight else None
+        live = self._quiesce() if running and self.slots.in_flight else None
         try:
             grow(need, keep_old=running)
         finally:  # the compiled set, which holds the old context's ring, is made anew there
@@ -237,29 +200,16 @@ class EngineLoop:
     def _quiesce(self) -> list[LoopWorkload]:
         """Reap (and record) every I/O in flight; ``_resume`` then lets each active workload
         (returned) go on where it was. A workload being edited has had its slots retired
-        already: they return to the pool. Called with the specialised loops handed back
-        (``_hand_back``), at a boundary."""
-        al = self._active_list
-        live = [w for w in self._wl if w is not None and al[int(w.slots[0])] == w.index]
-        for w in live:  # their completions are recorded, not resubmitted
-            self._set_active(w.slots, -1)
-        # every I/O in flight now counts as retired: each completion returns its slot to the
-        # pool, and the last one releases what waited for the retired ones; no workload is
-        # served as the only one meanwhile (``_complete`` would resubmit its slots)
-        self._retired_in_flight = self._in_flight
-        self._single = None
-        self._sole = -1
-        self._deferring += 1
-        try:
+        already: they return to the pool. Called with the compiled state given back."""
+        live = [w for w in self.workloads.live() if self.slots.holds(w)]
+        # their completions are recorded, not resubmitted: every I/O in flight now counts
+        # as retired, each completion returns its slot to the pool, and the last one
+        # releases what waited for the retired ones
+        self.slots.let_go(live)
+        with self.workloads.held():
             self._complete_reaped()  # reaped past the boundary: in the engine's events
             self._reap_all(time.monotonic_ns() + 1_000_000_000)
-        finally:
-            self._deferring -= 1
-        owned: set[int] = set()
-        for w in live:
-            self._set_active(w.slots, w.index)
-            owned.update(w.slots.tolist())
-        self._free_slots = [s for s in self._free_slots if s not in owned]
+        self.slots.take_back(live)
         return live
 
     def _resume(self, live: list[LoopWorkload]) -> None:
@@ -270,107 +220,40 @@ class EngineLoop:
             if w.paced:
                 w.free = w.slots.tolist()[::-1]
             else:
-                self._issue(w, w.slots)
-        self._refresh()  # waits for the end of ``changes()`` when inside it
+                self.slots.issue([(w, w.slots)])
+        self.workloads.refresh()  # waits for the end of ``changes()`` when inside it
 
     def _reap_all(self, deadline_ns: int, timeout_ns: int = 1_000_000_000) -> None:
         """Reap until nothing is in flight (each completion recorded and recycled as its slot's
         owner says). Raises ``IoEngineError`` when I/Os are still in flight at ``deadline_ns``
         (``timeout_ns`` after the loop stopped submitting): the LUN does not answer."""
-        while self._in_flight > 0:
+        while self.slots.in_flight > 0:
             left = deadline_ns - time.monotonic_ns()
             if left <= 0:
                 ids = ", ".join(self.workload_ids()) or "none left"
                 raise IoEngineError(
-                    f"{self.name}: {self._in_flight} I/Os still in flight {timeout_ns / 1e9:g} s "
-                    f"after the loop stopped submitting (workloads: {ids}); the LUN does not "
-                    "answer")
+                    f"{self.name}: {self.slots.in_flight} I/Os still in flight "
+                    f"{timeout_ns / 1e9:g} s after the loop stopped submitting (workloads: "
+                    f"{ids}); the LUN does not answer")
             for eng in self._engine_list:
                 n = eng.reap(1, min(left, 20_000_000))
                 if n:
                     self._complete(eng, n, time.monotonic_ns())
-
-    def _setup_slots(self, w: LoopWorkload) -> None:
-        p = w.params
-        slots = w.slots
-        rows = self._rows
-        rows[slots, W_BUF] = w.buffers.addr[: slots.size].astype(np.int64)
-        prepare = getattr(w.spec.engine, "prepare_slots", None)
-        if prepare is not None:  # io_uring registers the file and the slots' buffers
-            prepare(slots, w.spec.fd, w.buffers)
-        rows[slots, W_NBYTES] = p.blocksize_bytes
-        rows[slots, C_ROW] = np.arange(slots.size)
-        rows[slots, C_OWNER] = w.index
-        rows[slots, C_NBYTES] = p.blocksize_bytes
-        self._set_active(slots, w.index)
-        w.fixed_cat = -1
-        w.write_only = p.read_fraction == 0.0
-        if p.read_fraction in (0.0, 1.0):
-            w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
-
-    def _refresh(self) -> None:
-        if self._deferring:
-            self._refresh_due = True
-            return
-        self._refresh_due = False
-        live = [w for w in self._wl if w is not None]
-        self._paced = [w for w in live if w.paced]
-        self._n_max_iops = len(live) - len(self._paced)
-        self._busy_poll = any(w.params.busy_poll for w in live)
-        self._single = None
-        self._sole = -1
-        if len(live) == 1 and self._retired_in_flight == 0:
-            self._sole = live[0].index
-            if not live[0].paced:
-                self._single = live[0]
-        self._pick_word_loops()
-        if self._retired_in_flight == 0 and self._pending_release:
-            release, self._pending_release = self._pending_release, []
-            for fn in release:
-                fn()
-
-    def _pick_word_loops(self) -> None:
-        """Whether the compiled loop serves: all workloads on one engine that lays out its
-        completions as words, none retired with I/O in flight, and the set can run compiled
-        (``_compile_paced``): any mix of paced and max-iops workloads (a lone max-iops one of
-        depth 1-2 waits there as its own loop did: ``lone``; with ``busy_poll``, it looks in
-        the completion ring instead of sleeping while I/O is in flight). Where it does not,
-        the general loop (``_loop``) serves, whose Python spends 1.1 us of user CPU per I/O
-        on 8 max-iops workloads of QD4, 1.6-1.9 where they write: the compiled loop, which
-        submits a max-iops workload's free slots as soon as it frees them, does the same work
-        in C."""
-        self._unload_paced()
-        self._paced_words = None
-        engines = self._engine_list
-        live = [w for w in self._wl if w is not None]
-        if live and len(engines) == 1 and self._retired_in_flight == 0:
-            eng = engines[0]
-            words = getattr(eng, "done_words", None)
-            if words is not None and all(w.spec.engine is eng for w in live):
-                ps = PacedSet(live)
-                ps.compiled = self._compile_paced(ps, eng)
-                if ps.compiled is not None:
-                    self._paced_words = (ps, eng, words)
-
-    def _hand_back(self, *, restart: bool = True) -> None:
-        """Leave the specialised loops' own state before a change of workloads or a drain:
-        the compiled paced set's slots and cursors (``_unload_paced``)."""
-        self._unload_paced(restart=restart)
 
     def request_stop(self, *, record: bool = True) -> None:
         """Stop after the current step; with ``record=False`` the I/Os drained from then on
         are not recorded (their buffer may no longer be ours)."""
         self._stop = True
         if not record:
-            self._discard = True
+            self.records.discard = True
 
     def run(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
         """Run from ``start_ns`` until ``request_stop`` (or an error raised by ``control``).
         Subinterval k covers ``[start + k*sub, start + (k+1)*sub)`` and records into stats
         buffer ``k % 2``. On return nothing is in flight (unless the drain timed out)."""
         self._stop = False
-        self._discard = False
-        self._buf = 0
+        self.records.discard = False
+        self.records.buf = 0
         next_poll = 0
         while True:  # wait for the start, still answering the control
             now = time.monotonic_ns()
@@ -385,10 +268,10 @@ class EngineLoop:
         if self._stop:
             return
         self.subinterval_index = 0
+        self.slots.running = True
         try:
-            for w in self._wl:
-                if w is not None:
-                    self._start_workload(w, start_ns)
+            for w in self.workloads.live():
+                self.workloads.start(w, start_ns)
             self._loop(control, start_ns, subinterval_ns)
         except BaseException as exc:
             try:
@@ -400,6 +283,96 @@ class EngineLoop:
             self._drain()
         finally:
             self.subinterval_index = -1
+            self.slots.running = False
+
+    def _loop(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
+        """The general loop, one turn at a time; a turn the compiled loop can serve is its."""
+        boundary = start_ns + subinterval_ns
+        next_poll = time.monotonic_ns() + tuning.POLL_CONTROL_NS
+        mono = time.monotonic_ns
+        last_done = mono()  # when the last completion was reaped (busy polling spins after it)
+        slots, workloads = self.slots, self.workloads
+        while not self._stop:
+            now = mono()
+            if now >= boundary:
+                self._boundary(control, boundary)
+                boundary += subinterval_ns
+                continue
+            if now >= next_poll:
+                control.poll(self)
+                next_poll = now + tuning.POLL_CONTROL_NS
+                continue
+            wake = boundary if boundary < next_poll else next_poll
+            if self.native.compiled is not None:
+                boundary = self.native.turns(control, boundary, subinterval_ns, wake,
+                                             workloads.busy_poll,
+                                             lambda b: self._boundary(control, b))
+                continue
+            if workloads.paced:
+                due = slots.submit_due(workloads.paced, now)
+                if due < wake:
+                    wake = due
+            engines = self._engine_list
+            if len(engines) == 1:
+                eng = engines[0]
+                if workloads.busy_poll:
+                    n = eng.poll()
+                    if not n:
+                        sched_yield()  # let the device's kernel worker run if it shares our core
+                        if now - last_done < tuning.BUSY_SPIN_NS:
+                            continue
+                        left = wake - mono()
+                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
+                            continue
+                        n = eng.reap(1, timed_wait_ns(left))
+                else:
+                    # look in the ring first when completions are likely there (no syscall); a
+                    # short wait for a fuller batch (min_nr 8, 20 us) was measured: fewer IOPS
+                    # on an idle machine, no clear CPU saving under load
+                    n = eng.poll() if slots.in_flight > 2 else 0
+                    if not n and slots.in_flight and not workloads.paced:
+                        # max-iops workloads only: look a while before blocking (one QD32
+                        # workload of 70 % reads: +1 to +11 % IOPS; eight of QD4: -5 to +6 %,
+                        # within the VM's noise; the loop's Python is their limit)
+                        n = self._waiter.wait(eng.poll, eng.reap, wake)
+                    elif not n:
+                        left = wake - mono()
+                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
+                            n = eng.poll()
+                            if not n:
+                                continue
+                        else:
+                            n = eng.reap(1, timed_wait_ns(left))
+                if n:
+                    t = mono()
+                    last_done = t
+                    if t >= boundary:
+                        boundary = self._reaped_late(control, eng, n, t, boundary,
+                                                     subinterval_ns)
+                    else:
+                        self._complete(eng, n, t)
+                continue
+            if not engines:
+                time.sleep(max(wake - mono(), 0) / 1e9)
+                continue
+            got = 0
+            for eng in engines:
+                n = eng.poll()
+                if n:
+                    got += n
+                    last_done = mono()
+                    self._complete(eng, n, last_done)
+            if not got:
+                if workloads.busy_poll:  # as with one engine: spin a while, then block
+                    sched_yield()
+                    if now - last_done < tuning.BUSY_SPIN_NS:
+                        continue
+                left = wake - mono()
+                if left >= tuning.SLEEP_MIN_NS:  # else too near to sleep: look again
+                    eng = engines[0]
+                    n = eng.reap(1, min(left, 200_000))
+                    if n:
+                        self._complete(eng, n, mono())
 
     def _reaped_late(self, control: LoopControl, eng: IoEngine, n: int, t: int, boundary: int,
                      subinterval_ns: int) -> int:
@@ -420,10 +393,10 @@ class EngineLoop:
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index
-        self.flush()
-        errors = self.take_errors()
+        self.records.flush()
+        errors = self.records.take_errors()
         control.boundary(self, finished, boundary_ns)  # raises when the master is late
-        self._buf ^= 1
+        self.records.buf ^= 1
         self.subinterval_index = finished + 1
         switch_done = time.monotonic_ns() - boundary_ns
         control.handed_over(
@@ -432,85 +405,25 @@ class EngineLoop:
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
-        self._hand_back(restart=False)
+        self.native.unload(restart=False)
+        self.native.compiled = None
         deadline = time.monotonic_ns() + timeout_ns
-        for w in self._wl:  # completions must not resubmit
-            if w is not None:
-                self._set_active(w.slots, -1)
-        self._single = None
-        self._sole = -1
-        self._paced_words = None
+        live = self.workloads.live()
+        for w in live:  # completions must not resubmit
+            self.slots.set_owner(w.slots, -1)
         self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
             release_old = getattr(eng, "release_old", None)
             if release_old is not None:
                 release_old()  # contexts a run's growth replaced, with nothing in flight
-        self.flush()
-        owned: set[int] = set()
-        for w in self._wl:
-            if w is not None:
-                self._set_active(w.slots, w.index)
-                owned.update(w.slots.tolist())
-                w.free = []
-                set_ring(w, w.ring[:0], w.ring_write[:0])
-                w.overdue = 0
-        self._free_slots = [s for s in range(self.table.capacity - 1, -1, -1) if s not in owned]
-        self._retired_in_flight = 0
-        self._in_flight = max(self._in_flight, 0)
-        self._refresh()
+        self.records.flush()
+        self.slots.reset(live)
+        self.workloads.reset_rings()
+        self.workloads.refresh()
 
     def close(self) -> None:
         for eng in self._engine_list:
             eng.close()
         self._engines.clear()
         self._engine_list = []
-        self._paced_words = None
-
-    # workloads joining, changing and leaving (``slave.engine.loop_edits``)
-    add_workload = loop_edits.add_workload
-    edit_workload = loop_edits.edit_workload
-    edit_workloads = loop_edits.edit_workloads
-    _retime_loaded = loop_edits._retime_loaded
-    _retime = loop_edits._retime
-    remove_workload = loop_edits.remove_workload
-    _find = loop_edits._find
-    _retire = loop_edits._retire
-    changes = loop_edits.changes
-    _start_workload = loop_edits._start_workload
-
-    # issuing I/O (``slave.engine.loop_issue``)
-    _refill = loop_issue._refill
-    _ahead = loop_issue._ahead
-    _issue = loop_issue._issue
-    _next_ios = loop_issue._next_ios
-    _advance = loop_issue._advance
-    _put_write_data = loop_issue._put_write_data
-    _issue1 = loop_issue._issue1
-    _stage = loop_issue._stage
-    _stage_for = loop_issue._stage_for
-    _in_one_submission = loop_issue._in_one_submission
-    _submit_staged = loop_issue._submit_staged
-    _submit_due = loop_issue._submit_due
-    _stage_due = loop_issue._stage_due
-
-    # completions and statistics (``slave.engine.loop_records``)
-    _complete = loop_records._complete
-    _complete_scalar = loop_records._complete_scalar
-    _complete_words = loop_records._complete_words
-    _recycle = loop_records._recycle
-    _recycle_groups = loop_records._recycle_groups
-    _resubmit_max = loop_records._resubmit_max
-    _recycle_one = loop_records._recycle_one
-    flush = loop_records.flush
-    _record = loop_records._record
-    _count_errors = loop_records._count_errors
-    take_errors = loop_records.take_errors
-
-    # the general path (``slave.engine.loop_general``)
-    _loop = loop_general._loop
-
-
-    # the paced loop (``slave.engine.loop_paced``)
-    _compile_paced = loop_paced._compile_paced
-    _unload_paced = loop_paced._unload_paced
-    _loop_paced_compiled = loop_paced._loop_paced_compiled
+        self.native.compiled = None

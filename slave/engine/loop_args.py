@@ -1,8 +1,8 @@
 """The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
 that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
 ``GEN_DTYPE`` and ``DATA_DTYPE``, the numpy dtypes that mirror each workload's ``struct ivy_gen``
-and ``struct ivy_data``; and the check of the mirrors against the layouts the compiled object
-reports of itself.
+and ``struct ivy_data``; and the check of these and of ``layout``'s dtypes (``struct ivy_row``,
+``struct ivy_io``) against the layouts the compiled object reports of itself.
 
 Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
 arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
@@ -17,6 +17,8 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+
+from slave.engine.layout import IO_DTYPE, ROW_DTYPE
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
@@ -63,7 +65,6 @@ DATA_DTYPE: Final = np.dtype([
     ("kind", "<i8"), ("block_bytes", "<i8"), ("pool", "<u8"), ("dups", "<u8"),
     ("dedup_key", "<u8"), ("unique_below", "<i8"), ("ring_serial", "<i8"),
 ])
-_DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE}
 
 #: a layout: the struct's size, then (name, offset, size) of each field in order
 Layout = tuple[int, tuple[tuple[str, int, int], ...]]
@@ -93,10 +94,15 @@ class LoopArgs(ctypes.Structure):
         setattr(self, name, a.ctypes.data)
 
 
+#: the structs mirrored by a numpy dtype
+DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE, "ivy_row": ROW_DTYPE,
+                  "ivy_io": IO_DTYPE}
+
+
 def python_layout(struct: str = "ivy_loop") -> Layout:
     """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
-    out; ``ivy_gen``, ``ivy_data``: ``GEN_DTYPE``, ``DATA_DTYPE`` as numpy does)."""
-    dtype = _DTYPES.get(struct)
+    out; the others, their dtypes in ``DTYPES`` as numpy does)."""
+    dtype = DTYPES.get(struct)
     if dtype is not None:
         fields_of = dtype.fields
         assert fields_of is not None
@@ -119,9 +125,9 @@ def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How a Python mirror differs from its compiled struct (``ivy_loop``, ``ivy_gen``, then
-    ``ivy_data``: the first field that differs, or the size), or None when all agree."""
-    for struct in ("ivy_loop", *_DTYPES):
+    """How a Python mirror differs from its compiled struct (``ivy_loop``, then those in
+    ``DTYPES``: the first field that differs, or the size), or None when all agree."""
+    for struct in ("ivy_loop", *DTYPES):
         py_size, py_fields = python_layout(struct)
         c_size, c_fields = compiled_layout(lib, struct)
         for i in range(max(len(py_fields), len(c_fields))):

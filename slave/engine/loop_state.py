@@ -1,8 +1,13 @@
-"""A workload as the engine loop holds it: what it joins with (``WorkloadSpec``), its state
-in the loop (``LoopWorkload``: its slots, buffers, sequencer and ring of precomputed I/Os), the
-making of that ring (``set_ring``), and how many I/Os a refused submission put in flight
-(``took``). State only: the loop's parts (``slave.engine.loop`` and its ``loop_*`` modules) act
-on it.
+"""A workload as the engine loop holds it: what it joins with (``WorkloadSpec``) and its state in
+the loop (``LoopWorkload``: its slots, buffers, sequencer and ring of precomputed I/Os with their
+write data); the making of that ring (``LoopWorkload.refill``, ``set_ring``, ``ring_ahead``)
+and the taking of its next I/Os (``LoopWorkload.next_ios``); how many I/Os a refused
+submission put in flight (``took``).
+
+Owns a workload's own state. It must not touch the slot table's rows, the records or an
+engine: the loop's parts (``slave.engine.loop_slots`` and the others ``slave.engine.loop``
+names) do, and say which of a workload's fields they keep (``slots`` and ``free``: the
+slots' owner, ``Slots``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine.base import AlignedBuffers, IoEngine, SubmitError, int64_words
+from slave.engine import tuning
+from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
+from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
+from slave.engine.layout import IO_WORDS, R_CAT, R_OFF, R_OPFD, R_SCHED, R_SUBMIT
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -45,13 +53,9 @@ class LoopWorkload:
     buffers: AlignedBuffers
     paced: bool
     free: list[int] = field(default_factory=list)
-    ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 5), np.int64))
+    ring: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, IO_WORDS), np.int64))
     ring_write: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
-    ring_words: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     ring_len: int = 0  # rows in ``ring``
-    # writes among the ring's first i I/Os, at [i] (ring_len + 1 words; kept only while the
-    # workload writes): whether a batch holds a write, in two word reads, not a numpy ``any``
-    ring_writes_before: memoryview = field(default_factory=lambda: memoryview(b"").cast("q"))
     # the serial of the ring's first I/O (ring I/O i's is ring_serial + i: the data of its
     # write, ``WritePattern``), while the workload writes
     ring_serial: int = 1
@@ -60,15 +64,91 @@ class LoopWorkload:
     # max iops: they keep their scheduled time (response time shows the backlog)
     overdue: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
-    write_only: bool = False  # every I/O a write (no read mask per batch)
-    errors: dict[str, int] = field(default_factory=dict)
-    errors_logged: int = 0
-    ring_spread: float = 1.0  # a paced refill's size, relative (``EngineLoop._ahead``)
+    ring_spread: float = 1.0  # a paced refill's size, relative (``ring_ahead``)
+    ahead: int = tuning.RING_MIN  # I/Os a refill precomputes (``ring_ahead``, kept by the loop)
     old_buffers: list[AlignedBuffers] = field(default_factory=list)
 
     @property
     def params(self) -> WorkloadParams:
         return self.spec.params
+
+    def refill(self, need: int) -> None:
+        """Precompute the next I/Os, at least ``need`` (keeping the unused rest)."""
+        n = max(self.ahead, need, 4 * self.params.iodepth)
+        ch = self.seq.chunk(n)
+        fd = self.spec.fd
+        c = self.cur
+        left = self.ring_len - c
+        # the unused rest, then the new I/Os, written in place (no concatenation)
+        both = np.empty((left + n, IO_WORDS), dtype=np.int64)
+        both[:left] = self.ring[c:]
+        ring = both[left:]
+        read = opcode_fd_word(IOCB_CMD_PREAD, fd)
+        if self.pattern is None:  # reads only
+            ring[:, R_OPFD] = read
+        else:
+            ring[:, R_OPFD] = np.where(ch.is_write, opcode_fd_word(IOCB_CMD_PWRITE, fd), read)
+        ring[:, R_OFF] = ch.offset_bytes
+        ring[:, R_CAT] = ch.category
+        ring[:, R_SUBMIT] = 0
+        ring[:, R_SCHED] = ch.sched_ns
+        set_ring(
+            self,
+            both,
+            np.concatenate([self.ring_write[c:], ch.is_write]) if left else ch.is_write,
+            self.ring_serial + c,  # the unused rest's serials, then the new I/Os' next ones
+        )
+
+    def next_ios(self, slots: npt.NDArray[np.intp],
+                 buffer_row: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The next ``len(slots)`` precomputed I/Os (refilling the ring when short), the data
+        of the writes among them put into the buffers of their slots (``buffer_row``: each
+        slot's buffer row, by slot)."""
+        k = int(slots.size)
+        c = self.cur
+        if c + k > self.ring_len:
+            self.refill(k)
+            c = 0
+        self.cur = c + k
+        if self.pattern is not None:
+            writes = self.ring_write[c : c + k]
+            if writes.any():
+                write_data(self, buffer_row[slots[writes]], c, c + k, writes)
+        return self.ring[c : c + k]
+
+
+def ring_ahead(w: LoopWorkload, n_max_iops: int, n_paced: int) -> int:
+    """How many I/Os ``w`` precomputes at a refill, beside ``n_max_iops`` max-iops and
+    ``n_paced`` paced workloads (itself included)."""
+    iops = w.params.iops
+    if iops is None:
+        share = tuning.RING_BUDGET // max(n_max_iops, 1)
+        per_depth = tuning.RING_PER_DEPTH * w.params.iodepth
+        return max(tuning.RING_MIN, min(tuning.RING_MAX, share, per_depth))
+    # paced: about a quarter second ahead, at least PACED_RING_MIN, at most its share of
+    # RING_BUDGET among the paced workloads and RING_MAX; times the workload's own factor
+    # in [0.5, 1.5) (``ring_spread``), so that workloads of one rate started together do
+    # not all run out, and stall the loop with their refills, at the same moment
+    share = tuning.RING_BUDGET // max(n_paced, 1)
+    quarter_s = min(tuning.RING_MAX, share, int(iops / 4))
+    return int(max(tuning.PACED_RING_MIN, quarter_s) * w.ring_spread)
+
+
+def write_data(
+    w: LoopWorkload,
+    rows: npt.NDArray[np.intp],
+    lo: int,
+    hi: int,
+    writes: npt.NDArray[np.bool_] | None = None,
+) -> None:
+    """Put the data of ring I/Os ``lo:hi`` (those in ``writes``, else all) into the buffer
+    ``rows``."""
+    assert w.pattern is not None
+    offsets = w.ring[lo:hi, R_OFF]
+    serials = np.arange(w.ring_serial + lo, w.ring_serial + hi, dtype=np.int64)
+    if writes is not None:
+        offsets, serials = offsets[writes], serials[writes]
+    w.pattern.fill(w.buffers.array, rows, offsets, serials)
 
 
 def set_ring(
@@ -83,14 +163,10 @@ def set_ring(
     ring = np.ascontiguousarray(ring)
     w.ring = ring
     w.ring_write = is_write
-    w.ring_words = int64_words(ring)
     w.ring_len = int(ring.shape[0])
     w.cur = 0
-    if w.pattern is None:  # no writes: no data to place (``_put_write_data`` is not called)
+    if w.pattern is None:  # no writes: no data to place
         return
-    before = np.zeros(w.ring_len + 1, dtype=np.int64)
-    np.cumsum(is_write, out=before[1:])
-    w.ring_writes_before = int64_words(before)
     if first_serial is None:
         first_serial = w.pattern.next_serial
     w.ring_serial = first_serial

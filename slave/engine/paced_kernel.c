@@ -1,10 +1,11 @@
 /* The engine loop's turn in C: see slave/engine/paced_kernel.py, which owns this file,
  * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
- * R_*, the slot row and stats layouts). One function, paced_run, over one struct ivy_loop
- * (ivy_loop.h: its arguments and its state across runs): record what completed and free its
- * slots, submit every due I/O of every workload with a free slot in one submission (a write
- * with its data put in its buffer first: put_write_data, from its offset and serial alone),
- * wait or bin one record at a time when nothing is due. The engine under it is libaio's or io_uring's (backend): the loop reaches
+ * R_*, the stats layout; the structs are ivy_loop.h's). One function, paced_run, over one
+ * struct ivy_loop (ivy_loop.h: its arguments and its state across runs): record what
+ * completed and free its slots, submit every due I/O of every workload with a free slot in
+ * one submission (a write with its data put in its buffer first: put_write_data, from its
+ * offset and serial alone), wait or bin one record at a time when nothing is due. The engine
+ * under it is libaio's or io_uring's (backend): the loop reaches
  * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
  * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
  * freed slots go out in the turn that freed them, each I/O timed at its submission; with one
@@ -25,26 +26,34 @@
 #include <sys/syscall.h>
 #include "ivy_loop.h"
 
-/* struct ivy_loop's, struct ivy_gen's and struct ivy_data's layouts as compiled: each one's size, then each
- * field's offset and size, in order; and the fields' names, each followed by a space
- * (slave.engine.loop_args checks its mirrors against them) */
+/* each struct's layout as compiled: its size, then each field's offset and size, in order;
+ * and the fields' names, each followed by a space (slave.engine.loop_args checks its mirrors
+ * against them) */
+#define IVY_NAME(type, name) #name " "
+#define IVY_EXPORT(s, FIELDS) \
+    const int64_t ivy_##s##_layout[] = {(int64_t)sizeof(struct ivy_##s), FIELDS(IVY_LAYOUT)}; \
+    const char ivy_##s##_names[] = FIELDS(IVY_NAME);
 #define IVY_LAYOUT(type, name) \
     (int64_t)offsetof(struct ivy_loop, name), (int64_t)sizeof(((struct ivy_loop *)0)->name),
-#define IVY_NAME(type, name) #name " "
-const int64_t ivy_loop_layout[] = {(int64_t)sizeof(struct ivy_loop), IVY_LOOP_FIELDS(IVY_LAYOUT)};
-const char ivy_loop_names[] = IVY_LOOP_FIELDS(IVY_NAME);
+IVY_EXPORT(loop, IVY_LOOP_FIELDS)
 #undef IVY_LAYOUT
 #define IVY_LAYOUT(type, name) \
     (int64_t)offsetof(struct ivy_gen, name), (int64_t)sizeof(((struct ivy_gen *)0)->name),
-const int64_t ivy_gen_layout[] = {(int64_t)sizeof(struct ivy_gen), IVY_GEN_FIELDS(IVY_LAYOUT)};
-const char ivy_gen_names[] = IVY_GEN_FIELDS(IVY_NAME);
+IVY_EXPORT(gen, IVY_GEN_FIELDS)
 #undef IVY_LAYOUT
 #define IVY_LAYOUT(type, name) \
     (int64_t)offsetof(struct ivy_data, name), (int64_t)sizeof(((struct ivy_data *)0)->name),
-const int64_t ivy_data_layout[] = {(int64_t)sizeof(struct ivy_data),
-                                   IVY_DATA_FIELDS(IVY_LAYOUT)};
-const char ivy_data_names[] = IVY_DATA_FIELDS(IVY_NAME);
+IVY_EXPORT(data, IVY_DATA_FIELDS)
 #undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_row, name), (int64_t)sizeof(((struct ivy_row *)0)->name),
+IVY_EXPORT(row, IVY_ROW_FIELDS)
+#undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_io, name), (int64_t)sizeof(((struct ivy_io *)0)->name),
+IVY_EXPORT(io, IVY_IO_FIELDS)
+#undef IVY_LAYOUT
+#undef IVY_EXPORT
 #undef IVY_NAME
 
 static inline int64_t now_ns(void)
@@ -233,8 +242,8 @@ static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap
     return cq_take(L, ev, cap);
 }
 
-static inline long be_submit(const struct ivy_loop *L, const int64_t *rows, const int64_t *out,
-                             int64_t m)
+static inline long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
+                             const int64_t *out, int64_t m)
 {
     if (!L->backend)
         return syscall(SYS_io_submit, (unsigned long)L->ctx, (long)m, (void *)L->ptrs);
@@ -242,16 +251,16 @@ static inline long be_submit(const struct ivy_loop *L, const int64_t *rows, cons
     const uint32_t tail = *L->sq_tail, mask = (uint32_t)L->sq_mask;
     for (int64_t q = 0; q < m; q++) {
         const int64_t slot = out[q];
-        const int64_t *row = rows + ROW_WORDS * slot;
-        const int64_t w = row[W_OPCODE_FD];
+        const struct ivy_row *row = &rows[slot];
+        const int64_t w = row->opcode_fd;
         struct ivy_sqe *e = &sqes[(tail + (uint32_t)q) & mask];
         memset(e, 0, sizeof *e);
         e->opcode = (w & 0xffff) == IOCB_CMD_PWRITE ? IVY_OP_WRITE_FIXED : IVY_OP_READ_FIXED;
         e->flags = IVY_SQE_FIXED_FILE;
         e->fd = (int32_t)(w >> 32); /* the file registered at its descriptor's index */
-        e->off = (uint64_t)row[W_OFFSET];
-        e->addr = (uint64_t)row[W_BUF];
-        e->len = (uint32_t)row[W_NBYTES];
+        e->off = (uint64_t)row->offset;
+        e->addr = row->buf;
+        e->len = (uint32_t)row->nbytes;
         e->user_data = (uint64_t)slot;
         e->buf_index = (uint16_t)slot; /* the buffer registered at its slot's index */
     }
@@ -300,12 +309,12 @@ static int64_t await_events(const struct ivy_loop *L, int64_t *ev, int64_t cap, 
 }
 
 /* a completion's record: its slot's row whole, then the event's result and the reap time */
-static inline void record_slot(int64_t *rec, const int64_t *row, const int64_t *event, int64_t t)
+static inline void record_slot(struct ivy_row *rec, const struct ivy_row *row,
+                               const int64_t *event, int64_t t)
 {
-    for (int j = 0; j < ROW_WORDS; j++)
-        rec[j] = row[j];
-    rec[C_RES] = event[2];
-    rec[C_DONE] = t;
+    *rec = *row;
+    rec->res = event[2];
+    rec->done_ns = t;
 }
 
 /* numpy's PCG64 (XSL-RR 128/64) and its doubles (Generator.random): bit for bit, so a
@@ -334,17 +343,17 @@ static inline void put_state(struct ivy_gen *g, __uint128_t v)
     g->state_lo = (uint64_t)v;
 }
 
-/* the scheduled times of m I/Os at ring (rows of 5 words) as Sequencer._sched makes them, bit
+/* the scheduled times of m I/Os at ring as Sequencer._sched makes them, bit
  * for bit: evenly spaced, base + round(k * period) as numpy rounds (half to even); or Poisson
  * (Sequencer._poisson), each gap drawn by inversion, -log1p(-u) * period, with the C library's
  * log1p (math.log1p calls the same), and added to the last time in turn. A Poisson schedule's
  * first arrival (first_due) is at its start: its gap is drawn and dropped, as in Python */
-static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
+static void schedule(struct ivy_gen *g, struct ivy_io *ring, int64_t m)
 {
     const double period = g->period_ns;
     if (!(period > 0.0)) { /* max iops: no schedule (0: the submit time), no draw, as in Python */
         for (int64_t i = 0; i < m; i++)
-            ring[5 * i + R_SCHED_COL] = 0;
+            ring[i].sched_ns = 0;
         return;
     }
     if (g->poisson) {
@@ -361,7 +370,7 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
                 g->first_due = 0;
             }
             last += gap;
-            ring[5 * i + R_SCHED_COL] = (int64_t)last;
+            ring[i].sched_ns = (int64_t)last;
         }
         g->sched_last_ns = last;
         g->sched_state_hi = (uint64_t)(st >> 64);
@@ -369,19 +378,19 @@ static void schedule(struct ivy_gen *g, int64_t *ring, int64_t m)
     } else {
         const int64_t base = g->sched_base_ns, k0 = g->sched_k;
         for (int64_t i = 0; i < m; i++)
-            ring[5 * i + R_SCHED_COL] = base + (int64_t)nearbyint((double)(k0 + i) * period);
+            ring[i].sched_ns = base + (int64_t)nearbyint((double)(k0 + i) * period);
         g->sched_k = k0 + m;
     }
 }
 
 /* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
- * EngineLoop._refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
+ * LoopWorkload.refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
  * and offset, its direction; the Poisson gaps from the schedule's own stream), their serials
  * (its write data's) following the old ring's, whose I/Os it replaces (all issued) */
 static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
     struct ivy_gen *g = &L->gen[k];
-    int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
+    struct ivy_io *ring = (struct ivy_io *)(intptr_t)L->rings[k];
     __uint128_t st = pair(g->state_hi, g->state_lo);
     const __uint128_t inc = pair(g->inc_hi, g->inc_lo);
     const int64_t first = g->first_bytes, nb = g->n_blocks, bs = g->blocksize_bytes;
@@ -405,10 +414,10 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
             }
         }
         int64_t w = mixed ? pcg_double(&st, inc) >= rf : all_write;
-        ring[5 * i + R_OFF_COL] = first + block * bs;
-        ring[5 * i + R_OPFD_COL] = w ? g->op_write : g->op_read;
-        ring[5 * i + R_CAT_COL] = w + seq_cat;
-        ring[5 * i + R_SUBMIT_COL] = 0;
+        ring[i].offset = first + block * bs;
+        ring[i].opcode_fd = w ? g->op_write : g->op_read;
+        ring[i].cat = w + seq_cat;
+        ring[i].submit_ns = 0;
     }
     g->seq_next = next;
     schedule(g, ring, m);
@@ -426,22 +435,22 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
     generate(L, k, m);
 }
 
-/* an edit of the rates of workloads ks[0..n) at time at, in place (EngineLoop's
- * _retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
+/* an edit of the rates of workloads ks[0..n) at time at, in place
+ * (NativeLoop.retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
  * sched_last_ns at and, for a Poisson schedule, first_due): the I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
- * schedule's, as EngineLoop._retime gives them. resync: its Sequencer takes the state back */
+ * schedule's, as Workloads._retime gives them. resync: its Sequencer takes the state back */
 void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
 {
     for (int64_t x = 0; x < n; x++) {
         const int64_t k = ks[x];
         struct ivy_gen *g = &L->gen[k];
-        int64_t *ring = (int64_t *)(intptr_t)L->rings[k];
+        struct ivy_io *ring = (struct ivy_io *)(intptr_t)L->rings[k];
         int64_t j = L->cur[k];
         const int64_t end = L->rlen[k];
-        while (j < end && ring[5 * j + R_SCHED_COL] < at) /* in time order */
+        while (j < end && ring[j].sched_ns < at) /* in time order */
             j++;
-        schedule(g, ring + 5 * j, end - j);
+        schedule(g, ring + j, end - j);
         g->resync = 1;
     }
 }
@@ -513,27 +522,27 @@ static void arm(struct ivy_loop *L, int64_t k)
         generate(L, k, m);
         c = 0;
     }
-    const int64_t *ring = (const int64_t *)(intptr_t)L->rings[k];
-    L->heap_n = heap_push(L->heap_t, L->heap_k, L->heap_n, ring[5 * c + R_SCHED_COL], k);
+    const struct ivy_io *ring = (const struct ivy_io *)(intptr_t)L->rings[k];
+    L->heap_n = heap_push(L->heap_t, L->heap_k, L->heap_n, ring[c].sched_ns, k);
     L->armed[k] = 1;
 }
 
 /* WorkloadStats.record_one for record row (a success), into its owner's block in root */
-static void bin_one(const int64_t *row, int64_t *root, const int64_t *stat_off,
+static void bin_one(const struct ivy_row *row, int64_t *root, const int64_t *stat_off,
                     const int64_t *fixcat, int64_t n_owners)
 {
-    int64_t owner = row[C_OWNER];
+    int64_t owner = row->owner;
     if (owner < 0 || owner >= n_owners || stat_off[owner] < 0)
         return; /* deleted: its last I/Os are not counted */
     int64_t off = stat_off[owner];
-    int64_t cat = fixcat[owner] >= 0 ? fixcat[owner] : row[C_CAT];
-    int64_t done = row[C_DONE];
+    int64_t cat = fixcat[owner] >= 0 ? fixcat[owner] : row->cat;
+    int64_t done = row->done_ns;
     root[off + 3 * cat] += 1;
-    root[off + 3 * cat + 1] += row[C_NBYTES];
+    root[off + 3 * cat + 1] += row->size_bytes;
     int64_t lat = off + N_COUNTERS + N_KINDS * 3 * cat;
     int64_t hist = off + N_COUNTERS + N_LAT + N_KINDS * N_BUCKETS * cat;
     for (int kind = 0; kind < 2; kind++) { /* service, then response: next triple and row */
-        int64_t v = done - (kind == 0 ? row[C_SUBMIT] : row[C_SCHED]);
+        int64_t v = done - (kind == 0 ? row->submit_ns : row->sched_ns);
         if (v < 0)
             v = 0;
         root[lat] += v;
@@ -585,7 +594,8 @@ static int64_t lone_wait(const struct ivy_loop *L, int64_t now, int64_t until, i
 
 int64_t paced_run(struct ivy_loop *L)
 {
-    int64_t *ev = L->events, *rows = L->rows, *pend = L->pend;
+    int64_t *ev = L->events;
+    struct ivy_row *rows = L->rows, *pend = L->pend;
     const int64_t *iocb_addr = L->iocb_addr;
     int64_t *ptrs = L->ptrs, *out = L->out;
     int64_t *free_buf = L->free_buf, *free_off = L->free_off, *free_n = L->free_n;
@@ -639,7 +649,7 @@ int64_t paced_run(struct ivy_loop *L)
             int64_t p = L->p;
             for (int64_t i = 0; i < n; i++) {
                 int64_t slot = ev[4 * i];
-                record_slot(pend + ROW_WORDS * p, rows + ROW_WORDS * slot, ev + 4 * i, t);
+                record_slot(&pend[p], &rows[slot], ev + 4 * i, t);
                 p += 1;
                 int64_t k = slot_pos[slot];
                 free_buf[free_off[k] + free_n[k]] = slot;
@@ -669,24 +679,23 @@ int64_t paced_run(struct ivy_loop *L)
             int64_t k = heap_k[0];
             L->heap_n = heap_pop(heap_t, heap_k, L->heap_n);
             armed[k] = 0;
-            const int64_t *ring = (const int64_t *)(intptr_t)rings[k];
+            const struct ivy_io *ring = (const struct ivy_io *)(intptr_t)rings[k];
             int64_t c = cur[k], fn = free_n[k];
             int64_t lim = fn < rlen[k] - c ? fn : rlen[k] - c;
             int64_t j = 0;
-            while (j < lim && ring[5 * (c + j) + R_SCHED_COL] <= now)
+            while (j < lim && ring[c + j].sched_ns <= now)
                 j++;
             int64_t base = free_off[k] + fn - j;
             for (int64_t q = 0; q < j; q++) {
                 int64_t slot = free_buf[base + q];
-                int64_t *row = rows + ROW_WORDS * slot;
-                const int64_t *io = ring + 5 * (c + q);
-                if ((io[R_OPFD_COL] & 0xffff) == IOCB_CMD_PWRITE)
-                    put_write_data(&L->data[k], c + q, io[R_OFF_COL],
-                                   (char *)(intptr_t)row[W_BUF]);
-                row[W_OPCODE_FD] = io[R_OPFD_COL];
-                row[W_OFFSET] = io[R_OFF_COL];
-                row[C_CAT] = io[R_CAT_COL];
-                row[C_SCHED] = io[R_SCHED_COL];
+                struct ivy_row *row = &rows[slot];
+                const struct ivy_io *io = &ring[c + q];
+                if ((io->opcode_fd & 0xffff) == IOCB_CMD_PWRITE)
+                    put_write_data(&L->data[k], c + q, io->offset, (char *)(intptr_t)row->buf);
+                row->opcode_fd = io->opcode_fd;
+                row->offset = io->offset;
+                row->cat = io->cat;
+                row->sched_ns = io->sched_ns;
                 ptrs[m] = iocb_addr[slot];
                 out[m] = slot;
                 m++;
@@ -700,10 +709,10 @@ int64_t paced_run(struct ivy_loop *L)
             int64_t t_sub = now_ns();
             long done = be_submit(L, rows, out, m);
             for (int64_t q = 0; q < m; q++) {
-                int64_t *row = rows + ROW_WORDS * out[q];
-                row[C_SUBMIT] = t_sub;
-                if (row[C_SCHED] == 0) /* a max-iops I/O: scheduled as it goes out */
-                    row[C_SCHED] = t_sub;
+                struct ivy_row *row = &rows[out[q]];
+                row->submit_ns = t_sub;
+                if (row->sched_ns == 0) /* a max-iops I/O: scheduled as it goes out */
+                    row->sched_ns = t_sub;
             }
             L->in_flight += m;
             if (done != m) {
@@ -728,8 +737,8 @@ int64_t paced_run(struct ivy_loop *L)
         int64_t b = L->binned, p = L->p;
         if (b < p) { /* nothing to do but bin: bin until something is */
             while (b < p) {
-                const int64_t *rec = pend + ROW_WORDS * b;
-                if (rec[C_RES] != rec[C_NBYTES]) {
+                const struct ivy_row *rec = &pend[b];
+                if (rec->res != rec->size_bytes) {
                     L->binned = b;
                     return R_ERROR; /* Python counts it (flush) */
                 }
@@ -744,8 +753,8 @@ int64_t paced_run(struct ivy_loop *L)
                 L->binned = 0;
             } else if (b >= compact_at) { /* move the few left to the front */
                 int64_t left = p - b;
-                for (int64_t i = 0; i < ROW_WORDS * left; i++)
-                    pend[i] = pend[ROW_WORDS * b + i];
+                for (int64_t i = 0; i < left; i++)
+                    pend[i] = pend[b + i];
                 L->p = left;
                 L->binned = 0;
             } else {

@@ -78,8 +78,7 @@ from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import DEDUP_POOL, KIND_CODES, POOL_BLOCKS, SECTOR_BYTES
 from slave.engine import layout, loop_args
-from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
-from slave.engine.base import SlotTable
+from slave.engine.aio_abi import IOCB_CMD_PWRITE
 from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.sequencer import GeneratorState
 
@@ -98,17 +97,9 @@ R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
 
 
-# slot row words (the iocb's, ``aio_abi.W_*``, then the loop's bookkeeping, ``layout.C_*``)
-_ROW_LAYOUT: Final = {
-    "ROW_WORDS": SlotTable.ROW_WORDS, "W_OPCODE_FD": W_OPCODE_FD, "W_OFFSET": W_OFFSET,
-    "W_BUF": W_BUF, "W_NBYTES": W_NBYTES, "IOCB_CMD_PWRITE": IOCB_CMD_PWRITE,
-    "SECTOR_BYTES": SECTOR_BYTES,
-    **{name: getattr(layout, name)
-       for name in ("C_OWNER", "C_CAT", "C_SUBMIT", "C_SCHED", "C_NBYTES", "C_RES", "C_DONE")},
-    # a precomputed I/O's columns (``layout.R_*``)
-    **{f"{name}_COL": getattr(layout, name)
-       for name in ("R_OPFD", "R_OFF", "R_CAT", "R_SUBMIT", "R_SCHED")},
-}
+# the constants the loop's C uses beside its structs' fields (a write's opcode, a stamped
+# sector's size)
+_CONSTANTS: Final = {"IOCB_CMD_PWRITE": IOCB_CMD_PWRITE, "SECTOR_BYTES": SECTOR_BYTES}
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
 _STATS_LAYOUT: Final = {
     "N_COUNTERS": N_CATEGORIES * 3, "N_LAT": N_CATEGORIES * N_KINDS * 3, "N_KINDS": N_KINDS,
@@ -127,7 +118,7 @@ def source() -> str:
     hash, which names the cached and the shipped object, cover both)."""
     defines = {"POOL_BLOCKS": POOL_BLOCKS, "DEDUP_POOL": DEDUP_POOL}
     defines.update({f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()})
-    defines.update(_ROW_LAYOUT)
+    defines.update(_CONSTANTS)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
     for prefix in ("R_",):  # the loop's result codes

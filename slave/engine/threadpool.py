@@ -17,8 +17,9 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.aio_abi import IOCB_CMD_PWRITE, W_OFFSET, W_OPCODE_FD
+from slave.engine.aio_abi import IOCB_CMD_PWRITE
 from slave.engine.base import SlotTable
+from slave.engine.layout import W_OFFSET, W_OPCODE_FD
 
 
 class ThreadPoolEngine:
@@ -62,12 +63,6 @@ class ThreadPoolEngine:
         for s in slots.tolist():
             self._todo.put(s)
 
-    def submit_one(self, slot: int) -> None:
-        self.submit(np.array([slot], dtype=np.intp))
-
-    def submit_list(self, slots: list[int]) -> None:
-        self.submit(np.array(slots, dtype=np.intp))
-
     def _drain(self, first: tuple[int, int] | None) -> int:
         n = 0
         item = first
@@ -93,9 +88,6 @@ class ThreadPoolEngine:
 
     def poll(self) -> int:
         return self.reap(0, 0)
-
-    def ready(self) -> int:
-        return self._done.qsize()
 
     def close(self) -> None:
         for _ in self._threads:

@@ -39,11 +39,9 @@ PACED_RING_MIN: Final = 256
 # its ring array's rows): 7-24 us each time (warm), against a Python refill's 0.35-1.2 ms
 GEN_IOS: Final = 512
 POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
-SCALAR_MAX: Final = 2  # batches up to this size take the scalar path
-# a workload's share of a batch up to this size gets its write data one write at a time in the
-# Python loop (basic indexing: ``WritePattern.fill_one``); above it, in a few fancy-indexed
-# operations (``fill``)
-WRITE_ONE_MAX: Final = 4
+# a lone max-iops workload of at most this queue depth waits in the compiled loop as soon as its
+# I/Os went out (``lone``: see ``paced_kernel.c``'s ``lone_wait``)
+LONE_DEPTH_MAX: Final = 2
 # busy_poll: check the completion ring without a system call, yielding the core after every
 # empty check (the device's kernel worker may need it), for up to BUSY_SPIN_NS after the last
 # completion; then block in the engine's reap until the next one. Measured on 2 shared cores:
@@ -101,5 +99,5 @@ LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # paced workloads on a libaio or io_uring engine (reads, and writes of every data kind) run in
 # compiled C where the host could build it (``slave.engine.paced_kernel``;
 # ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (a lone
-# one too, of any depth); tests and bench_engine switch it off to run the Python loops
+# one too, of any depth); tests and bench_engine switch it off to run the Python loop
 COMPILED_PACED = True

@@ -24,16 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import (
-    IO_EVENT_DTYPE,
-    IOCB_CMD_PWRITE,
-    W_BUF,
-    W_NBYTES,
-    W_OFFSET,
-    W_OPCODE_FD,
-    _libc_syscall,
-)
+from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, _libc_syscall
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
+from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 _SYS_SETUP, _SYS_ENTER, _SYS_REGISTER = 425, 426, 427
 _FEAT_SINGLE_MMAP, _FEAT_NODROP, _FEAT_EXT_ARG = 1 << 0, 1 << 1, 1 << 8
@@ -230,7 +223,6 @@ class UringEngine:
         self.events = np.zeros(table.capacity, dtype=IO_EVENT_DTYPE)
         self.done_slot = self.events["data"].view(np.int64)
         self.done_res = self.events["res"]
-        self.done_words = self.events.view(np.int64).data.cast("B").cast("q")
         self._w = r.words
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)  # the compiled loop's, unused
 
@@ -281,12 +273,6 @@ class UringEngine:
         w[ring.sq_tail] = (tail + n) & 0xFFFFFFFF  # the entries first (x86: stores in order)
         self.finish_submit(0, n)
 
-    def submit_one(self, slot: int) -> None:
-        self.submit(np.array([slot], dtype=np.intp))
-
-    def submit_list(self, slots: list[int]) -> None:
-        self.submit(np.array(slots, dtype=np.intp))
-
     def finish_submit(self, done: int, n: int) -> None:
         """``done`` of the ``n`` entries put in the ring were taken (-1: none): submit the rest,
         which stay in the ring until the kernel takes them; a refusal raises ``SubmitError``."""
@@ -301,10 +287,6 @@ class UringEngine:
             tries += 1
             if tries > 1000:
                 raise SubmitError(f"io_uring took {done} of {n} entries and then no more", done)
-
-    def ready(self) -> int:
-        w, r = self._w, self._ring
-        return int(w[r.cq_tail] - w[r.cq_head]) or int(w[r.sq_flags]) & _SQ_TASKRUN
 
     def poll(self) -> int:
         """The completions in the ring, moved into ``events`` without a system call (but where

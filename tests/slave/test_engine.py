@@ -15,9 +15,10 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
-from slave.engine.base import SlotTable
+from slave.engine.base import IoEngine, SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_state import LoopWorkload
 from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
@@ -352,7 +353,7 @@ def test_an_edit_at_a_boundary_keeps_the_backlog_due_before_it(edit: str | None,
                                                                  iodepth: int) -> None:
     # 1000 IOPS; the loop stalls for 40 ms from 20 ms before boundary 0. The I/Os due in those
     # 20 ms go out late, after the boundary, with their own scheduled times, whether or not an
-    # edit lands at that boundary, also one to max iops (queue depth 2: the scalar loop): an
+    # edit lands at that boundary, also one to max iops (at queue depth 2 too): an
     # edit must not drop them or forget when they were due (coordinated omission)
     loop, eng = make_loop(constant_ns(100_000))
     s = spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=1000.0))
@@ -433,9 +434,8 @@ def test_a_refill_precomputes_by_depth_rate_and_the_loops_share(
         other = WorkloadParams(iodepth=1, seed=i, iops=None if iops is None else 1.0)
         loop.add_workload(spec(loop, f"o{i}", other), None)
     loop.add_workload(spec(loop, "w", WorkloadParams(iodepth=iodepth, iops=iops)), None)
-    w = loop._wl[loop._index_of["w"]]
-    assert w is not None
-    loop._refill(w, 1)
+    w = loop.workloads.find("w")
+    w.refill(1)
     want = ahead if iops is None else int(ahead * w.ring_spread)
     assert w.ring_len == max(want, 4 * iodepth)
     assert w.cur == 0
@@ -447,11 +447,11 @@ def test_paced_workloads_of_one_rate_refill_at_different_moments() -> None:
     loop, _ = make_loop(constant_ns(20_000))
     for i in range(64):
         loop.add_workload(spec(loop, f"host:lun:w{i}", WorkloadParams(iops=100.0)), None)
-    spreads = [w.ring_spread for w in loop._wl if w is not None]
+    spreads = [w.ring_spread for w in loop.workloads.live()]
     assert all(0.5 <= f < 1.5 for f in spreads)
     assert len({round(f, 6) for f in spreads}) == 64
     assert 0.85 < float(np.mean(spreads)) < 1.15  # the budget holds on average
-    sizes = {loop._ahead(w) for w in loop._wl if w is not None}
+    sizes = {w.ahead for w in loop.workloads.live()}
     assert len(sizes) > 32
 
 
@@ -473,15 +473,14 @@ def test_a_refill_keeps_the_rest_and_appends_the_sequencers_next_ios(
     loop, _ = make_loop(constant_ns(20_000))
     p = WorkloadParams(seed=3, **kw)  # type: ignore[arg-type]
     loop.add_workload(spec(loop, "w", p, fd=5), None)
-    w = loop._wl[0]
-    assert w is not None
+    w = loop.workloads.find("w")
     twin = Sequencer(p, lun_size_bytes=64 * MiB, logical_block_bytes=512, stream="w")
     w.seq.start(10_000)
     twin.start(10_000)
-    loop._refill(w, 1)
+    w.refill(1)
     first = w.ring.copy()
     w.cur = first.shape[0] - 7  # 7 left
-    loop._refill(w, 1)
+    w.refill(1)
     assert np.array_equal(w.ring[:7], first[-7:])
     for ring in (first, w.ring[7:]):
         ch = twin.chunk(ring.shape[0])
@@ -519,13 +518,13 @@ def test_an_edit_of_the_rate_alone_keeps_the_ios_precomputed(
     # (256 here) stay and take the new schedule; remaking them cost a refill per workload
     loop, eng = make_loop(constant_ns(50_000))
     refills: list[int] = []
-    refill = loop._refill
+    refill = LoopWorkload.refill
 
-    def counted(w: object, need: int) -> None:
+    def counted(w: LoopWorkload, need: int) -> None:
         refills.append(need)
-        refill(w, need)  # type: ignore[arg-type]
+        refill(w, need)
 
-    monkeypatch.setattr(loop, "_refill", counted)
+    monkeypatch.setattr(LoopWorkload, "refill", counted)
     s = spec(loop, "w", WorkloadParams(iosequencer=iosequencer, iodepth=4, iops=1000.0))
     rates = {0: 2000.0, 1: 500.0}
     ctl = Control(3, {k: (lambda lp, t, r=r: lp.edit_workload("w", s.params.replace(iops=r),
@@ -777,13 +776,13 @@ def test_changes_look_over_the_workloads_once(monkeypatch: pytest.MonkeyPatch) -
     # block, not one per edit (512 edits took 175 ms, 2,048 took 2.1 s)
     loop, _eng = make_loop(constant_ns(100_000))
     looks: list[int] = []
-    pick = loop._pick_word_loops
+    pick = loop.native.pick
 
-    def counted() -> None:
+    def counted(live: list[LoopWorkload], engines: list[IoEngine]) -> None:
         looks.append(1)
-        pick()
+        pick(live, engines)
 
-    monkeypatch.setattr(loop, "_pick_word_loops", counted)
+    monkeypatch.setattr(loop.native, "pick", counted)
     p = WorkloadParams(iodepth=2, iops=1000.0)
     with loop.changes():
         for i in range(20):

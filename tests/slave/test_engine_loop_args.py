@@ -1,7 +1,8 @@
 """The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors
-(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``): every field's name,
-offset and size as compiled against the mirror's, a mirror that drifted from the header caught
-and named, and the loader refusing an object whose struct differs."""
+(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``; ``slave.engine.layout``:
+``ROW_DTYPE``, ``IO_DTYPE``): every field's name, offset and size as compiled against the
+mirror's, the slot row's iocb part against the kernel's ``struct iocb``, a mirror that drifted
+from the header caught and named, and the loader refusing an object whose struct differs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slave.engine import loop_args
+from slave.engine import aio_abi, layout, loop_args
 from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 
@@ -71,6 +72,39 @@ def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path)
     assert sorted(n for n, k in kinds.items() if k == "u") == ["dedup_key", "dups", "pool"]
 
 
+@needs_cc
+@pytest.mark.parametrize("struct", ["ivy_row", "ivy_io"])
+def test_every_row_and_io_field_has_the_compiled_offset_and_size(tmp_path: Path,
+                                                                 struct: str) -> None:
+    lib = _compile(tmp_path, pk.source())
+    dtype = loop_args.DTYPES[struct]
+    c_size, c_fields = loop_args.compiled_layout(lib, struct)
+    assert [f[0] for f in c_fields] == list(dtype.names or ())
+    assert (c_size, c_fields) == loop_args.python_layout(struct)
+    # every field one int64 word: the int64 views' columns (``layout``) are the fields
+    assert c_size == dtype.itemsize == 8 * len(c_fields)
+    columns = layout.ROW if struct == "ivy_row" else layout.IO
+    assert columns == {name: off // 8 for name, off, _ in c_fields}
+
+
+def test_the_rows_iocb_part_is_the_kernels_iocb() -> None:
+    # io_submit reads the row at its address: its first 64 bytes are struct iocb, byte for
+    # byte (a word of the row holds two or three of the iocb's narrower fields)
+    iocb, row = aio_abi.IOCB_DTYPE, layout.ROW_DTYPE
+    assert iocb.fields is not None and row.fields is not None
+    at = {name: row.fields[name][1] for name in row.names or ()}
+    for mine, kernels in (("data", "aio_data"), ("key_rw_flags", "aio_key"),
+                          ("opcode_fd", "aio_lio_opcode"), ("buf", "aio_buf"),
+                          ("nbytes", "aio_nbytes"), ("offset", "aio_offset"),
+                          ("reserved2", "aio_reserved2"), ("flags_resfd", "aio_flags")):
+        assert at[mine] == iocb.fields[kernels][1], mine
+    assert at["owner"] == iocb.itemsize  # the bookkeeping after it
+    assert aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7) == (
+        aio_abi.IOCB_CMD_PWRITE | 7 << 8 * (iocb.fields["aio_fildes"][1] - at["opcode_fd"]))
+    # the I/O's fields are scattered into their namesakes in the row
+    assert [layout.ROW[name] for name in layout.IO] == layout.SCATTER.tolist()
+
+
 def _header_edited(old: str, new: str) -> str:
     src = pk.source()
     assert src.count(old) == 1, old
@@ -99,12 +133,23 @@ def _header_edited(old: str, new: str) -> str:
      "X(int64_t, unique_below) \\\n    X(uint64_t, dedup_key)",
      "field 4: compiled (name, offset, size) ('unique_below', 32, 8), the Python mirror's "
      "('dedup_key', 32, 8)"),
+    # a row's bookkeeping fields swapped
+    ("X(int64_t, submit_ns) \\\n    X(int64_t, sched_ns) \\\n    X(int64_t, size_bytes)",
+     "X(int64_t, sched_ns) \\\n    X(int64_t, submit_ns) \\\n    X(int64_t, size_bytes)",
+     "field 10: compiled (name, offset, size) ('sched_ns', 80, 8), the Python mirror's "
+     "('submit_ns', 80, 8)"),
+    # an I/O's field narrowed
+    ("X(int64_t, cat) \\\n    X(int64_t, submit_ns) \\\n    X(int64_t, sched_ns)\n",
+     "X(int32_t, cat) \\\n    X(int64_t, submit_ns) \\\n    X(int64_t, sched_ns)\n",
+     "field 2: compiled (name, offset, size) ('cat', 16, 4), the Python mirror's "
+     "('cat', 16, 8)"),
 ])
 def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
                                                       said: str) -> None:
     lib = _compile(tmp_path, _header_edited(old, new))
     struct = ("ivy_gen" if "hot_share" in old else "ivy_data" if "dedup_key" in old
-              else "ivy_loop")
+              else "ivy_row" if "size_bytes" in old
+              else "ivy_io" if "int32_t, cat" in new else "ivy_loop")
     assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
 
 

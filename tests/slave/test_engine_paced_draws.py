@@ -1,6 +1,6 @@
 """One definition of the draws: the compiled generator (``paced_kernel.c``: ``generate`` when a
 ring runs out, ``paced_retime`` at an edit of the rate) and ``Sequencer`` (``chunk``,
-``retime`` and ``schedule``, as ``EngineLoop._refill`` and ``_retime`` call them) give a
+``retime`` and ``schedule``, as ``LoopWorkload.refill`` and ``Workloads._retime`` call them) give a
 workload the same offsets, directions, categories and scheduled times, bit for bit, for every
 sequencer (Poisson too), at many rates, from the first arrival on, across refills of any size
 and across edits of the rate; and a sequencer resumed where the kernel left it goes on as its
@@ -62,7 +62,7 @@ class _Kernel:
 
     def retime(self, iops: float, at_ns: int, issued: int) -> npt.NDArray[np.int64]:
         """An edit of the rate at ``at_ns`` with the ring's first ``issued`` I/Os issued
-        (``EngineLoop._retime_loaded``)."""
+        (``NativeLoop.retime_loaded``)."""
         self.cur[0] = issued
         periods, bases = Sequencer.schedule_starts(self.phase, np.array([iops]), at_ns)
         pk.retime(self.args, self.gen, at_ns, np.array([0], dtype=np.int64), periods, bases)
@@ -76,7 +76,8 @@ class _Kernel:
 
 
 class _Python:
-    """The same workload in Python: ``EngineLoop._refill``'s ring and ``_retime``'s edit."""
+    """The same workload in Python: ``LoopWorkload.refill``'s ring and ``Workloads._retime``'s
+    edit."""
 
     def __init__(self, seq: Sequencer) -> None:
         self.seq = seq

@@ -29,6 +29,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import DATA_DTYPE, LoopArgs
+from slave.engine.loop_native import NativeLoop
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
@@ -103,8 +104,9 @@ def test_the_layouts_are_defined_once_for_both_sides() -> None:
     src = pk.source()
     assert "struct ivy_loop {" in src and '#include "ivy_loop.h"' not in src  # inlined
     assert f"#define R_SUBMIT {pk.R_SUBMIT}LL\n" in src
-    assert f"#define C_DONE {layout.C_DONE}LL\n" in src
-    assert f"#define R_SCHED_COL {layout.R_SCHED}LL\n" in src
+    # a slot's row and a precomputed I/O are structs, read by field: no word numbers
+    assert "struct ivy_row {" in src and "struct ivy_io {" in src
+    assert "#define C_DONE" not in src and "_COL" not in src and "ROW_WORDS" not in src
 
 
 # ---------------------------------------------------------------------------- binning
@@ -117,7 +119,7 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     assert pk.available(), pk.why_not()  # built before the 20 ms start
     stats = WorkloadStats(np.zeros(WorkloadStats.SIZE, dtype=np.int64))
     stats.reset()
-    pend = np.zeros((len(records) + 1, 16), dtype=np.int64)
+    pend = np.zeros((len(records) + 1, layout.ROW_WORDS), dtype=np.int64)
     for i, (cat, sub, sched, done, res) in enumerate(records):
         pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
                  layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
@@ -132,7 +134,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
         ring_events[:4] = (ring_slot, 0, 4096, 0)
     keep = {
         "ring_header": hdr, "ring_events": ring_events,
-        "events": np.zeros(4, dtype=np.int64), "rows": np.zeros((1, 16), dtype=np.int64),
+        "events": np.zeros(4, dtype=np.int64),
+        "rows": np.zeros((1, layout.ROW_WORDS), dtype=np.int64),
         "iocb_addr": np.zeros(1, dtype=np.uint64), "ptrs": np.zeros(1, dtype=np.uint64),
         "out": np.zeros(1, dtype=np.int64), "pend": pend, "root": stats.buffer,
         "stat_off": np.zeros(1, dtype=np.int64), "fixcat": np.array([fixcat], dtype=np.int64),
@@ -209,7 +212,7 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
     the row."""
     gs = seq.generator_state()
     assert gs is not None
-    ring = np.zeros((m, 5), dtype=np.int64)
+    ring = np.zeros((m, layout.IO_WORDS), dtype=np.int64)
     gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
     data = np.zeros(1, dtype=DATA_DTYPE)
     data["ring_serial"] = 0 if pattern is None else pattern.next_serial
@@ -235,7 +238,7 @@ def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
     """What ``EngineLoop._refill`` puts in a ring for the next ``m`` I/Os (its layout, with
     the serials beside it, as ``_kernel_generate``)."""
     ch = seq.chunk(m)
-    ring = np.zeros((m, 5), dtype=np.int64)
+    ring = np.zeros((m, layout.IO_WORDS), dtype=np.int64)
     ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
     ring[:, layout.R_OFF] = ch.offset_bytes
     ring[:, layout.R_CAT] = ch.category
@@ -403,9 +406,8 @@ class Control:
     def boundary(self, loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         # every slot is free or in flight, once (the compiled loop's state stays loaded over
         # boundaries: its free stacks are the truth then)
-        ws = [w for w in loop._wl if w is not None]
-        pw = loop._paced_words
-        cp = None if pw is None else pw[0].compiled
+        ws = loop.workloads.live()
+        cp = loop.native.compiled
         if cp is not None and cp.loaded:
             free = [cp.free_buf[o : o + n].tolist()
                     for o, n in zip(cp.free_off.tolist(), cp.free_n.tolist(), strict=True)]
@@ -573,7 +575,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
 
         def seen(loop: EngineLoop, finished: int, boundary_ns: int,
                  paced: list[bool] = paced) -> None:
-            paced.append((loop._paced_words is not None) == compiled)
+            paced.append((loop.native.compiled is not None) == compiled)
 
         t0 = time.thread_time()
         ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=seen))
@@ -693,7 +695,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     # compiled state is loaded once), or, where that is turned off, the set is given back
     # and loaded again; either way each subinterval runs at the rates its edit set
     if not in_place:
-        monkeypatch.setattr(EngineLoop, "_retime_loaded", lambda *a: False)
+        monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: False)
     loads = [0]
     load = compiled_paced.CompiledPaced.load
 
@@ -725,7 +727,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
             # a Poisson count varies by its square root: 5 of them
             tol = 5 * want ** 0.5 if i == 2 else want * 0.03 + 2
             assert abs(got - want) <= tol, (k, i, got, want)
-    for i, w in enumerate(x for x in loop._wl if x is not None):
+    for i, w in enumerate(loop.workloads.live()):
         # given back at the end, each sequencer has its last rate
         assert w.seq.params is w.spec.params
         assert w.seq.params.iops == params[i].iops * scale[-1]
@@ -787,8 +789,7 @@ def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished == 0:
             loop.edit_workloads([("t:lun:w0", params[0].replace(iops=1000.0))], boundary_ns)
-            assert loop._paced_words is not None
-            cp = loop._paced_words[0].compiled
+            cp = loop.native.compiled
             assert cp is not None and cp.loaded  # made in place
 
     ctl, _ = _run_paced(lun_file, params, 200_000_000, 2, Control(2, at_boundary=edit))
@@ -814,7 +815,7 @@ def test_an_edit_of_more_than_the_rate_takes_the_set_back_for_all(
 
     ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=edit))
     assert retimes[0] == 0 and ctl.errors == {}
-    w0, w1 = (w for w in loop._wl if w is not None)
+    w0, w1 = loop.workloads.live()
     assert (w0.params.iops, w1.params.iops, w1.params.iodepth) == (4000.0, 1000.0, 3)
     assert abs(ctl.stats[2].ops(0) - 800) <= 800 * 0.03 + 2
     assert abs(ctl.stats[3].ops(0) - 200) <= 200 * 0.03 + 2
@@ -940,8 +941,7 @@ def test_a_refused_submission_stops_the_loop_with_the_kernels_reason(lun_file: s
 
     def close_it(loop: EngineLoop, elapsed_ns: int) -> None:
         if elapsed_ns > 50_000_000 and not fds:
-            w = loop._wl[0]
-            assert w is not None
+            w = loop.workloads.live()[0]
             fds.append(w.spec.fd)
             fired.append(time.monotonic())
             os.close(w.spec.fd)

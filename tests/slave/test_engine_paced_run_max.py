@@ -154,8 +154,8 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
     kept: list[int] = []
 
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
-        pw = loop._paced_words  # the loop that ran the subinterval just finished
-        ran.append("compiled" if pw is not None and pw[0].compiled is not None else "general")
+        # the loop that ran the subinterval just finished
+        ran.append("compiled" if loop.native.compiled is not None else "general")
         if finished == 0:
             loop.edit_workload("t:lun:w0", behind.replace(iops=None), boundary_ns)
         elif finished == 1:
@@ -164,8 +164,7 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
                 iops=None, iodepth=16, read_fraction=0.99, write_data="dedupable",
                 write_data_ratio=2.0), boundary_ns)
         if finished in (0, 1):
-            w = loop._wl[0]
-            assert w is not None
+            w = loop.workloads.live()[0]
             kept.append(w.overdue)
 
     n_sub = 8
@@ -219,9 +218,7 @@ def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
             loop.edit_workload("t:lun:w2", params[2].replace(iops=rate), time.monotonic_ns())
 
     def add(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
-        pw = loop._paced_words
-        loops.append("compiled" if pw is not None and pw[0].compiled is not None
-                     else "general")
+        loops.append("compiled" if loop.native.compiled is not None else "general")
         if finished == join - 1:
             loop.register_engine_kind("threadpool", ThreadPoolEngine)
             fds.append(files.open_lun(dev.path, writable=False, extra_flags=0))

@@ -16,7 +16,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
-from slave.engine import aio_abi, choose_engine, files, paced_kernel, tuning, uring
+from slave.engine import aio_abi, choose_engine, files, layout, paced_kernel, tuning, uring
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
@@ -301,14 +301,14 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
                                  (1, aio_abi.IOCB_CMD_PREAD, 8192, fd),
                                  (2, aio_abi.IOCB_CMD_PREAD, 0, fd + 100),
                                  (3, aio_abi.IOCB_CMD_PREAD, 100, fd)):
-            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, f)
-            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
-            table.rows[slot, aio_abi.W_NBYTES] = 4096
-            table.rows[slot, aio_abi.W_OFFSET] = off
-        eng.submit_one(0)
+            table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, f)
+            table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, layout.W_NBYTES] = 4096
+            table.rows[slot, layout.W_OFFSET] = off
+        eng.submit(np.array([0], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1
         assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
-        eng.submit_list([1])
+        eng.submit(np.array([1], dtype=np.intp))
         n = 0
         deadline = time.monotonic() + 2
         while n == 0 and time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
         assert got == {2: -9, 3: -22}  # EBADF, EINVAL
         assert eng.reap(1, 20_000_000) == 0  # nothing in flight: the wait times out
         eng.forget_file(fd)  # its last workload let go of it: unregistered
-        eng.submit_one(1)
+        eng.submit(np.array([1], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1 and int(eng.done_res[0]) == -9
     finally:
         eng.close()
@@ -346,11 +346,11 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     try:
         eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
         for slot in range(4):
-            table.rows[slot, aio_abi.W_OPCODE_FD] = aio_abi.opcode_fd_word(
+            table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(
                 aio_abi.IOCB_CMD_PREAD, fd)
-            table.rows[slot, aio_abi.W_BUF] = int(bufs.addr[slot])
-            table.rows[slot, aio_abi.W_NBYTES] = 4096
-            table.rows[slot, aio_abi.W_OFFSET] = 4096 * slot
+            table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
+            table.rows[slot, layout.W_NBYTES] = 4096
+            table.rows[slot, layout.W_OFFSET] = 4096 * slot
         real = eng._ring.enter
         calls: list[int] = []
 
