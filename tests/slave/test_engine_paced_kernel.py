@@ -771,11 +771,15 @@ def test_writes_land_byte_for_byte_across_edits_in_place_and_given_back(
     written = [verify_range(lun_file, p, p.range_start_bytes, p.range_end_bytes)
                for p in params]
     assert written[0] > 200 and written[1] == 64 and written[2] == 0
-    for k in (1, 2, 3):  # the steady workloads at the rates set at the boundary before
-        for i in (0, 1):
-            want = rates[k - 1][i] * 0.1
-            got = ctl.stats[3 * k + i].ops()
-            assert abs(got - want) <= want * 0.03 + 2, (k, i, got, want)
+    for i in (0, 1):  # the steady workloads at the rates set at the boundary before
+        wants = [rates[k - 1][i] * 0.1 for k in (1, 2, 3)]
+        gots = [ctl.stats[3 * k + i].ops() for k in (1, 2, 3)]
+        # a subinterval alone within 5 % (the worker held off the CPU for some ms near a
+        # boundary moves the I/Os due then into the next subinterval: 184 of 192 once in
+        # CI), the three together within 3 %: nothing lost, nothing added
+        for k, (got, want) in enumerate(zip(gots, wants), 1):
+            assert abs(got - want) <= want * 0.05 + 2, (k, i, got, want)
+        assert abs(sum(gots) - sum(wants)) <= sum(wants) * 0.03 + 2, (i, gots, wants)
 
 
 @needs_aio
