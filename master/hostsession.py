@@ -314,6 +314,16 @@ class HostSession:
         self.offset_ns, self.rtt_ns = best.offset_ns, best.rtt_ns
         self.offset_uncertainty_ns = _uncertainty(best.rtt_ns)
 
+    async def ping(self, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+        """One round trip (``Ping``, ``Pong``), in ns. The slave answers its messages in the
+        order they came: a ``Pong`` also says that it has handled every message sent before
+        the ``Ping``."""
+        seq = self._next_seq()
+        sent = self.clock()
+        pong = await self._request(Ping(seq, sent), key=seq, timeout_s=timeout_s)
+        assert isinstance(pong, Pong)
+        return self.clock() - sent
+
     def to_slave_ns(self, master_ns: int) -> int:
         return master_ns + self.offset_ns
 
