@@ -328,8 +328,7 @@ class Run:
         server = ControlServer(folder, RunControl(self))
         try:
             await server.start()
-            await self._or_interrupted(
-                asyncio.gather(self._start_hosts(), self._warm_up_kernels()), "starting hosts")
+            await self._or_interrupted(self._start_hosts(), "starting hosts")
             await self._or_interrupted(self._discover(), "discovering LUNs")
             if self.cfg.gather:
                 self.gathering = Gathering(self.cfg.gather, self.output, self.event, self.clock)
@@ -501,14 +500,41 @@ class Run:
             self.interrupted.set()
 
     async def _start_hosts(self) -> None:
+        """Start every host's slave at once. Once every host is connected (its slave starting)
+        the rollup kernels load (``_warm_up_kernels``: most of a second, the GIL held, which
+        would hold up starting the slaves); the handshakes go on meanwhile, and every host's
+        clock pings wait for it (it would lengthen their round trips)."""
+        left = len(self.cfg.hosts)
+        all_connected, warmed = asyncio.Event(), asyncio.Event()
+
+        async def warm_up() -> None:
+            await all_connected.wait()
+            try:
+                await self._warm_up_kernels()
+            finally:  # a failure is the run's, not the hosts'
+                warmed.set()
+
+        warm = asyncio.ensure_future(warm_up())
+
         async def start(host: HostConfig) -> HostSession:
-            conn = await self.connect(host)
+            nonlocal left
+            try:
+                conn = await self.connect(host)
+            finally:
+                left -= 1
+                if not left:
+                    all_connected.set()
             hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
             self.sessions[host.name] = hs
-            await hs.start(uncertainty_limit_ns=self.skew_limit_ns)
+            await hs.start(uncertainty_limit_ns=self.skew_limit_ns, before_pings=warmed)
             return hs
 
-        results = await asyncio.gather(*(start(h) for h in self.cfg.hosts), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(start(h) for h in self.cfg.hosts),
+                                           return_exceptions=True)
+            await warm
+        finally:
+            warm.cancel()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             for e in errors:
