@@ -1,7 +1,5 @@
 """``python -m master`` is ``ivypy``."""
 
-import sys
+from master.cli import console_main
 
-from master.cli import main
-
-sys.exit(main())
+console_main()

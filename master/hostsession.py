@@ -273,9 +273,11 @@ class HostSession:
             raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
 
     # ------------------------------------------------------------------ conversation
-    async def start(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None
-                    ) -> HelloReply:
-        """Handshake and clock offset (``measure_clock``)."""
+    async def start(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None,
+                    before_pings: asyncio.Event | None = None) -> HelloReply:
+        """Handshake and clock offset (``measure_clock``). The pings wait for ``before_pings``
+        to be set (the master's own start-up, which would lengthen their round trips), the
+        keepalive telling the slave meanwhile that its master is there."""
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader-{self.host}")
         reply = await self._request(
             Hello(PROTOCOL_VERSION, __version__, self.host, self.clock()), key=-1
@@ -284,8 +286,10 @@ class HostSession:
             raise self._fail(f"slave refused the handshake: {reply.message}")
         assert isinstance(reply, HelloReply)
         self.hello = reply
-        await self.measure_clock(pings, uncertainty_limit_ns)
         self._keepalive = asyncio.create_task(self._keep_alive(), name=f"keepalive-{self.host}")
+        if before_pings is not None:
+            await before_pings.wait()
+        await self.measure_clock(pings, uncertainty_limit_ns)
         return reply
 
     async def measure_clock(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None
@@ -313,6 +317,16 @@ class HostSession:
         self.clock_samples = samples
         self.offset_ns, self.rtt_ns = best.offset_ns, best.rtt_ns
         self.offset_uncertainty_ns = _uncertainty(best.rtt_ns)
+
+    async def ping(self, timeout_s: float = REQUEST_TIMEOUT_S) -> int:
+        """One round trip (``Ping``, ``Pong``), in ns. The slave answers its messages in the
+        order they came: a ``Pong`` also says that it has handled every message sent before
+        the ``Ping``."""
+        seq = self._next_seq()
+        sent = self.clock()
+        pong = await self._request(Ping(seq, sent), key=seq, timeout_s=timeout_s)
+        assert isinstance(pong, Pong)
+        return self.clock() - sent
 
     def to_slave_ns(self, master_ns: int) -> int:
         return master_ns + self.offset_ns

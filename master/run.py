@@ -89,13 +89,50 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_HOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_OUTPUT = 4  # the run folder could not be written (disk full, read-only ...)
+#: How long before its start a step's Go is sent while nothing says the hosts read one sooner:
+#: a step of more workloads than ``SMALL_GO_WORKLOADS`` and than any step whose Go was
+#: confirmed (a Go's rollup plan, which a slave reads before it passes the start on to its
+#: workers, grows with the workloads). ``start_lead_ns`` gives every step's lead.
 START_LEAD_NS = 1_000_000_000
+#: The least lead of a step whose Go the hosts are known to read in time.
+MIN_START_LEAD_NS = 250_000_000
+#: A Go of this many workloads is read in time even before any Go was confirmed: on a loaded
+#: 2-core test machine a Go of 400 workloads was confirmed 21 ms after it was sent, one of a
+#: single workload in 3-8 ms.
+SMALL_GO_WORKLOADS = 500
+#: A step's lead is at least this many times the run's longest Go confirmation.
+CONFIRM_MARGIN = 4
 STOP_WAIT_S = 5.0
 #: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
 #: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
 INTERRUPT_WAIT_S = 1.0
 
 Connector = Callable[[HostConfig], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class GoConfirmed:
+    """What the run's steps so far say of its hosts reading a Go: the most workloads a step
+    whose Go every host confirmed had, and the longest time from sending a step's Go to the
+    last host's ``Pong`` to a ``Ping`` sent behind it."""
+
+    workloads: int
+    longest_ns: int
+
+
+def start_lead_ns(rtt_ns: int, workloads: int, confirmed: GoConfirmed | None,
+                  gather_lead_ns: int = 0) -> int:
+    """How long after sending its Go a step of ``workloads`` starts: every slave must have read
+    the Go and passed the start on to its workers by then (a late worker's first I/O would
+    be late, and a paced one's catch up at once). ``MIN_START_LEAD_NS`` for a small Go or one
+    of no more workloads than a confirmed one, ``START_LEAD_NS`` for another; at least
+    ``CONFIRM_MARGIN`` times the run's longest confirmation, 20 round trips to the farthest
+    host (``rtt_ns``), and what a ``gather:`` source needs before the start for its
+    counters' base (``gather_lead_ns``)."""
+    known = confirmed is not None and workloads <= confirmed.workloads
+    lead = MIN_START_LEAD_NS if known or workloads <= SMALL_GO_WORKLOADS else START_LEAD_NS
+    longest = confirmed.longest_ns if confirmed is not None else 0
+    return max(lead, CONFIRM_MARGIN * longest, 20 * rtt_ns, gather_lead_ns)
 
 
 async def default_connect(host: HostConfig) -> Any:
@@ -217,6 +254,9 @@ class Run:
         self.step_state: _StepState | None = None
         self.pending_edits: list[tuple[int, str, dict[str, Any]]] = []
         self.dfc_history: dict[str, list[tuple[int, float]]] = {}
+        #: the Go confirmations so far (``start_lead_ns``); None until one is complete, and
+        #: again after a step that ended before its confirmation came
+        self.go_confirmed: GoConfirmed | None = None
         self.step_results: dict[str, dict[str, dict[str, float]]] = {}
         self.t0_ns = clock()
         self.sub_ns = round(cfg.subinterval_seconds * 1e9)
@@ -288,8 +328,7 @@ class Run:
         server = ControlServer(folder, RunControl(self))
         try:
             await server.start()
-            await self._or_interrupted(
-                asyncio.gather(self._start_hosts(), self._warm_up_kernels()), "starting hosts")
+            await self._or_interrupted(self._start_hosts(), "starting hosts")
             await self._or_interrupted(self._discover(), "discovering LUNs")
             if self.cfg.gather:
                 self.gathering = Gathering(self.cfg.gather, self.output, self.event, self.clock)
@@ -461,14 +500,41 @@ class Run:
             self.interrupted.set()
 
     async def _start_hosts(self) -> None:
+        """Start every host's slave at once. Once every host is connected (its slave starting)
+        the rollup kernels load (``_warm_up_kernels``: most of a second, the GIL held, which
+        would hold up starting the slaves); the handshakes go on meanwhile, and every host's
+        clock pings wait for it (it would lengthen their round trips)."""
+        left = len(self.cfg.hosts)
+        all_connected, warmed = asyncio.Event(), asyncio.Event()
+
+        async def warm_up() -> None:
+            await all_connected.wait()
+            try:
+                await self._warm_up_kernels()
+            finally:  # a failure is the run's, not the hosts'
+                warmed.set()
+
+        warm = asyncio.ensure_future(warm_up())
+
         async def start(host: HostConfig) -> HostSession:
-            conn = await self.connect(host)
+            nonlocal left
+            try:
+                conn = await self.connect(host)
+            finally:
+                left -= 1
+                if not left:
+                    all_connected.set()
             hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
             self.sessions[host.name] = hs
-            await hs.start(uncertainty_limit_ns=self.skew_limit_ns)
+            await hs.start(uncertainty_limit_ns=self.skew_limit_ns, before_pings=warmed)
             return hs
 
-        results = await asyncio.gather(*(start(h) for h in self.cfg.hosts), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(start(h) for h in self.cfg.hosts),
+                                           return_exceptions=True)
+            await warm
+        finally:
+            warm.cancel()
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             for e in errors:
@@ -711,27 +777,33 @@ class Run:
         self.pending_edits = []
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
-        st.start_ns = self.clock() + max(START_LEAD_NS, 20 * max_rtt)
+        lead_ns = start_lead_ns(max_rtt, len(instances), self.go_confirmed,
+                                self.gathering.start_lead_ns(self.sub_ns)
+                                if self.gathering is not None else 0)
+        st.start_ns = self.clock() + lead_ns
         if self.gathering is not None:
             self.gathering.start_step(number, recorder, st.start_ns, self.sub_ns, n_max)
         how = (f"{control.fixed} measurement" if control.fixed is not None
                else f"measure until steady (at most {control.timeout} measurement)")
         self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
-                   f"{control.cool} cooldown subintervals", kind="step", step=number)
+                   f"{control.cool} cooldown subintervals; starts {lead_ns / 1e6:.0f} ms "
+                   "after its Go", kind="step", step=number)
         # the slaves keep the measurement window's statistics: a fixed-length step adds
         # warmup .. warmup + measurement - 1 up as it goes; a measure step keeps each
         # subinterval from the end of its warmup on
         fixed = control.fixed
         keep_to = control.warm + fixed - 1 if fixed is not None else -1
+        go_sent_ns = self.clock()
         await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns,
                                      recorder.plan_for(hs.host), keep_from=control.warm,
                                      keep_to=keep_to, fold=fixed is not None)
                                for hs in self.sessions.values()))
-        if control.fixed is not None and n_max == 1:
-            await self._stop_all(0)
+        confirm = asyncio.ensure_future(self._confirm_go(st, go_sent_ns, len(instances)))
         last_recorded = -1
         stop_sent = control.fixed is not None and n_max == 1
         try:
+            if stop_sent:
+                await self._stop_all(0)
             try:
                 k = 0
                 while True:
@@ -817,9 +889,43 @@ class Run:
             self.view.step_finished(text)
             return valid
         finally:
+            if not confirm.done():  # unconfirmed: later steps take the longest lead again
+                confirm.cancel()
+                self.go_confirmed = None
             recorder.close()  # its spilled measurement subintervals
             if self.gathering is not None:
                 self.gathering.end_step()
+
+    async def _confirm_go(self, st: _StepState, sent_ns: int, workloads: int) -> None:
+        """A ``Ping`` to every host behind the step's Go (sent at ``sent_ns``): its ``Pong``
+        says the slave handled the Go, and passed the start on to its workers. Learns how long
+        that took (``go_confirmed``: the lead of later steps) and warns of a host that may
+        have started late. A host lost meanwhile is the step's to report."""
+        async def one(hs: HostSession) -> int | None:
+            try:
+                await hs.ping()
+            except IvyError:
+                return None
+            return self.clock()
+
+        hosts = list(self.sessions.values())
+        got = await asyncio.gather(*(one(hs) for hs in hosts))
+        for hs, at in zip(hosts, got, strict=True):
+            if at is not None and at > st.start_ns:
+                self.event("WARNING", f"the Go of step {st.number} {st.config.name} was "
+                           f"confirmed only {(at - st.start_ns) / 1e6:.0f} ms after the "
+                           f"step's start ({(at - sent_ns) / 1e6:.0f} ms after it was sent): "
+                           "this host may have started late; later steps start further ahead",
+                           host=hs.host, kind="step", step=st.number)
+        done = [at for at in got if at is not None]
+        if len(done) < len(got):
+            return
+        longest = max(done) - sent_ns
+        log.info("step %d: its Go confirmed by every host %.1f ms after it was sent",
+                 st.number, longest / 1e6)
+        prev = self.go_confirmed or GoConfirmed(0, 0)
+        self.go_confirmed = GoConfirmed(max(workloads, prev.workloads),
+                                        max(longest, prev.longest_ns))
 
     # ------------------------------------------------------------------ measure, DFC, curves
     def _focus_instances(self, step: StepConfig,

@@ -51,6 +51,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import io
 import logging
 import posixpath
 import re
@@ -62,9 +63,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncssh
+if TYPE_CHECKING:  # imported by ``open_ssh``: a run on local hosts only does without (0.13 s)
+    import asyncssh
 
 from master.nativeloop import slave_zipapp
 from master.stderrlines import MAX_LINE_BYTES as STDERR_LINE_MAX_BYTES
@@ -210,6 +212,16 @@ def check_probe(
     return PythonInfo(version=version, module_versions=found)
 
 
+def _own_probe() -> str:
+    """The probe's output for the master's own interpreter, run in this process: a slave
+    started on it needs no second interpreter started first to be asked (a quarter of a
+    second, numpy's import, at each local start)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_PROBE_SCRIPT, {})
+    return out.getvalue()
+
+
 def _probe_command(python: str) -> str:
     """The probe as one shell line (no newlines inside quotes, which csh would refuse)."""
     return f"{python} -c {shlex.quote(f'exec({_PROBE_SCRIPT!r})')}"
@@ -236,20 +248,22 @@ def _parse_pid_marker(line: bytes) -> int | None:
 
 def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
     """The reason part of a HostError for a foreign exception."""
-    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-        return f"host key verification failed ({exc.reason})"
-    if isinstance(exc, asyncssh.PermissionDenied):
-        return f"permission denied ({exc.reason})"
-    if isinstance(exc, asyncssh.ConnectionLost):
-        return f"connection lost ({exc.reason})"
-    if isinstance(exc, asyncssh.DisconnectError):
-        return f"disconnected: {exc.reason}"
-    if isinstance(exc, asyncssh.SFTPError):
-        return f"SFTP error: {exc.reason}"
-    if isinstance(exc, asyncssh.ChannelOpenError):
-        return f"could not open an SSH channel: {exc.reason}"
-    if isinstance(exc, asyncssh.KeyImportError):
-        return f"cannot load an SSH key: {exc}"
+    ssh = sys.modules.get("asyncssh")  # none of its exceptions before it is imported
+    if ssh is not None:
+        if isinstance(exc, ssh.HostKeyNotVerifiable):
+            return f"host key verification failed ({exc.reason})"
+        if isinstance(exc, ssh.PermissionDenied):
+            return f"permission denied ({exc.reason})"
+        if isinstance(exc, ssh.ConnectionLost):
+            return f"connection lost ({exc.reason})"
+        if isinstance(exc, ssh.DisconnectError):
+            return f"disconnected: {exc.reason}"
+        if isinstance(exc, ssh.SFTPError):
+            return f"SFTP error: {exc.reason}"
+        if isinstance(exc, ssh.ChannelOpenError):
+            return f"could not open an SSH channel: {exc.reason}"
+        if isinstance(exc, ssh.KeyImportError):
+            return f"cannot load an SSH key: {exc}"
     if isinstance(exc, TimeoutError):
         limit = f" after {timeout_s:g} s" if timeout_s is not None else ""
         return f"unreachable: timeout{limit}"
@@ -266,8 +280,12 @@ def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-# The foreign exceptions this module translates, and only here.
-_FOREIGN_ERRORS = (asyncssh.Error, asyncssh.KeyImportError, OSError, asyncio.TimeoutError)
+def _foreign_errors() -> tuple[type[BaseException], ...]:
+    """The foreign exceptions this module translates, and only here (asyncssh's once it is
+    imported)."""
+    ssh = sys.modules.get("asyncssh")
+    extra = () if ssh is None else (ssh.Error, ssh.KeyImportError)
+    return (*extra, OSError, asyncio.TimeoutError)
 
 
 class SlaveConnection(abc.ABC):
@@ -516,7 +534,9 @@ async def open_local(
     argv = shlex.split(python)
     try:
         path = write_cached(app, cache_dir)
-        if check_python:
+        if check_python and argv == [sys.executable]:
+            check_probe(host_name, python, 0, _own_probe(), "")
+        elif check_python:
             probe = await asyncio.create_subprocess_exec(
                 *argv,
                 "-c",
@@ -546,7 +566,7 @@ async def open_local(
         if exc.filename == argv[0]:
             check_probe(host_name, python, 127, "", str(exc))
         raise SlaveStartError(_describe(exc), host=host_name) from exc
-    except _FOREIGN_ERRORS as exc:
+    except _foreign_errors() as exc:
         raise SlaveStartError(_describe(exc, _PROBE_TIMEOUT_S), host=host_name) from exc
     logger.info("host %s: started local slave pid %d (%s)", host_name, proc.pid, path)
     return _LocalSlaveConnection(host_name, proc, str(path), on_stderr_line)
@@ -655,6 +675,9 @@ async def open_ssh(
     permission denied, ...) or ``SlaveStartError`` (python3 missing, too old, lacks numpy or
     psutil), always naming ``spec.name``.
     """
+    global asyncssh  # the SSH code of this module runs after this import
+    import asyncssh
+
     app = zipapp if zipapp is not None else await slave_zipapp()
     conn: asyncssh.SSHClientConnection | None = None
     phase = "connecting"
@@ -672,7 +695,7 @@ async def open_ssh(
     except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:
             conn.close()
-        if not isinstance(exc, _FOREIGN_ERRORS):
+        if not isinstance(exc, _foreign_errors()):
             raise
         if conn is None:
             reason = _describe(exc, spec.connect_timeout_s)

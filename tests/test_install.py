@@ -33,8 +33,8 @@ steps:
 
 
 def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "IVYPY_SLAVE_CC")}
+    env = {k: v for k, v in os.environ.items()  # a user's: bytecode beside the installed modules
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "IVYPY_SLAVE_CC", "PYTHONPYCACHEPREFIX")}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=env)
     assert done.returncode == 0, f"{argv[:4]}: {done.stdout[-2000:]}{done.stderr[-3000:]}"

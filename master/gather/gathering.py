@@ -209,6 +209,12 @@ class Gathering:
         """The step's joined columns (``probe``), source by source."""
         return [n for s in self.sources for n in s.column_names()]
 
+    def start_lead_ns(self, sub_ns: int) -> int:
+        """How long before a step's start its first gather (the counters' base) starts: the
+        longest ``lead_ns`` of the sources (after ``probe``)."""
+        return max((lead_ns(list(s.recent_ns), sub_ns, round(s.cfg.timeout_s * 1e9))
+                    for s in self.sources), default=0)
+
     def start_step(self, number: int, recorder: Recorder, start_ns: int, sub_ns: int,
                    n_subintervals: int) -> None:
         """Start the step's gathers (after ``probe``): one just before ``start_ns`` (the

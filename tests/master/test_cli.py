@@ -61,3 +61,15 @@ def test_a_reader_that_goes_away_is_no_traceback(tmp_path: Path) -> None:
          " echo ${PIPESTATUS[0]}"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.stdout.strip() == str(cli.EXIT_BROKEN_PIPE)
+
+
+def test_the_process_exits_with_mains_status_without_a_last_collection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``console_main`` (the ``ivypy`` script, ``python -m master``) exits with ``main``'s
+    status, its objects frozen first: the interpreter's exit then skips collecting them."""
+    frozen: list[int] = []
+    monkeypatch.setattr(cli, "main", lambda: 3)
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(cli.gc.get_count()[0]))
+    with pytest.raises(SystemExit) as done:
+        cli.console_main()
+    assert done.value.code == 3 and len(frozen) == 1

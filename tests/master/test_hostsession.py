@@ -225,3 +225,24 @@ def test_the_clock_is_pinged_again_while_its_offset_is_uncertain(
     assert len(hs.clock_samples) == pings
     assert hs.offset_uncertainty_ns == uncertainty_ns
     assert hs.rtt_ns == min(s.rtt_ns for s in hs.clock_samples)
+
+
+def test_the_clock_pings_wait_for_the_masters_start_up() -> None:
+    """The handshake goes ahead at once; the pings wait until ``before_pings`` is set (the
+    master's rollup kernels loading would lengthen their round trips)."""
+    seen: list[type[Message]] = []
+    conn = ScriptedSlave(after=lambda m: seen.append(type(m)) or b"")
+
+    async def scenario() -> None:
+        hs = HostSession(conn, "h1")
+        ready = asyncio.Event()
+        start = asyncio.ensure_future(hs.start(pings=2, before_pings=ready))
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert hs.hello == REPLY and seen == [Hello] and not start.done()
+        ready.set()
+        assert await asyncio.wait_for(start, 5) == REPLY
+        assert seen == [Hello, Ping, Ping] and len(hs.clock_samples) == 2
+        await hs.close(grace_s=1)
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -104,3 +104,17 @@ def test_histogram_file_matches_summary_count(run_folder: Path) -> None:
     # IOPS below a million is written to six significant digits
     assert total == pytest.approx(iops * 8, rel=5e-6)
     assert all(int(r["bucket_lower_ns"]) < int(r["bucket_upper_ns"]) for r in hist)
+
+
+def test_start_leads(run_folder: Path) -> None:
+    """Each step (one workload) starts 250 ms after its Go, or four times the longest
+    confirmation of a Go before it (a Ping behind the Go answered), were that longer."""
+    leads = [int(m[1]) for r in _rows(run_folder / "events.csv") if r["kind"] == "step"
+             for m in [re.search(r"; starts (\d+) ms after its Go$", r["message"])] if m]
+    log = (run_folder / "run.log").read_text()
+    confirmed = [float(x) for x in re.findall(r"its Go confirmed by every host ([\d.]+) ms", log)]
+    assert len(leads) == len(confirmed) == len(STEPS), (leads, confirmed)
+    assert leads[0] == 250
+    for k in (1, 2):
+        want = max(250, 4 * max(confirmed[:k]))
+        assert leads[k] == pytest.approx(want, abs=1), (leads, confirmed)

@@ -24,10 +24,12 @@ import pytest
 
 from master.transport import (
     _PID_MARKER,
+    _PROBE_SCRIPT,
     STDERR_LINE_MAX_BYTES,
     SlaveConnection,
     SshHostSpec,
     _describe,
+    _own_probe,
     check_probe,
     open_local,
     open_ssh,
@@ -166,6 +168,15 @@ def test_probe_accepts_good_interpreters(stdout: str) -> None:
     info = check_probe("h1", "python3", 0, stdout, "")
     assert info.version[:2] >= (3, 10)
     assert set(info.module_versions) == {"numpy", "psutil"}
+
+
+def test_the_masters_own_interpreter_is_probed_in_process() -> None:
+    """A local slave on the master's own interpreter is not preceded by a probe process: the
+    probe run in the master says what that process would say."""
+    done = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert _own_probe() == done.stdout
+    assert check_probe("h1", sys.executable, 0, _own_probe(), "").version == sys.version_info[:3]
 
 
 @pytest.mark.parametrize(
