@@ -1,15 +1,18 @@
 """A fake engine with scripted latencies, errors and short transfers, for tests.
 
 It does no I/O: every submitted slot completes after a latency, with an optional errno every
-N-th submission and a short transfer (half the bytes) every M-th. The latencies are drawn from a
-distribution (``latency``: on the real clock) or, scripted, read from an array by submission
-number (``script``: on a ``VirtualClock``, which only the loop's waits move, so that a run is a
-function of its script). Scripted, it serves the compiled loop too (``kernel_handles``: its
-backend 2, ``ivy_loop.h``), on the same words (``layout.SCRIPT_STATE``, ``PEND_COLUMNS``,
-``LOG_COLUMNS``) that its Python reap and submit use, so the two loops can be compared I/O for
-I/O. It keeps a log of what was submitted (offset, opcode, submit time, descriptor, scheduled
-time, bytes) and the highest number of I/Os ever in flight, so tests can check sequencers and
-queue-depth limits through the real engine loop. It must not decide anything of the loop's.
+N-th submission of a descriptor and a short transfer (half the bytes) every M-th. The latencies
+are drawn from a distribution (``latency``: on the real clock) or, scripted, read from an array
+by the submission's number among its descriptor's (``script``: on a ``VirtualClock``, which
+only the loop's waits move, so that a run is a function of its script; a workload has a
+descriptor of its own, so its I/Os take the same latencies whatever the order of several
+workloads' I/Os in one submission). Scripted, it serves the compiled loop too
+(``kernel_handles``: its backend 2, ``ivy_loop.h``), on the same words
+(``layout.SCRIPT_STATE``, ``PEND_COLUMNS``, ``LOG_COLUMNS``) that its Python reap and submit
+use, so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
+(offset, opcode, submit time, descriptor, scheduled time, bytes) and the highest number of I/Os
+ever in flight, so tests can check sequencers and queue-depth limits through the real engine
+loop. It must not decide anything of the loop's.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from slave.engine.layout import (
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
 _PENDING, _COUNT = SCRIPT_STATE["PENDING"], SCRIPT_STATE["COUNT"]
+_FD_COUNTS = SCRIPT_STATE["FD_COUNTS"]
+#: descriptors with a count of their own (others share them, modulo)
+FDS = 1024
 _DUE, _SLOT, _RES = PEND_COLUMNS["DUE"], PEND_COLUMNS["SLOT"], PEND_COLUMNS["RES"]
 
 
@@ -67,7 +73,8 @@ class FakeEngine:
         clock: Clock = REAL_CLOCK,
         log_cap: int = 0,
     ) -> None:
-        """``script``: the latency of the i-th submission is ``script[i % len(script)]``, on
+        """``script``: the latency of a descriptor's i-th submission is
+        ``script[i % len(script)]``, on
         ``clock`` (a ``VirtualClock``, whose next event this engine becomes), logging the first
         ``log_cap`` submissions; else ``latency`` (seeded by ``seed``) on the real clock."""
         if script is not None:
@@ -84,7 +91,8 @@ class FakeEngine:
         self.script = None if script is None else np.ascontiguousarray(script, dtype=np.int64)
         cap = table.capacity
         # the words the compiled loop shares when scripted (``ivy_loop.h``, backend 2)
-        self.state = np.zeros(len(SCRIPT_STATE), dtype=np.int64)
+        self.state = np.zeros(_FD_COUNTS + FDS, dtype=np.int64)
+        self.state[SCRIPT_STATE["FDS"]] = FDS
         self.state[SCRIPT_STATE["ERROR_EVERY"]] = error_every
         self.state[SCRIPT_STATE["ERRNO"]] = error_errno
         self.state[SCRIPT_STATE["SHORT_EVERY"]] = short_every
@@ -115,7 +123,12 @@ class FakeEngine:
         now = self._clock.now_ns()
         n = int(slots.size)
         first = int(self.state[_COUNT])
-        serial = first + 1 + np.arange(n)
+        # each I/O's number among its descriptor's submissions, from 1
+        counts = self.state[_FD_COUNTS:]
+        serial = np.empty(n, dtype=np.int64)
+        for i, k in enumerate((fd % FDS).tolist()):
+            counts[k] += 1
+            serial[i] = counts[k]
         res = nbytes.copy()
         short_every = int(self.state[SCRIPT_STATE["SHORT_EVERY"]])
         error_every = int(self.state[SCRIPT_STATE["ERROR_EVERY"]])

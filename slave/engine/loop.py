@@ -301,6 +301,17 @@ class EngineLoop:
         while not self._stop:
             now = mono()
             if now >= boundary:
+                # completions there by now are past the boundary (``_reaped_late``): looked
+                # for first, as the compiled loop's turn looks in the ring before at the time
+                # (they count in the next subinterval either way; a stop at the boundary
+                # drains their slots' next I/Os too)
+                engines = self._engine_list
+                if self.native.compiled is None and len(engines) == 1:
+                    n = engines[0].poll()
+                    if n:
+                        boundary = self._reaped_late(control, engines[0], n, now, boundary,
+                                                     subinterval_ns)
+                        continue
                 self._boundary(control, boundary)
                 boundary += subinterval_ns
                 continue
@@ -310,9 +321,10 @@ class EngineLoop:
                 continue
             wake = boundary if boundary < next_poll else next_poll
             if self.native.compiled is not None:
-                boundary = self.native.turns(control, boundary, subinterval_ns, wake,
-                                             workloads.busy_poll,
-                                             lambda b: self._boundary(control, b))
+                boundary = self.native.turns(
+                    control, boundary, subinterval_ns, wake, workloads.busy_poll,
+                    lambda b: self._boundary(control, b),
+                    lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
             if workloads.paced:
                 due = slots.submit_due(workloads.paced, now)
@@ -391,6 +403,17 @@ class EngineLoop:
         self._boundary(control, boundary)
         self._complete_reaped()
         return boundary + subinterval_ns
+
+    def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
+                          boundary: int) -> bool:
+        """The compiled loop reaped ``n`` completions at ``t``, past ``boundary``: close the
+        subinterval with them held, as ``_reaped_late`` does. Whether they are still held
+        after it (a change that reaped recorded them: ``_quiesce``); the caller records them
+        then."""
+        self._reaped = (eng, n, t)
+        self._boundary(control, boundary)
+        held, self._reaped = self._reaped, None
+        return held is not None
 
     def _complete_reaped(self) -> None:
         """Record the completions ``_reaped_late`` holds, if they are still held."""

@@ -209,8 +209,11 @@ static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap
 
 /* the scripted engine (backend BACKEND_SCRIPTED: slave.engine.fake.FakeEngine's script, on
  * the words its Python shares, FK_*): no I/O; each submission completes at its submit time
- * plus the script's latency for its number, with its byte count, half of it every
- * SHORT_EVERY-th submission, -ERRNO every ERROR_EVERY-th (as FakeEngine.submit makes it). Its
+ * plus the script's latency for its number among its descriptor's submissions, with its byte
+ * count, half of it every SHORT_EVERY-th submission of the descriptor, -ERRNO every
+ * ERROR_EVERY-th (as FakeEngine.submit makes it: a workload's I/Os, each on its own
+ * descriptor, take the same latencies whatever the order of several workloads' I/Os in one
+ * submission, on which the loops need not agree). Its
  * time is virtual: only a wait moves it (fk_advance), to the wait's end or to the next
  * completion's due time, whichever is sooner, so every completion is reaped at its due time
  * and the run is a function of the script. The completions due now moved into ev as libaio's
@@ -255,12 +258,15 @@ static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, cons
     for (int64_t q = 0; q < m; q++) {
         const struct ivy_row *row = &rows[out[q]];
         const int64_t serial = st[FK_COUNT], n = st[FK_PENDING];
+        int64_t *fd_count = &st[FK_FD_COUNTS + (row->opcode_fd >> 32) % st[FK_FDS]];
+        const int64_t mine = *fd_count; /* its number among its descriptor's submissions */
+        *fd_count = mine + 1;
         int64_t res = (int64_t)row->nbytes;
-        if (st[FK_SHORT_EVERY] && (serial + 1) % st[FK_SHORT_EVERY] == 0)
+        if (st[FK_SHORT_EVERY] && (mine + 1) % st[FK_SHORT_EVERY] == 0)
             res /= 2;
-        if (st[FK_ERROR_EVERY] && (serial + 1) % st[FK_ERROR_EVERY] == 0)
+        if (st[FK_ERROR_EVERY] && (mine + 1) % st[FK_ERROR_EVERY] == 0)
             res = -st[FK_ERRNO];
-        const int64_t due = now + L->fake_script[serial % st[FK_SCRIPT_N]];
+        const int64_t due = now + L->fake_script[mine % st[FK_SCRIPT_N]];
         int64_t i = n; /* after every pending completion due no later */
         while (i > 0 && pend[FK_PEND_WORDS * (i - 1) + FK_PEND_DUE] > due)
             i--;
