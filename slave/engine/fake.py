@@ -1,23 +1,45 @@
 """A fake engine with scripted latencies, errors and short transfers, for tests.
 
-It does no I/O: every submitted slot completes after a latency drawn from a scripted
-distribution, with an optional errno every N I/Os and a short transfer every M I/Os. It keeps a
-log of what was submitted (offset, opcode, submit time) and the highest number of I/Os ever in
-flight, so tests can check sequencers and queue-depth limits through the real engine loop.
+It does no I/O: every submitted slot completes after a latency, with an optional errno every
+N-th submission of a descriptor and a short transfer (half the bytes) every M-th. The latencies
+are drawn from a distribution (``latency``: on the real clock) or, scripted, read from an array
+by the submission's number among its descriptor's (``script``: on a ``VirtualClock``, which
+only the loop's waits move, so that a run is a function of its script; a workload has a
+descriptor of its own, so its I/Os take the same latencies whatever the order of several
+workloads' I/Os in one submission). Scripted, it serves the compiled loop too
+(``kernel_handles``: its backend 2, ``ivy_loop.h``), on the same words
+(``layout.SCRIPT_STATE``, ``PEND_COLUMNS``, ``LOG_COLUMNS``) that its Python reap and submit
+use, so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
+(offset, opcode, submit time, descriptor, scheduled time, bytes) and the highest number of I/Os
+ever in flight, so tests can check sequencers and queue-depth limits through the real engine
+loop. It must not decide anything of the loop's.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.base import SlotTable
-from slave.engine.layout import C_SCHED
+from protocol.errors import IoEngineError
+from slave.engine.base import KernelHandles, SlotTable
+from slave.engine.clock import REAL_CLOCK, Clock, VirtualClock
+from slave.engine.layout import (
+    BACKEND_SCRIPTED,
+    C_SCHED,
+    LOG_COLUMNS,
+    PEND_COLUMNS,
+    SCRIPT_STATE,
+)
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
+
+_PENDING, _COUNT = SCRIPT_STATE["PENDING"], SCRIPT_STATE["COUNT"]
+_FD_COUNTS = SCRIPT_STATE["FD_COUNTS"]
+#: descriptors with a count of their own (others share them, modulo)
+FDS = 1024
+_DUE, _SLOT, _RES = PEND_COLUMNS["DUE"], PEND_COLUMNS["SLOT"], PEND_COLUMNS["RES"]
 
 
 def exponential_ns(mean_ns: float) -> LatencyFn:
@@ -26,6 +48,11 @@ def exponential_ns(mean_ns: float) -> LatencyFn:
 
 def constant_ns(value_ns: int) -> LatencyFn:
     return lambda rng, n: np.full(n, value_ns, dtype=np.int64)
+
+
+def script_ns(latency: LatencyFn, n: int, seed: int) -> npt.NDArray[np.int64]:
+    """A script of ``n`` latencies drawn once from ``latency`` (each at least 1 ns)."""
+    return np.maximum(latency(np.random.default_rng(seed), n), 1).astype(np.int64)
 
 
 class FakeEngine:
@@ -42,105 +69,160 @@ class FakeEngine:
         short_every: int = 0,
         seed: int = 0,
         keep_log: bool = False,
+        script: npt.NDArray[np.int64] | None = None,
+        clock: Clock = REAL_CLOCK,
+        log_cap: int = 0,
     ) -> None:
+        """``script``: the latency of a descriptor's i-th submission is
+        ``script[i % len(script)]``, on
+        ``clock`` (a ``VirtualClock``, whose next event this engine becomes), logging the first
+        ``log_cap`` submissions; else ``latency`` (seeded by ``seed``) on the real clock."""
+        if script is not None:
+            if not isinstance(clock, VirtualClock) or latency is not None or not script.size:
+                raise ValueError("a scripted fake engine takes a non-empty script and a "
+                                 "VirtualClock, and no latency function")
+            clock.next_due_ns = self._next_due
+        elif clock.virtual:
+            raise ValueError("a fake engine on a virtual clock needs a script")
         self._table = table
+        self._clock = clock
         self._latency = latency or exponential_ns(100_000)
         self._rng = np.random.default_rng(seed)
-        self._error_every = error_every
-        self._error_errno = error_errno
-        self._short_every = short_every
-        self._count = 0
+        self.script = None if script is None else np.ascontiguousarray(script, dtype=np.int64)
         cap = table.capacity
-        self._pending_slot = np.zeros(0, dtype=np.int64)
-        self._pending_due = np.zeros(0, dtype=np.int64)
-        self._pending_res = np.zeros(0, dtype=np.int64)
-        self.done_slot = np.zeros(cap, dtype=np.int64)
-        self.done_res = np.zeros(cap, dtype=np.int64)
+        # the words the compiled loop shares when scripted (``ivy_loop.h``, backend 2)
+        self.state = np.zeros(_FD_COUNTS + FDS, dtype=np.int64)
+        self.state[SCRIPT_STATE["FDS"]] = FDS
+        self.state[SCRIPT_STATE["ERROR_EVERY"]] = error_every
+        self.state[SCRIPT_STATE["ERRNO"]] = error_errno
+        self.state[SCRIPT_STATE["SHORT_EVERY"]] = short_every
+        self.state[SCRIPT_STATE["SCRIPT_N"]] = 0 if script is None else script.size
+        self.state[SCRIPT_STATE["LOG_CAP"]] = log_cap
+        # pending completions in order of due time (ties: submission order)
+        self.pend = np.zeros((cap, len(PEND_COLUMNS)), dtype=np.int64)
+        self._log_array = np.zeros((max(log_cap, 1), len(LOG_COLUMNS)), dtype=np.int64)
+        # libaio's event layout (slot, 0, result, 0): the compiled loop reaps into it
+        self.events = np.zeros((cap, 4), dtype=np.int64)
+        self.done_slot = self.events[:, 0]
+        self.done_res = self.events[:, 2]
         self.max_in_flight = 0
-        self.submitted = 0
         self.keep_log = keep_log
-        # rows: offset, opcode, submit_ns, fd, and the engine loop's scheduled time of the I/O
-        # (the slot row's ``sched_ns``)
+        # unscripted: blocks of rows as ``LOG_COLUMNS`` (scripted: ``_log_array``)
         self.log: list[npt.NDArray[np.int64]] = []
+
+    @property
+    def submitted(self) -> int:
+        return int(self.state[_COUNT])
+
+    def _next_due(self) -> int | None:
+        return int(self.pend[0, _DUE]) if self.state[_PENDING] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         opcode, fd, _, nbytes, offset = self._table.fields(slots)
-        self._start(slots.astype(np.int64), opcode, fd, nbytes, offset,
-                    self._table.rows[slots, C_SCHED])
-
-    def _start(self, slots: npt.NDArray[np.int64], opcode: npt.NDArray[np.int64],
-               fd: npt.NDArray[np.int64], nbytes: npt.NDArray[np.int64],
-               offset: npt.NDArray[np.int64], sched: npt.NDArray[np.int64]) -> None:
-        now = time.monotonic_ns()
+        sched = self._table.rows[slots, C_SCHED]
+        now = self._clock.now_ns()
         n = int(slots.size)
+        first = int(self.state[_COUNT])
+        # each I/O's number among its descriptor's submissions, from 1
+        counts = self.state[_FD_COUNTS:]
+        serial = np.empty(n, dtype=np.int64)
+        for i, k in enumerate((fd % FDS).tolist()):
+            counts[k] += 1
+            serial[i] = counts[k]
         res = nbytes.copy()
-        serial = self._count + 1 + np.arange(n)
-        self._count += n
-        if self._short_every:
-            short = serial % self._short_every == 0
-            res[short] //= 2
-        if self._error_every:
-            res[serial % self._error_every == 0] = -self._error_errno
-        self._pending_slot = np.concatenate([self._pending_slot, slots])
-        self._pending_due = np.concatenate([self._pending_due, now + self._latency(self._rng, n)])
-        self._pending_res = np.concatenate([self._pending_res, res])
-        self.submitted += n
-        self.max_in_flight = max(self.max_in_flight, int(self._pending_slot.size))
-        if self.keep_log:
-            self.log.append(
-                np.stack(
-                    [
-                        offset,
-                        opcode,
-                        np.full(n, now, dtype=np.int64),
-                        fd,
-                        sched,
-                    ],
-                    axis=1,
-                )
-            )
+        short_every = int(self.state[SCRIPT_STATE["SHORT_EVERY"]])
+        error_every = int(self.state[SCRIPT_STATE["ERROR_EVERY"]])
+        if short_every:
+            res[serial % short_every == 0] //= 2
+        if error_every:
+            res[serial % error_every == 0] = -int(self.state[SCRIPT_STATE["ERRNO"]])
+        if self.script is not None:
+            lat = self.script[(serial - 1) % self.script.size]
+        else:
+            lat = self._latency(self._rng, n)
+        p = int(self.state[_PENDING])
+        if p + n > self.pend.shape[0]:
+            raise IoEngineError(f"fake engine: {p + n} I/Os in flight, over its "
+                                f"{self.pend.shape[0]} slots")
+        new = np.stack([now + lat, slots.astype(np.int64), res], axis=1)
+        both = np.concatenate([self.pend[:p], new])
+        # a stable sort: ties keep submission order, as the compiled loop's insertion does
+        self.pend[: p + n] = both[np.argsort(both[:, _DUE], kind="stable")]
+        self.state[_PENDING] = p + n
+        self.state[_COUNT] = first + n
+        self.max_in_flight = max(self.max_in_flight, p + n)
+        rows = np.stack([offset, opcode, np.full(n, now, dtype=np.int64), fd,
+                         np.where(sched != 0, sched, now), nbytes.astype(np.int64)], axis=1)
+        if self.script is not None:
+            cap = int(self.state[SCRIPT_STATE["LOG_CAP"]])
+            keep = max(min(n, cap - first), 0)
+            self._log_array[first : first + keep] = rows[:keep]
+        elif self.keep_log:
+            self.log.append(rows)
 
-    def _take(self, now: int) -> int:
-        ready = self._pending_due <= now
-        n = min(int(ready.sum()), self.done_slot.size)
+    def _take(self) -> int:
+        """The completions due now into ``done_slot`` / ``done_res``, in due order."""
+        now = self._clock.now_ns()
+        p = int(self.state[_PENDING])
+        n = int(np.searchsorted(self.pend[:p, _DUE], now, "right"))
+        n = min(n, self.events.shape[0])
         if n == 0:
             return 0
-        idx = np.flatnonzero(ready)[:n]
-        self.done_slot[:n] = self._pending_slot[idx]
-        self.done_res[:n] = self._pending_res[idx]
-        keep = np.ones(self._pending_slot.size, dtype=np.bool_)
-        keep[idx] = False
-        self._pending_slot = self._pending_slot[keep]
-        self._pending_due = self._pending_due[keep]
-        self._pending_res = self._pending_res[keep]
+        self.events[:n, 0] = self.pend[:n, _SLOT]
+        self.events[:n, 2] = self.pend[:n, _RES]
+        self.pend[: p - n] = self.pend[n:p].copy()
+        self.state[_PENDING] = p - n
         return n
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
-        now = time.monotonic_ns()
-        n = self._take(now)
+        n = self._take()
         if n > 0 or timeout_ns == 0:  # never lose reaped slots by taking twice
             return n
-        deadline = now + timeout_ns if timeout_ns > 0 else None
-        if self._pending_due.size:
-            due = int(np.sort(self._pending_due)[min(min_nr, self._pending_due.size) - 1])
-            until = due if deadline is None else min(due, deadline)
-        elif deadline is not None:
-            until = deadline
-        else:
+        p = int(self.state[_PENDING])
+        now = self._clock.now_ns()
+        until = now + timeout_ns if timeout_ns > 0 else None
+        if p:
+            due = int(self.pend[min(min_nr, p) - 1, _DUE])
+            until = due if until is None else min(due, until)
+        if until is None:
             return 0
-        delay = until - now
-        if delay > 0:
-            time.sleep(delay / 1e9)
-        return self._take(time.monotonic_ns())
+        self._clock.sleep_until(until)
+        return self._take()
 
     def poll(self) -> int:
-        return self._take(time.monotonic_ns())
+        return self._take()
+
+    def kernel_handles(self) -> KernelHandles | None:
+        """The compiled loop's words for this engine (backend 2) when scripted, else None."""
+        if self.script is None:
+            return None
+        assert isinstance(self._clock, VirtualClock)
+        ev = self.events.reshape(-1)
+        cap = self._table.capacity
+        ptrs = np.zeros(cap, dtype=np.uint64)
+        words = {"backend": BACKEND_SCRIPTED, "vclock": int(self._clock.word.ctypes.data),
+                 "fake_state": int(self.state.ctypes.data),
+                 "fake_pend": int(self.pend.ctypes.data),
+                 "fake_script": int(self.script.ctypes.data),
+                 "fake_log": int(self._log_array.ctypes.data)}
+        return KernelHandles(0, np.zeros(8, dtype=np.uint32), np.zeros(4, dtype=np.int64), ev,
+                             int(ev.ctypes.data), cap, self._table.addr, ptrs,
+                             int(ptrs.ctypes.data), self._finish_submit, words)
+
+    def _finish_submit(self, done: int, n: int) -> None:
+        """The compiled loop's submission took ``done`` of ``n``: the script takes them all."""
+        if done != n:
+            raise IoEngineError(f"fake engine: a scripted submission took {done} of {n}")
 
     def close(self) -> None:
-        self._pending_slot = self._pending_slot[:0]
-        self._pending_due = self._pending_due[:0]
-        self._pending_res = self._pending_res[:0]
+        self.state[_PENDING] = 0
 
     def offsets_log(self) -> npt.NDArray[np.int64]:
-        """All logged submissions in order: rows (offset, opcode, submit_ns, fd, sched_ns)."""
-        return np.concatenate(self.log) if self.log else np.zeros((0, 5), dtype=np.int64)
+        """All logged submissions in order: rows (offset, opcode, submit_ns, fd, sched_ns,
+        nbytes) (``layout.LOG_COLUMNS``)."""
+        if self.script is not None:
+            n = min(self.submitted, int(self.state[SCRIPT_STATE["LOG_CAP"]]))
+            return self._log_array[:n].copy()
+        if not self.log:
+            return np.zeros((0, len(LOG_COLUMNS)), dtype=np.int64)
+        return np.concatenate(self.log)

@@ -145,6 +145,18 @@ struct ivy_data {
     X(volatile uint32_t *, cq_tail) \
     X(int64_t, cq_mask) \
     X(const void *, cqes) \
+    /* 2 scripted (slave.engine.fake.FakeEngine's script; no I/O): the virtual clock's word, \
+     * which only the loop's waits move (now_ns reads it); the script's words (FK_*: its \
+     * count of pending completions and of submissions, its every-N errors and short \
+     * transfers, its length, its log's capacity); its pending completions, FK_PEND_WORDS \
+     * each (due time, slot, result) in order of due time, ties in submission order; its \
+     * latencies by submission number (wrapping round); its log of submissions, \
+     * FK_LOG_WORDS each (offset, opcode, submit time, descriptor, scheduled time, bytes) */ \
+    X(int64_t *, vclock) \
+    X(int64_t *, fake_state) \
+    X(int64_t *, fake_pend) \
+    X(const int64_t *, fake_script) \
+    X(int64_t *, fake_log) \
     /* the slot table: its rows, each slot's iocb address, a submission's iocb addresses and \
      * slots */ \
     X(struct ivy_row *, rows) \

@@ -76,3 +76,18 @@ R_SUBMIT: Final = IO["submit_ns"]
 R_SCHED: Final = IO["sched_ns"]
 #: the row columns an I/O is scattered into, in one operation: its fields' namesakes
 SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)
+
+#: the scripted engine's (``fake.FakeEngine`` with a script; ``ivy_loop.h``'s backend 2) words,
+#: shared by its Python and the compiled loop: its state (an int64 array: how many completions
+#: are pending, how many I/Os were submitted, an error every N-th submission of a descriptor
+#: and its errno, a short transfer every N-th, the script's length, the log's capacity in
+#: submissions, how many descriptors have a count of their own, then each one's count of
+#: submissions from FD_COUNTS on: descriptor fd's at FD_COUNTS + fd % FDS), a pending
+#: completion's words and a logged submission's
+SCRIPT_STATE: Final = {"PENDING": 0, "COUNT": 1, "ERROR_EVERY": 2, "ERRNO": 3,
+                       "SHORT_EVERY": 4, "SCRIPT_N": 5, "LOG_CAP": 6, "FDS": 7,
+                       "FD_COUNTS": 8}
+PEND_COLUMNS: Final = {"DUE": 0, "SLOT": 1, "RES": 2}
+LOG_COLUMNS: Final = {"OFFSET": 0, "OPCODE": 1, "SUBMIT": 2, "FD": 3, "SCHED": 4, "NBYTES": 5}
+#: backend 2 of the compiled loop: the scripted engine
+BACKEND_SCRIPTED: Final = 2

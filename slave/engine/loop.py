@@ -19,26 +19,26 @@ the waits, the row layout and the measured knobs.
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
 
-Time: ``time.monotonic_ns``. Service time = submit -> completion; response time = scheduled start
--> completion (for ``iops=max`` the scheduled start is the submit time). Paced I/Os keep their
-schedule when the device cannot keep up, so the backlog shows in response time (no coordinated
-omission). Busy polling spins on the completion ring for a while after each completion, then
-blocks.
+Time: its clock's (``slave.engine.clock``; given, and shared with its parts: the monotonic
+clock, or a scripted fake engine's virtual clock, which only its waits move). Service time =
+submit -> completion; response time = scheduled start -> completion (for ``iops=max`` the
+scheduled start is the submit time). Paced I/Os keep their schedule when the device cannot keep
+up, so the backlog shows in response time (no coordinated omission). Busy polling spins on the
+completion ring for a while after each completion, then blocks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
-from os import sched_yield
 from typing import Protocol
 
 from protocol.errors import IoEngineError
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable
+from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
@@ -81,8 +81,10 @@ class LoopControl(Protocol):
 class EngineLoop:
     """Serves many workloads through one slot table and one engine per engine kind."""
 
-    def __init__(self, capacity: int = 8192, name: str = "loop") -> None:
+    def __init__(self, capacity: int = 8192, name: str = "loop", clock: Clock = REAL_CLOCK
+                 ) -> None:
         self.name = name
+        self.clock = clock  # every timestamp and wait of the loop and its parts
         # the compiled loops built (or found in the host's cache) and loaded now: the loop
         # looks for them when it picks a loop for its workloads, and a build then, inside a
         # run (a few seconds of the compiler where the cache is empty), held up that run's
@@ -90,7 +92,7 @@ class EngineLoop:
         # before it forks; a loop made elsewhere (tests) did not.
         pk.available()
         wl: list[LoopWorkload | None] = []  # kept by ``workloads``; the others read it
-        self.slots = Slots(capacity, name, wl)
+        self.slots = Slots(capacity, name, wl, clock)
         self.table = self.slots.table
         self.records = Records(capacity, wl)
         self.native = NativeLoop(name, self.slots, self.records, wl, self._complete)
@@ -100,7 +102,7 @@ class EngineLoop:
         self._engine_makers: dict[str, Callable[[SlotTable], IoEngine]] = {}
         self._engine_list: list[IoEngine] = []
         self._stop = False
-        self._waiter = Waiter()  # the max-iops waits for completions
+        self._waiter = Waiter(clock)  # the max-iops waits for completions
         self.subinterval_index = -1
         # completions reaped past a boundary, recorded after it (``_reaped_late``)
         self._reaped: tuple[IoEngine, int, int] | None = None
@@ -208,7 +210,7 @@ class EngineLoop:
         self.slots.let_go(live)
         with self.workloads.held():
             self._complete_reaped()  # reaped past the boundary: in the engine's events
-            self._reap_all(time.monotonic_ns() + 1_000_000_000)
+            self._reap_all(self.clock.now_ns() + 1_000_000_000)
         self.slots.take_back(live)
         return live
 
@@ -228,7 +230,7 @@ class EngineLoop:
         owner says). Raises ``IoEngineError`` when I/Os are still in flight at ``deadline_ns``
         (``timeout_ns`` after the loop stopped submitting): the LUN does not answer."""
         while self.slots.in_flight > 0:
-            left = deadline_ns - time.monotonic_ns()
+            left = deadline_ns - self.clock.now_ns()
             if left <= 0:
                 ids = ", ".join(self.workload_ids()) or "none left"
                 raise IoEngineError(
@@ -238,7 +240,7 @@ class EngineLoop:
             for eng in self._engine_list:
                 n = eng.reap(1, min(left, 20_000_000))
                 if n:
-                    self._complete(eng, n, time.monotonic_ns())
+                    self._complete(eng, n, self.clock.now_ns())
 
     def request_stop(self, *, record: bool = True) -> None:
         """Stop after the current step; with ``record=False`` the I/Os drained from then on
@@ -255,8 +257,9 @@ class EngineLoop:
         self.records.discard = False
         self.records.buf = 0
         next_poll = 0
+        clock = self.clock
         while True:  # wait for the start, still answering the control
-            now = time.monotonic_ns()
+            now = clock.now_ns()
             if now >= start_ns or self._stop:
                 break
             if now >= next_poll:
@@ -264,7 +267,9 @@ class EngineLoop:
                 next_poll = now + tuning.POLL_CONTROL_NS
             left = start_ns - now
             if left > 200_000:
-                time.sleep(min(left - 100_000, tuning.POLL_CONTROL_NS) / 1e9)
+                clock.sleep_until(now + min(left - 100_000, tuning.POLL_CONTROL_NS))
+            else:
+                clock.looked(start_ns)
         if self._stop:
             return
         self.subinterval_index = 0
@@ -288,13 +293,25 @@ class EngineLoop:
     def _loop(self, control: LoopControl, start_ns: int, subinterval_ns: int) -> None:
         """The general loop, one turn at a time; a turn the compiled loop can serve is its."""
         boundary = start_ns + subinterval_ns
-        next_poll = time.monotonic_ns() + tuning.POLL_CONTROL_NS
-        mono = time.monotonic_ns
+        clock = self.clock
+        mono = clock.now_ns
+        next_poll = mono() + tuning.POLL_CONTROL_NS
         last_done = mono()  # when the last completion was reaped (busy polling spins after it)
         slots, workloads = self.slots, self.workloads
         while not self._stop:
             now = mono()
             if now >= boundary:
+                # completions there by now are past the boundary (``_reaped_late``): looked
+                # for first, as the compiled loop's turn looks in the ring before at the time
+                # (they count in the next subinterval either way; a stop at the boundary
+                # drains their slots' next I/Os too)
+                engines = self._engine_list
+                if self.native.compiled is None and len(engines) == 1:
+                    n = engines[0].poll()
+                    if n:
+                        boundary = self._reaped_late(control, engines[0], n, now, boundary,
+                                                     subinterval_ns)
+                        continue
                 self._boundary(control, boundary)
                 boundary += subinterval_ns
                 continue
@@ -304,9 +321,10 @@ class EngineLoop:
                 continue
             wake = boundary if boundary < next_poll else next_poll
             if self.native.compiled is not None:
-                boundary = self.native.turns(control, boundary, subinterval_ns, wake,
-                                             workloads.busy_poll,
-                                             lambda b: self._boundary(control, b))
+                boundary = self.native.turns(
+                    control, boundary, subinterval_ns, wake, workloads.busy_poll,
+                    lambda b: self._boundary(control, b),
+                    lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
             if workloads.paced:
                 due = slots.submit_due(workloads.paced, now)
@@ -318,7 +336,7 @@ class EngineLoop:
                 if workloads.busy_poll:
                     n = eng.poll()
                     if not n:
-                        sched_yield()  # let the device's kernel worker run if it shares our core
+                        clock.idle(wake)  # let the device's kernel worker run if it shares our core
                         if now - last_done < tuning.BUSY_SPIN_NS:
                             continue
                         left = wake - mono()
@@ -340,6 +358,7 @@ class EngineLoop:
                         if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
                             n = eng.poll()
                             if not n:
+                                clock.looked(wake)
                                 continue
                         else:
                             n = eng.reap(1, timed_wait_ns(left))
@@ -353,7 +372,7 @@ class EngineLoop:
                         self._complete(eng, n, t)
                 continue
             if not engines:
-                time.sleep(max(wake - mono(), 0) / 1e9)
+                clock.sleep_until(wake)
                 continue
             got = 0
             for eng in engines:
@@ -364,7 +383,7 @@ class EngineLoop:
                     self._complete(eng, n, last_done)
             if not got:
                 if workloads.busy_poll:  # as with one engine: spin a while, then block
-                    sched_yield()
+                    clock.idle(wake)
                     if now - last_done < tuning.BUSY_SPIN_NS:
                         continue
                 left = wake - mono()
@@ -385,6 +404,17 @@ class EngineLoop:
         self._complete_reaped()
         return boundary + subinterval_ns
 
+    def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
+                          boundary: int) -> bool:
+        """The compiled loop reaped ``n`` completions at ``t``, past ``boundary``: close the
+        subinterval with them held, as ``_reaped_late`` does. Whether they are still held
+        after it (a change that reaped recorded them: ``_quiesce``); the caller records them
+        then."""
+        self._reaped = (eng, n, t)
+        self._boundary(control, boundary)
+        held, self._reaped = self._reaped, None
+        return held is not None
+
     def _complete_reaped(self) -> None:
         """Record the completions ``_reaped_late`` holds, if they are still held."""
         held, self._reaped = self._reaped, None
@@ -398,16 +428,16 @@ class EngineLoop:
         control.boundary(self, finished, boundary_ns)  # raises when the master is late
         self.records.buf ^= 1
         self.subinterval_index = finished + 1
-        switch_done = time.monotonic_ns() - boundary_ns
+        switch_done = self.clock.now_ns() - boundary_ns
         control.handed_over(
-            self, finished, switch_done, time.monotonic_ns() - boundary_ns, errors
+            self, finished, switch_done, self.clock.now_ns() - boundary_ns, errors
         )
 
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
         self.native.unload(restart=False)
         self.native.compiled = None
-        deadline = time.monotonic_ns() + timeout_ns
+        deadline = self.clock.now_ns() + timeout_ns
         live = self.workloads.live()
         for w in live:  # completions must not resubmit
             self.slots.set_owner(w.slots, -1)

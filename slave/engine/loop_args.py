@@ -29,6 +29,8 @@ FIELDS: Final[tuple[tuple[str, Any], ...]] = (
     ("backend", _I), ("uring_fd", _I), ("sq_tail", _P), ("sq_flags", _P),
     ("sq_mask", _I), ("sqes", _P),
     ("cq_head", _P), ("cq_tail", _P), ("cq_mask", _I), ("cqes", _P),
+    ("vclock", _P), ("fake_state", _P), ("fake_pend", _P), ("fake_script", _P),
+    ("fake_log", _P),
     ("rows", _P), ("iocb_addr", _P), ("ptrs", _P), ("out", _P),
     ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
     ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),

@@ -104,10 +104,12 @@ class NativeLoop:
                     self._slots.issue([(w, free)])
 
     def turns(self, control: LoopControl, boundary: int, subinterval_ns: int, wake: int,
-              busy_poll: bool, at_boundary: Callable[[int], None]) -> int:
+              busy_poll: bool, at_boundary: Callable[[int], None],
+              late: Callable[[IoEngine, int, int, int], bool]) -> int:
         """The set's turns in compiled code (``paced_kernel.run``) until ``wake`` (the next
-        boundary or control poll); it comes back here for what only Python does: a completion
-        reaped past the boundary (``at_boundary`` closes the subinterval first), a workload's
+        boundary or control poll); it comes back here for what only Python does: completions
+        reaped past the boundary (``late`` closes the subinterval first, holding them, as
+        ``EngineLoop._reaped_late`` does; ``at_boundary`` closes one without), a workload's
         refill, a flush, an I/O error to count, a submission the kernel took only in part.
         Returns the next boundary."""
         cp = self.compiled
@@ -135,10 +137,20 @@ class NativeLoop:
             if code == pk.R_WAKE:
                 return boundary
             if code == pk.R_LATE:
-                # the completions stay in the engine's events and ``args``: the next run
-                # records them in the next subinterval (or ``unload``, if the boundary's
-                # changes unload the set), as ``EngineLoop._reaped_late`` does
-                at_boundary(boundary)
+                # the completions stay in the engine's events, held by the loop while the
+                # boundary closes (``late``): they count in the next subinterval and are
+                # recycled as the workloads are after the boundary's changes, as in
+                # ``EngineLoop._reaped_late`` (an edit to a rate does not resubmit a slot a
+                # max-iops workload freed at the boundary). Still held after it, the next run
+                # records them while the set stays loaded, else they are recorded here
+                n, t = int(args.n), int(args.t_ns)
+                args.n = 0
+                if late(cp.eng, n, t, boundary):
+                    if cp.loaded:
+                        args.n = n
+                        args.t_ns = t
+                    else:
+                        self._complete(cp.eng, n, t)
                 return boundary + subinterval_ns
             if code == pk.R_REFILL:
                 args.refill = 0

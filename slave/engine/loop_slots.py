@@ -8,18 +8,18 @@ Owns ``Slots``: the table and its rows, each slot's owner, the free pool, the co
 flight (and of those whose workload let go of their slots), whether a run is on, and of each
 workload its ``slots`` and ``free`` (a paced workload's slots waiting for their next I/O). It
 reads the workloads' table (``wl``, which ``Workloads`` keeps) and takes each workload's next
-I/Os from it (``LoopWorkload.next_ios``). It must not record, bin or decide which loop runs.
+I/Os from it (``LoopWorkload.next_ios``); a submission's time is the loop's clock's. It must
+not record, bin or decide which loop runs.
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine.base import IoEngine, SlotTable
+from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.layout import (
     C_NBYTES,
     C_OWNER,
@@ -38,7 +38,9 @@ from slave.engine.loop_state import LoopWorkload, took
 class Slots:
     """``capacity`` I/O slots that the workloads of a loop (``wl``) take and give back."""
 
-    def __init__(self, capacity: int, name: str, wl: list[LoopWorkload | None]) -> None:
+    def __init__(self, capacity: int, name: str, wl: list[LoopWorkload | None],
+                 clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock  # the loop's: each submission's time
         self.name = name
         self.table = SlotTable(capacity)
         self.rows = self.table.rows
@@ -158,7 +160,7 @@ class Slots:
         self._rows_flat.put(self._scatter_idx.take(every, axis=0),
                             ios[0] if len(ios) == 1 else np.concatenate(ios))
         rows = self.rows
-        t_sub = time.monotonic_ns()
+        t_sub = self.clock.now_ns()
         if starts_now:
             rows[np.concatenate(starts_now), C_SCHED] = t_sub
         for eng, parts in by_engine.items():

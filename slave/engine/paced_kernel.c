@@ -56,8 +56,12 @@ IVY_EXPORT(io, IVY_IO_FIELDS)
 #undef IVY_EXPORT
 #undef IVY_NAME
 
-static inline int64_t now_ns(void)
+/* the loop's time: the monotonic clock's, or the scripted engine's virtual clock (a branch
+ * that goes one way for the whole run) */
+static inline int64_t now_ns(const struct ivy_loop *L)
 {
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
+        return *L->vclock;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
@@ -208,6 +212,90 @@ static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap
     return n;
 }
 
+/* the scripted engine (backend BACKEND_SCRIPTED: slave.engine.fake.FakeEngine's script, on
+ * the words its Python shares, FK_*): no I/O; each submission completes at its submit time
+ * plus the script's latency for its number among its descriptor's submissions, with its byte
+ * count, half of it every SHORT_EVERY-th submission of the descriptor, -ERRNO every
+ * ERROR_EVERY-th (as FakeEngine.submit makes it: a workload's I/Os, each on its own
+ * descriptor, take the same latencies whatever the order of several workloads' I/Os in one
+ * submission, on which the loops need not agree). Its
+ * time is virtual: only a wait moves it (fk_advance), to the wait's end or to the next
+ * completion's due time, whichever is sooner, so every completion is reaped at its due time
+ * and the run is a function of the script. The completions due now moved into ev as libaio's
+ * events, in order of due time (ties: submission order), at most cap; how many */
+static int64_t fk_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
+{
+    int64_t *st = L->fake_state, *pend = L->fake_pend;
+    const int64_t now = *L->vclock, n = st[FK_PENDING];
+    int64_t j = 0;
+    for (; j < n && j < cap; j++) {
+        const int64_t *e = pend + FK_PEND_WORDS * j;
+        if (e[FK_PEND_DUE] > now)
+            break;
+        ev[4 * j] = e[FK_PEND_SLOT];
+        ev[4 * j + 1] = 0;
+        ev[4 * j + 2] = e[FK_PEND_RES];
+        ev[4 * j + 3] = 0;
+    }
+    if (j) {
+        memmove(pend, pend + FK_PEND_WORDS * j, (size_t)(FK_PEND_WORDS * (n - j)) * 8);
+        st[FK_PENDING] = n - j;
+    }
+    return j;
+}
+
+/* the virtual clock moved on to until, or to the next completion's due time if sooner (never
+ * back) */
+static void fk_advance(const struct ivy_loop *L, int64_t until)
+{
+    if (L->fake_state[FK_PENDING] > 0 && L->fake_pend[FK_PEND_DUE] < until)
+        until = L->fake_pend[FK_PEND_DUE];
+    if (until > *L->vclock)
+        *L->vclock = until;
+}
+
+/* the m slots in out submitted to the script, each logged while the log has room */
+static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, const int64_t *out,
+                      int64_t m)
+{
+    int64_t *st = L->fake_state, *pend = L->fake_pend;
+    const int64_t now = *L->vclock;
+    for (int64_t q = 0; q < m; q++) {
+        const struct ivy_row *row = &rows[out[q]];
+        const int64_t serial = st[FK_COUNT], n = st[FK_PENDING];
+        int64_t *fd_count = &st[FK_FD_COUNTS + (row->opcode_fd >> 32) % st[FK_FDS]];
+        const int64_t mine = *fd_count; /* its number among its descriptor's submissions */
+        *fd_count = mine + 1;
+        int64_t res = (int64_t)row->nbytes;
+        if (st[FK_SHORT_EVERY] && (mine + 1) % st[FK_SHORT_EVERY] == 0)
+            res /= 2;
+        if (st[FK_ERROR_EVERY] && (mine + 1) % st[FK_ERROR_EVERY] == 0)
+            res = -st[FK_ERRNO];
+        const int64_t due = now + L->fake_script[mine % st[FK_SCRIPT_N]];
+        int64_t i = n; /* after every pending completion due no later */
+        while (i > 0 && pend[FK_PEND_WORDS * (i - 1) + FK_PEND_DUE] > due)
+            i--;
+        memmove(pend + FK_PEND_WORDS * (i + 1), pend + FK_PEND_WORDS * i,
+                (size_t)(FK_PEND_WORDS * (n - i)) * 8);
+        int64_t *e = pend + FK_PEND_WORDS * i;
+        e[FK_PEND_DUE] = due;
+        e[FK_PEND_SLOT] = out[q];
+        e[FK_PEND_RES] = res;
+        st[FK_PENDING] = n + 1;
+        if (serial < st[FK_LOG_CAP]) {
+            int64_t *g = L->fake_log + FK_LOG_WORDS * serial;
+            g[FK_LOG_OFFSET] = row->offset;
+            g[FK_LOG_OPCODE] = row->opcode_fd & 0xffff;
+            g[FK_LOG_SUBMIT] = now;
+            g[FK_LOG_FD] = row->opcode_fd >> 32;
+            g[FK_LOG_SCHED] = row->sched_ns ? row->sched_ns : now; /* max iops: its submission */
+            g[FK_LOG_NBYTES] = (int64_t)row->nbytes;
+        }
+        st[FK_COUNT] = serial + 1;
+    }
+    return m;
+}
+
 /* the backend's four calls, the one place the loop tells libaio (backend 0) from io_uring:
  * the completions there now, taken without a system call (be_take) or only looked at
  * (be_ready); a block for one for ns at most (be_wait: how many it took, 0 at the timeout or
@@ -216,6 +304,8 @@ static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap
  * and buffer, then io_uring_enter; how many the kernel took, -1 none) */
 static inline int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 {
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
+        return fk_take(L, ev, cap);
     if (L->backend)
         return cq_take(L, ev, cap);
     return ring_take(L->ring_header, L->ring_events, ev, cap);
@@ -223,6 +313,8 @@ static inline int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap
 
 static inline int be_ready(const struct ivy_loop *L)
 {
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
+        return L->fake_state[FK_PENDING] > 0 && L->fake_pend[FK_PEND_DUE] <= *L->vclock;
     if (L->backend)
         return *L->cq_head != *L->cq_tail || (*L->sq_flags & IVY_SQ_TASKRUN);
     return L->ring_header[2] != L->ring_header[3];
@@ -230,6 +322,10 @@ static inline int be_ready(const struct ivy_loop *L)
 
 static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
 {
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0)) {
+        fk_advance(L, *L->vclock + ns);
+        return fk_take(L, ev, cap);
+    }
     struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
     if (!L->backend) {
         long got = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)cap, (void *)ev,
@@ -245,6 +341,8 @@ static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap
 static inline long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
                              const int64_t *out, int64_t m)
 {
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
+        return fk_submit(L, rows, out, m);
     if (!L->backend)
         return syscall(SYS_io_submit, (unsigned long)L->ctx, (long)m, (void *)L->ptrs);
     struct ivy_sqe *sqes = (struct ivy_sqe *)L->sqes;
@@ -268,15 +366,30 @@ static inline long be_submit(const struct ivy_loop *L, const struct ivy_row *row
     return syscall(SYS_io_uring_enter, (int)L->uring_fd, (unsigned)m, 0, 0, NULL, 0);
 }
 
+/* nothing to do before until but look again: yield the core (the device's worker may need
+ * it); in virtual time, where a look finds nothing new until time moves, move it on */
+static inline void be_idle(const struct ivy_loop *L, int64_t until)
+{
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
+        fk_advance(L, until);
+    else
+        syscall(SYS_sched_yield);
+}
+
 /* a wait for completions when a look found none: look again until spin_until, and while
  * until is nearer than sleep_min, yielding the core between looks from yield_from on (the
  * device's kernel worker may need it); block (be_wait) for the rest, up to block_until.
- * How many completions it moved into ev (0: until came) */
+ * In virtual time, which a look never moves, the wait moves it to until or the next
+ * completion. How many completions it moved into ev (0: until came) */
 static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t cap,
                                int64_t until, int64_t block_until, int64_t spin_until,
                                int64_t yield_from, int64_t sleep_min)
 {
-    int64_t n = 0, now = now_ns();
+    if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0)) {
+        fk_advance(L, until);
+        return fk_take(L, ev, cap);
+    }
+    int64_t n = 0, now = now_ns(L);
     for (;;) {
         if (now >= until)
             break;
@@ -289,7 +402,7 @@ static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t ca
         }
         if (n)
             break;
-        now = now_ns();
+        now = now_ns(L);
     }
     return n;
 }
@@ -301,10 +414,10 @@ static int64_t await_events(const struct ivy_loop *L, int64_t *ev, int64_t cap, 
                             int64_t block_until, int64_t spin, int64_t gate, int64_t sleep_min,
                             int64_t *mean)
 {
-    const int64_t t0 = now_ns();
+    const int64_t t0 = now_ns(L);
     int64_t n = look_then_block(L, ev, cap, until, block_until, *mean < gate ? t0 + spin : t0,
                                 t0, sleep_min);
-    *mean += (now_ns() - t0 - *mean) >> 3; /* a running mean over ~8 waits */
+    *mean += (now_ns(L) - t0 - *mean) >> 3; /* a running mean over ~8 waits */
     return n;
 }
 
@@ -615,7 +728,7 @@ int64_t paced_run(struct ivy_loop *L)
     const int64_t long_wait = L->long_wait_ns, wake_early = L->wake_early_ns;
     const int64_t n_slots = L->n_slots, n_max = L->n_max;
     const int64_t spin = L->spin_ns, gate = L->spin_gate_ns, lone = L->lone;
-    int64_t last_done = now_ns(); /* when the last completion was reaped (lone_wait) */
+    int64_t last_done = now_ns(L); /* when the last completion was reaped (lone_wait) */
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
         if (free_n[k] > 0 && armed[k] != 1) {
@@ -632,7 +745,7 @@ int64_t paced_run(struct ivy_loop *L)
         if (n == 0) /* look in the ring */
             n = be_take(L, ev, ev_cap);
         if (n) {
-            int64_t t = t_reaped ? t_reaped : now_ns();
+            int64_t t = t_reaped ? t_reaped : now_ns(L);
             t_reaped = 0;
             if (t >= boundary) {
                 L->n = n;
@@ -667,7 +780,7 @@ int64_t paced_run(struct ivy_loop *L)
                 return R_REFILL;
             now = t;
         } else {
-            now = now_ns();
+            now = now_ns(L);
         }
         if (now >= wake) { /* the boundary, or the control's poll: unless nothing waits for it */
             if (control_fd < 0 || wake >= boundary || control_waiting((int)control_fd))
@@ -706,7 +819,7 @@ int64_t paced_run(struct ivy_loop *L)
                 arm(L, k); /* its next I/O (due now too when the ring ran out: popped again) */
         }
         if (m) {
-            int64_t t_sub = now_ns();
+            int64_t t_sub = now_ns(L);
             long done = be_submit(L, rows, out, m);
             for (int64_t q = 0; q < m; q++) {
                 struct ivy_row *row = &rows[out[q]];
@@ -731,7 +844,7 @@ int64_t paced_run(struct ivy_loop *L)
         int64_t due = L->heap_n > 0 ? heap_t[0] : INF_NS;
         int64_t until = wake < due ? wake : due;
         if (lone && L->in_flight > 0) { /* its records are binned by Python, at flush_at */
-            n = lone_wait(L, now_ns(), boundary < due ? boundary : due, wake, last_done);
+            n = lone_wait(L, now_ns(L), boundary < due ? boundary : due, wake, last_done);
             continue;
         }
         int64_t b = L->binned, p = L->p;
@@ -745,7 +858,7 @@ int64_t paced_run(struct ivy_loop *L)
                 if (!discard)
                     bin_one(rec, root, stat_off, fixcat, n_owners);
                 b++;
-                if (now_ns() >= until || be_ready(L))
+                if (now_ns(L) >= until || be_ready(L))
                     break;
             }
             if (b == p) {
@@ -781,7 +894,7 @@ int64_t paced_run(struct ivy_loop *L)
         if (wait > 0) {
             n = be_wait(L, ev, ev_cap, wait);
         } else {
-            syscall(SYS_sched_yield); /* too near to sleep: let the device's worker run */
+            be_idle(L, until); /* too near to sleep: let the device's worker run */
         }
     }
 }

@@ -121,6 +121,13 @@ def source() -> str:
     defines.update(_CONSTANTS)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
+    # the scripted engine's words (slave.engine.fake)
+    defines["BACKEND_SCRIPTED"] = layout.BACKEND_SCRIPTED
+    for prefix, cols in (("FK_", layout.SCRIPT_STATE), ("FK_PEND_", layout.PEND_COLUMNS),
+                         ("FK_LOG_", layout.LOG_COLUMNS)):
+        defines.update({prefix + k: v for k, v in cols.items()})
+    defines["FK_PEND_WORDS"] = len(layout.PEND_COLUMNS)
+    defines["FK_LOG_WORDS"] = len(layout.LOG_COLUMNS)
     for prefix in ("R_",):  # the loop's result codes
         defines.update({k: v for k, v in globals().items()
                         if k.startswith(prefix) and isinstance(v, int)})

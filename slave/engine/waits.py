@@ -1,15 +1,15 @@
 """How the engine loop waits: the max-iops loops' wait for a completion (``Waiter``: look
 first, then block) and how long a paced loop blocks for a scheduled time (``timed_wait_ns``).
-Only the waiting: what was reaped is the caller's.
+Only the waiting: what was reaped is the caller's. Its time and its yields are its clock's
+(``slave.engine.clock``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from os import sched_yield
 
 from slave.engine import tuning
+from slave.engine.clock import REAL_CLOCK, Clock
 
 
 class Waiter:
@@ -21,14 +21,16 @@ class Waiter:
     a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
     completion."""
 
-    __slots__ = ("mean_ns",)
+    __slots__ = ("clock", "mean_ns")
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock
         self.mean_ns = 0  # the recent waits, from the call to a completion or to wake
 
     def wait(self, poll: Callable[[], int], reap: Callable[[int, int], int], wake: int) -> int:
         """Completions reaped by ``wake`` (0: none came)."""
-        mono = time.monotonic_ns
+        clock = self.clock
+        mono = clock.now_ns
         t0 = mono()
         spin_until = t0 + tuning.AWAIT_SPIN_NS if self.mean_ns < tuning.AWAIT_SPIN_GATE_NS else t0
         while True:
@@ -40,7 +42,7 @@ class Waiter:
             if now < spin_until or left < tuning.SLEEP_MIN_NS:
                 n = poll()
                 if not n:
-                    sched_yield()  # let the device's kernel worker run if it shares our core
+                    clock.idle(wake)  # let the device's kernel worker run if it shares our core
                     n = poll()
             else:
                 n = reap(1, left)

@@ -1,13 +1,12 @@
 """The compiled loop against the Python loop on real loop devices, the kernel as witness.
 
-Randomized mixes of workloads (paced and max IOPS, queue depths 1-256, read fractions, all
-three sequencers, every write-data kind, block sizes up to 64 KiB), each workload on a loop
-device of its own, on libaio and on io_uring, run once through the compiled loop
-(``paced_run``) and once through the Python loop (``tuning.COMPILED_PACED`` off), each run
-under the block layer's tracepoint
-``block_bio_queue`` (``scripts/blocktrace.py``). The bios reach each device in the order the
-loop submitted its I/Os (on io_uring, but for those the ring hands to an io-wq worker, which
-reach the device a little later), so:
+Randomized mixes of workloads (``tests.slave.mixes``: paced and max IOPS, queue depths 1-256,
+read fractions, all three sequencers, every write-data kind, block sizes up to 64 KiB), each
+workload on a loop device of its own, on libaio and on io_uring, run once through the compiled
+loop (``paced_run``) and once through the Python loop (``tuning.COMPILED_PACED`` off), each run
+under the block layer's tracepoint ``block_bio_queue`` (``scripts/blocktrace.py``). The bios
+reach each device in the order the loop submitted its I/Os (on io_uring, but for those the ring
+hands to an io-wq worker, which reach the device a little later), so:
 
 - both runs' I/O streams agree bio for bio (direction, sector, size) as far as the shorter
   one goes: the same draws of offsets, sizes and directions, in the same order (on io_uring,
@@ -42,6 +41,7 @@ from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.uring import UringEngine
 from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
+from tests.slave import mixes
 from tests.slave.conftest import LoopDevice, LoopFactory, settle
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
 from tests.slave.test_engine_paced_kernel import Control
@@ -53,38 +53,14 @@ MIXES, LONE = 6, 2
 CASES = MIXES + LONE
 SUB_NS, N_SUB = 100_000_000, 2
 ENGINES = {"libaio": LibaioEngine, "io_uring": UringEngine}
-DEPTHS = (1, 2, 3, 4, 8, 16, 32, 64, 256)
-BLOCKS = (4096, 8192, 16384, 65536)
 
 
 def _mix(case: int) -> list[WorkloadParams]:
-    """Case ``case``'s workloads, each drawn at random (seeded by the case): two or three, or
-    one of QD 1-2 at max IOPS for the lone cases."""
-    rng = np.random.default_rng(1000 + case)
-    lone = case >= MIXES
-    out = []
-    for i in range(1 if lone else int(rng.integers(2, 4))):
-        paced = not lone and bool(rng.random() < 0.5)
-        out.append(WorkloadParams(
-            iosequencer=str(rng.choice(IOSEQUENCERS)),  # type: ignore[arg-type]
-            blocksize_bytes=int(rng.choice(BLOCKS)),
-            iodepth=int(rng.choice((1, 2) if lone else DEPTHS)),
-            iops=float(rng.integers(500, 4000)) if paced else None,
-            read_fraction=float(rng.choice([1.0, 0.7, 0.3, 0.0])),
-            write_data=str(rng.choice(WRITE_DATA_KINDS)),  # type: ignore[arg-type]
-            seed=int(rng.integers(1 << 30)) + i))
-    return out
+    return mixes.mix(case, case >= MIXES)
 
 
 def _edit(case: int, params: list[WorkloadParams]) -> WorkloadParams | None:
-    """The edit of workload 0 at the first boundary in the odd mixes: a paced one to another
-    rate or to max IOPS, a max one to a rate (its stream goes on either way)."""
-    if case >= MIXES or case % 2 == 0:
-        return None
-    p = params[0]
-    if p.iops is None:
-        return p.replace(iops=1500.0)
-    return p.replace(iops=None) if case % 4 == 1 else p.with_rate(p.iops * 2)
+    return mixes.edit(case, params, case >= MIXES)
 
 
 class _Run:

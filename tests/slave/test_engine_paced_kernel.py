@@ -777,7 +777,7 @@ def test_writes_land_byte_for_byte_across_edits_in_place_and_given_back(
         # a subinterval alone within 5 % (the worker held off the CPU for some ms near a
         # boundary moves the I/Os due then into the next subinterval: 184 of 192 once in
         # CI), the three together within 3 %: nothing lost, nothing added
-        for k, (got, want) in enumerate(zip(gots, wants), 1):
+        for k, (got, want) in enumerate(zip(gots, wants, strict=True), 1):
             assert abs(got - want) <= want * 0.05 + 2, (k, i, got, want)
         assert abs(sum(gots) - sum(wants)) <= sum(wants) * 0.03 + 2, (i, gots, wants)
 

@@ -4,8 +4,6 @@ device."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from slave.engine import tuning, waits
@@ -30,18 +28,34 @@ def test_what_an_early_wake_up_leaves_is_still_a_real_wait() -> None:
     assert SLEEP_MIN_NS <= WAKE_EARLY_NS <= LONG_WAIT_NS - SLEEP_MIN_NS
 
 
-def _waiter_clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A clock of the test's own for ``waits.Waiter`` (1 us per reading, moved on by the test's
-    fake reaps), so a stalled or busy machine cannot end a spin early or make a wait long."""
-    clock = [10**12]
+class _TestClock:
+    """A clock of the test's own for ``waits.Waiter`` (1 us per reading, moved on by the
+    test's fake reaps; a yield does nothing), so a stalled or busy machine cannot end a spin
+    early or make a wait long."""
 
-    def monotonic_ns() -> int:
-        clock[0] += 1_000
-        return clock[0]
+    virtual = False
 
-    monkeypatch.setattr(waits, "time", types.SimpleNamespace(monotonic_ns=monotonic_ns))
-    monkeypatch.setattr(waits, "sched_yield", lambda: None)
-    return clock
+    def __init__(self) -> None:
+        self.t = [10**12]
+
+    def now_ns(self) -> int:
+        self.t[0] += 1_000
+        return self.t[0]
+
+    def sleep_until(self, t_ns: int) -> None:
+        self.t[0] = max(self.t[0], t_ns)
+
+    def idle(self, until_ns: int) -> None:
+        return None
+
+    def looked(self, until_ns: int) -> None:
+        return None
+
+
+def _waiter_clock() -> tuple[waits.Waiter, list[int]]:
+    """A ``Waiter`` on a ``_TestClock``, and the clock's time (a list the test moves)."""
+    clock = _TestClock()
+    return waits.Waiter(clock), clock.t
 
 
 @pytest.mark.parametrize(
@@ -66,10 +80,10 @@ def _waiter_clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ],
 )
 def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
-    monkeypatch: pytest.MonkeyPatch, mean_ns: int, polls: list[int], reaped: int,
-    wake_in_ns: int, want: int, reaps: int | None, spun: bool,
+    mean_ns: int, polls: list[int], reaped: int, wake_in_ns: int, want: int,
+    reaps: int | None, spun: bool,
 ) -> None:
-    clock = _waiter_clock(monkeypatch)  # a blocking reap that finds nothing moves it on
+    waiter, clock = _waiter_clock()  # a blocking reap that finds nothing moves it on
     script = list(polls)
     reap_calls: list[tuple[int, int, int]] = []  # (min_nr, timeout, ns since the wait began)
 
@@ -82,7 +96,6 @@ def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
             clock[0] += timeout_ns
         return reaped
 
-    waiter = waits.Waiter()
     waiter.mean_ns = mean_ns
     t0 = clock[0]
     wake = t0 + wake_in_ns
@@ -102,11 +115,8 @@ def test_a_max_iops_wait_looks_for_a_while_before_it_blocks(
         assert clock[0] - t0 < tuning.AWAIT_SPIN_NS
 
 
-def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = _waiter_clock(monkeypatch)
-    waiter = waits.Waiter()
+def test_a_max_iops_wait_stops_looking_behind_a_slow_device_and_starts_again() -> None:
+    waiter, clock = _waiter_clock()
     looks = [0]
     ready = [0]  # what a look finds
 

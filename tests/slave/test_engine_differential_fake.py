@@ -1,0 +1,225 @@
+"""The compiled loop against the Python loop on the scripted fake engine, on virtual time.
+
+The randomized mixes of ``tests.slave.mixes`` (paced and max IOPS, queue depths 1-256, read
+fractions, all three sequencers, every write-data kind, edits at the first boundary: paced to
+max, max to paced, a rate doubled), each run for a few subintervals once through the compiled
+loop (``paced_run``, the fake engine's backend 2) and once through the Python loop
+(``tuning.COMPILED_PACED`` off), on a ``FakeEngine`` whose latencies, errors and short
+transfers are scripted by submission number, on a ``VirtualClock`` that only the loops' waits
+move. Time is then a function of the script, so the two runs must agree exactly:
+
+- every workload's submissions, in order: offset, direction, size, scheduled time, submit time;
+- every workload's statistics in every subinterval: operation and byte counts per category,
+  latency sums, minimums and maximums, every histogram bucket of service and response time;
+- the I/O errors counted per workload.
+
+A mix whose writes' data is made in Python (zeros, dedupable, blocks over 16 KiB) runs in the
+Python loop both times; the mixes are drawn so that most run compiled.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from protocol.stats import WorkloadStats
+from slave.engine import paced_kernel as pk
+from slave.engine import tuning
+from slave.engine.base import SlotTable
+from slave.engine.clock import VirtualClock
+from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
+from slave.engine.layout import LOG_COLUMNS
+from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.params import WorkloadParams
+from tests.slave import mixes
+from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
+from tests.slave.test_engine_paced_kernel import Control
+
+MiB = 1 << 20
+#: mixes of several workloads (the odd ones edited at the first boundary), then lone ones
+MIXES, LONE = 60, 12
+CASES = MIXES + LONE
+SUB_NS, N_SUB = 20_000_000, 3
+LOG_CAP = 1 << 16
+MAX_IOS = 6000  # about how many I/Os the max-IOPS workloads of a run make
+LUN_BYTES = 64 * MiB
+
+
+def _engine_kwargs(case: int, params: list[WorkloadParams]) -> dict[str, object]:
+    """Case ``case``'s script: its latencies (exponential around a mean of 50 us to 1 ms, or
+    constant, whose completions tie; the mean longer where the mix's max-IOPS queues are deep,
+    so that a run makes a few thousand I/Os: virtual time is cheap, the loops' work is not),
+    and an error or a short transfer every N-th submission in some cases."""
+    rng = np.random.default_rng(7000 + case)
+    deep = sum(p.iodepth for p in params if p.iops is None)
+    mean_ns = max(int(rng.choice([50_000, 200_000, 1_000_000])),
+                  deep * SUB_NS * N_SUB // MAX_IOS)
+    latency = constant_ns(mean_ns) if case % 5 == 4 else exponential_ns(mean_ns)
+    kw: dict[str, object] = {"script": script_ns(latency, 4099, seed=case)}
+    if case % 3 == 1:
+        kw["error_every"] = int(rng.integers(50, 300))
+    if case % 3 == 2:
+        kw["short_every"] = int(rng.integers(50, 300))
+    return kw
+
+
+class _Run:
+    """One run of a mix: the engine's log of submissions, each subinterval's statistics of
+    every workload, the errors counted, and how many times the compiled loop ran."""
+
+    def __init__(self, log: npt.NDArray[np.int64], stats: list[WorkloadStats],
+                 errors: dict[str, dict[str, int]], kernel_runs: int) -> None:
+        self.log = log
+        self.stats = stats
+        self.errors = errors
+        self.kernel_runs = kernel_runs
+
+
+def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str, object],
+         compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
+    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    kernel_runs = [0]
+    run = pk.run
+
+    def counting(args: pk.Args) -> int:
+        kernel_runs[0] += 1
+        return run(args)
+
+    monkeypatch.setattr(pk, "run", counting)
+    clock = VirtualClock()
+    loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16, clock=clock)
+    holder: list[FakeEngine] = []
+
+    def maker(table: SlotTable) -> FakeEngine:
+        holder.append(FakeEngine(table, clock=clock, log_cap=LOG_CAP,
+                                 **kw))  # type: ignore[arg-type]
+        return holder[0]
+
+    loop.register_engine_kind("fake", maker)
+    eng = loop.engine("fake")
+    n = WorkloadStats.SIZE
+    region = np.zeros(2 * n * len(params), dtype=np.int64)  # one region, as a worker's
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0 and edit is not None:
+            lp.edit_workload("w0", edit, boundary_ns)
+
+    ctl = Control(N_SUB, at_boundary=at_boundary)
+    for i, p in enumerate(params):
+        pair = (WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
+                WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n]))
+        pair[0].reset()
+        pair[1].reset()
+        ctl.per_workload.append(pair)
+        # a descriptor of its own per workload (never used: the fake engine does no I/O)
+        loop.add_workload(WorkloadSpec(f"w{i}", p, eng, 100 + i, LUN_BYTES, 512, pair), None)
+    try:
+        loop.run(ctl, clock.now_ns() + 1_000_000, SUB_NS)
+    finally:
+        loop.close()
+    assert loop.in_flight == 0
+    assert holder[0].submitted <= LOG_CAP, "the log must hold every submission"
+    return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0])
+
+
+def _planned(params: list[WorkloadParams]) -> bool:
+    """Whether every workload's write data is planned (``WritePattern.planned``), so the
+    compiled loop serves the mix."""
+    return all(not p.writes or (p.write_data in ("random", "compressible")
+                                and p.blocksize_bytes <= 16384) for p in params)
+
+
+def _case(case: int) -> tuple[list[WorkloadParams], WorkloadParams | None]:
+    """Case ``case``'s mix and edit; in three cases of four, writes whose data the compiled
+    loop cannot plan get data it can (random or compressible, blocks up to 16 KiB), so that
+    those mixes run compiled (a mix that does not runs in the Python loop both times); in one
+    of seven, the workloads poll busily."""
+    lone = case >= MIXES
+    params = mixes.mix(case, lone)
+    if case % 4 != 3:
+        rng = np.random.default_rng(9000 + case)
+        params = [p if _planned([p]) else p.replace(
+            write_data=str(rng.choice(["random", "compressible"])),
+            blocksize_bytes=min(p.blocksize_bytes, 16384)) for p in params]
+    if case % 7 == 6:  # busy polling: the loops look instead of sleeping
+        params = [p.replace(busy_poll=True) for p in params]
+    return params, mixes.edit(case, params, lone)
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_compiled_and_python_loops_agree_io_for_io_on_virtual_time(
+        case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    params, edit = _case(case)
+    kw = _engine_kwargs(case, params)
+    runs = {c: _run(params, edit, kw, c, monkeypatch) for c in (True, False)}
+    assert runs[False].kernel_runs == 0
+    assert (runs[True].kernel_runs > 0) == _planned(params), [p.write_data for p in params]
+    _assert_same(case, params, edit, runs[True], runs[False])
+
+
+def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
+                 c: _Run, py: _Run) -> None:
+    fd = LOG_COLUMNS["FD"]
+    for w, p in enumerate(params):
+        what = f"case {case} workload {w}: {p}, edited to {edit if w == 0 else None}"
+        a, b = c.log[c.log[:, fd] == 100 + w], py.log[py.log[:, fd] == 100 + w]
+        assert a.shape[0] >= 5, what
+        if a.shape != b.shape or not np.array_equal(a, b):
+            m = min(a.shape[0], b.shape[0])
+            same = np.all(a[:m] == b[:m], axis=1)
+            first = int(np.argmin(same)) if not same.all() else m
+            raise AssertionError(
+                f"{what}: submissions differ from #{first} (compiled {a.shape[0]}, Python "
+                f"{b.shape[0]}; columns {list(LOG_COLUMNS)}): compiled "
+                f"{a[first : first + 3].tolist()}, Python {b[first : first + 3].tolist()}")
+    assert len(c.stats) == len(py.stats) == N_SUB * len(params)
+    for k, (sc, sp) in enumerate(zip(c.stats, py.stats, strict=True)):
+        sub, w = divmod(k, len(params))
+        what = f"case {case} subinterval {sub} workload {w}: {params[w]}"
+        assert np.array_equal(sc.counters, sp.counters), (what, sc.counters, sp.counters)
+        assert np.array_equal(sc.lat, sp.lat), (what, sc.lat, sp.lat)
+        diff = np.flatnonzero(sc.hist != sp.hist)
+        assert diff.size == 0, (what, "histogram buckets differ at", diff[:5].tolist())
+    assert c.errors == py.errors, case
+
+
+def test_the_fake_mixes_cover_what_they_claim() -> None:
+    # most run compiled; paced and max, deep queues, edits both ways, ties, errors, shorts
+    cases = [_case(case) for case in range(CASES)]
+    assert sum(_planned(ps) for ps, _ in cases) >= CASES * 2 // 3
+    ps = [p for params, _ in cases for p in params if _planned(params)]
+    assert {p.iops is None for p in ps} == {True, False}
+    assert max(p.iodepth for p in ps) == 256 and min(p.iodepth for p in ps) == 1
+    kinds = {(params[0].iops is None, e.iops is None) for params, e in cases
+             if e is not None and _planned(params)}
+    assert kinds >= {(False, True), (True, False), (False, False)}
+    kws = [_engine_kwargs(case, params) for case, (params, _) in enumerate(cases)]
+    assert collections.Counter("error_every" in kw for kw in kws)[True] >= 10
+    assert collections.Counter("short_every" in kw for kw in kws)[True] >= 10
+    assert sum(_planned(ps) and ps[0].busy_poll for ps, _ in cases) >= 4
+    assert sum(_planned(ps) and len(ps) == 1 and ps[0].iodepth <= 2 for ps, _ in cases) >= 4
+
+
+@pytest.mark.parametrize("change", ["one latency", "one seed"])
+def test_a_difference_of_one_latency_or_one_seed_is_seen(
+        change: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the comparison is exact: one latency of one workload's script one ns longer on the
+    # compiled side, or one workload's seed changed, and the runs no longer agree
+    case = next(c for c in range(MIXES) if _planned(_case(c)[0]) and len(_case(c)[0]) > 1)
+    params, edit = _case(case)
+    kw = _engine_kwargs(case, params)
+    other_params, other_kw = params, dict(kw)
+    if change == "one latency":
+        script = np.array(kw["script"], dtype=np.int64)  # type: ignore[call-overload]
+        script[3] += 1
+        other_kw["script"] = script
+    else:
+        other_params = [params[0].replace(seed=params[0].seed + 1), *params[1:]]
+    c = _run(other_params, edit, other_kw, True, monkeypatch)
+    py = _run(params, edit, kw, False, monkeypatch)
+    assert c.kernel_runs > 0
+    with pytest.raises(AssertionError):
+        _assert_same(case, params, edit, c, py)
