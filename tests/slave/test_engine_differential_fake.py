@@ -13,8 +13,7 @@ move. Time is then a function of the script, so the two runs must agree exactly:
   latency sums, minimums and maximums, every histogram bucket of service and response time;
 - the I/O errors counted per workload.
 
-A mix whose writes' data is made in Python (zeros, dedupable, blocks over 16 KiB) runs in the
-Python loop both times; the mixes are drawn so that most run compiled.
+Every mix runs in the compiled loop (it writes every data kind at any block size).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from slave.engine.clock import VirtualClock
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
 from slave.engine.layout import LOG_COLUMNS
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.params import WorkloadParams
+from slave.params import WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
 from tests.slave.test_engine_paced_kernel import Control
@@ -125,25 +124,10 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
     return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0])
 
 
-def _planned(params: list[WorkloadParams]) -> bool:
-    """Whether every workload's write data is planned (``WritePattern.planned``), so the
-    compiled loop serves the mix."""
-    return all(not p.writes or (p.write_data in ("random", "compressible")
-                                and p.blocksize_bytes <= 16384) for p in params)
-
-
 def _case(case: int) -> tuple[list[WorkloadParams], WorkloadParams | None]:
-    """Case ``case``'s mix and edit; in three cases of four, writes whose data the compiled
-    loop cannot plan get data it can (random or compressible, blocks up to 16 KiB), so that
-    those mixes run compiled (a mix that does not runs in the Python loop both times); in one
-    of seven, the workloads poll busily."""
+    """Case ``case``'s mix and edit; in one of seven, the workloads poll busily."""
     lone = case >= MIXES
     params = mixes.mix(case, lone)
-    if case % 4 != 3:
-        rng = np.random.default_rng(9000 + case)
-        params = [p if _planned([p]) else p.replace(
-            write_data=str(rng.choice(["random", "compressible"])),
-            blocksize_bytes=min(p.blocksize_bytes, 16384)) for p in params]
     if case % 7 == 6:  # busy polling: the loops look instead of sleeping
         params = [p.replace(busy_poll=True) for p in params]
     return params, mixes.edit(case, params, lone)
@@ -156,7 +140,7 @@ def test_compiled_and_python_loops_agree_io_for_io_on_virtual_time(
     kw = _engine_kwargs(case, params)
     runs = {c: _run(params, edit, kw, c, monkeypatch) for c in (True, False)}
     assert runs[False].kernel_runs == 0
-    assert (runs[True].kernel_runs > 0) == _planned(params), [p.write_data for p in params]
+    assert runs[True].kernel_runs > 0  # every mix runs in the compiled loop
     _assert_same(case, params, edit, runs[True], runs[False])
 
 
@@ -189,18 +173,18 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
 def test_the_fake_mixes_cover_what_they_claim() -> None:
     # most run compiled; paced and max, deep queues, edits both ways, ties, errors, shorts
     cases = [_case(case) for case in range(CASES)]
-    assert sum(_planned(ps) for ps, _ in cases) >= CASES * 2 // 3
-    ps = [p for params, _ in cases for p in params if _planned(params)]
+    ps = [p for params, _ in cases for p in params]
+    assert {p.write_data for p in ps if p.writes} == set(WRITE_DATA_KINDS)
     assert {p.iops is None for p in ps} == {True, False}
     assert max(p.iodepth for p in ps) == 256 and min(p.iodepth for p in ps) == 1
     kinds = {(params[0].iops is None, e.iops is None) for params, e in cases
-             if e is not None and _planned(params)}
+             if e is not None}
     assert kinds >= {(False, True), (True, False), (False, False)}
     kws = [_engine_kwargs(case, params) for case, (params, _) in enumerate(cases)]
     assert collections.Counter("error_every" in kw for kw in kws)[True] >= 10
     assert collections.Counter("short_every" in kw for kw in kws)[True] >= 10
-    assert sum(_planned(ps) and ps[0].busy_poll for ps, _ in cases) >= 4
-    assert sum(_planned(ps) and len(ps) == 1 and ps[0].iodepth <= 2 for ps, _ in cases) >= 4
+    assert sum(ps[0].busy_poll for ps, _ in cases) >= 4
+    assert sum(len(ps) == 1 and ps[0].iodepth <= 2 for ps, _ in cases) >= 4
 
 
 @pytest.mark.parametrize("change", ["one latency", "one seed"])
@@ -208,7 +192,7 @@ def test_a_difference_of_one_latency_or_one_seed_is_seen(
         change: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the comparison is exact: one latency of one workload's script one ns longer on the
     # compiled side, or one workload's seed changed, and the runs no longer agree
-    case = next(c for c in range(MIXES) if _planned(_case(c)[0]) and len(_case(c)[0]) > 1)
+    case = next(c for c in range(MIXES) if len(_case(c)[0]) > 1)
     params, edit = _case(case)
     kw = _engine_kwargs(case, params)
     other_params, other_kw = params, dict(kw)
