@@ -288,12 +288,14 @@ def test_collect_audits_the_blocks_it_drains(pool: WorkerPool) -> None:
     pool.create_workload(wid, "/dev/null", FAKE, WorkloadParams(iops=1000.0, iodepth=2), **LUN)
     t0 = start(pool)
     first = pool.collect(0, deadline(t0, 0))
-    assert first.stats[wid].ops() == pytest.approx(300, abs=3)
+    # the rate's precision is the engine tests' (test_engine_realdevice); here, each I/O is counted
+    # once, give or take the few a loaded machine moves across a boundary (296 once)
+    assert first.stats[wid].ops() == pytest.approx(300, abs=15)
     # the drained block of buffer 0 runs subinterval 2; a stray count at 3 ns (bucket 3),
     # far below this engine's 100 us, lies outside any range that I/Os record
     pool._stats(pool._entries[wid].slot, 0).hist[0, 0, 3] += 1
     pool.keep_going()
-    assert pool.collect(1, deadline(t0, 1)).stats[wid].ops() == pytest.approx(300, abs=3)
+    assert pool.collect(1, deadline(t0, 1)).stats[wid].ops() == pytest.approx(300, abs=15)
     pool.keep_going()
     with pytest.raises(WorkerError, match=f"workload {wid}'s statistics of subinterval 2: "
                        "block 0: histogram row 0 .* kept 1 nonzero buckets outside its "
