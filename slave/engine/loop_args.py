@@ -13,7 +13,7 @@ a field.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from slave.engine.layout import IO_DTYPE, ROW_DTYPE
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
+_A = TypeVar("_A", bound=npt.NDArray[Any])
 
 #: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
 FIELDS: Final[tuple[tuple[str, Any], ...]] = (
@@ -86,14 +87,15 @@ class LoopArgs(ctypes.Structure):
         self._keep: dict[str, npt.NDArray[np.generic]] = {}
         self.address = ctypes.addressof(self)
 
-    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
-        """Point field ``name`` at ``a`` (C-contiguous), and keep ``a``."""
+    def array(self, name: str, a: _A) -> _A:
+        """Point field ``name`` at ``a`` (C-contiguous), keep ``a`` and return it."""
         if not a.flags.c_contiguous:
             raise ValueError(f"compiled loop field {name} must be C-contiguous")
         if dict(FIELDS).get(name) is not _P:
             raise ValueError(f"compiled loop field {name} is not a pointer")
         self._keep[name] = a
         setattr(self, name, a.ctypes.data)
+        return a
 
 
 #: the structs mirrored by a numpy dtype

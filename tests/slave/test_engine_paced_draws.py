@@ -69,7 +69,7 @@ class _Kernel:
         return self.ring[: int(self.rlen[0])].copy()
 
     def hand_back(self, seq: Sequencer, iops: float | None) -> None:
-        """``CompiledPaced.take_back``: the sequencer takes the kernel's rate and place."""
+        """``NativeLoop.take_back``: the sequencer takes the kernel's rate and place."""
         if iops is not None and seq.params.iops != iops:
             seq.rerate(seq.params.replace(iops=iops))
         seq.resume(*pk.generator_progress(self.gen[0]))

@@ -24,7 +24,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, compiled_paced, files, layout, tuning
+from slave.engine import aio_abi, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -407,8 +407,8 @@ class Control:
         # every slot is free or in flight, once (the compiled loop's state stays loaded over
         # boundaries: its free stacks are the truth then)
         ws = loop.workloads.live()
-        cp = loop.native.compiled
-        if cp is not None and cp.loaded:
+        cp = loop.native
+        if cp.ws and cp.loaded:
             free = [cp.free_buf[o : o + n].tolist()
                     for o, n in zip(cp.free_off.tolist(), cp.free_n.tolist(), strict=True)]
             self.loaded_boundaries += 1
@@ -453,13 +453,13 @@ def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]
 def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
     made = [0]
-    take_back = compiled_paced.CompiledPaced.take_back
+    take_back = NativeLoop.take_back
 
-    def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
+    def counting(cp: NativeLoop, i: int) -> None:
         made[0] += int(cp.gen["made"][i])
         take_back(cp, i)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
+    monkeypatch.setattr(NativeLoop, "take_back", counting)
     return made
 
 
@@ -575,7 +575,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
 
         def seen(loop: EngineLoop, finished: int, boundary_ns: int,
                  paced: list[bool] = paced) -> None:
-            paced.append((loop.native.compiled is not None) == compiled)
+            paced.append(bool(loop.native.ws) == compiled)
 
         t0 = time.thread_time()
         ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=seen))
@@ -697,13 +697,13 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     if not in_place:
         monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: False)
     loads = [0]
-    load = compiled_paced.CompiledPaced.load
+    load = NativeLoop.load
 
-    def counted_load(cp: compiled_paced.CompiledPaced) -> None:
+    def counted_load(cp: NativeLoop) -> None:
         loads[0] += 1
         load(cp)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "load", counted_load)
+    monkeypatch.setattr(NativeLoop, "load", counted_load)
     params = [WorkloadParams(iodepth=4, iops=4000.0, blocksize_bytes=4096, seed=1),
               WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2,
                              iosequencer="sequential"),
@@ -793,8 +793,7 @@ def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished == 0:
             loop.edit_workloads([("t:lun:w0", params[0].replace(iops=1000.0))], boundary_ns)
-            cp = loop.native.compiled
-            assert cp is not None and cp.loaded  # made in place
+            assert loop.native.ws and loop.native.loaded  # made in place
 
     ctl, _ = _run_paced(lun_file, params, 200_000_000, 2, Control(2, at_boundary=edit))
     after = ctl.stats[1]
