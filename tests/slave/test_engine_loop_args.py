@@ -185,8 +185,7 @@ def test_the_source_compiled_carries_the_header() -> None:
 @needs_cc
 def test_the_loader_refuses_an_object_whose_struct_differs(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_fn", "_gen_fn", "_retime_fn", "_data_fn", "_why_not",
-                 "_origin"):
+    for name in ("_fn", "_lib", "_why_not", "_origin"):
         monkeypatch.setattr(pk, name, None)
     monkeypatch.setattr(loop_args, "layout_difference", lambda lib: "field 0: (a drift)")
     assert not pk.available()

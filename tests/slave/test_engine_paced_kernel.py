@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import os
 import select
 import shutil
@@ -14,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -199,6 +201,19 @@ _READ_WORD = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, 7)
 _WRITE_WORD = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7)
 
 
+def kernel_function(name: str, *argtypes: Any) -> Callable[..., None]:
+    """A function of the loaded object that serves the tests alone, taking the address of the
+    loop's arguments, then ``argtypes``: ``paced_generate`` (workload k's next m I/Os into its
+    ring from the top, as a run makes them when the ring runs out) and ``paced_write_data``
+    (what a run puts into a write's buffer for workload k's ring I/O i, a write at an offset:
+    the block whole)."""
+    assert pk.available(), pk.why_not()
+    fn = getattr(pk._lib, name)
+    fn.argtypes = [ctypes.c_void_p, *argtypes]
+    fn.restype = None
+    return fn
+
+
 def _sequencer(params: WorkloadParams) -> Sequencer:
     seq = Sequencer(params, lun_size_bytes=64 * MiB, logical_block_bytes=512, stream="t:lun:w")
     seq.start(1_000_000_000)
@@ -223,8 +238,9 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
                       ("armed", np.zeros(1, np.uint8)), ("gen", gen), ("data", data)):
         a.array(name, arr)
     made = []
+    generate = kernel_function("paced_generate", ctypes.c_int64, ctypes.c_int64)
     for _ in range(times):
-        pk.generate(a, 0, m)
+        generate(a.address, 0, m)
         serials = (np.zeros(m, np.int64) if pattern is None
                    else int(data["ring_serial"][0]) + np.arange(m))
         made.append(np.concatenate([ring, serials[:, None]], axis=1))

@@ -9,6 +9,7 @@ the config asks for."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import time
@@ -28,7 +29,7 @@ from slave.engine.loop_native import NativeLoop
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory
-from tests.slave.test_engine_paced_kernel import Control
+from tests.slave.test_engine_paced_kernel import Control, kernel_function
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -73,8 +74,10 @@ def test_the_kernel_writes_what_the_pattern_writes(kind: str, ratio: float, bs: 
     p.fill(want, np.arange(n, dtype=np.intp), offsets, serials)
     got = np.full((n, bs + 512), 0x5A, dtype=np.uint8)  # a row past the block: left alone
     args = _kernel_data(p, 1000)
+    write_data = kernel_function("paced_write_data", ctypes.c_int64, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.c_void_p)
     for i in range(n):
-        pk.write_data(args, 0, i, int(offsets[i]), got[i])
+        write_data(args.address, 0, i, int(offsets[i]), got[i].ctypes.data)
     assert np.array_equal(got[:, :bs], want)
     assert (got[:, bs:] == 0x5A).all()
     assert all(p.verify(got[i, :bs], int(offsets[i])) is None for i in range(n))
