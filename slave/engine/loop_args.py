@@ -98,24 +98,19 @@ class LoopArgs(ctypes.Structure):
         return a
 
 
-#: the structs mirrored by a numpy dtype
-DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE, "ivy_row": ROW_DTYPE,
-                  "ivy_io": IO_DTYPE}
+#: each struct's Python mirror as a numpy dtype (``ivy_loop``'s: ``LoopArgs`` as ctypes lays
+#: it out)
+DTYPES: Final = {"ivy_loop": np.dtype(LoopArgs), "ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE,
+                 "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE}
 
 
 def python_layout(struct: str = "ivy_loop") -> Layout:
-    """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
-    out; the others, their dtypes in ``DTYPES`` as numpy does)."""
-    dtype = DTYPES.get(struct)
-    if dtype is not None:
-        fields_of = dtype.fields
-        assert fields_of is not None
-        return dtype.itemsize, tuple(
-            (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
-            for name in dtype.names or ())
-    fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
-                   for name, _ in FIELDS)
-    return ctypes.sizeof(LoopArgs), fields
+    """The Python mirror's layout of ``struct`` (its dtype in ``DTYPES``)."""
+    dtype = DTYPES[struct]
+    fields_of = dtype.fields
+    assert fields_of is not None
+    return dtype.itemsize, tuple((name, int(fields_of[name][1]), fields_of[name][0].itemsize)
+                                 for name in dtype.names or ())
 
 
 def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
@@ -129,9 +124,9 @@ def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How a Python mirror differs from its compiled struct (``ivy_loop``, then those in
-    ``DTYPES``: the first field that differs, or the size), or None when all agree."""
-    for struct in ("ivy_loop", *DTYPES):
+    """How a Python mirror differs from its compiled struct (each in ``DTYPES``, ``ivy_loop``
+    first: the first field that differs, or the size), or None when all agree."""
+    for struct in DTYPES:
         py_size, py_fields = python_layout(struct)
         c_size, c_fields = compiled_layout(lib, struct)
         for i in range(max(len(py_fields), len(c_fields))):
