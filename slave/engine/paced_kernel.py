@@ -153,11 +153,11 @@ def platform_tag() -> str:
     return f"{platform.machine() or 'unknown'}-{platform.libc_ver()[0] or 'libc'}"
 
 
-def shipped_name(src: str | None = None, tag: str | None = None) -> str:
-    """The file name of the object shipped for ``tag`` (this host's) and ``src`` (this
+def shipped_name(src: str | None = None) -> str:
+    """The file name of the object shipped for this host's ``platform_tag`` and ``src`` (this
     source): ``paced_kernel-<tag>-<sha256 of the source, 16 hex>.so``."""
     key = hashlib.sha256((src if src is not None else source()).encode()).hexdigest()[:16]
-    return f"paced_kernel-{tag or platform_tag()}-{key}.so"
+    return f"paced_kernel-{platform_tag()}-{key}.so"
 
 
 def build_for_shipping(out_dir: str) -> str:
