@@ -306,7 +306,7 @@ class EngineLoop:
                 # (they count in the next subinterval either way; a stop at the boundary
                 # drains their slots' next I/Os too)
                 engines = self._engine_list
-                if self.native.compiled is None and len(engines) == 1:
+                if not self.native.ws and len(engines) == 1:
                     n = engines[0].poll()
                     if n:
                         boundary = self._reaped_late(control, engines[0], n, now, boundary,
@@ -320,7 +320,7 @@ class EngineLoop:
                 next_poll = now + tuning.POLL_CONTROL_NS
                 continue
             wake = boundary if boundary < next_poll else next_poll
-            if self.native.compiled is not None:
+            if self.native.ws:
                 boundary = self.native.turns(
                     control, boundary, subinterval_ns, wake, workloads.busy_poll,
                     lambda b: self._boundary(control, b),
@@ -436,7 +436,7 @@ class EngineLoop:
     def _drain(self, timeout_ns: int = 1_000_000_000) -> None:
         """Reap every in-flight I/O (recording it), then reset slots for the next run."""
         self.native.unload(restart=False)
-        self.native.compiled = None
+        self.native.ws = []
         deadline = self.clock.now_ns() + timeout_ns
         live = self.workloads.live()
         for w in live:  # completions must not resubmit
@@ -456,4 +456,4 @@ class EngineLoop:
             eng.close()
         self._engines.clear()
         self._engine_list = []
-        self.native.compiled = None
+        self.native.ws = []

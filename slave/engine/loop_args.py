@@ -13,7 +13,7 @@ a field.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from slave.engine.layout import IO_DTYPE, ROW_DTYPE
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
+_A = TypeVar("_A", bound=npt.NDArray[Any])
 
 #: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
 FIELDS: Final[tuple[tuple[str, Any], ...]] = (
@@ -86,34 +87,30 @@ class LoopArgs(ctypes.Structure):
         self._keep: dict[str, npt.NDArray[np.generic]] = {}
         self.address = ctypes.addressof(self)
 
-    def array(self, name: str, a: npt.NDArray[np.generic]) -> None:
-        """Point field ``name`` at ``a`` (C-contiguous), and keep ``a``."""
+    def array(self, name: str, a: _A) -> _A:
+        """Point field ``name`` at ``a`` (C-contiguous), keep ``a`` and return it."""
         if not a.flags.c_contiguous:
             raise ValueError(f"compiled loop field {name} must be C-contiguous")
         if dict(FIELDS).get(name) is not _P:
             raise ValueError(f"compiled loop field {name} is not a pointer")
         self._keep[name] = a
         setattr(self, name, a.ctypes.data)
+        return a
 
 
-#: the structs mirrored by a numpy dtype
-DTYPES: Final = {"ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE, "ivy_row": ROW_DTYPE,
-                  "ivy_io": IO_DTYPE}
+#: each struct's Python mirror as a numpy dtype (``ivy_loop``'s: ``LoopArgs`` as ctypes lays
+#: it out)
+DTYPES: Final = {"ivy_loop": np.dtype(LoopArgs), "ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE,
+                 "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE}
 
 
 def python_layout(struct: str = "ivy_loop") -> Layout:
-    """The Python mirror's layout of ``struct`` (``ivy_loop``: ``LoopArgs`` as ctypes lays it
-    out; the others, their dtypes in ``DTYPES`` as numpy does)."""
-    dtype = DTYPES.get(struct)
-    if dtype is not None:
-        fields_of = dtype.fields
-        assert fields_of is not None
-        return dtype.itemsize, tuple(
-            (name, int(fields_of[name][1]), fields_of[name][0].itemsize)
-            for name in dtype.names or ())
-    fields = tuple((name, getattr(LoopArgs, name).offset, getattr(LoopArgs, name).size)
-                   for name, _ in FIELDS)
-    return ctypes.sizeof(LoopArgs), fields
+    """The Python mirror's layout of ``struct`` (its dtype in ``DTYPES``)."""
+    dtype = DTYPES[struct]
+    fields_of = dtype.fields
+    assert fields_of is not None
+    return dtype.itemsize, tuple((name, int(fields_of[name][1]), fields_of[name][0].itemsize)
+                                 for name in dtype.names or ())
 
 
 def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
@@ -127,9 +124,9 @@ def compiled_layout(lib: ctypes.CDLL, struct: str = "ivy_loop") -> Layout:
 
 
 def layout_difference(lib: ctypes.CDLL) -> str | None:
-    """How a Python mirror differs from its compiled struct (``ivy_loop``, then those in
-    ``DTYPES``: the first field that differs, or the size), or None when all agree."""
-    for struct in ("ivy_loop", *DTYPES):
+    """How a Python mirror differs from its compiled struct (each in ``DTYPES``, ``ivy_loop``
+    first: the first field that differs, or the size), or None when all agree."""
+    for struct in DTYPES:
         py_size, py_fields = python_layout(struct)
         c_size, c_fields = compiled_layout(lib, struct)
         for i in range(max(len(py_fields), len(c_fields))):

@@ -1,15 +1,15 @@
 """The engine loop's native side: whether the compiled loop serves the workloads as they are
-(``NativeLoop.pick``), its turns in C (``paced_kernel.run``, ``NativeLoop.turns``) recording
-what completed and submitting every I/O whose time has come in one call, Python only for what
-the C returns for; the compiled state given back to the workloads before anything else looks
-at them (``unload``); and DFC's edit of rates made in the compiled state in place
-(``retime_loaded``). Where the set cannot run compiled, the general loop
-(``EngineLoop._loop``) serves its workloads.
+(``NativeLoop.pick``), the set's state as the arrays the compiled turn works on, its turns in C
+(``paced_kernel.run``, ``NativeLoop.turns``) recording what completed and submitting every I/O
+whose time has come in one call, Python only for what the C returns for; the compiled state
+given back to the workloads before anything else looks at them (``unload``); and DFC's edit
+of rates made in the compiled state in place (``retime_loaded``). Where the set cannot run
+compiled, the general loop (``EngineLoop._loop``) serves its workloads.
 
-Owns ``NativeLoop``: the compiled state (``compiled``: ``CompiledPaced``, which holds the
-workloads' free slots and cursors while ``loaded``). It syncs the records' counts (``p``,
-``binned``) and the slots' in-flight count with the compiled struct around each turn, and
-must not add, edit or remove workloads, nor reap outside the compiled turn.
+Owns ``NativeLoop``: the compiled set (``ws``) and its arrays, which hold the workloads' free
+slots and cursors while ``loaded``. It syncs the records' counts (``p``, ``binned``) and the
+slots' in-flight count with the compiled struct around each turn, and must not add, edit or
+remove workloads, nor reap outside the compiled turn.
 """
 
 from __future__ import annotations
@@ -18,31 +18,45 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from protocol.stats import common_root
+from protocol.stats import common_root, rooted_at
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
-from slave.engine.base import IoEngine
-from slave.engine.compiled_paced import CompiledPaced
+from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
+from slave.engine.base import IoEngine, KernelHandles
+from slave.engine.layout import R_OPFD, R_SCHED
+from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
-from slave.engine.loop_state import LoopWorkload, took
+from slave.engine.loop_state import LoopWorkload, set_ring, took
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 if TYPE_CHECKING:
     from slave.engine.loop import LoopControl
 
+#: the fields of ``struct ivy_loop`` that are their ``tuning`` constant's namesakes
+_TUNING_WORDS = ("compact_at", "sleep_min_ns", "long_wait_ns", "wake_early_ns", "gen_ios",
+                 "busy_spin_ns", "busy_hot_ns", "block_wait_ns")
+
 
 class NativeLoop:
-    """The compiled loop of the workloads of a loop (``wl``), where it can serve them."""
+    """The compiled loop of the workloads of a loop (``wl``), where it can serve them: the set
+    (``ws``: paced ones, max-iops ones, or both; none where the general loop serves) and its
+    state in the arrays the compiled turn works on: each workload's ring (its address), cursor
+    and length, its free slots (a stack at ``free_off[k]``, ``free_n[k]`` deep), the heap of
+    armed workloads, and where each workload's stats blocks lie in the worker's stats region.
+    While ``loaded`` the arrays, not the workloads' ``free`` and ``cur``, are the truth, across
+    boundaries; ``unload`` gives them back."""
 
     def __init__(self, name: str, slots: Slots, records: Records,
                  wl: list[LoopWorkload | None],
                  complete: Callable[[IoEngine, int, int], None]) -> None:
         self.name = name
-        self.compiled: CompiledPaced | None = None
+        self.ws: list[LoopWorkload] = []
+        self.loaded = False
         self._slots = slots
         self._records = records
         self._wl = wl
@@ -58,45 +72,193 @@ class NativeLoop:
         write: the compiled loop, which submits a max-iops workload's free slots as soon as
         it frees them, does the same work in C."""
         self.unload()
-        self.compiled = None
+        self.ws = []
         if live and len(engines) == 1 and self._slots.retired_in_flight == 0:
             eng = engines[0]
             if all(w.spec.engine is eng for w in live):
-                self.compiled = self._compile(live, eng)
+                self._compile(live, eng)
 
-    def _compile(self, ws: list[LoopWorkload], eng: IoEngine) -> CompiledPaced | None:
-        """The set's compiled state, when it can run compiled: the kernel was built
-        here, the engine's completion ring can be read (libaio, io_uring) and every workload's
-        stats lie in one array (a worker's region)."""
+    def _compile(self, ws: list[LoopWorkload], eng: IoEngine) -> None:
+        """Lay the set out for the compiled loop, when it can run compiled: the kernel was
+        built here, the engine's completion ring can be read (libaio, io_uring) and every
+        workload's stats lie in one array (a worker's region)."""
         if not tuning.COMPILED_PACED:
-            return None
+            return
         handles = getattr(eng, "kernel_handles", None)
         if handles is None:
-            return None
+            return
         root = common_root([st for w in self._wl if w is not None for st in w.spec.stats])
         if root is None:
-            return None
+            return
         h = handles()
         if h is None or not pk.available():
-            return None
-        return CompiledPaced(ws, eng, h, root, self._slots, self._records, self._wl)
+            return
+        k = len(ws)
+        self.ws = ws
+        self.eng = eng
+        self.finish_submit = h.finish_submit
+        self.loaded = False
+        a = self.args = LoopArgs()
+        depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)
+        self.cur = a.array("cur", np.zeros(k, dtype=np.int64))
+        self.rlen = a.array("rlen", np.zeros(k, dtype=np.int64))
+        # each ring's address (the ws keep them)
+        self.rings = a.array("rings", np.zeros(k, dtype=np.int64))
+        self.free_off = a.array("free_off", np.zeros(k, dtype=np.int64))
+        np.cumsum(depth[:-1], out=self.free_off[1:])
+        self.free_n = a.array("free_n", np.zeros(k, dtype=np.int64))
+        self.free_buf = a.array("free_buf", np.zeros(int(depth.sum()), dtype=np.int64))
+        slot_pos = a.array("slot_pos", np.full(self._slots.table.capacity, -1, dtype=np.int64))
+        for i, w in enumerate(ws):
+            slot_pos[w.slots] = i
+        # 0 no, 1 in the heap, 2 wants a refill
+        self.armed = a.array("armed", np.zeros(k, dtype=np.uint8))
+        a.array("heap_t", np.zeros(k, dtype=np.int64))
+        a.array("heap_k", np.zeros(k, dtype=np.int64))
+        a.n_workloads = k
+        # each workload's generator (``struct ivy_gen``) and how many I/Os its ring array holds
+        self.gen = a.array("gen", np.zeros(k, dtype=GEN_DTYPE))
+        self.rcap = a.array("rcap", np.zeros(k, dtype=np.int64))
+        self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
+        self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
+        self._engine_args(h)
+        self._write_args()
+        self.stat_addr = self._stats_args(root)
+
+    def _engine_args(self, h: KernelHandles) -> None:
+        """The kernel's words for the engine, the slot table, the loop's records and its
+        tuning."""
+        a = self.args
+        for name in ("ring_header", "ring_events", "events", "iocb_addr", "ptrs"):
+            a.array(name, getattr(h, name))
+        a.events_cap = h.events_cap
+        a.ctx = h.ctx_id
+        for name, value in h.words.items():
+            setattr(a, name, value)
+        a.array("rows", self._slots.rows)
+        a.array("out", np.zeros(self._slots.table.capacity, dtype=np.int64))
+        a.n_slots = self._slots.table.capacity
+        a.array("pend", self._records.pend)
+        a.flush_at = self._records.flush_at
+        for name in _TUNING_WORDS:
+            setattr(a, name, getattr(tuning, name.upper()))
+        a.n_max = sum(not w.paced for w in self.ws)
+        a.spin_ns = tuning.AWAIT_SPIN_NS
+        a.spin_gate_ns = tuning.AWAIT_SPIN_GATE_NS
+        # a lone max-iops workload of depth 1-2 waits as soon as its I/Os went out
+        a.lone = int(len(self.ws) == 1 and not self.ws[0].paced
+                     and self.ws[0].params.iodepth <= tuning.LONE_DEPTH_MAX)
+
+    def _write_args(self) -> None:
+        """The kernel's words for writes: each writing workload's data (``struct ivy_data``:
+        ``WritePattern.data_words``, its kind, pool, duplicates, dedup key and bound) and
+        block size; its ring's first serial comes with the ring (``set_ring``)."""
+        d = self.data = self.args.array("data", np.zeros(len(self.ws), dtype=DATA_DTYPE))
+        # kept alive: the kernel has their arrays' addresses only
+        self._patterns = [w.pattern for w in self.ws]
+        for i, w in enumerate(self.ws):
+            if w.pattern is None:
+                continue
+            (d["kind"][i], d["pool"][i], d["dups"][i], d["dedup_key"][i],
+             d["unique_below"][i]) = w.pattern.data_words()
+            d["block_bytes"][i] = w.pattern.blocksize_bytes
+
+    def _stats_args(self, root: npt.NDArray[np.int64]) -> list[int]:
+        """The kernel's words for binning: the stats region, each workload's category when
+        fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
+        made anew whenever a workload joins or leaves). Returns the address of each buffer's
+        offsets (``stat_off`` is set to the running one before each run)."""
+        a = self.args
+        wl = self._wl
+        a.array("root", root)
+        stat_off = np.array([[-1 if w is None else rooted_at(w.spec.stats[b]) for w in wl]
+                             for b in (0, 1)], dtype=np.int64).reshape(2, len(wl))
+        a.array("stat_off", stat_off)
+        a.array("fixcat", np.array([-1 if w is None else w.fixed_cat for w in wl],
+                                   dtype=np.int64))
+        a.n_owners = len(wl)
+        return [int(stat_off[b].ctypes.data) for b in (0, 1)]
+
+    def load(self) -> None:
+        """Take the workloads' free slots and cursors."""
+        for i, w in enumerate(self.ws):
+            self.set_ring(i, w)
+            n = len(w.free)
+            off = int(self.free_off[i])
+            self.free_buf[off : off + n] = w.free
+            self.free_n[i] = n
+        self.armed[:] = 0
+        self.args.heap_n = 0
+        self.args.refill = 0
+        self.loaded = True
+
+    def set_ring(self, i: int, w: LoopWorkload) -> None:
+        """Workload ``i``'s ring and cursor (and its first I/O's serial), and its generator,
+        as the workload has them now."""
+        self.rings[i] = w.ring.ctypes.data
+        self.rlen[i] = w.ring_len
+        self.cur[i] = w.cur
+        self.data["ring_serial"][i] = w.ring_serial
+        self.rcap[i] = int(w.ring.shape[0])
+        gs = w.seq.generator_state()
+        if gs is None:
+            self.gen[i] = 0  # Python refills it (R_REFILL)
+            return
+        fd = w.spec.fd
+        self.gen[i] = pk.generator(
+            gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd))
+
+    def take_back(self, i: int) -> None:
+        """Give workload ``i``'s sequencer and write pattern back what the kernel generated
+        since ``set_ring``, and the workload the I/Os in its ring (which the kernel wrote in
+        place, from the top) with their directions and first serial."""
+        gen = self.gen
+        made = int(gen["made"][i])
+        if not made and not gen["resync"][i]:
+            return
+        w = self.ws[i]
+        if w.seq.params is not w.spec.params:  # retimed in place (``retime_loaded``)
+            w.seq.rerate(w.spec.params)
+        w.seq.resume(*pk.generator_progress(gen[i]))
+        gen["resync"][i] = 0
+        if not made:  # retimed in place: the ring stands
+            return
+        ring = w.ring[: int(self.rlen[i])]
+        is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
+        set_ring(w, ring, is_write, int(self.data["ring_serial"][i]))
+        gen["made"][i] = 0
+
+    def give_back(self) -> None:
+        """Give the workloads back their free slots, cursors and what the kernel generated
+        (completions reaped past a boundary and not recorded yet stay in ``args``: ``unload``
+        records them). A max-iops workload's I/Os kept from its paced schedule (``overdue``)
+        are those still at the head of its ring with a time (the kernel issued the rest)."""
+        self.loaded = False
+        for i, w in enumerate(self.ws):
+            self.take_back(i)
+            off = int(self.free_off[i])
+            w.free = self.free_buf[off : off + int(self.free_n[i])].tolist()
+            w.cur = int(self.cur[i])
+            if w.overdue:
+                timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
+                w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
+                                else int(timed.size))
 
     def unload(self, *, restart: bool = True) -> None:
-        """Give the compiled state back to the workloads, before anything else looks at their
-        free slots and cursors: a change of workloads, a drain, a new set. Completions it
-        reaped past a boundary and left for its next run are recorded here instead (the
-        general way, as ``EngineLoop._reaped_late`` does). A max-iops workload's slots that
-        it freed and had not submitted again go out now (``restart``, while running):
-        elsewhere a max-iops workload has every slot in flight."""
-        cp = self.compiled
-        if cp is None or not cp.loaded:  # given back already, with what it reaped late
+        """Give the compiled state back to the workloads (``give_back``), before anything else
+        looks at their free slots and cursors: a change of workloads, a drain, a new set.
+        Completions it reaped past a boundary and left for its next run are recorded here
+        instead (the general way, as ``EngineLoop._reaped_late`` does). A max-iops workload's
+        slots that it freed and had not submitted again go out now (``restart``, while
+        running): elsewhere a max-iops workload has every slot in flight."""
+        if not self.ws or not self.loaded:  # given back already, with what it reaped late
             return
-        cp.unload()
-        n = int(cp.args.n)
+        self.give_back()
+        n = int(self.args.n)
         if n:
-            cp.args.n = 0
-            self._complete(cp.eng, n, int(cp.args.t_ns))
-        for w in cp.ws:
+            self.args.n = 0
+            self._complete(self.eng, n, int(self.args.t_ns))
+        for w in self.ws:
             if w.free and not w.paced:
                 free = np.array(w.free, dtype=np.intp)
                 w.free = []
@@ -112,13 +274,12 @@ class NativeLoop:
         ``EngineLoop._reaped_late`` does; ``at_boundary`` closes one without), a workload's
         refill, a flush, an I/O error to count, a submission the kernel took only in part.
         Returns the next boundary."""
-        cp = self.compiled
-        assert cp is not None  # only a set that runs compiled is picked
-        if not cp.loaded:
-            cp.load()
-        args = cp.args
+        assert self.ws  # only a set that runs compiled is picked
+        if not self.loaded:
+            self.load()
+        args = self.args
         records, slots = self._records, self._slots
-        args.stat_off = cp.stat_addr[records.buf]
+        args.stat_off = self.stat_addr[records.buf]
         args.boundary_ns = boundary
         args.wake_ns = wake
         args.discard = int(records.discard)
@@ -145,28 +306,28 @@ class NativeLoop:
                 # records them while the set stays loaded, else they are recorded here
                 n, t = int(args.n), int(args.t_ns)
                 args.n = 0
-                if late(cp.eng, n, t, boundary):
-                    if cp.loaded:
+                if late(self.eng, n, t, boundary):
+                    if self.loaded:
                         args.n = n
                         args.t_ns = t
                     else:
-                        self._complete(cp.eng, n, t)
+                        self._complete(self.eng, n, t)
                 return boundary + subinterval_ns
             if code == pk.R_REFILL:
                 args.refill = 0
-                for i in np.flatnonzero(cp.armed == 2).tolist():
-                    w = cp.ws[i]
-                    cp.take_back(i)
-                    w.cur = int(cp.cur[i])
-                    w.refill(int(cp.free_n[i]))
-                    cp.set_ring(i, w)
-                    cp.armed[i] = 0
+                for i in np.flatnonzero(self.armed == 2).tolist():
+                    w = self.ws[i]
+                    self.take_back(i)
+                    w.cur = int(self.cur[i])
+                    w.refill(int(self.free_n[i]))
+                    self.set_ring(i, w)
+                    self.armed[i] = 0
             elif code in (pk.R_FLUSH, pk.R_ERROR):
                 records.flush()
             elif code == pk.R_SUBMIT:
                 m = int(args.sub_n)
                 try:
-                    cp.finish_submit(int(args.sub_done), m)
+                    self.finish_submit(int(args.sub_done), m)
                 except IoEngineError as exc:  # the kernel counted all m in flight
                     slots.in_flight -= m - took(exc)
                     raise
@@ -182,18 +343,16 @@ class NativeLoop:
         set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
-        (``CompiledPaced.take_back``). Given back and loaded again at every boundary, 1,024
-        workloads held a worker's I/O some 30 ms each time. False (nothing done) where any
-        edit is not such an edit."""
-        cp = self.compiled
-        if cp is None or not cp.loaded:
+        (``take_back``). Given back and loaded again at every boundary, 1,024 workloads held
+        a worker's I/O some 30 ms each time. False (nothing done) where any edit is not such
+        an edit."""
+        if not self.ws or not self.loaded:
             return False
-        pos_of = cp.pos_of
-        on = cp.gen["on"].tolist()
-        ws = cp.ws
+        on = self.gen["on"].tolist()
+        ws = self.ws
         chosen: dict[int, WorkloadParams] = {}
         for workload_id, params in edits:
-            k = pos_of.get(workload_id)
+            k = self.pos_of.get(workload_id)
             if (k is None or not on[k] or not ws[k].paced or params.iops is None
                     or not params.same_but_rate(ws[k].spec.params)):
                 return False
@@ -203,9 +362,9 @@ class NativeLoop:
                            count=len(chosen))
         for k, params in chosen.items():
             ws[k].spec.params = params
-        periods, bases = Sequencer.schedule_starts(cp.phase_fraction[ks], iops, at_ns)
-        pk.retime(cp.args, cp.gen, at_ns, ks, periods, bases)
+        periods, bases = Sequencer.schedule_starts(self.phase_fraction[ks], iops, at_ns)
+        pk.retime(self.args, self.gen, at_ns, ks, periods, bases)
         # the kernel's heap holds the old times: its next run arms every workload anew
-        cp.armed[cp.armed == 1] = 0
-        cp.args.heap_n = 0
+        self.armed[self.armed == 1] = 0
+        self.args.heap_n = 0
         return True

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import hashlib
 import os
 import platform
@@ -96,10 +97,6 @@ _U64: Final = (1 << 64) - 1
 R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
 
 
-
-# the constants the loop's C uses beside its structs' fields (a write's opcode, a stamped
-# sector's size)
-_CONSTANTS: Final = {"IOCB_CMD_PWRITE": IOCB_CMD_PWRITE, "SECTOR_BYTES": SECTOR_BYTES}
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
 _STATS_LAYOUT: Final = {
     "N_COUNTERS": N_CATEGORIES * 3, "N_LAT": N_CATEGORIES * N_KINDS * 3, "N_KINDS": N_KINDS,
@@ -118,7 +115,8 @@ def source() -> str:
     hash, which names the cached and the shipped object, cover both)."""
     defines = {"POOL_BLOCKS": POOL_BLOCKS, "DEDUP_POOL": DEDUP_POOL}
     defines.update({f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()})
-    defines.update(_CONSTANTS)
+    # a write's opcode, a stamped sector's size
+    defines.update(IOCB_CMD_PWRITE=IOCB_CMD_PWRITE, SECTOR_BYTES=SECTOR_BYTES)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
     # the scripted engine's words (slave.engine.fake)
@@ -128,9 +126,8 @@ def source() -> str:
         defines.update({prefix + k: v for k, v in cols.items()})
     defines["FK_PEND_WORDS"] = len(layout.PEND_COLUMNS)
     defines["FK_LOG_WORDS"] = len(layout.LOG_COLUMNS)
-    for prefix in ("R_",):  # the loop's result codes
-        defines.update({k: v for k, v in globals().items()
-                        if k.startswith(prefix) and isinstance(v, int)})
+    defines.update({k: v for k, v in globals().items()  # the loop's result codes
+                    if k.startswith("R_") and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     package = resources.files("slave.engine")
     body = package.joinpath("paced_kernel.c").read_text("utf-8")
@@ -145,9 +142,7 @@ def source() -> str:
 _FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall")
 _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_gen_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_retime_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
-_data_fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
+_lib: ctypes.CDLL | None = None  # the loaded object (``_fn`` is its ``paced_run``)
 _why_not: str | None = None
 _origin: str | None = None  # where the loaded object came from
 
@@ -158,11 +153,11 @@ def platform_tag() -> str:
     return f"{platform.machine() or 'unknown'}-{platform.libc_ver()[0] or 'libc'}"
 
 
-def shipped_name(src: str | None = None, tag: str | None = None) -> str:
-    """The file name of the object shipped for ``tag`` (this host's) and ``src`` (this
+def shipped_name(src: str | None = None) -> str:
+    """The file name of the object shipped for this host's ``platform_tag`` and ``src`` (this
     source): ``paced_kernel-<tag>-<sha256 of the source, 16 hex>.so``."""
     key = hashlib.sha256((src if src is not None else source()).encode()).hexdigest()[:16]
-    return f"paced_kernel-{tag or platform_tag()}-{key}.so"
+    return f"paced_kernel-{platform_tag()}-{key}.so"
 
 
 def build_for_shipping(out_dir: str) -> str:
@@ -244,7 +239,7 @@ def _build(cc: list[str], src: str) -> str:
 def _load() -> None:
     """Load the kernel once per process: the object shipped for this host, else one built
     here (or found in the cache); on failure note why (``why_not``)."""
-    global _fn, _gen_fn, _retime_fn, _data_fn, _why_not, _origin
+    global _fn, _lib, _why_not, _origin
     if _fn is not None or _why_not is not None:
         return
     cc = _compiler()
@@ -282,17 +277,10 @@ def _load() -> None:
     fn = lib.paced_run
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_int64
-    gen = lib.paced_generate
-    gen.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    gen.restype = None
-    retime_fn = lib.paced_retime
-    retime_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64]
-    retime_fn.restype = None
-    data_fn = lib.paced_write_data
-    data_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                        ctypes.c_void_p]
-    data_fn.restype = None
-    _fn, _gen_fn, _retime_fn, _data_fn = fn, gen, retime_fn, data_fn
+    lib.paced_retime.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                 ctypes.c_int64]
+    lib.paced_retime.restype = None
+    _fn, _lib = fn, lib
 
 
 def available() -> bool:
@@ -323,26 +311,6 @@ def run(args: LoopArgs) -> int:
     return int(fn(args.address))
 
 
-def generate(args: LoopArgs, k: int, m: int) -> None:
-    """The kernel's generator alone (for the tests): workload ``k``'s next ``m`` I/Os into
-    its ring from the top, as ``run`` makes them when the ring runs out."""
-    _load()
-    assert _gen_fn is not None, _why_not
-    _gen_fn(args.address, k, m)
-
-
-def write_data(args: LoopArgs, k: int, i: int, offset_bytes: int,
-               dst: npt.NDArray[np.uint8]) -> None:
-    """The kernel's write data alone (for the tests): what it puts into a write's buffer for
-    workload ``k``'s ring I/O ``i`` (``args.data``), a write at ``offset_bytes``, into
-    ``dst`` (C-contiguous, at least the block's size: the kernel writes the block whole)."""
-    _load()
-    assert _data_fn is not None, _why_not
-    if not dst.flags.c_contiguous:
-        raise ValueError("write data goes into a C-contiguous buffer")
-    _data_fn(args.address, k, i, offset_bytes, dst.ctypes.data)
-
-
 def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArray[np.int64],
            period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
     """Workloads ``ks`` (elements of ``gen``, the loop's generators) take new schedules from
@@ -351,46 +319,23 @@ def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArra
     its generator (schedule, stream) goes on from there, marked ``resync`` for its sequencer
     to take back."""
     _load()
-    assert _retime_fn is not None, _why_not
+    assert _lib is not None, _why_not
     ks = np.ascontiguousarray(ks, dtype=np.int64)
     gen["period_ns"][ks] = period_ns
     gen["sched_base_ns"][ks] = base_ns
     gen["sched_k"][ks] = 0
     gen["sched_last_ns"][ks] = float(at_ns)
     gen["first_due"][ks] = gen["poisson"][ks]
-    _retime_fn(args.address, at_ns, ks.ctypes.data, ks.shape[0])
+    _lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
 def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:
-    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write
-    words."""
-    g = np.zeros((), dtype=GEN_DTYPE)
-    g["on"] = 1
-    g["state_hi"] = gs.rng_state >> 64
-    g["state_lo"] = gs.rng_state & _U64
-    g["inc_hi"] = gs.rng_inc >> 64
-    g["inc_lo"] = gs.rng_inc & _U64
-    g["sched_state_hi"] = gs.sched_rng_state >> 64
-    g["sched_state_lo"] = gs.sched_rng_state & _U64
-    g["sched_inc_hi"] = gs.sched_rng_inc >> 64
-    g["sched_inc_lo"] = gs.sched_rng_inc & _U64
-    g["first_bytes"] = gs.first_offset_bytes
-    g["n_blocks"] = gs.n_blocks
-    g["blocksize_bytes"] = gs.blocksize_bytes
-    g["n_hot"] = gs.n_hot_blocks
-    g["hot_share"] = gs.hot_zone_fraction
-    g["read_fraction"] = gs.read_fraction
-    g["sequential"] = int(gs.sequential)
-    g["seq_next"] = gs.seq_next
-    g["poisson"] = int(gs.poisson)
-    g["period_ns"] = gs.period_ns
-    g["sched_base_ns"] = gs.sched_base_ns
-    g["sched_k"] = gs.sched_k
-    g["sched_last_ns"] = gs.sched_last_ns
-    g["first_due"] = int(gs.first_arrival_due)
-    g["op_read"] = op_read
-    g["op_write"] = op_write
-    return g
+    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write words.
+    ``gs``'s fields are ``struct ivy_gen``'s in its order, the four 128-bit states first,
+    which the struct holds as two words each."""
+    words = dataclasses.astuple(gs)
+    halves = [half for wide in words[:4] for half in (wide >> 64, wide & _U64)]
+    return np.array((1, *halves, *words[4:], op_read, op_write, 0, 0), dtype=GEN_DTYPE)
 
 
 def generator_progress(g: npt.NDArray[np.void] | np.void

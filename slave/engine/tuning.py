@@ -98,6 +98,6 @@ BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5
 # paced workloads on a libaio or io_uring engine (reads, and writes of every data kind) run in
 # compiled C where the host could build it (``slave.engine.paced_kernel``;
-# ``compiled_paced.CompiledPaced``), and max-iops workloads with them or without them (a lone
+# ``loop_native.NativeLoop``), and max-iops workloads with them or without them (a lone
 # one too, of any depth); tests and bench_engine switch it off to run the Python loop
 COMPILED_PACED = True

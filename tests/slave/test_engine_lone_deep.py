@@ -12,9 +12,10 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import compiled_paced, paced_kernel, tuning
+from slave.engine import paced_kernel, tuning
 from slave.engine.loop import EngineLoop
 from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_native import NativeLoop
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory
 from tests.slave.test_engine_lone_shallow import (
@@ -152,13 +153,13 @@ def test_edits_hand_the_workload_back_and_load_it_again_counting_every_read_once
     dev = loop_device(64 * MiB)
     codes = _noting_runs(monkeypatch, True)
     loads: list[int] = []
-    load = compiled_paced.CompiledPaced.load
+    load = NativeLoop.load
 
-    def counted_load(self: compiled_paced.CompiledPaced) -> None:
+    def counted_load(self: NativeLoop) -> None:
         loads.append(len(self.ws))
         load(self)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "load", counted_load)
+    monkeypatch.setattr(NativeLoop, "load", counted_load)
     p = WorkloadParams(iodepth=8, seed=3)
     loop, fd, stats = _lone_reader(dev, 64, p)
     edits = {0: p.replace(iops=5000.0), 1: p, 2: p.replace(iodepth=16)}

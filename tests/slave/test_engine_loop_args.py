@@ -7,6 +7,7 @@ from the header caught and named, and the loader refusing an object whose struct
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from slave.engine import aio_abi, layout, loop_args
 from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
+from slave.sequencer import GeneratorState
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
 
@@ -85,6 +87,23 @@ def test_every_row_and_io_field_has_the_compiled_offset_and_size(tmp_path: Path,
     assert c_size == dtype.itemsize == 8 * len(c_fields)
     columns = layout.ROW if struct == "ivy_row" else layout.IO
     assert columns == {name: off // 8 for name, off, _ in c_fields}
+
+
+def test_a_generator_holds_each_field_of_its_state_where_the_struct_names_it() -> None:
+    # paced_kernel.generator fills struct ivy_gen from GeneratorState's fields in order (each
+    # 128-bit state as two words): every field, of a distinct value, lands in its namesake
+    wide = [(1 << 127) + (i << 64) + 9 - i for i in range(4)]
+    gs = GeneratorState(*wide, 11, 12, 13, 14, 0.25, 0.75, True, 17, False, 19.5, 20, 21,
+                        22.5, True)
+    g = pk.generator(gs, 24, 25)
+    for i, name in enumerate(("state", "inc", "sched_state", "sched_inc")):
+        assert (int(g[name + "_hi"]), int(g[name + "_lo"])) == (wide[i] >> 64, 9 - i), name
+    struct_of = {"first_offset_bytes": "first_bytes", "n_hot_blocks": "n_hot",
+                 "hot_zone_fraction": "hot_share", "first_arrival_due": "first_due"}
+    for field in dataclasses.fields(GeneratorState)[4:]:
+        value = getattr(gs, field.name)
+        assert g[struct_of.get(field.name, field.name)] == value, field.name
+    assert (g["on"], g["op_read"], g["op_write"], g["made"], g["resync"]) == (1, 24, 25, 0, 0)
 
 
 def test_the_rows_iocb_part_is_the_kernels_iocb() -> None:
@@ -185,8 +204,7 @@ def test_the_source_compiled_carries_the_header() -> None:
 @needs_cc
 def test_the_loader_refuses_an_object_whose_struct_differs(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("_fn", "_gen_fn", "_retime_fn", "_data_fn", "_why_not",
-                 "_origin"):
+    for name in ("_fn", "_lib", "_why_not", "_origin"):
         monkeypatch.setattr(pk, name, None)
     monkeypatch.setattr(loop_args, "layout_difference", lambda lib: "field 0: (a drift)")
     assert not pk.available()

@@ -8,6 +8,7 @@ twin does."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 
 import numpy as np
@@ -19,6 +20,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
+from tests.slave.test_engine_paced_kernel import kernel_function
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
                                 reason="no C compiler (cc): the compiled paced loop cannot be "
@@ -57,7 +59,7 @@ class _Kernel:
             self.args.array(name, arr)
 
     def generate(self, m: int) -> npt.NDArray[np.int64]:
-        pk.generate(self.args, 0, m)
+        kernel_function("paced_generate", ctypes.c_int64, ctypes.c_int64)(self.args.address, 0, m)
         return self.ring[:m].copy()
 
     def retime(self, iops: float, at_ns: int, issued: int) -> npt.NDArray[np.int64]:
@@ -69,7 +71,7 @@ class _Kernel:
         return self.ring[: int(self.rlen[0])].copy()
 
     def hand_back(self, seq: Sequencer, iops: float | None) -> None:
-        """``CompiledPaced.take_back``: the sequencer takes the kernel's rate and place."""
+        """``NativeLoop.take_back``: the sequencer takes the kernel's rate and place."""
         if iops is not None and seq.params.iops != iops:
             seq.rerate(seq.params.replace(iops=iops))
         seq.resume(*pk.generator_progress(self.gen[0]))

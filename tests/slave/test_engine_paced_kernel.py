@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import os
 import select
 import shutil
@@ -14,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +26,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, compiled_paced, files, layout, tuning
+from slave.engine import aio_abi, files, layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -199,6 +201,19 @@ _READ_WORD = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, 7)
 _WRITE_WORD = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7)
 
 
+def kernel_function(name: str, *argtypes: Any) -> Callable[..., None]:
+    """A function of the loaded object that serves the tests alone, taking the address of the
+    loop's arguments, then ``argtypes``: ``paced_generate`` (workload k's next m I/Os into its
+    ring from the top, as a run makes them when the ring runs out) and ``paced_write_data``
+    (what a run puts into a write's buffer for workload k's ring I/O i, a write at an offset:
+    the block whole)."""
+    assert pk.available(), pk.why_not()
+    fn = getattr(pk._lib, name)
+    fn.argtypes = [ctypes.c_void_p, *argtypes]
+    fn.restype = None
+    return fn
+
+
 def _sequencer(params: WorkloadParams) -> Sequencer:
     seq = Sequencer(params, lun_size_bytes=64 * MiB, logical_block_bytes=512, stream="t:lun:w")
     seq.start(1_000_000_000)
@@ -223,8 +238,9 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
                       ("armed", np.zeros(1, np.uint8)), ("gen", gen), ("data", data)):
         a.array(name, arr)
     made = []
+    generate = kernel_function("paced_generate", ctypes.c_int64, ctypes.c_int64)
     for _ in range(times):
-        pk.generate(a, 0, m)
+        generate(a.address, 0, m)
         serials = (np.zeros(m, np.int64) if pattern is None
                    else int(data["ring_serial"][0]) + np.arange(m))
         made.append(np.concatenate([ring, serials[:, None]], axis=1))
@@ -407,8 +423,8 @@ class Control:
         # every slot is free or in flight, once (the compiled loop's state stays loaded over
         # boundaries: its free stacks are the truth then)
         ws = loop.workloads.live()
-        cp = loop.native.compiled
-        if cp is not None and cp.loaded:
+        cp = loop.native
+        if cp.ws and cp.loaded:
             free = [cp.free_buf[o : o + n].tolist()
                     for o, n in zip(cp.free_off.tolist(), cp.free_n.tolist(), strict=True)]
             self.loaded_boundaries += 1
@@ -453,13 +469,13 @@ def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]
 def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
     made = [0]
-    take_back = compiled_paced.CompiledPaced.take_back
+    take_back = NativeLoop.take_back
 
-    def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
+    def counting(cp: NativeLoop, i: int) -> None:
         made[0] += int(cp.gen["made"][i])
         take_back(cp, i)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
+    monkeypatch.setattr(NativeLoop, "take_back", counting)
     return made
 
 
@@ -575,7 +591,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
 
         def seen(loop: EngineLoop, finished: int, boundary_ns: int,
                  paced: list[bool] = paced) -> None:
-            paced.append((loop.native.compiled is not None) == compiled)
+            paced.append(bool(loop.native.ws) == compiled)
 
         t0 = time.thread_time()
         ctl, loop = _run_paced(lun_file, params, 200_000_000, 3, Control(3, at_boundary=seen))
@@ -697,13 +713,13 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     if not in_place:
         monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: False)
     loads = [0]
-    load = compiled_paced.CompiledPaced.load
+    load = NativeLoop.load
 
-    def counted_load(cp: compiled_paced.CompiledPaced) -> None:
+    def counted_load(cp: NativeLoop) -> None:
         loads[0] += 1
         load(cp)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "load", counted_load)
+    monkeypatch.setattr(NativeLoop, "load", counted_load)
     params = [WorkloadParams(iodepth=4, iops=4000.0, blocksize_bytes=4096, seed=1),
               WorkloadParams(iodepth=2, iops=2000.0, blocksize_bytes=4096, seed=2,
                              iosequencer="sequential"),
@@ -793,8 +809,7 @@ def test_a_rate_raised_in_place_takes_effect_at_the_edit(lun_file: str) -> None:
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished == 0:
             loop.edit_workloads([("t:lun:w0", params[0].replace(iops=1000.0))], boundary_ns)
-            cp = loop.native.compiled
-            assert cp is not None and cp.loaded  # made in place
+            assert loop.native.ws and loop.native.loaded  # made in place
 
     ctl, _ = _run_paced(lun_file, params, 200_000_000, 2, Control(2, at_boundary=edit))
     after = ctl.stats[1]

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from protocol.stats import WorkloadStats
-from slave.engine import compiled_paced, files, tuning
+from slave.engine import files, tuning
 from slave.engine import loop as loop_mod
 from slave.engine import paced_kernel as pk
 from slave.engine.loop import EngineLoop
+from slave.engine.loop_native import NativeLoop
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
@@ -155,7 +156,7 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
 
     def edit(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
         # the loop that ran the subinterval just finished
-        ran.append("compiled" if loop.native.compiled is not None else "general")
+        ran.append("compiled" if loop.native.ws else "general")
         if finished == 0:
             loop.edit_workload("t:lun:w0", behind.replace(iops=None), boundary_ns)
         elif finished == 1:
@@ -202,14 +203,14 @@ def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
     loops: list[str] = []
     fds: list[int] = []
     freed = [0, 0]  # max-iops slots the kernel had freed and not submitted; hand-backs
-    unload = compiled_paced.CompiledPaced.unload
+    give_back = NativeLoop.give_back
 
-    def noting(cp: compiled_paced.CompiledPaced) -> None:
-        unload(cp)
-        freed[0] += sum(len(w.free) for w in cp.ws if not w.paced)
+    def noting(native: NativeLoop) -> None:
+        give_back(native)
+        freed[0] += sum(len(w.free) for w in native.ws if not w.paced)
         freed[1] += 1
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "unload", noting)
+    monkeypatch.setattr(NativeLoop, "give_back", noting)
     sub_ns, n_sub, join = 100_000_000, 5, 2
 
     def edit(loop: EngineLoop, elapsed_ns: int) -> None:
@@ -218,7 +219,7 @@ def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
             loop.edit_workload("t:lun:w2", params[2].replace(iops=rate), time.monotonic_ns())
 
     def add(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
-        loops.append("compiled" if loop.native.compiled is not None else "general")
+        loops.append("compiled" if loop.native.ws else "general")
         if finished == join - 1:
             loop.register_engine_kind("threadpool", ThreadPoolEngine)
             fds.append(files.open_lun(dev.path, writable=False, extra_flags=0))

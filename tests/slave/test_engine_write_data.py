@@ -9,6 +9,7 @@ the config asks for."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import time
@@ -19,15 +20,16 @@ import pytest
 
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine import compiled_paced, files, tuning, uring
+from slave.engine import files, tuning, uring
 from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import DATA_DTYPE, LoopArgs
+from slave.engine.loop_native import NativeLoop
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory
-from tests.slave.test_engine_paced_kernel import Control
+from tests.slave.test_engine_paced_kernel import Control, kernel_function
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -46,7 +48,7 @@ def _pattern(kind: str, ratio: float, bs: int, seed: int) -> WritePattern:
 # ---------------------------------------------------------------------------- the kernel alone
 def _kernel_data(p: WritePattern, ring_serial: int) -> LoopArgs:
     """The kernel's arguments for one workload writing ``p``'s data, its ring's first I/O of
-    serial ``ring_serial`` (``CompiledPaced._write_args``)."""
+    serial ``ring_serial`` (``NativeLoop._write_args``)."""
     d = np.zeros(1, dtype=DATA_DTYPE)
     (d["kind"][0], d["pool"][0], d["dups"][0], d["dedup_key"][0],
      d["unique_below"][0]) = p.data_words()
@@ -72,8 +74,10 @@ def test_the_kernel_writes_what_the_pattern_writes(kind: str, ratio: float, bs: 
     p.fill(want, np.arange(n, dtype=np.intp), offsets, serials)
     got = np.full((n, bs + 512), 0x5A, dtype=np.uint8)  # a row past the block: left alone
     args = _kernel_data(p, 1000)
+    write_data = kernel_function("paced_write_data", ctypes.c_int64, ctypes.c_int64,
+                                 ctypes.c_int64, ctypes.c_void_p)
     for i in range(n):
-        pk.write_data(args, 0, i, int(offsets[i]), got[i])
+        write_data(args.address, 0, i, int(offsets[i]), got[i].ctypes.data)
     assert np.array_equal(got[:, :bs], want)
     assert (got[:, bs:] == 0x5A).all()
     assert all(p.verify(got[i, :bs], int(offsets[i])) is None for i in range(n))
@@ -203,13 +207,13 @@ def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
     monkeypatch.setattr(tuning, "PACED_RING_MIN", 8)
     monkeypatch.setattr(tuning, "RING_MAX", 8)
     generated = [0]
-    take_back = compiled_paced.CompiledPaced.take_back
+    take_back = NativeLoop.take_back
 
-    def counting(cp: compiled_paced.CompiledPaced, i: int) -> None:
+    def counting(cp: NativeLoop, i: int) -> None:
         generated[0] += int(cp.gen["made"][i])
         take_back(cp, i)
 
-    monkeypatch.setattr(compiled_paced.CompiledPaced, "take_back", counting)
+    monkeypatch.setattr(NativeLoop, "take_back", counting)
     iops, n_blocks = _PACED[bs]
     p = WorkloadParams(iosequencer="sequential", read_fraction=0.5, iodepth=4, iops=iops,
                        blocksize_bytes=bs, seed=60 + bs // KiB,
