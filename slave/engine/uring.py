@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, _libc_syscall
+from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
 from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
@@ -66,9 +66,7 @@ CQE_DTYPE: Final = np.dtype([("user_data", "<u8"), ("res", "<i4"), ("flags", "<u
 _RSRC = np.dtype([("a", "<u4"), ("b", "<u4"), ("c", "<u8"), ("d", "<u8"), ("e", "<u8")])
 assert _PARAMS.itemsize == 120 and SQE_DTYPE.itemsize == 64 and CQE_DTYPE.itemsize == 16
 
-_setup = _libc_syscall(2)
-_enter = _libc_syscall(6)
-_register = _libc_syscall(4)
+_syscall = libc_syscall()  # io_uring_enter may wait: drop the GIL
 
 
 def _fail(what: str) -> IoEngineError:
@@ -122,7 +120,7 @@ class UringRing:
         p = np.zeros(1, dtype=_PARAMS)
         for flags in _SETUP_FLAGS:  # the newest the kernel takes
             p["flags"] = flags
-            fd = _setup(_SYS_SETUP, entries, p.ctypes.data)
+            fd = _syscall(_SYS_SETUP, entries, ctypes.c_void_p(p.ctypes.data))
             if fd >= 0 or ctypes.get_errno() != _EINVAL:
                 break
         if fd < 0:
@@ -167,7 +165,8 @@ class UringRing:
                             (_REGISTER_BUFFERS2, n_buffers, "buffers")):
             r = np.zeros(1, dtype=_RSRC)
             r["a"], r["b"] = n, _RSRC_REGISTER_SPARSE
-            if _register(_SYS_REGISTER, self.fd, op, r.ctypes.data, _RSRC.itemsize) < 0:
+            if _syscall(_SYS_REGISTER, self.fd, op, ctypes.c_void_p(r.ctypes.data),
+                        _RSRC.itemsize) < 0:
                 raise _fail(f"io_uring registration of {n} sparse {what}")
 
     def update(self, files: bool, offset: int, data: npt.NDArray[np.generic], n: int) -> None:
@@ -175,7 +174,8 @@ class UringRing:
         r = np.zeros(1, dtype=_RSRC)
         r["a"], r["c"], r["e"] = offset, data.ctypes.data, n
         op = _REGISTER_FILES_UPDATE2 if files else _REGISTER_BUFFERS_UPDATE
-        if _register(_SYS_REGISTER, self.fd, op, r.ctypes.data, _RSRC.itemsize) < 0:
+        if _syscall(_SYS_REGISTER, self.fd, op, ctypes.c_void_p(r.ctypes.data),
+                    _RSRC.itemsize) < 0:
             raise _fail(f"io_uring registration of {'file' if files else 'buffer'} {offset}")
 
     def enter(self, to_submit: int, min_complete: int, timeout_ns: int, *,
@@ -184,15 +184,18 @@ class UringRing:
         that many completions, ``timeout_ns`` at most (< 0: no limit); ``getevents`` alone
         posts the completions waiting for this task. How many entries it took; -errno when it
         failed (EINTR and ETIME: 0)."""
-        flags, arg, size = _ENTER_GETEVENTS if getevents else 0, 0, 0
+        flags, size = _ENTER_GETEVENTS if getevents else 0, 0
+        arg: ctypes.c_void_p | None = None
         if min_complete:
             flags = _ENTER_GETEVENTS
             if timeout_ns >= 0:
                 ts = np.array([timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000])
                 ext = np.array([0, 8, ts.ctypes.data], dtype=np.uint64)  # sigmask, size, ts
                 flags |= _ENTER_EXT_ARG
-                arg, size = int(ext.ctypes.data), 24
-        rc = int(_enter(_SYS_ENTER, self.fd, to_submit, min_complete, flags, arg, size))
+                arg, size = ctypes.c_void_p(ext.ctypes.data), 24
+        # the seventh argument goes on the stack, where a C int would leave the upper half
+        rc = int(_syscall(_SYS_ENTER, self.fd, to_submit, min_complete, flags, arg,
+                          ctypes.c_long(size)))
         if rc >= 0:
             return rc
         err = ctypes.get_errno()
