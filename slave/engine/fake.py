@@ -31,6 +31,9 @@ from slave.engine.layout import (
     LOG_COLUMNS,
     PEND_COLUMNS,
     SCRIPT_STATE,
+    W_NBYTES,
+    W_OFFSET,
+    W_OPCODE_FD,
 )
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
@@ -118,8 +121,9 @@ class FakeEngine:
         return int(self.pend[0, _DUE]) if self.state[_PENDING] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
-        opcode, fd, _, nbytes, offset = self._table.fields(slots)
-        sched = self._table.rows[slots, C_SCHED]
+        r = self._table.rows[slots]
+        opcode, fd = r[:, W_OPCODE_FD] & 0xFFFF, r[:, W_OPCODE_FD] >> 32
+        nbytes, offset, sched = r[:, W_NBYTES], r[:, W_OFFSET], r[:, C_SCHED]
         now = self._clock.now_ns()
         n = int(slots.size)
         first = int(self.state[_COUNT])
@@ -199,15 +203,14 @@ class FakeEngine:
         assert isinstance(self._clock, VirtualClock)
         ev = self.events.reshape(-1)
         cap = self._table.capacity
-        ptrs = np.zeros(cap, dtype=np.uint64)
         words = {"backend": BACKEND_SCRIPTED, "vclock": int(self._clock.word.ctypes.data),
                  "fake_state": int(self.state.ctypes.data),
                  "fake_pend": int(self.pend.ctypes.data),
                  "fake_script": int(self.script.ctypes.data),
                  "fake_log": int(self._log_array.ctypes.data)}
         return KernelHandles(0, np.zeros(8, dtype=np.uint32), np.zeros(4, dtype=np.int64), ev,
-                             int(ev.ctypes.data), cap, self._table.addr, ptrs,
-                             int(ptrs.ctypes.data), self._finish_submit, words)
+                             cap, self._table.addr, np.zeros(cap, dtype=np.uint64),
+                             self._finish_submit, words)
 
     def _finish_submit(self, done: int, n: int) -> None:
         """The compiled loop's submission took ``done`` of ``n``: the script takes them all."""

@@ -120,9 +120,8 @@ class LibaioEngine:
         if ring is None:
             return None
         ev = self._ctx.events.view(np.int64).reshape(-1)
-        return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, int(ev.ctypes.data),
-                             self._ctx.nr_events, self._addr, self._ptrs, self._ptrs_addr,
-                             self.finish_submit)
+        return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, self._ctx.nr_events,
+                             self._addr, self._ptrs, self.finish_submit)
 
     def finish_submit(self, done: int, n: int) -> None:
         """Compiled code's ``io_submit`` of the first ``n`` pointers of ``_ptrs`` took ``done``

@@ -330,9 +330,8 @@ class UringEngine:
                  "cq_head": base + 4 * r.cq_head, "cq_tail": base + 4 * r.cq_tail,
                  "cq_mask": r.cq_mask, "cqes": int(r.cqes.ctypes.data)}
         none = np.zeros(8, dtype=np.uint32)
-        return KernelHandles(0, none, none.view(np.int64), ev, int(ev.ctypes.data),
-                             self.events.size, self._table.addr, self._ptrs, 0,
-                             self.finish_submit, words)
+        return KernelHandles(0, none, none.view(np.int64), ev, self.events.size,
+                             self._table.addr, self._ptrs, self.finish_submit, words)
 
     def close(self) -> None:
         self._ring.close()
