@@ -75,7 +75,8 @@ AIO_NR_PATH: Final = "/proc/sys/fs/aio-nr"
 _EINTR, _EAGAIN = 4, 11
 
 
-def _read_count(path: str) -> int | None:
+def read_proc_int(path: str) -> int | None:
+    """The integer a /proc file holds; None where there is none (or no such file)."""
     try:
         with open(path, encoding="ascii") as fh:
             return int(fh.read().strip())
@@ -90,7 +91,7 @@ def setup_failure(nr_events: int, err: int, *, max_nr_path: str = AIO_MAX_NR_PAT
     text = f"io_setup({nr_events}) failed: {os.strerror(err)} (errno {err})"
     if err != _EAGAIN:
         return text
-    limit, used = _read_count(max_nr_path), _read_count(nr_path)
+    limit, used = read_proc_int(max_nr_path), read_proc_int(nr_path)
     if limit is None or used is None:
         return f"{text}: the kernel's AIO limit fs.aio-max-nr is reached; raise it"
     need = used + nr_events

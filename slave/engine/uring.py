@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall
+from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall, read_proc_int
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
 from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
@@ -74,15 +74,6 @@ def _fail(what: str) -> IoEngineError:
     return IoEngineError(f"{what} failed: {os.strerror(err)} (errno {err})")
 
 
-def _disabled_mode(path: str) -> int:
-    """``kernel.io_uring_disabled`` (read at ``path``; 0 where the kernel has no such switch)."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return 0
-
-
 _AVAILABLE: list[bool] = []  # [True] once a ring was set up in this process
 
 
@@ -94,7 +85,7 @@ def available(disabled_path: str = IO_URING_DISABLED_PATH) -> str | None:
     allowed); a ring is set up once per process."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"io_uring is wired for Linux x86_64 only, not {platform.platform()}"
-    mode = _disabled_mode(disabled_path)
+    mode = read_proc_int(disabled_path) or 0  # 0 too where the kernel has no such switch
     if mode == 2:
         return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
     if _AVAILABLE:
