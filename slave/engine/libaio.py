@@ -90,16 +90,18 @@ class LibaioEngine:
         # "clip": the slots are the caller's own; the default "raise" copies ``out`` first
         self._addr.take(slots, out=self._ptrs[:n], mode="clip")
         ctx = self._ctx
-        # the call inlined; a failure (-1) is repeated by ``_submit_rest``, which learns why
+        # the call inlined; a failure (-1) is repeated by ``finish_submit``, which learns why
         done = ctx.syscall_held(SYS_IO_SUBMIT, ctx.c_ctx, n, self._c_ptrs)
         if done < n:
-            self._submit_rest(max(done, 0), n)
+            self.finish_submit(done, n)
 
-    def _submit_rest(self, done: int, n: int) -> None:
-        """A fast call took only the first ``done`` of ``n`` (none, when it failed): submit
-        the rest, at once and then after short sleeps while the kernel takes a prefix
-        (EAGAIN under memory pressure); a refusal raises ``SubmitError`` with its errno and
-        how many of the ``n`` went out."""
+    def finish_submit(self, done: int, n: int) -> None:
+        """An ``io_submit`` of the first ``n`` pointers of ``_ptrs`` (ours, or compiled
+        code's) took only ``done`` (-1: failed, nothing taken): submit the rest, at once and
+        then after short sleeps while the kernel takes a prefix (EAGAIN under memory
+        pressure); a refusal raises ``SubmitError`` with its errno and how many of the ``n``
+        went out."""
+        done = max(done, 0)
         base = self._ptrs_addr
         tries = 0
         try:
@@ -122,12 +124,6 @@ class LibaioEngine:
         ev = self._ctx.events.view(np.int64).reshape(-1)
         return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, self._ctx.nr_events,
                              self._addr, self._ptrs, self.finish_submit)
-
-    def finish_submit(self, done: int, n: int) -> None:
-        """Compiled code's ``io_submit`` of the first ``n`` pointers of ``_ptrs`` took ``done``
-        (-1: failed, nothing taken): learn why (``SubmitError``) or submit the rest."""
-        if done < n:
-            self._submit_rest(max(done, 0), n)
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         if timeout_ns == 0:
