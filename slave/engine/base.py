@@ -92,7 +92,6 @@ class AlignedBuffers:
 class IoEngine(Protocol):
     """What the engine loop needs from an engine."""
 
-    name: str
     #: extra ``os.open`` flags for LUNs served by this engine (``O_DIRECT`` for libaio)
     open_flags: int
     #: the slot of each completion, as signed words (the loop indexes with them directly)

@@ -59,7 +59,6 @@ def script_ns(latency: LatencyFn, n: int, seed: int) -> npt.NDArray[np.int64]:
 
 
 class FakeEngine:
-    name = "fake"
     open_flags = 0
 
     def __init__(

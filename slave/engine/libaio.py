@@ -36,7 +36,6 @@ def aio_events_for(slots_in_use: int, capacity: int) -> int:
 
 
 class LibaioEngine:
-    name = "libaio"
     open_flags = os.O_DIRECT
 
     def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:

@@ -23,7 +23,6 @@ from slave.engine.layout import W_OFFSET, W_OPCODE_FD
 
 
 class ThreadPoolEngine:
-    name = "threadpool"
     open_flags = 0
 
     def __init__(self, table: SlotTable, max_threads: int = 64) -> None:

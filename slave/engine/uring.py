@@ -205,7 +205,6 @@ class UringEngine:
     """The engine interface (``slave.engine.base.IoEngine``) on one ``UringRing`` of as many
     entries as the table has slots (a submission never finds its ring full)."""
 
-    name = "io_uring"
     open_flags = os.O_DIRECT
 
     def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
