@@ -38,9 +38,9 @@ def aio_events_for(slots_in_use: int, capacity: int) -> int:
 class LibaioEngine:
     open_flags = os.O_DIRECT
 
-    def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
+    def __init__(self, table: SlotTable) -> None:
         self._table = table
-        self._ctx = AioContext(aio_events_for(slots_in_use, table.capacity))
+        self._ctx = AioContext(aio_events_for(0, table.capacity))  # the loop grows it
         self._old: list[AioContext] = []
         self._bind_context()
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)

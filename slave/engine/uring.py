@@ -207,7 +207,7 @@ class UringEngine:
 
     open_flags = os.O_DIRECT
 
-    def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
+    def __init__(self, table: SlotTable) -> None:
         if table.capacity > _MAX_REG_BUFFERS:
             raise IoEngineError(f"io_uring registers at most {_MAX_REG_BUFFERS} buffers, one a "
                                 f"slot; this loop has {table.capacity} slots")
@@ -217,7 +217,6 @@ class UringEngine:
         self.done_slot = self.events["data"].view(np.int64)
         self.done_res = self.events["res"]
         self._w = r.words
-        self._ptrs = np.zeros(table.capacity, dtype=np.uint64)  # the compiled loop's, unused
 
     def prepare_slots(self, slots: npt.NDArray[np.intp], fd: int,
                       buffers: AlignedBuffers) -> None:
@@ -320,8 +319,9 @@ class UringEngine:
                  "cq_head": base + 4 * r.cq_head, "cq_tail": base + 4 * r.cq_tail,
                  "cq_mask": r.cq_mask, "cqes": int(r.cqes.ctypes.data)}
         none = np.zeros(8, dtype=np.uint32)
+        ptrs = np.zeros(self._table.capacity, dtype=np.uint64)  # filled, read by libaio only
         return KernelHandles(0, none, none.view(np.int64), ev, self.events.size,
-                             self._table.addr, self._ptrs, self.finish_submit, words)
+                             self._table.addr, ptrs, self.finish_submit, words)
 
     def close(self) -> None:
         self._ring.close()
