@@ -128,9 +128,8 @@ class AioContext:
 
     ``submit(ptrs_addr, n)`` submits the first ``n`` iocb addresses of the uint64 array at
     ``ptrs_addr``; ``getevents(min_nr, timeout_ns)`` and ``poll_ring()`` put completions into
-    ``events`` and return how many there are. ``timeout_ns`` < 0 waits without limit. The
-    engine calls ``syscall_held`` (io_submit: it does not wait, so keeps the GIL) itself with
-    ``c_ctx``: no frame in between.
+    ``events`` and return how many there are. The engine calls ``syscall_held`` (io_submit:
+    it does not wait, so keeps the GIL) itself with ``c_ctx``: no frame in between.
     """
 
     def __init__(self, nr_events: int) -> None:
@@ -190,13 +189,9 @@ class AioContext:
 
     def getevents(self, min_nr: int, timeout_ns: int) -> int:
         """Reap at least ``min_nr`` completions (or fewer at the timeout) into ``events``."""
-        if timeout_ns < 0:
-            ts = None
-        else:
-            self._ts_mv[0], self._ts_mv[1] = divmod(timeout_ns, 1_000_000_000)
-            ts = self._c_ts
+        self._ts_mv[0], self._ts_mv[1] = divmod(timeout_ns, 1_000_000_000)
         rc: int = self._syscall(_SYS_IO_GETEVENTS, self.c_ctx, min_nr, self.nr_events,
-                                self._c_events, ts)
+                                self._c_events, self._c_ts)
         if rc >= 0:
             return rc
         err = ctypes.get_errno()

@@ -64,14 +64,14 @@ class ThreadPoolEngine:
             self._todo.put(s)
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
-        """The first completion, waited for ``timeout_ns`` at most (< 0: no limit), and then
-        every one that is there."""
+        """The first completion, waited for ``timeout_ns`` at most, and then every one that is
+        there."""
         n = 0
         with contextlib.suppress(queue.Empty):
             if timeout_ns == 0:
                 item = self._done.get_nowait()
             else:
-                item = self._done.get(timeout=None if timeout_ns < 0 else timeout_ns / 1e9)
+                item = self._done.get(timeout=timeout_ns / 1e9)
             while True:
                 self.done_slot[n], self.done_res[n] = item
                 n += 1

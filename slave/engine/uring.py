@@ -172,18 +172,16 @@ class UringRing:
     def enter(self, to_submit: int, min_complete: int, timeout_ns: int, *,
               getevents: bool = False) -> int:
         """``io_uring_enter``: submit ``to_submit`` entries, and with ``min_complete`` wait for
-        that many completions, ``timeout_ns`` at most (< 0: no limit); ``getevents`` alone
+        that many completions, ``timeout_ns`` at most; ``getevents`` alone
         posts the completions waiting for this task. How many entries it took; -errno when it
         failed (EINTR and ETIME: 0)."""
         flags, size = _ENTER_GETEVENTS if getevents else 0, 0
         arg: ctypes.c_void_p | None = None
         if min_complete:
-            flags = _ENTER_GETEVENTS
-            if timeout_ns >= 0:
-                ts = np.array([timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000])
-                ext = np.array([0, 8, ts.ctypes.data], dtype=np.uint64)  # sigmask, size, ts
-                flags |= _ENTER_EXT_ARG
-                arg, size = ctypes.c_void_p(ext.ctypes.data), 24
+            ts = np.array([timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000])
+            ext = np.array([0, 8, ts.ctypes.data], dtype=np.uint64)  # sigmask, size, ts
+            flags = _ENTER_GETEVENTS | _ENTER_EXT_ARG
+            arg, size = ctypes.c_void_p(ext.ctypes.data), 24
         # the seventh argument goes on the stack, where a C int would leave the upper half
         rc = int(_syscall(_SYS_ENTER, self.fd, to_submit, min_complete, flags, arg,
                           ctypes.c_long(size)))
@@ -286,7 +284,7 @@ class UringEngine:
         w, r = self._w, self._ring
         head = int(w[r.cq_head])
         if head == int(w[r.cq_tail]) and int(w[r.sq_flags]) & _SQ_TASKRUN:
-            r.enter(0, 0, -1, getevents=True)
+            r.enter(0, 0, 0, getevents=True)
         n = min((int(w[r.cq_tail]) - head) & 0xFFFFFFFF, self.events.size)
         if n:
             at = head & r.cq_mask
