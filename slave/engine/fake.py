@@ -181,14 +181,10 @@ class FakeEngine:
         n = self._take()
         if n > 0 or timeout_ns == 0:  # never lose reaped slots by taking twice
             return n
+        until = self._clock.now_ns() + timeout_ns
         p = int(self.state[_PENDING])
-        now = self._clock.now_ns()
-        until = now + timeout_ns if timeout_ns > 0 else None
         if p:
-            due = int(self.pend[min(min_nr, p) - 1, _DUE])
-            until = due if until is None else min(due, until)
-        if until is None:
-            return 0
+            until = min(until, int(self.pend[min(min_nr, p) - 1, _DUE]))
         self._clock.sleep_until(until)
         return self._take()
 
