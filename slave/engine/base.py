@@ -99,7 +99,7 @@ class IoEngine(Protocol):
     done_res: npt.NDArray[np.int64]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
-        """Start the I/Os described by ``table.iocb[slots]``; all of them, or raise."""
+        """Start the I/Os described by ``table.rows[slots]``; all of them, or raise."""
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in

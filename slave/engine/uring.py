@@ -172,9 +172,9 @@ class UringRing:
     def enter(self, to_submit: int, min_complete: int, timeout_ns: int, *,
               getevents: bool = False) -> int:
         """``io_uring_enter``: submit ``to_submit`` entries, and with ``min_complete`` wait for
-        that many completions, ``timeout_ns`` at most; ``getevents`` alone
-        posts the completions waiting for this task. How many entries it took; -errno when it
-        failed (EINTR and ETIME: 0)."""
+        that many completions, ``timeout_ns`` at most; ``getevents`` alone posts the
+        completions waiting for this task. How many entries it took; -errno when it failed
+        (EINTR and ETIME: 0)."""
         flags, size = _ENTER_GETEVENTS if getevents else 0, 0
         arg: ctypes.c_void_p | None = None
         if min_complete:
