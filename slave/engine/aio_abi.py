@@ -2,12 +2,10 @@
 
 Owns the numpy layouts of ``struct iocb`` (64 bytes) and ``struct io_event`` (32 bytes), the raw
 ``io_setup`` / ``io_destroy`` / ``io_getevents`` / ``io_submit`` system calls (x86_64 numbers,
-called through libc's ``syscall``), and ``AioContext``, which also reaps completions from the
-AIO ring the kernel maps into our address space (as fio's ``userspace_reap``) so a busy-polling
-loop needs no system call per check. The hot calls go through a ``syscall`` without argtypes or
-errno capture and with prebuilt ctypes arguments (about half the cost per call); a failed call
-is repeated through the errno-capturing one to learn why. It must not decide what to submit:
-callers fill the iocb array and hand slot numbers in.
+called through libc's ``syscall``, which ``uring`` uses too), and ``AioContext``, which also
+reaps completions from the AIO ring the kernel maps into our address space (as fio's
+``userspace_reap``) so a busy-polling loop needs no system call per check. It must not decide
+what to submit: callers fill the iocb array and hand slot numbers in.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ assert IOCB_DTYPE.itemsize == 64 and IO_EVENT_DTYPE.itemsize == 32
 _SYS_IO_SETUP: Final = 206
 _SYS_IO_DESTROY: Final = 207
 _SYS_IO_GETEVENTS: Final = 208
-_SYS_IO_SUBMIT: Final = 209
+SYS_IO_SUBMIT: Final = 209
 _AIO_RING_MAGIC: Final = 0xA10A10A1
 _AIO_RING_HEADER_BYTES: Final = 32
 
@@ -59,24 +57,13 @@ def opcode_fd_word(opcode: int, fd: int) -> int:
     return opcode | (fd << 32)
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-def _libc_syscall(nargs: int, *, release_gil: bool = True) -> Any:
-    """libc's ``syscall`` with ``nargs`` long arguments. Calls that never block need not
-    release the GIL (``PyDLL``), which saves a little per call."""
+def libc_syscall(*, release_gil: bool = True) -> Any:
+    """libc's ``syscall``, its errno kept for ``ctypes.get_errno``. It has no argument types
+    (they cost 300 of a call's 750 ns here): an argument is a ctypes object (``c_ulong``,
+    ``c_void_p``; ``None`` for NULL) or, among the first six (in registers, sign-extended), a
+    Python int that fits a C ``int``. Calls that never block need not release the GIL
+    (``PyDLL``), which saves a little per call."""
     libc = (ctypes.CDLL if release_gil else ctypes.PyDLL)(None, use_errno=True)
-    fn = libc["syscall"]
-    fn.restype = ctypes.c_long
-    fn.argtypes = [ctypes.c_long] * (nargs + 1)
-    return fn
-
-
-def _libc_syscall_fast(*, release_gil: bool) -> Any:
-    """libc's ``syscall`` without argument types or errno capture: every argument must be a
-    ctypes object (or ``None`` for NULL)."""
-    libc = (ctypes.CDLL if release_gil else ctypes.PyDLL)(None)
     fn = libc["syscall"]
     fn.restype = ctypes.c_long
     return fn
@@ -85,10 +72,11 @@ def _libc_syscall_fast(*, release_gil: bool) -> Any:
 #: the kernel's system-wide AIO limit and use (events of all contexts, ``io_setup``'s count)
 AIO_MAX_NR_PATH: Final = "/proc/sys/fs/aio-max-nr"
 AIO_NR_PATH: Final = "/proc/sys/fs/aio-nr"
-_EAGAIN: Final = 11
+_EINTR, _EAGAIN = 4, 11
 
 
-def _read_count(path: str) -> int | None:
+def read_proc_int(path: str) -> int | None:
+    """The integer a /proc file holds; None where there is none (or no such file)."""
     try:
         with open(path, encoding="ascii") as fh:
             return int(fh.read().strip())
@@ -103,7 +91,7 @@ def setup_failure(nr_events: int, err: int, *, max_nr_path: str = AIO_MAX_NR_PAT
     text = f"io_setup({nr_events}) failed: {os.strerror(err)} (errno {err})"
     if err != _EAGAIN:
         return text
-    limit, used = _read_count(max_nr_path), _read_count(nr_path)
+    limit, used = read_proc_int(max_nr_path), read_proc_int(nr_path)
     if limit is None or used is None:
         return f"{text}: the kernel's AIO limit fs.aio-max-nr is reached; raise it"
     need = used + nr_events
@@ -138,44 +126,28 @@ def available() -> str | None:
 class AioContext:
     """One kernel AIO context and its completion-event buffer.
 
-    ``submit(ptrs, n)`` submits the first ``n`` iocb addresses of the uint64 array ``ptrs``;
-    ``getevents(min_nr, timeout_ns)`` and ``poll_ring()`` put completions into ``events`` and
-    return how many there are. ``timeout_ns`` < 0 waits without limit.
+    ``submit(ptrs_addr, n)`` submits the first ``n`` iocb addresses of the uint64 array at
+    ``ptrs_addr``; ``getevents(min_nr, timeout_ns)`` and ``poll_ring()`` put completions into
+    ``events`` and return how many there are. The engine calls ``syscall_held`` (io_submit:
+    it does not wait, so keeps the GIL) itself with ``c_ctx``: no frame in between.
     """
 
     def __init__(self, nr_events: int) -> None:
-        self._setup = _libc_syscall(2)
-        self._destroy = _libc_syscall(1)
-        self._getevents = _libc_syscall(5)
-        self._submit = _libc_syscall(3, release_gil=False)  # io_submit does not wait
-        # The hot-path twins (public for the engine's inlined calls): no argtypes and no errno
-        # swapping (about half the cost of a call); every argument is a prebuilt ctypes object,
-        # so nothing is converted or truncated. On failure (-1) the call is repeated through
-        # the errno-capturing function above.
-        self.getevents_fast = _libc_syscall_fast(release_gil=True)  # may block: drop the GIL
-        self.submit_fast = _libc_syscall_fast(release_gil=False)
+        self._syscall = libc_syscall()
+        self.syscall_held = libc_syscall(release_gil=False)
         ctx = ctypes.c_ulong(0)
-        rc = self._setup(_SYS_IO_SETUP, nr_events, ctypes.addressof(ctx))
-        if rc < 0:
-            err = ctypes.get_errno()
-            raise IoEngineError(setup_failure(nr_events, err))
+        if self._syscall(_SYS_IO_SETUP, nr_events, ctypes.byref(ctx)) < 0:
+            raise IoEngineError(setup_failure(nr_events, ctypes.get_errno()))
         self.ctx_id = int(ctx.value)
+        self.c_ctx = ctx
         self.nr_events = nr_events
         self.events = np.zeros(nr_events, dtype=IO_EVENT_DTYPE)
-        self.ev_data = self.events["data"]
-        self.ev_res = self.events["res"]
         #: the events as int64 words, 4 per event (data, obj, res, res2), for ``poll_ring``
         self.events_mv = self.events.view(np.int64).data.cast("B").cast("q")
-        self._events_addr = self.events.ctypes.data
+        self._c_events = ctypes.c_void_p(self.events.ctypes.data)
         self._ts = np.zeros(2, dtype=np.int64)  # struct timespec
-        self.ts_mv = self._ts.data.cast("B").cast("q")
-        self.c_sys_submit = ctypes.c_long(_SYS_IO_SUBMIT)
-        self.c_sys_getevents = ctypes.c_long(_SYS_IO_GETEVENTS)
-        self.c_ctx = ctypes.c_ulong(self.ctx_id)
-        self.c_events = ctypes.c_void_p(self._events_addr)
-        self.c_ts = ctypes.c_void_p(self._ts.ctypes.data)
-        self.c_nr = ctypes.c_long(nr_events)
-        self._c_small = [ctypes.c_long(i) for i in range(min(nr_events, 64) + 1)]
+        self._ts_mv = self._ts.data.cast("B").cast("q")
+        self._c_ts = ctypes.c_void_p(self._ts.ctypes.data)
         self._ring_hdr: memoryview | None = None  # uint32 words: id, nr, head, tail, ...
         self._ring_words: memoryview | None = None  # the ring's events as int64 words
         self._ring_nr = 0
@@ -195,10 +167,6 @@ class AioContext:
         self._ring_words = memoryview(raw).cast("B").cast("q")
         self._ring_nr = nr
 
-    @property
-    def userspace_reap(self) -> bool:
-        return self._ring_hdr is not None
-
     def ring_arrays(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]] | None:
         """The mapped ring as numpy arrays over the kernel's memory: its header words (id, nr,
         head, tail, ...) and its events as int64 words (4 per event), for compiled code that
@@ -208,62 +176,28 @@ class AioContext:
         return (np.frombuffer(self._ring_hdr, dtype=np.uint32),
                 np.frombuffer(self._ring_words, dtype=np.int64))
 
-    def c_long(self, n: int) -> ctypes.c_long:
-        """A ctypes ``long`` of ``n`` (cached for small counts)."""
-        return self._c_small[n] if n < len(self._c_small) else ctypes.c_long(n)
-
     def submit(self, ptrs_addr: int, n: int) -> int:
         """Submit ``n`` iocbs whose addresses are the uint64s at ``ptrs_addr``; returns how
-        many the kernel took (it may take fewer)."""
-        return self.submit_c(ctypes.c_void_p(ptrs_addr), n)
-
-    def submit_c(self, ptrs: ctypes.c_void_p, n: int) -> int:
-        """``submit`` with the pointer array's address as a (prebuilt) ctypes pointer."""
-        rc: int = self.submit_fast(self.c_sys_submit, self.c_ctx, self.c_long(n), ptrs)
+        many the kernel took (it may take fewer; none for EAGAIN and EINTR)."""
+        rc: int = self.syscall_held(SYS_IO_SUBMIT, self.c_ctx, n, ctypes.c_void_p(ptrs_addr))
         if rc >= 0:
             return rc
-        rc = self._submit(_SYS_IO_SUBMIT, self.ctx_id, n, ptrs.value)  # again, to learn errno
-        if rc < 0:
-            err = ctypes.get_errno()
-            if err in (11, 4):  # EAGAIN, EINTR: nothing taken, caller retries
-                return 0
-            raise IoEngineError(f"io_submit of {n} iocbs failed: {os.strerror(err)} (errno {err})")
-        return rc
+        err = ctypes.get_errno()
+        if err in (_EAGAIN, _EINTR):  # nothing taken, caller retries
+            return 0
+        raise IoEngineError(f"io_submit of {n} iocbs failed: {os.strerror(err)} (errno {err})")
 
     def getevents(self, min_nr: int, timeout_ns: int) -> int:
         """Reap at least ``min_nr`` completions (or fewer at the timeout) into ``events``."""
-        if timeout_ns < 0:
-            ts = None
-        else:
-            tsm = self.ts_mv
-            tsm[0] = timeout_ns // 1_000_000_000
-            tsm[1] = timeout_ns % 1_000_000_000
-            ts = self.c_ts
-        rc: int = self.getevents_fast(
-            self.c_sys_getevents, self.c_ctx, self.c_long(min_nr), self.c_nr, self.c_events, ts
-        )
+        self._ts_mv[0], self._ts_mv[1] = divmod(timeout_ns, 1_000_000_000)
+        rc: int = self._syscall(_SYS_IO_GETEVENTS, self.c_ctx, min_nr, self.nr_events,
+                                self._c_events, self._c_ts)
         if rc >= 0:
             return rc
-        rc = int(
-            self._getevents(
-                _SYS_IO_GETEVENTS, self.ctx_id, min_nr, self.nr_events, self._events_addr,
-                0 if ts is None else ts.value,
-            )
-        )
-        if rc < 0:
-            err = ctypes.get_errno()
-            if err == 4:  # EINTR
-                return 0
-            raise IoEngineError(f"io_getevents failed: {os.strerror(err)} (errno {err})")
-        return rc
-
-    def ring_ready(self) -> int:
-        """Completions waiting in the ring (0 when the ring cannot be read)."""
-        hdr = self._ring_hdr
-        if hdr is None:
+        err = ctypes.get_errno()
+        if err == _EINTR:
             return 0
-        d: int = hdr[3] - hdr[2]
-        return d if d >= 0 else d + self._ring_nr
+        raise IoEngineError(f"io_getevents failed: {os.strerror(err)} (errno {err})")
 
     def poll_ring(self) -> int:
         """Reap whatever completions are in the ring without a system call."""
@@ -292,7 +226,7 @@ class AioContext:
 
     def close(self) -> None:
         if self.ctx_id:
-            self._destroy(_SYS_IO_DESTROY, self.ctx_id)
+            self._syscall(_SYS_IO_DESTROY, self.c_ctx)
             self.ctx_id = 0
             self._ring_hdr = None
-            self._ring_events = None
+            self._ring_words = None

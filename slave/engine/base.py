@@ -1,7 +1,7 @@
 """The I/O engine interface and the slot table that engines and the engine loop share.
 
 Owns ``SlotTable`` (one iocb-shaped numpy record per I/O slot, whatever the engine: libaio
-submits the records as they are, the other engines read their fields) and the ``IoEngine``
+submits the records as they are, the other engines read their words) and the ``IoEngine``
 protocol. It must not decide offsets, pacing or statistics: that is the engine loop's.
 
 An engine takes batches of slot numbers (``submit``) and hands back completed slot numbers with
@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.layout import ROW_WORDS, W_BUF, W_DATA, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.engine.layout import ROW_WORDS, W_DATA
 
 PAGE_BYTES = mmap.PAGESIZE
 
@@ -44,11 +44,9 @@ class KernelHandles:
     ring_header: npt.NDArray[np.uint32]  # id, nr, head, tail, ...
     ring_events: npt.NDArray[np.int64]  # the ring's events, 4 words each
     events: npt.NDArray[np.int64]  # the engine's own event buffer, 4 words each
-    events_addr: int
     events_cap: int  # events it holds
     iocb_addr: npt.NDArray[np.uint64]  # each slot's iocb address
     ptrs: npt.NDArray[np.uint64]  # the pointer array io_submit is handed
-    ptrs_addr: int
     #: ``(done, n)``: compiled code's io_submit of ``ptrs[:n]`` took ``done`` (-1: failed)
     finish_submit: Callable[[int, int], None]
     #: the backend's own words of ``ivy_loop.h`` by name (io_uring's: ``backend`` 1, its
@@ -77,20 +75,6 @@ class SlotTable:
         self.addr = base + np.arange(capacity, dtype=np.uint64) * np.uint64(row_bytes)
         self.rows[:, W_DATA] = np.arange(capacity)  # the slot number comes back in io_event.data
 
-    def fields(
-        self, slots: npt.NDArray[np.intp]
-    ) -> tuple[
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-        npt.NDArray[np.int64],
-    ]:
-        """(opcode, fd, buffer address, byte count, offset) of ``slots`` (for non-AIO engines)."""
-        r = self.rows[slots]
-        w = r[:, W_OPCODE_FD]
-        return w & 0xFFFF, w >> 32, r[:, W_BUF], r[:, W_NBYTES], r[:, W_OFFSET]
-
 
 class AlignedBuffers:
     """``n`` page-aligned buffers of ``slot_bytes`` each (anonymous mmap), as a uint8 matrix."""
@@ -108,7 +92,6 @@ class AlignedBuffers:
 class IoEngine(Protocol):
     """What the engine loop needs from an engine."""
 
-    name: str
     #: extra ``os.open`` flags for LUNs served by this engine (``O_DIRECT`` for libaio)
     open_flags: int
     #: the slot of each completion, as signed words (the loop indexes with them directly)
@@ -116,7 +99,7 @@ class IoEngine(Protocol):
     done_res: npt.NDArray[np.int64]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
-        """Start the I/Os described by ``table.iocb[slots]``; all of them, or raise."""
+        """Start the I/Os described by ``table.rows[slots]``; all of them, or raise."""
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """Wait up to ``timeout_ns`` for ``min_nr`` completions; returns how many are in
@@ -127,20 +110,4 @@ class IoEngine(Protocol):
 
     def close(self) -> None:
         """Cancel or finish in-flight I/O and release kernel resources."""
-
-
-class SizedEngine(IoEngine, Protocol):
-    """An engine whose kernel context holds a bounded number of I/Os in flight (libaio's
-    ``io_setup`` size, counted against the system-wide ``fs.aio-max-nr``): the loop grows it
-    before the slots in use could outnumber it."""
-
-    #: I/Os the engine can hold in flight now
-    room: int
-
-    def grow(self, slots_in_use: int, *, keep_old: bool = False) -> None:
-        """Room for ``slots_in_use`` slots' I/Os, with nothing in flight; raises
-        ``IoEngineError`` (the reason and the fix) and keeps the present room if refused."""
-
-    def release_old(self) -> None:
-        """Free what ``grow(keep_old=True)`` replaced."""
 

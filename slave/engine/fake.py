@@ -31,6 +31,9 @@ from slave.engine.layout import (
     LOG_COLUMNS,
     PEND_COLUMNS,
     SCRIPT_STATE,
+    W_NBYTES,
+    W_OFFSET,
+    W_OPCODE_FD,
 )
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
@@ -56,7 +59,6 @@ def script_ns(latency: LatencyFn, n: int, seed: int) -> npt.NDArray[np.int64]:
 
 
 class FakeEngine:
-    name = "fake"
     open_flags = 0
 
     def __init__(
@@ -118,8 +120,9 @@ class FakeEngine:
         return int(self.pend[0, _DUE]) if self.state[_PENDING] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
-        opcode, fd, _, nbytes, offset = self._table.fields(slots)
-        sched = self._table.rows[slots, C_SCHED]
+        r = self._table.rows[slots]
+        opcode, fd = r[:, W_OPCODE_FD] & 0xFFFF, r[:, W_OPCODE_FD] >> 32
+        nbytes, offset, sched = r[:, W_NBYTES], r[:, W_OFFSET], r[:, C_SCHED]
         now = self._clock.now_ns()
         n = int(slots.size)
         first = int(self.state[_COUNT])
@@ -178,14 +181,10 @@ class FakeEngine:
         n = self._take()
         if n > 0 or timeout_ns == 0:  # never lose reaped slots by taking twice
             return n
+        until = self._clock.now_ns() + timeout_ns
         p = int(self.state[_PENDING])
-        now = self._clock.now_ns()
-        until = now + timeout_ns if timeout_ns > 0 else None
         if p:
-            due = int(self.pend[min(min_nr, p) - 1, _DUE])
-            until = due if until is None else min(due, until)
-        if until is None:
-            return 0
+            until = min(until, int(self.pend[min(min_nr, p) - 1, _DUE]))
         self._clock.sleep_until(until)
         return self._take()
 
@@ -199,15 +198,14 @@ class FakeEngine:
         assert isinstance(self._clock, VirtualClock)
         ev = self.events.reshape(-1)
         cap = self._table.capacity
-        ptrs = np.zeros(cap, dtype=np.uint64)
         words = {"backend": BACKEND_SCRIPTED, "vclock": int(self._clock.word.ctypes.data),
                  "fake_state": int(self.state.ctypes.data),
                  "fake_pend": int(self.pend.ctypes.data),
                  "fake_script": int(self.script.ctypes.data),
                  "fake_log": int(self._log_array.ctypes.data)}
         return KernelHandles(0, np.zeros(8, dtype=np.uint32), np.zeros(4, dtype=np.int64), ev,
-                             int(ev.ctypes.data), cap, self._table.addr, ptrs,
-                             int(ptrs.ctypes.data), self._finish_submit, words)
+                             cap, self._table.addr, np.zeros(cap, dtype=np.uint64),
+                             self._finish_submit, words)
 
     def _finish_submit(self, done: int, n: int) -> None:
         """The compiled loop's submission took ``done`` of ``n``: the script takes them all."""

@@ -1,8 +1,8 @@
 """The libaio engine: O_DIRECT I/O through native AIO (``io_submit`` / ``io_getevents``).
 
 Owns turning slot batches into ``io_submit`` calls (a preallocated pointer array filled with one
-numpy gather) and reaping events (syscall, or straight from the mapped ring when polling), with
-the ctypes calls inlined and their arguments prebuilt. It must not touch offsets or statistics.
+numpy gather, the ctypes call inlined) and reaping events (syscall, or straight from the mapped
+ring when polling). It must not touch offsets or statistics.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import AioContext
+from slave.engine.aio_abi import SYS_IO_SUBMIT, AioContext
 from slave.engine.base import KernelHandles, SlotTable, SubmitError
 
 #: The smallest AIO context an engine sets up (events). The kernel counts every context's
@@ -36,12 +36,11 @@ def aio_events_for(slots_in_use: int, capacity: int) -> int:
 
 
 class LibaioEngine:
-    name = "libaio"
     open_flags = os.O_DIRECT
 
-    def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
+    def __init__(self, table: SlotTable) -> None:
         self._table = table
-        self._ctx = AioContext(aio_events_for(slots_in_use, table.capacity))
+        self._ctx = AioContext(aio_events_for(0, table.capacity))  # the loop grows it
         self._old: list[AioContext] = []
         self._bind_context()
         self._ptrs = np.zeros(table.capacity, dtype=np.uint64)
@@ -79,30 +78,29 @@ class LibaioEngine:
 
     def _bind_context(self) -> None:
         """The context's arrays and calls, held where the hot paths look for them."""
-        self.done_slot = self._ctx.ev_data.view(np.int64)  # slot numbers fit a signed word
-        self.done_res = self._ctx.ev_res
-        self.userspace_reap = self._ctx.userspace_reap
+        self.done_slot = self._ctx.events["data"].view(np.int64)  # slot numbers fit a word
+        self.done_res = self._ctx.events["res"]
         #: completions in the ring now, reaped without a system call: the context's own
         #: method, so the hot loop's call has no frame of ours in between
         self.poll: Callable[[], int] = self._ctx.poll_ring
-        self._c_counts = [self._ctx.c_long(i) for i in range(min(self._ctx.nr_events, 64) + 1)]
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
         # "clip": the slots are the caller's own; the default "raise" copies ``out`` first
         self._addr.take(slots, out=self._ptrs[:n], mode="clip")
         ctx = self._ctx
-        # the fast call inlined; a failure (-1) is repeated by submit_c, which reads errno
-        c_n = self._c_counts[n] if n < len(self._c_counts) else ctx.c_long(n)
-        done = ctx.submit_fast(ctx.c_sys_submit, ctx.c_ctx, c_n, self._c_ptrs)
+        # the call inlined; a failure (-1) is repeated by ``finish_submit``, which learns why
+        done = ctx.syscall_held(SYS_IO_SUBMIT, ctx.c_ctx, n, self._c_ptrs)
         if done < n:
-            self._submit_rest(max(done, 0), n)
+            self.finish_submit(done, n)
 
-    def _submit_rest(self, done: int, n: int) -> None:
-        """A fast call took only the first ``done`` of ``n`` (none, when it failed): submit
-        the rest, at once and then after short sleeps while the kernel takes a prefix
-        (EAGAIN under memory pressure); a refusal raises ``SubmitError`` with its errno and
-        how many of the ``n`` went out."""
+    def finish_submit(self, done: int, n: int) -> None:
+        """An ``io_submit`` of the first ``n`` pointers of ``_ptrs`` (ours, or compiled
+        code's) took only ``done`` (-1: failed, nothing taken): submit the rest, at once and
+        then after short sleeps while the kernel takes a prefix (EAGAIN under memory
+        pressure); a refusal raises ``SubmitError`` with its errno and how many of the ``n``
+        went out."""
+        done = max(done, 0)
         base = self._ptrs_addr
         tries = 0
         try:
@@ -123,27 +121,10 @@ class LibaioEngine:
         if ring is None:
             return None
         ev = self._ctx.events.view(np.int64).reshape(-1)
-        return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, int(ev.ctypes.data),
-                             self._ctx.nr_events, self._addr, self._ptrs, self._ptrs_addr,
-                             self.finish_submit)
-
-    def finish_submit(self, done: int, n: int) -> None:
-        """Compiled code's ``io_submit`` of the first ``n`` pointers of ``_ptrs`` took ``done``
-        (-1: failed, nothing taken): learn why (``SubmitError``) or submit the rest."""
-        if done < n:
-            self._submit_rest(max(done, 0), n)
+        return KernelHandles(self._ctx.ctx_id, ring[0], ring[1], ev, self._ctx.nr_events,
+                             self._addr, self._ptrs, self.finish_submit)
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
-        if 0 < timeout_ns < 1_000_000_000:  # the common case, with the fast call inlined
-            ctx = self._ctx
-            ts = ctx.ts_mv
-            ts[0] = 0
-            ts[1] = timeout_ns
-            rc: int = ctx.getevents_fast(
-                ctx.c_sys_getevents, ctx.c_ctx, ctx.c_long(min_nr), ctx.c_nr, ctx.c_events, ctx.c_ts
-            )
-            if rc >= 0:
-                return rc
         if timeout_ns == 0:
             return self._ctx.poll_ring()
         return self._ctx.getevents(min_nr, timeout_ns)

@@ -9,6 +9,7 @@ path.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -23,7 +24,6 @@ from slave.engine.layout import W_OFFSET, W_OPCODE_FD
 
 
 class ThreadPoolEngine:
-    name = "threadpool"
     open_flags = 0
 
     def __init__(self, table: SlotTable, max_threads: int = 64) -> None:
@@ -63,28 +63,23 @@ class ThreadPoolEngine:
         for s in slots.tolist():
             self._todo.put(s)
 
-    def _drain(self, first: tuple[int, int] | None) -> int:
+    def reap(self, min_nr: int, timeout_ns: int) -> int:
+        """The first completion, waited for ``timeout_ns`` at most, and then every one that is
+        there."""
         n = 0
-        item = first
-        while item is not None and n < self.done_slot.size:
-            self.done_slot[n], self.done_res[n] = item
-            n += 1
-            try:
+        with contextlib.suppress(queue.Empty):
+            if timeout_ns == 0:
                 item = self._done.get_nowait()
-            except queue.Empty:
-                item = None
+            else:
+                item = self._done.get(timeout=timeout_ns / 1e9)
+            while True:
+                self.done_slot[n], self.done_res[n] = item
+                n += 1
+                if n == self.done_slot.size:
+                    break
+                item = self._done.get_nowait()
         self._in_flight -= n
         return n
-
-    def reap(self, min_nr: int, timeout_ns: int) -> int:
-        try:
-            if timeout_ns == 0:
-                first = self._done.get_nowait()
-            else:
-                first = self._done.get(timeout=None if timeout_ns < 0 else timeout_ns / 1e9)
-        except queue.Empty:
-            return 0
-        return self._drain(first)
 
     def poll(self) -> int:
         return self.reap(0, 0)

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, _libc_syscall
+from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall, read_proc_int
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
 from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
@@ -66,23 +66,12 @@ CQE_DTYPE: Final = np.dtype([("user_data", "<u8"), ("res", "<i4"), ("flags", "<u
 _RSRC = np.dtype([("a", "<u4"), ("b", "<u4"), ("c", "<u8"), ("d", "<u8"), ("e", "<u8")])
 assert _PARAMS.itemsize == 120 and SQE_DTYPE.itemsize == 64 and CQE_DTYPE.itemsize == 16
 
-_setup = _libc_syscall(2)
-_enter = _libc_syscall(6)
-_register = _libc_syscall(4)
+_syscall = libc_syscall()  # io_uring_enter may wait: drop the GIL
 
 
 def _fail(what: str) -> IoEngineError:
     err = ctypes.get_errno()
     return IoEngineError(f"{what} failed: {os.strerror(err)} (errno {err})")
-
-
-def _disabled_mode(path: str) -> int:
-    """``kernel.io_uring_disabled`` (read at ``path``; 0 where the kernel has no such switch)."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 _AVAILABLE: list[bool] = []  # [True] once a ring was set up in this process
@@ -96,7 +85,7 @@ def available(disabled_path: str = IO_URING_DISABLED_PATH) -> str | None:
     allowed); a ring is set up once per process."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"io_uring is wired for Linux x86_64 only, not {platform.platform()}"
-    mode = _disabled_mode(disabled_path)
+    mode = read_proc_int(disabled_path) or 0  # 0 too where the kernel has no such switch
     if mode == 2:
         return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
     if _AVAILABLE:
@@ -122,7 +111,7 @@ class UringRing:
         p = np.zeros(1, dtype=_PARAMS)
         for flags in _SETUP_FLAGS:  # the newest the kernel takes
             p["flags"] = flags
-            fd = _setup(_SYS_SETUP, entries, p.ctypes.data)
+            fd = _syscall(_SYS_SETUP, entries, ctypes.c_void_p(p.ctypes.data))
             if fd >= 0 or ctypes.get_errno() != _EINVAL:
                 break
         if fd < 0:
@@ -167,7 +156,8 @@ class UringRing:
                             (_REGISTER_BUFFERS2, n_buffers, "buffers")):
             r = np.zeros(1, dtype=_RSRC)
             r["a"], r["b"] = n, _RSRC_REGISTER_SPARSE
-            if _register(_SYS_REGISTER, self.fd, op, r.ctypes.data, _RSRC.itemsize) < 0:
+            if _syscall(_SYS_REGISTER, self.fd, op, ctypes.c_void_p(r.ctypes.data),
+                        _RSRC.itemsize) < 0:
                 raise _fail(f"io_uring registration of {n} sparse {what}")
 
     def update(self, files: bool, offset: int, data: npt.NDArray[np.generic], n: int) -> None:
@@ -175,24 +165,26 @@ class UringRing:
         r = np.zeros(1, dtype=_RSRC)
         r["a"], r["c"], r["e"] = offset, data.ctypes.data, n
         op = _REGISTER_FILES_UPDATE2 if files else _REGISTER_BUFFERS_UPDATE
-        if _register(_SYS_REGISTER, self.fd, op, r.ctypes.data, _RSRC.itemsize) < 0:
+        if _syscall(_SYS_REGISTER, self.fd, op, ctypes.c_void_p(r.ctypes.data),
+                    _RSRC.itemsize) < 0:
             raise _fail(f"io_uring registration of {'file' if files else 'buffer'} {offset}")
 
     def enter(self, to_submit: int, min_complete: int, timeout_ns: int, *,
               getevents: bool = False) -> int:
         """``io_uring_enter``: submit ``to_submit`` entries, and with ``min_complete`` wait for
-        that many completions, ``timeout_ns`` at most (< 0: no limit); ``getevents`` alone
-        posts the completions waiting for this task. How many entries it took; -errno when it
-        failed (EINTR and ETIME: 0)."""
-        flags, arg, size = _ENTER_GETEVENTS if getevents else 0, 0, 0
+        that many completions, ``timeout_ns`` at most; ``getevents`` alone posts the
+        completions waiting for this task. How many entries it took; -errno when it failed
+        (EINTR and ETIME: 0)."""
+        flags, size = _ENTER_GETEVENTS if getevents else 0, 0
+        arg: ctypes.c_void_p | None = None
         if min_complete:
-            flags = _ENTER_GETEVENTS
-            if timeout_ns >= 0:
-                ts = np.array([timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000])
-                ext = np.array([0, 8, ts.ctypes.data], dtype=np.uint64)  # sigmask, size, ts
-                flags |= _ENTER_EXT_ARG
-                arg, size = int(ext.ctypes.data), 24
-        rc = int(_enter(_SYS_ENTER, self.fd, to_submit, min_complete, flags, arg, size))
+            ts = np.array([timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000])
+            ext = np.array([0, 8, ts.ctypes.data], dtype=np.uint64)  # sigmask, size, ts
+            flags = _ENTER_GETEVENTS | _ENTER_EXT_ARG
+            arg, size = ctypes.c_void_p(ext.ctypes.data), 24
+        # the seventh argument goes on the stack, where a C int would leave the upper half
+        rc = int(_syscall(_SYS_ENTER, self.fd, to_submit, min_complete, flags, arg,
+                          ctypes.c_long(size)))
         if rc >= 0:
             return rc
         err = ctypes.get_errno()
@@ -211,10 +203,9 @@ class UringEngine:
     """The engine interface (``slave.engine.base.IoEngine``) on one ``UringRing`` of as many
     entries as the table has slots (a submission never finds its ring full)."""
 
-    name = "io_uring"
     open_flags = os.O_DIRECT
 
-    def __init__(self, table: SlotTable, slots_in_use: int = 0) -> None:
+    def __init__(self, table: SlotTable) -> None:
         if table.capacity > _MAX_REG_BUFFERS:
             raise IoEngineError(f"io_uring registers at most {_MAX_REG_BUFFERS} buffers, one a "
                                 f"slot; this loop has {table.capacity} slots")
@@ -224,7 +215,6 @@ class UringEngine:
         self.done_slot = self.events["data"].view(np.int64)
         self.done_res = self.events["res"]
         self._w = r.words
-        self._ptrs = np.zeros(table.capacity, dtype=np.uint64)  # the compiled loop's, unused
 
     def prepare_slots(self, slots: npt.NDArray[np.intp], fd: int,
                       buffers: AlignedBuffers) -> None:
@@ -294,7 +284,7 @@ class UringEngine:
         w, r = self._w, self._ring
         head = int(w[r.cq_head])
         if head == int(w[r.cq_tail]) and int(w[r.sq_flags]) & _SQ_TASKRUN:
-            r.enter(0, 0, -1, getevents=True)
+            r.enter(0, 0, 0, getevents=True)
         n = min((int(w[r.cq_tail]) - head) & 0xFFFFFFFF, self.events.size)
         if n:
             at = head & r.cq_mask
@@ -327,9 +317,9 @@ class UringEngine:
                  "cq_head": base + 4 * r.cq_head, "cq_tail": base + 4 * r.cq_tail,
                  "cq_mask": r.cq_mask, "cqes": int(r.cqes.ctypes.data)}
         none = np.zeros(8, dtype=np.uint32)
-        return KernelHandles(0, none, none.view(np.int64), ev, int(ev.ctypes.data),
-                             self.events.size, self._table.addr, self._ptrs, 0,
-                             self.finish_submit, words)
+        ptrs = np.zeros(self._table.capacity, dtype=np.uint64)  # filled, read by libaio only
+        return KernelHandles(0, none, none.view(np.int64), ev, self.events.size,
+                             self._table.addr, ptrs, self.finish_submit, words)
 
     def close(self) -> None:
         self._ring.close()
