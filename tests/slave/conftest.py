@@ -31,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from slave.engine import paced_kernel as pk
 from slave.engine.files import direct_io_works
+from slave.engine.loop_args import LoopArgs
 
 MIB = 1024 * 1024
 
@@ -55,6 +57,20 @@ class MountedLoop:
 
 
 LoopFactory = Callable[..., LoopDevice]
+
+
+def count_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, how many times the compiled loop ran (``paced_kernel.run``): one word,
+    counted until ``monkeypatch`` undoes it."""
+    runs = [0]
+    run = pk.run
+
+    def counting(args: LoopArgs) -> int:
+        runs[0] += 1
+        return run(args)
+
+    monkeypatch.setattr(pk, "run", counting)
+    return runs
 
 
 def require_tools(*tools: str) -> None:

@@ -36,13 +36,12 @@ import pytest
 from protocol.stats import WorkloadStats
 from scripts.blocktrace import TRACEFS, BlockTrace, kernel_dev
 from slave.engine import files, tuning
-from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.uring import UringEngine
 from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
-from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, settle
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
 from tests.slave.test_engine_paced_kernel import Control
 
@@ -78,14 +77,7 @@ class _Run:
 def _run(devs: list[LoopDevice], params: list[WorkloadParams], edit: WorkloadParams | None,
          engine: str, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    kernel_runs = [0]
-    run = pk.run
-
-    def counting(args: pk.Args) -> int:
-        kernel_runs[0] += 1
-        return run(args)
-
-    monkeypatch.setattr(pk, "run", counting)
+    kernel_runs = count_kernel_runs(monkeypatch)
     loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16)
     loop.register_engine_kind(engine, ENGINES[engine])
     eng = loop.engine(engine)

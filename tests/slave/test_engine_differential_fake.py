@@ -25,7 +25,6 @@ import numpy.typing as npt
 import pytest
 
 from protocol.stats import WorkloadStats
-from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
@@ -34,6 +33,7 @@ from slave.engine.layout import LOG_COLUMNS
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
+from tests.slave.conftest import count_kernel_runs
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
 from tests.slave.test_engine_paced_kernel import Control
 
@@ -80,14 +80,7 @@ class _Run:
 def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str, object],
          compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    kernel_runs = [0]
-    run = pk.run
-
-    def counting(args: pk.Args) -> int:
-        kernel_runs[0] += 1
-        return run(args)
-
-    monkeypatch.setattr(pk, "run", counting)
+    kernel_runs = count_kernel_runs(monkeypatch)
     clock = VirtualClock()
     loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16, clock=clock)
     holder: list[FakeEngine] = []

@@ -28,7 +28,7 @@ from slave.engine.loop_args import DATA_DTYPE, LoopArgs
 from slave.engine.loop_native import NativeLoop
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopDevice, LoopFactory
+from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs
 from tests.slave.test_engine_paced_kernel import Control, kernel_function
 
 MiB = 1 << 20
@@ -104,14 +104,8 @@ def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
     """Workload ``p`` on ``dev`` through ``engine`` for ``n_sub`` subintervals of 100 ms, in
     the compiled loop or the Python loop; how many times the compiled loop ran."""
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    runs = [0]
     run = pk.run
-
-    def counting(args: LoopArgs) -> int:
-        runs[0] += 1
-        return run(args)
-
-    monkeypatch.setattr(pk, "run", counting)
+    runs = count_kernel_runs(monkeypatch)
     loop = EngineLoop(capacity=p.iodepth + 16)
     loop.register_engine_kind(engine, ENGINES[engine])
     eng = loop.engine(engine)
