@@ -13,6 +13,7 @@ path (the thread-pool fallback, which must, is the documented exception).
 from __future__ import annotations
 
 import mmap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -24,6 +25,20 @@ from protocol.errors import IoEngineError
 from slave.engine.layout import ROW_WORDS, W_DATA
 
 PAGE_BYTES = mmap.PAGESIZE
+#: how many times an engine offers the kernel the rest of a batch it took only part of (EAGAIN,
+#: as under memory pressure) before it calls that a refusal: about 1 s with ``submit_backoff``
+SUBMIT_TRIES = 1000
+
+
+def submit_backoff(tries: int) -> bool:
+    """Before try ``tries`` (from 0) of the rest of a batch: sleep a little (none before the
+    first; 0.1 ms more each time, up to 1 ms), so that the kernel can free what it lacked;
+    False when the ``SUBMIT_TRIES`` are used up."""
+    if tries >= SUBMIT_TRIES:
+        return False
+    if tries:
+        time.sleep(0.0001 * min(tries, 10))
+    return True
 
 
 class SubmitError(IoEngineError):

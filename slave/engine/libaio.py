@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from collections.abc import Callable
 from typing import Final
 
@@ -18,7 +17,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine.aio_abi import SYS_IO_SUBMIT, AioContext
-from slave.engine.base import KernelHandles, SlotTable, SubmitError
+from slave.engine.base import KernelHandles, SlotTable, SubmitError, submit_backoff
 
 #: The smallest AIO context an engine sets up (events). The kernel counts every context's
 #: events against the system-wide ``fs.aio-max-nr`` (65,536 by default): a fixed 8,192 per
@@ -105,11 +104,9 @@ class LibaioEngine:
         tries = 0
         try:
             while done < n:
-                if tries:
-                    time.sleep(0.0001 * min(tries, 10))
-                tries += 1
-                if tries > 1000:
+                if not submit_backoff(tries):
                     raise IoEngineError(f"io_submit took {done} of {n} iocbs and then no more")
+                tries += 1
                 done += self._ctx.submit(base + 8 * done, n - done)
         except IoEngineError as exc:
             raise SubmitError(str(exc), done) from exc

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall, read_proc_int
-from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError
+from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError, submit_backoff
 from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
 
 _SYS_SETUP, _SYS_ENTER, _SYS_REGISTER = 425, 426, 427
@@ -265,18 +265,19 @@ class UringEngine:
 
     def finish_submit(self, done: int, n: int) -> None:
         """``done`` of the ``n`` entries put in the ring were taken (-1: none): submit the rest,
-        which stay in the ring until the kernel takes them; a refusal raises ``SubmitError``."""
+        which stay in the ring until the kernel takes them, offered again after short sleeps
+        while it takes none (``submit_backoff``); a refusal raises ``SubmitError``."""
         done = max(done, 0)
         tries = 0
         while done < n:
+            if not submit_backoff(tries):
+                raise SubmitError(f"io_uring took {done} of {n} entries and then no more", done)
+            tries += 1
             rc = self._ring.enter(n - done, 0, 0)
             if rc < 0 and -rc not in (_EAGAIN, _EBUSY):
                 raise SubmitError(f"io_uring_enter of {n - done} entries failed: "
                                   f"{os.strerror(-rc)} (errno {-rc})", done)
             done += max(rc, 0)
-            tries += 1
-            if tries > 1000:
-                raise SubmitError(f"io_uring took {done} of {n} entries and then no more", done)
 
     def poll(self) -> int:
         """The completions in the ring, moved into ``events`` without a system call (but where

@@ -16,7 +16,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
-from slave.engine import aio_abi, choose_engine, files, layout, paced_kernel, tuning, uring
+from slave.engine import aio_abi, base, choose_engine, files, layout, paced_kernel, tuning, uring
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
@@ -360,9 +360,11 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
                 return -11  # EAGAIN: nothing taken
             return real(to_submit, min_complete, timeout_ns, **kw)
 
+        slept: list[float] = []
+        monkeypatch.setattr(base.time, "sleep", slept.append)
         monkeypatch.setattr(eng._ring, "enter", busy_once)
         eng.submit(np.array([0, 1], dtype=np.intp))
-        assert calls[:2] == [2, 2]
+        assert calls[:2] == [2, 2] and slept == [0.0001]  # offered again after a short sleep
         got: dict[int, int] = {}
         deadline = time.monotonic() + 2
         while len(got) < 2 and time.monotonic() < deadline:
@@ -374,6 +376,14 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
         with pytest.raises(SubmitError) as refused:
             eng.submit(np.array([2], dtype=np.intp))
         assert refused.value.submitted == 0 and "errno 77" in str(refused.value)
+        # a kernel that takes nothing, ever: offered SUBMIT_TRIES times over about 1 s of
+        # sleeps (up to 1 ms each), then a refusal saying so
+        slept.clear()
+        monkeypatch.setattr(eng._ring, "enter", lambda *a, **kw: 0)
+        with pytest.raises(SubmitError, match="took 0 of 1 entries and then no more"):
+            eng.submit(np.array([3], dtype=np.intp))
+        assert len(slept) == base.SUBMIT_TRIES - 1 and max(slept) == 0.001
+        assert 0.9 < sum(slept) < 1.1, sum(slept)
     finally:
         eng.close()
         os.close(fd)
