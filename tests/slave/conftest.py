@@ -34,6 +34,7 @@ import pytest
 from slave.engine import paced_kernel as pk
 from slave.engine.files import direct_io_works
 from slave.engine.loop_args import LoopArgs
+from slave.engine.loop_native import NativeLoop
 
 MIB = 1024 * 1024
 
@@ -71,6 +72,30 @@ def count_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(pk, "run", counting)
     return runs
+
+
+def require_here(why: str | None) -> None:
+    """What a test needs is here (``why`` None), else: as root (CI), a failure naming ``why``;
+    not root, a skip."""
+    if why is None:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"as root this is a failure, not a skip: {why}")
+    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+@pytest.fixture
+def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
+    made = [0]
+    take_back = NativeLoop.take_back
+
+    def counting(cp: NativeLoop, i: int) -> None:
+        made[0] += int(cp.gen["made"][i])
+        take_back(cp, i)
+
+    monkeypatch.setattr(NativeLoop, "take_back", counting)
+    return made
 
 
 def require_tools(*tools: str) -> None:

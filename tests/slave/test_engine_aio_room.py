@@ -27,7 +27,7 @@ from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WorkloadParams
 from slave.worker import WorkerError
 from slave.worker_backend import WorkerBackend
-from tests.slave.conftest import LoopFactory, settle
+from tests.slave.conftest import LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control
 
@@ -71,12 +71,7 @@ def test_other_setup_failures_say_only_what_failed(tmp_path: Path) -> None:
 
 @pytest.fixture
 def native_aio() -> None:
-    why = aio_abi.available()
-    if why is None:
-        return
-    if os.geteuid() == 0:
-        pytest.fail(f"as root this is a failure, not a skip: {why}")
-    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+    require_here(aio_abi.available())
 
 
 def _aio_nr() -> int:

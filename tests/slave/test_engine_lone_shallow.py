@@ -19,7 +19,7 @@ from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control
 
@@ -30,12 +30,7 @@ MiB = 1 << 20
 def _compiled() -> None:
     """Native AIO and the compiled kernel (gcc: ``scripts/test`` installs it) must be here when
     root runs the tests; without root their absence skips."""
-    why = aio_abi.available() or paced_kernel.why_not()
-    if why is None:
-        return
-    if os.geteuid() == 0:
-        pytest.fail(f"as root this is a failure, not a skip: {why}")
-    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+    require_here(aio_abi.available() or paced_kernel.why_not())
 
 
 class _Control(Control):

@@ -466,20 +466,6 @@ def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]
 
 
 @pytest.fixture
-def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
-    made = [0]
-    take_back = NativeLoop.take_back
-
-    def counting(cp: NativeLoop, i: int) -> None:
-        made[0] += int(cp.gen["made"][i])
-        take_back(cp, i)
-
-    monkeypatch.setattr(NativeLoop, "take_back", counting)
-    return made
-
-
-@pytest.fixture
 def retimes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the loop retimed workloads in the kernel (``paced_kernel.retime``)."""
     n = [0]

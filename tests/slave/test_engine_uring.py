@@ -22,7 +22,7 @@ from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopDevice, LoopFactory, settle
+from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control, verify_range
 
@@ -33,12 +33,7 @@ MiB = 1 << 20
 def _uring_here() -> None:
     """io_uring and the compiled kernel must be here when root runs the tests (CI); without
     root their absence skips."""
-    why = uring.available() or paced_kernel.why_not()
-    if why is None:
-        return
-    if os.geteuid() == 0:
-        pytest.fail(f"as root this is a failure, not a skip: {why}")
-    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+    require_here(uring.available() or paced_kernel.why_not())
 
 
 def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:

@@ -25,10 +25,9 @@ from slave.engine import paced_kernel as pk
 from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import DATA_DTYPE, LoopArgs
-from slave.engine.loop_native import NativeLoop
 from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
-from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs
+from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here
 from tests.slave.test_engine_paced_kernel import Control, kernel_function
 
 MiB = 1 << 20
@@ -173,12 +172,7 @@ _PACED = {4 * KiB: (3000.0, 1024), 64 * KiB: (1500.0, 512), 1 * MiB: (150.0, 64)
 def _uring_here(request: pytest.FixtureRequest) -> None:
     if request.node.callspec.params.get("engine") != "io_uring":
         return
-    why = uring.available() or pk.why_not()
-    if why is None:
-        return
-    if os.geteuid() == 0:
-        pytest.fail(f"as root this is a failure, not a skip: {why}")
-    pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+    require_here(uring.available() or pk.why_not())
 
 
 @needs_cc
@@ -188,8 +182,8 @@ def _uring_here(request: pytest.FixtureRequest) -> None:
 @pytest.mark.parametrize("bs", BLOCKS)
 @pytest.mark.parametrize(("kind", "ratio"), KINDS)
 def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
-        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch, kind: str, ratio: float,
-        bs: int, engine: str) -> None:
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch, generated: list[int],
+        kind: str, ratio: float, bs: int, engine: str) -> None:
     # a paced sequential workload, half reads (which leave their data in the slots' buffers),
     # on two devices of the same random bytes: once in the compiled loop, once in the Python
     # loop. The two issue the same I/Os in the same order, each write with its serial; one
@@ -200,14 +194,6 @@ def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
     # itself, serials and all, and the Python loop refills with the unused rest of its ring
     monkeypatch.setattr(tuning, "PACED_RING_MIN", 8)
     monkeypatch.setattr(tuning, "RING_MAX", 8)
-    generated = [0]
-    take_back = NativeLoop.take_back
-
-    def counting(cp: NativeLoop, i: int) -> None:
-        generated[0] += int(cp.gen["made"][i])
-        take_back(cp, i)
-
-    monkeypatch.setattr(NativeLoop, "take_back", counting)
     iops, n_blocks = _PACED[bs]
     p = WorkloadParams(iosequencer="sequential", read_fraction=0.5, iodepth=4, iops=iops,
                        blocksize_bytes=bs, seed=60 + bs // KiB,
