@@ -59,7 +59,7 @@ def opcode_fd_word(opcode: int, fd: int) -> int:
 
 def libc_syscall(*, release_gil: bool = True) -> Any:
     """libc's ``syscall``, its errno kept for ``ctypes.get_errno``. It has no argument types
-    (they cost 300 of a call's 750 ns here): an argument is a ctypes object (``c_ulong``,
+    (they cost much of a call: docs/engine.md): an argument is a ctypes object (``c_ulong``,
     ``c_void_p``; ``None`` for NULL) or, among the first six (in registers, sign-extended), a
     Python int that fits a C ``int``. Calls that never block need not release the GIL
     (``PyDLL``), which saves a little per call."""
@@ -108,8 +108,8 @@ def available() -> str | None:
     """``None`` when native AIO can be used here, else the reason it cannot.
 
     A test context is set up once per process; a failure (which may be passing, such as
-    aio-max-nr reached) is asked again next time. The test's io_destroy waits for the kernel
-    (30-50 ms here): asked for every workload, it made 512 workloads take 20 s to create."""
+    aio-max-nr reached) is asked again next time. The test's io_destroy waits for the kernel:
+    asked for every workload, it made creating many workloads slow (docs/engine.md)."""
     if _AVAILABLE:
         return None
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):

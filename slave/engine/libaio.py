@@ -19,9 +19,9 @@ from protocol.errors import IoEngineError
 from slave.engine.aio_abi import SYS_IO_SUBMIT, AioContext
 from slave.engine.base import KernelHandles, SlotTable, SubmitError, submit_backoff
 
-#: The smallest AIO context an engine sets up (events). The kernel counts every context's
-#: events against the system-wide ``fs.aio-max-nr`` (65,536 by default): a fixed 8,192 per
-#: worker let only 8 workers in a kernel have one, and the rest ran elsewhere.
+#: The smallest AIO context an engine sets up (events): the kernel counts every context's
+#: events against the system-wide ``fs.aio-max-nr``, so a context starts small and the loop
+#: grows it (docs/engine.md).
 MIN_AIO_EVENTS: Final = 64
 
 

@@ -59,8 +59,8 @@ class LoopControl(Protocol):
     def poll_fd(self) -> int | None:
         """A descriptor that is readable (or closed) whenever ``poll`` has something to do, or
         None. With one, the compiled paced loop looks at it every ``POLL_CONTROL_NS`` itself
-        and comes back for ``poll`` only when it is: each way back to Python cost 8-64 us,
-        during which the I/Os due waited (at 35,000 IOPS, 2 % of them)."""
+        and comes back for ``poll`` only when it is: the I/Os due wait during each way back to
+        Python (docs/engine.md)."""
 
     def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
         """At the end of subinterval ``finished_index`` (its records are already binned):
@@ -85,11 +85,10 @@ class EngineLoop:
                  ) -> None:
         self.name = name
         self.clock = clock  # every timestamp and wait of the loop and its parts
-        # the compiled loops built (or found in the host's cache) and loaded now: the loop
-        # looks for them when it picks a loop for its workloads, and a build then, inside a
-        # run (a few seconds of the compiler where the cache is empty), held up that run's
-        # I/O (seen in a test: 40 I/Os in 300 ms of QD8 at 50 us). A worker pool loads them
-        # before it forks; a loop made elsewhere (tests) did not.
+        # the compiled loops built (or found in the host's cache) and loaded now, not when
+        # the loop picks a loop for its workloads: a build then, inside a run, held up that
+        # run's I/O (docs/engine.md). A worker pool loads them before it forks; a loop made
+        # elsewhere (tests) did not.
         pk.available()
         wl: list[LoopWorkload | None] = []  # kept by ``workloads``; the others read it
         self.slots = Slots(capacity, name, wl, clock)
@@ -345,13 +344,11 @@ class EngineLoop:
                         n = eng.reap(1, timed_wait_ns(left))
                 else:
                     # look in the ring first when completions are likely there (no syscall); a
-                    # short wait for a fuller batch (min_nr 8, 20 us) was measured: fewer IOPS
-                    # on an idle machine, no clear CPU saving under load
+                    # short wait for a fuller batch did not pay (docs/engine.md)
                     n = eng.poll() if slots.in_flight > 2 else 0
                     if not n and slots.in_flight and not workloads.paced:
-                        # max-iops workloads only: look a while before blocking (one QD32
-                        # workload of 70 % reads: +1 to +11 % IOPS; eight of QD4: -5 to +6 %,
-                        # within the VM's noise; the loop's Python is their limit)
+                        # max-iops workloads only: look a while before blocking
+                        # (docs/engine.md)
                         n = self._waiter.wait(eng.poll, eng.reap, wake)
                     elif not n:
                         left = wake - mono()

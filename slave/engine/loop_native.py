@@ -65,12 +65,10 @@ class NativeLoop:
     def pick(self, live: list[LoopWorkload], engines: list[IoEngine]) -> None:
         """Whether the compiled loop serves ``live``: all of them on one engine, none retired
         with I/O in flight, and the set can run compiled (``_compile``): any mix of paced and
-        max-iops workloads (a lone max-iops one of depth 1-2 waits there as its own loop did:
-        ``lone``; with ``busy_poll``, it looks in the completion ring instead of sleeping
-        while I/O is in flight). Where it does not, the general loop serves, whose Python
-        spends 1.1 us of user CPU per I/O on 8 max-iops workloads of QD4, 1.6-1.9 where they
-        write: the compiled loop, which submits a max-iops workload's free slots as soon as
-        it frees them, does the same work in C."""
+        max-iops workloads (a lone max-iops one of depth 1-2 waits there as soon as its I/Os
+        went out: ``lone``; with ``busy_poll``, it looks in the completion ring instead of
+        sleeping while I/O is in flight). Where it does not, the general loop serves, at
+        several times the compiled loop's user CPU per I/O (docs/engine.md)."""
         self.unload()
         self.ws = []
         if live and len(engines) == 1 and self._slots.retired_in_flight == 0:
@@ -343,9 +341,9 @@ class NativeLoop:
         set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
-        (``take_back``). Given back and loaded again at every boundary, 1,024 workloads held
-        a worker's I/O some 30 ms each time. False (nothing done) where any edit is not such
-        an edit."""
+        (``take_back``); giving the set back and loading it again at every boundary held the
+        worker's I/O (docs/engine.md). False (nothing done) where any edit is not such an
+        edit."""
         if not self.ws or not self.loaded:
             return False
         on = self.gen["on"].tolist()

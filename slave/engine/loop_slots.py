@@ -46,8 +46,7 @@ class Slots:
         self.rows = self.table.rows
         self._rows_flat = self.rows.reshape(-1)
         # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
-        # never ``.take``: numpy's take first copies a strided source whole (8,192 rows of
-        # 128 bytes read for a handful of words: 6.8 us against 0.2 us per batch of writes)
+        # never ``.take``: numpy's take first copies a strided source whole (docs/engine.md)
         self.buffer_row = self.rows[:, C_ROW]
         # flat indices of each slot's words that a precomputed I/O is scattered into
         self._scatter_idx = (
@@ -139,10 +138,10 @@ class Slots:
 
     def issue(self, groups: list[tuple[LoopWorkload, npt.NDArray[np.intp]]]) -> None:
         """Submit each workload's next I/Os on its slots: their rows written (and their write
-        data put), then one submission per engine (one call per workload per batch had cost 8
-        workloads of depth 4 a third of their IOPS), every row stamped with one submit time. A
-        max-iops I/O is scheduled when it is submitted, but for those an edit kept from a paced
-        schedule (``overdue``), which keep their times."""
+        data put), then one submission per engine (not one per workload: docs/engine.md),
+        every row stamped with one submit time. A max-iops I/O is scheduled when it is
+        submitted, but for those an edit kept from a paced schedule (``overdue``), which keep
+        their times."""
         by_engine: dict[IoEngine, list[npt.NDArray[np.intp]]] = {}
         starts_now: list[npt.NDArray[np.intp]] = []
         ios: list[npt.NDArray[np.int64]] = []
@@ -204,8 +203,9 @@ class Slots:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
         submission), freed (paced) or returned to the pool (retired). True when the last
         retired I/O in flight completed."""
-        # group by owner with plain ints: at the batch sizes of a busy loop (tens) this costs
-        # a third of sorting with numpy, whose every call is paid again after each system call
+        # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
+        # sorting with numpy, whose every call is paid again after each system call
+        # (docs/engine.md)
         owner_of = self.owner
         by: dict[int, list[int]] = {}
         for s in slots.tolist():

@@ -194,7 +194,7 @@ class Workloads:
         (DFC's edit, for every workload at every boundary): the I/Os it precomputed keep their
         offsets, data and place in the ring; those due before ``at_ns`` keep their scheduled
         times (the backlog), the rest take the new schedule's. Remaking the ring instead cost
-        a refill of ~70 us per workload soon after each such boundary."""
+        a refill per workload after each such boundary (docs/engine.md)."""
         rest = w.ring[w.cur :]
         due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
         w.spec.params = params
@@ -234,8 +234,7 @@ class Workloads:
     def changes(self) -> Iterator[None]:
         """Several adds, edits and deletes with one look over all workloads at the end, not
         one per change: a controller that edits every workload at a boundary (DFC) otherwise
-        made the boundary quadratic (512 edits took 175 ms, 2,048 took 2.1 s, while I/Os
-        waited)."""
+        made the boundary quadratic, while I/Os waited (docs/engine.md)."""
         self._deferring += 1
         try:
             yield

@@ -679,15 +679,13 @@ static void bin_one(const struct ivy_row *row, int64_t *root, const int64_t *sta
 /* the wait of a lone max-iops workload of queue depth 1-2 (lone), taken as soon as its I/Os
  * went out, with no code between io_submit and io_getevents: a device whose completion needs
  * a kernel worker (a loop device's) has it woken by the submission, often onto this CPU, where
- * it waits for the submitter to sleep (on the 2-core VM, 1 us of work between the two calls
- * took a QD1 loop device from 84,000 to 64,000 IOPS, 3 us to 38,000). Blocking: in
+ * it waits for the submitter to sleep (docs/engine.md, "The lone QD1-2 wait"). Blocking: in
  * io_getevents until until (the next due I/O or the boundary), for block_wait_ns at most: a
  * control poll (wake) waits for the next completion, as a far timeout costs less per I/O than
- * a near one (slave.engine.tuning: BLOCK_WAIT_NS; waiting only until wake read a QD1 loop
- * device at 0.8x). With busy_poll: looking in the mapped ring until busy_spin_ns after the
- * last completion (last_done), yielding the core between looks from busy_hot_ns after it on
- * (slave.engine.tuning says what each bought), until wake, then blocking. How many
- * completions it moved into events (0: the time came, or interrupted) */
+ * a near one (slave.engine.tuning: BLOCK_WAIT_NS). With busy_poll: looking in the mapped ring
+ * until busy_spin_ns after the last completion (last_done), yielding the core between looks
+ * from busy_hot_ns after it on, until wake, then blocking. How many completions it moved into
+ * events (0: the time came, or interrupted) */
 static int64_t lone_wait(const struct ivy_loop *L, int64_t now, int64_t until, int64_t wake,
                          int64_t last_done)
 {

@@ -1,18 +1,13 @@
 """The compiled loop: paced and max-iops workloads' turn in C, without Python per I/O.
 
-At high paced rates the Python loop's own time is the service time's error: at 78,000 IOPS on
-a tmpfs loop device (half of fio's QD32 maximum on the 2-core VM) a worker spent 6-7 us of user
-CPU per I/O there, so a completion often waited for the loop to finish a submission or a record
-before it was seen, and the measured p50 read 31-57 us where fio read 20. A C loop of the same
-design read 13-19 us. ``paced_kernel.c`` is that loop: the same turn as the Python one (record
-what completed, free its slots, submit every due I/O of every workload with a free slot in one
-``io_submit``, a write with its data put in its buffer first, wait, or bin one record
-at a time when nothing is due), reading the kernel's completion ring in place. Max-iops
-workloads run in it too, alone or beside paced ones: their I/Os are always due (a time of 0,
-the submission's), and a wait for their completions looks before it blocks. On a tmpfs loop
-device, 8 max-iops workloads of QD4 in one worker read 417,000 IOPS at 1.10 us of user CPU per
-I/O in the general Python loop and 794,000 at 0.12 here (fio's one QD32 job: 520,000-534,000);
-one of QD32 with 30 % writes 376,000 at 1.64 against 403,000 at 0.62.
+At high paced rates the Python loop's own time is the service time's error (a completion
+waits for the loop to finish a submission or a record before it is seen); in C it is small
+(docs/engine.md). ``paced_kernel.c`` is the same turn as the Python one (record what
+completed, free its slots, submit every due I/O of every workload with a free slot in one
+``io_submit``, a write with its data put in its buffer first, wait, or bin one record at a time
+when nothing is due), reading the kernel's completion ring in place. Max-iops workloads run in
+it too, alone or beside paced ones: their I/Os are always due (a time of 0, the submission's),
+and a wait for their completions looks before it blocks.
 
 It is compiled once, on the controller, and shipped in the slave zipapp
 (``master.nativeloop`` runs ``build_for_shipping`` there): the zipapp carries
@@ -22,9 +17,8 @@ not zip members) and loads. Where none ships for the host, or it does not load (
 library), the host compiles the source with its own C compiler (``cc``, or ``IVYPY_SLAVE_CC``;
 ``none`` turns it off), once per source and compiler, into the same cache. A host with
 neither runs the Python loop, and says why (``origin``, ``why_not``: hosts.csv's
-``paced_loop``). numba (the master's compiler) was tried first
-and gave the same loop, but importing it made a slave of 64 workloads 180 MB resident (the
-budget is 150) and its compile took 4-5 s per start from the zipapp, which numba cannot cache.
+``paced_loop``). C, not numba: numba cost a slave too much memory and a compile at every start
+(docs/engine.md).
 
 Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
 place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
@@ -32,15 +26,12 @@ place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop
 is not used; each workload's generator, ``struct ivy_gen``, is an element of a ``GEN_DTYPE``
 array), its result codes (``R_*``), and each workload's generator (``generator``):
 where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
-kernel generates its next I/Os itself when its ring runs out, 512 at a time (``GEN_IOS``:
-7-24 us warm), bit for bit as the sequencer would. A refill in Python took 350 us to 1.2 ms in
-the loop (a quarter second of a 35,000 IOPS workload: 8,592 I/Os), mostly the cold start of
-each numpy call after the loop's I/O had pushed Python out of the CPU's caches, while the I/Os
-due waited; 512 workloads' refills stalled the loop 155 times a second. An edit of the rates
-alone (DFC's, of every workload at every boundary) is made in the kernel's own arrays too
-(``retime``), without giving the set back to Python and loading it again. It must not touch a
-workload object, count errors or allocate on the hot path: the kernel returns to the engine
-loop for each of those.
+kernel generates its next I/Os itself when its ring runs out, ``GEN_IOS`` at a time, bit for
+bit as the sequencer would, where a refill in Python stalled the loop while the I/Os due
+waited (docs/engine.md). An edit of the rates alone (DFC's, of every workload at every
+boundary) is made in the kernel's own arrays too (``retime``), without giving the set back to
+Python and loading it again. It must not touch a workload object, count errors or allocate on
+the hot path: the kernel returns to the engine loop for each of those.
 
 ``paced_run`` serves libaio and io_uring alike (``ivy_loop.h``'s ``backend``): it takes
 completions, looks for them, waits for them and submits only through four small functions
@@ -50,12 +41,9 @@ submission ring from the slot rows (``READ_FIXED`` / ``WRITE_FIXED`` on the regi
 and buffer: ``slave.engine.uring``) and call ``io_uring_enter``; io_uring's completions are
 copied into the events as libaio's, so the loop's body is one.
 
-``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too. At queue
-depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in the ring
-for ``busy_poll``), with no code between a submission and the wait, as its own loop
-(``scalar_run``) did. Deeper, its ring of whole iocbs (``ring_run``) went, as ``paced_run``
-read as many IOPS at QD32 with a quarter of the user CPU per I/O (tmpfs loop device,
-interleaved rounds: 267,000 against 269,000 IOPS, 0.11 against 0.41 us).
+``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too, of any depth.
+At queue depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in
+the ring for ``busy_poll``), with no code between a submission and the wait.
 """
 
 from __future__ import annotations

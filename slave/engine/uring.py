@@ -40,11 +40,9 @@ _SQE_FIXED_FILE = 1
 _SQ_TASKRUN = 1 << 1
 #: the ring's set-up flags, the first the kernel takes: completions are posted when this task
 #: next enters the kernel, not by interrupting it (``COOP_TASKRUN``, 5.19; the ring's flags say
-#: when some wait: ``TASKRUN_FLAG``). Without ``COOP_TASKRUN`` a tmpfs loop device read 71,000
-#: IOPS at QD32 in the compiled loop, with it 288,000 (libaio: 289,000); ``DEFER_TASKRUN``,
-#: which posts them only in ``io_uring_enter``, read 215,000, as the loop looks in the ring
-#: without a system call. ``SINGLE_ISSUER`` (6.0) read the same within the noise and would
-#: refuse a ring used from another thread than its maker's: not asked for.
+#: when some wait: ``TASKRUN_FLAG``), which the loop's look in the ring without a system call
+#: needs; not ``DEFER_TASKRUN`` (posted only in ``io_uring_enter``), nor ``SINGLE_ISSUER``
+#: (6.0), which would refuse a ring used from another thread than its maker's (docs/engine.md)
 _SETUP_FLAGS: Final = ((1 << 8) | (1 << 9), 0)
 _MAX_FIXED_FILES: Final = 1 << 15  # the oldest kernels' limit of registered files
 _MAX_REG_BUFFERS: Final = 1 << 14  # the kernel's limit of registered buffers

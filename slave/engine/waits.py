@@ -19,7 +19,7 @@ class Waiter:
     for the rest; but it only looks first while its recent waits were short (their running
     mean, ``mean_ns``, under ``AWAIT_SPIN_GATE_NS``): behind a slow device (a disk's milliseconds)
     a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
-    completion."""
+    completion (what each bought: docs/engine.md)."""
 
     __slots__ = ("clock", "mean_ns")
 
