@@ -1,0 +1,71 @@
+"""How ``scripts/test`` shares the suite out: every directory but tests/slave on two
+pytest-xdist workers (``--dist loadfile``), since those tests mostly wait on ``ivypy run``
+subprocesses (about half a core each) or on nothing; then tests/slave alone, as the engine's
+timing and CPU tests need the machine.
+
+Owns ``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one worker, so that its
+module fixtures are made once), with the files that name a fixture of ``SHARED`` on one worker
+together. Must not change what a test does.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: fixtures wider than a file that are expensive (a run made once a session,
+#: tests/master/sharedruns.py) or the machine's one (the test bed's namespaces, which
+#: tests/scripts/test_testbed.py brings up and down itself): the files whose text names one
+#: run on the same worker (a file that only mentions one joins too, which costs nothing)
+SHARED = ("quickstart_run", "interrupted_run", "slave_killed_run", "master_killed_run",
+          "testbed")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def file_group(path: str, shared: tuple[str, ...] = SHARED) -> str:
+    """The worker group of test file ``path`` (relative to the checkout): the first fixture of
+    ``shared`` its text names (fixtures named together in any file are one group), or itself."""
+    names = set(re.findall(r"\b(?:" + "|".join(shared) + r")\b",
+                           (ROOT / path).read_text(errors="replace")))
+    if not names:
+        return path
+    joined = _joined(shared)
+    return min(joined[name] for name in names)
+
+
+@functools.cache
+def _joined(shared: tuple[str, ...]) -> dict[str, str]:
+    """Each fixture of ``shared`` and the one that stands for every fixture some test file
+    names together with it (a union over the files of tests/)."""
+    parent = {name: name for name in shared}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    pattern = re.compile(r"\b(?:" + "|".join(shared) + r")\b")
+    for test in sorted(ROOT.glob("tests/**/test_*.py")):
+        names = sorted(set(pattern.findall(test.read_text(errors="replace"))))
+        for other in names[1:]:
+            parent[root(other)] = root(names[0])
+    return {name: root(name) for name in shared}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the files of one ``file_group`` on one worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Grouped(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return file_group(nodeid.split("::", 1)[0])
+
+    return _Grouped(config, log)

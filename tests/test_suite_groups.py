@@ -1,0 +1,34 @@
+"""The suite's worker groups (tests/conftest.py): files that share an expensive run or the
+machine's test bed run on one xdist worker, every other file on its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import SHARED, file_group
+
+
+@pytest.mark.parametrize(("files", "together"), [
+    # the quickstart run and the fault runs of tests/master/sharedruns.py
+    (["tests/master/test_run_quickstart.py", "tests/master/test_run_summaryjson.py",
+      "tests/master/test_run_failures.py"], True),
+    # the test bed: the fixture's users and the test of scripts/testbed itself
+    (["tests/master/test_run_multihost.py", "tests/master/test_transport.py",
+      "tests/scripts/test_testbed.py"], True),
+    # files that share nothing
+    (["tests/test_readme.py", "tests/master/test_run_dfc.py",
+      "tests/slave/test_engine.py"], False),
+])
+def test_files_that_share_a_run_or_the_test_bed_are_one_group(files: list[str],
+                                                               together: bool) -> None:
+    groups = {file_group(f) for f in files}
+    assert len(groups) == (1 if together else len(files)), groups
+    if not together:
+        assert groups == set(files)
+
+
+def test_every_shared_fixture_is_one_some_test_file_names() -> None:
+    """A fixture renamed without this list would split its files across workers again."""
+    assert {file_group(f"tests/{name}") for name in ("master/test_run_quickstart.py",
+                                                     "master/test_run_multihost.py")} \
+        <= set(SHARED)
