@@ -9,6 +9,8 @@ transfers are scripted by submission number, on a ``VirtualClock`` that only the
 move. Time is then a function of the script, so the two runs must agree exactly:
 
 - every workload's submissions, in order: offset, direction, size, scheduled time, submit time;
+  and their order across workloads (the engine's whole log: which workload's I/O went out
+  first, within one submission too);
 - every workload's statistics in every subinterval: operation and byte counts per category,
   latency sums, minimums and maximums, every histogram bucket of service and response time;
 - the I/O errors counted per workload.
@@ -152,6 +154,14 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
                 f"{what}: submissions differ from #{first} (compiled {a.shape[0]}, Python "
                 f"{b.shape[0]}; columns {list(LOG_COLUMNS)}): compiled "
                 f"{a[first : first + 3].tolist()}, Python {b[first : first + 3].tolist()}")
+    # and the same order across workloads: the engine's log as a whole, submission by
+    # submission (which workload's I/O went out first within one submission, too)
+    if not np.array_equal(c.log, py.log):
+        first = int(np.argmin(np.all(c.log == py.log, axis=1)))
+        raise AssertionError(
+            f"case {case}: each workload's submissions agree, their order across workloads "
+            f"differs from #{first}: compiled {c.log[first : first + 3].tolist()}, Python "
+            f"{py.log[first : first + 3].tolist()} (columns {list(LOG_COLUMNS)})")
     assert len(c.stats) == len(py.stats) == N_SUB * len(params)
     for k, (sc, sp) in enumerate(zip(c.stats, py.stats, strict=True)):
         sub, w = divmod(k, len(params))
@@ -199,4 +209,21 @@ def test_a_difference_of_one_latency_or_one_seed_is_seen(
     py = _run(params, edit, kw, False, monkeypatch)
     assert c.kernel_runs > 0
     with pytest.raises(AssertionError):
+        _assert_same(case, params, edit, c, py)
+
+
+def test_an_order_across_workloads_that_differs_is_seen(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    # two adjacent submissions of two workloads swapped in one run's log: each workload's own
+    # sequence still agrees, the whole log no longer does
+    case = next(c for c in range(MIXES) if len(_case(c)[0]) > 1)
+    params, edit = _case(case)
+    kw = _engine_kwargs(case, params)
+    c = _run(params, edit, kw, True, monkeypatch)
+    py = _run(params, edit, kw, False, monkeypatch)
+    _assert_same(case, params, edit, c, py)
+    fd = c.log[:, LOG_COLUMNS["FD"]]
+    i = int(np.flatnonzero(fd[1:] != fd[:-1])[0])
+    c.log[[i, i + 1]] = c.log[[i + 1, i]]
+    with pytest.raises(AssertionError, match="order across workloads differs from #"):
         _assert_same(case, params, edit, c, py)
