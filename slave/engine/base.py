@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.layout import ROW_WORDS, W_DATA
+from slave.engine.layout import ROW, ROW_WORDS
 
 PAGE_BYTES = mmap.PAGESIZE
 #: how many times an engine offers the kernel the rest of a batch it took only part of (EAGAIN,
@@ -88,7 +88,8 @@ class SlotTable:
         ).reshape(capacity, self.ROW_WORDS)
         base = self.rows.ctypes.data
         self.addr = base + np.arange(capacity, dtype=np.uint64) * np.uint64(row_bytes)
-        self.rows[:, W_DATA] = np.arange(capacity)  # the slot number comes back in io_event.data
+        # the slot number comes back in io_event.data
+        self.rows[:, ROW["data"]] = np.arange(capacity)
 
 
 class AlignedBuffers:

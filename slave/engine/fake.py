@@ -25,16 +25,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.engine.base import KernelHandles, SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock, VirtualClock
-from slave.engine.layout import (
-    BACKEND_SCRIPTED,
-    C_SCHED,
-    LOG_COLUMNS,
-    PEND_COLUMNS,
-    SCRIPT_STATE,
-    W_NBYTES,
-    W_OFFSET,
-    W_OPCODE_FD,
-)
+from slave.engine.layout import BACKEND_SCRIPTED, LOG_COLUMNS, PEND_COLUMNS, ROW, SCRIPT_STATE
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
@@ -121,8 +112,8 @@ class FakeEngine:
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         r = self._table.rows[slots]
-        opcode, fd = r[:, W_OPCODE_FD] & 0xFFFF, r[:, W_OPCODE_FD] >> 32
-        nbytes, offset, sched = r[:, W_NBYTES], r[:, W_OFFSET], r[:, C_SCHED]
+        opcode, fd = r[:, ROW["opcode_fd"]] & 0xFFFF, r[:, ROW["opcode_fd"]] >> 32
+        nbytes, offset, sched = r[:, ROW["nbytes"]], r[:, ROW["offset"]], r[:, ROW["sched_ns"]]
         now = self._clock.now_ns()
         n = int(slots.size)
         first = int(self.state[_COUNT])

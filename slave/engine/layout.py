@@ -1,9 +1,9 @@
 """The slot row and the precomputed I/O as the engine loop's parts and its C share them:
 ``ROW_DTYPE`` mirrors ``struct ivy_row`` and ``IO_DTYPE`` ``struct ivy_io`` (``ivy_loop.h``,
 field for field; ``loop_args.layout_difference`` checks both against the compiled object), and
-the column of each of their fields in an int64 view of their arrays (``W_*``: the row's iocb
-words, ``C_*``: its bookkeeping, ``R_*``: an I/O's), derived from the dtypes here and nowhere
-else. Layout only: no code but that derivation, no state.
+the column of each of their fields in an int64 view of their arrays (``ROW[name]``,
+``IO[name]``), derived from the dtypes here and nowhere else. Layout only: no code but that
+derivation, no state.
 """
 
 from __future__ import annotations
@@ -56,24 +56,6 @@ ROW: Final = _columns(ROW_DTYPE)
 IO: Final = _columns(IO_DTYPE)
 ROW_WORDS: Final = ROW_DTYPE.itemsize // 8
 IO_WORDS: Final = IO_DTYPE.itemsize // 8
-W_DATA: Final = ROW["data"]
-W_OPCODE_FD: Final = ROW["opcode_fd"]
-W_BUF: Final = ROW["buf"]
-W_NBYTES: Final = ROW["nbytes"]
-W_OFFSET: Final = ROW["offset"]
-C_OWNER: Final = ROW["owner"]
-C_CAT: Final = ROW["cat"]
-C_SUBMIT: Final = ROW["submit_ns"]
-C_SCHED: Final = ROW["sched_ns"]
-C_NBYTES: Final = ROW["size_bytes"]
-C_ROW: Final = ROW["buf_row"]
-C_RES: Final = ROW["res"]
-C_DONE: Final = ROW["done_ns"]
-R_OPFD: Final = IO["opcode_fd"]
-R_OFF: Final = IO["offset"]
-R_CAT: Final = IO["cat"]
-R_SUBMIT: Final = IO["submit_ns"]
-R_SCHED: Final = IO["sched_ns"]
 #: the row columns an I/O is scattered into, in one operation: its fields' namesakes
 SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)
 

@@ -26,7 +26,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import IoEngine, KernelHandles
-from slave.engine.layout import R_OPFD, R_SCHED
+from slave.engine.layout import IO
 from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
@@ -222,7 +222,7 @@ class NativeLoop:
         if not made:  # retimed in place: the ring stands
             return
         ring = w.ring[: int(self.rlen[i])]
-        is_write = (ring[:, R_OPFD] & 0xFFFF) == IOCB_CMD_PWRITE
+        is_write = (ring[:, IO["opcode_fd"]] & 0xFFFF) == IOCB_CMD_PWRITE
         set_ring(w, ring, is_write, int(self.data["ring_serial"][i]))
         gen["made"][i] = 0
 
@@ -238,7 +238,7 @@ class NativeLoop:
             w.free = self.free_buf[off : off + int(self.free_n[i])].tolist()
             w.cur = int(self.cur[i])
             if w.overdue:
-                timed = w.ring[w.cur : w.ring_len, R_SCHED] != 0
+                timed = w.ring[w.cur : w.ring_len, IO["sched_ns"]] != 0
                 w.overdue = min(w.overdue, int(timed.argmin()) if not timed.all()
                                 else int(timed.size))
 

@@ -21,16 +21,7 @@ import numpy.typing as npt
 from protocol.stats import N_CATEGORIES, WorkloadStats, record_groups
 from slave.engine import tuning
 from slave.engine.base import SlotTable
-from slave.engine.layout import (
-    C_CAT,
-    C_DONE,
-    C_NBYTES,
-    C_OWNER,
-    C_RES,
-    C_SCHED,
-    C_SUBMIT,
-    W_OFFSET,
-)
+from slave.engine.layout import ROW
 from slave.engine.loop_state import LoopWorkload
 
 log = logging.getLogger(__name__)
@@ -62,8 +53,8 @@ class Records:
         # "clip": the slots are ours (each event returns the slot we submitted); numpy's
         # default "raise" copies ``out`` first, to leave it unchanged on an error
         rows.take(slots, axis=0, out=pend[p:q], mode="clip")
-        pend[p:q, C_RES] = res
-        pend[p:q, C_DONE] = t
+        pend[p:q, ROW["res"]] = res
+        pend[p:q, ROW["done_ns"]] = t
         self.p = q
 
     @property
@@ -78,15 +69,15 @@ class Records:
         if p == b:
             return
         rows = self.pend[b:p]
-        done = rows[:, C_DONE]
-        ok = rows[:, C_RES] == rows[:, C_NBYTES]
+        done = rows[:, ROW["done_ns"]]
+        ok = rows[:, ROW["res"]] == rows[:, ROW["size_bytes"]]
         if not bool(ok.all()):
             self._count_errors(rows[~ok])
             rows = rows[ok]
             done = done[ok]
             if rows.shape[0] == 0:
                 return
-        owner = rows[:, C_OWNER]
+        owner = rows[:, ROW["owner"]]
         lo = int(owner.min())
         if lo == int(owner.max()):
             self._record(lo, rows, done)
@@ -94,7 +85,7 @@ class Records:
         if self.discard:
             return
         # several workloads: one vectorised pass, grouped by workload and category
-        key = owner * N_CATEGORIES + rows[:, C_CAT]
+        key = owner * N_CATEGORIES + rows[:, ROW["cat"]]
         order = np.argsort(key, kind="stable")
         key = key[order]
         starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
@@ -106,8 +97,8 @@ class Records:
             targets.append(None if w is None else w.spec.stats[self.buf])
             cats.append(c)
         done = done[order]  # the columns needed, not whole 128-byte rows
-        record_groups(targets, cats, starts, done - rows[:, C_SUBMIT][order],
-                      done - rows[:, C_SCHED][order], rows[:, C_NBYTES][order])
+        record_groups(targets, cats, starts, done - rows[:, ROW["submit_ns"]][order],
+                      done - rows[:, ROW["sched_ns"]][order], rows[:, ROW["size_bytes"]][order])
 
     def _of(self, owner: int) -> LoopWorkload | None:
         return self._wl[owner] if owner < len(self._wl) else None
@@ -118,22 +109,24 @@ class Records:
         w = self._of(owner)
         if w is None or self.discard:
             return  # the workload was deleted (its last I/Os are not counted), or stop
-        submit = rows[:, C_SUBMIT]
-        sched = rows[:, C_SCHED]
+        submit = rows[:, ROW["submit_ns"]]
+        sched = rows[:, ROW["sched_ns"]]
         service = done - submit
         # at max iops every I/O is scheduled when it is submitted: the response times are the
         # service times, binned once
         response = None if np.array_equal(sched, submit) else done - sched
         stats = w.spec.stats[self.buf]
         if w.fixed_cat >= 0:
-            stats.record_category(w.fixed_cat, service, response, int(rows[:, C_NBYTES].sum()))
+            stats.record_category(w.fixed_cat, service, response,
+                                  int(rows[:, ROW["size_bytes"]].sum()))
         else:
-            stats.record(rows[:, C_CAT], service, service if response is None else response,
-                         rows[:, C_NBYTES])
+            stats.record(rows[:, ROW["cat"]], service, service if response is None else response,
+                         rows[:, ROW["size_bytes"]])
 
     def _count_errors(self, bad: npt.NDArray[np.int64]) -> None:
         for row in bad.tolist():
-            owner, cat, nbytes, res = row[C_OWNER], row[C_CAT], row[C_NBYTES], row[C_RES]
+            owner, cat = row[ROW["owner"]], row[ROW["cat"]]
+            nbytes, res = row[ROW["size_bytes"]], row[ROW["res"]]
             w = self._of(owner)
             if w is None or self.discard:
                 continue
@@ -152,7 +145,7 @@ class Records:
                 log.warning(
                     "workload %s: I/O error at offset %d: %s",
                     w.spec.workload_id,
-                    row[W_OFFSET],
+                    row[ROW["offset"]],
                     what,
                 )
 

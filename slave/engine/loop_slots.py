@@ -20,18 +20,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.engine.base import IoEngine, SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock
-from slave.engine.layout import (
-    C_NBYTES,
-    C_OWNER,
-    C_ROW,
-    C_SCHED,
-    C_SUBMIT,
-    INF,
-    R_SCHED,
-    SCATTER,
-    W_BUF,
-    W_NBYTES,
-)
+from slave.engine.layout import INF, IO, ROW, SCATTER
 from slave.engine.loop_state import LoopWorkload, took
 
 
@@ -47,7 +36,7 @@ class Slots:
         self._rows_flat = self.rows.reshape(-1)
         # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
         # never ``.take``: numpy's take first copies a strided source whole (docs/engine.md)
-        self.buffer_row = self.rows[:, C_ROW]
+        self.buffer_row = self.rows[:, ROW["buf_row"]]
         # flat indices of each slot's words that a precomputed I/O is scattered into
         self._scatter_idx = (
             np.arange(capacity, dtype=np.intp)[:, None] * SlotTable.ROW_WORDS + SCATTER
@@ -88,14 +77,14 @@ class Slots:
         p = w.params
         slots = w.slots
         rows = self.rows
-        rows[slots, W_BUF] = w.buffers.addr[: slots.size].astype(np.int64)
+        rows[slots, ROW["buf"]] = w.buffers.addr[: slots.size].astype(np.int64)
         prepare = getattr(w.spec.engine, "prepare_slots", None)
         if prepare is not None:  # io_uring registers the file and the slots' buffers
             prepare(slots, w.spec.fd, w.buffers)
-        rows[slots, W_NBYTES] = p.blocksize_bytes
-        rows[slots, C_ROW] = np.arange(slots.size)
-        rows[slots, C_OWNER] = w.index
-        rows[slots, C_NBYTES] = p.blocksize_bytes
+        rows[slots, ROW["nbytes"]] = p.blocksize_bytes
+        rows[slots, ROW["buf_row"]] = np.arange(slots.size)
+        rows[slots, ROW["owner"]] = w.index
+        rows[slots, ROW["size_bytes"]] = p.blocksize_bytes
         self.set_owner(slots, w.index)
 
     def retire(self, w: LoopWorkload) -> None:
@@ -161,10 +150,10 @@ class Slots:
         rows = self.rows
         t_sub = self.clock.now_ns()
         if starts_now:
-            rows[np.concatenate(starts_now), C_SCHED] = t_sub
+            rows[np.concatenate(starts_now), ROW["sched_ns"]] = t_sub
         for eng, parts in by_engine.items():
             slots = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            rows[slots, C_SUBMIT] = t_sub
+            rows[slots, ROW["submit_ns"]] = t_sub
             try:
                 eng.submit(slots)
             except IoEngineError as exc:
@@ -186,15 +175,16 @@ class Slots:
             if c + nfree > w.ring_len:
                 w.refill(nfree)
                 c = 0
-            first = int(w.ring[c, R_SCHED])
+            first = int(w.ring[c, IO["sched_ns"]])
             if first > now:  # the common case, without a search
                 next_due = min(next_due, first)
                 continue
             # the ring is in time order
-            k = 1 if nfree == 1 else int(w.ring[c : c + nfree, R_SCHED].searchsorted(now, "right"))
+            k = 1 if nfree == 1 else int(
+                w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
             due.append((w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp)))
             if k < nfree:
-                next_due = min(next_due, int(w.ring[c + k, R_SCHED]))
+                next_due = min(next_due, int(w.ring[c + k, IO["sched_ns"]]))
         if due:
             self.issue(due)
         return next_due

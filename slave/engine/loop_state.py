@@ -24,7 +24,7 @@ from slave.datapattern import WritePattern
 from slave.engine import tuning
 from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
-from slave.engine.layout import IO_WORDS, R_CAT, R_OFF, R_OPFD, R_SCHED, R_SUBMIT
+from slave.engine.layout import IO, IO_WORDS
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
@@ -85,13 +85,14 @@ class LoopWorkload:
         ring = both[left:]
         read = opcode_fd_word(IOCB_CMD_PREAD, fd)
         if self.pattern is None:  # reads only
-            ring[:, R_OPFD] = read
+            ring[:, IO["opcode_fd"]] = read
         else:
-            ring[:, R_OPFD] = np.where(ch.is_write, opcode_fd_word(IOCB_CMD_PWRITE, fd), read)
-        ring[:, R_OFF] = ch.offset_bytes
-        ring[:, R_CAT] = ch.category
-        ring[:, R_SUBMIT] = 0
-        ring[:, R_SCHED] = ch.sched_ns
+            ring[:, IO["opcode_fd"]] = np.where(ch.is_write,
+                                                opcode_fd_word(IOCB_CMD_PWRITE, fd), read)
+        ring[:, IO["offset"]] = ch.offset_bytes
+        ring[:, IO["cat"]] = ch.category
+        ring[:, IO["submit_ns"]] = 0
+        ring[:, IO["sched_ns"]] = ch.sched_ns
         set_ring(
             self,
             both,
@@ -144,7 +145,7 @@ def write_data(
     """Put the data of ring I/Os ``lo:hi`` (those in ``writes``, else all) into the buffer
     ``rows``."""
     assert w.pattern is not None
-    offsets = w.ring[lo:hi, R_OFF]
+    offsets = w.ring[lo:hi, IO["offset"]]
     serials = np.arange(w.ring_serial + lo, w.ring_serial + hi, dtype=np.int64)
     if writes is not None:
         offsets, serials = offsets[writes], serials[writes]

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.datapattern import WritePattern
 from slave.engine.base import AlignedBuffers, IoEngine
-from slave.engine.layout import R_CAT, R_OFF, R_SCHED
+from slave.engine.layout import IO
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_slots import Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, ring_ahead, set_ring
@@ -129,12 +129,13 @@ class Workloads:
         rest = w.ring[w.cur :]
         due = 0
         if at_ns is not None and w.paced:
-            due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
+            # the ring is in time order
+            due = int(rest[:, IO["sched_ns"]].searchsorted(at_ns, "left"))
         elif at_ns is not None:
             due = w.overdue  # kept by an earlier edit and still not issued
         overdue = rest[:due].copy()
         overdue_write = w.ring_write[w.cur : w.cur + due].copy()
-        resume = int(rest[due, R_OFF]) if due < rest.shape[0] else None
+        resume = int(rest[due, IO["offset"]]) if due < rest.shape[0] else None
         w.spec.params = params
         # the I/Os generated after the kept ones are dropped: the new settings' I/Os take
         # their draws (the stream goes on at the first I/O not issued, whenever the edit came)
@@ -196,11 +197,11 @@ class Workloads:
         times (the backlog), the rest take the new schedule's. Remaking the ring instead cost
         a refill per workload after each such boundary (docs/engine.md)."""
         rest = w.ring[w.cur :]
-        due = int(rest[:, R_SCHED].searchsorted(at_ns, "left"))  # the ring is in time order
+        due = int(rest[:, IO["sched_ns"]].searchsorted(at_ns, "left"))  # the ring is in time order
         w.spec.params = params
         w.seq.retime(params, at_ns)  # on after everything precomputed
         if due < rest.shape[0]:
-            rest[due:, R_SCHED] = w.seq.schedule(rest.shape[0] - due)
+            rest[due:, IO["sched_ns"]] = w.seq.schedule(rest.shape[0] - due)
         self.refresh()  # the compiled loop's heap holds the old times
 
     def remove(self, workload_id: str) -> None:
@@ -282,5 +283,5 @@ def make_pattern(p: WorkloadParams) -> WritePattern | None:
 def mixed_categories(w: LoopWorkload) -> None:
     """I/Os kept from the old settings may be of another category than the new settings'
     only one: then every I/O is recorded by its own category."""
-    if w.fixed_cat >= 0 and w.ring_len and bool((w.ring[:, R_CAT] != w.fixed_cat).any()):
+    if w.fixed_cat >= 0 and w.ring_len and bool((w.ring[:, IO["cat"]] != w.fixed_cat).any()):
         w.fixed_cat = -1

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from slave.engine.aio_abi import IOCB_CMD_PWRITE
 from slave.engine.base import SlotTable
-from slave.engine.layout import W_OFFSET, W_OPCODE_FD
+from slave.engine.layout import ROW
 
 
 class ThreadPoolEngine:
@@ -42,7 +42,7 @@ class ThreadPoolEngine:
             slot = self._todo.get()
             if slot < 0:
                 return
-            opfd, buf, n, offset = rows[slot, W_OPCODE_FD : W_OFFSET + 1].tolist()
+            opfd, buf, n, offset = rows[slot, ROW["opcode_fd"] : ROW["offset"] + 1].tolist()
             view = memoryview((ctypes.c_char * n).from_address(buf)).cast("B")
             try:
                 if opfd & 0xFFFF == IOCB_CMD_PWRITE:

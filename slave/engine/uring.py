@@ -26,7 +26,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.engine.aio_abi import IO_EVENT_DTYPE, IOCB_CMD_PWRITE, libc_syscall, read_proc_int
 from slave.engine.base import AlignedBuffers, KernelHandles, SlotTable, SubmitError, submit_backoff
-from slave.engine.layout import W_BUF, W_NBYTES, W_OFFSET, W_OPCODE_FD
+from slave.engine.layout import ROW
 
 _SYS_SETUP, _SYS_ENTER, _SYS_REGISTER = 425, 426, 427
 _FEAT_SINGLE_MMAP, _FEAT_NODROP, _FEAT_EXT_ARG = 1 << 0, 1 << 1, 1 << 8
@@ -248,13 +248,13 @@ class UringEngine:
         tail = int(w[ring.sq_tail])
         at = (tail + np.arange(n)) & ring.sq_mask
         e = np.zeros(n, dtype=SQE_DTYPE)
-        word = rows[:, W_OPCODE_FD]
+        word = rows[:, ROW["opcode_fd"]]
         e["opcode"] = np.where(word & 0xFFFF == IOCB_CMD_PWRITE, _OP_WRITE_FIXED, _OP_READ_FIXED)
         e["flags"] = _SQE_FIXED_FILE
         e["fd"] = word >> 32
-        e["off"] = rows[:, W_OFFSET]
-        e["addr"] = rows[:, W_BUF]
-        e["len"] = rows[:, W_NBYTES]
+        e["off"] = rows[:, ROW["offset"]]
+        e["addr"] = rows[:, ROW["buf"]]
+        e["len"] = rows[:, ROW["nbytes"]]
         e["user_data"] = slots
         e["buf_index"] = slots
         ring.sqes[at] = e

@@ -245,10 +245,10 @@ def test_aio_context_roundtrip(lun_file: str) -> None:
     bufs = AlignedBuffers(2, 4096)
     bufs.array[0, :] = np.arange(4096) % 251
     for slot, op in ((0, aio_abi.IOCB_CMD_PWRITE), (1, aio_abi.IOCB_CMD_PREAD)):
-        table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, fd)
-        table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
-        table.rows[slot, layout.W_NBYTES] = 4096
-        table.rows[slot, layout.W_OFFSET] = 8192
+        table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(op, fd)
+        table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
+        table.rows[slot, layout.ROW["nbytes"]] = 4096
+        table.rows[slot, layout.ROW["offset"]] = 8192
     eng = LibaioEngine(table)
     try:
         eng.submit(np.array([0], dtype=np.intp))
@@ -457,10 +457,11 @@ def _read_slots(fd: int, n: int) -> tuple[SlotTable, AlignedBuffers]:
     table = SlotTable(n)
     bufs = AlignedBuffers(n, 4096)
     for slot in range(n):
-        table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, fd)
-        table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
-        table.rows[slot, layout.W_NBYTES] = 4096
-        table.rows[slot, layout.W_OFFSET] = 4096 * slot
+        table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(
+            aio_abi.IOCB_CMD_PREAD, fd)
+        table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
+        table.rows[slot, layout.ROW["nbytes"]] = 4096
+        table.rows[slot, layout.ROW["offset"]] = 4096 * slot
     return table, bufs
 
 
@@ -525,7 +526,7 @@ def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str
     table, _bufs = _read_slots(fd, 8)
     closed = os.open(lun_file, os.O_RDONLY)
     os.close(closed)
-    table.rows[5, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, closed)
+    table.rows[5, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, closed)
     eng = LibaioEngine(table)
     slots = [0, 1, 2, 3, 4, 5, 6, 7]
     try:

@@ -88,19 +88,19 @@ class _Python:
     def generate(self, m: int) -> npt.NDArray[np.int64]:
         ch = self.seq.chunk(m)
         ring = np.zeros((m, 5), dtype=np.int64)
-        ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE, _READ)
-        ring[:, layout.R_OFF] = ch.offset_bytes
-        ring[:, layout.R_CAT] = ch.category
-        ring[:, layout.R_SCHED] = ch.sched_ns
+        ring[:, layout.IO["opcode_fd"]] = np.where(ch.is_write, _WRITE, _READ)
+        ring[:, layout.IO["offset"]] = ch.offset_bytes
+        ring[:, layout.IO["cat"]] = ch.category
+        ring[:, layout.IO["sched_ns"]] = ch.sched_ns
         self.ring = ring
         return ring.copy()
 
     def retime(self, iops: float, at_ns: int, issued: int) -> npt.NDArray[np.int64]:
         rest = self.ring[issued:]
-        due = int(rest[:, layout.R_SCHED].searchsorted(at_ns, "left"))
+        due = int(rest[:, layout.IO["sched_ns"]].searchsorted(at_ns, "left"))
         self.seq.retime(self.seq.params.replace(iops=iops), at_ns)
         if due < rest.shape[0]:
-            rest[due:, layout.R_SCHED] = self.seq.schedule(rest.shape[0] - due)
+            rest[due:, layout.IO["sched_ns"]] = self.seq.schedule(rest.shape[0] - due)
         return self.ring.copy()
 
 
@@ -154,7 +154,7 @@ def test_refills_draw_the_same_ios_in_c_and_in_python(name: str) -> None:
         got, want = c.generate(m), py.generate(m)
         _same(got, want, f"refill {i} of {m}")
         if i == 0 and params.iops is not None and "Poisson" in name:
-            assert got[0, layout.R_SCHED] == _T0  # the first arrival is at the start
+            assert got[0, layout.IO["sched_ns"]] == _T0  # the first arrival is at the start
     c.hand_back(seq, params.iops)
     _same(_Python(seq).generate(700), py.generate(700), "resumed")
 
@@ -177,12 +177,12 @@ def test_edits_of_the_rate_mid_stream_agree_in_c_and_in_python(iosequencer: str)
         ring = c.generate(m)
         _same(ring, py.generate(m), f"refill {step}")
         issued = (0, 3, m // 2, 1)[step % 4]
-        sched = ring[:, layout.R_SCHED]
+        sched = ring[:, layout.IO["sched_ns"]]
         at = {0: int(sched[m // 3]), 1: int(sched[m // 5]) + 1, 2: int(sched[0]) - 10,
               3: int(sched[-1]) + 1}[step % 4]
         got, want = c.retime(new, at, issued), py.retime(new, at, issued)
         _same(got, want, f"edit {step} to {new} IOPS at {at}")
-        later = got[issued:, layout.R_SCHED]
+        later = got[issued:, layout.IO["sched_ns"]]
         if iosequencer == "random_independent" and (later >= at).any():
             assert later[later >= at][0] == at  # the new schedule's first arrival
         iops = new

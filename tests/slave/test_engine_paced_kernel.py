@@ -123,8 +123,8 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     stats.reset()
     pend = np.zeros((len(records) + 1, layout.ROW_WORDS), dtype=np.int64)
     for i, (cat, sub, sched, done, res) in enumerate(records):
-        pend[i, [layout.C_OWNER, layout.C_CAT, layout.C_SUBMIT, layout.C_SCHED,
-                 layout.C_NBYTES, layout.C_RES, layout.C_DONE]] = (
+        pend[i, [layout.ROW[f] for f in ("owner", "cat", "submit_ns", "sched_ns", "size_bytes",
+                                         "res", "done_ns")]] = (
             0, cat, sub, sched, 4096, res, done)
     a = LoopArgs()
     a.p = len(records)
@@ -255,10 +255,10 @@ def _python_generate(seq: Sequencer, pattern: WritePattern | None, m: int
     the serials beside it, as ``_kernel_generate``)."""
     ch = seq.chunk(m)
     ring = np.zeros((m, layout.IO_WORDS), dtype=np.int64)
-    ring[:, layout.R_OPFD] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
-    ring[:, layout.R_OFF] = ch.offset_bytes
-    ring[:, layout.R_CAT] = ch.category
-    ring[:, layout.R_SCHED] = ch.sched_ns
+    ring[:, layout.IO["opcode_fd"]] = np.where(ch.is_write, _WRITE_WORD, _READ_WORD)
+    ring[:, layout.IO["offset"]] = ch.offset_bytes
+    ring[:, layout.IO["cat"]] = ch.category
+    ring[:, layout.IO["sched_ns"]] = ch.sched_ns
     if pattern is None:
         return np.concatenate([ring, np.zeros((m, 1), np.int64)], axis=1)
     first = pattern.next_serial
@@ -317,7 +317,7 @@ def test_the_kernel_generates_poisson_arrivals_at_the_rate() -> None:
                             iosequencer="random_independent")
     seq = _sequencer(params)
     made, row = _kernel_generate(seq, None, 20_000)
-    sched = made[0][:, layout.R_SCHED]
+    sched = made[0][:, layout.IO["sched_ns"]]
     assert sched[0] == 1_000_000_000  # the first arrival is at the start, as in Python
     assert not row["first_due"]
     gaps = np.diff(sched).astype(np.float64)
@@ -348,12 +348,12 @@ def test_the_kernel_retimes_a_ring_as_python_does_bit_for_bit(name: str) -> None
     seq, twin = _sequencer(params), _sequencer(params)
     ring = np.ascontiguousarray(_python_generate(seq, None, 300)[:, :5])
     want = _python_generate(twin, None, 300)[:, :5]
-    at = int(ring[100, layout.R_SCHED]) - 1
+    at = int(ring[100, layout.IO["sched_ns"]]) - 1
     gs = seq.generator_state()
     assert gs is not None
     gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
     twin.retime(new, at)
-    want[100:, layout.R_SCHED] = twin.schedule(200)
+    want[100:, layout.IO["sched_ns"]] = twin.schedule(200)
     probe = _sequencer(new)  # the new schedule's period and first time, as Sequencer has them
     probe.retime(new, at)
     probe_gs = probe.generator_state()
@@ -377,14 +377,14 @@ def test_the_kernel_retimes_poisson_arrivals_from_the_edit() -> None:
     seq = _sequencer(params)
     ring = np.ascontiguousarray(_python_generate(seq, None, 20_000)[:, :5])
     before = ring.copy()
-    at = int(ring[999, layout.R_SCHED]) + 1
+    at = int(ring[999, layout.IO["sched_ns"]]) + 1
     gs = seq.generator_state()
     assert gs is not None and not gs.first_arrival_due
     gen = np.stack([pk.generator(gs, _READ_WORD, _WRITE_WORD)])
     pk.retime(_kernel_args(ring, 0, gen), gen, at, np.array([0]), np.array([50_000.0]),
               np.array([at]))
-    sched = ring[:, layout.R_SCHED]
-    assert np.array_equal(sched[:1000], before[:1000, layout.R_SCHED])
+    sched = ring[:, layout.IO["sched_ns"]]
+    assert np.array_equal(sched[:1000], before[:1000, layout.IO["sched_ns"]])
     assert sched[1000] == at
     assert np.array_equal(ring[:, :4], before[:, :4])  # offsets and directions stand
     gaps = np.diff(sched[1000:]).astype(np.float64)

@@ -296,10 +296,10 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
                                  (1, aio_abi.IOCB_CMD_PREAD, 8192, fd),
                                  (2, aio_abi.IOCB_CMD_PREAD, 0, fd + 100),
                                  (3, aio_abi.IOCB_CMD_PREAD, 100, fd)):
-            table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(op, f)
-            table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
-            table.rows[slot, layout.W_NBYTES] = 4096
-            table.rows[slot, layout.W_OFFSET] = off
+            table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(op, f)
+            table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
+            table.rows[slot, layout.ROW["nbytes"]] = 4096
+            table.rows[slot, layout.ROW["offset"]] = off
         eng.submit(np.array([0], dtype=np.intp))
         assert eng.reap(1, 1_000_000_000) == 1
         assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
@@ -341,11 +341,11 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     try:
         eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
         for slot in range(4):
-            table.rows[slot, layout.W_OPCODE_FD] = aio_abi.opcode_fd_word(
+            table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(
                 aio_abi.IOCB_CMD_PREAD, fd)
-            table.rows[slot, layout.W_BUF] = int(bufs.addr[slot])
-            table.rows[slot, layout.W_NBYTES] = 4096
-            table.rows[slot, layout.W_OFFSET] = 4096 * slot
+            table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
+            table.rows[slot, layout.ROW["nbytes"]] = 4096
+            table.rows[slot, layout.ROW["offset"]] = 4096 * slot
         real = eng._ring.enter
         calls: list[int] = []
 
