@@ -1,10 +1,12 @@
-"""How ``scripts/test`` shares the suite out: every directory but tests/slave on two
-pytest-xdist workers (``--dist loadfile``), since those tests mostly wait on ``ivypy run``
-subprocesses (about half a core each) or on nothing; then tests/slave alone, as the engine's
-timing and CPU tests need the machine.
+"""How ``scripts/test`` shares the suite out: the tests not marked ``alone`` on two
+pytest-xdist workers (``--dist loadfile``), since they mostly wait on ``ivypy run``
+subprocesses (about half a core each) or on nothing; then those marked ``alone``, one at a
+time with nothing beside them: every test of tests/slave (the engine's timing and CPU tests
+need the machine) and any other that changes what the whole machine shares (``fs.aio-max-nr``).
 
-Owns ``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one worker, so that its
-module fixtures are made once), with the files that name a fixture of ``SHARED`` on one worker
+Owns ``pytest_collection_modifyitems`` (the ``alone`` mark on tests/slave) and
+``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one worker, so that its module
+fixtures are made once), with the files that name a fixture of ``SHARED`` on one worker
 together. Must not change what a test does.
 """
 
@@ -24,6 +26,15 @@ import pytest
 SHARED = ("quickstart_run", "interrupted_run", "slave_killed_run", "master_killed_run",
           "testbed")
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by it
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of tests/slave is ``alone``."""
+    engine_tests = ROOT / "tests" / "slave"
+    for item in items:
+        if item.path.is_relative_to(engine_tests):
+            item.add_marker(pytest.mark.alone)
 
 
 @functools.cache

@@ -80,6 +80,7 @@ def _subintervals_run(folder: Path) -> int:
     return len(rows(all_csv)) if all_csv.exists() else 0
 
 
+@pytest.mark.alone  # lowers the machine's fs.aio-max-nr: another run beside it would fail
 def test_a_block_device_without_its_aio_context_is_refused_before_any_io(
         tmp_path: Path, loop_dev: str) -> None:
     with _aio_limit(headroom=100):  # a first context of 64 events fits; QD100 needs 256
@@ -96,6 +97,7 @@ def test_a_block_device_without_its_aio_context_is_refused_before_any_io(
     assert engines[loop_dev] == "libaio"  # what it was to run on; nothing ran elsewhere
 
 
+@pytest.mark.alone  # lowers the machine's fs.aio-max-nr
 def test_with_the_fallback_allowed_the_thread_pool_is_named_everywhere(
         tmp_path: Path, loop_dev: str) -> None:
     with _aio_limit(headroom=100):
