@@ -7,9 +7,11 @@
  * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE. The compiled object tells
  * their layouts (ivy_<struct>_layout: the struct's size, then each field's offset and size;
  * ivy_<struct>_names: the fields' names, a space after each), which the loader and a test
- * compare with the Python mirrors'. Owns the names, types and order of the fields; it must not
- * hold code. Pointers are the addresses of arrays Python owns and keeps alive; "of addresses"
- * means an array of one address per workload. Units are in the names (_ns, _bytes).
+ * compare with the Python mirrors'. Python reads the field lists from this file
+ * (slave.engine.layout.header_fields): a field is declared here only, as X(type, name), its
+ * type int64_t, uint64_t, double or a pointer. Owns the names, types and order of the fields;
+ * it must not hold code. Pointers are the addresses of arrays Python owns and keeps alive; "of
+ * addresses" means an array of one address per workload. Units are in the names (_ns, _bytes).
  * paced_kernel.py includes this file in the source it compiles (and in the source's hash), in
  * place of its #include. */
 #include <stddef.h>

@@ -1,13 +1,15 @@
-"""The slot row and the precomputed I/O as the engine loop's parts and its C share them:
-``ROW_DTYPE`` mirrors ``struct ivy_row`` and ``IO_DTYPE`` ``struct ivy_io`` (``ivy_loop.h``,
-field for field; ``loop_args.layout_difference`` checks both against the compiled object), and
-the column of each of their fields in an int64 view of their arrays (``ROW[name]``,
-``IO[name]``), derived from the dtypes here and nowhere else. Layout only: no code but that
-derivation, no state.
+"""The structs the engine loop's parts and its C share, as ``ivy_loop.h`` declares them (read
+from the header, which ships beside this module: ``header_fields``, ``header_dtype``): the slot
+row (``ROW_DTYPE``, ``struct ivy_row``) and the precomputed I/O (``IO_DTYPE``, ``struct
+ivy_io``), and the column of each of their fields in an int64 view of their arrays
+(``ROW[name]``, ``IO[name]``). ``loop_args.layout_difference`` checks them against the compiled
+object. Layout only: no code but that derivation, no state.
 """
 
 from __future__ import annotations
 
+import re
+from importlib import resources
 from typing import Final
 
 import numpy as np
@@ -15,29 +17,43 @@ import numpy as np
 # a far future (no scheduled time)
 INF: Final = 1 << 62
 
-#: ``struct ivy_row``: a slot's row, the kernel's ``struct iocb`` first (64 bytes, what
-#: ``io_submit`` reads at the row's address; ``aio_abi.IOCB_DTYPE`` has its fields one by one:
-#: here aio_key and aio_rw_flags, aio_lio_opcode, aio_reqprio and aio_fildes, and aio_flags and
-#: aio_resfd are one word each), then the loop's bookkeeping; a record is a row copied whole at
-#: completion, with its result and reap time
-ROW_DTYPE: Final = np.dtype([
-    ("data", "<u8"),  # aio_data: the slot's number, back in the completion's event
-    ("key_rw_flags", "<u8"),
-    ("opcode_fd", "<i8"),  # opcode | fd << 32 (``aio_abi.opcode_fd_word``)
-    ("buf", "<u8"), ("nbytes", "<u8"), ("offset", "<i8"), ("reserved2", "<u8"),
-    ("flags_resfd", "<u8"),
-    ("owner", "<i8"),  # the workload's index
-    ("cat", "<i8"),  # the I/O's category
-    ("submit_ns", "<i8"), ("sched_ns", "<i8"),
-    ("size_bytes", "<i8"),  # what it must transfer (less is a short transfer)
-    ("buf_row", "<i8"),  # its buffer's row in the workload's buffers
-    ("res", "<i8"), ("done_ns", "<i8"),  # a record's result and reap time
-])
+#: ``ivy_loop.h``'s C types of the fields that are not pointers, as numpy's (a pointer is an
+#: address, "<u8")
+C_TYPES: Final = {"int64_t": "<i8", "uint64_t": "<u8", "double": "<f8"}
+
+
+def header_fields(struct: str, text: str | None = None) -> list[tuple[str, str]]:
+    """``struct ivy_<struct>``'s fields as ``ivy_loop.h`` (or ``text``) declares them
+    (``IVY_<STRUCT>_FIELDS``, comments left out): (name, C type) in order; raises
+    ``ValueError`` for a struct or a type it does not know."""
+    if text is None:
+        text = resources.files("slave.engine").joinpath("ivy_loop.h").read_text("utf-8")
+    found = re.search(rf"#define IVY_{struct.upper()}_FIELDS\(X\)((?:[^\n]*\\\n)*[^\n]*)",
+                      text)
+    if found is None:
+        raise ValueError(f"ivy_loop.h declares no IVY_{struct.upper()}_FIELDS")
+    body = re.sub(r"/\*.*?\*/", " ", found.group(1), flags=re.S)
+    fields = [(name, ctype.strip()) for ctype, name in re.findall(r"\bX\(([^,]+),\s*(\w+)\)",
+                                                                  body)]
+    for name, ctype in fields:
+        if "*" not in ctype and ctype not in C_TYPES:
+            raise ValueError(f"ivy_loop.h: struct ivy_{struct} field {name}: type {ctype!r} "
+                             f"(the Python mirrors know {', '.join(C_TYPES)} and pointers)")
+    return fields
+
+
+def header_dtype(struct: str) -> np.dtype[np.void]:
+    """``struct ivy_<struct>`` as a numpy dtype, field for field (``header_fields``)."""
+    return np.dtype([(name, "<u8" if "*" in ctype else C_TYPES[ctype])
+                     for name, ctype in header_fields(struct)])
+
+
+#: ``struct ivy_row``: a slot's row, the kernel's ``struct iocb`` first (what ``io_submit``
+#: reads at the row's address), then the loop's bookkeeping; a record is a row copied whole at
+#: completion, with its result and reap time (``ivy_loop.h`` says what each field is)
+ROW_DTYPE: Final = header_dtype("row")
 #: ``struct ivy_io``: a precomputed I/O in a workload's ring, the fields of its row it sets
-IO_DTYPE: Final = np.dtype([
-    ("opcode_fd", "<i8"), ("offset", "<i8"), ("cat", "<i8"), ("submit_ns", "<i8"),
-    ("sched_ns", "<i8"),
-])
+IO_DTYPE: Final = header_dtype("io")
 
 
 def _columns(dtype: np.dtype[np.void]) -> dict[str, int]:

@@ -1,13 +1,13 @@
 """The compiled loop's state and arguments in Python: ``LoopArgs``, the ``ctypes.Structure``
 that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
 ``GEN_DTYPE`` and ``DATA_DTYPE``, the numpy dtypes that mirror each workload's ``struct ivy_gen``
-and ``struct ivy_data``; and the check of these and of ``layout``'s dtypes (``struct ivy_row``,
-``struct ivy_io``) against the layouts the compiled object reports of itself.
+and ``struct ivy_data`` (all read from the header: ``layout.header_fields``); and the check of
+these and of ``layout``'s dtypes (``struct ivy_row``, ``struct ivy_io``) against the layouts the
+compiled object reports of itself (one built from another header is refused).
 
-Owns the Python side of the structs: their fields' names, order and C types, keeping alive the
-arrays whose addresses ``LoopArgs`` holds, and the comparison with the compiled layouts. It
-must not build or load the compiled object (``paced_kernel``), or know what the loop does with
-a field.
+Owns the Python side of the structs: keeping alive the arrays whose addresses ``LoopArgs``
+holds, and the comparison with the compiled layouts. It must not build or load the compiled
+object (``paced_kernel``), or know what the loop does with a field.
 """
 
 from __future__ import annotations
@@ -18,56 +18,23 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.layout import IO_DTYPE, ROW_DTYPE
+from slave.engine.layout import IO_DTYPE, ROW_DTYPE, header_dtype, header_fields
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
 _A = TypeVar("_A", bound=npt.NDArray[Any])
 
 #: ``struct ivy_loop``'s fields in the header's order (``IVY_LOOP_FIELDS``), as ctypes types
-FIELDS: Final[tuple[tuple[str, Any], ...]] = (
-    ("ring_header", _P), ("ring_events", _P), ("events", _P), ("events_cap", _I), ("ctx", _I),
-    ("backend", _I), ("uring_fd", _I), ("sq_tail", _P), ("sq_flags", _P),
-    ("sq_mask", _I), ("sqes", _P),
-    ("cq_head", _P), ("cq_tail", _P), ("cq_mask", _I), ("cqes", _P),
-    ("vclock", _P), ("fake_state", _P), ("fake_pend", _P), ("fake_script", _P),
-    ("fake_log", _P),
-    ("rows", _P), ("iocb_addr", _P), ("ptrs", _P), ("out", _P),
-    ("rings", _P), ("cur", _P), ("rlen", _P), ("free_buf", _P), ("free_off", _P),
-    ("free_n", _P), ("slot_pos", _P), ("n_slots", _I),
-    ("heap_t", _P), ("heap_k", _P), ("armed", _P), ("n_workloads", _I),
-    ("data", _P),
-    ("pend", _P), ("flush_at", _I), ("compact_at", _I),
-    ("root", _P), ("stat_off", _P), ("fixcat", _P), ("n_owners", _I), ("discard", _I),
-    ("boundary_ns", _I), ("wake_ns", _I), ("sleep_min_ns", _I), ("long_wait_ns", _I),
-    ("wake_early_ns", _I), ("control_fd", _I), ("poll_ns", _I),
-    ("gen", _P), ("rcap", _P), ("gen_ios", _I),
-    ("busy_poll", _I), ("n_max", _I), ("spin_ns", _I), ("spin_gate_ns", _I),
-    ("lone", _I), ("busy_spin_ns", _I), ("busy_hot_ns", _I), ("block_wait_ns", _I),
-    ("p", _I), ("binned", _I), ("in_flight", _I), ("heap_n", _I), ("n", _I), ("t_ns", _I),
-    ("sub_done", _I), ("sub_n", _I), ("refill", _I), ("mean_ns", _I),
-)
-
-#: ``struct ivy_gen``'s fields in the header's order (``IVY_GEN_FIELDS``): a workload's
-#: generator, one element of the array ``LoopArgs.gen`` points at
-GEN_DTYPE: Final = np.dtype([
-    ("on", "<i8"), ("state_hi", "<u8"), ("state_lo", "<u8"), ("inc_hi", "<u8"),
-    ("inc_lo", "<u8"), ("sched_state_hi", "<u8"), ("sched_state_lo", "<u8"),
-    ("sched_inc_hi", "<u8"), ("sched_inc_lo", "<u8"), ("first_bytes", "<i8"),
-    ("n_blocks", "<i8"), ("blocksize_bytes", "<i8"),
-    ("n_hot", "<i8"), ("hot_share", "<f8"), ("read_fraction", "<f8"), ("sequential", "<i8"),
-    ("seq_next", "<i8"), ("poisson", "<i8"), ("period_ns", "<f8"), ("sched_base_ns", "<i8"),
-    ("sched_k", "<i8"), ("sched_last_ns", "<f8"), ("first_due", "<i8"), ("op_read", "<i8"),
-    ("op_write", "<i8"), ("made", "<i8"), ("resync", "<i8"),
-])
-
-#: ``struct ivy_data``'s fields in the header's order (``IVY_DATA_FIELDS``): a workload's write
-#: data, one element of the array ``LoopArgs.data`` points at (``pool`` and ``dups`` are
-#: addresses)
-DATA_DTYPE: Final = np.dtype([
-    ("kind", "<i8"), ("block_bytes", "<i8"), ("pool", "<u8"), ("dups", "<u8"),
-    ("dedup_key", "<u8"), ("unique_below", "<i8"), ("ring_serial", "<i8"),
-])
+#: (every field that is not a pointer is an int64_t)
+FIELDS: Final[tuple[tuple[str, Any], ...]] = tuple(
+    (name, _P if "*" in ctype else {"int64_t": _I}[ctype])
+    for name, ctype in header_fields("loop"))
+#: ``struct ivy_gen``: a workload's generator, one element of the array ``LoopArgs.gen`` points
+#: at
+GEN_DTYPE: Final = header_dtype("gen")
+#: ``struct ivy_data``: a workload's write data, one element of the array ``LoopArgs.data``
+#: points at (``pool`` and ``dups`` are addresses)
+DATA_DTYPE: Final = header_dtype("data")
 
 #: a layout: the struct's size, then (name, offset, size) of each field in order
 Layout = tuple[int, tuple[tuple[str, int, int], ...]]

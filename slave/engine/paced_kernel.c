@@ -548,9 +548,9 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
     generate(L, k, m);
 }
 
-/* an edit of the rates of workloads ks[0..n) at time at, in place
- * (NativeLoop.retime_loaded: each one's generator holds its new period and schedule start, sched_k 0,
- * sched_last_ns at and, for a Poisson schedule, first_due): the I/Os in its ring that were due
+/* an edit of the rates of workloads ks[0..n) at time at, in place (NativeLoop.retime_loaded:
+ * each one's generator holds its new period and schedule start, sched_k 0, sched_last_ns at
+ * and, for a Poisson schedule, first_due): the I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
  * schedule's, as Workloads._retime gives them. resync: its Sequencer takes the state back */
 void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)

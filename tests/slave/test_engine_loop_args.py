@@ -1,4 +1,4 @@
-"""The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors
+"""The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors, read from it
 (``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``; ``slave.engine.layout``:
 ``ROW_DTYPE``, ``IO_DTYPE``): every field's name, offset and size as compiled against the
 mirror's, the slot row's iocb part against the kernel's ``struct iocb``, a mirror that drifted
@@ -210,3 +210,27 @@ def test_the_loader_refuses_an_object_whose_struct_differs(
     assert not pk.available()
     assert pk.why_not() == ("the compiled paced loop does not match this slave: "
                             "field 0: (a drift)")
+
+
+@pytest.mark.parametrize(("text", "fields"), [
+    # continued lines, pointers, and comments that name a field or hold an X( of their own
+    ("#define IVY_T_FIELDS(X) \\\n    X(int64_t, a) /* X(int64_t, not_me) */ \\\n"
+     "    /* a comment, \\\n     * on two lines */ \\\n    X(const uint8_t *, p) \\\n"
+     "    X(double, d)\nX(int64_t, after_the_macro)\n",
+     [("a", "int64_t"), ("p", "const uint8_t *"), ("d", "double")]),
+    ("#define IVY_T_FIELDS(X) \\\n    X(uint64_t, only)\n", [("only", "uint64_t")]),
+])
+def test_the_header_s_fields_are_read_in_order(text: str, fields: list[tuple[str, str]]
+                                                ) -> None:
+    assert layout.header_fields("t", text) == fields
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("#define IVY_U_FIELDS(X) \\\n    X(int64_t, a)\n", "declares no IVY_T_FIELDS"),
+    ("#define IVY_T_FIELDS(X) \\\n    X(int32_t, narrow)\n",
+     "struct ivy_t field narrow: type 'int32_t'"),
+])
+def test_a_header_the_mirrors_cannot_read_is_refused(text: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        layout.header_fields("t", text)
+
