@@ -1,8 +1,9 @@
 """The kernel's native AIO interface (linux/aio_abi.h) through ctypes, no Python object per I/O.
 
-Owns the numpy layouts of ``struct iocb`` (64 bytes) and ``struct io_event`` (32 bytes), the raw
-``io_setup`` / ``io_destroy`` / ``io_getevents`` / ``io_submit`` system calls (x86_64 numbers,
-called through libc's ``syscall``, which ``uring`` uses too), and ``AioContext``, which also
+Owns the numpy layout of ``struct io_event`` (32 bytes; an iocb is a slot row's first 64
+bytes: ``layout.ROW_DTYPE``), the raw ``io_setup`` / ``io_destroy`` / ``io_getevents`` /
+``io_submit`` system calls (x86_64 numbers, called through libc's ``syscall``, which ``uring``
+uses too), and ``AioContext``, which also
 reaps completions from the AIO ring the kernel maps into our address space (as fio's
 ``userspace_reap``) so a busy-polling loop needs no system call per check. It must not decide
 what to submit: callers fill the iocb array and hand slot numbers in.
@@ -23,26 +24,9 @@ from protocol.errors import IoEngineError
 IOCB_CMD_PREAD: Final = 0
 IOCB_CMD_PWRITE: Final = 1
 
-#: struct iocb, little-endian x86_64 layout; 64 bytes.
-IOCB_DTYPE: Final = np.dtype(
-    [
-        ("aio_data", "<u8"),
-        ("aio_key", "<u4"),
-        ("aio_rw_flags", "<i4"),
-        ("aio_lio_opcode", "<u2"),
-        ("aio_reqprio", "<i2"),
-        ("aio_fildes", "<u4"),
-        ("aio_buf", "<u8"),
-        ("aio_nbytes", "<u8"),
-        ("aio_offset", "<i8"),
-        ("aio_reserved2", "<u8"),
-        ("aio_flags", "<u4"),
-        ("aio_resfd", "<u4"),
-    ]
-)
 #: struct io_event; 32 bytes.
 IO_EVENT_DTYPE: Final = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
-assert IOCB_DTYPE.itemsize == 64 and IO_EVENT_DTYPE.itemsize == 32
+assert IO_EVENT_DTYPE.itemsize == 32
 
 _SYS_IO_SETUP: Final = 206
 _SYS_IO_DESTROY: Final = 207

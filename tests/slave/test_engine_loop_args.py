@@ -20,6 +20,24 @@ from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 from slave.sequencer import GeneratorState
 
+#: the kernel's struct iocb (linux/aio_abi.h), little-endian x86_64: 64 bytes
+IOCB_DTYPE = np.dtype(
+    [
+        ("aio_data", "<u8"),
+        ("aio_key", "<u4"),
+        ("aio_rw_flags", "<i4"),
+        ("aio_lio_opcode", "<u2"),
+        ("aio_reqprio", "<i2"),
+        ("aio_fildes", "<u4"),
+        ("aio_buf", "<u8"),
+        ("aio_nbytes", "<u8"),
+        ("aio_offset", "<i8"),
+        ("aio_reserved2", "<u8"),
+        ("aio_flags", "<u4"),
+        ("aio_resfd", "<u4"),
+    ]
+)
+
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
 
 
@@ -109,7 +127,7 @@ def test_a_generator_holds_each_field_of_its_state_where_the_struct_names_it() -
 def test_the_rows_iocb_part_is_the_kernels_iocb() -> None:
     # io_submit reads the row at its address: its first 64 bytes are struct iocb, byte for
     # byte (a word of the row holds two or three of the iocb's narrower fields)
-    iocb, row = aio_abi.IOCB_DTYPE, layout.ROW_DTYPE
+    iocb, row = IOCB_DTYPE, layout.ROW_DTYPE
     assert iocb.fields is not None and row.fields is not None
     at = {name: row.fields[name][1] for name in row.names or ()}
     for mine, kernels in (("data", "aio_data"), ("key_rw_flags", "aio_key"),
@@ -117,7 +135,7 @@ def test_the_rows_iocb_part_is_the_kernels_iocb() -> None:
                           ("nbytes", "aio_nbytes"), ("offset", "aio_offset"),
                           ("reserved2", "aio_reserved2"), ("flags_resfd", "aio_flags")):
         assert at[mine] == iocb.fields[kernels][1], mine
-    assert at["owner"] == iocb.itemsize  # the bookkeeping after it
+    assert iocb.itemsize == 64 and at["owner"] == iocb.itemsize  # the bookkeeping after it
     assert aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7) == (
         aio_abi.IOCB_CMD_PWRITE | 7 << 8 * (iocb.fields["aio_fildes"][1] - at["opcode_fd"]))
     # the I/O's fields are scattered into their namesakes in the row
