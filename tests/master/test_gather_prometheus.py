@@ -17,6 +17,10 @@ import pytest
 from tests.master.gatherhelp import free_port, loop_devices, run_to_end
 from tests.master.runhelp import rows
 
+# a loop device's kernel counters against ivypy's: another run beside this one (whose slave
+# reads small regions of every block device as it discovers LUNs) would add to them
+pytestmark = pytest.mark.alone
+
 EXPORTER = "/usr/bin/prometheus-node-exporter"
 N = 5  # measurement subintervals of 1 s
 METRIC = "gather.node.disk.node_disk_reads_completed_total"

@@ -67,6 +67,7 @@ steps:
     assert fs_types[str(shm)] == "tmpfs" and fs_types[str(laid)] != ""
 
 
+@pytest.mark.alone  # ivypy's IOPS against fio's, measured one after the other
 def test_a_created_file_reads_like_fio_reads_it(tmp_path: Path) -> None:
     """A file LUN ivypy creates (on this machine's disk, not tmpfs) is laid out before its
     step, so its random reads cost the device what fio's cost on the same file, in the same
