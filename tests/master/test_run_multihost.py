@@ -76,9 +76,11 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
         assert h["clock_offset_ns"] != ""
         assert h["paced_loop"] == "compiled (shipped from the controller)"  # built once, here
         # no SSH round trip is within 2 us: pinged up to the most, and known to half the RTT
+        # (hosts.csv keeps 6 significant digits: an RTT of 1 ms or more, as under load, only
+        # two decimals of a microsecond)
         assert int(h["clock_samples"]) == MAX_PINGS
         assert float(h["offset_uncertainty_us"]) == pytest.approx(float(h["rtt_us"]) / 2,
-                                                                  abs=0.002)
+                                                                  rel=1e-5, abs=0.002)
     # each host's uncertain offset, and its skew bound once in each step, are warned about
     clock = [e for e in rows(folder / "events.csv") if e["kind"] == "clock"]
     assert sorted(e["host"] for e in clock if e["step"] == "") == sorted(
