@@ -8,6 +8,7 @@ object. Layout only: no code but that derivation, no state.
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Final
@@ -22,12 +23,18 @@ INF: Final = 1 << 62
 C_TYPES: Final = {"int64_t": "<i8", "uint64_t": "<u8", "double": "<f8"}
 
 
+@functools.cache
+def header_text() -> str:
+    """``ivy_loop.h`` as shipped beside this module (read once a process)."""
+    return resources.files("slave.engine").joinpath("ivy_loop.h").read_text("utf-8")
+
+
 def header_fields(struct: str, text: str | None = None) -> list[tuple[str, str]]:
     """``struct ivy_<struct>``'s fields as ``ivy_loop.h`` (or ``text``) declares them
     (``IVY_<STRUCT>_FIELDS``, comments left out): (name, C type) in order; raises
     ``ValueError`` for a struct or a type it does not know."""
     if text is None:
-        text = resources.files("slave.engine").joinpath("ivy_loop.h").read_text("utf-8")
+        text = header_text()
     found = re.search(rf"#define IVY_{struct.upper()}_FIELDS\(X\)((?:[^\n]*\\\n)*[^\n]*)",
                       text)
     if found is None:

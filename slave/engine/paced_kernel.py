@@ -119,7 +119,7 @@ def source() -> str:
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     package = resources.files("slave.engine")
     body = package.joinpath("paced_kernel.c").read_text("utf-8")
-    header = package.joinpath("ivy_loop.h").read_text("utf-8")
+    header = layout.header_text()
     if body.count(_INCLUDE) != 1:
         raise OSError(f"paced_kernel.c must include ivy_loop.h once ({_INCLUDE.strip()})")
     return "#define _GNU_SOURCE\n" + head + body.replace(_INCLUDE, header)
