@@ -43,8 +43,11 @@ IDLE = (0, 0, 0, 0, 0, 0, 0, 0)
 @pytest.mark.parametrize("counters, interval_s, want", [
     # 1,000 4 KiB reads in 1 s: 0.5 ms each, 90 % busy, 2 in flight on average
     ([LOOP], [1.0], [1000, 1000, 0, 4.096, 0.5, 90, 2]),
-    # the same counts over half the time: twice the rates, the same time per I/O
-    ([LOOP], [0.5], [2000, 2000, 0, 8.192, 0.5, 180, 4]),
+    # the same counts over half the time: twice the rates, the same time per I/O; busy
+    # at most 100 % (io_ticks past the time between the samples: a jiffy's granularity)
+    ([LOOP], [0.5], [2000, 2000, 0, 8.192, 0.5, 100, 4]),
+    ([LOOP], [0.9], [1000 / 0.9, 1000 / 0.9, 0, 4.096 / 0.9, 0.5, 100, 2 / 0.9]),
+    ([LOOP], [0.91], [1000 / 0.91, 1000 / 0.91, 0, 4.096 / 0.91, 0.5, 90 / 0.91, 2 / 0.91]),
     ([DISK], [2.0], [200, 50, 150, 0.8192, 2.5, 25, 0.5]),
     # no I/O: rates 0, no time per I/O
     ([IDLE], [1.0], [0, 0, 0, 0, NAN, 0, 0]),
