@@ -322,7 +322,6 @@ class EngineLoop:
             if self.native.ws:
                 boundary = self.native.turns(
                     control, boundary, subinterval_ns, wake, workloads.busy_poll,
-                    lambda b: self._boundary(control, b),
                     lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
             if workloads.paced:

@@ -264,12 +264,11 @@ class NativeLoop:
                     self._slots.issue([(w, free)])
 
     def turns(self, control: LoopControl, boundary: int, subinterval_ns: int, wake: int,
-              busy_poll: bool, at_boundary: Callable[[int], None],
-              late: Callable[[IoEngine, int, int, int], bool]) -> int:
+              busy_poll: bool, late: Callable[[IoEngine, int, int, int], bool]) -> int:
         """The set's turns in compiled code (``paced_kernel.run``) until ``wake`` (the next
         boundary or control poll); it comes back here for what only Python does: completions
         reaped past the boundary (``late`` closes the subinterval first, holding them, as
-        ``EngineLoop._reaped_late`` does; ``at_boundary`` closes one without), a workload's
+        ``EngineLoop._reaped_late`` does; a boundary without them is the caller's), a workload's
         refill, a flush, an I/O error to count, a submission the kernel took only in part.
         Returns the next boundary."""
         assert self.ws  # only a set that runs compiled is picked
