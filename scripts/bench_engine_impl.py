@@ -224,17 +224,19 @@ def cpu_user_s(pid: int) -> float:
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
               iops: float | None = None, per_lun: int = 1, read_fraction: float = 1.0,
-              compiled: bool = True, trace: bool = False, engine: str = "libaio") -> Result:
+              compiled: bool = True, trace: bool = False, engine: str = "libaio",
+              pinned: bool = True) -> Result:
     """``per_lun`` workloads of queue depth ``qd`` on each LUN (one worker per LUN), on
     ``engine``. IOPS and CPU count reads and writes; latency is the random reads' service
     time. ``compiled=False``: paced reads in the Python loop (a host without a C compiler),
     not the compiled one. ``trace``: the block layer's latency of the measured seconds' I/Os
-    beside (blocktrace)."""
+    beside (blocktrace). ``pinned=False``: the workers left to the scheduler (``worker_cpus:
+    unpinned``), not each pinned to a CPU (the default)."""
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
     tuning.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
     try:
-        pool = WorkerPool(len(devs))
+        pool = WorkerPool(len(devs), cpus=None if pinned else [None] * len(devs))
     finally:
         tuning.COMPILED_PACED = True
     with block_trace(devs, trace) as bt, pool:
@@ -384,6 +386,12 @@ def main() -> int:
             "fio 2 jobs qd32": lambda: run_fio(two, 32, s, []),
             "fio 2 jobs qd32 batch": lambda: run_fio(two, 32, s, FIO_BATCH),
             "fio 2 jobs qd32 io_uring": lambda: run_fio(two, 32, s, FIO_URING, engine="io_uring"),
+            # not targets: the workers left to the scheduler (worker_cpus: unpinned), where the
+            # cases above pin each to a CPU as ivypy does by default
+            "ivypy qd1 blocking unpinned": lambda: run_ivypy(one, 1, False, s, pinned=False),
+            "ivypy 2 luns qd32 unpinned": lambda: run_ivypy(two, 32, False, s, pinned=False),
+            "ivypy 2 luns qd32 io_uring unpinned": lambda: run_ivypy(
+                two, 32, False, s, engine="io_uring", pinned=False),
             "ivypy qd32 paced": lambda: run_ivypy(one, 32, False, s, iops=rate),
             "ivypy qd32 paced io_uring": lambda: run_ivypy(one, 32, False, s, iops=rate,
                                                            engine="io_uring"),
@@ -523,6 +531,11 @@ def main() -> int:
     check(f"2 LUNs IOPS / fio's best ({best2})", r, r >= 1.1, ">= 1.1")
     print(f"{'':7s}rounds' IOPS: "
           f"{rounds('ivypy 2 luns qd32', 'ivypy 2 luns qd32 io_uring', best2)}")
+    for a, b in (("ivypy qd1 blocking unpinned", "fio qd1"),
+                 ("ivypy 2 luns qd32 unpinned", best2),
+                 ("ivypy 2 luns qd32 io_uring unpinned", best2)):
+        print(f"{'':7s}{a + ' / ' + b:44s} {ratio(a, b, 'iops'):7.3f}  (not a target: "
+              "worker_cpus: unpinned)")
     print("\n# io_uring (not targets but the first above): ivypy on io_uring / on libaio, and "
           "fio's three reference jobs / fio's libaio default (medians)")
     for a, b in (("ivypy qd32 io_uring", "ivypy qd32"),

@@ -169,9 +169,8 @@ class WorkerPool:
     ``cpus``: one entry per worker, the CPU it is pinned to or ``None`` (left to the scheduler);
     it fixes the number of workers (``protocol.cpulist.worker_cpus`` makes it from the host's
     ``worker_cpus`` setting). Default: worker ``i`` pinned to the ``i``-th usable CPU (round
-    robin when there are more workers than CPUs). Measured with scripts/bench_engine on a
-    2-core VM: QD1 blocking 15,200 IOPS pinned against 11,400 unpinned, and a bare QD1 loop
-    19,000 against 12,000 (a worker woken from a blocking reap stays on its core and its cache).
+    robin when there are more workers than CPUs). Which is faster depends on the host
+    (docs/engine.md, "Pinning the workers": pinned won on one 2-core VM, unpinned on another).
     """
 
     def __init__(
