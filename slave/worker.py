@@ -170,7 +170,8 @@ class WorkerPool:
     it fixes the number of workers (``protocol.cpulist.worker_cpus`` makes it from the host's
     ``worker_cpus`` setting). Default: worker ``i`` pinned to the ``i``-th usable CPU (round
     robin when there are more workers than CPUs). Which is faster depends on the host
-    (docs/engine.md, "Pinning the workers": pinned won on one 2-core VM, unpinned on another).
+    (docs/engine.md, "Pinning the workers": pinned won on one 2-core VM; on another, unpinned
+    won one set of rounds and lost the next, by a third at QD1, while pinned held steady).
     """
 
     def __init__(
