@@ -100,8 +100,12 @@ def test_slave_killed_mid_step_fails_the_step_naming_the_host(slave_killed_run: 
     assert "localhost" in run.stderr
     assert run.took_s < 1 + 0.75 + 2.0, f"detected after {run.took_s:.1f} s"
     kept = rows(run.folder / FAULT_ROWS)
-    assert len(kept) >= run.rows_before and all(float(r["IOPS"]) > 0 for r in kept)
-    assert "localhost" in (run.folder / "events.csv").read_text()
+    events = (run.folder / "events.csv").read_text()
+    # CI once read 2 rows here after the fixture had seen 3 (not seen in 53 runs here, 23 of
+    # them under load): what the run said is in the message
+    assert len(kept) >= run.rows_before and all(float(r["IOPS"]) > 0 for r in kept), (
+        [(r["subinterval"], r["phase"], r["IOPS"]) for r in kept], run.stderr, events)
+    assert "localhost" in events
 
 
 def test_master_killed_stops_every_slave_within_2s(master_killed_run: FaultRun) -> None:
