@@ -31,6 +31,7 @@ LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
 _PENDING, _COUNT = SCRIPT_STATE["PENDING"], SCRIPT_STATE["COUNT"]
 _FD_COUNTS = SCRIPT_STATE["FD_COUNTS"]
+_CALLS, _CALL_MAX = SCRIPT_STATE["CALLS"], SCRIPT_STATE["CALL_MAX"]
 #: descriptors with a count of their own (others share them, modulo)
 FDS = 1024
 _DUE, _SLOT, _RES = PEND_COLUMNS["DUE"], PEND_COLUMNS["SLOT"], PEND_COLUMNS["RES"]
@@ -107,6 +108,12 @@ class FakeEngine:
     def submitted(self) -> int:
         return int(self.state[_COUNT])
 
+    @property
+    def submit_calls(self) -> tuple[int, int]:
+        """How many submit calls came (the compiled loop's too), and the most I/Os one
+        carried."""
+        return int(self.state[_CALLS]), int(self.state[_CALL_MAX])
+
     def _next_due(self) -> int | None:
         return int(self.pend[0, _DUE]) if self.state[_PENDING] else None
 
@@ -144,6 +151,8 @@ class FakeEngine:
         self.pend[: p + n] = both[np.argsort(both[:, _DUE], kind="stable")]
         self.state[_PENDING] = p + n
         self.state[_COUNT] = first + n
+        self.state[_CALLS] += 1
+        self.state[_CALL_MAX] = max(int(self.state[_CALL_MAX]), n)
         self.max_in_flight = max(self.max_in_flight, p + n)
         rows = np.stack([offset, opcode, np.full(n, now, dtype=np.int64), fd,
                          np.where(sched != 0, sched, now), nbytes.astype(np.int64)], axis=1)

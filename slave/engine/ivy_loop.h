@@ -203,6 +203,8 @@ struct ivy_data {
     X(int64_t, sleep_min_ns) \
     X(int64_t, long_wait_ns) \
     X(int64_t, wake_early_ns) \
+    /* the most paced I/Os one submission carries (tuning.PACED_PER_CALL) */ \
+    X(int64_t, paced_per_call) \
     X(int64_t, control_fd) \
     X(int64_t, poll_ns) \
     /* each workload's generator, its ring's capacity, how many I/Os a refill makes */ \

@@ -86,12 +86,13 @@ SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np
 #: shared by its Python and the compiled loop: its state (an int64 array: how many completions
 #: are pending, how many I/Os were submitted, an error every N-th submission of a descriptor
 #: and its errno, a short transfer every N-th, the script's length, the log's capacity in
-#: submissions, how many descriptors have a count of their own, then each one's count of
-#: submissions from FD_COUNTS on: descriptor fd's at FD_COUNTS + fd % FDS), a pending
-#: completion's words and a logged submission's
+#: submissions, how many descriptors have a count of their own, how many submit calls came
+#: and the most I/Os one carried, then each descriptor's count of submissions from FD_COUNTS
+#: on: descriptor fd's at FD_COUNTS + fd % FDS), a pending completion's words and a logged
+#: submission's
 SCRIPT_STATE: Final = {"PENDING": 0, "COUNT": 1, "ERROR_EVERY": 2, "ERRNO": 3,
                        "SHORT_EVERY": 4, "SCRIPT_N": 5, "LOG_CAP": 6, "FDS": 7,
-                       "FD_COUNTS": 8}
+                       "CALLS": 8, "CALL_MAX": 9, "FD_COUNTS": 10}
 PEND_COLUMNS: Final = {"DUE": 0, "SLOT": 1, "RES": 2}
 LOG_COLUMNS: Final = {"OFFSET": 0, "OPCODE": 1, "SUBMIT": 2, "FD": 3, "SCHED": 4, "NBYTES": 5}
 #: backend 2 of the compiled loop: the scripted engine

@@ -1,10 +1,11 @@
 """The engine loop's native side: whether the compiled loop serves the workloads as they are
 (``NativeLoop.pick``), the set's state as the arrays the compiled turn works on, its turns in C
-(``paced_kernel.run``, ``NativeLoop.turns``) recording what completed and submitting every I/O
-whose time has come in one call, Python only for what the C returns for; the compiled state
-given back to the workloads before anything else looks at them (``unload``); and DFC's edit
-of rates made in the compiled state in place (``retime_loaded``). Where the set cannot run
-compiled, the general loop (``EngineLoop._loop``) serves its workloads.
+(``paced_kernel.run``, ``NativeLoop.turns``) recording what completed and submitting the I/Os
+whose time has come (``tuning.PACED_PER_CALL`` paced ones a call), Python only for what the C
+returns for; the compiled state given back to the workloads before anything else looks at them
+(``unload``); and DFC's edit of rates made in the compiled state in place (``retime_loaded``).
+Where the set cannot run compiled, the general loop (``EngineLoop._loop``) serves its
+workloads.
 
 Owns ``NativeLoop``: the compiled set (``ws``) and its arrays, which hold the workloads' free
 slots and cursors while ``loaded``. It syncs the records' counts (``p``, ``binned``) and the
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 #: the fields of ``struct ivy_loop`` that are their ``tuning`` constant's namesakes
 _TUNING_WORDS = ("compact_at", "sleep_min_ns", "long_wait_ns", "wake_early_ns", "gen_ios",
-                 "busy_spin_ns", "busy_hot_ns", "block_wait_ns")
+                 "busy_spin_ns", "busy_hot_ns", "block_wait_ns", "paced_per_call")
 
 
 class NativeLoop:

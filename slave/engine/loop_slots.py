@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
+from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.layout import INF, IO, ROW, SCATTER
@@ -162,12 +163,14 @@ class Slots:
             self.in_flight += int(slots.size)
 
     def submit_due(self, paced: list[LoopWorkload], now: int) -> int:
-        """Submit every I/O of the ``paced`` workloads whose time has come and that has a free
-        slot (all in one submission); returns the earliest scheduled time of a waiting I/O
-        that has a slot (or a far future)."""
+        """Submit the I/Os of the ``paced`` workloads whose time has come and that have a free
+        slot, ``tuning.PACED_PER_CALL_PYTHON`` of them at most, in one submission: workload by
+        workload, the one whose first such I/O is the earliest first, as the compiled loop's
+        heap takes them (which takes ``PACED_PER_CALL`` at most). Returns the earliest
+        scheduled time of a waiting I/O that has a slot (or a far future)."""
         next_due = INF
-        due: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
-        for w in paced:
+        due: list[tuple[int, int, int]] = []  # the first one's time, the workload's index, k
+        for i, w in enumerate(paced):
             nfree = len(w.free)
             if not nfree:
                 continue
@@ -182,11 +185,23 @@ class Slots:
             # the ring is in time order
             k = 1 if nfree == 1 else int(
                 w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
-            due.append((w, np.array([w.free.pop() for _ in range(k)], dtype=np.intp)))
-            if k < nfree:
-                next_due = min(next_due, int(w.ring[c + k, IO["sched_ns"]]))
-        if due:
-            self.issue(due)
+            due.append((first, i, k))
+        if not due:
+            return next_due
+        due.sort()  # (time, index): a tie goes in the workloads' order
+        left = tuning.PACED_PER_CALL_PYTHON
+        groups: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
+        for first, i, k in due:
+            if not left:  # due now: the next call's
+                next_due = min(next_due, first)
+                continue
+            w = paced[i]
+            take = min(k, left)
+            left -= take
+            if take < len(w.free):
+                next_due = min(next_due, int(w.ring[w.cur + take, IO["sched_ns"]]))
+            groups.append((w, np.array([w.free.pop() for _ in range(take)], dtype=np.intp)))
+        self.issue(groups)
         return next_due
 
     def recycle(self, slots: npt.NDArray[np.intp]) -> bool:

@@ -2,9 +2,10 @@
  * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
  * R_*, the stats layout; the structs are ivy_loop.h's). One function, paced_run, over one
  * struct ivy_loop (ivy_loop.h: its arguments and its state across runs): record what
- * completed and free its slots, submit every due I/O of every workload with a free slot in
- * one submission (a write with its data put in its buffer first: put_write_data, from its
- * offset and serial alone), wait or bin one record at a time when nothing is due. The engine
+ * completed and free its slots, submit the due I/Os of the workloads with a free slot in
+ * one submission, every max-iops one and per_call paced ones, the earliest (a write with its
+ * data put in its buffer first: put_write_data, from its offset and serial alone), wait or
+ * bin one record at a time when nothing is due. The engine
  * under it is libaio's or io_uring's (backend): the loop reaches
  * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
  * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
@@ -293,6 +294,9 @@ static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, cons
         }
         st[FK_COUNT] = serial + 1;
     }
+    st[FK_CALLS] += 1;
+    if (m > st[FK_CALL_MAX])
+        st[FK_CALL_MAX] = m;
     return m;
 }
 
@@ -726,6 +730,7 @@ int64_t paced_run(struct ivy_loop *L)
     const int64_t long_wait = L->long_wait_ns, wake_early = L->wake_early_ns;
     const int64_t n_slots = L->n_slots, n_max = L->n_max;
     const int64_t spin = L->spin_ns, gate = L->spin_gate_ns, lone = L->lone;
+    const int64_t per_call = L->paced_per_call;
     int64_t last_done = now_ns(L); /* when the last completion was reaped (lone_wait) */
 
     for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
@@ -785,8 +790,12 @@ int64_t paced_run(struct ivy_loop *L)
                 return R_WAKE;
             wake = now + poll_ns < boundary ? now + poll_ns : boundary;
         }
-        int64_t m = 0;
-        while (L->heap_n > 0 && heap_t[0] <= now) {
+        /* the I/Os due: every max-iops one (heap time 0), and the scheduled ones earliest
+         * first, per_call of them at most (a paced loop that woke late has many due: one
+         * call of them all plugs the block layer, which holds the first until the last is
+         * in; completions are looked for before the next) */
+        int64_t m = 0, sched_m = 0;
+        while (L->heap_n > 0 && heap_t[0] <= now && (heap_t[0] == 0 || sched_m < per_call)) {
             int64_t k = heap_k[0];
             L->heap_n = heap_pop(heap_t, heap_k, L->heap_n);
             armed[k] = 0;
@@ -794,8 +803,14 @@ int64_t paced_run(struct ivy_loop *L)
             int64_t c = cur[k], fn = free_n[k];
             int64_t lim = fn < rlen[k] - c ? fn : rlen[k] - c;
             int64_t j = 0;
-            while (j < lim && ring[c + j].sched_ns <= now)
+            while (j < lim && ring[c + j].sched_ns <= now) {
+                if (ring[c + j].sched_ns) {
+                    if (sched_m == per_call)
+                        break;
+                    sched_m++;
+                }
                 j++;
+            }
             int64_t base = free_off[k] + fn - j;
             for (int64_t q = 0; q < j; q++) {
                 int64_t slot = free_buf[base + q];

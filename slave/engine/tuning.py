@@ -58,6 +58,12 @@ SLEEP_MIN_NS: Final = 30_000
 # polling sleeps deeper and wakes late (docs/engine.md)
 LONG_WAIT_NS: Final = 200_000
 WAKE_EARLY_NS: Final = 50_000
+# the most paced I/Os one submission of the compiled loop carries (with every max-iops I/O
+# due): a loop that woke late has many due, and a call of more than 2 plugs the block layer,
+# which holds the first until the last is in; the loop looks for completions before the next.
+# The Python loop's: no limit, its turn costs tens of us (docs/engine.md)
+PACED_PER_CALL: Final = 1
+PACED_PER_CALL_PYTHON: Final = 1 << 30
 # the longest a blocking wait for a completion may hold up a control poll (POLL_CONTROL_NS): a
 # far timeout costs less per I/O than a near one (docs/engine.md)
 BLOCK_WAIT_NS: Final = 10_000_000

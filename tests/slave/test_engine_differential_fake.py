@@ -72,8 +72,10 @@ class _Run:
     every workload, the errors counted, and how many times the compiled loop ran."""
 
     def __init__(self, log: npt.NDArray[np.int64], stats: list[WorkloadStats],
-                 errors: dict[str, dict[str, int]], kernel_runs: int) -> None:
+                 errors: dict[str, dict[str, int]], kernel_runs: int,
+                 calls: tuple[int, int]) -> None:
         self.log = log
+        self.calls = calls
         self.stats = stats
         self.errors = errors
         self.kernel_runs = kernel_runs
@@ -82,6 +84,9 @@ class _Run:
 def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str, object],
          compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    # the Python loop's limit of paced I/Os to a submission the compiled loop's (its own
+    # default has none: its turn costs tens of us)
+    monkeypatch.setattr(tuning, "PACED_PER_CALL_PYTHON", tuning.PACED_PER_CALL)
     kernel_runs = count_kernel_runs(monkeypatch)
     clock = VirtualClock()
     loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16, clock=clock)
@@ -116,7 +121,8 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
         loop.close()
     assert loop.in_flight == 0
     assert holder[0].submitted <= LOG_CAP, "the log must hold every submission"
-    return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0])
+    return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0],
+                holder[0].submit_calls)
 
 
 def _case(case: int) -> tuple[list[WorkloadParams], WorkloadParams | None]:
@@ -137,10 +143,42 @@ def test_compiled_and_python_loops_agree_io_for_io_on_virtual_time(
     assert runs[False].kernel_runs == 0
     assert runs[True].kernel_runs > 0  # every mix runs in the compiled loop
     _assert_same(case, params, edit, runs[True], runs[False])
+    if _paced_only(params, edit):  # the same submit calls, none over PACED_PER_CALL I/Os
+        assert runs[True].calls == runs[False].calls, case
+        assert runs[True].calls[1] <= tuning.PACED_PER_CALL, case
+
+
+def _paced_only(params: list[WorkloadParams], edit: WorkloadParams | None) -> bool:
+    """Whether every submission of the mix has a paced I/O (the edit keeps it paced)."""
+    return all(p.iops is not None for p in params) and (edit is None or edit.iops is not None)
+
+
+def test_the_paced_per_call_limit_changes_the_calls_not_each_workloads_ios(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # four Poisson workloads make their first arrivals at their start, together, and their
+    # queues fill (latencies of 1 ms on average), so that several have I/Os due when slots
+    # free at once: both loops send them PACED_PER_CALL (1) to a submission, earliest first,
+    # in the same calls; with the limit lifted in both (the Python loop's own default), up to
+    # four to a call (so the check above can fail), each workload's I/Os, their times and
+    # statistics those of the limited runs (the order across workloads may differ)
+    params = [WorkloadParams(iosequencer="random_independent", iodepth=8, iops=20_000.0,
+                             seed=s, read_fraction=0.5) for s in range(4)]
+    kw = _engine_kwargs(0, params)
+    limited = {c: _run(params, None, kw, c, monkeypatch) for c in (True, False)}
+    _assert_same(-1, params, None, limited[True], limited[False])
+    assert limited[True].calls == limited[False].calls
+    assert limited[True].calls[1] == tuning.PACED_PER_CALL == 1
+    monkeypatch.setattr(tuning, "PACED_PER_CALL", 1 << 20)
+    lifted = {c: _run(params, None, kw, c, monkeypatch) for c in (True, False)}
+    monkeypatch.undo()
+    _assert_same(-1, params, None, lifted[True], lifted[False])
+    assert lifted[True].calls == lifted[False].calls
+    assert lifted[True].calls[1] == 4 and lifted[True].calls[0] < limited[True].calls[0]
+    _assert_same(-1, params, None, limited[True], lifted[True], order=False)
 
 
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
-                 c: _Run, py: _Run) -> None:
+                 c: _Run, py: _Run, order: bool = True) -> None:
     fd = LOG_COLUMNS["FD"]
     for w, p in enumerate(params):
         what = f"case {case} workload {w}: {p}, edited to {edit if w == 0 else None}"
@@ -156,7 +194,7 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
                 f"{a[first : first + 3].tolist()}, Python {b[first : first + 3].tolist()}")
     # and the same order across workloads: the engine's log as a whole, submission by
     # submission (which workload's I/O went out first within one submission, too)
-    if not np.array_equal(c.log, py.log):
+    if order and not np.array_equal(c.log, py.log):
         first = int(np.argmin(np.all(c.log == py.log, axis=1)))
         raise AssertionError(
             f"case {case}: each workload's submissions agree, their order across workloads "

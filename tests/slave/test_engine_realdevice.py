@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import pytest
@@ -76,35 +76,13 @@ _LINE = re.compile(
 )
 
 
-class BlockTrace:
-    """A private ftrace instance (``instances/<name>``) that records the block layer's events
-    (``configure``) for one device only. Its clock: ``counter`` (a global atomic count of
-    events, which orders events of all CPUs as they happened) or ``mono`` (microseconds)."""
+class TraceInstance:
+    """A private ftrace instance (``instances/<name>``, made here): started, stopped, its lost
+    events counted, removed."""
 
-    def __init__(self, directory: str, device: LoopDevice) -> None:
+    def __init__(self, directory: str) -> None:
         self.dir = directory
-        self.clock = ""
-        rdev = os.stat(device.path).st_rdev
-        self.major, self.minor = os.major(rdev), os.minor(rdev)
         os.mkdir(self.dir)
-
-    def configure(self, events: Sequence[str], *, clock: str, buffer_kib: int,
-                  submitter: int | None) -> None:
-        """Record ``events`` of this device; ``block_bio_queue`` (traced in the submitting
-        task) only of the process ``submitter``, when given."""
-        self.clock = clock
-        self._write("tracing_on", "0")
-        self._write("trace_clock", clock)
-        self._write("buffer_size_kb", str(buffer_kib))
-        # a full buffer drops new events instead of overwriting old ones; dropped() says so
-        self._write("options/overwrite", "0")
-        for event in events:
-            where = f"dev == {(self.major << 20) | self.minor}"  # the kernel's dev_t
-            if event == "block_bio_queue" and submitter is not None:
-                where += f" && common_pid == {submitter}"
-            self._write(f"events/block/{event}/filter", where)
-            self._write(f"events/block/{event}/enable", "1")
-        self._write("trace", "")
 
     def _write(self, name: str, value: str) -> None:
         with open(os.path.join(self.dir, name), "w") as f:
@@ -127,6 +105,49 @@ class BlockTrace:
                         lost += int(value)
         return lost
 
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self._write("tracing_on", "0")
+        # the kernel removes the whole instance; retried while a reader of ours lets go
+        for _ in range(50):
+            try:
+                os.rmdir(self.dir)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+class BlockTrace(TraceInstance):
+    """A trace instance that records the block layer's events (``configure``) for one device
+    only. Its clock: ``counter`` (a global atomic count of events, which orders events of all
+    CPUs as they happened) or ``mono`` (microseconds)."""
+
+    def __init__(self, directory: str, device: LoopDevice) -> None:
+        super().__init__(directory)
+        self.clock = ""
+        rdev = os.stat(device.path).st_rdev
+        self.major, self.minor = os.major(rdev), os.minor(rdev)
+
+    def configure(self, events: Sequence[str], *, clock: str, buffer_kib: int,
+                  submitter: int | None) -> None:
+        """Record ``events`` of this device; ``block_bio_queue`` (traced in the submitting
+        task) only of the process ``submitter``, when given."""
+        self.clock = clock
+        self._write("tracing_on", "0")
+        self._write("trace_clock", clock)
+        self._write("buffer_size_kb", str(buffer_kib))
+        # a full buffer drops new events instead of overwriting old ones; dropped() says so
+        self._write("options/overwrite", "0")
+        for event in events:
+            where = f"dev == {(self.major << 20) | self.minor}"  # the kernel's dev_t
+            if event == "block_bio_queue" and submitter is not None:
+                where += f" && common_pid == {submitter}"
+            self._write(f"events/block/{event}/filter", where)
+            self._write(f"events/block/{event}/enable", "1")
+        self._write("trace", "")
+
     def events(self) -> list[BlockEvent]:
         """Every event recorded, in timestamp order (only this device's: checked)."""
         found: list[BlockEvent] = []
@@ -146,27 +167,36 @@ class BlockTrace:
         found.sort(key=lambda e: e.ts)
         return found
 
-    def remove(self) -> None:
-        with contextlib.suppress(OSError):
-            self._write("tracing_on", "0")
-        # the kernel removes the whole instance; retried while a reader of ours lets go
-        for _ in range(50):
-            try:
-                os.rmdir(self.dir)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.1)
+
+class CallTrace(TraceInstance):
+    """A trace instance that counts one process's submit system calls (``io_submit`` and
+    ``io_uring_enter``) of more than ``over`` I/Os (``configure_calls``): the kernel's filter
+    compares, nothing is parsed but the calls' names."""
+
+    _CALLS: Final = (("sys_enter_io_submit", "nr"), ("sys_enter_io_uring_enter", "to_submit"))
+
+    def configure_calls(self, submitter: int, over: int) -> None:
+        self._write("tracing_on", "0")
+        self._write("buffer_size_kb", "16384")
+        self._write("options/overwrite", "0")
+        for event, count in self._CALLS:
+            self._write(f"events/syscalls/{event}/filter",
+                        f"common_pid == {submitter} && {count} > {over}")
+            self._write(f"events/syscalls/{event}/enable", "1")
+        self._write("trace", "")
+
+    def calls(self) -> int:
+        with open(os.path.join(self.dir, "trace")) as f:
+            return sum(1 for line in f if "sys_io_submit(" in line
+                       or "sys_io_uring_enter(" in line)
 
 
 @pytest.fixture
-def block_trace() -> Iterator[Callable[..., BlockTrace]]:
-    """Factory: ``block_trace(device, events, *, clock, buffer_kib=1024, submitter=None) ->
-    BlockTrace`` (see ``BlockTrace.configure``), tracing stopped. Mounts
-    tracefs on a private directory when it is not mounted at /sys/kernel/tracing; at teardown,
-    always, removes the instances it made and unmounts what it mounted."""
-    made: list[BlockTrace] = []
+def tracefs() -> Iterator[tuple[str, list[TraceInstance]]]:
+    """tracefs's root, and a list of the instances made under it: mounted on a private
+    directory when it is not mounted at /sys/kernel/tracing; at teardown, always, the instances
+    are removed and what was mounted unmounted."""
+    made: list[TraceInstance] = []
     mounted: str | None = None
     root = "/sys/kernel/tracing"
     try:
@@ -176,16 +206,7 @@ def block_trace() -> Iterator[Callable[..., BlockTrace]]:
                                   capture_output=True, text=True, timeout=30, check=False)
             assert proc.returncode == 0, f"cannot mount tracefs (as root): {proc.stderr.strip()}"
             root = mounted
-
-        def make(device: LoopDevice, events: Sequence[str], *, clock: str,
-                 buffer_kib: int = 1024, submitter: int | None = None) -> BlockTrace:
-            name = f"ivypy-test-{os.getpid()}-{device.name}-{len(made)}"
-            trace = BlockTrace(os.path.join(root, "instances", name), device)
-            made.append(trace)  # removed at teardown, even if what follows fails
-            trace.configure(events, clock=clock, buffer_kib=buffer_kib, submitter=submitter)
-            return trace
-
-        yield make
+        yield root, made
     finally:
         for trace in made:
             trace.remove()
@@ -193,6 +214,39 @@ def block_trace() -> Iterator[Callable[..., BlockTrace]]:
             subprocess.run(["umount", mounted], capture_output=True, timeout=30, check=False)
             with contextlib.suppress(OSError):
                 os.rmdir(mounted)
+
+
+@pytest.fixture
+def block_trace(tracefs: tuple[str, list[TraceInstance]]) -> Callable[..., BlockTrace]:
+    """Factory: ``block_trace(device, events, *, clock, buffer_kib=1024, submitter=None) ->
+    BlockTrace`` (see ``BlockTrace.configure``), tracing stopped."""
+    root, made = tracefs
+
+    def make(device: LoopDevice, events: Sequence[str], *, clock: str,
+             buffer_kib: int = 1024, submitter: int | None = None) -> BlockTrace:
+        name = f"ivypy-test-{os.getpid()}-{device.name}-{len(made)}"
+        trace = BlockTrace(os.path.join(root, "instances", name), device)
+        made.append(trace)  # removed at teardown, even if what follows fails
+        trace.configure(events, clock=clock, buffer_kib=buffer_kib, submitter=submitter)
+        return trace
+
+    return make
+
+
+@pytest.fixture
+def call_trace(tracefs: tuple[str, list[TraceInstance]]) -> Callable[[int, int], CallTrace]:
+    """Factory: ``call_trace(submitter, over) -> CallTrace`` (``CallTrace.configure_calls``),
+    tracing stopped."""
+    root, made = tracefs
+
+    def make(submitter: int, over: int) -> CallTrace:
+        trace = CallTrace(os.path.join(root, "instances",
+                                       f"ivypy-test-{os.getpid()}-calls-{len(made)}"))
+        made.append(trace)
+        trace.configure_calls(submitter, over)
+        return trace
+
+    return make
 
 
 def _reads_completed(device: LoopDevice) -> int:
@@ -343,6 +397,63 @@ def test_2000_iops_for_5_s_lands_within_2_percent(loop_device: LoopFactory) -> N
     # read after collect returned: a few ms past each boundary at both ends, ~10 I/Os
     assert device1 - device0 == pytest.approx(sum(counts), rel=0.02), (
         f"the device counted {device1 - device0} reads, the tool {sum(counts)}")
+
+
+# ====================================================================== submit calls
+def _submit_calls(device: LoopDevice, call_trace: Callable[[int, int], CallTrace],
+                  engine: str, params: WorkloadParams, limit: int) -> tuple[int, int]:
+    """The worker's submit calls over 0.3 s of ``params`` on ``device``: how many carried
+    I/Os, and how many carried more than ``limit`` (the kernel's counts)."""
+    wid = f"t:{device.path}:calls"
+    sub_ns = 2_000_000_000
+    with WorkerPool(1) as pool:
+        info = pool.create_workload(wid, device.path, engine, params)
+        assert info.engine == engine
+        every = call_trace(pool.pids[0], 0)
+        over = call_trace(pool.pids[0], limit)
+        t0 = _start(pool, sub_ns)
+        _sleep_until(t0 + 300_000_000)  # past the start
+        every.start()
+        over.start()
+        _sleep_until(t0 + 600_000_000)
+        every.stop()
+        over.stop()
+        r = pool.collect(0, t0 + sub_ns + 3_000_000_000)
+        pool.stop()
+    assert _read_ops(r, wid) > 10_000, "the workload hardly ran"
+    assert every.dropped() == 0 and over.dropped() == 0
+    return every.calls(), over.calls()
+
+
+@pytest.mark.parametrize("engine", ["libaio", "io_uring"])
+def test_paced_ios_go_out_one_to_a_call_seen_by_the_kernel(
+    loop_device: LoopFactory, call_trace: Callable[[int, int], CallTrace],
+    monkeypatch: pytest.MonkeyPatch, engine: str,
+) -> None:
+    """A paced workload at a rate where several I/Os fall due at once (Poisson arrivals at
+    100,000 IOPS, queue depth 32): in the kernel's trace of the worker's submit calls
+    (``io_submit``'s ``nr``, ``io_uring_enter``'s ``to_submit``) none carries more than
+    ``tuning.PACED_PER_CALL`` (1) I/O. A call of more than 2 plugs the block layer, which holds
+    the first requests until the last is in (docs/engine.md). The same workload with the limit
+    lifted makes calls of more, so the trace would see them; and a max-iops workload still
+    submits in batches (its throughput counts, not how soon one of a batch is queued)."""
+    assert paced_kernel.available(), f"no compiled loop: {paced_kernel.why_not()}"
+    device = loop_device(64 * MIB)
+    paced = WorkloadParams(iosequencer="random_independent", iodepth=32, iops=100_000.0,
+                           seed=5)
+    limit = tuning.PACED_PER_CALL
+    assert limit == 1
+    calls, over = _submit_calls(device, call_trace, engine, paced, limit)
+    assert calls > 3000 and over == 0, (calls, over)
+
+    with monkeypatch.context() as m:
+        m.setattr(tuning, "PACED_PER_CALL", 1 << 20)  # the worker forks with it
+        calls, over = _submit_calls(device, call_trace, engine, paced, limit)
+    assert over > 0, f"{calls} calls, none of more than {limit} I/O: the check cannot fail"
+
+    calls, over = _submit_calls(device, call_trace, engine, WorkloadParams(iodepth=32, seed=6),
+                                limit)
+    assert over > 0, f"{calls} calls of the max-iops workload, none of more than {limit} I/O"
 
 
 # ====================================================================== Poisson arrivals
