@@ -2,22 +2,23 @@
  * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
  * R_*, the stats layout; the structs are ivy_loop.h's). One function, paced_run, over one
  * struct ivy_loop (ivy_loop.h: its arguments and its state across runs): record what
- * completed and free its slots, submit the due I/Os of the workloads with a free slot in
- * one submission, every max-iops one and per_call paced ones, the earliest (a write with its
+ * completed and free its slots, submit the due I/Os of the workloads with a free slot in one
+ * submission, every max-iops one and per_call paced ones, the earliest (a write with its
  * data put in its buffer first: put_write_data, from its offset and serial alone), wait or
- * bin one record at a time when nothing is due. The engine
- * under it is libaio's or io_uring's (backend): the loop reaches
- * it through be_take, be_ready, be_wait and be_submit alone. A max-iops workload's I/Os have
- * no time (0, but those an edit kept from its paced schedule): they are due at once, so its
- * freed slots go out in the turn that freed them, each I/O timed at its submission; with one
- * in flight, a wait looks in the ring before it blocks (await_events), or, alone at depth
- * 1-2, waits at once (lone_wait). A workload whose precomputed I/Os ran out gets its next
- * ones from generate(), which goes on with its Sequencer's stream (its struct ivy_gen), or,
- * where it cannot, from Python. It returns to Python (an R_* code) for a boundary crossed, a
- * refill, a flush, an I/O error, a submission taken in part, and a control poll; for the poll
- * only when the control's descriptor (control_fd) has something, or when it has none.
- * paced_retime makes an edit of workloads' rates in its arrays between runs, and
- * paced_generate and paced_write_data serve the tests. It allocates nothing. */
+ * bin one record at a time when nothing is due. The engine under it is libaio's or
+ * io_uring's (backend): the loop reaches it through be_take, be_ready, be_wait and be_submit
+ * alone. A max-iops workload's I/Os have no time (0, but those an edit kept from its paced
+ * schedule): they are due at once, so its freed slots go out in the turn that freed them,
+ * each I/O timed at its submission; with one in flight, a wait looks in the ring before it
+ * blocks (await_events), or, alone at depth 1-2, waits at once (lone_wait). A workload whose
+ * precomputed I/Os ran out gets its next ones from generate(), which goes on with its
+ * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
+ * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
+ * taken in part, and a control poll; for the poll only when the control's descriptor
+ * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
+ * rates in its arrays between runs, and paced_generate and paced_write_data serve the tests.
+ * It allocates nothing.
+ */
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
