@@ -180,6 +180,8 @@ class CallTrace(TraceInstance):
         self._write("buffer_size_kb", "16384")
         self._write("options/overwrite", "0")
         for event, count in self._CALLS:
+            assert os.path.isdir(os.path.join(self.dir, "events", "syscalls", event)), (
+                f"no tracepoint syscalls/{event}: a kernel without CONFIG_FTRACE_SYSCALLS")
             self._write(f"events/syscalls/{event}/filter",
                         f"common_pid == {submitter} && {count} > {over}")
             self._write(f"events/syscalls/{event}/enable", "1")
