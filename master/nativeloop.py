@@ -5,8 +5,9 @@ DIR`` in a child process: the master does not import ``slave``) and what it give
 object's archive name and bytes, packed into the zipapp every host runs
 (``slave_zipapp``). It is built once per slave code: kept in ``~/.cache/ivypy/kernel-<the
 zipapp's hash>/``, a later run of the same code reads it from there. A host whose machine and
-C library match loads the shipped object; another builds its own or runs the Python loop, and
-hosts.csv's ``paced_loop`` says which. A controller without a compiler ships none (a warning).
+C library match loads the shipped object; another builds its own or runs the Python loop (and
+has no libaio or io_uring), and hosts.csv's ``paced_loop`` says which. A controller without
+a compiler ships none (a warning).
 Must not: talk to hosts, or choose a loop for a host (the slave does, ``paced_kernel._load``).
 """
 
@@ -69,12 +70,12 @@ def _built(base: SlaveZipapp) -> dict[str, bytes]:
                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("the compiled paced loop was not built on this controller (%s): each "
-                        "host builds its own, or runs the Python loop", exc)
+                        "host builds its own, or runs the Python loop without libaio", exc)
             return {}
         name = done.stdout.strip()
         if done.returncode != 0 or not name or not (out / name).is_file():
             log.warning("the compiled paced loop was not built on this controller (exit %s: "
-                        "%s): each host builds its own, or runs the Python loop",
+                        "%s): each host builds its own, or runs the Python loop without libaio",
                         done.returncode, done.stderr.strip()[-500:])
             return {}
         return {f"slave/engine/{name}": (out / name).read_bytes()}

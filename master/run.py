@@ -567,8 +567,10 @@ class Run:
                            f"({self.skew_limit_ns / 1e6:g} ms): this host's boundary times in "
                            "interlock.csv may be off by that much", host=name, kind="clock")
             if not hello.paced_loop.startswith("compiled"):
-                self.event("WARNING", "paced I/O runs in the Python loop here, its latencies less "
-                           f"precise at high rates ({hello.paced_loop.removeprefix('python: ')})",
+                self.event("WARNING", "no compiled loop here, so no libaio or io_uring: their "
+                           "LUNs are refused unless allow_engine_fallback runs them on the "
+                           "thread pool, in the Python loop, its latencies less precise at "
+                           f"high rates ({hello.paced_loop.removeprefix('python: ')})",
                            host=name, kind="host")
 
     async def _discover(self) -> None:

@@ -210,8 +210,10 @@ class WorkerPool:
         # the compiled paced loop, built (or found in the host's cache) and loaded here, once,
         # so that every worker inherits it ready
         if not paced_kernel.available():
-            log.warning("paced I/O runs in the Python loop, less precisely at high rates: %s",
-                        paced_kernel.why_not())
+            log.warning("no compiled loop here, so no libaio or io_uring (their LUNs are "
+                        "refused unless allow_engine_fallback runs them on the thread pool) "
+                        "and paced I/O runs in the Python loop, less precisely at high "
+                        "rates: %s", paced_kernel.why_not())
         # fork: the workers inherit the shared mapping and need no import of their own
         ctx = multiprocessing.get_context("fork")
         for i in range(self.n_workers):

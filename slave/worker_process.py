@@ -28,10 +28,9 @@ from protocol.stats import WorkloadStats
 from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
 from slave.engine.base import SlotTable
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
-from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.native import LibaioEngine, UringEngine
 from slave.engine.threadpool import ThreadPoolEngine
-from slave.engine.uring import UringEngine
 from slave.params import WorkloadParams
 from slave.sequencer import check_fits
 

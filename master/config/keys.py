@@ -212,7 +212,9 @@ LUNS = Section(
         _k("allow_engine_fallback", "bool", "false",
            "With `engine: auto` only: a LUN that O_DIRECT serves but that cannot have libaio "
            "(the kernel's `fs.aio-max-nr` reached) runs on the thread pool with a warning "
-           "instead of being refused."),
+           "instead of being refused; so does one on a host without the compiled loop (no C "
+           "compiler there and none shipped that loads, or `IVYPY_SLAVE_CC=none`), where "
+           "libaio and io_uring cannot run."),
         Key(LUN_ATTRIBUTE_KEYS, "glob, integer or bool", "-",
             "Select LUNs by what discovery reports (strings are shell globs, `ACME*`; all "
             "given must match). `rotational` matches true/false or 1/0."),

@@ -20,7 +20,7 @@ import stat
 from dataclasses import dataclass
 
 from protocol.errors import IoEngineError
-from slave.engine import aio_abi, files, uring
+from slave.engine import files, native
 
 ENGINE_CHOICES = ("auto", "libaio", "io_uring", "threadpool", "fake")
 #: what a test may name for a LUN (``luns[].engine``); ``fake`` is for tests, through
@@ -54,7 +54,7 @@ def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
         return EngineDecision(kind, None)
     direct_why = files.direct_io_works(path, logical_block_bytes)
     if kind == "io_uring":
-        why = direct_why or uring.available()
+        why = direct_why or native.uring_available()
         if why is not None:
             raise IoEngineError(f"LUN {path}: the io_uring engine is unavailable: {why}")
         return EngineDecision("io_uring", None)
@@ -64,7 +64,7 @@ def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
             f"LUN {path}: its file system does not take O_DIRECT ({direct_why}); using the "
             f"thread-pool pread/pwrite engine, {PAGE_CACHE_NOTE}",
         )
-    why = direct_why or aio_abi.available()
+    why = direct_why or native.aio_available()
     if why is None:
         return EngineDecision("libaio", None)
     if kind == "auto" and fallback:

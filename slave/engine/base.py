@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import mmap
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -49,24 +47,6 @@ class SubmitError(IoEngineError):
     def __init__(self, message: str, submitted: int) -> None:
         super().__init__(message)
         self.submitted = submitted
-
-
-@dataclass(frozen=True)
-class KernelHandles:
-    """An engine's context, ring, event buffer and submission arrays, for compiled code."""
-
-    ctx_id: int
-    ring_header: npt.NDArray[np.uint32]  # id, nr, head, tail, ...
-    ring_events: npt.NDArray[np.int64]  # the ring's events, 4 words each
-    events: npt.NDArray[np.int64]  # the engine's own event buffer, 4 words each
-    events_cap: int  # events it holds
-    iocb_addr: npt.NDArray[np.uint64]  # each slot's iocb address
-    ptrs: npt.NDArray[np.uint64]  # the pointer array io_submit is handed
-    #: ``(done, n)``: compiled code's io_submit of ``ptrs[:n]`` took ``done`` (-1: failed)
-    finish_submit: Callable[[int, int], None]
-    #: the backend's own words of ``ivy_loop.h`` by name (io_uring's: ``backend`` 1, its
-    #: descriptor and its mapped rings' addresses, which the engine keeps alive)
-    words: dict[str, int] = field(default_factory=dict)
 
 
 class SlotTable:

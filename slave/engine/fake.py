@@ -7,7 +7,7 @@ by the submission's number among its descriptor's (``script``: on a ``VirtualClo
 only the loop's waits move, so that a run is a function of its script; a workload has a
 descriptor of its own, so its I/Os take the same latencies whatever the order of several
 workloads' I/Os in one submission). Scripted, it serves the compiled loop too
-(``kernel_handles``: its backend 2, ``ivy_loop.h``), on the same words
+(``loop_words``: its backend 2, ``ivy_loop.h``), on the same words
 (``layout.SCRIPT_STATE``, ``PEND_COLUMNS``, ``LOG_COLUMNS``) that its Python reap and submit
 use, so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
 (offset, opcode, submit time, descriptor, scheduled time, bytes) and the highest number of I/Os
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.base import KernelHandles, SlotTable
+from slave.engine.base import SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock, VirtualClock
 from slave.engine.layout import BACKEND_SCRIPTED, LOG_COLUMNS, PEND_COLUMNS, ROW, SCRIPT_STATE
 
@@ -191,23 +191,20 @@ class FakeEngine:
     def poll(self) -> int:
         return self._take()
 
-    def kernel_handles(self) -> KernelHandles | None:
+    def loop_words(self) -> dict[str, int] | None:
         """The compiled loop's words for this engine (backend 2) when scripted, else None."""
         if self.script is None:
             return None
         assert isinstance(self._clock, VirtualClock)
-        ev = self.events.reshape(-1)
-        cap = self._table.capacity
-        words = {"backend": BACKEND_SCRIPTED, "vclock": int(self._clock.word.ctypes.data),
-                 "fake_state": int(self.state.ctypes.data),
-                 "fake_pend": int(self.pend.ctypes.data),
-                 "fake_script": int(self.script.ctypes.data),
-                 "fake_log": int(self._log_array.ctypes.data)}
-        return KernelHandles(0, np.zeros(8, dtype=np.uint32), np.zeros(4, dtype=np.int64), ev,
-                             cap, self._table.addr, np.zeros(cap, dtype=np.uint64),
-                             self._finish_submit, words)
+        return {"backend": BACKEND_SCRIPTED, "events": int(self.events.ctypes.data),
+                "events_cap": self._table.capacity,
+                "vclock": int(self._clock.word.ctypes.data),
+                "fake_state": int(self.state.ctypes.data),
+                "fake_pend": int(self.pend.ctypes.data),
+                "fake_script": int(self.script.ctypes.data),
+                "fake_log": int(self._log_array.ctypes.data)}
 
-    def _finish_submit(self, done: int, n: int) -> None:
+    def finish_submit(self, done: int, n: int) -> None:
         """The compiled loop's submission took ``done`` of ``n``: the script takes them all."""
         if done != n:
             raise IoEngineError(f"fake engine: a scripted submission took {done} of {n}")

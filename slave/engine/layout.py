@@ -78,6 +78,17 @@ def _columns(dtype: np.dtype[np.void]) -> dict[str, int]:
 ROW: Final = _columns(ROW_DTYPE)
 IO: Final = _columns(IO_DTYPE)
 ROW_WORDS: Final = ROW_DTYPE.itemsize // 8
+#: a row's ``opcode_fd`` word: the iocb's opcode (``aio_lio_opcode``) and, above it,
+#: ``aio_reqprio`` (0) and the descriptor (``aio_fildes``) (linux/aio_abi.h)
+IOCB_CMD_PREAD: Final = 0
+IOCB_CMD_PWRITE: Final = 1
+
+
+def opcode_fd_word(opcode: int, fd: int) -> int:
+    """The row's ``opcode_fd`` word for ``opcode`` on ``fd``."""
+    return opcode | (fd << 32)
+
+
 IO_WORDS: Final = IO_DTYPE.itemsize // 8
 #: the row columns an I/O is scattered into, in one operation: its fields' namesakes
 SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)

@@ -25,9 +25,8 @@ from protocol.errors import IoEngineError
 from protocol.stats import common_root, rooted_at
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
-from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
-from slave.engine.base import IoEngine, KernelHandles
-from slave.engine.layout import IO
+from slave.engine.base import IoEngine
+from slave.engine.layout import IO, IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
@@ -83,19 +82,20 @@ class NativeLoop:
         workload's stats lie in one array (a worker's region)."""
         if not tuning.COMPILED_PACED:
             return
-        handles = getattr(eng, "kernel_handles", None)
-        if handles is None:
+        loop_words = getattr(eng, "loop_words", None)
+        finish_submit = getattr(eng, "finish_submit", None)
+        if loop_words is None or finish_submit is None:
             return
         root = common_root([st for w in self._wl if w is not None for st in w.spec.stats])
         if root is None:
             return
-        h = handles()
-        if h is None or not pk.available():
+        words = loop_words()
+        if words is None or not pk.available():
             return
         k = len(ws)
         self.ws = ws
         self.eng = eng
-        self.finish_submit = h.finish_submit
+        self.finish_submit = finish_submit
         self.loaded = False
         a = self.args = LoopArgs()
         depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)
@@ -120,20 +120,19 @@ class NativeLoop:
         self.rcap = a.array("rcap", np.zeros(k, dtype=np.int64))
         self.phase_fraction = np.array([w.seq.phase_fraction for w in ws], dtype=np.float64)
         self.pos_of = {w.spec.workload_id: i for i, w in enumerate(ws)}
-        self._engine_args(h)
+        self._engine_args(words)
         self._write_args()
         self.stat_addr = self._stats_args(root)
 
-    def _engine_args(self, h: KernelHandles) -> None:
-        """The kernel's words for the engine, the slot table, the loop's records and its
-        tuning."""
+    def _engine_args(self, words: dict[str, int]) -> None:
+        """The kernel's words for the engine (its ``loop_words``: the engine keeps what they
+        point at), the slot table, the loop's records and its tuning."""
         a = self.args
-        for name in ("ring_header", "ring_events", "events", "iocb_addr", "ptrs"):
-            a.array(name, getattr(h, name))
-        a.events_cap = h.events_cap
-        a.ctx = h.ctx_id
-        for name, value in h.words.items():
+        for name, value in words.items():
             setattr(a, name, value)
+        if not words.get("ptrs"):  # io_submit's array, which only libaio reads
+            a.array("ptrs", np.zeros(self._slots.table.capacity, dtype=np.int64))
+        a.array("iocb_addr", self._slots.table.addr)
         a.array("rows", self._slots.rows)
         a.array("out", np.zeros(self._slots.table.capacity, dtype=np.int64))
         a.n_slots = self._slots.table.capacity

@@ -20,11 +20,13 @@
  * It allocates nothing.
  */
 #include <math.h>
+#include <errno.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include "ivy_loop.h"
 
@@ -911,4 +913,207 @@ int64_t paced_run(struct ivy_loop *L)
             be_idle(L, until); /* too near to sleep: let the device's worker run */
         }
     }
+}
+
+/* The native engines' own calls, for Python (slave.engine.native), on a struct ivy_loop that
+ * holds only the engine's fields (the loop's set copies them): setting a backend up and down,
+ * and the submit and reap of the general loop, through the backend functions above. Each
+ * returns what it did, or -errno. */
+
+#define IVY_AIO_RING_MAGIC 0xa10a10a1u
+#ifndef SYS_io_uring_setup
+#define SYS_io_uring_setup 425
+#endif
+#ifndef SYS_io_uring_register
+#define SYS_io_uring_register 427
+#endif
+
+/* an AIO context of nr events, its mapped completion ring in ring_header and ring_events;
+ * -EPROTO where the ring's layout is not the one ring_take reads (nothing kept) */
+int64_t ivy_aio_setup(struct ivy_loop *L, int64_t nr)
+{
+    unsigned long ctx = 0;
+    if (syscall(SYS_io_setup, (unsigned)nr, &ctx) < 0)
+        return -errno;
+    const uint32_t *hdr = (const uint32_t *)ctx; /* id, nr, head, tail, magic, compat, ... */
+    if (hdr[4] != IVY_AIO_RING_MAGIC || hdr[6] != 0 || hdr[7] != 32) {
+        syscall(SYS_io_destroy, ctx);
+        return -EPROTO;
+    }
+    L->ctx = (int64_t)ctx;
+    L->ring_header = (volatile uint32_t *)ctx;
+    L->ring_events = (const int64_t *)(ctx + 32);
+    return 0;
+}
+
+int64_t ivy_aio_destroy(int64_t ctx)
+{
+    return syscall(SYS_io_destroy, (unsigned long)ctx) < 0 ? -errno : 0;
+}
+
+/* io_uring's struct io_uring_params, and struct io_uring_rsrc_register / _update2 */
+struct ivy_uring_params {
+    uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd;
+    uint32_t resv[3];
+    uint32_t sq_off[8]; /* head, tail, ring_mask, ring_entries, flags, dropped, array, resv1 */
+    uint64_t sq_user_addr;
+    uint32_t cq_off[8]; /* head, tail, ring_mask, ring_entries, overflow, cqes, flags, resv1 */
+    uint64_t cq_user_addr;
+};
+struct ivy_rsrc {
+    uint32_t a, b;
+    uint64_t c, d;
+    uint32_t e, f;
+};
+#define IVY_FEATURES ((1u << 0) | (1u << 1) | (1u << 8)) /* SINGLE_MMAP, NODROP, EXT_ARG */
+#define IVY_UR_SETUP_FLAGS ((1u << 8) | (1u << 9))      /* COOP_TASKRUN | TASKRUN_FLAG */
+#define IVY_UR_OFF_SQES 0x10000000LL
+enum { IVY_UR_FILES2 = 13, IVY_UR_FILES_UPDATE2 = 14, IVY_UR_BUFFERS2 = 15,
+       IVY_UR_BUFFERS_UPDATE = 16 };
+
+/* a ring of entries submission entries, mapped into L (uring_fd, sq_*, cq_*); n_files sparse
+ * registered files and n_buffers sparse registered buffers; maps: the two mappings' addresses
+ * and sizes (for ivy_uring_close). The newest set-up flags the kernel takes: COOP_TASKRUN and
+ * its TASKRUN_FLAG (cq_take). -errno with *stage: 1 the set-up, 2 the features (-ENOTSUP),
+ * 3 the mapping, 4 the files, 5 the buffers; nothing kept */
+int64_t ivy_uring_setup(struct ivy_loop *L, int64_t entries, int64_t n_files,
+                        int64_t n_buffers, int64_t *maps, int64_t *stage)
+{
+    struct ivy_uring_params p;
+    long fd = -1;
+    int64_t err = 0;
+    void *rings = MAP_FAILED, *sqes = MAP_FAILED;
+    size_t rings_bytes = 0, sqes_bytes = 0;
+    for (int i = 0; i < 2 && fd < 0; i++) {
+        memset(&p, 0, sizeof p);
+        p.flags = i ? 0 : IVY_UR_SETUP_FLAGS;
+        fd = syscall(SYS_io_uring_setup, (unsigned)entries, &p);
+        if (fd < 0 && errno != EINVAL)
+            break;
+    }
+    *stage = 1;
+    if (fd < 0)
+        return -errno;
+    *stage = 2;
+    if ((p.features & IVY_FEATURES) != IVY_FEATURES) {
+        err = -ENOTSUP;
+        goto fail;
+    }
+    *stage = 3;
+    rings_bytes = p.sq_off[6] + 4 * (size_t)p.sq_entries;
+    if (p.cq_off[5] + 16 * (size_t)p.cq_entries > rings_bytes)
+        rings_bytes = p.cq_off[5] + 16 * (size_t)p.cq_entries;
+    sqes_bytes = 64 * (size_t)p.sq_entries;
+    rings = mmap(NULL, rings_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, (int)fd, 0);
+    if (rings == MAP_FAILED) {
+        err = -errno;
+        goto fail;
+    }
+    sqes = mmap(NULL, sqes_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, (int)fd,
+                IVY_UR_OFF_SQES);
+    if (sqes == MAP_FAILED) {
+        err = -errno;
+        goto fail;
+    }
+    const int64_t want[2][2] = {{IVY_UR_FILES2, n_files}, {IVY_UR_BUFFERS2, n_buffers}};
+    for (int i = 0; i < 2; i++) {
+        *stage = 4 + i;
+        struct ivy_rsrc r = {(uint32_t)want[i][1], 1 /* SPARSE */, 0, 0, 0, 0};
+        if (syscall(SYS_io_uring_register, (int)fd, (unsigned)want[i][0], &r, sizeof r) < 0) {
+            err = -errno;
+            goto fail;
+        }
+    }
+    char *base = rings;
+    uint32_t *array = (uint32_t *)(base + p.sq_off[6]);
+    for (uint32_t i = 0; i < p.sq_entries; i++)
+        array[i] = i; /* entry i is the ring's i, for good */
+    L->backend = 1;
+    L->uring_fd = fd;
+    L->sq_tail = (volatile uint32_t *)(base + p.sq_off[1]);
+    L->sq_flags = (volatile uint32_t *)(base + p.sq_off[4]);
+    L->sq_mask = *(uint32_t *)(base + p.sq_off[2]);
+    L->sqes = sqes;
+    L->cq_head = (volatile uint32_t *)(base + p.cq_off[0]);
+    L->cq_tail = (volatile uint32_t *)(base + p.cq_off[1]);
+    L->cq_mask = *(uint32_t *)(base + p.cq_off[2]);
+    L->cqes = base + p.cq_off[5];
+    maps[0] = (int64_t)(uintptr_t)rings;
+    maps[1] = (int64_t)rings_bytes;
+    maps[2] = (int64_t)(uintptr_t)sqes;
+    maps[3] = (int64_t)sqes_bytes;
+    return fd;
+fail:
+    if (sqes != MAP_FAILED)
+        munmap(sqes, sqes_bytes);
+    if (rings != MAP_FAILED)
+        munmap(rings, rings_bytes);
+    close((int)fd);
+    return err;
+}
+
+/* the ring's mappings (maps: ivy_uring_setup's) undone and its descriptor closed, which drops
+ * its registrations */
+void ivy_uring_close(struct ivy_loop *L, const int64_t *maps)
+{
+    munmap((void *)(uintptr_t)maps[2], (size_t)maps[3]);
+    munmap((void *)(uintptr_t)maps[0], (size_t)maps[1]);
+    close((int)L->uring_fd);
+    L->uring_fd = -1;
+}
+
+/* n files (int32 descriptors; -1: none) or buffers (iovecs) registered from index offset */
+int64_t ivy_uring_register(const struct ivy_loop *L, int64_t files, int64_t offset,
+                           const void *data, int64_t n)
+{
+    struct ivy_rsrc r = {(uint32_t)offset, 0, (uint64_t)(uintptr_t)data, 0, (uint32_t)n, 0};
+    long rc = syscall(SYS_io_uring_register, (int)L->uring_fd,
+                      files ? IVY_UR_FILES_UPDATE2 : IVY_UR_BUFFERS_UPDATE, &r, sizeof r);
+    return rc < 0 ? -errno : rc;
+}
+
+/* the n slots submitted (their rows' iocbs, or entries made from them); how many the kernel
+ * took */
+int64_t ivy_submit(struct ivy_loop *L, const int64_t *slots, int64_t n)
+{
+    if (!L->backend)
+        for (int64_t q = 0; q < n; q++)
+            L->ptrs[q] = L->iocb_addr[slots[q]];
+    long rc = be_submit(L, L->rows, slots, n);
+    return rc < 0 ? -errno : rc;
+}
+
+/* a submission of n that the kernel took done of: the rest offered again (libaio's iocb
+ * addresses from ptrs[done], io_uring's entries still in its ring); how many it took */
+int64_t ivy_submit_rest(struct ivy_loop *L, int64_t done, int64_t n)
+{
+    long rc = L->backend
+        ? syscall(SYS_io_uring_enter, (int)L->uring_fd, (unsigned)(n - done), 0, 0, NULL, 0)
+        : syscall(SYS_io_submit, (unsigned long)L->ctx, (long)(n - done),
+                  (void *)(L->ptrs + done));
+    return rc < 0 ? -errno : rc;
+}
+
+/* the completions there now moved into events (no system call, as be_take), else, with
+ * timeout_ns, a wait of that long at most for one; how many (0: none came, or interrupted) */
+int64_t ivy_reap(struct ivy_loop *L, int64_t timeout_ns)
+{
+    int64_t n = be_take(L, L->events, L->events_cap);
+    if (n || timeout_ns <= 0)
+        return n;
+    struct timespec ts = {timeout_ns / 1000000000LL, timeout_ns % 1000000000LL};
+    long rc;
+    if (!L->backend) {
+        rc = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)L->events_cap,
+                     (void *)L->events, &ts);
+        if (rc >= 0)
+            return rc;
+    } else {
+        struct ivy_getevents_arg arg = {0, 8, 0, (uint64_t)(uintptr_t)&ts};
+        rc = syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 1,
+                     IVY_ENTER_GETEVENTS | IVY_ENTER_EXT_ARG, &arg, sizeof arg);
+        if (rc >= 0 || errno == ETIME)
+            return be_take(L, L->events, L->events_cap);
+    }
+    return errno == EINTR ? 0 : -errno;
 }

@@ -16,9 +16,10 @@ machine and C library copies into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``; ctypes
 not zip members) and loads. Where none ships for the host, or it does not load (an older C
 library), the host compiles the source with its own C compiler (``cc``, or ``IVYPY_SLAVE_CC``;
 ``none`` turns it off), once per source and compiler, into the same cache. A host with
-neither runs the Python loop, and says why (``origin``, ``why_not``: hosts.csv's
-``paced_loop``). C, not numba: numba cost a slave too much memory and a compile at every start
-(docs/engine.md).
+neither has no libaio or io_uring (their calls are the object's: ``slave.engine.native``), runs
+the Python loop on the thread pool where a test allows it, and says why (``origin``,
+``why_not``: hosts.csv's ``paced_loop``). C, not numba: numba cost a slave too much memory
+and a compile at every start (docs/engine.md).
 
 Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
 place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
@@ -67,7 +68,7 @@ from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import DEDUP_POOL, KIND_CODES, POOL_BLOCKS, SECTOR_BYTES
 from slave.engine import layout, loop_args
-from slave.engine.aio_abi import IOCB_CMD_PWRITE
+from slave.engine.layout import IOCB_CMD_PWRITE
 from slave.engine.loop_args import GEN_DTYPE, LoopArgs
 from slave.sequencer import GeneratorState
 
@@ -268,6 +269,14 @@ def _load() -> None:
     lib.paced_retime.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                  ctypes.c_int64]
     lib.paced_retime.restype = None
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    for name, args in (("ivy_aio_setup", [p, i]), ("ivy_aio_destroy", [i]),
+                       ("ivy_uring_setup", [p, i, i, i, p, p]),
+                       ("ivy_uring_register", [p, i, i, p, i]), ("ivy_submit", [p, p, i]),
+                       ("ivy_submit_rest", [p, i, i]), ("ivy_reap", [p, i])):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, i
+    lib.ivy_uring_close.argtypes, lib.ivy_uring_close.restype = [p, p], None
     _fn, _lib = fn, lib
 
 
@@ -275,6 +284,13 @@ def available() -> bool:
     """Whether the compiled loop can run here (built and loaded, or loaded from the cache)."""
     _load()
     return _fn is not None
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded compiled object (its ``ivy_*`` calls serve ``slave.engine.native``), or
+    None where it is not available (``why_not``)."""
+    _load()
+    return _lib
 
 
 def why_not() -> str | None:

@@ -18,9 +18,8 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.aio_abi import IOCB_CMD_PWRITE
 from slave.engine.base import SlotTable
-from slave.engine.layout import ROW
+from slave.engine.layout import IOCB_CMD_PWRITE, ROW
 
 
 class ThreadPoolEngine:

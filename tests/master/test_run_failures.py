@@ -335,22 +335,39 @@ def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> N
                         rf"(libaio|threadpool), worker 0 on CPU {cpu}\)", created[0]), created
 
 
-def test_a_host_without_the_compiled_loop_runs_and_the_output_says_so(
+def test_a_host_without_the_compiled_loop_refuses_libaio_or_falls_back_as_allowed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the local slave inherits IVYPY_SLAVE_CC=none: its paced I/O runs in Python, which
-    # hosts.csv records and events.csv warns of, naming the host
+    """libaio runs through the compiled loop: the local slave inherits IVYPY_SLAVE_CC=none, so
+    its LUN that O_DIRECT serves is refused before any I/O, naming the host, the LUN, why and
+    the fix; with ``allow_engine_fallback`` it runs on the thread pool in the Python loop,
+    which hosts.csv, luns.csv and events.csv say, naming the host."""
     monkeypatch.setenv("IVYPY_SLAVE_CC", "none")
+    why = "the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"
     cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=0.5))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    (line,) = [ln for ln in err.splitlines()
+               if ln.startswith("ivypy:") and "libaio engine is unavailable" in ln]
+    assert "host localhost" in line and "lun-nocc" in line and why in line, line
+    assert "allow_engine_fallback: true" in line
+    assert not (run_folder(tmp_path, "nocc") / "step0000-rr" / "all" / "all.csv").exists()
+
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc2", seconds=0.5).replace(
+        "allow_write: true}", "allow_write: true, allow_engine_fallback: true}"))
+    proc = start_run(cfg, tmp_path)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
-    folder = run_folder(tmp_path, "nocc")
-    why = "the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"
+    folder = run_folder(tmp_path, "nocc2")
     assert [h["paced_loop"] for h in rows(folder / "hosts.csv")] == [f"python: {why}"]
-    warned = [e for e in rows(folder / "events.csv") if "Python loop" in e["message"]]
+    assert [r["engine"] for r in rows(folder / "luns.csv") if r["lun"].endswith("lun-nocc2")
+            ] == ["threadpool"]
+    warned = [e for e in rows(folder / "events.csv") if "no compiled loop here" in e["message"]]
     assert [(e["level"], e["host"], e["kind"]) for e in warned] == [
         ("WARNING", "localhost", "host")]
     assert why in warned[0]["message"]
+    fell_back = [e for e in rows(folder / "events.csv") if e["kind"] == "engine"]
+    assert len(fell_back) == 1 and why in fell_back[0]["message"], fell_back
 
 
 def test_more_workloads_on_a_host_than_a_slave_runs_is_refused_before_any_io(

@@ -14,9 +14,9 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import tuning
-from slave.engine.aio_abi import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.base import IoEngine, SlotTable
 from slave.engine.fake import FakeEngine, LatencyFn, constant_ns, exponential_ns
+from slave.engine.layout import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_state import LoopWorkload
 from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS

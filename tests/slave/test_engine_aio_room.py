@@ -21,9 +21,10 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import aio_abi, files
-from slave.engine.libaio import MIN_AIO_EVENTS, LibaioEngine, aio_events_for
+from slave.engine import files, native
+from slave.engine.base import SlotTable
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.native import MIN_AIO_EVENTS, LibaioEngine, aio_events_for
 from slave.params import WorkloadParams
 from slave.worker import WorkerError
 from slave.worker_backend import WorkerBackend
@@ -55,7 +56,7 @@ def _proc(tmp_path: Path, limit: int, used: int) -> dict[str, str]:
 
 
 def test_the_limit_refusal_names_the_limit_the_use_and_the_value_needed(tmp_path: Path) -> None:
-    text = aio_abi.setup_failure(512, errno.EAGAIN, **_proc(tmp_path, 65536, 65400))
+    text = native.setup_failure(512, errno.EAGAIN, **_proc(tmp_path, 65536, 65400))
     assert "fs.aio-max-nr is 65,536 events" in text
     assert "65,400 are in use" in text
     assert "needs at least 65,912" in text
@@ -63,19 +64,19 @@ def test_the_limit_refusal_names_the_limit_the_use_and_the_value_needed(tmp_path
 
 
 def test_other_setup_failures_say_only_what_failed(tmp_path: Path) -> None:
-    text = aio_abi.setup_failure(64, errno.ENOSYS, **_proc(tmp_path, 65536, 0))
+    text = native.setup_failure(64, errno.ENOSYS, **_proc(tmp_path, 65536, 0))
     assert text.startswith("io_setup(64) failed") and "aio-max-nr" not in text
     missing = {"max_nr_path": str(tmp_path / "none"), "nr_path": str(tmp_path / "none")}
-    assert "raise it" in aio_abi.setup_failure(64, errno.EAGAIN, **missing)
+    assert "raise it" in native.setup_failure(64, errno.EAGAIN, **missing)
 
 
 @pytest.fixture
 def native_aio() -> None:
-    require_here(aio_abi.available())
+    require_here(native.aio_available())
 
 
 def _aio_nr() -> int:
-    return int(Path(aio_abi.AIO_NR_PATH).read_text())
+    return int(Path(native.AIO_NR_PATH).read_text())
 
 
 @contextlib.contextmanager
@@ -84,7 +85,7 @@ def _aio_limit(headroom: int) -> Iterator[int]:
     whatever happens (root)."""
     if os.geteuid() != 0:
         pytest.skip("lowering fs.aio-max-nr needs root (as root this runs)")
-    path = Path(aio_abi.AIO_MAX_NR_PATH)
+    path = Path(native.AIO_MAX_NR_PATH)
     old = path.read_text()
     limit = _aio_nr() + headroom
     path.write_text(f"{limit}\n")
@@ -240,4 +241,5 @@ def test_a_lun_that_cannot_have_its_context_is_refused_unless_the_fallback_is_al
 
 def test_io_setup_refused_is_an_engine_error_with_the_fix(native_aio: None) -> None:
     with _aio_limit(headroom=10), pytest.raises(IoEngineError, match=r"sysctl -w fs\.aio-max-nr"):
-        aio_abi.AioContext(1024)
+        eng = LibaioEngine(SlotTable(1024))
+        eng.grow(512)  # a context of 1,024 events

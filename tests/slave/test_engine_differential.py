@@ -36,9 +36,8 @@ import pytest
 from protocol.stats import WorkloadStats
 from scripts.blocktrace import TRACEFS, BlockTrace, kernel_dev
 from slave.engine import files, tuning
-from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.uring import UringEngine
+from slave.engine.native import LibaioEngine, UringEngine
 from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, settle

@@ -3,8 +3,8 @@ the kernel AIO wrapper; engine choice and its fallback warning."""
 
 from __future__ import annotations
 
+import ctypes
 import os
-import platform
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,11 +16,11 @@ from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
-from slave.engine import aio_abi, choose_engine, files, layout, paced_kernel, tuning
+from slave.engine import choose_engine, files, layout, native, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
-from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
+from slave.engine.native import LibaioEngine
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams
 
@@ -30,7 +30,7 @@ MiB = 1 << 20
 @pytest.fixture
 def _native_aio() -> None:
     """Native AIO must work here when root runs the tests; otherwise its absence skips."""
-    why = aio_abi.available()
+    why = native.aio_available()
     if why is None:
         return
     if os.geteuid() == 0:
@@ -244,8 +244,8 @@ def test_aio_context_roundtrip(lun_file: str) -> None:
     table = SlotTable(4)
     bufs = AlignedBuffers(2, 4096)
     bufs.array[0, :] = np.arange(4096) % 251
-    for slot, op in ((0, aio_abi.IOCB_CMD_PWRITE), (1, aio_abi.IOCB_CMD_PREAD)):
-        table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(op, fd)
+    for slot, op in ((0, layout.IOCB_CMD_PWRITE), (1, layout.IOCB_CMD_PREAD)):
+        table.rows[slot, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(op, fd)
         table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
         table.rows[slot, layout.ROW["nbytes"]] = 4096
         table.rows[slot, layout.ROW["offset"]] = 8192
@@ -292,7 +292,7 @@ _CHOICES = [
 @pytest.mark.parametrize(("lun", "direct", "aio", "choice", "fallback", "expect"), _CHOICES)
 def test_engine_choice(lun_file: str, monkeypatch: pytest.MonkeyPatch, lun: str, direct: bool,
                        aio: bool, choice: str, fallback: bool, expect: str) -> None:
-    monkeypatch.setattr(engine_mod.aio_abi, "available",
+    monkeypatch.setattr(engine_mod.native, "aio_available",
                         lambda: None if aio else "no AIO on this test host")
     monkeypatch.setattr(engine_mod.files, "direct_io_works",
                         lambda path, lbs: None if direct else "O_DIRECT read failed: EINVAL")
@@ -337,15 +337,11 @@ def test_aio_is_tried_once_per_process_and_failures_again(
 ) -> None:
     """The test context's io_destroy waits for the kernel (30-50 ms): set up per workload, it
     made 512 workloads take 20 s to create."""
-    # available() asks about the platform first: make it the one AIO is wired for, so the
-    # retry logic is tested on any machine (the kernel's AIO is faked below)
-    monkeypatch.setattr(platform, "system", lambda: "Linux")
-    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     outcomes = iter(setups)
     contexts: list[str] = []
 
     class Context:
-        def __init__(self, nr_events: int) -> None:
+        def __init__(self, table: SlotTable) -> None:
             contexts.append(outcome := next(outcomes))
             if outcome != "ok":
                 raise IoEngineError(f"io_setup: {outcome}")
@@ -353,9 +349,9 @@ def test_aio_is_tried_once_per_process_and_failures_again(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(aio_abi, "_AVAILABLE", [])
-    monkeypatch.setattr(aio_abi, "AioContext", Context)
-    got = [aio_abi.available() for _ in answers]
+    monkeypatch.setattr(native, "_AVAILABLE", set())
+    monkeypatch.setattr(native, "LibaioEngine", Context)
+    got = [native.aio_available() for _ in answers]
     assert [None if g is None else g.removeprefix("io_setup: ") for g in got] == answers
     assert len(contexts) == made
 
@@ -457,8 +453,8 @@ def _read_slots(fd: int, n: int) -> tuple[SlotTable, AlignedBuffers]:
     table = SlotTable(n)
     bufs = AlignedBuffers(n, 4096)
     for slot in range(n):
-        table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(
-            aio_abi.IOCB_CMD_PREAD, fd)
+        table.rows[slot, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(
+            layout.IOCB_CMD_PREAD, fd)
         table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
         table.rows[slot, layout.ROW["nbytes"]] = 4096
         table.rows[slot, layout.ROW["offset"]] = 4096 * slot
@@ -473,9 +469,9 @@ def test_ring_reads_across_its_wrap(lun_file: str) -> None:
     eng = LibaioEngine(table)
     slots = np.arange(7, dtype=np.intp)
     try:
-        h = eng.kernel_handles()  # None where the ring cannot be read
-        assert h is not None
-        hdr = h.ring_header  # id, nr, head, tail, ...
+        # the mapped ring's header: id, nr, head, tail, ...
+        hdr = np.frombuffer((ctypes.c_uint32 * 8).from_address(eng.args.ring_header),
+                            dtype=np.uint32)
 
         def ready() -> int:
             return (int(hdr[3]) - int(hdr[2])) % int(hdr[1])
@@ -526,19 +522,18 @@ def test_a_batch_refused_part_way_says_how_many_went_out(lun_file: str, how: str
     table, _bufs = _read_slots(fd, 8)
     closed = os.open(lun_file, os.O_RDONLY)
     os.close(closed)
-    table.rows[5, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, closed)
+    table.rows[5, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(layout.IOCB_CMD_PREAD, closed)
     eng = LibaioEngine(table)
     slots = [0, 1, 2, 3, 4, 5, 6, 7]
     try:
         with pytest.raises(SubmitError, match=r"Bad file descriptor \(errno 9\)") as raised:
             if how == "submit":
                 eng.submit(np.array(slots, dtype=np.intp))
-            else:  # compiled code's io_submit took the first two
-                h = eng.kernel_handles()
-                assert h is not None
-                h.ptrs[:8] = table.addr[slots]
-                n = eng._ctx.submit(int(h.ptrs.ctypes.data), 2)
-                assert n == 2
+            else:  # compiled code's io_submit, of the iocbs in ptrs, took the first two
+                ptrs = np.frombuffer((ctypes.c_int64 * 8).from_address(eng.args.ptrs),
+                                     dtype=np.int64)
+                ptrs[:] = table.addr[slots]
+                assert eng._lib.ivy_submit_rest(eng.args.address, 0, 2) == 2
                 eng.finish_submit(2, 8)
         assert raised.value.submitted == 5
         got: list[int] = []

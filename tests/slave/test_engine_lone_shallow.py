@@ -14,10 +14,10 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import aio_abi, files, paced_kernel, tuning
-from slave.engine.libaio import LibaioEngine
+from slave.engine import files, native, paced_kernel, tuning
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
+from slave.engine.native import LibaioEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
@@ -30,7 +30,7 @@ MiB = 1 << 20
 def _compiled() -> None:
     """Native AIO and the compiled kernel (gcc: ``scripts/test`` installs it) must be here when
     root runs the tests; without root their absence skips."""
-    require_here(aio_abi.available() or paced_kernel.why_not())
+    require_here(native.aio_available() or paced_kernel.why_not())
 
 
 class _Control(Control):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slave.engine import aio_abi, layout, loop_args
+from slave.engine import layout, loop_args
 from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 from slave.sequencer import GeneratorState
@@ -136,8 +136,8 @@ def test_the_rows_iocb_part_is_the_kernels_iocb() -> None:
                           ("reserved2", "aio_reserved2"), ("flags_resfd", "aio_flags")):
         assert at[mine] == iocb.fields[kernels][1], mine
     assert iocb.itemsize == 64 and at["owner"] == iocb.itemsize  # the bookkeeping after it
-    assert aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7) == (
-        aio_abi.IOCB_CMD_PWRITE | 7 << 8 * (iocb.fields["aio_fildes"][1] - at["opcode_fd"]))
+    assert layout.opcode_fd_word(layout.IOCB_CMD_PWRITE, 7) == (
+        layout.IOCB_CMD_PWRITE | 7 << 8 * (iocb.fields["aio_fildes"][1] - at["opcode_fd"]))
     # the I/O's fields are scattered into their namesakes in the row
     assert [layout.ROW[name] for name in layout.IO] == layout.SCATTER.tolist()
 

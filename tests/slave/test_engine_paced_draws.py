@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from slave.engine import aio_abi, layout, tuning
+from slave.engine import layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
@@ -27,8 +27,8 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
                                        "built")
 
 MiB = 1 << 20
-_READ = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PREAD, 7)
-_WRITE = aio_abi.opcode_fd_word(aio_abi.IOCB_CMD_PWRITE, 7)
+_READ = layout.opcode_fd_word(layout.IOCB_CMD_PREAD, 7)
+_WRITE = layout.opcode_fd_word(layout.IOCB_CMD_PWRITE, 7)
 _CAP = 1024  # ring rows: the largest refill below
 #: a start far from 0, as a monotonic clock's (16 days): the times' doubles round there
 _T0 = 1_382_400_123_456_789

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import pytest
 
-from slave.engine import aio_abi, paced_kernel, tuning
+from slave.engine import native, paced_kernel, tuning
 from slave.params import IoSequencerName, WorkloadParams
 from slave.worker import SubintervalResults, WorkerPool
 
@@ -52,7 +52,7 @@ def _real_devices_here() -> None:
     whatever is missing is a failure (losetup and loop support: the ``loop_device`` fixture)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: loop devices and the block layer's trace are root's only")
-    assert aio_abi.available() is None, f"no native AIO: {aio_abi.available()}"
+    assert native.aio_available() is None, f"no native AIO: {native.aio_available()}"
 
 
 # ====================================================================== the block layer's trace

@@ -1,14 +1,17 @@
-"""The io_uring engine (``slave.engine.uring``) on real loop devices over fully written files in
-/dev/shm: in the compiled loop (``paced_run``'s backend 1) and in the general Python loop, at
-queue depth 1 and 32, paced and at max IOPS, with the device's own counters as the witness of
-counts and bytes and the written blocks' contents of offsets; errors with errno and short
-transfers; the ring itself (registered files and buffers, reaped from the mapped ring and with
-a timed wait); the refusal where io_uring cannot be had."""
+"""The io_uring engine (``slave.engine.native.UringEngine``) on real loop devices over fully
+written files in /dev/shm: in the compiled loop (``paced_run``'s backend 1) and in the general
+Python loop, at queue depth 1 and 32, paced and at max IOPS, with the device's own counters as
+the witness of counts and bytes and the written blocks' contents of offsets; errors with errno
+and short transfers; the ring itself (registered files and buffers, reaped from the mapped ring
+and with a timed wait); the refusal where io_uring cannot be had."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,11 +19,11 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
-from slave.engine import aio_abi, base, choose_engine, files, layout, paced_kernel, tuning, uring
+from slave.engine import base, choose_engine, files, layout, native, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import LoopArgs
-from slave.engine.uring import UringEngine
+from slave.engine.native import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
@@ -29,11 +32,22 @@ from tests.slave.test_engine_libaio import Control, verify_range
 MiB = 1 << 20
 
 
+class _Lib:
+    """The compiled object, but for its ``ivy_submit_rest`` (``rest``)."""
+
+    def __init__(self, real: Any, rest: Callable[[int, int, int], int]) -> None:
+        self._real = real
+        self.ivy_submit_rest = rest
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 @pytest.fixture(autouse=True)
 def _uring_here() -> None:
     """io_uring and the compiled kernel must be here when root runs the tests (CI); without
     root their absence skips."""
-    require_here(uring.available() or paced_kernel.why_not())
+    require_here(native.uring_available() or paced_kernel.why_not())
 
 
 def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:
@@ -292,11 +306,11 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
     try:
         slots = np.arange(8, dtype=np.intp)
         eng.prepare_slots(slots, fd, bufs)
-        for slot, op, off, f in ((0, aio_abi.IOCB_CMD_PWRITE, 8192, fd),
-                                 (1, aio_abi.IOCB_CMD_PREAD, 8192, fd),
-                                 (2, aio_abi.IOCB_CMD_PREAD, 0, fd + 100),
-                                 (3, aio_abi.IOCB_CMD_PREAD, 100, fd)):
-            table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(op, f)
+        for slot, op, off, f in ((0, layout.IOCB_CMD_PWRITE, 8192, fd),
+                                 (1, layout.IOCB_CMD_PREAD, 8192, fd),
+                                 (2, layout.IOCB_CMD_PREAD, 0, fd + 100),
+                                 (3, layout.IOCB_CMD_PREAD, 100, fd)):
+            table.rows[slot, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(op, f)
             table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
             table.rows[slot, layout.ROW["nbytes"]] = 4096
             table.rows[slot, layout.ROW["offset"]] = off
@@ -341,23 +355,28 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     try:
         eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
         for slot in range(4):
-            table.rows[slot, layout.ROW["opcode_fd"]] = aio_abi.opcode_fd_word(
-                aio_abi.IOCB_CMD_PREAD, fd)
+            table.rows[slot, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(
+                layout.IOCB_CMD_PREAD, fd)
             table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
             table.rows[slot, layout.ROW["nbytes"]] = 4096
             table.rows[slot, layout.ROW["offset"]] = 4096 * slot
-        real = eng._ring.enter
+        blind = LoopArgs()  # the engine's words, but a descriptor that io_uring_enter
+        ctypes.memmove(blind.address, eng.args.address, ctypes.sizeof(LoopArgs))
+        blind.uring_fd = -1  # refuses (EBADF): the entries stay in the ring, not taken
+        real_submit, lib = eng._submit, eng._lib
         calls: list[int] = []
 
-        def busy_once(to_submit: int, min_complete: int, timeout_ns: int, **kw: bool) -> int:
-            calls.append(to_submit)
+        def busy_once(addr: int, done: int, n: int) -> int:
+            calls.append(n - done)
             if len(calls) == 1:
                 return -11  # EAGAIN: nothing taken
-            return real(to_submit, min_complete, timeout_ns, **kw)
+            return int(lib.ivy_submit_rest(addr, done, n))
 
         slept: list[float] = []
         monkeypatch.setattr(base.time, "sleep", slept.append)
-        monkeypatch.setattr(eng._ring, "enter", busy_once)
+        monkeypatch.setattr(eng, "_submit",
+                            lambda addr, slots, n: real_submit(blind.address, slots, n))
+        monkeypatch.setattr(eng, "_lib", _Lib(lib, busy_once))
         eng.submit(np.array([0, 1], dtype=np.intp))
         assert calls[:2] == [2, 2] and slept == [0.0001]  # offered again after a short sleep
         got: dict[int, int] = {}
@@ -367,15 +386,15 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
             got.update(zip(eng.done_slot[:n].tolist(), eng.done_res[:n].tolist(), strict=True))
         assert got == {0: 4096, 1: 4096}
         assert eng.reap(1, 20_000_000) == 0  # each went out once
-        monkeypatch.setattr(eng._ring, "enter", lambda *a, **kw: -77)  # EBADFD
+        monkeypatch.setattr(eng, "_lib", _Lib(lib, lambda *a: -77))  # EBADFD
         with pytest.raises(SubmitError) as refused:
             eng.submit(np.array([2], dtype=np.intp))
         assert refused.value.submitted == 0 and "errno 77" in str(refused.value)
         # a kernel that takes nothing, ever: offered SUBMIT_TRIES times over about 1 s of
         # sleeps (up to 1 ms each), then a refusal saying so
         slept.clear()
-        monkeypatch.setattr(eng._ring, "enter", lambda *a, **kw: 0)
-        with pytest.raises(SubmitError, match="took 0 of 1 entries and then no more"):
+        monkeypatch.setattr(eng, "_lib", _Lib(lib, lambda *a: 0))
+        with pytest.raises(SubmitError, match="took 0 of 1 I/Os and then no more"):
             eng.submit(np.array([3], dtype=np.intp))
         assert len(slept) == base.SUBMIT_TRIES - 1 and max(slept) == 0.001
         assert 0.9 < sum(slept) < 1.1, sum(slept)
@@ -390,7 +409,7 @@ def test_an_explicit_io_uring_is_refused_where_it_cannot_be_had(
     """Where io_uring is unavailable the choice is refused, naming the LUN and the reason,
     never served by another engine. The probe is patched: this host has io_uring, and an old
     kernel or a seccomp filter cannot be had in a test."""
-    monkeypatch.setattr(engine_mod.uring, "available",
+    monkeypatch.setattr(engine_mod.native, "uring_available",
                         lambda: "io_uring_setup(8) failed: Operation not permitted (errno 1)")
     with pytest.raises(IoEngineError) as info:
         choose_engine("io_uring", lun_file, 512)
@@ -428,7 +447,8 @@ def test_the_kernels_switch_and_the_ring_say_why_io_uring_cannot_be_had(
     rings: list[int] = []
 
     class Ring:
-        def __init__(self, entries: int, n_buffers: int) -> None:
+        def __init__(self, table: SlotTable) -> None:
+            entries = table.capacity
             rings.append(entries)
             if ring != "ok":
                 err = {"EPERM": 1, "ENOSYS": 38}[ring]
@@ -438,9 +458,9 @@ def test_the_kernels_switch_and_the_ring_say_why_io_uring_cannot_be_had(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(uring, "_AVAILABLE", [])
-    monkeypatch.setattr(uring, "UringRing", Ring)
-    why = uring.available(path)
+    monkeypatch.setattr(native, "_AVAILABLE", set())
+    monkeypatch.setattr(native, "UringEngine", Ring)
+    why = native.uring_available(path)
     assert (why is None) == (refused is None)
     assert refused is None or (why is not None and refused in why), why
     assert bool(rings) == (mode != "2")
@@ -462,7 +482,7 @@ def test_a_worker_refuses_io_uring_before_any_io_where_it_cannot_be_had(
     lun = describe_block_device(dev.path)
     reason = "io_uring_setup(8) failed: Function not implemented (errno 38)"
     with monkeypatch.context() as m:
-        m.setattr(engine_mod.uring, "available", lambda: reason)
+        m.setattr(engine_mod.native, "uring_available", lambda: reason)
         backend = WorkerBackend(1)
     try:
         before = _device_bytes(dev.name)

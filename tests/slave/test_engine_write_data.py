@@ -20,12 +20,11 @@ import pytest
 
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
-from slave.engine import files, tuning, uring
+from slave.engine import files, native, tuning
 from slave.engine import paced_kernel as pk
-from slave.engine.libaio import LibaioEngine
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_args import DATA_DTYPE, LoopArgs
-from slave.engine.uring import UringEngine
+from slave.engine.native import LibaioEngine, UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here
 from tests.slave.test_engine_paced_kernel import Control, kernel_function
@@ -172,7 +171,7 @@ _PACED = {4 * KiB: (3000.0, 1024), 64 * KiB: (1500.0, 512), 1 * MiB: (150.0, 64)
 def _uring_here(request: pytest.FixtureRequest) -> None:
     if request.node.callspec.params.get("engine") != "io_uring":
         return
-    require_here(uring.available() or pk.why_not())
+    require_here(native.uring_available() or pk.why_not())
 
 
 @needs_cc

@@ -44,8 +44,8 @@ def test_the_engine_named_for_a_lun_is_the_one_its_workloads_get(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not aio:
-        monkeypatch.setattr(engine_mod.aio_abi, "available", lambda: "no AIO on this test host")
-    elif (why := engine_mod.aio_abi.available()) is not None:
+        monkeypatch.setattr(engine_mod.native, "aio_available", lambda: "no AIO on this test host")
+    elif (why := engine_mod.native.aio_available()) is not None:
         if os.geteuid() == 0:
             pytest.fail(f"no native AIO here, and as root that is a failure, not a skip: {why}")
         pytest.skip(f"no native AIO here ({why}); not root, so skipped (as root this fails)")
