@@ -17,7 +17,10 @@
  * taken in part, and a control poll; for the poll only when the control's descriptor
  * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
  * rates in its arrays between runs, and paced_generate and paced_write_data serve the tests.
- * It allocates nothing.
+ * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
+ * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
+ * engine's, and the general Python loop's submit and reap through the same backend functions
+ * (ivy_submit, ivy_submit_rest, ivy_reap).
  */
 #include <math.h>
 #include <errno.h>
@@ -126,7 +129,7 @@ static int64_t heap_pop(int64_t *ht, int64_t *hk, int64_t n)
 
 /* the completions in the kernel's mapped completion ring (hdr: its header words id, nr, head,
  * tail, ...; ring_ev: its events, 4 words each) moved into ev, at most ev_cap, with no system
- * call (AioContext.poll_ring); how many */
+ * call (as fio's userspace_reap); how many */
 static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t *ev,
                          int64_t ev_cap)
 {
