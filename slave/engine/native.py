@@ -43,9 +43,6 @@ IO_URING_DISABLED_PATH: Final = "/proc/sys/kernel/io_uring_disabled"
 MAX_FIXED_FILES: Final = 1 << 15  # the oldest kernels' limit of registered files
 MAX_REG_BUFFERS: Final = 1 << 14  # the kernel's limit of registered buffers
 _EINTR, _EAGAIN, _EBUSY, _EPROTO = 4, 11, 16, 71
-_URING_STAGES: Final = ("", "io_uring_setup", "io_uring's features", "the ring's mapping",
-                        "the registration of sparse files", "the registration of sparse "
-                        "buffers")
 _URING_FEATURES: Final = ("io_uring lacks the single mapping, no-drop completions or the timed "
                           "wait (IORING_FEAT_EXT_ARG, Linux 5.11)")
 
@@ -263,9 +260,12 @@ class UringEngine(NativeEngine):
         if rc < 0:
             if stage.value == 2:
                 raise IoEngineError(_URING_FEATURES)
-            what = _URING_STAGES[stage.value]
-            raise IoEngineError(f"{what} ({entries} entries) failed: {os.strerror(-rc)} "
-                                f"(errno {-rc})")
+            what = {1: f"io_uring_setup({entries})",
+                    3: f"the mapping of io_uring's rings ({entries} entries)",
+                    4: f"io_uring's registration of {self.n_files:,} sparse files",
+                    5: f"io_uring's registration of {table.capacity:,} sparse buffers",
+                    }[stage.value]
+            raise IoEngineError(f"{what} failed: {os.strerror(-rc)} (errno {-rc})")
 
     def _register(self, files: bool, offset: int, data: npt.NDArray[np.generic], n: int
                   ) -> None:

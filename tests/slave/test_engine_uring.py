@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -288,6 +289,44 @@ def test_errors_are_counted_with_their_errno(
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["EBADF"] > 10
     assert stats[0].ops() == 0
     assert bool(backends) == compiled
+
+
+def _ring_resources() -> tuple[int, int]:
+    """This process's io_uring descriptors and mappings."""
+    fds = sum("io_uring" in os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir(
+        "/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+    with open("/proc/self/maps", encoding="ascii") as f:
+        maps = sum("io_uring" in line for line in f)
+    return fds, maps
+
+
+def test_a_ring_whose_set_up_fails_says_where_and_leaves_nothing_behind(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ivy_uring_setup`` fails part way, after the ring is set up and mapped: the kernel
+    refuses more sparse files than RLIMIT_NOFILE (EMFILE), and more buffers than it registers
+    (EINVAL). The error names the stage and the errno; the ring's descriptor and mappings are
+    gone."""
+    before = _ring_resources()
+    nofile = resource.RLIMIT_NOFILE
+    limits = resource.getrlimit(nofile)
+    # the kernel's limit 1,024 while the engine reads one past the 32,768 files it asks for
+    resource.setrlimit(nofile, (min(1024, limits[0]), limits[1]))
+    try:
+        monkeypatch.setattr(native.resource, "getrlimit", lambda which: (1 << 20, 1 << 20))
+        with pytest.raises(IoEngineError, match=r"^io_uring's registration of 32,768 sparse "
+                                                r"files failed: Too many open files "
+                                                r"\(errno 24\)$"):
+            UringEngine(SlotTable(8))
+    finally:
+        resource.setrlimit(nofile, limits)
+    assert _ring_resources() == before
+    lib = paced_kernel.library()
+    assert lib is not None
+    args, maps, stage = LoopArgs(), np.zeros(4, dtype=np.int64), ctypes.c_int64(0)
+    rc = lib.ivy_uring_setup(args.address, 8, 8, native.MAX_REG_BUFFERS + 1,
+                             maps.ctypes.data, ctypes.byref(stage))
+    assert (rc, stage.value) == (-22, 5)  # EINVAL, at the buffers
+    assert _ring_resources() == before and args.uring_fd == 0 and not args.sqes
 
 
 @pytest.mark.root
