@@ -81,6 +81,30 @@ def test_without_a_compiler_the_python_loop_runs_and_says_why(
     assert not list(tmp_path.glob("ivypy/*.so"))
 
 
+@pytest.mark.parametrize("choice", ["libaio", "io_uring", "auto"])
+def test_without_the_kernel_libaio_and_io_uring_are_refused_saying_why(
+        tmp_path: Path, lun_file: str, choice: str) -> None:
+    """libaio and io_uring are the compiled object's calls: a host without it refuses a LUN
+    that O_DIRECT serves (``auto`` too, unless the test allows the fallback, which runs it on
+    the thread pool), naming the LUN, the engine and why the object is not there."""
+    code = ("from slave.engine import choose_engine\n"
+            "from protocol.errors import IoEngineError\n"
+            "import sys\n"
+            "try:\n"
+            f"    choose_engine({choice!r}, {lun_file!r}, 512)\n"
+            "except IoEngineError as exc:\n"
+            "    print(exc)\n"
+            f"print(choose_engine('auto', {lun_file!r}, 512, fallback=True).kind)\n")
+    out = _python(code, XDG_CACHE_HOME=str(tmp_path), IVYPY_SLAVE_CC="none")
+    refusal, fell_back = out.stdout.strip().split("\n")
+    engine = "io_uring" if choice == "io_uring" else "libaio"
+    assert refusal.startswith(f"LUN {lun_file}: the {engine} engine is unavailable: libaio and "
+                              "io_uring run through the compiled loop, which this host does "
+                              "not have: the compiled paced loop is turned off "
+                              "(IVYPY_SLAVE_CC=none)"), out
+    assert fell_back == "threadpool", out
+
+
 def test_a_slave_without_the_kernel_warns_once_and_runs(tmp_path: Path) -> None:
     # the workers fork from the slave after it tried to build the kernel: the slave's log
     # (its stderr) says why paced I/O runs in Python
