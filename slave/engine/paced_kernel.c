@@ -63,6 +63,10 @@ IVY_EXPORT(io, IVY_IO_FIELDS)
 #undef IVY_EXPORT
 #undef IVY_NAME
 
+/* a small function of the hot path, inlined into every caller: with the engines' own calls
+ * (at the end) as more callers, the compiler put some out of line in the loop */
+#define IVY_HOT static inline __attribute__((always_inline))
+
 /* the loop's time: the monotonic clock's, or the scripted engine's virtual clock (a branch
  * that goes one way for the whole run) */
 static inline int64_t now_ns(const struct ivy_loop *L)
@@ -130,8 +134,8 @@ static int64_t heap_pop(int64_t *ht, int64_t *hk, int64_t n)
 /* the completions in the kernel's mapped completion ring (hdr: its header words id, nr, head,
  * tail, ...; ring_ev: its events, 4 words each) moved into ev, at most ev_cap, with no system
  * call (as fio's userspace_reap); how many */
-static int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t *ev,
-                         int64_t ev_cap)
+IVY_HOT int64_t ring_take(volatile uint32_t *hdr, const int64_t *ring_ev, int64_t *ev,
+                          int64_t ev_cap)
 {
     const int64_t nr = hdr[1], head = hdr[2], tail = hdr[3];
     int64_t n;
@@ -193,7 +197,7 @@ struct ivy_getevents_arg {
  * 0, the result, 0), at most cap, with no system call but where the ring says completions
  * wait for this task to post them (IORING_SQ_TASKRUN: the ring is set up with
  * IORING_SETUP_COOP_TASKRUN, which does not interrupt the task for them); how many */
-static inline int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
+IVY_HOT int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 {
     const uint32_t head = *L->cq_head;
     uint32_t tail = __atomic_load_n(L->cq_tail, __ATOMIC_ACQUIRE);
@@ -312,7 +316,7 @@ static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, cons
  * when interrupted); the submission of the m slots in out (be_submit: libaio's io_submit of
  * their iocbs, in ptrs; io_uring's entries made from their rows, each slot's registered file
  * and buffer, then io_uring_enter; how many the kernel took, -1 none) */
-static inline int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
+IVY_HOT int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
         return fk_take(L, ev, cap);
@@ -348,8 +352,8 @@ static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap
     return cq_take(L, ev, cap);
 }
 
-static inline long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
-                             const int64_t *out, int64_t m)
+IVY_HOT long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
+                       const int64_t *out, int64_t m)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
         return fk_submit(L, rows, out, m);
