@@ -16,8 +16,10 @@ submit: the loop fills the rows.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -93,37 +95,37 @@ def _library() -> ctypes.CDLL:
 _AVAILABLE: set[str] = set()  # the engines set up once in this process
 
 
-def aio_available() -> str | None:
-    """``None`` when libaio can be used here, else the reason it cannot. A test context is set
-    up once a process (its io_destroy waits for the kernel); a failure, which may pass (such
-    as aio-max-nr reached), is asked again next time."""
-    if "libaio" not in _AVAILABLE:
+def _probe(kind: str, make: Callable[[], LibaioEngine | UringEngine]) -> str | None:
+    """``None`` when an engine of ``kind`` (``make``) could be set up in this process, once
+    (a success is kept: a test context's io_destroy waits for the kernel), else why not (a
+    failure, which may pass, such as aio-max-nr reached, is asked again next time)."""
+    if kind not in _AVAILABLE:
         try:
-            LibaioEngine(SlotTable(1)).close()
+            make().close()
         except IoEngineError as exc:
             return str(exc)
-        _AVAILABLE.add("libaio")
+        _AVAILABLE.add(kind)
     return None
+
+
+def aio_available() -> str | None:
+    """``None`` when libaio can be used here, else the reason it cannot."""
+    return _probe("libaio", lambda: LibaioEngine(SlotTable(1)))
 
 
 def uring_available(disabled_path: str = IO_URING_DISABLED_PATH) -> str | None:
     """``None`` when io_uring, as this engine uses it, can be had here, else the reason: a ring
     set up, sparse files and buffers registered (Linux 5.19), the timed wait (``EXT_ARG``); a
     kernel without them, ``kernel.io_uring_disabled`` or a seccomp filter refuse. The switch is
-    read every time; a ring is set up once a process."""
+    read every time."""
     mode = read_proc_int(disabled_path) or 0  # 0 too where the kernel has no such switch
     if mode == 2:
         return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
-    if "io_uring" not in _AVAILABLE:
-        try:
-            UringEngine(SlotTable(8)).close()
-        except IoEngineError as exc:
-            if mode == 1:
-                return (f"{exc}; kernel.io_uring_disabled = 1 on this host limits io_uring "
-                        "to CAP_SYS_ADMIN and the io_uring_group")
-            return str(exc)
-        _AVAILABLE.add("io_uring")
-    return None
+    why = _probe("io_uring", lambda: UringEngine(SlotTable(8)))
+    if why is not None and mode == 1:
+        return (f"{why}; kernel.io_uring_disabled = 1 on this host limits io_uring to "
+                "CAP_SYS_ADMIN and the io_uring_group")
+    return why
 
 
 class NativeEngine:
@@ -143,9 +145,12 @@ class NativeEngine:
         a.array("ptrs", np.zeros(table.capacity, dtype=np.int64))
         self._addr = a.address
         self._submit, self._reap = lib.ivy_submit, lib.ivy_reap
-        self._events(table.capacity)
+        #: the completions there now, without a system call (io_uring: but where some wait
+        #: for this task to post them): the compiled call itself, no frame of ours between
+        self.poll: Callable[[], int] = functools.partial(lib.ivy_reap, self._addr, 0)
 
     def _events(self, cap: int) -> None:
+        """The events a reap fills: ``cap`` of them (the subclass sizes them)."""
         ev = self.args.array("events", np.zeros((cap, 4), dtype=np.int64))
         self.args.events_cap = cap
         self.done_slot = ev[:, 0]
@@ -180,11 +185,6 @@ class NativeEngine:
                                   f"{n - done} I/Os failed: {os.strerror(-rc)} (errno {-rc})",
                                   done)
             done += max(rc, 0)
-
-    def poll(self) -> int:
-        """The completions there now, without a system call (io_uring: but where some wait
-        for this task to post them)."""
-        return int(self._reap(self._addr, 0))
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """What is there now, else a wait of ``timeout_ns`` at most for one."""
@@ -251,6 +251,7 @@ class UringEngine(NativeEngine):
             raise IoEngineError(f"io_uring registers at most {MAX_REG_BUFFERS} buffers, one a "
                                 f"slot; this loop has {table.capacity} slots")
         super().__init__(table)
+        self._events(table.capacity)
         self.n_files = min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], MAX_FIXED_FILES)
         self._maps = np.zeros(4, dtype=np.int64)
         stage = ctypes.c_int64(0)

@@ -334,22 +334,34 @@ static inline int be_ready(const struct ivy_loop *L)
     return L->ring_header[2] != L->ring_header[3];
 }
 
-static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
+/* be_wait's block, which says why it failed: -errno, but 0 when interrupted or timed out
+ * (ivy_reap gives the error to Python) */
+static inline int64_t be_block(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0)) {
         fk_advance(L, *L->vclock + ns);
         return fk_take(L, ev, cap);
     }
     struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    long rc;
     if (!L->backend) {
-        long got = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)cap, (void *)ev,
-                           &ts);
-        return got > 0 ? got : 0; /* -1: interrupted (EINTR); look again */
+        rc = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)cap, (void *)ev, &ts);
+        if (rc >= 0)
+            return rc;
+    } else {
+        struct ivy_getevents_arg arg = {0, 8, 0, (uint64_t)(uintptr_t)&ts};
+        rc = syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 1,
+                     IVY_ENTER_GETEVENTS | IVY_ENTER_EXT_ARG, &arg, sizeof arg);
+        if (rc >= 0 || errno == ETIME)
+            return cq_take(L, ev, cap);
     }
-    struct ivy_getevents_arg arg = {0, 8, 0, (uint64_t)(uintptr_t)&ts};
-    syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 1, IVY_ENTER_GETEVENTS | IVY_ENTER_EXT_ARG,
-            &arg, sizeof arg); /* -1: ETIME or EINTR; take what is there */
-    return cq_take(L, ev, cap);
+    return errno == EINTR ? 0 : -errno;
+}
+
+static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
+{
+    const int64_t n = be_block(L, ev, cap, ns);
+    return n > 0 ? n : 0; /* a failed wait: the loop looks again */
 }
 
 IVY_HOT long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
@@ -1102,25 +1114,12 @@ int64_t ivy_submit_rest(struct ivy_loop *L, int64_t done, int64_t n)
 }
 
 /* the completions there now moved into events (no system call, as be_take), else, with
- * timeout_ns, a wait of that long at most for one; how many (0: none came, or interrupted) */
+ * timeout_ns, a wait of that long at most for one; how many (0: none came, or interrupted;
+ * -errno: the wait failed) */
 int64_t ivy_reap(struct ivy_loop *L, int64_t timeout_ns)
 {
     int64_t n = be_take(L, L->events, L->events_cap);
     if (n || timeout_ns <= 0)
         return n;
-    struct timespec ts = {timeout_ns / 1000000000LL, timeout_ns % 1000000000LL};
-    long rc;
-    if (!L->backend) {
-        rc = syscall(SYS_io_getevents, (unsigned long)L->ctx, 1L, (long)L->events_cap,
-                     (void *)L->events, &ts);
-        if (rc >= 0)
-            return rc;
-    } else {
-        struct ivy_getevents_arg arg = {0, 8, 0, (uint64_t)(uintptr_t)&ts};
-        rc = syscall(SYS_io_uring_enter, (int)L->uring_fd, 0, 1,
-                     IVY_ENTER_GETEVENTS | IVY_ENTER_EXT_ARG, &arg, sizeof arg);
-        if (rc >= 0 || errno == ETIME)
-            return be_take(L, L->events, L->events_cap);
-    }
-    return errno == EINTR ? 0 : -errno;
+    return be_block(L, L->events, L->events_cap, timeout_ns);
 }
