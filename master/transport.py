@@ -239,11 +239,31 @@ def _slave_command(python: str, zipapp_path: str, slave_args: tuple[str, ...] = 
     return f"exec /bin/sh -c {shlex.quote(script)}"
 
 
+#: The most stderr lines a login may print before the pid marker (a shell's rc file, a banner).
+_PID_MARKER_MAX_LINES = 200
+
+
 def _parse_pid_marker(line: bytes) -> int | None:
     words = line.split()
     if len(words) == 2 and words[0] == _PID_MARKER.encode() and words[1].isdigit():
         return int(words[1])
     return None
+
+
+async def _read_pid_marker(stderr: asyncssh.SSHReader[bytes]) -> tuple[int | None, bytes]:
+    """The slave's pid from the marker line, and the stderr bytes before it (what the login
+    printed: an rc file's echo, a warning), which are relayed like the slave's own lines.
+    ``None`` when stderr ends or ``_PID_MARKER_MAX_LINES`` lines pass without the marker."""
+    before = bytearray()
+    for _ in range(_PID_MARKER_MAX_LINES):
+        line = await stderr.readline()
+        if not line:
+            break
+        pid = _parse_pid_marker(line)
+        if pid is not None:
+            return pid, bytes(before)
+        before += line
+    return None, bytes(before)
 
 
 def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
@@ -444,7 +464,8 @@ class _SshSlaveConnection(SlaveConnection):
         host: str,
         conn: asyncssh.SSHClientConnection,
         process: asyncssh.SSHClientProcess[bytes],
-        first_stderr_line: bytes,
+        pid: int | None,
+        login_stderr: bytes,
         zipapp_path: str,
         zipapp_uploaded: bool,
         on_stderr_line: Callable[[str], None] | None,
@@ -452,9 +473,8 @@ class _SshSlaveConnection(SlaveConnection):
         super().__init__(host, zipapp_path, zipapp_uploaded, on_stderr_line)
         self._conn = conn
         self._process = process
-        self.pid = _parse_pid_marker(first_stderr_line)
-        if self.pid is None:
-            self._relay_stderr_bytes(first_stderr_line)
+        self.pid = pid
+        self._relay_stderr_bytes(login_stderr)
         self._start_stderr_relay()
 
     @property
@@ -491,7 +511,11 @@ class _SshSlaveConnection(SlaveConnection):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._process.wait_closed(), grace_s)
         for sig in ("TERM", "KILL"):
-            if self._process.returncode is not None or self.pid is None:
+            if self._process.returncode is not None:
+                break
+            if self.pid is None:
+                logger.warning("host %s: slave did not exit, and its pid is not known (no "
+                               "pid marker on stderr): closing the connection", self.host)
                 break
             logger.warning("host %s: slave did not exit; sending %s", self.host, sig)
             with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
@@ -691,7 +715,9 @@ async def open_ssh(
         process = await conn.create_process(
             _slave_command(spec.python, path, spec.slave_args), encoding=None
         )
-        first_line = await asyncio.wait_for(process.stderr.readline(), _PROBE_TIMEOUT_S)
+        pid, login_stderr = await asyncio.wait_for(
+            _read_pid_marker(process.stderr), _PROBE_TIMEOUT_S
+        )
     except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:
             conn.close()
@@ -705,7 +731,7 @@ async def open_ssh(
             reason = f"{_describe(exc)} while {phase}"
         raise HostError(reason, host=spec.name) from exc
     connection = _SshSlaveConnection(
-        spec.name, conn, process, first_line, path, uploaded, on_stderr_line
+        spec.name, conn, process, pid, login_stderr, path, uploaded, on_stderr_line
     )
     logger.info(
         "host %s: started slave pid %s %s (%s; Python %d.%d.%d, %s)",

@@ -59,8 +59,9 @@ class _HomeSFTPServer(asyncssh.SFTPServer):
 class _ProcessRunner:
     """Runs exec requests as real processes and remembers them so they can be killed."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, login_stderr: bytes) -> None:
         self._home = home
+        self._login_stderr = login_stderr
         self._procs: set[asyncio.subprocess.Process] = set()
 
     async def handle(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
@@ -68,6 +69,7 @@ class _ProcessRunner:
             process.stderr.write(b"this test server only runs commands\n")
             process.exit(1)
             return
+        process.stderr.write(self._login_stderr)  # what a login shell's rc file printed
         env = dict(os.environ, HOME=str(self._home))
         proc = await asyncio.create_subprocess_shell(
             process.command,
@@ -148,11 +150,13 @@ async def _pump_out(
 
 @contextlib.asynccontextmanager
 async def ssh_server(
-    workdir: Path, *, host_key: asyncssh.SSHKey | None = None
+    workdir: Path, *, host_key: asyncssh.SSHKey | None = None, login_stderr: bytes = b""
 ) -> AsyncIterator[SshServerInfo]:
     """Run an SSH server on 127.0.0.1:<free port> for the duration of the block.
 
     ``workdir`` receives ``home/`` (the login directory), ``client_key`` and ``known_hosts``.
+    ``login_stderr`` is written to each command's stderr before it runs, as a login shell's rc
+    file or a banner would.
     """
     home = workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
@@ -161,7 +165,7 @@ async def ssh_server(
     client_key_path = workdir / "client_key"
     client_key.write_private_key(str(client_key_path))
     client_key_path.chmod(0o600)
-    runner = _ProcessRunner(home)
+    runner = _ProcessRunner(home, login_stderr)
 
     def sftp_factory(chan: asyncssh.SSHServerChannel[bytes]) -> asyncssh.SFTPServer:
         return _HomeSFTPServer(chan, home)

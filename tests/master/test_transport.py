@@ -546,6 +546,36 @@ def test_ssh_exit_status_and_terminate_reach_the_master(
     run(scenario())
 
 
+def test_ssh_finds_the_pid_after_what_the_login_printed_and_relays_that(
+    tmp_path: Path, echo_zipapp: SlaveZipapp, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a login shell's rc file that writes to stderr before the command runs: its lines reach
+    # the log as the slave's, and the pid marker after them still lets close() stop a slave
+    # that ignores EOF
+    login = [f"rc line {i}: {'x' * (i * 40)}" for i in range(30)]
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        login_stderr = "".join(line + "\n" for line in login).encode()
+        async with ssh_server(tmp_path, login_stderr=login_stderr) as server:
+            conn = await open_ssh(spec_for(server, "h-rc"), zipapp=echo_zipapp,
+                                  on_stderr_line=seen.append)
+            pid = int(await read_line(conn))
+            assert conn.pid == pid
+            await conn.write(b"IGNORE-EOF\n")
+            await read_line(conn)
+            assert await conn.close(grace_s=0.3) == -signal.SIGTERM
+            wait_gone(pid, within_s=2.0)
+
+    with caplog.at_level(logging.INFO, logger=slave_logger_name("h-rc")):
+        run(scenario())
+    assert seen[: len(login)] == login
+    assert seen[len(login)].startswith("echo-slave pid ")
+    assert not any("ivypy-slave-pid" in line for line in seen)
+    relayed = [r.getMessage() for r in caplog.records if r.name == slave_logger_name("h-rc")]
+    assert relayed[: len(login)] == login
+
+
 def test_ssh_connection_lost_mid_run_is_a_host_error(
     tmp_path: Path, echo_zipapp: SlaveZipapp
 ) -> None:
