@@ -98,9 +98,10 @@ def _device(loop_device: LoopFactory, size_bytes: int) -> LoopDevice:
 
 
 def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
-         monkeypatch: pytest.MonkeyPatch, n_sub: int = 2) -> int:
+         monkeypatch: pytest.MonkeyPatch, n_sub: int = 2) -> tuple[int, list[int]]:
     """Workload ``p`` on ``dev`` through ``engine`` for ``n_sub`` subintervals of 100 ms, in
-    the compiled loop or the Python loop; how many times the compiled loop ran."""
+    the compiled loop or the Python loop; how many times the compiled loop ran, and the I/Os
+    each subinterval recorded."""
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     run = pk.run
     runs = count_kernel_runs(monkeypatch)
@@ -127,7 +128,7 @@ def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
     assert ctl.errors == {} and loop.in_flight == 0
     assert sum(st.ops(1) + st.ops(3) for st in ctl.stats) > 0  # it wrote
     monkeypatch.setattr(pk, "run", run)
-    return runs[0]
+    return runs[0], [st.ops() for st in ctl.stats]
 
 
 def _blocks(dev: LoopDevice, bs: int) -> npt.NDArray[np.uint8]:
@@ -199,16 +200,23 @@ def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
                        write_data=kind, write_data_ratio=ratio)  # type: ignore[arg-type]
     size = n_blocks * bs
     devs = {c: _device(loop_device, size) for c in (True, False)}
-    runs = {c: _run(devs[c], p, engine, c, monkeypatch) for c in (True, False)}
-    assert runs[True] > 0 and runs[False] == 0  # which loop ran each
+    ran = {c: _run(devs[c], p, engine, c, monkeypatch) for c in (True, False)}
+    assert ran[True][0] > 0 and ran[False][0] == 0  # which loop ran each
     assert generated[0] >= 0.4 * iops * 0.2  # most of the compiled run's I/Os made in C
     blocks = {c: _blocks(devs[c], bs) for c in (True, False)}
     written = {c: _written(blocks[c], bs) for c in (True, False)}
-    lasts = {"compiled" if c else "python": int(np.flatnonzero(written[c])[-1])
-             for c in (True, False)}  # each loop's last block written
-    last = min(lasts.values())
     issued = iops * 0.2  # both subintervals, about half of them writes
-    assert last + 1 >= 0.8 * issued, (lasts, issued)
+    for c in (True, False):
+        # the device as witness of the loop's own count: sequential I/O k is block k, so the
+        # last block written is the count's, less the reads at the end and plus the I/Os in
+        # flight at the stop (drained, not recorded); a loop held up over the last boundary
+        # (seen once in the suite: one of them did 148 of the 300 I/Os) issues fewer, which
+        # its count then says too
+        name, counts = "compiled" if c else "python", ran[c][1]
+        last = int(np.flatnonzero(written[c])[-1])
+        assert sum(counts) - 24 <= last + 1 <= sum(counts) + p.iodepth, (name, last, counts)
+        assert sum(counts) >= 0.4 * issued, (name, counts, issued)
+    last = min(int(np.flatnonzero(written[c])[-1]) for c in (True, False))
     assert not written[True][-(n_blocks // 8) :].any()  # it did not wrap
     assert np.array_equal(blocks[True][: last + 1], blocks[False][: last + 1])
     assert np.array_equal(written[True][: last + 1], written[False][: last + 1])
@@ -230,7 +238,7 @@ def test_max_iops_writes_of_every_kind_land_in_the_compiled_loop(
     p = WorkloadParams(read_fraction=0.5, iodepth=32, blocksize_bytes=bs, seed=90,
                        write_data=kind, write_data_ratio=ratio)  # type: ignore[arg-type]
     dev = _device(loop_device, 64 * MiB)
-    assert _run(dev, p, engine, True, monkeypatch) > 0
+    assert _run(dev, p, engine, True, monkeypatch)[0] > 0
     blocks = _blocks(dev, bs)
     written = _written(blocks, bs)
     assert int(written.sum()) >= (20 if bs == MiB else 200)
