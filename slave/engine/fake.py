@@ -7,9 +7,9 @@ by the submission's number among its descriptor's (``script``: on a ``VirtualClo
 only the loop's waits move, so that a run is a function of its script; a workload has a
 descriptor of its own, so its I/Os take the same latencies whatever the order of several
 workloads' I/Os in one submission). Scripted, it serves the compiled loop too
-(``loop_words``: its backend 2, ``ivy_loop.h``), on the same words
-(``layout.SCRIPT_STATE``, ``PEND_COLUMNS``, ``LOG_COLUMNS``) that its Python reap and submit
-use, so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
+(``loop_words``: its backend 2, ``ivy_loop.h``), on the same structs
+(``layout.SCRIPT_DTYPE``, ``PEND_DTYPE``, ``LOG_DTYPE``) that its Python reap and submit use,
+so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
 (offset, opcode, submit time, descriptor, scheduled time, bytes) and the highest number of I/Os
 ever in flight, so tests can check sequencers and queue-depth limits through the real engine
 loop. It must not decide anything of the loop's.
@@ -25,16 +25,12 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.engine.base import SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock, VirtualClock
-from slave.engine.layout import BACKEND_SCRIPTED, LOG_COLUMNS, PEND_COLUMNS, ROW, SCRIPT_STATE
+from slave.engine.layout import BACKEND_SCRIPTED, LOG_DTYPE, PEND_DTYPE, ROW, SCRIPT_DTYPE
 
 LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
-_PENDING, _COUNT = SCRIPT_STATE["PENDING"], SCRIPT_STATE["COUNT"]
-_FD_COUNTS = SCRIPT_STATE["FD_COUNTS"]
-_CALLS, _CALL_MAX = SCRIPT_STATE["CALLS"], SCRIPT_STATE["CALL_MAX"]
 #: descriptors with a count of their own (others share them, modulo)
 FDS = 1024
-_DUE, _SLOT, _RES = PEND_COLUMNS["DUE"], PEND_COLUMNS["SLOT"], PEND_COLUMNS["RES"]
 
 
 def exponential_ns(mean_ns: float) -> LatencyFn:
@@ -84,38 +80,39 @@ class FakeEngine:
         self._rng = np.random.default_rng(seed)
         self.script = None if script is None else np.ascontiguousarray(script, dtype=np.int64)
         cap = table.capacity
-        # the words the compiled loop shares when scripted (``ivy_loop.h``, backend 2)
-        self.state = np.zeros(_FD_COUNTS + FDS, dtype=np.int64)
-        self.state[SCRIPT_STATE["FDS"]] = FDS
-        self.state[SCRIPT_STATE["ERROR_EVERY"]] = error_every
-        self.state[SCRIPT_STATE["ERRNO"]] = error_errno
-        self.state[SCRIPT_STATE["SHORT_EVERY"]] = short_every
-        self.state[SCRIPT_STATE["SCRIPT_N"]] = 0 if script is None else script.size
-        self.state[SCRIPT_STATE["LOG_CAP"]] = log_cap
+        # what the compiled loop shares when scripted (``ivy_loop.h``, backend 2)
+        self.state = np.zeros((), dtype=SCRIPT_DTYPE)
+        self.state["fds"] = FDS
+        self.state["error_every"] = error_every
+        self.state["error_errno"] = error_errno
+        self.state["short_every"] = short_every
+        self.state["script_n"] = 0 if script is None else script.size
+        self.state["log_cap"] = log_cap
+        self.fd_counts = np.zeros(FDS, dtype=np.int64)  # submissions per descriptor (modulo)
         # pending completions in order of due time (ties: submission order)
-        self.pend = np.zeros((cap, len(PEND_COLUMNS)), dtype=np.int64)
-        self._log_array = np.zeros((max(log_cap, 1), len(LOG_COLUMNS)), dtype=np.int64)
+        self.pend = np.zeros(cap, dtype=PEND_DTYPE)
+        self._log_array = np.zeros(max(log_cap, 1), dtype=LOG_DTYPE)
         # libaio's event layout (slot, 0, result, 0): the compiled loop reaps into it
         self.events = np.zeros((cap, 4), dtype=np.int64)
         self.done_slot = self.events[:, 0]
         self.done_res = self.events[:, 2]
         self.max_in_flight = 0
         self.keep_log = keep_log
-        # unscripted: blocks of rows as ``LOG_COLUMNS`` (scripted: ``_log_array``)
-        self.log: list[npt.NDArray[np.int64]] = []
+        # unscripted: blocks of ``LOG_DTYPE`` (scripted: ``_log_array``)
+        self.log: list[npt.NDArray[np.void]] = []
 
     @property
     def submitted(self) -> int:
-        return int(self.state[_COUNT])
+        return int(self.state["count"])
 
     @property
     def submit_calls(self) -> tuple[int, int]:
         """How many submit calls came (the compiled loop's too), and the most I/Os one
         carried."""
-        return int(self.state[_CALLS]), int(self.state[_CALL_MAX])
+        return int(self.state["calls"]), int(self.state["call_max"])
 
     def _next_due(self) -> int | None:
-        return int(self.pend[0, _DUE]) if self.state[_PENDING] else None
+        return int(self.pend[0]["due_ns"]) if self.state["pending"] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         r = self._table.rows[slots]
@@ -123,42 +120,42 @@ class FakeEngine:
         nbytes, offset, sched = r[:, ROW["nbytes"]], r[:, ROW["offset"]], r[:, ROW["sched_ns"]]
         now = self._clock.now_ns()
         n = int(slots.size)
-        first = int(self.state[_COUNT])
+        st = self.state
+        first = int(st["count"])
         # each I/O's number among its descriptor's submissions, from 1
-        counts = self.state[_FD_COUNTS:]
+        counts = self.fd_counts
         serial = np.empty(n, dtype=np.int64)
         for i, k in enumerate((fd % FDS).tolist()):
             counts[k] += 1
             serial[i] = counts[k]
         res = nbytes.copy()
-        short_every = int(self.state[SCRIPT_STATE["SHORT_EVERY"]])
-        error_every = int(self.state[SCRIPT_STATE["ERROR_EVERY"]])
+        short_every, error_every = int(st["short_every"]), int(st["error_every"])
         if short_every:
             res[serial % short_every == 0] //= 2
         if error_every:
-            res[serial % error_every == 0] = -int(self.state[SCRIPT_STATE["ERRNO"]])
+            res[serial % error_every == 0] = -int(st["error_errno"])
         if self.script is not None:
             lat = self.script[(serial - 1) % self.script.size]
         else:
             lat = self._latency(self._rng, n)
-        p = int(self.state[_PENDING])
+        p = int(st["pending"])
         if p + n > self.pend.shape[0]:
             raise IoEngineError(f"fake engine: {p + n} I/Os in flight, over its "
                                 f"{self.pend.shape[0]} slots")
-        new = np.stack([now + lat, slots.astype(np.int64), res], axis=1)
-        both = np.concatenate([self.pend[:p], new])
+        both = np.concatenate([self.pend[:p], np.zeros(n, dtype=PEND_DTYPE)])
+        both["due_ns"][p:], both["slot"][p:], both["res"][p:] = now + lat, slots, res
         # a stable sort: ties keep submission order, as the compiled loop's insertion does
-        self.pend[: p + n] = both[np.argsort(both[:, _DUE], kind="stable")]
-        self.state[_PENDING] = p + n
-        self.state[_COUNT] = first + n
-        self.state[_CALLS] += 1
-        self.state[_CALL_MAX] = max(int(self.state[_CALL_MAX]), n)
+        self.pend[: p + n] = both[np.argsort(both["due_ns"], kind="stable")]
+        st["pending"] = p + n
+        st["count"] = first + n
+        st["calls"] += 1
+        st["call_max"] = max(int(st["call_max"]), n)
         self.max_in_flight = max(self.max_in_flight, p + n)
-        rows = np.stack([offset, opcode, np.full(n, now, dtype=np.int64), fd,
-                         np.where(sched != 0, sched, now), nbytes.astype(np.int64)], axis=1)
+        rows = np.zeros(n, dtype=LOG_DTYPE)
+        rows["offset"], rows["opcode"], rows["submit_ns"], rows["fd"] = offset, opcode, now, fd
+        rows["sched_ns"], rows["nbytes"] = np.where(sched != 0, sched, now), nbytes
         if self.script is not None:
-            cap = int(self.state[SCRIPT_STATE["LOG_CAP"]])
-            keep = max(min(n, cap - first), 0)
+            keep = max(min(n, int(st["log_cap"]) - first), 0)
             self._log_array[first : first + keep] = rows[:keep]
         elif self.keep_log:
             self.log.append(rows)
@@ -166,15 +163,15 @@ class FakeEngine:
     def _take(self) -> int:
         """The completions due now into ``done_slot`` / ``done_res``, in due order."""
         now = self._clock.now_ns()
-        p = int(self.state[_PENDING])
-        n = int(np.searchsorted(self.pend[:p, _DUE], now, "right"))
+        p = int(self.state["pending"])
+        n = int(np.searchsorted(self.pend["due_ns"][:p], now, "right"))
         n = min(n, self.events.shape[0])
         if n == 0:
             return 0
-        self.events[:n, 0] = self.pend[:n, _SLOT]
-        self.events[:n, 2] = self.pend[:n, _RES]
+        self.events[:n, 0] = self.pend["slot"][:n]
+        self.events[:n, 2] = self.pend["res"][:n]
         self.pend[: p - n] = self.pend[n:p].copy()
-        self.state[_PENDING] = p - n
+        self.state["pending"] = p - n
         return n
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
@@ -182,9 +179,9 @@ class FakeEngine:
         if n > 0 or timeout_ns == 0:  # never lose reaped slots by taking twice
             return n
         until = self._clock.now_ns() + timeout_ns
-        p = int(self.state[_PENDING])
+        p = int(self.state["pending"])
         if p:
-            until = min(until, int(self.pend[min(min_nr, p) - 1, _DUE]))
+            until = min(until, int(self.pend[min(min_nr, p) - 1]["due_ns"]))
         self._clock.sleep_until(until)
         return self._take()
 
@@ -202,7 +199,8 @@ class FakeEngine:
                 "fake_state": int(self.state.ctypes.data),
                 "fake_pend": int(self.pend.ctypes.data),
                 "fake_script": int(self.script.ctypes.data),
-                "fake_log": int(self._log_array.ctypes.data)}
+                "fake_log": int(self._log_array.ctypes.data),
+                "fake_fd_counts": int(self.fd_counts.ctypes.data)}
 
     def finish_submit(self, done: int, n: int) -> None:
         """The compiled loop's submission took ``done`` of ``n``: the script takes them all."""
@@ -210,14 +208,14 @@ class FakeEngine:
             raise IoEngineError(f"fake engine: a scripted submission took {done} of {n}")
 
     def close(self) -> None:
-        self.state[_PENDING] = 0
+        self.state["pending"] = 0
 
     def offsets_log(self) -> npt.NDArray[np.int64]:
-        """All logged submissions in order: rows (offset, opcode, submit_ns, fd, sched_ns,
-        nbytes) (``layout.LOG_COLUMNS``)."""
+        """All logged submissions in order, a row each: its ``struct ivy_log`` as int64 words
+        (offset, opcode, submit_ns, fd, sched_ns, nbytes: ``layout.LOG``'s columns)."""
         if self.script is not None:
-            n = min(self.submitted, int(self.state[SCRIPT_STATE["LOG_CAP"]]))
-            return self._log_array[:n].copy()
-        if not self.log:
-            return np.zeros((0, len(LOG_COLUMNS)), dtype=np.int64)
-        return np.concatenate(self.log)
+            n = min(self.submitted, int(self.state["log_cap"]))
+            log = self._log_array[:n]
+        else:
+            log = np.concatenate(self.log) if self.log else np.zeros(0, dtype=LOG_DTYPE)
+        return log.view(np.int64).reshape(-1, len(LOG_DTYPE.names or ())).copy()

@@ -4,7 +4,9 @@
  * generator and write data, struct ivy_gen and struct ivy_data (IVY_GEN_FIELDS,
  * IVY_DATA_FIELDS), by the numpy dtypes loop_args.GEN_DTYPE and DATA_DTYPE; a slot's
  * row and a precomputed I/O, struct ivy_row and struct ivy_io (IVY_ROW_FIELDS, IVY_IO_FIELDS),
- * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE. The compiled object tells
+ * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE; the scripted engine's state,
+ * pending completions and log, struct ivy_script, ivy_pend and ivy_log, by layout.SCRIPT_DTYPE,
+ * PEND_DTYPE and LOG_DTYPE. The compiled object tells
  * their layouts (ivy_<struct>_layout: the struct's size, then each field's offset and size;
  * ivy_<struct>_names: the fields' names, a space after each), which the loader and a test
  * compare with the Python mirrors'. Python reads the field lists from this file
@@ -124,6 +126,54 @@ struct ivy_data {
     IVY_DATA_FIELDS(IVY_FIELD)
 };
 
+/* the scripted engine (backend 2: slave.engine.fake.FakeEngine with a script; no I/O), whose
+ * Python and the compiled loop share these: its state (struct ivy_script, mirrored by
+ * layout.SCRIPT_DTYPE): how many completions are pending, how many I/Os were submitted, an
+ * error every error_every-th submission of a descriptor (with error_errno) and a short transfer
+ * every short_every-th (0: none), the script's length, the log's capacity in submissions, how
+ * many descriptors have a count of their own (fake_fd_counts; others share them, modulo), how
+ * many submit calls came and the most I/Os one carried */
+#define IVY_SCRIPT_FIELDS(X) \
+    X(int64_t, pending) \
+    X(int64_t, count) \
+    X(int64_t, error_every) \
+    X(int64_t, error_errno) \
+    X(int64_t, short_every) \
+    X(int64_t, script_n) \
+    X(int64_t, log_cap) \
+    X(int64_t, fds) \
+    X(int64_t, calls) \
+    X(int64_t, call_max)
+
+struct ivy_script {
+    IVY_SCRIPT_FIELDS(IVY_FIELD)
+};
+
+/* a pending completion of the scripted engine (struct ivy_pend, layout.PEND_DTYPE): when it is
+ * due, its slot, its result */
+#define IVY_PEND_FIELDS(X) \
+    X(int64_t, due_ns) \
+    X(int64_t, slot) \
+    X(int64_t, res)
+
+struct ivy_pend {
+    IVY_PEND_FIELDS(IVY_FIELD)
+};
+
+/* a submission in the scripted engine's log (struct ivy_log, layout.LOG_DTYPE): its offset,
+ * opcode, submit time, descriptor, scheduled time (max iops: the submission's) and bytes */
+#define IVY_LOG_FIELDS(X) \
+    X(int64_t, offset) \
+    X(int64_t, opcode) \
+    X(int64_t, submit_ns) \
+    X(int64_t, fd) \
+    X(int64_t, sched_ns) \
+    X(int64_t, nbytes)
+
+struct ivy_log {
+    IVY_LOG_FIELDS(IVY_FIELD)
+};
+
 #define IVY_LOOP_FIELDS(X) \
     /* the engine: the kernel's mapped completion ring (its header words and events), the \
      * events a reap fills (4 words each, libaio's struct io_event, whichever the backend) \
@@ -147,18 +197,16 @@ struct ivy_data {
     X(volatile uint32_t *, cq_tail) \
     X(int64_t, cq_mask) \
     X(const void *, cqes) \
-    /* 2 scripted (slave.engine.fake.FakeEngine's script; no I/O): the virtual clock's word, \
-     * which only the loop's waits move (now_ns reads it); the script's words (FK_*: its \
-     * count of pending completions and of submissions, its every-N errors and short \
-     * transfers, its length, its log's capacity); its pending completions, FK_PEND_WORDS \
-     * each (due time, slot, result) in order of due time, ties in submission order; its \
-     * latencies by submission number (wrapping round); its log of submissions, \
-     * FK_LOG_WORDS each (offset, opcode, submit time, descriptor, scheduled time, bytes) */ \
+    /* 2 scripted (struct ivy_script): the virtual clock's word, which only the loop's waits \
+     * move (now_ns reads it); the script's state; its pending completions in order of due \
+     * time, ties in submission order; its latencies by submission number (wrapping round); \
+     * its log of submissions; each descriptor's count of submissions (fd % fds) */ \
     X(int64_t *, vclock) \
-    X(int64_t *, fake_state) \
-    X(int64_t *, fake_pend) \
+    X(struct ivy_script *, fake_state) \
+    X(struct ivy_pend *, fake_pend) \
     X(const int64_t *, fake_script) \
-    X(int64_t *, fake_log) \
+    X(struct ivy_log *, fake_log) \
+    X(int64_t *, fake_fd_counts) \
     /* the slot table: its rows, each slot's iocb address, a submission's iocb addresses and \
      * slots */ \
     X(struct ivy_row *, rows) \

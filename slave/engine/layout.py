@@ -2,8 +2,9 @@
 from the header, which ships beside this module: ``header_fields``, ``header_dtype``): the slot
 row (``ROW_DTYPE``, ``struct ivy_row``) and the precomputed I/O (``IO_DTYPE``, ``struct
 ivy_io``), and the column of each of their fields in an int64 view of their arrays
-(``ROW[name]``, ``IO[name]``). ``loop_args.layout_difference`` checks them against the compiled
-object. Layout only: no code but that derivation, no state.
+(``ROW[name]``, ``IO[name]``); the scripted fake engine's state, pending completions and log
+(``SCRIPT_DTYPE``, ``PEND_DTYPE``, ``LOG_DTYPE``). ``loop_args.layout_difference`` checks
+them against the compiled object. Layout only: no code but that derivation, no state.
 """
 
 from __future__ import annotations
@@ -93,18 +94,13 @@ IO_WORDS: Final = IO_DTYPE.itemsize // 8
 #: the row columns an I/O is scattered into, in one operation: its fields' namesakes
 SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)
 
-#: the scripted engine's (``fake.FakeEngine`` with a script; ``ivy_loop.h``'s backend 2) words,
-#: shared by its Python and the compiled loop: its state (an int64 array: how many completions
-#: are pending, how many I/Os were submitted, an error every N-th submission of a descriptor
-#: and its errno, a short transfer every N-th, the script's length, the log's capacity in
-#: submissions, how many descriptors have a count of their own, how many submit calls came
-#: and the most I/Os one carried, then each descriptor's count of submissions from FD_COUNTS
-#: on: descriptor fd's at FD_COUNTS + fd % FDS), a pending completion's words and a logged
-#: submission's
-SCRIPT_STATE: Final = {"PENDING": 0, "COUNT": 1, "ERROR_EVERY": 2, "ERRNO": 3,
-                       "SHORT_EVERY": 4, "SCRIPT_N": 5, "LOG_CAP": 6, "FDS": 7,
-                       "CALLS": 8, "CALL_MAX": 9, "FD_COUNTS": 10}
-PEND_COLUMNS: Final = {"DUE": 0, "SLOT": 1, "RES": 2}
-LOG_COLUMNS: Final = {"OFFSET": 0, "OPCODE": 1, "SUBMIT": 2, "FD": 3, "SCHED": 4, "NBYTES": 5}
+#: the scripted engine's (``fake.FakeEngine`` with a script; ``ivy_loop.h``'s backend 2)
+#: structs, shared by its Python and the compiled loop: its state (``struct ivy_script``), a
+#: pending completion (``struct ivy_pend``) and a logged submission (``struct ivy_log``); and
+#: each log field's column in an int64 view of the log
+SCRIPT_DTYPE: Final = header_dtype("script")
+PEND_DTYPE: Final = header_dtype("pend")
+LOG_DTYPE: Final = header_dtype("log")
+LOG: Final = _columns(LOG_DTYPE)
 #: backend 2 of the compiled loop: the scripted engine
 BACKEND_SCRIPTED: Final = 2

@@ -2,7 +2,8 @@
 that mirrors ``struct ivy_loop`` (``slave/engine/ivy_loop.h``) field for field, in order;
 ``GEN_DTYPE`` and ``DATA_DTYPE``, the numpy dtypes that mirror each workload's ``struct ivy_gen``
 and ``struct ivy_data`` (all read from the header: ``layout.header_fields``); and the check of
-these and of ``layout``'s dtypes (``struct ivy_row``, ``struct ivy_io``) against the layouts the
+these and of ``layout``'s dtypes (``struct ivy_row``, ``struct ivy_io``, the scripted engine's
+``struct ivy_script``, ``ivy_pend`` and ``ivy_log``) against the layouts the
 compiled object reports of itself (one built from another header is refused).
 
 Owns the Python side of the structs: keeping alive the arrays whose addresses ``LoopArgs``
@@ -18,7 +19,15 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.layout import IO_DTYPE, ROW_DTYPE, header_dtype, header_fields
+from slave.engine.layout import (
+    IO_DTYPE,
+    LOG_DTYPE,
+    PEND_DTYPE,
+    ROW_DTYPE,
+    SCRIPT_DTYPE,
+    header_dtype,
+    header_fields,
+)
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
 _I: Final = ctypes.c_int64
@@ -68,7 +77,8 @@ class LoopArgs(ctypes.Structure):
 #: each struct's Python mirror as a numpy dtype (``ivy_loop``'s: ``LoopArgs`` as ctypes lays
 #: it out)
 DTYPES: Final = {"ivy_loop": np.dtype(LoopArgs), "ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE,
-                 "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE}
+                 "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE, "ivy_script": SCRIPT_DTYPE,
+                 "ivy_pend": PEND_DTYPE, "ivy_log": LOG_DTYPE}
 
 
 def python_layout(struct: str = "ivy_loop") -> Layout:

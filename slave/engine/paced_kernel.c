@@ -60,6 +60,18 @@ IVY_EXPORT(row, IVY_ROW_FIELDS)
     (int64_t)offsetof(struct ivy_io, name), (int64_t)sizeof(((struct ivy_io *)0)->name),
 IVY_EXPORT(io, IVY_IO_FIELDS)
 #undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_script, name), (int64_t)sizeof(((struct ivy_script *)0)->name),
+IVY_EXPORT(script, IVY_SCRIPT_FIELDS)
+#undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_pend, name), (int64_t)sizeof(((struct ivy_pend *)0)->name),
+IVY_EXPORT(pend, IVY_PEND_FIELDS)
+#undef IVY_LAYOUT
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(struct ivy_log, name), (int64_t)sizeof(((struct ivy_log *)0)->name),
+IVY_EXPORT(log, IVY_LOG_FIELDS)
+#undef IVY_LAYOUT
 #undef IVY_EXPORT
 #undef IVY_NAME
 
@@ -224,33 +236,33 @@ IVY_HOT int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 }
 
 /* the scripted engine (backend BACKEND_SCRIPTED: slave.engine.fake.FakeEngine's script, on
- * the words its Python shares, FK_*): no I/O; each submission completes at its submit time
- * plus the script's latency for its number among its descriptor's submissions, with its byte
- * count, half of it every SHORT_EVERY-th submission of the descriptor, -ERRNO every
- * ERROR_EVERY-th (as FakeEngine.submit makes it: a workload's I/Os, each on its own
- * descriptor, take the same latencies whatever the order of several workloads' I/Os in one
- * submission, on which the loops need not agree). Its
+ * the structs its Python shares, struct ivy_script, ivy_pend and ivy_log): no I/O; each
+ * submission completes at its submit time plus the script's latency for its number among its
+ * descriptor's submissions, with its byte count, half of it every short_every-th submission of
+ * the descriptor, -error_errno every error_every-th (as FakeEngine.submit makes it: a
+ * workload's I/Os, each on its own descriptor, take the same latencies whatever the order of
+ * several workloads' I/Os in one submission, on which the loops need not agree). Its
  * time is virtual: only a wait moves it (fk_advance), to the wait's end or to the next
  * completion's due time, whichever is sooner, so every completion is reaped at its due time
  * and the run is a function of the script. The completions due now moved into ev as libaio's
  * events, in order of due time (ties: submission order), at most cap; how many */
 static int64_t fk_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 {
-    int64_t *st = L->fake_state, *pend = L->fake_pend;
-    const int64_t now = *L->vclock, n = st[FK_PENDING];
+    struct ivy_script *st = L->fake_state;
+    struct ivy_pend *pend = L->fake_pend;
+    const int64_t now = *L->vclock, n = st->pending;
     int64_t j = 0;
     for (; j < n && j < cap; j++) {
-        const int64_t *e = pend + FK_PEND_WORDS * j;
-        if (e[FK_PEND_DUE] > now)
+        if (pend[j].due_ns > now)
             break;
-        ev[4 * j] = e[FK_PEND_SLOT];
+        ev[4 * j] = pend[j].slot;
         ev[4 * j + 1] = 0;
-        ev[4 * j + 2] = e[FK_PEND_RES];
+        ev[4 * j + 2] = pend[j].res;
         ev[4 * j + 3] = 0;
     }
     if (j) {
-        memmove(pend, pend + FK_PEND_WORDS * j, (size_t)(FK_PEND_WORDS * (n - j)) * 8);
-        st[FK_PENDING] = n - j;
+        memmove(pend, pend + j, (size_t)(n - j) * sizeof *pend);
+        st->pending = n - j;
     }
     return j;
 }
@@ -259,8 +271,8 @@ static int64_t fk_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
  * back) */
 static void fk_advance(const struct ivy_loop *L, int64_t until)
 {
-    if (L->fake_state[FK_PENDING] > 0 && L->fake_pend[FK_PEND_DUE] < until)
-        until = L->fake_pend[FK_PEND_DUE];
+    if (L->fake_state->pending > 0 && L->fake_pend[0].due_ns < until)
+        until = L->fake_pend[0].due_ns;
     if (until > *L->vclock)
         *L->vclock = until;
 }
@@ -269,44 +281,37 @@ static void fk_advance(const struct ivy_loop *L, int64_t until)
 static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, const int64_t *out,
                       int64_t m)
 {
-    int64_t *st = L->fake_state, *pend = L->fake_pend;
+    struct ivy_script *st = L->fake_state;
+    struct ivy_pend *pend = L->fake_pend;
     const int64_t now = *L->vclock;
     for (int64_t q = 0; q < m; q++) {
         const struct ivy_row *row = &rows[out[q]];
-        const int64_t serial = st[FK_COUNT], n = st[FK_PENDING];
-        int64_t *fd_count = &st[FK_FD_COUNTS + (row->opcode_fd >> 32) % st[FK_FDS]];
+        const int64_t serial = st->count, n = st->pending;
+        int64_t *fd_count = &L->fake_fd_counts[(row->opcode_fd >> 32) % st->fds];
         const int64_t mine = *fd_count; /* its number among its descriptor's submissions */
         *fd_count = mine + 1;
         int64_t res = (int64_t)row->nbytes;
-        if (st[FK_SHORT_EVERY] && (mine + 1) % st[FK_SHORT_EVERY] == 0)
+        if (st->short_every && (mine + 1) % st->short_every == 0)
             res /= 2;
-        if (st[FK_ERROR_EVERY] && (mine + 1) % st[FK_ERROR_EVERY] == 0)
-            res = -st[FK_ERRNO];
-        const int64_t due = now + L->fake_script[mine % st[FK_SCRIPT_N]];
+        if (st->error_every && (mine + 1) % st->error_every == 0)
+            res = -st->error_errno;
+        const int64_t due = now + L->fake_script[mine % st->script_n];
         int64_t i = n; /* after every pending completion due no later */
-        while (i > 0 && pend[FK_PEND_WORDS * (i - 1) + FK_PEND_DUE] > due)
+        while (i > 0 && pend[i - 1].due_ns > due)
             i--;
-        memmove(pend + FK_PEND_WORDS * (i + 1), pend + FK_PEND_WORDS * i,
-                (size_t)(FK_PEND_WORDS * (n - i)) * 8);
-        int64_t *e = pend + FK_PEND_WORDS * i;
-        e[FK_PEND_DUE] = due;
-        e[FK_PEND_SLOT] = out[q];
-        e[FK_PEND_RES] = res;
-        st[FK_PENDING] = n + 1;
-        if (serial < st[FK_LOG_CAP]) {
-            int64_t *g = L->fake_log + FK_LOG_WORDS * serial;
-            g[FK_LOG_OFFSET] = row->offset;
-            g[FK_LOG_OPCODE] = row->opcode_fd & 0xffff;
-            g[FK_LOG_SUBMIT] = now;
-            g[FK_LOG_FD] = row->opcode_fd >> 32;
-            g[FK_LOG_SCHED] = row->sched_ns ? row->sched_ns : now; /* max iops: its submission */
-            g[FK_LOG_NBYTES] = (int64_t)row->nbytes;
-        }
-        st[FK_COUNT] = serial + 1;
+        memmove(pend + i + 1, pend + i, (size_t)(n - i) * sizeof *pend);
+        pend[i] = (struct ivy_pend){due, out[q], res};
+        st->pending = n + 1;
+        if (serial < st->log_cap)
+            L->fake_log[serial] = (struct ivy_log){
+                row->offset, row->opcode_fd & 0xffff, now, row->opcode_fd >> 32,
+                row->sched_ns ? row->sched_ns : now, /* max iops: its submission */
+                (int64_t)row->nbytes};
+        st->count = serial + 1;
     }
-    st[FK_CALLS] += 1;
-    if (m > st[FK_CALL_MAX])
-        st[FK_CALL_MAX] = m;
+    st->calls += 1;
+    if (m > st->call_max)
+        st->call_max = m;
     return m;
 }
 
@@ -328,7 +333,7 @@ IVY_HOT int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 static inline int be_ready(const struct ivy_loop *L)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0))
-        return L->fake_state[FK_PENDING] > 0 && L->fake_pend[FK_PEND_DUE] <= *L->vclock;
+        return L->fake_state->pending > 0 && L->fake_pend[0].due_ns <= *L->vclock;
     if (L->backend)
         return *L->cq_head != *L->cq_tail || (*L->sq_flags & IVY_SQ_TASKRUN);
     return L->ring_header[2] != L->ring_header[3];

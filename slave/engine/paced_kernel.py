@@ -38,8 +38,8 @@ the hot path: the kernel returns to the engine loop for each of those.
 completions, looks for them, waits for them and submits only through four small functions
 (``be_take``, ``be_ready``, ``be_wait``, ``be_submit``), which read libaio's mapped ring and
 call ``io_getevents`` / ``io_submit``, or read io_uring's mapped completion ring and fill its
-submission ring from the slot rows (``READ_FIXED`` / ``WRITE_FIXED`` on the registered file
-and buffer: ``slave.engine.uring``) and call ``io_uring_enter``; io_uring's completions are
+submission ring from the slot rows (``READ_FIXED`` / ``WRITE_FIXED`` on the file and buffer
+``slave.engine.native`` registered) and call ``io_uring_enter``; io_uring's completions are
 copied into the events as libaio's, so the loop's body is one.
 
 ``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too, of any depth.
@@ -108,13 +108,7 @@ def source() -> str:
     defines.update(IOCB_CMD_PWRITE=IOCB_CMD_PWRITE, SECTOR_BYTES=SECTOR_BYTES)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
-    # the scripted engine's words (slave.engine.fake)
-    defines["BACKEND_SCRIPTED"] = layout.BACKEND_SCRIPTED
-    for prefix, cols in (("FK_", layout.SCRIPT_STATE), ("FK_PEND_", layout.PEND_COLUMNS),
-                         ("FK_LOG_", layout.LOG_COLUMNS)):
-        defines.update({prefix + k: v for k, v in cols.items()})
-    defines["FK_PEND_WORDS"] = len(layout.PEND_COLUMNS)
-    defines["FK_LOG_WORDS"] = len(layout.LOG_COLUMNS)
+    defines["BACKEND_SCRIPTED"] = layout.BACKEND_SCRIPTED  # slave.engine.fake's script
     defines.update({k: v for k, v in globals().items()  # the loop's result codes
                     if k.startswith("R_") and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())

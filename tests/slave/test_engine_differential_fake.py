@@ -31,7 +31,7 @@ from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
-from slave.engine.layout import LOG_COLUMNS
+from slave.engine.layout import LOG
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
@@ -179,7 +179,7 @@ def test_the_paced_per_call_limit_changes_the_calls_not_each_workloads_ios(
 
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
                  c: _Run, py: _Run, order: bool = True) -> None:
-    fd = LOG_COLUMNS["FD"]
+    fd = LOG["fd"]
     for w, p in enumerate(params):
         what = f"case {case} workload {w}: {p}, edited to {edit if w == 0 else None}"
         a, b = c.log[c.log[:, fd] == 100 + w], py.log[py.log[:, fd] == 100 + w]
@@ -190,7 +190,7 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
             first = int(np.argmin(same)) if not same.all() else m
             raise AssertionError(
                 f"{what}: submissions differ from #{first} (compiled {a.shape[0]}, Python "
-                f"{b.shape[0]}; columns {list(LOG_COLUMNS)}): compiled "
+                f"{b.shape[0]}; columns {list(LOG)}): compiled "
                 f"{a[first : first + 3].tolist()}, Python {b[first : first + 3].tolist()}")
     # and the same order across workloads: the engine's log as a whole, submission by
     # submission (which workload's I/O went out first within one submission, too)
@@ -199,7 +199,7 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
         raise AssertionError(
             f"case {case}: each workload's submissions agree, their order across workloads "
             f"differs from #{first}: compiled {c.log[first : first + 3].tolist()}, Python "
-            f"{py.log[first : first + 3].tolist()} (columns {list(LOG_COLUMNS)})")
+            f"{py.log[first : first + 3].tolist()} (columns {list(LOG)})")
     assert len(c.stats) == len(py.stats) == N_SUB * len(params)
     for k, (sc, sp) in enumerate(zip(c.stats, py.stats, strict=True)):
         sub, w = divmod(k, len(params))
@@ -260,7 +260,7 @@ def test_an_order_across_workloads_that_differs_is_seen(monkeypatch: pytest.Monk
     c = _run(params, edit, kw, True, monkeypatch)
     py = _run(params, edit, kw, False, monkeypatch)
     _assert_same(case, params, edit, c, py)
-    fd = c.log[:, LOG_COLUMNS["FD"]]
+    fd = c.log[:, LOG["fd"]]
     i = int(np.flatnonzero(fd[1:] != fd[:-1])[0])
     c.log[[i, i + 1]] = c.log[[i + 1, i]]
     with pytest.raises(AssertionError, match="order across workloads differs from #"):

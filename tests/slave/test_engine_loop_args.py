@@ -93,9 +93,9 @@ def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path)
 
 
 @needs_cc
-@pytest.mark.parametrize("struct", ["ivy_row", "ivy_io"])
-def test_every_row_and_io_field_has_the_compiled_offset_and_size(tmp_path: Path,
-                                                                 struct: str) -> None:
+@pytest.mark.parametrize("struct", ["ivy_row", "ivy_io", "ivy_script", "ivy_pend", "ivy_log"])
+def test_every_row_io_and_script_field_has_the_compiled_offset_and_size(tmp_path: Path,
+                                                                        struct: str) -> None:
     lib = _compile(tmp_path, pk.source())
     dtype = loop_args.DTYPES[struct]
     c_size, c_fields = loop_args.compiled_layout(lib, struct)
@@ -103,8 +103,8 @@ def test_every_row_and_io_field_has_the_compiled_offset_and_size(tmp_path: Path,
     assert (c_size, c_fields) == loop_args.python_layout(struct)
     # every field one int64 word: the int64 views' columns (``layout``) are the fields
     assert c_size == dtype.itemsize == 8 * len(c_fields)
-    columns = layout.ROW if struct == "ivy_row" else layout.IO
-    assert columns == {name: off // 8 for name, off, _ in c_fields}
+    columns = {"ivy_row": layout.ROW, "ivy_io": layout.IO, "ivy_log": layout.LOG}.get(struct)
+    assert columns in (None, {name: off // 8 for name, off, _ in c_fields})
 
 
 def test_a_generator_holds_each_field_of_its_state_where_the_struct_names_it() -> None:
@@ -152,14 +152,14 @@ def _header_edited(old: str, new: str) -> str:
 @pytest.mark.parametrize(("old", "new", "said"), [
     # two fields swapped in the header: same size, other order
     ("X(int64_t, p) \\\n    X(int64_t, binned)", "X(int64_t, binned) \\\n    X(int64_t, p)",
-     "field 64: compiled (name, offset, size) ('binned', 512, 8), the Python mirror's "
-     "('p', 512, 8)"),
+     "field 65: compiled (name, offset, size) ('binned', 520, 8), the Python mirror's "
+     "('p', 520, 8)"),
     # a field narrowed: its size, then every later offset
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
     ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
-     "field 74: compiled (name, offset, size) ('extra', 592, 8), the Python mirror's None"),
+     "field 75: compiled (name, offset, size) ('extra', 600, 8), the Python mirror's None"),
     # a generator's fields swapped
     ("X(double, hot_share) \\\n    X(double, read_fraction)",
      "X(double, read_fraction) \\\n    X(double, hot_share)",
@@ -180,13 +180,18 @@ def _header_edited(old: str, new: str) -> str:
      "X(int32_t, cat) \\\n    X(int64_t, submit_ns) \\\n    X(int64_t, sched_ns)\n",
      "field 2: compiled (name, offset, size) ('cat', 16, 4), the Python mirror's "
      "('cat', 16, 8)"),
+    # the scripted engine's pending completion: its slot and result swapped
+    ("X(int64_t, slot) \\\n    X(int64_t, res)", "X(int64_t, res) \\\n    X(int64_t, slot)",
+     "field 1: compiled (name, offset, size) ('res', 8, 8), the Python mirror's "
+     "('slot', 8, 8)"),
 ])
 def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, new: str,
                                                       said: str) -> None:
     lib = _compile(tmp_path, _header_edited(old, new))
     struct = ("ivy_gen" if "hot_share" in old else "ivy_data" if "dedup_key" in old
               else "ivy_row" if "size_bytes" in old
-              else "ivy_io" if "int32_t, cat" in new else "ivy_loop")
+              else "ivy_io" if "int32_t, cat" in new
+              else "ivy_pend" if "slot" in old else "ivy_loop")
     assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
 
 
