@@ -200,7 +200,7 @@ struct ivy_getevents_arg {
 #define IVY_SQE_FIXED_FILE 1
 #define IVY_ENTER_GETEVENTS 1
 #define IVY_ENTER_EXT_ARG 8
-#define IVY_SQ_TASKRUN 2
+#define IVY_SQ_TASKRUN (1u << 2) /* IORING_SQ_TASKRUN: completions wait for the task to enter */
 #ifndef SYS_io_uring_enter
 #define SYS_io_uring_enter 426
 #endif

@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +52,66 @@ def _uring_here() -> None:
     """io_uring and the compiled kernel must be here when root runs the tests (CI); without
     root their absence skips."""
     require_here(native.uring_available() or paced_kernel.why_not())
+
+
+#: paced_kernel.c spells out the parts of io_uring's ABI it uses (a host may lack the kernel's
+#: header): each (its name there, the header's), compared by the compiler
+_ABI_CONSTANTS = [
+    ("IVY_OP_READ_FIXED", "IORING_OP_READ_FIXED"), ("IVY_OP_WRITE_FIXED", "IORING_OP_WRITE_FIXED"),
+    ("IVY_SQE_FIXED_FILE", "IOSQE_FIXED_FILE"), ("IVY_ENTER_GETEVENTS", "IORING_ENTER_GETEVENTS"),
+    ("IVY_ENTER_EXT_ARG", "IORING_ENTER_EXT_ARG"), ("IVY_SQ_TASKRUN", "IORING_SQ_TASKRUN"),
+    ("IVY_FEATURES", "(IORING_FEAT_SINGLE_MMAP | IORING_FEAT_NODROP | IORING_FEAT_EXT_ARG)"),
+    ("IVY_UR_SETUP_FLAGS", "(IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG)"),
+    ("IVY_UR_OFF_SQES", "IORING_OFF_SQES"), ("IVY_UR_FILES2", "IORING_REGISTER_FILES2"),
+    ("IVY_UR_FILES_UPDATE2", "IORING_REGISTER_FILES_UPDATE2"),
+    ("IVY_UR_BUFFERS2", "IORING_REGISTER_BUFFERS2"),
+    ("IVY_UR_BUFFERS_UPDATE", "IORING_REGISTER_BUFFERS_UPDATE"),
+]
+#: (its struct, the header's, each field pair (its, the header's) by offset); the sizes too
+_ABI_STRUCTS = [
+    ("ivy_sqe", "io_uring_sqe", [("opcode", "opcode"), ("flags", "flags"), ("ioprio", "ioprio"),
+                                 ("fd", "fd"), ("off", "off"), ("addr", "addr"), ("len", "len"),
+                                 ("rw_flags", "rw_flags"), ("user_data", "user_data"),
+                                 ("buf_index", "buf_index"), ("personality", "personality"),
+                                 ("file_index", "file_index")]),
+    ("ivy_cqe", "io_uring_cqe", [("user_data", "user_data"), ("res", "res"), ("flags", "flags")]),
+    ("ivy_getevents_arg", "io_uring_getevents_arg", [("sigmask", "sigmask"),
+                                                     ("sigmask_sz", "sigmask_sz"), ("ts", "ts")]),
+    ("ivy_uring_params", "io_uring_params", [
+        ("sq_entries", "sq_entries"), ("cq_entries", "cq_entries"), ("flags", "flags"),
+        ("features", "features"), ("sq_off[1]", "sq_off.tail"), ("sq_off[4]", "sq_off.flags"),
+        ("sq_off[2]", "sq_off.ring_mask"), ("sq_off[6]", "sq_off.array"),
+        ("cq_off[0]", "cq_off.head"), ("cq_off[1]", "cq_off.tail"),
+        ("cq_off[2]", "cq_off.ring_mask"), ("cq_off[5]", "cq_off.cqes")]),
+    ("ivy_rsrc", "io_uring_rsrc_register", [("a", "nr"), ("c", "resv2"), ("d", "data"),
+                                           ("e", "tags")]),
+    ("ivy_rsrc", "io_uring_rsrc_update2", [("a", "offset"), ("c", "data"), ("d", "tags"),
+                                          ("e", "nr")]),
+]
+
+
+_URING_HEADER = Path("/usr/include/linux/io_uring.h")
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not _URING_HEADER.exists(),
+                    reason="no C compiler or no linux/io_uring.h (linux-libc-dev) to compare with")
+def test_the_io_uring_abi_the_loop_spells_out_is_the_kernel_headers(tmp_path: Path) -> None:
+    # every constant, struct size and field offset paced_kernel.c writes out for io_uring is
+    # the kernel header's: the compiler checks each (an IORING_SQ_TASKRUN of 2, the overflow
+    # bit, once left completions waiting for the task unseen by the loop's looks)
+    asserts = [f"_Static_assert({ours} == {theirs}, \"{ours}\");"
+               for ours, theirs in _ABI_CONSTANTS]
+    for ours, theirs, fields in _ABI_STRUCTS:
+        asserts.append(f"_Static_assert(sizeof(struct {ours}) == sizeof(struct {theirs}), "
+                       f"\"{ours} size\");")
+        for a, b in fields:
+            asserts.append(f"_Static_assert(offsetof(struct {ours}, {a}) == "
+                           f"offsetof(struct {theirs}, {b}), \"{ours}.{a}\");")
+    src = tmp_path / "abi.c"
+    src.write_text(paced_kernel.source() + "\n#include <linux/io_uring.h>\n" + "\n".join(asserts))
+    done = subprocess.run(["cc", "-std=gnu11", "-fsyntax-only", str(src)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def _written(loop_device: LoopFactory, size_bytes: int = 16 * MiB) -> LoopDevice:
@@ -379,6 +442,45 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
 
 
 @pytest.mark.root
+def test_a_look_takes_a_completion_that_waits_for_the_task_to_enter(
+        loop_device: LoopFactory) -> None:
+    # the ring is set up with COOP_TASKRUN: a completion may wait, unposted, until the task
+    # enters the kernel, and the ring's flags say so (IORING_SQ_TASKRUN). A look (poll: no
+    # system call while the ring holds completions) that finds the ring empty and that flag up
+    # enters, so it takes the completion then, not at the task's next system call or tick.
+    # Watched from Python with no system call between the submission and the one look: the
+    # flag is seen up at least once in 30 reads (this kernel defers them: 5.19 and later)
+    dev = _written(loop_device)
+    fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
+    table = SlotTable(1)
+    bufs = AlignedBuffers(1, 4096)
+    eng = UringEngine(table)
+    taskrun = 1 << 2  # IORING_SQ_TASKRUN
+    try:
+        eng.prepare_slots(np.arange(1, dtype=np.intp), fd, bufs)
+        table.rows[0, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(layout.IOCB_CMD_PREAD, fd)
+        table.rows[0, layout.ROW["buf"]] = int(bufs.addr[0])
+        table.rows[0, layout.ROW["nbytes"]] = 4096
+        flags = ctypes.c_uint32.from_address(eng.args.sq_flags)
+        head = ctypes.c_uint32.from_address(eng.args.cq_head)
+        tail = ctypes.c_uint32.from_address(eng.args.cq_tail)
+        waited = 0
+        for _ in range(30):
+            eng.submit(np.array([0], dtype=np.intp))
+            deadline = time.perf_counter() + 0.5  # the vDSO's clock: no system call
+            while (head.value == tail.value and not flags.value & taskrun
+                   and time.perf_counter() < deadline):
+                pass
+            if head.value == tail.value and flags.value & taskrun:
+                waited += 1
+            assert eng.poll() == 1, (waited, flags.value)
+            assert int(eng.done_slot[0]) == 0 and int(eng.done_res[0]) == 4096
+        assert waited > 0
+    finally:
+        eng.close()
+        os.close(fd)
+
+
 def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
