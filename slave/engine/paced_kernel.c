@@ -37,40 +37,36 @@
  * and the fields' names, each followed by a space (slave.engine.loop_args checks its mirrors
  * against them) */
 #define IVY_NAME(type, name) #name " "
+#define IVY_LAYOUT(type, name) \
+    (int64_t)offsetof(IVY_S, name), (int64_t)sizeof(((IVY_S *)0)->name),
 #define IVY_EXPORT(s, FIELDS) \
-    const int64_t ivy_##s##_layout[] = {(int64_t)sizeof(struct ivy_##s), FIELDS(IVY_LAYOUT)}; \
+    const int64_t ivy_##s##_layout[] = {(int64_t)sizeof(IVY_S), FIELDS(IVY_LAYOUT)}; \
     const char ivy_##s##_names[] = FIELDS(IVY_NAME);
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_loop, name), (int64_t)sizeof(((struct ivy_loop *)0)->name),
+/* IVY_S: the struct being exported (IVY_LAYOUT reads it where it expands) */
+#define IVY_S struct ivy_loop
 IVY_EXPORT(loop, IVY_LOOP_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_gen, name), (int64_t)sizeof(((struct ivy_gen *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_gen
 IVY_EXPORT(gen, IVY_GEN_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_data, name), (int64_t)sizeof(((struct ivy_data *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_data
 IVY_EXPORT(data, IVY_DATA_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_row, name), (int64_t)sizeof(((struct ivy_row *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_row
 IVY_EXPORT(row, IVY_ROW_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_io, name), (int64_t)sizeof(((struct ivy_io *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_io
 IVY_EXPORT(io, IVY_IO_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_script, name), (int64_t)sizeof(((struct ivy_script *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_script
 IVY_EXPORT(script, IVY_SCRIPT_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_pend, name), (int64_t)sizeof(((struct ivy_pend *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_pend
 IVY_EXPORT(pend, IVY_PEND_FIELDS)
-#undef IVY_LAYOUT
-#define IVY_LAYOUT(type, name) \
-    (int64_t)offsetof(struct ivy_log, name), (int64_t)sizeof(((struct ivy_log *)0)->name),
+#undef IVY_S
+#define IVY_S struct ivy_log
 IVY_EXPORT(log, IVY_LOG_FIELDS)
+#undef IVY_S
 #undef IVY_LAYOUT
 #undef IVY_EXPORT
 #undef IVY_NAME
