@@ -15,6 +15,7 @@ remove workloads, nor reap outside the compiled turn.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -332,6 +333,10 @@ class NativeLoop:
                 raise IoEngineError(
                     f"{self.name}: a completion came for I/O slot {int(args.n)}, which no "
                     "paced workload of this loop owns; the loop stops")
+            elif code == pk.R_WAIT:
+                err, args.n = int(args.n), 0
+                raise IoEngineError(f"{self.name}: the wait for completions failed: "
+                                    f"{os.strerror(err)} (errno {err}); the loop stops")
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 

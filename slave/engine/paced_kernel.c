@@ -314,7 +314,7 @@ static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, cons
 /* the backend's four calls, the one place the loop tells libaio (backend 0) from io_uring:
  * the completions there now, taken without a system call (be_take) or only looked at
  * (be_ready); a block for one for ns at most (be_wait: how many it took, 0 at the timeout or
- * when interrupted); the submission of the m slots in out (be_submit: libaio's io_submit of
+ * when interrupted, -errno when it failed); the submission of the m slots in out (be_submit: libaio's io_submit of
  * their iocbs, in ptrs; io_uring's entries made from their rows, each slot's registered file
  * and buffer, then io_uring_enter; how many the kernel took, -1 none) */
 IVY_HOT int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
@@ -335,9 +335,9 @@ static inline int be_ready(const struct ivy_loop *L)
     return L->ring_header[2] != L->ring_header[3];
 }
 
-/* be_wait's block, which says why it failed: -errno, but 0 when interrupted or timed out
- * (ivy_reap gives the error to Python) */
-static inline int64_t be_block(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
+/* the block for completions (be_wait), which says why it failed: -errno, but 0 when
+ * interrupted or timed out (paced_run returns R_WAIT with it, ivy_reap gives it to Python) */
+static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0)) {
         fk_advance(L, *L->vclock + ns);
@@ -357,12 +357,6 @@ static inline int64_t be_block(const struct ivy_loop *L, int64_t *ev, int64_t ca
             return cq_take(L, ev, cap);
     }
     return errno == EINTR ? 0 : -errno;
-}
-
-static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
-{
-    const int64_t n = be_block(L, ev, cap, ns);
-    return n > 0 ? n : 0; /* a failed wait: the loop looks again */
 }
 
 IVY_HOT long be_submit(const struct ivy_loop *L, const struct ivy_row *rows,
@@ -768,6 +762,10 @@ int64_t paced_run(struct ivy_loop *L)
     int64_t n = L->n, t_reaped = n ? L->t_ns : 0, now;
     L->n = 0;
     for (;;) {
+        if (__builtin_expect(n < 0, 0)) { /* a wait failed: its errno, for Python to raise */
+            L->n = -n;
+            return R_WAIT;
+        }
         if (n == 0) /* look in the ring */
             n = be_take(L, ev, ev_cap);
         if (n) {
@@ -1122,5 +1120,5 @@ int64_t ivy_reap(struct ivy_loop *L, int64_t timeout_ns)
     int64_t n = be_take(L, L->events, L->events_cap);
     if (n || timeout_ns <= 0)
         return n;
-    return be_block(L, L->events, L->events_cap, timeout_ns);
+    return be_wait(L, L->events, L->events_cap, timeout_ns);
 }

@@ -82,8 +82,8 @@ _U64: Final = (1 << 64) - 1
 # precomputed I/Os ran out (``armed`` 2); the records reached ``flush_at``; a record to bin
 # failed (at ``binned``); io_submit took ``sub_done`` (-1: none) of ``sub_n``; a completion
 # came for slot ``n``, which no workload of the set owns (a broken invariant: nothing of that
-# batch is recorded)
-R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY = range(7)
+# batch is recorded); a wait for completions failed with errno ``n``
+R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY, R_WAIT = range(8)
 
 
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]

@@ -176,9 +176,12 @@ def _bin_through_kernel(records: list[tuple[int, int, int, int, int]], fixcat: i
     for name, v in (("events_cap", 1), ("ctx", 0), ("n_workloads", 0), ("n_owners", 1),
                     ("n_slots", 1),
                     ("flush_at", 1 << 20), ("compact_at", 1 << 20), ("boundary_ns", 1 << 62),
-                    ("wake_ns", time.monotonic_ns() + 20_000_000), ("sleep_min_ns", 30_000),
+                    ("wake_ns", time.monotonic_ns() + 20_000_000),
                     ("long_wait_ns", 200_000), ("wake_early_ns", 50_000)):
-        setattr(a, name, v)  # ctx 0: io_getevents fails at once (EINVAL); the kernel looks again
+        setattr(a, name, v)
+    # no context (ctx 0): the kernel never blocks in a wait (which would fail, EINVAL, and end
+    # the run), as no wait is long enough to sleep: it yields and looks again until wake_ns
+    a.sleep_min_ns = 1 << 40
     return pk.run(a), a, stats
 
 
@@ -534,6 +537,29 @@ def _run_paced(path: str, params: list[WorkloadParams], sub_ns: int, n_sub: int,
         with contextlib.suppress(OSError):  # a test may have closed it under the loop
             os.close(fd)
     return ctl, loop
+
+
+@needs_aio
+@needs_cc
+def test_a_wait_that_fails_stops_the_loop_naming_its_errno(lun_file: str) -> None:
+    # a lone reader at queue depth 1 blocks in io_getevents for each completion. At a control
+    # poll 50 ms in, the compiled set's copy of the AIO context is made one the kernel does not
+    # know (the engine's own stays good: the set's submissions, refused, go out through
+    # Python's, its looks still read the mapped ring, and the drain reaps). Its next wait fails
+    # with EINVAL: the loop stops at once with an error that names it, where it once looked
+    # again and went on, never saying so
+    def at_poll(loop: EngineLoop, elapsed_ns: int) -> None:
+        if elapsed_ns > 50_000_000 and loop.native.loaded:
+            loop.native.args.ctx = 1  # no such context
+
+    ctl = Control(3, at_poll=at_poll)
+    t0 = time.monotonic()
+    with pytest.raises(IoEngineError,
+                       match=r"the wait for completions failed: .* \(errno 22\); the loop stops"):
+        _run_paced(lun_file, [WorkloadParams(iodepth=1, blocksize_bytes=4096, seed=3)],
+                   200_000_000, 3, ctl)
+    assert time.monotonic() - t0 < 0.2  # in the first subinterval, not at the end
+
 
 
 @needs_aio
