@@ -184,12 +184,13 @@ struct ivy_log {
     X(int64_t, events_cap) \
     X(int64_t, ctx) \
     /* the backend: 0 libaio (ctx, the mapped ring, iocb_addr and ptrs), 1 io_uring: its \
-     * descriptor, its submission ring's tail, flags, mask and entries, its completion \
+     * descriptor, its submission ring's tail, head, flags, mask and entries, its completion \
      * ring's head, tail, mask and entries (files registered at their descriptor's index, \
      * buffers at their slot's) */ \
     X(int64_t, backend) \
     X(int64_t, uring_fd) \
     X(volatile uint32_t *, sq_tail) \
+    X(volatile uint32_t *, sq_head) \
     X(volatile uint32_t *, sq_flags) \
     X(int64_t, sq_mask) \
     X(void *, sqes) \

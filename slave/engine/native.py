@@ -20,7 +20,7 @@ import functools
 import os
 import resource
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +32,8 @@ from slave.engine.loop_args import LoopArgs
 
 #: the fields of ``struct ivy_loop`` that are the engine's (the compiled set copies them)
 ENGINE_FIELDS: Final = ("ring_header", "ring_events", "events", "events_cap", "ctx", "backend",
-                        "uring_fd", "sq_tail", "sq_flags", "sq_mask", "sqes", "cq_head",
+                        "uring_fd", "sq_tail", "sq_head", "sq_flags", "sq_mask", "sqes",
+                        "cq_head",
                         "cq_tail", "cq_mask", "cqes", "ptrs")
 #: the smallest AIO context an engine sets up (events); the loop grows it (docs/engine.md)
 MIN_AIO_EVENTS: Final = 64
@@ -172,19 +173,24 @@ class NativeEngine:
         """A submission of ``n`` (the general loop's, or the compiled loop's) that the kernel
         took ``done`` of (negative: none, a refusal): the rest offered again, at once and then
         after short sleeps while the kernel takes none (EAGAIN under memory pressure); a
-        refusal raises ``SubmitError`` with its errno and how many of the ``n`` went out."""
+        refusal raises ``SubmitError`` with its errno and how many of the ``n`` went out
+        (io_uring's entries not taken are dropped from its ring then: none goes out later)."""
         done = max(done, 0)
         tries = 0
         while done < n:
             if not submit_backoff(tries):
-                raise SubmitError(f"the kernel took {done} of {n} I/Os and then no more", done)
+                self._give_up(f"the kernel took {done} of {n} I/Os and then no more", done)
             tries += 1
             rc = int(self._lib.ivy_submit_rest(self._addr, done, n))
             if rc < 0 and -rc not in (_EAGAIN, _EBUSY, _EINTR):
-                raise SubmitError(f"{'io_uring_enter' if self.backend else 'io_submit'} of "
-                                  f"{n - done} I/Os failed: {os.strerror(-rc)} (errno {-rc})",
-                                  done)
+                self._give_up(f"{'io_uring_enter' if self.backend else 'io_submit'} of "
+                              f"{n - done} I/Os failed: {os.strerror(-rc)} (errno {-rc})", done)
             done += max(rc, 0)
+
+    def _give_up(self, message: str, done: int) -> NoReturn:
+        if self.backend == 1:  # io_uring: the rest are still in its submission ring
+            self._lib.ivy_uring_unqueue(self._addr)
+        raise SubmitError(message, done)
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
         """What is there now, else a wait of ``timeout_ns`` at most for one."""

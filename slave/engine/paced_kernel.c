@@ -1049,6 +1049,7 @@ int64_t ivy_uring_setup(struct ivy_loop *L, int64_t entries, int64_t n_files,
     L->backend = 1;
     L->uring_fd = fd;
     L->sq_tail = (volatile uint32_t *)(base + p.sq_off[1]);
+    L->sq_head = (volatile uint32_t *)(base + p.sq_off[0]);
     L->sq_flags = (volatile uint32_t *)(base + p.sq_off[4]);
     L->sq_mask = *(uint32_t *)(base + p.sq_off[2]);
     L->sqes = sqes;
@@ -1068,6 +1069,14 @@ fail:
         munmap(rings, rings_bytes);
     close((int)fd);
     return err;
+}
+
+/* the entries of the submission ring the kernel has not taken dropped (a submission given up:
+ * none of them may go out with a later one); the kernel takes entries only in io_uring_enter */
+void ivy_uring_unqueue(const struct ivy_loop *L)
+{
+    __atomic_store_n(L->sq_tail, __atomic_load_n(L->sq_head, __ATOMIC_ACQUIRE),
+                     __ATOMIC_RELEASE);
 }
 
 /* the ring's mappings (maps: ivy_uring_setup's) undone and its descriptor closed, which drops

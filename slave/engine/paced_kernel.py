@@ -271,6 +271,7 @@ def _load() -> None:
         f = getattr(lib, name)
         f.argtypes, f.restype = args, i
     lib.ivy_uring_close.argtypes, lib.ivy_uring_close.restype = [p, p], None
+    lib.ivy_uring_unqueue.argtypes, lib.ivy_uring_unqueue.restype = [p], None
     _fn, _lib = fn, lib
 
 

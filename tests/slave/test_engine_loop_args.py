@@ -152,14 +152,14 @@ def _header_edited(old: str, new: str) -> str:
 @pytest.mark.parametrize(("old", "new", "said"), [
     # two fields swapped in the header: same size, other order
     ("X(int64_t, p) \\\n    X(int64_t, binned)", "X(int64_t, binned) \\\n    X(int64_t, p)",
-     "field 65: compiled (name, offset, size) ('binned', 520, 8), the Python mirror's "
-     "('p', 520, 8)"),
+     "field 66: compiled (name, offset, size) ('binned', 528, 8), the Python mirror's "
+     "('p', 528, 8)"),
     # a field narrowed: its size, then every later offset
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
     ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
-     "field 75: compiled (name, offset, size) ('extra', 600, 8), the Python mirror's None"),
+     "field 76: compiled (name, offset, size) ('extra', 608, 8), the Python mirror's None"),
     # a generator's fields swapped
     ("X(double, hot_share) \\\n    X(double, read_fraction)",
      "X(double, read_fraction) \\\n    X(double, hot_share)",

@@ -493,7 +493,8 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     """``finish_submit`` (the compiled loop's R_SUBMIT comes back to it too): entries the kernel
     did not take (EAGAIN, as under memory pressure; the first call is made to say so) stay in
     the submission ring and go out at the next call, each once; a refusal is a
-    ``SubmitError`` saying how many went out."""
+    ``SubmitError`` saying how many went out, and the entries it did not take leave the
+    ring (none goes out with a later submission)."""
     dev = _written(loop_device)
     fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
     table = SlotTable(4)
@@ -545,6 +546,16 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
             eng.submit(np.array([3], dtype=np.intp))
         assert len(slept) == base.SUBMIT_TRIES - 1 and max(slept) == 0.001
         assert 0.9 < sum(slept) < 1.1, sum(slept)
+        # the two refused entries (slots 2 and 3) were dropped from the ring: the next
+        # submission sends its own I/O and no other
+        head = ctypes.c_uint32.from_address(eng.args.sq_head)
+        tail = ctypes.c_uint32.from_address(eng.args.sq_tail)
+        assert head.value == tail.value
+        monkeypatch.setattr(eng, "_submit", real_submit)
+        monkeypatch.setattr(eng, "_lib", lib)
+        eng.submit(np.array([0], dtype=np.intp))
+        assert eng.reap(1, 1_000_000_000) == 1 and int(eng.done_slot[0]) == 0
+        assert eng.reap(1, 50_000_000) == 0  # nothing else went out
     finally:
         eng.close()
         os.close(fd)
