@@ -33,8 +33,7 @@ from slave.engine.loop_args import LoopArgs
 #: the fields of ``struct ivy_loop`` that are the engine's (the compiled set copies them)
 ENGINE_FIELDS: Final = ("ring_header", "ring_events", "events", "events_cap", "ctx", "backend",
                         "uring_fd", "sq_tail", "sq_head", "sq_flags", "sq_mask", "sqes",
-                        "cq_head",
-                        "cq_tail", "cq_mask", "cqes", "ptrs")
+                        "cq_head", "cq_tail", "cq_mask", "cqes", "ptrs")
 #: the smallest AIO context an engine sets up (events); the loop grows it (docs/engine.md)
 MIN_AIO_EVENTS: Final = 64
 #: the kernel's system-wide AIO limit and use (events of all contexts)

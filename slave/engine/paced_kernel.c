@@ -314,7 +314,8 @@ static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, cons
 /* the backend's four calls, the one place the loop tells libaio (backend 0) from io_uring:
  * the completions there now, taken without a system call (be_take) or only looked at
  * (be_ready); a block for one for ns at most (be_wait: how many it took, 0 at the timeout or
- * when interrupted, -errno when it failed); the submission of the m slots in out (be_submit: libaio's io_submit of
+ * when interrupted, -errno when it failed: paced_run returns R_WAIT with it, ivy_reap gives
+ * it to Python); the submission of the m slots in out (be_submit: libaio's io_submit of
  * their iocbs, in ptrs; io_uring's entries made from their rows, each slot's registered file
  * and buffer, then io_uring_enter; how many the kernel took, -1 none) */
 IVY_HOT int64_t be_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
@@ -335,8 +336,6 @@ static inline int be_ready(const struct ivy_loop *L)
     return L->ring_header[2] != L->ring_header[3];
 }
 
-/* the block for completions (be_wait), which says why it failed: -errno, but 0 when
- * interrupted or timed out (paced_run returns R_WAIT with it, ivy_reap gives it to Python) */
 static inline int64_t be_wait(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t ns)
 {
     if (__builtin_expect(L->backend == BACKEND_SCRIPTED, 0)) {

@@ -148,18 +148,25 @@ def _header_edited(old: str, new: str) -> str:
     return src.replace(old, new)
 
 
+#: where ``struct ivy_loop``'s field ``p`` stands (its index; every field is one word) and how
+#: many fields it has: the header's, so that a field added before them moves these too
+_P_INDEX = [name for name, _ in loop_args.FIELDS].index("p")
+_N_LOOP_FIELDS = len(loop_args.FIELDS)
+
+
 @needs_cc
 @pytest.mark.parametrize(("old", "new", "said"), [
     # two fields swapped in the header: same size, other order
     ("X(int64_t, p) \\\n    X(int64_t, binned)", "X(int64_t, binned) \\\n    X(int64_t, p)",
-     "field 66: compiled (name, offset, size) ('binned', 528, 8), the Python mirror's "
-     "('p', 528, 8)"),
+     f"field {_P_INDEX}: compiled (name, offset, size) ('binned', {8 * _P_INDEX}, 8), the "
+     f"Python mirror's ('p', {8 * _P_INDEX}, 8)"),
     # a field narrowed: its size, then every later offset
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
     ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
-     "field 76: compiled (name, offset, size) ('extra', 608, 8), the Python mirror's None"),
+     f"field {_N_LOOP_FIELDS}: compiled (name, offset, size) ('extra', {8 * _N_LOOP_FIELDS}, "
+     "8), the Python mirror's None"),
     # a generator's fields swapped
     ("X(double, hot_share) \\\n    X(double, read_fraction)",
      "X(double, read_fraction) \\\n    X(double, hot_share)",

@@ -31,7 +31,7 @@ from slave.engine.native import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
-from tests.slave.test_engine_libaio import Control, verify_range
+from tests.slave.test_engine_libaio import Control, _read_slots, verify_range
 
 MiB = 1 << 20
 
@@ -455,15 +455,11 @@ def test_a_look_takes_a_completion_that_waits_for_the_task_to_enter(
     # check of the constant above holds either way)
     dev = _written(loop_device)
     fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
-    table = SlotTable(1)
-    bufs = AlignedBuffers(1, 4096)
+    table, bufs = _read_slots(fd, 1)
     eng = UringEngine(table)
     taskrun = 1 << 2  # IORING_SQ_TASKRUN
     try:
         eng.prepare_slots(np.arange(1, dtype=np.intp), fd, bufs)
-        table.rows[0, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(layout.IOCB_CMD_PREAD, fd)
-        table.rows[0, layout.ROW["buf"]] = int(bufs.addr[0])
-        table.rows[0, layout.ROW["nbytes"]] = 4096
         flags = ctypes.c_uint32.from_address(eng.args.sq_flags)
         head = ctypes.c_uint32.from_address(eng.args.cq_head)
         tail = ctypes.c_uint32.from_address(eng.args.cq_tail)
@@ -497,17 +493,10 @@ def test_a_submission_the_kernel_did_not_take_stays_in_the_ring_until_it_does(
     ring (none goes out with a later submission)."""
     dev = _written(loop_device)
     fd = os.open(dev.path, os.O_RDONLY | os.O_DIRECT)
-    table = SlotTable(4)
-    bufs = AlignedBuffers(4, 4096)
+    table, bufs = _read_slots(fd, 4)
     eng = UringEngine(table)
     try:
         eng.prepare_slots(np.arange(4, dtype=np.intp), fd, bufs)
-        for slot in range(4):
-            table.rows[slot, layout.ROW["opcode_fd"]] = layout.opcode_fd_word(
-                layout.IOCB_CMD_PREAD, fd)
-            table.rows[slot, layout.ROW["buf"]] = int(bufs.addr[slot])
-            table.rows[slot, layout.ROW["nbytes"]] = 4096
-            table.rows[slot, layout.ROW["offset"]] = 4096 * slot
         blind = LoopArgs()  # the engine's words, but a descriptor that io_uring_enter
         ctypes.memmove(blind.address, eng.args.address, ctypes.sizeof(LoopArgs))
         blind.uring_fd = -1  # refuses (EBADF): the entries stay in the ring, not taken
