@@ -88,6 +88,7 @@ class FakeEngine:
         self.state["short_every"] = short_every
         self.state["script_n"] = 0 if script is None else script.size
         self.state["log_cap"] = log_cap
+        self.state["pend_cap"] = cap
         self.fd_counts = np.zeros(FDS, dtype=np.int64)  # submissions per descriptor (modulo)
         # pending completions in order of due time (ties: submission order)
         self.pend = np.zeros(cap, dtype=PEND_DTYPE)

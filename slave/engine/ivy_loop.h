@@ -130,9 +130,10 @@ struct ivy_data {
  * Python and the compiled loop share these: its state (struct ivy_script, mirrored by
  * layout.SCRIPT_DTYPE): how many completions are pending, how many I/Os were submitted, an
  * error every error_every-th submission of a descriptor (with error_errno) and a short transfer
- * every short_every-th (0: none), the script's length, the log's capacity in submissions, how
- * many descriptors have a count of their own (fake_fd_counts; others share them, modulo), how
- * many submit calls came and the most I/Os one carried */
+ * every short_every-th (0: none), the script's length, the log's capacity in submissions, the
+ * room for pending completions (fake_pend's length), how many descriptors have a count of their
+ * own (fake_fd_counts; others share them, modulo), how many submit calls came and the most I/Os
+ * one carried */
 #define IVY_SCRIPT_FIELDS(X) \
     X(int64_t, pending) \
     X(int64_t, count) \
@@ -141,6 +142,7 @@ struct ivy_data {
     X(int64_t, short_every) \
     X(int64_t, script_n) \
     X(int64_t, log_cap) \
+    X(int64_t, pend_cap) \
     X(int64_t, fds) \
     X(int64_t, calls) \
     X(int64_t, call_max)

@@ -273,13 +273,19 @@ static void fk_advance(const struct ivy_loop *L, int64_t until)
         *L->vclock = until;
 }
 
-/* the m slots in out submitted to the script, each logged while the log has room */
+/* the m slots in out submitted to the script, each logged while the log has room; how many it
+ * took: fewer than m when its pending completions have no room left, none when the script or
+ * the descriptors' counts are empty (Python's FakeEngine never makes either: its finish_submit
+ * then names the shortfall) */
 static long fk_submit(const struct ivy_loop *L, const struct ivy_row *rows, const int64_t *out,
                       int64_t m)
 {
     struct ivy_script *st = L->fake_state;
     struct ivy_pend *pend = L->fake_pend;
     const int64_t now = *L->vclock;
+    const int64_t room = st->script_n > 0 && st->fds > 0 ? st->pend_cap - st->pending : 0;
+    if (m > room)
+        m = room > 0 ? room : 0;
     for (int64_t q = 0; q < m; q++) {
         const struct ivy_row *row = &rows[out[q]];
         const int64_t serial = st->count, n = st->pending;

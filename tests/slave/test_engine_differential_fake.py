@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import tuning
 from slave.engine.base import SlotTable
@@ -82,7 +83,9 @@ class _Run:
 
 
 def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str, object],
-         compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
+         compiled: bool, monkeypatch: pytest.MonkeyPatch,
+         made: collections.abc.Callable[[FakeEngine], None] | None = None) -> _Run:
+    """``made``: called with the engine once it is made."""
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     # the Python loop's limit of paced I/Os to a submission the compiled loop's (its own
     # default has none: its turn costs tens of us)
@@ -95,6 +98,8 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
     def maker(table: SlotTable) -> FakeEngine:
         holder.append(FakeEngine(table, clock=clock, log_cap=LOG_CAP,
                                  **kw))  # type: ignore[arg-type]
+        if made is not None:
+            made(holder[0])
         return holder[0]
 
     loop.register_engine_kind("fake", maker)
@@ -265,3 +270,33 @@ def test_an_order_across_workloads_that_differs_is_seen(monkeypatch: pytest.Monk
     c.log[[i, i + 1]] = c.log[[i + 1, i]]
     with pytest.raises(AssertionError, match="order across workloads differs from #"):
         _assert_same(case, params, edit, c, py)
+
+
+@pytest.mark.parametrize(("state", "took"), [
+    ({"pend_cap": 3}, 3),  # room for 3 pending completions
+    ({"pend_cap": 0}, 0),
+    ({"pend_cap": -5}, 0),
+    ({"script_n": 0}, 0),  # an empty script (no latency to give)
+    ({"fds": 0}, 0),  # no descriptor counts
+])
+def test_the_compiled_scripted_engine_takes_only_what_its_state_has_room_for(
+        state: dict[str, int], took: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the scripted engine's C checks what its Python guarantees (room for every slot's
+    # completion, a script, descriptor counts): a state without it takes fewer I/Os than the
+    # loop offers, and the loop stops with an error naming the shortfall, writing nothing out
+    # of bounds. Python's first submission fills the queue of 8; their latencies are all the
+    # same, so they complete together and the compiled loop offers 8 again
+    params = [WorkloadParams(iodepth=8, seed=1)]
+    kw: dict[str, object] = {"script": np.full(16, 100_000, dtype=np.int64)}
+    engines: list[FakeEngine] = []
+
+    def made(eng: FakeEngine) -> None:
+        engines.append(eng)
+        for field, value in state.items():
+            eng.state[field] = value
+
+    with pytest.raises(IoEngineError, match=f"a scripted submission took {took} of 8$"):
+        _run(params, None, kw, True, monkeypatch, made)
+    assert engines[0].submitted == 8 + took
+    full = _run(params, None, kw, True, monkeypatch, engines.append)  # the same, with room
+    assert full.kernel_runs > 0 and engines[1].submitted > 1000
