@@ -91,7 +91,7 @@ static inline int64_t now_ns(const struct ivy_loop *L)
 static int control_waiting(int fd)
 {
     struct pollfd p = {fd, POLLIN, 0};
-    return poll(&p, 1, 0) != 0;
+    return poll(&p, 1, 0) > 0; /* not when the poll failed (a signal): looked at again later */
 }
 
 /* the binary min-heap of (time, workload), ties by workload (as Python's tuples) */
