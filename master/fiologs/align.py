@@ -25,6 +25,7 @@ keeps integer counts exact up to 2**53.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Final
 
@@ -116,14 +117,27 @@ def spread_rows(start_ms: FloatArray, end_ms: FloatArray, quantum_ms: float) -> 
     return Spread(pair_row, pair_q, weight, row_first, n_pairs)
 
 
+class TooManyQuanta(Exception):
+    """The rows reach more quanta than an accumulator may hold: ``need`` against ``limit``."""
+
+    def __init__(self, need: int, limit: int) -> None:
+        super().__init__(need, limit)
+        self.need = need
+        self.limit = limit
+
+
 class QuantumAccumulator:
     """Sums of spread counts: ``counts[slot, quantum - base, column]`` (float64), grown on
     demand along the quantum axis. ``first_quantum``/``last_quantum`` span every quantum any
     row window reached, with or without I/O."""
 
-    def __init__(self, n_slots: int, n_columns: int) -> None:
+    def __init__(self, n_slots: int, n_columns: int, max_bytes: int | None = None) -> None:
+        """``max_bytes``: the most its matrix may take; room for more quanta raises
+        ``TooManyQuanta`` (None: no limit)."""
         self.n_slots = n_slots
         self.n_columns = n_columns
+        self.max_quanta = (None if max_bytes is None
+                           else max_bytes // (8 * max(n_slots * n_columns, 1)))
         self._data: FloatArray = np.zeros((n_slots, 0, n_columns), dtype=np.float64)
         self._base = 0
         self.first_quantum: int | None = None
@@ -131,26 +145,40 @@ class QuantumAccumulator:
 
     def reserve(self, q_lo: int, q_hi: int) -> None:
         """Make room for quanta ``q_lo..q_hi`` at once (an estimate: adding beyond it still
-        works), which spares growing step by step. Counts are unchanged."""
-        self._ensure(q_lo, q_hi, exact=True)
+        works), which spares growing step by step. Counts are unchanged. An estimate over the
+        limit reserves nothing: the quanta the rows reach are what counts."""
+        if self.max_quanta is not None and q_hi - q_lo + 1 > self.max_quanta:
+            return
+        with contextlib.suppress(TooManyQuanta):
+            self._ensure(q_lo, q_hi, exact=True)
 
     def _ensure(self, q_lo: int, q_hi: int, *, exact: bool = False) -> None:
         """Room for ``q_lo..q_hi``. The first sizing is just that (``exact``) or at least 64
-        quanta; growing later adds half the capacity again, below when growing downwards."""
+        quanta; growing later adds half the capacity again, below when growing downwards. At
+        the limit, the room of the limit, if every quantum reached fits in it."""
         cap = self._data.shape[1]
+        if cap and q_lo >= self._base and q_hi < self._base + cap:
+            return
         if cap == 0:
             new_base, new_cap = q_lo, max(q_hi - q_lo + 1, 1 if exact else 64)
         else:
-            if q_lo >= self._base and q_hi < self._base + cap:
-                return
             margin = cap // 2
             new_base = min(self._base, q_lo - margin if q_lo < self._base else q_lo)
             need = max(self._base + cap, q_hi + 1) - new_base
             new_cap = max(need, cap + margin)
+        if self.max_quanta is not None and new_cap > self.max_quanta:
+            lo = q_lo if self.first_quantum is None else min(q_lo, self.first_quantum)
+            hi = q_hi if self.last_quantum is None else max(q_hi, self.last_quantum)
+            if hi - lo + 1 > self.max_quanta:
+                raise TooManyQuanta(hi - lo + 1, self.max_quanta)
+            new_cap = self.max_quanta
+            new_base = min(lo, max(new_base, hi + 1 - new_cap))
         grown = np.zeros((self.n_slots, new_cap, self.n_columns), dtype=np.float64)
-        if cap:
-            at = self._base - new_base
-            grown[:, at : at + cap] = self._data
+        # the old room's quanta that the new one holds (every one reached)
+        lo, hi = max(self._base, new_base), min(self._base + cap, new_base + new_cap)
+        if hi > lo:
+            grown[:, lo - new_base : hi - new_base] = self._data[:, lo - self._base :
+                                                                  hi - self._base]
         self._data, self._base = grown, new_base
 
     def add(self, block: HistBlock, slot_of_row: IntArray, spread: Spread) -> None:

@@ -35,10 +35,12 @@ from typing import Final, Protocol, TextIO
 
 import numpy as np
 import numpy.typing as npt
+import psutil
 
 from master.fiologs.align import (
     QuantumAccumulator,
     RowWindows,
+    TooManyQuanta,
     detect_interval_ms,
     looks_absolute,
     spread_rows,
@@ -322,6 +324,8 @@ class _ReadTask:
     quantum_ms: float
     separate: bool
     options: PctileOptions
+    max_bytes: int  # the most each reading process's sums may take
+
 
 
 @dataclass
@@ -363,7 +367,7 @@ def _read_in_child(task: _ReadTask) -> _ReadOutcome:
     """Entry point of a reading process."""
     if _child_queue is None:
         raise RuntimeError("reading process started without its file queue")
-    acc = QuantumAccumulator(3 if task.separate else 1, task.layout.n_columns)
+    acc = QuantumAccumulator(3 if task.separate else 1, task.layout.n_columns, task.max_bytes)
     with _roomy_heap():
         warnings, error = _read_files(task, _child_queue, acc)
     first, counts = acc.export()
@@ -493,6 +497,33 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
+def _sums_bytes(jobs: int) -> int:
+    """The most each of ``jobs`` reading processes' sums may take: together half of the
+    memory available now (the percentiles then need about as much again)."""
+    return int(psutil.virtual_memory().available // 2 // max(jobs, 1))
+
+
+def _quanta_error(exc: TooManyQuanta, quantum_ms: float, slots: int, columns: int,
+                  jobs: int) -> ConfigError:
+    """What the user is told when the logs span more quanta than the sums may hold."""
+    gib = float(exc.need * slots * columns * 8) / (1 << 30)
+    limit_gib = float(exc.limit * slots * columns * 8) / (1 << 30)
+    shared = f", shared by {jobs} reading processes" if jobs > 1 else ""
+    shortest_s = quantum_ms * exc.need / exc.limit / 1000.0
+    return ConfigError(
+        f"the logs span {exc.need * quantum_ms / 1000.0:,.0f} s, {exc.need:,} quanta of "
+        f"{quantum_ms / 1000.0:g} s, whose sums would take {gib:,.1f} GiB, over the "
+        f"{limit_gib:,.1f} GiB kept for them (half of this host's available memory{shared}); "
+        f"give --time-quantum of at least {_round_up_nicely(shortest_s):g} s, or logs whose "
+        "stamps are less far apart", key_path="time_quantum")
+
+
+def _round_up_nicely(x: float) -> float:
+    """``x`` rounded up to 1, 2 or 5 times a power of ten."""
+    p = 10.0 ** math.floor(math.log10(x))
+    return next(m * p for m in (1.0, 2.0, 5.0, 10.0) if m * p >= x * (1 - 1e-12))
+
+
 def _process_pool(workers: int, context: BaseContext, queue: _FileQueue) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                initializer=_init_child, initargs=(queue,))
@@ -531,8 +562,15 @@ class _Run:
             opts.time_quantum_s * 1000.0 if opts.time_quantum_s is not None else interval_ms
         )
         separate = opts.directions != ("merged",)
-        acc = QuantumAccumulator(3 if separate else 1, layout.n_columns)
-        self._read(infos, layout, interval_ms, quantum_ms, separate, acc)
+        jobs = min(opts.jobs if opts.jobs is not None else _auto_jobs(infos), len(infos))
+        task = _ReadTask(infos, layout, interval_ms, quantum_ms, separate, opts,
+                         _sums_bytes(jobs))
+        acc = QuantumAccumulator(3 if separate else 1, layout.n_columns, task.max_bytes)
+        try:
+            self._read(task, jobs, acc)
+        except TooManyQuanta as exc:
+            raise _quanta_error(exc, quantum_ms, 3 if separate else 1, layout.n_columns,
+                                jobs) from None
         open_count = acc.column_total(layout.n_columns - 1)
         if open_count > 0:
             edge_ms = layout.open_lower_ns / 1e6
@@ -554,22 +592,12 @@ class _Run:
                             summary, len(infos), self.warnings)
 
     # ----------------------------------------------------------------- reading
-    def _read(
-        self,
-        infos: list[_FileInfo],
-        layout: ColumnLayout,
-        interval_ms: float,
-        quantum_ms: float,
-        separate: bool,
-        acc: QuantumAccumulator,
-    ) -> None:
+    def _read(self, task: _ReadTask, jobs: int, acc: QuantumAccumulator) -> None:
         """Every file into ``acc``: in this process, or by ``jobs`` processes (this one among
         them) that claim files in order and whose sums are added here. Warnings and the error
         reported are the same either way: files are reported in order, and a malformed line
         stops the run at the first file (in order) that has one."""
-        jobs = self.options.jobs if self.options.jobs is not None else _auto_jobs(infos)
-        jobs = min(jobs, len(infos))
-        task = _ReadTask(infos, layout, interval_ms, quantum_ms, separate, self.options)
+        infos = task.files
         warnings: dict[int, list[_Note]] = {}
         errors: list[_FileError] = []
         with _roomy_heap():

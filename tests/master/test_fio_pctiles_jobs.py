@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from master.cli import main
+from master.fiologs import pipeline
 from master.fiologs.parse import open_log
 from master.fiologs.pipeline import PctileOptions, PctileResult, _start_method, compute_pctiles
 from master.fiologs.synth import fio_counts, write_log
@@ -136,3 +137,46 @@ def test_with_other_threads_running_readers_start_as_fresh_interpreters(tmp_path
         release.set()
         other.join()
     assert csv_text(two) == csv_text(one)
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_logs_spanning_more_quanta_than_memory_allows_are_a_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    # 30 s of logs at a 1 ms quantum: 30,000 quanta of 1,856 float64 columns (445 MB), over
+    # the 40 MB the reading processes are given here: an error naming the option, the span and
+    # the shortest quantum that fits, before anything that large is made (in every reading
+    # process); that quantum then works
+    monkeypatch.setattr(pipeline, "_sums_bytes", lambda n: 40_000_000 // n)
+    logs = make_logs(tmp_path, 3, offsets_ms=[0], rows=30)
+    with pytest.raises(ConfigError) as info:
+        run(logs, jobs=jobs, time_quantum_s=0.001)
+    text = str(info.value)
+    assert info.value.key_path == "time_quantum"
+    assert "the logs span 30 s, 30,00" in text and "quanta of 0.001 s" in text
+    shortest = float(text.split("--time-quantum of at least ")[1].split(" s")[0])
+    assert 0.001 < shortest <= 0.05
+    assert len(run(logs, jobs=jobs, time_quantum_s=shortest).quanta) > 1000
+
+
+def test_epoch_logs_days_apart_at_their_own_interval_are_a_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two hosts' logs stamped in Unix-epoch ms, taken three days apart: at the logs' own
+    # interval (1 s) the quanta span the whole gap (259,000 of them, 3.8 GB)
+    monkeypatch.setattr(pipeline, "_sums_bytes", lambda n: 400_000_000 // n)
+    day0 = 1_780_000_000_000
+    rng = np.random.default_rng(3)
+    logs = [write_log(tmp_path / f"h{h}_clat_hist.1.log",
+                      [(day0 + h * 3 * 86_400_000 + 1000 * k, 0,
+                        fio_counts(rng.integers(100_000, 200_000, 50))) for k in range(1, 20)])
+            for h in (0, 1)]
+    with pytest.raises(ConfigError, match=r"time_quantum: the logs span 259,2\d\d s"):
+        run(logs, jobs=1)
+
+
+def test_the_cli_says_a_quantum_too_fine_in_one_line(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # 10 s at 1 us: 10 million quanta, 138 GiB, refused whatever this host's memory
+    logs = make_logs(tmp_path, 1, offsets_ms=[0], rows=10)
+    assert main(["fio-pctiles", "--time-quantum", "0.000001", str(logs[0])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ivypy: error: time_quantum: the logs span 10 s")

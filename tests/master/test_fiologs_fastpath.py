@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master.fiologs.align import QuantumAccumulator, spread_rows
+from master.fiologs.align import QuantumAccumulator, TooManyQuanta, spread_rows
 from master.fiologs.parse import HistBlock, LogReader, Scratch, _parse_canonical
 from master.fiologs.synth import format_row
 
@@ -195,3 +195,27 @@ def test_accumulator_export_and_merge_add_up() -> None:
     assert a.counts(0, 0, 6)[:, 0].tolist() == [3.0, 0.0, 0.0, 0.0, 0.0, 3.0]
     with pytest.raises(ValueError, match="cannot merge"):
         a.merge(0, np.zeros((2, 1, 2)))
+
+
+def test_an_accumulator_grows_up_to_its_limit_and_no_further() -> None:
+    # room for 10 quanta of 1 slot x 2 columns: counts added at quanta 5, then 0 (growing
+    # downwards, where the margin it adds is cut to the limit), then 9 all stay; an 11th
+    # quantum is refused, naming how many were needed; a reservation over the limit is skipped
+    acc = QuantumAccumulator(1, 2, max_bytes=10 * 2 * 8)
+    assert acc.max_quanta == 10
+    acc.reserve(0, 1000)
+
+    def add(q: int) -> None:
+        block = HistBlock.from_dense(np.array([1000 * q + 1000]), np.array([0]),
+                                     np.array([1]), np.array([[q + 1, 0]]))
+        acc.add(block, np.zeros(1, dtype=np.int64),
+                spread_rows(np.array([1000.0 * q]), np.array([1000.0 * q + 1000]), 1000.0))
+
+    for q in (5, 0, 9):
+        add(q)
+    assert acc.counts(0, 0, 10)[:, 0].tolist() == [1, 0, 0, 0, 0, 6, 0, 0, 0, 10]
+    with pytest.raises(TooManyQuanta) as info:
+        add(10)
+    assert (info.value.need, info.value.limit) == (11, 10)
+    with pytest.raises(TooManyQuanta):
+        add(-1)
