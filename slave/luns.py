@@ -9,10 +9,10 @@ evidence of use is gathered by ``slave.lun_usage``:
   devices and hidden devices (nvme multipath legs) are skipped.
 - ``describe_block_device`` describes the one block device a test names (any path to a device
   node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
-- ``file_lun`` describes a file named by a test, creating or extending it (sparse) when the test
-  says so, never truncating it, and tells whether its data are ivypy's own (made by this run,
-  or carrying ivypy's mark for its inode and size: ``slave.lun_mark``). ``lun_for_path`` picks
-  between the two.
+- ``file_lun`` describes a file named by a test, creating it, or extending (sparse) an empty
+  file or one of ivypy's own, when the test says so, never truncating it nor growing anyone
+  else's, and tells whether its data are ivypy's own (made by this run, or carrying ivypy's
+  mark for its inode and size: ``slave.lun_mark``). ``lun_for_path`` picks between the two.
 
 Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched by device number
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
@@ -26,8 +26,9 @@ are never stat'ed (a dead server would hang discovery); there names are all we c
 Only what is visible from this host's mount and pid namespaces can be seen; a mount in another
 mount namespace is caught only by the exclusive-open probe of ``describe_block_device``.
 
-Rules: this module only reads (plus creating or growing a file LUN on request, and marking a
-file it made or sized as ivypy's). It never writes to a device, never opens one for writing,
+Rules: this module only reads (plus creating a file LUN on request, growing one that is empty
+or ivypy's own, and marking a file it made or sized as ivypy's: a file someone else made is
+never changed, whatever the test asks). It never writes to a device, never opens one for writing,
 and never holds an exclusive claim longer than one ``open``/``close`` pair. Sysfs entries that
 vanish or cannot be read mid-scan are logged and skipped; discovery does not crash on them.
 Deciding whether a write may go ahead is ``slave/preflight.py``'s job, not this module's.
@@ -300,6 +301,7 @@ def file_lun(
     layout: str = "none",
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    discovered: bool = False,
 ) -> LunInfo:
     """A file named by a test as a LUN; created sparse (or extended) to ``size_bytes`` on request.
 
@@ -313,14 +315,19 @@ def file_lun(
 
     ``layout``: how a file this call creates is filled before use, ``random`` or ``zero``
     (every byte written, so that no read lands on a hole the file system answers without I/O:
-    ``lay_out``), or ``none`` (sparse). ``progress(done_bytes, total_bytes)`` is called as it
-    goes.
+    ``lay_out``), or ``none`` (sparse). ``progress(done_bytes, total_bytes)`` is called after
+    each piece written; an exception it raises (the slave is stopping) abandons the layout,
+    leaving no file at ``path``.
 
     Never truncates: an existing file larger than ``size_bytes`` keeps its size and data, and the
     LUN is its first ``size_bytes`` (I/O stays there, as with fio's ``size=``). A file smaller
-    than ``size_bytes`` is extended only when ``create`` is true. Without ``size_bytes`` the LUN
-    is the whole file. Loop devices backed by the file are reported as its holders. Raises
-    PreflightError naming the path on any refusal.
+    than ``size_bytes`` is extended only when ``create`` is true and the file is empty or
+    ivypy's own (above): a file someone else made is refused, never grown (that would be a
+    write the test did not ask for, before any evidence of its use was looked at). Without
+    ``size_bytes`` the LUN is the whole file. ``discovered``: the file was this LUN at
+    discovery and is looked at again (before a write): a file gone or now smaller than
+    ``size_bytes`` is refused saying so. Loop devices backed by the file are reported as its
+    holders. Raises PreflightError naming the path on any refusal.
     """
     abspath = os.path.abspath(path)
 
@@ -340,6 +347,8 @@ def file_lun(
     try:
         st = os.stat(abspath)
     except FileNotFoundError:
+        if discovered:
+            raise refuse("no longer exists (it did at discovery)") from None
         if not create:
             raise refuse("does not exist and the test does not ask to create it") from None
         if not size_bytes:
@@ -365,19 +374,27 @@ def file_lun(
     created = created or mark_state == MARK_OK or (
         claimed and mark_state in (MARK_NONE, MARK_UNSUPPORTED))
     if size_bytes is not None and st.st_size < size_bytes:
+        if discovered:
+            raise refuse(f"is now {st.st_size:,} bytes, smaller than the {size_bytes:,} bytes "
+                         "it had as a LUN at discovery")
         if not create:
             raise refuse(
-                f"is {st.st_size} bytes, smaller than the requested {size_bytes} bytes, and the "
-                "test does not ask to create (extend) it"
+                f"is {st.st_size:,} bytes, smaller than the requested {size_bytes:,} bytes, and "
+                "the test does not ask to create (extend) it"
             )
-        created = created or st.st_size == 0  # an empty file held nobody's data
+        if not created and st.st_size > 0:
+            raise refuse(
+                f"is {st.st_size:,} bytes, smaller than the requested size ({size_bytes:,} "
+                "bytes) and not ivypy's: ivypy grows only files it created (or empty ones); "
+                "ask for a size the file has, or name another file"
+            )
         # ivypy's own file stays its own at its new size (its mark's layout and date kept);
-        # an empty one becomes its own; someone's file extended stays theirs, unmarked
+        # an empty one (it held nobody's data) becomes its own
+        created = True
         own = mark if mark_state == MARK_OK else None
         st = _create_or_extend(
-            abspath, size_bytes, refuse, unmarked=unmarked,
-            mark_layout=(own.layout if own else "none") if created else "",
-            mark_created=own.created if own else "",
+            abspath, size_bytes, refuse, unmarked=unmarked, seen=st,
+            mark_layout=own.layout if own else "none", mark_created=own.created if own else "",
         )
         file_id = f"{st.st_dev}:{st.st_ino}"
         mark_state, mark = read_mark(abspath, st)
@@ -496,21 +513,26 @@ def _has_holes(path: str, size_bytes: int) -> bool:
 
 def _create_or_extend(
     path: str, size_bytes: int, refuse: Callable[[str], PreflightError], *, new: bool = False,
-    mark_layout: str = "", mark_created: str = "",
+    seen: os.stat_result | None = None, mark_layout: str = "", mark_created: str = "",
     unmarked: Callable[[str], None] | None = None,
 ) -> os.stat_result:
     """Size ``path`` to ``size_bytes`` (sparse), never shrinking it; ``new``: create it, and
-    refuse one that another process made meanwhile (it would be taken for ours).
+    refuse one that another process made meanwhile (it would be taken for ours); ``seen``:
+    the stat of the existing file judged ivypy's (or empty), refused if the file opened is
+    no longer that file at that size (replaced or written meanwhile).
     ``mark_layout``: the file is ivypy's; mark it at its new size with that layout and
     ``mark_created`` (default: now; an earlier mark's date for a file ivypy made before),
     telling ``unmarked`` (default: the log) why not where the mark cannot be set."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if new else 0)
+    flags = os.O_WRONLY | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if new else 0)
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError as exc:
         raise refuse("was created by someone else while ivypy was creating it") from exc
     except OSError as exc:
         parent = os.path.dirname(path)
+        if not new:
+            raise refuse(f"cannot open it to size it to {size_bytes:,} bytes: "
+                         f"{exc.strerror or exc}") from exc
         if exc.errno == errno.ENOENT and not os.path.isdir(parent):
             raise refuse(f"cannot create: its directory {parent} does not exist") from exc
         raise refuse(f"cannot create: {exc.strerror or exc}") from exc
@@ -518,6 +540,9 @@ def _create_or_extend(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise refuse("is not a regular file")
+        if seen is not None and (st.st_dev, st.st_ino, st.st_size) != (
+                seen.st_dev, seen.st_ino, seen.st_size):
+            raise refuse("changed (replaced or resized) while ivypy was looking at it; not grown")
         if st.st_size < size_bytes:  # re-checked on the open file: never shrink
             os.ftruncate(fd, size_bytes)
             log.info("file LUN %s: sized to %d bytes (sparse)", path, size_bytes)
@@ -542,17 +567,30 @@ def lun_for_path(
     use_blkid: bool = True,
     ignore_pids: Collection[int] = (),
     host: str | None = None,
+    discovered_as: str = "",
 ) -> LunInfo:
-    """``describe_block_device`` when ``path`` is a block device, else ``file_lun``."""
+    """``describe_block_device`` when ``path`` is a block device, else ``file_lun``.
+
+    ``discovered_as``: the kind (``KIND_BLOCK``, ``KIND_FILE``) of the LUN discovery found at
+    ``path``, looked at again now: a LUN gone since, or no longer a block device, is refused
+    saying so (not as a file the test did not ask to create)."""
     try:
         is_block = stat.S_ISBLK(os.stat(path).st_mode)
+    except FileNotFoundError:
+        if discovered_as == KIND_BLOCK:
+            raise PreflightError(f"LUN {path}: no longer exists (it did at discovery, a block "
+                                 "device)", host=host, lun=path) from None
+        is_block = False  # file_lun says what is missing
     except OSError:
-        is_block = False
+        is_block = discovered_as == KIND_BLOCK  # describe_block_device says why it cannot look
     if is_block:
         return describe_block_device(
             path, sys_root, proc_root, use_blkid=use_blkid, ignore_pids=ignore_pids, host=host
         )
+    if discovered_as == KIND_BLOCK:
+        raise PreflightError(f"LUN {path} was a block device at discovery and is not one now",
+                             host=host, lun=path)
     return file_lun(
         path, size_bytes, create, sys_root=sys_root, proc_root=proc_root, use_blkid=use_blkid,
-        ignore_pids=ignore_pids, host=host,
+        ignore_pids=ignore_pids, host=host, discovered=bool(discovered_as),
     )

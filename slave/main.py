@@ -3,9 +3,12 @@
 Owns file descriptors, signals and the process lifetime. Before anything else it moves the wire
 to a private descriptor and points fd 1 at stderr, so that a stray ``print`` (here or in a
 worker process) can never corrupt the protocol stream. When stdin reaches EOF (the master is
-gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a second; so it does
-when the master says nothing for too long (the watchdog: ``WATCHDOG_MIN_S``, or three of the
-longest subinterval).
+gone) or SIGTERM/SIGHUP arrives, all I/O stops and the process exits within a second, also
+in the middle of a file LUN's layout (the session asks ``stopping`` between its pieces: a
+look at the signals and at stdin without blocking, whose bytes are answered after); so it
+does when the master says nothing for too long (the watchdog: ``WATCHDOG_MIN_S``, or three of
+the longest subinterval). The watchdog counts only time the slave was free to read: a long
+answer (a discovery probing a slow device, a layout) is not the master's silence.
 """
 
 from __future__ import annotations
@@ -81,9 +84,28 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    eof: list[bool] = []  # stdin reached EOF (the master is gone)
+    early: list[bytes] = []  # read while a handler ran: answered after it
+
+    def told_to_stop() -> bool:
+        """For a long handler (a layout), between its pieces: a signal came, or stdin is at
+        EOF. Reads what stdin holds without blocking, keeping it for after the handler."""
+        if stopping or eof:
+            return True
+        try:
+            data = os.read(stdin_fd, READ_BYTES)
+        except BlockingIOError:
+            return False
+        if not data:
+            eof.append(True)
+            return True
+        early.append(data)
+        return False
+
     backend = backend_factory()
     session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
-                           startup_error=startup_error, devices=DeviceSampler())
+                           startup_error=startup_error, devices=DeviceSampler(),
+                           stopping=told_to_stop)
     os.set_blocking(stdin_fd, False)
     sel = selectors.DefaultSelector()
     sel.register(stdin_fd, selectors.EVENT_READ)
@@ -104,10 +126,16 @@ def serve(
                 except BlockingIOError:
                     continue
                 if not data:
-                    session.on_eof()
+                    eof.append(True)
                     break
+                early.append(data)
+            # answer what came, also what a long handler read meanwhile (unless a signal
+            # came); the time spent answering is not the master's silence: heard after it
+            while early and not stopping and not session.closed:
+                session.on_bytes(early.pop(0))
                 heard = time.monotonic()
-                session.on_bytes(data)
+            if eof and not session.closed:
+                session.on_eof()
             if session.closed:
                 break
             silent_s = time.monotonic() - heard

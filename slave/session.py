@@ -80,6 +80,12 @@ class MasterLateError(IvyError):
     needs was still being sent)."""
 
 
+class Stopping(Exception):
+    """The slave is stopping (a signal came, or the master is gone) while a long handler ran
+    (a file LUN's layout): the handler gives up and ``on_bytes`` answers nothing more. Not an
+    ``IvyError``: no handler turns it into a refusal."""
+
+
 @dataclass
 class Collected:
     """One finished subinterval from the backend."""
@@ -203,8 +209,13 @@ class SlaveSession:
         describe: Callable[..., lunmod.LunInfo] = lunmod.lun_for_path,
         startup_error: str | None = None,
         devices: devstats.DeviceSampler | None = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
         self.backend = backend
+        #: asked between the pieces of a long handler's work (each piece of a file LUN's
+        #: layout, each file LUN of a discovery): True (a signal came, the master is gone:
+        #: ``slave.main`` looks without blocking) abandons the handler (``Stopping``)
+        self.stopping = stopping
         #: samples the kernel's counters of the devices under the LUNs at every boundary
         #: (``slave.main`` always gives one; without it results carry no device counters)
         self.devices = devices
@@ -274,7 +285,17 @@ class SlaveSession:
             except ProtocolError as exc:
                 self._fatal_protocol(exc)
                 return
-            self._handlers.get(type(msg), self._ignore)(msg)
+            try:
+                self._handlers.get(type(msg), self._ignore)(msg)
+            except Stopping as exc:
+                log.warning("%s left unanswered: %s", type(msg).__name__, exc)
+                return
+
+    def _check_stopping(self, what: str) -> None:
+        """Raise ``Stopping`` saying ``what`` was given up, when the slave is to stop
+        (``stopping`` says so)."""
+        if self.stopping is not None and self.stopping():
+            raise Stopping(f"{what}: the slave is stopping (a signal, or the master is gone)")
 
     def _fatal_protocol(self, exc: ProtocolError) -> None:
         self._fatal("version" if isinstance(exc, VersionMismatchError) else "protocol", str(exc))
@@ -358,11 +379,15 @@ class SlaveSession:
         self.send(Pong(seq=msg.seq, master_send_ns=msg.master_send_ns, slave_ns=self.clock()))
 
     def _layout_progress(self, path: str) -> Callable[[int, int], None]:
-        """Tell the master how a file's layout goes: at most once a second, and at its end."""
+        """Tell the master how a file's layout goes: at most once a second, and at its end.
+        Abandons the layout (``Stopping``: ``lunmod.lay_out`` then leaves no file at
+        ``path``) when the slave is to stop."""
         started = self.clock()
         told = [started]
 
         def progress(done: int, total: int) -> None:
+            self._check_stopping(f"layout of file LUN {path} abandoned after {done:,} of "
+                                 f"{total:,} bytes, nothing left at its path")
             now = self.clock()
             if done < total and now - told[0] < 1_000_000_000:
                 return
@@ -386,6 +411,7 @@ class SlaveSession:
         except OSError as exc:
             self.event("WARNING", f"block device discovery failed: {exc}")
         for req in msg.files:
+            self._check_stopping(f"discovery abandoned before file LUN {req.get('path')}")
             try:
                 # a file with data before this look and ivypy's by its mark: the run says why
                 # it writes it without allow_write, once
@@ -409,10 +435,12 @@ class SlaveSession:
                 if had_data and note and found[-1].path not in self._created_files:
                     self.event("INFO", note, kind="lun", lun=found[-1].path)
             except (IvyError, OSError, KeyError, TypeError, ValueError) as exc:
+                # a refusal of lunmod's names the file already; the master adds the host
                 self.send(
                     Error(
                         kind="config",
-                        message=f"file LUN {req.get('path')}: {exc}",
+                        message=str(exc) if isinstance(exc, PreflightError)
+                        else f"file LUN {req.get('path')}: {exc}",
                         seq=msg.seq,
                         lun=str(req.get("path", "")),
                     )
@@ -459,7 +487,11 @@ class SlaveSession:
         return base.replace(**raw) if base else WorkloadParams(**raw)
 
     def _refuse(self, seq: int, kind: str, message: str, workload_id: str, lun: str = "") -> None:
-        """Answer request ``seq`` with an ``Error`` naming the workload (and LUN)."""
+        """Answer request ``seq`` with an ``Error`` naming the workload (and LUN); its message
+        names this host (``host h1: ...``, as the preflight's own refusals do)."""
+        named = f"host {self.host}: "
+        if not message.startswith(named):
+            message = named + message
         self.send(Error(kind=kind, message=message, seq=seq, workload_id=workload_id, lun=lun))
 
     def _on_create(self, msg: CreateWorkload) -> None:
@@ -475,9 +507,10 @@ class SlaveSession:
                 # (maybe hours ago, and without the exclusive-open probe)
                 # a file LUN keeps the size discovery gave it (maybe less than the file)
                 size = lun.size_bytes if lun is not None and lun.kind == lunmod.KIND_FILE else None
+                # a LUN gone or shrunk since discovery is refused saying so
                 lun = self._write_checked.get(msg.lun_path) or self._ours(self.describe(
                     msg.lun_path, size, ignore_pids={os.getpid(), *self._child_pids()},
-                    host=self.host))
+                    host=self.host, discovered_as=lun.kind if lun is not None else ""))
                 if params.writes:
                     self._write_checked[msg.lun_path] = lun
             self.luns[lun.path] = lun
@@ -490,8 +523,7 @@ class SlaveSession:
             return
         except IoEngineError as exc:  # no engine for this LUN: a fact of the host, like preflight
             reason = getattr(exc, "reason", str(exc))  # a worker's, without its worker's name
-            self._refuse(msg.seq, "preflight", f"host {self.host}: workload {wid}: {reason}",
-                         wid, msg.lun_path)
+            self._refuse(msg.seq, "preflight", f"workload {wid}: {reason}", wid, msg.lun_path)
             return
         except (IvyError, OSError, ValueError, TypeError) as exc:
             self._refuse(msg.seq, "config", f"workload {wid}: {exc}", wid, msg.lun_path)

@@ -251,8 +251,8 @@ def test_a_copy_of_a_file_ivypy_made_is_not_its_own(where: Path, how: list[str])
 
 def test_ivypy_extending_its_own_file_keeps_it_its_own(tmp_path: Path) -> None:
     """``create: true`` with a larger size extends a file (sparse); one ivypy made stays its
-    own, marked at the new size with its first date. Someone's file extended gets no mark;
-    an empty file sized is ivypy's."""
+    own, marked at the new size with its first date. Someone's file is refused, neither grown
+    nor marked; an empty file sized is ivypy's."""
     path = tmp_path / "lun"
     made = file_lun(str(path), MIB, create=True, layout="random")
     grown = file_lun(str(path), 2 * MIB, create=True)
@@ -262,7 +262,9 @@ def test_ivypy_extending_its_own_file_keeps_it_its_own(tmp_path: Path) -> None:
     assert mark is not None and mark.layout == "random"
     theirs = tmp_path / "theirs"
     theirs.write_bytes(b"their data" * 1000)
-    assert not file_lun(str(theirs), MIB, create=True).created
+    with pytest.raises(PreflightError, match="not ivypy's: ivypy grows only files it created"):
+        file_lun(str(theirs), MIB, create=True)
+    assert theirs.read_bytes() == b"their data" * 1000
     with pytest.raises(OSError) as info:
         os.getxattr(theirs, MARK_XATTR)
     assert info.value.errno == errno.ENODATA

@@ -290,9 +290,14 @@ def test_file_lun_create_needs_a_size(tmp_path: Path) -> None:
 
 
 def test_file_lun_extends_but_never_truncates(tmp_path: Path) -> None:
+    """A file of ivypy's own (its mark holds) is extended on request, keeping its data; no
+    file is ever truncated. (Someone else's file is never grown: test_luns_growth.py.)"""
     path = tmp_path / "lun.dat"
-    path.write_bytes(b"keep me" + bytes(4089))
+    assert file_lun(str(path), 4096, create=True, layout="zero").created
+    with open(path, "r+b") as fh:  # a run wrote to it: same inode and size, still ivypy's
+        fh.write(b"keep me")
     lun = file_lun(str(path), 2 * MIB, create=True)
+    assert lun.created
     assert lun.size_bytes == 2 * MIB
     assert path.read_bytes()[:7] == b"keep me"
     lun = file_lun(str(path), 4096, create=True)  # smaller request: keep the file and its data

@@ -1,0 +1,98 @@
+"""The session's refusals of workload requests name the host (``host h1: ...``), as the
+preflight's own do, and a LUN that vanished or shrank between discovery and a writing
+create is refused saying so, not as a file the test did not ask to create."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import PreflightError
+from protocol.messages import (
+    Ack,
+    CreateWorkload,
+    DeleteWorkload,
+    DiscoverLuns,
+    EditWorkload,
+    EditWorkloads,
+    Error,
+    LunList,
+    Message,
+)
+from slave.luns import KIND_BLOCK, KIND_FILE, lun_for_path
+from tests.slave.test_session import Harness
+
+MIB = 1 << 20
+WRITES = {"iodepth": 1, "iops": 10.0, "read_fraction": 0.5}
+
+
+def _discovered(h: Harness, path: Path) -> None:
+    *_progress, found = h.send(DiscoverLuns(1, files=[{"path": str(path), "size_bytes": MIB,
+                                                       "create": True, "layout": "zero"}]))
+    assert isinstance(found, LunList), found
+
+
+def _create(h: Harness, seq: int, path: Path) -> Message:
+    (reply,) = h.send(CreateWorkload(seq, f"h1:{path}:w{seq}", str(path), dict(WRITES), False))
+    return reply
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ("removed", "no longer exists (it did at discovery)"),
+    ("shrunk", "is now 4,096 bytes, smaller than the 1,048,576 bytes it had as a LUN at "
+               "discovery"),
+])
+def test_a_file_lun_changed_since_discovery_is_refused_naming_host_and_why(
+        tmp_path: Path, change: str, says: str) -> None:
+    path = tmp_path / "lun"
+    h = Harness(describe=lun_for_path)
+    h.hello()
+    _discovered(h, path)
+    if change == "removed":
+        path.unlink()  # a clean-up between steps
+    else:
+        os.truncate(path, 4096)
+    err = _create(h, 2, path)
+    assert isinstance(err, Error) and err.kind == "preflight" and err.lun == str(path), err
+    assert err.message == f"host h1: file LUN {path}: {says}", err.message
+    assert "does not ask to create" not in err.message
+    assert not path.exists() or path.stat().st_size == 4096  # nothing made or grown
+
+
+def test_a_block_device_gone_since_discovery_is_refused_saying_so(tmp_path: Path) -> None:
+    gone = str(tmp_path / "sdz")
+    with pytest.raises(PreflightError) as info:
+        lun_for_path(gone, host="h1", discovered_as=KIND_BLOCK)
+    assert str(info.value) == f"LUN {gone}: no longer exists (it did at discovery, a block " \
+        "device)"
+    assert (info.value.host, info.value.lun) == ("h1", gone)
+    plain = tmp_path / "plain"
+    plain.write_bytes(bytes(4096))
+    with pytest.raises(PreflightError, match="was a block device at discovery and is not one"):
+        lun_for_path(str(plain), host="h1", discovered_as=KIND_BLOCK)
+    # a file LUN the test did not discover is still "not asked to create"
+    with pytest.raises(PreflightError, match="does not exist and the test does not ask"):
+        lun_for_path(gone, MIB, host="h1")
+    with pytest.raises(PreflightError, match="no longer exists"):
+        lun_for_path(gone, MIB, host="h1", discovered_as=KIND_FILE)
+
+
+def test_every_refusal_of_a_workload_request_names_the_host() -> None:
+    h = Harness()
+    h.hello()
+    (ack,) = h.send(CreateWorkload(1, "h1:/dev/fake0:a", "/dev/fake0", dict(WRITES), True))
+    assert isinstance(ack, Ack), ack
+    refusals = [
+        h.send(CreateWorkload(2, "h1:/dev/fake0:a", "/dev/fake0", dict(WRITES), True)),
+        h.send(CreateWorkload(3, "h1:/dev/fake0:b", "/dev/fake0", {"nonsense": 1}, True)),
+        h.send(CreateWorkload(4, "h1:/dev/busy0:c", "/dev/busy0", dict(WRITES), False)),
+        h.send(EditWorkload(5, "h1:/dev/fake0:zz", {"iops": 5.0})),
+        h.send(EditWorkloads(6, [["h1:/dev/fake0:zz", {"iops": 5.0}]])),
+        h.send(DeleteWorkload(7, "h1:/dev/fake0:zz")),
+    ]
+    for (err,) in refusals:
+        assert isinstance(err, Error) and not err.fatal, err
+        assert err.message.startswith("host h1: "), err.message
+        assert not err.message.startswith("host h1: host h1"), err.message  # named once
