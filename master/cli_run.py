@@ -119,7 +119,7 @@ def _resumed(folder: Path) -> tuple[TestConfig, Resume]:
     from master.runstate import Resume, RunStateError, check_resumable, read_state
     from protocol.version import __version__
 
-    folder = folder.expanduser().absolute()
+    folder = folder.expanduser().resolve()  # the folder itself, not a symlink to it
     try:
         state = read_state(folder)
         test_file = folder / "test.yaml"
@@ -128,12 +128,33 @@ def _resumed(folder: Path) -> tuple[TestConfig, Resume]:
         except (OSError, UnicodeDecodeError) as exc:
             raise RunStateError(f"cannot read {test_file}: {exc}") from exc
         first = check_resumable(state, folder, text, __version__)
+        output_root = _recorded_output_root(folder)
     except RunStateError as exc:
         raise ConfigError(f"cannot resume: {exc}") from exc
-    # the run's folder is <output_root>/<test>/<stamp>; paths resolve as in its first session
-    cfg = parse_config_text(text, str(test_file), output_root_override=str(folder.parent.parent),
+    # paths resolve as in the run's first session: relative ones from its working directory,
+    # ${output_root} (a file LUN's path) as the output root it resolved
+    cfg = parse_config_text(text, str(test_file), output_root_override=output_root,
                             cwd=Path(state.cwd))
     if len(cfg.steps) != state.steps_total:
         raise ConfigError(f"cannot resume: {test_file} has {len(cfg.steps)} steps, the run "
                           f"{state.steps_total}")
     return cfg, Resume(folder, state, first)
+
+
+def _recorded_output_root(folder: Path) -> str:
+    """The output root the run's first session resolved, as ``resolved.json`` in ``folder``
+    records it (written before its ``state.json``): a resumed run's ``${output_root}`` is
+    that, whatever the folder is called now (a symlink to it, the output root reached by
+    another path)."""
+    import json
+
+    from master.runstate import RunStateError
+
+    path = folder / "resolved.json"
+    try:
+        root = json.loads(path.read_text(encoding="utf-8")).get("output_root")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        raise RunStateError(f"cannot read the run's output_root from {path}: {exc}") from exc
+    if not isinstance(root, str) or not root:
+        raise RunStateError(f"{path} records no output_root")
+    return root

@@ -70,8 +70,6 @@ FAILED_CLOSE_LIMIT_S = 1.5
 REQUEST_TIMEOUT_S = 60.0
 #: Discovery that lays files out waits for them at no less than this rate (a slow disk).
 LAYOUT_MIN_BYTES_PER_S = 20e6
-#: A long window is added up on the slave from its spill file: allow for it.
-WINDOW_TIMEOUT_S = 300.0
 
 
 class Connection(Protocol):
@@ -95,6 +93,21 @@ class LunRefusedError(HostError):
     def __init__(self, message: str, *, host: str, lun: str) -> None:
         self.lun = lun
         super().__init__(message, host=host)
+
+
+def window_timeout_s(subintervals: int, subinterval_s: float, folded: bool) -> float:
+    """How long a slave gets to answer a ``WindowRequest`` of ``subintervals`` subintervals
+    of ``subinterval_s``: ``REQUEST_TIMEOUT_S`` as for any request, plus, unless the step
+    folded them as they came, one subinterval's time for each subinterval in the window.
+
+    The rule follows what the request does on the slave (``slave.windowstore``). A folded
+    window (a fixed-length step) is a running total and the last ``FOLD_DELAY`` subintervals,
+    added in memory: no more work for a longer window. Otherwise the slave reads each kept
+    subinterval back (from memory, or from its spill file) and adds it to the others; while
+    the step ran it grouped, kept (spilled) and sent the same subinterval's statistics within
+    that subinterval's deadline, less than a subinterval, with all its I/O going on besides,
+    so reading it back and adding it takes no longer."""
+    return REQUEST_TIMEOUT_S + (0.0 if folded else subintervals * subinterval_s)
 
 
 def _uncertainty(rtt_ns: int) -> int:
@@ -388,9 +401,10 @@ class HostSession:
                            rollups, keep_from, keep_to, fold))
 
     async def window(self, step: int, first: int, last: int,
-                     timeout_s: float = WINDOW_TIMEOUT_S) -> WindowResult:
+                     timeout_s: float = REQUEST_TIMEOUT_S) -> WindowResult:
         """Every workload's statistics of subintervals ``first`` .. ``last`` of ``step``,
-        added up by the slave. A refusal (the slave did not keep them) is a ``HostError``."""
+        added up by the slave, within ``timeout_s`` (``window_timeout_s``). A refusal (the
+        slave did not keep them) is a ``HostError``."""
         seq = self._next_seq()
         reply = await self._request(WindowRequest(seq, step, first, last), key=seq,
                                     timeout_s=timeout_s)

@@ -7,6 +7,9 @@ subinterval's results within the deadline, roll up, write rows, grant the next s
 finally summarise the measurement period (``master.stepcontrol`` gives the verdict,
 ``master.verdicts`` words why a step ended early). Failures stop every slave and keep every row
 written so far; the failed step still gets its summary rows, invalid, saying what ended it.
+However the run ends, the slaves' I/O stops before summary.json and the report are built; an
+exception the run does not handle leaves state.json ``failed`` (resumable) and goes on to the
+caller.
 It does not compute metrics (``master.rollup``), format files (``master.output``) or speak
 bytes (``master.hostsession``).
 
@@ -40,7 +43,7 @@ from master.config.catalog import DEVICE_METRICS
 from master.control import ControlServer
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.gather.gathering import Gathering
-from master.hostsession import HostSession, LunRefusedError, SlaveEvent
+from master.hostsession import HostSession, LunRefusedError, SlaveEvent, window_timeout_s
 from master.live import LiveView
 from master.liverows import default_live_rollup, dfc_lines
 from master.lunselect import (
@@ -82,7 +85,13 @@ from protocol.errors import (
     PreflightError,
     ProtocolError,
 )
-from protocol.messages import MAX_WORKLOADS_PER_HOST, Ack, Error, SubintervalResult
+from protocol.messages import (
+    MAX_WORKLOADS_PER_HOST,
+    Ack,
+    Error,
+    SubintervalResult,
+    WindowResult,
+)
 from protocol.version import __version__
 
 log = logging.getLogger(__name__)
@@ -325,6 +334,7 @@ class Run:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._interrupt)
         result = RunResult(EXIT_OK, folder)
+        crash: BaseException | None = None  # what ended the run that it does not handle
         server = ControlServer(folder, RunControl(self))
         try:
             await server.start()
@@ -365,19 +375,32 @@ class Run:
         except OutputError as exc:
             result.exit_code = EXIT_OUTPUT
             result.message = f"{exc}; all hosts stopped, the rows written so far are kept"
+        except BaseException as exc:
+            # a bug (or the run's task cancelled): the run is failed, not complete, and can be
+            # resumed; the exception goes on to the caller (the CLI prints it)
+            crash = exc
+            raise
         finally:
-            if result.message:
+            if crash is not None:
+                if isinstance(crash, Exception) and not isinstance(crash, IvyError):
+                    # a bug: its traceback to run.log
+                    log.info("the run ended on an exception", exc_info=crash)
+                with contextlib.suppress(OutputError):
+                    self.event("ERROR", f"the run failed: {_crash_text(crash)}", kind="run")
+            elif result.message:
                 # the folder may be what failed (disk full): the message still reaches stderr
                 with contextlib.suppress(OutputError):
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
-            self._final_state(result)
+            self._final_state(result, crash)
+            # every slave's I/O ends before anything else is done (summary.json and the
+            # report take a while on a large run)
+            await server.close()
+            await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             if self.gathering is not None:
                 await self.gathering.close()
             self._summary_json()
             report_after_run(self.output.folder)  # logs a failure, never raises
-            await server.close()
-            await self._close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)
@@ -457,14 +480,20 @@ class Run:
         with _writing_state(self.output.folder):
             write_state(self.output.folder, self.state)
 
-    def _final_state(self, result: RunResult) -> None:
-        """State.json at the end: complete, failed or interrupted, with the reason."""
+    def _final_state(self, result: RunResult, crash: BaseException | None = None) -> None:
+        """State.json at the end: complete, failed or interrupted, with the reason. A run
+        that ``crash`` ended is failed, the exception its reason, with no exit status of its
+        own (the caller gets the exception)."""
         if self.state is None or self.output is None:
             return
         code = result.exit_code
-        self.state.state = ("interrupted" if code == EXIT_INTERRUPTED
-                            else "complete" if code in (EXIT_OK, EXIT_INVALID) else "failed")
-        self.state.exit_code, self.state.reason = code, result.message
+        if crash is not None:
+            self.state.state, self.state.exit_code = "failed", None
+            self.state.reason = _crash_text(crash)
+        else:
+            self.state.state = ("interrupted" if code == EXIT_INTERRUPTED
+                                else "complete" if code in (EXIT_OK, EXIT_INVALID) else "failed")
+            self.state.exit_code, self.state.reason = code, result.message
         try:
             write_state(self.output.folder, self.state)
         except OSError as exc:  # the folder itself may be what failed
@@ -650,6 +679,9 @@ class Run:
 
     # ------------------------------------------------------------------ workloads
     async def _apply_workloads(self, number: int, instances: list[WorkloadInstance]) -> None:
+        """Create, edit and delete workloads so that the slaves run ``instances``: each is
+        compared with what its slave holds (``_take_held_edits``)."""
+        self._take_held_edits()
         want = {i.id: i for i in instances}
         jobs: list[tuple[str, Awaitable[Any], WorkloadInstance | None, str]] = []
         for wid, old in list(self.current.items()):
@@ -776,7 +808,6 @@ class Run:
                                 fold_measurement=control.fixed is not None, gathered=gathered)
         st = _StepState(number, step, recorder, control)
         self.step_state = st
-        self.pending_edits = []
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
         lead_ns = start_lead_ns(max_rtt, len(instances), self.go_confirmed,
@@ -885,6 +916,14 @@ class Run:
                 self._summarise_failed(st, f"failed fetching the measurement window: "
                                        f"{_failure_text(exc)}")
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
+            except _Abandoned:  # interrupted, and the window does not come in time
+                if ended != "interrupt":
+                    reason = "; ".join(x for x in (ended_early(
+                        "interrupt", last_recorded, control.phase_of(max(last_recorded, 0))),
+                        reason) if x)
+                self._summarise_failed(st, f"{reason}; the measurement window did not come "
+                                       f"within {INTERRUPT_WAIT_S:g} s of the interrupt")
+                return False
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
             for host, message in recorder.devices.disagreements():  # one per device and step
                 self.event("WARNING", message, host=host, kind="device", step=number)
@@ -1051,9 +1090,21 @@ class Run:
             host, err = refused
             also = (f"; the edits on {', '.join(held)} were made and hold from subinterval "
                     f"{effective}" if held else "")
-            raise HostError(f"{source} edit of {err.workload_id} refused: {err.message}{also}",
+            reason = err.message.removeprefix(f"host {host}: ")  # HostError names it
+            raise HostError(f"{source} edit of {err.workload_id} refused: {reason}{also}",
                             host=host)
         return effective
+
+    def _take_held_edits(self) -> None:
+        """Every edit a slave took is what it runs from then on, also one announced for a
+        subinterval its step never ran (an ``ivypy edit`` in the step's last subinterval or
+        just before ``ivypy stop``, DFC's move after the final subinterval): the slave keeps
+        it into the next step. The master's view of the workloads takes them all, so that the
+        next step sends whatever differs from what the slaves hold."""
+        for _, wid, params in self.pending_edits:
+            if wid in self.current:
+                self.current[wid].params.update(params)
+        self.pending_edits = []
 
     def _apply_pending(self, k: int) -> None:
         """Edits in force from subinterval ``k`` on become the settings the rows show."""
@@ -1102,16 +1153,43 @@ class Run:
 
     async def _window(self, st: _StepState, window: Sequence[int]) -> Sample | None:
         """The measurement window's statistics of every workload, from the slaves (each adds
-        up the subintervals it kept); None for an empty window."""
+        up the subintervals it kept, within ``window_timeout_s``); None for an empty window.
+        Once the run is interrupted (before the request or while it waits) the hosts get
+        ``INTERRUPT_WAIT_S`` more: one that has not answered then is marked failed (it is not
+        waited for again) and ``_Abandoned`` is raised."""
         if not window:
             return None
         first, last = window[0], window[-1]
         if list(window) != list(range(first, last + 1)):
             raise ProtocolError(f"measurement window {list(window)[:5]}... is not contiguous")
-        replies = await asyncio.gather(*(hs.window(st.number, first, last)
-                                         for hs in self.sessions.values()))
+        timeout_s = window_timeout_s(len(window), self.cfg.subinterval_seconds,
+                                     folded=st.control.fixed is not None)
+        sessions = list(self.sessions.values())
+        asks = [asyncio.ensure_future(hs.window(st.number, first, last, timeout_s))
+                for hs in sessions]
+        every: asyncio.Future[list[WindowResult]] = asyncio.gather(*asks)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait([every, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not every.done():  # interrupted
+                await asyncio.wait([every], timeout=INTERRUPT_WAIT_S)
+            if not every.done():
+                for hs, ask in zip(sessions, asks, strict=True):
+                    if not ask.done():
+                        hs.mark_failed(f"did not send the measurement window of step "
+                                       f"{st.number} within {INTERRUPT_WAIT_S:g} s of the "
+                                       "interrupt")
+                raise _Abandoned
+            replies = every.result()
+        finally:
+            stop.cancel()
+            for ask in asks:
+                ask.cancel()
+            every.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await every
         return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
-                                          in zip(self.sessions.values(), replies, strict=True)])
+                                          in zip(sessions, replies, strict=True)])
 
     def _summarise_failed(self, st: _StepState, reason: str) -> None:
         """The summary rows of a step a failure ended: invalid with ``reason``, no metrics
@@ -1292,6 +1370,19 @@ class Run:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+def _crash_text(exc: BaseException) -> str:
+    """An exception the run does not handle, as state.json's reason: an ``IvyError`` as it
+    reads; another exception is a bug, named by its type (its traceback is in run.log); a
+    ``BaseException`` (the run's task cancelled) is named."""
+    text = (str(exc).splitlines() or [""])[0]
+    if isinstance(exc, IvyError):
+        return text or type(exc).__name__
+    if not isinstance(exc, Exception):
+        return f"the run was ended by {type(exc).__name__}"
+    return (f"internal error: {type(exc).__name__}" + (f": {text}" if text else "")
+            + " (a bug; its traceback is in run.log)")
 
 
 def _failure_text(exc: IvyError) -> str:

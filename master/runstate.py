@@ -7,7 +7,8 @@ one, and the checks that refuse a resume. It does not run anything (``master.run
 
 States: ``running`` (written when the run starts, and again after each step completes with
 that step as the last complete one), ``complete`` (every step ran; the exit status says whether
-all were valid), ``failed`` (a config, preflight, host or output error ended it), and
+all were valid), ``failed`` (a config, preflight, host or output error ended it, or an
+exception the run does not handle: then without an exit status), and
 ``interrupted`` (Ctrl-C, SIGTERM). A folder that says ``running`` while no master holds it
 (its process is gone from this controller) is a run that died: ``ivypy status`` says so, and
 ``ivypy run --resume`` continues it from its first incomplete step.

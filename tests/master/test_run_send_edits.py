@@ -50,6 +50,8 @@ def test_one_request_per_host_and_the_latest_subinterval() -> None:
     ({"h1": Error("config", "edit of h2:/dev/x:w1: no", 1, "h2:/dev/x:w1"), "h2": Ack(1, 5)},
      ["h2"]),
     ({"h1": Error("config", "edit of h1:/dev/x:w0: no", 1, "h1:/dev/x:w0")}, []),
+    # as a slave words it: naming its host, which the error then names once
+    ({"h1": Error("config", "host h1: edit of h1:/dev/x:w0: no", 1, "h1:/dev/x:w0")}, []),
 ])
 def test_a_refusal_names_host_and_workload_and_what_was_made(
     replies: dict[str, Ack | Error], held: list[str]
@@ -58,7 +60,9 @@ def test_a_refusal_names_host_and_workload_and_what_was_made(
     assert isinstance(got, HostError) and got.host == "h1"
     err = replies["h1"]
     assert isinstance(err, Error)
-    assert f"dfc edit of {err.workload_id} refused: {err.message}" in str(got)
+    reason = err.message.removeprefix("host h1: ")
+    assert f"dfc edit of {err.workload_id} refused: {reason}" in str(got)
+    assert str(got).startswith("host h1: ") and str(got).count("host h1") == 1
     if held:
         assert "the edits on h2 were made and hold from subinterval 5" in str(got)
     else:

@@ -1,0 +1,346 @@
+"""The run's lifecycle at a step's edges, on in-memory hosts (``tests/master/memhosts.py``: a
+real ``SlaveSession`` in this process with synthetic I/O): an edit that its step never ran is
+what the next step starts from; ``--resume`` through a symlink keeps the run's output root; an
+exception the run does not handle leaves it failed and resumable; Ctrl-C while a hung host
+holds the measurement window ends the run within 3 s, and without one the window's wait has a
+deadline sized to the window; an output error mid-step stops the slaves' I/O before
+summary.json and the report are built."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import errno
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from master import cli_run, hostsession
+from master import run as runmod
+from master.control import ControlError, ControlServer
+from master.editparse import parse_params
+from master.run import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, Run, RunControl
+from master.runstate import check_resumable, read_state
+from protocol.errors import ConfigError, OutputError
+from protocol.messages import Message, SubintervalResult, WindowResult
+from protocol.version import __version__
+from tests.master.memhosts import MemoryHosts, memory_config, memory_run
+
+TWO_STEPS = """\
+test: mem
+subinterval_seconds: 0.2
+hosts: [localhost]
+luns:
+  - {{hosts: localhost, file: "${{output_root}}/lun", size: 1MiB, create: true}}
+steps:
+  - name: a
+    workloads:
+      - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 1, iops: 200,
+         read_fraction: 100%}}
+    warmup_seconds: 0
+    measure_seconds: {a_s}
+  - name: b
+    measure_seconds: 0.6
+"""
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control socket's registry of active runs under tmp_path, not ~/.cache."""
+    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _summary(folder: Path, step: int, rollup: str = "workload") -> list[dict[str, str]]:
+    return [r for r in _rows(folder / "summary.csv")
+            if r["step_number"] == str(step) and r["rollup_type"] == rollup]
+
+
+def _luns_used(folder: Path) -> list[str]:
+    return [r["lun"] for r in _rows(folder / "luns.csv") if r["used_by"]]
+
+
+def _execute(run: Run, timeout_s: float = 30) -> Any:
+    return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))
+
+
+def _on(kind: type[Message], step: int, k: int | None = None
+        ) -> Callable[[Message], bool]:
+    """A message of ``kind`` of ``step`` (and subinterval ``k``)."""
+    def match(m: Message) -> bool:
+        return isinstance(m, kind) and getattr(m, "step", None) == step and (
+            k is None or getattr(m, "subinterval", None) == k)
+    return match
+
+
+def _soon(fn: Callable[[], Any], delay_s: float = 0.0) -> None:
+    asyncio.get_running_loop().call_later(delay_s, fn)
+
+
+# ---------------------------------------------------------------- 1. edits the step never ran
+@pytest.mark.parametrize("how", ["in the last subinterval", "then stop"])
+def test_an_edit_its_step_never_ran_is_undone_by_the_next_step(tmp_path: Path, how: str
+                                                               ) -> None:
+    """``ivypy edit all iops=1000`` holds from the subinterval after the one running; made in
+    the step's last subinterval, or just before ``ivypy stop``, it never runs in its step, yet
+    the slave keeps it. Step b carries the workload at its configured 200 IOPS: the master
+    must send that (it differs from what the slave holds), so step b runs at 200, as its rows
+    say."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(
+        a_s=0.4 if how == "in the last subinterval" else 4))
+    box: dict[str, Any] = {}
+    after_first = _on(SubintervalResult, 0, 0)
+
+    async def operator() -> None:
+        run: Run = box["run"]
+        while run.step_state is None or run.step_state.last_recorded < 0:
+            await asyncio.sleep(0.005)
+        control = RunControl(run)
+        box["edit"] = await control.edit("all", "all", parse_params({"iops": 1000}))
+        if how == "then stop":
+            box["stop"] = await control.stop_step()
+
+    def watch(host: str, m: Message) -> bool:
+        if after_first(m):
+            box["task"] = asyncio.ensure_future(operator())
+        return True
+
+    hosts = MemoryHosts(watch)
+    run = box["run"] = memory_run(cfg, hosts)
+    result = _execute(run)
+    assert result.exit_code == EXIT_OK, result.message
+    assert box["task"].exception() is None
+    # the edit was taken, from a subinterval step a did not run (-1: from the next step, had
+    # the step ended before the edit came)
+    last_a = max(k for s, k, _ in hosts["localhost"].backend.ran if s == 0)
+    assert box["edit"]["effective_subinterval"] not in range(last_a + 1)
+    assert all(set(i.values()) == {200.0} for i in hosts["localhost"].backend.iops_in_step(0))
+    # the slave ran step b at the test's setting, and the rows say so
+    ran_b = hosts["localhost"].backend.iops_in_step(1)
+    assert ran_b and all(set(i.values()) == {200.0} for i in ran_b), ran_b
+    (row,) = _summary(result.folder, 1)
+    assert (row["iops_setting"], row["IOPS"], row["valid"]) == ("200", "200", "true"), row
+
+
+# ---------------------------------------------------------------- 2. --resume through a symlink
+def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: Path) -> None:
+    """A run interrupted in step b, resumed as ``--resume links/last`` (a symlink to its
+    folder): ``${output_root}`` is the output root the run recorded, so the resumed step runs
+    on the same file LUN, not on one made beside the symlink's folder."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    box: dict[str, Run] = {}
+    in_b = _on(SubintervalResult, 1, 0)
+
+    def watch(host: str, m: Message) -> bool:
+        if in_b(m):
+            _soon(box["run"]._interrupt)
+        return True
+
+    run = box["run"] = memory_run(cfg, MemoryHosts(watch))
+    first = _execute(run)
+    assert first.exit_code == EXIT_INTERRUPTED, first.message
+    folder = first.folder
+    lun = tmp_path / "out" / "lun"
+    assert _luns_used(folder) == [str(lun)]
+
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "last").symlink_to(folder)
+    cfg2, resume = cli_run._resumed(links / "last")
+    second = _execute(memory_run(cfg2, MemoryHosts(), resume=resume))
+    assert second.exit_code == EXIT_OK, second.message
+    assert not (tmp_path / "lun").exists(), "a second file LUN beside the symlink's folder"
+    assert _luns_used(folder) == [str(lun)]
+    (row,) = _summary(folder, 1)
+    assert row["rollup_instance"] == f"localhost:{lun}:rr" and row["valid"] == "true"
+    assert cfg2.output_root == cfg.output_root
+    # the run goes on in its folder, named as it is (not through the symlink)
+    assert resume.folder == second.folder == folder and resume.first_step == 1
+
+
+def test_resume_refuses_a_folder_whose_output_root_is_not_recorded(tmp_path: Path) -> None:
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    box: dict[str, Run] = {}
+    in_b = _on(SubintervalResult, 1, 0)
+
+    def watch(host: str, m: Message) -> bool:
+        if in_b(m):
+            _soon(box["run"]._interrupt)
+        return True
+
+    run = box["run"] = memory_run(cfg, MemoryHosts(watch))
+    folder = _execute(run).folder
+    (folder / "resolved.json").write_text("{}\n")
+    with pytest.raises(ConfigError) as exc:
+        cli_run._resumed(folder)
+    assert str(exc.value) == (f"cannot resume: {folder / 'resolved.json'} records no "
+                              "output_root")
+
+
+# ---------------------------------------------------------------- 3. an exception not handled
+def _fail_in_step_1(monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    real = Run._write_control_rows
+
+    def bug(self: Run, st: Any, dec: Any) -> None:
+        if st.number == 1:
+            raise RuntimeError("boom")
+        real(self, st, dec)
+
+    monkeypatch.setattr(Run, "_write_control_rows", bug)
+    return RuntimeError
+
+
+def _fail_at_the_control_socket(monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    async def refused(self: ControlServer) -> None:  # as on a CIFS output_root: bind() EPERM
+        raise ControlError(f"cannot open the control socket {self.socket_path}: "
+                           f"{OSError(errno.EPERM, 'Operation not permitted')}")
+
+    monkeypatch.setattr(ControlServer, "start", refused)
+    return ControlError
+
+
+@pytest.mark.parametrize(("inject", "reason", "resume_at"), [
+    (_fail_in_step_1, "internal error: RuntimeError: boom (a bug; its traceback is in run.log)",
+     1),
+    (_fail_at_the_control_socket, "cannot open the control socket", 0),
+])
+def test_an_exception_the_run_does_not_handle_leaves_it_failed_and_resumable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        inject: Callable[[pytest.MonkeyPatch], type[BaseException]], reason: str,
+        resume_at: int) -> None:
+    """The exception still reaches the caller (the CLI prints it), but state.json says the
+    run failed and why (no exit status of its own), not that it is complete: ``ivypy status``
+    tells it, and ``--resume`` continues it from its first incomplete step. Its slaves are
+    stopped and closed."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    kind = inject(monkeypatch)
+    hosts = MemoryHosts()
+    run = memory_run(cfg, hosts)
+    with pytest.raises(kind):
+        _execute(run)
+    assert run.output is not None
+    folder = run.output.folder
+    state = read_state(folder)
+    assert state.state == "failed" and state.exit_code is None
+    assert reason in state.reason
+    assert state.last_complete_step == resume_at - 1
+    text = (folder / "test.yaml").read_text()
+    assert check_resumable(state, folder, text, __version__) == resume_at
+    events = [e for e in _rows(folder / "events.csv") if e["kind"] == "run"]
+    assert events and reason in events[-1]["message"] and events[-1]["level"] == "ERROR"
+    for host in hosts.hosts.values():
+        assert host.session.closed and not host.backend.running
+
+
+# ---------------------------------------------------------------- 4. the measurement window
+def test_ctrl_c_while_a_hung_host_holds_the_window_exits_130_within_3s(tmp_path: Path) -> None:
+    """The slave hangs as it would answer the window request; Ctrl-C 0.2 s later ends the run
+    with 130 within 3 s (not after the window's deadline); the step's summary says it was
+    interrupted waiting for the window."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    box: dict[str, Any] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, WindowResult):
+            box["at"] = time.monotonic() + 0.2
+            _soon(box["run"]._interrupt, 0.2)
+            return False  # the slave hangs: nothing more comes from it
+        return True
+
+    run = box["run"] = memory_run(cfg, MemoryHosts(watch))
+    result = _execute(run, timeout_s=20)
+    took = time.monotonic() - box["at"]
+    assert result.exit_code == EXIT_INTERRUPTED, result.message
+    assert took < 3.0, f"the run ended {took:.2f} s after the interrupt"
+    rows = _summary(result.folder, 0)
+    assert [r["valid"] for r in rows] == ["false"]
+    why = rows[0]["invalid_reason"]
+    assert why.startswith("interrupted after subinterval 1 (measurement)"), why
+    assert "the measurement window did not come within 1 s of the interrupt" in why
+    assert not (result.folder / "step0001-b").exists()
+    state = read_state(result.folder)
+    assert state.state == "interrupted" and state.last_complete_step == -1
+
+
+def test_a_window_that_never_comes_fails_the_step_at_its_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an interrupt a hung host fails the step when the window's deadline passes
+    (``window_timeout_s``: here the request timeout made 1 s), not after a flat 300 s."""
+    monkeypatch.setattr(hostsession, "REQUEST_TIMEOUT_S", 1.0)
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    box: dict[str, float] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, WindowResult):
+            box["at"] = time.monotonic()
+            return False
+        return True
+
+    result = _execute(memory_run(cfg, MemoryHosts(watch)), timeout_s=20)
+    took = time.monotonic() - box["at"]
+    assert result.exit_code == EXIT_HOST, result.message
+    assert "no answer to WindowRequest within 1 s" in result.message
+    assert took < 4.0, took
+    (row,) = _summary(result.folder, 0)
+    assert row["valid"] == "false"
+    assert row["invalid_reason"].startswith("failed fetching the measurement window: host "
+                                            "localhost"), row["invalid_reason"]
+
+
+@pytest.mark.parametrize(("subintervals", "subinterval_s", "folded", "more_s"), [
+    (1, 1.0, True, 0.0),
+    (3600, 1.0, True, 0.0),  # a folded window was added up as it came
+    (1, 1.0, False, 1.0),
+    (120, 0.5, False, 60.0),
+    (600, 10.0, False, 6000.0),
+])
+def test_the_window_deadline_grows_with_the_subintervals_read_back(
+        subintervals: int, subinterval_s: float, folded: bool, more_s: float) -> None:
+    """Any request's timeout, plus a subinterval's time per subinterval the slave reads
+    back and adds (none for a folded window)."""
+    got = hostsession.window_timeout_s(subintervals, subinterval_s, folded)
+    assert got == pytest.approx(hostsession.REQUEST_TIMEOUT_S + more_s)
+
+
+# ---------------------------------------------------------------- an output error mid-step
+def test_an_output_error_mid_step_stops_the_io_before_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails mid-step (an events.csv row, raised by the run loop at the next
+    subinterval) ends the run with exit 4; every slave's I/O has stopped before summary.json
+    and the report are built (they take a while on a large run)."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=4))
+    box: dict[str, Any] = {}
+    at_1 = _on(SubintervalResult, 0, 1)
+
+    def watch(host: str, m: Message) -> bool:
+        if at_1(m):
+            box["run"].output_failed = OutputError(
+                str(tmp_path / "events.csv"), OSError(errno.ENOSPC, "No space left on device"))
+        return True
+
+    hosts = MemoryHosts(watch)
+    seen: dict[str, list[tuple[bool, bool]]] = {"summary": [], "report": []}
+
+    def probe(what: str, real: Callable[[Path], Any]) -> Callable[[Path], Any]:
+        def call(folder: Path) -> Any:
+            seen[what] += [(h.backend.running, h.session.closed) for h in hosts.hosts.values()]
+            return real(folder)
+        return call
+
+    monkeypatch.setattr(runmod, "write_summary_json",
+                        probe("summary", runmod.write_summary_json))
+    monkeypatch.setattr(runmod, "report_after_run", probe("report", runmod.report_after_run))
+    run = box["run"] = memory_run(cfg, hosts)
+    result = _execute(run)
+    assert result.exit_code == EXIT_OUTPUT, result.message
+    assert "No space left on device" in result.message
+    # (I/O running, slave closed) of every host when each was built
+    assert seen == {"summary": [(False, True)], "report": [(False, True)]}, seen
+    assert max(k for s, k, _ in hosts["localhost"].backend.ran) <= 2
