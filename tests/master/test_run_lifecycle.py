@@ -20,6 +20,7 @@ import pytest
 
 from master import cli_run, hostsession
 from master import run as runmod
+from master.config.schema import TestConfig
 from master.control import ControlError, ControlServer
 from master.editparse import parse_params
 from master.run import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, Run, RunControl
@@ -130,10 +131,9 @@ def test_an_edit_its_step_never_ran_is_undone_by_the_next_step(tmp_path: Path, h
 
 
 # ---------------------------------------------------------------- 2. --resume through a symlink
-def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: Path) -> None:
-    """A run interrupted in step b, resumed as ``--resume links/last`` (a symlink to its
-    folder): ``${output_root}`` is the output root the run recorded, so the resumed step runs
-    on the same file LUN, not on one made beside the symlink's folder."""
+def _interrupted_in_step_b(tmp_path: Path) -> tuple[TestConfig, Path]:
+    """The two-step test run until its first subinterval of step b, then interrupted: its
+    config and its folder."""
     cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
     box: dict[str, Run] = {}
     in_b = _on(SubintervalResult, 1, 0)
@@ -146,7 +146,14 @@ def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: P
     run = box["run"] = memory_run(cfg, MemoryHosts(watch))
     first = _execute(run)
     assert first.exit_code == EXIT_INTERRUPTED, first.message
-    folder = first.folder
+    return cfg, first.folder
+
+
+def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: Path) -> None:
+    """A run interrupted in step b, resumed as ``--resume links/last`` (a symlink to its
+    folder): ``${output_root}`` is the output root the run recorded, so the resumed step runs
+    on the same file LUN, not on one made beside the symlink's folder."""
+    cfg, folder = _interrupted_in_step_b(tmp_path)
     lun = tmp_path / "out" / "lun"
     assert _luns_used(folder) == [str(lun)]
 
@@ -166,17 +173,7 @@ def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: P
 
 
 def test_resume_refuses_a_folder_whose_output_root_is_not_recorded(tmp_path: Path) -> None:
-    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
-    box: dict[str, Run] = {}
-    in_b = _on(SubintervalResult, 1, 0)
-
-    def watch(host: str, m: Message) -> bool:
-        if in_b(m):
-            _soon(box["run"]._interrupt)
-        return True
-
-    run = box["run"] = memory_run(cfg, MemoryHosts(watch))
-    folder = _execute(run).folder
+    _, folder = _interrupted_in_step_b(tmp_path)
     (folder / "resolved.json").write_text("{}\n")
     with pytest.raises(ConfigError) as exc:
         cli_run._resumed(folder)
