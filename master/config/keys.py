@@ -164,7 +164,8 @@ HOSTS = Section(
            f"{_seconds(host_rules.WATCHDOG_SECONDS_RANGE[1])}",
            _seconds(host_rules.DEFAULT_WATCHDOG_S),
            "A slave that hears nothing from the master for this long (or three of the longest "
-           "subinterval, when longer) stops its I/O and exits."),
+           "subinterval, when longer) stops its I/O and exits. Time the slave spends answering "
+           "a request (a discovery that lays a file out) does not count."),
     ),
 )
 
@@ -186,8 +187,9 @@ LUNS = Section(
            "With `file` only: the LUN is the file's first `size` bytes (as fio's `size=`); a "
            "larger file is never truncated. Required with `create: true`."),
         _k("create", "bool", "false",
-           "With `file` only: create the file (or extend it to `size`) when it is missing. A "
-           "file ivypy makes (or sizes from empty) carries its mark, the extended attribute "
+           "With `file` only: create the file when it is missing, or extend it to `size` when it "
+           "is smaller and empty or ivypy's own (its mark, below); a smaller file someone else "
+           "made is refused, never grown. A file ivypy makes (or sizes from empty) carries its mark, the extended attribute "
            "`user.ivypy.lun`: later runs write it without `allow_write` while it is that file "
            "(same inode) at that size. Where the file system keeps no user extended attributes "
            "the run warns, and a later run refuses the file as it would anyone's."),
@@ -514,8 +516,8 @@ GATHER = Section(
            "A command's metrics that are counters: written as rates per second from their "
            "deltas over the true time between samples."),
         _k("metrics", "list of metric names or `/regex/`", "required with `prometheus`",
-           "The endpoint's metrics to take; counters (`# TYPE counter`, or `*_total`) become "
-           "rates per second."),
+           "The endpoint's metrics to take; counters (`# TYPE counter`, `*_total`, and a "
+           "histogram's or summary's `_count`, `_sum` and `_bucket`) become rates per second."),
         _k("element_type", "name", "required with `prometheus`",
            "The element type of the endpoint's series."),
         _k("instance_label", "label name", "required with `prometheus`",
