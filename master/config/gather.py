@@ -7,11 +7,13 @@ key path. This module must not run commands, open sockets or read files (``maste
 does that at run time).
 
 A source is a ``command`` (stdout: ``element_type,element_instance,metric,value`` lines, or JSON
-lines with those four keys) or a ``prometheus`` URL (the text exposition format). Metrics listed
-in ``counters`` (a command's) or typed ``counter`` by the endpoint (or named ``*_total``) are
-turned into rates per second. ``config_command`` runs once at the start and prints attribute
-4-tuples. ``join`` maps elements to LUNs, so rollup instances get the metrics of the elements
-under their LUNs.
+lines with those four keys) or a ``prometheus`` URL (the text exposition format; its host name
+must be one the resolver takes). Metrics listed in ``counters`` (a command's) or counters by
+the endpoint's ``# TYPE`` (a counter; a histogram's ``_count``, ``_sum``, ``_bucket``; a
+summary's ``_count``, ``_sum``; or named ``*_total``: ``master.gather.promtext``) are turned
+into rates per second.
+``config_command`` runs once at the start and prints attribute 4-tuples. ``join`` maps
+elements to LUNs, so rollup instances get the metrics of the elements under their LUNs.
 """
 
 from __future__ import annotations
@@ -183,6 +185,12 @@ def _url(cursor: Cursor) -> str:
         parts.port  # noqa: B018 - a bad port raises here
     except ValueError as exc:
         raise cursor.error(f"bad port in {text!r}") from exc
+    try:
+        parts.hostname.encode("idna")  # as the resolver will: a bad name fails there
+    except UnicodeError as exc:
+        why = ("a dot-separated part is empty or longer than 63 characters"
+               if "label empty or too long" in str(exc) else f"it does not IDNA-encode ({exc})")
+        raise cursor.error(f"bad host name {parts.hostname!r} in {text!r}: {why}") from exc
     return text
 
 

@@ -7,7 +7,8 @@ ones fix the step's joined columns, ``gather.<source>.<element_type>.<metric>``)
 per source that gathers just before the step's start (the counters' first base) and just in
 time before the end of each subinterval k (its recent duration and a margin ahead); and, when
 the master records subinterval k (``record``), the rows of k: ``gather/<source>/<element_type>.csv``
-(a row per element), ``gather/<source>/non_participating.csv`` (the aggregate of the elements
+(a row per element; ``-2``... when element types make the same file name),
+``gather/<source>/non_participating.csv`` (the aggregate of the elements
 under no LUN of the step), a row per source in interlock.csv, and the joined values per rollup
 instance, which the recorder writes as columns of the rollup rows and summaries and measure
 and DFC read. A gather that failed, or is not in when k is recorded, leaves k's cells empty
@@ -24,7 +25,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,6 +112,8 @@ class _Source:
     running: int | None = None  # the subinterval whose gather is running
     previous: Sample | None = None
     headers: dict[str, list[str]] = field(default_factory=dict)  # element type → metrics
+    #: element type → its file's name in the step's ``gather/<source>/`` (``_file_of``)
+    files: dict[str, str] = field(default_factory=dict)
     #: the joined metrics of the step (fixed by ``probe``): its columns in the rollup rows
     joined_header: list[str] = field(default_factory=list)
     plans: dict[frozenset[str], tuple[dict[str, JoinPlan], list[str]]] = field(
@@ -157,13 +160,19 @@ class Gathering:
                                if s.cfg.config_argv))
 
     async def _configure(self, cfg: GatherSource) -> None:
+        why = ""
         try:
             text = await run_command(cfg.config_argv, CONFIG_TIMEOUT_S)
+            readings, problems = parse_lines(text, numeric=False)
         except GatherFailed as exc:
-            self.event("WARNING", f"gather {cfg.name}: config_command: {exc.reason}; its "
+            why = exc.reason
+        except Exception as exc:  # a bug here must not end the run: no attributes
+            log.exception("gather %s: config_command failed unexpectedly", cfg.name)
+            why = _unexpected(cfg.name, exc)
+        if why:
+            self.event("WARNING", f"gather {cfg.name}: config_command: {why}; its "
                        "elements have no attributes", kind="gather")
             return
-        readings, problems = parse_lines(text, numeric=False)
         for problem in problems:
             self.event("WARNING", f"gather {cfg.name}: config_command: {problem}",
                        kind="gather")
@@ -172,8 +181,12 @@ class Gathering:
             by_type.setdefault(r.element_type, {}).setdefault(r.element_instance, {})[
                 r.metric] = str(r.value)
         self.attributes[cfg.name] = by_type
-        for element_type, elements in by_type.items():
-            relative = f"gather/{safe_name(cfg.name)}/config/{safe_name(element_type)}.csv"
+        taken: set[str] = set()
+        for element_type in sorted(by_type, key=_plain_first):
+            elements = by_type[element_type]
+            name = _file_name(element_type, taken)
+            taken.add(name)
+            relative = f"gather/{safe_name(cfg.name)}/config/{name}"
             if self.output.resuming and (self.output.folder / relative).exists():
                 continue  # a resumed run keeps the configuration its first start wrote
             names = sorted({a for attrs in elements.values() for a in attrs})
@@ -187,11 +200,13 @@ class Gathering:
         script is slower: its duration sets how early the next starts). Fixes and returns the
         step's joined columns: per joined source, its declared metrics (``declared_metrics``)
         and those of its join's element type in this sample, sorted. Takes at most the
-        longest timeout of the sources; before the step's files are made."""
+        longest timeout of the sources (and ``runner.REAP_GRACE_S`` for a killed command to
+        go), whatever their programs leave running; before the step's files are made."""
         for s in self.sources:
             s.outcomes.clear()
             s.previous, s.running = None, None
             s.headers.clear()
+            s.files.clear()
             s.plans.clear()
             s.warned.clear()
         outs = await asyncio.gather(*(self._one(s.cfg) for s in self.sources))
@@ -262,6 +277,9 @@ class Gathering:
                 counters = frozenset(scrape.counters)
         except GatherFailed as exc:
             return Outcome(t0, self.clock(), failure=exc.reason)
+        except Exception as exc:  # a bug here must not end the run: this gather failed
+            log.exception("gather %s failed unexpectedly", cfg.name)
+            return Outcome(t0, self.clock(), failure=_unexpected(cfg.name, exc))
         t1 = self.clock()
         if not readings:
             why = "; ".join(problems) if problems else "nothing"
@@ -336,20 +354,37 @@ class Gathering:
         by_type: dict[str, dict[str, dict[str, float | None]]] = {}
         for (etype, inst, metric), v in (values or {}).items():
             by_type.setdefault(etype, {}).setdefault(inst, {})[metric] = v
-        for etype in by_type.keys() | s.headers.keys():
+        for etype in sorted(by_type.keys() | s.headers.keys(), key=_plain_first):
             elements = by_type.get(etype, {})
             header = s.headers.get(etype)
             if header is None:
                 header = sorted({m for metrics in elements.values() for m in metrics})
                 s.headers[etype] = header
             self._warn_new(s, step, k, etype, elements, header, "are not written")
-            table = self.output.table(
-                f"{step.dir}/gather/{safe_name(s.cfg.name)}/{safe_name(etype)}.csv",
-                ["subinterval", "phase", "element_instance", *header])
+            name = self._file_of(s, step, k, etype)
+            table = self.output.table(f"{step.dir}/gather/{safe_name(s.cfg.name)}/{name}",
+                                      ["subinterval", "phase", "element_instance", *header])
             known = set(header)
             table.write_many([{"subinterval": k, "phase": phase, "element_instance": inst,
                                **{m: v for m, v in metrics.items() if m in known}}
                               for inst, metrics in sorted(elements.items())])
+
+    def _file_of(self, s: _Source, step: _Step, k: int, etype: str) -> str:
+        """The file of an element type in the step: ``<element_type>.csv`` made safe, or with
+        ``-2``, ``-3``... when another element type (``a/b`` and ``a_b``) or the joined
+        source's non-participating file has that name already (with an event)."""
+        name = s.files.get(etype)
+        if name is not None:
+            return name
+        taken = set(s.files.values())
+        if s.cfg.join is not None:
+            taken.add(f"{_NON_PARTICIPATING}.csv")
+        name = s.files[etype] = _file_name(etype, taken)
+        if name != f"{safe_name(etype)}.csv":
+            self.event("WARNING", f"gather {s.cfg.name}: element type {etype!r} is written to "
+                       f"{name}: {safe_name(etype)}.csv is another's", kind="gather",
+                       step=step.number, subinterval=k)
+        return name
 
     def _warn_new(self, s: _Source, step: _Step, k: int, etype: str,
                   elements: Mapping[str, Mapping[str, float | None]], header: list[str],
@@ -406,6 +441,30 @@ class Gathering:
                 f"{step.dir}/gather/{safe_name(s.cfg.name)}/{_NON_PARTICIPATING}.csv",
                 ["subinterval", "phase", "elements", *names]).write(row)
         return out
+
+
+def _plain_first(element_type: str) -> tuple[bool, str]:
+    """Sort key: element types whose names are safe file names first (they keep them)."""
+    return safe_name(element_type) != element_type, element_type
+
+
+def _file_name(element_type: str, taken: Collection[str]) -> str:
+    """``<element_type>.csv`` made safe, or with ``-2``, ``-3``... when that is ``taken``
+    (``a/b`` and ``a_b`` make the same safe name)."""
+    stem = safe_name(element_type)
+    name, n = f"{stem}.csv", 1
+    while name in taken:
+        n += 1
+        name = f"{stem}-{n}.csv"
+    return name
+
+
+def _unexpected(source: str, exc: Exception) -> str:
+    """The one-line failure of a gather that raised something other than ``GatherFailed``
+    (its traceback goes to the run log)."""
+    text = " ".join(str(exc).split())[:200]
+    return f"unexpected {type(exc).__name__} gathering source {source}" + (
+        f": {text}" if text else "")
 
 
 def _lun_value(workload: Any, attribute: str) -> str | None:

@@ -4,8 +4,9 @@ Owns the line format of ``gather:`` command output and of ``config_command`` out
 non-blank line is ``element_type,element_instance,metric,value`` (CSV quoting allowed; ``#``
 starts a comment line) or a JSON object with the keys ``element_type``, ``element_instance``,
 ``metric`` and ``value``. A metric value must be a finite number; an attribute value (config
-output) is any text. A bad line is a problem, reported with its line number; the good lines
-still count. This module must not run commands or read files.
+output) is any text. A bad line (whatever is wrong with it: a field too long for CSV, JSON
+nested too deeply) is a problem, reported with its line number; the good lines still count.
+This module must not run commands or read files.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def _fields(line: str) -> list[str] | str:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             return f"bad JSON ({exc.msg})"
+        except ValueError as exc:  # an integer of more digits than int() takes
+            return f"bad JSON ({str(exc).split(':', 1)[0]})"
+        except RecursionError:
+            return "bad JSON (nested too deeply)"
         if not isinstance(obj, dict):
             return "a JSON line must be an object"
         missing = [k for k in KEYS if k not in obj]
@@ -46,7 +51,10 @@ def _fields(line: str) -> list[str] | str:
             return f"JSON line lacks {', '.join(missing)}"
         return ["" if obj[k] is None else str(obj[k]) if not isinstance(obj[k], float)
                 else repr(obj[k]) for k in KEYS]
-    cells = next(csv.reader([line], skipinitialspace=True))
+    try:
+        cells = next(csv.reader([line], skipinitialspace=True))
+    except csv.Error as exc:  # a field over csv's limit (128 KiB)
+        return f"bad CSV ({exc})"
     if len(cells) != 4:
         return f"{len(cells)} fields, expected element_type,element_instance,metric,value"
     return [c.strip() for c in cells]

@@ -1,13 +1,17 @@
 """``gather:`` in a good test file: the values and defaults each key becomes, the plan's line,
-and focus metrics that name a joined gathered metric."""
+and focus metrics that name a joined gathered metric; a Prometheus URL the resolver would
+refuse (a host name that does not IDNA-encode) is refused with its key path."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from master.config import parse_config_text
 from master.config.gather import GatherJoin, MetricPattern, describe
 from master.plan import format_plan
+from protocol.errors import ConfigError
 
 TEXT = """\
 test: g
@@ -63,3 +67,29 @@ def test_no_gather_is_empty(tmp_path: Path) -> None:
     text = TEXT.split("gather:")[0] + "steps:\n  - name: s\n    workloads:\n" \
         "      - {name: w, iosequencer: random_steady}\n"
     assert parse_config_text(text, "g.yaml", cwd=tmp_path).gather == ()
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://node..lab:9100/metrics", "bad host name 'node..lab' in "
+     "'http://node..lab:9100/metrics': a dot-separated part is empty or longer than 63 "
+     "characters"),
+    (f"http://{'a' * 64}.lab/metrics", f"bad host name '{'a' * 64}.lab' in "
+     f"'http://{'a' * 64}.lab/metrics': a dot-separated part is empty or longer than 63 "
+     "characters"),
+    ("http://.lab/metrics", "bad host name '.lab' in 'http://.lab/metrics': a dot-separated "
+     "part is empty or longer than 63 characters"),
+    ("https://h/metrics", "must be an http:// URL with a host (got 'https://h/metrics')"),
+    ("http://h:99999/metrics", "bad port in 'http://h:99999/metrics'"),
+])
+def test_bad_prometheus_urls(tmp_path: Path, url: str, message: str) -> None:
+    text = TEXT.replace('"http://127.0.0.1:9100/metrics"', f'"{url}"')
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "g.yaml", cwd=tmp_path)
+    assert str(info.value) == f"g.yaml:11: gather[1].prometheus: {message}"
+
+
+@pytest.mark.parametrize("host", ["node.lab.", "127.0.0.1", "[::1]", "ünï.example"])
+def test_good_prometheus_hosts(tmp_path: Path, host: str) -> None:
+    url = f"http://{host}:9100/metrics"
+    text = TEXT.replace('"http://127.0.0.1:9100/metrics"', f'"{url}"')
+    assert parse_config_text(text, "g.yaml", cwd=tmp_path).gather[1].url == url

@@ -29,6 +29,14 @@ from master.gather.rates import Sample, values_of
                      "line 2: bad JSON (Expecting property name enclosed in double quotes)"]),
     ("a,b,c,1\nbad\n", [Reading("a", "b", "c", 1.0)],
      ["line 2: 1 fields, expected element_type,element_instance,metric,value"]),
+    # a field over csv's 128 KiB limit, JSON nested past the recursion limit, an integer of
+    # more digits than int() takes: problems of their lines, not exceptions
+    (f"a,{'x' * 200_000},c,1\na,b,c,2\n", [Reading("a", "b", "c", 2.0)],
+     ["line 1: bad CSV (field larger than field limit (131072))"]),
+    ('{"a":' * 100_000 + "\n", [], ["line 1: bad JSON (nested too deeply)"]),
+    ('{"element_type": "p", "element_instance": "1", "metric": "m", "value": '
+     + "1" * 5000 + "}", [],
+     ["line 1: bad JSON (Exceeds the limit (4300 digits) for integer string conversion)"]),
 ])
 def test_lines(text: str, readings: list[Reading], problems: list[str]) -> None:
     assert parse_lines(text) == (readings, problems)
@@ -84,11 +92,94 @@ def test_prometheus(metrics: list[MetricPattern], label: str,
     assert scrape.counters == counters and scrape.problems == []
 
 
-def test_prometheus_bad_lines_are_problems() -> None:
-    scrape = parse_exposition('ok{device="a"} 1\nbroken{device= 2\nx y z w v\n',
-                              [MetricPattern("ok", False)], "disk", "device")
+# every line legal in the Prometheus text format or OpenMetrics text: none is a problem
+LEGAL = """\
+# HELP x_total Reads, with \\\\ and \\n in its help text.
+# TYPE x counter
+x_total{device="sda"} 10 1700000000000
+x_total{device="sda",} 1 # {trace_id="KOO5S4vxi0o"} 0.67 1600000000.500
+x_total { device = "sd}b" , path="a\\\\b\\"c\\nd#e" } 3
+
+x_total{device="sdc"} +Inf
+x_total{device="sdd"} -Inf
+x_total{device="sde"} Inf
+x_total{device="sdf"} NaN
+\tx_total{device="sdg"}   4.5e1\t
+{"x_total",device="sdh"} 7
+# TYPE "x.dotted" gauge
+{"x.dotted", device="sda"} 2
+# UNIT x seconds
+# EOF
+"""
+
+
+def test_prometheus_legal_lines_are_read_and_never_problems() -> None:
+    scrape = parse_exposition(LEGAL, [MetricPattern("x.*", True)], "disk", "device")
+    assert scrape.problems == []
+    assert {(r.element_instance, r.metric): r.value for r in scrape.readings} == {
+        ("sda", "x_total"): 11.0, ("sd}b", "x_total"): 3.0, ("sdg", "x_total"): 45.0,
+        ("sdh", "x_total"): 7.0, ("sda", "x.dotted"): 2.0}  # not finite: skipped
+    scrape = parse_exposition(LEGAL, [MetricPattern("x_total", False)], "disk", "path")
+    assert [(r.element_instance, r.value) for r in scrape.readings] == [('a\\b"c\nd#e', 3.0)]
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ('ok{device= 2', "line 2: bad sample of ok"),  # label value not quoted
+    ('ok{device="b" 2', "line 2: bad sample of ok"),  # braces not closed
+    ('ok{device="b" path="c"} 2', "line 2: bad sample of ok"),  # no comma
+    ('ok{device="b"} two', "line 2: bad sample of ok"),
+    ('ok{device="b"} 2 3 4', "line 2: bad sample of ok"),
+    ('ok{device="b"} 2 yesterday', "line 2: bad sample of ok"),  # not a timestamp
+    ('ok{device="b"}', "line 2: bad sample of ok"),  # no value
+    ("<html><body>Error</body></html>", "line 2: not a sample line"),  # no metric name
+    ('other{device= 2', None),  # a metric the source does not take: skipped at its name
+    ("other x y z w", None),
+])
+def test_prometheus_bad_lines_of_taken_metrics_are_problems(line: str, problem: str | None
+                                                            ) -> None:
+    scrape = parse_exposition(f'ok{{device="a"}} 1\n{line}\n', [MetricPattern("ok", False)],
+                              "disk", "device")
     assert [r.value for r in scrape.readings] == [1.0]
-    assert scrape.problems == ["line 2: not a sample line", "line 3: not a sample line"]
+    assert scrape.problems == ([] if problem is None else [problem])
+
+
+@pytest.mark.parametrize(("types", "metric", "counter"), [
+    ("histogram", "lat_seconds_count", True),
+    ("histogram", "lat_seconds_sum", True),
+    ("histogram", "lat_seconds_bucket", True),
+    ("summary", "lat_seconds_count", True),
+    ("summary", "lat_seconds_sum", True),
+    ("summary", "lat_seconds", False),  # a quantile: a gauge
+    ("gaugehistogram", "lat_seconds_bucket", False),
+    ("gauge", "lat_seconds_count", False),
+    ("counter", "lat_seconds_total", True),  # OpenMetrics: the family without _total
+    ("counter", "lat_seconds_created", False),  # OpenMetrics: a time, not a count
+    ("untyped", "lat_seconds_sum", False),
+])
+def test_prometheus_counters_by_family_type(types: str, metric: str, counter: bool) -> None:
+    page = (f"# TYPE lat_seconds {types}\n"
+            f'{metric}{{dev="sda",le="+Inf",quantile="0.5"}} 10\n')
+    scrape = parse_exposition(page, [MetricPattern(metric, False)], "disk", "dev")
+    assert [r.value for r in scrape.readings] == [10.0]
+    assert scrape.counters == ({metric} if counter else set())
+
+
+def test_histogram_count_and_sum_become_rates() -> None:
+    # the CSV's cells of a histogram's _count and _sum: per second, as other counters'
+    def scrape_at(count: float, sum_s: float) -> Sample:
+        page = ("# TYPE io_seconds histogram\n"
+                f'io_seconds_bucket{{dev="sda",le="+Inf"}} {count}\n'
+                f'io_seconds_sum{{dev="sda"}} {sum_s}\nio_seconds_count{{dev="sda"}} {count}\n')
+        scrape = parse_exposition(page, [MetricPattern("io_seconds_(count|sum)", True)],
+                                  "disk", "dev")
+        assert scrape.counters == {"io_seconds_count", "io_seconds_sum"}
+        return Sample.of(0, scrape.readings)
+
+    first, second = scrape_at(100, 0.5), scrape_at(300, 1.5)
+    rates = values_of(Sample(2 * S, second.values), Sample(0, first.values),
+                      {"io_seconds_count", "io_seconds_sum"})
+    assert rates == {("disk", "sda", "io_seconds_count"): 100.0,
+                     ("disk", "sda", "io_seconds_sum"): 0.5}
 
 
 S = 1_000_000_000

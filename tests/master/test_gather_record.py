@@ -1,7 +1,8 @@
 """``Gathering.record`` on outcomes given by hand (no process runs): the joined columns per
 rollup type and instance (NaN for a failed or late subinterval), counters as rates from the
 last sample there was (a late one too), element files that start with their first sample, the
-non-participating aggregate, and an event for a joined metric first seen after the probe;
+non-participating aggregate, an event for a joined metric first seen after the probe, and a
+file of its own for each element type even where their names make the same file name;
 ``declared_metrics`` and ``probe`` (one real command), which fix a step's joined columns."""
 
 from __future__ import annotations
@@ -136,3 +137,34 @@ def test_probe_fixes_the_columns_from_the_first_sample_and_the_config(tmp_path: 
                        "gather.arr.LDEV.reads", "gather.arr.LDEV.resp_ms"]
     (src,) = gathering.sources
     assert -2 in src.outcomes and len(src.recent_ns) == 1
+
+
+def test_element_types_that_share_a_file_name_get_their_own_files(tmp_path: Path) -> None:
+    # a source's element types are its own text: "a/b" and "a_b" make the same safe file
+    # name, "non_participating" a joined source's aggregate file
+    events: list[str] = []
+    out = RunOutput(tmp_path)
+    gathering = Gathering([SOURCE], out, lambda _l, m, **_k: events.append(m), lambda: 0)
+    gathering.step = _Step(0, "s", "step0000-s", 0, S, {"all": (("all",), [0])},
+                           {"name": ["loop1"]})
+    (src,) = gathering.sources
+    src.joined_header = ["busy"]
+    values = {("LDEV", "loop1", "busy"): 1.0, ("non_participating", "e", "m"): 2.0,
+              ("a/b", "e", "x"): 3.0, ("a_b", "e", "y"): 4.0}
+    for k in range(2):
+        src.outcomes[k] = Outcome(0, 1, Sample(k * S, values))
+        with out.subinterval():
+            gathering.record(k, "warmup")
+    out.close()
+    folder = tmp_path / "step0000-s/gather/arr"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "LDEV.csv", "a_b-2.csv", "a_b.csv", "non_participating-2.csv", "non_participating.csv"]
+    assert [(r["element_instance"], r["y"]) for r in _rows(folder / "a_b.csv")] == [
+        ("e", "4"), ("e", "4")]
+    assert [r["x"] for r in _rows(folder / "a_b-2.csv")] == ["3", "3"]
+    assert [r["m"] for r in _rows(folder / "non_participating-2.csv")] == ["2", "2"]
+    assert [r["elements"] for r in _rows(folder / "non_participating.csv")] == ["0", "0"]
+    assert [e for e in events if "is written to" in e] == [
+        "gather arr: element type 'non_participating' is written to non_participating-2.csv: "
+        "non_participating.csv is another's",
+        "gather arr: element type 'a/b' is written to a_b-2.csv: a_b.csv is another's"]
