@@ -189,7 +189,8 @@ LUNS = Section(
         _k("create", "bool", "false",
            "With `file` only: create the file when it is missing, or extend it to `size` when it "
            "is smaller and empty or ivypy's own (its mark, below); a smaller file someone else "
-           "made is refused, never grown. A file ivypy makes (or sizes from empty) carries its mark, the extended attribute "
+           "made is refused, never grown. A file ivypy makes (or sizes from empty) carries its "
+           "mark, the extended attribute "
            "`user.ivypy.lun`: later runs write it without `allow_write` while it is that file "
            "(same inode) at that size. Where the file system keeps no user extended attributes "
            "the run warns, and a later run refuses the file as it would anyone's."),
