@@ -189,9 +189,15 @@ class Gathering:
             relative = f"gather/{safe_name(cfg.name)}/config/{name}"
             if self.output.resuming and (self.output.folder / relative).exists():
                 continue  # a resumed run keeps the configuration its first start wrote
-            names = sorted({a for attrs in elements.values() for a in attrs})
-            table = self.output.table(relative, ["element_instance", *names])
-            table.write_many([{"element_instance": e, **attrs}
+            column = _metric_columns(sorted({a for attrs in elements.values() for a in attrs}),
+                                     ("element_instance",))
+            moved = [f"{a} as {c}" for a, c in column.items() if a != c]
+            if moved:
+                self.event("WARNING", f"gather {cfg.name}: config_command: {element_type} "
+                           f"attributes written {', '.join(moved)}: their names are columns "
+                           "of the file's own", kind="gather")
+            table = self.output.table(relative, ["element_instance", *column.values()])
+            table.write_many([{"element_instance": e, **{column[a]: v for a, v in attrs.items()}}
                               for e, attrs in sorted(elements.items())])
 
     # ------------------------------------------------------------------ a step
@@ -362,12 +368,26 @@ class Gathering:
                 s.headers[etype] = header
             self._warn_new(s, step, k, etype, elements, header, "are not written")
             name = self._file_of(s, step, k, etype)
+            column = _metric_columns(header, _ELEMENT_COLUMNS)
+            self._warn_renamed(s, step, k, etype, column)
             table = self.output.table(f"{step.dir}/gather/{safe_name(s.cfg.name)}/{name}",
-                                      ["subinterval", "phase", "element_instance", *header])
-            known = set(header)
+                                      [*_ELEMENT_COLUMNS, *column.values()])
             table.write_many([{"subinterval": k, "phase": phase, "element_instance": inst,
-                               **{m: v for m, v in metrics.items() if m in known}}
+                               **{column[m]: v for m, v in metrics.items() if m in column}}
                               for inst, metrics in sorted(elements.items())])
+
+    def _warn_renamed(self, s: _Source, step: _Step | None, k: int | None, etype: str,
+                      column: Mapping[str, str]) -> None:
+        """Say once per element type which metrics are written under another column name
+        (theirs is one of the file's own columns)."""
+        moved = [f"{m} as {c}" for m, c in column.items()
+                 if m != c and f"renamed.{etype}.{m}" not in s.warned]
+        if moved:
+            s.warned.update(f"renamed.{etype}.{m}" for m, c in column.items() if m != c)
+            self.event("WARNING", f"gather {s.cfg.name}: {etype} metrics written "
+                       f"{', '.join(moved)}: their names are columns of the file's own",
+                       kind="gather", step=None if step is None else step.number,
+                       subinterval=k)
 
     def _file_of(self, s: _Source, step: _Step, k: int, etype: str) -> str:
         """The file of an element type in the step: ``<element_type>.csv`` made safe, or with
@@ -476,6 +496,25 @@ def _lun_value(workload: Any, attribute: str) -> str | None:
         return str(lun.path)
     value = lun.attributes.get(attribute)
     return None if value is None else str(value)
+
+
+#: the columns every element file of a source begins with
+_ELEMENT_COLUMNS = ("subinterval", "phase", "element_instance")
+
+
+def _metric_columns(metrics: Sequence[str], fixed: Sequence[str]) -> dict[str, str]:
+    """Each metric's column: its name, or ``metric_<name>`` (``metric_metric_<name>``...)
+    where its name is one of the file's ``fixed`` columns, or that is taken too."""
+    taken = set(fixed) | set(metrics)
+    out: dict[str, str] = {}
+    for m in metrics:
+        c = m
+        if c in fixed:
+            while c in taken:
+                c = f"metric_{c}"
+            taken.add(c)
+        out[m] = c
+    return out
 
 
 def _interlock_row(k: int, source: str, boundary_ns: int, out: Outcome | None, status: str,

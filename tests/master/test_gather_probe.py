@@ -118,3 +118,23 @@ def test_config_element_types_that_share_a_file_name_get_their_own_files(tmp_pat
         "a_b-2.csv": ["element_instance,model", "e2,x"]}
     assert gathering.attributes["arr"] == {"a_b": {"e1": {"serial": "1"}},
                                            "a/b": {"e2": {"model": "x"}}}
+
+
+def test_config_attributes_named_as_the_files_own_column_are_renamed(tmp_path: Path) -> None:
+    # an attribute called element_instance would overwrite each row's instance name
+    script = "print('port,p1,element_instance,x'); print('port,p1,speed,32')"
+    source = GatherSource("arr", "command", 5.0, argv=("true",),
+                          config_argv=(sys.executable, "-c", script))
+    output = RunOutput(tmp_path)
+    events: list[str] = []
+    gathering = Gathering([source], output, lambda _l, m, **_k: events.append(m),
+                          time.monotonic_ns)
+    asyncio.run(gathering.configure())
+    output.close()
+    assert (tmp_path / "gather/arr/config/port.csv").read_text().splitlines() == [
+        "element_instance,metric_element_instance,speed", "p1,x,32"]
+    assert events == ["gather arr: config_command: port attributes written element_instance "
+                      "as metric_element_instance: their names are columns of the file's own"]
+    # the join still reads the attribute by its own name
+    assert gathering.attributes["arr"] == {"port": {"p1": {"element_instance": "x",
+                                                           "speed": "32"}}}

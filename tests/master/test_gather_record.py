@@ -168,3 +168,37 @@ def test_element_types_that_share_a_file_name_get_their_own_files(tmp_path: Path
         "gather arr: element type 'non_participating' is written to non_participating-2.csv: "
         "non_participating.csv is another's",
         "gather arr: element type 'a/b' is written to a_b-2.csv: a_b.csv is another's"]
+
+
+def test_metrics_named_as_the_files_own_columns_are_written_under_other_names(
+        tmp_path: Path) -> None:
+    # a source's metrics called subinterval, phase or element_instance (or metric_phase, the
+    # name one of them would take) never overwrite the file's own columns; said once a step
+    events: list[str] = []
+    out = RunOutput(tmp_path)
+    gathering = Gathering([SOURCE], out, lambda _l, m, **_k: events.append(m), lambda: 0)
+    gathering.step = _Step(0, "s", "step0000-s", 0, S, {"all": (("all",), [0])},
+                           {"name": ["loop1"]})
+    (src,) = gathering.sources
+    src.joined_header = ["busy"]
+    values = {("LDEV", "loop1", "busy"): 1.0, ("pool", "p1", "phase"): 7.0,
+              ("pool", "p1", "metric_phase"): 6.0, ("pool", "p1", "element_instance"): 8.0,
+              ("pool", "p1", "subinterval"): 9.0, ("pool", "p1", "used"): 5.0}
+    for k in range(2):
+        src.outcomes[k] = Outcome(0, 1, Sample(k * S, values))
+        with out.subinterval():
+            gathering.record(k, "warmup")
+    out.close()
+    rows = _rows(tmp_path / "step0000-s/gather/arr/pool.csv")
+    assert list(rows[0]) == ["subinterval", "phase", "element_instance",
+                             "metric_element_instance", "metric_phase", "metric_metric_phase",
+                             "metric_subinterval", "used"]  # in the metrics' order
+    assert [(r["subinterval"], r["phase"], r["element_instance"]) for r in rows] == [
+        ("0", "warmup", "p1"), ("1", "warmup", "p1")]
+    assert [r["metric_metric_phase"] for r in rows] == ["7", "7"]
+    assert [r["metric_phase"] for r in rows] == ["6", "6"]
+    assert [r["metric_subinterval"] for r in rows] == ["9", "9"]
+    assert [e for e in events if "written" in e] == [
+        "gather arr: pool metrics written element_instance as metric_element_instance, phase "
+        "as metric_metric_phase, subinterval as metric_subinterval: their names are columns "
+        "of the file's own"]
