@@ -116,7 +116,13 @@ def _resumed(folder: Path) -> tuple[TestConfig, Resume]:
     """The test kept in ``folder`` and where to resume it; ``ConfigError`` (exit 2) when the
     folder cannot be resumed (no state, complete, still running, its test file or ivypy's
     version changed)."""
-    from master.runstate import Resume, RunStateError, check_resumable, read_state
+    from master.runstate import (
+        Resume,
+        RunStateError,
+        check_resumable,
+        check_summary,
+        read_state,
+    )
     from protocol.version import __version__
 
     folder = folder.expanduser().resolve()  # the folder itself, not a symlink to it
@@ -128,6 +134,7 @@ def _resumed(folder: Path) -> tuple[TestConfig, Resume]:
         except (OSError, UnicodeDecodeError) as exc:
             raise RunStateError(f"cannot read {test_file}: {exc}") from exc
         first = check_resumable(state, folder, text, __version__)
+        check_summary(folder, first)
         output_root = _recorded_output_root(folder)
     except RunStateError as exc:
         raise ConfigError(f"cannot resume: {exc}") from exc

@@ -222,7 +222,12 @@ def set_aside_incomplete_steps(folder: Path, step_dirs: Sequence[str],
     """Before a resume: the folders ``step_dirs`` (those of the steps from ``first_step`` on;
     a step cut off by the crash) are renamed ``<name>.incomplete`` (``-2``, ``-3`` ... when
     taken), and summary.csv loses the rows of those steps (their folder keeps its own
-    summaries): the resumed run writes them anew, once. Returns what was set aside."""
+    summaries): the resumed run writes them anew, once. A last row the crash cut off (fewer
+    cells than the header, or no step number) goes too. Returns what was set aside. A
+    summary.csv that cannot be read so (no header with ``step_number``, a row that is not
+    whole before its last) is a ``RunStateError`` naming its line, with nothing changed."""
+    summary = folder / "summary.csv"
+    header, kept, dropped, cut = _summary_rows(summary, first_step)
     moved = []
     for name in step_dirs:
         child = folder / name
@@ -235,15 +240,52 @@ def set_aside_incomplete_steps(folder: Path, step_dirs: Sequence[str],
             target = folder / f"{child.name}.incomplete-{n}"
         child.rename(target)
         moved.append(target.name)
-    summary = folder / "summary.csv"
-    if summary.exists():
-        with open(summary, newline="", encoding="utf-8") as fh:
-            table = list(csv.reader(fh))
-        col = table[0].index("step_number")
-        kept = [row for row in table[1:] if row and int(row[col]) < first_step]
-        if len(kept) != len(table) - 1:
-            tmp = folder / ".summary.csv.tmp"
-            with open(tmp, "w", newline="", encoding="utf-8") as fh:
-                csv.writer(fh).writerows([table[0], *kept])
-            os.replace(tmp, summary)
+    if dropped:
+        tmp = folder / ".summary.csv.tmp"
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows([header, *kept])
+        os.replace(tmp, summary)
+    if cut:
+        moved.append(f"summary.csv's last row, cut off at the crash (line {cut})")
     return moved
+
+
+def check_summary(folder: Path, first_step: int) -> None:
+    """Whether a resume from ``first_step`` can set summary.csv's rows aside (as
+    ``set_aside_incomplete_steps`` will): a ``RunStateError`` naming the line if not."""
+    _summary_rows(folder / "summary.csv", first_step)
+
+
+def _summary_rows(summary: Path, first_step: int
+                  ) -> tuple[list[str], list[list[str]], int, int]:
+    """summary.csv's header, its rows of the steps before ``first_step``, how many rows go,
+    and the line of a last row the crash cut off (0: none)."""
+    if not summary.exists():
+        return [], [], 0, 0
+    try:
+        with open(summary, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            rows = [(reader.line_num, row) for row in reader if row]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RunStateError(f"cannot read {summary}: {exc}") from exc
+    if not rows:
+        return [], [], 0, 0
+    header = rows[0][1]
+    if "step_number" not in header:
+        raise RunStateError(f"{summary}: line 1 is not its header (no step_number column)")
+    col = header.index("step_number")
+    kept: list[list[str]] = []
+    cut = 0
+    for i, (line, row) in enumerate(rows[1:], start=1):
+        whole = len(row) == len(header) and row[col].isdigit()
+        if not whole:
+            if i == len(rows) - 1:  # the last: written when the crash came
+                cut = line
+                continue
+            raise RunStateError(
+                f"{summary}: line {line}: not a whole row ({len(row)} cells of "
+                f"{len(header)}, step_number {row[col] if col < len(row) else 'missing'!r}); "
+                "the run cannot be resumed from it as it is")
+        if int(row[col]) < first_step:
+            kept.append(row)
+    return header, kept, len(rows) - 1 - len(kept), cut

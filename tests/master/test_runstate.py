@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -21,6 +22,7 @@ from master.runstate import (
     RunState,
     RunStateError,
     check_resumable,
+    check_summary,
     describe,
     master_alive,
     new_state,
@@ -168,3 +170,44 @@ def test_describe_a_finished_run(tmp_path: Path) -> None:
     assert "last complete step: step 2 (c) of 3 steps" in text and "resumed 1 time" in text
     assert "exit status: 1" in text and "--resume" not in text
     assert socket.gethostname()  # the controller is this host's name
+
+
+def _summary(tmp_path: Path, text: str) -> None:
+    (tmp_path / "summary.csv").write_text(text)
+    for name in ("step0000-a", "step0001-b"):
+        (tmp_path / name).mkdir(exist_ok=True)
+
+
+@pytest.mark.parametrize(("last", "said"), [
+    ("1,", True),  # fewer cells
+    ("\x00\x00\x00", True),  # zeros of a block never written
+    ("1,b,al", False),  # whole to the eye: step 1's, dropped as such
+    ('1,b,"all', False),  # a quote left open, read to the end
+])
+def test_a_last_summary_row_the_crash_cut_off_is_dropped(
+        tmp_path: Path, last: str, said: bool) -> None:
+    _summary(tmp_path, f"step_number,step_name,rollup_instance\n0,a,all\n{last}")
+    check_summary(tmp_path, 1)
+    moved = set_aside_incomplete_steps(tmp_path, ["step0001-b"], 1)
+    assert moved == ["step0001-b.incomplete"] + (
+        ["summary.csv's last row, cut off at the crash (line 3)"] if said else [])
+    assert (tmp_path / "summary.csv").read_text().splitlines() == [
+        "step_number,step_name,rollup_instance", "0,a,all"]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("step_number,step_name\n0,a\nx,b\n1,b\n",
+     "summary.csv: line 3: not a whole row (2 cells of 2, step_number 'x')"),
+    ("step_number,step_name\n0\n1,b\n",
+     "summary.csv: line 2: not a whole row (1 cells of 2, step_number '0')"),
+    ("step,name\n0,a\n", "summary.csv: line 1 is not its header (no step_number column)"),
+])
+def test_a_summary_garbled_before_its_last_row_stops_the_resume_changing_nothing(
+        tmp_path: Path, text: str, error: str) -> None:
+    _summary(tmp_path, text)
+    with pytest.raises(RunStateError, match=re.escape(error)):
+        check_summary(tmp_path, 1)
+    with pytest.raises(RunStateError, match=re.escape(error)):
+        set_aside_incomplete_steps(tmp_path, ["step0001-b"], 1)
+    assert (tmp_path / "summary.csv").read_text() == text
+    assert (tmp_path / "step0001-b").is_dir()
