@@ -29,10 +29,11 @@ class LunInfo:
     ``dev`` is ``major:minor`` for block devices. ``parent`` is the whole disk a partition belongs
     to. ``open_by`` lists other processes as ``pid:comm``. ``exclusive_busy`` is True when an
     ``O_EXCL`` open failed with EBUSY (mounted, held, or claimed by another process).
-    ``probe_error`` is set when the device or file could not be read to look for a signature, in
-    which case nothing is known about its contents. For a loop device, ``backing_open_by`` lists
-    other processes that have its backing file open (``pid:comm``) and ``backing_shared_with``
-    the other loop devices over the same file: a write to the loop device is a write to them.
+    ``probe_error`` is set when the device or file could not be read to look for a signature, or
+    did not answer in time (``unanswered``), in which case nothing is known about its contents.
+    For a loop device, ``backing_open_by`` lists other processes that have its backing file open
+    (``pid:comm``) and ``backing_shared_with`` the other loop devices over the same file: a
+    write to the loop device is a write to them.
     A partition of a loop device has its disk's ``backing_file`` and the same two checks.
     For a partition, ``disk_holders`` and ``disk_open_by`` are its whole disk's holders and
     other openers (a device-mapper map over the disk, a VM with the disk open): a write to the
@@ -67,6 +68,10 @@ class LunInfo:
     open_by: tuple[str, ...] = ()
     exclusive_busy: bool = False
     probe_error: str = ""
+    #: the device (or file) did not answer the probe's reads within
+    #: ``slave.signatures.PROBE_TIMEOUT_S`` (``probe_error`` says so): it may be stuck, and any
+    #: other read of it (an engine's O_DIRECT test, say) may block as long
+    unanswered: bool = False
     backing_open_by: tuple[str, ...] = ()
     backing_shared_with: tuple[str, ...] = ()
     disk_holders: tuple[str, ...] = ()
@@ -147,7 +152,7 @@ _INT_FIELDS = frozenset({
 })
 
 
-_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy", "created", "has_holes"})
+_BOOL_FIELDS = frozenset({"read_only", "exclusive_busy", "unanswered", "created", "has_holes"})
 
 
 _TUPLE_FIELDS = frozenset({

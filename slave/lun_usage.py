@@ -7,7 +7,9 @@ read from sysfs or a file's stat.
 Objects are matched as objects (device number; ``st_dev``/``st_ino``), never by name alone.
 Paths on network or FUSE file systems are never stat'ed (a dead server would hang discovery).
 Rules: this module only reads. It never writes to a device, never opens one for writing, and
-never holds an exclusive claim longer than one ``open``/``close`` pair (``probe_path``).
+never holds an exclusive claim longer than one ``open``/``close`` pair (``probe_path``). No
+device holds up the others: their signature probes run at once, each within a time bound
+(``slave.signatures.probe_paths``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo
-from slave.signatures import BlkidRun, probe_path
+from slave.signatures import ProbeTarget, probe_paths, probing_pids
 
 log = logging.getLogger(__name__)
 
@@ -236,19 +238,22 @@ def with_evidence(
     ignore_pids: Collection[int],
 ) -> list[LunInfo]:
     """Add signature, probe errors, exclusive-claim, open_by and (for loop devices) backing-file
-    evidence to sysfs/stat facts."""
-    blkid = BlkidRun(lun.path for lun in luns) if use_blkid else None
+    evidence to sysfs/stat facts. The signature probes (``slave.signatures.probe_paths``) run
+    at once, each within ``PROBE_TIMEOUT_S``: a LUN that does not answer is ``unanswered``, its
+    contents unknown, and holds nobody else up."""
+    probes = probe_paths([
+        ProbeTarget(lun.path, lun.size_bytes, lun.logical_block_bytes,
+                    exclusive=exclusive and lun.kind == KIND_BLOCK, key=_probe_key(lun))
+        for lun in luns
+    ], use_blkid=use_blkid)
     probed: list[LunInfo] = []
-    for lun in luns:
-        signature, error, busy = probe_path(
-            lun.path, lun.size_bytes, lun.logical_block_bytes,
-            exclusive=exclusive and lun.kind == KIND_BLOCK,
-        )
-        if error:
-            log.info("LUN %s: %s; its contents are unknown", lun.path, error)
-        probed.append(
-            dataclasses.replace(lun, signature=signature, probe_error=error, exclusive_busy=busy)
-        )
+    for lun, probe in zip(luns, probes, strict=True):
+        if probe.error and not probe.unanswered:  # probe_paths warned about those
+            log.info("LUN %s: %s; its contents are unknown", lun.path, probe.error)
+        probed.append(dataclasses.replace(
+            lun, signature=probe.signature, probe_error=probe.error,
+            exclusive_busy=probe.busy, unanswered=probe.unanswered,
+        ))
     disk_rdevs = [_disk_rdev(lun, roots.sys_root) for lun in probed]
     disk_nodes = {
         lun.path: os.path.join(roots.dev_root, lun.parent)
@@ -260,30 +265,14 @@ def with_evidence(
     rdevs.update(r for r in disk_rdevs if r is not None)
     identities = [_file_identity(lun) for lun in probed]
     backings = _backing_files(probed, roots, mounts)
-    if blkid is not None and blkid.proc is not None:  # our blkid has them open right now
-        ignore_pids = {*ignore_pids, blkid.proc.pid}
     opened = scan_open_files(
         roots.proc_root,
         paths | {b.path for b in backings.values() if not b.deleted},
         rdevs,
-        ignore_pids,
+        {*ignore_pids, *probing_pids()},  # our own blkid, still waiting on a device, is us
         inodes={i for i in [*identities, *(b.identity for b in backings.values())] if i},
         may_hang=mounts.may_hang,
     )
-    second = blkid.result() if blkid is not None else {}
-    for i, lun in enumerate(probed):
-        if blkid is not None and blkid.failed and not lun.signature and not lun.probe_error:
-            # our probe knows fewer signatures than blkid (not hardware-RAID metadata such as
-            # DDF or Intel IMSM, DRBD, VDO, BitLocker, UDF, ZFS cache/spare devices ...): a
-            # blank answer from it alone is not enough to let a write through
-            probed[i] = lun = dataclasses.replace(lun, probe_error=(
-                f"{blkid.failed}, and our own probe, which knows fewer signatures, found none"))
-        theirs = second.get(lun.path, "")
-        if theirs and not lun.signature:
-            log.info("LUN %s: blkid found %s where our probe found none", lun.path, theirs)
-            probed[i] = dataclasses.replace(lun, signature=theirs)
-        elif theirs and theirs != lun.signature:
-            log.debug("LUN %s: our probe says %s, blkid says %s", lun.path, lun.signature, theirs)
     out = []
     for lun, identity, disk_rdev in zip(probed, identities, disk_rdevs, strict=True):
         keys = [lun.path, os.path.realpath(lun.path)]
@@ -308,6 +297,14 @@ def with_evidence(
             )
         out.append(lun)
     return out
+
+
+def _probe_key(lun: LunInfo) -> str:
+    """What names the LUN across probes: a block device's number (whatever node names it), a
+    file's path."""
+    if lun.kind == KIND_BLOCK and lun.dev:
+        return f"block {lun.dev}"
+    return f"{lun.kind} {os.path.realpath(lun.path)}"
 
 
 def _disk_rdev(lun: LunInfo, sys_root: str) -> int | None:

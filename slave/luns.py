@@ -18,7 +18,12 @@ Evidence of use comes from the kernel: mounts (``/proc/self/mountinfo``, matched
 and by source path), active swap (``/proc/swaps``), holders and partitions (sysfs), other
 processes' open file descriptors (``/proc/<pid>/fd``, excluding our own pid and ``ignore_pids``),
 and a signature read from the device itself (``slave/signatures.py``: our own probe of small
-regions of it, with blkid as a second opinion where it is installed).
+regions of it, with blkid as a second opinion where it is installed). All devices are probed at
+once, each within ``PROBE_TIMEOUT_S``: one that does not answer (a dead path queueing I/O, a
+LUN failing over) is reported as not probed (``unanswered``; its ``probe_error``, "did not
+answer a read within 5 s", refuses a write to it without ``allow_write``) and holds up neither
+the other devices' probes nor ``discover_block_devices`` past that bound; its probe is left
+waiting, and not started again while it waits.
 Devices and files are matched as objects (device number; ``st_dev``/``st_ino``, for a loop
 device's file as the kernel reports it), never by name alone: a device node outside /dev, a hard
 link, a bind mount or a deleted name is still the same LUN. Paths on network or FUSE file systems
@@ -182,6 +187,8 @@ def discover_block_devices(
 
     Does not take exclusive claims (a concurrent ``mount`` elsewhere must never fail because
     discovery was looking); ``describe_block_device`` does that for the devices a test names.
+    Returns within about ``PROBE_TIMEOUT_S`` whatever the devices do: one that does not answer
+    its probe in time is in the list, ``unanswered``.
     ``dev_root`` and the other roots exist so tests can run this over a fake tree.
     """
     roots = Roots(sys_root, proc_root, dev_root)

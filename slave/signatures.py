@@ -3,29 +3,36 @@
 Owns ``detect_signature`` (our own probe of small regions of a device or file: its first 68 KiB,
 4 bytes at 1 and 2 MiB, the ZFS uberblock arrays, a few KiB near the end; so the answer does not
 depend on which hosts have util-linux), ``probe_path`` (that probe on a path, with the
-exclusive-open test of whether someone holds the device), and ``blkid_signatures`` /
-``BlkidRun`` (blkid as a second opinion where it is installed, run while we probe).
+exclusive-open test of whether someone holds the device), ``blkid_signatures`` / ``BlkidRun``
+(blkid as a second opinion where it is installed, run while we probe), and ``probe_paths``
+(both on many devices at once, each within ``PROBE_TIMEOUT_S``: a device that does not answer
+is reported as not probed, and its probe, stuck in the kernel, is left behind).
 
 Rules: only reads. It never writes to a device, never opens one for writing, and never holds an
-exclusive claim longer than one ``open``/``close`` pair. Deciding what a signature means for a
-write is ``slave/preflight.py``'s job; building ``LunInfo`` is ``slave/luns.py``'s.
+exclusive claim longer than one ``open``/``close`` pair (released before the first read). No
+read of a device is waited for past ``PROBE_TIMEOUT_S``, nor started while an earlier probe of
+that device still waits. Deciding what a signature means for a write is
+``slave/preflight.py``'s job; building ``LunInfo`` is ``slave/luns.py``'s.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
 import shutil
 import struct
 import subprocess
+import threading
+import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
 SECTOR_BYTES = 512
-BLKID_TIMEOUT_S = 10.0
 
 
 KIB = 1024
@@ -487,23 +494,23 @@ def probe_path(
     path: str, size_bytes: int, logical_block_bytes: int, *, exclusive: bool
 ) -> tuple[str, str, bool]:
     """(signature, probe_error, exclusive_busy) for a device or file; reads with buffered preads.
+    Waits as long as the device takes to answer: ``probe_paths`` bounds that.
 
-    With ``exclusive`` (block devices only) the open first tries ``O_EXCL``: EBUSY means a mount,
-    holder or another process claims the device. The claim is released immediately.
+    With ``exclusive`` (block devices only) an ``O_EXCL`` open comes first: EBUSY means a mount,
+    holder or another process claims the device. That claim is released before anything is
+    read: a read stuck on the device must not keep holding it (a ``mount`` would fail).
     """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
     busy = False
     try:
         if exclusive:
             try:
-                fd = os.open(path, flags | os.O_EXCL)
+                os.close(os.open(path, flags | os.O_EXCL))
             except OSError as exc:
                 if exc.errno != errno.EBUSY:
                     raise
                 busy = True
-                fd = os.open(path, flags)
-        else:
-            fd = os.open(path, flags)
+        fd = os.open(path, flags)
     except OSError as exc:
         return "", f"cannot open {path}: {exc.strerror or exc}", busy
     try:
@@ -518,6 +525,203 @@ def probe_path(
         os.close(fd)
 
 
+# --------------------------------------------------------------------------------------------
+# Probing many devices, each within a time bound
+# --------------------------------------------------------------------------------------------
+
+#: How long one device (or file) has to answer its probe (our reads and blkid's, at once)
+#: before it is reported as not probed: "did not answer a read within 5 s", its contents
+#: unknown, so a write to it is refused without allow_write. A healthy device answers the
+#: probe's few dozen small reads in milliseconds, a busy array in well under a second (even at
+#: 100 ms a read, ours take 2 s). Longer means a device in trouble: paths failing over
+#: (multipath fails a path after fast_io_fail_tmo, 5 s by default), a dead path queueing I/O
+#: for good (queue_if_no_path), a SCSI command waiting out its 30 s timeout. Waiting for one
+#: would hold up discovery, and so every test on the host, whether it names the device or not
+#: (a slow device at 2 s a request took 38 s, a stuck one forever). A disk spun down takes
+#: longer to spin up (10-15 s) and is reported unprobed too (discover again, or allow_write).
+#: 5 s keeps a discovery far inside the master's 60 s for it, even in a few rounds
+#: (``PROBES_AT_ONCE``) of devices that all time out.
+PROBE_TIMEOUT_S = 5.0
+
+#: How many devices are probed at once, each in its own thread with its own blkid process:
+#: a host with hundreds of LUNs over several paths is probed in a few rounds, not one device
+#: after another. A probe past its ``PROBE_TIMEOUT_S`` gives its place up (its thread is left
+#: behind, waiting on the device).
+PROBES_AT_ONCE = 128
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """One path to probe. ``key`` names the device (or file) across probes (its
+    ``major:minor``, else its path): one whose earlier probe still waits is not probed again."""
+
+    path: str
+    size_bytes: int
+    logical_block_bytes: int
+    exclusive: bool
+    key: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What probing one path found: ``signature`` (ours, or blkid's where ours found none),
+    ``error`` (why its contents are unknown, or ""), ``busy`` (the ``O_EXCL`` open failed with
+    EBUSY) and ``unanswered`` (its reads got no answer within ``PROBE_TIMEOUT_S``: the device
+    may be stuck, and another read of it may block as long)."""
+
+    signature: str = ""
+    error: str = ""
+    busy: bool = False
+    unanswered: bool = False
+
+
+# The probes still waiting on their device, by ``ProbeTarget.key`` (with ``_RunningProbe.wakes``
+# under ``_IN_FLIGHT_LOCK``): a probe leaves when its thread is done with the device.
+_IN_FLIGHT: dict[str, _RunningProbe] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+class _RunningProbe:
+    """One target's probe in its own daemon thread: blkid started, our own reads, then blkid's
+    answer awaited until the deadline (past it blkid is killed and waited for: while it is
+    stuck on the device, the device's probe is not over). A thread stuck in the kernel cannot
+    be stopped, so nobody waits for it beyond the deadline, and it never holds up the exit of
+    the process. What it learns is published as it comes (``ours``, then ``theirs``, under
+    ``lock``), so that what is known at the deadline is used."""
+
+    def __init__(self, target: ProbeTarget, use_blkid: bool, wake: threading.Event) -> None:
+        self.target = target
+        self.use_blkid = use_blkid
+        self.timeout_s = PROBE_TIMEOUT_S
+        self.started_s = time.monotonic()
+        self.deadline_s = self.started_s + self.timeout_s
+        self.lock = threading.Lock()
+        self.ours: tuple[str, str, bool] | None = None
+        self.theirs: dict[str, str] | None = None  # None: blkid asked, no answer (yet)
+        self.blkid_pid = 0
+        self.over = threading.Event()
+        self.wakes = [wake]  # set when the thread is done
+        self.thread = threading.Thread(
+            target=self._run, name=f"ivypy probe {target.path}", daemon=True
+        )
+
+    def _run(self) -> None:
+        t = self.target
+        try:
+            blkid = BlkidRun([t.path]) if self.use_blkid else None
+            if blkid is not None and blkid.proc is not None:
+                self.blkid_pid = blkid.proc.pid
+            try:
+                ours = probe_path(t.path, t.size_bytes, t.logical_block_bytes,
+                                  exclusive=t.exclusive)
+            except Exception as exc:  # a bug in a detector must not pass for a stuck device
+                log.exception("LUN %s: probe failed", t.path)
+                ours = ("", f"cannot probe {t.path}: {exc!r}", False)
+            with self.lock:
+                self.ours = ours
+            if blkid is None:
+                theirs: dict[str, str] = {}
+            else:
+                theirs = blkid.result(self.deadline_s - time.monotonic(), reap=True)
+                if blkid.failed:
+                    return
+            with self.lock:
+                self.theirs = theirs
+        finally:
+            with _IN_FLIGHT_LOCK:
+                if _IN_FLIGHT.get(t.key) is self:
+                    del _IN_FLIGHT[t.key]
+                self.over.set()
+                wakes = list(self.wakes)
+            for wake in wakes:
+                wake.set()
+
+    def outcome(self) -> Probe:
+        """The probe's answer, when it is over or past its deadline."""
+        path = self.target.path
+        with self.lock:
+            ours, theirs = self.ours, self.theirs
+        if ours is None:
+            error = f"did not answer a read within {self.timeout_s:g} s"
+            log.warning("LUN %s: %s: not probed, its contents are unknown", path, error)
+            return Probe(error=error, unanswered=True)
+        signature, error, busy = ours
+        if theirs is None:
+            if not signature and not error:
+                # our probe knows fewer signatures than blkid (not hardware-RAID metadata such
+                # as DDF or Intel IMSM, DRBD, VDO, BitLocker, UDF, ZFS cache/spare devices ...):
+                # a blank answer from it alone is not enough to let a write through
+                error = (f"blkid gave no answer within {self.timeout_s:g} s, and our own probe, "
+                         "which knows fewer signatures, found none")
+            log.warning("LUN %s: blkid gave no answer within %g s", path, self.timeout_s)
+            return Probe(signature, error, busy)
+        their = theirs.get(path, "")
+        if their and not signature:
+            log.info("LUN %s: blkid found %s where our probe found none", path, their)
+            signature = their
+        elif their and their != signature:
+            log.debug("LUN %s: our probe says %s, blkid says %s", path, signature, their)
+        return Probe(signature, error, busy)
+
+
+def _start(target: ProbeTarget, use_blkid: bool, wake: threading.Event) -> _RunningProbe | Probe:
+    """A new probe of ``target``; the one still running on the same device, when there is
+    one (a target named twice); or, where that one is past its deadline, the answer that the
+    device does not answer, without a second probe stuck behind the first."""
+    with _IN_FLIGHT_LOCK:
+        earlier = _IN_FLIGHT.get(target.key)
+        if earlier is None:
+            running = _IN_FLIGHT[target.key] = _RunningProbe(target, use_blkid, wake)
+            running.thread.start()
+            return running
+        now_s = time.monotonic()
+        if now_s < earlier.deadline_s:
+            earlier.wakes.append(wake)
+            return earlier
+    error = (f"did not answer a read within {earlier.timeout_s:g} s (ivypy's probe of it, "
+             f"started {now_s - earlier.started_s:.0f} s ago, still waits)")
+    log.warning("LUN %s: %s: not probed again, its contents are unknown", target.path, error)
+    return Probe(error=error, unanswered=True)
+
+
+def probe_paths(targets: Sequence[ProbeTarget], *, use_blkid: bool) -> list[Probe]:
+    """``probe_path`` on every target, with blkid's second opinion (``use_blkid``, where it is
+    installed), in the order of ``targets``: up to ``PROBES_AT_ONCE`` at once, each in its own
+    daemon thread with ``PROBE_TIMEOUT_S`` to answer. A target that does not answer in time is
+    ``unanswered`` ("did not answer a read within N s") and left behind: its thread keeps
+    waiting on the device, and until it is done no new probe of that device starts (later
+    probes get the same answer at once). A target whose reads answered but whose blkid did not
+    keeps the signature we found, or, blank to us, is "could not be checked". Returns within
+    about ``PROBE_TIMEOUT_S`` times the rounds of ``PROBES_AT_ONCE``, whatever the devices do."""
+    wake = threading.Event()
+    waiting = collections.deque(enumerate(targets))
+    running: dict[int, _RunningProbe] = {}
+    found: dict[int, Probe] = {}
+    while waiting or running:
+        while waiting and len(running) < PROBES_AT_ONCE:
+            i, target = waiting.popleft()
+            started = _start(target, use_blkid, wake)
+            if isinstance(started, Probe):
+                found[i] = started
+            else:
+                running[i] = started
+        wake.clear()  # before looking: a probe over from here on sets it again
+        now_s = time.monotonic()
+        finished = [i for i, r in running.items() if r.over.is_set() or now_s >= r.deadline_s]
+        for i in finished:
+            found[i] = running.pop(i).outcome()
+        if running and not finished:
+            wake.wait(max(0.0, min(r.deadline_s for r in running.values()) - now_s))
+    return [found[i] for i in range(len(targets))]
+
+
+def probing_pids() -> set[int]:
+    """The blkid processes of our probes still waiting on their device (they have it open: that
+    is us looking, not someone using it)."""
+    with _IN_FLIGHT_LOCK:
+        return {r.blkid_pid for r in _IN_FLIGHT.values() if r.blkid_pid}
+
+
 def blkid_signatures(paths: Iterable[str]) -> dict[str, str]:
     """blkid's opinion on ``paths``: path -> TYPE or PTTYPE (or ``ambivalent``). Never raises.
 
@@ -525,9 +729,10 @@ def blkid_signatures(paths: Iterable[str]) -> dict[str, str]:
     i.e. several signatures at once). Several paths: one ``blkid -c /dev/null -o export`` process
     for all of them, probing each device afresh (the empty cache file bypasses the cache) but
     leaving ambivalent devices out; ``blkid -p`` cannot be used there because, given several
-    devices, it stops at the first one where it finds nothing. Empty when blkid is missing.
+    devices, it stops at the first one where it finds nothing. Empty when blkid is missing or
+    gave no answer within ``PROBE_TIMEOUT_S``.
     """
-    return BlkidRun(paths).result()
+    return BlkidRun(paths).result(PROBE_TIMEOUT_S)
 
 
 class BlkidRun:
@@ -553,17 +758,23 @@ class BlkidRun:
         except OSError as exc:
             log.warning("cannot run blkid, relying on our own signature probe: %s", exc)
 
-    def result(self) -> dict[str, str]:
+    def result(self, timeout_s: float, *, reap: bool = False) -> dict[str, str]:
+        """blkid's answer, waited for up to ``timeout_s``; past it blkid is killed, ``failed``
+        says so and the answer is empty. A blkid stuck in the kernel dies only when its read
+        returns: ``reap`` waits for that, else a daemon thread does."""
         if self.proc is None:
             return {}
+        proc = self.proc
         try:
-            out, err = self.proc.communicate(timeout=BLKID_TIMEOUT_S)
+            out, err = proc.communicate(timeout=max(0.0, timeout_s))
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.communicate()
-            self.failed = f"blkid gave no answer within {BLKID_TIMEOUT_S:g} s"
-            log.warning("%s; LUNs our own probe finds blank are reported as unchecked",
-                        self.failed)
+            proc.kill()
+            self.failed = f"blkid gave no answer within {timeout_s:g} s"
+            if reap:
+                proc.communicate()
+            else:
+                threading.Thread(target=proc.communicate, name="ivypy blkid reaper",
+                                 daemon=True).start()
             return {}
         found: dict[str, str] = {}
         for block in out.split("\n\n"):

@@ -660,7 +660,7 @@ def test_a_blkid_that_hangs_leaves_blank_luns_unchecked(
     (fake / "blkid").write_text("#!/bin/sh\nexec sleep 30\n")
     (fake / "blkid").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    monkeypatch.setattr(signatures, "BLKID_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(signatures, "PROBE_TIMEOUT_S", 0.3)
     path = tmp_path / "lun.dat"
     with open(path, "wb") as fh:
         fh.truncate(4 * MIB)
