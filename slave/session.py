@@ -137,7 +137,11 @@ class Backend(Protocol):
         """The buffers of ``subinterval`` were sent: they are ready to run again."""
 
     def halt(self) -> None:
-        """Stop all I/O now and wait until nothing is in flight."""
+        """Stop all I/O now and wait until nothing is in flight. Raises ``IvyError`` when it
+        did not end cleanly (I/Os still in flight past the drain limit, a loop that did not
+        stop, one that failed), after stopping what it could; an error with ``errors`` (a
+        sequence of ``IvyError``) stands for each of them. An error may name what it concerns
+        as ``workloads`` and ``luns`` (tuples of ids and paths)."""
 
     def close(self) -> None: ...
 
@@ -316,10 +320,52 @@ class SlaveSession:
 
     def shut_down(self) -> None:
         """Stop all I/O and end the conversation without a word (the master is gone, or a
-        signal came)."""
-        self.backend.halt()
+        signal came; what went wrong stopping the I/O is logged)."""
+        self._halt()
         self._drop_window_store()
         self.closed = True
+
+    def _halt(self) -> list[IvyError]:
+        """Stop all I/O (``Backend.halt``); returns what went wrong on the way, one error per
+        problem (logged here; the caller tells the master), none when it ended cleanly."""
+        try:
+            self.backend.halt()
+        except IvyError as exc:
+            problems: list[IvyError] = list(getattr(exc, "errors", ()) or [exc])
+            for problem in problems:
+                log.error("stopping all I/O: %s", problem)
+            return problems
+        return []
+
+    def _context(self, exc: BaseException | None) -> tuple[str, str]:
+        """The first workload and LUN that ``exc`` (or an exception it was raised from)
+        names: ``(workload_id, lun)``, each ``""`` when unknown."""
+        while exc is not None:
+            workloads = tuple(getattr(exc, "workloads", ()) or ())
+            luns = tuple(getattr(exc, "luns", ()) or ())
+            if workloads or luns:
+                wid = str(workloads[0]) if workloads else ""
+                lun = str(luns[0]) if luns else (
+                    self.lun_of[wid].path if wid in self.lun_of else "")
+                return wid, lun
+            exc = exc.__cause__
+        return "", ""
+
+    def _host_error(self, kind: str, message: str, exc: BaseException | None = None) -> Error:
+        """An ``Error`` that answers no request: its message names this host (as
+        ``_refuse``'s do), its ``workload_id`` and ``lun`` the first that ``exc`` names."""
+        named = f"host {self.host}: "
+        if not message.startswith(named):
+            message = named + message
+        wid, lun = self._context(exc)
+        return Error(kind=kind, message=message, workload_id=wid, lun=lun)
+
+    def _send_halt_problems(self, step: _Step | None, problems: list[IvyError]) -> None:
+        """Tell the master what went wrong stopping the I/O (``_halt``), an ``Error`` each,
+        before the ``Stopped`` (or ``Bye``) that follows: they are the ending step's."""
+        where = f"at the end of step {step.number}" if step is not None else "stopping all I/O"
+        for problem in problems:
+            self.send(self._host_error("io", f"{where}: {problem}", problem))
 
     def _drop_window_store(self) -> None:
         if self.window_store is not None:
@@ -330,8 +376,10 @@ class SlaveSession:
         """End the conversation with a fatal ``Error`` (best effort: the master may be gone);
         the process then exits non-zero (``failure``)."""
         log.error("%s", message)
+        problems = self._halt()
+        if problems:  # nothing lost: the fatal Error is the last word
+            message += f" (and stopping all I/O: {'; '.join(str(p) for p in problems)})"
         self.failure = f"{kind}: {message}"
-        self.backend.halt()
         if self.conv.state is not State.CLOSED:
             with contextlib.suppress(ProtocolError, OSError):
                 self.send(Error(kind=kind, message=message, fatal=True))
@@ -617,7 +665,7 @@ class SlaveSession:
         try:
             self.backend.go(msg.start_ns, msg.subinterval_ns, granted=1)
         except IvyError as exc:
-            self._end_step_with_error("io", f"could not start the step: {exc}")
+            self._end_step_with_error("io", f"could not start step {msg.step}: {exc}", exc)
 
     def _on_continue(self, msg: Continue) -> None:
         if self.step is None:
@@ -627,7 +675,7 @@ class SlaveSession:
             try:
                 self.backend.grant(msg.subinterval)
             except IvyError as exc:
-                self._end_step_with_error("io", f"subinterval {msg.subinterval}: {exc}")
+                self._end_step_with_error("io", f"subinterval {msg.subinterval}: {exc}", exc)
 
     def _on_stop(self, msg: Stop) -> None:
         if self.step is None:
@@ -654,9 +702,10 @@ class SlaveSession:
                                workload_ids=ids, stats=dict(batch.to_wire())))
 
     def _on_bye(self, msg: Bye) -> None:
-        self.backend.halt()
+        problems = self._halt()
         self._drop_window_store()
-        self.step = None
+        step, self.step = self.step, None
+        self._send_halt_problems(step, problems)
         self.send(Bye(reason="master said bye"))
         self.closed = True
 
@@ -685,10 +734,10 @@ class SlaveSession:
             try:
                 got = self.backend.collect(k, step.end_of(k) + self.collect_grace_ns)
             except MasterLateError as exc:
-                self._end_step_with_error("late", str(exc))
+                self._end_step_with_error("late", str(exc), exc)
                 return
             except IvyError as exc:
-                self._end_step_with_error("io", f"subinterval {k}: {exc}")
+                self._end_step_with_error("io", f"subinterval {k}: {exc}", exc)
                 return
             try:
                 self._send_result(step, k, got, dev_after)
@@ -699,7 +748,7 @@ class SlaveSession:
             try:
                 self.backend.release(k)
             except IvyError as exc:
-                self._end_step_with_error("io", f"after subinterval {k}: {exc}")
+                self._end_step_with_error("io", f"after subinterval {k}: {exc}", exc)
                 return
             if step.stop_after is not None and k >= step.stop_after:
                 self._finish_step()
@@ -793,19 +842,27 @@ class SlaveSession:
         return rollup_parts(step.plan, step.group_of[1], batch)
 
     def _finish_step(self) -> None:
+        """The step's end: all I/O stopped, then ``Stopped``, after an ``Error`` for each
+        thing that went wrong stopping it (I/Os still in flight, a worker stuck or dead)."""
         step = self.step
         if step is None:
             return
-        self.backend.halt()
+        problems = self._halt()
         self.step = None
+        self._send_halt_problems(step, problems)
         self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
 
-    def _end_step_with_error(self, kind: str, message: str) -> None:
+    def _end_step_with_error(self, kind: str, message: str,
+                             exc: BaseException | None = None) -> None:
+        """End the step on an error (``exc``, when one, names its workload and LUN): all I/O
+        stopped, its ``Error``, one for each thing that went wrong stopping the I/O, then
+        ``Stopped``."""
         log.error("%s", message)
-        self.backend.halt()
+        problems = self._halt()
         step = self.step
         self.step = None
-        self.send(Error(kind=kind, message=message))
+        self.send(self._host_error(kind, message, exc))
+        self._send_halt_problems(step, problems)
         if step is not None:
             self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
 

@@ -26,7 +26,11 @@ API for the slave main loop (all calls from one thread, the one that created the
                                                  # res.interlock (per worker, ns after boundary)
         pool.keep_going()                        # the master said continue: the buffer just
                                                  # collected is ready to run subinterval k + 2
-    pool.stop()                                  # ends all I/O promptly (in-flight I/O drained)
+    pool.stop()                                  # ends all I/O promptly (in-flight I/O drained);
+                                                 # raises StopError with what went wrong on the
+                                                 # way (I/Os still in flight past the drain
+                                                 # limit, a worker stuck or dead), so that it
+                                                 # is the ending step's
     pool.close()                                 # ends the workers
 
 Buffer states per worker (shared int64 words, one pair per buffer): ``FREE`` -> (``go`` /
@@ -72,21 +76,49 @@ log = logging.getLogger(__name__)
 #: workloads a worker's error names; the rest are counted (a worker of 1,024 workloads named
 #: every one, some 10 KB in one line)
 NAMED_WORKLOADS: Final = 8
+#: How long ``stop`` waits for every worker to say it stopped: beyond a worker's own drain
+#: limit (1 s: ``EngineLoop._drain``), so that a device that does not answer is reported by
+#: the worker that knows which I/Os it holds, and a worker that says nothing is one stuck.
+STOP_TIMEOUT_S = 2.0
+
+
+def _named(items: Sequence[str]) -> str:
+    """The first ``NAMED_WORKLOADS`` of ``items``, and how many more."""
+    names = ", ".join(items[:NAMED_WORKLOADS])
+    if len(items) > NAMED_WORKLOADS:
+        names += f" and {len(items) - NAMED_WORKLOADS:,} more"
+    return names
 
 
 class WorkerError(IoEngineError):
     """A worker process failed or refused a command. ``worker`` is its index; ``workloads``
-    all of its workloads (the message names the first ``NAMED_WORKLOADS``)."""
+    the workloads concerned (all of the worker's, unless the error knows better) and ``luns``
+    their LUNs (the message names the first ``NAMED_WORKLOADS`` of each)."""
 
-    def __init__(self, message: str, *, worker: int, workloads: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, worker: int, workloads: tuple[str, ...] = (),
+                 luns: tuple[str, ...] = ()) -> None:
         self.worker = worker
         self.workloads = workloads
+        self.luns = luns
         self.reason = message  # without the worker and its workloads
-        names = ", ".join(workloads[:NAMED_WORKLOADS])
-        if len(workloads) > NAMED_WORKLOADS:
-            names += f" and {len(workloads) - NAMED_WORKLOADS:,} more"
-        names = f" (workloads {names})" if workloads else ""
+        named = ([f"workloads {_named(workloads)}"] if workloads else []) + (
+            [f"LUNs {_named(luns)}"] if luns else [])
+        names = f" ({'; '.join(named)})" if named else ""
         super().__init__(f"worker {worker}{names}: {message}")
+
+
+class StopError(WorkerError):
+    """What went wrong as the workers stopped at the end of a step (I/Os still in flight past
+    the drain limit, a worker that did not stop in time, one that failed or died): one
+    ``WorkerError`` per worker and problem in ``errors``; the message has them all, and
+    ``worker``, ``workloads`` and ``luns`` are the first's."""
+
+    def __init__(self, errors: Sequence[WorkerError]) -> None:
+        self.errors = tuple(errors)
+        first = self.errors[0]
+        super().__init__(first.reason, worker=first.worker, workloads=first.workloads,
+                         luns=first.luns)
+        self.args = ("; ".join(str(e) for e in self.errors),)
 
 
 class MasterLateError(WorkerError):
@@ -141,10 +173,15 @@ class _WorkerHandle:
     reply: Connection
     ctrl: npt.NDArray[np.int64]
     ready: dict[int, tuple[int, int, dict[str, dict[str, int]]]] = field(default_factory=dict)
-    errors: list[tuple[str, str]] = field(default_factory=list)
+    # (kind, text, I/Os left in flight by workload): kind "late", "crash" (its run ended with
+    # an exception), "command" (a command refused) or "died" (its pipe closed: said once)
+    errors: list[tuple[str, str, dict[str, int]]] = field(default_factory=list)
     acks: list[tuple[Any, ...]] = field(default_factory=list)
     stopped: bool = False
     luns: set[str] = field(default_factory=set)
+    eof: bool = False  # its pipe closed (the process is gone)
+    stuck: bool = False  # did not stop in time, and has not said since that its run ended
+    death_told: bool = False  # its death was raised once (``stop`` need not say it again)
 
 
 @dataclass
@@ -239,16 +276,19 @@ class WorkerPool:
             self._workers.append(_WorkerHandle(i, proc, cmd_w, rep_r, self._ctrl[i]))
 
     # ------------------------------------------------------------------ messages
-    def _pump(self, timeout_s: float) -> None:
-        """Read every reply that is available (waiting up to ``timeout_s`` for the first)."""
-        conns = {w.reply: w for w in self._workers}
+    def _pump(self, timeout_s: float, workers: Sequence[_WorkerHandle] | None = None) -> None:
+        """Read every reply that is available (waiting up to ``timeout_s`` for the first of
+        ``workers``, default all)."""
+        conns = {w.reply: w for w in (self._workers if workers is None else workers)}
         for ready in mpc.wait(list(conns), timeout_s):
             w = conns[ready]  # type: ignore[index]
             try:
                 while w.reply.poll():
                     self._dispatch(w, w.reply.recv())
             except (EOFError, OSError):
-                w.errors.append(("crash", f"worker process died (exit code {w.process.exitcode})"))
+                if not w.eof:
+                    w.eof = True
+                    w.errors.append(("died", self._death(w), {}))
 
     @staticmethod
     def _dispatch(w: _WorkerHandle, msg: tuple[Any, ...]) -> None:
@@ -256,33 +296,61 @@ class WorkerPool:
         if kind == "ready":
             w.ready[msg[1]] = (msg[2], msg[3], msg[4])
         elif kind == "error":
-            w.errors.append((msg[1], msg[2]))
+            w.errors.append((msg[1], msg[2], msg[3] if len(msg) > 3 else {}))
+            if msg[1] in ("crash", "late"):  # sent as its run ended
+                w.stuck = False
         elif kind == "stopped":
             w.stopped = True
+            w.stuck = False
         else:
             w.acks.append(msg)
 
     def _workloads_of(self, worker: int) -> tuple[str, ...]:
         return tuple(sorted(wid for wid, e in self._entries.items() if e.info.worker == worker))
 
+    def _luns_of(self, workloads: Sequence[str]) -> tuple[str, ...]:
+        """The LUNs of ``workloads``, each once, in their order."""
+        luns = (self._entries[wid].info.lun_path for wid in workloads if wid in self._entries)
+        return tuple(dict.fromkeys(luns))
+
+    @staticmethod
+    def _death(w: _WorkerHandle) -> str:
+        return f"worker process died (exit code {w.process.exitcode})"
+
+    def _error(self, w: _WorkerHandle, kind: str, text: str,
+               in_flight: dict[str, int] | None = None) -> WorkerError:
+        """``w``'s error ``text``, naming its workloads and their LUNs; with ``in_flight`` (the
+        I/Os a run left in flight, by workload) only those workloads, each with its count."""
+        cls = MasterLateError if kind == "late" else WorkerError
+        if kind == "died":
+            w.death_told = True
+        held = tuple(sorted(wid for wid in in_flight or {} if wid))
+        if not held:
+            workloads = self._workloads_of(w.index)
+            return cls(text, worker=w.index, workloads=workloads,
+                       luns=self._luns_of(workloads))
+        assert in_flight is not None
+        counts = [f"{wid} {in_flight[wid]:,} (LUN {self._entries[wid].info.lun_path})"
+                  if wid in self._entries else f"{wid} {in_flight[wid]:,}" for wid in held]
+        if in_flight.get(""):
+            counts.append(f"{in_flight['']:,} of workloads deleted in the step")
+        return cls(f"{text}; in flight, by workload: {_named(counts)}",
+                   worker=w.index, workloads=held, luns=self._luns_of(held))
+
     def _raise_errors(self) -> None:
         for w in self._workers:
             if w.errors:
-                kind, text = w.errors.pop(0)
-                cls = MasterLateError if kind == "late" else WorkerError
-                raise cls(text, worker=w.index, workloads=self._workloads_of(w.index))
+                raise self._error(w, *w.errors.pop(0))
             if not w.process.is_alive():
-                raise WorkerError(
-                    f"worker process died (exit code {w.process.exitcode})",
-                    worker=w.index,
-                    workloads=self._workloads_of(w.index),
-                )
+                raise self._error(w, "died", self._death(w))
 
     def _send(self, w: _WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
             w.cmd.send(msg)
         except (OSError, BrokenPipeError) as exc:
-            raise WorkerError(f"cannot send {msg[0]}: {exc}", worker=w.index) from exc
+            workloads = self._workloads_of(w.index)
+            raise WorkerError(f"cannot send {msg[0]}: {exc}", worker=w.index,
+                              workloads=workloads, luns=self._luns_of(workloads)) from exc
 
     # ------------------------------------------------------------------ workloads
     @property
@@ -336,7 +404,8 @@ class WorkerPool:
                     w.acks.remove(msg)
                     if msg[0] == "failed":
                         self._free_slots.append(slot)
-                        raise WorkerError(msg[2], worker=w.index, workloads=(workload_id,))
+                        raise WorkerError(msg[2], worker=w.index, workloads=(workload_id,),
+                                          luns=(lun_path,))
                     info = WorkloadInfo(workload_id, lun_path, w.index, msg[2], msg[3],
                                         self.worker_cpus[w.index])
                     self._entries[workload_id] = _Entry(info, slot, params)
@@ -346,7 +415,8 @@ class WorkerPool:
                     return info
             left = deadline - time.monotonic()
             if left <= 0:
-                raise WorkerError(f"no answer to create {workload_id}", worker=w.index)
+                raise WorkerError(f"no answer to create {workload_id}", worker=w.index,
+                                  workloads=(workload_id,), luns=(lun_path,))
             self._pump(min(left, 0.5))
             self._raise_errors()
 
@@ -406,10 +476,19 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ running
     def go(self, start_ns: int, subinterval_ns: int) -> None:
-        """Start all workers at ``start_ns`` (``time.monotonic_ns`` of this host)."""
+        """Start all workers at ``start_ns`` (``time.monotonic_ns`` of this host). Raises a
+        worker's pending error, or ``WorkerError`` naming a worker that has still not stopped
+        since the last step (``stop`` said it was stuck)."""
+        self._pump(0)  # what a worker said after the last stop (a "master late" is moot)
+        for w in self._workers:
+            w.errors = [e for e in w.errors if e[0] != "late"]
         self._raise_errors()
         if self._running:
             raise WorkerError("go while running", worker=-1)
+        for w in self._workers:
+            if w.stuck:
+                raise self._error(w, "stuck", "has still not stopped since the end of the "
+                                  "last step: no step can start")
         for e in self._entries.values():
             self._stats(e.slot, 0).reset()
             self._stats(e.slot, 1).reset()
@@ -432,11 +511,10 @@ class WorkerPool:
             left = deadline_ns - time.monotonic_ns()
             if left <= 0:
                 names = ", ".join(str(w.index) for w in pending)
+                late = self._workloads_of(pending[0].index)
                 raise ResultsLateError(
                     f"subinterval {k} not handed over by the deadline (workers {names})",
-                    worker=pending[0].index,
-                    workloads=self._workloads_of(pending[0].index),
-                )
+                    worker=pending[0].index, workloads=late, luns=self._luns_of(late))
             self._pump(left / 1e9)
             pending = [w for w in self._workers if k not in w.ready]
         b = k % 2
@@ -454,7 +532,9 @@ class WorkerPool:
             assert audit is not None
             raise WorkerError(f"workload {ids[audit]}'s statistics of subinterval {k}: {exc} "
                               "(counts a recording path left there; an ivypy bug)",
-                              worker=self._entries[ids[audit]].info.worker) from exc
+                              worker=self._entries[ids[audit]].info.worker,
+                              workloads=(ids[audit],),
+                              luns=self._luns_of([ids[audit]])) from exc
         io_errors: dict[str, dict[str, int]] = {}
         interlock = []
         for w in self._workers:
@@ -478,31 +558,66 @@ class WorkerPool:
         self._pump(0)
         self._raise_errors()
 
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """End all I/O: every worker stops submitting, reaps what is in flight, and idles."""
+    @staticmethod
+    def _run_ended(w: _WorkerHandle) -> bool:
+        """``w`` said its run ended (stopped, or with an error sent as it ended: a "command"
+        refusal does not count), or is gone."""
+        return (w.stopped or not w.process.is_alive()
+                or any(kind in ("crash", "late", "died") for kind, _, _ in w.errors))
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """End all I/O: every worker stops submitting, reaps what is in flight, and idles.
+
+        Raises ``StopError`` (after the pool is ready for the next ``go`` all the same) with
+        what went wrong on the way, so that it belongs to the step that ends: I/Os still in
+        flight past a worker's drain limit (naming the workloads and LUNs that hold them, and
+        how many), a worker that did not stop within ``timeout_s`` (default
+        ``STOP_TIMEOUT_S``), any other error a worker sent (a "master late" excepted: the end
+        of a step makes it moot) and a death not raised before."""
         if not self._running:
             return
         self._running = False
+        timeout_s = STOP_TIMEOUT_S if timeout_s is None else timeout_s
         for w in self._workers:
             with contextlib.suppress(WorkerError):
                 self._send(w, ("stop",))
         deadline = time.monotonic() + timeout_s
-        while any(not w.stopped and w.process.is_alive() and not w.errors for w in self._workers):
+        while True:
+            waiting = [w for w in self._workers if not self._run_ended(w)]
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerError("did not stop in time", worker=-1)
-            self._pump(left)
+            if not waiting or left <= 0:
+                break
+            self._pump(left, waiting)  # not the others: a dead one's pipe is always ready
+        self._pump(0)  # what came meanwhile (a death's closed pipe)
+        problems: list[WorkerError] = []
         for w in self._workers:
+            w.stuck = not self._run_ended(w)
             w.ctrl[:] = 0
             w.ready.clear()
-            w.errors = [e for e in w.errors if e[0] != "late"]
+            errors, w.errors = w.errors, []
+            for kind, text, in_flight in errors:
+                if kind == "late" or (kind == "died" and w.death_told):
+                    continue
+                problems.append(self._error(w, kind, text, in_flight))
+            if w.stuck:
+                problems.append(self._error(
+                    w, "stuck", f"did not stop within {timeout_s:g} s of the end of the step "
+                    "(blocked in the kernel, e.g. submitting to a LUN whose queue is full, "
+                    "or stopped): its I/O may still be running"))
+            elif not w.process.is_alive() and not w.death_told:
+                problems.append(self._error(w, "died", self._death(w)))
         for wid in [wid for wid, e in self._entries.items() if e.deleting]:
             self._forget(wid)
+        if problems:
+            raise StopError(problems)
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """End the worker processes (I/O first, if running)."""
-        with contextlib.suppress(WorkerError):
+        """End the worker processes (I/O first, if running: what went wrong stopping it is
+        logged, there being nobody else to tell)."""
+        try:
             self.stop()
+        except WorkerError as exc:
+            log.error("closing the workers: %s", exc)
         for w in self._workers:
             with contextlib.suppress(OSError, BrokenPipeError):
                 w.cmd.send(("exit",))

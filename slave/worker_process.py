@@ -4,9 +4,10 @@ slave's ``WorkerPool`` (``slave.worker``) over a pipe, with its statistics in sh
 Owns the worker's side of the pool: the commands (create, edit, rates, delete, go, stop, exit),
 the changes staged for the next boundary, the LUNs' descriptors shared by its workloads, the
 buffer-state handshake at each boundary (a next buffer not ``READY_TO_RUN`` means the master is
-late: the worker stops its I/O and reports it) and the process's own set-up (it dies with the
-slave, keeps none of the slave's descriptors, and sets its timer slack). It must not speak the
-master's protocol: everything goes through the pool.
+late: the worker stops its I/O and reports it), the report of a run that failed (with the I/Os
+it left in flight, by workload: a drain past its limit) and the process's own set-up (it dies
+with the slave, keeps none of the slave's descriptors, and sets its timer slack). It must not
+speak the master's protocol: everything goes through the pool.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from protocol.errors import IoEngineError
+from protocol.errors import IoEngineError, IvyError
 from protocol.stats import WorkloadStats
 from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
 from slave.engine.base import SlotTable
@@ -317,6 +318,31 @@ class _WorkerControl:
         self.ctrl[2 * (finished_index % 2)] = READY_TO_SEND
         self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors))
 
+    def in_flight(self) -> dict[str, int]:
+        """After a run that ended with I/Os still in flight (a drain past its limit): how
+        many each workload has, by the loop's slots (neither in its free pool nor idle in a
+        paced workload's own); those of workloads deleted meanwhile under ``""``. Empty when
+        nothing is in flight. Reads the loop's state and changes nothing of it."""
+        total = self.loop.in_flight
+        if total <= 0:
+            return {}
+        out: dict[str, int] = {}
+        try:
+            free = set(self.loop.slots.free)
+            for w in self.loop.workloads.live():
+                idle = free.union(w.free)
+                n = sum(1 for s in w.slots.tolist() if s not in idle)
+                if n:
+                    out[w.spec.workload_id] = n
+        except Exception:  # a diagnosis must not hide the error it comes with
+            log.exception("worker %d: cannot tell which workloads' I/Os are in flight",
+                          self.index)
+            return {"": total}
+        rest = total - sum(out.values())
+        if rest > 0:
+            out[""] = rest
+        return out
+
     # ------------------------------------------------------------------ main
     def serve(self) -> None:
         while not self.exit:
@@ -335,7 +361,10 @@ class _WorkerControl:
                 self.loop.run(self, start_ns, sub_ns)
             except Exception as exc:  # report, never die silently
                 log.error("worker %d: %s", self.index, traceback.format_exc())
-                self.reply.send(("error", "crash", f"{type(exc).__name__}: {exc}"))
+                # with the I/Os it left in flight (a drain past its limit), by workload
+                text = str(exc) if isinstance(exc, IvyError) else f"{type(exc).__name__}: {exc}"
+                text = "; ".join([text, *getattr(exc, "__notes__", ())])  # the drain's, if any
+                self.reply.send(("error", "crash", text, self.in_flight()))
                 continue
             finally:
                 self.in_run = False
