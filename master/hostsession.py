@@ -5,6 +5,13 @@ of subinterval results, relaying the slave's ``Log`` events, and turning a lost 
 slave into a ``HostError`` naming the host. It does not decide what to run (``master.run``) and
 does not open connections itself: it is handed a ``SlaveConnection``.
 
+Sends: every message the slave must take is bounded by the deadline of what it is part of (a
+request's timeout, a ``Go`` by its step's first result, a ``Continue`` or ``Stop`` by the next
+result): a slave that stopped reading (SIGSTOP, its main loop stuck on a hung device) holds the
+master's write once the pipe or the SSH window is full, and is failed then, naming the host
+(``did not read what the master sent for N s``). A host failed for any reason ends the writes
+still waiting on it at once.
+
 Keepalive: once the handshake is done the session sends a ``Ping`` whenever it has sent nothing
 for ``KEEPALIVE_S``, so that a slave hears from a live master at least that often (the slave's
 watchdog stops its I/O and exits when it does not: ``slave.session.watchdog_s``).
@@ -165,9 +172,14 @@ class HostSession:
         self._keepalive: asyncio.Task[None] | None = None
         self._last_sent_ns = 0
         self._bye = asyncio.Event()
+        self._writes: set[asyncio.Future[None]] = set()  # writes waiting for the slave to read
 
     # ------------------------------------------------------------------ plumbing
-    async def send(self, msg: Message) -> None:
+    async def send(self, msg: Message, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        """Send ``msg``; the slave must take its bytes within ``timeout_s`` (the deadline of
+        what it is part of), else the host is failed. A write that needs no wait goes through
+        even when the deadline has passed; one cut short leaves its frame whole in the
+        transport's buffer (the host is failed then, and nothing more is sent to it)."""
         if self.failure is not None:
             raise self.failure
         try:
@@ -175,7 +187,23 @@ class HostSession:
         except ProtocolError as exc:
             raise self._fail(f"cannot send {type(msg).__name__}: {exc}") from exc
         self._last_sent_ns = self.clock()
-        await self.conn.write(frame)
+        write = asyncio.ensure_future(self.conn.write(frame))
+        self._writes.add(write)
+        try:
+            await asyncio.wait([write], timeout=max(timeout_s, 0.0))
+        finally:
+            self._writes.discard(write)
+            if not write.done():
+                write.cancel()
+            elif not write.cancelled():
+                write.exception()  # raised below, unless this send itself was cancelled
+        if write.done() and not write.cancelled():
+            write.result()  # HostError: the slave or the link is gone
+            return
+        if self.failure is not None:  # failed meanwhile: ``_fail`` ended the write
+            raise self.failure
+        raise self._fail(f"did not read what the master sent for {timeout_s:.1f} s "
+                         f"({type(msg).__name__})")
 
     def mark_failed(self, message: str) -> HostError:
         """This host failed in the run's eyes (it missed a deadline): it is not waited for
@@ -202,6 +230,8 @@ class HostSession:
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(self.failure)
+            for write in self._writes:
+                write.cancel()
         return self.failure
 
     def _next_seq(self) -> int:
@@ -273,15 +303,28 @@ class HostSession:
                 self.host, message)
 
     async def _request(
-        self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S
+        self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S,
+        send_timeout_s: float | None = None,
     ) -> Message:
+        """``msg`` and its answer within ``timeout_s`` in all; the slave must take the bytes
+        within ``send_timeout_s`` when that is sooner (the deadline of what the request is part
+        of)."""
         if self.failure is not None:  # a host given up is not asked again (nor waited for)
             raise self.failure
-        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Message] = loop.create_future()
         self._pending[key] = fut
-        await self.send(msg)
+        t0 = loop.time()
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            await self.send(msg, timeout_s if send_timeout_s is None
+                            else min(timeout_s, send_timeout_s))
+        except BaseException:
+            self._pending.pop(key, None)
+            if fut.done():
+                fut.exception()  # ``_fail`` set it: the send raises it
+            raise
+        try:
+            return await asyncio.wait_for(fut, max(0.0, timeout_s - (loop.time() - t0)))
         except asyncio.TimeoutError as exc:
             raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
 
@@ -377,10 +420,13 @@ class HostSession:
         assert isinstance(reply, Ack | Error)
         return reply
 
-    async def edit_many(self, edits: Sequence[tuple[str, dict[str, Any]]]) -> Ack | Error:
-        """Edits of many workloads in one request (``EditWorkloads``): all hold, or none."""
+    async def edit_many(self, edits: Sequence[tuple[str, dict[str, Any]]],
+                        send_timeout_s: float | None = None) -> Ack | Error:
+        """Edits of many workloads in one request (``EditWorkloads``): all hold, or none. The
+        slave must take it within ``send_timeout_s`` (a DFC move: by the next result)."""
         seq = self._next_seq()
-        reply = await self._request(EditWorkloads(seq, [[wid, p] for wid, p in edits]), key=seq)
+        reply = await self._request(EditWorkloads(seq, [[wid, p] for wid, p in edits]), key=seq,
+                                    send_timeout_s=send_timeout_s)
         assert isinstance(reply, Ack | Error)
         return reply
 
@@ -392,13 +438,14 @@ class HostSession:
 
     async def go(self, step: int, start_master_ns: int, subinterval_ns: int,
                  rollups: list[dict[str, Any]], keep_from: int = 0, keep_to: int = -1,
-                 fold: bool = False) -> None:
+                 fold: bool = False, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         """Start step ``step`` with its rollup plan (``Go.rollups``) and what to keep for the
-        measurement window (``Go.keep_from``, ``Go.keep_to``, ``Go.fold``)."""
+        measurement window (``Go.keep_from``, ``Go.keep_to``, ``Go.fold``); the slave must take
+        it within ``timeout_s`` (the deadline of the step's first result)."""
         while not self.results.empty():
             self.results.get_nowait()
         await self.send(Go(step, self.to_slave_ns(start_master_ns), subinterval_ns,
-                           rollups, keep_from, keep_to, fold))
+                           rollups, keep_from, keep_to, fold), timeout_s)
 
     async def window(self, step: int, first: int, last: int,
                      timeout_s: float = REQUEST_TIMEOUT_S) -> WindowResult:
@@ -414,12 +461,14 @@ class HostSession:
         assert isinstance(reply, WindowResult)
         return reply
 
-    async def grant(self, subinterval: int) -> None:
-        await self.send(Continue(subinterval))
+    async def grant(self, subinterval: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        """``Continue``: the slave must take it within ``timeout_s`` (by the next result)."""
+        await self.send(Continue(subinterval), timeout_s)
 
-    async def stop(self, after_subinterval: int) -> None:
+    async def stop(self, after_subinterval: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        """``Stop`` while the step runs (else nothing); taken within ``timeout_s``."""
         if self.conv.state is State.RUNNING:
-            await self.send(Stop(after_subinterval))
+            await self.send(Stop(after_subinterval), timeout_s)
 
     async def wait_stopped(self, timeout_s: float) -> Stopped | None:
         try:
@@ -434,7 +483,7 @@ class HostSession:
             self._keepalive.cancel()
         if self.failure is None and self.conv.state in (State.IDLE, State.RUNNING, State.STOPPING):
             with contextlib.suppress(HostError, ProtocolError, OSError):
-                await self.send(Bye("run finished"))
+                await self.send(Bye("run finished"), grace_s)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._bye.wait(), grace_s)
         if self.failure is None:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -117,6 +117,7 @@ STOP_WAIT_S = 5.0
 INTERRUPT_WAIT_S = 1.0
 
 Connector = Callable[[HostConfig], Awaitable[Any]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -787,6 +788,14 @@ class Run:
             self._dfc_start(step, control, instances)
         await self._or_interrupted(self._apply_workloads(number, instances),
                                    f"creating the workloads of step {number} {step.name}")
+        created = self._focus_instances(step, instances)
+        if created != focus:
+            # a create ran a workload on another engine than its LUN listed (the thread pool,
+            # as allow_engine_fallback allows): its ``engine`` attribute, a rollup key, is the
+            # one it runs on, so the focus instances are those its rows will have
+            control = StepControl(step, self.cfg.subinterval_seconds, created)
+            if step.dfc is not None:
+                self._dfc_rekey(step.dfc.focus_rollup, instances)
         n_max = control.max_subintervals
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
@@ -827,17 +836,20 @@ class Run:
         fixed = control.fixed
         keep_to = control.warm + fixed - 1 if fixed is not None else -1
         go_sent_ns = self.clock()
-        await asyncio.gather(*(hs.go(number, st.start_ns, self.sub_ns,
-                                     recorder.plan_for(hs.host), keep_from=control.warm,
-                                     keep_to=keep_to, fold=fixed is not None)
-                               for hs in self.sessions.values()))
-        confirm = asyncio.ensure_future(self._confirm_go(st, go_sent_ns, len(instances)))
+        go_s = self._left_s(self._deadline_ns(st, 0))  # taken by the first result's deadline
+        confirm: asyncio.Future[None] | None = None
         last_recorded = -1
         stop_sent = control.fixed is not None and n_max == 1
         try:
-            if stop_sent:
-                await self._stop_all(0)
             try:
+                await self._to_hosts([(hs, hs.go(
+                    number, st.start_ns, self.sub_ns, recorder.plan_for(hs.host),
+                    keep_from=control.warm, keep_to=keep_to, fold=fixed is not None,
+                    timeout_s=go_s)) for hs in self.sessions.values()],
+                    f"read the Go of step {number}")
+                confirm = asyncio.ensure_future(self._confirm_go(st, go_sent_ns, len(instances)))
+                if stop_sent:
+                    await self._stop_all(0, self._deadline_ns(st, 0))
                 k = 0
                 while True:
                     results = await self._gather(st, k)
@@ -877,13 +889,15 @@ class Run:
                         if not stop_sent:
                             await self._stop_all(k)
                         break
-                    if not stop_sent:
+                    if not stop_sent:  # taken by the next result's deadline
                         if (last is not None and last == k + 1) or k + 2 >= n_max:
-                            await self._stop_all(k + 1)
+                            await self._stop_all(k + 1, self._deadline_ns(st, k + 1))
                             stop_sent = True
                         else:
-                            await asyncio.gather(*(hs.grant(k + 2)
-                                                   for hs in self.sessions.values()))
+                            grant_s = self._left_s(self._deadline_ns(st, k + 1))
+                            await self._to_hosts(
+                                [(hs, hs.grant(k + 2, grant_s)) for hs in self.sessions.values()],
+                                f"read the Continue for subinterval {k + 2}")
                     if stop_sent and k + 1 > min(last if last is not None else n_max, n_max - 1):
                         break
                     k += 1
@@ -930,8 +944,9 @@ class Run:
             self.view.step_finished(text)
             return valid
         finally:
-            if not confirm.done():  # unconfirmed: later steps take the longest lead again
-                confirm.cancel()
+            if confirm is None or not confirm.done():  # unconfirmed: later steps take the
+                if confirm is not None:                # longest lead again
+                    confirm.cancel()
                 self.go_confirmed = None
             recorder.close()  # its spilled measurement subintervals
             if self.gathering is not None:
@@ -1039,6 +1054,13 @@ class Run:
             split_total_iops(members, total)
             self.dfc_history[key] = [(0, total)]
 
+    def _dfc_rekey(self, focus_rollup: str, instances: Sequence[WorkloadInstance]) -> None:
+        """The DFC's settings keyed by the focus instances the workloads have once created
+        (``_run_step``): each instance's total is what its workloads were set to run at."""
+        self.dfc_history = {
+            key: [(0, float(sum(float(m.params["iops"]) for m in members)))]
+            for key, members in self._by_instance(focus_rollup, instances).items()}
+
     def _dfc_settings(self, control: StepControl, k: int) -> dict[str, float]:
         if control.bank is None:
             return {}
@@ -1058,22 +1080,26 @@ class Run:
             clones = [dataclasses.replace(m, params=dict(m.params)) for m in members]
             split_total_iops(clones, total)
             changes += [(c, {"iops": c.params["iops"]}) for c in clones]
-        effective = await self._send_edits(st, changes, source="dfc")
+        # the slaves take the move by the next result's deadline
+        effective = await self._send_edits(st, changes, source="dfc",
+                                           send_by_ns=self._deadline_ns(st, dec.k + 1))
         for key, total in dec.new_totals.items():
             self.dfc_history.setdefault(key, []).append((effective, total))
 
     async def _send_edits(self, st: _StepState, changes: Sequence[tuple[WorkloadInstance,
-                          dict[str, Any]]], source: str) -> int:
-        """Send parameter edits, one request per host (all of a host's edits hold, or none);
-        they take effect (also in the rows) from the subinterval the slaves announce. Returns
-        that subinterval (the latest over hosts). A refusal raises ``HostError`` naming the
-        host and workload, after the other hosts' edits are noted."""
+                          dict[str, Any]]], source: str, send_by_ns: int | None = None) -> int:
+        """Send parameter edits, one request per host (all of a host's edits hold, or none),
+        each taken by ``send_by_ns`` when given; they take effect (also in the rows) from the
+        subinterval the slaves announce. Returns that subinterval (the latest over hosts). A
+        refusal raises ``HostError`` naming the host and workload, after the other hosts'
+        edits are noted."""
         by_host: dict[str, list[tuple[WorkloadInstance, dict[str, Any]]]] = {}
         for inst, params in changes:
             by_host.setdefault(inst.host, []).append((inst, params))
-        replies = await asyncio.gather(*(
-            self.sessions[host].edit_many([(inst.id, params) for inst, params in edits])
-            for host, edits in by_host.items()))
+        send_s = None if send_by_ns is None else self._left_s(send_by_ns)
+        replies = await self._to_hosts([(self.sessions[host], self.sessions[host].edit_many(
+            [(inst.id, params) for inst, params in edits], send_timeout_s=send_s))
+            for host, edits in by_host.items()], "answer its edit")
         effective = -1
         refused: tuple[str, Error] | None = None  # the first host that refused
         held: list[str] = []
@@ -1268,16 +1294,53 @@ class Run:
             self.run_summary_header = header
         return self.run_summary_header
 
-    async def _stop_all(self, after: int) -> None:
-        await asyncio.gather(*(hs.stop(after) for hs in self.sessions.values()))
+    def _deadline_ns(self, st: _StepState, k: int) -> int:
+        """When every host's result of subinterval ``k`` must be in."""
+        return st.start_ns + (k + 1) * self.sub_ns + round(
+            self.cfg.deadline_fraction * self.sub_ns)
+
+    def _left_s(self, deadline_ns: int) -> float:
+        return max(0.0, (deadline_ns - self.clock()) / 1e9)
+
+    async def _stop_all(self, after: int, deadline_ns: int | None = None) -> None:
+        """``Stop`` after subinterval ``after`` to every host whose step runs, taken by
+        ``deadline_ns`` (by default within ``STOP_WAIT_S``, as its ``Stopped`` is then)."""
+        timeout_s = STOP_WAIT_S if deadline_ns is None else self._left_s(deadline_ns)
+        await self._to_hosts([(hs, hs.stop(after, timeout_s)) for hs in self.sessions.values()],
+                             f"read the Stop after subinterval {after}")
+
+    async def _to_hosts(self, calls: Sequence[tuple[HostSession, Awaitable[T]]], what: str
+                        ) -> list[T]:
+        """Every host's call at once, each bounded by its session (what it sends by the
+        deadline given, an answer by its request's timeout); the first ``HostError`` is
+        raised and the other calls are cancelled. Once the run is interrupted (before or while
+        they wait) the hosts get ``INTERRUPT_WAIT_S`` more: one still busy then is marked failed
+        (it did not ``what``), which ends its calls."""
+        tasks = [asyncio.ensure_future(aw) for _, aw in calls]
+        every: asyncio.Future[list[T]] = asyncio.gather(*tasks)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait([every, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not every.done():  # interrupted
+                await asyncio.wait([every], timeout=INTERRUPT_WAIT_S)
+            if not every.done():
+                raise next(hs.mark_failed(f"did not {what} within {INTERRUPT_WAIT_S:g} s of "
+                                          "the interrupt")
+                           for (hs, _), t in zip(calls, tasks, strict=True) if not t.done())
+            return every.result()
+        finally:
+            stop.cancel()
+            for t in tasks:
+                t.cancel()
+            # what the calls cut short end with is not wanted (nor logged as never retrieved)
+            every.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def _gather(self, st: _StepState, k: int) -> list[SubintervalResult] | None:
         """Every host's result of subinterval ``k``. A host late at the deadline is marked
         failed there and then (``HostError``; it is not waited for again). None when the run
         was interrupted and the results would come later than ``INTERRUPT_WAIT_S`` from now:
         the step ends without ``k``."""
-        deadline = st.start_ns + (k + 1) * self.sub_ns + round(
-            self.cfg.deadline_fraction * self.sub_ns)
+        deadline = self._deadline_ns(st, k)
 
         async def one(hs: HostSession) -> SubintervalResult:
             get: asyncio.Future[SubintervalResult] = asyncio.ensure_future(hs.results.get())
@@ -1325,10 +1388,13 @@ class Run:
                 t.cancel()
 
     async def _abort_step(self) -> None:
-        for hs in self.sessions.values():
-            if hs.failure is None:
-                with contextlib.suppress(IvyError, OSError):
-                    await hs.stop(-1)
+        async def stop(hs: HostSession) -> None:
+            with contextlib.suppress(IvyError, OSError):  # a host failing now is not waited for
+                await hs.stop(-1, STOP_WAIT_S)
+
+        with contextlib.suppress(IvyError):
+            await self._to_hosts([(hs, stop(hs)) for hs in self.sessions.values()
+                                  if hs.failure is None], "read the Stop that ends the step")
         await self._wait_stopped(healthy_only=True)
 
     async def _wait_stopped(self, healthy_only: bool = False) -> None:
@@ -1476,7 +1542,7 @@ class RunControl:
         st = self._step()
         if st.forced_last is None:
             st.forced_last = st.last_recorded + 1
-            await run._stop_all(st.forced_last)
+            await run._stop_all(st.forced_last, run._deadline_ns(st, st.forced_last))
             run.event("INFO", f"stop requested: step {st.config.name} ends after subinterval "
                       f"{st.forced_last}", kind="stop", step=st.number)
         return {"step": st.number, "step_name": st.config.name,

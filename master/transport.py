@@ -441,11 +441,19 @@ class _LocalSlaveConnection(SlaveConnection):
 
     async def close(self, grace_s: float = DEFAULT_CLOSE_GRACE_S) -> int | None:
         stdin = self._proc.stdin
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace_s
         if stdin is not None and not stdin.is_closing():
-            stdin.close()
+            stdin.close()  # once the pipe has taken what is buffered
+            closed = asyncio.ensure_future(stdin.wait_closed())
+            if not (await asyncio.wait([closed], timeout=grace_s))[0]:
+                # a slave that stopped reading (SIGSTOP, a hung device) never takes it: it is
+                # dropped, or the slave would never be signalled
+                stdin.transport.abort()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                await stdin.wait_closed()
-        for action, wait_s in ((None, grace_s), ("terminate", _KILL_WAIT_S), ("kill", None)):
+                await closed
+        for action, wait_s in ((None, max(0.0, end - loop.time())), ("terminate", _KILL_WAIT_S),
+                               ("kill", None)):
             if self._proc.returncode is not None:
                 break
             if action is not None:

@@ -4,6 +4,7 @@ slave answers from a script: how the end of the slave's output is judged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -246,3 +247,59 @@ def test_the_clock_pings_wait_for_the_masters_start_up() -> None:
         await hs.close(grace_s=1)
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+class _StopsReading(ScriptedSlave):
+    """Once ``stopped``, the slave reads nothing: a write waits (its pipe is full) until the
+    connection is closed, or 10 s (then the test fails rather than hangs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopped = False
+        self.closed = asyncio.Event()
+
+    async def write(self, data: bytes) -> None:
+        if self.stopped:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closed.wait(), 10)
+            return
+        await super().write(data)
+
+    async def close(self, grace_s: float = 2.0) -> int | None:
+        self.closed.set()
+        return await super().close(grace_s)
+
+
+def test_a_write_the_slave_does_not_take_is_bounded_and_ends_when_the_host_fails() -> None:
+    """A ``Continue`` the slave does not take within its timeout fails the host, naming it; a
+    request's send is bounded by its own timeout; a write waiting when the host is failed for
+    another reason ends at once; the Bye at close waits no longer than the grace."""
+
+    async def scenario() -> None:
+        for case in ("timeout", "request", "failed", "close"):
+            conn = _StopsReading()
+            hs = HostSession(conn, "h1")
+            await hs.start(pings=1)
+            conn.stopped = True
+            t0 = time.monotonic()
+            if case == "timeout":
+                with pytest.raises(HostError, match=r"^host h1: did not read what the master "
+                                   r"sent for 0\.3 s \(Continue\)"):
+                    await hs.grant(3, timeout_s=0.3)
+                assert hs.failure is not None
+            elif case == "request":
+                with pytest.raises(HostError, match=r"did not read what the master sent for "
+                                   r"0\.2 s \(EditWorkloads\)"):
+                    await hs.edit_many([("w", {"iops": 1.0})], send_timeout_s=0.2)
+            elif case == "failed":
+                send = asyncio.ensure_future(hs.grant(3, timeout_s=60))
+                await asyncio.sleep(0.1)
+                hs.mark_failed("result of subinterval 2 not received within the deadline")
+                with pytest.raises(HostError, match="subinterval 2 not received"):
+                    await asyncio.wait_for(send, 1)
+            took = time.monotonic() - t0
+            await hs.close(grace_s=0.3)
+            assert time.monotonic() - t0 < took + 2.0, case
+            assert took < 0.6, (case, took)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))

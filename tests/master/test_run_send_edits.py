@@ -19,14 +19,16 @@ class Session:
         self.reply = reply
         self.requests: list[list[tuple[str, dict[str, Any]]]] = []
 
-    async def edit_many(self, edits: list[tuple[str, dict[str, Any]]]) -> Ack | Error:
+    async def edit_many(self, edits: list[tuple[str, dict[str, Any]]],
+                        send_timeout_s: float | None = None) -> Ack | Error:
         self.requests.append(list(edits))
         return self.reply
 
 
 def _send(replies: dict[str, Ack | Error]) -> tuple[Any, SimpleNamespace, list[Any]]:
     run = SimpleNamespace(sessions={h: Session(r) for h, r in replies.items()},
-                          pending_edits=[])
+                          pending_edits=[], interrupted=asyncio.Event())
+    run._to_hosts = lambda calls, what: Run._to_hosts(run, calls, what)  # type: ignore[arg-type]
     changes = [(SimpleNamespace(host=h, id=f"{h}:/dev/x:w{i}"), {"iops": 10.0 * i})
                for i in range(3) for h in replies]
     try:

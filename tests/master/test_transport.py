@@ -330,6 +330,35 @@ def test_local_close_terminates_a_slave_that_ignores_eof(
     assert elapsed_s < 2.0
 
 
+def test_local_close_kills_a_stopped_slave_whose_stdin_is_full(
+    tmp_path: Path, echo_zipapp: SlaveZipapp
+) -> None:
+    """A SIGSTOPped slave never takes what its stdin pipe still holds: closing it drops that
+    after the grace, so it is killed, within the grace and the terminate's wait, rather than
+    closing waiting for the pipe forever (and the slave left stopped)."""
+
+    async def scenario() -> tuple[int | None, float]:
+        conn = await open_local("local-s", zipapp=echo_zipapp, cache_dir=tmp_path)
+        assert conn.pid is not None
+        await read_line(conn)
+        os.kill(conn.pid, signal.SIGSTOP)
+        writer = asyncio.ensure_future(conn.write(b"x" * (4 << 20)))
+        await asyncio.sleep(0.1)
+        assert not writer.done()  # the pipe is full
+        start = time.monotonic()
+        try:
+            status = await asyncio.wait_for(conn.close(grace_s=0.3), 10)
+        finally:
+            writer.cancel()
+            if conn.returncode is None:
+                os.kill(conn.pid, signal.SIGKILL)
+        return status, time.monotonic() - start
+
+    status, elapsed_s = run(scenario(), timeout_s=30)
+    assert status == -signal.SIGKILL  # a stopped process does not act on SIGTERM
+    assert elapsed_s < 2.0, elapsed_s
+
+
 def test_local_missing_interpreter_is_a_start_error(
     tmp_path: Path, echo_zipapp: SlaveZipapp
 ) -> None:
