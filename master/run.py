@@ -90,7 +90,6 @@ from protocol.messages import (
     Ack,
     Error,
     SubintervalResult,
-    WindowResult,
 )
 from protocol.version import __version__
 
@@ -1191,29 +1190,14 @@ class Run:
         timeout_s = window_timeout_s(len(window), self.cfg.subinterval_seconds,
                                      folded=st.control.fixed is not None)
         sessions = list(self.sessions.values())
-        asks = [asyncio.ensure_future(hs.window(st.number, first, last, timeout_s))
-                for hs in sessions]
-        every: asyncio.Future[list[WindowResult]] = asyncio.gather(*asks)
-        stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
         try:
-            await asyncio.wait([every, stop], return_when=asyncio.FIRST_COMPLETED)
-            if not every.done():  # interrupted
-                await asyncio.wait([every], timeout=INTERRUPT_WAIT_S)
-            if not every.done():
-                for hs, ask in zip(sessions, asks, strict=True):
-                    if not ask.done():
-                        hs.mark_failed(f"did not send the measurement window of step "
-                                       f"{st.number} within {INTERRUPT_WAIT_S:g} s of the "
-                                       "interrupt")
-                raise _Abandoned
-            replies = every.result()
-        finally:
-            stop.cancel()
-            for ask in asks:
-                ask.cancel()
-            every.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await every
+            replies = await self._to_hosts(
+                [(hs, hs.window(st.number, first, last, timeout_s)) for hs in sessions],
+                f"send the measurement window of step {st.number}")
+        except HostError:
+            if self.interrupted.is_set():  # the hosts still busy are marked failed
+                raise _Abandoned from None
+            raise
         return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
                                           in zip(sessions, replies, strict=True)])
 
@@ -1314,8 +1298,8 @@ class Run:
         """Every host's call at once, each bounded by its session (what it sends by the
         deadline given, an answer by its request's timeout); the first ``HostError`` is
         raised and the other calls are cancelled. Once the run is interrupted (before or while
-        they wait) the hosts get ``INTERRUPT_WAIT_S`` more: one still busy then is marked failed
-        (it did not ``what``), which ends its calls."""
+        they wait) the hosts get ``INTERRUPT_WAIT_S`` more: every one still busy then is marked
+        failed (it did not ``what``), which ends its calls, and the first one's error raised."""
         tasks = [asyncio.ensure_future(aw) for _, aw in calls]
         every: asyncio.Future[list[T]] = asyncio.gather(*tasks)
         stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
@@ -1324,9 +1308,10 @@ class Run:
             if not every.done():  # interrupted
                 await asyncio.wait([every], timeout=INTERRUPT_WAIT_S)
             if not every.done():
-                raise next(hs.mark_failed(f"did not {what} within {INTERRUPT_WAIT_S:g} s of "
-                                          "the interrupt")
-                           for (hs, _), t in zip(calls, tasks, strict=True) if not t.done())
+                stuck = [hs.mark_failed(f"did not {what} within {INTERRUPT_WAIT_S:g} s of the "
+                                        "interrupt")
+                         for (hs, _), t in zip(calls, tasks, strict=True) if not t.done()]
+                raise stuck[0]
             return every.result()
         finally:
             stop.cancel()

@@ -214,3 +214,8 @@ def memory_config(tmp: Path, text: str) -> TestConfig:
 
 def memory_run(cfg: TestConfig, hosts: MemoryHosts, **kw: Any) -> Run:
     return Run(cfg, view=LiveView(rich_mode=False), connect=hosts.connect, **kw)
+
+
+def execute(run: Run, timeout_s: float = 30) -> Any:
+    """``run.execute()`` to its end (its ``RunResult``), failing the test past ``timeout_s``."""
+    return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))

@@ -139,9 +139,9 @@ def test_probe_fixes_the_columns_from_the_first_sample_and_the_config(tmp_path: 
     assert -2 in src.outcomes and len(src.recent_ns) == 1
 
 
-def test_element_types_that_share_a_file_name_get_their_own_files(tmp_path: Path) -> None:
-    # a source's element types are its own text: "a/b" and "a_b" make the same safe file
-    # name, "non_participating" a joined source's aggregate file
+def _record_two(tmp_path: Path, values: dict[tuple[str, str, str], float]) -> list[str]:
+    """Two subintervals of SOURCE (joined on LDEV loop1's busy) that gave ``values``,
+    recorded in step 0's folder under ``tmp_path``; the events."""
     events: list[str] = []
     out = RunOutput(tmp_path)
     gathering = Gathering([SOURCE], out, lambda _l, m, **_k: events.append(m), lambda: 0)
@@ -149,13 +149,20 @@ def test_element_types_that_share_a_file_name_get_their_own_files(tmp_path: Path
                            {"name": ["loop1"]})
     (src,) = gathering.sources
     src.joined_header = ["busy"]
-    values = {("LDEV", "loop1", "busy"): 1.0, ("non_participating", "e", "m"): 2.0,
-              ("a/b", "e", "x"): 3.0, ("a_b", "e", "y"): 4.0}
     for k in range(2):
         src.outcomes[k] = Outcome(0, 1, Sample(k * S, values))
         with out.subinterval():
             gathering.record(k, "warmup")
     out.close()
+    return events
+
+
+def test_element_types_that_share_a_file_name_get_their_own_files(tmp_path: Path) -> None:
+    # a source's element types are its own text: "a/b" and "a_b" make the same safe file
+    # name, "non_participating" a joined source's aggregate file
+    events = _record_two(tmp_path, {
+        ("LDEV", "loop1", "busy"): 1.0, ("non_participating", "e", "m"): 2.0,
+        ("a/b", "e", "x"): 3.0, ("a_b", "e", "y"): 4.0})
     folder = tmp_path / "step0000-s/gather/arr"
     assert sorted(p.name for p in folder.iterdir()) == [
         "LDEV.csv", "a_b-2.csv", "a_b.csv", "non_participating-2.csv", "non_participating.csv"]
@@ -174,21 +181,10 @@ def test_metrics_named_as_the_files_own_columns_are_written_under_other_names(
         tmp_path: Path) -> None:
     # a source's metrics called subinterval, phase or element_instance (or metric_phase, the
     # name one of them would take) never overwrite the file's own columns; said once a step
-    events: list[str] = []
-    out = RunOutput(tmp_path)
-    gathering = Gathering([SOURCE], out, lambda _l, m, **_k: events.append(m), lambda: 0)
-    gathering.step = _Step(0, "s", "step0000-s", 0, S, {"all": (("all",), [0])},
-                           {"name": ["loop1"]})
-    (src,) = gathering.sources
-    src.joined_header = ["busy"]
-    values = {("LDEV", "loop1", "busy"): 1.0, ("pool", "p1", "phase"): 7.0,
-              ("pool", "p1", "metric_phase"): 6.0, ("pool", "p1", "element_instance"): 8.0,
-              ("pool", "p1", "subinterval"): 9.0, ("pool", "p1", "used"): 5.0}
-    for k in range(2):
-        src.outcomes[k] = Outcome(0, 1, Sample(k * S, values))
-        with out.subinterval():
-            gathering.record(k, "warmup")
-    out.close()
+    events = _record_two(tmp_path, {
+        ("LDEV", "loop1", "busy"): 1.0, ("pool", "p1", "phase"): 7.0,
+        ("pool", "p1", "metric_phase"): 6.0, ("pool", "p1", "element_instance"): 8.0,
+        ("pool", "p1", "subinterval"): 9.0, ("pool", "p1", "used"): 5.0})
     rows = _rows(tmp_path / "step0000-s/gather/arr/pool.csv")
     assert list(rows[0]) == ["subinterval", "phase", "element_instance",
                              "metric_element_instance", "metric_phase", "metric_metric_phase",

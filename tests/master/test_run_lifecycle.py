@@ -28,7 +28,7 @@ from master.runstate import check_resumable, read_state
 from protocol.errors import ConfigError, OutputError
 from protocol.messages import Message, SubintervalResult, WindowResult
 from protocol.version import __version__
-from tests.master.memhosts import MemoryHosts, memory_config, memory_run
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 
 TWO_STEPS = """\
 test: mem
@@ -66,10 +66,6 @@ def _summary(folder: Path, step: int, rollup: str = "workload") -> list[dict[str
 
 def _luns_used(folder: Path) -> list[str]:
     return [r["lun"] for r in _rows(folder / "luns.csv") if r["used_by"]]
-
-
-def _execute(run: Run, timeout_s: float = 30) -> Any:
-    return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))
 
 
 def _on(kind: type[Message], step: int, k: int | None = None
@@ -115,7 +111,7 @@ def test_an_edit_its_step_never_ran_is_undone_by_the_next_step(tmp_path: Path, h
 
     hosts = MemoryHosts(watch)
     run = box["run"] = memory_run(cfg, hosts)
-    result = _execute(run)
+    result = execute(run)
     assert result.exit_code == EXIT_OK, result.message
     assert box["task"].exception() is None
     # the edit was taken, from a subinterval step a did not run (-1: from the next step, had
@@ -144,7 +140,7 @@ def _interrupted_in_step_b(tmp_path: Path) -> tuple[TestConfig, Path]:
         return True
 
     run = box["run"] = memory_run(cfg, MemoryHosts(watch))
-    first = _execute(run)
+    first = execute(run)
     assert first.exit_code == EXIT_INTERRUPTED, first.message
     return cfg, first.folder
 
@@ -161,7 +157,7 @@ def test_resume_through_a_symlink_runs_against_the_runs_own_file_lun(tmp_path: P
     links.mkdir()
     (links / "last").symlink_to(folder)
     cfg2, resume = cli_run._resumed(links / "last")
-    second = _execute(memory_run(cfg2, MemoryHosts(), resume=resume))
+    second = execute(memory_run(cfg2, MemoryHosts(), resume=resume))
     assert second.exit_code == EXIT_OK, second.message
     assert not (tmp_path / "lun").exists(), "a second file LUN beside the symlink's folder"
     assert _luns_used(folder) == [str(lun)]
@@ -221,7 +217,7 @@ def test_an_exception_the_run_does_not_handle_leaves_it_failed_and_resumable(
     hosts = MemoryHosts()
     run = memory_run(cfg, hosts)
     with pytest.raises(kind):
-        _execute(run)
+        execute(run)
     assert run.output is not None
     folder = run.output.folder
     state = read_state(folder)
@@ -252,7 +248,7 @@ def test_ctrl_c_while_a_hung_host_holds_the_window_exits_130_within_3s(tmp_path:
         return True
 
     run = box["run"] = memory_run(cfg, MemoryHosts(watch))
-    result = _execute(run, timeout_s=20)
+    result = execute(run, timeout_s=20)
     took = time.monotonic() - box["at"]
     assert result.exit_code == EXIT_INTERRUPTED, result.message
     assert took < 3.0, f"the run ended {took:.2f} s after the interrupt"
@@ -280,7 +276,7 @@ def test_a_window_that_never_comes_fails_the_step_at_its_deadline(
             return False
         return True
 
-    result = _execute(memory_run(cfg, MemoryHosts(watch)), timeout_s=20)
+    result = execute(memory_run(cfg, MemoryHosts(watch)), timeout_s=20)
     took = time.monotonic() - box["at"]
     assert result.exit_code == EXIT_HOST, result.message
     assert "no answer to WindowRequest within 1 s" in result.message
@@ -335,7 +331,7 @@ def test_an_output_error_mid_step_stops_the_io_before_the_report(
                         probe("summary", runmod.write_summary_json))
     monkeypatch.setattr(runmod, "report_after_run", probe("report", runmod.report_after_run))
     run = box["run"] = memory_run(cfg, hosts)
-    result = _execute(run)
+    result = execute(run)
     assert result.exit_code == EXIT_OUTPUT, result.message
     assert "No space left on device" in result.message
     # (I/O running, slave closed) of every host when each was built

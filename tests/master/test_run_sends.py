@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from master.config import HostConfig
-from master.run import EXIT_HOST, EXIT_INTERRUPTED, Run
+from master.run import EXIT_HOST, EXIT_INTERRUPTED
 from protocol.messages import Ack, Message, SubintervalResult
-from tests.master.memhosts import MemoryHost, memory_config, memory_run
+from tests.master.memhosts import MemoryHost, execute, memory_config, memory_run
 
 
 @pytest.fixture(autouse=True)
@@ -101,10 +101,6 @@ DFC = """\
 """
 
 
-def _execute(run: Run, timeout_s: float = 30) -> Any:
-    return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))
-
-
 def _summary_rows(folder: Path) -> list[dict[str, str]]:
     with open(folder / "summary.csv", newline="") as fh:
         return list(csv.DictReader(fh))
@@ -138,7 +134,7 @@ def test_a_send_the_slave_does_not_read_fails_the_host_by_its_deadline(
     cfg = memory_config(tmp_path, STEP.format(sub=0.2, measure_s=2, extra=extra))
     hosts = StoppedReaders(_first(kind, k))
     t0 = time.monotonic()
-    result = _execute(memory_run(cfg, hosts))
+    result = execute(memory_run(cfg, hosts))
     took = time.monotonic() - t0
     assert hosts.hosts["localhost"].waited, f"no {what} waited on the slave"
     assert result.exit_code == EXIT_HOST, result.message
@@ -166,7 +162,7 @@ def test_ctrl_c_while_a_go_waits_on_a_slave_that_does_not_read_exits_130_within_
 
     hosts = StoppedReaders(when)
     run = box["run"] = memory_run(cfg, hosts)
-    result = _execute(run)
+    result = execute(run)
     took = time.monotonic() - box["at"]
     assert hosts.hosts["localhost"].waited
     assert result.exit_code == EXIT_INTERRUPTED, result.message

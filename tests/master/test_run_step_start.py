@@ -13,10 +13,16 @@ from typing import Any
 
 import pytest
 
-from master.run import EXIT_OK, Run, RunControl
+from master.run import EXIT_OK, RunControl
 from slave.luns import LunInfo
 from slave.params import WorkloadParams
-from tests.master.memhosts import MemoryHosts, SyntheticBackend, memory_config, memory_run
+from tests.master.memhosts import (
+    MemoryHosts,
+    SyntheticBackend,
+    execute,
+    memory_config,
+    memory_run,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,10 +49,6 @@ steps:
 {extra}"""
 
 
-def _execute(run: Run, timeout_s: float = 30) -> Any:
-    return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
@@ -67,7 +69,7 @@ def test_a_stop_as_the_step_starts_ends_it_after_subinterval_0(tmp_path: Path) -
         box["stop"] = asyncio.ensure_future(RunControl(run).stop_step())
 
     run.view.step_started = step_started  # type: ignore[method-assign]
-    result = _execute(run)
+    result = execute(run)
     assert result.exit_code == EXIT_OK, result.message
     assert box["stop"].result()["last_subinterval"] == 0
     assert [k for s, k, _ in hosts["localhost"].backend.ran if s == 0] == [0]
@@ -99,7 +101,7 @@ def test_dfc_on_engine_moves_a_workload_that_fell_back_to_the_thread_pool(
     dfc: {focus_rollup: engine, focus_metric: IOPS, target: 1000, low_iops: 100,
           high_iops: 3000}
 """))
-    result = _execute(memory_run(cfg, MemoryHosts()))
+    result = execute(memory_run(cfg, MemoryHosts()))
     assert result.exit_code in (0, 1), result.message
     rows = _rows(result.folder / "step0000-a" / "dfc.csv")
     assert {r["instance"] for r in rows} == {"threadpool"}
