@@ -503,7 +503,10 @@ class SlaveSession:
                 seq=msg.seq,
                 luns=[
                     {"info": lun.to_dict(),
-                     "attributes": {**lun.attributes(), "engine": self.backend.engine_for(lun)},
+                     # a device that did not answer its probe is not read again (the
+                     # engine's O_DIRECT check would wait on it): no engine for it
+                     "attributes": {**lun.attributes(), "engine": "unavailable"
+                                    if lun.unanswered else self.backend.engine_for(lun)},
                      "in_use": list(in_use_reasons(lun))}
                     for lun in found
                 ],

@@ -725,3 +725,31 @@ def test_a_lun_formatted_after_discovery_is_refused_for_writes(loop_device: Any)
     assert dev.path in err.message and "ext4" in err.message
     (ack,) = _create(h, 2, f"h1:{dev.path}:r", dev.path, read_fraction=1.0)
     assert isinstance(ack, Ack)
+
+
+def test_a_lun_that_did_not_answer_its_probe_is_not_read_for_its_engine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's check reads the LUN (O_DIRECT): a device discovery found unanswering
+    (stuck) would hold it for good. It is listed with no engine, and never asked; a device
+    that answered is."""
+    def lun(name: str, unanswered: bool) -> LunInfo:
+        return LunInfo(path=f"/dev/{name}", kind="block", name=name, size_bytes=1 << 30,
+                       logical_block_bytes=512, physical_block_bytes=4096,
+                       unanswered=unanswered)
+
+    monkeypatch.setattr(lunmod, "discover_block_devices",
+                        lambda **_: [lun("stuck0", True), lun("good0", False)])
+    h = Harness()
+    asked: list[str] = []
+
+    def engine_for(lun: LunInfo) -> str:
+        asked.append(lun.path)
+        return "fake"
+
+    monkeypatch.setattr(h.backend, "engine_for", engine_for)
+    h.hello()
+    *_, reply = h.send(DiscoverLuns(9, files=[]))
+    assert isinstance(reply, LunList)
+    engines = {e["info"]["path"]: e["attributes"]["engine"] for e in reply.luns}
+    assert engines == {"/dev/stuck0": "unavailable", "/dev/good0": "fake"}
+    assert asked == ["/dev/good0"]
