@@ -958,14 +958,16 @@ def test_a_full_record_buffer_is_flushed_and_nothing_is_lost(
         lun_file: str, codes: collections.Counter[int], monkeypatch: pytest.MonkeyPatch) -> None:
     # the buffer is full at every record: the kernel hands back after each completion it
     # records. With 8, a machine fast enough to bin every record while idle never filled it
-    # (3 runs in 6 saw no flush)
+    # (3 runs in 6 saw no flush). At 5,000 IOPS a flush per I/O keeps up with the schedule;
+    # at 20,000 it did not, on CI or here (a first subinterval 400-900 I/Os short, caught up
+    # over the next two), which measured the machine rather than what the flushes lost
     monkeypatch.setattr(tuning, "FLUSH_AT", 1)
-    params = [WorkloadParams(iodepth=8, iops=20_000.0, blocksize_bytes=4096)]
+    params = [WorkloadParams(iodepth=8, iops=5_000.0, blocksize_bytes=4096)]
     ctl, loop = _run_paced(lun_file, params, 100_000_000, 4)
     assert codes[pk.R_FLUSH] > 0
     assert loop.in_flight == 0
-    ops = sum(s.ops(0) for s in ctl.stats[1:3])
-    assert abs(ops - 4000) <= 4000 * 0.05, ops  # a loaded machine may fall a little behind
+    ops = sum(s.ops(0) for s in ctl.stats[0:3])
+    assert abs(ops - 1500) <= 1500 * 0.05, ops
     for s in ctl.stats:
         assert s.histogram(0, 0).count == s.histogram(0, 1).count == s.ops(0)
 
