@@ -63,6 +63,15 @@ def default_backend(cpus: list[int | None] | None = None) -> Backend:
     return WorkerBackend(cpus=cpus)
 
 
+def _stop_io(session: SlaveSession) -> None:
+    """After a failure, on the way out: stop all I/O. What goes wrong doing so is logged, not
+    raised (the exit status already says the slave failed)."""
+    try:
+        session.shut_down()
+    except Exception:
+        log.exception("stopping all I/O")
+
+
 def serve(
     backend_factory: Callable[[], Backend] = default_backend,
     stdin_fd: int = 0,
@@ -148,11 +157,11 @@ def serve(
             session.on_tick()
     except BrokenPipeError:
         log.warning("the master closed our stdout: stopping all I/O")
-        backend.halt()
+        _stop_io(session)
         status = EXIT_FAILED
     except Exception:
         log.exception("slave failed")
-        backend.halt()
+        _stop_io(session)
         status = EXIT_FAILED
     finally:
         backend.close()

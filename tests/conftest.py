@@ -1,8 +1,9 @@
-"""How ``scripts/test`` shares the suite out: the tests not marked ``alone`` on two
-pytest-xdist workers (``--dist loadfile``), since they mostly wait on ``ivypy run``
+"""How ``scripts/test`` shares the suite out: the tests not marked ``alone`` on pytest-xdist
+workers (``--dist loadfile``, two per CPU), since they mostly wait on ``ivypy run``
 subprocesses (about half a core each) or on nothing; then those marked ``alone``, one at a
-time with nothing beside them: every test of tests/slave (the engine's timing and CPU tests
-need the machine) and any other that changes what the whole machine shares (``fs.aio-max-nr``).
+time with nothing beside them: the tests of tests/slave that time the engine, measure its CPU
+or bound how long something takes (all but ``SHARES_THE_MACHINE``), and any other that changes
+what the whole machine shares (``fs.aio-max-nr``).
 
 Owns ``pytest_collection_modifyitems`` (the ``alone`` mark on tests/slave) and
 ``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one worker, so that its module
@@ -28,12 +29,26 @@ SHARED = ("quickstart_run", "interrupted_run", "slave_killed_run", "master_kille
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: the files of tests/slave whose tests neither time anything nor measure CPU nor bound how
+#: long a step takes (pure logic, virtual time, compiling, discovery with generous waits): they
+#: run beside the others. A new file of tests/slave is ``alone`` until it is named here.
+SHARES_THE_MACHINE = frozenset({
+    "test_datapattern.py", "test_devstats.py", "test_engine_differential_fake.py",
+    "test_engine_loop_args.py", "test_engine_paced_draws.py", "test_lun_info.py",
+    "test_lun_mark.py", "test_luns.py", "test_luns_growth.py", "test_luns_layout.py",
+    "test_params.py", "test_preflight.py", "test_sequencer.py", "test_session.py",
+    "test_session_fuzz.py", "test_session_refusals.py", "test_session_stopping.py",
+    "test_signatures.py", "test_windowstore.py",
+})
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of tests/slave is ``alone``."""
+    """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE``."""
     engine_tests = ROOT / "tests" / "slave"
     for item in items:
-        if item.path.is_relative_to(engine_tests):
+        if (item.path.is_relative_to(engine_tests)
+                and item.path.name not in SHARES_THE_MACHINE):
             item.add_marker(pytest.mark.alone)
 
 

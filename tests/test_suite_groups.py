@@ -1,11 +1,12 @@
 """The suite's worker groups (tests/conftest.py): files that share an expensive run or the
-machine's test bed run on one xdist worker, every other file on its own."""
+machine's test bed run on one xdist worker, every other file on its own; which files of
+tests/slave run beside the others."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import SHARED, file_group
+from tests.conftest import ROOT, SHARED, SHARES_THE_MACHINE, file_group
 
 
 @pytest.mark.parametrize(("files", "together"), [
@@ -32,3 +33,10 @@ def test_every_shared_fixture_is_one_some_test_file_names() -> None:
     assert {file_group(f"tests/{name}") for name in ("master/test_run_quickstart.py",
                                                      "master/test_run_multihost.py")} \
         <= set(SHARED)
+
+
+def test_every_file_said_to_share_the_machine_is_a_test_file_of_tests_slave() -> None:
+    """A file renamed without this list is ``alone`` again (safe, but slower): the list names
+    files that exist."""
+    have = {p.name for p in (ROOT / "tests" / "slave").glob("test_*.py")}
+    assert SHARES_THE_MACHINE <= have, sorted(SHARES_THE_MACHINE - have)

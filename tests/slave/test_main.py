@@ -442,3 +442,45 @@ def test_a_watchdog_floor_that_is_not_positive_is_refused() -> None:
                           capture_output=True, text=True, timeout=30, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and "--watchdog-min-seconds must be > 0" in proc.stderr
+
+
+_FAILING_HALT = """
+import sys
+from protocol.errors import IvyError
+from slave.main import serve
+from slave.session import SlaveSession
+from tests.slave.test_session import FakeBackend
+
+class StuckBackend(FakeBackend):
+    def halt(self):
+        raise IvyError("3 I/Os still in flight on /dev/loop7 past the drain limit")
+
+if sys.argv[1] == "bug":
+    def on_tick(self):
+        raise RuntimeError("a bug in the session")
+    SlaveSession.on_tick = on_tick
+sys.exit(serve(StuckBackend))
+"""
+
+
+@pytest.mark.parametrize("how", ["bug", "stdout-closed"])
+def test_a_failure_whose_io_does_not_stop_cleanly_is_logged_and_the_exit_is_1(
+        how: str) -> None:
+    # the slave fails (a bug, or the master closed our stdout) and stopping its I/O fails too:
+    # the stop's problem is logged with the rest and the exit is EXIT_FAILED, where the stop's
+    # error once escaped the handler as a traceback
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _FAILING_HALT, how], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdin is not None and proc.stdout is not None
+    if how == "stdout-closed":
+        proc.stdout.close()  # the HelloReply meets a closed pipe
+    proc.stdin.write(Conversation(Role.MASTER).send(HELLO))
+    proc.stdin.flush()
+    _, err_b = proc.communicate(timeout=30)
+    err = err_b.decode()
+    assert proc.returncode == EXIT_FAILED, err
+    want = "a bug in the session" if how == "bug" else "the master closed our stdout"
+    assert want in err, err
+    assert "stopping all I/O: 3 I/Os still in flight on /dev/loop7" in err, err
+    assert err.count("Traceback") == (1 if how == "bug" else 0), err
