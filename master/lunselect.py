@@ -282,6 +282,35 @@ def rollup_key(spec: RollupSpec, inst: WorkloadInstance) -> str:
     return "+".join(inst.attributes.get(a, "") for a in spec.attributes)
 
 
+def check_rollup_keys(rollups: Sequence[RollupSpec], instances: Sequence[WorkloadInstance], *,
+                      file: str | None = None) -> None:
+    """Refuse a rollup on several attributes whose ``+``-joined instance names stand for more
+    than one combination of values (a value holding ``+``, as ``a+b`` and ``c`` against ``a``
+    and ``b+c``): its workloads' results would be summed as one instance. A ``ConfigError`` at
+    ``rollups`` (with ``file``, the test file) naming the rollup and both workloads."""
+    for spec in rollups:
+        if len(spec.attributes) < 2:
+            continue
+        seen: dict[str, tuple[tuple[str, ...], WorkloadInstance]] = {}
+        for inst in instances:
+            values = tuple(inst.attributes.get(a, "") for a in spec.attributes)
+            key = "+".join(values)
+            first_values, first = seen.setdefault(key, (values, inst))
+            if first_values == values:
+                continue
+            raise ConfigError(
+                f"rollup {spec.type}: its instance {key!r} would stand for both "
+                f"{_values_of(spec, first_values, first)} and "
+                f"{_values_of(spec, values, inst)}, as a value holds '+'; roll up on fewer "
+                "attributes, or give the attribute values without '+'",
+                key_path="rollups", file=file)
+
+
+def _values_of(spec: RollupSpec, values: tuple[str, ...], inst: WorkloadInstance) -> str:
+    pairs = ", ".join(f"{a}={v!r}" for a, v in zip(spec.attributes, values, strict=True))
+    return f"{pairs} (workload {inst.name} on {inst.host}:{inst.lun.lun.path})"
+
+
 def apply_rollup_edits(
     edits: Iterable[RollupEdit],
     instances: Sequence[WorkloadInstance],

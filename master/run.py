@@ -52,6 +52,7 @@ from master.lunselect import (
     WorkloadInstance,
     apply_rollup_edits,
     blocksize_misfit,
+    check_rollup_keys,
     expand_step,
     file_requests,
     rollup_key,
@@ -634,9 +635,10 @@ class Run:
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
             instances = expand_step(step, self.selected, self.cfg.source_file)
-            # an edit_rollup that fits no workload of its step fails now, before any I/O,
-            # rather than when its step comes
+            # an edit_rollup that fits no workload of its step, or a rollup instance that
+            # would stand for two, fails now, before any I/O, rather than when its step comes
             self._rollup_edits(step, instances)
+            check_rollup_keys(self.rollups, instances, file=self.cfg.source_file)
             for inst in instances:
                 used.setdefault((inst.host, inst.lun.lun.path), [])
                 if inst.name not in used[(inst.host, inst.lun.lun.path)]:

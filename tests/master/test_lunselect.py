@@ -10,7 +10,14 @@ import pytest
 
 from master.config.loader import parse_config_text
 from master.config.schema import TestConfig
-from master.lunselect import Lun, WorkloadInstance, apply_rollup_edits, expand_step, select_luns
+from master.lunselect import (
+    Lun,
+    WorkloadInstance,
+    apply_rollup_edits,
+    check_rollup_keys,
+    expand_step,
+    select_luns,
+)
 from protocol.errors import ConfigError
 
 TEST = """\
@@ -415,3 +422,46 @@ def test_two_entries_naming_different_engines_for_one_lun_are_refused() -> None:
     text = str(info.value)
     assert "e.yaml:5: luns[1].engine:" in text
     assert "LUN /dev/sda on host h1" in text and "luns[0] with engine libaio" in text
+
+
+KEYS_TEST = """\
+test: keys
+hosts: [h1]
+luns:
+  - {hosts: all, path: "/dev/sd*"}
+rollups: [host, vendor+model]
+steps:
+  - name: s
+    workloads:
+      - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 100}
+"""
+
+
+def _model_lun(path: str, vendor: str, model: str) -> Lun:
+    return Lun("h1", path, 1 << 30, 512, {"vendor": vendor, "model": model}, (), {})
+
+
+@pytest.mark.parametrize("luns, refused", [
+    # (vendor, model) of /dev/sda, /dev/sdb; whether the rollup's instances are ambiguous
+    ([("ACME", "X1"), ("ACME", "X2")], False),
+    ([("A+B", "C"), ("A+B", "C")], False),  # one combination, two LUNs: one instance
+    ([("A+B", "C"), ("X", "Y+Z")], False),  # values with '+', names still apart
+    ([("A+B", "C"), ("A", "B+C")], True),
+    ([("A+", "B"), ("A", "+B")], True),
+])
+def test_a_rollup_instance_that_would_stand_for_two_combinations_is_refused(
+        luns: list[tuple[str, str]], refused: bool) -> None:
+    cfg = parse_config_text(KEYS_TEST, "keys.yaml", cwd=Path("/"))
+    found = {"h1": [_model_lun(f"/dev/sd{c}", v, m) for c, (v, m) in zip("ab", luns, strict=True)]}
+    instances = expand_step(cfg.steps[0], select_luns(cfg, found))
+    if not refused:
+        check_rollup_keys(cfg.rollups, instances, file="keys.yaml")
+        return
+    with pytest.raises(ConfigError) as exc:
+        check_rollup_keys(cfg.rollups, instances, file="keys.yaml")
+    text = str(exc.value)
+    assert exc.value.key_path == "rollups" and "rollup vendor+model" in text, text
+    (va, ma), (vb, mb) = luns
+    for words in ([f"vendor={va!r}", f"model={ma!r}", "h1:/dev/sda"],
+                  [f"vendor={vb!r}", f"model={mb!r}", "h1:/dev/sdb"]):
+        assert all(w in text for w in words), (words, text)
