@@ -2,8 +2,10 @@
 
 Thin: arguments → ``master.editparse`` (edits are checked before connecting) →
 ``master.control.request`` → printed reply → exit code. Without RUN_DIR the newest active run is
-used. For ``edit`` the first positional is RUN_DIR only when it is an existing directory;
-otherwise it is the instance.
+used. For ``edit`` the first positional is RUN_DIR when it is an existing directory that is
+no instance (``all`` in a step folder, which has an ``all`` folder, is the instance), or when
+it is no instance but the next word is one (a run folder that is not there: exit 3, naming
+it); otherwise it is the instance.
 
 Exit codes: 0 done; 2 the edit or stop was refused (bad instance, key or value, or refused by the
 run), with the reason on stderr and nothing changed; 3 no run could be reached (none active, the
@@ -23,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from master.control import ControlError, find_run_dir, request
-from master.editparse import EditRefused, parse_instance, parse_params, split_edit_args
+from master.editparse import (
+    EDITABLE_KEYS,
+    EditRefused,
+    parse_instance,
+    parse_params,
+    split_edit_args,
+)
 from master.units import format_duration_s
 
 EXIT_OK = 0
@@ -143,10 +151,14 @@ def _table(rows: list[Any]) -> list[str]:
 
 
 def status_command(args: argparse.Namespace) -> int:
+    folder = args.run_dir
     try:
-        _, reply = _call(args.run_dir, {"op": "status"})
+        run_dir = find_run_dir(args.run_dir)
+        if args.run_dir is not None:  # a test folder: the run found in it
+            folder = str(run_dir)
+        reply = request(run_dir, {"op": "status"})
     except ControlError as exc:
-        recorded = _recorded_state(args.run_dir)
+        recorded = _recorded_state(folder)
         if recorded is None:
             return _fail(str(exc), EXIT_NO_RUN)
         print(recorded)  # a run no master serves: what its folder says of it
@@ -178,7 +190,8 @@ def split_edit_words(words: Sequence[str]) -> tuple[str | None, str, list[str]]:
     """``[RUN_DIR] INSTANCE KEY=VALUE...`` → (run dir or None, instance, settings)."""
     rest = list(words)
     run_dir = None
-    if rest and Path(rest[0]).is_dir():
+    if rest and not _is_instance(rest[0]) and (
+            Path(rest[0]).is_dir() or (len(rest) >= 3 and _is_instance(rest[1]))):
         run_dir = rest.pop(0)
     if not rest:
         raise EditRefused("give the instance to edit (all, host=h1, ...) and key=value settings")
@@ -186,6 +199,15 @@ def split_edit_words(words: Sequence[str]) -> tuple[str | None, str, list[str]]:
     if not rest:
         raise EditRefused(f"give one or more key=value settings to apply to {instance}")
     return run_dir, instance, rest
+
+
+def _is_instance(word: str) -> bool:
+    """Whether ``word`` is spelt as an instance (``all``, ``host=h1``), not a setting."""
+    try:
+        rollup_type, _ = parse_instance(word)
+    except EditRefused:
+        return False
+    return rollup_type not in EDITABLE_KEYS
 
 
 def edit_command(args: argparse.Namespace) -> int:

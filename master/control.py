@@ -42,8 +42,9 @@ Active-run registry
     ``$IVYPY_STATE_DIR/active-runs/`` when that variable is set, else
     ``~/.cache/ivypy/active-runs/`` (mode 0700). A started server writes ``<pid>-<n>.json``
     (``{"pid", "run_dir", "started_at"}``, written atomically) and removes it on close. An entry
-    whose process is gone or whose socket is missing is stale: ignored and deleted by whoever
-    lists the registry.
+    whose process is gone, or whose socket is missing or refuses connections (a run killed,
+    its pid taken by another process since, as after a reboot), is stale: ignored and deleted
+    by whoever lists the registry.
 
 Socket paths longer than ``sun_path`` allows (about 107 bytes) are reached through
 ``/proc/self/fd/<dir fd>/control.sock``, so a deep run folder still gets its socket.
@@ -156,6 +157,21 @@ def _answers(path: Path) -> bool:
     return True
 
 
+def _refused(path: Path) -> bool:
+    """Whether no server listens on ``path``: no such file, or a socket file that refuses
+    connections (left behind by a killed run). A server too busy to accept is not refused."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            with _sun_path(path) as address:
+                probe.connect(address)
+        except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:
+            return False
+    return False
+
+
 def _jsonable(value: object) -> Any:
     """``value`` with non-finite floats as None, numpy scalars as Python numbers, tuples as
     lists, and anything else unknown as its ``str``."""
@@ -250,7 +266,8 @@ def active_runs() -> list[ActiveRun]:
     runs = []
     for entry in entries:
         run = _read_entry(entry)
-        if run is None or not _pid_alive(run.pid) or not _is_socket(run.run_dir / SOCKET_NAME):
+        if run is None or not _pid_alive(run.pid) or not _is_socket(
+                run.run_dir / SOCKET_NAME) or _refused(run.run_dir / SOCKET_NAME):
             logger.debug("removing stale active-run entry %s", entry)
             with contextlib.suppress(OSError):
                 entry.unlink()
@@ -261,7 +278,8 @@ def active_runs() -> list[ActiveRun]:
 
 def find_run_dir(explicit: str | os.PathLike[str] | None) -> Path:
     """The run folder to talk to: ``explicit`` (a run folder with a control.sock, the socket
-    itself, or a test folder whose newest run has one), else the newest active run."""
+    itself, or a test folder: its newest run whose socket a server listens on, else its newest
+    run with a socket), else the newest active run."""
     if explicit is not None:
         path = Path(explicit).expanduser()
         if path.name == SOCKET_NAME and _is_socket(path):
@@ -274,8 +292,9 @@ def find_run_dir(explicit: str | os.PathLike[str] | None) -> Path:
             runs = [child for child in path.iterdir() if _is_socket(child / SOCKET_NAME)]
         except OSError:
             runs = []
-        if runs:
-            return max(runs, key=lambda child: (child / SOCKET_NAME).stat().st_mtime)
+        if runs:  # a socket left behind by a killed run does not hide a live one
+            live = [child for child in runs if not _refused(child / SOCKET_NAME)]
+            return max(live or runs, key=lambda child: (child / SOCKET_NAME).stat().st_mtime)
         raise ControlError(f"no running test at {path} (no {SOCKET_NAME})")
     runs_now = active_runs()
     if not runs_now:
@@ -404,6 +423,11 @@ class ControlServer:
                 reply = await self.dispatch(line)
                 if not await self._send(writer, reply):
                     break
+        except asyncio.CancelledError:
+            # cancelled by close(): end quietly (a cancelled client_connected_cb task is
+            # logged by asyncio as an error with a traceback)
+            if not self._closing:
+                raise
         finally:
             if task is not None:
                 self._tasks.discard(task)
@@ -424,7 +448,7 @@ class ControlServer:
         """One request line → its reply (never raises for a bad request or handler error)."""
         try:
             request_obj = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth
             return {"ok": False, "error": "bad request: not a JSON object on one line"}
         if not isinstance(request_obj, dict):
             return {"ok": False, "error": "bad request: expected a JSON object"}

@@ -21,18 +21,22 @@ Settings (``parse_edit_args`` for ``key=value`` strings, ``parse_params`` for a 
     ==============  ===============================================  ========================
     key             value                                            ``params`` field(s)
     ==============  ===============================================  ========================
-    iops            a number > 0, or ``max`` (per workload)          ``iops`` (None for max)
-    total_iops      a number > 0, or ``max`` (split over the          ``EditChanges.total_iops``
+    iops            0.001 .. 10**8, or ``max`` (per workload)        ``iops`` (None for max)
+    total_iops      0.001 .. 10**10, or ``max`` (split over the       ``EditChanges.total_iops``
                     instance's LUNs, then by skew weight)
     read_fraction   0..1, or a percentage (``70%``)                  ``read_fraction``
-    blocksize       bytes with a unit (``8KiB``), multiple of 512    ``blocksize_bytes``
+    blocksize       bytes with a unit (``8KiB``), multiple of 512,   ``blocksize_bytes``
+                    at most 64MiB
     iodepth         an integer 1..4096                               ``iodepth``
     iosequencer     random_steady | random_independent | sequential  ``iosequencer``
-    skew_weight     a number > 0                                     ``skew_weight``
+    skew_weight     10**-6 .. 10**6                                  ``skew_weight``
     busy_poll       true | false (also yes/no, on/off, 1/0)          ``busy_poll``
     write_data      zeros | random | compressible:R | dedupable:R    ``write_data``,
-                    (R ≥ 1)                                          ``write_data_ratio``
+                    (1 ≤ R ≤ 1000)                                   ``write_data_ratio``
     ==============  ===============================================  ========================
+
+    The bounds are the test file's (``master.config.limits``): a live edit takes no value a
+    test file would refuse.
 
     ``iops`` and ``total_iops`` exclude each other; an edit must change something; a key may
     appear once. Keys that need the LUN's size (``range_start`` ...) or that identify a workload
@@ -52,11 +56,24 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from master.config.catalog import IOSEQUENCERS
+from master.config.catalog import BUILTIN_ROLLUPS, IOSEQUENCERS
+from master.config.limits import (
+    MAX_BLOCKSIZE_BYTES,
+    MAX_IODEPTH,
+    MAX_IOPS,
+    MAX_SKEW_WEIGHT,
+    MAX_TOTAL_IOPS,
+    MAX_WRITE_DATA_RATIO,
+    MIN_IOPS,
+    MIN_SKEW_WEIGHT,
+    format_number,
+    show_bytes,
+)
 from master.units import format_bytes, format_fraction, parse_bytes, parse_fraction
 from protocol.errors import ConfigError
 
@@ -69,7 +86,6 @@ __all__ = [
     "parse_params",
 ]
 
-MAX_IODEPTH = 4096
 _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 _ATTRIBUTE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -109,14 +125,25 @@ def unknown_instance_text(rollup_type: str, instance: str, step_name: str,
     """Why an instance (of a live edit or an ``edit_rollup``) has no workloads in a step,
     given the instances that do (``known``): it suggests the likely ones (a workload instance
     named ``host:lun:name`` ends with the bare name the operator may have typed; otherwise the
-    closest spellings) and lists the instances, saying how many there are in all."""
-    names = sorted(set(known))
+    closest spellings) and lists the instances, saying how many there are in all. An
+    attribute rollup that no workload has a value for (a mistyped rollup type: ``hots=h1``)
+    is said to be that."""
+    where = f"step {step_name}" if step_name else "this step"
+    text = f"{rollup_type}={instance} has no workloads in {where}."
+    # an attribute instance without any value (``""``, ``"+"``) is no name one can type
+    valued = {k for k in known if k.replace("+", "")} if rollup_type not in BUILTIN_ROLLUPS \
+        else set(known)
+    if known and not valued:
+        attributes = rollup_type.split("+")
+        what = (f"the attribute {attributes[0]}" if len(attributes) == 1
+                else f"any of the attributes {', '.join(attributes)}")
+        return (f"{text[:-1]}: no workload there has {what}. A rollup type is all, host, lun, "
+                "workload, or LUN attributes (vendor, model, ...) joined by +.")
+    names = sorted(valued)
     tail = instance.rsplit(":", 1)[-1]
     likely = [k for k in names if k.rsplit(":", 1)[-1] == tail and k != instance]
     if not likely:
         likely = difflib.get_close_matches(instance, names, n=3, cutoff=0.6)
-    where = f"step {step_name}" if step_name else "this step"
-    text = f"{rollup_type}={instance} has no workloads in {where}."
     if likely:
         shown = [f"{rollup_type}={k}" for k in likely[:LISTED_INSTANCES]]
         if len(likely) > LISTED_INSTANCES:
@@ -130,6 +157,16 @@ def unknown_instance_text(rollup_type: str, instance: str, step_name: str,
     else:
         head = "Instances:"
     return f"{text} {head} {', '.join(names[:LISTED_INSTANCES])}"
+
+
+def _exact(number: float) -> str:
+    """``number`` short where that is exact (``5000``, ``1.5e+06``), else every digit
+    (``1234567``): ``:g`` alone keeps 6 digits, and events.csv recorded ``iops=1.23457e+06``
+    for an edit to 1,234,567."""
+    short = f"{number:g}"
+    if float(short) == number:
+        return short
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
 @dataclass(frozen=True)
@@ -153,7 +190,7 @@ class EditChanges:
                 continue
             value = p[key]
             if key == "iops":
-                words.append("iops=max" if value is None else f"iops={value:g}")
+                words.append("iops=max" if value is None else f"iops={_exact(value)}")
             elif key == "read_fraction":
                 words.append(f"read_fraction={format_fraction(value)}")
             elif key == "blocksize_bytes":
@@ -162,15 +199,15 @@ class EditChanges:
                 words.append(f"busy_poll={'true' if value else 'false'}")
             elif key == "write_data":
                 ratio = p.get("write_data_ratio", 1.0)
-                kind = value if value in ("random", "zeros") else f"{value}:{ratio:g}"
+                kind = value if value in ("random", "zeros") else f"{value}:{_exact(ratio)}"
                 words.append(f"write_data={kind}")
             elif key == "skew_weight":
-                words.append(f"skew_weight={value:g}")
+                words.append(f"skew_weight={_exact(value)}")
             else:
                 words.append(f"{key}={value}")
         if self.total_iops is not None:
             total = self.total_iops
-            words.append(f"total_iops={total if isinstance(total, str) else format(total, 'g')}")
+            words.append(f"total_iops={total if isinstance(total, str) else _exact(total)}")
         return " ".join(words)
 
 
@@ -212,7 +249,10 @@ def _is_number(value: object) -> bool:
 def _number(value: object, what: str) -> float:
     if _is_number(value):
         assert isinstance(value, (int, float))
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # a JSON integer beyond any float: past every bound
+            number = sys.float_info.max if value > 0 else -sys.float_info.max
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -232,12 +272,21 @@ def _positive(value: object) -> float:
     return number
 
 
+def _within(number: float, low: float, high: float) -> float:
+    """``number`` if ``low <= number <= high``, refused as the test file refuses it."""
+    if number < low:
+        raise ValueError(f"must be at least {format_number(low)}")
+    if number > high:
+        raise ValueError(f"must be at most {format_number(high)}")
+    return number
+
+
 def _iops(value: object) -> dict[str, Any]:
     if isinstance(value, str) and value.strip() == "max":
         return {"iops": None}
     if value is None:
         return {"iops": None}
-    return {"iops": _positive_or_max(value)}
+    return {"iops": _within(_positive_or_max(value), MIN_IOPS, MAX_IOPS)}
 
 
 def _positive_or_max(value: object) -> float:
@@ -250,7 +299,7 @@ def _positive_or_max(value: object) -> float:
 def _read_fraction(value: object) -> dict[str, Any]:
     try:
         fraction = parse_fraction(value.strip() if isinstance(value, str) else value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError("must be a fraction 0..1 or a percentage like 70%") from None
     if not 0.0 <= fraction <= 1.0:
         raise ValueError("must be between 0 and 1")
@@ -264,6 +313,8 @@ def _blocksize(value: object) -> dict[str, Any]:
         raise ValueError(str(exc)) from None
     if size <= 0 or size % 512:
         raise ValueError(f"must be a positive multiple of 512 bytes (got {size})")
+    if size > MAX_BLOCKSIZE_BYTES:
+        raise ValueError(f"must be at most {show_bytes(MAX_BLOCKSIZE_BYTES)} (got {size})")
     return {"blocksize_bytes": size}
 
 
@@ -286,7 +337,7 @@ def _iosequencer(value: object) -> dict[str, Any]:
 
 
 def _skew_weight(value: object) -> dict[str, Any]:
-    return {"skew_weight": _positive(value)}
+    return {"skew_weight": _within(_positive(value), MIN_SKEW_WEIGHT, MAX_SKEW_WEIGHT)}
 
 
 def _busy_poll(value: object) -> dict[str, Any]:
@@ -298,7 +349,8 @@ def _busy_poll(value: object) -> dict[str, Any]:
 
 
 def _write_data(value: object) -> dict[str, Any]:
-    usage = "must be random, zeros, compressible:<ratio> or dedupable:<ratio> (ratio >= 1)"
+    usage = ("must be random, zeros, compressible:<ratio> or dedupable:<ratio> "
+             f"(ratio 1 to {format_number(MAX_WRITE_DATA_RATIO)})")
     if not isinstance(value, str):
         raise ValueError(usage)
     text = value.strip()
@@ -311,7 +363,7 @@ def _write_data(value: object) -> dict[str, Any]:
         ratio = _number(ratio_text, "a ratio >= 1")
     except ValueError:
         raise ValueError(usage) from None
-    if not ratio >= 1.0:
+    if not 1.0 <= ratio <= MAX_WRITE_DATA_RATIO:
         raise ValueError(usage)
     return {"write_data": kind, "write_data_ratio": ratio}
 
@@ -361,7 +413,7 @@ def parse_params(params: Mapping[str, object]) -> EditChanges:
                 total = "max"
                 continue
             try:
-                total = _positive_or_max(value)
+                total = _within(_positive_or_max(value), MIN_IOPS, MAX_TOTAL_IOPS)
             except ValueError as exc:
                 raise EditRefused(f"{shown}: {exc}") from None
             continue

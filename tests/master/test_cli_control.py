@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -296,3 +297,50 @@ def test_format_status_shows_unknown_keys_generically() -> None:
         "",
         "measure: {'attained': False}",
     ]
+
+
+def test_edit_all_in_a_step_folder_is_the_instance(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # a step folder holds an ``all`` folder (and host, lun, workload): ``ivypy edit all
+    # iops=5000`` typed there took ``all`` for the run folder and ``iops=5000`` for the instance
+    step_folder = tmp_path / "step0001-ramp"
+    (step_folder / "all").mkdir(parents=True)
+    monkeypatch.chdir(step_folder)
+    assert split_edit_words(["all", "iops=5000"]) == (None, "all", ["iops=5000"])
+    assert split_edit_words(["all", "iops=5", "read_fraction=70%"]) == (
+        None, "all", ["iops=5", "read_fraction=70%"])
+    assert split_edit_words(["./all", "host=h1", "iops=5"]) == ("./all", "host=h1", ["iops=5"])
+
+
+def test_edit_names_a_run_folder_that_is_not_there(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # a mistyped run folder was taken for the instance: "bad instance '.../20240101-00000'"
+    missing = tmp_path / "results" / "t" / "20240101-00000"
+    assert split_edit_words([str(missing), "host=h1", "iops=5"]) == (
+        str(missing), "host=h1", ["iops=5"])
+    assert cli.main(["edit", str(missing), "host=h1", "iops=5"]) == EXIT_NO_RUN
+    assert capsys.readouterr().err == f"ivypy: no running test at {missing} (not a directory)\n"
+    # a mistyped instance stays a bad instance
+    assert cli.main(["edit", "hosth1", "iops=5", "iodepth=2"]) == EXIT_REFUSED
+    assert "bad instance 'hosth1'" in capsys.readouterr().err
+
+
+def test_status_of_a_test_folder_whose_run_was_killed(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # its control.sock left behind: status said "connection refused" and not what the run's
+    # state.json records (as it does given the run folder itself)
+    from master.runstate import new_state, write_state
+
+    run_folder = tmp_path / "t" / "20240101-000000"
+    run_folder.mkdir(parents=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    state = new_state("t", 3, "test: t\n", "1.0")
+    state.pid = gone.pid
+    write_state(run_folder, state)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(run_folder / SOCKET_NAME))
+    assert cli.main(["status", str(run_folder.parent)]) == EXIT_NO_RUN
+    out = capsys.readouterr().out
+    assert out.startswith(f"test t  ({run_folder})\nstate: dead (its master is gone)\n")
+    assert f"continue it with: ivypy run --resume {run_folder}" in out

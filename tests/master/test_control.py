@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
 import stat
@@ -394,5 +395,95 @@ def test_find_run_dir_explicit(tmp_path: Path, run_dir: Path) -> None:
         assert find_run_dir(str(run_dir)) == run_dir
         assert find_run_dir(str(run_dir / SOCKET_NAME)) == run_dir
         assert find_run_dir(str(tmp_path)) == run_dir  # a test folder: its live run
+
+    serve(run_dir, body)
+
+
+# ---------------------------------------------------------------- garbage and idle clients
+
+
+def test_nesting_past_the_json_parsers_depth_is_answered(run_dir: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    # json.loads raised RecursionError: no reply, and asyncio logged the traceback as an
+    # error into the run's log
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        for payload in (b"[" * 50_000 + b"\n",
+                        b'{"op": "edit", "instance": "all", "params": ' + b"[" * 30_000 + b"\n"):
+            (reply,) = await raw_exchange(server.socket_path, payload, 1)
+            assert reply == {"ok": False, "error": "bad request: not a JSON object on one line"}
+        assert (await call(run_dir, {"op": "status"}))["ok"]
+
+    fake = serve(run_dir, body)
+    assert fake.edits == []
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_close_with_idle_clients_logs_no_error(run_dir: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    # a client connected and silent (or mid-request) when the run ends: its connection task
+    # was cancelled, and asyncio logged "Exception in callback ... CancelledError" with a
+    # traceback into the run's log at every such end of a run
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        idle = [await asyncio.open_unix_connection(str(server.socket_path)) for _ in range(3)]
+        idle[1][1].write(b'{"op": "sta')
+        await idle[1][1].drain()
+        (reply,) = await raw_exchange(server.socket_path, b'{"op": "status"}\n', 1)
+        assert reply["ok"]
+        await server.close()
+        for reader, writer in idle:
+            with contextlib.suppress(ConnectionError):
+                assert await reader.read() == b""
+            writer.close()
+        await asyncio.sleep(0.05)  # asyncio's done callbacks of the connection tasks
+
+    with caplog.at_level(logging.DEBUG):
+        serve(run_dir, body)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+# ---------------------------------------------------------------- sockets of killed runs
+
+
+def _leftover_socket(folder: Path) -> None:
+    """A control.sock as a killed run leaves it: bound, then nobody listening."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(folder / SOCKET_NAME))
+
+
+def test_a_test_folder_reaches_its_live_run_past_a_newer_killed_one(tmp_path: Path) -> None:
+    # the newest socket by mtime won, though nothing listened on it: "connection refused"
+    # while the live run went on beside it
+    test_folder = tmp_path / "results" / "t"
+    live = test_folder / "20240101-000000"
+    live.mkdir(parents=True)
+
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        killed = test_folder / "20240101-000001"
+        _leftover_socket(killed)
+        later = (live / SOCKET_NAME).stat().st_mtime + 10
+        os.utime(killed / SOCKET_NAME, (later, later), follow_symlinks=False)
+        assert find_run_dir(str(test_folder)) == live
+        assert (await call(find_run_dir(str(test_folder)), {"op": "status"}))["ok"]
+
+    serve(live, body)
+    # no live run left: the newest socket still names the run folder (status describes it)
+    assert find_run_dir(str(test_folder)) == test_folder / "20240101-000001"
+
+
+def test_a_registry_entry_whose_socket_refuses_is_stale(tmp_path: Path, run_dir: Path) -> None:
+    # a run killed, its pid since taken by another process (after a reboot, say): the entry
+    # looked alive, was the newest, and "ivypy status" got "connection refused"
+    killed = tmp_path / "killed"
+    _leftover_socket(killed)
+    directory = registry_dir()
+
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        entry = directory / "1-1.json"
+        entry.write_text(json.dumps(
+            {"pid": os.getpid(), "run_dir": str(killed), "started_at": 9e12}))
+        assert find_run_dir(None) == run_dir
+        assert not entry.exists()
+        assert [r.run_dir for r in active_runs()] == [run_dir]
 
     serve(run_dir, body)

@@ -243,3 +243,92 @@ def test_unknown_instance_suggests_and_lists(rtype: str, typed: str, known: list
     err = unknown_instance(rtype, typed, "s", known)
     assert isinstance(err, EditRefused)
     assert str(err) == f"{rtype}={typed} has no workloads in step s.{rest}"
+
+
+# ---------------------------------------------------------------- the test file's bounds
+
+#: values a test file refuses (master.config.limits), refused live with the same bound: the
+#: slave took ``iops=1e-12`` and its scheduler died of an OverflowError; ``blocksize=1GiB``
+#: made it allocate iodepth GiB
+OUT_OF_BOUNDS = [
+    (["iops=0.0001"], "iops=0.0001: must be at least 0.001"),
+    (["iops=1e-12"], "iops=1e-12: must be at least 0.001"),
+    (["iops=2e8"], "iops=2e8: must be at most 100,000,000"),
+    (["total_iops=0.0005"], "total_iops=0.0005: must be at least 0.001"),
+    (["total_iops=1e30"], "total_iops=1e30: must be at most 10,000,000,000"),
+    (["blocksize=128MiB"], "blocksize=128MiB: must be at most 64MiB (got 134217728)"),
+    (["skew_weight=1e-9"], "skew_weight=1e-9: must be at least 1e-06"),
+    (["skew_weight=1e9"], "skew_weight=1e9: must be at most 1,000,000"),
+    (["write_data=compressible:1e9"],
+     "write_data=compressible:1e9: must be random, zeros, compressible:<ratio> or "
+     "dedupable:<ratio> (ratio 1 to 1,000)"),
+]
+
+
+@pytest.mark.parametrize(("words", "message"), OUT_OF_BOUNDS)
+def test_values_a_test_file_refuses_are_refused_live(words: list[str], message: str) -> None:
+    with pytest.raises(EditRefused) as info:
+        parse_edit_args(words)
+    assert str(info.value) == message
+
+
+def test_the_bounds_themselves_are_taken() -> None:
+    assert parse_edit_args(["iops=0.001", "blocksize=64MiB", "skew_weight=1e6",
+                            "write_data=dedupable:1000"]) == EditChanges({
+        "iops": 0.001, "blocksize_bytes": 64 * 1024**2, "skew_weight": 1e6,
+        "write_data": "dedupable", "write_data_ratio": 1000.0})
+    assert parse_edit_args(["iops=1e8"]).params == {"iops": 1e8}
+    assert parse_edit_args(["total_iops=1e10"]).total_iops == 1e10
+    assert parse_edit_args(["skew_weight=1e-6"]).params == {"skew_weight": 1e-6}
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"iops": 10**400}, ": must be at most 100,000,000"),
+    ({"iops": -(10**400)}, ": must be a number > 0 or max"),
+    ({"total_iops": 10**400}, ": must be at most 10,000,000,000"),
+    ({"skew_weight": 10**400}, ": must be at most 1,000,000"),
+    ({"read_fraction": 10**400}, ": must be a fraction 0..1 or a percentage like 70%"),
+])
+def test_json_integers_beyond_a_float_are_refused_not_an_internal_error(
+        params: dict[str, Any], message: str) -> None:
+    # a control-socket client's JSON integer; float() of it raised OverflowError
+    ((key, value),) = params.items()
+    with pytest.raises(EditRefused) as info:
+        parse_params(params)
+    assert str(info.value) == f"{key}={value}{message}"
+
+
+@pytest.mark.parametrize(("rtype", "known", "what"), [
+    ("hots", ["", ""], "the attribute hots"),
+    ("vendor+modle", ["+", "+"], "any of the attributes vendor, modle"),
+])
+def test_unknown_instance_of_an_attribute_no_workload_has(rtype: str, known: list[str],
+                                                          what: str) -> None:
+    # a mistyped rollup type (an attribute no workload has): every workload's instance name is
+    # empty; this said "hots=h1 has no workloads in step s. Instances: " and listed nothing
+    err = unknown_instance(rtype, "h1", "s", known)
+    assert str(err) == (f"{rtype}=h1 has no workloads in step s: no workload there has "
+                        f"{what}. A rollup type is all, host, lun, workload, or LUN attributes "
+                        "(vendor, model, ...) joined by +.")
+
+
+def test_unknown_instance_lists_no_empty_names() -> None:
+    # workloads without the attribute have no instance one can type: not listed as ""
+    err = unknown_instance("vendor", "ACNE", "s", ["", "ACME", ""])
+    assert str(err) == ("vendor=ACNE has no workloads in step s. Did you mean vendor=ACME? "
+                        "Instances: ACME")
+
+
+@pytest.mark.parametrize(("words", "described"), [
+    (["iops=1234567"], "iops=1234567"),
+    (["total_iops=123456789"], "total_iops=123456789"),
+    (["total_iops=0.0012345678"], "total_iops=0.0012345678"),
+    (["skew_weight=1.0000001"], "skew_weight=1.0000001"),
+    (["write_data=compressible:2.1234567"], "write_data=compressible:2.1234567"),
+    (["iops=1.5e6"], "iops=1.5e+06"),
+])
+def test_describe_keeps_every_digit(words: list[str], described: str) -> None:
+    # events.csv recorded "live edit all iops=1.23457e+06" for an edit to 1,234,567 IOPS
+    changes = parse_edit_args(words)
+    assert changes.describe() == described
+    assert parse_edit_args(described.split()) == changes
