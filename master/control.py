@@ -104,6 +104,12 @@ class ControlError(IvyError):
     """The control socket could not be served or reached: no run found, run ended, bad reply."""
 
 
+class ControlUnavailable(ControlError):
+    """The run folder cannot hold the control socket (a file system without Unix sockets, a
+    folder it may not bind in): the run goes on without ``ivypy status``, ``edit`` and
+    ``stop``."""
+
+
 class ControlHandler(Protocol):
     """What the run loop offers the control socket (see the module docstring for the keys).
 
@@ -370,7 +376,7 @@ class ControlServer:
         except OSError as exc:
             sock.close()
             self._remove_socket()
-            raise ControlError(f"cannot open the control socket {path}: {exc}") from exc
+            raise ControlUnavailable(f"cannot open the control socket {path}: {exc}") from exc
         self._entry = _register(self.run_dir)
         logger.info("control socket %s", path)
 

@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
-from master.control import ControlServer
+from master.control import ControlServer, ControlUnavailable
 from master.editparse import EditChanges, EditRefused, unknown_instance
 from master.gather.gathering import Gathering
 from master.hostsession import HostSession, LunRefusedError, SlaveEvent, window_timeout_s
@@ -338,7 +338,11 @@ class Run:
         crash: BaseException | None = None  # what ended the run that it does not handle
         server = ControlServer(folder, RunControl(self))
         try:
-            await server.start()
+            try:
+                await server.start()
+            except ControlUnavailable as exc:
+                self.event("WARNING", f"{exc}: ivypy status, edit and stop cannot reach this "
+                           "run", kind="control")
             await self._or_interrupted(self._start_hosts(), "starting hosts")
             await self._or_interrupted(self._discover(), "discovering LUNs")
             if self.cfg.gather:

@@ -9,16 +9,17 @@ summary.json and the report are built."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from master import cli_run, hostsession
+from master import cli_run, control, hostsession
 from master import run as runmod
 from master.config.schema import TestConfig
 from master.control import ControlError, ControlServer
@@ -191,18 +192,17 @@ def _fail_in_step_1(monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
 
 
 def _fail_at_the_control_socket(monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
-    async def refused(self: ControlServer) -> None:  # as on a CIFS output_root: bind() EPERM
-        raise ControlError(f"cannot open the control socket {self.socket_path}: "
-                           f"{OSError(errno.EPERM, 'Operation not permitted')}")
+    async def served(self: ControlServer) -> None:  # as by a second --resume of the run
+        raise ControlError(f"another process is serving {self.socket_path}")
 
-    monkeypatch.setattr(ControlServer, "start", refused)
+    monkeypatch.setattr(ControlServer, "start", served)
     return ControlError
 
 
 @pytest.mark.parametrize(("inject", "reason", "resume_at"), [
     (_fail_in_step_1, "internal error: RuntimeError: boom (a bug; its traceback is in run.log)",
      1),
-    (_fail_at_the_control_socket, "cannot open the control socket", 0),
+    (_fail_at_the_control_socket, "another process is serving", 0),
 ])
 def test_an_exception_the_run_does_not_handle_leaves_it_failed_and_resumable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -230,6 +230,27 @@ def test_an_exception_the_run_does_not_handle_leaves_it_failed_and_resumable(
     assert events and reason in events[-1]["message"] and events[-1]["level"] == "ERROR"
     for host in hosts.hosts.values():
         assert host.session.closed and not host.backend.running
+
+
+def test_a_run_folder_that_cannot_hold_the_control_socket_runs_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the socket cannot be bound (an output root on a file system without Unix
+    sockets; here its address is in a folder that is not there), the run goes on, warning
+    that ``ivypy status``, ``edit`` and ``stop`` cannot reach it; once a crash of the run."""
+    @contextlib.contextmanager
+    def nowhere(path: Path) -> Iterator[str]:
+        yield str(tmp_path / "not-there" / path.name)
+
+    monkeypatch.setattr(control, "_sun_path", nowhere)
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    result = execute(memory_run(cfg, MemoryHosts()))
+    assert result.exit_code == EXIT_OK, result.message
+    warned = [e for e in _rows(result.folder / "events.csv") if e["kind"] == "control"]
+    assert [e["level"] for e in warned] == ["WARNING"], warned
+    assert "cannot open the control socket" in warned[0]["message"]
+    assert "ivypy status, edit and stop cannot reach this run" in warned[0]["message"]
+    assert not (result.folder / "control.sock").exists()
+    assert read_state(result.folder).state == "complete"
 
 
 # ---------------------------------------------------------------- 4. the measurement window
