@@ -51,10 +51,18 @@ class FailIf:
 
     @property
     def text(self) -> str:
-        """The condition written back, normalised (``IOPS < -10%``)."""
+        """The condition written back, normalised (``IOPS < -10%``), its limit to every digit
+        (``IOPS < 1234567``, not the ``1.23457e+06`` of six significant digits)."""
         if self.relative:
-            return f"{self.metric} {self.op} {self.limit:+g}%"
-        return f"{self.metric} {self.op} {self.limit:g}"
+            return f"{self.metric} {self.op} {_limit_text(self.limit, signed=True)}%"
+        return f"{self.metric} {self.op} {_limit_text(self.limit)}"
+
+
+def _limit_text(limit: float, signed: bool = False) -> str:
+    """``limit`` as the shortest text that reads back as it (``2``, ``0.52``, ``1234567``,
+    ``1e-07``), with its sign when ``signed``."""
+    text = repr(limit).removesuffix(".0")
+    return f"+{text}" if signed and not text.startswith("-") else text
 
 
 def parse_fail_if(text: str) -> FailIf:
@@ -85,8 +93,11 @@ def parse_fail_if(text: str) -> FailIf:
         raise bad(f"{rest!r} is not a number (absolute, in the metric's unit) or a signed "
                   "change in % (-10%, +5%)")
     if relative and number[0] not in "+-":
+        # a metric in percent (cpu_busy_pct > 80%) is most likely meant as an absolute limit
+        absolute = (f"; {metric} is in percent already: '{metric} {op} {number}' holds the "
+                    f"new value against {number} %" if metric.endswith("_pct") else "")
         raise bad(f"a relative change needs its sign: '+{number}%' for a rise, "
-                  f"'-{number}%' for a fall")
+                  f"'-{number}%' for a fall{absolute}")
     limit = float(number)
     if not math.isfinite(limit):
         raise bad(f"{number!r} is out of range")

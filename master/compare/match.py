@@ -1,8 +1,9 @@
 """Matching two runs' summaries: steps by name, rollup instances by name within one rollup
 type, and the metrics asked for checked against both. Pure.
 
-What is in only one run is listed, not an error; when nothing at all is in both, or a metric
-or rollup type is missing, it is a ``CompareError`` naming what (``ivypy compare`` exits 2).
+What is in only one run is listed, not an error; when nothing at all is in both (a run with
+no row, a rollup type one run lacks), or a metric or rollup type is missing, it is a
+``CompareError`` naming what (``ivypy compare`` exits 2).
 Must not read files or compute changes.
 """
 
@@ -60,8 +61,21 @@ def _only_in(one: Sequence[SummaryRow], other: RunSummary, other_keys: set[tuple
     return tuple(told)
 
 
+def _steps(run: RunSummary, rows: Sequence[SummaryRow], rollup_type: str) -> str:
+    """The steps of ``rows`` (``run``'s of ``rollup_type``), or why there are none."""
+    if rows:
+        return f"steps {_names(r.step_name for r in rows)}"
+    return (f"no rollup type {rollup_type!r}, only {_names(r.rollup_type for r in run.rows)} "
+            f"({run.path})")
+
+
 def match_runs(base: RunSummary, new: RunSummary, rollup_type: str) -> Matching:
-    """The rows of ``rollup_type`` in both runs, matched by step name and instance name."""
+    """The rows of ``rollup_type`` in both runs, matched by step name and instance name; a
+    ``CompareError`` when a run has no row at all, or no row is in both."""
+    for role, run in (("base", base), ("new", new)):
+        if not run.rows:
+            raise CompareError(f"the {role} run has no step in its summary: its run wrote "
+                               "none (a header only)", what=str(run.path))
     base_rows = [r for r in base.rows if r.rollup_type == rollup_type]
     new_rows = [r for r in new.rows if r.rollup_type == rollup_type]
     if not base_rows and not new_rows:
@@ -75,9 +89,8 @@ def match_runs(base: RunSummary, new: RunSummary, rollup_type: str) -> Matching:
                   for r in base_rows if (r.step_name, r.rollup_instance) in new_by_key)
     if not pairs:
         raise CompareError(
-            f"no step and {rollup_type} instance is in both runs (base: steps "
-            f"{_names(r.step_name for r in base_rows)}; new: steps "
-            f"{_names(r.step_name for r in new_rows)})")
+            f"no step and {rollup_type} instance is in both runs (base: "
+            f"{_steps(base, base_rows, rollup_type)}; new: {_steps(new, new_rows, rollup_type)})")
     return Matching(rollup_type, pairs, _only_in(base_rows, new, set(new_by_key)),
                     _only_in(new_rows, base, base_keys))
 

@@ -2,9 +2,11 @@
 as numbers (None for an empty cell), whether the step was valid and why not.
 
 Owns the reading of that one file and the naming of its columns that are not metrics. Takes a
-run folder (or the ``summary.csv`` in it); anything wrong with it (missing, unreadable, no
-header, a row that repeats a step and instance, a validity that is not ``true``/``false``)
-is a ``CompareError`` naming the file and line. Must not match runs or compute changes.
+run folder (or the ``summary.csv`` in it, or a copy of it under any name); anything wrong with
+it (missing, unreadable, no header, a garbled row, a row that repeats a step and instance, a
+validity that is not ``true``/``false``) is a ``CompareError`` naming the file and line. The
+``iops_setting`` of a step whose workloads run at ``max`` is ``max``: no number, so an empty
+value. Must not match runs or compute changes.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,8 @@ NOT_METRICS = frozenset({*KEY_COLUMNS, "first_subinterval", "last_subinterval", 
                          "invalid_reason", "measure_criterion", "measure_values",
                          "measure_attained"})
 _VALIDITY = {"true": True, "false": False, "": None}
+#: Words a run writes in a numeric column where it has no number: read as an empty value.
+_NO_NUMBER = {"iops_setting": "max"}
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,11 @@ class RunSummary:
 
 
 def summary_path(run: Path) -> Path:
-    """The ``summary.csv`` of a run folder (or ``run`` itself when it is that file)."""
-    return run if run.name == SUMMARY_FILE and not run.is_dir() else run / SUMMARY_FILE
+    """The ``summary.csv`` of a run folder (or ``run`` itself when it is that file, or any
+    other file: a summary kept under its own name)."""
+    if run.is_file() or (run.name == SUMMARY_FILE and not run.is_dir()):
+        return run
+    return run / SUMMARY_FILE
 
 
 def _number(text: str) -> float | None:
@@ -73,7 +80,10 @@ def _number(text: str) -> float | None:
 def parse_summary(path: Path, text: str) -> RunSummary:
     """The content ``text`` of the summary file at ``path``, parsed (pure)."""
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames
+    try:
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise CompareError(f"a garbled header row: {exc}", what=f"{path}:1") from None
     if not header:
         raise CompareError("empty file: no header row", what=str(path))
     missing = [c for c in (*KEY_COLUMNS, "valid") if c not in header]
@@ -83,7 +93,7 @@ def parse_summary(path: Path, text: str) -> RunSummary:
     text_columns: dict[str, int] = {}
     rows: list[SummaryRow] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for raw in reader:
+    for raw in _records(path, reader):
         line = reader.line_num
         where = f"{path}:{line}"
         if None in raw or any(v is None for v in raw.values()):
@@ -102,6 +112,9 @@ def parse_summary(path: Path, text: str) -> RunSummary:
                                what=where) from None
         values: dict[str, float | None] = {}
         for column in candidates:
+            if column in _NO_NUMBER and raw[column] == _NO_NUMBER[column]:
+                values[column] = None
+                continue
             try:
                 values[column] = _number(raw[column])
             except ValueError:
@@ -113,13 +126,28 @@ def parse_summary(path: Path, text: str) -> RunSummary:
     return RunSummary(path, tuple(rows), metrics, text_columns)
 
 
+def _records(path: Path, reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:
+    """``reader``'s rows; a row csv cannot read (a quote left open, so a cell beyond csv's
+    limit) is a ``CompareError`` naming the line it starts on."""
+    start = reader.line_num + 1
+    while True:
+        try:
+            raw = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise CompareError(f"a garbled row: {exc}", what=f"{path}:{start}") from None
+        yield raw
+        start = reader.line_num + 1
+
+
 def read_summary(run: Path) -> RunSummary:
     """The summary of the run folder ``run``: its ``summary.csv`` read and parsed."""
     path = summary_path(run)
     if not path.parent.is_dir():
         raise CompareError("no such run folder", what=str(path.parent))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a copy saved by a spreadsheet: a BOM
     except FileNotFoundError:
         raise CompareError("no summary.csv: not a run folder, or its run wrote no step yet",
                            what=str(path.parent)) from None

@@ -192,3 +192,26 @@ def test_invalid_reason_on_one_line(capsys: pytest.CaptureFixture[str], tmp_path
     status, out, _ = compare(capsys, str(base), str(new))
     assert status == 0
     assert "invalid in the new run: step s, all all: measure timed out after 60 s" in out
+
+
+def test_a_large_limit_is_named_as_given(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    base = folder(tmp_path, "b", ["0,s,all,all,1234567,1,1,1,1,true,"])
+    new = folder(tmp_path, "n", ["0,s,all,all,1234566,1,1,1,1,true,"])
+    status, out, err = compare(capsys, str(base), str(new), "--fail-if", "IOPS < 1234567")
+    assert status == 1
+    assert err == ("ivypy compare: FAIL IOPS < 1234567: step s, all all: 1,234,567 -> "
+                   "1,234,566 (-0.0 %)\n") and "1.23457e+06" not in out
+
+
+def test_a_garbled_or_kept_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                   runs: tuple[Path, Path]) -> None:
+    garbled = folder(tmp_path, "g", [BASE[0], '1,seq,all,all,"200' + ",9" * 70000])
+    status, out, err = compare(capsys, str(runs[0]), str(garbled))
+    assert status == 2 and out == ""
+    assert err == f"ivypy: error: {garbled}/summary.csv:3: a garbled row: field larger than " \
+        "field limit (131072)\n"
+    kept = tmp_path / "base-summary.csv"
+    kept.write_bytes((runs[0] / "summary.csv").read_bytes())
+    status, out, err = compare(capsys, str(kept), str(runs[1]), "--fail-if", "IOPS < -10%")
+    assert status == 1 and out.startswith(f"base:   {kept}\n")

@@ -46,6 +46,10 @@ def test_parses(text: str, want: FailIf) -> None:
     ("IOPS <", "no limit after '<'"),
     ("IOPS < %", "no limit after '<'"),
     ("IOPS < 10%", "a relative change needs its sign: '+10%' for a rise, '-10%' for a fall"),
+    # a metric in percent: the absolute limit is offered too, not only a relative change
+    ("cpu_busy_pct > 80%", "a relative change needs its sign: '+80%' for a rise, '-80%' for a "
+     "fall; cpu_busy_pct is in percent already: 'cpu_busy_pct > 80' holds the new value "
+     "against 80 %"),
     ("IOPS < ten", "'ten' is not a number"),
     ("IOPS < -10%%", "'-10%%' is not a number"),
     ("IOPS < 5 ms", "'5 ms' is not a number"),
@@ -66,6 +70,10 @@ def test_refused_naming_what_is_wrong(text: str, why: str) -> None:
     (FailIf("IOPS", "<", -10.0, True), "IOPS < -10%"),
     (FailIf("IOPS", ">=", 2.5, True), "IOPS >= +2.5%"),
     (FailIf("service_time_p99_ms", ">", 2.0, False), "service_time_p99_ms > 2"),
+    # every digit of the limit, not six significant ones: the limit named is the one held
+    (FailIf("IOPS", "<", 1234567.0, False), "IOPS < 1234567"),
+    (FailIf("service_time_p99_ms", ">", 0.1234567, False), "service_time_p99_ms > 0.1234567"),
+    (FailIf("MB_per_s", "<", -12.345678, True), "MB_per_s < -12.345678%"),
 ])
 def test_text_round_trips(cond: FailIf, text: str) -> None:
     assert cond.text == text and parse_fail_if(text) == cond

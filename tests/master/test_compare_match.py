@@ -86,6 +86,10 @@ def test_quoted_cells_and_line_numbers() -> None:
     (f"{HEADER}\n0,s,all,all,1,5,1,true,,,extra\n", "run/summary.csv:2: row does not have"),
     (f"{HEADER}\n0,s,all,all,1,5,1,true,,\n0,s,all,all,1,5,1,true,,\n",
      "run/summary.csv:3: step 's' all 'all' again (first at line 2)"),
+    # a quote left open: the rest of the file one cell, beyond csv's field limit
+    (f'{HEADER}\n0,s,all,all,1,5,1,true,,\n1,t,all,all,1,"5\n{"9," * 70000}\n',
+     "run/summary.csv:3: a garbled row: field larger than field limit"),
+    (f'"{"x" * 140000}",{HEADER}\n', "run/summary.csv:1: a garbled header row"),
 ])
 def test_bad_summary_named(text: str, why: str) -> None:
     with pytest.raises(CompareError) as err:
@@ -101,6 +105,46 @@ def test_read_summary_from_folder_or_file(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(CompareError, match=r"empty: no summary.csv: not a run folder"):
         read_summary(tmp_path / "empty")
+
+
+def test_read_summary_kept_under_another_name(tmp_path: Path) -> None:
+    kept = tmp_path / "nightly-base.csv"
+    kept.write_text(f"{HEADER}\n0,s,all,all,1,5,1,true,,\n")
+    assert [r.step_name for r in read_summary(kept).rows] == ["s"]
+    assert read_summary(kept).path == kept
+
+
+def test_read_summary_with_a_bom(tmp_path: Path) -> None:
+    bom = tmp_path / "saved" / "summary.csv"  # saved again by a spreadsheet: a BOM first
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + f"{HEADER}\n0,s,all,all,1,5,1,true,,\n".encode())
+    assert read_summary(bom.parent).rows[0].step_number == 0
+
+
+def test_iops_setting_max_is_an_empty_value() -> None:
+    header = HEADER.replace(",valid", ",iops_setting,valid")
+    run = summary("0,curve_max,all,all,10,9000,1.5,max,true,,",
+                  "1,curve_50,all,all,10,4500,1.0,4500,true,,", header=header)
+    assert "iops_setting" in run.metrics and run.text_columns == {}
+    assert [r.values["iops_setting"] for r in run.rows] == [None, 4500.0]
+    check_metrics(run, run, ["iops_setting"])
+    other = summary("0,s,all,all,10,9000,1.5,most,true,,", header=header)
+    assert other.text_columns == {"iops_setting": 2}  # only 'max' is no number
+
+
+def test_a_run_without_rows_or_without_the_rollup_type_named() -> None:
+    empty = summary(name="empty")
+    with pytest.raises(CompareError) as err:
+        match_runs(BASE, empty, "all")
+    assert str(err.value) == ("empty/summary.csv: the new run has no step in its summary: its "
+                              "run wrote none (a header only)")
+    with pytest.raises(CompareError, match=r"^empty/summary\.csv: the base run has no step"):
+        match_runs(empty, empty, "all")
+    all_only = summary("0,warm,all,all,10,1,1,true,,", name="new")
+    with pytest.raises(CompareError) as err:
+        match_runs(BASE, all_only, "host")
+    assert str(err.value) == ("no step and host instance is in both runs (base: steps warm, "
+                              "read; new: no rollup type 'host', only all (new/summary.csv))")
 
 
 def test_match_by_step_and_instance_name() -> None:
