@@ -1,9 +1,10 @@
 """Making a run folder's ``report.html``: read the folder, choose the charts, write the page.
 
 Owns where the page goes (``report.html`` in the run folder unless told otherwise), writing it
-whole (a temporary file beside it, renamed over the last one: a reader never sees half a page),
-and the one call ``Run.execute`` makes at the end of every run, which logs a failure and never
-raises. Must not talk to hosts or change any other file of the run.
+whole (a temporary file beside it, renamed over the last one: a reader never sees half a page)
+and never over a file that is not a report page, and the one call ``Run.execute`` makes at
+the end of every run, which logs a failure and never raises. Must not talk to hosts or change
+any other file of the run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from master.wholefile import replace_whole
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
+#: What every report page holds near its start (``master.report.page.render``'s title)
+_PAGE_MARK = b"<title>ivypy report: "
+_PAGE_MARK_WITHIN = 1024
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,26 @@ def build_report(folder: Path, output: Path | None = None, rollup: str | None = 
 
 
 def _write_whole(path: Path, data: bytes) -> None:
+    _refuse_other_file(path)
     try:
         replace_whole(path, data)
     except OSError as exc:
         raise ReportError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
+
+
+def _refuse_other_file(path: Path) -> None:
+    """``ReportError`` when ``path`` is a file that is not a report page (``-o`` naming the
+    run's summary.csv, say): a page replaces only a page."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_PAGE_MARK_WITHIN)
+    except (FileNotFoundError, IsADirectoryError):
+        return  # nothing there to lose (a folder: the write says so)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
+    if head and _PAGE_MARK not in head:
+        raise ReportError(f"{path}: exists and is not an ivypy report page; not overwritten "
+                          "(remove it, or name another file with -o)")
 
 
 def report_after_run(folder: Path) -> Path | None:

@@ -54,8 +54,9 @@ MAX_GATHERED = 12
 
 def default_rollup(run: RunFolder) -> str:
     """``host`` when the run had several hosts, else ``lun``; ``all`` when the steps have
-    neither."""
-    n_hosts = len(run.hosts.rows) if run.hosts is not None else 0
+    neither. Hosts are told by name: a resumed run's hosts.csv has a row per host and
+    session."""
+    n_hosts = len(set(run.hosts.column("host"))) if run.hosts is not None else 0
     want = "host" if n_hosts > 1 else "lun"
     return want if any(want in s.instances for s in run.steps) else "all"
 
@@ -380,7 +381,8 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
             win = windows.get(step.number, c.window)
             window = None if win is None else [win[0] * s, (win[1] + 1) * s]
             out.append({
-                "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s)),
+                "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s),
+                                                     sr.AXIS_DIGITS),
                 "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
                 "y2_label": c.y2_label, "window": window,
                 "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],

@@ -161,9 +161,11 @@ def _notes(run: RunFolder, charts: Charts) -> str:
 
 
 def _json(data: Any) -> str:
-    """JSON safe inside a ``<script>`` element (no ``</`` can close it)."""
+    """JSON safe inside a ``<script>`` element: every ``<`` (only ever inside a string) is
+    written ``\\u003c``, so no ``</script`` can close the element and no ``<!--`` change how
+    the browser reads it, and the text is still JSON for ``JSON.parse``."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c")
 
 
 def _script(text: str) -> str:

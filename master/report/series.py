@@ -22,6 +22,9 @@ FloatArray = npt.NDArray[np.float64]
 Reduce = Literal["mean", "max"]
 #: Significant digits a number keeps in the page (a chart needs no more).
 DIGITS = 4
+#: Significant digits of a time axis: a point's second stays exact also hours into a step
+#: (4 digits would put 10,001 s to 10,004 s all at 10,000 s).
+AXIS_DIGITS = 10
 
 
 def bucket_size(total_points: int, budget_points: int) -> int:
@@ -63,7 +66,15 @@ def axis_seconds(n: int, bucket: int, subinterval_s: float) -> FloatArray:
     return np.minimum(ends, n)[: -(-n // bucket) if n else 0] * subinterval_s
 
 
-def rounded(values: FloatArray | Sequence[float]) -> list[float | None]:
-    """Numbers for the page's JSON: ``DIGITS`` significant digits, None for NaN."""
-    return [float(f"{v:.{DIGITS}g}") if math.isfinite(v) else None
+def rounded(values: FloatArray | Sequence[float], digits: int = DIGITS
+            ) -> list[float | None]:
+    """Numbers for the page's JSON: ``digits`` significant digits, None for NaN and
+    infinity. A number so near the largest float that rounding would make it infinite (which
+    JSON cannot hold) is kept as it is."""
+    return [_round(v, digits) if math.isfinite(v) else None
             for v in np.asarray(values, dtype=np.float64).tolist()]
+
+
+def _round(value: float, digits: int) -> float:
+    near = float(f"{value:.{digits}g}")
+    return near if math.isfinite(near) else value

@@ -14,7 +14,7 @@ from master.report.build import build_report
 from master.report.page import _asset
 from tests.master.chromium import load, needs_chromium
 from tests.master.reportgen import GenSpec, generate
-from tests.master.test_report_page import page_data
+from tests.master.test_report_page import NASTY_NAMES, _rename_instances, page_data
 
 pytestmark = needs_chromium
 SIZE_BUDGET_BYTES = 3 * 1024 * 1024
@@ -65,6 +65,18 @@ def test_a_failed_run(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(not_run=("later",), cut_last_at=5))
     (folder / "events.csv").unlink()
     assert _check_page(build_report(folder).path, tmp_path) == 16
+
+
+def test_names_that_need_escaping(tmp_path: Path) -> None:
+    """Instance names with quotes, ``</script>``, ``<!--``, ``&`` and unicode: every chart is
+    drawn and the names stay text (no element made of them)."""
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    _rename_instances(folder / "step0000-one", NASTY_NAMES)
+    page = build_report(folder).path
+    assert _check_page(page, tmp_path) == 8
+    got = load(page, tmp_path)
+    body = got.dom.split('id="report-data"', 1)[0] + got.dom.split("</script>")[-1]
+    assert "<b>x" not in body and "&lt;/script&gt;&lt;b&gt;x&amp;amp;" in got.dom
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ far as it goes, the rollup chosen, the downsampling said, and ``ivypy report``'s
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import re
@@ -260,3 +261,76 @@ def test_a_test_folder_names_a_run_folder_in_it(tmp_path: Path) -> None:
     generate(tmp_path / "quick" / "20260101-000000")
     with pytest.raises(ReportError, match="it holds run folders, such as 20260101-000000"):
         build_report(tmp_path / "quick")
+
+
+def _rename_instances(step: Path, names: list[str]) -> None:
+    """Give the step's LUN instances these names (``rollup_instance`` of every row)."""
+    for f, name in zip(sorted((step / "lun").iterdir()), names, strict=True):
+        with open(f, newline="") as fh:
+            rows = list(csv.reader(fh))
+        at = rows[0].index("rollup_instance")
+        for r in rows[1:]:
+            r[at] = name
+        with open(f, "w", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+
+
+#: instance names (a file LUN's path can hold any of these) that must stay text in the page
+NASTY_NAMES = ['h:/tmp/a"b</script><b>x&amp;', "h:/tmp/ü 'q' é→", "h:/tmp/<!--c"]
+
+
+def test_names_that_need_escaping_keep_the_chart_data_json(tmp_path: Path) -> None:
+    # "<!--" in a name was written "<\!--": not JSON, so the page drew no chart at all
+    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    _rename_instances(folder / "step0000-one", NASTY_NAMES)
+    page = build_report(folder).path.read_text()
+    iops = page_data(page)["steps"][0]["charts"][0]
+    assert [s["label"] for s in iops["series"]] == NASTY_NAMES
+    script = page.split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert "</" not in script and "<!--" not in script  # nothing for the HTML parser
+
+
+def test_a_resumed_single_host_run_still_plots_luns(tmp_path: Path) -> None:
+    # a resume adds a row per host to hosts.csv: one host twice is still one host
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    step = folder / "step0000-one"
+    (step / "host").mkdir()
+    (step / "host" / "localhost.csv").write_text((step / "all" / "all.csv").read_text())
+    with open(folder / "hosts.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    with open(folder / "hosts.csv", "a", newline="") as fh:
+        csv.writer(fh).writerow(rows[1])
+    assert default_rollup(open_run_folder(folder)) == "lun"
+    assert build_report(folder).rollup == "lun"
+
+
+def test_the_time_axis_is_exact_hours_into_a_step(tmp_path: Path) -> None:
+    # 2,100 subintervals of 0.5 s: x was rounded to 4 digits (1000.5 s drawn at 1000 s, and
+    # 10,001 .. 10,004 s all at 10,000 s in a longer step)
+    folder = generate(tmp_path / "run", GenSpec(instances=1, subintervals=2100,
+                                                steps=("long",), dfc=False))
+    resolved = json.loads((folder / "resolved.json").read_text())
+    resolved["subinterval_seconds"] = 0.5
+    (folder / "resolved.json").write_text(json.dumps(resolved))
+    made = build_report(folder)
+    assert made.bucket == 1
+    for chart in page_data(made.path.read_text())["steps"][0]["charts"]:
+        if not chart["log_x"]:
+            assert chart["x"] == [(k + 1) * 0.5 for k in range(2100)], chart["title"]
+
+
+def test_a_page_is_not_written_over_another_file(tmp_path: Path) -> None:
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    summary = (folder / "summary.csv").read_bytes()
+    with pytest.raises(ReportError, match=r"summary\.csv: exists and is not an ivypy report "
+                       "page; not overwritten"):
+        build_report(folder, folder / "summary.csv")
+    assert (folder / "summary.csv").read_bytes() == summary
+    proc = _cli(str(folder), "-o", str(folder / "events.csv"))
+    assert proc.returncode == 2 and "not an ivypy report page" in proc.stderr
+    assert (folder / "events.csv").read_text().startswith("time,")
+    # a page, or an empty file, is replaced
+    other = tmp_path / "other.html"
+    other.write_bytes(b"")
+    build_report(folder, other)
+    assert build_report(folder, other).size_bytes == other.stat().st_size

@@ -74,6 +74,19 @@ def test_rounded(values: list[float], want: list[float | None]) -> None:
     assert sr.rounded(values) == want
 
 
+def test_rounded_keeps_a_number_near_the_largest_float_finite() -> None:
+    # 1.79769e308 to 4 digits is 1.798e308: beyond the largest float, an infinity that the
+    # page's JSON cannot hold (the report failed with a ValueError)
+    big = 1.79769e308
+    assert sr.rounded([big, -big, math.inf]) == [big, -big, None]
+
+
+def test_a_time_axis_keeps_its_digits() -> None:
+    x = sr.axis_seconds(20_005, 1, 0.5)
+    assert sr.rounded(x, sr.AXIS_DIGITS) == x.tolist()  # 10,000.5 s is not 10,000 s
+    assert sr.rounded([10_000.5, 12_345.0]) == [10_000.0, 12_340.0]  # values: 4 digits
+
+
 @pytest.mark.parametrize("cell, want", [
     ("1.5", 1.5), ("", NAN), ("10%", 10.0), ("abc", NAN), ("inf", NAN), (" 2 ", 2.0),
 ])
