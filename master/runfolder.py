@@ -14,6 +14,7 @@ run folder at all is a ``ReportError``. Must not compute what a page or document
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import operator
@@ -124,7 +125,9 @@ def load_table(path: Path, columns: Sequence[str] | None = None) -> Table:
         raise TableError("missing") from None
     except (OSError, UnicodeDecodeError) as exc:  # not text ivypy wrote
         raise TableError(f"cannot be read ({exc})") from exc
-    lines = text.splitlines(keepends=True)
+    # split at line ends only (\n, \r\n, \r): str.splitlines also splits at a form feed,
+    # U+2028 and the like, which a cell may hold (an error text), and cut its row in two
+    lines = io.StringIO(text, newline="").readlines()
     if not lines:
         raise TableError("empty (no header)")
     try:

@@ -1,0 +1,38 @@
+"""Reading a run folder's CSV files (``master.runfolder.load_table``): rows split at line ends
+only, and a row cut by a crash left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from master.runfolder import load_table
+
+
+@pytest.mark.parametrize("char", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])
+@pytest.mark.parametrize("quoted", [False, True])
+def test_a_cell_holding_a_character_str_splitlines_breaks_at_is_one_row(
+        tmp_path: Path, char: str, quoted: bool) -> None:
+    # an events.csv message may hold such a character (an error text, a device's name); the
+    # row once split there and was left out as cut
+    message = f"stopped{char}here"
+    cell = f'"{message}, with a comma"' if quoted else message
+    path = tmp_path / "events.csv"
+    path.write_text(f"level,message\r\nINFO,first\r\nERROR,{cell}\r\nINFO,last\r\n",
+                    encoding="utf-8")
+    table = load_table(path)
+    want = f"{message}, with a comma" if quoted else message
+    assert table.rows == [("INFO", "first"), ("ERROR", want), ("INFO", "last")]
+    assert table.cut == 0
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_rows_end_at_any_line_end_and_a_last_row_cut_short_is_left_out(
+        tmp_path: Path, end: str) -> None:
+    path = tmp_path / "all.csv"
+    path.write_text(end.join(["subinterval,IOPS", "0,100", "1,200", "2,3"]), encoding="utf-8")
+    table = load_table(path, ["IOPS"])
+    assert table.header == ("IOPS",)
+    assert table.rows == [("100",), ("200",)]
+    assert table.cut == 1
