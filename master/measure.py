@@ -190,8 +190,8 @@ def fio_criterion(
     for diff in diffs:
         deviation = max(deviation, abs(diff))
     value = deviation
-    if limit.percent:
-        value = 100.0 * deviation / mean if mean != 0 else math.inf
+    if limit.percent:  # of |mean|: a metric with a negative mean is not steady by its sign
+        value = 100.0 * deviation / abs(mean) if mean != 0 else math.inf
     return FioCriterionResult(value < limit.value, value, 0.0, deviation, mean)
 
 

@@ -14,7 +14,7 @@ met or times out), ``cooldown`` (fixed length).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,8 @@ class StepControl:
         #: with DFC and measure: the controller had not settled when the deadline started the
         #: measurement (what was measured is not the target's operating point)
         self.started_unsettled = False
+        #: the focus instances whose controller had not settled then, in the bank's order
+        self.unsettled_at_start: tuple[str, ...] = ()
         self._window: list[Sample] = []  # a DFC window's subintervals so far
         #: every DFC move of each focus instance, for the verdict's reasons
         self.dfc_moves: dict[str, list[DfcReading]] = {}
@@ -164,6 +166,9 @@ class StepControl:
             if k + 1 >= self.warm and (settled or k + 1 >= self.settle_deadline):
                 self.meas_start = k + 1
                 self.started_unsettled = not settled
+                if self.bank is not None:
+                    self.unsettled_at_start = tuple(
+                        i for i, c in self.bank.controllers.items() if not c.settled())
             return dec
         if phase == "measurement" and self.meas_end is None:
             dec.measure_rows = self._feed(k, results)
@@ -255,16 +260,17 @@ class StepControl:
                 return [], "no measurement subinterval", {}
             return window, self._pinned_reason(window), {}
         assert self.meas_start is not None or self.tracker is None
+        crit = "; ".join(f"{c.name} {c.limit_text}" for _, _, c in self.checks)
         if self.tracker is None or self.meas_start is None:
-            named = {"measure_criterion": self.checks[0][2].name if self.checks else ""}
+            named = {"measure_criterion": crit}
             if self.bank is not None and not self.bank.settled():
+                unsettled = tuple(i for i, c in self.bank.controllers.items() if not c.settled())
                 return [], self._unsettled_reason(
-                    "the step ended before the settle deadline", last_recorded), named
+                    "the step ended before the settle deadline", last_recorded, unsettled), named
             return [], "no measurement subinterval", named
         res = self.tracker.result()
         results = {"only": res} if isinstance(res, ms.MeasureResult) else res
         first = next(iter(results.values()))
-        crit = "; ".join(f"{r.criterion} {r.limit}" for r in results.values())
         values = "; ".join(" ".join(f"{name}={_reported(r.criterion, v):.6g}"
                                     for name, v in zip(self.focus_measure, r.values,
                                                        strict=False))
@@ -275,13 +281,16 @@ class StepControl:
         if self.started_unsettled:
             reasons.append(self._unsettled_reason(
                 f"the settle deadline started the measurement at subinterval {self.meas_start}",
-                self.meas_start - 1))
+                self.meas_start - 1, self.unsettled_at_start))
         if not first.valid:
             timeout_s = None if self.timeout is None else self.timeout * self.subinterval_s
+            # of several criteria, those every instance met on the window are not the cause
+            failed = [r for r in results.values() if not all(r.passed)] or list(results.values())
             causes = "; ".join(measure_cause(
                 r.criterion, r.limit, self.focus_measure,
-                [_reported(r.criterion, v) for v in r.values], r.passed, r.reason, timeout_s)
-                for r in results.values())
+                [_reported(r.criterion, v) for v in r.values], r.passed, r.reason, timeout_s,
+                window=r.window is not None)
+                for r in failed)
             reasons.append(f"measure: {causes}"
                            + ("" if first.window is None else " (best window reported)"))
         if first.window is None:
@@ -291,7 +300,7 @@ class StepControl:
         window = [start + j for j in range(lo, hi) if start + j <= last_recorded]
         return window, "; ".join(reasons), extra
 
-    def _dfc_causes(self, first: int, last: int, instances: list[str]) -> list[str]:
+    def _dfc_causes(self, first: int, last: int, instances: Sequence[str]) -> list[str]:
         """``<instance>: <cause>`` of each controller of ``instances`` over its moves in
         ``first..last``."""
         assert self.dfc is not None and self.bank is not None
@@ -303,11 +312,10 @@ class StepControl:
                                                d.high_iops, ctrl.tolerance, ctrl.settle_count))
         return out
 
-    def _unsettled_reason(self, when: str, last: int) -> str:
-        """The DFC had not settled when ``when``: why, per unsettled instance, over its moves
-        up to subinterval ``last``."""
+    def _unsettled_reason(self, when: str, last: int, unsettled: Sequence[str]) -> str:
+        """The DFC had not settled when ``when``: why, per instance of ``unsettled`` (those
+        not settled then), over its moves up to subinterval ``last``."""
         assert self.dfc is not None and self.bank is not None
-        unsettled = [i for i, c in self.bank.controllers.items() if not c.settled()]
         causes = "; ".join(self._dfc_causes(0, last, unsettled))
         return (f"dfc: {self.dfc.focus_metric} had not settled at its target "
                 f"{self.dfc.target:g} when {when} ({causes}; see dfc.csv)")

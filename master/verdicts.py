@@ -147,6 +147,9 @@ def dfc_cause(moves: Sequence[DfcReading], metric: str, target: float, low_iops:
         return "no controller move was made"
     span = f"subintervals {moves[0].subinterval}-{moves[-1].subinterval}"
     read = [m for m in moves if not m.held and math.isfinite(m.measured)]
+    if not any(math.isfinite(m.measured) for m in moves):
+        return (f"no {metric} reading in {span} (a subinterval without I/O has none), so it "
+                f"held its IOPS")
     last = read[-1].measured if read else math.nan
     pinned = pinned_bound(moves, low_iops, high_iops)
     if pinned is not None:
@@ -175,21 +178,27 @@ def dfc_cause(moves: Sequence[DfcReading], metric: str, target: float, low_iops:
 # ------------------------------------------------------------------ measure
 def measure_cause(criterion: str, limit: str, instances: Sequence[str],
                   values: Sequence[float], passed: Sequence[bool], why: str,
-                  timeout_s: float | None) -> str:
+                  timeout_s: float | None, *, window: bool = True) -> str:
     """``accuracy not attained by the timeout (60s): all 7.31% vs limit 5% at 95%`` (each
-    instance that did not pass; all when none is marked)."""
+    instance that did not pass; all when none is marked). ``window``: whether a full window
+    was evaluated at all (a step that ended before one has no value to show). A value that is
+    NaN (a subinterval of the window had none) or infinite (a window mean of 0) is said so."""
     unit = "%" if "%" in limit else ""
     failing = [(n, v) for n, v, p in zip(instances, values, passed, strict=False) if not p]
     shown = "; ".join(f"{n} {_value(v)}{unit if math.isfinite(v) else ''}" for n, v in
                       (failing or list(zip(instances, values, strict=False))))
     if why.startswith("timeout"):
         when = " by the timeout" + (f" ({timeout_s:g}s)" if timeout_s is not None else "")
-        if why == "timeout before a full window":
-            return f"{criterion} not attained{when}: no full window fitted (limit {limit})"
     else:
         when = f" ({why})" if why else ""
+    if why == "timeout before a full window" or not window:
+        return f"{criterion} not attained{when}: no full window fitted (limit {limit})"
     return f"{criterion} not attained{when}: {shown} vs limit {limit}"
 
 
 def _value(value: float) -> str:
-    return "none" if not math.isfinite(value) else f"{value:.4g}"
+    if math.isnan(value):
+        return "none (a subinterval of the window had no value)"
+    if math.isinf(value):
+        return "undefined (window mean 0)"
+    return f"{value:.4g}"

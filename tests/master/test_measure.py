@@ -88,6 +88,9 @@ FIO_CASES = [
     ("deviation-latency-fails", [1.9, 2.3, 2.0, 2.0], "deviation", "6%", False,
      100 * 0.25 / 2.05, 0.0, 0.25),
     ("slope-latency-p99", [2.0, 2.2, 2.4, 2.6], "slope", "0.1", False, 0.2, 0.2, 0.0),
+    # a percentage of |mean|: a negative mean used to give a negative value, always attained
+    ("deviation-pct-negative-mean", [-1.0, -3.0, -1.0, -3.0], "deviation", "10%", False,
+     50.0, 0.0, 1.0),
 ]
 
 

@@ -4,6 +4,7 @@ measure + DFC step whose controller is too noisy to settle, and a measure timeou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,3 +138,65 @@ def test_a_measure_timeout_gives_the_value_against_the_limit() -> None:
     assert value > 5
     assert reason == (f"measure: accuracy not attained by the timeout (4s): all {value:.4g}% "
                       "vs limit 5% at 95% (best window reported)")
+
+
+def test_a_fio_group_names_only_the_criteria_the_window_missed() -> None:
+    """IOPS swinging 100/110: the deviation (6.25%) misses 2%, the slope (0) meets 50%; the
+    reason used to call the slope criterion 'not attained' too ('all 0% vs limit 50%')."""
+    body = ("    warmup_seconds: 0\n    measure: {criterion: fio, criteria: [iops:2%, "
+            "iops_slope:50%], window_seconds: 3, timeout_seconds: 6}\n")
+    control, last = _drive(_step(body), lambda k, iops: 1.0,
+                           iops_of=lambda k: 100.0 if k % 2 else 110.0)
+    window, reason, extra = control.verdict(last)
+    assert window == [0, 1, 2]
+    assert reason == ("measure: iops not attained by the timeout (6s): all 6.25% vs limit 2% "
+                      "(best window reported)")
+    assert extra["measure_criterion"] == "iops 2%; iops_slope 50%"
+
+
+def test_the_unsettled_reason_names_the_instance_unsettled_at_the_deadline() -> None:
+    """Too noisy until the deadline (subinterval 8) starts the measurement, on target from
+    then on, so settled by the end: the reason is still why it had not settled at 8. It used
+    to list the instances unsettled at the step's end, here none: '(; see dfc.csv)'."""
+    body = ("    warmup_seconds: 0\n    measure: {focus_metric: IOPS, min_measure_seconds: 2, "
+            "timeout_seconds: 8}\n" + DFC)
+    control, last = _drive(_step(body),
+                           lambda k, iops: (0.5 if k % 2 else 2.0) if k < 8 else 1.0,
+                           iops_of=lambda k: (100.0 if k % 2 else 300.0) if k < 12 else 200.0)
+    reason = control.verdict(last)[1]
+    assert control.started_unsettled and control.bank is not None and control.bank.settled()
+    assert reason == (
+        "dfc: service_time_p99_ms had not settled at its target 1 when the settle deadline "
+        "started the measurement at subinterval 8 (h1: service_time_p99_ms too noisy to "
+        "settle: its last 6 readings ranged 0.5-2 across the target 1 (tolerance ±10%; "
+        "subintervals 0-7); see dfc.csv)")
+
+
+def test_a_measure_step_stopped_in_its_warmup_names_criterion_and_limit() -> None:
+    """summary.csv's measure_criterion is the criterion with its limit whether or not the
+    step reached its measurement (it used to be the bare name, 'accuracy')."""
+    body = "    warmup_seconds: 5\n    measure: {focus_metric: IOPS, min_measure_seconds: 2}\n"
+    control, last = _drive(_step(body), lambda k, iops: 1.0, last=2)
+    assert control.verdict(last)[2] == {"measure_criterion": "accuracy 5% at 95%"}
+
+
+def test_a_measure_step_stopped_before_a_full_window_says_so() -> None:
+    body = ("    warmup_seconds: 0\n    measure: {focus_metric: IOPS, min_measure_seconds: 4, "
+            "timeout_seconds: 8}\n")
+    control, last = _drive(_step(body), lambda k, iops: 1.0, last=1)
+    assert control.verdict(last)[:2] == (
+        [], "measure: accuracy not attained (not finished): no full window fitted "
+            "(limit 5% at 95%)")
+
+
+def test_a_dfc_without_readings_says_there_were_none() -> None:
+    """No I/O completes, so there is no p99: the controller holds, and the reason says that
+    rather than 'last nan vs target 1 (+nan%)'."""
+    body = ("    warmup_seconds: 0\n    measure: {focus_metric: IOPS, min_measure_seconds: 2, "
+            "timeout_seconds: 4}\n" + DFC)
+    control, last = _drive(_step(body), lambda k, iops: math.nan)
+    assert control.verdict(last)[1] == (
+        "dfc: service_time_p99_ms had not settled at its target 1 when the settle deadline "
+        "started the measurement at subinterval 4 (h1: no service_time_p99_ms reading in "
+        "subintervals 0-3 (a subinterval without I/O has none), so it held its IOPS; see "
+        "dfc.csv)")

@@ -116,6 +116,10 @@ DFC_CASES = [
      "not settled by subinterval 2: p99_ms last 1.05 vs target 1 (+5.0%, tolerance ±10%), "
      "2 of 3 readings in a row within it"),
     ("no move", [], "no controller move was made"),
+    ("no reading: no I/O, every move held",
+     [DfcReading(k, NAN, 200.0, False, True) for k in range(3, 7)],
+     "no p99_ms reading in subintervals 3-6 (a subinterval without I/O has none), so it held "
+     "its IOPS"),
 ]
 
 
@@ -145,6 +149,11 @@ def test_pinned_bound_needs_more_than_half_at_one_bound() -> None:
      "accuracy not attained by the timeout (10s): no full window fitted (limit 5% at 95%)"),
     (("accuracy", "5% at 95%", ["all"], [12.0], [False], "not finished", None),
      "accuracy not attained (not finished): all 12% vs limit 5% at 95%"),
+    (("accuracy", "5% at 95%", ["h1", "h2"], [NAN, 3.0], [False, True], "timeout", 60.0),
+     "accuracy not attained by the timeout (60s): h1 none (a subinterval of the window had no "
+     "value) vs limit 5% at 95%"),
+    (("iops", "2%", ["all"], [math.inf], [False], "timeout", 30.0),
+     "iops not attained by the timeout (30s): all undefined (window mean 0) vs limit 2%"),
 ])
 def test_measure_cause(args: tuple[object, ...], text: str) -> None:
     assert measure_cause(*args) == text  # type: ignore[arg-type]
@@ -154,3 +163,10 @@ def test_measure_cause_without_a_why_and_none_marked() -> None:
     """No ``why``: no parenthesis; no instance marked failing: every instance is shown."""
     assert measure_cause("bw", "1%", ["a", "b"], [0.5, 0.25], [True, True], "", None) == (
         "bw not attained: a 0.5%; b 0.25% vs limit 1%")
+
+
+def test_measure_cause_of_a_step_that_ended_before_a_full_window() -> None:
+    """Stopped before the first full window: no value to show, and it says so."""
+    assert measure_cause("accuracy", "5% at 95%", ["all"], [NAN], [False], "not finished",
+                         None, window=False) == (
+        "accuracy not attained (not finished): no full window fitted (limit 5% at 95%)")
