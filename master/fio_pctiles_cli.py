@@ -1,17 +1,24 @@
 """``ivypy fio-pctiles``: cluster-wide latency percentiles per time quantum from fio histogram
-logs. Parses arguments into ``PctileOptions``, runs ``master.fiologs.pipeline`` and writes the CSV;
+logs. Parses arguments into ``PctileOptions``, runs ``master.fiologs.pipeline`` (printing its
+warnings on stderr as they come) and writes the CSV, replacing no file but one of its own CSVs;
 no logic of its own."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
+import stat
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from master.fiologs.pipeline import DIRECTION_GROUPS, PctileOptions, compute_pctiles
 from protocol.errors import ConfigError
 
 EXIT_OK = 0
+_CSV_START = b"start_ms,end_ms,"  # how every CSV this command writes begins
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -33,6 +40,40 @@ def _name_list(text: str) -> tuple[str, ...]:
     return names
 
 
+@contextlib.contextmanager
+def _warnings_to_stderr() -> Iterator[None]:
+    """Print each warning of the computation once, as it is reported (also those reported
+    before an error stops it), on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("ivypy fio-pctiles: warning: %(message)s"))
+    package = logging.getLogger("master.fiologs")
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+
+
+def _refuse_other_file(path: str) -> None:
+    """``ConfigError`` when ``--output`` names a file that is not a CSV of this command (a
+    log: ``-o *_clat_hist.*.log`` takes the first log for the output): only such a CSV is
+    replaced. Checked before the logs are read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return  # /dev/stdout, a pipe: nothing to lose (a folder: the write says so)
+        with open(path, "rb") as fh:
+            head = fh.read(len(_CSV_START))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}",
+                          key_path="--output") from exc
+    if head and head != _CSV_START:
+        raise ConfigError(f"{path}: exists and is not a CSV written by ivypy fio-pctiles; not "
+                          "overwritten (remove it, or name another file)", key_path="--output")
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "fio-pctiles",
@@ -45,7 +86,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("logs", nargs="+", metavar="LOG", help="fio histogram log files")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the CSV here (default stdout)")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write the CSV here (default stdout); an existing file must be empty "
+                   "or a CSV of this command")
     p.add_argument("--time-quantum", type=float, metavar="SECONDS",
                    help="quantum length (default: the logs' own interval, detected)")
     p.add_argument("--percentiles", type=_float_list, default=(50.0, 90.0, 95.0, 99.0, 99.9),
@@ -87,9 +130,10 @@ def run(args: argparse.Namespace) -> int:
         skip_bad_lines=args.skip_bad_lines,
         jobs=args.jobs,
     )
-    result = compute_pctiles(args.logs, options)
-    for text in result.warnings:
-        print(f"ivypy fio-pctiles: warning: {text}", file=sys.stderr)
+    if args.output:
+        _refuse_other_file(args.output)
+    with _warnings_to_stderr():
+        result = compute_pctiles(args.logs, options)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as out:

@@ -98,12 +98,26 @@ class Spread:
     row_pairs: IntArray  # number of pairs of each row
 
 
+#: A window edge within this fraction of a quantum of a quantum boundary is on it: a quantum
+#: that is not a binary fraction of a ms (``--time-quantum 4.02`` is 4019.9999999999995 ms)
+#: must not hand a float-rounding sliver of a row to the quantum on the other side.
+_ON_BOUNDARY: Final = 1e-6
+
+
+def _on_boundaries(ms: FloatArray, quantum_ms: float) -> FloatArray:
+    """``ms`` in quanta, snapped to whole quanta where within ``_ON_BOUNDARY`` of one."""
+    q = ms / quantum_ms
+    whole = np.rint(q)
+    return np.where(np.abs(q - whole) <= _ON_BOUNDARY, whole, q)
+
+
 def spread_rows(start_ms: FloatArray, end_ms: FloatArray, quantum_ms: float) -> Spread:
     """Split every row window over the quanta it overlaps (weights of a row sum to 1)."""
     duration = end_ms - start_ms
     point = duration <= 0
-    q_last = np.ceil(end_ms / quantum_ms).astype(np.int64) - 1
-    q_first = np.where(point, q_last, np.floor(start_ms / quantum_ms).astype(np.int64))
+    q_last = np.ceil(_on_boundaries(end_ms, quantum_ms)).astype(np.int64) - 1
+    q_first = np.where(point, q_last,
+                       np.floor(_on_boundaries(start_ms, quantum_ms)).astype(np.int64))
     q_last = np.maximum(q_last, q_first)
     n_pairs = q_last - q_first + 1
     row_first = np.cumsum(n_pairs) - n_pairs
@@ -113,7 +127,9 @@ def spread_rows(start_ms: FloatArray, end_ms: FloatArray, quantum_ms: float) -> 
     lo = np.maximum(start_ms[pair_row], pair_q * quantum_ms)
     hi = np.minimum(end_ms[pair_row], (pair_q + 1) * quantum_ms)
     safe = np.where(point, 1.0, duration)[pair_row]
-    weight = np.where(point[pair_row], 1.0, np.clip(hi - lo, 0.0, None) / safe)
+    # a row within one quantum gives it all its counts, whatever the rounding of its edges
+    whole = point | (n_pairs == 1)
+    weight = np.where(whole[pair_row], 1.0, np.clip(hi - lo, 0.0, None) / safe)
     return Spread(pair_row, pair_q, weight, row_first, n_pairs)
 
 
@@ -151,6 +167,17 @@ class QuantumAccumulator:
             return
         with contextlib.suppress(TooManyQuanta):
             self._ensure(q_lo, q_hi, exact=True)
+
+    def check_room(self, q_lo: int, q_hi: int) -> None:
+        """``TooManyQuanta`` when quanta ``q_lo..q_hi`` and those reached so far are more than
+        it may hold. For before spreading rows, whose work arrays grow with the quanta the rows
+        reach (a stamp years off would take gigabytes before ``add`` could refuse it)."""
+        if self.max_quanta is None:
+            return
+        lo = q_lo if self.first_quantum is None else min(q_lo, self.first_quantum)
+        hi = q_hi if self.last_quantum is None else max(q_hi, self.last_quantum)
+        if hi - lo + 1 > self.max_quanta:
+            raise TooManyQuanta(hi - lo + 1, self.max_quanta)
 
     def _ensure(self, q_lo: int, q_hi: int, *, exact: bool = False) -> None:
         """Room for ``q_lo..q_hi``. The first sizing is just that (``exact``) or at least 64

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import gzip
 import io
-import logging
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +34,6 @@ import numpy.typing as npt
 
 from protocol.errors import LogFormatError
 
-logger = logging.getLogger(__name__)
-
 HEADER_FIELDS: Final = 3  # time_ms, direction, block size
 N_DIRECTIONS: Final = 3  # 0 read, 1 write, 2 trim
 DIRECTION_NAMES: Final = ("read", "write", "trim")
@@ -43,6 +41,9 @@ DEFAULT_CHUNK_BYTES: Final = 1 << 20  # small enough for the work arrays to stay
 _MAX_DIGITS: Final = 18  # larger values do not fit int64 safely; fio never logs them
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 _MAX_WARNINGS: Final = 20
+#: What reading a log may raise: I/O errors, a truncated gzip stream (EOFError), a damaged one
+#: (``zlib.error``, which is not an OSError).
+_READ_ERRORS: Final = (OSError, EOFError, zlib.error)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -138,7 +139,7 @@ def first_line(path: str | Path) -> tuple[int, bytes] | None:
             for number, raw in enumerate(f, start=1):
                 if raw.strip():
                     return number, raw
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except _READ_ERRORS as exc:
             raise LogFormatError(f"cannot read: {exc}", file=str(path)) from exc
     return None
 
@@ -205,7 +206,7 @@ class LogReader:
                 while end < len(buf):
                     try:
                         got = f.readinto(view[end:])
-                    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    except _READ_ERRORS as exc:
                         raise LogFormatError(f"cannot read: {exc}", file=self.path) from exc
                     if not got:
                         eof = True
@@ -227,9 +228,7 @@ class LogReader:
             raise LogFormatError(message, file=self.path, line=line_no)
         self.skipped_lines += 1
         if len(self.warnings) < _MAX_WARNINGS:
-            text = f"{self.path}:{line_no}: skipped: {message}"
-            self.warnings.append(text)
-            logger.warning("%s", text)
+            self.warnings.append(f"{self.path}:{line_no}: skipped: {message}")
 
     def _parse_general(self, chunk: bytes, line_base: int) -> HistBlock:
         """Line by line; names every malformed line."""

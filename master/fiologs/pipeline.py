@@ -111,10 +111,14 @@ class PctileOptions:
                 raise ConfigError(
                     f"{d!r} is not one of {', '.join(DIRECTION_GROUPS)}", key_path="directions"
                 )
-        if self.time_quantum_s is not None and not self.time_quantum_s > 0:
-            raise ConfigError("must be > 0 seconds", key_path="time_quantum")
-        if self.log_hist_msec is not None and not self.log_hist_msec > 0:
-            raise ConfigError("must be > 0 ms", key_path="log_hist_msec")
+        q = self.time_quantum_s
+        if q is not None and not (math.isfinite(q) and q >= 1e-9):
+            raise ConfigError(f"{q:g}: must be a finite number of seconds, at least 1e-9 (1 ns)",
+                              key_path="time_quantum")
+        m = self.log_hist_msec
+        if m is not None and not (math.isfinite(m) and m > 0):
+            raise ConfigError(f"{m:g}: must be a finite number of ms > 0",
+                              key_path="log_hist_msec")
         if self.fio_version not in (None, 2, 3):
             raise ConfigError("must be 2 or 3", key_path="fio_version")
         if self.time_base not in TIME_BASES:
@@ -251,8 +255,8 @@ def _detect_interval(infos: list[_FileInfo], options: PctileOptions, scratch: Sc
     )
 
 
-#: A warning about one file, and whether it was logged already (the reader logs its own).
-_Note = tuple[str, bool]
+#: A warning about one file (logged by the process that reports it, in file order).
+_Note = str
 #: The malformed line that stopped reading: file index, message, file, line.
 _FileError = tuple[int, str, str, int | None]
 
@@ -398,13 +402,13 @@ def _add_file(
     shaped = detector.verdict()
     repairer = ClientLogRepairer(info.path) if shaped and opts.repair_client_logs else None
     if shaped and not opts.repair_client_logs:
-        notes.append((
+        notes.append(
             f"{info.path}: looks like a log written by fio in client/server mode (each row "
             "holds its window plus the row logged two before it): rerun with "
-            "--repair-client-logs", False
-        ))
+            "--repair-client-logs"
+        )
     elif opts.repair_client_logs and not shaped:
-        notes.append((f"{info.path}: not in the client/server shape; read as it is", False))
+        notes.append(f"{info.path}: not in the client/server shape; read as it is")
     file_interval = None
     if pending:
         file_interval = detect_interval_ms(pending[0].times_ms, pending[0].dirs)
@@ -421,14 +425,16 @@ def _add_file(
         if repairer is not None:
             block = repairer.repair(block)
         start, end = windows.windows(block)
-        spread = spread_rows(start, end, task.quantum_ms)
+        q = task.quantum_ms
+        q_lo = math.floor(float(start.min()) / q)
+        acc.check_room(q_lo, max(q_lo, math.ceil(float(end.max()) / q) - 1))
+        spread = spread_rows(start, end, q)
         slots = block.dirs if task.separate else np.zeros(block.n_rows, dtype=np.int64)
         acc.add(block, slots, spread)
     pending.clear()
-    notes.extend((text, True) for text in reader.warnings)
+    notes.extend(reader.warnings)
     if reader.skipped_lines > len(reader.warnings):
-        notes.append((f"{info.path}: {reader.skipped_lines} malformed lines skipped in all",
-                      False))
+        notes.append(f"{info.path}: {reader.skipped_lines} malformed lines skipped in all")
 
 
 def _file_bytes(info: _FileInfo) -> int:
@@ -558,8 +564,9 @@ class _Run:
             raise LogFormatError("no histogram rows in any log", file=self.paths[0])
         layout = _check_layouts(infos, opts)
         interval_ms = _detect_interval(infos, opts, self.scratch)
-        quantum_ms = (
-            opts.time_quantum_s * 1000.0 if opts.time_quantum_s is not None else interval_ms
+        quantum_ms = (  # whole ns: 4.02 s is 4020 ms, not 4019.9999999999995
+            round(opts.time_quantum_s * 1000.0, 6) if opts.time_quantum_s is not None
+            else interval_ms
         )
         separate = opts.directions != ("merged",)
         jobs = min(opts.jobs if opts.jobs is not None else _auto_jobs(infos), len(infos))
@@ -622,11 +629,8 @@ class _Run:
         for index in sorted(warnings):
             if index > stop:
                 break
-            for text, logged in warnings[index]:
-                if logged:
-                    self.warnings.append(text)
-                else:
-                    self.warn(text)
+            for text in warnings[index]:
+                self.warn(text)
         if errors:
             _, message, file, line = min(errors)
             raise LogFormatError(message, file=file, line=line)
