@@ -23,6 +23,7 @@ __all__ = [
     "LUN_ATTRIBUTE_KEYS",
     "LUN_ENGINES",
     "RANDOM_IOSEQUENCERS",
+    "ROLLUP_ATTRIBUTES",
 ]
 
 #: I/O sequencers a workload may use.
@@ -50,6 +51,23 @@ LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
     "parent",
     "backing_file",
     "file_size_bytes",
+)
+
+#: The attribute names a rollup type joins with ``+``: a LUN's attributes (those above, and
+#: ``fs_type``), ``host``, ``lun`` (its path) and ``engine``, and a workload's ``workload`` (its
+#: id), ``iosequencer``, ``blocksize_bytes`` and ``iodepth`` (``master.lunselect``'s
+#: ``workload_attributes``; a test checks they agree). No workload has any other: a rollup on
+#: one would have a single instance, named "", holding every workload.
+ROLLUP_ATTRIBUTES: tuple[str, ...] = (
+    *LUN_ATTRIBUTE_KEYS,
+    "fs_type",
+    "host",
+    "lun",
+    "engine",
+    "workload",
+    "iosequencer",
+    "blocksize_bytes",
+    "iodepth",
 )
 
 #: The I/O engines a ``luns:`` entry may ask for (``engine:``); the slave's

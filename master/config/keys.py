@@ -229,7 +229,9 @@ ROLLUPS = Section(
     "A rollup type",
     "An entry is a rollup type (`host`, `vendor+model`: attribute names joined by `+`) or a "
     "mapping with these keys. `all`, `host`, `lun` and `workload` always exist; listing one "
-    "only adds validation. An attribute may be a LUN attribute, a host key or a workload key.",
+    "only adds validation. An attribute is a LUN attribute (see [LUN attributes and "
+    "rollups](#lun-attributes)), `host`, `lun`, `engine`, or a workload's `workload`, "
+    "`iosequencer`, `blocksize_bytes` or `iodepth`; any other name is an error.",
     (
         _k("type", "rollup type", "required", "The `+`-joined attribute names."),
         _k("quantity", f"integer, 1 to {format_number(MAX_ROLLUP_QUANTITY)}", "-",

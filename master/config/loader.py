@@ -9,12 +9,19 @@ one line ``file:line: key.path: message``. This module must not contact hosts or
 
 from __future__ import annotations
 
+import codecs
+import difflib
 import logging
 import os
 import re
 from pathlib import Path
 
-from master.config.catalog import BUILTIN_ROLLUPS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
+from master.config.catalog import (
+    BUILTIN_ROLLUPS,
+    LUN_ATTRIBUTE_KEYS,
+    LUN_ENGINES,
+    ROLLUP_ATTRIBUTES,
+)
 from master.config.gather import parse_gather
 from master.config.hosts import expand_ranges, parse_hosts
 from master.config.limits import (
@@ -312,6 +319,14 @@ def _rollup_type(cursor: Cursor) -> tuple[str, tuple[str, ...]]:
             raise cursor.error(
                 f"bad rollup type {text!r}: attribute names joined by '+', like vendor+model"
             )
+    for part in parts:
+        if part != "all" and part not in ROLLUP_ATTRIBUTES:
+            # no workload has it: one instance, named "", would hold every workload
+            close = difflib.get_close_matches(part, ROLLUP_ATTRIBUTES, n=1)
+            hint = (f"did you mean {close[0]!r}?" if close
+                    else f"known: {', '.join(ROLLUP_ATTRIBUTES)}")
+            raise cursor.error(f"bad rollup type {text!r}: no LUN or workload has the attribute "
+                               f"{part!r} ({hint})")
     if len(set(parts)) != len(parts):
         raise cursor.error(f"bad rollup type {text!r}: an attribute appears twice")
     if "all" in parts and len(parts) > 1:
@@ -423,6 +438,24 @@ def parse_config_text(
     )
 
 
+def _undecodable(path: str | Path) -> tuple[int | None, int | None]:
+    """The line (1-based) and value of the first byte of ``path`` that is not UTF-8, for the
+    message: a stray Latin-1 ``µ`` in a comment is easy to fix once its line is known."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(4 * MAX_FILE_CHARS + 4)  # the most MAX_FILE_CHARS can take
+    except OSError:
+        return None, None
+    try:  # not final: a character the read cut in two is no error
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        # universal newlines, as the text was read: \r\n, \r and \n each end a line
+        return before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1, \
+            data[exc.start]
+    return None, None
+
+
 def load_config(path: str | Path, output_root_override: str | None = None) -> TestConfig:
     """Read and validate a test file; raises ``ConfigError`` (``file:line: key.path: message``)."""
     filename = str(path)
@@ -430,7 +463,10 @@ def load_config(path: str | Path, output_root_override: str | None = None) -> Te
         with open(path, encoding="utf-8") as file:  # universal newlines, as read_text
             text = file.read(MAX_FILE_CHARS + 1)  # a device or FIFO may never end
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text ({exc.reason})", file=filename) from exc
+        line, byte = _undecodable(path)
+        shown = "" if byte is None else f"byte 0x{byte:02x}: "
+        raise ConfigError(f"not UTF-8 text ({shown}{exc.reason})", file=filename,
+                          line=line) from exc
     except OSError as exc:
         raise ConfigError(
             f"cannot read the test file: {exc.strerror or exc}", file=filename

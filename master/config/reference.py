@@ -114,8 +114,10 @@ def _vocabularies() -> list[str]:
         "",
         "LUN discovery reports these attributes, which `luns[]` entries, a workload's `luns` "
         "and rollup types may name: " + ", ".join(f"`{key}`" for key in LUN_ATTRIBUTE_KEYS)
-        + ". Every LUN also has `host`, `lun` (its path) and `engine`. The built-in rollup "
-        "types are " + ", ".join(f"`{name}`" for name in BUILTIN_ROLLUPS) + ".",
+        + ". Every LUN also has `host`, `lun` (its path) and `engine`, and a rollup type may "
+        "name its `fs_type` (the file system a file LUN is on) too; a workload has "
+        "`workload` (its id), `iosequencer`, `blocksize_bytes` and `iodepth`. The built-in "
+        "rollup types are " + ", ".join(f"`{name}`" for name in BUILTIN_ROLLUPS) + ".",
         "",
     ]
 

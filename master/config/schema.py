@@ -321,8 +321,9 @@ class RollupSpec:
     """A rollup type. YAML ``rollups:`` entries are a string (``host``, ``vendor+model``) or a
     mapping ``{type: host, quantity: 3, max_droop: 10%}``.
 
-    ``attributes`` are the ``+``-joined keys (LUN attributes, host keys, workload keys; whether
-    they exist is checked against discovered LUNs). ``quantity``: the number of instances the run
+    ``attributes`` are the ``+``-joined keys, each one of ``catalog.ROLLUP_ATTRIBUTES`` (LUN
+    attributes, ``host``, ``lun``, ``engine`` and the workload's ``workload``,
+    ``iosequencer``, ``blocksize_bytes``, ``iodepth``). ``quantity``: the number of instances the run
     must find (1..1,000,000; validation fails otherwise). ``max_droop``: the largest allowed
     fraction by which an instance's IOPS may fall below the instances' mean. ``all``, ``host``,
     ``lun`` and ``workload`` always exist; listing them only adds validation.

@@ -491,15 +491,18 @@ def _for_variants(cursor: Cursor, name: str) -> list[_Variant]:
         if len(child) == 0:
             raise child.error("must list at least one value")
         axis = []
-        seen: set[str] = set()
+        seen: dict[object, str] = {}
         for item in child:
             if not item.is_scalar:
                 raise item.error("sweep values must be scalars")
-            text = item.node.text
-            if text in seen:
-                raise item.error(f"duplicate value {text!r}")
-            seen.add(text)
-            axis.append((key, text, parse_setting(key, item), item))
+            # as written, without blanks: a step name holds none (``4 KiB`` names ``4KiB``)
+            text = "".join(item.node.text.split())
+            value = parse_setting(key, item)
+            if value in seen:
+                same = "" if seen[value] == text else f", the same as {seen[value]!r}"
+                raise item.error(f"duplicate value {text!r}{same}")
+            seen[value] = text
+            axis.append((key, text, value, item))
         axes.append(axis)
     if math.prod(len(axis) for axis in axes) > _MAX_STEPS_PER_ENTRY:
         raise cursor.error(f"expands to more than {_MAX_STEPS_PER_ENTRY} steps")

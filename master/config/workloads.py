@@ -42,7 +42,7 @@ from master.config.schema import (
     WriteData,
 )
 from master.config.yamlnodes import Cursor
-from master.units import parse_bytes, parse_fraction
+from master.units import format_bytes, parse_bytes, parse_fraction
 
 __all__ = [
     "EDITABLE_KEYS",
@@ -370,6 +370,12 @@ def _check_spec(spec: WorkloadSpec, entry: Cursor, given: dict[str, tuple[object
     if has_size and spec.iosequencer not in RANDOM_IOSEQUENCERS:
         raise _where(entry, given, "hot_zone_size", "hot_zone_share", "iosequencer").error(
             f"hot zones apply to random iosequencers only (this is {spec.iosequencer})"
+        )
+    hot = spec.hot_zone_size
+    if hot is not None and hot.unit == "bytes" and hot.value < spec.blocksize_bytes:
+        raise _where(entry, given, "hot_zone_size", "blocksize").error(
+            f"hot_zone_size {hot} is less than one block of {format_bytes(spec.blocksize_bytes)} "
+            "(hot_zone_share would have no blocks to go to)"
         )
 
 

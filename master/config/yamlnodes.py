@@ -2,9 +2,10 @@
 
 Owns the only use of ``yaml`` in ivypy's config: the text is composed into PyYAML's node graph
 (safe tags only) and walked into ``YNode`` values, so that every later error can name the line.
-YAML syntax errors, duplicate keys and non-string keys become ``ConfigError`` here. ``Cursor``
-pairs a node with its key path (``steps[1].workloads[0].blocksize``) and offers the small typed
-readers the schema code uses. This module must not know the test-file schema.
+YAML syntax errors, duplicate keys, non-string keys and YAML 1.1's octal integers (a leading
+0: ``010`` would be 8) become ``ConfigError`` here. ``Cursor`` pairs a node with its key path
+(``steps[1].workloads[0].blocksize``) and offers the small typed readers the schema code uses.
+This module must not know the test-file schema.
 
 It also bounds what a text may expand to, before anything is built from it: aliases stay
 aliases in the composed graph and are expanded here (merge keys ``<<: *anchor`` too). Composing
@@ -59,6 +60,9 @@ SHOWN_CHARS = 40
 _SCALAR, _MAP, _SEQ = "scalar", "map", "seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
+_INT_TAG = "tag:yaml.org,2002:int"
+#: an integer YAML 1.1 reads as octal: a leading 0 (``010`` is 8); refused (``_Builder._scalar``)
+_OCTAL = re.compile(r"^[-+]?0[0-7_]+$")
 
 
 def _too_many_values() -> str:
@@ -251,6 +255,18 @@ class _Builder(yaml.constructor.SafeConstructor):
             and abs(value) >= 10**MAX_INTEGER_DIGITS
         ):
             raise self._error(too_long, node.start_mark)
+        if node.tag == _INT_TAG and _OCTAL.match(node.value) and value != 0:
+            # YAML 1.1 reads 010 as 8: an iops, iodepth or seed with a leading 0, or a serial
+            # number, would silently be another number
+            digits = node.value.replace("_", "")
+            sign = digits[0] if digits[0] in "+-" else ""
+            decimal = sign + digits.lstrip("+-").lstrip("0")
+            raise self._error(
+                f"bad value {node.value}: YAML reads a number with a leading 0 as octal "
+                f"({value}); write {decimal} without the 0, or quote it (\"{node.value}\") "
+                "for text",
+                node.start_mark,
+            )
         return value
 
     def _build_mapping(self, node: yaml.MappingNode, line: int, depth: int) -> YNode:

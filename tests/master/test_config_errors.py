@@ -49,7 +49,7 @@ def test_binary_file_is_a_config_error(tmp_path: Path) -> None:
     path.write_bytes(b"test: \xff\xfe\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value).startswith(f"{path}: not UTF-8 text")
+    assert str(info.value) == f"{path}:1: not UTF-8 text (byte 0xff: invalid start byte)"
 
 
 # ---- robustness: any mutation of a valid test is either valid or one ConfigError, never a crash
