@@ -323,8 +323,8 @@ class RollupSpec:
 
     ``attributes`` are the ``+``-joined keys, each one of ``catalog.ROLLUP_ATTRIBUTES`` (LUN
     attributes, ``host``, ``lun``, ``engine`` and the workload's ``workload``,
-    ``iosequencer``, ``blocksize_bytes``, ``iodepth``). ``quantity``: the number of instances the run
-    must find (1..1,000,000; validation fails otherwise). ``max_droop``: the largest allowed
+    ``iosequencer``, ``blocksize_bytes``, ``iodepth``). ``quantity``: the number of instances
+    the run must find (1..1,000,000; validation fails otherwise). ``max_droop``: the largest allowed
     fraction by which an instance's IOPS may fall below the instances' mean. ``all``, ``host``,
     ``lun`` and ``workload`` always exist; listing them only adds validation.
     """
