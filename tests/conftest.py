@@ -1,5 +1,5 @@
 """How ``scripts/test`` shares the suite out: the tests not marked ``alone`` on pytest-xdist
-workers (``--dist loadfile``, two per CPU), since they mostly wait on ``ivypy run``
+workers (``--dist loadfile``, one more than the CPUs), since they mostly wait on ``ivypy run``
 subprocesses (about half a core each) or on nothing; then those marked ``alone``, one at a
 time with nothing beside them: the tests of tests/slave that time the engine, measure its CPU
 or bound how long something takes (all but ``SHARES_THE_MACHINE``), and any other that changes

@@ -447,8 +447,12 @@ def test_close_with_idle_clients_logs_no_error(run_dir: Path,
 def _leftover_socket(folder: Path) -> None:
     """A control.sock as a killed run leaves it: bound, then nobody listening."""
     folder.mkdir(parents=True, exist_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
-        dead.bind(str(folder / SOCKET_NAME))
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # a deep tmp_path is past sun_path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+            dead.bind(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+    finally:
+        os.close(fd)
 
 
 def test_a_test_folder_reaches_its_live_run_past_a_newer_killed_one(tmp_path: Path) -> None:
