@@ -473,7 +473,10 @@ EDIT_ROLLUP = Section(
     "once in a step's `edit_rollup`.",
     (
         _k("instance", "`all` or `<rollup type>=<value>`", "required",
-           "`host=h1`, `vendor+model=ACME+X1` (one `+`-joined value per attribute)."),
+           "`host=h1`, `lun=h1:/dev/sdb`, `workload=h1:/dev/sdb:rr`, `vendor+model=ACME+X1` "
+           "(one `+`-joined value per attribute). A host, lun or workload instance names a "
+           "host of the test, checked as the file is read; other instances once the LUNs are "
+           "discovered, before any I/O."),
         _k("total_iops",
            f"`max` or a rate, {format_number(MIN_IOPS)} to {format_number(MAX_TOTAL_IOPS)}",
            "-", "Split evenly over the instance's LUNs, then by `skew_weight` among each LUN's "

@@ -18,6 +18,7 @@ import difflib
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -413,6 +414,25 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
     return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window)
 
 
+def _known_host(cursor: Cursor, text: str, rollup: str, value_text: str,
+                hosts: Sequence[str]) -> None:
+    """An ``edit_rollup`` instance of the host, lun or workload rollup names a host of the test
+    (a lun instance is ``<host>:<path>``, a workload's ``<host>:<path>:<name>``): refused here,
+    before any host is contacted or file LUN laid out, not once the LUNs are discovered."""
+    if rollup not in ("host", "lun", "workload") or not hosts:
+        return
+    if rollup != "host" and ":" not in value_text:
+        form = "<host>:<path>" if rollup == "lun" else "<host>:<path>:<workload>"
+        like = f"{hosts[0]}:/dev/sdb" + ("" if rollup == "lun" else ":rr")
+        raise cursor.error(f"bad instance {text!r}: a {rollup} instance is {form}, like {like}")
+    host = value_text if rollup == "host" else value_text.split(":", 1)[0]
+    if host not in hosts:
+        shown = ", ".join(hosts[:10]) + (f" and {len(hosts) - 10:,} more" if len(hosts) > 10
+                                          else "")
+        raise cursor.error(f"bad instance {text!r}: the test has no host {host!r} (hosts: "
+                           f"{shown})")
+
+
 def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]:
     cursor.expect_seq("a list of {instance, ...} mappings")
     edits = []
@@ -435,6 +455,7 @@ def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]
                 raise instance_cursor.error(
                     f"unknown rollup type {rollup!r} (defined: {', '.join(context.rollup_types)})"
                 )
+            _known_host(instance_cursor, text, rollup, value_text, context.workloads.host_names)
             value = tuple(value_text.split("+"))
             wanted = len(rollup.split("+"))
             if len(value) != wanted or not all(value):

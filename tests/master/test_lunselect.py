@@ -77,8 +77,8 @@ def test_edit_rollup_changes_exactly_its_instances_workloads(
 
 BAD = [
     # edit, key path, words the message must contain
-    ("{instance: host=h9, iops: 5}", "steps[0].edit_rollup[0].instance",
-     ["host=h9 has no workloads", "h1, h2"]),
+    ("{instance: \"workload=h2:/dev/sdb:rr\", iops: 5}", "steps[0].edit_rollup[0].instance",
+     ["workload=h2:/dev/sdb:rr has no workloads", "h2:/dev/sda:rr"]),
     ("{instance: vendor=ACMEE, iops: 5}", "steps[0].edit_rollup[0].instance",
      ["vendor=ACMEE", "ACME, OTHER"]),
     ("{instance: \"lun=h1:/dev/sdc\", iops: 5}", "steps[0].edit_rollup[0].instance",
@@ -105,6 +105,23 @@ def test_edit_rollup_refusals_name_the_key_and_instance(edit: str, key_path: str
     for w in words:
         assert w in text, (w, text)
     assert "\n" not in text
+
+
+@pytest.mark.parametrize("edit, words", [
+    ("{instance: host=h9, iops: 5}", ["'host=h9'", "no host 'h9'", "h1, h2"]),
+    ("{instance: \"lun=/dev/sdb\", iops: 5}", ["'lun=/dev/sdb'", "<host>:<path>", "h1:/dev/sdb"]),
+    ("{instance: workload=rr, iops: 5}", ["'workload=rr'", "<host>:<path>:<workload>"]),
+    ("{instance: \"workload=h9:/dev/sda:rr\", iops: 5}", ["no host 'h9'"]),
+])
+def test_an_edit_rollup_instance_on_a_host_the_test_lacks_is_refused_at_load(
+        edit: str, words: list[str]) -> None:
+    # once refused only after discovery: created file LUNs were laid out first
+    with pytest.raises(ConfigError) as err:
+        parse_config_text(TEST.format(edit=edit), "edits.yaml", cwd=Path("/"))
+    text = str(err.value)
+    assert text.startswith("edits.yaml:12: steps[0].edit_rollup[0].instance: "), text
+    for w in words:
+        assert w in text, (w, text)
 
 
 # --------------------------------------------------------------------------- skew weights

@@ -171,8 +171,8 @@ LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1).replace(
 
 
 @pytest.mark.parametrize("edit, key, words", [
-    ("{instance: host=nope, iops: 5}", "steps[1].edit_rollup[0].instance",
-     ["host=nope", "localhost"]),
+    ("{instance: \"lun=localhost:/nope\", iops: 5}", "steps[1].edit_rollup[0].instance",
+     ["lun=localhost:/nope has no workloads", "localhost:"]),
     ("{instance: all, blocksize: 32MiB}", "steps[1].edit_rollup[0].blocksize",
      ["blocksize 33554432", "lun-lateedit:rr"]),
 ])
