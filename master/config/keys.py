@@ -220,7 +220,9 @@ LUNS = Section(
            "libaio and io_uring cannot run."),
         Key(LUN_ATTRIBUTE_KEYS, "glob, integer or bool", "-",
             "Select LUNs by what discovery reports (strings are shell globs, `ACME*`; all "
-            "given must match). `rotational` matches true/false or 1/0."),
+            "given must match). `rotational` matches true/false or 1/0. An attribute in "
+            "bytes (`size_bytes` ...) matches its digits: `1073741824` or `10*`, not `1GiB` "
+            "(refused, saying the number)."),
     ),
 )
 

@@ -257,7 +257,8 @@ def _lun_selector(
             for group in groups
         )
     matches = tuple(
-        AttributeMatch(key, parse_attribute_value(entry.require(key))) for key in attribute_keys
+        AttributeMatch(key, parse_attribute_value(entry.require(key), key))
+        for key in attribute_keys
     )
     return (
         LunSelector(

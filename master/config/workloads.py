@@ -269,10 +269,27 @@ def settings_to_edit(settings: dict[str, tuple[object, Cursor]]) -> WorkloadEdit
     return WorkloadEdit(**{_FIELD.get(key, key): value for key, (value, _) in settings.items()})  # type: ignore[arg-type]
 
 
-def parse_attribute_value(cursor: Cursor) -> str | int | bool:
+#: a pattern for a LUN attribute in bytes (``size_bytes`` ...) can match its decimal digits
+#: only with these characters
+_BYTES_PATTERN = re.compile(r"^[0-9*?\[\]!-]+$")
+
+
+def parse_attribute_value(cursor: Cursor, key: str = "") -> str | int | bool:
+    """A LUN attribute's pattern: a glob, an integer or true/false. For an attribute in bytes
+    (``key`` ending ``_bytes``, compared as its decimal digits) a pattern that could never match
+    them (``1GiB``) is refused, saying the number to write."""
     value = cursor.value
     if not cursor.is_scalar or not isinstance(value, (str, int, bool)) or value == "":
         raise cursor.error("must be a string (glob), an integer or true/false")
+    if key.endswith("_bytes") and isinstance(value, str) and not _BYTES_PATTERN.match(value):
+        try:
+            size = parse_bytes(value)
+        except ValueError:
+            raise cursor.error(f"{key} is a number of bytes, matched as its digits: {value!r} "
+                               "matches no LUN (use digits and the glob characters * ? [ ])"
+                               ) from None
+        raise cursor.error(f"{key} is a number of bytes, matched as its digits: {value!r} "
+                           f"matches no LUN; write {size}") from None
     return value
 
 
@@ -299,7 +316,7 @@ def _lun_choice(cursor: Cursor, context: WorkloadContext) -> LunChoice:
         matches = []
         for key in cursor.mapping_keys():
             child = cursor.require(key)
-            pattern = parse_attribute_value(child)
+            pattern = parse_attribute_value(child, key)
             if key == "host":
                 if not isinstance(pattern, str):
                     raise child.error("must be a host name or glob")

@@ -2,8 +2,9 @@
 only to fail once the hosts were contacted: YAML 1.1 octal numbers (``iops: 010`` was 8),
 ``for:`` values written with a blank (``4 KiB`` made a bad step name) or twice under two
 spellings, a hot zone in bytes smaller than a block, a file that is not UTF-8 (its error named
-no line), and a rollup on an attribute no workload has (``blocksize``: one instance, named "",
-held every workload).
+no line), a rollup on an attribute no workload has (``blocksize``: one instance, named "",
+held every workload), and a LUN selector on an attribute in bytes given with a unit
+(``size_bytes: 1GiB``, matched as text against the digits: no LUN, found only at run time).
 """
 
 from __future__ import annotations
@@ -208,3 +209,48 @@ def test_a_rollup_may_join_any_attribute_a_workload_instance_has() -> None:
             "  - name: s\n    workloads: [{name: w, iosequencer: random_steady}]\n")
     config = parse_config_text(text, "t.yaml", cwd=Path("/x"))
     assert config.rollup(rollups).attributes == ROLLUP_ATTRIBUTES
+
+
+# ---- a selector on an attribute in bytes: matched as its digits, so a unit never matched
+
+SIZE_SELECTOR = """\
+test: t
+hosts: [h1]
+luns:
+  - {{hosts: all, {key}: {value}}}
+steps:
+  - name: s
+    workloads:
+      - {{name: w, iosequencer: random_steady, iops: 10, luns: {{{key}: {value}}}}}
+"""
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("size_bytes", "1GiB", "'1GiB' matches no LUN; write 1073741824"),
+    ("logical_block_bytes", "4 KiB", "'4 KiB' matches no LUN; write 4096"),
+    ("file_size_bytes", "big", "'big' matches no LUN (use digits and the glob characters"),
+    ("size_bytes", "1073741824", None),
+    ("size_bytes", "10*", None),
+    ("physical_block_bytes", '"[45]*"', None),
+])
+def test_a_size_with_a_unit_in_a_lun_selector_is_refused_saying_the_bytes(
+        key: str, value: str, said: str | None) -> None:
+    text = SIZE_SELECTOR.format(key=key, value=value)
+    if said is None:
+        parse_config_text(text, "t.yaml", cwd=Path("/x"))
+        return
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "t.yaml", cwd=Path("/x"))
+    message = str(info.value)
+    assert message.startswith(f"t.yaml:4: luns[0].{key}: {key} is a number of bytes"), message
+    assert said in message, message
+
+
+def test_a_size_with_a_unit_in_a_workloads_luns_is_refused_there() -> None:
+    text = SIZE_SELECTOR.format(key="size_bytes", value="1GiB").replace(
+        "{hosts: all, size_bytes: 1GiB}", '{hosts: all, path: "/dev/sd*"}')
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "t.yaml", cwd=Path("/x"))
+    message = str(info.value)
+    assert ".workloads[0].luns.size_bytes: size_bytes is a number of bytes" in message, message
+    assert "write 1073741824" in message, message
