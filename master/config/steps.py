@@ -387,6 +387,10 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
     if gains_cursor is not None:
         gains_cursor.expect_map("a mapping {kp, ki, kd}")
         gains_cursor.check_keys(("kp", "ki", "kd"))
+        if not gains_cursor.mapping_keys():  # else it would be the adaptive controller
+            raise gains_cursor.error("gives no gain: give kp, ki or kd (a gain left out takes "
+                                     "its default), or leave gains out for the adaptive "
+                                     "controller")
         values: dict[str, float] = {}
         for key in gains_cursor.mapping_keys():
             child = gains_cursor.require(key)

@@ -102,6 +102,10 @@ class PctileOptions:
         for p in self.percentiles:
             if not 0 <= p <= 100:
                 raise ConfigError(f"{p} is not within 0..100", key_path="percentiles")
+        if len(set(self.percentiles)) != len(self.percentiles):  # two columns of one name
+            twice = sorted({p for p in self.percentiles if self.percentiles.count(p) > 1})
+            raise ConfigError(f"{', '.join(f'{p:g}' for p in twice)} given twice: name each "
+                              "percentile once", key_path="percentiles")
         if self.unit not in UNIT_NS:
             raise ConfigError(f"unit must be one of {', '.join(UNIT_NS)}", key_path="unit")
         if not self.directions or len(set(self.directions)) != len(self.directions):

@@ -173,6 +173,9 @@ REFUSED: list[tuple[str, str, str]] = [
      "steps[0].dfc.gains: kp, ki and kd cannot all be 0"),
     ("dfc ki 0 alone", _config(step=_dfc(gains="{ki: 0}")),
      "steps[0].dfc.gains: kp, ki and kd cannot all be 0"),
+    # once the adaptive controller, where the docs say a gain left out takes its default
+    ("dfc gains empty", _config(step=_dfc(gains="{}")),
+     "steps[0].dfc.gains: gives no gain: give kp, ki or kd"),
     ("autocorrelation past 100", _config(step="measure: {autocorrelation: 101}"),
      "steps[0].measure.autocorrelation: must be at most 100 (got 101)"),
     ("autocorrelation inf", _config(step="measure: {autocorrelation: .inf}"),

@@ -96,6 +96,20 @@ def test_infinite_or_vanishing_quantum_and_interval_are_refused(
     assert info.value.key_path == key
 
 
+@pytest.mark.parametrize(("percentiles", "twice"), [
+    ((50.0, 50.0), "50 given twice"),
+    ((99.0, 50.0, 99.0, 50.0), "50, 99 given twice"),
+])
+def test_a_percentile_named_twice_is_refused(tmp_path: Path, percentiles: tuple[float, ...],
+                                             twice: str) -> None:
+    # it made two CSV columns of one name
+    log = write_log(tmp_path / "a.log", [(1000 * (k + 1), 0, fio_counts(np.full(10, 5000)))
+                                         for k in range(3)])
+    with pytest.raises(ConfigError) as info:
+        run([log], percentiles=percentiles)
+    assert info.value.key_path == "percentiles" and twice in str(info.value), info.value
+
+
 def test_a_stamp_far_off_is_refused_before_its_row_is_spread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a job-relative stamp 2.8 years on (a damaged line): at 1 s quanta the row would reach
