@@ -87,6 +87,15 @@ def _call(run_dir_arg: str | None, obj: dict[str, Any]) -> tuple[Path, dict[str,
     return run_dir, request(run_dir, obj)
 
 
+def _chosen(run_dir_arg: str | None, run_dir: Path) -> str:
+    """`` (run <folder>)`` where the command chose the run (none named, the newest active one;
+    a test folder, its live run): with several runs active the operator sees which it
+    reached. Nothing where the run folder itself was named."""
+    if run_dir_arg is not None and Path(run_dir_arg).expanduser().resolve() == run_dir.resolve():
+        return ""
+    return f" (run {run_dir})"
+
+
 def _step_text(reply: dict[str, Any]) -> str:
     step = reply.get("step", "?")
     name = reply.get("step_name")
@@ -219,7 +228,7 @@ def edit_command(args: argparse.Namespace) -> int:
     except EditRefused as exc:
         return _fail(f"edit refused: {exc}", EXIT_REFUSED)
     try:
-        _, reply = _call(run_dir_arg, {"op": "edit", "instance": instance, "params": raw})
+        run_dir, reply = _call(run_dir_arg, {"op": "edit", "instance": instance, "params": raw})
     except ControlError as exc:
         return _fail(str(exc), EXIT_NO_RUN)
     if not reply["ok"]:
@@ -227,7 +236,8 @@ def edit_command(args: argparse.Namespace) -> int:
     workloads = reply.get("workloads")
     count = len(workloads) if isinstance(workloads, list) else "?"
     print(f"applied to {count} workloads of {reply.get('instance', instance)} from subinterval "
-          f"{reply.get('effective_subinterval', '?')} of step {_step_text(reply)}")
+          f"{reply.get('effective_subinterval', '?')} of step {_step_text(reply)}"
+          f"{_chosen(run_dir_arg, run_dir)}")
     return EXIT_OK
 
 
@@ -236,11 +246,11 @@ def edit_command(args: argparse.Namespace) -> int:
 
 def stop_command(args: argparse.Namespace) -> int:
     try:
-        _, reply = _call(args.run_dir, {"op": "stop"})
+        run_dir, reply = _call(args.run_dir, {"op": "stop"})
     except ControlError as exc:
         return _fail(str(exc), EXIT_NO_RUN)
     if not reply["ok"]:
         return _fail(f"stop refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
     print(f"step {_step_text(reply)} will end after subinterval "
-          f"{reply.get('last_subinterval', '?')}")
+          f"{reply.get('last_subinterval', '?')}{_chosen(args.run_dir, run_dir)}")
     return EXIT_OK

@@ -232,8 +232,10 @@ def test_edit_refusals_exit_2_and_change_nothing(run: BackgroundRun) -> None:
 def test_stop(run: BackgroundRun) -> None:
     done = ivypy("stop", str(run.run_dir.parent))  # the test folder: its live run
     assert done.returncode == EXIT_OK, done.stderr
-    match = re.fullmatch(r"step 1 \(ramp\) will end after subinterval (\d+)\n", done.stdout)
-    assert match, done.stdout
+    # the run it reached is named: a test folder may hold several
+    match = re.fullmatch(r"step 1 \(ramp\) will end after subinterval (\d+) \(run (.+)\)\n",
+                         done.stdout)
+    assert match and Path(match.group(2)) == run.run_dir, done.stdout
     assert run.sim.stop_after == int(match.group(1))
 
 
