@@ -29,7 +29,7 @@ gather:
      config_command: [{sys.executable}, {FIXTURES / 'fake_array.py'}, config, "1:a", "2:b"]}}
   - {{name: hang, command: [sleep, "31.25"], timeout: 0.2s}}
   - {{name: fail, command: [sh, -c, "echo oops >&2; exit 3"]}}
-  - {{name: junk, command: [{sys.executable}, {FIXTURES / 'garbage.py'}]}}
+  - {{name: junk, command: [sh, -c, "echo 'this is not a 4-tuple'; echo '{{broken json'"]}}
 steps:
   - name: s
     workloads:
