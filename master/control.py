@@ -151,31 +151,28 @@ def _is_socket(path: Path) -> bool:
         return False
 
 
-def _answers(path: Path) -> bool:
-    """Whether a server accepts connections on ``path`` (a live run, not a leftover file)."""
+def _connect_error(path: Path) -> OSError | None:
+    """What connecting to the socket ``path`` raised, or None when a server accepted."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
             with _sun_path(path) as address:
                 probe.connect(address)
-        except OSError:
-            return False
-    return True
+        except OSError as exc:
+            return exc
+    return None
+
+
+def _answers(path: Path) -> bool:
+    """Whether a server accepts connections on ``path`` (a live run, not a leftover file)."""
+    return _connect_error(path) is None
 
 
 def _refused(path: Path) -> bool:
     """Whether no server listens on ``path``: no such file, or a socket file that refuses
     connections (left behind by a killed run). A server too busy to accept is not refused."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            with _sun_path(path) as address:
-                probe.connect(address)
-        except (ConnectionRefusedError, FileNotFoundError, NotADirectoryError):
-            return True
-        except OSError:
-            return False
-    return False
+    return isinstance(_connect_error(path),
+                      ConnectionRefusedError | FileNotFoundError | NotADirectoryError)
 
 
 def _jsonable(value: object) -> Any:

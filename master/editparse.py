@@ -74,7 +74,13 @@ from master.config.limits import (
     format_number,
     show_bytes,
 )
-from master.units import format_bytes, format_fraction, parse_bytes, parse_fraction
+from master.units import (
+    format_bytes,
+    format_exact,
+    format_fraction,
+    parse_bytes,
+    parse_fraction,
+)
 from protocol.errors import ConfigError
 
 __all__ = [
@@ -159,16 +165,6 @@ def unknown_instance_text(rollup_type: str, instance: str, step_name: str,
     return f"{text} {head} {', '.join(names[:LISTED_INSTANCES])}"
 
 
-def _exact(number: float) -> str:
-    """``number`` short where that is exact (``5000``, ``1.5e+06``), else every digit
-    (``1234567``): ``:g`` alone keeps 6 digits, and events.csv recorded ``iops=1.23457e+06``
-    for an edit to 1,234,567."""
-    short = f"{number:g}"
-    if float(short) == number:
-        return short
-    return str(int(number)) if float(number).is_integer() else repr(float(number))
-
-
 @dataclass(frozen=True)
 class EditChanges:
     """Validated changes for the workloads of one rollup instance.
@@ -190,7 +186,7 @@ class EditChanges:
                 continue
             value = p[key]
             if key == "iops":
-                words.append("iops=max" if value is None else f"iops={_exact(value)}")
+                words.append("iops=max" if value is None else f"iops={format_exact(value)}")
             elif key == "read_fraction":
                 words.append(f"read_fraction={format_fraction(value)}")
             elif key == "blocksize_bytes":
@@ -199,15 +195,15 @@ class EditChanges:
                 words.append(f"busy_poll={'true' if value else 'false'}")
             elif key == "write_data":
                 ratio = p.get("write_data_ratio", 1.0)
-                kind = value if value in ("random", "zeros") else f"{value}:{_exact(ratio)}"
+                kind = value if value in ("random", "zeros") else f"{value}:{format_exact(ratio)}"
                 words.append(f"write_data={kind}")
             elif key == "skew_weight":
-                words.append(f"skew_weight={_exact(value)}")
+                words.append(f"skew_weight={format_exact(value)}")
             else:
                 words.append(f"{key}={value}")
         if self.total_iops is not None:
             total = self.total_iops
-            words.append(f"total_iops={total if isinstance(total, str) else _exact(total)}")
+            words.append(f"total_iops={total if isinstance(total, str) else format_exact(total)}")
         return " ".join(words)
 
 

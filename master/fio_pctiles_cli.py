@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
-import stat
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from master.fiologs.pipeline import DIRECTION_GROUPS, PctileOptions, compute_pctiles
+from master.wholefile import foreign_file
 from protocol.errors import ConfigError
 
 EXIT_OK = 0
@@ -60,19 +59,13 @@ def _refuse_other_file(path: str) -> None:
     log: ``-o *_clat_hist.*.log`` takes the first log for the output): only such a CSV is
     replaced. Checked before the logs are read."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return  # /dev/stdout, a pipe: nothing to lose (a folder: the write says so)
-        with open(path, "rb") as fh:
-            head = fh.read(len(_CSV_START))
-    except FileNotFoundError:
-        return
+        foreign = foreign_file(path, _CSV_START, len(_CSV_START))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write: {exc.strerror or exc}",
                           key_path="--output") from exc
-    if head and head != _CSV_START:
+    if foreign:
         raise ConfigError(f"{path}: exists and is not a CSV written by ivypy fio-pctiles; not "
                           "overwritten (remove it, or name another file)", key_path="--output")
-
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(

@@ -294,7 +294,7 @@ def check_rollup_keys(rollups: Sequence[RollupSpec], instances: Sequence[Workloa
         seen: dict[str, tuple[tuple[str, ...], WorkloadInstance]] = {}
         for inst in instances:
             values = tuple(inst.attributes.get(a, "") for a in spec.attributes)
-            key = "+".join(values)
+            key = rollup_key(spec, inst)
             first_values, first = seen.setdefault(key, (values, inst))
             if first_values == values:
                 continue

@@ -228,3 +228,13 @@ def format_duration_s(seconds: float) -> str:
 def format_fraction(fraction: float) -> str:
     """``0.05 -> "5%"``, ``0.999 -> "99.9%"``."""
     return f"{fraction * 100:.6g}%"
+
+
+def format_exact(number: float) -> str:
+    """``number`` short where that reads back as it (``5000``, ``1.5e+06``, ``0.52``), else
+    with every digit it needs (``1234567``, ``0.1234567``): ``:g`` alone keeps 6 significant
+    digits, and a limit or an edit written back must be the one given."""
+    short = f"{number:g}"
+    if float(short) == number:
+        return short
+    return repr(float(number)).removesuffix(".0")

@@ -4,13 +4,16 @@ Owns the one way the master replaces a whole-run file (state.json, summary.json,
 luns.csv): the bytes go to a hidden temporary file beside it, are synced, and the temporary file
 is renamed over the old one; the directory is then synced so that the rename itself survives a
 crash. A failure removes the temporary file and raises the ``OSError`` for the caller to
-translate. Must not know what the files hold; stdlib only (``ivypy status`` imports it).
+translate. ``foreign_file`` tells a file a command may write over (its own, by a mark its
+caller names) from one it must leave alone. Must not know what the files hold; stdlib only
+(``ivypy status`` imports it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 
@@ -38,3 +41,18 @@ def replace_whole(path: Path, data: bytes) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def foreign_file(path: str | os.PathLike[str], mark: bytes, within: int) -> bool:
+    """Whether ``path`` is a regular file, not empty, whose first ``within`` bytes lack
+    ``mark``: not one its command wrote, so not to be written over (``-o`` naming a run's
+    summary.csv, or an input log). A missing file, an empty one, a pipe or a device (a
+    terminal, ``/dev/stdout``) is not. ``OSError`` when it cannot be looked at or read."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return False
+    with open(path, "rb") as fh:
+        return mark not in fh.read(within)

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from master.units import format_exact
 from protocol.errors import CompareError
 
 #: The comparisons a condition may use.
@@ -53,16 +54,10 @@ class FailIf:
     def text(self) -> str:
         """The condition written back, normalised (``IOPS < -10%``), its limit to every digit
         (``IOPS < 1234567``, not the ``1.23457e+06`` of six significant digits)."""
+        limit = format_exact(self.limit)
         if self.relative:
-            return f"{self.metric} {self.op} {_limit_text(self.limit, signed=True)}%"
-        return f"{self.metric} {self.op} {_limit_text(self.limit)}"
-
-
-def _limit_text(limit: float, signed: bool = False) -> str:
-    """``limit`` as the shortest text that reads back as it (``2``, ``0.52``, ``1234567``,
-    ``1e-07``), with its sign when ``signed``."""
-    text = repr(limit).removesuffix(".0")
-    return f"+{text}" if signed and not text.startswith("-") else text
+            return f"{self.metric} {self.op} {'' if limit.startswith('-') else '+'}{limit}%"
+        return f"{self.metric} {self.op} {limit}"
 
 
 def parse_fail_if(text: str) -> FailIf:

@@ -17,7 +17,7 @@ from pathlib import Path
 from master.report.content import BUDGET_POINTS, build_charts, default_rollup
 from master.report.page import render
 from master.runfolder import ReportError, open_run_folder
-from master.wholefile import replace_whole
+from master.wholefile import foreign_file, replace_whole
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +74,12 @@ def _refuse_other_file(path: Path) -> None:
     """``ReportError`` when ``path`` is a file that is not a report page (``-o`` naming the
     run's summary.csv, say): a page replaces only a page."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(_PAGE_MARK_WITHIN)
-    except (FileNotFoundError, IsADirectoryError):
-        return  # nothing there to lose (a folder: the write says so)
+        foreign = foreign_file(path, _PAGE_MARK, _PAGE_MARK_WITHIN)
     except OSError as exc:
         raise ReportError(f"{path}: cannot write the report: {exc.strerror or exc}") from exc
-    if head and _PAGE_MARK not in head:
+    if foreign:
         raise ReportError(f"{path}: exists and is not an ivypy report page; not overwritten "
                           "(remove it, or name another file with -o)")
-
 
 def report_after_run(folder: Path) -> Path | None:
     """``report.html`` at the end of a run (also a failed or interrupted one). Never raises: a
