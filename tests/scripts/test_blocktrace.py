@@ -95,6 +95,9 @@ def test_latencies_summaries() -> None:
 
 
 @pytest.mark.root
+# counts every read of the device: another run beside it (whose slave reads small regions of
+# every block device as it discovers LUNs) once added one (201 of 200)
+@pytest.mark.alone
 def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F811
     """A real trace: each direct read of the traced device is one latency, between zero and
     the time the reads took in all; I/O on another device is not traced; the trace instance
