@@ -274,10 +274,24 @@ struct ivy_log {
     X(int64_t, busy_spin_ns) \
     X(int64_t, busy_hot_ns) \
     X(int64_t, block_wait_ns) \
+    /* the max-iops waits' way, chosen by measuring (await_choose): a trial runs looking \
+     * first and blocking at once in turn, await_trial_ns each, await_trials times in all; \
+     * the one that completed more I/Os per ns (await_switch_pct % more to change) is kept \
+     * for await_hold_ns, doubled while the trials choose the same, up to await_hold_max_ns */ \
+    X(int64_t, await_trial_ns) \
+    X(int64_t, await_trials) \
+    X(int64_t, await_hold_ns) \
+    X(int64_t, await_hold_max_ns) \
+    X(int64_t, await_switch_pct) \
     /* state, across runs: the records' count and how many are binned, I/Os in flight, the \
      * heap's size; completions reaped past the boundary (n at t_ns, in events) or the stray \
      * slot (R_STRAY); a submission taken in part (sub_done of sub_n); workloads waiting for \
-     * Python's refill; the running mean of the max-iops waits */ \
+     * Python's refill; the running mean of the max-iops waits; the completions reaped; \
+     * the waits' way (await_block: 1 block at once, 0 look first), the trial's turn \
+     * (await_turn; await_trials: holding), when the turn or hold ends (await_until), the \
+     * turn's start (its time, the completions then, await_from and await_done), the hold's \
+     * length and way, each way's completions and time in the trial, and when the last run returned \
+     * (the time in Python between runs counts in no turn) */ \
     X(int64_t, p) \
     X(int64_t, binned) \
     X(int64_t, in_flight) \
@@ -287,7 +301,20 @@ struct ivy_log {
     X(int64_t, sub_done) \
     X(int64_t, sub_n) \
     X(int64_t, refill) \
-    X(int64_t, mean_ns)
+    X(int64_t, mean_ns) \
+    X(int64_t, done) \
+    X(int64_t, await_block) \
+    X(int64_t, await_turn) \
+    X(int64_t, await_until) \
+    X(int64_t, await_from) \
+    X(int64_t, await_done) \
+    X(int64_t, await_held) \
+    X(int64_t, await_kept) \
+    X(int64_t, look_done) \
+    X(int64_t, look_ns) \
+    X(int64_t, block_done) \
+    X(int64_t, block_ns) \
+    X(int64_t, returned_ns)
 
 struct ivy_loop {
     IVY_LOOP_FIELDS(IVY_FIELD)

@@ -10,7 +10,8 @@
  * alone. A max-iops workload's I/Os have no time (0, but those an edit kept from its paced
  * schedule): they are due at once, so its freed slots go out in the turn that freed them,
  * each I/O timed at its submission; with one in flight, a wait looks in the ring before it
- * blocks (await_events), or, alone at depth 1-2, waits at once (lone_wait). A workload whose
+ * blocks or blocks at once, whichever the loop measured to complete more (await_events,
+ * await_choose), or, alone at depth 1-2, waits at once (lone_wait). A workload whose
  * precomputed I/Os ran out gets its next ones from generate(), which goes on with its
  * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
  * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
@@ -20,7 +21,8 @@
  * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions
- * (ivy_submit, ivy_submit_rest, ivy_reap).
+ * (ivy_submit, ivy_submit_rest, ivy_reap); ivy_await_choose and ivy_await_resume serve the
+ * tests.
  */
 #include <math.h>
 #include <errno.h>
@@ -433,17 +435,97 @@ static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t ca
     return n;
 }
 
-/* the max-iops loops' wait (slave.engine.waits.Waiter): look_then_block, looking for spin ns
- * (yielding after every look) only when the recent waits (their running mean, *mean) were
- * shorter than gate */
-static int64_t await_events(const struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t until,
-                            int64_t block_until, int64_t spin, int64_t gate, int64_t sleep_min,
-                            int64_t *mean)
+/* how the max-iops waits wait, from now on: 1 block at once, 0 look first. Which completes
+ * more I/Os differs by machine and queue depth (docs/engine.md, "Looking or blocking,
+ * measured"), so the loop measures it: a trial runs the two in turn, await_trial_ns each, in
+ * the order look, block, block, look, ... (a drift weighs on both alike), await_trials turns
+ * in all, counting the completions reaped in each; the way that completed more per ns is
+ * kept for await_hold_ns (the way kept before, or blocking at first, which leaves the CPU
+ * to others, unless the other completed await_switch_pct % more), twice as long
+ * each time the next trial chooses the same, up to await_hold_max_ns; then a trial again.
+ * Called at a wait's start: a turn ends at the first wait past its time. */
+static __attribute__((noinline)) int64_t await_rechoose(struct ivy_loop *L, int64_t now)
+{
+    const int64_t trials = L->await_trials;
+    if (trials <= 0) { /* no trials: look first, always (the tests' and the bench's own) */
+        L->await_until = INT64_MAX;
+        return L->await_block = 0;
+    }
+    int64_t turn = L->await_turn;
+    if (turn < trials && L->await_until) { /* the turn that ends: its way's count */
+        const int64_t did = L->done - L->await_done, took = now - L->await_from;
+        if (L->await_block) {
+            L->block_done += did;
+            L->block_ns += took;
+        } else {
+            L->look_done += did;
+            L->look_ns += took;
+        }
+        turn++;
+    } else { /* a trial starts (the first, or a hold ended) */
+        turn = 0;
+        L->look_done = L->look_ns = L->block_done = L->block_ns = 0;
+    }
+    if (turn < trials) {
+        L->await_block = (turn + 1) >> 1 & 1;
+        L->await_until = now + L->await_trial_ns;
+    } else {
+        /* more per ns: block_done / block_ns against look_done / look_ns, multiplied out;
+         * the way kept so far stays unless the other completed await_switch_pct % more */
+        const int64_t held = L->await_held, kept = held ? L->await_kept : 1;
+        const __int128 by_block = (__int128)L->block_done * L->look_ns,
+                       by_look = (__int128)L->look_done * L->block_ns;
+        const int64_t pct = 100 + L->await_switch_pct;
+        const int64_t block = kept ? by_look * 100 <= by_block * pct
+                                   : by_block * 100 > by_look * pct;
+        L->await_held = !held || block != L->await_kept ? L->await_hold_ns
+                        : held * 2 < L->await_hold_max_ns ? held * 2 : L->await_hold_max_ns;
+        L->await_block = L->await_kept = block;
+        L->await_until = now + L->await_held;
+    }
+    L->await_turn = turn;
+    L->await_from = now;
+    L->await_done = L->done;
+    return L->await_block;
+}
+
+IVY_HOT int64_t await_choose(struct ivy_loop *L, int64_t now)
+{
+    return now < L->await_until ? L->await_block : await_rechoose(L, now);
+}
+
+/* a run starts at now: the time since the last returned (returned_ns), spent in Python,
+ * counts in no turn of await_choose's trial and holds nothing */
+static void await_resume(struct ivy_loop *L, int64_t now)
+{
+    if (L->returned_ns && L->await_until && L->await_until != INT64_MAX) {
+        L->await_from += now - L->returned_ns;
+        L->await_until += now - L->returned_ns;
+    }
+}
+
+/* await_choose and await_resume, for the tests: the way chosen at now */
+int64_t ivy_await_choose(struct ivy_loop *L, int64_t now)
+{
+    return await_choose(L, now);
+}
+
+void ivy_await_resume(struct ivy_loop *L, int64_t now)
+{
+    await_resume(L, now);
+}
+
+/* the max-iops loops' wait: look_then_block, looking first (for spin ns, yielding after every
+ * look) only when await_choose says so and the recent waits (their running mean, mean_ns)
+ * were shorter than gate; the Python loop's (slave.engine.waits.Waiter) always looks first */
+static int64_t await_events(struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t until,
+                            int64_t block_until, int64_t spin, int64_t gate, int64_t sleep_min)
 {
     const int64_t t0 = now_ns(L);
-    int64_t n = look_then_block(L, ev, cap, until, block_until, *mean < gate ? t0 + spin : t0,
-                                t0, sleep_min);
-    *mean += (now_ns(L) - t0 - *mean) >> 3; /* a running mean over ~8 waits */
+    const int64_t look = !await_choose(L, t0) && L->mean_ns < gate;
+    int64_t n = look_then_block(L, ev, cap, until, block_until, look ? t0 + spin : t0, t0,
+                                sleep_min);
+    L->mean_ns += (now_ns(L) - t0 - L->mean_ns) >> 3; /* a running mean over ~8 waits */
     return n;
 }
 
@@ -729,7 +811,18 @@ static int64_t lone_wait(const struct ivy_loop *L, int64_t now, int64_t until, i
     return be_wait(L, L->events, L->events_cap, left);
 }
 
+static int64_t run_set(struct ivy_loop *L);
+
+/* one run of the loop (run_set), for Python */
 int64_t paced_run(struct ivy_loop *L)
+{
+    await_resume(L, now_ns(L));
+    const int64_t r = run_set(L);
+    L->returned_ns = now_ns(L);
+    return r;
+}
+
+static int64_t run_set(struct ivy_loop *L)
 {
     int64_t *ev = L->events;
     struct ivy_row *rows = L->rows, *pend = L->pend;
@@ -801,6 +894,7 @@ int64_t paced_run(struct ivy_loop *L)
             }
             L->p = p;
             L->in_flight -= n;
+            L->done += n;
             last_done = t;
             n = 0;
             if (p >= flush_at)
@@ -921,7 +1015,7 @@ int64_t paced_run(struct ivy_loop *L)
              * wait for a paced I/O's time ends WAKE_EARLY before it, and looks for the rest) */
             n = await_events(L, ev, ev_cap, until,
                              left_ns > long_wait ? until - wake_early : until, spin, gate,
-                             sleep_min, &L->mean_ns);
+                             sleep_min);
             continue;
         }
         if (busy_poll) { /* look again at once while I/O is in flight or the next is near */

@@ -47,6 +47,16 @@ BUSY_HOT_NS: Final = 20_000
 # long before it blocks in the engine's reap, while its recent waits were short (``waits.Waiter``):
 # about a sleeping CPU's wake-up, by when most I/Os in flight had completed (docs/engine.md)
 AWAIT_SPIN_NS: Final = 50_000
+# the compiled loop chooses between that look first and blocking at once by measuring both: a
+# trial of AWAIT_TRIALS turns of AWAIT_TRIAL_NS, the faster kept for AWAIT_HOLD_NS (the way
+# kept before unless the other is AWAIT_SWITCH_PCT % faster), doubled while the trials agree,
+# up to AWAIT_HOLD_MAX_NS (``paced_kernel.c: await_choose``; 0 trials: look first, always).
+# Which is faster differs by machine and queue depth (docs/engine.md)
+AWAIT_TRIAL_NS: Final = 50_000_000
+AWAIT_TRIALS: Final = 8
+AWAIT_HOLD_NS: Final = 2_000_000_000
+AWAIT_HOLD_MAX_NS: Final = 16_000_000_000
+AWAIT_SWITCH_PCT: Final = 2
 # "short waits": a running mean under this; at AWAIT_SPIN_NS itself the gate trapped a loop in
 # blocking, as a wait that blocks adds the sleeper's wake-up to the mean (docs/engine.md)
 AWAIT_SPIN_GATE_NS: Final = 200_000

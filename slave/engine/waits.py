@@ -19,7 +19,9 @@ class Waiter:
     for the rest; but it only looks first while its recent waits were short (their running
     mean, ``mean_ns``, under ``AWAIT_SPIN_GATE_NS``): behind a slow device (a disk's milliseconds)
     a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
-    completion (what each bought: docs/engine.md)."""
+    completion (what each bought: docs/engine.md). The compiled loop's wait also measures
+    whether blocking at once completes more (``paced_kernel.c: await_choose``); this one,
+    whose Python is its limit, always looks first."""
 
     __slots__ = ("clock", "mean_ns")
 

@@ -164,7 +164,7 @@ _N_LOOP_FIELDS = len(loop_args.FIELDS)
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
-    ("X(int64_t, mean_ns)", "X(int64_t, mean_ns) X(int64_t, extra)",
+    ("X(int64_t, returned_ns)", "X(int64_t, returned_ns) X(int64_t, extra)",
      f"field {_N_LOOP_FIELDS}: compiled (name, offset, size) ('extra', {8 * _N_LOOP_FIELDS}, "
      "8), the Python mirror's None"),
     # a generator's fields swapped

@@ -271,3 +271,30 @@ def test_an_edit_of_a_max_workload_to_a_rate_paces_it(
             extra = 2 * params[i].iodepth if (k, i) == (1, 0) else 0
             want = rate * 0.1
             assert want - want * 0.02 - 2 <= ops <= want + want * 0.02 + 2 + extra, (k, i, ops)
+
+
+def test_the_waits_try_both_ways_and_count_every_completion(
+        loop_device: LoopFactory, codes: collections.Counter[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A max-iops reader of depth 8 on a real device, with trials of four 5 ms turns and
+    holds of 20-40 ms (``await_choose``): by the last boundary the loop has tried both ways
+    and kept one, and its count of completions is every completion recorded."""
+    for name, value in (("AWAIT_TRIAL_NS", 5_000_000), ("AWAIT_TRIALS", 4),
+                        ("AWAIT_HOLD_NS", 20_000_000), ("AWAIT_HOLD_MAX_NS", 40_000_000)):
+        monkeypatch.setattr(tuning, name, value)
+    seen: list[tuple[int, ...]] = []
+
+    def at_boundary(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        a = loop.native.args
+        seen.append((finished, a.done, a.await_held, a.look_ns, a.block_ns, a.await_trials))
+
+    dev = loop_device(64 * MiB)
+    ctl, _ = _run_paced(dev.path, [WorkloadParams(iodepth=8, seed=5, blocksize_bytes=4096)],
+                           100_000_000, 5, Control(5, at_boundary=at_boundary))
+    assert ctl.errors == {} and ctl.loaded_boundaries == 5
+    for finished, done, _, _, _, trials in seen:
+        # the completions of the subintervals closed so far, every one counted in C
+        assert done == sum(st.ops() for st in ctl.stats[: finished + 1]) > 0
+        assert trials == 4
+    assert any(held > 0 for _, _, held, _, _, _ in seen)  # a way was kept
+    assert any(look > 0 for *_, look, _, _ in seen) and any(b > 0 for *_, b, _ in seen)
