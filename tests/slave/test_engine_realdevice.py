@@ -405,9 +405,10 @@ def test_2000_iops_for_5_s_lands_within_2_percent(loop_device: LoopFactory) -> N
 def _submit_calls(device: LoopDevice, call_trace: Callable[[int, int], CallTrace],
                   engine: str, params: WorkloadParams, limit: int) -> tuple[int, int]:
     """The worker's submit calls over 0.3 s of ``params`` on ``device``: how many carried
-    I/Os, and how many carried more than ``limit`` (the kernel's counts)."""
+    I/Os, and how many carried more than ``limit`` (the kernel's counts). Its one subinterval
+    ends soon after the trace: the call returns then."""
     wid = f"t:{device.path}:calls"
-    sub_ns = 2_000_000_000
+    sub_ns = 700_000_000
     with WorkerPool(1) as pool:
         info = pool.create_workload(wid, device.path, engine, params)
         assert info.engine == engine
