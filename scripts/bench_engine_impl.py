@@ -321,6 +321,14 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     return res.traced(lat)
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU time so far, in ticks (/proc/stat's first line): all of it, and the
+    steal (time the hypervisor gave this VM's CPUs to others while they wanted to run)."""
+    with open("/proc/stat") as f:
+        words = [int(w) for w in f.readline().split()[1:9]]
+    return sum(words), words[7]
+
+
 def sh(*cmd: str) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
 
@@ -442,6 +450,7 @@ def main() -> int:
                 print(f"bench_engine: no case matches --only {args.only!r}", file=sys.stderr)
                 return 2
         results: dict[str, list[Result]] = {k: [] for k in cases}
+        stolen: list[float] = []  # each case's share of the CPUs' time stolen by the host
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
               f"{args.rounds} rounds of {s} s (+1 s ramp) per case, "
               f"loop devices {', '.join(devs)}; "
@@ -449,7 +458,11 @@ def main() -> int:
               f"(fio qd32 calibration: {calibration.iops:.0f})")
         for rnd in range(args.rounds):
             for name, fn in cases.items():
+                total0, steal0 = cpu_ticks()
                 res = fn()
+                total1, steal1 = cpu_ticks()
+                steal = (steal1 - steal0) / max(total1 - total0, 1)
+                stolen.append(steal)
                 results[name].append(res)
                 print(f"round {rnd + 1} {name:28s} {res.iops:10.0f} IOPS"
                       f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
@@ -457,14 +470,18 @@ def main() -> int:
                       f"  blk {res.blk_mean_us:6.1f} us"
                       + (f"  block layer p50 {res.kern_p50_us:6.1f} p99 {res.kern_p99_us:6.1f}"
                          f" ({res.kern_ios} I/Os, {res.kern_unpaired} unpaired)"
-                         if res.kern_ios else ""), flush=True)
+                         if res.kern_ios else "")
+                      + f"  steal {100 * steal:.1f} %", flush=True)
     finally:
         teardown(images, devs)
 
     def med(name: str, field: str) -> float:
         return float(statistics.median(getattr(x, field) for x in results[name]))
 
-    print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f})")
+    print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f}; "
+          f"the host took {100 * statistics.median(stolen):.1f} % of the CPUs' time in the "
+          f"median case, {100 * max(stolen):.1f} % at most: a figure of a case that lost "
+          "much is the host's as much as the tool's)")
     for name in cases:
         print(f"{name:28s} {med(name, 'iops'):10.0f} IOPS  mean {med(name, 'mean_us'):8.1f} us"
               f"  p50 {med(name, 'p50_us'):8.1f}  p99 {med(name, 'p99_us'):8.1f}"
