@@ -397,6 +397,7 @@ def main() -> int:
             # not targets: the workers left to the scheduler (worker_cpus: unpinned), where the
             # cases above pin each to a CPU as ivypy does by default
             "ivypy qd1 blocking unpinned": lambda: run_ivypy(one, 1, False, s, pinned=False),
+            "ivypy qd32 unpinned": lambda: run_ivypy(one, 32, False, s, pinned=False),
             "ivypy 2 luns qd32 unpinned": lambda: run_ivypy(two, 32, False, s, pinned=False),
             "ivypy 2 luns qd32 io_uring unpinned": lambda: run_ivypy(
                 two, 32, False, s, engine="io_uring", pinned=False),
@@ -551,6 +552,7 @@ def main() -> int:
     print(f"{'':7s}{'2 LUNs IOPS, ivypy on io_uring / fio best':44s} {r:7.3f}  (not a target: "
           "the target is ivypy's default engine, libaio)")
     for a, b in (("ivypy qd1 blocking unpinned", "fio qd1"),
+                 ("ivypy qd32 unpinned", best32),
                  ("ivypy 2 luns qd32 unpinned", best2),
                  ("ivypy 2 luns qd32 io_uring unpinned", best2)):
         print(f"{'':7s}{a + ' / ' + b:44s} {ratio(a, b, 'iops'):7.3f}  (not a target: "
