@@ -55,7 +55,7 @@ AWAIT_SPIN_NS: Final = 50_000
 AWAIT_TRIAL_NS: Final = 50_000_000
 AWAIT_TRIALS: Final = 8
 AWAIT_HOLD_NS: Final = 2_000_000_000
-AWAIT_HOLD_MAX_NS: Final = 16_000_000_000
+AWAIT_HOLD_MAX_NS: Final = 60_000_000_000
 AWAIT_SWITCH_PCT: Final = 2
 # "short waits": a running mean under this; at AWAIT_SPIN_NS itself the gate trapped a loop in
 # blocking, as a wait that blocks adds the sleeper's wake-up to the mean (docs/engine.md)
