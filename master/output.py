@@ -819,12 +819,6 @@ class RunOutput:
                 os.close(dir_fd)
         return out
 
-    def write_rows(self, relative: str, header: Sequence[str],
-                   rows: Iterable[Mapping[str, Any]]) -> None:
-        t = self.table(relative, header)
-        for row in rows:
-            t.write(row)
-
     def close(self) -> None:
         """Close every file (all of them, even after one fails to flush its last rows) and
         detach run.log; the first failure is raised at the end."""

@@ -361,8 +361,3 @@ class Sequencer:
         self._sched_k = sched_k
         self._sched_last_ns = sched_last_ns
         self._first_poisson = first_arrival_due
-
-    @property
-    def range_bytes(self) -> tuple[int, int]:
-        """The grid's [first, end) in bytes."""
-        return self._first, self._first + self._n_blocks * self.params.blocksize_bytes
