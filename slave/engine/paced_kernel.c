@@ -206,7 +206,8 @@ struct ivy_getevents_arg {
 /* the completions in io_uring's completion ring moved into ev as libaio's events (the slot,
  * 0, the result, 0), at most cap, with no system call but where the ring says completions
  * wait for this task to post them (IORING_SQ_TASKRUN: the ring is set up with
- * IORING_SETUP_COOP_TASKRUN, which does not interrupt the task for them); how many */
+ * IORING_SETUP_DEFER_TASKRUN or COOP_TASKRUN, which do not interrupt the task for them); how
+ * many */
 IVY_HOT int64_t cq_take(const struct ivy_loop *L, int64_t *ev, int64_t cap)
 {
     const uint32_t head = *L->cq_head;
@@ -1083,15 +1084,19 @@ struct ivy_rsrc {
     uint32_t e, f;
 };
 #define IVY_FEATURES ((1u << 0) | (1u << 1) | (1u << 8)) /* SINGLE_MMAP, NODROP, EXT_ARG */
-#define IVY_UR_SETUP_FLAGS ((1u << 8) | (1u << 9))      /* COOP_TASKRUN | TASKRUN_FLAG */
+/* DEFER_TASKRUN | SINGLE_ISSUER | TASKRUN_FLAG (6.1); on an older kernel COOP_TASKRUN |
+ * TASKRUN_FLAG (5.19); then none */
+#define IVY_UR_SETUP_FLAGS ((1u << 13) | (1u << 12) | (1u << 9))
+#define IVY_UR_SETUP_FLAGS_OLD ((1u << 8) | (1u << 9))
 #define IVY_UR_OFF_SQES 0x10000000LL
 enum { IVY_UR_FILES2 = 13, IVY_UR_FILES_UPDATE2 = 14, IVY_UR_BUFFERS2 = 15,
        IVY_UR_BUFFERS_UPDATE = 16 };
 
 /* a ring of entries submission entries, mapped into L (uring_fd, sq_*, cq_*); n_files sparse
  * registered files and n_buffers sparse registered buffers; maps: the two mappings' addresses
- * and sizes (for ivy_uring_close). The newest set-up flags the kernel takes: COOP_TASKRUN and
- * its TASKRUN_FLAG (cq_take). -errno with *stage: 1 the set-up, 2 the features (-ENOTSUP),
+ * and sizes (for ivy_uring_close). The newest set-up flags the kernel takes: DEFER_TASKRUN
+ * (completions posted only when this task enters the kernel for them), else COOP_TASKRUN, with
+ * TASKRUN_FLAG (cq_take enters when some wait). -errno with *stage: 1 the set-up, 2 the features (-ENOTSUP),
  * 3 the mapping, 4 the files, 5 the buffers; nothing kept */
 int64_t ivy_uring_setup(struct ivy_loop *L, int64_t entries, int64_t n_files,
                         int64_t n_buffers, int64_t *maps, int64_t *stage)
@@ -1101,9 +1106,10 @@ int64_t ivy_uring_setup(struct ivy_loop *L, int64_t entries, int64_t n_files,
     int64_t err = 0;
     void *rings = MAP_FAILED, *sqes = MAP_FAILED;
     size_t rings_bytes = 0, sqes_bytes = 0;
-    for (int i = 0; i < 2 && fd < 0; i++) {
+    const uint32_t flags[3] = {IVY_UR_SETUP_FLAGS, IVY_UR_SETUP_FLAGS_OLD, 0};
+    for (int i = 0; i < 3 && fd < 0; i++) {
         memset(&p, 0, sizeof p);
-        p.flags = i ? 0 : IVY_UR_SETUP_FLAGS;
+        p.flags = flags[i];
         fd = syscall(SYS_io_uring_setup, (unsigned)entries, &p);
         if (fd < 0 && errno != EINVAL)
             break;

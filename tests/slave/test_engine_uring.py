@@ -61,7 +61,9 @@ _ABI_CONSTANTS = [
     ("IVY_SQE_FIXED_FILE", "IOSQE_FIXED_FILE"), ("IVY_ENTER_GETEVENTS", "IORING_ENTER_GETEVENTS"),
     ("IVY_ENTER_EXT_ARG", "IORING_ENTER_EXT_ARG"), ("IVY_SQ_TASKRUN", "IORING_SQ_TASKRUN"),
     ("IVY_FEATURES", "(IORING_FEAT_SINGLE_MMAP | IORING_FEAT_NODROP | IORING_FEAT_EXT_ARG)"),
-    ("IVY_UR_SETUP_FLAGS", "(IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG)"),
+    ("IVY_UR_SETUP_FLAGS", "(IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SINGLE_ISSUER"
+                           " | IORING_SETUP_TASKRUN_FLAG)"),
+    ("IVY_UR_SETUP_FLAGS_OLD", "(IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG)"),
     ("IVY_UR_OFF_SQES", "IORING_OFF_SQES"), ("IVY_UR_FILES2", "IORING_REGISTER_FILES2"),
     ("IVY_UR_FILES_UPDATE2", "IORING_REGISTER_FILES_UPDATE2"),
     ("IVY_UR_BUFFERS2", "IORING_REGISTER_BUFFERS2"),
@@ -444,8 +446,9 @@ def test_the_ring_roundtrip_registered_files_and_buffers(loop_device: LoopFactor
 @pytest.mark.root
 def test_a_look_takes_a_completion_that_waits_for_the_task_to_enter(
         loop_device: LoopFactory) -> None:
-    # the ring is set up with COOP_TASKRUN: a completion may wait, unposted, until the task
-    # enters the kernel, and the ring's flags say so (IORING_SQ_TASKRUN). A look (poll: no
+    # the ring is set up with DEFER_TASKRUN (or COOP_TASKRUN): a completion may wait,
+    # unposted, until the task enters the kernel, and the ring's flags say so
+    # (IORING_SQ_TASKRUN). A look (poll: no
     # system call while the ring holds completions) that finds the ring empty and that flag up
     # enters, so it takes the completion then, not at the task's next system call or tick.
     # Watched from Python with no system call between the submission and the one look, until
