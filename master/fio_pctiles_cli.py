@@ -67,6 +67,7 @@ def _refuse_other_file(path: str) -> None:
         raise ConfigError(f"{path}: exists and is not a CSV written by ivypy fio-pctiles; not "
                           "overwritten (remove it, or name another file)", key_path="--output")
 
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "fio-pctiles",

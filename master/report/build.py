@@ -81,6 +81,7 @@ def _refuse_other_file(path: Path) -> None:
         raise ReportError(f"{path}: exists and is not an ivypy report page; not overwritten "
                           "(remove it, or name another file with -o)")
 
+
 def report_after_run(folder: Path) -> Path | None:
     """``report.html`` at the end of a run (also a failed or interrupted one). Never raises: a
     report that cannot be made is a warning in run.log (``ivypy report`` can make it later)."""

@@ -290,8 +290,8 @@ struct ivy_log {
      * the waits' way (await_block: 1 block at once, 0 look first), the trial's turn \
      * (await_turn; await_trials: holding), when the turn or hold ends (await_until), the \
      * turn's start (its time, the completions then, await_from and await_done), the hold's \
-     * length and way, each way's completions and time in the trial, and when the last run returned \
-     * (the time in Python between runs counts in no turn) */ \
+     * length and way, each way's completions and time in the trial, and when the last run \
+     * returned (the time in Python between runs counts in no turn) */ \
     X(int64_t, p) \
     X(int64_t, binned) \
     X(int64_t, in_flight) \

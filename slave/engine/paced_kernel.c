@@ -448,7 +448,7 @@ static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t ca
 static __attribute__((noinline)) int64_t await_rechoose(struct ivy_loop *L, int64_t now)
 {
     const int64_t trials = L->await_trials;
-    if (trials <= 0) { /* no trials: look first, always (the tests' and the bench's own) */
+    if (trials <= 0) { /* no trials (tuning.AWAIT_TRIALS 0): look first, always */
         L->await_until = INT64_MAX;
         return L->await_block = 0;
     }
@@ -476,9 +476,8 @@ static __attribute__((noinline)) int64_t await_rechoose(struct ivy_loop *L, int6
         const int64_t held = L->await_held, kept = held ? L->await_kept : 1;
         const __int128 by_block = (__int128)L->block_done * L->look_ns,
                        by_look = (__int128)L->look_done * L->block_ns;
-        const int64_t pct = 100 + L->await_switch_pct;
-        const int64_t block = kept ? by_look * 100 <= by_block * pct
-                                   : by_block * 100 > by_look * pct;
+        const __int128 other = kept ? by_look : by_block, same = kept ? by_block : by_look;
+        const int64_t block = kept ^ (other * 100 > same * (100 + L->await_switch_pct));
         L->await_held = !held || block != L->await_kept ? L->await_hold_ns
                         : held * 2 < L->await_hold_max_ns ? held * 2 : L->await_hold_max_ns;
         L->await_block = L->await_kept = block;
@@ -1095,9 +1094,9 @@ enum { IVY_UR_FILES2 = 13, IVY_UR_FILES_UPDATE2 = 14, IVY_UR_BUFFERS2 = 15,
 /* a ring of entries submission entries, mapped into L (uring_fd, sq_*, cq_*); n_files sparse
  * registered files and n_buffers sparse registered buffers; maps: the two mappings' addresses
  * and sizes (for ivy_uring_close). The newest set-up flags the kernel takes: DEFER_TASKRUN
- * (completions posted only when this task enters the kernel for them), else COOP_TASKRUN, with
- * TASKRUN_FLAG (cq_take enters when some wait). -errno with *stage: 1 the set-up, 2 the features (-ENOTSUP),
- * 3 the mapping, 4 the files, 5 the buffers; nothing kept */
+ * (completions posted only when this task enters the kernel for them), else COOP_TASKRUN,
+ * with TASKRUN_FLAG (cq_take enters when some wait). -errno with *stage: 1 the set-up, 2 the
+ * features (-ENOTSUP), 3 the mapping, 4 the files, 5 the buffers; nothing kept */
 int64_t ivy_uring_setup(struct ivy_loop *L, int64_t entries, int64_t n_files,
                         int64_t n_buffers, int64_t *maps, int64_t *stage)
 {
