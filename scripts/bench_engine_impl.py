@@ -121,13 +121,17 @@ Latency is submit -> completion on both sides (ivypy's service time; fio's ``lat
 includes the submission). A missed target is printed as MISSED with its figure and the exit
 status is 1.
 
-User CPU is the kernel's user time of the tool's processes (ivypy's workers' ``utime`` from
-``/proc/<pid>/stat``; fio's ``usr_cpu``, from getrusage). A kernel with tick-based accounting
-(``CONFIG_TICK_CPU_ACCOUNTING``; HZ 250 on the 2-core VM) charges each whole tick to where the
-CPU was at that tick, so a loop whose wake-ups keep step with the tick reads far from its true
-share: ivypy's paced case read 0.04 to 1.52 us per I/O from one round to the next there
-(2026-11-26), fio's 0.79 to 1.12. Where the kernel accounts so, a user-CPU verdict is a draw of
-its rounds; ``/proc/config.gz`` says which accounting a kernel has.
+CPU is each tool's run time per I/O, user and kernel together, which every kernel counts to
+the nanosecond (the scheduler's: ivypy's workers' threads' ``/proc/<pid>/task/<tid>/schedstat``;
+fio's ``usr_cpu`` + ``sys_cpu``, which getrusage scales to sum to that same run time): ``cpu``.
+User CPU is the share of it that ``perf record``'s samples of the ``cpu-clock`` event (a timer
+of the process's own run time, every ``SAMPLE_PERIOD_NS``) found in user code: ``usr``. Not the
+kernel's ``utime``: where the kernel accounts by tick (``CONFIG_TICK_CPU_ACCOUNTING``, HZ 250
+on the 2-core VM) it charges each whole tick to where the CPU was at that tick, and over the few
+seconds of a case the paced loop's share by ``utime`` read 0.09 to 0.25 of its run time in five
+rounds while perf's samples of the same seconds read 0.17 to 0.22 (2026-11-27); per I/O,
+``utime`` had read 0.04 to 2.90 us from one round to the next. Without perf the bench falls back
+to ``utime`` and says so under the verdict.
 
 Every run also reads the block layer's own mean service time of its loop devices
 (``/sys/block/<dev>/stat``: read ticks over reads; ivypy's measured seconds, fio's including its
@@ -139,9 +143,12 @@ tool's CPU use slows the device's kernel worker.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -169,6 +176,7 @@ class Result:
     p99_us: float
     usr_us_per_io: float
     blk_mean_us: float  # the block layer's mean service time of the devices, same run
+    cpu_us_per_io: float  # user + kernel CPU of the tool's processes, to the ns (see above)
     # ivypy only (fio's lat starts at issue, not at the I/O's scheduled time): response time,
     # scheduled -> completion, of the random reads; minus the service time it is how late
     # ivypy itself submitted them
@@ -216,10 +224,90 @@ def block_mean_us(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[1] - before[1]) * 1e3 / reads if reads else 0.0
 
 
-def cpu_user_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / CLK_TCK  # utime
+def run_ns(pids: list[int]) -> int:
+    """The processes' threads' run time so far, user and kernel, to the ns (schedstat's first
+    field, which the scheduler keeps on every kernel)."""
+    ran = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    ran += int(f.read().split()[0])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
+    return ran
+
+
+def utime_s(pids: list[int]) -> float:
+    """The processes' user time as the kernel accounts it (``utime``): on a tick-accounting
+    kernel, whole ticks charged by where the CPU was at each (see the module's docstring)."""
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            total += int(f.read().rsplit(")", 1)[1].split()[11]) / CLK_TCK
+    return total
+
+
+#: the period of the CPU samples that split a tool's run time into user and kernel: a
+#: high-resolution timer of the process's own run time, in no step with the scheduler's tick;
+#: at 100 us the VM's timer lost two samples in five, at 1 ms one in ten, alike in user and
+#: kernel (the split read 0.76, 0.77 and 0.76 of a yielding spin loop at 1 ms, 250 us, 100 us)
+SAMPLE_PERIOD_NS = 1_000_000
+PERF = shutil.which("perf")
+
+
+class UserShare:
+    """The share of a tool's run time spent in user mode, from ``perf record``'s samples of the
+    software ``cpu-clock`` event every ``SAMPLE_PERIOD_NS`` of run time (each sample lands in
+    user or kernel code). ``attach(pids)`` samples running processes until ``stop()``;
+    ``wrap(cmd)`` prefixes a command so that it and its children are sampled, less the first
+    process (fio's main process, whose children are its jobs). Without perf, ``share`` is None
+    and the caller falls back to ``utime``."""
+
+    def __init__(self) -> None:
+        self.path = f"/tmp/ivypy-bench-{os.getpid()}.perf"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.share: float | None = None
+        self.samples = 0
+
+    def _record(self) -> list[str]:
+        return [PERF or "perf", "record", "-q", "-e", "cpu-clock", "-c", str(SAMPLE_PERIOD_NS),
+                "-o", self.path]
+
+    def attach(self, pids: list[int]) -> UserShare:
+        if PERF:
+            self.proc = subprocess.Popen([*self._record(), "-p", ",".join(map(str, pids))],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)  # perf opens its counters before the window starts
+        return self
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        return [*self._record(), "--", *cmd] if PERF else cmd
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    def read(self, skip_first: bool = False) -> float | None:
+        """The user share of the samples (None without perf or samples); ``skip_first``:
+        leave out the lowest pid's."""
+        if not PERF or not os.path.exists(self.path):
+            return None
+        try:
+            out = subprocess.run([PERF, "script", "-i", self.path, "-F", "pid,ip"], check=True,
+                                 capture_output=True, text=True).stdout
+        finally:
+            os.unlink(self.path)
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        if skip_first and rows:
+            first = min(int(r[0]) for r in rows)
+            rows = [r for r in rows if int(r[0]) != first]
+        kernel = sum(1 for r in rows if int(r[1], 16) >= 1 << 63)  # the kernel's half of
+        self.samples = len(rows)                                    # the address space
+        self.share = (len(rows) - kernel) / len(rows) if rows else None
+        return self.share
 
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
@@ -251,15 +339,17 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool.keep_going()
         if bt:
             bt.start()
-        cpu0 = sum(cpu_user_s(p) for p in pool.pids)
+        sampler = UserShare().attach(pool.pids)
+        ran0, utime0 = run_ns(pool.pids), utime_s(pool.pids)
         blk0 = block_reads(devs)
         total = WorkloadStats()
         for k in range(1, seconds + 1):
             r = pool.collect(k, t0 + (k + 1) * sub + 500_000_000)
             pool.keep_going()
             merge_batch(total, r.batch)
-        cpu1 = sum(cpu_user_s(p) for p in pool.pids)
+        ran1, utime1 = run_ns(pool.pids), utime_s(pool.pids)
         blk1 = block_reads(devs)
+        sampler.stop()
         if bt:
             bt.stop()
         pool.stop()
@@ -269,9 +359,11 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     ops = total.ops()
     p50, p99, r50, r99 = (float(x or 0) for x in (h.percentile(50), h.percentile(99),
                                                   rh.percentile(50), rh.percentile(99)))
-    res = Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3,
-                 (cpu1 - cpu0) * 1e6 / max(ops, 1), block_mean_us(blk0, blk1),
-                 r50 / 1e3, r99 / 1e3)
+    cpu_us = (ran1 - ran0) / 1e3 / max(ops, 1)
+    share = sampler.read()
+    usr_us = cpu_us * share if share is not None else (utime1 - utime0) * 1e6 / max(ops, 1)
+    res = Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3, usr_us,
+                 block_mean_us(blk0, blk1), cpu_us, r50 / 1e3, r99 / 1e3)
     return res.traced(lat)
 
 
@@ -302,7 +394,9 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
         if bt:
             bt.start()
         blk0 = block_reads(devs)
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        sampler = UserShare()
+        out = subprocess.run(sampler.wrap(cmd), check=True, capture_output=True,
+                             text=True).stdout
         blk = block_mean_us(blk0, block_reads(devs))
         if bt:
             bt.stop()
@@ -315,9 +409,14 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     # usr_cpu is a percentage of job_runtime, the measured time (after ramp_time) summed over
     # the jobs: that product is the user CPU of the I/Os counted in total_ios. (``elapsed`` is
     # whole seconds of the run including the ramp; with it fio's figure read 1.25-1.5x too high.)
-    usr_s = job["usr_cpu"] / 100 * job["job_runtime"] / 1000
+    usr_s, sys_s = (job[k] / 100 * job["job_runtime"] / 1000 for k in ("usr_cpu", "sys_cpu"))
+    cpu_s = usr_s + sys_s  # getrusage scales the two so that they sum to the run time
+    share = sampler.read(skip_first=True)  # fio's jobs only, as its usr_cpu and sys_cpu
+    if share is not None:
+        usr_s = cpu_s * share
     res = Result(rd["iops"] + job["write"]["iops"], lat_ns["mean"] / 1e3,
-                 pct["50.000000"] / 1e3, pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk)
+                 pct["50.000000"] / 1e3, pct["99.000000"] / 1e3, usr_s * 1e6 / ios, blk,
+                 cpu_s * 1e6 / ios)
     return res.traced(lat)
 
 
@@ -327,6 +426,25 @@ def cpu_ticks() -> tuple[int, int]:
     with open("/proc/stat") as f:
         words = [int(w) for w in f.readline().split()[1:9]]
     return sum(words), words[7]
+
+
+def user_cpu_source() -> str:
+    """Where the user CPU figures come from: perf's samples, or (without perf) the kernel's
+    own accounting, which /proc/config.gz says is sampled at its tick or counted at every
+    entry and exit."""
+    if PERF:
+        return f"user share of the run time from perf's samples every {SAMPLE_PERIOD_NS} ns"
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            config = f.read()
+    except OSError:
+        return "utime, no perf; no /proc/config.gz says how the kernel accounts it"
+    if "CONFIG_VIRT_CPU_ACCOUNTING_GEN=y" in config or "CONFIG_VIRT_CPU_ACCOUNTING_NATIVE=y" \
+            in config:
+        return "utime, no perf; the kernel counts it at every entry (VIRT_CPU_ACCOUNTING)"
+    hz = re.search(r"^CONFIG_HZ=(\d+)", config, re.M)
+    return (f"utime, no perf: sampled at the tick ({hz.group(1) if hz else '?'} Hz, "
+            "TICK_CPU_ACCOUNTING), a draw of its rounds")
 
 
 def sh(*cmd: str) -> str:
@@ -468,6 +586,7 @@ def main() -> int:
                 print(f"round {rnd + 1} {name:28s} {res.iops:10.0f} IOPS"
                       f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
                       f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO"
+                      f"  cpu {res.cpu_us_per_io:5.2f} us/IO"
                       f"  blk {res.blk_mean_us:6.1f} us"
                       + (f"  block layer p50 {res.kern_p50_us:6.1f} p99 {res.kern_p99_us:6.1f}"
                          f" ({res.kern_ios} I/Os, {res.kern_unpaired} unpaired)"
@@ -487,6 +606,7 @@ def main() -> int:
         print(f"{name:28s} {med(name, 'iops'):10.0f} IOPS  mean {med(name, 'mean_us'):8.1f} us"
               f"  p50 {med(name, 'p50_us'):8.1f}  p99 {med(name, 'p99_us'):8.1f}"
               f"  usr {med(name, 'usr_us_per_io'):5.2f} us/IO"
+              f"  cpu {med(name, 'cpu_us_per_io'):5.2f} us/IO"
               f"  blk {med(name, 'blk_mean_us'):6.1f} us")
 
     if args.only:
@@ -579,7 +699,14 @@ def main() -> int:
     r = ratio("ivypy qd32 paced", "fio qd32 paced", "usr_us_per_io")
     check("paced: user CPU per I/O / fio's", r, r <= 1.0,
           f"<= 1.0; {med('ivypy qd32 paced', 'usr_us_per_io'):.2f} against "
-          f"{med('fio qd32 paced', 'usr_us_per_io'):.2f} us")
+          f"{med('fio qd32 paced', 'usr_us_per_io'):.2f} us; {user_cpu_source()}")
+    print(f"{'':7s}rounds' user CPU: " + "; ".join(
+        f"{n} " + ", ".join(f"{x.usr_us_per_io:.2f}" for x in results[n])
+        for n in ("ivypy qd32 paced", "fio qd32 paced")) + " us/IO")
+    r = ratio("ivypy qd32 paced", "fio qd32 paced", "cpu_us_per_io")
+    print(f"{'':7s}{'paced: CPU (user + kernel) per I/O / fio':44s} {r:7.3f}  (not a target: "
+          f"{med('ivypy qd32 paced', 'cpu_us_per_io'):.2f} against "
+          f"{med('fio qd32 paced', 'cpu_us_per_io'):.2f} us, counted to the ns)")
     print("\n# fidelity: a latency below fio's is believed only where these hold (targets)")
 
     def per_round(name: str, of: Callable[[Result], float]) -> float:
