@@ -259,30 +259,34 @@ PERF = shutil.which("perf")
 class UserShare:
     """The share of a tool's run time spent in user mode, from ``perf record``'s samples of the
     software ``cpu-clock`` event every ``SAMPLE_PERIOD_NS`` of run time (each sample lands in
-    user or kernel code). ``attach(pids)`` samples running processes until ``stop()``;
-    ``wrap(cmd)`` prefixes a command so that it and its children are sampled, less the first
-    process (fio's main process, whose children are its jobs). Without perf, ``share`` is None
-    and the caller falls back to ``utime``."""
+    user or kernel code), stamped with CLOCK_MONOTONIC. ``attach(pids)`` samples running
+    processes until ``stop()``: start it before the tool's ramp, as perf's start (reading the
+    processes' maps) takes a core for a while, and ``read`` only the measured window's samples;
+    ``wrap(cmd)`` prefixes a command so that it and its children are sampled. Without perf,
+    ``read`` gives None and the caller falls back to ``utime``."""
 
     def __init__(self) -> None:
         self.path = f"/tmp/ivypy-bench-{os.getpid()}.perf"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.share: float | None = None
-        self.samples = 0
 
     def _record(self) -> list[str]:
-        return [PERF or "perf", "record", "-q", "-e", "cpu-clock", "-c", str(SAMPLE_PERIOD_NS),
-                "-o", self.path]
+        return [PERF or "perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "cpu-clock",
+                "-c", str(SAMPLE_PERIOD_NS), "-o", self.path]
 
     def attach(self, pids: list[int]) -> UserShare:
         if PERF:
             self.proc = subprocess.Popen([*self._record(), "-p", ",".join(map(str, pids))],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.2)  # perf opens its counters before the window starts
         return self
 
     def wrap(self, cmd: list[str]) -> list[str]:
         return [*self._record(), "--", *cmd] if PERF else cmd
+
+    def __enter__(self) -> UserShare:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -290,24 +294,29 @@ class UserShare:
             self.proc.wait(timeout=30)
             self.proc = None
 
-    def read(self, skip_first: bool = False) -> float | None:
-        """The user share of the samples (None without perf or samples); ``skip_first``:
-        leave out the lowest pid's."""
+    def read(self, window: tuple[int, int] | None = None,
+             skip_first: bool = False) -> float | None:
+        """The user share of the samples (None without perf or samples): those stamped within
+        ``window`` (monotonic ns), if given; ``skip_first``: less the lowest pid's (fio's main
+        process, whose children are its jobs)."""
         if not PERF or not os.path.exists(self.path):
             return None
         try:
-            out = subprocess.run([PERF, "script", "-i", self.path, "-F", "pid,ip"], check=True,
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run([PERF, "script", "-i", self.path, "--ns", "-F", "pid,time,ip"],
+                                 check=True, capture_output=True, text=True).stdout
         finally:
             os.unlink(self.path)
-        rows = [line.split() for line in out.splitlines() if line.strip()]
+        rows = [(int(pid), int(stamp.rstrip(":").replace(".", "")), int(ip, 16))
+                for pid, stamp, ip in (line.split() for line in out.splitlines() if line.strip())]
+        if window:
+            rows = [r for r in rows if window[0] <= r[1] < window[1]]
         if skip_first and rows:
-            first = min(int(r[0]) for r in rows)
-            rows = [r for r in rows if int(r[0]) != first]
-        kernel = sum(1 for r in rows if int(r[1], 16) >= 1 << 63)  # the kernel's half of
-        self.samples = len(rows)                                    # the address space
-        self.share = (len(rows) - kernel) / len(rows) if rows else None
-        return self.share
+            first = min(r[0] for r in rows)
+            rows = [r for r in rows if r[0] != first]
+        if not rows:
+            return None
+        kernel = sum(1 for r in rows if r[2] >= 1 << 63)  # the kernel's half of the addresses
+        return (len(rows) - kernel) / len(rows)
 
 
 def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
@@ -327,7 +336,7 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool = WorkerPool(len(devs), cpus=None if pinned else [None] * len(devs))
     finally:
         tuning.COMPILED_PACED = True
-    with block_trace(devs, trace) as bt, pool:
+    with block_trace(devs, trace) as bt, pool, UserShare().attach(pool.pids) as sampler:
         for i, dev in enumerate(devs):
             for j in range(per_lun):
                 pool.create_workload(f"bench:{dev}:w{j}", dev, engine,
@@ -339,17 +348,16 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
         pool.keep_going()
         if bt:
             bt.start()
-        sampler = UserShare().attach(pool.pids)
-        ran0, utime0 = run_ns(pool.pids), utime_s(pool.pids)
+        ran0, utime0, from_ns = run_ns(pool.pids), utime_s(pool.pids), time.monotonic_ns()
         blk0 = block_reads(devs)
         total = WorkloadStats()
         for k in range(1, seconds + 1):
             r = pool.collect(k, t0 + (k + 1) * sub + 500_000_000)
             pool.keep_going()
             merge_batch(total, r.batch)
-        ran1, utime1 = run_ns(pool.pids), utime_s(pool.pids)
+        ran1, utime1, to_ns = run_ns(pool.pids), utime_s(pool.pids), time.monotonic_ns()
         blk1 = block_reads(devs)
-        sampler.stop()
+        sampler.stop()  # before the workers end
         if bt:
             bt.stop()
         pool.stop()
@@ -360,7 +368,7 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     p50, p99, r50, r99 = (float(x or 0) for x in (h.percentile(50), h.percentile(99),
                                                   rh.percentile(50), rh.percentile(99)))
     cpu_us = (ran1 - ran0) / 1e3 / max(ops, 1)
-    share = sampler.read()
+    share = sampler.read((from_ns, to_ns))
     usr_us = cpu_us * share if share is not None else (utime1 - utime0) * 1e6 / max(ops, 1)
     res = Result(ops / seconds, (h.mean_ns or 0) / 1e3, p50 / 1e3, p99 / 1e3, usr_us,
                  block_mean_us(blk0, blk1), cpu_us, r50 / 1e3, r99 / 1e3)
