@@ -1,6 +1,7 @@
 // ivypy report: draws the charts of the page's JSON (#report-data) with uPlot (inlined above).
-// Marks what it did on the root element: data-charts-drawn (charts made), data-report-ready; uncaught
-// errors are recorded by the recorder in <head> (data-script-errors, #script-errors).
+// Marks what it did on the root element: data-charts-drawn (charts made), data-charts-failed
+// (charts that threw: each says so in its place, and the rest are still drawn),
+// data-report-ready; errors go to the recorder in <head> (data-script-errors, #script-errors).
 (function () {
   "use strict";
   var DASHES = [[], [7, 4], [2, 3], [1, 5]];
@@ -50,13 +51,10 @@
     return label;
   }
 
-  function makeChart(holder, chart, width) {
-    var box = document.createElement("figure");
-    box.className = "chart";
+  function makeChart(box, chart, width) {
     var cap = document.createElement("figcaption");
     cap.textContent = chart.title + (chart.window ? "  (shaded: measurement window)" : "");
     box.appendChild(cap);
-    holder.appendChild(box);
     var many = chart.series.length > 16;
     var hasY2 = chart.series.some(function (s) { return s.axis === "y2"; });
     var series = [{ label: chart.x_label }];
@@ -90,20 +88,45 @@
     }
   }
 
+  // A chart that throws says so in its place and goes to the error recorder (reportError, or
+  // a throw from a timer, raises the window's error event without stopping this loop); the
+  // others are drawn.
+  function failed(box, err) {
+    var note = document.createElement("p");
+    note.className = "note chart-failed";
+    note.textContent = "This chart could not be drawn: " + String(err && err.message || err);
+    box.appendChild(note);
+    if (window.reportError) {
+      window.reportError(err);
+    } else {
+      setTimeout(function () { throw err; }, 0);
+    }
+  }
+
   function draw() {
     var data = JSON.parse(document.getElementById("report-data").textContent);
-    var drawn = 0;
+    var root = document.documentElement;
+    var drawn = 0, lost = 0;
     data.steps.forEach(function (step) {
       var holder = document.getElementById("charts-" + step.id);
       var width = Math.max(480, Math.min(1100, (holder.clientWidth || 1000) - 20));
       step.charts.forEach(function (chart) {
-        makeChart(holder, chart, width);
-        drawn += 1;
-        document.documentElement.setAttribute("data-charts-drawn", String(drawn));
+        var box = document.createElement("figure");
+        box.className = "chart";
+        holder.appendChild(box);
+        try {
+          makeChart(box, chart, width);
+          drawn += 1;
+          root.setAttribute("data-charts-drawn", String(drawn));
+        } catch (err) {
+          lost += 1;
+          root.setAttribute("data-charts-failed", String(lost));
+          failed(box, err);
+        }
       });
     });
-    document.documentElement.setAttribute("data-charts-drawn", String(drawn));
-    document.documentElement.setAttribute("data-report-ready", "yes");
+    root.setAttribute("data-charts-drawn", String(drawn));
+    root.setAttribute("data-report-ready", "yes");
   }
 
   draw();

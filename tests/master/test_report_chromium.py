@@ -1,7 +1,8 @@
 """report.html in a real headless Chromium: it loads with no uncaught script error, draws every
 chart it carries (counted in the DOM after load), fetches nothing from the network, and a run
-of 100 instances x 1,000 subintervals stays within 3 MB. The witnesses are shown able to fail:
-a page that does fetch, and a page that does throw."""
+of 100 instances x 1,000 subintervals stays within 3 MB; a chart that throws leaves the others
+drawn. The witnesses are shown able to fail: a page that does fetch, and a page that does
+throw."""
 
 from __future__ import annotations
 
@@ -65,6 +66,36 @@ def test_a_failed_run(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(not_run=("later",), cut_last_at=5))
     (folder / "events.csv").unlink()
     assert _check_page(build_report(folder).path, tmp_path) == 16
+
+
+def test_a_chart_that_throws_says_so_and_the_others_are_drawn(tmp_path: Path) -> None:
+    """One chart whose data makes the page's code throw (its series are not a list): its place
+    says it could not be drawn and why, the error is recorded, and every chart after it, in its
+    step and the next, is still drawn."""
+    folder = generate(tmp_path / "run", GenSpec(instances=2, steps=("one", "two")))
+    page = build_report(folder).path
+    text = page.read_text()
+    data = page_data(text)
+    want = data["n_charts"]
+    assert len(data["steps"]) == 2
+    data["steps"][0]["charts"][1]["series"] = None
+    broken = tmp_path / "broken.html"
+    embedded = json.dumps(data).replace("</", "<\\/")
+    head, rest = text.split('id="report-data">', 1)
+    broken.write_text(head + 'id="report-data">' + embedded + "</script>"
+                      + rest.split("</script>", 1)[1])
+    got = load(broken, tmp_path)
+    assert got.root_attr("data-report-ready") == "yes"
+    assert got.root_attr("data-charts-failed") == "1"
+    assert got.root_attr("data-charts-drawn") == str(want - 1)
+    assert got.dom.count('<div class="uplot') == want - 1
+    assert got.root_attr("data-script-errors") == "1"
+    note = '<p class="note chart-failed">This chart could not be drawn: '
+    assert got.dom.count(note) == 1
+    title = data["steps"][0]["charts"][1]["title"]
+    failed_figure = got.dom.split(note, 1)[0].rsplit('<figure class="chart">', 1)[1]
+    assert title.split()[0] in failed_figure  # in the place of the chart that threw
+    assert "null" in got.dom.split(note, 1)[1].split("</p>", 1)[0]  # and why
 
 
 def test_names_that_need_escaping(tmp_path: Path) -> None:
