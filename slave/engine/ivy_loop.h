@@ -276,13 +276,15 @@ struct ivy_log {
     X(int64_t, block_wait_ns) \
     /* the max-iops waits' way, chosen by measuring (await_choose): a trial runs looking \
      * first and blocking at once in turn, await_trial_ns each, await_trials times in all; \
-     * the one that completed more I/Os per ns (await_switch_pct % more to change) is kept \
-     * for await_hold_ns, doubled while the trials choose the same, up to await_hold_max_ns */ \
+     * the one that completed more I/Os per ns (looking: await_look_pct % more than blocking, \
+     * as it takes the core; await_switch_pct % more to change) is kept for await_hold_ns, \
+     * doubled while the trials choose the same, up to await_hold_max_ns */ \
     X(int64_t, await_trial_ns) \
     X(int64_t, await_trials) \
     X(int64_t, await_hold_ns) \
     X(int64_t, await_hold_max_ns) \
     X(int64_t, await_switch_pct) \
+    X(int64_t, await_look_pct) \
     /* state, across runs: the records' count and how many are binned, I/Os in flight, the \
      * heap's size; completions reaped past the boundary (n at t_ns, in events) or the stray \
      * slot (R_STRAY); a submission taken in part (sub_done of sub_n); workloads waiting for \

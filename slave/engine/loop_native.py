@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _TUNING_WORDS = ("compact_at", "sleep_min_ns", "long_wait_ns", "wake_early_ns", "gen_ios",
                  "busy_spin_ns", "busy_hot_ns", "block_wait_ns", "paced_per_call",
                  "await_trial_ns", "await_trials", "await_hold_ns", "await_hold_max_ns",
-                 "await_switch_pct")
+                 "await_switch_pct", "await_look_pct")
 
 
 class NativeLoop:

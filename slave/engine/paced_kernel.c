@@ -440,10 +440,11 @@ static int64_t look_then_block(const struct ivy_loop *L, int64_t *ev, int64_t ca
  * more I/Os differs by machine and queue depth (docs/engine.md, "Looking or blocking,
  * measured"), so the loop measures it: a trial runs the two in turn, await_trial_ns each, in
  * the order look, block, block, look, ... (a drift weighs on both alike), await_trials turns
- * in all, counting the completions reaped in each; the way that completed more per ns is
- * kept for await_hold_ns (the way kept before, or blocking at first, which leaves the CPU
- * to others, unless the other completed await_switch_pct % more), twice as long
- * each time the next trial chooses the same, up to await_hold_max_ns; then a trial again.
+ * in all, counting the completions reaped in each; the way that completed more per ns
+ * (looking: await_look_pct % more than blocking) is kept for await_hold_ns (the way kept
+ * before, or blocking at first, which leaves the CPU to others, unless the other completed
+ * await_switch_pct % more), twice as long each time the next trial chooses the same, up to
+ * await_hold_max_ns; then a trial again.
  * Called at a wait's start: a turn ends at the first wait past its time. */
 static __attribute__((noinline)) int64_t await_rechoose(struct ivy_loop *L, int64_t now)
 {
@@ -471,11 +472,13 @@ static __attribute__((noinline)) int64_t await_rechoose(struct ivy_loop *L, int6
         L->await_block = (turn + 1) >> 1 & 1;
         L->await_until = now + L->await_trial_ns;
     } else {
-        /* more per ns: block_done / block_ns against look_done / look_ns, multiplied out;
-         * the way kept so far stays unless the other completed await_switch_pct % more */
+        /* more per ns: block_done / block_ns against look_done / look_ns, multiplied out,
+         * looking's less await_look_pct % (it takes the core, which blocking leaves to the
+         * device's worker and the other workers); the way kept so far stays unless the other
+         * completed await_switch_pct % more */
         const int64_t held = L->await_held, kept = held ? L->await_kept : 1;
-        const __int128 by_block = (__int128)L->block_done * L->look_ns,
-                       by_look = (__int128)L->look_done * L->block_ns;
+        const __int128 by_block = (__int128)L->block_done * L->look_ns * (100 + L->await_look_pct),
+                       by_look = (__int128)L->look_done * L->block_ns * 100;
         const __int128 other = kept ? by_look : by_block, same = kept ? by_block : by_look;
         const int64_t block = kept ^ (other * 100 > same * (100 + L->await_switch_pct));
         L->await_held = !held || block != L->await_kept ? L->await_hold_ns

@@ -57,6 +57,10 @@ AWAIT_TRIALS: Final = 8
 AWAIT_HOLD_NS: Final = 2_000_000_000
 AWAIT_HOLD_MAX_NS: Final = 60_000_000_000
 AWAIT_SWITCH_PCT: Final = 2
+# and looking first counts as faster only where it completed AWAIT_LOOK_PCT % more than
+# blocking: its looks take the core that a blocked loop leaves to the device's kernel worker
+# and the other workers (docs/engine.md)
+AWAIT_LOOK_PCT: Final = 5
 # "short waits": a running mean under this; at AWAIT_SPIN_NS itself the gate trapped a loop in
 # blocking, as a wait that blocks adds the sleeper's wake-up to the mean (docs/engine.md)
 AWAIT_SPIN_GATE_NS: Final = 200_000

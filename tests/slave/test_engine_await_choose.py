@@ -1,7 +1,8 @@
 """How the compiled loop's max-iops waits choose between looking first and blocking at once
 (``paced_kernel.c``: ``await_choose``, ``await_resume``), driven turn by turn through the
 functions the object exports for the tests: the trial's order, the choice by completions
-per ns, the margin to change, the holds, and the time spent in Python between runs."""
+per ns, looking's handicap, the margin to change, the holds, and the time spent in Python
+between runs."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ TRIAL_NS, HOLD_NS, HOLD_MAX_NS = 10_000, 100_000, 400_000
 INT64_MAX = (1 << 63) - 1
 
 
-def _args(trials: int = 4) -> LoopArgs:
+def _args(trials: int = 4, look_pct: int = 0) -> LoopArgs:
     a = LoopArgs()
     a.await_trial_ns, a.await_trials = TRIAL_NS, trials
     a.await_hold_ns, a.await_hold_max_ns, a.await_switch_pct = HOLD_NS, HOLD_MAX_NS, 2
+    a.await_look_pct = look_pct
     return a
 
 
@@ -101,6 +103,33 @@ def test_the_way_that_completed_more_per_ns_is_kept(trials: list[list[tuple[int,
         assert a.await_until == end + hold
         assert _choose(a, end + hold - 1) == want  # held to its end
         now = end + hold  # the next trial starts at the hold's end
+
+
+def _looking(pct: int) -> list[tuple[int, int]]:
+    """A trial's turns (look, block, block, look) where looking completed ``pct`` % more."""
+    return [(TRIAL_NS, 100 + pct), (TRIAL_NS, 100), (TRIAL_NS, 100), (TRIAL_NS, 100 + pct)]
+
+
+@needs_cc
+@pytest.mark.parametrize(("look_pct", "trials", "kept"), [
+    # from blocking, looking must complete (1 + 5 %) x (1 + 2 %), 7.1 %, more
+    pytest.param(5, [_looking(6)], [BLOCK], id="looking 6 % more: blocking"),
+    pytest.param(0, [_looking(6)], [LOOK], id="without the bias, looking 6 % more: looking"),
+    pytest.param(5, [_looking(8)], [LOOK], id="looking 8 % more: looking"),
+    # once looking, it is kept while it completes more than 1.05 / 1.02, 2.9 %, more
+    pytest.param(5, [_looking(8), _looking(4)], [LOOK, LOOK],
+                 id="looking kept while 4 % more"),
+    pytest.param(5, [_looking(8), _looking(2)], [LOOK, BLOCK],
+                 id="looking 2 % more: blocking again"),
+])
+def test_looking_counts_await_look_pct_less(look_pct: int, trials: list[list[tuple[int, int]]],
+                                            kept: list[int]) -> None:
+    a = _args(look_pct=look_pct)
+    now = 1_000
+    for turns, want in zip(trials, kept, strict=True):
+        _, way = _trial(a, now, turns)
+        assert way == want
+        now = a.await_until
 
 
 @needs_cc
