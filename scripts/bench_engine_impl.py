@@ -286,8 +286,10 @@ class UserShare:
     def __enter__(self) -> UserShare:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.stop()
+        if exc_type is not None and os.path.exists(self.path):  # no read() will come
+            os.unlink(self.path)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -403,9 +405,9 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
         if bt:
             bt.start()
         blk0 = block_reads(devs)
-        sampler = UserShare()
-        out = subprocess.run(sampler.wrap(cmd), check=True, capture_output=True,
-                             text=True).stdout
+        with UserShare() as sampler:
+            out = subprocess.run(sampler.wrap(cmd), check=True, capture_output=True,
+                                 text=True).stdout
         blk = block_mean_us(blk0, block_reads(devs))
         if bt:
             bt.stop()
