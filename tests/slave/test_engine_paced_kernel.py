@@ -621,6 +621,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
     # where the other blocks until a completion or the next I/O's time)
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     cpu, wall, blocked = {}, {}, {}
+    blocks = [0]  # the Python loop's waits that block in the engine, in the run going on
     reap = LibaioEngine.reap
 
     def counting(eng: LibaioEngine, min_nr: int, timeout_ns: int) -> int:
@@ -629,7 +630,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
 
     monkeypatch.setattr(LibaioEngine, "reap", counting)
     for busy in (False, True):
-        blocks = [0]  # the Python loop's waits that block in the engine
+        blocks[0] = 0
         params = [WorkloadParams(iodepth=4, iops=10_000.0, blocksize_bytes=4096, busy_poll=busy)]
         paced: list[bool] = []
 
