@@ -70,9 +70,12 @@ steps:
 @pytest.mark.alone  # ivypy's IOPS against fio's, measured one after the other
 def test_a_created_file_reads_like_fio_reads_it(tmp_path: Path) -> None:
     """A file LUN ivypy creates (on this machine's disk, not tmpfs) is laid out before its
-    step, so its random reads cost the device what fio's cost on the same file, in the same
-    test: within 2x of fio's IOPS (a sparse file's holes read as zeros without any I/O, 1.2 M
-    against fio's 87 k on a VM's disk)."""
+    step, so each of its random reads reaches the device: the disk's own counters read at
+    least as many reads as ivypy counted, in every measured subinterval, and ivypy's IOPS are
+    of the order of fio's on the same file, measured next (a sparse file's holes read as zeros
+    without any I/O: 1.2 M IOPS against fio's 87 k on a VM's disk, and a disk that saw almost
+    none of them). Within 3x, not closer: this VM's disk once read 18.8 k IOPS for ivypy and
+    40.9 k for fio seconds later."""
     if shutil.which("fio") is None:
         pytest.skip("fio is not installed (scripts/test installs it as root)")
     lun = Path(tempfile.mkdtemp(prefix="ivypy-fiocmp-", dir="/var/tmp")) / "lun"
@@ -97,6 +100,11 @@ steps:
         folder = run_folder(tmp_path, "fiocmp")
         (total,) = [r for r in rows(folder / "summary.csv") if r["rollup_type"] == "all"]
         ivypy_iops = float(total["IOPS"])
+        measured = [r for r in rows(folder / "step0000-rr" / "devices.csv")
+                    if r["phase"] == "measurement"]
+        assert measured
+        for r in measured:  # other tenants of the disk only add to its count
+            assert float(r["device_read_IOPS"]) >= 0.9 * float(r["ivypy_IOPS"]) > 0, r
         with open(lun, "rb") as fh:  # laid out whole: no hole to read for free
             assert os.lseek(fh.fileno(), 0, os.SEEK_HOLE) == 64 * MIB
         fio = subprocess.run(
@@ -107,7 +115,7 @@ steps:
         fio_iops = float(json.loads(fio.stdout)["jobs"][0]["read"]["iops"])
     finally:
         shutil.rmtree(lun.parent, ignore_errors=True)
-    assert 0.5 <= ivypy_iops / fio_iops <= 2.0, (ivypy_iops, fio_iops)
+    assert 1 / 3 <= ivypy_iops / fio_iops <= 3.0, (ivypy_iops, fio_iops)
 
 
 REWRITE = """\
