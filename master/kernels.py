@@ -12,7 +12,6 @@ an install pays the compile time (a few seconds).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from collections.abc import Sequence
@@ -1048,17 +1047,14 @@ def gather_texts(data: bytes, ends: npt.NDArray[np.int64], which: npt.NDArray[np
 
 
 # ----------------------------------------------------------------------------- appending lines
-_libc = ctypes.CDLL(None, use_errno=True)
-_c_write = _libc.write
-_c_write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-_c_write.restype = ctypes.c_ssize_t
+# libc's functions by name, which the JIT's linker finds in the process (a ctypes function
+# would bake its address into the code, which then could not be cached)
+_c_write: Any = _numba.types.ExternalFunction(
+    "write", _numba.types.intp(_numba.types.int32, _numba.types.voidptr, _numba.types.uintp))
 # open(path, flags): no O_CREAT, so the variadic mode argument is never read
-_c_open = _libc.open
-_c_open.argtypes = [ctypes.c_void_p, ctypes.c_int]
-_c_open.restype = ctypes.c_int
-_c_close = _libc.close
-_c_close.argtypes = [ctypes.c_int]
-_c_close.restype = ctypes.c_int
+_c_open: Any = _numba.types.ExternalFunction(
+    "open", _numba.types.int32(_numba.types.voidptr, _numba.types.int32))
+_c_close: Any = _numba.types.ExternalFunction("close", _numba.types.int32(_numba.types.int32))
 
 #: ``write_lines``' fd for a line it appends by its file's path (open, write, close).
 BY_PATH = -1
@@ -1106,9 +1102,7 @@ def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int, paths: 
     return -1, 0, FAILED_WRITE
 
 
-# not cached: a kernel calling through ctypes cannot be (numba bakes in the function's
-# address); warm_up compiles it (about 0.2 s) while the hosts start
-_write_lines = _numba.njit(nogil=True)(_write_lines_py)
+_write_lines = _jit(_write_lines_py)
 
 _NO_PATHS = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as AppenderGroup.paths's
 
