@@ -4,10 +4,11 @@ Owns running the slave's own build on the controller (``python <zipapp> --build-
 DIR`` in a child process: the master does not import ``slave``) and what it gives: the shared
 object's archive name and bytes, packed into the zipapp every host runs
 (``slave_zipapp``). It is built once per slave code: kept in ``~/.cache/ivypy/kernel-<the
-zipapp's hash>/``, a later run of the same code reads it from there. A host whose machine and
-C library match loads the shipped object; another builds its own or runs the Python loop (and
-has no libaio or io_uring), and hosts.csv's ``paced_loop`` says which. A controller without
-a compiler ships none (a warning).
+code's key>/``, and a later run of the same code reads it from there (and the zipapp that
+holds it, ``zipapp.cached_slave_zipapp``). A host whose machine and C library match loads the
+shipped object; another builds its own or runs the Python loop (and has no libaio or
+io_uring), and hosts.csv's ``paced_loop`` says which. A controller without a compiler ships
+none (a warning).
 Must not: talk to hosts, or choose a loop for a host (the slave does, ``paced_kernel._load``).
 """
 
@@ -22,7 +23,14 @@ import tempfile
 import threading
 from pathlib import Path
 
-from master.zipapp import DEFAULT_CACHE_DIR, SlaveZipapp, build_slave_zipapp
+from master.zipapp import (
+    DEFAULT_CACHE_DIR,
+    SlaveZipapp,
+    build_slave_zipapp,
+    cached_slave_zipapp,
+    inputs_key,
+    source_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +50,13 @@ def shipped_files() -> dict[str, bytes]:
 
 
 def _build(cache_dir: Path = DEFAULT_CACHE_DIR) -> dict[str, bytes]:
-    """The object for this controller: from ``<cache>/kernel-<zipapp hash16>/`` when an
-    earlier run built it for the same slave code, else built now and kept there."""
-    base = build_slave_zipapp()
-    kept = cache_dir.expanduser() / f"kernel-{base.hash16}"
+    """The object for this controller: from ``<cache>/kernel-<key>/`` when an earlier run
+    built it for the same slave code (``kernel_key``), else built now and kept there."""
+    kept = cache_dir.expanduser() / f"kernel-{kernel_key()}"
     found = sorted(kept.glob("paced_kernel-*.so")) if kept.is_dir() else []
     if len(found) == 1:
         return {f"slave/engine/{found[0].name}": found[0].read_bytes()}
-    files = _built(base)
+    files = _built(build_slave_zipapp())
     for arcname, data in files.items():
         with contextlib.suppress(OSError):  # a cache that cannot be written costs a rebuild
             kept.mkdir(parents=True, exist_ok=True)
@@ -57,6 +64,11 @@ def _build(cache_dir: Path = DEFAULT_CACHE_DIR) -> dict[str, bytes]:
             part.write_bytes(data)
             part.replace(kept / Path(arcname).name)
     return files
+
+
+def kernel_key() -> str:
+    """The slave code's key (16 hex digits of ``zipapp.inputs_key``), without packing it."""
+    return inputs_key(source_files())[:16]
 
 
 def _built(base: SlaveZipapp) -> dict[str, bytes]:
@@ -84,4 +96,4 @@ def _built(base: SlaveZipapp) -> dict[str, bytes]:
 async def slave_zipapp() -> SlaveZipapp:
     """The zipapp every host runs: the slave's code and the compiled loop built here."""
     files = await asyncio.to_thread(shipped_files)
-    return build_slave_zipapp(extra_files=files)
+    return await asyncio.to_thread(cached_slave_zipapp, files)

@@ -4,6 +4,14 @@ Owns: packing ``slave/`` and ``protocol/`` plus the pure-Python parts of ``msgpa
 deterministic zip (fixed timestamps and modes, sorted entries) with a ``__main__.py`` that calls
 the slave's entry point, naming it by content hash, and caching it in a local directory.
 
+Beside each module's source the zip holds its bytecode for this controller's Python
+(``<module>.pyc``, hash-based and checked against the source): Python never writes bytecode
+into a zip, so without it every slave compiled its modules from source at each start (0.25 s of
+CPU here). A host whose Python differs refuses the bytecode's magic number and compiles the
+source, as before. The bytecode is marshalled at version 2, which has no back-references: the
+newer versions mark an object by its reference count, so the same source gave different bytes
+in a process that had imported more.
+
 Must not: start processes or talk to hosts (``master.transport`` does that), import ``slave``
 (it is packed as files, not run here), or put anything in the zip that needs a compiler or a
 site-packages install on the host. msgpack is packed without its C extension, so on a host it
@@ -15,10 +23,12 @@ even where the host has another msgpack installed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import io
 import logging
+import marshal
 import os
 import re
 import tempfile
@@ -112,17 +122,20 @@ def main_module_source(entry: str) -> str:
     return _MAIN_TEMPLATE.format(entry=entry, module=module, function=function)
 
 
-def build_slave_zipapp(
-    entry: str = DEFAULT_ENTRY,
-    *,
-    extra_files: Mapping[str, bytes] | None = None,
-) -> SlaveZipapp:
-    """Pack the slave code in memory and return it with its content hash.
+@functools.lru_cache(maxsize=256)
+def bytecode(arcname: str, source: bytes) -> bytes:
+    """``source``'s module as a ``.pyc`` for this Python: hash-based, checked against the source
+    the zip holds beside it (zipimport reads it only where the magic number is its own), the
+    code marshalled at version 2 (no back-references: the same bytes in any process)."""
+    code = compile(source, arcname, "exec", dont_inherit=True)
+    flags = 0b11  # hash-based, checked
+    return (importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little")
+            + importlib.util.source_hash(source) + marshal.dumps(code, 2))
 
-    ``entry`` is the ``module:function`` that ``__main__.py`` calls; its return value becomes
-    the exit status. ``extra_files`` maps archive names to bytes added as they are (tests use
-    it to ship a stand-in entry module); they must not collide with packed files.
-    """
+
+def source_files(entry: str = DEFAULT_ENTRY,
+                 extra_files: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """What ``build_slave_zipapp`` packs, before bytecode: archive name -> bytes."""
     files: dict[str, bytes] = {}
     for package in _SHIPPED_PACKAGES:
         for arcname, path in _walk_package(package, python_only=False):
@@ -135,7 +148,40 @@ def build_slave_zipapp(
             raise ValueError(f"extra file {arcname!r} would replace a packed file")
         files[arcname] = data
     files["__main__.py"] = main_module_source(entry).encode("utf-8")
+    return files
 
+
+def inputs_key(files: Mapping[str, bytes]) -> str:
+    """sha256 (hex) of what ``build_slave_zipapp`` packs from ``files`` (``source_files``) on
+    this Python: equal keys build equal zipapps, without building them."""
+    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
+    for arcname in sorted(files):
+        digest.update(f"{len(arcname)}:{arcname}:{len(files[arcname])}:".encode())
+        digest.update(files[arcname])
+    return digest.hexdigest()
+
+
+def build_slave_zipapp(
+    entry: str = DEFAULT_ENTRY,
+    *,
+    extra_files: Mapping[str, bytes] | None = None,
+) -> SlaveZipapp:
+    """Pack the slave code in memory and return it with its content hash.
+
+    ``entry`` is the ``module:function`` that ``__main__.py`` calls; its return value becomes
+    the exit status. ``extra_files`` maps archive names to bytes added as they are (tests use
+    it to ship a stand-in entry module); they must not collide with packed files. Every
+    ``.py`` gets its bytecode beside it (``bytecode``).
+    """
+    return pack(source_files(entry, extra_files), entry)
+
+
+def pack(files: Mapping[str, bytes], entry: str) -> SlaveZipapp:
+    """The zipapp of ``source_files``' ``files``, with each module's bytecode beside it."""
+    files = dict(files)
+    for arcname, data in list(files.items()):
+        if arcname.endswith(".py"):
+            files[arcname + "c"] = bytecode(arcname, data)
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for arcname in sorted(files):
@@ -174,3 +220,31 @@ def write_cached(app: SlaveZipapp, cache_dir: Path | None = None) -> Path:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+def cached_slave_zipapp(extra_files: Mapping[str, bytes] | None = None,
+                        cache_dir: Path | None = None) -> SlaveZipapp:
+    """``build_slave_zipapp(extra_files=...)``, read from ``cache_dir`` where an earlier run
+    built it from the same files on the same Python (``zipapp-<inputs key>.sha256`` names its
+    ``slave-<hash16>.pyz``, whose bytes must hash to it), else built and kept there (a cache
+    that cannot be written costs the next run a build)."""
+    files = source_files(DEFAULT_ENTRY, extra_files)
+    directory = (cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
+    index = directory / f"zipapp-{inputs_key(files)[:32]}.sha256"
+    try:
+        sha = index.read_text().strip()
+        data = (directory / f"slave-{sha[:_HASH_PREFIX_CHARS]}.pyz").read_bytes()
+        if hashlib.sha256(data).hexdigest() == sha:
+            return SlaveZipapp(data=data, sha256=sha, entry=DEFAULT_ENTRY)
+    except (OSError, UnicodeDecodeError):
+        pass
+    app = pack(files, DEFAULT_ENTRY)
+    try:
+        write_cached(app, directory)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{index.name}.", dir=directory)
+        with os.fdopen(fd, "w") as tmp:
+            tmp.write(app.sha256 + "\n")
+        os.replace(tmp_name, index)
+    except OSError as exc:
+        logger.info("slave zipapp not cached in %s: %s", directory, exc)
+    return app

@@ -1,5 +1,5 @@
 """The compiled loop built once on the controller for the zipapp (``master.nativeloop``): one
-object named for this machine and source, kept by the zipapp's hash and read back by a later
+object named for this machine and source, kept by the slave code's key and read back by a later
 run without building; a controller without a compiler ships none, with a warning."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from master import nativeloop
-from master.zipapp import build_slave_zipapp
 
 
 def test_built_once_then_read_from_the_cache(tmp_path: Path,
@@ -22,7 +21,7 @@ def test_built_once_then_read_from_the_cache(tmp_path: Path,
     ((arcname, data),) = first.items()
     assert arcname.startswith("slave/engine/paced_kernel-") and arcname.endswith(".so")
     assert data[:4] == b"\x7fELF"
-    kept = tmp_path / f"kernel-{build_slave_zipapp().hash16}"
+    kept = tmp_path / f"kernel-{nativeloop.kernel_key()}"
     assert [p.name for p in kept.iterdir()] == [arcname.rsplit("/", 1)[1]]
 
     def no_build(*args: object, **kwargs: object) -> object:
