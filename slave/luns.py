@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
+import shutil
 import stat
 import struct
+import subprocess
 from collections.abc import Callable, Collection
 
 import numpy as np
@@ -467,7 +470,7 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
     with contextlib.suppress(FileNotFoundError):
         os.unlink(part)
     try:
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         parent = os.path.dirname(path)
         if exc.errno == errno.ENOENT and not os.path.isdir(parent):
@@ -485,6 +488,8 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
             done += n
             if progress is not None:
                 progress(done, size_bytes)
+        if layout == "random":
+            _unspell_signatures(fd, part, path, rng)
         why = write_mark(fd, layout)
         if why:
             (unmarked or log.warning)(why)
@@ -501,6 +506,47 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
             os.unlink(part)
     log.info("file LUN %s: laid out, %d bytes of %s data", path, size_bytes, layout)
     return os.stat(path)
+
+
+#: how many times ``_unspell_signatures`` changes what wipefs finds before it gives up
+UNSPELL_ROUNDS = 8
+
+
+def _unspell_signatures(fd: int, part: str, path: str, rng: np.random.Generator) -> None:
+    """Random bytes can spell a signature that blkid knows: blkid 2.38 takes a file of 64 KiB
+    or more whose last sector starts with ``JM`` for a JMicron RAID member, one layout in
+    65,536, and a later run would then refuse to write to ivypy's own file. Each signature
+    that wipefs (util-linux, beside blkid) finds in ``part``, the layout of ``path`` just
+    written, has the first byte of its magic changed to another until none is found; where
+    one stays (or wipefs fails), the log says so and the preflight will name it."""
+    wipefs = shutil.which("wipefs")
+    if wipefs is None:
+        return
+    for changes in range(UNSPELL_ROUNDS + 1):
+        try:
+            done = subprocess.run([wipefs, "--no-act", "--json", part], capture_output=True,
+                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
+            found = json.loads(done.stdout or "{}").get("signatures", [])
+            offsets = {int(sig["offset"], 16): sig["type"] for sig in found}
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
+            log.warning("file LUN %s: its random layout was not checked for signatures "
+                        "(wipefs: %s)", path, exc)
+            return
+        if done.returncode != 0:
+            log.warning("file LUN %s: its random layout was not checked for signatures "
+                        "(wipefs exit %d: %s)", path, done.returncode, done.stderr.strip())
+            return
+        if not offsets:
+            return
+        if changes == UNSPELL_ROUNDS:
+            log.warning("file LUN %s: its random layout still shows a signature after %d "
+                        "changes: %s", path, changes, ", ".join(sorted(set(offsets.values()))))
+            return
+        for offset, kind in sorted(offsets.items()):
+            (byte,) = os.pread(fd, 1, offset)
+            os.pwrite(fd, bytes([byte ^ int(rng.integers(1, 256))]), offset)
+            log.info("file LUN %s: its random bytes spelled a %s signature at byte %d: "
+                     "changed", path, kind, offset)
 
 
 def _has_holes(path: str, size_bytes: int) -> bool:

@@ -107,3 +107,50 @@ def test_a_file_luns_file_system_type(tmp_path: Path) -> None:
         assert lun.fs_type == "tmpfs" and lun.attributes()["fs_type"] == "tmpfs"
     finally:
         path.unlink(missing_ok=True)
+
+
+class _SpellingRng:
+    """A generator whose bytes spell blkid's JMicron RAID member magic (``JM`` at the start of
+    the last sector, which blkid 2.38 reads in files of 2 MiB, not of 1) in a one-chunk layout,
+    as one random layout in 65,536 does."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(7)
+        self.drawn = b""
+
+    def bytes(self, n: int) -> bytes:
+        data = bytearray(self.rng.bytes(n))
+        data[n - 512 : n - 510] = b"JM"
+        self.drawn = bytes(data)
+        return self.drawn
+
+    def integers(self, low: int, high: int) -> int:
+        return int(self.rng.integers(low, high))
+
+
+def _blkid(path: Path) -> str:
+    return subprocess.run(["blkid", "-p", "-o", "export", str(path)], capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+@pytest.mark.skipif(subprocess.run(["which", "wipefs", "blkid"], capture_output=True)
+                    .returncode != 0, reason="needs util-linux's wipefs and blkid")
+def test_random_bytes_that_spell_a_signature_are_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random bytes that spell a RAID member's magic get one byte changed, so that a later run
+    does not take ivypy's own file for one: blkid finds the member in the bytes drawn, and
+    nothing in the file laid out, which differs from them in that byte alone."""
+    rng = _SpellingRng()
+    monkeypatch.setattr(np.random, "default_rng", lambda *a: rng)
+    path = tmp_path / "lun"
+    lay_out(str(path), 2 * MIB, "random", _refuse)
+    drawn = tmp_path / "drawn"
+    drawn.write_bytes(rng.drawn)
+    assert "TYPE=jmicron_raid_member" in _blkid(drawn)
+    assert "TYPE=" not in _blkid(path)
+    data = np.fromfile(path, dtype=np.uint8)
+    (changed,) = np.flatnonzero(data != np.frombuffer(rng.drawn, dtype=np.uint8))
+    assert changed == 2 * MIB - 512
+    monkeypatch.undo()
+    lun = file_lun(str(path), 2 * MIB, create=True)  # a later run: its own file, nothing in it
+    assert lun.created and lun.signature == ""
