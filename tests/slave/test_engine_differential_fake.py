@@ -50,13 +50,16 @@ MAX_IOS = 6000  # about how many I/Os the max-IOPS workloads of a run make
 LUN_BYTES = 64 * MiB
 
 
-def _engine_kwargs(case: int, params: list[WorkloadParams]) -> dict[str, object]:
+def _engine_kwargs(case: int, params: list[WorkloadParams],
+                   edit: WorkloadParams | None = None) -> dict[str, object]:
     """Case ``case``'s script: its latencies (exponential around a mean of 50 us to 1 ms, or
     constant, whose completions tie; the mean longer where the mix's max-IOPS queues are deep,
-    so that a run makes a few thousand I/Os: virtual time is cheap, the loops' work is not),
-    and an error or a short transfer every N-th submission in some cases."""
+    before or after ``edit`` of the first workload, so that a run makes a few thousand I/Os:
+    virtual time is cheap, the loops' work is not), and an error or a short transfer every
+    N-th submission in some cases."""
     rng = np.random.default_rng(7000 + case)
-    deep = sum(p.iodepth for p in params if p.iops is None)
+    after = params if edit is None else [edit, *params[1:]]
+    deep = max(sum(p.iodepth for p in ps if p.iops is None) for ps in (params, after))
     mean_ns = max(int(rng.choice([50_000, 200_000, 1_000_000])),
                   deep * SUB_NS * N_SUB // MAX_IOS)
     latency = constant_ns(mean_ns) if case % 5 == 4 else exponential_ns(mean_ns)
@@ -143,7 +146,7 @@ def _case(case: int) -> tuple[list[WorkloadParams], WorkloadParams | None]:
 def test_compiled_and_python_loops_agree_io_for_io_on_virtual_time(
         case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     params, edit = _case(case)
-    kw = _engine_kwargs(case, params)
+    kw = _engine_kwargs(case, params, edit)
     runs = {c: _run(params, edit, kw, c, monkeypatch) for c in (True, False)}
     assert runs[False].kernel_runs == 0
     assert runs[True].kernel_runs > 0  # every mix runs in the compiled loop
@@ -226,7 +229,7 @@ def test_the_fake_mixes_cover_what_they_claim() -> None:
     kinds = {(params[0].iops is None, e.iops is None) for params, e in cases
              if e is not None}
     assert kinds >= {(False, True), (True, False), (False, False)}
-    kws = [_engine_kwargs(case, params) for case, (params, _) in enumerate(cases)]
+    kws = [_engine_kwargs(case, params, e) for case, (params, e) in enumerate(cases)]
     assert collections.Counter("error_every" in kw for kw in kws)[True] >= 10
     assert collections.Counter("short_every" in kw for kw in kws)[True] >= 10
     assert sum(ps[0].busy_poll for ps, _ in cases) >= 4
@@ -240,7 +243,7 @@ def test_a_difference_of_one_latency_or_one_seed_is_seen(
     # compiled side, or one workload's seed changed, and the runs no longer agree
     case = next(c for c in range(MIXES) if len(_case(c)[0]) > 1)
     params, edit = _case(case)
-    kw = _engine_kwargs(case, params)
+    kw = _engine_kwargs(case, params, edit)
     other_params, other_kw = params, dict(kw)
     if change == "one latency":
         script = np.array(kw["script"], dtype=np.int64)  # type: ignore[call-overload]
@@ -261,7 +264,7 @@ def test_an_order_across_workloads_that_differs_is_seen(monkeypatch: pytest.Monk
     # sequence still agrees, the whole log no longer does
     case = next(c for c in range(MIXES) if len(_case(c)[0]) > 1)
     params, edit = _case(case)
-    kw = _engine_kwargs(case, params)
+    kw = _engine_kwargs(case, params, edit)
     c = _run(params, edit, kw, True, monkeypatch)
     py = _run(params, edit, kw, False, monkeypatch)
     _assert_same(case, params, edit, c, py)
