@@ -5,10 +5,11 @@ time with nothing beside them: the tests of tests/slave that time the engine, me
 or bound how long something takes (all but ``SHARES_THE_MACHINE``), and any other that changes
 what the whole machine shares (``fs.aio-max-nr``).
 
-Owns ``pytest_collection_modifyitems`` (the ``alone`` mark on tests/slave) and
-``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one worker, so that its module
-fixtures are made once), with the files that name a fixture of ``SHARED`` on one worker
-together. Must not change what a test does.
+Owns ``pytest_collection_modifyitems`` (the ``alone`` mark on tests/slave, and the files of
+``LONG_FIRST`` first) and ``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one
+worker, so that its module fixtures are made once), with the files that name a fixture of
+``SHARED`` on one worker together, in the collection's order. Must not change what a test
+does.
 """
 
 from __future__ import annotations
@@ -46,14 +47,40 @@ SHARES_THE_MACHINE = frozenset({
 })
 
 
+#: the longest worker groups of the part run beside each other, longest first (seconds in a
+#: full run on the 2-core VM, 2026-11-27): their files run first, so that none starts late and
+#: runs on alone at the end. xdist's own order (the groups of most tests first) started the
+#: one-test 50 s install test last of 126 files.
+LONG_FIRST = (
+    "tests/master/test_run_quickstart.py",  # the shared runs' group: about 100 s
+    "tests/master/test_run_failures.py",  # 80
+    "tests/test_install.py",  # 50
+    "tests/slave/test_engine_write_data.py",  # 39
+    "tests/master/test_run_multihost.py",  # the test bed's group: 39
+    "tests/master/test_run_hangs.py",  # 37
+    "tests/master/test_run_verdicts.py",  # 32
+    "tests/master/test_report_chromium.py",  # 28
+    "tests/slave/test_session_fuzz.py",  # 28
+    "tests/master/test_run_resume.py",  # 26
+    "tests/master/test_run_refusals.py",  # 24
+    "tests/slave/test_engine_differential_fake.py",  # 23
+    "tests/master/test_run_dfc.py",  # 22
+    "tests/slave/test_engine_loop_args.py",  # 20
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE``."""
+    """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE``; the
+    files of the groups of ``LONG_FIRST`` first, in its order (each file's tests in theirs)."""
     engine_tests = ROOT / "tests" / "slave"
     for item in items:
         if (item.path.is_relative_to(engine_tests)
                 and item.path.name not in SHARES_THE_MACHINE):
             item.add_marker(pytest.mark.alone)
+    rank = {file_group(path): i for i, path in reversed(list(enumerate(LONG_FIRST)))}
+    items.sort(key=lambda item: rank.get(
+        file_group(item.path.relative_to(ROOT).as_posix()), len(LONG_FIRST)))
 
 
 @functools.cache
@@ -98,4 +125,5 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return file_group(nodeid.split("::", 1)[0])
 
+    config.option.loadscopereorder = False  # the collection's order: LONG_FIRST's first
     return _Grouped(config, log)
