@@ -31,18 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 #: the files of tests/slave whose tests neither time anything nor measure CPU nor bound how
-#: long a step takes (pure logic, virtual time, compiling, discovery with generous waits, bytes
-#: written to a device of their own): they run beside the others. A new file of tests/slave is
-#: ``alone`` until it is named here.
+#: long a step takes (pure logic, virtual time, compiling, discovery with generous waits): they
+#: run beside the others. A new file of tests/slave is ``alone`` until it is named here.
 SHARES_THE_MACHINE = frozenset({
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py",
     "test_engine_differential_fake.py",
-    "test_engine_loop_args.py", "test_engine_paced_draws.py", "test_engine_write_data.py",
-    "test_lun_info.py",
+    "test_engine_loop_args.py", "test_engine_paced_draws.py", "test_lun_info.py",
     "test_lun_mark.py", "test_luns.py", "test_luns_growth.py", "test_luns_layout.py",
     "test_params.py", "test_preflight.py", "test_sequencer.py", "test_session.py",
     "test_session_fuzz.py", "test_session_refusals.py", "test_session_stopping.py",
-    "test_paced_kernel_shipping.py", "test_signatures.py", "test_windowstore.py",
+    "test_paced_kernel_shipping.py", "test_signatures.py", "test_steal.py",
+    "test_windowstore.py",
     "test_worker_backend.py", "test_worker_stop_errors.py",
 })
 
@@ -55,7 +54,6 @@ LONG_FIRST = (
     "tests/master/test_run_quickstart.py",  # the shared runs' group: about 100 s
     "tests/master/test_run_failures.py",  # 80
     "tests/test_install.py",  # 50
-    "tests/slave/test_engine_write_data.py",  # 39
     "tests/master/test_run_multihost.py",  # the test bed's group: 39
     "tests/master/test_run_hangs.py",  # 37
     "tests/master/test_run_verdicts.py",  # 32
