@@ -12,6 +12,10 @@
   root, ext4 on a loop device over a written file in /dev/shm (one for the session,
   ``shm_ext4``); else the temporary directory's file system.
 
+- A test marked ``alone`` (the real-time ones) whose check fails while the hypervisor took
+  more than 1 % of the machine's CPUs over its call is reported as skipped, with the check
+  and the share (``tests.slave.steal``): it measured the host. Quiet, it fails.
+
 - ``_collector_quiet`` (every test here): before each test, Python's garbage collector
   collects what the tests before left, then freezes every object there is (``gc.freeze``), so
   that a collection during the test looks only at the test's own objects. The engine's tests
@@ -44,6 +48,7 @@ from slave.engine import paced_kernel as pk
 from slave.engine.files import direct_io_works
 from slave.engine.loop_args import LoopArgs
 from slave.engine.loop_native import NativeLoop
+from tests.slave.steal import HostSteal, excuse
 
 MIB = 1024 * 1024
 
@@ -91,6 +96,30 @@ def require_here(why: str | None) -> None:
     if os.geteuid() == 0:
         pytest.fail(f"as root this is a failure, not a skip: {why}")
     pytest.skip(f"{why}; not root, so skipped (as root this fails)")
+
+
+_STEAL = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """The share of the CPUs the host took while the test ran."""
+    with HostSteal() as steal:
+        yield
+    item.stash[_STEAL] = steal.share
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A real-time test's failed check while the host took the CPUs: a skip that says so."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if (report.when == "call" and report.failed and item.get_closest_marker("alone")
+            and call.excinfo is not None and call.excinfo.errisinstance(AssertionError)):
+        why = excuse(item.stash.get(_STEAL, 0.0), call.excinfo.exconly())
+        if why is not None:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {why}")
 
 
 @pytest.fixture(autouse=True)
