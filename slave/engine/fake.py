@@ -116,6 +116,9 @@ class FakeEngine:
         return int(self.pend[0]["due_ns"]) if self.state["pending"] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
+        if slots.size == 1:
+            self._submit_one(int(slots[0]))
+            return
         r = self._table.rows[slots]
         opcode, fd = r[:, ROW["opcode_fd"]] & 0xFFFF, r[:, ROW["opcode_fd"]] >> 32
         nbytes, offset, sched = r[:, ROW["nbytes"]], r[:, ROW["offset"]], r[:, ROW["sched_ns"]]
@@ -160,6 +163,51 @@ class FakeEngine:
             self._log_array[first : first + keep] = rows[:keep]
         elif self.keep_log:
             self.log.append(rows)
+
+    def _submit_one(self, slot: int) -> None:
+        """``submit`` of one slot, in plain ints (the loops' usual call: several times faster
+        than the arrays' way, with the same outcome)."""
+        row = self._table.rows[slot]
+        word = int(row[ROW["opcode_fd"]])
+        opcode, fd = word & 0xFFFF, word >> 32
+        nbytes, offset, sched = (int(row[ROW["nbytes"]]), int(row[ROW["offset"]]),
+                                 int(row[ROW["sched_ns"]]))
+        now = self._clock.now_ns()
+        st = self.state
+        first = int(st["count"])
+        k = fd % FDS
+        self.fd_counts[k] += 1
+        serial = int(self.fd_counts[k])
+        res = nbytes
+        short_every, error_every = int(st["short_every"]), int(st["error_every"])
+        if short_every and serial % short_every == 0:
+            res //= 2
+        if error_every and serial % error_every == 0:
+            res = -int(st["error_errno"])
+        if self.script is not None:
+            lat = int(self.script[(serial - 1) % self.script.size])
+        else:
+            lat = int(self._latency(self._rng, 1)[0])
+        p = int(st["pending"])
+        if p + 1 > self.pend.shape[0]:
+            raise IoEngineError(f"fake engine: {p + 1} I/Os in flight, over its "
+                                f"{self.pend.shape[0]} slots")
+        due = now + lat
+        # after every pending I/O due no later: ties keep submission order
+        at = int(np.searchsorted(self.pend["due_ns"][:p], due, "right"))
+        self.pend[at + 1 : p + 1] = self.pend[at:p].copy()
+        self.pend[at] = (due, slot, res)
+        st["pending"] = p + 1
+        st["count"] = first + 1
+        st["calls"] += 1
+        st["call_max"] = max(int(st["call_max"]), 1)
+        self.max_in_flight = max(self.max_in_flight, p + 1)
+        log = (offset, opcode, now, fd, sched if sched != 0 else now, nbytes)
+        if self.script is not None:
+            if first < int(st["log_cap"]):
+                self._log_array[first] = log
+        elif self.keep_log:
+            self.log.append(np.array([log], dtype=LOG_DTYPE))
 
     def _take(self) -> int:
         """The completions due now into ``done_slot`` / ``done_res``, in due order."""
