@@ -116,63 +116,31 @@ class FakeEngine:
         return int(self.pend[0]["due_ns"]) if self.state["pending"] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
-        if slots.size == 1:
-            self._submit_one(int(slots[0]))
-            return
-        r = self._table.rows[slots]
-        opcode, fd = r[:, ROW["opcode_fd"]] & 0xFFFF, r[:, ROW["opcode_fd"]] >> 32
-        nbytes, offset, sched = r[:, ROW["nbytes"]], r[:, ROW["offset"]], r[:, ROW["sched_ns"]]
-        now = self._clock.now_ns()
         n = int(slots.size)
         st = self.state
-        first = int(st["count"])
-        # each I/O's number among its descriptor's submissions, from 1
-        counts = self.fd_counts
-        serial = np.empty(n, dtype=np.int64)
-        for i, k in enumerate((fd % FDS).tolist()):
-            counts[k] += 1
-            serial[i] = counts[k]
-        res = nbytes.copy()
-        short_every, error_every = int(st["short_every"]), int(st["error_every"])
-        if short_every:
-            res[serial % short_every == 0] //= 2
-        if error_every:
-            res[serial % error_every == 0] = -int(st["error_errno"])
-        if self.script is not None:
-            lat = self.script[(serial - 1) % self.script.size]
-        else:
-            lat = self._latency(self._rng, n)
         p = int(st["pending"])
         if p + n > self.pend.shape[0]:
             raise IoEngineError(f"fake engine: {p + n} I/Os in flight, over its "
                                 f"{self.pend.shape[0]} slots")
-        both = np.concatenate([self.pend[:p], np.zeros(n, dtype=PEND_DTYPE)])
-        both["due_ns"][p:], both["slot"][p:], both["res"][p:] = now + lat, slots, res
-        # a stable sort: ties keep submission order, as the compiled loop's insertion does
-        self.pend[: p + n] = both[np.argsort(both["due_ns"], kind="stable")]
-        st["pending"] = p + n
-        st["count"] = first + n
+        now = self._clock.now_ns()
+        # unscripted, the call's latencies drawn at once (a latency may depend on the moment)
+        drawn = [0] * n if self.script is not None else self._latency(self._rng, n).tolist()
+        for slot, lat in zip(slots.tolist(), drawn, strict=True):  # plain ints: several times
+            self._submit_one(slot, now, lat)  # faster than arrays for the usual one slot
         st["calls"] += 1
         st["call_max"] = max(int(st["call_max"]), n)
         self.max_in_flight = max(self.max_in_flight, p + n)
-        rows = np.zeros(n, dtype=LOG_DTYPE)
-        rows["offset"], rows["opcode"], rows["submit_ns"], rows["fd"] = offset, opcode, now, fd
-        rows["sched_ns"], rows["nbytes"] = np.where(sched != 0, sched, now), nbytes
-        if self.script is not None:
-            keep = max(min(n, int(st["log_cap"]) - first), 0)
-            self._log_array[first : first + keep] = rows[:keep]
-        elif self.keep_log:
-            self.log.append(rows)
 
-    def _submit_one(self, slot: int) -> None:
-        """``submit`` of one slot, in plain ints (the loops' usual call: several times faster
-        than the arrays' way, with the same outcome)."""
+    def _submit_one(self, slot: int, now: int, drawn: int) -> None:
+        """Slot ``slot`` submitted at ``now``: its number among its descriptor's submissions
+        (from 1) picks its error, short transfer and, scripted, its latency (else ``drawn``);
+        it is pending after every I/O due no later (ties keep submission order, as the
+        compiled loop's insertion does)."""
         row = self._table.rows[slot]
         word = int(row[ROW["opcode_fd"]])
         opcode, fd = word & 0xFFFF, word >> 32
         nbytes, offset, sched = (int(row[ROW["nbytes"]]), int(row[ROW["offset"]]),
                                  int(row[ROW["sched_ns"]]))
-        now = self._clock.now_ns()
         st = self.state
         first = int(st["count"])
         k = fd % FDS
@@ -184,24 +152,14 @@ class FakeEngine:
             res //= 2
         if error_every and serial % error_every == 0:
             res = -int(st["error_errno"])
-        if self.script is not None:
-            lat = int(self.script[(serial - 1) % self.script.size])
-        else:
-            lat = int(self._latency(self._rng, 1)[0])
+        lat = drawn if self.script is None else int(self.script[(serial - 1) % self.script.size])
         p = int(st["pending"])
-        if p + 1 > self.pend.shape[0]:
-            raise IoEngineError(f"fake engine: {p + 1} I/Os in flight, over its "
-                                f"{self.pend.shape[0]} slots")
         due = now + lat
-        # after every pending I/O due no later: ties keep submission order
         at = int(np.searchsorted(self.pend["due_ns"][:p], due, "right"))
         self.pend[at + 1 : p + 1] = self.pend[at:p].copy()
         self.pend[at] = (due, slot, res)
         st["pending"] = p + 1
         st["count"] = first + 1
-        st["calls"] += 1
-        st["call_max"] = max(int(st["call_max"]), 1)
-        self.max_in_flight = max(self.max_in_flight, p + 1)
         log = (offset, opcode, now, fd, sched if sched != 0 else now, nbytes)
         if self.script is not None:
             if first < int(st["log_cap"]):
