@@ -30,6 +30,7 @@ from master.zipapp import (
     cached_slave_zipapp,
     inputs_key,
     source_files,
+    write_atomically,
 )
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,7 @@ def _build(cache_dir: Path = DEFAULT_CACHE_DIR) -> dict[str, bytes]:
     for arcname, data in files.items():
         with contextlib.suppress(OSError):  # a cache that cannot be written costs a rebuild
             kept.mkdir(parents=True, exist_ok=True)
-            part = kept / f".{Path(arcname).name}.part"
-            part.write_bytes(data)
-            part.replace(kept / Path(arcname).name)
+            write_atomically(kept / Path(arcname).name, data)
     return files
 
 

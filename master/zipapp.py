@@ -210,16 +210,22 @@ def write_cached(app: SlaveZipapp, cache_dir: Path | None = None) -> Path:
         logger.warning("replacing corrupt cached slave zipapp %s", path)
     except FileNotFoundError:
         pass
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{app.file_name}.", dir=directory)
+    write_atomically(path, app.data)
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path`` (mode 0644), written under a temporary name in its directory and
+    renamed into place: a reader sees the whole file or none; nothing is left on failure."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as tmp:
-            tmp.write(app.data)
+            tmp.write(data)
         os.chmod(tmp_name, 0o644)
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return path
 
 
 def cached_slave_zipapp(extra_files: Mapping[str, bytes] | None = None,
@@ -241,10 +247,7 @@ def cached_slave_zipapp(extra_files: Mapping[str, bytes] | None = None,
     app = pack(files, DEFAULT_ENTRY)
     try:
         write_cached(app, directory)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{index.name}.", dir=directory)
-        with os.fdopen(fd, "w") as tmp:
-            tmp.write(app.sha256 + "\n")
-        os.replace(tmp_name, index)
+        write_atomically(index, (app.sha256 + "\n").encode())
     except OSError as exc:
         logger.info("slave zipapp not cached in %s: %s", directory, exc)
     return app

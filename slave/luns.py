@@ -513,28 +513,26 @@ UNSPELL_ROUNDS = 8
 
 
 def _unspell_signatures(fd: int, part: str, path: str, rng: np.random.Generator) -> None:
-    """Random bytes can spell a signature that blkid knows: blkid 2.38 takes a file of 64 KiB
-    or more whose last sector starts with ``JM`` for a JMicron RAID member, one layout in
-    65,536, and a later run would then refuse to write to ivypy's own file. Each signature
-    that wipefs (util-linux, beside blkid) finds in ``part``, the layout of ``path`` just
-    written, has the first byte of its magic changed to another until none is found; where
-    one stays (or wipefs fails), the log says so and the preflight will name it."""
+    """Random bytes can spell a signature that blkid knows: blkid 2.38 takes a file larger
+    than 1,440 KiB (smaller ones it calls tiny and does not probe for RAID members) whose last
+    sector starts with ``JM`` for a JMicron RAID member, one layout in 65,536, and a later run
+    would then refuse to write to ivypy's own file. Each signature that wipefs (util-linux,
+    beside blkid) finds in ``part``, the layout of ``path`` just written, has the first byte of
+    its magic changed to another until none is found; where one stays (or wipefs fails), the
+    log says so and the preflight will name it."""
     wipefs = shutil.which("wipefs")
     if wipefs is None:
         return
     for changes in range(UNSPELL_ROUNDS + 1):
         try:
             done = subprocess.run([wipefs, "--no-act", "--json", part], capture_output=True,
-                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
+                                  text=True, timeout=60, stdin=subprocess.DEVNULL, check=True)
             found = json.loads(done.stdout or "{}").get("signatures", [])
             offsets = {int(sig["offset"], 16): sig["type"] for sig in found}
         except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
+            why = getattr(exc, "stderr", None) or exc  # a failed wipefs: what it said
             log.warning("file LUN %s: its random layout was not checked for signatures "
-                        "(wipefs: %s)", path, exc)
-            return
-        if done.returncode != 0:
-            log.warning("file LUN %s: its random layout was not checked for signatures "
-                        "(wipefs exit %d: %s)", path, done.returncode, done.stderr.strip())
+                        "(wipefs: %s)", path, str(why).strip())
             return
         if not offsets:
             return

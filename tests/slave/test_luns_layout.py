@@ -4,6 +4,7 @@ its name; holes in an existing file found (SEEK_HOLE); the file system type of a
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from protocol.errors import PreflightError
+from slave import luns
 from slave.luns import LAYOUT_CHUNK_BYTES, file_lun, lay_out
 
 MIB = 1 << 20
@@ -111,7 +113,7 @@ def test_a_file_luns_file_system_type(tmp_path: Path) -> None:
 
 class _SpellingRng:
     """A generator whose bytes spell blkid's JMicron RAID member magic (``JM`` at the start of
-    the last sector, which blkid 2.38 reads in files of 2 MiB, not of 1) in a one-chunk layout,
+    the last sector, which blkid 2.38 reads in files larger than 1,440 KiB) in a one-chunk layout,
     as one random layout in 65,536 does."""
 
     def __init__(self) -> None:
@@ -154,3 +156,18 @@ def test_random_bytes_that_spell_a_signature_are_changed(
     monkeypatch.undo()
     lun = file_lun(str(path), 2 * MIB, create=True)  # a later run: its own file, nothing in it
     assert lun.created and lun.signature == ""
+
+
+def test_a_wipefs_that_fails_leaves_the_layout_whole_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = tmp_path / "wipefs"
+    fake.write_text("#!/bin/sh\necho 'wipefs: probing initialization failed' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(luns.shutil, "which", lambda name: str(fake))
+    path = tmp_path / "lun"
+    with caplog.at_level(logging.WARNING, logger=luns.log.name):
+        lay_out(str(path), 2 * MIB, "random", _refuse)
+    assert path.stat().st_size == 2 * MIB and not _holes(path)
+    assert (f"file LUN {path}: its random layout was not checked for signatures (wipefs: "
+            "wipefs: probing initialization failed)") in caplog.text
