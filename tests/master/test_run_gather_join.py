@@ -17,6 +17,10 @@ from tests.master.runhelp import ROOT, rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gather"
 N = 3
+#: the fake's read counter is its clock when its process printed it, so a start that is late
+#: under load moves a rate: 112.7 for 100 (0.5 s subintervals) in a full suite here. A sum
+#: (300) and a max (200) of the two LDEVs stay apart at 25 %.
+READS_REL = 0.25
 
 
 def _source(name: str, aggregate: str, pairs: str) -> str:
@@ -60,13 +64,14 @@ steps:
             assert [int(r["subinterval"]) for r in lun] == list(range(N))
             for r in lun:
                 assert float(r[busy.format(source)]) == 10 * n
-                assert float(r[reads.format(source)]) == pytest.approx(100 * n, rel=0.1)
+                assert float(r[reads.format(source)]) == pytest.approx(100 * n, rel=READS_REL)
         for rollup_type, instance in (("host", "localhost"), ("all", "all")):
             got = rows(step / f"{rollup_type}/{instance}.csv")
             assert [int(r["subinterval"]) for r in got] == list(range(N))
             for r in got:
                 assert float(r[busy.format(source)]) == host_busy
-                assert float(r[reads.format(source)]) == pytest.approx(host_reads, rel=0.1)
+                assert float(r[reads.format(source)]) == pytest.approx(host_reads,
+                                                                       rel=READS_REL)
         outside = rows(step / f"gather/{source}/non_participating.csv")
         assert [(r["elements"], float(r[busy.format(source)])) for r in outside] == [
             ("1", 990.0)] * N
