@@ -324,40 +324,48 @@ class EngineLoop:
                     control, boundary, subinterval_ns, wake, workloads.busy_poll,
                     lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
-            if workloads.paced:
-                due = slots.submit_due(workloads.paced, now)
-                if due < wake:
-                    wake = due
+            # at one moment, the completions there first (each recorded, a max-iops slot's
+            # next I/O submitted), then the paced I/Os due: the compiled loop's order, which
+            # a differential run on virtual time compares I/O for I/O
             engines = self._engine_list
             if len(engines) == 1:
                 eng = engines[0]
+                # look in the ring first when completions are likely there (no syscall); a
+                # short wait for a fuller batch did not pay (docs/engine.md)
+                n = eng.poll() if (workloads.paced or workloads.busy_poll
+                                   or slots.in_flight > 2) else 0
+                if n:
+                    t = mono()
+                    last_done = t
+                    if t >= boundary:
+                        boundary = self._reaped_late(control, eng, n, t, boundary,
+                                                     subinterval_ns)
+                        continue
+                    self._complete(eng, n, t)
+                    if workloads.paced:
+                        slots.submit_due(workloads.paced, t)
+                    continue
+                if workloads.paced:
+                    due = slots.submit_due(workloads.paced, now)
+                    if due < wake:
+                        wake = due
                 if workloads.busy_poll:
-                    n = eng.poll()
-                    if not n:
-                        clock.idle(wake)  # let the device's kernel worker run if it shares our core
-                        if now - last_done < tuning.BUSY_SPIN_NS:
-                            continue
-                        left = wake - mono()
-                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
-                            continue
-                        n = eng.reap(1, timed_wait_ns(left))
+                    clock.idle(wake)  # let the device's kernel worker run if it shares our core
+                    if now - last_done < tuning.BUSY_SPIN_NS:
+                        continue
+                    left = wake - mono()
+                    if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
+                        continue
+                    n = eng.reap(1, timed_wait_ns(left))
+                elif slots.in_flight and not workloads.paced:
+                    # max-iops workloads only: look a while before blocking (docs/engine.md)
+                    n = self._waiter.wait(eng.poll, eng.reap, wake)
                 else:
-                    # look in the ring first when completions are likely there (no syscall); a
-                    # short wait for a fuller batch did not pay (docs/engine.md)
-                    n = eng.poll() if slots.in_flight > 2 else 0
-                    if not n and slots.in_flight and not workloads.paced:
-                        # max-iops workloads only: look a while before blocking
-                        # (docs/engine.md)
-                        n = self._waiter.wait(eng.poll, eng.reap, wake)
-                    elif not n:
-                        left = wake - mono()
-                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
-                            n = eng.poll()
-                            if not n:
-                                clock.looked(wake)
-                                continue
-                        else:
-                            n = eng.reap(1, timed_wait_ns(left))
+                    left = wake - mono()
+                    if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
+                        clock.looked(wake)
+                        continue
+                    n = eng.reap(1, timed_wait_ns(left))
                 if n:
                     t = mono()
                     last_done = t
@@ -377,6 +385,10 @@ class EngineLoop:
                     got += n
                     last_done = mono()
                     self._complete(eng, n, last_done)
+            if workloads.paced:
+                due = slots.submit_due(workloads.paced, mono() if got else now)
+                if due < wake:
+                    wake = due
             if not got:
                 if workloads.busy_poll:  # as with one engine: spin a while, then block
                     clock.idle(wake)

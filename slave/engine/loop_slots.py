@@ -206,8 +206,9 @@ class Slots:
 
     def recycle(self, slots: npt.NDArray[np.intp]) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
-        submission), freed (paced) or returned to the pool (retired). True when the last
-        retired I/O in flight completed."""
+        submission, in the workloads' order as the compiled loop's heap takes them), freed
+        (paced) or returned to the pool (retired). True when the last retired I/O in flight
+        completed."""
         # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
         # sorting with numpy, whose every call is paid again after each system call
         # (docs/engine.md)
@@ -228,7 +229,8 @@ class Slots:
             last_retired = self.retired_in_flight == 0
         wl = self._wl
         resubmit: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
-        for o, g in by.items():
+        for o in sorted(by):
+            g = by[o]
             w = wl[o]
             assert w is not None
             if w.paced:  # the slots wait for their next scheduled I/O

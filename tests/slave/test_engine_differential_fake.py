@@ -35,6 +35,7 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
 from slave.engine.layout import LOG
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.params import WRITE_DATA_KINDS, WorkloadParams
+from slave.sequencer import stream_fraction
 from tests.slave import mixes
 from tests.slave.conftest import count_kernel_runs
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
@@ -183,6 +184,50 @@ def test_the_paced_per_call_limit_changes_the_calls_not_each_workloads_ios(
     assert lifted[True].calls == lifted[False].calls
     assert lifted[True].calls[1] == 4 and lifted[True].calls[0] < limited[True].calls[0]
     _assert_same(-1, params, None, limited[True], lifted[True], order=False)
+
+
+@pytest.mark.parametrize("edit", [False, True])
+def test_ios_of_several_workloads_at_one_moment_go_out_in_one_order(
+        edit: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two max-iops workloads at depth 1 whose I/Os complete on the paced workload's schedule
+    # (its phase first, then its period; every workload's i-th latency is the script's i-th):
+    # at each of its scheduled times both max-iops workloads' I/Os complete and its I/O is
+    # due, on one nanosecond (the random mixes tie about once in a hundred cases). Both loops
+    # take the completions first, the max-iops workloads' next I/Os going out in the
+    # workloads' order, then the paced I/O; with the edit at the first boundary (the second
+    # max-iops workload to a rate) too
+    period = 100_000
+    phase = round(period * stream_fraction("w1"))  # the schedule's, of workload w1
+    kw: dict[str, object] = {"script": np.array([phase] + [period] * 4000, dtype=np.int64)}
+    params = [WorkloadParams(iodepth=1, seed=1, read_fraction=0.5),
+              WorkloadParams(iosequencer="sequential", iodepth=2, iops=1e9 / period, seed=2),
+              WorkloadParams(iodepth=1, seed=3)]
+    change = params[0].replace(iops=5_000.0) if edit else None
+    runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
+    assert runs[True].kernel_runs > 0
+    log = runs[True].log
+    moments: dict[int, set[int]] = collections.defaultdict(set)
+    for row in log.tolist():
+        moments[row[LOG["submit_ns"]]].add(row[LOG["fd"]])
+    # before the edit, every moment the three's I/Os went out at once
+    first = [fds for t, fds in moments.items() if t < log[0, LOG["submit_ns"]] + SUB_NS]
+    assert len(first) > 150 and all(fds == {100, 101, 102} for fds in first[1:]), first[:3]
+    _assert_same(-1, params, change, runs[True], runs[False])
+
+
+def test_max_iops_ios_completing_together_go_out_again_in_the_workloads_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # two max-iops workloads of depths 1 and 2 whose latencies (300, 100, 200 us by each one's
+    # submission number) make the second's I/O, submitted first, complete with the first's,
+    # again and again: both loops send their next I/Os in the workloads' order, not in the
+    # order they completed
+    params = [WorkloadParams(iodepth=1, seed=1), WorkloadParams(iodepth=2, seed=2)]
+    kw: dict[str, object] = {"script": np.array([300_000, 100_000, 200_000], dtype=np.int64)}
+    runs = {c: _run(params, None, kw, c, monkeypatch) for c in (True, False)}
+    assert runs[True].kernel_runs > 0
+    moments = collections.Counter(runs[True].log[:, LOG["submit_ns"]].tolist())
+    assert sum(n > 1 for n in moments.values()) > 100
+    _assert_same(-1, params, None, runs[True], runs[False])
 
 
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
