@@ -206,9 +206,9 @@ class Slots:
 
     def recycle(self, slots: npt.NDArray[np.intp]) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
-        submission, in the workloads' order as the compiled loop's heap takes them), freed
-        (paced) or returned to the pool (retired). True when the last retired I/O in flight
-        completed."""
+        submission, in the order the compiled loop's heap takes them: ``_heap_time``, then the
+        workloads' order), freed (paced) or returned to the pool (retired). True when the last
+        retired I/O in flight completed."""
         # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
         # sorting with numpy, whose every call is paid again after each system call
         # (docs/engine.md)
@@ -229,7 +229,7 @@ class Slots:
             last_retired = self.retired_in_flight == 0
         wl = self._wl
         resubmit: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
-        for o in sorted(by):
+        for o in sorted(by, key=lambda o: (_heap_time(wl[o]), o)):
             g = by[o]
             w = wl[o]
             assert w is not None
@@ -240,3 +240,11 @@ class Slots:
         if resubmit:
             self.issue(resubmit)
         return last_retired
+
+
+def _heap_time(w: LoopWorkload | None) -> int:
+    """Where the compiled loop's heap holds max-iops workload ``w`` with a free slot: at 0, or,
+    while it has I/Os an edit kept from a paced schedule (``overdue``), at the next one's
+    scheduled time."""
+    assert w is not None
+    return int(w.ring[w.cur, IO["sched_ns"]]) if w.overdue else 0

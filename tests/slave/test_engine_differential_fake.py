@@ -230,6 +230,28 @@ def test_max_iops_ios_completing_together_go_out_again_in_the_workloads_order(
     _assert_same(-1, params, None, runs[True], runs[False])
 
 
+def test_a_kept_backlog_goes_out_after_max_iops_ios_completing_with_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a Poisson workload (its first arrival at the start) asks five times what its one slot
+    # can do beside a max-iops workload of depth 1, every latency 100 us: its backlog's I/Os
+    # go out as its slot frees, on the same nanoseconds as the other's. Edited to max iops at the
+    # first boundary, it keeps the backlog's scheduled times (``overdue``); both loops then
+    # send the other's next I/O first (the compiled loop's heap holds a kept I/O at its time,
+    # a max-iops workload's at 0), then the kept one
+    params = [WorkloadParams(iosequencer="random_independent", iodepth=1, iops=50_000.0,
+                             seed=1),
+              WorkloadParams(iodepth=1, seed=2, read_fraction=0.0)]
+    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
+    change = params[0].replace(iops=None)
+    runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
+    log = runs[True].log
+    kept = log[(log[:, LOG["fd"]] == 100)
+               & (log[:, LOG["sched_ns"]] < log[:, LOG["submit_ns"]])]
+    after = kept[kept[:, LOG["submit_ns"]] >= log[0, LOG["submit_ns"]] + SUB_NS]
+    assert after.shape[0] > 50  # the backlog kept past the edit, going out late
+    _assert_same(-1, params, change, runs[True], runs[False])
+
+
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
                  c: _Run, py: _Run, order: bool = True) -> None:
     fd = LOG["fd"]
