@@ -361,6 +361,9 @@ class NativeLoop:
                     or not params.same_but_rate(ws[k].spec.params)):
                 return False
             chosen[k] = params  # the last edit of a workload counts
+            rlen = int(self.rlen[k])
+            if not rlen or ws[k].ring[rlen - 1, IO["sched_ns"]] < at_ns:
+                return False  # its backlog reaches past its ring: made whole in Python
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
         iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,
                            count=len(chosen))

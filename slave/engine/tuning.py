@@ -28,6 +28,10 @@ RING_BUDGET: Final = 1 << 18
 # at least this many for a paced workload (41 bytes each): a refill costs the same however few
 # I/Os it makes (docs/engine.md)
 PACED_RING_MIN: Final = 256
+# an edit keeps the I/Os a paced workload's old schedule had due and not issued (the backlog:
+# no coordinated omission), precomputing them where its ring did not reach the edit; this many
+# at most (41 bytes each), the rest of a longer backlog dropped with a warning
+BACKLOG_MAX: Final = 1 << 16
 # the compiled paced loop generates a workload's next I/Os itself, this many at a time (at most
 # its ring array's rows): far cheaper than a refill in Python (docs/engine.md)
 GEN_IOS: Final = 512

@@ -252,6 +252,64 @@ def test_a_kept_backlog_goes_out_after_max_iops_ios_completing_with_it(
     _assert_same(-1, params, change, runs[True], runs[False])
 
 
+@pytest.mark.parametrize("edit", ["rate", "max", "read fraction"])
+def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
+        edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a workload paced at 200,000 IOPS where depth 8 and 100 us allow 80,000 is some 2,400
+    # I/Os behind at the first boundary, more than either loop precomputed (rings of 64 I/Os
+    # here; the compiled loop's are GEN_IOS, 512, once it makes its own); its edit there
+    # (DFC's new rate, in place in the compiled loop; to max iops; or another read fraction)
+    # keeps every I/O its old schedule had due, with its time, whichever loop
+    # ran it: the backlog drains in the next subintervals, every one of those times issued
+    # once, then the new schedule's
+    period = 5_000
+    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
+                             seed=7, read_fraction=0.5)]
+    change = {"rate": params[0].with_rate(1_000.0), "max": params[0].replace(iops=None),
+              "read fraction": params[0].replace(read_fraction=0.25)}[edit]
+    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
+    assert runs[True].kernel_runs > 0
+    start = 1_000_000_000 + 1_000_000  # _run's: the virtual clock's start, plus 1 ms
+    base = start + round(period * stream_fraction("w0"))
+    old = (SUB_NS - (base - start) + period - 1) // period  # its times before the boundary
+    assert old - 8 * SUB_NS // 100_000 > tuning.GEN_IOS  # behind by more than a ring
+    for c in (True, False):
+        sched = runs[c].log[:, LOG["sched_ns"]]
+        kept = np.sort(sched[sched < start + SUB_NS])
+        assert np.array_equal(kept, base + period * np.arange(old)), (c, kept.size, old)
+    _assert_same(-1, params, change, runs[True], runs[False])
+
+
+def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # the same workload, at most 1,000 I/Os of backlog kept: its first ones keep their times
+    # (a run of the old schedule from its start, at least BACKLOG_MAX of them), the rest of
+    # the old schedule is dropped with a warning naming the workload, and both loops agree
+    period = 5_000
+    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
+                             seed=7, read_fraction=0.5)]
+    change = params[0].with_rate(1_000.0)
+    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    monkeypatch.setattr(tuning, "BACKLOG_MAX", 1_000)
+    runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
+    start = 1_000_000_000 + 1_000_000
+    base = start + round(period * stream_fraction("w0"))
+    for c in (True, False):
+        sched = runs[c].log[:, LOG["sched_ns"]]
+        kept = np.sort(sched[sched < start + SUB_NS])
+        issued = 8 * SUB_NS // 100_000  # before the boundary
+        assert 1_000 + issued <= kept.size < 3_000, (c, kept.size)
+        assert np.array_equal(kept, base + period * np.arange(kept.size)), c
+    warned = [r.getMessage() for r in caplog.records if "far behind" in r.getMessage()]
+    assert len(warned) == 2 and all("workload w0: more than 1000 I/Os" in m for m in warned)
+    _assert_same(-1, params, change, runs[True], runs[False])
+
+
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
                  c: _Run, py: _Run, order: bool = True) -> None:
     fd = LOG["fd"]
