@@ -54,6 +54,14 @@ class Slots:
         for s in slots.tolist():
             self.owner[s] = owner
 
+    def categories_in_flight(self, w: LoopWorkload) -> set[int]:
+        """The categories of the I/Os in flight that will be recorded as ``w``'s (its slots',
+        and those of its earlier slots an edit retired): rows it owns, neither idle in the pool
+        nor free in ``w``."""
+        mine = np.flatnonzero(self.rows[:, ROW["owner"]] == w.index)
+        idle = set(self.free) | set(w.free)
+        return {int(self.rows[s, ROW["cat"]]) for s in mine.tolist() if s not in idle}
+
     def holds(self, w: LoopWorkload) -> bool:
         """Whether ``w``'s slots are its own (not let go of while it is being changed)."""
         return self.owner[int(w.slots[0])] == w.index

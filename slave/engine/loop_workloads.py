@@ -127,6 +127,7 @@ class Workloads:
                 and params.same_but_rate(old)):
             self._retime(w, params, at_ns)
             return
+        flying = self._slots.categories_in_flight(w) if self._slots.running else set()
         if at_ns is not None and w.paced:
             self._backlog(w, at_ns)
         rest = w.ring[w.cur :]
@@ -165,7 +166,7 @@ class Workloads:
         w.overdue = 0 if w.paced else int(overdue.shape[0])
         if same_slots:
             self._setup(w)
-            mixed_categories(w)
+            mixed_categories(w, flying)
             self.refresh()
             if at_ns is not None and was_paced and not w.paced and w.free:
                 free = np.array(w.free, dtype=np.intp)
@@ -177,7 +178,7 @@ class Workloads:
         w.buffers = AlignedBuffers(params.iodepth, params.blocksize_bytes)
         w.slots = self._alloc(params.iodepth, workload_id, w.spec.engine)
         self._setup(w)
-        mixed_categories(w)
+        mixed_categories(w, flying)
         self.refresh()
         if at_ns is not None:
             self.start(w, at_ns)
@@ -302,8 +303,12 @@ def make_pattern(p: WorkloadParams) -> WritePattern | None:
     return WritePattern(p.write_data, p.write_data_ratio, p.blocksize_bytes, p.seed)
 
 
-def mixed_categories(w: LoopWorkload) -> None:
-    """I/Os kept from the old settings may be of another category than the new settings'
-    only one: then every I/O is recorded by its own category."""
-    if w.fixed_cat >= 0 and w.ring_len and bool((w.ring[:, IO["cat"]] != w.fixed_cat).any()):
+def mixed_categories(w: LoopWorkload, flying: set[int]) -> None:
+    """I/Os kept from the old settings (in the ring), or in flight at the edit (``flying``:
+    their categories), may be of another category than the new settings' only one: then
+    every I/O is recorded by its own category (the compiled loop's binning too)."""
+    if w.fixed_cat < 0:
+        return
+    kept = w.ring[: w.ring_len, IO["cat"]]
+    if flying - {w.fixed_cat} or bool((kept != w.fixed_cat).any()):
         w.fixed_cat = -1

@@ -310,6 +310,23 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     _assert_same(-1, params, change, runs[True], runs[False])
 
 
+@pytest.mark.parametrize("depth", [8, 4])  # the same slots, or new ones (the old retired)
+def test_ios_in_flight_at_an_edit_count_in_their_own_category(
+        depth: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # half writes at depth 8, edited at the first boundary to reads alone: the writes in
+    # flight then complete in the next subinterval and count there as writes, in both loops
+    # (the reads-only category of the new settings is every later I/O's, not theirs)
+    params = [WorkloadParams(iodepth=8, seed=3, read_fraction=0.5),
+              WorkloadParams(iodepth=2, seed=4, iops=2_000.0)]  # records of two workloads
+    change = params[0].replace(read_fraction=1.0, iodepth=depth)
+    kw: dict[str, object] = {"script": np.array([300_000, 100_000, 200_000], dtype=np.int64)}
+    runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
+    for c in (True, False):
+        writes = [int(st.ops(1)) for st in runs[c].stats[0::2]]  # workload 0, by subinterval
+        assert writes[0] > 20 and 0 < writes[1] <= 8 and writes[2] == 0, (c, writes)
+    _assert_same(-1, params, change, runs[True], runs[False])
+
+
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
                  c: _Run, py: _Run, order: bool = True) -> None:
     fd = LOG["fd"]
