@@ -128,13 +128,11 @@ class Workloads:
             self._retime(w, params, at_ns)
             return
         flying = self._slots.categories_in_flight(w) if self._slots.running else set()
-        if at_ns is not None and w.paced:
-            self._backlog(w, at_ns)
         rest = w.ring[w.cur :]
         due = 0
         if at_ns is not None and w.paced:
-            # the ring is in time order
-            due = int(rest[:, IO["sched_ns"]].searchsorted(at_ns, "left"))
+            due = self._backlog(w, at_ns)
+            rest = w.ring[w.cur :]
         elif at_ns is not None:
             due = w.overdue  # kept by an earlier edit and still not issued
         overdue = rest[:due].copy()
@@ -200,32 +198,34 @@ class Workloads:
         offsets, data and place in the ring; those due before ``at_ns`` keep their scheduled
         times (the backlog), the rest take the new schedule's. Remaking the ring instead cost
         a refill per workload after each such boundary (docs/engine.md)."""
-        self._backlog(w, at_ns)
+        due = self._backlog(w, at_ns)
         rest = w.ring[w.cur :]
-        due = int(rest[:, IO["sched_ns"]].searchsorted(at_ns, "left"))  # the ring is in time order
         w.spec.params = params
         w.seq.retime(params, at_ns)  # on after everything precomputed
         if due < rest.shape[0]:
             rest[due:, IO["sched_ns"]] = w.seq.schedule(rest.shape[0] - due)
         self.refresh()  # the compiled loop's heap holds the old times
 
-    def _backlog(self, w: LoopWorkload, at_ns: int) -> None:
-        """Before an edit of paced ``w`` at ``at_ns``: every I/O its schedule had due before
-        then and not issued in its ring (precomputed now where the ring did not reach that
-        far: a workload further behind than its ring, whose schedule the edit restarts, lost
-        the rest), ``tuning.BACKLOG_MAX`` of them at most; of a longer backlog the first are
-        kept and the rest of the old schedule is dropped, with a warning. The same whichever
-        loop precomputed the ring (the compiled loop's are shorter)."""
-        sched = IO["sched_ns"]
+    def _backlog(self, w: LoopWorkload, at_ns: int) -> int:
+        """Before an edit of paced ``w`` at ``at_ns``: how many I/Os at the head of its ring
+        (from ``cur``) its schedule had due before then and not issued (the backlog the edit
+        keeps), every one of them in the ring (precomputed now where the ring did not reach
+        that far: a workload further behind than its ring, whose schedule the edit restarts,
+        lost the rest), ``tuning.BACKLOG_MAX`` at most: of a longer backlog the first are kept
+        and the rest of the old schedule is dropped, with a warning. The same whichever loop
+        precomputed the ring (the compiled loop's are shorter)."""
+        sched, cap = IO["sched_ns"], tuning.BACKLOG_MAX
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
-            if w.ring_len - w.cur >= tuning.BACKLOG_MAX:
+            if w.ring_len - w.cur >= cap:
                 log.warning(
                     "workload %s: more than %d I/Os its schedule had due before its edit were "
                     "not issued yet (the LUN was far behind): the first %d keep their scheduled "
                     "times, the rest of the old schedule is dropped", w.spec.workload_id,
-                    tuning.BACKLOG_MAX, tuning.BACKLOG_MAX)
-                return
+                    cap, cap)
+                return cap
             w.refill(0)
+        # the ring is in time order
+        return min(int(w.ring[w.cur :, sched].searchsorted(at_ns, "left")), cap)
 
     def remove(self, workload_id: str) -> None:
         """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the
