@@ -208,6 +208,7 @@ class Sequencer:
         bg = self._rng.bit_generator
         if back and isinstance(bg, np.random.PCG64):  # default_rng's: others skip the I/Os
             bg.advance((1 << 128) - back)  # a 128-bit state: forward by its size less back
+        self.rewind_schedule(unissued)
         new = Sequencer(
             params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs,
             stream=self._stream, rng=(self._rng, self._sched_rng),
@@ -240,6 +241,16 @@ class Sequencer:
         self.params = params
         self._period_ns = 1e9 / params.iops
         self._phase_ns = self._phase_of(self._period_ns)
+
+    def rewind_schedule(self, n: int) -> None:
+        """A Poisson schedule's stream wound back by the arrivals of its last ``n`` I/Os (one
+        draw each), dropped or about to be drawn again: the next arrival takes the draw of the
+        first of them, however far ahead a loop had drawn (the compiled loop's
+        ``paced_retime`` does the same)."""
+        bg = self._sched_rng.bit_generator
+        if (n and self.paced and self.params.iosequencer == "random_independent"
+                and isinstance(bg, np.random.PCG64)):
+            bg.advance((1 << 128) - n)
 
     @property
     def draws_per_io(self) -> int:

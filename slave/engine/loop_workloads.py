@@ -201,6 +201,8 @@ class Workloads:
         due = self._backlog(w, at_ns)
         rest = w.ring[w.cur :]
         w.spec.params = params
+        # the arrivals not due take the new schedule's, drawn again from where theirs were
+        w.seq.rewind_schedule(rest.shape[0] - due)
         w.seq.retime(params, at_ns)  # on after everything precomputed
         if due < rest.shape[0]:
             rest[due:, IO["sched_ns"]] = w.seq.schedule(rest.shape[0] - due)

@@ -554,6 +554,24 @@ static inline double pcg_double(__uint128_t *state, __uint128_t inc)
     return (double)(v >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* PCG64's state moved back by n steps (numpy's PCG64.advance of 2^128 - n: the LCG jumped by
+ * squaring, bit by bit of the distance) */
+static __uint128_t pcg_rewind(__uint128_t state, __uint128_t inc, uint64_t n)
+{
+    __uint128_t mult = ((__uint128_t)2549297995355413924ULL << 64) | 4865540595714422341ULL;
+    __uint128_t plus = inc, acc_mult = 1, acc_plus = 0, delta = -(__uint128_t)n;
+    while (delta) {
+        if (delta & 1) {
+            acc_mult *= mult;
+            acc_plus = acc_plus * mult + plus;
+        }
+        plus = (mult + 1) * plus;
+        mult *= mult;
+        delta >>= 1;
+    }
+    return acc_mult * state + acc_plus;
+}
+
 /* a 128-bit value kept in two 64-bit halves, high first */
 static inline __uint128_t pair(uint64_t hi, uint64_t lo)
 {
@@ -674,6 +692,13 @@ void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
         const int64_t end = L->rlen[k];
         while (j < end && ring[j].sched_ns < at) /* in time order */
             j++;
+        if (g->poisson && end > j) { /* their arrivals drawn again from where theirs were */
+            __uint128_t st = pcg_rewind(pair(g->sched_state_hi, g->sched_state_lo),
+                                        pair(g->sched_inc_hi, g->sched_inc_lo),
+                                        (uint64_t)(end - j));
+            g->sched_state_hi = (uint64_t)(st >> 64);
+            g->sched_state_lo = (uint64_t)st;
+        }
         schedule(g, ring + j, end - j);
         g->resync = 1;
     }

@@ -28,6 +28,7 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
+from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
@@ -88,8 +89,10 @@ class _Run:
 
 def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str, object],
          compiled: bool, monkeypatch: pytest.MonkeyPatch,
-         made: collections.abc.Callable[[FakeEngine], None] | None = None) -> _Run:
-    """``made``: called with the engine once it is made."""
+         made: collections.abc.Callable[[FakeEngine], None] | None = None,
+         control: Control | None = None) -> _Run:
+    """``made``: called with the engine once it is made; ``control``: the run's (else
+    ``N_SUB`` subintervals, ``edit`` at the first boundary)."""
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     # the Python loop's limit of paced I/Os to a submission the compiled loop's (its own
     # default has none: its turn costs tens of us)
@@ -115,7 +118,7 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
         if finished == 0 and edit is not None:
             lp.edit_workload("w0", edit, boundary_ns)
 
-    ctl = Control(N_SUB, at_boundary=at_boundary)
+    ctl = control or Control(N_SUB, at_boundary=at_boundary)
     for i, p in enumerate(params):
         pair = (WorkloadStats(region[2 * i * n : (2 * i + 1) * n]),
                 WorkloadStats(region[(2 * i + 1) * n : (2 * i + 2) * n]))
@@ -353,11 +356,14 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
     rng = np.random.default_rng(50_000 + case)
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     monkeypatch.setattr(tuning, "PACED_PER_CALL_PYTHON", tuning.PACED_PER_CALL)
+    if case % 2:  # short rings: both loops draw ahead often, by different amounts
+        monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+        monkeypatch.setattr(tuning, "RING_MAX", 64)
     kernel_runs = count_kernel_runs(monkeypatch)
 
     def draw() -> WorkloadParams:
         return mixes.mix(int(rng.integers(1 << 20)), False)[0].replace(
-            iosequencer=str(rng.choice(["sequential", "random_steady"])),
+            iosequencer=str(rng.choice(["sequential", "random_steady", "random_independent"])),
             iodepth=int(rng.choice((1, 2, 4, 8, 32))))
 
     params = [draw() for _ in range(int(rng.integers(1, 4)))]
@@ -419,14 +425,47 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
                 holder[0].submit_calls)
 
 
-@pytest.mark.parametrize("case", range(EDIT_CASES))
+def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draws(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # DFC's edits (a new rate at every boundary) of a Poisson workload, made in place in the
+    # compiled loop (``paced_retime``) and by ``Workloads._retime`` in the Python loop, with
+    # short rings that each loop drew ahead by its own amount: the arrivals not yet due are
+    # drawn again from where theirs were (the compiled loop winds its PCG64 stream back), so
+    # both loops send the same I/Os at the same times
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    p = WorkloadParams(iosequencer="random_independent", iodepth=4, iops=3_000.0, seed=11)
+    rates = [5_000.0, 2_000.0, 4_000.0, 3_000.0]
+    retimed = [0]
+    retime = pk.retime
+
+    def counting(*a: object) -> None:
+        retimed[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "retime", counting)
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished < len(rates):
+            lp.edit_workloads([("w0", p.with_rate(rates[finished]))], boundary_ns)
+
+    runs = {c: _run([p], None, _engine_kwargs(3, [p]), c, monkeypatch,
+                    control=Control(len(rates) + 1, at_boundary=at_boundary))
+            for c in (True, False)}
+    assert retimed[0] == len(rates)  # every edit in place, in the compiled run
+    _assert_same(-1, [p], None, runs[True], runs[False])
+
+
+# and 95 and 99: of 400 sequences, the two whose Poisson arrivals after an edit differed while
+# an edit did not wind the schedule's stream back (``Sequencer.rewind_schedule``)
+@pytest.mark.parametrize("case", [*range(EDIT_CASES), 95, 99])
 def test_random_edits_at_every_boundary_give_the_same_ios_in_both_loops(
         case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # edits of every kind at every boundary, two to one boundary at times (max and paced both
     # ways, DFC's new rates, read fractions, depths, block sizes), workloads added and
-    # removed: the two loops send the same I/Os in the same order and count the same. (A
-    # Poisson schedule is left out: its arrivals after an edit depend on how far the loop had
-    # drawn them ahead, which differs between the loops; docs/engine.md)
+    # removed, every schedule (Poisson too), short rings in half of them (the loops draw
+    # ahead by different amounts): the two loops send the same I/Os in the same order and
+    # count the same
     c, py = (_run_edits(case, compiled, monkeypatch) for compiled in (True, False))
     assert c.kernel_runs > 0 and py.kernel_runs == 0
     fd = LOG["fd"]
@@ -463,7 +502,7 @@ def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams |
             f"case {case}: each workload's submissions agree, their order across workloads "
             f"differs from #{first}: compiled {c.log[first : first + 3].tolist()}, Python "
             f"{py.log[first : first + 3].tolist()} (columns {list(LOG)})")
-    assert len(c.stats) == len(py.stats) == N_SUB * len(params)
+    assert len(c.stats) == len(py.stats) and len(c.stats) % len(params) == 0
     for k, (sc, sp) in enumerate(zip(c.stats, py.stats, strict=True)):
         sub, w = divmod(k, len(params))
         what = f"case {case} subinterval {sub} workload {w}: {params[w]}"

@@ -378,3 +378,27 @@ def test_an_edit_goes_on_at_the_first_io_not_issued(kw: dict[str, object]) -> No
         after = edited.chunk(263)
         assert np.array_equal(after.offset_bytes, want.offset_bytes[37:]), iops
         assert np.array_equal(after.is_write, want.is_write[37:]), iops
+
+
+@pytest.mark.parametrize(("iosequencer", "iops", "rewound"), [
+    ("random_independent", 1000.0, True),  # Poisson: one draw per arrival, wound back
+    ("random_steady", 1000.0, False),  # evenly spaced: no draws
+    ("random_independent", None, False),  # max iops: no schedule
+])
+def test_rewind_schedule_gives_the_last_arrivals_draws_again(
+        iosequencer: str, iops: float | None, rewound: bool) -> None:
+    seq = Sequencer(WorkloadParams(iosequencer=iosequencer, iops=iops),  # type: ignore[arg-type]
+                    lun_size_bytes=1 << 30, logical_block_bytes=512, stream="w")
+    twin = Sequencer(WorkloadParams(iosequencer=iosequencer, iops=iops),  # type: ignore[arg-type]
+                     lun_size_bytes=1 << 30, logical_block_bytes=512, stream="w")
+    seq.start(0)
+    twin.start(0)
+    drawn = seq.schedule(10)
+    assert np.array_equal(drawn, twin.schedule(10))
+    seq.rewind_schedule(4)
+    again = seq.schedule(4)
+    if rewound:  # the gaps of arrivals 6-9 again, after arrival 9
+        assert np.array_equal(np.diff(np.concatenate(([drawn[-1]], again))),
+                              np.diff(drawn)[-4:])
+    else:
+        assert np.array_equal(again, twin.schedule(4))
