@@ -98,6 +98,7 @@ class _Python:
     def retime(self, iops: float, at_ns: int, issued: int) -> npt.NDArray[np.int64]:
         rest = self.ring[issued:]
         due = int(rest[:, layout.IO["sched_ns"]].searchsorted(at_ns, "left"))
+        self.seq.rewind_schedule(rest.shape[0] - due)  # drawn again from where theirs were
         self.seq.retime(self.seq.params.replace(iops=iops), at_ns)
         if due < rest.shape[0]:
             rest[due:, layout.IO["sched_ns"]] = self.seq.schedule(rest.shape[0] - due)
