@@ -76,10 +76,7 @@ class Workloads:
     def _setup(self, w: LoopWorkload) -> None:
         """``w``'s slots set up for its parameters, and the categories of its I/Os."""
         self._slots.setup(w)
-        p = w.params
-        w.fixed_cat = -1
-        if p.read_fraction in (0.0, 1.0):
-            w.fixed_cat = 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
+        w.fixed_cat = fixed_category(w.params)
 
     def add(self, spec: WorkloadSpec, at_ns: int | None) -> None:
         """Join ``spec``; with ``at_ns`` (loop running) its schedule starts then and a max-iops
@@ -127,7 +124,10 @@ class Workloads:
                 and params.same_but_rate(old)):
             self._retime(w, params, at_ns)
             return
-        flying = self._slots.categories_in_flight(w) if self._slots.running else set()
+        # the categories of the I/Os in flight, where the new settings have one of their own
+        # (a look over the slot table)
+        flying = (self._slots.categories_in_flight(w)
+                  if self._slots.running and fixed_category(params) >= 0 else set())
         rest = w.ring[w.cur :]
         due = 0
         if at_ns is not None and w.paced:
@@ -303,6 +303,14 @@ def make_pattern(p: WorkloadParams) -> WritePattern | None:
     if not p.writes:
         return None
     return WritePattern(p.write_data, p.write_data_ratio, p.blocksize_bytes, p.seed)
+
+
+def fixed_category(p: WorkloadParams) -> int:
+    """The category of every I/O of ``p`` (reads only or writes only), or -1 when it
+    varies."""
+    if p.read_fraction not in (0.0, 1.0):
+        return -1
+    return 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
 
 
 def mixed_categories(w: LoopWorkload, flying: set[int]) -> None:
