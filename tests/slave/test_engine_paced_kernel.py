@@ -655,9 +655,11 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
     else:
         # the Python loop's own work at 10,000 IOPS is most of a turn: it takes 0.32-0.59 s
         # without busy_poll, as fast as the machine is, so its CPU time tells the two apart
-        # by little. Its blocking waits do: 5,011-5,554 without, 56-300 with (2026-11-27)
+        # by little. Its blocking waits do: 5,011-5,554 without, 56-300 with (2026-11-27);
+        # since the loop takes completions before the I/Os due (62d2bbf), 4,632-5,202 without
+        # and 96-715 with alone, 3,208 and 893 in a loaded suite
         assert cpu[True] > cpu[False], cpu
-        assert blocked[True] * 5 < blocked[False], blocked
+        assert blocked[True] * 3 < blocked[False], blocked
 
 
 @needs_aio
