@@ -334,38 +334,29 @@ class EngineLoop:
                 # short wait for a fuller batch did not pay (docs/engine.md)
                 n = eng.poll() if (workloads.paced or workloads.busy_poll
                                    or slots.in_flight > 2) else 0
-                if n:
-                    t = mono()
-                    last_done = t
-                    if t >= boundary:
-                        boundary = self._reaped_late(control, eng, n, t, boundary,
-                                                     subinterval_ns)
-                        continue
-                    self._complete(eng, n, t)
+                if not n:
                     if workloads.paced:
-                        slots.submit_due(workloads.paced, t)
-                    continue
-                if workloads.paced:
-                    due = slots.submit_due(workloads.paced, now)
-                    if due < wake:
-                        wake = due
-                if workloads.busy_poll:
-                    clock.idle(wake)  # let the device's kernel worker run if it shares our core
-                    if now - last_done < tuning.BUSY_SPIN_NS:
-                        continue
-                    left = wake - mono()
-                    if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
-                        continue
-                    n = eng.reap(1, timed_wait_ns(left))
-                elif slots.in_flight and not workloads.paced:
-                    # max-iops workloads only: look a while before blocking (docs/engine.md)
-                    n = self._waiter.wait(eng.poll, eng.reap, wake)
-                else:
-                    left = wake - mono()
-                    if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
-                        clock.looked(wake)
-                        continue
-                    n = eng.reap(1, timed_wait_ns(left))
+                        due = slots.submit_due(workloads.paced, now)
+                        if due < wake:
+                            wake = due
+                    if workloads.busy_poll:
+                        clock.idle(wake)  # the device's kernel worker may share our core
+                        if now - last_done < tuning.BUSY_SPIN_NS:
+                            continue
+                        left = wake - mono()
+                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
+                            continue
+                        n = eng.reap(1, timed_wait_ns(left))
+                    elif slots.in_flight and not workloads.paced:
+                        # max-iops workloads only: look a while before blocking
+                        # (docs/engine.md)
+                        n = self._waiter.wait(eng.poll, eng.reap, wake)
+                    else:
+                        left = wake - mono()
+                        if left < tuning.SLEEP_MIN_NS:  # too near to sleep: look again
+                            clock.looked(wake)
+                            continue
+                        n = eng.reap(1, timed_wait_ns(left))
                 if n:
                     t = mono()
                     last_done = t
@@ -374,6 +365,8 @@ class EngineLoop:
                                                      subinterval_ns)
                     else:
                         self._complete(eng, n, t)
+                        if workloads.paced:  # what is due now goes out after them
+                            slots.submit_due(workloads.paced, t)
                 continue
             if not engines:
                 clock.sleep_until(wake)

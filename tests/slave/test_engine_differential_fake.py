@@ -127,14 +127,20 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
         ctl.per_workload.append(pair)
         # a descriptor of its own per workload (never used: the fake engine does no I/O)
         loop.add_workload(WorkloadSpec(f"w{i}", p, eng, 100 + i, LUN_BYTES, 512, pair), None)
+    return _finish(loop, clock, ctl, holder[0], kernel_runs)
+
+
+def _finish(loop: EngineLoop, clock: VirtualClock, ctl: Control, eng: FakeEngine,
+            kernel_runs: list[int]) -> _Run:
+    """Run ``loop`` to ``ctl``'s end from 1 ms on, and what it sent and counted
+    (``kernel_runs``: ``count_kernel_runs``' counter)."""
     try:
         loop.run(ctl, clock.now_ns() + 1_000_000, SUB_NS)
     finally:
         loop.close()
     assert loop.in_flight == 0
-    assert holder[0].submitted <= LOG_CAP, "the log must hold every submission"
-    return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0],
-                holder[0].submit_calls)
+    assert eng.submitted <= LOG_CAP, "the log must hold every submission"
+    return _Run(eng.offsets_log(), ctl.stats, ctl.errors, kernel_runs[0], eng.submit_calls)
 
 
 def _case(case: int) -> tuple[list[WorkloadParams], WorkloadParams | None]:
@@ -415,14 +421,7 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
     ctl.at_boundary = at_boundary
     for p in params:
         add(p, None)
-    try:
-        loop.run(ctl, clock.now_ns() + 1_000_000, SUB_NS)
-    finally:
-        loop.close()
-    assert loop.in_flight == 0
-    assert holder[0].submitted <= LOG_CAP, "the log must hold every submission"
-    return _Run(holder[0].offsets_log(), ctl.stats, ctl.errors, kernel_runs[0],
-                holder[0].submit_calls)
+    return _finish(loop, clock, ctl, holder[0], kernel_runs)
 
 
 def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draws(
