@@ -53,14 +53,15 @@ _NON_PARTICIPATING = "non_participating"
 
 
 def lead_ns(recent_ns: Sequence[int], sub_ns: int, timeout_ns: int) -> int:
-    """How long before a boundary a gather starts: 1.5 times its longest recent duration
-    and a margin (2 ms and 5 % of a subinterval), at most its timeout; its whole timeout
-    before any (the first gather, at the step's start, may be a cold start of its program).
-    The master records a subinterval a few ms after its end: a gather must be in by then, and
-    a script's start-up varied by half its duration on a loaded 2-core machine."""
+    """How long before a boundary a gather starts: twice its longest recent duration and a
+    margin (2 ms and 5 % of a subinterval), at most its timeout; its whole timeout before any
+    (the first gather, at the step's start, may be a cold start of its program). The master
+    records a subinterval a few ms after its end: a gather must be in by then, and a Python
+    script's start-up (about 60 ms) took over 1.5 times as long now and then on a loaded
+    2-core machine."""
     if not recent_ns:
         return timeout_ns
-    return min(max(recent_ns) * 3 // 2 + 2_000_000 + sub_ns // 20, timeout_ns)
+    return min(max(recent_ns) * 2 + 2_000_000 + sub_ns // 20, timeout_ns)
 
 
 def declared_metrics(cfg: GatherSource, focus: Sequence[str] = ()) -> set[str]:
