@@ -237,7 +237,8 @@ class Slots:
             last_retired = self.retired_in_flight == 0
         wl = self._wl
         resubmit: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
-        for o in sorted(by, key=lambda o: (_heap_time(wl[o]), o)):
+        owners = by if len(by) == 1 else sorted(by, key=lambda o: (_heap_time(wl[o]), o))
+        for o in owners:
             g = by[o]
             w = wl[o]
             assert w is not None

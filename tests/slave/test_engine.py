@@ -159,16 +159,18 @@ def test_random_through_the_loop_stays_in_range_and_aligned() -> None:
     assert np.all(off % 512 == 0)
 
 
-def test_iops_2000_for_5_s_lands_within_2_percent() -> None:
+def test_iops_2000_for_2_s_lands_within_2_percent() -> None:
+    # the Python loop on the real clock (test_engine_realdevice holds the compiled loop to
+    # the same over 5 s on a device)
     loop, eng = make_loop(exponential_ns(200_000))
     s = spec(loop, "w", WorkloadParams(iodepth=4, iops=2000.0))
     loop.add_workload(s, None)
-    ctl = Control(5)
+    ctl = Control(2)
     ctl.specs.append(s)
     run(loop, ctl, 1_000_000_000)
     per_sub = [x.ops() for x in ctl.snapshots["w"]]
     drained = s.stats[loop.running_buffer].ops()  # due before the stop, completed after it
-    assert abs(sum(per_sub) + drained - 10000) <= 200, per_sub  # within 2 % over 5 s
+    assert abs(sum(per_sub) + drained - 4000) <= 80, per_sub  # within 2 % over 2 s
     # each second on its own too (a loaded machine moves a few I/Os across a boundary)
     assert all(abs(n - 2000) <= 100 for n in per_sub), per_sub
     assert eng.max_in_flight <= 4
