@@ -57,9 +57,15 @@ class Slots:
     def categories_in_flight(self, w: LoopWorkload) -> set[int]:
         """The categories of the I/Os in flight that will be recorded as ``w``'s (its slots',
         and those of its earlier slots an edit retired): rows it owns, neither idle in the pool
-        nor free in ``w``."""
-        mine = np.flatnonzero(self.rows[:, ROW["owner"]] == w.index)
-        idle = set(self.free) | set(w.free)
+        nor free in ``w``. With no retired slot in flight, a look at ``w``'s slots alone, not
+        the whole table (an edit of thousands of workloads at a boundary)."""
+        owner = ROW["owner"]
+        if self.retired_in_flight:
+            mine = np.flatnonzero(self.rows[:, owner] == w.index)
+            idle = set(self.free) | set(w.free)
+        else:
+            mine = w.slots[self.rows[w.slots, owner] == w.index]
+            idle = set(w.free)
         return {int(self.rows[s, ROW["cat"]]) for s in mine.tolist() if s not in idle}
 
     def holds(self, w: LoopWorkload) -> bool:
