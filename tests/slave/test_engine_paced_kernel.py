@@ -615,10 +615,11 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
         lun_file: str, compiled: bool, codes: collections.Counter[int],
         monkeypatch: pytest.MonkeyPatch) -> None:
     # 12,500 IOPS at QD4 (80 us apart, within BUSY_SPIN_NS of the last completion: never far
-    # enough to sleep with busy_poll), three 200 ms subintervals, with and without busy_poll: both hold the rate in the compiled loop
-    # or, where it cannot run, the general loop, and with busy_poll the loop's thread stays on
-    # the CPU (it looks in the completion ring while I/O is in flight or the next I/O is near,
-    # where the other blocks until a completion or the next I/O's time)
+    # enough to sleep with busy_poll), three 200 ms subintervals, with and without busy_poll:
+    # both hold the rate in the compiled loop or, where it cannot run, the general loop, and
+    # with busy_poll the loop's thread stays on the CPU (it looks in the completion ring while
+    # I/O is in flight or the next I/O is near, where the other blocks until a completion or
+    # the next I/O's time)
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     cpu, wall, blocked = {}, {}, {}
     blocks = [0]  # the Python loop's waits that block in the engine, in the run going on
