@@ -71,12 +71,25 @@ def test_every_move_recorded_and_followed(folder: Path) -> None:
         assert m["instance"] == "localhost" and m["metric"] == "service_time_p99_ms"
         assert float(m["new_iops"]) >= float(m["iops_in_force"])  # p99 far below target: up
     # the setting each row shows is the move made two subintervals earlier (one to measure,
-    # one for the edit to reach the next boundary) and the IOPS follow it
+    # one for the edit to reach the next boundary)
     for k, r in host_rows.items():
         assert float(r["iops_setting"]) == pytest.approx(float(moves[k]["iops_in_force"]))
         if k >= 2:
             assert float(r["iops_setting"]) == pytest.approx(float(moves[k - 2]["new_iops"]))
-            assert float(r["IOPS"]) == pytest.approx(float(r["iops_setting"]), rel=0.05)
+    # and the IOPS follow it, each subinterval to 5 %, or, where the device held I/Os over a
+    # boundary, that subinterval and a neighbour together: the LUN is a file on the VM's disk,
+    # which the suite shares (2,568 then 3,436 at 3,000 once, the first with a service time
+    # of 3.2 ms): the I/Os it held are issued after it, with their scheduled times
+    iops = {k: float(r["IOPS"]) for k, r in host_rows.items()}
+    setting = {k: float(r["iops_setting"]) for k, r in host_rows.items()}
+
+    def follows(ks: tuple[int, ...]) -> bool:
+        want = sum(setting[k] for k in ks)
+        return abs(sum(iops[k] for k in ks) - want) <= 0.05 * want
+
+    for k in sorted(host_rows)[2:]:
+        assert follows((k,)) or any(j >= 2 and j in iops and follows((k, j))
+                                    for j in (k - 1, k + 1)), (k, iops, setting)
 
 
 def test_unreachable_targets_drive_to_the_bounds(folder: Path) -> None:
