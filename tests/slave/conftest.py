@@ -14,7 +14,8 @@
 
 - A test marked ``alone`` (the real-time ones) whose check fails while the hypervisor took
   more than 1 % of the machine's CPUs over its call is reported as skipped, with the check
-  and the share (``tests.slave.steal``): it measured the host. Quiet, it fails.
+  and the share (``tests.slave.steal``): it measured the host. Quiet, it fails; and so does
+  one that made a ``VirtualClock`` (virtual time: the host cannot move its results).
 
 - ``_collector_quiet`` (every test here): before each test, Python's garbage collector
   collects what the tests before left, then freezes every object there is (``gc.freeze``), so
@@ -41,10 +42,12 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from slave.engine import paced_kernel as pk
+from slave.engine.clock import VirtualClock
 from slave.engine.files import direct_io_works
 from slave.engine.loop_args import LoopArgs
 from slave.engine.loop_native import NativeLoop
@@ -99,14 +102,28 @@ def require_here(why: str | None) -> None:
 
 
 _STEAL = pytest.StashKey[float]()
+_VIRTUAL = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """The share of the CPUs the host took while the test ran."""
-    with HostSteal() as steal:
-        yield
+    """The share of the CPUs the host took while the test ran, and whether it made a
+    ``VirtualClock`` (then it ran on virtual time)."""
+    made: list[VirtualClock] = []
+    init = VirtualClock.__init__
+
+    def watched(clock: VirtualClock, *args: Any, **kwargs: Any) -> None:
+        made.append(clock)
+        init(clock, *args, **kwargs)
+
+    VirtualClock.__init__ = watched  # type: ignore[method-assign]
+    try:
+        with HostSteal() as steal:
+            yield
+    finally:
+        VirtualClock.__init__ = init  # type: ignore[method-assign]
     item.stash[_STEAL] = steal.share
+    item.stash[_VIRTUAL] = bool(made)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -116,7 +133,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if (report.when == "call" and report.failed and item.get_closest_marker("alone")
             and call.excinfo is not None and call.excinfo.errisinstance(AssertionError)):
-        why = excuse(item.stash.get(_STEAL, 0.0), call.excinfo.exconly())
+        why = excuse(item.stash.get(_STEAL, 0.0), call.excinfo.exconly(),
+                     item.stash.get(_VIRTUAL, False))
         if why is not None:
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {why}")

@@ -34,3 +34,8 @@ def test_the_share_is_the_steal_over_the_stretch_per_cpu() -> None:
 
 def test_the_machines_steal_is_read() -> None:
     assert steal_s() >= 0.0
+
+
+def test_a_test_on_virtual_time_is_never_excused() -> None:
+    assert excuse(0.37, "AssertionError: logs differ", virtual=True) is None
+    assert excuse(0.37, "AssertionError: logs differ") is not None
