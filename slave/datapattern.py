@@ -15,16 +15,21 @@ give an I/O's serial.
 Kinds:
 
 * ``random``: incompressible and never duplicated. A block is a copy of pool block
-  ``serial % POOL_BLOCKS`` (random bytes from the seed) with every 512-byte sector stamped in
+  ``serial % pool_blocks`` (random bytes from the seed) with every 512-byte sector stamped in
   its first 16 bytes with the sector's byte offset on the LUN and the serial (so no two
   writes are alike and a read back can be checked byte for byte);
 * ``zeros``: all zero bytes;
 * ``compressible`` (ratio r): the pool blocks' first ``blocksize / r`` bytes random, the rest
   zero; only the block's first 16 bytes stamped as above, so blocks stay unique;
 * ``dedupable`` (ratio d): a write is unique (as ``random``) or an exact copy of one of
-  ``DEDUP_POOL`` fixed random blocks, as ``x = splitmix64(dedup_key + serial)`` says:
+  ``dup_blocks`` fixed random blocks, as ``x = splitmix64(dedup_key + serial)`` says:
   unique when ``x >> 11 < unique_below`` (``round(2**53 / d)``: probability ``1 / d``), else
-  duplicate block ``x % DEDUP_POOL``. ``dedup_key`` is drawn from the seed.
+  duplicate block ``x % dup_blocks``. ``dedup_key`` is drawn from the seed.
+
+The pool holds ``POOL_BLOCKS`` blocks and the duplicates ``DEDUP_POOL``, fewer where that would
+pass ``POOL_BYTES`` (``pool_sizes``): at 4 KiB and below 64 and 16 blocks, at 1 MiB 4 and 2 (64
+and 16 MiB of a workload's memory before). The pool repeats every 256 KiB of writes at any
+block size (every sector is stamped, so no two sectors written are alike).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from slave.params import WriteDataKind
 SECTOR_BYTES: Final = 512
 POOL_BLOCKS: Final = 64
 DEDUP_POOL: Final = 16
+#: the pool's and the duplicates' bytes, each, at most (but 4 and 2 blocks at least)
+POOL_BYTES: Final = 256 * 1024
 #: each kind's number in the compiled loop (``struct ivy_data``'s ``kind``; 0: no writes)
 KIND_CODES: Final[dict[WriteDataKind, int]] = {
     "random": 1, "compressible": 2, "zeros": 3, "dedupable": 4}
@@ -53,6 +60,12 @@ def splitmix64(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
+
+
+def pool_sizes(blocksize_bytes: int) -> tuple[int, int]:
+    """How many blocks the pool and the duplicates hold at ``blocksize_bytes``."""
+    fit = POOL_BYTES // blocksize_bytes
+    return max(4, min(POOL_BLOCKS, fit)), max(2, min(DEDUP_POOL, fit))
 
 
 def _splitmix64_one(z: int) -> int:
@@ -77,8 +90,9 @@ class WritePattern:
         # the pool (kinds that copy it), then the duplicates and the key (dedupable): each
         # drawn only where used, so a block of 1 MiB costs no more memory than it must
         empty = np.zeros((0, bs), dtype=np.uint8)
+        self.pool_blocks, self.dup_blocks = pool_sizes(bs)
         self._pool = empty if kind == "zeros" else rng.integers(
-            0, 256, (POOL_BLOCKS, bs), dtype=np.uint8)
+            0, 256, (self.pool_blocks, bs), dtype=np.uint8)
         if kind == "compressible":
             keep = max(16, min(bs, round(bs / ratio)))
             self._pool[:, keep:] = 0
@@ -87,7 +101,7 @@ class WritePattern:
         self.dedup_key = 0
         self.unique_below = 1 << 53
         if kind == "dedupable":
-            self._dups = rng.integers(0, 256, (DEDUP_POOL, bs), dtype=np.uint8)
+            self._dups = rng.integers(0, 256, (self.dup_blocks, bs), dtype=np.uint8)
             self.dedup_key = int(rng.integers(0, _U64, dtype=np.uint64, endpoint=True))
             self.unique_below = min(1 << 53, round(2.0**53 / ratio))
         self._serial = 1
@@ -101,6 +115,11 @@ class WritePattern:
         self._views: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
 
     @property
+    def pools_bytes(self) -> int:
+        """The memory the pool and the duplicates hold."""
+        return self._pool.nbytes + self._dups.nbytes
+
+    @property
     def next_serial(self) -> int:
         """The serial number of the next I/O (the first is 1)."""
         return self._serial
@@ -109,14 +128,18 @@ class WritePattern:
     def next_serial(self, serial: int) -> None:  # a loop took serials up to here
         self._serial = serial
 
-    def data_words(self) -> tuple[int, int, int, int, int]:
-        """What the compiled loop places a write's data from: the kind's code
-        (``KIND_CODES``), the pool's and the duplicates' addresses (0: none; each a
-        C-contiguous array of blocks, kept alive by this pattern), the dedup key and the
+    def data_words(self) -> dict[str, int]:
+        """What the compiled loop places a write's data from, by field of ``struct
+        ivy_data`` (all but the ring's serial): the kind's code (``KIND_CODES``), the block's
+        bytes, the pool's and the duplicates' addresses (0: none; each a C-contiguous array
+        of blocks, kept alive by this pattern) and sizes in blocks, the dedup key and the
         unique bound."""
-        return (KIND_CODES[self.kind], self._pool.ctypes.data if self._pool.size else 0,
-                self._dups.ctypes.data if self._dups.size else 0, self.dedup_key,
-                self.unique_below)
+        return {"kind": KIND_CODES[self.kind], "block_bytes": self.blocksize_bytes,
+                "pool": self._pool.ctypes.data if self._pool.size else 0,
+                "pool_blocks": self.pool_blocks,
+                "dups": self._dups.ctypes.data if self._dups.size else 0,
+                "dup_blocks": self.dup_blocks, "dedup_key": self.dedup_key,
+                "unique_below": self.unique_below}
 
     def unique(self, serials: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of the writes ``serials`` are unique blocks (all but dedupable's
@@ -142,7 +165,7 @@ class WritePattern:
         if self.kind == "zeros":
             buffers[rows, :bs] = 0
             return
-        buffers[rows, :bs] = self._pool.take(serials % POOL_BLOCKS, axis=0)
+        buffers[rows, :bs] = self._pool.take(serials % self.pool_blocks, axis=0)
         words = self._sector_words(buffers)
         k = self._stamp_offsets.size
         words[rows, :k, 0] = offsets_bytes[:, None] + self._stamp_offsets
@@ -151,7 +174,7 @@ class WritePattern:
             x = self._mix(serials)
             dup = x >> np.uint64(11) >= np.uint64(self.unique_below)
             if dup.any():
-                which = (x[dup] % np.uint64(DEDUP_POOL)).astype(np.intp)
+                which = (x[dup] % np.uint64(self.dup_blocks)).astype(np.intp)
                 buffers[rows[dup], :bs] = self._dups.take(which, axis=0)
 
     def fill_one(self, buffers: npt.NDArray[np.uint8], row: int, offset_bytes: int,
@@ -165,9 +188,9 @@ class WritePattern:
         if self.kind == "dedupable":
             x = _splitmix64_one((self.dedup_key + serial) & _U64)
             if x >> 11 >= self.unique_below:
-                buffers[row, :bs] = self._dups[x % DEDUP_POOL]
+                buffers[row, :bs] = self._dups[x % self.dup_blocks]
                 return
-        buffers[row, :bs] = self._pool[serial % POOL_BLOCKS]
+        buffers[row, :bs] = self._pool[serial % self.pool_blocks]
         stamps = self._one_stamps
         np.add(self._stamp_offsets, offset_bytes, out=self._one_offsets)
         self._one_serials.fill(serial)
@@ -205,7 +228,7 @@ class WritePattern:
             return f"serial stamps disagree: {words[cols + 1][:4].tolist()}"
         if not self.unique(np.array([serial], dtype=np.int64))[0]:
             return f"serial {serial} writes a duplicate block, not a unique one"
-        expect = self._pool[serial % POOL_BLOCKS].copy()
+        expect = self._pool[serial % self.pool_blocks].copy()
         ew = expect.view(np.int64)
         ew[cols] = want_off
         ew[cols + 1] = serial

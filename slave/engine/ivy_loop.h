@@ -109,15 +109,17 @@ struct ivy_gen {
 
 /* a workload's write data (struct ivy_data, mirrored by loop_args.DATA_DTYPE), as
  * slave.datapattern.WritePattern defines it: its kind (0: it does not write; else
- * datapattern.KIND_CODES, DATA_*), its block's bytes, its pool of POOL_BLOCKS blocks and
- * dedupable's DEDUP_POOL duplicates (addresses of arrays of blocks; NULL where the kind has
+ * datapattern.KIND_CODES, DATA_*), its block's bytes, its pool of pool_blocks blocks and
+ * dedupable's dup_blocks duplicates (addresses of arrays of blocks; NULL where the kind has
  * none), dedupable's key and unique bound; and the serial of its ring's first I/O (ring I/O
  * i's is ring_serial + i: every I/O takes one, read or write) */
 #define IVY_DATA_FIELDS(X) \
     X(int64_t, kind) \
     X(int64_t, block_bytes) \
     X(const uint8_t *, pool) \
+    X(int64_t, pool_blocks) \
     X(const uint8_t *, dups) \
+    X(int64_t, dup_blocks) \
     X(uint64_t, dedup_key) \
     X(int64_t, unique_below) \
     X(int64_t, ring_serial)

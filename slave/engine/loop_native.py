@@ -152,17 +152,15 @@ class NativeLoop:
 
     def _write_args(self) -> None:
         """The kernel's words for writes: each writing workload's data (``struct ivy_data``:
-        ``WritePattern.data_words``, its kind, pool, duplicates, dedup key and bound) and
-        block size; its ring's first serial comes with the ring (``set_ring``)."""
+        ``WritePattern.data_words``); its ring's first serial comes with the ring
+        (``set_ring``)."""
         d = self.data = self.args.array("data", np.zeros(len(self.ws), dtype=DATA_DTYPE))
         # kept alive: the kernel has their arrays' addresses only
         self._patterns = [w.pattern for w in self.ws]
         for i, w in enumerate(self.ws):
-            if w.pattern is None:
-                continue
-            (d["kind"][i], d["pool"][i], d["dups"][i], d["dedup_key"][i],
-             d["unique_below"][i]) = w.pattern.data_words()
-            d["block_bytes"][i] = w.pattern.blocksize_bytes
+            if w.pattern is not None:
+                for name, value in w.pattern.data_words().items():
+                    d[name][i] = value
 
     def _stats_args(self, root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when

@@ -730,7 +730,7 @@ static void put_write_data(const struct ivy_data *d, int64_t i, int64_t off, cha
     case DATA_DEDUPABLE: {
         const uint64_t x = mix64(d->dedup_key + (uint64_t)serial);
         if ((x >> 11) >= (uint64_t)d->unique_below) {
-            memcpy(dst, d->dups + (x % DEDUP_POOL) * (uint64_t)bs, (size_t)bs);
+            memcpy(dst, d->dups + (x % (uint64_t)d->dup_blocks) * (uint64_t)bs, (size_t)bs);
             return;
         }
         break;
@@ -741,7 +741,7 @@ static void put_write_data(const struct ivy_data *d, int64_t i, int64_t off, cha
     default:
         break;
     }
-    memcpy(dst, d->pool + (serial % POOL_BLOCKS) * bs, (size_t)bs);
+    memcpy(dst, d->pool + (serial % d->pool_blocks) * bs, (size_t)bs);
     for (int64_t sec = 0; sec < stamped; sec++) {
         int64_t *head = (int64_t *)(dst + SECTOR_BYTES * sec);
         head[0] = off + SECTOR_BYTES * sec;

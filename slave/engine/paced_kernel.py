@@ -66,7 +66,7 @@ import numpy.typing as npt
 
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
-from slave.datapattern import DEDUP_POOL, KIND_CODES, POOL_BLOCKS, SECTOR_BYTES
+from slave.datapattern import KIND_CODES, SECTOR_BYTES
 from slave.engine import layout, loop_args
 from slave.engine.layout import IOCB_CMD_PWRITE
 from slave.engine.loop_args import GEN_DTYPE, LoopArgs
@@ -102,8 +102,7 @@ def source() -> str:
     """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
     with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
     hash, which names the cached and the shipped object, cover both)."""
-    defines = {"POOL_BLOCKS": POOL_BLOCKS, "DEDUP_POOL": DEDUP_POOL}
-    defines.update({f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()})
+    defines = {f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()}
     # a write's opcode, a stamped sector's size
     defines.update(IOCB_CMD_PWRITE=IOCB_CMD_PWRITE, SECTOR_BYTES=SECTOR_BYTES)
     defines.update(_STATS_LAYOUT)

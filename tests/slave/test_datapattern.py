@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 import pytest
 
-from slave.datapattern import DEDUP_POOL, WritePattern, splitmix64
+from slave.datapattern import DEDUP_POOL, POOL_BLOCKS, WritePattern, pool_sizes, splitmix64
 
 BS = 4096
 
@@ -106,7 +106,8 @@ def test_a_dedupable_write_is_a_duplicate_with_probability_1_minus_1_over_d(
     p.fill(buf, np.arange(4000, dtype=np.intp), np.arange(4000, dtype=np.int64) * BS,
            serials[:4000])
     dups = {bytes(b) for b, u in zip(buf, unique[:4000], strict=True) if not u}
-    assert len(dups) == (0 if ratio == 1.0 else DEDUP_POOL)
+    assert len(dups) == (0 if ratio == 1.0 else p.dup_blocks)
+    assert p.dup_blocks == DEDUP_POOL  # at 4 KiB
 
 
 def test_verify_refuses_a_unique_block_where_the_serial_makes_a_duplicate() -> None:
@@ -144,3 +145,30 @@ def test_fill_one_writes_what_fill_writes(kind: str, ratio: float, width: int) -
         assert (buf[:, BS:] == 0xA5).all()
         both.append(buf)
     assert np.array_equal(both[0], both[1])
+
+
+@pytest.mark.parametrize(("bs", "pool", "dups"), [
+    (512, POOL_BLOCKS, DEDUP_POOL), (4096, 64, 16), (8192, 32, 16), (65536, 4, 4),
+    (1 << 20, 4, 2), (16 << 20, 4, 2),
+])
+def test_the_pools_hold_256_kib_each_but_a_few_blocks_at_least(bs: int, pool: int,
+                                                                dups: int) -> None:
+    assert pool_sizes(bs) == (pool, dups)
+    p = WritePattern("dedupable", 2.0, bs, seed=1)
+    assert (p.pool_blocks, p.dup_blocks) == (pool, dups)
+    words = p.data_words()
+    assert (words["pool_blocks"], words["dup_blocks"]) == (pool, dups)
+    # a write of 1 MiB keeps 6 MiB of pools (it kept 80 MiB)
+    assert p.pools_bytes == (pool + dups) * bs
+
+
+def test_a_large_blocks_writes_cycle_through_its_small_pool() -> None:
+    bs = 1 << 20
+    p = WritePattern("random", 1.0, bs, seed=3)
+    buf = np.zeros((8, bs), dtype=np.uint8)
+    serials = np.arange(1, 9, dtype=np.int64)
+    p.fill(buf, np.arange(8, dtype=np.intp), serials * bs, serials)
+    # past each sector's stamp, serials 4 apart write the same pool block, others differ
+    body = buf.reshape(8, -1, 512)[:, :, 16:]
+    assert np.array_equal(body[0], body[4]) and not np.array_equal(body[0], body[1])
+    assert all(p.verify(buf[i], int(serials[i]) * bs) is None for i in range(8))

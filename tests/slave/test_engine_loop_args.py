@@ -175,8 +175,8 @@ _N_LOOP_FIELDS = len(loop_args.FIELDS)
     # a write data's fields swapped
     ("X(uint64_t, dedup_key) \\\n    X(int64_t, unique_below)",
      "X(int64_t, unique_below) \\\n    X(uint64_t, dedup_key)",
-     "field 4: compiled (name, offset, size) ('unique_below', 32, 8), the Python mirror's "
-     "('dedup_key', 32, 8)"),
+     "field 6: compiled (name, offset, size) ('unique_below', 48, 8), the Python mirror's "
+     "('dedup_key', 48, 8)"),
     # a row's bookkeeping fields swapped
     ("X(int64_t, submit_ns) \\\n    X(int64_t, sched_ns) \\\n    X(int64_t, size_bytes)",
      "X(int64_t, sched_ns) \\\n    X(int64_t, submit_ns) \\\n    X(int64_t, size_bytes)",

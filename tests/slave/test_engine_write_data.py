@@ -48,9 +48,8 @@ def _kernel_data(p: WritePattern, ring_serial: int) -> LoopArgs:
     """The kernel's arguments for one workload writing ``p``'s data, its ring's first I/O of
     serial ``ring_serial`` (``NativeLoop._write_args``)."""
     d = np.zeros(1, dtype=DATA_DTYPE)
-    (d["kind"][0], d["pool"][0], d["dups"][0], d["dedup_key"][0],
-     d["unique_below"][0]) = p.data_words()
-    d["block_bytes"][0] = p.blocksize_bytes
+    for name, value in p.data_words().items():
+        d[name][0] = value
     d["ring_serial"][0] = ring_serial
     a = LoopArgs()
     a.array("data", d)
