@@ -28,8 +28,9 @@ Kinds:
 
 The pool holds ``POOL_BLOCKS`` blocks and the duplicates ``DEDUP_POOL``, fewer where that would
 pass ``POOL_BYTES`` (``pool_sizes``): at 4 KiB and below 64 and 16 blocks, at 1 MiB 4 and 2 (64
-and 16 MiB of a workload's memory before). The pool repeats every 256 KiB of writes at any
-block size (every sector is stamped, so no two sectors written are alike).
+and 16 MiB of a workload's memory before). The pool repeats every 256 KiB of writes up to
+64 KiB blocks, every 4 blocks above (every sector is stamped, so no two sectors written are
+alike).
 """
 
 from __future__ import annotations
