@@ -454,9 +454,10 @@ def test_memory_with_64_workloads_stays_under_150_mb(
     # 64 workloads of real libaio I/O on two loop devices, paced and at max iops (whose
     # workloads precompute thousands of I/Os each), and paced half writes of 32 KiB (dedupable:
     # each workload's pool and duplicate blocks, 512 KiB; 2.5 MiB before they were bounded,
-    # which put the 64 at 160 MiB), in a fresh slave process with the default worker pool. Resident memory of that process and its workers: the sum of their PSS, which
-    # counts a page shared by n processes 1/n in each (the libraries, the pages the workers
-    # inherited); the sum of their RSS counts such pages once per process. Measured on the
+    # which put the 64 at 160 MiB), in a fresh slave process with the default worker pool.
+    # Resident memory of that process and its workers: the sum of their PSS, which counts a
+    # page shared by n processes 1/n in each (the libraries, the pages the workers inherited);
+    # the sum of their RSS counts such pages once per process. Measured on the
     # 2-core VM (3 processes): PSS 84 MB paced, 114-117 MB at max iops; RSS 136 and 167 MB;
     # writing, PSS 102-103 MB (230-231 MB with the pools unbounded, 2026-11-27).
     # (The pagemap union this replaces read zeros without CAP_SYS_ADMIN, and ran the fake
