@@ -35,6 +35,8 @@ from slave.engine.clock import VirtualClock
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
 from slave.engine.layout import LOG
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_state import LoopWorkload
+from slave.engine.loop_workloads import Workloads
 from slave.params import WRITE_DATA_KINDS, WorkloadParams
 from slave.sequencer import stream_fraction
 from tests.slave import mixes
@@ -317,6 +319,42 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     warned = [r.getMessage() for r in caplog.records if "far behind" in r.getMessage()]
     assert len(warned) == 2 and all("workload w0: more than 1000 I/Os" in m for m in warned)
     _assert_same(-1, params, change, runs[True], runs[False])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_long_backlog_is_precomputed_in_a_few_refills(
+        compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the workload of the test above (about 2,400 I/Os behind at the first boundary, rings of
+    # 64 I/Os), edited to another read fraction: the edit precomputes its backlog in refills
+    # that each add as many I/Os as the ring holds (64 to 4,096: 7 on virtual time), not a
+    # ring's usual size at a time (67 did, each copying the whole rest of the ring again)
+    period = 5_000
+    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
+                             seed=7, read_fraction=0.5)]
+    change = params[0].replace(read_fraction=0.25)
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    refills, in_backlog = [0], [False]
+    backlog, refill = Workloads._backlog, LoopWorkload.refill
+
+    def counted_backlog(ws: Workloads, w: LoopWorkload, at_ns: int) -> int:
+        in_backlog[0] = True
+        try:
+            return backlog(ws, w, at_ns)
+        finally:
+            in_backlog[0] = False
+
+    def counted_refill(w: LoopWorkload, need: int) -> None:
+        refills[0] += in_backlog[0]
+        refill(w, need)
+
+    monkeypatch.setattr(Workloads, "_backlog", counted_backlog)
+    monkeypatch.setattr(LoopWorkload, "refill", counted_refill)
+    run = _run(params, change, {"script": np.array([100_000], dtype=np.int64)}, compiled,
+               monkeypatch)
+    start = 1_000_000_000 + 1_000_000
+    kept = int((run.log[:, LOG["sched_ns"]] < start + SUB_NS).sum())
+    assert kept > 2_000 and 1 <= refills[0] <= 7, (kept, refills)
 
 
 @pytest.mark.parametrize("depth", [8, 4])  # the same slots, or new ones (the old retired)
