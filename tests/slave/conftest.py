@@ -147,6 +147,20 @@ def _collector_quiet() -> None:
 
 
 @pytest.fixture
+def retimes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the loop retimed workloads in the kernel (``paced_kernel.retime``)."""
+    n = [0]
+    retime = pk.retime
+
+    def counting(*a: object) -> None:
+        n[0] += 1
+        retime(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "retime", counting)
+    return n
+
+
+@pytest.fixture
 def generated(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many I/Os the kernel generated, counted as the loop takes them back (one word)."""
     made = [0]

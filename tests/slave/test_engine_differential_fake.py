@@ -28,7 +28,6 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
-from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
@@ -463,7 +462,7 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
 
 
 def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draws(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        retimes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     # DFC's edits (a new rate at every boundary) of a Poisson workload, made in place in the
     # compiled loop (``paced_retime``) and by ``Workloads._retime`` in the Python loop, with
     # short rings that each loop drew ahead by its own amount: the arrivals not yet due are
@@ -473,15 +472,6 @@ def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draw
     monkeypatch.setattr(tuning, "RING_MAX", 64)
     p = WorkloadParams(iosequencer="random_independent", iodepth=4, iops=3_000.0, seed=11)
     rates = [5_000.0, 2_000.0, 4_000.0, 3_000.0]
-    retimed = [0]
-    retime = pk.retime
-
-    def counting(*a: object) -> None:
-        retimed[0] += 1
-        retime(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pk, "retime", counting)
-
     def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
         if finished < len(rates):
             lp.edit_workloads([("w0", p.with_rate(rates[finished]))], boundary_ns)
@@ -489,7 +479,7 @@ def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draw
     runs = {c: _run([p], None, _engine_kwargs(3, [p]), c, monkeypatch,
                     control=Control(len(rates) + 1, at_boundary=at_boundary))
             for c in (True, False)}
-    assert retimed[0] == len(rates)  # every edit in place, in the compiled run
+    assert retimes[0] == len(rates)  # every edit in place, in the compiled run
     _assert_same(-1, [p], None, runs[True], runs[False])
 
 

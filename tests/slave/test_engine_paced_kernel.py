@@ -492,20 +492,6 @@ def codes(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[int]]
     yield seen
 
 
-@pytest.fixture
-def retimes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the loop retimed workloads in the kernel (``paced_kernel.retime``)."""
-    n = [0]
-    retime = pk.retime
-
-    def counting(*a: object) -> None:
-        n[0] += 1
-        retime(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pk, "retime", counting)
-    return n
-
-
 def _run_paced(path: str, params: list[WorkloadParams], sub_ns: int, n_sub: int,
                ctl: Control | None = None) -> tuple[Control, EngineLoop]:
     """The workloads on ``path`` through libaio in one loop, their stats blocks in one region
