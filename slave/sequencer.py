@@ -51,6 +51,14 @@ def stream_fraction(stream: str, use: bytes = b"ivypy-phase") -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
+def _wind_back(rng: np.random.Generator, n: int) -> None:
+    """``rng``'s stream moved back by ``n`` draws: a 128-bit PCG64 state (``default_rng``'s)
+    moved forward by its size less ``n``; another bit generator is left where it is."""
+    bg = rng.bit_generator
+    if n and isinstance(bg, np.random.PCG64):
+        bg.advance((1 << 128) - n)
+
+
 @dataclass(frozen=True)
 class OpChunk:
     """A chunk of consecutive I/Os of one workload (all arrays of the same length)."""
@@ -204,10 +212,7 @@ class Sequencer:
         without it, the position after everything generated. ``unissued``: how many I/Os
         this one generated last that the caller drops; the I/O stream is wound back by their
         draws, so the new one's first I/O takes the draws of the first of them."""
-        back = unissued * self.draws_per_io
-        bg = self._rng.bit_generator
-        if back and isinstance(bg, np.random.PCG64):  # default_rng's: others skip the I/Os
-            bg.advance((1 << 128) - back)  # a 128-bit state: forward by its size less back
+        _wind_back(self._rng, unissued * self.draws_per_io)
         self.rewind_schedule(unissued)
         new = Sequencer(
             params, lun_size_bytes=self._lun_size_bytes, logical_block_bytes=self._lbs,
@@ -247,10 +252,8 @@ class Sequencer:
         draw each), dropped or about to be drawn again: the next arrival takes the draw of the
         first of them, however far ahead a loop had drawn (the compiled loop's
         ``paced_retime`` does the same)."""
-        bg = self._sched_rng.bit_generator
-        if (n and self.paced and self.params.iosequencer == "random_independent"
-                and isinstance(bg, np.random.PCG64)):
-            bg.advance((1 << 128) - n)
+        if self.paced and self.params.iosequencer == "random_independent":
+            _wind_back(self._sched_rng, n)
 
     @property
     def draws_per_io(self) -> int:
