@@ -213,18 +213,21 @@ class Workloads:
         (from ``cur``) its schedule had due before then and not issued (the backlog the edit
         keeps), every one of them in the ring (precomputed now where the ring did not reach
         that far: a workload further behind than its ring, whose schedule the edit restarts,
-        lost the rest), ``tuning.BACKLOG_MAX`` at most: of a longer backlog the first are kept
-        and the rest of the old schedule is dropped, with a warning. The same whichever loop
+        lost the rest), at most its share of ``tuning.BACKLOG_BUDGET`` among the worker's
+        paced workloads (``BACKLOG_MIN`` at least): of a longer backlog the first are kept and
+        the rest of the old schedule is dropped, with a warning. The same whichever loop
         precomputed the ring (the compiled loop's are shorter)."""
-        sched, cap = IO["sched_ns"], tuning.BACKLOG_MAX
+        paced = max(1, len(self.paced))  # as at the last look: the same for a batch of edits
+        sched = IO["sched_ns"]
+        cap = max(tuning.BACKLOG_MIN, tuning.BACKLOG_BUDGET // paced)
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
             held = w.ring_len - w.cur
             if held >= cap:
                 log.warning(
                     "workload %s: more than %d I/Os its schedule had due before its edit were "
-                    "not issued yet (the LUN was far behind): the first %d keep their scheduled "
-                    "times, the rest of the old schedule is dropped", w.spec.workload_id,
-                    cap, cap)
+                    "not issued yet (the LUN was far behind; a worker keeps %d for each of its "
+                    "%d paced workloads): the first %d keep their scheduled times, the rest of "
+                    "the old schedule is dropped", w.spec.workload_id, cap, cap, paced, cap)
                 return cap
             # as many again as it holds: a long backlog in a few refills (each copies the
             # ring's rest; a refill's usual size at a time made it quadratic: 123 ms for

@@ -29,9 +29,12 @@ RING_BUDGET: Final = 1 << 18
 # I/Os it makes (docs/engine.md)
 PACED_RING_MIN: Final = 256
 # an edit keeps the I/Os a paced workload's old schedule had due and not issued (the backlog:
-# no coordinated omission), precomputing them where its ring did not reach the edit; this many
-# at most (41 bytes each), the rest of a longer backlog dropped with a warning
-BACKLOG_MAX: Final = 1 << 16
+# no coordinated omission), precomputing them where its ring did not reach the edit. A worker
+# keeps this many at most, shared by its paced workloads (41 bytes each: 2.7 MB), but each
+# at least BACKLOG_MIN (64 workloads far behind: 10.7 MB); of a longer backlog the first are
+# kept, the rest of the old schedule dropped with a warning
+BACKLOG_BUDGET: Final = 1 << 16
+BACKLOG_MIN: Final = 1 << 12
 # the compiled paced loop generates a workload's next I/Os itself, this many at a time (at most
 # its ring array's rows): far cheaper than a refill in Python (docs/engine.md)
 GEN_IOS: Final = 512

@@ -295,9 +295,10 @@ def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
 
 def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # the same workload, at most 1,000 I/Os of backlog kept: its first ones keep their times
-    # (a run of the old schedule from its start, BACKLOG_MAX of them), the rest of
-    # the old schedule is dropped with a warning naming the workload, and both loops agree
+    # the same workload, at most 1,000 I/Os of backlog kept (the worker's budget, all its own):
+    # its first ones keep their times (a run of the old schedule from its start, 1,000 of
+    # them), the rest of the old schedule is dropped with a warning naming the workload, and
+    # both loops agree
     period = 5_000
     params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
                              seed=7, read_fraction=0.5)]
@@ -305,7 +306,8 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
     monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
     monkeypatch.setattr(tuning, "RING_MAX", 64)
-    monkeypatch.setattr(tuning, "BACKLOG_MAX", 1_000)
+    monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 1_000)
+    monkeypatch.setattr(tuning, "BACKLOG_MIN", 100)
     runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
     start = 1_000_000_000 + 1_000_000
     base = start + round(period * stream_fraction("w0"))
@@ -318,6 +320,53 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     warned = [r.getMessage() for r in caplog.records if "far behind" in r.getMessage()]
     assert len(warned) == 2 and all("workload w0: more than 1000 I/Os" in m for m in warned)
     _assert_same(-1, params, change, runs[True], runs[False])
+
+
+@pytest.mark.parametrize(("budget", "minimum", "each"), [
+    (4_000, 100, 1_000),  # a quarter of the worker's budget each
+    (4_000, 1_500, 1_500),  # but never fewer than BACKLOG_MIN
+])
+def test_paced_workloads_far_behind_share_the_workers_backlog_budget(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, budget: int,
+        minimum: int, each: int) -> None:
+    # four workloads paced at 200,000 IOPS that do about 80,000 (some 2,400 I/Os behind at
+    # the first boundary), all edited to another rate there (DFC's edit): each keeps its
+    # share of the worker's budget, or BACKLOG_MIN, its first ones with their times, and says
+    # so; the memory an edit keeps is bounded per worker (64 workloads far behind kept 172 MB
+    # with 65,536 each), and both loops agree
+    period = 5_000
+    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
+                             seed=7 + i, read_fraction=0.5) for i in range(4)]
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    monkeypatch.setattr(tuning, "BACKLOG_BUDGET", budget)
+    monkeypatch.setattr(tuning, "BACKLOG_MIN", minimum)
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0:
+            lp.edit_workloads([(f"w{i}", p.with_rate(1_000.0)) for i, p in enumerate(params)],
+                              boundary_ns)
+
+    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
+    runs = {c: _run(params, None, kw, c, monkeypatch, control=Control(
+        N_SUB, at_boundary=at_boundary)) for c in (True, False)}
+    start = 1_000_000_000 + 1_000_000
+    fd = LOG["fd"]
+    for c in (True, False):
+        for i in range(4):
+            log = runs[c].log[runs[c].log[:, fd] == 100 + i]
+            base = start + round(period * stream_fraction(f"w{i}"))
+            sched = log[:, LOG["sched_ns"]]
+            kept = np.sort(sched[sched < start + SUB_NS])
+            before = int((log[:, LOG["submit_ns"]] < start + SUB_NS).sum())
+            assert kept.size == before + each, (c, i, kept.size, before)
+            assert np.array_equal(kept, base + period * np.arange(kept.size)), (c, i)
+    warned = sorted(r.getMessage() for r in caplog.records if "far behind" in r.getMessage())
+    assert len(warned) == 8, warned
+    assert all(f"more than {each} I/Os" in m and f"keeps {each} for each of its 4 paced" in m
+               for m in warned), warned
+    assert {m.split(":")[0] for m in warned} == {f"workload w{i}" for i in range(4)}
+    _assert_same(-1, params, None, runs[True], runs[False])
 
 
 @pytest.mark.parametrize("compiled", [True, False])

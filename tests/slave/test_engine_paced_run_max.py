@@ -143,16 +143,18 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
     it never had (0: the response would be the clock's whole reading). Once the backlog is
     out, response is service again."""
     dev = loop_device(64 * MiB)
-    # the first edit keeps the first BACKLOG_MAX of some 100,000 I/Os due: thousands, or
-    # 512, which the compiled loop issues in the next subinterval
+    # the first edit keeps the first BACKLOG_BUDGET of some 100,000 I/Os due (the only paced
+    # workload: all of the budget): thousands, or 512, which the compiled loop issues in the
+    # next subinterval
     if carried:  # the kernel generates a ring's whole length at a time
         monkeypatch.setattr(tuning, "GEN_IOS", 1 << 20)
         # (16,384 kept 15,909 past the compiled loop's subinterval, too many for the general
         # loop to issue in 600 ms on a loaded machine)
-        monkeypatch.setattr(tuning, "BACKLOG_MAX", 4096)
+        monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 4096)
     else:  # short rings, and 512 generated at a time
         monkeypatch.setattr(tuning, "RING_MAX", 1024)
-        monkeypatch.setattr(tuning, "BACKLOG_MAX", 512)
+        monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 512)
+        monkeypatch.setattr(tuning, "BACKLOG_MIN", 256)
     behind = WorkloadParams(iodepth=1, iops=1_000_000.0, seed=1, blocksize_bytes=4096)
     # it writes a little, elsewhere: the LUN is opened for writing, as the second edit needs
     other = WorkloadParams(iodepth=64 if carried else 2, seed=2, blocksize_bytes=4096,

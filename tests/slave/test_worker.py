@@ -390,16 +390,23 @@ _MEM = textwrap.dedent(
         return found
 
     pool = WorkerPool()  # the default: one worker per usable CPU
+    # "behind": paced far above what the LUNs do, then edited to another rate (DFC's edit)
+    # in the first subinterval: at the boundary, each keeps a backlog of thousands of I/Os
+    rate = None if iops == "max" else 1e6 if iops == "behind" else float(iops)
+    params = {}
     for i in range(N):
         lun = luns[i % len(luns)]
-        pool.create_workload(f"h:{lun}:w{i}", lun, "libaio",
-                             WorkloadParams(iodepth=iodepth, seed=i, blocksize_bytes=bs,
-                                            iops=None if iops == "max" else float(iops),
-                                            read_fraction=0.5 if writes else 1.0,
-                                            write_data="dedupable" if writes else "random",
-                                            write_data_ratio=2.0 if writes else 1.0))
+        params[f"h:{lun}:w{i}"] = WorkloadParams(
+            iodepth=iodepth, seed=i, blocksize_bytes=bs, iops=rate,
+            read_fraction=0.5 if writes else 1.0,
+            write_data="dedupable" if writes else "random",
+            write_data_ratio=2.0 if writes else 1.0)
+        pool.create_workload(f"h:{lun}:w{i}", lun, "libaio", params[f"h:{lun}:w{i}"])
     t0 = time.monotonic_ns() + 50_000_000
     pool.go(t0, 500_000_000)
+    if iops == "behind":
+        time.sleep(0.3)
+        pool.edit_workloads([(wid, p.with_rate(5e5)) for wid, p in params.items()])
     ops, reads = {}, {}
     for k in range(2):
         r = pool.collect(k, t0 + (k + 1) * 500_000_000 + 3_000_000_000)
@@ -447,19 +454,22 @@ def _loop_env() -> None:
 
 @pytest.mark.root
 @pytest.mark.parametrize(("iodepth", "iops", "bs"), [
-    (8, "200", 4096), (32, "max", 4096), (8, "200", 32768)])
+    (8, "200", 4096), (32, "max", 4096), (8, "200", 32768), (8, "behind", 4096)])
 def test_memory_with_64_workloads_stays_under_150_mb(
     _loop_env: None, loop_device: LoopFactory, iodepth: int, iops: str, bs: int
 ) -> None:
     # 64 workloads of real libaio I/O on two loop devices, paced and at max iops (whose
-    # workloads precompute thousands of I/Os each), and paced half writes of 32 KiB (dedupable:
+    # workloads precompute thousands of I/Os each), paced half writes of 32 KiB (dedupable:
     # each workload's pool and duplicate blocks, 512 KiB; 2.5 MiB before they were bounded,
-    # which put the 64 at 160 MiB), in a fresh slave process with the default worker pool.
+    # which put the 64 at 160 MiB), and paced far above what the LUNs do, then edited (the
+    # backlog each edit keeps), in a fresh slave process with the default worker pool.
     # Resident memory of that process and its workers: the sum of their PSS, which counts a
     # page shared by n processes 1/n in each (the libraries, the pages the workers inherited);
     # the sum of their RSS counts such pages once per process. Measured on the
-    # 2-core VM (3 processes): PSS 84 MB paced, 114-117 MB at max iops; RSS 136 and 167 MB;
-    # writing, PSS 102-103 MB (230-231 MB with the pools unbounded, 2026-11-27).
+    # 2-core VM (3 processes): PSS 68 MB paced, 98 MB at max iops; RSS 122 and 153 MB;
+    # writing, PSS 102-108 MB (230-231 MB with the pools unbounded); "behind", each edited
+    # while some 500,000 I/Os behind, PSS 96 MB (249 MB when each kept 65,536 of them; now
+    # 4,096, its share of the worker's BACKLOG_BUDGET), 2026-11-27.
     # (The pagemap union this replaces read zeros without CAP_SYS_ADMIN, and ran the fake
     # engine on /dev/null.)
     devices = [loop_device(64 * MIB) for _ in range(2)]
@@ -480,7 +490,10 @@ def test_memory_with_64_workloads_stays_under_150_mb(
     device_reads = sum(_device_reads(d.name) for d in devices) - reads0
     assert out["reads"] >= (0.3 * sum(ops) if bs > 4096 else sum(ops))
     assert device_reads >= out["reads"], f"the devices read {device_reads}, the tool {out}"
-    if iops == "max":
+    if iops == "behind":
+        # every edit kept a backlog as long as its share allowed, and said so
+        assert proc.stderr.count("far behind") == 64, proc.stderr[-3000:]
+    if iops in ("max", "behind"):
         # every workload ran: at least a few hundred I/Os of its own in the second
         starved = [i for i, n in enumerate(ops) if n < 200]
         assert not starved, f"workloads {starved} did (almost) no I/O: {ops}"
