@@ -325,18 +325,19 @@ class EngineLoop:
                     lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
             # at one moment, the completions there first (each recorded, a max-iops slot's
-            # next I/O submitted), then the paced I/Os due: the compiled loop's order, which
-            # a differential run on virtual time compares I/O for I/O
+            # next I/O submitted), then the I/Os due by their times (paced, and those an edit
+            # kept for a max-iops workload): the compiled loop's order, which a differential
+            # run on virtual time compares I/O for I/O
             engines = self._engine_list
             if len(engines) == 1:
                 eng = engines[0]
                 # look in the ring first when completions are likely there (no syscall); a
                 # short wait for a fuller batch did not pay (docs/engine.md)
-                n = eng.poll() if (workloads.paced or workloads.busy_poll
+                n = eng.poll() if (workloads.timed or workloads.busy_poll
                                    or slots.in_flight > 2) else 0
                 if not n:
-                    if workloads.paced:
-                        due = slots.submit_due(workloads.paced, now)
+                    if workloads.timed:
+                        due = slots.submit_due(workloads.timed, now)
                         if due < wake:
                             wake = due
                     if workloads.busy_poll:
@@ -347,7 +348,7 @@ class EngineLoop:
                         if left < tuning.SLEEP_MIN_NS:  # too near to sleep: keep looking
                             continue
                         n = eng.reap(1, timed_wait_ns(left))
-                    elif slots.in_flight and not workloads.paced:
+                    elif slots.in_flight and not workloads.timed:
                         # max-iops workloads only: look a while before blocking
                         # (docs/engine.md)
                         n = self._waiter.wait(eng.poll, eng.reap, wake)
@@ -365,8 +366,8 @@ class EngineLoop:
                                                      subinterval_ns)
                     else:
                         self._complete(eng, n, t)
-                        if workloads.paced:  # what is due now goes out after them
-                            slots.submit_due(workloads.paced, t)
+                        if workloads.timed:  # what is due now goes out after them
+                            slots.submit_due(workloads.timed, t)
                 continue
             if not engines:
                 clock.sleep_until(wake)
@@ -378,8 +379,8 @@ class EngineLoop:
                     got += n
                     last_done = mono()
                     self._complete(eng, n, last_done)
-            if workloads.paced:
-                due = slots.submit_due(workloads.paced, mono() if got else now)
+            if workloads.timed:
+                due = slots.submit_due(workloads.timed, mono() if got else now)
                 if due < wake:
                     wake = due
             if not got:

@@ -47,6 +47,7 @@ class Slots:
         self.in_flight = 0
         self.retired_in_flight = 0  # in flight on slots no workload holds any more
         self.running = False  # inside a run: I/Os may be in flight
+        self._kept_out = False  # a max-iops workload issued the last I/O an edit kept
         self._wl = wl
 
     def set_owner(self, slots: npt.NDArray[np.intp], owner: int) -> None:
@@ -154,7 +155,10 @@ class Slots:
             ios.append(w.next_ios(slots, self.buffer_row))
             if not w.paced:
                 kept = min(k, w.overdue)
-                w.overdue -= kept
+                if kept:
+                    w.overdue -= kept
+                    if not w.overdue:  # it leaves ``Workloads.timed`` (``submit_due``)
+                        self._kept_out = True
                 if kept < k:
                     starts_now.append(slots[kept:])
             by_engine.setdefault(w.spec.engine, []).append(slots)
@@ -176,15 +180,18 @@ class Slots:
                 raise
             self.in_flight += int(slots.size)
 
-    def submit_due(self, paced: list[LoopWorkload], now: int) -> int:
-        """Submit the I/Os of the ``paced`` workloads whose time has come and that have a free
-        slot, ``tuning.PACED_PER_CALL_PYTHON`` of them at most, in one submission: workload by
-        workload, the one whose first such I/O is the earliest first, as the compiled loop's
-        heap takes them (which takes ``PACED_PER_CALL`` at most). Returns the earliest
-        scheduled time of a waiting I/O that has a slot (or a far future)."""
+    def submit_due(self, timed: list[LoopWorkload], now: int) -> int:
+        """Submit the I/Os of the ``timed`` workloads (``Workloads.timed``) whose time has come
+        and that have a free slot, ``tuning.PACED_PER_CALL_PYTHON`` scheduled ones at most, in
+        one submission: workload by workload, the one whose first such I/O is the earliest
+        first, as the compiled loop's heap takes them (which takes ``PACED_PER_CALL`` at
+        most). A max-iops workload's I/Os an edit kept (``overdue``) count as scheduled; with
+        the last of them go its other free slots, at once (and a max-iops workload left no
+        such I/O leaves ``timed``). Returns the earliest scheduled time of a waiting I/O that
+        has a slot (or a far future)."""
         next_due = INF
         due: list[tuple[int, int, int]] = []  # the first one's time, the workload's index, k
-        for i, w in enumerate(paced):
+        for i, w in enumerate(timed):
             nfree = len(w.free)
             if not nfree:
                 continue
@@ -192,6 +199,10 @@ class Slots:
             if c + nfree > w.ring_len:
                 w.refill(nfree)
                 c = 0
+            if not w.paced:  # kept I/Os, all due (before the edit), then its own: at once
+                due.append((int(w.ring[c, IO["sched_ns"]]) if w.overdue else 0, i,
+                            min(nfree, w.overdue) if w.overdue else nfree))
+                continue
             first = int(w.ring[c, IO["sched_ns"]])
             if first > now:  # the common case, without a search
                 next_due = min(next_due, first)
@@ -200,18 +211,29 @@ class Slots:
             k = 1 if nfree == 1 else int(
                 w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
             due.append((first, i, k))
-        if not due:
-            return next_due
+        if due:
+            next_due = self._submit_due(timed, due, next_due)
+        if self._kept_out:
+            self._kept_out = False
+            timed[:] = [w for w in timed if w.paced or w.overdue]
+        return next_due
+
+    def _submit_due(self, timed: list[LoopWorkload], due: list[tuple[int, int, int]],
+                    next_due: int) -> int:
+        """``submit_due``'s submission of ``due``."""
         due.sort()  # (time, index): a tie goes in the workloads' order
         left = tuning.PACED_PER_CALL_PYTHON
         groups: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
         for first, i, k in due:
-            if not left:  # due now: the next call's
+            if not left and first:  # due now: the next call's
                 next_due = min(next_due, first)
                 continue
-            w = paced[i]
-            take = min(k, left)
-            left -= take
+            w = timed[i]
+            take = min(k, left) if first else k
+            if first:
+                left -= take
+            if not w.paced and take == w.overdue:  # the last kept: the rest go with it
+                take = len(w.free)
             if take < len(w.free):
                 next_due = min(next_due, int(w.ring[w.cur + take, IO["sched_ns"]]))
             groups.append((w, np.array([w.free.pop() for _ in range(take)], dtype=np.intp)))
@@ -220,8 +242,9 @@ class Slots:
 
     def recycle(self, slots: npt.NDArray[np.intp]) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
-        submission, in the order the compiled loop's heap takes them: ``_heap_time``, then the
-        workloads' order), freed (paced) or returned to the pool (retired). True when the last
+        submission, in the workloads' order, as the compiled loop's heap takes them at time
+        0), freed (paced, or max iops with I/Os an edit kept: ``submit_due`` takes them in
+        time order, as that heap does) or returned to the pool (retired). True when the last
         retired I/O in flight completed."""
         # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
         # sorting with numpy, whose every call is paid again after each system call
@@ -243,12 +266,12 @@ class Slots:
             last_retired = self.retired_in_flight == 0
         wl = self._wl
         resubmit: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
-        owners = by if len(by) == 1 else sorted(by, key=lambda o: (_heap_time(wl[o]), o))
+        owners = by if len(by) == 1 else sorted(by)
         for o in owners:
             g = by[o]
             w = wl[o]
             assert w is not None
-            if w.paced:  # the slots wait for their next scheduled I/O
+            if w.paced or w.overdue:  # the slots wait for their next scheduled I/O
                 w.free.extend(g)
             else:
                 resubmit.append((w, np.array(g, dtype=np.intp)))
@@ -256,10 +279,3 @@ class Slots:
             self.issue(resubmit)
         return last_retired
 
-
-def _heap_time(w: LoopWorkload | None) -> int:
-    """Where the compiled loop's heap holds max-iops workload ``w`` with a free slot: at 0, or,
-    while it has I/Os an edit kept from a paced schedule (``overdue``), at the next one's
-    scheduled time."""
-    assert w is not None
-    return int(w.ring[w.cur, IO["sched_ns"]]) if w.overdue else 0

@@ -44,6 +44,9 @@ class Workloads:
         self.name = name
         self.wl = wl
         self.paced: list[LoopWorkload] = []
+        # what waits for a time: the paced workloads, and the max-iops ones an edit left I/Os
+        # with their scheduled times (``overdue``), in the workloads' order
+        self.timed: list[LoopWorkload] = []
         self.busy_poll = False
         self._n_max = 0  # live workloads at max iops (they share RING_BUDGET)
         self._index_of: dict[str, int] = {}  # live workloads by id
@@ -295,6 +298,7 @@ class Workloads:
         self._refresh_due = False
         live = self.live()
         self.paced = [w for w in live if w.paced]
+        self.timed = [w for w in live if w.paced or w.overdue]
         self._n_max = len(live) - len(self.paced)
         for w in live:
             w.ahead = ring_ahead(w, self._n_max, len(self.paced))

@@ -664,7 +664,7 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     ctl = Control(3, {0: lambda lp, t: lp.edit_workload("w", w.params.replace(iops=None), t)})
     loop.add_workload(w, None)
     loop.add_workload(c, None)
-    submits, _reaps = _watch_submits(eng)
+    _submits, reaps = _watch_submits(eng)
     # early in a tick: both workloads' first I/Os (the paced one's within its 1 ms phase) go
     # out in the same tick, so their completions share batches from then on
     start = (time.monotonic_ns() // tick + 2) * tick + tick // 10
@@ -678,7 +678,7 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     # many ticks old); half a tick leaves room for a VM stall between the loop's stamp and the
     # engine's clock (0.5 ms was exceeded about once per few full runs)
     assert np.all((cl[:, 2] >= cl[:, 4]) & (cl[:, 2] - cl[:, 4] < tick // 2))
-    assert max(submits) == 3  # both workloads' I/Os in one call
+    assert max(reaps) == 3  # both workloads' completions in one batch
 
 
 def test_max_and_paced_workloads_share_a_loop() -> None:

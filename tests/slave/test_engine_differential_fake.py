@@ -322,6 +322,34 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     _assert_same(-1, params, change, runs[True], runs[False])
 
 
+@pytest.mark.parametrize("mean_ns", [500_000, 1_000_000])
+def test_a_backlog_kept_by_an_edit_to_max_goes_out_in_time_order_with_paced_ios(
+        monkeypatch: pytest.MonkeyPatch, mean_ns: int) -> None:
+    # a writer paced far above what it can do is edited to max iops at the first boundary
+    # and keeps its backlog, beside a reader paced far above it too; constant latencies, so
+    # both workloads' completions come in the same batches. Each moment's I/Os due go out
+    # earliest first, the backlog's among the reader's, in both loops (the Python loop had
+    # resubmitted the backlog with the completions, before the paced I/Os due: found by
+    # random edits at 200,000 IOPS)
+    params = [WorkloadParams(iosequencer="random_independent", blocksize_bytes=8192, iodepth=8,
+                             iops=34_080.0, read_fraction=0.0, write_data="dedupable",
+                             seed=1056544012),
+              WorkloadParams(iosequencer="random_independent", blocksize_bytes=8192, iodepth=3,
+                             iops=89_633.0, seed=882396153)]
+    kw: dict[str, object] = {"script": script_ns(constant_ns(mean_ns), 4099, seed=0)}
+    runs = {c: _run(params, params[0].replace(iops=None), kw, c, monkeypatch)
+            for c in (True, False)}
+    assert runs[True].kernel_runs > 0
+    _assert_same(-1, params, params[0].replace(iops=None), runs[True], runs[False])
+    # the backlog did go out after the boundary beside the reader's I/Os due, at one moment
+    log = runs[True].log
+    boundary = 1_000_000_000 + 1_000_000 + SUB_NS  # _run's start, plus a subinterval
+    after = log[log[:, LOG["submit_ns"]] >= boundary]
+    kept = after[(after[:, LOG["fd"]] == 100) & (after[:, LOG["sched_ns"]] < boundary)]
+    reader = after[after[:, LOG["fd"]] == 101, LOG["submit_ns"]]
+    assert kept.shape[0] > 10 and np.isin(kept[:, LOG["submit_ns"]], reader).any()
+
+
 @pytest.mark.parametrize(("budget", "minimum", "each"), [
     (4_000, 100, 1_000),  # a quarter of the worker's budget each
     (4_000, 1_500, 1_500),  # but never fewer than BACKLOG_MIN
