@@ -14,7 +14,6 @@ from typing import Final
 # completion records buffered before binning (a loop takes it when it is made: its record
 # buffers are sized by it)
 FLUSH_AT: Final = 8192
-COMPACT_AT: Final = FLUSH_AT // 2  # records binned one at a time before the rest is moved up
 RING_MIN: Final = 2048  # I/Os precomputed per refill of a max-iops workload, at least
 # a max-iops workload precomputes RING_PER_DEPTH times its queue depth, up to RING_MAX (41
 # bytes each): a refill holds up the loop's I/Os in flight, so at most one of the workload's
