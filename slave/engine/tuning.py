@@ -14,6 +14,9 @@ from typing import Final
 # completion records buffered before binning (a loop takes it when it is made: its record
 # buffers are sized by it)
 FLUSH_AT: Final = 8192
+# records binned one at a time before the rest is moved up (read by name, as every value the
+# compiled loop takes: ``loop_native._TUNING_WORDS``)
+COMPACT_AT: Final = FLUSH_AT // 2
 RING_MIN: Final = 2048  # I/Os precomputed per refill of a max-iops workload, at least
 # a max-iops workload precomputes RING_PER_DEPTH times its queue depth, up to RING_MAX (41
 # bytes each): a refill holds up the loop's I/Os in flight, so at most one of the workload's
