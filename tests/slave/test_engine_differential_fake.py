@@ -262,6 +262,24 @@ def test_a_kept_backlog_goes_out_after_max_iops_ios_completing_with_it(
     _assert_same(-1, params, change, runs[True], runs[False])
 
 
+#: ``_run``'s first boundary: the virtual clock's start, plus 1 ms, plus a subinterval
+FIRST_BOUNDARY = 1_000_000_000 + 1_000_000 + SUB_NS
+
+
+def _old_schedule(run: _Run, workload: int, period: int
+                  ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """Paced ``workload`` (of ``period`` ns) of ``run``: the scheduled times of its I/Os from
+    before the first boundary (issued then, or kept by the edit there), in order; the run of
+    its old schedule from its start as long (what they must be); and how many went out
+    before the boundary."""
+    log = run.log[run.log[:, LOG["fd"]] == 100 + workload]
+    sched = log[:, LOG["sched_ns"]]
+    kept = np.sort(sched[sched < FIRST_BOUNDARY])
+    base = FIRST_BOUNDARY - SUB_NS + round(period * stream_fraction(f"w{workload}"))
+    before = int((log[:, LOG["submit_ns"]] < FIRST_BOUNDARY).sum())
+    return kept, base + period * np.arange(kept.size), before
+
+
 @pytest.mark.parametrize("edit", ["rate", "max", "read fraction"])
 def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
         edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,14 +300,12 @@ def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
     monkeypatch.setattr(tuning, "RING_MAX", 64)
     runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
     assert runs[True].kernel_runs > 0
-    start = 1_000_000_000 + 1_000_000  # _run's: the virtual clock's start, plus 1 ms
-    base = start + round(period * stream_fraction("w0"))
-    old = (SUB_NS - (base - start) + period - 1) // period  # its times before the boundary
+    phase = round(period * stream_fraction("w0"))
+    old = (SUB_NS - phase + period - 1) // period  # its times before the boundary
     assert old - 8 * SUB_NS // 100_000 > tuning.GEN_IOS  # behind by more than a ring
     for c in (True, False):
-        sched = runs[c].log[:, LOG["sched_ns"]]
-        kept = np.sort(sched[sched < start + SUB_NS])
-        assert np.array_equal(kept, base + period * np.arange(old)), (c, kept.size, old)
+        kept, schedule, _ = _old_schedule(runs[c], 0, period)
+        assert kept.size == old and np.array_equal(kept, schedule), (c, kept.size, old)
     _assert_same(-1, params, change, runs[True], runs[False])
 
 
@@ -309,14 +325,10 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 1_000)
     monkeypatch.setattr(tuning, "BACKLOG_MIN", 100)
     runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
-    start = 1_000_000_000 + 1_000_000
-    base = start + round(period * stream_fraction("w0"))
     for c in (True, False):
-        sched = runs[c].log[:, LOG["sched_ns"]]
-        kept = np.sort(sched[sched < start + SUB_NS])
-        before = int((runs[c].log[:, LOG["submit_ns"]] < start + SUB_NS).sum())
+        kept, schedule, before = _old_schedule(runs[c], 0, period)
         assert kept.size == before + 1_000, (c, kept.size, before)  # issued, then kept
-        assert np.array_equal(kept, base + period * np.arange(kept.size)), c
+        assert np.array_equal(kept, schedule), c
     warned = [r.getMessage() for r in caplog.records if "far behind" in r.getMessage()]
     assert len(warned) == 2 and all("workload w0: more than 1000 I/Os" in m for m in warned)
     _assert_same(-1, params, change, runs[True], runs[False])
@@ -343,9 +355,8 @@ def test_a_backlog_kept_by_an_edit_to_max_goes_out_in_time_order_with_paced_ios(
     _assert_same(-1, params, params[0].replace(iops=None), runs[True], runs[False])
     # the backlog did go out after the boundary beside the reader's I/Os due, at one moment
     log = runs[True].log
-    boundary = 1_000_000_000 + 1_000_000 + SUB_NS  # _run's start, plus a subinterval
-    after = log[log[:, LOG["submit_ns"]] >= boundary]
-    kept = after[(after[:, LOG["fd"]] == 100) & (after[:, LOG["sched_ns"]] < boundary)]
+    after = log[log[:, LOG["submit_ns"]] >= FIRST_BOUNDARY]
+    kept = after[(after[:, LOG["fd"]] == 100) & (after[:, LOG["sched_ns"]] < FIRST_BOUNDARY)]
     reader = after[after[:, LOG["fd"]] == 101, LOG["submit_ns"]]
     assert kept.shape[0] > 10 and np.isin(kept[:, LOG["submit_ns"]], reader).any()
 
@@ -378,17 +389,11 @@ def test_paced_workloads_far_behind_share_the_workers_backlog_budget(
     kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
     runs = {c: _run(params, None, kw, c, monkeypatch, control=Control(
         N_SUB, at_boundary=at_boundary)) for c in (True, False)}
-    start = 1_000_000_000 + 1_000_000
-    fd = LOG["fd"]
     for c in (True, False):
         for i in range(4):
-            log = runs[c].log[runs[c].log[:, fd] == 100 + i]
-            base = start + round(period * stream_fraction(f"w{i}"))
-            sched = log[:, LOG["sched_ns"]]
-            kept = np.sort(sched[sched < start + SUB_NS])
-            before = int((log[:, LOG["submit_ns"]] < start + SUB_NS).sum())
+            kept, schedule, before = _old_schedule(runs[c], i, period)
             assert kept.size == before + each, (c, i, kept.size, before)
-            assert np.array_equal(kept, base + period * np.arange(kept.size)), (c, i)
+            assert np.array_equal(kept, schedule), (c, i)
     warned = sorted(r.getMessage() for r in caplog.records if "far behind" in r.getMessage())
     assert len(warned) == 8, warned
     assert all(f"more than {each} I/Os" in m and f"keeps {each} for each of its 4 paced" in m
