@@ -736,11 +736,21 @@ def test_edits_at_every_boundary_lose_no_io(lun_file: str, codes: collections.Co
     ctl, loop = _run_paced(lun_file, params, 100_000_000, 6, Control(6, at_boundary=edit))
     assert codes[pk.R_WAKE] > 0
     assert ctl.errors == {} and loop.in_flight == 0
-    for k in range(1, 5):  # subinterval k ran at the rate the edit at its start set
-        w0, w1 = ctl.stats[2 * k].ops(0), ctl.stats[2 * k + 1].ops(0)
-        assert abs(w0 - 800) <= 800 * 0.03 + 2, (k, w0)
-        want = rates[1 + k] * 0.1
-        assert abs(w1 - want) <= want * 0.03 + 2, (k, w1, want)
+    # subinterval k ran at the rate the edit at its start set: each to 3 % + 2, or, where the
+    # device held I/Os over a boundary, to 10 % and to 3 % + 2 with a neighbour (under a
+    # second test once, 314 at 300: the I/Os it held are issued after it, with their
+    # scheduled times, and count in the next subinterval). An edit a subinterval late reads
+    # 500 at 300 and fails either way: the pair's sum alone would not see it
+    ops = {(k, i): ctl.stats[2 * k + i].ops(0) for k in range(1, 5) for i in (0, 1)}
+    want = {(k, i): (8000.0 if i == 0 else rates[1 + k]) * 0.1 for k, i in ops}
+
+    def follows(*keys: tuple[int, int], rel: float = 0.03) -> bool:
+        w = sum(want[key] for key in keys)
+        return abs(sum(ops[key] for key in keys) - w) <= w * rel + 2
+
+    for k, i in ops:
+        assert follows((k, i)) or (follows((k, i), rel=0.1) and any(
+            (j, i) in ops and follows((k, i), (j, i)) for j in (k - 1, k + 1))), (k, i, ops, want)
 
 
 @needs_aio
