@@ -44,24 +44,25 @@ SHARES_THE_MACHINE = frozenset({
 })
 
 
-#: the longest worker groups of the part run beside each other, longest first (seconds in a
-#: full run on the 2-core VM, 2026-11-27): their files run first, so that none starts late and
-#: runs on alone at the end. xdist's own order (the groups of most tests first) started the
-#: one-test 50 s install test last of 126 files.
+#: the longest worker groups of the part run beside each other, longest first (seconds of
+#: test time in a full run on the 2-core VM, 2026-11-27, fresh clone): their files run first,
+#: so that none starts late and runs on alone at the end. xdist's own order (the groups of most
+#: tests first) started the one-test 50 s install test last of 126 files.
 LONG_FIRST = (
-    "tests/master/test_run_quickstart.py",  # the shared runs' group: about 100 s
-    "tests/master/test_run_failures.py",  # 80
-    "tests/test_install.py",  # 50
-    "tests/master/test_run_multihost.py",  # the test bed's group: 39
-    "tests/master/test_run_hangs.py",  # 37
-    "tests/master/test_run_verdicts.py",  # 32
-    "tests/master/test_report_chromium.py",  # 28
-    "tests/slave/test_session_fuzz.py",  # 28
-    "tests/master/test_run_resume.py",  # 26
-    "tests/master/test_run_refusals.py",  # 24
-    "tests/slave/test_engine_differential_fake.py",  # 23
-    "tests/master/test_run_dfc.py",  # 22
-    "tests/slave/test_engine_loop_args.py",  # 20
+    "tests/master/test_run_quickstart.py",  # the shared runs' group: 137
+    "tests/master/test_run_failures.py",  # 60-95
+    "tests/slave/test_engine_differential_fake.py",  # 70
+    "tests/test_install.py",  # 62
+    "tests/master/test_run_multihost.py",  # the test bed's group: 52
+    "tests/master/test_run_hangs.py",  # 36
+    "tests/master/test_run_resume.py",  # 22
+    "tests/master/test_run_verdicts.py",  # 22
+    "tests/master/test_report_chromium.py",  # 22
+    "tests/slave/test_session_fuzz.py",  # 21
+    "tests/master/test_run_dfc.py",  # 21
+    "tests/master/test_run_sweeps.py",  # 18
+    "tests/master/test_fiologs_fastpath.py",  # 18
+    "tests/slave/test_engine_loop_args.py",  # 16
 )
 
 
