@@ -94,7 +94,8 @@ class EngineLoop:
         self.slots = Slots(capacity, name, wl, clock)
         self.table = self.slots.table
         self.records = Records(capacity, wl)
-        self.native = NativeLoop(name, self.slots, self.records, wl, self._complete)
+        self.native = NativeLoop(name, self.slots, self.records, wl, self._complete,
+                                 self._complete_late)
         self.workloads = Workloads(name, wl, self.slots, self.native, lambda: self._engine_list,
                                    self._make_room)
         self._engines: dict[str, IoEngine] = {}
@@ -168,15 +169,35 @@ class EngineLoop:
         """I/O errors per workload since the last call, by errno name."""
         return self.records.take_errors()
 
-    def _complete(self, engine: IoEngine, n: int, t: int) -> None:
-        """Record ``n`` completions ``engine`` reaped at ``t`` and recycle their slots."""
+    def _complete(self, engine: IoEngine, n: int, t: int, hold: bool = False) -> None:
+        """Record ``n`` completions ``engine`` reaped at ``t`` and recycle their slots (with
+        ``hold``, the resubmissions wait in ``Slots.held`` for the caller's ``submit_due``)."""
         self.slots.in_flight -= n
         slots = engine.done_slot[:n]  # a view: used up before the engine reaps again
         self.records.add(self.slots.rows, slots, engine.done_res[:n], t)
-        if self.slots.recycle(slots):  # the last retired I/O completed
+        if self.slots.recycle(slots, hold):  # the last retired I/O completed
             self.workloads.refresh()
         if self.records.full:
             self.records.flush()
+
+    def _complete_due(self, engine: IoEngine, n: int, t: int) -> None:
+        """``_complete``, and where workloads wait for times (``Workloads.timed``) the I/Os
+        due at ``t`` go out in one submission with the completions' next ones, after them:
+        the compiled loop's turn, which a differential run compares call for call."""
+        if self.workloads.timed:
+            self._complete(engine, n, t, hold=True)
+            self.slots.submit_due(self.workloads.timed, t)
+        else:
+            self._complete(engine, n, t)
+
+    def _complete_late(self, engine: IoEngine, n: int, t: int) -> None:
+        """Completions reaped at ``t`` past a boundary, recorded after it (``_reaped_late``;
+        the compiled loop's where the boundary gave its set back): ``_complete_due``, but past
+        the last boundary nothing more goes out (the drain's)."""
+        if self._stop:
+            self._complete(engine, n, t)
+        else:
+            self._complete_due(engine, n, t)
 
     def _make_room(self, engine: IoEngine, n: int) -> None:
         """Grow ``engine``'s context (a sized engine's: libaio) where it could not hold the
@@ -365,9 +386,7 @@ class EngineLoop:
                         boundary = self._reaped_late(control, eng, n, t, boundary,
                                                      subinterval_ns)
                     else:
-                        self._complete(eng, n, t)
-                        if workloads.timed:  # what is due now goes out after them
-                            slots.submit_due(workloads.timed, t)
+                        self._complete_due(eng, n, t)
                 continue
             if not engines:
                 clock.sleep_until(wake)
@@ -403,7 +422,9 @@ class EngineLoop:
         (``_quiesce``) records them first. Returns the next boundary."""
         self._reaped = (eng, n, t)
         self._boundary(control, boundary)
-        self._complete_reaped()
+        held, self._reaped = self._reaped, None
+        if held is not None:
+            self._complete_late(*held)
         return boundary + subinterval_ns
 
     def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
@@ -418,7 +439,8 @@ class EngineLoop:
         return held is not None
 
     def _complete_reaped(self) -> None:
-        """Record the completions ``_reaped_late`` holds, if they are still held."""
+        """Record the completions ``_reaped_late`` holds, if they are still held (``_quiesce``:
+        none is resubmitted)."""
         held, self._reaped = self._reaped, None
         if held is not None:
             self._complete(*held)

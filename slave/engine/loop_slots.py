@@ -24,6 +24,9 @@ from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.layout import INF, IO, ROW, SCATTER
 from slave.engine.loop_state import LoopWorkload, took
 
+#: a workload and the slots of its I/Os in one submission
+Group = tuple[LoopWorkload, npt.NDArray[np.intp]]
+
 
 class Slots:
     """``capacity`` I/O slots that the workloads of a loop (``wl``) take and give back."""
@@ -48,6 +51,9 @@ class Slots:
         self.retired_in_flight = 0  # in flight on slots no workload holds any more
         self.running = False  # inside a run: I/Os may be in flight
         self._kept_out = False  # a max-iops workload issued the last I/O an edit kept
+        # completed max-iops slots whose next I/Os wait to go out with the I/Os due at the same
+        # moment, in one submission (``recycle``'s ``hold``, ``submit_due``)
+        self.held: list[Group] = []
         self._wl = wl
 
     def set_owner(self, slots: npt.NDArray[np.intp], owner: int) -> None:
@@ -141,7 +147,7 @@ class Slots:
         self.retired_in_flight = 0
         self.in_flight = max(self.in_flight, 0)
 
-    def issue(self, groups: list[tuple[LoopWorkload, npt.NDArray[np.intp]]]) -> None:
+    def issue(self, groups: list[Group]) -> None:
         """Submit each workload's next I/Os on its slots: their rows written (and their write
         data put), then one submission per engine (not one per workload: docs/engine.md),
         every row stamped with one submit time. A max-iops I/O is scheduled when it is
@@ -183,12 +189,12 @@ class Slots:
     def submit_due(self, timed: list[LoopWorkload], now: int) -> int:
         """Submit the I/Os of the ``timed`` workloads (``Workloads.timed``) whose time has come
         and that have a free slot, ``tuning.PACED_PER_CALL_PYTHON`` scheduled ones at most, in
-        one submission: workload by workload, the one whose first such I/O is the earliest
-        first, as the compiled loop's heap takes them (which takes ``PACED_PER_CALL`` at
-        most). A max-iops workload's I/Os an edit kept (``overdue``) count as scheduled; with
-        the last of them go its other free slots, at once (and a max-iops workload left no
-        such I/O leaves ``timed``). Returns the earliest scheduled time of a waiting I/O that
-        has a slot (or a far future)."""
+        one submission after the ``held`` resubmissions: workload by workload, the one whose
+        first such I/O is the earliest first, as the compiled loop's heap takes them (which
+        takes ``PACED_PER_CALL`` at most). A max-iops workload's I/Os an edit kept
+        (``overdue``) count as scheduled; with the last of them go its other free slots, at
+        once (and a max-iops workload left no such I/O leaves ``timed``). Returns the
+        earliest scheduled time of a waiting I/O that has a slot (or a far future)."""
         next_due = INF
         due: list[tuple[int, int, int]] = []  # the first one's time, the workload's index, k
         for i, w in enumerate(timed):
@@ -211,19 +217,22 @@ class Slots:
             k = 1 if nfree == 1 else int(
                 w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
             due.append((first, i, k))
+        groups, self.held = self.held, []
         if due:
-            next_due = self._submit_due(timed, due, next_due)
+            next_due = self._take_due(timed, due, next_due, groups)
+        if groups:
+            self.issue(groups)
         if self._kept_out:
             self._kept_out = False
             timed[:] = [w for w in timed if w.paced or w.overdue]
         return next_due
 
-    def _submit_due(self, timed: list[LoopWorkload], due: list[tuple[int, int, int]],
-                    next_due: int) -> int:
-        """``submit_due``'s submission of ``due``."""
+    def _take_due(self, timed: list[LoopWorkload], due: list[tuple[int, int, int]],
+                  next_due: int, groups: list[Group]) -> int:
+        """``submit_due``'s choice of ``due``: each workload's slots for it onto ``groups``;
+        returns the earliest time of an I/O due left for a later call."""
         due.sort()  # (time, index): a tie goes in the workloads' order
         left = tuning.PACED_PER_CALL_PYTHON
-        groups: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
         for first, i, k in due:
             if not left and first:  # due now: the next call's
                 next_due = min(next_due, first)
@@ -237,15 +246,16 @@ class Slots:
             if take < len(w.free):
                 next_due = min(next_due, int(w.ring[w.cur + take, IO["sched_ns"]]))
             groups.append((w, np.array([w.free.pop() for _ in range(take)], dtype=np.intp)))
-        self.issue(groups)
         return next_due
 
-    def recycle(self, slots: npt.NDArray[np.intp]) -> bool:
+    def recycle(self, slots: npt.NDArray[np.intp], hold: bool = False) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
         submission, in the workloads' order, as the compiled loop's heap takes them at time
-        0), freed (paced, or max iops with I/Os an edit kept: ``submit_due`` takes them in
-        time order, as that heap does) or returned to the pool (retired). True when the last
-        retired I/O in flight completed."""
+        0; with ``hold``, kept in ``held`` for the caller's ``submit_due`` to send with the
+        I/Os due, in one submission as that loop does), freed (paced, or max iops with I/Os
+        an edit kept: ``submit_due`` takes them in time order, as that heap does) or
+        returned to the pool (retired). True when the last retired I/O in flight
+        completed."""
         # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
         # sorting with numpy, whose every call is paid again after each system call
         # (docs/engine.md)
@@ -265,7 +275,7 @@ class Slots:
             self.retired_in_flight -= len(retired)
             last_retired = self.retired_in_flight == 0
         wl = self._wl
-        resubmit: list[tuple[LoopWorkload, npt.NDArray[np.intp]]] = []
+        resubmit: list[Group] = []
         owners = by if len(by) == 1 else sorted(by)
         for o in owners:
             g = by[o]
@@ -275,7 +285,9 @@ class Slots:
                 w.free.extend(g)
             else:
                 resubmit.append((w, np.array(g, dtype=np.intp)))
-        if resubmit:
+        if hold:
+            self.held.extend(resubmit)
+        elif resubmit:
             self.issue(resubmit)
         return last_retired
 

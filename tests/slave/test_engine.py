@@ -208,8 +208,10 @@ def test_a_wait_nearer_than_a_sleeps_wake_up_is_spent_polling(
     monkeypatch.setattr(tuning, "BUSY_SPIN_NS", 0)
     iops = 50_000.0
     ops, waits, _, _ = _paced_waits(iops, 8, busy_poll)
-    # paced I/O went on (a loaded machine keeps fewer than are due: what matters is the waits)
-    assert ops >= iops * 0.2 / 2
+    # paced I/O went on (a loaded machine keeps fewer than are due: what matters is the
+    # waits; on the 2-core VM, with no steal, the Python loop kept 6,200 or 10,000 of the
+    # 10,000 due from run to run, and 4,750-4,800 once in about ten)
+    assert ops >= iops * 0.2 / 4
     short = [w for w in waits if 0 < w < SLEEP_MIN_NS]
     assert not short, f"{len(short)} of {len(waits)} waits shorter than {SLEEP_MIN_NS} ns"
 
@@ -664,7 +666,7 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     ctl = Control(3, {0: lambda lp, t: lp.edit_workload("w", w.params.replace(iops=None), t)})
     loop.add_workload(w, None)
     loop.add_workload(c, None)
-    _submits, reaps = _watch_submits(eng)
+    submits, reaps = _watch_submits(eng)
     # early in a tick: both workloads' first I/Os (the paced one's within its 1 ms phase) go
     # out in the same tick, so their completions share batches from then on
     start = (time.monotonic_ns() // tick + 2) * tick + tick // 10
@@ -679,6 +681,9 @@ def test_a_kept_backlog_beside_a_max_workload_keeps_its_scheduled_times() -> Non
     # engine's clock (0.5 ms was exceeded about once per few full runs)
     assert np.all((cl[:, 2] >= cl[:, 4]) & (cl[:, 2] - cl[:, 4] < tick // 2))
     assert max(reaps) == 3  # both workloads' completions in one batch
+    # and their next I/Os in one call: the max workload's, then the backlog's I/O due (the
+    # compiled loop's one submission per moment)
+    assert max(submits) == 3
 
 
 def test_max_and_paced_workloads_share_a_loop() -> None:
@@ -846,9 +851,9 @@ def test_every_loop_times_service_from_submit_to_reap(
     python_runs: list[int] = []
     inner = loop._complete
 
-    def counted(*args: object) -> object:
+    def counted(*args: object, **kw: bool) -> object:
         python_runs.append(1)
-        return inner(*args)
+        return inner(*args, **kw)
 
     monkeypatch.setattr(loop, "_complete", counted)
     n = WorkloadStats.SIZE

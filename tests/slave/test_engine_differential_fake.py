@@ -162,8 +162,10 @@ def test_compiled_and_python_loops_agree_io_for_io_on_virtual_time(
     assert runs[False].kernel_runs == 0
     assert runs[True].kernel_runs > 0  # every mix runs in the compiled loop
     _assert_same(case, params, edit, runs[True], runs[False])
-    if _paced_only(params, edit):  # the same submit calls, none over PACED_PER_CALL I/Os
-        assert runs[True].calls == runs[False].calls, case
+    # the same submit calls (completions' next I/Os and those due at one moment in one), and
+    # where every one has a paced I/O, none over PACED_PER_CALL I/Os
+    assert runs[True].calls == runs[False].calls, case
+    if _paced_only(params, edit):
         assert runs[True].calls[1] <= tuning.PACED_PER_CALL, case
 
 
@@ -583,8 +585,8 @@ def test_random_edits_at_every_boundary_give_the_same_ios_in_both_loops(
     # edits of every kind at every boundary, two to one boundary at times (max and paced both
     # ways, DFC's new rates, read fractions, depths, block sizes), workloads added and
     # removed, every schedule (Poisson too), short rings in half of them (the loops draw
-    # ahead by different amounts): the two loops send the same I/Os in the same order and
-    # count the same
+    # ahead by different amounts): the two loops send the same I/Os in the same order, in
+    # the same submit calls, and count the same
     c, py = (_run_edits(case, compiled, monkeypatch) for compiled in (True, False))
     assert c.kernel_runs > 0 and py.kernel_runs == 0
     fd = LOG["fd"]
@@ -596,6 +598,7 @@ def test_random_edits_at_every_boundary_give_the_same_ios_in_both_loops(
         assert np.array_equal(sc.counters, sp.counters), (case, k, sc.counters, sp.counters)
         assert np.array_equal(sc.lat, sp.lat) and np.array_equal(sc.hist, sp.hist), (case, k)
     assert c.errors == py.errors, case
+    assert c.calls == py.calls, case  # the same submit calls
 
 
 def _assert_same(case: int, params: list[WorkloadParams], edit: WorkloadParams | None,
