@@ -50,7 +50,6 @@ class Slots:
         self.in_flight = 0
         self.retired_in_flight = 0  # in flight on slots no workload holds any more
         self.running = False  # inside a run: I/Os may be in flight
-        self._kept_out = False  # a max-iops workload issued the last I/O an edit kept
         # completed max-iops slots whose next I/Os wait to go out with the I/Os due at the same
         # moment, in one submission (``recycle``'s ``hold``, ``submit_due``)
         self.held: list[Group] = []
@@ -161,10 +160,7 @@ class Slots:
             ios.append(w.next_ios(slots, self.buffer_row))
             if not w.paced:
                 kept = min(k, w.overdue)
-                if kept:
-                    w.overdue -= kept
-                    if not w.overdue:  # it leaves ``Workloads.timed`` (``submit_due``)
-                        self._kept_out = True
+                w.overdue -= kept
                 if kept < k:
                     starts_now.append(slots[kept:])
             by_engine.setdefault(w.spec.engine, []).append(slots)
@@ -218,21 +214,23 @@ class Slots:
                 w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
             due.append((first, i, k))
         groups, self.held = self.held, []
+        spent = False
         if due:
-            next_due = self._take_due(timed, due, next_due, groups)
+            next_due, spent = self._take_due(timed, due, next_due, groups)
         if groups:
             self.issue(groups)
-        if self._kept_out:
-            self._kept_out = False
+        if spent:  # a max-iops workload sent the last I/O an edit kept: it leaves ``timed``
             timed[:] = [w for w in timed if w.paced or w.overdue]
         return next_due
 
     def _take_due(self, timed: list[LoopWorkload], due: list[tuple[int, int, int]],
-                  next_due: int, groups: list[Group]) -> int:
+                  next_due: int, groups: list[Group]) -> tuple[int, bool]:
         """``submit_due``'s choice of ``due``: each workload's slots for it onto ``groups``;
-        returns the earliest time of an I/O due left for a later call."""
+        returns the earliest time of an I/O due left for a later call, and whether a max-iops
+        workload goes out with the last I/O an edit kept (or with none left)."""
         due.sort()  # (time, index): a tie goes in the workloads' order
         left = tuning.PACED_PER_CALL_PYTHON
+        spent = False
         for first, i, k in due:
             if not left and first:  # due now: the next call's
                 next_due = min(next_due, first)
@@ -243,10 +241,11 @@ class Slots:
                 left -= take
             if not w.paced and take == w.overdue:  # the last kept: the rest go with it
                 take = len(w.free)
+                spent = True
             if take < len(w.free):
                 next_due = min(next_due, int(w.ring[w.cur + take, IO["sched_ns"]]))
             groups.append((w, np.array([w.free.pop() for _ in range(take)], dtype=np.intp)))
-        return next_due
+        return next_due, spent
 
     def recycle(self, slots: npt.NDArray[np.intp], hold: bool = False) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one

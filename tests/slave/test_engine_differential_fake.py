@@ -545,7 +545,16 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
                     current[wid] = _edited(change_rng, current[wid], scale)
                     lp.edit_workload(wid, current[wid], boundary_ns)
 
+    def timed_is_current(lp: EngineLoop, _elapsed: int) -> None:
+        # the Python loop's ``Workloads.timed``: exactly the paced workloads and those an edit
+        # made max iops that have kept I/Os left (a spent backlog's workload leaves it at
+        # once, not at the next boundary's refresh)
+        want = [w for w in lp.workloads.live() if w.paced or w.overdue]
+        assert [w.index for w in lp.workloads.timed] == [w.index for w in want], case
+
     ctl.at_boundary = at_boundary
+    if not compiled:
+        ctl.at_poll = timed_is_current
     for p in params:
         add(p, None)
     return _finish(loop, clock, ctl, holder[0], kernel_runs)
