@@ -41,7 +41,7 @@ from slave.engine.base import IoEngine, SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_records import Records
-from slave.engine.loop_slots import Slots
+from slave.engine.loop_slots import Group, Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec
 from slave.engine.loop_workloads import Workloads
 from slave.engine.waits import Waiter, timed_wait_ns
@@ -95,7 +95,7 @@ class EngineLoop:
         self.table = self.slots.table
         self.records = Records(capacity, wl)
         self.native = NativeLoop(name, self.slots, self.records, wl, self._complete,
-                                 self._complete_late)
+                                 self._complete_due)
         self.workloads = Workloads(name, wl, self.slots, self.native, lambda: self._engine_list,
                                    self._make_room)
         self._engines: dict[str, IoEngine] = {}
@@ -169,13 +169,14 @@ class EngineLoop:
         """I/O errors per workload since the last call, by errno name."""
         return self.records.take_errors()
 
-    def _complete(self, engine: IoEngine, n: int, t: int, hold: bool = False) -> None:
-        """Record ``n`` completions ``engine`` reaped at ``t`` and recycle their slots (with
-        ``hold``, the resubmissions wait in ``Slots.held`` for the caller's ``submit_due``)."""
+    def _complete(self, engine: IoEngine, n: int, t: int,
+                  held: list[Group] | None = None) -> None:
+        """Record ``n`` completions ``engine`` reaped at ``t`` and recycle their slots (the
+        resubmissions onto ``held`` where given, for the caller to send: ``Slots.recycle``)."""
         self.slots.in_flight -= n
         slots = engine.done_slot[:n]  # a view: used up before the engine reaps again
         self.records.add(self.slots.rows, slots, engine.done_res[:n], t)
-        if self.slots.recycle(slots, hold):  # the last retired I/O completed
+        if self.slots.recycle(slots, held):  # the last retired I/O completed
             self.workloads.refresh()
         if self.records.full:
             self.records.flush()
@@ -183,21 +184,16 @@ class EngineLoop:
     def _complete_due(self, engine: IoEngine, n: int, t: int) -> None:
         """``_complete``, and where workloads wait for times (``Workloads.timed``) the I/Os
         due at ``t`` go out in one submission with the completions' next ones, after them:
-        the compiled loop's turn, which a differential run compares call for call."""
-        if self.workloads.timed:
-            self._complete(engine, n, t, hold=True)
-            self.slots.submit_due(self.workloads.timed, t)
+        the compiled loop's turn, which a differential run compares call for call. Also for
+        completions reaped past a boundary and recorded after it (``_reaped_late``; the
+        compiled loop's where the boundary gave its set back); past the last boundary
+        nothing more is due (the drain's)."""
+        if self.workloads.timed and not self._stop:
+            held: list[Group] = []
+            self._complete(engine, n, t, held)
+            self.slots.submit_due(self.workloads.timed, t, held)
         else:
             self._complete(engine, n, t)
-
-    def _complete_late(self, engine: IoEngine, n: int, t: int) -> None:
-        """Completions reaped at ``t`` past a boundary, recorded after it (``_reaped_late``;
-        the compiled loop's where the boundary gave its set back): ``_complete_due``, but past
-        the last boundary nothing more goes out (the drain's)."""
-        if self._stop:
-            self._complete(engine, n, t)
-        else:
-            self._complete_due(engine, n, t)
 
     def _make_room(self, engine: IoEngine, n: int) -> None:
         """Grow ``engine``'s context (a sized engine's: libaio) where it could not hold the
@@ -422,9 +418,7 @@ class EngineLoop:
         (``_quiesce``) records them first. Returns the next boundary."""
         self._reaped = (eng, n, t)
         self._boundary(control, boundary)
-        held, self._reaped = self._reaped, None
-        if held is not None:
-            self._complete_late(*held)
+        self._complete_reaped(self._complete_due)
         return boundary + subinterval_ns
 
     def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
@@ -438,12 +432,13 @@ class EngineLoop:
         held, self._reaped = self._reaped, None
         return held is not None
 
-    def _complete_reaped(self) -> None:
-        """Record the completions ``_reaped_late`` holds, if they are still held (``_quiesce``:
-        none is resubmitted)."""
+    def _complete_reaped(self, complete: Callable[[IoEngine, int, int], None] | None = None
+                         ) -> None:
+        """Record the completions ``_reaped_late`` holds, if they are still held, through
+        ``complete`` (``_complete`` by default: ``_quiesce``'s, which resubmits none)."""
         held, self._reaped = self._reaped, None
         if held is not None:
-            self._complete(*held)
+            (complete or self._complete)(*held)
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index

@@ -57,7 +57,7 @@ class NativeLoop:
     def __init__(self, name: str, slots: Slots, records: Records,
                  wl: list[LoopWorkload | None],
                  complete: Callable[[IoEngine, int, int], None],
-                 complete_late: Callable[[IoEngine, int, int], None]) -> None:
+                 complete_due: Callable[[IoEngine, int, int], None]) -> None:
         self.name = name
         self.ws: list[LoopWorkload] = []
         self.loaded = False
@@ -66,8 +66,8 @@ class NativeLoop:
         self._wl = wl
         self._complete = complete  # records and recycles completions the compiled set left
         # and those it reaped past a boundary where the boundary gave the set back: with the
-        # I/Os due then, in one submission (``EngineLoop._complete_late``)
-        self._complete_late = complete_late
+        # I/Os due then, in one submission (``EngineLoop._complete_due``)
+        self._complete_due = complete_due
 
     def pick(self, live: list[LoopWorkload], engines: list[IoEngine]) -> None:
         """Whether the compiled loop serves ``live``: all of them on one engine, none retired
@@ -313,7 +313,7 @@ class NativeLoop:
                         args.n = n
                         args.t_ns = t
                     else:
-                        self._complete_late(self.eng, n, t)
+                        self._complete_due(self.eng, n, t)
                 return boundary + subinterval_ns
             if code == pk.R_REFILL:
                 args.refill = 0

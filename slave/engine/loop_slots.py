@@ -50,9 +50,6 @@ class Slots:
         self.in_flight = 0
         self.retired_in_flight = 0  # in flight on slots no workload holds any more
         self.running = False  # inside a run: I/Os may be in flight
-        # completed max-iops slots whose next I/Os wait to go out with the I/Os due at the same
-        # moment, in one submission (``recycle``'s ``hold``, ``submit_due``)
-        self.held: list[Group] = []
         self._wl = wl
 
     def set_owner(self, slots: npt.NDArray[np.intp], owner: int) -> None:
@@ -182,12 +179,13 @@ class Slots:
                 raise
             self.in_flight += int(slots.size)
 
-    def submit_due(self, timed: list[LoopWorkload], now: int) -> int:
+    def submit_due(self, timed: list[LoopWorkload], now: int,
+                   held: list[Group] | None = None) -> int:
         """Submit the I/Os of the ``timed`` workloads (``Workloads.timed``) whose time has come
         and that have a free slot, ``tuning.PACED_PER_CALL_PYTHON`` scheduled ones at most, in
-        one submission after the ``held`` resubmissions: workload by workload, the one whose
-        first such I/O is the earliest first, as the compiled loop's heap takes them (which
-        takes ``PACED_PER_CALL`` at most). A max-iops workload's I/Os an edit kept
+        one submission after the resubmissions ``held`` (``recycle``'s): workload by workload,
+        the one whose first such I/O is the earliest first, as the compiled loop's heap takes
+        them (which takes ``PACED_PER_CALL`` at most). A max-iops workload's I/Os an edit kept
         (``overdue``) count as scheduled; with the last of them go its other free slots, at
         once (and a max-iops workload left no such I/O leaves ``timed``). Returns the
         earliest scheduled time of a waiting I/O that has a slot (or a far future)."""
@@ -213,7 +211,7 @@ class Slots:
             k = 1 if nfree == 1 else int(
                 w.ring[c : c + nfree, IO["sched_ns"]].searchsorted(now, "right"))
             due.append((first, i, k))
-        groups, self.held = self.held, []
+        groups = held if held is not None else []
         spent = False
         if due:
             next_due, spent = self._take_due(timed, due, next_due, groups)
@@ -247,11 +245,11 @@ class Slots:
             groups.append((w, np.array([w.free.pop() for _ in range(take)], dtype=np.intp)))
         return next_due, spent
 
-    def recycle(self, slots: npt.NDArray[np.intp], hold: bool = False) -> bool:
+    def recycle(self, slots: npt.NDArray[np.intp], held: list[Group] | None = None) -> bool:
         """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
         submission, in the workloads' order, as the compiled loop's heap takes them at time
-        0; with ``hold``, kept in ``held`` for the caller's ``submit_due`` to send with the
-        I/Os due, in one submission as that loop does), freed (paced, or max iops with I/Os
+        0; where ``held`` is given, put onto it for the caller's ``submit_due`` to send with
+        the I/Os due, in one submission as that loop does), freed (paced, or max iops with I/Os
         an edit kept: ``submit_due`` takes them in time order, as that heap does) or
         returned to the pool (retired). True when the last retired I/O in flight
         completed."""
@@ -284,8 +282,8 @@ class Slots:
                 w.free.extend(g)
             else:
                 resubmit.append((w, np.array(g, dtype=np.intp)))
-        if hold:
-            self.held.extend(resubmit)
+        if held is not None:
+            held.extend(resubmit)
         elif resubmit:
             self.issue(resubmit)
         return last_retired
