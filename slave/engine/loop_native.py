@@ -197,7 +197,13 @@ class NativeLoop:
 
     def set_ring(self, i: int, w: LoopWorkload) -> None:
         """Workload ``i``'s ring and cursor (and its first I/O's serial), and its generator,
-        as the workload has them now."""
+        as the workload has them now. A ring smaller than the workload's own refill (an edit
+        kept a backlog of a few I/Os) is refilled first, to its usual size, as the general loop
+        would when those went out: the kernel generates into the ring it is given, and would go
+        on a few I/Os at a time (and a retime in place sees no further than the ring: one I/O
+        due just before a boundary gave the set back)."""
+        if 0 < w.ring.shape[0] < min(w.ahead, tuning.GEN_IOS):
+            w.refill(0)
         self.rings[i] = w.ring.ctypes.data
         self.rlen[i] = w.ring_len
         self.cur[i] = w.cur

@@ -582,6 +582,48 @@ def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draw
     _assert_same(-1, [p], None, runs[True], runs[False])
 
 
+def test_a_few_ios_kept_by_an_edit_leave_the_compiled_loop_a_whole_ring(
+        retimes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # a workload a few I/Os behind (210 us each at depth 1, one due every 200 us) given a
+    # deeper queue at the first boundary keeps those few with their times (its ring, a few
+    # rows); the compiled loop takes it with a ring of the workload's usual size, not those
+    # few rows (which it generated into a few I/Os at a time, and where a retime in place at
+    # the next boundary found an I/O due before it and gave the set back); DFC's new rate
+    # at the second boundary is made in place; both loops send and count the same
+    p = WorkloadParams(iosequencer="random_steady", iodepth=1, iops=5_000.0, seed=5,
+                       read_fraction=0.5)
+    kw: dict[str, object] = {"script": np.array([210_000], dtype=np.int64)}
+    rings: list[tuple[int, int]] = []
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished == 0:
+            lp.edit_workload("w0", p.replace(iodepth=4), boundary_ns)
+        elif finished == 1:
+            w = lp.workloads.find("w0")
+            if lp.native.ws:
+                assert lp.native.loaded
+                rings.append((int(lp.native.rcap[0]), min(w.ahead, tuning.GEN_IOS)))
+            lp.edit_workloads([("w0", p.replace(iodepth=4, iops=4_000.0))], boundary_ns)
+
+    kept: list[int] = []
+    edit = Workloads.edit
+
+    def counting(self: Workloads, workload_id: str, params: WorkloadParams,
+                 at_ns: int | None) -> None:
+        edit(self, workload_id, params, at_ns)
+        kept.append(self.find(workload_id).ring_len)
+
+    monkeypatch.setattr(Workloads, "edit", counting)
+    runs = {c: _run([p], None, kw, c, monkeypatch, control=Control(3, at_boundary=at_boundary))
+            for c in (True, False)}
+    # the few the first edit kept (5), in either loop's run (the compiled one's second edit
+    # is in place: no ``edit``)
+    assert kept[0] == kept[1] and 0 < kept[0] < 16, kept
+    assert len(rings) == 1 and rings[0][0] >= rings[0][1], rings
+    assert retimes[0] == 1
+    _assert_same(-1, [p], None, runs[True], runs[False])
+
+
 # and 95 and 99: of 400 sequences, the two whose Poisson arrivals after an edit differed while
 # an edit did not wind the schedule's stream back (``Sequencer.rewind_schedule``); 1044 and
 # 1073: of 150 far behind, the two whose order across workloads differed while the Python

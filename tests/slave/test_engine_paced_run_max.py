@@ -244,10 +244,11 @@ def test_max_workloads_keep_their_depth_when_the_set_is_given_back(
             os.close(fd)
     assert loops == ["compiled"] * join + ["general"] * (n_sub - join), loops
     assert ctl.errors == {} and loop.in_flight == 0
-    # how many hand-backs fit in the two subintervals follows the machine's speed (each costs
-    # an edit in Python: 1 to 96 of them here, on a VM whose host was busy); what each finds
-    # does not (about 12 freed slots a hand-back in every run seen)
-    assert freed[1] > 0 and freed[0] >= freed[1], freed
+    # how many hand-backs fit in the two subintervals, and what each finds, follow the
+    # machine's speed (each costs an edit in Python): 1 to 96 of them finding about 12 freed
+    # slots each on a VM whose host was busy, one at every poll (391-396) finding 0.6-0.8
+    # each on a quiet one; some found freed slots, which went out at once
+    assert freed[1] > 0 and freed[0] > 0, freed
     for i, d in enumerate((4, 8)):
         st = _subs(ctl, 3, i)[join + 1]  # in the general loop, after the join
         busy = st.histogram(0, 0).sum_ns / (d * sub_ns)
