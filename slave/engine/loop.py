@@ -225,7 +225,8 @@ class EngineLoop:
         # releases what waited for the retired ones
         self.slots.let_go(live)
         with self.workloads.held():
-            self._complete_reaped()  # reaped past the boundary: in the engine's events
+            # reaped past the boundary: in the engine's events
+            self._complete_reaped(self._complete)
             self._reap_all(self.clock.now_ns() + 1_000_000_000)
         self.slots.take_back(live)
         return live
@@ -432,13 +433,12 @@ class EngineLoop:
         held, self._reaped = self._reaped, None
         return held is not None
 
-    def _complete_reaped(self, complete: Callable[[IoEngine, int, int], None] | None = None
-                         ) -> None:
+    def _complete_reaped(self, complete: Callable[[IoEngine, int, int], None]) -> None:
         """Record the completions ``_reaped_late`` holds, if they are still held, through
-        ``complete`` (``_complete`` by default: ``_quiesce``'s, which resubmits none)."""
+        ``complete`` (``_complete`` for ``_quiesce``, ``_complete_due`` for ``_reaped_late``)."""
         held, self._reaped = self._reaped, None
         if held is not None:
-            (complete or self._complete)(*held)
+            complete(*held)
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index

@@ -851,7 +851,7 @@ def test_every_loop_times_service_from_submit_to_reap(
     python_runs: list[int] = []
     inner = loop._complete
 
-    def counted(*args: object, **kw: bool) -> object:
+    def counted(*args: object, **kw: object) -> object:
         python_runs.append(1)
         return inner(*args, **kw)
 
