@@ -46,9 +46,12 @@ A latency below fio's is believed only with the fidelity checks (targets):
   (cases ending ``traced``: QD32, QD1 and the paced case, each tool; ``scripts/blocktrace.py``
   times each I/O from its bio's arrival in the block layer to its request's completion), ivypy's
   p50 and p99 at least the block layer's p50 and p99 of the same I/Os, less the histogram's
-  rounding inside one bucket (1/64). The same runs print what each tool adds to the block
-  layer's p50, p99 and mean: on the same workload, the part of the latency each tool's own path
-  puts there. The tracepoints cost each I/O some kernel time, so the target cases run untraced.
+  rounding inside one bucket (1/64). The same I/Os: those the trace saw complete within the
+  measured subintervals (the trace runs from before the ramp to after the last one), which
+  must number ivypy's own count within 0.5 % (fio's: the trace's last ``--seconds``). The same
+  runs print what each tool adds to the block layer's p50, p99 and mean: on the same workload,
+  the part of the latency each tool's own path puts there. The tracepoints cost each I/O some
+  kernel time, so the target cases run untraced.
 
 Every loop device is fully written (random data) before it is attached: tmpfs answers a read
 of a page never written by zeroing the buffer, without reading a page, which flatters every
@@ -346,11 +349,11 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
                                      params.replace(seed=i * per_lun + j))
         sub = 1_000_000_000
         t0 = time.monotonic_ns() + 50_000_000
+        if bt:  # from the ramp on: the measured window's first I/Os complete before
+            bt.start()  # collect(0) returns
         pool.go(t0, sub)
         pool.collect(0, t0 + 2 * sub + 500_000_000)  # ramp, like fio's ramp_time=1
         pool.keep_going()
-        if bt:
-            bt.start()
         ran0, utime0, from_ns = run_ns(pool.pids), utime_s(pool.pids), time.monotonic_ns()
         blk0 = block_reads(devs)
         total = WorkloadStats()
@@ -360,11 +363,12 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
             merge_batch(total, r.batch)
         ran1, utime1, to_ns = run_ns(pool.pids), utime_s(pool.pids), time.monotonic_ns()
         blk1 = block_reads(devs)
-        sampler.stop()  # before the workers end
         if bt:
             bt.stop()
+        sampler.stop()  # before the workers end; perf takes a while to write its samples
         pool.stop()
-        lat = bt.latencies() if bt else None
+        # the measured subintervals' I/Os, by their completion (the trace began in the ramp)
+        lat = bt.latencies().within(t0 + sub, t0 + (seconds + 1) * sub) if bt else None
     h = total.histogram(0, 0)  # random read, service time
     rh = total.histogram(0, 1)  # random read, response time
     ops = total.ops()
@@ -392,8 +396,8 @@ FIO_URING = ["--fixedbufs", "--registerfiles", *FIO_BATCH]
 def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
             trace: bool = False, engine: str = "libaio") -> Result:
     """fio's job(s) on ``engine``; ``trace``: the block layer's latency of its I/Os beside
-    (blocktrace; like ``blk``, that includes the I/Os of fio's ramp second, which fio's own
-    figures leave out)."""
+    (blocktrace), of those that completed in the last ``seconds`` of the trace: fio's measured
+    time, after its ramp (``blk`` includes the ramp)."""
     cmd = [
         "fio", "--output-format=json", "--group_reporting", f"--ioengine={engine}", "--direct=1",
         "--rw=randread", "--bs=4k", f"--iodepth={qd}", "--time_based", f"--runtime={seconds}",
@@ -412,6 +416,9 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
         if bt:
             bt.stop()
         lat = bt.latencies() if bt else None
+    if lat is not None and lat.done.size:  # fio's measured seconds: the last, after its ramp
+        end = float(lat.done.max())
+        lat = lat.within(end - seconds * 1e9, end + 1)
     job = json.loads(out[out.index("{"):])["jobs"][0]
     rd = job["read"]
     lat_ns = rd["lat_ns"]
@@ -742,6 +749,12 @@ def main() -> int:
     for c in cases:
         if c.endswith(" traced") and c not in traced:
             check(f"{c}: the trace holds its I/Os", 0.0, False, "every round's trace")
+    counted = {c: per_round(c, lambda x: x.kern_ios / (x.iops * s)) for c in traced
+               if c.startswith("ivypy")}
+    if counted:  # the trace's I/Os of the measured window are the ones ivypy counted
+        off = max(counted, key=lambda c: abs(counted[c] - 1))
+        check(f"traced I/Os / ivypy's I/Os, measured window, farthest ({off})", counted[off],
+              abs(counted[off] - 1) <= 0.005, "within 0.5 % in every traced ivypy case")
     if traced:
         # each I/O's life in the block layer lies inside its submit -> reap, so each quantile
         # of a tool's latency is at least the block layer's, less the histogram's rounding

@@ -48,12 +48,20 @@ _MARK = re.compile(rb"\s(\d+(?:\.\d+)?): tracing_mark_write: ivypy-blocktrace (\
 @dataclass(frozen=True)
 class Latencies:
     """The block layer's latency of each paired request (unsorted; in ns from
-    ``BlockTrace.latencies``, in the trace clock's unit from ``parse``), and how many
-    completions found no arrival to pair with (the trace buffer overran, or the I/O arrived
-    before tracing started)."""
+    ``BlockTrace.latencies``, in the trace clock's unit from ``parse``), the moment each
+    completed (CLOCK_MONOTONIC ns from ``BlockTrace.latencies``, trace time from ``parse``),
+    and how many completions found no arrival to pair with (the trace buffer overran, or the
+    I/O arrived before tracing started)."""
 
     ns: npt.NDArray[np.float64]
     unpaired: int
+    done: npt.NDArray[np.float64]
+
+    def within(self, start: float, end: float) -> Latencies:
+        """The requests that completed in [start, end): a tool's measured window, where the
+        trace ran longer (``unpaired`` stays the whole trace's)."""
+        keep = (self.done >= start) & (self.done < end)
+        return Latencies(self.ns[keep], self.unpaired, self.done[keep])
 
     def percentile(self, p: float) -> float:
         return float(np.percentile(self.ns, p)) if self.ns.size else float("nan")
@@ -77,14 +85,15 @@ def pair(dev: npt.NDArray[np.int64], sector: npt.NDArray[np.int64],
     before it that no other completion took; a completion without one is counted unpaired, an
     arrival without one (still in flight when tracing stopped) is left out."""
     if not dev.size:
-        return Latencies(np.empty(0), 0)
+        return Latencies(np.empty(0), 0, np.empty(0))
     # by device, sector, time; at one time an arrival before a completion
     order = np.lexsort((complete, ts, sector, dev))
     d, s, t, c = dev[order], sector[order], ts[order], complete[order]
     same = (d[1:] == d[:-1]) & (s[1:] == s[:-1])
     paired = same & ~c[:-1] & c[1:]
     ns = (t[1:] - t[:-1])[paired]
-    return Latencies(ns.astype(np.float64), int(c.sum()) - int(paired.sum()))
+    return Latencies(ns.astype(np.float64), int(c.sum()) - int(paired.sum()),
+                     t[1:][paired].astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -186,14 +195,16 @@ class BlockTrace:
         return parse_bios((self.dir / "trace").read_bytes())
 
     def latencies(self) -> Latencies:
-        """The traced I/Os' latencies in ns (reading a million I/Os' trace takes seconds)."""
+        """The traced I/Os' latencies in ns, and their completions in CLOCK_MONOTONIC ns
+        (reading a million I/Os' trace takes seconds)."""
         lat, marks = parse((self.dir / "trace").read_bytes())
-        if self.clock == "mono":  # seconds, printed to the microsecond
-            return Latencies(lat.ns * 1e9, lat.unpaired)
+        if self.clock == "mono":  # seconds of CLOCK_MONOTONIC, printed to the microsecond
+            return Latencies(lat.ns * 1e9, lat.unpaired, lat.done * 1e9)
         if len(marks) < 2 or marks[-1][0] <= marks[0][0]:
             raise RuntimeError(f"blocktrace: the trace lost its clock markers ({marks!r})")
         (t0, m0), (t1, m1) = marks[0], marks[-1]
-        return Latencies(lat.ns * ((m1 - m0) / (t1 - t0)), lat.unpaired)
+        scale = (m1 - m0) / (t1 - t0)
+        return Latencies(lat.ns * scale, lat.unpaired, m0 + (lat.done - t0) * scale)
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -46,6 +46,11 @@ def test_pair(events: list[tuple[int, int, float, bool]], want: list[float],
                np.array(cols[2], np.float64), np.array(cols[3], np.bool_))
     assert sorted(lat.ns.tolist()) == want
     assert lat.unpaired == unpaired
+    # each latency ends at a completion's time and starts at an arrival's
+    arrivals = {e[2] for e in events if not e[3]}
+    completions = {e[2] for e in events if e[3]}
+    assert all(d in completions and d - n in arrivals
+               for d, n in zip(lat.done.tolist(), lat.ns.tolist(), strict=True))
 
 
 TRACE = b"""# tracer: nop
@@ -65,6 +70,7 @@ TRACE = b"""# tracer: nop
 def test_parse_reads_events_devices_and_markers() -> None:
     lat, marks = parse(TRACE)
     assert sorted(lat.ns.tolist()) == [100.0, 300.0]
+    assert sorted(lat.done.tolist()) == [1000250.0, 1000400.0]
     assert lat.unpaired == 0
     assert marks == [(1000000.0, 5000000000), (1002000.0, 5000001000)]
 
@@ -83,15 +89,37 @@ def test_parse_mono_clock_seconds() -> None:
             b"  fio-1 [000] ..... 12.000025: block_rq_complete: 7,1 R () 8 + 8 be,0,4 [0]\n")
     lat, marks = parse(text)
     assert lat.ns.tolist() == pytest.approx([15e-6])
+    assert lat.done.tolist() == [12.000025]
     assert marks == []
 
 
 def test_latencies_summaries() -> None:
-    lat = blocktrace.Latencies(np.arange(1.0, 101.0), 0)
+    lat = blocktrace.Latencies(np.arange(1.0, 101.0), 0, np.arange(1000.0, 1100.0))
     assert lat.percentile(50) == pytest.approx(50.5)
     assert lat.mean == pytest.approx(50.5)
-    empty = blocktrace.Latencies(np.empty(0), 3)
+    empty = blocktrace.Latencies(np.empty(0), 3, np.empty(0))
     assert np.isnan(empty.percentile(99)) and np.isnan(empty.mean)
+
+
+# (window [start, end), the latencies of the requests that completed in it)
+WITHIN_CASES = [
+    ((0.0, 1e9), [10.0, 20.0, 30.0, 40.0]),
+    ((200.0, 400.0), [20.0, 30.0]),  # start inside, end outside
+    ((100.0, 101.0), [10.0]),
+    ((401.0, 500.0), []),
+    ((-50.0, 100.0), []),  # ends where the first completed: not in it
+]
+
+
+@pytest.mark.parametrize(("window", "want"), WITHIN_CASES)
+def test_within_keeps_the_requests_completed_in_the_window(window: tuple[float, float],
+                                                           want: list[float]) -> None:
+    lat = blocktrace.Latencies(np.array([10.0, 20.0, 30.0, 40.0]), 2,
+                               np.array([100.0, 200.0, 300.0, 400.0]))
+    part = lat.within(*window)
+    assert part.ns.tolist() == want
+    assert part.done.tolist() == [d for d, n in zip(lat.done, lat.ns, strict=True) if n in want]
+    assert part.unpaired == 2
 
 
 @pytest.mark.root
@@ -122,6 +150,8 @@ def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F
     assert lat.unpaired == 0
     assert lat.ns.min() > 0
     assert lat.ns.sum() < took_ns
+    # each completion on CLOCK_MONOTONIC, within the reads' time (the clock's conversion)
+    assert t0 <= lat.done.min() and lat.done.max() <= t0 + took_ns
     with open(f"/sys/block/{traced.name}/dev") as f:
         major, minor = (int(x) for x in f.read().split(":"))
     assert kernel_dev(traced.path) == (major << 20) | minor
