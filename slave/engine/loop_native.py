@@ -356,8 +356,10 @@ class NativeLoop:
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
         (``take_back``); giving the set back and loading it again at every boundary held the
-        worker's I/O (docs/engine.md). False (nothing done) where any edit is not such an
-        edit."""
+        worker's I/O (docs/engine.md). A ring all issued (its slots all in flight at the
+        boundary) takes its next I/Os first, as the kernel would when a slot frees. False (the
+        set given back) where any edit is not such an edit, or a workload's backlog reaches
+        past its ring."""
         if not self.ws or not self.loaded:
             return False
         on = self.gen["on"].tolist()
@@ -370,6 +372,9 @@ class NativeLoop:
                 return False
             chosen[k] = params  # the last edit of a workload counts
             rlen = int(self.rlen[k])
+            if self.cur[k] >= rlen and self.rcap[k]:  # all issued: its next, as the kernel's
+                pk.generate(self.args, k, min(int(self.rcap[k]), int(self.args.gen_ios)))
+                rlen = int(self.rlen[k])
             if not rlen or ws[k].ring[rlen - 1, IO["sched_ns"]] < at_ns:
                 return False  # its backlog reaches past its ring: made whole in Python
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))

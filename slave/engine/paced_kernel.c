@@ -17,7 +17,8 @@
  * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
  * taken in part, and a control poll; for the poll only when the control's descriptor
  * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, and paced_generate and paced_write_data serve the tests.
+ * rates in its arrays between runs, paced_generate a used-up ring's next I/Os before it (and
+ * for the tests), and paced_write_data serves the tests.
  * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions
@@ -671,7 +672,7 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
     L->cur[k] = 0;
 }
 
-/* generate(), for the tests */
+/* generate(): a ring all issued, before paced_retime; and for the tests */
 void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
     generate(L, k, m);

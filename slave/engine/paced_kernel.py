@@ -262,6 +262,8 @@ def _load() -> None:
     lib.paced_retime.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                  ctypes.c_int64]
     lib.paced_retime.restype = None
+    lib.paced_generate.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.paced_generate.restype = None
     p, i = ctypes.c_void_p, ctypes.c_int64
     for name, args in (("ivy_aio_setup", [p, i]), ("ivy_aio_destroy", [i]),
                        ("ivy_uring_setup", [p, i, i, i, p, p]),
@@ -325,6 +327,14 @@ def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArra
     gen["sched_last_ns"][ks] = float(at_ns)
     gen["first_due"][ks] = gen["poisson"][ks]
     _lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0])
+
+
+def generate(args: LoopArgs, k: int, m: int) -> None:
+    """Workload ``k``'s next ``m`` I/Os into its ring from the top, as the kernel makes them
+    when a ring runs out (every I/O of the old ring issued)."""
+    _load()
+    assert _lib is not None, _why_not
+    _lib.paced_generate(args.address, k, m)
 
 
 def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:

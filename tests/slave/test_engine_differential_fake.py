@@ -582,6 +582,44 @@ def test_new_rates_of_a_poisson_schedule_in_place_draw_what_the_python_loop_draw
     _assert_same(-1, [p], None, runs[True], runs[False])
 
 
+@pytest.mark.parametrize(("params", "latency_ns"), [
+    (WorkloadParams(iosequencer="random_steady", iodepth=1, iops=5_000.0, seed=5), 150_000),
+    (WorkloadParams(iosequencer="random_steady", iodepth=1, iops=5_000.0, seed=5,
+                    read_fraction=0.5, write_data="dedupable"), 150_000),
+    (WorkloadParams(iosequencer="random_independent", iodepth=1, iops=4_000.0, seed=0),
+     120_000),
+], ids=["reads", "half writes", "poisson"])
+def test_new_rates_in_place_where_a_ring_is_all_issued_at_the_boundary(
+        params: WorkloadParams, latency_ns: int, retimes: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # DFC's new rate at every boundary of a depth-1 workload in time (an I/O takes 150 us
+    # where one is due every 180-220 us; 120 us where a Poisson mean of 227-278 us) with
+    # rings of a few I/Os: at some boundaries its one slot is in flight with the last I/O of
+    # its ring, which the kernel refills only when the slot frees; the edit takes the ring's
+    # next I/Os first, as the kernel would, and is made in place (the set was given back at
+    # those boundaries: 3 of 8 edits in place in the first case); both loops send and count
+    # the same
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 8)
+    monkeypatch.setattr(tuning, "RING_MAX", 8)
+    rates = [params.iops * f for f in (1.1, 0.9, 1.05, 0.95, 1.0, 1.1, 0.9, 1.0)]
+    all_issued: list[bool] = []
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished < len(rates):
+            if lp.native.ws:
+                assert lp.native.loaded
+                all_issued.append(bool(lp.native.cur[0] >= lp.native.rlen[0]))
+            lp.edit_workloads([("w0", params.with_rate(rates[finished]))], boundary_ns)
+
+    kw: dict[str, object] = {"script": np.array([latency_ns], dtype=np.int64)}
+    runs = {c: _run([params], None, kw, c, monkeypatch,
+                    control=Control(len(rates) + 1, at_boundary=at_boundary))
+            for c in (True, False)}
+    assert len(all_issued) == len(rates) and sum(all_issued) >= 2, all_issued
+    assert retimes[0] == len(rates)  # every edit in place, in the compiled run
+    _assert_same(-1, [params], None, runs[True], runs[False])
+
+
 def test_a_few_ios_kept_by_an_edit_leave_the_compiled_loop_a_whole_ring(
         retimes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     # a workload a few I/Os behind (210 us each at depth 1, one due every 200 us) given a
