@@ -350,16 +350,36 @@ class NativeLoop:
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 
+    def _reach(self, k: int, at_ns: int) -> bool:
+        """Whether workload ``k``'s ring reaches ``at_ns`` (its last I/O due at or after it),
+        once it holds its next I/Os as the kernel makes them: a ring all issued (its slots
+        all in flight), in place of the old; a ring whose I/Os not issued are all due before
+        (a backlog), those moved to its top and the next after them while it has room."""
+        ring, gen_ios = self.ws[k].ring, int(self.args.gen_ios)
+        rcap = int(self.rcap[k])
+        if self.cur[k] >= self.rlen[k] and rcap:
+            pk.generate(self.args, k, min(rcap, gen_ios))
+        while self.rlen[k] and ring[int(self.rlen[k]) - 1, IO["sched_ns"]] < at_ns:
+            cur, rlen = int(self.cur[k]), int(self.rlen[k])
+            if cur:  # the issued rows give their room; the rest keep their serials
+                ring[: rlen - cur] = ring[cur:rlen]
+                self.data["ring_serial"][k] += cur
+                self.cur[k], self.rlen[k] = 0, rlen - cur
+            room = rcap - int(self.rlen[k])
+            if room < 1:
+                return False
+            pk.extend(self.args, k, min(room, gen_ios))
+        return bool(self.rlen[k])
+
     def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int) -> bool:
         """DFC's edit (a new rate for every workload at every boundary) while the compiled
         set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
         (``take_back``); giving the set back and loading it again at every boundary held the
-        worker's I/O (docs/engine.md). A ring all issued (its slots all in flight at the
-        boundary) takes its next I/Os first, as the kernel would when a slot frees. False (the
-        set given back) where any edit is not such an edit, or a workload's backlog reaches
-        past its ring."""
+        worker's I/O (docs/engine.md). A ring that does not reach the edit takes its next I/Os
+        first (``_reach``). False (the set given back) where any edit is not such an edit, or
+        a workload's backlog does not fit its ring."""
         if not self.ws or not self.loaded:
             return False
         on = self.gen["on"].tolist()
@@ -371,11 +391,7 @@ class NativeLoop:
                     or not params.same_but_rate(ws[k].spec.params)):
                 return False
             chosen[k] = params  # the last edit of a workload counts
-            rlen = int(self.rlen[k])
-            if self.cur[k] >= rlen and self.rcap[k]:  # all issued: its next, as the kernel's
-                pk.generate(self.args, k, min(int(self.rcap[k]), int(self.args.gen_ios)))
-                rlen = int(self.rlen[k])
-            if not rlen or ws[k].ring[rlen - 1, IO["sched_ns"]] < at_ns:
+            if not self._reach(k, at_ns):
                 return False  # its backlog reaches past its ring: made whole in Python
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
         iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,

@@ -17,8 +17,8 @@
  * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
  * taken in part, and a control poll; for the poll only when the control's descriptor
  * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, paced_generate a used-up ring's next I/Os before it (and
- * for the tests), and paced_write_data serves the tests.
+ * rates in its arrays between runs, paced_generate (a used-up ring's next I/Os) and
+ * paced_extend (more of them after its rows) before it, and paced_write_data serves the tests.
  * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions
@@ -626,14 +626,12 @@ static void schedule(struct ivy_gen *g, struct ivy_io *ring, int64_t m)
     }
 }
 
-/* workload k's next m I/Os into its ring from the top, as Sequencer.chunk(m) and
- * LoopWorkload.refill make them (the same draws, I/O by I/O: its offset, the hot zone's choice
- * and offset, its direction; the Poisson gaps from the schedule's own stream), their serials
- * (its write data's) following the old ring's, whose I/Os it replaces (all issued) */
-static void generate(struct ivy_loop *L, int64_t k, int64_t m)
+/* workload k's next m I/Os into ring[0..m), as Sequencer.chunk(m) and LoopWorkload.refill
+ * make them (the same draws, I/O by I/O: its offset, the hot zone's choice and offset, its
+ * direction; the Poisson gaps from the schedule's own stream) */
+static void draw(struct ivy_loop *L, int64_t k, struct ivy_io *ring, int64_t m)
 {
     struct ivy_gen *g = &L->gen[k];
-    struct ivy_io *ring = (struct ivy_io *)(intptr_t)L->rings[k];
     __uint128_t st = pair(g->state_hi, g->state_lo);
     const __uint128_t inc = pair(g->inc_hi, g->inc_lo);
     const int64_t first = g->first_bytes, nb = g->n_blocks, bs = g->blocksize_bytes;
@@ -664,10 +662,17 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
     }
     g->seq_next = next;
     schedule(g, ring, m);
-    if (L->data) /* every I/O took a serial */
-        L->data[k].ring_serial += L->rlen[k];
     put_state(g, st);
     g->made += m;
+}
+
+/* workload k's next m I/Os into its ring from the top, their serials (its write data's)
+ * following the old ring's, whose I/Os they replace (all issued) */
+static void generate(struct ivy_loop *L, int64_t k, int64_t m)
+{
+    draw(L, k, (struct ivy_io *)(intptr_t)L->rings[k], m);
+    if (L->data) /* every I/O took a serial */
+        L->data[k].ring_serial += L->rlen[k];
     L->rlen[k] = m;
     L->cur[k] = 0;
 }
@@ -676,6 +681,14 @@ static void generate(struct ivy_loop *L, int64_t k, int64_t m)
 void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
 {
     generate(L, k, m);
+}
+
+/* workload k's next m I/Os after the rlen in its ring (which has room for them), before
+ * paced_retime: its backlog made whole where the ring did not reach the edit */
+void paced_extend(struct ivy_loop *L, int64_t k, int64_t m)
+{
+    draw(L, k, (struct ivy_io *)(intptr_t)L->rings[k] + L->rlen[k], m);
+    L->rlen[k] += m;
 }
 
 /* an edit of the rates of workloads ks[0..n) at time at, in place (NativeLoop.retime_loaded:

