@@ -350,17 +350,21 @@ class NativeLoop:
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 
-    def _reach(self, k: int, at_ns: int) -> bool:
-        """Whether workload ``k``'s ring reaches ``at_ns`` (its last I/O due at or after it),
-        once it holds its next I/Os as the kernel makes them: a ring all issued (its slots
-        all in flight), in place of the old; a ring whose I/Os not issued are all due before
-        (a backlog), those moved to its top and the next after them while it has room."""
-        ring, gen_ios = self.ws[k].ring, int(self.args.gen_ios)
+    def _reach(self, k: int, at_ns: int, cap: int) -> bool:
+        """Whether workload ``k``'s ring reaches ``at_ns`` (its last I/O due at or after it)
+        with at most ``cap`` I/Os not issued due before it (the backlog an edit keeps whole:
+        ``Workloads._backlog``), once it holds its next I/Os as the kernel makes them: a ring
+        all issued (its slots all in flight), in place of the old; a ring whose I/Os not
+        issued are all due before, those moved to its top and the next after them while it
+        has room. It may have drawn I/Os into the ring where it answers False."""
+        ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
         rcap = int(self.rcap[k])
-        if self.cur[k] >= self.rlen[k] and rcap:
+        if self.cur[k] >= self.rlen[k]:
             pk.generate(self.args, k, min(rcap, gen_ios))
-        while self.rlen[k] and ring[int(self.rlen[k]) - 1, IO["sched_ns"]] < at_ns:
+        while self.rlen[k] and ring[int(self.rlen[k]) - 1, sched] < at_ns:
             cur, rlen = int(self.cur[k]), int(self.rlen[k])
+            if rlen - cur >= cap:
+                return False  # more due than an edit keeps: the general edit drops the rest
             if cur:  # the issued rows give their room; the rest keep their serials
                 ring[: rlen - cur] = ring[cur:rlen]
                 self.data["ring_serial"][k] += cur
@@ -369,17 +373,20 @@ class NativeLoop:
             if room < 1:
                 return False
             pk.extend(self.args, k, min(room, gen_ios))
-        return bool(self.rlen[k])
+        cur, rlen = int(self.cur[k]), int(self.rlen[k])
+        return bool(rlen) and int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) <= cap
 
-    def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int) -> bool:
+    def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int,
+                      cap: int) -> bool:
         """DFC's edit (a new rate for every workload at every boundary) while the compiled
         set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
         (``take_back``); giving the set back and loading it again at every boundary held the
         worker's I/O (docs/engine.md). A ring that does not reach the edit takes its next I/Os
-        first (``_reach``). False (the set given back) where any edit is not such an edit, or
-        a workload's backlog does not fit its ring."""
+        first (``_reach``). False (for the caller to give the set back; rings may hold I/Os
+        drawn meanwhile) where any edit is not such an edit, or a workload's backlog does not
+        fit its ring or is longer than ``cap`` (``Workloads._backlog``)."""
         if not self.ws or not self.loaded:
             return False
         on = self.gen["on"].tolist()
@@ -391,8 +398,8 @@ class NativeLoop:
                     or not params.same_but_rate(ws[k].spec.params)):
                 return False
             chosen[k] = params  # the last edit of a workload counts
-            if not self._reach(k, at_ns):
-                return False  # its backlog reaches past its ring: made whole in Python
+            if not self._reach(k, at_ns, cap):
+                return False  # its backlog made whole, or cut, in Python
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
         iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,
                            count=len(chosen))

@@ -189,7 +189,7 @@ class Workloads:
         """``edit`` for each, in order, with one look over all workloads at the end
         (``changes``); in place where every edit only sets a new rate of a paced workload
         that the compiled loop holds (``NativeLoop.retime_loaded``)."""
-        if at_ns is not None and self._native.retime_loaded(edits, at_ns):
+        if at_ns is not None and self._native.retime_loaded(edits, at_ns, self._backlog_cap()):
             return
         with self.changes():
             for workload_id, params in edits:
@@ -211,6 +211,12 @@ class Workloads:
             rest[due:, IO["sched_ns"]] = w.seq.schedule(rest.shape[0] - due)
         self.refresh()  # the compiled loop's heap holds the old times
 
+    def _backlog_cap(self) -> int:
+        """How many I/Os of its backlog an edited paced workload keeps at most: its share of
+        ``tuning.BACKLOG_BUDGET`` among the worker's paced workloads, ``BACKLOG_MIN`` at least
+        (as at the last look: the same for a batch of edits)."""
+        return max(tuning.BACKLOG_MIN, tuning.BACKLOG_BUDGET // max(1, len(self.paced)))
+
     def _backlog(self, w: LoopWorkload, at_ns: int) -> int:
         """Before an edit of paced ``w`` at ``at_ns``: how many I/Os at the head of its ring
         (from ``cur``) its schedule had due before then and not issued (the backlog the edit
@@ -220,9 +226,9 @@ class Workloads:
         paced workloads (``BACKLOG_MIN`` at least): of a longer backlog the first are kept and
         the rest of the old schedule is dropped, with a warning. The same whichever loop
         precomputed the ring (the compiled loop's are shorter)."""
-        paced = max(1, len(self.paced))  # as at the last look: the same for a batch of edits
+        paced = max(1, len(self.paced))
         sched = IO["sched_ns"]
-        cap = max(tuning.BACKLOG_MIN, tuning.BACKLOG_BUDGET // paced)
+        cap = self._backlog_cap()
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
             held = w.ring_len - w.cur
             if held >= cap:

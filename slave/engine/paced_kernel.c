@@ -683,7 +683,8 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
     generate(L, k, m);
 }
 
-/* workload k's next m I/Os after the rlen in its ring (which has room for them), before
+/* workload k's next m I/Os after the rlen in its ring (the caller keeps rlen + m <= its
+ * capacity, rcap), before
  * paced_retime: its backlog made whole where the ring did not reach the edit */
 void paced_extend(struct ivy_loop *L, int64_t k, int64_t m)
 {

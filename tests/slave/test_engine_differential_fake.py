@@ -765,6 +765,20 @@ def test_random_dfc_rates_at_every_boundary_give_the_same_ios_in_both_loops(
     assert len(c.serials) == EDIT_SUBS - 1 and c.serials == py.serials, case
 
 
+@pytest.mark.parametrize("case", range(12))
+def test_random_dfc_rates_keep_the_same_backlog_in_both_loops_where_it_is_cut(
+        case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same, where an edit keeps at most 4 I/Os of a workload's backlog (its share of a
+    # budget of 8, 4 at least): the compiled loop keeps no more in place than the Python
+    # loop's edit keeps (a ring that held more of a backlog kept it all: 17 of 30 cases
+    # differed)
+    monkeypatch.setattr(tuning, "BACKLOG_MIN", 4)
+    monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 8)
+    c, py = (_run_edits(case, compiled, monkeypatch, dfc=True) for compiled in (True, False))
+    _assert_same_edits(case, c, py)
+    assert c.serials == py.serials, case
+
+
 def _assert_same_edits(case: int, c: _Run, py: _Run) -> None:
     """The compiled loop's run ``c`` and the Python loop's ``py`` of a random-edits case
     sent the same I/Os in the same submit calls, and counted the same."""
