@@ -17,8 +17,9 @@
  * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
  * taken in part, and a control poll; for the poll only when the control's descriptor
  * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, paced_generate (a used-up ring's next I/Os) and
- * paced_extend (more of them after its rows) before it, and paced_write_data serves the tests.
+ * rates in its arrays between runs, paced_generate (a used-up ring's next I/Os; the tests'
+ * too) and paced_extend (more of them after its rows) before it, and paced_write_data serves
+ * the tests.
  * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions
@@ -683,9 +684,9 @@ void paced_generate(struct ivy_loop *L, int64_t k, int64_t m)
     generate(L, k, m);
 }
 
-/* workload k's next m I/Os after the rlen in its ring (the caller keeps rlen + m <= its
- * capacity, rcap), before
- * paced_retime: its backlog made whole where the ring did not reach the edit */
+/* workload k's next m I/Os after the rlen in its ring (the caller keeps rlen + m within its
+ * capacity, rcap), before paced_retime: its backlog made whole where the ring did not reach
+ * the edit */
 void paced_extend(struct ivy_loop *L, int64_t k, int64_t m)
 {
     draw(L, k, (struct ivy_io *)(intptr_t)L->rings[k] + L->rlen[k], m);

@@ -290,6 +290,13 @@ def library() -> ctypes.CDLL | None:
     return _lib
 
 
+def _loaded() -> ctypes.CDLL:
+    """The loaded compiled object, for a caller that runs only where it is available."""
+    _load()
+    assert _lib is not None, _why_not
+    return _lib
+
+
 def why_not() -> str | None:
     """Why the compiled loop is not available, or None."""
     _load()
@@ -319,30 +326,25 @@ def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArra
     its ring due before ``at_ns`` and not issued keep their times, the rest are retimed, and
     its generator (schedule, stream) goes on from there, marked ``resync`` for its sequencer
     to take back."""
-    _load()
-    assert _lib is not None, _why_not
+    lib = _loaded()
     ks = np.ascontiguousarray(ks, dtype=np.int64)
     gen["period_ns"][ks] = period_ns
     gen["sched_base_ns"][ks] = base_ns
     gen["sched_k"][ks] = 0
     gen["sched_last_ns"][ks] = float(at_ns)
     gen["first_due"][ks] = gen["poisson"][ks]
-    _lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0])
+    lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0])
 
 
 def generate(args: LoopArgs, k: int, m: int) -> None:
     """Workload ``k``'s next ``m`` I/Os into its ring from the top, as the kernel makes them
     when a ring runs out (every I/O of the old ring issued)."""
-    _load()
-    assert _lib is not None, _why_not
-    _lib.paced_generate(args.address, k, m)
+    _loaded().paced_generate(args.address, k, m)
 
 
 def extend(args: LoopArgs, k: int, m: int) -> None:
     """Workload ``k``'s next ``m`` I/Os after the rows of its ring, which has room for them."""
-    _load()
-    assert _lib is not None, _why_not
-    _lib.paced_extend(args.address, k, m)
+    _loaded().paced_extend(args.address, k, m)
 
 
 def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:

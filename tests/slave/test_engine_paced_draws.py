@@ -8,7 +8,6 @@ twin does."""
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 
 import numpy as np
@@ -20,7 +19,6 @@ from slave.engine import paced_kernel as pk
 from slave.engine.loop_args import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
-from tests.slave.test_engine_paced_kernel import kernel_function
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
                                 reason="no C compiler (cc): the compiled paced loop cannot be "
@@ -59,7 +57,7 @@ class _Kernel:
             self.args.array(name, arr)
 
     def generate(self, m: int) -> npt.NDArray[np.int64]:
-        kernel_function("paced_generate", ctypes.c_int64, ctypes.c_int64)(self.args.address, 0, m)
+        pk.generate(self.args, 0, m)
         return self.ring[:m].copy()
 
     def retime(self, iops: float, at_ns: int, issued: int) -> npt.NDArray[np.int64]:

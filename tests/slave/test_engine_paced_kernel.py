@@ -230,10 +230,9 @@ _WRITE_WORD = layout.opcode_fd_word(layout.IOCB_CMD_PWRITE, 7)
 
 def kernel_function(name: str, *argtypes: Any) -> Callable[..., None]:
     """A function of the loaded object that serves the tests alone, taking the address of the
-    loop's arguments, then ``argtypes``: ``paced_generate`` (workload k's next m I/Os into its
-    ring from the top, as a run makes them when the ring runs out) and ``paced_write_data``
-    (what a run puts into a write's buffer for workload k's ring I/O i, a write at an offset:
-    the block whole)."""
+    loop's arguments, then ``argtypes``: ``paced_write_data`` (what a run puts into a write's
+    buffer for workload k's ring I/O i, a write at an offset: the block whole),
+    ``ivy_await_resume``."""
     assert pk.available(), pk.why_not()
     fn = getattr(pk._lib, name)
     fn.argtypes = [ctypes.c_void_p, *argtypes]
@@ -265,9 +264,8 @@ def _kernel_generate(seq: Sequencer, pattern: WritePattern | None, m: int, times
                       ("armed", np.zeros(1, np.uint8)), ("gen", gen), ("data", data)):
         a.array(name, arr)
     made = []
-    generate = kernel_function("paced_generate", ctypes.c_int64, ctypes.c_int64)
     for _ in range(times):
-        generate(a.address, 0, m)
+        pk.generate(a, 0, m)
         serials = (np.zeros(m, np.int64) if pattern is None
                    else int(data["ring_serial"][0]) + np.arange(m))
         made.append(np.concatenate([ring, serials[:, None]], axis=1))
