@@ -239,8 +239,7 @@ class Workloads:
                     "the old schedule is dropped", w.spec.workload_id, cap, cap, paced, cap)
                 return cap
             # as many again as it holds: a long backlog in a few refills (each copies the
-            # ring's rest; a refill's usual size at a time made it quadratic: 123 ms for
-            # 65,536 I/Os at 2,000 IOPS, 8.1 ms doubling)
+            # ring's rest; a refill's usual size at a time was quadratic: docs/engine.md)
             w.refill(min(held, cap - held))
         # the ring is in time order
         return min(int(w.ring[w.cur :, sched].searchsorted(at_ns, "left")), cap)
