@@ -355,12 +355,12 @@ class NativeLoop:
         with at most ``cap`` I/Os not issued due before it (the backlog an edit keeps whole:
         ``Workloads._backlog``), once it holds its next I/Os as the kernel makes them: a ring
         all issued (its slots all in flight), in place of the old; a ring whose I/Os not
-        issued are all due before, those moved to its top and the next after them while it
-        has room. It may have drawn I/Os into the ring where it answers False."""
+        issued are all due before, those moved to its top and the next after them, in a
+        larger ring where it is full (``_grow``). It may have drawn I/Os into the ring where
+        it answers False."""
         ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
-        rcap = int(self.rcap[k])
         if self.cur[k] >= self.rlen[k]:
-            pk.generate(self.args, k, min(rcap, gen_ios))
+            pk.generate(self.args, k, min(int(self.rcap[k]), gen_ios))
         while self.rlen[k] and ring[int(self.rlen[k]) - 1, sched] < at_ns:
             cur, rlen = int(self.cur[k]), int(self.rlen[k])
             if rlen - cur >= cap:
@@ -369,12 +369,24 @@ class NativeLoop:
                 ring[: rlen - cur] = ring[cur:rlen]
                 self.data["ring_serial"][k] += cur
                 self.cur[k], self.rlen[k] = 0, rlen - cur
-            room = rcap - int(self.rlen[k])
-            if room < 1:
-                return False
-            pk.extend(self.args, k, min(room, gen_ios))
+            rlen = int(self.rlen[k])
+            if rlen == int(self.rcap[k]):
+                ring = self._grow(k, max(rlen + 1, min(2 * rlen, cap + gen_ios)))
+            pk.extend(self.args, k, min(int(self.rcap[k]) - rlen, gen_ios))
         cur, rlen = int(self.cur[k]), int(self.rlen[k])
         return bool(rlen) and int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) <= cap
+
+    def _grow(self, k: int, rows: int) -> npt.NDArray[np.int64]:
+        """Workload ``k``'s ring moved into a new one of ``rows`` rows (its I/Os not issued
+        at the top: ``cur`` 0), which the workload keeps (the kernel has its address only);
+        returns it."""
+        w, rlen = self.ws[k], int(self.rlen[k])
+        ring = np.empty((rows, w.ring.shape[1]), dtype=np.int64)
+        ring[:rlen] = w.ring[:rlen]
+        w.ring = ring
+        self.rings[k] = ring.ctypes.data
+        self.rcap[k] = rows
+        return ring
 
     def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int,
                       cap: int) -> bool:
@@ -385,8 +397,8 @@ class NativeLoop:
         (``take_back``); giving the set back and loading it again at every boundary held the
         worker's I/O (docs/engine.md). A ring that does not reach the edit takes its next I/Os
         first (``_reach``). False (for the caller to give the set back; rings may hold I/Os
-        drawn meanwhile) where any edit is not such an edit, or a workload's backlog does not
-        fit its ring or is longer than ``cap`` (``Workloads._backlog``)."""
+        drawn meanwhile) where any edit is not such an edit, or a workload's backlog is
+        longer than ``cap`` (``Workloads._backlog``)."""
         if not self.ws or not self.loaded:
             return False
         on = self.gen["on"].tolist()
