@@ -350,21 +350,23 @@ class NativeLoop:
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 
-    def _reach(self, k: int, at_ns: int, cap: int) -> bool:
-        """Whether workload ``k``'s ring reaches ``at_ns`` (its last I/O due at or after it)
-        with at most ``cap`` I/Os not issued due before it (the backlog an edit keeps whole:
-        ``Workloads._backlog``), once it holds its next I/Os as the kernel makes them: a ring
-        all issued (its slots all in flight), in place of the old; a ring whose I/Os not
-        issued are all due before, those moved to its top and the next after them, in a
-        larger ring where it is full (``_grow``). It may have drawn I/Os into the ring where
-        it answers False."""
+    def _reach(self, k: int, at_ns: int, cap: int) -> bool | None:
+        """Make workload ``k``'s ring reach ``at_ns`` (its last I/O due at or after it), or
+        hold ``cap`` I/Os not issued due before it (the backlog an edit keeps at most:
+        ``Workloads._backlog``), as the kernel makes its next I/Os: a ring all issued (its
+        slots all in flight) anew; a ring whose I/Os not issued are all due before, those moved
+        to its top and the next after them, in a larger ring where it is full (``_grow``).
+        Whether the backlog is longer than ``cap`` (the edit keeps its first ``cap``); None
+        where the workload has no ring (Python refills it: ``R_REFILL``)."""
         ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
         if self.cur[k] >= self.rlen[k]:
             pk.generate(self.args, k, min(int(self.rcap[k]), gen_ios))
-        while self.rlen[k] and ring[int(self.rlen[k]) - 1, sched] < at_ns:
+        if not self.rlen[k]:
+            return None
+        while ring[int(self.rlen[k]) - 1, sched] < at_ns:
             cur, rlen = int(self.cur[k]), int(self.rlen[k])
             if rlen - cur >= cap:
-                return False  # more due than an edit keeps: the general edit drops the rest
+                return True  # more due than an edit keeps, as the general edit sees it
             if cur:  # the issued rows give their room; the rest keep their serials
                 ring[: rlen - cur] = ring[cur:rlen]
                 self.data["ring_serial"][k] += cur
@@ -374,7 +376,7 @@ class NativeLoop:
                 ring = self._grow(k, max(rlen + 1, min(2 * rlen, cap + gen_ios)))
             pk.extend(self.args, k, min(int(self.rcap[k]) - rlen, gen_ios))
         cur, rlen = int(self.cur[k]), int(self.rlen[k])
-        return bool(rlen) and int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) <= cap
+        return int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) > cap
 
     def _grow(self, k: int, rows: int) -> npt.NDArray[np.int64]:
         """Workload ``k``'s ring moved into a new one of ``rows`` rows (its I/Os not issued
@@ -389,37 +391,42 @@ class NativeLoop:
         return ring
 
     def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int,
-                      cap: int) -> bool:
+                      cap: int) -> list[LoopWorkload] | None:
         """DFC's edit (a new rate for every workload at every boundary) while the compiled
         set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
         rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
         each sequencer takes its new rate and schedule when the set is given back
         (``take_back``); giving the set back and loading it again at every boundary held the
         worker's I/O (docs/engine.md). A ring that does not reach the edit takes its next I/Os
-        first (``_reach``). False (for the caller to give the set back; rings may hold I/Os
-        drawn meanwhile) where any edit is not such an edit, or a workload's backlog is
-        longer than ``cap`` (``Workloads._backlog``)."""
+        first (``_reach``). Returns the workloads whose backlog was longer than ``cap`` (each
+        keeps its first ``cap``: ``Workloads._backlog``, whose warning is the caller's); None
+        (for the caller to give the set back; rings may hold I/Os drawn meanwhile) where any
+        edit is not such an edit, or a workload has no ring."""
         if not self.ws or not self.loaded:
-            return False
+            return None
         on = self.gen["on"].tolist()
         ws = self.ws
         chosen: dict[int, WorkloadParams] = {}
+        cut: dict[int, LoopWorkload] = {}
         for workload_id, params in edits:
             k = self.pos_of.get(workload_id)
             if (k is None or not on[k] or not ws[k].paced or params.iops is None
                     or not params.same_but_rate(ws[k].spec.params)):
-                return False
+                return None
             chosen[k] = params  # the last edit of a workload counts
-            if not self._reach(k, at_ns, cap):
-                return False  # its backlog made whole, or cut, in Python
+            longer = self._reach(k, at_ns, cap)
+            if longer is None:
+                return None
+            if longer:
+                cut[k] = ws[k]
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
         iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,
                            count=len(chosen))
         for k, params in chosen.items():
             ws[k].spec.params = params
         periods, bases = Sequencer.schedule_starts(self.phase_fraction[ks], iops, at_ns)
-        pk.retime(self.args, self.gen, at_ns, ks, periods, bases)
+        pk.retime(self.args, self.gen, at_ns, ks, periods, bases, cap)
         # the kernel's heap holds the old times: its next run arms every workload anew
         self.armed[self.armed == 1] = 0
         self.args.heap_n = 0
-        return True
+        return list(cut.values())

@@ -189,8 +189,13 @@ class Workloads:
         """``edit`` for each, in order, with one look over all workloads at the end
         (``changes``); in place where every edit only sets a new rate of a paced workload
         that the compiled loop holds (``NativeLoop.retime_loaded``)."""
-        if at_ns is not None and self._native.retime_loaded(edits, at_ns, self._backlog_cap()):
-            return
+        if at_ns is not None:
+            cap = self._backlog_cap()
+            cut = self._native.retime_loaded(edits, at_ns, cap)
+            if cut is not None:
+                for w in cut:
+                    self._cut(w, cap)
+                return
         with self.changes():
             for workload_id, params in edits:
                 self.edit(workload_id, params, at_ns)
@@ -224,25 +229,30 @@ class Workloads:
         that far: a workload further behind than its ring, whose schedule the edit restarts,
         lost the rest), at most its share of ``tuning.BACKLOG_BUDGET`` among the worker's
         paced workloads (``BACKLOG_MIN`` at least): of a longer backlog the first are kept and
-        the rest of the old schedule is dropped, with a warning. The same whichever loop
-        precomputed the ring (the compiled loop's are shorter)."""
-        paced = max(1, len(self.paced))
+        the rest of the old schedule is dropped, with a warning (``_cut``). The same whichever
+        loop precomputed the ring (the compiled loop's are shorter), and in place
+        (``NativeLoop.retime_loaded``)."""
         sched = IO["sched_ns"]
         cap = self._backlog_cap()
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
             held = w.ring_len - w.cur
             if held >= cap:
-                log.warning(
-                    "workload %s: more than %d I/Os its schedule had due before its edit were "
-                    "not issued yet (the LUN was far behind; a worker keeps %d for each of its "
-                    "%d paced workloads): the first %d keep their scheduled times, the rest of "
-                    "the old schedule is dropped", w.spec.workload_id, cap, cap, paced, cap)
-                return cap
+                return self._cut(w, cap)
             # as many again as it holds: a long backlog in a few refills (each copies the
             # ring's rest; a refill's usual size at a time was quadratic: docs/engine.md)
             w.refill(min(held, cap - held))
         # the ring is in time order
-        return min(int(w.ring[w.cur :, sched].searchsorted(at_ns, "left")), cap)
+        due = int(w.ring[w.cur :, sched].searchsorted(at_ns, "left"))
+        return due if due <= cap else self._cut(w, cap)
+
+    def _cut(self, w: LoopWorkload, cap: int) -> int:
+        """Say that an edit keeps only the first ``cap`` I/Os of ``w``'s backlog; ``cap``."""
+        log.warning(
+            "workload %s: more than %d I/Os its schedule had due before its edit were not "
+            "issued yet (the LUN was far behind; a worker keeps %d for each of its %d paced "
+            "workloads): the first %d keep their scheduled times, the rest of the old "
+            "schedule is dropped", w.spec.workload_id, cap, cap, max(1, len(self.paced)), cap)
+        return cap
 
     def remove(self, workload_id: str) -> None:
         """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the

@@ -695,18 +695,18 @@ void paced_extend(struct ivy_loop *L, int64_t k, int64_t m)
 
 /* an edit of the rates of workloads ks[0..n) at time at, in place (NativeLoop.retime_loaded:
  * each one's generator holds its new period and schedule start, sched_k 0, sched_last_ns at
- * and, for a Poisson schedule, first_due): the I/Os in its ring that were due
+ * and, for a Poisson schedule, first_due): the first cap I/Os in its ring that were due
  * before at and are not issued yet keep their times (the backlog), the rest take the new
  * schedule's, as Workloads._retime gives them. resync: its Sequencer takes the state back */
-void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n)
+void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n, int64_t cap)
 {
     for (int64_t x = 0; x < n; x++) {
         const int64_t k = ks[x];
         struct ivy_gen *g = &L->gen[k];
         struct ivy_io *ring = (struct ivy_io *)(intptr_t)L->rings[k];
         int64_t j = L->cur[k];
-        const int64_t end = L->rlen[k];
-        while (j < end && ring[j].sched_ns < at) /* in time order */
+        const int64_t end = L->rlen[k], kept = j + cap < end ? j + cap : end;
+        while (j < kept && ring[j].sched_ns < at) /* in time order */
             j++;
         if (g->poisson && end > j) { /* their arrivals drawn again from where theirs were */
             __uint128_t st = pcg_rewind(pair(g->sched_state_hi, g->sched_state_lo),

@@ -260,7 +260,7 @@ def _load() -> None:
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_int64
     lib.paced_retime.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                 ctypes.c_int64]
+                                 ctypes.c_int64, ctypes.c_int64]
     lib.paced_retime.restype = None
     for name in ("paced_generate", "paced_extend"):
         f = getattr(lib, name)
@@ -320,12 +320,13 @@ def run(args: LoopArgs) -> int:
 
 
 def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArray[np.int64],
-           period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64]) -> None:
+           period_ns: npt.NDArray[np.float64], base_ns: npt.NDArray[np.int64],
+           cap: int = layout.INF) -> None:
     """Workloads ``ks`` (elements of ``gen``, the loop's generators) take new schedules from
-    ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the I/Os of
-    its ring due before ``at_ns`` and not issued keep their times, the rest are retimed, and
-    its generator (schedule, stream) goes on from there, marked ``resync`` for its sequencer
-    to take back."""
+    ``at_ns`` in place, each its period and first time (``Sequencer.retime``'s): the first
+    ``cap`` I/Os of its ring due before ``at_ns`` and not issued keep their times, the rest
+    are retimed, and its generator (schedule, stream) goes on from there, marked ``resync``
+    for its sequencer to take back."""
     lib = _loaded()
     ks = np.ascontiguousarray(ks, dtype=np.int64)
     gen["period_ns"][ks] = period_ns
@@ -333,7 +334,7 @@ def retime(args: LoopArgs, gen: npt.NDArray[np.void], at_ns: int, ks: npt.NDArra
     gen["sched_k"][ks] = 0
     gen["sched_last_ns"][ks] = float(at_ns)
     gen["first_due"][ks] = gen["poisson"][ks]
-    lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0])
+    lib.paced_retime(args.address, at_ns, ks.ctypes.data, ks.shape[0], cap)
 
 
 def generate(args: LoopArgs, k: int, m: int) -> None:

@@ -771,7 +771,7 @@ def test_dfc_edits_of_every_rate_are_made_in_place_and_keep_the_rates(
     # compiled state is loaded once), or, where that is turned off, the set is given back
     # and loaded again; either way each subinterval runs at the rates its edit set
     if not in_place:
-        monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: False)
+        monkeypatch.setattr(NativeLoop, "retime_loaded", lambda *a: None)
     loads = [0]
     load = NativeLoop.load
 
