@@ -352,12 +352,13 @@ class NativeLoop:
 
     def _reach(self, k: int, at_ns: int, cap: int) -> bool | None:
         """Make workload ``k``'s ring reach ``at_ns`` (its last I/O due at or after it), or
-        hold ``cap`` I/Os not issued due before it (the backlog an edit keeps at most:
-        ``Workloads._backlog``), as the kernel makes its next I/Os: a ring all issued (its
-        slots all in flight) anew; a ring whose I/Os not issued are all due before, those moved
-        to its top and the next after them, in a larger ring where it is full (``_grow``).
-        Whether the backlog is longer than ``cap`` (the edit keeps its first ``cap``); None
-        where the workload has no ring (Python refills it: ``R_REFILL``)."""
+        hold more than ``cap`` I/Os not issued due before it (``cap``: the backlog an edit
+        keeps at most; ``Workloads._backlog`` stops at the same count), as the kernel makes
+        its next I/Os: a ring all issued (its slots all in flight) anew; a ring whose I/Os
+        not issued are all due before, those moved to its top and the next after them, in a
+        larger ring where it is full (``_grow``). Whether the backlog is longer than ``cap``
+        (the edit keeps its first ``cap``); None where the workload has no ring (Python
+        refills it: ``R_REFILL``)."""
         ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
         if self.cur[k] >= self.rlen[k]:
             pk.generate(self.args, k, min(int(self.rcap[k]), gen_ios))
@@ -365,7 +366,7 @@ class NativeLoop:
             return None
         while ring[int(self.rlen[k]) - 1, sched] < at_ns:
             cur, rlen = int(self.cur[k]), int(self.rlen[k])
-            if rlen - cur >= cap:
+            if rlen - cur > cap:
                 return True  # more due than an edit keeps, as the general edit sees it
             if cur:  # the issued rows give their room; the rest keep their serials
                 ring[: rlen - cur] = ring[cur:rlen]
@@ -373,7 +374,7 @@ class NativeLoop:
                 self.cur[k], self.rlen[k] = 0, rlen - cur
             rlen = int(self.rlen[k])
             if rlen == int(self.rcap[k]):
-                ring = self._grow(k, max(rlen + 1, min(2 * rlen, cap + gen_ios)))
+                ring = self._grow(k, max(rlen + 1, min(2 * rlen, cap + 1 + gen_ios)))
             pk.extend(self.args, k, min(int(self.rcap[k]) - rlen, gen_ios))
         cur, rlen = int(self.cur[k]), int(self.rlen[k])
         return int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) > cap

@@ -229,18 +229,20 @@ class Workloads:
         that far: a workload further behind than its ring, whose schedule the edit restarts,
         lost the rest), at most its share of ``tuning.BACKLOG_BUDGET`` among the worker's
         paced workloads (``BACKLOG_MIN`` at least): of a longer backlog the first are kept and
-        the rest of the old schedule is dropped, with a warning (``_cut``). The same whichever
-        loop precomputed the ring (the compiled loop's are shorter), and in place
+        the rest of the old schedule is dropped, with a warning (``_cut``), only where more
+        than the share were due (the ring precomputed one past it). The same whichever loop
+        precomputed the ring (the compiled loop's are shorter), and in place
         (``NativeLoop.retime_loaded``)."""
         sched = IO["sched_ns"]
         cap = self._backlog_cap()
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
             held = w.ring_len - w.cur
-            if held >= cap:
+            if held > cap:  # more due than it keeps, whatever the rest of the ring holds
                 return self._cut(w, cap)
             # as many again as it holds: a long backlog in a few refills (each copies the
-            # ring's rest; a refill's usual size at a time was quadratic: docs/engine.md)
-            w.refill(min(held, cap - held))
+            # ring's rest; a refill's usual size at a time was quadratic: docs/engine.md),
+            # up to one more than it keeps (enough to tell a backlog longer than ``cap``)
+            w.refill(min(held, cap + 1 - held))
         # the ring is in time order
         due = int(w.ring[w.cur :, sched].searchsorted(at_ns, "left"))
         return due if due <= cap else self._cut(w, cap)

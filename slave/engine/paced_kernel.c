@@ -705,7 +705,7 @@ void paced_retime(struct ivy_loop *L, int64_t at, const int64_t *ks, int64_t n, 
         struct ivy_gen *g = &L->gen[k];
         struct ivy_io *ring = (struct ivy_io *)(intptr_t)L->rings[k];
         int64_t j = L->cur[k];
-        const int64_t end = L->rlen[k], kept = j + cap < end ? j + cap : end;
+        const int64_t end = L->rlen[k], kept = end - j > cap ? j + cap : end;
         while (j < kept && ring[j].sched_ns < at) /* in time order */
             j++;
         if (g->poisson && end > j) { /* their arrivals drawn again from where theirs were */
