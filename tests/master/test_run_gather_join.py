@@ -28,7 +28,7 @@ def _source(name: str, aggregate: str, pairs: str) -> str:
     return (f"  - {{name: {name}, command: [{sys.executable}, {script}, perf, {pairs}], "
             f"counters: [reads], config_command: [{sys.executable}, {script}, config, {pairs}], "
             f"join: {{element_type: LDEV, by: lun_name, lun_attribute: name, "
-            f"aggregate: {aggregate}}}}}\n")
+            f"aggregate: {aggregate}}}, timeout: 0.5s}}\n")
 
 
 def test_fake_array_joined_to_lun_and_host_instances(tmp_path: Path) -> None:
