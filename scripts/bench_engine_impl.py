@@ -587,8 +587,8 @@ def main() -> int:
                 print(f"bench_engine: no case matches --only {args.only!r}", file=sys.stderr)
                 return 2
         results: dict[str, list[Result]] = {k: [] for k in cases}
-        stolen: list[float] = []  # each case's share of the CPUs' time stolen by the host
-        stolen_of: dict[str, list[float]] = {k: [] for k in cases}  # by case, round by round
+        # each case's share of the CPUs' time stolen by the host, round by round
+        stolen_of: dict[str, list[float]] = {k: [] for k in cases}
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
               f"{args.rounds} rounds of {s} s (+1 s ramp) per case, "
               f"loop devices {', '.join(devs)}; "
@@ -600,7 +600,6 @@ def main() -> int:
                 res = fn()
                 total1, steal1 = cpu_ticks()
                 steal = (steal1 - steal0) / max(total1 - total0, 1)
-                stolen.append(steal)
                 stolen_of[name].append(steal)
                 results[name].append(res)
                 print(f"round {rnd + 1} {name:28s} {res.iops:10.0f} IOPS"
@@ -618,6 +617,7 @@ def main() -> int:
     def med(name: str, field: str) -> float:
         return float(statistics.median(getattr(x, field) for x in results[name]))
 
+    stolen = [x for xs in stolen_of.values() for x in xs]
     print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f}; "
           f"the host took {100 * statistics.median(stolen):.1f} % of the CPUs' time in the "
           f"median case, {100 * max(stolen):.1f} % at most: a figure of a case that lost "

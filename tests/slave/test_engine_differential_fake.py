@@ -300,6 +300,20 @@ def _old_schedule(run: _Run, workload: int, period: int
     return kept, base + period * np.arange(kept.size), before
 
 
+def _far_behind(period: int, monkeypatch: pytest.MonkeyPatch
+                ) -> tuple[list[WorkloadParams], dict[str, object], int]:
+    """A workload paced at one I/O every ``period`` ns at depth 8 on a device of 100 us per
+    I/O (80,000 IOPS), with rings of 64 I/Os: its params, the fake engine's script, and how
+    many times its schedule had before the first boundary."""
+    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
+                             seed=7, read_fraction=0.5)]
+    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
+    monkeypatch.setattr(tuning, "RING_MAX", 64)
+    phase = round(period * stream_fraction("w0"))
+    old = (SUB_NS - phase + period - 1) // period
+    return params, {"script": np.array([100_000], dtype=np.int64)}, old
+
+
 @pytest.mark.parametrize("edit", ["rate", "max", "read fraction"])
 def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
         edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,17 +325,11 @@ def test_a_backlog_longer_than_the_ring_is_kept_whole_at_an_edit(
     # ran it: the backlog drains in the next subintervals, every one of those times issued
     # once, then the new schedule's
     period = 5_000
-    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
-                             seed=7, read_fraction=0.5)]
+    params, kw, old = _far_behind(period, monkeypatch)
     change = {"rate": params[0].with_rate(1_000.0), "max": params[0].replace(iops=None),
               "read fraction": params[0].replace(read_fraction=0.25)}[edit]
-    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
-    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
-    monkeypatch.setattr(tuning, "RING_MAX", 64)
     runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
     assert runs[True].kernel_runs > 0
-    phase = round(period * stream_fraction("w0"))
-    old = (SUB_NS - phase + period - 1) // period  # its times before the boundary
     assert old - 8 * SUB_NS // 100_000 > tuning.GEN_IOS  # behind by more than a ring
     for c in (True, False):
         kept, schedule, _ = _old_schedule(runs[c], 0, period)
@@ -336,12 +344,8 @@ def test_a_backlog_longer_than_backlog_max_keeps_its_first_ios_and_says_so(
     # them), the rest of the old schedule is dropped with a warning naming the workload, and
     # both loops agree
     period = 5_000
-    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
-                             seed=7, read_fraction=0.5)]
+    params, kw, _ = _far_behind(period, monkeypatch)
     change = params[0].with_rate(1_000.0)
-    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
-    monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
-    monkeypatch.setattr(tuning, "RING_MAX", 64)
     monkeypatch.setattr(tuning, "BACKLOG_BUDGET", 1_000)
     monkeypatch.setattr(tuning, "BACKLOG_MIN", 100)
     runs = {c: _run(params, change, kw, c, monkeypatch) for c in (True, False)}
@@ -366,14 +370,9 @@ def test_a_backlog_of_just_what_an_edit_keeps_is_kept_whole_and_not_warned_of(
     # (found by review, 2026-11-28): at 5,000 ns apart (D 2,400) the Python loop's ring
     # did, at 4,528 (D 2,816) the compiled loop's, so each period fails with that loop's old
     # check (both periods depend on the rings' sizes: the rings here and GEN_IOS)
-    params = [WorkloadParams(iosequencer="random_steady", iodepth=8, iops=1e9 / period,
-                             seed=7, read_fraction=0.5)]
+    params, kw, old = _far_behind(period, monkeypatch)
     change = params[0].with_rate(1_000.0)
-    kw: dict[str, object] = {"script": np.array([100_000], dtype=np.int64)}
-    for name, value in (("PACED_RING_MIN", 64), ("RING_MAX", 64), ("BACKLOG_MIN", 1)):
-        monkeypatch.setattr(tuning, name, value)
-    phase = round(period * stream_fraction("w0"))
-    old = (SUB_NS - phase + period - 1) // period  # its times before the boundary
+    monkeypatch.setattr(tuning, "BACKLOG_MIN", 1)
     _, _, before = _old_schedule(_run(params, change, kw, False, monkeypatch), 0, period)
     backlog = old - before
     assert backlog > tuning.GEN_IOS  # past the rings of both loops
