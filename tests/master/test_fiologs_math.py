@@ -148,6 +148,43 @@ def test_detect_interval() -> None:
     assert detect_interval_ms(t[:2], d[:2]) is None
 
 
+def _stamps(steps: list[int], first: int = 51) -> list[int]:
+    return list(np.cumsum([first, *steps]))
+
+
+# fio 3.33's reads of a 2 s psync job at log_hist_msec=50 beside two CPU burners
+_LOADED = [54, 46, 50, 50, 52, 48, 52, 48, 50, 50, 50, 50, 50, 50, 50, 50, 52, 48, 50, 50]
+
+
+@pytest.mark.parametrize(("reads", "writes", "want"), [
+    pytest.param(_stamps(_LOADED), [], 50.0, id="jitter-from-fio-under-load"),
+    # the rows a stall owes come at the next completions: one long step, then steps of ~0
+    pytest.param(_stamps([50] * 10 + [250, 1, 0, 1, 0, 48] + [50] * 10), [], 50.0,
+                 id="stall-caught-up"),
+    # a stall just before the job's end: the rows it owed never came (mean step: 54.2)
+    pytest.param(_stamps([50] * 35 + [200]), [], 50.0, id="stall-at-the-end"),
+    # early jitter over few rows (mean step 52)
+    pytest.param(_stamps([52, 48, 56, 44, 52, 48, 56]), [], 50.0, id="few-jittered-rows"),
+    # a writer that has nothing to say most windows beside a busy reader
+    pytest.param(_stamps([50] * 20), [900, 1430, 2010], 50.0, id="sparse-direction"),
+    pytest.param([], _stamps([50] * 5), 50.0, id="writes-only"),
+    # a log that does not take the delay off the next window drifts: its rows' own cadence
+    pytest.param(_stamps([52] * 20), [], 52.0, id="drifting-cadence"),
+    # sub-ms intervals stay as they are
+    pytest.param([0, 0, 1, 1, 2, 2, 3, 3, 4], [], 0.5, id="half-ms"),
+    # most rows at one stamp: the mean step (7 / 6), rounded
+    pytest.param([0, 0, 0, 0, 0, 0, 7], [], 1.0, id="mostly-one-stamp"),
+    pytest.param([100], [100], None, id="one-row-each"),
+    pytest.param([100, 100], [], None, id="one-stamp"),
+])
+def test_detect_interval_reads_the_cadence_not_the_delays(reads: list[int], writes: list[int],
+                                                          want: object) -> None:
+    t = np.array(sorted(reads + writes), dtype=np.int64)
+    order = np.argsort(np.array(reads + writes), kind="stable")
+    d = np.array([0] * len(reads) + [1] * len(writes), dtype=np.int64)[order]
+    assert detect_interval_ms(t, d) == want
+
+
 def test_a_whole_rank_stays_in_the_column_that_reaches_it() -> None:
     # 11,988 of 12,000 samples in column 100: p99.9 is there (99.9 / 100 * 12000 in floating
     # point is 11988.000000000002, which would move it to the far column)
