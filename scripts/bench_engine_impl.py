@@ -2,7 +2,12 @@
 
 4 KiB random reads on loop devices over files in /dev/shm. Every round runs each ivypy case and
 the fio jobs it is compared with back to back (interleaved, so a busy neighbour hurts both
-alike); the medians over the rounds are compared. Targets (ivypy / fio):
+alike); the medians over the rounds are compared. A case's run during which the host took
+more than ``--steal-max`` (5 %) of the CPUs' time is run again, ``--retries`` (1) times at
+most, and the round keeps the run the host took least of; every run is printed. On the 2-core
+VM the host took from nil to 35 % of the CPUs case by case, and a run at 24 % read under half
+the IOPS of a quiet one, for either tool: a verdict between runs of unlike steal was the host's.
+Targets (ivypy / fio):
 
 * one LUN, QD32: IOPS >= 1.0x fio's best job (the best of three, by median IOPS: fio's
   ``libaio`` default, ``libaio`` with ``iodepth_batch_submit=16 iodepth_batch_complete_max=32``,
@@ -446,6 +451,26 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(words), words[7]
 
 
+def tries_of(measure: Callable[[], Result], steal_max: float, retries: int,
+             ticks: Callable[[], tuple[int, int]] = cpu_ticks) -> list[tuple[Result, float]]:
+    """Each try of one case in one round, with the share of the CPUs' time the host took
+    during it: a try the host took more than ``steal_max`` of is measured again, ``retries``
+    times at most. The round keeps the try the host took least of (the first of equals)."""
+    tries: list[tuple[Result, float]] = []
+    while True:
+        total0, steal0 = ticks()
+        res = measure()
+        total1, steal1 = ticks()
+        tries.append((res, (steal1 - steal0) / max(total1 - total0, 1)))
+        if tries[-1][1] <= steal_max or len(tries) > retries:
+            return tries
+
+
+def least_stolen(tries: list[tuple[Result, float]]) -> tuple[Result, float]:
+    """The try of ``tries_of`` that a round keeps."""
+    return min(tries, key=lambda t: t[1])
+
+
 def user_cpu_source() -> str:
     """Where the user CPU figures come from: perf's samples, or (without perf) the kernel's
     own accounting, which /proc/config.gz says is sampled at its tick or counted at every
@@ -495,6 +520,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=int, default=4, help="measured seconds per run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size-mib", type=int, default=512, help="size of each loop device")
+    ap.add_argument("--steal-max", type=float, default=5.0, metavar="PCT",
+                    help="a case's run in a round during which the host took more than PCT %% "
+                         "of the CPUs' time (steal) is run again, --retries times at most, and "
+                         "the round keeps the run it took least of (every run is printed)")
+    ap.add_argument("--retries", type=int, default=1)
     ap.add_argument("--only", metavar="REGEX",
                     help="run only the cases whose name this matches (re.search), print their "
                          "medians and judge no target: for looking at a few cases by hand")
@@ -594,23 +624,27 @@ def main() -> int:
               f"loop devices {', '.join(devs)}; "
               f"paced cases at {rate:.0f} IOPS, the like reference at {quarter:.0f} "
               f"(fio qd32 calibration: {calibration.iops:.0f})")
+        runs_again = 0  # the runs taken again for their steal
         for rnd in range(args.rounds):
             for name, fn in cases.items():
-                total0, steal0 = cpu_ticks()
-                res = fn()
-                total1, steal1 = cpu_ticks()
-                steal = (steal1 - steal0) / max(total1 - total0, 1)
+                tries = tries_of(fn, args.steal_max / 100, args.retries)
+                res, steal = least_stolen(tries)
+                runs_again += len(tries) - 1
                 stolen_of[name].append(steal)
                 results[name].append(res)
-                print(f"round {rnd + 1} {name:28s} {res.iops:10.0f} IOPS"
-                      f"  mean {res.mean_us:8.1f} us  p50 {res.p50_us:8.1f}"
-                      f"  p99 {res.p99_us:8.1f}  usr {res.usr_us_per_io:5.2f} us/IO"
-                      f"  cpu {res.cpu_us_per_io:5.2f} us/IO"
-                      f"  blk {res.blk_mean_us:6.1f} us"
-                      + (f"  block layer p50 {res.kern_p50_us:6.1f} p99 {res.kern_p99_us:6.1f}"
-                         f" ({res.kern_ios} I/Os, {res.kern_unpaired} unpaired)"
-                         if res.kern_ios else "")
-                      + f"  steal {100 * steal:.1f} %", flush=True)
+                for t, (run, st) in enumerate(tries):
+                    print(f"round {rnd + 1} {name:28s} {run.iops:10.0f} IOPS"
+                          f"  mean {run.mean_us:8.1f} us  p50 {run.p50_us:8.1f}"
+                          f"  p99 {run.p99_us:8.1f}  usr {run.usr_us_per_io:5.2f} us/IO"
+                          f"  cpu {run.cpu_us_per_io:5.2f} us/IO"
+                          f"  blk {run.blk_mean_us:6.1f} us"
+                          + (f"  block layer p50 {run.kern_p50_us:6.1f} p99 {run.kern_p99_us:6.1f}"
+                             f" ({run.kern_ios} I/Os, {run.kern_unpaired} unpaired)"
+                             if run.kern_ios else "")
+                          + f"  steal {100 * st:.1f} %"
+                          + ("" if len(tries) == 1 else
+                             f"  (try {t + 1} of {len(tries)}"
+                             + (", kept)" if run is res else ")")), flush=True)
     finally:
         teardown(images, devs)
 
@@ -621,7 +655,9 @@ def main() -> int:
     print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f}; "
           f"the host took {100 * statistics.median(stolen):.1f} % of the CPUs' time in the "
           f"median case, {100 * max(stolen):.1f} % at most: a figure of a case that lost "
-          "much is the host's as much as the tool's)")
+          "much is the host's as much as the tool's; "
+          f"{runs_again} run(s) taken again for more than {args.steal_max:g} % steal, "
+          f"at most {args.retries} time(s) each, the least stolen kept)")
     for name in cases:
         print(f"{name:28s} {med(name, 'iops'):10.0f} IOPS  mean {med(name, 'mean_us'):8.1f} us"
               f"  p50 {med(name, 'p50_us'):8.1f}  p99 {med(name, 'p99_us'):8.1f}"
