@@ -7,6 +7,8 @@ more than ``--steal-max`` (5 %) of the CPUs' time is run again, ``--retries`` (1
 most, and the round keeps the run the host took least of; every run is printed. On the 2-core
 VM the host took from nil to 35 % of the CPUs case by case, and a run at 24 % read under half
 the IOPS of a quiet one, for either tool: a verdict between runs of unlike steal was the host's.
+The share also follows the run's own demand (steal accrues only while a vCPU wants to run: 0.2 %
+idle, 1-2 % with one CPU busy, 1-6 % with both, in one quiet phase), so it is a rough gate.
 Targets (ivypy / fio):
 
 * one LUN, QD32: IOPS >= 1.0x fio's best job (the best of three, by median IOPS: fio's
