@@ -3,13 +3,12 @@
 4 KiB random reads on loop devices over files in /dev/shm. Every round runs each ivypy case and
 the fio jobs it is compared with back to back (interleaved, so a busy neighbour hurts both
 alike); the medians over the rounds are compared. A case's run during which the host took
-more than ``--steal-max`` (5 %) of the CPUs' time is run again, ``--retries`` (1) times at
-most, and the round keeps the run the host took least of; every run is printed. On the 2-core
-VM the host took from nil to 35 % of the CPUs case by case, and a run at 24 % read under half
-the IOPS of a quiet one, for either tool: a verdict between runs of unlike steal was the host's.
-The share also follows the run's own demand (steal accrues only while a vCPU wants to run: 0.2 %
-idle, 1-2 % with one CPU busy, 1-6 % with both, in one quiet phase), so it is a rough gate.
-Targets (ivypy / fio):
+more than ``--steal-max`` (5 %) of the time the CPUs wanted to run (steal over non-idle time)
+is run again, ``--retries`` (1) times at most, and the round keeps the run the host took least
+of; every run is printed. On the 2-core VM the host took from nil to 35 % of all the CPUs'
+time case by case, and a run at 24 % read under half the IOPS of a quiet one, for either tool:
+a verdict between runs of unlike steal was the host's. (Over all the time, steal also follows
+the run's own demand, as it accrues only while a vCPU wants to run.) Targets (ivypy / fio):
 
 * one LUN, QD32: IOPS >= 1.0x fio's best job (the best of three, by median IOPS: fio's
   ``libaio`` default, ``libaio`` with ``iodepth_batch_submit=16 iodepth_batch_complete_max=32``,
@@ -445,25 +444,34 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     return res.traced(lat)
 
 
+def busy_and_steal(cpu_line: str) -> tuple[int, int]:
+    """Of /proc/stat's first line (``cpu  user nice system idle iowait irq softirq steal
+    ...``), in ticks: the time the CPUs wanted to run (all of the eight but idle and iowait),
+    and of it the steal (time the hypervisor gave them to others meanwhile). Steal over all
+    the time would follow the run's own demand too: 0.2 % idle, 1-2 % with one CPU busy, 1-6 %
+    with both, in one quiet phase."""
+    words = [int(w) for w in cpu_line.split()[1:9]]
+    return sum(words) - words[3] - words[4], words[7]
+
+
 def cpu_ticks() -> tuple[int, int]:
-    """The machine's CPU time so far, in ticks (/proc/stat's first line): all of it, and the
-    steal (time the hypervisor gave this VM's CPUs to others while they wanted to run)."""
+    """``busy_and_steal`` of the machine so far."""
     with open("/proc/stat") as f:
-        words = [int(w) for w in f.readline().split()[1:9]]
-    return sum(words), words[7]
+        return busy_and_steal(f.readline())
 
 
 def tries_of(measure: Callable[[], Result], steal_max: float, retries: int,
              ticks: Callable[[], tuple[int, int]] = cpu_ticks) -> list[tuple[Result, float]]:
-    """Each try of one case in one round, with the share of the CPUs' time the host took
-    during it: a try the host took more than ``steal_max`` of is measured again, ``retries``
-    times at most. The round keeps the try the host took least of (the first of equals)."""
+    """Each try of one case in one round, with the share of the time its CPUs wanted to run
+    that the host took (``ticks``: ``cpu_ticks``): a try the host took more than
+    ``steal_max`` of is measured again, ``retries`` times at most. The round keeps the try the
+    host took least of (the first of equals)."""
     tries: list[tuple[Result, float]] = []
     while True:
-        total0, steal0 = ticks()
+        busy0, steal0 = ticks()
         res = measure()
-        total1, steal1 = ticks()
-        tries.append((res, (steal1 - steal0) / max(total1 - total0, 1)))
+        busy1, steal1 = ticks()
+        tries.append((res, (steal1 - steal0) / max(busy1 - busy0, 1)))
         if tries[-1][1] <= steal_max or len(tries) > retries:
             return tries
 
@@ -524,8 +532,9 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=512, help="size of each loop device")
     ap.add_argument("--steal-max", type=float, default=5.0, metavar="PCT",
                     help="a case's run in a round during which the host took more than PCT %% "
-                         "of the CPUs' time (steal) is run again, --retries times at most, and "
-                         "the round keeps the run it took least of (every run is printed)")
+                         "of the time the CPUs wanted to run (steal) is run again, --retries "
+                         "times at most, and the round keeps the run it took least of (every "
+                         "run is printed)")
     ap.add_argument("--retries", type=int, default=1)
     ap.add_argument("--only", metavar="REGEX",
                     help="run only the cases whose name this matches (re.search), print their "
@@ -619,7 +628,7 @@ def main() -> int:
                 print(f"bench_engine: no case matches --only {args.only!r}", file=sys.stderr)
                 return 2
         results: dict[str, list[Result]] = {k: [] for k in cases}
-        # each case's share of the CPUs' time stolen by the host, round by round
+        # each case's share of the CPUs' wanted time stolen by the host, round by round
         stolen_of: dict[str, list[float]] = {k: [] for k in cases}
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start; "
               f"{args.rounds} rounds of {s} s (+1 s ramp) per case, "
@@ -655,7 +664,8 @@ def main() -> int:
 
     stolen = [x for xs in stolen_of.values() for x in xs]
     print(f"\n# medians over {args.rounds} rounds (load average now {os.getloadavg()[0]:.2f}; "
-          f"the host took {100 * statistics.median(stolen):.1f} % of the CPUs' time in the "
+          f"the host took {100 * statistics.median(stolen):.1f} % of the time the CPUs wanted "
+          "to run in the "
           f"median case, {100 * max(stolen):.1f} % at most: a figure of a case that lost "
           "much is the host's as much as the tool's; "
           f"{runs_again} run(s) taken again for more than {args.steal_max:g} % steal, "
@@ -675,11 +685,11 @@ def main() -> int:
     def check(label: str, value: float, ok: bool, target: str,
               rounds_of: tuple[str, ...] = ()) -> None:
         """One verdict; ``rounds_of``: cases whose IOPS, from their lowest round to their
-        highest, are printed under it, with the share of the CPUs the host took in those
-        rounds (a reference whose own rounds spread wider than the target's margin, as fio's
-        polling job's medians of three rounds did, 49,600 to 67,400 within an hour on one
-        host, makes the verdict a draw of its rounds; rounds that lost a quarter of the CPUs
-        read under half the IOPS of quiet ones, 2026-11-28)."""
+        highest, are printed under it, with the share of the CPUs' wanted time the host took
+        in those rounds (a reference whose own rounds spread wider than the target's margin,
+        as fio's polling job's medians of three rounds did, 49,600 to 67,400 within an hour on
+        one host, makes the verdict a draw of its rounds; rounds that lost a quarter of all the
+        CPUs' time read under half the IOPS of quiet ones, 2026-11-28)."""
         nonlocal missed
         missed += not ok
         print(f"{'ok    ' if ok else 'MISSED'} {label:44s} {value:7.3f}  (target {target})")

@@ -1,5 +1,6 @@
 """Tests for scripts/bench_engine_impl's runs taken again while the host took the CPUs
-(``tries_of``, ``least_stolen``): table-driven, on scripted CPU ticks."""
+(``tries_of``, ``least_stolen``) and the steal's share of the CPUs' wanted time
+(``busy_and_steal``): table-driven, on scripted CPU ticks and /proc/stat lines."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import itertools
 
 import pytest
 
-from scripts.bench_engine_impl import Result, least_stolen, tries_of
+from scripts.bench_engine_impl import Result, busy_and_steal, least_stolen, tries_of
 
 
 def _result(n: int) -> Result:
@@ -34,17 +35,17 @@ CASES = [
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_stolen_run_is_taken_again_and_the_least_stolen_kept(
         steals: list[float], steal_max: float, retries: int, runs: int, kept: int) -> None:
-    # 1,000 ticks of the machine's CPU time per run, of which the host took steal % (the
-    # ticks move only while a run measures, as /proc/stat's counters between two reads)
+    # 1,000 ticks of the time the CPUs wanted to run per run, of which the host took steal %
+    # (the ticks move only while a run measures, as /proc/stat's counters between two reads)
     counter = itertools.count(1)
-    clock = {"total": 0, "steal": 0}
+    clock = {"busy": 0, "steal": 0}
 
     def ticks() -> tuple[int, int]:
-        return clock["total"], clock["steal"]
+        return clock["busy"], clock["steal"]
 
     def measure() -> Result:
         n = next(counter)
-        clock["total"] += 1000
+        clock["busy"] += 1000
         clock["steal"] += round(10 * steals[n - 1])
         return _result(n)
 
@@ -53,3 +54,20 @@ def test_a_stolen_run_is_taken_again_and_the_least_stolen_kept(
     assert [st for _, st in tries] == pytest.approx([s / 100 for s in steals[:runs]])
     res, steal = least_stolen(tries)
     assert int(res.iops) == kept and steal == pytest.approx(steals[kept - 1] / 100)
+
+
+# (/proc/stat's first line; the ticks the CPUs wanted to run; the steal)
+STAT_LINES = [
+    ("idle", "cpu  0 0 0 1000 0 0 0 0 0 0", 0, 0),
+    ("busy, no steal", "cpu  600 10 300 1000 50 20 20 0 0 0", 950, 0),
+    # the steal counts as wanted time; guest time (the last two) is inside user already
+    ("stolen", "cpu  600 0 300 1000 50 0 0 100 40 0", 1000, 100),
+    ("a kernel without the guest fields", "cpu  100 0 100 500 0 0 0 50", 250, 50),
+]
+
+
+@pytest.mark.parametrize(("line", "busy", "steal"), [c[1:] for c in STAT_LINES],
+                         ids=[c[0] for c in STAT_LINES])
+def test_steal_is_a_share_of_the_time_the_cpus_wanted_to_run(line: str, busy: int,
+                                                             steal: int) -> None:
+    assert busy_and_steal(line) == (busy, steal)
