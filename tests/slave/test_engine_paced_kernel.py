@@ -652,7 +652,8 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
         # with it. With busy_poll it blocks where a turn held it past BUSY_SPIN_NS since the
         # last completion with the next I/O far enough to sleep: 9-41 times alone on 2026-11-27,
         # 16-86 on 2026-11-28, 111 in a full suite, and 298 in one while the host's disk
-        # stalled other tests (4,017 without, in the same run). So: with busy_poll it blocks
+        # stalled other tests (4,017 without, in the same run); all these with the default
+        # spin (100 us), before this test set it past any read's time. So: with busy_poll it blocks
         # for at most 5 % of the 7,500 I/Os, and ten times less than without, unless the run
         # without it was that slow (under 10 %)
         assert cpu[True] > cpu[False], cpu
