@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: run beside the others. A new file of tests/slave is ``alone`` until it is named here.
 SHARES_THE_MACHINE = frozenset({
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py",
-    "test_engine_differential_fake.py", "test_engine_loop_args.py", "test_engine_paced_draws.py",
+    "test_engine_differential_fake.py", "test_engine_layout.py", "test_engine_paced_draws.py",
     "test_lun_info.py", "test_lun_mark.py", "test_luns.py", "test_luns_growth.py",
     "test_luns_layout.py", "test_paced_kernel_shipping.py", "test_params.py", "test_preflight.py",
     "test_sequencer.py", "test_session.py", "test_session_fuzz.py", "test_session_refusals.py",
@@ -62,7 +62,7 @@ LONG_FIRST = (
     "tests/master/test_run_dfc.py",  # 21
     "tests/master/test_run_sweeps.py",  # 18
     "tests/master/test_fiologs_fastpath.py",  # 18
-    "tests/slave/test_engine_loop_args.py",  # 16
+    "tests/slave/test_engine_layout.py",  # 16
 )
 
 

@@ -1,8 +1,8 @@
 /* The compiled loop's structs, each declared once here as a list of (type, name) and mirrored
  * field for field, in order, in Python: its state and arguments, struct ivy_loop
- * (IVY_LOOP_FIELDS), by slave.engine.loop_args.LoopArgs (a ctypes.Structure); each workload's
+ * (IVY_LOOP_FIELDS), by slave.engine.layout.LoopArgs (a ctypes.Structure); each workload's
  * generator and write data, struct ivy_gen and struct ivy_data (IVY_GEN_FIELDS,
- * IVY_DATA_FIELDS), by the numpy dtypes loop_args.GEN_DTYPE and DATA_DTYPE; a slot's
+ * IVY_DATA_FIELDS), by the numpy dtypes layout.GEN_DTYPE and DATA_DTYPE; a slot's
  * row and a precomputed I/O, struct ivy_row and struct ivy_io (IVY_ROW_FIELDS, IVY_IO_FIELDS),
  * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE; the scripted engine's state,
  * pending completions and log, struct ivy_script, ivy_pend and ivy_log, by layout.SCRIPT_DTYPE,
@@ -65,7 +65,7 @@ struct ivy_io {
     IVY_IO_FIELDS(IVY_FIELD)
 };
 
-/* a workload's generator (struct ivy_gen, mirrored by loop_args.GEN_DTYPE): whether the loop
+/* a workload's generator (struct ivy_gen, mirrored by layout.GEN_DTYPE): whether the loop
  * generates its I/Os (on), then its Sequencer's two streams as Sequencer.generator_state gives
  * them (numpy's PCG64 state and increment in 64-bit halves, high first: the I/Os', then the
  * schedule's; the block range, the hot
@@ -107,7 +107,7 @@ struct ivy_gen {
     IVY_GEN_FIELDS(IVY_FIELD)
 };
 
-/* a workload's write data (struct ivy_data, mirrored by loop_args.DATA_DTYPE), as
+/* a workload's write data (struct ivy_data, mirrored by layout.DATA_DTYPE), as
  * slave.datapattern.WritePattern defines it: its kind (0: it does not write; else
  * datapattern.KIND_CODES, DATA_*), its block's bytes, its pool of pool_blocks blocks and
  * dedupable's dup_blocks duplicates (addresses of arrays of blocks; NULL where the kind has

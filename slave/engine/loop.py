@@ -13,8 +13,8 @@ joins (``slave.engine`` modules): ``Workloads`` (``loop_workloads``: the workloa
 edits, the look after each change), ``Slots`` (``loop_slots``: the slot table, owners, free
 pool, in-flight counts, issuing and submitting), ``Records`` (``loop_records``: the pending
 records, binning, errors) and ``NativeLoop`` (``loop_native``: the compiled loop's state and
-turns); a workload's own state is ``loop_state``'s. ``waits``, ``layout`` and ``tuning``:
-the waits, the row layout and the measured knobs.
+turns); a workload's own state is ``loop_state``'s. ``clock``, ``layout`` and ``tuning``:
+time and the waits, the structs and the measured knobs.
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
@@ -38,13 +38,12 @@ from protocol.errors import IoEngineError
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable
-from slave.engine.clock import REAL_CLOCK, Clock
+from slave.engine.clock import REAL_CLOCK, Clock, Waiter, timed_wait_ns
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Group, Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec
 from slave.engine.loop_workloads import Workloads
-from slave.engine.waits import Waiter, timed_wait_ns
 from slave.params import WorkloadParams
 
 __all__ = ["EngineLoop", "LoopControl", "WorkloadSpec"]

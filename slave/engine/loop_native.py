@@ -27,8 +27,15 @@ from protocol.stats import common_root, rooted_at
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine
-from slave.engine.layout import IO, IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
-from slave.engine.loop_args import DATA_DTYPE, GEN_DTYPE, LoopArgs
+from slave.engine.layout import (
+    DATA_DTYPE,
+    GEN_DTYPE,
+    IO,
+    IOCB_CMD_PREAD,
+    IOCB_CMD_PWRITE,
+    LoopArgs,
+    opcode_fd_word,
+)
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
 from slave.engine.loop_state import LoopWorkload, set_ring, took

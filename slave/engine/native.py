@@ -28,7 +28,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from slave.engine import paced_kernel as pk
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError, submit_backoff
-from slave.engine.loop_args import LoopArgs
+from slave.engine.layout import LoopArgs
 
 #: the fields of ``struct ivy_loop`` that are the engine's (the compiled set copies them)
 ENGINE_FIELDS: Final = ("ring_header", "ring_events", "events", "events_cap", "ctx", "backend",

@@ -38,7 +38,7 @@
 #include "ivy_loop.h"
 
 /* each struct's layout as compiled: its size, then each field's offset and size, in order;
- * and the fields' names, each followed by a space (slave.engine.loop_args checks its mirrors
+ * and the fields' names, each followed by a space (slave.engine.layout checks its mirrors
  * against them) */
 #define IVY_NAME(type, name) #name " "
 #define IVY_LAYOUT(type, name) \
@@ -522,7 +522,7 @@ void ivy_await_resume(struct ivy_loop *L, int64_t now)
 
 /* the max-iops loops' wait: look_then_block, looking first (for spin ns, yielding after every
  * look) only when await_choose says so and the recent waits (their running mean, mean_ns)
- * were shorter than gate; the Python loop's (slave.engine.waits.Waiter) always looks first */
+ * were shorter than gate; the Python loop's (slave.engine.clock.Waiter) always looks first */
 static int64_t await_events(struct ivy_loop *L, int64_t *ev, int64_t cap, int64_t until,
                             int64_t block_until, int64_t spin, int64_t gate, int64_t sleep_min)
 {

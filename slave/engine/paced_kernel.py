@@ -1,50 +1,26 @@
-"""The compiled loop: paced and max-iops workloads' turn in C, without Python per I/O.
+"""The compiled loop (``paced_kernel.c``, ``paced_run``): the turn of paced and max-iops
+workloads in C, without Python per I/O, on libaio or io_uring alike (``ivy_loop.h``'s
+``backend``; the loop reaches either only through ``be_take``, ``be_ready``, ``be_wait`` and
+``be_submit``). It is the same turn as the Python loop's: record what completed, free its
+slots, submit every due I/O of every workload with a free slot in one call (a write with its
+data put in its buffer first), wait, or bin one record at a time when nothing is due. A lone
+max-iops workload of depth 1-2 waits as soon as its I/Os went out (``lone``). Why C, and
+what each part bought: docs/engine.md.
 
-At high paced rates the Python loop's own time is the service time's error (a completion
-waits for the loop to finish a submission or a record before it is seen); in C it is small
-(docs/engine.md). ``paced_kernel.c`` is the same turn as the Python one (record what
-completed, free its slots, submit every due I/O of every workload with a free slot in one
-``io_submit``, a write with its data put in its buffer first, wait, or bin one record at a time
-when nothing is due), reading the kernel's completion ring in place. Max-iops workloads run in
-it too, alone or beside paced ones: their I/Os are always due (a time of 0, the submission's),
-and a wait for their completions looks before it blocks.
+Owns the C source (``paced_kernel.c`` with ``ivy_loop.h`` in place of its ``#include``: one
+``struct ivy_loop``, which ``slave.engine.layout.LoopArgs`` mirrors; an object whose layout
+differs is not used), its build and load, its result codes (``R_*``) and each workload's
+generator (``generator``): where a ``Sequencer`` can be continued in C, the kernel makes the
+workload's next I/Os itself, bit for bit as the sequencer would; DFC's edit of the rates alone
+is made in the kernel's arrays too (``retime``).
 
-It is compiled once, on the controller, and shipped in the slave zipapp
-(``master.nativeloop`` runs ``build_for_shipping`` there): the zipapp carries
-``paced_kernel-<machine>-<libc>-<source hash>.so`` (``shipped_name``), which a host of that
-machine and C library copies into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``; ctypes loads files,
-not zip members) and loads. Where none ships for the host, or it does not load (an older C
-library), the host compiles the source with its own C compiler (``cc``, or ``IVYPY_SLAVE_CC``;
-``none`` turns it off), once per source and compiler, into the same cache. A host with
-neither has no libaio or io_uring (their calls are the object's: ``slave.engine.native``), runs
-the Python loop on the thread pool where a test allows it, and says why (``origin``,
-``why_not``: hosts.csv's ``paced_loop``). C, not numba: numba cost a slave too much memory
-and a compile at every start (docs/engine.md).
-
-Owns the C source's build and load (the source is ``paced_kernel.c`` with ``ivy_loop.h`` in
-place of its ``#include``: the loop's arguments and state, one ``struct ivy_loop``, which
-``slave.engine.loop_args.LoopArgs`` mirrors; an object whose layout differs from the mirror's
-is not used; each workload's generator, ``struct ivy_gen``, is an element of a ``GEN_DTYPE``
-array), its result codes (``R_*``), and each workload's generator (``generator``):
-where a workload's ``Sequencer`` can be continued in C (``Sequencer.generator_state``), the
-kernel generates its next I/Os itself when its ring runs out, ``GEN_IOS`` at a time, bit for
-bit as the sequencer would, where a refill in Python stalled the loop while the I/Os due
-waited (docs/engine.md). An edit of the rates alone (DFC's, of every workload at every
-boundary) is made in the kernel's own arrays too (``retime``), without giving the set back to
-Python and loading it again. It must not touch a workload object, count errors or allocate on
-the hot path: the kernel returns to the engine loop for each of those.
-
-``paced_run`` serves libaio and io_uring alike (``ivy_loop.h``'s ``backend``): it takes
-completions, looks for them, waits for them and submits only through four small functions
-(``be_take``, ``be_ready``, ``be_wait``, ``be_submit``), which read libaio's mapped ring and
-call ``io_getevents`` / ``io_submit``, or read io_uring's mapped completion ring and fill its
-submission ring from the slot rows (``READ_FIXED`` / ``WRITE_FIXED`` on the file and buffer
-``slave.engine.native`` registered) and call ``io_uring_enter``; io_uring's completions are
-copied into the events as libaio's, so the loop's body is one.
-
-``paced_run`` is the one compiled loop: a lone max-iops workload runs in it too, of any depth.
-At queue depth 1-2 it waits as soon as its I/Os went out (``lone``: blocking, or looking in
-the ring for ``busy_poll``), with no code between a submission and the wait.
+Built once on the controller and shipped in the slave zipapp (``build_for_shipping``,
+``shipped_name``: ``paced_kernel-<machine>-<libc>-<source hash>.so``), copied into
+``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded; where none ships for the host or it does not
+load, the host compiles the source with its own ``cc`` (or ``IVYPY_SLAVE_CC``; ``none`` turns it
+off), once per source and compiler. A host with neither has no libaio or io_uring and says why
+(``origin``, ``why_not``: hosts.csv's ``paced_loop``). It must not touch a workload object,
+count errors or allocate on the hot path: the kernel returns to the engine loop for those.
 """
 
 from __future__ import annotations
@@ -67,9 +43,8 @@ import numpy.typing as npt
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.stats import N_CATEGORIES, N_KINDS
 from slave.datapattern import KIND_CODES, SECTOR_BYTES
-from slave.engine import layout, loop_args
-from slave.engine.layout import IOCB_CMD_PWRITE
-from slave.engine.loop_args import GEN_DTYPE, LoopArgs
+from slave.engine import layout
+from slave.engine.layout import GEN_DTYPE, IOCB_CMD_PWRITE, LoopArgs
 from slave.sequencer import GeneratorState
 
 _U64: Final = (1 << 64) - 1
@@ -252,7 +227,7 @@ def _load() -> None:
             _why_not = f"the compiled paced loop could not be built: {exc}{shipped_failed}"
             return
         _origin = f"built on this host{shipped_failed}"
-    differs = loop_args.layout_difference(lib)
+    differs = layout.layout_difference(lib)
     if differs is not None:  # an object of another source under this one's name
         _why_not = f"the compiled paced loop does not match this slave: {differs}"
         return

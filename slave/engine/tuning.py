@@ -53,7 +53,7 @@ BUSY_SPIN_NS: Final = 100_000
 # device's kernel worker that shares the core (docs/engine.md)
 BUSY_HOT_NS: Final = 20_000
 # a max-iops loop that finds no completion looks again (yielding the core in between) for this
-# long before it blocks in the engine's reap, while its recent waits were short (``waits.Waiter``):
+# long before it blocks in the engine's reap, while its recent waits were short (``clock.Waiter``):
 # about a sleeping CPU's wake-up, by when most I/Os in flight had completed (docs/engine.md)
 AWAIT_SPIN_NS: Final = 50_000
 # the compiled loop chooses between that look first and blocking at once by measuring both: a
@@ -77,7 +77,7 @@ AWAIT_SPIN_GATE_NS: Final = 200_000
 # costs about this much in wake-up (docs/engine.md)
 SLEEP_MIN_NS: Final = 30_000
 # a wait longer than LONG_WAIT_NS for a paced I/O's scheduled time ends WAKE_EARLY_NS before it,
-# and a second, short wait covers the rest (``waits.timed_wait_ns``): an idle CPU that stops
+# and a second, short wait covers the rest (``clock.timed_wait_ns``): an idle CPU that stops
 # polling sleeps deeper and wakes late (docs/engine.md)
 LONG_WAIT_NS: Final = 200_000
 WAKE_EARLY_NS: Final = 50_000

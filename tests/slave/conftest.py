@@ -49,7 +49,7 @@ import pytest
 from slave.engine import paced_kernel as pk
 from slave.engine.clock import VirtualClock
 from slave.engine.files import direct_io_works
-from slave.engine.loop_args import LoopArgs
+from slave.engine.layout import LoopArgs
 from slave.engine.loop_native import NativeLoop
 from tests.slave.steal import HostSteal, excuse
 

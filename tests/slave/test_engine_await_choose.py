@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from slave.engine import paced_kernel as pk
-from slave.engine.loop_args import LoopArgs
+from slave.engine.layout import LoopArgs
 from tests.slave.test_engine_paced_kernel import kernel_function, needs_cc
 
 LOOK, BLOCK = 0, 1

@@ -33,9 +33,8 @@ from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns, script_ns
-from slave.engine.layout import LOG
+from slave.engine.layout import LOG, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import LoopArgs
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_state import LoopWorkload
 from slave.engine.loop_workloads import Workloads

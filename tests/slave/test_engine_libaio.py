@@ -18,8 +18,8 @@ from slave import engine as engine_mod
 from slave.datapattern import WritePattern
 from slave.engine import choose_engine, files, layout, native, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
+from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import LoopArgs
 from slave.engine.native import LibaioEngine
 from slave.engine.threadpool import ThreadPoolEngine
 from slave.params import WorkloadParams

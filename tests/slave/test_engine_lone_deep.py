@@ -13,8 +13,8 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import paced_kernel, tuning
+from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop
-from slave.engine.loop_args import LoopArgs
 from slave.engine.loop_native import NativeLoop
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory

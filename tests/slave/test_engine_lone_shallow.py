@@ -15,8 +15,8 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.stats import WorkloadStats
 from slave.engine import files, native, paced_kernel, tuning
+from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import LoopArgs
 from slave.engine.native import LibaioEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle

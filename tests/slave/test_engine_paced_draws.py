@@ -16,7 +16,7 @@ import pytest
 
 from slave.engine import layout, tuning
 from slave.engine import paced_kernel as pk
-from slave.engine.loop_args import LoopArgs
+from slave.engine.layout import LoopArgs
 from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 

@@ -28,8 +28,8 @@ from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import files, layout, native, tuning
 from slave.engine import paced_kernel as pk
+from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import DATA_DTYPE, LoopArgs
 from slave.engine.loop_native import NativeLoop
 from slave.engine.native import LibaioEngine
 from slave.params import WorkloadParams

@@ -28,8 +28,8 @@ from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.engine import base, choose_engine, files, layout, native, paced_kernel, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
+from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import LoopArgs
 from slave.engine.native import UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle

@@ -22,8 +22,8 @@ from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import files, native, tuning
 from slave.engine import paced_kernel as pk
+from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
-from slave.engine.loop_args import DATA_DTYPE, LoopArgs
 from slave.engine.native import LibaioEngine, UringEngine
 from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here

@@ -1,5 +1,5 @@
 """The compiled loop's structs (``slave/engine/ivy_loop.h``) and their Python mirrors, read from it
-(``slave.engine.loop_args``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``; ``slave.engine.layout``:
+(``slave.engine.layout``: ``LoopArgs``, ``GEN_DTYPE``, ``DATA_DTYPE``,
 ``ROW_DTYPE``, ``IO_DTYPE``): every field's name, offset and size as compiled against the
 mirror's, the slot row's iocb part against the kernel's ``struct iocb``, a mirror that drifted
 from the header caught and named, and the loader refusing an object whose struct differs."""
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slave.engine import layout, loop_args
+from slave.engine import layout
 from slave.engine import paced_kernel as pk
-from slave.engine.loop_args import LoopArgs
+from slave.engine.layout import LoopArgs
 from slave.sequencer import GeneratorState
 
 #: the kernel's struct iocb (linux/aio_abi.h), little-endian x86_64: 64 bytes
@@ -53,12 +53,12 @@ def _compile(tmp_path: Path, src: str) -> ctypes.CDLL:
 @needs_cc
 def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
     lib = _compile(tmp_path, pk.source())
-    c_size, c_fields = loop_args.compiled_layout(lib)
-    py_size, py_fields = loop_args.python_layout()
-    assert [f[0] for f in c_fields] == [name for name, _ in loop_args.FIELDS]
+    c_size, c_fields = layout.compiled_layout(lib)
+    py_size, py_fields = layout.python_layout()
+    assert [f[0] for f in c_fields] == [name for name, _ in layout.FIELDS]
     assert c_fields == py_fields
     assert c_size == py_size == ctypes.sizeof(LoopArgs)
-    assert loop_args.layout_difference(lib) is None
+    assert layout.layout_difference(lib) is None
     # the C's own types: pointers and int64 words, 8 bytes each, no padding between them
     assert {size for _, _, size in c_fields} == {8}
     assert [off for _, off, _ in c_fields] == [8 * i for i in range(len(c_fields))]
@@ -67,12 +67,12 @@ def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
 @needs_cc
 def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
     lib = _compile(tmp_path, pk.source())
-    c_size, c_fields = loop_args.compiled_layout(lib, "ivy_gen")
-    assert [f[0] for f in c_fields] == list(loop_args.GEN_DTYPE.names or ())
-    assert (c_size, c_fields) == loop_args.python_layout("ivy_gen")
-    assert c_size == loop_args.GEN_DTYPE.itemsize == 8 * len(c_fields)
+    c_size, c_fields = layout.compiled_layout(lib, "ivy_gen")
+    assert [f[0] for f in c_fields] == list(layout.GEN_DTYPE.names or ())
+    assert (c_size, c_fields) == layout.python_layout("ivy_gen")
+    assert c_size == layout.GEN_DTYPE.itemsize == 8 * len(c_fields)
     # the C's doubles are numpy's doubles, its 128-bit halves unsigned
-    kinds = {name: loop_args.GEN_DTYPE[name].kind for name in loop_args.GEN_DTYPE.names or ()}
+    kinds = {name: layout.GEN_DTYPE[name].kind for name in layout.GEN_DTYPE.names or ()}
     assert sorted(n for n, k in kinds.items() if k == "f") == [
         "hot_share", "period_ns", "read_fraction", "sched_last_ns"]
     assert sorted(n for n, k in kinds.items() if k == "u") == [
@@ -83,12 +83,12 @@ def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) 
 @needs_cc
 def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
     lib = _compile(tmp_path, pk.source())
-    c_size, c_fields = loop_args.compiled_layout(lib, "ivy_data")
-    assert [f[0] for f in c_fields] == list(loop_args.DATA_DTYPE.names or ())
-    assert (c_size, c_fields) == loop_args.python_layout("ivy_data")
-    assert c_size == loop_args.DATA_DTYPE.itemsize == 8 * len(c_fields)
+    c_size, c_fields = layout.compiled_layout(lib, "ivy_data")
+    assert [f[0] for f in c_fields] == list(layout.DATA_DTYPE.names or ())
+    assert (c_size, c_fields) == layout.python_layout("ivy_data")
+    assert c_size == layout.DATA_DTYPE.itemsize == 8 * len(c_fields)
     # the addresses and the key (a full 64-bit mix input) unsigned
-    kinds = {name: loop_args.DATA_DTYPE[name].kind for name in loop_args.DATA_DTYPE.names or ()}
+    kinds = {name: layout.DATA_DTYPE[name].kind for name in layout.DATA_DTYPE.names or ()}
     assert sorted(n for n, k in kinds.items() if k == "u") == ["dedup_key", "dups", "pool"]
 
 
@@ -97,10 +97,10 @@ def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path)
 def test_every_row_io_and_script_field_has_the_compiled_offset_and_size(tmp_path: Path,
                                                                         struct: str) -> None:
     lib = _compile(tmp_path, pk.source())
-    dtype = loop_args.DTYPES[struct]
-    c_size, c_fields = loop_args.compiled_layout(lib, struct)
+    dtype = layout.DTYPES[struct]
+    c_size, c_fields = layout.compiled_layout(lib, struct)
     assert [f[0] for f in c_fields] == list(dtype.names or ())
-    assert (c_size, c_fields) == loop_args.python_layout(struct)
+    assert (c_size, c_fields) == layout.python_layout(struct)
     # every field one int64 word: the int64 views' columns (``layout``) are the fields
     assert c_size == dtype.itemsize == 8 * len(c_fields)
     columns = {"ivy_row": layout.ROW, "ivy_io": layout.IO, "ivy_log": layout.LOG}.get(struct)
@@ -150,8 +150,8 @@ def _header_edited(old: str, new: str) -> str:
 
 #: where ``struct ivy_loop``'s field ``p`` stands (its index; every field is one word) and how
 #: many fields it has: the header's, so that a field added before them moves these too
-_P_INDEX = [name for name, _ in loop_args.FIELDS].index("p")
-_N_LOOP_FIELDS = len(loop_args.FIELDS)
+_P_INDEX = [name for name, _ in layout.FIELDS].index("p")
+_N_LOOP_FIELDS = len(layout.FIELDS)
 
 
 @needs_cc
@@ -199,7 +199,7 @@ def test_a_header_the_mirror_does_not_follow_is_named(tmp_path: Path, old: str, 
               else "ivy_row" if "size_bytes" in old
               else "ivy_io" if "int32_t, cat" in new
               else "ivy_pend" if "slot" in old else "ivy_loop")
-    assert loop_args.layout_difference(lib) == f"struct {struct} {said}"
+    assert layout.layout_difference(lib) == f"struct {struct} {said}"
 
 
 def test_a_pointer_field_takes_a_contiguous_array_and_keeps_it() -> None:
@@ -236,7 +236,7 @@ def test_the_loader_refuses_an_object_whose_struct_differs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("_fn", "_lib", "_why_not", "_origin"):
         monkeypatch.setattr(pk, name, None)
-    monkeypatch.setattr(loop_args, "layout_difference", lambda lib: "field 0: (a drift)")
+    monkeypatch.setattr(layout, "layout_difference", lambda lib: "field 0: (a drift)")
     assert not pk.available()
     assert pk.why_not() == ("the compiled paced loop does not match this slave: "
                             "field 0: (a drift)")

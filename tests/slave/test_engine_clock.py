@@ -1,12 +1,13 @@
-"""The engine loop's waits (``slave.engine.waits``): how long a paced wait blocks, and how the
-max-iops loops' wait looks for completions before it blocks, and stops looking behind a slow
-device."""
+"""The engine loop's waits (``slave.engine.clock``'s ``Waiter`` and ``timed_wait_ns``): how
+long a paced wait blocks, and how the max-iops loops' wait looks for completions before it
+blocks, and stops looking behind a slow device."""
 
 from __future__ import annotations
 
 import pytest
 
-from slave.engine import tuning, waits
+from slave.engine import clock as engine_clock
+from slave.engine import tuning
 from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS, WAKE_EARLY_NS
 
 
@@ -21,7 +22,7 @@ from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS, WAKE_EARLY_NS
     ],
 )
 def test_a_long_timed_wait_ends_early(left: int, wait: int) -> None:
-    assert waits.timed_wait_ns(left) == wait
+    assert engine_clock.timed_wait_ns(left) == wait
 
 
 def test_what_an_early_wake_up_leaves_is_still_a_real_wait() -> None:
@@ -29,7 +30,7 @@ def test_what_an_early_wake_up_leaves_is_still_a_real_wait() -> None:
 
 
 class _TestClock:
-    """A clock of the test's own for ``waits.Waiter`` (1 us per reading, moved on by the
+    """A clock of the test's own for ``engine_clock.Waiter`` (1 us per reading, moved on by the
     test's fake reaps; a yield does nothing), so a stalled or busy machine cannot end a spin
     early or make a wait long."""
 
@@ -52,10 +53,10 @@ class _TestClock:
         return None
 
 
-def _waiter_clock() -> tuple[waits.Waiter, list[int]]:
+def _waiter_clock() -> tuple[engine_clock.Waiter, list[int]]:
     """A ``Waiter`` on a ``_TestClock``, and the clock's time (a list the test moves)."""
     clock = _TestClock()
-    return waits.Waiter(clock), clock.t
+    return engine_clock.Waiter(clock), clock.t
 
 
 @pytest.mark.parametrize(
