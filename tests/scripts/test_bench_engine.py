@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from scripts.bench_engine_impl import Result, busy_and_steal, least_stolen, tries_of
+from scripts.bench_engine_impl import Result, busy_and_steal, idle_share, least_stolen, tries_of
 
 
 def _result(n: int) -> Result:
@@ -71,3 +71,19 @@ STAT_LINES = [
 def test_steal_is_a_share_of_the_time_the_cpus_wanted_to_run(line: str, busy: int,
                                                              steal: int) -> None:
     assert busy_and_steal(line) == (busy, steal)
+
+
+# (/proc/stat's first line before and after; the share of all the CPUs' time idle between, %)
+IDLE_LINES = [
+    ("all idle", "cpu  0 0 0 1000 0 0 0 0 0 0", "cpu  0 0 0 1200 0 0 0 0 0 0", 100.0),
+    ("all busy", "cpu  100 0 100 1000 0 0 0 0", "cpu  250 0 150 1000 0 0 0 0", 0.0),
+    # iowait is idle: no task wanted the CPU; steal and irq are not
+    ("a fifth idle", "cpu  0 0 0 0 0 0 0 0 0 0", "cpu  300 0 300 100 100 0 50 150 9 0", 20.0),
+    ("no tick between", "cpu  5 0 5 5 0 0 0 0", "cpu  5 0 5 5 0 0 0 0", 0.0),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "idle"), [c[1:] for c in IDLE_LINES],
+                         ids=[c[0] for c in IDLE_LINES])
+def test_idle_is_a_share_of_all_the_cpus_time(before: str, after: str, idle: float) -> None:
+    assert idle_share(before, after) == pytest.approx(idle)
