@@ -20,10 +20,10 @@ the run's own demand, as it accrues only while a vCPU wants to run.) Targets (iv
 * two LUNs at QD32, one worker process each: IOPS >= 1.1x fio's best of the three with two
   jobs (the ratio to fio's default two jobs is printed, not judged). Every run prints the
   share of all the CPUs' time that was idle meanwhile (``idle``): in this case both tools'
-  runs left 15-23 % of it idle on the 2-core VM (2026-11-29), with fewer system calls per I/O
-  for ivypy than for fio (below 0.05 io_submit and 0.03 io_getevents against fio's batched
-  job's 0.1 and 0.07): the two loop devices' own kernel work, not either tool, bound it there,
-  and no tool reads 1.1x another on devices that bind both;
+  runs left 15-23 % of it idle on the 2-core VM (2026-11-29), ivypy making no more system
+  calls per I/O than fio: the loop devices' own kernel work, not either tool, bound it there
+  (docs/engine.md, "Two LUNs: what bounds them"), and no tool reads 1.1x another on devices
+  that bind both;
 * the same workload on both sides: one LUN, QD32, both paced at one fixed rate (half of fio's
   QD32 IOPS, measured first): IOPS within 1 %, ivypy's p50 within 5 % and p99 within 10 %
   of fio's, and ivypy's user CPU per I/O no more than fio's.
