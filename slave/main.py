@@ -57,6 +57,14 @@ def _timeout_s(left_ns: int) -> float:
     return max(0.0, min(0.2, (left_ns // 1_000_000) / 1e3))
 
 
+def _describe_fd(fd: int) -> str:
+    """What descriptor ``fd`` is, for a message: its path or kind."""
+    try:
+        return f"fd {fd}, {os.readlink(f'/proc/self/fd/{fd}')}"
+    except OSError:
+        return f"fd {fd}"
+
+
 def default_backend(cpus: list[int | None] | None = None) -> Backend:
     from slave.worker_backend import WorkerBackend
 
@@ -111,15 +119,31 @@ def serve(
         early.append(data)
         return False
 
-    backend = backend_factory()
-    session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
-                           startup_error=startup_error, devices=DeviceSampler(),
-                           stopping=told_to_stop)
-    os.set_blocking(stdin_fd, False)
     sel = selectors.DefaultSelector()
-    sel.register(stdin_fd, selectors.EVENT_READ)
+    try:  # before any worker is started: a slave that cannot hear its master runs nothing
+        sel.register(stdin_fd, selectors.EVENT_READ)
+    except OSError as exc:  # a regular file or /dev/null: epoll refuses them
+        sel.close()
+        log.error("stdin (%s) cannot be waited on: %s; the slave speaks with its master over "
+                  "a pipe or a socket on stdin and stdout", _describe_fd(stdin_fd), exc)
+        return EXIT_FAILED
+    os.set_blocking(stdin_fd, False)
     status = 0
     heard = time.monotonic()
+    backend: Backend | None = None
+    try:  # the workers end with the backend, whatever fails from their start on
+        backend = backend_factory()
+        session = SlaveSession(backend, lambda b: _write_all(wire, b), time.monotonic_ns,
+                               startup_error=startup_error, devices=DeviceSampler(),
+                               stopping=told_to_stop)
+    except BaseException as exc:
+        if backend is not None:
+            backend.close()
+        sel.close()
+        if not isinstance(exc, Exception):
+            raise
+        log.exception("slave failed to start")
+        return EXIT_FAILED
     try:
         while not session.closed:
             if stopping:
