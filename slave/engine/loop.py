@@ -223,9 +223,11 @@ class EngineLoop:
         # as retired, each completion returns its slot to the pool, and the last one
         # releases what waited for the retired ones
         self.slots.let_go(live)
-        with self.workloads.held():
-            # reaped past the boundary: in the engine's events
-            self._complete_reaped(self._complete)
+        with self.workloads.changes(look=False):
+            # reaped past the boundary (``_reaped_late``): in the engine's events
+            held, self._reaped = self._reaped, None
+            if held is not None:
+                self._complete(*held)
             self._reap_all(self.clock.now_ns() + 1_000_000_000)
         self.slots.take_back(live)
         return live
@@ -416,28 +418,20 @@ class EngineLoop:
         first (the I/Os count in the next one), then record them the general way. They wait
         in the engine's events meanwhile (``_reaped``): a boundary's change that reaps itself
         (``_quiesce``) records them first. Returns the next boundary."""
-        self._reaped = (eng, n, t)
-        self._boundary(control, boundary)
-        self._complete_reaped(self._complete_due)
+        if self._boundary_holding(control, eng, n, t, boundary):
+            self._complete_due(eng, n, t)
         return boundary + subinterval_ns
 
     def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
                           boundary: int) -> bool:
-        """The compiled loop reaped ``n`` completions at ``t``, past ``boundary``: close the
-        subinterval with them held, as ``_reaped_late`` does. Whether they are still held
-        after it (a change that reaped recorded them: ``_quiesce``); the caller records them
-        then."""
+        """A loop (this one's ``_reaped_late``, or the compiled one's) reaped ``n``
+        completions at ``t``, past ``boundary``: close the subinterval with them held. Whether
+        they are still held after it (a change that reaped recorded them: ``_quiesce``); the
+        caller records them then."""
         self._reaped = (eng, n, t)
         self._boundary(control, boundary)
         held, self._reaped = self._reaped, None
         return held is not None
-
-    def _complete_reaped(self, complete: Callable[[IoEngine, int, int], None]) -> None:
-        """Record the completions ``_reaped_late`` holds, if they are still held, through
-        ``complete`` (``_complete`` for ``_quiesce``, ``_complete_due`` for ``_reaped_late``)."""
-        held, self._reaped = self._reaped, None
-        if held is not None:
-            complete(*held)
 
     def _boundary(self, control: LoopControl, boundary_ns: int) -> None:
         finished = self.subinterval_index

@@ -284,26 +284,18 @@ class Workloads:
             w.overdue = 0
 
     @contextlib.contextmanager
-    def changes(self) -> Iterator[None]:
+    def changes(self, *, look: bool = True) -> Iterator[None]:
         """Several adds, edits and deletes with one look over all workloads at the end, not
         one per change: a controller that edits every workload at a boundary (DFC) otherwise
-        made the boundary quadratic, while I/Os waited (docs/engine.md)."""
+        made the boundary quadratic, while I/Os waited (docs/engine.md). ``look=False``: no
+        look at the end either (one due waits for the next ``refresh`` outside)."""
         self._deferring += 1
         try:
             yield
         finally:
             self._deferring -= 1
-            if not self._deferring and self._refresh_due:
+            if look and not self._deferring and self._refresh_due:
                 self.refresh()
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """No look inside (one due waits for the next ``refresh`` outside)."""
-        self._deferring += 1
-        try:
-            yield
-        finally:
-            self._deferring -= 1
 
     def refresh(self) -> None:
         """The look over all workloads after a change (deferred inside ``changes``): the mix,
