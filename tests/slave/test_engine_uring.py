@@ -227,21 +227,25 @@ def test_reads_recorded_are_the_reads_the_device_did(
     """Over 3 subintervals: the reads recorded are the reads done (but for those reaped past
     the last boundary or in flight at the stop: at most twice the queue depth), counted by the
     kernel twice (``ReadWitness``: the lesser of the device's reads and this process's). A
-    paced workload holds its rate, within 1 %; the compiled loop ran on
+    paced workload holds its rate, within 1 %, over 1 s: the I/Os its schedule had due and
+    the loop had not issued yet at the stop (a backlog, which a paced workload keeps) are not
+    counted, and at QD1 one late read of a few ms there missed 1 % of 0.3 s (the Python loop
+    recorded 1,183 of 1,200 with the host quiet, 2026-11-29); the compiled loop ran on
     io_uring, or did not run."""
     dev = _written(loop_device)
     backends = _noting_runs(monkeypatch, compiled)
     p = WorkloadParams(iodepth=iodepth, iops=iops, seed=4)
     witness = ReadWitness(dev.name)
-    (st,), errors, loop = _run(dev.path, [p], 0.3, subintervals=3)
+    seconds = 0.3 if iops is None else 1.0
+    (st,), errors, loop = _run(dev.path, [p], seconds, subintervals=3)
     read = witness.bytes() // p.blocksize_bytes
     assert errors == {} and loop.in_flight == 0
     recorded = st.ops(0)
     assert recorded > 300
     assert recorded <= read <= recorded + 2 * iodepth, (recorded, read)
     assert int(st.counters[0, 1]) == recorded * p.blocksize_bytes
-    if iops is not None:  # 0.3 s at 4,000 IOPS
-        assert 0.99 * 1200 <= recorded <= 1200, recorded
+    if iops is not None:  # 1 s at 4,000 IOPS
+        assert 0.99 * 4000 <= recorded <= 4000, recorded
     assert backends == [1] * len(backends) and bool(backends) == compiled
 
 
