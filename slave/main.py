@@ -128,8 +128,6 @@ def serve(
                   "a pipe or a socket on stdin and stdout", _describe_fd(stdin_fd), exc)
         return EXIT_FAILED
     os.set_blocking(stdin_fd, False)
-    status = 0
-    heard = time.monotonic()
     backend: Backend | None = None
     try:  # the workers end with the backend, whatever fails from their start on
         backend = backend_factory()
@@ -144,6 +142,8 @@ def serve(
             raise
         log.exception("slave failed to start")
         return EXIT_FAILED
+    status = 0
+    heard = time.monotonic()  # the workers' start (a build of the compiled loop) is not silence
     try:
         while not session.closed:
             if stopping:
