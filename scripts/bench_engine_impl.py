@@ -423,6 +423,7 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     with block_trace(devs, trace) as bt:
         if bt:
             bt.start()
+        # the idle share over fio's whole run, its ramp included (ivypy's: its measured window)
         blk0, stat0 = block_reads(devs), stat_line()
         with UserShare() as sampler:
             out = subprocess.run(sampler.wrap(cmd), check=True, capture_output=True,
@@ -453,32 +454,37 @@ def run_fio(devs: list[str], qd: int, seconds: int, extra: list[str],
     return res.traced(lat)
 
 
+def _cpu_words(cpu_line: str) -> list[int]:
+    """/proc/stat's first line (``cpu  user nice system idle iowait irq softirq steal ...``):
+    its first eight fields, in ticks (guest time, after them, is inside user already)."""
+    return [int(w) for w in cpu_line.split()[1:9]]
+
+
 def busy_and_steal(cpu_line: str) -> tuple[int, int]:
-    """Of /proc/stat's first line (``cpu  user nice system idle iowait irq softirq steal
-    ...``), in ticks: the time the CPUs wanted to run (all of the eight but idle and iowait),
-    and of it the steal (time the hypervisor gave them to others meanwhile). Steal over all
-    the time would follow the run's own demand too: 0.2 % idle, 1-2 % with one CPU busy, 1-6 %
-    with both, in one quiet phase."""
-    words = [int(w) for w in cpu_line.split()[1:9]]
+    """Of /proc/stat's first line, in ticks: the time the CPUs wanted to run (all of the eight
+    but idle and iowait), and of it the steal (time the hypervisor gave them to others
+    meanwhile). Steal over all the time would follow the run's own demand too: 0.2 % idle,
+    1-2 % with one CPU busy, 1-6 % with both, in one quiet phase."""
+    words = _cpu_words(cpu_line)
     return sum(words) - words[3] - words[4], words[7]
-
-
-def cpu_ticks() -> tuple[int, int]:
-    """``busy_and_steal`` of the machine so far."""
-    with open("/proc/stat") as f:
-        return busy_and_steal(f.readline())
 
 
 def idle_and_all(cpu_line: str) -> tuple[int, int]:
     """Of /proc/stat's first line, in ticks: the time the CPUs were idle (idle and iowait: no
-    task wanted them) and all of their time (the first eight fields; guest time is in user)."""
-    words = [int(w) for w in cpu_line.split()[1:9]]
+    task wanted them) and all of their time."""
+    words = _cpu_words(cpu_line)
     return words[3] + words[4], sum(words)
 
 
 def stat_line() -> str:
+    """/proc/stat's first line now: the machine's CPU time so far."""
     with open("/proc/stat") as f:
         return f.readline()
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """``busy_and_steal`` of the machine so far."""
+    return busy_and_steal(stat_line())
 
 
 def idle_share(before: str, after: str) -> float:
