@@ -117,7 +117,15 @@ def test_iops_curve_runs_at_fractions_of_the_max(
     low, seconds = float(row["IOPS"]), float(row["measurement_seconds"])
     expected = top * 0.25
     rel = poisson_rel(expected, seconds) + 0.02  # plus 2 % for the device
-    assert low == pytest.approx(expected, rel=rel), (low, expected, rel)
+    assert low >= expected * (1 - rel), (low, expected, rel)
+    # above the setting only by the backlog the warmup left: one CI run's warmup did half its
+    # schedule just after the maximum's step, and the window caught up (7,217 IOPS at 6,185)
+    (d,) = folder.glob("step0005-curve-iops=25*")
+    subintervals = rows(d / "host/localhost.csv")
+    behind = sum(expected * SUBINTERVAL_S - float(r["IOPS"]) * SUBINTERVAL_S
+                 for r in subintervals if r["phase"] == "warmup")
+    ceiling = expected * (1 + rel) + max(behind, 0.0) / seconds
+    assert low <= ceiling, (low, expected, behind, ceiling)
 
 
 def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]]) -> None:
