@@ -390,13 +390,15 @@ class HostSession:
     def to_master_ns(self, slave_ns: int) -> int:
         return slave_ns - self.offset_ns
 
-    async def discover(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The host's LUNs; files to lay out (``layout`` not ``none``, up to their size) give
-        the slave more time, at ``LAYOUT_MIN_BYTES_PER_S``."""
+    async def discover(self, files: list[dict[str, Any]], devices: list[str]
+                       ) -> list[dict[str, Any]]:
+        """The host's LUNs: ``files`` and the block devices the globs ``devices`` match
+        (``DiscoverLuns``). Files to lay out (``layout`` not ``none``, up to their
+        size) give the slave more time, at ``LAYOUT_MIN_BYTES_PER_S``."""
         seq = self._next_seq()
         laid_out = sum(int(f.get("size_bytes") or 0) for f in files
                        if f.get("create") and f.get("layout", "none") != "none")
-        reply = await self._request(DiscoverLuns(seq, files), key=seq, timeout_s=(
+        reply = await self._request(DiscoverLuns(seq, files, devices), key=seq, timeout_s=(
             REQUEST_TIMEOUT_S + laid_out / LAYOUT_MIN_BYTES_PER_S))
         if isinstance(reply, Error):
             if reply.kind in ("config", "preflight") and reply.lun:

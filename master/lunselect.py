@@ -74,6 +74,22 @@ def file_requests(cfg: TestConfig, host: str) -> list[dict[str, Any]]:
     return out
 
 
+def device_globs(cfg: TestConfig, host: str) -> list[str]:
+    """The block devices host ``host`` must describe during discovery, as path globs:
+    ``["*"]`` (every one) when a selector by attributes applies to it, else the globs of its
+    ``path`` selectors (none for a test of file LUNs alone: no device is read that the test
+    does not name)."""
+    globs: list[str] = []
+    for sel in cfg.luns:
+        if not selector_applies(sel, host):
+            continue
+        if sel.kind == "attributes":
+            return ["*"]
+        if sel.kind == "path" and sel.path and sel.path not in globs:
+            globs.append(sel.path)
+    return globs
+
+
 def select_luns(
     cfg: TestConfig, discovered: Mapping[str, Sequence[Lun]]
 ) -> dict[str, list[SelectedLun]]:

@@ -53,6 +53,7 @@ from master.lunselect import (
     apply_rollup_edits,
     blocksize_misfit,
     check_rollup_keys,
+    device_globs,
     expand_step,
     file_requests,
     rollup_key,
@@ -619,7 +620,7 @@ class Run:
                 if file_id:
                     req["created_as"] = file_id
             try:
-                raw = await hs.discover(requests)
+                raw = await hs.discover(requests, device_globs(self.cfg, name))
             except LunRefusedError as exc:
                 raise self._file_lun_error(exc) from None
             self.discovered[name] = [Lun.from_wire(name, e) for e in raw]

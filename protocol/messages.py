@@ -99,11 +99,14 @@ class Pong(Message):
 @dataclass(frozen=True)
 class DiscoverLuns(Message):
     """Master → slave: discover block devices, plus these file LUNs. Each entry of ``files``
-    is ``{"path": str, "size_bytes": int | None, "create": bool}``."""
+    is ``{"path": str, "size_bytes": int | None, "create": bool}``. ``devices``: shell globs
+    of the block device paths to describe, ``["*"]`` for every one (a selector by
+    attributes); a device no glob matches is neither described nor read."""
 
     CODE: ClassVar[int] = 5
     seq: int
     files: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

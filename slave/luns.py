@@ -5,7 +5,7 @@ evidence, a value that travels to the master as a plain dict) from sysfs and a f
 evidence of use is gathered by ``slave.lun_usage``:
 
 - ``discover_block_devices`` walks ``/sys/block`` (whole disks and their partitions: sd, nvme, dm,
-  md, loop with its backing file, virtio, ...). Loop devices without a backing file, zero-size
+  md, loop with its backing file, virtio, ...), keeping those whose path the test's globs match. Loop devices without a backing file, zero-size
   devices and hidden devices (nvme multipath legs) are skipped.
 - ``describe_block_device`` describes the one block device a test names (any path to a device
   node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import json
 import logging
 import os
@@ -50,7 +51,7 @@ import shutil
 import stat
 import struct
 import subprocess
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -185,8 +186,12 @@ def discover_block_devices(
     dev_root: str = "/dev",
     use_blkid: bool = True,
     ignore_pids: Collection[int] = (),
+    paths: Sequence[str] | None = None,
 ) -> list[LunInfo]:
-    """Every block device of this host (whole disks, then each disk's partitions after it).
+    """Every block device of this host (whole disks, then each disk's partitions after it), or
+    with ``paths`` (shell globs of device paths, as a test's ``luns[].path``) only those whose
+    path one of them matches: only those are read for their signatures, and ``paths=[]``
+    touches no device at all.
 
     Does not take exclusive claims (a concurrent ``mount`` elsewhere must never fail because
     discovery was looking); ``describe_block_device`` does that for the devices a test names.
@@ -194,6 +199,8 @@ def discover_block_devices(
     its probe in time is in the list, ``unanswered``.
     ``dev_root`` and the other roots exist so tests can run this over a fake tree.
     """
+    if paths is not None and not paths:
+        return []
     roots = Roots(sys_root, proc_root, dev_root)
     mounts = read_mounts(proc_root)
     block_dir = os.path.join(sys_root, "block")
@@ -223,6 +230,8 @@ def discover_block_devices(
                 continue
             if part_lun is not None:
                 luns.append(part_lun)
+    if paths is not None:
+        luns = [lun for lun in luns if any(fnmatch.fnmatchcase(lun.path, p) for p in paths)]
     return with_evidence(
         luns, roots, mounts, exclusive=False, use_blkid=use_blkid, ignore_pids=ignore_pids
     )

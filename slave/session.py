@@ -455,7 +455,7 @@ class SlaveSession:
         ignore = {os.getpid(), *self._child_pids()}
         found: list[lunmod.LunInfo] = []
         try:
-            found = lunmod.discover_block_devices(ignore_pids=ignore)
+            found = lunmod.discover_block_devices(ignore_pids=ignore, paths=msg.devices)
         except OSError as exc:
             self.event("WARNING", f"block device discovery failed: {exc}")
         for req in msg.files:

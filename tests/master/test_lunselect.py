@@ -15,6 +15,7 @@ from master.lunselect import (
     WorkloadInstance,
     apply_rollup_edits,
     check_rollup_keys,
+    device_globs,
     expand_step,
     select_luns,
 )
@@ -439,6 +440,33 @@ def test_two_entries_naming_different_engines_for_one_lun_are_refused() -> None:
     text = str(info.value)
     assert "e.yaml:5: luns[1].engine:" in text
     assert "LUN /dev/sda on host h1" in text and "luns[0] with engine libaio" in text
+
+
+DEVICES = """\
+test: devices
+hosts: [h1, h2]
+luns:
+{entries}
+steps:
+  - name: s
+    workloads: [{{name: r, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 100}}]
+"""
+
+
+@pytest.mark.parametrize(("entries", "h1", "h2"), [
+    # the block devices each host describes (and reads for a signature) at discovery
+    ("  - {file: /tmp/a, size: 1MiB, create: true}", [], []),
+    ('  - {path: "/dev/sd*"}', ["/dev/sd*"], ["/dev/sd*"]),
+    ('  - {hosts: h2, path: /dev/sdb}\n  - {file: /tmp/a}', [], ["/dev/sdb"]),
+    ('  - {path: /dev/sdb}\n  - {path: "/dev/nvme*"}\n  - {hosts: h1, path: /dev/sdb}',
+     ["/dev/sdb", "/dev/nvme*"], ["/dev/sdb", "/dev/nvme*"]),
+    ('  - {path: /dev/sdb}\n  - {hosts: h1, vendor: ACME}', ["*"], ["/dev/sdb"]),
+    ("  - {file: /tmp/a}\n  - {rotational: false}", ["*"], ["*"]),
+])
+def test_discovery_describes_the_devices_the_luns_entries_can_select(
+        entries: str, h1: list[str], h2: list[str]) -> None:
+    cfg = parse_config_text(DEVICES.format(entries=entries), "d.yaml", cwd=Path("/"))
+    assert (device_globs(cfg, "h1"), device_globs(cfg, "h2")) == (h1, h2)
 
 
 KEYS_TEST = """\

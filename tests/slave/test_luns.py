@@ -219,6 +219,40 @@ def test_fake_tree_attributes(fake_host: FakeHost, name: str) -> None:
             assert getattr(lun, key) == expected, key
 
 
+@pytest.mark.parametrize(("globs", "expected"), [
+    (["*"], sorted(FAKE_EXPECTED)),
+    ([], []),
+    (["{dev}/sda"], ["sda"]),  # the disk, not its partitions
+    (["{dev}/sda?"], ["sda1", "sda2"]),  # its partitions, not the disk
+    (["{dev}/nvme*", "{dev}/loop0", "{dev}/loop0"], ["loop0", "nvme0n1"]),
+    (["{dev}/nvme0c0n1", "{dev}/loop1", "{dev}/nonesuch"], []),  # skipped as with "*"
+    (["/dev/sda"], []),  # a path, not a name: this tree's nodes are elsewhere
+])
+def test_fake_tree_only_the_devices_the_globs_match_are_read(
+        fake_host: FakeHost, monkeypatch: pytest.MonkeyPatch, globs: list[str],
+        expected: list[str]) -> None:
+    import slave.lun_usage as usage
+
+    probed: list[str] = []
+    real = usage.probe_paths
+
+    def probe_paths(targets: list[Any], **kwargs: Any) -> Any:
+        probed.extend(t.path for t in targets)
+        return real(targets, **kwargs)
+
+    monkeypatch.setattr(usage, "probe_paths", probe_paths)
+    fake_host.finish()
+    paths = [g.format(dev=fake_host.dev) for g in globs]
+    luns = discover_block_devices(str(fake_host.sys), str(fake_host.proc),
+                                  dev_root=str(fake_host.dev), use_blkid=False, paths=paths)
+    assert sorted(lun.name for lun in luns) == expected
+    assert sorted(probed) == sorted(str(fake_host.dev / name) for name in expected)
+    for lun in luns:  # described as in the whole tree
+        for key, value in FAKE_EXPECTED[lun.name].items():
+            if key != "probe_error_prefix":
+                assert getattr(lun, key) == value, (lun.name, key)
+
+
 def test_fake_tree_unreadable_sysfs_and_proc(tmp_path: Path) -> None:
     """Missing sysfs, proc or dev roots give an empty or partial answer, not a crash."""
     assert discover_block_devices(str(tmp_path / "nosys"), str(tmp_path / "noproc"),
@@ -443,7 +477,8 @@ def test_partitioned_loop_device(loop_device: LoopFactory) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{part_name} never appeared in sysfs")
         time.sleep(0.05)
-    luns = {lun.name: lun for lun in discover_block_devices()}
+    found = discover_block_devices(paths=[device.path, f"/dev/{part_name}"])
+    luns = {lun.name: lun for lun in found}
     disk = luns[device.name]
     assert disk.partitions == (part_name,)
     assert disk.signature == "dos"
@@ -601,7 +636,8 @@ def test_partition_whose_disk_is_open_elsewhere(loop_device: LoopFactory) -> Non
                 subprocess.Popen(["sleep", "30"], stdin=fh) as proc:
             try:
                 for lun in (describe_block_device(part),
-                            next(x for x in discover_block_devices() if x.path == part)):
+                            next(x for x in discover_block_devices(paths=[part])
+                                 if x.path == part)):
                     assert lun.parent == device.name
                     assert f"{proc.pid}:sleep" in lun.disk_open_by
                     assert lun.open_by == ()
@@ -623,7 +659,7 @@ def test_partition_of_a_loop_device_whose_backing_file_is_in_use(
     try:
         def described() -> list[LunInfo]:
             return [describe_block_device(part),
-                    next(x for x in discover_block_devices() if x.path == part)]
+                    next(x for x in discover_block_devices(paths=[part]) if x.path == part)]
 
         for lun in described():  # nobody else: the file is the partition's, and no more
             assert lun.backing_file == device.backing_file

@@ -177,7 +177,7 @@ def _settled(probe: Callable[[], LunInfo]) -> LunInfo:
 
 
 def _lun(device: LoopDevice) -> LunInfo:
-    for lun in discover_block_devices():
+    for lun in discover_block_devices(paths=[device.path]):
         if lun.path == device.path:
             return lun
     raise AssertionError(f"{device.path} not discovered")
