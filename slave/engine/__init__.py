@@ -1,16 +1,12 @@
 """I/O engines and the engine loop.
 
-Owns choosing an engine per LUN (``choose_engine``). A LUN's native engine is ``libaio``
-(native AIO, O_DIRECT) where O_DIRECT works on it; a file on a file system without O_DIRECT
-(tmpfs) has none and runs on ``threadpool`` (pread/pwrite through the page cache) with a
-warning that the caller must record. A LUN that O_DIRECT serves never leaves ``libaio``
-silently: when native AIO cannot be had (no context within ``fs.aio-max-nr``, another
-platform), or a block device refuses O_DIRECT, the choice is refused with the reason, unless
-the test allows the fallback for that LUN. ``io_uring`` (O_DIRECT through io_uring) only when
-asked for, and then never elsewhere: where O_DIRECT or io_uring cannot be had (an old kernel,
-``kernel.io_uring_disabled``, a seccomp filter) the choice is refused with the reason, before
-any I/O. ``fake`` only when asked for (tests). It must not
-import anything outside ``slave`` and ``protocol``.
+Owns choosing an engine per LUN (``choose_engine``): ``libaio`` (O_DIRECT) where O_DIRECT
+works; ``threadpool`` (the page cache) with a warning the caller must record for a file whose
+file system has no O_DIRECT (tmpfs); ``io_uring`` and ``fake`` (tests) only when asked for.
+A LUN that O_DIRECT serves never leaves libaio silently, and an asked-for io_uring never
+falls back: where native AIO, io_uring or a block device's O_DIRECT cannot be had, the choice
+is refused with the reason before any I/O, unless the test allows a libaio LUN's fallback.
+It must not import anything outside ``slave`` and ``protocol``.
 """
 
 from __future__ import annotations

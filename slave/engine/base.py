@@ -1,13 +1,11 @@
 """The I/O engine interface and the slot table that engines and the engine loop share.
 
-Owns ``SlotTable`` (one iocb-shaped numpy record per I/O slot, whatever the engine: libaio
-submits the records as they are, the other engines read their words) and the ``IoEngine``
-protocol. It must not decide offsets, pacing or statistics: that is the engine loop's.
-
-An engine takes batches of slot numbers (``submit``) and hands back completed slot numbers with
-their results (``reap`` / ``poll`` fill ``done_slot[:n]`` and ``done_res[:n]``; a result is the
-byte count transferred or ``-errno``). Engines never allocate a Python object per I/O on the hot
-path (the thread-pool fallback, which must, is the documented exception).
+Owns ``SlotTable`` (libaio submits its rows as they are, the other engines read their words)
+and the ``IoEngine`` protocol. It must not decide offsets, pacing or statistics: that is the
+engine loop's. An engine takes batches of slot numbers (``submit``) and hands back completed
+slots with their results (``reap`` / ``poll`` fill ``done_slot[:n]`` and ``done_res[:n]``; a
+result is the byte count transferred or ``-errno``). Engines never allocate a Python object
+per I/O on the hot path (the thread-pool fallback, which must, is the documented exception).
 """
 
 from __future__ import annotations
@@ -40,9 +38,8 @@ def submit_backoff(tries: int) -> bool:
 
 
 class SubmitError(IoEngineError):
-    """A submission the kernel refused, after it took ``submitted`` of the batch (those are in
-    flight): the engine loop counts them, so that its stop waits for them, and no longer
-    for the rest, which it never submitted."""
+    """A submission the kernel refused after it took ``submitted`` of the batch: those are in
+    flight, and the engine loop's stop waits for them alone."""
 
     def __init__(self, message: str, submitted: int) -> None:
         super().__init__(message)
@@ -50,12 +47,9 @@ class SubmitError(IoEngineError):
 
 
 class SlotTable:
-    """``capacity`` I/O slots, one row each (``layout.ROW_DTYPE``, ``struct ivy_row``: 128
-    bytes, 16 int64 words), page aligned, held as an int64 view whose columns are
-    ``layout``'s: the slot's ``struct iocb`` first (what ``io_submit`` reads; ``aio_data`` is
-    the slot number), then the engine loop's bookkeeping (owner, category, submit and scheduled
-    times, expected bytes, ...), so one gather of whole rows captures a completed I/O.
-    """
+    """``capacity`` I/O slots, one row each (``layout.ROW_DTYPE``: 16 int64 words, the slot's
+    ``struct iocb`` first, whose ``aio_data`` is the slot number, which its completion brings
+    back), page aligned, held as an int64 view with ``layout.ROW``'s columns."""
 
     ROW_WORDS = ROW_WORDS
 
@@ -68,7 +62,6 @@ class SlotTable:
         ).reshape(capacity, self.ROW_WORDS)
         base = self.rows.ctypes.data
         self.addr = base + np.arange(capacity, dtype=np.uint64) * np.uint64(row_bytes)
-        # the slot number comes back in io_event.data
         self.rows[:, ROW["data"]] = np.arange(capacity)
 
 

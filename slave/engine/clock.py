@@ -1,14 +1,11 @@
-"""The engine loop's time: one clock object that the loop's parts share (``EngineLoop``,
-``Slots``, ``Waiter``) and take every timestamp from and every wait through; and how the
-general loop waits: a max-iops loop's wait for a completion (``Waiter``: look first, then
-block) and how long a paced loop blocks for a scheduled time (``timed_wait_ns``).
+"""The engine loop's time, and how the general loop waits.
 
-Owns ``Clock`` (the interface), ``RealClock`` (the monotonic clock, real sleeps and yields:
-every engine that does I/O) and ``VirtualClock`` (the scripted fake engine's: time that only
-a wait moves, to the wait's end or to the engine's next completion, whichever is sooner, so
-that a run is a function of its script; the compiled loop reads and moves the same word). It
-must not reap, submit or decide anything: a wait here only passes time (what a wait reaped
-is the caller's).
+Owns ``Clock``, the one object the loop's parts (``EngineLoop``, ``Slots``, ``Waiter``) take
+every timestamp from and every wait through: ``RealClock`` on every engine that does I/O,
+``VirtualClock`` on the scripted fake engine's (so that a run is a function of its script);
+a max-iops loop's wait for a completion (``Waiter``) and how long a paced loop blocks for a
+scheduled time (``timed_wait_ns``). It must not reap, submit or decide anything: a wait here
+only passes time (what a wait reaped is the caller's).
 """
 
 from __future__ import annotations
@@ -41,9 +38,8 @@ class Clock(Protocol):
         kernel worker may need it); a virtual clock moves on as ``sleep_until``."""
 
     def looked(self, until_ns: int) -> None:
-        """A look found nothing and the loop looks again at once, waiting for ``until_ns``:
-        nothing on a real clock (the look was the wait); a virtual clock, which no look
-        moves, moves on as ``sleep_until``."""
+        """A look found nothing and the loop looks again at once, waiting for ``until_ns``: a
+        real clock does nothing (the look was the wait); a virtual one moves as ``sleep_until``."""
 
 
 class RealClock:
@@ -73,7 +69,7 @@ REAL_CLOCK = RealClock()
 class VirtualClock:
     """Time that moves only when the loop waits: to the wait's end or to the next completion
     the engine has due (``next_due_ns``, which the scripted engine sets), whichever is sooner,
-    never back. Its time is the word ``word[0]``, whose address the compiled loop is given."""
+    never back. Its time is ``word[0]``, which the compiled loop reads and moves too."""
 
     virtual = True
 
@@ -100,15 +96,13 @@ class VirtualClock:
 
 
 class Waiter:
-    """The max-iops loops' wait for completions, called only when a look found none (so
-    with I/Os in flight). It looks in the ring (yielding the core in between) for the first
+    """The max-iops loops' wait for completions, called only when a look found none (so with
+    I/Os in flight). It looks in the ring (yielding the core in between) for the first
     ``AWAIT_SPIN_NS`` and for a wait shorter than ``SLEEP_MIN_NS``, and blocks in the engine
-    for the rest; but it only looks first while its recent waits were short (their running
-    mean, ``mean_ns``, under ``AWAIT_SPIN_GATE_NS``): behind a slow device (a disk's milliseconds)
-    a look would seldom find anything and would cost up to ``AWAIT_SPIN_NS`` of CPU per
-    completion (what each bought: docs/engine.md). The compiled loop's wait also measures
-    whether blocking at once completes more (``paced_kernel.c: await_choose``); this one,
-    whose Python is its limit, always looks first."""
+    for the rest; but it looks first only while its recent waits were short (``mean_ns`` under
+    ``AWAIT_SPIN_GATE_NS``): behind a slow device a look seldom finds anything and costs CPU.
+    Unlike the compiled loop's (``await_choose``) it never measures blocking at once: its
+    Python is its limit (docs/engine.md)."""
 
     __slots__ = ("clock", "mean_ns")
 

@@ -1,18 +1,15 @@
 """A fake engine with scripted latencies, errors and short transfers, for tests.
 
 It does no I/O: every submitted slot completes after a latency, with an optional errno every
-N-th submission of a descriptor and a short transfer (half the bytes) every M-th. The latencies
-are drawn from a distribution (``latency``: on the real clock) or, scripted, read from an array
-by the submission's number among its descriptor's (``script``: on a ``VirtualClock``, which
-only the loop's waits move, so that a run is a function of its script; a workload has a
-descriptor of its own, so its I/Os take the same latencies whatever the order of several
-workloads' I/Os in one submission). Scripted, it serves the compiled loop too
-(``loop_words``: its backend 2, ``ivy_loop.h``), on the same structs
-(``layout.SCRIPT_DTYPE``, ``PEND_DTYPE``, ``LOG_DTYPE``) that its Python reap and submit use,
-so the two loops can be compared I/O for I/O. It keeps a log of what was submitted
-(offset, opcode, submit time, descriptor, scheduled time, bytes) and the highest number of I/Os
-ever in flight, so tests can check sequencers and queue-depth limits through the real engine
-loop. It must not decide anything of the loop's.
+N-th submission of a descriptor and a short transfer (half the bytes) every M-th. Latencies are
+drawn from a distribution (``latency``, on the real clock) or read from a script by the
+submission's number among its descriptor's (``script``, on a ``VirtualClock``, so that a run is
+a function of its script; a workload has a descriptor of its own, so its I/Os take the same
+latencies whatever the order of several workloads' I/Os in one submission). Scripted, it serves
+the compiled loop too (``loop_words``), on the same structs as its Python reap and submit, so
+the two loops can be compared I/O for I/O. It logs what was submitted (``offsets_log``) and the
+most I/Os ever in flight, so tests can check sequencers and queue-depth limits through the real
+engine loop. It must not decide anything of the loop's.
 """
 
 from __future__ import annotations
@@ -63,10 +60,9 @@ class FakeEngine:
         clock: Clock = REAL_CLOCK,
         log_cap: int = 0,
     ) -> None:
-        """``script``: the latency of a descriptor's i-th submission is
-        ``script[i % len(script)]``, on
-        ``clock`` (a ``VirtualClock``, whose next event this engine becomes), logging the first
-        ``log_cap`` submissions; else ``latency`` (seeded by ``seed``) on the real clock."""
+        """``script``: the latency of a descriptor's i-th submission is ``script[i % len(script)]``,
+        on ``clock`` (a ``VirtualClock``, whose next event this engine becomes), logging the
+        first ``log_cap`` submissions; else ``latency`` (seeded by ``seed``) on the real clock."""
         if script is not None:
             if not isinstance(clock, VirtualClock) or latency is not None or not script.size:
                 raise ValueError("a scripted fake engine takes a non-empty script and a "
@@ -108,8 +104,7 @@ class FakeEngine:
 
     @property
     def submit_calls(self) -> tuple[int, int]:
-        """How many submit calls came (the compiled loop's too), and the most I/Os one
-        carried."""
+        """How many submit calls came (the compiled loop's too), and the most I/Os one carried."""
         return int(self.state["calls"]), int(self.state["call_max"])
 
     def _next_due(self) -> int | None:

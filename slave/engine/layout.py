@@ -1,12 +1,10 @@
 """The structs the engine loop's parts and its C share, as ``ivy_loop.h`` declares them (read
-from the header, which ships beside this module: ``header_fields``, ``header_dtype``), and their
-Python mirrors: ``LoopArgs``, the ``ctypes.Structure`` of ``struct ivy_loop``; the slot row
-(``ROW_DTYPE``) and the precomputed I/O (``IO_DTYPE``), with the column of each field in an
-int64 view of their arrays (``ROW[name]``, ``IO[name]``); each workload's generator and write
-data (``GEN_DTYPE``, ``DATA_DTYPE``); the scripted fake engine's state, pending completions and
-log (``SCRIPT_DTYPE``, ``PEND_DTYPE``, ``LOG_DTYPE``). ``layout_difference`` checks every mirror
-against the layouts the compiled object reports of itself. Layout only: no state, and nothing
-of what the loop does with a field; building and loading the object is ``paced_kernel``'s.
+from the header, which ships beside this module), and their Python mirrors: ``LoopArgs`` (the
+``ctypes.Structure`` of ``struct ivy_loop``) and the ``*_DTYPE``s, with each field's column in
+an int64 view of their arrays (``ROW[name]``, ``IO[name]``, ``LOG[name]``).
+``layout_difference`` checks every mirror against the layouts the compiled object reports of
+itself. Layout only: no state, and nothing of what the loop does with a field; building and
+loading the object is ``paced_kernel``'s.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-# a far future (no scheduled time)
-INF: Final = 1 << 62
+INF: Final = 1 << 62  # a far future (no scheduled time)
 
 #: ``ivy_loop.h``'s C types of the fields that are not pointers, as numpy's (a pointer is an
 #: address, "<u8")
@@ -64,7 +61,7 @@ def header_dtype(struct: str) -> np.dtype[np.void]:
 #: reads at the row's address), then the loop's bookkeeping; a record is a row copied whole at
 #: completion, with its result and reap time (``ivy_loop.h`` says what each field is)
 ROW_DTYPE: Final = header_dtype("row")
-#: ``struct ivy_io``: a precomputed I/O in a workload's ring, the fields of its row it sets
+#: ``struct ivy_io``: a precomputed I/O in a workload's ring (the fields of its row it sets)
 IO_DTYPE: Final = header_dtype("io")
 
 
@@ -98,15 +95,12 @@ IO_WORDS: Final = IO_DTYPE.itemsize // 8
 #: the row columns an I/O is scattered into, in one operation: its fields' namesakes
 SCATTER: Final = np.array([ROW[name] for name in IO_DTYPE.names or ()], dtype=np.intp)
 
-#: the scripted engine's (``fake.FakeEngine`` with a script; ``ivy_loop.h``'s backend 2)
-#: structs, shared by its Python and the compiled loop: its state (``struct ivy_script``), a
-#: pending completion (``struct ivy_pend``) and a logged submission (``struct ivy_log``); and
-#: each log field's column in an int64 view of the log
+#: the scripted fake engine's structs, shared by its Python and the compiled loop (its
+#: backend, ``BACKEND_SCRIPTED``): its state, a pending completion and a logged submission
 SCRIPT_DTYPE: Final = header_dtype("script")
 PEND_DTYPE: Final = header_dtype("pend")
 LOG_DTYPE: Final = header_dtype("log")
 LOG: Final = _columns(LOG_DTYPE)
-#: backend 2 of the compiled loop: the scripted engine
 BACKEND_SCRIPTED: Final = 2
 
 _P: Final = ctypes.c_void_p  # every pointer field: an array's address
@@ -118,11 +112,9 @@ _A = TypeVar("_A", bound=npt.NDArray[Any])
 FIELDS: Final[tuple[tuple[str, Any], ...]] = tuple(
     (name, _P if "*" in ctype else {"int64_t": _I}[ctype])
     for name, ctype in header_fields("loop"))
-#: ``struct ivy_gen``: a workload's generator, one element of the array ``LoopArgs.gen`` points
-#: at
+#: ``struct ivy_gen``: a workload's generator, an element of the array ``LoopArgs.gen``
 GEN_DTYPE: Final = header_dtype("gen")
-#: ``struct ivy_data``: a workload's write data, one element of the array ``LoopArgs.data``
-#: points at (``pool`` and ``dups`` are addresses)
+#: ``struct ivy_data``: a workload's write data, an element of the array ``LoopArgs.data``
 DATA_DTYPE: Final = header_dtype("data")
 
 #: a layout: the struct's size, then (name, offset, size) of each field in order
@@ -131,9 +123,8 @@ Layout = tuple[int, tuple[tuple[str, int, int], ...]]
 
 class LoopArgs(ctypes.Structure):
     """``struct ivy_loop``: the compiled loop's arguments (set before a run) and its state
-    across runs (``p``, ``binned``, ``in_flight``, ``heap_n``, ``n``, ``t_ns``, ``sub_done``,
-    ``sub_n``, ``refill``, ``mean_ns``), read and written as attributes. A pointer field is
-    set with ``array``, which keeps the array alive and in place as long as this object."""
+    across runs (``ivy_loop.h``), read and written as attributes. A pointer field is set with
+    ``array``, which keeps the array alive and in place as long as this object."""
 
     _fields_ = FIELDS
     address: int  # the struct's address, the compiled functions' argument
@@ -154,8 +145,7 @@ class LoopArgs(ctypes.Structure):
         return a
 
 
-#: each struct's Python mirror as a numpy dtype (``ivy_loop``'s: ``LoopArgs`` as ctypes lays
-#: it out)
+#: each struct's Python mirror as a numpy dtype (``ivy_loop``'s as ctypes lays out ``LoopArgs``)
 DTYPES: Final = {"ivy_loop": np.dtype(LoopArgs), "ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE,
                  "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE, "ivy_script": SCRIPT_DTYPE,
                  "ivy_pend": PEND_DTYPE, "ivy_log": LOG_DTYPE}

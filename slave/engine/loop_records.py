@@ -1,11 +1,10 @@
-"""The engine loop's records: reaped completions kept as rows (each its slot's row whole, with
-the result and the reap time), binned into the running subinterval's ``WorkloadStats`` in bulk;
-I/O errors and short transfers counted by errno per workload, the first few logged.
+"""The engine loop's records: reaped completions kept as rows (the slot's row, with the result
+and the reap time), binned in bulk into the running subinterval's ``WorkloadStats``; I/O errors
+and short transfers counted by errno per workload, the first few logged.
 
-Owns ``Records``: the buffer of pending rows and how many of them are binned (the compiled
-loop's turns append and bin in place, through its struct: ``slave.engine.loop_native``), which
-of the two stats buffers is running, whether records are discarded, and the errors per
-workload. It reads the workloads' table (``wl``) for their stats and ids, and must not touch
+Owns ``Records``: the pending rows and how many are binned (the compiled loop appends and bins
+in place through its struct: ``loop_native``), which stats buffer runs, whether records are
+discarded, and the errors per workload. It reads ``wl`` for stats and ids, and must not touch
 slots, rings or engines.
 """
 
@@ -32,8 +31,7 @@ class Records:
     ``tuning.FLUSH_AT`` pending."""
 
     def __init__(self, capacity: int, wl: list[LoopWorkload | None]) -> None:
-        # taken once, as the buffer is sized by it
-        self.flush_at = tuning.FLUSH_AT
+        self.flush_at = tuning.FLUSH_AT  # taken once: it sizes the buffer
         self.pend = np.zeros((self.flush_at + capacity, SlotTable.ROW_WORDS), dtype=np.int64)
         self.p = 0  # rows pending
         self.binned = 0  # of them, binned one at a time already (in C)
@@ -45,8 +43,8 @@ class Records:
 
     def add(self, rows: npt.NDArray[np.int64], slots: npt.NDArray[np.int64],
             res: npt.NDArray[np.int64], t: int) -> None:
-        """Record the completions of ``slots`` (their ``rows``), with results ``res``, reaped
-        at ``t``; binned at ``flush_at`` (``full``)."""
+        """Record the completions of ``slots`` (their ``rows``), with results ``res``, reaped at
+        ``t``."""
         p = self.p
         q = p + int(slots.size)
         pend = self.pend
@@ -112,8 +110,7 @@ class Records:
         submit = rows[:, ROW["submit_ns"]]
         sched = rows[:, ROW["sched_ns"]]
         service = done - submit
-        # at max iops every I/O is scheduled when it is submitted: the response times are the
-        # service times, binned once
+        # at max iops the response times are the service times: binned once
         response = None if np.array_equal(sched, submit) else done - sched
         stats = w.spec.stats[self.buf]
         if w.fixed_cat >= 0:

@@ -1,15 +1,13 @@
-"""The engine loop's I/O slots: the slot table's rows, which workload each slot serves, the pool
-of free slots, the I/Os in flight; putting workloads' next I/Os into their slots and submitting
-them (several workloads' in one submission per engine), paced I/Os when their time has come; and
-recycling completed slots (resubmitted, freed for a paced workload's next I/O, or returned to
-the pool).
+"""The engine loop's I/O slots: submitting workloads' next I/Os on their slots (several
+workloads' in one submission per engine, paced ones when due) and recycling completed slots
+(resubmitted, freed for a paced workload's next I/O, or returned to the pool).
 
-Owns ``Slots``: the table and its rows, each slot's owner, the free pool, the counts of I/Os in
-flight (and of those whose workload let go of their slots), whether a run is on, and of each
-workload its ``slots`` and ``free`` (a paced workload's slots waiting for their next I/O). It
-reads the workloads' table (``wl``, which ``Workloads`` keeps) and takes each workload's next
-I/Os from it (``LoopWorkload.next_ios``); a submission's time is the loop's clock's. It must
-not record, bin or decide which loop runs.
+Owns ``Slots``: the slot table and its rows, each slot's owner, the free pool, the counts of
+I/Os in flight (and of retired ones: their workload let go of their slots), whether a run is
+on, and each workload's ``slots`` and ``free`` (its slots waiting for a scheduled I/O). It
+reads the workloads' table (``wl``, kept by ``Workloads``), takes their next I/Os through
+``LoopWorkload.next_ios`` and stamps submissions with the loop's clock. It must not record,
+bin or decide which loop runs.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ class Slots:
         self.table = SlotTable(capacity)
         self.rows = self.table.rows
         self._rows_flat = self.rows.reshape(-1)
-        # each slot's buffer row in its workload: a strided view, so index it (``[slots]``),
-        # never ``.take``: numpy's take first copies a strided source whole (docs/engine.md)
+        # each slot's buffer row in its workload: a strided view, index it, never ``.take``
+        # (which copies a strided source whole: docs/engine.md)
         self.buffer_row = self.rows[:, ROW["buf_row"]]
         # flat indices of each slot's words that a precomputed I/O is scattered into
         self._scatter_idx = (
@@ -58,10 +56,9 @@ class Slots:
             self.owner[s] = owner
 
     def categories_in_flight(self, w: LoopWorkload) -> set[int]:
-        """The categories of the I/Os in flight that will be recorded as ``w``'s (its slots',
-        and those of its earlier slots an edit retired): rows it owns, neither idle in the pool
-        nor free in ``w``. With no retired slot in flight, a look at ``w``'s slots alone, not
-        the whole table (an edit of thousands of workloads at a boundary)."""
+        """The categories of the I/Os in flight to be recorded as ``w``'s (also on its retired
+        slots). Only ``w``'s slots are looked at where none retired is in flight: a boundary
+        may edit thousands of workloads."""
         owner = ROW["owner"]
         if self.retired_in_flight:
             mine = np.flatnonzero(self.rows[:, owner] == w.index)
@@ -76,8 +73,7 @@ class Slots:
         return self.owner[int(w.slots[0])] == w.index
 
     def in_use(self, engine: IoEngine) -> int:
-        """Slots that may have I/O in flight on ``engine``: its workloads' and those let go
-        of with I/O in flight."""
+        """Slots that may have I/O in flight on ``engine``: its workloads' and the retired."""
         return self.retired_in_flight + sum(
             int(w.slots.size) for w in self._wl
             if w is not None and w.spec.engine is engine and self.holds(w))
@@ -116,9 +112,8 @@ class Slots:
         w.free = []
 
     def let_go(self, live: list[LoopWorkload]) -> None:
-        """Every I/O in flight counts as retired (``live``'s slots are nobody's meanwhile):
-        each completion returns its slot to the pool and is not resubmitted (``take_back``
-        then gives the workloads their slots back)."""
+        """Every I/O in flight counts as retired: each completion returns its slot to the pool,
+        not resubmitted, until ``take_back``."""
         for w in live:
             self.set_owner(w.slots, -1)
         self.retired_in_flight = self.in_flight
@@ -144,11 +139,9 @@ class Slots:
         self.in_flight = max(self.in_flight, 0)
 
     def issue(self, groups: list[Group]) -> None:
-        """Submit each workload's next I/Os on its slots: their rows written (and their write
-        data put), then one submission per engine (not one per workload: docs/engine.md),
-        every row stamped with one submit time. A max-iops I/O is scheduled when it is
-        submitted, but for those an edit kept from a paced schedule (``overdue``), which keep
-        their times."""
+        """Submit each workload's next I/Os on its slots: rows (and write data) written, then one
+        submission per engine (docs/engine.md), all stamped with one submit time. A max-iops
+        I/O is scheduled when submitted, but those an edit kept (``overdue``) keep theirs."""
         by_engine: dict[IoEngine, list[npt.NDArray[np.intp]]] = {}
         starts_now: list[npt.NDArray[np.intp]] = []
         ios: list[npt.NDArray[np.int64]] = []
@@ -162,7 +155,6 @@ class Slots:
                     starts_now.append(slots[kept:])
             by_engine.setdefault(w.spec.engine, []).append(slots)
         every = groups[0][1] if len(groups) == 1 else np.concatenate([g[1] for g in groups])
-        # one scatter of the I/Os into their rows
         self._rows_flat.put(self._scatter_idx.take(every, axis=0),
                             ios[0] if len(ios) == 1 else np.concatenate(ios))
         rows = self.rows
@@ -181,14 +173,12 @@ class Slots:
 
     def submit_due(self, timed: list[LoopWorkload], now: int,
                    held: list[Group] | None = None) -> int:
-        """Submit the I/Os of the ``timed`` workloads (``Workloads.timed``) whose time has come
-        and that have a free slot, ``tuning.PACED_PER_CALL_PYTHON`` scheduled ones at most, in
-        one submission after the resubmissions ``held`` (``recycle``'s): workload by workload,
-        the one whose first such I/O is the earliest first, as the compiled loop's heap takes
-        them (which takes ``PACED_PER_CALL`` at most). A max-iops workload's I/Os an edit kept
-        (``overdue``) count as scheduled; with the last of them go its other free slots, at
-        once (and a max-iops workload left no such I/O leaves ``timed``). Returns the
-        earliest scheduled time of a waiting I/O that has a slot (or a far future)."""
+        """Submit the ``timed`` workloads' I/Os that are due and have a free slot, at most
+        ``tuning.PACED_PER_CALL_PYTHON`` scheduled ones, in one submission after ``held``
+        (``recycle``'s): workload by workload, earliest first, as the compiled loop's heap
+        takes them (docs/engine.md). I/Os an edit kept (``overdue``) count as scheduled; the
+        last of them takes its workload's other free slots along; the workload leaves ``timed``.
+        Returns the earliest time of a waiting I/O that has a slot, or ``INF``."""
         next_due = INF
         due: list[tuple[int, int, int]] = []  # the first one's time, the workload's index, k
         for i, w in enumerate(timed):
@@ -223,9 +213,8 @@ class Slots:
 
     def _take_due(self, timed: list[LoopWorkload], due: list[tuple[int, int, int]],
                   next_due: int, groups: list[Group]) -> tuple[int, bool]:
-        """``submit_due``'s choice of ``due``: each workload's slots for it onto ``groups``;
-        returns the earliest time of an I/O due left for a later call, and whether a max-iops
-        workload goes out with the last I/O an edit kept (or with none left)."""
+        """``submit_due``'s choice of ``due`` onto ``groups``; returns the earliest time of an
+        I/O due left for a later call, and whether a workload sent the last I/O an edit kept."""
         due.sort()  # (time, index): a tie goes in the workloads' order
         left = tuning.PACED_PER_CALL_PYTHON
         spent = False
@@ -246,16 +235,11 @@ class Slots:
         return next_due, spent
 
     def recycle(self, slots: npt.NDArray[np.intp], held: list[Group] | None = None) -> bool:
-        """Completed ``slots`` of several workloads: resubmitted (max iops, all in one
-        submission, in the workloads' order, as the compiled loop's heap takes them at time
-        0; where ``held`` is given, put onto it for the caller's ``submit_due`` to send with
-        the I/Os due, in one submission as that loop does), freed (paced, or max iops with I/Os
-        an edit kept: ``submit_due`` takes them in time order, as that heap does) or
-        returned to the pool (retired). True when the last retired I/O in flight
-        completed."""
-        # group by owner with plain ints: at the batch sizes of a busy loop (tens) cheaper than
-        # sorting with numpy, whose every call is paid again after each system call
-        # (docs/engine.md)
+        """Completed ``slots``: resubmitted in the workloads' order, in one submission (max
+        iops; onto ``held`` where given, for ``submit_due`` to send); freed for ``submit_due``
+        (paced, or with I/Os an edit kept); or returned to the pool (retired). The compiled
+        loop's order (docs/engine.md). True when the last retired I/O in flight completed."""
+        # grouped by owner with plain ints, cheaper than numpy here (docs/engine.md)
         owner_of = self.owner
         by: dict[int, list[int]] = {}
         for s in slots.tolist():
@@ -278,7 +262,7 @@ class Slots:
             g = by[o]
             w = wl[o]
             assert w is not None
-            if w.paced or w.overdue:  # the slots wait for their next scheduled I/O
+            if w.paced or w.overdue:
                 w.free.extend(g)
             else:
                 resubmit.append((w, np.array(g, dtype=np.intp)))

@@ -1,13 +1,11 @@
 """A workload as the engine loop holds it: what it joins with (``WorkloadSpec``) and its state in
-the loop (``LoopWorkload``: its slots, buffers, sequencer and ring of precomputed I/Os with their
-write data); the making of that ring (``LoopWorkload.refill``, ``set_ring``, ``ring_ahead``)
-and the taking of its next I/Os (``LoopWorkload.next_ios``); how many I/Os a refused
-submission put in flight (``took``).
+the loop (``LoopWorkload``: slots, buffers, sequencer and ring of precomputed I/Os with their
+write data); making that ring and taking its next I/Os; how many I/Os a refused submission put
+in flight (``took``).
 
 Owns a workload's own state. It must not touch the slot table's rows, the records or an
-engine: the loop's parts (``slave.engine.loop_slots`` and the others ``slave.engine.loop``
-names) do, and say which of a workload's fields they keep (``slots`` and ``free``: the
-slots' owner, ``Slots``).
+engine: the loop's parts do, and say which of a workload's fields they keep (``Slots`` keeps
+``slots`` and ``free``).
 """
 
 from __future__ import annotations
@@ -59,8 +57,8 @@ class LoopWorkload:
     # write, ``WritePattern``), while the workload writes
     ring_serial: int = 1
     cur: int = 0
-    # the next ``overdue`` I/Os of the ring (from ``cur``) are paced I/Os kept by an edit to
-    # max iops: they keep their scheduled time (response time shows the backlog)
+    # the next ``overdue`` I/Os of the ring (from ``cur``): paced ones an edit to max iops
+    # kept, with their scheduled times
     overdue: int = 0
     fixed_cat: int = -1  # category of every I/O, or -1 when it varies
     ring_spread: float = 1.0  # a paced refill's size, relative (``ring_ahead``)
@@ -125,10 +123,9 @@ def ring_ahead(w: LoopWorkload, n_max_iops: int, n_paced: int) -> int:
         share = tuning.RING_BUDGET // max(n_max_iops, 1)
         per_depth = tuning.RING_PER_DEPTH * w.params.iodepth
         return max(tuning.RING_MIN, min(tuning.RING_MAX, share, per_depth))
-    # paced: about a quarter second ahead, at least PACED_RING_MIN, at most its share of
-    # RING_BUDGET among the paced workloads and RING_MAX; times the workload's own factor
-    # in [0.5, 1.5) (``ring_spread``), so that workloads of one rate started together do
-    # not all run out, and stall the loop with their refills, at the same moment
+    # paced: a quarter second ahead within those bounds, times the workload's own factor in
+    # [0.5, 1.5) (``ring_spread``), so that workloads of one rate started together do not all
+    # stall the loop with their refills at the same moment
     share = tuning.RING_BUDGET // max(n_paced, 1)
     quarter_s = min(tuning.RING_MAX, share, int(iops / 4))
     return int(max(tuning.PACED_RING_MIN, quarter_s) * w.ring_spread)

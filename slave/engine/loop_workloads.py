@@ -1,14 +1,14 @@
-"""The engine loop's workloads: joining, changing (in place where only a paced rate changes,
-also inside the compiled loop) and leaving, several at once with one look over all of them at
-the end (``changes``), and that look (``refresh``): the mix of paced and max-iops workloads,
-each one's refill size, and which loop serves them. A change never loses I/Os the old settings
-had due: they go out first, with their scheduled times.
+"""The engine loop's workloads: joining, changing (in place where only a paced rate changes)
+and leaving, and the look over all of them after a change (``refresh``, deferred inside
+``changes``): the mix of paced and max-iops workloads, each one's refill size, and which loop
+serves them. A change never loses I/Os the old settings had due: they go out first, with their
+scheduled times.
 
 Owns ``Workloads``: the workloads' table (``wl``: a workload's index is its place there, for
-good; the slots, the records and the native loop read it), the ids, the paced ones, whether any
-busy-polls, what waits for the retired I/Os to be released, and the deferral of the look. It
-changes slots only through ``Slots`` and the compiled state only through ``NativeLoop``, and
-must not reap, record or submit but through them.
+good; the slots, the records and the native loop read it), the ids, the paced ones, and what
+waits for the retired I/Os to be released. It changes slots only through ``Slots`` and the
+compiled state only through ``NativeLoop``, and must not reap, record or submit but through
+them.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class Workloads:
         self.name = name
         self.wl = wl
         self.paced: list[LoopWorkload] = []
-        # what waits for a time: the paced workloads, and the max-iops ones an edit left I/Os
-        # with their scheduled times (``overdue``), in the workloads' order
+        # what waits for a time: the paced ones and those with I/Os an edit kept (``overdue``)
         self.timed: list[LoopWorkload] = []
         self.busy_poll = False
         self._n_max = 0  # live workloads at max iops (they share RING_BUDGET)
@@ -77,7 +76,6 @@ class Workloads:
         return self._slots.alloc(n, workload_id)
 
     def _setup(self, w: LoopWorkload) -> None:
-        """``w``'s slots set up for its parameters, and the categories of its I/Os."""
         self._slots.setup(w)
         w.fixed_cat = fixed_category(w.params)
 
@@ -112,13 +110,11 @@ class Workloads:
             self.start(w, at_ns)
 
     def edit(self, workload_id: str, params: WorkloadParams, at_ns: int | None) -> None:
-        """New parameters for a workload (at a boundary when running). Its schedule restarts
-        at ``at_ns``. Paced I/Os the old schedule had due before ``at_ns`` and not yet issued
-        (the LUN or the loop was behind) are still issued, first, with their scheduled times
-        (also when the edit makes the workload run at max iops), so the backlog stays in
-        response time (no coordinated omission); they are dropped, with a warning, only where
-        they no longer fit (the blocksize changed, or they are writes and the workload no
-        longer writes). The workload's I/Os go on at its first I/O not issued (a sequential
+        """New parameters for a workload (at a boundary when running); its schedule restarts at
+        ``at_ns``. Paced I/Os the old schedule had due and not yet issued go out first with
+        their scheduled times, also when it becomes max iops (no coordinated omission); they
+        are dropped, with a warning, only where they no longer fit (a new blocksize, or writes
+        when it no longer writes). Its I/Os go on at its first one not issued (a sequential
         one's position, every one's draws)."""
         w = self.find(workload_id)
         self._native.unload()
@@ -127,8 +123,7 @@ class Workloads:
                 and params.same_but_rate(old)):
             self._retime(w, params, at_ns)
             return
-        # the categories of the I/Os in flight, where the new settings have one of their own
-        # (a look at its slots)
+        # the categories in flight, where the new settings have only one
         flying = (self._slots.categories_in_flight(w)
                   if self._slots.running and fixed_category(params) >= 0 else set())
         rest = w.ring[w.cur :]
@@ -142,8 +137,7 @@ class Workloads:
         overdue_write = w.ring_write[w.cur : w.cur + due].copy()
         resume = int(rest[due, IO["offset"]]) if due < rest.shape[0] else None
         w.spec.params = params
-        # the I/Os generated after the kept ones are dropped: the new settings' I/Os take
-        # their draws (the stream goes on at the first I/O not issued, whenever the edit came)
+        # the I/Os precomputed after the kept ones are dropped; the new settings' take their draws
         w.seq = w.seq.edited(params, at_ns=at_ns or 0, resume_offset_bytes=resume,
                              unissued=int(rest.shape[0]) - due)
         w.pattern = make_pattern(params)
@@ -186,9 +180,8 @@ class Workloads:
 
     def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int | None
                   ) -> None:
-        """``edit`` for each, in order, with one look over all workloads at the end
-        (``changes``); in place where every edit only sets a new rate of a paced workload
-        that the compiled loop holds (``NativeLoop.retime_loaded``)."""
+        """``edit`` for each, in order, with one look at the end; in the compiled loop's arrays
+        where every edit only sets a new rate (``NativeLoop.retime_loaded``)."""
         if at_ns is not None:
             cap = self._backlog_cap()
             cut = self._native.retime_loaded(edits, at_ns, cap)
@@ -202,10 +195,8 @@ class Workloads:
 
     def _retime(self, w: LoopWorkload, params: WorkloadParams, at_ns: int) -> None:
         """``edit`` of a running paced workload whose new parameters differ only in its rate
-        (DFC's edit, for every workload at every boundary): the I/Os it precomputed keep their
-        offsets, data and place in the ring; those due before ``at_ns`` keep their scheduled
-        times (the backlog), the rest take the new schedule's. Remaking the ring instead cost
-        a refill per workload after each such boundary (docs/engine.md)."""
+        (DFC's): its precomputed I/Os keep their place in the ring; those due before ``at_ns``
+        keep their times, the rest take the new schedule's (docs/engine.md)."""
         due = self._backlog(w, at_ns)
         rest = w.ring[w.cur :]
         w.spec.params = params
@@ -217,31 +208,24 @@ class Workloads:
         self.refresh()  # the compiled loop's heap holds the old times
 
     def _backlog_cap(self) -> int:
-        """How many I/Os of its backlog an edited paced workload keeps at most: its share of
-        ``tuning.BACKLOG_BUDGET`` among the worker's paced workloads, ``BACKLOG_MIN`` at least
-        (as at the last look: the same for a batch of edits)."""
+        """The most I/Os of its backlog an edited paced workload keeps: its share of
+        ``tuning.BACKLOG_BUDGET`` among the paced workloads at the last look (the same for a
+        batch of edits), ``BACKLOG_MIN`` at least."""
         return max(tuning.BACKLOG_MIN, tuning.BACKLOG_BUDGET // max(1, len(self.paced)))
 
     def _backlog(self, w: LoopWorkload, at_ns: int) -> int:
-        """Before an edit of paced ``w`` at ``at_ns``: how many I/Os at the head of its ring
-        (from ``cur``) its schedule had due before then and not issued (the backlog the edit
-        keeps), every one of them in the ring (precomputed now where the ring did not reach
-        that far: a workload further behind than its ring, whose schedule the edit restarts,
-        lost the rest), at most its share of ``tuning.BACKLOG_BUDGET`` among the worker's
-        paced workloads (``BACKLOG_MIN`` at least): of a longer backlog the first are kept and
-        the rest of the old schedule is dropped, with a warning (``_cut``), only where more
-        than the share were due (the ring precomputed one past it). The same whichever loop
-        precomputed the ring (the compiled loop's are shorter), and in place
-        (``NativeLoop.retime_loaded``)."""
+        """The backlog an edit of paced ``w`` at ``at_ns`` keeps: how many I/Os at the head of
+        its ring (from ``cur``) were due before then and not issued, precomputed into the ring
+        where it did not reach that far. At most ``_backlog_cap``: of a longer backlog (told by
+        one I/O past it) the first are kept, the rest dropped with a warning (``_cut``). The same
+        whichever loop precomputed the ring, and in place (``NativeLoop.retime_loaded``)."""
         sched = IO["sched_ns"]
         cap = self._backlog_cap()
         while w.ring_len == w.cur or w.ring[w.ring_len - 1, sched] < at_ns:
             held = w.ring_len - w.cur
             if held > cap:  # more due than it keeps, whatever the rest of the ring holds
                 return self._cut(w, cap)
-            # as many again as it holds: a long backlog in a few refills (each copies the
-            # ring's rest; a refill's usual size at a time was quadratic: docs/engine.md),
-            # up to one more than it keeps (enough to tell a backlog longer than ``cap``)
+            # doubling, so a long backlog takes few refills (docs/engine.md), up to ``cap + 1``
             w.refill(min(held, cap + 1 - held))
         # the ring is in time order
         due = int(w.ring[w.cur :, sched].searchsorted(at_ns, "left"))
@@ -257,8 +241,7 @@ class Workloads:
         return cap
 
     def remove(self, workload_id: str) -> None:
-        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the
-        pool."""
+        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""
         w = self.find(workload_id)
         self._native.unload()
         self._slots.retire(w)
@@ -285,10 +268,8 @@ class Workloads:
 
     @contextlib.contextmanager
     def changes(self, *, look: bool = True) -> Iterator[None]:
-        """Several adds, edits and deletes with one look over all workloads at the end, not
-        one per change: a controller that edits every workload at a boundary (DFC) otherwise
-        made the boundary quadratic, while I/Os waited (docs/engine.md). ``look=False``: no
-        look at the end either (one due waits for the next ``refresh`` outside)."""
+        """Several adds, edits and deletes with one look at the end, not one per change
+        (docs/engine.md). ``look=False``: none at the end either; it waits for a ``refresh``."""
         self._deferring += 1
         try:
             yield
@@ -298,9 +279,8 @@ class Workloads:
                 self.refresh()
 
     def refresh(self) -> None:
-        """The look over all workloads after a change (deferred inside ``changes``): the mix,
-        each one's refill size, which loop serves them (``NativeLoop.pick``), and, once no
-        retired I/O is in flight, the release of what waited for them."""
+        """The look after a change: the mix, refill sizes, the loop (``NativeLoop.pick``) and,
+        once no retired I/O is in flight, the release of what waited for them."""
         if self._deferring:
             self._refresh_due = True
             return
@@ -326,17 +306,15 @@ def make_pattern(p: WorkloadParams) -> WritePattern | None:
 
 
 def fixed_category(p: WorkloadParams) -> int:
-    """The category of every I/O of ``p`` (reads only or writes only), or -1 when it
-    varies."""
+    """The category of every I/O of ``p`` (reads only or writes only), or -1 when it varies."""
     if p.read_fraction not in (0.0, 1.0):
         return -1
     return 2 * (p.iosequencer == "sequential") + (p.read_fraction == 0.0)
 
 
 def mixed_categories(w: LoopWorkload, flying: set[int]) -> None:
-    """I/Os kept from the old settings (in the ring), or in flight at the edit (``flying``:
-    their categories), may be of another category than the new settings' only one: then
-    every I/O is recorded by its own category (the compiled loop's binning too)."""
+    """Where I/Os kept in the ring or in flight at the edit (``flying``: their categories) are
+    of another category than the new settings' only one, every I/O is recorded by its own."""
     if w.fixed_cat < 0:
         return
     kept = w.ring[: w.ring_len, IO["cat"]]

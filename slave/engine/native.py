@@ -1,14 +1,8 @@
 """The native engines, O_DIRECT I/O through libaio (``LibaioEngine``) or io_uring
 (``UringEngine``), driven through the compiled object's calls (``paced_kernel.c``'s ``ivy_*``)
 on a ``struct ivy_loop`` that holds only the engine's fields: the compiled loop's set copies
-them (``loop_words``), the general loop submits and reaps through the same calls (``submit``,
-``poll``, ``reap``). Completions come back as libaio's events (slot, 0, result, 0) whichever
-the backend.
-
-libaio: one AIO context, sized to the slots in use and grown on demand (the kernel counts every
-context's events against ``fs.aio-max-nr``), its completion ring read where the kernel maps it.
-io_uring: one ring of as many entries as the table has slots, with sparse registered files (a
-LUN's at its descriptor's index) and buffers (a slot's at its number). ``aio_available`` and
+them (``loop_words``), the general loop submits and reaps through the same calls. Completions
+come back as libaio's events (slot, 0, result, 0) whichever the backend. ``aio_available`` and
 ``uring_available`` say whether each can be had here, or why not. It must not decide what to
 submit: the loop fills the rows.
 """
@@ -114,10 +108,9 @@ def aio_available() -> str | None:
 
 
 def uring_available(disabled_path: str = IO_URING_DISABLED_PATH) -> str | None:
-    """``None`` when io_uring, as this engine uses it, can be had here, else the reason: a ring
-    set up, sparse files and buffers registered (Linux 5.19), the timed wait (``EXT_ARG``); a
-    kernel without them, ``kernel.io_uring_disabled`` or a seccomp filter refuse. The switch is
-    read every time."""
+    """``None`` when io_uring, as this engine uses it, can be had here, else the reason (a
+    kernel before 5.19 or without ``EXT_ARG``, ``kernel.io_uring_disabled``, a seccomp
+    filter). The switch is read every time."""
     mode = read_proc_int(disabled_path) or 0  # 0 too where the kernel has no such switch
     if mode == 2:
         return "io_uring is disabled on this host (kernel.io_uring_disabled = 2)"
@@ -169,11 +162,10 @@ class NativeEngine:
                 self.finish_submit(done, n)
 
     def finish_submit(self, done: int, n: int) -> None:
-        """A submission of ``n`` (the general loop's, or the compiled loop's) that the kernel
-        took ``done`` of (negative: none, a refusal): the rest offered again, at once and then
-        after short sleeps while the kernel takes none (EAGAIN under memory pressure); a
-        refusal raises ``SubmitError`` with its errno and how many of the ``n`` went out
-        (io_uring's entries not taken are dropped from its ring then: none goes out later)."""
+        """A submission of ``n`` (either loop's) that the kernel took ``done`` of (negative: a
+        refusal): the rest offered again (``submit_backoff``) while the kernel takes none; a
+        refusal raises ``SubmitError`` with its errno and how many went out (io_uring's
+        entries not taken are dropped from its ring then: none goes out later)."""
         done = max(done, 0)
         tries = 0
         while done < n:
@@ -201,7 +193,9 @@ class NativeEngine:
 
 
 class LibaioEngine(NativeEngine):
-    """libaio: one AIO context, as large as the slots in use need (``grow``)."""
+    """libaio: one AIO context, as large as the slots in use need (``grow``: the kernel counts
+    every context's events against ``fs.aio-max-nr``), its completion ring read where the
+    kernel maps it."""
 
     backend = 0
 
@@ -247,7 +241,7 @@ class LibaioEngine(NativeEngine):
 
 class UringEngine(NativeEngine):
     """io_uring: one ring of as many entries as the table has slots (a submission never finds
-    it full), with sparse registered files and buffers."""
+    it full), with sparse registered files and buffers (``prepare_slots``)."""
 
     backend = 1
 

@@ -1,26 +1,22 @@
-"""The compiled loop (``paced_kernel.c``, ``paced_run``): the turn of paced and max-iops
-workloads in C, without Python per I/O, on libaio or io_uring alike (``ivy_loop.h``'s
-``backend``; the loop reaches either only through ``be_take``, ``be_ready``, ``be_wait`` and
-``be_submit``). It is the same turn as the Python loop's: record what completed, free its
-slots, submit every due I/O of every workload with a free slot in one call (a write with its
-data put in its buffer first), wait, or bin one record at a time when nothing is due. A lone
-max-iops workload of depth 1-2 waits as soon as its I/Os went out (``lone``). Why C, and
-what each part bought: docs/engine.md.
+"""The compiled loop (``paced_kernel.c``, ``paced_run``): the Python loop's turn of paced and
+max-iops workloads in C, without Python per I/O, on libaio, io_uring or the scripted fake
+engine (the C file's opening comment says the turn). Why C, and what each part bought:
+docs/engine.md.
 
 Owns the C source (``paced_kernel.c`` with ``ivy_loop.h`` in place of its ``#include``: one
-``struct ivy_loop``, which ``slave.engine.layout.LoopArgs`` mirrors; an object whose layout
-differs is not used), its build and load, its result codes (``R_*``) and each workload's
-generator (``generator``): where a ``Sequencer`` can be continued in C, the kernel makes the
-workload's next I/Os itself, bit for bit as the sequencer would; DFC's edit of the rates alone
-is made in the kernel's arrays too (``retime``).
+``struct ivy_loop``, which ``layout.LoopArgs`` mirrors; an object whose layout differs is not
+used), its build and load, its result codes (``R_*``) and each workload's generator
+(``generator``): where a ``Sequencer`` can be continued in C, the kernel makes the workload's
+next I/Os itself, bit for bit as the sequencer would; DFC's edit of the rates alone is made in
+the kernel's arrays too (``retime``).
 
-Built once on the controller and shipped in the slave zipapp (``build_for_shipping``,
-``shipped_name``: ``paced_kernel-<machine>-<libc>-<source hash>.so``), copied into
-``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded; where none ships for the host or it does not
-load, the host compiles the source with its own ``cc`` (or ``IVYPY_SLAVE_CC``; ``none`` turns it
-off), once per source and compiler. A host with neither has no libaio or io_uring and says why
-(``origin``, ``why_not``: hosts.csv's ``paced_loop``). It must not touch a workload object,
-count errors or allocate on the hot path: the kernel returns to the engine loop for those.
+Built once on the controller and shipped in the slave zipapp (``build_for_shipping``), copied
+into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded; where none ships for the host or it
+does not load, the host compiles the source with its own ``cc`` (or ``IVYPY_SLAVE_CC``;
+``none`` turns it off), once per source and compiler. A host with neither has no libaio or
+io_uring and says why (``origin``, ``why_not``: hosts.csv's ``paced_loop``). It must not touch
+a workload object, count errors or allocate on the hot path: the kernel returns to the engine
+loop for those.
 """
 
 from __future__ import annotations
@@ -78,7 +74,6 @@ def source() -> str:
     with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
     hash, which names the cached and the shipped object, cover both)."""
     defines = {f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()}
-    # a write's opcode, a stamped sector's size
     defines.update(IOCB_CMD_PWRITE=IOCB_CMD_PWRITE, SECTOR_BYTES=SECTOR_BYTES)
     defines.update(_STATS_LAYOUT)
     defines["INF_NS"] = layout.INF
@@ -111,8 +106,8 @@ def platform_tag() -> str:
 
 
 def shipped_name(src: str | None = None) -> str:
-    """The file name of the object shipped for this host's ``platform_tag`` and ``src`` (this
-    source): ``paced_kernel-<tag>-<sha256 of the source, 16 hex>.so``."""
+    """The file name of the object shipped for this host and ``src`` (this source):
+    ``paced_kernel-<platform_tag>-<sha256 of the source, 16 hex>.so``."""
     key = hashlib.sha256((src if src is not None else source()).encode()).hexdigest()[:16]
     return f"paced_kernel-{platform_tag()}-{key}.so"
 
@@ -259,8 +254,7 @@ def available() -> bool:
 
 
 def library() -> ctypes.CDLL | None:
-    """The loaded compiled object (its ``ivy_*`` calls serve ``slave.engine.native``), or
-    None where it is not available (``why_not``)."""
+    """The loaded compiled object (its ``ivy_*`` calls serve ``native``), or None (``why_not``)."""
     _load()
     return _lib
 

@@ -1,10 +1,9 @@
 """The portable fallback engine: a pool of threads doing ``os.preadv`` / ``os.pwritev``.
 
 Used where O_DIRECT or native AIO is unavailable (a file on ramfs, or on tmpfs before Linux
-6.6; a non-x86_64 host). It reads each slot's iocb record for fd, opcode, buffer, size and
-offset, so the engine loop drives it exactly like the libaio engine. It costs one queue item
-per I/O (the GIL is released during the system call); it is a correctness fallback, not a fast
-path.
+6.6; a host without the compiled loop). It reads each slot's iocb words, so the engine loop
+drives it as it drives libaio. It costs one queue item per I/O (the GIL is released during the
+system call): a correctness fallback, not a fast path.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ class ThreadPoolEngine:
             self._todo.put(s)
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
-        """The first completion, waited for ``timeout_ns`` at most, and then every one that is
-        there."""
+        """The first completion, waited for ``timeout_ns`` at most, then every one there."""
         n = 0
         with contextlib.suppress(queue.Empty):
             if timeout_ns == 0:
