@@ -1,30 +1,25 @@
 """The engine loop: one thread of control that drives many workloads through shared engines.
 
-Owns the run: the engines by kind, waiting for the start, the general loop (``_loop``: any mix
-of workloads and engines, a fixed number of numpy operations per batch, handing its turns to
-the compiled loop where that serves the workloads as they are), each reaped batch recorded and
-its slots recycled (resubmitted before the bookkeeping), the boundary where the stats buffers
-switch, the drain, and the growth of an engine's context (``_make_room``, reaping everything
-in flight first). A workload never has more than ``iodepth`` I/Os in flight: it owns exactly
-``iodepth`` slots. One timestamp is taken per submission and one per reaped batch.
+Owns the run: the engines by kind, the wait for the start, the general loop (``_loop``: any
+mix of workloads and engines, a fixed number of numpy operations per batch, its turns handed
+to the compiled loop where that can serve the workloads), each reaped batch recorded and its
+slots recycled (resubmitted before the bookkeeping), the boundary where the stats buffers
+switch, the drain, and the growth of an engine's context (``_make_room``). A workload owns
+exactly ``iodepth`` slots, so never has more I/Os in flight. One timestamp is taken per
+submission and one per reaped batch.
 
-Its state is kept by four objects, each the owner of its part, which ``EngineLoop`` makes and
-joins (``slave.engine`` modules): ``Workloads`` (``loop_workloads``: the workloads and their
-edits, the look after each change), ``Slots`` (``loop_slots``: the slot table, owners, free
-pool, in-flight counts, issuing and submitting), ``Records`` (``loop_records``: the pending
-records, binning, errors) and ``NativeLoop`` (``loop_native``: the compiled loop's state and
-turns); a workload's own state is ``loop_state``'s. ``clock``, ``layout`` and ``tuning``:
-time and the waits, the structs and the measured knobs.
+Its state has four owners, which ``EngineLoop`` makes and joins: ``Workloads`` (the workloads
+and their edits), ``Slots`` (slot table, free pool, in-flight counts, submitting), ``Records``
+(pending records, binning, errors) and ``NativeLoop`` (the compiled loop).
 
 It must not talk to processes, pipes or the network: everything outside the loop goes through
 the ``LoopControl`` it is given (the worker process implements it; tests implement it in-process).
 
-Time: its clock's (``slave.engine.clock``; given, and shared with its parts: the monotonic
-clock, or a scripted fake engine's virtual clock, which only its waits move). Service time =
-submit -> completion; response time = scheduled start -> completion (for ``iops=max`` the
-scheduled start is the submit time). Paced I/Os keep their schedule when the device cannot keep
-up, so the backlog shows in response time (no coordinated omission). Busy polling spins on the
-completion ring for a while after each completion, then blocks.
+Time is the given clock's, shared with the parts: the monotonic clock, or a fake engine's
+virtual one. Service time = submit -> completion; response time = scheduled start ->
+completion (for ``iops=max`` the scheduled start is the submit time). Paced I/Os keep their
+schedule when the device cannot keep up, so the backlog shows in response time (no
+coordinated omission).
 """
 
 from __future__ import annotations
@@ -56,10 +51,9 @@ class LoopControl(Protocol):
         """Called every few ms while running: stage commands, or call ``loop.request_stop()``."""
 
     def poll_fd(self) -> int | None:
-        """A descriptor that is readable (or closed) whenever ``poll`` has something to do, or
-        None. With one, the compiled paced loop looks at it every ``POLL_CONTROL_NS`` itself
-        and comes back for ``poll`` only when it is: the I/Os due wait during each way back to
-        Python (docs/engine.md)."""
+        """A descriptor readable (or closed) whenever ``poll`` has something to do, or None.
+        With one, the compiled loop watches it itself and returns for ``poll`` only then: the
+        I/Os due wait during each return to Python (docs/engine.md)."""
 
     def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
         """At the end of subinterval ``finished_index`` (its records are already binned):
@@ -84,10 +78,8 @@ class EngineLoop:
                  ) -> None:
         self.name = name
         self.clock = clock  # every timestamp and wait of the loop and its parts
-        # the compiled loops built (or found in the host's cache) and loaded now, not when
-        # the loop picks a loop for its workloads: a build then, inside a run, held up that
-        # run's I/O (docs/engine.md). A worker pool loads them before it forks; a loop made
-        # elsewhere (tests) did not.
+        # build (or find in the host's cache) and load the compiled loops now: a build when
+        # the loop first picks one, inside a run, held up that run's I/O (docs/engine.md)
         pk.available()
         wl: list[LoopWorkload | None] = []  # kept by ``workloads``; the others read it
         self.slots = Slots(capacity, name, wl, clock)
@@ -150,8 +142,7 @@ class EngineLoop:
         self.workloads.edit_many(edits, at_ns)
 
     def remove_workload(self, workload_id: str) -> None:
-        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the
-        pool."""
+        """Drop a workload: its in-flight I/Os finish uncounted; its slots return to the pool."""
         self.workloads.remove(workload_id)
 
     @contextlib.contextmanager
@@ -181,12 +172,10 @@ class EngineLoop:
             self.records.flush()
 
     def _complete_due(self, engine: IoEngine, n: int, t: int) -> None:
-        """``_complete``, and where workloads wait for times (``Workloads.timed``) the I/Os
-        due at ``t`` go out in one submission with the completions' next ones, after them:
-        the compiled loop's turn, which a differential run compares call for call. Also for
-        completions reaped past a boundary and recorded after it (``_reaped_late``; the
-        compiled loop's where the boundary gave its set back); past the last boundary
-        nothing more is due (the drain's)."""
+        """``_complete``; where workloads wait for times (``Workloads.timed``), the I/Os due at
+        ``t`` go out after the completions' next ones in the same submission: the compiled
+        loop's order, which a differential run compares call for call. Once stopped (the
+        drain) nothing more is due."""
         if self.workloads.timed and not self._stop:
             held: list[Group] = []
             self._complete(engine, n, t, held)
@@ -195,9 +184,8 @@ class EngineLoop:
             self._complete(engine, n, t)
 
     def _make_room(self, engine: IoEngine, n: int) -> None:
-        """Grow ``engine``'s context (a sized engine's: libaio) where it could not hold the
-        I/Os of ``n`` more slots in flight beside those of its active workloads and the
-        retired I/Os still in flight. Inside a run the I/Os in flight are reaped first
+        """Grow a sized engine's context (libaio) where it could not hold ``n`` more slots in
+        flight beside those already in use. Inside a run the I/Os in flight are reaped first
         (``_quiesce``), as a context is replaced whole; the old one is closed after the run.
         Raises ``IoEngineError`` (the kernel's reason and the fix) with nothing changed."""
         grow = getattr(engine, "grow", None)
@@ -219,9 +207,8 @@ class EngineLoop:
         (returned) go on where it was. A workload being edited has had its slots retired
         already: they return to the pool. Called with the compiled state given back."""
         live = [w for w in self.workloads.live() if self.slots.holds(w)]
-        # their completions are recorded, not resubmitted: every I/O in flight now counts
-        # as retired, each completion returns its slot to the pool, and the last one
-        # releases what waited for the retired ones
+        # every I/O in flight now counts as retired: its completion is recorded and its slot
+        # returns to the pool; the last one releases what waited for the retired ones
         self.slots.let_go(live)
         with self.workloads.changes(look=False):
             # reaped past the boundary (``_reaped_late``): in the engine's events
@@ -233,9 +220,8 @@ class EngineLoop:
         return live
 
     def _resume(self, live: list[LoopWorkload]) -> None:
-        """After ``_quiesce``: a max-iops workload's slots are issued again at once, a paced
-        workload's wait for its schedule, which is kept (what was due and not issued stays
-        due)."""
+        """After ``_quiesce``: a max-iops workload's slots are issued again at once; a paced
+        workload's wait for its schedule, which is kept (what was due stays due)."""
         for w in live:
             if w.paced:
                 w.free = w.slots.tolist()[::-1]
@@ -320,9 +306,9 @@ class EngineLoop:
             now = mono()
             if now >= boundary:
                 # completions there by now are past the boundary (``_reaped_late``): looked
-                # for first, as the compiled loop's turn looks in the ring before at the time
-                # (they count in the next subinterval either way; a stop at the boundary
-                # drains their slots' next I/Os too)
+                # for first, as the compiled loop looks in the ring before at the time (they
+                # count in the next subinterval either way; a stop at the boundary drains
+                # their slots' next I/Os too)
                 engines = self._engine_list
                 if not self.native.ws and len(engines) == 1:
                     n = engines[0].poll()
@@ -343,10 +329,8 @@ class EngineLoop:
                     control, boundary, subinterval_ns, wake, workloads.busy_poll,
                     lambda eng, n, t, b: self._boundary_holding(control, eng, n, t, b))
                 continue
-            # at one moment, the completions there first (each recorded, a max-iops slot's
-            # next I/O submitted), then the I/Os due by their times (paced, and those an edit
-            # kept for a max-iops workload): the compiled loop's order, which a differential
-            # run on virtual time compares I/O for I/O
+            # the completions there first, then the I/Os due by their times: the compiled
+            # loop's order (``_complete_due``)
             engines = self._engine_list
             if len(engines) == 1:
                 eng = engines[0]
@@ -368,8 +352,7 @@ class EngineLoop:
                             continue
                         n = eng.reap(1, timed_wait_ns(left))
                     elif slots.in_flight and not workloads.timed:
-                        # max-iops workloads only: look a while before blocking
-                        # (docs/engine.md)
+                        # max-iops only: look a while before blocking (docs/engine.md)
                         n = self._waiter.wait(eng.poll, eng.reap, wake)
                     else:
                         left = wake - mono()
@@ -414,20 +397,18 @@ class EngineLoop:
 
     def _reaped_late(self, control: LoopControl, eng: IoEngine, n: int, t: int, boundary: int,
                      subinterval_ns: int) -> int:
-        """A loop reaped ``n`` completions at ``t``, past ``boundary``: close the subinterval
-        first (the I/Os count in the next one), then record them the general way. They wait
-        in the engine's events meanwhile (``_reaped``): a boundary's change that reaps itself
-        (``_quiesce``) records them first. Returns the next boundary."""
+        """``n`` completions reaped at ``t``, past ``boundary``: close the subinterval first
+        (they count in the next one; ``_boundary_holding``), then record them unless the
+        boundary's changes did. Returns the next boundary."""
         if self._boundary_holding(control, eng, n, t, boundary):
             self._complete_due(eng, n, t)
         return boundary + subinterval_ns
 
     def _boundary_holding(self, control: LoopControl, eng: IoEngine, n: int, t: int,
                           boundary: int) -> bool:
-        """A loop (this one's ``_reaped_late``, or the compiled one's) reaped ``n``
-        completions at ``t``, past ``boundary``: close the subinterval with them held. Whether
-        they are still held after it (a change that reaped recorded them: ``_quiesce``); the
-        caller records them then."""
+        """Close the subinterval with ``n`` completions reaped at ``t`` past ``boundary`` held
+        (``_reaped``; a change that reaps, ``_quiesce``, records them first). Returns whether
+        they are still held, for the caller (this loop's or the compiled one's) to record."""
         self._reaped = (eng, n, t)
         self._boundary(control, boundary)
         held, self._reaped = self._reaped, None

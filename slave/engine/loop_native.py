@@ -1,11 +1,8 @@
-"""The engine loop's native side: whether the compiled loop serves the workloads as they are
-(``NativeLoop.pick``), the set's state as the arrays the compiled turn works on, its turns in C
-(``paced_kernel.run``, ``NativeLoop.turns``) recording what completed and submitting the I/Os
-whose time has come (``tuning.PACED_PER_CALL`` paced ones a call), Python only for what the C
-returns for; the compiled state given back to the workloads before anything else looks at them
-(``unload``); and DFC's edit of rates made in the compiled state in place (``retime_loaded``).
-Where the set cannot run compiled, the general loop (``EngineLoop._loop``) serves its
-workloads.
+"""The engine loop's native side: whether the compiled loop can serve the workloads
+(``NativeLoop.pick``, else ``EngineLoop._loop`` does), the arrays its turns work on, the turns
+in C (``paced_kernel.run``: completions recorded, the I/Os due submitted, Python only for what
+the C returns for), the state given back to the workloads before anything else looks at them
+(``unload``), and DFC's rate edits made in that state in place (``retime_loaded``).
 
 Owns ``NativeLoop``: the compiled set (``ws``) and its arrays, which hold the workloads' free
 slots and cursors while ``loaded``. It syncs the records' counts (``p``, ``binned``) and the
@@ -53,13 +50,11 @@ _TUNING_WORDS = ("compact_at", "sleep_min_ns", "long_wait_ns", "wake_early_ns", 
 
 
 class NativeLoop:
-    """The compiled loop of the workloads of a loop (``wl``), where it can serve them: the set
-    (``ws``: paced ones, max-iops ones, or both; none where the general loop serves) and its
-    state in the arrays the compiled turn works on: each workload's ring (its address), cursor
-    and length, its free slots (a stack at ``free_off[k]``, ``free_n[k]`` deep), the heap of
-    armed workloads, and where each workload's stats blocks lie in the worker's stats region.
-    While ``loaded`` the arrays, not the workloads' ``free`` and ``cur``, are the truth, across
-    boundaries; ``unload`` gives them back."""
+    """The compiled loop of a loop's workloads (``wl``): the set it serves (``ws``: paced,
+    max-iops or both; empty where the general loop serves) and the arrays of its turns (each
+    workload's free slots a stack at ``free_off[k]``, ``free_n[k]`` deep). While ``loaded``
+    the arrays, not the workloads' ``free`` and ``cur``, are the truth, across boundaries;
+    ``unload`` gives them back."""
 
     def __init__(self, name: str, slots: Slots, records: Records,
                  wl: list[LoopWorkload | None],
@@ -71,18 +66,14 @@ class NativeLoop:
         self._slots = slots
         self._records = records
         self._wl = wl
-        self._complete = complete  # records and recycles completions the compiled set left
-        # and those it reaped past a boundary where the boundary gave the set back: with the
-        # I/Os due then, in one submission (``EngineLoop._complete_due``)
-        self._complete_due = complete_due
+        self._complete = complete  # ``EngineLoop._complete``
+        self._complete_due = complete_due  # ``EngineLoop._complete_due``
 
     def pick(self, live: list[LoopWorkload], engines: list[IoEngine]) -> None:
-        """Whether the compiled loop serves ``live``: all of them on one engine, none retired
-        with I/O in flight, and the set can run compiled (``_compile``): any mix of paced and
-        max-iops workloads (a lone max-iops one of depth 1-2 waits there as soon as its I/Os
-        went out: ``lone``; with ``busy_poll``, it looks in the completion ring instead of
-        sleeping while I/O is in flight). Where it does not, the general loop serves, at
-        several times the compiled loop's user CPU per I/O (docs/engine.md)."""
+        """Whether the compiled loop serves ``live`` (any mix of paced and max-iops workloads):
+        all on one engine, none retired with I/O in flight, and the set can run compiled
+        (``_compile``). Else the general loop serves, at several times the compiled loop's
+        user CPU per I/O (docs/engine.md)."""
         self.unload()
         self.ws = []
         if live and len(engines) == 1 and self._slots.retired_in_flight == 0:
@@ -175,9 +166,8 @@ class NativeLoop:
 
     def _stats_args(self, root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when
-        fixed, and where its block of either buffer lies in ``root`` (-1: deleted; the set is
-        made anew whenever a workload joins or leaves). Returns the address of each buffer's
-        offsets (``stat_off`` is set to the running one before each run)."""
+        fixed, and where its block of either buffer lies in ``root`` (-1: deleted). Returns
+        the address of each buffer's offsets (``turns`` sets ``stat_off`` to the running one)."""
         a = self.args
         wl = self._wl
         a.array("root", root)
@@ -203,12 +193,11 @@ class NativeLoop:
         self.loaded = True
 
     def set_ring(self, i: int, w: LoopWorkload) -> None:
-        """Workload ``i``'s ring and cursor (and its first I/O's serial), and its generator,
-        as the workload has them now. A ring smaller than the workload's own refill (an edit
-        kept a backlog of a few I/Os) is refilled first, to its usual size, as the general loop
-        would when those went out: the kernel generates into the ring it is given, and would go
-        on a few I/Os at a time (and a retime in place sees no further than the ring: one I/O
-        due just before a boundary gave the set back)."""
+        """Workload ``i``'s ring, cursor, first serial and generator, as the workload has them
+        now. A ring smaller than the workload's own refill (an edit kept a few I/Os of backlog)
+        is first refilled to its usual size, as the general loop would: the kernel generates
+        into the ring it is given, and would go on a few I/Os at a time (and a retime in place
+        sees no further than the ring)."""
         if 0 < w.ring.shape[0] < min(w.ahead, tuning.GEN_IOS):
             w.refill(0)
         self.rings[i] = w.ring.ctypes.data
@@ -245,10 +234,9 @@ class NativeLoop:
         gen["made"][i] = 0
 
     def give_back(self) -> None:
-        """Give the workloads back their free slots, cursors and what the kernel generated
-        (completions reaped past a boundary and not recorded yet stay in ``args``: ``unload``
-        records them). A max-iops workload's I/Os kept from its paced schedule (``overdue``)
-        are those still at the head of its ring with a time (the kernel issued the rest)."""
+        """Give the workloads back their free slots, cursors and what the kernel generated. A
+        max-iops workload's I/Os kept from its paced schedule (``overdue``) are those still at
+        the head of its ring with a time (the kernel issued the rest)."""
         self.loaded = False
         for i, w in enumerate(self.ws):
             self.take_back(i)
@@ -261,12 +249,10 @@ class NativeLoop:
                                 else int(timed.size))
 
     def unload(self, *, restart: bool = True) -> None:
-        """Give the compiled state back to the workloads (``give_back``), before anything else
-        looks at their free slots and cursors: a change of workloads, a drain, a new set.
-        Completions it reaped past a boundary and left for its next run are recorded here
-        instead (the general way, as ``EngineLoop._reaped_late`` does). A max-iops workload's
-        slots that it freed and had not submitted again go out now (``restart``, while
-        running): elsewhere a max-iops workload has every slot in flight."""
+        """Give the compiled state back to the workloads (``give_back``) before anything else
+        looks at their free slots and cursors. Completions reaped past a boundary and left for
+        the next run are recorded here instead. A max-iops workload's freed slots go out now
+        (``restart``, while running): the general loop keeps all its slots in flight."""
         if not self.ws or not self.loaded:  # given back already, with what it reaped late
             return
         self.give_back()
@@ -284,10 +270,9 @@ class NativeLoop:
     def turns(self, control: LoopControl, boundary: int, subinterval_ns: int, wake: int,
               busy_poll: bool, late: Callable[[IoEngine, int, int, int], bool]) -> int:
         """The set's turns in compiled code (``paced_kernel.run``) until ``wake`` (the next
-        boundary or control poll); it comes back here for what only Python does: completions
-        reaped past the boundary (``late`` closes the subinterval first, holding them, as
-        ``EngineLoop._reaped_late`` does; a boundary without them is the caller's), a workload's
-        refill, a flush, an I/O error to count, a submission the kernel took only in part.
+        boundary or control poll), back in Python only for: completions reaped past the
+        boundary (``late``: ``EngineLoop._boundary_holding``; a boundary without them is the
+        caller's), a refill, a flush, an I/O error to count, a submission taken only in part.
         Returns the next boundary."""
         assert self.ws  # only a set that runs compiled is picked
         if not self.loaded:
@@ -313,12 +298,10 @@ class NativeLoop:
             if code == pk.R_WAKE:
                 return boundary
             if code == pk.R_LATE:
-                # the completions stay in the engine's events, held by the loop while the
-                # boundary closes (``late``): they count in the next subinterval and are
-                # recycled as the workloads are after the boundary's changes, as in
-                # ``EngineLoop._reaped_late`` (an edit to a rate does not resubmit a slot a
-                # max-iops workload freed at the boundary). Still held after it, the next run
-                # records them while the set stays loaded, else they are recorded here
+                # held in the engine's events while ``late`` closes the subinterval, they are
+                # recycled as the boundary's changes left the workloads (an edit to a rate does
+                # not resubmit a slot a max-iops workload freed at the boundary). Still held
+                # after it: the next run records them while the set stays loaded, else here
                 n, t = int(args.n), int(args.t_ns)
                 args.n = 0
                 if late(self.eng, n, t, boundary):
@@ -358,14 +341,12 @@ class NativeLoop:
                 raise AssertionError(f"paced kernel returned {code}")
 
     def _reach(self, k: int, at_ns: int, cap: int) -> bool | None:
-        """Make workload ``k``'s ring reach ``at_ns`` (its last I/O due at or after it), or
-        hold more than ``cap`` I/Os not issued due before it (``cap``: the backlog an edit
-        keeps at most; ``Workloads._backlog`` stops at the same count), as the kernel makes
-        its next I/Os: a ring all issued (its slots all in flight) anew; a ring whose I/Os
-        not issued are all due before, those moved to its top and the next after them, in a
-        larger ring where it is full (``_grow``). Whether the backlog is longer than ``cap``
-        (the edit keeps its first ``cap``); None where the workload has no ring (Python
-        refills it: ``R_REFILL``)."""
+        """Extend workload ``k``'s ring, as the kernel makes its next I/Os, until its last I/O
+        is due at or after ``at_ns`` or it holds more than ``cap`` unissued I/Os due before
+        (``cap``: the most backlog an edit keeps, as in ``Workloads._backlog``). A ring all
+        issued is made anew; else its unissued I/Os move to its top and the next follow, in a
+        larger ring where it is full (``_grow``). Returns whether the backlog is longer than
+        ``cap``; None where the workload has no ring (Python refills it: ``R_REFILL``)."""
         ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
         if self.cur[k] >= self.rlen[k]:
             pk.generate(self.args, k, min(int(self.rcap[k]), gen_ios))
@@ -387,9 +368,8 @@ class NativeLoop:
         return int(ring[cur:rlen, sched].searchsorted(at_ns, "left")) > cap
 
     def _grow(self, k: int, rows: int) -> npt.NDArray[np.int64]:
-        """Workload ``k``'s ring moved into a new one of ``rows`` rows (its I/Os not issued
-        at the top: ``cur`` 0), which the workload keeps (the kernel has its address only);
-        returns it."""
+        """Move workload ``k``'s ring, unissued I/Os at the top, into a new one of ``rows`` rows,
+        which the workload keeps (the kernel has its address only); returns it."""
         w, rlen = self.ws[k], int(self.rlen[k])
         ring = np.empty((rows, w.ring.shape[1]), dtype=np.int64)
         ring[:rlen] = w.ring[:rlen]
@@ -400,16 +380,15 @@ class NativeLoop:
 
     def retime_loaded(self, edits: Sequence[tuple[str, WorkloadParams]], at_ns: int,
                       cap: int) -> list[LoopWorkload] | None:
-        """DFC's edit (a new rate for every workload at every boundary) while the compiled
-        set is loaded: ``Workloads._retime``'s result without giving the set back. The kernel
-        rewrites the rings' times and the generators' schedules (``paced_kernel.retime``);
-        each sequencer takes its new rate and schedule when the set is given back
-        (``take_back``); giving the set back and loading it again at every boundary held the
-        worker's I/O (docs/engine.md). A ring that does not reach the edit takes its next I/Os
-        first (``_reach``). Returns the workloads whose backlog was longer than ``cap`` (each
-        keeps its first ``cap``: ``Workloads._backlog``, whose warning is the caller's); None
-        (for the caller to give the set back; rings may hold I/Os drawn meanwhile) where any
-        edit is not such an edit, or a workload has no ring."""
+        """DFC's edit (a new rate for every workload at every boundary) in the loaded set:
+        ``Workloads._retime``'s result without giving the set back (giving it back and loading
+        it again at every boundary held the worker's I/O: docs/engine.md). The kernel rewrites
+        the rings' times and the generators' schedules (``paced_kernel.retime``) after
+        ``_reach``; each sequencer takes its new rate when the set is given back
+        (``take_back``). Returns the workloads whose backlog was longer than ``cap`` (each
+        keeps its first ``cap``; the warning is the caller's), or None where any edit is not
+        such an edit or a workload has no ring: the caller then gives the set back (rings may
+        hold I/Os drawn meanwhile)."""
         if not self.ws or not self.loaded:
             return None
         on = self.gen["on"].tolist()
