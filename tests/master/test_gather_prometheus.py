@@ -17,8 +17,9 @@ import pytest
 from tests.master.gatherhelp import free_port, loop_devices, run_to_end
 from tests.master.runhelp import rows
 
-# a loop device's kernel counters against ivypy's: another run beside this one (whose slave
-# reads small regions of every block device as it discovers LUNs) would add to them
+# a scrape of node_exporter at each boundary against ivypy's IOPS of the same subinterval, within
+# 10 %: a scrape that comes late moves reads between subintervals (test_run_gather_dfc.py's
+# boundary samples came late beside the parallel part's runs)
 pytestmark = pytest.mark.alone
 
 EXPORTER = "/usr/bin/prometheus-node-exporter"

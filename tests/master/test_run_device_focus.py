@@ -24,8 +24,9 @@ import pytest
 from tests.master.gatherhelp import loop_devices, run_to_end
 from tests.master.runhelp import ROOT, rows, write_config
 
-# a loop device's kernel counters against ivypy's: another run beside this one (whose slave
-# reads small regions of every block device as it discovers LUNs) would add to them
+# the device's counters, sampled at each boundary, steer DFC to within 10 %: beside the parallel
+# part's runs a sample may come late and move reads between subintervals, as
+# test_run_gather_dfc.py's did
 pytestmark = pytest.mark.alone
 
 TARGET = 400.0
