@@ -99,10 +99,11 @@ class Slave:
         engine the slave picks (which must be libaio), running in subinterval 1 of 1 s."""
         self.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
         assert isinstance(self.recv(), HelloReply)
-        self.send(DiscoverLuns(1, []))
+        self.send(DiscoverLuns(1, [], [device]))
         found = self.recv()
         assert isinstance(found, LunList)
-        (entry,) = [e for e in found.luns if e["info"]["path"] == device]
+        (entry,) = found.luns  # the device named, and no other
+        assert entry["info"]["path"] == device
         assert entry["attributes"]["engine"] == "libaio"
         wid = f"local:{device}:w"
         self.send(CreateWorkload(2, wid, device, {"iodepth": 32, "read_fraction": 1.0}, False))
