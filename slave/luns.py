@@ -5,8 +5,9 @@ evidence, a value that travels to the master as a plain dict) from sysfs and a f
 evidence of use is gathered by ``slave.lun_usage``:
 
 - ``discover_block_devices`` walks ``/sys/block`` (whole disks and their partitions: sd, nvme, dm,
-  md, loop with its backing file, virtio, ...), keeping those whose path the test's globs match. Loop devices without a backing file, zero-size
-  devices and hidden devices (nvme multipath legs) are skipped.
+  md, loop with its backing file, virtio, ...), keeping those whose path the test's globs
+  match. Loop devices without a backing file, zero-size devices and hidden devices (nvme
+  multipath legs) are skipped.
 - ``describe_block_device`` describes the one block device a test names (any path to a device
   node, e.g. ``/dev/mapper/vg-lv``) and also asks the kernel whether someone holds it exclusively.
 - ``file_lun`` describes a file named by a test, creating it, or extending (sparse) an empty
