@@ -65,17 +65,15 @@ struct ivy_io {
     IVY_IO_FIELDS(IVY_FIELD)
 };
 
-/* a workload's generator (struct ivy_gen, mirrored by layout.GEN_DTYPE): whether the loop
- * generates its I/Os (on), then its Sequencer's two streams as Sequencer.generator_state gives
- * them (numpy's PCG64 state and increment in 64-bit halves, high first: the I/Os', then the
- * schedule's; the block range, the hot
- * zone, the read fraction, the sequential position; the schedule: Poisson or even, its period,
+/* a workload's generator (struct ivy_gen, mirrored by layout.GEN_DTYPE): its Sequencer's two
+ * streams as Sequencer.generator_state gives them (numpy's PCG64 state and increment in
+ * 64-bit halves, high first: the I/Os', then the schedule's; the block range, the hot zone,
+ * the read fraction, the sequential position; the schedule: Poisson or even, its period,
  * start, index and last arrival, whether the first arrival is still due), the opcode-and-
  * descriptor words of a read and a write, how many I/Os the loop generated since the row was
  * written (made: 0, none to give back) and whether it moved the stream or the schedule
  * otherwise (resync: a retime) */
 #define IVY_GEN_FIELDS(X) \
-    X(int64_t, on) \
     X(uint64_t, state_hi) \
     X(uint64_t, state_lo) \
     X(uint64_t, inc_hi) \
@@ -229,8 +227,7 @@ struct ivy_log {
     X(int64_t *, free_n) \
     X(const int64_t *, slot_pos) \
     X(int64_t, n_slots) \
-    /* the heap of armed workloads (time, workload) and each one's mark (0 no, 1 in the \
-     * heap, 2 wants Python's refill) */ \
+    /* the heap of armed workloads (time, workload) and each one's mark (1 in the heap) */ \
     X(int64_t *, heap_t) \
     X(int64_t *, heap_k) \
     X(uint8_t *, armed) \
@@ -289,8 +286,8 @@ struct ivy_log {
     X(int64_t, await_look_pct) \
     /* state, across runs: the records' count and how many are binned, I/Os in flight, the \
      * heap's size; completions reaped past the boundary (n at t_ns, in events) or the stray \
-     * slot (R_STRAY); a submission taken in part (sub_done of sub_n); workloads waiting for \
-     * Python's refill; the running mean of the max-iops waits; the completions reaped; \
+     * slot (R_STRAY); a submission taken in part (sub_done of sub_n); the running mean of \
+     * the max-iops waits; the completions reaped; \
      * the waits' way (await_block: 1 block at once, 0 look first), the trial's turn \
      * (await_turn; await_trials: holding), when the turn or hold ends (await_until), the \
      * turn's start (its time, the completions then, await_from and await_done), the hold's \
@@ -304,7 +301,6 @@ struct ivy_log {
     X(int64_t, t_ns) \
     X(int64_t, sub_done) \
     X(int64_t, sub_n) \
-    X(int64_t, refill) \
     X(int64_t, mean_ns) \
     X(int64_t, done) \
     X(int64_t, await_block) \

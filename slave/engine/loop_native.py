@@ -115,7 +115,7 @@ class NativeLoop:
         slot_pos = a.array("slot_pos", np.full(self._slots.table.capacity, -1, dtype=np.int64))
         for i, w in enumerate(ws):
             slot_pos[w.slots] = i
-        # 0 no, 1 in the heap, 2 wants a refill
+        # 0 no, 1 in the heap
         self.armed = a.array("armed", np.zeros(k, dtype=np.uint8))
         a.array("heap_t", np.zeros(k, dtype=np.int64))
         a.array("heap_k", np.zeros(k, dtype=np.int64))
@@ -189,16 +189,15 @@ class NativeLoop:
             self.free_n[i] = n
         self.armed[:] = 0
         self.args.heap_n = 0
-        self.args.refill = 0
         self.loaded = True
 
     def set_ring(self, i: int, w: LoopWorkload) -> None:
         """Workload ``i``'s ring, cursor, first serial and generator, as the workload has them
-        now. A ring smaller than the workload's own refill (an edit kept a few I/Os of backlog)
-        is first refilled to its usual size, as the general loop would: the kernel generates
-        into the ring it is given, and would go on a few I/Os at a time (and a retime in place
-        sees no further than the ring)."""
-        if 0 < w.ring.shape[0] < min(w.ahead, tuning.GEN_IOS):
+        now. A ring smaller than the workload's own refill (none yet, or an edit kept a few
+        I/Os of backlog) is first refilled to its usual size, as the general loop would: the
+        kernel generates into the ring it is given, and would go on a few I/Os at a time (and a
+        retime in place sees no further than the ring)."""
+        if w.ring.shape[0] < min(w.ahead, tuning.GEN_IOS):
             w.refill(0)
         self.rings[i] = w.ring.ctypes.data
         self.rlen[i] = w.ring_len
@@ -206,9 +205,7 @@ class NativeLoop:
         self.data["ring_serial"][i] = w.ring_serial
         self.rcap[i] = int(w.ring.shape[0])
         gs = w.seq.generator_state()
-        if gs is None:
-            self.gen[i] = 0  # Python refills it (R_REFILL)
-            return
+        assert gs is not None  # PCG64: the loop's workloads make their own generators
         fd = w.spec.fd
         self.gen[i] = pk.generator(
             gs, opcode_fd_word(IOCB_CMD_PREAD, fd), opcode_fd_word(IOCB_CMD_PWRITE, fd))
@@ -272,7 +269,7 @@ class NativeLoop:
         """The set's turns in compiled code (``paced_kernel.run``) until ``wake`` (the next
         boundary or control poll), back in Python only for: completions reaped past the
         boundary (``late``: ``EngineLoop._boundary_holding``; a boundary without them is the
-        caller's), a refill, a flush, an I/O error to count, a submission taken only in part.
+        caller's), a flush, an I/O error to count, a submission taken only in part.
         Returns the next boundary."""
         assert self.ws  # only a set that runs compiled is picked
         if not self.loaded:
@@ -311,16 +308,7 @@ class NativeLoop:
                     else:
                         self._complete_due(self.eng, n, t)
                 return boundary + subinterval_ns
-            if code == pk.R_REFILL:
-                args.refill = 0
-                for i in np.flatnonzero(self.armed == 2).tolist():
-                    w = self.ws[i]
-                    self.take_back(i)
-                    w.cur = int(self.cur[i])
-                    w.refill(int(self.free_n[i]))
-                    self.set_ring(i, w)
-                    self.armed[i] = 0
-            elif code in (pk.R_FLUSH, pk.R_ERROR):
+            if code in (pk.R_FLUSH, pk.R_ERROR):
                 records.flush()
             elif code == pk.R_SUBMIT:
                 m = int(args.sub_n)
@@ -340,18 +328,16 @@ class NativeLoop:
             else:  # pragma: no cover - the kernel returns only the codes above
                 raise AssertionError(f"paced kernel returned {code}")
 
-    def _reach(self, k: int, at_ns: int, cap: int) -> bool | None:
+    def _reach(self, k: int, at_ns: int, cap: int) -> bool:
         """Extend workload ``k``'s ring, as the kernel makes its next I/Os, until its last I/O
         is due at or after ``at_ns`` or it holds more than ``cap`` unissued I/Os due before
         (``cap``: the most backlog an edit keeps, as in ``Workloads._backlog``). A ring all
         issued is made anew; else its unissued I/Os move to its top and the next follow, in a
         larger ring where it is full (``_grow``). Returns whether the backlog is longer than
-        ``cap``; None where the workload has no ring (Python refills it: ``R_REFILL``)."""
+        ``cap``."""
         ring, gen_ios, sched = self.ws[k].ring, int(self.args.gen_ios), IO["sched_ns"]
         if self.cur[k] >= self.rlen[k]:
             pk.generate(self.args, k, min(int(self.rcap[k]), gen_ios))
-        if not self.rlen[k]:
-            return None
         while ring[int(self.rlen[k]) - 1, sched] < at_ns:
             cur, rlen = int(self.cur[k]), int(self.rlen[k])
             if rlen - cur > cap:
@@ -387,24 +373,20 @@ class NativeLoop:
         ``_reach``; each sequencer takes its new rate when the set is given back
         (``take_back``). Returns the workloads whose backlog was longer than ``cap`` (each
         keeps its first ``cap``; the warning is the caller's), or None where any edit is not
-        such an edit or a workload has no ring: the caller then gives the set back (rings may
+        such an edit: the caller then gives the set back (rings may
         hold I/Os drawn meanwhile)."""
         if not self.ws or not self.loaded:
             return None
-        on = self.gen["on"].tolist()
         ws = self.ws
         chosen: dict[int, WorkloadParams] = {}
         cut: dict[int, LoopWorkload] = {}
         for workload_id, params in edits:
             k = self.pos_of.get(workload_id)
-            if (k is None or not on[k] or not ws[k].paced or params.iops is None
+            if (k is None or not ws[k].paced or params.iops is None
                     or not params.same_but_rate(ws[k].spec.params)):
                 return None
             chosen[k] = params  # the last edit of a workload counts
-            longer = self._reach(k, at_ns, cap)
-            if longer is None:
-                return None
-            if longer:
+            if self._reach(k, at_ns, cap):
                 cut[k] = ws[k]
         ks = np.fromiter(chosen, dtype=np.int64, count=len(chosen))
         iops = np.fromiter((p.iops for p in chosen.values()), dtype=np.float64,

@@ -13,10 +13,9 @@
  * blocks or blocks at once, whichever the loop measured to complete more (await_events,
  * await_choose), or, alone at depth 1-2, waits at once (lone_wait). A workload whose
  * precomputed I/Os ran out gets its next ones from generate(), which goes on with its
- * Sequencer's stream (its struct ivy_gen), or, where it cannot, from Python. It returns to
- * Python (an R_* code) for a boundary crossed, a refill, a flush, an I/O error, a submission
- * taken in part, and a control poll; for the poll only when the control's descriptor
- * (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
+ * Sequencer's stream (its struct ivy_gen). It returns to Python (an R_* code) for a boundary
+ * crossed, a flush, an I/O error, a submission taken in part, and a control poll; for the
+ * poll only when the control's descriptor (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
  * rates in its arrays between runs, paced_generate (a used-up ring's next I/Os; the tests'
  * too) and paced_extend (more of them after its rows) before it, and paced_write_data serves
  * the tests.
@@ -772,19 +771,12 @@ void paced_write_data(const struct ivy_loop *L, int64_t k, int64_t i, int64_t of
 }
 
 /* put workload k (which has a free slot) in the heap at its next I/O's time; when its
- * precomputed I/Os ran out, generate the next ones, or, where this loop cannot (gen.on 0),
- * mark it for Python's refill */
+ * precomputed I/Os ran out, generate the next ones (a loaded ring has a row at least) */
 static void arm(struct ivy_loop *L, int64_t k)
 {
     int64_t c = L->cur[k];
     if (c >= L->rlen[k]) {
-        int64_t m = L->rcap[k] < L->gen_ios ? L->rcap[k] : L->gen_ios;
-        if (!L->gen[k].on || m < 1) {
-            L->armed[k] = 2; /* Python refills it (R_REFILL); it is armed at the next entry */
-            L->refill += 1;
-            return;
-        }
-        generate(L, k, m);
+        generate(L, k, L->rcap[k] < L->gen_ios ? L->rcap[k] : L->gen_ios);
         c = 0;
     }
     const struct ivy_io *ring = (const struct ivy_io *)(intptr_t)L->rings[k];
@@ -892,14 +884,9 @@ static int64_t run_set(struct ivy_loop *L)
     const int64_t per_call = L->paced_per_call;
     int64_t last_done = now_ns(L); /* when the last completion was reaped (lone_wait) */
 
-    for (int64_t k = 0; k < nk; k++) { /* slots freed outside (a late reap, a start, a refill) */
-        if (free_n[k] > 0 && armed[k] != 1) {
-            armed[k] = 0;
+    for (int64_t k = 0; k < nk; k++) /* slots freed outside (a late reap, a start) */
+        if (free_n[k] > 0 && !armed[k])
             arm(L, k);
-        }
-    }
-    if (L->refill)
-        return R_REFILL;
     /* completions reaped past the last boundary, left in ev for this run to record */
     int64_t n = L->n, t_reaped = n ? L->t_ns : 0, now;
     L->n = 0;
@@ -943,8 +930,6 @@ static int64_t run_set(struct ivy_loop *L)
             n = 0;
             if (p >= flush_at)
                 return R_FLUSH;
-            if (L->refill)
-                return R_REFILL;
             now = t;
         } else {
             now = now_ns(L);
@@ -1010,8 +995,6 @@ static int64_t run_set(struct ivy_loop *L)
                 L->sub_n = m;
                 return R_SUBMIT;
             }
-            if (L->refill)
-                return R_REFILL;
             if (lone) { /* wait at once, before anything else (lone_wait) */
                 int64_t due = L->heap_n > 0 ? heap_t[0] : INF_NS;
                 n = lone_wait(L, now, boundary < due ? boundary : due, wake, last_done);

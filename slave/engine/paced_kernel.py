@@ -54,7 +54,7 @@ _U64: Final = (1 << 64) - 1
 # failed (at ``binned``); io_submit took ``sub_done`` (-1: none) of ``sub_n``; a completion
 # came for slot ``n``, which no workload of the set owns (a broken invariant: nothing of that
 # batch is recorded); a wait for completions failed with errno ``n``
-R_WAKE, R_LATE, R_REFILL, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY, R_WAIT = range(8)
+R_WAKE, R_LATE, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY, R_WAIT = range(7)
 
 
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
@@ -318,12 +318,12 @@ def extend(args: LoopArgs, k: int, m: int) -> None:
 
 
 def generator(gs: GeneratorState, op_read: int, op_write: int) -> npt.NDArray[np.void]:
-    """A workload's generator (``GEN_DTYPE``, 0-d), on: ``gs`` and its read and write words.
+    """A workload's generator (``GEN_DTYPE``, 0-d): ``gs`` and its read and write words.
     ``gs``'s fields are ``struct ivy_gen``'s in its order, the four 128-bit states first,
     which the struct holds as two words each."""
     words = dataclasses.astuple(gs)
     halves = [half for wide in words[:4] for half in (wide >> 64, wide & _U64)]
-    return np.array((1, *halves, *words[4:], op_read, op_write, 0, 0), dtype=GEN_DTYPE)
+    return np.array((*halves, *words[4:], op_read, op_write, 0, 0), dtype=GEN_DTYPE)
 
 
 def generator_progress(g: npt.NDArray[np.void] | np.void

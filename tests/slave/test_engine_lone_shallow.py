@@ -199,6 +199,5 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
         loop.close()
     codes = [code for code, _ in noted]
     assert codes[-1] == paced_kernel.R_SUBMIT, codes[-5:]
-    assert codes.count(paced_kernel.R_REFILL) <= 1, codes  # the first ring's end, if any
     # it ran turns before (returning at the first boundary)
     assert {paced_kernel.R_WAKE, paced_kernel.R_LATE} & set(codes[:-1]), codes[:5]
