@@ -54,9 +54,9 @@ def page_loop_device(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 @pytest.mark.root
 @pytest.mark.slow
-# it failed once in nine runs of the parallel part, its message not kept, and passed alone;
-# another run's slave reads every block device's signatures as it discovers LUNs (it takes
-# no O_EXCL claim: slave.luns.discover_block_devices), which may be what it met
+# it failed once in nine runs of the parallel part, its message not kept, and passed alone
+# (then, every run's discovery read every block device); and its backing_file selector has
+# its own discovery read every one, which would add to the counters of the tests beside it
 @pytest.mark.alone
 def test_the_tutorials_own_lun_test_runs_on_its_loop_device(
         tmp_path: Path, page_loop_device: tuple[str, Path]) -> None:

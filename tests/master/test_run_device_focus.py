@@ -24,14 +24,13 @@ import pytest
 from tests.master.gatherhelp import loop_devices, run_to_end
 from tests.master.runhelp import ROOT, rows, write_config
 
-# the device's counters, sampled at each boundary, steer DFC to within 10 %: beside the parallel
-# part's runs a sample may come late and move reads between subintervals, as
-# test_run_gather_dfc.py's did
-pytestmark = pytest.mark.alone
-
 TARGET = 400.0
 
 
+# the device's counters, sampled at each boundary, steer DFC to within 10 %: beside the parallel
+# part's runs a sample may come late and move reads between subintervals, as
+# test_run_gather_dfc.py's did (the other two tests time nothing: they run beside the others)
+@pytest.mark.alone
 def test_dfc_holds_device_iops_and_measure_watches_it(tmp_path: Path) -> None:
     with loop_devices(1, 16 << 20) as (dev,):
         folder = run_to_end(tmp_path, "devdfc", f"""\

@@ -123,9 +123,8 @@ def test_within_keeps_the_requests_completed_in_the_window(window: tuple[float, 
 
 
 @pytest.mark.root
-# counts every read of the device: another run beside it (whose slave reads small regions of
-# every block device as it discovers LUNs) once added one (201 of 200)
-@pytest.mark.alone
+# counts every read of the device: beside the others, as a run's discovery reads only the
+# devices its test names (when it read every one, a run beside this once added one: 201 of 200)
 def test_traces_a_loop_device_only(loop_device: LoopFactory) -> None:  # noqa: F811
     """A real trace: each direct read of the traced device is one latency, between zero and
     the time the reads took in all; I/O on another device is not traced; the trace instance
