@@ -49,11 +49,11 @@ _U64: Final = (1 << 64) - 1
 # what a run returned for (its state in ``LoopArgs``' fields): ``wake_ns`` came (the
 # boundary, or a control poll: one every ``poll_ns`` that finds ``control_fd`` readable, or
 # the first when it is -1); a completion reaped past ``boundary_ns`` (``n`` of them in the
-# engine's events, at ``t_ns``: left there, the next run records them first); a workload's
-# precomputed I/Os ran out (``armed`` 2); the records reached ``flush_at``; a record to bin
-# failed (at ``binned``); io_submit took ``sub_done`` (-1: none) of ``sub_n``; a completion
-# came for slot ``n``, which no workload of the set owns (a broken invariant: nothing of that
-# batch is recorded); a wait for completions failed with errno ``n``
+# engine's events, at ``t_ns``: left there, the next run records them first); the records
+# reached ``flush_at``; a record to bin failed (at ``binned``); io_submit took ``sub_done``
+# (-1: none) of ``sub_n``; a completion came for slot ``n``, which no workload of the set
+# owns (a broken invariant: nothing of that batch is recorded); a wait for completions
+# failed with errno ``n``
 R_WAKE, R_LATE, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY, R_WAIT = range(7)
 
 

@@ -65,46 +65,29 @@ def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
 
 
 @needs_cc
-def test_every_generator_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
-    lib = _compile(tmp_path, pk.source())
-    c_size, c_fields = layout.compiled_layout(lib, "ivy_gen")
-    assert [f[0] for f in c_fields] == list(layout.GEN_DTYPE.names or ())
-    assert (c_size, c_fields) == layout.python_layout("ivy_gen")
-    assert c_size == layout.GEN_DTYPE.itemsize == 8 * len(c_fields)
+@pytest.mark.parametrize(("struct", "kinds"), [
     # the C's doubles are numpy's doubles, its 128-bit halves unsigned
-    kinds = {name: layout.GEN_DTYPE[name].kind for name in layout.GEN_DTYPE.names or ()}
-    assert sorted(n for n, k in kinds.items() if k == "f") == [
-        "hot_share", "period_ns", "read_fraction", "sched_last_ns"]
-    assert sorted(n for n, k in kinds.items() if k == "u") == [
-        "inc_hi", "inc_lo", "sched_inc_hi", "sched_inc_lo", "sched_state_hi", "sched_state_lo",
-        "state_hi", "state_lo"]
-
-
-@needs_cc
-def test_every_write_data_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
-    lib = _compile(tmp_path, pk.source())
-    c_size, c_fields = layout.compiled_layout(lib, "ivy_data")
-    assert [f[0] for f in c_fields] == list(layout.DATA_DTYPE.names or ())
-    assert (c_size, c_fields) == layout.python_layout("ivy_data")
-    assert c_size == layout.DATA_DTYPE.itemsize == 8 * len(c_fields)
+    ("ivy_gen", {"f": ["hot_share", "period_ns", "read_fraction", "sched_last_ns"],
+                 "u": ["inc_hi", "inc_lo", "sched_inc_hi", "sched_inc_lo", "sched_state_hi",
+                       "sched_state_lo", "state_hi", "state_lo"]}),
     # the addresses and the key (a full 64-bit mix input) unsigned
-    kinds = {name: layout.DATA_DTYPE[name].kind for name in layout.DATA_DTYPE.names or ()}
-    assert sorted(n for n, k in kinds.items() if k == "u") == ["dedup_key", "dups", "pool"]
-
-
-@needs_cc
-@pytest.mark.parametrize("struct", ["ivy_row", "ivy_io", "ivy_script", "ivy_pend", "ivy_log"])
-def test_every_row_io_and_script_field_has_the_compiled_offset_and_size(tmp_path: Path,
-                                                                        struct: str) -> None:
+    ("ivy_data", {"u": ["dedup_key", "dups", "pool"]}),
+    ("ivy_row", {}), ("ivy_io", {}), ("ivy_script", {}), ("ivy_pend", {}), ("ivy_log", {}),
+])
+def test_every_field_of_each_struct_has_the_compiled_offset_and_size(
+        tmp_path: Path, struct: str, kinds: dict[str, list[str]]) -> None:
     lib = _compile(tmp_path, pk.source())
     dtype = layout.DTYPES[struct]
     c_size, c_fields = layout.compiled_layout(lib, struct)
     assert [f[0] for f in c_fields] == list(dtype.names or ())
     assert (c_size, c_fields) == layout.python_layout(struct)
-    # every field one int64 word: the int64 views' columns (``layout``) are the fields
+    # every field one 8-byte word: the int64 views' columns (``layout``) are the fields
     assert c_size == dtype.itemsize == 8 * len(c_fields)
     columns = {"ivy_row": layout.ROW, "ivy_io": layout.IO, "ivy_log": layout.LOG}.get(struct)
     assert columns in (None, {name: off // 8 for name, off, _ in c_fields})
+    of_kind = {name: dtype[name].kind for name in dtype.names or ()}
+    for kind, names in kinds.items():
+        assert sorted(n for n, k in of_kind.items() if k == kind) == names, kind
 
 
 def test_a_generator_holds_each_field_of_its_state_where_the_struct_names_it() -> None:
