@@ -75,18 +75,19 @@ class VirtualClock:
 
     def __init__(self, start_ns: int = 1_000_000_000) -> None:
         self.word: npt.NDArray[np.int64] = np.full(1, start_ns, dtype=np.int64)
+        self._w = self.word.data  # plain ints: the Python loop reads it per I/O
         #: the engine's next completion's due time (None: no completion pending)
         self.next_due_ns: Callable[[], int | None] = lambda: None
 
     def now_ns(self) -> int:
-        return int(self.word[0])
+        return self._w[0]
 
     def sleep_until(self, t_ns: int) -> None:
         due = self.next_due_ns()
         if due is not None and due < t_ns:
             t_ns = due
-        if t_ns > self.word[0]:
-            self.word[0] = t_ns
+        if t_ns > self._w[0]:
+            self._w[0] = t_ns
 
     def idle(self, until_ns: int) -> None:
         self.sleep_until(until_ns)

@@ -14,6 +14,7 @@ engine loop. It must not decide anything of the loop's.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,11 @@ LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
 #: descriptors with a count of their own (others share them, modulo)
 FDS = 1024
+#: the words of ``struct ivy_script``, and a row's, read and written as plain ints through
+#: memoryviews: a numpy scalar per access cost more than the rest of a fake I/O
+_S = {name: i for i, name in enumerate(SCRIPT_DTYPE.names or ())}
+_PENDING, _COUNT, _CALLS, _CALL_MAX = _S["pending"], _S["count"], _S["calls"], _S["call_max"]
+_OPFD, _NBYTES, _OFFSET, _SCHED = ROW["opcode_fd"], ROW["nbytes"], ROW["offset"], ROW["sched_ns"]
 
 
 def exponential_ns(mean_ns: float) -> LatencyFn:
@@ -97,6 +103,12 @@ class FakeEngine:
         self.keep_log = keep_log
         # unscripted: blocks of ``LOG_DTYPE`` (scripted: ``_log_array``)
         self.log: list[npt.NDArray[np.void]] = []
+        # the same memory as plain int64 words (``pend``: due_ns, slot, res per I/O)
+        self._st = self.state.reshape(1).view(np.int64).data
+        self._pend = self.pend.view(np.int64).data
+        self._fdc = self.fd_counts.data
+        self._script = None if self.script is None else self.script.data
+        self._logw = self._log_array.view(np.int64).data
 
     @property
     def submitted(self) -> int:
@@ -108,22 +120,22 @@ class FakeEngine:
         return int(self.state["calls"]), int(self.state["call_max"])
 
     def _next_due(self) -> int | None:
-        return int(self.pend[0]["due_ns"]) if self.state["pending"] else None
+        return self._pend[0] if self._st[_PENDING] else None
 
     def submit(self, slots: npt.NDArray[np.intp]) -> None:
         n = int(slots.size)
-        st = self.state
-        p = int(st["pending"])
+        st = self._st
+        p = st[_PENDING]
         if p + n > self.pend.shape[0]:
             raise IoEngineError(f"fake engine: {p + n} I/Os in flight, over its "
                                 f"{self.pend.shape[0]} slots")
         now = self._clock.now_ns()
         # unscripted, the call's latencies drawn at once (a latency may depend on the moment)
         drawn = [0] * n if self.script is not None else self._latency(self._rng, n).tolist()
-        for slot, lat in zip(slots.tolist(), drawn, strict=True):  # plain ints: several times
-            self._submit_one(slot, now, lat)  # faster than arrays for the usual one slot
-        st["calls"] += 1
-        st["call_max"] = max(int(st["call_max"]), n)
+        for slot, lat in zip(slots.tolist(), drawn, strict=True):
+            self._submit_one(slot, now, lat)
+        st[_CALLS] += 1
+        st[_CALL_MAX] = max(st[_CALL_MAX], n)
         self.max_in_flight = max(self.max_in_flight, p + n)
 
     def _submit_one(self, slot: int, now: int, drawn: int) -> None:
@@ -131,49 +143,54 @@ class FakeEngine:
         (from 1) picks its error, short transfer and, scripted, its latency (else ``drawn``);
         it is pending after every I/O due no later (ties keep submission order, as the
         compiled loop's insertion does)."""
-        row = self._table.rows[slot]
-        word = int(row[ROW["opcode_fd"]])
+        rows = self._table.rows
+        word = rows.item(slot, _OPFD)
         opcode, fd = word & 0xFFFF, word >> 32
-        nbytes, offset, sched = (int(row[ROW["nbytes"]]), int(row[ROW["offset"]]),
-                                 int(row[ROW["sched_ns"]]))
-        st = self.state
-        first = int(st["count"])
+        nbytes, offset, sched = rows.item(slot, _NBYTES), rows.item(slot, _OFFSET), rows.item(
+            slot, _SCHED)
+        st = self._st
+        first = st[_COUNT]
         k = fd % FDS
-        self.fd_counts[k] += 1
-        serial = int(self.fd_counts[k])
+        serial = self._fdc[k] + 1
+        self._fdc[k] = serial
         res = nbytes
-        short_every, error_every = int(st["short_every"]), int(st["error_every"])
+        short_every, error_every = st[_S["short_every"]], st[_S["error_every"]]
         if short_every and serial % short_every == 0:
             res //= 2
         if error_every and serial % error_every == 0:
-            res = -int(st["error_errno"])
-        lat = drawn if self.script is None else int(self.script[(serial - 1) % self.script.size])
-        p = int(st["pending"])
+            res = -st[_S["error_errno"]]
+        script = self._script
+        lat = drawn if script is None else script[(serial - 1) % len(script)]
+        p = st[_PENDING]
         due = now + lat
-        at = int(np.searchsorted(self.pend["due_ns"][:p], due, "right"))
-        self.pend[at + 1 : p + 1] = self.pend[at:p].copy()
-        self.pend[at] = (due, slot, res)
-        st["pending"] = p + 1
-        st["count"] = first + 1
+        pend = self._pend
+        at = 3 * bisect_right(pend[0 : 3 * p : 3], due)
+        pend[at + 3 : 3 * p + 3] = pend[at : 3 * p]
+        pend[at], pend[at + 1], pend[at + 2] = due, slot, res
+        st[_PENDING] = p + 1
+        st[_COUNT] = first + 1
         log = (offset, opcode, now, fd, sched if sched != 0 else now, nbytes)
-        if self.script is not None:
-            if first < int(st["log_cap"]):
-                self._log_array[first] = log
+        if script is not None:
+            if first < st[_S["log_cap"]]:
+                w, b = self._logw, 6 * first
+                w[b], w[b + 1], w[b + 2], w[b + 3], w[b + 4], w[b + 5] = log
         elif self.keep_log:
             self.log.append(np.array([log], dtype=LOG_DTYPE))
 
     def _take(self) -> int:
         """The completions due now into ``done_slot`` / ``done_res``, in due order."""
-        now = self._clock.now_ns()
-        p = int(self.state["pending"])
-        n = int(np.searchsorted(self.pend["due_ns"][:p], now, "right"))
-        n = min(n, self.events.shape[0])
-        if n == 0:
+        st, pend = self._st, self._pend
+        p = st[_PENDING]
+        if not p:
             return 0
+        now = self._clock.now_ns()
+        if pend[0] > now:
+            return 0
+        n = min(bisect_right(pend[0 : 3 * p : 3], now), self.events.shape[0])
         self.events[:n, 0] = self.pend["slot"][:n]
         self.events[:n, 2] = self.pend["res"][:n]
-        self.pend[: p - n] = self.pend[n:p].copy()
-        self.state["pending"] = p - n
+        pend[0 : 3 * (p - n)] = pend[3 * n : 3 * p]
+        st[_PENDING] = p - n
         return n
 
     def reap(self, min_nr: int, timeout_ns: int) -> int:
@@ -181,9 +198,9 @@ class FakeEngine:
         if n > 0 or timeout_ns == 0:  # never lose reaped slots by taking twice
             return n
         until = self._clock.now_ns() + timeout_ns
-        p = int(self.state["pending"])
+        p = self._st[_PENDING]
         if p:
-            until = min(until, int(self.pend[min(min_nr, p) - 1]["due_ns"]))
+            until = min(until, self._pend[3 * (min(min_nr, p) - 1)])
         self._clock.sleep_until(until)
         return self._take()
 
