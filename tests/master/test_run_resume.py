@@ -3,28 +3,25 @@ seen dead by ``ivypy status`` and continued in its own folder: summary.csv ends 
 once, the resumed steps run the workloads and durations they would have had (against the same
 test run whole), the file LUN the run created takes the resumed step's writes, and events.csv
 tells the resume. Each run is the real CLI as a subprocess: the process boundary (a killed
-master, a new one) is what is tested. The LUN is a file in /dev/shm where this kernel takes
-O_DIRECT on tmpfs: step 0's verdict is compared with the whole run's, and on the host's virtual
-disk a 170 ms stall beside the suite left the killed run's step 0 30 % short of its IOPS."""
+master, a new one) is what is tested. The LUN is a file in memory (``memory_lun_dir``): step
+0's verdict is compared with the whole run's, which the host's virtual disk could move."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from slave.engine.files import direct_io_works
 from tests.master.runhelp import (
     ROOT,
     all_gone,
+    memory_lun_dir,
     process_tree,
     rows,
     run_folder,
@@ -83,25 +80,11 @@ def _by_step(folder: Path, rollup: str) -> dict[tuple[str, str], dict[str, str]]
     return out
 
 
-def _lun_dir(fallback: Path) -> Iterator[Path]:
-    """A directory for a run's file LUN: in /dev/shm where an O_DIRECT read works there (it is
-    removed afterwards), else ``fallback`` (the run's output root, on the host's disk)."""
-    shm = Path(tempfile.mkdtemp(prefix="ivypy-test-resume-", dir="/dev/shm"))
-    try:
-        probe = shm / "probe"
-        probe.write_bytes(bytes(4096))
-        works = direct_io_works(str(probe), 4096) is None
-        probe.unlink()
-        yield shm if works else fallback
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The same test run whole."""
     tmp = tmp_path_factory.mktemp("whole")
-    for lun_dir in _lun_dir(tmp):
+    with memory_lun_dir(tmp) as lun_dir:
         cfg = write_config(tmp, TEST.replace("{lun_dir}", str(lun_dir)))
         done = _ivypy("run", str(cfg), "--output-root", str(tmp), "--plain")
         assert done.returncode == 0, done.stderr[-3000:]
@@ -111,7 +94,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture
 def lun_dir(tmp_path: Path) -> Iterator[Path]:
-    yield from _lun_dir(tmp_path)
+    with memory_lun_dir(tmp_path) as d:
+        yield d
 
 
 def test_a_killed_run_is_resumed_from_its_first_incomplete_step(tmp_path: Path, lun_dir: Path,
