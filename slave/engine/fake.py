@@ -29,8 +29,8 @@ LatencyFn = Callable[[np.random.Generator, int], npt.NDArray[np.int64]]
 
 #: descriptors with a count of their own (others share them, modulo)
 FDS = 1024
-#: the words of ``struct ivy_script``, and a row's, read and written as plain ints through
-#: memoryviews: a numpy scalar per access cost more than the rest of a fake I/O
+#: the words of ``struct ivy_script`` (read and written through memoryviews) and a row's (read
+#: with ``item``), as plain ints: a numpy scalar per access cost more than the rest of a fake I/O
 _S = {name: i for i, name in enumerate(SCRIPT_DTYPE.names or ())}
 _PENDING, _COUNT, _CALLS, _CALL_MAX = _S["pending"], _S["count"], _S["calls"], _S["call_max"]
 _OPFD, _NBYTES, _OFFSET, _SCHED = ROW["opcode_fd"], ROW["nbytes"], ROW["offset"], ROW["sched_ns"]
