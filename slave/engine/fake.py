@@ -33,6 +33,8 @@ FDS = 1024
 #: with ``item``), as plain ints: a numpy scalar per access cost more than the rest of a fake I/O
 _S = {name: i for i, name in enumerate(SCRIPT_DTYPE.names or ())}
 _PENDING, _COUNT, _CALLS, _CALL_MAX = _S["pending"], _S["count"], _S["calls"], _S["call_max"]
+_ERROR_EVERY, _ERRNO, _SHORT_EVERY, _LOG_CAP = (_S["error_every"], _S["error_errno"],
+                                                 _S["short_every"], _S["log_cap"])
 _OPFD, _NBYTES, _OFFSET, _SCHED = ROW["opcode_fd"], ROW["nbytes"], ROW["offset"], ROW["sched_ns"]
 
 
@@ -154,11 +156,11 @@ class FakeEngine:
         serial = self._fdc[k] + 1
         self._fdc[k] = serial
         res = nbytes
-        short_every, error_every = st[_S["short_every"]], st[_S["error_every"]]
+        short_every, error_every = st[_SHORT_EVERY], st[_ERROR_EVERY]
         if short_every and serial % short_every == 0:
             res //= 2
         if error_every and serial % error_every == 0:
-            res = -st[_S["error_errno"]]
+            res = -st[_ERRNO]
         script = self._script
         lat = drawn if script is None else script[(serial - 1) % len(script)]
         p = st[_PENDING]
@@ -171,7 +173,7 @@ class FakeEngine:
         st[_COUNT] = first + 1
         log = (offset, opcode, now, fd, sched if sched != 0 else now, nbytes)
         if script is not None:
-            if first < st[_S["log_cap"]]:
+            if first < st[_LOG_CAP]:
                 w, b = self._logw, 6 * first
                 w[b], w[b + 1], w[b + 2], w[b + 3], w[b + 4], w[b + 5] = log
         elif self.keep_log:

@@ -15,10 +15,10 @@
  * precomputed I/Os ran out gets its next ones from generate(), which goes on with its
  * Sequencer's stream (its struct ivy_gen). It returns to Python (an R_* code) for a boundary
  * crossed, a flush, an I/O error, a submission taken in part, and a control poll; for the
- * poll only when the control's descriptor (control_fd) has something, or when it has none. paced_retime makes an edit of workloads'
- * rates in its arrays between runs, paced_generate (a used-up ring's next I/Os; the tests'
- * too) and paced_extend (more of them after its rows) before it, and paced_write_data serves
- * the tests.
+ * poll only when the control's descriptor (control_fd) has something, or when it has none.
+ * paced_retime makes an edit of workloads' rates in its arrays between runs, paced_generate
+ * (a used-up ring's next I/Os; the tests' too) and paced_extend (more of them after its rows)
+ * before it, and paced_write_data serves the tests.
  * It allocates nothing. At its end, the native engines' own calls (slave.engine.native): a
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions

@@ -17,9 +17,20 @@ from pathlib import Path
 
 import psutil
 
-from slave.engine.files import direct_io_works
+from tests.slave.test_engine_odirect import kernel_takes_o_direct
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def takes_o_direct(directory: Path) -> bool:
+    """Whether this kernel lets a file in ``directory`` be opened and read with O_DIRECT."""
+    probe = directory / "probe.img"
+    with open(probe, "wb") as fh:
+        fh.truncate(1 << 20)
+    try:
+        return kernel_takes_o_direct(str(probe))
+    finally:
+        probe.unlink()
 
 
 @contextlib.contextmanager
@@ -30,11 +41,7 @@ def memory_lun_dir(fallback: Path) -> Iterator[Path]:
     30 % short of its IOPS (an I/O of 170 ms)."""
     shm = Path(tempfile.mkdtemp(prefix="ivypy-test-lun-", dir="/dev/shm"))
     try:
-        probe = shm / "probe"
-        probe.write_bytes(bytes(4096))
-        works = direct_io_works(str(probe), 4096) is None
-        probe.unlink()
-        yield shm if works else fallback
+        yield shm if takes_o_direct(shm) else fallback
     finally:
         shutil.rmtree(shm, ignore_errors=True)
 

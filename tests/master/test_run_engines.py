@@ -32,10 +32,11 @@ from tests.master.runhelp import (
     run_folder,
     slave_pids,
     start_run,
+    takes_o_direct,
     wait_rows,
     write_config,
 )
-from tests.slave.test_engine_odirect import fd_flags, kernel_takes_o_direct
+from tests.slave.test_engine_odirect import fd_flags
 
 HOST = "localhost"
 SUB_S = 0.5
@@ -80,17 +81,6 @@ def _unmount(mount_point: Path) -> None:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=60)
 
 
-def _takes_o_direct(directory: Path) -> bool:
-    """Whether this kernel lets a file in ``directory`` be opened and read with O_DIRECT."""
-    probe = directory / "probe.img"
-    with open(probe, "wb") as fh:
-        fh.truncate(1 << 20)
-    try:
-        return kernel_takes_o_direct(str(probe))
-    finally:
-        probe.unlink()
-
-
 @pytest.fixture(scope="module")
 def engine_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRun]:
     if os.geteuid() != 0:
@@ -113,7 +103,7 @@ def engine_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineRun]:
         _sh("mount", "-o", "loop", str(image), str(ext4))  # the loop device goes at umount
         mounted.append(ext4)
         tmpfs.mkdir()
-        direct = _takes_o_direct(tmpfs)
+        direct = takes_o_direct(tmpfs)
         luns = {"ramfs": str(ramfs / "lun-ramfs"), "ext4": str(ext4 / "lun-ext4"),
                 "tmpfs": str(tmpfs / "lun-tmpfs"), "uring": str(ext4 / "lun-uring")}
         cfg = write_config(tmp, TEST.format(sub=SUB_S, iops=IOPS, **luns))
