@@ -13,9 +13,11 @@
   ``shm_ext4``); else the temporary directory's file system.
 
 - A test marked ``alone`` (the real-time ones) whose check fails while the hypervisor took
-  more than 1 % of the machine's CPUs over its call is reported as skipped, with the check
-  and the share (``tests.slave.steal``): it measured the host. Quiet, it fails; and so does
-  one that made a ``VirtualClock`` (virtual time: the host cannot move its results).
+  more than 1 % of the machine's CPUs over its call measured the host (``tests.slave.steal``):
+  it runs once more, its fixtures made anew, and that run is its result; where the host took
+  the CPUs that time too, it is reported as skipped, with the check and both shares. Quiet,
+  it fails; and so does one that made a ``VirtualClock`` (virtual time: the host cannot move
+  its results). The summary at the end lists every test run twice so, with its result.
 
 - ``_collector_quiet`` (every test here): before each test, Python's garbage collector
   collects what the tests before left, then freezes every object there is (``gc.freeze``), so
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.runner import runtestprotocol
 
 from slave.engine import paced_kernel as pk
 from slave.engine.clock import VirtualClock
@@ -128,16 +131,67 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A real-time test's failed check while the host took the CPUs: a skip that says so."""
+    """A real-time test's failed check while the host took the CPUs: a skip that says so
+    (``pytest_runtest_protocol`` runs the test again first)."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if (report.when == "call" and report.failed and item.get_closest_marker("alone")
             and call.excinfo is not None and call.excinfo.errisinstance(AssertionError)):
-        why = excuse(item.stash.get(_STEAL, 0.0), call.excinfo.exconly(),
-                     item.stash.get(_VIRTUAL, False))
+        share = item.stash.get(_STEAL, 0.0)
+        why = excuse(share, call.excinfo.exconly(), item.stash.get(_VIRTUAL, False))
         if why is not None:
+            first = item.stash.get(_FIRST_SHARE, None)
+            if first is not None:
+                why = f"run twice (the first time the host took {first:.1%}); {why}"
+            item.stash[_EXCUSED] = share
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {why}")
+
+
+_EXCUSED = pytest.StashKey[float]()  # the host's share in a run whose failed check it excused
+_FIRST_SHARE = pytest.StashKey[float]()  # the same, of the first of two runs
+_RUN_TWICE = pytest.StashKey[list[tuple[str, float, str]]]()  # (test, first share, result)
+
+
+def _excusable(item: pytest.Item) -> bool:
+    """Whether ``pytest_runtest_makereport`` above may excuse ``item``: a test of real time in
+    its reach (``config.hook`` calls ``pytest_runtest_protocol`` for every test)."""
+    return item.get_closest_marker("alone") is not None and any(
+        impl.function is pytest_runtest_makereport
+        for impl in item.ihook.pytest_runtest_makereport.get_hookimpls())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+    """A real-time test whose failed check the host's steal excused runs once more, set up
+    anew (as pytest-rerunfailures runs a test again); the second run's reports are its result,
+    the first run's are not logged (its captured output stays, before the second run's). Every
+    other test runs as pytest runs it."""
+    if not _excusable(item):
+        return None
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    first = item.stash.get(_EXCUSED, None)
+    if first is not None and not any(r.failed for r in reports):  # set up and torn down
+        del item.stash[_EXCUSED]
+        item.stash[_FIRST_SHARE] = first
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        result = "failed" if any(r.failed for r in reports) else next(
+            (r.outcome for r in reports if r.when == "call"), reports[0].outcome)
+        item.config.stash.setdefault(_RUN_TWICE, []).append((item.nodeid, first, result))
+    for report in reports:
+        item.ihook.pytest_runtest_logreport(report=report)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The tests of real time run twice because the host took the CPUs in their first run."""
+    runs = terminalreporter.config.stash.get(_RUN_TWICE, [])
+    if runs:
+        terminalreporter.section("run twice: a check failed while the host took the CPUs")
+        for nodeid, share, result in runs:
+            terminalreporter.line(f"{nodeid}: {share:.1%} the first time; then {result}")
 
 
 @pytest.fixture(autouse=True)
