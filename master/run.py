@@ -116,6 +116,8 @@ STOP_WAIT_S = 5.0
 #: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
 #: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
 INTERRUPT_WAIT_S = 1.0
+#: A warm-up of the rollup kernels longer than this is a compile, which the console names.
+KERNELS_NOTICE_S = 3.0
 
 Connector = Callable[[HostConfig], Awaitable[Any]]
 T = TypeVar("T")
@@ -520,12 +522,22 @@ class Run:
 
     async def _warm_up_kernels(self) -> None:
         """Load (or, first after an install, compile) the rollup kernels while the hosts
-        start, so the first subinterval is not late."""
+        start, so the first subinterval is not late. Where that takes more than
+        ``KERNELS_NOTICE_S`` (a compile: over ten seconds on a small VM, against under one to
+        load), the console says what the run waits for."""
         from master import kernels
         from master.heap import keep_freed_memory
 
         keep_freed_memory()
-        took = await asyncio.to_thread(kernels.warm_up)
+        job = asyncio.ensure_future(asyncio.to_thread(kernels.warm_up))
+        try:
+            done, _ = await asyncio.wait({job}, timeout=KERNELS_NOTICE_S)
+            if not done:
+                self.view.message("ivypy: loading the master's rollup kernels (compiled once "
+                                  "after an install, then cached) ...")
+            took = await job
+        finally:
+            job.cancel()  # the run stopped meanwhile: the thread ends on its own
         if took > 1.0:
             log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)
 

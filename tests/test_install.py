@@ -78,6 +78,8 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
                  "--plain"], work, 300)
     (folder,) = (work / "out" / "installed").iterdir()
     assert str(folder) in done.stdout
+    # the first run after an install compiles the master's kernels, and says what it waits for
+    assert "ivypy: loading the master's rollup kernels (compiled once" in done.stdout
     with open(folder / "hosts.csv", newline="") as fh:
         (host,) = list(csv.DictReader(fh))
     assert host["paced_loop"] == "compiled (shipped from the controller)", host["paced_loop"]
