@@ -146,9 +146,9 @@ def _view_percentiles_py(
                 done = False
                 for u in range(v):
                     if masks[u] == m:
-                        # element by element: an array-to-array slice assignment costs
-                        # about 3 s of compile (its broadcasting error text) in the first
-                        # process after an install
+                        # element by element: numba compiles an array-to-array slice
+                        # assignment with its broadcasting error's text, which cost the
+                        # first process after an install 3-6 s more
                         for x in range(p):
                             dst[x] = out[i, u, kind, x]
                         done = True
