@@ -50,9 +50,15 @@ def _compile(tmp_path: Path, src: str) -> ctypes.CDLL:
     return ctypes.CDLL(str(so))
 
 
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """The source as shipped, compiled once for the tests that read its layout."""
+    return _compile(tmp_path_factory.mktemp("kernel"), pk.source())
+
+
 @needs_cc
-def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
-    lib = _compile(tmp_path, pk.source())
+def test_every_field_has_the_compiled_offset_and_size(compiled: ctypes.CDLL) -> None:
+    lib = compiled
     c_size, c_fields = layout.compiled_layout(lib)
     py_size, py_fields = layout.python_layout()
     assert [f[0] for f in c_fields] == [name for name, _ in layout.FIELDS]
@@ -75,8 +81,8 @@ def test_every_field_has_the_compiled_offset_and_size(tmp_path: Path) -> None:
     ("ivy_row", {}), ("ivy_io", {}), ("ivy_script", {}), ("ivy_pend", {}), ("ivy_log", {}),
 ])
 def test_every_field_of_each_struct_has_the_compiled_offset_and_size(
-        tmp_path: Path, struct: str, kinds: dict[str, list[str]]) -> None:
-    lib = _compile(tmp_path, pk.source())
+        compiled: ctypes.CDLL, struct: str, kinds: dict[str, list[str]]) -> None:
+    lib = compiled
     dtype = layout.DTYPES[struct]
     c_size, c_fields = layout.compiled_layout(lib, struct)
     assert [f[0] for f in c_fields] == list(dtype.names or ())
