@@ -121,19 +121,30 @@ def test_iops_curve_runs_at_fractions_of_the_max(
     # above the setting only by the backlog the warmup left: one CI run's warmup did half its
     # schedule just after the maximum's step, and the window caught up (7,217 IOPS at 6,185)
     (d,) = folder.glob("step0005-curve-iops=25*")
-    subintervals = rows(d / "host/localhost.csv")
-    behind = sum(expected * SUBINTERVAL_S - float(r["IOPS"]) * SUBINTERVAL_S
-                 for r in subintervals if r["phase"] == "warmup")
-    ceiling = expected * (1 + rel) + max(behind, 0.0) / seconds
+    behind = _warmup_backlog(rows(d / "host/localhost.csv"), expected)
+    ceiling = expected * (1 + rel) + behind / seconds
     assert low <= ceiling, (low, expected, behind, ceiling)
 
 
-def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]]) -> None:
+def _warmup_backlog(subintervals: list[dict[str, str]], iops: float) -> float:
+    """The I/Os a step paced at ``iops`` left undone in its warmup: a schedule that fell behind
+    catches up (no coordinated omission), so its measured window may do them on top."""
+    return max(sum((iops - float(r["IOPS"])) * SUBINTERVAL_S
+                   for r in subintervals if r["phase"] == "warmup"), 0.0)
+
+
+def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]],
+                                 folder: Path) -> None:
     # random_steady (evenly spaced) so that the rate itself is checked to a few percent: with
     # random_independent the count in 1.5 s at 1500 IOPS is Poisson (sigma 2.1 %), and a 3 %
-    # tolerance failed about one run in six
+    # tolerance failed about one run in six. Above it only by the warmup's backlog: in one
+    # suite run here, while the host took a third of the CPUs, the warmup did 1,308 IOPS and
+    # the window's first subinterval 1,690 (1,563 over the window)
     edited = summary[("edited", "all")]
-    assert float(edited["IOPS"]) == pytest.approx(1500, rel=0.03)
+    (d,) = folder.glob("step0007-edited")
+    behind = _warmup_backlog(rows(d / "all/all.csv"), 1500)
+    iops, seconds = float(edited["IOPS"]), float(edited["measurement_seconds"])
+    assert 1500 * 0.97 <= iops <= 1500 * 1.03 + behind / seconds, (iops, behind)
     assert float(edited["avg_blocksize_KiB"]) == pytest.approx(4)
     steady = summary[("steady", "all")]
     assert steady["measure_criterion"].startswith("accuracy")
