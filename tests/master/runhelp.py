@@ -79,6 +79,15 @@ def poisson_rel(iops: float, seconds: float) -> float:
     return 5 / math.sqrt(iops * seconds)
 
 
+def warmup_backlog(subintervals: list[dict[str, str]], iops: float,
+                   subinterval_s: float) -> float:
+    """The I/Os a step paced at ``iops`` left undone in its warmup (its rows of a rollup CSV,
+    ``phase`` and ``IOPS``): a schedule that fell behind catches up (no coordinated omission),
+    so the step's measured window may do them on top of its rate."""
+    return max(sum((iops - float(r["IOPS"])) * subinterval_s
+                   for r in subintervals if r["phase"] == "warmup"), 0.0)
+
+
 def rows(path: Path) -> list[dict[str, str]]:
     if not path.exists():
         return []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.master.runhelp import ROOT, poisson_rel, rows, write_config
+from tests.master.runhelp import ROOT, poisson_rel, rows, warmup_backlog, write_config
 
 TEST = """\
 test: sweeps
@@ -121,16 +121,9 @@ def test_iops_curve_runs_at_fractions_of_the_max(
     # above the setting only by the backlog the warmup left: one CI run's warmup did half its
     # schedule just after the maximum's step, and the window caught up (7,217 IOPS at 6,185)
     (d,) = folder.glob("step0005-curve-iops=25*")
-    behind = _warmup_backlog(rows(d / "host/localhost.csv"), expected)
+    behind = warmup_backlog(rows(d / "host/localhost.csv"), expected, SUBINTERVAL_S)
     ceiling = expected * (1 + rel) + behind / seconds
     assert low <= ceiling, (low, expected, behind, ceiling)
-
-
-def _warmup_backlog(subintervals: list[dict[str, str]], iops: float) -> float:
-    """The I/Os a step paced at ``iops`` left undone in its warmup: a schedule that fell behind
-    catches up (no coordinated omission), so its measured window may do them on top."""
-    return max(sum((iops - float(r["IOPS"])) * SUBINTERVAL_S
-                   for r in subintervals if r["phase"] == "warmup"), 0.0)
 
 
 def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]],
@@ -142,7 +135,7 @@ def test_edit_rollup_and_measure(summary: dict[tuple[str, str], dict[str, str]],
     # the window's first subinterval 1,690 (1,563 over the window)
     edited = summary[("edited", "all")]
     (d,) = folder.glob("step0007-edited")
-    behind = _warmup_backlog(rows(d / "all/all.csv"), 1500)
+    behind = warmup_backlog(rows(d / "all/all.csv"), 1500, SUBINTERVAL_S)
     iops, seconds = float(edited["IOPS"]), float(edited["measurement_seconds"])
     assert 1500 * 0.97 <= iops <= 1500 * 1.03 + behind / seconds, (iops, behind)
     assert float(edited["avg_blocksize_KiB"]) == pytest.approx(4)
