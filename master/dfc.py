@@ -3,8 +3,9 @@
 Owns the control law and nothing else: one :class:`PidController` per focus-rollup instance,
 fed every subinterval with the instance's measured focus metric and the total IOPS that was in
 force while it was measured, returning the next total IOPS as a :class:`Move` (what dfc.csv
-records); :class:`DfcBank` runs one controller per instance; :func:`split_iops` spreads an
-instance's total over its workloads (equally by LUN, then by skew).
+records); :class:`DfcBank` runs one controller per instance. An operator's edit of an
+instance's total is what its controller starts from next (``PidController.take_over``). The
+total is split over the instance's workloads by ``master.settings.split_total``.
 
 The controller works on relative quantities so that its default gains fit any storage system
 without tuning: the error is ``ln(target / measured)`` and the plant is described by its
@@ -285,6 +286,21 @@ class PidController:
                     rel_error=rel_error, p=p, i=i, d=d, comp=comp, saturated=saturated,
                     limited=limited, held=False, elasticity=self.elasticity, gains=gains)
 
+    def take_over(self, iops: float) -> None:
+        """An operator set the instance's total to ``iops`` (within the bounds): the next move
+        starts from it, with the error history and the settle count started again; what was
+        learnt of the plant (elasticity, gain) stays."""
+        self._last_cmd = min(max(float(iops), self.low_iops), self.high_iops)
+        self._errors.clear()
+        self._in_band = 0
+        # the next reading far from the target is the edit's doing, not a lone spike
+        self._last_far = self._has_settled = False
+
+    def held(self, measured: float, iops: float) -> Move:
+        """No move this subinterval (an operator's edit to ``iops`` is about to hold): the
+        row of the subinterval, held, its new setting the edit's."""
+        return self._hold(iops, measured)
+
     def _hold(self, base: float, measured: float) -> Move:
         self._in_band = 0
         nan = math.nan
@@ -324,29 +340,20 @@ class DfcBank:
         }
 
     def step(self, subinterval: int, measured: Mapping[str, float],
-             current_iops: Mapping[str, float]) -> list[DfcRow]:
+             current_iops: Mapping[str, float],
+             hold: Mapping[str, float] | None = None) -> list[DfcRow]:
+        """One move per instance from its ``measured`` focus metric and the total
+        ``current_iops`` in force; an instance in ``hold`` makes none (its row is held at the
+        IOPS given there)."""
         rows = []
         for name, ctrl in self.controllers.items():
-            move = ctrl.step(measured.get(name, math.nan), current_iops[name])
+            value = measured.get(name, math.nan)
+            if hold is not None and name in hold:
+                move = ctrl.held(value, hold[name])
+            else:
+                move = ctrl.step(value, current_iops[name])
             rows.append(DfcRow(subinterval, name, self.metric, move))
         return rows
 
     def settled(self) -> bool:
         return all(c.settled() for c in self.controllers.values())
-
-
-def split_iops(total_iops: float, workloads: Sequence[tuple[str, float]]) -> list[float]:
-    """Spread an instance's total IOPS over its workloads: equally over the LUNs they run on,
-    then within a LUN in proportion to each workload's ``skew`` (``workloads`` is a sequence of
-    ``(lun, skew)``, skew > 0). Returns one IOPS per workload, summing to ``total_iops``."""
-    if total_iops < 0:
-        raise ValueError("total IOPS must be >= 0")
-    if not workloads:
-        return []
-    per_lun_skew: dict[str, float] = {}
-    for lun, skew in workloads:
-        if not (skew > 0 and math.isfinite(skew)):
-            raise ConfigError(f"workload skew must be > 0, not {skew!r} (LUN {lun})")
-        per_lun_skew[lun] = per_lun_skew.get(lun, 0.0) + skew
-    per_lun = total_iops / len(per_lun_skew)
-    return [per_lun * skew / per_lun_skew[lun] for lun, skew in workloads]

@@ -7,7 +7,7 @@ may be edited live and which values are valid, so the CLI (before it connects) a
 server (for whatever arrives on the socket) apply the same rules.
 
 Must not: know which rollup instances or workloads exist (the run loop answers that and refuses
-an unknown instance), divide a ``total_iops`` (``master.lunselect.split_total_iops`` does), or
+an unknown instance), divide a ``total_iops`` (``master.settings.split_total`` does), or
 do any I/O.
 
 Instance syntax (``parse_instance``)
@@ -46,8 +46,8 @@ Settings (``parse_edit_args`` for ``key=value`` strings, ``parse_params`` for a 
 
 Every refusal is an ``EditRefused`` naming the key and the bad value, e.g.
 ``read_fraction=1.5: must be between 0 and 1``. The run loop applies an ``EditChanges`` to the
-instance's workloads as ``params.update(changes.params)`` followed, when ``total_iops`` is set,
-by ``split_total_iops(members, changes.total_iops)``; combinations that only the workload's other
+instance's workloads as ``params.replace(**changes.params)`` followed, when ``total_iops`` is
+set, by ``split_total(changes.total_iops, ...)``; combinations that only the workload's other
 settings can rule out (a hot zone with ``iosequencer=sequential``) are the run loop's to refuse.
 """
 

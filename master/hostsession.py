@@ -58,6 +58,7 @@ from protocol.messages import (
     WindowRequest,
     WindowResult,
 )
+from protocol.params import WorkloadParams, to_wire
 from protocol.state import Conversation, Role, State
 from protocol.version import PROTOCOL_VERSION, __version__
 
@@ -407,11 +408,12 @@ class HostSession:
         assert isinstance(reply, LunList)
         return reply.luns
 
-    async def create(self, workload_id: str, lun_path: str, params: dict[str, Any],
+    async def create(self, workload_id: str, lun_path: str, params: WorkloadParams,
                      allow_write: bool, engine: str = "auto",
                      allow_engine_fallback: bool = False) -> Ack | Error:
         seq = self._next_seq()
-        reply = await self._request(CreateWorkload(seq, workload_id, lun_path, params, allow_write,
+        reply = await self._request(CreateWorkload(seq, workload_id, lun_path, to_wire(params),
+                                                   allow_write,
                                                    engine, allow_engine_fallback), key=seq)
         assert isinstance(reply, Ack | Error)
         return reply

@@ -15,7 +15,9 @@ from typing import Any
 from master.config import LunExtent, LunSelector, RollupEdit, RollupSpec, StepConfig, TestConfig
 from master.config.schema import WorkloadEdit, WorkloadSpec
 from master.editparse import unknown_instance_text
+from master.settings import split_total
 from protocol.errors import ConfigError
+from protocol.params import WorkloadParams
 
 
 @dataclass(frozen=True)
@@ -160,13 +162,15 @@ class WorkloadInstance:
     host: str
     lun: SelectedLun
     spec: WorkloadSpec
-    params: dict[str, Any]
+    #: what the step asks it to run with (its ``edit_rollup``, IOPS curve point and DFC
+    #: start applied); once the slave holds it, ``master.settings`` owns what is in force
+    params: WorkloadParams
     attributes: dict[str, str] = field(default_factory=dict)
 
     @property
-    def iops_setting(self) -> float | None:
-        iops = self.params.get("iops")
-        return None if iops is None else float(iops)
+    def lun_key(self) -> tuple[str, str]:
+        """The LUN it runs on: ``(host, path)``."""
+        return (self.host, self.lun.lun.path)
 
 
 def _extent_bytes(ext: LunExtent | None, size: int, align: int, default: int) -> int:
@@ -176,7 +180,7 @@ def _extent_bytes(ext: LunExtent | None, size: int, align: int, default: int) ->
     return int(raw) // align * align
 
 
-def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
+def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> WorkloadParams:
     """``WorkloadParams`` fields (as the slave takes them) for ``spec`` on ``lun``."""
     size, align = lun.size_bytes, max(512, lun.logical_block_bytes)
     start = _extent_bytes(spec.range_start, size, align, 0)
@@ -211,23 +215,23 @@ def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> dict[str, Any]:
             f"{where}: hot_zone_size {hot} bytes is less than one block of "
             f"{spec.blocksize_bytes} bytes (hot_zone_share would have no blocks to go to)"
         )
-    return {
-        "iosequencer": spec.iosequencer,
-        "blocksize_bytes": spec.blocksize_bytes,
-        "iodepth": spec.iodepth,
-        "iops": None if spec.iops == "max" else float(spec.iops),
-        "read_fraction": spec.read_fraction,
-        "range_start_bytes": start,
-        "range_end_bytes": end,
-        "seq_start_bytes": seq_start,
-        "hot_zone_bytes": hot,
-        "hot_zone_fraction": spec.hot_zone_share or 0.0,
-        "skew_weight": spec.skew_weight,
-        "write_data": spec.write_data.kind,
-        "write_data_ratio": spec.write_data.ratio,
-        "busy_poll": spec.busy_poll,
-        "seed": seed if spec.seed is None else spec.seed,
-    }
+    return WorkloadParams(
+        iosequencer=spec.iosequencer,  # type: ignore[arg-type]  # the config checked it
+        blocksize_bytes=spec.blocksize_bytes,
+        iodepth=spec.iodepth,
+        iops=None if spec.iops == "max" else float(spec.iops),
+        read_fraction=spec.read_fraction,
+        range_start_bytes=start,
+        range_end_bytes=end,
+        seq_start_bytes=seq_start,
+        hot_zone_bytes=hot,
+        hot_zone_fraction=spec.hot_zone_share or 0.0,
+        skew_weight=spec.skew_weight,
+        write_data=spec.write_data.kind,
+        write_data_ratio=spec.write_data.ratio,
+        busy_poll=spec.busy_poll,
+        seed=seed if spec.seed is None else spec.seed,
+    )
 
 
 def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[str, str]:
@@ -357,13 +361,14 @@ def apply_rollup_edits(
                 key_path=f"{key_path}[{j}].instance", file=file, line=line)
         changes = edit_to_params(edit.settings)
         for m in members:
-            m.params.update(changes)
-            misfit = blocksize_misfit(m)
+            params = m.params.replace(**changes)
+            misfit = blocksize_misfit(m, params)
             if misfit:
                 raise ConfigError(misfit, key_path=f"{key_path}[{j}].blocksize", file=file,
                                   line=line)
+            m.params = params
         if edit.total_iops is not None:
-            split_total_iops(members, edit.total_iops)
+            assign_total(members, None if edit.total_iops == "max" else float(edit.total_iops))
         what = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                 for k, v in changes.items()]
         if edit.total_iops is not None:
@@ -373,12 +378,13 @@ def apply_rollup_edits(
     return done
 
 
-def blocksize_misfit(inst: WorkloadInstance) -> str | None:
-    """Why ``inst``'s block size (after an edit) does not fit its LUN, or None: it must be a
-    multiple of the LUN's logical block size and no larger than the workload's range."""
-    bs = int(inst.params["blocksize_bytes"])
+def blocksize_misfit(inst: WorkloadInstance, params: WorkloadParams) -> str | None:
+    """Why the block size of ``params`` (``inst``'s after an edit) does not fit its LUN, or
+    None: it must be a multiple of the LUN's logical block size and no larger than the
+    workload's range."""
+    bs = params.blocksize_bytes
     lun = inst.lun.lun
-    span = int(inst.params["range_end_bytes"]) - int(inst.params["range_start_bytes"])
+    span = params.range_end_bytes - params.range_start_bytes
     if bs % lun.logical_block_bytes or bs > span:
         return (f"blocksize {bs} does not fit workload {inst.id} (logical block "
                 f"{lun.logical_block_bytes} bytes, range {span} bytes)")
@@ -401,19 +407,9 @@ def edit_to_params(edit: WorkloadEdit) -> dict[str, Any]:
     return out
 
 
-def split_total_iops(members: Sequence[WorkloadInstance], total: float | str) -> None:
-    """Give ``members`` a total IOPS, split evenly over their LUNs, then by skew weight within
-    a LUN (ivy's rule)."""
-    if total == "max":
-        for m in members:
-            m.params["iops"] = None
-        return
-    by_lun: dict[tuple[str, str], list[WorkloadInstance]] = {}
-    for m in members:
-        by_lun.setdefault((m.host, m.lun.lun.path), []).append(m)
-    per_lun = float(total) / len(by_lun)
-    for group in by_lun.values():
-        weights = [float(m.params.get("skew_weight", 1.0)) for m in group]
-        w_sum = sum(weights)
-        for m, w in zip(group, weights, strict=True):
-            m.params["iops"] = per_lun * w / w_sum
+def assign_total(members: Sequence[WorkloadInstance], total: float | None) -> None:
+    """Give the step's plan of ``members`` a total IOPS (None: max), split by
+    ``master.settings.split_total``."""
+    split = split_total(total, [(m.lun_key, m.params) for m in members])
+    for m, params in zip(members, split, strict=True):
+        m.params = params

@@ -41,6 +41,7 @@ from master.output import (
     format_lines,
     safe_name,
 )
+from master.settings import Settings
 from master.verdicts import iops_shortfalls, shortfall_reason
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.devstats import DeviceDelta
@@ -148,6 +149,7 @@ class StepRecorder:
         rollups: Sequence[RollupSpec],
         subinterval_s: float,
         workloads: Mapping[str, WorkloadInstance],
+        settings: Settings,
         show_type: str = "all",
         *,
         hosts: Sequence[str] | None = None,
@@ -175,7 +177,6 @@ class StepRecorder:
         # folding) their running sums with the count of hosts' readings
         self._win_cpu: dict[int, npt.NDArray[np.float64]] = {}
         self._win_iops: dict[int, npt.NDArray[np.float64]] = {}
-        self._last_iops: npt.NDArray[np.float64] | None = None
         self._fold_cpu: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]] | None = None
         self._fold_iops: npt.NDArray[np.float64] | None = None
         self.output = output
@@ -184,6 +185,7 @@ class StepRecorder:
         self.rollups = list(rollups)
         self.subinterval_s = subinterval_s
         self.workloads = workloads
+        self.settings = settings
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
         self.phases: dict[int, str] = {}
@@ -404,8 +406,8 @@ class StepRecorder:
     def _keep_settings(self, k: int, host_cpu: npt.NDArray[np.float64],
                        iops: npt.NDArray[np.float64]) -> None:
         """Keep subinterval ``k``'s host CPU and IOPS settings for the summary (summed when
-        folding; otherwise an unchanged settings array is shared with the subinterval
-        before, so a step without edits keeps one)."""
+        folding; otherwise the settings' own array, the same one while they do not change:
+        ``Settings.iops_array``)."""
         if self.fold_measurement:
             seen = ~np.isnan(host_cpu)
             if self._fold_cpu is None or self._fold_iops is None:
@@ -418,10 +420,7 @@ class StepRecorder:
                 self._fold_iops += iops
             return
         self._win_cpu[k] = host_cpu
-        last = self._last_iops
-        if last is None or not np.array_equal(last, iops, equal_nan=True):
-            self._last_iops = last = iops
-        self._win_iops[k] = last
+        self._win_iops[k] = iops  # one array while the settings do not change
 
     def _window_settings(self, window: Sequence[int]
                          ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -483,8 +482,7 @@ class StepRecorder:
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
-        wl = self.workloads
-        return np.array([wl[w].params.get("iops") for w in self.ids], dtype=np.float64)
+        return self.settings.iops_array(self.ids)
 
     @staticmethod
     def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
@@ -646,9 +644,9 @@ class StepRecorder:
         ``dur_s``) fell short of their mean setting ``iops`` (per workload in plan order, NaN
         for max) by more than ``tolerance_pct``; '' when none did."""
         achieved = total.counters[:, :, OPS].sum(axis=1) / dur_s
-        params = [self.workloads[w].params for w in self.ids]
-        depth = [float(p.get("iodepth") or 1) for p in params]
-        poisson = [p.get("iosequencer") == "random_independent" for p in params]
+        params = [self.settings[w] for w in self.ids]
+        depth = [float(p.iodepth) for p in params]
+        poisson = [p.iosequencer == "random_independent" for p in params]
         found = iops_shortfalls(self.ids, achieved, iops, depth, poisson, dur_s, tolerance_pct)
         return shortfall_reason(found, tolerance_pct, "workload")
 

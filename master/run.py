@@ -23,7 +23,6 @@ import asyncio
 import collections
 import contextlib
 import csv
-import dataclasses
 import logging
 import os
 import signal
@@ -51,6 +50,7 @@ from master.lunselect import (
     SelectedLun,
     WorkloadInstance,
     apply_rollup_edits,
+    assign_total,
     blocksize_misfit,
     check_rollup_keys,
     device_globs,
@@ -58,7 +58,6 @@ from master.lunselect import (
     file_requests,
     rollup_key,
     select_luns,
-    split_total_iops,
 )
 from master.output import RunOutput, create_run_folder, safe_name
 from master.plan import resolved_dict
@@ -76,9 +75,11 @@ from master.runstate import (
     step_results_from,
     write_state,
 )
+from master.settings import Settings, Source, split_total
 from master.stepcontrol import Decision, StepControl
 from master.summaryjson import write_summary_json
 from master.verdicts import ended_early
+from protocol import credit
 from protocol.errors import (
     ConfigError,
     HostError,
@@ -93,6 +94,7 @@ from protocol.messages import (
     Error,
     SubintervalResult,
 )
+from protocol.params import WorkloadParams, changed_fields
 from protocol.version import __version__
 
 log = logging.getLogger(__name__)
@@ -231,6 +233,11 @@ class _StepState:
     forced_last: int | None = None
     #: hosts whose boundary skew bound exceeded the limit in this step (warned once each)
     skew_warned: set[str] = field(default_factory=set)
+    #: the workloads of each DFC focus instance (a step with ``dfc:``)
+    dfc_members: dict[str, list[str]] = field(default_factory=dict)
+    #: held while DFC's moves or an operator's edit are sent and taken into the settings:
+    #: an edit acknowledged first holds its instances' moves back; one sent after a move wins
+    edits: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Run:
@@ -261,12 +268,14 @@ class Run:
         self.engines_in_use: dict[tuple[str, str], set[str]] = {}
         self._luns_used: dict[tuple[str, str], list[str]] = {}  # workload names per LUN
         self._luns_csv_stale = False
-        self.current: dict[str, WorkloadInstance] = {}
+        #: every workload the slaves hold, by id: where it runs (host, LUN, attributes);
+        #: what it runs with is ``settings``'
+        self.placed: dict[str, WorkloadInstance] = {}
+        #: the settings in force (``master.settings``): the one owner of what each runs with
+        self.settings = Settings()
         self.rollups: list[RollupSpec] = self._rollup_specs()
         self.interrupted = asyncio.Event()
         self.step_state: _StepState | None = None
-        self.pending_edits: list[tuple[int, str, dict[str, Any]]] = []
-        self.dfc_history: dict[str, list[tuple[int, float]]] = {}
         #: the Go confirmations so far (``start_lead_ns``); None until one is complete, and
         #: again after a step that ended before its confirmation came
         self.go_confirmed: GoConfirmed | None = None
@@ -699,26 +708,29 @@ class Run:
     # ------------------------------------------------------------------ workloads
     async def _apply_workloads(self, number: int, instances: list[WorkloadInstance]) -> None:
         """Create, edit and delete workloads so that the slaves run ``instances``: each is
-        compared with what its slave holds (``_take_held_edits``)."""
-        self._take_held_edits()
+        compared with what its slave holds (``Settings.latest``, once every edit the slaves
+        took holds: ``Settings.settle``)."""
+        self.settings.settle()
         want = {i.id: i for i in instances}
         jobs: list[tuple[str, Awaitable[Any], WorkloadInstance | None, str]] = []
-        for wid, old in list(self.current.items()):
+        for wid, old in list(self.placed.items()):
             if wid not in want:
                 jobs.append(("delete", self.sessions[old.host].delete(wid), None, wid))
         for wid, inst in want.items():
             hs = self.sessions[inst.host]
-            prev = self.current.get(wid)
-            if prev is None:
+            if wid not in self.placed:
                 jobs.append(("create", self._create(hs, inst), inst, wid))
-            elif prev.params != inst.params:
-                if float(inst.params["read_fraction"]) < 1.0 <= float(prev.params["read_fraction"]):
+                continue
+            held = self.settings.latest(wid)
+            if held != inst.params:
+                if inst.params.writes and not held.writes:
                     # a workload that starts writing goes through the write preflight again
                     jobs.append(("delete", hs.delete(wid), None, wid))
                     jobs.append(("create", self._create(hs, inst), inst, wid))
                     continue
-                changed = {k: v for k, v in inst.params.items() if prev.params.get(k) != v}
-                jobs.append(("edit", hs.edit(wid, changed), inst, wid))
+                jobs.append(("edit", hs.edit(wid, changed_fields(held, inst.params)), inst, wid))
+            else:
+                self.placed[wid] = inst
         replies = [await j[1] for j in jobs]  # in order: a delete before its re-create
         refused: list[Error] = []
         for (action, _, done, wid), reply in zip(jobs, replies, strict=True):
@@ -726,11 +738,15 @@ class Run:
                 refused.append(reply)
                 continue
             if action == "delete":
-                self.current.pop(wid, None)
+                self.placed.pop(wid, None)
+                self.settings.dropped(wid)
             else:
                 assert done is not None
-                self.current[wid] = done
-                if action == "create":
+                self.placed[wid] = done
+                if action == "edit":
+                    self.settings.taken(wid, done.params, reply.effective_subinterval, "step")
+                else:
+                    self.settings.placed(wid, done.params)
                     self.event("INFO", f"workload {wid} created{_placement(reply.info)}",
                                host=done.host, kind="workload", step=number)
                     self._created(number, done, reply.info)
@@ -793,7 +809,7 @@ class Run:
         assert self.output is not None
         instances = expand_step(step, self.selected, self.cfg.source_file)
         for inst in instances:  # a workload carried over runs on the engine it was created on
-            prev = self.current.get(inst.id)
+            prev = self.placed.get(inst.id)
             if prev is not None and "engine" in prev.attributes:
                 inst.attributes["engine"] = prev.attributes["engine"]
         self._check_per_host(step, instances)
@@ -812,8 +828,6 @@ class Run:
             # as allow_engine_fallback allows): its ``engine`` attribute, a rollup key, is the
             # one it runs on, so the focus instances are those its rows will have
             control = StepControl(step, self.cfg.subinterval_seconds, created)
-            if step.dfc is not None:
-                self._dfc_rekey(step.dfc.focus_rollup, instances)
         n_max = control.max_subintervals
         if n_max <= 0:
             self.event("WARNING", f"step {step.name} has no subintervals", step=number)
@@ -828,12 +842,16 @@ class Run:
                 [b.focus_metric for b in (step.measure, step.dfc) if b is not None]),
                 f"the first gather of step {number} {step.name}")
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
-                                self.cfg.subinterval_seconds, self.current, show,
+                                self.cfg.subinterval_seconds, self.placed, self.settings,
+                                show,
                                 hosts=list(self.sessions),
                                 histogram_types=frozenset(
                                     {dfc.focus_rollup} if dfc is not None and windowed else ()),
                                 fold_measurement=control.fixed is not None, gathered=gathered)
         st = _StepState(number, step, recorder, control)
+        if step.dfc is not None:
+            st.dfc_members = {key: [m.id for m in members] for key, members in
+                              self._by_instance(step.dfc.focus_rollup, instances).items()}
         self.step_state = st
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
         max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
@@ -857,7 +875,7 @@ class Run:
         go_s = self._left_s(self._deadline_ns(st, 0))  # taken by the first result's deadline
         confirm: asyncio.Future[None] | None = None
         last_recorded = -1
-        stop_sent = control.fixed is not None and n_max == 1
+        stop_sent = credit.stop_at_go(n_max)
         try:
             try:
                 await self._to_hosts([(hs, hs.go(
@@ -875,14 +893,14 @@ class Run:
                         if not stop_sent:
                             await self._stop_all(k - 1)
                         break
-                    self._apply_pending(k)
+                    self.settings.advance(k)  # the edits in force from k on
                     phase = control.phase_of(k)
                     with self.output.subinterval():  # every file's rows of k, or none
                         joined = (self.gathering.record(k, phase)
                                   if self.gathering is not None else None)
                         rec = self._record(st, k, phase, results, joined)
                         _device_focus(control, rec)
-                        dec = control.after(k, rec.results, self._dfc_settings(control, k),
+                        dec = control.after(k, rec.results, self._dfc_totals(st),
                                             rec.samples.get(control.dfc.focus_rollup)
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
@@ -903,20 +921,23 @@ class Run:
                         k += 1
                         continue
                     last = dec.last
-                    if last is not None and last <= k:
-                        if not stop_sent:
+                    if not stop_sent:  # the credit rule's answer (``protocol.credit``)
+                        kind, sub = credit.answer(k, last, n_max)
+                        if kind == "stop" and sub == k:  # the step ends now
                             await self._stop_all(k)
-                        break
-                    if not stop_sent:  # taken by the next result's deadline
-                        if (last is not None and last == k + 1) or k + 2 >= n_max:
-                            await self._stop_all(k + 1, self._deadline_ns(st, k + 1))
+                            break
+                        # taken by the next result's deadline
+                        send_by_s = self._left_s(self._deadline_ns(st, k + 1))
+                        if kind == "stop":
+                            await self._stop_all(sub, self._deadline_ns(st, k + 1))
                             stop_sent = True
                         else:
-                            grant_s = self._left_s(self._deadline_ns(st, k + 1))
                             await self._to_hosts(
-                                [(hs, hs.grant(k + 2, grant_s)) for hs in self.sessions.values()],
-                                f"read the Continue for subinterval {k + 2}")
-                    if stop_sent and k + 1 > min(last if last is not None else n_max, n_max - 1):
+                                [(hs, hs.grant(sub, send_by_s)) for hs in self.sessions.values()],
+                                f"read the Continue for subinterval {sub}")
+                    elif last is not None and last <= k:
+                        break
+                    if stop_sent and credit.step_over(k, last, n_max):
                         break
                     k += 1
             except (HostError, ProtocolError) as exc:
@@ -1044,8 +1065,7 @@ class Run:
         if point is None:
             return
         if point.fraction is None:
-            for inst in instances:
-                inst.params["iops"] = None
+            assign_total(instances, None)
             return
         measured = self.step_results.get(point.max_step, {}).get(point.rollup)
         if not measured:
@@ -1057,66 +1077,62 @@ class Run:
                 raise StepFailed(f"iops_curve step {step.name}: {point.rollup}={key} measured "
                                  f"no IOPS in {point.max_step}", EXIT_INVALID)
             total = point.fraction * iops
-            split_total_iops(members, total)
+            assign_total(members, total)
             self.event("INFO", f"iops_curve: {point.rollup}={key} total IOPS {total:.0f} "
                        f"({point.fraction:.0%} of {iops:.0f})", kind="edit", step=number)
 
     def _dfc_start(self, step: StepConfig, control: StepControl,
                    instances: Sequence[WorkloadInstance]) -> None:
+        """Each focus instance's workloads set to the DFC's starting total."""
         assert step.dfc is not None
-        self.dfc_history = {}
-        for key, members in self._by_instance(step.dfc.focus_rollup, instances).items():
-            iops = [m.params.get("iops") for m in members]
-            current = None if None in iops else float(sum(float(v) for v in iops if v))
-            total = control.initial_total(current)
-            split_total_iops(members, total)
-            self.dfc_history[key] = [(0, total)]
+        for members in self._by_instance(step.dfc.focus_rollup, instances).values():
+            iops = [m.params.iops for m in members]
+            current = None if None in iops else float(sum(v for v in iops if v is not None))
+            assign_total(members, control.initial_total(current))
 
-    def _dfc_rekey(self, focus_rollup: str, instances: Sequence[WorkloadInstance]) -> None:
-        """The DFC's settings keyed by the focus instances the workloads have once created
-        (``_run_step``): each instance's total is what its workloads were set to run at."""
-        self.dfc_history = {
-            key: [(0, float(sum(float(m.params["iops"]) for m in members)))]
-            for key, members in self._by_instance(focus_rollup, instances).items()}
-
-    def _dfc_settings(self, control: StepControl, k: int) -> dict[str, float]:
-        if control.bank is None:
-            return {}
-        out = {}
-        for key, hist in self.dfc_history.items():
-            out[key] = next(total for frm, total in reversed(hist) if frm <= k)
+    def _dfc_totals(self, st: _StepState) -> dict[str, float]:
+        """Each DFC focus instance's total IOPS in force (``master.settings``); an instance
+        with a workload at max (none can be while DFC runs: ``RunControl.edit``) is left out."""
+        out: dict[str, float] = {}
+        for key, wids in st.dfc_members.items():
+            total = self.settings.total_iops(wids)
+            if total is not None:
+                out[key] = total
         return out
 
     async def _dfc_apply(self, st: _StepState, dec: Decision) -> None:
-        assert st.config.dfc is not None
-        by_instance = self._by_instance(st.config.dfc.focus_rollup, self.current.values())
-        changes: list[tuple[WorkloadInstance, dict[str, Any]]] = []
-        for key, total in dec.new_totals.items():
-            members = by_instance.get(key)
-            if not members:
-                continue
-            clones = [dataclasses.replace(m, params=dict(m.params)) for m in members]
-            split_total_iops(clones, total)
-            changes += [(c, {"iops": c.params["iops"]}) for c in clones]
-        # the slaves take the move by the next result's deadline
-        effective = await self._send_edits(st, changes, source="dfc",
-                                           send_by_ns=self._deadline_ns(st, dec.k + 1))
-        for key, total in dec.new_totals.items():
-            self.dfc_history.setdefault(key, []).append((effective, total))
+        """DFC's new totals, each split over its instance's workloads from what their slaves
+        hold (an operator's edit included), sent to be taken by the next result's deadline."""
+        async with st.edits:
+            held = st.control.operator_held()  # an operator's edit acknowledged meanwhile
+            changes: list[tuple[WorkloadInstance, WorkloadParams]] = []
+            for key, total in dec.new_totals.items():
+                if key in held:
+                    continue
+                members = [self.placed[w] for w in st.dfc_members.get(key, ())]
+                split = split_total(total, [(m.lun_key, self.settings.latest(m.id))
+                                            for m in members])
+                changes += zip(members, split, strict=True)
+            if changes:
+                await self._send_edits(st, changes, source="dfc",
+                                       send_by_ns=self._deadline_ns(st, dec.k + 1))
 
     async def _send_edits(self, st: _StepState, changes: Sequence[tuple[WorkloadInstance,
-                          dict[str, Any]]], source: str, send_by_ns: int | None = None) -> int:
-        """Send parameter edits, one request per host (all of a host's edits hold, or none),
-        each taken by ``send_by_ns`` when given; they take effect (also in the rows) from the
-        subinterval the slaves announce. Returns that subinterval (the latest over hosts). A
-        refusal raises ``HostError`` naming the host and workload, after the other hosts'
-        edits are noted."""
-        by_host: dict[str, list[tuple[WorkloadInstance, dict[str, Any]]]] = {}
+                          WorkloadParams]], source: Source, send_by_ns: int | None = None
+                          ) -> int:
+        """Send new parameters (what differs from what the slave holds), one request per host
+        (all of a host's edits hold, or none), each taken by ``send_by_ns`` when given; they
+        take effect (``master.settings``, and so the rows) from the subinterval the slaves
+        announce. Returns that subinterval (the latest over hosts). A refusal raises
+        ``HostError`` naming the host and workload, after the other hosts' edits are noted."""
+        by_host: dict[str, list[tuple[WorkloadInstance, WorkloadParams]]] = {}
         for inst, params in changes:
             by_host.setdefault(inst.host, []).append((inst, params))
         send_s = None if send_by_ns is None else self._left_s(send_by_ns)
+        latest = self.settings.latest
         replies = await self._to_hosts([(self.sessions[host], self.sessions[host].edit_many(
-            [(inst.id, params) for inst, params in edits], send_timeout_s=send_s))
+            [(inst.id, changed_fields(latest(inst.id), params)) for inst, params in edits],
+            send_timeout_s=send_s))
             for host, edits in by_host.items()], "answer its edit")
         effective = -1
         refused: tuple[str, Error] | None = None  # the first host that refused
@@ -1128,8 +1144,8 @@ class Run:
             effective = max(effective, reply.effective_subinterval)
             # the other hosts' edits hold even when one host refused its own
             held.append(host)
-            self.pending_edits += [(reply.effective_subinterval, inst.id, params)
-                                   for inst, params in edits]
+            for inst, params in edits:
+                self.settings.taken(inst.id, params, reply.effective_subinterval, source)
         if refused is not None:
             host, err = refused
             also = (f"; the edits on {', '.join(held)} were made and hold from subinterval "
@@ -1138,27 +1154,6 @@ class Run:
             raise HostError(f"{source} edit of {err.workload_id} refused: {reason}{also}",
                             host=host)
         return effective
-
-    def _take_held_edits(self) -> None:
-        """Every edit a slave took is what it runs from then on, also one announced for a
-        subinterval its step never ran (an ``ivypy edit`` in the step's last subinterval or
-        just before ``ivypy stop``, DFC's move after the final subinterval): the slave keeps
-        it into the next step. The master's view of the workloads takes them all, so that the
-        next step sends whatever differs from what the slaves hold."""
-        for _, wid, params in self.pending_edits:
-            if wid in self.current:
-                self.current[wid].params.update(params)
-        self.pending_edits = []
-
-    def _apply_pending(self, k: int) -> None:
-        """Edits in force from subinterval ``k`` on become the settings the rows show."""
-        keep = []
-        for frm, wid, params in self.pending_edits:
-            if frm <= k and wid in self.current:
-                self.current[wid].params.update(params)
-            else:
-                keep.append((frm, wid, params))
-        self.pending_edits = keep
 
     def _write_control_rows(self, st: _StepState, dec: Decision) -> None:
         assert self.output is not None
@@ -1495,9 +1490,9 @@ class RunControl:
                 if res.grouping.n > 50:
                     continue
                 setting: dict[str, float | str] = {}
-                for inst in run.current.values():
+                for inst in run.placed.values():
                     key = rollup_key(specs[rtype], inst)
-                    iops = inst.params.get("iops")
+                    iops = run.settings[inst.id].iops
                     old = setting.get(key, 0.0)
                     setting[key] = "max" if iops is None or old == "max" else float(old) + iops
                 rollups[rtype] = [
@@ -1513,33 +1508,49 @@ class RunControl:
         st = self._step()
         spec = next((r for r in run.rollups if r.type == rollup_type), None) or RollupSpec(
             type=rollup_type, attributes=tuple(rollup_type.split("+")))
-        members = [i for i in run.current.values() if rollup_key(spec, i) == instance]
+        members = [i for i in run.placed.values() if rollup_key(spec, i) == instance]
         if not members:
-            known = sorted({rollup_key(spec, i) for i in run.current.values()})
+            known = sorted({rollup_key(spec, i) for i in run.placed.values()})
             raise unknown_instance(rollup_type, instance, st.config.name, known)
-        clones = [dataclasses.replace(m, params={**m.params, **changes.params}) for m in members]
+        held = [run.settings.latest(m.id) for m in members]
+        try:
+            wanted = [p.replace(**changes.params) for p in held]
+        except ValueError as exc:
+            raise EditRefused(f"the edit cannot apply: {exc}") from None
         if changes.total_iops is not None:
-            split_total_iops(clones, changes.total_iops)
-        for c in clones:
-            misfit = blocksize_misfit(c)
+            total = None if changes.total_iops == "max" else float(changes.total_iops)
+            wanted = split_total(total, [(m.lun_key, p)
+                                         for m, p in zip(members, wanted, strict=True)])
+        for m, p in zip(members, wanted, strict=True):
+            misfit = blocksize_misfit(m, p)
             if misfit:
                 raise EditRefused(misfit)
-        edits = [(c, {k: v for k, v in c.params.items() if m.params.get(k) != v})
-                 for c, m in zip(clones, members, strict=True)]
-        edits = [(c, p) for c, p in edits if p]
+        edits = [(m, p) for m, p, old in zip(members, wanted, held, strict=True) if p != old]
         if not edits:
             raise EditRefused("the edit changes nothing: the workloads already run like that")
-        try:
-            effective = await run._send_edits(st, edits, source="live")
-        except HostError as exc:
-            run.event("WARNING", f"live edit {rollup_type}={instance} {changes.describe()} "
-                      f"refused: {exc}", kind="edit", step=st.number)
-            raise EditRefused(str(exc)) from exc
+        steered = _steered(st, {m.id for m, _ in edits})
+        if steered and any(p.iops is None for _, p in edits):
+            raise EditRefused(
+                f"DFC steers the IOPS of {', '.join(sorted(steered))} in step "
+                f"{st.config.name}: give a number of IOPS, not max (its next move starts from "
+                "the total you set)")
+        async with st.edits:
+            try:
+                effective = await run._send_edits(st, edits, source="live")
+            except HostError as exc:
+                run.event("WARNING", f"live edit {rollup_type}={instance} {changes.describe()} "
+                          f"refused: {exc}", kind="edit", step=st.number)
+                raise EditRefused(str(exc)) from exc
+            for key in steered:  # DFC starts from the edit once it holds
+                total = sum(p.iops or 0.0
+                            for p in map(run.settings.latest, st.dfc_members[key]))
+                st.control.operator_edit(key, effective, total)
         run.event("INFO", f"live edit {rollup_type}={instance} {changes.describe()}: "
-                  f"{len(edits)} workloads from subinterval {effective}", kind="edit",
-                  step=st.number, subinterval=effective)
+                  f"{len(edits)} workloads from subinterval {effective}"
+                  + (f"; DFC starts from it for {', '.join(sorted(steered))}"
+                     if steered else ""), kind="edit", step=st.number, subinterval=effective)
         return {"effective_subinterval": effective, "step": st.number,
-                "step_name": st.config.name, "workloads": [c.id for c, _ in edits]}
+                "step_name": st.config.name, "workloads": [m.id for m, _ in edits]}
 
     async def stop_step(self) -> dict[str, Any]:
         run = self.run
@@ -1551,6 +1562,11 @@ class RunControl:
                       f"{st.forced_last}", kind="stop", step=st.number)
         return {"step": st.number, "step_name": st.config.name,
                 "last_subinterval": st.forced_last}
+
+
+def _steered(st: _StepState, workload_ids: set[str]) -> set[str]:
+    """The DFC focus instances of the running step with a workload among ``workload_ids``."""
+    return {key for key, wids in st.dfc_members.items() if workload_ids.intersection(wids)}
 
 
 def _split_lun(spec: RollupSpec, instances: Sequence[WorkloadInstance]) -> str | None:

@@ -106,6 +106,9 @@ class StepControl:
         #: every DFC move of each focus instance, for the verdict's reasons
         self.dfc_moves: dict[str, list[DfcReading]] = {}
         self._window_key: tuple[tuple[str, float], ...] = ()  # the IOPS they ran at
+        #: focus instances an operator's edit takes over: the first subinterval it holds in
+        #: and the instance's total from then on (``operator_edit``)
+        self._taken_over: dict[str, tuple[int, float]] = {}
 
     @property
     def max_subintervals(self) -> int:
@@ -126,6 +129,18 @@ class StepControl:
             return math.sqrt(lo * hi)
         return min(max(current, lo), hi)
 
+    def operator_edit(self, instance: str, effective: int, total: float) -> None:
+        """An operator's edit sets DFC focus instance ``instance``'s workloads (its total to
+        ``total``) from subinterval ``effective`` on. Until then its controller makes no move
+        (one made from what ran before would undo the edit); from then it starts from the
+        total in force, its settle count and the DFC window starting again."""
+        if self.bank is not None and instance in self.bank.controllers:
+            self._taken_over[instance] = (effective, total)
+
+    def operator_held(self) -> frozenset[str]:
+        """The focus instances an operator's edit holds back from DFC's moves now."""
+        return frozenset(self._taken_over)
+
     def phase_of(self, k: int) -> str:
         if self.meas_start is None or k < self.meas_start:
             return "warmup"
@@ -139,11 +154,13 @@ class StepControl:
         force during ``k``; ``sample``: its statistics (needed with a DFC window)."""
         phase = self.phase_of(k)
         dec = Decision(k, phase, self.last)
+        hold = self._operator_holds(k, settings)
         measured = self._dfc_measurement(results, settings, sample)
         if self.bank is not None and self.dfc is not None and measured is not None:
-            for row in self.bank.step(k, measured, settings):
+            for row in self.bank.step(k, measured, settings, hold):
                 mv = row.move
-                dec.new_totals[row.instance] = mv.new_iops
+                if row.instance not in hold:
+                    dec.new_totals[row.instance] = mv.new_iops
                 self.dfc_moves.setdefault(row.instance, []).append(DfcReading(
                     k, mv.measured, mv.new_iops, mv.saturated, mv.held))
                 dec.dfc_rows.append({
@@ -176,6 +193,28 @@ class StepControl:
                 self.meas_end = k
                 self.last = dec.last = k + self.cool
         return dec
+
+    def _operator_holds(self, k: int, settings: Mapping[str, float]) -> dict[str, float]:
+        """The focus instances whose controller makes no move after ``k``, each with the
+        total it holds at: those an operator's edit takes over from a later subinterval, and
+        those with no total in force (a workload at max). An edit in force from ``k`` on
+        hands its instance's total to the controller (``PidController.take_over``) and starts
+        the DFC window again."""
+        hold: dict[str, float] = {}
+        if self.bank is None:
+            return hold
+        for inst, (effective, total) in list(self._taken_over.items()):
+            if effective > k:
+                hold[inst] = total
+                continue
+            del self._taken_over[inst]
+            if inst in settings:
+                self.bank.controllers[inst].take_over(settings[inst])
+            self._window, self._window_key = [], ()
+        for inst in self.bank.controllers:
+            if inst not in settings and inst not in hold:
+                hold[inst] = math.nan
+        return hold
 
     def _dfc_measurement(self, results: Mapping[str, RollupResult],
                          settings: Mapping[str, float], sample: Sample | None

@@ -173,10 +173,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from protocol.params import WorkloadParams
 from protocol.stats import StatsBatch, WorkloadStats
 from scripts.blocktrace import BlockTrace, Latencies
 from slave.engine import tuning
-from slave.params import WorkloadParams
 from slave.worker import WorkerPool
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

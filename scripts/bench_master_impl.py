@@ -45,8 +45,10 @@ from master.heap import keep_freed_memory
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
 from master.output import RunOutput
 from master.recorder import HostResult, StepRecorder
+from master.settings import Settings
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import SubintervalResult
+from protocol.params import WorkloadParams
 from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch, WorkloadStats
 from slave.session import group_maps, parse_plan, rollup_parts
 
@@ -134,7 +136,7 @@ def make_workloads(n_hosts: int, per_host: int) -> tuple[dict[str, WorkloadInsta
                 if len(ids) == per_host:
                     break
                 wid = f"{host}:{sl.lun.path}:{spec.name}"
-                params = {"iops": None if spec.iops == "max" else spec.iops}
+                params = WorkloadParams(iops=None if spec.iops == "max" else float(spec.iops))
                 out[wid] = WorkloadInstance(
                     wid, spec.name, host, sl, spec, params,
                     {**sl.lun.attributes, "host": host, "lun": sl.lun.path,
@@ -199,7 +201,10 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
     output = RunOutput(folder)
     # a fixed-length step, the common case (the slaves add the window up: Go.fold)
     t0 = time.thread_time()
-    rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, "host",
+    settings = Settings()
+    for wid, inst in workloads.items():
+        settings.placed(wid, inst.params)
+    rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, settings, "host",
                        hosts=hosts, fold_measurement=True)
     step_start_s = time.thread_time() - t0
     made = [make_frames(pool, rec, hosts, ids_by_host, k, rng) for k in range(distinct)]

@@ -40,7 +40,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from slave.params import WriteDataKind
+from protocol.params import WriteDataKind
 
 SECTOR_BYTES: Final = 512
 POOL_BLOCKS: Final = 64

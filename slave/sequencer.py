@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from slave.params import WorkloadParams
+from protocol.params import WorkloadParams
 
 
 def stream_fraction(stream: str, use: bytes = b"ivypy-phase") -> float:

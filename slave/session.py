@@ -18,11 +18,13 @@ import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
+from protocol import credit
+from protocol.credit import SlaveCredit
 from protocol.errors import (
     IoEngineError,
     IvyError,
@@ -55,6 +57,7 @@ from protocol.messages import (
     WindowRequest,
     WindowResult,
 )
+from protocol.params import WorkloadParams, from_wire
 from protocol.state import Conversation, Role, State
 from protocol.stats import BYTES, OPS, GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
@@ -62,7 +65,6 @@ from slave import devstats
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import paced_kernel
-from slave.params import WorkloadParams
 from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
 
@@ -71,9 +73,6 @@ from slave.windowstore import WindowError, WindowStore
 WATCHDOG_SUBINTERVALS = 3
 
 log = logging.getLogger(__name__)
-
-PARAM_NAMES = frozenset(f.name for f in fields(WorkloadParams))
-
 
 class MasterLateError(IvyError):
     """A subinterval was about to start without the master's ``Continue`` (or the buffer it
@@ -184,8 +183,8 @@ class _Step:
     number: int
     start_ns: int
     subinterval_ns: int
-    granted: int = 1
-    stop_after: int | None = None
+    #: what the master granted (``protocol.credit``)
+    credit: SlaveCredit = field(default_factory=SlaveCredit)
     next_result: int = 0
     cpu_before: CpuSnapshot | None = None
     plan: list[PlanEntry] = field(default_factory=list)
@@ -527,15 +526,7 @@ class SlaveSession:
         return [p.pid for p in psutil.Process().children(recursive=True)]
 
     def _effective(self) -> int:
-        return -1 if self.step is None else self.step.next_result + 1
-
-    def _params(self, raw: dict[str, Any], base: WorkloadParams | None) -> WorkloadParams:
-        unknown = set(raw) - PARAM_NAMES
-        if unknown:
-            raise ValueError(f"unknown workload parameters {sorted(unknown)}")
-        if raw.get("iops") is not None:
-            raw = {**raw, "iops": float(raw["iops"])}
-        return base.replace(**raw) if base else WorkloadParams(**raw)
+        return credit.effective(None if self.step is None else self.step.next_result)
 
     def _refuse(self, seq: int, kind: str, message: str, workload_id: str, lun: str = "") -> None:
         """Answer request ``seq`` with an ``Error`` naming the workload (and LUN); its message
@@ -551,7 +542,7 @@ class SlaveSession:
             self._refuse(msg.seq, "config", f"workload {wid} exists already", wid, msg.lun_path)
             return
         try:
-            params = self._params(msg.params, None)
+            params = from_wire(msg.params)
             lun = self.luns.get(msg.lun_path)
             if lun is None or (params.writes and not msg.allow_write):
                 # a write is checked against the LUN as it is now, not as discovery saw it
@@ -592,7 +583,7 @@ class SlaveSession:
             raise ValueError(f"no workload {wid} on this host")
         if len(raw) == 1 and raw.get("iops") is not None:  # DFC's edit, of every workload
             return base.with_rate(float(raw["iops"]))  # a rate fits wherever base did
-        params = self._params(raw, base)
+        params = from_wire(raw, base)
         if params.writes and not base.writes:
             raise ValueError(
                 "an edit cannot turn a read-only workload into one that writes (that needs "
@@ -666,15 +657,14 @@ class SlaveSession:
         )
         self._resolve_devices()  # before the start boundary: a sample then only reads
         try:
-            self.backend.go(msg.start_ns, msg.subinterval_ns, granted=1)
+            self.backend.go(msg.start_ns, msg.subinterval_ns, granted=credit.GO_GRANTS)
         except IvyError as exc:
             self._end_step_with_error("io", f"could not start step {msg.step}: {exc}", exc)
 
     def _on_continue(self, msg: Continue) -> None:
         if self.step is None:
             return  # crossed a Stopped we sent
-        if msg.subinterval > self.step.granted:
-            self.step.granted = msg.subinterval
+        if self.step.credit.grant(msg.subinterval):
             try:
                 self.backend.grant(msg.subinterval)
             except IvyError as exc:
@@ -683,10 +673,7 @@ class SlaveSession:
     def _on_stop(self, msg: Stop) -> None:
         if self.step is None:
             return
-        last = max(msg.after_subinterval, self.step.next_result - 1)
-        if self.clock() >= self.step.end_of(last) and last < self.step.next_result:
-            last = self.step.next_result - 1
-        self.step.stop_after = last
+        last = self.step.credit.stop(msg.after_subinterval, self.step.next_result)
         self.backend.stop_after(last)
         if last < self.step.next_result:
             self._finish_step()
@@ -723,8 +710,7 @@ class SlaveSession:
             step is not None and self.step is step and self.clock() >= step.end_of(step.next_result)
         ):
             k = step.next_result
-            ending = step.stop_after is not None and k >= step.stop_after
-            if k + 1 > step.granted and not ending:
+            if not step.credit.may_follow(k):
                 self._end_step_with_error(
                     "late",
                     f"master late: no Continue for subinterval {k + 1} of step {step.number} "
@@ -753,7 +739,7 @@ class SlaveSession:
             except IvyError as exc:
                 self._end_step_with_error("io", f"after subinterval {k}: {exc}", exc)
                 return
-            if step.stop_after is not None and k >= step.stop_after:
+            if step.credit.ends_with(k):
                 self._finish_step()
                 return
 

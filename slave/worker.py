@@ -64,11 +64,12 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from protocol import credit
 from protocol.errors import IoEngineError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
+from protocol.params import WorkloadParams
 from protocol.stats import StatsBatch, WorkloadStats
 from slave.engine import paced_kernel
-from slave.params import WorkloadParams
 from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
 
 log = logging.getLogger(__name__)
@@ -517,7 +518,7 @@ class WorkerPool:
                     worker=pending[0].index, workloads=late, luns=self._luns_of(late))
             self._pump(left / 1e9)
             pending = [w for w in self._workers if k not in w.ready]
-        b = k % 2
+        b = credit.buffer_of(k)
         for w in self._workers:
             w.ctrl[2 * b] = SENDING
         ids = list(self._entries)
@@ -550,8 +551,8 @@ class WorkerPool:
     def keep_going(self) -> None:
         """The master said continue: the buffer freed by the last ``collect`` is ready to run
         the subinterval after next. Raises a worker's pending error, if any."""
-        k = self._last_collected + 2
-        b = 2 * (k % 2)
+        k = credit.freed_for(self._last_collected)
+        b = 2 * credit.buffer_of(k)
         for w in self._workers:
             w.ctrl[b + 1] = k
             w.ctrl[b] = READY_TO_RUN

@@ -3,7 +3,7 @@
 Owns the bookkeeping between the master's grants (``Continue(k)``) and the pool's
 ``keep_going`` (which readies the buffer collected last for the subinterval after next): a
 collected buffer is handed back for reuse only once the master has granted the subinterval it
-would run. Nothing else: no protocol, no I/O.
+would run (``protocol.credit.reusable``). Nothing else: no protocol, no I/O.
 
 Each workload runs on the engine its LUN's entry in the test asks for (``auto`` by default).
 ``IVYPY_SLAVE_ENGINE`` (``libaio``, ``threadpool`` or ``fake[...]``; ``auto`` or unset: the
@@ -17,10 +17,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from protocol import credit
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from slave.engine import choose_engine
 from slave.luns import LunInfo
-from slave.params import WorkloadParams
 from slave.session import Collected, MasterLateError
 from slave.worker import MasterLateError as PoolLateError
 from slave.worker import WorkerPool
@@ -101,7 +102,8 @@ class WorkerBackend:
         self.grant(subinterval + 1)
 
     def _hand_back(self) -> None:
-        while self._running and self._collected and self._collected[0] + 2 <= self.granted:
+        while self._running and self._collected and credit.reusable(self._collected[0],
+                                                                     self.granted):
             self._collected.popleft()
             self.pool.keep_going()
 

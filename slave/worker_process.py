@@ -24,7 +24,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from protocol import credit
 from protocol.errors import IoEngineError, IvyError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
 from slave.engine.base import SlotTable
@@ -32,7 +34,6 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from slave.engine.threadpool import ThreadPoolEngine
-from slave.params import WorkloadParams
 from slave.sequencer import check_fits
 
 log = logging.getLogger(__name__)
@@ -294,7 +295,7 @@ class _WorkerControl:
     def boundary(self, loop: EngineLoop, finished_index: int, boundary_ns: int) -> None:
         self.poll(loop)  # everything sent before the boundary counts for it
         nxt = finished_index + 1
-        b = 2 * (nxt % 2)
+        b = 2 * credit.buffer_of(nxt)
         state, sub = int(self.ctrl[b]), int(self.ctrl[b + 1])
         if state != READY_TO_RUN or sub != nxt:
             self.late = (
@@ -315,7 +316,7 @@ class _WorkerControl:
         handed_over_ns: int,
         io_errors: dict[str, dict[str, int]],
     ) -> None:
-        self.ctrl[2 * (finished_index % 2)] = READY_TO_SEND
+        self.ctrl[2 * credit.buffer_of(finished_index)] = READY_TO_SEND
         self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors))
 
     def in_flight(self) -> dict[str, int]:

@@ -54,7 +54,7 @@ MAX_LUN_BYTES = 2**60
 #: few MiB), fio and ivy tests stay at or below 16 MiB, and the slave allocates ``iodepth``
 #: buffers of this size for the workload.
 MAX_BLOCKSIZE_BYTES = 64 * 1024**2
-#: The deepest queue of one workload: the slave's own bound (``slave.params.MAX_IODEPTH``; the
+#: The deepest queue of one workload: the slave's own bound (``protocol.params.MAX_IODEPTH``; the
 #: master does not import the slave).
 MAX_IODEPTH = 4096
 #: The deepest average device queue (``device_queue_depth``) a target or limit may name: a

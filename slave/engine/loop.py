@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable
@@ -39,7 +40,6 @@ from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Group, Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec
 from slave.engine.loop_workloads import Workloads
-from slave.params import WorkloadParams
 
 __all__ = ["EngineLoop", "LoopControl", "WorkloadSpec"]
 

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import common_root, rooted_at
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
@@ -36,7 +37,6 @@ from slave.engine.layout import (
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
 from slave.engine.loop_state import LoopWorkload, set_ring, took
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 if TYPE_CHECKING:

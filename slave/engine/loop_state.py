@@ -17,12 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import tuning
 from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
 from slave.engine.layout import IO, IO_WORDS, IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from slave.datapattern import WritePattern
 from slave.engine import tuning
 from slave.engine.base import AlignedBuffers, IoEngine
@@ -28,7 +29,6 @@ from slave.engine.layout import IO
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_slots import Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec, ring_ahead, set_ring
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer, stream_fraction
 
 log = logging.getLogger(__name__)

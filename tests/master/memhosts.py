@@ -23,11 +23,12 @@ import numpy as np
 from master.config import HostConfig, TestConfig, parse_config_text
 from master.live import LiveView
 from master.run import Run
+from protocol import credit
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import Message
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.luns import LunInfo
-from slave.params import WorkloadParams
 from slave.session import Collected, SlaveSession
 
 #: I/Os a subinterval of an ``iops: max`` workload completes, per second
@@ -42,8 +43,8 @@ class SyntheticBackend:
 
     def __init__(self) -> None:
         self.workloads: dict[str, WorkloadParams] = {}
-        #: edits staged: workload id -> (first subinterval, parameters)
-        self.staged: dict[str, tuple[int, WorkloadParams]] = {}
+        #: edits staged, in the order taken: workload id -> [(first subinterval, parameters)]
+        self.staged: dict[str, list[tuple[int, WorkloadParams]]] = {}
         #: (step, subinterval, {workload id: iops}) of every subinterval collected
         self.ran: list[tuple[int, int, dict[str, float | None]]] = []
         self.step = -1
@@ -61,7 +62,8 @@ class SyntheticBackend:
         return "synthetic"
 
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
-        self.staged[workload_id] = (self.collected + 2 if self.running else -1, params)
+        self.staged.setdefault(workload_id, []).append(
+            (credit.effective(self.collected + 1 if self.running else None), params))
 
     def edit_many(self, edits: Sequence[tuple[str, WorkloadParams]]) -> None:
         for wid, params in edits:
@@ -85,10 +87,11 @@ class SyntheticBackend:
         pass
 
     def _take_staged(self, k: int | None) -> None:
-        for wid, (frm, params) in list(self.staged.items()):
-            if k is None or frm <= k:
-                self.workloads[wid] = params
-                del self.staged[wid]
+        for wid, edits in list(self.staged.items()):
+            due = [params for frm, params in edits if k is None or frm <= k]
+            if due:
+                self.workloads[wid] = due[-1]
+                self.staged[wid] = [(frm, p) for frm, p in edits if k is not None and frm > k]
 
     def collect(self, subinterval: int, deadline_ns: int) -> Collected:
         self._take_staged(subinterval)

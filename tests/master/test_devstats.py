@@ -30,7 +30,14 @@ from master.recorder import INSTANCE_COLUMNS, SUMMARY_COLUMNS, HostResult, StepR
 from master.rollup import Grouping
 from protocol.devstats import DeviceDelta
 from protocol.errors import HostError
-from tests.master.test_recorder import ROLLUPS, _assert_no_rows, _host_result, _read, _Slaves
+from tests.master.test_recorder import (
+    ROLLUPS,
+    _assert_no_rows,
+    _host_result,
+    _read,
+    _Slaves,
+    settings_of,
+)
 from tests.master.test_recorder import _workloads as _recorder_workloads
 
 NAN = math.nan
@@ -189,7 +196,7 @@ def test_recorder_writes_device_columns_everywhere(tmp_path: Path) -> None:
     ``workload``, whose instances split a LUN), and devices.csv has every device."""
     wl = _recorder_workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(4)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
@@ -235,7 +242,7 @@ def test_recorder_writes_device_columns_everywhere(tmp_path: Path) -> None:
 def test_bad_device_counters_fail_the_host_by_name(tmp_path: Path) -> None:
     wl = _recorder_workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(1)
     good, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from master.dfc import DfcBank, PidController, PidGains, split_iops
+from master.dfc import DfcBank, PidController, PidGains
 from protocol.errors import ConfigError
 
 Plant = Callable[[float], float]
@@ -267,23 +267,8 @@ def test_bank_cluster_and_per_host() -> None:
 
 
 @pytest.mark.parametrize(
-    ("total", "workloads", "expected"),
-    [(900.0, [("l1", 1.0), ("l1", 1.0), ("l2", 1.0)], [225.0, 225.0, 450.0]),
-     (1000.0, [("a", 1.0), ("a", 3.0), ("b", 2.0)], [125.0, 375.0, 500.0]),
-     (300.0, [("a", 1.0), ("b", 1.0), ("c", 5.0)], [100.0, 100.0, 100.0]),
-     (0.0, [("a", 1.0)], [0.0]),
-     (100.0, [], [])],
-)
-def test_split_iops_table(total: float, workloads: list[tuple[str, float]],
-                          expected: list[float]) -> None:
-    got = split_iops(total, workloads)
-    assert got == pytest.approx(expected)
-    assert sum(got) == pytest.approx(total if workloads else 0.0)
-
-
-@pytest.mark.parametrize(
     "make",
-    [lambda: split_iops(100, [("a", 0.0)]), lambda: PidController(0, 1, 10),
+    [lambda: PidController(0, 1, 10),
      lambda: PidController(2, 10, 1), lambda: PidController(2, 0, 10),
      lambda: PidController(2, 1, 10, direction=0), lambda: PidController(2, 1, 10, tolerance=0),
      lambda: PidController(2, 1, 10, aggressiveness=2), lambda: PidGains(0, 0, 0),
@@ -293,10 +278,6 @@ def test_validation(make: Callable[[], object]) -> None:
     with pytest.raises(ConfigError):
         make()
 
-
-def test_split_rejects_negative_total() -> None:
-    with pytest.raises(ValueError):
-        split_iops(-1, [("a", 1.0)])
 
 
 def test_one_spike_after_settling_is_held_and_a_confirmed_one_followed() -> None:

@@ -20,6 +20,7 @@ from master.lunselect import (
     select_luns,
 )
 from protocol.errors import ConfigError
+from protocol.params import WorkloadParams
 
 TEST = """\
 test: edits
@@ -73,7 +74,7 @@ def test_edit_rollup_changes_exactly_its_instances_workloads(
     apply_rollup_edits(cfg.steps[0].edit_rollup, instances, cfg.rollups)
     for inst in instances:
         want = changed.get(inst.id, (100.0, 4))
-        assert (inst.params["iops"], inst.params["iodepth"]) == want, inst.id
+        assert (inst.params.iops, inst.params.iodepth) == want, inst.id
 
 
 BAD = [
@@ -156,7 +157,7 @@ def _split(weights: list[tuple[str, float]], edit: str) -> list[float | None]:
     cfg = parse_config_text(text, "skew.yaml", cwd=Path("/"))
     instances = expand_step(cfg.steps[0], select_luns(cfg, SKEW_LUNS))
     apply_rollup_edits(cfg.steps[0].edit_rollup, instances, cfg.rollups)
-    by_name = {inst.name: inst.iops_setting for inst in instances}
+    by_name = {inst.name: inst.params.iops for inst in instances}
     assert len(by_name) == len(instances) == len(weights)
     return [by_name[f"w{i}"] for i in range(len(weights))]
 
@@ -238,7 +239,7 @@ steps:
 """
 
 
-def _resolved(keys: str, size_bytes: int, logical_block_bytes: int) -> dict[str, object]:
+def _resolved(keys: str, size_bytes: int, logical_block_bytes: int) -> WorkloadParams:
     """The parameters workload ``w`` (``keys`` its YAML keys) gets on a LUN of ``size_bytes``
     with ``logical_block_bytes`` sectors."""
     cfg = parse_config_text(EXTENT_TEST.format(keys=keys), "extents.yaml", cwd=Path("/"))
@@ -297,8 +298,8 @@ EXTENTS = [
 def test_extents_become_sector_aligned_bytes_of_the_lun(
         keys: str, logical: int, want: tuple[int, int, int, int]) -> None:
     p = _resolved(keys, GIB, logical)
-    got = (p["range_start_bytes"], p["range_end_bytes"], p["hot_zone_bytes"],
-           p["seq_start_bytes"])
+    got = (p.range_start_bytes, p.range_end_bytes, p.hot_zone_bytes,
+           p.seq_start_bytes)
     assert got == want
     assert all(isinstance(v, int) and v % logical == 0 for v in got), got
 
@@ -380,7 +381,7 @@ def test_extents_refused_when_read_name_their_key_path(keys: str, key_path: str,
 ])
 def test_seq_start_is_the_place_on_the_lun_the_config_check_took_it_for(keys: str,
                                                                        want: int) -> None:
-    assert _resolved(f"{SEQUENTIAL}, {keys}", GIB, 512)["seq_start_bytes"] == want
+    assert _resolved(f"{SEQUENTIAL}, {keys}", GIB, 512).seq_start_bytes == want
 
 
 @pytest.mark.parametrize("keys", [

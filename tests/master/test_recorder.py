@@ -32,9 +32,11 @@ from master.recorder import (
     summary_columns,
 )
 from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from master.settings import Settings
 from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
+from protocol.params import WorkloadParams
 from protocol.stats import StatsBatch, WorkloadStats
 from slave.session import group_maps, parse_plan, rollup_parts
 from slave.windowstore import WindowStore
@@ -153,9 +155,17 @@ def _workloads() -> dict[str, WorkloadInstance]:
             for name, iops in (("a", 100.0), ("b", None)):
                 spec = WorkloadSpec(name=name, luns=LunChoice(), iosequencer="random_steady")
                 wid = f"{h}:{lun.path}:{name}"
-                out[wid] = WorkloadInstance(wid, name, h, sl, spec, {"iops": iops},
+                out[wid] = WorkloadInstance(wid, name, h, sl, spec, WorkloadParams(iops=iops),
                                             {"vendor": vendor, "model": model})
     return out
+
+
+def settings_of(wl: dict[str, WorkloadInstance]) -> Settings:
+    """The settings in force of ``wl``: each workload's planned parameters."""
+    settings = Settings()
+    for wid, inst in wl.items():
+        settings.placed(wid, inst.params)
+    return settings
 
 
 ROLLUPS = [RollupSpec("all", (), builtin=True), RollupSpec("host", (), builtin=True),
@@ -219,7 +229,7 @@ def _read(path: Path) -> list[list[str]]:
 def test_recorder_rows_cpu_interlock_and_summary(tmp_path: Path) -> None:
     wl = _workloads()
     out = RunOutput(tmp_path, max_open_files=3)  # fewer than the files: appenders reopen
-    rec = StepRecorder(out, 2, "mix", ROLLUPS, 1.0, wl, "host")
+    rec = StepRecorder(out, 2, "mix", ROLLUPS, 1.0, wl, settings_of(wl), "host")
     sim = _Slaves(rec, keep_from=1)
     rng = np.random.default_rng(5)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
@@ -318,7 +328,7 @@ def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
     wl = _workloads()
     out = RunOutput(tmp_path)
     h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1, settings_of(h1))
     rng = np.random.default_rng(1)
     ids = list(h1)
     res = _host_result(_Slaves(rec), "h1", ids, 0, rng, 1.0)[0]
@@ -327,8 +337,8 @@ def test_changed_workload_set_within_a_step_is_refused(tmp_path: Path) -> None:
         res.result, workload_ids=ids[::-1]))
     rec.record(1, "measurement", [turned], 2 * 10**9)
     # a slave reporting fewer workloads than the plan gave it
-    other = StepRecorder(RunOutput(tmp_path / "o"), 0, "s", ROLLUPS, 1.0,
-                         {w: h1[w] for w in ids[:2]})
+    two = {w: h1[w] for w in ids[:2]}
+    other = StepRecorder(RunOutput(tmp_path / "o"), 0, "s", ROLLUPS, 1.0, two, settings_of(two))
     short = _host_result(_Slaves(other), "h1", ids[:2], 2, rng, 1.0)[0]
     twice = dataclasses.replace(res, result=dataclasses.replace(
         res.result, workload_ids=[ids[0], *ids[:-1]]))
@@ -343,7 +353,7 @@ def _two_hosts(tmp_path: Path) -> tuple[RunOutput, StepRecorder, HostResult, Hos
     """A step on hosts h1 and h2, and one subinterval's result of each."""
     wl = _workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(1)
     h1, _ = _host_result(sim, "h1", [w for w in wl if w.startswith("h1:")], 0, rng, 1.0)
@@ -527,7 +537,7 @@ def test_summary_is_the_same_whether_the_slaves_fold_keep_or_spill(tmp_path: Pat
     reference = None
     for how in ("kept", "folded", "spilled"):
         out = RunOutput(tmp_path / how)
-        rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, "host",
+        rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl), "host",
                            fold_measurement=how == "folded")
         sim = _Slaves(rec, keep_from=1, keep_to=3, fold=how == "folded",
                       memory_bytes=0 if how == "spilled" else 1 << 30)
@@ -571,13 +581,15 @@ def test_summary_rows_carry_cpu_workloads_and_mean_iops_setting(tmp_path: Path,
     the mean setting; any workload at max gives ``max``)."""
     wl = _workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, fold_measurement=fold)
+    settings = settings_of(wl)
+    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, settings, fold_measurement=fold)
     sim = _Slaves(rec, keep_from=1, fold=fold)
     rng = np.random.default_rng(4)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     a0 = "h1:/dev/sd0:a"
     for k, (setting, busy1) in enumerate([(50.0, 10.0), (100.0, 30.0), (300.0, 50.0)]):
-        wl[a0] = dataclasses.replace(wl[a0], params={"iops": setting})
+        settings.taken(a0, settings[a0].with_rate(setting), k, "live")
+        settings.advance(k)
         rec.record(k, "warmup" if k == 0 else "measurement",
                    [_host_result(sim, "h1", ids["h1"], k, rng, busy1)[0],
                     _host_result(sim, "h2", ids["h2"], k, rng, 70.0)[0]], (k + 1) * 10**9)
@@ -609,7 +621,7 @@ def test_summary_and_histogram_files_agree_with_the_window_rows(tmp_path: Path) 
 
     wl = _workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 3, "x", ROLLUPS, 0.5, wl)
+    rec = StepRecorder(out, 3, "x", ROLLUPS, 0.5, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(9)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
@@ -666,9 +678,9 @@ def test_instances_with_the_same_safe_name_keep_their_own_files(tmp_path: Path) 
         spec = WorkloadSpec(name="a", luns=LunChoice(), iosequencer="random_steady")
         wid = f"{h}:/dev/sd0:a"
         wl[wid] = WorkloadInstance(wid, "a", h, SelectedLun(lun, True, (0,)), spec,
-                                   {"iops": None}, {"vendor": vendor, "model": "F9"})
+                                   WorkloadParams(), {"vendor": vendor, "model": "F9"})
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(3)
     for k in range(2):
@@ -695,10 +707,10 @@ def test_summary_names_the_workloads_short_of_their_iops_setting(tmp_path: Path)
     IOPS (they did more) and at max are not named; at 100% nothing is short."""
     wl = _workloads()
     a0 = "h1:/dev/sd0:a"
-    wl[a0] = dataclasses.replace(wl[a0], params={"iops": 1e6, "iodepth": 4,
-                                                 "iosequencer": "random_steady"})
+    wl[a0] = dataclasses.replace(wl[a0], params=WorkloadParams(iops=1e6, iodepth=4,
+                                                               iosequencer="random_steady"))
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(5)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
@@ -715,7 +727,7 @@ def test_summary_names_the_workloads_short_of_their_iops_setting(tmp_path: Path)
     assert not valid and messages[0] == reason
     for r in rows:
         assert r["valid"] is False and r["invalid_reason"] == reason, r
-    iops = np.array([wl[w].params["iops"] or np.nan for w in rec.ids], dtype=float)
+    iops = np.array([wl[w].params.iops or np.nan for w in rec.ids], dtype=float)
     assert rec.iops_shortfall(total, iops, 3.0, 100.0) == ""
     iops[rec.ids.index(a0)] = got
     assert rec.iops_shortfall(total, iops, 3.0, 5.0) == ""
@@ -726,7 +738,7 @@ def test_unmeasured_rows_keep_names_workloads_and_settings(tmp_path: Path) -> No
     cells and the window empty, the workloads and IOPS settings in force, invalid with the
     reason (test_run_verdicts reads them back from the CSV files)."""
     wl = _workloads()
-    rec = StepRecorder(RunOutput(tmp_path), 4, "w", ROLLUPS, 1.0, wl)
+    rec = StepRecorder(RunOutput(tmp_path), 4, "w", ROLLUPS, 1.0, wl, settings_of(wl))
     reason = "stopped by ivypy stop after subinterval 1 (warmup); no measurement subinterval"
     rows = rec.unmeasured_rows(reason, {"measure_criterion": "accuracy"})
     assert [(r["rollup_type"], r["rollup_instance"]) for r in rows] == [
@@ -754,7 +766,7 @@ def test_gathered_columns_in_rows_results_and_summary_means(tmp_path: Path) -> N
     wl = _workloads()
     out = RunOutput(tmp_path)
     g1, g2 = "gather.arr.LDEV.busy_pct", "gather.arr.LDEV.reads"
-    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, gathered=[g1, g2])
+    rec = StepRecorder(out, 1, "s", ROLLUPS, 1.0, wl, settings_of(wl), gathered=[g1, g2])
     sim = _Slaves(rec, keep_from=1)
     rng = np.random.default_rng(6)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}

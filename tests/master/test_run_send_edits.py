@@ -1,5 +1,6 @@
 """``Run._send_edits``: one ``EditWorkloads`` request per host; a host's refusal names host and
-workload, and says which hosts' edits were made (those are noted for the rows)."""
+workload, and says which hosts' edits were made (those are taken into the settings in force
+from the subinterval each host announced, and only those)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 
 from master.run import Run
+from master.settings import Settings
 from protocol.errors import HostError
 from protocol.messages import Ack, Error
+from protocol.params import WorkloadParams
 
 
 class Session:
@@ -27,10 +30,13 @@ class Session:
 
 def _send(replies: dict[str, Ack | Error]) -> tuple[Any, SimpleNamespace, list[Any]]:
     run = SimpleNamespace(sessions={h: Session(r) for h, r in replies.items()},
-                          pending_edits=[], interrupted=asyncio.Event())
+                          settings=Settings(), interrupted=asyncio.Event())
     run._to_hosts = lambda calls, what: Run._to_hosts(run, calls, what)  # type: ignore[arg-type]
-    changes = [(SimpleNamespace(host=h, id=f"{h}:/dev/x:w{i}"), {"iops": 10.0 * i})
+    changes = [(SimpleNamespace(host=h, id=f"{h}:/dev/x:w{i}"),
+                WorkloadParams(iops=10.0 * i + 5, read_fraction=0.5))
                for i in range(3) for h in replies]
+    for inst, _ in changes:
+        run.settings.placed(inst.id, WorkloadParams(iops=1.0, read_fraction=0.5))
     try:
         out: Any = asyncio.run(Run._send_edits(run, None, changes, source="dfc"))  # type: ignore[arg-type]
     except HostError as exc:
@@ -43,9 +49,13 @@ def test_one_request_per_host_and_the_latest_subinterval() -> None:
     assert got == 8
     for host in ("h1", "h2"):
         (request,) = run.sessions[host].requests
-        assert request == [(inst.id, p) for inst, p in changes if inst.host == host]
-    assert sorted(run.pending_edits) == sorted(
-        ({"h1": 7, "h2": 8}[inst.host], inst.id, p) for inst, p in changes)
+        # what differs from what the slave holds: the rate alone
+        assert request == [(inst.id, {"iops": p.iops}) for inst, p in changes
+                           if inst.host == host]
+    assert run.settings.pending() == {inst.id: {"h1": 7, "h2": 8}[inst.host]
+                                      for inst, _ in changes}
+    run.settings.advance(8)
+    assert all(run.settings[inst.id] == p for inst, p in changes)
 
 
 @pytest.mark.parametrize(("replies", "held"), [
@@ -70,5 +80,4 @@ def test_a_refusal_names_host_and_workload_and_what_was_made(
     else:
         assert "were made" not in str(got)
     # the rows show what holds: the hosts that took their edits, and only them
-    assert sorted(run.pending_edits) == sorted(
-        (5, inst.id, p) for inst, p in changes if inst.host in held)
+    assert run.settings.pending() == {inst.id: 5 for inst, _ in changes if inst.host in held}

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from master.run import EXIT_OK, RunControl
+from protocol.params import WorkloadParams
 from slave.luns import LunInfo
-from slave.params import WorkloadParams
 from tests.master.memhosts import (
     MemoryHosts,
     SyntheticBackend,

@@ -200,3 +200,53 @@ def test_a_dfc_without_readings_says_there_were_none() -> None:
         "started the measurement at subinterval 4 (h1: no service_time_p99_ms reading in "
         "subintervals 0-3 (a subinterval without I/O has none), so it held its IOPS; see "
         "dfc.csv)")
+
+
+@pytest.mark.parametrize(
+    ("edited_at", "effective", "total"),
+    [pytest.param(3, 5, 150.0, id="two subintervals ahead"),
+     pytest.param(3, 4, 900.0, id="the next subinterval, above the target's IOPS"),
+     pytest.param(4, 4, 50.0, id="below low_iops: DFC starts from its bound")],
+)
+def test_an_operators_edit_holds_dfc_back_then_is_its_start(edited_at: int, effective: int,
+                                                            total: float) -> None:
+    """``operator_edit`` after subinterval ``edited_at`` - 1: no move (and no new total) for
+    the instance until the edit holds, the rows held at the edit's total; in the subinterval
+    it holds in, the controller's move starts from the total in force (within its bounds),
+    not from its own last command, and the outlier rule does not take the jump for a spike."""
+    control = StepControl(_step(DFC + "    measure_seconds: 12\n"), 1.0,
+                          {"all": ("all",), "host": ("h1",)})
+    setting = 200.0
+    moves: dict[int, tuple[bool, float]] = {}
+    for k in range(9):
+        if k == edited_at:
+            control.operator_edit("h1", effective, total)
+            assert control.operator_held() == {"h1"}
+        if k == effective:
+            setting = total  # in force from here, as the settings owner says
+        p99 = 0.2 * setting / 200.0  # the target of 1 ms at 1,000 IOPS
+        dec = control.after(k, _results(p99, setting), {"h1": setting})
+        (row,) = dec.dfc_rows
+        moves[k] = (row["held"], row["new_iops"])
+        if edited_at <= k < effective:
+            assert "h1" not in dec.new_totals and row["held"], (k, row)
+            assert row["new_iops"] == total
+            continue
+        assert row["held"] is False and row["outlier"] is False, (k, row)
+        setting = dec.new_totals["h1"]
+        if k == effective:
+            start = min(max(total, 100.0), 1000.0)
+            assert row["iops_in_force"] == total
+            # up towards 1,000 IOPS from the edit, by at most a step of x2 (down from 900)
+            if start < 1000.0:
+                assert start < setting <= 2 * start, (k, row)
+            else:
+                assert start / 2 <= setting < start, (k, row)
+    assert control.operator_held() == frozenset()
+
+
+def test_an_edit_of_an_instance_dfc_does_not_steer_is_ignored() -> None:
+    control = StepControl(_step(DFC + "    measure_seconds: 4\n"), 1.0,
+                          {"all": ("all",), "host": ("h1",)})
+    control.operator_edit("h9", 1, 300.0)
+    assert control.operator_held() == frozenset()

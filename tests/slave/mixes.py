@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
+from protocol.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 
 DEPTHS = (1, 2, 3, 4, 8, 16, 32, 64, 256)
 BLOCKS = (4096, 8192, 16384, 65536)

@@ -29,7 +29,9 @@ from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.lunselect import Lun, SelectedLun, WorkloadInstance
 from master.output import RunOutput
 from master.recorder import CPU_COLUMNS, HostResult, StepRecorder
+from master.settings import Settings
 from protocol.messages import SubintervalResult
+from protocol.params import WorkloadParams
 from protocol.stats import StatsBatch, WorkloadStats
 from slave.cpu import CpuSampler, CpuSnapshot, _busy_total
 from slave.session import group_maps, parse_plan, rollup_parts
@@ -260,9 +262,12 @@ def _recorder(out: RunOutput) -> StepRecorder:
     lun = Lun("h1", "/dev/sdx", 1 << 30, 512, {}, (), {})
     spec = WorkloadSpec(name="w", luns=LunChoice(), iosequencer="random_steady")
     wl = {WID: WorkloadInstance(WID, "w", "h1", SelectedLun(lun, True, (0,)), spec,
-                                {"iops": None}, {})}
+                                WorkloadParams(), {})}
+    settings = Settings()
+    settings.placed(WID, WorkloadParams())
     return StepRecorder(out, 0, "s", [RollupSpec("all", (), builtin=True),
-                                      RollupSpec("workload", (), builtin=True)], 1.0, wl)
+                                      RollupSpec("workload", (), builtin=True)], 1.0, wl,
+                        settings)
 
 
 def _result(rec: StepRecorder, cpu: dict[str, Any], ops: dict[int, int]) -> HostResult:

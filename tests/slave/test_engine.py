@@ -12,6 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable
@@ -21,7 +22,6 @@ from slave.engine.layout import IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_state import LoopWorkload
 from slave.engine.tuning import LONG_WAIT_NS, SLEEP_MIN_NS
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from tests.slave.conftest import count_kernel_runs
 

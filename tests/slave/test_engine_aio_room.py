@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import files, native
 from slave.engine.base import SlotTable
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import MIN_AIO_EVENTS, LibaioEngine, aio_events_for
-from slave.params import WorkloadParams
 from slave.worker import WorkerError
 from slave.worker_backend import WorkerBackend
 from tests.slave.conftest import LoopFactory, require_here, settle

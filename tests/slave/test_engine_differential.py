@@ -33,12 +33,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from protocol.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 from protocol.stats import WorkloadStats
 from scripts.blocktrace import TRACEFS, BlockTrace, kernel_dev
 from slave.engine import files, tuning
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
-from slave.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 from tests.slave import mixes
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, settle
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)

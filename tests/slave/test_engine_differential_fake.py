@@ -27,6 +27,7 @@ import numpy.typing as npt
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WRITE_DATA_KINDS, WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
@@ -38,7 +39,6 @@ from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_state import LoopWorkload
 from slave.engine.loop_workloads import Workloads
-from slave.params import WRITE_DATA_KINDS, WorkloadParams
 from slave.sequencer import stream_fraction
 from tests.slave import mixes
 from tests.slave.conftest import count_kernel_runs

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
@@ -22,7 +23,6 @@ from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine
 from slave.engine.threadpool import ThreadPoolEngine
-from slave.params import WorkloadParams
 
 MiB = 1 << 20
 

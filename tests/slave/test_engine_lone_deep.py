@@ -11,12 +11,12 @@ import time
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import paced_kernel, tuning
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop
 from slave.engine.loop_native import NativeLoop
-from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory
 from tests.slave.test_engine_lone_shallow import (
     _compiled,

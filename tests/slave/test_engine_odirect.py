@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from protocol.params import WorkloadParams
 from protocol.stats import OPS
-from slave.params import WorkloadParams
 from slave.worker import WorkerPool, WorkloadInfo
 
 SUB_NS = 300_000_000

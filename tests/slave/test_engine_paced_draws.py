@@ -14,10 +14,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from protocol.params import WorkloadParams
 from slave.engine import layout, tuning
 from slave.engine import paced_kernel as pk
 from slave.engine.layout import LoopArgs
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,

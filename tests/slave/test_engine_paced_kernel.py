@@ -24,6 +24,7 @@ import numpy.typing as npt
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import files, layout, native, tuning
@@ -32,7 +33,6 @@ from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_native import NativeLoop
 from slave.engine.native import LibaioEngine
-from slave.params import WorkloadParams
 from slave.sequencer import Sequencer
 from slave.worker import WorkerPool
 from tests.slave.test_engine_libaio import MiB, verify_range

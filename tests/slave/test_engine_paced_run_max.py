@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import files, tuning
 from slave.engine import loop as loop_mod
@@ -20,7 +21,6 @@ from slave.engine import paced_kernel as pk
 from slave.engine.loop import EngineLoop
 from slave.engine.loop_native import NativeLoop
 from slave.engine.threadpool import ThreadPoolEngine
-from slave.params import WorkloadParams
 from tests.slave.conftest import LoopFactory, settle
 from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import MiB, verify_range

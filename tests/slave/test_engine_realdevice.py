@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import pytest
 
+from protocol.params import IoSequencerName, WorkloadParams
 from slave.engine import native, paced_kernel, tuning
-from slave.params import IoSequencerName, WorkloadParams
 from slave.worker import SubintervalResults, WorkerPool
 
 if TYPE_CHECKING:

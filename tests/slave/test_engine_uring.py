@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from protocol.errors import IoEngineError
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.engine import base, choose_engine, files, layout, native, paced_kernel, tuning
@@ -31,7 +32,6 @@ from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import UringEngine
-from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, require_here, settle
 from tests.slave.readwitness import ReadWitness
 from tests.slave.test_engine_libaio import Control, _read_slots, verify_range
@@ -705,7 +705,7 @@ long syscall(long n, ...)
 _CHILD = """\
 import json, sys
 from slave.engine import paced_kernel, tuning
-from slave.params import WorkloadParams
+from protocol.params import WorkloadParams
 from tests.slave.test_engine_uring import _run
 tuning.COMPILED_PACED = sys.argv[2] == "compiled"
 backends, real = [], paced_kernel.run

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import files, native, tuning
@@ -25,7 +26,6 @@ from slave.engine import paced_kernel as pk
 from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
-from slave.params import WorkloadParams
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here
 from tests.slave.test_engine_paced_kernel import Control, kernel_function
 

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from slave.params import WorkloadParams
+from protocol.params import WorkloadParams
 from slave.sequencer import Sequencer
 
 GiB = 1 << 30

@@ -37,12 +37,12 @@ from protocol.messages import (
     WindowRequest,
     WindowResult,
 )
+from protocol.params import WorkloadParams
 from protocol.state import Conversation, Role, State
 from protocol.stats import GroupStats, StatsBatch, WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
 from slave.luns import LunInfo, describe_block_device, file_lun, lun_for_path
-from slave.params import WorkloadParams
 from slave.session import Collected, MasterLateError, SlaveSession
 from tests.slave.conftest import require_tools
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from slave.params import WorkloadParams
+from protocol.params import WorkloadParams
 from slave.worker import (
     MasterLateError,
     ResultsLateError,
@@ -325,7 +325,7 @@ def test_io_errors_reach_the_results(pool: WorkerPool) -> None:
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from slave.params import WorkloadParams
+    from protocol.params import WorkloadParams
     from slave.worker import WorkerPool
     pool = WorkerPool(2)
     pool.create_workload("h:n:a", "/dev/null", "fake", WorkloadParams(iodepth=4),
@@ -369,7 +369,7 @@ _MEM = textwrap.dedent(
     import os
     import sys
     import time
-    from slave.params import WorkloadParams
+    from protocol.params import WorkloadParams
     from slave.worker import WorkerPool
 
     iodepth, iops, bs, luns = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4:]

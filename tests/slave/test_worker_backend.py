@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from protocol.params import WorkloadParams
 from slave import engine as engine_mod
 from slave.luns import KIND_FILE, LunInfo
-from slave.params import WorkloadParams
 from slave.worker_backend import WorkerBackend
 
 

@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import pytest
 
-from slave.params import WorkloadParams
+from protocol.params import WorkloadParams
 
 BASE = WorkloadParams(iops=1000.0)
 # a different valid value for every field

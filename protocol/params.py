@@ -1,4 +1,5 @@
-"""Workload parameters as the slave receives them: validated and resolved to bytes by the master.
+"""Workload parameters, one frozen value both sides share: the master resolves them to bytes and
+holds those in force (``master.settings``), the slave runs them.
 
 Owns the frozen ``WorkloadParams`` dataclass and the small checks that protect the slave's own
 invariants (alignment, iodepth range). It must not read files, open LUNs or keep time: the
@@ -8,6 +9,7 @@ raises ``ValueError`` with the field named.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Literal
@@ -69,6 +71,8 @@ class WorkloadParams:
             )
         if self.write_data not in WRITE_DATA_KINDS:
             raise ValueError(f"write_data: {self.write_data!r} is not one of {WRITE_DATA_KINDS}")
+        if not 0.0 < self.skew_weight < math.inf:
+            raise ValueError(f"skew_weight: {self.skew_weight} must be > 0 and finite")
         if self.write_data_ratio < 1.0:
             raise ValueError(f"write_data_ratio: {self.write_data_ratio} must be >= 1")
 
@@ -101,3 +105,29 @@ class WorkloadParams:
 
 _ALL_BUT_RATE: Final = operator.attrgetter(
     *(f.name for f in fields(WorkloadParams) if f.name != "iops"))
+
+
+#: every field's name: what ``CreateWorkload.params`` and an edit may carry
+PARAM_NAMES: Final = frozenset(f.name for f in fields(WorkloadParams))
+
+
+def to_wire(params: WorkloadParams) -> dict[str, Any]:
+    """Every field, as ``CreateWorkload.params`` carries them (plain msgpack values)."""
+    return dict(params.__dict__)
+
+
+def changed_fields(old: WorkloadParams, new: WorkloadParams) -> dict[str, Any]:
+    """The fields of ``new`` that differ from ``old``, as an edit carries them (empty: none)."""
+    a, b = old.__dict__, new.__dict__
+    return {k: v for k, v in b.items() if a[k] != v}
+
+
+def from_wire(raw: dict[str, Any], base: WorkloadParams | None = None) -> WorkloadParams:
+    """``raw`` (every field, or an edit's changed ones over ``base``) as checked parameters;
+    ``ValueError`` naming an unknown or bad field."""
+    unknown = set(raw) - PARAM_NAMES
+    if unknown:
+        raise ValueError(f"unknown workload parameters {sorted(unknown)}")
+    if raw.get("iops") is not None:
+        raw = {**raw, "iops": float(raw["iops"])}
+    return base.replace(**raw) if base is not None else WorkloadParams(**raw)
