@@ -1,5 +1,5 @@
 """``python -m master`` is ``ivypy``."""
 
-from master.cli import console_main
+from master.cli.main import console_main
 
 console_main()

@@ -4,7 +4,7 @@ Owns ``DeviceDelta``, the value a slave sends per block device under the LUNs it
 (``SubintervalResult.devices``), the names and order of its counters, and the checks every
 field passes on decode (``from_wire`` raises ``RemoteProtocolError`` naming the field). Pure:
 it does not read ``/sys`` (``slave.devstats``) and does not turn counters into metrics
-(``master.devstats``).
+(``master.analysis.devstats``).
 
 The counters are the differences of ``/sys/dev/block/<major:minor>/stat`` fields
 (Documentation/admin-guide/iostats.rst) between two samples the slave took as close as it

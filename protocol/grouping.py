@@ -2,11 +2,11 @@
 added up into a window, and each workload's (or group's) percentiles per view.
 
 Owns the views (``VIEWS``: column prefix → categories, their membership matrix) and the
-percentiles every rollup reports (``PERCENTILES``); ``master.rollup`` imports them from here.
-The percentiles follow the master's rule exactly (``master.kernels._view_percentiles_py``,
-``protocol.histogram.percentiles_from_counts``): the same exact decimal ranks, the same
-bucket, the same float operations in the same order, so a slave's table is bit-identical to
-what the master would compute from the same batch.
+percentiles every rollup reports (``PERCENTILES``); ``master.analysis.rollup`` imports them from
+here. The percentiles follow the master's rule exactly
+(``master.analysis.kernels._view_percentiles_py``, ``protocol.histogram.percentiles_from_counts``):
+the same exact decimal ranks, the same bucket, the same float operations in the same order, so a
+slave's table is bit-identical to what the master would compute from the same batch.
 
 Pure numpy (>= 1.24) on whole arrays: no Python loop per workload or per coordinate (only per
 chunk, per batch of a window, per category), no numba, no ``master`` import, no I/O or clocks.
@@ -328,8 +328,8 @@ def view_percentiles(batch: StatsBatch) -> _F64:
     workload, view, kind (service, response) and ``PERCENTILES``; NaN where a view has no I/O.
 
     ``batch`` must be valid (``StatsBatch.validate``). Bit-identical to the master's rollup
-    of one workload per instance (``master.kernels._view_percentiles_py``): the histogram of
-    a view adds its categories' rows; percentile p's rank among its ``total`` I/Os is exact
+    of one workload per instance (``master.analysis.kernels._view_percentiles_py``): the histogram
+    of a view adds its categories' rows; percentile p's rank among its ``total`` I/Os is exact
     (``protocol.histogram.percentile_ranks``); its bucket is the first whose cumulative count
     reaches the rank's ceiling; the value is interpolated inside the bucket's values narrowed
     to the view's exact minimum and maximum.

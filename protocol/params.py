@@ -1,5 +1,5 @@
 """Workload parameters, one frozen value both sides share: the master resolves them to bytes and
-holds those in force (``master.settings``), the slave runs them.
+holds those in force (``master.run.settings``), the slave runs them.
 
 Owns the frozen ``WorkloadParams`` dataclass and the small checks that protect the slave's own
 invariants (alignment, iodepth range). It must not read files, open LUNs or keep time: the

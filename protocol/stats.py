@@ -576,7 +576,8 @@ class StatsBatch:
     def from_wire(cls, wire: dict[str, object], *, validate: bool = True) -> StatsBatch:
         """Decode and validate; anything inconsistent raises ``RemoteProtocolError``. With
         ``validate=False`` only the shapes are checked, and the caller must validate the batch
-        itself (the master does, with one compiled pass: ``master.kernels.validate_batch``)."""
+        itself (the master does, with one compiled pass:
+        ``master.analysis.kernels.validate_batch``)."""
         n, buf = _wire_fields(wire)
         batch = cls._of_buffers(n, *buf)
         if validate:
@@ -619,7 +620,7 @@ class StatsBatch:
         """The checks of ``validate`` given one scan of the coordinates: the largest bucket,
         whether (row, bucket) rises strictly, the smallest count, and each histogram row's
         total (read only when the rows are in range and sorted). Shared with the master's
-        compiled scan (``master.kernels.validate_batch``), so both refuse alike."""
+        compiled scan (``master.analysis.kernels.validate_batch``), so both refuse alike."""
         n = self.n_workloads
         if self.rows.size:
             if int(self.rows[-1]) >= n * ROWS_PER_WORKLOAD or max_bucket >= N_BUCKETS:
@@ -821,7 +822,7 @@ class GroupStats:
         statistics' findings (``raise_side_findings``), a percentile missing where its view
         had I/O or present where it had none, a percentile outside its view's exact minimum
         and maximum. Shared with the master's compiled scan
-        (``master.kernels.check_group_stats``), so both refuse alike."""
+        (``master.analysis.kernels.check_group_stats``), so both refuse alike."""
         raise_side_findings(negative, inconsistent)
         if missing:
             raise RemoteProtocolError("group percentiles are missing, or present for a view "

@@ -147,7 +147,7 @@ def main() -> int:
         print(f"logs: {args.files} files x {args.rows} rows, {size / 1e9:.2f} GB "
               f"(generated in {time.perf_counter() - t0:.1f} s) in {workdir}")
 
-        ours_cmd = [sys.executable, "-m", "master.cli", "fio-pctiles", "--time-quantum", "1",
+        ours_cmd = [sys.executable, "-m", "master.cli.main", "fio-pctiles", "--time-quantum", "1",
                     *map(str, logs)]
         ours = run_timed(ours_cmd, workdir / "ivypy.csv")
         print(f"ivypy fio-pctiles:         {ours.describe()}")

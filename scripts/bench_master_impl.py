@@ -6,7 +6,7 @@ pre-encoded ``SubintervalResult`` frames from simulated hosts, then ``StepRecord
 (all, vendor+model) and read their percentiles, take the per-host instances' percentile tables
 (host, lun, workload), write one CSV row per instance per rollup type plus cpu.csv and
 interlock.csv). The process keeps freed arrays in its heap as ``ivypy run`` does
-(``master.heap``). No real I/O engine or network: each host's per-workload statistics are
+(``master.run.heap``). No real I/O engine or network: each host's per-workload statistics are
 made beforehand from ``WorkloadStats`` filled with lognormal latencies (random reads and
 writes, a few hundred to a few thousand I/Os per category per workload), and added up by the
 step's rollup plan with the slave's own code (``slave.session.rollup_parts``), untimed here
@@ -41,11 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
-from master.heap import keep_freed_memory
-from master.lunselect import Lun, SelectedLun, WorkloadInstance
-from master.output import RunOutput
-from master.recorder import HostResult, StepRecorder
-from master.settings import Settings
+from master.results.output import RunOutput
+from master.run.heap import keep_freed_memory
+from master.run.recorder import HostResult, StepRecorder
+from master.run.settings import Settings
+from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
@@ -288,7 +288,7 @@ def main() -> int:
         os.sched_setaffinity(0, {cpu})
         print(f"pinned to cpu {cpu}; load average {os.getloadavg()[0]:.2f} "
               f"(other processes on this core inflate the figures)")
-    print(f"glibc heap thresholds raised (master.heap, as ivypy run does): "
+    print(f"glibc heap thresholds raised (master.run.heap, as ivypy run does): "
           f"{keep_freed_memory()}")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(f"open file limit: soft {soft}, hard {hard}")

@@ -5,7 +5,7 @@ Owns the path from LUNs to ``/sys/dev/block/<major:minor>/stat`` (a block LUN's 
 number; for a file LUN the device its file system is on, from ``st_dev``), reading those
 files, and ``protocol.devstats.DeviceDelta`` values from two samples. Must not: do anything
 slow at a boundary (a sample reads one small ``/sys`` file per device, nothing else), write
-anything, or turn counters into rates (``master.devstats``). The session decides when to
+anything, or turn counters into rates (``master.analysis.devstats``). The session decides when to
 sample (``slave.session``).
 """
 

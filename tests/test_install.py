@@ -63,7 +63,7 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
     assert {"slave/engine/paced_kernel.c", "slave/engine/ivy_loop.h"} <= set(names)
     for asset in ("page.js", "errors.js", "page.css", "vendor/uPlot.iife.min.js",
                   "vendor/uPlot.min.css", "vendor/uPlot-LICENSE"):  # report.html's parts
-        assert f"master/report/{asset}" in names, asset
+        assert f"master/results/report/{asset}" in names, asset
     # the virtualenv without a pip of its own, filled by this interpreter's pip (``--python``):
     # the same install, without 4 s of copying pip in; no byte-compiling of the dependencies
     # (6 s), which Python does for the modules the run imports

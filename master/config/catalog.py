@@ -55,7 +55,7 @@ LUN_ATTRIBUTE_KEYS: tuple[str, ...] = (
 
 #: The attribute names a rollup type joins with ``+``: a LUN's attributes (those above, and
 #: ``fs_type``), ``host``, ``lun`` (its path) and ``engine``, and a workload's ``workload`` (its
-#: id), ``iosequencer``, ``blocksize_bytes`` and ``iodepth`` (``master.lunselect``'s
+#: id), ``iosequencer``, ``blocksize_bytes`` and ``iodepth`` (``master.run.workloads``'s
 #: ``workload_attributes``; a test checks they agree). No workload has any other: a rollup on
 #: one would have a single instance, named "", holding every workload.
 ROLLUP_ATTRIBUTES: tuple[str, ...] = (
@@ -105,8 +105,8 @@ def _focus_metrics() -> frozenset[str]:
 #: Every rollup metric name ``measure.focus_metric`` and ``dfc.focus_metric`` accept.
 FOCUS_METRICS: frozenset[str] = _focus_metrics()
 
-#: The device-side columns (``master.devstats``): the kernel's counters of the block devices
-#: under a LUN-based instance's LUNs. A focus metric too, of a LUN-based focus rollup.
+#: The device-side columns (``master.analysis.devstats``): the kernel's counters of the block
+#: devices under a LUN-based instance's LUNs. A focus metric too, of a LUN-based focus rollup.
 DEVICE_METRICS: tuple[str, ...] = ("device_IOPS", "device_read_IOPS", "device_write_IOPS",
                                    "device_MB_per_s", "device_service_time_ms",
                                    "device_util_pct", "device_queue_depth")

@@ -39,7 +39,7 @@ from master.config.limits import (
     show_bytes,
 )
 from master.config.schema import HostConfig, LunChoice, WorkloadSpec
-from master.units import format_duration_s, format_fraction
+from master.config.units import format_duration_s, format_fraction
 
 __all__ = ["SECTIONS", "Key", "Section", "editable_workload_keys", "section"]
 

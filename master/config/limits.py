@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from master.config.units import format_bytes, parse_duration_s
 from master.config.yamlnodes import Cursor
-from master.units import format_bytes, parse_duration_s
 
 __all__ = [
     "MAX_AUTOCORRELATION",

@@ -35,9 +35,9 @@ from master.config.limits import (
 )
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
 from master.config.steps import StepContext, parse_steps
+from master.config.units import parse_bytes, parse_fraction
 from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
 from master.config.yamlnodes import Cursor, compose_text
-from master.units import parse_bytes, parse_fraction
 from protocol.errors import ConfigError
 
 __all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
@@ -78,7 +78,7 @@ LAYOUTS: tuple[str, ...] = ("random", "zero", "none")
 DEFAULT_SUBINTERVAL_S = 5.0
 DEFAULT_DEADLINE_FRACTION = 0.75
 #: ``iops_tolerance_pct``: how far (percent) a paced workload's IOPS over a step's measurement
-#: may fall short of its setting before the step is invalid (``master.verdicts``)
+#: may fall short of its setting before the step is invalid (``master.analysis.verdicts``)
 DEFAULT_IOPS_TOLERANCE_PCT = 5.0
 #: ``skew_limit_seconds``: a host's clock offset uncertainty, or a boundary's skew bound, past
 #: this is warned about (the default, and its range)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from master.config.gather import GatherSource
-from master.units import format_bytes, format_fraction
+from master.config.units import format_bytes, format_fraction
 
 __all__ = [
     "AccuracyCriterion",
@@ -211,7 +211,7 @@ class LunExtent:
     """A place or length on a LUN: a fraction (YAML ``0.5``, ``50%``) or bytes with a unit
     (YAML ``1GiB``, ``0B``). Plain numbers are always fractions, so they must be 0..1. A
     fraction is of the LUN's size for ``range_start``, ``range_end`` and ``seq_start``, and of
-    the workload's range for ``hot_zone_size`` (``master.lunselect.resolve_params`` makes them
+    the workload's range for ``hot_zone_size`` (``master.run.workloads.resolve_params`` makes them
     bytes, aligned to the LUN's sectors, once the LUN is known)."""
 
     value: float
@@ -367,7 +367,7 @@ class AccuracyCriterion:
     default 5%), ``confidence`` (fraction, default 95%), ``min_measure_seconds`` (default 60 s;
     at least 2 subintervals), ``ramp_seconds`` (default 0: subintervals ignored before a window
     may start), ``autocorrelation`` (``estimate`` (default: corrected from the data) or a fixed
-    factor 1..100 multiplying the half-width; ivy uses 2). Maps onto ``master.measure``'s
+    factor 1..100 multiplying the half-width; ivy uses 2). Maps onto ``master.analysis.measure``'s
     ``AccuracyCriterion``.
     """
 
@@ -396,7 +396,8 @@ class FioCriteria:
     YAML (in ``measure:``, with ``criterion: fio``): ``criteria`` (a list of ``{type, limit}``
     mappings or ``"type:limit"`` strings), ``window_seconds`` (required, at least 2
     subintervals), ``ramp_seconds`` (default 0: subintervals ignored before the window may start).
-    Each entry maps onto one ``master.measure.FioCriterion`` with the shared window and ramp.
+    Each entry maps onto one ``master.analysis.measure.FioCriterion`` with the shared window and
+    ramp.
     """
 
     criteria: tuple[FioCriterion, ...]

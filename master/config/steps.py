@@ -50,6 +50,7 @@ from master.config.schema import (
     StepConfig,
     WorkloadChange,
 )
+from master.config.units import format_duration_s, format_fraction, parse_duration_s, parse_fraction
 from master.config.workloads import (
     EDITABLE_KEYS,
     WorkloadContext,
@@ -60,7 +61,6 @@ from master.config.workloads import (
     settings_to_edit,
 )
 from master.config.yamlnodes import Cursor, YNode
-from master.units import format_duration_s, format_fraction, parse_duration_s, parse_fraction
 
 __all__ = ["STEP_KEYS", "StepContext", "parse_steps", "phase"]
 
@@ -399,7 +399,7 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
                 raise child.error(f"must not be negative (got {child.node.text})")
             bounded(child, values[key], high=MAX_DFC_GAIN)
         gains = DfcGains(**values)
-        # the controller takes ki = 0.5 where only kp or kd is given (master.stepcontrol)
+        # the controller takes ki = 0.5 where only kp or kd is given (master.analysis.stepcontrol)
         if values and values.get("kp", 0.0) == values.get("ki", 0.5) == values.get("kd", 0.0) == 0:
             raise gains_cursor.error("kp, ki and kd cannot all be 0 (the controller would never "
                                      "move; ki is 0.5 unless given)")

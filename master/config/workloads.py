@@ -41,8 +41,8 @@ from master.config.schema import (
     WorkloadSpec,
     WriteData,
 )
+from master.config.units import format_bytes, parse_bytes, parse_fraction
 from master.config.yamlnodes import Cursor
-from master.units import format_bytes, parse_bytes, parse_fraction
 
 __all__ = [
     "EDITABLE_KEYS",

@@ -3,7 +3,7 @@
 Owns the order of work (check layouts, pick the quantum, stream every file through parse ->
 optional client/server repair -> windows -> spreading into one accumulator, then percentiles
 per quantum and direction group) and the warnings a user must see. It must not parse command
-lines (``master.fio_pctiles_cli``) and writes nothing but the CSV it is handed a stream for.
+lines (``master.cli.fio_pctiles``) and writes nothing but the CSV it is handed a stream for.
 
 Files are handed out one at a time, in order, to ``jobs`` processes (one per CPU by default,
 for large inputs; this one reads too); each adds its files into its own accumulator, and the

@@ -38,8 +38,8 @@ from master.gather.lines import parse_lines
 from master.gather.promtext import parse_exposition
 from master.gather.rates import Key, Sample, values_of
 from master.gather.runner import GatherFailed, http_get, run_command
-from master.output import RunOutput, safe_name
-from master.recorder import INTERLOCK_COLUMNS
+from master.results.output import RunOutput, safe_name
+from master.run.recorder import INTERLOCK_COLUMNS
 
 __all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "declared_metrics", "lead_ns"]
 
@@ -79,7 +79,7 @@ def declared_metrics(cfg: GatherSource, focus: Sequence[str] = ()) -> set[str]:
 
 
 class Recorder(Protocol):
-    """What ``start_step`` reads of the step's ``master.recorder.StepRecorder``."""
+    """What ``start_step`` reads of the step's ``master.run.recorder.StepRecorder``."""
 
     dir: str
     ids: list[str]

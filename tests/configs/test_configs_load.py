@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from master.config import load_config
-from master.plan import format_plan
+from master.config.resolved import format_plan
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml")) + sorted(CONFIG_DIR.glob("*.yml"))

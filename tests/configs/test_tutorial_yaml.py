@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from master.config import parse_config_text
-from master.plan import format_plan
+from master.config.resolved import format_plan
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

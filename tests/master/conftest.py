@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from master.zipapp import SlaveZipapp, build_slave_zipapp
+from master.hosts.zipapp import SlaveZipapp, build_slave_zipapp
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # tests/master has no __init__.py, so pytest does not put the repository root on sys.path for

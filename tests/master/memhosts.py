@@ -1,4 +1,4 @@
-"""In-memory hosts for tests of the run's logic: ``master.run.Run`` talks to a real
+"""In-memory hosts for tests of the run's logic: ``master.run.lifecycle.Run`` talks to a real
 ``SlaveSession`` in this process over an in-memory byte pipe (no subprocess, no SSH, no
 worker processes), whose I/O is ``SyntheticBackend``'s: each workload completes exactly its
 IOPS setting, at a fixed latency. A test reaches into the wire (``MemoryHost.watch``: see
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from master.config import HostConfig, TestConfig, parse_config_text
-from master.live import LiveView
-from master.run import Run
+from master.live.view import LiveView
+from master.run.lifecycle import Run
 from protocol import credit
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import Message

@@ -1,5 +1,5 @@
 """Generated run folders for the report's tests: every file a run writes, with the project's
-own column lists (``master.recorder``, ``master.run``), any number of instances and
+own column lists (``master.run.recorder``, ``master.run.lifecycle``), any number of instances and
 subintervals, filled with plausible numbers fast enough for 100 instances x 1,000
 subintervals. Steps can be left out or cut short, as a failed run leaves them."""
 
@@ -12,18 +12,18 @@ from pathlib import Path
 
 import numpy as np
 
-from master.devstats import DEVICE_COLUMNS
-from master.output import RunOutput, fmt, safe_name
-from master.recorder import CPU_COLUMNS, HISTOGRAM_COLUMNS, instance_columns
-from master.rollup import METRIC_COLUMNS
-from master.run import (
+from master.analysis.devstats import DEVICE_COLUMNS
+from master.analysis.rollup import METRIC_COLUMNS
+from master.results.output import RunOutput, fmt, safe_name
+from master.results.runstate import new_state, write_state
+from master.run.lifecycle import (
     DFC_COLUMNS,
     EVENT_COLUMNS,
     HOST_COLUMNS,
     MEASURE_COLUMNS,
     RUN_SUMMARY_COLUMNS,
 )
-from master.runstate import new_state, write_state
+from master.run.recorder import CPU_COLUMNS, HISTOGRAM_COLUMNS, instance_columns
 from protocol.buckets import LOWER_NS, UPPER_NS
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from master import cli
+from master.cli import main as cli
 from protocol.version import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,8 @@ def test_help_and_version(args: list[str], text: str) -> None:
 
 
 def test_fio_pctiles_does_not_load_the_run_loop() -> None:
-    code2 = ("import sys\nfrom master import cli\ntry:\n    cli.main(['fio-pctiles', '--help'])"
+    code2 = ("import sys\nfrom master.cli import main as cli\n"
+             "try:\n    cli.main(['fio-pctiles', '--help'])"
              "\nexcept SystemExit:\n    pass\nprint('asyncssh' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from master import cli
-from master.cli_control import EXIT_NO_RUN, EXIT_OK, EXIT_REFUSED, format_status, split_edit_words
-from master.control import SOCKET_NAME, ControlServer
-from master.editparse import EditChanges, EditRefused
+from master.cli import main as cli
+from master.cli.operator import EXIT_NO_RUN, EXIT_OK, EXIT_REFUSED, format_status, split_edit_words
+from master.live.control_socket import SOCKET_NAME, ControlServer
+from master.live.editparse import EditChanges, EditRefused
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TICK_S = 0.1
@@ -331,7 +331,7 @@ def test_status_of_a_test_folder_whose_run_was_killed(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # its control.sock left behind: status said "connection refused" and not what the run's
     # state.json records (as it does given the run folder itself)
-    from master.runstate import new_state, write_state
+    from master.results.runstate import new_state, write_state
 
     run_folder = tmp_path / "t" / "20240101-000000"
     run_folder.mkdir(parents=True)

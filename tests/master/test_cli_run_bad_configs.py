@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from master import cli, cli_run
+from master.cli import main as cli
+from master.cli import run as cli_run
 
 FIXTURES = sorted((Path(__file__).parent / "bad_configs").glob("*.yaml"))
 

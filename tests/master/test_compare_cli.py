@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from master import cli
+from master.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = ("step_number,step_name,rollup_type,rollup_instance,IOPS,MB_per_s,service_time_p50_ms,"
@@ -178,9 +178,10 @@ def test_help_explains_expressions() -> None:
 
 
 def test_compare_does_not_load_the_run_loop() -> None:
-    code = ("import sys\nfrom master import cli\ntry:\n    cli.main(['compare', '--help'])"
+    code = ("import sys\nfrom master.cli import main as cli\n"
+            "try:\n    cli.main(['compare', '--help'])"
             "\nexcept SystemExit:\n    pass\nprint('asyncssh' in sys.modules, "
-            "'master.run' in sys.modules)")
+            "'master.run.lifecycle' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr

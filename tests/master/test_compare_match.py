@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from master.compare.changes import compare, metric_change
-from master.compare.expr import parse_fail_if
-from master.compare.match import check_metrics, match_runs
-from master.compare.summary import NOT_METRICS, RunSummary, parse_summary, read_summary
+from master.results.compare.changes import compare, metric_change
+from master.results.compare.expr import parse_fail_if
+from master.results.compare.match import check_metrics, match_runs
+from master.results.compare.summary import NOT_METRICS, RunSummary, parse_summary, read_summary
 from protocol.errors import CompareError
 
 HEADER = ("step_number,step_name,rollup_type,rollup_instance,measurement_seconds,IOPS,"
@@ -231,7 +231,7 @@ def test_compare_marks_failed_and_untold_conditions() -> None:
 
 
 def test_not_metrics_are_run_summary_columns() -> None:
-    from master.cli_compare import DEFAULT_METRICS
-    from master.run import RUN_SUMMARY_COLUMNS
+    from master.cli.compare import DEFAULT_METRICS
+    from master.run.lifecycle import RUN_SUMMARY_COLUMNS
     assert set(RUN_SUMMARY_COLUMNS) >= NOT_METRICS
     assert set(DEFAULT_METRICS) <= set(RUN_SUMMARY_COLUMNS) - NOT_METRICS

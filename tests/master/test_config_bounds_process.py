@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from master import cli_run, run
+from master.cli import run as cli_run
+from master.run import lifecycle as run
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = ROOT / "tests" / "master" / "bad_configs"
@@ -83,9 +84,9 @@ def test_refused_fast_and_small_as_a_process(fixture: str, expect: str, tmp_path
 
 
 def test_a_refused_test_file_does_not_load_the_run_loop() -> None:
-    code = ("import sys\nfrom master import cli\n"
+    code = ("import sys\nfrom master.cli import main as cli\n"
             f"status = cli.main(['run', {str(BAD / 'yaml_alias_bomb.yaml')!r}])\n"
-            "print(status, 'master.run' in sys.modules, 'numpy' in sys.modules)")
+            "print(status, 'master.run.lifecycle' in sys.modules, 'numpy' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.stdout.split() == ["2", "False", "False"], proc.stdout + proc.stderr

@@ -196,7 +196,7 @@ def test_a_rollup_may_join_any_attribute_a_workload_instance_has() -> None:
     # select_luns adds) and the workload's (workload_attributes)
     from master.config.catalog import ROLLUP_ATTRIBUTES
     from master.config.schema import LunChoice, WorkloadSpec
-    from master.lunselect import Lun, workload_attributes
+    from master.run.workloads import Lun, workload_attributes
     from slave.lun_info import LunInfo
 
     info = LunInfo(path="/dev/sdb", kind="disk", name="sdb", size_bytes=2**30)

@@ -15,9 +15,9 @@ import pytest
 from master.config import AccuracyCriterion, MeasureConfig, TestConfig, parse_config_text
 from master.config.keys import SECTIONS, editable_workload_keys, section
 from master.config.reference import DEFAULT_PATH, render
+from master.config.units import parse_bytes, parse_duration_s, parse_fraction
 from master.config.workloads import EDITABLE_KEYS
 from master.config.yamlnodes import Cursor
-from master.units import parse_bytes, parse_duration_s, parse_fraction
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

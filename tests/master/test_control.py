@@ -1,4 +1,5 @@
-"""master.control: the control socket served for a fake handler, reached by the real client.
+"""master.live.control_socket: the control socket served for a fake handler, reached by the real
+client.
 
 Each test runs its own event loop (``asyncio.run``); the blocking client runs in a worker thread
 (``asyncio.to_thread``) so the server keeps serving. The active-run registry lives under
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from master.control import (
+from master.live.control_socket import (
     MAX_REQUEST_BYTES,
     SOCKET_NAME,
     ControlError,
@@ -31,7 +32,7 @@ from master.control import (
     registry_dir,
     request,
 )
-from master.editparse import EditChanges, EditRefused
+from master.live.editparse import EditChanges, EditRefused
 
 
 class FakeHandler:

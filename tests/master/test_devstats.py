@@ -1,4 +1,4 @@
-"""Device-side columns on the master (``master.devstats``) and in the recorder's files: the
+"""Device-side columns on the master (``master.analysis.devstats``) and in the recorder's files: the
 metric arithmetic per device and over a set of devices (rates add, the service time weighted
 by I/O count, busy % the mean), the rollup rule over distinct devices (a device under two LUNs
 of an instance counted once; a device under LUNs of two instances shown whole in each; a
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from master.devstats import (
+from master.analysis.devstats import (
     DEVICE_COLUMNS,
     DEVICE_FILE_COLUMNS,
     DeviceKey,
@@ -25,9 +25,9 @@ from master.devstats import (
     _spans,
     device_metrics,
 )
-from master.output import RunOutput
-from master.recorder import INSTANCE_COLUMNS, SUMMARY_COLUMNS, HostResult, StepRecorder
-from master.rollup import Grouping
+from master.analysis.rollup import Grouping
+from master.results.output import RunOutput
+from master.run.recorder import INSTANCE_COLUMNS, SUMMARY_COLUMNS, HostResult, StepRecorder
 from protocol.devstats import DeviceDelta
 from protocol.errors import HostError
 from tests.master.test_recorder import (

@@ -1,4 +1,4 @@
-"""master.dfc: the controller's arithmetic by hand, and closed-loop runs against simulated
+"""master.analysis.dfc: the controller's arithmetic by hand, and closed-loop runs against simulated
 plants (linear, a knee-shaped p99 curve, an M/M/1-like p99 curve) with measurement noise and
 with or without a one-subinterval actuation delay.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from master.dfc import DfcBank, PidController, PidGains
+from master.analysis.dfc import DfcBank, PidController, PidGains
 from protocol.errors import ConfigError
 
 Plant = Callable[[float], float]

@@ -1,4 +1,5 @@
-"""master.editparse: live-edit instances and key=value settings, good and bad (table-driven)."""
+"""master.live.editparse: live-edit instances and key=value settings, good and bad
+(table-driven)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from master.editparse import (
+from master.live.editparse import (
     EDITABLE_KEYS,
     EditChanges,
     EditRefused,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from master.cli import main
+from master.cli.main import main
 from master.fiologs.columns import make_layout
 from master.fiologs.pipeline import PctileOptions, PctileResult, compute_pctiles
 from master.fiologs.synth import fio_counts, write_log

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from master.cli import main
+from master.cli.main import main
 from master.fiologs import pipeline
 from master.fiologs.parse import open_log
 from master.fiologs.pipeline import PctileOptions, PctileResult, _start_method, compute_pctiles

@@ -1,4 +1,5 @@
-"""fio equality: master.measure.fio_criterion on fio's own per-second samples gives fio's answer.
+"""fio equality: master.analysis.measure.fio_criterion on fio's own per-second samples gives fio's
+answer.
 
 Each job in fixtures/fio_ss/steadystate.fio has its own ``steadystate=`` option. For every job
 we take the ``data`` arrays from fio's JSON ``steadystate`` section (``iops`` or ``bw``, oldest
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from master.measure import fio_criterion
+from master.analysis.measure import fio_criterion
 
 FIXTURES = Path(__file__).parent / "fixtures" / "fio_ss"
 JOB_FILE = FIXTURES / "steadystate.fio"

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from master.cli import main
+from master.cli.main import main
 from master.fiologs import pipeline
 from master.fiologs.align import Spread, spread_rows
 from master.fiologs.pipeline import PctileOptions, PctileResult, compute_pctiles

@@ -10,7 +10,7 @@ import pytest
 
 from master.config import parse_config_text
 from master.config.gather import GatherJoin, MetricPattern, describe
-from master.plan import format_plan
+from master.config.resolved import format_plan
 from protocol.errors import ConfigError
 
 TEXT = """\

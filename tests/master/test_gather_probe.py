@@ -18,7 +18,7 @@ from master.config.gather import GatherSource, MetricPattern
 from master.gather import gathering as gathering_module
 from master.gather.gathering import Gathering
 from master.gather.runner import REAP_GRACE_S
-from master.output import RunOutput
+from master.results.output import RunOutput
 
 PRINT = GatherSource("arr", "command", 5.0, argv=(sys.executable, "-c", "print('a,b,c,1')"))
 

@@ -20,7 +20,7 @@ import pytest
 from master.config.gather import GatherJoin, GatherSource, MetricPattern
 from master.gather.gathering import Gathering, Outcome, _Step, declared_metrics
 from master.gather.rates import Sample
-from master.output import RunOutput
+from master.results.output import RunOutput
 
 S = 1_000_000_000
 FOCUS = "gather.arr.LDEV.busy"

@@ -1,4 +1,4 @@
-"""The master's side of one host (``master.hostsession``) over an in-memory connection whose
+"""The master's side of one host (``master.hosts.session``) over an in-memory connection whose
 slave answers from a script: how the end of the slave's output is judged."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from master import hostsession
-from master.hostsession import HostSession
+from master.hosts import session as hostsession
+from master.hosts.session import HostSession
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import HostError
 from protocol.messages import Bye, Error, Hello, HelloReply, Message, Ping, Pong

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from master import kernels
-from master.heap import keep_freed_memory
+from master.analysis import kernels
+from master.run.heap import keep_freed_memory
 from protocol.buckets import N_BUCKETS
 from protocol.errors import RemoteProtocolError
 from protocol.grouping import view_percentiles

@@ -1,6 +1,6 @@
 """The live view in both modes: plain lines off a terminal, a rich live region on one (drawn
 on rich's recording console), log lines through the view, and the end-of-run table; the
-frames and tables of ``master.liveframe`` at 80 columns."""
+frames and tables of ``master.live.frame`` at 80 columns."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 import pytest
 from rich.console import Console
 
-from master.live import LiveView, ViewLogHandler
-from master.liveframe import Drawn, cut_left, final_table, live_frame, ms
-from master.liverows import DfcLine, LiveRow, final_rows
+from master.live.frame import Drawn, cut_left, final_table, live_frame, ms
+from master.live.rows import DfcLine, LiveRow, final_rows
+from master.live.view import LiveView, ViewLogHandler
 
 NAN = math.nan
 TOTAL = LiveRow("all", 24691.2, 96.4, 0.123, 1.5, 0.25, 3.75, 42.0, 6.5)

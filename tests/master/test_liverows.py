@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from master.liverows import (
+from master.live.rows import (
     LIVE_ROWS_MAX,
     DfcLine,
     FinalRow,

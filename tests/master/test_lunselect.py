@@ -1,4 +1,4 @@
-"""master.lunselect: ``edit_rollup`` entries applied to a step's workloads, good and bad; a
+"""master.run.workloads: ``edit_rollup`` entries applied to a step's workloads, good and bad; a
 ``total_iops`` split by skew weight; ranges, hot zones and sequential starts turned into bytes
 for a LUN (table-driven, on LUNs as discovery describes them; no hosts)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from master.config.loader import parse_config_text
 from master.config.schema import TestConfig
-from master.lunselect import (
+from master.run.workloads import (
     Lun,
     WorkloadInstance,
     apply_rollup_edits,

@@ -1,4 +1,4 @@
-"""Table-driven tests of master.measure: fio's criteria, ivy's accuracy criterion with the
+"""Table-driven tests of master.analysis.measure: fio's criteria, ivy's accuracy criterion with the
 autocorrelation correction, Student-t, and the incremental MeasureTracker."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from master.measure import (
+from master.analysis.measure import (
     AccuracyCriterion,
     FioCriterion,
     FioLimit,

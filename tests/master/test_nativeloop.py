@@ -1,4 +1,4 @@
-"""The compiled loop built once on the controller for the zipapp (``master.nativeloop``): one
+"""The compiled loop built once on the controller for the zipapp (``master.hosts.slaveloop``): one
 object named for this machine and source, kept by the slave code's key and read back by a later
 run without building; a controller without a compiler ships none, with a warning."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from master import nativeloop
+from master.hosts import slaveloop as nativeloop
 
 
 def test_built_once_then_read_from_the_cache(tmp_path: Path,
@@ -35,7 +35,7 @@ def test_a_controller_without_a_compiler_ships_none(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("IVYPY_SLAVE_CC", "no-such-cc")
-    with caplog.at_level(logging.WARNING, logger="master.nativeloop"):
+    with caplog.at_level(logging.WARNING, logger="master.hosts.slaveloop"):
         assert nativeloop._build(tmp_path) == {}
     assert "was not built on this controller" in caplog.text and "no-such-cc" in caplog.text
     assert not list(tmp_path.iterdir())  # nothing kept: the next run tries again

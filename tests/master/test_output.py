@@ -1,4 +1,4 @@
-"""master.output: CSV cell formatting (``fmt``, ``format_float_rows``, ``format_lines``),
+"""master.results.output: CSV cell formatting (``fmt``, ``format_float_rows``, ``format_lines``),
 appending lines to many files (``CsvAppender.append_block``) and histogram files
 (``RunOutput.histogram_csvs``)."""
 
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from master.output import (
+from master.results.output import (
     AppenderGroup,
     CsvAppender,
     LineTexts,
@@ -212,7 +212,7 @@ def test_run_log_on_a_full_disk_reports_once_and_closes_without_raising(
     """run.log's lines that cannot be written (here /dev/full: every write fails with
     ENOSPC) are reported once on stderr; closing it does not raise either (a full disk is the
     run's own error, exit 4, not a crash at close)."""
-    from master.output import _RunLogHandler
+    from master.results.output import _RunLogHandler
 
     handler = _RunLogHandler("/dev/full")  # appended to, as a file that exists
     log = logging.getLogger("test_run_log_full")
@@ -234,7 +234,7 @@ def test_run_log_never_ends_in_a_cut_line(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A record that fits only in part (a file size limit, as a full disk) is cut back: the
     log ends on its last whole line, and the next record that fits follows it."""
-    from master.output import _RunLogHandler
+    from master.results.output import _RunLogHandler
 
     path = tmp_path / "run.log"
     handler = _RunLogHandler(path, mode="x")

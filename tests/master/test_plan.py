@@ -1,4 +1,4 @@
-"""Tests for master/plan.py: the --dry-run plan text and the resolved JSON."""
+"""Tests for master/config/resolved.py: the --dry-run plan text and the resolved JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from master.config import parse_config_text
-from master.plan import format_plan, resolved_dict
+from master.config.resolved import format_plan, resolved_dict
 
 TEST = """\
 test: plan_demo

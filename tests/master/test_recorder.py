@@ -18,11 +18,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from master import rollup
+from master.analysis import rollup
+from master.analysis.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
-from master.lunselect import Lun, SelectedLun, WorkloadInstance
-from master.output import CsvAppender, RunOutput, csv_text, fmt, format_float_rows, safe_name
-from master.recorder import (
+from master.results.output import (
+    CsvAppender,
+    RunOutput,
+    csv_text,
+    fmt,
+    format_float_rows,
+    safe_name,
+)
+from master.run.recorder import (
     CPU_COLUMNS,
     INSTANCE_COLUMNS,
     HostResult,
@@ -31,8 +38,8 @@ from master.recorder import (
     instance_file_names,
     summary_columns,
 )
-from master.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
-from master.settings import Settings
+from master.run.settings import Settings
+from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
@@ -471,7 +478,7 @@ def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
     """Metric-like values (1e-17 <= |x| < 1e15, decimal near-ties included): the compiled
     formatter writes every row itself (no fallback to Python), and the text is ``fmt``'s
     (``%.6g``, whole numbers from 999,999.5 up)."""
-    from master import kernels
+    from master.analysis import kernels
 
     rng = np.random.default_rng(8)
     vals = np.concatenate([

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from master.report.build import build_report
-from master.report.page import _asset
+from master.results.report.build import build_report
+from master.results.report.page import _asset
 from tests.master.chromium import load, needs_chromium
 from tests.master.reportgen import GenSpec, generate
 from tests.master.test_report_page import NASTY_NAMES, _rename_instances, page_data

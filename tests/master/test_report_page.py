@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from master.report.build import REPORT_FILE, build_report, report_after_run
-from master.report.content import default_rollup
-from master.runfolder import ReportError, open_run_folder
+from master.results.report.build import REPORT_FILE, build_report, report_after_run
+from master.results.report.content import default_rollup
+from master.results.runfolder import ReportError, open_run_folder
 from tests.master.reportgen import GenSpec, generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,7 +215,7 @@ def test_cli(tmp_path: Path) -> None:
 def test_instances_beyond_the_cap_are_left_out_and_said(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    from master.report import content
+    from master.results.report import content
     monkeypatch.setattr(content, "MAX_INSTANCES", 2)
     folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
     page = build_report(folder).path.read_text()
@@ -238,9 +238,9 @@ def test_latency_charts_of_several_instances_offer_one_percentile(tmp_path: Path
 
 def test_report_does_not_load_the_run_loop(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
-    code = ("import sys\nfrom master import cli\n"
+    code = ("import sys\nfrom master.cli import main as cli\n"
             f"assert cli.main(['report', {str(folder)!r}]) == 0\n"
-            "print('asyncssh' in sys.modules, 'master.run' in sys.modules)")
+            "print('asyncssh' in sys.modules, 'master.run.lifecycle' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "False False", proc.stdout + proc.stderr

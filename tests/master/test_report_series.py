@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from master.report import series as sr
-from master.runfolder import leading_number, to_float
+from master.results.report import series as sr
+from master.results.runfolder import leading_number, to_float
 
 NAN = math.nan
 

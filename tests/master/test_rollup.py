@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from master import rollup
-from master.rollup import METRIC_COLUMNS, PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
+from master.analysis import rollup
+from master.analysis.rollup import (
+    METRIC_COLUMNS,
+    PERCENTILES,
+    VIEWS,
+    Grouping,
+    Sample,
+    compute,
+    pct_label,
+)
 from protocol.histogram import LatencyHistogram
 from protocol.stats import StatsBatch, WorkloadStats, category_index
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from master.editparse import parse_params
-from master.run import EXIT_INVALID, EXIT_OK, Run, RunControl
+from master.live.editparse import parse_params
+from master.run.lifecycle import EXIT_INVALID, EXIT_OK, Run, RunControl
 from protocol.messages import Message, SubintervalResult
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 

@@ -162,12 +162,12 @@ def test_ramfs_lun_falls_back_to_threadpool_and_says_so(engine_run: EngineRun) -
     assert warning["message"].startswith(f"LUN {path}: its file system does not take O_DIRECT (")
     assert "thread-pool" in warning["message"]
     log = (engine_run.folder / "run.log").read_text()
-    assert (f"WARNING master.run: [host={HOST}] LUN {path}: its file system does not take "
-            "O_DIRECT") in log
+    assert (f"WARNING master.run.lifecycle: [host={HOST}] LUN {path}: its file system does not "
+            "take O_DIRECT") in log
     assert f"[host={HOST}] workload {HOST}:{path}:r created (engine threadpool," in log
     # and on the console, once from the master
     assert engine_run.stderr.count(
-        f"WARNING master.run: [host={HOST}] LUN {path}: its file system does not take "
+        f"WARNING master.run.lifecycle: [host={HOST}] LUN {path}: its file system does not take "
         "O_DIRECT") == 1
 
 

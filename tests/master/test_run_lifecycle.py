@@ -19,13 +19,15 @@ from typing import Any
 
 import pytest
 
-from master import cli_run, control, hostsession
-from master import run as runmod
+from master.cli import run as cli_run
 from master.config.schema import TestConfig
-from master.control import ControlError, ControlServer
-from master.editparse import parse_params
-from master.run import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, Run, RunControl
-from master.runstate import check_resumable, read_state
+from master.hosts import session as hostsession
+from master.live import control_socket as control
+from master.live.control_socket import ControlError, ControlServer
+from master.live.editparse import parse_params
+from master.results.runstate import check_resumable, read_state
+from master.run import lifecycle as runmod
+from master.run.lifecycle import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, Run, RunControl
 from protocol.errors import ConfigError, OutputError
 from protocol.messages import Message, SubintervalResult, WindowResult
 from protocol.version import __version__

@@ -55,7 +55,7 @@ steps:
 WIDTH, HEIGHT = 80, 30
 FRAME_TITLE = re.compile(r"^step \d+ \w+ · subinterval \d+ \w+ · by lun")
 #: the run's warning that step ``first`` is invalid (matched loosely: its wording may grow)
-WARNING = re.compile(r"^WARNING master\.run: step first invalid: .*host")
+WARNING = re.compile(r"^WARNING master\.run\.lifecycle: step first invalid: .*host")
 #: the reason of a step under the end-of-run table
 REASON = r"^step {} {}: .*host"
 LABELS = ("IOPS", "MB/s", "service", "response", "p50 ms", "p99 ms", "host", "ivypy", "CPU %")

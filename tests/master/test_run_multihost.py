@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from master.hostsession import MAX_PINGS
+from master.hosts.session import MAX_PINGS
 from tests.master.runhelp import ROOT, poisson_rel, rows, write_config
 
 MIB = 1024 * 1024

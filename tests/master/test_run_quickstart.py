@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from master.rollup import PERCENTILES, pct_label
-from master.transport import slave_logger_name
+from master.analysis.rollup import PERCENTILES, pct_label
+from master.hosts.transport import slave_logger_name
 from tests.master.runhelp import warmup_backlog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from master.run import Run
-from master.settings import Settings
+from master.run.lifecycle import Run
+from master.run.settings import Settings
 from protocol.errors import HostError
 from protocol.messages import Ack, Error
 from protocol.params import WorkloadParams

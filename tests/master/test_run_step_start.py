@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from master.run import EXIT_OK, RunControl
+from master.run.lifecycle import EXIT_OK, RunControl
 from protocol.params import WorkloadParams
 from slave.luns import LunInfo
 from tests.master.memhosts import (

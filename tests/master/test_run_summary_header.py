@@ -10,9 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from master.output import RunOutput
-from master.recorder import summary_columns
-from master.run import MEASURE_SUMMARY_COLUMNS, Run
+from master.results.output import RunOutput
+from master.run.lifecycle import MEASURE_SUMMARY_COLUMNS, Run
+from master.run.recorder import summary_columns
 
 M1, M2 = "gather.arr.LDEV.busy_pct", "gather.arr.LDEV.reads"
 

@@ -163,7 +163,7 @@ def test_measure_csv_values_are_in_the_limits_unit(folder: Path) -> None:
     ("accuracy", 0.0948, 9.48), ("iops", 9.57, 9.57), ("iops_slope", 120.0, 120.0)])
 def test_criterion_values_are_reported_in_the_limits_unit(criterion: str, value: float,
                                                           reported: float) -> None:
-    from master.stepcontrol import _reported
+    from master.analysis.stepcontrol import _reported
 
     assert _reported(criterion, value) == pytest.approx(reported)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from master.recorder import SUMMARY_COLUMNS
-from master.rollup import METRIC_COLUMNS
+from master.analysis.rollup import METRIC_COLUMNS
+from master.run.recorder import SUMMARY_COLUMNS
 from tests.master.runhelp import (
     ROOT,
     interrupt,
@@ -48,7 +48,7 @@ steps:
     measure_seconds: 1
   - name: missed
     workloads:
-      - {name: w, iodepth: 1, iops: 1000000}
+      - {name: w, iodepth: 1, iops: 20000000}
     warmup_seconds: 0
     measure_seconds: 0.5
   - name: forgiven
@@ -103,18 +103,19 @@ def _reasons_shown_everywhere(folder: Path, step: str) -> None:
 
 
 def test_a_step_short_of_its_iops_is_invalid_naming_the_workload(short: Path) -> None:
-    """1,000,000 IOPS at queue depth 1 on a file is out of reach: every row of the step is
+    """20,000,000 IOPS at queue depth 1 on a file is out of reach (on /dev/shm of an idle 2-core
+    VM, ``iops: max`` did 977,004 at this depth, and 1,000,000 was met): every row of the step is
     invalid, the reason naming the workload with its achieved and set IOPS and the shortfall,
     the figures those of its own workload row."""
     got = _summary(short, "missed")
     assert {r["rollup_type"] for r in got} == ROLLUP_TYPES
     (wl,) = [r for r in got if r["rollup_type"] == "workload"]
     achieved, setting = float(wl["IOPS"]), float(wl["iops_setting"])
-    assert setting == 1_000_000 and achieved < 0.95 * setting
+    assert setting == 20_000_000 and achieved < 0.95 * setting
     for r in got:
         assert r["valid"] == "false"
         m = re.search(r"IOPS short of the setting in force by more than 5% \(iops_tolerance_pct\)"
-                      r": workload (\S+) ([\d,]+) of 1,000,000 IOPS \(([\d.]+)% short\)",
+                      r": workload (\S+) ([\d,]+) of 20,000,000 IOPS \(([\d.]+)% short\)",
                       r["invalid_reason"])
         assert m, r["invalid_reason"]
         assert m.group(1) == wl["rollup_instance"]

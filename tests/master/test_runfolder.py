@@ -1,5 +1,5 @@
-"""Reading a run folder's CSV files (``master.runfolder.load_table``): rows split at line ends
-only, and a row cut by a crash left out."""
+"""Reading a run folder's CSV files (``master.results.runfolder.load_table``): rows split at line
+ends only, and a row cut by a crash left out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from master.runfolder import load_table
+from master.results.runfolder import load_table
 
 
 @pytest.mark.parametrize("char", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])

@@ -1,4 +1,4 @@
-"""The run folder's state (``master.runstate``): state.json written whole and read back
+"""The run folder's state (``master.results.runstate``): state.json written whole and read back
 checked, a live master told from a dead one, the refusals of a resume, and a cut-off step set
 aside."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from master.runstate import (
+from master.results.runstate import (
     STATE_FILE,
     CreatedFile,
     RunState,

@@ -1,11 +1,11 @@
-"""The settings in force (``master.settings``): the splitter's table, and the owner's changes by
+"""The settings in force (``master.run.settings``): the splitter's table, and the owner's changes by
 subinterval and source, table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from master.settings import Settings, split_total
+from master.run.settings import Settings, split_total
 from protocol.params import WorkloadParams
 
 A, B = ("h1", "/dev/sda"), ("h1", "/dev/sdb")

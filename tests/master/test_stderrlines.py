@@ -1,4 +1,4 @@
-"""Slave stderr bytes to log lines (``master.stderrlines``): a table, and any split of the
+"""Slave stderr bytes to log lines (``master.hosts.stderrlines``): a table, and any split of the
 bytes against a reference that sees the whole stream at once."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.stderrlines import MAX_LINE_BYTES, StderrLines
+from master.hosts.stderrlines import MAX_LINE_BYTES, StderrLines
 
 
 @pytest.mark.parametrize(("pieces", "lines", "last"), [

@@ -13,9 +13,9 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from master.analysis.rollup import RollupResult
+from master.analysis.stepcontrol import StepControl
 from master.config import StepConfig, parse_config_text
-from master.rollup import RollupResult
-from master.stepcontrol import StepControl
 
 HEAD = """\
 test: t
@@ -56,7 +56,7 @@ def _results(p99_ms: float, iops: float) -> dict[str, RollupResult]:
 def _drive(step: StepConfig, p99_of: Callable[[int, float], float], last: int | None = None,
            iops_of: Callable[[int], float] = lambda k: 200.0
            ) -> tuple[StepControl, int]:
-    """Run the control as master.run does, a DFC move holding from the next subinterval;
+    """Run the control as master.run.lifecycle does, a DFC move holding from the next subinterval;
     ``p99_of(k, iops in force)``. Returns the control and the last subinterval fed."""
     control = StepControl(step, 1.0, {"all": ("all",), "host": ("h1",)})
     setting = {"h1": 200.0}

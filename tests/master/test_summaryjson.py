@@ -17,11 +17,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from master import summaryjson as sj
-from master.output import fmt
-from master.recorder import summary_columns
-from master.run import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, Run
-from master.runstate import new_state, write_state
+from master.results import summaryjson as sj
+from master.results.output import fmt
+from master.results.runstate import new_state, write_state
+from master.run.lifecycle import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, Run
+from master.run.recorder import summary_columns
 from protocol.errors import OutputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_the_schema_names_every_summary_and_hosts_column() -> None:
     unnamed = [c for c in RUN_SUMMARY_COLUMNS if c not in sj.SUMMARY_KEYS
                and c not in inst["properties"] and not any(p.search(c) for p in patterns)]
     assert unnamed == []
-    # a step with gather: sources adds its joined metrics (master.recorder.summary_columns)
+    # a step with gather: sources adds its joined metrics (master.run.recorder.summary_columns)
     gathered = ["gather.arr.LDEV.busy_pct", "gather.node.disk.node_disk_reads_completed_total"]
     assert [c for c in summary_columns(gathered) if not any(p.search(c) for p in patterns)
             and c not in inst["properties"] and c not in sj.SUMMARY_KEYS] == []
@@ -392,12 +392,12 @@ def test_the_runs_hook_turns_a_failure_into_a_warning_event(tmp_path: Path) -> N
 def test_the_runs_hook_survives_a_bug_in_the_builder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    import master.run
+    import master.run.lifecycle
 
     def broken(folder: Path) -> dict[str, Any]:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(master.run, "write_summary_json", broken)
+    monkeypatch.setattr(master.run.lifecycle, "write_summary_json", broken)
     told: list[tuple[str, str]] = []
     fake = SimpleNamespace(output=SimpleNamespace(folder=_folder(tmp_path)),
                            event=lambda level, message, **_: told.append((level, message)))
@@ -405,14 +405,14 @@ def test_the_runs_hook_survives_a_bug_in_the_builder(
         Run._summary_json(fake)  # type: ignore[arg-type]
     assert told == [("WARNING", "summary.json not written: 'a bug'")]
     # the traceback goes to run.log (INFO), not to the console (WARNING and up)
-    (rec,) = [r for r in caplog.records if r.name == "master.run"]
+    (rec,) = [r for r in caplog.records if r.name == "master.run.lifecycle"]
     assert rec.levelname == "INFO" and rec.exc_info is not None
 
 
 # ---------------------------------------------------------------------- ivypy summary-json
 def test_the_command_writes_each_folder_and_names_one_that_is_not_a_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from master import cli
+    from master.cli import main as cli
 
     folder = _folder(tmp_path)
     stray = tmp_path / "stray"

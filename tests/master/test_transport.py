@@ -1,5 +1,5 @@
-"""Tests for master/transport.py without root: the interpreter probe's verdicts (table), the local
-subprocess transport, and the SSH transport against the in-process asyncssh server
+"""Tests for master/hosts/transport.py without root: the interpreter probe's verdicts (table), the
+local subprocess transport, and the SSH transport against the in-process asyncssh server
 (tests/sshserver.py), which runs real processes, so the zipapp really runs through SSH."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 import asyncssh
 import pytest
 
-from master.transport import (
+from master.hosts.transport import (
     _PID_MARKER,
     _PROBE_SCRIPT,
     STDERR_LINE_MAX_BYTES,
@@ -35,7 +35,7 @@ from master.transport import (
     open_ssh,
     slave_logger_name,
 )
-from master.zipapp import SlaveZipapp, build_slave_zipapp
+from master.hosts.zipapp import SlaveZipapp, build_slave_zipapp
 from protocol.errors import HostError, SlaveStartError
 from tests.sshserver import SshServerInfo, new_key, ssh_server
 
@@ -378,8 +378,8 @@ def test_local_interpreter_without_numpy_is_named(tmp_path: Path, echo_zipapp: S
 _HOLD_LOCAL = """
 import asyncio, sys
 from pathlib import Path
-from master.transport import open_local
-from master.zipapp import build_slave_zipapp
+from master.hosts.transport import open_local
+from master.hosts.zipapp import build_slave_zipapp
 sys.path.insert(0, {tests!r})
 from conftest import ECHO_SOURCE
 
@@ -830,8 +830,8 @@ def test_testbed_address_without_a_host_times_out_quickly(
 
 _HOLD_SSH = """
 import asyncio, sys
-from master.transport import SshHostSpec, open_ssh
-from master.zipapp import build_slave_zipapp
+from master.hosts.transport import SshHostSpec, open_ssh
+from master.hosts.zipapp import build_slave_zipapp
 sys.path.insert(0, {tests!r})
 from conftest import ECHO_SOURCE
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from master.ttyecho import EchoOff
+from master.live.ttyecho import EchoOff
 
 
 @pytest.fixture()

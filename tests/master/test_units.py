@@ -1,4 +1,5 @@
-"""Table-driven tests for master/units.py: byte sizes, durations, fractions, and formatting."""
+"""Table-driven tests for master/config/units.py: byte sizes, durations, fractions, and
+formatting."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from master.units import (
+from master.config.units import (
     format_bytes,
     format_duration_s,
     format_fraction,

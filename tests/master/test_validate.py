@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from master.analysis.rollup import Grouping, Sample, compute
 from master.config import RollupSpec
-from master.recorder import validate
-from master.rollup import Grouping, Sample, compute
+from master.run.recorder import validate
 from protocol.stats import StatsBatch, WorkloadStats
 
 

@@ -1,4 +1,4 @@
-"""Table tests of master.verdicts: each reason's rule and its wording, with figures."""
+"""Table tests of master.analysis.verdicts: each reason's rule and its wording, with figures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from master.verdicts import (
+from master.analysis.verdicts import (
     DfcReading,
     Shortfall,
     dfc_cause,

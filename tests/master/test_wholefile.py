@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from master.wholefile import replace_whole
+from master.results.wholefile import replace_whole
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Tests for master/zipapp.py: deterministic bytes (in any process), contents, entry point, local
-cache, the bytecode beside each module (used where the Python is the controller's, else the
+"""Tests for master/hosts/zipapp.py: deterministic bytes (in any process), contents, entry point,
+local cache, the bytecode beside each module (used where the Python is the controller's, else the
 source is), and that the zipapp runs under the system python3 (which has no msgpack) with
 msgpack's pure-Python code."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from master import zipapp
-from master.zipapp import (
+from master.hosts import zipapp
+from master.hosts.zipapp import (
     DEFAULT_ENTRY,
     SlaveZipapp,
     build_slave_zipapp,
@@ -140,7 +140,7 @@ def test_exit_status_of_the_entry_becomes_the_process_status(
 
 
 ROOT = Path(__file__).resolve().parents[2]
-_BUILD = "import sys; from master.zipapp import build_slave_zipapp; " \
+_BUILD = "import sys; from master.hosts.zipapp import build_slave_zipapp; " \
          "sys.stdout.write(build_slave_zipapp().sha256)"
 
 

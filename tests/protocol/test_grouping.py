@@ -1,6 +1,6 @@
 """Groups, windows and view percentiles of ``StatsBatch``es (``protocol.grouping``) against
 dense references (``WorkloadStats.merge_into``) and, bit for bit, against the master's rollup
-(``master.rollup.compute``), which the slave's tables must reproduce exactly."""
+(``master.analysis.rollup.compute``), which the slave's tables must reproduce exactly."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from master import rollup
-from master.rollup import Grouping, Sample, compute, pct_label
+from master.analysis import rollup
+from master.analysis.rollup import Grouping, Sample, compute, pct_label
 from protocol import grouping
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
 from protocol.grouping import (

@@ -150,7 +150,7 @@ def test_row_totals_are_exact_beyond_2_to_the_53(extra: int) -> None:
     """A histogram row whose counts add up past 2**53 (float64 would round 2**53 + 1 down):
     a batch whose counters agree is accepted, by both validators, and one off by one is
     refused."""
-    from master import kernels
+    from master.analysis import kernels
 
     big = 1 << 53
     s = WorkloadStats()

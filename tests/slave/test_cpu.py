@@ -5,7 +5,7 @@ host's between two snapshots must show at least that much. The slave's own CPU t
 its threads, its live and its reaped children, as a slave has its workers) must match what was
 burned, measured independently with ``getrusage``. ``/proc/stat`` read just before and after a
 snapshot brackets each core's counters. The arithmetic from two snapshots, and
-``slave_cpu_us_per_io`` (computed on the master, ``master.recorder``, from a host's CPU seconds
+``slave_cpu_us_per_io`` (computed on the master, ``master.run.recorder``, from a host's CPU seconds
 and its I/Os of the subinterval), are checked table-driven where they are pure.
 """
 
@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
-from master.lunselect import Lun, SelectedLun, WorkloadInstance
-from master.output import RunOutput
-from master.recorder import CPU_COLUMNS, HostResult, StepRecorder
-from master.settings import Settings
+from master.results.output import RunOutput
+from master.run.recorder import CPU_COLUMNS, HostResult, StepRecorder
+from master.run.settings import Settings
+from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
 from protocol.stats import StatsBatch, WorkloadStats

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from master.zipapp import build_slave_zipapp, write_cached
+from master.hosts.zipapp import build_slave_zipapp, write_cached
 from protocol.messages import (
     Ack,
     CreateWorkload,
@@ -186,8 +186,8 @@ def _in_flight_after(device: LoopDevice, timeout_s: float) -> tuple[int, int]:
 @pytest.mark.parametrize("how", ["eof", "sigterm"])
 def test_the_shipped_zipapp_exits_within_a_second_with_libaio_io_in_flight(
         tmp_path: Path, loop_device: LoopFactory, how: str) -> None:
-    """The slave as the master starts it on localhost (``master.transport.open_local``: the
-    zipapp from ``master.zipapp`` run by this interpreter, in a session of its own), with no
+    """The slave as the master starts it on localhost (``master.hosts.transport.open_local``: the
+    zipapp from ``master.hosts.zipapp`` run by this interpreter, in a session of its own), with no
     engine forced and no PYTHONPATH, reading a loop device through libaio at depth 32: on
     stdin EOF or SIGTERM it exits within a second, its workers are gone and the device has no
     request in flight."""

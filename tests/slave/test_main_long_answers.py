@@ -73,7 +73,7 @@ def _stderr(s: Slave) -> str:
 def test_a_long_discovery_is_not_the_masters_silence(
         tmp_path: Path, slow: str, env: dict[str, str]) -> None:
     """Watchdog 1 s, a discovery of 2.5 s; the master pings every 0.3 s meanwhile (as
-    ``master.hostsession`` does every 2 s). The slave answers the discovery, then the pings
+    ``master.hosts.session`` does every 2 s). The slave answers the discovery, then the pings
     that waited, and stays for the next request. Before, it exited (watchdog) right after
     answering the discovery."""
     s = _slave(tmp_path, 1.0, **env)

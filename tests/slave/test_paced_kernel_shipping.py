@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from master.zipapp import build_slave_zipapp
+from master.hosts.zipapp import build_slave_zipapp
 from slave.engine import paced_kernel as pk
 
 needs_cc = pytest.mark.skipif(pk._compiler() in (None, []), reason="no C compiler here")

@@ -1,0 +1,1 @@
+"""Pure computations on results: rollups and their kernels, measure, DFC, verdicts, devices."""

@@ -1,0 +1,1 @@
+"""The command line: parse into options, call the command, map the result to an exit code."""

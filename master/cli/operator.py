@@ -1,0 +1,256 @@
+"""``ivypy status | edit | stop [RUN_DIR]``: talk to a running test through its control socket.
+
+Thin: arguments → ``master.live.editparse`` (edits are checked before connecting) →
+``master.live.control_socket.request`` → printed reply → exit code. Without RUN_DIR the newest
+active run is used. For ``edit`` the first positional is RUN_DIR when it is an existing directory
+that is no instance (``all`` in a step folder, which has an ``all`` folder, is the instance), or
+when it is no instance but the next word is one (a run folder that is not there: exit 3, naming
+it); otherwise it is the instance.
+
+Exit codes: 0 done; 2 the edit or stop was refused (bad instance, key or value, or refused by the
+run), with the reason on stderr and nothing changed; 3 no run could be reached (none active, the
+folder has no socket, the run ended). ``status`` of a run folder that no master serves prints
+what its ``state.json`` records (complete, failed, interrupted, or dead: its master gone, with
+the command that resumes it), and exits 3.
+
+Must not: decide anything about the run (the run loop answers every request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from master.config.units import format_duration_s
+from master.live.control_socket import ControlError, find_run_dir, request
+from master.live.editparse import (
+    EDITABLE_KEYS,
+    EditRefused,
+    parse_instance,
+    parse_params,
+    split_edit_args,
+)
+
+EXIT_OK = 0
+EXIT_REFUSED = 2
+EXIT_NO_RUN = 3
+
+#: status keys printed in the header, in this order; other keys are printed after them.
+_HEADER_KEYS = ("test", "run_dir", "step", "step_name", "phase", "subinterval",
+                "subintervals_total", "time_left_s", "rollups", "ok")
+_ROLLUP_COLUMNS = (("instance", "instance"), ("IOPS", "IOPS"),
+                   ("service_time_p99_ms", "p99 ms"), ("iops_setting", "IOPS setting"))
+
+
+def register(subparsers: Any) -> None:
+    run_dir_help = "the run folder (default: the newest active run)"
+    p = subparsers.add_parser(
+        "status", help="show the live state of a running test",
+        description="Show the step, subinterval, phase and per-instance IOPS and p99 of a "
+        "running test. Exit 0, or 3 when no run can be reached.")
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help=run_dir_help)
+    p.set_defaults(func=status_command)
+
+    p = subparsers.add_parser(
+        "edit", help="change workloads of a running test from the next subinterval",
+        usage="ivypy edit [-h] [RUN_DIR] INSTANCE KEY=VALUE [KEY=VALUE ...]",
+        description="Change the workloads of one rollup instance of a running test; the "
+        "change holds from the next subinterval boundary, which is printed. INSTANCE is all, "
+        "host=h1, lun=h1:/dev/sdb, workload=h1:/dev/sdb:name or vendor+model=ACME+X1. Keys: "
+        "iops (number or max), total_iops (split over the instance's LUNs, then by skew "
+        "weight), read_fraction (0..1 or 70%), blocksize (8KiB), iodepth (1..4096), "
+        "iosequencer, skew_weight, busy_poll (true/false), write_data (zeros, random, "
+        "compressible:R, dedupable:R). Exit 0 applied, 2 refused (nothing changed), 3 no run.")
+    p.add_argument("words", nargs="+", metavar="WORD",
+                   help="an optional run folder, the rollup instance, then one or more "
+                   "KEY=VALUE settings")
+    p.set_defaults(func=edit_command)
+
+    p = subparsers.add_parser(
+        "stop", help="end the current step of a running test gracefully",
+        description="End the current step after the subinterval in progress; the run goes on "
+        "with its next step. Exit 0, 2 refused, 3 no run.")
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help=run_dir_help)
+    p.set_defaults(func=stop_command)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"ivypy: {message}", file=sys.stderr)
+    return code
+
+
+def _call(run_dir_arg: str | None, obj: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    run_dir = find_run_dir(run_dir_arg)
+    return run_dir, request(run_dir, obj)
+
+
+def _chosen(run_dir_arg: str | None, run_dir: Path) -> str:
+    """`` (run <folder>)`` where the command chose the run (none named, the newest active one;
+    a test folder, its live run): with several runs active the operator sees which it
+    reached. Nothing where the run folder itself was named."""
+    if run_dir_arg is not None and Path(run_dir_arg).expanduser().resolve() == run_dir.resolve():
+        return ""
+    return f" (run {run_dir})"
+
+
+def _step_text(reply: dict[str, Any]) -> str:
+    step = reply.get("step", "?")
+    name = reply.get("step_name")
+    return f"{step} ({name})" if name else f"{step}"
+
+
+# ---------------------------------------------------------------- status
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+    return str(value)
+
+
+def format_status(reply: dict[str, Any]) -> str:
+    """The status reply as text: a header, a table per rollup type, then any other keys."""
+    lines = []
+    if "test" in reply or "run_dir" in reply:
+        lines.append(f"test {reply.get('test', '?')}  ({reply.get('run_dir', '?')})")
+    if "step" in reply:
+        where = f"step {_step_text(reply)}"
+        if "phase" in reply:
+            where += f", {reply['phase']}"
+        if "subinterval" in reply:
+            total = reply.get("subintervals_total")
+            where += f", subinterval {reply['subinterval']}"
+            where += f" of {total}" if total is not None else ""
+        time_left = reply.get("time_left_s")
+        if isinstance(time_left, (int, float)) and not isinstance(time_left, bool):
+            where += f", about {format_duration_s(round(float(time_left)))} left"
+        lines.append(where)
+    rollups = reply.get("rollups")
+    if isinstance(rollups, dict):
+        for rollup_type, rows in rollups.items():
+            lines.append("")
+            lines.append(f"{rollup_type}:")
+            lines.extend(_table(rows if isinstance(rows, list) else []))
+    extra = [key for key in reply if key not in _HEADER_KEYS]
+    if extra:
+        lines.append("")
+        lines.extend(f"{key}: {_cell(reply[key])}" for key in extra)
+    return "\n".join(lines)
+
+
+def _table(rows: list[Any]) -> list[str]:
+    dict_rows = [row for row in rows if isinstance(row, dict)]
+    if not dict_rows:
+        return ["  (no instances)"]
+    known = [key for key, _ in _ROLLUP_COLUMNS]
+    extra = [key for row in dict_rows for key in row if key not in known]
+    columns = [(key, title) for key, title in _ROLLUP_COLUMNS] + \
+        [(key, key) for key in dict.fromkeys(extra)]
+    cells = [[title for _, title in columns]] + \
+        [[_cell(row.get(key)) for key, _ in columns] for row in dict_rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in cells]
+
+
+def status_command(args: argparse.Namespace) -> int:
+    folder = args.run_dir
+    try:
+        run_dir = find_run_dir(args.run_dir)
+        if args.run_dir is not None:  # a test folder: the run found in it
+            folder = str(run_dir)
+        reply = request(run_dir, {"op": "status"})
+    except ControlError as exc:
+        recorded = _recorded_state(folder)
+        if recorded is None:
+            return _fail(str(exc), EXIT_NO_RUN)
+        print(recorded)  # a run no master serves: what its folder says of it
+        return EXIT_NO_RUN
+    if not reply["ok"]:
+        return _fail(f"status refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
+    print(format_status(reply))
+    return EXIT_OK
+
+
+def _recorded_state(run_dir: str | None) -> str | None:
+    """The state a run folder's ``state.json`` records (a run that ended, failed, was
+    interrupted or died), as text; None when ``run_dir`` is not given or holds none."""
+    from master.results.runstate import RunStateError, describe, read_state
+
+    if run_dir is None:
+        return None
+    folder = Path(run_dir).expanduser()
+    try:
+        return describe(read_state(folder), folder)
+    except RunStateError:
+        return None
+
+
+# ---------------------------------------------------------------- edit
+
+
+def split_edit_words(words: Sequence[str]) -> tuple[str | None, str, list[str]]:
+    """``[RUN_DIR] INSTANCE KEY=VALUE...`` → (run dir or None, instance, settings)."""
+    rest = list(words)
+    run_dir = None
+    if rest and not _is_instance(rest[0]) and (
+            Path(rest[0]).is_dir() or (len(rest) >= 3 and _is_instance(rest[1]))):
+        run_dir = rest.pop(0)
+    if not rest:
+        raise EditRefused("give the instance to edit (all, host=h1, ...) and key=value settings")
+    instance = rest.pop(0)
+    if not rest:
+        raise EditRefused(f"give one or more key=value settings to apply to {instance}")
+    return run_dir, instance, rest
+
+
+def _is_instance(word: str) -> bool:
+    """Whether ``word`` is spelt as an instance (``all``, ``host=h1``), not a setting."""
+    try:
+        rollup_type, _ = parse_instance(word)
+    except EditRefused:
+        return False
+    return rollup_type not in EDITABLE_KEYS
+
+
+def edit_command(args: argparse.Namespace) -> int:
+    try:
+        run_dir_arg, instance, settings = split_edit_words(args.words)
+        parse_instance(instance)
+        raw = split_edit_args(settings)
+        parse_params(raw)
+    except EditRefused as exc:
+        return _fail(f"edit refused: {exc}", EXIT_REFUSED)
+    try:
+        run_dir, reply = _call(run_dir_arg, {"op": "edit", "instance": instance, "params": raw})
+    except ControlError as exc:
+        return _fail(str(exc), EXIT_NO_RUN)
+    if not reply["ok"]:
+        return _fail(f"edit refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
+    workloads = reply.get("workloads")
+    count = len(workloads) if isinstance(workloads, list) else "?"
+    print(f"applied to {count} workloads of {reply.get('instance', instance)} from subinterval "
+          f"{reply.get('effective_subinterval', '?')} of step {_step_text(reply)}"
+          f"{_chosen(run_dir_arg, run_dir)}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- stop
+
+
+def stop_command(args: argparse.Namespace) -> int:
+    try:
+        run_dir, reply = _call(args.run_dir, {"op": "stop"})
+    except ControlError as exc:
+        return _fail(str(exc), EXIT_NO_RUN)
+    if not reply["ok"]:
+        return _fail(f"stop refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
+    print(f"step {_step_text(reply)} will end after subinterval "
+          f"{reply.get('last_subinterval', '?')}{_chosen(args.run_dir, run_dir)}")
+    return EXIT_OK

@@ -1,0 +1,1 @@
+"""Reaching the test hosts: transports, the host session, the slave zipapp and its compiled loop."""

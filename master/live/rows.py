@@ -1,0 +1,182 @@
+"""What the live view is told: its rows, built from numbers the run already has.
+
+Owns the shapes the view shows (``LiveRow`` per rollup instance and subinterval, ``DfcLine``
+per DFC move, ``FinalRow`` per step and instance of the end-of-run table) and their building:
+picking columns out of a rollup's result, the slave's CPU seconds as a share of its host, the
+summary rows of the rollups the table shows. Pure: no I/O, no terminal, no rollup arithmetic
+(``master.analysis.rollup`` computes every latency and rate; this module only selects and labels).
+
+Two CPU figures, on one scale (percent of all of the host's cores over the subinterval):
+``host_cpu_pct`` is the host's busy time (every process, ivypy's included; ``busy_pct`` in
+cpu.csv); ``ivypy_cpu_pct`` is the slave's own user and system seconds with its workers'
+(``slave_user_s`` + ``slave_system_s`` in cpu.csv) over subinterval × cores. An instance on
+several hosts shows the mean over its hosts, as ``cpu_busy_pct`` in the rollup rows does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import ConfigError
+
+#: the rollup type whose rows the view shows beside the total row, by count of hosts
+DEFAULT_LIVE_ROLLUP_ONE_HOST = "lun"
+DEFAULT_LIVE_ROLLUP_HOSTS = "host"
+#: instances of the live rollup made into rows each subinterval: more than a terminal shows
+#: (the view says how many more there are); building 10,000 rows cost 84 ms a subinterval
+LIVE_ROWS_MAX = 64
+#: the rollup columns a ``LiveRow`` shows, in its fields' order
+LIVE_METRICS = ("IOPS", "MB_per_s", "service_time_p50_ms", "service_time_p99_ms",
+                "response_time_p50_ms", "response_time_p99_ms")
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    """One rollup instance in one subinterval (NaN where there was nothing to measure)."""
+
+    instance: str
+    iops: float
+    mb_per_s: float
+    service_p50_ms: float
+    service_p99_ms: float
+    response_p50_ms: float
+    response_p99_ms: float
+    host_cpu_pct: float
+    ivypy_cpu_pct: float
+
+
+@dataclass(frozen=True)
+class DfcLine:
+    """One DFC controller's move after a subinterval: its focus instance, the metric it
+    holds, the target, what the metric measured, the IOPS it ran at and the IOPS it set."""
+
+    instance: str
+    metric: str
+    target: float
+    measured: float
+    iops_in_force: float
+    iops_set: float
+
+
+@dataclass(frozen=True)
+class FinalRow:
+    """One step's measurement of one rollup instance in the end-of-run table."""
+
+    step: str
+    rollup_type: str
+    instance: str
+    iops: float
+    mb_per_s: float
+    service_p50_ms: float
+    service_p99_ms: float
+    response_p50_ms: float
+    response_p99_ms: float
+    valid: bool | None  # None: the step has no summary row
+    reason: str
+
+
+def default_live_rollup(n_hosts: int) -> str:
+    """``host`` when the run has several hosts, else ``lun``."""
+    return DEFAULT_LIVE_ROLLUP_HOSTS if n_hosts > 1 else DEFAULT_LIVE_ROLLUP_ONE_HOST
+
+
+def check_live_rollup(rollup_type: str, test_types: Sequence[str], file: str | None) -> None:
+    """``ConfigError`` when ``--live-rollup`` names none of the test's rollup types."""
+    if rollup_type not in test_types:
+        raise ConfigError(f"--live-rollup {rollup_type}: not one of the test's rollup types "
+                          f"({', '.join(test_types)})", file=file)
+
+
+def _float(v: Any) -> float:
+    """A number of a row (CSV cells may be None, '' or a number); NaN when there is none."""
+    if v is None or v == "":
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def ivypy_cpu_pct(cpu: Mapping[str, Any], subinterval_s: float) -> float:
+    """The slave's CPU (user + system seconds, workers included) as a percent of all of its
+    host's cores over ``subinterval_s``, from a result's ``cpu`` dict; NaN when the dict
+    does not say (no core count or no seconds)."""
+    cores = len(cpu.get("per_core_busy_pct") or ())
+    used_s = _float(cpu.get("slave_user_s")) + _float(cpu.get("slave_system_s"))
+    if cores == 0 or not subinterval_s > 0 or math.isnan(used_s):
+        return math.nan
+    return 100.0 * used_s / (subinterval_s * cores)
+
+
+def live_rows(names: Sequence[str], columns: Mapping[str, Any], host_cpu_pct: Sequence[float],
+              ivypy_cpu: Sequence[float], limit: int = LIVE_ROWS_MAX) -> list[LiveRow]:
+    """A ``LiveRow`` for each of the first ``limit`` instances ``names[i]``, from a rollup
+    result's ``columns`` (metric name → value per instance: a sequence or a numpy array)
+    and each instance's two CPU figures."""
+    n = min(limit, len(names))
+    iops, mb, s50, s99, r50, r99 = ([float(v) for v in columns[c][:n]] for c in LIVE_METRICS)
+    return [LiveRow(names[i], iops[i], mb[i], s50[i], s99[i], r50[i], r99[i],
+                    float(host_cpu_pct[i]), float(ivypy_cpu[i])) for i in range(n)]
+
+
+def dfc_lines(dfc_rows: Sequence[Mapping[str, Any]]) -> list[DfcLine]:
+    """A ``DfcLine`` per row of dfc.csv written after one subinterval."""
+    return [DfcLine(str(r.get("instance", "")), str(r.get("metric", "")), _float(r.get("target")),
+                    _float(r.get("measured")), _float(r.get("iops_in_force")),
+                    _float(r.get("new_iops")))
+            for r in dfc_rows]
+
+
+def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
+               rollup_types: Sequence[str], limit: int, *, valid: bool | None = None,
+               reasons: Sequence[str] = ()) -> tuple[list[FinalRow], int]:
+    """The end-of-run table's rows of one step: its summary rows of ``rollup_types`` (in that
+    order; a type's rows in theirs), at most ``limit`` of each type past the first; and how
+    many were left out. The ``all`` row carries the step's verdict: invalid when any of its
+    summary rows is (of any rollup type, shown or not), with every row's reasons, each once.
+    A step without summary rows (no measurement window) gets one row saying so, with the
+    step's ``valid`` and ``reasons`` as the run had them (used only then)."""
+    if not summary_rows:
+        nan = math.nan
+        why = "; ".join(dict.fromkeys(("no measurement subintervals", *reasons)))
+        return [FinalRow(step, "all", "-", nan, nan, nan, nan, nan, nan, valid, why)], 0
+    out: list[FinalRow] = []
+    left_out = 0
+    for t in dict.fromkeys(rollup_types):
+        mine = [r for r in summary_rows if r.get("rollup_type") == t]
+        keep = mine if t == "all" else mine[:limit]
+        left_out += len(mine) - len(keep)
+        for r in keep:
+            valid, reason = ((step_verdict(summary_rows)) if t == "all" else
+                             (_valid(r.get("valid")), str(r.get("invalid_reason") or "")))
+            out.append(FinalRow(
+                step, t, str(r.get("rollup_instance", "")), _float(r.get("IOPS")),
+                _float(r.get("MB_per_s")), _float(r.get("service_time_p50_ms")),
+                _float(r.get("service_time_p99_ms")), _float(r.get("response_time_p50_ms")),
+                _float(r.get("response_time_p99_ms")), valid, reason))
+    return out, left_out
+
+
+def step_verdict(summary_rows: Sequence[Mapping[str, Any]]) -> tuple[bool | None, str]:
+    """A step's verdict from its summary rows: False when any row is invalid, True when all
+    are valid, else None; and the reasons of all rows, each ``; ``-separated part once."""
+    marks = [_valid(r.get("valid")) for r in summary_rows]
+    valid = False if False in marks else True if marks and None not in marks else None
+    parts: dict[str, None] = {}
+    for r in summary_rows:
+        for part in str(r.get("invalid_reason") or "").split("; "):
+            if part.strip():
+                parts.setdefault(part.strip(), None)
+    return valid, "; ".join(parts)
+
+
+def _valid(v: Any) -> bool | None:
+    """A summary row's ``valid`` cell (a bool, or its CSV text)."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    return None

@@ -1,0 +1,396 @@
+"""What the report's charts show: from a read run folder to chart specifications (plain data
+for the page's JSON).
+
+Owns the choice of the rollup to plot (``default_rollup``), which columns each chart takes
+(IOPS, MB/s, service and response time p50/p99/p99.9/max per instance, the device's IOPS
+and MB/s beside ivypy's and its service time, utilisation and queue depth where the run
+recorded ``device_*`` columns, a chart per gathered ``gather.*`` column; the latency CDF from
+the step's ``all`` histogram; DFC's measured metric, target and IOPS in force; measure's
+criteria against their limits; CPU busy per host), the measurement window each time chart
+marks, and the page-wide point budget. Must not read files itself beyond
+``master.results.runfolder``'s readers, or write HTML (``master.results.report.page``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from master.results.report import series as sr
+from master.results.runfolder import (
+    RunFolder,
+    StepFolder,
+    Table,
+    leading_number,
+    read_header,
+    read_table,
+    to_float,
+)
+
+#: The numbers all charts of a page may hold together; beyond it every series is downsampled
+#: by one bucket size (3 MB for 100 instances x 1,000 subintervals holds with room to spare).
+BUDGET_POINTS = 250_000
+#: The instances of one rollup type a step's charts show at most (reading beyond them would
+#: cost time at the end of every run for lines no one can tell apart).
+MAX_INSTANCES = 100
+PERCENTILES = (("p50", "p50"), ("p99", "p99"), ("p99_9", "p99.9"), ("max", "max"))
+KINDS = (("service_time", "Service time"), ("response_time", "Response time"))
+INSTANCE_READ = ("subinterval", "phase", "elapsed_s", "rollup_instance", "IOPS", "MB_per_s",
+                 *(f"{k}_{p}_ms" for k, _ in KINDS for p, _ in PERCENTILES))
+#: The device columns the charts show (``master.analysis.devstats``): the device's IOPS and MB/s
+#: beside ivypy's, and a chart of its service time (left axis) with utilisation and queue depth
+DEVICE_READ = ("device_IOPS", "device_MB_per_s", "device_service_time_ms", "device_util_pct",
+               "device_queue_depth")
+#: A gathered column's prefix (``gather.<source>.<element_type>.<metric>``): a chart each
+GATHER_PREFIX = "gather."
+#: Gathered columns a step charts at most (the first by the instance file's column order)
+MAX_GATHERED = 12
+
+
+def default_rollup(run: RunFolder) -> str:
+    """``host`` when the run had several hosts, else ``lun``; ``all`` when the steps have
+    neither. Hosts are told by name: a resumed run's hosts.csv has a row per host and
+    session."""
+    n_hosts = len(set(run.hosts.column("host"))) if run.hosts is not None else 0
+    want = "host" if n_hosts > 1 else "lun"
+    return want if any(want in s.instances for s in run.steps) else "all"
+
+
+def subinterval_seconds(run: RunFolder) -> float:
+    """The run's subinterval length (resolved.json), 1 s when it cannot be told."""
+    value = (run.resolved or {}).get("subinterval_seconds")
+    return float(value) if isinstance(value, int | float) and value > 0 else 1.0
+
+
+@dataclass
+class _Raw:
+    """One chart at full resolution, before the page-wide downsampling."""
+
+    title: str
+    y_label: str
+    n: int  # subintervals on its axis
+    bucket: int  # subintervals per point
+    series: list[dict[str, Any]] = field(default_factory=list)  # "values": downsampled
+    y2_label: str = ""
+    window: tuple[int, int] | None = None  # first and last measurement subinterval
+    #: a latency chart of several instances: the page offers to show one percentile at a time
+    #: (a series' ``dash`` is its index in ``PERCENTILES``)
+    percentiles: bool = False
+
+    def add(self, label: str, values: sr.FloatArray, how: sr.Reduce = "mean", *,
+            group: int = 0, dash: int = 0, axis: str = "y") -> None:
+        self.series.append({"label": label, "values": sr.downsample(values, self.bucket, how),
+                            "group": group, "dash": dash, "axis": axis})
+
+
+def _by(table: Table, key: str) -> dict[str, list[int]]:
+    """Row numbers of ``table`` per value of column ``key``, in first-seen order."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, value in enumerate(table.column(key)):
+        out[value].append(i)
+    return out
+
+
+def _window(table: Table) -> tuple[int, int] | None:
+    ks = [int(k) for k, p in zip(table.floats("subinterval"), table.column("phase"), strict=True)
+          if p == "measurement" and math.isfinite(k)]
+    return (min(ks), max(ks)) if ks else None
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """What a step's instance files hold beyond ``INSTANCE_READ`` (from the first one's
+    header): the device columns, and the gathered columns charted."""
+
+    device: bool
+    gathered: tuple[str, ...]
+
+    @property
+    def series_per_instance(self) -> int:
+        """Series an instance adds to the step's charts: IOPS, MB/s and 4 + 4 latencies; the
+        device's IOPS, MB/s, service time, utilisation and queue depth; one per gathered."""
+        return 10 + (5 if self.device else 0) + len(self.gathered)
+
+    @property
+    def charts(self) -> int:
+        return 4 + (1 if self.device else 0) + len(self.gathered)
+
+
+def _columns(step: StepFolder, rollup: str) -> _Columns:
+    first = step.instances.get(rollup, [])[:1]
+    header = read_header(step.instance_path(rollup, first[0])) if first else ()
+    return _Columns("device_IOPS" in header,
+                    tuple(c for c in header if c.startswith(GATHER_PREFIX))[:MAX_GATHERED])
+
+
+def _has_values(values: sr.FloatArray) -> bool:
+    return bool(np.isfinite(values).any())
+
+
+def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
+                     window: tuple[int, int] | None, columns: _Columns
+                     ) -> tuple[list[_Raw], str]:
+    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` (the
+    first ``MAX_INSTANCES`` by file name) on an axis of ``n`` subintervals, with the device's
+    and the gathered columns where the step has them, and a note when some were left out.
+    One instance file is read at a time and kept only downsampled."""
+    names = step.instances.get(rollup, [])
+    note = ""
+    if len(names) > MAX_INSTANCES:
+        note = (f"{len(names):,} {rollup} instances: the first {MAX_INSTANCES} (by name) are "
+                "plotted; ivypy report --rollup TYPE plots another rollup type.")
+    names = names[:MAX_INSTANCES]
+    if not names or n == 0:
+        return [], note
+    alone = len(names) == 1  # one instance: a colour per percentile
+    iops = _Raw("IOPS", "IOPS", n, bucket, window=window)
+    mbs = _Raw("MB/s", "MB/s", n, bucket, window=window)
+    lat = [_Raw(title, "ms", n, bucket, window=window, percentiles=not alone)
+           for _, title in KINDS]
+    device = _Raw("Device service time, utilisation and queue depth", "ms", n, bucket,
+                  y2_label="% busy, queue depth", window=window)
+    gathered = [_Raw(f"Gathered: {c.removeprefix(GATHER_PREFIX)}", "value", n, bucket,
+                     window=window) for c in columns.gathered]
+    read = (*INSTANCE_READ, *(DEVICE_READ if columns.device else ()), *columns.gathered)
+    for g, name in enumerate(names):
+        t = read_table(step.instance_path(rollup, name), read)
+        if t is None or not t.rows:
+            continue
+        label = t.column("rollup_instance")[0] or name
+        k = t.floats("subinterval")
+        iops.add(label, sr.on_axis(k, t.floats("IOPS"), n), group=g)
+        mbs.add(label, sr.on_axis(k, t.floats("MB_per_s"), n), group=g)
+        for chart, (kind, _) in zip(lat, KINDS, strict=True):
+            for dash, (pct, pct_label) in enumerate(PERCENTILES):
+                chart.add(pct_label if alone else f"{label} {pct_label}",
+                          sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
+                          "max" if pct == "max" else "mean", group=dash if alone else g,
+                          dash=dash)
+        dev_iops = t.floats("device_IOPS") if columns.device else None
+        if dev_iops is not None and _has_values(dev_iops):
+            # the device's own counts beside ivypy's, dashed in the instance's colour
+            iops.add(f"{label} device", sr.on_axis(k, dev_iops, n), group=g, dash=1)
+            mbs.add(f"{label} device", sr.on_axis(k, t.floats("device_MB_per_s"), n), group=g,
+                    dash=1)
+            device.add(f"{label} service time", sr.on_axis(
+                k, t.floats("device_service_time_ms"), n), group=g)
+            device.add(f"{label} % busy", sr.on_axis(k, t.floats("device_util_pct"), n),
+                       group=g, dash=1, axis="y2")
+            device.add(f"{label} queue depth", sr.on_axis(
+                k, t.floats("device_queue_depth"), n), group=g, dash=2, axis="y2")
+        for chart, column in zip(gathered, columns.gathered, strict=True):
+            values = t.floats(column)
+            if _has_values(values):
+                chart.add(label, sr.on_axis(k, values, n), group=g)
+    charts = [c for c in (iops, mbs, *lat, device, *gathered) if c.series]
+    where = f"{rollup} {iops.series[0]['label']}" if alone and charts else f"{rollup} instances"
+    for c in charts:
+        c.title = f"{c.title} ({where})"
+    return charts, note
+
+
+def _dfc_chart(table: Table, n: int, bucket: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    metric = table.column("metric")[0]
+    chart = _Raw(f"DFC: {metric} against its target, and the IOPS set", metric, n, bucket,
+                 y2_label="IOPS in force", window=_window(table))
+    for g, (inst, rows) in enumerate(_by(table, "instance").items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(f"{inst} measured", sr.on_axis(k, table.floats("measured")[rows], n), group=g)
+        chart.add(f"{inst} target", sr.on_axis(k, table.floats("target")[rows], n), group=g,
+                  dash=1)
+        chart.add(f"{inst} IOPS", sr.on_axis(k, table.floats("iops_in_force")[rows], n),
+                  group=g, dash=2, axis="y2")
+    return chart
+
+
+def _criteria(table: Table) -> dict[str, list[int]]:
+    """measure.csv's rows per criterion of an instance, in first-seen order."""
+    keys = [f"{i} {c} ({m})" for i, c, m in zip(table.column("instance"),
+                                                 table.column("criterion"),
+                                                 table.column("metric"), strict=True)]
+    groups: dict[str, list[int]] = defaultdict(list)
+    for row, key in enumerate(keys):
+        groups[key].append(row)
+    return groups
+
+
+def _measure_chart(table: Table, n: int, bucket: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    chart = _Raw("Measure: each criterion's value against its limit", "value", n, bucket)
+    limits = table.column("limit")
+    for g, (key, rows) in enumerate(_criteria(table).items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(key, sr.on_axis(k, table.floats("value")[rows], n), group=g)
+        limit = leading_number(limits[rows[0]])
+        if math.isfinite(limit):
+            chart.add(f"{key} limit", sr.on_axis(k, np.full(len(rows), limit), n), group=g,
+                      dash=1)
+    return chart
+
+
+def _cpu_chart(table: Table, n: int, bucket: int) -> _Raw | None:
+    if not table.rows:
+        return None
+    chart = _Raw("CPU busy per host", "% busy", n, bucket, window=_window(table))
+    for g, (host, rows) in enumerate(_by(table, "host").items()):
+        k = table.floats("subinterval")[rows]
+        chart.add(host, sr.on_axis(k, table.floats("busy_pct")[rows], n), group=g)
+    return chart
+
+
+def _axis_length(*tables: Table | None) -> int:
+    n = 0
+    for t in tables:
+        if t is not None and t.rows:
+            k = t.floats("subinterval")
+            if np.isfinite(k).any():
+                n = max(n, int(np.nanmax(k)) + 1)
+    return n
+
+
+_SideChart = Callable[[Table, int, int], "_Raw | None"]
+#: Time charts a step shows at most besides its instance charts: DFC, measure, CPU.
+_SIDE_CHARTS = 3
+
+
+@dataclass
+class _StepPlan:
+    """A step's files read before any chart is made: the axis, the tables of its side charts
+    and how many series its charts will hold (for the page-wide bucket size)."""
+
+    step: StepFolder
+    rollup: str
+    n: int
+    window: tuple[int, int] | None
+    side: list[tuple[Table | None, _SideChart]]
+    n_series: int
+    columns: _Columns
+
+
+def _plan(step: StepFolder, rollup: str) -> _StepPlan:
+    axis = read_table(step.instance_path("all", "all"), ("subinterval", "phase"))
+    if axis is None or not axis.rows:  # no all.csv: the first instance file gives the axis
+        first = step.instances.get(rollup, [])[:1]
+        axis = read_table(step.instance_path(rollup, first[0]), ("subinterval", "phase")
+                          ) if first else None
+    dfc = read_table(step.path / "dfc.csv")
+    measure = read_table(step.path / "measure.csv")
+    cpu = read_table(step.path / "cpu.csv")
+    n_inst = min(len(step.instances.get(rollup, [])), MAX_INSTANCES)
+    columns = _columns(step, rollup)
+    n_series = (columns.series_per_instance * n_inst
+                + (3 * len(_by(dfc, "instance")) if dfc else 0)
+                + (2 * len(_criteria(measure)) if measure else 0)
+                + (len(_by(cpu, "host")) if cpu else 0))
+    return _StepPlan(step, rollup, _axis_length(axis, dfc, measure, cpu),
+                     _window(axis) if axis is not None else None,
+                     [(dfc, _dfc_chart), (measure, _measure_chart), (cpu, _cpu_chart)],
+                     n_series, columns)
+
+
+def _step_charts(plan: _StepPlan, bucket: int) -> tuple[list[_Raw], str]:
+    charts, note = _instance_charts(plan.step, plan.rollup, plan.n, bucket, plan.window,
+                                    plan.columns)
+    for table, make in plan.side:
+        chart = make(table, plan.n, bucket) if table is not None else None
+        if chart is not None:
+            chart.window = chart.window or plan.window
+            charts.append(chart)
+    return charts, note
+
+
+def cdf_chart(step: StepFolder) -> dict[str, Any] | None:
+    """The step's latency CDF over its measurement window, from ``histograms/all/all.csv``:
+    x the bucket's upper edge in ms (log scale), y the fraction of I/Os at or below it."""
+    t = read_table(step.histogram_path("all", "all"))
+    if t is None or not t.rows or not t.has("bucket_upper_ns"):
+        return None
+    x_ms = t.floats("bucket_upper_ns") / 1e6
+    out: list[dict[str, Any]] = []
+    for g, (kind, title) in enumerate(KINDS):
+        for dash, view in enumerate(("all", "read", "write")):
+            counts = np.nan_to_num(t.floats(f"{kind}_{view}_count"))
+            total = counts.sum()
+            if total > 0 and (view == "all" or total < np.nan_to_num(
+                    t.floats(f"{kind}_all_count")).sum()):
+                out.append({"label": f"{title} ({view})", "values":
+                            sr.rounded(np.cumsum(counts) / total), "group": g, "dash": dash,
+                            "axis": "y"})
+    if not out:
+        return None
+    return {"title": "Latency CDF over the measurement window (all I/Os)", "x": sr.rounded(x_ms),
+            "x_label": "ms (log scale)", "log_x": True, "y_label": "fraction ≤ x",
+            "y2_label": "", "window": None, "percentiles": [], "series": out}
+
+
+@dataclass
+class StepCharts:
+    step: StepFolder
+    charts: list[dict[str, Any]]
+    note: str = ""  # what the charts leave out
+
+
+@dataclass
+class Charts:
+    """Every step's charts, ready for the page's JSON, and how they were downsampled."""
+
+    rollup: str
+    bucket: int
+    steps: list[StepCharts]
+    total_points: int
+
+
+def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
+    """Each summarised step's measurement window (first and last subinterval) from the run's
+    summary.csv; a step cut short has none there (its charts mark its measurement phase)."""
+    out: dict[int, tuple[int, int]] = {}
+    if run.summary is None:
+        return out
+    for r in run.summary.dicts():
+        first, last, number = (to_float(r.get(c, "")) for c in (
+            "first_subinterval", "last_subinterval", "step_number"))
+        if r.get("rollup_type") == "all" and all(map(math.isfinite, (first, last, number))):
+            out[int(number)] = (int(first), int(last))
+    return out
+
+
+def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
+    """Every step's charts for ``rollup`` (a step without it shows ``all``), downsampled by
+    one bucket size so that they hold at most about ``budget_points`` numbers. The bucket size
+    is known before any instance file is read, so a long run is held only downsampled."""
+    plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
+    # a chart's x is one more series
+    total = sum(p.n * (p.n_series + p.columns.charts + _SIDE_CHARTS) for p in plans)
+    bucket = sr.bucket_size(total, budget_points)
+    windows = summary_windows(run)
+    s = subinterval_seconds(run)
+    steps: list[StepCharts] = []
+    for plan in plans:
+        step = plan.step
+        charts, note = _step_charts(plan, bucket)
+        out: list[dict[str, Any]] = []
+        for c in charts:
+            win = windows.get(step.number, c.window)
+            window = None if win is None else [win[0] * s, (win[1] + 1) * s]
+            out.append({
+                "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s),
+                                                     sr.AXIS_DIGITS),
+                "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
+                "y2_label": c.y2_label, "window": window,
+                "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],
+                "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
+                            "axis": v["axis"], "values": sr.rounded(v["values"])}
+                           for v in c.series]})
+        cdf = cdf_chart(step)
+        if cdf is not None:
+            out.insert(min(4, len(out)), cdf)
+        steps.append(StepCharts(step, out, note))
+    return Charts(rollup, bucket, steps, total)

@@ -1,0 +1,407 @@
+"""``summary.json``: a run folder's results as one machine-readable document.
+
+Owns the document's fields (``docs/summary.schema.json``, ``SCHEMA_VERSION``), building it from
+what the run folder holds (``state.json``, ``resolved.json``, ``hosts.csv``, ``luns.csv``,
+``events.csv``, ``summary.csv`` and the step folders), and writing it whole (a temporary file
+beside it, synced, renamed over the last one). Built from the folder alone, it is the same
+whatever ended the run (complete, failed, interrupted, a master that died) and can be built
+again from the folder at any time.
+
+It never raises for what the folder holds: a file missing, unreadable or garbled leaves its
+part empty and says so in ``problems``. It must not run anything, change any other file of
+the folder, or compute metrics (every number is a cell of the run's own CSV files).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from master.results.output import RunOutput
+from master.results.runfolder import TableError, load_table, step_folder_number
+from master.results.runstate import RunState, RunStateError, master_alive, read_state
+from master.results.wholefile import replace_whole
+from protocol.errors import OutputError
+from protocol.version import PROTOCOL_VERSION, __version__
+
+SUMMARY_JSON = "summary.json"
+#: The document's layout. Raised when a field is removed or renamed or changes its type or
+#: meaning; fields (and summary.csv columns) are added without raising it (docs/summary-json.md).
+SCHEMA_VERSION = 1
+SCHEMA_ID = f"urn:ivypy:schema:summary:{SCHEMA_VERSION}"
+
+Scalar = str | int | float | bool | None
+
+#: summary.csv columns that hold text whatever they look like; ``valid`` and
+#: ``measure_attained`` are booleans; every other cell is typed by what it holds
+SUMMARY_TEXT = frozenset({"step_name", "rollup_type", "rollup_instance", "invalid_reason",
+                          "measure_criterion", "measure_values"})
+SUMMARY_BOOLEAN = frozenset({"valid", "measure_attained"})
+#: summary.csv columns said once per step, or as the keys of its rollups, not per instance
+SUMMARY_KEYS = ("step_number", "step_name", "rollup_type", "rollup_instance")
+#: hosts.csv and luns.csv: numbers where the column name carries a unit, and these
+UNIT_SUFFIXES = ("_ns", "_us", "_ms", "_s", "_bytes", "_per_s", "_pct", "_KiB")
+NUMERIC_NAMES = frozenset({"cores", "slave_pid", "clock_samples", "rotational"})
+LUN_BOOLEAN = frozenset({"selected", "allow_write"})
+
+_INTEGER = re.compile(r"-?\d+")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+# ---------------------------------------------------------------------- cells and texts
+def typed_cell(cell: str) -> Scalar:
+    """A CSV cell as JSON: empty → null, ``true``/``false`` → boolean, a decimal number →
+    number (an integer when written as one), anything else the text itself."""
+    if cell == "":
+        return None
+    if cell in ("true", "false"):
+        return cell == "true"
+    if _INTEGER.fullmatch(cell):
+        return int(cell)
+    if _NUMBER.fullmatch(cell):
+        value = float(cell)
+        return value if value - value == 0 else cell  # inf (an overflow) stays text
+    return cell
+
+
+def text_cell(cell: str) -> str | None:
+    return cell if cell != "" else None
+
+
+def boolean_cell(cell: str) -> Scalar:
+    return True if cell == "true" else False if cell == "false" else text_cell(cell)
+
+
+def unit_column(name: str) -> bool:
+    """Whether a hosts.csv or luns.csv column holds numbers: its name carries a unit."""
+    return name.endswith(UNIT_SUFFIXES) or name in NUMERIC_NAMES
+
+
+def split_reasons(text: str) -> list[str]:
+    """``invalid_reason`` cut into its reasons: joined by ``"; "`` outside parentheses (a
+    reason may hold ``"; "`` inside its own, as the measure criteria it lists)."""
+    out: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch == ";" and depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    out.append(text[start:])
+    return [r.strip() for r in out if r.strip()]
+
+
+def utc_text(local: str) -> str | None:
+    """``2026-11-25T14:00:00+0100`` (state.json's times) as UTC ISO 8601
+    ``2026-11-25T13:00:00Z``; None for a text that is not such a time."""
+    try:
+        when = datetime.strptime(local, "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        return None
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+# ---------------------------------------------------------------------- reading the folder
+@dataclass
+class _Folder:
+    """What the builder read, and what it could not."""
+
+    path: Path
+    problems: list[str] = field(default_factory=list)
+
+    def table(self, name: str, required: Sequence[str] = (), expected: bool = True
+              ) -> list[dict[str, str]]:
+        """The rows of a CSV file of the folder; [] when it is missing (a problem when it is
+        ``expected``: a run that ended early never wrote some), unreadable, or lacks a
+        ``required`` column. A row whose cells do not match the header (a row cut by a crash)
+        is left out and counted as a problem."""
+        try:
+            table = load_table(self.path / name)
+        except TableError as exc:
+            if str(exc) != "missing" or expected:
+                self.problems.append(f"{name}: {exc}")
+            return []
+        missing = [c for c in required if c not in table.header]
+        if missing:
+            self.problems.append(f"{name}: no column {', '.join(missing)} in its header")
+            return []
+        if table.cut:
+            self.problems.append(f"{name}: {table.cut} row(s) left out, their cells do not "
+                                 f"match the header's {len(table.header)}")
+        return table.dicts()
+
+    def json_object(self, name: str) -> dict[str, Any] | None:
+        path = self.path / name
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.problems.append(f"{name}: missing")
+            return None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.problems.append(f"{name}: cannot be read ({exc})")
+            return None
+        if not isinstance(raw, dict):
+            self.problems.append(f"{name}: not a JSON object")
+            return None
+        return raw
+
+    def state(self) -> RunState | None:
+        try:
+            return read_state(self.path)
+        except RunStateError as exc:
+            self.problems.append(f"state.json: {exc}")
+            return None
+
+
+def _typed_rows(rows: Iterable[Mapping[str, str]],
+                kind_of: Callable[[str], Callable[[str], Any]]) -> list[dict[str, Any]]:
+    """The rows with their cells typed by their columns' kinds. A kind's answer for a cell
+    text is kept (a run's cells repeat: zeros, empty cells, percentiles at bucket bounds), up
+    to ``_MEMO_CELLS`` texts a kind (a run of 10,000 workloads: 3.7 million cells)."""
+    kinds: dict[str, tuple[Callable[[str], Any], dict[str, Any]]] = {}
+    memos: dict[Callable[[str], Any], dict[str, Any]] = {}
+    out = []
+    for row in rows:
+        typed = {}
+        for name, cell in row.items():
+            got = kinds.get(name)
+            if got is None:
+                kind = kind_of(name)
+                got = kinds[name] = (kind, memos.setdefault(kind, {}))
+            kind, memo = got
+            try:
+                typed[name] = memo[cell]
+            except KeyError:
+                value = typed[name] = kind(cell)
+                if len(memo) < _MEMO_CELLS and not isinstance(value, list):
+                    memo[cell] = value
+        out.append(typed)
+    return out
+
+
+_MEMO_CELLS = 1 << 18
+
+
+def _summary_kind(name: str) -> Callable[[str], Any]:
+    return (text_cell if name in SUMMARY_TEXT else boolean_cell if name in SUMMARY_BOOLEAN
+            else typed_cell)
+
+
+def _host_kind(name: str) -> Callable[[str], Any]:
+    return typed_cell if unit_column(name) else text_cell
+
+
+def _lun_kind(name: str) -> Callable[[str], Any]:
+    if name in LUN_BOOLEAN:
+        return boolean_cell
+    if name == "used_by":
+        return lambda cell: cell.split()
+    if name == "in_use":
+        return lambda cell: [r for r in cell.split("; ") if r]
+    return _host_kind(name)
+
+
+def _event_counts(rows: Iterable[Mapping[str, str]]) -> dict[str, int]:
+    counts = {"info": 0, "warning": 0, "error": 0}
+    for r in rows:
+        level = r.get("level", "").lower()
+        if level in counts:
+            counts[level] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------- the document
+def build(folder: Path) -> dict[str, Any]:
+    """The summary document of the run folder ``folder`` (see the module docstring)."""
+    f = _Folder(folder)
+    state = f.state()
+    resolved = f.json_object("resolved.json")
+    # what the run must have written: every table once a step started its I/O, summary.csv
+    # once a step completed (a run that failed before has none of them)
+    ran = _steps_with_folders(folder)
+    done = state is not None and any(n <= state.last_complete_step for n in ran)
+    events = f.table("events.csv", ("level",), expected=bool(ran))
+    rows = f.table("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
+                   expected=done)
+    hosts = _typed_rows(f.table("hosts.csv", ("host",), expected=bool(ran)), _host_kind)
+    luns = _typed_rows(f.table("luns.csv", ("host", "lun"), expected=bool(ran)), _lun_kind)
+    names = _step_names(resolved, f)
+    steps = _steps(f, state, names, rows, events)
+    test = state.test if state is not None else str((resolved or {}).get("test") or "")
+    description = (resolved or {}).get("description")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": {"ivypy_version": __version__, "protocol_version": PROTOCOL_VERSION},
+        "test": test or None,
+        "description": description if isinstance(description, str) and description else None,
+        "run_folder": str(folder.absolute()),
+        "test_sha256": state.test_sha256 if state is not None else None,
+        "ivypy_version": state.ivypy_version if state is not None else None,
+        "controller": state.controller if state is not None else None,
+        "started_utc": _time(state.started, "started", f) if state is not None else None,
+        "ended_utc": (_time(state.updated, "updated", f)
+                      if state is not None and state.state != "running" else None),
+        "resumed_utc": [t for t in (_time(r, "resumes", f) for r in state.resumes) if t]
+        if state is not None and isinstance(state.resumes, list) else [],
+        "outcome": _outcome(state),
+        "steps_total": len(steps),
+        "hosts": hosts,
+        "luns": luns,
+        "events": _event_counts(events),
+        "steps": steps,
+        "problems": f.problems,
+    }
+
+
+def _steps_with_folders(folder: Path) -> set[int]:
+    """The numbers of the steps whose folder is there (not those a resume set aside)."""
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_dir()]
+    except OSError:
+        return set()
+    return {n for n in map(step_folder_number, names) if n is not None}
+
+
+def _time(text: Any, name: str, f: _Folder) -> str | None:
+    out = utc_text(text) if isinstance(text, str) else None
+    if out is None:
+        f.problems.append(f"state.json: {name} {text!r} is not a time")
+    return out
+
+
+def _outcome(state: RunState | None) -> dict[str, Any]:
+    if state is None:
+        return {"state": "unknown", "exit_code": None, "reason": None,
+                "last_complete_step": None}
+    shown = "dead" if state.state == "running" and not master_alive(state) else state.state
+    return {"state": shown, "exit_code": state.exit_code, "reason": state.reason or None,
+            "last_complete_step": state.last_complete_step}
+
+
+def _step_names(resolved: Mapping[str, Any] | None, f: _Folder) -> list[str] | None:
+    if resolved is None:
+        return None
+    steps = resolved.get("steps")
+    if not isinstance(steps, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("name"), str) for s in steps):
+        f.problems.append("resolved.json: no list of steps with their names")
+        return None
+    return [s["name"] for s in steps]
+
+
+def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
+           rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]]
+           ) -> list[dict[str, Any]]:
+    by_step: dict[int, list[Mapping[str, str]]] = {}
+    bad = 0
+    for r in rows:
+        try:
+            by_step.setdefault(int(r["step_number"]), []).append(r)
+        except ValueError:
+            bad += 1
+    if bad:
+        f.problems.append(f"summary.csv: {bad} row(s) left out, their step_number is not a "
+                          "number")
+    events_of = _events_by_step(events)
+    if names is None:  # the test's steps unknown: those the folder shows
+        known = {n: str(rs[0].get("step_name", "")) for n, rs in by_step.items() if n >= 0}
+        total = max([*known, (state.steps_total - 1) if state is not None else -1], default=-1)
+        names = [known.get(n, "") for n in range(total + 1)]
+    return [_step(f, state, n, name, by_step.get(n, []), events_of.get(str(n), []))
+            for n, name in enumerate(names)]
+
+
+def _events_by_step(events: Iterable[Mapping[str, str]]) -> dict[str, list[Mapping[str, str]]]:
+    """events.csv's rows by their ``step`` cell; a resume at step N (its ``resume`` row names
+    N) drops the rows of steps N on before it: they belong to the attempt set aside."""
+    out: dict[str, list[Mapping[str, str]]] = {}
+    for e in events:
+        if e.get("kind") == "resume" and e.get("step", "").isdigit():
+            first = int(e["step"])
+            out = {s: rs for s, rs in out.items() if not (s.isdigit() and int(s) >= first)}
+        out.setdefault(e.get("step", ""), []).append(e)
+    return out
+
+
+def _step(f: _Folder, state: RunState | None, number: int, name: str,
+          rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]]
+          ) -> dict[str, Any]:
+    folder = RunOutput.step_dir(number, name)
+    ran = (f.path / folder).is_dir()
+    if state is not None and number <= state.last_complete_step:
+        status = "complete"
+    elif not ran and not rows:
+        status = "not_run"
+    else:
+        status = "incomplete" if state is not None else "unknown"
+    prefix = f"step {name} invalid: "
+    flagged = [e.get("message", "").removeprefix(prefix) for e in events
+               if e.get("kind") == "validation" and e.get("message", "").startswith(prefix)]
+    rollups: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in _typed_rows(rows, _summary_kind):
+        rtype, inst = str(r.get("rollup_type") or ""), str(r.get("rollup_instance") or "")
+        of_type = rollups.setdefault(rtype, {})
+        if inst in of_type:
+            f.problems.append(f"summary.csv: step {number} {rtype}={inst} twice; the last kept")
+        of_type[inst] = {k: v for k, v in r.items() if k not in SUMMARY_KEYS}
+    verdicts = [inst.get("valid") for of_type in rollups.values() for inst in of_type.values()]
+    reasons = _unique([*(x for r in rows for x in split_reasons(r.get("invalid_reason", ""))),
+                       *(x for m in flagged for x in split_reasons(m))])
+    if flagged or False in verdicts:
+        valid: bool | None = False
+    elif verdicts and all(v is True for v in verdicts):
+        valid = True
+    else:
+        valid = None
+    return {"number": number, "name": name, "folder": folder if ran else None,
+            "status": status, "valid": valid, "invalid_reasons": reasons,
+            "events": _event_counts(events), "rollups": rollups}
+
+
+# ---------------------------------------------------------------------- writing it
+def json_text(value: Any, indent: str = "") -> str:
+    """``value`` as JSON text, objects and arrays indented two spaces a level, but one whose
+    members are all scalars on one line (a rollup instance's metrics, a host, the outcome):
+    readable, and written by the json module's C encoder, which ``indent=`` would turn off
+    (a run of 10,000 workloads has 10,000 instances a step)."""
+    if isinstance(value, dict) and not _flat(value.values()):
+        inner = indent + "  "
+        items = [f"{inner}{json.dumps(str(k))}: {json_text(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and not _flat(value):
+        inner = indent + "  "
+        return "[\n" + ",\n".join(inner + json_text(v, inner) for v in value) + f"\n{indent}]"
+    return _encode(value)
+
+
+#: one encoder for every value (``json.dumps`` with an argument makes an encoder a call)
+_encode = json.JSONEncoder(allow_nan=False).encode
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(values: Iterable[Any]) -> bool:
+    return set(map(type, values)) <= _SCALARS
+
+
+def write_summary_json(folder: Path) -> dict[str, Any]:
+    """Build the folder's summary document, replace ``summary.json`` with it whole (a reader
+    sees the old one or the new), and return it. ``OutputError`` when it cannot be written."""
+    path = folder / SUMMARY_JSON
+    doc = build(folder)
+    try:
+        replace_whole(path, (json_text(doc) + "\n").encode("utf-8"))
+    except OSError as exc:
+        raise OutputError(str(path), exc) from exc
+    return doc

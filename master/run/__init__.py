@@ -1,0 +1,2 @@
+"""One run of a test: lifecycle, the step loop, operator requests, the settings in force,
+workloads."""

@@ -1,0 +1,757 @@
+"""One step's numbers: subinterval results in, rows out, and the measurement summary.
+
+Owns the step's rollup plan (which of each host's workloads the slave adds up into one group,
+per rollup type, and whether it sends the groups' histograms or their percentile tables: see
+``Go.rollups`` in ``protocol/SPEC.md``), and the path from decoded ``SubintervalResult``s to
+every per-subinterval file of a step (instance rows, cpu.csv, interlock.csv), and from the
+measurement window's per-workload statistics (``WindowResult``, kept and added up by the
+slaves) to the step's summaries and histogram files. It does not talk to hosts or decide when a
+step ends (``master.run.lifecycle``); it does not compute metrics itself
+(``master.analysis.rollup``).
+
+An instance that lives on one host (every instance of ``workload``, ``lun`` and ``host``, and of
+any rollup when there is one host) is one group of that host: the slave reads its percentiles
+from its exact histograms and sends the table. An instance spread over hosts is one group per
+host: the slave sends the group's merged histograms, and the master adds them up. Either way
+every percentile comes from an exact merged histogram.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from master.analysis import kernels
+from master.analysis import rollup as ru
+from master.analysis.devstats import DEVICE_COLUMNS, DEVICE_FILE_COLUMNS, DeviceKey, DeviceRollups
+from master.analysis.verdicts import iops_shortfalls, shortfall_reason
+from master.config import RollupSpec
+from master.live.rows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
+from master.results.output import (
+    AppenderGroup,
+    CsvAppender,
+    LineTexts,
+    RunOutput,
+    csv_text,
+    fmt,
+    format_lines,
+    safe_name,
+)
+from master.run.settings import Settings
+from master.run.workloads import WorkloadInstance, rollup_key
+from protocol.buckets import LOWER_NS, UPPER_NS
+from protocol.devstats import DeviceDelta
+from protocol.errors import HostError, ProtocolError
+from protocol.messages import SubintervalResult
+from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
+
+#: The columns of an instance row and of a summary row; a step with ``gather:`` sources has
+#: its joined metrics (``gather.<source>.<element_type>.<metric>``) after the device columns
+#: (``instance_columns``, ``summary_columns``).
+INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
+                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, *DEVICE_COLUMNS,
+                    "cpu_busy_pct", "workloads", "iops_setting"]
+SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
+                   "first_subinterval", "last_subinterval", "measurement_seconds",
+                   *ru.METRIC_COLUMNS, *DEVICE_COLUMNS, "cpu_busy_pct", "workloads",
+                   "iops_setting", "valid", "invalid_reason"]
+
+
+def instance_columns(gathered: Sequence[str] = ()) -> list[str]:
+    """``INSTANCE_COLUMNS`` with the joined gathered columns after the device columns."""
+    at = INSTANCE_COLUMNS.index("cpu_busy_pct")
+    return [*INSTANCE_COLUMNS[:at], *gathered, *INSTANCE_COLUMNS[at:]]
+
+
+def summary_columns(gathered: Sequence[str] = ()) -> list[str]:
+    """``SUMMARY_COLUMNS`` with the joined gathered columns after the device columns."""
+    at = SUMMARY_COLUMNS.index("cpu_busy_pct")
+    return [*SUMMARY_COLUMNS[:at], *gathered, *SUMMARY_COLUMNS[at:]]
+CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
+               "slave_system_s", "slave_cpu_us_per_io"]
+#: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
+#: through the host's measured clock offset; ``switch_slave_ns``: the switch as the slave's own
+#: clock read it; ``boundary_skew_bound_us``: the most the true skew can be, the offset's
+#: uncertainty (half the best ping round trip) added to the measured skew's size. The
+#: ``gather_*`` columns are a ``gather:`` source's row (``master.gather.gathering``; a host's
+#: row leaves them empty): when its gather started and its sample was taken against the
+#: subinterval's end boundary (negative: before), how long it took, and ``ok`` or why not.
+INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
+                     "boundary_skew_us", "switch_slave_ns", "offset_uncertainty_us",
+                     "boundary_skew_bound_us", "result_sent_after_boundary_us",
+                     "result_received_after_boundary_us", "gather_source",
+                     "gather_started_after_boundary_us", "gather_duration_us",
+                     "gather_sample_after_boundary_us", "gather_status"]
+#: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
+HISTOGRAM_SLICE = 1024
+HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ru.HISTOGRAM_VIEWS
+                     for kind in ru.HISTOGRAM_KINDS]
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """A host's result of one subinterval, with what is needed to place it in master time."""
+
+    host: str
+    result: SubintervalResult
+    to_master_ns: Callable[[int], int]
+    received_ns: int
+    #: the host's clock offset is right to within this (``HostSession.offset_uncertainty_ns``)
+    offset_uncertainty_ns: int = 0
+
+
+@dataclass
+class Recorded:
+    """What one subinterval gave: every rollup's result (for measure and DFC) and live rows
+    (``live_total``: the ``all`` rollup's row; ``live``: the first rows of ``show_type``)."""
+
+    subinterval: int
+    phase: str
+    results: dict[str, ru.RollupResult]
+    live: list[LiveRow]
+    live_total: LiveRow | None = None
+    #: instances of ``show_type`` (``live`` has the first ``liverows.LIVE_ROWS_MAX``)
+    live_instances: int = 0
+    io_errors: list[tuple[str, str]] = field(default_factory=list)
+    #: the host groups' statistics of each rollup type whose histograms came (a DFC window
+    #: adds them up, with the grouping of ``results``)
+    samples: dict[str, ru.Sample] = field(default_factory=dict)
+    #: each host's largest ``boundary_skew_bound_us`` of the subinterval, in ns
+    skew_bound_ns: dict[str, int] = field(default_factory=dict)
+    #: each rollup type's ``DEVICE_COLUMNS`` (instances × columns; NaN where empty)
+    devices: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _TypePlan:
+    """One rollup type's plan: its instances, and the host groups the slaves add up."""
+
+    names: tuple[str, ...]  # instances, in order of first appearance over the plan's workloads
+    groups: dict[str, list[list[str]]]  # host → its groups (workload ids)
+    grouping: ru.Grouping  # host group (hosts in plan order) → instance
+    host_of: npt.NDArray[np.intp]  # host index of each host group
+    inst_of_workload: npt.NDArray[np.intp]  # instance of each workload, in plan order
+    histograms: bool  # the slaves send histograms (else percentile tables)
+
+
+class StepRecorder:
+    """Rows of one step; see the module docstring."""
+
+    def __init__(
+        self,
+        output: RunOutput,
+        number: int,
+        name: str,
+        rollups: Sequence[RollupSpec],
+        subinterval_s: float,
+        workloads: Mapping[str, WorkloadInstance],
+        settings: Settings,
+        show_type: str = "all",
+        *,
+        hosts: Sequence[str] | None = None,
+        histogram_types: frozenset[str] = frozenset(),
+        fold_measurement: bool = False,
+        gathered: Sequence[str] = (),
+    ) -> None:
+        """``hosts``: the order the results of a subinterval come in (default: the order of
+        the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
+        needed on the master every subinterval (a DFC window adds them up) even where their
+        instances live on one host. ``fold_measurement``: the window will be exactly the
+        subintervals recorded with phase ``measurement`` (a fixed-length step), so their
+        settings are summed as they come (the slaves add the statistics up: ``Go.fold``).
+        ``gathered``: the step's joined gathered columns (``master.gather``), given to
+        ``record`` each subinterval; their summary is the mean over the window's values."""
+        self.gathered = tuple(gathered)
+        self.instance_columns = instance_columns(self.gathered)
+        self.summary_columns = summary_columns(self.gathered)
+        #: each measurement subinterval's gathered columns per rollup type (instances × columns)
+        self._win_gathered: dict[int, dict[str, npt.NDArray[np.float64]]] = {}
+        self.fold_measurement = fold_measurement
+        self._folded_ks: list[int] = []
+        # settings and CPU of the measurement subintervals, for the summary's columns: each
+        # subinterval's per-host busy % and per-workload IOPS setting (NaN = max), or (when
+        # folding) their running sums with the count of hosts' readings
+        self._win_cpu: dict[int, npt.NDArray[np.float64]] = {}
+        self._win_iops: dict[int, npt.NDArray[np.float64]] = {}
+        self._fold_cpu: tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]] | None = None
+        self._fold_iops: npt.NDArray[np.float64] | None = None
+        self.output = output
+        self.number = number
+        self.name = name
+        self.rollups = list(rollups)
+        self.subinterval_s = subinterval_s
+        self.workloads = workloads
+        self.settings = settings
+        self.show_type = show_type
+        self.dir = output.step_dir(number, name)
+        self.phases: dict[int, str] = {}
+        self._file_names: dict[str, list[str]] = {}
+        self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
+        #: the device columns (``master.analysis.devstats``): over the devices under each instance's
+        #: LUNs
+        self.devices = DeviceRollups(
+            [(workloads[w].host, workloads[w].lun.lun.path) for w in self.ids], self.groupings,
+            subinterval_s)
+        # every instance file is made here, before the step starts: made in the first
+        # subinterval, 126,000 of them would hold that subinterval's results up for seconds
+        self._tables_by_type = {
+            t: AppenderGroup(self.output.tables(f"{self.dir}/{safe_name(t)}",
+                                                self.file_names(t), self.instance_columns))
+            for t in self.groupings}
+        #: each instance's name as CSV text, the rows' rollup_instance cell
+        self._inst_text = {t: LineTexts([csv_text(inst) for inst in g.names])
+                           for t, g in self.groupings.items()}
+
+    # ------------------------------------------------------------------ the rollup plan
+    def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
+        of_host: dict[str, list[str]] = {}
+        for wid, inst in self.workloads.items():
+            of_host.setdefault(inst.host, []).append(wid)
+        self._hosts = hosts + [h for h in of_host if h not in hosts]
+        #: workload ids in plan order (host by host), and each one's host index
+        self.ids = [w for h in self._hosts for w in of_host.get(h, [])]
+        self._pos = {w: j for j, w in enumerate(self.ids)}
+        self._host_of = np.fromiter(
+            (j for j, h in enumerate(self._hosts) for _ in of_host.get(h, [])),
+            dtype=np.intp, count=len(self.ids))
+        self._host_workloads = {h: set(of_host.get(h, [])) for h in self._hosts}
+        self._ids_of_host = {h: of_host.get(h, []) for h in self._hosts}
+        self.plans: dict[str, _TypePlan] = {}
+        for spec in self.rollups:
+            keys = [rollup_key(spec, self.workloads[w]) for w in self.ids]
+            index: dict[str, int] = {}
+            inst_of = np.fromiter((index.setdefault(k, len(index)) for k in keys),
+                                  dtype=np.intp, count=len(keys))
+            groups: dict[str, list[list[str]]] = {}
+            hg_inst: list[int] = []
+            hg_host: list[int] = []
+            at = 0
+            for j, h in enumerate(self._hosts):
+                local: dict[str, list[str]] = {}
+                for w in of_host.get(h, []):
+                    local.setdefault(keys[at], []).append(w)
+                    at += 1
+                groups[h] = list(local.values())
+                hg_inst += [index[k] for k in local]
+                hg_host += [j] * len(local)
+            names = tuple(index)
+            of_hg = np.array(hg_inst, dtype=np.intp)
+            spread = bool(np.any(np.bincount(of_hg, minlength=len(names)) > 1))
+            self.plans[spec.type] = _TypePlan(
+                names, groups, ru.Grouping(spec.type, names, of_hg),
+                np.array(hg_host, dtype=np.intp), inst_of,
+                spread or spec.type in histogram_types)
+        #: the instances of each rollup type over the workloads in plan order (summaries)
+        self.groupings = {t: ru.Grouping(t, p.names, p.inst_of_workload)
+                          for t, p in self.plans.items()}
+
+    def plan_for(self, host: str) -> list[dict[str, Any]]:
+        """``Go.rollups`` for ``host``: per rollup type its groups of the host's workloads."""
+        return [{"type": t, "groups": p.groups.get(host, []), "histograms": p.histograms}
+                for t, p in self.plans.items()]
+
+    def _check_host(self, h: HostResult) -> None:
+        """A host's result checked against the plan: its workloads and its count of rollup
+        entries (the entries themselves are decoded for all hosts at once: ``_joined``)."""
+        r = h.result
+        expected = self._host_workloads.get(h.host)
+        if expected is None:
+            raise HostError("sent a result but has no place in the step's plan", host=h.host)
+        if r.workload_ids != self._ids_of_host[h.host] and (  # the plan's order: no set
+                set(r.workload_ids) != expected or len(r.workload_ids) != len(expected)):
+            raise HostError(f"reported workloads {sorted(set(r.workload_ids) ^ expected)[:3]} "
+                            "other than the step's", host=h.host)
+        if len(r.rollups) != len(self.plans):
+            raise HostError(f"sent {len(r.rollups)} rollup entries, expected "
+                            f"{len(self.plans)}", host=h.host)
+
+    def _joined(self, index: int, results: Sequence[HostResult]) -> GroupStats:
+        """Every host's entry of the ``index``-th rollup type side by side, checked: shapes
+        against the plan, then contents in one pass (histograms by the compiled scan). A
+        fault names the host whose entry is wrong."""
+        t, p = self.rollups[index].type, self.plans[self.rollups[index].type]
+        entries = [h.result.rollups[index] for h in results]
+        try:
+            both, sizes = GroupStats.join_wire(entries, histograms=p.histograms)
+        except ProtocolError:  # the entry at fault, decoded alone, says the same
+            for h, entry in zip(self._hosts, entries, strict=True):
+                try:
+                    GroupStats.from_wire(entry, histograms=p.histograms, validate=False)
+                except ProtocolError as mine:
+                    raise HostError(f"bad statistics of rollup {t}: {mine}", host=h) from mine
+            raise  # pragma: no cover - join_wire refuses only what from_wire refuses
+        for h, n in zip(self._hosts, sizes, strict=True):
+            want = len(p.groups.get(h, []))
+            if n != want:
+                raise HostError(f"sent {n} groups of rollup {t}, expected {want}", host=h)
+        try:
+            kernels.check_group_stats(both)
+        except ProtocolError as exc:
+            for h, entry in zip(self._hosts, entries, strict=True):
+                try:
+                    kernels.check_group_stats(GroupStats.from_wire(
+                        entry, histograms=p.histograms, validate=False))
+                except ProtocolError as mine:
+                    raise HostError(f"bad statistics of rollup {t}: {mine}", host=h) from mine
+            raise ProtocolError(f"bad statistics of rollup {t} (no single host's part "
+                                f"is at fault): {exc}") from exc
+        return both
+
+    # ------------------------------------------------------------------ one subinterval
+    def record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int,
+               gathered: Mapping[str, Mapping[str, npt.NDArray[np.float64]]] | None = None
+               ) -> Recorded:
+        """Decode, roll up and write subinterval ``k`` (``planned_end_ns``: its end boundary
+        on the master's clock; ``gathered``: per rollup type, each gathered column's value per
+        instance, a missing one empty). The gathered columns join the results' columns."""
+        by_host = {h.host: h for h in hosts}
+        missing = [h for h in self._hosts if h not in by_host]
+        if missing:
+            raise ProtocolError(f"no result from hosts {missing[:3]} of the step's plan")
+        ordered = [by_host[h] for h in self._hosts]
+        for h in ordered:
+            self._check_host(h)
+        # every rollup type checked before anything of the subinterval is written
+        checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
+        device_deltas = [(h.host, _device_deltas(h)) for h in ordered]
+        ops_by_host = self._ops_by_host(checked[0]) if checked else {}
+        self.phases[k] = phase
+        if phase == "measurement" and self.fold_measurement:
+            self._folded_ks.append(k)
+        cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
+        ivypy_by_host = {h.host: ivypy_cpu_pct(h.result.cpu, self.subinterval_s) for h in hosts}
+        elapsed_s = (k + 1) * self.subinterval_s
+        out = Recorded(k, phase, {}, [])
+        iops = self._iops_per_workload()
+        host_cpu = np.array([cpu_by_host.get(h, float("nan")) for h in self._hosts], dtype=float)
+        host_ivypy = np.array([ivypy_by_host.get(h, float("nan")) for h in self._hosts],
+                              dtype=float)
+        if phase == "measurement":
+            self._keep_settings(k, host_cpu, iops)
+        out.devices = self.devices.record(k, device_deltas)
+        extra = self._gathered_arrays(gathered or {}) if self.gathered else {}
+        if phase == "measurement" and self.gathered:
+            self._win_gathered[k] = extra
+        for i, spec in enumerate(self.rollups):
+            p = self.plans[spec.type]
+            both = checked[i]
+            sample = ru.Sample.from_batch(both.batch)
+            res = ru.compute(sample, p.grouping, self.subinterval_s, group_percentiles=both.pct)
+            out.results[spec.type] = res
+            if self.gathered:
+                res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
+            if p.histograms:
+                out.samples[spec.type] = sample
+            cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
+            g = self.groupings[spec.type]
+            self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
+                                      np.hstack([out.devices[spec.type], extra[spec.type]])
+                                      if self.gathered else out.devices[spec.type])
+            if spec.type in ("all", self.show_type):
+                ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
+                rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
+                                 ivypy[:LIVE_ROWS_MAX].tolist())
+                if spec.type == "all" and rows:
+                    out.live_total = rows[0]
+                if spec.type == self.show_type:
+                    out.live, out.live_instances = rows, g.n
+        cpu_rows: list[dict[str, Any]] = []
+        interlock_rows: list[dict[str, Any]] = []
+        for h in hosts:
+            bound = self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
+                                    interlock_rows)
+            if bound is not None:
+                out.skew_bound_ns[h.host] = bound
+            out.io_errors += [(h.host, text) for text in h.result.io_errors]
+        self.output.table(f"{self.dir}/cpu.csv", CPU_COLUMNS).write_many(cpu_rows)
+        self.output.table(f"{self.dir}/interlock.csv", INTERLOCK_COLUMNS).write_many(
+            interlock_rows)
+        late: dict[DeviceKey, tuple[float, float]] = {
+            (host, d.device): (d.start_late_ns / 1e3, d.end_late_ns / 1e3)
+            for host, deltas in device_deltas for d in deltas}
+        device_rows = self.devices.file_rows(k, phase, late)
+        if device_rows:
+            self.output.table(f"{self.dir}/devices.csv", DEVICE_FILE_COLUMNS).write_many(
+                device_rows)
+        return out
+
+    def _gathered_arrays(self, gathered: Mapping[str, Mapping[str, npt.NDArray[np.float64]]]
+                         ) -> dict[str, npt.NDArray[np.float64]]:
+        """Each rollup type's gathered columns as one array (instances × columns, NaN where
+        not given)."""
+        out = {}
+        for t, g in self.groupings.items():
+            a = np.full((g.n, len(self.gathered)), np.nan)
+            given = gathered.get(t, {})
+            for j, name in enumerate(self.gathered):
+                column = given.get(name)
+                if column is not None:
+                    a[:, j] = column
+            out[t] = a
+        return out
+
+    def _ops_by_host(self, first: GroupStats) -> dict[str, int]:
+        """Each host's I/Os of the subinterval, from its groups of one rollup type (every
+        type's groups cover all of a host's workloads)."""
+        group_ops = first.batch.counters[:, :, OPS].sum(axis=1)
+        upto = np.concatenate([[0], np.cumsum(group_ops)])
+        groups = self.plans[self.rollups[0].type].groups
+        ends = np.cumsum([len(groups.get(h, [])) for h in self._hosts]).tolist()
+        return {h: int(upto[e] - upto[b])
+                for h, b, e in zip(self._hosts, [0, *ends[:-1]], ends, strict=True)}
+
+    def _keep_settings(self, k: int, host_cpu: npt.NDArray[np.float64],
+                       iops: npt.NDArray[np.float64]) -> None:
+        """Keep subinterval ``k``'s host CPU and IOPS settings for the summary (summed when
+        folding; otherwise the settings' own array, the same one while they do not change:
+        ``Settings.iops_array``)."""
+        if self.fold_measurement:
+            seen = ~np.isnan(host_cpu)
+            if self._fold_cpu is None or self._fold_iops is None:
+                self._fold_cpu = (np.where(seen, host_cpu, 0.0), seen.astype(np.int64))
+                self._fold_iops = iops.copy()
+            else:
+                total, count = self._fold_cpu
+                total += np.where(seen, host_cpu, 0.0)
+                count += seen
+                self._fold_iops += iops
+            return
+        self._win_cpu[k] = host_cpu
+        self._win_iops[k] = iops  # one array while the settings do not change
+
+    def _window_settings(self, window: Sequence[int]
+                         ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Mean busy % per host and mean IOPS setting per workload (NaN: max in some
+        subinterval) over ``window``."""
+        if self.fold_measurement and list(window) == self._folded_ks and (
+                self._fold_cpu is not None and self._fold_iops is not None):
+            total, count = self._fold_cpu
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cpu = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+            return cpu, self._fold_iops / len(window)
+        missing = [k for k in window if k not in self._win_iops]
+        if missing:
+            raise ValueError(f"settings of subintervals {missing[:5]} were not kept")
+        stacked = np.array([self._win_cpu[k] for k in window], dtype=np.float64)
+        seen = ~np.isnan(stacked)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cpu = np.where(seen.any(axis=0), np.where(seen, stacked, 0.0).sum(axis=0)
+                           / np.maximum(seen.sum(axis=0), 1), np.nan)
+        iops = np.zeros(len(self.ids))
+        for k in window:
+            iops += self._win_iops[k]
+        return cpu, iops / len(window)
+
+    def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
+                             g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
+                             iops: npt.NDArray[np.float64],
+                             device: npt.NDArray[np.float64]) -> None:
+        """One row per instance into ``<rollup type>/<instance>.csv`` (``instance_columns``),
+        each formatted as ``CsvAppender.write`` would and handed to the OS with one write.
+        ``device``: the device and gathered columns (instances × columns)."""
+        head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
+                         fmt(elapsed_s), csv_text(rollup_type)]) + ","
+        n_metrics = len(ru.METRIC_COLUMNS)
+        values = np.empty((g.n, n_metrics + device.shape[1] + 3))
+        values[:, :n_metrics] = res.values
+        values[:, n_metrics:n_metrics + device.shape[1]] = device
+        n_metrics += device.shape[1]
+        values[:, n_metrics] = cpu
+        values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
+        values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
+                                               minlength=g.n)  # iops_setting
+        is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+        tables = self._tables_by_type[rollup_type]
+        data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max",
+                                       ru.VIEW_BLOCKS)
+        CsvAppender.append_block(tables, data, ends, own)
+
+    def file_names(self, rollup_type: str) -> list[str]:
+        """The file name of each instance of ``rollup_type`` (in ``groupings`` order), in
+        ``<rollup type>/`` and ``histograms/<rollup type>/``: its ``safe_name``, and where
+        two instances' safe names are the same (``a b``, ``a_b``) or the name is the rollup
+        type's ``summary.csv``, a ``-2``, ``-3`` ... suffix (each row names its instance)."""
+        names = self._file_names.get(rollup_type)
+        if names is None:
+            names = instance_file_names(self.groupings[rollup_type].names)
+            self._file_names[rollup_type] = names
+        return names
+
+    def _iops_per_workload(self) -> npt.NDArray[np.float64]:
+        """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
+        return self.settings.iops_array(self.ids)
+
+    @staticmethod
+    def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
+                            host_cpu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Mean busy % over the distinct hosts of each instance's workloads."""
+        n_hosts = max(host_cpu.size, 1)
+        pairs = np.unique(g.of_workload.astype(np.int64) * n_hosts + host_of)
+        inst, host = pairs // n_hosts, pairs % n_hosts
+        total = np.bincount(inst, weights=host_cpu[host], minlength=g.n)
+        count = np.bincount(inst, minlength=g.n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+    def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int,
+                   cpu_rows: list[dict[str, Any]], interlock_rows: list[dict[str, Any]]
+                   ) -> int | None:
+        """A host's rows of cpu.csv and interlock.csv for subinterval ``k``; returns the
+        largest skew bound of its workers (ns), None when none switched."""
+        r = h.result
+        user_s = float(r.cpu.get("slave_user_s", 0.0))
+        sys_s = float(r.cpu.get("slave_system_s", 0.0))
+        cpu_rows.append({
+            "subinterval": k, "phase": phase, "host": h.host, "busy_pct": r.cpu.get("busy_pct"),
+            "per_core_busy_pct": " ".join(f"{c:g}" for c in r.cpu.get("per_core_busy_pct", [])),
+            "slave_user_s": user_s, "slave_system_s": sys_s,
+            "slave_cpu_us_per_io": (user_s + sys_s) * 1e6 / ops if ops else None,
+        })
+        worst: int | None = None
+        for w, il in enumerate(r.interlock):
+            switch = il.get("switch_ns")
+            skew = bound = None
+            if isinstance(switch, int) and switch:
+                skew = h.to_master_ns(switch) - planned
+                bound = abs(skew) + h.offset_uncertainty_ns
+                worst = bound if worst is None else max(worst, bound)
+            interlock_rows.append({
+                "subinterval": k, "host": h.host, "worker": il.get("worker", w),
+                "switch_delay_us": _us(il.get("switch_delay_ns")),
+                "handover_delay_us": _us(il.get("handover_delay_ns")),
+                "boundary_skew_us": _us(skew), "switch_slave_ns": switch if skew is not None
+                else None, "offset_uncertainty_us": _us(h.offset_uncertainty_ns),
+                "boundary_skew_bound_us": _us(bound),
+                "result_sent_after_boundary_us": _us(h.to_master_ns(r.send_ns) - planned),
+                "result_received_after_boundary_us": _us(h.received_ns - planned),
+            })
+        return worst
+
+    # ------------------------------------------------------------------ the summary
+    def close(self) -> None:
+        """Drop the kept settings; summaries are written by now."""
+        self._win_cpu.clear()
+        self._win_iops.clear()
+        self._win_gathered.clear()
+        self._fold_cpu = self._fold_iops = self._last_iops = None
+
+    def window_of_phase(self, phase: str = "measurement") -> list[int]:
+        return sorted(k for k, p in self.phases.items() if p == phase)
+
+    def window_sample(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
+                      ) -> ru.Sample:
+        """The measurement window's statistics from every host's ``WindowResult`` (host,
+        workload ids, ``StatsBatch`` wire dict), in the plan's workload order."""
+        by_host = {h: (ids, stats) for h, ids, stats in parts}
+        batches = []
+        for h in self._hosts:
+            if h not in by_host:
+                raise HostError("sent no measurement window", host=h)
+            ids, stats = by_host[h]
+            expected = self._host_workloads[h]
+            if set(ids) != expected or len(ids) != len(expected):
+                raise HostError("its measurement window covers workloads other than the "
+                                "step's", host=h)
+            try:
+                batch = StatsBatch.from_wire(stats, validate=False)
+                kernels.validate_batch(batch)
+            except ProtocolError as exc:
+                raise HostError(f"bad measurement window: {exc}", host=h) from exc
+            if batch.n_workloads != len(ids):
+                raise HostError("measurement window statistics and workload ids differ in "
+                                "count", host=h)
+            order = [self._pos[w] for w in ids]
+            if order != sorted(order):  # the plan lists the host's workloads in its order
+                batch = _reorder(batch, np.argsort(np.asarray(order)))
+            batches.append(batch)
+        return ru.Sample.from_batches(batches)
+
+    def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
+                  extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
+                  iops_tolerance_pct: float | None = None,
+                  ) -> tuple[bool, list[dict[str, Any]], list[str]]:
+        """Summary rows over the subintervals ``window`` (and the histogram files), from the
+        window's statistics ``total`` (``window_sample``; needed unless the window is empty).
+        ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting
+        (``master.analysis.verdicts``; None: no check). An empty window gives a row per instance all
+        the same, its metric cells empty, invalid with ``extra_invalid`` as the reason.
+        Returns (valid, rows, validation messages)."""
+        if not window:
+            reason = extra_invalid or "no measurement subinterval"
+            return False, self.unmeasured_rows(reason, extra), [reason]
+        if total is None or total.n_workloads != len(self.ids):
+            raise ValueError("a summary needs the window's statistics of every workload")
+        dur = len(window) * self.subinterval_s
+        host_cpu, iops = self._window_settings(window)
+        if iops_tolerance_pct is not None:
+            short = self.iops_shortfall(total, iops, dur, iops_tolerance_pct)
+            extra_invalid = "; ".join(x for x in (extra_invalid, short) if x)
+        host_of = self._host_of
+        valid_all = not extra_invalid
+        device = self.devices.window(window)
+        gathered = self._window_gathered(window)
+        rows: list[dict[str, Any]] = []
+        messages = [extra_invalid] if extra_invalid else []
+        for spec in self.rollups:
+            g = self.groupings[spec.type]
+            res = ru.compute(total, g, dur)
+            valid, why = validate(spec, res)
+            if not valid:
+                messages.append(why)
+            valid_all &= valid
+            reason = "; ".join(x for x in (extra_invalid, why) if x)
+            cpu = self._instance_cpu_array(g, host_of, host_cpu)
+            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            for i, inst in enumerate(g.names):
+                row = {"step_number": self.number, "step_name": self.name,
+                       "rollup_type": spec.type, "rollup_instance": inst,
+                       "first_subinterval": window[0], "last_subinterval": window[-1],
+                       "measurement_seconds": dur, **res.row(i),
+                       **dict(zip(DEVICE_COLUMNS, device[spec.type][i].tolist(), strict=True)),
+                       **dict(zip(self.gathered, gathered[spec.type][i].tolist(), strict=True)),
+                       "cpu_busy_pct": float(cpu[i]), "workloads": count[i],
+                       "iops_setting": "max" if is_max[i] else float(setting[i]),
+                       "valid": valid and not extra_invalid, "invalid_reason": reason,
+                       **(extra or {})}
+                rows.append(row)
+            self._write_histograms(spec, g, total)
+        return valid_all, rows, messages
+
+    def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
+        """Each rollup type's gathered columns over ``window``: per instance and column, the
+        mean of the subintervals that have a value (NaN where none has)."""
+        out = {}
+        for t, g in self.groupings.items():
+            stacked = [self._win_gathered[k][t] for k in window if k in self._win_gathered]
+            if not stacked or not self.gathered:
+                out[t] = np.full((g.n, len(self.gathered)), np.nan)
+                continue
+            a = np.stack(stacked)
+            seen = ~np.isnan(a)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[t] = np.where(seen.any(axis=0), np.where(seen, a, 0.0).sum(axis=0)
+                                  / np.maximum(seen.sum(axis=0), 1), np.nan)
+        return out
+
+    def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,
+                       tolerance_pct: float) -> str:
+        """The reason naming the paced workloads whose IOPS over the window (``total``, of
+        ``dur_s``) fell short of their mean setting ``iops`` (per workload in plan order, NaN
+        for max) by more than ``tolerance_pct``; '' when none did."""
+        achieved = total.counters[:, :, OPS].sum(axis=1) / dur_s
+        params = [self.settings[w] for w in self.ids]
+        depth = [float(p.iodepth) for p in params]
+        poisson = [p.iosequencer == "random_independent" for p in params]
+        found = iops_shortfalls(self.ids, achieved, iops, depth, poisson, dur_s, tolerance_pct)
+        return shortfall_reason(found, tolerance_pct, "workload")
+
+    def unmeasured_rows(self, reason: str, extra: Mapping[str, Any] | None = None
+                        ) -> list[dict[str, Any]]:
+        """A summary row per instance of a step that measured nothing (stopped or failed
+        before its measurement): names, workloads and the settings in force, the metric
+        cells empty, invalid with ``reason``."""
+        iops = self._iops_per_workload()
+        blank = dict.fromkeys([*ru.METRIC_COLUMNS, *DEVICE_COLUMNS, *self.gathered])
+        rows: list[dict[str, Any]] = []
+        for spec in self.rollups:
+            g = self.groupings[spec.type]
+            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            rows += [{"step_number": self.number, "step_name": self.name,
+                      "rollup_type": spec.type, "rollup_instance": inst,
+                      "first_subinterval": None, "last_subinterval": None,
+                      "measurement_seconds": 0.0, **blank, "cpu_busy_pct": None,
+                      "workloads": count[i],
+                      "iops_setting": "max" if is_max[i] else float(setting[i]),
+                      "valid": False, "invalid_reason": reason, **(extra or {})}
+                     for i, inst in enumerate(g.names)]
+        return rows
+
+    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
+        folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
+        files = self.file_names(spec.type)
+        for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
+            self.output.histogram_csvs(
+                [f"{folder}/{name}" for name in files[part.first:part.first + part.n]],
+                _bucket_edges(), HISTOGRAM_COLUMNS, part.inst, part.bucket, part.counts)
+
+
+#: File names an instance's file must not take in its rollup type's folder.
+RESERVED_FILE_NAMES = frozenset({"summary.csv"})
+
+
+def instance_file_names(instances: Sequence[str]) -> list[str]:
+    """``<safe_name>.csv`` per instance, made unique: a name already taken (two instances
+    with the same safe name, or a reserved one) gets the first free ``-2``, ``-3`` ...
+    suffix, in order."""
+    taken = set(RESERVED_FILE_NAMES)
+    out = []
+    for inst in instances:
+        base = safe_name(inst)
+        name = f"{base}.csv"
+        n = 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}.csv"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+@functools.cache
+def _bucket_edges() -> LineTexts:
+    """Every bucket's ``lower,upper`` text (ns) for histogram files."""
+    return LineTexts([f"{lo},{hi}" for lo, hi in zip(LOWER_NS.tolist(), UPPER_NS.tolist(),
+                                                     strict=True)])
+
+
+def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:
+    """``batch`` with its workloads in the order ``perm`` (new workload j = old ``perm[j]``),
+    coordinates sorted again."""
+    new_of_old = np.empty_like(perm)
+    new_of_old[perm] = np.arange(perm.size)
+    rows = batch.rows.astype(np.int64)
+    new_rows = new_of_old[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD + rows % ROWS_PER_WORKLOAD
+    order = np.lexsort((batch.buckets, new_rows))
+    return StatsBatch(counters=np.asarray(batch.counters)[perm], lat=np.asarray(batch.lat)[perm],
+                      rows=new_rows[order].astype(np.uint32), buckets=batch.buckets[order],
+                      counts=np.asarray(batch.counts)[order])
+
+
+def _device_deltas(h: HostResult) -> list[DeviceDelta]:
+    """A host's device counters of a subinterval, every field checked."""
+    try:
+        return [DeviceDelta.from_wire(d) for d in h.result.devices]
+    except ProtocolError as exc:
+        raise HostError(f"bad device counters: {exc}", host=h.host) from exc
+
+
+def _us(ns: Any) -> float | None:
+    return None if ns is None else round(float(ns) / 1e3, 3)
+
+
+def validate(spec: RollupSpec, res: ru.RollupResult) -> tuple[bool, str]:
+    """A rollup type's validation over a measurement: ``quantity`` and ``max_droop``."""
+    reasons: list[str] = []
+    count = res.grouping.n
+    if spec.quantity is not None and count != spec.quantity:
+        reasons.append(f"{spec.type}: {count} instances, expected {spec.quantity}")
+    if spec.max_droop is not None and count > 1:
+        iops = res.columns["IOPS"]
+        mean = float(np.mean(iops))
+        if mean > 0:
+            droop = 1.0 - iops / mean
+            worst = int(np.argmax(droop))
+            if droop[worst] > spec.max_droop:
+                reasons.append(f"{spec.type}: instance {res.grouping.names[worst]} IOPS "
+                               f"{iops[worst]:.0f} is {100 * droop[worst]:.1f}% below the "
+                               f"mean {mean:.0f} (max_droop {100 * spec.max_droop:g}%)")
+    return not reasons, "; ".join(reasons)
