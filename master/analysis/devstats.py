@@ -51,10 +51,6 @@ DEVICE_COLUMNS: Final = DEVICE_METRICS
 #: the block layer merges ivypy's I/Os (sequential 128 KiB reads: a fifth of the count, the
 #: same bytes) or splits them.
 DISAGREE_FRACTION: Final = 0.15
-#: ``<step>/devices.csv``: each device of each host, each subinterval.
-DEVICE_FILE_COLUMNS: Final = ["subinterval", "phase", "host", "device", "device_name", "luns",
-                              "ivypy_IOPS", "ivypy_MB_per_s", *DEVICE_COLUMNS, "sample_interval_s",
-                              "start_sample_late_us", "end_sample_late_us"]
 
 _READ_IOS, _WRITE_IOS, _READ_SECT, _WRITE_SECT, _READ_TICKS, _WRITE_TICKS, _IO_TICKS, _QUEUE = (
     range(8))

@@ -64,7 +64,7 @@ assert len(METRIC_COLUMNS) == N_VIEWS * _PER_VIEW
 #: Each view's block of metric columns after the overall view's, with the overall block:
 #: (start, source start, length). A workload that does only random I/O has the same numbers
 #: in its random view as overall (only reads: in its read view), so writers of rows copy the
-#: overall block's text where the numbers are the same (``master.analysis.kernels.format_lines``).
+#: overall block's text where the numbers are the same (``master.results.csvkernels.format_lines``).
 VIEW_BLOCKS: Final = tuple((v * _PER_VIEW, 0, _PER_VIEW) for v in range(1, N_VIEWS))
 
 

@@ -23,9 +23,9 @@ from protocol.errors import ConfigError
 
 if TYPE_CHECKING:
     from master.results.runstate import Resume
-    from master.run.lifecycle import RunResult
+    from master.run.outcome import RunResult
 
-#: the exit status of a config error: ``master.run.lifecycle.EXIT_CONFIG`` (a test keeps them
+#: the exit status of a config error: ``master.run.outcome.EXIT_CONFIG`` (a test keeps them
 #: equal), here so that refusing a test file does not import the run loop
 EXIT_CONFIG = 2
 

@@ -38,8 +38,9 @@ from master.gather.lines import parse_lines
 from master.gather.promtext import parse_exposition
 from master.gather.rates import Key, Sample, values_of
 from master.gather.runner import GatherFailed, http_get, run_command
-from master.results.output import RunOutput, safe_name
-from master.run.recorder import INTERLOCK_COLUMNS
+from master.results.csvfiles import safe_name
+from master.results.output import RunOutput
+from master.results.schema import INTERLOCK_COLUMNS
 
 __all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "declared_metrics", "lead_ns"]
 

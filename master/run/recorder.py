@@ -28,19 +28,28 @@ import numpy.typing as npt
 
 from master.analysis import kernels
 from master.analysis import rollup as ru
-from master.analysis.devstats import DEVICE_COLUMNS, DEVICE_FILE_COLUMNS, DeviceKey, DeviceRollups
+from master.analysis.devstats import DeviceKey, DeviceRollups
 from master.analysis.verdicts import iops_shortfalls, shortfall_reason
 from master.config import RollupSpec
 from master.live.rows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
-from master.results.output import (
+from master.results.csvfiles import (
     AppenderGroup,
     CsvAppender,
     LineTexts,
-    RunOutput,
     csv_text,
     fmt,
     format_lines,
     safe_name,
+)
+from master.results.output import RunOutput
+from master.results.schema import (
+    CPU_COLUMNS,
+    DEVICE_COLUMNS,
+    DEVICE_FILE_COLUMNS,
+    HISTOGRAM_COLUMNS,
+    INTERLOCK_COLUMNS,
+    instance_columns,
+    summary_columns,
 )
 from master.run.settings import Settings
 from master.run.workloads import WorkloadInstance, rollup_key
@@ -50,47 +59,9 @@ from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
 from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
 
-#: The columns of an instance row and of a summary row; a step with ``gather:`` sources has
-#: its joined metrics (``gather.<source>.<element_type>.<metric>``) after the device columns
-#: (``instance_columns``, ``summary_columns``).
-INSTANCE_COLUMNS = ["step_number", "step_name", "subinterval", "phase", "elapsed_s",
-                    "rollup_type", "rollup_instance", *ru.METRIC_COLUMNS, *DEVICE_COLUMNS,
-                    "cpu_busy_pct", "workloads", "iops_setting"]
-SUMMARY_COLUMNS = ["step_number", "step_name", "rollup_type", "rollup_instance",
-                   "first_subinterval", "last_subinterval", "measurement_seconds",
-                   *ru.METRIC_COLUMNS, *DEVICE_COLUMNS, "cpu_busy_pct", "workloads",
-                   "iops_setting", "valid", "invalid_reason"]
-
-
-def instance_columns(gathered: Sequence[str] = ()) -> list[str]:
-    """``INSTANCE_COLUMNS`` with the joined gathered columns after the device columns."""
-    at = INSTANCE_COLUMNS.index("cpu_busy_pct")
-    return [*INSTANCE_COLUMNS[:at], *gathered, *INSTANCE_COLUMNS[at:]]
-
-
-def summary_columns(gathered: Sequence[str] = ()) -> list[str]:
-    """``SUMMARY_COLUMNS`` with the joined gathered columns after the device columns."""
-    at = SUMMARY_COLUMNS.index("cpu_busy_pct")
-    return [*SUMMARY_COLUMNS[:at], *gathered, *SUMMARY_COLUMNS[at:]]
-CPU_COLUMNS = ["subinterval", "phase", "host", "busy_pct", "per_core_busy_pct", "slave_user_s",
-               "slave_system_s", "slave_cpu_us_per_io"]
-#: ``boundary_skew_us``: the worker's buffer switch against the planned boundary, in master time
-#: through the host's measured clock offset; ``switch_slave_ns``: the switch as the slave's own
-#: clock read it; ``boundary_skew_bound_us``: the most the true skew can be, the offset's
-#: uncertainty (half the best ping round trip) added to the measured skew's size. The
-#: ``gather_*`` columns are a ``gather:`` source's row (``master.gather.gathering``; a host's
-#: row leaves them empty): when its gather started and its sample was taken against the
-#: subinterval's end boundary (negative: before), how long it took, and ``ok`` or why not.
-INTERLOCK_COLUMNS = ["subinterval", "host", "worker", "switch_delay_us", "handover_delay_us",
-                     "boundary_skew_us", "switch_slave_ns", "offset_uncertainty_us",
-                     "boundary_skew_bound_us", "result_sent_after_boundary_us",
-                     "result_received_after_boundary_us", "gather_source",
-                     "gather_started_after_boundary_us", "gather_duration_us",
-                     "gather_sample_after_boundary_us", "gather_status"]
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024
-HISTOGRAM_COLUMNS = [f"{kind}_{view}_count" for view in ru.HISTOGRAM_VIEWS
-                     for kind in ru.HISTOGRAM_KINDS]
+
 
 
 @dataclass(frozen=True)

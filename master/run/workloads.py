@@ -413,3 +413,16 @@ def assign_total(members: Sequence[WorkloadInstance], total: float | None) -> No
     split = split_total(total, [(m.lun_key, m.params) for m in members])
     for m, params in zip(members, split, strict=True):
         m.params = params
+
+
+def lun_split_by(spec: RollupSpec, instances: Sequence[WorkloadInstance]) -> str | None:
+    """The first LUN (``host:path``) whose workloads lie in more than one instance of
+    ``spec`` (None: the rollup is LUN-based and has device columns,
+    ``master.analysis.devstats``)."""
+    seen: dict[tuple[str, str], str] = {}
+    for inst in instances:
+        lun = (inst.host, str(inst.lun.lun.path))
+        key = rollup_key(spec, inst)
+        if seen.setdefault(lun, key) != key:
+            return f"{lun[0]}:{lun[1]}"
+    return None

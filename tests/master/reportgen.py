@@ -14,16 +14,19 @@ import numpy as np
 
 from master.analysis.devstats import DEVICE_COLUMNS
 from master.analysis.rollup import METRIC_COLUMNS
-from master.results.output import RunOutput, fmt, safe_name
+from master.results.csvfiles import fmt, safe_name
+from master.results.output import RunOutput
 from master.results.runstate import new_state, write_state
-from master.run.lifecycle import (
+from master.results.schema import (
+    CPU_COLUMNS,
     DFC_COLUMNS,
     EVENT_COLUMNS,
+    HISTOGRAM_COLUMNS,
     HOST_COLUMNS,
     MEASURE_COLUMNS,
     RUN_SUMMARY_COLUMNS,
+    instance_columns,
 )
-from master.run.recorder import CPU_COLUMNS, HISTOGRAM_COLUMNS, instance_columns
 from protocol.buckets import LOWER_NS, UPPER_NS
 
 

@@ -232,6 +232,6 @@ def test_compare_marks_failed_and_untold_conditions() -> None:
 
 def test_not_metrics_are_run_summary_columns() -> None:
     from master.cli.compare import DEFAULT_METRICS
-    from master.run.lifecycle import RUN_SUMMARY_COLUMNS
+    from master.results.schema import RUN_SUMMARY_COLUMNS
     assert set(RUN_SUMMARY_COLUMNS) >= NOT_METRICS
     assert set(DEFAULT_METRICS) <= set(RUN_SUMMARY_COLUMNS) - NOT_METRICS

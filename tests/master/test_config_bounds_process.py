@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from master.cli import run as cli_run
-from master.run import lifecycle as run
+from master.run import outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = ROOT / "tests" / "master" / "bad_configs"
@@ -93,4 +93,4 @@ def test_a_refused_test_file_does_not_load_the_run_loop() -> None:
 
 
 def test_the_config_exit_status_is_the_run_loops() -> None:
-    assert cli_run.EXIT_CONFIG == run.EXIT_CONFIG
+    assert cli_run.EXIT_CONFIG == outcome.EXIT_CONFIG

@@ -19,7 +19,6 @@ import pytest
 
 from master.analysis.devstats import (
     DEVICE_COLUMNS,
-    DEVICE_FILE_COLUMNS,
     DeviceKey,
     DeviceRollups,
     _spans,
@@ -27,7 +26,8 @@ from master.analysis.devstats import (
 )
 from master.analysis.rollup import Grouping
 from master.results.output import RunOutput
-from master.run.recorder import INSTANCE_COLUMNS, SUMMARY_COLUMNS, HostResult, StepRecorder
+from master.results.schema import DEVICE_FILE_COLUMNS, INSTANCE_COLUMNS, SUMMARY_COLUMNS
+from master.run.recorder import HostResult, StepRecorder
 from protocol.devstats import DeviceDelta
 from protocol.errors import HostError
 from tests.master.test_recorder import (

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from master.analysis import kernels
+from master.results import csvkernels
+from master.run import warmup
 from master.run.heap import keep_freed_memory
 from protocol.buckets import N_BUCKETS
 from protocol.errors import RemoteProtocolError
@@ -38,7 +40,7 @@ def test_merge_sorted_adds_like_a_dense_sum(na: int, nb: int) -> None:
 
 
 def test_warm_up_runs_every_kernel() -> None:
-    assert kernels.warm_up() >= 0.0
+    assert warmup.warm_up() >= 0.0
 
 
 def test_heap_thresholds_are_set_on_glibc() -> None:
@@ -351,11 +353,11 @@ def test_histogram_rows_refuses_what_it_would_index_out_of_range() -> None:
 def test_gather_texts_puts_the_chosen_texts_one_after_another(which: list[int]) -> None:
     texts = ["0,1", "", "4398046511104,9223372036854775807"]
     data, ends = b"".join(t.encode() for t in texts), np.cumsum([len(t) for t in texts])
-    got, got_ends = kernels.gather_texts(data, ends, np.array(which, dtype=np.intp))
+    got, got_ends = csvkernels.gather_texts(data, ends, np.array(which, dtype=np.intp))
     assert got == "".join(texts[i] for i in which).encode()
     assert got_ends.tolist() == np.cumsum([len(texts[i]) for i in which]).tolist()
     with pytest.raises(ValueError, match=r"texts 0\.\.3 of 3"):
-        kernels.gather_texts(data, ends, np.array([0, 3]))
+        csvkernels.gather_texts(data, ends, np.array([0, 3]))
 
 
 def _paths(files: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -374,13 +376,13 @@ def test_write_lines_appends_to_open_files_by_path_and_skips(tmp_path: Path) -> 
     lines = [b"zero\n", b"one\n", b"", b"three\n", b"four\n"]
     data = np.frombuffer(b"".join(lines), dtype=np.uint8)
     ends = np.cumsum([len(x) for x in lines]).astype(np.int64)
-    fds = np.array([held, kernels.BY_PATH, kernels.BY_PATH, kernels.SKIP, kernels.BY_PATH],
-                   dtype=np.int32)
+    by_path, skip = csvkernels.BY_PATH, csvkernels.SKIP
+    fds = np.array([held, by_path, by_path, skip, by_path], dtype=np.int32)
     before = len(os.listdir("/proc/self/fd"))
     try:
         for _ in range(2):
-            assert kernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
-                -1, 0, kernels.FAILED_WRITE)
+            assert csvkernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
+                -1, 0, csvkernels.FAILED_WRITE)
     finally:
         os.close(held)
     assert len(os.listdir("/proc/self/fd")) == before - 1
@@ -394,29 +396,29 @@ def test_write_lines_stops_at_a_file_it_cannot_open(tmp_path: Path) -> None:
         Path(f).touch()
     data = np.frombuffer(b"1\n22\n3\n", dtype=np.uint8)
     ends = np.array([2, 5, 7], dtype=np.int64)
-    fds = np.full(3, kernels.BY_PATH, dtype=np.int32)
-    assert kernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
-        1, 2, kernels.FAILED_WRITE)
+    fds = np.full(3, csvkernels.BY_PATH, dtype=np.int32)
+    assert csvkernels.write_lines(fds, data, ends, 0, None, *_paths(files)) == (
+        1, 2, csvkernels.FAILED_WRITE)
     assert not os.path.exists(files[1])  # never created: no O_CREAT
-    assert kernels.write_lines(fds, data, ends, 2, None, *_paths(files)) == (
-        -1, 0, kernels.FAILED_WRITE)
+    assert csvkernels.write_lines(fds, data, ends, 2, None, *_paths(files)) == (
+        -1, 0, csvkernels.FAILED_WRITE)
     assert [Path(files[0]).read_text(), Path(files[2]).read_text()] == ["1\n", "3\n"]
 
 
 @pytest.mark.parametrize(("fds", "paths", "message"), [
-    ([kernels.BY_PATH], None, "no paths"),
+    ([csvkernels.BY_PATH], None, "no paths"),
     ([-3], None, "neither a descriptor"),
-    ([kernels.BY_PATH], (np.frombuffer(b"/x", dtype=np.uint8), np.zeros(1, dtype=np.int64)),
+    ([csvkernels.BY_PATH], (np.frombuffer(b"/x", dtype=np.uint8), np.zeros(1, dtype=np.int64)),
      "NUL-terminated"),
-    ([kernels.BY_PATH, kernels.SKIP], (np.frombuffer(b"/x\0", dtype=np.uint8),
+    ([csvkernels.BY_PATH, csvkernels.SKIP], (np.frombuffer(b"/x\0", dtype=np.uint8),
                                        np.zeros(1, dtype=np.int64)), "1 path offsets"),
-    ([kernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([3])), "not all in"),
-    ([kernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([-1])), "not all in"),
+    ([csvkernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([3])), "not all in"),
+    ([csvkernels.BY_PATH], (np.frombuffer(b"/x\0", dtype=np.uint8), np.array([-1])), "not all in"),
 ])
 def test_write_lines_refuses_what_it_cannot_follow(fds: list[int], paths, message: str) -> None:
     n = len(fds)
     data = np.frombuffer(b"x\n" * n, dtype=np.uint8)
     ends = np.arange(2, 2 * n + 1, 2, dtype=np.int64)
     with pytest.raises(ValueError, match=message):
-        kernels.write_lines(np.array(fds, dtype=np.int32), data, ends, 0, None,
+        csvkernels.write_lines(np.array(fds, dtype=np.int32), data, ends, 0, None,
                             *(paths or (None, None)))

@@ -17,11 +17,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from master.results.output import (
+from master.results.csvfiles import (
     AppenderGroup,
     CsvAppender,
     LineTexts,
-    RunOutput,
     csv_text,
     fmt,
     format_float_rows,
@@ -29,6 +28,7 @@ from master.results.output import (
     histogram_count_text,
     joined_utf8,
 )
+from master.results.output import RunOutput
 from protocol.errors import OutputError
 
 

@@ -21,23 +21,10 @@ import pytest
 from master.analysis import rollup
 from master.analysis.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
-from master.results.output import (
-    CsvAppender,
-    RunOutput,
-    csv_text,
-    fmt,
-    format_float_rows,
-    safe_name,
-)
-from master.run.recorder import (
-    CPU_COLUMNS,
-    INSTANCE_COLUMNS,
-    HostResult,
-    StepRecorder,
-    instance_columns,
-    instance_file_names,
-    summary_columns,
-)
+from master.results.csvfiles import CsvAppender, csv_text, fmt, format_float_rows, safe_name
+from master.results.output import RunOutput
+from master.results.schema import CPU_COLUMNS, INSTANCE_COLUMNS, instance_columns, summary_columns
+from master.run.recorder import HostResult, StepRecorder, instance_file_names
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.errors import HostError
@@ -478,7 +465,7 @@ def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
     """Metric-like values (1e-17 <= |x| < 1e15, decimal near-ties included): the compiled
     formatter writes every row itself (no fallback to Python), and the text is ``fmt``'s
     (``%.6g``, whole numbers from 999,999.5 up)."""
-    from master.analysis import kernels
+    from master.results import csvkernels
 
     rng = np.random.default_rng(8)
     vals = np.concatenate([
@@ -492,13 +479,13 @@ def test_compiled_row_formatter_decides_ordinary_values_itself() -> None:
         rng.integers(999_999, 10**15, (500, 3)) + rng.choice([0.0, 0.25, 0.5, 0.75], (500, 3)),
     ], axis=1)
     vals[rng.random(vals.shape) < 0.1] = np.nan
-    text, ends, fallback = kernels.format_rows(vals)
+    text, ends, fallback = csvkernels.format_rows(vals)
     assert not fallback.any()
     starts = np.concatenate([[0], ends[:-1]])
     assert [text[a:b] for a, b in zip(starts, ends, strict=True)] == [
         ",".join(fmt(float(v)) for v in row) for row in vals]
     counts = np.array([[0.0, 7.0, 123456789.0, -3.0, 999999.5, 1000000.5, 1000001.5]])
-    text, _, fallback = kernels.format_rows(counts)
+    text, _, fallback = csvkernels.format_rows(counts)
     assert (text, bool(fallback.any())) == ("0,7,123456789,-3,1000000,1000000,1000002", False)
 
 

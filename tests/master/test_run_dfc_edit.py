@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from master.live.editparse import parse_params
-from master.run.lifecycle import EXIT_INVALID, EXIT_OK, Run, RunControl
+from master.run.lifecycle import Run
+from master.run.operator import RunControl
+from master.run.outcome import EXIT_INVALID, EXIT_OK
 from protocol.messages import Message, SubintervalResult
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 

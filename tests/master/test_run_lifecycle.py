@@ -27,7 +27,9 @@ from master.live.control_socket import ControlError, ControlServer
 from master.live.editparse import parse_params
 from master.results.runstate import check_resumable, read_state
 from master.run import lifecycle as runmod
-from master.run.lifecycle import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, Run, RunControl
+from master.run.lifecycle import Run
+from master.run.operator import RunControl
+from master.run.outcome import EXIT_HOST, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT
 from protocol.errors import ConfigError, OutputError
 from protocol.messages import Message, SubintervalResult, WindowResult
 from protocol.version import __version__

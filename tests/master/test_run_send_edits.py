@@ -5,11 +5,13 @@ from the subinterval each host announced, and only those)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from master.run.fleet import Fleet
 from master.run.lifecycle import Run
 from master.run.settings import Settings
 from protocol.errors import HostError
@@ -29,9 +31,9 @@ class Session:
 
 
 def _send(replies: dict[str, Ack | Error]) -> tuple[Any, SimpleNamespace, list[Any]]:
-    run = SimpleNamespace(sessions={h: Session(r) for h, r in replies.items()},
-                          settings=Settings(), interrupted=asyncio.Event())
-    run._to_hosts = lambda calls, what: Run._to_hosts(run, calls, what)  # type: ignore[arg-type]
+    fleet = Fleet(time.monotonic_ns)
+    fleet.sessions = {h: Session(r) for h, r in replies.items()}  # type: ignore[misc]  # fakes
+    run = SimpleNamespace(sessions=fleet.sessions, settings=Settings(), fleet=fleet)
     changes = [(SimpleNamespace(host=h, id=f"{h}:/dev/x:w{i}"),
                 WorkloadParams(iops=10.0 * i + 5, read_fraction=0.5))
                for i in range(3) for h in replies]

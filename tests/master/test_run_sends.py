@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from master.config import HostConfig
-from master.run.lifecycle import EXIT_HOST, EXIT_INTERRUPTED
+from master.run.outcome import EXIT_HOST, EXIT_INTERRUPTED
 from protocol.messages import Ack, Message, SubintervalResult
 from tests.master.memhosts import MemoryHost, execute, memory_config, memory_run
 

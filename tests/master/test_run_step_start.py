@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from master.run.lifecycle import EXIT_OK, RunControl
+from master.run.operator import RunControl
+from master.run.outcome import EXIT_OK
 from protocol.params import WorkloadParams
 from slave.luns import LunInfo
 from tests.master.memhosts import (

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from master.results.output import RunOutput
-from master.run.lifecycle import MEASURE_SUMMARY_COLUMNS, Run
-from master.run.recorder import summary_columns
+from master.results.schema import MEASURE_SUMMARY_COLUMNS, summary_columns
+from master.run.lifecycle import Run
 
 M1, M2 = "gather.arr.LDEV.busy_pct", "gather.arr.LDEV.reads"
 

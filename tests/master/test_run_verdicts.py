@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from master.analysis.rollup import METRIC_COLUMNS
-from master.run.recorder import SUMMARY_COLUMNS
+from master.results.schema import SUMMARY_COLUMNS
 from tests.master.runhelp import (
     ROOT,
     interrupt,

@@ -18,10 +18,10 @@ import jsonschema
 import pytest
 
 from master.results import summaryjson as sj
-from master.results.output import fmt
+from master.results.csvfiles import fmt
 from master.results.runstate import new_state, write_state
-from master.run.lifecycle import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, Run
-from master.run.recorder import summary_columns
+from master.results.schema import HOST_COLUMNS, RUN_SUMMARY_COLUMNS, summary_columns
+from master.run.lifecycle import Run
 from protocol.errors import OutputError
 
 ROOT = Path(__file__).resolve().parents[2]

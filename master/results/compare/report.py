@@ -18,7 +18,7 @@ from typing import Any
 
 from master.results.compare.changes import ComparedRow, Comparison, MetricChange
 from master.results.compare.expr import FailIf
-from master.results.output import fmt
+from master.results.csvfiles import fmt
 
 FORMATS = ("text", "csv", "json")
 

@@ -1,0 +1,185 @@
+"""The run's hosts, spoken to together: every host's call at once, bounded, and given up on an
+interrupt.
+
+Owns the sessions of the run's hosts (``master.hosts.session.HostSession``, by host name, in
+the test's order), the run's interrupt (SIGINT, SIGTERM) and how long anything is waited for
+once it came: each call to all hosts (``to_hosts``), a subinterval's results by their deadline
+(``results``), a step's stop and end, and the close. Must not decide what to send (the step
+loop does) or write files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from master.hosts.session import HostSession
+from protocol.errors import HostError, IvyError
+from protocol.messages import SubintervalResult
+
+T = TypeVar("T")
+STOP_WAIT_S = 5.0
+#: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
+#: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
+INTERRUPT_WAIT_S = 1.0
+
+
+class Abandoned(Exception):
+    """The subinterval awaited is given up: the run was interrupted."""
+
+
+class Interrupted(IvyError):
+    """SIGINT or SIGTERM came during a stage that would not end by itself soon (connecting,
+    the handshake, discovery, creating workloads): it was abandoned."""
+
+
+class Fleet:
+    """The run's hosts; see the module docstring."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.sessions: dict[str, HostSession] = {}
+        self.interrupted = asyncio.Event()
+
+    def left_s(self, deadline_ns: int) -> float:
+        """Seconds from now to ``deadline_ns`` (0 once past)."""
+        return max(0.0, (deadline_ns - self.clock()) / 1e9)
+
+    async def stop_all(self, after: int, timeout_s: float = STOP_WAIT_S) -> None:
+        """``Stop`` after subinterval ``after`` to every host, each read within
+        ``timeout_s``."""
+        await self.to_hosts([(hs, hs.stop(after, timeout_s)) for hs in self.sessions.values()],
+                            f"read the Stop after subinterval {after}")
+
+    async def to_hosts(self, calls: Sequence[tuple[HostSession, Awaitable[T]]], what: str
+                        ) -> list[T]:
+        """Every host's call at once, each bounded by its session (what it sends by the
+        deadline given, an answer by its request's timeout); the first ``HostError`` is
+        raised and the other calls are cancelled. Once the run is interrupted (before or while
+        they wait) the hosts get ``INTERRUPT_WAIT_S`` more: every one still busy then is marked
+        failed (it did not ``what``), which ends its calls, and the first one's error raised."""
+        tasks = [asyncio.ensure_future(aw) for _, aw in calls]
+        every: asyncio.Future[list[T]] = asyncio.gather(*tasks)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait([every, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not every.done():  # interrupted
+                await asyncio.wait([every], timeout=INTERRUPT_WAIT_S)
+            if not every.done():
+                stuck = [hs.mark_failed(f"did not {what} within {INTERRUPT_WAIT_S:g} s of the "
+                                        "interrupt")
+                         for (hs, _), t in zip(calls, tasks, strict=True) if not t.done()]
+                raise stuck[0]
+            return every.result()
+        finally:
+            stop.cancel()
+            for t in tasks:
+                t.cancel()
+            # what the calls cut short end with is not wanted (nor logged as never retrieved)
+            every.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def results(self, step: int, k: int, deadline: int, late_ms: float
+                      ) -> list[SubintervalResult] | None:
+        """Every host's result of subinterval ``k`` of step ``step``, due at ``deadline`` (on
+        the master's clock, ``late_ms`` after the subinterval's end). A host late at the
+        deadline is marked failed there and then (``HostError``; it is not waited for again).
+        None when the run was interrupted and the results would come later than
+        ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``."""
+
+        async def one(hs: HostSession) -> SubintervalResult:
+            get: asyncio.Future[SubintervalResult] = asyncio.ensure_future(hs.results.get())
+            fail: asyncio.Future[Any] = asyncio.ensure_future(hs.failed.wait())
+            stop: asyncio.Future[Any] = asyncio.ensure_future(self.interrupted.wait())
+            try:
+                while True:
+                    timeout = max(0.0, (deadline - self.clock()) / 1e9)
+                    done, _ = await asyncio.wait([get, fail, stop], timeout=timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    if get in done:
+                        r = get.result()
+                        if r.step != step or r.subinterval != k:
+                            raise HostError(f"sent result of step {r.step} subinterval "
+                                            f"{r.subinterval}, expected step {step} "
+                                            f"subinterval {k}", host=hs.host)
+                        return r
+                    if fail in done:
+                        assert hs.failure is not None
+                        raise hs.failure
+                    if stop in done:
+                        if timeout > INTERRUPT_WAIT_S:
+                            raise Abandoned
+                        # interrupted near the deadline: this result still counts
+                        stop = asyncio.ensure_future(asyncio.sleep(3600))
+                        continue
+                    raise hs.mark_failed(f"result of subinterval {k} not received within the "
+                                         f"deadline ({late_ms:.0f} ms after its end)")
+            finally:
+                for f in (get, fail, stop):
+                    f.cancel()
+
+        tasks = [asyncio.ensure_future(one(hs)) for hs in self.sessions.values()]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for t in tasks:
+                if t in done and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+            return [t.result() for t in tasks]
+        except Abandoned:
+            return None
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def abort_step(self) -> None:
+        """A step failed: ``Stop`` to every healthy host, and their ``Stopped`` (those that
+        do not confirm are not waited for beyond ``STOP_WAIT_S``)."""
+        async def stop(hs: HostSession) -> None:
+            with contextlib.suppress(IvyError, OSError):  # a host failing now is not waited for
+                await hs.stop(-1, STOP_WAIT_S)
+
+        with contextlib.suppress(IvyError):
+            await self.to_hosts([(hs, stop(hs)) for hs in self.sessions.values()
+                                 if hs.failure is None], "read the Stop that ends the step")
+        await self.wait_stopped(healthy_only=True)
+
+    async def wait_stopped(self, healthy_only: bool = False) -> None:
+        """Every healthy host's ``Stopped``; one that does not confirm within ``STOP_WAIT_S``
+        (``INTERRUPT_WAIT_S`` once interrupted, when it is marked failed and not waited for
+        again) fails the step, unless ``healthy_only``."""
+        interrupted = self.interrupted.is_set()
+
+        async def one(hs: HostSession) -> None:
+            if hs.failure is not None:
+                return
+            wait_s = INTERRUPT_WAIT_S if interrupted else STOP_WAIT_S
+            if await hs.wait_stopped(wait_s) is None:
+                if interrupted:
+                    hs.mark_failed(f"did not confirm the end of the step within {wait_s:.0f} s "
+                                   "of the interrupt")
+                elif not healthy_only:
+                    raise HostError("did not confirm the end of the step", host=hs.host)
+
+        await asyncio.gather(*(one(hs) for hs in self.sessions.values()))
+
+    async def close_all(self, grace_s: float = 2.0) -> None:
+        await asyncio.gather(*(hs.close(grace_s) for hs in self.sessions.values()),
+                             return_exceptions=True)
+
+    async def or_interrupted(self, aw: Awaitable[Any], stage: str) -> Any:
+        """``aw``'s result, or ``Interrupted`` as soon as SIGINT/SIGTERM comes (``aw`` is
+        cancelled): connecting to a host that never answers waits for no timeout."""
+        task = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            raise Interrupted(f"interrupted while {stage}")
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
