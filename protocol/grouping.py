@@ -1,9 +1,8 @@
 """Host-local rollup arithmetic on ``StatsBatch``: workloads added up into groups, periods
 added up into a window, and each workload's (or group's) percentiles per view.
 
-Owns the views (``VIEWS``: column prefix → categories, their membership matrix) and the
-percentiles every rollup reports (``PERCENTILES``); ``master.analysis.rollup`` imports them from
-here. The percentiles follow the master's rule exactly
+The views and the percentiles every rollup reports are ``protocol.views``' (``VIEWS``,
+``PERCENTILES``). The percentiles follow the master's rule exactly
 (``master.analysis.kernels._view_percentiles_py``, ``protocol.histogram.percentiles_from_counts``):
 the same exact decimal ranks, the same bucket, the same float operations in the same order, so a
 slave's table is bit-identical to what the master would compute from the same batch.
@@ -27,48 +26,20 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from protocol.batch import StatsBatch, view_extremes
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
 from protocol.histogram import PCT_SCALE, percentile_numerators
-from protocol.stats import (
-    MAX,
-    MIN,
+from protocol.stats import MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM
+from protocol.views import (
+    MEMBERSHIP,
     N_CATEGORIES,
     N_KINDS,
-    OPS,
-    ROWS_PER_WORKLOAD,
-    SUM,
-    StatsBatch,
+    N_VIEWS,
+    PERCENTILES,
+    VIEWS_OF_CATEGORY,
 )
 
 logger = logging.getLogger(__name__)
-
-#: Views: column prefix → categories (0 random_read, 1 random_write, 2 seq_read, 3 seq_write).
-VIEWS: Final[tuple[tuple[str, tuple[int, ...]], ...]] = (
-    ("", (0, 1, 2, 3)),
-    ("read_", (0, 2)),
-    ("write_", (1, 3)),
-    ("random_", (0, 1)),
-    ("sequential_", (2, 3)),
-)
-N_VIEWS: Final = len(VIEWS)
-PERCENTILES: Final[tuple[float, ...]] = (50.0, 90.0, 95.0, 99.0, 99.9, 99.99)
-
-
-def _membership() -> npt.NDArray[np.int64]:
-    m = np.zeros((N_VIEWS, N_CATEGORIES), dtype=np.int64)
-    for v, (_, cats) in enumerate(VIEWS):
-        m[v, list(cats)] = 1
-    m.setflags(write=False)
-    return m
-
-
-#: (N_VIEWS, 4): 1 where the view adds that category up.
-MEMBERSHIP: Final = _membership()
-#: (4, 3): the views each category lands in (overall, read or write, random or sequential).
-VIEWS_OF_CATEGORY: Final = np.array(
-    [np.flatnonzero(MEMBERSHIP[:, c]) for c in range(N_CATEGORIES)], dtype=np.intp
-)
-VIEWS_OF_CATEGORY.setflags(write=False)
 
 _PCT_NUM: Final = percentile_numerators(PERCENTILES)
 _RANK_SCALE: Final = 100 * PCT_SCALE
@@ -292,37 +263,6 @@ def add_batches(batches: Sequence[StatsBatch]) -> StatsBatch:
 
 
 # ----------------------------------------------------------------------------- percentiles
-def view_extremes(lat_min: npt.ArrayLike, lat_max: npt.ArrayLike) -> tuple[_I64, _I64]:
-    """The smallest and largest latency of every view: from per-category minima and maxima
-    (W, 4, 2) to (W, N_VIEWS, 2) int64, INT64_MAX and -1 for a view without I/O (as the
-    master's ``rollup.compute`` builds them)."""
-    mins = np.asarray(lat_min, dtype=np.int64)
-    maxs = np.asarray(lat_max, dtype=np.int64)
-    w = mins.shape[0]
-    low: _I64 = np.empty((w, N_VIEWS, N_KINDS), dtype=np.int64)
-    high: _I64 = np.empty((w, N_VIEWS, N_KINDS), dtype=np.int64)
-    # a view's categories, one elementwise min / max after another (a reduction over the
-    # middle axis of a broadcast array measured several times slower at 10,000 workloads)
-    for v, (_, cats) in enumerate(VIEWS):
-        lo, hi = low[:, v], high[:, v]
-        lo[...] = mins[:, cats[0]]
-        hi[...] = maxs[:, cats[0]]
-        for c in cats[1:]:
-            np.minimum(lo, mins[:, c], out=lo)
-            np.maximum(hi, maxs[:, c], out=hi)
-    return low, high
-
-
-def view_min_max(batch: StatsBatch) -> tuple[_I64, _I64, npt.NDArray[np.bool_]]:
-    """Each workload's views' smallest and largest latency ((W, N_VIEWS, 2) int64, as
-    ``view_extremes``) and whether the view had I/O ((W, N_VIEWS, 2) bool, the same for
-    both kinds): where ``view_percentiles`` is not NaN."""
-    low, high = view_extremes(batch.lat[..., MIN], batch.lat[..., MAX])
-    ops = np.asarray(batch.counters[:, :, OPS], dtype=np.int64)
-    has = ((ops > 0).astype(np.int64) @ MEMBERSHIP.T) > 0
-    return low, high, np.repeat(has[:, :, None], N_KINDS, axis=2)
-
-
 def view_percentiles(batch: StatsBatch) -> _F64:
     """Percentiles in ns of every workload's views: (W, N_VIEWS, 2, len(PERCENTILES)) over
     workload, view, kind (service, response) and ``PERCENTILES``; NaN where a view has no I/O.

@@ -237,7 +237,7 @@ class SubintervalResult(Message):
     """Slave → master: one subinterval's statistics, added up by the rollup plan of ``Go``.
 
     ``workload_ids`` lists the host's workloads. ``rollups`` has one entry per entry of the
-    plan, in its order: a ``protocol.stats.GroupStats.to_wire()`` dict over that entry's
+    plan, in its order: a ``protocol.batch.GroupStats.to_wire()`` dict over that entry's
     groups (counters and latency side statistics, and either the merged histograms or the
     percentile table). ``start_ns``/``end_ns`` are the scheduled boundaries and ``switch_ns``
     the times each worker actually switched buffers at the end boundary (slave clock). ``cpu`` holds

@@ -173,8 +173,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from protocol.batch import StatsBatch
 from protocol.params import WorkloadParams
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from scripts.blocktrace import BlockTrace, Latencies
 from slave.engine import tuning
 from slave.worker import WorkerPool

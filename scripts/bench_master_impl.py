@@ -46,10 +46,11 @@ from master.run.heap import keep_freed_memory
 from master.run.recorder import HostResult, StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
+from protocol.batch import StatsBatch
 from protocol.codec import FrameDecoder, encode
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
-from protocol.stats import ROWS_PER_WORKLOAD, StatsBatch, WorkloadStats
+from protocol.stats import ROWS_PER_WORKLOAD, WorkloadStats
 from slave.session import group_maps, parse_plan, rollup_parts
 
 TARGET_S = 0.100

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from protocol import credit
+from protocol.batch import GroupStats, StatsBatch
 from protocol.credit import SlaveCredit
 from protocol.errors import (
     IoEngineError,
@@ -59,7 +60,7 @@ from protocol.messages import (
 )
 from protocol.params import WorkloadParams, from_wire
 from protocol.state import Conversation, Role, State
-from protocol.stats import BYTES, OPS, GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import BYTES, OPS, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
 from slave import devstats
 from slave import luns as lunmod

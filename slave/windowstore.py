@@ -28,8 +28,9 @@ from typing import IO, Final
 
 import numpy as np
 
+from protocol.batch import StatsBatch
 from protocol.grouping import add_batches
-from protocol.stats import N_CATEGORIES, N_KINDS, StatsBatch
+from protocol.views import N_CATEGORIES, N_KINDS
 
 log = logging.getLogger(__name__)
 

@@ -65,10 +65,11 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import credit
+from protocol.batch import StatsBatch
 from protocol.errors import IoEngineError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from slave.engine import paced_kernel
 from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
 

@@ -19,10 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from master.analysis.jit import jit
+from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
-from protocol.grouping import MEMBERSHIP
 from protocol.histogram import PCT_SCALE, percentile_numerators
-from protocol.stats import ROWS_PER_WORKLOAD, GroupStats, StatsBatch
+from protocol.stats import ROWS_PER_WORKLOAD
+from protocol.views import MEMBERSHIP
 
 _LO = LOWER_NS.astype(np.float64)
 #: (N_VIEWS, 4): whether each view adds each category up.
@@ -597,7 +598,7 @@ def _scan_group_pct_py(counters: Any, lat: Any, pct: Any, member: Any
     statistics, a percentile missing or present against its view's I/O, a percentile
     outside its view's minimum and maximum). The same comparisons as there: a view had I/O
     when one of its categories did; its extremes are its categories' (all of them, as
-    ``protocol.grouping.view_extremes``), compared as float64."""
+    ``protocol.batch.view_extremes``), compared as float64."""
     n_views = member.shape[0]
     n_pct = pct.shape[3]
     negative = inconsistent = missing = outside = False

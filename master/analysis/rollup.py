@@ -23,12 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from master.analysis import kernels
+from protocol.batch import StatsBatch
 from protocol.buckets import N_BUCKETS
-from protocol.grouping import MEMBERSHIP as _MEMBERSHIP
-from protocol.grouping import N_VIEWS as N_VIEWS
-from protocol.grouping import PERCENTILES as PERCENTILES
-from protocol.grouping import VIEWS as VIEWS
-from protocol.stats import MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM, StatsBatch
+from protocol.stats import MAX, MIN, OPS, ROWS_PER_WORKLOAD, SUM
+from protocol.views import MEMBERSHIP as _MEMBERSHIP
+from protocol.views import N_VIEWS as N_VIEWS
+from protocol.views import PERCENTILES as PERCENTILES
+from protocol.views import VIEWS as VIEWS
 
 # VIEWS (column prefix → categories), N_VIEWS, PERCENTILES and the views' membership matrix
 # are shared with the slave, which computes percentile tables itself: protocol.grouping.

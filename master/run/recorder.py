@@ -53,11 +53,12 @@ from master.results.schema import (
 )
 from master.run.settings import Settings
 from master.run.workloads import WorkloadInstance, rollup_key
+from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.devstats import DeviceDelta
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import SubintervalResult
-from protocol.stats import OPS, ROWS_PER_WORKLOAD, GroupStats, StatsBatch
+from protocol.stats import OPS, ROWS_PER_WORKLOAD
 
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024

@@ -19,8 +19,8 @@ from master.analysis.kernels import (
     view_percentiles,
 )
 from master.results.csvkernels import SKIP, format_lines, gather_texts, write_lines
-from protocol.grouping import N_VIEWS
-from protocol.stats import GroupStats, StatsBatch
+from protocol.batch import GroupStats, StatsBatch
+from protocol.views import N_VIEWS
 
 
 def warm_up() -> float:

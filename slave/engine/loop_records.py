@@ -17,7 +17,8 @@ import os
 import numpy as np
 import numpy.typing as npt
 
-from protocol.stats import N_CATEGORIES, WorkloadStats, record_groups
+from protocol.stats import WorkloadStats, record_groups
+from protocol.views import N_CATEGORIES
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.layout import ROW

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
-from protocol.stats import N_CATEGORIES, N_KINDS
+from protocol.views import N_CATEGORIES, N_KINDS
 from slave.datapattern import KIND_CODES, SECTOR_BYTES
 from slave.engine import layout
 from slave.engine.layout import GEN_DTYPE, IOCB_CMD_PWRITE, LoopArgs

@@ -14,10 +14,11 @@ from master.analysis import kernels
 from master.results import csvkernels
 from master.run import warmup
 from master.run.heap import keep_freed_memory
+from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import N_BUCKETS
 from protocol.errors import RemoteProtocolError
 from protocol.grouping import view_percentiles
-from protocol.stats import MAX, MIN, OPS, GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import MAX, MIN, OPS, WorkloadStats
 
 
 def _coords(rng: np.random.Generator, n: int, rows: int) -> tuple[np.ndarray, ...]:
@@ -211,8 +212,9 @@ def _metrics_by_numpy(counters: np.ndarray, lat: np.ndarray, of: np.ndarray, g_c
                       dur: float, pct_w: np.ndarray | None) -> tuple[np.ndarray, ...]:
     """``rollup.compute``'s metrics as it computed them with numpy before the kernel (the
     reference: same values to the bit)."""
-    from protocol.grouping import MEMBERSHIP, view_extremes
+    from protocol.batch import view_extremes
     from protocol.stats import BYTES, ERRORS, SUM
+    from protocol.views import MEMBERSHIP
 
     order = np.argsort(of, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=g_count))[:-1]])
@@ -255,7 +257,7 @@ def _metrics_by_numpy(counters: np.ndarray, lat: np.ndarray, of: np.ndarray, g_c
                           (300, 300, False), (1000, 37, False)])
 def test_instance_metrics_equal_numpy_to_the_bit(w_count: int, g_count: int,
                                                  with_pct: bool) -> None:
-    from protocol.grouping import MEMBERSHIP
+    from protocol.views import MEMBERSHIP
 
     rng = np.random.default_rng(w_count * 31 + g_count)
     counters = rng.integers(0, 1 << 40, (w_count, 4, 3))
@@ -290,7 +292,7 @@ def test_instance_metrics_equal_numpy_to_the_bit(w_count: int, g_count: int,
 
 def test_instance_metrics_of_an_instance_without_workloads_is_empty() -> None:
     """An instance no workload maps to reads nothing out of range: no I/O, NaN times."""
-    from protocol.grouping import MEMBERSHIP
+    from protocol.views import MEMBERSHIP
 
     counters = np.ones((2, 4, 3), dtype=np.int64)
     lat = np.ones((2, 4, 2, 3), dtype=np.int64)

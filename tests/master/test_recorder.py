@@ -27,11 +27,12 @@ from master.results.schema import CPU_COLUMNS, INSTANCE_COLUMNS, instance_column
 from master.run.recorder import HostResult, StepRecorder, instance_file_names
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
+from protocol.batch import StatsBatch
 from protocol.errors import HostError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from slave.session import group_maps, parse_plan, rollup_parts
 from slave.windowstore import WindowStore
 

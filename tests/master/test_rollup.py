@@ -15,8 +15,10 @@ from master.analysis.rollup import (
     compute,
     pct_label,
 )
+from protocol.batch import StatsBatch
 from protocol.histogram import LatencyHistogram
-from protocol.stats import StatsBatch, WorkloadStats, category_index
+from protocol.stats import WorkloadStats
+from protocol.views import category_index
 
 
 def _workloads(

@@ -8,7 +8,8 @@ import pytest
 from master.analysis.rollup import Grouping, Sample, compute
 from master.config import RollupSpec
 from master.run.recorder import validate
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.batch import StatsBatch
+from protocol.stats import WorkloadStats
 
 
 def _result(iops: list[int]) -> object:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocol.batch import GroupStats, StatsBatch
 from protocol.codec import (
     FRAME_HEADER_BYTES,
     MAGIC,
@@ -29,7 +30,7 @@ from protocol.messages import (
     Ping,
     SubintervalResult,
 )
-from protocol.stats import GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from tests.protocol.strategies import any_message, message_strategy
 

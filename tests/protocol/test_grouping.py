@@ -13,19 +13,11 @@ import pytest
 from master.analysis import rollup
 from master.analysis.rollup import Grouping, Sample, compute, pct_label
 from protocol import grouping
+from protocol.batch import StatsBatch, view_min_max
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
-from protocol.grouping import (
-    MEMBERSHIP,
-    N_VIEWS,
-    PERCENTILES,
-    VIEWS,
-    VIEWS_OF_CATEGORY,
-    add_batches,
-    group_batch,
-    view_min_max,
-    view_percentiles,
-)
-from protocol.stats import I64_MAX, MAX, MIN, OPS, StatsBatch, WorkloadStats
+from protocol.grouping import add_batches, group_batch, view_percentiles
+from protocol.stats import I64_MAX, MAX, MIN, OPS, WorkloadStats
+from protocol.views import MEMBERSHIP, N_VIEWS, PERCENTILES, VIEWS, VIEWS_OF_CATEGORY
 
 KIND_COLUMNS = ("service_time", "response_time")
 

@@ -5,19 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol import stats as stats_mod
+from protocol import batch as batch_mod
+from protocol.batch import StatsBatch
 from protocol.errors import RemoteProtocolError
 from protocol.histogram import LatencyHistogram
-from protocol.stats import (
-    BYTES,
-    CATEGORIES,
-    ERRORS,
-    OPS,
-    StatsBatch,
-    WorkloadStats,
-    category_index,
-    record_groups,
-)
+from protocol.stats import BYTES, ERRORS, OPS, WorkloadStats, record_groups
+from protocol.views import CATEGORIES, category_index
 
 
 def _filled(seed: int, n: int = 5000) -> tuple[WorkloadStats, dict[int, np.ndarray]]:
@@ -173,8 +166,8 @@ def test_row_totals_are_exact_beyond_2_to_the_53(extra: int) -> None:
 
 def _entries(histograms: bool) -> list[dict[str, object]]:
     """Three hosts' entries of one rollup type: 3 groups, none, 2 groups."""
+    from protocol.batch import GroupStats
     from protocol.grouping import view_percentiles
-    from protocol.stats import GroupStats
 
     out = []
     for seed, n in ((1, 3), (2, 0), (3, 2)):
@@ -191,7 +184,7 @@ def _entries(histograms: bool) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("histograms", [True, False])
 def test_join_wire_is_concat_of_from_wire(histograms: bool) -> None:
-    from protocol.stats import GroupStats
+    from protocol.batch import GroupStats
 
     entries = _entries(histograms)
     for pick in ([0], [1], [0, 1, 2], [2, 1, 0, 0]):
@@ -214,7 +207,7 @@ def test_join_wire_is_concat_of_from_wire(histograms: bool) -> None:
 
 @pytest.mark.parametrize("histograms", [True, False])
 def test_join_wire_refuses_what_from_wire_refuses(histograms: bool) -> None:
-    from protocol.stats import GroupStats
+    from protocol.batch import GroupStats
 
     entries = _entries(histograms)
     other = _entries(not histograms)
@@ -416,7 +409,7 @@ def test_drain_equals_a_copy_and_leaves_the_blocks_empty(
     fills: list[str], pieces: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if pieces == "a piece per row":  # the gather in pieces must not change the result
-        monkeypatch.setattr(stats_mod, "_DRAIN_CELLS", 1)
+        monkeypatch.setattr(batch_mod, "_DRAIN_CELLS", 1)
     region = _region_of(fills, seed=len(fills))
     before = region.copy()
     slots = np.arange(len(fills))[::-1].copy()  # any order of slots

@@ -31,9 +31,10 @@ from master.results.schema import CPU_COLUMNS
 from master.run.recorder import HostResult, StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
+from protocol.batch import StatsBatch
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from slave.cpu import CpuSampler, CpuSnapshot, _busy_total
 from slave.session import group_maps, parse_plan, rollup_parts
 

@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from master.hosts.zipapp import build_slave_zipapp, write_cached
+from protocol.batch import GroupStats
 from protocol.messages import (
     Ack,
     CreateWorkload,
@@ -32,7 +33,6 @@ from protocol.messages import (
     SubintervalResult,
 )
 from protocol.state import Conversation, Role
-from protocol.stats import GroupStats
 from protocol.version import PROTOCOL_VERSION
 from slave.main import EXIT_FAILED
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from protocol.batch import GroupStats, StatsBatch
 from protocol.codec import FrameDecoder
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
@@ -39,7 +40,7 @@ from protocol.messages import (
 )
 from protocol.params import WorkloadParams
 from protocol.state import Conversation, Role, State
-from protocol.stats import GroupStats, StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
 from slave.luns import LunInfo, describe_block_device, file_lun, lun_for_path

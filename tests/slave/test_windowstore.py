@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from protocol.batch import StatsBatch
 from protocol.grouping import add_batches
-from protocol.stats import StatsBatch, WorkloadStats
+from protocol.stats import WorkloadStats
 from slave.windowstore import WindowError, WindowStore
 
 IDS = ["h:/dev/a:w", "h:/dev/b:w"]
