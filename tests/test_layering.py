@@ -192,3 +192,12 @@ def test_the_master_is_packages_by_concept() -> None:
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "master").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, long
+
+
+def test_only_the_in_memory_hosts_import_the_slave() -> None:
+    """``master → protocol ← slave``: the master reaches a slave through a connection. The one
+    exception is the in-memory hosts, whose slave is a real ``SlaveSession`` in the master's
+    process (``master.hosts.memory``)."""
+    importers = sorted(m for m, imported in _graph().items() if m.startswith("master.")
+                       and any(t.split(".")[0] == "slave" for t in imported))
+    assert importers == ["master.hosts.memory"]

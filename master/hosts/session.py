@@ -31,8 +31,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from master.hosts.connection import Connection
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import (
     Ack,
@@ -78,20 +79,6 @@ FAILED_CLOSE_LIMIT_S = 1.5
 REQUEST_TIMEOUT_S = 60.0
 #: Discovery that lays files out waits for them at no less than this rate (a slow disk).
 LAYOUT_MIN_BYTES_PER_S = 20e6
-
-
-class Connection(Protocol):
-    """What a transport gives us (``master.hosts.transport.SlaveConnection``)."""
-
-    host: str
-
-    async def write(self, data: bytes) -> None: ...
-
-    async def read(self) -> bytes: ...
-
-    async def close(self, grace_s: float = ...) -> int | None: ...
-
-    def stderr_tail(self) -> str: ...
 
 
 class LunRefusedError(HostError):

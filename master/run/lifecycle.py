@@ -27,13 +27,14 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.resolved import resolved_dict
 from master.gather.gathering import Gathering
+from master.hosts.connection import Connection, Connector
 from master.hosts.session import HostSession, LunRefusedError, SlaveEvent
 from master.live.control_socket import ControlServer, ControlUnavailable
 from master.live.view import LiveView
@@ -98,11 +99,10 @@ log = logging.getLogger(__name__)
 #: A warm-up of the rollup kernels longer than this is a compile, which the console names.
 KERNELS_NOTICE_S = 3.0
 
-Connector = Callable[[HostConfig], Awaitable[Any]]
 T = TypeVar("T")
 
 
-async def default_connect(host: HostConfig) -> Any:
+async def default_connect(host: HostConfig) -> Connection:
     """Start the slave on ``host`` with the transport its config names."""
     from master.hosts.transport import SshHostSpec, open_local, open_ssh
 
