@@ -41,7 +41,10 @@ from slave.session import Collected, SlaveSession
 @dataclass(frozen=True)
 class Plant:
     """The synthetic device of a memory host. Each workload completes its IOPS setting exactly
-    (``max_iops`` at ``iops: max``); every I/O of a subinterval takes
+    (``max_iops`` at ``iops: max``), up to the device's ``capacity_iops`` in all (beyond it,
+    each completes its share of the capacity); with ``poisson`` a ``random_independent``
+    workload's count is a Poisson draw around its setting (seeded by the workload's seed, step
+    and subinterval: the same every run). Every I/O of a subinterval takes
     ``base_latency_ns * (1 + (total / knee_iops) ** knee_exponent)``, ``total`` the host's IOPS
     in that subinterval (flat at ``base_latency_ns`` without a knee)."""
 
@@ -49,6 +52,8 @@ class Plant:
     knee_iops: float | None = None
     knee_exponent: float = 4.0
     max_iops: float = 5000.0
+    capacity_iops: float | None = None
+    poisson: bool = False
 
     def latency_ns(self, total_iops: float) -> int:
         if self.knee_iops is None:
@@ -130,12 +135,21 @@ class SyntheticBackend:
         self._take_staged(subinterval)
         self.collected = subinterval
         ids = sorted(self.workloads)
-        latency = self.plant.latency_ns(sum(self._iops(self.workloads[w]) for w in ids))
+        plant = self.plant
+        total = sum(self._iops(self.workloads[w]) for w in ids)
+        share = 1.0 if plant.capacity_iops is None or total <= plant.capacity_iops else (
+            plant.capacity_iops / total)
+        latency = plant.latency_ns(total * share)
         stats = []
         for wid in ids:
             p = self.workloads[wid]
             s = WorkloadStats()
-            n = round(self._iops(p) * self.subinterval_s)
+            mean = self._iops(p) * share * self.subinterval_s
+            if plant.poisson and p.iosequencer == "random_independent":
+                rng = np.random.default_rng((p.seed, self.step + 1, subinterval))
+                n = int(rng.poisson(mean))
+            else:
+                n = round(mean)
             writes = round(n * (1.0 - p.read_fraction))
             sequential = p.iosequencer == "sequential"
             for is_write, count in ((False, n - writes), (True, writes)):
@@ -225,6 +239,15 @@ class MemoryHost:
 
     def stderr_tail(self) -> str:
         return ""
+
+    def die(self) -> None:
+        """The slave is gone at once (killed): nothing more comes from it, its pipe ends and
+        what is written to it is lost."""
+        self.hung = True
+        self._ticker.cancel()
+        if not self._eof:
+            self._eof = True
+            self._inbox.put_nowait(b"")
 
 
 class MemoryHosts:

@@ -47,9 +47,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_to_end(tmp: Path, test: str, text: str, expect: int = 0, timeout_s: float = 240
-               ) -> Path:
-    """Run the test ``text`` (named ``test``) and return its run folder."""
+def run_to_end(tmp: Path, test: str, text: str, expect: int = 0, timeout_s: float = 240,
+               in_memory: bool = False) -> Path:
+    """Run the test ``text`` (named ``test``) and return its run folder: an ``ivypy run``
+    process, or ``in_memory`` a ``Run`` on in-memory hosts (``master.hosts.memory``: the
+    slave's discovery and sessions are real, its I/O synthetic), where what is tested is the
+    run's logic and not its I/O."""
+    if in_memory:
+        from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+
+        result = execute(memory_run(memory_config(tmp, text), MemoryHosts()), timeout_s)
+        assert result.exit_code == expect, result.message
+        return Path(result.folder)
     cfg = write_config(tmp, text)
     proc = subprocess.run(
         [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],

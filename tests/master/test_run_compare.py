@@ -1,5 +1,6 @@
-"""``ivypy compare`` on two real runs: the same paced workload through ``ivypy run`` on a file
-LUN, the second run at half the IOPS. ``--fail-if "IOPS < -10%"`` exits 1 naming IOPS, the
+"""``ivypy compare`` (the command, as a process) on two whole runs' folders: the same paced
+workload on a file LUN, on in-memory hosts (``master.hosts.memory``), the second run at half
+the IOPS. ``--fail-if "IOPS < -10%"`` exits 1 naming IOPS, the
 step and the instance (for the ``all`` and the ``workload`` rollups); the runs swapped, it
 exits 0; the json output holds the measured halving."""
 
@@ -11,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.master.runhelp import ROOT, run_folder, start_run, write_config
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import ROOT
 
 TEST = """\
 test: paced
@@ -32,11 +34,10 @@ steps:
 def one_run(tmp: Path, name: str, lun: Path, iops: int) -> Path:
     out = tmp / name
     out.mkdir()
-    cfg = write_config(out, TEST.format(lun=lun, iops=iops))
-    proc = start_run(cfg, out)
-    said, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, f"ivypy run exited {proc.returncode}:\n{said}\n{err}"
-    return run_folder(out, "paced")
+    result = execute(memory_run(memory_config(out, TEST.format(lun=lun, iops=iops)),
+                                MemoryHosts()))
+    assert result.exit_code == 0, result.message
+    return Path(result.folder)
 
 
 def compare(*args: str) -> subprocess.CompletedProcess[str]:

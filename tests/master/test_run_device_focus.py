@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.master.gatherhelp import loop_devices, run_to_end
-from tests.master.runhelp import ROOT, rows, write_config
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import rows, write_config
 
 TARGET = 400.0
 
@@ -92,7 +91,7 @@ steps:
       - {{name: w, iosequencer: random_steady, iops: 200, read_fraction: 100%}}
     measure: {{focus_metric: device_IOPS, accuracy: 50%, min_measure_seconds: 1,
                timeout_seconds: 2}}
-""", expect=1)
+""", expect=1, in_memory=True)
     finally:
         lun.unlink(missing_ok=True)
     meas = rows(folder / "step0000-steady/measure.csv")
@@ -116,11 +115,9 @@ steps:
     dfc: {{focus_rollup: workload, focus_metric: device_util_pct, target: 50, low_iops: 20,
            high_iops: 5000}}
 """)
-    proc = subprocess.run(
-        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp_path / "o"),
-         "--plain"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = execute(memory_run(memory_config(tmp_path, cfg.read_text()), MemoryHosts()))
+    assert result.exit_code == 2, result.message
     assert ("steps[0].dfc.focus_rollup: device_util_pct needs a LUN-based focus rollup, but "
-            "workload splits the workloads of LUN localhost:") in proc.stderr, proc.stderr
-    created = list((tmp_path / "o").glob("split/*/step0000-s/workload/*.csv"))
+            "workload splits the workloads of LUN localhost:") in result.message, result.message
+    created = list((tmp_path / "out").glob("split/*/step0000-s/workload/*.csv"))
     assert not created, created  # refused before the step made its rows

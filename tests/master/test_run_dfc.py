@@ -1,23 +1,24 @@
-"""DFC end to end on a real LUN: every move is recorded, reaches the slave from the announced
-subinterval on (rows show the setting in force and the IOPS follow it), and the controller
-drives to its bounds when the target lies beyond what the device can show. Holding a target on
-the knee of a real device's latency curve is measured by scripts/bench_dfc (its figures depend
-on the machine, so they are a benchmark, not a test)."""
+"""DFC's decisions through a whole run, on in-memory hosts (``master.hosts.memory``: a real
+slave session, a synthetic device at 200 us whatever the IOPS): every move is recorded, reaches
+the slave from the announced subinterval on (rows show the setting in force and the IOPS follow
+it), the controller drives to its bounds when the target lies beyond what the device can show,
+a window moves once per window, and the verdicts say why. DFC settling on a knee is
+tests/master/test_hosts_memory.py's; on a real device's knee, scripts/bench_dfc (its figures
+depend on the machine, so they are a benchmark, not a test)."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.master.runhelp import ROOT, rows, write_config
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import rows
 
 TEST = """\
 test: dfc
-subinterval_seconds: 0.5
+subinterval_seconds: 0.25
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "${{output_root}}/lun-dfc", size: 64MiB, create: true,
@@ -30,37 +31,33 @@ steps:
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
            low_iops: 100, high_iops: 3000}}
     warmup_seconds: 0
-    measure_seconds: {n}
+    measure_seconds: 3
   - name: down
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
            low_iops: 150, high_iops: 3000}}
-    measure_seconds: 2
+    measure_seconds: 1
   - name: windowed
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 10000,
-           low_iops: 100, high_iops: 3000, window_seconds: 1.5}}
+           low_iops: 100, high_iops: 3000, window_seconds: 0.75}}
     warmup_seconds: 0
-    measure_seconds: 6
+    measure_seconds: 3
   - name: unsettled
     dfc: {{focus_rollup: host, focus_metric: service_time_p99_ms, target: 0.000001,
            low_iops: 150, high_iops: 3000}}
     warmup_seconds: 0
     measure: {{focus_metric: IOPS, criterion: accuracy, accuracy: 50%,
-               min_measure_seconds: 1, timeout_seconds: 2}}
+               min_measure_seconds: 0.5, timeout_seconds: 1}}
 """
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("dfc")
-    cfg = write_config(tmp, TEST.format(n=6))
-    proc = subprocess.run(
-        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT)
+    result = execute(memory_run(memory_config(tmp, TEST.format()), MemoryHosts()), timeout_s=90)
     # 1: up and down ran pinned at a bound, unsettled never settled
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "invalid steps: up, down, unsettled" in proc.stderr
-    (out,) = (tmp / "dfc").iterdir()
-    return out
+    assert result.exit_code == 1, result.message
+    assert result.message == "invalid steps: up, down, unsettled"
+    return Path(result.folder)
 
 
 def test_every_move_recorded_and_followed(folder: Path) -> None:
@@ -76,20 +73,9 @@ def test_every_move_recorded_and_followed(folder: Path) -> None:
         assert float(r["iops_setting"]) == pytest.approx(float(moves[k]["iops_in_force"]))
         if k >= 2:
             assert float(r["iops_setting"]) == pytest.approx(float(moves[k - 2]["new_iops"]))
-    # and the IOPS follow it, each subinterval to 5 %, or, where the device held I/Os over a
-    # boundary, that subinterval and a neighbour together: the LUN is a file on the VM's disk,
-    # which the suite shares (2,568 then 3,436 at 3,000 once, the first with a service time
-    # of 3.2 ms): the I/Os it held are issued after it, with their scheduled times
-    iops = {k: float(r["IOPS"]) for k, r in host_rows.items()}
-    setting = {k: float(r["iops_setting"]) for k, r in host_rows.items()}
-
-    def follows(ks: tuple[int, ...]) -> bool:
-        want = sum(setting[k] for k in ks)
-        return abs(sum(iops[k] for k in ks) - want) <= 0.05 * want
-
-    for k in sorted(host_rows)[2:]:
-        assert follows((k,)) or any(j >= 2 and j in iops and follows((k, j))
-                                    for j in (k - 1, k + 1)), (k, iops, setting)
+    # and the IOPS follow it: the synthetic device completes each setting, to the I/O
+    for k, r in host_rows.items():
+        assert float(r["IOPS"]) == pytest.approx(float(r["iops_setting"]), abs=4.0), (k, r)
 
 
 def test_unreachable_targets_drive_to_the_bounds(folder: Path) -> None:
@@ -102,7 +88,7 @@ def test_unreachable_targets_drive_to_the_bounds(folder: Path) -> None:
 
 
 def test_a_window_moves_once_per_window_at_one_iops(folder: Path) -> None:
-    """window_seconds: 1.5 is 3 subintervals of 0.5 s: the controller acts once 3 subintervals
+    """window_seconds: 0.75 is 3 subintervals of 0.25 s: the controller acts once 3 subintervals
     at one IOPS are in, on their merged p99. Its move holds from two subintervals later, so
     the subinterval in between (still at the old IOPS) starts no window: moves at 2, 6, 10."""
     moves = rows(folder / "step0002-windowed/dfc.csv")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import (
     ROOT,
     all_gone,
@@ -145,17 +146,15 @@ LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1).replace(
 def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
         tmp_path: Path, edit: str, key: str, words: list[str]) -> None:
     # its instances exist only once the LUNs are discovered; a typo in step 2 must not cost
-    # the operator step 1's run first
-    cfg = write_config(tmp_path, LATE_EDIT_TEST.replace("{edit}", edit))
-    proc = start_run(cfg, tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2, err
-    line = err.strip().splitlines()[-1]
+    # the operator step 1's run first (on in-memory hosts: the run's decision is tested)
+    result = execute(memory_run(memory_config(tmp_path, LATE_EDIT_TEST.replace("{edit}", edit)),
+                                MemoryHosts()))
+    assert result.exit_code == 2, result.message
+    line = result.message
     assert f"test.yaml:13: {key}: " in line, line  # the step's line
     for w in words:
         assert w in line, (w, line)
-    folder = run_folder(tmp_path, "lateedit")
-    assert not list(folder.glob("step*")), "no I/O may have started"
+    assert not list(Path(result.folder).glob("step*")), "no I/O may have started"
 
 
 def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(tmp_path: Path) -> None:
@@ -349,15 +348,14 @@ def test_more_workloads_on_a_host_than_a_slave_runs_is_refused_before_any_io(
                       f"iodepth: 1, iops: 1}}" for i in range(513))
     luns = "\n".join(f'  - {{hosts: localhost, file: "${{output_root}}/lun-many{j}", '
                      f"size: 1MiB, create: true}}" for j in range(2))
-    cfg = write_config(tmp_path, f"test: many\nsubinterval_seconds: 1\nhosts: [localhost]\n"
-                       f"luns:\n{luns}\nsteps:\n  - name: crowd\n    workloads:\n{specs}\n"
-                       f"    measure_seconds: 1\n")
-    proc = start_run(cfg, tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2, err
-    line = err.strip().splitlines()[-1]
+    result = execute(memory_run(memory_config(
+        tmp_path, f"test: many\nsubinterval_seconds: 1\nhosts: [localhost]\n"
+        f"luns:\n{luns}\nsteps:\n  - name: crowd\n    workloads:\n{specs}\n"
+        f"    measure_seconds: 1\n"), MemoryHosts()))
+    assert result.exit_code == 2, result.message
+    line = result.message
     assert "test.yaml:8: steps[0].workloads: step crowd gives hosts more workloads than a " \
            "slave runs (1,024): localhost 1,026; spread them over more hosts" in line, line
-    folder = run_folder(tmp_path, "many")
+    folder = Path(result.folder)
     assert not list(folder.glob("step*")), "no I/O may have started"
     assert "created" not in (folder / "events.csv").read_text()

@@ -1,4 +1,5 @@
-"""The join through a real run on two loop devices: a fake array's per-LDEV metrics (its
+"""The join through a whole run on two loop devices (in-memory hosts: the slave's discovery of
+the devices is real, its I/O synthetic): a fake array's per-LDEV metrics (its
 ``config_command`` maps each LDEV to a LUN by the loop device's kernel name) reach the ``lun``
 and ``host`` rollup instances with the declared aggregation (``sum`` for one source, ``max``
 for another) as columns of their rows and summaries (the step's and the run's summary.csv),
@@ -50,7 +51,7 @@ steps:
       - {{name: w, iosequencer: random_steady, iops: 50}}
     warmup_seconds: 0
     measure_seconds: {N * 0.5}
-""")
+""", in_memory=True)
     step = folder / "step0000-s"
     config = rows(folder / "gather/arr/config/LDEV.csv")
     assert [(r["element_instance"], r["lun_name"]) for r in config] == [

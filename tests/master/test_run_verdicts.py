@@ -1,35 +1,34 @@
-"""Verdicts that carry their reasons, end to end (#38 item 1): real ``ivypy run`` on localhost
-with a file LUN. A step short of its IOPS setting, a step stopped by ``ivypy stop``, by Ctrl-C
-or by a host's failure during its warmup, and a measurement not attained by its timeout each
-show why, with figures, in every one of their rows of the step's and the run's summary.csv.
-(A DFC step pinned at high_iops: test_run_dfc.)"""
+"""Verdicts that carry their reasons, through whole runs on in-memory hosts
+(``master.hosts.memory``: a real slave session, a synthetic device of 50,000 IOPS whose Poisson
+workloads draw their counts). A step short of its IOPS setting, a step stopped by ``ivypy
+stop``, by Ctrl-C or by a host's failure during its warmup, and a measurement not attained by
+its timeout each show why, with figures, in every one of their rows of the step's and the run's
+summary.csv, in summary.json and in report.html. (A DFC step pinned at high_iops:
+test_run_dfc.)"""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from master.analysis.rollup import METRIC_COLUMNS
+from master.hosts.memory import Plant
 from master.results.schema import SUMMARY_COLUMNS
-from tests.master.runhelp import (
-    ROOT,
-    interrupt,
-    kill_the_slave,
-    memory_lun_dir,
-    rows,
-    run_folder,
-    run_until,
-    wait_rows,
-    write_config,
-)
+from master.run.lifecycle import Run
+from master.run.operator import RunControl
+from protocol.messages import Message, SubintervalResult
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import rows
+
+#: the device: 50,000 IOPS in all; a Poisson workload's count is drawn (seeded)
+DEVICE = Plant(capacity_iops=50_000.0, poisson=True)
 
 ROLLUP_TYPES = {"all", "host", "lun", "workload"}
 
@@ -38,7 +37,7 @@ test: short
 subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
-  - {hosts: localhost, file: "{lun_dir}/lun-short", size: 16MiB, create: true,
+  - {hosts: localhost, file: "${output_root}/lun-short", size: 16MiB, create: true,
      allow_write: true}
 steps:
   - name: met
@@ -65,19 +64,13 @@ steps:
 
 
 @pytest.fixture(scope="module")
-def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    # the LUN in memory: each result is due 375 ms after its boundary, and a worker held in
-    # an I/O by a stall of the host's virtual disk would make it late (once, in the suite)
+def short(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("short")
-    with memory_lun_dir(tmp) as lun_dir:
-        cfg = write_config(tmp, SHORT.replace("{lun_dir}", str(lun_dir)))
-        proc = subprocess.run(
-            [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp),
-             "--plain"], capture_output=True, text=True, timeout=240, cwd=ROOT)
-        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert "invalid steps: missed, unsteady" in proc.stderr
-        (out,) = (tmp / "short").iterdir()
-        yield out
+    result = execute(memory_run(memory_config(tmp, SHORT), MemoryHosts(plant=DEVICE)),
+                     timeout_s=120)
+    assert result.exit_code == 1, result.message
+    assert result.message == "invalid steps: missed, unsteady"
+    return Path(result.folder)
 
 
 def _summary(folder: Path, step: str) -> list[dict[str, str]]:
@@ -103,8 +96,7 @@ def _reasons_shown_everywhere(folder: Path, step: str) -> None:
 
 
 def test_a_step_short_of_its_iops_is_invalid_naming_the_workload(short: Path) -> None:
-    """20,000,000 IOPS at queue depth 1 on a file is out of reach (on /dev/shm of an idle 2-core
-    VM, ``iops: max`` did 977,004 at this depth, and 1,000,000 was met): every row of the step is
+    """20,000,000 IOPS on a device of 50,000 is out of reach: every row of the step is
     invalid, the reason naming the workload with its achieved and set IOPS and the shortfall,
     the figures those of its own workload row."""
     got = _summary(short, "missed")
@@ -206,24 +198,36 @@ def _check_unmeasured(folder: Path, step_dir: str, pattern: str) -> list[dict[st
     return got
 
 
+def _warm_run(tmp_path: Path, name: str, act: Callable[[Run, MemoryHosts], Any]) -> Any:
+    """The WARM test run until the warmup's second row is recorded, then ``act`` (on the run
+    and its hosts); its result."""
+    box: dict[str, Any] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, SubintervalResult) and m.step == 0 and m.subinterval == 1:
+            async def when_recorded() -> None:
+                run: Run = box["run"]
+                while run.step_state is None or run.step_state.last_recorded < 1:
+                    await asyncio.sleep(0.005)
+                box["acted"] = await act(run, hosts)
+            box["task"] = asyncio.ensure_future(when_recorded())
+        return True
+
+    hosts = MemoryHosts(watch, plant=DEVICE)
+    run = box["run"] = memory_run(memory_config(tmp_path, WARM.format(name=name)), hosts)
+    result = execute(run, timeout_s=60)
+    assert box["task"].done() and box["task"].exception() is None
+    return result
+
+
 def test_ivypy_stop_in_warmup_keeps_the_steps_rows_invalid(tmp_path: Path) -> None:
-    env = {**os.environ, "IVYPY_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
-    cfg = write_config(tmp_path, WARM.format(name="stopw"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp_path),
-         "--plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env=env)
-    try:
-        folder = run_folder(tmp_path, "stopw")
-        wait_rows(folder / "step0000-long-warmup/all/all.csv", 2)
-        stop = subprocess.run([sys.executable, "-m", "master", "stop", str(folder)],
-                              capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
-        assert stop.returncode == 0, stop.stderr
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1, err
-    assert "invalid steps: long-warmup" in err
+    async def stop(run: Run, hosts: MemoryHosts) -> Any:
+        return await RunControl(run).stop_step()
+
+    result = _warm_run(tmp_path, "stopw", stop)
+    assert result.exit_code == 1, result.message
+    assert result.message == "invalid steps: long-warmup"
+    folder = Path(result.folder)
     _check_unmeasured(folder, "step0000-long-warmup",
                       r"stopped by ivypy stop after subinterval (\d+) \(warmup\); "
                       r"no measurement subinterval")
@@ -234,10 +238,12 @@ def test_ivypy_stop_in_warmup_keeps_the_steps_rows_invalid(tmp_path: Path) -> No
 
 
 def test_ctrl_c_in_warmup_keeps_the_steps_rows_invalid_exit_130(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, WARM.format(name="intw"))
-    proc, folder, err = run_until(cfg, tmp_path, "intw", "step0000-long-warmup/all/all.csv", 2,
-                                  interrupt)
-    assert proc.returncode == 130, err
+    async def interrupt(run: Run, hosts: MemoryHosts) -> None:
+        run._interrupt()  # what SIGINT's handler calls
+
+    result = _warm_run(tmp_path, "intw", interrupt)
+    assert result.exit_code == 130, result.message
+    folder = Path(result.folder)
     _check_unmeasured(folder, "step0000-long-warmup",
                       r"interrupted after subinterval (\d+) \(warmup\); "
                       r"no measurement subinterval")
@@ -245,11 +251,13 @@ def test_ctrl_c_in_warmup_keeps_the_steps_rows_invalid_exit_130(tmp_path: Path) 
 
 
 def test_a_host_failure_in_warmup_keeps_the_steps_rows_invalid_exit_3(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, WARM.format(name="failw"))
-    proc, folder, err = run_until(cfg, tmp_path, "failw", "step0000-long-warmup/all/all.csv", 2,
-                                  kill_the_slave)
-    assert proc.returncode == 3, err
-    assert "localhost" in err
+    async def kill(run: Run, hosts: MemoryHosts) -> None:
+        hosts["localhost"].die()
+
+    result = _warm_run(tmp_path, "failw", kill)
+    assert result.exit_code == 3, result.message
+    assert "localhost" in result.message
+    folder = Path(result.folder)
     _check_unmeasured(folder, "step0000-long-warmup",
                       r"failed in subinterval (\d+) \(warmup\): host localhost: .+")
     assert not _summary(folder, "after")
