@@ -13,6 +13,7 @@
     ├── HostError                     a host failed: unreachable, lost, late, slave crashed
     │   └── SlaveStartError           the slave could not start on the host
     ├── IoEngineError                 the I/O engine could not be set up or failed
+    ├── MasterLateError               a subinterval began without the master's grant (slave)
     ├── LogFormatError                an input log (fio histogram log) is malformed
     └── CompareError                  ``ivypy compare``: a wrong argument, or runs that do not match
 
@@ -120,6 +121,13 @@ class SlaveStartError(HostError):
 
 class IoEngineError(IvyError):
     """The I/O engine could not be set up, or an I/O failed in a way the engine cannot count."""
+
+
+class MasterLateError(IvyError):
+    """A subinterval was about to start on a slave without the master's ``Continue`` for it
+    (``protocol.credit``), or the buffer it needs was still being sent: the slave stops all
+    I/O. A worker's own (``slave.worker.WorkerLateError``) names the worker and its
+    workloads."""
 
 
 class OutputError(IvyError):

@@ -29,6 +29,7 @@ from protocol.credit import SlaveCredit
 from protocol.errors import (
     IoEngineError,
     IvyError,
+    MasterLateError,
     PreflightError,
     ProtocolError,
     VersionMismatchError,
@@ -74,11 +75,6 @@ from slave.windowstore import WindowError, WindowStore
 WATCHDOG_SUBINTERVALS = 3
 
 log = logging.getLogger(__name__)
-
-class MasterLateError(IvyError):
-    """A subinterval was about to start without the master's ``Continue`` (or the buffer it
-    needs was still being sent)."""
-
 
 class Stopping(Exception):
     """The slave is stopping (a signal came, or the master is gone) while a long handler ran

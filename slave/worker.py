@@ -38,9 +38,9 @@ Buffer states per worker (shared int64 words, one pair per buffer): ``FREE`` -> 
 (``collect``) ``SENDING`` -> ``FREE``. At a boundary a worker switches to the other buffer without
 waiting; if that buffer is not ``READY_TO_RUN`` for the next subinterval the master is late: the
 worker hands over the finished subinterval, stops its I/O and reports, and the next ``collect``
-raises ``MasterLateError`` naming the worker and its workloads. A worker that has not handed a
-subinterval over by ``deadline_ns`` makes ``collect`` raise ``ResultsLateError``. Nothing ever
-waits silently.
+raises ``WorkerLateError`` (a ``MasterLateError``) naming the worker and its workloads. A worker
+that has not handed a subinterval over by ``deadline_ns`` makes ``collect`` raise
+``ResultsLateError``. Nothing ever waits silently.
 
 Workers die with the slave: ``PR_SET_PDEATHSIG`` (SIGKILL) plus a parent-pid check while idle.
 """
@@ -66,7 +66,7 @@ import numpy.typing as npt
 
 from protocol import credit
 from protocol.batch import StatsBatch
-from protocol.errors import IoEngineError
+from protocol.errors import IoEngineError, MasterLateError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
@@ -123,8 +123,9 @@ class StopError(WorkerError):
         self.args = ("; ".join(str(e) for e in self.errors),)
 
 
-class MasterLateError(WorkerError):
-    """At a boundary the next subinterval's buffer was not ready to run: the master is late."""
+class WorkerLateError(WorkerError, MasterLateError):
+    """At a boundary a worker's next subinterval's buffer was not ready to run: the master is
+    late (``protocol.errors.MasterLateError``, naming the worker and its workloads)."""
 
 
 class ResultsLateError(WorkerError):
@@ -323,7 +324,7 @@ class WorkerPool:
                in_flight: dict[str, int] | None = None) -> WorkerError:
         """``w``'s error ``text``, naming its workloads and their LUNs; with ``in_flight`` (the
         I/Os a run left in flight, by workload) only those workloads, each with its count."""
-        cls = MasterLateError if kind == "late" else WorkerError
+        cls = WorkerLateError if kind == "late" else WorkerError
         if kind == "died":
             w.death_told = True
         held = tuple(sorted(wid for wid in in_flight or {} if wid))

@@ -22,8 +22,7 @@ from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from slave.engine import choose_engine
 from slave.luns import LunInfo
-from slave.session import Collected, MasterLateError
-from slave.worker import MasterLateError as PoolLateError
+from slave.session import Collected
 from slave.worker import WorkerPool
 
 
@@ -108,10 +107,7 @@ class WorkerBackend:
             self.pool.keep_going()
 
     def collect(self, subinterval: int, deadline_ns: int) -> Collected:
-        try:
-            res = self.pool.collect(subinterval, deadline_ns)
-        except PoolLateError as exc:
-            raise MasterLateError(str(exc)) from exc
+        res = self.pool.collect(subinterval, deadline_ns)  # a WorkerLateError is the session's
         ids = list(res.workload_ids)
         errors = [
             f"{wid}: {kind} x{count}"

@@ -13,6 +13,7 @@ import pytest
 
 from protocol.batch import GroupStats, StatsBatch
 from protocol.codec import FrameDecoder
+from protocol.errors import MasterLateError
 from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
@@ -44,7 +45,7 @@ from protocol.stats import WorkloadStats
 from protocol.version import PROTOCOL_VERSION
 from slave import luns as lunmod
 from slave.luns import LunInfo, describe_block_device, file_lun, lun_for_path
-from slave.session import Collected, MasterLateError, SlaveSession
+from slave.session import Collected, SlaveSession
 from tests.slave.conftest import require_tools
 
 SUB = 1_000_000_000

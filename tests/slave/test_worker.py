@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from protocol.errors import IoEngineError, MasterLateError
 from protocol.params import WorkloadParams
 from slave.worker import (
-    MasterLateError,
     ResultsLateError,
     SubintervalResults,
     WorkerError,
+    WorkerLateError,
     WorkerPool,
 )
 from slave.worker_process import WORKER_TIMER_SLACK_NS
@@ -243,7 +244,7 @@ def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
     pool.collect(0, deadline(t0, 0))
     # no keep_going(): the buffer for subinterval 2 is never marked ready
     time.sleep((t0 + 2 * SUB_NS - time.monotonic_ns()) / 1e9 + 0.1)
-    with pytest.raises(MasterLateError) as info:
+    with pytest.raises(WorkerLateError) as info:
         pool.collect(1, deadline(t0, 1))  # subinterval 1 itself may still be handed over
         pool.collect(2, deadline(t0, 2))
     msg = str(info.value)
@@ -601,6 +602,8 @@ def test_worker_count_and_cpu_list_must_agree() -> None:
 ])
 def test_a_worker_error_names_a_few_workloads_and_counts_the_rest(n: int, names: str) -> None:
     workloads = tuple(f"w{i}" for i in range(n))
-    exc = MasterLateError("the master is late", worker=3, workloads=workloads)
+    exc = WorkerLateError("the master is late", worker=3, workloads=workloads)
     assert str(exc) == f"worker 3{names}: the master is late"
     assert exc.workloads == workloads  # all of them, for whoever handles it
+    # the one master-late error the slave session stops the step on, and an engine's error
+    assert isinstance(exc, MasterLateError) and isinstance(exc, IoEngineError)
