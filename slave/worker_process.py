@@ -29,7 +29,7 @@ from protocol.errors import IoEngineError, IvyError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
-from slave.engine.base import SlotTable
+from slave.engine.base import SlotTable, registering
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
@@ -180,9 +180,9 @@ class _WorkerControl:
         if entry is not None:
             entry[1] -= 1
             if entry[1] <= 0:
-                forget = getattr(self.loop.engine(key[1]), "forget_file", None)
-                if forget is not None:  # io_uring's registration holds the file open
-                    forget(entry[0])
+                reg = registering(self.loop.engine(key[1]))
+                if reg is not None:  # io_uring's registration holds the file open
+                    reg.forget_file(entry[0])
                 with contextlib.suppress(OSError):
                     os.close(entry[0])
                 del self.fds[key]

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: long a step takes (pure logic, virtual time, compiling, discovery with generous waits): they
 #: run beside the others. A new file of tests/slave is ``alone`` until it is named here.
 SHARES_THE_MACHINE = frozenset({
-    "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py",
+    "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
     "test_engine_differential_fake.py", "test_engine_layout.py", "test_engine_paced_draws.py",
     "test_lun_info.py", "test_lun_mark.py", "test_luns.py", "test_luns_growth.py",
     "test_main_untimed.py",

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine.base import SlotTable
+from slave.engine.base import EngineCaps, SlotTable
 from slave.engine.clock import REAL_CLOCK, Clock, VirtualClock
 from slave.engine.layout import BACKEND_SCRIPTED, LOG_DTYPE, PEND_DTYPE, ROW, SCRIPT_DTYPE
 
@@ -52,6 +52,7 @@ def script_ns(latency: LatencyFn, n: int, seed: int) -> npt.NDArray[np.int64]:
 
 
 class FakeEngine:
+    caps = EngineCaps.COMPILED
     open_flags = 0
 
     def __init__(

@@ -33,7 +33,7 @@ from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
-from slave.engine.base import IoEngine, SlotTable
+from slave.engine.base import IoEngine, SlotTable, check_caps, sized
 from slave.engine.clock import REAL_CLOCK, Clock, Waiter, timed_wait_ns
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_records import Records
@@ -109,6 +109,7 @@ class EngineLoop:
             if maker is None:
                 raise IoEngineError(f"{self.name}: no engine of kind {kind!r}")
             eng = maker(self.table)
+            check_caps(eng)  # what it declares it can do, it has the calls for
             self._engines[kind] = eng
             self._engine_list = list(self._engines.values())
             self.workloads.refresh()
@@ -188,16 +189,16 @@ class EngineLoop:
         flight beside those already in use. Inside a run the I/Os in flight are reaped first
         (``_quiesce``), as a context is replaced whole; the old one is closed after the run.
         Raises ``IoEngineError`` (the kernel's reason and the fix) with nothing changed."""
-        grow = getattr(engine, "grow", None)
-        if grow is None:
+        eng = sized(engine)
+        if eng is None:
             return
         need = n + self.slots.in_use(engine)
-        if getattr(engine, "room", need) >= need:
+        if eng.room >= need:
             return
         running = self.subinterval_index >= 0
         live = self._quiesce() if running and self.slots.in_flight else None
         try:
-            grow(need, keep_old=running)
+            eng.grow(need, keep_old=running)
         finally:  # the compiled set, which holds the old context's ring, is made anew there
             if live is not None:
                 self._resume(live)
@@ -436,9 +437,9 @@ class EngineLoop:
             self.slots.set_owner(w.slots, -1)
         self._reap_all(deadline, timeout_ns)
         for eng in self._engine_list:
-            release_old = getattr(eng, "release_old", None)
-            if release_old is not None:
-                release_old()  # contexts a run's growth replaced, with nothing in flight
+            grown = sized(eng)
+            if grown is not None:
+                grown.release_old()  # contexts a run's growth replaced, with nothing in flight
         self.records.flush()
         self.slots.reset(live)
         self.workloads.reset_rings()

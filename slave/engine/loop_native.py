@@ -24,7 +24,7 @@ from protocol.params import WorkloadParams
 from protocol.stats import common_root, rooted_at
 from slave.engine import paced_kernel as pk
 from slave.engine import tuning
-from slave.engine.base import IoEngine
+from slave.engine.base import IoEngine, compiled
 from slave.engine.layout import (
     DATA_DTYPE,
     GEN_DTYPE,
@@ -87,20 +87,19 @@ class NativeLoop:
         workload's stats lie in one array (a worker's region)."""
         if not tuning.COMPILED_PACED:
             return
-        loop_words = getattr(eng, "loop_words", None)
-        finish_submit = getattr(eng, "finish_submit", None)
-        if loop_words is None or finish_submit is None:
+        reads = compiled(eng)
+        if reads is None:
             return
         root = common_root([st for w in self._wl if w is not None for st in w.spec.stats])
         if root is None:
             return
-        words = loop_words()
+        words = reads.loop_words()
         if words is None or not pk.available():
             return
         k = len(ws)
         self.ws = ws
         self.eng = eng
-        self.finish_submit = finish_submit
+        self.finish_submit = reads.finish_submit
         self.loaded = False
         a = self.args = LoopArgs()
         depth = np.array([w.params.iodepth for w in ws], dtype=np.int64)

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine import tuning
-from slave.engine.base import IoEngine, SlotTable
+from slave.engine.base import IoEngine, SlotTable, registering
 from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.layout import INF, IO, ROW, SCATTER
 from slave.engine.loop_state import LoopWorkload, took
@@ -92,9 +92,9 @@ class Slots:
         slots = w.slots
         rows = self.rows
         rows[slots, ROW["buf"]] = w.buffers.addr[: slots.size].astype(np.int64)
-        prepare = getattr(w.spec.engine, "prepare_slots", None)
-        if prepare is not None:  # io_uring registers the file and the slots' buffers
-            prepare(slots, w.spec.fd, w.buffers)
+        reg = registering(w.spec.engine)
+        if reg is not None:  # io_uring registers the file and the slots' buffers
+            reg.prepare_slots(slots, w.spec.fd, w.buffers)
         rows[slots, ROW["nbytes"]] = p.blocksize_bytes
         rows[slots, ROW["buf_row"]] = np.arange(slots.size)
         rows[slots, ROW["owner"]] = w.index

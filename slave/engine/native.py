@@ -21,7 +21,13 @@ import numpy.typing as npt
 
 from protocol.errors import IoEngineError
 from slave.engine import paced_kernel as pk
-from slave.engine.base import AlignedBuffers, SlotTable, SubmitError, submit_backoff
+from slave.engine.base import (
+    AlignedBuffers,
+    EngineCaps,
+    SlotTable,
+    SubmitError,
+    submit_backoff,
+)
 from slave.engine.layout import LoopArgs
 
 #: the fields of ``struct ivy_loop`` that are the engine's (the compiled set copies them)
@@ -125,6 +131,7 @@ class NativeEngine:
     """The engine interface (``slave.engine.base.IoEngine``) on the compiled calls; a
     subclass sets its backend up (``backend``: 0 libaio, 1 io_uring)."""
 
+    caps = EngineCaps.COMPILED
     open_flags = os.O_DIRECT
     backend = 0
 
@@ -199,6 +206,8 @@ class LibaioEngine(NativeEngine):
 
     backend = 0
 
+    caps = EngineCaps.COMPILED | EngineCaps.SIZED
+
     def __init__(self, table: SlotTable) -> None:
         super().__init__(table)
         self.room = 0  # I/Os the context can hold in flight
@@ -244,6 +253,8 @@ class UringEngine(NativeEngine):
     it full), with sparse registered files and buffers (``prepare_slots``)."""
 
     backend = 1
+
+    caps = EngineCaps.COMPILED | EngineCaps.REGISTERS
 
     def __init__(self, table: SlotTable) -> None:
         if table.capacity > MAX_REG_BUFFERS:

@@ -17,11 +17,12 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
-from slave.engine.base import SlotTable
+from slave.engine.base import EngineCaps, SlotTable
 from slave.engine.layout import IOCB_CMD_PWRITE, ROW
 
 
 class ThreadPoolEngine:
+    caps = EngineCaps.NONE
     open_flags = 0
 
     def __init__(self, table: SlotTable, max_threads: int = 64) -> None:
