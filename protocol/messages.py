@@ -70,8 +70,9 @@ class HelloReply(Message):
     cores: int
     pid: int
     slave_time_ns: int
-    # where paced I/O runs: "compiled" (slave/engine/paced_kernel), or "python: " and why not
-    paced_loop: str
+    # which loop runs the I/O: "compiled (...)" (slave/engine/compiled_loop), or "python: " and
+    # why not (protocol 9; 8 called it paced_loop)
+    io_loop: str
 
 
 # --------------------------------------------------------------------------- clock

@@ -78,7 +78,7 @@ the response time (scheduled -> completion) beside the service time: the differe
 ivypy itself submitted the I/Os (fio's ``lat`` starts at issue, so fio has no such figure); a
 paced case at 1,000 IOPS, where the worker sleeps between I/Os and its wake-up decides that;
 and the paced case again in the Python loop, as a host without a C compiler runs it (paced reads
-run in compiled C where the host has ``cc``: ``slave/engine/paced_kernel.py``).
+run in compiled C where the host has ``cc``: ``slave/engine/compiled_loop.py``).
 
 fio's ``lat`` at a paced rate includes its process's wake-up from ``io_getevents`` for each
 completion; ivypy's paced loop looks in the completion ring instead (as it does for waits
@@ -352,11 +352,11 @@ def run_ivypy(devs: list[str], qd: int, busy_poll: bool, seconds: int,
     unpinned``), not each pinned to a CPU (the default)."""
     params = WorkloadParams(iodepth=qd, busy_poll=busy_poll, blocksize_bytes=4096, iops=iops,
                             read_fraction=read_fraction)
-    tuning.COMPILED_PACED = compiled  # the workers fork from here: they inherit it
+    tuning.COMPILED_LOOP = compiled  # the workers fork from here: they inherit it
     try:
         pool = WorkerPool(len(devs), cpus=None if pinned else [None] * len(devs))
     finally:
-        tuning.COMPILED_PACED = True
+        tuning.COMPILED_LOOP = True
     with block_trace(devs, trace) as bt, pool, UserShare().attach(pool.pids) as sampler:
         for i, dev in enumerate(devs):
             for j in range(per_lun):

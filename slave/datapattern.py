@@ -3,7 +3,7 @@
 Owns the definition of a write's data, ``WritePattern``: ``fill`` (a batch of writes, in a few
 vectorised numpy operations) and ``fill_one`` (one write) put it into slot buffers, ``verify``
 checks a block read back, and ``data_words`` gives the compiled loop what it needs to place the
-same bytes itself (``slave/engine/paced_kernel.c``: ``put_write_data``). It must not do I/O or
+same bytes itself (``slave/engine/ivy_loop.c``: ``put_write_data``). It must not do I/O or
 keep time.
 
 A write's data depends on its pattern, its byte offset on the LUN and its serial number alone
@@ -56,7 +56,7 @@ _SECTOR_WORDS: Final = SECTOR_BYTES // 8
 
 def splitmix64(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """SplitMix64's output function of each ``z`` (arithmetic modulo 2**64), as
-    ``paced_kernel.c``'s ``mix64``."""
+    ``ivy_loop.c``'s ``mix64``."""
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)

@@ -206,15 +206,15 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="S", help="the least time without a word from the master before "
                     f"the slave stops and exits (default {WATCHDOG_MIN_S:g}; three of the "
                     "longest subinterval, when longer)")
-    ap.add_argument("--build-paced-kernel", metavar="DIR",
-                    help="build the compiled paced loop into DIR for shipping to other hosts "
+    ap.add_argument("--build-compiled-loop", metavar="DIR",
+                    help="build the compiled loop into DIR for shipping to other hosts "
                     "(the controller does this), print its file name and exit")
     args = ap.parse_args(argv)
-    if args.build_paced_kernel is not None:
-        from slave.engine import paced_kernel
+    if args.build_compiled_loop is not None:
+        from slave.engine import compiled_loop
 
         try:
-            print(paced_kernel.build_for_shipping(args.build_paced_kernel))
+            print(compiled_loop.build_for_shipping(args.build_compiled_loop))
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             log.error("cannot build the compiled paced loop: %s", exc)
             return EXIT_FAILED

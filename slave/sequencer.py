@@ -17,7 +17,7 @@ Rules:
   from the start time plus a phase (a fraction of the period fixed by the stream, the workload's
   id), ``random_independent`` has exponential gaps with that mean, each drawn by inversion
   (``-log1p(-u)`` periods) with the C library's ``log1p``, as the compiled generator draws
-  them (``slave/engine/paced_kernel.c``: the same numbers); with ``iops=None`` (max)
+  them (``slave/engine/ivy_loop.c``: the same numbers); with ``iops=None`` (max)
   there is no schedule and ``sched_ns`` is all zeros (the engine uses the submit time);
 * ``read_fraction`` is drawn per I/O.
 
@@ -103,7 +103,7 @@ def _grid(params: WorkloadParams, lun_size_bytes: int, logical_block_bytes: int)
 @dataclass(frozen=True)
 class GeneratorState:
     """A sequencer as numbers, for a compiled loop that goes on generating its I/Os
-    (``slave/engine/paced_kernel.c``: ``generate``): what ``chunk`` draws from, in the order
+    (``slave/engine/ivy_loop.c``: ``generate``): what ``chunk`` draws from, in the order
     it draws, and where the schedule and the sequential position stand. The compiled loop
     hands the moving parts back through ``Sequencer.resume``."""
 
@@ -280,7 +280,7 @@ class Sequencer:
 
     def _poisson(self, n: int) -> npt.NDArray[np.int64]:
         """The next ``n`` Poisson arrivals, drawn as the compiled generator draws them
-        (``paced_kernel.c``: ``schedule``), bit for bit: for each, a uniform double ``u``
+        (``ivy_loop.c``: ``schedule``), bit for bit: for each, a uniform double ``u``
         (``Generator.random``) and the gap ``-log1p(-u) * period`` (inversion), the time
         the last one's plus the gap, added in turn (``cumsum`` from the last time: the C's
         order), truncated to ns. The first arrival's gap is drawn and dropped: it is at the

@@ -66,7 +66,7 @@ from protocol.version import PROTOCOL_VERSION, __version__
 from slave import devstats
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
-from slave.engine import paced_kernel
+from slave.engine import compiled_loop
 from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
 
@@ -414,8 +414,8 @@ class SlaveSession:
                 cores=os.cpu_count() or 1,
                 pid=os.getpid(),
                 slave_time_ns=self.clock(),
-                paced_loop=(f"compiled ({paced_kernel.origin()})" if paced_kernel.available()
-                            else f"python: {paced_kernel.why_not()}"),
+                io_loop=(f"compiled ({compiled_loop.origin()})" if compiled_loop.available()
+                            else f"python: {compiled_loop.why_not()}"),
             )
         )
 

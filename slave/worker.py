@@ -70,7 +70,7 @@ from protocol.errors import IoEngineError, MasterLateError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
-from slave.engine import paced_kernel
+from slave.engine import compiled_loop
 from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
 
 log = logging.getLogger(__name__)
@@ -249,11 +249,11 @@ class WorkerPool:
         self._running = False
         # the compiled paced loop, built (or found in the host's cache) and loaded here, once,
         # so that every worker inherits it ready
-        if not paced_kernel.available():
+        if not compiled_loop.available():
             log.warning("no compiled loop here, so no libaio or io_uring (their LUNs are "
                         "refused unless allow_engine_fallback runs them on the thread pool) "
                         "and paced I/O runs in the Python loop, less precisely at high "
-                        "rates: %s", paced_kernel.why_not())
+                        "rates: %s", compiled_loop.why_not())
         # fork: the workers inherit the shared mapping and need no import of their own
         ctx = multiprocessing.get_context("fork")
         for i in range(self.n_workers):

@@ -1,7 +1,7 @@
 """ivypy as a user installs it: the wheel built from this checkout, installed non-editable into a
 fresh virtualenv (its dependencies from the package index, or pip's cache), runs a paced
 workload from outside the checkout on the compiled loop, built on the controller and shipped
-in the slave zipapp. A normal install once lost ``paced_kernel.c`` (not package data), and every
+in the slave zipapp. A normal install once lost ``ivy_loop.c`` (not package data), and every
 host then ran the Python loop without a word."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
           str(source)], tmp_path, 300)
     (wheel,) = (tmp_path / "dist").glob("ivypy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"slave/engine/paced_kernel.c", "slave/engine/ivy_loop.h"} <= set(names)
+    assert {"slave/engine/ivy_loop.c", "slave/engine/ivy_loop.h"} <= set(names)
     for asset in ("page.js", "errors.js", "page.css", "vendor/uPlot.iife.min.js",
                   "vendor/uPlot.min.css", "vendor/uPlot-LICENSE"):  # report.html's parts
         assert f"master/results/report/{asset}" in names, asset
@@ -82,7 +82,7 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
     assert "ivypy: loading the master's rollup kernels (compiled once" in done.stdout
     with open(folder / "hosts.csv", newline="") as fh:
         (host,) = list(csv.DictReader(fh))
-    assert host["paced_loop"] == "compiled (shipped from the controller)", host["paced_loop"]
+    assert host["io_loop"] == "compiled (shipped from the controller)", host["io_loop"]
     with open(folder / "summary.csv", newline="") as fh:
         (total,) = [r for r in csv.DictReader(fh) if r["rollup_type"] == "all"]
     assert total["valid"] == "true" and abs(float(total["IOPS"]) - 500) < 25

@@ -1,15 +1,15 @@
 """The slave's compiled loop, built once on the controller and shipped in the slave zipapp.
 
-Owns running the slave's own build on the controller (``python <zipapp> --build-paced-kernel
+Owns running the slave's own build on the controller (``python <zipapp> --build-compiled-loop
 DIR`` in a child process: the master does not import ``slave``) and what it gives: the shared
 object's archive name and bytes, packed into the zipapp every host runs
 (``slave_zipapp``). It is built once per slave code: kept in ``~/.cache/ivypy/kernel-<the
 code's key>/``, and a later run of the same code reads it from there (and the zipapp that
 holds it, ``zipapp.cached_slave_zipapp``). A host whose machine and C library match loads the
 shipped object; another builds its own or runs the Python loop (and has no libaio or
-io_uring), and hosts.csv's ``paced_loop`` says which. A controller without a compiler ships
+io_uring), and hosts.csv's ``io_loop`` says which. A controller without a compiler ships
 none (a warning).
-Must not: talk to hosts, or choose a loop for a host (the slave does, ``paced_kernel._load``).
+Must not: talk to hosts, or choose a loop for a host (the slave does, ``compiled_loop._load``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _build(cache_dir: Path = DEFAULT_CACHE_DIR) -> dict[str, bytes]:
     """The object for this controller: from ``<cache>/kernel-<key>/`` when an earlier run
     built it for the same slave code (``kernel_key``), else built now and kept there."""
     kept = cache_dir.expanduser() / f"kernel-{kernel_key()}"
-    found = sorted(kept.glob("paced_kernel-*.so")) if kept.is_dir() else []
+    found = sorted(kept.glob("compiled_loop-*.so")) if kept.is_dir() else []
     if len(found) == 1:
         return {f"slave/engine/{found[0].name}": found[0].read_bytes()}
     files = _built(build_slave_zipapp())
@@ -77,7 +77,7 @@ def _built(base: SlaveZipapp) -> dict[str, bytes]:
         out = Path(tmp) / "out"
         out.mkdir()
         try:
-            done = subprocess.run([sys.executable, str(pyz), "--build-paced-kernel", str(out)],
+            done = subprocess.run([sys.executable, str(pyz), "--build-compiled-loop", str(out)],
                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("the compiled paced loop was not built on this controller (%s): each "

@@ -77,4 +77,4 @@ DFC_COLUMNS = ["subinterval", "phase", "instance", "metric", "measured", "target
 EVENT_COLUMNS = ["time", "elapsed_s", "level", "host", "kind", "step", "subinterval", "message"]
 HOST_COLUMNS = ["host", "address", "transport", "hostname", "kernel", "python_version",
                 "numpy_version", "ivypy_version", "cores", "slave_pid", "clock_offset_ns",
-                "rtt_us", "offset_uncertainty_us", "clock_samples", "paced_loop"]
+                "rtt_us", "offset_uncertainty_us", "clock_samples", "io_loop", "paced_loop"]

@@ -508,7 +508,9 @@ class Run(StepLoop):
                 "slave_pid": hello.pid, "clock_offset_ns": hs.offset_ns,
                 "rtt_us": round(hs.rtt_ns / 1e3, 3),
                 "offset_uncertainty_us": round(hs.offset_uncertainty_ns / 1e3, 3),
-                "clock_samples": len(hs.clock_samples), "paced_loop": hello.paced_loop,
+                "clock_samples": len(hs.clock_samples), "io_loop": hello.io_loop,
+                # the same under its name before protocol 9, for older readers (one release)
+                "paced_loop": hello.io_loop,
             })
             self.event("INFO", f"slave up: {hello.hostname} python {hello.python_version}, "
                        f"{hello.cores} cores, clock offset {hs.offset_ns} ns, "
@@ -519,11 +521,11 @@ class Run(StepLoop):
                            f"of {len(hs.clock_samples)} pings), more than skew_limit_seconds "
                            f"({self.skew_limit_ns / 1e6:g} ms): this host's boundary times in "
                            "interlock.csv may be off by that much", host=name, kind="clock")
-            if not hello.paced_loop.startswith("compiled"):
+            if not hello.io_loop.startswith("compiled"):
                 self.event("WARNING", "no compiled loop here, so no libaio or io_uring: their "
                            "LUNs are refused unless allow_engine_fallback runs them on the "
                            "thread pool, in the Python loop, its latencies less precise at "
-                           f"high rates ({hello.paced_loop.removeprefix('python: ')})",
+                           f"high rates ({hello.io_loop.removeprefix('python: ')})",
                            host=name, kind="host")
 
     async def _discover(self) -> None:

@@ -14,7 +14,7 @@
  * type int64_t, uint64_t, double or a pointer. Owns the names, types and order of the fields;
  * it must not hold code. Pointers are the addresses of arrays Python owns and keeps alive; "of
  * addresses" means an array of one address per workload. Units are in the names (_ns, _bytes).
- * paced_kernel.py includes this file in the source it compiles (and in the source's hash), in
+ * compiled_loop.py includes this file in the source it compiles (and in the source's hash), in
  * place of its #include. */
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@ from the header, which ships beside this module), and their Python mirrors: ``Lo
 an int64 view of their arrays (``ROW[name]``, ``IO[name]``, ``LOG[name]``).
 ``layout_difference`` checks every mirror against the layouts the compiled object reports of
 itself. Layout only: no state, and nothing of what the loop does with a field; building and
-loading the object is ``paced_kernel``'s.
+loading the object is ``compiled_loop``'s.
 """
 
 from __future__ import annotations

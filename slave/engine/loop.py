@@ -31,7 +31,7 @@ from typing import Protocol
 
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable, check_caps, sized
 from slave.engine.clock import REAL_CLOCK, Clock, Waiter, timed_wait_ns

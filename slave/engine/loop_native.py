@@ -1,6 +1,6 @@
 """The engine loop's native side: whether the compiled loop can serve the workloads
 (``NativeLoop.pick``, else ``EngineLoop._loop`` does), the arrays its turns work on, the turns
-in C (``paced_kernel.run``: completions recorded, the I/Os due submitted, Python only for what
+in C (``compiled_loop.run``: completions recorded, the I/Os due submitted, Python only for what
 the C returns for), the state given back to the workloads before anything else looks at them
 (``unload``), and DFC's rate edits made in that state in place (``retime_loaded``).
 
@@ -22,7 +22,7 @@ import numpy.typing as npt
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from protocol.stats import common_root, rooted_at
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, compiled
 from slave.engine.layout import (
@@ -85,7 +85,7 @@ class NativeLoop:
         """Lay the set out for the compiled loop, when it can run compiled: the kernel was
         built here, the engine's completion ring can be read (libaio, io_uring) and every
         workload's stats lie in one array (a worker's region)."""
-        if not tuning.COMPILED_PACED:
+        if not tuning.COMPILED_LOOP:
             return
         reads = compiled(eng)
         if reads is None:
@@ -265,7 +265,7 @@ class NativeLoop:
 
     def turns(self, control: LoopControl, boundary: int, subinterval_ns: int, wake: int,
               busy_poll: bool, late: Callable[[IoEngine, int, int, int], bool]) -> int:
-        """The set's turns in compiled code (``paced_kernel.run``) until ``wake`` (the next
+        """The set's turns in compiled code (``compiled_loop.run``) until ``wake`` (the next
         boundary or control poll), back in Python only for: completions reaped past the
         boundary (``late``: ``EngineLoop._boundary_holding``; a boundary without them is the
         caller's), a flush, an I/O error to count, a submission taken only in part.
@@ -325,7 +325,7 @@ class NativeLoop:
                 raise IoEngineError(f"{self.name}: the wait for completions failed: "
                                     f"{os.strerror(err)} (errno {err}); the loop stops")
             else:  # pragma: no cover - the kernel returns only the codes above
-                raise AssertionError(f"paced kernel returned {code}")
+                raise AssertionError(f"the compiled loop returned {code}")
 
     def _reach(self, k: int, at_ns: int, cap: int) -> bool:
         """Extend workload ``k``'s ring, as the kernel makes its next I/Os, until its last I/O
@@ -368,7 +368,7 @@ class NativeLoop:
         """DFC's edit (a new rate for every workload at every boundary) in the loaded set:
         ``Workloads._retime``'s result without giving the set back (giving it back and loading
         it again at every boundary held the worker's I/O: docs/engine.md). The kernel rewrites
-        the rings' times and the generators' schedules (``paced_kernel.retime``) after
+        the rings' times and the generators' schedules (``compiled_loop.retime``) after
         ``_reach``; each sequencer takes its new rate when the set is given back
         (``take_back``). Returns the workloads whose backlog was longer than ``cap`` (each
         keeps its first ``cap``; the warning is the caller's), or None where any edit is not

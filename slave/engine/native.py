@@ -1,5 +1,5 @@
 """The native engines, O_DIRECT I/O through libaio (``LibaioEngine``) or io_uring
-(``UringEngine``), driven through the compiled object's calls (``paced_kernel.c``'s ``ivy_*``)
+(``UringEngine``), driven through the compiled object's calls (``ivy_loop.c``'s ``ivy_*``)
 on a ``struct ivy_loop`` that holds only the engine's fields: the compiled loop's set copies
 them (``loop_words``), the general loop submits and reaps through the same calls. Completions
 come back as libaio's events (slot, 0, result, 0) whichever the backend. ``aio_available`` and
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol.errors import IoEngineError
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine.base import (
     AlignedBuffers,
     EngineCaps,

@@ -35,7 +35,7 @@ BACKLOG_MIN: Final = 1 << 12
 GEN_IOS: Final = 512
 POLL_CONTROL_NS: Final = 2_000_000  # how often the loop lets the control look at commands
 # a lone max-iops workload of at most this queue depth waits in the compiled loop as soon as its
-# I/Os went out (``paced_kernel.c: lone_wait``)
+# I/Os went out (``ivy_loop.c: lone_wait``)
 LONE_DEPTH_MAX: Final = 2
 # busy_poll: look in the completion ring without a system call for up to BUSY_SPIN_NS after the
 # last completion, then block in the engine's reap: this beat pure spinning and pure blocking
@@ -50,7 +50,7 @@ AWAIT_SPIN_NS: Final = 50_000
 # the compiled loop measures that look first against blocking at once, as the faster differs by
 # machine and queue depth: a trial of AWAIT_TRIALS turns of AWAIT_TRIAL_NS, the faster kept for
 # AWAIT_HOLD_NS (doubled while trials agree, up to AWAIT_HOLD_MAX_NS), the way kept before
-# unless the other is AWAIT_SWITCH_PCT % faster (``paced_kernel.c: await_choose``; 0 trials:
+# unless the other is AWAIT_SWITCH_PCT % faster (``ivy_loop.c: await_choose``; 0 trials:
 # look first, always)
 AWAIT_TRIAL_NS: Final = 50_000_000
 AWAIT_TRIALS: Final = 8
@@ -81,6 +81,6 @@ PACED_PER_CALL_PYTHON: Final = 1 << 30
 BLOCK_WAIT_NS: Final = 10_000_000
 LOGGED_ERRORS_PER_WORKLOAD: Final = 5  # I/O errors logged per workload (all are counted)
 # paced and max-iops workloads on a libaio or io_uring engine run in compiled C where the host
-# could build it (``paced_kernel``; ``loop_native.NativeLoop``); tests and bench_engine switch
+# could build it (``compiled_loop``; ``loop_native.NativeLoop``); tests and bench_engine switch
 # it off to run the Python loop
-COMPILED_PACED = True
+COMPILED_LOOP = True

@@ -19,7 +19,7 @@ def test_built_once_then_read_from_the_cache(tmp_path: Path,
     if not first:
         pytest.skip("no C compiler on this controller")
     ((arcname, data),) = first.items()
-    assert arcname.startswith("slave/engine/paced_kernel-") and arcname.endswith(".so")
+    assert arcname.startswith("slave/engine/compiled_loop-") and arcname.endswith(".so")
     assert data[:4] == b"\x7fELF"
     kept = tmp_path / f"kernel-{nativeloop.kernel_key()}"
     assert [p.name for p in kept.iterdir()] == [arcname.rsplit("/", 1)[1]]

@@ -331,7 +331,7 @@ def test_a_host_without_the_compiled_loop_refuses_libaio_or_falls_back_as_allowe
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     folder = run_folder(tmp_path, "nocc2")
-    assert [h["paced_loop"] for h in rows(folder / "hosts.csv")] == [f"python: {why}"]
+    assert [h["io_loop"] for h in rows(folder / "hosts.csv")] == [f"python: {why}"]
     assert [r["engine"] for r in rows(folder / "luns.csv") if r["lun"].endswith("lun-nocc2")
             ] == ["threadpool"]
     warned = [e for e in rows(folder / "events.csv") if "no compiled loop here" in e["message"]]

@@ -74,7 +74,7 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
         assert h["transport"] == "ssh" and int(h["clock_samples"]) >= 8
         assert 0 < float(h["rtt_us"]) < 50_000
         assert h["clock_offset_ns"] != ""
-        assert h["paced_loop"] == "compiled (shipped from the controller)"  # built once, here
+        assert h["io_loop"] == "compiled (shipped from the controller)"  # built once, here
         # no SSH round trip is within 2 us: pinged up to the most, and known to half the RTT
         # (hosts.csv keeps 6 significant digits: an RTT of 1 ms or more, as under load, only
         # two decimals of a microsecond)

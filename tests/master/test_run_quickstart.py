@@ -52,8 +52,10 @@ def test_folder_layout(run_folder: Path) -> None:
             assert (d / sub).is_file(), f"{step}/{sub}"
     hosts = _rows(run_folder / "hosts.csv")
     assert hosts[0]["host"] == "localhost" and int(hosts[0]["clock_samples"]) >= 8
-    # where paced I/O ran (the test machines have a C compiler: scripts/test installs gcc)
-    assert hosts[0]["paced_loop"] == "compiled (shipped from the controller)"
+    # which loop ran the I/O (the test machines have a C compiler: scripts/test installs gcc),
+    # also under its name before protocol 9, for older readers
+    assert hosts[0]["io_loop"] == "compiled (shipped from the controller)"
+    assert hosts[0]["paced_loop"] == hosts[0]["io_loop"]
     # run.log: the master's log with the slave's stderr relayed under the host's logger (seen
     # here, so that the check that neither side logged an error or a traceback is not vacuous)
     lines = (run_folder / "run.log").read_text().splitlines()

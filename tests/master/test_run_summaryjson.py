@@ -84,7 +84,7 @@ def test_a_quickstart_run(quickstart_run: Path) -> None:
     assert mix["iops_setting"] == 2000 and mix["write_IOPS"] > 0
     (host,) = doc["hosts"]
     assert host["host"] == "localhost" and isinstance(host["cores"], int)
-    assert host["paced_loop"].startswith(("compiled", "python"))
+    assert host["io_loop"].startswith(("compiled", "python"))
     (lun,) = [x for x in doc["luns"] if x["selected"]]
     assert lun["lun"].endswith("quickstart-lun0") and lun["used_by"] == ["rr", "mix", "seq"]
     assert lun["size_bytes"] == 256 << 20 and lun["engine"] == "libaio"

@@ -70,6 +70,7 @@ def _folder(tmp: Path, *, state: str = "complete", last_complete: int = 2,
         "kernel": "6.1.0", "python_version": "3.11", "numpy_version": "2.0",
         "ivypy_version": "0.1.0", "cores": 2, "slave_pid": 123, "clock_offset_ns": -42,
         "rtt_us": 80.5, "offset_uncertainty_us": 40.25, "clock_samples": 9,
+        "io_loop": "compiled (shipped from the controller)",
         "paced_loop": "compiled (shipped from the controller)"}])
     _write_csv(folder / "luns.csv", ["host", "lun", "selected", "allow_write", "used_by",
                                      "in_use", "kind", "serial", "size_bytes", "rotational"],

@@ -49,7 +49,7 @@ from typing import Any
 import pytest
 from _pytest.runner import runtestprotocol
 
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine.clock import VirtualClock
 from slave.engine.files import direct_io_works
 from slave.engine.layout import LoopArgs
@@ -81,7 +81,7 @@ LoopFactory = Callable[..., LoopDevice]
 
 
 def count_kernel_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """From now on, how many times the compiled loop ran (``paced_kernel.run``): one word,
+    """From now on, how many times the compiled loop ran (``compiled_loop.run``): one word,
     counted until ``monkeypatch`` undoes it."""
     runs = [0]
     run = pk.run
@@ -202,7 +202,7 @@ def _collector_quiet() -> None:
 
 @pytest.fixture
 def retimes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many times the loop retimed workloads in the kernel (``paced_kernel.retime``)."""
+    """How many times the loop retimed workloads in the kernel (``compiled_loop.retime``)."""
     n = [0]
     retime = pk.retime
 

@@ -839,7 +839,7 @@ def test_every_loop_times_service_from_submit_to_reap(
     2 ms to the ns in both loops, and every subinterval holds as many I/Os as 2 ms allow (a
     completion time written to the wrong rows, or taken late, shows)."""
     latency_ns = 2_000_000
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     kernel_runs = count_kernel_runs(monkeypatch)
     clock = VirtualClock()
     loop = EngineLoop(capacity=64, clock=clock)

@@ -1,5 +1,5 @@
 """How the compiled loop's max-iops waits choose between looking first and blocking at once
-(``paced_kernel.c``: ``await_choose``, ``await_resume``), driven turn by turn through the
+(``ivy_loop.c``: ``await_choose``, ``await_resume``), driven turn by turn through the
 functions the object exports for the tests: the trial's order, the choice by completions
 per ns, looking's handicap, the margin to change, the holds, and the time spent in Python
 between runs."""
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine.layout import LoopArgs
-from tests.slave.test_engine_paced_kernel import kernel_function, needs_cc
+from tests.slave.test_engine_compiled_loop import kernel_function, needs_cc
 
 LOOK, BLOCK = 0, 1
 TRIAL_NS, HOLD_NS, HOLD_MAX_NS = 10_000, 100_000, 400_000

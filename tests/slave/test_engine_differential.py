@@ -3,7 +3,7 @@
 Randomized mixes of workloads (``tests.slave.mixes``: paced and max IOPS, queue depths 1-256,
 read fractions, all three sequencers, every write-data kind, block sizes up to 64 KiB), each
 workload on a loop device of its own, on libaio and on io_uring, run once through the compiled
-loop (``paced_run``) and once through the Python loop (``tuning.COMPILED_PACED`` off), each run
+loop (``paced_run``) and once through the Python loop (``tuning.COMPILED_LOOP`` off), each run
 under the block layer's tracepoint ``block_bio_queue`` (``scripts/blocktrace.py``). The bios
 reach each device in the order the loop submitted its I/Os (on io_uring, but for those the ring
 hands to an io-wq worker, which reach the device a little later), so:
@@ -17,7 +17,7 @@ hands to an io-wq worker, which reach the device a little later), so:
 
 Timing differs between the runs (how many I/Os each got through, when), so the streams are
 compared as prefixes; the scheduled times of paced I/Os are the draws' business, checked bit
-for bit against numpy's in ``test_engine_paced_kernel`` and ``test_sequencer``.
+for bit against numpy's in ``test_engine_compiled_loop`` and ``test_sequencer``.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from tests.slave import mixes
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, settle
+from tests.slave.test_engine_compiled_loop import Control
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
-from tests.slave.test_engine_paced_kernel import Control
 
 MiB = 1 << 20
 #: randomized mixes, each run both ways: several workloads (the odd ones with an edit at the
@@ -75,7 +75,7 @@ class _Run:
 
 def _run(devs: list[LoopDevice], params: list[WorkloadParams], edit: WorkloadParams | None,
          engine: str, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> _Run:
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     kernel_runs = count_kernel_runs(monkeypatch)
     loop = EngineLoop(capacity=sum(p.iodepth for p in params) + 16)
     loop.register_engine_kind(engine, ENGINES[engine])

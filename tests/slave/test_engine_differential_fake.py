@@ -4,7 +4,7 @@ The randomized mixes of ``tests.slave.mixes`` (paced and max IOPS, queue depths 
 fractions, all three sequencers, every write-data kind, edits at the first boundary: paced to
 max, max to paced, a rate doubled), each run for a few subintervals once through the compiled
 loop (``paced_run``, the fake engine's backend 2) and once through the Python loop
-(``tuning.COMPILED_PACED`` off), on a ``FakeEngine`` whose latencies, errors and short
+(``tuning.COMPILED_LOOP`` off), on a ``FakeEngine`` whose latencies, errors and short
 transfers are scripted by submission number, on a ``VirtualClock`` that only the loops' waits
 move. Time is then a function of the script, so the two runs must agree exactly:
 
@@ -29,7 +29,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.params import WRITE_DATA_KINDS, WorkloadParams
 from protocol.stats import WorkloadStats
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 from slave.engine import tuning
 from slave.engine.base import SlotTable
 from slave.engine.clock import VirtualClock
@@ -42,8 +42,8 @@ from slave.engine.loop_workloads import Workloads
 from slave.sequencer import stream_fraction
 from tests.slave import mixes
 from tests.slave.conftest import count_kernel_runs
+from tests.slave.test_engine_compiled_loop import Control
 from tests.slave.test_engine_lone_shallow import _compiled  # noqa: F401  (fails as root)
-from tests.slave.test_engine_paced_kernel import Control
 
 MiB = 1 << 20
 #: mixes of several workloads (the odd ones edited at the first boundary), then lone ones
@@ -111,7 +111,7 @@ def _run(params: list[WorkloadParams], edit: WorkloadParams | None, kw: dict[str
          control: Control | None = None) -> _Run:
     """``made``: called with the engine once it is made; ``control``: the run's (else
     ``N_SUB`` subintervals, ``edit`` at the first boundary)."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     # the Python loop's limit of paced I/Os to a submission the compiled loop's (its own
     # default has none: its turn costs tens of us)
     monkeypatch.setattr(tuning, "PACED_PER_CALL_PYTHON", tuning.PACED_PER_CALL)
@@ -553,7 +553,7 @@ def _run_edits(case: int, compiled: bool, monkeypatch: pytest.MonkeyPatch,
     boundary but the last a new rate for each (0.5 to 4 times its last), in one
     ``edit_workloads`` (DFC's edit, made in place in the compiled loop where it can be)."""
     rng = np.random.default_rng(50_000 + case)
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     monkeypatch.setattr(tuning, "PACED_PER_CALL_PYTHON", tuning.PACED_PER_CALL)
     if case % 2:  # short rings: both loops draw ahead often, by different amounts
         monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)

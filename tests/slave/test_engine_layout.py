@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from slave.engine import compiled_loop as pk
 from slave.engine import layout
-from slave.engine import paced_kernel as pk
 from slave.engine.layout import LoopArgs
 from slave.sequencer import GeneratorState
 
@@ -97,7 +97,7 @@ def test_every_field_of_each_struct_has_the_compiled_offset_and_size(
 
 
 def test_a_generator_holds_each_field_of_its_state_where_the_struct_names_it() -> None:
-    # paced_kernel.generator fills struct ivy_gen from GeneratorState's fields in order (each
+    # compiled_loop.generator fills struct ivy_gen from GeneratorState's fields in order (each
     # 128-bit state as two words): every field, of a distinct value, lands in its namesake
     wide = [(1 << 127) + (i << 64) + 9 - i for i in range(4)]
     gs = GeneratorState(*wide, 11, 12, 13, 14, 0.25, 0.75, True, 17, False, 19.5, 20, 21,

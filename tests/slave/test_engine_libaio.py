@@ -17,7 +17,7 @@ from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
 from slave.datapattern import WritePattern
-from slave.engine import choose_engine, files, layout, native, paced_kernel, tuning
+from slave.engine import choose_engine, compiled_loop, files, layout, native, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -199,7 +199,7 @@ def _stats_in_one_region() -> tuple[WorkloadStats, WorkloadStats]:
 @needs_aio
 @pytest.mark.parametrize(
     ("iodepth", "compiled"),
-    # each depth runs in the compiled loop (paced_kernel.paced_run: depth 1 in its lone
+    # each depth runs in the compiled loop (compiled_loop.paced_run: depth 1 in its lone
     # wait) or in the Python loop
     [(4, True), (4, False), (1, True), (1, False)],
 )
@@ -207,15 +207,15 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled:
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # a 4096-byte block size with 512-byte alignment at odd offsets on O_DIRECT is fine, but a
     # read past the end of the file is short: shrink the file under the workload's feet
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     turns: list[int] = []
-    real = paced_kernel.run
+    real = compiled_loop.run
 
     def counted(args: LoopArgs) -> int:
         turns.append(1)
         return real(args)
 
-    monkeypatch.setattr(paced_kernel, "run", counted)
+    monkeypatch.setattr(compiled_loop, "run", counted)
     p = WorkloadParams(iodepth=iodepth, range_start_bytes=15 * MiB, range_end_bytes=16 * MiB)
     os.truncate(lun_file, 16 * MiB)
     loop = EngineLoop(capacity=64)
@@ -234,7 +234,7 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled:
     assert set(ctl.errors["t:l:w"]) == {"short"}
     assert stats[0].counters[0, 2] == ctl.errors["t:l:w"]["short"] > 10
     assert stats[0].ops() == 0
-    if paced_kernel.available():  # the errors came through the loop asked for
+    if compiled_loop.available():  # the errors came through the loop asked for
         assert bool(turns) == compiled
 
 

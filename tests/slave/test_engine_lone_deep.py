@@ -1,5 +1,5 @@
 """A lone max-iops read workload deeper than the depth 1-2 loop's, in the compiled loop
-(``paced_run`` in ``slave/engine/paced_kernel.c``) and, where that cannot run, in Python
+(``paced_run`` in ``slave/engine/ivy_loop.c``) and, where that cannot run, in Python
 (the general loop): real libaio on a loop device."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
-from slave.engine import paced_kernel, tuning
+from slave.engine import compiled_loop, tuning
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop
 from slave.engine.loop_native import NativeLoop
@@ -44,8 +44,8 @@ class _ServiceControl(_Control):
 
 def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
     """The compiled loop's return codes, noted as it runs (``compiled``: whether it may)."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    real = paced_kernel.run
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
+    real = compiled_loop.run
     codes: list[int] = []
 
     def noting(args: LoopArgs) -> int:
@@ -53,7 +53,7 @@ def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
         codes.append(code)
         return code
 
-    monkeypatch.setattr(paced_kernel, "run", noting)
+    monkeypatch.setattr(compiled_loop, "run", noting)
     return codes
 
 
@@ -89,7 +89,7 @@ def test_a_lone_deep_reader_records_every_read_and_leaves_nothing_behind(
     assert 0.5 < busy <= 1.0, (busy, [x / sub_ns for x in service_ns], ctl.per_sub)
     assert bool(codes) == compiled, codes[:5]
     if compiled:  # it came back at the boundaries, never for an I/O of another workload
-        assert paced_kernel.R_WAKE in codes and paced_kernel.R_STRAY not in codes, codes[:5]
+        assert compiled_loop.R_WAKE in codes and compiled_loop.R_STRAY not in codes, codes[:5]
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["paced_run", "python"])
@@ -122,8 +122,8 @@ def test_a_refused_resubmission_raises_with_its_errno_at_once(
     assert not getattr(raised.value, "__notes__", None), raised.value.__notes__
     assert stopped - fired[0] < 0.5  # no second's wait for I/Os never submitted
     if compiled:
-        assert codes[-1] == paced_kernel.R_SUBMIT, codes[-5:]
-        assert paced_kernel.R_WAKE in codes[:-1], codes[:5]  # it ran turns before
+        assert codes[-1] == compiled_loop.R_SUBMIT, codes[-5:]
+        assert compiled_loop.R_WAKE in codes[:-1], codes[:5]  # it ran turns before
     else:
         assert not codes
 
@@ -171,4 +171,4 @@ def test_edits_hand_the_workload_back_and_load_it_again_counting_every_read_once
     recorded = sum(ctl.per_sub)
     assert recorded <= done <= recorded + 2 * 16, (recorded, done, ctl.per_sub)
     assert len(loads) >= 4, loads  # the first set, after each of the three edits
-    assert paced_kernel.R_WAKE in codes, sorted(set(codes))
+    assert compiled_loop.R_WAKE in codes, sorted(set(codes))

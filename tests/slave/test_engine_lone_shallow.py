@@ -1,5 +1,5 @@
 """A lone max-iops workload of reads at queue depth 1-2, blocking or polling (``busy_poll``),
-in the compiled loop (``paced_run`` in ``slave/engine/paced_kernel.c``, its ``lone`` wait) and
+in the compiled loop (``paced_run`` in ``slave/engine/ivy_loop.c``, its ``lone`` wait) and
 in Python (the general loop, where the compiled loop cannot run): real libaio on a loop
 device."""
 
@@ -15,7 +15,7 @@ import pytest
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
-from slave.engine import files, native, paced_kernel, tuning
+from slave.engine import compiled_loop, files, native, tuning
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine
@@ -30,7 +30,7 @@ MiB = 1 << 20
 def _compiled() -> None:
     """Native AIO and the compiled kernel (gcc: ``scripts/test`` installs it) must be here when
     root runs the tests; without root their absence skips."""
-    require_here(native.aio_available() or paced_kernel.why_not())
+    require_here(native.aio_available() or compiled_loop.why_not())
 
 
 class _Control(Control):
@@ -83,8 +83,8 @@ def _device_reads_of_run(dev: LoopDevice, loop: EngineLoop, fd: int, ctl: Contro
 def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[tuple[int, int]]:
     """The compiled loop's return codes and whether it ran as a lone workload's (``lone``),
     noted as it runs (``compiled``: whether it may run)."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    real = paced_kernel.run
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
+    real = compiled_loop.run
     codes: list[tuple[int, int]] = []
 
     def noting(args: LoopArgs) -> int:
@@ -92,7 +92,7 @@ def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[tuple[
         codes.append((code, int(args.lone)))
         return code
 
-    monkeypatch.setattr(paced_kernel, "run", noting)
+    monkeypatch.setattr(compiled_loop, "run", noting)
     return codes
 
 
@@ -153,7 +153,7 @@ def test_busy_poll_looks_for_its_completions_instead_of_sleeping(
     ``busy_poll`` would sleep as the blocking one does. With both cores loaded by other
     processes the blocking loop, preempted, often finds its completion there when it runs
     again (0.2 sleeps per read seen), hence the relative bound."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     monkeypatch.setattr(tuning, "BUSY_SPIN_NS", 20_000_000)
     monkeypatch.setattr(tuning, "AWAIT_SPIN_NS", 0)
     dev = loop_device(16 * MiB)
@@ -198,6 +198,6 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
         closer.join()
         loop.close()
     codes = [code for code, _ in noted]
-    assert codes[-1] == paced_kernel.R_SUBMIT, codes[-5:]
+    assert codes[-1] == compiled_loop.R_SUBMIT, codes[-5:]
     # it ran turns before (returning at the first boundary)
-    assert {paced_kernel.R_WAKE, paced_kernel.R_LATE} & set(codes[:-1]), codes[:5]
+    assert {compiled_loop.R_WAKE, compiled_loop.R_LATE} & set(codes[:-1]), codes[:5]

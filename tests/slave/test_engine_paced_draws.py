@@ -1,4 +1,4 @@
-"""One definition of the draws: the compiled generator (``paced_kernel.c``: ``generate`` when a
+"""One definition of the draws: the compiled generator (``ivy_loop.c``: ``generate`` when a
 ring runs out, ``paced_retime`` at an edit of the rate) and ``Sequencer`` (``chunk``,
 ``retime`` and ``schedule``, as ``LoopWorkload.refill`` and ``Workloads._retime`` call them) give a
 workload the same offsets, directions, categories and scheduled times, bit for bit, for every
@@ -15,8 +15,8 @@ import numpy.typing as npt
 import pytest
 
 from protocol.params import WorkloadParams
+from slave.engine import compiled_loop as pk
 from slave.engine import layout, tuning
-from slave.engine import paced_kernel as pk
 from slave.engine.layout import LoopArgs
 from slave.sequencer import Sequencer
 

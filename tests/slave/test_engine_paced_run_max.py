@@ -1,5 +1,5 @@
 """Max-iops workloads in the compiled word loop (``paced_run`` in
-``slave/engine/paced_kernel.c``): several of them, mixed with paced ones, reading and writing,
+``slave/engine/ivy_loop.c``): several of them, mixed with paced ones, reading and writing,
 on real libaio (loop devices and an O_DIRECT file). A max-iops I/O has no scheduled time in its
 ring (0): it is scheduled as it goes out, so its response time is its service time; I/Os kept
 from a paced schedule by an edit keep their times."""
@@ -15,17 +15,17 @@ import pytest
 
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
+from slave.engine import compiled_loop as pk
 from slave.engine import files, tuning
 from slave.engine import loop as loop_mod
-from slave.engine import paced_kernel as pk
 from slave.engine.loop import EngineLoop
 from slave.engine.loop_native import NativeLoop
 from slave.engine.threadpool import ThreadPoolEngine
 from tests.slave.conftest import LoopFactory, settle
 from tests.slave.readwitness import ReadWitness
+from tests.slave.test_engine_compiled_loop import Control, _run_paced, codes
 from tests.slave.test_engine_libaio import MiB, verify_range
 from tests.slave.test_engine_lone_shallow import _compiled
-from tests.slave.test_engine_paced_kernel import Control, _run_paced, codes
 
 _ = (_compiled, codes)  # fixtures: native AIO and the kernel (or fail as root); the codes
 
@@ -168,7 +168,7 @@ def test_a_backlog_kept_by_an_edit_to_max_keeps_its_times_across_a_second_edit(
         if finished == 0:
             loop.edit_workload("t:lun:w0", behind.replace(iops=None), boundary_ns)
         elif finished == 1:
-            monkeypatch.setattr(tuning, "COMPILED_PACED", False)  # the general loop from here
+            monkeypatch.setattr(tuning, "COMPILED_LOOP", False)  # the general loop from here
             loop.edit_workload("t:lun:w0", behind.replace(
                 iops=None, iodepth=16, read_fraction=0.99, write_data="dedupable",
                 write_data_ratio=2.0), boundary_ns)

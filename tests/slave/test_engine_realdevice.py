@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from protocol.params import IoSequencerName, WorkloadParams
-from slave.engine import native, paced_kernel, tuning
+from slave.engine import compiled_loop, native, tuning
 from slave.worker import SubintervalResults, WorkerPool
 
 if TYPE_CHECKING:
@@ -440,7 +440,7 @@ def test_paced_ios_go_out_one_to_a_call_seen_by_the_kernel(
     the first requests until the last is in (docs/engine.md). The same workload with the limit
     lifted makes calls of more, so the trace would see them; and a max-iops workload still
     submits in batches (its throughput counts, not how soon one of a batch is queued)."""
-    assert paced_kernel.available(), f"no compiled loop: {paced_kernel.why_not()}"
+    assert compiled_loop.available(), f"no compiled loop: {compiled_loop.why_not()}"
     device = loop_device(64 * MIB)
     paced = WorkloadParams(iosequencer="random_independent", iodepth=32, iops=100_000.0,
                            seed=5)
@@ -490,9 +490,9 @@ def test_submission_gaps_of_poisson_and_steady_arrivals(
     other test runs, and with both cores busy (two spinning processes) Poisson's CV read 1.2-2.4
     and steady's robust CV up to 461; as ``SCHED_FIFO``, Poisson's 1.00."""
     if compiled:
-        assert paced_kernel.available(), f"no compiled paced loop: {paced_kernel.why_not()}"
+        assert compiled_loop.available(), f"no compiled paced loop: {compiled_loop.why_not()}"
     else:
-        monkeypatch.setattr(tuning, "COMPILED_PACED", False)  # the workers fork with it
+        monkeypatch.setattr(tuning, "COMPILED_LOOP", False)  # the workers fork with it
     device = loop_device(64 * MIB)
     wid = f"t:{device.path}:{sequencer}"
     iops, window_s = 2000.0, 2.0

@@ -27,7 +27,7 @@ from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave import engine as engine_mod
-from slave.engine import base, choose_engine, files, layout, native, paced_kernel, tuning
+from slave.engine import base, choose_engine, compiled_loop, files, layout, native, tuning
 from slave.engine.base import AlignedBuffers, SlotTable, SubmitError
 from slave.engine.layout import LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
@@ -54,10 +54,10 @@ class _Lib:
 def _uring_here() -> None:
     """io_uring and the compiled kernel must be here when root runs the tests (CI); without
     root their absence skips."""
-    require_here(native.uring_available() or paced_kernel.why_not())
+    require_here(native.uring_available() or compiled_loop.why_not())
 
 
-#: paced_kernel.c spells out the parts of io_uring's ABI it uses (a host may lack the kernel's
+#: ivy_loop.c spells out the parts of io_uring's ABI it uses (a host may lack the kernel's
 #: header): each (its name there, the header's), compared by the compiler
 _ABI_CONSTANTS = [
     ("IVY_OP_READ_FIXED", "IORING_OP_READ_FIXED"), ("IVY_OP_WRITE_FIXED", "IORING_OP_WRITE_FIXED"),
@@ -101,7 +101,7 @@ _URING_HEADER = Path("/usr/include/linux/io_uring.h")
 @pytest.mark.skipif(shutil.which("cc") is None or not _URING_HEADER.exists(),
                     reason="no C compiler or no linux/io_uring.h (linux-libc-dev) to compare with")
 def test_the_io_uring_abi_the_loop_spells_out_is_the_kernel_headers(tmp_path: Path) -> None:
-    # every constant, struct size and field offset paced_kernel.c writes out for io_uring is
+    # every constant, struct size and field offset ivy_loop.c writes out for io_uring is
     # the kernel header's: the compiler checks each (an IORING_SQ_TASKRUN of 2, the overflow
     # bit, once left completions waiting for the task unseen by the loop's looks)
     asserts = [f"_Static_assert({ours} == {theirs}, \"{ours}\");"
@@ -113,7 +113,7 @@ def test_the_io_uring_abi_the_loop_spells_out_is_the_kernel_headers(tmp_path: Pa
             asserts.append(f"_Static_assert(offsetof(struct {ours}, {a}) == "
                            f"offsetof(struct {theirs}, {b}), \"{ours}.{a}\");")
     src = tmp_path / "abi.c"
-    src.write_text(paced_kernel.source() + "\n#include <linux/io_uring.h>\n" + "\n".join(asserts))
+    src.write_text(compiled_loop.source() + "\n#include <linux/io_uring.h>\n" + "\n".join(asserts))
     done = subprocess.run(["cc", "-std=gnu11", "-fsyntax-only", str(src)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -204,15 +204,15 @@ def _run(path: str, params: list[WorkloadParams], seconds: float, subintervals: 
 
 def _noting_runs(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> list[int]:
     """The compiled loop's backend at each of its runs (``compiled``: whether it may run)."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
-    real = paced_kernel.run
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
+    real = compiled_loop.run
     backends: list[int] = []
 
     def noting(args: LoopArgs) -> int:
         backends.append(int(args.backend))
         return real(args)
 
-    monkeypatch.setattr(paced_kernel, "run", noting)
+    monkeypatch.setattr(compiled_loop, "run", noting)
     return backends
 
 
@@ -392,7 +392,7 @@ def test_a_ring_whose_set_up_fails_says_where_and_leaves_nothing_behind(
     finally:
         resource.setrlimit(nofile, limits)
     assert _ring_resources() == before
-    lib = paced_kernel.library()
+    lib = compiled_loop.library()
     assert lib is not None
     args, maps, stage = LoopArgs(), np.zeros(4, dtype=np.int64), ctypes.c_int64(0)
     rc = lib.ivy_uring_setup(args.address, 8, 8, native.MAX_REG_BUFFERS + 1,
@@ -704,12 +704,12 @@ long syscall(long n, ...)
 
 _CHILD = """\
 import json, sys
-from slave.engine import paced_kernel, tuning
+from slave.engine import compiled_loop, tuning
 from protocol.params import WorkloadParams
 from tests.slave.test_engine_uring import _run
-tuning.COMPILED_PACED = sys.argv[2] == "compiled"
-backends, real = [], paced_kernel.run
-paced_kernel.run = lambda args: (backends.append(int(args.backend)), real(args))[1]
+tuning.COMPILED_LOOP = sys.argv[2] == "compiled"
+backends, real = [], compiled_loop.run
+compiled_loop.run = lambda args: (backends.append(int(args.backend)), real(args))[1]
 (st,), errors, loop = _run(sys.argv[1], [WorkloadParams(iodepth=8, iops=4000.0, seed=4)], 0.3,
                            subintervals=3)
 print(json.dumps({"ops": st.ops(0), "bytes": int(st.counters[0, 1]), "errors": errors,

@@ -1,4 +1,4 @@
-"""Every write-data kind at every block size in the compiled loop (``paced_kernel.c``'s
+"""Every write-data kind at every block size in the compiled loop (``ivy_loop.c``'s
 ``put_write_data``) against the Python loop and ``WritePattern``: the kernel's bytes for a write
 against ``WritePattern.fill``'s; and on real loop devices over fully written files in /dev/shm,
 on libaio and io_uring, a workload that writes runs in the compiled loop and leaves on its
@@ -21,13 +21,13 @@ import pytest
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
+from slave.engine import compiled_loop as pk
 from slave.engine import files, native, tuning
-from slave.engine import paced_kernel as pk
 from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here
-from tests.slave.test_engine_paced_kernel import Control, kernel_function
+from tests.slave.test_engine_compiled_loop import Control, kernel_function
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -102,7 +102,7 @@ def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
     """Workload ``p`` on ``dev`` through ``engine`` for ``n_sub`` subintervals of 100 ms, in
     the compiled loop or the Python loop; how many times the compiled loop ran, and the I/Os
     each subinterval recorded."""
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     run = pk.run
     runs = count_kernel_runs(monkeypatch)
     loop = EngineLoop(capacity=p.iodepth + 16)

@@ -24,7 +24,7 @@ from protocol.errors import RemoteProtocolError
 from protocol.messages import Bye, DiscoverLuns, Error, Hello, HelloReply, Message, Ping
 from protocol.state import Conversation, Role
 from protocol.version import PROTOCOL_VERSION
-from slave.engine.paced_kernel import platform_tag
+from slave.engine.compiled_loop import platform_tag
 from slave.main import EXIT_FAILED
 from tests.slave.test_main import MIB, ROOT, Slave
 
@@ -116,7 +116,7 @@ def test_hello_reply_says_where_paced_io_runs(tmp_path: Path, cc: str | None, wa
     try:
         s.send(Hello(PROTOCOL_VERSION, "test", "local", time.monotonic_ns()))
         reply = s.recv()
-        assert isinstance(reply, HelloReply) and reply.paced_loop == want
+        assert isinstance(reply, HelloReply) and reply.io_loop == want
     finally:
         s.proc.kill()
         s.proc.wait(5)

@@ -159,7 +159,7 @@ def test_poisson_arrivals_have_cv_one_and_the_right_rate() -> None:
 
 
 def test_poisson_gaps_are_drawn_by_inversion_with_the_c_librarys_log1p() -> None:
-    # the definition, one arrival at a time (as paced_kernel.c draws them): a uniform double
+    # the definition, one arrival at a time (as ivy_loop.c draws them): a uniform double
     # u each, the gap -log1p(-u) * period (math.log1p: the C library's), the first dropped,
     # each time the last one's plus its gap, truncated; on across calls
     start = 1_382_400_123_456_789

@@ -27,7 +27,7 @@ FOLD_ROWS = 12
 SUMMARY_METRICS = ("IOPS", "MB_per_s", *(f"{k}_{p}_ms" for k, _ in KINDS
                                         for p, _ in PERCENTILES))
 HOST_COLUMNS = ("host", "hostname", "transport", "kernel", "python_version", "numpy_version",
-                "ivypy_version", "cores", "rtt_us", "paced_loop")
+                "ivypy_version", "cores", "rtt_us", "io_loop")
 LUN_COLUMNS = ("host", "lun", "kind", "size_bytes", "engine", "fs_type", "vendor", "model",
                "used_by")
 

@@ -1,9 +1,9 @@
-"""The compiled loop (``paced_kernel.c``, ``paced_run``): the Python loop's turn of paced and
+"""The compiled loop (``ivy_loop.c``, ``paced_run``): the Python loop's turn of paced and
 max-iops workloads in C, without Python per I/O, on libaio, io_uring or the scripted fake
 engine (the C file's opening comment says the turn). Why C, and what each part bought:
 docs/engine.md.
 
-Owns the C source (``paced_kernel.c`` with ``ivy_loop.h`` in place of its ``#include``: one
+Owns the C source (``ivy_loop.c`` with ``ivy_loop.h`` in place of its ``#include``: one
 ``struct ivy_loop``, which ``layout.LoopArgs`` mirrors; an object whose layout differs is not
 used), its build and load, its result codes (``R_*``) and each workload's generator
 (``generator``): where a ``Sequencer`` can be continued in C, the kernel makes the workload's
@@ -14,7 +14,7 @@ Built once on the controller and shipped in the slave zipapp (``build_for_shippi
 into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded; where none ships for the host or it
 does not load, the host compiles the source with its own ``cc`` (or ``IVYPY_SLAVE_CC``;
 ``none`` turns it off), once per source and compiler. A host with neither has no libaio or
-io_uring and says why (``origin``, ``why_not``: hosts.csv's ``paced_loop``). It must not touch
+io_uring and says why (``origin``, ``why_not``: hosts.csv's ``io_loop``). It must not touch
 a workload object, count errors or allocate on the hot path: the kernel returns to the engine
 loop for those.
 """
@@ -70,7 +70,7 @@ _INCLUDE: Final = '#include "ivy_loop.h"\n'
 
 
 def source() -> str:
-    """The C source as compiled: the ``#define``s of the layouts, then ``paced_kernel.c``
+    """The C source as compiled: the ``#define``s of the layouts, then ``ivy_loop.c``
     with ``ivy_loop.h`` in place of its ``#include`` (one file: the build and the source's
     hash, which names the cached and the shipped object, cover both)."""
     defines = {f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()}
@@ -82,10 +82,10 @@ def source() -> str:
                     if k.startswith("R_") and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     package = resources.files("slave.engine")
-    body = package.joinpath("paced_kernel.c").read_text("utf-8")
+    body = package.joinpath("ivy_loop.c").read_text("utf-8")
     header = layout.header_text()
     if body.count(_INCLUDE) != 1:
-        raise OSError(f"paced_kernel.c must include ivy_loop.h once ({_INCLUDE.strip()})")
+        raise OSError(f"ivy_loop.c must include ivy_loop.h once ({_INCLUDE.strip()})")
     return "#define _GNU_SOURCE\n" + head + body.replace(_INCLUDE, header)
 
 
@@ -107,9 +107,9 @@ def platform_tag() -> str:
 
 def shipped_name(src: str | None = None) -> str:
     """The file name of the object shipped for this host and ``src`` (this source):
-    ``paced_kernel-<platform_tag>-<sha256 of the source, 16 hex>.so``."""
+    ``compiled_loop-<platform_tag>-<sha256 of the source, 16 hex>.so``."""
     key = hashlib.sha256((src if src is not None else source()).encode()).hexdigest()[:16]
-    return f"paced_kernel-{platform_tag()}-{key}.so"
+    return f"compiled_loop-{platform_tag()}-{key}.so"
 
 
 def build_for_shipping(out_dir: str) -> str:
@@ -168,15 +168,15 @@ def _build(cc: list[str], src: str) -> str:
     key = hashlib.sha256("\0".join([src, version.stdout, *cc, *_FLAGS, *_LIBS]).encode()
                          ).hexdigest()
     cache = _cache_dir()
-    path = os.path.join(cache, f"paced_kernel-{key[:16]}.so")
+    path = os.path.join(cache, f"compiled_loop-{key[:16]}.so")
     if os.path.exists(path):
         return path
     os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".paced_kernel-", dir=cache) as tmp:
-        c_path = os.path.join(tmp, "paced_kernel.c")
+    with tempfile.TemporaryDirectory(prefix=".compiled_loop-", dir=cache) as tmp:
+        c_path = os.path.join(tmp, "ivy_loop.c")
         with open(c_path, "w", encoding="utf-8") as f:
             f.write(src)
-        part = os.path.join(tmp, "paced_kernel.so")
+        part = os.path.join(tmp, "compiled_loop.so")
         done = subprocess.run([*cc, *_FLAGS, "-o", part, c_path, *_LIBS], capture_output=True,
                               text=True, timeout=120)
         if done.returncode != 0:

@@ -1,4 +1,4 @@
-"""The compiled loop as a host gets it (``paced_kernel``): the object the controller shipped in
+"""The compiled loop as a host gets it (``compiled_loop``): the object the controller shipped in
 the zipapp is loaded where it fits, also on a host without a compiler; one that does not load
 is built anew on the host; with neither, the Python loop runs and says why. Each case is a
 fresh process running the slave code from a real zipapp, with a cache of its own."""
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from master.hosts.zipapp import build_slave_zipapp
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 
 needs_cc = pytest.mark.skipif(pk._compiler() in (None, []), reason="no C compiler here")
 
 PROBE = """\
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from slave.engine import paced_kernel as pk
+from slave.engine import compiled_loop as pk
 print(json.dumps([pk.available(), pk.origin(), pk.why_not(), pk.__file__]))
 """
 
@@ -45,10 +45,10 @@ def _probe(tmp: Path, shipped: bytes | None, cc: str | None) -> tuple[bool, str,
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """The object as the controller builds it (``slave --build-paced-kernel``)."""
+    """The object as the controller builds it (``slave --build-compiled-loop``)."""
     out = tmp_path_factory.mktemp("shipped")
     name = pk.build_for_shipping(str(out))
-    assert name == pk.shipped_name() and name.startswith(f"paced_kernel-{pk.platform_tag()}-")
+    assert name == pk.shipped_name() and name.startswith(f"compiled_loop-{pk.platform_tag()}-")
     return (out / name).read_bytes()
 
 
@@ -73,7 +73,7 @@ def test_a_shipped_object_that_does_not_load_is_built_on_the_host(tmp_path: Path
     assert available
     assert origin.startswith("built on this host (the one shipped from the controller would "
                              "not load:"), origin
-    assert any(p.name.startswith("paced_kernel-") for p in cache.iterdir())
+    assert any(p.name.startswith("compiled_loop-") for p in cache.iterdir())
 
 
 @pytest.mark.parametrize("shipped_bytes", [None, b"not an ELF object"], ids=["none", "broken"])

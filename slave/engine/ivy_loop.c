@@ -1,4 +1,4 @@
-/* The engine loop's turn in C: see slave/engine/paced_kernel.py, which owns this file,
+/* The engine loop's turn in C: see slave/engine/compiled_loop.py, which owns this file,
  * compiles it with the host's C compiler and prepends the #defines it uses (the result codes
  * R_*, the stats layout; the structs are ivy_loop.h's). One function, paced_run, over one
  * struct ivy_loop (ivy_loop.h: its arguments and its state across runs): record what

@@ -1,4 +1,4 @@
-"""The compiled paced loop (``slave.engine.paced_kernel``): its build and cache, its binning
+"""The compiled paced loop (``slave.engine.compiled_loop``): its build and cache, its binning
 against ``WorkloadStats.record_one``, and paced workloads on real libaio through it, against
 the Python loop on the same workloads: pace, counts, refills, flushes, boundaries, I/O errors
 and a refused submission."""
@@ -27,8 +27,8 @@ from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
+from slave.engine import compiled_loop as pk
 from slave.engine import files, layout, native, tuning
-from slave.engine import paced_kernel as pk
 from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.loop_native import NativeLoop
@@ -49,7 +49,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, env={**os.environ, **env}, timeout=120, check=False)
 
 
-_PROBE = ("from slave.engine import paced_kernel as pk, loop; print(pk.available()); "
+_PROBE = ("from slave.engine import compiled_loop as pk, loop; print(pk.available()); "
           "print(pk.why_not())")
 
 
@@ -58,12 +58,12 @@ _PROBE = ("from slave.engine import paced_kernel as pk, loop; print(pk.available
 def test_the_kernel_is_built_once_and_then_found_in_the_cache(tmp_path: Path) -> None:
     first = _python(_PROBE, XDG_CACHE_HOME=str(tmp_path))
     assert first.stdout.split("\n")[:2] == ["True", "None"], first.stderr
-    built = list((tmp_path / "ivypy").glob("paced_kernel-*.so"))
+    built = list((tmp_path / "ivypy").glob("compiled_loop-*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
     second = _python(_PROBE, XDG_CACHE_HOME=str(tmp_path))
     assert second.stdout.startswith("True"), second.stderr
-    assert [p.stat().st_mtime_ns for p in (tmp_path / "ivypy").glob("paced_kernel-*.so")] == [
+    assert [p.stat().st_mtime_ns for p in (tmp_path / "ivypy").glob("compiled_loop-*.so")] == [
         stamp]
 
 
@@ -118,7 +118,7 @@ def test_a_slave_without_the_kernel_warns_once_and_runs(tmp_path: Path) -> None:
 
 @needs_cc
 def test_the_source_compiles_without_a_warning(tmp_path: Path) -> None:
-    src = tmp_path / "paced_kernel.c"
+    src = tmp_path / "ivy_loop.c"
     src.write_text(pk.source())
     done = subprocess.run(["cc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
                            str(src)], capture_output=True, text=True, check=False)
@@ -555,7 +555,7 @@ def test_paced_workloads_keep_their_rate_compiled_as_in_python(
     # three workloads of different rates, depths and sequencers in one loop, five 200 ms
     # subintervals; rings of 64 I/Os, so each workload runs out many times a subinterval:
     # Python refills them, or the kernel generates their next I/Os
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     monkeypatch.setattr(tuning, "PACED_RING_MIN", 64)
     monkeypatch.setattr(tuning, "RING_BUDGET", 3 * 64)
     rates = [2000.0, 500.0, 5000.0]
@@ -598,7 +598,7 @@ def test_busy_poll_paced_looks_instead_of_sleeping(
     # with busy_poll the loop's thread stays on the CPU (it looks in the completion ring while
     # I/O is in flight or the next I/O is near, where the other blocks until a completion or
     # the next I/O's time)
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     # the spin past any read's time, so that the check does not depend on the device's speed
     # (as test_engine_lone_shallow's: with reads near BUSY_SPIN_NS, polling blocks by design;
     # the Python loop blocked 345 times with busy_poll against 837 without once, 2026-11-28)
@@ -683,7 +683,7 @@ def test_paced_writes_land_byte_for_byte(lun_file: str, compiled: bool,
     # paced writes, each workload on its own MiB: random data stamped in every sector and
     # compressible data stamped at the head, mixed with reads and alone; the data the
     # compiled loop places is what the pattern says, at the offsets the workload wrote
-    monkeypatch.setattr(tuning, "COMPILED_PACED", compiled)
+    monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     params = [
         WorkloadParams(read_fraction=0.5, iodepth=4, iops=4000.0, blocksize_bytes=4096,
                        seed=31, range_start_bytes=4 * MiB, range_end_bytes=5 * MiB),
