@@ -130,7 +130,7 @@ def generate(folder: Path, spec: GenSpec = GenSpec()) -> Path:
     write_state(folder, state)
     _write(folder / "hosts.csv", HOST_COLUMNS, [[
         "localhost", "localhost", "local", "vm", "6.1", "3.11", "2.0", "0.1.0", "2", "1",
-        "0", "100", "50", "9", "compiled"]])
+        "0", "100", "50", "9", "compiled", "compiled"]])
     _write(folder / "luns.csv", ["host", "lun", "selected", "kind", "size_bytes"], [
         ["localhost", f"/dev/lun{i:03d}", "true", "block", "1048576"]
         for i in range(spec.instances)])

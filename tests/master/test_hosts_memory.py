@@ -5,7 +5,6 @@ step steady, every time."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from protocol.batch import StatsBatch
 from protocol.params import WorkloadParams
 from protocol.stats import BYTES, OPS
 from tests.master.memhosts import execute, memory_config, memory_run
+from tests.master.runhelp import rows as read_rows
 
 KNEE = Plant(base_latency_ns=200_000, knee_iops=2000.0, knee_exponent=4.0, max_iops=5000.0)
 
@@ -72,11 +72,6 @@ steps:
 """
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 @pytest.mark.parametrize("target_ms", [0.6, 1.0])
 def test_dfc_settles_where_the_plants_latency_is_its_target(tmp_path: Path,
                                                             target_ms: float) -> None:
@@ -84,7 +79,7 @@ def test_dfc_settles_where_the_plants_latency_is_its_target(tmp_path: Path,
         target_ms=target_ms, warmup_s=3, how="    measure_seconds: 3"))
     result = execute(memory_run(cfg, MemoryHosts(plant=KNEE)))
     assert result.exit_code == 0, result.message
-    rows = _rows(result.folder / "step0000-hold" / "dfc.csv")
+    rows = read_rows(result.folder / "step0000-hold" / "dfc.csv")
     settled = [r for r in rows if r["settled"] == "true"]
     assert settled, rows[-1]
     want = KNEE.iops_at(target_ms * 1e6)
@@ -93,7 +88,7 @@ def test_dfc_settles_where_the_plants_latency_is_its_target(tmp_path: Path,
     # the latency is at most 10 % off, so the IOPS (a fourth root) at most ~2.5 %
     assert last == pytest.approx(want, rel=0.04), (last, want)
     # measured after a warmup of 3 s, by when it had settled (from 500 IOPS, 13 moves)
-    (summary,) = [r for r in _rows(result.folder / "summary.csv") if r["rollup_type"] == "all"]
+    (summary,) = [r for r in read_rows(result.folder / "summary.csv") if r["rollup_type"] == "all"]
     assert summary["valid"] == "true"
     assert float(summary["service_time_p99_ms"]) == pytest.approx(target_ms, rel=0.1)
 
@@ -107,12 +102,12 @@ def test_measure_finds_a_dfc_step_steady_once_it_has_settled(tmp_path: Path) -> 
     cooldown_seconds: 0"""))
     result = execute(memory_run(cfg, MemoryHosts(plant=KNEE)), timeout_s=60)
     assert result.exit_code == 0, result.message
-    (summary,) = [r for r in _rows(result.folder / "summary.csv") if r["rollup_type"] == "all"]
+    (summary,) = [r for r in read_rows(result.folder / "summary.csv") if r["rollup_type"] == "all"]
     assert summary["valid"] == "true" and summary["measure_attained"] == "true", summary
     assert float(summary["IOPS"]) == pytest.approx(KNEE.iops_at(1e6), rel=0.04)
     first = int(summary["first_subinterval"])
     dfc = {int(r["subinterval"]): r for r in
-           _rows(result.folder / "step0000-hold" / "dfc.csv")}
+           read_rows(result.folder / "step0000-hold" / "dfc.csv")}
     assert dfc[first - 1]["settled"] == "true"
     assert math.isclose(float(summary["measurement_seconds"]),
                         (int(summary["last_subinterval"]) - first + 1) * 0.2)

@@ -162,7 +162,7 @@ def test_default_rollup(tmp_path: Path, hosts: int, have: set[str], want: str) -
         (step / "lun").rmdir()
     if hosts > 1:
         with open(folder / "hosts.csv", "a") as fh:
-            fh.write("h2,h2,ssh,h2,6.1,3.11,2.0,0.1.0,2,1,0,100,50,9,compiled\n")
+            fh.write("h2,h2,ssh,h2,6.1,3.11,2.0,0.1.0,2,1,0,100,50,9,compiled,compiled\n")
     assert default_rollup(open_run_folder(folder)) == want
 
 

@@ -8,7 +8,6 @@ first move starts from 400, and its window and settle count start again."""
 from __future__ import annotations
 
 import asyncio
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from master.run.operator import RunControl
 from master.run.outcome import EXIT_INVALID, EXIT_OK
 from protocol.messages import Message, SubintervalResult
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import rows as read_rows
 
 DFC_STEP = """\
 test: mem
@@ -44,11 +44,6 @@ steps:
 def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The control socket's registry of active runs under tmp_path, not ~/.cache."""
     monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def _edit_mid_step(tmp_path: Path, edit: dict[str, Any], after_k: int = 6, window: str = ""
@@ -86,7 +81,7 @@ def test_an_operators_edit_is_what_dfc_starts_from_next(tmp_path: Path) -> None:
     e = box["edit"]["effective_subinterval"]
     assert e > 6
     rows = {int(r["subinterval"]): r for r in
-            _rows(result.folder / "step0000-d" / "dfc.csv")}
+            read_rows(result.folder / "step0000-d" / "dfc.csv")}
     # before the edit DFC steered towards its target, by its own moves
     assert float(rows[5]["iops_in_force"]) == pytest.approx(1000.0, rel=0.05)
     # between the edit and the subinterval it holds in, DFC makes no move (one from what ran
@@ -121,7 +116,7 @@ def test_an_edit_restarts_the_dfc_window(tmp_path: Path) -> None:
                                     window=", window_seconds: 0.4")
     assert result.exit_code in (EXIT_OK, EXIT_INVALID), result.message
     e = box["edit"]["effective_subinterval"]
-    moves = [r for r in _rows(result.folder / "step0000-d" / "dfc.csv")
+    moves = [r for r in read_rows(result.folder / "step0000-d" / "dfc.csv")
              if r["held"] == "false" and int(r["subinterval"]) >= e]
     first = moves[0]
     # the window of two subintervals at 400 ends at e + 1: its IOPS read exactly 400

@@ -1,4 +1,6 @@
-"""``gather:`` command sources through a real ``ivypy run`` on a file LUN: a script with known
+"""``gather:`` command sources through a whole run on a file LUN (in-memory hosts,
+``master.hosts.memory``: the gather commands are real processes of the master's, as in any
+run; the slave's I/O is synthetic): a script with known
 values lands in the right subintervals and files (its counter as a rate), a source that hangs,
 one that exits non-zero and one that prints garbage are recorded missing with events while the
 run ends on time, and ``config_command`` output lands in the run's config CSVs."""
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.master.runhelp import ROOT, rows, write_config
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.runhelp import rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gather"
 N = 4  # measurement subintervals of 0.5 s
@@ -42,15 +45,12 @@ steps:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("gcmd")
-    cfg = write_config(tmp, TEST.replace("STATE", str(tmp / "calls")))
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp), "--plain"],
-        capture_output=True, text=True, timeout=240, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = execute(memory_run(memory_config(tmp, TEST.replace("STATE", str(tmp / "calls"))),
+                                MemoryHosts()), timeout_s=200)
+    assert result.exit_code == 0, result.message
     assert time.monotonic() - t0 < 200
-    (out,) = (tmp / "gcmd").iterdir()
-    return out
+    return Path(result.folder)
 
 
 def test_known_values_land_in_their_subintervals(folder: Path) -> None:
@@ -59,7 +59,7 @@ def test_known_values_land_in_their_subintervals(folder: Path) -> None:
     assert [(int(r["subinterval"]), r["element_instance"]) for r in box] == [
         (k, e) for k in range(N) for e in ("b1", "b2")]
     # when each call read its clock, and when the master took each subinterval's sample
-    reads_ns = [int(x) for x in (folder.parent.parent / "calls.reads").read_text().split()]
+    reads_ns = [int(x) for x in (folder.parents[2] / "calls.reads").read_text().split()]
     at_us = {int(r["subinterval"]): (int(r["subinterval"]) + 1) * 0.5e6
              + float(r["gather_sample_after_boundary_us"])
              for r in rows(folder / "step0000-s/interlock.csv") if r["gather_source"] == "cnt"}

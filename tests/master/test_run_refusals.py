@@ -1,5 +1,7 @@
-"""What a run refuses before any I/O, and what it says when the test overrides, through the real
-CLI (``ivypy run``) on localhost with a real slave and a real loop device.
+"""What a run refuses before any I/O, and what it says when the test overrides: through the real
+CLI (``ivypy run``) on localhost with a real slave and a real loop device where the engine is
+what is refused, and on in-memory hosts (``master.hosts.memory``: the slave session's
+discovery and write preflight real, its I/O synthetic) where a file LUN is.
 
 - With the kernel's ``fs.aio-max-nr`` nearly reached, a block device's workload cannot have its
   AIO context: the run exits 2 with one line naming host, LUN, the limit and the value needed,
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import rows, run_folder, start_run, write_config
 from tests.slave.test_engine_aio_room import _aio_limit
 
@@ -73,6 +76,17 @@ def _run(tmp: Path, lun: str, qd: int = 4, reads: str = "100%") -> tuple[int, st
     test_dir = out / "refusals"
     folder = run_folder(out, "refusals") if test_dir.is_dir() else None
     return proc.returncode, stderr, folder
+
+
+def _run_in_memory(tmp: Path, lun: str, reads: str = "100%",
+                   caplog: pytest.LogCaptureFixture | None = None) -> tuple[int, str, Path]:
+    """The test on in-memory hosts (``master.hosts.memory``): the slave session's discovery
+    and write preflight are real, its I/O synthetic. The exit code, the message the CLI prints
+    after ``ivypy:`` (with the run's log lines, where ``caplog`` is given) and the folder."""
+    result = execute(memory_run(memory_config(tmp, TEST.format(lun=lun, qd=4, reads=reads)),
+                                MemoryHosts()))
+    logged = "\n".join(r.getMessage() for r in caplog.records) if caplog is not None else ""
+    return result.exit_code, f"{logged}\nivypy: {result.message}", Path(result.folder)
 
 
 def _subintervals_run(folder: Path) -> int:
@@ -128,7 +142,7 @@ def test_a_write_to_an_existing_file_is_refused_and_its_bytes_are_unchanged(
     db = tmp_path / "orders.sqlite"
     db.write_bytes(b"SQLite format 3\x00" + os.urandom(4 * MiB - 16))
     before = _sha256(db)
-    code, stderr, folder = _run(tmp_path, f'file: "{db}", size: 4MiB', reads="50%")
+    code, stderr, folder = _run_in_memory(tmp_path, f'file: "{db}", size: 4MiB', reads="50%")
     assert code == 2, stderr
     (line,) = [ln for ln in stderr.splitlines()
                if ln.startswith("ivypy:") and "refusing to write" in ln]
@@ -140,11 +154,11 @@ def test_a_write_to_an_existing_file_is_refused_and_its_bytes_are_unchanged(
 
 
 def test_an_allowed_write_to_an_existing_file_warns_on_the_console_and_in_events(
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     data = tmp_path / "scratch.img"
     data.write_bytes(os.urandom(4 * MiB))
-    code, stderr, folder = _run(tmp_path, f'file: "{data}", size: 4MiB, allow_write: true',
-                                reads="50%")
+    code, stderr, folder = _run_in_memory(
+        tmp_path, f'file: "{data}", size: 4MiB, allow_write: true', reads="50%", caplog=caplog)
     assert code == 0, stderr
     assert folder is not None
     (warning,) = [e for e in rows(folder / "events.csv")
@@ -167,7 +181,7 @@ def test_a_file_lun_that_cannot_be_a_file_is_a_config_error_of_its_entry(
         target.mkdir()
     else:
         target = tmp_path / "no" / "such" / "dir" / "lun.img"
-    code, stderr, _ = _run(tmp_path, f'file: "{target}", size: 4MiB, create: true')
+    code, stderr, _ = _run_in_memory(tmp_path, f'file: "{target}", size: 4MiB, create: true')
     assert code == 2, stderr
     (line,) = [ln for ln in stderr.splitlines() if ln.startswith("ivypy:")]
     assert "test.yaml:5: luns[0].file:" in line and f"host {HOST}" in line

@@ -19,12 +19,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import (
     ROOT,
     rows,
-    run_folder,
-    start_run,
-    write_config,
 )
 from tests.master.sharedruns import FaultRun
 
@@ -118,12 +116,12 @@ def test_a_run_failed_by_a_refused_write_tells_the_steps_that_never_ran(
         tmp_path: Path) -> None:
     lun = tmp_path / "someones-data"
     lun.write_bytes(b"\x5a" * (16 << 20))  # an existing file this run did not create
-    cfg = write_config(tmp_path, TWO_STEPS.format(name="refused", lun=lun, create="",
-                                                  seconds=1))
-    proc = start_run(cfg, tmp_path)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
-    doc = _summary(run_folder(tmp_path, "refused"))
+    # on in-memory hosts (``master.hosts.memory``): the slave session's write preflight is
+    # real, its I/O synthetic; what is tested is what the run's folder says of the refusal
+    result = execute(memory_run(memory_config(tmp_path, TWO_STEPS.format(
+        name="refused", lun=lun, create="", seconds=1)), MemoryHosts()))
+    assert result.exit_code == 2, result.message
+    doc = _summary(Path(result.folder))
     out = doc["outcome"]
     assert (out["state"], out["exit_code"], out["last_complete_step"]) == ("failed", 2, 0)
     assert str(lun) in out["reason"] and "did not create" in out["reason"]
