@@ -13,7 +13,7 @@ validate a user's edit beyond what ``WorkloadParams`` checks, or know rollups.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -180,7 +180,3 @@ class Settings:
         after its final one; the slave keeps it into the next step)."""
         return self.advance(max((c.effective for cs in self._pending.values() for c in cs),
                                 default=-1))
-
-    def snapshot(self) -> Mapping[str, WorkloadParams]:
-        """The parameters in force, as a copy."""
-        return dict(self._now)
