@@ -14,18 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import rows, run_folder, start_run, write_config
 
 MIB = 1 << 20
 
 
-def test_file_luns_laid_out_or_warned_about(tmp_path: Path) -> None:
+def test_file_luns_laid_out_or_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """On in-memory hosts (``master.hosts.memory``): the slave session's discovery and file
+    layout are real, its I/O synthetic; the console is the run's view (stdout) and its log."""
     shm = Path("/dev/shm") / f"ivypy-holes-{os.getpid()}"
     with open(shm, "wb") as fh:  # someone's sparse file: 8 MiB, one block written
         fh.truncate(8 * MIB)
         fh.write(b"x" * 4096)
     laid, sparse = tmp_path / "laid", tmp_path / "sparse"
-    cfg = write_config(tmp_path, f"""\
+    text = f"""\
 test: filelun
 subinterval_seconds: 0.5
 hosts: [localhost]
@@ -40,14 +44,15 @@ steps:
          read_fraction: 100%}}
     warmup_seconds: 0
     measure_seconds: 0.5
-""")
+"""
     try:
-        proc = start_run(cfg, tmp_path)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        folder = run_folder(tmp_path, "filelun")
+        result = execute(memory_run(memory_config(tmp_path, text), MemoryHosts()))
+        assert result.exit_code == 0, result.message
+        folder = Path(result.folder)
     finally:
         shm.unlink(missing_ok=True)
+    out = capsys.readouterr().out
+    err = "\n".join(f"{r.levelname} {r.getMessage()}" for r in caplog.records)
     # laid out whole before the step, and told on the console and in events.csv
     with open(laid, "rb") as fh:
         assert os.lseek(fh.fileno(), 0, os.SEEK_HOLE) == 8 * MIB
@@ -137,21 +142,22 @@ steps:
 def test_a_later_run_writes_the_file_an_earlier_run_created(tmp_path: Path) -> None:
     """The same writing test twice on the file the first run made, without ``allow_write``:
     the second run finds ivypy's mark and says so; a file someone put there instead is
-    refused (exit 2)."""
+    refused (exit 2). On in-memory hosts: the slave session's file mark and write preflight
+    are real, its I/O synthetic."""
     lun = tmp_path / "lun"
 
     def run(name: str) -> tuple[int, str, Path]:
         out = tmp_path / name
         out.mkdir()
-        proc = start_run(write_config(out, REWRITE.format(lun=lun)), out)
-        _, err = proc.communicate(timeout=120)
-        return proc.returncode, err, out
+        result = execute(memory_run(memory_config(out, REWRITE.format(lun=lun)),
+                                    MemoryHosts()))
+        return result.exit_code, f"ivypy: {result.message}", Path(result.folder)
 
     code, err, _ = run("first")
     assert code == 0, err
     code, err, out = run("second")
     assert code == 0, err
-    events = rows(run_folder(out, "rewrite") / "events.csv")
+    events = rows(out / "events.csv")
     (note,) = [e for e in events if e["kind"] == "lun" and e["level"] == "INFO"]
     assert note["host"] == "localhost"
     assert note["message"].startswith(f"file LUN {lun}: created by ivypy on ")
