@@ -2,9 +2,10 @@
 seen dead by ``ivypy status`` and continued in its own folder: summary.csv ends with each step
 once, the resumed steps run the workloads and durations they would have had (against the same
 test run whole), the file LUN the run created takes the resumed step's writes, and events.csv
-tells the resume. Each run is the real CLI as a subprocess: the process boundary (a killed
-master, a new one) is what is tested. The LUN is a file in memory (``memory_lun_dir``): step
-0's verdict is compared with the whole run's, which the host's virtual disk could move."""
+tells the resume. Each run of the resume is the real CLI as a subprocess: the process boundary
+(a killed master, a new one) is what is tested; the whole run it is compared with runs on
+in-memory hosts. The LUN is a file in memory (``memory_lun_dir``): step 0's verdict is
+compared with the whole run's, which the host's virtual disk could move."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import (
     ROOT,
     all_gone,
@@ -82,14 +84,14 @@ def _by_step(folder: Path, rollup: str) -> dict[tuple[str, str], dict[str, str]]
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The same test run whole."""
+    """The same test run whole, on in-memory hosts (``master.hosts.memory``): its steps'
+    workloads, settings, durations and verdicts are what the resumed run is compared with."""
     tmp = tmp_path_factory.mktemp("whole")
     with memory_lun_dir(tmp) as lun_dir:
-        cfg = write_config(tmp, TEST.replace("{lun_dir}", str(lun_dir)))
-        done = _ivypy("run", str(cfg), "--output-root", str(tmp), "--plain")
-        assert done.returncode == 0, done.stderr[-3000:]
-        (folder,) = (tmp / "resume").iterdir()
-        yield folder
+        result = execute(memory_run(memory_config(tmp, TEST.replace("{lun_dir}", str(lun_dir))),
+                                    MemoryHosts()), timeout_s=120)
+        assert result.exit_code == 0, result.message
+        yield Path(result.folder)
 
 
 @pytest.fixture
