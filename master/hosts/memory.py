@@ -30,6 +30,7 @@ import numpy as np
 from master.config import HostConfig
 from protocol import credit
 from protocol.codec import FrameDecoder, encode
+from protocol.errors import HostError
 from protocol.messages import Message
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
@@ -253,16 +254,22 @@ class MemoryHost:
 class MemoryHosts:
     """The ``Connector`` of a ``Run`` (``connect=hosts.connect``): a ``MemoryHost`` per host of
     the test, made when the run connects to it, each watched by ``watch`` (its host name and
-    the message), each on the ``Plant`` ``plants`` names for it (else ``plant``)."""
+    the message), each on the ``Plant`` ``plants`` names for it (else ``plant``); a host
+    ``unreachable`` names is refused with its reason."""
 
     def __init__(self, watch: Callable[[str, Message], bool] | None = None,
-                 plant: Plant | None = None, plants: dict[str, Plant] | None = None) -> None:
+                 plant: Plant | None = None, plants: dict[str, Plant] | None = None,
+                 unreachable: dict[str, str] | None = None) -> None:
         self.watch = watch
         self.plant = plant
         self.plants = plants or {}
+        #: the hosts whose connection fails, and why (``HostError``, as a transport's)
+        self.unreachable = unreachable or {}
         self.hosts: dict[str, MemoryHost] = {}
 
     async def connect(self, host: HostConfig) -> MemoryHost:
+        if host.name in self.unreachable:
+            raise HostError(self.unreachable[host.name], host=host.name)
         watch = self.watch
         self.hosts[host.name] = MemoryHost(
             host.name, None if watch is None else (lambda m: watch(host.name, m)),

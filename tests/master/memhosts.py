@@ -8,13 +8,17 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import master.cli.run
+from master.cli.main import main
 from master.config import TestConfig, parse_config_text
 from master.hosts.memory import MemoryHost, MemoryHosts, Plant, SyntheticBackend
 from master.live.view import LiveView
 from master.run.lifecycle import Run
 
 __all__ = ["MemoryHost", "MemoryHosts", "Plant", "SyntheticBackend", "execute",
-           "memory_config", "memory_run"]
+           "memory_config", "memory_run", "run_cli"]
 
 
 def memory_config(tmp: Path, text: str) -> TestConfig:
@@ -32,3 +36,18 @@ def memory_run(cfg: TestConfig, hosts: MemoryHosts, **kw: Any) -> Run:
 def execute(run: Run, timeout_s: float = 30) -> Any:
     """``run.execute()`` to its end (its ``RunResult``), failing the test past ``timeout_s``."""
     return asyncio.run(asyncio.wait_for(run.execute(), timeout_s))
+
+
+def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+            hosts: MemoryHosts | None = None) -> int:
+    """``ivypy ARGV`` in this process (``master.cli.main.main``: its parsing, refusals, console
+    lines and exit status), a run's hosts in memory (``hosts``, else new ones): what the CLI
+    decides, without the process, the zipapp and a slave. Its lines are the test's
+    ``capsys``."""
+    on = MemoryHosts() if hosts is None else hosts
+
+    def run_test(cfg: TestConfig, view: LiveView, resume: Any = None) -> Any:
+        return asyncio.run(Run(cfg, view=view, connect=on.connect, resume=resume).execute())
+
+    monkeypatch.setattr(master.cli.run, "run_test", run_test)
+    return main(argv)

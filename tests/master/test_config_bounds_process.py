@@ -1,6 +1,6 @@
-"""``ivypy run`` on bad test files as a real process (``python -m master``): an alias bomb and
-huge numbers are refused with one line on stderr and exit 2, in under 2 s of wall time and
-100 MB of peak RSS, with no run folder (issue 40, "bounded input").
+"""``ivypy run`` on bad test files: an alias bomb and huge numbers are refused with one line on
+stderr and exit 2, with no run folder (issue 40, "bounded input"); the alias bomb as a real
+process (``python -m master``) too, in under 2 s of wall time and 100 MB of peak RSS.
 
 The RSS is the child's own (``os.wait4``), measured from a small wrapper process: Linux
 counts into a child's peak RSS the image it was forked from (``exec`` folds the old memory's
@@ -21,6 +21,7 @@ import pytest
 
 from master.cli import run as cli_run
 from master.run import outcome
+from tests.master.memhosts import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = ROOT / "tests" / "master" / "bad_configs"
@@ -64,12 +65,32 @@ def _ivypy_run(path: Path, out_root: Path, tmp_path: Path) -> Finished:
                     max_rss_kib * 1024)
 
 
-@pytest.mark.parametrize(("fixture", "expect"), [
+REFUSED = [
     ("yaml_alias_bomb.yaml", "values after expanding aliases"),
     ("yaml_alias_bomb_merge_keys.yaml", "alias expansions"),
     ("iops_1e308.yaml", "steps[0].workloads[0].iops: must be at most 100,000,000 (got 1e308)"),
     ("lun_size_huge.yaml", "luns[0].size: must be at most 1024PiB (got 99999999PiB)"),
-])
+]
+
+
+@pytest.mark.parametrize(("fixture", "expect"), REFUSED)
+def test_refused_in_one_line_with_no_run_folder(
+        fixture: str, expect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out_root = tmp_path / "out"
+    status = run_cli(["run", str(BAD / fixture), "--output-root", str(out_root)], monkeypatch)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert status == 2, err
+    assert len(lines) == 1 and lines[0].startswith(f"ivypy: {BAD / fixture}:"), err
+    assert expect in lines[0]
+    assert out == ""
+    assert not out_root.exists()
+
+
+# the costliest refusal (the alias bomb: the parser's own bound) as a process: what is timed
+# and weighed is the process's start, imports and refusal
+@pytest.mark.parametrize(("fixture", "expect"), REFUSED[:1])
 def test_refused_fast_and_small_as_a_process(fixture: str, expect: str, tmp_path: Path) -> None:
     out_root = tmp_path / "out"
     done = _ivypy_run(BAD / fixture, out_root, tmp_path)

@@ -1,8 +1,10 @@
 """``ivypy run`` when things go wrong: bad configs, unreachable hosts, a preflight refusal, a bad
 edit in a later step, an unusable output root, a full disk, the run folder removed, worker CPUs
-the host lacks, no compiled loop, too many workloads. Each runs the real CLI as a subprocess
-against a local slave. A slave killed mid-step, the master killed and Ctrl-C are
-tests/master/test_run_killed.py's (runs shared with other files)."""
+the host lacks, no compiled loop, too many workloads. The run's decisions (refusals, the
+preflight's verdict, the run folder's writers) run the CLI in this process on in-memory hosts;
+a real ``ivypy run`` with a local slave where the slave's process is what is tested (the slave
+and its workers gone after a full disk, an unreachable host, worker CPUs, the compiled loop). A slave killed mid-step, the master killed
+and Ctrl-C are tests/master/test_run_killed.py's (runs shared with other files)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,13 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from protocol.messages import Message, SubintervalResult
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run, run_cli
 from tests.master.runhelp import (
-    ROOT,
     all_gone,
     process_tree,
     rows,
@@ -65,19 +65,18 @@ def _free_port() -> int:
         ("test: t\nhosts: [localhost\n", "line"),
     ],
 )
-def test_bad_config_is_one_line_exit_2_and_touches_nothing(tmp_path: Path, text: str,
-                                                           expect: str) -> None:
+def test_bad_config_is_one_line_exit_2_and_touches_nothing(
+        tmp_path: Path, text: str, expect: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, text)
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "master", "run", str(cfg), "--output-root", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and expect in lines[0] and "test.yaml" in lines[0], proc.stderr
+    hosts = MemoryHosts()
+    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path / "o")], monkeypatch, hosts)
+    _, err = capsys.readouterr()
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0] and "test.yaml" in lines[0], err
     assert not (tmp_path / "o").exists(), "a bad config must not create any output"
-    assert time.monotonic() - t0 < 30
+    assert not hosts.hosts, "no host may be contacted"
 
 
 def test_unreachable_host_stops_the_run_before_any_io(tmp_path: Path) -> None:
@@ -113,12 +112,17 @@ steps:
 @pytest.mark.parametrize("rf, allow, status", [("70%", "", 2), ("100%", "", 0),
                                                ("70%", ", allow_write: true", 0)])
 def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: object, rf: str,
-                                          allow: str, status: int) -> None:
+                                          allow: str, status: int,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The slave session's preflight reads the real device (a mounted ext4) on an in-memory
+    host: a write to it is refused before any I/O, naming the host, the device and its file
+    system, unless allowed; a read-only workload runs."""
     dev = ext4_loop_device.path  # type: ignore[attr-defined]
     cfg = write_config(tmp_path, PREFLIGHT_TEST.format(dev=dev, allow=allow, rf=rf))
-    proc = start_run(cfg, tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == status, err
+    got = run_cli(["run", str(cfg), "--plain", "--output-root", str(tmp_path)], monkeypatch)
+    _, err = capsys.readouterr()
+    assert got == status, err
     folder = run_folder(tmp_path, "preflight")
     if status == 2:
         line = err.strip().splitlines()[-1]
@@ -157,17 +161,21 @@ def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
     assert not list(Path(result.folder).glob("step*")), "no I/O may have started"
 
 
-def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(tmp_path: Path) -> None:
+def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory\n")
     cfg = write_config(tmp_path, LOCAL_TEST.format(name="noroot", seconds=1))
-    proc = start_run(cfg, tmp_path, "--output-root", str(blocker))
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2, err
+    hosts = MemoryHosts()
+    status = run_cli(["run", str(cfg), "--plain", "--output-root", str(blocker)], monkeypatch,
+                     hosts)
+    out, err = capsys.readouterr()
+    assert status == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert "output_root: cannot create the run folder under" in err
     assert "Not a directory" in err and str(blocker) in err
-    assert "slave up" not in out + err
+    assert not hosts.hosts and "slave up" not in out + err
 
 
 FULL_TEST = """\
@@ -230,10 +238,12 @@ def _assert_whole_and_even(step: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
 @pytest.mark.parametrize("size_k", [200, 260, 330])
-def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(tmp_path: Path,
-                                                                 size_k: int) -> None:
+def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(
+        tmp_path: Path, size_k: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """At several sizes of the disk (the space runs out at another file each time), every
-    CSV ends on a whole row and the step's files all end at one subinterval."""
+    CSV ends on a whole row and the step's files all end at one subinterval (the run folder's
+    writers are the master's: its hosts here are in memory)."""
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_k}k", "tmpfs", str(small)],
@@ -242,10 +252,10 @@ def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(tmp_path: Path,
         wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
                        "iodepth: 2, iops: 100}" for i in range(24))
         cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl))
-        proc = subprocess.run([sys.executable, "-m", "master", "run", str(cfg), "--output-root",
-                               str(small), "--plain"], capture_output=True, text=True,
-                              timeout=120, cwd=ROOT)
-        assert proc.returncode == 4, proc.stderr[-2000:]
+        status = run_cli(["run", str(cfg), "--output-root", str(small), "--plain"], monkeypatch)
+        _, err = capsys.readouterr()
+        assert status == 4, err[-2000:]
+        assert "No space left on device" in err.strip().splitlines()[-1], err[-2000:]
         (folder,) = (small / "full").iterdir()
         _assert_whole_and_even(folder / "step0000-fill")
     finally:
@@ -254,27 +264,24 @@ def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(tmp_path: Path,
 
 def test_a_run_folder_removed_mid_run_ends_the_run_exit_4(tmp_path: Path) -> None:
     """Deleting the run folder under a run (it went on, exit 0, every row gone) stops it:
-    exit 4 naming the folder and why, the slave gone."""
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="gone", seconds=30))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "gone")
-        wait_rows(folder / "step0000-rr/all/all.csv", 1)
-        tree = process_tree(proc.pid)
-        # the run may make a file in a folder being removed (rmdir: not empty): again, until
-        # the folder is gone
-        deadline = time.monotonic() + 10
-        while folder.exists() and time.monotonic() < deadline:
-            shutil.rmtree(folder, ignore_errors=True)
-        assert not folder.exists()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-    assert proc.returncode == 4, err
-    line = err.strip().splitlines()[-1]
-    assert f"cannot write {folder}: the run folder was removed during the run" in line, line
-    assert "Traceback" not in err
-    assert all_gone(tree, 2.0)
+    exit 4 naming the folder and why, its hosts closed."""
+    box: dict[str, Path] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, SubintervalResult) and m.subinterval == 1:
+            box["folder"] = run.output.folder
+            shutil.rmtree(run.output.folder)
+        return True
+
+    hosts = MemoryHosts(watch)
+    run = memory_run(memory_config(tmp_path, LOCAL_TEST.format(name="gone", seconds=30)), hosts)
+    result = execute(run)
+    folder = box["folder"]
+    assert result.exit_code == 4, result.message
+    assert f"cannot write {folder}: the run folder was removed during the run" in \
+        result.message, result.message
+    assert not folder.exists()
+    assert hosts["localhost"].session.closed
 
 
 def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path) -> None:

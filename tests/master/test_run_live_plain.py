@@ -1,16 +1,18 @@
-"""``ivypy run --plain --live-rollup TYPE`` end to end on localhost: the lines each
-subinterval (total row, the chosen rollup's rows, DFC's moves), the end-of-run table, their
-numbers against the run's CSV files; and an unknown rollup type refused before any host."""
+"""``ivypy run --plain --live-rollup TYPE``: the lines each subinterval (total row, the chosen
+rollup's rows, DFC's moves), the end-of-run table, their numbers against the run's CSV files;
+and an unknown rollup type refused before any host. The CLI runs in this process on in-memory
+hosts: what is tested is what the console shows of the run (a terminal's live view is
+tests/master/test_run_live_terminal.py's)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.master.runhelp import ROOT, rows, write_config
+import pytest
+
+from tests.master.memhosts import MemoryHosts, run_cli
+from tests.master.runhelp import rows, write_config
 
 TEST = """\
 test: liveplain
@@ -39,12 +41,6 @@ ROW = (rf"({NUMBER}) IOPS ({NUMBER}) MB/s service p50 ({NUMBER}) p99 ({NUMBER}) 
        rf"p50 ({NUMBER}) p99 ({NUMBER}) ms host CPU ({NUMBER})% ivypy CPU ({NUMBER})%")
 
 
-def _ivypy(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "master", "run", *args], capture_output=True,
-                          text=True, timeout=180, cwd=tmp,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
 def _f(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -56,14 +52,16 @@ def _shows(text: str, value: float) -> bool:
     return abs(_f(text) - value) <= 0.5 * 10.0 ** -decimals + 1e-6 * max(1.0, abs(value))
 
 
-def test_plain_lines_and_the_end_of_run_table(tmp_path: Path) -> None:
+def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, TEST)
-    proc = _ivypy(tmp_path, str(cfg), "--output-root", str(tmp_path), "--plain",
-                  "--live-rollup", "workload")
+    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
+                      "--live-rollup", "workload"], monkeypatch)
+    stdout, stderr = capsys.readouterr()
     # step 1's DFC cannot reach its 10 s target: pinned at high_iops, it is invalid (exit 1)
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert status == 1, stdout[-3000:] + stderr[-3000:]
     (folder,) = (tmp_path / "liveplain").iterdir()
-    out = proc.stdout.splitlines()
+    out = stdout.splitlines()
 
     # step 0: a total line per subinterval, then a line per workload
     totals = [m for x in out if (m := re.match(
@@ -126,11 +124,16 @@ def _wid(summary: dict[tuple[str, str, str], dict[str, str]], step: str, name: s
     return wid
 
 
-def test_an_unknown_live_rollup_is_refused_before_any_host(tmp_path: Path) -> None:
+def test_an_unknown_live_rollup_is_refused_before_any_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, TEST)
-    proc = _ivypy(tmp_path, str(cfg), "--output-root", str(tmp_path), "--live-rollup", "vendor")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"ivypy: {cfg}: --live-rollup vendor: not one of the test's "
-                                   "rollup types (all, host, lun, workload)")
-    assert proc.stdout == ""
-    assert not (tmp_path / "liveplain").exists()  # no run folder: no host was contacted
+    hosts = MemoryHosts()
+    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--live-rollup",
+                      "vendor"], monkeypatch, hosts)
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert err.strip() == (f"ivypy: {cfg}: --live-rollup vendor: not one of the test's "
+                           "rollup types (all, host, lun, workload)")
+    assert out == ""
+    assert not (tmp_path / "liveplain").exists() and not hosts.hosts  # no host contacted

@@ -2,9 +2,10 @@
 seen dead by ``ivypy status`` and continued in its own folder: summary.csv ends with each step
 once, the resumed steps run the workloads and durations they would have had (against the same
 test run whole), the file LUN the run created takes the resumed step's writes, and events.csv
-tells the resume. Each run of the resume is the real CLI as a subprocess: the process boundary
-(a killed master, a new one) is what is tested; the whole run it is compared with runs on
-in-memory hosts. The LUN is a file in memory (``memory_lun_dir``): step 0's verdict is
+tells the resume. The killed run and its resume are the real CLI as a subprocess: the process
+boundary (a killed master, a new one) is what is tested; the whole run it is compared with runs
+on in-memory hosts, and the refusals (bad arguments, a changed test file, a complete run) are
+the CLI in this process. The LUN is a file in memory (``memory_lun_dir``): step 0's verdict is
 compared with the whole run's, which the host's virtual disk could move."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run, run_cli
 from tests.master.runhelp import (
     ROOT,
     all_gone,
@@ -100,8 +101,9 @@ def lun_dir(tmp_path: Path) -> Iterator[Path]:
         yield d
 
 
-def test_a_killed_run_is_resumed_from_its_first_incomplete_step(tmp_path: Path, lun_dir: Path,
-                                                                reference: Path) -> None:
+def test_a_killed_run_is_resumed_from_its_first_incomplete_step(
+        tmp_path: Path, lun_dir: Path, reference: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path, TEST.replace("{lun_dir}", str(lun_dir)))
     proc = start_run(cfg, tmp_path)
     try:
@@ -147,10 +149,12 @@ def test_a_killed_run_is_resumed_from_its_first_incomplete_step(tmp_path: Path, 
     assert incomplete.is_dir() == ("step0001-second.incomplete" in told["message"])
     assert len(rows(folder / "step0001-second/all/all.csv")) == len(
         rows(reference / "step0001-second/all/all.csv"))
-    # a complete run is not resumed again
-    again = _ivypy("run", "--resume", str(folder))
-    assert again.returncode == 2
-    assert "cannot resume" in again.stderr and "the run is complete" in again.stderr
+    # a complete run is not resumed again (the CLI in this process: a refusal before any host)
+    before = (folder / "summary.csv").read_bytes()
+    assert run_cli(["run", "--resume", str(folder)], monkeypatch) == 2
+    again = capsys.readouterr().err
+    assert "cannot resume" in again and "the run is complete" in again, again
+    assert (folder / "summary.csv").read_bytes() == before
 
 
 @pytest.mark.parametrize("args, words", [
@@ -159,15 +163,20 @@ def test_a_killed_run_is_resumed_from_its_first_incomplete_step(tmp_path: Path, 
     (["run", "--resume", "{tmp}", "--output-root", "o"], "--output-root does not go with"),
     (["run", "--resume", "{tmp}"], "not a run folder of this ivypy (no state.json)"),
 ])
-def test_bad_resume_arguments_are_one_line_exit_2(tmp_path: Path, args: list[str],
-                                                   words: str) -> None:
-    done = _ivypy(*[a.replace("{tmp}", str(tmp_path)) for a in args], timeout=30)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
-    assert list(tmp_path.iterdir()) == []
+def test_bad_resume_arguments_are_one_line_exit_2(
+        tmp_path: Path, args: list[str], words: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = MemoryHosts()
+    status = run_cli([a.replace("{tmp}", str(tmp_path)) for a in args], monkeypatch, hosts)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and words in err, err
+    assert list(tmp_path.iterdir()) == [] and not hosts.hosts
 
 
-def test_a_resume_of_a_changed_test_file_is_refused(tmp_path: Path, reference: Path) -> None:
+def test_a_resume_of_a_changed_test_file_is_refused(
+        tmp_path: Path, reference: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """A copy of a run folder whose test.yaml was edited (and state set back to step 0)."""
     folder = tmp_path / "resume" / "copy"
     folder.parent.mkdir(parents=True)
@@ -178,7 +187,8 @@ def test_a_resume_of_a_changed_test_file_is_refused(tmp_path: Path, reference: P
     before = (folder / "summary.csv").read_bytes()
     test = (folder / "test.yaml").read_text()
     (folder / "test.yaml").write_text(test.replace("iops: 300", "iops: 301"))
-    done = _ivypy("run", "--resume", str(folder), timeout=30)
-    assert done.returncode == 2
-    assert "the test file changed since the run started" in done.stderr
+    hosts = MemoryHosts()
+    assert run_cli(["run", "--resume", str(folder)], monkeypatch, hosts) == 2
+    assert "the test file changed since the run started" in capsys.readouterr().err
+    assert not hosts.hosts
     assert (folder / "summary.csv").read_bytes() == before  # nothing touched
