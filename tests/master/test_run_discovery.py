@@ -1,6 +1,7 @@
 """Discovery reads only the block devices a test can select: none for a test of file LUNs, the
 ones its ``path`` globs match otherwise (``DiscoverLuns.devices``), witnessed by the kernel's
-read counters of loop devices the test does not name."""
+read counters of loop devices the test does not name. On in-memory hosts: the slave session's
+discovery is real, its I/O synthetic."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{file: {tmp_path / "lun"}, size: 4MiB, create: true}}
-{STEP}""")
+{STEP}""", in_memory=True)
         assert [_reads(d) for d in devs] == before
     listed = rows(folder / "luns.csv")
     assert [(r["lun"], r["kind"]) for r in listed] == [(str(tmp_path / "lun"), "file")]
@@ -52,7 +53,7 @@ subinterval_seconds: 0.5
 hosts: [localhost]
 luns:
   - {{path: "{named}"}}
-{STEP}""")
+{STEP}""", in_memory=True)
         assert _reads(other) == before
     listed = rows(folder / "luns.csv")
     assert [(r["lun"], r["selected"]) for r in listed] == [(named, "true")]

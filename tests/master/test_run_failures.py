@@ -3,15 +3,15 @@ edit in a later step, an unusable output root, a full disk, the run folder remov
 the host lacks, no compiled loop, too many workloads. The run's decisions (refusals, the
 preflight's verdict, the run folder's writers) run the CLI in this process on in-memory hosts;
 a real ``ivypy run`` with a local slave where the slave's process is what is tested (the slave
-and its workers gone after a full disk, an unreachable host, worker CPUs, the compiled loop). A slave killed mid-step, the master killed
-and Ctrl-C are tests/master/test_run_killed.py's (runs shared with other files)."""
+and its workers gone after a full disk, worker CPUs, the compiled loop). A slave killed
+mid-step, the master killed and Ctrl-C are tests/master/test_run_killed.py's (runs shared
+with other files)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -45,12 +45,6 @@ steps:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     "text, expect",
     [
@@ -80,17 +74,19 @@ def test_bad_config_is_one_line_exit_2_and_touches_nothing(
 
 
 def test_unreachable_host_stops_the_run_before_any_io(tmp_path: Path) -> None:
-    port = _free_port()
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="unreach", seconds=3).replace(
-        "hosts: [localhost]",
-        f"hosts: [localhost, {{name: far, address: 127.0.0.1, port: {port}, user: root}}]"))
-    proc = start_run(cfg, tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 3, err
-    assert "far" in err and "refused" in err
-    folder = run_folder(tmp_path, "unreach")
+    """A host refused at the start (the SSH transport's refusal is
+    tests/master/test_transport.py's): exit 3 naming it, no step, the other host's slave
+    closed."""
+    cfg = memory_config(tmp_path, LOCAL_TEST.format(name="unreach", seconds=3).replace(
+        "hosts: [localhost]", "hosts: [localhost, {name: far, address: 127.0.0.1, user: root}]"))
+    hosts = MemoryHosts(unreachable={"far": "unreachable: connection refused"})
+    result = execute(memory_run(cfg, hosts))
+    assert result.exit_code == 3, result.message
+    assert "host far: unreachable: connection refused" in result.message
+    folder = Path(result.folder)
     assert not list(folder.glob("step*")), "no step may start"
     assert "workload" not in (folder / "events.csv").read_text()
+    assert hosts["localhost"].session.closed
 
 
 PREFLIGHT_TEST = """\

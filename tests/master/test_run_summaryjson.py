@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run, run_cli
 from tests.master.runhelp import (
     ROOT,
     rows,
@@ -153,8 +153,9 @@ def test_a_run_failed_by_a_host_lost_mid_step(slave_killed_run: FaultRun) -> Non
         assert (s["status"], s["folder"]) == ("not_run", None)
 
 
-def test_a_run_interrupted_by_sigint_and_then_resumed(interrupted_run: FaultRun,
-                                                      tmp_path: Path) -> None:
+def test_a_run_interrupted_by_sigint_and_then_resumed(
+        interrupted_run: FaultRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     folder = interrupted_run.folder
     assert interrupted_run.returncode == 130, interrupted_run.stderr
     doc = _summary(folder)
@@ -170,12 +171,13 @@ def test_a_run_interrupted_by_sigint_and_then_resumed(interrupted_run: FaultRun,
         assert (s["status"], s["folder"]) == ("not_run", None)
 
     # resumed in a copy of the run folder, as deep under an output root as the run's: the run
-    # is shared
+    # is shared; the resume is the CLI in this process on in-memory hosts (the summary is the
+    # master's)
     folder = tmp_path / folder.parent.name / folder.name
     shutil.copytree(interrupted_run.folder, folder, symlinks=True,
                     ignore=shutil.ignore_patterns("control.sock"))
-    proc2 = _run("run", "--resume", str(folder), "--plain")
-    assert proc2.returncode == 0, proc2.stderr
+    status = run_cli(["run", "--resume", str(folder), "--plain"], monkeypatch)
+    assert status == 0, capsys.readouterr().err
     doc = _summary(folder)
     assert doc["outcome"] == {"state": "complete", "exit_code": 0, "reason": None,
                               "last_complete_step": 2}
