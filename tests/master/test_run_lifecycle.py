@@ -362,3 +362,43 @@ def test_an_output_error_mid_step_stops_the_io_before_the_report(
     # (I/O running, slave closed) of every host when each was built
     assert seen == {"summary": [(False, True)], "report": [(False, True)]}, seen
     assert max(k for s, k, _ in hosts["localhost"].backend.ran) <= 2
+
+
+def test_default_connect_hands_the_transport_every_setting_of_the_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the SSH transport does with them (a changed host key refused, a closed port) is
+    tests/master/test_transport.py's; here, that each host setting of the test reaches it,
+    and a local host's reaches the local transport."""
+    import master.hosts.transport as transport
+    from master.config import parse_config_text
+
+    got: dict[str, Any] = {}
+
+    async def open_ssh(spec: Any, **kw: Any) -> str:
+        got["ssh"] = spec
+        return "ssh"
+
+    async def open_local(name: str, **kw: Any) -> str:
+        got["local"] = (name, kw)
+        return "local"
+
+    monkeypatch.setattr(transport, "open_ssh", open_ssh)
+    monkeypatch.setattr(transport, "open_local", open_local)
+    cfg = parse_config_text(
+        "test: t\nhosts:\n"
+        "  - {name: h1, address: 10.77.0.11, user: lab, port: 2222, python: /opt/py3,\n"
+        "     identity_file: /run/key, known_hosts: /run/known_hosts,\n"
+        "     ssh_config: /run/ssh_config, worker_cpus: '1', watchdog_seconds: 90}\n"
+        "  - {name: lab1, transport: local}\n"
+        "luns: [{path: /dev/loop0}]\n"
+        "steps: [{name: s, workloads: [{name: w, iosequencer: sequential}]}]\n", "t.yaml")
+    assert asyncio.run(runmod.default_connect(cfg.host("h1"))) == "ssh"
+    spec = got["ssh"]
+    assert (spec.name, spec.address, spec.user, spec.port, spec.python) == (
+        "h1", "10.77.0.11", "lab", 2222, "/opt/py3")
+    assert (spec.identity_file, spec.known_hosts, spec.ssh_config) == (
+        "/run/key", "/run/known_hosts", "/run/ssh_config")
+    assert spec.slave_args == ("--worker-cpus", "1", "--watchdog-min-seconds", "90")
+    assert asyncio.run(runmod.default_connect(cfg.host("lab1"))) == "local"
+    name, kw = got["local"]
+    assert name == "lab1" and kw["slave_args"][:2] == ("--worker-cpus", "auto")

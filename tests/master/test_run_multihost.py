@@ -1,5 +1,8 @@
 """Three hosts over real OpenSSH (network-namespace test bed), each with its own loop-device
-LUN: per-host rollups, clock offsets and RTTs, boundary skew; and a changed host key refused."""
+LUN: per-host rollups, clock offsets and RTTs, boundary skew. A changed host key refused by the
+transport is tests/master/test_transport.py's (on the test bed too); that a host's
+``known_hosts`` reaches it, tests/master/test_run_lifecycle.py's; the run's end when a host
+fails to start, tests/master/test_run_failures.py's."""
 
 from __future__ import annotations
 
@@ -133,22 +136,3 @@ def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_devic
     # scripts/bench_skew judges it against its 1 ms goal, on a machine left to it
     spread_us = [max(v) - min(v) for v in by_k.values()]
     assert all(x >= 0 and x == x for x in spread_us), spread_us
-
-
-def test_changed_host_key_is_refused(tmp_path: Path, testbed: Any, loop_device: Any) -> None:
-    loops = [loop_device(16 * MIB) for _ in testbed.hosts]
-    key = tmp_path / "other"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    pub = key.with_suffix(".pub").read_text().split()
-    lines = Path(testbed.known_hosts).read_text().splitlines()
-    first = testbed.hosts[0]
-    forged = [ln for ln in lines if ln.split()[0].split(",")[0] not in (first.address, first.name)]
-    forged.append(f"{first.address} {pub[0]} {pub[1]}")
-    known = tmp_path / "known_hosts"
-    known.write_text("\n".join(forged) + "\n")
-    cfg = write_config(tmp_path, _config(testbed, loops, str(known), "hostkey"))
-    proc = _run(cfg, tmp_path)
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    assert first.name in proc.stderr and "host key" in proc.stderr
-    (folder,) = (tmp_path / "hostkey").iterdir()
-    assert not list(folder.glob("step*"))
