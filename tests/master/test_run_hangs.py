@@ -1,24 +1,29 @@
 """``ivypy run`` when a host hangs or the operator presses Ctrl-C at a stage that would not
 end by itself soon: a stopped slave is reported at its deadline and the run is over within 3 s
-of it; SIGINT while connecting to a host that accepts TCP and never speaks, or in the middle of
-a long subinterval, exits 130 within 3 s. Each runs the real CLI as a subprocess (the process
-boundary, its signals and its exit status are what is tested) against a local slave or a silent
-TCP listener on 127.0.0.1."""
+of it, its processes gone (the real CLI as a subprocess and a local slave: SIGSTOP and the
+processes are what is tested); Ctrl-C while connecting to a host that never speaks, in the
+middle of a long subinterval, or while a host hangs, exits 130 within 3 s (on in-memory hosts:
+the run's decision is tested; a real Ctrl-C to a real run is tests/master/test_run_killed.py's).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
-import pytest
 
+from master.config import HostConfig
+from master.live.view import LiveView
+from master.run.lifecycle import Run
+from protocol.messages import Message, SubintervalResult
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 from tests.master.runhelp import (
     all_gone,
     process_tree,
@@ -88,97 +93,83 @@ def test_a_stopped_slave_is_reported_at_its_deadline_and_the_run_ends_within_3s(
     assert any("not received within the deadline" in e["message"] for e in events)
 
 
-@pytest.fixture
-def silent_host() -> Iterator[int]:
-    """A TCP port on 127.0.0.1 that accepts connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held: list[socket.socket] = []
-    done = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not done.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield int(server.getsockname()[1])
-    finally:
-        done.set()
-        thread.join(5)
-        for c in held:
-            c.close()
-        server.close()
+def _interrupt_at(box: dict[str, Any], delay_s: float) -> None:
+    """Ctrl-C to the run (``Run._interrupt``, what its SIGINT handler calls) ``delay_s``
+    from now; ``box["at"]``: when."""
+    box["at"] = time.monotonic() + delay_s
+    asyncio.get_running_loop().call_later(delay_s, box["run"]._interrupt)
 
 
 def test_ctrl_c_while_connecting_to_a_host_that_never_speaks_exits_130_within_3s(
-        tmp_path: Path, silent_host: int) -> None:
-    hosts = f"localhost, {{name: mute, address: 127.0.0.1, port: {silent_host}, user: root}}"
-    cfg = write_config(tmp_path, TEST.format(name="mute", sub=1, hosts=hosts, seconds=5))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "mute")
-        time.sleep(1.5)  # the SSH handshake is waiting for the server's banner
-        assert proc.poll() is None, proc.communicate()
-        proc.send_signal(signal.SIGINT)
-        t_int = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t_int
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+        tmp_path: Path) -> None:
+    """A host whose connection never completes (an SSH server that accepts TCP and never
+    sends its banner: that the transport's handshake is cancelled at once is
+    tests/master/test_transport.py's)."""
+    hosts = "localhost, {name: mute, address: 127.0.0.1, user: root}"
+    cfg = memory_config(tmp_path, TEST.format(name="mute", sub=1, hosts=hosts, seconds=5))
+    box: dict[str, Any] = {}
+    memory = MemoryHosts()
+
+    async def connect(host: HostConfig) -> Any:
+        if host.name == "mute":
+            _interrupt_at(box, 1.0)
+            await asyncio.Event().wait()  # never
+        return await memory.connect(host)
+
+    run = box["run"] = Run(cfg, view=LiveView(rich_mode=False), connect=connect)
+    result = execute(run, timeout_s=30)
+    took = time.monotonic() - box["at"]
+    assert result.exit_code == 130, result.message
     assert took < 3.0, f"exited {took:.2f} s after Ctrl-C"
-    assert "interrupted while starting hosts" in err
-    assert not list(folder.glob("step*"))
+    assert "interrupted while starting hosts" in result.message
+    assert not list(Path(result.folder).glob("step*"))
+    assert memory["localhost"].session.closed
 
 
 def test_ctrl_c_in_a_long_subinterval_exits_130_within_3s_keeping_the_rows(
         tmp_path: Path) -> None:
     """With 6 s subintervals (Ctrl-C 1 s into the second: its end is 5 s away, past the 3 s
     allowed) the step does not wait for the one running: it ends at once, the rows written
-    stay, and the slave is gone."""
-    cfg = write_config(tmp_path, TEST.format(name="long", sub=6, hosts="localhost",
-                                             seconds=60))
-    proc = start_run(cfg, tmp_path)
-    try:
-        folder = run_folder(tmp_path, "long")
-        wait_rows(folder / "step0000-rr/all/all.csv", 1, timeout_s=60)
-        tree = process_tree(slave_pids(folder)[0])
-        time.sleep(1.0)  # well inside the second subinterval
-        proc.send_signal(signal.SIGINT)
-        t_int = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t_int
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
+    stay, and the host is closed."""
+    cfg = memory_config(tmp_path, TEST.format(name="long", sub=6, hosts="localhost",
+                                              seconds=60))
+    box: dict[str, Any] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, SubintervalResult) and m.subinterval == 0:
+            _interrupt_at(box, 1.0)  # well inside the second subinterval
+        return True
+
+    hosts = MemoryHosts(watch)
+    run = box["run"] = memory_run(cfg, hosts)
+    result = execute(run, timeout_s=60)
+    took = time.monotonic() - box["at"]
+    assert result.exit_code == 130, result.message
     assert took < 3.0, f"exited {took:.2f} s after Ctrl-C"
-    assert all_gone(tree, 2.0)
+    assert hosts["localhost"].session.closed
+    folder = Path(result.folder)
     assert len(rows(folder / "step0000-rr/all/all.csv")) == 1
     (summary,) = [r for r in rows(folder / "summary.csv") if r["rollup_type"] == "all"]
     assert summary["valid"] == "false" and "interrupted" in summary["invalid_reason"]
 
 
 def test_ctrl_c_while_a_host_hangs_exits_130_within_3s(tmp_path: Path) -> None:
-    """SIGSTOP the slave, then Ctrl-C before its deadline: the run does not wait for the
-    stopped host (its result, its Stopped, the measurement window) and exits 130 within 3 s,
-    the slave's processes gone."""
-    cfg = write_config(tmp_path, TEST.format(name="hung", sub=2, hosts="localhost",
-                                             seconds=60))
-    proc = start_run(cfg, tmp_path)
-    with _slave_stopped(proc, tmp_path, "hung", 1) as (_, tree):
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        t_int = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t_int
-    assert proc.returncode == 130, err
+    """The slave hangs after its first result (nothing more comes from it), then Ctrl-C before
+    its deadline: the run does not wait for the hung host (its result, its Stopped, the
+    measurement window) and exits 130 within 3 s. (A stopped slave's processes gone at the
+    run's end: the test above.)"""
+    cfg = memory_config(tmp_path, TEST.format(name="hung", sub=2, hosts="localhost",
+                                              seconds=60))
+    box: dict[str, Any] = {}
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, SubintervalResult) and m.subinterval == 0:
+            _interrupt_at(box, 0.3)
+            return False
+        return True
+
+    run = box["run"] = memory_run(cfg, MemoryHosts(watch))
+    result = execute(run, timeout_s=30)
+    took = time.monotonic() - box["at"]
+    assert result.exit_code == 130, result.message
     assert took < 3.0, f"exited {took:.2f} s after Ctrl-C"
-    assert all_gone(tree, 2.0), [p.pid for p in tree if p.is_running()]

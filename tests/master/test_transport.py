@@ -5,6 +5,7 @@ local subprocess transport, and the SSH transport against the in-process asyncss
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -698,6 +699,36 @@ def test_ssh_closed_port_is_connection_refused_quickly(echo_zipapp: SlaveZipapp)
     assert time.monotonic() - start < 2.0
     assert str(info.value) == "host h7: unreachable: connection refused"
     assert isinstance(info.value.__cause__, ConnectionRefusedError)
+
+
+def test_ssh_to_a_host_that_never_speaks_is_cancelled_at_once(echo_zipapp: SlaveZipapp) -> None:
+    """A port that accepts TCP and never sends an SSH banner: the handshake waits (its own
+    timeout is long), and cancelling it (the operator's Ctrl-C while the run starts its hosts)
+    ends it within 0.5 s, the connection closed."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        spec = SshHostSpec(name="mute", address="127.0.0.1", port=server.getsockname()[1],
+                           ssh_config=os.devnull, connect_timeout_s=30.0)
+
+        async def scenario() -> float:
+            task = asyncio.ensure_future(open_ssh(spec, zipapp=echo_zipapp))
+            await asyncio.sleep(1.0)
+            assert not task.done()  # waiting for the banner
+            task.cancel()
+            start = time.monotonic()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return time.monotonic() - start
+
+        took = run(scenario())
+        assert took < 0.5, f"the handshake ended {took:.2f} s after it was cancelled"
+        conn, _ = server.accept()  # it had connected; the master's end is closed
+        with conn:
+            conn.settimeout(5)
+            assert conn.recv(4096).startswith(b"SSH-")  # the client's banner, then its close
+            while conn.recv(4096):
+                pass
 
 
 # --------------------------------------------------------------------------------------------
