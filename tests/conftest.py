@@ -1,9 +1,9 @@
 """How ``scripts/test`` shares the suite out: the tests not marked ``alone`` on pytest-xdist
-workers (``--dist loadfile``, one more than the CPUs), since they mostly wait on ``ivypy run``
-subprocesses (about half a core each) or on nothing; then those marked ``alone``, one at a
-time with nothing beside them: the tests of tests/slave that time the engine, measure its CPU
-or bound how long something takes (all but ``SHARES_THE_MACHINE``), and any other that changes
-what the whole machine shares (``fs.aio-max-nr``).
+workers (``--dist loadfile``, two per CPU), since they mostly wait (on runs of in-memory hosts,
+which keep real time, and on the few ``ivypy run`` subprocesses left); then those marked
+``alone``, one at a time with nothing beside them: the tests of tests/slave that time the
+engine, measure its CPU or bound how long something takes (all but ``SHARES_THE_MACHINE``),
+and any other that changes what the whole machine shares (``fs.aio-max-nr``).
 
 Owns ``pytest_collection_modifyitems`` (the ``alone`` mark on tests/slave, and the files of
 ``LONG_FIRST`` first) and ``pytest_xdist_make_scheduler``: ``loadfile`` (a file's tests on one
