@@ -73,9 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(_chosen_module(words))
     args = parser.parse_args(words)
     func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 0
+    if func is None:  # ``ivypy`` alone: which commands there are, and a usage error's status
+        parser.print_help(sys.stderr)
+        return 2
     try:
         status: int = func(args)
     except IvyError as exc:

@@ -1,14 +1,17 @@
 """``ivypy status | edit | stop [RUN_DIR]``: talk to a running test through its control socket.
 
 Thin: arguments → ``master.live.editparse`` (edits are checked before connecting) →
-``master.live.control_socket.request`` → printed reply → exit code. Without RUN_DIR the newest
-active run is used. For ``edit`` the first positional is RUN_DIR when it is an existing directory
-that is no instance (``all`` in a step folder, which has an ``all`` folder, is the instance), or
-when it is no instance but the next word is one (a run folder that is not there: exit 3, naming
-it); otherwise it is the instance.
+``master.live.control_socket.request`` → printed reply → exit code. Without RUN_DIR the one
+active run started from the current directory (or writing its folder under it) is used; with
+none such or several, the command refuses (exit 2) and lists the active runs. For ``edit`` the
+first positional is RUN_DIR when it is an existing directory that is no instance (``all`` in a
+step folder, which has an ``all`` folder, is the instance), or when it is no instance but the
+next word is one (a run folder that is not there: exit 3, naming it); otherwise it is the
+instance. ``stop --run`` ends the whole run once its running step has (resumable).
 
 Exit codes: 0 done; 2 the edit or stop was refused (bad instance, key or value, or refused by the
-run), with the reason on stderr and nothing changed; 3 no run could be reached (none active, the
+run; or no RUN_DIR and not exactly one run of this directory), with the reason on stderr and
+nothing changed; 3 no run could be reached (none active, the
 folder has no socket, the run ended). ``status`` of a run folder that no master serves prints
 what its ``state.json`` records (complete, failed, interrupted, or dead: its master gone, with
 the command that resumes it), and exits 3.
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from master.config.units import format_duration_s
-from master.live.control_socket import ControlError, find_run_dir, request
+from master.live.control_socket import ControlError, RunNotChosen, find_run_dir, request
 from master.live.editparse import (
     EDITABLE_KEYS,
     EditRefused,
@@ -46,7 +49,8 @@ _ROLLUP_COLUMNS = (("instance", "instance"), ("IOPS", "IOPS"),
 
 
 def register(subparsers: Any) -> None:
-    run_dir_help = "the run folder (default: the newest active run)"
+    run_dir_help = ("the run folder (default: the one active run started from this directory "
+                    "or writing under it; with several, name it)")
     p = subparsers.add_parser(
         "status", help="show the live state of a running test",
         description="Show the step, subinterval, phase and per-instance IOPS and p99 of a "
@@ -70,10 +74,14 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=edit_command)
 
     p = subparsers.add_parser(
-        "stop", help="end the current step of a running test gracefully",
+        "stop", help="end the current step (or, with --run, the whole run) gracefully",
         description="End the current step after the subinterval in progress; the run goes on "
-        "with its next step. Exit 0, 2 refused, 3 no run.")
+        "with its next step. With --run the run ends too, once that step has: its state is "
+        "interrupted, and `ivypy run --resume RUN_DIR` continues it from the next step. Exit "
+        "0, 2 refused, 3 no run.")
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help=run_dir_help)
+    p.add_argument("--run", action="store_true", dest="whole_run",
+                   help="end the whole run after the subinterval in progress (resumable)")
     p.set_defaults(func=stop_command)
 
 
@@ -82,14 +90,20 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _unreached(exc: ControlError) -> int:
+    """No run reached: exit 2 where the command would not guess which (``RunNotChosen``),
+    else 3."""
+    return _fail(str(exc), EXIT_REFUSED if isinstance(exc, RunNotChosen) else EXIT_NO_RUN)
+
+
 def _call(run_dir_arg: str | None, obj: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     run_dir = find_run_dir(run_dir_arg)
     return run_dir, request(run_dir, obj)
 
 
 def _chosen(run_dir_arg: str | None, run_dir: Path) -> str:
-    """`` (run <folder>)`` where the command chose the run (none named, the newest active one;
-    a test folder, its live run): with several runs active the operator sees which it
+    """`` (run <folder>)`` where the command chose the run (none named, the one of this
+    directory; a test folder, its live run): with several runs active the operator sees which it
     reached. Nothing where the run folder itself was named."""
     if run_dir_arg is not None and Path(run_dir_arg).expanduser().resolve() == run_dir.resolve():
         return ""
@@ -169,7 +183,7 @@ def status_command(args: argparse.Namespace) -> int:
     except ControlError as exc:
         recorded = _recorded_state(folder)
         if recorded is None:
-            return _fail(str(exc), EXIT_NO_RUN)
+            return _unreached(exc)
         print(recorded)  # a run no master serves: what its folder says of it
         return EXIT_NO_RUN
     if not reply["ok"]:
@@ -230,7 +244,7 @@ def edit_command(args: argparse.Namespace) -> int:
     try:
         run_dir, reply = _call(run_dir_arg, {"op": "edit", "instance": instance, "params": raw})
     except ControlError as exc:
-        return _fail(str(exc), EXIT_NO_RUN)
+        return _unreached(exc)
     if not reply["ok"]:
         return _fail(f"edit refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
     workloads = reply.get("workloads")
@@ -245,12 +259,20 @@ def edit_command(args: argparse.Namespace) -> int:
 
 
 def stop_command(args: argparse.Namespace) -> int:
+    op = "stop_run" if args.whole_run else "stop"
     try:
-        run_dir, reply = _call(args.run_dir, {"op": "stop"})
+        run_dir, reply = _call(args.run_dir, {"op": op})
     except ControlError as exc:
-        return _fail(str(exc), EXIT_NO_RUN)
+        return _unreached(exc)
     if not reply["ok"]:
         return _fail(f"stop refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
-    print(f"step {_step_text(reply)} will end after subinterval "
-          f"{reply.get('last_subinterval', '?')}{_chosen(args.run_dir, run_dir)}")
+    chosen = _chosen(args.run_dir, run_dir)
+    if reply.get("step") is None:  # stop_run between steps
+        print(f"the run will end before its next step{chosen}")
+    elif args.whole_run:
+        print(f"step {_step_text(reply)} will end after subinterval "
+              f"{reply.get('last_subinterval', '?')}, then the run{chosen}")
+    else:
+        print(f"step {_step_text(reply)} will end after subinterval "
+              f"{reply.get('last_subinterval', '?')}{chosen}")
     return EXIT_OK

@@ -2,7 +2,8 @@
 
 Owns ``<run_dir>/control.sock`` (a Unix stream socket, mode 0600), the little line protocol
 spoken on it, the client that ``ivypy status | edit | stop`` use, and the registry that lets
-those commands find the newest active run when no run folder is named.
+those commands find the run meant when no run folder is named (the one active run started from
+the current directory or writing under it).
 
 Must not: change workloads or steps itself (it calls a ``ControlHandler`` that the run loop
 implements, in the run loop's event loop), decide what an edit means beyond parsing it
@@ -20,6 +21,7 @@ Protocol
     ``{"op": "edit", "instance": "host=h1",``                 ``ControlHandler.edit(...)``
     ``"params": {"iops": 5000, "read_fraction": "70%"}}``
     ``{"op": "stop"}``                                        ``ControlHandler.stop_step()``
+    ``{"op": "stop_run"}``                                    ``ControlHandler.stop_run()``
     ========================================================  ==================================
 
     Every reply carries ``"ok": true`` or ``{"ok": false, "error": "<one line>"}``: bad JSON, an
@@ -37,11 +39,14 @@ Handler replies (documented keys; more keys are allowed and shown generically)
     ``instance`` (as typed, normalised) and ``changes`` (``EditChanges.describe()``) unless the
     handler set them.
     stop: ``step``, optionally ``step_name``, ``last_subinterval`` (the step ends after it).
+    stop_run: as stop, where a step is running (``step`` None between steps); the run ends
+    once that step has (its state ``interrupted``, resumable from the next step).
 
 Active-run registry
     ``$IVYPY_STATE_DIR/active-runs/`` when that variable is set, else
     ``~/.cache/ivypy/active-runs/`` (mode 0700). A started server writes ``<pid>-<n>.json``
-    (``{"pid", "run_dir", "started_at"}``, written atomically) and removes it on close. An entry
+    (``{"pid", "run_dir", "started_at", "cwd"}``: ``cwd`` the directory the run was started
+    from; written atomically) and removes it on close. An entry
     whose process is gone, or whose socket is missing or refuses connections (a run killed,
     its pid taken by another process since, as after a reboot), is stale: ignored and deleted
     by whoever lists the registry.
@@ -80,6 +85,7 @@ __all__ = [
     "ControlError",
     "ControlHandler",
     "ControlServer",
+    "RunNotChosen",
     "active_runs",
     "find_run_dir",
     "registry_dir",
@@ -97,11 +103,17 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 #: A connection that sends nothing for this long is closed.
 IDLE_TIMEOUT_S = 300.0
 _SUN_PATH_MAX = 100
-_OPS = ("status", "edit", "stop")
+_OPS = ("status", "edit", "stop", "stop_run")
 
 
 class ControlError(IvyError):
     """The control socket could not be served or reached: no run found, run ended, bad reply."""
+
+
+class RunNotChosen(ControlError):
+    """No run folder named, and not exactly one active run started from this directory or
+    writing under it: the command refuses rather than guess (the message lists the active
+    runs)."""
 
 
 class ControlUnavailable(ControlError):
@@ -124,6 +136,8 @@ class ControlHandler(Protocol):
         ...
 
     async def stop_step(self) -> dict[str, Any]: ...
+
+    async def stop_run(self) -> dict[str, Any]: ...
 
 
 # ---------------------------------------------------------------- socket addresses
@@ -208,6 +222,13 @@ class ActiveRun:
     run_dir: Path
     started_at: float
     entry: Path
+    #: the directory the run was started from (None: an entry of an older ivypy)
+    cwd: Path | None = None
+
+    def started_from(self, directory: Path) -> bool:
+        """Whether the run was started from ``directory`` or writes its folder under it."""
+        return ((self.cwd is not None and self.cwd.resolve() == directory)
+                or self.run_dir.resolve().is_relative_to(directory))
 
 
 _serial = itertools.count(1)
@@ -237,7 +258,8 @@ def _register(run_dir: Path) -> Path | None:
     cannot be written (the run is then only reachable by naming its folder)."""
     directory = registry_dir()
     entry = directory / f"{os.getpid()}-{next(_serial)}.json"
-    record = {"pid": os.getpid(), "run_dir": str(run_dir), "started_at": time.time()}
+    record = {"pid": os.getpid(), "run_dir": str(run_dir), "started_at": time.time(),
+              "cwd": os.getcwd()}
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = directory / f".{entry.name}.tmp"
@@ -252,8 +274,10 @@ def _register(run_dir: Path) -> Path | None:
 def _read_entry(entry: Path) -> ActiveRun | None:
     try:
         record = json.loads(entry.read_text())
+        cwd = record.get("cwd")
         return ActiveRun(int(record["pid"]), Path(record["run_dir"]),
-                         float(record["started_at"]), entry)
+                         float(record["started_at"]), entry,
+                         Path(cwd) if isinstance(cwd, str) else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -282,7 +306,9 @@ def active_runs() -> list[ActiveRun]:
 def find_run_dir(explicit: str | os.PathLike[str] | None) -> Path:
     """The run folder to talk to: ``explicit`` (a run folder with a control.sock, the socket
     itself, or a test folder: its newest run whose socket a server listens on, else its newest
-    run with a socket), else the newest active run."""
+    run with a socket), else the one active run started from the current directory or
+    writing its folder under it. ``RunNotChosen`` when there is not exactly one such (another
+    terminal's run elsewhere is never guessed at); ``ControlError`` when no run is active."""
     if explicit is not None:
         path = Path(explicit).expanduser()
         if path.name == SOCKET_NAME and _is_socket(path):
@@ -302,7 +328,18 @@ def find_run_dir(explicit: str | os.PathLike[str] | None) -> Path:
     runs_now = active_runs()
     if not runs_now:
         raise ControlError("no active ivypy run found (name the run folder)")
-    return runs_now[-1].run_dir
+    here = Path.cwd().resolve()
+    chosen = [r for r in runs_now if r.started_from(here)]
+    if len(chosen) == 1:
+        return chosen[0].run_dir
+    which = ("none of them" if not chosen else
+             f"{len(chosen)} of them" if len(chosen) < len(runs_now) else "each of them")
+    listed = "\n".join(f"  {r.run_dir}  (pid {r.pid}, started "
+                       f"{time.strftime('%H:%M:%S', time.localtime(r.started_at))}"
+                       f"{'' if r.cwd is None else f' from {r.cwd}'})" for r in runs_now)
+    raise RunNotChosen(
+        f"{len(runs_now)} active ivypy run{'s' if len(runs_now) > 1 else ''}, and {which} "
+        f"started from {here} or writing under it: name the run folder\n{listed}")
 
 
 # ---------------------------------------------------------------- server
@@ -327,6 +364,7 @@ class ControlServer:
             "status": self._status,
             "edit": self._edit,
             "stop": self._stop,
+            "stop_run": self._stop_run,
         }
 
     @property
@@ -492,6 +530,9 @@ class ControlServer:
 
     async def _stop(self, request_obj: dict[str, Any]) -> dict[str, Any]:
         return await self.handler.stop_step()
+
+    async def _stop_run(self, request_obj: dict[str, Any]) -> dict[str, Any]:
+        return await self.handler.stop_run()
 
 
 # ---------------------------------------------------------------- client

@@ -184,6 +184,8 @@ class Run(StepLoop):
         #: the run's summary.csv header: fixed by the first step that writes it (its gathered
         #: columns), or the existing file's (a resumed run)
         self.run_summary_header: list[str] | None = None
+        #: ``ivypy stop --run``: the run ends once the step running (if any) has ended
+        self.stop_run_requested = False
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -257,11 +259,15 @@ class Run(StepLoop):
                 self.gathering = Gathering(self.cfg.gather, self.output, self.event, self.clock)
                 await self.fleet.or_interrupted(self.gathering.configure(), "gather config_command")
             first = resume.first_step if resume is not None else 0
+            stopped_before: int | None = None  # the step ``ivypy stop --run`` did not start
             for number, step in enumerate(self.cfg.steps):
                 if self.interrupted.is_set():
                     break
                 if number < first:
                     continue
+                if self.stop_run_requested:
+                    stopped_before = number
+                    break
                 valid = await self._run_step(number, step)
                 if not valid:
                     result.invalid_steps.append(step.name)
@@ -269,6 +275,12 @@ class Run(StepLoop):
                     self._step_complete(number, step)
             if self.interrupted.is_set():
                 result.exit_code, result.message = EXIT_INTERRUPTED, "interrupted"
+            elif stopped_before is not None:
+                result.exit_code = EXIT_INTERRUPTED
+                result.message = (
+                    f"stopped by ivypy stop --run before step {stopped_before} "
+                    f"{self.cfg.steps[stopped_before].name}; continue it with: ivypy run "
+                    f"--resume {folder}")
             elif result.invalid_steps:
                 result.exit_code = EXIT_INVALID
                 result.message = f"invalid steps: {', '.join(result.invalid_steps)}"

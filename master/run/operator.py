@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class RunControl:
-    """The run's side of the control socket: ``ivypy status``, ``ivypy edit``, ``ivypy stop``."""
+    """The run's side of the control socket: ``ivypy status``, ``ivypy edit``, ``ivypy stop``
+    (``--run``: ``stop_run``)."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -130,6 +131,25 @@ class RunControl:
                       f"{st.forced_last}", kind="stop", step=st.number)
         return {"step": st.number, "step_name": st.config.name,
                 "last_subinterval": st.forced_last}
+
+
+    async def stop_run(self) -> dict[str, Any]:
+        """``ivypy stop --run``: the step running ends after the subinterval in progress (as
+        ``stop_step``), and the run once it has; between steps, before the next one."""
+        run = self.run
+        first = not run.stop_run_requested
+        run.stop_run_requested = True
+        st = run.step_state
+        if st is None:
+            if first:
+                run.event("INFO", "stop of the run requested: it ends before its next step",
+                          kind="stop")
+            return {"step": None}
+        reply = await self.stop_step()
+        if first:
+            run.event("INFO", f"stop of the run requested: it ends after step "
+                      f"{st.config.name}", kind="stop", step=st.number)
+        return reply
 
 
 def _steered(st: StepState, workload_ids: set[str]) -> set[str]:

@@ -26,13 +26,18 @@ def test_command_table_matches_the_modules() -> None:
         assert name in only_sub.choices
 
 
-@pytest.mark.parametrize("args, text", [(["--version"],
-                                         f"ivypy 0.1.0 (protocol {PROTOCOL_VERSION})"),
-                                        (["--help"], "fio-pctiles"), ([], "COMMAND")])
-def test_help_and_version(args: list[str], text: str) -> None:
+@pytest.mark.parametrize("args, status, stdout, stderr", [
+    (["--version"], 0, f"ivypy 0.1.0 (protocol {PROTOCOL_VERSION})", ""),
+    (["--help"], 0, "fio-pctiles", ""),
+    ([], 2, "", "COMMAND"),  # ``ivypy`` alone: the usage, as a usage error
+])
+def test_help_and_version(args: list[str], status: int, stdout: str, stderr: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,
                           text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 0 and text in proc.stdout
+    assert proc.returncode == status, proc.stderr
+    assert stdout in proc.stdout and stderr in proc.stderr
+    if not stdout:
+        assert proc.stdout == ""
 
 
 def test_fio_pctiles_does_not_load_the_run_loop() -> None:

@@ -9,6 +9,8 @@ subprocesses).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -53,6 +55,7 @@ class SimulatedRun:
     pending: list[tuple[int, list[str], dict[str, Any]]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     stop_after: int | None = None
+    run_stopped: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def tick(self) -> None:
@@ -100,6 +103,11 @@ class SimulatedRun:
         with self.lock:
             self.stop_after = self.subinterval
             return {"step": 1, "step_name": self.step_name, "last_subinterval": self.subinterval}
+
+    async def stop_run(self) -> dict[str, Any]:
+        reply = await self.stop_step()
+        self.run_stopped = True
+        return reply
 
 
 class BackgroundRun:
@@ -172,10 +180,12 @@ def run(tmp_path: Path) -> Iterator[BackgroundRun]:
     assert not (run_dir / SOCKET_NAME).exists()
 
 
-def ivypy(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m master ARGS`` from the repository root (IVYPY_STATE_DIR inherited)."""
+def ivypy(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -m master ARGS`` from ``cwd``, the repository root unless given
+    (IVYPY_STATE_DIR inherited)."""
     return subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,
-                          text=True, timeout=60, cwd=REPO_ROOT)
+                          text=True, timeout=60, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
 
 
 # ---------------------------------------------------------------- subprocess
@@ -199,7 +209,8 @@ def test_edit_holds_from_the_announced_subinterval(run: BackgroundRun) -> None:
     assert {r.subinterval for r in rows} >= {k - 1, k, k + 1}
 
 
-def test_status_without_run_dir_uses_the_newest_active_run(run: BackgroundRun) -> None:
+def test_status_without_run_dir_uses_the_run_started_from_here(run: BackgroundRun) -> None:
+    # the run's server was started from this process's directory, the repository root
     done = ivypy("status")
     assert done.returncode == EXIT_OK, done.stderr
     lines = done.stdout.splitlines()
@@ -237,6 +248,48 @@ def test_stop(run: BackgroundRun) -> None:
                          done.stdout)
     assert match and Path(match.group(2)) == run.run_dir, done.stdout
     assert run.sim.stop_after == int(match.group(1))
+
+
+def test_stop_run_ends_the_run_after_its_step(run: BackgroundRun) -> None:
+    done = ivypy("stop", "--run", str(run.run_dir))
+    assert done.returncode == EXIT_OK, done.stderr
+    assert re.fullmatch(r"step 1 \(ramp\) will end after subinterval \d+, then the run\n",
+                        done.stdout), done.stdout
+    assert run.sim.run_stopped and run.sim.stop_after is not None
+
+
+def test_two_runs_of_other_folders_and_a_bare_stop_from_a_third_refuses_listing_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs active at once, started from two folders: ``ivypy stop`` from a third refuses
+    (exit 2) and lists both, and neither stops; from the first's folder it stops that one."""
+    lab = {name: tmp_path / name for name in ("one", "two", "third")}
+    for d in lab.values():
+        d.mkdir()
+    runs = {}
+    with contextlib.ExitStack() as stack:
+        for name in ("one", "two"):
+            run_dir = lab[name] / "out" / "t" / "20240101-000000"
+            run_dir.mkdir(parents=True)
+            monkeypatch.chdir(lab[name])  # where the run is started from
+            runs[name] = stack.enter_context(BackgroundRun(run_dir))
+        done = ivypy("stop", cwd=lab["third"])
+        assert done.returncode == EXIT_REFUSED, done.stdout + done.stderr
+        lines = done.stderr.splitlines()
+        assert lines[0] == (f"ivypy: 2 active ivypy runs, and none of them started from "
+                            f"{lab['third']} or writing under it: name the run folder")
+        for name in ("one", "two"):
+            (line,) = [ln for ln in lines[1:] if ln.startswith(f"  {runs[name].run_dir}  ")]
+            assert line.endswith(f" from {lab[name]})"), line
+        assert done.stdout == ""
+        assert runs["one"].sim.stop_after is None and runs["two"].sim.stop_after is None
+
+        status = ivypy("status", cwd=lab["third"])
+        assert status.returncode == EXIT_REFUSED and "name the run folder" in status.stderr
+
+        mine = ivypy("stop", cwd=lab["one"])
+        assert mine.returncode == EXIT_OK, mine.stderr
+        assert f"(run {runs['one'].run_dir})" in mine.stdout
+        assert runs["one"].sim.stop_after is not None and runs["two"].sim.stop_after is None
 
 
 def test_no_active_run(tmp_path: Path) -> None:

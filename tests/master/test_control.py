@@ -27,6 +27,7 @@ from master.live.control_socket import (
     SOCKET_NAME,
     ControlError,
     ControlServer,
+    RunNotChosen,
     active_runs,
     find_run_dir,
     registry_dir,
@@ -42,6 +43,7 @@ class FakeHandler:
         self.subinterval = 3
         self.edits: list[tuple[str, str, EditChanges]] = []
         self.stops = 0
+        self.run_stops = 0
         self.fail_with: BaseException | None = None
         self.gate: asyncio.Event | None = None
 
@@ -63,6 +65,10 @@ class FakeHandler:
 
     async def stop_step(self) -> dict[str, Any]:
         self.stops += 1
+        return {"step": 1, "last_subinterval": self.subinterval}
+
+    async def stop_run(self) -> dict[str, Any]:
+        self.run_stops += 1
         return {"step": 1, "last_subinterval": self.subinterval}
 
 
@@ -203,7 +209,7 @@ BAD_REQUESTS = [
     (b"not json\n", "bad request: not a JSON object"),
     (b"[1, 2]\n", "bad request: expected a JSON object"),
     (b"\xff\xfe\n", "bad request: not a JSON object"),
-    (b'{"op": "explode"}\n', "unknown op 'explode' (known: status, edit, stop)"),
+    (b'{"op": "explode"}\n', "unknown op 'explode' (known: status, edit, stop, stop_run)"),
     (b'{"nop": 1}\n', "unknown op None"),
     (b'{"op": 5}\n', "unknown op 5"),
     (b'{"op": "edit", "params": {"iops": 5}}\n', "'instance' must be a string"),
@@ -323,21 +329,25 @@ def test_client_refuses_an_oversized_request(run_dir: Path) -> None:
 # ---------------------------------------------------------------- registry and run lookup
 
 
-def test_registry_names_the_newest_active_run(tmp_path: Path, state_dir: Path) -> None:
+def test_registry_lists_the_active_runs_and_each_names_where_it_was_started(
+        tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = tmp_path / "r1", tmp_path / "r2"
     first.mkdir()
     second.mkdir()
+    monkeypatch.chdir(first)
 
     async def main() -> None:
         async with ControlServer(first, FakeHandler()):
             assert find_run_dir(None) == first
             await asyncio.sleep(0.01)
             async with ControlServer(second, FakeHandler()):
-                assert [r.run_dir for r in active_runs()] == [first, second]
-                assert find_run_dir(None) == second
+                assert [(r.run_dir, r.cwd) for r in active_runs()] == [
+                    (first, first), (second, first)]
                 entries = list(registry_dir().iterdir())
                 assert len(entries) == 2
                 assert all(e.name.startswith(f"{os.getpid()}-") for e in entries)
+                with pytest.raises(RunNotChosen):  # both started from here
+                    find_run_dir(None)
             assert find_run_dir(None) == first
         assert list(registry_dir().iterdir()) == []
 
@@ -345,6 +355,90 @@ def test_registry_names_the_newest_active_run(tmp_path: Path, state_dir: Path) -
     assert registry_dir() == state_dir / "active-runs"
     with pytest.raises(ControlError, match="no active ivypy run found"):
         find_run_dir(None)
+
+
+#: (where the command runs, the run it reaches or None: refused, listing both). Run a is
+#: started from lab/a and writes under lab/a/out; run b is started from lab/b and writes
+#: under out/b (an output root elsewhere).
+CHOSEN = [
+    ("lab/a", "a"),  # started from here
+    ("lab/a/out", "a"),  # its folder is under here
+    ("lab/b", "b"),  # started from here, its folder elsewhere
+    ("out", "b"),  # b's folder is under here
+    ("lab", "a"),  # a's folder is under here; b was started from lab/b, writes under out/
+    (".", None),  # both folders under here
+    ("other", None),  # neither: another terminal's runs are not guessed at
+]
+
+
+@pytest.mark.parametrize(("where", "reached"), CHOSEN)
+def test_without_a_run_folder_only_the_one_run_of_this_directory_is_reached(
+        tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+        reached: str | None) -> None:
+    folders = {"a": tmp_path / "lab/a/out/t/1", "b": tmp_path / "out/b/t/2"}
+    started = {"a": tmp_path / "lab/a", "b": tmp_path / "lab/b"}
+    for d in (*folders.values(), *started.values(), tmp_path / "other"):
+        d.mkdir(parents=True, exist_ok=True)
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            for name in ("a", "b"):
+                monkeypatch.chdir(started[name])
+                await stack.enter_async_context(ControlServer(folders[name], FakeHandler()))
+            monkeypatch.chdir(tmp_path / where)
+            if reached is not None:
+                assert find_run_dir(None) == folders[reached]
+                return
+            with pytest.raises(RunNotChosen) as info:
+                find_run_dir(None)
+            text = str(info.value)
+            first = text.splitlines()[0]
+            assert first.startswith("2 active ivypy runs, and ")
+            assert first.endswith(f"started from {Path.cwd()} or writing under it: name the "
+                                  "run folder")
+            assert ("none of them" in first) == (where == "other")
+            for name in ("a", "b"):
+                assert f"  {folders[name]}  (pid {os.getpid()}, started " in text
+                assert f" from {started[name]})" in text
+
+    asyncio.run(main())
+
+
+def test_one_active_run_started_elsewhere_is_not_guessed_at(
+        tmp_path: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        monkeypatch.chdir(elsewhere)
+        with pytest.raises(RunNotChosen, match=r"^1 active ivypy run, and none of them"):
+            find_run_dir(None)
+        assert find_run_dir(str(run_dir)) == run_dir  # named, it is reached
+
+    serve(run_dir, body)
+
+
+def test_an_entry_of_an_older_ivypy_is_reached_by_its_folder_alone(
+        tmp_path: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry entry without ``cwd`` (an ivypy before it was recorded) qualifies only where
+    its run folder is under the current directory."""
+    directory = registry_dir()
+
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        (entry,) = directory.iterdir()
+        record = json.loads(entry.read_text())
+        del record["cwd"]
+        entry.write_text(json.dumps(record))
+        assert active_runs()[0].cwd is None
+        monkeypatch.chdir(run_dir.parent)
+        assert find_run_dir(None) == run_dir
+        beside = tmp_path / "beside"
+        beside.mkdir()
+        monkeypatch.chdir(beside)
+        with pytest.raises(RunNotChosen):
+            find_run_dir(None)
+
+    serve(run_dir, body)
 
 
 def test_stale_registry_entries_are_ignored_and_removed(tmp_path: Path, run_dir: Path) -> None:

@@ -257,6 +257,59 @@ def test_a_run_folder_that_cannot_hold_the_control_socket_runs_without_it(
     assert read_state(result.folder).state == "complete"
 
 
+# ---------------------------------------------------------------- 3b. ivypy stop --run
+@pytest.mark.parametrize("when", ["in step a", "before any step"])
+def test_stop_run_ends_the_run_once_its_step_has_and_it_resumes_from_the_next(
+        tmp_path: Path, when: str) -> None:
+    """``ivypy stop --run`` in step a: the step ends after the subinterval in progress (as
+    ``ivypy stop``), keeps its verdict, and the run ends there: exit 130, state interrupted,
+    resumable from step b. Asked before any step: the run ends before step a."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=4.0))
+    box: dict[str, Any] = {}
+
+    async def operator() -> None:
+        run: Run = box["run"]
+        if when == "in step a":
+            while run.step_state is None or run.step_state.last_recorded < 1:
+                await asyncio.sleep(0.005)
+        box["reply"] = await RunControl(run).stop_run()
+        box["again"] = await RunControl(run).stop_run()  # a second ask changes nothing
+
+    def watch(host: str, m: Message) -> bool:
+        if "task" not in box:
+            box["task"] = asyncio.ensure_future(operator())
+        return True
+
+    hosts = MemoryHosts(watch)
+    run = box["run"] = memory_run(cfg, hosts)
+    result = execute(run, timeout_s=30)
+    box["task"].result()
+    folder = result.folder
+    next_step = "1 b" if when == "in step a" else "0 a"
+    assert result.exit_code == EXIT_INTERRUPTED, result.message
+    assert result.message == (f"stopped by ivypy stop --run before step {next_step}; "
+                              f"continue it with: ivypy run --resume {folder}")
+    state = read_state(folder)
+    assert state.state == "interrupted"
+    text = (folder / "test.yaml").read_text()
+    stops = [e["message"] for e in _rows(folder / "events.csv") if e["kind"] == "stop"]
+    if when == "before any step":
+        assert box["reply"] == box["again"] == {"step": None}
+        assert state.last_complete_step == -1 and not list(folder.glob("step*"))
+        assert check_resumable(state, folder, text, __version__) == 0
+        assert stops == ["stop of the run requested: it ends before its next step"]
+        return
+    last = box["reply"]["last_subinterval"]
+    assert box["again"]["last_subinterval"] == last
+    assert state.last_complete_step == 0
+    assert check_resumable(state, folder, text, __version__) == 1
+    (row,) = _summary(folder, 0)
+    assert row["last_subinterval"] == str(last) and row["valid"] == "true", row
+    assert not _summary(folder, 1) and not (folder / "step0001-b").exists()
+    assert stops == [f"stop requested: step a ends after subinterval {last}",
+                     "stop of the run requested: it ends after step a"]
+
+
 # ---------------------------------------------------------------- 4. the measurement window
 def test_ctrl_c_while_a_hung_host_holds_the_window_exits_130_within_3s(tmp_path: Path) -> None:
     """The slave hangs as it would answer the window request; Ctrl-C 0.2 s later ends the run

@@ -80,7 +80,8 @@ def test_status_edit_refusals_and_stop(tmp_path: Path, state_env: dict[str, str]
             assert code == 2, out + err
             assert text in err
 
-        # without RUN_DIR the newest active run is found
+        # without RUN_DIR: the one run started from this directory (the test run's, in the
+        # repository root, as the edit process is)
         code, out, err = await _ivypy("edit", "host=localhost", "iops=3000", env=state_env)
         assert code == 0, err
         m = re.search(r"from subinterval (\d+)", out)
