@@ -28,15 +28,17 @@ The rules:
   instances' columns for that subinterval, and for a window that holds it.
 * **Host versus device.** Where ivypy's I/Os on a device's LUNs and the device's own differ by
   more than ``DISAGREE_FRACTION`` of ivypy's in a subinterval with ivypy I/O (a file LUN read
-  from the page cache, another tenant on the device), one event per device per step names the
-  host, the LUNs, both IOPS and the subintervals.
+  from the page cache, another tenant on the device), the step's ``Disagreement`` per device
+  names the host, the LUNs, both IOPS and the subintervals; the run warns once per device,
+  with its worst step's (``master.run``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +58,17 @@ _READ_IOS, _WRITE_IOS, _READ_SECT, _WRITE_SECT, _READ_TICKS, _WRITE_TICKS, _IO_T
     range(8))
 
 DeviceKey = tuple[str, str]  # (host, major:minor)
+
+
+class Disagreement(NamedTuple):
+    """A device whose I/O differed from ivypy's on its LUNs in a step."""
+
+    host: str
+    device: DeviceKey
+    #: how far the device's IOPS were from ivypy's over the subintervals that differed, as a
+    #: part of ivypy's (the figure by which the run's worst step is chosen)
+    off: float
+    message: str
 
 
 def device_metrics(counters: npt.NDArray[np.int64], interval_s: npt.NDArray[np.float64],
@@ -237,10 +250,9 @@ class DeviceRollups:
         return rows
 
     # ------------------------------------------------------------------ the check
-    def disagreements(self) -> list[tuple[str, str]]:
-        """(host, message) per device of the step whose I/O count and bytes both differ from
-        ivypy's on its LUNs by more than ``DISAGREE_FRACTION`` in some subinterval with ivypy
-        I/O."""
+    def disagreements(self) -> list[Disagreement]:
+        """Each device of the step whose I/O count and bytes both differ from ivypy's on its
+        LUNs by more than ``DISAGREE_FRACTION`` in some subinterval with ivypy I/O."""
         out = []
         for key in sorted(set(self.device_of_lun.values())):
             bad = [k for k in sorted(self.kept) if key in self.kept[k]
@@ -258,10 +270,11 @@ class DeviceRollups:
             seconds = sum(self.kept[k][key].interval_ns for k in bad) / 1e9
             host, devno = key
             luns = ", ".join(self.luns_of[key])
-            out.append((host, (
+            dev_iops = dev_ios / seconds
+            out.append(Disagreement(host, key, abs(dev_iops - ivy) / ivy if ivy else math.inf, (
                 f"host {host} LUN {luns}: ivypy's IOPS and MB/s and the device's differ by "
                 f"more than {DISAGREE_FRACTION:.0%} (ivypy {ivy:.6g} IOPS {ivy_mb:.6g} MB/s, "
-                f"device {self.names[key]} ({devno}) {dev_ios / seconds:.6g} IOPS "
+                f"device {self.names[key]} ({devno}) {dev_iops:.6g} IOPS "
                 f"{dev_bytes / seconds / 1e6:.6g} MB/s) in subintervals {_spans(bad)}: a file "
                 "LUN served from the page cache, or another tenant on the device?")))
         return out

@@ -95,7 +95,8 @@ class StepControl:
                                  kd=d.gains.kd or 0.0)
             self.bank = DfcBank(focus_instances[d.focus_rollup], d.focus_metric, d.target,
                                 d.low_iops, d.high_iops, gains,
-                                direction=metric_direction(d.focus_metric))
+                                direction=metric_direction(d.focus_metric),
+                                tolerance=d.tolerance)
         self.settle_deadline = self.warm + (self.timeout or 0)
         #: with DFC and measure: the controller had not settled when the deadline started the
         #: measurement (what was measured is not the target's operating point)
@@ -109,6 +110,8 @@ class StepControl:
         #: focus instances an operator's edit takes over: the first subinterval it holds in
         #: and the instance's total from then on (``operator_edit``)
         self._taken_over: dict[str, tuple[int, float]] = {}
+        #: the ``measure:`` focus instances with a value of its metric so far
+        self._measure_read: set[str] = set()
 
     @property
     def max_subintervals(self) -> int:
@@ -264,6 +267,9 @@ class StepControl:
 
         out: list[dict[str, Any]] = []
         assert self.meas_start is not None
+        focus = series(self.measure.focus_metric)
+        self._measure_read.update(n for n, v in zip(names, focus, strict=True)
+                                  if math.isfinite(v))
         if isinstance(self.tracker, ms.MeasureTracker):
             key, metric, crit = self.checks[0]
             rows = {key: self.tracker.feed(series(metric))}
@@ -297,7 +303,8 @@ class StepControl:
             window = list(range(start, min(end, last_recorded) + 1))
             if not window:
                 return [], "no measurement subinterval", {}
-            return window, self._pinned_reason(window), {}
+            return window, "; ".join(x for x in (self._pinned_reason(window),
+                                                 self._held_reason(window)) if x), {}
         assert self.meas_start is not None or self.tracker is None
         crit = "; ".join(f"{c.name} {c.limit_text}" for _, _, c in self.checks)
         if self.tracker is None or self.meas_start is None:
@@ -332,24 +339,97 @@ class StepControl:
                 for r in failed)
             reasons.append(f"measure: {causes}"
                            + ("" if first.window is None else " (best window reported)"))
+        unread = self._unread_reason()
+        if unread:
+            reasons.append(unread)
         if first.window is None:
             return [], "; ".join(reasons), extra
         lo, hi = first.window
         start = self.meas_start
         window = [start + j for j in range(lo, hi) if start + j <= last_recorded]
+        held = self._held_reason(window)
+        if held:
+            reasons.append(held)
         return window, "; ".join(reasons), extra
+
+    def _held_reason(self, window: Sequence[int]) -> str:
+        """Why DFC did not hold its target over the measurement ``window``, or '': a focus
+        instance with no reading of its metric there held IOPS it could not steer by; one
+        whose readings there average outside target ± ``dfc.tolerance`` did not hold it (how
+        far, why and what to change: its controller's cause). The readings are the metric as
+        DFC reads and holds it (a subinterval's, or a ``window_seconds`` window's): the
+        window's own p99 of a p99 held at its target lies above it by the readings' spread.
+        A fixed-length step's instance pinned at a bound is ``_pinned_reason``'s."""
+        if self.dfc is None or self.bank is None or not window:
+            return ""
+        d, first, last = self.dfc, window[0], window[-1]
+        reasons, off = [], []
+        missing = []
+        for inst in self.bank.controllers:
+            moves = self._moves(inst, first, last)
+            read = [m.measured for m in moves if math.isfinite(m.measured)]
+            if not read:
+                missing.append(inst)
+                continue
+            if self.fixed is not None and pinned_bound(moves, d.low_iops, d.high_iops):
+                continue
+            mean = math.fsum(read) / len(read)
+            if abs(mean - d.target) > d.tolerance * d.target:
+                off.append((inst, mean, len(read)))
+        if missing:
+            reasons.append(f"dfc: {d.focus_metric} had no samples in the measurement window "
+                           f"({', '.join(missing)}), so DFC held IOPS it could not steer by "
+                           "(see dfc.csv)")
+        if off:
+            reasons.append(
+                f"dfc: {d.focus_metric} over the measurement window not within "
+                f"±{d.tolerance:.0%} of its target {d.target:g}: " + "; ".join(
+                    f"{i} {v:.4g} on average of {n} readings ({100 * (v / d.target - 1):+.1f}%; "
+                    f"{self._off_cause(i, first, last)})" for i, v, n in off) + " (see dfc.csv)")
+        return "; ".join(reasons)
+
+    def _off_cause(self, inst: str, first: int, last: int) -> str:
+        """Why ``inst``'s readings over ``first..last`` averaged off its target: it came
+        within the tolerance only late in the window (the measurement took in its approach:
+        a warmup lets it settle first), else its controller's cause."""
+        assert self.dfc is not None and self.bank is not None
+        d = self.dfc
+        band = d.tolerance * d.target
+        moves = [m for m in self._moves(inst, first, last) if math.isfinite(m.measured)]
+        k = len(moves)
+        while k and abs(moves[k - 1].measured - d.target) <= band:
+            k -= 1
+        if 0 < k < len(moves) and len(moves) - k >= self.bank.controllers[inst].settle_count:
+            return (f"it came within the tolerance only from subinterval "
+                    f"{moves[k].subinterval}, and the measurement took in its approach: "
+                    "warmup_seconds lets DFC settle before the measurement")
+        return self._dfc_cause(inst, 0, last)
+
+    def _unread_reason(self) -> str:
+        """A ``measure:`` focus instance with no sample of its metric was never steady."""
+        if self.measure is None or self.tracker is None:
+            return ""
+        unread = [i for i in self.focus_measure if i not in self._measure_read]
+        if not unread:
+            return ""
+        return (f"measure: {self.measure.focus_metric} had no samples ({', '.join(unread)}), "
+                "so it was never steady")
+
+    def _moves(self, inst: str, first: int, last: int) -> list[DfcReading]:
+        return [m for m in self.dfc_moves.get(inst, []) if first <= m.subinterval <= last]
+
+    def _dfc_cause(self, inst: str, first: int, last: int) -> str:
+        """Why ``inst``'s controller did not hold the target over its moves in
+        ``first..last``, and what to change."""
+        assert self.dfc is not None and self.bank is not None
+        d, ctrl = self.dfc, self.bank.controllers[inst]
+        return dfc_cause(self._moves(inst, first, last), d.focus_metric, d.target, d.low_iops,
+                         d.high_iops, ctrl.tolerance, ctrl.settle_count)
 
     def _dfc_causes(self, first: int, last: int, instances: Sequence[str]) -> list[str]:
         """``<instance>: <cause>`` of each controller of ``instances`` over its moves in
         ``first..last``."""
-        assert self.dfc is not None and self.bank is not None
-        d, out = self.dfc, []
-        for inst in instances:
-            ctrl = self.bank.controllers[inst]
-            moves = [m for m in self.dfc_moves.get(inst, []) if first <= m.subinterval <= last]
-            out.append(f"{inst}: " + dfc_cause(moves, d.focus_metric, d.target, d.low_iops,
-                                               d.high_iops, ctrl.tolerance, ctrl.settle_count))
-        return out
+        return [f"{inst}: {self._dfc_cause(inst, first, last)}" for inst in instances]
 
     def _unsettled_reason(self, when: str, last: int, unsettled: Sequence[str]) -> str:
         """The DFC had not settled when ``when``: why, per instance of ``unsettled`` (those
@@ -366,8 +446,7 @@ class StepControl:
             return ""
         d = self.dfc
         pinned = [inst for inst in self.bank.controllers if pinned_bound(
-            [m for m in self.dfc_moves.get(inst, []) if window[0] <= m.subinterval <= window[-1]],
-            d.low_iops, d.high_iops) is not None]
+            self._moves(inst, window[0], window[-1]), d.low_iops, d.high_iops) is not None]
         if not pinned:
             return ""
         causes = self._dfc_causes(window[0], window[-1], pinned)

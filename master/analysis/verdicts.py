@@ -154,8 +154,9 @@ def dfc_cause(moves: Sequence[DfcReading], metric: str, target: float, low_iops:
     pinned = pinned_bound(moves, low_iops, high_iops)
     if pinned is not None:
         name, bound, n = pinned
+        fix = "raise high_iops" if name == "high_iops" else "lower low_iops"
         return (f"pinned at {name} {_iops(bound)} for {n} of {len(moves)} moves ({span}); "
-                f"{metric} last {last:.4g} vs target {target:g}")
+                f"{metric} last {last:.4g} vs target {target:g}: {fix}")
     recent = [m.measured for m in read[-NOISE_READINGS:]]
     band = tolerance * target
     above = any(v > target + band for v in recent)
@@ -163,16 +164,19 @@ def dfc_cause(moves: Sequence[DfcReading], metric: str, target: float, low_iops:
     if above and below:
         return (f"{metric} too noisy to settle: its last {len(recent)} readings ranged "
                 f"{min(recent):.4g}-{max(recent):.4g} across the target {target:g} "
-                f"(tolerance ±{tolerance:.0%}; {span})")
+                f"(tolerance ±{tolerance:.0%}; {span}): try window_seconds")
     in_band = 0
     for m in reversed(moves):
         if m.held or not abs(m.measured - target) <= band:
             break
         in_band += 1
     off = 100.0 * (last / target - 1.0) if math.isfinite(last) else math.nan
+    never = not any(abs(m.measured - target) <= band for m in read)
+    hint = (": gains too small (settled=false throughout; fixed gains, or a longer step)"
+            if never and not (above and below) else "")
     return (f"not settled by subinterval {moves[-1].subinterval}: {metric} last {last:.4g} "
             f"vs target {target:g} ({off:+.1f}%, tolerance ±{tolerance:.0%}), "
-            f"{in_band} of {settle_count} readings in a row within it")
+            f"{in_band} of {settle_count} readings in a row within it{hint}")
 
 
 # ------------------------------------------------------------------ measure

@@ -44,7 +44,7 @@ __all__ = [
 
 GATHER_KEYS: tuple[str, ...] = (
     "name", "command", "prometheus", "timeout", "counters", "metrics", "element_type",
-    "instance_label", "config_command", "join",
+    "instance_label", "config_command", "join", "optional",
 )
 GATHER_JOIN_KEYS: tuple[str, ...] = ("element_type", "by", "lun_attribute", "aggregate")
 AGGREGATES: tuple[str, ...] = ("sum", "mean", "max")
@@ -92,7 +92,9 @@ class GatherSource:
     """One ``gather:`` entry. ``kind`` is ``command`` (``argv``) or ``prometheus`` (``url``,
     ``metrics``, ``element_type``, ``instance_label``). ``timeout_s``: a gather still running
     then is killed and its subinterval's cells stay empty (default half a subinterval, at most
-    one). ``counters``: a command's metrics made rates per second from their deltas."""
+    one). ``counters``: a command's metrics made rates per second from their deltas.
+    ``optional``: the run goes on when the source's first sample fails (else that is a
+    preflight error, before any I/O)."""
 
     name: str
     kind: Literal["command", "prometheus"]
@@ -106,6 +108,7 @@ class GatherSource:
     config_argv: tuple[str, ...] = ()
     join: GatherJoin | None = None
     line: int = 0
+    optional: bool = False
 
 
 def describe(source: GatherSource) -> str:
@@ -268,6 +271,9 @@ def _source(entry: Cursor, subinterval_s: float, seen: dict[str, int]) -> Gather
     join_cursor = entry.get("join")
     if join_cursor is not None:
         source = replace(source, join=_join(join_cursor, source))
+    optional_cursor = entry.get("optional")
+    if optional_cursor is not None:
+        source = replace(source, optional=optional_cursor.boolean())
     return source
 
 

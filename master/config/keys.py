@@ -447,6 +447,9 @@ DFC = Section(
         _k("window_seconds", "duration, at least one subinterval", "every subinterval",
            "Act once per window, on the metric of the window's merged histograms (a tail "
            "percentile then rests on more I/Os)."),
+        _k("tolerance", "fraction or percentage, between 0 and 1 exclusive", "10%",
+           "How near the target a reading counts as settled; the focus metric over the "
+           "measurement window must be within it of the target, or the step is invalid."),
     ),
 )
 
@@ -534,6 +537,9 @@ GATHER = Section(
            "Run once at the start: attribute 4-tuples, written to "
            "`gather/<source>/config/<element_type>.csv` and used by `join`."),
         _k("join", "mapping", "-", "Map elements to LUNs; see `gather[].join`."),
+        _k("optional", "true or false", "false",
+           "Whether the run may go on when the source's first sample (taken once the hosts "
+           "are up, before any I/O) fails: without it, that refuses the run (exit 2)."),
     ),
 )
 

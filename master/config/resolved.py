@@ -152,7 +152,7 @@ def _dfc(dfc: DfcConfig) -> str:
     )
     return (
         f"dfc holds {dfc.focus_metric} of {_instances(dfc.focus_rollup)} at {dfc.target:g} "
-        f"with IOPS in [{dfc.low_iops:g}, {dfc.high_iops:g}]"
+        f"(±{format_fraction(dfc.tolerance)}) with IOPS in [{dfc.low_iops:g}, {dfc.high_iops:g}]"
         + (f"; gains {gains}" if gains else "")
         + ("" if dfc.window is None else
            f"; acts once per {format_duration_s(dfc.window.rounded_s)} window "

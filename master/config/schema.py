@@ -440,7 +440,9 @@ class DfcConfig:
     (each 0..100, not all 0; ki is 0.5 unless given). Optional ``window_seconds``: the
     controller acts once per window of that many seconds (whole subintervals, all at one
     IOPS), on the metric of the window's merged histograms, so a tail percentile rests on more
-    I/Os than one subinterval has; ``window`` is None for every subinterval."""
+    I/Os than one subinterval has; ``window`` is None for every subinterval. ``tolerance``
+    (a fraction, 0..1 exclusive; 10 % unless given): how near the target a reading is settled,
+    and the focus metric over the measurement window must be for the step to be valid."""
 
     focus_rollup: str
     focus_metric: str
@@ -449,6 +451,7 @@ class DfcConfig:
     high_iops: float
     gains: DfcGains = DfcGains()
     window: PhaseDuration | None = None
+    tolerance: float = 0.10
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ DFC_KEYS: tuple[str, ...] = (
     "high_iops",
     "gains",
     "window_seconds",
+    "tolerance",
 )
 EDIT_ROLLUP_KEYS: tuple[str, ...] = ("instance", "total_iops", *EDITABLE_KEYS)
 
@@ -415,7 +416,9 @@ def _dfc(cursor: Cursor, context: StepContext) -> DfcConfig:
             raise window_cursor.error(f"a device focus metric ({focus_metric}) has no "
                                       "histograms to merge over a window: leave window_seconds "
                                       "out")
-    return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window)
+    tolerance_cursor = cursor.get("tolerance")
+    tolerance = 0.10 if tolerance_cursor is None else _open_fraction(tolerance_cursor)
+    return DfcConfig(focus_rollup, focus_metric, target, low, high, gains, window, tolerance)
 
 
 def _known_host(cursor: Cursor, text: str, rollup: str, value_text: str,

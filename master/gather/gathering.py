@@ -41,6 +41,7 @@ from master.gather.runner import GatherFailed, http_get, run_command
 from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
 from master.results.schema import INTERLOCK_COLUMNS
+from protocol.errors import PreflightError
 
 __all__ = ["CONFIG_TIMEOUT_S", "Gathering", "Outcome", "declared_metrics", "lead_ns"]
 
@@ -201,6 +202,29 @@ class Gathering:
             table = self.output.table(relative, ["element_instance", *column.values()])
             table.write_many([{"element_instance": e, **{column[a]: v for a, v in attrs.items()}}
                               for e, attrs in sorted(elements.items())])
+
+    async def preflight(self) -> None:
+        """Every source gathered once, together, before any I/O: a source whose sample fails
+        (no answer, an error, nothing it could read) refuses the run (``PreflightError``, exit
+        2) unless it is ``optional``, which is warned about and goes on (its cells empty
+        where it keeps failing). A run that would steer or measure on a metric that never
+        came would report numbers no one gathered."""
+        outs = await asyncio.gather(*(self._one(s.cfg) for s in self.sources))
+        refused = []
+        for s, out in zip(self.sources, outs, strict=True):
+            if out.sample is not None:
+                continue
+            why = (f"prometheus {s.cfg.url}: {out.failure}" if s.cfg.kind == "prometheus"
+                   else out.failure)
+            if s.cfg.optional:
+                self.event("WARNING", f"gather {s.cfg.name}: its first sample failed ({why}); "
+                           "optional, so the run goes on without it", kind="gather")
+            else:
+                refused.append(f"gather[{self.sources.index(s)}] {s.cfg.name} (line "
+                               f"{s.cfg.line}): its first sample failed ({why})")
+        if refused:
+            raise PreflightError("; ".join(refused) + ": fix the source, or say optional: "
+                                 "true on it to run without it")
 
     # ------------------------------------------------------------------ a step
     async def probe(self, focus: Sequence[str]) -> list[str]:

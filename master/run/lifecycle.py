@@ -61,6 +61,7 @@ from master.run.fleet import (
     Fleet,
     Interrupted,
 )
+from master.run.notices import OnceARun
 from master.run.operator import RunControl
 from master.run.outcome import (
     EXIT_CONFIG,
@@ -186,6 +187,8 @@ class Run(StepLoop):
         self.run_summary_header: list[str] | None = None
         #: ``ivypy stop --run``: the run ends once the step running (if any) has ended
         self.stop_run_requested = False
+        #: the warnings given once, at the run's end, with their worst figure
+        self.notices = OnceARun(len(cfg.hosts), self.skew_limit_ns)
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -258,6 +261,8 @@ class Run(StepLoop):
             if self.cfg.gather:
                 self.gathering = Gathering(self.cfg.gather, self.output, self.event, self.clock)
                 await self.fleet.or_interrupted(self.gathering.configure(), "gather config_command")
+                await self.fleet.or_interrupted(self.gathering.preflight(),
+                                                "gathering the first samples")
             first = resume.first_step if resume is not None else 0
             stopped_before: int | None = None  # the step ``ivypy stop --run`` did not start
             for number, step in enumerate(self.cfg.steps):
@@ -306,6 +311,10 @@ class Run(StepLoop):
             crash = exc
             raise
         finally:
+            for notice in self.notices.warnings():
+                with contextlib.suppress(OutputError):
+                    self.event("WARNING", notice.message, host=notice.host, kind=notice.kind,
+                               step=notice.step, subinterval=notice.subinterval)
             if crash is not None:
                 if isinstance(crash, Exception) and not isinstance(crash, IvyError):
                     # a bug: its traceback to run.log

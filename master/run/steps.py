@@ -35,6 +35,7 @@ from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
 from master.results.schema import DFC_COLUMNS, MEASURE_COLUMNS, MEASURE_SUMMARY_COLUMNS
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
+from master.run.notices import OnceARun
 from master.run.outcome import EXIT_INVALID, StepFailed
 from master.run.recorder import HostResult, Recorded, StepRecorder
 from master.run.settings import Settings, Source, split_total
@@ -126,8 +127,6 @@ class StepState:
     last_recorded: int = -1
     last_record: Recorded | None = None
     forced_last: int | None = None
-    #: hosts whose boundary skew bound exceeded the limit in this step (warned once each)
-    skew_warned: set[str] = field(default_factory=set)
     #: the workloads of each DFC focus instance (a step with ``dfc:``)
     dfc_members: dict[str, list[str]] = field(default_factory=dict)
     #: held while DFC's moves or an operator's edit are sent and taken into the settings:
@@ -157,6 +156,7 @@ class StepLoop:
     run_summary_header: list[str] | None
     sub_ns: int
     skew_limit_ns: int
+    notices: OnceARun
     _luns_csv_stale: bool
 
     @property
@@ -451,8 +451,7 @@ class StepLoop:
                                        f"within {INTERRUPT_WAIT_S:g} s of the interrupt")
                 return False
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
-            for host, message in recorder.devices.disagreements():  # one per device and step
-                self.event("WARNING", message, host=host, kind="device", step=number)
+            self.notices.devices(number, recorder.devices.disagreements())  # at the run's end
             self.view.step_finished(text)
             return valid
         finally:
@@ -648,16 +647,9 @@ class StepLoop:
         if self.output_failed is not None:
             raise self.output_failed
         rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
-        for host, bound in rec.skew_bound_ns.items():
-            if bound > self.skew_limit_ns and host not in st.skew_warned:
-                st.skew_warned.add(host)
-                hs = self.sessions[host]
-                self.event("WARNING", f"boundary skew may be up to {bound / 1e6:.3f} ms "
-                           f"(measured skew plus the clock offset's uncertainty of "
-                           f"±{hs.offset_uncertainty_ns / 1e6:.3f} ms), more than "
-                           f"skew_limit_seconds ({self.skew_limit_ns / 1e6:g} ms); "
-                           "interlock.csv has every boundary (warned once a step)",
-                           host=host, kind="clock", step=st.number, subinterval=k)
+        for host, bound in rec.skew_bound_ns.items():  # warned at the run's end
+            self.notices.skew(host, bound, self.sessions[host].offset_uncertainty_ns,
+                              st.number, k)
         for host, text in rec.io_errors:
             self.event("WARNING", f"I/O error: {text}", host=host, kind="io", step=st.number,
                        subinterval=k)

@@ -160,7 +160,7 @@ def test_missing_device_empties_its_instances_and_windows_add_deltas() -> None:
     assert dr.disagreements() == []
 
 
-def test_disagreement_is_one_event_per_device_per_step() -> None:
+def test_disagreement_is_one_per_device_per_step() -> None:
     dr = _rollups()
     dr.record(0, _subinterval())
     for k in (1, 2, 4):  # h2's device does none of ivypy's 2,000 reads (the page cache)
@@ -171,9 +171,9 @@ def test_disagreement_is_one_event_per_device_per_step() -> None:
     dr.record(6, _subinterval(h2_reads=400, h2_sectors=8 * 2000))
     # (h2's samples are 0.5 s apart: 2,430 of its I/Os over 2 s)
     (event,) = dr.disagreements()
-    host, text = event
-    assert host == "h2"
-    assert text == (
+    assert (event.host, event.device) == ("h2", ("h2", "7:0"))
+    assert event.off == pytest.approx(1 - 1215 / 2000)
+    assert event.message == (
         "host h2 LUN /dev/loop0: ivypy's IOPS and MB/s and the device's differ by more than "
         "15% (ivypy 2000 IOPS 8.192 MB/s, device dev7:0 (7:0) 1215 IOPS 4.97664 MB/s) in "
         "subintervals 1-2, 4-5: a file LUN served from the page cache, or another tenant on "

@@ -83,7 +83,7 @@ step 0001 steady  (steps[1], line 21)
     b  luns={host=h*}  sequential  blocksize=4KiB iodepth=1 iops=max read_fraction=100%
 step 0002 dfc  (steps[2], line 29)
   warmup 3s = 2 × 2s (rounded up to 4s); measure 4s = 2 × 2s; cooldown 500ms = 1 × 2s (rounded up to 2s)
-  dfc holds IOPS of every host instance at 500 with IOPS in [10, 1000]; acts once per 6s window (3 subintervals at one IOPS, histograms merged)
+  dfc holds IOPS of every host instance at 500 (±10%) with IOPS in [10, 1000]; acts once per 6s window (3 subintervals at one IOPS, histograms merged)
   iops_tolerance_pct 10% (the test's: 5%)
   edit_rollup vendor+model=ACME+X: total_iops=300 iodepth=2
   workloads in force (1):

@@ -44,8 +44,8 @@ steps:
       - {{name: w, iosequencer: random_steady, iops: 100}}
     dfc: {{focus_rollup: lun, focus_metric: device_IOPS, target: {TARGET:g}, low_iops: 20,
            high_iops: 5000}}
-    warmup_seconds: 0
-    measure_seconds: 6
+    warmup_seconds: 3
+    measure_seconds: 3
   - name: steady
     workloads:
       - {{name: w, iops: 200}}

@@ -2,8 +2,9 @@
 ``master.hosts.memory``: the gather commands are real processes of the master's, as in any
 run; the slave's I/O is synthetic): a script with known
 values lands in the right subintervals and files (its counter as a rate), a source that hangs,
-one that exits non-zero and one that prints garbage are recorded missing with events while the
-run ends on time, and ``config_command`` output lands in the run's config CSVs."""
+one that exits non-zero and one that prints garbage (each ``optional``: their first sample
+fails too) are recorded missing with events while the run ends on time, and ``config_command``
+output lands in the run's config CSVs."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ gather:
   - {{name: cnt, command: [{sys.executable}, {FIXTURES / 'counting.py'}, STATE],
      counters: [ticks], timeout: 0.45s,
      config_command: [{sys.executable}, {FIXTURES / 'fake_array.py'}, config, "1:a", "2:b"]}}
-  - {{name: hang, command: [sleep, "31.25"], timeout: 0.2s}}
-  - {{name: fail, command: [sh, -c, "echo oops >&2; exit 3"]}}
-  - {{name: junk, command: [sh, -c, "echo 'this is not a 4-tuple'; echo '{{broken json'"]}}
+  - {{name: hang, command: [sleep, "31.25"], timeout: 0.2s, optional: true}}
+  - {{name: fail, command: [sh, -c, "echo oops >&2; exit 3"], optional: true}}
+  - {{name: junk, command: [sh, -c, "echo 'this is not a 4-tuple'; echo '{{broken json'"],
+     optional: true}}
 steps:
   - name: s
     workloads:
@@ -65,9 +67,10 @@ def test_known_values_land_in_their_subintervals(folder: Path) -> None:
              for r in rows(folder / "step0000-s/interlock.csv") if r["gather_source"] == "cnt"}
     for r in box:
         k = int(r["subinterval"])
-        # call 1 times the source, call 2 is the counters' base just before the step's start,
-        # call k + 3 ends just before k's end
-        want_calls = (k + 3) * (1 if r["element_instance"] == "b1" else 10)
+        # call 1 is the run's first sample (its preflight), call 2 times the source, call 3
+        # is the counters' base just before the step's start, call k + 4 ends just before
+        # k's end
+        want_calls = (k + 4) * (1 if r["element_instance"] == "b1" else 10)
         assert float(r["calls"]) == want_calls and r["phase"] == "measurement"
         # ticks count 500 (b2: 1000) per second of the master's clock: the rate is the ticks
         # between two calls' reads over the master's times of the two samples (each taken at
@@ -76,7 +79,7 @@ def test_known_values_land_in_their_subintervals(folder: Path) -> None:
         if k == 0:  # its base's sample time is not in interlock.csv
             assert float(r["ticks"]) == pytest.approx(per_s, rel=0.25), r
             continue
-        read_s = (reads_ns[k + 2] - reads_ns[k + 1]) / 1e9
+        read_s = (reads_ns[k + 3] - reads_ns[k + 2]) / 1e9
         want = per_s * read_s / ((at_us[k] - at_us[k - 1]) / 1e6)
         assert float(r["ticks"]) == pytest.approx(want, rel=1e-4), (r, want)
         assert want == pytest.approx(per_s, rel=0.25)
@@ -101,8 +104,14 @@ def test_failures_are_missing_cells_with_events_and_the_run_ends_on_time(folder:
     assert not (folder / "step0000-s/gather/hang").exists()
     events = [e for e in rows(folder / "events.csv") if e["kind"] == "gather"]
     for source in ("hang", "fail", "junk"):
-        ks = sorted(int(e["subinterval"]) for e in events if f"gather {source}:" in e["message"])
+        ks = sorted(int(e["subinterval"]) for e in events
+                    if f"gather {source}:" in e["message"] and e["subinterval"])
         assert ks == list(range(N)), source
+        # and its first sample's, before any step: optional, so the run went on
+        (first,) = [e for e in events if e["message"].startswith(
+            f"gather {source}: its first sample failed (")]
+        assert first["level"] == "WARNING" and first["step"] == ""
+        assert first["message"].endswith("); optional, so the run goes on without it")
     # every subinterval recorded on time: the step's rows are whole, no host was late
     assert [int(r["subinterval"]) for r in rows(folder / "step0000-s/all/all.csv")] == list(
         range(N))

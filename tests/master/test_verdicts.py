@@ -99,18 +99,20 @@ DFC_CASES = [
     ("pinned high",
      _moves([(0.1, 200, False), (0.1, 400, False)] + [(0.2, 1000, True)] * 6),
      "pinned at high_iops 1,000 for 6 of 8 moves (subintervals 0-7); p99_ms last 0.2 vs "
-     "target 1"),
+     "target 1: raise high_iops"),
     ("pinned low",
      _moves([(5.0, 10, True)] * 3 + [(4.0, 20, False)], first=4),
-     "pinned at low_iops 10 for 3 of 4 moves (subintervals 4-7); p99_ms last 4 vs target 1"),
+     "pinned at low_iops 10 for 3 of 4 moves (subintervals 4-7); p99_ms last 4 vs target 1: "
+     "lower low_iops"),
     ("half pinned is not pinned: not settled",
      _moves([(0.5, 1000, True)] * 2 + [(0.7, 900, False), (0.8, 950, False)]),
      "not settled by subinterval 3: p99_ms last 0.8 vs target 1 (-20.0%, tolerance ±10%), "
-     "0 of 3 readings in a row within it"),
+     "0 of 3 readings in a row within it: gains too small (settled=false throughout; fixed "
+     "gains, or a longer step)"),
     ("noisy",
      _moves([(1.5, 300, False), (0.6, 400, False), (1.4, 300, False), (0.95, 320, False)]),
      "p99_ms too noisy to settle: its last 4 readings ranged 0.6-1.5 across the target 1 "
-     "(tolerance ±10%; subintervals 0-3)"),
+     "(tolerance ±10%; subintervals 0-3): try window_seconds"),
     ("approaching, two in band",
      _moves([(0.5, 300, False), (0.97, 320, False), (1.05, 310, False)]),
      "not settled by subinterval 2: p99_ms last 1.05 vs target 1 (+5.0%, tolerance ±10%), "
