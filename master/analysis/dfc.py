@@ -296,6 +296,19 @@ class PidController:
         # the next reading far from the target is the edit's doing, not a lone spike
         self._last_far = self._has_settled = False
 
+    def retune(self, target: float, low_iops: float, high_iops: float) -> None:
+        """An operator changed the target or the bounds: the next move aims at them, from the
+        total in force (within the new bounds), with the error history and the settle count
+        started again; what was learnt of the plant stays."""
+        if not (math.isfinite(target) and target > 0) or not 0 < low_iops < high_iops:
+            raise ConfigError("DFC needs a target > 0 and 0 < low_iops < high_iops")
+        self.target, self.low_iops, self.high_iops = float(target), low_iops, high_iops
+        if self._last_cmd is not None:
+            self._last_cmd = min(max(self._last_cmd, low_iops), high_iops)
+        self._errors.clear()
+        self._in_band = 0
+        self._last_far = self._has_settled = False
+
     def held(self, measured: float, iops: float) -> Move:
         """No move this subinterval (an operator's edit to ``iops`` is about to hold): the
         row of the subinterval, held, its new setting the edit's."""

@@ -13,6 +13,7 @@ met or times out), ``cooldown`` (fixed length).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from master.analysis import measure as ms
 from master.analysis.dfc import DfcBank, PidGains
 from master.analysis.rollup import RollupResult, Sample, compute
 from master.analysis.verdicts import DfcReading, dfc_cause, measure_cause, pinned_bound
-from master.config import AccuracyCriterion, FioCriteria, StepConfig
+from master.config import AccuracyCriterion, DfcConfig, FioCriteria, StepConfig
 
 DECREASING_METRICS = ("IOPS", "MB_per_s")  # metrics that do not rise with IOPS are rare; see doc
 
@@ -112,6 +113,9 @@ class StepControl:
         self._taken_over: dict[str, tuple[int, float]] = {}
         #: the ``measure:`` focus instances with a value of its metric so far
         self._measure_read: set[str] = set()
+        #: the first subinterval whose reading the DFC in force (an operator's ``retune``)
+        #: judges
+        self._retuned_from = 0
 
     @property
     def max_subintervals(self) -> int:
@@ -139,6 +143,29 @@ class StepControl:
         total in force, its settle count and the DFC window starting again."""
         if self.bank is not None and instance in self.bank.controllers:
             self._taken_over[instance] = (effective, total)
+
+    def retune(self, after: int, *, target: float | None = None,
+               low_iops: float | None = None, high_iops: float | None = None) -> DfcConfig:
+        """An operator's ``ivypy edit all dfc.target=... dfc.low_iops=... dfc.high_iops=...``:
+        every controller aims at the new values from its next move (made after subinterval
+        ``after``), its settle count started again; the verdict judges the readings from
+        ``after + 1`` on (those before were made at the old target). The DFC in force now;
+        ``ValueError`` (nothing changed) when the bounds would cross."""
+        if self.dfc is None or self.bank is None:
+            raise ValueError("the step has no dfc")
+        new = dataclasses.replace(
+            self.dfc, target=self.dfc.target if target is None else target,
+            low_iops=self.dfc.low_iops if low_iops is None else low_iops,
+            high_iops=self.dfc.high_iops if high_iops is None else high_iops)
+        if not new.low_iops < new.high_iops:
+            raise ValueError(f"low_iops {new.low_iops:g} must be less than high_iops "
+                             f"{new.high_iops:g}")
+        for ctrl in self.bank.controllers.values():
+            ctrl.retune(new.target, new.low_iops, new.high_iops)
+        self.dfc = new
+        self._retuned_from = after + 1
+        self._window, self._window_key = [], ()
+        return new
 
     def operator_held(self) -> frozenset[str]:
         """The focus instances an operator's edit holds back from DFC's moves now."""
@@ -362,7 +389,9 @@ class StepControl:
         A fixed-length step's instance pinned at a bound is ``_pinned_reason``'s."""
         if self.dfc is None or self.bank is None or not window:
             return ""
-        d, first, last = self.dfc, window[0], window[-1]
+        d, first, last = self.dfc, max(window[0], self._retuned_from), window[-1]
+        if first > last:  # retuned in the window's last subinterval: nothing to judge yet
+            return ""
         reasons, off = [], []
         missing = []
         for inst in self.bank.controllers:

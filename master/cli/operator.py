@@ -67,7 +67,9 @@ def register(subparsers: Any) -> None:
         "iops (number or max), total_iops (split over the instance's LUNs, then by skew "
         "weight), read_fraction (0..1 or 70%), blocksize (8KiB), iodepth (1..4096), "
         "iosequencer, skew_weight, busy_poll (true/false), write_data (zeros, random, "
-        "compressible:R, dedupable:R). Exit 0 applied, 2 refused (nothing changed), 3 no run.")
+        "compressible:R, dedupable:R); and, for all, dfc.target, dfc.low_iops, dfc.high_iops "
+        "(the running DFC step's, from its next move). Exit 0 applied, 2 refused (nothing "
+        "changed), 3 no run.")
     p.add_argument("words", nargs="+", metavar="WORD",
                    help="an optional run folder, the rollup instance, then one or more "
                    "KEY=VALUE settings")
@@ -247,11 +249,23 @@ def edit_command(args: argparse.Namespace) -> int:
         return _unreached(exc)
     if not reply["ok"]:
         return _fail(f"edit refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
+    chosen = _chosen(run_dir_arg, run_dir)
+    dfc = reply.get("dfc")
+    if isinstance(dfc, dict):
+        print(f"DFC of step {_step_text(reply)} holds {dfc.get('focus_metric', '?')} at "
+              f"{_cell(dfc.get('target'))} with IOPS in [{_cell(dfc.get('low_iops'))}, "
+              f"{_cell(dfc.get('high_iops'))}] from its move after subinterval "
+              f"{reply.get('effective_subinterval', '?')}{chosen}")
+        return EXIT_OK
     workloads = reply.get("workloads")
     count = len(workloads) if isinstance(workloads, list) else "?"
     print(f"applied to {count} workloads of {reply.get('instance', instance)} from subinterval "
-          f"{reply.get('effective_subinterval', '?')} of step {_step_text(reply)}"
-          f"{_chosen(run_dir_arg, run_dir)}")
+          f"{reply.get('effective_subinterval', '?')} of step {_step_text(reply)}{chosen}")
+    steered = reply.get("dfc_steered")
+    if isinstance(steered, list) and steered:
+        print(f"ivypy: warning: DFC steers the IOPS of {', '.join(map(str, steered))} in this "
+              "step: it starts from the total you set and keeps moving it (ivypy edit all "
+              "dfc.target=... changes what it aims at)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -38,6 +38,10 @@ Settings (``parse_edit_args`` for ``key=value`` strings, ``parse_params`` for a 
     The bounds are the test file's (``master.config.limits``): a live edit takes no value a
     test file would refuse.
 
+    ``dfc.target``, ``dfc.low_iops``, ``dfc.high_iops`` (numbers > 0; the bounds 0.001 ..
+    10**10) change the running step's DFC (``EditChanges.dfc``), not its workloads: the run
+    takes them for ``all`` alone, and not beside workload keys.
+
     ``iops`` and ``total_iops`` exclude each other; an edit must change something; a key may
     appear once. Keys that need the LUN's size (``range_start`` ...) or that identify a workload
     (``name``, ``luns``, ``seed``) are refused as not editable live. Values in a mapping may be
@@ -175,6 +179,8 @@ class EditChanges:
 
     params: dict[str, Any] = field(default_factory=dict)
     total_iops: float | str | None = None
+    #: the running step's DFC: ``target``, ``low_iops``, ``high_iops`` → new values
+    dfc: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The changes as ``key=value`` words the command line takes back (for events.csv)."""
@@ -204,6 +210,8 @@ class EditChanges:
         if self.total_iops is not None:
             total = self.total_iops
             words.append(f"total_iops={total if isinstance(total, str) else format_exact(total)}")
+        words += [f"dfc.{key}={format_exact(self.dfc[key])}" for key in _DFC_KEYS
+                  if key in self.dfc]
         return " ".join(words)
 
 
@@ -374,8 +382,15 @@ _PARSERS: dict[str, Callable[[object], dict[str, Any]]] = {
     "busy_poll": _busy_poll,
     "write_data": _write_data,
 }
+#: the running step's DFC settings an edit may change (``dfc.<key>``)
+_DFC_KEYS: tuple[str, ...] = ("target", "low_iops", "high_iops")
 #: Every key an edit may carry.
-EDITABLE_KEYS: tuple[str, ...] = (*_PARSERS, "total_iops")
+EDITABLE_KEYS: tuple[str, ...] = (*_PARSERS, "total_iops", *(f"dfc.{k}" for k in _DFC_KEYS))
+
+
+def _dfc_value(key: str, value: object) -> float:
+    number = _positive(value)
+    return number if key == "target" else _within(number, MIN_IOPS, MAX_TOTAL_IOPS)
 
 
 def _show(value: object) -> str:
@@ -396,6 +411,7 @@ def parse_params(params: Mapping[str, object]) -> EditChanges:
         )
     out: dict[str, Any] = {}
     total: float | str | None = None
+    dfc: dict[str, float] = {}
     for key, value in params.items():
         if not isinstance(key, str):
             raise EditRefused(f"bad key {key!r}: keys are strings")
@@ -404,6 +420,12 @@ def parse_params(params: Mapping[str, object]) -> EditChanges:
             raise EditRefused(f"{shown}: the value is empty")
         if key in _NOT_LIVE:
             raise EditRefused(f"{shown}: {key} cannot be edited live ({_NOT_LIVE[key]})")
+        if key.startswith("dfc.") and key[4:] in _DFC_KEYS:
+            try:
+                dfc[key[4:]] = _dfc_value(key[4:], value)
+            except ValueError as exc:
+                raise EditRefused(f"{shown}: {exc}") from None
+            continue
         if key == "total_iops":
             if isinstance(value, str) and value.strip() == "max":
                 total = "max"
@@ -427,7 +449,13 @@ def parse_params(params: Mapping[str, object]) -> EditChanges:
             "iops and total_iops exclude each other: iops sets every workload, total_iops "
             "the instance's sum"
         )
-    return EditChanges(out, total)
+    if dfc and (out or total is not None):
+        raise EditRefused("dfc.* keys change the step's DFC, not its workloads: give them in "
+                          "an edit of their own")
+    if "low_iops" in dfc and "high_iops" in dfc and not dfc["low_iops"] < dfc["high_iops"]:
+        raise EditRefused(f"dfc.low_iops={format_exact(dfc['low_iops'])}: must be less than "
+                          f"dfc.high_iops ({format_exact(dfc['high_iops'])})")
+    return EditChanges(out, total, dfc)
 
 
 def split_edit_args(words: Sequence[str]) -> dict[str, str]:

@@ -75,6 +75,8 @@ class RunControl:
     async def edit(self, rollup_type: str, instance: str, changes: EditChanges) -> dict[str, Any]:
         run = self.run
         st = self._step()
+        if changes.dfc:
+            return self._retune(st, rollup_type, changes)
         spec = next((r for r in run.rollups if r.type == rollup_type), None) or RollupSpec(
             type=rollup_type, attributes=tuple(rollup_type.split("+")))
         members = [i for i in run.placed.values() if rollup_key(spec, i) == instance]
@@ -119,7 +121,32 @@ class RunControl:
                   + (f"; DFC starts from it for {', '.join(sorted(steered))}"
                      if steered else ""), kind="edit", step=st.number, subinterval=effective)
         return {"effective_subinterval": effective, "step": st.number,
-                "step_name": st.config.name, "workloads": [m.id for m, _ in edits]}
+                "step_name": st.config.name, "workloads": [m.id for m, _ in edits],
+                "dfc_steered": sorted(steered)}
+
+    def _retune(self, st: StepState, rollup_type: str, changes: EditChanges) -> dict[str, Any]:
+        """``dfc.target``, ``dfc.low_iops``, ``dfc.high_iops``: the running step's DFC aims at
+        them from its next move (``StepControl.retune``)."""
+        run, control = self.run, st.control
+        if control.dfc is None:
+            raise EditRefused(f"step {st.config.name} has no dfc: dfc.target, dfc.low_iops "
+                              "and dfc.high_iops change a running DFC step")
+        if rollup_type != "all":
+            raise EditRefused("dfc.target, dfc.low_iops and dfc.high_iops change the step's "
+                              "DFC as a whole: edit all")
+        after = st.last_recorded
+        try:
+            new = control.retune(after, **changes.dfc)
+        except ValueError as exc:
+            raise EditRefused(f"the edit cannot apply: {exc}") from None
+        run.event("INFO", f"live edit all {changes.describe()}: DFC holds "
+                  f"{new.focus_metric} at {new.target:g} with IOPS in [{new.low_iops:g}, "
+                  f"{new.high_iops:g}] from its move after subinterval {after + 1}",
+                  kind="edit", step=st.number, subinterval=after + 1)
+        return {"effective_subinterval": after + 1, "step": st.number,
+                "step_name": st.config.name, "workloads": [],
+                "dfc": {"focus_metric": new.focus_metric, "target": new.target,
+                        "low_iops": new.low_iops, "high_iops": new.high_iops}}
 
     async def stop_step(self) -> dict[str, Any]:
         run = self.run

@@ -56,6 +56,8 @@ class SimulatedRun:
     rows: list[Row] = field(default_factory=list)
     stop_after: int | None = None
     run_stopped: bool = False
+    #: workloads a DFC steers (their edits are answered with ``dfc_steered``)
+    dfc_steers: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def tick(self) -> None:
@@ -97,7 +99,7 @@ class SimulatedRun:
             effective = self.subinterval + 1
             self.pending.append((effective, members, dict(changes.params)))
         return {"effective_subinterval": effective, "step": 1, "step_name": self.step_name,
-                "workloads": members}
+                "workloads": members, "dfc_steered": sorted(self.dfc_steers & set(members))}
 
     async def stop_step(self) -> dict[str, Any]:
         with self.lock:
@@ -223,6 +225,20 @@ def test_status_without_run_dir_uses_the_run_started_from_here(run: BackgroundRu
     assert table[1].split() == ["h1", "2000", "-", "2000"]
     assert table[2].split() == ["h2", "1000", "-", "1000"]
     assert "dfc: off" in lines
+
+
+def test_an_edit_of_workloads_dfc_steers_warns_that_dfc_keeps_moving_them(
+        run: BackgroundRun) -> None:
+    run.sim.dfc_steers = {"h1:/dev/sdb:rr"}
+    done = ivypy("edit", str(run.run_dir), "host=h1", "iops=500")
+    assert done.returncode == EXIT_OK, done.stderr
+    assert done.stdout.startswith("applied to 2 workloads of host=h1 from subinterval ")
+    assert done.stderr == (
+        "ivypy: warning: DFC steers the IOPS of h1:/dev/sdb:rr in this step: it starts from "
+        "the total you set and keeps moving it (ivypy edit all dfc.target=... changes what "
+        "it aims at)\n")
+    quiet = ivypy("edit", str(run.run_dir), "host=h2", "iops=500")
+    assert quiet.returncode == EXIT_OK and quiet.stderr == ""
 
 
 def test_edit_refusals_exit_2_and_change_nothing(run: BackgroundRun) -> None:

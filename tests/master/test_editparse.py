@@ -144,6 +144,14 @@ BAD_EDITS = [
     (["seed=3"], "seed=3: seed cannot be edited live"),
     (["name=x"], "name=x: name cannot be edited live"),
     (["iops=5", "read_fraction=2"], "read_fraction=2: must be between 0 and 1"),
+    (["dfc.target=0"], "dfc.target=0: must be a number > 0"),
+    (["dfc.target=fast"], "dfc.target=fast: must be a number > 0"),
+    (["dfc.high_iops=1e11"], "dfc.high_iops=1e11: must be at most 10,000,000,000"),
+    (["dfc.low_iops=500", "dfc.high_iops=500"],
+     "dfc.low_iops=500: must be less than dfc.high_iops (500)"),
+    (["dfc.target=2", "iops=5"], "dfc.* keys change the step's DFC, not its workloads: give "
+                                 "them in an edit of their own"),
+    (["dfc.gains=1"], "dfc.gains=1: unknown key 'dfc.gains'"),
 ]
 
 
@@ -206,7 +214,8 @@ def test_split_edit_args_keeps_raw_values() -> None:
 def test_every_editable_key_parses() -> None:
     samples = {"iops": "10", "total_iops": "10", "read_fraction": "0.5", "blocksize": "4KiB",
                "iodepth": "2", "iosequencer": "random_steady", "skew_weight": "1",
-               "busy_poll": "false", "write_data": "zeros"}
+               "busy_poll": "false", "write_data": "zeros", "dfc.target": "2",
+               "dfc.low_iops": "10", "dfc.high_iops": "1e4"}
     assert set(samples) == set(EDITABLE_KEYS)
     for key, value in samples.items():
         parse_params({key: value})
@@ -219,6 +228,9 @@ def test_describe_names_every_change() -> None:
     assert changes.describe() == ("iops=max read_fraction=70% blocksize=8KiB iodepth=4 "
                                   "iosequencer=sequential skew_weight=2 busy_poll=true "
                                   "write_data=dedupable:3")
+    dfc = parse_edit_args(["dfc.high_iops=9000", "dfc.target=1.5"])
+    assert dfc == EditChanges({}, None, {"high_iops": 9000.0, "target": 1.5})
+    assert dfc.describe() == "dfc.target=1.5 dfc.high_iops=9000"
 
 
 WORKLOAD_IDS = [f"h1:/dev/sd{d}:w{i:02d}" for d in "ab" for i in range(8)]

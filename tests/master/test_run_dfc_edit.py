@@ -46,11 +46,12 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
 
 
-def _edit_mid_step(tmp_path: Path, edit: dict[str, Any], after_k: int = 6, window: str = ""
+def _edit_mid_step(tmp_path: Path, edit: dict[str, Any], after_k: int = 6, window: str = "",
+                   instance: tuple[str, str] = ("all", "all"), text: str = DFC_STEP
                    ) -> tuple[Any, dict[str, Any], MemoryHosts]:
     """The DFC step run with the operator's ``edit`` of ``all`` made once subinterval
     ``after_k`` is recorded (DFC's move after it already taken by the slave)."""
-    cfg = memory_config(tmp_path, DFC_STEP.format(window=window))
+    cfg = memory_config(tmp_path, text.format(window=window))
     box: dict[str, Any] = {}
 
     async def operator() -> None:
@@ -58,7 +59,7 @@ def _edit_mid_step(tmp_path: Path, edit: dict[str, Any], after_k: int = 6, windo
         while run.step_state is None or run.step_state.last_recorded < after_k:
             await asyncio.sleep(0.002)
         try:
-            box["edit"] = await RunControl(run).edit("all", "all", parse_params(edit))
+            box["edit"] = await RunControl(run).edit(*instance, parse_params(edit))
             # the last subinterval recorded when the edit was acknowledged: DFC's moves after
             # later ones are held (one computed before could still be made; the slave then
             # takes the edit after it, as the master's settings do)
@@ -82,6 +83,7 @@ def test_an_operators_edit_is_what_dfc_starts_from_next(tmp_path: Path) -> None:
     result, box, hosts = _edit_mid_step(tmp_path, {"total_iops": 400})
     assert result.exit_code in (EXIT_OK, EXIT_INVALID), result.message
     assert "refused" not in box, box.get("refused")
+    assert box["edit"]["dfc_steered"] == ["all"]  # the CLI warns that DFC keeps moving it
     e = box["edit"]["effective_subinterval"]
     assert e > 6
     rows = {int(r["subinterval"]): r for r in
@@ -137,3 +139,49 @@ def test_max_is_refused_on_workloads_dfc_steers(tmp_path: Path) -> None:
     assert result.exit_code in (EXIT_OK, EXIT_INVALID), result.message
     assert "DFC steers the IOPS of all" in str(box["refused"])
     assert all(None not in iops.values() for _, _, iops in hosts["localhost"].backend.ran)
+
+
+def test_an_edit_of_the_dfc_target_is_what_dfc_aims_at_from_its_next_move(
+        tmp_path: Path) -> None:
+    """``ivypy edit all dfc.target=600 dfc.high_iops=700`` mid-step: DFC's rows after the
+    edit aim at 600 within the new bounds, and it settles there; the reply names the DFC in
+    force, the edit's event says it, and the verdict judges the readings from the edit on."""
+    result, box, _ = _edit_mid_step(tmp_path, {"dfc.target": 600, "dfc.high_iops": 700})
+    assert "refused" not in box, box.get("refused")
+    reply = box["edit"]
+    assert reply["dfc"] == {"focus_metric": "IOPS", "target": 600.0, "low_iops": 100.0,
+                            "high_iops": 700.0}
+    assert reply["workloads"] == []
+    k = reply["effective_subinterval"]  # the first move made for the new target: after k
+    rows = {int(r["subinterval"]): r for r in
+            read_rows(result.folder / "step0000-d" / "dfc.csv")}
+    assert all(float(rows[j]["target"]) == 1000.0 for j in rows if j < k)
+    assert all(float(rows[j]["target"]) == 600.0 for j in rows if j >= k)
+    assert all(float(rows[j]["new_iops"]) <= 700.0 for j in rows if j >= k)
+    last = max(rows)
+    assert float(rows[last]["iops_in_force"]) == pytest.approx(600.0, rel=0.05), rows[last]
+    # the readings before the edit (1,000) are not judged against 600: valid
+    assert result.exit_code == EXIT_OK, result.message
+    (told,) = [e for e in read_rows(result.folder / "events.csv") if e["kind"] == "edit"]
+    assert told["message"] == (
+        f"live edit all dfc.target=600 dfc.high_iops=700: DFC holds IOPS at 600 with IOPS in "
+        f"[100, 700] from its move after subinterval {k}")
+
+
+@pytest.mark.parametrize(("edit", "instance", "text", "why"), [
+    ({"dfc.low_iops": 6000}, ("all", "all"), DFC_STEP,
+     "the edit cannot apply: low_iops 6000 must be less than high_iops 5000"),
+    ({"dfc.target": 600}, ("workload", "localhost:*"), DFC_STEP,
+     "dfc.target, dfc.low_iops and dfc.high_iops change the step's DFC as a whole: edit all"),
+    ({"dfc.target": 600}, ("all", "all"), DFC_STEP[:DFC_STEP.index("    dfc:")],
+     "step d has no dfc: dfc.target, dfc.low_iops and dfc.high_iops change a running DFC "
+     "step"),
+])
+def test_an_edit_of_the_dfc_that_cannot_apply_is_refused(
+        tmp_path: Path, edit: dict[str, Any], instance: tuple[str, str], text: str,
+        why: str) -> None:
+    result, box, _ = _edit_mid_step(tmp_path, edit, instance=instance, text=text)
+    assert str(box["refused"]) == why
+    rows = read_rows(result.folder / "step0000-d" / "dfc.csv")
+    assert {float(r["target"]) for r in rows} == ({1000.0} if "dfc:" in text else set())
+    assert not [e for e in read_rows(result.folder / "events.csv") if e["kind"] == "edit"]
