@@ -116,7 +116,13 @@ def _fraction(cursor: Cursor, low: float = 0.0, high: float = 1.0) -> float:
     except ValueError as exc:
         raise cursor.error(f"must be a fraction {low:g}..{high:g} or a percentage") from exc
     if not low <= value <= high:
-        raise cursor.error(f"must be between {low:g} and {high:g} (got {cursor.node.text})")
+        hint = ""
+        # a whole number of percent, its sign left out (fio's rwmixread=70)
+        if (high == 1.0 and 1.0 < value <= 100.0 and value == int(value)
+                and not str(cursor.node.text).endswith("%")):
+            hint = f": did you mean {cursor.node.text}%?"
+        raise cursor.error(f"must be between {low:g} and {high:g} (got "
+                           f"{cursor.node.text}){hint}")
     return value
 
 
@@ -150,9 +156,23 @@ def _blocksize(cursor: Cursor) -> int:
     except ValueError as exc:
         raise cursor.error(str(exc)) from exc
     if size <= 0 or size % 512:
-        raise cursor.error(f"must be a positive multiple of 512 (got {size})")
+        raise cursor.error(f"must be a positive multiple of 512 (got {size}){_si_hint(cursor)}")
     bounded(cursor, size, high=MAX_BLOCKSIZE_BYTES, show=show_bytes)
     return size
+
+
+_SI_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT])[bB]?\s*$")
+
+
+def _si_hint(cursor: Cursor) -> str:
+    """A size written with a decimal unit (``4kb``, ``64K``: powers of 1000) that fio users
+    mean as a binary one: what to write."""
+    match = _SI_SIZE.match(cursor.node.text) if cursor.is_scalar else None
+    if match is None:
+        return ""
+    number, unit = match.groups()
+    return (f": {cursor.node.text.strip()} is {format_number(parse_bytes(cursor.node.text))} "
+            f"bytes (powers of 1000); did you mean {number}{unit.upper()}iB?")
 
 
 def _iodepth(cursor: Cursor) -> int:
@@ -165,8 +185,19 @@ def parse_iops(cursor: Cursor, high: float = MAX_IOPS) -> float | Literal["max"]
         return "max"
     value = cursor.value
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise cursor.error(f"must be a number > 0 or 'max' (got {cursor.shown()})")
+        got = cursor.shown()
+        if isinstance(value, str) and _is_number_text(value):
+            got = f"the string {value!r}: write the number without quotes"
+        raise cursor.error(f"must be a number > 0 or 'max' (got {got})")
     return bounded(cursor, float(value), low=MIN_IOPS, high=high)
+
+
+def _is_number_text(text: str) -> bool:
+    try:
+        float(text.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _hot_zone_size(cursor: Cursor) -> LunExtent:

@@ -364,6 +364,35 @@ def compose_text(text: str, file: str) -> YNode:
     return _Builder(file).build(root)
 
 
+#: fio's job options a fio user writes first → (the keys of the mappings it is hinted in: a
+#: workload's is known by ``iosequencer``, a step's by ``measure_seconds``, a LUN's by
+#: ``path``; what to write instead)
+FIO_NAMES: dict[str, tuple[tuple[str, ...], str]] = {
+    "bs": (("blocksize",), "blocksize (4KiB)"),
+    "blocksize_range": (("blocksize",), "blocksize (one size a workload)"),
+    "rw": (("iosequencer",), "iosequencer (random_steady, random_independent or sequential) "
+           "with read_fraction (70% for randrw with rwmixread=70)"),
+    "readwrite": (("iosequencer",), "iosequencer (random_steady, random_independent or "
+                  "sequential) with read_fraction"),
+    "rwmixread": (("read_fraction",), "read_fraction (70%)"),
+    "rwmixwrite": (("read_fraction",), "read_fraction, the reads' share (30% writes: 70%)"),
+    "rate_iops": (("iops",), "iops (a workload's, paced)"),
+    "runtime": (("measure_seconds", "iosequencer"), "measure_seconds, a step's"),
+    "time_based": (("measure_seconds", "iosequencer"),
+                   "measure_seconds, a step's: a step always runs for its time"),
+    "ramp_time": (("measure_seconds", "iosequencer"), "warmup_seconds, a step's"),
+    "filename": (("iosequencer", "path"), "a luns entry with path: (a block device) or "
+                 "file:"),
+    "ioengine": (("iosequencer", "path"), "engine, a luns entry's (libaio, io_uring or "
+                 "threadpool)"),
+    "size": (("iosequencer",), "size, a file LUN's ({file: ..., size: 1GiB} in luns)"),
+    "numjobs": (("iosequencer",), "a workload per LUN it names: more LUNs, or more workloads"),
+    "randseed": (("seed",), "seed"),
+    "direct": (("iosequencer", "path"), "none: ivypy opens a LUN with O_DIRECT where its "
+               "engine takes it (luns.csv says which)"),
+}
+
+
 class Cursor:
     """A node together with its key path and file, for reading values and raising errors."""
 
@@ -436,11 +465,17 @@ class Cursor:
         return self
 
     def check_keys(self, allowed: Collection[str]) -> None:
-        """Unknown keys are errors, reported at the key's own line with a suggestion."""
+        """Unknown keys are errors, reported at the key's own line with a suggestion: fio's
+        name for a setting says ivypy's (``FIO_NAMES``, where the mapping takes it), else the
+        closest spelling."""
         for key, (key_line, _) in self.node.entries.items():
             if key not in allowed:
-                close = difflib.get_close_matches(key, list(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                fio = FIO_NAMES.get(key)
+                if fio is not None and any(k in allowed for k in fio[0]):
+                    hint = f" (fio's {key}; ivypy's is {fio[1]})"
+                else:
+                    close = difflib.get_close_matches(key, list(allowed), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise self.error(f"unknown key{hint}", line=key_line, path=self._join(key))
 
     # ---- sequences

@@ -21,7 +21,6 @@ from protocol.errors import CompareError
     ("MB_per_s <= -0.5 %", FailIf("MB_per_s", "<=", -0.5, True)),
     ("response_time_p99_9_ms > 1e1", FailIf("response_time_p99_9_ms", ">", 10.0, False)),
     ("IOPS < .5", FailIf("IOPS", "<", 0.5, False)),
-    ("IOPS > -3", FailIf("IOPS", ">", -3.0, False)),
     ("gather.arr.LDEV.busy_pct > 80", FailIf("gather.arr.LDEV.busy_pct", ">", 80.0, False)),
     ("gather.node.disk.node_disk_reads_completed_total<-5%",
      FailIf("gather.node.disk.node_disk_reads_completed_total", "<", -5.0, True)),
@@ -57,6 +56,12 @@ def test_parses(text: str, want: FailIf) -> None:
     ("IOPS < inf", "'inf' is not a number"),
     ("IOPS < 1e999", "'1e999' is out of range"),
     ("IOPS < 1 < 2", "more than one comparison"),
+    # the % left out: 'IOPS < -10' can never hold (and '> -3' always does), so it was a
+    # check that passed whatever the runs did
+    ("IOPS<-10", "a signed limit reads as a change: write 'IOPS < -10%' for a change of -10% "
+     "of the base run, or 'IOPS < 10' for an absolute limit (a metric is never negative)"),
+    ("IOPS > -3", "write 'IOPS > -3%' for a change of -3% of the base run"),
+    ("service_time_p99_ms > +5", "write 'service_time_p99_ms > +5%'"),
 ])
 def test_refused_naming_what_is_wrong(text: str, why: str) -> None:
     with pytest.raises(CompareError) as err:

@@ -10,7 +10,7 @@ import pytest
 
 from master.results.compare.changes import compare, metric_change
 from master.results.compare.expr import parse_fail_if
-from master.results.compare.match import check_metrics, match_runs
+from master.results.compare.match import check_metrics, likely_metrics, match_runs
 from master.results.compare.summary import NOT_METRICS, RunSummary, parse_summary, read_summary
 from protocol.errors import CompareError
 
@@ -185,6 +185,9 @@ def test_nothing_in_common() -> None:
 @pytest.mark.parametrize("metrics, why", [
     (["IOPS", "MB_per_s"], "the base run has no metric 'MB_per_s' (base/summary.csv)"),
     (["IOPs"], "the base run has no metric 'IOPs' (base/summary.csv); did you mean 'IOPS'?"),
+    (["iops"], "the base run has no metric 'iops' (base/summary.csv); did you mean 'IOPS'?"),
+    (["p99"], "the base run has no metric 'p99' (base/summary.csv); did you mean "
+              "'service_time_p99_ms'?"),
     (["valid"], "the base run has no metric 'valid'"),
 ])
 def test_missing_metric_named(metrics: list[str], why: str) -> None:
@@ -235,3 +238,16 @@ def test_not_metrics_are_run_summary_columns() -> None:
     from master.results.schema import RUN_SUMMARY_COLUMNS
     assert set(RUN_SUMMARY_COLUMNS) >= NOT_METRICS
     assert set(DEFAULT_METRICS) <= set(RUN_SUMMARY_COLUMNS) - NOT_METRICS
+
+
+@pytest.mark.parametrize("typed, want", [
+    ("iops", ["IOPS"]),  # the case
+    ("p99", ["service_time_p99_ms", "response_time_p99_ms"]),  # a part of each
+    ("p99_9", ["service_time_p99_9_ms"]),
+    ("IOPs", ["IOPS"]),  # the closest spelling
+    ("zzz", []),
+])
+def test_likely_metrics(typed: str, want: list[str]) -> None:
+    known = ["IOPS", "MB_per_s", "service_time_p99_ms", "service_time_p99_9_ms",
+             "response_time_p99_ms"]
+    assert likely_metrics(typed, known) == want

@@ -93,6 +93,12 @@ def parse_fail_if(text: str) -> FailIf:
                     f"new value against {number} %" if metric.endswith("_pct") else "")
         raise bad(f"a relative change needs its sign: '+{number}%' for a rise, "
                   f"'-{number}%' for a fall{absolute}")
+    if not relative and number[0] in "+-":
+        # every metric compared is at least 0: 'IOPS < -10' (the % left out) never holds,
+        # so the check would pass whatever the runs did
+        raise bad(f"a signed limit reads as a change: write '{metric} {op} {number}%' for a "
+                  f"change of {number}% of the base run, or '{metric} {op} "
+                  f"{number.lstrip('+-')}' for an absolute limit (a metric is never negative)")
     limit = float(number)
     if not math.isfinite(limit):
         raise bad(f"{number!r} is out of range")

@@ -105,6 +105,28 @@ def check_metrics(base: RunSummary, new: RunSummary, metrics: Sequence[str]) -> 
             if metric in run.text_columns:
                 raise CompareError(f"metric {metric!r} is not a number in the {role} run "
                                    f"({run.path}:{run.text_columns[metric]})")
-            close = difflib.get_close_matches(metric, [*base.metrics, *new.metrics], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = likely_metrics(metric, [*dict.fromkeys([*base.metrics, *new.metrics])])
+            hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
             raise CompareError(f"the {role} run has no metric {metric!r} ({run.path}){hint}")
+
+
+def likely_metrics(typed: str, known: Sequence[str]) -> list[str]:
+    """The metrics ``typed`` likely means: the one spelt so but for case (``iops``: IOPS),
+    those it is a part of (``p99``: service_time_p99_ms, response_time_p99_ms), else the
+    closest spelling."""
+    lower = typed.lower()
+    same = [m for m in known if m.lower() == lower]
+    if same:
+        return same[:1]
+    parts = [m for m in known if _has_words(m.lower().split("_"), lower.split("_"))]
+    if parts:
+        return parts[:3]
+    return difflib.get_close_matches(typed, list(known), n=1)
+
+
+def _has_words(words: Sequence[str], part: Sequence[str]) -> bool:
+    """``part`` a run of ``words`` not followed by a number's word (p99 is not p99_9's)."""
+    n = len(part)
+    return any(list(words[i:i + n]) == list(part)
+               and (i + n == len(words) or not words[i + n].isdigit())
+               for i in range(len(words) - n + 1))
