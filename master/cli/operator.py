@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from master.config.units import format_duration_s
-from master.live.control_socket import ControlError, RunNotChosen, find_run_dir, request
+from master.live.control_socket import (
+    ControlError,
+    RunNotChosen,
+    find_run_dir,
+    remove_stale_socket,
+    request,
+)
 from master.live.editparse import (
     EDITABLE_KEYS,
     EditRefused,
@@ -186,6 +192,8 @@ def status_command(args: argparse.Namespace) -> int:
         recorded = _recorded_state(folder)
         if recorded is None:
             return _unreached(exc)
+        if folder is not None:  # a socket its killed master left: no later command trips on it
+            remove_stale_socket(Path(folder).expanduser())
         print(recorded)  # a run no master serves: what its folder says of it
         return EXIT_NO_RUN
     if not reply["ok"]:

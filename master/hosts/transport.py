@@ -608,6 +608,38 @@ async def open_local(
 # ssh
 
 
+def _host_key_reason(spec: SshHostSpec) -> str:
+    """Why the host's key was refused, told apart: a key known_hosts has for the host that is
+    not the one it showed (changed: reinstalled, or someone in between), or none at all
+    (unknown); the file, the line and what to do."""
+    path = Path(spec.known_hosts or "~/.ssh/known_hosts").expanduser()
+    port = spec.port if spec.port not in (None, 22) else None
+    try:
+        known = asyncssh.read_known_hosts(str(path))
+        has_key = bool(known.match(spec.address, spec.address, port)[0])
+    except (OSError, ValueError, asyncssh.Error):
+        has_key = False
+    target = f"[{spec.address}]:{port}" if port else spec.address
+    if not has_key:
+        scan = f"ssh-keyscan{f' -p {port}' if port else ''} {spec.address}"
+        return (f"host key verification failed: {path} has no key for {target}; check the "
+                f"host's key fingerprint, then add it ({scan} >> {path})")
+    line = next((n for n, text in enumerate(_lines(path), 1)
+                 if text.split() and target in text.split()[0].split(",")), None)
+    where = f"{path}:{line}" if line else str(path)
+    return (f"host key verification failed: the host's key CHANGED: it is not the one {where} "
+            f"has for {target}. If the host was reinstalled, remove that line (ssh-keygen -R "
+            f"'{target}' -f {path}) and connect again; otherwise someone may be between this "
+            "controller and the host")
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def _connect_options(spec: SshHostSpec) -> dict[str, Any]:
     """asyncssh.connect keyword arguments; unset fields are left to the ssh config/defaults."""
     options: dict[str, Any] = {"connect_timeout": spec.connect_timeout_s}
@@ -731,7 +763,9 @@ async def open_ssh(
             conn.close()
         if not isinstance(exc, _foreign_errors()):
             raise
-        if conn is None:
+        if conn is None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+            reason = _host_key_reason(spec)
+        elif conn is None:
             reason = _describe(exc, spec.connect_timeout_s)
         elif isinstance(exc, TimeoutError):
             reason = f"no answer after {_PROBE_TIMEOUT_S:g} s while {phase}"

@@ -89,6 +89,7 @@ __all__ = [
     "active_runs",
     "find_run_dir",
     "registry_dir",
+    "remove_stale_socket",
     "request",
 ]
 
@@ -282,8 +283,22 @@ def _read_entry(entry: Path) -> ActiveRun | None:
         return None
 
 
+def remove_stale_socket(run_dir: Path) -> bool:
+    """Remove ``run_dir``'s control socket when no server listens on it (its master was
+    killed: nothing removed it); whether one was removed."""
+    path = run_dir / SOCKET_NAME
+    if not _is_socket(path) or not _refused(path):
+        return False
+    with contextlib.suppress(OSError):
+        path.unlink()
+        logger.info("removed the stale control socket %s (its run is not running)", path)
+        return True
+    return False
+
+
 def active_runs() -> list[ActiveRun]:
-    """Live registry entries, oldest first; stale or unreadable entries are deleted."""
+    """Live registry entries, oldest first; stale or unreadable entries are deleted, and the
+    control socket a stale entry's run left behind."""
     directory = registry_dir()
     try:
         entries = sorted(p for p in directory.iterdir()
@@ -296,6 +311,8 @@ def active_runs() -> list[ActiveRun]:
         if run is None or not _pid_alive(run.pid) or not _is_socket(
                 run.run_dir / SOCKET_NAME) or _refused(run.run_dir / SOCKET_NAME):
             logger.debug("removing stale active-run entry %s", entry)
+            if run is not None:
+                remove_stale_socket(run.run_dir)
             with contextlib.suppress(OSError):
                 entry.unlink()
             continue

@@ -227,9 +227,10 @@ class Run(StepLoop):
         if resume is None:
             try:
                 folder = create_run_folder(self.cfg.output_root, self.cfg.test)
-            except OSError as exc:  # before any host is contacted
+            except OSError as exc:  # before any host is contacted; a folder that cannot be
+                # written is exit 4, as one that fails later is (the README's codes)
                 where = f" ({exc.filename})" if exc.filename else ""
-                return RunResult(EXIT_CONFIG, None, str(ConfigError(
+                return RunResult(EXIT_OUTPUT, None, str(ConfigError(
                     f"cannot create the run folder under {self.cfg.output_root}: "
                     f"{exc.strerror or exc}{where}", key_path="output_root",
                     file=self.cfg.source_file)))

@@ -31,6 +31,7 @@ from master.live.control_socket import (
     active_runs,
     find_run_dir,
     registry_dir,
+    remove_stale_socket,
     request,
 )
 from master.live.editparse import EditChanges, EditRefused
@@ -586,3 +587,30 @@ def test_a_registry_entry_whose_socket_refuses_is_stale(tmp_path: Path, run_dir:
         assert [r.run_dir for r in active_runs()] == [run_dir]
 
     serve(run_dir, body)
+
+
+def test_a_stale_entrys_socket_goes_with_it_and_a_live_one_stays(tmp_path: Path,
+                                                                 run_dir: Path) -> None:
+    """A run killed leaves its registry entry and its control.sock: whoever lists the
+    registry removes both (a later ``ivypy status`` of the folder would otherwise trip on
+    the socket); a live run's socket is never touched."""
+    killed = tmp_path / "killed"
+    _leftover_socket(killed)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    directory = registry_dir()
+
+    async def body(server: ControlServer, fake: FakeHandler) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "1-1.json").write_text(json.dumps(
+            {"pid": gone.pid, "run_dir": str(killed), "started_at": 1.0}))
+        assert [r.run_dir for r in active_runs()] == [run_dir]
+        assert not (killed / SOCKET_NAME).exists()
+        assert (run_dir / SOCKET_NAME).exists()
+        assert not remove_stale_socket(run_dir)  # it answers: kept
+        assert (run_dir / SOCKET_NAME).exists()
+
+    serve(run_dir, body)
+    _leftover_socket(killed)
+    assert remove_stale_socket(killed) and not (killed / SOCKET_NAME).exists()
+    assert not remove_stale_socket(killed)  # nothing left to remove

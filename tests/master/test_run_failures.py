@@ -157,20 +157,39 @@ def test_a_bad_edit_rollup_in_a_later_step_stops_the_run_before_any_io(
     assert not list(Path(result.folder).glob("step*")), "no I/O may have started"
 
 
-def test_an_unusable_output_root_is_one_line_exit_2_before_any_host(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory\n")
+@pytest.mark.parametrize("how", ["a file", "read-only"])
+def test_an_unusable_output_root_is_one_line_exit_4_before_any_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        how: str) -> None:
+    """The run folder cannot be made: exit 4, as for a run folder that cannot be written later
+    (the README's exit codes), one line naming the root and why, no host contacted."""
+    if how == "a file":
+        root = tmp_path / "a-file"
+        root.write_text("not a directory\n")
+        why = "Not a directory"
+    else:
+        if os.geteuid() == 0:  # root writes into a read-only directory: a read-only mount
+            root = tmp_path / "ro"
+            root.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(root)],
+                           check=True)
+        else:
+            root = tmp_path / "ro"
+            root.mkdir(mode=0o555)
+        why = "Read-only file system" if os.geteuid() == 0 else "Permission denied"
     cfg = write_config(tmp_path, LOCAL_TEST.format(name="noroot", seconds=1))
     hosts = MemoryHosts()
-    status = run_cli(["run", str(cfg), "--plain", "--output-root", str(blocker)], monkeypatch,
-                     hosts)
+    try:
+        status = run_cli(["run", str(cfg), "--plain", "--output-root", str(root)], monkeypatch,
+                         hosts)
+    finally:
+        if how == "read-only" and os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(root)], check=False)
     out, err = capsys.readouterr()
-    assert status == 2, err
+    assert status == 4, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert "output_root: cannot create the run folder under" in err
-    assert "Not a directory" in err and str(blocker) in err
+    assert why in err and str(root) in err, err
     assert not hosts.hosts and "slave up" not in out + err
 
 

@@ -115,8 +115,10 @@ def test_a_killed_run_is_resumed_from_its_first_incomplete_step(
     finally:
         proc.kill()
     assert all_gone(tree, 3.0), "the slave outlived its master"  # the LUN is closed
+    assert (folder / "control.sock").exists()  # the killed master could not remove it
     status = _ivypy("status", str(folder))
     assert status.returncode == 3, status.stderr
+    assert not (folder / "control.sock").exists()  # status removed it: nothing serves it
     assert "state: dead (its master is gone)" in status.stdout
     assert "last complete step: step 0 (first) of 3 steps" in status.stdout
     assert f"continue it with: ivypy run --resume {folder}" in status.stdout
