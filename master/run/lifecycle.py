@@ -189,6 +189,7 @@ class Run(StepLoop):
         self.stop_run_requested = False
         #: the warnings given once, at the run's end, with their worst figure
         self.notices = OnceARun(len(cfg.hosts), self.skew_limit_ns)
+        self.step_whole = False
 
     def _rollup_specs(self) -> list[RollupSpec]:
         specs = {r.type: r for r in self.cfg.rollups}
@@ -274,10 +275,11 @@ class Run(StepLoop):
                 if self.stop_run_requested:
                     stopped_before = number
                     break
+                self.step_whole = False
                 valid = await self._run_step(number, step)
                 if not valid:
                     result.invalid_steps.append(step.name)
-                if not self.interrupted.is_set():
+                if not self.interrupted.is_set() or self.step_whole:
                     self._step_complete(number, step)
             if self.interrupted.is_set():
                 result.exit_code, result.message = EXIT_INTERRUPTED, "interrupted"
@@ -336,6 +338,17 @@ class Run(StepLoop):
                 await self.gathering.close()
             self._summary_json()
             report_after_run(self.output.folder)  # logs a failure, never raises
+            # a Ctrl-C while the hosts closed or the files above were written (synchronously:
+            # its handler waits for the loop) still ends the run as interrupted, the files
+            # whole
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if (self.interrupted.is_set() and crash is None
+                    and result.exit_code in (EXIT_OK, EXIT_INVALID)):
+                result.exit_code = EXIT_INTERRUPTED
+                result.message = "; ".join(x for x in (
+                    "interrupted at the run's end: every step ran, and summary.json and "
+                    "report.html are whole", result.message) if x)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.remove_signal_handler(sig)

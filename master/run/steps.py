@@ -157,6 +157,8 @@ class StepLoop:
     sub_ns: int
     skew_limit_ns: int
     notices: OnceARun
+    #: the step last run recorded every one of its subintervals (``_run_step``)
+    step_whole: bool
     _luns_csv_stale: bool
 
     @property
@@ -429,7 +431,11 @@ class StepLoop:
                     failure_text(exc), after=True))
                 raise StepFailed(f"step {number} {step.name} failed: {exc}") from exc
             window, reason, extra = control.verdict(last_recorded)
-            ended = ("interrupt" if self.interrupted.is_set()
+            # every subinterval of the step recorded before the interrupt (Ctrl-C between its
+            # last row and its summary): it keeps its verdict, and once its window came and
+            # it is summarised, counts as complete
+            whole = control.last is not None and last_recorded >= control.last
+            ended = ("interrupt" if self.interrupted.is_set() and not whole
                      else "stop" if st.forced_last is not None else "")
             # the step ran short of what it was to measure; a stop in the measurement of a
             # fixed-length step leaves a shorter window, which stays valid (the operator's call)
@@ -451,6 +457,7 @@ class StepLoop:
                                        f"within {INTERRUPT_WAIT_S:g} s of the interrupt")
                 return False
             valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
+            self.step_whole = whole
             self.notices.devices(number, recorder.devices.disagreements())  # at the run's end
             self.view.step_finished(text)
             return valid

@@ -310,6 +310,64 @@ def test_stop_run_ends_the_run_once_its_step_has_and_it_resumes_from_the_next(
                      "stop of the run requested: it ends after step a"]
 
 
+# ---------------------------------------------------------------- 3c. Ctrl-C at the edges
+def test_ctrl_c_while_the_final_files_are_written_exits_130_with_them_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT to this process while the report is written (synchronously: the run's
+    handler waits for the loop): the run still ends interrupted, 130, every step having run,
+    summary.json and report.html whole. It used to end complete, exit 0."""
+    import json
+    import os
+    import signal
+
+    write = runmod.report_after_run
+
+    def report_interrupted(folder: Path) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the run's handler is installed: no KeyboardInterrupt
+        write(folder)
+
+    monkeypatch.setattr(runmod, "report_after_run", report_interrupted)
+    result = execute(memory_run(memory_config(tmp_path, TWO_STEPS.format(a_s=0.4)),
+                                MemoryHosts()))
+    assert result.exit_code == EXIT_INTERRUPTED, result.message
+    assert result.message == ("interrupted at the run's end: every step ran, and summary.json "
+                              "and report.html are whole")
+    doc = json.loads((result.folder / "summary.json").read_text())
+    assert [s["status"] for s in doc["steps"]] == ["complete", "complete"]
+    assert (result.folder / "report.html").read_text().rstrip().endswith("</html>")
+    assert read_state(result.folder).state == "complete"  # every step ran
+
+
+def test_ctrl_c_between_a_steps_last_row_and_its_summary_keeps_its_verdict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every subinterval of step a recorded, then Ctrl-C before its summary: step a keeps its
+    verdict (valid, no 'interrupted' reason) and counts as complete, so a resume starts at b
+    (it used to be invalid, and run again)."""
+    from master.analysis.stepcontrol import StepControl
+
+    box: dict[str, Any] = {}
+    verdict = StepControl.verdict
+
+    def interrupted_first(control: StepControl, last_recorded: int) -> Any:
+        if "done" not in box:
+            box["done"] = True
+            box["run"]._interrupt()
+        return verdict(control, last_recorded)
+
+    monkeypatch.setattr(StepControl, "verdict", interrupted_first)
+    run = box["run"] = memory_run(memory_config(tmp_path, TWO_STEPS.format(a_s=0.4)),
+                                  MemoryHosts())
+    result = execute(run)
+    assert result.exit_code == EXIT_INTERRUPTED, result.message
+    (row,) = _summary(result.folder, 0)
+    assert row["valid"] == "true" and row["invalid_reason"] == "", row
+    state = read_state(result.folder)
+    assert state.state == "interrupted" and state.last_complete_step == 0
+    text = (result.folder / "test.yaml").read_text()
+    assert check_resumable(state, result.folder, text, __version__) == 1
+    assert not (result.folder / "step0001-b").exists()
+
+
 # ---------------------------------------------------------------- 4. the measurement window
 def test_ctrl_c_while_a_hung_host_holds_the_window_exits_130_within_3s(tmp_path: Path) -> None:
     """The slave hangs as it would answer the window request; Ctrl-C 0.2 s later ends the run
