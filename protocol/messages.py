@@ -132,7 +132,9 @@ class CreateWorkload(Message):
     next boundary when a step is running, else at ``Go``. Preflight happens here. ``engine``
     is the LUN's engine choice (``auto``, ``libaio`` or ``threadpool``);
     ``allow_engine_fallback`` lets ``auto`` run on the thread pool where libaio cannot be
-    had (else the create is refused). The ``Ack`` names the engine in use (``info.engine``)."""
+    had (else the create is refused). The ``Ack`` names the engine in use (``info.engine``).
+    ``shared``: another session (ivypy run) may use the LUN too, if it says so as well; else a
+    LUN another session holds is refused (protocol 10)."""
 
     CODE: ClassVar[int] = 7
     seq: int
@@ -142,6 +144,7 @@ class CreateWorkload(Message):
     allow_write: bool = False
     engine: str = "auto"
     allow_engine_fallback: bool = False
+    shared: bool = False
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ from slave import devstats
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import compiled_loop
+from slave.lunlock import LunLocks
 from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
 
@@ -230,6 +231,8 @@ class SlaveSession:
         self.conv = Conversation(Role.SLAVE)
         self.host = ""
         self.luns: dict[str, lunmod.LunInfo] = {}
+        #: the session's lock on each LUN it runs a workload on (``slave.lunlock``)
+        self.locks = LunLocks()
         self.params: dict[str, WorkloadParams] = {}
         self.lun_of: dict[str, lunmod.LunInfo] = {}
         # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
@@ -318,6 +321,7 @@ class SlaveSession:
         """Stop all I/O and end the conversation without a word (the master is gone, or a
         signal came; what went wrong stopping the I/O is logged)."""
         self._halt()
+        self.locks.release()  # the I/O is over: another run may have the LUNs
         self._drop_window_store()
         self.closed = True
 
@@ -373,6 +377,7 @@ class SlaveSession:
         the process then exits non-zero (``failure``)."""
         log.error("%s", message)
         problems = self._halt()
+        self.locks.release()
         if problems:  # nothing lost: the fatal Error is the last word
             message += f" (and stopping all I/O: {'; '.join(str(p) for p in problems)})"
         self.failure = f"{kind}: {message}"
@@ -555,6 +560,7 @@ class SlaveSession:
             self.luns[lun.path] = lun
             verdict = require_ok(lun, params.writes, msg.allow_write, self.host)
             _check_fits(params, lun)
+            self.locks.take(lun.path, msg.shared, self.host)  # another run's LUN is refused
             info = self.backend.create(wid, lun, params, engine=msg.engine,
                                        fallback=msg.allow_engine_fallback)
         except PreflightError as exc:
@@ -690,6 +696,7 @@ class SlaveSession:
 
     def _on_bye(self, msg: Bye) -> None:
         problems = self._halt()
+        self.locks.release()
         self._drop_window_store()
         step, self.step = self.step, None
         self._send_halt_problems(step, problems)

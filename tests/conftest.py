@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARES_THE_MACHINE = frozenset({
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
     "test_engine_differential_fake.py", "test_engine_layout.py", "test_engine_paced_draws.py",
-    "test_lun_info.py", "test_lun_mark.py", "test_luns.py", "test_luns_growth.py",
+    "test_lun_info.py", "test_lun_mark.py", "test_lunlock.py", "test_luns.py",
+    "test_luns_growth.py",
     "test_main_untimed.py",
     "test_luns_layout.py", "test_compiled_loop_shipping.py", "test_preflight.py",
     "test_sequencer.py", "test_session.py", "test_session_fuzz.py", "test_session_refusals.py",

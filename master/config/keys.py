@@ -218,6 +218,11 @@ LUNS = Section(
            "instead of being refused; so does one on a host without the compiled loop (no C "
            "compiler there and none shipped that loads, or `IVYPY_SLAVE_CC=none`), where "
            "libaio and io_uring cannot run."),
+        _k("shared", "bool", "false",
+           "Whether another ivypy run may use the entry's LUNs at the same time. A LUN "
+           "another run is using (from this controller or another, reading or writing) is "
+           "refused before any I/O, naming the host and the LUN, unless both tests say "
+           "`shared: true`; luns.csv says which LUNs were shared."),
         Key(LUN_ATTRIBUTE_KEYS, "glob, integer or bool", "-",
             "Select LUNs by what discovery reports (strings are shell globs, `ACME*`; all "
             "given must match). `rotational` matches true/false or 1/0. An attribute in "

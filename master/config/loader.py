@@ -67,6 +67,7 @@ LUN_KEYS: tuple[str, ...] = (
     "allow_write",
     "engine",
     "allow_engine_fallback",
+    "shared",
     "layout",
     *LUN_ATTRIBUTE_KEYS,
 )
@@ -205,6 +206,8 @@ def _lun_selector(
             raise child.error("only with file")
     allow_cursor = entry.get("allow_write")
     allow_write = False if allow_cursor is None else allow_cursor.boolean()
+    shared_cursor = entry.get("shared")
+    shared = False if shared_cursor is None else shared_cursor.boolean()
     engine, fallback = _lun_engine(entry)
     if kinds[0] == "path":
         path_cursor = entry.require("path")
@@ -213,7 +216,7 @@ def _lun_selector(
             raise path_cursor.error(f"must be an absolute device path or glob (got {path!r})")
         return (
             LunSelector(host_names, "path", path=path, allow_write=allow_write, engine=engine,
-                        allow_engine_fallback=fallback, line=entry.line),
+                        allow_engine_fallback=fallback, shared=shared, line=entry.line),
         )
     if kinds[0] == "file":
         file_cursor = entry.require("file")
@@ -252,6 +255,7 @@ def _lun_selector(
                 allow_write=allow_write,
                 engine=engine,
                 allow_engine_fallback=fallback,
+                shared=shared,
                 line=entry.line,
             )
             for group in groups
@@ -263,7 +267,7 @@ def _lun_selector(
     return (
         LunSelector(
             host_names, "attributes", attributes=matches, allow_write=allow_write, engine=engine,
-            allow_engine_fallback=fallback, line=entry.line
+            allow_engine_fallback=fallback, shared=shared, line=entry.line
         ),
     )
 

@@ -129,6 +129,10 @@ class LunSelector:
     reason and fix, unless ``allow_engine_fallback: true`` (with ``auto`` only) lets it run on
     the thread pool, with a warning.
 
+    ``shared`` (bool, default false): a LUN another ivypy run is using (this controller's or
+    another's, reading or writing) is refused before any I/O unless both runs' entries say
+    ``shared: true``; the two then run on it together, and luns.csv says so.
+
     ``file`` must be absolute or start with ``${output_root}``, which is replaced by the resolved
     output root (absolute, on the controller: meaningful for ``localhost``). ``${host}`` in a file
     path gives every host its own file: the entry becomes one selector per host. ``size`` is bytes
@@ -152,6 +156,8 @@ class LunSelector:
     allow_write: bool = False
     engine: str = "auto"
     allow_engine_fallback: bool = False
+    #: another ivypy run may use its LUNs at the same time (both tests must say so)
+    shared: bool = False
     line: int = 0
 
     def describe(self) -> str:
@@ -166,6 +172,7 @@ class LunSelector:
         else:
             what = "attributes " + " ".join(str(match) for match in self.attributes)
         return (what + (" allow_write" if self.allow_write else "")
+                + (" shared" if self.shared else "")
                 + (f" engine {self.engine}" if self.engine != "auto" else "")
                 + (" allow_engine_fallback" if self.allow_engine_fallback else ""))
 

@@ -47,7 +47,7 @@ SUMMARY_KEYS = ("step_number", "step_name", "rollup_type", "rollup_instance")
 #: hosts.csv and luns.csv: numbers where the column name carries a unit, and these
 UNIT_SUFFIXES = ("_ns", "_us", "_ms", "_s", "_bytes", "_per_s", "_pct", "_KiB")
 NUMERIC_NAMES = frozenset({"cores", "slave_pid", "clock_samples", "rotational"})
-LUN_BOOLEAN = frozenset({"selected", "allow_write"})
+LUN_BOOLEAN = frozenset({"selected", "allow_write", "shared"})
 
 _INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")

@@ -633,11 +633,12 @@ class Run(StepLoop):
                     attrs["engine"] = "/".join(sorted(running))
                 rows.append({"host": host, "lun": lun.path, "selected": sel is not None,
                              "allow_write": bool(sel and sel.allow_write),
+                             "shared": bool(sel and sel.shared),
                              "used_by": " ".join(self._luns_used.get((host, lun.path), [])),
                              "in_use": "; ".join(lun.in_use),
                              **{k: attrs.get(k, "") for k in attr_keys}})
         self.output.replace_table("luns.csv", ["host", "lun", "selected", "allow_write",
-                                               "used_by", "in_use", *attr_keys], rows)
+                                               "shared", "used_by", "in_use", *attr_keys], rows)
 
 def _crash_text(exc: BaseException) -> str:
     """An exception the run does not handle, as state.json's reason: an ``IvyError`` as it

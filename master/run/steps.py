@@ -235,7 +235,7 @@ class StepLoop:
     def _create(hs: HostSession, inst: WorkloadInstance) -> Awaitable[Ack | Error]:
         sl = inst.lun
         return hs.create(inst.id, sl.lun.path, inst.params, sl.allow_write, sl.engine,
-                         sl.allow_engine_fallback)
+                         sl.allow_engine_fallback, sl.shared)
 
     def _created(self, number: int, inst: WorkloadInstance, info: dict[str, Any]) -> None:
         """What a create answered: the workload's ``engine`` attribute (a rollup key) is the

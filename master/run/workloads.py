@@ -60,6 +60,8 @@ class SelectedLun:
     selectors: tuple[int, ...]
     engine: str = "auto"
     allow_engine_fallback: bool = False
+    #: every entry that chose it says ``shared: true``: another run may use it too
+    shared: bool = False
 
 
 def selector_applies(sel: LunSelector, host: str) -> bool:
@@ -140,7 +142,8 @@ def _selected(cfg: TestConfig, host: str, lun: Lun, allow_write: bool,
     fallback = any(cfg.luns[i].allow_engine_fallback for i in selectors) and engine == "auto"
     if engine != "auto":
         lun = replace(lun, attributes={**lun.attributes, "engine": engine})
-    return SelectedLun(lun, allow_write, selectors, engine, fallback)
+    shared = all(cfg.luns[i].shared for i in selectors)
+    return SelectedLun(lun, allow_write, selectors, engine, fallback, shared)
 
 
 def _selector_matches(sel: LunSelector, lun: Lun) -> bool:

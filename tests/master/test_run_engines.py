@@ -198,13 +198,16 @@ def test_an_ext4_lun_asked_for_io_uring_runs_on_it(engine_run: EngineRun) -> Non
 
 
 def test_engines_open_luns_with_o_direct_exactly_for_libaio(engine_run: EngineRun) -> None:
-    """Each LUN is open once in the slave's process tree during the run; O_DIRECT on it is set
-    for libaio and io_uring (ext4, tmpfs where the kernel takes it) and clear for the
-    thread-pool engine."""
+    """Each LUN is open once for its I/O in the slave's process tree during the run; O_DIRECT
+    on it is set for libaio and io_uring (ext4, tmpfs where the kernel takes it) and clear for
+    the thread-pool engine. Beside it, the slave's lock on the LUN (``slave.lunlock``: read
+    only, non-blocking, no I/O through it)."""
     want = {"ramfs": False, "ext4": True, "tmpfs": engine_run.tmpfs_takes_o_direct,
             "uring": True}
     for kind, path in engine_run.luns.items():
-        flags = engine_run.flags[path]
+        locks = [f for f in engine_run.flags[path] if f & os.O_NONBLOCK]
+        assert len(locks) == 1 and locks[0] & os.O_ACCMODE == os.O_RDONLY, (kind, locks)
+        flags = [f for f in engine_run.flags[path] if not f & os.O_NONBLOCK]
         assert len(flags) == 1, (kind, [oct(f) for f in flags])
         assert bool(flags[0] & os.O_DIRECT) == want[kind], (kind, oct(flags[0]))
         assert flags[0] & os.O_ACCMODE == os.O_RDONLY, (kind, oct(flags[0]))

@@ -409,6 +409,7 @@ def test_a_file_an_earlier_run_created_takes_writes_in_a_later_one(tmp_path: Pat
     assert isinstance(ack, Ack) and "preflight_warning" not in ack.info, ack
     with open(path, "r+b") as fh:  # the first run wrote to it
         fh.write(b"x" * 4096)
+    first.session.shut_down()  # the first run ended (its lock on the LUN with it)
 
     second = Harness(describe=lun_for_path)
     second.hello()
