@@ -206,15 +206,23 @@ class LiveView:
         self._stop()
 
 
+#: a log record's attribute (``extra={CONSOLE: False}``): not for the console, which says it
+#: otherwise (the run's end: the CLI's ``ivypy:`` line), only for run.log
+CONSOLE = "ivypy_console"
+
+
 class ViewLogHandler(logging.Handler):
     """A logging handler for the console: its lines print through ``view`` (above the live
-    region while there is one, else on stderr)."""
+    region while there is one, else on stderr); a record marked ``CONSOLE`` False is left to
+    run.log."""
 
     def __init__(self, view: LiveView, level: int = logging.NOTSET) -> None:
         super().__init__(level)
         self.view = view
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, CONSOLE, True) is False:
+            return
         try:
             self.view.log_line(self.format(record))
         except Exception:  # logging's own rule: a handler never raises

@@ -37,7 +37,7 @@ from master.gather.gathering import Gathering
 from master.hosts.connection import Connection, Connector
 from master.hosts.session import HostSession, LunRefusedError, SlaveEvent
 from master.live.control_socket import ControlServer, ControlUnavailable
-from master.live.view import LiveView
+from master.live.view import CONSOLE, LiveView
 from master.results.output import RunOutput, create_run_folder
 from master.results.report.build import report_after_run
 from master.results.runstate import (
@@ -201,7 +201,9 @@ class Run(StepLoop):
     # ------------------------------------------------------------------ events
     def event(self, level: str, message: str, *, host: str = "", kind: str = "",
               step: int | None = None, subinterval: int | None = None) -> None:
-        log.log(logging.getLevelName(level), "%s%s", f"[host={host}] " if host else "", message)
+        # the run's end (``kind`` run) is the CLI's own last line: not the console's too
+        log.log(logging.getLevelName(level), "%s%s", f"[host={host}] " if host else "", message,
+                extra={CONSOLE: kind != "run"})
         if self.output is not None:
             try:
                 self.output.table("events.csv", EVENT_COLUMNS).write({

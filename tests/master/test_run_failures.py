@@ -123,6 +123,8 @@ def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: obje
     if status == 2:
         line = err.strip().splitlines()[-1]
         assert "localhost" in line and dev in line and "ext4" in line, line
+        # said once: the run's end is the CLI's line, not a log line before it too
+        assert sum(dev in ln for ln in err.splitlines()) == 1, err
         assert not list(folder.glob("step*")), "no I/O may have started"
     else:
         assert rows(folder / "step0000-w/all/all.csv")
