@@ -108,7 +108,7 @@ def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequen
     name_width = width - LIVE_NUMBERS_WIDTH
     if total is not None:
         table.add_row("total", *_row_cells(total), style="bold")
-    if rollup_type != "all":
+    if rows:  # none for all, or a rollup of one instance (the total)
         shown = rows[:max(1, max_rows)]
         for r in shown:
             table.add_row(cut_left(r.instance, name_width), *_row_cells(r))

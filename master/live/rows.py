@@ -15,6 +15,7 @@ several hosts shows the mean over its hosts, as ``cpu_busy_pct`` in the rollup r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -130,6 +131,35 @@ def dfc_lines(dfc_rows: Sequence[Mapping[str, Any]]) -> list[DfcLine]:
             for r in dfc_rows]
 
 
+def short_names(names: Sequence[str]) -> list[str]:
+    """Instance names as the console shows them: a LUN's path by its last part (the device or
+    file name: ``h1:/dev/sdb`` → ``h1:sdb``, ``h1:/data/t/lun0:rr`` → ``h1:lun0:rr``) where
+    that is unique among ``names``; else, and for other names, as they are (the CSV files
+    keep them whole)."""
+    def short(name: str) -> str:
+        host, colon, rest = name.partition(":")
+        if not colon or not rest.startswith("/"):
+            return name
+        path, sep, tail = rest.rpartition(":")  # a workload's name follows its LUN's path
+        if not sep or "/" in tail:
+            path, sep, tail = rest, "", ""
+        return f"{host}:{path.rsplit('/', 1)[-1]}{sep}{tail}"
+
+    shorts = [short(n) for n in names]
+    taken = {s: shorts.count(s) for s in shorts}
+    return [s if taken[s] == 1 else n for s, n in zip(shorts, names, strict=True)]
+
+
+def instance_rows(rollup_type: str, instances: int, rows: Sequence[LiveRow]) -> list[LiveRow]:
+    """The rows of ``rollup_type`` the console shows under the total, their names short
+    (``short_names``): none for ``all``, and none where the rollup has one instance (it is
+    the total, to the digit: shown twice it only doubled every line)."""
+    if rollup_type == "all" or max(instances, len(rows)) <= 1:
+        return []
+    return [dataclasses.replace(r, instance=n)
+            for r, n in zip(rows, short_names([r.instance for r in rows]), strict=True)]
+
+
 def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
                rollup_types: Sequence[str], limit: int, *, valid: bool | None = None,
                reasons: Sequence[str] = ()) -> tuple[list[FinalRow], int]:
@@ -147,13 +177,17 @@ def final_rows(step: str, summary_rows: Sequence[Mapping[str, Any]],
     left_out = 0
     for t in dict.fromkeys(rollup_types):
         mine = [r for r in summary_rows if r.get("rollup_type") == t]
+        if t != "all" and len(mine) <= 1:  # one instance: the total's row already
+            continue
         keep = mine if t == "all" else mine[:limit]
         left_out += len(mine) - len(keep)
-        for r in keep:
+        names = short_names([str(r.get("rollup_instance", "")) for r in keep])
+        for r, name in zip(keep, names, strict=True):
             valid, reason = ((step_verdict(summary_rows)) if t == "all" else
                              (_valid(r.get("valid")), str(r.get("invalid_reason") or "")))
             out.append(FinalRow(
-                step, t, str(r.get("rollup_instance", "")), _float(r.get("IOPS")),
+                step, t, name if t != "all" else str(r.get("rollup_instance", "")),
+                _float(r.get("IOPS")),
                 _float(r.get("MB_per_s")), _float(r.get("service_time_p50_ms")),
                 _float(r.get("service_time_p99_ms")), _float(r.get("response_time_p50_ms")),
                 _float(r.get("response_time_p99_ms")), valid, reason))

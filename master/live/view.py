@@ -30,7 +30,7 @@ from master.live.frame import (
     num,
     plain_row,
 )
-from master.live.rows import DfcLine, FinalRow, LiveRow, final_rows
+from master.live.rows import DfcLine, FinalRow, LiveRow, final_rows, instance_rows
 from master.live.ttyecho import EchoOff
 
 if TYPE_CHECKING:
@@ -136,6 +136,7 @@ class LiveView:
         last ones shown stay)."""
         instances = max(instances, len(rows))
         left_s = (self._total - k - 1) * self._sub_s
+        rows = instance_rows(rollup_type, instances, rows)  # short names; none for one
         if dfc:
             self._dfc = list(dfc)
         if self._live is None:
@@ -153,7 +154,7 @@ class LiveView:
                            left_s: float, instances: int) -> None:
         head = f"  [{k + 1}/{self._total} {phase}, {left_s:.0f} s left]"
         lines = [f"{head} total: {plain_row(total)}" if total is not None else head]
-        if rollup_type != "all":
+        if rows:
             lines += [f"    {rollup_type}={r.instance}: {plain_row(r)}" for r in rows[:PLAIN_ROWS]]
             shown = min(len(rows), PLAIN_ROWS)
             if instances > shown:

@@ -4,6 +4,7 @@ frames and tables of ``master.live.frame`` at 80 columns."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import math
@@ -233,3 +234,21 @@ def test_log_lines_stay_on_stderr_sent_elsewhere() -> None:
     view.close()
     assert err.getvalue() == "WARNING x: while live\n"
     assert "while live" not in console.export_text()
+
+
+def test_a_rollup_of_one_instance_is_the_total_line_alone() -> None:
+    """One host (or LUN) is the total to the digit: its row under the total doubled every
+    line, live and in the end-of-run table; LUNs are named by their device or file."""
+    buf = io.StringIO()
+    view = LiveView(buf, rich_mode=False)
+    view.step_started(0, "one", 4, 1.0)
+    only = dataclasses.replace(TOTAL, instance="h1:/dev/sdb")
+    view.subinterval(0, "warmup", "lun", TOTAL, [only], instances=1)
+    view.subinterval(1, "warmup", "lun", TOTAL, [only, dataclasses.replace(
+        TOTAL, instance="h1:/dev/sdc")], instances=2)
+    lines = buf.getvalue().splitlines()
+    assert lines[1].startswith("  [1/4 warmup, 3 s left] total: ") and len(lines) == 5
+    assert lines[2].startswith("  [2/4 warmup, 2 s left] total: ")
+    assert lines[3].startswith("    lun=h1:sdb: ") and lines[4].startswith("    lun=h1:sdc: ")
+    lines = _render(live_frame("t", "lun", TOTAL, [], [], 1, 4, 3.0, 5))
+    assert sum(line.startswith("total") for line in lines) == 1

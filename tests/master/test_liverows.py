@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -16,8 +17,10 @@ from master.live.rows import (
     default_live_rollup,
     dfc_lines,
     final_rows,
+    instance_rows,
     ivypy_cpu_pct,
     live_rows,
+    short_names,
     step_verdict,
 )
 from protocol.errors import ConfigError
@@ -99,7 +102,8 @@ SUMMARY = [_summary("all", "all", 3000.0, False, "host: 1 instances, expected 2"
 @pytest.mark.parametrize(("types", "limit", "want", "left_out"), [
     (("all", "lun"), 10, [("all", "all"), ("lun", "l1"), ("lun", "l2"), ("lun", "l3")], 0),
     (("all", "lun"), 2, [("all", "all"), ("lun", "l1"), ("lun", "l2")], 1),
-    (("all", "host"), 2, [("all", "all"), ("host", "h1")], 0),
+    # one host: its row is the total's, to the digit (shown, it doubled every line)
+    (("all", "host"), 2, [("all", "all")], 0),
     (("all", "all"), 0, [("all", "all")], 0),  # the live rollup is all: no second copy
     (("all", "vendor"), 5, [("all", "all")], 0),  # a type with no rows
 ])
@@ -163,10 +167,11 @@ def test_step_verdict(marks: list[Any], reasons: list[str],
 
 def test_the_all_row_carries_the_step_verdict() -> None:
     summary = [_summary("all", "all", 3000.0), _summary("lun", "l1", 3000.0),
+               _summary("lun", "l2", 0.0),
                _summary("host", "h1", 3000.0, False, "host: 1 instances, expected 2")]
     rows, _ = final_rows("0 s", summary, ("all", "lun"), 5)
     assert [(r.rollup_type, r.valid, r.reason) for r in rows] == [
-        ("all", False, "host: 1 instances, expected 2"), ("lun", True, "")]
+        ("all", False, "host: 1 instances, expected 2"), ("lun", True, ""), ("lun", True, "")]
 
 
 def test_live_rows_stop_at_the_limit() -> None:
@@ -180,3 +185,24 @@ def test_live_rows_stop_at_the_limit() -> None:
     assert got[-1].response_p99_ms == LIVE_ROWS_MAX - 1
     assert [r.instance for r in live_rows(names[:3], columns, [1.0] * 3, [2.0] * 3, 5)] == [
         "w0", "w1", "w2"]
+
+
+@pytest.mark.parametrize(("names", "want"), [
+    (["h1:/dev/sdb", "h1:/dev/sdc", "h2:/dev/sdb"], ["h1:sdb", "h1:sdc", "h2:sdb"]),
+    # two files of one name on a host: those two stay whole
+    (["h1:/data/a/lun0:rr", "h1:/data/b/lun0:rr", "h1:/data/a/lun1:rr"],
+     ["h1:/data/a/lun0:rr", "h1:/data/b/lun0:rr", "h1:lun1:rr"]),
+    (["localhost", "ACME+X1", "all"], ["localhost", "ACME+X1", "all"]),  # no path: as it is
+])
+def test_short_names(names: list[str], want: list[str]) -> None:
+    assert short_names(names) == want
+
+
+def test_instance_rows_are_none_for_one_instance_and_short_otherwise() -> None:
+    row = LiveRow("h1:/dev/sdb", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+    other = dataclasses.replace(row, instance="h1:/dev/sdc")
+    assert instance_rows("lun", 1, [row]) == []  # the total, to the digit
+    assert instance_rows("all", 5, [row, other]) == []
+    assert [r.instance for r in instance_rows("lun", 2, [row, other])] == ["h1:sdb", "h1:sdc"]
+    # one row shown of more: still rows
+    assert [r.instance for r in instance_rows("lun", 9, [row])] == ["h1:sdb"]

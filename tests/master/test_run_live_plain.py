@@ -70,7 +70,8 @@ def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytes
         ("1", "warmup"), ("2", "measurement"), ("3", "measurement"), ("4", "measurement")]
     first = out.index(totals[0][0])
     for i, name in enumerate(("a", "b")):
-        m = re.match(rf"    workload=localhost:\S+lun-p:{name}: {ROW}$", out[first + 1 + i])
+        # the LUN by its file's name (the CSV files keep its path)
+        m = re.match(rf"    workload=localhost:lun-p:{name}: {ROW}$", out[first + 1 + i])
         assert m, out[first: first + 3]
     # the total line's numbers are the all rollup's row and cpu.csv of that subinterval
     step0 = folder / "step0000-fixed"
@@ -103,12 +104,13 @@ def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytes
     summary = {(r["step_name"], r["rollup_type"], r["rollup_instance"]): r
                for r in rows(folder / "summary.csv")}
     assert [(t[1], t[2]) for t in table] == [
-        ("fixed", "total"), ("fixed", f"workload={_wid(summary, 'fixed', 'a')}"),
-        ("fixed", f"workload={_wid(summary, 'fixed', 'b')}"),
-        ("held", "total"), ("held", f"workload={_wid(summary, 'held', 'a')}"),
-        ("held", f"workload={_wid(summary, 'held', 'b')}")]
+        ("fixed", "total"), ("fixed", "workload=localhost:lun-p:a"),
+        ("fixed", "workload=localhost:lun-p:b"),
+        ("held", "total"), ("held", "workload=localhost:lun-p:a"),
+        ("held", "workload=localhost:lun-p:b")]
     for t in table:
-        key = (t[1], "all", "all") if t[2] == "total" else (t[1], "workload", t[2][9:])
+        key = (t[1], "all", "all") if t[2] == "total" else (
+            t[1], "workload", _wid(summary, t[1], t[2][-1]))
         s = summary[key]
         assert _shows(t[3], float(s["IOPS"]))
         assert _shows(t[7], float(s["response_time_p50_ms"]))
