@@ -128,7 +128,7 @@ def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequen
     bar.add_column(ratio=1)
     bar.add_column(no_wrap=True)
     bar.add_row(ProgressBar(total=max(of, 1), completed=done),
-                f"{done}/{of} subintervals, {left_s:,.0f} s left")
+                f"subinterval {done - 1} of {of}, {left_s:,.0f} s left")
     parts.append(bar)
     return Group(*parts)
 

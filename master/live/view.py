@@ -152,7 +152,8 @@ class LiveView:
     def _plain_subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                            rows: Sequence[LiveRow], dfc: Sequence[DfcLine],
                            left_s: float, instances: int) -> None:
-        head = f"  [{k + 1}/{self._total} {phase}, {left_s:.0f} s left]"
+        # subinterval k as the CSV files number it, of the step's all
+        head = f"  [subinterval {k} of {self._total}, {phase}, {left_s:.0f} s left]"
         lines = [f"{head} total: {plain_row(total)}" if total is not None else head]
         if rows:
             lines += [f"    {rollup_type}={r.instance}: {plain_row(r)}" for r in rows[:PLAIN_ROWS]]

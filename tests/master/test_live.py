@@ -77,7 +77,7 @@ def test_frame_at_80_columns_has_labels_total_rows_response_and_dfc() -> None:
     assert b.split()[1:] == ["-"] * 8
     assert any("service_time_p99_ms" in line and "12,400" in line and "1.000" in line
                for line in lines)
-    assert "IOPS" in "".join(lines) and "13/20 subintervals, 35 s left" in lines[-1]
+    assert "IOPS" in "".join(lines) and "subinterval 12 of 20, 35 s left" in lines[-1]
 
 
 def test_frame_of_the_all_rollup_shows_the_total_once_and_cuts_many_rows() -> None:
@@ -115,7 +115,8 @@ def test_plain_lines() -> None:
     view.run_finished()
     lines = buf.getvalue().splitlines()
     assert lines[0] == "== step 0 randread: 10 subintervals of 1 s"
-    assert lines[1] == ("  [4/10 measurement, 6 s left] total: 24,691 IOPS 96.4 MB/s service "
+    assert lines[1] == ("  [subinterval 3 of 10, measurement, 6 s left] total: 24,691 IOPS "
+                        "96.4 MB/s service "
                         "p50 0.123 p99 1.500 ms response p50 0.250 p99 3.750 ms host CPU 42.0% "
                         "ivypy CPU 6.5%")
     assert lines[2].startswith("    lun=/srv/luns/lun-a: 12,346 IOPS 50.5 MB/s service p50")
@@ -247,8 +248,9 @@ def test_a_rollup_of_one_instance_is_the_total_line_alone() -> None:
     view.subinterval(1, "warmup", "lun", TOTAL, [only, dataclasses.replace(
         TOTAL, instance="h1:/dev/sdc")], instances=2)
     lines = buf.getvalue().splitlines()
-    assert lines[1].startswith("  [1/4 warmup, 3 s left] total: ") and len(lines) == 5
-    assert lines[2].startswith("  [2/4 warmup, 2 s left] total: ")
+    assert lines[1].startswith("  [subinterval 0 of 4, warmup, 3 s left] total: ")
+    assert lines[2].startswith("  [subinterval 1 of 4, warmup, 2 s left] total: ")
+    assert len(lines) == 5
     assert lines[3].startswith("    lun=h1:sdb: ") and lines[4].startswith("    lun=h1:sdc: ")
     lines = _render(live_frame("t", "lun", TOTAL, [], [], 1, 4, 3.0, 5))
     assert sum(line.startswith("total") for line in lines) == 1

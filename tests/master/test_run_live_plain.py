@@ -65,9 +65,11 @@ def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytes
 
     # step 0: a total line per subinterval, then a line per workload
     totals = [m for x in out if (m := re.match(
-        rf"  \[(\d+)/(\d+) (\w+), \d+ s left\] total: {ROW}$", x))]
-    assert [(m[1], m[3]) for m in totals[:4]] == [
-        ("1", "warmup"), ("2", "measurement"), ("3", "measurement"), ("4", "measurement")]
+        rf"  \[subinterval (\d+) of (\d+), (\w+), \d+ s left\] total: {ROW}$", x))]
+    # subinterval k as the CSV files number it (from 0), of the step's 4
+    assert [(m[1], m[2], m[3]) for m in totals[:4]] == [
+        ("0", "4", "warmup"), ("1", "4", "measurement"), ("2", "4", "measurement"),
+        ("3", "4", "measurement")]
     first = out.index(totals[0][0])
     for i, name in enumerate(("a", "b")):
         # the LUN by its file's name (the CSV files keep its path)

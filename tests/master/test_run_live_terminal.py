@@ -146,7 +146,7 @@ def test_live_view_in_a_terminal(tmp_path: Path, tmux: Tmux) -> None:
     luns = [x.split() for x in frame[5:7]]
     assert [x[0][-5:] for x in luns] == ["lun-a", "lun-b"], frame
     assert all(len(x) == 9 for x in luns), frame
-    assert "subintervals," in frame[7] and "s left" in frame[7]
+    assert "subinterval " in frame[7] and " of " in frame[7] and "s left" in frame[7]
     assert all(len(x) <= WIDTH for x in during)
 
     end = _wait(tmux, lambda lines: any(x.startswith("IVYPY-EXIT=") for x in lines), 60)
