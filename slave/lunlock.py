@@ -2,7 +2,8 @@
 unknowingly (two runs reading one LUN both reported valid numbers: each took half of it).
 
 Owns ``LunLocks``: one advisory ``flock`` per LUN a session creates a workload on, on the
-LUN's inode (a block device node or a file; a path through a symlink is its target's), held
+LUN's inode (a block device node or a file; a path through a symlink is its target's; a
+character device such as ``/dev/null`` holds no data and is not locked), held
 until the session ends: exclusive, or shared where the test says ``shared: true``. ``flock``
 locks belong to an open file description, so two sessions conflict even in one process (the
 in-memory hosts). A lock another session holds the other way refuses the create
@@ -18,6 +19,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 
 from protocol.errors import PreflightError
 
@@ -43,6 +45,9 @@ class LunLocks:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:  # no such LUN, or none this user reads: the engine's open says so
+            return
+        if not stat.S_ISBLK(os.fstat(fd).st_mode) and not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)  # a character device (/dev/null, a test's): no data to share
             return
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)

@@ -88,3 +88,8 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(tmp_path
     assert total["valid"] == "true" and abs(float(total["IOPS"]) - 500) < 25
     page = (folder / "report.html").read_text()  # the report's assets came with the install
     assert "uPlot" in page and "data-charts-drawn" in page and len(page) > 60_000
+    # so did the example tests: ``ivypy example`` writes one, as the checkout has it
+    assert {f"master/examples/{n}.yaml" for n in ("quickstart", "dfc", "sweep", "gather")} <= \
+        set(names)
+    _run([str(venv / "bin" / "ivypy"), "example", "quickstart"], work, 60)
+    assert (work / "quickstart.yaml").read_text() == (ROOT / "configs/quickstart.yaml").read_text()

@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.cli.compare",
     "master.cli.summaryjson",
     "master.cli.report",
+    "master.cli.example",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -41,6 +42,7 @@ COMMAND_OF: dict[str, str] = {
     "compare": "master.cli.compare",
     "summary-json": "master.cli.summaryjson",
     "report": "master.cli.report",
+    "example": "master.cli.example",
 }
 
 

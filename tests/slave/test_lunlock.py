@@ -67,3 +67,11 @@ def test_a_lun_it_cannot_open_is_left_to_the_engine(tmp_path: Path) -> None:
     locks = LunLocks()
     locks.take(str(tmp_path / "gone"), False, "h1")
     assert locks.shared(str(tmp_path / "gone")) is None
+
+
+def test_a_character_device_is_not_locked() -> None:
+    """``/dev/null`` (a test's LUN) holds no data: two sessions on it run, none locks it."""
+    a, b = LunLocks(), LunLocks()
+    a.take("/dev/null", False, "h1")
+    b.take("/dev/null", False, "h1")
+    assert a.shared("/dev/null") is b.shared("/dev/null") is None
