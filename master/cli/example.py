@@ -54,8 +54,8 @@ def example_command(args: argparse.Namespace) -> int:
     shipped = examples()
     if args.name is None:
         width = max(map(len, shipped))
-        for name, text in shipped.items():
-            print(f"{name:<{width}}  {_description(text)}")
+        for name, body in shipped.items():
+            print(f"{name:<{width}}  {_description(body)}")
         return EXIT_OK
     text = shipped.get(args.name)
     if text is None:
