@@ -93,11 +93,12 @@ def _table(columns: Sequence[str]) -> Table:
 
 def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequence[LiveRow],
                dfc: Sequence[DfcLine], done: int, of: int, left_s: float,
-               max_rows: int, width: int = 80, instances: int = 0) -> RenderableType:
+               max_rows: int, width: int = 80, instances: int = 0,
+               measure: Sequence[str] = ()) -> RenderableType:
     """The live region of one subinterval: title, table (total row first, then at most
     ``max_rows`` instances of ``rollup_type``, named in what ``width`` columns leave, and
-    how many of its ``instances`` (at least ``len(rows)``) are not shown), DFC's moves,
-    progress."""
+    how many of its ``instances`` (at least ``len(rows)``) are not shown), DFC's moves, a
+    ``measure:`` step's progress toward its criterion (``measure``), progress in time."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -124,6 +125,7 @@ def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequen
         if len(dfc) > DFC_LINES:
             d.add_row(f"(+{len(dfc) - DFC_LINES} more)")
         parts.append(d)
+    parts += [Text(line, no_wrap=True, overflow="ellipsis") for line in measure]
     bar = Table.grid(padding=(0, 1))
     bar.add_column(ratio=1)
     bar.add_column(no_wrap=True)

@@ -131,6 +131,33 @@ def dfc_lines(dfc_rows: Sequence[Mapping[str, Any]]) -> list[DfcLine]:
             for r in dfc_rows]
 
 
+def measure_lines(measure_rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A ``measure:`` step's progress toward its criterion after one subinterval (the rows of
+    measure.csv it wrote), a line per criterion: how many focus instances are within the limit
+    over the latest window, and the farthest one's value (its bar otherwise counted only
+    toward the timeout)."""
+    out = []
+    for criterion in dict.fromkeys(str(r.get("criterion", "")) for r in measure_rows):
+        mine = [r for r in measure_rows if r.get("criterion") == criterion]
+        first = mine[0]
+        unit = "%" if criterion == "accuracy" else ""
+        head = (f"measure {criterion} of {first.get('metric', '')} (limit "
+                f"{first.get('limit', '')}): ")
+        if all(r.get("window_first") is None for r in mine):
+            out.append(head + "no full window yet")
+            continue
+        within = sum(bool(r.get("passed")) for r in mine)
+        text = f"{within} of {len(mine)} within"
+        off = [r for r in mine if not r.get("passed") and math.isfinite(_float(r.get("value")))]
+        if off:
+            worst = max(off, key=lambda r: abs(_float(r.get("value"))))
+            text += (f"; {worst.get('instance', '')} at {_float(worst.get('value')):.4g}{unit}")
+        if any(r.get("attained") for r in mine):
+            text += "; steady"
+        out.append(head + text)
+    return out
+
+
 def short_names(names: Sequence[str]) -> list[str]:
     """Instance names as the console shows them: a LUN's path by its last part (the device or
     file name: ``h1:/dev/sdb`` → ``h1:sdb``, ``h1:/data/t/lun0:rr`` → ``h1:lun0:rr``) where

@@ -130,10 +130,11 @@ class LiveView:
 
     def subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                     rows: Sequence[LiveRow], dfc: Sequence[DfcLine] = (),
-                    instances: int = 0) -> None:
+                    instances: int = 0, measure: Sequence[str] = ()) -> None:
         """Subinterval ``k`` recorded: the total row, the first rows of ``rollup_type`` (of
-        its ``instances``; 0: ``rows`` are all of them), and DFC's moves after it (none: the
-        last ones shown stay)."""
+        its ``instances``; 0: ``rows`` are all of them), DFC's moves after it (none: the
+        last ones shown stay), and a ``measure:`` step's progress toward its criterion
+        (``measure_lines``)."""
         instances = max(instances, len(rows))
         left_s = (self._total - k - 1) * self._sub_s
         rows = instance_rows(rollup_type, instances, rows)  # short names; none for one
@@ -141,12 +142,15 @@ class LiveView:
             self._dfc = list(dfc)
         if self._live is None:
             self._plain_subinterval(k, phase, rollup_type, total, rows, dfc, left_s, instances)
+            for line in measure:
+                self.message(f"    {line}")
             return
         title = f"{self._title} · subinterval {k} {phase} · by {rollup_type}"
         max_rows = self.console.height - FRAME_LINES - (len(self._dfc[:DFC_LINES]) + 3
                                                         if self._dfc else 0)
         frame = live_frame(title, rollup_type, total, rows, self._dfc, k + 1, self._total,
-                           left_s, max_rows, self.console.width, instances)
+                           left_s, max_rows - len(measure), self.console.width, instances,
+                           measure)
         self._live.update(Drawn(self.console, frame), refresh=True)
 
     def _plain_subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,

@@ -29,7 +29,7 @@ from master.analysis.verdicts import ended_early
 from master.config import RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
 from master.hosts.session import HostSession, window_timeout_s
-from master.live.rows import default_live_rollup, dfc_lines
+from master.live.rows import default_live_rollup, dfc_lines, measure_lines
 from master.live.view import LiveView
 from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
@@ -380,7 +380,8 @@ class StepLoop:
                                             if control.dfc is not None else None)
                         self._write_control_rows(st, dec)
                     self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
-                                          rec.live, dfc_lines(dec.dfc_rows), rec.live_instances)
+                                          rec.live, dfc_lines(dec.dfc_rows), rec.live_instances,
+                                          measure_lines(dec.measure_rows))
                     last_recorded = k
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)

@@ -48,6 +48,9 @@ def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
         raise IoEngineError(f"LUN {path}: unknown engine {choice!r} (one of {ENGINE_CHOICES})")
     if kind in ("fake", "threadpool"):  # asked for: said in luns.csv and the created event
         return EngineDecision(kind, None)
+    denied = unreadable(path)
+    if denied is not None:  # no engine reads it: a fallback would only fail again
+        raise IoEngineError(denied)
     direct_why = files.direct_io_works(path, logical_block_bytes)
     if kind == "io_uring":
         why = direct_why or native.uring_available()
@@ -66,6 +69,40 @@ def choose_engine(choice: str, path: str, logical_block_bytes: int, *,
     if kind == "auto" and fallback:
         return EngineDecision("threadpool", fallback_warning(path, why))
     raise IoEngineError(refusal(path, why))
+
+
+def unreadable(path: str) -> str | None:
+    """Why this user may not open ``path`` at all (its owner, group and mode, and what to do),
+    or None. A non-root user on a root's loop device was told libaio was unavailable, and
+    that the thread pool would do: it would not."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+    except PermissionError:
+        pass
+    except OSError:
+        return None  # not there, or another fault: the engine's own open names it
+    else:
+        return None
+    import grp
+    import pwd
+
+    st = os.stat(path)
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    return (f"LUN {path}: permission denied: it is {owner}:{group}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}, and the slave runs as {user}: run it as a user "
+            f"that may read and write it (one in group {group}, or root), or give {user} "
+            "access; no engine can use it as it is")
 
 
 def refusal(path: str, why: str) -> str:

@@ -254,3 +254,14 @@ def test_a_rollup_of_one_instance_is_the_total_line_alone() -> None:
     assert lines[3].startswith("    lun=h1:sdb: ") and lines[4].startswith("    lun=h1:sdc: ")
     lines = _render(live_frame("t", "lun", TOTAL, [], [], 1, 4, 3.0, 5))
     assert sum(line.startswith("total") for line in lines) == 1
+
+
+def test_a_measure_steps_progress_toward_its_criterion_is_shown() -> None:
+    buf = io.StringIO()
+    view = LiveView(buf, rich_mode=False)
+    view.step_started(0, "steady", 600, 1.0)
+    line = "measure accuracy of IOPS (limit 5% at 95%): 0 of 1 within; all at 7.31%"
+    view.subinterval(12, "measurement", "all", TOTAL, [], measure=[line])
+    assert buf.getvalue().splitlines()[-1] == f"    {line}"
+    lines = _render(live_frame("t", "all", TOTAL, [], [], 13, 600, 587.0, 5, measure=[line]))
+    assert line in lines and lines[-1].endswith("subinterval 12 of 600, 587 s left")

@@ -20,6 +20,7 @@ from master.live.rows import (
     instance_rows,
     ivypy_cpu_pct,
     live_rows,
+    measure_lines,
     short_names,
     step_verdict,
 )
@@ -206,3 +207,27 @@ def test_instance_rows_are_none_for_one_instance_and_short_otherwise() -> None:
     assert [r.instance for r in instance_rows("lun", 2, [row, other])] == ["h1:sdb", "h1:sdc"]
     # one row shown of more: still rows
     assert [r.instance for r in instance_rows("lun", 9, [row])] == ["h1:sdb"]
+
+
+def _mrow(inst: str, value: float, passed: bool, first: int | None = 3,
+          attained: bool = False, criterion: str = "accuracy") -> dict[str, Any]:
+    return {"instance": inst, "criterion": criterion, "metric": "IOPS",
+            "limit": "5% at 95%" if criterion == "accuracy" else "2%", "window_first": first,
+            "value": value, "passed": passed, "attained": attained}
+
+
+@pytest.mark.parametrize(("rows", "want"), [
+    ([], []),
+    ([_mrow("h1", math.nan, False, first=None), _mrow("h2", math.nan, False, first=None)],
+     ["measure accuracy of IOPS (limit 5% at 95%): no full window yet"]),
+    ([_mrow("h1", 3.2, True), _mrow("h2", 7.31, False), _mrow("h3", 6.0, False)],
+     ["measure accuracy of IOPS (limit 5% at 95%): 1 of 3 within; h2 at 7.31%"]),
+    ([_mrow("h1", 3.2, True, attained=True), _mrow("h2", 4.0, True, attained=True)],
+     ["measure accuracy of IOPS (limit 5% at 95%): 2 of 2 within; steady"]),
+    ([_mrow("h1", 1.0, True, criterion="iops"), _mrow("h1", 6.25, False, criterion="iops_slope")],
+     ["measure iops of IOPS (limit 2%): 1 of 1 within",
+      "measure iops_slope of IOPS (limit 2%): 0 of 1 within; h1 at 6.25"]),
+])
+def test_measure_lines_say_how_near_the_criterion_is(rows: list[dict[str, Any]],
+                                                     want: list[str]) -> None:
+    assert measure_lines(rows) == want
