@@ -84,6 +84,26 @@ class ConfigError(IvyError):
                          .translate(_ONE_LINE))
 
 
+class ConfigErrors(ConfigError):
+    """Several errors of one test file at once (``MAX_REPORTED`` at most, then how many more):
+    each its own ``file:line: key.path: message`` line. A fio user's ``runtime``, ``rw`` and
+    ``bs`` took three runs to learn of, one unknown key each."""
+
+    MAX_REPORTED = 20
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        shown = errors[:self.MAX_REPORTED]
+        self.errors = shown
+        first = shown[0]
+        super().__init__(first.reason, key_path=first.key_path, file=first.file, line=first.line)
+        more = len(errors) - len(shown)
+        self.lines = [str(e) for e in shown] + ([f"and {more} more"] if more else [])
+        self.args = ("\n".join(self.lines),)
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
 class PreflightError(IvyError):
     """A workload that writes was refused on a LUN that is in use."""
 

@@ -2,9 +2,10 @@
 ``ivypy run --resume RUN_DIR``: continue a run that died or was stopped, from its first
 incomplete step, in its own folder with the test file kept there (``master.results.runstate``).
 
-Thin: options → ``master.run.lifecycle.run_test`` → exit code. A config error is one line on stderr
-and exit 2, before any host is contacted, and before the run loop (numpy, numba, asyncssh: ~0.7 s
-and ~85 MB) is imported: a bad test file costs a fraction of a second and ~20 MB.
+Thin: options → ``master.run.lifecycle.run_test`` → exit code. A config error is one line on
+stderr (every unknown key of the file at once: a line each) and exit 2, before any host is
+contacted, and before the run loop (numpy, numba, asyncssh: ~0.7 s and ~85 MB) is imported: a
+bad test file costs a fraction of a second and ~20 MB.
 """
 
 from __future__ import annotations
@@ -98,8 +99,9 @@ def _run(args: argparse.Namespace, view: LiveView) -> int:
             cfg = load_config(args.test, output_root_override=args.output_root)
         if args.live_rollup is not None:
             check_live_rollup(args.live_rollup, [r.type for r in cfg.rollups], cfg.source_file)
-    except ConfigError as exc:
-        print(f"ivypy: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # several at once: a line each
+        for line in str(exc).splitlines():
+            print(f"ivypy: {line}", file=sys.stderr)
         return EXIT_CONFIG
     if args.dry_run:
         print(format_plan(cfg))

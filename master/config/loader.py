@@ -22,8 +22,8 @@ from master.config.catalog import (
     LUN_ENGINES,
     ROLLUP_ATTRIBUTES,
 )
-from master.config.gather import parse_gather
-from master.config.hosts import expand_ranges, parse_hosts
+from master.config.gather import GATHER_JOIN_KEYS, GATHER_KEYS, parse_gather
+from master.config.hosts import HOST_KEYS, expand_ranges, parse_hosts
 from master.config.limits import (
     MAX_IOPS_TOLERANCE_PCT,
     MAX_LUN_BYTES,
@@ -34,11 +34,23 @@ from master.config.limits import (
     show_bytes,
 )
 from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
-from master.config.steps import StepContext, parse_steps
+from master.config.steps import (
+    DFC_KEYS,
+    EDIT_ROLLUP_KEYS,
+    MEASURE_KEYS,
+    STEP_KEYS,
+    StepContext,
+    parse_steps,
+)
 from master.config.units import parse_bytes, parse_fraction
-from master.config.workloads import WorkloadContext, parse_attribute_value, substitute
+from master.config.workloads import (
+    WORKLOAD_KEYS,
+    WorkloadContext,
+    parse_attribute_value,
+    substitute,
+)
 from master.config.yamlnodes import Cursor, compose_text
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, ConfigErrors
 
 __all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
 
@@ -401,6 +413,7 @@ def parse_config_text(
     base = Path.cwd() if cwd is None else cwd
     root = Cursor(compose_text(text, filename), "", filename)
     root.expect_map("a mapping with test, hosts, luns and steps")
+    _check_every_key(root)
     root.check_keys(TOP_KEYS)
     test = _test_name(root)
     description_cursor = root.get("description")
@@ -459,6 +472,29 @@ def _undecodable(path: str | Path) -> tuple[int | None, int | None]:
         return before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1, \
             data[exc.start]
     return None, None
+
+
+#: the keys each mapping of a test file takes, by its key path (``[]`` for a list's items):
+#: the same tuples its parser checks them against (tests/master/test_config_reference.py keeps
+#: them in step with master/config/keys.py)
+KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
+    "": TOP_KEYS, "hosts[]": HOST_KEYS, "luns[]": LUN_KEYS, "rollups[]": ROLLUP_KEYS,
+    "gather[]": GATHER_KEYS, "gather[].join": GATHER_JOIN_KEYS, "steps[]": STEP_KEYS,
+    "steps[].workloads[]": WORKLOAD_KEYS, "steps[].measure": MEASURE_KEYS,
+    "steps[].dfc": DFC_KEYS, "steps[].dfc.gains": ("kp", "ki", "kd"),
+    "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS,
+}
+
+
+def _check_every_key(root: Cursor) -> None:
+    """Every unknown key of the file at once, before any value is read (``ConfigErrors``; one
+    alone as it always was): each names its line, its key path and what it likely is."""
+    errors = [error for path, mapping in root.mappings() if path in KEYS_BY_PATH
+              for error in mapping.unknown_keys(KEYS_BY_PATH[path])]
+    if len(errors) > 1:
+        raise ConfigErrors(errors)
+    if errors:
+        raise errors[0]
 
 
 def load_config(path: str | Path, output_root_override: str | None = None) -> TestConfig:

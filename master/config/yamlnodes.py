@@ -468,6 +468,12 @@ class Cursor:
         """Unknown keys are errors, reported at the key's own line with a suggestion: fio's
         name for a setting says ivypy's (``FIO_NAMES``, where the mapping takes it), else the
         closest spelling."""
+        for error in self.unknown_keys(allowed):
+            raise error
+
+    def unknown_keys(self, allowed: Collection[str]) -> list[ConfigError]:
+        """``check_keys``' error for each unknown key of this mapping, in the file's order."""
+        errors = []
         for key, (key_line, _) in self.node.entries.items():
             if key not in allowed:
                 fio = FIO_NAMES.get(key)
@@ -476,7 +482,22 @@ class Cursor:
                 else:
                     close = difflib.get_close_matches(key, list(allowed), n=1)
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise self.error(f"unknown key{hint}", line=key_line, path=self._join(key))
+                errors.append(self.error(f"unknown key{hint}", line=key_line,
+                                         path=self._join(key)))
+        return errors
+
+    def mappings(self, generic: str = "") -> Iterator[tuple[str, Cursor]]:
+        """Every mapping at or below this node, with its key path as ``keys.section`` names
+        it (``[]`` for a list's items: ``steps[].workloads[]``), in the file's order."""
+        if self.is_map:
+            yield generic, self
+            for key in self.node.entries:
+                child = self.get(key)
+                assert child is not None
+                yield from child.mappings(f"{generic}.{key}" if generic else key)
+        elif self.is_seq:
+            for item in self:
+                yield from item.mappings(f"{generic}[]")
 
     # ---- sequences
     def expect_seq(self, what: str = "a list") -> Cursor:

@@ -1,0 +1,66 @@
+"""Every unknown key of a test file at once (``ConfigErrors``), before any value is read: a fio
+user's ``runtime``, ``rw`` and ``bs`` took three runs to learn of, one bare "unknown key" each.
+At most 20 are listed, then how many more; one alone reads as it always did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from master.cli import main as cli
+from master.config import parse_config_text
+from master.config.keys import section
+from master.config.loader import KEYS_BY_PATH
+from protocol.errors import ConfigError, ConfigErrors
+
+FIO_USER = """\
+test: t
+hosts: [localhost]
+luns: [{file: /tmp/x, size: 1MiB, create: true}]
+steps:
+  - name: s
+    runtime: 60
+    workloads: [{name: w, rw: randread, bs: 4k, iodepth: 4}]
+"""
+
+
+def test_a_fio_users_three_keys_are_named_at_once(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "fio.yaml"
+    path.write_text(FIO_USER)
+    assert cli.main(["run", str(path), "--dry-run"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"ivypy: {path}:6: steps[0].runtime: unknown key (fio's runtime; ivypy's is "
+        "measure_seconds, a step's)",
+        f"ivypy: {path}:7: steps[0].workloads[0].rw: unknown key (fio's rw; ivypy's is "
+        "iosequencer (random_steady, random_independent or sequential) with read_fraction (70% "
+        "for randrw with rwmixread=70))",
+        f"ivypy: {path}:7: steps[0].workloads[0].bs: unknown key (fio's bs; ivypy's is "
+        "blocksize (4KiB))"]
+
+
+def test_at_most_twenty_then_how_many_more() -> None:
+    keys = "\n".join(f"    bogus{i:02d}: 1" for i in range(25))
+    text = FIO_USER.replace("    runtime: 60\n", keys + "\n")
+    with pytest.raises(ConfigErrors) as info:
+        parse_config_text(text, "t.yaml")
+    lines = str(info.value).splitlines()
+    assert len(lines) == 21 and lines[-1] == "and 7 more"  # 25 + rw, bs: 27 in all
+    assert lines[0].startswith("t.yaml:6: steps[0].bogus00: unknown key")
+    assert info.value.line == 6 and info.value.key_path == "steps[0].bogus00"
+
+
+def test_one_alone_reads_as_it_always_did() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(FIO_USER.replace(", rw: randread, bs: 4k", ", iosequencer: "
+                                           "sequential"), "t.yaml")
+    assert type(info.value) is ConfigError
+    assert str(info.value) == ("t.yaml:6: steps[0].runtime: unknown key (fio's runtime; "
+                               "ivypy's is measure_seconds, a step's)")
+
+
+@pytest.mark.parametrize("path", sorted(KEYS_BY_PATH))
+def test_the_keys_checked_at_once_are_the_reference_tables(path: str) -> None:
+    assert set(KEYS_BY_PATH[path]) == set(section(path).names())
