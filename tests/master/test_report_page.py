@@ -16,6 +16,7 @@ import pytest
 
 from master.results.report.build import REPORT_FILE, build_report, report_after_run
 from master.results.report.content import default_rollup
+from master.results.report.page import shown
 from master.results.runfolder import ReportError, open_run_folder
 from tests.master.reportgen import GenSpec, generate
 
@@ -334,3 +335,30 @@ def test_a_page_is_not_written_over_another_file(tmp_path: Path) -> None:
     other.write_bytes(b"")
     build_report(folder, other)
     assert build_report(folder, other).size_bytes == other.stat().st_size
+
+
+@pytest.mark.parametrize(("column", "text", "want"), [
+    ("IOPS", "7492.38", "7,492"),
+    ("device_IOPS", "512.6", "513"),
+    ("MB_per_s", "29.2671", "29.3"),
+    ("service_time_p99_ms", "0.0705157", "0.071"),
+    ("size_bytes", "268435456", "256MiB"),
+    ("size_bytes", "1000", "1000B"),
+    ("IOPS", "", ""),  # no value: as written
+    ("valid", "true", "true"),
+    ("cores", "2", "2"),
+])
+def test_numbers_are_shown_as_the_console_shows_them(column: str, text: str,
+                                                     want: str) -> None:
+    assert shown(column, text) == want
+
+
+def test_the_steps_table_reads_at_a_glance(tmp_path: Path) -> None:
+    """The steps table and the LUN table hold the console's numbers, not the CSV's digits
+    (7492.38, 0.0705157, 268435456)."""
+    folder = generate(tmp_path / "run", GenSpec(instances=2, subintervals=8, warmup=2))
+    page = build_report(folder).path.read_text()
+    steps = page[page.index("<table>"):page.index("</table>")]
+    cells = re.findall(r'<td class="num">([^<]*)</td>', steps)
+    assert cells and all(re.fullmatch(r"[\d,]+(\.\d{1,3})?|", c) for c in cells), cells
+    assert all("." not in c or len(c.split(".")[1]) in (1, 3) for c in cells), cells

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
+from master.config.units import format_bytes
 from master.results.report.content import KINDS, PERCENTILES, Charts
 from master.results.runfolder import RunFolder, Table
 from protocol.version import __version__
@@ -47,6 +48,27 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def shown(column: str, text: str) -> str:
+    """A cell as the console shows its number (the CSV files keep every digit): IOPS and
+    rates whole with thousands separators, MB/s to 0.1, times in ms to 0.001, bytes with
+    their binary unit; anything else, or what is no number, as written."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if value != value or column in ("step_number", "cores", "clock_samples"):
+        return text
+    if column == "IOPS" or column.endswith("_IOPS") or column == "iops_setting":
+        return f"{value:,.0f}"
+    if column.endswith("MB_per_s"):
+        return f"{value:,.1f}"
+    if column.endswith("_ms"):
+        return f"{value:,.3f}"
+    if column.endswith("_bytes") and value == int(value) and value >= 0:
+        return format_bytes(int(value))
+    return text
+
+
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Iterable[str] = ()
            ) -> str:
     nums = set(numeric)
@@ -68,8 +90,8 @@ def _picked(table: Table | None, columns: Sequence[str], what: str,
     cols = [c for c in columns if table.has(c)]
     rows = [r for r in table.dicts()
             if all(r.get(k) == v for k, v in (keep or {}).items())]
-    return _folded(f"{len(rows)} rows", _table(cols, ([r[c] for c in cols] for r in rows)),
-                   len(rows))
+    return _folded(f"{len(rows)} rows", _table(cols, ([shown(c, r[c]) for c in cols]
+                                                      for r in rows)), len(rows))
 
 
 def _folded(what: str, body: str, n_rows: int) -> str:
@@ -124,8 +146,8 @@ def _summary(run: RunFolder) -> str:
                          "cut short: no summary row" if ran else "did not run"])
             continue
         rows.append([str(number), name, r.get("valid", ""),
-                     *(r.get(m, "") for m in SUMMARY_METRICS), r.get("measure_attained", ""),
-                     r.get("invalid_reason", "")])
+                     *(shown(m, r.get(m, "")) for m in SUMMARY_METRICS),
+                     r.get("measure_attained", ""), r.get("invalid_reason", "")])
     return _table(header, rows, [_short(m) for m in SUMMARY_METRICS])
 
 
