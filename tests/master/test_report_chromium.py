@@ -147,3 +147,29 @@ def test_choosing_one_percentile_hides_the_others(tmp_path: Path) -> None:
     assert got.root_attr("data-script-errors") is None
     assert got.root_attr("data-probe-rows") == "13"  # the x row and 12 lines
     assert got.root_attr("data-probe-off") == "9"
+
+
+def test_y_axes_start_at_zero_and_zoom_fits_them(tmp_path: Path) -> None:
+    """The first IOPS chart's y axis starts at 0 (a dip does not read as a crash); its zoom
+    box fits it to the values (its lowest above 0), and back."""
+    folder = generate(tmp_path / "run", GenSpec(instances=2, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    # uPlot commits a new range after the event's task: each reading waits a turn
+    probe = ('<script>(function () {var fig = document.querySelector("figure.chart");'
+             'var root = document.documentElement, u = fig.uplot;'
+             'var box = fig.querySelector("label.zoom input");'
+             'root.setAttribute("data-probe-min", String(u.scales.y.min));'
+             'box.checked = true; box.dispatchEvent(new Event("change"));'
+             'setTimeout(function () {'
+             'root.setAttribute("data-probe-zoomed", String(u.scales.y.min));'
+             'box.checked = false; box.dispatchEvent(new Event("change"));'
+             'setTimeout(function () {'
+             'root.setAttribute("data-probe-back", String(u.scales.y.min));}, 50);}, 50);'
+             '})();</script>')
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.replace("</body>", probe + "</body>"))
+    got = load(driven, tmp_path)
+    assert got.root_attr("data-script-errors") is None
+    assert got.root_attr("data-probe-min") == "0"
+    assert float(got.root_attr("data-probe-zoomed") or "0") > 0
+    assert got.root_attr("data-probe-back") == "0"

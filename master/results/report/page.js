@@ -51,6 +51,22 @@
     return label;
   }
 
+  // The y axis starts at zero, so a dip of 25 % does not read as a crash; a chart's "zoom"
+  // box fits it to the values instead (its lowest to its highest).
+  function zoomChoice(plot, zoomed) {
+    var label = document.createElement("label");
+    label.className = "note zoom";
+    var box = document.createElement("input");
+    box.type = "checkbox";
+    box.addEventListener("change", function () {
+      zoomed.on = box.checked;
+      plot.setData(plot.data);  // ranges again, by the new rule
+    });
+    label.appendChild(box);
+    label.appendChild(document.createTextNode(" zoom (y fitted to the values, not from 0)"));
+    return label;
+  }
+
   function makeChart(box, chart, width) {
     var cap = document.createElement("figcaption");
     cap.textContent = chart.title + (chart.window ? "  (shaded: measurement window)" : "");
@@ -71,14 +87,23 @@
       axes.push({ label: chart.y2_label, scale: "y2", side: 1, grid: { show: false } });
     }
     var fromZero = { time: false, range: function (u, min, max) { return [0, max]; } };
-    var scales = { x: chart.log_x ? { time: false, distr: 3 } : fromZero, y: {} };
-    if (hasY2) { scales.y2 = {}; }
+    var zoomed = { on: false };
+    var yRange = {
+      range: function (u, min, max) {
+        if (min === null || max === null) { return [0, 1]; }
+        return zoomed.on || min < 0 ? [min, max] : [0, max > 0 ? max : 1];
+      }
+    };
+    var scales = { x: chart.log_x ? { time: false, distr: 3 } : fromZero, y: yRange };
+    if (hasY2) { scales.y2 = yRange; }
     var opts = {
       width: width, height: 260, series: series, axes: axes, scales: scales,
       legend: { show: !many }, cursor: { drag: { x: true, y: false } },
       plugins: [windowBand(chart.window)]
     };
     var plot = new uPlot(opts, data, box);
+    box.uplot = plot;  // for a test's probe
+    if (!chart.log_x) { box.insertBefore(zoomChoice(plot, zoomed), plot.root); }
     if (chart.percentiles.length) { box.insertBefore(percentileChoice(plot, chart), plot.root); }
     if (many) {
       var note = document.createElement("p");
