@@ -602,14 +602,24 @@ def test_a_batch_of_several_max_workloads_is_resubmitted_in_one_call() -> None:
     # workloads' I/Os
     assert submits[:4] == [4, 4, 4, 4]
     again = submits[4:]
-    assert len(again) > 15 and again == reaps[: len(again)] and len(reaps) - len(again) <= 1
     # the four fills go out one after another at the start; where they straddle a tick (the
     # first refills of a fresh process took over 4 ms: 4 runs of 20 alone at 88eed8d), their
-    # first completions come a tick apart, in two batches that add up to 16, then as one
-    if again[0] != 16:
-        assert again[0] % 4 == 0 and again[0] + again[1] == 16, again[:4]
-        again = again[2:]
-    assert all(n == 16 for n in again), again
+    # first completions come a tick apart, in two batches that add up to 16; they may merge
+    # into one, or stay two cohorts a tick apart to the end (each resubmitted as it is
+    # reaped, the fake device completing it a tick later: [4, 12, 4, 12, ...] in one fresh
+    # clone's suite), and then two batches, not one, can be reaped after the stop
+    split = again[0] != 16
+    assert len(again) > 15 and again == reaps[: len(again)], (again, reaps)
+    assert len(reaps) - len(again) <= (2 if split else 1), (again, reaps)
+    i = 0
+    while i < len(again):  # each batch all four workloads' I/Os, or half of a pair that is
+        if again[i] == 16:
+            i += 1
+            continue
+        assert again[i] % 4 == 0, again
+        if i + 1 < len(again):
+            assert again[i] + again[i + 1] == 16, (i, again)
+        i += 2
     # each I/O is stamped at its submission (the fake engine logs its own, later, time), and
     # a max-iops I/O is scheduled when submitted. The bound is half a device tick: a stale
     # time (an earlier batch's) is at least a tick old, while the loop's own gap between its
