@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,23 +129,31 @@ def test_100_instances_x_1000_subintervals_within_3_mb(tmp_path: Path) -> None:
     assert made.problems == ()
 
 
+def _driven(tmp_path: Path, instances: int, probe: str) -> Any:
+    """A generated run's report of ``instances`` (one step) with the script ``probe`` run
+    after its charts, in the browser; what it left, with no script error."""
+    folder = generate(tmp_path / "run", GenSpec(instances=instances, steps=("one",)))
+    page = build_report(folder).path.read_text()
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.replace("</body>", f"<script>(function () {{{probe}}})();</script>"
+                                              "</body>"))
+    got = load(driven, tmp_path)
+    assert got.root_attr("data-script-errors") is None
+    return got
+
+
 def test_choosing_one_percentile_hides_the_others(tmp_path: Path) -> None:
     """The page's percentile choice, driven in the browser: on the first service-time chart of
     3 instances (12 lines), choosing p99 leaves 3 shown (uPlot marks a hidden series' legend
     row ``u-off``)."""
-    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
-    page = build_report(folder).path.read_text()
-    probe = ('<script>(function () {var s = document.querySelector("figure.chart select");'
-             's.value = "1"; s.dispatchEvent(new Event("change"));'
-             'var fig = s.closest("figure");'
-             'document.documentElement.setAttribute("data-probe-off",'
-             'String(fig.querySelectorAll("tr.u-series.u-off").length));'
-             'document.documentElement.setAttribute("data-probe-rows",'
-             'String(fig.querySelectorAll("tr.u-series").length));})();</script>')
-    driven = tmp_path / "driven.html"
-    driven.write_text(page.replace("</body>", probe + "</body>"))
-    got = load(driven, tmp_path)
-    assert got.root_attr("data-script-errors") is None
+    got = _driven(tmp_path, 3, (
+        'var s = document.querySelector("figure.chart select");'
+        's.value = "1"; s.dispatchEvent(new Event("change"));'
+        'var fig = s.closest("figure");'
+        'document.documentElement.setAttribute("data-probe-off",'
+        'String(fig.querySelectorAll("tr.u-series.u-off").length));'
+        'document.documentElement.setAttribute("data-probe-rows",'
+        'String(fig.querySelectorAll("tr.u-series").length));'))
     assert got.root_attr("data-probe-rows") == "13"  # the x row and 12 lines
     assert got.root_attr("data-probe-off") == "9"
 
@@ -152,24 +161,18 @@ def test_choosing_one_percentile_hides_the_others(tmp_path: Path) -> None:
 def test_y_axes_start_at_zero_and_zoom_fits_them(tmp_path: Path) -> None:
     """The first IOPS chart's y axis starts at 0 (a dip does not read as a crash); its zoom
     box fits it to the values (its lowest above 0), and back."""
-    folder = generate(tmp_path / "run", GenSpec(instances=2, steps=("one",)))
-    page = build_report(folder).path.read_text()
     # uPlot commits a new range after the event's task: each reading waits a turn
-    probe = ('<script>(function () {var fig = document.querySelector("figure.chart");'
-             'var root = document.documentElement, u = fig.uplot;'
-             'var box = fig.querySelector("label.zoom input");'
-             'root.setAttribute("data-probe-min", String(u.scales.y.min));'
-             'box.checked = true; box.dispatchEvent(new Event("change"));'
-             'setTimeout(function () {'
-             'root.setAttribute("data-probe-zoomed", String(u.scales.y.min));'
-             'box.checked = false; box.dispatchEvent(new Event("change"));'
-             'setTimeout(function () {'
-             'root.setAttribute("data-probe-back", String(u.scales.y.min));}, 50);}, 50);'
-             '})();</script>')
-    driven = tmp_path / "driven.html"
-    driven.write_text(page.replace("</body>", probe + "</body>"))
-    got = load(driven, tmp_path)
-    assert got.root_attr("data-script-errors") is None
+    got = _driven(tmp_path, 2, (
+        'var fig = document.querySelector("figure.chart");'
+        'var root = document.documentElement, u = fig.uplot;'
+        'var box = fig.querySelector("label.zoom input");'
+        'root.setAttribute("data-probe-min", String(u.scales.y.min));'
+        'box.checked = true; box.dispatchEvent(new Event("change"));'
+        'setTimeout(function () {'
+        'root.setAttribute("data-probe-zoomed", String(u.scales.y.min));'
+        'box.checked = false; box.dispatchEvent(new Event("change"));'
+        'setTimeout(function () {'
+        'root.setAttribute("data-probe-back", String(u.scales.y.min));}, 50);}, 50);'))
     assert got.root_attr("data-probe-min") == "0"
     assert float(got.root_attr("data-probe-zoomed") or "0") > 0
     assert got.root_attr("data-probe-back") == "0"
