@@ -46,7 +46,8 @@ class LunLocks:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:  # no such LUN, or none this user reads: the engine's open says so
             return
-        if not stat.S_ISBLK(os.fstat(fd).st_mode) and not stat.S_ISREG(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISBLK(mode) and not stat.S_ISREG(mode):
             os.close(fd)  # a character device (/dev/null, a test's): no data to share
             return
         try:

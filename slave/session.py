@@ -320,10 +320,15 @@ class SlaveSession:
     def shut_down(self) -> None:
         """Stop all I/O and end the conversation without a word (the master is gone, or a
         signal came; what went wrong stopping the I/O is logged)."""
-        self._halt()
-        self.locks.release()  # the I/O is over: another run may have the LUNs
+        self._halt_for_good()
         self._drop_window_store()
         self.closed = True
+
+    def _halt_for_good(self) -> list[IvyError]:
+        """``_halt`` at the session's end: the I/O over, its LUNs let go to another run."""
+        problems = self._halt()
+        self.locks.release()
+        return problems
 
     def _halt(self) -> list[IvyError]:
         """Stop all I/O (``Backend.halt``); returns what went wrong on the way, one error per
@@ -376,8 +381,7 @@ class SlaveSession:
         """End the conversation with a fatal ``Error`` (best effort: the master may be gone);
         the process then exits non-zero (``failure``)."""
         log.error("%s", message)
-        problems = self._halt()
-        self.locks.release()
+        problems = self._halt_for_good()
         if problems:  # nothing lost: the fatal Error is the last word
             message += f" (and stopping all I/O: {'; '.join(str(p) for p in problems)})"
         self.failure = f"{kind}: {message}"
@@ -695,8 +699,7 @@ class SlaveSession:
                                workload_ids=ids, stats=dict(batch.to_wire())))
 
     def _on_bye(self, msg: Bye) -> None:
-        problems = self._halt()
-        self.locks.release()
+        problems = self._halt_for_good()
         self._drop_window_store()
         step, self.step = self.step, None
         self._send_halt_problems(step, problems)

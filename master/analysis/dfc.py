@@ -291,6 +291,10 @@ class PidController:
         starts from it, with the error history and the settle count started again; what was
         learnt of the plant (elasticity, gain) stays."""
         self._last_cmd = min(max(float(iops), self.low_iops), self.high_iops)
+        self._restart()
+
+    def _restart(self) -> None:
+        """The error history and the settle count started again (an operator's edit)."""
         self._errors.clear()
         self._in_band = 0
         # the next reading far from the target is the edit's doing, not a lone spike
@@ -304,10 +308,9 @@ class PidController:
             raise ConfigError("DFC needs a target > 0 and 0 < low_iops < high_iops")
         self.target, self.low_iops, self.high_iops = float(target), low_iops, high_iops
         if self._last_cmd is not None:
-            self._last_cmd = min(max(self._last_cmd, low_iops), high_iops)
-        self._errors.clear()
-        self._in_band = 0
-        self._last_far = self._has_settled = False
+            self.take_over(self._last_cmd)  # within the new bounds
+        else:
+            self._restart()
 
     def held(self, measured: float, iops: float) -> Move:
         """No move this subinterval (an operator's edit to ``iops`` is about to hold): the
