@@ -42,7 +42,8 @@ SHARES_THE_MACHINE = frozenset({
     "test_main_untimed.py",
     "test_luns_layout.py", "test_compiled_loop_shipping.py", "test_preflight.py",
     "test_sequencer.py", "test_session.py", "test_session_fuzz.py", "test_session_refusals.py",
-    "test_session_stopping.py", "test_signatures.py", "test_steal.py", "test_windowstore.py",
+    "test_session_stopping.py", "test_rates.py", "test_signatures.py", "test_steal.py",
+    "test_windowstore.py",
     "test_worker_backend.py", "test_worker_stop_errors.py",
 })
 
