@@ -31,12 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 #: the files of tests/slave whose tests neither time anything nor measure CPU nor bound how
-#: long a step takes (pure logic, virtual time, compiling, discovery with generous waits): they
-#: run beside the others. A new file of tests/slave is ``alone`` until it is named here.
+#: long a step takes (pure logic, virtual time, compiling, discovery with generous waits, the
+#: bytes written and the I/Os sent compared with a witness's): they run beside the others. A
+#: new file of tests/slave is ``alone`` until it is named here.
 SHARES_THE_MACHINE = frozenset({
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
-    "test_engine_differential_fake.py", "test_engine_layout.py", "test_engine_paced_draws.py",
-    "test_engine_permission.py",
+    "test_engine_differential.py", "test_engine_differential_fake.py", "test_engine_layout.py",
+    "test_engine_paced_draws.py", "test_engine_permission.py", "test_engine_write_data.py",
     "test_lun_info.py", "test_lun_mark.py", "test_lunlock.py", "test_luns.py",
     "test_luns_growth.py",
     "test_main_untimed.py",
@@ -49,24 +50,25 @@ SHARES_THE_MACHINE = frozenset({
 
 
 #: the longest worker groups of the part run beside each other, longest first (seconds of
-#: test time in a full run on the 2-core VM, 2026-11-27, fresh clone): their files run first,
-#: so that none starts late and runs on alone at the end. xdist's own order (the groups of most
+#: test time in a run of the part on the 2-core VM, 2026-11-29): their files run first, so
+#: that none starts late and runs on alone at the end. xdist's own order (the groups of most
 #: tests first) started the one-test 50 s install test last of 126 files.
 LONG_FIRST = (
-    "tests/master/test_run_quickstart.py",  # the shared runs' group: 137
-    "tests/master/test_run_failures.py",  # 60-95
-    "tests/slave/test_engine_differential_fake.py",  # 70
-    "tests/test_install.py",  # 62
-    "tests/master/test_run_multihost.py",  # the test bed's group: 52
-    "tests/master/test_run_hangs.py",  # 36
-    "tests/master/test_run_resume.py",  # 22
-    "tests/master/test_run_verdicts.py",  # 22
-    "tests/master/test_report_chromium.py",  # 22
-    "tests/slave/test_session_fuzz.py",  # 21
-    "tests/master/test_run_dfc.py",  # 21
-    "tests/master/test_run_sweeps.py",  # 18
-    "tests/master/test_fiologs_fastpath.py",  # 18
-    "tests/slave/test_engine_layout.py",  # 16
+    "tests/master/test_run_quickstart.py",  # the shared runs' group: 77
+    "tests/slave/test_engine_differential_fake.py",  # 40
+    "tests/master/test_run_multihost.py",  # the test bed's group: 38
+    "tests/master/test_run_failures.py",  # 34
+    "tests/test_install.py",  # 31
+    "tests/master/test_run_dfc_edit.py",  # 28
+    "tests/slave/test_engine_write_data.py",  # 25
+    "tests/master/test_run_hangs.py",  # 20
+    "tests/master/test_report_chromium.py",  # 18
+    "tests/master/test_run_lifecycle.py",  # 17
+    "tests/master/test_hosts_memory.py",  # 17
+    "tests/master/test_run_sweeps.py",  # 17
+    "tests/master/test_run_resume.py",  # 15
+    "tests/master/test_run_verdicts.py",  # 15
+    "tests/slave/test_engine_differential.py",  # 14
 )
 
 
