@@ -90,15 +90,22 @@ def test_failures_are_missing_cells_with_events_and_the_run_ends_on_time(folder:
     by = {(r["gather_source"], int(r["subinterval"])): r for r in il}
     assert sorted(by) == sorted((s, k) for s in ("cnt", "hang", "fail", "junk")
                                 for k in range(N))
+    late = "late: still running when the subinterval was recorded"
+    for source, why in (("fail", "failed: sh exited with status 3: oops"),
+                        ("junk", "failed: gave no readings (line 1")):
+        # a sample starts just before the boundary: on a busy machine the shell may not be
+        # done when the subinterval is recorded (seen once in the suite's parallel part);
+        # that is a missing cell too, named so
+        statuses = [by[(source, k)]["gather_status"] for k in range(N)]
+        assert all(s.startswith(why) or s == late for s in statuses), (source, statuses)
+        assert any(s.startswith(why) for s in statuses), (source, statuses)
     for k in range(N):
         assert by[("cnt", k)]["gather_status"] == "ok"
         # taken just before k's end (or just after, before k was recorded): k's, not k+1's
         assert float(by[("cnt", k)]["gather_sample_after_boundary_us"]) < 0.1e6
-        assert by[("fail", k)]["gather_status"] == "failed: sh exited with status 3: oops"
-        assert by[("junk", k)]["gather_status"].startswith("failed: gave no readings (line 1")
         hang = by[("hang", k)]["gather_status"]
         assert hang in ("failed: did not finish within its timeout of 0.2s (its process group "
-                        "was killed)", "late: still running when the subinterval was recorded")
+                        "was killed)", late)
         if hang.startswith("failed"):
             assert float(by[("hang", k)]["gather_duration_us"]) < 0.2e6 + 0.15e6
     assert not (folder / "step0000-s/gather/hang").exists()
