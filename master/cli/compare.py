@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from master.config.expr import FailIf, parse_fail_if
 from master.results.compare.changes import compare, shown_metrics
-from master.results.compare.expr import FailIf, parse_fail_if
 from master.results.compare.match import check_metrics, match_runs
 from master.results.compare.report import FORMATS, failure_line, write_csv, write_json, write_text
 from master.results.compare.summary import read_summary

@@ -128,6 +128,13 @@ TOP = Section(
            "External metrics (a command's output, a Prometheus endpoint) gathered on the "
            "controller every subinterval; see `gather[]`."),
         _k("steps", "list of steps", "required", "What the test runs, in order; see `steps[]`."),
+        _k("thresholds", "list of expressions or mappings", "none",
+           "Limits the results must hold, judged on each step's exact summaries: "
+           "`METRIC OP LIMIT` (`compare`'s grammar, an absolute limit in the metric's unit: "
+           "`service_time_p99_ms < 2`, `IOPS > 50000`) on every step's `all` instance; see "
+           "`thresholds[]` to narrow one. Each result is in summary.csv (`thresholds`), "
+           "summary.json, the end table and the report; one that failed, or had no value "
+           "to judge, makes the run exit 1."),
     ),
 )
 
@@ -564,9 +571,26 @@ GATHER_JOIN = Section(
     ),
 )
 
+THRESHOLDS = Section(
+    "thresholds[]",
+    "A threshold narrowed",
+    "A list item may be the expression alone (judged on every step's `all` instance) or this "
+    "mapping. The metric is a summary.csv metric (IOPS, MB_per_s, the latency columns, the "
+    "device columns, `cpu_busy_pct`, a joined `gather.<source>.<element_type>.<metric>`).",
+    (
+        _k("expr", "`METRIC OP LIMIT` (`<`, `<=`, `>`, `>=`)", "required",
+           "What must hold, e.g. `service_time_p99_ms < 2`."),
+        _k("step", "step name", "every step", "Judge it on this step alone."),
+        _k("rollup", "rollup type of the test", "`all`", "The rollup it is judged on."),
+        _k("instance", "rollup instance name", "each instance",
+           "The one instance (a host, a LUN ...) it is judged on; one the step lacks is a "
+           "threshold that did not hold."),
+    ),
+)
+
 SECTIONS: tuple[Section, ...] = (
     TOP, HOSTS, LUNS, ROLLUPS, GATHER, GATHER_JOIN, STEPS, WORKLOADS, WORKLOAD_LUNS,
-    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR,
+    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS,
 )
 
 

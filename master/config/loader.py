@@ -42,6 +42,7 @@ from master.config.steps import (
     StepContext,
     parse_steps,
 )
+from master.config.thresholds import THRESHOLD_KEYS, parse_thresholds
 from master.config.units import parse_bytes, parse_fraction
 from master.config.workloads import (
     WORKLOAD_KEYS,
@@ -69,6 +70,7 @@ TOP_KEYS: tuple[str, ...] = (
     "rollups",
     "gather",
     "steps",
+    "thresholds",
 )
 LUN_KEYS: tuple[str, ...] = (
     "hosts",
@@ -435,6 +437,8 @@ def parse_config_text(
         gather=gather,
     )
     steps = parse_steps(root.require("steps"), context)
+    thresholds = parse_thresholds(root.get("thresholds"), [s.name for s in steps],
+                                  context.rollup_types, gather)
     logger.debug(
         "loaded test %s from %s: %d hosts, %d steps", test, filename, len(hosts), len(steps)
     )
@@ -453,6 +457,7 @@ def parse_config_text(
         rollups=rollups,
         steps=steps,
         gather=gather,
+        thresholds=thresholds,
     )
 
 
@@ -482,7 +487,7 @@ KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
     "gather[]": GATHER_KEYS, "gather[].join": GATHER_JOIN_KEYS, "steps[]": STEP_KEYS,
     "steps[].workloads[]": WORKLOAD_KEYS, "steps[].measure": MEASURE_KEYS,
     "steps[].dfc": DFC_KEYS, "steps[].dfc.gains": ("kp", "ki", "kd"),
-    "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS,
+    "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS, "thresholds[]": THRESHOLD_KEYS,
 }
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from master.config.gather import GatherSource
+from master.config.thresholds import Threshold
 from master.config.units import format_bytes, format_fraction
 
 __all__ = [
@@ -550,7 +551,8 @@ class TestConfig:
     checked; a step's own ``iops_tolerance_pct`` overrides it),
     ``hosts``
     (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
-    ``master.config.gather``), ``steps`` (required). The run folder is
+    ``master.config.gather``), ``steps`` (required), ``thresholds`` (limits the results must
+    hold, ``master.config.thresholds``). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
@@ -570,6 +572,7 @@ class TestConfig:
     skew_limit_seconds: float = 0.001
     gather: tuple[GatherSource, ...] = ()
     iops_tolerance_pct: float = 5.0
+    thresholds: tuple[Threshold, ...] = ()
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

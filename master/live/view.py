@@ -63,6 +63,7 @@ class LiveView:
         self._dfc: list[DfcLine] = []
         self._final: list[FinalRow] = []
         self._final_left_out = 0
+        self._thresholds: list[str] = []
 
     @property
     def console(self) -> Console:
@@ -186,19 +187,29 @@ class LiveView:
         self._stop()
         self.message(text)
 
+    def thresholds(self, lines: Sequence[str]) -> None:
+        """The test's threshold results (``Judged.line``), said under the end-of-run table."""
+        self._thresholds = list(lines)
+
     def run_finished(self) -> None:
-        """The end-of-run table over every step summarised (nothing when none was)."""
+        """The end-of-run table over every step summarised (nothing when none was), and
+        under it the thresholds' results with how many held."""
         self._stop()
-        if not self._final:
-            return
-        if self.rich_mode:
-            self.console.print(final_table(self._final, self._final_left_out,
-                                           self.console.width))
-        else:
-            for line in final_lines(self._final, self._final_left_out):
-                self.message(line)
+        if self._final:
+            if self.rich_mode:
+                self.console.print(final_table(self._final, self._final_left_out,
+                                               self.console.width))
+            else:
+                for line in final_lines(self._final, self._final_left_out):
+                    self.message(line)
+        if self._thresholds:
+            held = sum(line.startswith("passed ") for line in self._thresholds)
+            self.message(f"thresholds: {held} of {len(self._thresholds)} held")
+            for line in self._thresholds:
+                self.message(f"  {line}")
         self._final = []
         self._final_left_out = 0
+        self._thresholds = []
 
     def _stop(self) -> None:
         if self._live is not None:

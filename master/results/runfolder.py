@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from master.analysis import thresholds
+from master.analysis.thresholds import Judged
 from protocol.errors import IvyError
 
 _STEP_DIR = re.compile(r"^step(\d{4})-(.+)$")
@@ -278,3 +280,16 @@ def open_run_folder(path: Path) -> RunFolder:
         if number not in done:
             run.problems.append(f"step {number} {name}: no step folder (it did not run)")
     return run
+
+
+def thresholds_judged(folder: Path) -> list[Judged]:
+    """Every threshold result of the run at ``folder``: its summary.csv's ``thresholds``
+    cells, read back in row order (none when the file or the column is missing)."""
+    table = read_table(folder / "summary.csv", ["step_name", "rollup_type", "rollup_instance",
+                                                thresholds.COLUMN])
+    if table is None or not table.has(thresholds.COLUMN):
+        return []
+    return [j for row in table.dicts()
+            for j in thresholds.parse_cell(row[thresholds.COLUMN], row.get("step_name", ""),
+                                           row.get("rollup_type", ""),
+                                           row.get("rollup_instance", ""))]

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from master.analysis import thresholds
 from master.results.output import RunOutput
 from master.results.runfolder import TableError, load_table, step_folder_number
 from master.results.runstate import RunState, RunStateError, master_alive, read_state
@@ -40,7 +41,7 @@ Scalar = str | int | float | bool | None
 #: summary.csv columns that hold text whatever they look like; ``valid`` and
 #: ``measure_attained`` are booleans; every other cell is typed by what it holds
 SUMMARY_TEXT = frozenset({"step_name", "rollup_type", "rollup_instance", "invalid_reason",
-                          "measure_criterion", "measure_values"})
+                          "measure_criterion", "measure_values", thresholds.COLUMN})
 SUMMARY_BOOLEAN = frozenset({"valid", "measure_attained"})
 #: summary.csv columns said once per step, or as the keys of its rollups, not per instance
 SUMMARY_KEYS = ("step_number", "step_name", "rollup_type", "rollup_instance")
@@ -261,8 +262,17 @@ def build(folder: Path) -> dict[str, Any]:
         "luns": luns,
         "events": _event_counts(events),
         "steps": steps,
+        "thresholds": _threshold_counts(steps),
         "problems": f.problems,
     }
+
+
+def _threshold_counts(steps: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many threshold results the steps have, and how many of them passed, failed or
+    could not be told."""
+    outcomes = [j["outcome"] for step in steps for j in step["thresholds"]]
+    return {"judged": len(outcomes), **{k: outcomes.count(k)
+                                        for k in ("passed", "failed", "untold")}}
 
 
 def _steps_with_folders(folder: Path) -> set[int]:
@@ -365,9 +375,14 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
         valid = True
     else:
         valid = None
+    judged = [{"expr": j.text, "rollup_type": j.rollup, "rollup_instance": j.instance,
+               "outcome": j.outcome.lower(), "detail": j.detail}
+              for r in rows for j in thresholds.parse_cell(
+                  r.get(thresholds.COLUMN, ""), name, r.get("rollup_type", ""),
+                  r.get("rollup_instance", ""))]
     return {"number": number, "name": name, "folder": folder if ran else None,
             "status": status, "valid": valid, "invalid_reasons": reasons,
-            "events": _event_counts(events), "rollups": rollups}
+            "events": _event_counts(events), "thresholds": judged, "rollups": rollups}
 
 
 # ---------------------------------------------------------------------- writing it

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from master.analysis.thresholds import Judged
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.resolved import resolved_dict
 from master.gather.gathering import Gathering
@@ -40,6 +41,7 @@ from master.live.control_socket import ControlServer, ControlUnavailable
 from master.live.view import CONSOLE, LiveView
 from master.results.output import RunOutput, create_run_folder
 from master.results.report.build import report_after_run
+from master.results.runfolder import thresholds_judged
 from master.results.runstate import (
     STATE_FILE,
     CreatedFile,
@@ -177,6 +179,8 @@ class Run(StepLoop):
         #: again after a step that ended before its confirmation came
         self.go_confirmed: GoConfirmed | None = None
         self.step_results: dict[str, dict[str, dict[str, float]]] = {}
+        #: every threshold result of the run so far (a resumed run's earlier steps' first)
+        self.thresholds_judged: list[Judged] = []
         self.t0_ns = clock()
         self.sub_ns = round(cfg.subinterval_seconds * 1e9)
         self.skew_limit_ns = round(cfg.skew_limit_seconds * 1e9)
@@ -294,6 +298,7 @@ class Run(StepLoop):
             elif result.invalid_steps:
                 result.exit_code = EXIT_INVALID
                 result.message = f"invalid steps: {', '.join(result.invalid_steps)}"
+            self._judge_thresholds(result)
         except (ConfigError, PreflightError) as exc:
             result.exit_code, result.message = EXIT_CONFIG, str(exc)
         except Interrupted as exc:
@@ -387,6 +392,7 @@ class Run(StepLoop):
             state.state, state.reason, state.exit_code = "running", "", None
             state.pid, state.controller = os.getpid(), socket.gethostname()
             self.step_results = step_results_from(state.step_results)
+            self.thresholds_judged = thresholds_judged(folder)
             write_state(folder, state)
         step = self.cfg.steps[resume.first_step]
         self.event("INFO", f"resumed at step {resume.first_step} {step.name} of "
@@ -429,6 +435,23 @@ class Run(StepLoop):
         self.state.step_results = self.step_results
         with _writing_state(self.output.folder):
             write_state(self.output.folder, self.state)
+
+    def _judge_thresholds(self, result: RunResult) -> None:
+        """The run's thresholds that did not hold (failed, or untold: no value to judge) make
+        a run that would have exited 0 exit 1 (``EXIT_INVALID``), each named in the message;
+        every result goes to the end table."""
+        if not self.cfg.thresholds:
+            return
+        judged = self.thresholds_judged
+        bad = [j for j in judged if not j.holds]
+        self.view.thresholds([j.line for j in judged])
+        if not bad or result.exit_code not in (EXIT_OK, EXIT_INVALID):
+            return
+        said = "; ".join(j.line for j in bad[:5]) + (
+            f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        text = f"{len(bad)} of {len(judged)} thresholds did not hold: {said}"
+        result.exit_code = EXIT_INVALID
+        result.message = "; ".join(x for x in (result.message, text) if x)
 
     def _final_state(self, result: RunResult, crash: BaseException | None = None) -> None:
         """State.json at the end: complete, failed or interrupted, with the reason. A run

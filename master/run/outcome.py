@@ -30,3 +30,9 @@ class StepFailed(IvyError):
     def __init__(self, message: str, exit_code: int = EXIT_HOST) -> None:
         self.exit_code = exit_code
         super().__init__(message)
+
+
+def failure_text(exc: IvyError) -> str:
+    """A failure as a summary row's reason quotes it: its first line (a ``HostError`` names
+    its host; a slave's stderr tail stays in events.csv and run.log)."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

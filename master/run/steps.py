@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import csv
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from master.analysis import thresholds
 from master.analysis.rollup import Sample
 from master.analysis.stepcontrol import Decision, StepControl
+from master.analysis.thresholds import Judged
 from master.analysis.verdicts import ended_early
 from master.config import RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
@@ -33,10 +34,11 @@ from master.live.rows import default_live_rollup, dfc_lines, measure_lines
 from master.live.view import LiveView
 from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
+from master.results.runfolder import read_header
 from master.results.schema import DFC_COLUMNS, MEASURE_COLUMNS, MEASURE_SUMMARY_COLUMNS
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
 from master.run.notices import OnceARun
-from master.run.outcome import EXIT_INVALID, StepFailed
+from master.run.outcome import EXIT_INVALID, StepFailed, failure_text
 from master.run.recorder import HostResult, Recorded, StepRecorder
 from master.run.settings import Settings, Source, split_total
 from master.run.workloads import (
@@ -152,6 +154,7 @@ class StepLoop:
     step_state: StepState | None
     go_confirmed: GoConfirmed | None
     step_results: dict[str, dict[str, dict[str, float]]]
+    thresholds_judged: list[Judged]
     gathering: Gathering | None
     run_summary_header: list[str] | None
     sub_ns: int
@@ -730,6 +733,13 @@ class StepLoop:
                        step=st.number)
         results = self.step_results.setdefault(st.config.name, {})
         header = [*st.recorder.summary_columns, *MEASURE_SUMMARY_COLUMNS]
+        if self.cfg.thresholds:  # each row's results in its thresholds cell
+            header.append(thresholds.COLUMN)
+            rows, judged = thresholds.with_cells(self.cfg.thresholds, st.config.name, rows)
+            self.thresholds_judged += judged
+            for j in judged:
+                self.event("INFO" if j.holds else "WARNING", f"threshold {j.line}",
+                           kind="threshold", step=st.number)
         run_header = self._run_summary_header(header)
         left_out = [c for c in header if c not in set(run_header)]
         if left_out:
@@ -757,12 +767,8 @@ class StepLoop:
         them stay in its own summary.csv files)."""
         if self.run_summary_header is None:
             assert self.output is not None
-            existing = self.output.folder / "summary.csv"
-            header = step_header
-            if self.output.resuming and existing.exists():
-                with open(existing, newline="", encoding="utf-8") as fh:
-                    header = next(csv.reader(fh), step_header)
-            self.run_summary_header = header
+            had = read_header(self.output.folder / "summary.csv") if self.output.resuming else ()
+            self.run_summary_header = list(had) or step_header
         return self.run_summary_header
 
     def _deadline_ns(self, st: StepState, k: int) -> int:
@@ -778,12 +784,6 @@ class StepLoop:
         ``deadline_ns`` (by default within ``STOP_WAIT_S``, as its ``Stopped`` is then)."""
         await self.fleet.stop_all(after, STOP_WAIT_S if deadline_ns is None
                                   else self._left_s(deadline_ns))
-
-
-def failure_text(exc: IvyError) -> str:
-    """A failure as a summary row's reason quotes it: its first line (a ``HostError`` names
-    its host; a slave's stderr tail stays in events.csv and run.log)."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _device_focus(control: StepControl, rec: Recorded) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from master.config.expr import parse_fail_if
 from master.results.compare.changes import compare, metric_change
-from master.results.compare.expr import parse_fail_if
 from master.results.compare.match import check_metrics, likely_metrics, match_runs
 from master.results.compare.summary import NOT_METRICS, RunSummary, parse_summary, read_summary
 from protocol.errors import CompareError

@@ -50,6 +50,9 @@ steps:
   - name: edited
     edit_rollup:
       - {instance: all, total_iops: 100}
+thresholds:
+  - "service_time_p99_ms < 2"
+  - {expr: "IOPS > 10", step: held, rollup: host, instance: localhost}
 """
 
 #: a test with every optional key left out, to read the defaults from

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from master.results.compare.expr import FailIf, evaluate, relative_change_pct
+from master.config.expr import FailIf, evaluate, relative_change_pct
 from master.results.compare.match import Matching, Pair
 
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from master.config.expr import FailIf
 from master.results.compare.changes import ComparedRow, Comparison, MetricChange
-from master.results.compare.expr import FailIf
 from master.results.csvfiles import fmt
 
 FORMATS = ("text", "csv", "json")

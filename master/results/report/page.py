@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
+from master.analysis import thresholds
 from master.config.units import format_bytes
 from master.results.report.content import KINDS, PERCENTILES, Charts
 from master.results.runfolder import RunFolder, Table
@@ -151,6 +152,26 @@ def _summary(run: RunFolder) -> str:
     return _table(header, rows, [_short(m) for m in SUMMARY_METRICS])
 
 
+def _thresholds(run: RunFolder) -> str:
+    """The test's thresholds as judged (summary.csv's ``thresholds`` cells): how many held,
+    then a row each; nothing when the test has none."""
+    if run.summary is None or not run.summary.has(thresholds.COLUMN):
+        return ""
+    judged = [j for r in run.summary.dicts() for j in thresholds.parse_cell(
+        r[thresholds.COLUMN], r.get("step_name", ""), r.get("rollup_type", ""),
+        r.get("rollup_instance", ""))]
+    held = sum(j.holds for j in judged)
+    rows = "".join(
+        f'<tr><td>{_e(j.step)}</td><td>{_e(j.rollup)}</td><td>{_e(j.instance)}</td>'
+        f'<td>{_e(j.text)}</td><td class="{"ok" if j.holds else "bad"}">{_e(j.outcome)}</td>'
+        f'<td class="num">{_e(j.detail)}</td></tr>' for j in judged)
+    head = "".join(f"<th>{h}</th>" for h in ("step", "rollup", "instance", "threshold",
+                                             "result", "value"))
+    verdict = "ok" if held == len(judged) else "bad"
+    return (f'<h2>Thresholds</h2><p class="{verdict}">{held} of {len(judged)} held</p>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+
+
 def _short(column: str) -> str:
     """A summary column's header in few words (``service_time_p99_9_ms`` → ``svc p99.9 ms``)."""
     return (column.replace("service_time_", "svc ").replace("response_time_", "resp ")
@@ -215,7 +236,7 @@ def render(run: RunFolder, charts: Charts) -> str:
         _script(_asset("errors.js")), _script(_uplot()),
         "</head><body>", _header(run, charts), '<ol id="script-errors"></ol>',
         _notes(run, charts),
-        "<h2>Steps</h2>", _summary(run),
+        "<h2>Steps</h2>", _summary(run), _thresholds(run),
         "<h2>Hosts</h2>", _picked(run.hosts, HOST_COLUMNS, "hosts.csv"),
         "<h2>LUNs used</h2>", _picked(run.luns, LUN_COLUMNS, "luns.csv", {"selected": "true"}),
         *sections,

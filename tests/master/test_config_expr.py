@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from master.results.compare.expr import FailIf, evaluate, parse_fail_if, relative_change_pct
+from master.config.expr import FailIf, evaluate, parse_fail_if, relative_change_pct
 from protocol.errors import CompareError
 
 

@@ -1,4 +1,6 @@
-"""``--fail-if`` expressions: ``METRIC OP LIMIT``, parsed and evaluated. Pure.
+"""``METRIC OP LIMIT`` expressions, parsed and evaluated: ``ivypy compare --fail-if`` (a change
+against a base run, or an absolute limit) and the test's ``thresholds:`` (absolute limits that
+must hold: ``master.config.thresholds``). Pure.
 
 ``OP`` is one of ``<``, ``<=``, ``>``, ``>=``. ``LIMIT`` is either a signed relative change in
 percent of the base value (``-10%``, ``+5%``: the sign is required, so that ``IOPS < -10%`` is
@@ -60,22 +62,23 @@ class FailIf:
         return f"{self.metric} {self.op} {limit}"
 
 
-def parse_fail_if(text: str) -> FailIf:
-    """``text`` as a condition; a ``CompareError`` naming what is wrong otherwise."""
+def parse_fail_if(text: str, example: str = _EXAMPLE) -> FailIf:
+    """``text`` as a condition; a ``CompareError`` naming what is wrong otherwise (saying
+    ``example`` where the text is not one)."""
     def bad(why: str) -> CompareError:
         return CompareError(f"{text!r}: {why}", what="--fail-if")
 
     if not text.strip():
-        raise bad(f"empty expression: {_EXAMPLE}")
+        raise bad(f"empty expression: {example}")
     found = _OP_TOKEN.search(text)
     if found is None:
-        raise bad(f"no comparison (<, <=, > or >=): {_EXAMPLE}")
+        raise bad(f"no comparison (<, <=, > or >=): {example}")
     op = found.group()
     if op not in OPERATORS:
         raise bad(f"{op!r} is not a comparison here: use <, <=, > or >=")
     metric, rest = text[:found.start()].strip(), text[found.end():].strip()
     if not metric:
-        raise bad(f"no metric before {op!r}: {_EXAMPLE}")
+        raise bad(f"no metric before {op!r}: {example}")
     if not _METRIC.fullmatch(metric):
         raise bad(f"{metric!r} is not a metric name (a summary.csv column such as IOPS)")
     if _OP_TOKEN.search(rest):
@@ -83,7 +86,7 @@ def parse_fail_if(text: str) -> FailIf:
     relative = rest.endswith("%")
     number = rest[:-1].strip() if relative else rest
     if not number:
-        raise bad(f"no limit after {op!r}: {_EXAMPLE}")
+        raise bad(f"no limit after {op!r}: {example}")
     if not _NUMBER.fullmatch(number):
         raise bad(f"{rest!r} is not a number (absolute, in the metric's unit) or a signed "
                   "change in % (-10%, +5%)")
