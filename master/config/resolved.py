@@ -260,6 +260,10 @@ def format_plan(cfg: TestConfig) -> str:
     lines += ["", f"steps ({len(cfg.steps)})"]
     for step in cfg.steps:
         lines.extend(_step(step, si, cfg.iops_tolerance_pct))
+    if cfg.thresholds:
+        lines += ["", f"thresholds ({len(cfg.thresholds)}: the run exits 1 when one does not "
+                  "hold)"]
+        lines.extend(f"  {t.text}  (line {t.line})" for t in cfg.thresholds)
     fixed, extra = _time_bounds(cfg)
     total = f"total: {format_duration_s(fixed)} of fixed-length phases"
     if extra:
