@@ -116,8 +116,8 @@ step 0006 sw-blocksize=1MiB  (steps[4], line 37)
     b  luns={host=h*}  sequential  blocksize=1MiB iodepth=1 iops=max read_fraction=100%
 
 thresholds (2: the run exits 1 when one does not hold)
-  service_time_p99_ms < 2  (line 52)
-  IOPS >= 100 [step warm, host h1]  (line 53)
+  service_time_p99_ms < 2  (line 40)
+  IOPS >= 100 [step warm, host h1]  (line 41)
 
 total: 1m12s of fixed-length phases, plus up to 1m measuring until steady
 """  # noqa: E501
