@@ -42,6 +42,8 @@ class GenSpec:
     #: the last step's rows end here and it has no summary row (a run cut short)
     cut_last_at: int | None = None
     dfc: bool = True
+    #: DFC's rows every this many subintervals (a DFC step with ``window_seconds``)
+    dfc_every: int = 1
     events: int = 5
     event_text: str = "workload created"
     #: the device_* columns filled (else left empty, as where no device was found)
@@ -104,7 +106,8 @@ def _step(folder: Path, number: int, name: str, spec: GenSpec, n: int,
         _write(d / "dfc.csv", DFC_COLUMNS, [
             [str(k), "measurement", "localhost", "service_time_p99_ms",
              f"{rng.uniform(1, 3):.4g}", "2", "0", "0", "0", "0", "0", "1000", "1100",
-             "false", "false", "false", "false", "1", "false"] for k in range(n)])
+             "false", "false", "false", "false", "1", "false"]
+            for k in range(spec.dfc_every - 1, n, spec.dfc_every)])
         _write(d / "measure.csv", MEASURE_COLUMNS, [
             [str(k), "all", "iops", "IOPS", "10%", "0", str(k), f"{rng.uniform(1, 20):.4g}",
              "false", "false"] for k in range(spec.warmup, n)])
@@ -147,7 +150,9 @@ def generate(folder: Path, spec: GenSpec = GenSpec()) -> Path:
         row = dict.fromkeys(RUN_SUMMARY_COLUMNS, "")
         row.update(step_number=str(number), step_name=name, rollup_type="all",
                    rollup_instance="all", first_subinterval=str(spec.warmup),
-                   last_subinterval=str(n - 1), IOPS="20000", valid="true")
+                   last_subinterval=str(n - 1), IOPS=str(20000 + 5000 * number),
+                   service_time_p99_ms=f"{1.2 + 0.4 * number:g}",
+                   response_time_p99_ms=f"{1.5 + 0.5 * number:g}", valid="true")
         summary.append([row[c] for c in RUN_SUMMARY_COLUMNS])
     _write(folder / "summary.csv", RUN_SUMMARY_COLUMNS, summary)
     return folder

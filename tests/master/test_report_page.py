@@ -58,7 +58,7 @@ def test_a_complete_run(tmp_path: Path) -> None:
         assert len(service["series"]) == 3 * 4  # p50, p99, p99.9, max per instance
         cdf = step["charts"][4]
         assert cdf["log_x"] and all(s["values"][-1] == 1.0 for s in cdf["series"])
-    assert data["n_charts"] == made.charts == 16
+    assert data["n_charts"] == made.charts == 17  # the IOPS curve too
     for text in ("ivypy run: generated", "complete, exit 0", "Hosts", "LUNs used", "Events",
                  "/dev/lun002", "Permission is hereby granted"):  # uPlot's license too
         assert text in page, text

@@ -81,6 +81,11 @@ class _Raw:
     #: a latency chart of several instances: the page offers to show one percentile at a time
     #: (a series' ``dash`` is its index in ``PERCENTILES``)
     percentiles: bool = False
+    #: one of the step's own charts (DFC, measure, CPU), not of a rollup's instances
+    side: bool = False
+    #: values only at some subintervals (DFC's decisions with ``window_seconds``): the page
+    #: marks each and joins them
+    sparse: bool = False
 
     def add(self, label: str, values: sr.FloatArray, how: sr.Reduce = "mean", *,
             group: int = 0, dash: int = 0, axis: str = "y") -> None:
@@ -207,7 +212,15 @@ def _dfc_chart(table: Table, n: int, bucket: int) -> _Raw | None:
                   dash=1)
         chart.add(f"{inst} IOPS", sr.on_axis(k, table.floats("iops_in_force")[rows], n),
                   group=g, dash=2, axis="y2")
+    # with window_seconds DFC decides (and writes a row) every few subintervals only
+    chart.sparse = any(_gaps(v["values"]) for v in chart.series)
     return chart
+
+
+def _gaps(values: sr.FloatArray) -> bool:
+    """Whether ``values`` has a gap (NaN) between two of its values."""
+    at = np.flatnonzero(np.isfinite(values))
+    return bool(at.size > 1 and (np.diff(at) > 1).any())
 
 
 def _criteria(table: Table) -> dict[str, list[int]]:
@@ -303,6 +316,7 @@ def _step_charts(plan: _StepPlan, bucket: int) -> tuple[list[_Raw], str]:
         chart = make(table, plan.n, bucket) if table is not None else None
         if chart is not None:
             chart.window = chart.window or plan.window
+            chart.side = True
             charts.append(chart)
     return charts, note
 
@@ -328,24 +342,30 @@ def cdf_chart(step: StepFolder) -> dict[str, Any] | None:
         return None
     return {"title": "Latency CDF over the measurement window (all I/Os)", "x": sr.rounded(x_ms),
             "x_label": "ms (log scale)", "log_x": True, "y_label": "fraction ≤ x",
-            "y2_label": "", "window": None, "percentiles": [], "series": out}
+            "y2_label": "", "window": None, "percentiles": [], "series": out,
+            "rollup": None, "sparse": False}
 
 
 @dataclass
 class StepCharts:
     step: StepFolder
-    charts: list[dict[str, Any]]
+    charts: list[dict[str, Any]]  # the page's rollup's instance charts (``rollup`` set), then
+    # the step's own (the CDF, DFC, measure, CPU: ``rollup`` None)
     note: str = ""  # what the charts leave out
+    #: the instance charts of each other rollup type the step has, for the page's selector
+    other: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
 class Charts:
-    """Every step's charts, ready for the page's JSON, and how they were downsampled."""
+    """Every step's charts, ready for the page's JSON, and how they were downsampled;
+    ``rollups``: every rollup type the steps have (the page offers each)."""
 
     rollup: str
     bucket: int
     steps: list[StepCharts]
     total_points: int
+    rollups: list[str] = field(default_factory=list)
 
 
 def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
@@ -362,35 +382,55 @@ def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
     return out
 
 
+def _chart_dict(c: _Raw, rollup: str | None, win: tuple[int, int] | None, s: float,
+                bucket: int) -> dict[str, Any]:
+    window = None if win is None else [win[0] * s, (win[1] + 1) * s]
+    return {
+        "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s), sr.AXIS_DIGITS),
+        "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
+        "y2_label": c.y2_label, "window": window, "rollup": rollup, "sparse": c.sparse,
+        "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],
+        "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
+                    "axis": v["axis"], "values": sr.rounded(v["values"])}
+                   for v in c.series]}
+
+
+def _instance_points(plan: _StepPlan) -> int:
+    """The numbers a step's instance charts of ``plan.rollup`` hold (each chart's x too)."""
+    n_inst = min(len(plan.step.instances.get(plan.rollup, [])), MAX_INSTANCES)
+    return plan.n * (plan.columns.series_per_instance * n_inst + plan.columns.charts)
+
+
 def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
-    """Every step's charts for ``rollup`` (a step without it shows ``all``), downsampled by
-    one bucket size so that they hold at most about ``budget_points`` numbers. The bucket size
-    is known before any instance file is read, so a long run is held only downsampled."""
+    """Every step's charts for ``rollup`` (a step without it shows ``all``), and the instance
+    charts of every other rollup type a step has (the page switches between them), all
+    downsampled by one bucket size so that they hold at most about ``budget_points`` numbers.
+    The bucket size is known before any instance file is read, so a long run is held only
+    downsampled."""
     plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
+    rollups = sorted({t for step in run.steps for t in step.instances},
+                     key=lambda t: (t != "all", t))
+    others = [{t: _plan(p.step, t) for t in p.step.instances if t != p.rollup} for p in plans]
     # a chart's x is one more series
-    total = sum(p.n * (p.n_series + p.columns.charts + _SIDE_CHARTS) for p in plans)
+    total = sum(p.n * (p.n_series + p.columns.charts + _SIDE_CHARTS) for p in plans) + sum(
+        _instance_points(o) for of_step in others for o in of_step.values())
     bucket = sr.bucket_size(total, budget_points)
     windows = summary_windows(run)
     s = subinterval_seconds(run)
     steps: list[StepCharts] = []
-    for plan in plans:
+    for plan, of_step in zip(plans, others, strict=True):
         step = plan.step
         charts, note = _step_charts(plan, bucket)
-        out: list[dict[str, Any]] = []
-        for c in charts:
-            win = windows.get(step.number, c.window)
-            window = None if win is None else [win[0] * s, (win[1] + 1) * s]
-            out.append({
-                "title": c.title, "x": sr.rounded(sr.axis_seconds(c.n, bucket, s),
-                                                     sr.AXIS_DIGITS),
-                "x_label": "seconds into the step", "log_x": False, "y_label": c.y_label,
-                "y2_label": c.y2_label, "window": window,
-                "percentiles": [label for _, label in PERCENTILES] if c.percentiles else [],
-                "series": [{"label": v["label"], "group": v["group"], "dash": v["dash"],
-                            "axis": v["axis"], "values": sr.rounded(v["values"])}
-                           for v in c.series]})
+        n_instance = len(charts) - sum(1 for c in charts if c.side)
+        out = [_chart_dict(c, None if c.side else plan.rollup,
+                           windows.get(step.number, c.window), s, bucket) for c in charts]
         cdf = cdf_chart(step)
         if cdf is not None:
-            out.insert(min(4, len(out)), cdf)
-        steps.append(StepCharts(step, out, note))
-    return Charts(rollup, bucket, steps, total)
+            out.insert(min(4, n_instance), cdf)
+        other = {}
+        for t, o in of_step.items():
+            made, _ = _instance_charts(o.step, t, o.n, bucket, o.window, o.columns)
+            other[t] = [_chart_dict(c, t, windows.get(step.number, c.window), s, bucket)
+                        for c in made]
+        steps.append(StepCharts(step, out, note, other))
+    return Charts(rollup, bucket, steps, total, rollups)

@@ -67,9 +67,71 @@
     return label;
   }
 
+  // An axis as wide as its longest tick label (uPlot's fixed 50 px let "150,000" run into the
+  // axis label); the label is laid out beyond it.
+  function axisSize(u, values, axisIdx, cycleNum) {
+    var axis = u.axes[axisIdx];
+    if (cycleNum > 1) { return axis._size; }  // the layout has settled: keep it
+    var size = axis.ticks.size + axis.gap;
+    var longest = (values || []).reduce(function (a, v) {
+      return String(v).length > a.length ? String(v) : a;
+    }, "");
+    if (longest !== "") {
+      u.ctx.font = axis.font[0];
+      size += u.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+    }
+    return Math.ceil(size) + 2;
+  }
+
+  // The last point that has a value: the legend shows it while the cursor is off the chart
+  // (a printout carries the values), hovering shows the point under the cursor.
+  function lastIndex(data) {
+    for (var i = data[0].length - 1; i >= 0; i--) {
+      for (var j = 1; j < data.length; j++) {
+        if (data[j][i] !== null && data[j][i] !== undefined) { return i; }
+      }
+    }
+    return null;
+  }
+
+  function legendAtLast(last) {
+    return {
+      hooks: {
+        setCursor: [function (u) {
+          if (u.cursor.idx === null && last !== null && u.legend.idx !== last) {
+            u.setLegend({ idx: last });
+          }
+        }]
+      }
+    };
+  }
+
+  // The IOPS curve: each point named by its step, beside it.
+  function pointNames(names) {
+    return {
+      hooks: {
+        draw: [function (u) {
+          if (!names) { return; }
+          var ctx = u.ctx;
+          ctx.save();
+          ctx.font = Math.round(11 * (window.devicePixelRatio || 1)) + "px system-ui, sans-serif";
+          ctx.fillStyle = "#333";
+          for (var i = 0; i < names.length; i++) {
+            var y = u.data[1][i] !== null ? u.data[1][i] : u.data[2][i];
+            if (y === null || y === undefined) { continue; }
+            ctx.fillText(names[i], u.valToPos(u.data[0][i], "x", true) + 6,
+                         u.valToPos(y, "y", true) - 6);
+          }
+          ctx.restore();
+        }]
+      }
+    };
+  }
+
   function makeChart(box, chart, width) {
     var cap = document.createElement("figcaption");
-    cap.textContent = chart.title + (chart.window ? "  (shaded: measurement window)" : "");
+    cap.textContent = chart.title + (chart.window ? "  (shaded: measurement window)" : "") +
+      (chart.sparse && !chart.curve ? "  (a point per decision)" : "");
     box.appendChild(cap);
     var many = chart.series.length > 16;
     var hasY2 = chart.series.some(function (s) { return s.axis === "y2"; });
@@ -78,15 +140,19 @@
     chart.series.forEach(function (s) {
       series.push({
         label: s.label, scale: s.axis, stroke: colour(s.group), width: many ? 1 : 1.5,
-        dash: DASHES[s.dash % DASHES.length], spanGaps: false, points: { show: false }
+        dash: DASHES[s.dash % DASHES.length], spanGaps: !!chart.sparse,
+        points: chart.sparse ? { show: true, size: 6, fill: colour(s.group) } : { show: false }
       });
       data.push(s.values);
     });
-    var axes = [{ label: chart.x_label }, { label: chart.y_label, scale: "y" }];
+    var axes = [{ label: chart.x_label }, { label: chart.y_label, scale: "y", size: axisSize }];
     if (hasY2) {
-      axes.push({ label: chart.y2_label, scale: "y2", side: 1, grid: { show: false } });
+      axes.push({ label: chart.y2_label, scale: "y2", side: 1, grid: { show: false },
+                  size: axisSize });
     }
-    var fromZero = { time: false, range: function (u, min, max) { return [0, max]; } };
+    var fromZero = { time: false, range: function (u, min, max) {
+      return [0, chart.curve ? (max > 0 ? max * 1.15 : 1) : max];
+    } };
     var zoomed = { on: false };
     var yRange = {
       range: function (u, min, max) {
@@ -96,12 +162,14 @@
     };
     var scales = { x: chart.log_x ? { time: false, distr: 3 } : fromZero, y: yRange };
     if (hasY2) { scales.y2 = yRange; }
+    var last = lastIndex(data);
     var opts = {
       width: width, height: 260, series: series, axes: axes, scales: scales,
       legend: { show: !many }, cursor: { drag: { x: true, y: false } },
-      plugins: [windowBand(chart.window)]
+      plugins: [windowBand(chart.window), legendAtLast(last), pointNames(chart.names)]
     };
     var plot = new uPlot(opts, data, box);
+    if (last !== null && !many) { plot.setLegend({ idx: last }); }
     box.uplot = plot;  // for a test's probe
     if (!chart.log_x) { box.insertBefore(zoomChoice(plot, zoomed), plot.root); }
     if (chart.percentiles.length) { box.insertBefore(percentileChoice(plot, chart), plot.root); }
@@ -128,28 +196,56 @@
     }
   }
 
+  // A step's charts for rollup type ``rollup``: its instance charts of that type (those of
+  // the page's rollup come with the step's own, which every rollup shows), then its own.
+  function chartsOf(step, rollup, pageRollup) {
+    if (rollup === pageRollup || !step.other[rollup]) { return step.charts; }
+    var own = step.charts.filter(function (c) { return c.rollup === null; });
+    return step.other[rollup].concat(own);
+  }
+
   function draw() {
     var data = JSON.parse(document.getElementById("report-data").textContent);
     var root = document.documentElement;
     var drawn = 0, lost = 0;
-    data.steps.forEach(function (step) {
-      var holder = document.getElementById("charts-" + step.id);
-      var width = Math.max(480, Math.min(1100, (holder.clientWidth || 1000) - 20));
-      step.charts.forEach(function (chart) {
-        var box = document.createElement("figure");
-        box.className = "chart";
-        holder.appendChild(box);
-        try {
-          makeChart(box, chart, width);
-          drawn += 1;
-          root.setAttribute("data-charts-drawn", String(drawn));
-        } catch (err) {
-          lost += 1;
-          root.setAttribute("data-charts-failed", String(lost));
-          failed(box, err);
-        }
+
+    function put(holder, chart, width) {
+      var box = document.createElement("figure");
+      box.className = "chart";
+      holder.appendChild(box);
+      try {
+        makeChart(box, chart, width);
+        drawn += 1;
+        root.setAttribute("data-charts-drawn", String(drawn));
+      } catch (err) {
+        lost += 1;
+        root.setAttribute("data-charts-failed", String(lost));
+        failed(box, err);
+      }
+    }
+
+    function widthOf(holder) {
+      return Math.max(480, Math.min(1100, (holder.clientWidth || 1000) - 20));
+    }
+
+    function steps(rollup) {
+      data.steps.forEach(function (step) {
+        var holder = document.getElementById("charts-" + step.id);
+        holder.textContent = "";
+        chartsOf(step, rollup, data.rollup).forEach(function (chart) {
+          put(holder, chart, widthOf(holder));
+        });
       });
-    });
+      root.setAttribute("data-rollup-shown", rollup);
+    }
+
+    var curve = document.getElementById("charts-overview");
+    if (curve && data.overview) { put(curve, data.overview, widthOf(curve)); }
+    steps(data.rollup);
+    var choice = document.getElementById("rollup-choice");
+    if (choice) {
+      choice.addEventListener("change", function () { steps(choice.value); });
+    }
     root.setAttribute("data-charts-drawn", String(drawn));
     root.setAttribute("data-report-ready", "yes");
   }
