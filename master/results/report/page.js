@@ -157,7 +157,8 @@
     var yRange = {
       range: function (u, min, max) {
         if (min === null || max === null) { return [0, 1]; }
-        return zoomed.on || min < 0 ? [min, max] : [0, max > 0 ? max : 1];
+        // a twentieth above the highest value, so a flat line does not run on the frame
+        return zoomed.on || min < 0 ? [min, max] : [0, max > 0 ? max * 1.05 : 1];
       }
     };
     var scales = { x: chart.log_x ? { time: false, distr: 3 } : fromZero, y: yRange };
