@@ -63,7 +63,7 @@ def judge(thresholds: Sequence[Threshold], step: str, rows: Sequence[Mapping[str
     out: dict[int, list[Judged]] = {}
     home = next((i for i, r in enumerate(rows) if r.get("rollup_type") == "all"), 0)
     for t in thresholds:
-        if t.step is not None and t.step != step:
+        if t.step is not None and step not in t.steps:
             continue
         mine = [i for i, r in enumerate(rows) if r.get("rollup_type") == t.rollup
                 and (not t.instance or str(r.get("rollup_instance")) == t.instance)]

@@ -33,7 +33,14 @@ from master.config.limits import (
     percent_within,
     show_bytes,
 )
-from master.config.schema import AttributeMatch, HostConfig, LunSelector, RollupSpec, TestConfig
+from master.config.schema import (
+    AttributeMatch,
+    HostConfig,
+    LunSelector,
+    RollupSpec,
+    StepConfig,
+    TestConfig,
+)
 from master.config.steps import (
     DFC_KEYS,
     EDIT_ROLLUP_KEYS,
@@ -437,7 +444,7 @@ def parse_config_text(
         gather=gather,
     )
     steps = parse_steps(root.require("steps"), context)
-    thresholds = parse_thresholds(root.get("thresholds"), [s.name for s in steps],
+    thresholds = parse_thresholds(root.get("thresholds"), _step_names(root, steps),
                                   context.rollup_types, gather)
     logger.debug(
         "loaded test %s from %s: %d hosts, %d steps", test, filename, len(hosts), len(steps)
@@ -459,6 +466,20 @@ def parse_config_text(
         gather=gather,
         thresholds=thresholds,
     )
+
+
+def _step_names(root: Cursor, steps: tuple[StepConfig, ...]) -> dict[str, tuple[str, ...]]:
+    """Each step's name → itself, and each YAML step's name → every step it made (a ``for:``
+    sweep's, an ``iops_curve``'s), for what ``thresholds`` may name."""
+    made: dict[int, list[str]] = {}
+    for step in steps:
+        made.setdefault(step.source_index, []).append(step.name)
+    names: dict[str, tuple[str, ...]] = {step.name: (step.name,) for step in steps}
+    for index, entry in enumerate(root.require("steps")):
+        name = entry.get("name") if entry.is_map else None
+        if name is not None and name.is_scalar and isinstance(name.value, str):
+            names.setdefault(name.value, tuple(made.get(index, ())))
+    return names
 
 
 def _undecodable(path: str | Path) -> tuple[int | None, int | None]:

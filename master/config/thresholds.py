@@ -5,7 +5,8 @@ percentiles). The list's items are expressions in ``ivypy compare``'s grammar
 (``master.config.expr``): ``METRIC OP LIMIT`` with an absolute limit in the metric's unit,
 judged on every step's ``all`` instance (``"service_time_p99_ms < 2"``, ``"IOPS > 50000"``), or
 mappings ``{expr: "...", step: NAME, rollup: TYPE, instance: NAME}`` that narrow it (``step``:
-that step alone; ``rollup`` default ``all``; ``instance`` default the rollup's every instance).
+that step alone, or every step a ``for:`` sweep or an ``iops_curve`` made of the step of that
+name; ``rollup`` default ``all``; ``instance`` default the rollup's every instance).
 
 Owns the shape (``Threshold``) and the validation: the expression (a relative limit such as
 ``-10%`` needs a base run: that is ``compare``'s), the metric (a summary.csv metric of this
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from master.config.catalog import DEVICE_METRICS, FOCUS_METRICS
@@ -40,11 +41,13 @@ METRIC_NAMES: frozenset[str] = FOCUS_METRICS | frozenset(DEVICE_METRICS) | {"cpu
 @dataclass(frozen=True)
 class Threshold:
     """``cond`` (absolute) must hold on the summary of ``rollup``'s ``instance`` (``""``:
-    each of its instances) of step ``step`` (``None``: every step). ``line``: where the test
-    file says it, for messages."""
+    each of its instances) of step ``step`` as written (``None``: every step), that is of the
+    steps ``steps`` (the names of the steps it made). ``line``: where the test file says it,
+    for messages."""
 
     cond: FailIf
     step: str | None = None
+    steps: tuple[str, ...] = ()
     rollup: str = "all"
     instance: str = ""
     line: int = 0
@@ -60,17 +63,19 @@ class Threshold:
         return self.cond.text + (f" [{', '.join(where)}]" if where else "")
 
 
-def parse_thresholds(cursor: Cursor | None, steps: Sequence[str], rollup_types: Sequence[str],
-                     gather: tuple[GatherSource, ...]) -> tuple[Threshold, ...]:
-    """The top-level ``thresholds:`` list (empty when absent), against the test's step
-    names, rollup types and gather sources."""
+def parse_thresholds(cursor: Cursor | None, steps: Mapping[str, tuple[str, ...]],
+                     rollup_types: Sequence[str], gather: tuple[GatherSource, ...]
+                     ) -> tuple[Threshold, ...]:
+    """The top-level ``thresholds:`` list (empty when absent), against the test's step names
+    (each name a threshold may say → the names of the steps it means: a step's own, and a
+    sweep's or curve's YAML name for every step it made), rollup types and gather sources."""
     if cursor is None:
         return ()
     cursor.expect_seq("a list of expressions such as 'service_time_p99_ms < 2'")
     return tuple(_threshold(item, steps, rollup_types, gather) for item in cursor)
 
 
-def _threshold(item: Cursor, steps: Sequence[str], rollup_types: Sequence[str],
+def _threshold(item: Cursor, steps: Mapping[str, tuple[str, ...]], rollup_types: Sequence[str],
                gather: tuple[GatherSource, ...]) -> Threshold:
     if item.is_map:
         item.check_keys(THRESHOLD_KEYS)
@@ -88,7 +93,7 @@ def _threshold(item: Cursor, steps: Sequence[str], rollup_types: Sequence[str],
         if step_cursor is not None:
             step = step_cursor.string()
             if step not in steps:
-                raise step_cursor.error(f"no step named {step!r}" + _likely(step, steps)
+                raise step_cursor.error(f"no step named {step!r}" + _likely(step, list(steps))
                                         + f" (steps: {', '.join(steps)})")
         rollup_cursor = item.get("rollup")
         if rollup_cursor is not None:
@@ -108,7 +113,8 @@ def _threshold(item: Cursor, steps: Sequence[str], rollup_types: Sequence[str],
                 raise instance_cursor.error(
                     f"rollup all has the one instance 'all', not {instance!r}: say the rollup "
                     "the instance belongs to (rollup: host, lun, workload ...)")
-    return Threshold(cond=cond, step=step, rollup=rollup, instance=instance, line=item.line)
+    return Threshold(cond=cond, step=step, steps=() if step is None else steps[step],
+                     rollup=rollup, instance=instance, line=item.line)
 
 
 def _condition(cursor: Cursor, gather: tuple[GatherSource, ...]) -> FailIf:

@@ -4,11 +4,13 @@ errors are tests/master/bad_configs/threshold_*.yaml)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from master.analysis.thresholds import cell, judge, parse_cell, with_cells
+from master.config import parse_config_text
 from master.config.expr import parse_fail_if
 from master.config.thresholds import Threshold
 
@@ -23,6 +25,8 @@ ROWS: list[dict[str, Any]] = [
 
 
 def t(expr: str, **kw: Any) -> Threshold:
+    if "step" in kw:
+        kw.setdefault("steps", (kw["step"],))
     return Threshold(cond=parse_fail_if(expr), **kw)
 
 
@@ -91,3 +95,28 @@ def test_parse_cell(text: str, want: list[tuple[str, str, str]]) -> None:
 
 def test_a_row_without_results_has_an_empty_cell() -> None:
     assert cell([]) == ""
+
+
+SWEEP = """\
+test: t
+hosts: [localhost]
+luns: [{path: /dev/null}]
+steps:
+  - {name: base, workloads: [{name: w, iosequencer: random_steady, iops: 100}]}
+  - {name: sw, for: {blocksize: [4KiB, 1MiB]}}
+thresholds:
+  - {expr: "IOPS > 50", step: sw}
+  - {expr: "IOPS > 60", step: sw-blocksize=1MiB}
+"""
+
+
+def test_a_sweeps_name_means_every_step_it_made() -> None:
+    cfg = parse_config_text(SWEEP, "sweep.yaml", cwd=Path("/x"))
+    assert [s.name for s in cfg.steps] == ["base", "sw-blocksize=4KiB", "sw-blocksize=1MiB"]
+    swept, one = cfg.thresholds
+    assert swept.steps == ("sw-blocksize=4KiB", "sw-blocksize=1MiB")
+    assert one.steps == ("sw-blocksize=1MiB",)
+    row = [{"rollup_type": "all", "rollup_instance": "all", "IOPS": 55.0}]
+    assert [len(judge(cfg.thresholds, s.name, row).get(0, [])) for s in cfg.steps] == [0, 1, 2]
+    assert [j.outcome for j in judge(cfg.thresholds, "sw-blocksize=1MiB", row)[0]] == [
+        "passed", "FAILED"]
