@@ -86,7 +86,8 @@ def test_a_real_run_writes_its_report(real_run: Path, tmp_path: Path) -> None:
     assert f'<td class="num">{shown("IOPS", summary[0]["IOPS"])}</td>' in page
     if CHROMIUM is None:  # no browser here: the page's content is checked above
         return
-    assert _check_page(folder / "report.html", tmp_path) == 15  # the IOPS curve; 2 steps x 7 (the device chart too)
+    # the IOPS curve; 2 steps x 7 (the device chart too)
+    assert _check_page(folder / "report.html", tmp_path) == 15
     shot = tmp_path / "report.png"
     load(folder / "report.html", tmp_path, screenshot=shot)
     assert shot.stat().st_size > 10_000
