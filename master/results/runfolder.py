@@ -274,6 +274,9 @@ def open_run_folder(path: Path) -> RunFolder:
                         ("summary.csv", run.summary)):
         if value is None:
             run.problems.append(f"{name} is missing or unreadable")
+        elif isinstance(value, Table) and value.cut:
+            run.problems.append(f"{name}: {value.cut} row{'s' * (value.cut != 1)} of the wrong "
+                                "width left out (cut short by a crash, or edited)")
     run.problems += [f"{name}: set aside by a resume (not shown)" for name in aside]
     done = {s.number for s in steps}
     for number, name in enumerate(run.planned_steps):

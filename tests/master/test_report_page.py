@@ -362,3 +362,15 @@ def test_the_steps_table_reads_at_a_glance(tmp_path: Path) -> None:
     cells = re.findall(r'<td class="num">([^<]*)</td>', steps)
     assert cells and all(re.fullmatch(r"[\d,]+(\.\d{1,3})?|", c) for c in cells), cells
     assert all("." not in c or len(c.split(".")[1]) in (1, 3) for c in cells), cells
+
+
+def test_rows_of_the_wrong_width_are_said_left_out(tmp_path: Path) -> None:
+    # a hosts.csv row with a cell too many (edited by hand) is not shown, and the page says so
+    folder = generate(tmp_path / "run", GenSpec(steps=("one",)))
+    with open(folder / "hosts.csv", "a") as fh:
+        fh.write("h2,h2,ssh,vm,6.1,3.11,2.0,0.1.0,2,1,0,100,50,9,compiled,compiled,extra\n")
+    made = build_report(folder)
+    assert "hosts.csv: 1 row of the wrong width left out (cut short by a crash, or edited)" \
+        in made.problems
+    page = made.path.read_text()
+    assert "hosts.csv: 1 row of the wrong width left out" in page and ">h2<" not in page
