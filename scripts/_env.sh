@@ -49,6 +49,9 @@ ivypy_venv() {
         # took 12 of the 32 s here, and scripts/test's runs never read it (their bytecode is in
         # PYTHONPYCACHEPREFIX); elsewhere a module is compiled when first imported
         "$VENV/bin/python" -m pip install -q --no-compile -e "$IVYPY_ROOT[test]" >&2
+        # the build backend is hatchling, which writes nothing here: the metadata setuptools
+        # left in the checkout would otherwise be a second, stale ivypy on the root's sys.path
+        rm -rf "$IVYPY_ROOT/ivypy.egg-info"
         echo "$want" > "$stamp"
     fi
 }

@@ -1,0 +1,5 @@
+"""``python -m ivypy`` is ``ivypy``, installed or in a checkout."""
+
+from ivypy import main
+
+main()
