@@ -362,8 +362,7 @@ def _parse_canonical(
     np.less(b, _ZERO, out=non_digit)
     np.equal(b, _COMMA, out=comma)
     np.equal(b, _SPACE, out=space)
-    np.equal(b, _NL, out=mark)
-    newlines = np.flatnonzero(mark)
+    newlines = _newlines(chunk, b)
     n_rows = newlines.size
     n_comma = _count(comma)
     # the non-digits number two per comma plus the newlines, and every comma is followed by a
@@ -417,6 +416,27 @@ def _parse_canonical(
         values[cell],
         n_fields - HEADER_FIELDS,
     )
+
+
+def _newlines(chunk: bytes | memoryview, b: npt.NDArray[np.uint8]) -> IntArray:
+    """Offsets of the newlines in ``chunk`` (whose bytes ``b`` views). A line of a fio log is
+    thousands of bytes long, so a ``find`` (memchr) per line is faster than ``np.flatnonzero``
+    over a mask of the whole chunk (50 against 300 us a MB), where the text can be searched:
+    bytes, or a view from the start of a bytes or bytearray (as ``LogReader`` hands over)."""
+    text = chunk.obj if isinstance(chunk, memoryview) else chunk
+    if not isinstance(text, (bytes, bytearray)) or (
+        text is not chunk
+        and np.frombuffer(text, dtype=np.uint8, count=1).__array_interface__["data"][0]
+        != b.__array_interface__["data"][0]
+    ):
+        return np.flatnonzero(b == _NL)
+    end = b.size
+    found: list[int] = []
+    at = text.find(b"\n", 0, end)
+    while at >= 0:
+        found.append(at)
+        at = text.find(b"\n", at + 1, end)
+    return np.array(found, dtype=np.int64)
 
 
 def _header_fields(

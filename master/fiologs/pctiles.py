@@ -79,9 +79,10 @@ def _block_stats(
     rows = np.flatnonzero(total > 0)
     if rows.size == 0:
         return
-    c = counts[rows]
-    cm = cum[rows]
-    tot = total[rows]
+    if rows.size == counts.shape[0]:  # every row has samples (the usual case): no copies
+        c, cm, tot = counts, cum, total
+    else:
+        c, cm, tot = counts[rows], cum[rows], total[rows]
     nonzero = c > 0
     first = np.argmax(nonzero, axis=1)
     last = c.shape[1] - 1 - np.argmax(nonzero[:, ::-1], axis=1)
