@@ -55,10 +55,10 @@ SHARES_THE_MACHINE = frozenset({
 #: tests first) started the one-test 50 s install test last of 126 files.
 LONG_FIRST = (
     "tests/master/test_run_quickstart.py",  # the shared runs' group: 77
+    "tests/test_install.py",  # 45 (a wheel, and pipx as nobody, from a read-only checkout)
     "tests/slave/test_engine_differential_fake.py",  # 40
     "tests/master/test_run_multihost.py",  # the test bed's group: 38
     "tests/master/test_run_failures.py",  # 34
-    "tests/test_install.py",  # 31
     "tests/master/test_run_dfc_edit.py",  # 28
     "tests/slave/test_engine_write_data.py",  # 25
     "tests/master/test_run_hangs.py",  # 20
