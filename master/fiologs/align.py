@@ -165,6 +165,18 @@ class TooManyQuanta(Exception):
         self.limit = limit
 
 
+@dataclass(frozen=True)
+class ExportedSums:
+    """Sums handed from one ``QuantumAccumulator`` to another: quanta ``first_quantum`` to
+    ``last_quantum`` reached (None: none), and the counts of columns ``first_column`` on
+    (``slots x quanta x columns``; no columns when nothing was added)."""
+
+    first_quantum: int | None
+    last_quantum: int | None
+    first_column: int
+    counts: FloatArray
+
+
 class QuantumAccumulator:
     """Sums of spread counts: ``counts[slot, quantum - base, column]`` (float64), grown on
     demand along the quantum axis. ``first_quantum``/``last_quantum`` span every quantum any
@@ -181,6 +193,9 @@ class QuantumAccumulator:
         self._base = 0
         self.first_quantum: int | None = None
         self.last_quantum: int | None = None
+        # the columns anything was added to (every other one holds 0.0 in every quantum)
+        self._first_column = n_columns
+        self._last_column = -1
 
     def reserve(self, q_lo: int, q_hi: int) -> None:
         """Make room for quanta ``q_lo..q_hi`` at once (an estimate: adding beyond it still
@@ -249,6 +264,8 @@ class QuantumAccumulator:
         self._ensure(q_lo, q_hi)
         if block.entry_count.size == 0:
             return
+        self._first_column = min(self._first_column, int(block.entry_col.min()))
+        self._last_column = max(self._last_column, int(block.entry_col.max()))
         # where each row's first quantum starts in the flat matrix
         cap = self._data.shape[1]
         first = spread.row_first_pair
@@ -311,29 +328,41 @@ class QuantumAccumulator:
         values = count[cell] * spread.pair_weight[pair]
         np.add.at(self._data.reshape(-1), flat, values)
 
-    def export(self) -> tuple[int | None, FloatArray]:
-        """The first quantum reached and a copy of the counts from it to the last one
-        (``slots x quanta x columns``), for ``merge`` in another accumulator."""
-        if self.first_quantum is None or self.last_quantum is None:
-            return None, np.zeros((self.n_slots, 0, self.n_columns))
+    def export(self) -> ExportedSums:
+        """A copy of the counts from the first quantum reached to the last one, of the columns
+        from the first anything was added to to the last (``slots x quanta x columns``; the
+        others hold 0.0), for ``merge`` in another accumulator. Sending fewer columns from a
+        reading process spares most of its sums' way through the pipe (18 MB for 1,200
+        quanta: 70 ms of a small run), and adding the zeros left out would change nothing."""
+        if (self.first_quantum is None or self.last_quantum is None
+                or self._last_column < self._first_column):
+            return ExportedSums(self.first_quantum, self.last_quantum, 0,
+                                np.zeros((self.n_slots, 0, 0)))
         lo = self.first_quantum - self._base
         hi = self.last_quantum - self._base + 1
-        return self.first_quantum, np.ascontiguousarray(self._data[:, lo:hi])
+        part = self._data[:, lo:hi, self._first_column : self._last_column + 1]
+        return ExportedSums(self.first_quantum, self.last_quantum, self._first_column,
+                            np.ascontiguousarray(part))
 
-    def merge(self, first_quantum: int | None, counts: FloatArray) -> None:
+    def merge(self, part: ExportedSums) -> None:
         """Add what ``export`` gave (another accumulator of the same slots and columns)."""
-        if first_quantum is None:
+        if part.first_quantum is None or part.last_quantum is None:
             return
-        if counts.shape[0] != self.n_slots or counts.shape[2] != self.n_columns:
-            raise ValueError(f"cannot merge counts of shape {counts.shape} into "
-                             f"{self.n_slots} slots x {self.n_columns} columns")
-        last = first_quantum + counts.shape[1] - 1
-        self.first_quantum = (first_quantum if self.first_quantum is None
-                              else min(self.first_quantum, first_quantum))
+        first, last, counts = part.first_quantum, part.last_quantum, part.counts
+        c0, c1 = part.first_column, part.first_column + counts.shape[2]
+        if (counts.shape[0] != self.n_slots or c1 > self.n_columns
+                or counts.shape[1] not in (0, last - first + 1)):
+            raise ValueError(f"cannot merge counts of shape {counts.shape} from column {c0} "
+                             f"into {self.n_slots} slots x {self.n_columns} columns")
+        self.first_quantum = first if self.first_quantum is None else min(self.first_quantum, first)
         self.last_quantum = last if self.last_quantum is None else max(self.last_quantum, last)
-        self._ensure(first_quantum, last)
-        at = first_quantum - self._base
-        self._data[:, at : at + counts.shape[1]] += counts
+        self._ensure(first, last)
+        if counts.size == 0:
+            return
+        self._first_column = min(self._first_column, c0)
+        self._last_column = max(self._last_column, c1 - 1)
+        at = first - self._base
+        self._data[:, at : at + counts.shape[1], c0:c1] += counts
 
     def column_total(self, column: int) -> float:
         """Everything added to one column, over all slots and quanta."""

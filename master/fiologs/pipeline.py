@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # imported where used: a single reading process needs neither
     from multiprocessing.context import BaseContext
 
 from master.fiologs.align import (
+    ExportedSums,
     QuantumAccumulator,
     RowWindows,
     TooManyQuanta,
@@ -341,8 +342,7 @@ class _ReadOutcome:
     """What one reading process found: sums over its files, each file's warnings, and the
     first malformed line that stopped it (message, file, line), if any."""
 
-    first_quantum: int | None
-    counts: npt.NDArray[np.float64]  # slots x (first..last quantum) x columns
+    sums: ExportedSums
     warnings: dict[int, list[_Note]]
     error: _FileError | None
 
@@ -378,8 +378,7 @@ def _read_in_child(task: _ReadTask) -> _ReadOutcome:
     acc = QuantumAccumulator(3 if task.separate else 1, task.layout.n_columns, task.max_bytes)
     with _roomy_heap():
         warnings, error = _read_files(task, _child_queue, acc)
-    first, counts = acc.export()
-    return _ReadOutcome(first, counts, warnings, error)
+    return _ReadOutcome(acc.export(), warnings, error)
 
 
 def _add_file(
@@ -647,7 +646,7 @@ class _Run:
                     errors.extend([error] if error else [])
                     for future in futures:
                         outcome = future.result()
-                        acc.merge(outcome.first_quantum, outcome.counts)
+                        acc.merge(outcome.sums)
                         warnings.update(outcome.warnings)
                         errors.extend([outcome.error] if outcome.error else [])
         stop = min(errors)[0] if errors else len(infos)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master.fiologs.align import QuantumAccumulator, TooManyQuanta, spread_rows
+from master.fiologs.align import ExportedSums, QuantumAccumulator, TooManyQuanta, spread_rows
 from master.fiologs.parse import HistBlock, LogReader, Scratch, _parse_canonical
 from master.fiologs.synth import format_row
 
@@ -187,14 +187,44 @@ def test_accumulator_export_and_merge_add_up() -> None:
                                                         1000.0))
     b.add(one, np.zeros(1, dtype=np.int64), spread_rows(np.array([5000.0]),
                                                         np.array([6000.0]), 1000.0))
-    first, counts = b.export()
-    assert first == 5 and counts.shape == (1, 1, 2)
-    a.merge(first, counts)
-    a.merge(*QuantumAccumulator(1, 2).export())  # an empty one adds nothing
+    part = b.export()
+    assert (part.first_quantum, part.last_quantum, part.first_column) == (5, 5, 0)
+    assert part.counts.shape == (1, 1, 1)  # only the columns anything was added to
+    a.merge(part)
+    a.merge(QuantumAccumulator(1, 2).export())  # an empty one adds nothing
     assert (a.first_quantum, a.last_quantum) == (0, 5)
     assert a.counts(0, 0, 6)[:, 0].tolist() == [3.0, 0.0, 0.0, 0.0, 0.0, 3.0]
+    assert a.counts(0, 0, 6)[:, 1].tolist() == [0.0] * 6
     with pytest.raises(ValueError, match="cannot merge"):
-        a.merge(0, np.zeros((2, 1, 2)))
+        a.merge(ExportedSums(0, 0, 0, np.zeros((2, 1, 2))))
+    with pytest.raises(ValueError, match="cannot merge"):
+        a.merge(ExportedSums(0, 0, 1, np.zeros((1, 1, 2))))  # beyond the last column
+
+
+def test_exported_sums_hold_the_columns_added_to_and_merge_to_the_same_sums() -> None:
+    """A middle run of columns travels; the sums merged are those of one accumulator fed
+    everything, to the bit (quanta that a row reached without cells travel too)."""
+    rng = np.random.default_rng(7)
+    dense = np.zeros((6, 9), dtype=np.int64)
+    dense[:, 3:6] = rng.integers(0, 50, size=(6, 3))
+    times = np.array([900, 1900, 2500, 3100, 4700, 5300])
+    blocks = [HistBlock.from_dense(times[:3], np.zeros(3, np.int64), np.arange(1, 4), dense[:3]),
+              HistBlock.from_dense(times[3:], np.zeros(3, np.int64), np.arange(4, 7), dense[3:]),
+              HistBlock.from_dense(np.array([9000]), np.zeros(1, np.int64), np.array([7]),
+                                   np.zeros((1, 9), np.int64))]
+    whole, a, b = (QuantumAccumulator(1, 9) for _ in range(3))
+    for k, block in enumerate(blocks):
+        start = block.times_ms.astype(np.float64) - 700.0
+        spread = spread_rows(start, block.times_ms.astype(np.float64), 1000.0)
+        slots = np.zeros(block.n_rows, dtype=np.int64)
+        whole.add(block, slots, spread)
+        (a if k == 0 else b).add(block, slots, spread)
+    part = b.export()
+    assert part.first_column == 3 and part.counts.shape[2] == 3
+    a.merge(part)
+    assert (a.first_quantum, a.last_quantum) == (whole.first_quantum, whole.last_quantum)
+    q0, q1 = whole.first_quantum, whole.last_quantum + 1
+    assert a.counts(0, q0, q1).tobytes() == whole.counts(0, q0, q1).tobytes()
 
 
 def test_an_accumulator_grows_up_to_its_limit_and_no_further() -> None:
