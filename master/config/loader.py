@@ -57,7 +57,7 @@ from master.config.workloads import (
     parse_attribute_value,
     substitute,
 )
-from master.config.yamlnodes import Cursor, compose_text
+from master.config.yamlnodes import Collected, Cursor, compose_text
 from protocol.errors import ConfigError, ConfigErrors
 
 __all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
@@ -424,18 +424,46 @@ def parse_config_text(
     root.expect_map("a mapping with test, hosts, luns and steps")
     _check_every_key(root)
     root.check_keys(TOP_KEYS)
-    test = _test_name(root)
-    description_cursor = root.get("description")
-    description = "" if description_cursor is None else description_cursor.string()
-    output_root = _output_root(root, output_root_override, base)
-    subinterval_s = _subinterval(root)
-    deadline_fraction = _deadline_fraction(root)
-    skew_limit_s = _skew_limit(root)
-    tolerance_pct = _iops_tolerance(root)
-    hosts = parse_hosts(root.require("hosts"))
-    luns = _luns(root, hosts, output_root)
-    rollups = _rollups(root)
-    gather = parse_gather(root.get("gather"), subinterval_s)
+    # every error at once where the checks do not depend on each other: the top level's
+    # values, then hosts, LUNs, rollups and gather sources (each as far as what it needs
+    # passed), then the steps once everything they refer to did (an error there is every
+    # error of its first step that has one: the steps after it build on what it would have
+    # set up), then the thresholds
+    errors = Collected()
+    test, description, output_root = "", "", None
+    subinterval_s = deadline_fraction = skew_limit_s = tolerance_pct = None
+    with errors.each():
+        test = _test_name(root)
+    with errors.each():
+        description_cursor = root.get("description")
+        description = "" if description_cursor is None else description_cursor.string()
+    with errors.each():
+        output_root = _output_root(root, output_root_override, base)
+    with errors.each():
+        subinterval_s = _subinterval(root)
+    with errors.each():
+        deadline_fraction = _deadline_fraction(root)
+    with errors.each():
+        skew_limit_s = _skew_limit(root)
+    with errors.each():
+        tolerance_pct = _iops_tolerance(root)
+    hosts = luns = rollups = gather = None
+    with errors.each():
+        hosts = parse_hosts(root.require("hosts"))
+    if hosts is not None and output_root is not None:
+        with errors.each():
+            luns = _luns(root, hosts, output_root)
+    with errors.each():
+        rollups = _rollups(root)
+    if subinterval_s is not None:
+        with errors.each():
+            gather = parse_gather(root.get("gather"), subinterval_s)
+    if errors.errors:
+        errors.raise_any()
+    assert output_root is not None and subinterval_s is not None
+    assert deadline_fraction is not None and skew_limit_s is not None
+    assert tolerance_pct is not None and hosts is not None and luns is not None
+    assert rollups is not None and gather is not None
     context = StepContext(
         subinterval_s=subinterval_s,
         rollup_types=tuple(spec.type for spec in rollups),

@@ -60,7 +60,8 @@ from master.config.workloads import (
     parse_settings,
     settings_to_edit,
 )
-from master.config.yamlnodes import Cursor, YNode
+from master.config.yamlnodes import Collected, Cursor, YNode
+from protocol.errors import ConfigError
 
 __all__ = ["STEP_KEYS", "StepContext", "parse_steps", "phase"]
 
@@ -575,17 +576,23 @@ def _apply_entries(
         return changes, targets
     entries.expect_seq("a list of workload entries")
     named_at: dict[str, int] = {}  # workloads this step's entries created or edited: their line
+    errors = Collected()  # each entry's errors, all at once (an entry refused is left out)
     for entry in entries:
         name_cursor = entry.get("name") if entry.is_map else None
         if name_cursor is not None and name_cursor.is_scalar and name_cursor.value in named_at:
             # a second entry would edit what the first just set up: two workloads meant as
             # two merged into one. Only a delete ends a workload's use in the step (delete and
             # create again is how luns or seed change).
-            raise name_cursor.error(
+            errors.add(name_cursor.error(
                 f"duplicate workload {name_cursor.value!r} in this step "
                 f"(first at line {named_at[str(name_cursor.value)]})"
-            )
-        change = table.apply_entry(entry, allow_empty_edit=sweeping)
+            ))
+            continue
+        try:
+            change = table.apply_entry(entry, allow_empty_edit=sweeping)
+        except ConfigError as exc:
+            errors.add(exc)
+            continue
         if change.action == "delete":
             named_at.pop(change.name, None)
         elif name_cursor is not None:
@@ -595,6 +602,7 @@ def _apply_entries(
             targets = [name for name in targets if name != change.name]
         elif change.name not in targets:
             targets.append(change.name)
+    errors.raise_any()
     return changes, targets
 
 

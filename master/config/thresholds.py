@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from master.config.catalog import DEVICE_METRICS, FOCUS_METRICS
 from master.config.expr import FailIf, parse_fail_if
 from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_problem
-from master.config.yamlnodes import Cursor
+from master.config.yamlnodes import Collected, Cursor
 from protocol.errors import CompareError
 
 __all__ = ["METRIC_NAMES", "THRESHOLD_KEYS", "Threshold", "parse_thresholds"]
@@ -72,7 +72,12 @@ def parse_thresholds(cursor: Cursor | None, steps: Mapping[str, tuple[str, ...]]
     if cursor is None:
         return ()
     cursor.expect_seq("a list of expressions such as 'service_time_p99_ms < 2'")
-    return tuple(_threshold(item, steps, rollup_types, gather) for item in cursor)
+    out, errors = [], Collected()  # every item's error at once
+    for item in cursor:
+        with errors.each():
+            out.append(_threshold(item, steps, rollup_types, gather))
+    errors.raise_any()
+    return tuple(out)
 
 
 def _threshold(item: Cursor, steps: Mapping[str, tuple[str, ...]], rollup_types: Sequence[str],

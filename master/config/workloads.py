@@ -42,7 +42,7 @@ from master.config.schema import (
     WriteData,
 )
 from master.config.units import format_bytes, parse_bytes, parse_fraction
-from master.config.yamlnodes import Cursor
+from master.config.yamlnodes import Collected, Cursor
 
 __all__ = [
     "EDITABLE_KEYS",
@@ -289,10 +289,13 @@ def parse_setting(key: str, cursor: Cursor) -> object:
 def parse_settings(cursor: Cursor, keys: Collection[str]) -> dict[str, tuple[object, Cursor]]:
     """The given ``keys`` of a mapping → {YAML key: (typed value, cursor)}."""
     settings: dict[str, tuple[object, Cursor]] = {}
+    errors = Collected()  # each key's error, all at once
     for key in keys:
         child = cursor.get(key)
         if child is not None:
-            settings[key] = (parse_setting(key, child), child)
+            with errors.each():
+                settings[key] = (parse_setting(key, child), child)
+    errors.raise_any()
     return settings
 
 

@@ -18,6 +18,7 @@ that crossed a limit.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import re
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from protocol.errors import ConfigError
+from protocol.errors import ConfigError, ConfigErrors
 
 __all__ = [
     "MAX_ALIAS_EXPANSIONS",
@@ -567,3 +568,29 @@ def _key_text(node: yaml.Node) -> str:
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{kind}, {text}"
+
+
+class Collected:
+    """The errors of a test file found so far, so that a user learns every one at once
+    (``ConfigErrors``, at most ``ConfigErrors.MAX_REPORTED`` shown) rather than one per run.
+    ``with errors.each():`` around a check that does not depend on the others' results keeps
+    its error and goes on; ``raise_any()`` raises what was kept, in the file's order."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def add(self, exc: ConfigError) -> None:
+        self.errors += exc.errors if isinstance(exc, ConfigErrors) else [exc]
+
+    @contextlib.contextmanager
+    def each(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigError as exc:
+            self.add(exc)
+
+    def raise_any(self) -> None:
+        if len(self.errors) > 1:
+            raise ConfigErrors(sorted(self.errors, key=lambda e: e.line or 0))
+        if self.errors:
+            raise self.errors[0]

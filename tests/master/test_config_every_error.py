@@ -1,6 +1,9 @@
 """Every unknown key of a test file at once (``ConfigErrors``), before any value is read: a fio
 user's ``runtime``, ``rw`` and ``bs`` took three runs to learn of, one bare "unknown key" each.
-At most 20 are listed, then how many more; one alone reads as it always did."""
+At most 20 are listed, then how many more; one alone reads as it always did. Then every wrong
+value whose check does not depend on another's: the top level's, hosts', LUNs', rollups' and
+gather sources', each workload entry's keys and entries of the first step with an error, and
+each threshold."""
 
 from __future__ import annotations
 
@@ -64,3 +67,54 @@ def test_one_alone_reads_as_it_always_did() -> None:
 @pytest.mark.parametrize("path", sorted(KEYS_BY_PATH))
 def test_the_keys_checked_at_once_are_the_reference_tables(path: str) -> None:
     assert set(KEYS_BY_PATH[path]) == set(section(path).names())
+
+
+VALUES = """\
+test: "my test"
+hosts: [localhost]
+subinterval_seconds: 0
+deadline_fraction: 2
+luns: [{path: /dev/null}]
+steps:
+  - name: a
+    workloads:
+      - {name: w, iosequencer: random_steady, blocksize: 4kb, iops: "1000"}
+      - {name: v, iosequencer: randm, read_fraction: 70}
+  - name: b
+    workloads:
+      - {name: x, iosequencer: sequential, iodepth: 0}
+thresholds:
+  - "iops > 5"
+  - "IOPS < -10%"
+"""
+
+
+@pytest.mark.parametrize(("fix", "want"), [
+    # the top level's values: every one (the steps, which need the subinterval, wait)
+    ((), [(1, "test"), (3, "subinterval_seconds"), (4, "deadline_fraction")]),
+    # those right: every wrong key of each entry of step a (step b builds on what a sets up)
+    ((('"my test"', "t"), ("subinterval_seconds: 0", "subinterval_seconds: 1"),
+      ("deadline_fraction: 2", "deadline_fraction: 0.5")),
+     [(9, "steps[0].workloads[0].blocksize"), (9, "steps[0].workloads[0].iops"),
+      (10, "steps[0].workloads[1].iosequencer"), (10, "steps[0].workloads[1].read_fraction")]),
+    # step a right too: step b's, then (the steps whole) each threshold's
+    ((('"my test"', "t"), ("subinterval_seconds: 0", "subinterval_seconds: 1"),
+      ("deadline_fraction: 2", "deadline_fraction: 0.5"), ("blocksize: 4kb", "blocksize: 4KiB"),
+      ('iops: "1000"', "iops: 1000"), ("randm", "random_independent"),
+      ("read_fraction: 70", "read_fraction: 70%")),
+     [(13, "steps[1].workloads[0].iodepth")]),
+    ((('"my test"', "t"), ("subinterval_seconds: 0", "subinterval_seconds: 1"),
+      ("deadline_fraction: 2", "deadline_fraction: 0.5"), ("blocksize: 4kb", "blocksize: 4KiB"),
+      ('iops: "1000"', "iops: 1000"), ("randm", "random_independent"),
+      ("read_fraction: 70", "read_fraction: 70%"), ("iodepth: 0", "iodepth: 1")),
+     [(15, "thresholds[0]"), (16, "thresholds[1]")]),
+])
+def test_every_wrong_value_at_once(fix: tuple[tuple[str, str], ...],
+                                   want: list[tuple[int, str]]) -> None:
+    text = VALUES
+    for old, new in fix:
+        text = text.replace(old, new)
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "t.yaml")
+    errors = info.value.errors if isinstance(info.value, ConfigErrors) else [info.value]
+    assert [(e.line, e.key_path) for e in errors] == want, str(info.value)
