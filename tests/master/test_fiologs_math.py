@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from master.fiologs import align
 from master.fiologs.align import (
     QuantumAccumulator,
     RowWindows,
@@ -194,3 +195,21 @@ def test_a_whole_rank_stays_in_the_column_that_reaches_it() -> None:
     counts[0, 900] = 12.0
     stats = percentile_matrix(counts, [99.9], layout.lower_ns, layout.upper_ns)
     assert stats.pct_ns[0, 0] <= layout.upper_ns[100]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 16, 17, 999, 1000])
+@pytest.mark.parametrize("seed", range(20))
+def test_the_intervals_median_is_numpys_to_the_bit(size: int, seed: int) -> None:
+    # align._median (np.partition, without the numpy.ma import np.median makes) against
+    # np.median on row-step ratios of many kinds: ties, halves, large and tiny values
+    rng = np.random.default_rng(seed)
+    kind = seed % 4
+    if kind == 0:
+        x = rng.normal(1000.0, 50.0, size)
+    elif kind == 1:
+        x = rng.integers(0, 4, size).astype(np.float64) * 500.0  # many ties
+    elif kind == 2:
+        x = rng.uniform(0, 1, size) / rng.integers(1, 7, size)  # the ratios' thirds, sevenths
+    else:
+        x = np.exp(rng.uniform(-30, 30, size))
+    assert align._median(x) == float(np.median(x))
