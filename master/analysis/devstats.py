@@ -35,6 +35,7 @@ The rules:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,10 @@ DEVICE_COLUMNS: Final = DEVICE_METRICS
 #: the block layer merges ivypy's I/Os (sequential 128 KiB reads: a fifth of the count, the
 #: same bytes) or splits them.
 DISAGREE_FRACTION: Final = 0.15
+#: A device's differing subintervals are named as at most this many runs (``0-3, 7``), the
+#: rest counted: a device that differs every other subinterval of a day-long step would
+#: otherwise keep, and print, a run for each.
+MAX_SPANS: Final = 1000
 
 _READ_IOS, _WRITE_IOS, _READ_SECT, _WRITE_SECT, _READ_TICKS, _WRITE_TICKS, _IO_TICKS, _QUEUE = (
     range(8))
@@ -126,14 +131,66 @@ class _Layout:
     pairs: dict[str, tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]]
 
 
+class _Differed:
+    """One device's subintervals whose I/O differed from ivypy's (``_disagree``), added up as
+    they come: the runs of their numbers (at most ``MAX_SPANS``, then a count of the rest)
+    and the sums the ``Disagreement`` is made of."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[int]] = []  # [first, last] runs, in order
+        self.more = 0  # differing subintervals beyond MAX_SPANS runs
+        self.n = 0
+        self.ivypy_ops = self.ivypy_bytes = self.device_ios = self.device_sectors = 0
+        self.interval_ns = 0
+
+    def add(self, k: int, s: _Seen) -> None:
+        self.n += 1
+        self.ivypy_ops += s.ivypy_ops
+        self.ivypy_bytes += s.ivypy_bytes
+        self.device_ios += s.counters[_READ_IOS] + s.counters[_WRITE_IOS]
+        self.device_sectors += s.counters[_READ_SECT] + s.counters[_WRITE_SECT]
+        self.interval_ns += s.interval_ns
+        spans = self.spans
+        if spans and spans[-1][1] + 1 == k:  # the usual case: the run goes on
+            spans[-1][1] = k
+            return
+        i = bisect.bisect(spans, [k, k])
+        if i and spans[i - 1][1] + 1 >= k:
+            spans[i - 1][1] = max(spans[i - 1][1], k)
+        elif i < len(spans) and spans[i][0] - 1 <= k:
+            spans[i][0] = min(spans[i][0], k)
+        elif len(spans) < MAX_SPANS:
+            spans.insert(i, [k, k])
+            return
+        else:
+            self.more += 1
+            return
+        while i + 1 < len(spans) and spans[i][1] + 1 >= spans[i + 1][0]:  # runs that met
+            spans[i][1] = max(spans[i][1], spans.pop(i + 1)[1])
+        if i and spans[i - 1][1] + 1 >= spans[i][0]:
+            spans[i - 1][1] = max(spans[i - 1][1], spans.pop(i)[1])
+
+    def text(self) -> str:
+        runs = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in self.spans)
+        return runs + (f" and {self.more} more" if self.more else "")
+
+
 class DeviceRollups:
     """One step's device columns: built from the step's workloads (their LUNs, in the
-    recorder's plan order) and its rollup groupings; fed each subinterval's deltas."""
+    recorder's plan order) and its rollup groupings; fed each subinterval's deltas.
+
+    What it keeps does not grow with the step: the last subinterval's deltas (devices.csv),
+    the measurement window's (with ``fold``: added up as they come, as the slaves add the
+    statistics of a fixed-length step's window; else each measurement subinterval's, for a
+    window the step chooses at its end, which ``measure:``'s timeout bounds), and each
+    device's differing subintervals added up (``_Differed``)."""
 
     def __init__(self, lun_of_workload: Sequence[DeviceKey], groupings: Mapping[str, Grouping],
-                 subinterval_s: float) -> None:
-        """``lun_of_workload``: (host, LUN path) of each workload, in the groupings' order."""
+                 subinterval_s: float, *, fold: bool = False) -> None:
+        """``lun_of_workload``: (host, LUN path) of each workload, in the groupings' order.
+        ``fold``: the window will be exactly the subintervals recorded as ``measured``."""
         self.subinterval_s = subinterval_s
+        self.fold = fold
         index: dict[DeviceKey, int] = {}
         of_wl = np.fromiter((index.setdefault(key, len(index)) for key in lun_of_workload),
                             dtype=np.intp, count=len(lun_of_workload))
@@ -150,28 +207,51 @@ class DeviceRollups:
         self.device_of_lun: dict[DeviceKey, DeviceKey] = {}  # as the slaves said, kept
         self.names: dict[DeviceKey, str] = {}
         self.luns_of: dict[DeviceKey, tuple[str, ...]] = {}
+        #: each measured subinterval's deltas (without ``fold``), for the window
         self.kept: dict[int, dict[DeviceKey, _Seen]] = {}
+        #: with ``fold``: the measured subintervals (runs), their deltas added up, and the
+        #: devices in every one of them
+        self._folded_runs: list[list[int]] = []
+        self._folded: dict[DeviceKey, _Seen] = {}
+        self._folded_everywhere: set[DeviceKey] = set()
+        self._last: tuple[int, dict[DeviceKey, _Seen]] = (-1, {})
+        self._differed: dict[DeviceKey, _Differed] = {}
         self._layout: _Layout | None = None  # of ``device_of_lun`` as it is
 
     def lun_based(self, rollup_type: str) -> bool:
         return rollup_type in self.inst_of_lun
 
     # ------------------------------------------------------------------ a subinterval
-    def record(self, k: int, by_host: Iterable[tuple[str, Sequence[DeviceDelta]]]
-               ) -> dict[str, npt.NDArray[np.float64]]:
-        """Keep subinterval ``k``'s deltas; the device columns of every rollup type."""
+    def record(self, k: int, by_host: Iterable[tuple[str, Sequence[DeviceDelta]]],
+               measured: bool = True) -> dict[str, npt.NDArray[np.float64]]:
+        """Take subinterval ``k``'s deltas (kept for the window when ``measured``); the
+        device columns of every rollup type."""
         seen: dict[DeviceKey, _Seen] = {}
         for host, deltas in by_host:
             for d in deltas:
                 key = (host, d.device)
-                seen[key] = _Seen(d.counters, d.interval_ns, d.ivypy_ops, d.ivypy_bytes)
+                s = seen[key] = _Seen(d.counters, d.interval_ns, d.ivypy_ops, d.ivypy_bytes)
                 self.names[key] = d.name
                 self.luns_of[key] = d.luns
                 for lun in d.luns:
                     if self.device_of_lun.get((host, lun)) != key:
                         self.device_of_lun[(host, lun)] = key
                         self._layout = None
-        self.kept[k] = seen
+                if _disagree(s):
+                    self._differed.setdefault(key, _Differed()).add(k, s)
+        self._last = (k, seen)
+        if measured and self.fold:
+            runs = self._folded_runs
+            if not runs:
+                self._folded_everywhere = set(seen)
+            self._folded_everywhere &= set(seen)
+            if runs and runs[-1][1] + 1 == k:
+                runs[-1][1] = k
+            else:
+                runs.append([k, k])
+            _add_into(self._folded, seen)
+        elif measured:
+            self.kept[k] = seen
         return self._columns(seen)
 
     def _layout_now(self) -> _Layout:
@@ -217,25 +297,26 @@ class DeviceRollups:
     def window(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """The device columns over the subintervals ``window``: each device's deltas added
         up over them (a device missing from one of them is missing from the window)."""
+        if self.fold and window and _runs(window) == self._folded_runs:
+            gone = set(self.device_of_lun.values()) - self._folded_everywhere
+            return self._columns({key: s for key, s in self._folded.items()
+                                  if key not in gone})
         total: dict[DeviceKey, _Seen] = {}
         missing: set[DeviceKey] = set()
         for k in window:
             seen = self.kept.get(k, {})
             missing |= set(self.device_of_lun.values()) - set(seen)
-            for key, s in seen.items():
-                t = total.get(key)
-                total[key] = s if t is None else _Seen(
-                    tuple(a + b for a, b in zip(t.counters, s.counters, strict=True)),
-                    t.interval_ns + s.interval_ns, t.ivypy_ops + s.ivypy_ops,
-                    t.ivypy_bytes + s.ivypy_bytes)
+            _add_into(total, seen)
         return self._columns({key: s for key, s in total.items() if key not in missing})
 
     # ------------------------------------------------------------------ devices.csv
     def file_rows(self, k: int, phase: str, late_us: Mapping[DeviceKey, tuple[float, float]]
                   ) -> list[dict[str, Any]]:
-        """Rows of ``devices.csv`` for subinterval ``k``: each device's own metrics."""
+        """Rows of ``devices.csv`` for subinterval ``k`` (the last recorded): each device's
+        own metrics."""
         rows = []
-        for key, s in sorted(self.kept.get(k, {}).items()):
+        last_k, last = self._last
+        for key, s in sorted(last.items() if last_k == k else ()):
             (values,) = device_metrics(np.array([s.counters], dtype=np.int64),
                                        np.array([s.interval_ns / 1e9]), np.zeros(1, np.intp),
                                        np.zeros(1, np.intp), np.ones(1, bool), 1)
@@ -255,29 +336,44 @@ class DeviceRollups:
         LUNs by more than ``DISAGREE_FRACTION`` in some subinterval with ivypy I/O."""
         out = []
         for key in sorted(set(self.device_of_lun.values())):
-            bad = [k for k in sorted(self.kept) if key in self.kept[k]
-                   and _disagree(self.kept[k][key])]
-            if not bad:
+            bad = self._differed.get(key)
+            if bad is None:
                 continue
-            ivy = sum(self.kept[k][key].ivypy_ops for k in bad) / (len(bad) * self.subinterval_s)
-            ivy_mb = (sum(self.kept[k][key].ivypy_bytes for k in bad)
-                      / (len(bad) * self.subinterval_s) / 1e6)
-            dev_ios = sum(self.kept[k][key].counters[_READ_IOS]
-                          + self.kept[k][key].counters[_WRITE_IOS] for k in bad)
-            dev_bytes = SECTOR_BYTES * sum(self.kept[k][key].counters[_READ_SECT]
-                                           + self.kept[k][key].counters[_WRITE_SECT]
-                                           for k in bad)
-            seconds = sum(self.kept[k][key].interval_ns for k in bad) / 1e9
+            ivy = bad.ivypy_ops / (bad.n * self.subinterval_s)
+            ivy_mb = bad.ivypy_bytes / (bad.n * self.subinterval_s) / 1e6
+            dev_bytes = SECTOR_BYTES * bad.device_sectors
+            seconds = bad.interval_ns / 1e9
             host, devno = key
             luns = ", ".join(self.luns_of[key])
-            dev_iops = dev_ios / seconds
+            dev_iops = bad.device_ios / seconds
             out.append(Disagreement(host, key, abs(dev_iops - ivy) / ivy if ivy else math.inf, (
                 f"host {host} LUN {luns}: ivypy's IOPS and MB/s and the device's differ by "
                 f"more than {DISAGREE_FRACTION:.0%} (ivypy {ivy:.6g} IOPS {ivy_mb:.6g} MB/s, "
                 f"device {self.names[key]} ({devno}) {dev_iops:.6g} IOPS "
-                f"{dev_bytes / seconds / 1e6:.6g} MB/s) in subintervals {_spans(bad)}: a file "
+                f"{dev_bytes / seconds / 1e6:.6g} MB/s) in subintervals {bad.text()}: a file "
                 "LUN served from the page cache, or another tenant on the device?")))
         return out
+
+
+def _add_into(total: dict[DeviceKey, _Seen], seen: Mapping[DeviceKey, _Seen]) -> None:
+    """Each device's deltas of ``seen`` added into ``total``."""
+    for key, s in seen.items():
+        t = total.get(key)
+        total[key] = s if t is None else _Seen(
+            tuple(a + b for a, b in zip(t.counters, s.counters, strict=True)),
+            t.interval_ns + s.interval_ns, t.ivypy_ops + s.ivypy_ops,
+            t.ivypy_bytes + s.ivypy_bytes)
+
+
+def _runs(ks: Iterable[int]) -> list[list[int]]:
+    """``[first, last]`` runs of consecutive numbers, in the order given."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k == runs[-1][1] + 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    return runs
 
 
 def _disagree(s: _Seen) -> bool:
@@ -290,10 +386,4 @@ def _disagree(s: _Seen) -> bool:
 
 def _spans(ks: Sequence[int]) -> str:
     """``0-3, 7``: runs of consecutive subintervals."""
-    runs: list[list[int]] = []
-    for k in ks:
-        if runs and k == runs[-1][1] + 1:
-            runs[-1][1] = k
-        else:
-            runs.append([k, k])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in _runs(ks))

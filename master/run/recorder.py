@@ -144,7 +144,8 @@ class StepRecorder:
         #: each measurement subinterval's gathered columns per rollup type (instances × columns)
         self._win_gathered: dict[int, dict[str, npt.NDArray[np.float64]]] = {}
         self.fold_measurement = fold_measurement
-        self._folded_ks: list[int] = []
+        #: the subintervals folded (``[first, last]`` runs: a day-long step keeps one)
+        self._folded_runs: list[list[int]] = []
         # settings and CPU of the measurement subintervals, for the summary's columns: each
         # subinterval's per-host busy % and per-workload IOPS setting (NaN = max), or (when
         # folding) their running sums with the count of hosts' readings
@@ -161,14 +162,15 @@ class StepRecorder:
         self.settings = settings
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
-        self.phases: dict[int, str] = {}
+        #: the subintervals recorded in each phase, as ``[first, last]`` runs
+        self._phase_runs: dict[str, list[list[int]]] = {}
         self._file_names: dict[str, list[str]] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
         #: the device columns (``master.analysis.devstats``): over the devices under each instance's
         #: LUNs
         self.devices = DeviceRollups(
             [(workloads[w].host, workloads[w].lun.lun.path) for w in self.ids], self.groupings,
-            subinterval_s)
+            subinterval_s, fold=fold_measurement)
         # every instance file is made here, before the step starts: made in the first
         # subinterval, 126,000 of them would hold that subinterval's results up for seconds
         self._tables_by_type = {
@@ -292,9 +294,9 @@ class StepRecorder:
         checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
         device_deltas = [(h.host, _device_deltas(h)) for h in ordered]
         ops_by_host = self._ops_by_host(checked[0]) if checked else {}
-        self.phases[k] = phase
+        _add_to_runs(self._phase_runs.setdefault(phase, []), k)
         if phase == "measurement" and self.fold_measurement:
-            self._folded_ks.append(k)
+            _add_to_runs(self._folded_runs, k)
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         ivypy_by_host = {h.host: ivypy_cpu_pct(h.result.cpu, self.subinterval_s) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
@@ -305,7 +307,7 @@ class StepRecorder:
                               dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
-        out.devices = self.devices.record(k, device_deltas)
+        out.devices = self.devices.record(k, device_deltas, measured=phase == "measurement")
         extra = self._gathered_arrays(gathered or {}) if self.gathered else {}
         if phase == "measurement" and self.gathered:
             self._win_gathered[k] = extra
@@ -400,7 +402,7 @@ class StepRecorder:
                          ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Mean busy % per host and mean IOPS setting per workload (NaN: max in some
         subinterval) over ``window``."""
-        if self.fold_measurement and list(window) == self._folded_ks and (
+        if self.fold_measurement and _runs_of(window) == self._folded_runs and (
                 self._fold_cpu is not None and self._fold_iops is not None):
             total, count = self._fold_cpu
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -513,7 +515,7 @@ class StepRecorder:
         self._fold_cpu = self._fold_iops = self._last_iops = None
 
     def window_of_phase(self, phase: str = "measurement") -> list[int]:
-        return sorted(k for k, p in self.phases.items() if p == phase)
+        return sorted(k for a, b in self._phase_runs.get(phase, []) for k in range(a, b + 1))
 
     def window_sample(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
                       ) -> ru.Sample:
@@ -676,6 +678,21 @@ def instance_file_names(instances: Sequence[str]) -> list[str]:
         taken.add(name)
         out.append(name)
     return out
+
+
+def _add_to_runs(runs: list[list[int]], k: int) -> None:
+    """``k`` added to ``runs``, ``[first, last]`` runs of numbers that come in order."""
+    if runs and runs[-1][1] + 1 == k:
+        runs[-1][1] = k
+    else:
+        runs.append([k, k])
+
+
+def _runs_of(ks: Sequence[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for k in ks:
+        _add_to_runs(runs, k)
+    return runs
 
 
 @functools.cache

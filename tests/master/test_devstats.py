@@ -19,8 +19,11 @@ import pytest
 
 from master.analysis.devstats import (
     DEVICE_COLUMNS,
+    MAX_SPANS,
     DeviceKey,
     DeviceRollups,
+    _Differed,
+    _Seen,
     _spans,
     device_metrics,
 )
@@ -178,6 +181,52 @@ def test_disagreement_is_one_per_device_per_step() -> None:
         "15% (ivypy 2000 IOPS 8.192 MB/s, device dev7:0 (7:0) 1215 IOPS 4.97664 MB/s) in "
         "subintervals 1-2, 4-5: a file LUN served from the page cache, or another tenant on "
         "the device?")
+
+
+def test_a_folded_window_is_the_kept_one_and_keeps_nothing_per_subinterval() -> None:
+    """A fixed-length step's window added up as it comes (``fold``) gives the columns of one
+    added up at the end from every subinterval kept, also when a device is missing from one
+    subinterval or comes only later; nothing is kept per subinterval (a day-long step of 5 s
+    subintervals kept ~700 bytes per device each: 12 MB a day at 1 device, 4 on the
+    soak's test bed)."""
+    kept, folded = _rollups(), DeviceRollups(LUNS, _rollups().groupings, 1.0, fold=True)
+    feeds = [_subinterval(), _subinterval(disk=False), _subinterval(h2_reads=10),
+             _subinterval(h2_reads=2400)]
+    for k, feed in enumerate(feeds):
+        measured = k >= 1  # subinterval 0 is the warmup's
+        a, b = kept.record(k, feed, measured=measured), folded.record(k, feed, measured=measured)
+        assert all(np.array_equal(a[t], b[t], equal_nan=True) for t in KEYS)
+    for window in ([1, 2, 3], [2, 3]):
+        w_kept = kept.window(window)
+        w_folded = (folded if window == [1, 2, 3] else _fold(feeds[2:])).window(window)
+        assert all(np.array_equal(w_kept[t], w_folded[t], equal_nan=True) for t in KEYS)
+    assert not folded.kept and len(kept.kept) == 3
+    assert folded.disagreements() == kept.disagreements()
+    assert str(folded.file_rows(3, "measurement", {})) == str(
+        kept.file_rows(3, "measurement", {}))  # NaN cells: compared as text
+
+
+def _fold(feeds: list[list[tuple[str, list[DeviceDelta]]]]) -> DeviceRollups:
+    dr = DeviceRollups(LUNS, _rollups().groupings, 1.0, fold=True)
+    for k, feed in enumerate(feeds, start=2):
+        dr.record(k, feed)
+    return dr
+
+
+def test_differing_subintervals_are_runs_in_any_order_and_bounded() -> None:
+    rng = np.random.default_rng(7)
+    ks = [int(k) for k in rng.permutation(400) if rng.random() < 0.6]
+    d = _Differed()
+    seen = _subinterval()[0][1][0]
+    s = _Seen(seen.counters, seen.interval_ns, seen.ivypy_ops, seen.ivypy_bytes)
+    for k in ks:
+        d.add(k, s)
+    assert d.text() == _spans(sorted(ks)) and d.n == len(ks) and d.more == 0
+    many = _Differed()
+    for k in range(0, 4 * MAX_SPANS, 2):  # every other subinterval differs
+        many.add(k, s)
+    assert len(many.spans) == MAX_SPANS and many.more == MAX_SPANS
+    assert many.text().endswith(f"{2 * MAX_SPANS - 2} and {MAX_SPANS} more")
 
 
 @pytest.mark.parametrize("ks, text", [([0], "0"), ([0, 1, 2, 5, 7, 8], "0-2, 5, 7-8"),
