@@ -16,17 +16,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTBED = ROOT / "scripts" / "testbed"
-STATE = Path("/run/ivypy-testbed")
+from scripts.testbed_luns import ROOT, testbed_with_luns
 
 
 def main() -> int:
@@ -35,30 +29,9 @@ def main() -> int:
     ap.add_argument("--goal-ms", type=float, default=1.0)
     ap.add_argument("--hosts", type=int, default=3)
     args = ap.parse_args()
-    up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0
-    if up and len(json.loads((STATE / "hosts.json").read_text())) < args.hosts:
-        subprocess.run([str(TESTBED), "down"], check=True, capture_output=True)
-        up = False
-    started = not up
-    if started:
-        subprocess.run([str(TESTBED), "up", str(args.hosts)], check=True, capture_output=True)
-    loops: list[str] = []
-    tmp = Path(tempfile.mkdtemp(prefix="ivypy-skew-", dir="/dev/shm"))
-    try:
-        hosts = json.loads((STATE / "hosts.json").read_text())[:args.hosts]
-        for h in hosts:
-            img = tmp / f"{h['name']}.img"
-            with open(img, "wb") as fh:  # written whole: a sparse file's holes read as no I/O
-                for _ in range(16):
-                    fh.write(os.urandom(1 << 20))
-            loops.append(subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
-                                        capture_output=True, text=True).stdout.strip())
-        host_lines = "\n".join(
-            f"  - {{name: {h['name']}, address: {h['address']}, user: root, "
-            f"python: /usr/bin/python3, identity_file: {STATE}/id_ed25519, "
-            f"known_hosts: {STATE}/known_hosts}}" for h in hosts)
-        lun_lines = "\n".join(f"  - {{hosts: [{h['name']}], path: {lp}}}"
-                              for h, lp in zip(hosts, loops, strict=True))
+    with testbed_with_luns(args.hosts, "ivypy-skew-") as bed:
+        hosts, tmp = bed.hosts, bed.tmp
+        host_lines, lun_lines = bed.host_lines, bed.lun_lines
         cfg = tmp / "skew.yaml"
         cfg.write_text(f"""test: skew
 subinterval_seconds: 1
@@ -101,7 +74,9 @@ steps:
                 if r["boundary_skew_us"]:
                     per_k.setdefault(int(r["subinterval"]), {}).setdefault(r["host"], []).append(
                         float(r["boundary_skew_us"]))
-        spreads, bounds, lags = [], [], []
+        spreads: list[float] = []
+        bounds: list[float] = []
+        lags: list[float] = []
         for hosts_k in per_k.values():
             firsts = {h: min(v) for h, v in hosts_k.items()}  # each host's first worker
             spreads.append(max(firsts.values()) - min(firsts.values()))
@@ -120,12 +95,6 @@ steps:
                   f"{'met' if p90 <= goal_us else 'MISSED'} at p90, "
                   f"{'met' if worst <= goal_us else 'MISSED'} at max)")
         return 0 if native == len(hosts) else 1
-    finally:
-        for lp in loops:
-            subprocess.run(["losetup", "-d", lp], check=False)
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
-        if started:
-            subprocess.run([str(TESTBED), "down"], check=False, capture_output=True)
 
 
 if __name__ == "__main__":

@@ -26,20 +26,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTBED = ROOT / "scripts" / "testbed"
-STATE = Path("/run/ivypy-testbed")
+from scripts.testbed_luns import ROOT, testbed_with_luns
+
 #: the master's growth goal: 1 MB an hour at 64 workloads (#64 item 6)
 GOAL_MB_PER_H_AT_64 = 1.0
 DEADLINE_FRACTION = 0.75  # the config's default: results due 0.75 of a subinterval late
@@ -126,38 +123,18 @@ def main() -> int:
     args = ap.parse_args()
     skip_s = 60 * (args.skip_minutes if args.skip_minutes is not None
                    else min(3.0, args.minutes / 5))
-    up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0
-    if up and len(json.loads((STATE / "hosts.json").read_text())) < args.hosts:
-        subprocess.run([str(TESTBED), "down"], check=True, capture_output=True)
-        up = False
-    started = not up
-    if started:
-        subprocess.run([str(TESTBED), "up", str(args.hosts)], check=True, capture_output=True)
-    loops: list[str] = []
-    tmp = Path(tempfile.mkdtemp(prefix="ivypy-soak-", dir="/dev/shm"))
     proc: subprocess.Popen[str] | None = None
-    try:
-        hosts = json.loads((STATE / "hosts.json").read_text())[:args.hosts]
-        for h in hosts:
-            img = tmp / f"{h['name']}.img"
-            with open(img, "wb") as fh:  # written whole: a sparse file's holes read as no I/O
-                for _ in range(16):
-                    fh.write(os.urandom(1 << 20))
-            loops.append(subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
-                                        capture_output=True, text=True).stdout.strip())
-        host_lines = "\n".join(
-            f"  - {{name: {h['name']}, address: {h['address']}, user: root, "
-            f"python: /usr/bin/python3, identity_file: {STATE}/id_ed25519, "
-            f"known_hosts: {STATE}/known_hosts}}" for h in hosts)
-        lun_lines = "\n".join(f"  - {{hosts: [{h['name']}], path: {lp}}}"
-                              for h, lp in zip(hosts, loops, strict=True))
-        workload_lines = "\n".join(
-            f"      - {{name: w{j:02d}, iosequencer: random_steady, blocksize: 4KiB, "
-            f"iodepth: 1, iops: {args.iops:g}, read_fraction: 100%}}"
-            for j in range(args.workloads))
-        seconds = round(args.minutes * 60)
-        cfg = tmp / "soak.yaml"
-        cfg.write_text(f"""test: soak
+    with testbed_with_luns(args.hosts, "ivypy-soak-") as bed:
+        try:
+            hosts, tmp = bed.hosts, bed.tmp
+            host_lines, lun_lines = bed.host_lines, bed.lun_lines
+            workload_lines = "\n".join(
+                f"      - {{name: w{j:02d}, iosequencer: random_steady, blocksize: 4KiB, "
+                f"iodepth: 1, iops: {args.iops:g}, read_fraction: 100%}}"
+                for j in range(args.workloads))
+            seconds = round(args.minutes * 60)
+            cfg = tmp / "soak.yaml"
+            cfg.write_text(f"""test: soak
 subinterval_seconds: {args.subinterval_s:g}
 hosts:
 {host_lines}
@@ -170,104 +147,100 @@ steps:
     warmup_seconds: 0
     measure_seconds: {seconds}
 """)
-        out = tmp / "out"
-        log = open(tmp / "master.out", "w")  # noqa: SIM115 - closed below
-        t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "master", "run", str(cfg),
-                                 "--output-root", str(out), "--plain"], stdout=log,
-                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-        master = psutil.Process(proc.pid)
-        series: dict[str, list[tuple[float, float]]] = {"master": []}
-        written: list[tuple[float, float]] = []
-        print(f"soak: {len(hosts)} hosts x {args.workloads} workloads, {args.minutes:g} min of "
-              f"{args.subinterval_s:g} s subintervals; RSS every {args.sample_s:g} s",
-              flush=True)
-        next_print = 60.0
-        while proc.poll() is None:
-            time.sleep(args.sample_s)
-            t = time.monotonic() - t0
-            runs = list((out / "soak").glob("*")) if (out / "soak").exists() else []
-            if runs and (runs[0] / "summary.csv").exists():
-                continue  # the step is over: the run's end (window, summaries, report) is not it
-            m = rss([master])
-            if m:  # 0: exited, not yet reaped
-                series["master"].append((t, m))
-            for h in hosts:
-                session, workers = slave_processes(int(h["pid"]))
-                if session is None:
+            out = tmp / "out"
+            log = open(tmp / "master.out", "w")  # noqa: SIM115 - closed below
+            t0 = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "master", "run", str(cfg),
+                                     "--output-root", str(out), "--plain"], stdout=log,
+                                    stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            master = psutil.Process(proc.pid)
+            series: dict[str, list[tuple[float, float]]] = {"master": []}
+            written: list[tuple[float, float]] = []
+            print(f"soak: {len(hosts)} hosts x {args.workloads} workloads, {args.minutes:g} min of "
+                  f"{args.subinterval_s:g} s subintervals; RSS every {args.sample_s:g} s",
+                  flush=True)
+            next_print = 60.0
+            while proc.poll() is None:
+                time.sleep(args.sample_s)
+                t = time.monotonic() - t0
+                runs = list((out / "soak").glob("*")) if (out / "soak").exists() else []
+                if runs and (runs[0] / "summary.csv").exists():
+                    # the step is over: the run's end (window, summaries, report) is not it
                     continue
-                for name, procs in ((f"slave {h['name']}", [session]),
-                                    (f"workers {h['name']}", workers)):
-                    v = rss(procs) if procs else None
-                    if v:
-                        series.setdefault(name, []).append((t, v))
-            if runs:
-                written.append((t, folder_bytes(runs[0])))
-            if t >= next_print:
-                next_print += 60.0
-                print(f"  {t / 60:4.1f} min: master RSS {m / 1e6 if m else float('nan'):.1f} MB",
-                      flush=True)
-        sampled_s = max((t for t, _ in series["master"]), default=0.0)
-        elapsed = time.monotonic() - t0
-        log.close()
-        code = proc.returncode
-        proc = None
-        ok = code == 0
-        if not ok:  # what was measured until then is still printed
-            text = (tmp / "master.out").read_text()
-            ended = [ln for ln in text.splitlines() if ln.startswith("ivypy: ")]
-            print(f"ivypy run exited {code}: MISSED ({ended[-1] if ended else text[-500:]})")
-        (folder,) = (out / "soak").iterdir()
-        workloads = len(hosts) * args.workloads
-        goal = GOAL_MB_PER_H_AT_64 * workloads / 64
-        print(f"run: {elapsed / 60:.1f} min, {workloads} workloads; memory growth per hour "
-              f"(RSS slope from {skip_s / 60:g} min to the step's end at "
-              f"{sampled_s / 60:.1f} min):")
-        for name, samples in series.items():
-            after = [(t, v) for t, v in samples if t >= skip_s]
-            per_h = slope_per_h(after)
-            first, last = (samples[0][1], samples[-1][1]) if samples else (0, 0)
-            line = (f"  {name}: {per_h:+.2f} MB/h over {len(after)} samples "
-                    f"(RSS {first / 1e6:.1f} -> {last / 1e6:.1f} MB)")
-            if name == "master":
-                met = per_h <= goal
+                m = rss([master])
+                if m:  # 0: exited, not yet reaped
+                    series["master"].append((t, m))
+                for h in hosts:
+                    session, workers = slave_processes(int(h["pid"]))
+                    if session is None:
+                        continue
+                    for name, procs in ((f"slave {h['name']}", [session]),
+                                        (f"workers {h['name']}", workers)):
+                        v = rss(procs) if procs else None
+                        if v:
+                            series.setdefault(name, []).append((t, v))
+                if runs:
+                    written.append((t, folder_bytes(runs[0])))
+                if t >= next_print:
+                    next_print += 60.0
+                    shown = m / 1e6 if m else float("nan")
+                    print(f"  {t / 60:4.1f} min: master RSS {shown:.1f} MB", flush=True)
+            sampled_s = max((t for t, _ in series["master"]), default=0.0)
+            elapsed = time.monotonic() - t0
+            log.close()
+            code = proc.returncode
+            proc = None
+            ok = code == 0
+            if not ok:  # what was measured until then is still printed
+                text = (tmp / "master.out").read_text()
+                ended = [ln for ln in text.splitlines() if ln.startswith("ivypy: ")]
+                print(f"ivypy run exited {code}: MISSED ({ended[-1] if ended else text[-500:]})")
+            (folder,) = (out / "soak").iterdir()
+            workloads = len(hosts) * args.workloads
+            goal = GOAL_MB_PER_H_AT_64 * workloads / 64
+            print(f"run: {elapsed / 60:.1f} min, {workloads} workloads; memory growth per hour "
+                  f"(RSS slope from {skip_s / 60:g} min to the step's end at "
+                  f"{sampled_s / 60:.1f} min):")
+            for name, samples in series.items():
+                after = [(t, v) for t, v in samples if t >= skip_s]
+                per_h = slope_per_h(after)
+                first, last = (samples[0][1], samples[-1][1]) if samples else (0, 0)
+                line = (f"  {name}: {per_h:+.2f} MB/h over {len(after)} samples "
+                        f"(RSS {first / 1e6:.1f} -> {last / 1e6:.1f} MB)")
+                if name == "master":
+                    met = per_h <= goal
+                    ok &= met
+                    line += f" (goal <= {goal:.2g} MB/h: {'met' if met else 'MISSED'})"
+                print(line)
+            # lateness: each subinterval's last result after its boundary
+            latest: dict[int, float] = {}
+            with open(folder / "step0000-soak" / "interlock.csv") as fh:
+                for r in csv.DictReader(fh):
+                    cell = r["result_received_after_boundary_us"]
+                    if cell:
+                        k = int(r["subinterval"])
+                        latest[k] = max(latest.get(k, 0.0), float(cell))
+            lates = sorted(latest.values())
+            deadline_us = DEADLINE_FRACTION * args.subinterval_s * 1e6
+            if lates:
+                p50 = lates[len(lates) // 2]
+                p99 = lates[min(len(lates) - 1, int(0.99 * len(lates)))]
+                met = lates[-1] <= deadline_us
                 ok &= met
-                line += f" (goal <= {goal:.2g} MB/h: {'met' if met else 'MISSED'})"
-            print(line)
-        # lateness: each subinterval's last result after its boundary
-        latest: dict[int, float] = {}
-        with open(folder / "step0000-soak" / "interlock.csv") as fh:
-            for r in csv.DictReader(fh):
-                cell = r["result_received_after_boundary_us"]
-                if cell:
-                    k = int(r["subinterval"])
-                    latest[k] = max(latest.get(k, 0.0), float(cell))
-        lates = sorted(latest.values())
-        deadline_us = DEADLINE_FRACTION * args.subinterval_s * 1e6
-        if lates:
-            p50 = lates[len(lates) // 2]
-            p99 = lates[min(len(lates) - 1, int(0.99 * len(lates)))]
-            met = lates[-1] <= deadline_us
-            ok &= met
-            print(f"subinterval lateness (the last host's result after the boundary, "
-                  f"{len(lates)} subintervals): median {p50 / 1e3:.1f} ms, p99 {p99 / 1e3:.1f} "
-                  f"ms, max {lates[-1] / 1e3:.1f} ms (goal <= the deadline "
-                  f"{deadline_us / 1e3:.0f} ms: {'met' if met else 'MISSED'})")
-        total = folder_bytes(folder)
-        after = [(t, v) for t, v in written if t >= skip_s]
-        print(f"output: {total / 1e6:.1f} MB in {elapsed / 60:.1f} min, "
-              f"{slope_per_h(after):.1f} MB/h written ({total / 1e6 / (elapsed / 3600):.1f} "
-              "MB/h over the whole run)")
-        return 0 if ok else 1
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
-        for lp in loops:
-            subprocess.run(["losetup", "-d", lp], check=False)
-        subprocess.run(["rm", "-rf", str(tmp)], check=False)
-        if started:
-            subprocess.run([str(TESTBED), "down"], check=False, capture_output=True)
+                print(f"subinterval lateness (the last host's result after the boundary, "
+                      f"{len(lates)} subintervals): median {p50 / 1e3:.1f} ms, p99 {p99 / 1e3:.1f} "
+                      f"ms, max {lates[-1] / 1e3:.1f} ms (goal <= the deadline "
+                      f"{deadline_us / 1e3:.0f} ms: {'met' if met else 'MISSED'})")
+            total = folder_bytes(folder)
+            after = [(t, v) for t, v in written if t >= skip_s]
+            print(f"output: {total / 1e6:.1f} MB in {elapsed / 60:.1f} min, "
+                  f"{slope_per_h(after):.1f} MB/h written ({total / 1e6 / (elapsed / 3600):.1f} "
+                  "MB/h over the whole run)")
+            return 0 if ok else 1
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,81 @@
+"""The OpenSSH test bed with a loop-device LUN per host, for the benchmarks that run on it
+(``scripts/bench_skew``, ``scripts/bench_soak``).
+
+Owns: bringing the test bed up with enough hosts (``scripts/testbed``: brought up unless it is
+up with as many; a smaller one is brought down first), giving each host its own loop device
+over a fully written 16 MiB file in a private /dev/shm directory (a sparse file's holes read as
+no I/O), the test file's ``hosts:`` and ``luns:`` lines for them, and undoing all of it (the
+loop devices, the directory, and the test bed where it brought it up) however the benchmark
+ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTBED = ROOT / "scripts" / "testbed"
+STATE = Path("/run/ivypy-testbed")
+LUN_MIB = 16
+
+
+@dataclass(frozen=True)
+class Bed:
+    """The hosts in use (``hosts.json``'s entries), each one's loop device (in order), and
+    the benchmark's own directory (removed at the end)."""
+
+    hosts: list[dict[str, str]]
+    loops: list[str]
+    tmp: Path
+
+    @property
+    def host_lines(self) -> str:
+        """The test file's ``hosts:`` entries, a line each."""
+        return "\n".join(
+            f"  - {{name: {h['name']}, address: {h['address']}, user: root, "
+            f"python: /usr/bin/python3, identity_file: {STATE}/id_ed25519, "
+            f"known_hosts: {STATE}/known_hosts}}" for h in self.hosts)
+
+    @property
+    def lun_lines(self) -> str:
+        """The test file's ``luns:`` entries: each host its own loop device."""
+        return "\n".join(f"  - {{hosts: [{h['name']}], path: {lp}}}"
+                         for h, lp in zip(self.hosts, self.loops, strict=True))
+
+
+@contextlib.contextmanager
+def testbed_with_luns(n_hosts: int, prefix: str) -> Iterator[Bed]:
+    """The test bed with ``n_hosts`` hosts and a LUN each (see the module docstring); the
+    directory is named ``prefix``… in /dev/shm."""
+    up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0
+    if up and len(json.loads((STATE / "hosts.json").read_text())) < n_hosts:
+        subprocess.run([str(TESTBED), "down"], check=True, capture_output=True)
+        up = False
+    started = not up
+    if started:
+        subprocess.run([str(TESTBED), "up", str(n_hosts)], check=True, capture_output=True)
+    loops: list[str] = []
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/dev/shm"))
+    try:
+        hosts = json.loads((STATE / "hosts.json").read_text())[:n_hosts]
+        for h in hosts:
+            img = tmp / f"{h['name']}.img"
+            with open(img, "wb") as fh:  # written whole: a sparse file's holes read as no I/O
+                for _ in range(LUN_MIB):
+                    fh.write(os.urandom(1 << 20))
+            loops.append(subprocess.run(["losetup", "--find", "--show", str(img)], check=True,
+                                        capture_output=True, text=True).stdout.strip())
+        yield Bed(hosts, loops, tmp)
+    finally:
+        for lp in loops:
+            subprocess.run(["losetup", "-d", lp], check=False)
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        if started:
+            subprocess.run([str(TESTBED), "down"], check=False, capture_output=True)
