@@ -35,7 +35,6 @@ The rules:
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from master.analysis import spans
 from master.analysis.rollup import Grouping
 from master.config.catalog import DEVICE_METRICS
 from protocol.devstats import SECTOR_BYTES, DeviceDelta
@@ -133,11 +133,11 @@ class _Layout:
 
 class _Differed:
     """One device's subintervals whose I/O differed from ivypy's (``_disagree``), added up as
-    they come: the runs of their numbers (at most ``MAX_SPANS``, then a count of the rest)
-    and the sums the ``Disagreement`` is made of."""
+    they come (in order): their runs (at most ``MAX_SPANS``, then a count of the rest) and
+    the sums the ``Disagreement`` is made of."""
 
     def __init__(self) -> None:
-        self.spans: list[list[int]] = []  # [first, last] runs, in order
+        self.spans: spans.Runs = []
         self.more = 0  # differing subintervals beyond MAX_SPANS runs
         self.n = 0
         self.ivypy_ops = self.ivypy_bytes = self.device_ios = self.device_sectors = 0
@@ -150,29 +150,13 @@ class _Differed:
         self.device_ios += s.counters[_READ_IOS] + s.counters[_WRITE_IOS]
         self.device_sectors += s.counters[_READ_SECT] + s.counters[_WRITE_SECT]
         self.interval_ns += s.interval_ns
-        spans = self.spans
-        if spans and spans[-1][1] + 1 == k:  # the usual case: the run goes on
-            spans[-1][1] = k
-            return
-        i = bisect.bisect(spans, [k, k])
-        if i and spans[i - 1][1] + 1 >= k:
-            spans[i - 1][1] = max(spans[i - 1][1], k)
-        elif i < len(spans) and spans[i][0] - 1 <= k:
-            spans[i][0] = min(spans[i][0], k)
-        elif len(spans) < MAX_SPANS:
-            spans.insert(i, [k, k])
-            return
+        if len(self.spans) < MAX_SPANS or self.spans[-1][1] + 1 == k:
+            spans.add(self.spans, k)
         else:
             self.more += 1
-            return
-        while i + 1 < len(spans) and spans[i][1] + 1 >= spans[i + 1][0]:  # runs that met
-            spans[i][1] = max(spans[i][1], spans.pop(i + 1)[1])
-        if i and spans[i - 1][1] + 1 >= spans[i][0]:
-            spans[i - 1][1] = max(spans[i - 1][1], spans.pop(i)[1])
 
     def text(self) -> str:
-        runs = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in self.spans)
-        return runs + (f" and {self.more} more" if self.more else "")
+        return spans.text(self.spans) + (f" and {self.more} more" if self.more else "")
 
 
 class DeviceRollups:
@@ -211,7 +195,7 @@ class DeviceRollups:
         self.kept: dict[int, dict[DeviceKey, _Seen]] = {}
         #: with ``fold``: the measured subintervals (runs), their deltas added up, and the
         #: devices in every one of them
-        self._folded_runs: list[list[int]] = []
+        self._folded_runs: spans.Runs = []
         self._folded: dict[DeviceKey, _Seen] = {}
         self._folded_everywhere: set[DeviceKey] = set()
         self._last: tuple[int, dict[DeviceKey, _Seen]] = (-1, {})
@@ -241,14 +225,10 @@ class DeviceRollups:
                     self._differed.setdefault(key, _Differed()).add(k, s)
         self._last = (k, seen)
         if measured and self.fold:
-            runs = self._folded_runs
-            if not runs:
+            if not self._folded_runs:
                 self._folded_everywhere = set(seen)
             self._folded_everywhere &= set(seen)
-            if runs and runs[-1][1] + 1 == k:
-                runs[-1][1] = k
-            else:
-                runs.append([k, k])
+            spans.add(self._folded_runs, k)
             _add_into(self._folded, seen)
         elif measured:
             self.kept[k] = seen
@@ -297,7 +277,7 @@ class DeviceRollups:
     def window(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """The device columns over the subintervals ``window``: each device's deltas added
         up over them (a device missing from one of them is missing from the window)."""
-        if self.fold and window and _runs(window) == self._folded_runs:
+        if self.fold and window and spans.of(window) == self._folded_runs:
             gone = set(self.device_of_lun.values()) - self._folded_everywhere
             return self._columns({key: s for key, s in self._folded.items()
                                   if key not in gone})
@@ -365,17 +345,6 @@ def _add_into(total: dict[DeviceKey, _Seen], seen: Mapping[DeviceKey, _Seen]) ->
             t.ivypy_bytes + s.ivypy_bytes)
 
 
-def _runs(ks: Iterable[int]) -> list[list[int]]:
-    """``[first, last]`` runs of consecutive numbers, in the order given."""
-    runs: list[list[int]] = []
-    for k in ks:
-        if runs and k == runs[-1][1] + 1:
-            runs[-1][1] = k
-        else:
-            runs.append([k, k])
-    return runs
-
-
 def _disagree(s: _Seen) -> bool:
     """Counts and bytes both off by more than ``DISAGREE_FRACTION`` of ivypy's."""
     ios = s.counters[_READ_IOS] + s.counters[_WRITE_IOS]
@@ -383,7 +352,3 @@ def _disagree(s: _Seen) -> bool:
     return (s.ivypy_ops > 0 and abs(ios - s.ivypy_ops) > DISAGREE_FRACTION * s.ivypy_ops
             and abs(nbytes - s.ivypy_bytes) > DISAGREE_FRACTION * s.ivypy_bytes)
 
-
-def _spans(ks: Sequence[int]) -> str:
-    """``0-3, 7``: runs of consecutive subintervals."""
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in _runs(ks))

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from master.analysis import kernels
+from master.analysis import kernels, spans
 from master.analysis import rollup as ru
 from master.analysis.devstats import DeviceKey, DeviceRollups
 from master.analysis.verdicts import iops_shortfalls, shortfall_reason
@@ -145,7 +145,7 @@ class StepRecorder:
         self._win_gathered: dict[int, dict[str, npt.NDArray[np.float64]]] = {}
         self.fold_measurement = fold_measurement
         #: the subintervals folded (``[first, last]`` runs: a day-long step keeps one)
-        self._folded_runs: list[list[int]] = []
+        self._folded_runs: spans.Runs = []
         # settings and CPU of the measurement subintervals, for the summary's columns: each
         # subinterval's per-host busy % and per-workload IOPS setting (NaN = max), or (when
         # folding) their running sums with the count of hosts' readings
@@ -163,7 +163,7 @@ class StepRecorder:
         self.show_type = show_type
         self.dir = output.step_dir(number, name)
         #: the subintervals recorded in each phase, as ``[first, last]`` runs
-        self._phase_runs: dict[str, list[list[int]]] = {}
+        self._phase_runs: dict[str, spans.Runs] = {}
         self._file_names: dict[str, list[str]] = {}
         self._build_plan(list(hosts) if hosts is not None else [], histogram_types)
         #: the device columns (``master.analysis.devstats``): over the devices under each instance's
@@ -294,9 +294,9 @@ class StepRecorder:
         checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
         device_deltas = [(h.host, _device_deltas(h)) for h in ordered]
         ops_by_host = self._ops_by_host(checked[0]) if checked else {}
-        _add_to_runs(self._phase_runs.setdefault(phase, []), k)
+        spans.add(self._phase_runs.setdefault(phase, []), k)
         if phase == "measurement" and self.fold_measurement:
-            _add_to_runs(self._folded_runs, k)
+            spans.add(self._folded_runs, k)
         cpu_by_host = {h.host: float(h.result.cpu.get("busy_pct", float("nan"))) for h in hosts}
         ivypy_by_host = {h.host: ivypy_cpu_pct(h.result.cpu, self.subinterval_s) for h in hosts}
         elapsed_s = (k + 1) * self.subinterval_s
@@ -402,7 +402,7 @@ class StepRecorder:
                          ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Mean busy % per host and mean IOPS setting per workload (NaN: max in some
         subinterval) over ``window``."""
-        if self.fold_measurement and _runs_of(window) == self._folded_runs and (
+        if self.fold_measurement and spans.of(window) == self._folded_runs and (
                 self._fold_cpu is not None and self._fold_iops is not None):
             total, count = self._fold_cpu
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -678,21 +678,6 @@ def instance_file_names(instances: Sequence[str]) -> list[str]:
         taken.add(name)
         out.append(name)
     return out
-
-
-def _add_to_runs(runs: list[list[int]], k: int) -> None:
-    """``k`` added to ``runs``, ``[first, last]`` runs of numbers that come in order."""
-    if runs and runs[-1][1] + 1 == k:
-        runs[-1][1] = k
-    else:
-        runs.append([k, k])
-
-
-def _runs_of(ks: Sequence[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for k in ks:
-        _add_to_runs(runs, k)
-    return runs
 
 
 @functools.cache
