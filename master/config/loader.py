@@ -58,7 +58,7 @@ from master.config.workloads import (
     substitute,
 )
 from master.config.yamlnodes import Collected, Cursor, compose_text
-from protocol.errors import ConfigError, ConfigErrors
+from protocol.errors import ConfigError
 
 __all__ = ["DEFAULT_OUTPUT_ROOT", "load_config", "parse_config_text"]
 
@@ -458,8 +458,7 @@ def parse_config_text(
     if subinterval_s is not None:
         with errors.each():
             gather = parse_gather(root.get("gather"), subinterval_s)
-    if errors.errors:
-        errors.raise_any()
+    errors.raise_any()
     assert output_root is not None and subinterval_s is not None
     assert deadline_fraction is not None and skew_limit_s is not None
     assert tolerance_pct is not None and hosts is not None and luns is not None
@@ -543,12 +542,12 @@ KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
 def _check_every_key(root: Cursor) -> None:
     """Every unknown key of the file at once, before any value is read (``ConfigErrors``; one
     alone as it always was): each names its line, its key path and what it likely is."""
-    errors = [error for path, mapping in root.mappings() if path in KEYS_BY_PATH
-              for error in mapping.unknown_keys(KEYS_BY_PATH[path])]
-    if len(errors) > 1:
-        raise ConfigErrors(errors)
-    if errors:
-        raise errors[0]
+    errors = Collected()
+    for path, mapping in root.mappings():
+        if path in KEYS_BY_PATH:
+            for error in mapping.unknown_keys(KEYS_BY_PATH[path]):
+                errors.add(error)
+    errors.raise_any()
 
 
 def load_config(path: str | Path, output_root_override: str | None = None) -> TestConfig:
