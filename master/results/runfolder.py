@@ -286,10 +286,15 @@ def open_run_folder(path: Path) -> RunFolder:
 
 
 def thresholds_judged(folder: Path) -> list[Judged]:
-    """Every threshold result of the run at ``folder``: its summary.csv's ``thresholds``
-    cells, read back in row order (none when the file or the column is missing)."""
-    table = read_table(folder / "summary.csv", ["step_name", "rollup_type", "rollup_instance",
-                                                thresholds.COLUMN])
+    """Every threshold result of the run at ``folder`` (``summary_judged`` of its
+    summary.csv)."""
+    return summary_judged(read_table(folder / "summary.csv", [
+        "step_name", "rollup_type", "rollup_instance", thresholds.COLUMN]))
+
+
+def summary_judged(table: Table | None) -> list[Judged]:
+    """Every threshold result of a run's summary.csv: its ``thresholds`` cells read back in
+    row order (none when the table or the column is missing)."""
     if table is None or not table.has(thresholds.COLUMN):
         return []
     return [j for row in table.dicts()

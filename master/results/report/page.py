@@ -20,7 +20,7 @@ from typing import Any
 from master.analysis import thresholds
 from master.config.units import format_bytes
 from master.results.report.content import KINDS, PERCENTILES, Charts
-from master.results.runfolder import RunFolder, Table, to_float
+from master.results.runfolder import RunFolder, Table, summary_judged, to_float
 from protocol.version import __version__
 
 #: At most this many events are shown (the rest are counted; events.csv holds them all).
@@ -197,9 +197,7 @@ def _thresholds(run: RunFolder) -> str:
     then a row each; nothing when the test has none."""
     if run.summary is None or not run.summary.has(thresholds.COLUMN):
         return ""
-    judged = [j for r in run.summary.dicts() for j in thresholds.parse_cell(
-        r[thresholds.COLUMN], r.get("step_name", ""), r.get("rollup_type", ""),
-        r.get("rollup_instance", ""))]
+    judged = summary_judged(run.summary)
     held = sum(j.holds for j in judged)
     rows = "".join(
         f'<tr><td>{_e(j.step)}</td><td>{_e(j.rollup)}</td><td>{_e(j.instance)}</td>'
