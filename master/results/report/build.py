@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from master.results.report.content import BUDGET_POINTS, build_charts, default_rollup
-from master.results.report.page import overview, render
+from master.results.report.page import render
 from master.results.runfolder import ReportError, open_run_folder
 from master.results.wholefile import foreign_file, replace_whole
 
@@ -58,7 +58,7 @@ def build_report(folder: Path, output: Path | None = None, rollup: str | None = 
     text = render(run, charts).encode("utf-8")
     path = output if output is not None else folder / REPORT_FILE
     _write_whole(path, text)
-    n_charts = sum(len(s.charts) for s in charts.steps) + (overview(run) is not None)
+    n_charts = sum(len(s.charts) for s in charts.steps) + (charts.overview is not None)
     return Report(path, len(text), chosen, n_charts,
                   charts.bucket, time.monotonic() - t0, tuple(run.problems))
 

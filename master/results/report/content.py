@@ -6,8 +6,9 @@ Owns the choice of the rollup to plot (``default_rollup``), which columns each c
 and MB/s beside ivypy's and its service time, utilisation and queue depth where the run
 recorded ``device_*`` columns, a chart per gathered ``gather.*`` column; the latency CDF from
 the step's ``all`` histogram; DFC's measured metric, target and IOPS in force; measure's
-criteria against their limits; CPU busy per host), the measurement window each time chart
-marks, and the page-wide point budget. Must not read files itself beyond
+criteria against their limits; CPU busy per host), the instance charts of every other
+rollup type (the page's selector), the IOPS curve across the steps, the measurement window
+each time chart marks, and the page-wide point budget. Must not read files itself beyond
 ``master.results.runfolder``'s readers, or write HTML (``master.results.report.page``).
 """
 
@@ -366,6 +367,8 @@ class Charts:
     steps: list[StepCharts]
     total_points: int
     rollups: list[str] = field(default_factory=list)
+    #: the IOPS curve across the steps (``iops_curve``), None without one
+    overview: dict[str, Any] | None = None
 
 
 def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
@@ -382,6 +385,31 @@ def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
     return out
 
 
+def iops_curve(run: RunFolder) -> dict[str, Any] | None:
+    """The IOPS curve across the run's steps (ivy's): each summarised step's ``all`` IOPS
+    against its service and response time p99, by IOPS (the page joins the points and names
+    each step); None without a step that has both."""
+    if run.summary is None:
+        return None
+    points = sorted(
+        (to_float(r.get("IOPS", "")), r.get("step_name", ""),
+         to_float(r.get("service_time_p99_ms", "")), to_float(r.get("response_time_p99_ms", "")))
+        for r in run.summary.dicts() if r.get("rollup_type") == "all")
+    points = [p for p in points if math.isfinite(p[0])]
+    if not any(math.isfinite(p[2]) or math.isfinite(p[3]) for p in points):
+        return None
+    svc = [p[2] if math.isfinite(p[2]) else None for p in points]
+    resp = [p[3] if math.isfinite(p[3]) else None for p in points]
+    return {"title": "IOPS curve: each step's p99 against its IOPS (all I/Os)",
+            "x": [p[0] for p in points], "names": [p[1] for p in points],
+            "x_label": "IOPS", "log_x": False, "y_label": "p99 ms", "y2_label": "",
+            "window": None, "percentiles": [], "rollup": None, "sparse": True, "curve": True,
+            "series": [{"label": "service time p99", "values": svc, "group": 0, "dash": 0,
+                        "axis": "y"},
+                       {"label": "response time p99", "values": resp, "group": 1, "dash": 0,
+                        "axis": "y"}]}
+
+
 def _chart_dict(c: _Raw, rollup: str | None, win: tuple[int, int] | None, s: float,
                 bucket: int) -> dict[str, Any]:
     window = None if win is None else [win[0] * s, (win[1] + 1) * s]
@@ -395,10 +423,10 @@ def _chart_dict(c: _Raw, rollup: str | None, win: tuple[int, int] | None, s: flo
                    for v in c.series]}
 
 
-def _instance_points(plan: _StepPlan) -> int:
-    """The numbers a step's instance charts of ``plan.rollup`` hold (each chart's x too)."""
-    n_inst = min(len(plan.step.instances.get(plan.rollup, [])), MAX_INSTANCES)
-    return plan.n * (plan.columns.series_per_instance * n_inst + plan.columns.charts)
+def _instance_points(plan: _StepPlan, rollup: str, columns: _Columns) -> int:
+    """The numbers a step's instance charts of ``rollup`` hold (each chart's x too)."""
+    n_inst = min(len(plan.step.instances.get(rollup, [])), MAX_INSTANCES)
+    return plan.n * (columns.series_per_instance * n_inst + columns.charts)
 
 
 def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
@@ -410,10 +438,14 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
     plans = [_plan(step, rollup if rollup in step.instances else "all") for step in run.steps]
     rollups = sorted({t for step in run.steps for t in step.instances},
                      key=lambda t: (t != "all", t))
-    others = [{t: _plan(p.step, t) for t in p.step.instances if t != p.rollup} for p in plans]
+    # each other rollup type's instance columns (the step's axis, window and own charts are
+    # its plan's)
+    others = [{t: _columns(p.step, t) for t in p.step.instances if t != p.rollup}
+              for p in plans]
     # a chart's x is one more series
     total = sum(p.n * (p.n_series + p.columns.charts + _SIDE_CHARTS) for p in plans) + sum(
-        _instance_points(o) for of_step in others for o in of_step.values())
+        _instance_points(p, t, c) for p, of_step in zip(plans, others, strict=True)
+        for t, c in of_step.items())
     bucket = sr.bucket_size(total, budget_points)
     windows = summary_windows(run)
     s = subinterval_seconds(run)
@@ -428,9 +460,9 @@ def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS
         if cdf is not None:
             out.insert(min(4, n_instance), cdf)
         other = {}
-        for t, o in of_step.items():
-            made, _ = _instance_charts(o.step, t, o.n, bucket, o.window, o.columns)
+        for t, columns in of_step.items():
+            made, _ = _instance_charts(step, t, plan.n, bucket, plan.window, columns)
             other[t] = [_chart_dict(c, t, windows.get(step.number, c.window), s, bucket)
                         for c in made]
         steps.append(StepCharts(step, out, note, other))
-    return Charts(rollup, bucket, steps, total, rollups)
+    return Charts(rollup, bucket, steps, total, rollups, iops_curve(run))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from master.analysis import thresholds
 from master.config.units import format_bytes
 from master.results.report.content import KINDS, PERCENTILES, Charts
-from master.results.runfolder import RunFolder, Table, summary_judged, to_float
+from master.results.runfolder import RunFolder, Table, summary_judged
 from protocol.version import __version__
 
 #: At most this many events are shown (the rest are counted; events.csv holds them all).
@@ -153,35 +152,6 @@ def _summary(run: RunFolder) -> str:
     return _table(header, rows, [_short(m) for m in SUMMARY_METRICS])
 
 
-def overview(run: RunFolder) -> dict[str, Any] | None:
-    """The IOPS curve across the run's steps (ivy's): each summarised step's ``all`` IOPS
-    against its service and response time p99, by IOPS (the page joins the points and names
-    each step); None with fewer than one such step."""
-    if run.summary is None:
-        return None
-    points: list[tuple[float, str, float, float]] = []
-    for r in run.summary.dicts():
-        iops = to_float(r.get("IOPS", ""))
-        if r.get("rollup_type") == "all" and math.isfinite(iops):
-            points.append((iops, r.get("step_name", ""), to_float(r.get(
-                "service_time_p99_ms", "")), to_float(r.get("response_time_p99_ms", ""))))
-    if not any(math.isfinite(p[2]) or math.isfinite(p[3]) for p in points):
-        return None
-    points.sort(key=lambda p: p[0])
-
-    def values(i: int) -> list[float | None]:
-        return [float(p[i]) if math.isfinite(float(p[i])) else None for p in points]
-
-    return {"title": "IOPS curve: each step's p99 against its IOPS (all I/Os)",
-            "x": [p[0] for p in points], "names": [p[1] for p in points],
-            "x_label": "IOPS", "log_x": False, "y_label": "p99 ms", "y2_label": "",
-            "window": None, "percentiles": [], "rollup": None, "sparse": True, "curve": True,
-            "series": [{"label": "service time p99", "values": values(2), "group": 0,
-                        "dash": 0, "axis": "y"},
-                       {"label": "response time p99", "values": values(3), "group": 1,
-                        "dash": 0, "axis": "y"}]}
-
-
 def _rollup_choice(charts: Charts) -> str:
     """The page's rollup selector: every rollup type the run wrote, the plotted one chosen."""
     if len(charts.rollups) < 2:
@@ -266,7 +236,7 @@ def render(run: RunFolder, charts: Charts) -> str:
             sections.append(f'<p class="note">{_e(sc.note)}</p>')
         sections.append(f'<div class="charts" id="charts-{sid}"></div>')
         data_steps.append({"id": sid, "charts": sc.charts, "other": sc.other})
-    curve = overview(run)
+    curve = charts.overview
     data = {"steps": data_steps,
             "n_charts": sum(len(s.charts) for s in charts.steps) + (curve is not None),
             "rollup": charts.rollup, "overview": curve}
