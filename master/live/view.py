@@ -64,6 +64,7 @@ class LiveView:
         self._final: list[FinalRow] = []
         self._final_left_out = 0
         self._thresholds: list[str] = []
+        self._thresholds_held = 0
 
     @property
     def console(self) -> Console:
@@ -187,9 +188,10 @@ class LiveView:
         self._stop()
         self.message(text)
 
-    def thresholds(self, lines: Sequence[str]) -> None:
-        """The test's threshold results (``Judged.line``), said under the end-of-run table."""
-        self._thresholds = list(lines)
+    def thresholds(self, lines: Sequence[str], held: int) -> None:
+        """The test's threshold results (``Judged.line``), ``held`` of them passed: said under
+        the end-of-run table."""
+        self._thresholds, self._thresholds_held = list(lines), held
 
     def run_finished(self) -> None:
         """The end-of-run table over every step summarised (nothing when none was), and
@@ -203,8 +205,8 @@ class LiveView:
                 for line in final_lines(self._final, self._final_left_out):
                     self.message(line)
         if self._thresholds:
-            held = sum(line.startswith("passed ") for line in self._thresholds)
-            self.message(f"thresholds: {held} of {len(self._thresholds)} held")
+            self.message(f"thresholds: {self._thresholds_held} of {len(self._thresholds)} "
+                         "held")
             for line in self._thresholds:
                 self.message(f"  {line}")
         self._final = []

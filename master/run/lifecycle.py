@@ -444,7 +444,7 @@ class Run(StepLoop):
             return
         judged = self.thresholds_judged
         bad = [j for j in judged if not j.holds]
-        self.view.thresholds([j.line for j in judged])
+        self.view.thresholds([j.line for j in judged], len(judged) - len(bad))
         if not bad or result.exit_code not in (EXIT_OK, EXIT_INVALID):
             return
         said = "; ".join(j.line for j in bad[:5]) + (
