@@ -36,6 +36,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from protocol import verify
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
 from protocol.views import N_CATEGORIES, N_KINDS
 from slave.datapattern import KIND_CODES, SECTOR_BYTES
@@ -76,6 +77,10 @@ def source() -> str:
     defines = {f"DATA_{kind.upper()}": code for kind, code in KIND_CODES.items()}
     defines.update(IOCB_CMD_PWRITE=IOCB_CMD_PWRITE, SECTOR_BYTES=SECTOR_BYTES)
     defines.update(_STATS_LAYOUT)
+    defines.update(V_MAP_BLOCK=verify.MAP_BLOCK_BYTES, V_STAMP=verify.STAMP_BYTES,
+                   V_GEN_MASK=verify.GEN_MASK, V_GEN_MAX=verify.GEN_MAX,
+                   V_UNSETTLED=verify.UNSETTLED)
+    defines.update({f"V_{name.upper()}": code for name, code in verify.CODES.items()})
     defines["INF_NS"] = layout.INF
     defines["BACKEND_SCRIPTED"] = layout.BACKEND_SCRIPTED  # slave.engine.fake's script
     defines.update({k: v for k, v in globals().items()  # the loop's result codes
@@ -242,6 +247,13 @@ def _load() -> None:
                        ("ivy_submit_rest", [p, i, i]), ("ivy_reap", [p, i])):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, i
+    for name, args, res in (("ivy_verify_crc", [p, i, p, i], i),
+                            ("ivy_verify_write", [p, i, i, i, i, p], None),
+                            ("ivy_verify_write_done", [p, i, i, i, i], None),
+                            ("ivy_verify_read", [p, i, i, i], None),
+                            ("ivy_verify_read_done", [p, i, i, i, i, i, p, i], i)):
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
     lib.ivy_uring_close.argtypes, lib.ivy_uring_close.restype = [p, p], None
     lib.ivy_uring_unqueue.argtypes, lib.ivy_uring_unqueue.restype = [p], None
     _fn, _lib = fn, lib

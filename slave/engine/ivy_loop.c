@@ -70,6 +70,12 @@ IVY_EXPORT(pend, IVY_PEND_FIELDS)
 #define IVY_S struct ivy_log
 IVY_EXPORT(log, IVY_LOG_FIELDS)
 #undef IVY_S
+#define IVY_S struct ivy_vlun
+IVY_EXPORT(vlun, IVY_VLUN_FIELDS)
+#undef IVY_S
+#define IVY_S struct ivy_vfind
+IVY_EXPORT(vfind, IVY_VFIND_FIELDS)
+#undef IVY_S
 #undef IVY_LAYOUT
 #undef IVY_EXPORT
 #undef IVY_NAME
@@ -770,6 +776,415 @@ void paced_write_data(const struct ivy_loop *L, int64_t k, int64_t i, int64_t of
     put_write_data(&L->data[k], i, off, dst);
 }
 
+/* ------------------------------------------------------------------------ data verification
+ * protocol/verify.py owns the stamp (32 bytes at the head of every 512-byte sector of a
+ * verified write), the map byte (generation, UNSETTLED) and the classes; these functions are
+ * its compiled twin, checked against it by tests/slave/test_engine_verify.py. A write takes
+ * each of its 4 KiB blocks' next generation at its submission (verify_write: the map holds it
+ * from then on); a read is checked at its completion (verify_read_done) against the map as it
+ * is then, leniently where a write of the block was in flight at any time during the read
+ * (the table of blocks in flight: any generation from the oldest it may find on, a mix of
+ * them, and nothing of this run where the block was never written). A write's completion
+ * settles its blocks (journaled for Python, which tells the master); two writes of a block in
+ * flight at once, or one that failed, leave it UNSETTLED: the generation before is accepted
+ * too. Defines from compiled_loop.source: V_MAP_BLOCK, V_STAMP, V_GEN_MASK, V_GEN_MAX,
+ * V_UNSETTLED, V_CORRUPT, V_MISPLACED, V_STALE, V_TORN, V_MISSING. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the stamps are little-endian words: a big-endian host would write other bytes"
+#endif
+#define V_SPB (V_MAP_BLOCK / SECTOR_BYTES)
+#define V_OVERLAP 1 /* entry flags: two writes in flight at once; */
+#define V_FAILED 2  /* a write that failed or was short; */
+#define V_CONFLICT 4 /* a write went out while a read was in flight */
+#define V_LO 8       /* lo holds the oldest generation a read may find */
+
+struct v_stamp {
+    uint64_t offset_bytes, serial;
+    uint32_t run_key;
+    uint16_t lun, writer;
+    uint8_t gen, attempt;
+    uint16_t zero;
+    uint32_t crc;
+};
+_Static_assert(sizeof(struct v_stamp) == V_STAMP, "the stamp is 32 bytes");
+
+struct v_ent { /* a block with I/O in flight (2 words of vtab) */
+    int64_t key;
+    int32_t reads;
+    int16_t writes;
+    uint8_t lo, flags;
+};
+_Static_assert(sizeof(struct v_ent) == 16, "a table entry is 2 words");
+
+static uint32_t crc_table[256];
+static int crc_way; /* 2: the CPU's crc32 instruction (SSE 4.2), 1: the table */
+
+__attribute__((constructor)) static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int j = 0; j < 8; j++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc_way = __builtin_cpu_supports("sse4.2") ? 2 : 1;
+#else
+    crc_way = 1;
+#endif
+}
+
+static inline uint32_t crc_bytes(uint32_t c, const uint8_t *p, int64_t n)
+{
+    while (n-- > 0)
+        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+/* the stamp's CRC-32C of n sectors at s (each of its bytes but the CRC's, 28-31) into out */
+static void crc_sectors_table(const uint8_t *s, int64_t n, uint32_t *out)
+{
+    for (int64_t i = 0; i < n; i++, s += SECTOR_BYTES)
+        out[i] = ~crc_bytes(crc_bytes(~0u, s, 28), s + V_STAMP, SECTOR_BYTES - V_STAMP);
+}
+
+#if defined(__x86_64__)
+/* the same with the crc32 instruction, four sectors at once: four chains of independent
+ * CRCs keep the instruction's pipeline full (its latency is three of its throughput) */
+__attribute__((target("sse4.2"))) static void crc_sectors_hw(const uint8_t *s, int64_t n,
+                                                              uint32_t *out)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const uint8_t *a = s + i * SECTOR_BYTES;
+        uint64_t c[4] = {~0u, ~0u, ~0u, ~0u};
+        uint64_t w;
+        uint32_t h;
+        for (int o = 0; o < 24; o += 8)
+            for (int q = 0; q < 4; q++) {
+                memcpy(&w, a + q * SECTOR_BYTES + o, 8);
+                c[q] = __builtin_ia32_crc32di(c[q], w);
+            }
+        for (int q = 0; q < 4; q++) {
+            memcpy(&h, a + q * SECTOR_BYTES + 24, 4);
+            c[q] = __builtin_ia32_crc32si((uint32_t)c[q], h);
+        }
+        for (int o = V_STAMP; o < SECTOR_BYTES; o += 8)
+            for (int q = 0; q < 4; q++) {
+                memcpy(&w, a + q * SECTOR_BYTES + o, 8);
+                c[q] = __builtin_ia32_crc32di(c[q], w);
+            }
+        for (int q = 0; q < 4; q++)
+            out[i + q] = ~(uint32_t)c[q];
+    }
+    if (i < n)
+        crc_sectors_table(s + i * SECTOR_BYTES, n - i, out + i);
+}
+#endif
+
+static inline void crc_sectors(const uint8_t *s, int64_t n, uint32_t *out)
+{
+#if defined(__x86_64__)
+    if (crc_way == 2) {
+        crc_sectors_hw(s, n, out);
+        return;
+    }
+#endif
+    crc_sectors_table(s, n, out);
+}
+
+/* the stamps' CRCs of n sectors at s, for the tests: how they were made (2 the CPU's
+ * instruction, 1 the table; force: 1 the table whatever the CPU has) */
+int64_t ivy_verify_crc(const uint8_t *s, int64_t n, uint32_t *out, int64_t force)
+{
+    if (force == 1) {
+        crc_sectors_table(s, n, out);
+        return 1;
+    }
+    crc_sectors(s, n, out);
+    return crc_way;
+}
+
+static inline uint8_t v_next(uint8_t gen) { return (uint8_t)(gen % V_GEN_MAX + 1); }
+static inline uint8_t v_prev(uint8_t gen) { return (uint8_t)((gen + V_GEN_MAX - 2) % V_GEN_MAX + 1); }
+
+/* the table's entry of block b of LUN lun: found, or made (make; NULL when the table is
+ * full, which Python's sizing never lets happen), or NULL */
+static struct v_ent *vt_find(struct ivy_loop *L, int64_t lun, int64_t b, int make)
+{
+    struct v_ent *t = (struct v_ent *)L->vtab;
+    const uint64_t mask = (uint64_t)L->vtab_mask;
+    const int64_t key = (lun << 40 | b) + 1;
+    for (uint64_t i = mix64((uint64_t)key) & mask;; i = (i + 1) & mask) {
+        if (t[i].key == key)
+            return &t[i];
+        if (t[i].key == 0) {
+            if (!make || (uint64_t)L->vtab_n >= mask)
+                return NULL;
+            t[i] = (struct v_ent){.key = key};
+            L->vtab_n++;
+            return &t[i];
+        }
+    }
+}
+
+/* entry e out of the table, the entries after it moved back into the gap where their own
+ * place allows (linear probing's deletion: no tombstones) */
+static void vt_drop(struct ivy_loop *L, struct v_ent *e)
+{
+    struct v_ent *t = (struct v_ent *)L->vtab;
+    const uint64_t mask = (uint64_t)L->vtab_mask;
+    uint64_t i = (uint64_t)(e - t), j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (t[j].key == 0)
+            break;
+        uint64_t h = mix64((uint64_t)t[j].key) & mask;
+        /* t[j] may move to i unless its home h lies cyclically in (i, j] */
+        int stays = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+        if (!stays) {
+            t[i] = t[j];
+            i = j;
+        }
+    }
+    t[i].key = 0;
+    L->vtab_n--;
+}
+
+/* a write of workload d's at off (nbytes, serial) goes out, its data in buf: each of its
+ * blocks takes its next generation (the map holds it from now), and every sector its stamp */
+static void verify_write(struct ivy_loop *L, const struct ivy_data *d, int64_t off,
+                         int64_t nbytes, int64_t serial, uint8_t *buf)
+{
+    struct ivy_vlun *v = d->vlun;
+    const int64_t b0 = (off - v->first_bytes) / V_MAP_BLOCK, nb = nbytes / V_MAP_BLOCK;
+    struct v_stamp st = {.serial = (uint64_t)serial, .run_key = (uint32_t)v->run_key,
+                         .lun = (uint16_t)v->lun, .writer = (uint16_t)d->writer,
+                         .attempt = (uint8_t)v->attempt};
+    uint32_t crc[V_SPB];
+    for (int64_t j = 0; j < nb; j++) {
+        const int64_t b = b0 + j;
+        uint8_t *blk = buf + j * V_MAP_BLOCK;
+        st.gen = 0;
+        if (b >= 0 && b < v->n_blocks) {
+            const uint8_t m = v->map[b], g = m & V_GEN_MASK;
+            struct v_ent *e = vt_find(L, v->lun, b, 1);
+            if (e) {
+                if (!(e->flags & V_LO)) {
+                    e->lo = g == 0 ? 0 : (m & V_UNSETTLED ? v_prev(g) : g);
+                    e->flags |= V_LO;
+                }
+                if (e->writes > 0)
+                    e->flags |= V_OVERLAP;
+                if (e->reads > 0)
+                    e->flags |= V_CONFLICT;
+                e->writes++;
+            }
+            st.gen = v_next(g);
+            v->map[b] = st.gen;
+        }
+        for (int s = 0; s < V_SPB; s++) {
+            st.offset_bytes = (uint64_t)(off + j * V_MAP_BLOCK + s * SECTOR_BYTES);
+            memcpy(blk + s * SECTOR_BYTES, &st, V_STAMP - 4);
+        }
+        crc_sectors(blk, V_SPB, crc);
+        for (int s = 0; s < V_SPB; s++)
+            memcpy(blk + s * SECTOR_BYTES + V_STAMP - 4, &crc[s], 4);
+    }
+}
+
+/* a write of workload d's at off (nbytes) completed with result res: its blocks with no
+ * other write in flight are settled (UNSETTLED where two were in flight at once or this one
+ * failed) and journaled */
+static void verify_write_done(struct ivy_loop *L, const struct ivy_data *d, int64_t off,
+                              int64_t nbytes, int64_t res)
+{
+    struct ivy_vlun *v = d->vlun;
+    const int64_t b0 = (off - v->first_bytes) / V_MAP_BLOCK, nb = nbytes / V_MAP_BLOCK;
+    for (int64_t b = b0 < 0 ? 0 : b0; b < b0 + nb && b < v->n_blocks; b++) {
+        struct v_ent *e = vt_find(L, v->lun, b, 0);
+        if (e == NULL)
+            continue;
+        if (res != nbytes)
+            e->flags |= V_FAILED;
+        if (--e->writes > 0)
+            continue;
+        if (e->flags & (V_OVERLAP | V_FAILED))
+            v->map[b] |= V_UNSETTLED;
+        e->flags &= (uint8_t)~(V_OVERLAP | V_FAILED);
+        if (L->vjournal_n < L->vjournal_cap)
+            L->vjournal[L->vjournal_n++] = v->lun << 48 | b << 8 | v->map[b];
+        if (e->reads == 0)
+            vt_drop(L, e);
+    }
+}
+
+/* a read of workload d's at off (nbytes) goes out: its blocks are in flight */
+static void verify_read(struct ivy_loop *L, const struct ivy_data *d, int64_t off,
+                        int64_t nbytes)
+{
+    struct ivy_vlun *v = d->vlun;
+    const int64_t b0 = (off - v->first_bytes) / V_MAP_BLOCK, nb = nbytes / V_MAP_BLOCK;
+    for (int64_t b = b0 < 0 ? 0 : b0; b < b0 + nb && b < v->n_blocks; b++) {
+        struct v_ent *e = vt_find(L, v->lun, b, 1);
+        if (e)
+            e->reads++;
+    }
+}
+
+/* whether generation g is one a read may find: in the lenient range from lo to hi (lo 0:
+ * from 1), else hi or, unsettled, the one before */
+static inline int v_accepts(uint8_t g, uint8_t lo, uint8_t hi, int lenient, int unsettled)
+{
+    if (g < 1 || g > V_GEN_MAX)
+        return 0;
+    if (lenient) {
+        const uint8_t from = lo ? lo : 1;
+        return (g + V_GEN_MAX - from) % V_GEN_MAX <= (hi + V_GEN_MAX - from) % V_GEN_MAX;
+    }
+    return g == hi || (unsettled && g == v_prev(hi));
+}
+
+/* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
+ * generation it may hold): its verdict (0 clean), the first sector out of line in *bad */
+static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_t off,
+                            uint8_t m, int lenient, uint8_t lo, int *bad)
+{
+    uint32_t crc[V_SPB];
+    crc_sectors(blk, V_SPB, crc);
+    const uint8_t hi = m & V_GEN_MASK;
+    const int unsettled = (m & V_UNSETTLED) != 0, may_lack = lenient && lo == 0;
+    int first[V_MISSING + 1];
+    for (int c = 0; c <= V_MISSING; c++)
+        first[c] = -1;
+    uint8_t g0 = 0;
+    int mixed = 0, wrong_gen = 0;
+    for (int s = 0; s < V_SPB; s++) {
+        struct v_stamp st;
+        memcpy(&st, blk + s * SECTOR_BYTES, V_STAMP);
+        int c = 0;
+        if (st.run_key != (uint32_t)v->run_key) {
+            if (!may_lack)
+                c = V_MISSING;
+        } else if (st.crc != crc[s]) {
+            c = V_CORRUPT;
+        } else if (st.lun != (uint16_t)v->lun
+                   || st.offset_bytes != (uint64_t)(off + s * SECTOR_BYTES)) {
+            c = V_MISPLACED;
+        } else {
+            if (s > 0 && g0 && st.gen != g0)
+                mixed = 1;
+            if (!g0)
+                g0 = st.gen;
+            if (!v_accepts(st.gen, lo, hi, lenient, unsettled)) {
+                wrong_gen = 1;
+                if (first[V_STALE] < 0)
+                    first[V_STALE] = s;
+            }
+        }
+        if (c && first[c] < 0)
+            first[c] = s;
+    }
+    static const int order[] = {V_CORRUPT, V_MISPLACED, V_MISSING};
+    for (int i = 0; i < 3; i++)
+        if (first[order[i]] >= 0) {
+            *bad = first[order[i]];
+            return order[i];
+        }
+    if (wrong_gen) {
+        *bad = first[V_STALE];
+        return mixed ? V_TORN : V_STALE;
+    }
+    return 0;
+}
+
+/* a read of workload d's (its stats' owner) at off (nbytes, result res, its data in buf)
+ * completed at t: each block the map holds checked, counted for owner, and each damaged one
+ * found (the first vfind_cap kept, with their bytes); its blocks are out of flight. The
+ * worst verdict (by protocol.verify.PRECEDENCE; 0 clean or nothing checked) */
+static int64_t verify_read_done(struct ivy_loop *L, const struct ivy_data *d, int64_t owner,
+                                int64_t off, int64_t nbytes, int64_t res, const uint8_t *buf,
+                                int64_t t)
+{
+    static const int rank[V_MISSING + 1] = {
+        [V_CORRUPT] = 5, [V_MISPLACED] = 4, [V_MISSING] = 3, [V_TORN] = 2, [V_STALE] = 1};
+    struct ivy_vlun *v = d->vlun;
+    const int64_t b0 = (off - v->first_bytes) / V_MAP_BLOCK, nb = nbytes / V_MAP_BLOCK;
+    int64_t *count = owner >= 0 && owner < L->n_owners ? L->vcount + 8 * owner : NULL;
+    int64_t worst = 0;
+    for (int64_t j = 0; j < nb; j++) {
+        const int64_t b = b0 + j;
+        if (b < 0 || b >= v->n_blocks)
+            continue;
+        struct v_ent *e = vt_find(L, v->lun, b, 0);
+        int lenient = 0;
+        uint8_t lo = 0;
+        if (e) {
+            lenient = e->writes > 0 || (e->flags & V_CONFLICT);
+            lo = e->lo;
+            if (--e->reads <= 0 && e->writes == 0)
+                vt_drop(L, e);
+        }
+        const uint8_t m = v->map[b];
+        if (res != nbytes || (m & V_GEN_MASK) == 0)
+            continue; /* a failed read is counted as an error; an unwritten block expects nothing */
+        int bad = 0;
+        const uint8_t *blk = buf + j * V_MAP_BLOCK;
+        const int64_t at = off + j * V_MAP_BLOCK;
+        const int64_t verdict = verify_block(v, blk, at, m, lenient, lo, &bad);
+        if (count) {
+            count[0] += 1;
+            count[verdict] += verdict > 0;
+        }
+        if (verdict == 0)
+            continue;
+        if (rank[verdict] > rank[worst])
+            worst = verdict;
+        if (L->vfind_n < L->vfind_cap) {
+            struct v_stamp st;
+            memcpy(&st, blk + bad * SECTOR_BYTES, V_STAMP);
+            uint32_t crc[V_SPB];
+            crc_sectors(blk, V_SPB, crc);
+            L->vfind[L->vfind_n] = (struct ivy_vfind){
+                .owner = owner, .lun = v->lun, .offset_bytes = at, .verdict = verdict,
+                .expected = m, .sector = bad, .found_offset_bytes = st.offset_bytes,
+                .found_serial = st.serial, .found_run_key = st.run_key, .found_lun = st.lun,
+                .found_writer = st.writer, .found_gen = st.gen, .found_attempt = st.attempt,
+                .crc_ok = st.crc == crc[bad], .done_ns = t};
+            if (L->vfind_bytes)
+                memcpy(L->vfind_bytes + L->vfind_n * V_MAP_BLOCK, blk, V_MAP_BLOCK);
+        }
+        L->vfind_n++;
+    }
+    return worst;
+}
+
+/* verify_write, verify_write_done, verify_read and verify_read_done of workload k, for the
+ * general Python loop's I/Os and the tests */
+void ivy_verify_write(struct ivy_loop *L, int64_t k, int64_t off, int64_t nbytes,
+                      int64_t serial, uint8_t *buf)
+{
+    verify_write(L, &L->data[k], off, nbytes, serial, buf);
+}
+
+void ivy_verify_write_done(struct ivy_loop *L, int64_t k, int64_t off, int64_t nbytes,
+                           int64_t res)
+{
+    verify_write_done(L, &L->data[k], off, nbytes, res);
+}
+
+void ivy_verify_read(struct ivy_loop *L, int64_t k, int64_t off, int64_t nbytes)
+{
+    verify_read(L, &L->data[k], off, nbytes);
+}
+
+int64_t ivy_verify_read_done(struct ivy_loop *L, int64_t k, int64_t owner, int64_t off,
+                             int64_t nbytes, int64_t res, const uint8_t *buf, int64_t t)
+{
+    return verify_read_done(L, &L->data[k], owner, off, nbytes, res, buf, t);
+}
+
 /* put workload k (which has a free slot) in the heap at its next I/O's time; when its
  * precomputed I/Os ran out, generate the next ones (a loaded ring has a row at least) */
 static void arm(struct ivy_loop *L, int64_t k)
@@ -882,6 +1297,8 @@ static int64_t run_set(struct ivy_loop *L)
     const int64_t n_slots = L->n_slots, n_max = L->n_max;
     const int64_t spin = L->spin_ns, gate = L->spin_gate_ns, lone = L->lone;
     const int64_t per_call = L->paced_per_call;
+    struct ivy_data *data = L->data;
+    const int64_t *vtab = L->vtab;
     int64_t last_done = now_ns(L); /* when the last completion was reaped (lone_wait) */
 
     for (int64_t k = 0; k < nk; k++) /* slots freed outside (a late reap, a start) */
@@ -918,6 +1335,16 @@ static int64_t run_set(struct ivy_loop *L)
                 record_slot(&pend[p], &rows[slot], ev + 4 * i, t);
                 p += 1;
                 int64_t k = slot_pos[slot];
+                if (data && data[k].vlun) {
+                    const struct ivy_row *row = &rows[slot];
+                    if ((row->opcode_fd & 0xffff) == IOCB_CMD_PWRITE)
+                        verify_write_done(L, &data[k], row->offset, (int64_t)row->nbytes,
+                                          ev[4 * i + 2]);
+                    else
+                        verify_read_done(L, &data[k], row->owner, row->offset,
+                                         (int64_t)row->nbytes, ev[4 * i + 2],
+                                         (const uint8_t *)(intptr_t)row->buf, t);
+                }
                 free_buf[free_off[k] + free_n[k]] = slot;
                 free_n[k] += 1;
                 if (armed[k] == 0)
@@ -928,7 +1355,7 @@ static int64_t run_set(struct ivy_loop *L)
             L->done += n;
             last_done = t;
             n = 0;
-            if (p >= flush_at)
+            if (p >= flush_at || (vtab && L->vjournal_n + L->vjournal_room > L->vjournal_cap))
                 return R_FLUSH;
             now = t;
         } else {
@@ -965,8 +1392,15 @@ static int64_t run_set(struct ivy_loop *L)
                 int64_t slot = free_buf[base + q];
                 struct ivy_row *row = &rows[slot];
                 const struct ivy_io *io = &ring[c + q];
-                if ((io->opcode_fd & 0xffff) == IOCB_CMD_PWRITE)
-                    put_write_data(&L->data[k], c + q, io->offset, (char *)(intptr_t)row->buf);
+                if ((io->opcode_fd & 0xffff) == IOCB_CMD_PWRITE) {
+                    put_write_data(&data[k], c + q, io->offset, (char *)(intptr_t)row->buf);
+                    if (data[k].vlun)
+                        verify_write(L, &data[k], io->offset, (int64_t)row->nbytes,
+                                     data[k].ring_serial + c + q,
+                                     (uint8_t *)(intptr_t)row->buf);
+                } else if (data && data[k].vlun) {
+                    verify_read(L, &data[k], io->offset, (int64_t)row->nbytes);
+                }
                 row->opcode_fd = io->opcode_fd;
                 row->offset = io->offset;
                 row->cat = io->cat;

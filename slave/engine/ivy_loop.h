@@ -120,7 +120,54 @@ struct ivy_gen {
     X(int64_t, dup_blocks) \
     X(uint64_t, dedup_key) \
     X(int64_t, unique_below) \
-    X(int64_t, ring_serial)
+    X(int64_t, ring_serial) \
+    /* data verification (protocol/verify.py, docs/verify.md): the LUN's state (NULL: the \
+     * workload's I/Os are neither stamped nor checked) and the workload's number in the \
+     * run's map, which its stamps carry */ \
+    X(struct ivy_vlun *, vlun) \
+    X(int64_t, writer)
+
+/* a LUN's data verification (struct ivy_vlun, mirrored by layout.VLUN_DTYPE; protocol/verify.py
+ * owns the stamp and the map byte): its map, a byte per 4 KiB block of the range from
+ * first_bytes on, n_blocks of them (the block's generation, bit 7 UNSETTLED), and what the
+ * stamps of this run carry for it: the run's key, the LUN's number, the run's attempt */
+#define IVY_VLUN_FIELDS(X) \
+    X(uint8_t *, map) \
+    X(int64_t, first_bytes) \
+    X(int64_t, n_blocks) \
+    X(int64_t, run_key) \
+    X(int64_t, lun) \
+    X(int64_t, attempt)
+
+struct ivy_vlun {
+    IVY_VLUN_FIELDS(IVY_FIELD)
+};
+
+/* a damaged block the loop found (struct ivy_vfind, layout.VFIND_DTYPE): the owner (its stats'
+ * workload), the LUN's number, the block's byte offset on the LUN, its class (protocol.verify
+ * CODES), the map byte it was checked against, the first sector out of line (its index in the
+ * block) and that sector's stamp as read (offset, serial, key, LUN, writer, generation,
+ * attempt; crc_ok: whether its CRC held), and when the read completed */
+#define IVY_VFIND_FIELDS(X) \
+    X(int64_t, owner) \
+    X(int64_t, lun) \
+    X(int64_t, offset_bytes) \
+    X(int64_t, verdict) \
+    X(int64_t, expected) \
+    X(int64_t, sector) \
+    X(uint64_t, found_offset_bytes) \
+    X(uint64_t, found_serial) \
+    X(int64_t, found_run_key) \
+    X(int64_t, found_lun) \
+    X(int64_t, found_writer) \
+    X(int64_t, found_gen) \
+    X(int64_t, found_attempt) \
+    X(int64_t, crc_ok) \
+    X(int64_t, done_ns)
+
+struct ivy_vfind {
+    IVY_VFIND_FIELDS(IVY_FIELD)
+};
 
 struct ivy_data {
     IVY_DATA_FIELDS(IVY_FIELD)
@@ -314,7 +361,27 @@ struct ivy_log {
     X(int64_t, look_ns) \
     X(int64_t, block_done) \
     X(int64_t, block_ns) \
-    X(int64_t, returned_ns)
+    X(int64_t, returned_ns) \
+    /* data verification (each workload's vlun; none: vtab NULL): the blocks with I/O in \
+     * flight (an open-addressed table of vtab_mask + 1 entries of 2 words: the key, LUN << \
+     * 40 | block, plus 1, 0 free; reads, writes, the oldest generation a read may find, \
+     * flags), how many it holds; the journal of blocks settled by a write (LUN << 48 | \
+     * block << 8 | map byte), its length and capacity (a run returns R_FLUSH when fewer \
+     * than vjournal_room are left); the damaged blocks found (the first vfind_cap of them, \
+     * their bytes in vfind_bytes, 4 KiB each), how many; the blocks checked and each class's \
+     * count per owner (8 words an owner: checked, then by class code) */ \
+    X(int64_t *, vtab) \
+    X(int64_t, vtab_mask) \
+    X(int64_t, vtab_n) \
+    X(int64_t *, vjournal) \
+    X(int64_t, vjournal_n) \
+    X(int64_t, vjournal_cap) \
+    X(int64_t, vjournal_room) \
+    X(struct ivy_vfind *, vfind) \
+    X(int64_t, vfind_n) \
+    X(int64_t, vfind_cap) \
+    X(uint8_t *, vfind_bytes) \
+    X(int64_t *, vcount)
 
 struct ivy_loop {
     IVY_LOOP_FIELDS(IVY_FIELD)

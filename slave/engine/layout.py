@@ -117,6 +117,12 @@ GEN_DTYPE: Final = header_dtype("gen")
 #: ``struct ivy_data``: a workload's write data, an element of the array ``LoopArgs.data``
 DATA_DTYPE: Final = header_dtype("data")
 
+#: ``struct ivy_vlun``: a LUN's data verification (its map and what its stamps carry), pointed to
+#: by its workloads' ``ivy_data.vlun``
+VLUN_DTYPE: Final = header_dtype("vlun")
+#: ``struct ivy_vfind``: a damaged block the loop found (``LoopArgs.vfind``)
+VFIND_DTYPE: Final = header_dtype("vfind")
+
 #: a layout: the struct's size, then (name, offset, size) of each field in order
 Layout = tuple[int, tuple[tuple[str, int, int], ...]]
 
@@ -148,7 +154,8 @@ class LoopArgs(ctypes.Structure):
 #: each struct's Python mirror as a numpy dtype (``ivy_loop``'s as ctypes lays out ``LoopArgs``)
 DTYPES: Final = {"ivy_loop": np.dtype(LoopArgs), "ivy_gen": GEN_DTYPE, "ivy_data": DATA_DTYPE,
                  "ivy_row": ROW_DTYPE, "ivy_io": IO_DTYPE, "ivy_script": SCRIPT_DTYPE,
-                 "ivy_pend": PEND_DTYPE, "ivy_log": LOG_DTYPE}
+                 "ivy_pend": PEND_DTYPE, "ivy_log": LOG_DTYPE, "ivy_vlun": VLUN_DTYPE,
+                 "ivy_vfind": VFIND_DTYPE}
 
 
 def python_layout(struct: str = "ivy_loop") -> Layout:

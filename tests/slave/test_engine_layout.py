@@ -77,8 +77,11 @@ def test_every_field_has_the_compiled_offset_and_size(compiled: ctypes.CDLL) -> 
                  "u": ["inc_hi", "inc_lo", "sched_inc_hi", "sched_inc_lo", "sched_state_hi",
                        "sched_state_lo", "state_hi", "state_lo"]}),
     # the addresses and the key (a full 64-bit mix input) unsigned
-    ("ivy_data", {"u": ["dedup_key", "dups", "pool"]}),
+    ("ivy_data", {"u": ["dedup_key", "dups", "pool", "vlun"]}),
     ("ivy_row", {}), ("ivy_io", {}), ("ivy_script", {}), ("ivy_pend", {}), ("ivy_log", {}),
+    # the map's address; a stamp's offset and serial as read (any 64 bits)
+    ("ivy_vlun", {"u": ["map"]}),
+    ("ivy_vfind", {"u": ["found_offset_bytes", "found_serial"]}),
 ])
 def test_every_field_of_each_struct_has_the_compiled_offset_and_size(
         compiled: ctypes.CDLL, struct: str, kinds: dict[str, list[str]]) -> None:
@@ -153,7 +156,7 @@ _N_LOOP_FIELDS = len(layout.FIELDS)
     ("X(int64_t, ctx)", "X(int32_t, ctx)", "field 4: compiled (name, offset, size) "
      "('ctx', 32, 4), the Python mirror's ('ctx', 32, 8)"),
     # a field added at the end
-    ("X(int64_t, returned_ns)", "X(int64_t, returned_ns) X(int64_t, extra)",
+    ("X(int64_t *, vcount)", "X(int64_t *, vcount) X(int64_t, extra)",
      f"field {_N_LOOP_FIELDS}: compiled (name, offset, size) ('extra', {8 * _N_LOOP_FIELDS}, "
      "8), the Python mirror's None"),
     # a generator's fields swapped

@@ -1,0 +1,185 @@
+"""Data verification's contract: the stamp every verified sector carries, the byte the map
+keeps per block, and the classes of damage, with a numpy reference of stamping and checking.
+
+Owns the stamp's layout (``STAMP_DTYPE``, the first ``STAMP_BYTES`` of every 512-byte sector a
+verified write puts down), the map's block and its byte (``MAP_BLOCK_BYTES``, ``gen_of``,
+``next_gen``, ``accepted``), the class names and codes (``CLASSES``), CRC-32C
+(``crc32c_sectors``), and the reference ``stamp`` / ``check_blocks`` that the compiled loop
+(``slave/engine/ivy_loop.c``: ``verify_stamp``, ``verify_check``) must match byte for byte and
+class for class. Pure numpy: no I/O, clocks or threads. docs/verify.md tells the design.
+
+A stamp (little-endian), at the head of each 512-byte sector::
+
+    0   u64  offset_bytes   the sector's own byte offset on the LUN
+    8   u64  serial         the writing I/O's serial in its workload (``slave.datapattern``)
+    16  u32  run_key        the run's verification key (a sector of another run fails it)
+    20  u16  lun            the LUN's number in the run's map
+    22  u16  writer         the writing workload's number in the run's map
+    24  u8   gen            the block's write generation, 1-127
+    25  u8   attempt        the run's attempt (0; one more at each ``--resume``)
+    26  u16  0
+    28  u32  crc            CRC-32C of the sector's other 508 bytes: [0, 28) then [32, 512)
+
+The first 16 bytes are what every write pattern already stamps (offset, serial); the rest of
+the sector keeps the pattern's bytes, so a pattern keeps its meaning outside the 32 bytes.
+
+The map keeps one byte per ``MAP_BLOCK_BYTES`` block: its generation (bits 0-6; 0: never
+written) and ``UNSETTLED`` (bit 7): the generation before it is accepted too (two writes of
+the block were in flight at once, or one was at a crash: which landed last is not known).
+
+A block read back is, by the first that holds of its sectors: ``corrupt`` (a sector of this
+run's key whose CRC fails), ``misplaced`` (a valid stamp of another LUN or offset),
+``missing`` (a sector without this run's key: zeros, someone else's data); else, when some
+sector's generation is not one the map accepts, ``torn`` (valid sectors of different
+generations) or ``stale`` (valid, of one older generation); else it is clean.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+SECTOR_BYTES: Final = 512
+STAMP_BYTES: Final = 32
+MAP_BLOCK_BYTES: Final = 4096
+SECTORS_PER_BLOCK: Final = MAP_BLOCK_BYTES // SECTOR_BYTES
+GEN_MASK: Final = 0x7F
+GEN_MAX: Final = 127
+UNSETTLED: Final = 0x80
+
+STAMP_DTYPE: Final = np.dtype([
+    ("offset_bytes", "<u8"), ("serial", "<u8"), ("run_key", "<u4"), ("lun", "<u2"),
+    ("writer", "<u2"), ("gen", "u1"), ("attempt", "u1"), ("zero", "<u2"), ("crc", "<u4")])
+assert STAMP_DTYPE.itemsize == STAMP_BYTES
+
+#: a block's verdict: 0 clean, then the classes of damage by name (the order of precedence
+#: is ``PRECEDENCE``'s); the compiled loop uses the same numbers
+CLEAN: Final = 0
+CLASSES: Final = ("corrupt", "misplaced", "stale", "torn", "missing")
+CODES: Final = {name: i + 1 for i, name in enumerate(CLASSES)}
+#: which class a block gets when its sectors show several: the first here
+PRECEDENCE: Final = ("corrupt", "misplaced", "missing", "torn", "stale")
+
+_POLY: Final = 0x82F63B78  # CRC-32C (Castagnoli), reflected
+
+
+def _crc_table() -> npt.NDArray[np.uint32]:
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1))
+    return t.astype(np.uint32)
+
+
+_TABLE: Final = _crc_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C of ``data`` (init and final xor all ones: ``crc32c(b"123456789")`` is
+    ``0xE3069283``)."""
+    return int(crc32c_rows(np.frombuffer(data, dtype=np.uint8)[None, :])[0])
+
+
+def crc32c_rows(rows: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint32]:
+    """CRC-32C of each row of a 2-D uint8 array, one byte column at a time over all rows."""
+    c = np.full(rows.shape[0], 0xFFFFFFFF, dtype=np.uint32)
+    for j in range(rows.shape[1]):
+        c = _TABLE[(c ^ rows[:, j]) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+    return c ^ np.uint32(0xFFFFFFFF)
+
+
+def crc32c_sectors(sectors: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint32]:
+    """The stamp's CRC of each 512-byte sector (rows of ``sectors``): of its bytes [0, 28) and
+    [32, 512), the CRC field itself left out."""
+    return crc32c_rows(np.concatenate([sectors[:, :28], sectors[:, STAMP_BYTES:]], axis=1))
+
+
+def gen_of(map_byte: int) -> int:
+    """The generation a map byte holds (0: never written)."""
+    return map_byte & GEN_MASK
+
+
+def next_gen(gen: int) -> int:
+    """The generation a block's next write takes: 1 after 0 and after 127, else one more."""
+    return gen % GEN_MAX + 1
+
+
+def prev_gen(gen: int) -> int:
+    """The generation before ``gen`` (1-127): 127 before 1."""
+    return (gen - 2) % GEN_MAX + 1
+
+
+def accepted(map_byte: int) -> tuple[int, ...]:
+    """The generations a block whose map byte is ``map_byte`` may hold when read: its own, and
+    the one before when ``UNSETTLED``; none for a block never written."""
+    gen = gen_of(map_byte)
+    if gen == 0:
+        return ()
+    return (gen, prev_gen(gen)) if map_byte & UNSETTLED else (gen,)
+
+
+def stamp(buffer: npt.NDArray[np.uint8], offset_bytes: int, serial: int, gens: list[int],
+          run_key: int, lun: int, writer: int, attempt: int) -> None:
+    """Stamp a write's data in place: ``buffer`` holds the write (a whole number of map
+    blocks) at ``offset_bytes`` on the LUN, ``gens`` each of its map blocks' generation."""
+    n = buffer.size // SECTOR_BYTES
+    if buffer.size % MAP_BLOCK_BYTES or len(gens) != n // SECTORS_PER_BLOCK:
+        raise ValueError(f"a write of {buffer.size} bytes with {len(gens)} generations")
+    sectors = buffer.reshape(n, SECTOR_BYTES)
+    heads = sectors[:, :STAMP_BYTES].copy().view(STAMP_DTYPE).reshape(n)
+    heads["offset_bytes"] = offset_bytes + SECTOR_BYTES * np.arange(n, dtype=np.uint64)
+    heads["serial"] = serial
+    heads["run_key"] = run_key
+    heads["lun"] = lun
+    heads["writer"] = writer
+    heads["gen"] = np.repeat(np.asarray(gens, dtype=np.uint8), SECTORS_PER_BLOCK)
+    heads["attempt"] = attempt
+    heads["zero"] = 0
+    sectors[:, :STAMP_BYTES] = heads.view(np.uint8).reshape(n, STAMP_BYTES)
+    heads["crc"] = crc32c_sectors(sectors)
+    sectors[:, :STAMP_BYTES] = heads.view(np.uint8).reshape(n, STAMP_BYTES)
+
+
+def decode(sectors: npt.NDArray[np.uint8]) -> npt.NDArray[np.void]:
+    """The stamps at the heads of ``sectors`` (rows of 512 bytes), as ``STAMP_DTYPE``."""
+    return sectors[:, :STAMP_BYTES].copy().view(STAMP_DTYPE).reshape(sectors.shape[0])
+
+
+def check_blocks(data: npt.NDArray[np.uint8], offset_bytes: int, map_bytes: list[int],
+                 run_key: int, lun: int) -> list[int]:
+    """The verdict (``CLEAN`` or a class's code) of each map block of ``data``, read from
+    ``offset_bytes`` on the LUN, against its map byte; a block never written is ``CLEAN``
+    (nothing is expected of it)."""
+    n = data.size // SECTOR_BYTES
+    sectors = data.reshape(n, SECTOR_BYTES)
+    heads = decode(sectors)
+    crc_ok = heads["crc"] == crc32c_sectors(sectors)
+    key_ok = heads["run_key"] == run_key
+    place_ok = (heads["lun"] == lun) & (
+        heads["offset_bytes"] == offset_bytes + SECTOR_BYTES * np.arange(n, dtype=np.uint64))
+    out = []
+    for b, map_byte in enumerate(map_bytes):
+        s = slice(b * SECTORS_PER_BLOCK, (b + 1) * SECTORS_PER_BLOCK)
+        out.append(classify(key_ok[s], crc_ok[s], place_ok[s], heads["gen"][s], map_byte))
+    return out
+
+
+def classify(key_ok: npt.NDArray[np.bool_], crc_ok: npt.NDArray[np.bool_],
+             place_ok: npt.NDArray[np.bool_], gens: npt.NDArray[np.uint8],
+             map_byte: int) -> int:
+    """One map block's verdict from its sectors' stamps: whether each has this run's key, a
+    CRC that holds and this LUN and offset, and its generation."""
+    if gen_of(map_byte) == 0:
+        return CLEAN
+    if (key_ok & ~crc_ok).any():
+        return CODES["corrupt"]
+    valid = key_ok & crc_ok
+    if (valid & ~place_ok).any():
+        return CODES["misplaced"]
+    if not valid.all():
+        return CODES["missing"]
+    ok = accepted(map_byte)
+    if all(int(g) in ok for g in gens):  # an unsettled block: either write, or both in part
+        return CLEAN
+    return CODES["torn"] if (gens != gens[0]).any() else CODES["stale"]
