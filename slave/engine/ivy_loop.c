@@ -920,10 +920,10 @@ static struct v_ent *vt_find(struct ivy_loop *L, int64_t lun, int64_t b, int mak
         if (t[i].key == key)
             return &t[i];
         if (t[i].key == 0) {
-            if (!make || (uint64_t)L->vtab_n >= mask)
+            if (!make || (uint64_t)L->vn[0] >= mask)
                 return NULL;
             t[i] = (struct v_ent){.key = key};
-            L->vtab_n++;
+            L->vn[0]++;
             return &t[i];
         }
     }
@@ -949,7 +949,7 @@ static void vt_drop(struct ivy_loop *L, struct v_ent *e)
         }
     }
     t[i].key = 0;
-    L->vtab_n--;
+    L->vn[0]--;
 }
 
 /* a write of workload d's at off (nbytes, serial) goes out, its data in buf: each of its
@@ -1013,8 +1013,8 @@ static void verify_write_done(struct ivy_loop *L, const struct ivy_data *d, int6
         if (e->flags & (V_OVERLAP | V_FAILED))
             v->map[b] |= V_UNSETTLED;
         e->flags &= (uint8_t)~(V_OVERLAP | V_FAILED);
-        if (L->vjournal_n < L->vjournal_cap)
-            L->vjournal[L->vjournal_n++] = v->lun << 48 | b << 8 | v->map[b];
+        if (L->vn[1] < L->vjournal_cap)
+            L->vjournal[L->vn[1]++] = v->lun << 48 | b << 8 | v->map[b];
         if (e->reads == 0)
             vt_drop(L, e);
     }
@@ -1141,21 +1141,21 @@ static int64_t verify_read_done(struct ivy_loop *L, const struct ivy_data *d, in
             continue;
         if (rank[verdict] > rank[worst])
             worst = verdict;
-        if (L->vfind_n < L->vfind_cap) {
+        if (L->vn[2] < L->vfind_cap) {
             struct v_stamp st;
             memcpy(&st, blk + bad * SECTOR_BYTES, V_STAMP);
             uint32_t crc[V_SPB];
             crc_sectors(blk, V_SPB, crc);
-            L->vfind[L->vfind_n] = (struct ivy_vfind){
+            L->vfind[L->vn[2]] = (struct ivy_vfind){
                 .owner = owner, .lun = v->lun, .offset_bytes = at, .verdict = verdict,
                 .expected = m, .sector = bad, .found_offset_bytes = st.offset_bytes,
                 .found_serial = st.serial, .found_run_key = st.run_key, .found_lun = st.lun,
                 .found_writer = st.writer, .found_gen = st.gen, .found_attempt = st.attempt,
                 .crc_ok = st.crc == crc[bad], .done_ns = t};
             if (L->vfind_bytes)
-                memcpy(L->vfind_bytes + L->vfind_n * V_MAP_BLOCK, blk, V_MAP_BLOCK);
+                memcpy(L->vfind_bytes + L->vn[2] * V_MAP_BLOCK, blk, V_MAP_BLOCK);
         }
-        L->vfind_n++;
+        L->vn[2]++;
     }
     return worst;
 }
@@ -1355,7 +1355,7 @@ static int64_t run_set(struct ivy_loop *L)
             L->done += n;
             last_done = t;
             n = 0;
-            if (p >= flush_at || (vtab && L->vjournal_n + L->vjournal_room > L->vjournal_cap))
+            if (p >= flush_at || (vtab && L->vn[1] + L->vjournal_room > L->vjournal_cap))
                 return R_FLUSH;
             now = t;
         } else {

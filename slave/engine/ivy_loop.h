@@ -362,25 +362,25 @@ struct ivy_log {
     X(int64_t, block_done) \
     X(int64_t, block_ns) \
     X(int64_t, returned_ns) \
-    /* data verification (each workload's vlun; none: vtab NULL): the blocks with I/O in \
-     * flight (an open-addressed table of vtab_mask + 1 entries of 2 words: the key, LUN << \
-     * 40 | block, plus 1, 0 free; reads, writes, the oldest generation a read may find, \
-     * flags), how many it holds; the journal of blocks settled by a write (LUN << 48 | \
-     * block << 8 | map byte), its length and capacity (a run returns R_FLUSH when fewer \
-     * than vjournal_room are left); the damaged blocks found (the first vfind_cap of them, \
-     * their bytes in vfind_bytes, 4 KiB each), how many; the blocks checked and each class's \
-     * count per owner (8 words an owner: checked, then by class code) */ \
+    /* data verification (each workload's vlun; none: vtab NULL), in arrays that the general \
+     * loop's calls share (slave.engine.verify_state): the blocks with I/O in flight (an \
+     * open-addressed table of vtab_mask + 1 entries of 2 words: the key, LUN << 40 | block, \
+     * plus 1, 0 free; reads, writes, the oldest generation a read may find, flags); the \
+     * journal of blocks settled by a write (LUN << 48 | block << 8 | map byte), of capacity \
+     * vjournal_cap (a run returns R_FLUSH when fewer than vjournal_room are left); the \
+     * damaged blocks found (the first vfind_cap of them, their bytes in vfind_bytes, 4 KiB \
+     * each); the counts, vn[0] blocks in the table, vn[1] the journal's length, vn[2] \
+     * damaged blocks found; the blocks checked and each class's count per owner (8 words an \
+     * owner: checked, then by class code) */ \
     X(int64_t *, vtab) \
     X(int64_t, vtab_mask) \
-    X(int64_t, vtab_n) \
     X(int64_t *, vjournal) \
-    X(int64_t, vjournal_n) \
     X(int64_t, vjournal_cap) \
     X(int64_t, vjournal_room) \
     X(struct ivy_vfind *, vfind) \
-    X(int64_t, vfind_n) \
     X(int64_t, vfind_cap) \
     X(uint8_t *, vfind_bytes) \
+    X(int64_t *, vn) \
     X(int64_t *, vcount)
 
 struct ivy_loop {

@@ -40,6 +40,7 @@ from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Group, Slots
 from slave.engine.loop_state import LoopWorkload, WorkloadSpec
 from slave.engine.loop_workloads import Workloads
+from slave.engine.verify_state import VerifyState
 
 __all__ = ["EngineLoop", "LoopControl", "WorkloadSpec"]
 
@@ -88,7 +89,9 @@ class EngineLoop:
         self.native = NativeLoop(name, self.slots, self.records, wl, self._complete,
                                  self._complete_due)
         self.workloads = Workloads(name, wl, self.slots, self.native, lambda: self._engine_list,
-                                   self._make_room)
+                                   self._make_room, self._join_verify)
+        # data verification, made when the first verified workload joins (``_join_verify``)
+        self.verify: VerifyState | None = None
         self._engines: dict[str, IoEngine] = {}
         self._engine_makers: dict[str, Callable[[SlotTable], IoEngine]] = {}
         self._engine_list: list[IoEngine] = []
@@ -152,6 +155,16 @@ class EngineLoop:
         with self.workloads.changes():
             yield
 
+    def _join_verify(self, w: LoopWorkload) -> None:
+        """A verified workload (``spec.verify``) joins its LUN's map with its parameters'
+        room for blocks in flight (at each setup: an edit may change them)."""
+        v = w.spec.verify
+        if v is None:
+            return
+        if self.verify is None:
+            self.verify = self.slots.verify = self.native.verify = VerifyState()
+        self.verify.add(w.index, v, w.params.blocksize_bytes, w.params.iodepth)
+
     def flush(self) -> None:
         """Bin the pending completion records into the running stats buffers."""
         self.records.flush()
@@ -166,6 +179,8 @@ class EngineLoop:
         resubmissions onto ``held`` where given, for the caller to send: ``Slots.recycle``)."""
         self.slots.in_flight -= n
         slots = engine.done_slot[:n]  # a view: used up before the engine reaps again
+        if self.verify is not None:  # checked and settled before the slots are reused
+            self.verify.completed(self.slots.rows, slots, engine.done_res[:n], t)
         self.records.add(self.slots.rows, slots, engine.done_res[:n], t)
         if self.slots.recycle(slots, held):  # the last retired I/O completed
             self.workloads.refresh()

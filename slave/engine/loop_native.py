@@ -37,6 +37,7 @@ from slave.engine.layout import (
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Slots
 from slave.engine.loop_state import LoopWorkload, set_ring, took
+from slave.engine.verify_state import VerifyState
 from slave.sequencer import Sequencer
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class NativeLoop:
         self._wl = wl
         self._complete = complete  # ``EngineLoop._complete``
         self._complete_due = complete_due  # ``EngineLoop._complete_due``
+        self.verify: VerifyState | None = None  # the loop's, once a workload verifies
 
     def pick(self, live: list[LoopWorkload], engines: list[IoEngine]) -> None:
         """Whether the compiled loop serves ``live`` (any mix of paced and max-iops workloads):
@@ -162,6 +164,9 @@ class NativeLoop:
             if w.pattern is not None:
                 for name, value in w.pattern.data_words().items():
                     d[name][i] = value
+        if self.verify is not None:
+            self.args.n_owners = len(self._wl)
+            self.verify.attach(self.args, d, [w.index for w in self.ws])
 
     def _stats_args(self, root: npt.NDArray[np.int64]) -> list[int]:
         """The kernel's words for binning: the stats region, each workload's category when
@@ -309,6 +314,8 @@ class NativeLoop:
                 return boundary + subinterval_ns
             if code in (pk.R_FLUSH, pk.R_ERROR):
                 records.flush()
+                if self.verify is not None:  # the journal may be what needed room
+                    self.verify.spill()
             elif code == pk.R_SUBMIT:
                 m = int(args.sub_n)
                 try:

@@ -21,6 +21,7 @@ from slave.engine.base import IoEngine, SlotTable, registering
 from slave.engine.clock import REAL_CLOCK, Clock
 from slave.engine.layout import INF, IO, ROW, SCATTER
 from slave.engine.loop_state import LoopWorkload, took
+from slave.engine.verify_state import VerifyState
 
 #: a workload and the slots of its I/Os in one submission
 Group = tuple[LoopWorkload, npt.NDArray[np.intp]]
@@ -49,6 +50,7 @@ class Slots:
         self.retired_in_flight = 0  # in flight on slots no workload holds any more
         self.running = False  # inside a run: I/Os may be in flight
         self._wl = wl
+        self.verify: VerifyState | None = None  # the loop's, once a workload verifies
 
     def set_owner(self, slots: npt.NDArray[np.intp], owner: int) -> None:
         """Which workload resubmits ``slots`` (-1: none)."""
@@ -145,9 +147,13 @@ class Slots:
         by_engine: dict[IoEngine, list[npt.NDArray[np.intp]]] = {}
         starts_now: list[npt.NDArray[np.intp]] = []
         ios: list[npt.NDArray[np.int64]] = []
+        verified: list[tuple[npt.NDArray[np.intp], int]] = []
         for w, slots in groups:
             k = int(slots.size)
             ios.append(w.next_ios(slots, self.buffer_row))
+            if self.verify is not None and w.spec.verify is not None:
+                # their serials: the ring's, as next_ios left it (refilled or not)
+                verified.append((slots, w.ring_serial + w.cur - k))
             if not w.paced:
                 kept = min(k, w.overdue)
                 w.overdue -= kept
@@ -158,6 +164,9 @@ class Slots:
         self._rows_flat.put(self._scatter_idx.take(every, axis=0),
                             ios[0] if len(ios) == 1 else np.concatenate(ios))
         rows = self.rows
+        if self.verify is not None:
+            for slots, first_serial in verified:  # stamped and in flight before they go
+                self.verify.submitted(rows, slots, first_serial)
         t_sub = self.clock.now_ns()
         if starts_now:
             rows[np.concatenate(starts_now), ROW["sched_ns"]] = t_sub

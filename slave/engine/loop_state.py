@@ -23,6 +23,7 @@ from slave.datapattern import WritePattern
 from slave.engine import tuning
 from slave.engine.base import AlignedBuffers, IoEngine, SubmitError
 from slave.engine.layout import IO, IO_WORDS, IOCB_CMD_PREAD, IOCB_CMD_PWRITE, opcode_fd_word
+from slave.engine.verify_state import WorkloadVerify
 from slave.sequencer import Sequencer
 
 
@@ -38,6 +39,8 @@ class WorkloadSpec:
     logical_block_bytes: int
     stats: tuple[WorkloadStats, WorkloadStats]
     on_release: Callable[[], None] | None = None  # called when the loop drops the workload
+    # data verification: its writes stamped and its reads checked (``verify_state``)
+    verify: WorkloadVerify | None = None
 
 
 @dataclass

@@ -40,8 +40,10 @@ class Workloads:
 
     def __init__(self, name: str, wl: list[LoopWorkload | None], slots: Slots,
                  native: NativeLoop, engines: Callable[[], list[IoEngine]],
-                 make_room: Callable[[IoEngine, int], None]) -> None:
+                 make_room: Callable[[IoEngine, int], None],
+                 join_verify: Callable[[LoopWorkload], None] = lambda w: None) -> None:
         self.name = name
+        self._join_verify = join_verify  # a verified workload's LUN and room, at each setup
         self.wl = wl
         self.paced: list[LoopWorkload] = []
         # what waits for a time: the paced ones and those with I/Os an edit kept (``overdue``)
@@ -76,6 +78,7 @@ class Workloads:
         return self._slots.alloc(n, workload_id)
 
     def _setup(self, w: LoopWorkload) -> None:
+        self._join_verify(w)
         self._slots.setup(w)
         w.fixed_cat = fixed_category(w.params)
 

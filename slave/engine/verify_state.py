@@ -1,36 +1,54 @@
-"""A worker's data verification state, the arrays the compiled loop's verification works on
-(``ivy_loop.c``: ``verify_write``, ``verify_read_done``): each LUN's map (a byte per 4 KiB
-block of the range its workloads reach, ``protocol.verify``'s map byte) and what its stamps
-carry, the table of blocks with I/O in flight, the journal of blocks a write settled, the
-damaged blocks found with their bytes, and the blocks checked and damaged per owner.
+"""A loop's data verification state: the arrays the compiled loop's verification works on
+(``ivy_loop.c``: ``verify_write``, ``verify_read_done``, and the same functions called one I/O
+at a time for the general Python loop's I/Os), kept for the loop's whole life: each LUN's map
+(a byte per 4 KiB block of the range its workloads reach, ``protocol.verify``'s map byte) and
+what its stamps carry, each workload's LUN and writer number, the table of blocks with I/O in
+flight, the journal of blocks a write settled, the damaged blocks found with their bytes, and
+the blocks checked and damaged per workload.
 
-Owns ``VerifyState``: it sizes and keeps those arrays alive, points a loop's arguments at them
-(``attach``) and gives what the loop put there back, emptied (``drain_journal``,
-``drain_findings``, ``take_counts``). It must not check or stamp anything itself (the
-compiled loop does, and ``protocol.verify`` is the reference) nor do I/O.
+Owns ``VerifyState``: it sizes and keeps those arrays alive, points a compiled set's arguments
+at them (``attach``), makes the general loop's calls (``submitted``, ``completed``) and gives
+back what the loop found, emptied (``spill`` at a flush, ``take`` at a boundary). It must not
+check or stamp anything itself (the compiled loop does; ``protocol.verify`` is the reference)
+nor do I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from protocol import verify
-from slave.engine.layout import VFIND_DTYPE, VLUN_DTYPE, LoopArgs
+from slave.datapattern import splitmix64
+from slave.engine import compiled_loop as pk
+from slave.engine.layout import (
+    DATA_DTYPE,
+    IOCB_CMD_PWRITE,
+    ROW,
+    VFIND_DTYPE,
+    VLUN_DTYPE,
+    LoopArgs,
+)
 
-#: the damaged blocks a worker keeps between drains, each with its 4 KiB as read
+#: the damaged blocks kept between takes, each with its 4 KiB as read
 FINDINGS_KEPT: Final = 64
-#: words of counts per owner: blocks checked, then each class's by its code
+#: words of counts per workload: blocks checked, then each class's by its code
 COUNT_WORDS: Final = 8
+#: the LUNs one loop can verify (a host runs at most 1,024 workloads)
+MAX_LUNS: Final = 1024
+#: the journal's room for one turn of the compiled loop: the blocks of the writes one reap
+#: can complete (the loop returns to be spilled before fewer are left)
+JOURNAL_TURN_BLOCKS: Final = 1 << 16
 
 
 @dataclass(frozen=True)
 class VerifiedLun:
-    """A LUN this worker verifies: its number in the run's map, the range of it the map
-    covers (whole 4 KiB blocks from ``first_bytes``), the run's key and attempt."""
+    """A LUN a loop verifies: its number in the run's map, the range of it the map covers
+    (whole 4 KiB blocks from ``first_bytes``), the run's key and attempt."""
 
     lun: int
     first_bytes: int
@@ -45,88 +63,229 @@ class VerifiedLun:
                              f"{self.size_bytes} bytes")
         if not 0 <= self.lun < 1 << 16 or not 0 <= self.run_key < 1 << 32:
             raise ValueError(f"LUN number {self.lun} or run key {self.run_key} out of range")
+        if not 0 <= self.attempt < 256:
+            raise ValueError(f"attempt {self.attempt} out of range 0-255")
+
+
+@dataclass(frozen=True)
+class WorkloadVerify:
+    """What a verified workload stamps and checks against: its LUN's map and its own
+    number in the run's map (the ``writer`` its stamps carry)."""
+
+    lun: VerifiedLun
+    writer: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.writer < 1 << 16:
+            raise ValueError(f"writer number {self.writer} out of range 0-65535")
+
+
+@dataclass
+class Taken:
+    """What a loop's verification found since the last take: the blocks settled (LUN number,
+    block in its map, map byte, in order), the damaged blocks kept (``VFIND_DTYPE``) with
+    their bytes, how many were found in all, and per workload index the blocks checked and
+    each class's count (``COUNT_WORDS`` columns)."""
+
+    luns: npt.NDArray[np.int64]
+    blocks: npt.NDArray[np.int64]
+    map_bytes: npt.NDArray[np.uint8]
+    findings: npt.NDArray[np.void]
+    finding_bytes: npt.NDArray[np.uint8]
+    found: int
+    counts: npt.NDArray[np.int64] = field(repr=False)
 
 
 class VerifyState:
-    """The verification arrays of one compiled loop: ``luns`` (the map of each, its bytes in
-    ``maps``), room for ``blocks_in_flight`` blocks with I/O in flight at once and for
-    ``journal_room`` blocks settled in one of the loop's turns (it returns to be drained
-    before fewer are left), and ``n_owners`` owners' counts."""
+    """The verification arrays of one loop (one worker): LUN maps by number, each verified
+    workload's LUN and writer by its index in the loop, and the rest sized for
+    ``blocks_in_flight`` blocks with I/O in flight at once (grown by ``add``)."""
 
-    def __init__(self, luns: list[VerifiedLun], blocks_in_flight: int, journal_room: int,
-                 n_owners: int) -> None:
-        self.luns = luns
-        self.vlun = np.zeros(len(luns), dtype=VLUN_DTYPE)
-        self.maps = [np.zeros(v.size_bytes // verify.MAP_BLOCK_BYTES, dtype=np.uint8)
-                     for v in luns]
-        for i, (v, m) in enumerate(zip(luns, self.maps, strict=True)):
-            row = self.vlun[i]
-            row["map"] = m.ctypes.data
-            row["first_bytes"], row["n_blocks"] = v.first_bytes, m.size
-            row["run_key"], row["lun"], row["attempt"] = v.run_key, v.lun, v.attempt
-        # a table at most a quarter full: probes stay short, and it never fills
-        size = 1 << max(4, (4 * max(1, blocks_in_flight) - 1).bit_length())
-        self.vtab = np.zeros(2 * size, dtype=np.int64)
-        self.journal_room = max(1, journal_room)
-        self.journal = np.zeros(4 * self.journal_room, dtype=np.int64)
+    def __init__(self, blocks_in_flight: int = 64) -> None:
+        self.vlun = np.zeros(MAX_LUNS, dtype=VLUN_DTYPE)
+        self.luns: list[VerifiedLun] = []
+        self.maps: dict[int, npt.NDArray[np.uint8]] = {}
+        self.args = LoopArgs()  # the general loop's calls' (their ``L``)
+        self.data = self.args.array("data", np.zeros(16, dtype=DATA_DTYPE))
+        self.counts = np.zeros((16, COUNT_WORDS), dtype=np.int64)
+        self.vn = np.zeros(3, dtype=np.int64)
+        self.vtab = self._table(blocks_in_flight)
+        self.journal = np.zeros(4 * JOURNAL_TURN_BLOCKS, dtype=np.int64)
         self.findings = np.zeros(FINDINGS_KEPT, dtype=VFIND_DTYPE)
         self.finding_bytes = np.zeros((FINDINGS_KEPT, verify.MAP_BLOCK_BYTES), dtype=np.uint8)
-        self.counts = np.zeros((max(1, n_owners), COUNT_WORDS), dtype=np.int64)
-        self._args: LoopArgs | None = None
+        self._spilled: list[npt.NDArray[np.int64]] = []
+        self._blocks_in_flight: dict[int, int] = {}
+        self._point(self.args)
+        self.args.n_owners = self.counts.shape[0]
+
+    @staticmethod
+    def _table(blocks_in_flight: int) -> npt.NDArray[np.int64]:
+        """A table at most a quarter full: probes stay short, and it never fills."""
+        return np.zeros(2 * (1 << max(4, (4 * max(1, blocks_in_flight) - 1).bit_length())),
+                        dtype=np.int64)
+
+    def add(self, index: int, v: WorkloadVerify, blocksize_bytes: int, iodepth: int) -> None:
+        """Workload ``index`` of the loop verifies ``v`` (its LUN's map made on first use),
+        ``iodepth`` I/Os of ``blocksize_bytes`` in flight at most."""
+        if blocksize_bytes % verify.MAP_BLOCK_BYTES:
+            raise ValueError(f"a verified workload's blocksize must be a multiple of "
+                             f"{verify.MAP_BLOCK_BYTES} bytes, not {blocksize_bytes}")
+        lun = v.lun
+        if lun.lun not in self.maps:
+            if len(self.luns) == MAX_LUNS:
+                raise ValueError(f"a loop verifies {MAX_LUNS} LUNs at most")
+            m = self.maps[lun.lun] = np.zeros(lun.size_bytes // verify.MAP_BLOCK_BYTES,
+                                               dtype=np.uint8)
+            row = self.vlun[len(self.luns)]
+            row["map"], row["n_blocks"] = m.ctypes.data, m.size
+            row["first_bytes"], row["run_key"] = lun.first_bytes, lun.run_key
+            row["lun"], row["attempt"] = lun.lun, lun.attempt
+            self.luns.append(lun)
+        elif self.luns[self._lun_row(lun.lun)] != lun:
+            raise ValueError(f"LUN {lun.lun} is verified as {self.luns[self._lun_row(lun.lun)]},"
+                             f" not {lun}")
+        if index >= self.data.shape[0]:
+            size = max(index + 1, 2 * self.data.shape[0])
+            data = np.zeros(size, dtype=DATA_DTYPE)
+            data[: self.data.shape[0]] = self.data
+            self.data = self.args.array("data", data)
+            counts = np.zeros((size, COUNT_WORDS), dtype=np.int64)
+            counts[: self.counts.shape[0]] = self.counts
+            self.counts = counts
+            self.args.array("vcount", counts)
+            self.args.n_owners = size
+        self.data["vlun"][index] = self.vlun_address(lun.lun)
+        self.data["writer"][index] = v.writer
+        self._blocks_in_flight[index] = iodepth * (blocksize_bytes // verify.MAP_BLOCK_BYTES + 1)
+        need = self._table(sum(self._blocks_in_flight.values()))
+        if need.size > self.vtab.size:
+            self._grow_table(need)
+
+    def verifies(self, index: int) -> bool:
+        """Whether workload ``index`` is verified."""
+        return index < self.data.shape[0] and bool(self.data["vlun"][index])
 
     def vlun_address(self, lun: int) -> int:
         """The address of LUN ``lun``'s ``struct ivy_vlun`` (a workload's ``ivy_data.vlun``)."""
+        return int(self.vlun.ctypes.data + self._lun_row(lun) * VLUN_DTYPE.itemsize)
+
+    def _lun_row(self, lun: int) -> int:
         for i, v in enumerate(self.luns):
             if v.lun == lun:
-                return int(self.vlun.ctypes.data + i * VLUN_DTYPE.itemsize)
+                return i
         raise KeyError(f"LUN {lun} is not verified by this loop")
 
-    def attach(self, args: LoopArgs) -> None:
-        """Point the loop's arguments at these arrays (its counts and lengths from zero)."""
+    def _grow_table(self, table: npt.NDArray[np.int64]) -> None:
+        """The table's entries moved into a larger one (linear probing from each key's home,
+        as ``vt_find`` places them), and every loop pointed at it."""
+        old = self.vtab.reshape(-1, 2)
+        mask = table.size // 2 - 1
+        rows = table.reshape(-1, 2)
+        for key, state in old[old[:, 0] != 0].tolist():
+            i = int(splitmix64(np.array([key], dtype=np.uint64))[0]) & mask
+            while rows[i, 0]:
+                i = (i + 1) & mask
+            rows[i] = (key, state)
+        self.vtab = table
+        self._point(self.args)
+
+    def _point(self, args: LoopArgs) -> None:
         args.array("vtab", self.vtab)
         args.vtab_mask = self.vtab.size // 2 - 1
-        args.vtab_n = 0
         args.array("vjournal", self.journal)
-        args.vjournal_n, args.vjournal_cap = 0, self.journal.size
-        args.vjournal_room = self.journal_room
+        args.vjournal_cap = self.journal.size
+        args.vjournal_room = JOURNAL_TURN_BLOCKS
         args.array("vfind", self.findings)
         args.array("vfind_bytes", self.finding_bytes)
-        args.vfind_n, args.vfind_cap = 0, FINDINGS_KEPT
+        args.vfind_cap = FINDINGS_KEPT
+        args.array("vn", self.vn)
         args.array("vcount", self.counts)
-        self._args = args
 
-    def drain_journal(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
-                                     npt.NDArray[np.uint8]]:
-        """The blocks writes settled since the last drain, in order: each one's LUN number,
-        block (its index in the LUN's map) and map byte."""
-        args = self._attached()
-        words = self.journal[: args.vjournal_n].copy()
-        args.vjournal_n = 0
-        return ((words >> 48).astype(np.int64), (words >> 8) & ((1 << 40) - 1),
-                (words & 0xFF).astype(np.uint8))
+    def attach(self, args: LoopArgs, data: npt.NDArray[np.void], indexes: list[int]) -> None:
+        """Point a compiled set's arguments at these arrays, and its workloads' write data
+        (``data``, by place in the set; ``indexes``: each one's index in the loop) at their
+        LUNs (``args.n_owners`` must not pass the counts' rows: each workload counts in its
+        index's)."""
+        if args.n_owners > self.counts.shape[0]:
+            raise ValueError(f"{args.n_owners} owners, counts for {self.counts.shape[0]}")
+        self._point(args)
+        for i, index in enumerate(indexes):
+            if self.verifies(index):
+                data["vlun"][i] = self.data["vlun"][index]
+                data["writer"][i] = self.data["writer"][index]
 
-    def drain_findings(self) -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint8], int]:
-        """The damaged blocks kept since the last drain (with their bytes as read) and how
-        many were found in all (those past ``FINDINGS_KEPT`` are counted, not kept)."""
-        args = self._attached()
-        found = int(args.vfind_n)
+    def submitted(self, rows: npt.NDArray[np.int64], slots: npt.NDArray[np.intp],
+                  first_serial: int) -> None:
+        """The general loop's I/Os on ``slots`` of one verified workload, their rows written
+        and the data of their writes in their buffers, are about to go out: their blocks'
+        generations taken and writes stamped (serials from ``first_serial``, in order)."""
+        lib = _lib()
+        addr = self.args.address
+        for i, s in enumerate(slots.tolist()):
+            row = rows[s]
+            owner, off, nbytes = int(row[ROW["owner"]]), int(row[ROW["offset"]]), int(
+                row[ROW["nbytes"]])
+            if int(row[ROW["opcode_fd"]]) & 0xFFFF == IOCB_CMD_PWRITE:
+                lib.ivy_verify_write(addr, owner, off, nbytes, first_serial + i,
+                                     int(row[ROW["buf"]]))
+            else:
+                lib.ivy_verify_read(addr, owner, off, nbytes)
+
+    def completed(self, rows: npt.NDArray[np.int64], slots: npt.NDArray[np.intp],
+                  res: npt.NDArray[np.int64], t_ns: int) -> None:
+        """The general loop's completions of ``slots`` (results ``res``) reaped at ``t_ns``:
+        those of verified workloads settle their writes and have their reads checked."""
+        owners = rows[slots, ROW["owner"]]
+        mine = np.flatnonzero(self.data["vlun"][np.minimum(owners, self.data.shape[0] - 1)]
+                              * (owners < self.data.shape[0]))
+        if mine.size == 0:
+            return
+        lib = _lib()
+        addr = self.args.address
+        for j in mine.tolist():
+            row = rows[int(slots[j])]
+            owner, off, nbytes = int(row[ROW["owner"]]), int(row[ROW["offset"]]), int(
+                row[ROW["nbytes"]])
+            if int(row[ROW["opcode_fd"]]) & 0xFFFF == IOCB_CMD_PWRITE:
+                lib.ivy_verify_write_done(addr, owner, off, nbytes, int(res[j]))
+            else:
+                lib.ivy_verify_read_done(addr, owner, owner, off, nbytes, int(res[j]),
+                                         int(row[ROW["buf"]]), t_ns)
+        if self.vn[1] + JOURNAL_TURN_BLOCKS > self.journal.size:
+            self.spill()
+
+    def spill(self) -> None:
+        """Move the journal's words aside (the loop returned to have room made)."""
+        n = int(self.vn[1])
+        if n:
+            self._spilled.append(self.journal[:n].copy())
+            self.vn[1] = 0
+
+    def take(self) -> Taken:
+        """What the loop's verification found since the last take, emptied."""
+        self.spill()
+        words = (np.concatenate(self._spilled) if self._spilled
+                 else np.zeros(0, dtype=np.int64))
+        self._spilled = []
+        found = int(self.vn[2])
         kept = min(found, FINDINGS_KEPT)
-        out = self.findings[:kept].copy(), self.finding_bytes[:kept].copy()
-        args.vfind_n = 0
-        return out[0], out[1], found
-
-    def take_counts(self) -> npt.NDArray[np.int64]:
-        """Per owner, the blocks checked and each class's damaged blocks since the last take
-        (``COUNT_WORDS`` columns: checked, then by ``protocol.verify.CODES``)."""
-        out = self.counts.copy()
+        out = Taken(
+            luns=(words >> 48).astype(np.int64), blocks=(words >> 8) & ((1 << 40) - 1),
+            map_bytes=(words & 0xFF).astype(np.uint8), findings=self.findings[:kept].copy(),
+            finding_bytes=self.finding_bytes[:kept].copy(), found=found,
+            counts=self.counts.copy())
+        self.vn[2] = 0
         self.counts[:] = 0
         return out
 
+    @property
     def in_flight(self) -> int:
         """How many blocks the table holds (0 once no verified I/O is in flight)."""
-        return int(self._attached().vtab_n)
+        return int(self.vn[0])
 
-    def _attached(self) -> LoopArgs:
-        if self._args is None:
-            raise RuntimeError("VerifyState is not attached to a loop")
-        return self._args
+
+def _lib() -> ctypes.CDLL:
+    lib = pk.library()
+    if lib is None:
+        raise RuntimeError(f"data verification needs the compiled loop: {pk.why_not()}")
+    return lib

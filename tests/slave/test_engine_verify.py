@@ -18,8 +18,8 @@ import pytest
 
 from protocol import verify as v
 from slave.engine import compiled_loop as pk
-from slave.engine.layout import DATA_DTYPE, LoopArgs
-from slave.engine.verify_state import FINDINGS_KEPT, VerifiedLun, VerifyState
+from slave.engine.layout import LoopArgs
+from slave.engine.verify_state import FINDINGS_KEPT, VerifiedLun, VerifyState, WorkloadVerify
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
                                 reason="no C compiler (cc): the compiled loop cannot be built")
@@ -68,16 +68,11 @@ def _loop(luns: list[VerifiedLun], lun_of: list[int], blocks_in_flight: int = 64
     assert pk.available(), pk.why_not()
     lib = pk.library()
     assert lib is not None
-    state = VerifyState(luns, blocks_in_flight, journal_room=256, n_owners=len(lun_of))
-    args = LoopArgs()
-    state.attach(args)
-    data = np.zeros(len(lun_of), dtype=DATA_DTYPE)
+    state = VerifyState(blocks_in_flight)
+    by_number = {lun.lun: lun for lun in luns}
     for k, lun in enumerate(lun_of):
-        data["vlun"][k] = state.vlun_address(lun)
-        data["writer"][k] = 10 + k
-    args.array("data", data)
-    args.n_owners = len(lun_of)
-    return Loop(args, state, lib)
+        state.add(k, WorkloadVerify(by_number[lun], 10 + k), BLOCK, iodepth=1)
+    return Loop(state.args, state, lib)
 
 
 def _one_lun(size: int = 64 * BLOCK, first: int = 0) -> Loop:
@@ -103,7 +98,7 @@ def test_the_compiled_crc_is_the_references_by_instruction_and_by_table() -> Non
 
 def test_a_write_is_stamped_as_the_reference_stamps_it_and_takes_its_blocks_next_gen() -> None:
     lp = _one_lun(first=64 * BLOCK)
-    m = lp.state.maps[0]
+    m = lp.state.maps[4]
     m[2:6] = [0, 5, 127 | v.UNSETTLED, 1]
     raw = _data(4)
     got = raw.copy()
@@ -112,13 +107,13 @@ def test_a_write_is_stamped_as_the_reference_stamps_it_and_takes_its_blocks_next
     v.stamp(want, 66 * BLOCK, 77, [1, 6, 1, 2], KEY, lun=4, writer=10, attempt=1)
     assert np.array_equal(got, want)
     assert m[2:6].tolist() == [1, 6, 1, 2]  # the map holds them from the submission on
-    assert lp.state.in_flight() == 4
+    assert lp.state.in_flight == 4
     lp.write_done(0, 66 * BLOCK, got.size)
-    assert lp.state.in_flight() == 0
-    luns, blocks, bytes_ = lp.state.drain_journal()
-    assert luns.tolist() == [4] * 4 and blocks.tolist() == [2, 3, 4, 5]
-    assert bytes_.tolist() == [1, 6, 1, 2]
-    assert lp.state.drain_journal()[1].size == 0
+    assert lp.state.in_flight == 0
+    taken = lp.state.take()
+    assert taken.luns.tolist() == [4] * 4 and taken.blocks.tolist() == [2, 3, 4, 5]
+    assert taken.map_bytes.tolist() == [1, 6, 1, 2]
+    assert lp.state.take().blocks.size == 0
 
 
 def _damaged_reads(lp: Loop) -> dict[str, npt.NDArray[np.uint8]]:
@@ -151,16 +146,17 @@ def _damaged_reads(lp: Loop) -> dict[str, npt.NDArray[np.uint8]]:
 def test_each_class_of_damage_is_the_references_counted_and_found_with_its_bytes() -> None:
     lp = _one_lun()
     reads = _damaged_reads(lp)
-    lp.state.take_counts()
-    m = lp.state.maps[0]
+    lp.state.take()  # the writes' journal, out of the way
+    m = lp.state.maps[4]
     for kind, got in reads.items():
         want = v.check_blocks(got, 8 * BLOCK, [int(m[8]), int(m[9])], KEY, 4)
         verdict = lp.check(1, 8 * BLOCK, got)
         assert [verdict] == [w for w in want if w] or (kind == "clean" and verdict == 0), kind
-        counts = lp.state.take_counts()
+        taken = lp.state.take()
+        counts = taken.counts
         assert counts[1, 0] == 2 and counts[0].sum() == 0  # two blocks checked, for owner 1
         assert counts[1, 1:].sum() == (kind != "clean")
-        found, blocks, n = lp.state.drain_findings()
+        found, blocks, n = taken.findings, taken.finding_bytes, taken.found
         if kind == "clean":
             assert n == 0
             continue
@@ -182,7 +178,7 @@ def test_each_class_of_damage_is_the_references_counted_and_found_with_its_bytes
             assert found["found_gen"][0] == m[9] - 1 and found["found_serial"][0] == 1
         if kind == "corrupt":
             assert found["crc_ok"][0] == 0 and found["sector"][0] == 1
-    assert lp.state.in_flight() == 0
+    assert lp.state.in_flight == 0
 
 
 def test_another_luns_stamp_is_misplaced() -> None:
@@ -198,7 +194,7 @@ def test_another_luns_stamp_is_misplaced() -> None:
 def test_a_block_never_written_is_not_checked() -> None:
     lp = _one_lun()
     assert lp.check(0, 0, np.zeros(4 * BLOCK, dtype=np.uint8)) == 0
-    assert lp.state.take_counts().sum() == 0
+    assert lp.state.take().counts.sum() == 0
 
 
 def test_two_writes_of_a_block_in_flight_at_once_leave_it_unsettled() -> None:
@@ -210,9 +206,9 @@ def test_two_writes_of_a_block_in_flight_at_once_leave_it_unsettled() -> None:
     lp.write(0, 0, second, serial=2)
     lp.write_done(0, 0, BLOCK)
     lp.write_done(0, 0, BLOCK)
-    m = lp.state.maps[0]
+    m = lp.state.maps[4]
     assert m[0] == 2 | v.UNSETTLED
-    assert lp.state.drain_journal()[2].tolist() == [2 | v.UNSETTLED]  # once, when both are done
+    assert lp.state.take().map_bytes.tolist() == [2 | v.UNSETTLED]  # once, when both are done
     mixed = np.concatenate([first[:2048], second[2048:]])
     assert [lp.check(0, 0, d) for d in (first, second, mixed)] == [0, 0, 0]
     third = _data(1, seed=3)
@@ -227,7 +223,7 @@ def test_a_failed_write_leaves_its_blocks_unsettled() -> None:
     lp.put(0, 0, before)
     lp.write(0, 0, failed)
     lp.write_done(0, 0, 2 * BLOCK, res=-5)  # EIO: either may be there
-    assert lp.state.maps[0][:2].tolist() == [2 | v.UNSETTLED] * 2
+    assert lp.state.maps[4][:2].tolist() == [2 | v.UNSETTLED] * 2
     assert lp.check(0, 0, before) == 0 and lp.check(0, 0, failed) == 0
 
 
@@ -252,7 +248,7 @@ def test_a_read_during_a_write_of_its_block_may_find_either_or_both() -> None:
     assert lp.check(1, 0, third) == 0
     assert lp.check(1, 0, new) == v.CODES["stale"]
     assert lp.check(1, 0, np.zeros(BLOCK, dtype=np.uint8)) == v.CODES["missing"]
-    assert lp.state.in_flight() == 0
+    assert lp.state.in_flight == 0
 
 
 def test_a_block_first_written_during_a_read_may_still_hold_anything() -> None:
@@ -269,26 +265,27 @@ def test_a_failed_read_is_not_checked_and_leaves_nothing_in_flight() -> None:
     lp.put(0, 0, _data(1))
     lp.read(1, 0, BLOCK)
     assert lp.read_done(1, 0, np.zeros(BLOCK, dtype=np.uint8), res=-5) == 0
-    assert lp.state.take_counts().sum() == 0 and lp.state.in_flight() == 0
+    assert lp.state.take().counts.sum() == 0 and lp.state.in_flight == 0
 
 
 def test_findings_past_the_kept_are_counted_not_kept() -> None:
     lp = _one_lun(size=128 * BLOCK)
     for b in range(0, 100, 10):
         lp.put(0, b * BLOCK, _data(10, seed=b))
-    lp.state.take_counts()
+    lp.state.take()  # the writes' journal, out of the way
     assert lp.check(1, 0, np.zeros(100 * BLOCK, dtype=np.uint8)) == v.CODES["missing"]
-    found, blocks, n = lp.state.drain_findings()
+    taken = lp.state.take()
+    found, blocks, n = taken.findings, taken.finding_bytes, taken.found
     assert n == 100 and len(found) == FINDINGS_KEPT == len(blocks)
     assert found["offset_bytes"].tolist() == [b * BLOCK for b in range(FINDINGS_KEPT)]
-    assert lp.state.take_counts()[1, v.CODES["missing"]] == 100
+    assert taken.counts[1, v.CODES["missing"]] == 100
 
 
 def test_the_table_of_blocks_in_flight_agrees_with_a_model_through_many_collisions() -> None:
     # a table of 16 entries (at most 4 blocks in flight sized for; here up to 12 at once, so
     # the probes collide and wrap) against a dict: after every step the same blocks in flight,
     # and at the end none; every block read back clean (a write's generation is its count)
-    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0, 0], blocks_in_flight=4)
+    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0, 0], blocks_in_flight=1)
     assert lp.state.vtab.size == 2 * 16
     rng = np.random.default_rng(5)
     model: dict[int, list[int]] = {}
@@ -316,7 +313,7 @@ def test_the_table_of_blocks_in_flight_agrees_with_a_model_through_many_collisio
                 lp.read(1, b * BLOCK, BLOCK)
                 pending.append(("r", b, written.get(b, np.zeros(BLOCK, dtype=np.uint8))))
                 model.setdefault(b, [0, 0])[0] += 1
-        assert lp.state.in_flight() == len(model)
+        assert lp.state.in_flight == len(model)
         keys = {int(x) - 1 for x in lp.state.vtab[0::2] if x}
         assert keys == set(model)
     while pending:
@@ -325,4 +322,43 @@ def test_the_table_of_blocks_in_flight_agrees_with_a_model_through_many_collisio
             lp.write_done(0, b * BLOCK, BLOCK)
         else:
             lp.read_done(1, b * BLOCK, data)
-    assert lp.state.in_flight() == 0 and not lp.state.vtab[0::2].any()
+    assert lp.state.in_flight == 0 and not lp.state.vtab[0::2].any()
+
+
+def test_a_workload_that_needs_more_room_grows_the_table_with_its_entries_in_it() -> None:
+    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0, 0], blocks_in_flight=1)
+    size = lp.state.vtab.size
+    datas = [_data(1, seed=b) for b in range(6)]
+    for b, d in enumerate(datas):
+        lp.write(0, b * BLOCK, d)
+    lp.read(1, 20 * BLOCK, BLOCK)
+    lp.state.add(2, WorkloadVerify(lp.state.luns[0], 12), 16 * BLOCK, iodepth=32)
+    assert lp.state.vtab.size > size and lp.state.in_flight == 7
+    for b in range(6):
+        lp.write_done(0, b * BLOCK, BLOCK)
+    assert lp.read_done(1, 20 * BLOCK, np.zeros(BLOCK, dtype=np.uint8)) == 0
+    assert lp.state.in_flight == 0 and not lp.state.vtab[0::2].any()
+    assert [lp.check(0, b * BLOCK, d) for b, d in enumerate(datas)] == [0] * 6
+    assert lp.state.take().map_bytes.tolist() == [1] * 6
+
+
+@pytest.mark.parametrize(("blocksize", "lun", "why"), [
+    (2048, VerifiedLun(0, 0, 64 * BLOCK, KEY), "multiple of 4096"),
+    (BLOCK, VerifiedLun(0, 0, 64 * BLOCK, KEY + 1), "is verified as"),
+])
+def test_a_workload_the_map_cannot_serve_is_refused(blocksize: int, lun: VerifiedLun,
+                                                    why: str) -> None:
+    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0])
+    with pytest.raises(ValueError, match=why):
+        lp.state.add(1, WorkloadVerify(lun, 11), blocksize, iodepth=1)
+
+
+@pytest.mark.parametrize(("make", "why"), [
+    (lambda: VerifiedLun(0, 100, 64 * BLOCK, KEY), "whole 4096-byte blocks"),
+    (lambda: VerifiedLun(70000, 0, BLOCK, KEY), "out of range"),
+    (lambda: VerifiedLun(0, 0, BLOCK, KEY, attempt=256), "attempt 256"),
+    (lambda: WorkloadVerify(VerifiedLun(0, 0, BLOCK, KEY), writer=1 << 16), "writer number"),
+])
+def test_numbers_a_stamp_cannot_carry_are_refused(make: object, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        make()  # type: ignore[operator]
