@@ -176,6 +176,7 @@ import numpy as np
 from protocol.batch import StatsBatch
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
+from scripts.bench_engine_verify import LoopCases
 from scripts.blocktrace import BlockTrace, Latencies
 from slave.engine import tuning
 from slave.worker import WorkerPool
@@ -579,8 +580,19 @@ def main() -> int:
         print("bench_engine: needs root", file=sys.stderr)
         return 2
     s = args.seconds
-    images, devs = setup(3, args.size_mib)
-    one, two, written = devs[:1], devs[:2], devs[2:]
+    images, devs = setup(4, args.size_mib)
+    one, two, written = devs[:1], devs[:2], devs[2:3]
+    # the data verification cases (bench_engine_verify): their own device, which a verified
+    # loop keeps in step with its map; the unstamped writes go to the third
+    in_loop = LoopCases(devs[3], devs[2])
+
+    def loop_case(read_fraction: float, verify: bool) -> Result:
+        stat0 = stat_line()
+        r = in_loop.run(read_fraction, verify, s)
+        nan = float("nan")
+        return Result(r.iops, r.mean_us, nan, nan, nan, nan, r.cpu_us_per_io,
+                      idle_pct=idle_share(stat0, stat_line()))
+
     try:
         # the write cases run on the third device, so they do not change the others between
         # rounds
@@ -656,6 +668,12 @@ def main() -> int:
                                                          trace=True),
             "fio qd32 paced traced": lambda: run_fio(one, 32, s, [f"--rate_iops={rate:.0f}"],
                                                      trace=True),
+            # data verification's cost (bench_engine_verify): one loop in this process,
+            # pinned, the same I/O with and without verify
+            "loop qd32 reads": lambda: loop_case(1.0, False),
+            "loop qd32 reads verify": lambda: loop_case(1.0, True),
+            "loop qd32 writes": lambda: loop_case(0.0, False),
+            "loop qd32 writes verify": lambda: loop_case(0.0, True),
         }
         if args.only:
             cases = {k: fn for k, fn in cases.items() if re.search(args.only, k)}
@@ -692,6 +710,7 @@ def main() -> int:
                              f"  (try {t + 1} of {len(tries)}"
                              + (", kept)" if run is res else ")")), flush=True)
     finally:
+        in_loop.close()
         teardown(images, devs)
 
     def med(name: str, field: str) -> float:
@@ -712,9 +731,6 @@ def main() -> int:
               f"  cpu {med(name, 'cpu_us_per_io'):5.2f} us/IO"
               f"  blk {med(name, 'blk_mean_us'):6.1f} us  idle {med(name, 'idle_pct'):4.1f} %")
 
-    if args.only:
-        print(f"\n# --only {args.only!r}: {len(cases)} case(s) run, no target judged")
-        return 0
     missed = 0
 
     def check(label: str, value: float, ok: bool, target: str,
@@ -744,7 +760,24 @@ def main() -> int:
         """fio's best of the three reference jobs of ``base`` (by median IOPS)."""
         return max((base, f"{base} batch", f"{base} io_uring"), key=lambda c: med(c, "iops"))
 
+    def verify_targets() -> None:
+        """Data verification's cost (bench_engine_verify), where its cases ran."""
+        for what in ("reads", "writes"):
+            plain, verified = f"loop qd32 {what}", f"loop qd32 {what} verify"
+            if plain in cases and verified in cases:
+                r = ratio(verified, plain, "iops")
+                check(f"qd32 {what} IOPS: verify / without", r, r >= 0.9, ">= 0.9",
+                      (verified, plain))
+                print(f"{'':7s}CPU per I/O: {med(verified, 'cpu_us_per_io'):.2f} us verified, "
+                      f"{med(plain, 'cpu_us_per_io'):.2f} us without")
+
+    if args.only:
+        print(f"\n# --only {args.only!r}: {len(cases)} case(s) run; only data "
+              "verification's targets are judged, where both their cases ran")
+        verify_targets()
+        return 1 if missed else 0
     print("\n# targets")
+    verify_targets()
     best32, best2 = best("fio qd32"), best("fio 2 jobs qd32")
     r = ratio("ivypy qd32", best32, "iops")
     check(f"qd32 IOPS / fio's best ({best32})", r, r >= 1.0, ">= 1.0", ("ivypy qd32", best32))
