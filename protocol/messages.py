@@ -134,7 +134,9 @@ class CreateWorkload(Message):
     ``allow_engine_fallback`` lets ``auto`` run on the thread pool where libaio cannot be
     had (else the create is refused). The ``Ack`` names the engine in use (``info.engine``).
     ``shared``: another session (ivypy run) may use the LUN too, if it says so as well; else a
-    LUN another session holds is refused (protocol 10)."""
+    LUN another session holds is refused (protocol 10). ``verify``: the workload's writes are
+    stamped and its reads checked against its LUN's map (``protocol.verify.TARGET_KEYS``;
+    protocol 11)."""
 
     CODE: ClassVar[int] = 7
     seq: int
@@ -145,6 +147,7 @@ class CreateWorkload(Message):
     engine: str = "auto"
     allow_engine_fallback: bool = False
     shared: bool = False
+    verify: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,11 @@ class SubintervalResult(Message):
     ``devices`` has one ``protocol.devstats.DeviceDelta.to_wire()`` dict per block device
     under the LUNs of the host's workloads, over this subinterval (protocol 7); a device
     without both samples (new in this subinterval, or gone) has no entry.
+    ``verify`` (protocol 11; None when no workload verifies): the blocks the host's verified
+    writes settled (``journal``: ``protocol.verify.journal_to_wire``), each verified
+    workload's counts of blocks checked and damaged by class (``counts``: id -> the
+    ``COUNT_NAMES``, only workloads that checked something), the damaged blocks found
+    (``found``) and the first of them in full (``findings``).
     """
 
     CODE: ClassVar[int] = 14
@@ -266,6 +274,7 @@ class SubintervalResult(Message):
     send_ns: int
     io_errors: list[str] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
+    verify: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,53 @@ def classify(key_ok: npt.NDArray[np.bool_], crc_ok: npt.NDArray[np.bool_],
     if all(int(g) in ok for g in gens):  # an unsettled block: either write, or both in part
         return CLEAN
     return CODES["torn"] if (gens != gens[0]).any() else CODES["stale"]
+
+
+# ---------------------------------------------------------------------------- on the wire
+#: a verified workload's target (``CreateWorkload.verify``): its LUN's number in the run's
+#: map and the map's range on it, the run's key and attempt, the workload's writer number
+TARGET_KEYS: Final = ("lun", "first_bytes", "size_bytes", "run_key", "attempt", "writer")
+_TARGET_RANGES: Final = {"lun": 1 << 16, "run_key": 1 << 32, "attempt": 256, "writer": 1 << 16,
+                         "first_bytes": 1 << 62, "size_bytes": 1 << 62}
+#: a report's per-workload counts (``SubintervalResult.verify["counts"]``): blocks checked,
+#: then each class's damaged blocks in ``CLASSES``' order
+COUNT_NAMES: Final = ("checked", *CLASSES)
+
+
+def check_target(target: dict[str, int]) -> dict[str, int]:
+    """``target`` if it is a whole verification target (every key of ``TARGET_KEYS``, each an
+    int in its range, the range whole map blocks); else ``ValueError`` naming the key."""
+    if set(target) != set(TARGET_KEYS):
+        raise ValueError(f"verify: keys {sorted(target)}, expected {list(TARGET_KEYS)}")
+    for key in TARGET_KEYS:
+        value = target[key]
+        if type(value) is not int or not 0 <= value < _TARGET_RANGES[key]:
+            raise ValueError(f"verify.{key}: {value!r} is not an integer in "
+                             f"0..{_TARGET_RANGES[key] - 1}")
+    for key in ("first_bytes", "size_bytes"):
+        if target[key] % MAP_BLOCK_BYTES:
+            raise ValueError(f"verify.{key}: {target[key]} is not a multiple of "
+                             f"{MAP_BLOCK_BYTES}")
+    if target["size_bytes"] == 0:
+        raise ValueError("verify.size_bytes: 0 (an empty map)")
+    return target
+
+
+def journal_to_wire(luns: npt.NDArray[np.int64], blocks: npt.NDArray[np.int64],
+                    map_bytes: npt.NDArray[np.uint8]) -> dict[str, bytes]:
+    """The blocks a host's writes settled, as little-endian arrays' bytes."""
+    return {"luns": luns.astype("<u2").tobytes(), "blocks": blocks.astype("<u8").tobytes(),
+            "map_bytes": map_bytes.astype(np.uint8).tobytes()}
+
+
+def journal_from_wire(wire: dict[str, bytes]) -> tuple[npt.NDArray[np.int64],
+                                                       npt.NDArray[np.int64],
+                                                       npt.NDArray[np.uint8]]:
+    """``journal_to_wire``'s arrays back; ``ValueError`` when their lengths disagree."""
+    luns = np.frombuffer(wire["luns"], dtype="<u2").astype(np.int64)
+    blocks = np.frombuffer(wire["blocks"], dtype="<u8").astype(np.int64)
+    map_bytes = np.frombuffer(wire["map_bytes"], dtype=np.uint8).copy()
+    if not luns.size == blocks.size == map_bytes.size:
+        raise ValueError(f"verify journal: {luns.size} LUNs, {blocks.size} blocks, "
+                         f"{map_bytes.size} map bytes")
+    return luns, blocks, map_bytes

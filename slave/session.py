@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from protocol import credit
+from protocol import credit, verify
 from protocol.batch import GroupStats, StatsBatch
 from protocol.credit import SlaveCredit
 from protocol.errors import (
@@ -93,6 +93,7 @@ class Collected:
     interlock: list[dict[str, Any]]
     io_errors: list[str] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    verify: dict[str, Any] | None = None  # ``SubintervalResult.verify``
 
 
 class Backend(Protocol):
@@ -100,11 +101,13 @@ class Backend(Protocol):
 
     def create(
         self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams,
-        engine: str = "auto", fallback: bool = False,
+        engine: str = "auto", fallback: bool = False, verify: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """Stage a new workload for the next boundary (or the next ``go``) on ``engine`` (the
         LUN's choice in the test; ``fallback``: the thread pool where libaio cannot be had);
-        return facts such as ``{"engine": "libaio"}``, the engine it runs on."""
+        return facts such as ``{"engine": "libaio"}``, the engine it runs on. ``verify``: a
+        verified workload's ``protocol.verify`` target (a backend that cannot verify data
+        raises ``ValueError`` saying so)."""
 
     def engine_for(self, lun: lunmod.LunInfo) -> str:
         """The engine workloads on ``lun`` would run on (what ``create`` reports as
@@ -564,9 +567,10 @@ class SlaveSession:
             self.luns[lun.path] = lun
             verdict = require_ok(lun, params.writes, msg.allow_write, self.host)
             _check_fits(params, lun)
+            verify = _verify_target(msg.verify, params, lun, self.host)
             self.locks.take(lun.path, msg.shared, self.host)  # another run's LUN is refused
             info = self.backend.create(wid, lun, params, engine=msg.engine,
-                                       fallback=msg.allow_engine_fallback)
+                                       fallback=msg.allow_engine_fallback, verify=verify)
         except PreflightError as exc:
             self._refuse(msg.seq, "preflight", str(exc), wid, msg.lun_path)
             return
@@ -780,6 +784,7 @@ class SlaveSession:
                 send_ns=self.clock(),
                 io_errors=got.io_errors[:20],
                 devices=devices,
+                verify=got.verify,
             )
         )
 
@@ -891,6 +896,27 @@ def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
                               counts=grouped.counts[:0])
             out.append(GroupStats(side, view_percentiles(grouped)).to_wire())
     return out
+
+
+def _verify_target(target: dict[str, int] | None, params: WorkloadParams,
+                   lun: lunmod.LunInfo, host: str) -> dict[str, int] | None:
+    """A verified workload's target, checked (``protocol.verify.check_target``), or None; its
+    blocksize and offsets whole map blocks; the compiled loop here (its checks run there and
+    only there). Raises ``ValueError`` (config) or ``PreflightError`` (the host's loop)."""
+    if target is None:
+        return None
+    verify.check_target(target)
+    if params.blocksize_bytes % verify.MAP_BLOCK_BYTES:
+        raise ValueError(f"a verified workload's blocksize must be a multiple of "
+                         f"{verify.MAP_BLOCK_BYTES} bytes, not {params.blocksize_bytes}")
+    if target["first_bytes"] + target["size_bytes"] > lun.size_bytes:
+        raise ValueError(f"verify: the map's range {target['first_bytes']} + "
+                         f"{target['size_bytes']} passes the LUN's {lun.size_bytes} bytes")
+    if not compiled_loop.available():
+        raise PreflightError(f"host {host}: LUN {lun.path}: data verification needs the "
+                             f"compiled loop, which this host cannot run: "
+                             f"{compiled_loop.why_not()}", host=host, lun=lun.path)
+    return target
 
 
 def _check_fits(params: WorkloadParams, lun: lunmod.LunInfo) -> None:

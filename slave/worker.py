@@ -161,6 +161,9 @@ class SubintervalResults:
     batch: StatsBatch
     io_errors: dict[str, dict[str, int]]
     interlock: list[WorkerInterlock]
+    # the workers' data verification of the subinterval (``SubintervalResult.verify``), or
+    # None where no workload verifies
+    verify: dict[str, Any] | None = None
 
     @functools.cached_property
     def stats(self) -> dict[str, WorkloadStats]:
@@ -175,7 +178,9 @@ class _WorkerHandle:
     cmd: Connection
     reply: Connection
     ctrl: npt.NDArray[np.int64]
-    ready: dict[int, tuple[int, int, dict[str, dict[str, int]]]] = field(default_factory=dict)
+    # subinterval -> switch and hand-over times, I/O errors, data verification's report
+    ready: dict[int, tuple[int, int, dict[str, dict[str, int]], dict[str, Any] | None]] = field(
+        default_factory=dict)
     # (kind, text, I/Os left in flight by workload): kind "late", "crash" (its run ended with
     # an exception), "command" (a command refused) or "died" (its pipe closed: said once)
     errors: list[tuple[str, str, dict[str, int]]] = field(default_factory=list)
@@ -243,6 +248,8 @@ class WorkerPool:
         ).reshape(self.n_workers, CTRL_WORDS)
         self._free_slots = list(range(max_workloads - 1, -1, -1))
         self._entries: dict[str, _Entry] = {}
+        # LUNs with a verified workload: each stays on its worker, whose loop keeps its map
+        self._verified_luns: set[str] = set()
         self._workers: list[_WorkerHandle] = []
         self._last_collected = -1
         self._audit_next = 0  # the block collect checks in full next (an index into ids)
@@ -297,7 +304,7 @@ class WorkerPool:
     def _dispatch(w: _WorkerHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
         if kind == "ready":
-            w.ready[msg[1]] = (msg[2], msg[3], msg[4])
+            w.ready[msg[1]] = (msg[2], msg[3], msg[4], msg[5])
         elif kind == "error":
             w.errors.append((msg[1], msg[2], msg[3] if len(msg) > 3 else {}))
             if msg[1] in ("crash", "late"):  # sent as its run ended
@@ -380,6 +387,7 @@ class WorkerPool:
         lun_size_bytes: int | None = None,
         fallback: bool = False,
         timeout_s: float = 10.0,
+        verify: dict[str, int] | None = None,
     ) -> WorkloadInfo:
         """Create a workload on ``lun_path`` (``engine_choice``: auto | libaio | threadpool |
         fake[...]; ``fallback``: with auto, the thread pool where libaio cannot be had);
@@ -398,7 +406,7 @@ class WorkerPool:
         self._send(
             w,
             ("create", workload_id, slot, lun_path, engine_choice, params,
-             logical_block_bytes, lun_size_bytes, fallback),
+             logical_block_bytes, lun_size_bytes, fallback, verify),
         )
         deadline = time.monotonic() + timeout_s
         while True:
@@ -413,6 +421,8 @@ class WorkerPool:
                                         self.worker_cpus[w.index])
                     self._entries[workload_id] = _Entry(info, slot, params)
                     w.luns.add(lun_path)
+                    if verify is not None:  # its map is that worker's, for the session
+                        self._verified_luns.add(lun_path)
                     if info.warning:
                         log.warning("%s", info.warning)
                     return info
@@ -469,7 +479,8 @@ class WorkerPool:
         e = self._entries.pop(workload_id)
         self._free_slots.append(e.slot)
         lun = e.info.lun_path
-        if not any(x.info.lun_path == lun for x in self._entries.values()):
+        if lun not in self._verified_luns and not any(
+                x.info.lun_path == lun for x in self._entries.values()):
             self._workers[e.info.worker].luns.discard(lun)
 
     def _stats(self, slot: int, buffer: int) -> WorkloadStats:
@@ -540,15 +551,19 @@ class WorkerPool:
                               luns=self._luns_of([ids[audit]])) from exc
         io_errors: dict[str, dict[str, int]] = {}
         interlock = []
+        verified: list[dict[str, Any]] = []
         for w in self._workers:
-            switch_ns, handed_ns, errs = w.ready.pop(k)
+            switch_ns, handed_ns, errs, report = w.ready.pop(k)
             interlock.append(WorkerInterlock(w.index, switch_ns, handed_ns))
             io_errors.update(errs)
+            if report is not None:
+                verified.append(report)
             w.ctrl[2 * b] = FREE
         for wid in [wid for wid, e in self._entries.items() if e.deleting]:
             self._forget(wid)
         self._last_collected = k
-        return SubintervalResults(k, ids, batch, io_errors, interlock)
+        return SubintervalResults(k, ids, batch, io_errors, interlock,
+                                  merge_verify_reports(verified))
 
     def keep_going(self) -> None:
         """The master said continue: the buffer freed by the last ``collect`` is ready to run
@@ -647,3 +662,19 @@ class WorkerPool:
 
 if __name__ == "__main__":  # pragma: no cover - the workers are forked, not run as a script
     sys.exit("slave.worker is a library")
+
+
+def merge_verify_reports(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The workers' verification reports of one subinterval as one (``SubintervalResult.verify``):
+    their journals end to end (each worker's LUNs are its own), counts and findings together."""
+    if not reports:
+        return None
+    if len(reports) == 1:
+        return reports[0]
+    journal = {key: b"".join(r["journal"][key] for r in reports)
+               for key in ("luns", "blocks", "map_bytes")}
+    counts: dict[str, list[int]] = {}
+    for r in reports:
+        counts.update(r["counts"])
+    return {"journal": journal, "counts": counts, "found": sum(r["found"] for r in reports),
+            "findings": [f for r in reports for f in r["findings"]]}

@@ -44,7 +44,8 @@ class WorkerBackend:
         self._running = False
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
-               engine: str = "auto", fallback: bool = False) -> dict[str, Any]:
+               engine: str = "auto", fallback: bool = False,
+               verify: dict[str, int] | None = None) -> dict[str, Any]:
         info = self.pool.create_workload(
             workload_id,
             lun.path,
@@ -53,6 +54,7 @@ class WorkerBackend:
             logical_block_bytes=lun.logical_block_bytes,
             lun_size_bytes=lun.size_bytes,
             fallback=fallback,
+            verify=verify,
         )
         out: dict[str, Any] = {"engine": info.engine, "worker": info.worker, "cpu": info.cpu}
         if info.warning:
@@ -124,6 +126,7 @@ class WorkerBackend:
                 for il in res.interlock
             ],
             io_errors=errors,
+            verify=res.verify,
         )
 
     def release(self, subinterval: int) -> None:

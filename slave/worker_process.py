@@ -34,6 +34,7 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from slave.engine.threadpool import ThreadPoolEngine
+from slave.engine.verify_state import VerifiedLun, WorkloadVerify, verify_report
 from slave.sequencer import check_fits
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ class _WorkerControl:
         lbs: int | None,
         size: int | None,
         fallback: bool = False,
+        verify: dict[str, int] | None = None,
     ) -> None:
         """Create a workload on its engine and answer ``created`` with the engine it runs on
         (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
@@ -209,8 +211,12 @@ class _WorkerControl:
             size = size if size is not None else geometry.size_bytes  # type: ignore[union-attr]
             check_fits(params, lun_size_bytes=size, logical_block_bytes=lbs)
             decision = choose_engine(engine_choice, path, lbs, fallback=fallback)
+            target = None if verify is None else WorkloadVerify(
+                VerifiedLun(verify["lun"], verify["first_bytes"], verify["size_bytes"],
+                            verify["run_key"], verify["attempt"]), verify["writer"])
             try:
-                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
+                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size,
+                          target)
             except IoEngineError as exc:
                 if decision.kind == "io_uring":  # its ring, or a registration, refused
                     raise IoEngineError(
@@ -220,14 +226,16 @@ class _WorkerControl:
                 if not (fallback and engine_choice == "auto"):
                     raise IoEngineError(refusal(path, str(exc))) from exc
                 decision = EngineDecision("threadpool", fallback_warning(path, str(exc)))
-                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size)
+                self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size,
+                          target)
         except (IoEngineError, ValueError, OSError) as exc:
             self.reply.send(("failed", wid, str(exc)))
             return
         self.reply.send(("created", wid, decision.kind, decision.warning))
 
     def _add(self, wid: str, slot: int, path: str, kind: str, engine_choice: str,
-             params: WorkloadParams, lbs: int, size: int) -> None:
+             params: WorkloadParams, lbs: int, size: int,
+             verify: WorkloadVerify | None = None) -> None:
         """Open the LUN for ``kind`` and add the workload to the loop (at the next boundary
         when running); on failure nothing of it is left (no descriptor, no spec)."""
         if kind == "fake":
@@ -243,7 +251,8 @@ class _WorkerControl:
             WorkloadStats(region[(2 * slot + 1) * n : (2 * slot + 2) * n]),
         )
         spec = WorkloadSpec(
-            wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key)
+            wid, params, engine, fd, size, lbs, stats, on_release=lambda: self._release(key),
+            verify=verify,
         )
         self.specs[wid] = spec
         self.latest[wid] = params
@@ -317,7 +326,10 @@ class _WorkerControl:
         io_errors: dict[str, dict[str, int]],
     ) -> None:
         self.ctrl[2 * credit.buffer_of(finished_index)] = READY_TO_SEND
-        self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors))
+        report = None if loop.verify is None else verify_report(loop.verify.take(),
+                                                                loop.verify.ids)
+        self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors,
+                         report))
 
     def in_flight(self) -> dict[str, int]:
         """After a run that ended with I/Os still in flight (a drain past its limit): how

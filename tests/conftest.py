@@ -40,7 +40,7 @@ SHARES_THE_MACHINE = frozenset({
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
     "test_engine_differential_fake.py", "test_engine_layout.py",
     "test_engine_paced_draws.py", "test_engine_permission.py", "test_engine_verify.py",
-    "test_engine_verify_device.py",
+    "test_engine_verify_device.py", "test_worker_verify.py",
     "test_lun_info.py", "test_lun_mark.py", "test_lunlock.py", "test_luns.py",
     "test_luns_growth.py",
     "test_main_untimed.py",

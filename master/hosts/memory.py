@@ -90,7 +90,10 @@ class SyntheticBackend:
         self.calls: list[str] = []
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
-               engine: str = "auto", fallback: bool = False) -> dict[str, Any]:
+               engine: str = "auto", fallback: bool = False,
+               verify: dict[str, int] | None = None) -> dict[str, Any]:
+        if verify is not None:
+            raise ValueError("an in-memory host has no data to verify (its I/O is synthetic)")
         self.workloads[workload_id] = params
         return {"engine": "synthetic"}
 

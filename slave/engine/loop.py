@@ -163,7 +163,8 @@ class EngineLoop:
             return
         if self.verify is None:
             self.verify = self.slots.verify = self.native.verify = VerifyState()
-        self.verify.add(w.index, v, w.params.blocksize_bytes, w.params.iodepth)
+        self.verify.add(w.index, v, w.params.blocksize_bytes, w.params.iodepth,
+                        w.spec.workload_id)
 
     def flush(self) -> None:
         """Bin the pending completion records into the running stats buffers."""

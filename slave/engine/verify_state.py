@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -114,6 +114,9 @@ class VerifyState:
         self.findings = np.zeros(FINDINGS_KEPT, dtype=VFIND_DTYPE)
         self.finding_bytes = np.zeros((FINDINGS_KEPT, verify.MAP_BLOCK_BYTES), dtype=np.uint8)
         self._spilled: list[npt.NDArray[np.int64]] = []
+        #: each verified workload's id by its index in the loop (kept after it leaves: its
+        #: last subinterval's counts still name it)
+        self.ids: dict[int, str] = {}
         self._blocks_in_flight: dict[int, int] = {}
         self._point(self.args)
         self.args.n_owners = self.counts.shape[0]
@@ -124,9 +127,10 @@ class VerifyState:
         return np.zeros(2 * (1 << max(4, (4 * max(1, blocks_in_flight) - 1).bit_length())),
                         dtype=np.int64)
 
-    def add(self, index: int, v: WorkloadVerify, blocksize_bytes: int, iodepth: int) -> None:
-        """Workload ``index`` of the loop verifies ``v`` (its LUN's map made on first use),
-        ``iodepth`` I/Os of ``blocksize_bytes`` in flight at most."""
+    def add(self, index: int, v: WorkloadVerify, blocksize_bytes: int, iodepth: int,
+            workload_id: str = "") -> None:
+        """Workload ``index`` of the loop (``workload_id``) verifies ``v`` (its LUN's map made
+        on first use), ``iodepth`` I/Os of ``blocksize_bytes`` in flight at most."""
         if blocksize_bytes % verify.MAP_BLOCK_BYTES:
             raise ValueError(f"a verified workload's blocksize must be a multiple of "
                              f"{verify.MAP_BLOCK_BYTES} bytes, not {blocksize_bytes}")
@@ -154,6 +158,7 @@ class VerifyState:
             self.counts = counts
             self.args.array("vcount", counts)
             self.args.n_owners = size
+        self.ids[index] = workload_id or str(index)
         self.data["vlun"][index] = self.vlun_address(lun.lun)
         self.data["writer"][index] = v.writer
         self._blocks_in_flight[index] = iodepth * (blocksize_bytes // verify.MAP_BLOCK_BYTES + 1)
@@ -282,6 +287,30 @@ class VerifyState:
     def in_flight(self) -> int:
         """How many blocks the table holds (0 once no verified I/O is in flight)."""
         return int(self.vn[0])
+
+
+def verify_report(taken: Taken, ids: dict[int, str]) -> dict[str, Any]:
+    """What a worker sends of ``taken`` (``SubintervalResult.verify``'s form): the journal's
+    arrays' bytes, each workload's counts by id (those that checked something), how many
+    damaged blocks were found, and those kept in full."""
+    counts = {ids[i]: row[:len(verify.COUNT_NAMES)].tolist()
+              for i, row in enumerate(taken.counts) if i in ids and row.any()}
+    findings = []
+    for f, data in zip(taken.findings, taken.finding_bytes, strict=True):
+        owner = int(f["owner"])
+        findings.append({
+            "workload_id": ids.get(owner, str(owner)), "lun": int(f["lun"]),
+            "offset_bytes": int(f["offset_bytes"]),
+            "class": verify.CLASSES[int(f["verdict"]) - 1], "expected": int(f["expected"]),
+            "sector": int(f["sector"]),
+            "found": {"offset_bytes": int(f["found_offset_bytes"]),
+                      "serial": int(f["found_serial"]), "run_key": int(f["found_run_key"]),
+                      "lun": int(f["found_lun"]), "writer": int(f["found_writer"]),
+                      "gen": int(f["found_gen"]), "attempt": int(f["found_attempt"]),
+                      "crc_ok": bool(f["crc_ok"])},
+            "done_ns": int(f["done_ns"]), "data": data.tobytes()})
+    return {"journal": verify.journal_to_wire(taken.luns, taken.blocks, taken.map_bytes),
+            "counts": counts, "found": taken.found, "findings": findings}
 
 
 def _lib() -> ctypes.CDLL:

@@ -59,13 +59,16 @@ class FakeBackend:
         self.calls: list[tuple[str, Any]] = []
         self.engines: dict[str, tuple[str, bool]] = {}  # what each create asked for
         self.late_at: int | None = None
+        self.verify: dict[str, dict[str, int] | None] = {}  # each create's verify target
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
-               engine: str = "auto", fallback: bool = False) -> dict[str, Any]:
+               engine: str = "auto", fallback: bool = False,
+               verify: dict[str, int] | None = None) -> dict[str, Any]:
         self.workloads[workload_id] = params
         self.luns[workload_id] = lun
         self.calls.append(("create", workload_id))
         self.engines[workload_id] = (engine, fallback)
+        self.verify[workload_id] = verify
         return {"engine": "fake"}
 
     def engine_for(self, lun: LunInfo) -> str:

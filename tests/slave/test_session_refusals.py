@@ -21,6 +21,7 @@ from protocol.messages import (
     LunList,
     Message,
 )
+from slave.engine import compiled_loop
 from slave.luns import KIND_BLOCK, KIND_FILE, lun_for_path
 from tests.slave.test_session import Harness
 
@@ -96,3 +97,52 @@ def test_every_refusal_of_a_workload_request_names_the_host() -> None:
         assert isinstance(err, Error) and not err.fatal, err
         assert err.message.startswith("host h1: "), err.message
         assert not err.message.startswith("host h1: host h1"), err.message  # named once
+
+
+# --------------------------------------------------------------------- data verification
+TARGET = {"lun": 2, "first_bytes": 0, "size_bytes": 1 << 20, "run_key": 9, "attempt": 0,
+          "writer": 4}
+
+
+def _verified(h: Harness, seq: int, target: dict[str, int], **params: object) -> Message:
+    (reply,) = h.send(CreateWorkload(seq, f"h1:/dev/fake0:v{seq}", "/dev/fake0",
+                                     {"iodepth": 1, "iops": 10.0, **params}, False,
+                                     verify=target))
+    return reply
+
+
+def test_a_verified_create_hands_its_target_to_the_backend(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    assert isinstance(_verified(h, 1, TARGET), Ack)
+    assert h.backend.verify == {"h1:/dev/fake0:v1": TARGET}
+    (ack,) = h.send(CreateWorkload(2, "h1:/dev/fake0:p", "/dev/fake0", {"iodepth": 1}, False))
+    assert isinstance(ack, Ack) and h.backend.verify["h1:/dev/fake0:p"] is None
+
+
+@pytest.mark.parametrize(("target", "params", "kind", "says"), [
+    ({**TARGET, "writer": 1 << 16}, {}, "config", "verify.writer: 65536 is not an integer"),
+    ({k: x for k, x in TARGET.items() if k != "run_key"}, {}, "config",
+     "verify: keys ['attempt', 'first_bytes', 'lun', 'size_bytes', 'writer']"),
+    ({**TARGET, "first_bytes": 512}, {}, "config",
+     "verify.first_bytes: 512 is not a multiple of 4096"),
+    ({**TARGET, "size_bytes": 2 << 30}, {}, "config",
+     "verify: the map's range 0 + 2147483648 passes the LUN's 1073741824 bytes"),
+    (TARGET, {"blocksize_bytes": 2048}, "config",
+     "a verified workload's blocksize must be a multiple of 4096 bytes, not 2048"),
+    (TARGET, {}, "preflight", "host h1: LUN /dev/fake0: data verification needs the compiled "
+                              "loop, which this host cannot run: no C compiler here"),
+])
+def test_a_verified_create_the_host_cannot_serve_is_refused_saying_why(
+        monkeypatch: pytest.MonkeyPatch, target: dict[str, int], params: dict[str, object],
+        kind: str, says: str) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: kind != "preflight")
+    monkeypatch.setattr(compiled_loop, "why_not", lambda: "no C compiler here")
+    h = Harness()
+    h.hello()
+    err = _verified(h, 1, target, **params)
+    assert isinstance(err, Error) and err.kind == kind, err
+    assert says in err.message, err.message
+    assert h.backend.verify == {}  # nothing created

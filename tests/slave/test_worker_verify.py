@@ -1,0 +1,120 @@
+"""Data verification through the worker pool (real worker processes, a real loop device): a
+verified workload's create carries its target to the worker that runs it, each collected
+subinterval carries the worker's report (the journal of blocks settled, each workload's counts,
+the damaged blocks found with their bytes) in ``SubintervalResult.verify``'s form, a verified
+LUN stays on its worker (its map) after its workloads are gone, and the next step's reader
+finds a block damaged between the steps. Generous deadlines: nothing here is timed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from protocol import verify as v
+from protocol.params import WorkloadParams
+from slave.engine import compiled_loop as pk
+from slave.worker import SubintervalResults, WorkerPool, merge_verify_reports
+from tests.slave.conftest import LoopFactory
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
+                                reason="no C compiler (cc): the compiled loop cannot be built")
+
+SUB_NS = 200_000_000
+BLOCK = v.MAP_BLOCK_BYTES
+N_BLOCKS = 128
+
+
+@pytest.fixture
+def pool() -> Iterator[WorkerPool]:
+    p = WorkerPool(2)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _step(pool: WorkerPool, n: int) -> list[SubintervalResults]:
+    t0 = time.monotonic_ns() + 50_000_000
+    pool.go(t0, SUB_NS)
+    out = []
+    for k in range(n):
+        out.append(pool.collect(k, t0 + (k + 1) * SUB_NS + 3_000_000_000))
+        pool.keep_going()
+    pool.stop()
+    return out
+
+
+def _target(writer: int) -> dict[str, int]:
+    return {"lun": 3, "first_bytes": 0, "size_bytes": N_BLOCKS * BLOCK, "run_key": 77,
+            "attempt": 0, "writer": writer}
+
+
+@pytest.mark.root
+def test_a_verified_writer_and_reader_report_through_the_pool(
+        pool: WorkerPool, loop_device: LoopFactory) -> None:
+    assert pk.available(), pk.why_not()
+    dev = loop_device(N_BLOCKS * BLOCK)
+    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
+    writer = "h:lun:w"
+    pool.create_workload(writer, dev.path, "libaio", WorkloadParams(
+        iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
+        verify=_target(1))
+    results = _step(pool, 3)
+    reports = [r.verify for r in results]
+    assert all(r is not None for r in reports)
+    luns, blocks, map_bytes = [], [], []
+    for r in reports:
+        assert r is not None
+        lun, block, byte = v.journal_from_wire(r["journal"])
+        luns += lun.tolist()
+        blocks += block.tolist()
+        map_bytes += byte.tolist()
+        assert r["found"] == 0 and r["findings"] == [] and writer not in r["counts"]
+    assert set(luns) == {3} and set(blocks) == set(range(N_BLOCKS))  # 600 writes: all, 4x
+    last = dict(zip(blocks, map_bytes, strict=True))
+    assert all(b & v.GEN_MASK >= 2 for b in last.values())
+    worker = pool.workloads[writer].worker
+    pool.delete_workload(writer)
+    assert dev.path in pool._workers[worker].luns  # its map stays with its worker
+    with open(dev.backing_file, "r+b") as f:  # block 5 zeroed between the steps
+        f.seek(5 * BLOCK)
+        f.write(bytes(BLOCK))
+        f.flush()
+        os.fsync(f.fileno())
+    reader = "h:lun:r"
+    info = pool.create_workload(reader, dev.path, "libaio", WorkloadParams(
+        iosequencer="sequential", iodepth=4, iops=2000.0), **geometry, verify=_target(2))
+    assert info.worker == worker
+    reports = [r.verify for r in _step(pool, 3)]
+    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
+    for r in reports:
+        assert r is not None
+        counts += r["counts"].get(reader, 0)
+    missing = 1 + v.CLASSES.index("missing")
+    assert counts[0] >= N_BLOCKS and counts[missing] >= 1  # a pass at least: block 5 found
+    assert counts[1:].sum() == counts[missing] == sum(r["found"] for r in reports if r)
+    f = next(f for r in reports if r for f in r["findings"])
+    assert f["workload_id"] == reader and f["class"] == "missing"
+    assert f["offset_bytes"] == 5 * BLOCK and f["expected"] == last[5]
+    assert f["data"] == bytes(BLOCK) and f["found"]["run_key"] == 0
+
+
+def test_reports_merge_end_to_end() -> None:
+    a = {"journal": v.journal_to_wire(np.array([1]), np.array([5]), np.array([3], np.uint8)),
+         "counts": {"x": [4, 0, 0, 0, 0, 1]}, "found": 1, "findings": [{"workload_id": "x"}]}
+    b = {"journal": v.journal_to_wire(np.array([2, 2]), np.array([7, 8]),
+                                      np.array([1, 2], np.uint8)),
+         "counts": {"y": [2, 0, 0, 0, 0, 0]}, "found": 0, "findings": []}
+    assert merge_verify_reports([]) is None and merge_verify_reports([a]) is a
+    m = merge_verify_reports([a, b])
+    assert m is not None
+    luns, blocks, bytes_ = v.journal_from_wire(m["journal"])
+    assert luns.tolist() == [1, 2, 2] and blocks.tolist() == [5, 7, 8]
+    assert bytes_.tolist() == [3, 1, 2]
+    assert m["counts"] == {"x": [4, 0, 0, 0, 0, 1], "y": [2, 0, 0, 0, 0, 0]}
+    assert m["found"] == 1 and m["findings"] == [{"workload_id": "x"}]
