@@ -259,7 +259,8 @@ class SubintervalResult(Message):
     writes settled (``journal``: ``protocol.verify.journal_to_wire``), each verified
     workload's counts of blocks checked and damaged by class (``counts``: id -> the
     ``COUNT_NAMES``, only workloads that checked something), the damaged blocks found
-    (``found``) and the first of them in full (``findings``).
+    (``found``), the first of them in full (``findings``), and each writer's confirmed serial
+    (``confirmed``: every write of it up to that serial is in a journal sent).
     """
 
     CODE: ClassVar[int] = 14

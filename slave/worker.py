@@ -674,7 +674,9 @@ def merge_verify_reports(reports: list[dict[str, Any]]) -> dict[str, Any] | None
     journal = {key: b"".join(r["journal"][key] for r in reports)
                for key in ("luns", "blocks", "map_bytes")}
     counts: dict[str, list[int]] = {}
+    confirmed: dict[str, int] = {}
     for r in reports:
         counts.update(r["counts"])
+        confirmed.update(r.get("confirmed", {}))
     return {"journal": journal, "counts": counts, "found": sum(r["found"] for r in reports),
-            "findings": [f for r in reports for f in r["findings"]]}
+            "findings": [f for r in reports for f in r["findings"]], "confirmed": confirmed}

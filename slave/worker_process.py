@@ -326,8 +326,8 @@ class _WorkerControl:
         io_errors: dict[str, dict[str, int]],
     ) -> None:
         self.ctrl[2 * credit.buffer_of(finished_index)] = READY_TO_SEND
-        report = None if loop.verify is None else verify_report(loop.verify.take(),
-                                                                loop.verify.ids)
+        report = None if loop.verify is None else verify_report(
+            loop.verify.take(), loop.verify.ids, loop.confirmed_serials())
         self.reply.send(("ready", finished_index, switch_done_ns, handed_over_ns, io_errors,
                          report))
 

@@ -1394,11 +1394,13 @@ static int64_t run_set(struct ivy_loop *L)
                 const struct ivy_io *io = &ring[c + q];
                 if ((io->opcode_fd & 0xffff) == IOCB_CMD_PWRITE) {
                     put_write_data(&data[k], c + q, io->offset, (char *)(intptr_t)row->buf);
-                    if (data[k].vlun)
+                    if (data[k].vlun) {
+                        row->serial = data[k].ring_serial + c + q;
                         verify_write(L, &data[k], io->offset, (int64_t)row->nbytes,
-                                     data[k].ring_serial + c + q,
-                                     (uint8_t *)(intptr_t)row->buf);
+                                     row->serial, (uint8_t *)(intptr_t)row->buf);
+                    }
                 } else if (data && data[k].vlun) {
+                    row->serial = data[k].ring_serial + c + q;
                     verify_read(L, &data[k], io->offset, (int64_t)row->nbytes);
                 }
                 row->opcode_fd = io->opcode_fd;

@@ -28,7 +28,8 @@
  * aio_buf, aio_nbytes, aio_offset, aio_reserved2, aio_flags and aio_resfd (0); then the loop's
  * bookkeeping: the owning workload (its index), the I/O's category, its submit and scheduled
  * times, the bytes it must transfer, its buffer's row in the workload's buffers, and in a
- * record (a row copied at completion) the result and the reap time */
+ * record (a row copied at completion) the result and the reap time; a verified workload's
+ * I/O's serial (its write data's, and its stamps') */
 #define IVY_ROW_FIELDS(X) \
     X(uint64_t, data) \
     X(uint64_t, key_rw_flags) \
@@ -45,7 +46,8 @@
     X(int64_t, size_bytes) \
     X(int64_t, buf_row) \
     X(int64_t, res) \
-    X(int64_t, done_ns)
+    X(int64_t, done_ns) \
+    X(int64_t, serial)
 
 struct ivy_row {
     IVY_ROW_FIELDS(IVY_FIELD)

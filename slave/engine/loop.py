@@ -35,6 +35,7 @@ from slave.engine import compiled_loop as pk
 from slave.engine import tuning
 from slave.engine.base import IoEngine, SlotTable, check_caps, sized
 from slave.engine.clock import REAL_CLOCK, Clock, Waiter, timed_wait_ns
+from slave.engine.layout import IOCB_CMD_PWRITE, ROW
 from slave.engine.loop_native import NativeLoop
 from slave.engine.loop_records import Records
 from slave.engine.loop_slots import Group, Slots
@@ -165,6 +166,36 @@ class EngineLoop:
             self.verify = self.slots.verify = self.native.verify = VerifyState()
         self.verify.add(w.index, v, w.params.blocksize_bytes, w.params.iodepth,
                         w.spec.workload_id)
+
+    def confirmed_serials(self) -> dict[int, int]:
+        """Each live verified workload's confirmed serial, by its writer number: every write
+        of it with a serial up to this one has completed (and so is in the journal its
+        loop's verification gives back next). From the writes it has in flight now (a slot
+        neither free nor idle; the compiled set's free stacks where it is loaded), else the
+        serial of its next I/O less one. A slot whose completion is held past the boundary
+        counts as in flight: the figure errs low, never high."""
+        out: dict[int, int] = {}
+        native, rows = self.native, self.slots.rows
+        loaded = ({w.index: i for i, w in enumerate(native.ws)}
+                  if native.ws and native.loaded else {})
+        pool = set(self.slots.free)
+        for w in self.workloads.live():
+            v = w.spec.verify
+            if v is None:
+                continue
+            i = loaded.get(w.index)
+            if i is None:
+                free = pool.union(w.free)
+                nxt = w.ring_serial + w.cur
+            else:
+                off = int(native.free_off[i])
+                free = pool.union(native.free_buf[off : off + int(native.free_n[i])].tolist())
+                nxt = int(native.data["ring_serial"][i]) + int(native.cur[i])
+            flying = [s for s in w.slots.tolist() if s not in free]
+            writes = [int(rows[s, ROW["serial"]]) for s in flying
+                      if int(rows[s, ROW["opcode_fd"]]) & 0xFFFF == IOCB_CMD_PWRITE]
+            out[v.writer] = (min(writes) if writes else nxt) - 1
+        return out
 
     def flush(self) -> None:
         """Bin the pending completion records into the running stats buffers."""

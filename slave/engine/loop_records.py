@@ -95,7 +95,7 @@ class Records:
             w = self._of(o)
             targets.append(None if w is None else w.spec.stats[self.buf])
             cats.append(c)
-        done = done[order]  # the columns needed, not whole 128-byte rows
+        done = done[order]  # the columns needed, not whole rows
         record_groups(targets, cats, starts, done - rows[:, ROW["submit_ns"]][order],
                       done - rows[:, ROW["sched_ns"]][order], rows[:, ROW["size_bytes"]][order])
 

@@ -226,6 +226,7 @@ class VerifyState:
         generations taken and writes stamped (serials from ``first_serial``, in order)."""
         lib = _lib()
         addr = self.args.address
+        rows[slots, ROW["serial"]] = first_serial + np.arange(slots.size)
         for i, s in enumerate(slots.tolist()):
             row = rows[s]
             owner, off, nbytes = int(row[ROW["owner"]]), int(row[ROW["offset"]]), int(
@@ -289,10 +290,12 @@ class VerifyState:
         return int(self.vn[0])
 
 
-def verify_report(taken: Taken, ids: dict[int, str]) -> dict[str, Any]:
+def verify_report(taken: Taken, ids: dict[int, str],
+                  confirmed: dict[int, int] | None = None) -> dict[str, Any]:
     """What a worker sends of ``taken`` (``SubintervalResult.verify``'s form): the journal's
     arrays' bytes, each workload's counts by id (those that checked something), how many
-    damaged blocks were found, and those kept in full."""
+    damaged blocks were found, those kept in full, and each writer's confirmed serial
+    (``EngineLoop.confirmed_serials``; keys as text, as the wire's maps have)."""
     counts = {ids[i]: row[:len(verify.COUNT_NAMES)].tolist()
               for i, row in enumerate(taken.counts) if i in ids and row.any()}
     findings = []
@@ -310,7 +313,8 @@ def verify_report(taken: Taken, ids: dict[int, str]) -> dict[str, Any]:
                       "crc_ok": bool(f["crc_ok"])},
             "done_ns": int(f["done_ns"]), "data": data.tobytes()})
     return {"journal": verify.journal_to_wire(taken.luns, taken.blocks, taken.map_bytes),
-            "counts": counts, "found": taken.found, "findings": findings}
+            "counts": counts, "found": taken.found, "findings": findings,
+            "confirmed": {str(w): s for w, s in (confirmed or {}).items()}}
 
 
 def _lib() -> ctypes.CDLL:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -56,7 +57,8 @@ class Verified:
         self.monkeypatch = monkeypatch
 
     def run(self, read_fraction: float, n_sub: int = 3, iosequencer: str = "sequential",
-            iodepth: int = 4, iops: float | None = 4000.0, blocks: int = N_BLOCKS) -> None:
+            iodepth: int = 4, iops: float | None = 4000.0, blocks: int = N_BLOCKS,
+            at_boundary: Callable[[EngineLoop, int, int], None] | None = None) -> None:
         """A sequential workload (writes or reads) over the first ``blocks`` of the device at
         ``iops`` and queue depth 4, ``n_sub`` subintervals of 100 ms (a pass takes 64 ms),
         then dropped."""
@@ -64,7 +66,7 @@ class Verified:
         pair = (WorkloadStats(self.region[:n]), WorkloadStats(self.region[n:]))
         pair[0].reset()
         pair[1].reset()
-        ctl = Control(n_sub)
+        ctl = Control(n_sub, at_boundary=at_boundary)
         ctl.per_workload.append(pair)
         self.n += 1
         name = f"t:lun:w{self.n}"
@@ -197,6 +199,35 @@ def test_random_reads_and_writes_of_few_blocks_at_depth_32_find_nothing_wrong(
         assert t.loop.verify is not None and t.loop.verify.in_flight == 0
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("iops", [4000.0, None])
+def test_a_writers_confirmed_serial_says_which_writes_are_in_the_journal(
+        loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch, way: str,
+        iops: float | None) -> None:
+    # a sequential writer (serial s writes block s - 1, modulo): at each boundary every write
+    # up to the confirmed serial has completed and is in the journal taken there, and no more
+    # than the depth's beyond it (the oldest write in flight holds it)
+    assert pk.available(), pk.why_not()
+    dev = loop_device(N_BLOCKS * BLOCK)
+    t = Verified(dev, "libaio", monkeypatch)
+    seen: list[tuple[int, int]] = []  # (confirmed, journaled so far) at each boundary
+    journaled = [0]
+
+    def boundary(loop: EngineLoop, finished: int, boundary_ns: int) -> None:
+        assert loop.verify is not None
+        (confirmed,) = loop.confirmed_serials().values()
+        journaled[0] += loop.verify.take().blocks.size
+        seen.append((confirmed, journaled[0]))
+
+    try:
+        t.run(read_fraction=0.0, iops=iops, at_boundary=boundary)
+    finally:
+        t.close()
+    assert len(seen) >= 2
+    assert [c for c, _ in seen] == sorted(c for c, _ in seen) and seen[-1][0] > N_BLOCKS
+    for confirmed, done in seen:
+        assert confirmed <= done <= confirmed + 4, seen
 
 
 def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
