@@ -8,9 +8,10 @@ built-in rollups) in ``master.config.catalog``. This package must not contact ho
 files, or import anything from the run loop.
 
 Submodules: ``yamlnodes`` (YAML with line numbers), ``hosts`` (range expansion), ``workloads``
-(workload keys, create/edit/delete), ``steps`` (steps, measure, DFC, sweeps), ``loader`` (top
-level, LUN selectors, rollups), ``schema``, ``catalog``, ``keys`` (each mapping's keys as a
-user reads them) and ``reference`` (renders them into ``docs/config.md``).
+(workload keys, create/edit/delete), ``steps`` (steps, measure, DFC, sweeps), ``verify``
+(``verify:`` and what a verified test may not hold), ``loader`` (top level, LUN selectors,
+rollups), ``schema``, ``catalog``, ``keys`` (each mapping's keys as a user reads them) and
+``reference`` (renders them into ``docs/config.md``).
 """
 
 from master.config.catalog import BUILTIN_ROLLUPS, FOCUS_METRICS, IOSEQUENCERS, LUN_ATTRIBUTE_KEYS
@@ -35,6 +36,7 @@ from master.config.schema import (
     RollupSpec,
     StepConfig,
     TestConfig,
+    VerifyConfig,
     WorkloadChange,
     WorkloadEdit,
     WorkloadSpec,
@@ -65,6 +67,7 @@ __all__ = [
     "RollupSpec",
     "StepConfig",
     "TestConfig",
+    "VerifyConfig",
     "WorkloadChange",
     "WorkloadEdit",
     "WorkloadSpec",

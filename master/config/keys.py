@@ -1,14 +1,13 @@
 """The test file's keys as a user reads them: one table per mapping, each key with its value
 form, its default and its meaning.
 
-Owns the words of the config reference (``docs/config.md``, written by
-``master.config.reference``). Bounds and defaults are taken from the constants the parsers use
-(``limits``, ``loader``, ``steps``, ``hosts``, the ``schema`` dataclasses), so a changed number
-shows in the reference when it is regenerated. Which keys each mapping accepts is decided by
-the parsers (``loader.TOP_KEYS``, ``steps.STEP_KEYS``, ...); a test loads a test file that
-reaches every mapping and checks that the keys each one accepts are exactly those listed here,
-so a key added to the loader without a line here fails it. This module must not parse YAML or
-validate anything.
+Owns the words of the config reference (``docs/config.md``, written by ``master.config.reference``).
+Bounds and defaults are taken from the constants the parsers use (``limits``, ``loader``, ``steps``,
+``hosts``, ``verify``, the ``schema`` dataclasses), so a changed number shows in the reference when
+it is regenerated. Which keys each mapping accepts is decided by the parsers (``loader.TOP_KEYS``,
+``steps.STEP_KEYS``, ...); a test loads a test file that reaches every mapping and checks that the
+keys each one accepts are exactly those listed here, so a key added to the loader without a line
+here fails it. This module must not parse YAML or validate anything.
 """
 
 from __future__ import annotations
@@ -19,11 +18,13 @@ from master.config import gather as gather_rules
 from master.config import hosts as host_rules
 from master.config import loader
 from master.config import steps as step_rules
+from master.config import verify as verify_rules
 from master.config.catalog import FIO_CRITERIA, IOSEQUENCERS, LUN_ATTRIBUTE_KEYS, LUN_ENGINES
 from master.config.limits import (
     MAX_AUTOCORRELATION,
     MAX_BLOCKSIZE_BYTES,
     MAX_DFC_GAIN,
+    MAX_FINDINGS_KEPT,
     MAX_IODEPTH,
     MAX_IOPS,
     MAX_IOPS_TOLERANCE_PCT,
@@ -38,7 +39,7 @@ from master.config.limits import (
     format_number,
     show_bytes,
 )
-from master.config.schema import HostConfig, LunChoice, WorkloadSpec
+from master.config.schema import HostConfig, LunChoice, VerifyConfig, WorkloadSpec
 from master.config.units import format_duration_s, format_fraction
 
 __all__ = ["SECTIONS", "Key", "Section", "editable_workload_keys", "section"]
@@ -84,6 +85,8 @@ _PHASE_MAX = "at most a year"
 #: a workload and a host with every default, to read the defaults from
 _SPEC = WorkloadSpec(name="defaults", luns=LunChoice(), iosequencer="")
 _HOST = HostConfig(name="defaults", address="defaults", transport="local")
+_VERIFY = VerifyConfig()
+_VERIFY_BLOCK = f"{verify_rules.VERIFY_BLOCK_BYTES // 1024} KiB"
 _EXTENT = "fraction or bytes"
 
 TOP = Section(
@@ -135,6 +138,13 @@ TOP = Section(
            "`thresholds[]` to narrow one. Each result is in summary.csv (`thresholds`), "
            "summary.json, the end table and the report; one that failed, or had no value "
            "to judge, makes the run exit 1."),
+        _k("verify", "`true`, `false` or a mapping", "false",
+           "Data verification (docs/verify.md): every sector a write puts down carries a "
+           "stamp, and every read of a written block is checked against the run's map of "
+           "what was written, damage named by class. `true` takes the defaults of "
+           "`verify`'s keys. With it on, every workload's blocksize must be a multiple of "
+           f"{_VERIFY_BLOCK} (the map's block), so must a `range_start` given in bytes, and no "
+           "`write_data` may be `dedupable`; see `verify`."),
     ),
 )
 
@@ -314,8 +324,8 @@ WORKLOADS = Section(
            "spaced), `random_independent` (random offsets, Poisson arrivals), `sequential`.",
            editable=True),
         _k("blocksize", f"bytes, a multiple of 512, at most {show_bytes(MAX_BLOCKSIZE_BYTES)}",
-           show_bytes(_SPEC.blocksize_bytes), "The I/O size.",
-           editable=True),
+           show_bytes(_SPEC.blocksize_bytes),
+           f"The I/O size; with `verify` on, a multiple of {_VERIFY_BLOCK}.", editable=True),
         _k("iodepth", f"integer, 1 to {format_number(MAX_IODEPTH)}",
            str(_SPEC.iodepth), "The most I/Os in flight.", editable=True),
         _k("iops", f"`max` or a rate, {format_number(MIN_IOPS)} to {format_number(MAX_IOPS)}",
@@ -327,7 +337,8 @@ WORKLOADS = Section(
            "The share of reads; the rest are writes.", editable=True),
         _k("range_start", _EXTENT, str(_SPEC.range_start),
            "Where the workload's part of the LUN starts: a fraction of the LUN (`0.5`, `50%`) "
-           "or bytes with a unit (`1GiB`).", editable=True),
+           f"or bytes with a unit (`1GiB`; with `verify` on, a multiple of {_VERIFY_BLOCK}).",
+           editable=True),
         _k("range_end", _EXTENT, str(_SPEC.range_end), "Where it ends (after `range_start`).",
            editable=True),
         _k("seq_start", _EXTENT, "`range_start`",
@@ -345,7 +356,9 @@ WORKLOADS = Section(
            "proportion to this weight.", editable=True),
         _k("write_data", _WRITE_DATA, f"`{_SPEC.write_data}`",
            "What written blocks hold; `R` is a compression or dedup ratio, 1 to "
-           f"{format_number(MAX_WRITE_DATA_RATIO)}. See `steps[].workloads[].write_data`.",
+           f"{format_number(MAX_WRITE_DATA_RATIO)}. See `steps[].workloads[].write_data`. "
+           "Not `dedupable` with `verify` on (docs/verify.md says what the stamps do to the "
+           "others).",
            editable=True),
         _k("busy_poll", "bool", str(_SPEC.busy_poll).lower(),
            "Look for completions in the ring instead of sleeping (lower latency, a busy CPU).",
@@ -588,9 +601,26 @@ THRESHOLDS = Section(
     ),
 )
 
+VERIFY = Section(
+    "verify",
+    "Data verification",
+    "`verify: true` turns it on with these defaults; this mapping changes them (`{}` is "
+    "`true`). What is checked, how, and the run's `verify/` folder: docs/verify.md.",
+    (
+        _k("on_error", " or ".join(f"`{name}`" for name in verify_rules.ON_ERROR),
+           f"`{_VERIFY.on_error}`",
+           "`stop`: the step ends with the subinterval that found the first damaged block; "
+           "`continue`: the run goes on, counting every damaged block."),
+        _k("findings_kept", f"integer, 0 to {format_number(MAX_FINDINGS_KEPT)}",
+           str(_VERIFY.findings_kept),
+           "How many damaged blocks the run keeps whole (their bytes as read and the stamp "
+           "found) in its `verify/` folder; the counts take every one."),
+    ),
+)
+
 SECTIONS: tuple[Section, ...] = (
     TOP, HOSTS, LUNS, ROLLUPS, GATHER, GATHER_JOIN, STEPS, WORKLOADS, WORKLOAD_LUNS,
-    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS,
+    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS, VERIFY,
 )
 
 

@@ -1,14 +1,14 @@
 """The numeric bounds of a test file, each defined once with its reason, and the one check.
 
-Owns the smallest and largest value the config accepts for each kind of number (bytes on a
-LUN, blocksize, I/O rates, weights, ratios, DFC gains and targets, steady-state limits, rollup
-quantities) and the wording of a refusal: ``must be at most 100,000,000 (got 1e308)``, with the
-value as the operator wrote it. Every bound is finite, so what passes validation is neither
-infinite nor NaN and fits the slave's int64 offsets and ns times. The parsers in ``loader``,
-``workloads`` and ``steps`` apply the bounds and raise with the key path; this module must not
-know the schema. Durations keep their bounds beside their readers (``steps.MAX_PHASE_S``,
-``loader.MIN_SUBINTERVAL_S`` / ``MAX_SUBINTERVAL_S``), as do counts that limit an expansion
-(host ranges, ``for:`` steps) and the YAML itself (``yamlnodes``).
+Owns the smallest and largest value the config accepts for each kind of number (bytes on a LUN,
+blocksize, I/O rates, weights, ratios, DFC gains and targets, steady-state limits, rollup
+quantities, damaged blocks kept) and the wording of a refusal: ``must be at most 100,000,000 (got
+1e308)``, with the value as the operator wrote it. Every bound is finite, so what passes validation
+is neither infinite nor NaN and fits the slave's int64 offsets and ns times. The parsers in
+``loader``, ``workloads`` and ``steps`` apply the bounds and raise with the key path; this module
+must not know the schema. Durations keep their bounds beside their readers (``steps.MAX_PHASE_S``,
+``loader.MIN_SUBINTERVAL_S`` / ``MAX_SUBINTERVAL_S``), as do counts that limit an expansion (host
+ranges, ``for:`` steps) and the YAML itself (``yamlnodes``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "MAX_BLOCKSIZE_BYTES",
     "MAX_DEVICE_QUEUE_DEPTH",
     "MAX_DFC_GAIN",
+    "MAX_FINDINGS_KEPT",
     "MAX_GATHERED_VALUE",
     "MAX_IODEPTH",
     "MAX_IOPS",
@@ -103,6 +104,10 @@ MAX_IOPS_TOLERANCE_PCT = 100.0
 #: The most instances a rollup ``quantity`` may demand: a rollup has at most one instance per
 #: workload, a host runs at most 1,024 workloads; a million is a thousand full hosts.
 MAX_ROLLUP_QUANTITY = 1_000_000
+#: The most damaged blocks a verified run keeps whole (``verify.findings_kept``: each one's
+#: 4 KiB as read and the stamp found, in the run's ``verify/`` folder): 4,096 are 16 MiB. A run
+#: that finds more has shown the pattern of its damage; the counts take every block.
+MAX_FINDINGS_KEPT = 4096
 
 def format_number(value: float) -> str:
     """A bound as a reader wants it: ``100000000 -> "100,000,000"``, ``0.001 -> "0.001"``."""

@@ -1,10 +1,11 @@
 """Test file → ``TestConfig``: the top level, ``luns:`` and ``rollups:``; the public entry points.
 
-Owns the order of validation (test name, output root, timing, hosts, LUN selectors, rollups,
-steps) and the resolution of paths: ``output_root`` relative to the current directory (ivy's
-habit; ``--output-root`` overrides it), ``${output_root}`` in file LUNs. Everything is checked
-here, once, before any host is contacted; the first problem raises ``ConfigError`` whose text is
-one line ``file:line: key.path: message``. This module must not contact hosts or create files.
+Owns the order of validation (test name, output root, timing, ``verify``, hosts, LUN selectors,
+rollups, steps with what ``verify`` forbids in them) and the resolution of paths: ``output_root``
+relative to the current directory (ivy's habit; ``--output-root`` overrides it), ``${output_root}``
+in file LUNs. Everything is checked here, once, before any host is contacted; the first problem
+raises ``ConfigError`` whose text is one line ``file:line: key.path: message``. This module must not
+contact hosts or create files.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from master.config.steps import (
 )
 from master.config.thresholds import THRESHOLD_KEYS, parse_thresholds
 from master.config.units import parse_bytes, parse_fraction
+from master.config.verify import VERIFY_KEYS, check_verifiable, parse_verify
 from master.config.workloads import (
     WORKLOAD_KEYS,
     WorkloadContext,
@@ -78,6 +80,7 @@ TOP_KEYS: tuple[str, ...] = (
     "gather",
     "steps",
     "thresholds",
+    "verify",
 )
 LUN_KEYS: tuple[str, ...] = (
     "hosts",
@@ -428,7 +431,8 @@ def parse_config_text(
     # values, then hosts, LUNs, rollups and gather sources (each as far as what it needs
     # passed), then the steps once everything they refer to did (an error there is every
     # error of its first step that has one: the steps after it build on what it would have
-    # set up), then the thresholds
+    # set up) with, when verify is on, every value in any step that verification forbids,
+    # then the thresholds
     errors = Collected()
     test, description, output_root = "", "", None
     subinterval_s = deadline_fraction = skew_limit_s = tolerance_pct = None
@@ -447,6 +451,9 @@ def parse_config_text(
         skew_limit_s = _skew_limit(root)
     with errors.each():
         tolerance_pct = _iops_tolerance(root)
+    verify = None
+    with errors.each():
+        verify = parse_verify(root.get("verify"))
     hosts = luns = rollups = gather = None
     with errors.each():
         hosts = parse_hosts(root.require("hosts"))
@@ -470,7 +477,15 @@ def parse_config_text(
         workloads=WorkloadContext(tuple(host.name for host in hosts), luns, output_root),
         gather=gather,
     )
-    steps = parse_steps(root.require("steps"), context)
+    steps = None
+    errors = Collected()
+    if verify is not None:
+        with errors.each():
+            check_verifiable(root.get("steps"), root.require("verify"))
+    with errors.each():
+        steps = parse_steps(root.require("steps"), context)
+    errors.raise_any()
+    assert steps is not None
     thresholds = parse_thresholds(root.get("thresholds"), _step_names(root, steps),
                                   context.rollup_types, gather)
     logger.debug(
@@ -492,6 +507,7 @@ def parse_config_text(
         steps=steps,
         gather=gather,
         thresholds=thresholds,
+        verify=verify,
     )
 
 
@@ -536,6 +552,7 @@ KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
     "steps[].workloads[]": WORKLOAD_KEYS, "steps[].measure": MEASURE_KEYS,
     "steps[].dfc": DFC_KEYS, "steps[].dfc.gains": ("kp", "ki", "kd"),
     "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS, "thresholds[]": THRESHOLD_KEYS,
+    "verify": VERIFY_KEYS,
 }
 
 

@@ -28,6 +28,7 @@ from master.config.schema import (
     WorkloadSpec,
 )
 from master.config.units import format_bytes, format_duration_s, format_fraction
+from master.config.verify import describe as describe_verify
 
 __all__ = ["format_plan", "resolved_dict"]
 
@@ -233,9 +234,10 @@ def format_plan(cfg: TestConfig) -> str:
         f"({format_duration_s(si * cfg.deadline_fraction)}) after each boundary",
         f"validity     a step is invalid when a paced workload's IOPS falls more than "
         f"{cfg.iops_tolerance_pct:g}% short of its setting (iops_tolerance_pct)",
-        "",
-        f"hosts ({len(cfg.hosts)})",
     ]
+    if cfg.verify is not None:
+        lines.append(f"verify       {describe_verify(cfg.verify)}")
+    lines += ["", f"hosts ({len(cfg.hosts)})"]
     width = max(len(host.name) for host in cfg.hosts)
     lines.extend(f"  {host.name:<{width}}  {_host(host)}" for host in cfg.hosts)
     count = len(cfg.luns)

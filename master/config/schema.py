@@ -43,6 +43,7 @@ __all__ = [
     "RollupSpec",
     "StepConfig",
     "TestConfig",
+    "VerifyConfig",
     "WorkloadChange",
     "WorkloadEdit",
     "WorkloadSpec",
@@ -495,6 +496,27 @@ class IopsCurvePoint:
 
 
 # --------------------------------------------------------------------------------------------
+# data verification
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Data verification is on (docs/verify.md): every sector a write puts down is stamped and
+    every read of a written block is checked against the run's map, one byte per 4 KiB block.
+
+    YAML ``verify:``: ``true`` (every default), or a mapping of these keys (``{}`` is ``true``);
+    ``false``, the default, is no ``VerifyConfig`` at all. ``on_error``: ``stop`` (the step
+    ends with the subinterval that found the first damaged block) or ``continue`` (the run
+    goes on, counting them). ``findings_kept`` (0..4096): how many damaged blocks' bytes the
+    run keeps in its ``verify/`` folder. ``master.config.verify`` parses it and refuses what a
+    verified test cannot hold.
+    """
+
+    on_error: Literal["stop", "continue"] = "stop"
+    findings_kept: int = 64
+
+
+# --------------------------------------------------------------------------------------------
 # steps and the whole test
 
 
@@ -552,7 +574,8 @@ class TestConfig:
     ``hosts``
     (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
     ``master.config.gather``), ``steps`` (required), ``thresholds`` (limits the results must
-    hold, ``master.config.thresholds``). The run folder is
+    hold, ``master.config.thresholds``), ``verify`` (data verification, ``VerifyConfig``;
+    ``None`` when off, the default). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
@@ -573,6 +596,7 @@ class TestConfig:
     gather: tuple[GatherSource, ...] = ()
     iops_tolerance_pct: float = 5.0
     thresholds: tuple[Threshold, ...] = ()
+    verify: VerifyConfig | None = None
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

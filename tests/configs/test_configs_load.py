@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from master.config import load_config
+from master.config import VerifyConfig, load_config
 from master.config.resolved import format_plan
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -67,3 +67,13 @@ def test_testbed_matches_the_testbed_script() -> None:
     # one LUN per host, none shared
     files = [(lun.hosts, lun.file) for lun in cfg.luns]
     assert files == [((h.name,), f"/dev/shm/ivypy-testbed-{h.name}.lun") for h in cfg.hosts]
+
+
+def test_verify_writes_then_reads_verified(tmp_path: Path) -> None:
+    cfg = load_config(CONFIG_DIR / "verify.yaml", output_root_override=str(tmp_path))
+    assert cfg.verify == VerifyConfig()
+    write, read = cfg.steps
+    assert [(w.name, w.read_fraction) for w in write.workloads] == [("writer", 0.0)]
+    assert [(w.name, w.read_fraction, w.blocksize_bytes) for w in read.workloads] == [
+        ("reader", 1.0, 4096)]
+    assert "data verification: on (on_error stop, 64 findings kept)" in format_plan(cfg)

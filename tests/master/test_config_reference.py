@@ -53,6 +53,7 @@ steps:
 thresholds:
   - "service_time_p99_ms < 2"
   - {expr: "IOPS > 10", step: held, rollup: host, instance: localhost}
+verify: {on_error: continue, findings_kept: 16}
 """
 
 #: a test with every optional key left out, to read the defaults from
