@@ -280,11 +280,14 @@ class SubintervalResult(Message):
 
 @dataclass(frozen=True)
 class Stopped(Message):
-    """Slave → master: all I/O of the step has ended; ``last_subinterval`` was the last sent."""
+    """Slave → master: all I/O of the step has ended; ``last_subinterval`` was the last sent.
+    ``verify`` (protocol 11): what data verification found after it, to the end of the
+    step's drain (the form of ``SubintervalResult.verify``), or None."""
 
     CODE: ClassVar[int] = 15
     step: int
     last_subinterval: int
+    verify: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

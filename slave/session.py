@@ -109,6 +109,10 @@ class Backend(Protocol):
         verified workload's ``protocol.verify`` target (a backend that cannot verify data
         raises ``ValueError`` saying so)."""
 
+    def final_verify(self) -> dict[str, Any] | None:
+        """After ``halt``: what data verification found after the last subinterval collected
+        (``Stopped.verify``), or None where nothing verifies."""
+
     def engine_for(self, lun: lunmod.LunInfo) -> str:
         """The engine workloads on ``lun`` would run on (what ``create`` reports as
         ``engine``), or ``unavailable`` where the slave's engine choice cannot serve it."""
@@ -851,7 +855,8 @@ class SlaveSession:
         problems = self._halt()
         self.step = None
         self._send_halt_problems(step, problems)
-        self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+        self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1,
+                          verify=self.backend.final_verify()))
 
     def _end_step_with_error(self, kind: str, message: str,
                              exc: BaseException | None = None) -> None:
@@ -865,7 +870,8 @@ class SlaveSession:
         self.send(self._host_error(kind, message, exc))
         self._send_halt_problems(step, problems)
         if step is not None:
-            self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1))
+            self.send(Stopped(step=step.number, last_subinterval=step.next_result - 1,
+                              verify=self.backend.final_verify()))
 
 
 def group_maps(plan: list[PlanEntry], ids: list[str]) -> list[np.ndarray]:
@@ -909,6 +915,10 @@ def _verify_target(target: dict[str, int] | None, params: WorkloadParams,
     if params.blocksize_bytes % verify.MAP_BLOCK_BYTES:
         raise ValueError(f"a verified workload's blocksize must be a multiple of "
                          f"{verify.MAP_BLOCK_BYTES} bytes, not {params.blocksize_bytes}")
+    if params.range_start_bytes % verify.MAP_BLOCK_BYTES:  # its I/Os lie on a grid from it
+        raise ValueError(f"a verified workload's range must start on a "
+                         f"{verify.MAP_BLOCK_BYTES}-byte boundary, not at "
+                         f"{params.range_start_bytes}")
     if target["first_bytes"] + target["size_bytes"] > lun.size_bytes:
         raise ValueError(f"verify: the map's range {target['first_bytes']} + "
                          f"{target['size_bytes']} passes the LUN's {lun.size_bytes} bytes")

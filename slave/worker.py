@@ -186,6 +186,8 @@ class _WorkerHandle:
     errors: list[tuple[str, str, dict[str, int]]] = field(default_factory=list)
     acks: list[tuple[Any, ...]] = field(default_factory=list)
     stopped: bool = False
+    # data verification's report of the run's end (after its last hand-over), until taken
+    final_verify: dict[str, Any] | None = None
     luns: set[str] = field(default_factory=set)
     eof: bool = False  # its pipe closed (the process is gone)
     stuck: bool = False  # did not stop in time, and has not said since that its run ended
@@ -311,6 +313,8 @@ class WorkerPool:
                 w.stuck = False
         elif kind == "stopped":
             w.stopped = True
+            if len(msg) > 1 and msg[1] is not None:
+                w.final_verify = msg[1]
             w.stuck = False
         else:
             w.acks.append(msg)
@@ -582,6 +586,14 @@ class WorkerPool:
         refusal does not count), or is gone."""
         return (w.stopped or not w.process.is_alive()
                 or any(kind in ("crash", "late", "died") for kind, _, _ in w.errors))
+
+    def take_final_verify(self) -> dict[str, Any] | None:
+        """What data verification found after the last subinterval collected, to the end of
+        the step's drain (the workers' reports as they stopped), once."""
+        reports = [w.final_verify for w in self._workers if w.final_verify is not None]
+        for w in self._workers:
+            w.final_verify = None
+        return merge_verify_reports(reports)
 
     def stop(self, timeout_s: float | None = None) -> None:
         """End all I/O: every worker stops submitting, reaps what is in flight, and idles.

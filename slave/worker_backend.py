@@ -138,5 +138,8 @@ class WorkerBackend:
         self._collected.clear()
         self.pool.stop()
 
+    def final_verify(self) -> dict[str, Any] | None:
+        return self.pool.take_final_verify()
+
     def close(self) -> None:
         self.pool.close()

@@ -384,8 +384,10 @@ class _WorkerControl:
             self._apply_staged(None)
             if self.late is not None:
                 self.reply.send(("error", "late", self.late))
-            else:
-                self.reply.send(("stopped",))
+            else:  # with what verification found after the last hand-over (the drain)
+                v = self.loop.verify
+                self.reply.send(("stopped", None if v is None else verify_report(
+                    v.take(), v.ids, self.loop.confirmed_serials())))
         self.loop.close()
 
 

@@ -47,7 +47,8 @@ def register(subparsers: Any) -> None:
         description="Run a test file: start a slave on every host, run its steps, write a "
         "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
         "error (or a run that cannot be resumed), 3 host failure, 4 the run folder could not "
-        "be written or was removed, 130 interrupted.",
+        "be written or was removed, 5 data verification found damaged blocks, 130 "
+        "interrupted.",
     )
     p.add_argument("test", metavar="TEST.yaml", nargs="?", help="the test file")
     p.add_argument("--resume", metavar="RUN_DIR",

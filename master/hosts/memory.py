@@ -100,6 +100,9 @@ class SyntheticBackend:
     def engine_for(self, lun: LunInfo) -> str:
         return "synthetic"
 
+    def final_verify(self) -> dict[str, Any] | None:
+        return None  # it verifies nothing
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.staged.setdefault(workload_id, []).append(
             (credit.effective(self.collected + 1 if self.running else None), params))

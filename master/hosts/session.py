@@ -397,11 +397,12 @@ class HostSession:
 
     async def create(self, workload_id: str, lun_path: str, params: WorkloadParams,
                      allow_write: bool, engine: str = "auto",
-                     allow_engine_fallback: bool = False, shared: bool = False) -> Ack | Error:
+                     allow_engine_fallback: bool = False, shared: bool = False,
+                     verify: dict[str, int] | None = None) -> Ack | Error:
         seq = self._next_seq()
         reply = await self._request(CreateWorkload(seq, workload_id, lun_path, to_wire(params),
                                                    allow_write, engine, allow_engine_fallback,
-                                                   shared), key=seq)
+                                                   shared, verify), key=seq)
         assert isinstance(reply, Ack | Error)
         return reply
 

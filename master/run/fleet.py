@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from master.hosts.session import HostSession
 from protocol.errors import HostError, IvyError
-from protocol.messages import SubintervalResult
+from protocol.messages import Stopped, SubintervalResult
 
 T = TypeVar("T")
 STOP_WAIT_S = 5.0
@@ -144,24 +144,28 @@ class Fleet:
                                  if hs.failure is None], "read the Stop that ends the step")
         await self.wait_stopped(healthy_only=True)
 
-    async def wait_stopped(self, healthy_only: bool = False) -> None:
-        """Every healthy host's ``Stopped``; one that does not confirm within ``STOP_WAIT_S``
-        (``INTERRUPT_WAIT_S`` once interrupted, when it is marked failed and not waited for
-        again) fails the step, unless ``healthy_only``."""
+    async def wait_stopped(self, healthy_only: bool = False) -> dict[str, Stopped]:
+        """Every healthy host's ``Stopped`` (returned by host); one that does not confirm
+        within ``STOP_WAIT_S`` (``INTERRUPT_WAIT_S`` once interrupted, when it is marked
+        failed and not waited for again) fails the step, unless ``healthy_only``."""
         interrupted = self.interrupted.is_set()
+        got: dict[str, Stopped] = {}
 
         async def one(hs: HostSession) -> None:
             if hs.failure is not None:
                 return
             wait_s = INTERRUPT_WAIT_S if interrupted else STOP_WAIT_S
-            if await hs.wait_stopped(wait_s) is None:
-                if interrupted:
-                    hs.mark_failed(f"did not confirm the end of the step within {wait_s:.0f} s "
-                                   "of the interrupt")
-                elif not healthy_only:
-                    raise HostError("did not confirm the end of the step", host=hs.host)
+            stopped = await hs.wait_stopped(wait_s)
+            if stopped is not None:
+                got[hs.host] = stopped
+            elif interrupted:
+                hs.mark_failed(f"did not confirm the end of the step within {wait_s:.0f} s "
+                               "of the interrupt")
+            elif not healthy_only:
+                raise HostError("did not confirm the end of the step", host=hs.host)
 
         await asyncio.gather(*(one(hs) for hs in self.sessions.values()))
+        return got
 
     async def close_all(self, grace_s: float = 2.0) -> None:
         await asyncio.gather(*(hs.close(grace_s) for hs in self.sessions.values()),

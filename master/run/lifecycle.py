@@ -67,6 +67,7 @@ from master.run.notices import OnceARun
 from master.run.operator import RunControl
 from master.run.outcome import (
     EXIT_CONFIG,
+    EXIT_DAMAGED,
     EXIT_HOST,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
@@ -76,7 +77,9 @@ from master.run.outcome import (
     StepFailed,
 )
 from master.run.settings import Settings
-from master.run.steps import GoConfirmed, StepLoop, StepState
+from master.run.startlead import GoConfirmed
+from master.run.steps import StepLoop, StepState
+from master.run.verifying import RunVerification
 from master.run.workloads import (
     Lun,
     SelectedLun,
@@ -87,6 +90,7 @@ from master.run.workloads import (
     file_requests,
     select_luns,
 )
+from protocol import verify as pv
 from protocol.errors import (
     ConfigError,
     HostError,
@@ -95,6 +99,7 @@ from protocol.errors import (
     PreflightError,
     ProtocolError,
 )
+from protocol.verify import MAP_BLOCK_BYTES
 from protocol.version import __version__
 
 log = logging.getLogger(__name__)
@@ -186,6 +191,7 @@ class Run(StepLoop):
         self.skew_limit_ns = round(cfg.skew_limit_seconds * 1e9)
         #: the test's ``gather:`` sources (``master.gather``), made after LUN discovery
         self.gathering: Gathering | None = None
+        self.verification: RunVerification | None = None
         #: the run's summary.csv header: fixed by the first step that writes it (its gathered
         #: columns), or the existing file's (a resumed run)
         self.run_summary_header: list[str] | None = None
@@ -243,10 +249,17 @@ class Run(StepLoop):
                     file=self.cfg.source_file)))
         else:
             folder = resume.folder
+        if resume is not None and self.cfg.verify is not None:
+            return RunResult(EXIT_CONFIG, folder, str(ConfigError(
+                "--resume of a run with verify: on is not built yet: its map would have to "
+                "reach the hosts before their first read (docs/verify.md); run the test anew",
+                key_path="verify", file=self.cfg.source_file)))
         self.output = RunOutput(folder)
         self.output.resuming = resume is not None
         try:
             self._open_folder(folder)
+            if self.cfg.verify is not None:
+                self.verification = RunVerification(self.cfg.verify, folder, self.event)
         except OutputError as exc:
             self.output.close()
             return RunResult(EXIT_OUTPUT, folder, str(exc))
@@ -299,6 +312,7 @@ class Run(StepLoop):
                 result.exit_code = EXIT_INVALID
                 result.message = f"invalid steps: {', '.join(result.invalid_steps)}"
             self._judge_thresholds(result)
+            self._judge_verification(result)
         except (ConfigError, PreflightError) as exc:
             result.exit_code, result.message = EXIT_CONFIG, str(exc)
         except Interrupted as exc:
@@ -336,6 +350,11 @@ class Run(StepLoop):
                 with contextlib.suppress(OutputError):
                     self.event("ERROR" if result.exit_code else "INFO", result.message,
                                kind="run")
+            if crash is None and result.exit_code in (EXIT_HOST, EXIT_INTERRUPTED):
+                self._judge_verification(result)  # damage found before the run stopped
+            if self.verification is not None:
+                with contextlib.suppress(OutputError):
+                    self.verification.close()
             self._final_state(result, crash)
             # every slave's I/O ends before anything else is done (summary.json and the
             # report take a while on a large run)
@@ -435,6 +454,21 @@ class Run(StepLoop):
         self.state.step_results = self.step_results
         with _writing_state(self.output.folder):
             write_state(self.output.folder, self.state)
+
+    def _judge_verification(self, result: RunResult) -> None:
+        """Damaged blocks found make the run exit 5 (before a step's invalid verdict, a host
+        lost, an interrupt: what the data came to is the run's first news), its numbers in
+        the message."""
+        v = self.verification
+        if v is None or not v.found:
+            return
+        s = v.summary()
+        classes = ", ".join(f"{s[name]} {name}" for name in pv.CLASSES if s[name])
+        text = (f"data verification found {v.found} damaged block(s) ({classes}) of "
+                f"{s['blocks_checked']} checked: see events.csv (kind verify) and "
+                f"{self.output.folder if self.output else ''}/verify/damaged/")
+        result.message = "; ".join(x for x in (text, result.message) if x)
+        result.exit_code = EXIT_DAMAGED
 
     def _judge_thresholds(self, result: RunResult) -> None:
         """The run's thresholds that did not hold (failed, or untold: no value to judge) make
@@ -619,7 +653,8 @@ class Run(StepLoop):
         self._warn_file_luns()
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
-            instances = expand_step(step, self.selected, self.cfg.source_file)
+            instances = expand_step(step, self.selected, self.cfg.source_file,
+                                    MAP_BLOCK_BYTES if self.cfg.verify is not None else 512)
             # an edit_rollup that fits no workload of its step, or a rollup instance that
             # would stand for two, fails now, before any I/O, rather than when its step comes
             self._rollup_edits(step, instances)

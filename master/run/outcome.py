@@ -1,7 +1,8 @@
 """What a run ends with: its exit status, its result, and a step's failure.
 
 Owns the exit codes of ``ivypy run`` (``0`` ok, ``1`` a step invalid, ``2`` config or preflight
-error, ``3`` host failure, ``4`` run folder not writable, ``130`` interrupted), ``RunResult``
+error, ``3`` host failure, ``4`` run folder not writable, ``5`` data verification found
+damaged blocks, ``130`` interrupted), ``RunResult``
 and ``StepFailed``. Pure data.
 """
 
@@ -14,6 +15,7 @@ from protocol.errors import IvyError
 
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_HOST, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_OUTPUT = 4  # the run folder could not be written (disk full, read-only ...)
+EXIT_DAMAGED = 5  # data verification found damaged blocks (docs/verify.md)
 
 
 @dataclass

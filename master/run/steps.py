@@ -41,6 +41,8 @@ from master.run.notices import OnceARun
 from master.run.outcome import EXIT_INVALID, StepFailed, failure_text
 from master.run.recorder import HostResult, Recorded, StepRecorder
 from master.run.settings import Settings, Source, split_total
+from master.run.startlead import GoConfirmed, start_lead_ns
+from master.run.verifying import RunVerification
 from master.run.workloads import (
     SelectedLun,
     WorkloadInstance,
@@ -61,51 +63,12 @@ from protocol.errors import (
 )
 from protocol.messages import MAX_WORKLOADS_PER_HOST, Ack, Error, SubintervalResult
 from protocol.params import WorkloadParams, changed_fields
+from protocol.verify import MAP_BLOCK_BYTES
 
 if TYPE_CHECKING:
     from master.gather.gathering import Gathering
 
 log = logging.getLogger(__name__)
-
-#: How long before its start a step's Go is sent while nothing says the hosts read one sooner:
-#: a step of more workloads than ``SMALL_GO_WORKLOADS`` and than any step whose Go was
-#: confirmed (a Go's rollup plan, which a slave reads before it passes the start on to its
-#: workers, grows with the workloads). ``start_lead_ns`` gives every step's lead.
-START_LEAD_NS = 1_000_000_000
-#: The least lead of a step whose Go the hosts are known to read in time.
-MIN_START_LEAD_NS = 250_000_000
-#: A Go of this many workloads is read in time even before any Go was confirmed: on a loaded
-#: 2-core test machine a Go of 400 workloads was confirmed 21 ms after it was sent, one of a
-#: single workload in 3-8 ms.
-SMALL_GO_WORKLOADS = 500
-#: A step's lead is at least this many times the run's longest Go confirmation.
-CONFIRM_MARGIN = 4
-
-
-@dataclass(frozen=True)
-class GoConfirmed:
-    """What the run's steps so far say of its hosts reading a Go: the most workloads a step
-    whose Go every host confirmed had, and the longest time from sending a step's Go to the
-    last host's ``Pong`` to a ``Ping`` sent behind it."""
-
-    workloads: int
-    longest_ns: int
-
-
-def start_lead_ns(rtt_ns: int, workloads: int, confirmed: GoConfirmed | None,
-                  gather_lead_ns: int = 0) -> int:
-    """How long after sending its Go a step of ``workloads`` starts: every slave must have read
-    the Go and passed the start on to its workers by then (a late worker's first I/O would
-    be late, and a paced one's catch up at once). ``MIN_START_LEAD_NS`` for a small Go or one
-    of no more workloads than a confirmed one, ``START_LEAD_NS`` for another; at least
-    ``CONFIRM_MARGIN`` times the run's longest confirmation, 20 round trips to the farthest
-    host (``rtt_ns``), and what a ``gather:`` source needs before the start for its
-    counters' base (``gather_lead_ns``)."""
-    known = confirmed is not None and workloads <= confirmed.workloads
-    lead = MIN_START_LEAD_NS if known or workloads <= SMALL_GO_WORKLOADS else START_LEAD_NS
-    longest = confirmed.longest_ns if confirmed is not None else 0
-    return max(lead, CONFIRM_MARGIN * longest, 20 * rtt_ns, gather_lead_ns)
-
 
 def _placement(info: dict[str, Any] | None) -> str:
     """`` (engine libaio, worker 0 on CPU 1)`` from a create's ``Ack.info``, or ``""``."""
@@ -162,6 +125,8 @@ class StepLoop:
     notices: OnceARun
     #: the step last run recorded every one of its subintervals (``_run_step``)
     step_whole: bool
+    #: the run's data verification (``verify:``), or None
+    verification: RunVerification | None
     _luns_csv_stale: bool
 
     @property
@@ -187,6 +152,8 @@ class StepLoop:
         compared with what its slave holds (``Settings.latest``, once every edit the slaves
         took holds: ``Settings.settle``)."""
         self.settings.settle()
+        if self.verification is not None:  # numbered and in the map before any create
+            self.verification.prepare(instances)
         want = {i.id: i for i in instances}
         jobs: list[tuple[str, Awaitable[Any], WorkloadInstance | None, str]] = []
         for wid, old in list(self.placed.items()):
@@ -234,11 +201,11 @@ class StepLoop:
             text = "; ".join(r.message for r in (pre or refused))
             raise PreflightError(text) if pre else ConfigError(text)
 
-    @staticmethod
-    def _create(hs: HostSession, inst: WorkloadInstance) -> Awaitable[Ack | Error]:
+    def _create(self, hs: HostSession, inst: WorkloadInstance) -> Awaitable[Ack | Error]:
         sl = inst.lun
+        verify = self.verification.target(inst) if self.verification is not None else None
         return hs.create(inst.id, sl.lun.path, inst.params, sl.allow_write, sl.engine,
-                         sl.allow_engine_fallback, sl.shared)
+                         sl.allow_engine_fallback, sl.shared, verify)
 
     def _created(self, number: int, inst: WorkloadInstance, info: dict[str, Any]) -> None:
         """What a create answered: the workload's ``engine`` attribute (a rollup key) is the
@@ -283,7 +250,8 @@ class StepLoop:
     # ------------------------------------------------------------------ one step
     async def _run_step(self, number: int, step: StepConfig) -> bool:
         assert self.output is not None
-        instances = expand_step(step, self.selected, self.cfg.source_file)
+        instances = expand_step(step, self.selected, self.cfg.source_file,
+                                MAP_BLOCK_BYTES if self.cfg.verify is not None else 512)
         for inst in instances:  # a workload carried over runs on the engine it was created on
             prev = self.placed.get(inst.id)
             if prev is not None and "engine" in prev.attributes:
@@ -386,6 +354,13 @@ class StepLoop:
                                           rec.live, dfc_lines(dec.dfc_rows), rec.live_instances,
                                           measure_lines(dec.measure_rows))
                     last_recorded = k
+                    if (self.verification is not None and self.verification.stop_wanted()
+                            and st.forced_last is None and not stop_sent):  # on_error: stop
+                        st.forced_last = k + 1
+                        await self._stop_all(k + 1, self._deadline_ns(st, k + 1))
+                        self.event("ERROR", f"verify: damaged data found: step {step.name} "
+                                   f"ends after subinterval {k + 1} (on_error: stop)",
+                                   kind="verify", step=number, subinterval=k)
                     if dec.new_totals:
                         await self._dfc_apply(st, dec)
                     st.last_recorded, st.last_record = k, rec
@@ -428,7 +403,9 @@ class StepLoop:
             finally:
                 self.step_state = None
             try:
-                await self.fleet.wait_stopped()
+                stopped = await self.fleet.wait_stopped()
+                if self.verification is not None:  # the writes and reads of the drain
+                    self.verification.record(number, last_recorded + 1, list(stopped.items()))
             except HostError as exc:
                 self._summarise_failed(st, ended_early(
                     "host", last_recorded, control.phase_of(max(last_recorded, 0)),
@@ -471,6 +448,8 @@ class StepLoop:
                     confirm.cancel()
                 self.go_confirmed = None
             recorder.close()  # its spilled measurement subintervals
+            if self.verification is not None:
+                self.verification.step_done()
             if self.gathering is not None:
                 self.gathering.end_step()
 
@@ -658,6 +637,8 @@ class StepLoop:
         if self.output_failed is not None:
             raise self.output_failed
         rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
+        if self.verification is not None:
+            self.verification.record(st.number, k, [(h.host, h.result) for h in hosts])
         for host, bound in rec.skew_bound_ns.items():  # warned at the run's end
             self.notices.skew(host, bound, self.sessions[host].offset_uncertainty_ns,
                               st.number, k)

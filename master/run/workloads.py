@@ -183,9 +183,12 @@ def _extent_bytes(ext: LunExtent | None, size: int, align: int, default: int) ->
     return int(raw) // align * align
 
 
-def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int) -> WorkloadParams:
-    """``WorkloadParams`` fields (as the slave takes them) for ``spec`` on ``lun``."""
-    size, align = lun.size_bytes, max(512, lun.logical_block_bytes)
+def resolve_params(spec: WorkloadSpec, lun: Lun, seed: int, align_bytes: int = 512
+                   ) -> WorkloadParams:
+    """``WorkloadParams`` fields (as the slave takes them) for ``spec`` on ``lun``; a range,
+    sequential start or hot zone given as a fraction of the LUN is rounded down onto
+    ``align_bytes`` (at least the LUN's logical block: a verified test's 4 KiB map block)."""
+    size, align = lun.size_bytes, max(align_bytes, lun.logical_block_bytes)
     start = _extent_bytes(spec.range_start, size, align, 0)
     end = _extent_bytes(spec.range_end, size, align, size)
     where = f"workload {spec.name} on {lun.host}:{lun.path}"
@@ -251,11 +254,13 @@ def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[st
 
 
 def expand_step(
-    step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]], file: str | None = None
+    step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]], file: str | None = None,
+    align_bytes: int = 512,
 ) -> list[WorkloadInstance]:
-    """Every workload instance in force during ``step``, in a stable order. A workload that
-    does not fit a LUN (or fits none) is refused naming the step's ``workloads`` (its key
-    path, and its line in ``file``, the test file), the workload, host and LUN."""
+    """Every workload instance in force during ``step``, in a stable order (its places on
+    each LUN rounded onto ``align_bytes``: ``resolve_params``). A workload that does not fit
+    a LUN (or fits none) is refused naming the step's ``workloads`` (its key path, and its
+    line in ``file``, the test file), the workload, host and LUN."""
     out: list[WorkloadInstance] = []
     seed = 0
 
@@ -273,7 +278,7 @@ def expand_step(
                 seed += 1
                 wid = f"{host}:{sl.lun.path}:{spec.name}"
                 try:
-                    params = resolve_params(spec, sl.lun, seed)
+                    params = resolve_params(spec, sl.lun, seed, align_bytes)
                 except ConfigError as exc:  # it knows the workload and LUN, not the step
                     raise refused(exc.reason) from None
                 out.append(

@@ -458,6 +458,30 @@ class VerifyMap:
             raise OutputError(str(self._dir / JOURNAL), exc) from exc
         self._journal_bytes = 0
 
+    def extend(self, luns: Iterable[MapLun], writers: Iterable[MapWriter]) -> None:
+        """More LUNs (after those it has: their indices in the journal stay) and writers, in
+        ``map.json`` before it returns (a later step's, before its first I/O). ``ValueError``
+        for a number it has, with nothing changed."""
+        new_luns, new_writers = tuple(luns), tuple(writers)
+        _unique("LUN", [x.number for x in (*self.luns, *new_luns)])
+        _unique("writer", [x.number for x in (*self.writers, *new_writers)])
+        old = (self.luns, self.writers)
+        self.luns, self.writers = self.luns + new_luns, self.writers + new_writers
+        try:
+            self._write_meta()
+        except OutputError:
+            self.luns, self.writers = old
+            raise
+        self._writer_numbers = frozenset(w.number for w in self.writers)
+        self._by_number = {x.number: i for i, x in enumerate(self.luns)}
+        self._numbers = np.array([x.number for x in self.luns], dtype=np.int64)
+        self._index[self._numbers] = np.arange(len(self.luns))
+        self._blocks = np.array([x.blocks for x in self.luns], dtype=np.int64)
+        self._base = np.concatenate([[0], np.cumsum(self._blocks)]).astype(np.int64)
+        grown = np.zeros(int(self._base[-1]), dtype=np.uint8)
+        grown[: self._map.size] = self._map
+        self._map = grown
+
     def next_attempt(self) -> int:
         """One more attempt (``--resume``), kept in ``map.json`` before it returns."""
         if self.attempt >= MAX_ATTEMPT:

@@ -1,11 +1,11 @@
-"""How long after its Go a step starts (``master.run.steps.start_lead_ns``), on a table of
+"""How long after its Go a step starts (``master.run.startlead.start_lead_ns``), on a table of
 cases; a real run's leads are checked in test_run_quickstart."""
 
 from __future__ import annotations
 
 import pytest
 
-from master.run.steps import GoConfirmed, start_lead_ns
+from master.run.startlead import GoConfirmed, start_lead_ns
 
 MS = 1_000_000
 

@@ -525,3 +525,22 @@ def test_applies_killed_at_random_moments_leave_a_prefix_of_whole_applies(
         done = last
         ref.check(loaded)  # whole applies only: no entry of a partial one
     assert done >= 29  # each child applied one at least
+
+
+def test_a_later_steps_luns_and_writers_extend_the_map_and_survive_a_load(
+        tmp_path: Path) -> None:
+    first = MapLun(0, "h1", "/dev/a", 0, 16 * 4096)
+    vm = VerifyMap.create(tmp_path, 5, [first], [MapWriter(0, "h1", "h1:/dev/a:w")])
+    vm.apply(0, np.array([0]), np.array([3]), np.array([2], np.uint8), {0: 7})
+    second = MapLun(1, "h2", "/dev/b", 0, 8 * 4096)
+    vm.extend([second], [MapWriter(1, "h2", "h2:/dev/b:w")])
+    vm.apply(1, np.array([1, 0]), np.array([7, 4]), np.array([1, 5], np.uint8), {1: 3})
+    with pytest.raises(ValueError, match="LUN"):
+        vm.extend([MapLun(1, "h3", "/dev/c", 0, 4096)], [])
+    assert [x.number for x in vm.luns] == [0, 1]  # nothing changed by the refusal
+    vm.close()
+    back = VerifyMap.load(tmp_path)
+    assert back.map_of(0)[[3, 4]].tolist() == [2, 5] and back.map_of(1)[7] == 1
+    assert back.confirmed == {0: 7, 1: 3} and [w.workload for w in back.writers] == [
+        "h1:/dev/a:w", "h2:/dev/b:w"]
+    back.close()

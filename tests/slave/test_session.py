@@ -74,6 +74,9 @@ class FakeBackend:
     def engine_for(self, lun: LunInfo) -> str:
         return "fake"
 
+    def final_verify(self) -> dict[str, Any] | None:
+        return None
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.workloads[workload_id] = params
         self.calls.append(("edit", params.iops))

@@ -146,3 +146,12 @@ def test_a_verified_create_the_host_cannot_serve_is_refused_saying_why(
     assert isinstance(err, Error) and err.kind == kind, err
     assert says in err.message, err.message
     assert h.backend.verify == {}  # nothing created
+
+
+def test_a_verified_range_off_the_map_grid_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    err = _verified(h, 1, TARGET, range_start_bytes=512)
+    assert isinstance(err, Error) and err.kind == "config", err
+    assert "range must start on a 4096-byte boundary, not at 512" in err.message

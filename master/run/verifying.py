@@ -1,0 +1,181 @@
+"""A run's data verification on the master (docs/verify.md): the numbers its stamps carry, the
+map it keeps in the run folder, and what the hosts' reports say.
+
+Owns ``RunVerification``: the run's key, each LUN's number in the map (by host and path, in the
+order the run first creates a workload on it) and each workload's writer number (by id), the
+target every create of a verified workload carries (``target``), the map
+(``master.verify.mapstore.VerifyMap``: extended before a step's creates, each subinterval's
+journals applied, a snapshot at each step's end), each workload's counts over the run, and the
+damaged blocks found: the first few in ``events.csv`` (host, LUN, offset, expected generation,
+found stamp) and the first ``findings_kept`` in full in ``verify/`` (the block as read and what
+was expected of it). It decides nothing about steps: ``stop_wanted`` says when ``on_error:
+stop`` wants the step ended, and the step loop ends it. It must not talk to hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from master.config.schema import VerifyConfig
+from master.run.workloads import WorkloadInstance
+from master.verify.mapstore import MapLun, MapWriter, VerifyMap
+from protocol import verify as pv
+from protocol.messages import Stopped, SubintervalResult
+
+#: damaged blocks told one by one in events.csv per run (the rest are counted)
+EVENTS_MAX: Final = 20
+
+Event = Callable[..., None]
+
+
+class RunVerification:
+    """The verification of one run folder (``run_dir``), under ``config``; ``event`` writes
+    to events.csv as the run's own ``event`` does."""
+
+    def __init__(self, config: VerifyConfig, run_dir: Path, event: Event,
+                 run_key: int | None = None) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.event = event
+        self.run_key = secrets.randbits(32) if run_key is None else run_key
+        self.lun_numbers: dict[tuple[str, str], int] = {}
+        self.lun_names: dict[int, tuple[str, str]] = {}
+        self.writers: dict[str, int] = {}
+        self.map: VerifyMap | None = None
+        #: per workload over the run: blocks checked, then each class's damaged blocks
+        self.counts: dict[str, np.ndarray] = {}
+        self.found = 0  # damaged blocks found in the run
+        self._told = 0  # of them in events.csv
+        self._kept = 0  # of them in verify/
+        self._found_at_step = 0  # ``found`` when the step running started
+
+    # ------------------------------------------------------------------ before a step
+    def prepare(self, instances: Sequence[WorkloadInstance]) -> None:
+        """Number the LUNs and writers of ``instances`` the map does not know yet, and extend
+        the map (made at the first step) with them before any of them is created."""
+        luns: list[MapLun] = []
+        writers: list[MapWriter] = []
+        for inst in instances:
+            key = inst.lun_key
+            if key not in self.lun_numbers:
+                number = len(self.lun_numbers)
+                self.lun_numbers[key] = number
+                self.lun_names[number] = key
+                size = inst.lun.lun.size_bytes // pv.MAP_BLOCK_BYTES * pv.MAP_BLOCK_BYTES
+                luns.append(MapLun(number, key[0], key[1], 0, size))
+            if inst.id not in self.writers:
+                self.writers[inst.id] = len(self.writers)
+                writers.append(MapWriter(self.writers[inst.id], inst.host, inst.id))
+        if self.map is None:
+            self.map = VerifyMap.create(self.run_dir, self.run_key, luns, writers)
+        elif luns or writers:
+            self.map.extend(luns, writers)
+        self._found_at_step = self.found
+
+    def target(self, inst: WorkloadInstance) -> dict[str, int]:
+        """The ``CreateWorkload.verify`` of ``inst`` (``prepare`` numbered it)."""
+        assert self.map is not None
+        number = self.lun_numbers[inst.lun_key]
+        lun = self.map.luns[[x.number for x in self.map.luns].index(number)]
+        return {"lun": number, "first_bytes": lun.first_bytes, "size_bytes": lun.size_bytes,
+                "run_key": self.run_key, "attempt": self.map.attempt,
+                "writer": self.writers[inst.id]}
+
+    # ------------------------------------------------------------------ each subinterval
+    def record(self, step: int, k: int,
+               results: Sequence[tuple[str, SubintervalResult | Stopped]]
+               ) -> int:
+        """Subinterval ``k``'s reports, host by host: the journals into the map (one record),
+        the counts added up, the damaged blocks told. Returns how many were found in it."""
+        assert self.map is not None
+        luns, blocks, bytes_ = [], [], []
+        confirmed: dict[int, int] = {}
+        found = 0
+        for host, res in results:
+            rep = res.verify
+            if rep is None:
+                continue
+            lun, block, byte = pv.journal_from_wire(rep["journal"])
+            luns.append(lun)
+            blocks.append(block)
+            bytes_.append(byte)
+            confirmed.update({int(w): int(s) for w, s in rep.get("confirmed", {}).items()})
+            for wid, counts in rep["counts"].items():
+                mine = self.counts.setdefault(wid, np.zeros(len(pv.COUNT_NAMES), np.int64))
+                mine += np.asarray(counts, dtype=np.int64)
+            found += int(rep["found"])
+            for f in rep["findings"]:
+                self._finding(step, k, host, f)
+        if luns:
+            self.map.apply(k, np.concatenate(luns), np.concatenate(blocks),
+                           np.concatenate(bytes_), confirmed)
+        self.found += found
+        return found
+
+    def _finding(self, step: int, k: int, host: str, f: dict[str, Any]) -> None:
+        """A damaged block in events.csv (the first ``EVENTS_MAX``) and in ``verify/`` (the
+        first ``findings_kept``)."""
+        lun_host, path = self.lun_names.get(int(f["lun"]), (host, "?"))
+        expected = int(f["expected"])
+        got = f["found"]
+        writer = {n: w for w, n in self.writers.items()}.get(int(got["writer"]), "?")
+        found_lun = self.lun_names.get(int(got["lun"]), ("?", "?"))
+        stamp = (f"a stamp of this run: generation {got['gen']}, writer {writer} (serial "
+                 f"{got['serial']}, attempt {got['attempt']}), LUN {found_lun[0]}:"
+                 f"{found_lun[1]} offset {got['offset_bytes']}"
+                 f"{', its CRC fails' if not got['crc_ok'] else ''}"
+                 if int(got["run_key"]) == self.run_key else "no stamp of this run")
+        text = (f"verify: {f['class']} block at offset {f['offset_bytes']} of LUN {path} "
+                f"(workload {f['workload_id']}): expected generation "
+                f"{pv.gen_of(expected)}{' or the one before' if expected & pv.UNSETTLED else ''}"
+                f", found {stamp} (sector {f['sector']})")
+        if self._told < EVENTS_MAX:
+            self.event("ERROR", text, host=lun_host, kind="verify", step=step, subinterval=k)
+        elif self._told == EVENTS_MAX:
+            self.event("ERROR", f"verify: more damaged blocks than {EVENTS_MAX}: the rest are "
+                       "counted in the verify columns, not told one by one", host=lun_host,
+                       kind="verify", step=step, subinterval=k)
+        self._told += 1
+        if self._kept < self.config.findings_kept:
+            self._kept += 1
+            folder = self.run_dir / "verify" / "damaged"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"{self._kept:04d}-step{step:04d}-sub{k:04d}"
+            (folder / f"{name}.found").write_bytes(f["data"])
+            doc = {"step": step, "subinterval": k, "host": lun_host, "lun": path,
+                   "offset_bytes": f["offset_bytes"], "length_bytes": pv.MAP_BLOCK_BYTES,
+                   "class": f["class"], "workload": f["workload_id"],
+                   "expected": {"generation": pv.gen_of(expected),
+                                "unsettled": bool(expected & pv.UNSETTLED),
+                                "run_key": self.run_key, "lun": path,
+                                "first_sector_offset_bytes": f["offset_bytes"]},
+                   "found": {**got, "writer": writer, "lun": ":".join(found_lun)},
+                   "first_bad_sector": f["sector"], "found_bytes": f"{name}.found"}
+            (folder / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+    def stop_wanted(self) -> bool:
+        """Whether ``on_error: stop`` ends the step running now: it found damage."""
+        return self.config.on_error == "stop" and self.found > self._found_at_step
+
+    # ------------------------------------------------------------------ after a step
+    def step_done(self) -> None:
+        """The map as it stands, snapshot whole (the journal starts over)."""
+        if self.map is not None:
+            self.map.snapshot()
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+
+    def summary(self) -> dict[str, Any]:
+        """The run's verification in numbers: blocks checked and damaged by class."""
+        total = (np.sum(list(self.counts.values()), axis=0) if self.counts
+                 else np.zeros(len(pv.COUNT_NAMES), np.int64))
+        return {"blocks_checked": int(total[0]), "damaged_blocks": self.found,
+                **{name: int(total[1 + i]) for i, name in enumerate(pv.CLASSES)}}

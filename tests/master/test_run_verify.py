@@ -1,0 +1,136 @@
+"""Data verification through the real CLI (``ivypy run``) on localhost and a loop device over a
+fully written file in /dev/shm (docs/verify.md): the process, the slave's workers and the
+device are what is tested.
+
+* A clean run: a writer step, then a reader step, ``verify: true``: exit 0, the map in the
+  run folder holds every block the writer wrote (at the generation the device's stamps
+  carry), no verify event, no damaged block kept.
+* Damage made during the run: a block of the device overwritten with zeros while the reader
+  step re-reads the LUN: the run's own reads find it, ``events.csv`` names host, LUN, offset,
+  class and the expected generation, ``verify/damaged/`` keeps the block as read,
+  ``on_error: stop`` ends the step early, and the run exits 5.
+
+Needs root (loop devices): skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocol import verify as pv
+from tests.master.runhelp import start_run, write_config
+from tests.slave.conftest import LoopFactory
+
+pytestmark = pytest.mark.root
+
+BLOCK = pv.MAP_BLOCK_BYTES
+N_BLOCKS = 256  # 1 MiB
+TEST = """\
+test: verified
+subinterval_seconds: 0.5
+hosts: [localhost]
+verify: {verify}
+luns:
+  - {{hosts: localhost, path: {lun}, allow_write: true}}
+steps:
+  - name: write
+    workloads:
+      - {{name: w, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
+         read_fraction: 0%}}
+    warmup_seconds: 0
+    measure_seconds: 1
+  - name: read
+    workloads:
+      - {{name: w, delete: true}}
+      - {{name: r, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
+         read_fraction: 100%}}
+    warmup_seconds: 0
+    measure_seconds: {read_s}
+"""
+
+
+def _events(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "events.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _run(tmp: Path, lun: str, verify: str, read_s: float,
+         during: object = None) -> tuple[int, Path, str]:
+    cfg = write_config(tmp, TEST.format(verify=verify, lun=lun, read_s=read_s))
+    proc = start_run(cfg, tmp)
+    if callable(during):
+        during(tmp / "verified")
+    out, err = proc.communicate(timeout=240)
+    (folder,) = (tmp / "verified").iterdir()
+    return proc.returncode, folder, out + err
+
+
+def test_a_clean_verified_run_keeps_its_map_and_finds_nothing(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    dev = loop_device(N_BLOCKS * BLOCK)
+    code, folder, said = _run(tmp_path, dev.path, "true", 1)
+    assert code == 0, said[-3000:]
+    assert not [e for e in _events(folder) if e["kind"] == "verify"]
+    assert not (folder / "verify" / "damaged").exists()
+    meta = json.loads((folder / "verify" / "map.json").read_text())
+    assert [(x["host"], x["lun"]) for x in meta["luns"]] == [("localhost", dev.path)]
+    assert sorted(w["workload"] for w in meta["writers"]) == [
+        f"localhost:{dev.path}:r", f"localhost:{dev.path}:w"]
+    snapshot = np.frombuffer((folder / "verify" / "lun0.map").read_bytes(), dtype=np.uint8)
+    with open(dev.backing_file, "rb") as f:
+        blocks = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK)
+    # every block the writer wrote (a second at 1,000 IOPS: 1,000 writes, the LUN 3.9 times
+    # over) carries the map's generation in each of its sectors' stamps
+    written = np.flatnonzero(snapshot & pv.GEN_MASK)
+    assert written.size == N_BLOCKS
+    for b in written.tolist():
+        heads = pv.decode(blocks[b].reshape(-1, 512))
+        assert set(heads["gen"].tolist()) == {int(snapshot[b] & pv.GEN_MASK)}, b
+        assert set(heads["run_key"].tolist()) == {meta["run_key"]}
+
+
+def test_damage_made_during_the_run_is_found_by_its_reads_and_the_run_exits_5(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    dev = loop_device(N_BLOCKS * BLOCK)
+
+    def damage(runs: Path) -> None:
+        # once the reader step's folder is there (the writer's step is over), block 77 zeroed
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(runs.glob("*/step0001-read")):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the reader step never started")
+        with open(dev.backing_file, "r+b") as f:
+            f.seek(77 * BLOCK)
+            f.write(bytes(BLOCK))
+            f.flush()
+            os.fsync(f.fileno())
+
+    code, folder, said = _run(tmp_path, dev.path, "{on_error: stop}", 6, during=damage)
+    assert code == 5, said[-3000:]
+    assert "data verification found" in said and "missing" in said
+    found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
+    first = found[0]
+    assert first["host"] == "localhost" and first["step"] == "1"
+    assert first["message"].startswith(f"verify: missing block at offset {77 * BLOCK} of LUN "
+                                       f"{dev.path} (workload localhost:{dev.path}:r): "
+                                       "expected generation ")
+    assert "found no stamp of this run" in first["message"]
+    assert any("ends after subinterval" in e["message"] for e in found)  # on_error: stop
+    (kept,) = sorted((folder / "verify" / "damaged").glob("*.json"))[:1]
+    doc = json.loads(kept.read_text())
+    assert (doc["host"], doc["lun"], doc["offset_bytes"], doc["class"]) == (
+        "localhost", dev.path, 77 * BLOCK, "missing")
+    assert (kept.parent / doc["found_bytes"]).read_bytes() == bytes(BLOCK)
+    # the step stopped early: fewer rows than its 12 subintervals
+    with open(folder / "step0001-read" / "all" / "all.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) < 12
