@@ -24,6 +24,7 @@ __all__ = [
     "LUN_ENGINES",
     "RANDOM_IOSEQUENCERS",
     "ROLLUP_ATTRIBUTES",
+    "VERIFY_METRICS",
 ]
 
 #: I/O sequencers a workload may use.
@@ -110,6 +111,13 @@ FOCUS_METRICS: frozenset[str] = _focus_metrics()
 DEVICE_METRICS: tuple[str, ...] = ("device_IOPS", "device_read_IOPS", "device_write_IOPS",
                                    "device_MB_per_s", "device_service_time_ms",
                                    "device_util_pct", "device_queue_depth")
+
+#: Data verification's columns (``verify:``, docs/verify.md): per subinterval and over the
+#: window, the 4 KiB blocks read back and checked, those found damaged, and those of each
+#: class (``protocol.verify.CLASSES``). A threshold's metric too (``verify_errors < 1``).
+VERIFY_METRICS: tuple[str, ...] = ("verify_blocks_checked", "verify_errors", "verify_corrupt",
+                                   "verify_misplaced", "verify_stale", "verify_torn",
+                                   "verify_missing")
 
 #: fio-style steady-state criteria and the metric each one watches (``None``: the focus metric).
 #: ``*_slope`` criteria limit the least-squares slope over the window; the others limit the

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from master.config.catalog import DEVICE_METRICS, FOCUS_METRICS
+from master.config.catalog import DEVICE_METRICS, FOCUS_METRICS, VERIFY_METRICS
 from master.config.expr import FailIf, parse_fail_if
 from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_problem
 from master.config.yamlnodes import Collected, Cursor
@@ -35,7 +35,8 @@ _EXAMPLE = "write METRIC OP LIMIT, e.g. 'IOPS > 50000' or 'service_time_p99_ms <
 #: a limit written with a sign: a change, in compare's grammar
 _SIGNED = re.compile(r"[<>]=?\s*([+-])\s*[\d.]")
 #: the summary.csv metrics a threshold may name (beside the joined gathered ones)
-METRIC_NAMES: frozenset[str] = FOCUS_METRICS | frozenset(DEVICE_METRICS) | {"cpu_busy_pct"}
+METRIC_NAMES: frozenset[str] = (FOCUS_METRICS | frozenset(DEVICE_METRICS)
+                                | frozenset(VERIFY_METRICS) | {"cpu_busy_pct"})
 
 
 @dataclass(frozen=True)

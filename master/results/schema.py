@@ -13,10 +13,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from master.analysis import rollup as ru
-from master.config.catalog import DEVICE_METRICS
+from master.config.catalog import DEVICE_METRICS, VERIFY_METRICS
 
 #: the ``device_*`` columns (``master.analysis.devstats``)
 DEVICE_COLUMNS: Final = DEVICE_METRICS
+#: a verified run's (``verify:``) ``verify_*`` columns, after the device and gathered ones:
+#: counts of 4 KiB blocks in the subinterval, or in the window (``master.run.verifying``)
+VERIFY_COLUMNS: Final = VERIFY_METRICS
 
 #: The columns of an instance row and of a summary row; a step with ``gather:`` sources has
 #: its joined metrics (``gather.<source>.<element_type>.<metric>``) after the device columns

@@ -129,6 +129,7 @@ class StepRecorder:
         histogram_types: frozenset[str] = frozenset(),
         fold_measurement: bool = False,
         gathered: Sequence[str] = (),
+        summed: frozenset[str] = frozenset(),
     ) -> None:
         """``hosts``: the order the results of a subinterval come in (default: the order of
         the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
@@ -137,8 +138,10 @@ class StepRecorder:
         subintervals recorded with phase ``measurement`` (a fixed-length step), so their
         settings are summed as they come (the slaves add the statistics up: ``Go.fold``).
         ``gathered``: the step's joined gathered columns (``master.gather``), given to
-        ``record`` each subinterval; their summary is the mean over the window's values."""
+        ``record`` each subinterval; their summary is the mean over the window's values, but
+        for those in ``summed`` (counts, as data verification's), their sum."""
         self.gathered = tuple(gathered)
+        self._summed = np.array([name in summed for name in self.gathered], dtype=bool)
         self.instance_columns = instance_columns(self.gathered)
         self.summary_columns = summary_columns(self.gathered)
         #: each measurement subinterval's gathered columns per rollup type (instances × columns)
@@ -600,7 +603,8 @@ class StepRecorder:
 
     def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """Each rollup type's gathered columns over ``window``: per instance and column, the
-        mean of the subintervals that have a value (NaN where none has)."""
+        mean of the subintervals that have a value, or their sum (``summed``; NaN where none
+        has)."""
         out = {}
         for t, g in self.groupings.items():
             stacked = [self._win_gathered[k][t] for k in window if k in self._win_gathered]
@@ -609,9 +613,10 @@ class StepRecorder:
                 continue
             a = np.stack(stacked)
             seen = ~np.isnan(a)
+            total = np.where(seen, a, 0.0).sum(axis=0)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[t] = np.where(seen.any(axis=0), np.where(seen, a, 0.0).sum(axis=0)
-                                  / np.maximum(seen.sum(axis=0), 1), np.nan)
+                out[t] = np.where(seen.any(axis=0), np.where(
+                    self._summed, total, total / np.maximum(seen.sum(axis=0), 1)), np.nan)
         return out
 
     def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,

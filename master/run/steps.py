@@ -35,7 +35,12 @@ from master.live.view import LiveView
 from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
 from master.results.runfolder import read_header
-from master.results.schema import DFC_COLUMNS, MEASURE_COLUMNS, MEASURE_SUMMARY_COLUMNS
+from master.results.schema import (
+    DFC_COLUMNS,
+    MEASURE_COLUMNS,
+    MEASURE_SUMMARY_COLUMNS,
+    VERIFY_COLUMNS,
+)
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
 from master.run.notices import OnceARun
 from master.run.outcome import EXIT_INVALID, StepFailed, failure_text
@@ -285,13 +290,16 @@ class StepLoop:
             gathered = await self.fleet.or_interrupted(self.gathering.probe(
                 [b.focus_metric for b in (step.measure, step.dfc) if b is not None]),
                 f"the first gather of step {number} {step.name}")
+        if self.verification is not None:  # counts: summed over the window
+            gathered = [*gathered, *VERIFY_COLUMNS]
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
                                 self.cfg.subinterval_seconds, self.placed, self.settings,
                                 show,
                                 hosts=list(self.sessions),
                                 histogram_types=frozenset(
                                     {dfc.focus_rollup} if dfc is not None and windowed else ()),
-                                fold_measurement=control.fixed is not None, gathered=gathered)
+                                fold_measurement=control.fixed is not None, gathered=gathered,
+                                summed=frozenset(VERIFY_COLUMNS))
         st = StepState(number, step, recorder, control)
         if step.dfc is not None:
             st.dfc_members = {key: [m.id for m in members] for key, members in
@@ -636,9 +644,12 @@ class StepLoop:
                  for r, hs in zip(results, self.sessions.values(), strict=True)]
         if self.output_failed is not None:
             raise self.output_failed
-        rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
         if self.verification is not None:
-            self.verification.record(st.number, k, [(h.host, h.result) for h in hosts])
+            counts = self.verification.record(st.number, k, [(h.host, h.result) for h in hosts])
+            columns = self.verification.columns(counts, st.recorder.ids,
+                                                st.recorder.groupings)
+            joined = {t: {**(joined or {}).get(t, {}), **c} for t, c in columns.items()}
+        rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
         for host, bound in rec.skew_bound_ns.items():  # warned at the run's end
             self.notices.skew(host, bound, self.sessions[host].offset_uncertainty_ns,
                               st.number, k)

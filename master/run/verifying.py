@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
+from master.analysis.rollup import Grouping
 from master.config.schema import VerifyConfig
+from master.results.schema import VERIFY_COLUMNS
 from master.run.workloads import WorkloadInstance
 from master.verify.mapstore import MapLun, MapWriter, VerifyMap
 from protocol import verify as pv
@@ -90,13 +93,14 @@ class RunVerification:
     # ------------------------------------------------------------------ each subinterval
     def record(self, step: int, k: int,
                results: Sequence[tuple[str, SubintervalResult | Stopped]]
-               ) -> int:
+               ) -> dict[str, npt.NDArray[np.int64]]:
         """Subinterval ``k``'s reports, host by host: the journals into the map (one record),
-        the counts added up, the damaged blocks told. Returns how many were found in it."""
+        the counts added up, the damaged blocks told. Returns its counts by workload."""
         assert self.map is not None
         luns, blocks, bytes_ = [], [], []
         confirmed: dict[int, int] = {}
         found = 0
+        now: dict[str, npt.NDArray[np.int64]] = {}
         for host, res in results:
             rep = res.verify
             if rep is None:
@@ -107,8 +111,10 @@ class RunVerification:
             bytes_.append(byte)
             confirmed.update({int(w): int(s) for w, s in rep.get("confirmed", {}).items()})
             for wid, counts in rep["counts"].items():
+                got = np.asarray(counts, dtype=np.int64)
+                now[wid] = got
                 mine = self.counts.setdefault(wid, np.zeros(len(pv.COUNT_NAMES), np.int64))
-                mine += np.asarray(counts, dtype=np.int64)
+                mine += got
             found += int(rep["found"])
             for f in rep["findings"]:
                 self._finding(step, k, host, f)
@@ -116,7 +122,26 @@ class RunVerification:
             self.map.apply(k, np.concatenate(luns), np.concatenate(blocks),
                            np.concatenate(bytes_), confirmed)
         self.found += found
-        return found
+        return now
+
+    @staticmethod
+    def columns(counts: Mapping[str, npt.NDArray[np.int64]], ids: Sequence[str],
+                groupings: Mapping[str, Grouping]) -> dict[str, dict[str, npt.NDArray[np.float64]]]:
+        """The ``verify_*`` columns of a subinterval (``counts`` by workload: ``record``'s)
+        per rollup type and instance (``groupings``, of the workloads ``ids`` in plan order):
+        sums of blocks checked, damaged, and damaged of each class (0 where none)."""
+        per = np.zeros((len(ids), len(pv.COUNT_NAMES)), dtype=np.float64)
+        for i, wid in enumerate(ids):
+            got = counts.get(wid)
+            if got is not None:
+                per[i] = got
+        cols = np.column_stack([per[:, 0], per[:, 1:].sum(axis=1), per[:, 1:]])
+        out = {}
+        for t, g in groupings.items():
+            summed = np.zeros((g.n, cols.shape[1]))
+            np.add.at(summed, g.of_workload, cols)
+            out[t] = dict(zip(VERIFY_COLUMNS, summed.T, strict=True))
+        return out
 
     def _finding(self, step: int, k: int, host: str, f: dict[str, Any]) -> None:
         """A damaged block in events.csv (the first ``EVENTS_MAX``) and in ``verify/`` (the

@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -29,6 +30,8 @@ from tests.master.runhelp import start_run, write_config
 from tests.slave.conftest import LoopFactory
 
 pytestmark = pytest.mark.root
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.schema.json")
+                    .read_text())
 
 BLOCK = pv.MAP_BLOCK_BYTES
 N_BLOCKS = 256  # 1 MiB
@@ -37,6 +40,7 @@ test: verified
 subinterval_seconds: 0.5
 hosts: [localhost]
 verify: {verify}
+thresholds: ["verify_errors < 1"]
 luns:
   - {{hosts: localhost, path: {lun}, allow_write: true}}
 steps:
@@ -56,9 +60,13 @@ steps:
 """
 
 
-def _events(folder: Path) -> list[dict[str, str]]:
-    with open(folder / "events.csv", newline="") as f:
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def _events(folder: Path) -> list[dict[str, str]]:
+    return _rows(folder / "events.csv")
 
 
 def _run(tmp: Path, lun: str, verify: str, read_s: float,
@@ -78,6 +86,14 @@ def test_a_clean_verified_run_keeps_its_map_and_finds_nothing(
     code, folder, said = _run(tmp_path, dev.path, "true", 1)
     assert code == 0, said[-3000:]
     assert not [e for e in _events(folder) if e["kind"] == "verify"]
+    # the verify columns: the reader's blocks checked, nothing damaged; the threshold held
+    summary = _rows(folder / "summary.csv")
+    read = [r for r in summary if r["step_name"] == "read"]
+    assert read and all(float(r["verify_blocks_checked"]) >= N_BLOCKS for r in read)
+    assert all(float(r["verify_errors"]) == 0 for r in summary)
+    assert all(r["thresholds"].startswith("passed") for r in summary if r["rollup_type"] == "all")
+    doc = json.loads((folder / "summary.json").read_text())  # the columns within its schema
+    assert not list(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc))
     assert not (folder / "verify" / "damaged").exists()
     meta = json.loads((folder / "verify" / "map.json").read_text())
     assert [(x["host"], x["lun"]) for x in meta["luns"]] == [("localhost", dev.path)]
@@ -131,6 +147,15 @@ def test_damage_made_during_the_run_is_found_by_its_reads_and_the_run_exits_5(
     assert (doc["host"], doc["lun"], doc["offset_bytes"], doc["class"]) == (
         "localhost", dev.path, 77 * BLOCK, "missing")
     assert (kept.parent / doc["found_bytes"]).read_bytes() == bytes(BLOCK)
-    # the step stopped early: fewer rows than its 12 subintervals
-    with open(folder / "step0001-read" / "all" / "all.csv", newline="") as f:
-        assert len(list(csv.DictReader(f))) < 12
+    # the step stopped early (fewer rows than its 12 subintervals); its rows and summary count
+    # the damaged blocks by class, in the subintervals the reads found them
+    rows = _rows(folder / "step0001-read" / "all" / "all.csv")
+    assert len(rows) < 12
+    damaged = [r for r in rows if float(r["verify_errors"]) > 0]
+    assert damaged and all(r["verify_errors"] == r["verify_missing"] for r in rows)
+    assert all(float(r["verify_blocks_checked"]) > 0 for r in rows)
+    (total,) = [r for r in _rows(folder / "summary.csv")
+                if r["step_name"] == "read" and r["rollup_type"] == "all"]
+    assert float(total["verify_missing"]) == sum(float(r["verify_missing"]) for r in rows
+                                                 if r["phase"] == "measurement")
+    assert total["thresholds"].startswith("FAILED")
