@@ -405,6 +405,13 @@ class SlaveSession:
         whenever it has said nothing for 2 s (``master.hosts.session.KEEPALIVE_S``)."""
         return max(min_s, WATCHDOG_SUBINTERVALS * self.longest_subinterval_ns / 1e9)
 
+    def grant_overdue(self) -> bool:
+        """Whether ``on_tick`` would end the step now for want of the master's grant: the
+        subinterval to collect has ended and the one after it was not granted."""
+        step = self.step
+        return (step is not None and self.clock() >= step.end_of(step.next_result)
+                and not step.credit.may_follow(step.next_result))
+
     def next_wakeup_ns(self) -> int | None:
         """When ``on_tick`` next has work: the end of the next subinterval to collect."""
         if self.step is None:
@@ -715,8 +722,9 @@ class SlaveSession:
         self.closed = True
 
     # ------------------------------------------------------------------ the clock
-    def on_tick(self) -> None:
-        """Collect and send every subinterval that has ended; enforce Continue."""
+    def on_tick(self, most: int | None = None) -> None:
+        """Collect and send every subinterval that has ended (``most`` of them at most);
+        enforce Continue."""
         step = self.step
         if (step is not None and self.devices is not None and step.dev_before is None
                 and self.clock() >= step.start_ns):
@@ -757,6 +765,10 @@ class SlaveSession:
             if step.credit.ends_with(k):
                 self._finish_step()
                 return
+            if most is not None:
+                most -= 1
+                if most <= 0:
+                    return
 
     def _send_result(self, step: _Step, k: int, got: Collected,
                      dev_after: devstats.Sample | None = None) -> None:

@@ -6,12 +6,14 @@ step steady, every time."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
 
 from master.hosts.memory import MemoryHosts, Plant, SyntheticBackend
 from protocol.batch import StatsBatch
+from protocol.messages import Message, SubintervalResult
 from protocol.params import WorkloadParams
 from protocol.stats import BYTES, OPS
 from tests.master.memhosts import execute, memory_config, memory_run
@@ -111,3 +113,39 @@ def test_measure_finds_a_dfc_step_steady_once_it_has_settled(tmp_path: Path) -> 
     assert dfc[first - 1]["settled"] == "true"
     assert math.isclose(float(summary["measurement_seconds"]),
                         (int(summary["last_subinterval"]) - first + 1) * 0.2)
+
+
+STALL_TEST = """\
+test: stall
+subinterval_seconds: 0.2
+hosts: [localhost]
+luns:
+  - {hosts: localhost, file: "${output_root}/lun", size: 1MiB, create: true}
+steps:
+  - name: fixed
+    workloads:
+      - {name: a, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 500}
+    warmup_seconds: 0
+    measure_seconds: 2
+"""
+
+
+def test_a_stall_of_the_whole_process_past_a_boundary_is_not_the_masters_lateness(
+        tmp_path: Path) -> None:
+    # the process stops for 0.25 s (more than a subinterval) as the slave sends result 3: in
+    # one process, master and slave stall alike, so the slave does not cross boundary 4
+    # before the master had its turn (it answers result 3 with the grant that boundary needs)
+    stalled: list[int] = []
+
+    def stall(host: str, msg: Message) -> bool:
+        if isinstance(msg, SubintervalResult) and msg.subinterval == 3 and not stalled:
+            stalled.append(msg.subinterval)
+            time.sleep(0.25)
+        return True
+
+    cfg = memory_config(tmp_path, STALL_TEST)
+    result = execute(memory_run(cfg, MemoryHosts(watch=stall)))
+    assert stalled == [3]
+    assert result.exit_code == 0, result.message
+    rows = read_rows(result.folder / "step0000-fixed" / "all" / "all.csv")
+    assert [int(r["subinterval"]) for r in rows] == list(range(10))
