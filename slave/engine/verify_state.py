@@ -148,16 +148,7 @@ class VerifyState:
         elif self.luns[self._lun_row(lun.lun)] != lun:
             raise ValueError(f"LUN {lun.lun} is verified as {self.luns[self._lun_row(lun.lun)]},"
                              f" not {lun}")
-        if index >= self.data.shape[0]:
-            size = max(index + 1, 2 * self.data.shape[0])
-            data = np.zeros(size, dtype=DATA_DTYPE)
-            data[: self.data.shape[0]] = self.data
-            self.data = self.args.array("data", data)
-            counts = np.zeros((size, COUNT_WORDS), dtype=np.int64)
-            counts[: self.counts.shape[0]] = self.counts
-            self.counts = counts
-            self.args.array("vcount", counts)
-            self.args.n_owners = size
+        self._grow(index + 1)
         self.ids[index] = workload_id or str(index)
         self.data["vlun"][index] = self.vlun_address(lun.lun)
         self.data["writer"][index] = v.writer
@@ -165,6 +156,20 @@ class VerifyState:
         need = self._table(sum(self._blocks_in_flight.values()))
         if need.size > self.vtab.size:
             self._grow_table(need)
+
+    def _grow(self, rows: int) -> None:
+        """Room for workload indices below ``rows`` in the per-workload arrays."""
+        if rows <= self.data.shape[0]:
+            return
+        size = max(rows, 2 * self.data.shape[0])
+        data = np.zeros(size, dtype=DATA_DTYPE)
+        data[: self.data.shape[0]] = self.data
+        self.data = self.args.array("data", data)
+        counts = np.zeros((size, COUNT_WORDS), dtype=np.int64)
+        counts[: self.counts.shape[0]] = self.counts
+        self.counts = counts
+        self.args.array("vcount", counts)
+        self.args.n_owners = size
 
     def verifies(self, index: int) -> bool:
         """Whether workload ``index`` is verified."""
@@ -209,10 +214,8 @@ class VerifyState:
     def attach(self, args: LoopArgs, data: npt.NDArray[np.void], indexes: list[int]) -> None:
         """Point a compiled set's arguments at these arrays, and its workloads' write data
         (``data``, by place in the set; ``indexes``: each one's index in the loop) at their
-        LUNs (``args.n_owners`` must not pass the counts' rows: each workload counts in its
-        index's)."""
-        if args.n_owners > self.counts.shape[0]:
-            raise ValueError(f"{args.n_owners} owners, counts for {self.counts.shape[0]}")
+        LUNs (each workload counts in its index's row: rows for ``args.n_owners``)."""
+        self._grow(int(args.n_owners))
         self._point(args)
         for i, index in enumerate(indexes):
             if self.verifies(index):

@@ -18,7 +18,7 @@ import pytest
 
 from protocol import verify as v
 from slave.engine import compiled_loop as pk
-from slave.engine.layout import LoopArgs
+from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.verify_state import FINDINGS_KEPT, VerifiedLun, VerifyState, WorkloadVerify
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
@@ -362,3 +362,17 @@ def test_a_workload_the_map_cannot_serve_is_refused(blocksize: int, lun: Verifie
 def test_numbers_a_stamp_cannot_carry_are_refused(make: object, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         make()  # type: ignore[operator]
+
+
+def test_a_set_of_more_owners_than_verified_workloads_has_a_row_of_counts_each() -> None:
+    # the compiled set counts by owner (the loop's workload index): a loop whose later
+    # workloads are not verified still has a row for every owner, and its verified one points
+    # at its LUN
+    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0])
+    args = LoopArgs()
+    args.n_owners = 40
+    data = np.zeros(2, dtype=DATA_DTYPE)
+    lp.state.attach(args, data, [0, 39])
+    assert lp.state.counts.shape[0] >= 40
+    assert data["vlun"].tolist() == [int(lp.state.data["vlun"][0]), 0]
+    assert data["writer"].tolist() == [10, 0]
