@@ -481,7 +481,7 @@ def parse_config_text(
     errors = Collected()
     if verify is not None:
         with errors.each():
-            check_verifiable(root.get("steps"), root.require("verify"))
+            check_verifiable(root.get("steps"), root.require("verify"), root.get("luns"))
     with errors.each():
         steps = parse_steps(root.require("steps"), context)
     errors.raise_any()

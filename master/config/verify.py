@@ -85,13 +85,20 @@ def _on_error(cursor: Cursor | None,
     raise cursor.error(f"must be stop or continue (got {cursor.shown()})")
 
 
-def check_verifiable(steps: Cursor | None, verify: Cursor) -> None:
+def check_verifiable(steps: Cursor | None, verify: Cursor, luns: Cursor | None = None) -> None:
     """Every value under ``steps:`` that a test with ``verify`` on cannot hold, each at its own
-    key and line (``ConfigErrors`` when several). ``verify`` is the key's cursor, for its line."""
-    if steps is None or not steps.is_seq:
-        return  # the steps' own checks say what is wrong
+    key and line (``ConfigErrors`` when several), and every ``luns:`` entry ``shared: true``
+    (another run may write the LUN: its blocks would read as damage). ``verify`` is the key's
+    cursor, for its line."""
     errors = Collected()
-    for step in steps:
+    for entry in luns if luns is not None and luns.is_seq else ():
+        shared = entry.get("shared") if entry.is_map else None
+        if shared is not None and shared.is_scalar and shared.value is True:
+            with errors.each():
+                raise shared.error(f"verify (line {verify.line}) cannot check a LUN another run "
+                                   "may write too (shared: true): its writes would read as "
+                                   "damage; verify a LUN this run has alone")
+    for step in steps if steps is not None and steps.is_seq else ():
         for key, cursor in _written(step):
             with errors.each():
                 _check(key, cursor, verify.line)
