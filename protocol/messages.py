@@ -173,6 +173,23 @@ class EditWorkloads(Message):
 
 
 @dataclass(frozen=True)
+class LoadMap(Message):
+    """Master → slave, between steps: part of LUN ``lun``'s map of what a run wrote
+    (``protocol.verify``'s map bytes, from block ``first_block`` on), for the LUN's verified
+    workloads to check their reads against from their first I/O (a resumed run, ``ivypy
+    verify``). Parts of one LUN add up; the first verified create on the LUN takes them (the
+    host's own map of the LUN, once it has one, is newer). ``Ack`` (``info.blocks``: the
+    LUN's blocks held so far), or ``Error`` (``config``) for a part that does not fit
+    (protocol 11)."""
+
+    CODE: ClassVar[int] = 22
+    seq: int
+    lun: int
+    first_block: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class DeleteWorkload(Message):
     """Master → slave: remove a workload from the next boundary on."""
 
@@ -379,6 +396,7 @@ MESSAGE_TYPES: Final[tuple[type[Message], ...]] = (
     WindowRequest,
     WindowResult,
     EditWorkloads,
+    LoadMap,
 )
 
 BY_CODE: Final[dict[int, type[Message]]] = {t.CODE: t for t in MESSAGE_TYPES}

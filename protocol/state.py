@@ -42,6 +42,7 @@ from protocol.messages import (
     Go,
     Hello,
     HelloReply,
+    LoadMap,
     Log,
     LunList,
     Message,
@@ -91,7 +92,7 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     t[(State.HELLO, S, Log)] = State.HELLO
     # master → slave
     allow((I, R, P), M, (Ping, *_EDITS))
-    allow((I,), M, (DiscoverLuns, WindowRequest))
+    allow((I,), M, (DiscoverLuns, WindowRequest, LoadMap))
     allow((I,), M, (Go,), to=R)
     allow((R,), M, (Continue,))
     allow((R,), M, (Stop,), to=P)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from protocol import credit, verify
 from protocol.batch import GroupStats, StatsBatch
@@ -48,6 +49,7 @@ from protocol.messages import (
     Go,
     Hello,
     HelloReply,
+    LoadMap,
     Log,
     LunList,
     Message,
@@ -102,12 +104,14 @@ class Backend(Protocol):
     def create(
         self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams,
         engine: str = "auto", fallback: bool = False, verify: dict[str, int] | None = None,
+        verify_map: npt.NDArray[np.uint8] | None = None,
     ) -> dict[str, Any]:
         """Stage a new workload for the next boundary (or the next ``go``) on ``engine`` (the
         LUN's choice in the test; ``fallback``: the thread pool where libaio cannot be had);
         return facts such as ``{"engine": "libaio"}``, the engine it runs on. ``verify``: a
         verified workload's ``protocol.verify`` target (a backend that cannot verify data
-        raises ``ValueError`` saying so)."""
+        raises ``ValueError`` saying so), ``verify_map`` its LUN's map as ``LoadMap`` gave it
+        (for the LUN's first verified workload on the host)."""
 
     def final_verify(self) -> dict[str, Any] | None:
         """After ``halt``: what data verification found after the last subinterval collected
@@ -242,6 +246,8 @@ class SlaveSession:
         self.locks = LunLocks()
         self.params: dict[str, WorkloadParams] = {}
         self.lun_of: dict[str, lunmod.LunInfo] = {}
+        #: LUN number -> its map as ``LoadMap`` gave it, until its first verified create
+        self.loaded_maps: dict[int, npt.NDArray[np.uint8]] = {}
         # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
         # Go or discovery: one look per LUN for a whole batch of creates
         self._write_checked: dict[str, lunmod.LunInfo] = {}
@@ -260,6 +266,7 @@ class SlaveSession:
             CreateWorkload: self._on_create,
             EditWorkload: self._on_edit,
             EditWorkloads: self._on_edits,
+            LoadMap: self._on_load_map,
             DeleteWorkload: self._on_delete,
             Go: self._on_go,
             Continue: self._on_continue,
@@ -579,9 +586,13 @@ class SlaveSession:
             verdict = require_ok(lun, params.writes, msg.allow_write, self.host)
             _check_fits(params, lun)
             verify = _verify_target(msg.verify, params, lun, self.host)
+            loaded = None if verify is None else self._loaded_map(verify)
             self.locks.take(lun.path, msg.shared, self.host)  # another run's LUN is refused
             info = self.backend.create(wid, lun, params, engine=msg.engine,
-                                       fallback=msg.allow_engine_fallback, verify=verify)
+                                       fallback=msg.allow_engine_fallback, verify=verify,
+                                       verify_map=loaded)
+            if verify is not None:
+                self.loaded_maps.pop(verify["lun"], None)  # the worker's map holds it now
         except PreflightError as exc:
             self._refuse(msg.seq, "preflight", str(exc), wid, msg.lun_path)
             return
@@ -624,6 +635,37 @@ class SlaveSession:
             return
         self.params[wid] = params
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
+
+    def _on_load_map(self, msg: LoadMap) -> None:
+        """Part of a LUN's map, kept for the LUN's first verified create (``LoadMap``)."""
+        part = np.frombuffer(msg.data, dtype=np.uint8)
+        if not 0 <= msg.lun < 1 << 16 or msg.first_block < 0:
+            self._refuse(msg.seq, "config", f"LoadMap: LUN {msg.lun}, first block "
+                         f"{msg.first_block}: out of range", "")
+            return
+        held = self.loaded_maps.get(msg.lun, np.zeros(0, dtype=np.uint8))
+        end = msg.first_block + part.size
+        if end > held.size:
+            grown = np.zeros(end, dtype=np.uint8)
+            grown[: held.size] = held
+            held = grown
+        held[msg.first_block : end] = part
+        self.loaded_maps[msg.lun] = held
+        self.send(Ack(seq=msg.seq, effective_subinterval=-1, info={"blocks": int(held.size)}))
+
+    def _loaded_map(self, target: dict[str, int]) -> npt.NDArray[np.uint8] | None:
+        """The parts ``LoadMap`` gave of the target's LUN, as its map (``ValueError`` for a part
+        past its size), or None."""
+        held = self.loaded_maps.get(target["lun"])
+        if held is None:
+            return None
+        blocks = target["size_bytes"] // verify.MAP_BLOCK_BYTES
+        if held.size > blocks:
+            raise ValueError(f"LoadMap: LUN {target['lun']}'s map has {held.size} blocks, "
+                             f"past its {blocks}")
+        out = np.zeros(blocks, dtype=np.uint8)
+        out[: held.size] = held
+        return out
 
     def _on_edits(self, msg: EditWorkloads) -> None:
         """Every edit is checked before any is made: one refused refuses the request."""
@@ -914,6 +956,7 @@ def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
                               counts=grouped.counts[:0])
             out.append(GroupStats(side, view_percentiles(grouped)).to_wire())
     return out
+
 
 
 def _verify_target(target: dict[str, int] | None, params: WorkloadParams,

@@ -392,6 +392,7 @@ class WorkerPool:
         fallback: bool = False,
         timeout_s: float = 10.0,
         verify: dict[str, int] | None = None,
+        verify_map: npt.NDArray[np.uint8] | None = None,
     ) -> WorkloadInfo:
         """Create a workload on ``lun_path`` (``engine_choice``: auto | libaio | threadpool |
         fake[...]; ``fallback``: with auto, the thread pool where libaio cannot be had);
@@ -410,7 +411,9 @@ class WorkerPool:
         self._send(
             w,
             ("create", workload_id, slot, lun_path, engine_choice, params,
-             logical_block_bytes, lun_size_bytes, fallback, verify),
+             logical_block_bytes, lun_size_bytes, fallback, verify,
+             # a LUN's map from the master goes to the worker that has none of it yet
+             None if lun_path in self._verified_luns else verify_map),
         )
         deadline = time.monotonic() + timeout_s
         while True:

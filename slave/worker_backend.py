@@ -17,6 +17,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from protocol import credit
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
@@ -45,7 +48,8 @@ class WorkerBackend:
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
-               verify: dict[str, int] | None = None) -> dict[str, Any]:
+               verify: dict[str, int] | None = None,
+               verify_map: npt.NDArray[np.uint8] | None = None) -> dict[str, Any]:
         info = self.pool.create_workload(
             workload_id,
             lun.path,
@@ -55,6 +59,7 @@ class WorkerBackend:
             lun_size_bytes=lun.size_bytes,
             fallback=fallback,
             verify=verify,
+            verify_map=verify_map,
         )
         out: dict[str, Any] = {"engine": info.engine, "worker": info.worker, "cpu": info.cpu}
         if info.warning:

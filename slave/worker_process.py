@@ -199,6 +199,7 @@ class _WorkerControl:
         size: int | None,
         fallback: bool = False,
         verify: dict[str, int] | None = None,
+        verify_map: npt.NDArray[np.uint8] | None = None,
     ) -> None:
         """Create a workload on its engine and answer ``created`` with the engine it runs on
         (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
@@ -213,7 +214,8 @@ class _WorkerControl:
             decision = choose_engine(engine_choice, path, lbs, fallback=fallback)
             target = None if verify is None else WorkloadVerify(
                 VerifiedLun(verify["lun"], verify["first_bytes"], verify["size_bytes"],
-                            verify["run_key"], verify["attempt"]), verify["writer"])
+                            verify["run_key"], verify["attempt"]), verify["writer"],
+                verify_map)
             try:
                 self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size,
                           target)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from master.config import HostConfig
 from protocol import credit
@@ -91,7 +92,8 @@ class SyntheticBackend:
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
-               verify: dict[str, int] | None = None) -> dict[str, Any]:
+               verify: dict[str, int] | None = None,
+               verify_map: npt.NDArray[np.uint8] | None = None) -> dict[str, Any]:
         if verify is not None:
             raise ValueError("an in-memory host has no data to verify (its I/O is synthetic)")
         self.workloads[workload_id] = params

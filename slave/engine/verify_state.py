@@ -67,13 +67,16 @@ class VerifiedLun:
             raise ValueError(f"attempt {self.attempt} out of range 0-255")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WorkloadVerify:
     """What a verified workload stamps and checks against: its LUN's map and its own
-    number in the run's map (the ``writer`` its stamps carry)."""
+    number in the run's map (the ``writer`` its stamps carry); ``initial``: the LUN's map as
+    the master kept it (a resumed run, ``ivypy verify``), which a loop that has no map of the
+    LUN yet starts from."""
 
     lun: VerifiedLun
     writer: int
+    initial: npt.NDArray[np.uint8] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.writer < 1 << 16:
@@ -140,6 +143,11 @@ class VerifyState:
                 raise ValueError(f"a loop verifies {MAX_LUNS} LUNs at most")
             m = self.maps[lun.lun] = np.zeros(lun.size_bytes // verify.MAP_BLOCK_BYTES,
                                                dtype=np.uint8)
+            if v.initial is not None:
+                if v.initial.size > m.size:
+                    raise ValueError(f"LUN {lun.lun}: a map of {v.initial.size} blocks for a "
+                                     f"range of {m.size}")
+                m[: v.initial.size] = v.initial
             row = self.vlun[len(self.luns)]
             row["map"], row["n_blocks"] = m.ctypes.data, m.size
             row["first_bytes"], row["run_key"] = lun.first_bytes, lun.run_key

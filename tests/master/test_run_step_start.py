@@ -84,7 +84,8 @@ def test_dfc_on_engine_moves_a_workload_that_fell_back_to_the_thread_pool(
     it and moves its IOPS from 200 towards the target of 1000, each move sent to the slave."""
     def create(self: SyntheticBackend, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
-               verify: dict[str, int] | None = None) -> dict[str, Any]:
+               verify: dict[str, int] | None = None,
+               verify_map: Any = None) -> dict[str, Any]:
         assert fallback
         self.workloads[workload_id] = params
         return {"engine": "threadpool", "warning": f"LUN {lun.path}: libaio unavailable"}

@@ -60,15 +60,18 @@ class FakeBackend:
         self.engines: dict[str, tuple[str, bool]] = {}  # what each create asked for
         self.late_at: int | None = None
         self.verify: dict[str, dict[str, int] | None] = {}  # each create's verify target
+        self.verify_maps: dict[str, Any] = {}  # and the LUN's map LoadMap gave
 
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
-               verify: dict[str, int] | None = None) -> dict[str, Any]:
+               verify: dict[str, int] | None = None,
+               verify_map: Any = None) -> dict[str, Any]:
         self.workloads[workload_id] = params
         self.luns[workload_id] = lun
         self.calls.append(("create", workload_id))
         self.engines[workload_id] = (engine, fallback)
         self.verify[workload_id] = verify
+        self.verify_maps[workload_id] = verify_map
         return {"engine": "fake"}
 
     def engine_for(self, lun: LunInfo) -> str:

@@ -18,6 +18,7 @@ from protocol.messages import (
     EditWorkload,
     EditWorkloads,
     Error,
+    LoadMap,
     LunList,
     Message,
 )
@@ -155,3 +156,35 @@ def test_a_verified_range_off_the_map_grid_is_refused(monkeypatch: pytest.Monkey
     err = _verified(h, 1, TARGET, range_start_bytes=512)
     assert isinstance(err, Error) and err.kind == "config", err
     assert "range must start on a 4096-byte boundary, not at 512" in err.message
+
+
+def test_loaded_map_parts_go_to_the_luns_first_verified_create(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    (a,) = h.send(LoadMap(1, lun=2, first_block=0, data=bytes([1, 2, 3, 4])))
+    (b,) = h.send(LoadMap(2, lun=2, first_block=10, data=bytes([5 | 0x80, 6])))
+    assert isinstance(a, Ack) and isinstance(b, Ack) and b.info == {"blocks": 12}
+    assert isinstance(_verified(h, 3, TARGET), Ack)
+    got = h.backend.verify_maps["h1:/dev/fake0:v3"]
+    assert got.size == (1 << 20) // 4096 and got[:4].tolist() == [1, 2, 3, 4]
+    assert got[10:12].tolist() == [5 | 0x80, 6] and not got[12:].any()
+    # taken: a later create on the LUN starts from the host's own map, not from these
+    assert isinstance(_verified(h, 4, TARGET), Ack)
+    assert h.backend.verify_maps["h1:/dev/fake0:v4"] is None
+
+
+def test_a_loaded_map_that_does_not_fit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    (err,) = h.send(LoadMap(1, lun=70000, first_block=0, data=b"\x01"))
+    assert isinstance(err, Error) and err.kind == "config" and "out of range" in err.message
+    (err,) = h.send(LoadMap(2, lun=2, first_block=-1, data=b"\x01"))
+    assert isinstance(err, Error) and "first block -1" in err.message
+    (ack,) = h.send(LoadMap(3, lun=2, first_block=256, data=b"\x01"))  # past 1 MiB's 256
+    assert isinstance(ack, Ack)
+    err = _verified(h, 4, TARGET)
+    assert isinstance(err, Error) and err.kind == "config"
+    assert "LoadMap: LUN 2's map has 257 blocks, past its 256" in err.message

@@ -118,3 +118,51 @@ def test_reports_merge_end_to_end() -> None:
     assert bytes_.tolist() == [3, 1, 2]
     assert m["counts"] == {"x": [4, 0, 0, 0, 0, 1], "y": [2, 0, 0, 0, 0, 0]}
     assert m["found"] == 1 and m["findings"] == [{"workload_id": "x"}]
+
+
+@pytest.mark.root
+def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
+        loop_device: LoopFactory) -> None:
+    # as a resumed run's or ivypy verify's hosts: one pool writes and reports its journals
+    # (the master's map is their last entries), and ends; a block is zeroed; a new pool's
+    # reader, given that map, checks every block from its first read and finds that one alone
+    assert pk.available(), pk.why_not()
+    dev = loop_device(N_BLOCKS * BLOCK)
+    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
+    master_map = np.zeros(N_BLOCKS, dtype=np.uint8)
+    first = WorkerPool(1)
+    try:
+        first.create_workload("h:lun:w", dev.path, "libaio", WorkloadParams(
+            iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
+            verify=_target(1))
+        reports = [r.verify for r in _step(first, 2)]
+        reports.append(first.take_final_verify())  # the drain's
+    finally:
+        first.close()
+    for r in reports:
+        assert r is not None
+        _, blocks, bytes_ = v.journal_from_wire(r["journal"])
+        master_map[blocks] = bytes_  # in order: the last entry of a block wins
+    assert (master_map & v.GEN_MASK).all()
+    with open(dev.backing_file, "r+b") as f:
+        f.seek(9 * BLOCK)
+        f.write(bytes(BLOCK))
+        f.flush()
+        os.fsync(f.fileno())
+    second = WorkerPool(1)
+    try:
+        second.create_workload("h:lun:r", dev.path, "libaio", WorkloadParams(
+            iosequencer="sequential", iodepth=4, iops=2000.0), **geometry,
+            verify=_target(2), verify_map=master_map)
+        reports = [r.verify for r in _step(second, 2)]
+    finally:
+        second.close()
+    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
+    offsets = set()
+    for r in reports:
+        assert r is not None
+        counts += r["counts"].get("h:lun:r", 0)
+        offsets |= {f["offset_bytes"] for f in r["findings"]}
+    assert counts[0] >= N_BLOCKS  # every block checked: the map came with the create
+    assert counts[1:].sum() == counts[1 + v.CLASSES.index("missing")] >= 1
+    assert offsets == {9 * BLOCK}
