@@ -113,6 +113,7 @@ class VerifyState:
         self.counts = np.zeros((16, COUNT_WORDS), dtype=np.int64)
         self.vn = np.zeros(3, dtype=np.int64)
         self.vtab = self._table(blocks_in_flight)
+        self.journal_room = JOURNAL_TURN_BLOCKS
         self.journal = np.zeros(4 * JOURNAL_TURN_BLOCKS, dtype=np.int64)
         self.findings = np.zeros(FINDINGS_KEPT, dtype=VFIND_DTYPE)
         self.finding_bytes = np.zeros((FINDINGS_KEPT, verify.MAP_BLOCK_BYTES), dtype=np.uint8)
@@ -164,6 +165,8 @@ class VerifyState:
         need = self._table(sum(self._blocks_in_flight.values()))
         if need.size > self.vtab.size:
             self._grow_table(need)
+        # no reap can settle more blocks than are in flight: the journal's room for one
+        self._room(sum(self._blocks_in_flight.values()))
 
     def _grow(self, rows: int) -> None:
         """Room for workload indices below ``rows`` in the per-workload arrays."""
@@ -178,6 +181,17 @@ class VerifyState:
         self.counts = counts
         self.args.array("vcount", counts)
         self.args.n_owners = size
+
+    def _room(self, blocks: int) -> None:
+        """A journal with room for ``blocks`` settled in one go, four times over (what it
+        holds spilled first). Only from ``add``: a workload joins with the compiled set
+        unloaded, and its next ``attach`` points the set at the new journal."""
+        if blocks <= self.journal_room:
+            return
+        self.spill()
+        self.journal_room = blocks
+        self.journal = np.zeros(4 * blocks, dtype=np.int64)
+        self._point(self.args)
 
     def verifies(self, index: int) -> bool:
         """Whether workload ``index`` is verified."""
@@ -212,7 +226,7 @@ class VerifyState:
         args.vtab_mask = self.vtab.size // 2 - 1
         args.array("vjournal", self.journal)
         args.vjournal_cap = self.journal.size
-        args.vjournal_room = JOURNAL_TURN_BLOCKS
+        args.vjournal_room = self.journal_room
         args.array("vfind", self.findings)
         args.array("vfind_bytes", self.finding_bytes)
         args.vfind_cap = FINDINGS_KEPT
@@ -222,7 +236,9 @@ class VerifyState:
     def attach(self, args: LoopArgs, data: npt.NDArray[np.void], indexes: list[int]) -> None:
         """Point a compiled set's arguments at these arrays, and its workloads' write data
         (``data``, by place in the set; ``indexes``: each one's index in the loop) at their
-        LUNs (each workload counts in its index's row: rows for ``args.n_owners``)."""
+        LUNs (each workload counts in its index's row: rows for ``args.n_owners``). The
+        journal has room for what one of its reaps can settle (every verified block in flight:
+        ``add`` sized it), and the loop returns to have it spilled before less is left."""
         self._grow(int(args.n_owners))
         self._point(args)
         for i, index in enumerate(indexes):
@@ -257,6 +273,10 @@ class VerifyState:
                               * (owners < self.data.shape[0]))
         if mine.size == 0:
             return
+        # room for every block these writes settle (at most those in flight: ``add`` sized
+        # the journal for them) before the first is journaled
+        if self.vn[1] + self.journal_room > self.journal.size:
+            self.spill()
         lib = _lib()
         addr = self.args.address
         for j in mine.tolist():
@@ -268,8 +288,6 @@ class VerifyState:
             else:
                 lib.ivy_verify_read_done(addr, owner, owner, off, nbytes, int(res[j]),
                                          int(row[ROW["buf"]]), t_ns)
-        if self.vn[1] + JOURNAL_TURN_BLOCKS > self.journal.size:
-            self.spill()
 
     def spill(self) -> None:
         """Move the journal's words aside (the loop returned to have room made)."""

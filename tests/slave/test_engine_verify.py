@@ -376,3 +376,23 @@ def test_a_set_of_more_owners_than_verified_workloads_has_a_row_of_counts_each()
     assert lp.state.counts.shape[0] >= 40
     assert data["vlun"].tolist() == [int(lp.state.data["vlun"][0]), 0]
     assert data["writer"].tolist() == [10, 0]
+
+
+def test_the_journal_has_room_for_every_block_in_flight_and_keeps_what_it_held() -> None:
+    # a reap settles at most the verified blocks in flight: a workload of 512 writes of 1 MiB
+    # in flight grows the journal to room for them all (what it held spilled, not lost), and
+    # a compiled set attached after points at the new one
+    lp = _loop([VerifiedLun(0, 0, 64 * BLOCK, KEY)], [0])
+    lp.put(0, 0, _data(2))
+    assert lp.state.journal_room == 1 << 16
+    lp.state.add(1, WorkloadVerify(lp.state.luns[0], 11), 256 * BLOCK, iodepth=512)
+    room = lp.state.journal_room
+    assert room >= 512 * 256 and lp.state.journal.size == 4 * room
+    assert lp.args.vjournal_room == room and lp.args.vjournal_cap == lp.state.journal.size
+    compiled = LoopArgs()
+    compiled.n_owners = 2
+    lp.state.attach(compiled, np.zeros(2, dtype=DATA_DTYPE), [0, 1])
+    assert compiled.vjournal == lp.state.journal.ctypes.data
+    assert compiled.vjournal_room == room
+    lp.put(0, 4 * BLOCK, _data(1))
+    assert lp.state.take().blocks.tolist() == [0, 1, 4]
