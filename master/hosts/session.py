@@ -48,6 +48,7 @@ from protocol.messages import (
     Go,
     Hello,
     HelloReply,
+    LoadMap,
     Log,
     LunList,
     Message,
@@ -405,6 +406,16 @@ class HostSession:
                                                    shared, verify), key=seq)
         assert isinstance(reply, Ack | Error)
         return reply
+
+    async def load_map(self, lun: int, data: bytes, part_bytes: int = 8 << 20) -> Error | None:
+        """LUN ``lun``'s map (``LoadMap``), in parts of ``part_bytes``; the first refusal."""
+        for first in range(0, max(len(data), 1), part_bytes):
+            seq = self._next_seq()
+            reply = await self._request(LoadMap(seq, lun, first, data[first:first + part_bytes]),
+                                        key=seq)
+            if isinstance(reply, Error):
+                return reply
+        return None
 
     async def edit(self, workload_id: str, params: dict[str, Any]) -> Ack | Error:
         seq = self._next_seq()

@@ -249,16 +249,20 @@ class Run(StepLoop):
                     file=self.cfg.source_file)))
         else:
             folder = resume.folder
-        if resume is not None and self.cfg.verify is not None:
+        if (resume is not None and self.cfg.verify is not None
+                and resume.state.state != "interrupted"):
             return RunResult(EXIT_CONFIG, folder, str(ConfigError(
-                "--resume of a run with verify: on is not built yet: its map would have to "
-                "reach the hosts before their first read (docs/verify.md); run the test anew",
-                key_path="verify", file=self.cfg.source_file)))
+                f"--resume of a run with verify: on that {resume.state.state} is not built "
+                "yet (writes its master never heard of may be on the LUNs: docs/verify.md); "
+                "only an interrupted one (Ctrl-C) continues its map", key_path="verify",
+                file=self.cfg.source_file)))
         self.output = RunOutput(folder)
         self.output.resuming = resume is not None
         try:
             self._open_folder(folder)
-            if self.cfg.verify is not None:
+            if self.cfg.verify is not None and resume is not None:
+                self.verification = RunVerification.resumed(self.cfg.verify, folder, self.event)
+            elif self.cfg.verify is not None:
                 self.verification = RunVerification(self.cfg.verify, folder, self.event)
         except OutputError as exc:
             self.output.close()

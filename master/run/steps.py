@@ -159,6 +159,10 @@ class StepLoop:
         self.settings.settle()
         if self.verification is not None:  # numbered and in the map before any create
             self.verification.prepare(instances)
+            for host, lun, data in self.verification.to_load(instances):  # a resumed run's
+                no = await self.sessions[host].load_map(lun, data)
+                if no is not None:
+                    raise ConfigError(no.message)
         want = {i.id: i for i in instances}
         jobs: list[tuple[str, Awaitable[Any], WorkloadInstance | None, str]] = []
         for wid, old in list(self.placed.items()):

@@ -57,6 +57,36 @@ class RunVerification:
         self._told = 0  # of them in events.csv
         self._kept = 0  # of them in verify/
         self._found_at_step = 0  # ``found`` when the step running started
+        #: LUN numbers whose map the hosts must be given before their first create (resumed)
+        self._to_load: set[int] = set()
+
+    @classmethod
+    def resumed(cls, config: VerifyConfig, run_dir: Path, event: Event) -> RunVerification:
+        """The verification of a run continued (``--resume``): its map loaded from the folder,
+        one more attempt (a stamp of the new attempt tells itself from the old), its numbers
+        kept; each LUN's map goes to its host before the LUN's first create (``to_load``)."""
+        vm = VerifyMap.load(run_dir)
+        vm.next_attempt()
+        v = cls(config, run_dir, event, run_key=vm.run_key)
+        v.map = vm
+        for x in vm.luns:
+            v.lun_numbers[(x.host, x.lun)] = x.number
+            v.lun_names[x.number] = (x.host, x.lun)
+        v.writers = {w.workload: w.number for w in vm.writers}
+        v._to_load = {x.number for x in vm.luns}
+        return v
+
+    def to_load(self, instances: Sequence[WorkloadInstance]) -> list[tuple[str, int, bytes]]:
+        """The maps the hosts of ``instances`` must be given before their creates (host, LUN
+        number, map bytes), each once."""
+        out = []
+        assert self.map is not None
+        for inst in instances:
+            number = self.lun_numbers.get(inst.lun_key)
+            if number is not None and number in self._to_load:
+                self._to_load.discard(number)
+                out.append((inst.host, number, self.map.map_of(number).tobytes()))
+        return out
 
     # ------------------------------------------------------------------ before a step
     def prepare(self, instances: Sequence[WorkloadInstance]) -> None:
@@ -67,13 +97,13 @@ class RunVerification:
         for inst in instances:
             key = inst.lun_key
             if key not in self.lun_numbers:
-                number = len(self.lun_numbers)
+                number = max(self.lun_numbers.values(), default=-1) + 1
                 self.lun_numbers[key] = number
                 self.lun_names[number] = key
                 size = inst.lun.lun.size_bytes // pv.MAP_BLOCK_BYTES * pv.MAP_BLOCK_BYTES
                 luns.append(MapLun(number, key[0], key[1], 0, size))
             if inst.id not in self.writers:
-                self.writers[inst.id] = len(self.writers)
+                self.writers[inst.id] = max(self.writers.values(), default=-1) + 1
                 writers.append(MapWriter(self.writers[inst.id], inst.host, inst.id))
         if self.map is None:
             self.map = VerifyMap.create(self.run_dir, self.run_key, luns, writers)

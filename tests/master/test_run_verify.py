@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import numpy as np
 import pytest
 
 from protocol import verify as pv
-from tests.master.runhelp import start_run, write_config
+from tests.master.runhelp import ROOT, interrupt, run_until, start_run, write_config
 from tests.slave.conftest import LoopFactory
 
 pytestmark = pytest.mark.root
@@ -159,3 +161,31 @@ def test_damage_made_during_the_run_is_found_by_its_reads_and_the_run_exits_5(
     assert float(total["verify_missing"]) == sum(float(r["verify_missing"]) for r in rows
                                                  if r["phase"] == "measurement")
     assert total["thresholds"].startswith("FAILED")
+
+
+def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    # Ctrl-C in the reader step; a block of what the writer step wrote is zeroed; --resume runs
+    # the reader step again on a new slave, given the map (LoadMap) before its first read: it
+    # finds the block (without the map it would check nothing), attempt 1, exit 5
+    dev = loop_device(N_BLOCKS * BLOCK)
+    cfg = write_config(tmp_path, TEST.format(verify="true", lun=dev.path, read_s=20))
+    proc, folder, err = run_until(cfg, tmp_path, "verified", "step0001-read/all/all.csv", 2,
+                                  interrupt)
+    assert proc.returncode == 130, err[-2000:]
+    assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 0
+    with open(dev.backing_file, "r+b") as f:
+        f.seek(77 * BLOCK)
+        f.write(bytes(BLOCK))
+        f.flush()
+        os.fsync(f.fileno())
+    resumed = subprocess.run(
+        [sys.executable, "-m", "master", "run", "--resume", str(folder), "--plain"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert resumed.returncode == 5, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
+    found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
+    assert found[0]["message"].startswith(f"verify: missing block at offset {77 * BLOCK} ")
+    rows = _rows(folder / "step0001-read" / "all" / "all.csv")
+    assert float(rows[0]["verify_blocks_checked"]) > 0  # checked from the resumed first read

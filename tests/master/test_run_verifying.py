@@ -189,5 +189,27 @@ def test_a_host_that_cannot_verify_refuses_the_create_and_a_verifying_run_is_not
     capsys.readouterr()
     assert run_cli(["run", "--resume", str(folder), "--plain"], monkeypatch) == 2
     said = capsys.readouterr()
-    assert "--resume of a run with verify: on is not built yet" in said.out + said.err
+    assert "--resume of a run with verify: on that failed is not built yet" in said.out + said.err
     assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_resumed_verification_keeps_its_numbers_and_gives_each_map_to_its_host_once(
+        tmp_path: Path, events: list[Any]) -> None:
+    v = _verification(tmp_path, events)
+    w = _inst("h1", "/dev/a", "w")
+    v.prepare([w])
+    v.record(0, 0, [("h1", _result(0, _report([0], [7], [3])))])
+    v.step_done()
+    v.close()
+    again = RunVerification.resumed(VerifyConfig(), tmp_path, lambda *a, **k: None)
+    assert again.run_key == KEY and again.lun_numbers == {("h1", "/dev/a"): 0}
+    assert again.map is not None and again.map.attempt == 1
+    assert again.target(w)["attempt"] == 1 and again.target(w)["writer"] == 0
+    new = _inst("h2", "/dev/b", "r")
+    again.prepare([w, new])  # a LUN and a writer the first attempt did not have
+    assert again.lun_numbers[("h2", "/dev/b")] == 1 and again.writers[new.id] == 1
+    (load,) = again.to_load([w, new])
+    assert load[:2] == ("h1", 0) and load[2][7] == 3 and len(load[2]) == 64
+    assert again.to_load([w]) == []  # once
+    again.close()
+    assert json.loads((tmp_path / "verify" / "map.json").read_text())["attempt"] == 1
