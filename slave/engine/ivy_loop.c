@@ -1048,9 +1048,25 @@ static inline int v_accepts(uint8_t g, uint8_t lo, uint8_t hi, int lenient, int 
 
 /* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
  * generation it may hold): its verdict (0 clean), the first sector out of line in *bad */
-static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_t off,
-                            uint8_t m, int lenient, uint8_t lo, int *bad)
+/* whether a valid stamp in its place is a write of the crashed attempt that its master never
+ * heard of: above its writer's confirmed serial there (ivy_vlun.crashed_attempt) */
+static inline int v_unconfirmed(const struct ivy_vlun *v, const struct v_stamp *st)
 {
+    return v->crashed_attempt >= 0 && st->attempt == (uint8_t)v->crashed_attempt
+           && (int64_t)st->writer < v->n_confirmed
+           && (int64_t)st->serial > v->confirmed[st->writer];
+}
+
+/* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
+ * generation it may hold): its verdict (0 clean), the first sector out of line in *bad; in
+ * *adopt the map byte to take where it holds a write the crashed attempt's master never heard
+ * of (0: none; UNSETTLED where that write is there in part, or beside another) */
+static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_t off,
+                            uint8_t m, int lenient, uint8_t lo, int *bad, uint8_t *adopt)
+{
+    uint64_t adopt_serial = 0;
+    int adopt_mixed = 0, current = 0;
+    *adopt = 0;
     uint32_t crc[V_SPB];
     crc_sectors(blk, V_SPB, crc);
     const uint8_t hi = m & V_GEN_MASK;
@@ -1077,7 +1093,16 @@ static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_
                 mixed = 1;
             if (!g0)
                 g0 = st.gen;
-            if (!v_accepts(st.gen, lo, hi, lenient, unsettled)) {
+            if (v_accepts(st.gen, lo, hi, lenient, unsettled)) {
+                current = 1;
+            } else if (!lenient && v_unconfirmed(v, &st)) {
+                if (*adopt && (st.gen != *adopt))
+                    adopt_mixed = 1;
+                if (!*adopt || st.serial > adopt_serial) {
+                    *adopt = st.gen;
+                    adopt_serial = st.serial;
+                }
+            } else {
                 wrong_gen = 1;
                 if (first[V_STALE] < 0)
                     first[V_STALE] = s;
@@ -1093,9 +1118,12 @@ static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_
             return order[i];
         }
     if (wrong_gen) {
+        *adopt = 0;
         *bad = first[V_STALE];
         return mixed ? V_TORN : V_STALE;
     }
+    if (*adopt && (adopt_mixed || current))
+        *adopt |= V_UNSETTLED;
     return 0;
 }
 
@@ -1130,9 +1158,15 @@ static int64_t verify_read_done(struct ivy_loop *L, const struct ivy_data *d, in
         if (res != nbytes || (m & V_GEN_MASK) == 0)
             continue; /* a failed read is counted as an error; an unwritten block expects nothing */
         int bad = 0;
+        uint8_t adopt = 0;
         const uint8_t *blk = buf + j * V_MAP_BLOCK;
         const int64_t at = off + j * V_MAP_BLOCK;
-        const int64_t verdict = verify_block(v, blk, at, m, lenient, lo, &bad);
+        const int64_t verdict = verify_block(v, blk, at, m, lenient, lo, &bad, &adopt);
+        if (adopt && v->map[b] == m) { /* no write of it since: the map takes what is there */
+            v->map[b] = adopt;
+            if (L->vn[1] < L->vjournal_cap)
+                L->vjournal[L->vn[1]++] = v->lun << 48 | b << 8 | adopt;
+        }
         if (count) {
             count[0] += 1;
             count[verdict] += verdict > 0;

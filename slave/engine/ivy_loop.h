@@ -132,14 +132,21 @@ struct ivy_gen {
 /* a LUN's data verification (struct ivy_vlun, mirrored by layout.VLUN_DTYPE; protocol/verify.py
  * owns the stamp and the map byte): its map, a byte per 4 KiB block of the range from
  * first_bytes on, n_blocks of them (the block's generation, bit 7 UNSETTLED), and what the
- * stamps of this run carry for it: the run's key, the LUN's number, the run's attempt */
+ * stamps of this run carry for it: the run's key, the LUN's number, the run's attempt; and
+ * after a crash (a run resumed from one that failed or died): the attempt that crashed (-1:
+ * none) and each writer's confirmed serial in it (n_confirmed of them, by writer number; -1
+ * none): a stamp of that attempt by a writer above its confirmed serial is a write the master
+ * never heard of, taken into the map (adopted), not damage */
 #define IVY_VLUN_FIELDS(X) \
     X(uint8_t *, map) \
     X(int64_t, first_bytes) \
     X(int64_t, n_blocks) \
     X(int64_t, run_key) \
     X(int64_t, lun) \
-    X(int64_t, attempt)
+    X(int64_t, attempt) \
+    X(int64_t, crashed_attempt) \
+    X(const int64_t *, confirmed) \
+    X(int64_t, n_confirmed)
 
 struct ivy_vlun {
     IVY_VLUN_FIELDS(IVY_FIELD)

@@ -72,11 +72,15 @@ class WorkloadVerify:
     """What a verified workload stamps and checks against: its LUN's map and its own
     number in the run's map (the ``writer`` its stamps carry); ``initial``: the LUN's map as
     the master kept it (a resumed run, ``ivypy verify``), which a loop that has no map of the
-    LUN yet starts from."""
+    LUN yet starts from; after a crash, the attempt that crashed and each writer's confirmed
+    serial in it (by writer number, -1 none), whose unconfirmed writes are taken into the
+    map where they are found (``ivy_loop.c``: ``v_unconfirmed``)."""
 
     lun: VerifiedLun
     writer: int
     initial: npt.NDArray[np.uint8] | None = None
+    crashed_attempt: int = -1
+    confirmed: npt.NDArray[np.int64] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.writer < 1 << 16:
@@ -121,6 +125,7 @@ class VerifyState:
         #: each verified workload's id by its index in the loop (kept after it leaves: its
         #: last subinterval's counts still name it)
         self.ids: dict[int, str] = {}
+        self._confirmed: dict[int, npt.NDArray[np.int64]] = {}
         self._blocks_in_flight: dict[int, int] = {}
         self._point(self.args)
         self.args.n_owners = self.counts.shape[0]
@@ -149,7 +154,12 @@ class VerifyState:
                     raise ValueError(f"LUN {lun.lun}: a map of {v.initial.size} blocks for a "
                                      f"range of {m.size}")
                 m[: v.initial.size] = v.initial
+            confirmed = (np.zeros(0, dtype=np.int64) if v.confirmed is None
+                         else np.ascontiguousarray(v.confirmed, dtype=np.int64))
+            self._confirmed[lun.lun] = confirmed  # the loop has its address only
             row = self.vlun[len(self.luns)]
+            row["crashed_attempt"] = v.crashed_attempt
+            row["confirmed"], row["n_confirmed"] = confirmed.ctypes.data, confirmed.size
             row["map"], row["n_blocks"] = m.ctypes.data, m.size
             row["first_bytes"], row["run_key"] = lun.first_bytes, lun.run_key
             row["lun"], row["attempt"] = lun.lun, lun.attempt
