@@ -69,6 +69,7 @@ from slave import devstats
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import compiled_loop
+from slave.engine.verify_state import LoadedMap
 from slave.lunlock import LunLocks
 from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
@@ -104,7 +105,7 @@ class Backend(Protocol):
     def create(
         self, workload_id: str, lun: lunmod.LunInfo, params: WorkloadParams,
         engine: str = "auto", fallback: bool = False, verify: dict[str, int] | None = None,
-        verify_map: npt.NDArray[np.uint8] | None = None,
+        verify_map: LoadedMap | None = None,
     ) -> dict[str, Any]:
         """Stage a new workload for the next boundary (or the next ``go``) on ``engine`` (the
         LUN's choice in the test; ``fallback``: the thread pool where libaio cannot be had);
@@ -246,8 +247,10 @@ class SlaveSession:
         self.locks = LunLocks()
         self.params: dict[str, WorkloadParams] = {}
         self.lun_of: dict[str, lunmod.LunInfo] = {}
-        #: LUN number -> its map as ``LoadMap`` gave it, until its first verified create
+        #: LUN number -> its map as ``LoadMap`` gave it, until its first verified create, and
+        #: the crash it must account for (the attempt that crashed, confirmed serials)
         self.loaded_maps: dict[int, npt.NDArray[np.uint8]] = {}
+        self.crash_facts: dict[int, tuple[int, list[int]]] = {}
         # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
         # Go or discovery: one look per LUN for a whole batch of creates
         self._write_checked: dict[str, lunmod.LunInfo] = {}
@@ -587,10 +590,14 @@ class SlaveSession:
             _check_fits(params, lun)
             verify = _verify_target(msg.verify, params, lun, self.host)
             loaded = None if verify is None else self._loaded_map(verify)
+            crash = (None if verify is None or loaded is None
+                     else self.crash_facts.get(verify["lun"]))
             self.locks.take(lun.path, msg.shared, self.host)  # another run's LUN is refused
+            given = None if loaded is None else LoadedMap(
+                loaded, *(crash if crash is not None else (-1, [])))
             info = self.backend.create(wid, lun, params, engine=msg.engine,
                                        fallback=msg.allow_engine_fallback, verify=verify,
-                                       verify_map=loaded)
+                                       verify_map=given)
             if verify is not None:
                 self.loaded_maps.pop(verify["lun"], None)  # the worker's map holds it now
         except PreflightError as exc:
@@ -651,6 +658,7 @@ class SlaveSession:
             held = grown
         held[msg.first_block : end] = part
         self.loaded_maps[msg.lun] = held
+        self.crash_facts[msg.lun] = (msg.crashed_attempt, list(msg.confirmed))
         self.send(Ack(seq=msg.seq, effective_subinterval=-1, info={"blocks": int(held.size)}))
 
     def _loaded_map(self, target: dict[str, int]) -> npt.NDArray[np.uint8] | None:

@@ -71,6 +71,7 @@ from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.engine import compiled_loop
+from slave.engine.verify_state import LoadedMap
 from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
 
 log = logging.getLogger(__name__)
@@ -392,7 +393,7 @@ class WorkerPool:
         fallback: bool = False,
         timeout_s: float = 10.0,
         verify: dict[str, int] | None = None,
-        verify_map: npt.NDArray[np.uint8] | None = None,
+        verify_map: LoadedMap | None = None,
     ) -> WorkloadInfo:
         """Create a workload on ``lun_path`` (``engine_choice``: auto | libaio | threadpool |
         fake[...]; ``fallback``: with auto, the thread pool where libaio cannot be had);

@@ -17,13 +17,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from protocol import credit
 from protocol.errors import IoEngineError
 from protocol.params import WorkloadParams
 from slave.engine import choose_engine
+from slave.engine.verify_state import LoadedMap
 from slave.luns import LunInfo
 from slave.session import Collected
 from slave.worker import WorkerPool
@@ -49,7 +47,7 @@ class WorkerBackend:
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
                verify: dict[str, int] | None = None,
-               verify_map: npt.NDArray[np.uint8] | None = None) -> dict[str, Any]:
+               verify_map: LoadedMap | None = None) -> dict[str, Any]:
         info = self.pool.create_workload(
             workload_id,
             lun.path,

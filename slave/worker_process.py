@@ -34,7 +34,7 @@ from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from slave.engine.threadpool import ThreadPoolEngine
-from slave.engine.verify_state import VerifiedLun, WorkloadVerify, verify_report
+from slave.engine.verify_state import LoadedMap, VerifiedLun, WorkloadVerify, verify_report
 from slave.sequencer import check_fits
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class _WorkerControl:
         size: int | None,
         fallback: bool = False,
         verify: dict[str, int] | None = None,
-        verify_map: npt.NDArray[np.uint8] | None = None,
+        verify_map: LoadedMap | None = None,
     ) -> None:
         """Create a workload on its engine and answer ``created`` with the engine it runs on
         (and a warning, if any) or ``failed`` with the reason. A LUN chosen for libaio whose
@@ -215,7 +215,9 @@ class _WorkerControl:
             target = None if verify is None else WorkloadVerify(
                 VerifiedLun(verify["lun"], verify["first_bytes"], verify["size_bytes"],
                             verify["run_key"], verify["attempt"]), verify["writer"],
-                verify_map)
+                *(() if verify_map is None else (
+                    verify_map.map, verify_map.crashed_attempt,
+                    np.asarray(verify_map.confirmed, dtype=np.int64))))
             try:
                 self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size,
                           target)

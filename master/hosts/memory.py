@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from master.config import HostConfig
 from protocol import credit
@@ -36,6 +35,7 @@ from protocol.messages import Message
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from protocol.views import category_index
+from slave.engine.verify_state import LoadedMap
 from slave.luns import LunInfo
 from slave.session import Collected, SlaveSession
 
@@ -93,7 +93,7 @@ class SyntheticBackend:
     def create(self, workload_id: str, lun: LunInfo, params: WorkloadParams,
                engine: str = "auto", fallback: bool = False,
                verify: dict[str, int] | None = None,
-               verify_map: npt.NDArray[np.uint8] | None = None) -> dict[str, Any]:
+               verify_map: LoadedMap | None = None) -> dict[str, Any]:
         if verify is not None:
             raise ValueError("an in-memory host has no data to verify (its I/O is synthetic)")
         self.workloads[workload_id] = params

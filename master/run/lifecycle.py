@@ -249,13 +249,6 @@ class Run(StepLoop):
                     file=self.cfg.source_file)))
         else:
             folder = resume.folder
-        if (resume is not None and self.cfg.verify is not None
-                and resume.state.state != "interrupted"):
-            return RunResult(EXIT_CONFIG, folder, str(ConfigError(
-                f"--resume of a run with verify: on that {resume.state.state} is not built "
-                "yet (writes its master never heard of may be on the LUNs: docs/verify.md); "
-                "only an interrupted one (Ctrl-C) continues its map", key_path="verify",
-                file=self.cfg.source_file)))
         self.output = RunOutput(folder)
         self.output.resuming = resume is not None
         try:

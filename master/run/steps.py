@@ -159,8 +159,9 @@ class StepLoop:
         self.settings.settle()
         if self.verification is not None:  # numbered and in the map before any create
             self.verification.prepare(instances)
+            crash = self.verification.crash
             for host, lun, data in self.verification.to_load(instances):  # a resumed run's
-                no = await self.sessions[host].load_map(lun, data)
+                no = await self.sessions[host].load_map(lun, data, *crash)
                 if no is not None:
                     raise ConfigError(no.message)
         want = {i.id: i for i in instances}

@@ -59,16 +59,24 @@ class RunVerification:
         self._found_at_step = 0  # ``found`` when the step running started
         #: LUN numbers whose map the hosts must be given before their first create (resumed)
         self._to_load: set[int] = set()
+        #: a resumed run's: the attempt before it and each writer's confirmed serial there
+        self.crash: tuple[int, list[int]] = (-1, [])
 
     @classmethod
     def resumed(cls, config: VerifyConfig, run_dir: Path, event: Event) -> RunVerification:
         """The verification of a run continued (``--resume``): its map loaded from the folder,
         one more attempt (a stamp of the new attempt tells itself from the old), its numbers
-        kept; each LUN's map goes to its host before the LUN's first create (``to_load``)."""
+        kept; each LUN's map goes to its host before the LUN's first create (``to_load``),
+        with the attempt before and its writers' confirmed serials (``crash``): a write that
+        attempt's master never heard of is taken into the map where it is found."""
         vm = VerifyMap.load(run_dir)
+        crashed = vm.attempt  # whatever ended it: its unconfirmed writes are taken, not blamed
         vm.next_attempt()
         v = cls(config, run_dir, event, run_key=vm.run_key)
         v.map = vm
+        serials = vm.confirmed  # every writer of the map has a place: -1 confirmed nothing
+        n = max([w.number for w in vm.writers] + list(serials), default=-1) + 1
+        v.crash = (crashed, [serials.get(w, -1) for w in range(n)])
         for x in vm.luns:
             v.lun_numbers[(x.host, x.lun)] = x.number
             v.lun_names[x.number] = (x.host, x.lun)

@@ -16,6 +16,7 @@ nor do I/O.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -65,6 +66,16 @@ class VerifiedLun:
             raise ValueError(f"LUN number {self.lun} or run key {self.run_key} out of range")
         if not 0 <= self.attempt < 256:
             raise ValueError(f"attempt {self.attempt} out of range 0-255")
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedMap:
+    """A LUN's map as the master gave it (``LoadMap``), and the crash it must account for:
+    the attempt that crashed (-1: none) and each writer's confirmed serial in it."""
+
+    map: npt.NDArray[np.uint8]
+    crashed_attempt: int = -1
+    confirmed: Sequence[int] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import jsonschema
 import numpy as np
+import psutil
 import pytest
 
 from protocol import verify as pv
-from tests.master.runhelp import ROOT, interrupt, run_until, start_run, write_config
+from tests.master.runhelp import ROOT, interrupt, run_until, slave_pids, start_run, write_config
 from tests.slave.conftest import LoopFactory
 
 pytestmark = pytest.mark.root
@@ -189,3 +190,55 @@ def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
     assert found[0]["message"].startswith(f"verify: missing block at offset {77 * BLOCK} ")
     rows = _rows(folder / "step0001-read" / "all" / "all.csv")
     assert float(rows[0]["verify_blocks_checked"]) > 0  # checked from the resumed first read
+
+
+MIX_TEST = """\
+test: mixed
+subinterval_seconds: 0.5
+hosts: [localhost]
+verify: true
+luns:
+  - {{hosts: localhost, path: {lun}, allow_write: true}}
+steps:
+  - name: write
+    workloads:
+      - {{name: w, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
+         read_fraction: 0%}}
+    warmup_seconds: 0
+    measure_seconds: 1
+  - name: mix
+    workloads:
+      - {{name: w, delete: true}}
+      - {{name: m, iosequencer: random_independent, blocksize: 4KiB, iodepth: 8, iops: 2000,
+         read_fraction: 50%}}
+    warmup_seconds: 0
+    measure_seconds: {mix_s}
+"""
+
+
+def test_a_master_killed_mid_step_leaves_writes_it_never_heard_of_and_resume_takes_them(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    # SIGKILL to the master in the mixed step: its slave writes on until it sees its master
+    # gone (about a second: 1,000 writes over 256 blocks that no record holds); --resume runs
+    # the step again, and its reads of those blocks find stamps newer than the map from the
+    # attempt that died, above their writer's confirmed serial: taken into the map, not
+    # damage (exit 0). The map's journal kept every record before the kill.
+    dev = loop_device(N_BLOCKS * BLOCK)
+    cfg = write_config(tmp_path, MIX_TEST.format(lun=dev.path, mix_s=4))
+    proc, folder, err = run_until(cfg, tmp_path, "mixed", "step0001-mix/all/all.csv", 3,
+                                  lambda p, f: p.kill())
+    assert proc.returncode == -9, err[-2000:]
+    pid = slave_pids(folder)[0]
+    deadline = time.monotonic() + 30  # its slave stops once it sees its master gone
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the slave outlived its master by 30 s"
+        time.sleep(0.1)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "master", "run", "--resume", str(folder), "--plain"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert not [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
+    assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
+    rows = _rows(folder / "step0001-mix" / "all" / "all.csv")
+    assert sum(float(r["verify_blocks_checked"]) for r in rows) > N_BLOCKS

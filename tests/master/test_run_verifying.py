@@ -176,21 +176,22 @@ steps:
 """
 
 
-def test_a_host_that_cannot_verify_refuses_the_create_and_a_verifying_run_is_not_resumed(
+def test_a_host_that_cannot_verify_refuses_the_create_also_when_resumed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    # in-memory hosts have no data to verify: the create is refused (exit 2, before I/O), and
-    # the failed run's --resume is refused too, saying why, and leaves the folder as it was
+    # in-memory hosts have no data to verify: the create is refused (exit 2, before I/O); the
+    # failed run's --resume takes its map on (one more attempt) and is refused the same way
     result = execute(memory_run(memory_config(tmp_path, VERIFIED), MemoryHosts()))
     assert result.exit_code == 2, result.message
     assert "an in-memory host has no data to verify" in result.message
     folder = result.folder
-    before = sorted(p.name for p in folder.iterdir())
+    meta = folder / "verify" / "map.json"
+    assert json.loads(meta.read_text())["attempt"] == 0
     capsys.readouterr()
     assert run_cli(["run", "--resume", str(folder), "--plain"], monkeypatch) == 2
     said = capsys.readouterr()
-    assert "--resume of a run with verify: on that failed is not built yet" in said.out + said.err
-    assert sorted(p.name for p in folder.iterdir()) == before
+    assert "an in-memory host has no data to verify" in said.out + said.err
+    assert json.loads(meta.read_text())["attempt"] == 1
 
 
 def test_a_resumed_verification_keeps_its_numbers_and_gives_each_map_to_its_host_once(
@@ -203,6 +204,7 @@ def test_a_resumed_verification_keeps_its_numbers_and_gives_each_map_to_its_host
     v.close()
     again = RunVerification.resumed(VerifyConfig(), tmp_path, lambda *a, **k: None)
     assert again.run_key == KEY and again.lun_numbers == {("h1", "/dev/a"): 0}
+    assert again.crash == (0, [-1])  # attempt 0's writer 0 confirmed nothing
     assert again.map is not None and again.map.attempt == 1
     assert again.target(w)["attempt"] == 1 and again.target(w)["writer"] == 0
     new = _inst("h2", "/dev/b", "r")

@@ -167,7 +167,9 @@ def test_loaded_map_parts_go_to_the_luns_first_verified_create(
     (b,) = h.send(LoadMap(2, lun=2, first_block=10, data=bytes([5 | 0x80, 6])))
     assert isinstance(a, Ack) and isinstance(b, Ack) and b.info == {"blocks": 12}
     assert isinstance(_verified(h, 3, TARGET), Ack)
-    got = h.backend.verify_maps["h1:/dev/fake0:v3"]
+    given = h.backend.verify_maps["h1:/dev/fake0:v3"]
+    got = given.map
+    assert given.crashed_attempt == -1 and list(given.confirmed) == []
     assert got.size == (1 << 20) // 4096 and got[:4].tolist() == [1, 2, 3, 4]
     assert got[10:12].tolist() == [5 | 0x80, 6] and not got[12:].any()
     # taken: a later create on the LUN starts from the host's own map, not from these
@@ -188,3 +190,15 @@ def test_a_loaded_map_that_does_not_fit_is_refused(monkeypatch: pytest.MonkeyPat
     err = _verified(h, 4, TARGET)
     assert isinstance(err, Error) and err.kind == "config"
     assert "LoadMap: LUN 2's map has 257 blocks, past its 256" in err.message
+
+
+def test_a_loaded_maps_crash_facts_go_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    (ack,) = h.send(LoadMap(1, lun=2, first_block=0, data=bytes([3]), crashed_attempt=0,
+                            confirmed=[-1, 40, 7]))
+    assert isinstance(ack, Ack)
+    assert isinstance(_verified(h, 2, TARGET), Ack)
+    given = h.backend.verify_maps["h1:/dev/fake0:v2"]
+    assert given.crashed_attempt == 0 and list(given.confirmed) == [-1, 40, 7]

@@ -18,6 +18,7 @@ import pytest
 from protocol import verify as v
 from protocol.params import WorkloadParams
 from slave.engine import compiled_loop as pk
+from slave.engine.verify_state import LoadedMap
 from slave.worker import SubintervalResults, WorkerPool, merge_verify_reports
 from tests.slave.conftest import LoopFactory
 
@@ -153,7 +154,7 @@ def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
     try:
         second.create_workload("h:lun:r", dev.path, "libaio", WorkloadParams(
             iosequencer="sequential", iodepth=4, iops=2000.0), **geometry,
-            verify=_target(2), verify_map=master_map)
+            verify=_target(2), verify_map=LoadedMap(master_map))
         reports = [r.verify for r in _step(second, 2)]
     finally:
         second.close()
