@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jsonschema
@@ -216,18 +217,30 @@ steps:
 """
 
 
-def test_a_master_killed_mid_step_leaves_writes_it_never_heard_of_and_resume_takes_them(
-        tmp_path: Path, loop_device: LoopFactory) -> None:
-    # SIGKILL to the master in the mixed step: its slave writes on until it sees its master
-    # gone (about a second: 1,000 writes over 256 blocks that no record holds); --resume runs
-    # the step again, and its reads of those blocks find stamps newer than the map from the
-    # attempt that died, above their writer's confirmed serial: taken into the map, not
-    # damage (exit 0). The map's journal kept every record before the kill.
+def _kill(what: str) -> Callable[[subprocess.Popen[str], Path], None]:
+    def act(proc: subprocess.Popen[str], folder: Path) -> None:
+        if what == "master":
+            proc.kill()
+            return
+        slave = psutil.Process(slave_pids(folder)[0])
+        (slave if what == "slave" else slave.children()[0]).kill()
+    return act
+
+
+@pytest.mark.parametrize(("what", "exit_code"), [("master", -9), ("slave", 3), ("worker", 3)])
+def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
+        tmp_path: Path, loop_device: LoopFactory, what: str, exit_code: int) -> None:
+    # SIGKILL to the master, the slave or its worker in the mixed step: writes complete that
+    # no record holds (the killed master's slave writes on for about a second, until it sees
+    # its master gone; a killed slave's or worker's last subinterval is never reported);
+    # --resume runs the step again, and its reads of those blocks find stamps newer than the
+    # map from the attempt that ended, above their writer's confirmed serial: taken into the
+    # map, not damage (exit 0). The map's journal kept every record before the kill.
     dev = loop_device(N_BLOCKS * BLOCK)
     cfg = write_config(tmp_path, MIX_TEST.format(lun=dev.path, mix_s=4))
     proc, folder, err = run_until(cfg, tmp_path, "mixed", "step0001-mix/all/all.csv", 3,
-                                  lambda p, f: p.kill())
-    assert proc.returncode == -9, err[-2000:]
+                                  _kill(what))
+    assert proc.returncode == exit_code, err[-2000:]
     pid = slave_pids(folder)[0]
     deadline = time.monotonic() + 30  # its slave stops once it sees its master gone
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
