@@ -60,6 +60,7 @@ LONG_FIRST = (
     "tests/master/test_run_quickstart.py",  # the shared runs' group: 77
     "tests/test_install.py",  # 45 (a wheel, and pipx as nobody, from a read-only checkout)
     "tests/slave/test_engine_differential_fake.py",  # 40
+    "tests/master/test_run_verify.py",  # 41 (data verification's runs on a loop device)
     "tests/master/test_run_multihost.py",  # the test bed's group: 38
     "tests/master/test_run_failures.py",  # 34
     "tests/master/test_run_dfc_edit.py",  # 28

@@ -1,6 +1,7 @@
-"""Data verification through the real CLI (``ivypy run``) on localhost and a loop device over a
-fully written file in /dev/shm (docs/verify.md): the process, the slave's workers and the
-device are what is tested.
+"""Data verification through the CLI (``ivypy run``) on localhost and a loop device over a
+fully written file in /dev/shm (docs/verify.md): the slave's process, its workers and the
+device are what is tested, the master in this process but where its own process is what a
+test kills or interrupts.
 
 * A clean run: a writer step, then a reader step, ``verify: true``: exit 0, the map in the
   run folder holds every block the writer wrote (at the generation the device's stamps
@@ -9,6 +10,10 @@ device are what is tested.
   step re-reads the LUN: the run's own reads find it, ``events.csv`` names host, LUN, offset,
   class and the expected generation, ``verify/damaged/`` keeps the block as read,
   ``on_error: stop`` ends the step early, and the run exits 5.
+* Ctrl-C in the reader step, a block zeroed, ``--resume``: the map reaches the new slave
+  before its first read, which finds the block (exit 5).
+* The master, the slave or a worker SIGKILLed in a mixed step, then ``--resume``: the writes
+  no record holds are taken into the map, not called damage (exit 0).
 
 Needs root (loop devices): skipped otherwise.
 """
@@ -19,7 +24,7 @@ import csv
 import json
 import os
 import subprocess
-import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +34,16 @@ import numpy as np
 import psutil
 import pytest
 
+from master.cli.main import main
 from protocol import verify as pv
-from tests.master.runhelp import ROOT, interrupt, run_until, slave_pids, start_run, write_config
+from tests.master.runhelp import (
+    interrupt,
+    run_folder,
+    run_until,
+    slave_pids,
+    wait_rows,
+    write_config,
+)
 from tests.slave.conftest import LoopFactory
 
 pytestmark = pytest.mark.root
@@ -73,22 +86,47 @@ def _events(folder: Path) -> list[dict[str, str]]:
     return _rows(folder / "events.csv")
 
 
+def _ivypy_here(*args: str) -> tuple[threading.Thread, dict[str, int]]:
+    """``ivypy ARGS`` in this process, in a thread (its hosts real: a local slave process):
+    where the master's own process is not what is tested, it is not started (the suite keeps
+    its ``ivypy run`` processes few). The status lands in the box once it ends."""
+    box: dict[str, int] = {}
+
+    def run() -> None:
+        box["status"] = main(list(args))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _ended(thread: threading.Thread, box: dict[str, int]) -> int:
+    thread.join(240)
+    assert not thread.is_alive(), "the run did not end within 240 s"
+    return box["status"]
+
+
 def _run(tmp: Path, lun: str, verify: str, read_s: float,
-         during: object = None) -> tuple[int, Path, str]:
+         during: Callable[[Path], None] | None = None) -> tuple[int, Path]:
     cfg = write_config(tmp, TEST.format(verify=verify, lun=lun, read_s=read_s))
-    proc = start_run(cfg, tmp)
-    if callable(during):
+    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp), "--plain")
+    if during is not None:
         during(tmp / "verified")
-    out, err = proc.communicate(timeout=240)
+    code = _ended(thread, box)
     (folder,) = (tmp / "verified").iterdir()
-    return proc.returncode, folder, out + err
+    return code, folder
+
+
+def _said(folder: Path) -> str:
+    """The run's last word (its end message, in events.csv)."""
+    return [e for e in _events(folder) if e["kind"] == "run"][-1]["message"]
 
 
 def test_a_clean_verified_run_keeps_its_map_and_finds_nothing(
         tmp_path: Path, loop_device: LoopFactory) -> None:
     dev = loop_device(N_BLOCKS * BLOCK)
-    code, folder, said = _run(tmp_path, dev.path, "true", 1)
-    assert code == 0, said[-3000:]
+    code, folder = _run(tmp_path, dev.path, "true", 1)
+    assert code == 0, _events(folder)[-3:]
     assert not [e for e in _events(folder) if e["kind"] == "verify"]
     # the verify columns: the reader's blocks checked, nothing damaged; the threshold held
     summary = _rows(folder / "summary.csv")
@@ -135,8 +173,9 @@ def test_damage_made_during_the_run_is_found_by_its_reads_and_the_run_exits_5(
             f.flush()
             os.fsync(f.fileno())
 
-    code, folder, said = _run(tmp_path, dev.path, "{on_error: stop}", 6, during=damage)
-    assert code == 5, said[-3000:]
+    code, folder = _run(tmp_path, dev.path, "{on_error: stop}", 6, during=damage)
+    said = _said(folder)
+    assert code == 5, said
     assert "data verification found" in said and "missing" in said
     found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     first = found[0]
@@ -181,11 +220,7 @@ def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
         f.write(bytes(BLOCK))
         f.flush()
         os.fsync(f.fileno())
-    resumed = subprocess.run(
-        [sys.executable, "-m", "master", "run", "--resume", str(folder), "--plain"],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert resumed.returncode == 5, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 5, _said(folder)
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     assert found[0]["message"].startswith(f"verify: missing block at offset {77 * BLOCK} ")
@@ -238,19 +273,22 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     # map, not damage (exit 0). The map's journal kept every record before the kill.
     dev = loop_device(N_BLOCKS * BLOCK)
     cfg = write_config(tmp_path, MIX_TEST.format(lun=dev.path, mix_s=4))
-    proc, folder, err = run_until(cfg, tmp_path, "mixed", "step0001-mix/all/all.csv", 3,
-                                  _kill(what))
-    assert proc.returncode == exit_code, err[-2000:]
+    if what == "master":  # the master's process is what is killed
+        proc, folder, err = run_until(cfg, tmp_path, "mixed", "step0001-mix/all/all.csv", 3,
+                                      _kill(what))
+        assert proc.returncode == exit_code, err[-2000:]
+    else:
+        thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+        folder = run_folder(tmp_path, "mixed")
+        wait_rows(folder / "step0001-mix" / "all" / "all.csv", 3)
+        _kill(what)(None, folder)  # type: ignore[arg-type]
+        assert _ended(thread, box) == exit_code, _said(folder)
     pid = slave_pids(folder)[0]
     deadline = time.monotonic() + 30  # its slave stops once it sees its master gone
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the slave outlived its master by 30 s"
         time.sleep(0.1)
-    resumed = subprocess.run(
-        [sys.executable, "-m", "master", "run", "--resume", str(folder), "--plain"],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 0, _said(folder)
     assert not [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     rows = _rows(folder / "step0001-mix" / "all" / "all.csv")
