@@ -28,6 +28,7 @@ from protocol import credit
 from protocol.errors import IoEngineError, IvyError
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
+from protocol.verify import MAP_BLOCK_BYTES
 from slave.engine import EngineDecision, choose_engine, fallback_warning, files, refusal
 from slave.engine.base import SlotTable, registering
 from slave.engine.fake import FakeEngine, constant_ns, exponential_ns
@@ -291,6 +292,9 @@ class _WorkerControl:
                            logical_block_bytes=spec.logical_block_bytes)
             if params.writes and not spec.params.writes:
                 raise ValueError("an edit cannot turn a read-only workload into one that writes")
+            if spec.verify is not None and params.blocksize_bytes % MAP_BLOCK_BYTES:
+                raise ValueError(f"a verified workload's blocksize must be a multiple of "
+                                 f"{MAP_BLOCK_BYTES} bytes, not {params.blocksize_bytes}")
         except ValueError as exc:
             self.reply.send(("error", "command", f"edit of {wid} refused: {exc}"))
             return

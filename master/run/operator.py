@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from master.config import RollupSpec
 from master.live.editparse import EditChanges, EditRefused, unknown_instance
 from master.run.settings import split_total
+from master.run.verifying import verify_misfit
 from master.run.workloads import blocksize_misfit, rollup_key
 from protocol.errors import HostError
 
@@ -93,7 +94,8 @@ class RunControl:
             wanted = split_total(total, [(m.lun_key, p)
                                          for m, p in zip(members, wanted, strict=True)])
         for m, p in zip(members, wanted, strict=True):
-            misfit = blocksize_misfit(m, p)
+            misfit = blocksize_misfit(m, p) or (
+                verify_misfit(m, p) if run.verification is not None else None)
             if misfit:
                 raise EditRefused(misfit)
         edits = [(m, p) for m, p, old in zip(members, wanted, held, strict=True) if p != old]

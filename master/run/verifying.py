@@ -30,6 +30,7 @@ from master.run.workloads import WorkloadInstance
 from master.verify.mapstore import MapLun, MapWriter, VerifyMap
 from protocol import verify as pv
 from protocol.messages import Stopped, SubintervalResult
+from protocol.params import WorkloadParams
 
 #: damaged blocks told one by one in events.csv per run (the rest are counted)
 EVENTS_MAX: Final = 20
@@ -242,3 +243,16 @@ class RunVerification:
                  else np.zeros(len(pv.COUNT_NAMES), np.int64))
         return {"blocks_checked": int(total[0]), "damaged_blocks": self.found,
                 **{name: int(total[1 + i]) for i, name in enumerate(pv.CLASSES)}}
+
+
+def verify_misfit(inst: WorkloadInstance, params: WorkloadParams) -> str | None:
+    """Why ``params`` (``inst``'s after a live edit) cannot be verified, or None: a blocksize
+    of whole map blocks, and no dedupable data (``master.config.verify``'s rules)."""
+    if params.blocksize_bytes % pv.MAP_BLOCK_BYTES:
+        return (f"verify: every workload's blocksize must be a multiple of "
+                f"{pv.MAP_BLOCK_BYTES} bytes (the map's block): {inst.id} would take "
+                f"{params.blocksize_bytes}")
+    if params.write_data == "dedupable" and params.writes:
+        return (f"verify: dedupable data cannot be verified (each verified block carries its "
+                f"own offset, so no block repeats): {inst.id}")
+    return None

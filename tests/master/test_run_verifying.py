@@ -17,10 +17,11 @@ import pytest
 
 from master.analysis.rollup import Grouping
 from master.config.schema import VerifyConfig
-from master.run.verifying import EVENTS_MAX, RunVerification
+from master.run.verifying import EVENTS_MAX, RunVerification, verify_misfit
 from master.verify.mapstore import VerifyMap
 from protocol import verify as pv
 from protocol.messages import Stopped, SubintervalResult
+from protocol.params import WorkloadParams
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run, run_cli
 
 KEY = 0xABCDEF
@@ -215,3 +216,17 @@ def test_a_resumed_verification_keeps_its_numbers_and_gives_each_map_to_its_host
     assert again.to_load([w]) == []  # once
     again.close()
     assert json.loads((tmp_path / "verify" / "map.json").read_text())["attempt"] == 1
+
+
+@pytest.mark.parametrize(("params", "why"), [
+    ({"blocksize_bytes": 8192}, None),
+    ({"blocksize_bytes": 512}, "blocksize must be a multiple of 4096 bytes (the map's block): "
+                               "h1:/dev/a:w would take 512"),
+    ({"write_data": "dedupable", "write_data_ratio": 2.0, "read_fraction": 0.5},
+     "dedupable data cannot be verified"),
+    ({"write_data": "dedupable", "write_data_ratio": 2.0}, None),  # it reads only
+])
+def test_a_live_edit_a_verified_run_cannot_verify_is_refused(params: dict[str, Any],
+                                                             why: str | None) -> None:
+    got = verify_misfit(_inst("h1", "/dev/a", "w"), WorkloadParams(**params))
+    assert got is None if why is None else why in (got or ""), got

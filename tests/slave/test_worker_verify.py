@@ -19,7 +19,7 @@ from protocol import verify as v
 from protocol.params import WorkloadParams
 from slave.engine import compiled_loop as pk
 from slave.engine.verify_state import LoadedMap
-from slave.worker import SubintervalResults, WorkerPool, merge_verify_reports
+from slave.worker import SubintervalResults, WorkerError, WorkerPool, merge_verify_reports
 from tests.slave.conftest import LoopFactory
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
@@ -167,3 +167,19 @@ def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
     assert counts[0] >= N_BLOCKS  # every block checked: the map came with the create
     assert counts[1:].sum() == counts[1 + v.CLASSES.index("missing")] >= 1
     assert offsets == {9 * BLOCK}
+
+
+@pytest.mark.root
+def test_an_edit_a_verified_workload_cannot_take_is_refused_by_its_worker(
+        pool: WorkerPool, loop_device: LoopFactory) -> None:
+    assert pk.available(), pk.why_not()
+    dev = loop_device(N_BLOCKS * BLOCK)
+    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
+    pool.create_workload("h:lun:r", dev.path, "libaio", WorkloadParams(iops=100.0),
+                         **geometry, verify=_target(1))
+    pool.edit_workload("h:lun:r", WorkloadParams(iops=100.0, blocksize_bytes=512))
+    with pytest.raises(WorkerError, match="a verified workload's blocksize must be a multiple "
+                                          "of 4096 bytes, not 512"):
+        for _ in range(50):  # the worker's answer comes with the next call that looks
+            pool.create_workload("h:lun:x", dev.path, "libaio", WorkloadParams(), **geometry)
+            pool.delete_workload("h:lun:x")
