@@ -10,6 +10,8 @@ test kills or interrupts.
   step re-reads the LUN: the run's own reads find it, ``events.csv`` names host, LUN, offset,
   class and the expected generation, ``verify/damaged/`` keeps the block as read,
   ``on_error: stop`` ends the step early, and the run exits 5.
+* Each class made during a run (a flipped bit, another block's data, an older write's, half of
+  one, zeros) while the reader step runs: each block named with its class, exit 5.
 * Ctrl-C in the reader step, a block zeroed, ``--resume``: the map reaches the new slave
   before its first read, which finds the block (exit 5).
 * The master, the slave or a worker SIGKILLed in a mixed step, then ``--resume``: the writes
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import jsonschema
 import numpy as np
+import numpy.typing as npt
 import psutil
 import pytest
 
@@ -293,3 +296,92 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     rows = _rows(folder / "step0001-mix" / "all" / "all.csv")
     assert sum(float(r["verify_blocks_checked"]) for r in rows) > N_BLOCKS
+
+
+CLASSES_TEST = """\
+test: classes
+subinterval_seconds: 0.5
+hosts: [localhost]
+verify: {{on_error: continue}}
+luns:
+  - {{hosts: localhost, path: {lun}, allow_write: true}}
+steps:
+  - name: write1
+    workloads:
+      - {{name: w, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
+         read_fraction: 0%}}
+    warmup_seconds: 0
+    measure_seconds: 1
+  - name: write2
+    workloads:
+      - {{name: w, delete: true}}
+      - {{name: w2, iosequencer: sequential, blocksize: 4KiB, iodepth: 1, iops: 100,
+         read_fraction: 0%}}
+    warmup_seconds: 0
+    measure_seconds: 3
+  - name: read
+    workloads:
+      - {{name: w2, delete: true}}
+      - {{name: r, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
+         read_fraction: 100%}}
+    warmup_seconds: 0
+    measure_seconds: 3
+"""
+#: block -> the damage made to it while the reader step runs, and the class it must be found as
+DURING = {10: "corrupt", 21: "misplaced", 250: "stale", 251: "torn", 50: "missing"}
+
+
+def test_each_class_of_damage_made_during_a_run_is_found_by_its_reads(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    # write1 leaves every block at one generation; as write2 starts (its first rows: it has
+    # written blocks 0-50 at 100 IOPS, and blocks 250-251 come 2 s later) the test keeps the
+    # device's bytes; write2 writes every block once more; while the reader step runs, the
+    # test damages five blocks, one per class, the older data from what it kept. The reads
+    # name each block with its class, in the subinterval that read it; exit 5
+    dev = loop_device(N_BLOCKS * BLOCK)
+    kept: dict[str, npt.NDArray[np.uint8]] = {}
+
+    def during(runs: Path) -> None:
+        deadline = time.monotonic() + 120
+        while not any(runs.glob("*/step0001-write2/all/all.csv")):
+            assert time.monotonic() < deadline, "write2 never started"
+            time.sleep(0.02)
+        with open(dev.backing_file, "rb") as f:
+            kept["older"] = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK).copy()
+        while not any(runs.glob("*/step0002-read")):
+            assert time.monotonic() < deadline, "the reader step never started"
+            time.sleep(0.02)
+        with open(dev.backing_file, "rb") as f:
+            now = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK).copy()
+        flipped = now[10].copy()
+        flipped[2 * 512 + 99] ^= 0x08
+        older = kept["older"]
+        for block, data in ((10, flipped), (21, now[22]), (250, older[250]),
+                            (251, np.concatenate([older[251][:2048], now[251][2048:]])),
+                            (50, np.zeros(BLOCK, dtype=np.uint8))):
+            _put(dev.backing_file, block, data)
+
+    cfg = write_config(tmp_path, CLASSES_TEST.format(lun=dev.path))
+    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+    during(tmp_path / "classes")
+    code = _ended(thread, box)
+    (folder,) = (tmp_path / "classes").iterdir()
+    assert code == 5, _said(folder)
+    found: dict[int, str] = {}
+    for e in _events(folder):
+        if e["kind"] == "verify" and e["message"].startswith("verify: "):
+            words = e["message"].split()
+            if words[2] == "block":  # "verify: CLASS block at offset N of LUN ..."
+                found.setdefault(int(words[5]) // BLOCK, words[1])
+    assert found == DURING
+    rows = _rows(folder / "step0002-read" / "all" / "all.csv")
+    for name in set(DURING.values()):  # each class counted in the rows that read it
+        assert sum(float(r[f"verify_{name}"]) for r in rows) >= 1, name
+
+
+def _put(path: str, block: int, data: npt.NDArray[np.uint8]) -> None:
+    with open(path, "r+b") as f:
+        f.seek(block * BLOCK)
+        f.write(data.tobytes())
+        f.flush()
+        os.fsync(f.fileno())
