@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
 import os
 import shutil
@@ -89,10 +90,15 @@ def warmup_backlog(subintervals: list[dict[str, str]], iops: float,
 
 
 def rows(path: Path) -> list[dict[str, str]]:
-    if not path.exists():
+    """The CSV file's rows as they are now: read whole first, then parsed, so that a file the
+    run is writing meanwhile gives the rows of one moment (read as it grew, its header could be
+    read empty and a row after it: a TypeError inside csv, fc26's)."""
+    try:
+        with open(path, newline="") as fh:
+            text = fh.read()
+    except FileNotFoundError:
         return []
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def wait_rows(path: Path, n: int, timeout_s: float = 60) -> list[dict[str, str]]:
