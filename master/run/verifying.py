@@ -51,6 +51,8 @@ class RunVerification:
         self.lun_numbers: dict[tuple[str, str], int] = {}
         self.lun_names: dict[int, tuple[str, str]] = {}
         self.writers: dict[str, int] = {}
+        #: each writer number's workload (numbers are dense: the next is its length)
+        self.writer_ids: list[str] = []
         self.map: VerifyMap | None = None
         #: per workload over the run: blocks checked, then each class's damaged blocks
         self.counts: dict[str, np.ndarray] = {}
@@ -75,13 +77,15 @@ class RunVerification:
         vm.next_attempt()
         v = cls(config, run_dir, event, run_key=vm.run_key)
         v.map = vm
-        serials = vm.confirmed  # every writer of the map has a place: -1 confirmed nothing
-        n = max([w.number for w in vm.writers] + list(serials), default=-1) + 1
-        v.crash = (crashed, [serials.get(w, -1) for w in range(n)])
         for x in vm.luns:
             v.lun_numbers[(x.host, x.lun)] = x.number
             v.lun_names[x.number] = (x.host, x.lun)
-        v.writers = {w.workload: w.number for w in vm.writers}
+        for w in sorted(vm.writers, key=lambda w: w.number):
+            if v._writer(w.workload) != w.number:  # this class numbers them 0, 1, 2 ...
+                raise ValueError(f"{run_dir}: the map's writer numbers are not 0 to "
+                                 f"{len(vm.writers) - 1}")
+        serials = vm.confirmed  # every writer of the map has a place: -1 confirmed nothing
+        v.crash = (crashed, [serials.get(w, -1) for w in range(len(v.writer_ids))])
         v._to_load = {x.number for x in vm.luns}
         return v
 
@@ -106,25 +110,30 @@ class RunVerification:
         for inst in instances:
             key = inst.lun_key
             if key not in self.lun_numbers:
-                number = max(self.lun_numbers.values(), default=-1) + 1
+                number = len(self.lun_numbers)
                 self.lun_numbers[key] = number
                 self.lun_names[number] = key
                 size = inst.lun.lun.size_bytes // pv.MAP_BLOCK_BYTES * pv.MAP_BLOCK_BYTES
                 luns.append(MapLun(number, key[0], key[1], 0, size))
             if inst.id not in self.writers:
-                self.writers[inst.id] = max(self.writers.values(), default=-1) + 1
-                writers.append(MapWriter(self.writers[inst.id], inst.host, inst.id))
+                writers.append(MapWriter(self._writer(inst.id), inst.host, inst.id))
         if self.map is None:
             self.map = VerifyMap.create(self.run_dir, self.run_key, luns, writers)
         elif luns or writers:
             self.map.extend(luns, writers)
         self._found_at_step = self.found
 
+    def _writer(self, workload_id: str) -> int:
+        """The next writer number, for ``workload_id``."""
+        number = self.writers[workload_id] = len(self.writer_ids)
+        self.writer_ids.append(workload_id)
+        return number
+
     def target(self, inst: WorkloadInstance) -> dict[str, int]:
         """The ``CreateWorkload.verify`` of ``inst`` (``prepare`` numbered it)."""
         assert self.map is not None
         number = self.lun_numbers[inst.lun_key]
-        lun = self.map.luns[[x.number for x in self.map.luns].index(number)]
+        lun = self.map.lun(number)
         return {"lun": number, "first_bytes": lun.first_bytes, "size_bytes": lun.size_bytes,
                 "run_key": self.run_key, "attempt": self.map.attempt,
                 "writer": self.writers[inst.id]}
@@ -188,7 +197,8 @@ class RunVerification:
         lun_host, path = self.lun_names.get(int(f["lun"]), (host, "?"))
         expected = int(f["expected"])
         got = f["found"]
-        writer = {n: w for w, n in self.writers.items()}.get(int(got["writer"]), "?")
+        w = int(got["writer"])
+        writer = self.writer_ids[w] if w < len(self.writer_ids) else "?"
         found_lun = self.lun_names.get(int(got["lun"]), ("?", "?"))
         stamp = (f"a stamp of this run: generation {got['gen']}, writer {writer} (serial "
                  f"{got['serial']}, attempt {got['attempt']}), LUN {found_lun[0]}:"

@@ -513,6 +513,13 @@ class VerifyMap:
         self.close()
 
     # ------------------------------------------------------------------ reading
+    def lun(self, number: int) -> MapLun:
+        """The map's LUN of ``number``."""
+        try:
+            return self.luns[self._by_number[number]]
+        except KeyError:
+            raise KeyError(f"LUN {number} is not in the map") from None
+
     def map_of(self, lun: int) -> npt.NDArray[np.uint8]:
         """LUN ``lun``'s map (its number), a read-only view: block i's map byte at i."""
         try:

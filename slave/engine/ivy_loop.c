@@ -1060,15 +1060,16 @@ static inline int v_unconfirmed(const struct ivy_vlun *v, const struct v_stamp *
 /* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
  * generation it may hold): its verdict (0 clean), the first sector out of line in *bad; in
  * *adopt the map byte to take where it holds a write the crashed attempt's master never heard
- * of (0: none; UNSETTLED where that write is there in part, or beside another) */
+ * of (0: none; UNSETTLED where that write is there in part, or beside another); each
+ * sector's CRC as computed in crc */
 static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_t off,
-                            uint8_t m, int lenient, uint8_t lo, int *bad, uint8_t *adopt)
+                            uint8_t m, int lenient, uint8_t lo, int *bad, uint8_t *adopt,
+                            uint32_t *crc)
 {
     uint64_t adopt_serial = 0;
     int adopt_mixed = 0, current = 0;
     *adopt = 0;
-    uint32_t crc[V_SPB];
-    crc_sectors(blk, V_SPB, crc);
+    crc_sectors(blk, V_SPB, crc); /* the caller's: a finding tells whether its sector's held */
     const uint8_t hi = m & V_GEN_MASK;
     const int unsettled = (m & V_UNSETTLED) != 0, may_lack = lenient && lo == 0;
     int first[V_MISSING + 1];
@@ -1161,7 +1162,8 @@ static int64_t verify_read_done(struct ivy_loop *L, const struct ivy_data *d, in
         uint8_t adopt = 0;
         const uint8_t *blk = buf + j * V_MAP_BLOCK;
         const int64_t at = off + j * V_MAP_BLOCK;
-        const int64_t verdict = verify_block(v, blk, at, m, lenient, lo, &bad, &adopt);
+        uint32_t crc[V_SPB];
+        const int64_t verdict = verify_block(v, blk, at, m, lenient, lo, &bad, &adopt, crc);
         if (adopt && v->map[b] == m) { /* no write of it since: the map takes what is there */
             v->map[b] = adopt;
             if (L->vn[1] < L->vjournal_cap)
@@ -1178,8 +1180,6 @@ static int64_t verify_read_done(struct ivy_loop *L, const struct ivy_data *d, in
         if (L->vn[2] < L->vfind_cap) {
             struct v_stamp st;
             memcpy(&st, blk + bad * SECTOR_BYTES, V_STAMP);
-            uint32_t crc[V_SPB];
-            crc_sectors(blk, V_SPB, crc);
             L->vfind[L->vn[2]] = (struct ivy_vfind){
                 .owner = owner, .lun = v->lun, .offset_bytes = at, .verdict = verdict,
                 .expected = m, .sector = bad, .found_offset_bytes = st.offset_bytes,

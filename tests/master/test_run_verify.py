@@ -55,8 +55,10 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "summary.sch
 
 BLOCK = pv.MAP_BLOCK_BYTES
 N_BLOCKS = 256  # 1 MiB
-TEST = """\
-test: verified
+#: a verified test on one loop device whose first step writes it whole four times over
+#: (``{test}``, ``{verify}``, ``{lun}``; the steps after it follow)
+HEAD = """\
+test: {test}
 subinterval_seconds: 0.5
 hosts: [localhost]
 verify: {verify}
@@ -70,6 +72,8 @@ steps:
          read_fraction: 0%}}
     warmup_seconds: 0
     measure_seconds: 1
+"""
+TEST = HEAD.replace("{test}", "verified") + """\
   - name: read
     workloads:
       - {{name: w, delete: true}}
@@ -170,11 +174,7 @@ def test_damage_made_during_the_run_is_found_by_its_reads_and_the_run_exits_5(
             time.sleep(0.05)
         else:
             pytest.fail("the reader step never started")
-        with open(dev.backing_file, "r+b") as f:
-            f.seek(77 * BLOCK)
-            f.write(bytes(BLOCK))
-            f.flush()
-            os.fsync(f.fileno())
+        _put(dev.backing_file, 77, np.zeros(BLOCK, dtype=np.uint8))
 
     code, folder = _run(tmp_path, dev.path, "{on_error: stop}", 6, during=damage)
     said = _said(folder)
@@ -218,11 +218,7 @@ def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
                                   interrupt)
     assert proc.returncode == 130, err[-2000:]
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 0
-    with open(dev.backing_file, "r+b") as f:
-        f.seek(77 * BLOCK)
-        f.write(bytes(BLOCK))
-        f.flush()
-        os.fsync(f.fileno())
+    _put(dev.backing_file, 77, np.zeros(BLOCK, dtype=np.uint8))
     assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 5, _said(folder)
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
@@ -231,20 +227,7 @@ def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
     assert float(rows[0]["verify_blocks_checked"]) > 0  # checked from the resumed first read
 
 
-MIX_TEST = """\
-test: mixed
-subinterval_seconds: 0.5
-hosts: [localhost]
-verify: true
-luns:
-  - {{hosts: localhost, path: {lun}, allow_write: true}}
-steps:
-  - name: write
-    workloads:
-      - {{name: w, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
-         read_fraction: 0%}}
-    warmup_seconds: 0
-    measure_seconds: 1
+MIX_TEST = HEAD.replace("{test}", "mixed").replace("{verify}", "true") + """\
   - name: mix
     workloads:
       - {{name: w, delete: true}}
@@ -298,20 +281,8 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     assert sum(float(r["verify_blocks_checked"]) for r in rows) > N_BLOCKS
 
 
-CLASSES_TEST = """\
-test: classes
-subinterval_seconds: 0.5
-hosts: [localhost]
-verify: {{on_error: continue}}
-luns:
-  - {{hosts: localhost, path: {lun}, allow_write: true}}
-steps:
-  - name: write1
-    workloads:
-      - {{name: w, iosequencer: sequential, blocksize: 4KiB, iodepth: 4, iops: 1000,
-         read_fraction: 0%}}
-    warmup_seconds: 0
-    measure_seconds: 1
+CLASSES_TEST = HEAD.replace("{test}", "classes").replace(
+    "{verify}", "{{on_error: continue}}") + """\
   - name: write2
     workloads:
       - {{name: w, delete: true}}
@@ -333,7 +304,7 @@ DURING = {10: "corrupt", 21: "misplaced", 250: "stale", 251: "torn", 50: "missin
 
 def test_each_class_of_damage_made_during_a_run_is_found_by_its_reads(
         tmp_path: Path, loop_device: LoopFactory) -> None:
-    # write1 leaves every block at one generation; as write2 starts (its first rows: it has
+    # the first step leaves every block at one generation; as write2 starts (its first rows: it has
     # written blocks 0-50 at 100 IOPS, and blocks 250-251 come 2 s later) the test keeps the
     # device's bytes; write2 writes every block once more; while the reader step runs, the
     # test damages five blocks, one per class, the older data from what it kept. The reads
