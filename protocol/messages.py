@@ -25,6 +25,8 @@ The conversation (see ``protocol/SPEC.md`` for the full story)::
           ◄───────────────────────────────── Stopped
     WindowRequest(first, last) ────────────►
           ◄───────────────────────────────── WindowResult (every workload, added up)
+    LoadMap × n, VerifyLun (ivypy verify) ─►
+          ◄───────────────────────────────── VerifyFound × n, Ack
     ... next step: edits, Go ...
     Bye ───────────────────────────────────►
           ◄───────────────────────────────── Bye
@@ -192,6 +194,42 @@ class LoadMap(Message):
     data: bytes
     crashed_attempt: int = -1
     confirmed: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class VerifyLun(Message):
+    """Master → slave, between steps, with no workload on the host (``ivypy verify``): read
+    back once every block of ``lun_path`` that LUN ``target["lun"]``'s map (its ``LoadMap``
+    parts, and the crash they account for) holds, and check each in the compiled loop.
+    ``target``: the LUN's ``CreateWorkload.verify`` target (``writer`` unused). ``kept_max``:
+    how many damaged blocks travel with their bytes. The slave answers with ``VerifyFound``
+    as it goes (at least once a second), then ``Ack`` (``info``: blocks_checked, counts
+    [checked, each class], damaged, bytes_read, seconds, direct) or ``Error`` (``config``:
+    no map loaded, a LUN that cannot be opened or is too small; ``io``: a read that failed)
+    (protocol 12)."""
+
+    CODE: ClassVar[int] = 23
+    seq: int
+    lun_path: str
+    target: dict[str, int]
+    kept_max: int = 0
+
+
+@dataclass(frozen=True)
+class VerifyFound(Message):
+    """Slave → master, while ``VerifyLun`` ``seq`` reads back: how far it is (map blocks
+    checked of those the map holds, bytes read), the damaged extents found since the last
+    (``protocol.verify.EXTENT_DTYPE``'s bytes, ascending; an extent may continue the last
+    one sent), and the damaged blocks kept whole (``SubintervalResult.verify.findings``'
+    form, the first ``kept_max`` of the read-back) (protocol 12)."""
+
+    CODE: ClassVar[int] = 24
+    seq: int
+    blocks_done: int
+    blocks_total: int
+    bytes_read: int
+    extents: bytes
+    kept: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -402,6 +440,8 @@ MESSAGE_TYPES: Final[tuple[type[Message], ...]] = (
     WindowResult,
     EditWorkloads,
     LoadMap,
+    VerifyLun,
+    VerifyFound,
 )
 
 BY_CODE: Final[dict[int, type[Message]]] = {t.CODE: t for t in MESSAGE_TYPES}

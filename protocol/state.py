@@ -51,6 +51,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    VerifyFound,
+    VerifyLun,
     WindowRequest,
     WindowResult,
 )
@@ -92,7 +94,7 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     t[(State.HELLO, S, Log)] = State.HELLO
     # master → slave
     allow((I, R, P), M, (Ping, *_EDITS))
-    allow((I,), M, (DiscoverLuns, WindowRequest, LoadMap))
+    allow((I,), M, (DiscoverLuns, WindowRequest, LoadMap, VerifyLun))
     allow((I,), M, (Go,), to=R)
     allow((R,), M, (Continue,))
     allow((R,), M, (Stop,), to=P)
@@ -101,7 +103,7 @@ def _build() -> dict[tuple[State, Role, type[Message]], State]:
     allow((State.HELLO,), M, (Bye,), to=State.CLOSING)
     # slave → master
     allow((I, R, P), S, _SLAVE_CHATTER)
-    allow((I,), S, (LunList, WindowResult))
+    allow((I,), S, (LunList, WindowResult, VerifyFound))
     allow((R, P), S, (SubintervalResult,))
     allow((R, P), S, (Stopped,), to=I)
     allow((State.CLOSING,), S, (*_SLAVE_CHATTER, HelloReply, LunList, SubintervalResult,

@@ -233,3 +233,88 @@ def journal_from_wire(wire: dict[str, bytes]) -> tuple[npt.NDArray[np.int64],
         raise ValueError(f"verify journal: {luns.size} LUNs, {blocks.size} blocks, "
                          f"{map_bytes.size} map bytes")
     return luns, blocks, map_bytes
+
+
+# --------------------------------------------------------------------------- read-back extents
+#: a damaged extent of a read-back (``VerifyFound.extents``, ``ivypy verify``'s verify.csv
+#: rows): consecutive damaged blocks of one class whose expected map byte, found stamp (its
+#: generation, attempt, LUN, writer, and offset as far from its place as the first's) and
+#: stamp state agree. ``stamp``: ``STAMP_NONE`` no stamp of this run (its found fields mean
+#: nothing), ``STAMP_VALID`` one whose CRC holds, ``STAMP_BAD_CRC`` one whose CRC fails (the
+#: first sector out of line's). Little-endian on the wire.
+EXTENT_DTYPE: Final = np.dtype([
+    ("offset_bytes", "<u8"), ("length_bytes", "<u8"), ("found_offset_bytes", "<u8"),
+    ("found_serial", "<u8"), ("found_lun", "<u2"), ("found_writer", "<u2"), ("cls", "u1"),
+    ("expected", "u1"), ("found_gen", "u1"), ("found_attempt", "u1"), ("stamp", "u1"),
+    ("pad", "V7")])
+STAMP_NONE: Final = 0
+STAMP_VALID: Final = 1
+STAMP_BAD_CRC: Final = 2
+
+
+def extents(offsets: npt.NDArray[np.int64], cls: npt.NDArray[np.int64],
+            expected: npt.NDArray[np.int64], stamp_state: npt.NDArray[np.int64],
+            found_offsets: npt.NDArray[np.int64], found_serials: npt.NDArray[np.int64],
+            found_luns: npt.NDArray[np.int64], found_writers: npt.NDArray[np.int64],
+            found_gens: npt.NDArray[np.int64], found_attempts: npt.NDArray[np.int64]
+            ) -> npt.NDArray[np.void]:
+    """Damaged blocks (ascending ``offsets``, one ``MAP_BLOCK_BYTES`` block each) as
+    ``EXTENT_DTYPE`` extents: a block joins the extent before it where it follows it on the
+    LUN and agrees with it in class, expected map byte, stamp state and, where it has a stamp,
+    the stamp's generation, attempt, LUN, writer and displacement (found offset minus offset).
+    An extent keeps its first block's serial."""
+    n = offsets.size
+    out = np.zeros(n, dtype=EXTENT_DTYPE)
+    if n == 0:
+        return out
+    has = stamp_state != STAMP_NONE
+    shift = np.where(has, found_offsets.astype(np.int64) - offsets, 0)
+    keys = [cls, expected, stamp_state, np.where(has, found_gens, 0),
+            np.where(has, found_attempts, 0), np.where(has, found_luns, 0),
+            np.where(has, found_writers, 0), shift]
+    joins = np.ones(n, dtype=bool)
+    joins[0] = False
+    joins[1:] &= offsets[1:] == offsets[:-1] + MAP_BLOCK_BYTES
+    for k in keys:
+        joins[1:] &= k[1:] == k[:-1]
+    starts = np.flatnonzero(~joins)
+    ends = np.append(starts[1:], n)
+    out = np.zeros(starts.size, dtype=EXTENT_DTYPE)
+    out["offset_bytes"] = offsets[starts]
+    out["length_bytes"] = (ends - starts) * MAP_BLOCK_BYTES
+    out["cls"], out["expected"], out["stamp"] = cls[starts], expected[starts], stamp_state[starts]
+    for name, values in (("found_offset_bytes", found_offsets), ("found_serial", found_serials),
+                         ("found_lun", found_luns), ("found_writer", found_writers),
+                         ("found_gen", found_gens), ("found_attempt", found_attempts)):
+        out[name] = np.where(has[starts], values[starts], 0)
+    return out
+
+
+def merge_extents(a: npt.NDArray[np.void], b: npt.NDArray[np.void]) -> npt.NDArray[np.void]:
+    """``a`` then ``b`` (each coalesced, ``b`` after ``a`` on the LUN), with ``b``'s first
+    extent joined to ``a``'s last where ``extents`` would have joined them."""
+    if a.size and b.size:
+        x, y = a[-1], b[0]
+        same = all(x[k] == y[k] for k in ("cls", "expected", "stamp", "found_gen",
+                                          "found_attempt", "found_lun", "found_writer"))
+        shift_x = int(x["found_offset_bytes"]) - int(x["offset_bytes"])
+        shift_y = int(y["found_offset_bytes"]) - int(y["offset_bytes"])
+        if (same and int(x["offset_bytes"]) + int(x["length_bytes"]) == int(y["offset_bytes"])
+                and (x["stamp"] == STAMP_NONE or shift_x == shift_y)):
+            a = a.copy()
+            a[-1]["length_bytes"] += y["length_bytes"]
+            b = b[1:]
+    return np.concatenate([a, b])
+
+
+def extents_from_wire(data: bytes) -> npt.NDArray[np.void]:
+    """``EXTENT_DTYPE`` extents from their bytes; ``ValueError`` for a length not whole
+    extents or a class out of range."""
+    if len(data) % EXTENT_DTYPE.itemsize:
+        raise ValueError(f"verify extents: {len(data)} bytes, not whole "
+                         f"{EXTENT_DTYPE.itemsize}-byte extents")
+    out = np.frombuffer(data, dtype=EXTENT_DTYPE)
+    if out.size and (int(out["cls"].min()) < 1 or int(out["cls"].max()) > len(CLASSES)
+                     or int(out["stamp"].max()) > STAMP_BAD_CRC):
+        raise ValueError("verify extents: a class or stamp state out of range")
+    return out

@@ -5,4 +5,4 @@ of the histogram changes; both sides refuse a peer whose protocol version differ
 """
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12

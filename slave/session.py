@@ -3,8 +3,10 @@ and the rules for 'master late'.
 
 Owns what the slave *says* and *when*: answers to requests, the subinterval results, stopping
 on a missing ``Continue``. It does not read or write file descriptors (``slave.main`` pumps the
-bytes) and does not do I/O on LUNs (the ``Backend`` does: worker processes in production, a
-fake in tests). Time comes from an injected clock (``time.monotonic_ns`` in production).
+bytes) and does not do a run's I/O on LUNs (the ``Backend`` does: worker processes in
+production, a fake in tests); between steps it lays out file LUNs (``slave.luns``) and reads a
+LUN back for ``ivypy verify`` (``slave.readback``), with no workload on the host. Time comes
+from an injected clock (``time.monotonic_ns`` in production).
 
 Dispatch is a table ``{message type: handler}``; a message the table does not know at this
 point was already refused by ``protocol.state``.
@@ -58,6 +60,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    VerifyFound,
+    VerifyLun,
     WindowRequest,
     WindowResult,
 )
@@ -65,7 +69,7 @@ from protocol.params import WorkloadParams, from_wire
 from protocol.state import Conversation, Role, State
 from protocol.stats import BYTES, OPS, WorkloadStats
 from protocol.version import PROTOCOL_VERSION, __version__
-from slave import devstats
+from slave import devstats, readback
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import compiled_loop
@@ -270,6 +274,7 @@ class SlaveSession:
             EditWorkload: self._on_edit,
             EditWorkloads: self._on_edits,
             LoadMap: self._on_load_map,
+            VerifyLun: self._on_verify_lun,
             DeleteWorkload: self._on_delete,
             Go: self._on_go,
             Continue: self._on_continue,
@@ -674,6 +679,50 @@ class SlaveSession:
         out = np.zeros(blocks, dtype=np.uint8)
         out[: held.size] = held
         return out
+
+    def _on_verify_lun(self, msg: VerifyLun) -> None:
+        """Read back every block of a LUN its map (``LoadMap``) holds, checked
+        (``slave.readback``), saying how it goes (``VerifyFound``) and then ``Ack`` with its
+        totals; alone on the host (no workload: a run's writes would race it)."""
+        path = msg.lun_path
+        if self.params:
+            self._refuse(msg.seq, "config", f"a read-back of {path} runs with no workload on "
+                         f"the host, and it has {len(self.params)}", "", lun=path)
+            return
+        try:
+            target = verify.check_target(dict(msg.target))
+            held = self._loaded_map(target)
+        except ValueError as exc:
+            self._refuse(msg.seq, "config", f"read-back of {path}: {exc}", "", lun=path)
+            return
+        if held is None:
+            self._refuse(msg.seq, "config", f"read-back of {path}: no map of LUN "
+                         f"{target['lun']} was given (LoadMap)", "", lun=path)
+            return
+        crashed, confirmed = self.crash_facts.get(target["lun"], (-1, []))
+
+        def say(found: readback.Found) -> None:
+            self.send(VerifyFound(msg.seq, found.blocks_done, found.blocks_total,
+                                  found.bytes_read, found.extents.tobytes(), found.kept))
+
+        def check(done: int, total: int) -> None:
+            self._check_stopping(f"read-back of {path} abandoned after {done:,} of {total:,} "
+                                 "blocks")
+
+        try:
+            done = readback.read_back(path, target, held, crashed_attempt=crashed,
+                                      confirmed=confirmed, kept_max=max(0, msg.kept_max),
+                                      say=say, check=check, clock=self.clock)
+        except readback.ReadBackError as exc:
+            self._refuse(msg.seq, exc.kind, str(exc), "", lun=path)
+            return
+        except RuntimeError as exc:  # no compiled loop: nothing here can check
+            self._refuse(msg.seq, "preflight", f"host {self.host}: LUN {path}: a read-back "
+                         f"needs the compiled loop: {exc}", "", lun=path)
+            return
+        self.loaded_maps.pop(target["lun"], None)
+        self.crash_facts.pop(target["lun"], None)
+        self.send(Ack(seq=msg.seq, effective_subinterval=-1, info=done.info()))
 
     def _on_edits(self, msg: EditWorkloads) -> None:
         """Every edit is checked before any is made: one refused refuses the request."""

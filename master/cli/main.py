@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.cli.summaryjson",
     "master.cli.report",
     "master.cli.example",
+    "master.cli.verify",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -43,6 +44,7 @@ COMMAND_OF: dict[str, str] = {
     "summary-json": "master.cli.summaryjson",
     "report": "master.cli.report",
     "example": "master.cli.example",
+    "verify": "master.cli.verify",
 }
 
 

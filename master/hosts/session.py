@@ -57,6 +57,8 @@ from protocol.messages import (
     Stop,
     Stopped,
     SubintervalResult,
+    VerifyFound,
+    VerifyLun,
     WindowRequest,
     WindowResult,
 )
@@ -162,6 +164,8 @@ class HostSession:
         self._last_sent_ns = 0
         self._bye = asyncio.Event()
         self._writes: set[asyncio.Future[None]] = set()  # writes waiting for the slave to read
+        #: what each read-back (``verify_lun``, by seq) is told as it goes
+        self._found: dict[int, Callable[[VerifyFound], None]] = {}
 
     # ------------------------------------------------------------------ plumbing
     async def send(self, msg: Message, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
@@ -274,6 +278,10 @@ class HostSession:
                 self._fail(f"slave failed ({msg.kind}): {msg.message}")
             elif msg.kind in ("late", "io", "internal"):
                 self._fail(f"{msg.kind}: {msg.message}")
+        elif isinstance(msg, VerifyFound):
+            told = self._found.get(msg.seq)
+            if told is not None:
+                told(msg)
         elif isinstance(msg, Bye):
             self._bye.set()
         elif isinstance(msg, Pong | Ack | LunList | HelloReply | WindowResult):
@@ -419,6 +427,42 @@ class HostSession:
             if isinstance(reply, Error):
                 return reply
         return None
+
+    async def verify_lun(self, lun_path: str, target: dict[str, int], kept_max: int,
+                         on_found: Callable[[VerifyFound], None],
+                         silence_s: float = REQUEST_TIMEOUT_S) -> Ack | Error:
+        """Read back LUN ``lun_path`` against the map ``load_map`` gave it (``VerifyLun``):
+        ``on_found`` gets each ``VerifyFound`` as it comes; the answer (``Ack`` with the
+        totals, or the refusal). The slave says how it goes at least once a second: no word
+        for ``silence_s`` fails the host."""
+        seq = self._next_seq()
+        heard = [self.clock()]
+
+        def found(msg: VerifyFound) -> None:
+            heard[0] = self.clock()
+            on_found(msg)
+
+        self._found[seq] = found
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Message] = loop.create_future()
+        self._pending[seq] = fut
+        try:
+            await self.send(VerifyLun(seq, lun_path, dict(target), kept_max))
+            while True:
+                left = silence_s - (self.clock() - heard[0]) / 1e9
+                done, _ = await asyncio.wait([fut], timeout=max(0.0, left))
+                if done:
+                    reply = fut.result()
+                    assert isinstance(reply, Ack | Error)
+                    return reply
+                if (self.clock() - heard[0]) / 1e9 >= silence_s:
+                    raise self._fail(f"no word of the read-back of {lun_path} for "
+                                     f"{silence_s:g} s")
+        finally:
+            self._found.pop(seq, None)
+            self._pending.pop(seq, None)
+            if not fut.done():
+                fut.cancel()
 
     async def edit(self, workload_id: str, params: dict[str, Any]) -> Ack | Error:
         seq = self._next_seq()

@@ -14,7 +14,6 @@ stop`` wants the step ended, and the step loop ends it. It must not talk to host
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from master.analysis.rollup import Grouping
 from master.config.schema import VerifyConfig
 from master.results.schema import VERIFY_COLUMNS
 from master.run.workloads import WorkloadInstance
+from master.verify.damaged import expected_words, keep, stamp_words
 from master.verify.mapstore import MapLun, MapWriter, VerifyMap
 from protocol import verify as pv
 from protocol.messages import Stopped, SubintervalResult
@@ -199,16 +199,10 @@ class RunVerification:
         got = f["found"]
         w = int(got["writer"])
         writer = self.writer_ids[w] if w < len(self.writer_ids) else "?"
-        found_lun = self.lun_names.get(int(got["lun"]), ("?", "?"))
-        stamp = (f"a stamp of this run: generation {got['gen']}, writer {writer} (serial "
-                 f"{got['serial']}, attempt {got['attempt']}), LUN {found_lun[0]}:"
-                 f"{found_lun[1]} offset {got['offset_bytes']}"
-                 f"{', its CRC fails' if not got['crc_ok'] else ''}"
-                 if int(got["run_key"]) == self.run_key else "no stamp of this run")
+        found_lun = ":".join(self.lun_names.get(int(got["lun"]), ("?", "?")))
         text = (f"verify: {f['class']} block at offset {f['offset_bytes']} of LUN {path} "
-                f"(workload {f['workload_id']}): expected generation "
-                f"{pv.gen_of(expected)}{' or the one before' if expected & pv.UNSETTLED else ''}"
-                f", found {stamp} (sector {f['sector']})")
+                f"(workload {f['workload_id']}): expected {expected_words(expected)}, found "
+                f"{stamp_words(got, self.run_key, writer, found_lun)} (sector {f['sector']})")
         if self._told < EVENTS_MAX:
             self.event("ERROR", text, host=lun_host, kind="verify", step=step, subinterval=k)
         elif self._told == EVENTS_MAX:
@@ -218,20 +212,9 @@ class RunVerification:
         self._told += 1
         if self._kept < self.config.findings_kept:
             self._kept += 1
-            folder = self.run_dir / "verify" / "damaged"
-            folder.mkdir(parents=True, exist_ok=True)
-            name = f"{self._kept:04d}-step{step:04d}-sub{k:04d}"
-            (folder / f"{name}.found").write_bytes(f["data"])
-            doc = {"step": step, "subinterval": k, "host": lun_host, "lun": path,
-                   "offset_bytes": f["offset_bytes"], "length_bytes": pv.MAP_BLOCK_BYTES,
-                   "class": f["class"], "workload": f["workload_id"],
-                   "expected": {"generation": pv.gen_of(expected),
-                                "unsettled": bool(expected & pv.UNSETTLED),
-                                "run_key": self.run_key, "lun": path,
-                                "first_sector_offset_bytes": f["offset_bytes"]},
-                   "found": {**got, "writer": writer, "lun": ":".join(found_lun)},
-                   "first_bad_sector": f["sector"], "found_bytes": f"{name}.found"}
-            (folder / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+            keep(self.run_dir / "verify" / "damaged", f"{self._kept:04d}-step{step:04d}-sub{k:04d}",
+                 f, host=lun_host, lun=path, run_key=self.run_key, writer=writer,
+                 found_lun=found_lun, context={"step": step, "subinterval": k})
 
     def stop_wanted(self) -> bool:
         """Whether ``on_error: stop`` ends the step running now: it found damage."""

@@ -117,9 +117,12 @@ class Taken:
 class VerifyState:
     """The verification arrays of one loop (one worker): LUN maps by number, each verified
     workload's LUN and writer by its index in the loop, and the rest sized for
-    ``blocks_in_flight`` blocks with I/O in flight at once (grown by ``add``)."""
+    ``blocks_in_flight`` blocks with I/O in flight at once (grown by ``add``); the first
+    ``findings_kept`` damaged blocks between takes kept whole (a read-back keeps every one
+    of a read: ``slave.readback``)."""
 
-    def __init__(self, blocks_in_flight: int = 64) -> None:
+    def __init__(self, blocks_in_flight: int = 64, findings_kept: int = FINDINGS_KEPT) -> None:
+        self.findings_kept = findings_kept
         self.vlun = np.zeros(MAX_LUNS, dtype=VLUN_DTYPE)
         self.luns: list[VerifiedLun] = []
         self.maps: dict[int, npt.NDArray[np.uint8]] = {}
@@ -130,8 +133,8 @@ class VerifyState:
         self.vtab = self._table(blocks_in_flight)
         self.journal_room = JOURNAL_TURN_BLOCKS
         self.journal = np.zeros(4 * JOURNAL_TURN_BLOCKS, dtype=np.int64)
-        self.findings = np.zeros(FINDINGS_KEPT, dtype=VFIND_DTYPE)
-        self.finding_bytes = np.zeros((FINDINGS_KEPT, verify.MAP_BLOCK_BYTES), dtype=np.uint8)
+        self.findings = np.zeros(findings_kept, dtype=VFIND_DTYPE)
+        self.finding_bytes = np.zeros((findings_kept, verify.MAP_BLOCK_BYTES), dtype=np.uint8)
         self._spilled: list[npt.NDArray[np.int64]] = []
         #: each verified workload's id by its index in the loop (kept after it leaves: its
         #: last subinterval's counts still name it)
@@ -250,7 +253,7 @@ class VerifyState:
         args.vjournal_room = self.journal_room
         args.array("vfind", self.findings)
         args.array("vfind_bytes", self.finding_bytes)
-        args.vfind_cap = FINDINGS_KEPT
+        args.vfind_cap = self.findings_kept
         args.array("vn", self.vn)
         args.array("vcount", self.counts)
 
@@ -310,6 +313,14 @@ class VerifyState:
                 lib.ivy_verify_read_done(addr, owner, owner, off, nbytes, int(res[j]),
                                          int(row[ROW["buf"]]), t_ns)
 
+    def read_done(self, index: int, off: int, nbytes: int, res: int, buf: int,
+                  t_ns: int) -> int:
+        """A read of workload ``index`` at ``off`` (``nbytes``, result ``res``, its data at
+        address ``buf``) completed at ``t_ns``, with no I/O of its blocks in flight (a
+        read-back: ``slave.readback``): its blocks checked and counted; the worst verdict."""
+        return int(_lib().ivy_verify_read_done(self.args.address, index, index, off, nbytes,
+                                               res, buf, t_ns))
+
     def spill(self) -> None:
         """Move the journal's words aside (the loop returned to have room made)."""
         n = int(self.vn[1])
@@ -324,7 +335,7 @@ class VerifyState:
                  else np.zeros(0, dtype=np.int64))
         self._spilled = []
         found = int(self.vn[2])
-        kept = min(found, FINDINGS_KEPT)
+        kept = min(found, self.findings_kept)
         out = Taken(
             luns=(words >> 48).astype(np.int64), blocks=(words >> 8) & ((1 << 40) - 1),
             map_bytes=(words & 0xFF).astype(np.uint8), findings=self.findings[:kept].copy(),

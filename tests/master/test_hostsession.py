@@ -14,7 +14,18 @@ from master.hosts import session as hostsession
 from master.hosts.session import HostSession
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import HostError
-from protocol.messages import Bye, Error, Hello, HelloReply, Message, Ping, Pong
+from protocol.messages import (
+    Ack,
+    Bye,
+    Error,
+    Hello,
+    HelloReply,
+    Message,
+    Ping,
+    Pong,
+    VerifyFound,
+    VerifyLun,
+)
 from protocol.state import Conversation, Role, State
 from protocol.version import PROTOCOL_VERSION
 
@@ -303,3 +314,66 @@ def test_a_write_the_slave_does_not_take_is_bounded_and_ends_when_the_host_fails
             assert took < 0.6, (case, took)
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class ReadingBackSlave(ScriptedSlave):
+    """A slave that answers ``VerifyLun`` with ``words`` ``VerifyFound``, each one second
+    after the one before on the master's clock (``now``, which it moves), then ``Ack``, or
+    (``silent``) a minute of silence."""
+
+    def __init__(self, words: int, silent: bool) -> None:
+        super().__init__()
+        self.words, self.silent = words, silent
+        self.now = 0
+
+    def clock(self) -> int:
+        return self.now
+
+    async def write(self, data: bytes) -> None:
+        for msg in FrameDecoder().feed(data):
+            if isinstance(msg, VerifyLun):
+                self.conv.receive(msg)
+                asyncio.get_running_loop().create_task(self._answer(msg.seq))
+                return
+        await super().write(data)
+
+    async def _answer(self, seq: int) -> None:
+        for k in range(self.words):
+            await asyncio.sleep(0.01)
+            self.now += 1_000_000_000
+            self.out.put_nowait(self.conv.send(VerifyFound(seq, k + 1, 9, 4096 * (k + 1), b"")))
+        await asyncio.sleep(0.01)
+        if self.silent:
+            self.now += 60_000_000_000
+        else:
+            self.out.put_nowait(self.conv.send(Ack(seq, -1, {"blocks_checked": 9})))
+
+
+def _read_back(conn: ReadingBackSlave) -> tuple[Message | BaseException, list[int]]:
+    """``verify_lun`` against ``conn``, 1.5 s of silence allowed (on its clock)."""
+    heard: list[int] = []
+
+    async def scenario() -> Message | BaseException:
+        hs = HostSession(conn, "h1", clock=conn.clock)
+        await hs.start(pings=1)
+        try:
+            return await hs.verify_lun("/dev/x", {"lun": 0}, 0,
+                                       lambda m: heard.append(m.blocks_done), 1.5)
+        except HostError as exc:
+            return exc
+        finally:
+            await hs.close(grace_s=0.2)
+
+    return asyncio.run(asyncio.wait_for(scenario(), 20)), heard
+
+
+def test_a_read_back_is_heard_as_it_goes_and_ends_on_its_answer() -> None:
+    # five words a second apart: none 1.5 s after the one before, though the whole takes 5 s
+    got, heard = _read_back(ReadingBackSlave(5, silent=False))
+    assert isinstance(got, Ack) and got.info == {"blocks_checked": 9} and heard == [1, 2, 3, 4, 5]
+
+
+def test_a_read_back_that_falls_silent_fails_its_host() -> None:
+    got, heard = _read_back(ReadingBackSlave(2, silent=True))
+    assert isinstance(got, HostError) and heard == [1, 2]
+    assert "no word of the read-back of /dev/x for 1.5 s" in str(got)

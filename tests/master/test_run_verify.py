@@ -274,6 +274,14 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the slave outlived its master by 30 s"
         time.sleep(0.1)
+    # ivypy verify first: every block the map holds read back, the writes never heard of
+    # taken as written, nothing called damage; the run's files untouched
+    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    (checked,) = folder.glob("verify-*")
+    assert _rows(checked / "verify.csv") == []
+    (lun,) = json.loads((checked / "verify.json").read_text())["luns"]
+    assert lun["blocks_checked"] == N_BLOCKS and lun["damaged_blocks"] == 0
+    assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 0
     assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 0, _said(folder)
     assert not [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
@@ -348,6 +356,58 @@ def test_each_class_of_damage_made_during_a_run_is_found_by_its_reads(
     rows = _rows(folder / "step0002-read" / "all" / "all.csv")
     for name in set(DURING.values()):  # each class counted in the rows that read it
         assert sum(float(r[f"verify_{name}"]) for r in rows) >= 1, name
+
+
+#: the classes test without its reader step (its folder: classes)
+OFFLINE_TEST = CLASSES_TEST[:CLASSES_TEST.index("  - name: read")]
+
+
+def test_ivypy_verify_names_each_block_damaged_offline_with_its_class(
+        tmp_path: Path, loop_device: LoopFactory) -> None:
+    # a verified run writes the LUN whole, then again (write2); the test keeps the device's
+    # bytes as write2 begins (the older data). ivypy verify after the run: nothing damaged
+    # (exit 0, verify.csv's header alone); then five blocks are damaged offline, one per
+    # class, and ivypy verify names exactly them, each with its class, generation and stamp
+    # (exit 5), reading back every block on the host that wrote it
+    dev = loop_device(N_BLOCKS * BLOCK)
+    cfg = write_config(tmp_path, OFFLINE_TEST.format(lun=dev.path))
+    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+    runs = tmp_path / "classes"
+    deadline = time.monotonic() + 120
+    while not any(runs.glob("*/step0001-write2/all/all.csv")):
+        assert time.monotonic() < deadline, "write2 never started"
+        time.sleep(0.02)
+    with open(dev.backing_file, "rb") as f:
+        older = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK).copy()
+    code = _ended(thread, box)
+    (folder,) = runs.iterdir()
+    assert code == 0, _said(folder)
+    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    (clean,) = folder.glob("verify-*")
+    assert _rows(clean / "verify.csv") == []
+    with open(dev.backing_file, "rb") as f:
+        now = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK).copy()
+    snapshot = np.frombuffer((folder / "verify" / "lun0.map").read_bytes(), dtype=np.uint8)
+    flipped = now[10].copy()
+    flipped[2 * 512 + 99] ^= 0x08
+    for block, data in ((10, flipped), (21, now[22]), (250, older[250]),
+                        (251, np.concatenate([older[251][:2048], now[251][2048:]])),
+                        (50, np.zeros(BLOCK, dtype=np.uint8))):
+        _put(dev.backing_file, block, data)
+    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 5
+    (damaged,) = set(folder.glob("verify-*")) - {clean}
+    rows = _rows(damaged / "verify.csv")
+    assert {int(r["offset_bytes"]) // BLOCK: r["class"] for r in rows} == DURING
+    assert all(r["host"] == "localhost" and r["lun"] == dev.path and
+               r["length_bytes"] == str(BLOCK) for r in rows)
+    by = {int(r["offset_bytes"]) // BLOCK: r for r in rows}
+    for b in DURING:
+        assert by[b]["expected_generation"] == str(int(snapshot[b]) & pv.GEN_MASK), b
+    assert by[21]["found_offset_bytes"] == str(22 * BLOCK)
+    assert by[250]["found_generation"] == str(int(pv.decode(older[250].reshape(-1, 512))[
+        "gen"][0]))
+    assert by[250]["writer"] == f"localhost:{dev.path}:w"
+    assert by[50]["found_generation"] == "" and by[50]["writer"] == ""
 
 
 def _put(path: str, block: int, data: npt.NDArray[np.uint8]) -> None:

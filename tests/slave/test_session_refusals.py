@@ -21,6 +21,7 @@ from protocol.messages import (
     LoadMap,
     LunList,
     Message,
+    VerifyLun,
 )
 from slave.engine import compiled_loop
 from slave.luns import KIND_BLOCK, KIND_FILE, lun_for_path
@@ -202,3 +203,21 @@ def test_a_loaded_maps_crash_facts_go_with_it(monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(_verified(h, 2, TARGET), Ack)
     given = h.backend.verify_maps["h1:/dev/fake0:v2"]
     assert given.crashed_attempt == 0 and list(given.confirmed) == [-1, 40, 7]
+
+
+def test_a_read_back_is_refused_without_a_map_beside_a_workload_or_with_a_bad_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    lun = str(tmp_path / "lun")
+    (err,) = h.send(VerifyLun(1, lun, dict(TARGET), 0))
+    assert isinstance(err, Error) and err.kind == "config" and err.lun == lun
+    assert err.message == f"host h1: read-back of {lun}: no map of LUN 2 was given (LoadMap)"
+    (err,) = h.send(VerifyLun(2, lun, {**TARGET, "run_key": -5}, 0))
+    assert isinstance(err, Error) and "verify.run_key: -5 is not an integer" in err.message
+    (ack,) = h.send(LoadMap(3, lun=2, first_block=0, data=b"\x01"))
+    assert isinstance(ack, Ack) and isinstance(_verified(h, 4, TARGET), Ack)
+    (err,) = h.send(VerifyLun(5, lun, dict(TARGET), 0))
+    assert isinstance(err, Error) and err.kind == "config"
+    assert "runs with no workload on the host, and it has 1" in err.message
