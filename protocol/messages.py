@@ -182,18 +182,18 @@ class LoadMap(Message):
     verify``). Parts of one LUN add up; the first verified create on the LUN takes them (the
     host's own map of the LUN, once it has one, is newer). ``Ack`` (``info.blocks``: the
     LUN's blocks held so far), or ``Error`` (``config``) for a part that does not fit
-    (protocol 11). After a crash (a run resumed from one that failed or died):
-    ``crashed_attempt``, the attempt that crashed (-1: none), and ``confirmed``, each writer's
-    confirmed serial in it by writer number (-1: none), so that a write its master never heard
-    of is taken into the map, not called damage (docs/verify.md)."""
+    (protocol 11). ``crashes``: the attempts of the run that ended without their master
+    hearing of every write, each ``[attempt, confirmed serial of writer 0, of writer 1, ...]``
+    (-1: none), so that a write its master never heard of is taken into the map, not called
+    damage (docs/verify.md) (protocol 12; 11 had one attempt in ``crashed_attempt`` and
+    ``confirmed``)."""
 
     CODE: ClassVar[int] = 22
     seq: int
     lun: int
     first_block: int
     data: bytes
-    crashed_attempt: int = -1
-    confirmed: list[int] = field(default_factory=list)
+    crashes: list[list[int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

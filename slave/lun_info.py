@@ -91,6 +91,9 @@ class LunInfo:
     mark: str = ""
     mark_created: str = ""
     mark_size_bytes: int = 0
+    #: what tells this LUN from every other, as far as the host can tell (``identity_of``):
+    #: two hosts' LUNs with one identity are one LUN (a verified run keeps one map of it)
+    identity: str = ""
 
     def attributes(self) -> dict[str, str]:
         """String attributes the master uses as rollup and selection keys (stable per LUN)."""
@@ -159,6 +162,33 @@ _TUPLE_FIELDS = frozenset({
     "partitions", "holders", "mount_points", "open_by", "backing_open_by", "backing_shared_with",
     "disk_holders", "disk_open_by",
 })
+
+
+def boot_id() -> str:
+    """This kernel's boot id (``/proc/sys/kernel/random/boot_id``: a random UUID each boot),
+    "" where it cannot be read. Hosts in namespaces of one kernel share it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def identity_of(lun: LunInfo, boot: str) -> str:
+    """``lun``'s identity: ``wwid:<wwid>`` where the device has one (every host a SAN LUN is
+    zoned to reads the same), else ``dev:<boot id>:<major:minor>`` for a block device (one
+    kernel's device, whatever namespace looks at it), ``file:<boot id>:<st_dev:st_ino>`` for
+    a file; "" where nothing can be told (no boot id: another kernel could hold the same
+    numbers)."""
+    if lun.wwid:
+        return f"wwid:{lun.wwid}"
+    if not boot:
+        return ""
+    if lun.kind == KIND_BLOCK and lun.dev:
+        return f"dev:{boot}:{lun.dev}"
+    if lun.kind == KIND_FILE and lun.file_id:
+        return f"file:{boot}:{lun.file_id}"
+    return ""
 
 
 def _checked_field(key: str, value: Any) -> Any:

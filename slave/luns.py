@@ -57,7 +57,7 @@ from collections.abc import Callable, Collection, Sequence
 import numpy as np
 
 from protocol.errors import PreflightError
-from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo
+from slave.lun_info import KIND_BLOCK, KIND_FILE, SWAP_MOUNT_POINT, LunInfo, boot_id, identity_of
 from slave.lun_mark import MARK_NONE, MARK_OK, MARK_UNSUPPORTED, read_mark, write_mark
 from slave.lun_usage import (
     Mounts,
@@ -73,8 +73,9 @@ from slave.lun_usage import (
 from slave.signatures import SECTOR_BYTES
 
 __all__ = [
-    "KIND_BLOCK", "KIND_FILE", "SWAP_MOUNT_POINT", "LunInfo", "describe_block_device",
-    "discover_block_devices", "file_lun", "lun_for_path", "scan_open_files",
+    "KIND_BLOCK", "KIND_FILE", "SWAP_MOUNT_POINT", "LunInfo", "boot_id",
+    "describe_block_device", "discover_block_devices", "file_lun", "identity_of",
+    "lun_for_path", "scan_open_files",
 ]
 
 log = logging.getLogger(__name__)

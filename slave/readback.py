@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from protocol import verify
 from slave.engine.verify_state import (
+    Crash,
     VerifiedLun,
     VerifyState,
     WorkloadVerify,
@@ -112,15 +113,15 @@ def _open(path: str) -> tuple[int, bool]:
 
 
 def read_back(path: str, target: dict[str, int], map_: npt.NDArray[np.uint8], *,
-              crashed_attempt: int = -1, confirmed: Sequence[int] = (), kept_max: int = 0,
+              crashes: Sequence[Crash] = (), kept_max: int = 0,
               say: Callable[[Found], None], check: Callable[[int, int], None] | None = None,
               clock: Callable[[], int] = time.monotonic_ns, chunk_bytes: int = CHUNK_BYTES,
               depth: int = DEPTH) -> ReadBack:
     """Read back and check every block of ``path`` that ``map_`` (LUN ``target["lun"]``'s
     map over ``target``'s range) holds; ``say`` gets what was found at least every
     ``PROGRESS_EVERY_NS`` and at the end; ``check(done, total)`` between windows may raise to
-    give up (the slave stopping). ``crashed_attempt`` and ``confirmed``: the crash the map
-    must account for (``LoadMap``'s). Raises ``ReadBackError``."""
+    give up (the slave stopping). ``crashes``: the crashes the map must account for
+    (``LoadMap``'s). Raises ``ReadBackError``."""
     verify.check_target(target)
     if chunk_bytes % verify.MAP_BLOCK_BYTES or chunk_bytes <= 0:
         raise ValueError(f"chunk_bytes {chunk_bytes}: not whole map blocks")
@@ -130,9 +131,7 @@ def read_back(path: str, target: dict[str, int], map_: npt.NDArray[np.uint8], *,
     window_blocks = chunk_bytes // verify.MAP_BLOCK_BYTES
     state = VerifyState(blocks_in_flight=window_blocks, findings_kept=window_blocks)
     lun = VerifiedLun(target["lun"], first, size, target["run_key"], target["attempt"])
-    state.add(0, WorkloadVerify(lun, target["writer"], initial=map_,
-                                crashed_attempt=crashed_attempt,
-                                confirmed=np.asarray(list(confirmed), dtype=np.int64)),
+    state.add(0, WorkloadVerify(lun, target["writer"], initial=map_, crashes=crashes),
               chunk_bytes, 1, workload_id="verify")
     todo = windows(map_, window_blocks)
     total = int(np.count_nonzero(map_ & verify.GEN_MASK))

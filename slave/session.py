@@ -73,7 +73,7 @@ from slave import devstats, readback
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
 from slave.engine import compiled_loop
-from slave.engine.verify_state import LoadedMap
+from slave.engine.verify_state import Crash, LoadedMap
 from slave.lunlock import LunLocks
 from slave.preflight import in_use_reasons, own_file_note, require_ok
 from slave.windowstore import WindowError, WindowStore
@@ -121,6 +121,11 @@ class Backend(Protocol):
     def final_verify(self) -> dict[str, Any] | None:
         """After ``halt``: what data verification found after the last subinterval collected
         (``Stopped.verify``), or None where nothing verifies."""
+
+    def load_map_part(self, lun: int, first_block: int, data: bytes) -> bool:
+        """Part of LUN ``lun``'s map (``LoadMap``) replacing the map a worker holds of it
+        (between steps); False where none holds it. ``ValueError``: past its end."""
+        ...
 
     def engine_for(self, lun: lunmod.LunInfo) -> str:
         """The engine workloads on ``lun`` would run on (what ``create`` reports as
@@ -254,7 +259,7 @@ class SlaveSession:
         #: LUN number -> its map as ``LoadMap`` gave it, until its first verified create, and
         #: the crash it must account for (the attempt that crashed, confirmed serials)
         self.loaded_maps: dict[int, npt.NDArray[np.uint8]] = {}
-        self.crash_facts: dict[int, tuple[int, list[int]]] = {}
+        self.crash_facts: dict[int, list[Crash]] = {}
         # LUNs described afresh (with the O_EXCL probe) for a writing workload since the last
         # Go or discovery: one look per LUN for a whole batch of creates
         self._write_checked: dict[str, lunmod.LunInfo] = {}
@@ -529,7 +534,9 @@ class SlaveSession:
                 )
                 return
         self._created_files.update(lun.path for lun in found if lun.created)
-        found = [self._ours(lun) for lun in found]
+        boot = lunmod.boot_id()
+        found = [replace(lun, identity=lunmod.identity_of(lun, boot))
+                 for lun in map(self._ours, found)]
         self.luns = {lun.path: lun for lun in found}
         self._write_checked.clear()
         self.send(
@@ -595,11 +602,10 @@ class SlaveSession:
             _check_fits(params, lun)
             verify = _verify_target(msg.verify, params, lun, self.host)
             loaded = None if verify is None else self._loaded_map(verify)
-            crash = (None if verify is None or loaded is None
-                     else self.crash_facts.get(verify["lun"]))
+            crashes = (None if verify is None or loaded is None
+                       else self.crash_facts.get(verify["lun"]))
             self.locks.take(lun.path, msg.shared, self.host)  # another run's LUN is refused
-            given = None if loaded is None else LoadedMap(
-                loaded, *(crash if crash is not None else (-1, [])))
+            given = None if loaded is None else LoadedMap(loaded, crashes or ())
             info = self.backend.create(wid, lun, params, engine=msg.engine,
                                        fallback=msg.allow_engine_fallback, verify=verify,
                                        verify_map=given)
@@ -649,11 +655,23 @@ class SlaveSession:
         self.send(Ack(seq=msg.seq, effective_subinterval=self._effective()))
 
     def _on_load_map(self, msg: LoadMap) -> None:
-        """Part of a LUN's map, kept for the LUN's first verified create (``LoadMap``)."""
+        """Part of a LUN's map, kept for the LUN's first verified create (``LoadMap``), or,
+        where a worker holds the LUN's map already, put into it."""
         part = np.frombuffer(msg.data, dtype=np.uint8)
         if not 0 <= msg.lun < 1 << 16 or msg.first_block < 0:
             self._refuse(msg.seq, "config", f"LoadMap: LUN {msg.lun}, first block "
                          f"{msg.first_block}: out of range", "")
+            return
+        try:
+            crashes = crashes_from_wire(msg.crashes)
+            # a LUN whose map a worker holds already: the master's replaces it there (the
+            # worker keeps the crashes it was given)
+            replaced = self.backend.load_map_part(msg.lun, msg.first_block, msg.data)
+        except ValueError as exc:
+            self._refuse(msg.seq, "config", f"LoadMap: LUN {msg.lun}: {exc}", "")
+            return
+        if replaced:
+            self.send(Ack(seq=msg.seq, effective_subinterval=-1, info={"replaced": True}))
             return
         held = self.loaded_maps.get(msg.lun, np.zeros(0, dtype=np.uint8))
         end = msg.first_block + part.size
@@ -663,7 +681,7 @@ class SlaveSession:
             held = grown
         held[msg.first_block : end] = part
         self.loaded_maps[msg.lun] = held
-        self.crash_facts[msg.lun] = (msg.crashed_attempt, list(msg.confirmed))
+        self.crash_facts[msg.lun] = crashes
         self.send(Ack(seq=msg.seq, effective_subinterval=-1, info={"blocks": int(held.size)}))
 
     def _loaded_map(self, target: dict[str, int]) -> npt.NDArray[np.uint8] | None:
@@ -699,7 +717,7 @@ class SlaveSession:
             self._refuse(msg.seq, "config", f"read-back of {path}: no map of LUN "
                          f"{target['lun']} was given (LoadMap)", "", lun=path)
             return
-        crashed, confirmed = self.crash_facts.get(target["lun"], (-1, []))
+        crashes = self.crash_facts.get(target["lun"], [])
 
         def say(found: readback.Found) -> None:
             self.send(VerifyFound(msg.seq, found.blocks_done, found.blocks_total,
@@ -710,8 +728,8 @@ class SlaveSession:
                                  "blocks")
 
         try:
-            done = readback.read_back(path, target, held, crashed_attempt=crashed,
-                                      confirmed=confirmed, kept_max=max(0, msg.kept_max),
+            done = readback.read_back(path, target, held, crashes=crashes,
+                                      kept_max=max(0, msg.kept_max),
                                       say=say, check=check, clock=self.clock)
         except readback.ReadBackError as exc:
             self._refuse(msg.seq, exc.kind, str(exc), "", lun=path)
@@ -1014,6 +1032,17 @@ def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
             out.append(GroupStats(side, view_percentiles(grouped)).to_wire())
     return out
 
+
+
+def crashes_from_wire(rows: list[list[int]]) -> list[Crash]:
+    """``LoadMap.crashes`` as ``Crash`` facts; ``ValueError`` for a row without its attempt
+    or with one out of range."""
+    out: list[Crash] = []
+    for row in rows:
+        if not row or not 0 <= row[0] < 256 or any(s < -1 for s in row[1:]):
+            raise ValueError(f"crash {row!r:.60}: not [attempt 0-255, serials >= -1 ...]")
+        out.append((row[0], row[1:]))
+    return out
 
 
 def _verify_target(target: dict[str, int] | None, params: WorkloadParams,

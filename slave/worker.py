@@ -70,6 +70,7 @@ from protocol.errors import IoEngineError, MasterLateError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
+from protocol.verify import MAP_BLOCK_BYTES
 from slave.engine import compiled_loop
 from slave.engine.verify_state import LoadedMap
 from slave.worker_process import CTRL_WORDS, FREE, READY_TO_RUN, SENDING, worker_main
@@ -253,6 +254,8 @@ class WorkerPool:
         self._entries: dict[str, _Entry] = {}
         # LUNs with a verified workload: each stays on its worker, whose loop keeps its map
         self._verified_luns: set[str] = set()
+        #: each verified LUN's number: the worker that holds its map and the map's blocks
+        self._verified_numbers: dict[int, tuple[_WorkerHandle, int]] = {}
         self._workers: list[_WorkerHandle] = []
         self._last_collected = -1
         self._audit_next = 0  # the block collect checks in full next (an index into ids)
@@ -431,6 +434,8 @@ class WorkerPool:
                     w.luns.add(lun_path)
                     if verify is not None:  # its map is that worker's, for the session
                         self._verified_luns.add(lun_path)
+                        self._verified_numbers.setdefault(
+                            verify["lun"], (w, verify["size_bytes"] // MAP_BLOCK_BYTES))
                     if info.warning:
                         log.warning("%s", info.warning)
                     return info
@@ -440,6 +445,20 @@ class WorkerPool:
                                   workloads=(workload_id,), luns=(lun_path,))
             self._pump(min(left, 0.5))
             self._raise_errors()
+
+    def load_map_part(self, lun: int, first_block: int, data: bytes) -> bool:
+        """Part of a verified LUN's map replaced by the master's in the worker that holds it
+        (between steps); False where no worker holds LUN ``lun``'s map (the next create takes
+        it). ``ValueError`` for a part past the map's end."""
+        held = self._verified_numbers.get(lun)
+        if held is None:
+            return False
+        w, blocks = held
+        if first_block + len(data) > blocks:
+            raise ValueError(f"LoadMap: LUN {lun}: blocks {first_block}-"
+                             f"{first_block + len(data)} past its {blocks}")
+        self._send(w, ("load_map", lun, first_block, bytes(data)))
+        return True
 
     def edit_workload(self, workload_id: str, params: WorkloadParams) -> None:
         """New parameters, effective at the next boundary (refusals surface at the next call)."""

@@ -144,5 +144,8 @@ class WorkerBackend:
     def final_verify(self) -> dict[str, Any] | None:
         return self.pool.take_final_verify()
 
+    def load_map_part(self, lun: int, first_block: int, data: bytes) -> bool:
+        return self.pool.load_map_part(lun, first_block, data)
+
     def close(self) -> None:
         self.pool.close()

@@ -127,6 +127,14 @@ class _WorkerControl:
         elif kind == "exit":
             self.exit = True
             self.loop.request_stop()
+        elif kind == "load_map":
+            v = self.loop.verify
+            try:
+                if v is None:
+                    raise KeyError(msg[1])
+                v.load_part(msg[1], msg[2], msg[3])
+            except (KeyError, ValueError) as exc:
+                self.reply.send(("error", "command", f"load_map of LUN {msg[1]}: {exc}"))
         else:
             self.reply.send(("error", "command", f"unknown command {kind!r}"))
 
@@ -216,9 +224,7 @@ class _WorkerControl:
             target = None if verify is None else WorkloadVerify(
                 VerifiedLun(verify["lun"], verify["first_bytes"], verify["size_bytes"],
                             verify["run_key"], verify["attempt"]), verify["writer"],
-                *(() if verify_map is None else (
-                    verify_map.map, verify_map.crashed_attempt,
-                    np.asarray(verify_map.confirmed, dtype=np.int64))))
+                *(() if verify_map is None else (verify_map.map, verify_map.crashes)))
             try:
                 self._add(wid, slot, path, decision.kind, engine_choice, params, lbs, size,
                           target)

@@ -105,6 +105,9 @@ class SyntheticBackend:
     def final_verify(self) -> dict[str, Any] | None:
         return None  # it verifies nothing
 
+    def load_map_part(self, lun: int, first_block: int, data: bytes) -> bool:
+        return False  # it verifies nothing (``create`` refuses)
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.staged.setdefault(workload_id, []).append(
             (credit.effective(self.collected + 1 if self.running else None), params))

@@ -415,15 +415,15 @@ class HostSession:
         assert isinstance(reply, Ack | Error)
         return reply
 
-    async def load_map(self, lun: int, data: bytes, crashed_attempt: int = -1,
-                       confirmed: Sequence[int] = (), part_bytes: int = 8 << 20
-                       ) -> Error | None:
-        """LUN ``lun``'s map (``LoadMap``), in parts of ``part_bytes``, with the crash it must
-        account for; the first refusal."""
+    async def load_map(self, lun: int, data: bytes, crashes: Sequence[Sequence[int]] = (),
+                       part_bytes: int = 8 << 20) -> Error | None:
+        """LUN ``lun``'s map (``LoadMap``), in parts of ``part_bytes``, with the crashes it
+        must account for (``[attempt, confirmed serial by writer ...]`` each); the first
+        refusal."""
         for first in range(0, max(len(data), 1), part_bytes):
             seq = self._next_seq()
             reply = await self._request(LoadMap(seq, lun, first, data[first:first + part_bytes],
-                                                crashed_attempt, list(confirmed)), key=seq)
+                                                [list(c) for c in crashes]), key=seq)
             if isinstance(reply, Error):
                 return reply
         return None

@@ -79,7 +79,7 @@ from master.run.outcome import (
 from master.run.settings import Settings
 from master.run.startlead import GoConfirmed
 from master.run.steps import StepLoop, StepState
-from master.run.verifying import RunVerification
+from master.run.verifying import RunVerification, shared_overlap
 from master.run.workloads import (
     Lun,
     SelectedLun,
@@ -89,6 +89,7 @@ from master.run.workloads import (
     expand_step,
     file_requests,
     select_luns,
+    shared_identities,
 )
 from protocol import verify as pv
 from protocol.errors import (
@@ -192,6 +193,7 @@ class Run(StepLoop):
         #: the test's ``gather:`` sources (``master.gather``), made after LUN discovery
         self.gathering: Gathering | None = None
         self.verification: RunVerification | None = None
+        self.shared_in_run: set[str] = set()
         #: the run's summary.csv header: fixed by the first step that writes it (its gathered
         #: columns), or the existing file's (a resumed run)
         self.run_summary_header: list[str] | None = None
@@ -647,6 +649,7 @@ class Run(StepLoop):
             with _writing_state(self.output.folder):
                 write_state(self.output.folder, state)
         self.selected = select_luns(self.cfg, self.discovered)
+        self.shared_in_run = shared_identities(self.selected)
         self._warn_file_luns()
         used: dict[tuple[str, str], list[str]] = {}
         for step in self.cfg.steps:
@@ -656,6 +659,11 @@ class Run(StepLoop):
             # would stand for two, fails now, before any I/O, rather than when its step comes
             self._rollup_edits(step, instances)
             check_rollup_keys(self.rollups, instances, file=self.cfg.source_file)
+            clash = None if self.cfg.verify is None else shared_overlap(instances)
+            if clash:  # two hosts on one verified LUN's blocks at once: before any I/O
+                raise ConfigError(f"step {step.name}: {clash}",
+                                  key_path=f"steps[{step.source_index}].workloads",
+                                  file=self.cfg.source_file, line=step.line or None)
             for inst in instances:
                 used.setdefault((inst.host, inst.lun.lun.path), [])
                 if inst.name not in used[(inst.host, inst.lun.lun.path)]:
@@ -688,9 +696,10 @@ class Run(StepLoop):
                 running = self.engines_in_use.get((host, lun.path))
                 if running:
                     attrs["engine"] = "/".join(sorted(running))
+                ident = str(lun.info.get("identity") or "")
                 rows.append({"host": host, "lun": lun.path, "selected": sel is not None,
                              "allow_write": bool(sel and sel.allow_write),
-                             "shared": bool(sel and sel.shared),
+                             "shared": bool(sel and (sel.shared or ident in self.shared_in_run)),
                              "used_by": " ".join(self._luns_used.get((host, lun.path), [])),
                              "in_use": "; ".join(lun.in_use),
                              **{k: attrs.get(k, "") for k in attr_keys}})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from master.config import RollupSpec
 from master.live.editparse import EditChanges, EditRefused, unknown_instance
 from master.run.settings import split_total
-from master.run.verifying import verify_misfit
+from master.run.verifying import shared_overlap, verify_misfit
 from master.run.workloads import blocksize_misfit, rollup_key
 from protocol.errors import HostError
 
@@ -98,6 +98,10 @@ class RunControl:
                 verify_misfit(m, p) if run.verification is not None else None)
             if misfit:
                 raise EditRefused(misfit)
+        clash = None if run.verification is None else shared_overlap(
+            list(run.placed.values()), {m.id: p for m, p in zip(members, wanted, strict=True)})
+        if clash:
+            raise EditRefused(clash)
         edits = [(m, p) for m, p, old in zip(members, wanted, held, strict=True) if p != old]
         if not edits:
             raise EditRefused("the edit changes nothing: the workloads already run like that")

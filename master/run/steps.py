@@ -132,6 +132,8 @@ class StepLoop:
     step_whole: bool
     #: the run's data verification (``verify:``), or None
     verification: RunVerification | None
+    #: the identities of LUNs two or more of the run's hosts reach (``lun_identities``)
+    shared_in_run: set[str]
     _luns_csv_stale: bool
 
     @property
@@ -159,9 +161,11 @@ class StepLoop:
         self.settings.settle()
         if self.verification is not None:  # numbered and in the map before any create
             self.verification.prepare(instances)
-            crash = self.verification.crash
-            for host, lun, data in self.verification.to_load(instances):  # a resumed run's
-                no = await self.sessions[host].load_map(lun, data, *crash)
+            crashes = self.verification.crashes
+            # each host's map of each LUN it runs on as the master's: a resumed run's, a
+            # LUN another host wrote
+            for host, lun, data in self.verification.to_load(instances):
+                no = await self.sessions[host].load_map(lun, data, crashes)
                 if no is not None:
                     raise ConfigError(no.message)
         want = {i.id: i for i in instances}
@@ -214,8 +218,11 @@ class StepLoop:
     def _create(self, hs: HostSession, inst: WorkloadInstance) -> Awaitable[Ack | Error]:
         sl = inst.lun
         verify = self.verification.target(inst) if self.verification is not None else None
+        # a LUN another host of this run reaches too (one kernel's device seen from two
+        # namespaces) is locked shared, as by each of them: else the second is refused
+        shared = sl.shared or str(sl.lun.info.get("identity") or "") in self.shared_in_run
         return hs.create(inst.id, sl.lun.path, inst.params, sl.allow_write, sl.engine,
-                         sl.allow_engine_fallback, sl.shared, verify)
+                         sl.allow_engine_fallback, shared, verify)
 
     def _created(self, number: int, inst: WorkloadInstance, info: dict[str, Any]) -> None:
         """What a create answered: the workload's ``engine`` attribute (a rollup key) is the

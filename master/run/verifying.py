@@ -60,44 +60,55 @@ class RunVerification:
         self._told = 0  # of them in events.csv
         self._kept = 0  # of them in verify/
         self._found_at_step = 0  # ``found`` when the step running started
-        #: LUN numbers whose map the hosts must be given before their first create (resumed)
-        self._to_load: set[int] = set()
-        #: a resumed run's: the attempt before it and each writer's confirmed serial there
-        self.crash: tuple[int, list[int]] = (-1, [])
+        #: a LUN's number by its identity (the slave's: one LUN that several hosts reach)
+        self.by_identity: dict[str, int] = {}
+        #: per LUN number, the hosts whose own map of it is the master's (as of the step's
+        #: start): any other host that runs on it is given the master's before its I/O
+        self.synced: dict[int, set[str]] = {}
+        #: per LUN number, the hosts whose writes the step running settled on it
+        self._wrote: dict[int, set[str]] = {}
+        #: a resumed run's: the attempts before it, each with its writers' confirmed serials
+        #: there (``LoadMap.crashes``' rows)
+        self.crashes: list[list[int]] = []
 
     @classmethod
     def resumed(cls, config: VerifyConfig, run_dir: Path, event: Event) -> RunVerification:
         """The verification of a run continued (``--resume``): its map loaded from the folder,
         one more attempt (a stamp of the new attempt tells itself from the old), its numbers
         kept; each LUN's map goes to its host before the LUN's first create (``to_load``),
-        with the attempt before and its writers' confirmed serials (``crash``): a write that
-        attempt's master never heard of is taken into the map where it is found."""
+        with the attempts before and their writers' confirmed serials (``crashes``): a write
+        such an attempt's master never heard of is taken into the map where it is found."""
         vm = VerifyMap.load(run_dir)
-        crashed = vm.attempt  # whatever ended it: its unconfirmed writes are taken, not blamed
-        vm.next_attempt()
+        vm.next_attempt()  # whatever ended the last: its unconfirmed writes are taken, not blamed
         v = cls(config, run_dir, event, run_key=vm.run_key)
         v.map = vm
-        for x in vm.luns:
-            v.lun_numbers[(x.host, x.lun)] = x.number
+        for x in vm.luns:  # no host has a map of any (``synced`` empty): each is given it
+            for key in ((x.host, x.lun), *x.also):
+                v.lun_numbers[key] = x.number
             v.lun_names[x.number] = (x.host, x.lun)
+            if x.identity:
+                v.by_identity[x.identity] = x.number
         for w in sorted(vm.writers, key=lambda w: w.number):
             if v._writer(w.workload) != w.number:  # this class numbers them 0, 1, 2 ...
                 raise ValueError(f"{run_dir}: the map's writer numbers are not 0 to "
                                  f"{len(vm.writers) - 1}")
-        serials = vm.confirmed  # every writer of the map has a place: -1 confirmed nothing
-        v.crash = (crashed, [serials.get(w, -1) for w in range(len(v.writer_ids))])
-        v._to_load = {x.number for x in vm.luns}
+        v.crashes = [[a, *c] for a, c in vm.crashes]
         return v
 
     def to_load(self, instances: Sequence[WorkloadInstance]) -> list[tuple[str, int, bytes]]:
-        """The maps the hosts of ``instances`` must be given before their creates (host, LUN
-        number, map bytes), each once."""
+        """The maps the hosts of ``instances`` must be given before the step's I/O (host, LUN
+        number, map bytes): each host that runs on a LUN whose map it does not hold as the
+        master does (a resumed run's every host; a host that reaches a LUN another host
+        wrote), once; from then on it holds it."""
         out = []
         assert self.map is not None
         for inst in instances:
             number = self.lun_numbers.get(inst.lun_key)
-            if number is not None and number in self._to_load:
-                self._to_load.discard(number)
+            if number is None:
+                continue
+            synced = self.synced.setdefault(number, set())
+            if inst.host not in synced:
+                synced.add(inst.host)
                 out.append((inst.host, number, self.map.map_of(number).tobytes()))
         return out
 
@@ -107,21 +118,34 @@ class RunVerification:
         the map (made at the first step) with them before any of them is created."""
         luns: list[MapLun] = []
         writers: list[MapWriter] = []
+        also: list[tuple[int, str, str]] = []
         for inst in instances:
             key = inst.lun_key
             if key not in self.lun_numbers:
-                number = len(self.lun_numbers)
-                self.lun_numbers[key] = number
-                self.lun_names[number] = key
+                identity = str(inst.lun.lun.info.get("identity") or "")
                 size = inst.lun.lun.size_bytes // pv.MAP_BLOCK_BYTES * pv.MAP_BLOCK_BYTES
-                luns.append(MapLun(number, key[0], key[1], 0, size))
+                number = self.by_identity.get(identity) if identity else None
+                if number is not None:  # another host's way to a LUN the map has
+                    also.append((number, *key))
+                else:
+                    number = len(self.lun_names)
+                    self.lun_names[number] = key
+                    if identity:
+                        self.by_identity[identity] = number
+                    luns.append(MapLun(number, key[0], key[1], 0, size, identity))
+                    self.synced[number] = {key[0]}  # its first host's map is empty, as is
+                    # the master's
+                self.lun_numbers[key] = number
             if inst.id not in self.writers:
                 writers.append(MapWriter(self._writer(inst.id), inst.host, inst.id))
         if self.map is None:
             self.map = VerifyMap.create(self.run_dir, self.run_key, luns, writers)
         elif luns or writers:
             self.map.extend(luns, writers)
+        for number, host, path in also:
+            self.map.reached_by(number, host, path)
         self._found_at_step = self.found
+        self._wrote = {}
 
     def _writer(self, workload_id: str) -> int:
         """The next writer number, for ``workload_id``."""
@@ -154,6 +178,8 @@ class RunVerification:
             if rep is None:
                 continue
             lun, block, byte = pv.journal_from_wire(rep["journal"])
+            for number in np.unique(lun).tolist():
+                self._wrote.setdefault(int(number), set()).add(host)
             luns.append(lun)
             blocks.append(block)
             bytes_.append(byte)
@@ -194,7 +220,11 @@ class RunVerification:
     def _finding(self, step: int, k: int, host: str, f: dict[str, Any]) -> None:
         """A damaged block in events.csv (the first ``EVENTS_MAX``) and in ``verify/`` (the
         first ``findings_kept``)."""
-        lun_host, path = self.lun_names.get(int(f["lun"]), (host, "?"))
+        number = int(f["lun"])
+        # the LUN as the host that read it reaches it (a LUN several hosts reach: its path there)
+        lun_host, path = next(((h, p) for (h, p), n in self.lun_numbers.items()
+                               if h == host and n == number),
+                              self.lun_names.get(number, (host, "?")))
         expected = int(f["expected"])
         got = f["found"]
         w = int(got["writer"])
@@ -222,7 +252,12 @@ class RunVerification:
 
     # ------------------------------------------------------------------ after a step
     def step_done(self) -> None:
-        """The map as it stands, snapshot whole (the journal starts over)."""
+        """The map as it stands, snapshot whole (the journal starts over); a host's own map
+        of a LUN another host wrote in the step is behind the master's from now on."""
+        for number, wrote in self._wrote.items():
+            synced = self.synced.get(number, set())
+            self.synced[number] = {h for h in synced if wrote <= {h}}
+        self._wrote = {}
         if self.map is not None:
             self.map.snapshot()
 
@@ -249,3 +284,40 @@ def verify_misfit(inst: WorkloadInstance, params: WorkloadParams) -> str | None:
         return (f"verify: dedupable data cannot be verified (each verified block carries its "
                 f"own offset, so no block repeats): {inst.id}")
     return None
+
+
+def shared_overlap(instances: Sequence[WorkloadInstance],
+                   params: Mapping[str, WorkloadParams] | None = None) -> str | None:
+    """Why two hosts' workloads in ``instances`` (with ``params`` by id where given, else
+    their own) could write one block of a verified LUN at once, or a host read blocks another
+    host writes meanwhile, or None: on a LUN several hosts reach (one identity), different
+    hosts' workloads keep to separate byte ranges wherever one of them writes."""
+    by_lun: dict[str, list[tuple[WorkloadInstance, WorkloadParams]]] = {}
+    for inst in instances:
+        identity = str(inst.lun.lun.info.get("identity") or "")
+        if identity:
+            p = inst.params if params is None else params.get(inst.id, inst.params)
+            by_lun.setdefault(identity, []).append((inst, p))
+    for members in by_lun.values():
+        for i, (a, pa) in enumerate(members):
+            for b, pb in members[i + 1:]:
+                if a.host == b.host or not (pa.writes or pb.writes):
+                    continue
+                ra, rb = _bytes(a, pa), _bytes(b, pb)
+                if ra[0] < rb[1] and rb[0] < ra[1]:
+                    return (f"verify: {a.id} and {b.id} reach one LUN from two hosts "
+                            f"({a.lun.lun.path} on {a.host}, {b.lun.lun.path} on {b.host}: "
+                            f"{a.lun.lun.info.get('identity')}), and {_says(a, pa, ra)} meet "
+                            f"{_says(b, pb, rb)}: on a verified LUN two hosts keep to separate "
+                            "ranges wherever one writes (range_start, range_end), so that no "
+                            "block is written by one while the other uses it; from step to "
+                            "step each host may use any block")
+    return None
+
+
+def _bytes(inst: WorkloadInstance, p: WorkloadParams) -> tuple[int, int]:
+    return p.range_start_bytes, p.range_end_bytes or inst.lun.lun.size_bytes
+
+
+def _says(inst: WorkloadInstance, p: WorkloadParams, r: tuple[int, int]) -> str:
+    return f"{inst.name}'s {'writes' if p.writes else 'reads'} in bytes {r[0]:,}-{r[1]:,}"

@@ -253,6 +253,18 @@ def workload_attributes(inst_name: str, spec: WorkloadSpec, lun: Lun) -> dict[st
     return attrs
 
 
+def shared_identities(selected: Mapping[str, Sequence[SelectedLun]]) -> set[str]:
+    """The identities (the slaves': ``LunInfo.identity``) of the LUNs that two or more hosts
+    chose: one LUN several of the run's hosts reach."""
+    hosts: dict[str, set[str]] = {}
+    for host, luns in selected.items():
+        for sl in luns:
+            identity = str(sl.lun.info.get("identity") or "")
+            if identity:
+                hosts.setdefault(identity, set()).add(host)
+    return {i for i, h in hosts.items() if len(h) > 1}
+
+
 def expand_step(
     step: StepConfig, selected: Mapping[str, Sequence[SelectedLun]], file: str | None = None,
     align_bytes: int = 512,

@@ -58,7 +58,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -103,14 +103,19 @@ class VerifyMapError(IvyError):
 
 @dataclass(frozen=True)
 class MapLun:
-    """A LUN of the run's map: its number (the stamp's ``lun``), where it is, and the range
-    the map covers (whole blocks from ``first_bytes``)."""
+    """A LUN of the run's map: its number (the stamp's ``lun``), where it is (the first host
+    and path the run reached it by), the range the map covers (whole blocks from
+    ``first_bytes``), what tells it from every other LUN (``identity``, the slave's; "" none
+    known) and the other hosts and paths the run reached it by (``also``: a LUN that several
+    hosts see, docs/verify.md)."""
 
     number: int
     host: str
     lun: str
     first_bytes: int
     size_bytes: int
+    identity: str = ""
+    also: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         name = f"LUN {self.number} ({self.host}:{self.lun})"
@@ -170,6 +175,9 @@ class VerifyMap:
         self._base = np.concatenate([[0], np.cumsum(self._blocks)]).astype(np.int64)
         self._map = np.zeros(int(self._base[-1]), dtype=np.uint8)
         self._confirmed: dict[int, int] = {}
+        #: the attempts before this one (each ended without its master hearing of every
+        #: write, ``next_attempt``) with each writer's confirmed serial there, by number
+        self.crashes: list[tuple[int, list[int]]] = []
         self.last_subinterval: int | None = None
         #: LUN indices changed since the last snapshot, and LUN numbers with a map file
         self._dirty: set[int] = set()
@@ -482,23 +490,55 @@ class VerifyMap:
         grown[: self._map.size] = self._map
         self._map = grown
 
+    def reached_by(self, number: int, host: str, lun: str) -> None:
+        """LUN ``number`` is reached by ``host`` at ``lun`` too (another host that sees it),
+        kept in ``map.json`` before it returns; nothing where it is known."""
+        x = self.lun(number)
+        if (host, lun) == (x.host, x.lun) or (host, lun) in x.also:
+            return
+        old = self.luns
+        i = self._by_number[number]
+        self.luns = (*old[:i], replace(x, also=(*x.also, (host, lun))), *old[i + 1:])
+        try:
+            self._write_meta()
+        except OutputError:
+            self.luns = old
+            raise
+
     def next_attempt(self) -> int:
-        """One more attempt (``--resume``), kept in ``map.json`` before it returns."""
+        """One more attempt (``--resume``), kept in ``map.json`` before it returns; the
+        attempt before it is a crash (``crashes``: whatever ended it, a write its master never
+        heard of may be on the LUNs), with each writer's confirmed serial as it stands."""
         if self.attempt >= MAX_ATTEMPT:
             raise VerifyMapError(f"attempt {self.attempt} is the last the stamp can carry",
                                  path=self._dir / MAP_JSON)
+        old = self.crashes
+        self.crashes = [*old, (self.attempt, self.confirmed_list())]
         self.attempt += 1
         try:
             self._write_meta()
         except OutputError:
             self.attempt -= 1
+            self.crashes = old
             raise
         return self.attempt
+
+    def confirmed_list(self) -> list[int]:
+        """Each writer's confirmed serial by writer number (-1: none)."""
+        top = max((w.number for w in self.writers), default=-1)
+        return [self._confirmed.get(w, -1) for w in range(top + 1)]
+
+    def crashes_now(self) -> list[tuple[int, list[int]]]:
+        """Every crash a check of the LUNs as they are must account for: those of the
+        attempts before, and the last attempt's (it may have ended in one too: a read-back's,
+        ``ivypy verify``)."""
+        return [*self.crashes, (self.attempt, self.confirmed_list())]
 
     def _write_meta(self) -> None:
         doc = {"format": FORMAT, "map_block_bytes": MAP_BLOCK_BYTES, "run_key": self.run_key,
                "attempt": self.attempt, "luns": [asdict(x) for x in self.luns],
-               "writers": [asdict(w) for w in self.writers]}
+               "writers": [asdict(w) for w in self.writers],
+               "crashes": [{"attempt": a, "confirmed": c} for a, c in self.crashes]}
         _replace_files([(self._dir / MAP_JSON, memoryview(_json_bytes(doc)))])
 
     def close(self) -> None:
@@ -600,12 +640,28 @@ def _from_meta(folder: Path, journal_limit_bytes: int) -> VerifyMap:
         luns, writers = [], []
         for i, x in enumerate(_typed(doc, "luns", list)):
             where = f"luns[{i}]: "
-            luns.append(MapLun(**{f: _typed(x, f, t) for f, t in _LUN_FIELDS.items()}))
+            also = x.get("also", []) if isinstance(x, dict) else []
+            if not isinstance(also, list) or not all(
+                    isinstance(a, list) and len(a) == 2 and all(isinstance(t, str) for t in a)
+                    for a in also):
+                raise TypeError(f"also is {also!r:.60}, not a list of [host, path]")
+            identity = x.get("identity", "") if isinstance(x, dict) else ""
+            if not isinstance(identity, str):
+                raise TypeError(f"identity is {identity!r:.60}, not str")
+            luns.append(MapLun(**{f: _typed(x, f, t) for f, t in _LUN_FIELDS.items()},
+                               identity=identity, also=tuple((a[0], a[1]) for a in also)))
         for i, x in enumerate(_typed(doc, "writers", list)):
             where = f"writers[{i}]: "
             writers.append(MapWriter(**{f: _typed(x, f, t) for f, t in _WRITER_FIELDS.items()}))
         where = ""
-        return VerifyMap(folder, run_key, attempt, luns, writers, journal_limit_bytes)
+        vm = VerifyMap(folder, run_key, attempt, luns, writers, journal_limit_bytes)
+        where = "crashes: "
+        for c in doc.get("crashes", []):
+            serials = _typed(c, "confirmed", list)
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in serials):
+                raise TypeError(f"confirmed is {serials!r:.60}, not a list of serials")
+            vm.crashes.append((_typed(c, "attempt", int), serials))
+        return vm
     except (TypeError, ValueError) as exc:
         raise VerifyMapError(f"garbled: {where}{exc}", path=path) from exc
 

@@ -4,8 +4,9 @@ that wrote it and checked there, every damaged one named.
 Owns ``ReadBack``: the run folder's map loaded (read only: the run's own files are not
 touched), a folder of its own (``verify-YYYYmmdd-HHMMSS``), each host of the map's LUNs
 reached as the run reached it (its test's ``hosts:``), each LUN's map handed over with the
-crash it must account for (the map's last attempt and its writers' confirmed serials: the
-crash rule of ``--resume``, docs/verify.md) and read back (``VerifyLun``), its progress on the
+crashes it must account for (every attempt that ended, the last included, with its writers'
+confirmed serials: the crash rule of ``--resume``, docs/verify.md) and read back
+(``VerifyLun``) on the LUN's first host (a LUN several hosts reach), its progress on the
 console, and what was found written as it comes: ``verify.csv`` (a row per damaged extent),
 ``damaged/`` (the first blocks whole), ``verify.json`` (the totals and how it ended). Exit 0
 clean, 5 damaged, 2 a folder or LUN that cannot be verified, 3 a host lost, 4 the folder not
@@ -234,14 +235,13 @@ class ReadBack:
 
     async def _host(self, name: str) -> None:
         hs = self.fleet.sessions[name]
-        serials = self.vm.confirmed
-        confirmed = [serials.get(w, -1) for w in range(max(self.writers, default=-1) + 1)]
+        crashes = [[a, *c] for a, c in self.vm.crashes_now()]
         for done in (x for x in self.luns if x.lun.host == name):
             lun = done.lun
             if done.blocks_total == 0:
                 continue
             refused = await hs.load_map(lun.number, self.vm.map_of(lun.number).tobytes(),
-                                        self.vm.attempt, confirmed)
+                                        crashes)
             if refused is None:
                 target = {"lun": lun.number, "first_bytes": lun.first_bytes,
                           "size_bytes": lun.size_bytes, "run_key": self.vm.run_key,

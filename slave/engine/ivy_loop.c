@@ -1048,13 +1048,21 @@ static inline int v_accepts(uint8_t g, uint8_t lo, uint8_t hi, int lenient, int 
 
 /* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
  * generation it may hold): its verdict (0 clean), the first sector out of line in *bad */
-/* whether a valid stamp in its place is a write of the crashed attempt that its master never
- * heard of: above its writer's confirmed serial there (ivy_vlun.crashed_attempt) */
-static inline int v_unconfirmed(const struct ivy_vlun *v, const struct v_stamp *st)
+/* whether a valid stamp in its place is a write of an attempt that crashed that its master
+ * never heard of: above its writer's confirmed serial there (ivy_vlun.crash_attempts,
+ * confirmed), and ahead of the map's generation hi by at most V_AHEAD_MAX generations (the few
+ * writes of a block after its last record; a stamp behind the map's, as a lost write of a later
+ * attempt leaves, is not one) */
+#define V_AHEAD_MAX 63
+static inline int v_unconfirmed(const struct ivy_vlun *v, const struct v_stamp *st, uint8_t hi)
 {
-    return v->crashed_attempt >= 0 && st->attempt == (uint8_t)v->crashed_attempt
-           && (int64_t)st->writer < v->n_confirmed
-           && (int64_t)st->serial > v->confirmed[st->writer];
+    const int64_t ahead = ((int64_t)st->gen - (int64_t)hi + V_GEN_MAX) % V_GEN_MAX;
+    if (ahead < 1 || ahead > V_AHEAD_MAX || (int64_t)st->writer >= v->n_writers)
+        return 0;
+    for (int64_t i = 0; i < v->n_crashes; i++)
+        if (v->crash_attempts[i] == (int64_t)st->attempt)
+            return (int64_t)st->serial > v->confirmed[i * v->n_writers + st->writer];
+    return 0;
 }
 
 /* block blk read from off (its map byte m; lenient: a write was in flight, lo the oldest
@@ -1096,7 +1104,7 @@ static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_
                 g0 = st.gen;
             if (v_accepts(st.gen, lo, hi, lenient, unsettled)) {
                 current = 1;
-            } else if (!lenient && v_unconfirmed(v, &st)) {
+            } else if (!lenient && v_unconfirmed(v, &st, hi)) {
                 if (*adopt && (st.gen != *adopt))
                     adopt_mixed = 1;
                 if (!*adopt || st.serial > adopt_serial) {

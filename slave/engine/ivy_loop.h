@@ -132,11 +132,12 @@ struct ivy_gen {
 /* a LUN's data verification (struct ivy_vlun, mirrored by layout.VLUN_DTYPE; protocol/verify.py
  * owns the stamp and the map byte): its map, a byte per 4 KiB block of the range from
  * first_bytes on, n_blocks of them (the block's generation, bit 7 UNSETTLED), and what the
- * stamps of this run carry for it: the run's key, the LUN's number, the run's attempt; and
- * after a crash (a run resumed from one that failed or died): the attempt that crashed (-1:
- * none) and each writer's confirmed serial in it (n_confirmed of them, by writer number; -1
- * none): a stamp of that attempt by a writer above its confirmed serial is a write the master
- * never heard of, taken into the map (adopted), not damage */
+ * stamps of this run carry for it: the run's key, the LUN's number, the run's attempt; and the
+ * attempts before it that ended without their master hearing of every write (n_crashes of
+ * them, in crash_attempts), with each writer's confirmed serial in each (confirmed: a row of
+ * n_writers per crash, by writer number; -1 none): a stamp of such an attempt, by a writer above
+ * its confirmed serial there, a generation ahead of the map's, is a write the master never
+ * heard of, taken into the map (adopted), not damage */
 #define IVY_VLUN_FIELDS(X) \
     X(uint8_t *, map) \
     X(int64_t, first_bytes) \
@@ -144,9 +145,10 @@ struct ivy_gen {
     X(int64_t, run_key) \
     X(int64_t, lun) \
     X(int64_t, attempt) \
-    X(int64_t, crashed_attempt) \
+    X(int64_t, n_crashes) \
+    X(const int64_t *, crash_attempts) \
     X(const int64_t *, confirmed) \
-    X(int64_t, n_confirmed)
+    X(int64_t, n_writers)
 
 struct ivy_vlun {
     IVY_VLUN_FIELDS(IVY_FIELD)

@@ -68,14 +68,18 @@ class VerifiedLun:
             raise ValueError(f"attempt {self.attempt} out of range 0-255")
 
 
+#: an attempt of the run that ended without its master hearing of every write, and each
+#: writer's confirmed serial in it (by writer number; -1 none): ``LoadMap.crashes``' rows
+Crash = tuple[int, Sequence[int]]
+
+
 @dataclass(frozen=True, eq=False)
 class LoadedMap:
-    """A LUN's map as the master gave it (``LoadMap``), and the crash it must account for:
-    the attempt that crashed (-1: none) and each writer's confirmed serial in it."""
+    """A LUN's map as the master gave it (``LoadMap``), and the crashes it must account for
+    (``Crash``, oldest first)."""
 
     map: npt.NDArray[np.uint8]
-    crashed_attempt: int = -1
-    confirmed: Sequence[int] = ()
+    crashes: Sequence[Crash] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,15 +87,14 @@ class WorkloadVerify:
     """What a verified workload stamps and checks against: its LUN's map and its own
     number in the run's map (the ``writer`` its stamps carry); ``initial``: the LUN's map as
     the master kept it (a resumed run, ``ivypy verify``), which a loop that has no map of the
-    LUN yet starts from; after a crash, the attempt that crashed and each writer's confirmed
-    serial in it (by writer number, -1 none), whose unconfirmed writes are taken into the
-    map where they are found (``ivy_loop.c``: ``v_unconfirmed``)."""
+    LUN yet starts from; the attempts that crashed before (``Crash``: each with its writers'
+    confirmed serials), whose unconfirmed writes are taken into the map where they are found
+    (``ivy_loop.c``: ``v_unconfirmed``)."""
 
     lun: VerifiedLun
     writer: int
     initial: npt.NDArray[np.uint8] | None = None
-    crashed_attempt: int = -1
-    confirmed: npt.NDArray[np.int64] | None = None
+    crashes: Sequence[Crash] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.writer < 1 << 16:
@@ -139,7 +142,7 @@ class VerifyState:
         #: each verified workload's id by its index in the loop (kept after it leaves: its
         #: last subinterval's counts still name it)
         self.ids: dict[int, str] = {}
-        self._confirmed: dict[int, npt.NDArray[np.int64]] = {}
+        self._confirmed: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
         self._blocks_in_flight: dict[int, int] = {}
         self._point(self.args)
         self.args.n_owners = self.counts.shape[0]
@@ -168,12 +171,11 @@ class VerifyState:
                     raise ValueError(f"LUN {lun.lun}: a map of {v.initial.size} blocks for a "
                                      f"range of {m.size}")
                 m[: v.initial.size] = v.initial
-            confirmed = (np.zeros(0, dtype=np.int64) if v.confirmed is None
-                         else np.ascontiguousarray(v.confirmed, dtype=np.int64))
-            self._confirmed[lun.lun] = confirmed  # the loop has its address only
+            attempts, confirmed = crash_table(v.crashes)
+            self._confirmed[lun.lun] = (attempts, confirmed)  # the loop has their addresses
             row = self.vlun[len(self.luns)]
-            row["crashed_attempt"] = v.crashed_attempt
-            row["confirmed"], row["n_confirmed"] = confirmed.ctypes.data, confirmed.size
+            row["n_crashes"], row["crash_attempts"] = attempts.size, attempts.ctypes.data
+            row["confirmed"], row["n_writers"] = confirmed.ctypes.data, confirmed.shape[1]
             row["map"], row["n_blocks"] = m.ctypes.data, m.size
             row["first_bytes"], row["run_key"] = lun.first_bytes, lun.run_key
             row["lun"], row["attempt"] = lun.lun, lun.attempt
@@ -216,6 +218,17 @@ class VerifyState:
         self.journal_room = blocks
         self.journal = np.zeros(4 * blocks, dtype=np.int64)
         self._point(self.args)
+
+    def load_part(self, lun: int, first_block: int, data: bytes) -> None:
+        """Part of LUN ``lun``'s map replaced by the master's (``LoadMap`` between steps, for a
+        LUN another host wrote: no I/O in flight); ``ValueError`` for a part past its end,
+        ``KeyError`` for a LUN this loop does not verify."""
+        m = self.maps[lun]
+        part = np.frombuffer(data, dtype=np.uint8)
+        if first_block < 0 or first_block + part.size > m.size:
+            raise ValueError(f"LoadMap: LUN {lun}: blocks {first_block}-"
+                             f"{first_block + part.size} past its {m.size}")
+        m[first_block:first_block + part.size] = part  # in place: the loops hold its address
 
     def verifies(self, index: int) -> bool:
         """Whether workload ``index`` is verified."""
@@ -349,6 +362,22 @@ class VerifyState:
     def in_flight(self) -> int:
         """How many blocks the table holds (0 once no verified I/O is in flight)."""
         return int(self.vn[0])
+
+
+def crash_table(crashes: Sequence[Crash]) -> tuple[npt.NDArray[np.int64],
+                                                   npt.NDArray[np.int64]]:
+    """``crashes`` as the compiled check reads them: the attempts, and a row of confirmed
+    serials per attempt as wide as the most writers any has (-1 past a row's own)."""
+    width = max((len(c) for _, c in crashes), default=0)
+    attempts = np.array([a for a, _ in crashes], dtype=np.int64)
+    table = np.full((len(crashes), max(width, 1)), -1, dtype=np.int64)
+    for i, (attempt, confirmed) in enumerate(crashes):
+        if not 0 <= attempt < 256:
+            raise ValueError(f"a crashed attempt {attempt} out of range 0-255")
+        table[i, : len(confirmed)] = confirmed
+    if not crashes:
+        table = np.zeros((0, 1), dtype=np.int64)
+    return attempts, table
 
 
 def verify_report(taken: Taken, ids: dict[int, str],

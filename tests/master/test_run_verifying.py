@@ -17,7 +17,7 @@ import pytest
 
 from master.analysis.rollup import Grouping
 from master.config.schema import VerifyConfig
-from master.run.verifying import EVENTS_MAX, RunVerification, verify_misfit
+from master.run.verifying import EVENTS_MAX, RunVerification, shared_overlap, verify_misfit
 from master.verify.mapstore import VerifyMap
 from protocol import verify as pv
 from protocol.messages import Stopped, SubintervalResult
@@ -27,10 +27,13 @@ from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_ru
 KEY = 0xABCDEF
 
 
-def _inst(host: str, lun: str, name: str, size: int = 64 * 4096 + 100) -> Any:
+def _inst(host: str, lun: str, name: str, size: int = 64 * 4096 + 100, identity: str = "",
+          params: WorkloadParams | None = None) -> Any:
     """A stand-in of a ``WorkloadInstance``: what ``RunVerification`` reads of one."""
-    return SimpleNamespace(id=f"{host}:{lun}:{name}", host=host, lun_key=(host, lun),
-                           lun=SimpleNamespace(lun=SimpleNamespace(size_bytes=size)))
+    return SimpleNamespace(id=f"{host}:{lun}:{name}", host=host, name=name, lun_key=(host, lun),
+                           params=params or WorkloadParams(),
+                           lun=SimpleNamespace(lun=SimpleNamespace(
+                               size_bytes=size, path=lun, info={"identity": identity})))
 
 
 def _report(luns: list[int], blocks: list[int], bytes_: list[int],
@@ -205,7 +208,7 @@ def test_a_resumed_verification_keeps_its_numbers_and_gives_each_map_to_its_host
     v.close()
     again = RunVerification.resumed(VerifyConfig(), tmp_path, lambda *a, **k: None)
     assert again.run_key == KEY and again.lun_numbers == {("h1", "/dev/a"): 0}
-    assert again.crash == (0, [-1])  # attempt 0's writer 0 confirmed nothing
+    assert again.crashes == [[0, -1]]  # attempt 0's writer 0 confirmed nothing
     assert again.map is not None and again.map.attempt == 1
     assert again.target(w)["attempt"] == 1 and again.target(w)["writer"] == 0
     new = _inst("h2", "/dev/b", "r")
@@ -230,3 +233,73 @@ def test_a_live_edit_a_verified_run_cannot_verify_is_refused(params: dict[str, A
                                                              why: str | None) -> None:
     got = verify_misfit(_inst("h1", "/dev/a", "w"), WorkloadParams(**params))
     assert got is None if why is None else why in (got or ""), got
+
+
+def test_a_lun_two_hosts_reach_is_one_lun_of_the_map_and_each_host_is_given_its_map(
+        tmp_path: Path, events: list[Any]) -> None:
+    # h1 and h2 reach one device (one identity) by different paths: one number, one map; h1
+    # writes it in the first step; h2, given the master's map before the second, reads it;
+    # h1's own map is behind once h2 wrote in the third, and is given the master's again
+    v = _verification(tmp_path, events)
+    a = _inst("h1", "/dev/loop4", "w", identity="dev:boot:7:4")
+    b = _inst("h2", "/dev/sdq", "r", identity="dev:boot:7:4")
+    c = _inst("h2", "/dev/loop5", "w", identity="dev:boot:7:5")
+    v.prepare([a])
+    assert v.to_load([a]) == []  # its first host starts from the empty map, as the master's
+    v.record(0, 0, [("h1", _result(0, _report([0], [3], [1])))])
+    v.step_done()
+    v.prepare([b, c])
+    assert v.lun_numbers == {("h1", "/dev/loop4"): 0, ("h2", "/dev/sdq"): 0,
+                             ("h2", "/dev/loop5"): 1}
+    assert v.target(b)["lun"] == 0 and v.target(c)["lun"] == 1
+    (load,) = v.to_load([b, c])
+    assert load[:2] == ("h2", 0) and load[2][3] == 1
+    assert v.to_load([b]) == []  # once
+    meta = json.loads((tmp_path / "verify" / "map.json").read_text())
+    assert [(x["number"], x["host"], x["lun"], x["identity"], x["also"]) for x in meta["luns"]] \
+        == [(0, "h1", "/dev/loop4", "dev:boot:7:4", [["h2", "/dev/sdq"]]),
+            (1, "h2", "/dev/loop5", "dev:boot:7:5", [])]
+    v.record(1, 0, [("h2", _result(0, _report([0], [9], [1])))])  # h2 writes LUN 0
+    v.step_done()
+    v.prepare([a, b])
+    assert [(h, n) for h, n, _ in v.to_load([a, b])] == [("h1", 0)]  # h2 holds its own
+    v.close()
+    again = RunVerification.resumed(VerifyConfig(), tmp_path, lambda *x, **k: None)
+    assert again.lun_numbers[("h2", "/dev/sdq")] == 0
+    again.prepare([a, b])
+    assert [(h, n) for h, n, _ in again.to_load([a, b])] == [("h1", 0), ("h2", 0)]
+    again.close()
+
+
+W, R = WorkloadParams(read_fraction=0.0), WorkloadParams(read_fraction=1.0)
+HALF = 32 * 4096
+
+
+@pytest.mark.parametrize(("a", "b", "clash"), [
+    ((W, 0, 0), (R, 0, 0), True),  # one writes all, the other reads all
+    ((W, 0, HALF), (R, HALF, 0), False),  # separate halves
+    ((W, 0, HALF + 4096), (W, HALF, 0), True),  # one block shared
+    ((R, 0, 0), (R, 0, 0), False),  # both read
+    ((W, 0, 0), (W, 0, 0), False),  # other LUNs (no identity in common)
+])
+def test_two_hosts_on_one_verified_lun_keep_to_separate_ranges_where_one_writes(
+        a: tuple[WorkloadParams, int, int], b: tuple[WorkloadParams, int, int],
+        clash: bool) -> None:
+    same = a != b or a[0] is R
+    insts = [
+        _inst("h1", "/dev/x", "a", 64 * 4096, "wwid:1", a[0].replace(
+            range_start_bytes=a[1], range_end_bytes=a[2])),
+        _inst("h2", "/dev/y", "b", 64 * 4096, "wwid:1" if same else "wwid:2", b[0].replace(
+            range_start_bytes=b[1], range_end_bytes=b[2])),
+        _inst("h1", "/dev/x", "c", 64 * 4096, "wwid:1", R.replace(  # same host: never
+            range_start_bytes=0, range_end_bytes=0)),
+    ]
+    got = shared_overlap(insts)
+    assert (got is not None) == clash, got
+    if clash:
+        assert got is not None and "h1:/dev/x:a and h2:/dev/y:b reach one LUN from two hosts" \
+            in got and "wwid:1" in got
+    # a live edit of the reader into the writer's half is judged with the edit's parameters
+    if not clash and a[0] is W and b[0] is R:
+        moved = {insts[1].id: insts[1].params.replace(range_start_bytes=0)}
+        assert shared_overlap(insts, moved) is not None

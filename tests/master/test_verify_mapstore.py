@@ -467,6 +467,25 @@ def test_next_attempt_is_kept_in_map_json(tmp_path: Path, vm: VerifyMap) -> None
     assert [p.name for p in (tmp_path / "verify").glob(".*")] == []
 
 
+def test_each_attempt_that_ended_is_kept_with_its_confirmed_serials(
+        tmp_path: Path, vm: VerifyMap) -> None:
+    # writers 0 and 5: attempt 0 ends with writer 0 confirmed at 4, writer 5 never; attempt 1
+    # at 9 and 2; by writer number, -1 where none
+    apply(vm, None, 0, [(3, 1, 1)], {0: 4})
+    vm.next_attempt()
+    apply(vm, None, 1, [(3, 2, 1)], {0: 9, 5: 2})
+    first, second = [4, -1, -1, -1, -1, -1], [9, -1, -1, -1, -1, 2]
+    assert vm.crashes_now() == [(0, first), (1, second)]  # the last one's as it stands
+    vm.close()
+    loaded = VerifyMap.load(tmp_path)
+    assert loaded.crashes == [(0, first)]
+    loaded.next_attempt()
+    assert VerifyMap.load(tmp_path).crashes == [(0, first), (1, second)]
+    meta = json.loads((tmp_path / "verify" / "map.json").read_text())
+    assert meta["crashes"] == [{"attempt": 0, "confirmed": first},
+                               {"attempt": 1, "confirmed": second}]
+
+
 def test_the_last_attempt_the_stamp_carries(tmp_path: Path, vm: VerifyMap) -> None:
     meta = tmp_path / "verify" / "map.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "attempt": 255}))

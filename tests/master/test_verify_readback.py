@@ -58,12 +58,14 @@ def _stamped(n: int, gen: int, lun: int, writer: int, attempt: int = 0, serial0:
 
 
 def _folder(tmp: Path, *, gen: int = 2, state: str = "complete", confirmed: int = 10**6,
-            attempt: int = 0) -> tuple[Path, Path, Path]:
+            resumed: int = 0) -> tuple[Path, Path, Path]:
     """A run folder of two hosts' file LUNs (``a`` on h1, ``b`` on h2), each written whole at
-    generation ``gen`` by writer 0 (LUN 0) and 1 (LUN 1); their map says so."""
+    generation ``gen`` by writer 0 (LUN 0) and 1 (LUN 1) in attempt 0, whose writers'
+    confirmed serial was ``confirmed``; their map says so; then resumed ``resumed`` times
+    (attempts that wrote nothing)."""
     a, b = tmp / "lun-a", tmp / "lun-b"
-    a.write_bytes(_stamped(N, gen, 0, 0, attempt).tobytes())
-    b.write_bytes(_stamped(N, gen, 1, 1, attempt).tobytes())
+    a.write_bytes(_stamped(N, gen, 0, 0).tobytes())
+    b.write_bytes(_stamped(N, gen, 1, 1).tobytes())
     run = tmp / "out" / "vr" / "20261129-000000"
     run.mkdir(parents=True)
     text = TEST.format(a=a, b=b)
@@ -77,12 +79,12 @@ def _folder(tmp: Path, *, gen: int = 2, state: str = "complete", confirmed: int 
     vm = VerifyMap.create(run, KEY, [MapLun(0, "h1", str(a), 0, N * BLOCK),
                                      MapLun(1, "h2", str(b), 0, N * BLOCK)],
                           [MapWriter(0, "h1", f"h1:{a}:w"), MapWriter(1, "h2", f"h2:{b}:w")])
-    for _ in range(attempt):
-        vm.next_attempt()
     blocks = np.arange(N, dtype=np.int64)
     vm.apply(0, np.concatenate([blocks * 0, blocks * 0 + 1]), np.concatenate([blocks, blocks]),
              np.full(2 * N, gen, dtype=np.uint8), {0: confirmed, 1: confirmed})
     vm.snapshot()
+    for _ in range(resumed):
+        vm.next_attempt()
     vm.close()
     return run, a, b
 
@@ -176,12 +178,14 @@ def test_damage_on_two_hosts_is_named_block_by_block_with_its_class(
         (1, 0, 4), (0, 3, 1)]
 
 
+@pytest.mark.parametrize("resumed", [0, 2])
 def test_writes_the_master_never_heard_of_are_taken_not_blamed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resumed: int) -> None:
     # the map says generation 1 (the master's last record), the LUNs hold generation 2 of the
-    # attempt that ended (serials 0-95) where the writers' confirmed serial was 49: blocks
-    # 50 on are writes that attempt's master never heard of (taken), blocks 0-49 damage
-    run, _, _ = _folder(tmp_path, gen=1, state="failed", confirmed=49)
+    # attempt 0 (serials 0-95) where the writers' confirmed serial was 49: blocks 50 on are
+    # writes that attempt's master never heard of (taken), blocks 0-49 damage; also where the
+    # run was resumed twice since, its later attempts never touching these blocks
+    run, _, _ = _folder(tmp_path, gen=1, state="failed", confirmed=49, resumed=resumed)
     for lun, path in enumerate((tmp_path / "lun-a", tmp_path / "lun-b")):
         path.write_bytes(_stamped(N, 2, lun, lun).tobytes())
     code, out = _verify(run, monkeypatch)

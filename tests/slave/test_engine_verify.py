@@ -398,34 +398,47 @@ def test_the_journal_has_room_for_every_block_in_flight_and_keeps_what_it_held()
     assert lp.state.take().blocks.tolist() == [0, 1, 4]
 
 
-def _resumed(initial: npt.NDArray[np.uint8], crashed: int, confirmed: dict[int, int]) -> Loop:
-    """A loop of attempt 1 on LUN 0 (its workload writer 10) given the master's map
-    ``initial``, after attempt ``crashed`` crashed with ``confirmed`` serials by writer."""
+def _resumed(initial: npt.NDArray[np.uint8], crashes: list[tuple[int, dict[int, int]]]
+             ) -> Loop:
+    """A loop of attempt 2 on LUN 0 (its workload writer 10) given the master's map
+    ``initial``, after the attempts ``crashes`` name crashed, each with its confirmed serials
+    by writer."""
     lib = pk.library()
     assert lib is not None
     state = VerifyState()
-    serials = np.full(16, -1, dtype=np.int64)
-    for w, s in confirmed.items():
-        serials[w] = s
-    state.add(0, WorkloadVerify(VerifiedLun(0, 0, 16 * BLOCK, KEY, attempt=1), 10, initial,
-                                crashed, serials), BLOCK, 1)
+    rows = []
+    for attempt, confirmed in crashes:
+        serials = [-1] * 16
+        for w, s in confirmed.items():
+            serials[w] = s
+        rows.append((attempt, serials))
+    state.add(0, WorkloadVerify(VerifiedLun(0, 0, 16 * BLOCK, KEY, attempt=2), 10, initial,
+                                rows), BLOCK, 1)
     return Loop(state.args, state, lib)
 
 
-@pytest.mark.parametrize(("serial", "crashed", "verdict"), [
-    (9, 0, "clean"),  # above its writer's confirmed 5 in the crashed attempt: adopted
-    (5, 0, "stale"),  # confirmed, yet not the map's: a lost write
-    (9, -1, "stale"),  # no crash to account for
+@pytest.mark.parametrize(("serial", "crashes", "map_gen", "verdict"), [
+    (9, [(0, {10: 5})], 1, "clean"),  # above its writer's confirmed 5 in attempt 0: adopted
+    (5, [(0, {10: 5})], 1, "stale"),  # confirmed, yet not the map's: a lost write
+    (9, [], 1, "stale"),  # no crash to account for
+    (9, [(1, {10: 5})], 1, "stale"),  # another attempt crashed, not the stamp's
+    # attempt 0 crashed, attempt 1 too: the older crash still counts (a block attempt 1
+    # never read keeps attempt 0's unconfirmed write)
+    (9, [(0, {10: 5}), (1, {10: 100})], 1, "clean"),
+    # the map moved two generations past the stamp's since (a later attempt wrote it twice,
+    # its last write lost): a stamp behind the map's is not an unconfirmed write
+    (9, [(0, {10: 5})], 3, "stale"),
 ])
 def test_a_write_the_crashed_attempts_master_never_heard_of_is_taken_into_the_map(
-        serial: int, crashed: int, verdict: str) -> None:
+        serial: int, crashes: list[tuple[int, dict[int, int]]], map_gen: int,
+        verdict: str) -> None:
     before = _loop([VerifiedLun(0, 0, 16 * BLOCK, KEY, attempt=0)], [0])
     old, new = _data(1, seed=1), _data(1, seed=2)
     before.put(0, 0, old, serial=3)  # confirmed: the master's map holds generation 1
     before.put(0, 0, new, serial=serial)  # generation 2: confirmed or not, as the case says
     master_map = np.zeros(16, dtype=np.uint8)
-    master_map[0] = 1
-    after = _resumed(master_map, crashed, {10: 5})
+    master_map[0] = map_gen
+    after = _resumed(master_map, crashes)
     want = 0 if verdict == "clean" else v.CODES[verdict]
     assert after.check(0, 0, new) == want
     taken = after.state.take()
@@ -434,4 +447,4 @@ def test_a_write_the_crashed_attempts_master_never_heard_of_is_taken_into_the_ma
         assert taken.blocks.tolist() == [0] and taken.map_bytes.tolist() == [2]
         assert after.check(0, 0, old) == v.CODES["stale"]  # the older one is stale now
     else:
-        assert after.state.maps[0][0] == 1 and taken.blocks.size == 0
+        assert after.state.maps[0][0] == map_gen and taken.blocks.size == 0

@@ -130,7 +130,7 @@ def test_the_crash_rule_takes_unconfirmed_writes_and_blames_confirmed_ones(
     data = _written(gen=2)
     confirmed = [-1, -1, -1, 110]
     _, ext, done = _run(_lun(tmp_path, data), np.full(N, 1, dtype=np.uint8),
-                        crashed_attempt=0, confirmed=confirmed)
+                        crashes=[(0, confirmed)])
     assert [(int(e["offset_bytes"]) // BLOCK, int(e["length_bytes"]) // BLOCK) for e in ext] \
         == [(0, 11)]
     assert done.adopted == N - 11  # type: ignore[attr-defined]

@@ -80,6 +80,15 @@ class FakeBackend:
     def final_verify(self) -> dict[str, Any] | None:
         return None
 
+    def load_map_part(self, lun: int, first_block: int, data: bytes) -> bool:
+        """A LUN a verified create made holds its map here: parts replace it (recorded)."""
+        if not any(t is not None and t["lun"] == lun for t in self.verify.values()):
+            return False
+        if first_block + len(data) > 256:  # the tests' LUNs: 1 MiB
+            raise ValueError(f"LoadMap: LUN {lun}: past its 256 blocks")
+        self.calls.append(("load_map", (lun, first_block, bytes(data))))
+        return True
+
     def edit(self, workload_id: str, params: WorkloadParams) -> None:
         self.workloads[workload_id] = params
         self.calls.append(("edit", params.iops))

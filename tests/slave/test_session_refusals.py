@@ -170,7 +170,7 @@ def test_loaded_map_parts_go_to_the_luns_first_verified_create(
     assert isinstance(_verified(h, 3, TARGET), Ack)
     given = h.backend.verify_maps["h1:/dev/fake0:v3"]
     got = given.map
-    assert given.crashed_attempt == -1 and list(given.confirmed) == []
+    assert list(given.crashes) == []
     assert got.size == (1 << 20) // 4096 and got[:4].tolist() == [1, 2, 3, 4]
     assert got[10:12].tolist() == [5 | 0x80, 6] and not got[12:].any()
     # taken: a later create on the LUN starts from the host's own map, not from these
@@ -197,12 +197,15 @@ def test_a_loaded_maps_crash_facts_go_with_it(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(compiled_loop, "available", lambda: True)
     h = Harness()
     h.hello()
-    (ack,) = h.send(LoadMap(1, lun=2, first_block=0, data=bytes([3]), crashed_attempt=0,
-                            confirmed=[-1, 40, 7]))
+    (ack,) = h.send(LoadMap(1, lun=2, first_block=0, data=bytes([3]),
+                            crashes=[[0, -1, 40, 7], [1, 3]]))
     assert isinstance(ack, Ack)
     assert isinstance(_verified(h, 2, TARGET), Ack)
     given = h.backend.verify_maps["h1:/dev/fake0:v2"]
-    assert given.crashed_attempt == 0 and list(given.confirmed) == [-1, 40, 7]
+    assert [(a, list(c)) for a, c in given.crashes] == [(0, [-1, 40, 7]), (1, [3])]
+    for bad in ([[]], [[256, 1]], [[0, -2]]):  # no attempt, one out of range, a bad serial
+        (err,) = h.send(LoadMap(3, lun=2, first_block=0, data=bytes([3]), crashes=bad))
+        assert isinstance(err, Error) and err.kind == "config" and "crash" in err.message
 
 
 def test_a_read_back_is_refused_without_a_map_beside_a_workload_or_with_a_bad_target(
@@ -221,3 +224,20 @@ def test_a_read_back_is_refused_without_a_map_beside_a_workload_or_with_a_bad_ta
     (err,) = h.send(VerifyLun(5, lun, dict(TARGET), 0))
     assert isinstance(err, Error) and err.kind == "config"
     assert "runs with no workload on the host, and it has 1" in err.message
+
+
+def test_a_map_a_worker_holds_already_is_replaced_there_part_by_part(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # between steps, a LUN another host wrote: the master's map goes to the worker that holds
+    # the LUN's (not kept for a create that will not come); a part past its end is refused
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    h = Harness()
+    h.hello()
+    assert isinstance(_verified(h, 1, TARGET), Ack)
+    (ack,) = h.send(LoadMap(2, lun=2, first_block=8, data=bytes([3, 4])))
+    assert isinstance(ack, Ack) and ack.info == {"replaced": True}
+    assert ("load_map", (2, 8, bytes([3, 4]))) in h.backend.calls
+    (err,) = h.send(LoadMap(3, lun=2, first_block=255, data=bytes([3, 4])))
+    assert isinstance(err, Error) and err.kind == "config" and "past its 256" in err.message
+    (ack,) = h.send(LoadMap(4, lun=7, first_block=0, data=bytes([1])))  # no worker holds 7
+    assert isinstance(ack, Ack) and ack.info == {"blocks": 1}

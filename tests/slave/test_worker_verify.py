@@ -183,3 +183,55 @@ def test_an_edit_a_verified_workload_cannot_take_is_refused_by_its_worker(
         for _ in range(50):  # the worker's answer comes with the next call that looks
             pool.create_workload("h:lun:x", dev.path, "libaio", WorkloadParams(), **geometry)
             pool.delete_workload("h:lun:x")
+
+
+@pytest.mark.root
+def test_a_map_replaced_between_steps_reaches_the_worker_that_holds_it(
+        loop_device: LoopFactory) -> None:
+    # as a host whose reader ran on a LUN before another host wrote it: its worker's map is
+    # empty (its reads check nothing); between steps the master's map replaces it there
+    # (load_map_part), and the next step's reads check every block, finding a zeroed one
+    assert pk.available(), pk.why_not()
+    dev = loop_device(N_BLOCKS * BLOCK)
+    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
+    master_map = np.zeros(N_BLOCKS, dtype=np.uint8)
+    other = WorkerPool(1)  # the other host
+    try:
+        other.create_workload("h2:lun:w", dev.path, "libaio", WorkloadParams(
+            iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
+            verify=_target(1))
+        reports = [r.verify for r in _step(other, 2)]
+        reports.append(other.take_final_verify())
+    finally:
+        other.close()
+    for r in reports:
+        assert r is not None
+        _, blocks, bytes_ = v.journal_from_wire(r["journal"])
+        master_map[blocks] = bytes_
+    assert (master_map & v.GEN_MASK).all()
+    reader = WorkerPool(1)
+    try:
+        assert not reader.load_map_part(3, 0, master_map.tobytes())  # no worker holds it yet
+        reader.create_workload("h1:lun:r", dev.path, "libaio", WorkloadParams(
+            iosequencer="sequential", iodepth=4, iops=2000.0), **geometry, verify=_target(2))
+        before = [r.verify for r in _step(reader, 2)]
+        assert all(r is not None and "h1:lun:r" not in r["counts"] for r in before)
+        with pytest.raises(ValueError, match="past its 128"):
+            reader.load_map_part(3, 100, bytes(29))
+        with open(dev.backing_file, "r+b") as f:
+            f.seek(9 * BLOCK)
+            f.write(bytes(BLOCK))
+            f.flush()
+            os.fsync(f.fileno())
+        assert reader.load_map_part(3, 0, master_map[:64].tobytes())  # in two parts
+        assert reader.load_map_part(3, 64, master_map[64:].tobytes())
+        after = [r.verify for r in _step(reader, 2)]
+    finally:
+        reader.close()
+    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
+    offsets = set()
+    for r in after:
+        assert r is not None
+        counts += r["counts"].get("h1:lun:r", 0)
+        offsets |= {f["offset_bytes"] for f in r["findings"]}
+    assert counts[0] >= N_BLOCKS and offsets == {9 * BLOCK}
