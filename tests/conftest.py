@@ -45,6 +45,7 @@ SHARES_THE_MACHINE = frozenset({
     "test_luns_growth.py",
     "test_main_untimed.py",
     "test_luns_layout.py", "test_compiled_loop_shipping.py", "test_preflight.py",
+    "test_readback.py",
     "test_sequencer.py", "test_session.py", "test_session_fuzz.py", "test_session_refusals.py",
     "test_session_stopping.py", "test_rates.py", "test_signatures.py", "test_steal.py",
     "test_windowstore.py",

@@ -1,5 +1,5 @@
 """``ivypy verify RUN_DIR``: read back every block a verified run wrote, on its hosts, and name
-every damaged one (``master.verify.readback``).
+every damaged one (``master.run.readback``).
 
 Thin: the folder checked (a run of ``verify:`` whose master is not running), its test read as
 the run read it (its hosts), its map loaded (read only), the read-back run, its last word
@@ -52,7 +52,7 @@ def verify_command(args: argparse.Namespace) -> int:
             print(f"ivypy: verify: {line}", file=sys.stderr)
         return EXIT_CONFIG
     from master.run.lifecycle import default_connect
-    from master.verify.readback import run_read_back
+    from master.run.readback import run_read_back
 
     try:
         code, message = run_read_back(folder, cfg, vm, connect=default_connect,

@@ -1,7 +1,7 @@
 """A damaged block as the run folder keeps and tells it: the words for the stamp found, and the
 block kept whole (its bytes as read in ``<name>.found``, what was expected and found in
 ``<name>.json``), for a run's reads (``master.run.verifying``) and a read-back
-(``master.verify.readback``) alike. Writes only what it is given; decides nothing."""
+(``master.run.readback``) alike. Writes only what it is given; decides nothing."""
 
 from __future__ import annotations
 

@@ -79,8 +79,8 @@ def test_every_field_has_the_compiled_offset_and_size(compiled: ctypes.CDLL) -> 
     # the addresses and the key (a full 64-bit mix input) unsigned
     ("ivy_data", {"u": ["dedup_key", "dups", "pool", "vlun"]}),
     ("ivy_row", {}), ("ivy_io", {}), ("ivy_script", {}), ("ivy_pend", {}), ("ivy_log", {}),
-    # the map's address; a stamp's offset and serial as read (any 64 bits)
-    ("ivy_vlun", {"u": ["confirmed", "map"]}),
+    # the addresses (the map, the crash table)
+    ("ivy_vlun", {"u": ["confirmed", "crash_attempts", "map"]}),
     ("ivy_vfind", {"u": ["found_offset_bytes", "found_serial"]}),
 ])
 def test_every_field_of_each_struct_has_the_compiled_offset_and_size(

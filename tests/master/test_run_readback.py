@@ -1,4 +1,4 @@
-"""``ivypy verify RUN_DIR`` (``master.cli.verify``, ``master.verify.readback``) through the CLI
+"""``ivypy verify RUN_DIR`` (``master.cli.verify``, ``master.run.readback``) through the CLI
 in this process, its hosts in memory (a real ``SlaveSession`` over an in-memory pipe, which
 reads a real file back): a run folder made as a verified run leaves it (its test, state and
 map), the LUN file written with the reference stamps, then damaged. What is tested is what
@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pytest
 
 import master.run.lifecycle
-import master.verify.readback
+import master.run.readback
 from master.cli.main import main
 from master.hosts.memory import MemoryHosts
 from master.results.runstate import new_state, write_state
@@ -124,7 +124,7 @@ def test_a_clean_run_reads_back_every_block_and_writes_the_header_alone(
     assert code == 0, said
     assert out is not None and _csv(out) == []
     assert (out / "verify.csv").read_text().splitlines() == [",".join(
-        master.verify.readback.COLUMNS)]
+        master.run.readback.COLUMNS)]
     doc = json.loads((out / "verify.json").read_text())
     assert doc["exit_code"] == 0 and doc["run_key"] == KEY
     assert [(x["host"], x["blocks_checked"], x["damaged_blocks"]) for x in doc["luns"]] == [
@@ -279,7 +279,7 @@ def test_an_output_folder_that_cannot_be_made_is_exit_4(
     def full(run_dir: Path, now: float | None = None) -> Path:
         raise OSError(28, "No space left on device", str(run_dir / "verify-x"))
 
-    monkeypatch.setattr(master.verify.readback, "out_folder", full)
+    monkeypatch.setattr(master.run.readback, "out_folder", full)
     hosts = MemoryHosts()
     code, _ = _verify(run, monkeypatch, hosts)
     assert code == 4 and "No space left on device" in capsys.readouterr().err
