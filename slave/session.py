@@ -718,6 +718,13 @@ class SlaveSession:
                          f"{target['lun']} was given (LoadMap)", "", lun=path)
             return
         crashes = self.crash_facts.get(target["lun"], [])
+        try:  # another run writing it would be read as damage: one that holds it is refused
+            self.locks.take(path, True, self.host)
+        except PreflightError:
+            self._refuse(msg.seq, "preflight", f"read-back of {path}: another ivypy run holds "
+                         "the LUN for itself (its writes would read as damage): verify once "
+                         "that run has ended", "", lun=path)
+            return
 
         def say(found: readback.Found) -> None:
             self.send(VerifyFound(msg.seq, found.blocks_done, found.blocks_total,

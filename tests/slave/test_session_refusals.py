@@ -241,3 +241,23 @@ def test_a_map_a_worker_holds_already_is_replaced_there_part_by_part(
     assert isinstance(err, Error) and err.kind == "config" and "past its 256" in err.message
     (ack,) = h.send(LoadMap(4, lun=7, first_block=0, data=bytes([1])))  # no worker holds 7
     assert isinstance(ack, Ack) and ack.info == {"blocks": 1}
+
+
+def test_a_read_back_of_a_lun_another_run_holds_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fcntl
+
+    monkeypatch.setattr(compiled_loop, "available", lambda: True)
+    lun = tmp_path / "lun"
+    lun.write_bytes(bytes(MIB))
+    h = Harness()
+    h.hello()
+    (ack,) = h.send(LoadMap(1, lun=2, first_block=0, data=b"\x01"))
+    assert isinstance(ack, Ack)
+    with open(lun, "rb") as other:  # another run's session: its exclusive lock
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (err,) = h.send(VerifyLun(2, str(lun), dict(TARGET), 0))
+    assert isinstance(err, Error) and err.kind == "preflight" and err.lun == str(lun)
+    assert err.message == (f"host h1: read-back of {lun}: another ivypy run holds the LUN for "
+                           "itself (its writes would read as damage): verify once that run "
+                           "has ended")
