@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import shlex
 from typing import Literal
 
 from master.config.limits import duration_within
@@ -29,6 +30,7 @@ HOST_KEYS: tuple[str, ...] = (
     "identity_file",
     "known_hosts",
     "transport",
+    "exec",
     "worker_cpus",
     "watchdog_seconds",
 )
@@ -143,6 +145,30 @@ def _worker_cpus(entry: Cursor) -> str:
         raise child.error(f"{exc} (expected auto, unpinned or a CPU list like 0-3,8)") from exc
 
 
+def _exec_prefix(entry: Cursor) -> tuple[str, ...]:
+    """``exec``: a command prefix, as a list of words or a string split as a shell would
+    (no shell runs it); () where absent. ``{name}`` in a word stands for each host's name."""
+    child = entry.get("exec")
+    if child is None:
+        return ()
+    if child.is_seq:
+        words = []
+        for item in child:
+            if not (item.is_scalar and isinstance(item.value, str)) or not item.value:
+                raise item.error("must be a word of the command (non-empty text)")
+            words.append(item.value)
+    elif child.is_scalar and isinstance(child.value, str):
+        try:
+            words = shlex.split(child.value)
+        except ValueError as exc:
+            raise child.error(f"cannot be split into words: {exc}") from None
+    else:
+        raise child.error("must be a command: a list of words or a string")
+    if not words:
+        raise child.error("must not be empty: the command that reaches the host")
+    return tuple(words)
+
+
 def _parse_mapping(entry: Cursor) -> list[HostConfig]:
     entry.check_keys(HOST_KEYS)
     name_cursor = entry.require("name")
@@ -167,15 +193,30 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
     transport: str | None = None
     if transport_cursor is not None:
         transport = transport_cursor.string()
-        if transport not in ("local", "ssh"):
-            raise transport_cursor.error("must be 'local' or 'ssh'")
+        if transport not in ("local", "ssh", "exec"):
+            raise transport_cursor.error("must be 'local', 'ssh' or 'exec'")
+    prefix = _exec_prefix(entry)
+    if prefix and transport not in (None, "exec"):
+        raise entry.error(f"exec gives the exec transport, not {transport}",
+                          path=f"{entry.path}.transport")
+    if transport == "exec" and not prefix:
+        raise entry.error("the exec transport needs exec: the command that reaches the host "
+                          "(kubectl exec -i POD --, ip netns exec NS, docker exec -i NAME ...)",
+                          path=f"{entry.path}.exec")
+    if prefix:
+        for key in ("address", "user", "port", "ssh_config", "identity_file", "known_hosts"):
+            if entry.get(key) is not None:
+                raise entry.error(f"{key} makes no sense with the exec transport (exec "
+                                  "reaches the host)", path=f"{entry.path}.{key}")
     worker_cpus = _worker_cpus(entry)
     watchdog_s = _watchdog_seconds(entry)
     hosts = []
-    chosen: Literal["local", "ssh"]
+    chosen: Literal["local", "ssh", "exec"]
     for name, address in zip(names, addresses, strict=True):
         _check_name(name_cursor, name)
-        if transport is None:
+        if prefix:
+            chosen = "exec"
+        elif transport is None:
             is_local = (
                 name == "localhost"
                 and address_cursor is None
@@ -198,6 +239,7 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
                 ssh_config=_optional_string(entry, "ssh_config"),
                 identity_file=_optional_string(entry, "identity_file"),
                 known_hosts=_optional_string(entry, "known_hosts"),
+                exec=tuple(word.replace("{name}", name) for word in prefix),
                 worker_cpus=worker_cpus,
                 watchdog_seconds=watchdog_s,
                 line=entry.line,

@@ -168,9 +168,17 @@ HOSTS = Section(
         _k("ssh_config", "path", "-", "An OpenSSH client config file the SSH transport reads."),
         _k("identity_file", "path", "-", "The private key to log in with."),
         _k("known_hosts", "path", "-", "The known_hosts file host keys are checked against."),
-        _k("transport", "`local` or `ssh`", "see meaning",
-           "`local` runs the slave as a child process of the master, `ssh` over SSH. Default: "
-           "`local` for the name `localhost` without address, user or port, else `ssh`."),
+        _k("exec", "command: a list of words, or a string split as a shell would", "-",
+           "A command prefix that gives a pipe to the host: `kubectl exec -i -n NS POD --`, "
+           "`ip netns exec NS`, `docker exec -i NAME`, `srun`. The master runs it with the "
+           "slave's start appended (no shell), sends the slave over its stdin and speaks the "
+           "protocol over its stdin and stdout; the host needs only `python` with numpy and "
+           "psutil. `{name}` in a word is the host's name (`{name: pod[1-3], exec: kubectl "
+           "exec -i {name} --}`). Not with address, user, port or the SSH keys."),
+        _k("transport", "`local`, `ssh` or `exec`", "see meaning",
+           "`local` runs the slave as a child process of the master, `ssh` over SSH, `exec` "
+           "through `exec`. Default: `exec` with `exec`, else `local` for the name `localhost` "
+           "without address, user or port, else `ssh`."),
         _k("worker_cpus", "`auto`, `unpinned` or a CPU list like `0-3,8`",
            f"`{_HOST.worker_cpus}`",
            "`auto`: one worker process per CPU the slave may use, pinned to it; `unpinned`: as "

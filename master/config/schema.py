@@ -64,24 +64,28 @@ class HostConfig:
     Mapping keys: ``name`` (required; may hold ranges like ``h[1-3]``), ``address`` (default: the
     name; may hold ranges expanding to the same count, zipped with the names), ``user``, ``port``
     (1..65535), ``python`` (interpreter on the host, default ``python3``), ``ssh_config``,
-    ``identity_file``, ``known_hosts`` (paths the SSH transport reads, kept verbatim), ``transport``
-    (``local`` | ``ssh``; default ``local`` for the name ``localhost`` without address, user or
-    port, else ``ssh``), ``worker_cpus`` (``auto``: one worker process per CPU the slave may use,
-    pinned to it, the default; ``unpinned``: as many, left to the scheduler; a CPU list like
-    ``0-3,8``: one pinned worker per listed CPU; see ``protocol.cpulist``), ``watchdog_seconds``
+    ``identity_file``, ``known_hosts`` (paths the SSH transport reads, kept verbatim), ``exec``
+    (a command prefix that gives a pipe to the host: the slave's start is appended to it, as
+    argv words, ``{name}`` in a word the host's name), ``transport`` (``local`` | ``ssh`` |
+    ``exec``; default ``exec`` with ``exec``, else ``local`` for the name ``localhost`` without
+    address, user or port, else ``ssh``), ``worker_cpus`` (``auto``: one worker process per CPU
+    the slave may use, pinned to it, the default; ``unpinned``: as many, left to the scheduler;
+    a CPU list like ``0-3,8``: one pinned worker per listed CPU; see ``protocol.cpulist``),
+    ``watchdog_seconds``
     (a duration, 1 s to 1 h, default 30 s: a slave that hears nothing from the master for this
     long, or three subintervals when longer, stops its I/O and exits).
     """
 
     name: str
     address: str
-    transport: Literal["local", "ssh"]
+    transport: Literal["local", "ssh", "exec"]
     user: str | None = None
     port: int | None = None
     python: str = "python3"
     ssh_config: str | None = None
     identity_file: str | None = None
     known_hosts: str | None = None
+    exec: tuple[str, ...] = ()
     worker_cpus: str = "auto"
     watchdog_seconds: float = 30.0
     line: int = 0

@@ -113,13 +113,15 @@ T = TypeVar("T")
 
 async def default_connect(host: HostConfig) -> Connection:
     """Start the slave on ``host`` with the transport its config names."""
-    from master.hosts.transport import SshHostSpec, open_local, open_ssh
+    from master.hosts.transport import SshHostSpec, open_exec, open_local, open_ssh
 
     slave_args = ("--worker-cpus", host.worker_cpus,
                   "--watchdog-min-seconds", f"{host.watchdog_seconds:g}")
     if host.transport == "local":
         python = sys.executable if host.python == "python3" else host.python
         return await open_local(host.name, python=python, slave_args=slave_args)
+    if host.transport == "exec":
+        return await open_exec(host.name, host.exec, host.python, slave_args=slave_args)
     return await open_ssh(
         SshHostSpec(
             name=host.name,

@@ -207,6 +207,29 @@ def test_host_mappings() -> None:
     assert cfg.host("lab1").transport == "local"
 
 
+@pytest.mark.parametrize(("entry", "prefix"), [
+    ("{name: 'pod[1-2]', exec: 'kubectl exec -i -n lab {name} --'}",
+     ("kubectl", "exec", "-i", "-n", "lab", "pod2", "--")),
+    ("{name: 'pod[1-2]', exec: [ip, netns, exec, 'ns-{name}'], transport: exec}",
+     ("ip", "netns", "exec", "ns-pod2")),
+    ("{name: 'pod[1-2]', exec: \"docker exec -i 'my box'\"}",
+     ("docker", "exec", "-i", "my box")),
+])
+def test_host_exec_prefixes(entry: str, prefix: tuple[str, ...]) -> None:
+    cfg = parse(
+        f"""\
+        test: t
+        hosts:
+          - {entry}
+        luns: [{{path: /dev/loop0}}]
+        steps: [{{name: s, workloads: [{{name: w, iosequencer: sequential}}]}}]
+        """
+    )
+    host = cfg.host("pod2")
+    assert (host.transport, host.exec, host.address) == ("exec", prefix, "pod2")
+    assert cfg.host("pod1").exec[:2] == prefix[:2]
+
+
 @pytest.mark.parametrize(
     ("entry", "setting"),
     [
