@@ -22,6 +22,8 @@ Must not: decide anything about the run (the run loop answers every request).
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +64,9 @@ def register(subparsers: Any) -> None:
         description="Show the step, subinterval, phase and per-instance IOPS and p99 of a "
         "running test. Exit 0, or 3 when no run can be reached.")
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help=run_dir_help)
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object on stdout instead of the text (docs/run.md: `ivypy "
+                   "status --json`)")
     p.set_defaults(func=status_command)
 
     p = subparsers.add_parser(
@@ -189,7 +194,7 @@ def status_command(args: argparse.Namespace) -> int:
             folder = str(run_dir)
         reply = request(run_dir, {"op": "status"})
     except ControlError as exc:
-        recorded = _recorded_state(folder)
+        recorded = _recorded_state(folder, args.json)
         if recorded is None:
             return _unreached(exc)
         if folder is not None:  # a socket its killed master left: no later command trips on it
@@ -198,22 +203,40 @@ def status_command(args: argparse.Namespace) -> int:
         return EXIT_NO_RUN
     if not reply["ok"]:
         return _fail(f"status refused: {reply.get('error', 'no reason given')}", EXIT_REFUSED)
-    print(format_status(reply))
+    if args.json:
+        print(json.dumps(_finite({"ivypy_status": 1, "live": True,
+                                  **{k: v for k, v in reply.items() if k != "ok"}})))
+    else:
+        print(format_status(reply))
     return EXIT_OK
 
 
-def _recorded_state(run_dir: str | None) -> str | None:
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite (a p99 of no I/O: NaN) as None, so that
+    the JSON is JSON (``json.dumps`` would write NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _recorded_state(run_dir: str | None, as_json: bool = False) -> str | None:
     """The state a run folder's ``state.json`` records (a run that ended, failed, was
-    interrupted or died), as text; None when ``run_dir`` is not given or holds none."""
-    from master.results.runstate import RunStateError, describe, read_state
+    interrupted or died), as text (or JSON); None when ``run_dir`` is not given or holds
+    none."""
+    from master.results.runstate import RunStateError, describe, describe_json, read_state
 
     if run_dir is None:
         return None
     folder = Path(run_dir).expanduser()
     try:
-        return describe(read_state(folder), folder)
+        state = read_state(folder)
     except RunStateError:
         return None
+    return json.dumps(describe_json(state, folder)) if as_json else describe(state, folder)
 
 
 # ---------------------------------------------------------------- edit

@@ -11,6 +11,7 @@ bad test file costs a fraction of a second and ~20 MB.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ def register(subparsers: Any) -> None:
         "run",
         help="run a test",
         usage="ivypy run [-h] [--dry-run] [--output-root DIR] [--plain] [--live-rollup TYPE] "
-        "[-v] (TEST.yaml | --resume RUN_DIR)",
+        "[--json] [-v] (TEST.yaml | --resume RUN_DIR)",
         description="Run a test file: start a slave on every host, run its steps, write a "
         "folder of CSV files. Exit codes: 0 success, 1 a step invalid, 2 config or preflight "
         "error (or a run that cannot be resumed), 3 host failure, 4 the run folder could not "
@@ -64,6 +65,9 @@ def register(subparsers: Any) -> None:
                    help="the rollup whose rows the live view and the end-of-run table show "
                    "beside the total (one of the test's rollup types; default: host when the "
                    "test has several hosts, else lun)")
+    p.add_argument("--json", action="store_true",
+                   help="end with one JSON line on stdout: the outcome, exit code, run folder "
+                   "and each step's headline figures (docs/run.md, 'The JSON line')")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug lines to the console")
     p.set_defaults(func=run_command)
 
@@ -79,16 +83,23 @@ def run_command(args: argparse.Namespace) -> int:
     level = root.level
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)  # run.log takes INFO
     try:
-        return _run(args, view)
+        code, folder, message, invalid = _run(args, view)
+        if args.json and not args.dry_run:
+            from master.results.runline import run_line
+
+            print(json.dumps(run_line(code, folder, message, invalid)), flush=True)
+        return code
     finally:  # called in-process (tests, a wrapper): leave no handler on a stream it may close
         root.removeHandler(console)
         root.setLevel(level)
 
 
-def _run(args: argparse.Namespace, view: LiveView) -> int:
+def _run(args: argparse.Namespace, view: LiveView) -> tuple[int, Path | None, str, list[str]]:
+    """The run's exit status, folder (None: none made), last word and invalid steps."""
     if (args.test is None) == (args.resume is None):
-        print("ivypy: run: give a test file, or --resume RUN_DIR (not both)", file=sys.stderr)
-        return EXIT_CONFIG
+        message = "run: give a test file, or --resume RUN_DIR (not both)"
+        print(f"ivypy: {message}", file=sys.stderr)
+        return EXIT_CONFIG, None, message, []
     resume = None
     try:
         if args.resume is not None:
@@ -103,16 +114,16 @@ def _run(args: argparse.Namespace, view: LiveView) -> int:
     except ConfigError as exc:  # several at once: a line each
         for line in str(exc).splitlines():
             print(f"ivypy: {line}", file=sys.stderr)
-        return EXIT_CONFIG
+        return EXIT_CONFIG, None, str(exc), []
     if args.dry_run:
         print(format_plan(cfg))
-        return 0
+        return 0, None, "", []
     result = run_test(cfg, view=view, resume=resume)
     if result.folder is not None:
         print(f"ivypy: results in {result.folder}")
     if result.message:
         print(f"ivypy: {result.message}", file=sys.stderr if result.exit_code else sys.stdout)
-    return result.exit_code
+    return result.exit_code, result.folder, result.message, result.invalid_steps
 
 
 def _resumed(folder: Path) -> tuple[TestConfig, Resume]:

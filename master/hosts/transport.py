@@ -87,13 +87,13 @@ STDERR_TAIL_LINES = 40
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_CLOSE_GRACE_S = 2.0
 _KILL_WAIT_S = 1.0
-_PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 30.0
 REMOTE_CACHE_DIR = ".cache/ivypy"  # relative to the login directory, as ~/.cache/ivypy
 
 # One command that reports the interpreter version and each required module separately, so the
 # error can say exactly what to install. Prints "python M N P" then "<module> <version>" or
 # "<module> MISSING <reason>" per module. Written to run (and fail legibly) on old Pythons too.
-_PROBE_SCRIPT = (
+PROBE_SCRIPT = (
     "import sys, importlib\n"
     "sys.stdout.write('python %d %d %d\\n' % tuple(sys.version_info[:3]))\n"
     f"for m in {tuple(REQUIRED_MODULES)!r}:\n"
@@ -218,13 +218,13 @@ def _own_probe() -> str:
     second, numpy's import, at each local start)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(_PROBE_SCRIPT, {})
+        exec(PROBE_SCRIPT, {})
     return out.getvalue()
 
 
 def _probe_command(python: str) -> str:
     """The probe as one shell line (no newlines inside quotes, which csh would refuse)."""
-    return f"{python} -c {shlex.quote(f'exec({_PROBE_SCRIPT!r})')}"
+    return f"{python} -c {shlex.quote(f'exec({PROBE_SCRIPT!r})')}"
 
 
 # The remote command reports the slave's pid on stderr before exec'ing the interpreter, so that
@@ -266,7 +266,7 @@ async def _read_pid_marker(stderr: asyncssh.SSHReader[bytes]) -> tuple[int | Non
     return None, bytes(before)
 
 
-def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
+def describe_error(exc: BaseException, timeout_s: float | None = None) -> str:
     """The reason part of a HostError for a foreign exception."""
     ssh = sys.modules.get("asyncssh")  # none of its exceptions before it is imported
     if ssh is not None:
@@ -300,7 +300,7 @@ def _describe(exc: BaseException, timeout_s: float | None = None) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _foreign_errors() -> tuple[type[BaseException], ...]:
+def foreign_errors() -> tuple[type[BaseException], ...]:
     """The foreign exceptions this module translates, and only here (asyncssh's once it is
     imported)."""
     ssh = sys.modules.get("asyncssh")
@@ -368,7 +368,7 @@ class SlaveConnection(abc.ABC):
         return "\n".join(self._stderr_tail)
 
     def _lost(self, what: str, exc: BaseException | None = None) -> HostError:
-        reason = what if exc is None else f"{what}: {_describe(exc)}"
+        reason = what if exc is None else f"{what}: {describe_error(exc)}"
         return HostError(
             reason, host=self.host, exit_status=self.returncode, stderr_tail=self.stderr_tail()
         )
@@ -400,7 +400,7 @@ class SlaveConnection(abc.ABC):
         """Close stdin, give the slave ``grace_s`` to exit, then terminate and kill it."""
 
 
-class _LocalSlaveConnection(SlaveConnection):
+class LocalSlaveConnection(SlaveConnection):
     def __init__(
         self,
         host: str,
@@ -572,12 +572,12 @@ async def open_local(
             probe = await asyncio.create_subprocess_exec(
                 *argv,
                 "-c",
-                _PROBE_SCRIPT,
+                PROBE_SCRIPT,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
-            out, err = await asyncio.wait_for(probe.communicate(), _PROBE_TIMEOUT_S)
+            out, err = await asyncio.wait_for(probe.communicate(), PROBE_TIMEOUT_S)
             check_probe(
                 host_name,
                 python,
@@ -597,106 +597,11 @@ async def open_local(
     except FileNotFoundError as exc:
         if exc.filename == argv[0]:
             check_probe(host_name, python, 127, "", str(exc))
-        raise SlaveStartError(_describe(exc), host=host_name) from exc
-    except _foreign_errors() as exc:
-        raise SlaveStartError(_describe(exc, _PROBE_TIMEOUT_S), host=host_name) from exc
+        raise SlaveStartError(describe_error(exc), host=host_name) from exc
+    except foreign_errors() as exc:
+        raise SlaveStartError(describe_error(exc, PROBE_TIMEOUT_S), host=host_name) from exc
     logger.info("host %s: started local slave pid %d (%s)", host_name, proc.pid, path)
-    return _LocalSlaveConnection(host_name, proc, str(path), on_stderr_line)
-
-
-# ------------------------------------------------------------------------------------------
-# exec: a command prefix that gives a pipe to the host (kubectl exec, ip netns exec ...)
-
-#: Run by the host's Python behind an exec prefix: reads the slave's zipapp (its length and
-#: sha256 in argv) from stdin, byte for byte (the protocol follows on the same pipe: nothing
-#: is read ahead), keeps it as ~/.cache/ivypy/slave-<hash16>.pyz (a temporary directory where
-#: that cannot be written), and runs it with the slave's arguments. Written for old Pythons too.
-_EXEC_BOOTSTRAP = (
-    "import hashlib, os, sys, tempfile\n"
-    "n, sha = int(sys.argv[1]), sys.argv[2]\n"
-    "data = bytearray()\n"
-    "while len(data) < n:\n"
-    "    got = os.read(0, min(1 << 20, n - len(data)))\n"
-    "    if not got:\n"
-    "        sys.exit('ivypy: the slave zipapp was cut short after %d of %d bytes' "
-    "% (len(data), n))\n"
-    "    data += got\n"
-    "if hashlib.sha256(data).hexdigest() != sha:\n"
-    "    sys.exit('ivypy: the slave zipapp arrived damaged (its sha256 differs)')\n"
-    "path = None\n"
-    "for d in (os.path.join(os.path.expanduser('~'), '.cache', 'ivypy'), tempfile.gettempdir()):\n"
-    "    try:\n"
-    "        os.makedirs(d, exist_ok=True)\n"
-    "        path = os.path.join(d, 'slave-%s.pyz' % sha[:16])\n"
-    "        tmp = '%s.tmp-%d' % (path, os.getpid())\n"
-    "        with open(tmp, 'wb') as f:\n"
-    "            f.write(data)\n"
-    "        os.replace(tmp, path)\n"
-    "        break\n"
-    "    except OSError:\n"
-    "        path = None\n"
-    "if path is None:\n"
-    "    sys.exit('ivypy: no folder to keep the slave zipapp in (~/.cache/ivypy, the temp dir)')\n"
-    "sys.argv = [path] + sys.argv[3:]\n"
-    "import runpy\n"
-    "runpy.run_path(path, run_name='__main__')\n"
-)
-
-
-async def open_exec(
-    host_name: str,
-    prefix: tuple[str, ...],
-    python: str = "python3",
-    *,
-    zipapp: SlaveZipapp | None = None,
-    on_stderr_line: Callable[[str], None] | None = None,
-    slave_args: tuple[str, ...] = (),
-) -> SlaveConnection:
-    """Start the slave through ``prefix`` (``kubectl exec -i POD --``, ``ip netns exec NS``):
-    ``prefix python -c PROBE`` checks the host's Python as the SSH transport does, then
-    ``prefix python -c BOOTSTRAP <length> <sha256> <slave_args>`` takes the zipapp on its
-    stdin and runs it; the protocol follows on the same pipe. No shell runs either: the words
-    go to the prefix as they are (``python`` split as a shell would). ``HostError`` when the
-    prefix cannot run or ends (naming the command and what it said), ``SlaveStartError`` for
-    the host's Python."""
-    app = zipapp if zipapp is not None else await slave_zipapp()
-    argv = [*prefix, *shlex.split(python)]
-    command = shlex.join(prefix)
-    try:
-        probe = await asyncio.create_subprocess_exec(
-            *argv, "-c", _PROBE_SCRIPT, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True)
-        try:
-            out, err = await asyncio.wait_for(probe.communicate(), _PROBE_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                probe.kill()
-            raise HostError(f"no answer after {_PROBE_TIMEOUT_S:g} s from {command} while "
-                            "checking the host's python", host=host_name) from None
-        text = err.decode("utf-8", "replace")
-        if probe.returncode != 0 and not out:  # the prefix itself failed (no pod, no netns)
-            tail = " ".join(text.split())[-400:] or f"exit status {probe.returncode}"
-            if probe.returncode not in (126, 127) or python not in text:
-                raise HostError(f"{command} failed: {tail}", host=host_name)
-        check_probe(host_name, python, probe.returncode, out.decode("utf-8", "replace"), text)
-        proc = await asyncio.create_subprocess_exec(
-            *argv, "-c", _EXEC_BOOTSTRAP, str(app.size_bytes), app.sha256, *slave_args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError as exc:
-        raise HostError(f"cannot run {command}: {exc.strerror or exc}", host=host_name) from exc
-    except _foreign_errors() as exc:
-        raise SlaveStartError(_describe(exc, _PROBE_TIMEOUT_S), host=host_name) from exc
-    connection = _LocalSlaveConnection(host_name, proc, f"{command} (slave-{app.hash16}.pyz)",
-                                       on_stderr_line)
-    try:
-        await connection.write(app.data)  # the bootstrap reads it before the protocol
-    except HostError:
-        await connection.close(0.5)
-        raise
-    logger.info("host %s: started slave through %s (pid %d here)", host_name, command, proc.pid)
-    return connection
+    return LocalSlaveConnection(host_name, proc, str(path), on_stderr_line)
 
 
 # ------------------------------------------------------------------------------------------
@@ -754,7 +659,7 @@ def _connect_options(spec: SshHostSpec) -> dict[str, Any]:
 async def _probe_ssh(conn: asyncssh.SSHClientConnection, spec: SshHostSpec) -> PythonInfo:
     result = await asyncio.wait_for(
         conn.run(_probe_command(spec.python), check=False, stdin=asyncssh.DEVNULL),
-        _PROBE_TIMEOUT_S,
+        PROBE_TIMEOUT_S,
     )
     stdout = result.stdout if isinstance(result.stdout, str) else ""
     stderr = result.stderr if isinstance(result.stderr, str) else ""
@@ -851,21 +756,21 @@ async def open_ssh(
             _slave_command(spec.python, path, spec.slave_args), encoding=None
         )
         pid, login_stderr = await asyncio.wait_for(
-            _read_pid_marker(process.stderr), _PROBE_TIMEOUT_S
+            _read_pid_marker(process.stderr), PROBE_TIMEOUT_S
         )
     except BaseException as exc:  # close the connection whatever happened, even cancellation
         if conn is not None:
             conn.close()
-        if not isinstance(exc, _foreign_errors()):
+        if not isinstance(exc, foreign_errors()):
             raise
         if conn is None and isinstance(exc, asyncssh.HostKeyNotVerifiable):
             reason = _host_key_reason(spec)
         elif conn is None:
-            reason = _describe(exc, spec.connect_timeout_s)
+            reason = describe_error(exc, spec.connect_timeout_s)
         elif isinstance(exc, TimeoutError):
-            reason = f"no answer after {_PROBE_TIMEOUT_S:g} s while {phase}"
+            reason = f"no answer after {PROBE_TIMEOUT_S:g} s while {phase}"
         else:
-            reason = f"{_describe(exc)} while {phase}"
+            reason = f"{describe_error(exc)} while {phase}"
         raise HostError(reason, host=spec.name) from exc
     connection = _SshSlaveConnection(
         spec.name, conn, process, pid, login_stderr, path, uploaded, on_stderr_line

@@ -183,6 +183,21 @@ def describe(state: RunState, folder: Path) -> str:
     return "\n".join(lines)
 
 
+def describe_json(state: RunState, folder: Path) -> dict[str, Any]:
+    """``describe`` for scripts (``ivypy status --json`` on a run that is not live): the
+    state as shown (``dead`` where its master is gone), with what ``state.json`` records."""
+    dead = state.state == "running" and not master_alive(state)
+    resumable = (dead or state.state in ("failed", "interrupted")) and \
+        state.last_complete_step + 1 < state.steps_total
+    return {"ivypy_status": 1, "live": False, "run_dir": str(folder), "test": state.test,
+            "state": "dead" if dead else state.state, "reason": state.reason,
+            "exit_code": state.exit_code, "steps_total": state.steps_total,
+            "last_complete_step": state.last_complete_step,
+            "last_complete_step_name": state.last_complete_step_name,
+            "started": state.started, "updated": state.updated, "resumes": len(state.resumes),
+            "resume_command": f"ivypy run --resume {folder}" if resumable else None}
+
+
 def check_resumable(state: RunState, folder: Path, source_text: str, version: str) -> int:
     """The first step to run, or ``RunStateError`` saying why the folder cannot be resumed."""
     if state.state == "complete":

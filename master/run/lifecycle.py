@@ -113,7 +113,8 @@ T = TypeVar("T")
 
 async def default_connect(host: HostConfig) -> Connection:
     """Start the slave on ``host`` with the transport its config names."""
-    from master.hosts.transport import SshHostSpec, open_exec, open_local, open_ssh
+    from master.hosts.execpipe import open_exec
+    from master.hosts.transport import SshHostSpec, open_local, open_ssh
 
     slave_args = ("--worker-cpus", host.worker_cpus,
                   "--watchdog-min-seconds", f"{host.watchdog_seconds:g}")

@@ -136,7 +136,7 @@ def _sampled_harness(tmp_path: Path) -> tuple[Harness, Path]:
     sys_root = tmp_path / "sys"
     stat = _fake_sys(sys_root, "7:0", "fake0")
     h = Harness()
-    h.session = SlaveSession(h.backend, h.out.extend, lambda: h.now, describe=h._describe,
+    h.session = SlaveSession(h.backend, h.out.extend, lambda: h.now, describe=h.describe_error,
                              devices=DeviceSampler(str(sys_root)))
     h.session.luns["/dev/fake0"] = h.found["/dev/fake0"] = _lun("/dev/fake0", dev="7:0")
     h.session.luns["/dev/nodev0"] = h.found["/dev/nodev0"] = _lun("/dev/nodev0")

@@ -139,7 +139,7 @@ class Harness:
         self.backend = FakeBackend()
         self.out = bytearray()
         self.session = SlaveSession(self.backend, self.out.extend, lambda: self.now,
-                                    describe=describe or self._describe)
+                                    describe=describe or self.describe_error)
         self.master = Conversation(Role.MASTER, host="h1")
         self.now_luns: dict[str, LunInfo] = {}  # the LUNs as they are now (default: as found)
         self.described: list[str] = []
@@ -163,7 +163,7 @@ class Harness:
         )
         self.found = dict(self.session.luns)  # as discovery described them
 
-    def _describe(self, path: str, size_bytes: int | None = None, **_: Any) -> LunInfo:
+    def describe_error(self, path: str, size_bytes: int | None = None, **_: Any) -> LunInfo:
         self.described.append(path)
         return self.now_luns.get(path) or self.found[path]
 

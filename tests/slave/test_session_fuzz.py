@@ -111,7 +111,7 @@ LUNS = {p: LunInfo(path=p, kind="block", name=p[5:], size_bytes=1 << 30,
         for p in ("/dev/fake0", "/dev/fake1")}
 
 
-def _describe(path: str, size_bytes: int | None = None, **_: Any) -> LunInfo:
+def describe_error(path: str, size_bytes: int | None = None, **_: Any) -> LunInfo:
     try:
         return LUNS[path]
     except KeyError:
@@ -213,7 +213,7 @@ def _feed(pieces: list[bytes], ticks_ns: list[int]) -> tuple[SlaveSession, bytes
     EOF at the end. Returns the session and what it wrote."""
     now = [0]
     out = bytearray()
-    session = SlaveSession(BoundedBackend(), out.extend, lambda: now[0], describe=_describe)
+    session = SlaveSession(BoundedBackend(), out.extend, lambda: now[0], describe=describe_error)
     session.luns.update(LUNS)
     for i, piece in enumerate(pieces):
         if session.closed:
