@@ -287,6 +287,11 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     rows = _rows(folder / "step0001-mix" / "all" / "all.csv")
     assert sum(float(r["verify_blocks_checked"]) for r in rows) > N_BLOCKS
+    # and ivypy verify once the resumed attempt has ended: the writes the first attempt's
+    # master never heard of that the second never read are taken too (map.json keeps the
+    # attempt that crashed), nothing is called damage
+    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    assert json.loads((folder / "verify" / "map.json").read_text())["crashes"][0]["attempt"] == 0
 
 
 CLASSES_TEST = HEAD.replace("{test}", "classes").replace(
