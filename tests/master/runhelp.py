@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +52,30 @@ def write_config(tmp: Path, text: str, name: str = "test.yaml") -> Path:
     path = tmp / name
     path.write_text(text)
     return path
+
+
+def ivypy_here(*args: str) -> tuple[threading.Thread, dict[str, int]]:
+    """``ivypy ARGS`` in this process, in a thread (its hosts real: local slave processes, SSH
+    or exec hosts): where the master's own process is not what is tested, it is not started
+    (the suite keeps its ``ivypy run`` processes few). The status lands in the box once it
+    ends."""
+    from master.cli.main import main
+
+    box: dict[str, int] = {}
+
+    def run() -> None:
+        box["status"] = main(list(args))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def ended(thread: threading.Thread, box: dict[str, int], timeout_s: float = 240) -> int:
+    """The status of ``ivypy_here``'s command, once it has ended (failing past ``timeout_s``)."""
+    thread.join(timeout_s)
+    assert not thread.is_alive(), f"the command did not end within {timeout_s:g} s"
+    return box["status"]
 
 
 def start_run(config: Path, out: Path, *extra: str) -> subprocess.Popen[str]:

@@ -10,15 +10,13 @@ Needs root (loop devices, the test bed): skipped otherwise."""
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from master.cli.main import main
-from tests.master.runhelp import rows, write_config
+from tests.master.runhelp import ended, ivypy_here, rows, write_config
 from tests.slave.conftest import LoopFactory
 
 MIB = 1 << 20
@@ -55,10 +53,7 @@ def test_exec_hosts_in_namespaces_run_beside_an_ssh_host(
     hosts = [h.name for h in testbed.hosts[:3]]
     loops = [loop_device(16 * MIB) for _ in hosts]
     cfg = write_config(tmp_path, _config(testbed, loops))
-    box: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("status", main(
-        ["run", str(cfg), "--output-root", str(tmp_path), "--plain"])), daemon=True)
-    thread.start()
+    thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
     deadline = time.monotonic() + 180
     while not any((tmp_path / "exec").glob("*/step0000-randread/all/all.csv")):
         assert time.monotonic() < deadline and thread.is_alive(), "the step never began"
@@ -68,9 +63,8 @@ def test_exec_hosts_in_namespaces_run_beside_an_ssh_host(
     # while the step runs, each exec host's slave is inside its own namespace
     where = {h: subprocess.run(["ip", "netns", "identify", str(slaves[h])], capture_output=True,
                                text=True).stdout.strip() for h in hosts[1:]}
-    thread.join(240)
-    assert not thread.is_alive(), "the run did not end within 240 s"
-    assert box["status"] == 0, rows(folder / "events.csv")[-5:]
+    status = ended(thread, box)
+    assert status == 0, rows(folder / "events.csv")[-5:]
     assert where == {h: h for h in hosts[1:]}
     table = rows(folder / "hosts.csv")
     assert [(h["host"], h["transport"]) for h in table] == [

@@ -26,7 +26,6 @@ import csv
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,10 +36,11 @@ import numpy.typing as npt
 import psutil
 import pytest
 
-from master.cli.main import main
 from protocol import verify as pv
 from tests.master.runhelp import (
+    ended,
     interrupt,
+    ivypy_here,
     run_folder,
     run_until,
     slave_pids,
@@ -93,33 +93,13 @@ def _events(folder: Path) -> list[dict[str, str]]:
     return _rows(folder / "events.csv")
 
 
-def _ivypy_here(*args: str) -> tuple[threading.Thread, dict[str, int]]:
-    """``ivypy ARGS`` in this process, in a thread (its hosts real: a local slave process):
-    where the master's own process is not what is tested, it is not started (the suite keeps
-    its ``ivypy run`` processes few). The status lands in the box once it ends."""
-    box: dict[str, int] = {}
-
-    def run() -> None:
-        box["status"] = main(list(args))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
-
-
-def _ended(thread: threading.Thread, box: dict[str, int]) -> int:
-    thread.join(240)
-    assert not thread.is_alive(), "the run did not end within 240 s"
-    return box["status"]
-
-
 def _run(tmp: Path, lun: str, verify: str, read_s: float,
          during: Callable[[Path], None] | None = None) -> tuple[int, Path]:
     cfg = write_config(tmp, TEST.format(verify=verify, lun=lun, read_s=read_s))
-    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp), "--plain")
+    thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp), "--plain")
     if during is not None:
         during(tmp / "verified")
-    code = _ended(thread, box)
+    code = ended(thread, box)
     (folder,) = (tmp / "verified").iterdir()
     return code, folder
 
@@ -219,7 +199,7 @@ def test_an_interrupted_verified_run_resumes_with_its_map_on_the_host(
     assert proc.returncode == 130, err[-2000:]
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 0
     _put(dev.backing_file, 77, np.zeros(BLOCK, dtype=np.uint8))
-    assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 5, _said(folder)
+    assert ended(*ivypy_here("run", "--resume", str(folder), "--plain")) == 5, _said(folder)
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     found = [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     assert found[0]["message"].startswith(f"verify: missing block at offset {77 * BLOCK} ")
@@ -264,11 +244,11 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
                                       _kill(what))
         assert proc.returncode == exit_code, err[-2000:]
     else:
-        thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+        thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
         folder = run_folder(tmp_path, "mixed")
         wait_rows(folder / "step0001-mix" / "all" / "all.csv", 3)
         _kill(what)(None, folder)  # type: ignore[arg-type]
-        assert _ended(thread, box) == exit_code, _said(folder)
+        assert ended(thread, box) == exit_code, _said(folder)
     pid = slave_pids(folder)[0]
     deadline = time.monotonic() + 30  # its slave stops once it sees its master gone
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
@@ -276,13 +256,13 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
         time.sleep(0.1)
     # ivypy verify first: every block the map holds read back, the writes never heard of
     # taken as written, nothing called damage; the run's files untouched
-    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    assert ended(*ivypy_here("verify", str(folder), "--plain")) == 0
     (checked,) = folder.glob("verify-*")
     assert _rows(checked / "verify.csv") == []
     (lun,) = json.loads((checked / "verify.json").read_text())["luns"]
     assert lun["blocks_checked"] == N_BLOCKS and lun["damaged_blocks"] == 0
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 0
-    assert _ended(*_ivypy_here("run", "--resume", str(folder), "--plain")) == 0, _said(folder)
+    assert ended(*ivypy_here("run", "--resume", str(folder), "--plain")) == 0, _said(folder)
     assert not [e for e in _events(folder) if e["kind"] == "verify" and e["level"] == "ERROR"]
     assert json.loads((folder / "verify" / "map.json").read_text())["attempt"] == 1
     rows = _rows(folder / "step0001-mix" / "all" / "all.csv")
@@ -290,7 +270,7 @@ def test_a_kill_mid_step_leaves_writes_never_heard_of_and_resume_takes_them(
     # and ivypy verify once the resumed attempt has ended: the writes the first attempt's
     # master never heard of that the second never read are taken too (map.json keeps the
     # attempt that crashed), nothing is called damage
-    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    assert ended(*ivypy_here("verify", str(folder), "--plain")) == 0
     assert json.loads((folder / "verify" / "map.json").read_text())["crashes"][0]["attempt"] == 0
 
 
@@ -346,9 +326,9 @@ def test_each_class_of_damage_made_during_a_run_is_found_by_its_reads(
             _put(dev.backing_file, block, data)
 
     cfg = write_config(tmp_path, CLASSES_TEST.format(lun=dev.path))
-    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+    thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
     during(tmp_path / "classes")
-    code = _ended(thread, box)
+    code = ended(thread, box)
     (folder,) = (tmp_path / "classes").iterdir()
     assert code == 5, _said(folder)
     found: dict[int, str] = {}
@@ -376,7 +356,7 @@ def test_ivypy_verify_names_each_block_damaged_offline_with_its_class(
     # (exit 5), reading back every block on the host that wrote it
     dev = loop_device(N_BLOCKS * BLOCK)
     cfg = write_config(tmp_path, OFFLINE_TEST.format(lun=dev.path))
-    thread, box = _ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
+    thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
     runs = tmp_path / "classes"
     deadline = time.monotonic() + 120
     while not any(runs.glob("*/step0001-write2/all/all.csv")):
@@ -384,10 +364,10 @@ def test_ivypy_verify_names_each_block_damaged_offline_with_its_class(
         time.sleep(0.02)
     with open(dev.backing_file, "rb") as f:
         older = np.frombuffer(f.read(), dtype=np.uint8).reshape(-1, BLOCK).copy()
-    code = _ended(thread, box)
+    code = ended(thread, box)
     (folder,) = runs.iterdir()
     assert code == 0, _said(folder)
-    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 0
+    assert ended(*ivypy_here("verify", str(folder), "--plain")) == 0
     (clean,) = folder.glob("verify-*")
     assert _rows(clean / "verify.csv") == []
     with open(dev.backing_file, "rb") as f:
@@ -399,7 +379,7 @@ def test_ivypy_verify_names_each_block_damaged_offline_with_its_class(
                         (251, np.concatenate([older[251][:2048], now[251][2048:]])),
                         (50, np.zeros(BLOCK, dtype=np.uint8))):
         _put(dev.backing_file, block, data)
-    assert _ended(*_ivypy_here("verify", str(folder), "--plain")) == 5
+    assert ended(*ivypy_here("verify", str(folder), "--plain")) == 5
     (damaged,) = set(folder.glob("verify-*")) - {clean}
     rows = _rows(damaged / "verify.csv")
     assert {int(r["offset_bytes"]) // BLOCK: r["class"] for r in rows} == DURING

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 from master.cli.main import main
 from protocol import verify as pv
 from tests.master.memhosts import run_cli
-from tests.master.runhelp import write_config
+from tests.master.runhelp import ended, ivypy_here, write_config
 from tests.slave.conftest import LoopFactory
 
 BLOCK = pv.MAP_BLOCK_BYTES
@@ -72,10 +71,7 @@ def test_one_host_writes_a_shared_lun_and_the_other_checks_it(
     h1, h2 = (h.name for h in testbed.hosts[:2])
     dev = loop_device(N_BLOCKS * BLOCK)
     cfg = write_config(tmp_path, _config(testbed, dev.path))
-    box: dict[str, int] = {}
-    thread = threading.Thread(target=lambda: box.setdefault("status", main(
-        ["run", str(cfg), "--output-root", str(tmp_path), "--plain"])), daemon=True)
-    thread.start()
+    thread, box = ivypy_here("run", str(cfg), "--output-root", str(tmp_path), "--plain")
     deadline = time.monotonic() + 180
     while not any((tmp_path / "shared").glob("*/step0001-read")):
         assert time.monotonic() < deadline and thread.is_alive(), "the read step never began"
@@ -85,11 +81,10 @@ def test_one_host_writes_a_shared_lun_and_the_other_checks_it(
         f.write(bytes(BLOCK))
         f.flush()
         os.fsync(f.fileno())
-    thread.join(240)
-    assert not thread.is_alive(), "the run did not end within 240 s"
+    status = ended(thread, box)
     (folder,) = (tmp_path / "shared").iterdir()
     events = _rows(folder / "events.csv")
-    assert box["status"] == 5, events[-5:]
+    assert status == 5, events[-5:]
     # one map of the LUN, reached by both hosts
     (lun,) = json.loads((folder / "verify" / "map.json").read_text())["luns"]
     assert (lun["host"], lun["lun"], lun["also"]) == (h1, dev.path, [[h2, dev.path]])

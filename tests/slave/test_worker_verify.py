@@ -11,8 +11,10 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from protocol import verify as v
@@ -28,6 +30,8 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None,
 SUB_NS = 200_000_000
 BLOCK = v.MAP_BLOCK_BYTES
 N_BLOCKS = 128
+#: the loop device's geometry, as discovery gives it to a create
+GEOMETRY = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
 
 
 @pytest.fixture
@@ -60,10 +64,9 @@ def test_a_verified_writer_and_reader_report_through_the_pool(
         pool: WorkerPool, loop_device: LoopFactory) -> None:
     assert pk.available(), pk.why_not()
     dev = loop_device(N_BLOCKS * BLOCK)
-    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
     writer = "h:lun:w"
     pool.create_workload(writer, dev.path, "libaio", WorkloadParams(
-        iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
+        iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **GEOMETRY,
         verify=_target(1))
     results = _step(pool, 3)
     reports = [r.verify for r in results]
@@ -89,7 +92,7 @@ def test_a_verified_writer_and_reader_report_through_the_pool(
         os.fsync(f.fileno())
     reader = "h:lun:r"
     info = pool.create_workload(reader, dev.path, "libaio", WorkloadParams(
-        iosequencer="sequential", iodepth=4, iops=2000.0), **geometry, verify=_target(2))
+        iosequencer="sequential", iodepth=4, iops=2000.0), **GEOMETRY, verify=_target(2))
     assert info.worker == worker
     reports = [r.verify for r in _step(pool, 3)]
     counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
@@ -121,6 +124,40 @@ def test_reports_merge_end_to_end() -> None:
     assert m["found"] == 1 and m["findings"] == [{"workload_id": "x"}]
 
 
+def _found(reports: list[dict[str, Any] | None], wid: str
+           ) -> tuple[npt.NDArray[np.int64], set[int]]:
+    """Workload ``wid``'s counts over ``reports`` (blocks checked, then each class), and the
+    offsets of the damaged blocks they found."""
+    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
+    offsets: set[int] = set()
+    for r in reports:
+        assert r is not None
+        counts += r["counts"].get(wid, 0)
+        offsets |= {f["offset_bytes"] for f in r["findings"]}
+    return counts, offsets
+
+
+def _written_by_another_pool(path: str, writer: str) -> npt.NDArray[np.uint8]:
+    """A pool of its own writes ``path`` whole, reports its journals and ends: the master's
+    map of the LUN (each block's last entry)."""
+    master_map = np.zeros(N_BLOCKS, dtype=np.uint8)
+    pool = WorkerPool(1)
+    try:
+        pool.create_workload(writer, path, "libaio", WorkloadParams(
+            iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0),
+            **GEOMETRY, verify=_target(1))
+        reports = [r.verify for r in _step(pool, 2)]
+        reports.append(pool.take_final_verify())  # the drain's
+    finally:
+        pool.close()
+    for r in reports:
+        assert r is not None
+        _, blocks, bytes_ = v.journal_from_wire(r["journal"])
+        master_map[blocks] = bytes_  # in order: the last entry of a block wins
+    assert (master_map & v.GEN_MASK).all()
+    return master_map
+
+
 @pytest.mark.root
 def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
         loop_device: LoopFactory) -> None:
@@ -129,22 +166,7 @@ def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
     # reader, given that map, checks every block from its first read and finds that one alone
     assert pk.available(), pk.why_not()
     dev = loop_device(N_BLOCKS * BLOCK)
-    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
-    master_map = np.zeros(N_BLOCKS, dtype=np.uint8)
-    first = WorkerPool(1)
-    try:
-        first.create_workload("h:lun:w", dev.path, "libaio", WorkloadParams(
-            iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
-            verify=_target(1))
-        reports = [r.verify for r in _step(first, 2)]
-        reports.append(first.take_final_verify())  # the drain's
-    finally:
-        first.close()
-    for r in reports:
-        assert r is not None
-        _, blocks, bytes_ = v.journal_from_wire(r["journal"])
-        master_map[blocks] = bytes_  # in order: the last entry of a block wins
-    assert (master_map & v.GEN_MASK).all()
+    master_map = _written_by_another_pool(dev.path, "h:lun:w")
     with open(dev.backing_file, "r+b") as f:
         f.seek(9 * BLOCK)
         f.write(bytes(BLOCK))
@@ -153,17 +175,12 @@ def test_a_new_pool_given_the_masters_map_checks_what_an_earlier_one_wrote(
     second = WorkerPool(1)
     try:
         second.create_workload("h:lun:r", dev.path, "libaio", WorkloadParams(
-            iosequencer="sequential", iodepth=4, iops=2000.0), **geometry,
+            iosequencer="sequential", iodepth=4, iops=2000.0), **GEOMETRY,
             verify=_target(2), verify_map=LoadedMap(master_map))
         reports = [r.verify for r in _step(second, 2)]
     finally:
         second.close()
-    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
-    offsets = set()
-    for r in reports:
-        assert r is not None
-        counts += r["counts"].get("h:lun:r", 0)
-        offsets |= {f["offset_bytes"] for f in r["findings"]}
+    counts, offsets = _found(reports, "h:lun:r")
     assert counts[0] >= N_BLOCKS  # every block checked: the map came with the create
     assert counts[1:].sum() == counts[1 + v.CLASSES.index("missing")] >= 1
     assert offsets == {9 * BLOCK}
@@ -174,14 +191,13 @@ def test_an_edit_a_verified_workload_cannot_take_is_refused_by_its_worker(
         pool: WorkerPool, loop_device: LoopFactory) -> None:
     assert pk.available(), pk.why_not()
     dev = loop_device(N_BLOCKS * BLOCK)
-    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
     pool.create_workload("h:lun:r", dev.path, "libaio", WorkloadParams(iops=100.0),
-                         **geometry, verify=_target(1))
+                         **GEOMETRY, verify=_target(1))
     pool.edit_workload("h:lun:r", WorkloadParams(iops=100.0, blocksize_bytes=512))
     with pytest.raises(WorkerError, match="a verified workload's blocksize must be a multiple "
                                           "of 4096 bytes, not 512"):
         for _ in range(50):  # the worker's answer comes with the next call that looks
-            pool.create_workload("h:lun:x", dev.path, "libaio", WorkloadParams(), **geometry)
+            pool.create_workload("h:lun:x", dev.path, "libaio", WorkloadParams(), **GEOMETRY)
             pool.delete_workload("h:lun:x")
 
 
@@ -193,27 +209,12 @@ def test_a_map_replaced_between_steps_reaches_the_worker_that_holds_it(
     # (load_map_part), and the next step's reads check every block, finding a zeroed one
     assert pk.available(), pk.why_not()
     dev = loop_device(N_BLOCKS * BLOCK)
-    geometry = {"logical_block_bytes": 512, "lun_size_bytes": N_BLOCKS * BLOCK}
-    master_map = np.zeros(N_BLOCKS, dtype=np.uint8)
-    other = WorkerPool(1)  # the other host
-    try:
-        other.create_workload("h2:lun:w", dev.path, "libaio", WorkloadParams(
-            iosequencer="sequential", read_fraction=0.0, iodepth=4, iops=2000.0), **geometry,
-            verify=_target(1))
-        reports = [r.verify for r in _step(other, 2)]
-        reports.append(other.take_final_verify())
-    finally:
-        other.close()
-    for r in reports:
-        assert r is not None
-        _, blocks, bytes_ = v.journal_from_wire(r["journal"])
-        master_map[blocks] = bytes_
-    assert (master_map & v.GEN_MASK).all()
+    master_map = _written_by_another_pool(dev.path, "h2:lun:w")  # the other host's
     reader = WorkerPool(1)
     try:
         assert not reader.load_map_part(3, 0, master_map.tobytes())  # no worker holds it yet
         reader.create_workload("h1:lun:r", dev.path, "libaio", WorkloadParams(
-            iosequencer="sequential", iodepth=4, iops=2000.0), **geometry, verify=_target(2))
+            iosequencer="sequential", iodepth=4, iops=2000.0), **GEOMETRY, verify=_target(2))
         before = [r.verify for r in _step(reader, 2)]
         assert all(r is not None and "h1:lun:r" not in r["counts"] for r in before)
         with pytest.raises(ValueError, match="past its 128"):
@@ -228,10 +229,5 @@ def test_a_map_replaced_between_steps_reaches_the_worker_that_holds_it(
         after = [r.verify for r in _step(reader, 2)]
     finally:
         reader.close()
-    counts = np.zeros(len(v.COUNT_NAMES), dtype=np.int64)
-    offsets = set()
-    for r in after:
-        assert r is not None
-        counts += r["counts"].get("h1:lun:r", 0)
-        offsets |= {f["offset_bytes"] for f in r["findings"]}
+    counts, offsets = _found(after, "h1:lun:r")
     assert counts[0] >= N_BLOCKS and offsets == {9 * BLOCK}
