@@ -15,9 +15,10 @@ PYTHON="${PYTHON:-python3}"
 # view is read back from (tests/master/test_run_live_terminal.py); chromium, the headless browser
 # that loads report.html (tests/master/test_report_chromium.py, test_run_report.py);
 # prometheus-node-exporter, a real Prometheus endpoint for the gather: sources
-# (tests/master/test_gather_prometheus.py); pipx, which installs a read-only checkout as a user
+# (tests/master/test_gather_prometheus.py); prometheus, a real server that scrapes a running
+# test's live metrics (tests/master/test_live_metrics_prometheus.py); pipx, which installs a read-only checkout as a user
 # does (tests/test_install.py; the README's install with pipx is Debian's).
-IVYPY_DEBS="fio gcc libc6-dev python3-numpy python3-psutil openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc f2fs-tools jfsutils reiserfsprogs nilfs-tools ocfs2-tools gfs2-utils tmux chromium prometheus-node-exporter pipx"
+IVYPY_DEBS="fio gcc libc6-dev python3-numpy python3-psutil openssh-server openssh-client e2fsprogs util-linux iproute2 procps psmisc f2fs-tools jfsutils reiserfsprogs nilfs-tools ocfs2-tools gfs2-utils tmux chromium prometheus-node-exporter prometheus pipx"
 
 ivypy_install_debs() {
     if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -11,6 +11,7 @@ bad test file costs a fraction of a second and ~20 MB.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from master.config import TestConfig, load_config, parse_config_text
+from master.config.metrics import parse_listen
 from master.config.resolved import format_plan
+from master.config.schema import MetricsConfig
 from master.live.rows import check_live_rollup
 from master.live.view import LiveView, ViewLogHandler
 from protocol.errors import ConfigError
@@ -65,6 +68,12 @@ def register(subparsers: Any) -> None:
                    help="the rollup whose rows the live view and the end-of-run table show "
                    "beside the total (one of the test's rollup types; default: host when the "
                    "test has several hosts, else lun)")
+    p.add_argument("--metrics", metavar="ADDR:PORT",
+                   help="serve live metrics for Prometheus at http://ADDR:PORT/metrics while "
+                   "the run goes (the test's metrics: listen; docs/metrics.md)")
+    p.add_argument("--metrics-token-file", metavar="FILE",
+                   help="with --metrics (or the test's metrics:), the file whose first line is "
+                   "the bearer token a scrape must send")
     p.add_argument("--json", action="store_true",
                    help="end with one JSON line on stdout: the outcome, exit code, run folder "
                    "and each step's headline figures (docs/run.md, 'The JSON line')")
@@ -111,6 +120,7 @@ def _run(args: argparse.Namespace, view: LiveView) -> tuple[int, Path | None, st
             cfg = load_config(args.test, output_root_override=args.output_root)
         if args.live_rollup is not None:
             check_live_rollup(args.live_rollup, [r.type for r in cfg.rollups], cfg.source_file)
+        cfg = _with_metrics(cfg, args.metrics, args.metrics_token_file)
     except ConfigError as exc:  # several at once: a line each
         for line in str(exc).splitlines():
             print(f"ivypy: {line}", file=sys.stderr)
@@ -124,6 +134,25 @@ def _run(args: argparse.Namespace, view: LiveView) -> tuple[int, Path | None, st
     if result.message:
         print(f"ivypy: {result.message}", file=sys.stderr if result.exit_code else sys.stdout)
     return result.exit_code, result.folder, result.message, result.invalid_steps
+
+
+def _with_metrics(cfg: TestConfig, listen: str | None, token_file: str | None) -> TestConfig:
+    """``cfg`` with ``--metrics`` and ``--metrics-token-file`` over its ``metrics:``."""
+    if listen is None and token_file is None:
+        return cfg
+    if listen is None and cfg.metrics is None:
+        raise ConfigError("--metrics-token-file needs --metrics ADDR:PORT (or the test's "
+                          "metrics: listen)")
+    m = cfg.metrics or MetricsConfig("", 0)
+    if listen is not None:
+        try:
+            host, port = parse_listen(listen)
+        except ValueError as exc:
+            raise ConfigError(f"--metrics: {exc}") from None
+        m = dataclasses.replace(m, host=host, port=port)
+    if token_file is not None:
+        m = dataclasses.replace(m, token_file=str(Path(token_file).expanduser().resolve()))
+    return dataclasses.replace(cfg, metrics=m)
 
 
 def _resumed(folder: Path) -> tuple[TestConfig, Resume]:

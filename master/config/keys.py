@@ -145,6 +145,10 @@ TOP = Section(
            "`verify`'s keys. With it on, every workload's blocksize must be a multiple of "
            f"{_VERIFY_BLOCK} (the map's block), so must a `range_start` given in bytes, and no "
            "`write_data` may be `dedupable`; see `verify`."),
+        _k("metrics", "mapping", "none",
+           "Live metrics for Prometheus while the run goes (docs/metrics.md): the master "
+           "serves `/metrics` at `listen`; see `metrics`. `ivypy run --metrics ADDR:PORT` "
+           "gives the same."),
     ),
 )
 
@@ -626,9 +630,25 @@ VERIFY = Section(
     ),
 )
 
+METRICS = Section(
+    "metrics",
+    "Live metrics for Prometheus",
+    "What the master serves while the run goes, and to whom: docs/metrics.md lists every "
+    "series.",
+    (
+        _k("listen", "`ADDR:PORT` (`[v6]:PORT`)", "required",
+           "Where `/metrics` is served (port 0: any free one, which the console and "
+           "events.csv name)."),
+        _k("token_file", "path", "-",
+           "A file whose first line is a bearer token a scrape must send "
+           "(`Authorization: Bearer ...`), else it is answered 401. A relative path is from "
+           "the working directory."),
+    ),
+)
+
 SECTIONS: tuple[Section, ...] = (
     TOP, HOSTS, LUNS, ROLLUPS, GATHER, GATHER_JOIN, STEPS, WORKLOADS, WORKLOAD_LUNS,
-    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS, VERIFY,
+    WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS, VERIFY, METRICS,
 )
 
 

@@ -34,6 +34,7 @@ from master.config.limits import (
     percent_within,
     show_bytes,
 )
+from master.config.metrics import METRICS_KEYS, parse_metrics
 from master.config.schema import (
     AttributeMatch,
     HostConfig,
@@ -81,6 +82,7 @@ TOP_KEYS: tuple[str, ...] = (
     "steps",
     "thresholds",
     "verify",
+    "metrics",
 )
 LUN_KEYS: tuple[str, ...] = (
     "hosts",
@@ -451,9 +453,11 @@ def parse_config_text(
         skew_limit_s = _skew_limit(root)
     with errors.each():
         tolerance_pct = _iops_tolerance(root)
-    verify = None
+    verify = metrics = None
     with errors.each():
         verify = parse_verify(root.get("verify"))
+    with errors.each():
+        metrics = parse_metrics(root.get("metrics"), base)
     hosts = luns = rollups = gather = None
     with errors.each():
         hosts = parse_hosts(root.require("hosts"))
@@ -508,6 +512,7 @@ def parse_config_text(
         gather=gather,
         thresholds=thresholds,
         verify=verify,
+        metrics=metrics,
     )
 
 
@@ -553,6 +558,7 @@ KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
     "steps[].dfc": DFC_KEYS, "steps[].dfc.gains": ("kp", "ki", "kd"),
     "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS, "thresholds[]": THRESHOLD_KEYS,
     "verify": VERIFY_KEYS,
+    "metrics": METRICS_KEYS,
 }
 
 

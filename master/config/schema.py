@@ -520,6 +520,19 @@ class VerifyConfig:
     findings_kept: int = 64
 
 
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Live metrics for Prometheus (docs/metrics.md): the master serves ``/metrics`` on
+    ``host``:``port`` (0: any free port) while the run goes; with ``token_file``, a scrape
+    must send the bearer token that file holds. YAML ``metrics: {listen: ADDR:PORT,
+    token_file: FILE}``; ``ivypy run --metrics ADDR:PORT``. ``master.config.metrics`` parses
+    it."""
+
+    host: str
+    port: int
+    token_file: str | None = None
+
+
 # --------------------------------------------------------------------------------------------
 # steps and the whole test
 
@@ -579,7 +592,8 @@ class TestConfig:
     (required), ``luns`` (required), ``rollups``, ``gather`` (external metric sources,
     ``master.config.gather``), ``steps`` (required), ``thresholds`` (limits the results must
     hold, ``master.config.thresholds``), ``verify`` (data verification, ``VerifyConfig``;
-    ``None`` when off, the default). The run folder is
+    ``None`` when off, the default), ``metrics`` (live metrics for Prometheus,
+    ``MetricsConfig``; ``None``: none served). The run folder is
     ``<output_root>/<test>/<YYYYmmdd-HHMMSS>/``.
     """
 
@@ -601,6 +615,7 @@ class TestConfig:
     iops_tolerance_pct: float = 5.0
     thresholds: tuple[Threshold, ...] = ()
     verify: VerifyConfig | None = None
+    metrics: MetricsConfig | None = None
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

@@ -33,11 +33,13 @@ from typing import Any, TypeVar
 
 from master.analysis.thresholds import Judged
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
+from master.config.metrics import read_token
 from master.config.resolved import resolved_dict
 from master.gather.gathering import Gathering
 from master.hosts.connection import Connection, Connector
 from master.hosts.session import HostSession, LunRefusedError, SlaveEvent
 from master.live.control_socket import ControlServer, ControlUnavailable
+from master.live.metrics import MetricsServer, MetricsUnavailable, RunMetrics
 from master.live.view import CONSOLE, LiveView
 from master.results.output import RunOutput, create_run_folder
 from master.results.report.build import report_after_run
@@ -197,6 +199,9 @@ class Run(StepLoop):
         self.gathering: Gathering | None = None
         self.verification: RunVerification | None = None
         self.shared_in_run: set[str] = set()
+        #: the live metrics for Prometheus (``metrics:``, ``--metrics``) and their server
+        self.metrics = RunMetrics(cfg.test) if cfg.metrics is not None else None
+        self.metrics_server: MetricsServer | None = None
         #: the run's summary.csv header: fixed by the first step that writes it (its gathered
         #: columns), or the existing file's (a resumed run)
         self.run_summary_header: list[str] | None = None
@@ -279,6 +284,7 @@ class Run(StepLoop):
             except ControlUnavailable as exc:
                 self.event("WARNING", f"{exc}: ivypy status, edit and stop cannot reach this "
                            "run", kind="control")
+            await self._serve_metrics()
             await self.fleet.or_interrupted(self._start_hosts(), "starting hosts")
             await self.fleet.or_interrupted(self._discover(), "discovering LUNs")
             if self.cfg.gather:
@@ -361,6 +367,8 @@ class Run(StepLoop):
             # every slave's I/O ends before anything else is done (summary.json and the
             # report take a while on a large run)
             await server.close()
+            if self.metrics_server is not None:
+                await self.metrics_server.close()
             await self.fleet.close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             if self.gathering is not None:
                 await self.gathering.close()
@@ -541,6 +549,28 @@ class Run(StepLoop):
             job.cancel()  # the run stopped meanwhile: the thread ends on its own
         if took > 1.0:
             log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)
+
+    async def _serve_metrics(self) -> None:
+        """``/metrics`` served where the test says, before any host is reached: an address
+        that cannot be listened on, or a token file that cannot be read, is a config error."""
+        m = self.cfg.metrics
+        if m is None or self.metrics is None:
+            return
+        try:
+            token = read_token(m.token_file) if m.token_file else None
+        except ValueError as exc:
+            raise ConfigError(str(exc), key_path="metrics.token_file",
+                              file=self.cfg.source_file) from None
+        self.metrics_server = MetricsServer(self.metrics, m.host, m.port, token)
+        try:
+            await self.metrics_server.start()
+        except MetricsUnavailable as exc:
+            raise ConfigError(str(exc), key_path="metrics.listen",
+                              file=self.cfg.source_file) from None
+        where = f"http://{m.host or '0.0.0.0'}:{self.metrics_server.port}/metrics"
+        self.event("INFO", f"metrics: serving {where}"
+                   + (" (bearer token required)" if token else ""), kind="metrics")
+        self.view.message(f"ivypy: metrics at {where}")
 
     def _interrupt(self) -> None:
         if not self.interrupted.is_set():

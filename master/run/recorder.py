@@ -31,6 +31,7 @@ from master.analysis import rollup as ru
 from master.analysis.devstats import DeviceKey, DeviceRollups
 from master.analysis.verdicts import iops_shortfalls, shortfall_reason
 from master.config import RollupSpec
+from master.live.metrics import RunMetrics
 from master.live.rows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
 from master.results.csvfiles import (
     AppenderGroup,
@@ -130,6 +131,7 @@ class StepRecorder:
         fold_measurement: bool = False,
         gathered: Sequence[str] = (),
         summed: frozenset[str] = frozenset(),
+        metrics: RunMetrics | None = None,
     ) -> None:
         """``hosts``: the order the results of a subinterval come in (default: the order of
         the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
@@ -139,7 +141,10 @@ class StepRecorder:
         settings are summed as they come (the slaves add the statistics up: ``Go.fold``).
         ``gathered``: the step's joined gathered columns (``master.gather``), given to
         ``record`` each subinterval; their summary is the mean over the window's values, but
-        for those in ``summed`` (counts, as data verification's), their sum."""
+        for those in ``summed`` (counts, as data verification's), their sum. ``metrics``: the
+        run's live metrics (``master.live.metrics``), fed each subinterval's groups and each
+        summary's validity (it needs every type's histograms: ``histogram_types``)."""
+        self.metrics = metrics
         self.gathered = tuple(gathered)
         self._summed = np.array([name in summed for name in self.gathered], dtype=bool)
         self.instance_columns = instance_columns(self.gathered)
@@ -326,6 +331,14 @@ class StepRecorder:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
             g = self.groupings[spec.type]
+            if self.metrics is not None:
+                setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
+                                      minlength=g.n).astype(np.float64)
+                setting[np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0] = (
+                    np.nan)  # max
+                self.metrics.add(self.number, self.name, spec.type, p.names,
+                                 p.grouping.of_workload, both.batch,
+                                 {"iops_setting": setting, "cpu_busy_pct": cpu})
             self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
                                       np.hstack([out.devices[spec.type], extra[spec.type]])
                                       if self.gathered else out.devices[spec.type])
@@ -337,6 +350,8 @@ class StepRecorder:
                     out.live_total = rows[0]
                 if spec.type == self.show_type:
                     out.live, out.live_instances = rows, g.n
+        if self.metrics is not None:
+            self.metrics.set_step(self.number, self.name, k)
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
@@ -552,6 +567,18 @@ class StepRecorder:
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                   iops_tolerance_pct: float | None = None,
                   ) -> tuple[bool, list[dict[str, Any]], list[str]]:
+        """``_summarised``, its validity told to the live metrics."""
+        valid, rows, messages = self._summarised(window, total, extra_invalid=extra_invalid,
+                                                 extra=extra,
+                                                 iops_tolerance_pct=iops_tolerance_pct)
+        if self.metrics is not None:
+            self.metrics.set_valid(self.number, self.name, valid)
+        return valid, rows, messages
+
+    def _summarised(self, window: Sequence[int], total: ru.Sample | None = None, *,
+                    extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
+                    iops_tolerance_pct: float | None = None,
+                    ) -> tuple[bool, list[dict[str, Any]], list[str]]:
         """Summary rows over the subintervals ``window`` (and the histogram files), from the
         window's statistics ``total`` (``window_sample``; needed unless the window is empty).
         ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting

@@ -6,8 +6,7 @@ write preflight), the IOPS curve's points and DFC's starting totals, the start l
 decisions, DFC's moves, the grants and the stop of ``protocol.credit``), the measurement
 window and the summary rows with the verdict. ``Run`` (``master.run.lifecycle``) is this class
 with the run around it: hosts, discovery, the folder's state. Must not compute metrics
-(``master.analysis``), format files (``master.results``) or speak bytes
-(``master.hosts.session``).
+(``master.analysis``), format files (``master.results``) or speak bytes (``master.hosts``).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from master.analysis.verdicts import ended_early
 from master.config import RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
 from master.hosts.session import HostSession, window_timeout_s
+from master.live.metrics import RunMetrics
 from master.live.rows import default_live_rollup, dfc_lines, measure_lines
 from master.live.view import LiveView
 from master.results.csvfiles import safe_name
@@ -130,8 +130,9 @@ class StepLoop:
     notices: OnceARun
     #: the step last run recorded every one of its subintervals (``_run_step``)
     step_whole: bool
-    #: the run's data verification (``verify:``), or None
+    #: the run's data verification (``verify:``), or None; its live metrics (``--metrics``)
     verification: RunVerification | None
+    metrics: RunMetrics | None
     #: the identities of LUNs two or more of the run's hosts reach (``lun_identities``)
     shared_in_run: set[str]
     _luns_csv_stale: bool
@@ -308,10 +309,11 @@ class StepLoop:
                                 self.cfg.subinterval_seconds, self.placed, self.settings,
                                 show,
                                 hosts=list(self.sessions),
-                                histogram_types=frozenset(
-                                    {dfc.focus_rollup} if dfc is not None and windowed else ()),
+                                histogram_types=frozenset(  # live metrics: every type's
+                                    {dfc.focus_rollup} if dfc is not None and windowed else ()
+                                ) | {r.type for r in self.rollups if self.metrics is not None},
                                 fold_measurement=control.fixed is not None, gathered=gathered,
-                                summed=frozenset(VERIFY_COLUMNS))
+                                summed=frozenset(VERIFY_COLUMNS), metrics=self.metrics)
         st = StepState(number, step, recorder, control)
         if step.dfc is not None:
             st.dfc_members = {key: [m.id for m in members] for key, members in
@@ -639,14 +641,12 @@ class StepLoop:
 
     def _write_control_rows(self, st: StepState, dec: Decision) -> None:
         assert self.output is not None
-        if dec.measure_rows:
-            t = self.output.table(f"{st.recorder.dir}/measure.csv", MEASURE_COLUMNS)
-            for row in dec.measure_rows:
-                t.write(row)
-        if dec.dfc_rows:
-            t = self.output.table(f"{st.recorder.dir}/dfc.csv", DFC_COLUMNS)
-            for row in dec.dfc_rows:
-                t.write(row)
+        for name, rows, columns in (("measure", dec.measure_rows, MEASURE_COLUMNS),
+                                    ("dfc", dec.dfc_rows, DFC_COLUMNS)):
+            if rows:
+                self.output.table(f"{st.recorder.dir}/{name}.csv", columns).write_many(rows)
+        for r in dec.dfc_rows if self.metrics is not None else ():  # DFC's gauges
+            self.metrics.set_dfc(st.number, st.config.name, r)  # type: ignore[union-attr]
 
     def _record(self, st: StepState, k: int, phase: str, results: Sequence[SubintervalResult],
                 joined: dict[str, dict[str, npt.NDArray[np.float64]]] | None = None

@@ -54,6 +54,7 @@ thresholds:
   - "service_time_p99_ms < 2"
   - {expr: "IOPS > 10", step: held, rollup: host, instance: localhost}
 verify: {on_error: continue, findings_kept: 16}
+metrics: {listen: "127.0.0.1:9464", token_file: /run/token}
 """
 
 #: a test with every optional key left out, to read the defaults from

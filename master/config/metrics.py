@@ -1,0 +1,76 @@
+"""The test's ``metrics:``: live metrics for Prometheus while the run goes (docs/metrics.md).
+
+``metrics: {listen: ADDR:PORT, token_file: FILE}`` (``schema.MetricsConfig``): the address the
+master serves ``/metrics`` on while the run goes (``ADDR:PORT``, ``[v6 address]:PORT``; port 0:
+any free one, which the console and events.csv name) and, optionally, a file holding a bearer
+token a scrape must send (its path kept, never its token: resolved.json is no place for it).
+``ivypy run --metrics ADDR:PORT [--metrics-token-file FILE]`` gives the same from the command
+line. Owns their parsing; serving is ``master.live.metrics``'.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from master.config.schema import MetricsConfig
+from master.config.yamlnodes import Cursor
+
+__all__ = ["METRICS_KEYS", "parse_listen", "parse_metrics", "read_token"]
+
+METRICS_KEYS: tuple[str, ...] = ("listen", "token_file")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (``[::1]:9464`` for IPv6) as (address, port); ``ValueError`` saying what
+    is wrong."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{text!r} is not ADDR:PORT (e.g. 0.0.0.0:9464, [::]:9464)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"{text!r}: the port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{text!r}: the port must be 0 to 65535 (0: any free port)")
+    return host, port
+
+
+def parse_metrics(cursor: Cursor | None, base: Path) -> MetricsConfig | None:
+    """The top level's ``metrics:`` (None when absent); a relative ``token_file`` from
+    ``base``, the directory ``output_root`` is resolved from."""
+    if cursor is None:
+        return None
+    if not cursor.is_map:
+        raise cursor.error(f"must be a mapping {{listen: ADDR:PORT, token_file: FILE}} "
+                           f"(got {cursor.shown()})")
+    cursor.check_keys(METRICS_KEYS)
+    listen = cursor.require("listen")
+    try:
+        host, port = parse_listen(listen.string())
+    except ValueError as exc:
+        raise listen.error(str(exc)) from None
+    token = cursor.get("token_file")
+    token_file = None
+    if token is not None:
+        text = token.string()
+        if not text:
+            raise token.error("must not be empty")
+        token_file = str((base / text).expanduser() if not Path(text).is_absolute()
+                         else Path(text))
+    return MetricsConfig(host=host, port=port, token_file=token_file)
+
+
+def read_token(path: str) -> str:
+    """The bearer token in ``path`` (its first line, stripped); ``ValueError`` when it cannot
+    be read or is empty."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"metrics: cannot read the token file {path}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not token:
+        raise ValueError(f"metrics: the token file {path} holds no token on its first line")
+    return token
