@@ -123,7 +123,7 @@ steps:
     workloads:
       - {{name: a, iops: 200}}
     warmup_seconds: 0
-    measure_seconds: 1.4
+    measure_seconds: 3
 """
 
 

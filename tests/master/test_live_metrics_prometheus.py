@@ -73,7 +73,7 @@ def test_prometheus_scrapes_a_running_test_and_agrees_with_its_rows(
     config, url = prometheus
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    cfg = write_config(tmp_path, TEST.replace("measure_seconds: 1.4", "measure_seconds: 120"
+    cfg = write_config(tmp_path, TEST.replace("measure_seconds: 3\n", "measure_seconds: 120\n"
                                               ).format(metrics=""))
     box: dict[str, int] = {}
     run = threading.Thread(target=lambda: box.setdefault("status", run_cli(
