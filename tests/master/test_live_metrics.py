@@ -108,7 +108,7 @@ def _quantile(q: float, buckets: list[tuple[float, float]]) -> float:
 
 TEST = """\
 test: live
-subinterval_seconds: 0.2
+subinterval_seconds: 0.5
 hosts: [h1, h2]
 {metrics}
 luns:
@@ -118,7 +118,7 @@ steps:
     workloads:
       - {{name: a, iosequencer: random_independent, iodepth: 4, iops: 400, read_fraction: 70%}}
     warmup_seconds: 0
-    measure_seconds: 1
+    measure_seconds: 1.5
   - name: second
     workloads:
       - {{name: a, iops: 200}}
@@ -128,8 +128,10 @@ steps:
 
 
 class Scraper(threading.Thread):
-    """Scrapes the run's ``/metrics`` every 50 ms once events.csv names its address, keeping
-    the last body (and the statuses it got)."""
+    """Scrapes the run's ``/metrics`` every 0.2 s once events.csv names its address, keeping
+    the last body (and the statuses it got). (A scrape is answered in the run's event loop:
+    scraped every 50 ms by two of these beside a busy suite, an in-memory run of 0.2 s
+    subintervals missed a result's deadline once.)"""
 
     def __init__(self, out: Path, token: str | None = None) -> None:
         super().__init__(daemon=True)
@@ -163,7 +165,7 @@ class Scraper(threading.Thread):
                     self.statuses.append(exc.code)
                 except OSError:
                     pass
-            time.sleep(0.05)
+            time.sleep(0.2)
 
 
 def test_a_run_served_with_metrics_agrees_with_its_own_rows(
@@ -182,7 +184,7 @@ def test_a_run_served_with_metrics_agrees_with_its_own_rows(
     (folder,) = (tmp_path / "live").iterdir()
     fam = {f.name: f for f in text_string_to_metric_families(scraper.during_second)}
     step0 = [r for r in rows(folder / "step0000-first" / "all" / "all.csv")]
-    ios_rows = sum(round(float(r["IOPS"]) * 0.2) for r in step0)
+    ios_rows = sum(round(float(r["IOPS"]) * 0.5) for r in step0)
     ios = sum(s.value for s in fam["ivypy_ios"].samples if s.name == "ivypy_ios_total"
               and s.labels["step"] == "0:first" and s.labels["rollup"] == "all")
     assert ios == ios_rows and ios > 0
