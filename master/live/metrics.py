@@ -9,7 +9,8 @@ exact to the coarse bucket), cumulative over the run, advancing once per subinte
 the step running, its subinterval, each instance's IOPS setting and its hosts' CPU, DFC's
 setting, focus value and target, and each finished step's validity. ``MetricsServer`` serves
 them (``GET /metrics``, OpenMetrics or Prometheus text as the scraper asks, through
-``prometheus_client``'s encoders), with a bearer token when one is set (else 401). It is fed
+``prometheus_client``'s encoders, from a copy rendered on a thread), with a bearer token when
+one is set (else 401). It is fed
 by the run (``master.run``) and decides nothing.
 """
 
@@ -118,6 +119,16 @@ class RunMetrics(Collector):
                 if name in columns:
                     into[:] = columns[name]
 
+    def snapshot(self) -> RunMetrics:
+        """A copy of what a scrape reads now (its arrays copied): rendered away from the run's
+        event loop while the run goes on adding to this one."""
+        return RunMetrics(
+            self.test,
+            {k: _Series(s.names, s.counters.copy(), s.sums_s.copy(), s.hist.copy(),
+                        s.iops_setting.copy(), s.cpu_busy.copy())
+             for k, s in self.series.items()},
+            self.step, self.subinterval, dict(self.valid), dict(self.dfc))
+
     def set_step(self, step: int, name: str, subinterval: int) -> None:
         self.step, self.subinterval = (step, name), subinterval
 
@@ -203,8 +214,7 @@ class MetricsServer:
 
     def __init__(self, metrics: RunMetrics, host: str, port: int, token: str | None = None
                  ) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(metrics)
+        self.metrics = metrics
         self.host, self.port, self.token = host, port, token
         self._server: asyncio.base_events.Server | None = None
 
@@ -251,7 +261,11 @@ class MetricsServer:
                         extra={"WWW-Authenticate": 'Bearer realm="ivypy"'})
         else:
             encoder, content_type = choose_encoder(headers.get("accept", ""))
-            body = encoder(self.registry)
+            # a copy taken here, between two of the run's steps of work, rendered on a thread:
+            # a scrape of many instances does not hold the run's loop for its whole text
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(self.metrics.snapshot())
+            body = await asyncio.to_thread(encoder, registry)
             self._reply(writer, "200 OK", content_type, b"" if method == "HEAD" else body)
         await writer.drain()
 
