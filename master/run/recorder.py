@@ -663,6 +663,8 @@ class StepRecorder:
         """A summary row per instance of a step that measured nothing (stopped or failed
         before its measurement): names, workloads and the settings in force, the metric
         cells empty, invalid with ``reason``."""
+        if self.metrics is not None:
+            self.metrics.set_valid(self.number, self.name, False)
         iops = self._iops_per_workload()
         blank = dict.fromkeys([*ru.METRIC_COLUMNS, *DEVICE_COLUMNS, *self.gathered])
         rows: list[dict[str, Any]] = []

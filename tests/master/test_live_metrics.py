@@ -265,3 +265,4 @@ def test_the_grafana_dashboard_reads_only_series_ivypy_serves() -> None:
     m.set_valid(0, "s", True)
     served = {s.name for f in _families(m).values() for s in f.samples}
     assert used and used <= served, used - served
+

@@ -790,3 +790,30 @@ def test_gathered_columns_in_rows_results_and_summary_means(tmp_path: Path) -> N
     assert [line[at + 1] for line in lines] == ["10", "30", "50"]
     assert [line[at + 2] for line in lines] == ["", "", ""]
     assert [line[-1] for line in lines] == ["max"] * 3  # iops_setting is still the last
+
+
+def test_the_live_metrics_get_each_subinterval_and_each_summarys_validity(
+        tmp_path: Path) -> None:
+    # with metrics, every type's groups send histograms (the plan says so) and each recorded
+    # subinterval reaches them, host by host adding up to the total; a step that measured
+    # nothing (stopped, or a failure) is told invalid
+    from master.live.metrics import RunMetrics
+
+    wl = _workloads()
+    h1 = {w: i for w, i in wl.items() if w.startswith("h1:")}
+    out = RunOutput(tmp_path)
+    metrics = RunMetrics("t")
+    rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, h1, settings_of(h1),
+                       histogram_types=frozenset(r.type for r in ROLLUPS), metrics=metrics)
+    assert all(p["histograms"] for p in rec.plan_for("h1"))
+    rng = np.random.default_rng(3)
+    res = _host_result(_Slaves(rec), "h1", list(h1), 0, rng, 1.0)[0]
+    rec.record(0, "measurement", [res], 10**9)
+    total = metrics.series[(0, "s", "all")]
+    ios = int(total.counters[..., 0].sum())
+    assert ios > 0 and ios == int(metrics.series[(0, "s", "host")].counters[..., 0].sum())
+    assert int(total.hist.sum()) == 2 * ios  # a service and a response time each
+    assert metrics.step == (0, "s") and metrics.subinterval == 0
+    rec.unmeasured_rows("stopped before its measurement")
+    assert metrics.valid == {(0, "s"): False}
+    out.close()
