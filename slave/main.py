@@ -19,11 +19,13 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from protocol import cpulist
 from slave.devstats import DeviceSampler
@@ -206,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="S", help="the least time without a word from the master before "
                     f"the slave stops and exits (default {WATCHDOG_MIN_S:g}; three of the "
                     "longest subinterval, when longer)")
+    ap.add_argument("--connect", metavar="HOST:PORT",
+                    help="dial the master there (connect-back: a scheduler started this slave) "
+                    "instead of speaking on stdin/stdout")
+    ap.add_argument("--token-file", metavar="FILE",
+                    help="with --connect: the file whose first line is the run's token")
+    ap.add_argument("--name", metavar="NAME",
+                    help="with --connect: the host's name in the test (default: this host's)")
     ap.add_argument("--build-compiled-loop", metavar="DIR",
                     help="build the compiled loop into DIR for shipping to other hosts "
                     "(the controller does this), print its file name and exit")
@@ -229,8 +238,43 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         problem = f"worker_cpus {args.worker_cpus!r}: {exc}"
         cpus = [None]  # one idle worker: the handshake answers with the problem, then exits
+    fds: dict[str, int] = {}
+    if args.connect is not None:
+        dialled = _dial(ap, args)
+        if dialled is None:
+            return EXIT_FAILED
+        fds = {"stdin_fd": dialled.stdin_fd, "stdout_fd": dialled.stdout_fd}
     return serve(functools.partial(default_backend, cpus), startup_error=problem,
-                 watchdog_min_s=args.watchdog_min_seconds)
+                 watchdog_min_s=args.watchdog_min_seconds, **fds)
+
+
+def _dial(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """``--connect``: the master dialled and the handshake passed (``slave.connectback``), or
+    None, the reason logged."""
+    from slave.connectback import DialError, dial
+
+    host, sep, port_text = str(args.connect).rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        ap.error(f"--connect {args.connect!r}: not HOST:PORT")
+    if args.token_file is None:
+        ap.error("--connect needs --token-file (the run's token)")
+    try:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.error("cannot read the token file %s: %s", args.token_file, exc)
+        return None
+    if not token:
+        log.error("the token file %s holds no token on its first line", args.token_file)
+        return None
+    name = args.name or socket.gethostname()
+    try:
+        dialled = dial(host.strip("[]"), int(port_text), token, name)
+    except DialError as exc:
+        log.error("connect-back to %s as %s: %s", args.connect, name, exc)
+        return None
+    log.info("connected back to %s as %s", args.connect, name)
+    return dialled
 
 
 if __name__ == "__main__":

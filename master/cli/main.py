@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.cli.report",
     "master.cli.example",
     "master.cli.verify",
+    "master.cli.slave",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -45,6 +46,7 @@ COMMAND_OF: dict[str, str] = {
     "report": "master.cli.report",
     "example": "master.cli.example",
     "verify": "master.cli.verify",
+    "slave": "master.cli.slave",
 }
 
 

@@ -31,6 +31,7 @@ HOST_KEYS: tuple[str, ...] = (
     "known_hosts",
     "transport",
     "exec",
+    "connect_back",
     "worker_cpus",
     "watchdog_seconds",
 )
@@ -193,9 +194,25 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
     transport: str | None = None
     if transport_cursor is not None:
         transport = transport_cursor.string()
-        if transport not in ("local", "ssh", "exec"):
-            raise transport_cursor.error("must be 'local', 'ssh' or 'exec'")
+        if transport not in ("local", "ssh", "exec", "connect_back"):
+            raise transport_cursor.error("must be 'local', 'ssh', 'exec' or 'connect_back'")
     prefix = _exec_prefix(entry)
+    back_cursor = entry.get("connect_back")
+    back = False
+    if back_cursor is not None:
+        if not (back_cursor.is_scalar and isinstance(back_cursor.value, bool)):
+            raise back_cursor.error("must be true or false")
+        back = bool(back_cursor.value)
+    if back and (prefix or transport not in (None, "connect_back")):
+        raise entry.error("connect_back: true is its own transport: not with exec or "
+                          "another transport", path=f"{entry.path}.connect_back")
+    if transport == "connect_back" and not back:
+        back = True
+    if back:
+        for key in ("address", "user", "port", "ssh_config", "identity_file", "known_hosts"):
+            if entry.get(key) is not None:
+                raise entry.error(f"{key} makes no sense for a host that dials the master "
+                                  "(connect_back)", path=f"{entry.path}.{key}")
     if prefix and transport not in (None, "exec"):
         raise entry.error(f"exec gives the exec transport, not {transport}",
                           path=f"{entry.path}.transport")
@@ -211,10 +228,12 @@ def _parse_mapping(entry: Cursor) -> list[HostConfig]:
     worker_cpus = _worker_cpus(entry)
     watchdog_s = _watchdog_seconds(entry)
     hosts = []
-    chosen: Literal["local", "ssh", "exec"]
+    chosen: Literal["local", "ssh", "exec", "connect_back"]
     for name, address in zip(names, addresses, strict=True):
         _check_name(name_cursor, name)
-        if prefix:
+        if back:
+            chosen = "connect_back"
+        elif prefix:
             chosen = "exec"
         elif transport is None:
             is_local = (

@@ -145,6 +145,9 @@ TOP = Section(
            "`verify`'s keys. With it on, every workload's blocksize must be a multiple of "
            f"{_VERIFY_BLOCK} (the map's block), so must a `range_start` given in bytes, and no "
            "`write_data` may be `dedupable`; see `verify`."),
+        _k("connect_back", "mapping", "none",
+           "Where the master listens for the slaves of the hosts that say `connect_back: "
+           "true`; see `connect_back`."),
         _k("metrics", "mapping", "none",
            "Live metrics for Prometheus while the run goes (docs/metrics.md): the master "
            "serves `/metrics` at `listen`; see `metrics`. `ivypy run --metrics ADDR:PORT` "
@@ -179,10 +182,15 @@ HOSTS = Section(
            "protocol over its stdin and stdout; the host needs only `python` with numpy and "
            "psutil. `{name}` in a word is the host's name (`{name: pod[1-3], exec: kubectl "
            "exec -i {name} --}`). Not with address, user, port or the SSH keys."),
-        _k("transport", "`local`, `ssh` or `exec`", "see meaning",
+        _k("connect_back", "bool", "false",
+           "The host's slave dials the master (`ivypy slave --connect`, started by a "
+           "DaemonSet, a Job, `srun`...): the run waits for it at the test's `connect_back` "
+           "(docs/transports.md). Not with address, user, port, exec or the SSH keys."),
+        _k("transport", "`local`, `ssh`, `exec` or `connect_back`", "see meaning",
            "`local` runs the slave as a child process of the master, `ssh` over SSH, `exec` "
-           "through `exec`. Default: `exec` with `exec`, else `local` for the name `localhost` "
-           "without address, user or port, else `ssh`."),
+           "through `exec`, `connect_back` waits for it to dial in. Default: `connect_back` "
+           "with `connect_back: true`, `exec` with `exec`, else `local` for the name "
+           "`localhost` without address, user or port, else `ssh`."),
         _k("worker_cpus", "`auto`, `unpinned` or a CPU list like `0-3,8`",
            f"`{_HOST.worker_cpus}`",
            "`auto`: one worker process per CPU the slave may use, pinned to it; `unpinned`: as "
@@ -646,9 +654,28 @@ METRICS = Section(
     ),
 )
 
+CONNECT_BACK = Section(
+    "connect_back",
+    "Hosts that dial the master",
+    "For hosts a scheduler starts (`ivypy slave --connect HOST:PORT --token-file FILE --name "
+    "NAME`): the master listens here before any host is reached, and each side proves the "
+    "token to the other over TLS before the protocol starts (docs/transports.md).",
+    (
+        _k("listen", "`ADDR:PORT` (`[v6]:PORT`)", "required",
+           "Where the master listens (a port the slaves are told: not 0)."),
+        _k("token_file", "path", "required",
+           "A file whose first line is the run's token, which the slaves' files hold too. A "
+           "relative path is from the working directory."),
+        _k("timeout_seconds", "duration, 1 s to 1 h", "120 s",
+           "How long the run waits for each host to dial in; one that does not stops the run "
+           "(exit 3), named."),
+    ),
+)
+
 SECTIONS: tuple[Section, ...] = (
     TOP, HOSTS, LUNS, ROLLUPS, GATHER, GATHER_JOIN, STEPS, WORKLOADS, WORKLOAD_LUNS,
     WRITE_DATA, MEASURE, CRITERIA, DFC, GAINS, EDIT_ROLLUP, FOR, THRESHOLDS, VERIFY, METRICS,
+    CONNECT_BACK,
 )
 
 

@@ -34,9 +34,15 @@ from master.config.limits import (
     percent_within,
     show_bytes,
 )
-from master.config.metrics import METRICS_KEYS, parse_metrics
+from master.config.metrics import (
+    CONNECT_BACK_KEYS,
+    METRICS_KEYS,
+    parse_connect_back,
+    parse_metrics,
+)
 from master.config.schema import (
     AttributeMatch,
+    ConnectBackConfig,
     HostConfig,
     LunSelector,
     RollupSpec,
@@ -83,6 +89,7 @@ TOP_KEYS: tuple[str, ...] = (
     "thresholds",
     "verify",
     "metrics",
+    "connect_back",
 )
 LUN_KEYS: tuple[str, ...] = (
     "hosts",
@@ -458,9 +465,13 @@ def parse_config_text(
         verify = parse_verify(root.get("verify"))
     with errors.each():
         metrics = parse_metrics(root.get("metrics"), base)
+    connect_back = None
+    with errors.each():
+        connect_back = parse_connect_back(root.get("connect_back"), base)
     hosts = luns = rollups = gather = None
     with errors.each():
         hosts = parse_hosts(root.require("hosts"))
+        _check_connect_back(root, hosts, connect_back)
     if hosts is not None and output_root is not None:
         with errors.each():
             luns = _luns(root, hosts, output_root)
@@ -513,7 +524,22 @@ def parse_config_text(
         thresholds=thresholds,
         verify=verify,
         metrics=metrics,
+        connect_back=connect_back,
     )
+
+
+def _check_connect_back(root: Cursor, hosts: tuple[HostConfig, ...],
+                        connect_back: ConnectBackConfig | None) -> None:
+    """A host that dials the master needs the test's ``connect_back:``, which needs such a
+    host."""
+    dialling = [h for h in hosts if h.transport == "connect_back"]
+    if dialling and connect_back is None and root.get("connect_back") is None:
+        raise root.require("hosts").error(
+            f"host {dialling[0].name} dials the master (connect_back), and the test has no "
+            "connect_back: {listen: ADDR:PORT, token_file: FILE} to listen with")
+    if not dialling and connect_back is not None:
+        raise root.require("connect_back").error(
+            "no host says connect_back: true: there is nobody to listen for")
 
 
 def _step_names(root: Cursor, steps: tuple[StepConfig, ...]) -> dict[str, tuple[str, ...]]:
@@ -559,6 +585,7 @@ KEYS_BY_PATH: dict[str, tuple[str, ...]] = {
     "steps[].edit_rollup[]": EDIT_ROLLUP_KEYS, "thresholds[]": THRESHOLD_KEYS,
     "verify": VERIFY_KEYS,
     "metrics": METRICS_KEYS,
+    "connect_back": CONNECT_BACK_KEYS,
 }
 
 

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from master.config.schema import MetricsConfig
+from master.config.limits import duration_within
+from master.config.schema import ConnectBackConfig, MetricsConfig
 from master.config.yamlnodes import Cursor
 
-__all__ = ["METRICS_KEYS", "parse_listen", "parse_metrics", "read_token"]
+__all__ = ["CONNECT_BACK_KEYS", "METRICS_KEYS", "parse_connect_back", "parse_listen",
+           "parse_metrics", "read_token"]
 
 METRICS_KEYS: tuple[str, ...] = ("listen", "token_file")
+CONNECT_BACK_KEYS: tuple[str, ...] = ("listen", "token_file", "timeout_seconds")
+#: the longest a run waits for its connect-back hosts to dial in (``timeout_seconds``)
+CONNECT_BACK_TIMEOUT_RANGE: tuple[float, float] = (1.0, 3600.0)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -74,3 +79,30 @@ def read_token(path: str) -> str:
     if not token:
         raise ValueError(f"metrics: the token file {path} holds no token on its first line")
     return token
+
+
+def parse_connect_back(cursor: Cursor | None, base: Path) -> ConnectBackConfig | None:
+    """The top level's ``connect_back:`` (None when absent): where the master listens for
+    the slaves that dial it, the token file both sides prove (required), and how long it
+    waits for them (default 120 s)."""
+    if cursor is None:
+        return None
+    if not cursor.is_map:
+        raise cursor.error("must be a mapping {listen: ADDR:PORT, token_file: FILE, "
+                           f"timeout_seconds: N}} (got {cursor.shown()})")
+    cursor.check_keys(CONNECT_BACK_KEYS)
+    listen = cursor.require("listen")
+    try:
+        host, port = parse_listen(listen.string())
+    except ValueError as exc:
+        raise listen.error(str(exc)) from None
+    if port == 0:
+        raise listen.error("needs a port the slaves are told: not 0")
+    token = cursor.require("token_file")
+    text = token.string()
+    if not text:
+        raise token.error("must not be empty")
+    path = str(Path(text) if Path(text).is_absolute() else (base / text).expanduser())
+    timeout_s = duration_within(cursor.get("timeout_seconds"), 120.0,
+                                *CONNECT_BACK_TIMEOUT_RANGE, "at least 1s and at most 1h")
+    return ConnectBackConfig(host=host, port=port, token_file=path, timeout_s=timeout_s)

@@ -78,7 +78,7 @@ class HostConfig:
 
     name: str
     address: str
-    transport: Literal["local", "ssh", "exec"]
+    transport: Literal["local", "ssh", "exec", "connect_back"]
     user: str | None = None
     port: int | None = None
     python: str = "python3"
@@ -521,6 +521,20 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class ConnectBackConfig:
+    """Connect-back (docs/transports.md): the master listens on ``host``:``port`` for the
+    slaves of the hosts that say ``connect_back: true``, each of which must prove the token
+    in ``token_file`` (and is proven the master's), waiting ``timeout_s`` for each. YAML
+    ``connect_back: {listen: ADDR:PORT, token_file: FILE, timeout_seconds: N}``;
+    ``master.config.metrics`` parses it beside ``metrics:``."""
+
+    host: str
+    port: int
+    token_file: str
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     """Live metrics for Prometheus (docs/metrics.md): the master serves ``/metrics`` on
     ``host``:``port`` (0: any free port) while the run goes; with ``token_file``, a scrape
@@ -616,6 +630,7 @@ class TestConfig:
     thresholds: tuple[Threshold, ...] = ()
     verify: VerifyConfig | None = None
     metrics: MetricsConfig | None = None
+    connect_back: ConnectBackConfig | None = None
 
     def host(self, name: str) -> HostConfig:
         for host in self.hosts:

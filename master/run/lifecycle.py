@@ -36,6 +36,7 @@ from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.metrics import read_token
 from master.config.resolved import resolved_dict
 from master.gather.gathering import Gathering
+from master.hosts.connectback import ConnectBackListener
 from master.hosts.connection import Connection, Connector
 from master.hosts.session import HostSession, LunRefusedError, SlaveEvent
 from master.live.control_socket import ControlServer, ControlUnavailable
@@ -202,6 +203,8 @@ class Run(StepLoop):
         #: the live metrics for Prometheus (``metrics:``, ``--metrics``) and their server
         self.metrics = RunMetrics(cfg.test) if cfg.metrics is not None else None
         self.metrics_server: MetricsServer | None = None
+        #: where the hosts that dial the master (``connect_back``) are listened for
+        self.listener: ConnectBackListener | None = None
         #: the run's summary.csv header: fixed by the first step that writes it (its gathered
         #: columns), or the existing file's (a resumed run)
         self.run_summary_header: list[str] | None = None
@@ -285,6 +288,7 @@ class Run(StepLoop):
                 self.event("WARNING", f"{exc}: ivypy status, edit and stop cannot reach this "
                            "run", kind="control")
             await self._serve_metrics()
+            await self._listen_for_hosts()
             await self.fleet.or_interrupted(self._start_hosts(), "starting hosts")
             await self.fleet.or_interrupted(self._discover(), "discovering LUNs")
             if self.cfg.gather:
@@ -369,6 +373,8 @@ class Run(StepLoop):
             await server.close()
             if self.metrics_server is not None:
                 await self.metrics_server.close()
+            if self.listener is not None:
+                await self.listener.close()
             await self.fleet.close_all(INTERRUPT_WAIT_S / 2 if self.interrupted.is_set() else 2.0)
             if self.gathering is not None:
                 await self.gathering.close()
@@ -572,6 +578,33 @@ class Run(StepLoop):
                    + (" (bearer token required)" if token else ""), kind="metrics")
         self.view.message(f"ivypy: metrics at {where}")
 
+    async def _listen_for_hosts(self) -> None:
+        """The listener for the hosts that dial the master (``connect_back``), before any
+        host is reached; a token file that cannot be read, or an address that cannot be
+        listened on, is a config error."""
+        cb = self.cfg.connect_back
+        names = [h.name for h in self.cfg.hosts if h.transport == "connect_back"]
+        if cb is None or not names:
+            return
+        try:
+            token = read_token(cb.token_file)
+        except ValueError as exc:
+            raise ConfigError(str(exc).replace("metrics: ", "connect_back: "),
+                              key_path="connect_back.token_file",
+                              file=self.cfg.source_file) from None
+        self.listener = ConnectBackListener(
+            cb.host, cb.port, token, names,
+            lambda message: self.event("WARNING", message, kind="connect_back"))
+        try:
+            await self.listener.start()
+        except OSError as exc:
+            raise ConfigError(f"connect_back: cannot listen on {cb.host}:{cb.port}: "
+                              f"{exc.strerror or exc}", key_path="connect_back.listen",
+                              file=self.cfg.source_file) from None
+        self.event("INFO", f"connect_back: listening on {cb.host or '0.0.0.0'}:"
+                   f"{self.listener.port} for {', '.join(names)} (waiting up to "
+                   f"{cb.timeout_s:g} s for each)", kind="connect_back")
+
     def _interrupt(self) -> None:
         if not self.interrupted.is_set():
             self.view.message("ivypy: interrupted: stopping all hosts (output is kept)")
@@ -596,8 +629,14 @@ class Run(StepLoop):
 
         async def start(host: HostConfig) -> HostSession:
             nonlocal left
+            conn: Connection
             try:
-                conn = await self.connect(host)
+                if host.transport == "connect_back":
+                    assert self.listener is not None and self.cfg.connect_back is not None
+                    conn = await self.listener.wait_for(host.name,
+                                                        self.cfg.connect_back.timeout_s)
+                else:
+                    conn = await self.connect(host)
             finally:
                 left -= 1
                 if not left:

@@ -26,6 +26,7 @@ EVERY_MAPPING = """\
 test: every_mapping
 hosts:
   - {name: localhost, worker_cpus: auto}
+  - {name: far, connect_back: true}
 luns:
   - {hosts: localhost, file: "${output_root}/lun0", size: 16MiB, create: true}
 rollups:
@@ -55,6 +56,7 @@ thresholds:
   - {expr: "IOPS > 10", step: held, rollup: host, instance: localhost}
 verify: {on_error: continue, findings_kept: 16}
 metrics: {listen: "127.0.0.1:9464", token_file: /run/token}
+connect_back: {listen: "0.0.0.0:9470", token_file: /run/token, timeout_seconds: 30s}
 """
 
 #: a test with every optional key left out, to read the defaults from
