@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "master.cli.example",
     "master.cli.verify",
     "master.cli.slave",
+    "master.cli.k8s",
 )
 #: Which module registers which subcommand, so that a command imports only its own module
 #: (``ivypy fio-pctiles`` need not load asyncssh and the run loop). A test keeps it in step.
@@ -47,6 +48,7 @@ COMMAND_OF: dict[str, str] = {
     "example": "master.cli.example",
     "verify": "master.cli.verify",
     "slave": "master.cli.slave",
+    "k8s": "master.cli.k8s",
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from master.cli.k8s import slave_args
 from tests.master.memhosts import run_cli
 from tests.master.runhelp import ended, ivypy_here, rows, wait_rows, write_config
 from tests.slave.conftest import LoopFactory
@@ -62,12 +63,14 @@ def _listening(out: Path, deadline: float) -> None:
 
 
 def _slave(ns: str, listen: str, token: Path, name: str, log: Path) -> subprocess.Popen[bytes]:
-    """A slave started in namespace ``ns`` as a scheduler would, dialling the master."""
+    """A slave started in namespace ``ns`` as a scheduler would, dialling the master: the
+    command of the pods ``ivypy k8s manifest`` writes (``ivypy`` being this checkout's)."""
+    host, port = listen.rsplit(":", 1)
+    _, *words = slave_args(host, int(port), name, str(token))
     with open(log, "wb") as f:
         return subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "master", "slave", "--connect",
-             listen, "--token-file", str(token), "--name", name, "--watchdog-min-seconds",
-             "5"], stdout=subprocess.DEVNULL, stderr=f)
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "master", *words,
+             "--watchdog-min-seconds", "5"], stdout=subprocess.DEVNULL, stderr=f)
 
 
 @pytest.mark.root
