@@ -89,29 +89,22 @@ async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, to_
         lambda: asyncio.streams.FlowControlMixin(), os.fdopen(to_slave, "wb", buffering=0))
     pipe_out = asyncio.StreamWriter(out_transport, out_protocol, None, loop)
 
-    async def inward() -> None:
-        try:
-            while data := await reader.read(READ_BYTES):
-                pipe_out.write(data)
-                await pipe_out.drain()
-        except (ConnectionError, OSError, ssl.SSLError) as exc:
-            log.warning("the master's connection ended: %s", exc)
-        finally:
-            pipe_out.close()
+    await asyncio.gather(_pump(reader, pipe_out, "the master's connection ended"),
+                         _pump(pipe_in, writer, "cannot send to the master"))
 
-    async def outward() -> None:
-        try:
-            while data := await pipe_in.read(READ_BYTES):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError, ssl.SSLError) as exc:
-            log.warning("cannot send to the master: %s", exc)
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
-    await asyncio.gather(inward(), outward())
+async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, what: str) -> None:
+    """``source``'s bytes into ``sink`` until its end, then ``sink`` closed."""
+    try:
+        while data := await source.read(READ_BYTES):
+            sink.write(data)
+            await sink.drain()
+    except (ConnectionError, OSError, ssl.SSLError) as exc:
+        log.warning("%s: %s", what, exc)
+    finally:
+        sink.close()
+        with contextlib.suppress(Exception):
+            await sink.wait_closed()
 
 
 def dial(host: str, port: int, token: str, name: str,

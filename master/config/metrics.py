@@ -42,28 +42,35 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
-def parse_metrics(cursor: Cursor | None, base: Path) -> MetricsConfig | None:
-    """The top level's ``metrics:`` (None when absent); a relative ``token_file`` from
-    ``base``, the directory ``output_root`` is resolved from."""
-    if cursor is None:
-        return None
+def _listener(cursor: Cursor, keys: tuple[str, ...], shape: str, base: Path
+              ) -> tuple[str, int, str | None]:
+    """A listener's mapping (``metrics:``, ``connect_back:``): its ``listen`` address and
+    port, and its ``token_file`` (None where absent; a relative one from ``base``, the
+    directory ``output_root`` is resolved from)."""
     if not cursor.is_map:
-        raise cursor.error(f"must be a mapping {{listen: ADDR:PORT, token_file: FILE}} "
-                           f"(got {cursor.shown()})")
-    cursor.check_keys(METRICS_KEYS)
+        raise cursor.error(f"must be a mapping {{{shape}}} (got {cursor.shown()})")
+    cursor.check_keys(keys)
     listen = cursor.require("listen")
     try:
         host, port = parse_listen(listen.string())
     except ValueError as exc:
         raise listen.error(str(exc)) from None
     token = cursor.get("token_file")
-    token_file = None
-    if token is not None:
-        text = token.string()
-        if not text:
-            raise token.error("must not be empty")
-        token_file = str((base / text).expanduser() if not Path(text).is_absolute()
-                         else Path(text))
+    if token is None:
+        return host, port, None
+    text = token.string()
+    if not text:
+        raise token.error("must not be empty")
+    return host, port, str(Path(text) if Path(text).is_absolute()
+                           else (base / text).expanduser())
+
+
+def parse_metrics(cursor: Cursor | None, base: Path) -> MetricsConfig | None:
+    """The top level's ``metrics:`` (None when absent)."""
+    if cursor is None:
+        return None
+    host, port, token_file = _listener(cursor, METRICS_KEYS,
+                                       "listen: ADDR:PORT, token_file: FILE", base)
     return MetricsConfig(host=host, port=port, token_file=token_file)
 
 
@@ -87,22 +94,13 @@ def parse_connect_back(cursor: Cursor | None, base: Path) -> ConnectBackConfig |
     waits for them (default 120 s)."""
     if cursor is None:
         return None
-    if not cursor.is_map:
-        raise cursor.error("must be a mapping {listen: ADDR:PORT, token_file: FILE, "
-                           f"timeout_seconds: N}} (got {cursor.shown()})")
-    cursor.check_keys(CONNECT_BACK_KEYS)
-    listen = cursor.require("listen")
-    try:
-        host, port = parse_listen(listen.string())
-    except ValueError as exc:
-        raise listen.error(str(exc)) from None
+    host, port, token_file = _listener(
+        cursor, CONNECT_BACK_KEYS, "listen: ADDR:PORT, token_file: FILE, timeout_seconds: N",
+        base)
     if port == 0:
-        raise listen.error("needs a port the slaves are told: not 0")
-    token = cursor.require("token_file")
-    text = token.string()
-    if not text:
-        raise token.error("must not be empty")
-    path = str(Path(text) if Path(text).is_absolute() else (base / text).expanduser())
+        raise cursor.require("listen").error("needs a port the slaves are told: not 0")
+    if token_file is None:
+        raise cursor.require("token_file").error("is required")  # raises: missing key
     timeout_s = duration_within(cursor.get("timeout_seconds"), 120.0,
                                 *CONNECT_BACK_TIMEOUT_RANGE, "at least 1s and at most 1h")
-    return ConnectBackConfig(host=host, port=port, token_file=path, timeout_s=timeout_s)
+    return ConnectBackConfig(host=host, port=port, token_file=token_file, timeout_s=timeout_s)
