@@ -74,17 +74,17 @@ def parse_metrics(cursor: Cursor | None, base: Path) -> MetricsConfig | None:
     return MetricsConfig(host=host, port=port, token_file=token_file)
 
 
-def read_token(path: str) -> str:
-    """The bearer token in ``path`` (its first line, stripped); ``ValueError`` when it cannot
-    be read or is empty."""
+def read_token(path: str, what: str = "metrics") -> str:
+    """The token in ``path`` (its first line, stripped); ``ValueError`` naming ``what`` reads
+    it (``metrics``, ``connect_back``) when it cannot be read or is empty."""
     try:
         with open(path, encoding="utf-8") as f:
             token = f.readline().strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"metrics: cannot read the token file {path}: "
+        raise ValueError(f"{what}: cannot read the token file {path}: "
                          f"{getattr(exc, 'strerror', None) or exc}") from None
     if not token:
-        raise ValueError(f"metrics: the token file {path} holds no token on its first line")
+        raise ValueError(f"{what}: the token file {path} holds no token on its first line")
     return token
 
 

@@ -135,17 +135,18 @@ class RunMetrics(Collector):
     def set_valid(self, step: int, name: str, valid: bool) -> None:
         self.valid[(step, name)] = valid
 
-    def set_dfc(self, step: int, name: str, row: Mapping[str, Any]) -> None:
-        """A DFC move (its dfc.csv row): the IOPS it set its focus instance to, the focus
+    def set_dfc(self, step: int, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """DFC's moves (their dfc.csv rows): per focus instance, the IOPS it set, the focus
         metric as measured, and its target."""
-        def number(key: str) -> float:
+        def number(row: Mapping[str, Any], key: str) -> float:
             try:
                 return float(row.get(key))  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 return float("nan")
 
-        self.dfc[(step, name, str(row.get("instance", "")))] = (
-            number("new_iops"), number("measured"), number("target"))
+        for row in rows:
+            self.dfc[(step, name, str(row.get("instance", "")))] = (
+                number(row, "new_iops"), number(row, "measured"), number(row, "target"))
 
     # ------------------------------------------------------------------ exposition
     def collect(self) -> Iterator[Metric]:

@@ -587,9 +587,9 @@ class Run(StepLoop):
         if cb is None or not names:
             return
         try:
-            token = read_token(cb.token_file)
+            token = read_token(cb.token_file, "connect_back")
         except ValueError as exc:
-            raise ConfigError(str(exc).replace("metrics: ", "connect_back: "),
+            raise ConfigError(str(exc),
                               key_path="connect_back.token_file",
                               file=self.cfg.source_file) from None
         self.listener = ConnectBackListener(

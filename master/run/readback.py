@@ -235,7 +235,7 @@ class ReadBack:
 
     async def _host(self, name: str) -> None:
         hs = self.fleet.sessions[name]
-        crashes = [[a, *c] for a, c in self.vm.crashes_now()]
+        crashes = self.vm.crash_rows(with_last=True)
         for done in (x for x in self.luns if x.lun.host == name):
             lun = done.lun
             if done.blocks_total == 0:

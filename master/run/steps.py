@@ -645,8 +645,8 @@ class StepLoop:
                                     ("dfc", dec.dfc_rows, DFC_COLUMNS)):
             if rows:
                 self.output.table(f"{st.recorder.dir}/{name}.csv", columns).write_many(rows)
-        for r in dec.dfc_rows if self.metrics is not None else ():  # DFC's gauges
-            self.metrics.set_dfc(st.number, st.config.name, r)  # type: ignore[union-attr]
+        if self.metrics is not None:  # DFC's gauges
+            self.metrics.set_dfc(st.number, st.config.name, dec.dfc_rows)
 
     def _record(self, st: StepState, k: int, phase: str, results: Sequence[SubintervalResult],
                 joined: dict[str, dict[str, npt.NDArray[np.float64]]] | None = None

@@ -92,7 +92,7 @@ class RunVerification:
             if v._writer(w.workload) != w.number:  # this class numbers them 0, 1, 2 ...
                 raise ValueError(f"{run_dir}: the map's writer numbers are not 0 to "
                                  f"{len(vm.writers) - 1}")
-        v.crashes = [[a, *c] for a, c in vm.crashes]
+        v.crashes = vm.crash_rows()
         return v
 
     def to_load(self, instances: Sequence[WorkloadInstance]) -> list[tuple[str, int, bytes]]:

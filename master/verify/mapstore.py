@@ -528,11 +528,13 @@ class VerifyMap:
         top = max((w.number for w in self.writers), default=-1)
         return [self._confirmed.get(w, -1) for w in range(top + 1)]
 
-    def crashes_now(self) -> list[tuple[int, list[int]]]:
-        """Every crash a check of the LUNs as they are must account for: those of the
-        attempts before, and the last attempt's (it may have ended in one too: a read-back's,
+    def crash_rows(self, with_last: bool = False) -> list[list[int]]:
+        """The crashes a check of the LUNs must account for, as ``LoadMap.crashes`` rows
+        (``[attempt, confirmed serial by writer ...]``): those of the attempts before, and
+        with ``with_last`` the last attempt's too (it may have ended in one: a read-back's,
         ``ivypy verify``)."""
-        return [*self.crashes, (self.attempt, self.confirmed_list())]
+        last = [(self.attempt, self.confirmed_list())] if with_last else []
+        return [[a, *c] for a, c in (*self.crashes, *last)]
 
     def _write_meta(self) -> None:
         doc = {"format": FORMAT, "map_block_bytes": MAP_BLOCK_BYTES, "run_key": self.run_key,

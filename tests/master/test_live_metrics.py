@@ -261,7 +261,7 @@ def test_the_grafana_dashboard_reads_only_series_ivypy_serves() -> None:
     m = RunMetrics("t")
     m.add(0, "s", "all", ["all"], np.array([0]), _batch({(0, 0): [1000]}),
           {"iops_setting": np.array([10.0]), "cpu_busy_pct": np.array([5.0])})
-    m.set_dfc(0, "s", {"instance": "all", "new_iops": 10, "measured": 0.001, "target": 0.002})
+    m.set_dfc(0, "s", [{"instance": "all", "new_iops": 10, "measured": 0.001, "target": 0.002}])
     m.set_valid(0, "s", True)
     served = {s.name for f in _families(m).values() for s in f.samples}
     assert used and used <= served, used - served

@@ -475,7 +475,8 @@ def test_each_attempt_that_ended_is_kept_with_its_confirmed_serials(
     vm.next_attempt()
     apply(vm, None, 1, [(3, 2, 1)], {0: 9, 5: 2})
     first, second = [4, -1, -1, -1, -1, -1], [9, -1, -1, -1, -1, 2]
-    assert vm.crashes_now() == [(0, first), (1, second)]  # the last one's as it stands
+    assert vm.crash_rows(with_last=True) == [[0, *first], [1, *second]]  # the last as it stands
+    assert vm.crash_rows() == [[0, *first]]
     vm.close()
     loaded = VerifyMap.load(tmp_path)
     assert loaded.crashes == [(0, first)]
