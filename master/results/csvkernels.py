@@ -1,14 +1,22 @@
-"""Compiled inner loops of the CSV writers (numba): numbers as ``fmt`` text, rows of them, and
-lines appended to many files at once.
+"""Compiled inner loops of the CSV writers: numbers as ``fmt`` text, rows of them, and lines
+appended to many files at once.
 
 At 10,000 workloads a subinterval writes tens of thousands of rows of a few hundred cells;
 Python's ``%`` formatting and a write per file cost hundreds of milliseconds. These loops hold no
 state; the callers in ``master.results.output`` own the files and the meaning, and the tests
 compare every kernel with Python's own formatting and writes.
+
+Each loop is C (``csvkernels.c``, its functions named ``ivc_``), built and loaded by
+``master.analysis.native`` and called through ctypes (without the GIL); this module owns their
+signatures, checks what they would otherwise index out of range, and keeps each one's
+reference in Python (``_<name>_py``, pure Python and numpy), which the tests compare with the
+C bit for bit. It must not keep any state but the loaded functions and one output buffer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from master.analysis.jit import jit, jit_inline, numba
+from master.analysis import native
 
 # ----------------------------------------------------------------------------- CSV numbers
 #: Longest text of one cell (``master.results.csvfiles.fmt``): sign and 15 digits of a whole number
@@ -25,7 +33,8 @@ from master.analysis.jit import jit, jit_inline, numba
 _CELL_MAX = 16
 #: Powers of ten 10**k, k = 0..22 (exact in binary64).
 _POW_POS = np.array([10.0 ** k for k in range(23)])
-#: 10**k for k = -_P10_BIAS.._P10_BIAS (rounded where inexact), enough for the magnitudes
+#: 10**k for k = -_P10_BIAS.._P10_BIAS (rounded where inexact; the C holds the same values
+#: as hexadecimal literals), enough for the magnitudes
 #: ``_put_cell_py`` decides (1e-30 to 1e15): the decimal exponent's first guess is checked
 #: against it; the mantissa check corrects a guess it got wrong.
 _P10_BIAS = 40
@@ -47,9 +56,6 @@ def _two_prod_py(a: float, b: float) -> tuple[float, float]:
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-_two_prod = jit(_two_prod_py)
-
-
 def _put_uint_py(buf: Any, at: int, v: Any) -> int:
     """Decimal digits of ``v`` (uint64) at ``buf[at:]``; returns the new end."""
     n = 1
@@ -61,9 +67,6 @@ def _put_uint_py(buf: Any, at: int, v: Any) -> int:
         buf[at + k] = np.uint8(48 + v % np.uint64(10))
         v //= np.uint64(10)
     return at + n
-
-
-_put_uint = jit_inline(_put_uint_py)
 
 
 def _put_cell_py(buf: Any, at: int, x: float, bits: int, pow_pos: Any, p10: Any,
@@ -94,7 +97,7 @@ def _put_cell_py(buf: Any, at: int, x: float, bits: int, pow_pos: Any, p10: Any,
         frac = a - fl
         if frac > 0.5 or (frac == 0.5 and (w & 1) == 1):
             w += 1
-        at = _put_uint(buf, at, np.uint64(w))
+        at = _put_uint_py(buf, at, np.uint64(w))
         return at
     # decimal exponent: floor(e2 * log10(2)) from the binary exponent, then one comparison
     e2 = ((bits >> 52) & 0x7FF) - 1023
@@ -125,10 +128,10 @@ def _put_cell_py(buf: Any, at: int, x: float, bits: int, pow_pos: Any, p10: Any,
             # midpoint (fl + 0.5) * 10**(e - 5) by error-free products
             half = fl + 0.5
             if 0 <= k <= 22:
-                hi, lo = _two_prod(a, pow_pos[k])
+                hi, lo = _two_prod_py(a, pow_pos[k])
                 side = (hi - half) + lo
             elif -22 <= k < 0:
-                hi, lo = _two_prod(half, pow_pos[-k])
+                hi, lo = _two_prod_py(half, pow_pos[-k])
                 side = (a - hi) - lo
             else:
                 break
@@ -196,11 +199,8 @@ def _put_cell_py(buf: Any, at: int, x: float, bits: int, pow_pos: Any, p10: Any,
     if ex < 10:
         buf[at] = 48
         at += 1
-    at = _put_uint(buf, at, np.uint64(ex))
+    at = _put_uint_py(buf, at, np.uint64(ex))
     return at
-
-
-_put_cell = jit_inline(_put_cell_py)
 
 
 def _format_lines_py(values: Any, bits: Any, pow_pos: Any, p10: Any, head: Any, texts: Any,
@@ -267,7 +267,7 @@ def _format_lines_py(values: Any, bits: Any, pow_pos: Any, p10: Any, head: Any, 
             else:
                 x = values[i, col]
                 if np.isfinite(x):
-                    end = _put_cell(buf, at, x, bits[i, col], pow_pos, p10, digits)
+                    end = _put_cell_py(buf, at, x, bits[i, col], pow_pos, p10, digits)
                     if end < 0:
                         fallback[i] = True
                     else:
@@ -280,16 +280,49 @@ def _format_lines_py(values: Any, bits: Any, pow_pos: Any, p10: Any, head: Any, 
         ends[i] = at
 
 
-_format_lines = jit(_format_lines_py)
+# ----------------------------------------------------------------------------- the C functions
+_P = ctypes.c_void_p  # an array's data, as its address (``ndarray.ctypes.data``)
+_I = ctypes.c_int64
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "ivc_format_lines": (_I, [_P, _I, _I, ctypes.c_char_p, _I, ctypes.c_char_p, _I, _P, _P,
+                              ctypes.c_char_p, _I, _I, ctypes.c_char_p, _I, _P, _I, _P, _P,
+                              _P]),
+    "ivc_gather_texts": (None, [ctypes.c_char_p, _P, _P, _I, _P, _P]),
+    "ivc_write_lines": (_I, [_P, _I, _P, _P, _I, _I, _P, _P, _P]),
+}
+_functions: dict[str, Any] = {}
 
 
-_scratch: dict[str, npt.NDArray[np.uint8]] = {}
+def _c(name: str) -> Any:
+    """The C function ``name`` of ``native.library()``, its types set on first use."""
+    fn = _functions.get(name)
+    if fn is None:
+        fn = getattr(native.library(), name)
+        fn.restype, fn.argtypes = _SIGNATURES[name]
+        _functions[name] = fn
+    return fn
 
 
-def _bytes(data: bytes) -> npt.NDArray[np.uint8]:
-    """``data`` as a read-only uint8 array, empty or not: one type, so one compiled
-    signature of ``format_lines`` serves every caller."""
-    return np.frombuffer(data, dtype=np.uint8)
+def _address(a: npt.NDArray[Any]) -> int:
+    """The address of a C-contiguous array's data (about 1 us: the arrays a call takes are few)."""
+    return a.ctypes.data
+
+
+class _Buffer:
+    """An output buffer kept between calls (no page faults per call), and its address."""
+
+    def __init__(self) -> None:
+        self.array = np.empty(0, dtype=np.uint8)
+        self.address = _address(self.array)
+        self.size = 0
+
+    def resize(self, size: int) -> None:
+        self.array = np.empty(size, dtype=np.uint8)
+        self.address, self.size = _address(self.array), size
+
+
+_rows = _Buffer()  # format_lines'
+_NO_BLOCKS = np.zeros((0, 3), dtype=np.int64)
 
 
 def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: bytes = b"",
@@ -302,9 +335,10 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
     (ASCII), where each line ends in them, and which rows the caller must write itself. The
     bytes are a view of a buffer kept between calls (no page faults per call): valid until
     the next call. ``repeats``: blocks of columns (start, source start, length) that take
-    their source block's text where their values are the same."""
+    their source block's text where their values are the same. ``text_ends`` and
+    ``word_last`` have a value per row; ``text_ends`` rises to at most ``len(texts)``."""
     n, m = values.shape
-    blocks = np.array(repeats, dtype=np.int64).reshape(-1, 3)
+    blocks = np.array(repeats, dtype=np.int64).reshape(-1, 3) if len(repeats) else _NO_BLOCKS
     taken = np.zeros(m, dtype=np.bool_)
     for start, src, length in blocks.tolist():
         if not (length > 0 and src >= 0 and src + length <= start and start + length < m
@@ -312,23 +346,34 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
             raise ValueError(f"repeated block {start, src, length} must follow its source, "
                              f"not overlap another, and leave the last of {m} columns")
         taken[start:start + length] = True
-    if text_ends is None:
-        text_ends = np.zeros(n, dtype=np.int64)
-    if word_last is None:
-        word_last = np.zeros(n, dtype=np.bool_)
+    if text_ends is not None:
+        text_ends = np.ascontiguousarray(text_ends, dtype=np.int64)
+        if text_ends.shape != (n,):
+            raise ValueError(f"{n} rows but text ends of shape {text_ends.shape}")
+    if word_last is not None:
+        word_last = np.ascontiguousarray(word_last, dtype=np.bool_)
+        if word_last.shape != (n,):
+            raise ValueError(f"{n} rows but words of shape {word_last.shape}")
+    head, texts, word, tail = bytes(head), bytes(texts), bytes(word), bytes(tail)
     need = (n * (len(head) + len(tail) + m * (_CELL_MAX + 1) + max(len(word) - _CELL_MAX, 0))
             + len(texts) + 2 * _CELL_MAX)
-    buf = _scratch.get("rows")
-    if buf is None or buf.size < need:
-        buf = _scratch["rows"] = np.empty(need, dtype=np.uint8)
+    if _rows.size < need:
+        _rows.resize(need)
     ends = np.zeros(n, dtype=np.int64)
     fallback = np.zeros(n, dtype=np.bool_)
     values = np.ascontiguousarray(values, dtype=np.float64)
-    _format_lines(values, values.view(np.int64), _POW_POS, _P10, _bytes(head), _bytes(texts),
-                  np.ascontiguousarray(text_ends, dtype=np.int64),
-                  np.ascontiguousarray(word_last, dtype=np.bool_), _bytes(word), comma_first,
-                  _bytes(tail), blocks, buf, ends, fallback)
-    return buf[:int(ends[-1]) if n else 0], ends, fallback
+    done = _c("ivc_format_lines")(
+        _address(values), n, m, head, len(head), texts, len(texts),
+        None if text_ends is None else _address(text_ends),
+        None if word_last is None else _address(word_last), word, len(word),
+        1 if comma_first else 0, tail, len(tail), _address(blocks) if blocks.size else None,
+        blocks.shape[0], _rows.address, _address(ends), _address(fallback))
+    if done == -1:
+        raise ValueError(f"text ends must rise from 0 to at most the {len(texts)} bytes of "
+                         "texts")
+    if done != 0:
+        raise MemoryError("format_lines: no memory for a row's cell offsets")
+    return _rows.array[:int(ends[-1]) if n else 0], ends, fallback
 
 
 def _gather_texts_py(data: Any, ends: Any, which: Any, out: Any, out_ends: Any) -> None:
@@ -344,34 +389,27 @@ def _gather_texts_py(data: Any, ends: Any, which: Any, out: Any, out_ends: Any) 
         out_ends[j] = at
 
 
-_gather_texts = jit(_gather_texts_py)
-
-
 def gather_texts(data: bytes, ends: npt.NDArray[np.int64], which: npt.NDArray[np.intp]
                  ) -> tuple[bytes, npt.NDArray[np.int64]]:
     """The texts ``which[0], which[1], ...`` (repeats allowed) of ``data`` (text i ends at
-    ``ends[i]``), one after another, and where each ends."""
+    ``ends[i]``), one after another, and where each ends. ``ends`` rises to at most
+    ``len(data)``."""
     if which.size and (int(which.min()) < 0 or int(which.max()) >= ends.size):
         raise ValueError(f"texts {int(which.min())}..{int(which.max())} of {ends.size}")
+    data = bytes(data)
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     which = np.ascontiguousarray(which, dtype=np.int64)
     lengths = np.diff(ends, prepend=0)
+    if ends.size and (int(lengths.min()) < 0 or int(ends[-1]) > len(data)):
+        raise ValueError(f"text ends must rise from 0 to at most the {len(data)} bytes of data")
     out = np.empty(int(lengths[which].sum()), dtype=np.uint8)
     out_ends = np.empty(which.size, dtype=np.int64)
-    _gather_texts(_bytes(data), ends, which, out, out_ends)
+    _c("ivc_gather_texts")(data, _address(ends), _address(which), which.size, _address(out),
+                           _address(out_ends))
     return out.tobytes(), out_ends
 
 
 # ----------------------------------------------------------------------------- appending lines
-# libc's functions by name, which the JIT's linker finds in the process (a ctypes function
-# would bake its address into the code, which then could not be cached)
-_c_write: Any = numba.types.ExternalFunction(
-    "write", numba.types.intp(numba.types.int32, numba.types.voidptr, numba.types.uintp))
-# open(path, flags): no O_CREAT, so the variadic mode argument is never read
-_c_open: Any = numba.types.ExternalFunction(
-    "open", numba.types.int32(numba.types.voidptr, numba.types.int32))
-_c_close: Any = numba.types.ExternalFunction("close", numba.types.int32(numba.types.int32))
-
 #: ``write_lines``' fd for a line it appends by its file's path (open, write, close).
 BY_PATH = -1
 #: ``write_lines``' fd for a line it leaves alone (the caller writes it).
@@ -379,6 +417,7 @@ SKIP = -2
 #: ``write_lines``' failure kinds: ``open`` or ``write`` failed (the caller repeats the rest of
 #: the line to raise its error), or ``close`` failed after the whole line was written.
 FAILED_WRITE, FAILED_CLOSE = 0, 1
+#: open(path, flags): no O_CREAT (a removed file is not made again)
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
@@ -391,36 +430,44 @@ def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int, paths: 
     whose fd is ``SKIP`` is left alone. A short write goes on with the rest. Returns
     ``(-1, 0, 0)`` when all are written, else the line that failed, the offset it stopped at
     and ``FAILED_WRITE`` (``open`` or ``write`` failed: the caller repeats them to raise their
-    error; libc's errno is not read here) or ``FAILED_CLOSE``."""
-    base = data.ctypes.data
-    pbase = paths.ctypes.data
+    error; the error itself is not kept here) or ``FAILED_CLOSE``."""
+    raw = np.ascontiguousarray(data, dtype=np.uint8).data
+    names = bytes(paths)
     for i in range(first, fds.size):
-        end = ends[i]
+        end = int(ends[i])
         if i > first:
-            at = ends[i - 1]
-        fd = fds[i]
+            at = int(ends[i - 1])
+        fd = int(fds[i])
         if fd == SKIP:
             continue
         by_path = fd == BY_PATH
         if by_path:
-            fd = _c_open(pbase + path_at[i], _APPEND_FLAGS)
-            if fd < 0:
+            p = int(path_at[i])
+            try:
+                fd = os.open(names[p:names.index(b"\0", p)], _APPEND_FLAGS)
+            except OSError:
                 return i, at, FAILED_WRITE
         while at < end:
-            n = _c_write(fd, base + at, end - at)
+            try:
+                n = os.write(fd, raw[at:end])
+            except OSError:
+                n = -1
             if n <= 0:
                 if by_path:
-                    _c_close(fd)
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 return i, at, FAILED_WRITE
             at += n
-        if by_path and _c_close(fd) != 0:
-            return i, at, FAILED_CLOSE
+        if by_path:
+            try:
+                os.close(fd)
+            except OSError:
+                return i, at, FAILED_CLOSE
     return -1, 0, FAILED_WRITE
 
 
-_write_lines = jit(_write_lines_py)
-
 _NO_PATHS = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as AppenderGroup.paths's
+_NO_PATH_AT = np.zeros(1, dtype=np.int64)
 
 
 def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
@@ -432,7 +479,8 @@ def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
     Python's per-call work), and for the files kept closed one ``open`` and one ``close``
     more (about 5 us of system calls per file on tmpfs, and as much again in Python).
     ``at``: where in ``data`` to start (default: line ``first``'s start). ``paths`` and
-    ``path_at`` are needed when some fd is ``BY_PATH``."""
+    ``path_at`` are needed when some fd is ``BY_PATH``. ``ends``: a line's end in ``data``
+    per fd."""
     if data.size == 0 or fds.size <= first:
         return -1, 0, FAILED_WRITE
     fds = np.ascontiguousarray(fds, dtype=np.int32)
@@ -441,16 +489,28 @@ def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
     if paths is None or path_at is None:
         if (fds == BY_PATH).any():
             raise ValueError("lines to append by path, but no paths")
-        paths, path_at = _NO_PATHS, np.zeros(fds.size, dtype=np.int64)
+        paths, path_at = _NO_PATHS, _NO_PATH_AT  # never read: no fd is BY_PATH
     elif (path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0"
           or (path_at.size and not 0 <= int(path_at.min()) <= int(path_at.max()) < paths.size)):
         raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, not all in the "
                          f"{paths.size} bytes of paths, or paths not NUL-terminated")
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    if ends.size < fds.size or not 0 <= int(ends.min()) <= int(ends.max()) <= data.size:
+        raise ValueError(f"{ends.size} line ends for {fds.size} lines, or not all in the "
+                         f"{data.size} bytes of data")
+    if first < 0:
+        raise ValueError(f"lines from {first}")
     if at is None:
         at = int(ends[first - 1]) if first else 0
-    i, stop, kind = _write_lines(fds, data, np.ascontiguousarray(ends, dtype=np.int64), first,
-                                 at, paths, np.ascontiguousarray(path_at, dtype=np.int64))
-    return int(i), int(stop), int(kind)
+    elif at < 0:
+        raise ValueError(f"line {first} from offset {at}")
+    out = np.zeros(2, dtype=np.int64)
+    i = _c("ivc_write_lines")(
+        _address(fds), fds.size, _address(data), _address(ends), first, at,
+        _address(np.ascontiguousarray(paths, dtype=np.uint8)),
+        _address(np.ascontiguousarray(path_at, dtype=np.int64)), _address(out))
+    return int(i), int(out[0]), int(out[1])
 
 
 def format_rows(values: npt.NDArray[np.float64]
