@@ -131,7 +131,10 @@ static inline int64_t put_cell(uint8_t *buf, int64_t at, double x)
             mant = a / pow_pos[-k];
         else
             mant = a / 1e22 / pow_pos[-k - 22];
-        if (mant >= 999999.5) {
+        /* from 999,999.5 to 1e6 the six digits round to 1000000 (the next exponent) or not:
+         * the rounding below decides, exactly where it must (mant rounded up to 999999.5
+         * from below, as 99.99995 * 1e4 is, is 999999 and "99.9999") */
+        if (mant >= 1000000.0) {
             e += 1;
             continue;
         }
