@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from protocol import credit, verify
-from protocol.batch import GroupStats, StatsBatch
+from protocol.batch import StatsBatch
 from protocol.credit import SlaveCredit
 from protocol.errors import (
     IoEngineError,
@@ -37,7 +37,6 @@ from protocol.errors import (
     ProtocolError,
     VersionMismatchError,
 )
-from protocol.grouping import group_batch, view_percentiles
 from protocol.messages import (
     Ack,
     Bye,
@@ -72,7 +71,7 @@ from protocol.version import PROTOCOL_VERSION, __version__
 from slave import devstats, readback
 from slave import luns as lunmod
 from slave.cpu import CpuSampler, CpuSnapshot
-from slave.engine import compiled_loop
+from slave.engine import compiled_group, compiled_loop
 from slave.engine.verify_state import Crash, LoadedMap
 from slave.lunlock import LunLocks
 from slave.preflight import in_use_reasons, own_file_note, require_ok
@@ -1026,19 +1025,12 @@ def group_maps(plan: list[PlanEntry], ids: list[str]) -> list[np.ndarray]:
 def rollup_parts(plan: list[PlanEntry], maps: list[np.ndarray],
                  batch: StatsBatch) -> list[dict[str, Any]]:
     """A subinterval added up by the rollup plan (``SubintervalResult.rollups``): per entry,
-    the groups' statistics with their merged histograms or their percentile tables."""
-    out = []
-    for entry, of in zip(plan, maps, strict=True):
-        grouped = group_batch(batch, of, len(entry.groups))
-        if entry.histograms:
-            out.append(GroupStats(grouped).to_wire())
-        else:
-            side = StatsBatch(counters=grouped.counters, lat=grouped.lat,
-                              rows=grouped.rows[:0], buckets=grouped.buckets[:0],
-                              counts=grouped.counts[:0])
-            out.append(GroupStats(side, view_percentiles(grouped)).to_wire())
-    return out
-
+    the groups' statistics with their merged histograms or their percentile tables; by the
+    compiled object where it is loaded, else by numpy, alike bit for bit
+    (``compiled_group.rollup``)."""
+    entries = [compiled_group.Entry(of, len(entry.groups), entry.histograms)
+               for entry, of in zip(plan, maps, strict=True)]
+    return [stats.to_wire() for stats in compiled_group.rollup(batch, entries)]
 
 
 def crashes_from_wire(rows: list[list[int]]) -> list[Crash]:

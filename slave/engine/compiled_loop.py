@@ -8,7 +8,8 @@ Owns the C source (``ivy_loop.c`` with ``ivy_loop.h`` in place of its ``#include
 used), its build and load, its result codes (``R_*``) and each workload's generator
 (``generator``): where a ``Sequencer`` can be continued in C, the kernel makes the workload's
 next I/Os itself, bit for bit as the sequencer would; DFC's edit of the rates alone is made in
-the kernel's arrays too (``retime``).
+the kernel's arrays too (``retime``). The same object adds the slave's rollup up
+(``ivy_group_pass``, whose call is ``compiled_group``'s): it ships to every host already.
 
 Built once on the controller and shipped in the slave zipapp (``build_for_shipping``), copied
 into ``~/.cache/ivypy`` (``XDG_CACHE_HOME``) and loaded; where none ships for the host or it
@@ -38,7 +39,8 @@ import numpy.typing as npt
 
 from protocol import verify
 from protocol.buckets import N_BUCKETS, OVERFLOW_INDEX, OVERFLOW_LOWER_NS, PLAT_BITS, PLAT_VAL
-from protocol.views import N_CATEGORIES, N_KINDS
+from protocol.histogram import PCT_SCALE
+from protocol.views import N_CATEGORIES, N_KINDS, N_VIEWS, PERCENTILES
 from slave.datapattern import KIND_CODES, SECTOR_BYTES
 from slave.engine import layout
 from slave.engine.layout import GEN_DTYPE, IOCB_CMD_PWRITE, LoopArgs
@@ -57,6 +59,12 @@ _U64: Final = (1 << 64) - 1
 # failed with errno ``n``
 R_WAKE, R_LATE, R_FLUSH, R_ERROR, R_SUBMIT, R_STRAY, R_WAIT = range(7)
 
+# a rollup entry's role in a pass of the rollup's grouping over a batch (``struct ivy_grp``;
+# ``compiled_group`` chooses them): its groups gone through in turn, its groups held all
+# along, each workload its own group; and the most entries one pass holds
+GRP_DRIVER, GRP_HELD, GRP_SINGLE = range(3)
+GRP_HELD_MAX: Final = 8
+
 
 # a workload's stats block (``protocol.stats``): counters[4, 3], lat[4, 2, 3], hist[4, 2, N]
 _STATS_LAYOUT: Final = {
@@ -64,6 +72,9 @@ _STATS_LAYOUT: Final = {
     "N_BUCKETS": N_BUCKETS, "OVERFLOW_INDEX": OVERFLOW_INDEX,
     "OVERFLOW_LOWER_NS": OVERFLOW_LOWER_NS, "PLAT_BITS": PLAT_BITS,
     "ONE_PER_VALUE": 2 * PLAT_VAL, "PLAT_SHIFT": PLAT_BITS + 1, "PLAT_MASK": PLAT_VAL - 1,
+    # the rollup's grouping (``compiled_group``): views, percentiles, their ranks' scale
+    "N_CATEGORIES": N_CATEGORIES, "N_VIEWS": N_VIEWS, "N_PCT": len(PERCENTILES),
+    "RANK_SCALE": 100 * PCT_SCALE,
 }
 
 
@@ -83,8 +94,8 @@ def source() -> str:
     defines.update({f"V_{name.upper()}": code for name, code in verify.CODES.items()})
     defines["INF_NS"] = layout.INF
     defines["BACKEND_SCRIPTED"] = layout.BACKEND_SCRIPTED  # slave.engine.fake's script
-    defines.update({k: v for k, v in globals().items()  # the loop's result codes
-                    if k.startswith("R_") and isinstance(v, int)})
+    defines.update({k: v for k, v in globals().items()  # result codes, the grouping's roles
+                    if k.startswith(("R_", "GRP_")) and isinstance(v, int)})
     head = "".join(f"#define {k} {v}LL\n" for k, v in defines.items())
     package = resources.files("slave.engine")
     body = package.joinpath("ivy_loop.c").read_text("utf-8")
@@ -95,8 +106,10 @@ def source() -> str:
 
 
 # no -Werror here: a host's other compiler may warn of what this one does not, and a warning
-# must not cost the host its compiled loop (the tests compile the source with -Werror)
-_FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall")
+# must not cost the host its compiled loop (the tests compile the source with -Werror);
+# -ffp-contract=off: no fused multiply-add, so the grouping's percentiles are numpy's bit for
+# bit on every machine (x86-64's baseline has no FMA; aarch64's compilers fuse by default)
+_FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-ffp-contract=off")
 _LIBS: Final = ("-lm",)
 _fn: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _lib: ctypes.CDLL | None = None  # the loaded object (``_fn`` is its ``paced_run``)
@@ -254,6 +267,9 @@ def _load() -> None:
                             ("ivy_verify_read_done", [p, i, i, i, i, i, p, i], i)):
         f = getattr(lib, name)
         f.argtypes, f.restype = args, res
+    lib.ivy_group_bounds.argtypes, lib.ivy_group_bounds.restype = [p, i, i, p], i
+    lib.ivy_group_pass.argtypes = [p, p, p, p, p, i, p, i, p, p, p]
+    lib.ivy_group_pass.restype = i
     lib.ivy_uring_close.argtypes, lib.ivy_uring_close.restype = [p, p], None
     lib.ivy_uring_unqueue.argtypes, lib.ivy_uring_unqueue.restype = [p], None
     _fn, _lib = fn, lib

@@ -23,7 +23,8 @@
  * backend set up and down (ivy_aio_setup, ivy_uring_setup, ...) in a struct ivy_loop of the
  * engine's, and the general Python loop's submit and reap through the same backend functions
  * (ivy_submit, ivy_submit_rest, ivy_reap); ivy_await_choose and ivy_await_resume serve the
- * tests.
+ * tests. After them, the slave's rollup (ivy_group_bounds, ivy_group_pass), which has nothing
+ * to do with the loop but ships with it.
  */
 #include <math.h>
 #include <errno.h>
@@ -75,6 +76,9 @@ IVY_EXPORT(vlun, IVY_VLUN_FIELDS)
 #undef IVY_S
 #define IVY_S struct ivy_vfind
 IVY_EXPORT(vfind, IVY_VFIND_FIELDS)
+#undef IVY_S
+#define IVY_S struct ivy_grp
+IVY_EXPORT(grp, IVY_GRP_FIELDS)
 #undef IVY_S
 #undef IVY_LAYOUT
 #undef IVY_EXPORT
@@ -1739,4 +1743,451 @@ int64_t ivy_reap(struct ivy_loop *L, int64_t timeout_ns)
     if (n || timeout_ns <= 0)
         return n;
     return be_wait(L, L->events, L->events_cap, timeout_ns);
+}
+
+/* ------------------------------------------------------------------- the rollup's grouping
+ * protocol.grouping's group_batch and view_percentiles for the slave's rollup, bit for bit
+ * (slave.engine.compiled_group calls them; its numpy path is the reference and the fallback).
+ * A batch's histogram coordinates are sorted by (row, bucket), row = workload * G_ROWS +
+ * category * N_KINDS + kind: ivy_group_bounds finds where each row starts, once per batch.
+ * ivy_group_pass then reads each workload's coordinates once for several rollup entries
+ * (struct ivy_grp: the one whose groups it goes through in turn, those with few groups held
+ * in cells all along, each workload's own percentiles), as one pass over the batch costs
+ * more in memory than in arithmetic at 10,000 workloads (docs/scaling.md): a group's
+ * histograms are added up in dense rows of N_BUCKETS cells, and its coordinates and its
+ * percentile table are read from them. The integers are added as numpy adds int64
+ * (wrapping); the percentiles take numpy's exact ranks and its float operations in its order
+ * (the object is compiled with -ffp-contract=off: no fused multiply-add). An input that numpy
+ * would read otherwise than a valid batch is refused (G_REFUSED: rows out of order or of
+ * range, a row's buckets not rising or out of range, a count <= 0, a latency maximum below
+ * -1, a group whose rows do not add up to its operations), and the caller lets numpy do it;
+ * a refusal leaves the cells dirty. */
+
+#define G_ROWS (N_CATEGORIES * N_KINDS)
+#define G_TABLE (N_VIEWS * N_KINDS * N_PCT) /* a group's percentile table */
+#define G_REFUSED (-1)
+#define G_OPS 0 /* a counter's: ops, bytes, errors */
+#define G_SUM 0 /* a latency's: sum, min, max */
+#define G_MIN 1
+#define G_MAX 2
+
+/* a group's (or a workload's) rows: each one's lowest and highest bucket (N_BUCKETS and -1:
+ * none) and its total (struct ivy_grp's acc holds one per group) */
+struct g_acc {
+    int64_t lo[G_ROWS], hi[G_ROWS];
+    uint64_t total[G_ROWS];
+};
+
+/* where a table's rows are: dense (cells: G_ROWS x N_BUCKETS), else a workload's own
+ * coordinates (row r at at[r] .. at[r + 1] - 1); view: a row of N_BUCKETS zeros to add a
+ * view's rows up in, left zero */
+struct g_src {
+    const int64_t *cells;
+    const uint16_t *buckets;
+    const int64_t *counts;
+    const int64_t *at;
+    const struct g_acc *acc;
+    int64_t *view;
+};
+
+/* a view's percentiles as ranks among its I/Os (protocol.grouping._targets): exact, and the
+ * count the bucket holding each must reach */
+struct g_rank {
+    double rank[N_PCT];
+    int64_t target[N_PCT];
+};
+
+/* where each of n_rows histogram rows starts among the batch's nnz coordinates (bounds:
+ * n_rows + 1, the last nnz); G_REFUSED when the rows do not rise or pass n_rows */
+int64_t ivy_group_bounds(const uint32_t *rows, int64_t nnz, int64_t n_rows, int64_t *bounds)
+{
+    int64_t next = 0; /* the first row whose start is not set: the current row is next - 1 */
+    for (int64_t i = 0; i < nnz; i++) {
+        uint32_t same = 0, cur = (uint32_t)(next - 1);
+        if (next && !(i & 15) && i + 16 <= nnz) { /* 16 of the current row: one look */
+            __builtin_prefetch(rows + i + 512);
+            for (int j = 0; j < 16; j++)
+                same |= rows[i + j] ^ cur;
+            if (!same) {
+                i += 15;
+                continue;
+            }
+        }
+        int64_t r = rows[i];
+        if (r >= next) { /* rows next..r start here (those before r are empty) */
+            if (r >= n_rows)
+                return G_REFUSED;
+            while (next <= r)
+                bounds[next++] = i;
+        } else if (r != next - 1) {
+            return G_REFUSED;
+        }
+    }
+    while (next <= n_rows)
+        bounds[next++] = nnz;
+    return 0;
+}
+
+static void acc_reset(struct g_acc *a)
+{
+    for (int r = 0; r < G_ROWS; r++) {
+        a->lo[r] = N_BUCKETS;
+        a->hi[r] = -1;
+        a->total[r] = 0;
+    }
+}
+
+/* one workload's counters c and latencies l added into a group's gc and gl, which start as
+ * an empty group's: as numpy's reductions, for a workload whose maxima are not below -1 */
+static void fold_sides(const int64_t *c, const int64_t *l, int64_t *gc, int64_t *gl)
+{
+    for (int i = 0; i < N_COUNTERS; i++)
+        gc[i] = (int64_t)((uint64_t)gc[i] + (uint64_t)c[i]);
+    for (int i = 0; i < N_LAT; i += 3) {
+        gl[i + G_SUM] = (int64_t)((uint64_t)gl[i + G_SUM] + (uint64_t)l[i + G_SUM]);
+        if (l[i + G_MIN] < gl[i + G_MIN])
+            gl[i + G_MIN] = l[i + G_MIN];
+        if (l[i + G_MAX] > gl[i + G_MAX])
+            gl[i + G_MAX] = l[i + G_MAX];
+    }
+}
+
+/* the master's _emit (protocol.grouping._interpolate): the value of the rank offset off past
+ * the count before bucket b, which holds count; numpy's operations in its order */
+static inline double g_interpolate(const double *edges, int64_t b, uint64_t count, double off,
+                                   double mn, double mx)
+{
+    double frac = off / (double)(int64_t)count;
+    frac = frac < 0.0 ? 0.0 : frac; /* np.clip: a maximum, then a minimum */
+    frac = frac > 1.0 ? 1.0 : frac;
+    double low = edges[b] > mn ? edges[b] : mn;
+    double top = edges[N_BUCKETS + b];
+    double high = b == OVERFLOW_INDEX ? mx : (top < mx ? top : mx);
+    double v = low + frac * (high - low);
+    v = v < mn ? mn : v;
+    return v > mx ? mx : v;
+}
+
+/* the percentiles (out) of a dense row's buckets lo..hi: the first bucket whose cumulative
+ * count reaches each target, interpolated inside it */
+static void walk_dense(const int64_t *row, int64_t lo, int64_t hi, const struct g_rank *t,
+                       double mn, double mx, const double *edges, double *out)
+{
+    uint64_t cum = 0;
+    int j = 0;
+    for (int64_t b = lo; b <= hi; b++) {
+        uint64_t x = (uint64_t)row[b];
+        cum += x;
+        if (cum < (uint64_t)t->target[j])
+            continue;
+        for (; j < N_PCT && cum >= (uint64_t)t->target[j]; j++)
+            out[j] = g_interpolate(edges, b, x, t->rank[j] - (double)(int64_t)(cum - x), mn, mx);
+        if (j == N_PCT)
+            return;
+    }
+}
+
+/* walk_dense over a workload's row of coordinates s .. e - 1 */
+static void walk_sparse(const uint16_t *buckets, const int64_t *counts, int64_t s, int64_t e,
+                        const struct g_rank *t, double mn, double mx, const double *edges,
+                        double *out)
+{
+    uint64_t cum = 0;
+    int j = 0;
+    for (int64_t i = s; i < e; i++) {
+        uint64_t x = (uint64_t)counts[i];
+        cum += x;
+        if (cum < (uint64_t)t->target[j])
+            continue;
+        for (; j < N_PCT && cum >= (uint64_t)t->target[j]; j++)
+            out[j] = g_interpolate(edges, buckets[i], x,
+                                   t->rank[j] - (double)(int64_t)(cum - x), mn, mx);
+        if (j == N_PCT)
+            return;
+    }
+}
+
+/* the percentiles (out) of the histogram adding up kind k's rows of the categories in mask:
+ * one row is walked where it is, several are added up in src's view row first */
+static void walk_view(const struct g_src *src, int64_t mask, int k, const struct g_rank *t,
+                      double mn, double mx, const double *edges, double *out)
+{
+    const struct g_acc *a = src->acc;
+    if (!(mask & (mask - 1))) {
+        int r = __builtin_ctzll((unsigned long long)mask) * N_KINDS + k;
+        if (src->cells)
+            walk_dense(src->cells + r * N_BUCKETS, a->lo[r], a->hi[r], t, mn, mx, edges, out);
+        else
+            walk_sparse(src->buckets, src->counts, src->at[r], src->at[r + 1], t, mn, mx,
+                        edges, out);
+        return;
+    }
+    int64_t lo = N_BUCKETS, hi = -1, *view = src->view;
+    for (int c = 0; c < N_CATEGORIES; c++) {
+        int r = c * N_KINDS + k;
+        if (!((mask >> c) & 1))
+            continue;
+        lo = a->lo[r] < lo ? a->lo[r] : lo;
+        hi = a->hi[r] > hi ? a->hi[r] : hi;
+        if (src->cells) {
+            const int64_t *row = src->cells + r * N_BUCKETS;
+            for (int64_t b = a->lo[r]; b <= a->hi[r]; b++)
+                view[b] = (int64_t)((uint64_t)view[b] + (uint64_t)row[b]);
+        } else {
+            for (int64_t i = src->at[r]; i < src->at[r + 1]; i++)
+                view[src->buckets[i]] = (int64_t)((uint64_t)view[src->buckets[i]]
+                                                  + (uint64_t)src->counts[i]);
+        }
+    }
+    walk_dense(view, lo, hi, t, mn, mx, edges, out);
+    if (hi >= lo)
+        memset(view + lo, 0, sizeof(int64_t) * (size_t)(hi - lo + 1));
+}
+
+/* a view's ranks among its n I/Os; views: each view's categories (a bit each), then the
+ * percentiles' numerators over RANK_SCALE */
+static void view_ranks(int64_t n, const int64_t *views, struct g_rank *t)
+{
+    int64_t q = n / RANK_SCALE, r = n - q * RANK_SCALE;
+    for (int j = 0; j < N_PCT; j++) {
+        int64_t whole = q * views[N_VIEWS + j], part = r * views[N_VIEWS + j];
+        t->rank[j] = (double)whole + (double)part / (double)RANK_SCALE;
+        t->target[j] = whole + (part + RANK_SCALE - 1) / RANK_SCALE;
+    }
+}
+
+/* one group's (or workload's) percentile table (out: NaN left where a view has no I/O) from
+ * its counters gc, latencies gl and rows src: a view whose categories with I/O are an
+ * earlier view's takes that view's values. G_REFUSED for a group whose rows do not add up to
+ * its operations */
+static int64_t group_table(const int64_t *gc, const int64_t *gl, const struct g_src *src,
+                           const int64_t *views, const double *edges, double *out)
+{
+    int64_t has = 0, seen[N_VIEWS];
+    for (int c = 0; c < N_CATEGORIES; c++) {
+        int64_t ops = gc[c * 3 + G_OPS];
+        const uint64_t *total = src->acc->total + c * N_KINDS;
+        if (ops < 0 || (ops > 0 && (total[0] != (uint64_t)ops || total[1] != (uint64_t)ops)))
+            return G_REFUSED;
+        has |= (int64_t)(ops > 0) << c;
+    }
+    for (int v = 0; v < N_VIEWS; v++) {
+        int64_t mask = views[v] & has;
+        int u = 0;
+        seen[v] = mask;
+        while (seen[u] != mask)
+            u++;
+        if (!mask)
+            continue;
+        if (u < v) {
+            memcpy(out + v * N_KINDS * N_PCT, out + u * N_KINDS * N_PCT,
+                   sizeof(double) * N_KINDS * N_PCT);
+            continue;
+        }
+        uint64_t n = 0;
+        for (int c = 0; c < N_CATEGORIES; c++)
+            n += (views[v] >> c) & 1 ? (uint64_t)gc[c * 3 + G_OPS] : 0;
+        if (n > (uint64_t)INT64_MAX)
+            return G_REFUSED;
+        struct g_rank t;
+        view_ranks((int64_t)n, views, &t);
+        for (int k = 0; k < N_KINDS; k++) {
+            int64_t mn = INT64_MAX, mx = -1;
+            for (int c = 0; c < N_CATEGORIES; c++) {
+                if (!((views[v] >> c) & 1))
+                    continue;
+                const int64_t *l = gl + (c * N_KINDS + k) * 3;
+                mn = l[G_MIN] < mn ? l[G_MIN] : mn;
+                mx = l[G_MAX] > mx ? l[G_MAX] : mx;
+            }
+            walk_view(src, mask, k, &t, (double)mn, (double)mx, edges,
+                      out + (v * N_KINDS + k) * N_PCT);
+        }
+    }
+    return 0;
+}
+
+/* group g's cells (with its acc) as coordinates from rows, buckets, counts (in (row, bucket)
+ * order), the cells left zero; how many */
+static int64_t group_emit(int64_t *cells, const struct g_acc *a, int64_t g, uint32_t *rows,
+                          uint16_t *buckets, int64_t *counts)
+{
+    int64_t n = 0;
+    for (int r = 0; r < G_ROWS; r++) {
+        int64_t *row = cells + r * N_BUCKETS;
+        for (int64_t b = a->lo[r]; b <= a->hi[r]; b++) {
+            if (!row[b])
+                continue;
+            rows[n] = (uint32_t)(g * G_ROWS + r);
+            buckets[n] = (uint16_t)b;
+            counts[n++] = row[b];
+            row[b] = 0;
+        }
+    }
+    return n;
+}
+
+/* group g of e, whose cells and acc these are, finished: its table and coordinates, its
+ * cells left zero */
+static int64_t group_finish(struct ivy_grp *e, int64_t g, int64_t *cells,
+                            const struct g_acc *a, int64_t *view, const int64_t *views,
+                            const double *edges)
+{
+    struct g_src src = {cells, NULL, NULL, NULL, a, view};
+    if (e->pct && group_table(e->counters + g * N_COUNTERS, e->lat + g * N_LAT, &src, views,
+                              edges, e->pct + g * G_TABLE) < 0)
+        return G_REFUSED;
+    if (e->rows) {
+        e->n_coords += group_emit(cells, a, g, e->rows + e->n_coords,
+                                  e->buckets + e->n_coords, e->counts + e->n_coords);
+        return 0;
+    }
+    for (int r = 0; r < G_ROWS; r++)
+        if (a->hi[r] >= a->lo[r])
+            memset(cells + r * N_BUCKETS + a->lo[r], 0,
+                   sizeof(int64_t) * (size_t)(a->hi[r] - a->lo[r] + 1));
+    return 0;
+}
+
+/* a pass's destinations for one workload's rows: the cells and acc of its group in each
+ * entry that adds rows up (the driver's group, its group in each held entry) */
+struct g_dst {
+    int n;
+    int64_t *cells[1 + GRP_HELD_MAX];
+    struct g_acc *acc[1 + GRP_HELD_MAX];
+};
+
+/* the next workload's coordinates (its bucket and count bytes) asked from memory while this
+ * one's are read, a line at a time */
+struct g_ahead {
+    const char *c, *c_end, *b, *b_end;
+};
+
+/* workload w's rows added into dst, checked (its own extents and totals into own); the next
+ * workload's asked for on the way */
+static int64_t add_rows(const uint16_t *buckets, const int64_t *counts, const int64_t *at,
+                        struct g_dst *dst, struct g_acc *own, struct g_ahead *ahead)
+{
+    acc_reset(own);
+    for (int r = 0; r < G_ROWS; r++) {
+        int64_t s = at[r], e = at[r + 1], prev = -1, bad = 0;
+        if (s == e)
+            continue;
+        int64_t *row = dst->n ? dst->cells[0] + r * N_BUCKETS : NULL;
+        uint64_t sum = 0;
+        for (int64_t i = s; i < e; i++) {
+            int64_t b = buckets[i], c = counts[i];
+            if (__builtin_expect(b >= N_BUCKETS, 0))
+                return G_REFUSED;
+            if (!(i & 7) && ahead->c < ahead->c_end) {
+                __builtin_prefetch(ahead->c);
+                ahead->c += 64;
+                if (!(i & 31) && ahead->b < ahead->b_end) {
+                    __builtin_prefetch(ahead->b);
+                    ahead->b += 64;
+                }
+            }
+            bad |= (b <= prev) | (c <= 0);
+            prev = b;
+            sum += (uint64_t)c;
+            if (row)
+                row[b] = (int64_t)((uint64_t)row[b] + (uint64_t)c);
+        }
+        if (bad)
+            return G_REFUSED;
+        own->lo[r] = buckets[s];
+        own->hi[r] = prev;
+        own->total[r] = sum;
+        for (int d = 1; d < dst->n; d++) {
+            int64_t *cell = dst->cells[d] + r * N_BUCKETS;
+            for (int64_t i = s; i < e; i++)
+                cell[buckets[i]] = (int64_t)((uint64_t)cell[buckets[i]] + (uint64_t)counts[i]);
+        }
+        for (int d = 0; d < dst->n; d++) {
+            struct g_acc *a = dst->acc[d];
+            a->lo[r] = own->lo[r] < a->lo[r] ? own->lo[r] : a->lo[r];
+            a->hi[r] = prev > a->hi[r] ? prev : a->hi[r];
+            a->total[r] += sum;
+        }
+    }
+    return 0;
+}
+
+/* a batch's n workloads (counters, lat, buckets, counts; bounds: ivy_group_bounds') read once
+ * for the n_grp entries grp (struct ivy_grp: at most one GRP_DRIVER, whose groups the pass
+ * goes through in turn, else the workloads in order; at most GRP_HELD_MAX GRP_HELD); views: each view's categories (a bit
+ * each), then the percentiles' numerators over RANK_SCALE; edges: each bucket's lowest value,
+ * then its highest, as doubles; cells: (G_ROWS + 1) x N_BUCKETS zeros, left zero. 0, or
+ * G_REFUSED */
+int64_t ivy_group_pass(const int64_t *counters, const int64_t *lat, const uint16_t *buckets,
+                       const int64_t *counts, const int64_t *bounds, int64_t n,
+                       struct ivy_grp *grp, int64_t n_grp, const int64_t *views,
+                       const double *edges, int64_t *cells)
+{
+    struct ivy_grp *drv = NULL;
+    struct g_acc acc, own;
+    struct g_dst dst;
+    int64_t *view = cells + G_ROWS * N_BUCKETS, n_held = 0;
+    for (int64_t i = 0; i < n_grp; i++) {
+        grp[i].n_coords = 0;
+        n_held += grp[i].role == GRP_HELD;
+        if (grp[i].role == GRP_DRIVER)
+            drv = grp + i;
+        for (int64_t g = 0; grp[i].role == GRP_HELD && g < grp[i].n_groups; g++)
+            acc_reset((struct g_acc *)grp[i].acc + g);
+    }
+    if (n_held > GRP_HELD_MAX)
+        return G_REFUSED;
+    const int64_t *order = drv ? drv->members + drv->n_groups + 1 : NULL;
+    int64_t n_groups = drv ? drv->n_groups : 1;
+    for (int64_t g = 0; g < n_groups; g++) {
+        int64_t m1 = drv ? drv->members[g + 1] : n;
+        acc_reset(&acc);
+        for (int64_t m = drv ? drv->members[g] : 0; m < m1; m++) {
+            int64_t w = order ? order[m] : m, next = m + 1 < n ? (order ? order[m + 1] : m + 1) : w;
+            const int64_t *c = counters + w * N_COUNTERS, *l = lat + w * N_LAT;
+            const int64_t *at = bounds + w * G_ROWS, *at_next = bounds + next * G_ROWS;
+            struct g_ahead ahead = {(const char *)(counts + at_next[0]),
+                                    (const char *)(counts + at_next[G_ROWS]),
+                                    (const char *)(buckets + at_next[0]),
+                                    (const char *)(buckets + at_next[G_ROWS])};
+            __builtin_prefetch(counters + next * N_COUNTERS);
+            __builtin_prefetch(lat + next * N_LAT);
+            __builtin_prefetch(lat + next * N_LAT + 8);
+            __builtin_prefetch(lat + next * N_LAT + 16);
+            for (int i = G_MAX; i < N_LAT; i += 3)
+                if (l[i] < -1)
+                    return G_REFUSED;
+            dst.n = 0;
+            if (drv) {
+                fold_sides(c, l, drv->counters + g * N_COUNTERS, drv->lat + g * N_LAT);
+                dst.cells[dst.n] = cells;
+                dst.acc[dst.n++] = &acc;
+            }
+            for (int64_t i = 0; i < n_grp; i++) {
+                struct ivy_grp *e = grp + i;
+                if (e->role != GRP_HELD)
+                    continue;
+                int64_t h = e->of[w];
+                fold_sides(c, l, e->counters + h * N_COUNTERS, e->lat + h * N_LAT);
+                dst.cells[dst.n] = e->cells + h * G_ROWS * N_BUCKETS;
+                dst.acc[dst.n++] = (struct g_acc *)e->acc + h;
+            }
+            if (add_rows(buckets, counts, at, &dst, &own, &ahead) < 0)
+                return G_REFUSED;
+            struct g_src src = {NULL, buckets, counts, at, &own, view};
+            for (int64_t i = 0; i < n_grp; i++)
+                if (grp[i].role == GRP_SINGLE && grp[i].pct
+                        && group_table(c, l, &src, views, edges, grp[i].pct + w * G_TABLE) < 0)
+                    return G_REFUSED;
+        }
+        if (drv && group_finish(drv, g, cells, &acc, view, views, edges) < 0)
+            return G_REFUSED;
+    }
+    for (int64_t i = 0; i < n_grp; i++)
+        for (int64_t g = 0; grp[i].role == GRP_HELD && g < grp[i].n_groups; g++)
+            if (group_finish(grp + i, g, grp[i].cells + g * G_ROWS * N_BUCKETS,
+                             (struct g_acc *)grp[i].acc + g, view, views, edges) < 0)
+                return G_REFUSED;
+    return 0;
 }

@@ -6,7 +6,8 @@
  * row and a precomputed I/O, struct ivy_row and struct ivy_io (IVY_ROW_FIELDS, IVY_IO_FIELDS),
  * by the numpy dtypes slave.engine.layout.ROW_DTYPE and IO_DTYPE; the scripted engine's state,
  * pending completions and log, struct ivy_script, ivy_pend and ivy_log, by layout.SCRIPT_DTYPE,
- * PEND_DTYPE and LOG_DTYPE. The compiled object tells
+ * PEND_DTYPE and LOG_DTYPE; a rollup entry's part in the grouping's pass, struct ivy_grp
+ * (IVY_GRP_FIELDS), by slave.engine.compiled_group.GRP_DTYPE. The compiled object tells
  * their layouts (ivy_<struct>_layout: the struct's size, then each field's offset and size;
  * ivy_<struct>_names: the fields' names, a space after each), which the loader and a test
  * compare with the Python mirrors'. Python reads the field lists from this file
@@ -232,6 +233,36 @@ struct ivy_pend {
 
 struct ivy_log {
     IVY_LOG_FIELDS(IVY_FIELD)
+};
+
+/* one rollup entry's part in a pass of the rollup's grouping over a batch (struct ivy_grp,
+ * mirrored by slave.engine.compiled_group.GRP_DTYPE; ivy_loop.c's ivy_group_pass says the
+ * pass): its role (GRP_DRIVER: the pass goes through its groups one after the other,
+ * members: where each group's workloads start, n_groups + 1 of them, then the workloads in
+ * group order; GRP_HELD: its groups' cells are held through the pass, of: each workload's
+ * group, cells: n_groups x the rows' N_BUCKETS cells, zeros, and acc: n_groups x 3 x the
+ * rows, the rows' extents and totals; GRP_SINGLE: each workload its own group, its
+ * percentiles alone); out: the groups' counters and latencies (set to empty groups' by the
+ * caller), their coordinates (rows, buckets, counts: NULL for none, else room for as many
+ * as the batch's) and how many (n_coords), their percentile tables (pct, NaN put there by
+ * the caller; NULL for none) */
+#define IVY_GRP_FIELDS(X) \
+    X(int64_t, role) \
+    X(int64_t, n_groups) \
+    X(const int64_t *, members) \
+    X(const int64_t *, of) \
+    X(int64_t *, cells) \
+    X(int64_t *, acc) \
+    X(int64_t *, counters) \
+    X(int64_t *, lat) \
+    X(uint32_t *, rows) \
+    X(uint16_t *, buckets) \
+    X(int64_t *, counts) \
+    X(int64_t, n_coords) \
+    X(double *, pct)
+
+struct ivy_grp {
+    IVY_GRP_FIELDS(IVY_FIELD)
 };
 
 #define IVY_LOOP_FIELDS(X) \
