@@ -308,10 +308,15 @@ int64_t ivc_format_lines(const double *values, int64_t n, int64_t m, const uint8
 
 /* csvkernels._gather_texts_py: texts which[0], which[1], ... of data (text i is
  * data[ends[i-1]..ends[i]]) one after another into out, each ending at out_ends[j]. The
- * caller checks which and ends. */
-void ivc_gather_texts(const uint8_t *data, const int64_t *ends, const int64_t *which,
-                      int64_t n_which, uint8_t *out, int64_t *out_ends)
+ * caller checks which (each below n_ends) and sizes out. Returns 0; -1, with nothing
+ * written, when the n_ends ends do not rise from 0 to at most data_n. */
+int64_t ivc_gather_texts(const uint8_t *data, int64_t data_n, const int64_t *ends,
+                         int64_t n_ends, const int64_t *which, int64_t n_which, uint8_t *out,
+                         int64_t *out_ends)
 {
+    for (int64_t i = 0, before = 0; i < n_ends; before = ends[i++])
+        if (ends[i] < before || ends[i] > data_n)
+            return -1;
     int64_t at = 0;
     for (int64_t j = 0; j < n_which; j++) {
         int64_t i = which[j];
@@ -322,6 +327,7 @@ void ivc_gather_texts(const uint8_t *data, const int64_t *ends, const int64_t *w
         }
         out_ends[j] = at;
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------- appending lines */
@@ -339,11 +345,28 @@ void ivc_gather_texts(const uint8_t *data, const int64_t *ends, const int64_t *w
  * A short write goes on with the rest. Returns -1 when all are written, else the line that
  * failed, with the offset it stopped at in out[0] and in out[1] FAILED_WRITE (open or write
  * failed: the caller repeats them to raise their error; errno is not read here) or
- * FAILED_CLOSE. */
-int64_t ivc_write_lines(const int32_t *fds, int64_t n, const uint8_t *data,
+ * FAILED_CLOSE. With nothing written: -3 when some fd is BY_PATH but paths is NULL; -2 when
+ * first or at is negative, or an end from line first - 1 on or at is outside data's data_n
+ * bytes. */
+int64_t ivc_write_lines(const int32_t *fds, int64_t n, const uint8_t *data, int64_t data_n,
                         const int64_t *ends, int64_t first, int64_t at, const char *paths,
                         const int64_t *path_at, int64_t *out)
 {
+    /* the checks without a branch per line (a negative end is a large unsigned one) */
+    if (paths == NULL) {
+        int by_path = 0;
+        for (int64_t i = 0; i < n; i++)
+            by_path |= fds[i] == BY_PATH;
+        if (by_path)
+            return -3;
+    }
+    if (first < 0 || at < 0 || at > data_n)
+        return -2;
+    int outside = 0;
+    for (int64_t i = first > 0 ? first - 1 : 0; i < n; i++)
+        outside |= (uint64_t)ends[i] > (uint64_t)data_n;
+    if (outside)
+        return -2;
     for (int64_t i = first; i < n; i++) {
         int64_t end = ends[i];
         if (i > first)

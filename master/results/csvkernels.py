@@ -290,8 +290,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "ivc_format_lines": (_I, [_P, _I, _I, ctypes.c_char_p, _I, ctypes.c_char_p, _I, _P, _P,
                               ctypes.c_char_p, _I, _I, ctypes.c_char_p, _I, _P, _I, _P, _P,
                               _P]),
-    "ivc_gather_texts": (None, [ctypes.c_char_p, _P, _P, _I, _P, _P]),
-    "ivc_write_lines": (_I, [_P, _I, _P, _P, _I, _I, _P, _P, _P]),
+    "ivc_gather_texts": (_I, [ctypes.c_char_p, _I, _P, _I, _P, _I, _P, _P]),
+    "ivc_write_lines": (_I, [_P, _I, _P, _I, _P, _I, _I, _P, _P, _P]),
 }
 _functions: dict[str, Any] = {}
 
@@ -403,12 +403,11 @@ def gather_texts(data: bytes, ends: npt.NDArray[np.int64], which: npt.NDArray[np
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     which = np.ascontiguousarray(which, dtype=np.int64)
     lengths = np.diff(ends, prepend=0)
-    if ends.size and (int(lengths.min()) < 0 or int(ends[-1]) > len(data)):
-        raise ValueError(f"text ends must rise from 0 to at most the {len(data)} bytes of data")
     out = np.empty(int(lengths[which].sum()), dtype=np.uint8)
     out_ends = np.empty(which.size, dtype=np.int64)
-    _c("ivc_gather_texts")(data, _address(ends), _address(which), which.size, _address(out),
-                           _address(out_ends))
+    if _c("ivc_gather_texts")(data, len(data), _address(ends), ends.size, _address(which),
+                              which.size, _address(out), _address(out_ends)) != 0:
+        raise ValueError(f"text ends must rise from 0 to at most the {len(data)} bytes of data")
     return out.tobytes(), out_ends
 
 
@@ -469,8 +468,8 @@ def _write_lines_py(fds: Any, data: Any, ends: Any, first: int, at: int, paths: 
     return -1, 0, FAILED_WRITE
 
 
-_NO_PATHS = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as AppenderGroup.paths's
-_NO_PATH_AT = np.zeros(1, dtype=np.int64)
+_Stop = ctypes.c_int64 * 2  # where ivc_write_lines stopped, and why
+_NO_PATHS = "lines to append by path, but no paths"
 
 
 def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
@@ -489,31 +488,33 @@ def write_lines(fds: npt.NDArray[np.int32], data: npt.NDArray[np.uint8],
     fds = np.ascontiguousarray(fds, dtype=np.int32)
     if fds.size and int(fds.min()) < SKIP:
         raise ValueError(f"fd {int(fds.min())}: neither a descriptor, BY_PATH nor SKIP")
-    if paths is None or path_at is None:
-        if (fds == BY_PATH).any():
-            raise ValueError("lines to append by path, but no paths")
-        paths, path_at = _NO_PATHS, _NO_PATH_AT  # never read: no fd is BY_PATH
-    elif (path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0"
-          or (path_at.size and not 0 <= int(path_at.min()) <= int(path_at.max()) < paths.size)):
-        raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, not all in the "
-                         f"{paths.size} bytes of paths, or paths not NUL-terminated")
+    path_address: int | None = None  # none: the C refuses a BY_PATH fd (-3)
+    path_at_address: int | None = None
+    if paths is not None and path_at is not None:
+        if (path_at.shape != fds.shape or paths[-1:].tobytes() != b"\0" or (
+                path_at.size and not 0 <= int(path_at.min()) <= int(path_at.max()) < paths.size)):
+            raise ValueError(f"{path_at.size} path offsets for {fds.size} lines, not all in the "
+                             f"{paths.size} bytes of paths, or paths not NUL-terminated")
+        paths = np.ascontiguousarray(paths, dtype=np.uint8)  # held until the call returns
+        path_at = np.ascontiguousarray(path_at, dtype=np.int64)
+        path_address, path_at_address = _address(paths), _address(path_at)
     data = np.ascontiguousarray(data, dtype=np.uint8)
     ends = np.ascontiguousarray(ends, dtype=np.int64)
-    if ends.size < fds.size or not 0 <= int(ends.min()) <= int(ends.max()) <= data.size:
-        raise ValueError(f"{ends.size} line ends for {fds.size} lines, or not all in the "
-                         f"{data.size} bytes of data")
-    if first < 0:
-        raise ValueError(f"lines from {first}")
+    if ends.size < fds.size:
+        if path_address is None and (fds == BY_PATH).any():
+            raise ValueError(_NO_PATHS)
+        raise ValueError(f"{ends.size} line ends for {fds.size} lines")
     if at is None:
-        at = int(ends[first - 1]) if first else 0
-    elif at < 0:
-        raise ValueError(f"line {first} from offset {at}")
-    out = np.zeros(2, dtype=np.int64)
-    i = _c("ivc_write_lines")(
-        _address(fds), fds.size, _address(data), _address(ends), first, at,
-        _address(np.ascontiguousarray(paths, dtype=np.uint8)),
-        _address(np.ascontiguousarray(path_at, dtype=np.int64)), _address(out))
-    return int(i), int(out[0]), int(out[1])
+        at = int(ends[first - 1]) if first > 0 else 0
+    stop = _Stop()
+    i = _c("ivc_write_lines")(_address(fds), fds.size, _address(data), data.size,
+                              _address(ends), first, at, path_address, path_at_address, stop)
+    if i == -3:
+        raise ValueError(_NO_PATHS)
+    if i == -2:
+        raise ValueError(f"lines from {first}, offset {at}: not all in the {data.size} bytes "
+                         "of data")
+    return int(i), int(stop[0]), int(stop[1])
 
 
 def format_rows(values: npt.NDArray[np.float64]

@@ -326,13 +326,16 @@ def test_write_lines_is_the_reference(tmp_path: Path) -> None:
 def test_write_lines_refuses_what_it_would_read_out_of_range() -> None:
     data = np.frombuffer(b"x\ny\n", dtype=np.uint8)
     fds = np.array([ck.SKIP, ck.SKIP], dtype=np.int32)
-    for ends in ([2], [2, 5], [-1, 4]):
-        with pytest.raises(ValueError, match="line ends for 2 lines"):
+    with pytest.raises(ValueError, match="1 line ends for 2 lines"):
+        ck.write_lines(fds, data, np.array([2], dtype=np.int64))
+    for ends in ([2, 5], [-1, 4]):
+        with pytest.raises(ValueError, match="not all in the 4 bytes of data"):
             ck.write_lines(fds, data, np.array(ends, dtype=np.int64))
-    with pytest.raises(ValueError, match="lines from -1"):
-        ck.write_lines(fds, data, np.array([2, 4]), -1)
-    with pytest.raises(ValueError, match="from offset -1"):
-        ck.write_lines(fds, data, np.array([2, 4]), 0, -1)
+    for first, at in ((-1, None), (0, -1), (0, 5)):
+        with pytest.raises(ValueError, match=f"lines from {first}, offset"):
+            ck.write_lines(fds, data, np.array([2, 4]), first, at)
+    skip3 = np.full(3, ck.SKIP, dtype=np.int32)  # ends before line first - 1 are not read
+    assert ck.write_lines(skip3, data, np.array([9, 2, 4]), 2, 3) == (-1, 0, ck.FAILED_WRITE)
     assert ck.write_lines(fds, data, np.array([2, 4, 4]), 1) == (-1, 0, ck.FAILED_WRITE)
 
 
