@@ -403,7 +403,7 @@ def gather_texts(data: bytes, ends: npt.NDArray[np.int64], which: npt.NDArray[np
     ends = np.ascontiguousarray(ends, dtype=np.int64)
     which = np.ascontiguousarray(which, dtype=np.int64)
     lengths = np.diff(ends, prepend=0)
-    out = np.empty(int(lengths[which].sum()), dtype=np.uint8)
+    out = np.empty(max(int(lengths[which].sum()), 0), dtype=np.uint8)  # < 0: refused
     out_ends = np.empty(which.size, dtype=np.int64)
     if _c("ivc_gather_texts")(data, len(data), _address(ends), ends.size, _address(which),
                               which.size, _address(out), _address(out_ends)) != 0:

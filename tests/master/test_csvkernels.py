@@ -258,6 +258,8 @@ def test_gather_texts_is_the_reference(seed: int) -> None:
     assert (got, got_ends.tolist()) == (out.tobytes(), out_ends.tolist())
     with pytest.raises(ValueError, match="rise from 0"):
         ck.gather_texts(data[:-1] if data else b"", ends + (0 if data else 1), which[:1])
+    with pytest.raises(ValueError, match="rise from 0"):
+        ck.gather_texts(b"abc", np.array([3, 1]), np.array([1]))
 
 
 # ----------------------------------------------------------------------------- appending lines
