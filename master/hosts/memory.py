@@ -208,6 +208,7 @@ class MemoryHost:
         self._decoder = FrameDecoder()
         self._eof = False
         self.session = SlaveSession(self.backend, self._from_slave, time.monotonic_ns)
+        self._wakeup: asyncio.Future[None] | None = None  # the ticker's nap (``_nap``)
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     def _from_slave(self, data: bytes) -> None:
@@ -225,23 +226,47 @@ class MemoryHost:
             self._eof = True
             self._inbox.put_nowait(b"")
 
+    def _poke(self) -> None:
+        """Wake the ticker: a message came in, which may move the session's next wake-up."""
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def _nap(self, seconds: float | None) -> None:
+        """Sleep ``seconds`` (None: until poked), or less if a message comes in meanwhile.
+        One future and one timer a nap: a thousand hosts in one process wake only when their
+        session has something to do (a ticker that polled every 50 ms cost a master of a
+        thousand in-memory hosts seconds of its thread per subinterval)."""
+        loop = asyncio.get_running_loop()
+        self._wakeup = loop.create_future()
+        timer = None if seconds is None else loop.call_later(max(seconds, 0.0), self._poke)
+        try:
+            await self._wakeup
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._wakeup = None
+
     async def _tick(self) -> None:
         while not self.session.closed:
-            wake = self.session.next_wakeup_ns()
-            left_s = 0.05 if wake is None else (wake - time.monotonic_ns()) / 1e9
-            await asyncio.sleep(min(max(left_s, 0.0), 0.05))
-            if self.hung:
+            if self.hung:  # it never ticks again: ``die`` or ``close`` ends the ticker
+                await self._nap(None)
                 continue
+            wake = self.session.next_wakeup_ns()
+            if wake is None or wake > time.monotonic_ns():
+                await self._nap(None if wake is None else (wake - time.monotonic_ns()) / 1e9)
+                continue  # poked or due: what is due is read again
             # the master runs in this process and shares its stalls: a grant it has not sent
             # yet when a boundary passes is waited for, up to GRANT_GRACE_S, before the slave
             # calls it late (one stall of the whole process longer than a subinterval ended
             # in-memory runs so under a busy suite: the slave crossed two boundaries in one
             # tick while the master had no turn between them)
             while True:  # a boundary at a time, the master's turn between them
-                since = time.monotonic()
+                until = time.monotonic() + GRANT_GRACE_S
                 while (self.session.grant_overdue() and not self.session.closed
-                       and time.monotonic() - since < GRANT_GRACE_S):
-                    await asyncio.sleep(0.002)
+                       and not self.hung and time.monotonic() < until):
+                    await self._nap(until - time.monotonic())  # a grant pokes
+                if self.hung:
+                    break
                 self.session.on_tick(most=1)
                 wake = self.session.next_wakeup_ns()
                 if self.session.closed or wake is None or time.monotonic_ns() < wake:
@@ -253,6 +278,7 @@ class MemoryHost:
         if not self.session.closed and not self.hung:
             self.session.on_bytes(data)
             self._after_slave()
+            self._poke()
 
     async def read(self) -> bytes:
         return await self._inbox.get()

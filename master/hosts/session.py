@@ -327,10 +327,12 @@ class HostSession:
 
     # ------------------------------------------------------------------ conversation
     async def start(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None,
-                    before_pings: asyncio.Event | None = None) -> HelloReply:
+                    before_pings: asyncio.Event | None = None,
+                    ping_slots: asyncio.Semaphore | None = None) -> HelloReply:
         """Handshake and clock offset (``measure_clock``). The pings wait for ``before_pings``
-        to be set (the master's own start-up, which would lengthen their round trips), the
-        keepalive telling the slave meanwhile that its master is there."""
+        to be set (the master's own start-up, which would lengthen their round trips), then
+        for a place in ``ping_slots`` (other hosts' pings would), the keepalive telling the
+        slave meanwhile that its master is there."""
         self._reader = asyncio.create_task(self._read_loop(), name=f"reader-{self.host}")
         reply = await self._request(
             Hello(PROTOCOL_VERSION, __version__, self.host, self.clock()), key=-1
@@ -342,7 +344,8 @@ class HostSession:
         self._keepalive = asyncio.create_task(self._keep_alive(), name=f"keepalive-{self.host}")
         if before_pings is not None:
             await before_pings.wait()
-        await self.measure_clock(pings, uncertainty_limit_ns)
+        async with ping_slots or contextlib.nullcontext():
+            await self.measure_clock(pings, uncertainty_limit_ns)
         return reply
 
     async def measure_clock(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None
@@ -350,13 +353,15 @@ class HostSession:
         """``pings`` round trips; then more, one at a time up to ``MAX_PINGS`` in all, while
         half the best round trip exceeds ``uncertainty_limit_ns``."""
         samples: list[ClockSample] = []
+        best: ClockSample | None = None
 
         def more() -> bool:
             if len(samples) < pings:
                 return True
             if uncertainty_limit_ns is None or len(samples) >= MAX_PINGS:
                 return False
-            return _uncertainty(min(s.rtt_ns for s in samples)) > uncertainty_limit_ns
+            assert best is not None
+            return _uncertainty(best.rtt_ns) > uncertainty_limit_ns
 
         while more():
             seq = self._next_seq()
@@ -366,7 +371,9 @@ class HostSession:
             assert isinstance(pong, Pong)
             rtt = got - sent
             samples.append(ClockSample(rtt, pong.slave_ns - (sent + rtt // 2)))
-        best = min(samples, key=lambda s: s.rtt_ns)
+            if best is None or rtt < best.rtt_ns:  # the first of equal round trips
+                best = samples[-1]
+        assert best is not None
         self.clock_samples = samples
         self.offset_ns, self.rtt_ns = best.offset_ns, best.rtt_ns
         self.offset_uncertainty_ns = _uncertainty(best.rtt_ns)

@@ -108,8 +108,12 @@ from protocol.version import __version__
 
 log = logging.getLogger(__name__)
 
-#: A warm-up of the rollup kernels longer than this is a compile, which the console names.
-KERNELS_NOTICE_S = 3.0
+#: How many hosts are being connected to at once (SSH handshakes, slaves starting): the rest
+#: wait for a free place, so that a thousand hosts do not all start on the controller at once.
+CONNECT_PARALLEL = 64
+#: How many hosts measure their clock offset at once: pings of every host at once lengthen each
+#: other's round trips on the master's loop (and then each host pings up to its most).
+CLOCK_PARALLEL = 16
 
 T = TypeVar("T")
 
@@ -535,27 +539,6 @@ class Run(StepLoop):
             with contextlib.suppress(OutputError):
                 self.event("WARNING", f"summary.json not written: {exc}", kind="output")
 
-    async def _warm_up_kernels(self) -> None:
-        """Load (or, first after an install, compile) the rollup kernels while the hosts
-        start, so the first subinterval is not late. Where that takes more than
-        ``KERNELS_NOTICE_S`` (a compile: over ten seconds on a small VM, against under one to
-        load), the console says what the run waits for."""
-        from master.run import warmup
-        from master.run.heap import keep_freed_memory
-
-        keep_freed_memory()
-        job = asyncio.ensure_future(asyncio.to_thread(warmup.warm_up))
-        try:
-            done, _ = await asyncio.wait({job}, timeout=KERNELS_NOTICE_S)
-            if not done:
-                self.view.message("ivypy: loading the master's rollup kernels (compiled once "
-                                  "after an install, then cached) ...")
-            took = await job
-        finally:
-            job.cancel()  # the run stopped meanwhile: the thread ends on its own
-        if took > 1.0:
-            log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)
-
     async def _serve_metrics(self) -> None:
         """``/metrics`` served where the test says, before any host is reached: an address
         that cannot be listened on, or a token file that cannot be read, is a config error."""
@@ -611,17 +594,22 @@ class Run(StepLoop):
             self.interrupted.set()
 
     async def _start_hosts(self) -> None:
-        """Start every host's slave at once. Once every host is connected (its slave starting)
-        the rollup kernels load (``_warm_up_kernels``: most of a second, the GIL held, which
-        would hold up starting the slaves); the handshakes go on meanwhile, and every host's
-        clock pings wait for it (it would lengthen their round trips)."""
+        """Start every host's slave, ``CONNECT_PARALLEL`` connecting at a time. Once every
+        host is connected (its slave starting) the rollup kernels load
+        (``warmup.warm_up_kernels``); the handshakes go on meanwhile, and the clock pings wait
+        for it (it would lengthen their round trips), then go ``CLOCK_PARALLEL`` hosts at a
+        time."""
+        from master.run import warmup
+
         left = len(self.cfg.hosts)
         all_connected, warmed = asyncio.Event(), asyncio.Event()
+        connecting = asyncio.Semaphore(CONNECT_PARALLEL)
+        pinging = asyncio.Semaphore(CLOCK_PARALLEL)
 
         async def warm_up() -> None:
             await all_connected.wait()
             try:
-                await self._warm_up_kernels()
+                await warmup.warm_up_kernels(self.view)
             finally:  # a failure is the run's, not the hosts'
                 warmed.set()
 
@@ -636,14 +624,16 @@ class Run(StepLoop):
                     conn = await self.listener.wait_for(host.name,
                                                         self.cfg.connect_back.timeout_s)
                 else:
-                    conn = await self.connect(host)
+                    async with connecting:
+                        conn = await self.connect(host)
             finally:
                 left -= 1
                 if not left:
                     all_connected.set()
             hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
             self.sessions[host.name] = hs
-            await hs.start(uncertainty_limit_ns=self.skew_limit_ns, before_pings=warmed)
+            await hs.start(uncertainty_limit_ns=self.skew_limit_ns, before_pings=warmed,
+                           ping_slots=pinging)
             return hs
 
         try:

@@ -6,7 +6,10 @@ subinterval of a run does not pay for a compile (seconds, longer than a short su
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +24,34 @@ from master.analysis.kernels import (
 from master.results.csvkernels import SKIP, format_lines, gather_texts, write_lines
 from protocol.batch import GroupStats, StatsBatch
 from protocol.views import N_VIEWS
+
+if TYPE_CHECKING:
+    from master.live.view import LiveView
+
+log = logging.getLogger(__name__)
+
+#: A warm-up of the kernels longer than this is a build, which the console names.
+KERNELS_NOTICE_S = 3.0
+
+
+async def warm_up_kernels(view: LiveView) -> None:
+    """Load (or, first in a checkout, build) the master's kernels while the hosts start, so
+    the first subinterval is not late. Where that takes more than ``KERNELS_NOTICE_S``, the
+    console says what the run waits for."""
+    from master.run.heap import keep_freed_memory
+
+    keep_freed_memory()
+    job = asyncio.ensure_future(asyncio.to_thread(warm_up))
+    try:
+        done, _ = await asyncio.wait({job}, timeout=KERNELS_NOTICE_S)
+        if not done:
+            view.message("ivypy: loading the master's rollup kernels (compiled once "
+                         "after an install, then cached) ...")
+        took = await job
+    finally:
+        job.cancel()  # the run stopped meanwhile: the thread ends on its own
+    if took > 1.0:
+        log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)
 
 
 def warm_up() -> float:

@@ -513,3 +513,68 @@ def test_default_connect_hands_the_transport_every_setting_of_the_host(
     assert asyncio.run(runmod.default_connect(cfg.host("lab1"))) == "local"
     name, kw = got["local"]
     assert name == "lab1" and kw["slave_args"][:2] == ("--worker-cpus", "auto")
+
+
+MANY_HOSTS = """\
+test: many
+subinterval_seconds: 0.2
+hosts: [{hosts}]
+luns:
+  - {{hosts: all, file: "${{output_root}}/lun", size: 1MiB, create: true}}
+steps:
+  - name: a
+    workloads:
+      - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iops: 100, read_fraction: 100%}}
+    warmup_seconds: 0
+    measure_seconds: 0.4
+    cooldown_seconds: 0
+"""
+
+
+def test_hosts_connect_and_measure_their_clocks_a_bounded_number_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven hosts, at most two connecting at once (``CONNECT_PARALLEL``) and at most three
+    pinging for their clock offset at once (``CLOCK_PARALLEL``); every host still runs, and
+    each one's clock is measured once, with its pings."""
+    monkeypatch.setattr(runmod, "CONNECT_PARALLEL", 2)
+    monkeypatch.setattr(runmod, "CLOCK_PARALLEL", 3)
+    names = [f"h{i}" for i in range(7)]
+    hosts = MemoryHosts()
+    now = {"connect": 0, "clock": 0}
+    most = {"connect": 0, "clock": 0}
+    clocked: list[str] = []
+
+    def enter(what: str) -> None:
+        now[what] += 1
+        most[what] = max(most[what], now[what])
+
+    async def connect(host: Any) -> Any:
+        enter("connect")
+        try:
+            await asyncio.sleep(0.02)  # a handshake's time: the others would start meanwhile
+            return await MemoryHosts.connect(hosts, host)
+        finally:
+            now["connect"] -= 1
+
+    measure = hostsession.HostSession.measure_clock
+
+    async def measure_clock(self: Any, *args: Any, **kw: Any) -> None:
+        enter("clock")
+        try:
+            await asyncio.sleep(0.02)
+            await measure(self, *args, **kw)
+            clocked.append(self.host)
+        finally:
+            now["clock"] -= 1
+
+    monkeypatch.setattr(hosts, "connect", connect)
+    monkeypatch.setattr(hostsession.HostSession, "measure_clock", measure_clock)
+    cfg = memory_config(tmp_path, MANY_HOSTS.format(hosts=", ".join(names)))
+    result = execute(memory_run(cfg, hosts))
+    assert result.exit_code == EXIT_OK, result.message
+    assert most == {"connect": 2, "clock": 3}
+    assert sorted(clocked) == names
+    with open(result.folder / "hosts.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["host"] for r in rows] == names
+    assert all(int(r["clock_samples"]) >= hostsession.PINGS for r in rows)
