@@ -112,6 +112,7 @@ class _Job:
     coords: bool = False
     pct: bool = False
     role: int = GRP_DRIVER
+    of_driver: npt.NDArray[np.int64] | None = None  # held: its group of each driver's group
     out: StatsBatch | None = None
     table: npt.NDArray[np.float64] | None = None
     keep: list[npt.NDArray[np.generic]] = field(default_factory=list)
@@ -226,10 +227,24 @@ def _passes(jobs: list[_Job]) -> list[list[_Job]]:
             rest.append(job)
     if rest:
         first.append(rest.pop())
+        _take_driver(first)
     passes = [[job] for job in rest]
     if first:
         passes.insert(0, first)
     return passes
+
+
+def _take_driver(part: list[_Job]) -> None:
+    """Each held job of ``part`` whose groups are unions of the driver's (the last job) takes
+    the driver's groups whole (``of_driver``) rather than each workload's rows: the lun
+    groups add up to the host, the all and most attributes' groups."""
+    driver = part[-1]
+    for job in part:
+        if job.role == GRP_HELD:
+            of_driver = np.zeros(driver.n_groups, dtype=np.int64)
+            of_driver[driver.of] = job.of
+            if np.array_equal(of_driver[driver.of], job.of):
+                job.of_driver = of_driver
 
 
 def _prepare(job: _Job, grp: np.void, nnz: int) -> None:
@@ -254,6 +269,8 @@ def _prepare(job: _Job, grp: np.void, nnz: int) -> None:
         grp["members"] = address(members)
     else:
         grp["of"] = address(np.ascontiguousarray(job.of, dtype=np.int64))
+        if job.of_driver is not None:
+            grp["of_driver"] = address(job.of_driver)
         grp["cells"] = address(np.zeros(g * _CELLS, dtype=np.int64))
         grp["acc"] = address(np.empty(g * _ACC, dtype=np.int64))
     room = min(nnz, g * _CELLS) if job.coords else 0

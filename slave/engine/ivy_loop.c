@@ -1931,12 +1931,13 @@ static void walk_view(const struct g_src *src, int64_t mask, int k, const struct
         hi = a->hi[r] > hi ? a->hi[r] : hi;
         if (src->cells) {
             const int64_t *row = src->cells + r * N_BUCKETS;
-            for (int64_t b = a->lo[r]; b <= a->hi[r]; b++)
+            for (int64_t b = a->lo[r], top = a->hi[r]; b <= top; b++)
                 view[b] = (int64_t)((uint64_t)view[b] + (uint64_t)row[b]);
         } else {
-            for (int64_t i = src->at[r]; i < src->at[r + 1]; i++)
-                view[src->buckets[i]] = (int64_t)((uint64_t)view[src->buckets[i]]
-                                                  + (uint64_t)src->counts[i]);
+            const uint16_t *bk = src->buckets;
+            const int64_t *ct = src->counts;
+            for (int64_t i = src->at[r], e = src->at[r + 1]; i < e; i++)
+                view[bk[i]] = (int64_t)((uint64_t)view[bk[i]] + (uint64_t)ct[i]);
         }
     }
     walk_dense(view, lo, hi, t, mn, mx, edges, out);
@@ -2015,7 +2016,7 @@ static int64_t group_emit(int64_t *cells, const struct g_acc *a, int64_t g, uint
     int64_t n = 0;
     for (int r = 0; r < G_ROWS; r++) {
         int64_t *row = cells + r * N_BUCKETS;
-        for (int64_t b = a->lo[r]; b <= a->hi[r]; b++) {
+        for (int64_t b = a->lo[r], top = a->hi[r]; b <= top; b++) {
             if (!row[b])
                 continue;
             rows[n] = (uint32_t)(g * G_ROWS + r);
@@ -2049,6 +2050,30 @@ static int64_t group_finish(struct ivy_grp *e, int64_t g, int64_t *cells,
     return 0;
 }
 
+/* the driver's group g (its sides gc and gl, cells and acc a) added into its group of each
+ * held entry that takes the driver's groups whole */
+static void take_driver_group(struct ivy_grp *grp, int64_t n_grp, int64_t g, const int64_t *gc,
+                              const int64_t *gl, const int64_t *cells, const struct g_acc *a)
+{
+    for (int64_t i = 0; i < n_grp; i++) {
+        struct ivy_grp *e = grp + i;
+        if (e->role != GRP_HELD || !e->of_driver)
+            continue;
+        int64_t h = e->of_driver[g];
+        struct g_acc *to = (struct g_acc *)e->acc + h;
+        fold_sides(gc, gl, e->counters + h * N_COUNTERS, e->lat + h * N_LAT);
+        for (int r = 0; r < G_ROWS; r++) {
+            const int64_t *row = cells + r * N_BUCKETS;
+            int64_t *cell = e->cells + (h * G_ROWS + r) * N_BUCKETS, lo = a->lo[r], hi = a->hi[r];
+            for (int64_t b = lo; b <= hi; b++)
+                cell[b] = (int64_t)((uint64_t)cell[b] + (uint64_t)row[b]);
+            to->lo[r] = lo < to->lo[r] ? lo : to->lo[r];
+            to->hi[r] = hi > to->hi[r] ? hi : to->hi[r];
+            to->total[r] += a->total[r];
+        }
+    }
+}
+
 /* a pass's destinations for one workload's rows: the cells and acc of its group in each
  * entry that adds rows up (the driver's group, its group in each held entry) */
 struct g_dst {
@@ -2058,42 +2083,54 @@ struct g_dst {
 };
 
 /* the next workload's coordinates (its bucket and count bytes) asked from memory while this
- * one's are read, a line at a time */
+ * one's are read: as many lines of them as this one's row spans */
 struct g_ahead {
     const char *c, *c_end, *b, *b_end;
 };
 
-/* workload w's rows added into dst, checked (its own extents and totals into own); the next
- * workload's asked for on the way */
+static inline void ask_ahead(struct g_ahead *ahead, int64_t n)
+{
+    for (const char *end = ahead->c + 8 * n; ahead->c < end && ahead->c < ahead->c_end;
+         ahead->c += 64)
+        __builtin_prefetch(ahead->c);
+    for (const char *end = ahead->b + 2 * n; ahead->b < end && ahead->b < ahead->b_end;
+         ahead->b += 64)
+        __builtin_prefetch(ahead->b);
+}
+
+/* workload w's rows (at: where each starts) added into dst, checked (its own extents and
+ * totals into own); the next workload's asked for on the way */
 static int64_t add_rows(const uint16_t *buckets, const int64_t *counts, const int64_t *at,
                         struct g_dst *dst, struct g_acc *own, struct g_ahead *ahead)
 {
     acc_reset(own);
     for (int r = 0; r < G_ROWS; r++) {
-        int64_t s = at[r], e = at[r + 1], prev = -1, bad = 0;
+        int64_t s = at[r], e = at[r + 1], prev = -1;
+        uint64_t sum = 0, bad = 0; /* its top bit: a bucket not above the one before, a count
+                                    * <= 0 */
         if (s == e)
             continue;
-        int64_t *row = dst->n ? dst->cells[0] + r * N_BUCKETS : NULL;
-        uint64_t sum = 0;
-        for (int64_t i = s; i < e; i++) {
-            int64_t b = buckets[i], c = counts[i];
-            if (__builtin_expect(b >= N_BUCKETS, 0))
-                return G_REFUSED;
-            if (!(i & 7) && ahead->c < ahead->c_end) {
-                __builtin_prefetch(ahead->c);
-                ahead->c += 64;
-                if (!(i & 31) && ahead->b < ahead->b_end) {
-                    __builtin_prefetch(ahead->b);
-                    ahead->b += 64;
-                }
+        ask_ahead(ahead, e - s);
+        if (dst->n) { /* checked while added to the first: a refusal leaves cells dirty */
+            int64_t *cell = dst->cells[0] + r * N_BUCKETS;
+            for (int64_t i = s; i < e; i++) {
+                int64_t b = buckets[i], c = counts[i];
+                if (__builtin_expect(b >= N_BUCKETS, 0))
+                    return G_REFUSED;
+                bad |= ~(uint64_t)(prev - b) | (uint64_t)c | ((uint64_t)c - 1);
+                prev = b;
+                sum += (uint64_t)c;
+                cell[b] = (int64_t)((uint64_t)cell[b] + (uint64_t)c);
             }
-            bad |= (b <= prev) | (c <= 0);
-            prev = b;
-            sum += (uint64_t)c;
-            if (row)
-                row[b] = (int64_t)((uint64_t)row[b] + (uint64_t)c);
+        } else {
+            for (int64_t i = s; i < e; i++) {
+                int64_t b = buckets[i], c = counts[i];
+                bad |= ~(uint64_t)(prev - b) | (uint64_t)c | ((uint64_t)c - 1);
+                prev = b;
+                sum += (uint64_t)c;
+            }
         }
-        if (bad)
+        if ((int64_t)bad < 0 || prev >= N_BUCKETS)
             return G_REFUSED;
         own->lo[r] = buckets[s];
         own->hi[r] = prev;
@@ -2115,7 +2152,8 @@ static int64_t add_rows(const uint16_t *buckets, const int64_t *counts, const in
 
 /* a batch's n workloads (counters, lat, buckets, counts; bounds: ivy_group_bounds') read once
  * for the n_grp entries grp (struct ivy_grp: at most one GRP_DRIVER, whose groups the pass
- * goes through in turn, else the workloads in order; at most GRP_HELD_MAX GRP_HELD); views: each view's categories (a bit
+ * goes through in turn, else the workloads in order; at most GRP_HELD_MAX GRP_HELD, those
+ * with of_driver added up from the driver's groups, the others from the workloads); views: each view's categories (a bit
  * each), then the percentiles' numerators over RANK_SCALE; edges: each bucket's lowest value,
  * then its highest, as doubles; cells: (G_ROWS + 1) x N_BUCKETS zeros, left zero. 0, or
  * G_REFUSED */
@@ -2166,7 +2204,7 @@ int64_t ivy_group_pass(const int64_t *counters, const int64_t *lat, const uint16
             }
             for (int64_t i = 0; i < n_grp; i++) {
                 struct ivy_grp *e = grp + i;
-                if (e->role != GRP_HELD)
+                if (e->role != GRP_HELD || (drv && e->of_driver))
                     continue;
                 int64_t h = e->of[w];
                 fold_sides(c, l, e->counters + h * N_COUNTERS, e->lat + h * N_LAT);
@@ -2181,7 +2219,11 @@ int64_t ivy_group_pass(const int64_t *counters, const int64_t *lat, const uint16
                         && group_table(c, l, &src, views, edges, grp[i].pct + w * G_TABLE) < 0)
                     return G_REFUSED;
         }
-        if (drv && group_finish(drv, g, cells, &acc, view, views, edges) < 0)
+        if (!drv)
+            continue;
+        take_driver_group(grp, n_grp, g, drv->counters + g * N_COUNTERS, drv->lat + g * N_LAT,
+                          cells, &acc);
+        if (group_finish(drv, g, cells, &acc, view, views, edges) < 0)
             return G_REFUSED;
     }
     for (int64_t i = 0; i < n_grp; i++)

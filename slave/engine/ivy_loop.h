@@ -241,8 +241,9 @@ struct ivy_log {
  * members: where each group's workloads start, n_groups + 1 of them, then the workloads in
  * group order; GRP_HELD: its groups' cells are held through the pass, of: each workload's
  * group, cells: n_groups x the rows' N_BUCKETS cells, zeros, and acc: n_groups x 3 x the
- * rows, the rows' extents and totals; GRP_SINGLE: each workload its own group, its
- * percentiles alone); out: the groups' counters and latencies (set to empty groups' by the
+ * rows, the rows' extents and totals, and where the driver's groups each lie in one of its
+ * own, of_driver: the group of each of the driver's, whose sums it takes whole, else NULL;
+ * GRP_SINGLE: each workload its own group, its percentiles alone); out: the groups' counters and latencies (set to empty groups' by the
  * caller), their coordinates (rows, buckets, counts: NULL for none, else room for as many
  * as the batch's) and how many (n_coords), their percentile tables (pct, NaN put there by
  * the caller; NULL for none) */
@@ -251,6 +252,7 @@ struct ivy_log {
     X(int64_t, n_groups) \
     X(const int64_t *, members) \
     X(const int64_t *, of) \
+    X(const int64_t *, of_driver) \
     X(int64_t *, cells) \
     X(int64_t *, acc) \
     X(int64_t *, counters) \

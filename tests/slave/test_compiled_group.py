@@ -161,25 +161,28 @@ def test_many_workloads_in_every_role_are_numpy_bit_for_bit() -> None:
 
 def test_the_passes_give_each_entry_its_role(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each workload's own percentiles, the entries of fewest groups held, the largest left
-    the driver, the others a pass each; entries that group alike are added up once."""
+    the driver, the others a pass each; entries that group alike are added up once; a held
+    entry whose groups are unions of the driver's takes them whole."""
     n = 40
     ones = np.zeros(n, dtype=np.intp)
     entries = [cg.Entry(ones, 1, True), cg.Entry(ones, 1, False),
                cg.Entry(np.arange(n) % 3, 3, False), cg.Entry(np.arange(n) % 10, 10, False),
                cg.Entry(np.arange(n) % 20, 20, False), cg.Entry(np.arange(n), n, False),
                cg.Entry(np.arange(n), n, True)]
-    seen: list[list[tuple[int, int]]] = []
+    seen: list[list[tuple[int, int, bool]]] = []
     passes = cg._passes
 
     def spy(jobs: list[cg._Job]) -> list[list[cg._Job]]:
         out = passes(jobs)
-        seen.extend([[(j.role, j.n_groups) for j in p] for p in out])
+        seen.extend([[(j.role, j.n_groups, j.of_driver is not None) for j in p] for p in out])
         return out
 
     monkeypatch.setattr(cg, "_passes", spy)
     _assert_compiled_is_numpy(_recorded(3, n), entries)
-    assert seen == [[(GRP_HELD, 1), (GRP_HELD, 3), (GRP_SINGLE, n), (GRP_DRIVER, 20)],
-                    [(GRP_DRIVER, 10)]]
+    # the one group takes the driver's 20 groups whole; the three groups do not (w % 20
+    # does not tell w % 3)
+    assert seen == [[(GRP_HELD, 1, True), (GRP_HELD, 3, False), (GRP_SINGLE, n, False),
+                     (GRP_DRIVER, 20, False)], [(GRP_DRIVER, 10, False)]]
 
 
 def test_more_entries_than_a_pass_holds(monkeypatch: pytest.MonkeyPatch) -> None:
