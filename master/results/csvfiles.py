@@ -350,7 +350,7 @@ class CsvAppender:
             raise ValueError(f"{n} files but {len(ends)} lines")
         if n == 0:
             return
-        from master.results import csvkernels as kernels  # numba: loaded by the first that writes
+        from master.results import csvkernels as kernels  # C: loaded by the first that writes
 
         own = own or {}
         group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
@@ -467,7 +467,7 @@ def format_float_rows(values: npt.NDArray[np.float64]) -> list[str]:
         return []
     if n_cols == 0:
         return [""] * n_rows
-    from master.results import csvkernels as kernels  # numba: loaded by the first that writes
+    from master.results import csvkernels as kernels  # C: loaded by the first that writes
 
     text, ends, fallback = kernels.format_rows(values)
     starts = np.empty_like(ends)
@@ -509,7 +509,7 @@ class LineTexts:
     def take(self, which: npt.NDArray[np.intp]) -> LineTexts:
         """The texts ``which[0], which[1], ...`` (repeats allowed), gathered in one compiled
         pass."""
-        from master.results import csvkernels as kernels  # numba: loaded by the first that writes
+        from master.results import csvkernels as kernels  # C: loaded by the first that writes
 
         return LineTexts.of_bytes(*kernels.gather_texts(self.data, self.ends, which))
 
@@ -527,7 +527,7 @@ def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
     writes the same text wherever the kernel decides; ``CsvAppender.append_block`` takes all
     three). ``repeats``: blocks of columns whose text is copied from an earlier block's where
     the numbers are the same (``master.results.csvkernels.format_lines``)."""
-    from master.results import csvkernels as kernels  # numba: loaded by the first that writes
+    from master.results import csvkernels as kernels  # C: loaded by the first that writes
 
     n = values.shape[0]
     if len(texts) != n or word_last.shape != (n,):
