@@ -1,24 +1,31 @@
-"""Compiled inner loops of the rollups (numba): percentiles, instance metrics, adding samples,
-histogram files and the checks of what the slaves sent.
+"""The inner loops of the rollups, in C (``kernels.c``): percentiles, instance metrics, adding
+samples, histogram files and the checks of what the slaves sent.
 
 At 10,000 workloads a subinterval carries about nine million histogram coordinates; whole-array
 numpy passes cost tens of milliseconds each, and the rollups need many of them. These loops
 touch each coordinate once per rollup type instead. They hold no state and do no I/O; the
 callers in ``master.analysis.rollup`` and ``master.results.output`` own the data layout and the
-meaning, and the tests compare every kernel with a plain numpy or Python reference.
+meaning.
 
-Compiled code is cached beside this file (``__pycache__``), so only the first process after
-an install pays the compile time (over ten seconds of CPU on a small VM: ``master.run.warmup``).
+Each C function (``ivk_<name>``) repeats a plain Python reference here (``_<name>_py``)
+operation for operation, so that their results are the same to the bit; ``_<name>`` calls it
+with the reference's arguments, and the tests compare the two. This module owns the C
+functions' signatures (``_SIGNATURES``, declared once, on first use: ``_kernels``) and passes
+every array as a pointer to an aligned, C-contiguous array of the exact type the C names, its
+sizes beside it; ``master.analysis.native`` builds and loads the object (compiled once, or
+shipped in the wheel). ctypes releases the GIL for each call.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import ctypes
+import threading
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from master.analysis.jit import jit
+from master.analysis import native
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, N_BUCKETS, OVERFLOW_INDEX, UPPER_NS
 from protocol.histogram import PCT_SCALE, percentile_numerators
@@ -29,6 +36,65 @@ _LO = LOWER_NS.astype(np.float64)
 #: (N_VIEWS, 4): whether each view adds each category up.
 _VIEW_CATS = MEMBERSHIP > 0
 _HI = (UPPER_NS - 1).astype(np.float64)
+
+# ----------------------------------------------------------------------------- the C functions
+_P = ctypes.c_void_p  # an array's data (``a.ctypes.data``, the array held by the caller)
+_I = ctypes.c_int64
+_D = ctypes.c_double
+#: Each C function's result and argument types (``kernels.c``).
+_SIGNATURES: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
+    "ivk_rows_per_workload": (_I, ()),
+    "ivk_view_percentiles": (_I, (_P, _P, _P, _P, _P, _P, _I, _P, _I, _P, _I, _I, _P, _P, _I,
+                                  _I, _P, _P, _P)),
+    "ivk_instance_metrics": (None, (_P, _P, _P, _P, _I, _P, _I, _D, _P, _I, _I, _I, _I, _P, _I,
+                                    _P, _P, _P)),
+    "ivk_merge_sorted": (_I, (_P, _P, _P, _I, _P, _P, _P, _I, _P, _P, _P)),
+    "ivk_histogram_rows": (_I, (_P, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P)),
+    "ivk_scan_coords_wire": (None, (_P, _P, _P, _I, _P, _I, _P)),
+    "ivk_scan_coords_i64": (None, (_P, _P, _P, _I, _P, _I, _P)),
+    "ivk_scan_group_pct": (_I, (_P, _P, _I, _P, _I, _I, _I, _P, _I)),
+}
+#: ``ivk_scan_group_pct``'s findings, one bit each (``kernels.c``: FOUND_*)
+_NEGATIVE, _INCONSISTENT, _MISSING, _OUTSIDE = 1, 2, 4, 8
+
+_lock = threading.Lock()
+_lib: Any = None
+
+
+def _kernels() -> Any:
+    """The loaded C kernels, each function's types declared (once per process)."""
+    global _lib
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                lib = native.library()
+                for name, (restype, argtypes) in _SIGNATURES.items():
+                    fn = getattr(lib, name)
+                    fn.restype, fn.argtypes = restype, argtypes
+                if lib.ivk_rows_per_workload() != ROWS_PER_WORKLOAD:
+                    raise native.KernelsUnavailable(
+                        f"kernels.c is written for {lib.ivk_rows_per_workload()} histogram rows "
+                        f"per workload, protocol.stats has {ROWS_PER_WORKLOAD}")
+                _lib = lib
+    return _lib
+
+
+def _c_array(a: npt.ArrayLike, dtype: type) -> Any:
+    """``a`` as an aligned, C-contiguous array of ``dtype``, copied only when it is not (a
+    read-only array, as the wire's are, is read where it is)."""
+    out: Any = np.ascontiguousarray(a, dtype=dtype)
+    return out if out.flags.aligned else out.copy()
+
+
+def _out(a: Any, dtype: type, shape: tuple[int, ...]) -> int:
+    """The data of ``a``, an array the C writes into: of ``dtype`` and ``shape``, aligned,
+    C-contiguous and writable (a converted copy would take the results)."""
+    f = a.flags
+    if a.dtype != dtype or a.shape != shape or not (f.c_contiguous and f.aligned
+                                                    and f.writeable):
+        raise ValueError(f"output array {a.dtype}{list(a.shape)} is not a writable, "
+                         f"C-contiguous {np.dtype(dtype)}{list(shape)}")
+    return int(a.ctypes.data)
 
 
 # ----------------------------------------------------------------------------- percentiles
@@ -49,9 +115,6 @@ def _emit_py(b: int, c: int, cum: int, j: int, ranks: Any, targets: Any, mn: flo
         out[j] = min(max(v, mn), mx)
         j += 1
     return j
-
-
-_emit = jit(_emit_py)
 
 
 def _view_percentiles_py(
@@ -133,9 +196,6 @@ def _view_percentiles_py(
                 done = False
                 for u in range(v):
                     if masks[u] == m:
-                        # element by element: numba compiles an array-to-array slice
-                        # assignment with its broadcasting error's text, which cost the
-                        # first process after an install 3-6 s more
                         for x in range(p):
                             dst[x] = out[i, u, kind, x]
                         done = True
@@ -180,8 +240,8 @@ def _view_percentiles_py(
                                 c += counts[x]
                                 x += 1
                             if cum + c >= nt:
-                                j = _emit(b, c, cum, j, ranks, targets, mn, mx, lo_e, hi_e,
-                                          overflow, dst)
+                                j = _emit_py(b, c, cum, j, ranks, targets, mn, mx, lo_e,
+                                             hi_e, overflow, dst)
                                 if j == p:
                                     break
                                 nt = targets[j]
@@ -203,8 +263,8 @@ def _view_percentiles_py(
                                 c += counts[heads[a]]
                                 heads[a] += 1
                         if cum + c >= nt:
-                            j = _emit(b, c, cum, j, ranks, targets, mn, mx, lo_e, hi_e,
-                                      overflow, dst)
+                            j = _emit_py(b, c, cum, j, ranks, targets, mn, mx, lo_e,
+                                         hi_e, overflow, dst)
                             if j == p:
                                 break
                             nt = targets[j]
@@ -219,8 +279,8 @@ def _view_percentiles_py(
                         for b in range(wlo, whi + 1):
                             c = row[b]
                             if cum + c >= nt and c > 0:
-                                j = _emit(b, c, cum, j, ranks, targets, mn, mx, lo_e, hi_e,
-                                          overflow, dst)
+                                j = _emit_py(b, c, cum, j, ranks, targets, mn, mx, lo_e,
+                                             hi_e, overflow, dst)
                                 if j == p:
                                     break
                                 nt = targets[j]
@@ -231,8 +291,8 @@ def _view_percentiles_py(
                         for a in range(n_mem):
                             c += scratch[members[a], b]
                         if cum + c >= nt and c > 0:
-                            j = _emit(b, c, cum, j, ranks, targets, mn, mx, lo_e, hi_e,
-                                      overflow, dst)
+                            j = _emit_py(b, c, cum, j, ranks, targets, mn, mx, lo_e,
+                                         hi_e, overflow, dst)
                             if j == p:
                                 break
                             nt = targets[j]
@@ -243,7 +303,29 @@ def _view_percentiles_py(
                     scratch[r, lo[r]:hi[r] + 1] = 0
 
 
-_view_percentiles = jit(_view_percentiles_py)
+def _view_percentiles(
+    row_bounds: Any, buckets: Any, counts: Any, row_tot: Any, order: Any, inst_ptr: Any,
+    view_cats: Any,
+    pct_num: Any, scale: int, lo_e: Any, hi_e: Any, overflow: int, mins: Any, maxs: Any,
+    out: Any,
+) -> None:
+    """``_view_percentiles_py`` in C (``ivk_view_percentiles``)."""
+    bounds_c, buckets_c, counts_c, tot_c, order_c, ptr_c, num_c = (
+        _c_array(a, np.int64)
+        for a in (row_bounds, buckets, counts, row_tot, order, inst_ptr, pct_num))
+    cats = _c_array(view_cats, np.bool_)
+    lo_c, hi_c, mins_c, maxs_c = (_c_array(a, np.float64) for a in (lo_e, hi_e, mins, maxs))
+    shape = (ptr_c.size - 1, cats.shape[0], 2, num_c.size)
+    if lo_c.size != hi_c.size or mins_c.shape != shape[:3] or maxs_c.shape != shape[:3]:
+        raise ValueError(f"bucket edges {lo_c.shape} and {hi_c.shape}, extremes "
+                         f"{mins_c.shape} and {maxs_c.shape} for percentiles {shape}")
+    if _kernels().ivk_view_percentiles(
+            bounds_c.ctypes.data, buckets_c.ctypes.data, counts_c.ctypes.data,
+            tot_c.ctypes.data, order_c.ctypes.data, ptr_c.ctypes.data, shape[0],
+            cats.ctypes.data, shape[1], num_c.ctypes.data, shape[3], scale, lo_c.ctypes.data,
+            hi_c.ctypes.data, lo_c.size, overflow, mins_c.ctypes.data, maxs_c.ctypes.data,
+            _out(out, np.float64, shape)):
+        raise MemoryError("view_percentiles: no memory for its scratch histograms")
 
 
 def view_percentiles(
@@ -367,14 +449,24 @@ def _instance_metrics_py(counters: Any, lat: Any, order: Any, inst_ptr: Any, mem
             out[values.shape[2] - 1] = np.float64(errors)
 
 
-_instance_metrics = jit(_instance_metrics_py)
-
-
-def _c_array(a: npt.ArrayLike, dtype: type) -> Any:
-    """``a`` as a C-contiguous, writable array of ``dtype`` (copied only when it is not: a
-    read-only array, as the wire's are, would need the kernels compiled again)."""
-    out: Any = np.ascontiguousarray(a, dtype=dtype)
-    return out if out.flags.writeable else out.copy()
+def _instance_metrics(counters: Any, lat: Any, order: Any, inst_ptr: Any, member: Any,
+                      dur: float, pct: Any, values: Any, ops_v: Any, min_v: Any,
+                      max_v: Any) -> None:
+    """``_instance_metrics_py`` in C (``ivk_instance_metrics``): numpy's arithmetic, so a
+    ``dur`` of 0 gives inf or NaN here (``instance_metrics`` refuses it first)."""
+    counters_c, lat_c, order_c, ptr_c = (_c_array(a, np.int64)
+                                         for a in (counters, lat, order, inst_ptr))
+    member_c = _c_array(member, np.bool_)
+    pct_c = _c_array(pct, np.float64)
+    g_count, n_views, per_view = ptr_c.size - 1, member_c.shape[0], values.shape[2]
+    _kernels().ivk_instance_metrics(
+        counters_c.ctypes.data, lat_c.ctypes.data, order_c.ctypes.data, ptr_c.ctypes.data,
+        g_count, member_c.ctypes.data, n_views, float(dur), pct_c.ctypes.data,
+        pct_c.shape[0], pct_c.shape[1], pct_c.shape[2], pct_c.shape[3],
+        _out(values, np.float64, (g_count, n_views, per_view)), per_view,
+        _out(ops_v, np.int64, (g_count, n_views)),
+        _out(min_v, np.float64, (g_count, n_views, 2)),
+        _out(max_v, np.float64, (g_count, n_views, 2)))
 
 
 def instance_metrics(counters: npt.NDArray[np.int64], lat: npt.NDArray[np.int64],
@@ -397,6 +489,8 @@ def instance_metrics(counters: npt.NDArray[np.int64], lat: npt.NDArray[np.int64]
     if table.shape[1:] != (n_views, 2, n_pct):
         raise ValueError(f"percentile table of shape {table.shape}, expected (W, {n_views}, 2, "
                          f"{n_pct})")
+    if float(duration_s) == 0.0 and g_count > 0 and n_views > 0:
+        raise ZeroDivisionError("division by zero")  # IOPS = ops / duration (as numba raised)
     _instance_metrics(_c_array(counters, np.int64), _c_array(lat, np.int64),
                       np.ascontiguousarray(order, dtype=np.int64),
                       np.ascontiguousarray(inst_ptr, dtype=np.int64),
@@ -459,7 +553,21 @@ def _merge_sorted_py(ra: Any, ba: Any, ca: Any, rb: Any, bb: Any, cb: Any, ro: A
     return n
 
 
-_merge_sorted = jit(_merge_sorted_py)
+def _merge_sorted(ra: Any, ba: Any, ca: Any, rb: Any, bb: Any, cb: Any, ro: Any, bo: Any,
+                  co: Any) -> int:
+    """``_merge_sorted_py`` in C (``ivk_merge_sorted``)."""
+    ra_c, ba_c, ca_c, rb_c, bb_c, cb_c = (_c_array(x, np.int64) for x in (ra, ba, ca, rb, bb, cb))
+    na, nb = ra_c.size, rb_c.size
+    if ba_c.size != na or ca_c.size != na or bb_c.size != nb or cb_c.size != nb:
+        raise ValueError(f"coordinates of {na}, {ba_c.size}, {ca_c.size} and {nb}, "
+                         f"{bb_c.size}, {cb_c.size}")
+    if min(ro.size, bo.size, co.size) < na + nb:
+        raise ValueError(f"room for {min(ro.size, bo.size, co.size)} of {na + nb} coordinates")
+    n: int = _kernels().ivk_merge_sorted(
+        ra_c.ctypes.data, ba_c.ctypes.data, ca_c.ctypes.data, na, rb_c.ctypes.data,
+        bb_c.ctypes.data, cb_c.ctypes.data, nb, _out(ro, np.int64, ro.shape),
+        _out(bo, np.int64, bo.shape), _out(co, np.int64, co.shape))
+    return n
 
 
 def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]],
@@ -471,7 +579,7 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
     ro = np.empty(na + nb, dtype=np.int64)
     bo = np.empty(na + nb, dtype=np.int64)
     co = np.empty(na + nb, dtype=np.int64)
-    n = _merge_sorted(*(np.ascontiguousarray(x, dtype=np.int64) for x in (*a, *b)), ro, bo, co)
+    n = _merge_sorted(*a, *b, ro, bo, co)
     return ro[:n], bo[:n], co[:n]
 
 
@@ -518,7 +626,33 @@ def _histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any
     return out_inst, out_bucket, summed, True
 
 
-_histogram_rows = jit(_histogram_rows_py)
+def _histogram_rows(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, buckets: Any,
+                    counts: Any, first: int, n: int) -> tuple[Any, Any, Any, bool]:
+    """``_histogram_rows_py`` in C (``ivk_histogram_rows``: counted, then filled)."""
+    if n < 0:
+        raise ValueError("negative dimensions not allowed")  # as numba's np.zeros(n * ...)
+    of_c, members_c, bounds_c, rows_c, buckets_c, counts_c = (
+        _c_array(a, np.int64) for a in (of_workload, members, wl_bounds, rows, buckets, counts))
+    args = (of_c.ctypes.data, members_c.ctypes.data, members_c.size, bounds_c.ctypes.data,
+            rows_c.ctypes.data, buckets_c.ctypes.data, counts_c.ctypes.data, int(first), int(n),
+            N_BUCKETS)
+    fn = _kernels().ivk_histogram_rows
+    n_rows = fn(*args, 0, None, None, None)
+    if n_rows == -1:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty, np.zeros((0, 6), dtype=np.int64), False
+    if n_rows == -2:
+        raise MemoryError("histogram_rows: no memory for its scratch")
+    out_inst = np.empty(n_rows, dtype=np.int64)
+    out_bucket = np.empty(n_rows, dtype=np.int64)
+    summed = np.empty((n_rows, 6), dtype=np.int64)
+    filled = fn(*args, n_rows, out_inst.ctypes.data, out_bucket.ctypes.data, summed.ctypes.data)
+    if filled == -2:
+        raise MemoryError("histogram_rows: no memory for its scratch")
+    if filled != n_rows:
+        raise RuntimeError("histogram_rows: the coordinates changed while they were read")
+    return (out_inst.astype(np.intp, copy=False), out_bucket.astype(np.intp, copy=False), summed,
+            True)
 
 
 def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.intp],
@@ -538,8 +672,7 @@ def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.in
         raise ValueError(f"{wl_bounds.size} workload bounds for {of_workload.size} workloads "
                          f"and {rows.size} coordinates")
     out_inst, out_bucket, summed, in_range = _histogram_rows(
-        *(np.ascontiguousarray(a, dtype=np.int64)
-          for a in (of_workload, members, wl_bounds, rows, buckets, counts)), first, n)
+        of_workload, members, wl_bounds, rows, buckets, counts, first, n)
     if not in_range:
         raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
     return out_inst, out_bucket, summed
@@ -574,20 +707,32 @@ def _scan_coords_py(rows: Any, buckets: Any, counts: Any, row_tot: Any) -> tuple
     return bmax, ascending, cmin
 
 
-_scan_coords = jit(_scan_coords_py)
+def _scan_coords(rows: Any, buckets: Any, counts: Any, row_tot: Any) -> tuple[int, bool, int]:
+    """``_scan_coords_py`` in C: the wire's types as they are (``ivk_scan_coords_wire``:
+    uint32 rows, uint16 buckets), other integers as int64 (``ivk_scan_coords_i64``)."""
+    if rows.dtype == np.uint32 and buckets.dtype == np.uint16:
+        scan = _kernels().ivk_scan_coords_wire
+        rows_c, buckets_c = _c_array(rows, np.uint32), _c_array(buckets, np.uint16)
+    else:
+        scan = _kernels().ivk_scan_coords_i64
+        rows_c, buckets_c = _c_array(rows, np.int64), _c_array(buckets, np.int64)
+    counts_c = _c_array(counts, np.int64)
+    if buckets_c.size != rows_c.size or counts_c.size != rows_c.size:
+        raise ValueError(f"{rows_c.size} rows, {buckets_c.size} buckets, {counts_c.size} counts")
+    found = np.empty(3, dtype=np.int64)  # the largest bucket, ascending, the smallest count
+    scan(rows_c.ctypes.data, buckets_c.ctypes.data, counts_c.ctypes.data, rows_c.size,
+         _out(row_tot, np.int64, row_tot.shape), row_tot.size, found.ctypes.data)
+    bmax, ascending, cmin = found.tolist()
+    return bmax, bool(ascending), cmin
 
 
 def validate_batch(batch: StatsBatch) -> None:
-    """``StatsBatch.validate`` with its scan of the coordinates compiled (eight numpy passes
+    """``StatsBatch.validate`` with its scan of the coordinates in C (eight numpy passes
     there, one here); the checks themselves are ``StatsBatch.check_scan``, shared."""
     row_tot = np.zeros(batch.n_workloads * ROWS_PER_WORKLOAD, dtype=np.int64)
     bmax, ascending, cmin = 0, True, 1
     if batch.rows.size:
-        # aligned (a copy only when the wire left an array unaligned), so that the kernel
-        # compiled by warm_up is the one used
-        coords = (np.require(a, requirements="A") for a in (batch.rows, batch.buckets,
-                                                             batch.counts))
-        bmax, ascending, cmin = _scan_coords(*coords, row_tot)
+        bmax, ascending, cmin = _scan_coords(batch.rows, batch.buckets, batch.counts, row_tot)
     batch.check_scan(int(bmax), bool(ascending), int(cmin), row_tot)
 
 
@@ -640,14 +785,26 @@ def _scan_group_pct_py(counters: Any, lat: Any, pct: Any, member: Any
     return negative, inconsistent, missing, outside
 
 
-_scan_group_pct = jit(_scan_group_pct_py)
+def _scan_group_pct(counters: Any, lat: Any, pct: Any, member: Any
+                    ) -> tuple[bool, bool, bool, bool]:
+    """``_scan_group_pct_py`` in C (``ivk_scan_group_pct``)."""
+    counters_c, lat_c = _c_array(counters, np.int64), _c_array(lat, np.int64)
+    pct_c, member_c = _c_array(pct, np.float64), _c_array(member, np.bool_)
+    found = _kernels().ivk_scan_group_pct(
+        counters_c.ctypes.data, lat_c.ctypes.data, counters_c.shape[0], pct_c.ctypes.data,
+        pct_c.shape[1], pct_c.shape[2], pct_c.shape[3], member_c.ctypes.data,
+        member_c.shape[0])
+    if found < 0:
+        raise MemoryError("check_group_stats: no memory for its scratch")
+    return (bool(found & _NEGATIVE), bool(found & _INCONSISTENT), bool(found & _MISSING),
+            bool(found & _OUTSIDE))
 
 
 def check_group_stats(gs: GroupStats) -> None:
-    """``GroupStats.check`` with its scans compiled: the coordinates of an entry with
-    histograms (``validate_batch``), or the side statistics and percentile table of one
-    without (one pass here, a dozen numpy passes there); the verdicts are
-    ``GroupStats.raise_findings``, shared."""
+    """``GroupStats.check`` with its scans in C: the coordinates of an entry with histograms
+    (``validate_batch``), or the side statistics and percentile table of one without (one
+    pass here, a dozen numpy passes there); the verdicts are ``GroupStats.raise_findings``,
+    shared."""
     if gs.pct is None:
         validate_batch(gs.batch)
         return
