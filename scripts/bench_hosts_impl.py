@@ -19,7 +19,9 @@ Prints, per host count:
   plan and ``Go``), and the slaves' CPU in it (on a real host it is the host's, spent
   meanwhile: here each in-memory host's discovery scans this machine's /proc);
 - the master's CPU per subinterval (mean over the step's subintervals after the first);
-- the process's RSS after each subinterval, and its growth per subinterval;
+- the process's RSS after each subinterval, and its growth per subinterval (the process's:
+  the master's and the in-memory slaves' together; the harness's own record of what each
+  slave ran is cleared each subinterval);
 - the step's end (window, summaries, files) as the time from the last subinterval's results
   to the run's end.
 
@@ -32,8 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import itertools
+import os
 import shutil
 import sys
 import tempfile
@@ -80,6 +82,7 @@ class Meter:
     first_slave_cpu_s: float = 0.0
     last_recorded_wall: float = 0.0
     marks: list[tuple[float, float, int]] = field(default_factory=list)  # (cpu, slave, rss)
+    hosts: MemoryHosts = field(default_factory=MemoryHosts)
 
     def timed(self, fn: Any) -> Any:
         def call(*args: Any, **kw: Any) -> Any:
@@ -109,6 +112,8 @@ def _patch(meter: Meter) -> list[tuple[Any, str, Any]]:
             meter.first_recorded_s = now - meter.t0
             meter.first_slave_cpu_s = meter.slave_cpu_s
         meter.last_recorded_wall = now
+        for host in meter.hosts.hosts.values():  # what the harness keeps for tests' asserts
+            host.backend.ran.clear()
         meter.marks.append((time.process_time(), meter.slave_cpu_s, proc.memory_info().rss))
         return out
 
@@ -141,8 +146,9 @@ def one(n_hosts: int, workloads: int, subintervals: int, sub_s: float, root: Pat
     undo = _patch(meter)
     try:
         meter.t0 = time.perf_counter()
-        result = asyncio.run(Run(cfg, view=LiveView(io.StringIO(), rich_mode=False),
-                                 connect=MemoryHosts().connect).execute())
+        with open(os.devnull, "w") as console:
+            result = asyncio.run(Run(cfg, view=LiveView(console, rich_mode=False),
+                                     connect=meter.hosts.connect).execute())
         ended = time.perf_counter()
     finally:
         for owner, name, orig in undo:
