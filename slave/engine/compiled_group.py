@@ -79,12 +79,11 @@ def numpy_stats(batch: StatsBatch, of_workload: npt.ArrayLike, n_groups: int,
     return GroupStats(side, view_percentiles(grouped))
 
 
-def rollup(batch: StatsBatch, entries: Sequence[Entry], *, compiled: bool = True
-           ) -> list[GroupStats]:
+def rollup(batch: StatsBatch, entries: Sequence[Entry]) -> list[GroupStats]:
     """Each entry's ``numpy_stats`` of ``batch``: by the compiled object where it is loaded
-    and takes the batch (and ``compiled``), else by numpy; an entry that groups as an earlier
-    one with the same output is that one's."""
-    got = _compiled(batch, entries) if compiled else None
+    and takes the batch, else by numpy; an entry that groups as an earlier one with the same
+    output is that one's."""
+    got = _compiled(batch, entries)
     if got is not None:
         return got
     out: list[GroupStats] = []
@@ -151,10 +150,9 @@ def _compiled(batch: StatsBatch, entries: Sequence[Entry]) -> list[GroupStats] |
         if e.histograms:
             out.append(GroupStats(side))
             continue
-        none = side.rows[:0]
-        out.append(GroupStats(StatsBatch(counters=side.counters, lat=side.lat, rows=none,
-                                         buckets=side.buckets[:0], counts=side.counts[:0]),
-                              job.table))
+        out.append(GroupStats(StatsBatch(counters=side.counters, lat=side.lat,
+                                         rows=side.rows[:0], buckets=side.buckets[:0],
+                                         counts=side.counts[:0]), job.table))
     return out
 
 

@@ -1752,10 +1752,10 @@ int64_t ivy_reap(struct ivy_loop *L, int64_t timeout_ns)
  * category * N_KINDS + kind: ivy_group_bounds finds where each row starts, once per batch.
  * ivy_group_pass then reads each workload's coordinates once for several rollup entries
  * (struct ivy_grp: the one whose groups it goes through in turn, those with few groups held
- * in cells all along, each workload's own percentiles), as one pass over the batch costs
- * more in memory than in arithmetic at 10,000 workloads (docs/scaling.md): a group's
- * histograms are added up in dense rows of N_BUCKETS cells, and its coordinates and its
- * percentile table are read from them. The integers are added as numpy adds int64
+ * in cells all along, each workload's own percentiles): at 10,000 workloads a pass over the
+ * batch's 127 MB cost 25-30 ms on the development VM, its memory more than its arithmetic.
+ * A group's histograms are added up in dense rows of N_BUCKETS cells, and its coordinates
+ * and its percentile table are read from them. The integers are added as numpy adds int64
  * (wrapping); the percentiles take numpy's exact ranks and its float operations in its order
  * (the object is compiled with -ffp-contract=off: no fused multiply-add). An input that numpy
  * would read otherwise than a valid batch is refused (G_REFUSED: rows out of order or of
@@ -2150,22 +2150,78 @@ static int64_t add_rows(const uint16_t *buckets, const int64_t *counts, const in
     return 0;
 }
 
+/* a batch as a pass reads it: its arrays (bounds: ivy_group_bounds'), views (each view's
+ * categories, a bit each, then the percentiles' numerators over RANK_SCALE), edges (each
+ * bucket's lowest value, then its highest, as doubles) and a view row of N_BUCKETS zeros */
+struct g_batch {
+    const int64_t *counters, *lat;
+    const uint16_t *buckets;
+    const int64_t *counts, *bounds, *views;
+    const double *edges;
+    int64_t *view;
+};
+
+/* workload w of the pass (in the driver's group g, if any: its cells and acc), the next
+ * one's asked from memory: its sides and rows added into each of its groups, its own
+ * percentiles */
+static int64_t pass_workload(const struct g_batch *in, struct ivy_grp *grp, int64_t n_grp,
+                             struct ivy_grp *drv, int64_t g, int64_t *cells, struct g_acc *acc,
+                             int64_t w, int64_t next)
+{
+    const int64_t *c = in->counters + w * N_COUNTERS, *l = in->lat + w * N_LAT;
+    const int64_t *at = in->bounds + w * G_ROWS, *at_next = in->bounds + next * G_ROWS;
+    struct g_ahead ahead = {(const char *)(in->counts + at_next[0]),
+                            (const char *)(in->counts + at_next[G_ROWS]),
+                            (const char *)(in->buckets + at_next[0]),
+                            (const char *)(in->buckets + at_next[G_ROWS])};
+    struct g_acc own;
+    struct g_dst dst = {0, {NULL}, {NULL}};
+    for (int i = 0; i < N_LAT; i += 8)
+        __builtin_prefetch(in->lat + next * N_LAT + i);
+    __builtin_prefetch(in->counters + next * N_COUNTERS);
+    for (int i = G_MAX; i < N_LAT; i += 3)
+        if (l[i] < -1)
+            return G_REFUSED;
+    if (drv) {
+        fold_sides(c, l, drv->counters + g * N_COUNTERS, drv->lat + g * N_LAT);
+        dst.cells[dst.n] = cells;
+        dst.acc[dst.n++] = acc;
+    }
+    for (int64_t i = 0; i < n_grp; i++) {
+        struct ivy_grp *e = grp + i;
+        if (e->role != GRP_HELD || (drv && e->of_driver))
+            continue;
+        int64_t h = e->of[w];
+        fold_sides(c, l, e->counters + h * N_COUNTERS, e->lat + h * N_LAT);
+        dst.cells[dst.n] = e->cells + h * G_ROWS * N_BUCKETS;
+        dst.acc[dst.n++] = (struct g_acc *)e->acc + h;
+    }
+    if (add_rows(in->buckets, in->counts, at, &dst, &own, &ahead) < 0)
+        return G_REFUSED;
+    struct g_src src = {NULL, in->buckets, in->counts, at, &own, in->view};
+    for (int64_t i = 0; i < n_grp; i++)
+        if (grp[i].role == GRP_SINGLE && grp[i].pct
+                && group_table(c, l, &src, in->views, in->edges, grp[i].pct + w * G_TABLE) < 0)
+            return G_REFUSED;
+    return 0;
+}
+
 /* a batch's n workloads (counters, lat, buckets, counts; bounds: ivy_group_bounds') read once
- * for the n_grp entries grp (struct ivy_grp: at most one GRP_DRIVER, whose groups the pass
- * goes through in turn, else the workloads in order; at most GRP_HELD_MAX GRP_HELD, those
- * with of_driver added up from the driver's groups, the others from the workloads); views: each view's categories (a bit
- * each), then the percentiles' numerators over RANK_SCALE; edges: each bucket's lowest value,
- * then its highest, as doubles; cells: (G_ROWS + 1) x N_BUCKETS zeros, left zero. 0, or
+ * for the n_grp entries grp (struct ivy_grp): at most one GRP_DRIVER, whose groups the pass
+ * goes through in turn (else the workloads in order), at most GRP_HELD_MAX GRP_HELD (those
+ * with of_driver added up from the driver's groups, the others from the workloads); views,
+ * edges: struct g_batch's; cells: (G_ROWS + 1) x N_BUCKETS zeros, left zero. 0, or
  * G_REFUSED */
 int64_t ivy_group_pass(const int64_t *counters, const int64_t *lat, const uint16_t *buckets,
                        const int64_t *counts, const int64_t *bounds, int64_t n,
                        struct ivy_grp *grp, int64_t n_grp, const int64_t *views,
                        const double *edges, int64_t *cells)
 {
+    struct g_batch in = {counters, lat, buckets, counts, bounds, views, edges,
+                         cells + G_ROWS * N_BUCKETS};
     struct ivy_grp *drv = NULL;
-    struct g_acc acc, own;
-    struct g_dst dst;
-    int64_t *view = cells + G_ROWS * N_BUCKETS, n_held = 0;
+    struct g_acc acc;
+    int64_t n_held = 0;
     for (int64_t i = 0; i < n_grp; i++) {
         grp[i].n_coords = 0;
         n_held += grp[i].role == GRP_HELD;
@@ -2177,59 +2233,25 @@ int64_t ivy_group_pass(const int64_t *counters, const int64_t *lat, const uint16
     if (n_held > GRP_HELD_MAX)
         return G_REFUSED;
     const int64_t *order = drv ? drv->members + drv->n_groups + 1 : NULL;
-    int64_t n_groups = drv ? drv->n_groups : 1;
-    for (int64_t g = 0; g < n_groups; g++) {
-        int64_t m1 = drv ? drv->members[g + 1] : n;
+    for (int64_t g = 0; g < (drv ? drv->n_groups : 1); g++) {
         acc_reset(&acc);
-        for (int64_t m = drv ? drv->members[g] : 0; m < m1; m++) {
-            int64_t w = order ? order[m] : m, next = m + 1 < n ? (order ? order[m + 1] : m + 1) : w;
-            const int64_t *c = counters + w * N_COUNTERS, *l = lat + w * N_LAT;
-            const int64_t *at = bounds + w * G_ROWS, *at_next = bounds + next * G_ROWS;
-            struct g_ahead ahead = {(const char *)(counts + at_next[0]),
-                                    (const char *)(counts + at_next[G_ROWS]),
-                                    (const char *)(buckets + at_next[0]),
-                                    (const char *)(buckets + at_next[G_ROWS])};
-            __builtin_prefetch(counters + next * N_COUNTERS);
-            __builtin_prefetch(lat + next * N_LAT);
-            __builtin_prefetch(lat + next * N_LAT + 8);
-            __builtin_prefetch(lat + next * N_LAT + 16);
-            for (int i = G_MAX; i < N_LAT; i += 3)
-                if (l[i] < -1)
-                    return G_REFUSED;
-            dst.n = 0;
-            if (drv) {
-                fold_sides(c, l, drv->counters + g * N_COUNTERS, drv->lat + g * N_LAT);
-                dst.cells[dst.n] = cells;
-                dst.acc[dst.n++] = &acc;
-            }
-            for (int64_t i = 0; i < n_grp; i++) {
-                struct ivy_grp *e = grp + i;
-                if (e->role != GRP_HELD || (drv && e->of_driver))
-                    continue;
-                int64_t h = e->of[w];
-                fold_sides(c, l, e->counters + h * N_COUNTERS, e->lat + h * N_LAT);
-                dst.cells[dst.n] = e->cells + h * G_ROWS * N_BUCKETS;
-                dst.acc[dst.n++] = (struct g_acc *)e->acc + h;
-            }
-            if (add_rows(buckets, counts, at, &dst, &own, &ahead) < 0)
+        for (int64_t m = drv ? drv->members[g] : 0; m < (drv ? drv->members[g + 1] : n); m++) {
+            int64_t w = order ? order[m] : m;
+            int64_t next = m + 1 == n ? w : order ? order[m + 1] : m + 1;
+            if (pass_workload(&in, grp, n_grp, drv, g, cells, &acc, w, next) < 0)
                 return G_REFUSED;
-            struct g_src src = {NULL, buckets, counts, at, &own, view};
-            for (int64_t i = 0; i < n_grp; i++)
-                if (grp[i].role == GRP_SINGLE && grp[i].pct
-                        && group_table(c, l, &src, views, edges, grp[i].pct + w * G_TABLE) < 0)
-                    return G_REFUSED;
         }
         if (!drv)
             continue;
         take_driver_group(grp, n_grp, g, drv->counters + g * N_COUNTERS, drv->lat + g * N_LAT,
                           cells, &acc);
-        if (group_finish(drv, g, cells, &acc, view, views, edges) < 0)
+        if (group_finish(drv, g, cells, &acc, in.view, views, edges) < 0)
             return G_REFUSED;
     }
     for (int64_t i = 0; i < n_grp; i++)
         for (int64_t g = 0; grp[i].role == GRP_HELD && g < grp[i].n_groups; g++)
             if (group_finish(grp + i, g, grp[i].cells + g * G_ROWS * N_BUCKETS,
-                             (struct g_acc *)grp[i].acc + g, view, views, edges) < 0)
+                             (struct g_acc *)grp[i].acc + g, in.view, views, edges) < 0)
                 return G_REFUSED;
     return 0;
 }

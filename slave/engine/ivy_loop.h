@@ -237,16 +237,16 @@ struct ivy_log {
 
 /* one rollup entry's part in a pass of the rollup's grouping over a batch (struct ivy_grp,
  * mirrored by slave.engine.compiled_group.GRP_DTYPE; ivy_loop.c's ivy_group_pass says the
- * pass): its role (GRP_DRIVER: the pass goes through its groups one after the other,
+ * pass): its role, GRP_DRIVER (the pass goes through its groups one after the other;
  * members: where each group's workloads start, n_groups + 1 of them, then the workloads in
- * group order; GRP_HELD: its groups' cells are held through the pass, of: each workload's
- * group, cells: n_groups x the rows' N_BUCKETS cells, zeros, and acc: n_groups x 3 x the
- * rows, the rows' extents and totals, and where the driver's groups each lie in one of its
- * own, of_driver: the group of each of the driver's, whose sums it takes whole, else NULL;
- * GRP_SINGLE: each workload its own group, its percentiles alone); out: the groups' counters and latencies (set to empty groups' by the
- * caller), their coordinates (rows, buckets, counts: NULL for none, else room for as many
- * as the batch's) and how many (n_coords), their percentile tables (pct, NaN put there by
- * the caller; NULL for none) */
+ * group order), GRP_HELD (its groups' cells are held through the pass; of: each workload's
+ * group; cells: n_groups x the rows' N_BUCKETS cells, zeros; acc: n_groups x 3 x the rows,
+ * the rows' extents and totals; of_driver: where each of the driver's groups lies in one of
+ * its own, that group, whose sums it then takes whole, else NULL) or GRP_SINGLE (each
+ * workload its own group, its percentiles alone); out: the groups' counters and latencies
+ * (set to empty groups' by the caller), their coordinates (rows, buckets, counts: NULL for
+ * none, else room for as many as the batch's) and how many (n_coords), their percentile
+ * tables (pct, NaN put there by the caller; NULL for none) */
 #define IVY_GRP_FIELDS(X) \
     X(int64_t, role) \
     X(int64_t, n_groups) \
