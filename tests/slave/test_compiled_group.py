@@ -250,6 +250,43 @@ def test_a_batch_that_is_not_valid_is_left_to_numpy(kind: str) -> None:
     assert _outcome(lambda: cg.rollup(batch, entries)) == numpy
 
 
+def test_batches_broken_at_random_are_refused_or_numpy_s() -> None:
+    """Rows, buckets, counts, counters and latencies changed at random: the object refuses
+    the batch, or what it gives is numpy's bit for bit (a change that keeps it valid)."""
+    rng = np.random.default_rng(64)
+    took = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        b = _recorded(int(rng.integers(0, 1000)), n, sizes=[0, 1, 5, 300])
+        c, lat, rows = b.counters.copy(), b.lat.copy(), b.rows.copy()
+        buckets, counts = b.buckets.copy(), b.counts.copy()
+        at = rng.integers(0, max(rows.size, 1), int(rng.integers(1, 4)))
+        what = int(rng.integers(0, 6))
+        if rows.size and what == 0:
+            rows[at] = rng.integers(0, n * 8 + 3, at.size)
+        elif rows.size and what == 1:
+            buckets[at] = rng.integers(0, 1 << 16, at.size)
+        elif rows.size and what == 2:
+            counts[at] = rng.integers(-5, 5, at.size)
+        elif what == 3:
+            c[rng.integers(0, n), rng.integers(0, 4), OPS] = rng.integers(-3, 3)
+        elif what == 4:
+            lat[rng.integers(0, n), rng.integers(0, 4), rng.integers(0, 2),
+                rng.integers(0, 3)] = rng.integers(-10, 10**6)
+        elif rows.size:
+            counts[at] = np.int64(1) << 62
+        broken = StatsBatch(counters=c, lat=lat, rows=rows, buckets=buckets, counts=counts)
+        entries = [cg.Entry(rng.integers(0, g, n), g, bool(rng.integers(0, 2)))
+                   for g in (1, 2, max(1, n // 3), n)] + [cg.Entry(np.arange(n), n, False)]
+        got = cg._compiled(broken, entries)
+        if got is None:
+            continue
+        took += 1
+        for e, stats in zip(entries, got, strict=True):
+            _assert_same(stats, cg.numpy_stats(broken, e.of_workload, e.n_groups, e.histograms))
+    assert 0 < took < 300
+
+
 @pytest.mark.parametrize(("of", "n_groups", "message"), [
     ([0, 1], 2, "shape"),
     ([0, 1, 2], 2, "outside"),
