@@ -629,10 +629,10 @@ typedef int64_t v2i64 __attribute__((vector_size(16)));
 /* _scan_group_pct_py: one pass over a percentile-table entry: counters (n_w, 4, 3), lat
  * (n_w, 4, 2, 3), pct (n_w, pct_views, pct_kinds, n_pct), member (n_views, 4) 0/1. Returns
  * the FOUND_ bits, or -1 when out of memory. The findings are or-ed together, so the
- * reference's branches are taken all at once here, per view and kind: missing when a
- * percentile is NaN where the view had I/O, or a number where it had none; outside when the
- * view had I/O and a percentile lies below or above its extremes, the minimum and maximum over
- * the view's categories in any order (integers), 0 for a view of none (as there). */
+ * reference's branches are taken all at once here, as counts: missing when a percentile is
+ * NaN where its view had I/O, or a number where it had none; outside when its view had I/O
+ * and it lies below or above the view's extremes, the minimum and maximum over the view's
+ * categories in any order (integers), 0 for a view of none (as there). */
 int64_t ivk_scan_group_pct(const int64_t *counters, const int64_t *lat, int64_t n_w,
                            const double *pct, int64_t pct_views, int64_t pct_kinds,
                            int64_t n_pct, const uint8_t *member, int64_t n_views)
@@ -645,7 +645,12 @@ int64_t ivk_scan_group_pct(const int64_t *counters, const int64_t *lat, int64_t 
         for (int c = 0; c < N_CAT; c++)
             cats[v] |= (unsigned)(member[v * N_CAT + c] != 0) << c;
     }
-    int negative = 0, inconsistent = 0, missing = 0, outside = 0;
+    int negative = 0, inconsistent = 0;
+    /* two percentiles at a time (a comparison's lane is -1 where true), the odd one alone:
+     * NaNs of views with I/O, numbers of views without, numbers beyond the extremes */
+    v2i64 nan2 = {0, 0}, number2 = {0, 0}, beyond2 = {0, 0};
+    int64_t nans = 0, numbers = 0, beyond = 0;
+    int64_t pairs = n_pct / 2 * 2;
     for (int64_t w = 0; w < n_w; w++) {
         const int64_t *cw = counters + w * N_CAT * N_COUNTERS;
         const int64_t *lw = lat + w * N_CAT * N_KIND * N_LAT;
@@ -661,9 +666,19 @@ int64_t ivk_scan_group_pct(const int64_t *counters, const int64_t *lat, int64_t 
         }
         for (int64_t v = 0; v < n_views; v++) {
             unsigned m = cats[v];
-            int has = (m & had) != 0;
             for (int k = 0; k < N_KIND; k++) {
-                int64_t lo = m ? INT64_MAX : 0, hi = m ? INT64_MIN : 0;
+                const double *row = pct + ((w * pct_views + v) * pct_kinds + k) * n_pct;
+                if ((m & had) == 0) {  /* no I/O: NaNs only */
+                    for (int64_t p = 0; p < pairs; p += 2) {
+                        v2f64 x;
+                        memcpy(&x, row + p, sizeof x);
+                        number2 -= x == x;
+                    }
+                    if (pairs < n_pct)
+                        numbers += !isnan(row[pairs]);
+                    continue;
+                }
+                int64_t lo = INT64_MAX, hi = INT64_MIN;
                 for (int c = 0; c < N_CAT; c++) {
                     if ((m >> c) & 1) {
                         const int64_t *l = lw + (c * N_KIND + k) * N_LAT;
@@ -672,30 +687,25 @@ int64_t ivk_scan_group_pct(const int64_t *counters, const int64_t *lat, int64_t 
                     }
                 }
                 double flo = (double)lo, fhi = (double)hi;
-                const double *row = pct + ((w * pct_views + v) * pct_kinds + k) * n_pct;
-                /* the NaNs, and the numbers below or above the extremes (a NaN compares
-                 * false), counted two at a time (a comparison's lane is -1 where true) */
                 v2f64 lo2 = {flo, flo}, hi2 = {fhi, fhi};
-                v2i64 nan2 = {0, 0}, beyond2 = {0, 0};
-                int64_t p = 0;
-                for (; p + 2 <= n_pct; p += 2) {
+                for (int64_t p = 0; p < pairs; p += 2) {
                     v2f64 x;
                     memcpy(&x, row + p, sizeof x);
                     nan2 -= x != x;
                     beyond2 -= x < lo2;
                     beyond2 -= x > hi2;
                 }
-                int64_t nans = nan2[0] + nan2[1], beyond = beyond2[0] + beyond2[1];
-                for (; p < n_pct; p++) {
-                    nans += isnan(row[p]);
-                    beyond += (row[p] < flo) | (row[p] > fhi);
+                if (pairs < n_pct) {
+                    double x = row[pairs];
+                    nans += isnan(x);
+                    beyond += (x < flo) | (x > fhi);
                 }
-                missing |= has ? nans > 0 : nans < n_pct;
-                outside |= has & (beyond > 0);
             }
         }
     }
     free(cats);
+    int missing = nan2[0] + nan2[1] + nans + number2[0] + number2[1] + numbers > 0;
+    int outside = beyond2[0] + beyond2[1] + beyond > 0;
     return (negative ? FOUND_NEGATIVE : 0) | (inconsistent ? FOUND_INCONSISTENT : 0)
         | (missing ? FOUND_MISSING : 0) | (outside ? FOUND_OUTSIDE : 0);
 }
