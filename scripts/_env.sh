@@ -47,9 +47,10 @@ ivypy_venv() {
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "[ivypy] installing ivypy and its test extras into $VENV" >&2
         "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-        # --no-compile: pip's byte-compiling of every dependency (numba, llvmlite, numpy ...)
-        # took 12 of the 32 s here, and scripts/test's runs never read it (their bytecode is in
-        # PYTHONPYCACHEPREFIX); elsewhere a module is compiled when first imported
+        # --no-compile: pip's byte-compiling of every dependency (numpy, asyncssh, rich ...)
+        # took 12 of the 32 s here (with numba, since dropped), and scripts/test's runs never
+        # read it (their bytecode is in PYTHONPYCACHEPREFIX); elsewhere a module is compiled
+        # when first imported
         "$VENV/bin/python" -m pip install -q --no-compile -e "$IVYPY_ROOT[test]" >&2
         # the build backend is hatchling, which writes nothing here: the metadata setuptools
         # left in the checkout would otherwise be a second, stale ivypy on the root's sys.path

@@ -18,6 +18,7 @@ import csv
 import errno
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from master.analysis import native
 
 ROOT = Path(__file__).resolve().parents[1]
 NOBODY_UID = NOBODY_GID = 65534
@@ -140,9 +143,12 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(
     # data: the compiled loop's C, the report's assets, the examples), and no tests or bytecode
     (info,) = {n.split("/")[0] for n in names if ".dist-info/" in n}
     assert {n.split("/")[0] for n in names} == {"ivypy", info}
+    # and the master's kernels, compiled by the wheel's build (hatch_build.py) for this platform
+    kernels = f"ivypy/master/analysis/{native.shipped_name()}"
     assert {n for n in names if not n.startswith(info)} == {
         n if n.startswith("ivypy/") else f"ivypy/{n}" for n in checkout.files
-        if n.startswith(("ivypy/", "master/", "protocol/", "slave/"))}
+        if n.startswith(("ivypy/", "master/", "protocol/", "slave/"))} | {kernels}
+    assert wheel.name.endswith(f"-linux_{platform.machine()}.whl"), wheel.name
     assert {"ivypy/slave/engine/ivy_loop.c", "ivypy/slave/engine/ivy_loop.h"} <= names
     for asset in ("page.js", "errors.js", "page.css", "vendor/uPlot.iife.min.js",
                   "vendor/uPlot.min.css", "vendor/uPlot-LICENSE"):  # report.html's parts
@@ -166,12 +172,17 @@ def test_a_wheel_installed_in_a_fresh_virtualenv_runs_the_compiled_loop(
     version = _run([str(venv / "bin" / "python"), "-m", "ivypy", "--version"], work, 60).stdout
     assert version.startswith(f"ivypy {wheel.name.split('-')[1]} (protocol ")
     (work / "test.yaml").write_text(TEST)
+    cache = tmp_path / "cache"  # the user's cache, empty: what the run builds lands here
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "IVYPY_SLAVE_CC", "PYTHONPYCACHEPREFIX")}
     done = _run([str(venv / "bin" / "ivypy"), "run", "test.yaml", "--output-root", "out",
-                 "--plain"], work, 300)
+                 "--plain"], work, 300, {**env, "XDG_CACHE_HOME": str(cache)})
     (folder,) = (work / "out" / "installed").iterdir()
     assert str(folder) in done.stdout
-    # the first run after an install compiles the master's kernels, and says what it waits for
-    assert "ivypy: loading the master's rollup kernels (compiled once" in done.stdout
+    # the first run after an install loads the master's kernels the wheel ships: it builds
+    # none (the slave's loop, built on the controller for the hosts, is the cache's only object)
+    assert "building the master's kernels" not in done.stdout
+    assert not list(cache.rglob("master-kernels-*")), sorted(cache.rglob("*.so"))
     with open(folder / "hosts.csv", newline="") as fh:
         (host,) = list(csv.DictReader(fh))
     assert host["io_loop"] == "compiled (shipped from the controller)", host["io_loop"]

@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console_main() -> NoReturn:
     """``ivypy`` as a process (the console script, ``python -m master``): ``main``'s status is
     its exit status. What is left is freed by the process's end, without the interpreter's
-    last garbage collection over every object first (0.2 s after a run: numba's)."""
+    last garbage collection over every object first (0.2 s after a run when the kernels were
+    numba's, whose objects were most of them)."""
     status = main()
     gc.freeze()
     sys.exit(status)

@@ -4,8 +4,8 @@ incomplete step, in its own folder with the test file kept there (``master.resul
 
 Thin: options → ``master.run.lifecycle.run_test`` → exit code. A config error is one line on
 stderr (every unknown key of the file at once: a line each) and exit 2, before any host is
-contacted, and before the run loop (numpy, numba, asyncssh: ~0.7 s and ~85 MB) is imported: a
-bad test file costs a fraction of a second and ~20 MB.
+contacted, and before the run loop (numpy, asyncssh and the kernels: ~0.5 s and ~48 MB) is
+imported: a bad test file costs a fraction of a second and ~20 MB.
 """
 
 from __future__ import annotations

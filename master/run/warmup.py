@@ -1,7 +1,9 @@
-"""Loading (or, first after an install, compiling) every compiled kernel of the master.
+"""Loading (or, first in a checkout, building) the master's compiled kernels.
 
-Owns ``warm_up``: each kernel called once on tiny inputs of the real types, so that the first
-subinterval of a run does not pay for a compile (seconds, longer than a short subinterval).
+Owns ``warm_up``: the kernels' object loaded (``master.analysis.native``: shipped with a wheel,
+else built once into the user's cache, about a second) and each kernel called once on tiny
+inputs of the real types, so that the first subinterval of a run pays for neither, and a
+broken object fails the run before its first step.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from master.analysis import native
 from master.analysis.kernels import (
     check_group_stats,
     histogram_rows,
@@ -23,6 +26,7 @@ from master.analysis.kernels import (
 )
 from master.results.csvkernels import SKIP, format_lines, gather_texts, write_lines
 from protocol.batch import GroupStats, StatsBatch
+from protocol.errors import PreflightError
 from protocol.views import N_VIEWS
 
 if TYPE_CHECKING:
@@ -36,8 +40,8 @@ KERNELS_NOTICE_S = 3.0
 
 async def warm_up_kernels(view: LiveView) -> None:
     """Load (or, first in a checkout, build) the master's kernels while the hosts start, so
-    the first subinterval is not late. Where that takes more than ``KERNELS_NOTICE_S``, the
-    console says what the run waits for."""
+    the first subinterval is not late. Where that takes more than ``KERNELS_NOTICE_S`` (a
+    slow compiler), the console says what the run waits for."""
     from master.run.heap import keep_freed_memory
 
     keep_freed_memory()
@@ -45,17 +49,18 @@ async def warm_up_kernels(view: LiveView) -> None:
     try:
         done, _ = await asyncio.wait({job}, timeout=KERNELS_NOTICE_S)
         if not done:
-            view.message("ivypy: loading the master's rollup kernels (compiled once "
-                         "after an install, then cached) ...")
+            view.message("ivypy: building the master's kernels (C, once, then cached in "
+                         "~/.cache/ivypy) ...")
         took = await job
+    except native.KernelsUnavailable as exc:  # the run cannot add anything up: before a step
+        raise PreflightError(f"the controller cannot run ivypy's master: {exc}") from None
     finally:
         job.cancel()  # the run stopped meanwhile: the thread ends on its own
-    if took > 1.0:
-        log.info("rollup kernels compiled in %.1f s (cached for later runs)", took)
+    log.info("the master's kernels (%s) ready in %.2f s", native.origin(), took)
 
 
 def warm_up() -> float:
-    """Compile (first process after an install) or load from the cache every kernel, on tiny
+    """Load (or build, first in a checkout) the kernels' object and call every kernel on tiny
     inputs of the real types; returns the seconds it took. ``master.run.lifecycle`` calls it while
     the hosts start, so that the first subinterval does not pay for it (a compile takes seconds,
     longer than a short subinterval)."""

@@ -6,7 +6,7 @@ The RSS is the child's own (``os.wait4``), measured from a small wrapper process
 counts into a child's peak RSS the image it was forked from (``exec`` folds the old memory's
 high-water mark in), so forked from this test process, with numpy loaded, any child "peaks" at
 over 100 MB. Interpreter start and imports are most of the time: a refusal must not import the
-run loop (numpy, numba, asyncssh: ~85 MB on their own).
+run loop (numpy, asyncssh and the kernels: ~48 MB on their own).
 """
 
 from __future__ import annotations

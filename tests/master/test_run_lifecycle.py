@@ -578,3 +578,23 @@ def test_hosts_connect_and_measure_their_clocks_a_bounded_number_at_a_time(
         rows = list(csv.DictReader(fh))
     assert [r["host"] for r in rows] == names
     assert all(int(r["clock_samples"]) >= hostsession.PINGS for r in rows)
+
+
+def test_a_controller_that_cannot_build_the_kernels_is_told_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kernels shipped (a checkout), none in the user's cache and no C compiler: the run
+    ends before its first step with exit 2, naming the compiler and the packages."""
+    from master.analysis import kernels, native
+    from master.results import csvkernels
+
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(kernels, "_lib", None)
+    monkeypatch.setattr(csvkernels, "_functions", {})
+    monkeypatch.setenv("IVYPY_CC", "no-such-cc")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = memory_config(tmp_path, MANY_HOSTS.format(hosts="h0"))
+    result = execute(memory_run(cfg, MemoryHosts()))
+    assert result.exit_code == 2, result.message
+    assert "no C compiler 'no-such-cc'" in result.message
+    assert "apt-get install gcc libc6-dev" in result.message
+    assert not list((tmp_path / "out" / "many").glob("*/step0000-*"))
