@@ -1108,6 +1108,11 @@ static int64_t verify_block(const struct ivy_vlun *v, const uint8_t *blk, int64_
                 g0 = st.gen;
             if (v_accepts(st.gen, lo, hi, lenient, unsettled)) {
                 current = 1;
+            } else if (lenient && v_unconfirmed(v, &st, lo)) {
+                /* what the block held before the write in flight: a crashed attempt's write
+                 * its master never heard of, ahead of the map's generation then (lo); not
+                 * taken, as the write in flight settles the block */
+                current = 1;
             } else if (!lenient && v_unconfirmed(v, &st, hi)) {
                 if (*adopt && (st.gen != *adopt))
                     adopt_mixed = 1;

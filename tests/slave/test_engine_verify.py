@@ -448,3 +448,33 @@ def test_a_write_the_crashed_attempts_master_never_heard_of_is_taken_into_the_ma
         assert after.check(0, 0, old) == v.CODES["stale"]  # the older one is stale now
     else:
         assert after.state.maps[0][0] == map_gen and taken.blocks.size == 0
+
+
+@pytest.mark.parametrize(("serial", "verdict"), [
+    (9, "clean"),  # above its writer's confirmed 5: what the block held before the write
+    (5, "stale"),  # confirmed, yet not the map's: a lost write, as without the write
+])
+def test_a_read_beside_a_write_finds_the_crashed_attempts_unheard_write_clean(
+        serial: int, verdict: str) -> None:
+    """A resumed attempt reads a block while its own write of it is in flight, and finds the
+    crashed attempt's last write of it (the map's generation 1; the crashed attempt wrote 2
+    and 3, the write in flight takes 2): the block held that before the write, so it is clean
+    where the serial is one the master never heard of, and the map is not moved by the read
+    (the write in flight settles the block). It was called stale: a kill of the master
+    mid-step, then ``--resume`` of a mixed step, failed so once under load."""
+    before = _loop([VerifiedLun(0, 0, 16 * BLOCK, KEY, attempt=0)], [0])
+    old, new = _data(1, seed=1), _data(1, seed=2)
+    before.put(0, 0, old, serial=3)
+    before.put(0, 0, _data(1, seed=4), serial=4)  # generation 2, confirmed
+    before.put(0, 0, new, serial=serial)  # generation 3, heard of or not as the case says
+    master_map = np.zeros(16, dtype=np.uint8)
+    master_map[0] = 1
+    after = _resumed(master_map, [(0, {10: 5})])
+    mine = _data(1, seed=3)
+    after.write(0, 0, mine, serial=1)  # in flight, not done
+    want = 0 if verdict == "clean" else v.CODES[verdict]
+    assert after.check(0, 0, new) == want
+    after.write_done(0, 0, mine.size)
+    assert after.check(0, 0, mine) == 0  # the resumed write settled the block
+    assert after.state.maps[0][0] == 2  # its generation: the map's 1 and one
+
