@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: each runs its loop for 200 ms of real time and needs the compiled loop to have run in it
 #: (beside the part's other tests, one did not, once: a process held off the CPU that long)
 SHARES_THE_MACHINE = frozenset({
+    "test_compiled_group.py",
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
     "test_engine_differential_fake.py", "test_engine_layout.py",
     "test_engine_paced_draws.py", "test_engine_permission.py", "test_engine_verify.py",
