@@ -2,14 +2,16 @@
 
 Brings the test bed up (``--hosts`` namespace hosts over OpenSSH, default 3) unless it is up
 already with as many, gives each host its own loop device over a fully written file, runs
-``ivypy run`` for ``--subintervals`` one-second subintervals at a light load, and reads
-``interlock.csv``: for every subinterval, each host's buffer-switch time in the master's clock
-(slave clock minus the measured offset) relative to the planned boundary. The measured skew of a
-boundary is the spread of those times across hosts; its bound adds each host's clock offset
-uncertainty (half its best ping RTT), which the measured skew cannot show: the latest switch
-plus its host's uncertainty less the earliest switch less its host's. Prints median, p90 and max
-of both against the 1 ms goal, with each host's clock offset, RTT, uncertainty and the engine
-its LUN ran on. Cleans up what it created.
+``ivypy run`` for ``--subintervals`` subintervals of ``--subinterval-s`` (1 s) at a light
+load (``--iops`` per host, 1,000), and reads ``interlock.csv``: for every subinterval, each
+host's buffer-switch time in the master's clock (slave clock minus the measured offset)
+relative to the planned boundary. The measured skew of a boundary is the spread of those times
+across hosts; its bound adds each host's clock offset uncertainty (half its best ping RTT),
+which the measured skew cannot show: the latest switch plus its host's uncertainty less the
+earliest switch less its host's. Prints median, p90 and max of both against the 1 ms goal,
+with each host's clock offset, RTT, uncertainty and the engine its LUN ran on, and the start:
+from ``ivypy run`` to its first step (every host connected, its clock measured, its LUN
+found). Cleans up what it created.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import csv
 import statistics
 import subprocess
 import sys
+import time
 
 from scripts.testbed_luns import ROOT, testbed_with_luns
 
@@ -28,13 +31,16 @@ def main() -> int:
     ap.add_argument("--subintervals", type=int, default=20)
     ap.add_argument("--goal-ms", type=float, default=1.0)
     ap.add_argument("--hosts", type=int, default=3)
+    ap.add_argument("--subinterval-s", type=float, default=1.0)
+    ap.add_argument("--iops", type=float, default=1000.0,
+                    help="each host's IOPS (64 hosts share this machine's cores)")
     args = ap.parse_args()
     with testbed_with_luns(args.hosts, "ivypy-skew-") as bed:
         hosts, tmp = bed.hosts, bed.tmp
         host_lines, lun_lines = bed.host_lines, bed.lun_lines
         cfg = tmp / "skew.yaml"
         cfg.write_text(f"""test: skew
-subinterval_seconds: 1
+subinterval_seconds: {args.subinterval_s:g}
 hosts:
 {host_lines}
 luns:
@@ -42,15 +48,26 @@ luns:
 steps:
   - name: light
     workloads:
-      - {{name: r, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 1000}}
+      - {{name: r, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: {args.iops:g}}}
     warmup_seconds: 0
-    measure_seconds: {args.subintervals}
+    measure_seconds: {args.subintervals * args.subinterval_s:g}
 """)
         out = tmp / "out"
-        proc = subprocess.run([sys.executable, "-m", "master", "run", str(cfg), "--output-root",
-                               str(out), "--plain"], capture_output=True, text=True, cwd=ROOT)
-        if proc.returncode != 0:
-            print(proc.stdout[-2000:], proc.stderr[-2000:], sep="\n")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "master", "run", str(cfg),
+                                 "--output-root", str(out), "--plain"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        assert proc.stdout is not None and proc.stderr is not None
+        lines, started_s = [], None
+        for line in proc.stdout:  # the console's "== step 0" line: every host up, LUNs found
+            lines.append(line)
+            if started_s is None and line.startswith("== step 0"):
+                started_s = time.perf_counter() - t0
+        err = proc.stderr.read()
+        print(f"start: {started_s or float('nan'):.2f} s from `ivypy run` to its first step "
+              f"on {len(hosts)} hosts (SSH, slave up, clock, LUNs)")
+        if proc.wait() != 0:
+            print("".join(lines)[-2000:], err[-2000:], sep="\n")
             return 1
         (folder,) = (out / "skew").iterdir()
         engines: dict[str, str] = {}
