@@ -445,7 +445,7 @@ class GroupStats:
             parts.append(buf)
             pcts.append(raw)
         total = sum(n_of)
-        # bytearrays: the arrays are writable, as the compiled kernels are compiled for
+        # bytearrays: the arrays are writable (each entry's rows are offset in place below)
         c, lat, rows, buckets, counts = (bytearray().join(f) for f in zip(*parts, strict=True))
         batch = StatsBatch._of_buffers(total, c, lat, rows, buckets, counts)
         if batch.rows.size and len(parts) > 1:  # each entry's rows count from its first group

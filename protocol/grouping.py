@@ -3,7 +3,7 @@ added up into a window, and each workload's (or group's) percentiles per view.
 
 The views and the percentiles every rollup reports are ``protocol.views``' (``VIEWS``,
 ``PERCENTILES``). The percentiles follow the master's rule exactly
-(``master.analysis.kernels._view_percentiles_py``, ``protocol.histogram.percentiles_from_counts``):
+(``master.analysis.kernelref.view_percentiles_py``, ``protocol.histogram.percentiles_from_counts``):
 the same exact decimal ranks, the same bucket, the same float operations in the same order, so a
 slave's table is bit-identical to what the master would compute from the same batch.
 
@@ -268,7 +268,7 @@ def view_percentiles(batch: StatsBatch) -> _F64:
     workload, view, kind (service, response) and ``PERCENTILES``; NaN where a view has no I/O.
 
     ``batch`` must be valid (``StatsBatch.validate``). Bit-identical to the master's rollup
-    of one workload per instance (``master.analysis.kernels._view_percentiles_py``): the histogram
+    of one workload per instance (``master.analysis.kernelref.view_percentiles_py``): the histogram
     of a view adds its categories' rows; percentile p's rank among its ``total`` I/Os is exact
     (``protocol.histogram.percentile_ranks``); its bucket is the first whose cumulative count
     reaches the rank's ceiling; the value is interpolated inside the bucket's values narrowed

@@ -86,7 +86,7 @@ static inline int64_t imin_py(int64_t a, int64_t b)
 
 /* ------------------------------------------------------------------ percentiles */
 
-/* _emit_py: bucket b holds c I/Os after cum before it; fills every percentile whose rank it
+/* kernelref.emit_py: bucket b holds c I/Os after cum before it; fills every percentile whose rank it
  * reaches and returns the next percentile to find. */
 static int64_t emit(int64_t b, int64_t c, int64_t cum, int64_t j, int64_t p,
                     const double *ranks, const int64_t *targets, double mn, double mx,
@@ -107,7 +107,7 @@ static int64_t emit(int64_t b, int64_t c, int64_t cum, int64_t j, int64_t p,
     return j;
 }
 
-/* _view_percentiles_py: percentiles per (instance, view, kind) into out (G, V, 2, P), left
+/* kernelref.view_percentiles_py: percentiles per (instance, view, kind) into out (G, V, 2, P), left
  * alone (the caller's NaN) where empty. view_cats: (V, 4) 0/1; mins, maxs: (G, V, 2).
  * Returns 0, or -1 when scratch memory could not be had (out then partly written). */
 int64_t ivk_view_percentiles(
@@ -333,7 +333,7 @@ int64_t ivk_view_percentiles(
 
 /* ------------------------------------------------------------------ instance metrics */
 
-/* _instance_metrics_py: every metric of every instance. counters (W, 4, 3), lat (W, 4, 2, 3),
+/* kernelref.instance_metrics_py: every metric of every instance. counters (W, 4, 3), lat (W, 4, 2, 3),
  * member (V, 4) 0/1, pct (pct_rows, pct_views, pct_kinds, n_pct) read when it has rows;
  * writes values (G, V, per_view), ops_v (G, V), min_v and max_v (G, V, 2). */
 void ivk_instance_metrics(const int64_t *counters, const int64_t *lat, const int64_t *order,
@@ -440,7 +440,7 @@ void ivk_instance_metrics(const int64_t *counters, const int64_t *lat, const int
 
 /* ------------------------------------------------------------------ adding samples */
 
-/* _merge_sorted_py: two coordinate lists sorted strictly by (row, bucket) merged into
+/* kernelref.merge_sorted_py: two coordinate lists sorted strictly by (row, bucket) merged into
  * ro, bo, co (room for na + nb), the counts of a (row, bucket) both have added; returns the
  * merged length. */
 int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca, int64_t na,
@@ -498,7 +498,7 @@ int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca
 #define CELL 8
 #define CELL_SEEN 6
 
-/* _histogram_rows_py, one instance at a time: its buckets added up in a dense row of n_buckets
+/* kernelref.histogram_rows_py, one instance at a time: its buckets added up in a dense row of n_buckets
  * cells, reused (the reference marks n * n_buckets), giving the same rows, in the same order,
  * with the same sums (int64 sums wrap alike in any order).
  * Called twice: without outputs (out_inst NULL) it counts the rows, reading the buckets only;
@@ -576,7 +576,7 @@ int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
 
 /* ------------------------------------------------------------------ validation */
 
-/* _scan_coords_py: one pass over a batch's coordinates: found[0] the largest bucket (0 at
+/* kernelref.scan_coords_py: one pass over a batch's coordinates: found[0] the largest bucket (0 at
  * least), found[1] whether (row, bucket) rises strictly, found[2] the smallest count (1 when
  * there are none); adds each count into row_tot[row] for rows below n_rows (a negative row as
  * a negative index, from the end). One function per type of the coordinates: the wire's
@@ -626,7 +626,7 @@ typedef int64_t v2i64 __attribute__((vector_size(16)));
 #define FOUND_MISSING 4
 #define FOUND_OUTSIDE 8
 
-/* _scan_group_pct_py: one pass over a percentile-table entry: counters (n_w, 4, 3), lat
+/* kernelref.scan_group_pct_py: one pass over a percentile-table entry: counters (n_w, 4, 3), lat
  * (n_w, 4, 2, 3), pct (n_w, pct_views, pct_kinds, n_pct), member (n_views, 4) 0/1. Returns
  * the FOUND_ bits, or -1 when out of memory. The findings are or-ed together, so the
  * reference's branches are taken all at once here, as counts: missing when a percentile is

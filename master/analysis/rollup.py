@@ -135,9 +135,7 @@ class Sample:
             lat=np.asarray(batch.lat, dtype=np.int64),
             rows=batch.rows.astype(np.int64),
             buckets=batch.buckets.astype(np.int64),
-            # a copy: the wire's arrays are read-only views, which the compiled kernels
-            # would have to be compiled for again (seconds, in the middle of a step)
-            counts=batch.counts.astype(np.int64),
+            counts=batch.counts.astype(np.int64),  # a copy, as rows and buckets are
             coords_sorted=True,
         )
 

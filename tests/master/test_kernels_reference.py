@@ -1,8 +1,8 @@
 """master.analysis.kernels: each C kernel (kernels.c, ``_<name>``) against its Python reference
-(``_<name>_py``), bit for bit, on random and edge-case inputs: empty ones, one workload, the
-sparse and dense walks of the percentiles, NaN and infinities, int64 sums that wrap; the
-refusals of ``validate_batch`` and ``check_group_stats`` against ``StatsBatch.validate`` and
-``GroupStats.check``; and the C compiled alone without a warning."""
+(``master.analysis.kernelref.<name>_py``), bit for bit, on random and edge-case inputs: empty ones,
+one workload, the sparse and dense walks of the percentiles, NaN and infinities, int64 sums that
+wrap; the refusals of ``validate_batch`` and ``check_group_stats`` against ``StatsBatch.validate``
+and ``GroupStats.check``; and the C compiled alone without a warning."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from master.analysis import kernelref as ref
 from master.analysis import kernels as k
 from master.analysis import native
 from protocol.batch import GroupStats, StatsBatch, view_min_max
@@ -119,7 +120,7 @@ def _percentiles_py(case: dict[str, Any]) -> F64:
     out = np.full((c["inst_ptr"].size - 1, c["view_cats"].shape[0], 2, c["percentiles"].size),
                   np.nan)
     with np.errstate(all="ignore"):
-        k._view_percentiles_py(c["row_bounds"], c["buckets"], c["counts"], c["row_tot"],
+        ref.view_percentiles_py(c["row_bounds"], c["buckets"], c["counts"], c["row_tot"],
                                c["order"], c["inst_ptr"], c["view_cats"],
                                percentile_numerators(c["percentiles"]), 100 * PCT_SCALE, k._LO,
                                k._HI, OVERFLOW_INDEX, c["mins"], c["maxs"], out)
@@ -242,7 +243,7 @@ def test_instance_metrics_equal_the_reference_to_the_bit(w: int, sizes: list[int
     case = _metrics_case(np.random.default_rng(w * 7 + len(sizes)), w, sizes, views, with_pct,
                          big)
     for got, want in zip(_metrics(k._instance_metrics, case, dur),
-                         _metrics(k._instance_metrics_py, case, dur), strict=True):
+                         _metrics(ref.instance_metrics_py, case, dur), strict=True):
         assert _bits_equal(got, want)
 
 
@@ -280,7 +281,7 @@ def test_merge_sorted_equals_the_reference_to_the_bit(na: int, nb: int, rows: in
     want = [np.full(n_out, -1, dtype=np.int64) for _ in range(3)]
     n = k._merge_sorted(*a, *b, *got)
     with np.errstate(over="ignore"):
-        assert n == k._merge_sorted_py(*a, *b, *want)
+        assert n == ref.merge_sorted_py(*a, *b, *want)
     assert all(_bits_equal(g, w) for g, w in zip(got, want, strict=True))
     assert all(_bits_equal(g, w[:n]) for g, w in zip(k.merge_sorted(a, b), want, strict=True))
 
@@ -307,7 +308,7 @@ def test_histogram_rows_equal_the_reference_to_the_bit(n_workloads: int, n_inst:
     args = (of_workload, members, wl_bounds, rows, buckets, counts, first, n)
     got = k._histogram_rows(*args)
     with np.errstate(over="ignore"):
-        want = k._histogram_rows_py(*args)
+        want = ref.histogram_rows_py(*args)
     assert got[3] == want[3] == (odd != "out-of-range" or not members.size)
     assert all(_bits_equal(g, w) for g, w in zip(got[:3], want[:3], strict=True))
 
@@ -352,7 +353,7 @@ def test_scan_coords_equals_the_reference(n: int, fault: str, wire: bool) -> Non
                                                 fault, wire)
     tot_ref = row_tot.copy()
     got = k._scan_coords(rows, buckets, counts, row_tot)
-    want = k._scan_coords_py(rows.astype(np.int64), buckets.astype(np.int64), counts, tot_ref)
+    want = ref.scan_coords_py(rows.astype(np.int64), buckets.astype(np.int64), counts, tot_ref)
     assert got == tuple(want) and type(got[1]) is bool
     assert _bits_equal(row_tot, tot_ref)
 
@@ -496,7 +497,7 @@ def test_scan_group_pct_equals_the_reference(n_views: int, n_pct: int) -> None:
         pct[rng.random(pct.shape) < 0.01] = np.nan
         pct[rng.random(pct.shape) < 0.01] = rng.choice([-np.inf, np.inf, 3.0])
         got = k._scan_group_pct(counters, lat, pct, member)
-        want = tuple(bool(x) for x in k._scan_group_pct_py(counters, lat, pct, member))
+        want = tuple(bool(x) for x in ref.scan_group_pct_py(counters, lat, pct, member))
         assert got == want
         seen.add(got)
     assert len(seen) > 2
