@@ -132,7 +132,7 @@ def test_down_never_fails_and_cleans_a_partial_bed(clean_bed: None) -> None:
     assert not STATE.exists()
 
 
-@pytest.mark.parametrize("count", ["0", "51", "two", ""])
+@pytest.mark.parametrize("count", ["0", "65", "two", ""])
 def test_up_refuses_a_bad_count(clean_bed: None, count: str) -> None:
     result = run_testbed("up", count, check=False)
     assert result.returncode == 2
