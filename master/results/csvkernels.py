@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -324,7 +325,18 @@ class _Buffer:
         self.address, self.size = _address(self.array), size
 
 
-_rows = _Buffer()  # format_lines'
+_local = threading.local()  # each thread's format_lines buffer (``_rows``)
+
+
+def _rows() -> _Buffer:
+    """This thread's ``format_lines`` buffer: threads that format at once (the step's
+    histogram files) each write their own."""
+    buffer: _Buffer | None = getattr(_local, "rows", None)
+    if buffer is None:
+        buffer = _local.rows = _Buffer()
+    return buffer
+
+
 _NO_BLOCKS = np.zeros((0, 3), dtype=np.int64)
 
 
@@ -336,10 +348,11 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Rows of ``values`` as lines of ``fmt`` cells (see ``_format_lines_py``): the bytes
     (ASCII), where each line ends in them, and which rows the caller must write itself. The
-    bytes are a view of a buffer kept between calls (no page faults per call): valid until
-    the next call. ``repeats``: blocks of columns (start, source start, length) that take
-    their source block's text where their values are the same. ``text_ends`` and
-    ``word_last`` have a value per row; ``text_ends`` rises to at most ``len(texts)``."""
+    bytes are a view of this thread's buffer, kept between calls (no page faults per call):
+    valid until the thread's next call. ``repeats``: blocks of columns (start, source start,
+    length) that take their source block's text where their values are the same.
+    ``text_ends`` and ``word_last`` have a value per row; ``text_ends`` rises to at most
+    ``len(texts)``."""
     n, m = values.shape
     blocks = np.array(repeats, dtype=np.int64).reshape(-1, 3) if len(repeats) else _NO_BLOCKS
     taken = np.zeros(m, dtype=np.bool_)
@@ -360,8 +373,9 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
     head, texts, word, tail = bytes(head), bytes(texts), bytes(word), bytes(tail)
     need = (n * (len(head) + len(tail) + m * (_CELL_MAX + 1) + max(len(word) - _CELL_MAX, 0))
             + len(texts) + 2 * _CELL_MAX)
-    if _rows.size < need:
-        _rows.resize(need)
+    rows = _rows()
+    if rows.size < need:
+        rows.resize(need)
     ends = np.zeros(n, dtype=np.int64)
     fallback = np.zeros(n, dtype=np.bool_)
     values = np.ascontiguousarray(values, dtype=np.float64)
@@ -370,13 +384,13 @@ def format_lines(values: npt.NDArray[np.float64], head: bytes = b"", texts: byte
         None if text_ends is None else _address(text_ends),
         None if word_last is None else _address(word_last), word, len(word),
         1 if comma_first else 0, tail, len(tail), _address(blocks) if blocks.size else None,
-        blocks.shape[0], _rows.address, _address(ends), _address(fallback))
+        blocks.shape[0], rows.address, _address(ends), _address(fallback))
     if done == -1:
         raise ValueError(f"text ends must rise from 0 to at most the {len(texts)} bytes of "
                          "texts")
     if done != 0:
         raise MemoryError("format_lines: no memory for a row's cell offsets")
-    return _rows.array[:int(ends[-1]) if n else 0], ends, fallback
+    return rows.array[:int(ends[-1]) if n else 0], ends, fallback
 
 
 def _gather_texts_py(data: Any, ends: Any, which: Any, out: Any, out_ends: Any) -> None:

@@ -24,6 +24,7 @@ from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.results.csvfiles import CsvAppender, csv_text, fmt, format_float_rows, safe_name
 from master.results.output import RunOutput
 from master.results.schema import CPU_COLUMNS, INSTANCE_COLUMNS, instance_columns, summary_columns
+from master.run import recorder as recorder_module
 from master.run.recorder import HostResult, StepRecorder, instance_file_names
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
@@ -817,3 +818,35 @@ def test_the_live_metrics_get_each_subinterval_and_each_summarys_validity(
     rec.unmeasured_rows("stopped before its measurement")
     assert metrics.valid == {(0, "s"): False}
     out.close()
+
+
+def _histogram_files(tmp: Path) -> dict[str, bytes]:
+    """The step's histogram files (relative path → bytes) of four subintervals on two hosts."""
+    wl = _workloads()
+    out = RunOutput(tmp)
+    rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl))
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(11)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    for k in range(4):
+        rec.record(k, "measurement",
+                   [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
+                   (k + 1) * 10**9)
+    rec.summarise([0, 1, 2, 3], sim.window(0, 3))
+    out.close()
+    top = tmp / "step0000-x" / "histograms"
+    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*.csv"))}
+
+
+def test_histogram_files_are_the_same_on_one_thread_and_several(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's histogram files, written a slice of 2 instances at a time, on one thread and
+    on three (``HISTOGRAM_THREADS``, each slice's files on one of them): byte for byte the same
+    files, one per instance of every rollup type."""
+    monkeypatch.setattr(recorder_module, "HISTOGRAM_SLICE", 2)
+    monkeypatch.setattr(recorder_module, "HISTOGRAM_THREADS", 1)
+    one = _histogram_files(tmp_path / "one")
+    monkeypatch.setattr(recorder_module, "HISTOGRAM_THREADS", 3)
+    three = _histogram_files(tmp_path / "three")
+    assert len(one) == 8 + 4 + 2 + 2 + 1  # workloads, LUNs, hosts, vendor+model, all
+    assert three == one
