@@ -10,6 +10,7 @@
  * The arithmetic is the reference's, operation for operation: binary64, no contraction into
  * fused multiply-adds (the build's -ffp-contract=off; Dekker's exact product relies on it). */
 
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
@@ -402,5 +403,56 @@ int64_t ivc_write_lines(const int32_t *fds, int64_t n, const uint8_t *data, int6
     }
     out[0] = 0;
     out[1] = FAILED_WRITE;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------- new files */
+
+/* write all n bytes of p to fd (a short write is continued); 0, or -1 with errno set */
+static int put_all(int fd, const uint8_t *p, int64_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(fd, p, (size_t)n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= w;
+    }
+    return 0;
+}
+
+/* csvkernels._create_files_py: file i (paths from path_at[i], NUL-ended) made new (never one
+ * that exists) holding head, then data[starts[i]..ends[i]), for each i whose starts[i] is not
+ * negative, in order; returns -1 once all are written, else the i that failed, its errno in
+ * *err (a file made in part is removed: a part of a histogram is no histogram) */
+int64_t ivc_create_files(const char *paths, const int64_t *path_at, int64_t n,
+                         const uint8_t *head, int64_t head_len, const uint8_t *data,
+                         const int64_t *starts, const int64_t *ends, int64_t *err)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (starts[i] < 0)
+            continue;
+        const char *path = paths + path_at[i];
+        const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            *err = errno;
+            return i;
+        }
+        int bad = put_all(fd, head, head_len) != 0
+                  || put_all(fd, data + starts[i], ends[i] - starts[i]) != 0;
+        int e = bad ? errno : 0;
+        if (close(fd) != 0 && !bad) {
+            bad = 1;
+            e = errno;
+        }
+        if (bad) {
+            unlink(path);
+            *err = e;
+            return i;
+        }
+    }
     return -1;
 }

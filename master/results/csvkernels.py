@@ -293,6 +293,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
                               _P]),
     "ivc_gather_texts": (_I, [ctypes.c_char_p, _I, _P, _I, _P, _I, _P, _P]),
     "ivc_write_lines": (_I, [_P, _I, _P, _I, _P, _I, _I, _P, _P, _P]),
+    "ivc_create_files": (_I, [ctypes.c_char_p, _P, _I, ctypes.c_char_p, _I, _P, _P, _P, _P]),
 }
 _functions: dict[str, Any] = {}
 
@@ -537,3 +538,62 @@ def format_rows(values: npt.NDArray[np.float64]
     byte offsets), where each row ends in it, and which rows the caller must format itself."""
     data, ends, fallback = format_lines(values)
     return data.tobytes().decode("ascii"), ends, fallback
+
+
+# ----------------------------------------------------------------------------- new files
+def _create_files_py(paths: Sequence[str], head: bytes, data: Any, starts: Any, ends: Any
+                     ) -> tuple[int, int]:
+    """File ``i`` made new at ``paths[i]`` (``O_EXCL``) holding ``head`` then
+    ``data[starts[i]:ends[i]]``, for each ``i`` whose ``starts[i]`` is not negative, in order;
+    (-1, 0) once all are written, else (the ``i`` that failed, its errno), a file made in part
+    removed."""
+    for i, path in enumerate(paths):
+        if starts[i] < 0:
+            continue
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            return i, exc.errno or 0
+        try:
+            try:
+                for part in (head, bytes(data[starts[i]:ends[i]])):
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return i, exc.errno or 0
+    return -1, 0
+
+
+def create_files(paths: Sequence[str], head: bytes, data: npt.NDArray[np.uint8],
+                 starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> tuple[int, int]:
+    """``_create_files_py`` in C, in one call (the GIL released): (-1, 0), or the file that
+    failed and its errno. ``starts`` and ``ends`` hold a byte range of ``data`` per path
+    (``starts[i]`` negative: path ``i`` is the caller's to write)."""
+    n = len(paths)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    if starts.shape != (n,) or ends.shape != (n,):
+        raise ValueError(f"{n} paths but byte ranges of shapes {starts.shape}, {ends.shape}")
+    used = starts >= 0
+    if used.any() and (int(ends[used].max()) > data.size
+                       or bool((ends[used] < starts[used]).any())):
+        raise ValueError(f"byte ranges outside the {data.size} bytes of data")
+    encoded = [os.fsencode(p) for p in paths]
+    if any(b"\0" in p for p in encoded):
+        raise ValueError("a path holds a NUL byte")
+    buffer = b"\0".join(encoded) + b"\0"
+    path_at = np.zeros(n, dtype=np.int64)
+    if n > 1:
+        path_at[1:] = np.cumsum([len(p) + 1 for p in encoded[:-1]])
+    err = np.zeros(1, dtype=np.int64)
+    i = _c("ivc_create_files")(buffer, _address(path_at), n, bytes(head), len(head),
+                               _address(data) if data.size else None, _address(starts),
+                               _address(ends), _address(err))
+    return int(i), int(err[0])
+

@@ -322,7 +322,7 @@ class RunOutput:
         (``edges.text(bucket[r])``: ``lower,upper`` in ns) and ``counts[r]``, whole numbers as
         integers (``histogram_count_text``). Every row of every file is formatted in one
         compiled pass (``format_lines``); each file is created (never overwritten) and written
-        at once."""
+        at once, all of them in one compiled call (``create_files``)."""
         n = len(relatives)
         n_rows = inst.size
         if (bucket.shape != (n_rows,) or counts.shape != (n_rows, len(names))
@@ -335,35 +335,34 @@ class RunOutput:
         data, ends, own = format_lines(counts, "", edges.take(bucket),
                                        np.zeros(n_rows, dtype=np.bool_), "",
                                        cell=histogram_count_text)
-        last = np.cumsum(np.bincount(inst, minlength=n)) - 1  # each file's last row, or less
+        from master.results import csvkernels as kernels
+
+        stops = np.cumsum(np.bincount(inst, minlength=n))  # each file's rows end here
+        firsts = np.concatenate([[0], stops[:-1]]).astype(np.int64)
+        at = np.concatenate([[0], ends]).astype(np.int64)  # where row r starts: at[r]
+        starts, stop_bytes = at[firsts], at[stops]
         own_files = set(inst[list(own)].tolist())
-        made: set[Path] = set()
-        row = 0
-        for i, rel in enumerate(relatives):
-            stop = int(last[i]) + 1
-            start_byte = int(ends[row - 1]) if row else 0
-            end_byte = int(ends[stop - 1]) if stop else 0
-            if i not in own_files:
-                body = data.data[start_byte:end_byte]
-            else:  # lines the kernel left to Python (rare): put together line by line
-                parts = []
-                for r in range(row, stop):
-                    line = own.get(r)
-                    parts.append(line.encode("utf-8") if line is not None else
-                                 data[int(ends[r - 1]) if r else 0:int(ends[r])].tobytes())
-                body = memoryview(b"".join(parts))
-            row = stop
-            path = self.folder / rel
-            with writing_to(path):
-                if path.parent not in made:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    made.add(path.parent)
-                with open(path, "xb") as fh:
-                    try:
-                        fh.write(head)
-                        fh.write(body)
-                        fh.flush()
-                    except OSError:  # a part of a histogram is no histogram
-                        with contextlib.suppress(OSError):
-                            path.unlink()
-                        raise
+        starts[list(own_files)] = -1  # lines the kernel left to Python (rare): written below
+        paths = [f"{self.folder}/{rel}" for rel in relatives]
+        for parent in {os.path.dirname(p) for p in paths}:
+            with writing_to(parent):
+                os.makedirs(parent, exist_ok=True)
+        failed, err = kernels.create_files(paths, head, data, starts, stop_bytes)
+        if failed >= 0:  # made in part: removed by the kernel
+            raise OutputError(paths[failed], OSError(err, os.strerror(err)))
+        for i in sorted(own_files):
+            parts = []
+            for r in range(int(firsts[i]), int(stops[i])):
+                line = own.get(r)
+                parts.append(line.encode("utf-8") if line is not None else
+                             data[int(ends[r - 1]) if r else 0:int(ends[r])].tobytes())
+            path = self.folder / relatives[i]
+            with writing_to(path), open(path, "xb") as fh:
+                try:
+                    fh.write(head)
+                    fh.write(b"".join(parts))
+                    fh.flush()
+                except OSError:  # a part of a histogram is no histogram
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    raise

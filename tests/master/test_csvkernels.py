@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -355,3 +357,63 @@ def test_append_block_names_the_file_whose_descriptor_fails(tmp_path: Path) -> N
         CsvAppender.append_block(tables, data, np.array([3, 6, 9], dtype=np.int64))
     out.close()
     assert [(tmp_path / f"t{i}.csv").read_text() for i in range(3)] == ["a\n0\n", "a\n", "a\n"]
+
+
+def _made(paths: list[str]) -> list[bytes | None]:
+    return [open(p, "rb").read() if os.path.exists(p) else None for p in paths]
+
+
+def test_create_files_makes_each_file_as_the_reference_does(tmp_path: Path) -> None:
+    """Files made new holding the header and their byte range, a path with a negative start
+    left alone; the C and the Python reference make the same files and answer the same."""
+    data = np.frombuffer(b"row one\r\nrow two\r\nrow three\r\n", dtype=np.uint8)
+    starts, ends = np.array([0, 9, -1, 18, 0]), np.array([9, 18, 0, 29, 0])
+    for how, make in (("c", ck.create_files), ("py", ck._create_files_py)):
+        paths = [str(tmp_path / how / f"f{i}.csv") for i in range(5)]
+        (tmp_path / how).mkdir()
+        assert make(paths, b"h\r\n", data, starts, ends) == (-1, 0)
+        assert _made(paths) == [b"h\r\nrow one\r\n", b"h\r\nrow two\r\n", None,
+                                b"h\r\nrow three\r\n", b"h\r\n"]
+
+
+@pytest.mark.parametrize("fault", ["exists", "no folder"])
+def test_create_files_stops_at_the_first_file_it_cannot_make(tmp_path: Path, fault: str
+                                                             ) -> None:
+    """A file that exists is never overwritten, and one whose folder is missing is not made:
+    the index of the first such path and its errno, the files before it made, none after."""
+    data = np.frombuffer(b"abcdef", dtype=np.uint8)
+    starts, ends = np.array([0, 2, 4]), np.array([2, 4, 6])
+    for how, make in (("c", ck.create_files), ("py", ck._create_files_py)):
+        (tmp_path / how).mkdir()
+        paths = [str(tmp_path / how / n) for n in ("a", "b", "c")]
+        if fault == "exists":
+            Path(paths[1]).write_bytes(b"kept")
+            want = (1, errno.EEXIST)
+        else:
+            paths[1] = str(tmp_path / how / "missing" / "b")
+            want = (1, errno.ENOENT)
+        assert make(paths, b"", data, starts, ends) == want
+        assert _made(paths) == [b"ab", b"kept" if fault == "exists" else None, None]
+
+
+def test_create_files_removes_a_file_it_could_write_only_in_part(tmp_path: Path) -> None:
+    """A write that fails (here past the process's file size limit, EFBIG) leaves no part of
+    the file: the C removes it and names it, as the reference does."""
+    script = f"""
+import errno, os, resource, signal, sys
+import numpy as np
+from master.results import csvkernels
+csvkernels.create_files([], b"", np.zeros(0, np.uint8), np.zeros(0), np.zeros(0))  # loaded
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+data = np.zeros(1000, dtype=np.uint8)
+for how, make in (("c", csvkernels.create_files), ("py", csvkernels._create_files_py)):
+    path = os.path.join({str(tmp_path)!r}, how)
+    got = make([path], b"head", data, np.array([0]), np.array([1000]))
+    assert got == (0, errno.EFBIG), (how, got)
+    assert not os.path.exists(path), how
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
