@@ -18,10 +18,11 @@ measurement window's per-workload statistics from every host, the summary rows a
 histogram files), once per step.
 
 Target: 10,000 workloads per subinterval in <= 100 ms on one core (the process is pinned to one
-CPU). Without ``--quick``, issue #64's goals too: at 100,000 workloads (1,000 hosts x 100) a
-subinterval in <= 500 ms wall (median), the step's end in <= 10 s and its start in <= 1 s, and
-one host's slave adding up 10,000 workloads in <= 100 ms of CPU. Also prints 1,000 and 100,000
-workloads and the cost per workload, to show the path scales linearly.
+CPU). Without ``--quick``, issue #64's goals too, the 100,000-workload case (1,000 hosts x 100)
+on every CPU the process may use (the master's threads): a subinterval in <= 500 ms wall
+(median), the step's end in <= 10 s and its start in <= 1 s, and one host's slave adding up
+10,000 workloads in <= 100 ms of CPU. Also prints 1,000 and 100,000 workloads and the cost per
+workload, to show the path scales linearly.
 
 The verification map's part (``--only map``): ``VerifyMap.apply`` of one subinterval's journal
 entries at 100,000 writes of 4 KiB per second in 5 s subintervals (500,000 entries at random
@@ -76,6 +77,8 @@ GOAL_SUBINTERVAL_S = 0.5
 GOAL_STEP_END_S = 10.0
 GOAL_STEP_START_S = 1.0
 GOAL_SLAVE_S = 0.1
+#: the CPUs the process may use before it pins itself to one (the 100,000-workload case's)
+ALL_CPUS: set[int] = set()
 SUB_NS = 1_000_000_000
 WORKLOADS_PER_LUN = 4
 VENDOR_MODELS = (("ACME", "F900"), ("ACME", "F700"), ("Hitachi", "VSP5000"))
@@ -374,7 +377,8 @@ def main() -> int:
                     help="where the map part's run folder goes (on disk: its fsyncs count)")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
-        cpu = sorted(os.sched_getaffinity(0))[-1]
+        ALL_CPUS.update(os.sched_getaffinity(0))
+        cpu = sorted(ALL_CPUS)[-1]
         os.sched_setaffinity(0, {cpu})
         print(f"pinned to cpu {cpu}; load average {os.getloadavg()[0]:.2f} "
               f"(other processes on this core inflate the figures)")
@@ -416,8 +420,15 @@ def rollups_part(args: argparse.Namespace) -> int:
         print(breakdown(c))
     print("scaling (100 workloads per host):")
     scale = [run_case(10, 100, n, 3, pool, root), main_case]
-    if not args.quick:
-        scale.append(run_case(1000, 100, 3, 1, pool, root))
+    if not args.quick:  # on every core the process may use: the master's threads too
+        pinned = os.sched_getaffinity(0) if ALL_CPUS else set()
+        if ALL_CPUS:
+            os.sched_setaffinity(0, ALL_CPUS)
+        try:
+            scale.append(run_case(1000, 100, 3, 1, pool, root))
+        finally:
+            if ALL_CPUS:
+                os.sched_setaffinity(0, pinned)
     base = min(scale[0].times_s) / scale[0].workloads
     for c in scale:
         per = min(c.times_s) / c.workloads
@@ -440,8 +451,8 @@ def thousand_hosts_goals(big: Case, one_host: Case) -> int:
         ("the step's start at 100,000 workloads, wall", big.step_start_s, GOAL_STEP_START_S),
         ("one host's slave adding up 10,000 workloads, CPU", one_host.slave_s, GOAL_SLAVE_S),
     ]
-    print("issue #64's goals (this process pinned to one core: the master's own use of more "
-          "cores is not in these figures):")
+    print(f"issue #64's goals (the 100,000-workload case on {len(ALL_CPUS) or 1} cores, where "
+          "the master's threads may run; one host's slave on one):")
     missed = 0
     for what, got, goal in rows:
         ok = got <= goal
