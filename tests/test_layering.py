@@ -65,7 +65,7 @@ MASTER_CONTRACT: dict[str, set[str]] = {
     "gather": {"results", "analysis", "config"},
     "results": {"analysis", "config"},
     "analysis": {"config"},
-    "fiologs": {"config"},
+    "fiologs": {"analysis", "config"},  # analysis.native: the compiled object its C is in
     "verify": {"config"},
     "config": set(),
 }
