@@ -1,9 +1,10 @@
 """The master's compiled kernels: one C object built from the kernels' C sources.
 
-Owns the sources' list (``SOURCES``: the rollup kernels, ``kernels.c``, and the CSV writers',
-``master/results/csvkernels.c``), their build (``cc``, or ``IVYPY_CC``, with the flags that keep
-the arithmetic IEEE 754 to the bit: no contraction into fused multiply-adds, no fast math) and
-where a process finds the object (``library``), in this order:
+Owns the sources' list (``SOURCES``: the rollup kernels, ``kernels.c``, the CSV writers',
+``master/results/csvkernels.c``, and fio-pctiles' log reader's, ``master/fiologs/parse.c`` and
+``align.c``), their build (``cc``, or ``IVYPY_CC``, with the flags that keep the arithmetic
+IEEE 754 to the bit: no contraction into fused multiply-adds, no fast math) and where a
+process finds the object (``library``), in this order:
 
 1. shipped in the package, beside this module, under its ``shipped_name`` (an installed wheel:
    the wheel's build compiled it, ``hatch_build.py``), so a first run after an install
@@ -13,9 +14,10 @@ where a process finds the object (``library``), in this order:
    install), about a second, then loaded by every later one.
 
 A controller with neither raises ``KernelsUnavailable``, which says what to install. The
-Python modules that call the kernels (``master.analysis.kernels``, ``master.results.csvkernels``)
-own their functions' signatures; this module only builds and loads. Standard library only:
-the wheel's build hook loads it by its path, where numpy is not installed.
+Python modules that call the kernels (``master.analysis.kernels``, ``master.results.csvkernels``,
+``master.fiologs.cfuncs``) own their functions' signatures; this module only builds and loads.
+Standard library only: the wheel's build hook loads it by its path, where numpy is not
+installed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from typing import Final
 
 _HERE: Final = Path(__file__).resolve().parent
 #: the C sources, compiled together into one object (each file is self-contained)
-SOURCES: Final = (_HERE / "kernels.c", _HERE.parent / "results" / "csvkernels.c")
+SOURCES: Final = (_HERE / "kernels.c", _HERE.parent / "results" / "csvkernels.c",
+                  _HERE.parent / "fiologs" / "parse.c", _HERE.parent / "fiologs" / "align.c")
 #: -ffp-contract=off: a * b + c stays two roundings (the kernels' results are compared with
 #: numpy's bit for bit, and the CSV formatter's exact products rely on it)
 FLAGS: Final = ("-O2", "-std=gnu11", "-shared", "-fPIC", "-Wall", "-ffp-contract=off")

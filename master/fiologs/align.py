@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
+from master.fiologs import cfuncs
 from master.fiologs.parse import N_DIRECTIONS, HistBlock
 
 FloatArray = npt.NDArray[np.float64]
@@ -287,12 +288,17 @@ class QuantumAccumulator:
         self, row: IntArray, col: IntArray, count: IntArray, row_base: IntArray, spread: Spread
     ) -> None:
         """Cells of rows that reach one or two quanta (nearly all rows): one ``add.at`` per
-        quantum, without expanding cells into pairs."""
+        quantum, without expanding cells into pairs (or the same additions in the same order
+        in C, ``align.c``, where the master's object is available)."""
         flat_data = self._data.reshape(-1)
         first = spread.row_first_pair
+        two = spread.row_pairs == 2
+        fn = cfuncs.function("ivf_add_one_or_two")
+        if fn is not None and row.size:
+            self._add_one_or_two_c(fn, row, col, count, row_base, spread, two)
+            return
         flat = row_base[row]
         flat += col
-        two = spread.row_pairs == 2
         if not two.any():  # every row in one quantum, with weight 1
             np.add.at(flat_data, flat, count.astype(np.float64))
             return
@@ -306,6 +312,28 @@ class QuantumAccumulator:
         w_second = np.where(two, spread.pair_weight[np.where(two, first + 1, first)], 0.0)
         cell_two = two[row]
         np.add.at(flat_data, flat[cell_two], count[cell_two] * w_second[row[cell_two]])
+
+    def _add_one_or_two_c(self, fn: Any, row: IntArray, col: IntArray, count: IntArray,
+                          row_base: IntArray, spread: Spread, two: npt.NDArray[np.bool_]
+                          ) -> None:
+        """``_add_one_or_two`` in C, after checking that every cell lands in the sums (the C
+        does not look)."""
+        n_cols = self.n_columns
+        reach = row_base + np.where(two, n_cols, 0)
+        if (int(row_base.min()) < 0 or int(reach.max()) + n_cols > self._data.size
+                or int(col.min()) < 0 or int(col.max()) >= n_cols):
+            raise IndexError("a cell beyond the sums")
+        mode = 0 if not two.any() else 1 if bool(two.all()) else 2
+        w_first = np.ascontiguousarray(spread.pair_weight[spread.row_first_pair])
+        w_second = w_first
+        if mode == 2:
+            first = spread.row_first_pair
+            w_second = np.where(two, spread.pair_weight[np.where(two, first + 1, first)], 0.0)
+        two_bytes = np.ascontiguousarray(two).view(np.uint8)
+        cells = [np.ascontiguousarray(a, dtype=np.int64) for a in (row, col, count, row_base)]
+        fn(self._data.ctypes.data, cells[0].ctypes.data, cells[1].ctypes.data,
+           cells[2].ctypes.data, row.size, cells[3].ctypes.data, w_first.ctypes.data,
+           w_second.ctypes.data, two_bytes.ctypes.data, n_cols, mode)
 
     def _add_pairs(
         self, row: IntArray, col: IntArray, count: IntArray, slot_of_row: IntArray,
@@ -363,6 +391,13 @@ class QuantumAccumulator:
         self._last_column = max(self._last_column, c1 - 1)
         at = first - self._base
         self._data[:, at : at + counts.shape[1], c0:c1] += counts
+
+    def column_span(self) -> tuple[int, int] | None:
+        """Columns ``first..last`` (inclusive) span every one anything was added to (every other
+        column holds 0.0 in every slot and quantum); None when nothing was added."""
+        if self._last_column < self._first_column:
+            return None
+        return self._first_column, self._last_column
 
     def column_total(self, column: int) -> float:
         """Everything added to one column, over all slots and quanta."""

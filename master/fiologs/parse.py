@@ -9,14 +9,17 @@ A line is ``time_ms, direction, block_size, c0, c1, ..., c{n-1}``: non-negative 
 direction 0 (read), 1 (write) or 2 (trim), time stamps not decreasing within a direction.
 
 Speed: fio writes every line as ``"%llu, "``-separated integers and almost every cell is ``0``.
-The fast path (``_parse_canonical``) works on a whole chunk of about 1 MB (small enough for its
-work arrays to stay in the CPU cache) with numpy: it finds the numbers that start with 1-9 (the
-non-zero cells and header fields) with a few byte comparisons, converts only those, drops the
-second and later digits of every number, and checks that what is left is exactly the text of
-all-zero lines. A number's row and column then follow from its offset in that squeezed text. A
-chunk that is not canonical (blank lines, CR/LF, other spacing, bad tokens, leading zeros,
-values of more than 18 digits) goes through the general path, line by line, which reads what
-the fast path declines and names the offending line.
+The fast path reads a whole chunk of about 1 MB of such lines at once: in C (``parse.c``, one
+pass, through ``cfuncs``; without the GIL) where the master's compiled object is available,
+else with numpy (``_parse_canonical``, the C's reference in the tests). The numpy form works
+on the whole chunk (small enough for its work arrays to stay in the CPU cache): it finds the
+numbers that start with 1-9 (the non-zero cells and header fields) with a few byte
+comparisons, converts only those, drops the second and later digits of every number, and
+checks that what is left is exactly the text of all-zero lines. A number's row and column then
+follow from its offset in that squeezed text. Both decline the same chunks: one that is not
+canonical (blank lines, CR/LF, other spacing, bad tokens, leading zeros, values of more than 18
+digits) goes through the general path, line by line, which reads what the fast path declines
+and names the offending line.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from master.fiologs import cfuncs
 from protocol.errors import LogFormatError
 
 HEADER_FIELDS: Final = 3  # time_ms, direction, block size
@@ -177,7 +181,7 @@ class LogReader:
     def blocks(self) -> Iterator[HistBlock]:
         line_base = 0
         for chunk in self._chunks():
-            block = _parse_canonical(chunk, self.n_fields, line_base, self._scratch)
+            block = parse_canonical(chunk, self.n_fields, line_base, self._scratch)
             if block is None:
                 text = bytes(chunk)
                 block = self._parse_general(text, line_base)
@@ -313,7 +317,7 @@ def _is_int(token: bytes) -> bool:
 
 
 class Scratch:
-    """Reusable boolean work arrays for the fast path.
+    """Reusable boolean work arrays for the numpy fast path (and what the C's path learns).
 
     Fresh multi-megabyte temporaries cost more in page faults than the comparisons that fill
     them, so the fast path writes into these (``out=``). Share one between the readers of a
@@ -322,6 +326,9 @@ class Scratch:
 
     def __init__(self) -> None:
         self._bufs: list[npt.NDArray[np.bool_]] = []
+        #: non-zero cells per byte of text in the last chunk the C read (sizes the next one's)
+        self.cells_per_byte = 0.0
+        self.count = np.zeros(1, dtype=np.int64)  # the C's count of cells
 
     def get(self, n: int) -> tuple[npt.NDArray[np.bool_], ...]:
         if not self._bufs or self._bufs[0].size < n:
@@ -414,6 +421,51 @@ def _parse_canonical(
         row[cell],
         col,
         values[cell],
+        n_fields - HEADER_FIELDS,
+    )
+
+
+def parse_canonical(
+    chunk: bytes | memoryview, n_fields: int, line_base: int, scratch: Scratch
+) -> HistBlock | None:
+    """A chunk written exactly as fio writes, read in C (``parse.c``; ``_parse_canonical``
+    where the object is unavailable): the same block, or None (not in that shape) for the
+    same chunks as ``_parse_canonical``. The C runs without the GIL."""
+    fn = cfuncs.function("ivf_parse_canonical")
+    if fn is None:
+        return _parse_canonical(chunk, n_fields, line_base, scratch)
+    b = np.frombuffer(chunk, dtype=np.uint8)
+    n = b.size
+    if n == 0 or n_fields <= HEADER_FIELDS:
+        return _parse_canonical(chunk, n_fields, line_base, scratch)
+    # a line is at least 3 x n_fields - 1 bytes, a non-zero cell at least 2 ("7\n"); the
+    # cells' room is what the last chunk's density needs and a quarter more (enough, nearly
+    # always), so their arrays are the block's own, without copies
+    row_cap = n // (3 * n_fields - 1) + 1
+    most = min(row_cap * (n_fields - HEADER_FIELDS), n // 2 + 1)
+    cap = min(most, int(n * scratch.cells_per_byte * 1.25) + 1024)
+    times = np.empty(row_cap, dtype=np.int64)
+    dirs = np.empty(row_cap, dtype=np.int64)
+    count = scratch.count
+    while True:
+        cells = [np.empty(cap, dtype=np.int64) for _ in range(3)]
+        n_rows = int(fn(b.ctypes.data, n, n_fields, times.ctypes.data, dirs.ctypes.data,
+                        row_cap, cells[0].ctypes.data, cells[1].ctypes.data,
+                        cells[2].ctypes.data, cap, count.ctypes.data))
+        if n_rows != -2 or cap == most:
+            break
+        cap = most
+    if n_rows < 0:
+        return None
+    k = int(count[0])
+    scratch.cells_per_byte = k / n
+    return HistBlock(
+        times[:n_rows],
+        dirs[:n_rows],
+        np.arange(line_base + 1, line_base + 1 + n_rows, dtype=np.int64),
+        cells[0][:k],
+        cells[1][:k],
+        cells[2][:k],
         n_fields - HEADER_FIELDS,
     )
 
@@ -516,5 +568,6 @@ __all__ = [
     "count_fields",
     "first_line",
     "open_log",
+    "parse_canonical",
     "read_all",
 ]
