@@ -98,24 +98,28 @@ int64_t ivf_parse_canonical(const uint8_t *text, int64_t n, int64_t n_fields, in
         times[rows] = t;
         dirs[rows] = dir;
         for (int64_t f = IVF_HEADER_FIELDS; f < last_cell; f++) {
-            /* eight zero cells, each followed by ", " (so field f + 8 exists) */
-            while (f + 8 < last_cell + 1 && end - p >= 24 && load8(p) == z0 &&
-                   load8(p + 8) == z1 && load8(p + 16) == z2) {
-                p += 24;
-                f += 8;
+            /* p < end here: the text ends with a newline, and ", " came before */
+            if (*p == '0') { /* a zero cell: no entry */
+                /* eight zero cells, each followed by ", " (so field f + 8 exists) */
+                if (f + 8 <= last_cell && end - p >= 24 && load8(p) == z0 &&
+                    load8(p + 8) == z1 && load8(p + 16) == z2) {
+                    p += 24;
+                    f += 7;
+                    continue;
+                }
+                if (end - p < 3 || p[1] != ',' || p[2] != ' ')
+                    return -1;
+                p += 3;
+                continue;
             }
-            if (f == last_cell)
-                break;
             if (!read_number(&p, end, &v) || !read_comma(&p, end))
-                return -1;
-            if (v != 0) {
-                if (ents >= ent_cap)
-                    return -2;
-                ent_row[ents] = rows;
-                ent_col[ents] = f - IVF_HEADER_FIELDS;
-                ent_count[ents] = v;
-                ents++;
-            }
+                return -1; /* else v > 0: the number starts with 1-9 */
+            if (ents >= ent_cap)
+                return -2;
+            ent_row[ents] = rows;
+            ent_col[ents] = f - IVF_HEADER_FIELDS;
+            ent_count[ents] = v;
+            ents++;
         }
         if (!read_number(&p, end, &v) || p >= end || *p != '\n')
             return -1;
