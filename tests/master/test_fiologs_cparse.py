@@ -10,6 +10,7 @@ import io
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,10 @@ from hypothesis import strategies as st
 from master.analysis import native
 from master.fiologs import cfuncs, parse
 from master.fiologs.align import QuantumAccumulator, spread_rows
+from master.fiologs.columns import make_layout
 from master.fiologs.parse import HistBlock, LogReader, Scratch, _parse_canonical, parse_canonical
-from master.fiologs.pipeline import PctileOptions, compute_pctiles
+from master.fiologs.pctiles import percentile_matrix
+from master.fiologs.pipeline import PctileOptions, _stats_columns, compute_pctiles
 from master.fiologs.synth import fio_counts, format_row, write_log
 from protocol.errors import LogFormatError
 
@@ -376,3 +379,37 @@ def test_the_c_adds_the_same_sums_to_the_bit(steps: tuple[int, ...], q_ms: float
     with numpy_forms():
         reference = _accumulate(block, starts, ends, q_ms, n_cols)
     assert c.tobytes() == reference.tobytes()
+
+
+# ----------------------------------------------------------------------------- statistics
+@pytest.mark.parametrize("seed", range(6))
+def test_statistics_over_the_used_columns_are_those_over_all(seed: int) -> None:
+    """The per-quantum statistics read only the columns anything was added to (and the last):
+    the same numbers to the bit, percentiles 0 and 100 too, with and without counts in fio's
+    last column, for spread (fractional) counts."""
+    rng = np.random.default_rng(seed)
+    layout = make_layout(3, int(rng.integers(0, 3)))
+    n_cols = layout.n_columns
+    acc = QuantumAccumulator(1, n_cols)
+    first = int(rng.integers(0, n_cols // 2))
+    last = n_cols - 1 if seed % 2 else int(rng.integers(first, n_cols - 1))
+    n_rows = 50
+    dense = rng.integers(0, 50, size=(n_rows, last - first + 1)) * (
+        rng.random(size=(n_rows, last - first + 1)) < 0.4)
+    dense[:, 0] += 1  # the first column is used
+    dense[:, -1] += 1
+    full = np.zeros((n_rows, n_cols), dtype=np.int64)
+    full[:, first:last + 1] = dense
+    full[rng.random(n_rows) < 0.2] = 0  # quanta without I/O
+    ends = np.arange(1, n_rows + 1, dtype=np.float64) * 1000.0 + 337.0
+    block = HistBlock.from_dense(ends.astype(np.int64), np.zeros(n_rows, dtype=np.int64),
+                                 np.arange(1, n_rows + 1), full)
+    acc.add(block, block.dirs, spread_rows(ends - 1000.0, ends, 1000.0))
+    assert acc.first_quantum is not None and acc.last_quantum is not None
+    counts = acc.counts(0, acc.first_quantum, acc.last_quantum + 1)
+    cols = _stats_columns(acc)
+    ps = (0.0, 1.0, 50.0, 99.0, 99.99, 100.0)
+    whole = percentile_matrix(counts, ps, layout.lower_ns, layout.upper_ns)
+    some = percentile_matrix(counts[:, cols], ps, layout.lower_ns[cols], layout.upper_ns[cols])
+    for a, b in zip(astuple(whole), astuple(some), strict=True):
+        assert a.tobytes() == b.tobytes()
