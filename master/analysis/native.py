@@ -26,13 +26,12 @@ import contextlib
 import ctypes
 import hashlib
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Final
+
+# subprocess, tempfile and platform are imported where a build needs them: a process that
+# finds the object (every run of an install, fio-pctiles' start-up) does without them
 
 _HERE: Final = Path(__file__).resolve().parent
 #: the C sources, compiled together into one object (each file is self-contained)
@@ -58,8 +57,18 @@ def source_key() -> str:
 
 
 def platform_tag() -> str:
-    """The machine and C library family an object is for (``x86_64-glibc``)."""
-    return f"{platform.machine() or 'unknown'}-{platform.libc_ver()[0] or 'libc'}"
+    """The machine and C library family an object is for (``x86_64-glibc``): what
+    ``platform.machine`` and ``platform.libc_ver`` say, read without importing ``platform``
+    where the C library answers for itself."""
+    try:
+        libc = (os.confstr("CS_GNU_LIBC_VERSION") or "").split(maxsplit=1)[0]
+    except (OSError, ValueError, AttributeError, IndexError):
+        libc = ""
+    if not libc:
+        import platform
+
+        libc = platform.libc_ver()[0]
+    return f"{os.uname().machine or 'unknown'}-{libc or 'libc'}"
 
 
 def shipped_name(key: str | None = None) -> str:
@@ -68,14 +77,34 @@ def shipped_name(key: str | None = None) -> str:
 
 
 def compiler() -> list[str]:
-    """The compiler's command (``IVYPY_CC``, else ``cc``), split into words; [] when absent."""
+    """The compiler's command (``IVYPY_CC``, else ``cc``), split into words, the first as
+    found on ``PATH``; [] when absent."""
     words = (os.environ.get("IVYPY_CC", "").strip() or "cc").split()
-    return words if shutil.which(words[0]) else []
+    found = _which(words[0])
+    return [found, *words[1:]] if found else []
+
+
+def _which(name: str) -> str | None:
+    """``name`` as ``shutil.which`` finds it (an executable file), without importing it."""
+    paths = [name] if os.sep in name else [
+        os.path.join(d, name) for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if d]
+    return next((p for p in paths if os.path.isfile(p) and os.access(p, os.X_OK)), None)
+
+
+def _identity(cc: list[str]) -> str:
+    """The compiler as the cache's key knows it: its file (symbolic links followed), size and
+    time; a compiler upgraded or another chosen is another key (no process started)."""
+    real = os.path.realpath(cc[0])
+    st = os.stat(real)
+    return "\0".join([real, str(st.st_size), str(st.st_mtime_ns), *cc[1:]])
 
 
 def compile_to(out: Path, cc: list[str]) -> None:
     """Compile ``SOURCES`` with ``cc`` into ``out`` (written whole: built beside it, renamed).
     Raises ``KernelsUnavailable`` naming the compiler and its last error lines."""
+    import subprocess
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".kernels-", dir=out.parent) as tmp:
         part = Path(tmp) / "kernels.so"
@@ -107,11 +136,10 @@ def _cached(key: str) -> Path:
             "install gcc libc6-dev), set IVYPY_CC, or install ivypy from a wheel built on a "
             "machine of this kind")
     try:
-        version = subprocess.run([*cc, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise KernelsUnavailable(f"{' '.join(cc)} --version failed: {exc}") from None
-    full = hashlib.sha256("\0".join([key, version, *cc]).encode()).hexdigest()[:16]
+        identity = _identity(cc)
+    except OSError as exc:
+        raise KernelsUnavailable(f"{cc[0]}: {exc.strerror or exc}") from None
+    full = hashlib.sha256("\0".join([key, identity]).encode()).hexdigest()[:16]
     path = _cache_dir() / f"master-kernels-{full}.so"
     if not path.exists():
         compile_to(path, cc)
