@@ -615,16 +615,8 @@ def test_summary_and_histogram_files_agree_with_the_window_rows(tmp_path: Path) 
     file's counts add up to IOPS x window seconds per view, on the protocol's bucket edges."""
     from protocol.buckets import LOWER_NS, UPPER_NS
 
-    wl = _workloads()
     out = RunOutput(tmp_path)
-    rec = StepRecorder(out, 3, "x", ROLLUPS, 0.5, wl, settings_of(wl))
-    sim = _Slaves(rec)
-    rng = np.random.default_rng(9)
-    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
-    for k in range(4):
-        rec.record(k, "warmup" if k == 0 else "measurement",
-                   [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
-                   (k + 1) * 10**9)
+    rec, sim = _four_subintervals(out, 3, ["warmup"] + ["measurement"] * 3, 9)
     window = rec.window_of_phase()
     _, rows, _ = rec.summarise(window, sim.window(window[0], window[-1]))
     out.close()
@@ -820,18 +812,26 @@ def test_the_live_metrics_get_each_subinterval_and_each_summarys_validity(
     out.close()
 
 
-def _histogram_files(tmp: Path) -> dict[str, bytes]:
-    """The step's histogram files (relative path → bytes) of four subintervals on two hosts."""
+def _four_subintervals(out: RunOutput, number: int, phases: list[str], seed: int
+                       ) -> tuple[StepRecorder, _Slaves]:
+    """Step ``number`` ("x") of ``_workloads`` on hosts h1 and h2, its subintervals recorded
+    in ``phases``, 20 ms latencies; the recorder and its simulated slaves."""
     wl = _workloads()
-    out = RunOutput(tmp)
-    rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl))
+    rec = StepRecorder(out, number, "x", ROLLUPS, 0.5, wl, settings_of(wl))
     sim = _Slaves(rec)
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
-    for k in range(4):
-        rec.record(k, "measurement",
+    for k, phase in enumerate(phases):
+        rec.record(k, phase,
                    [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
                    (k + 1) * 10**9)
+    return rec, sim
+
+
+def _histogram_files(tmp: Path) -> dict[str, bytes]:
+    """The step's histogram files (relative path → bytes) of four subintervals on two hosts."""
+    out = RunOutput(tmp)
+    rec, sim = _four_subintervals(out, 0, ["measurement"] * 4, 11)
     rec.summarise([0, 1, 2, 3], sim.window(0, 3))
     out.close()
     top = tmp / "step0000-x" / "histograms"
