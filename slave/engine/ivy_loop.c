@@ -799,7 +799,7 @@ void paced_write_data(const struct ivy_loop *L, int64_t k, int64_t i, int64_t of
 #define V_SPB (V_MAP_BLOCK / SECTOR_BYTES)
 #define V_OVERLAP 1 /* entry flags: two writes in flight at once; */
 #define V_FAILED 2  /* a write that failed or was short; */
-#define V_CONFLICT 4 /* a write went out while a read was in flight */
+#define V_CONFLICT 4 /* a read and a write of the block were in flight at once */
 #define V_LO 8       /* lo holds the oldest generation a read may find */
 
 struct v_stamp {
@@ -1032,8 +1032,11 @@ static void verify_read(struct ivy_loop *L, const struct ivy_data *d, int64_t of
     const int64_t b0 = (off - v->first_bytes) / V_MAP_BLOCK, nb = nbytes / V_MAP_BLOCK;
     for (int64_t b = b0 < 0 ? 0 : b0; b < b0 + nb && b < v->n_blocks; b++) {
         struct v_ent *e = vt_find(L, v->lun, b, 1);
-        if (e)
+        if (e) {
+            if (e->writes > 0) /* the device may read it before or after the write lands, */
+                e->flags |= V_CONFLICT; /* whichever completes first */
             e->reads++;
+        }
     }
 }
 
