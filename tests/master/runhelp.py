@@ -148,9 +148,18 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def lives(proc: psutil.Process) -> bool:
+    """Whether ``proc`` still runs: not a zombie, not gone (it may go between any two looks
+    at /proc, which psutil raises as NoSuchProcess)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def all_gone(procs: list[psutil.Process], timeout_s: float) -> bool:
     _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    return not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return not [p for p in alive if lives(p)]
 
 
 def kill_the_slave(proc: subprocess.Popen[str], folder: Path) -> None:

@@ -35,6 +35,7 @@ from protocol.messages import (
 from protocol.state import Conversation, Role
 from protocol.version import PROTOCOL_VERSION
 from slave.main import EXIT_FAILED
+from tests.master.runhelp import all_gone
 
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopDevice, LoopFactory
@@ -127,11 +128,6 @@ class Slave:
         return tree
 
 
-def _gone(tree: list[psutil.Process], timeout_s: float) -> bool:
-    _, alive = psutil.wait_procs(tree, timeout=timeout_s)
-    return not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-
-
 def _stop_within_a_second(s: Slave, how: str) -> int:
     """Close the slave's stdin (``eof``) or send it SIGTERM; it must exit within a second.
     Returns its exit status."""
@@ -153,7 +149,7 @@ def test_exits_within_a_second_leaving_nothing(tmp_path: Path, how: str) -> None
     try:
         tree = s.running_step(tmp_path / "lun")
         _stop_within_a_second(s, how)
-        assert _gone(tree, 1.0)
+        assert all_gone(tree, 1.0)
     finally:
         s.proc.kill()
     err = s.proc.stderr.read().decode() if s.proc.stderr else ""
@@ -200,7 +196,7 @@ def test_the_shipped_zipapp_exits_within_a_second_with_libaio_io_in_flight(
         assert _reads_in_flight(device, 0.5) > 0, "no read in flight on the loop device"
         status = _stop_within_a_second(s, how)
         assert status == (0 if how == "eof" else 128 + signal.SIGTERM)
-        assert _gone(tree, 1.0), [p.pid for p in tree if p.is_running()]
+        assert all_gone(tree, 1.0), [p.pid for p in tree if p.is_running()]
         assert _in_flight_after(device, 1.0) == (0, 0)
     finally:
         s.proc.kill()
@@ -233,7 +229,7 @@ def test_a_slave_that_hears_nothing_from_its_master_stops_and_exits(tmp_path: Pa
     assert status == EXIT_FAILED, err
     assert 1.0 <= took < 2.0, f"exited {took:.2f} s after the master's last word"
     assert "no word from the master for" in err and "watchdog" in err
-    assert _gone(tree, 1.0)
+    assert all_gone(tree, 1.0)
     lun = str(tmp_path / "lun")
     assert not [p for p in psutil.process_iter() if _holds(p, lun)], "the LUN is still open"
 
