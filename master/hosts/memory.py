@@ -2,11 +2,13 @@
 synthetic device instead of I/O.
 
 Owns ``MemoryHost`` (a ``Connection``: a real ``slave.session.SlaveSession`` fed and read as
-bytes, its clock ticked by an asyncio task), ``MemoryHosts`` (the ``Connector`` a ``Run`` is
-given: ``Run(cfg, connect=MemoryHosts().connect)``), and ``SyntheticBackend``, the slave's
-``Backend`` without I/O: every workload completes exactly its IOPS setting, every I/O of a
-subinterval taking the ``Plant``'s latency at the host's total IOPS, which rises past a knee,
-so that DFC and ``measure:`` meet a device with a known curve and converge the same way each
+bytes, ticked by an asyncio task on the running loop's clock: ``warp.loop_clock_ns``, which
+the ``Run`` is given too, so that on a ``warp.WarpLoop`` the idle waits take no time),
+``MemoryHosts`` (the ``Connector`` a ``Run`` is given:
+``Run(cfg, connect=MemoryHosts().connect, clock=loop_clock_ns)``), and ``SyntheticBackend``,
+the slave's ``Backend`` without I/O: every workload completes exactly its IOPS setting, every
+I/O of a subinterval taking the ``Plant``'s latency at the host's total IOPS, which rises past
+a knee, so that DFC and ``measure:`` meet a device with a known curve and converge the same way each
 time. As httpx ships ``MockTransport``, this ships with ivypy: the run's decisions (steps,
 DFC, measure, edits, verdicts, refusals, resume) are tested through it, with no process, SSH
 or device. It is the one module of the master that imports the slave's code.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from master.config import HostConfig
+from master.hosts.warp import loop_clock_ns
 from protocol import credit
 from protocol.codec import FrameDecoder, encode
 from protocol.errors import HostError
@@ -207,7 +209,7 @@ class MemoryHost:
         self._inbox: asyncio.Queue[bytes] = asyncio.Queue()
         self._decoder = FrameDecoder()
         self._eof = False
-        self.session = SlaveSession(self.backend, self._from_slave, time.monotonic_ns)
+        self.session = SlaveSession(self.backend, self._from_slave, loop_clock_ns)
         self._wakeup: asyncio.Future[None] | None = None  # the ticker's nap (``_nap``)
         self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
@@ -252,8 +254,8 @@ class MemoryHost:
                 await self._nap(None)
                 continue
             wake = self.session.next_wakeup_ns()
-            if wake is None or wake > time.monotonic_ns():
-                await self._nap(None if wake is None else (wake - time.monotonic_ns()) / 1e9)
+            if wake is None or wake > loop_clock_ns():
+                await self._nap(None if wake is None else (wake - loop_clock_ns()) / 1e9)
                 continue  # poked or due: what is due is read again
             # the master runs in this process and shares its stalls: a grant it has not sent
             # yet when a boundary passes is waited for, up to GRANT_GRACE_S, before the slave
@@ -261,15 +263,15 @@ class MemoryHost:
             # in-memory runs so under a busy suite: the slave crossed two boundaries in one
             # tick while the master had no turn between them)
             while True:  # a boundary at a time, the master's turn between them
-                until = time.monotonic() + GRANT_GRACE_S
+                until = loop_clock_ns() + round(GRANT_GRACE_S * 1e9)
                 while (self.session.grant_overdue() and not self.session.closed
-                       and not self.hung and time.monotonic() < until):
-                    await self._nap(until - time.monotonic())  # a grant pokes
+                       and not self.hung and loop_clock_ns() < until):
+                    await self._nap((until - loop_clock_ns()) / 1e9)  # a grant pokes
                 if self.hung:
                     break
                 self.session.on_tick(most=1)
                 wake = self.session.next_wakeup_ns()
-                if self.session.closed or wake is None or time.monotonic_ns() < wake:
+                if self.session.closed or wake is None or loop_clock_ns() < wake:
                     break
                 await asyncio.sleep(0)
         self._after_slave()

@@ -56,7 +56,9 @@ def run_to_end(tmp: Path, test: str, text: str, expect: int = 0, timeout_s: floa
     if in_memory:
         from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
 
-        result = execute(memory_run(memory_config(tmp, text), MemoryHosts()), timeout_s)
+        # not warped: the fixtures' counters are their clock's or a device's, in real time
+        result = execute(memory_run(memory_config(tmp, text), MemoryHosts()), timeout_s,
+                         warp=False)
         assert result.exit_code == expect, result.message
         return Path(result.folder)
     cfg = write_config(tmp, text)

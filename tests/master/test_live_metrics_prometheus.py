@@ -78,7 +78,8 @@ def test_prometheus_scrapes_a_running_test_and_agrees_with_its_rows(
     box: dict[str, int] = {}
     run = threading.Thread(target=lambda: box.setdefault("status", run_cli(
         ["run", str(cfg), "--output-root", str(tmp_path), "--plain", "--metrics",
-         "127.0.0.1:0", "--metrics-token-file", str(token)], monkeypatch)), daemon=True)
+         "127.0.0.1:0", "--metrics-token-file", str(token)], monkeypatch, warp=False)),
+        daemon=True)
     probe = Scraper(tmp_path, "s3cret")  # learns the address from events.csv
     probe.start()
     run.start()
