@@ -27,6 +27,9 @@ from master.fiologs.pctiles import percentile_matrix
 from master.fiologs.pipeline import PctileOptions, _stats_columns, compute_pctiles
 from master.fiologs.synth import fio_counts, format_row, write_log
 from protocol.errors import LogFormatError
+from tests.master import test_fiologs_fastpath as fastpath
+from tests.master.test_fiologs_fastpath import general
+from tests.master.test_fiologs_parse import BAD_LINES
 
 SOURCES = [Path(parse.__file__).with_suffix(".c"), Path(parse.__file__).with_name("align.c")]
 FIXTURES = Path(__file__).parent / "fixtures" / "fiologs"
@@ -69,11 +72,6 @@ def same_block(a: HistBlock | None, b: HistBlock | None) -> bool:
             )
         )
     )
-
-
-def general(text: bytes, n_fields: int) -> tuple[HistBlock, int]:
-    reader = LogReader("mem.log", n_fields - HEADER, skip_bad_lines=True)
-    return reader._parse_general(text, 0), reader.skipped_lines
 
 
 # ----------------------------------------------------------------------------- the source
@@ -128,22 +126,9 @@ def canonical_text(draw: st.DrawFn) -> tuple[bytes, int]:
     return "".join(lines).encode(), n_fields
 
 
-MUTATIONS = [b"0", b"1", b"9", b",", b" ", b"\n", b"\r", b"\t", b"-", b"+", b".", b"x", b"00",
-             b", ", b"", b"\x00", b"\xff", b":", b"/", b"12345678901234567890",
-             b"123456789012345678", b"1234567890123456789", b"0, 0, 0, 0, 0, 0, 0, 0, ",
-             b", 0, 0, 0, 0, 0, 0, 0, 0"]
-
-
-@st.composite
-def mutated_text(draw: st.DrawFn) -> tuple[bytes, int]:
-    text, n_fields = draw(canonical_text())
-    for _ in range(draw(st.integers(1, 3))):
-        at = draw(st.integers(0, len(text) - 1))
-        cut = draw(st.integers(0, 3))
-        text = text[:at] + draw(st.sampled_from(MUTATIONS)) + text[at + cut:]
-    if draw(st.integers(0, 9)) and not text.endswith(b"\n"):
-        text += b"\n"  # the reader hands over whole lines (but the C must not trust it)
-    return text, n_fields
+#: the fast path's mutations, and digits and separators at the C's own limits
+MUTATIONS = [*fastpath.MUTATIONS, b":", b"/", b"123456789012345678", b"1234567890123456789",
+             b"0, 0, 0, 0, 0, 0, 0, 0, ", b", 0, 0, 0, 0, 0, 0, 0, 0"]
 
 
 @needs_c
@@ -163,7 +148,7 @@ def test_the_c_reads_what_fio_writes_as_numpy_and_the_general_path_do(
 
 @needs_c
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated_text())
+@given(fastpath.mutated_text(canonical_text(), MUTATIONS, whole_lines=False))
 def test_the_c_declines_what_numpy_declines_and_agrees_on_the_rest(
         case: tuple[bytes, int]) -> None:
     text, n_fields = case
@@ -275,12 +260,7 @@ def test_random_logs_read_the_same_through_c_and_numpy(tmp_path: Path, n_cols: i
 @pytest.mark.parametrize(
     ("bad_line", "message"),
     [
-        ("3000, 0, 4096, 1, 2, 3\n", "expected 7 fields"),
-        ("3000, 0, 4096, 1, x, 3, 4\n", "not an integer"),
-        ("3000, 0, 4096, 1, -2, 3, 4\n", "negative"),
-        ("3000, 5, 4096, 1, 2, 3, 4\n", "direction 5"),
-        ("500, 0, 4096, 1, 2, 3, 4\n", "earlier than the previous read row"),
-        ("3000, 0, 4096, 1, 99999999999999999999, 3, 4\n", "too large"),
+        *BAD_LINES,
         ("3000, 0, 4096, 1, 2, 3, 4\r\n", "1000 2000 3000 4000"),  # read as it is
         ("\n", "1000 2000 4000"),
     ],

@@ -59,14 +59,20 @@ MUTATIONS = [b"0", b"1", b"9", b",", b" ", b"\n", b"\r", b"\t", b"-", b"+", b"."
 
 
 @st.composite
-def mutated_text(draw: st.DrawFn) -> tuple[bytes, int]:
-    text, n_fields = draw(canonical_text())
+def mutated_text(draw: st.DrawFn,
+                 texts: st.SearchStrategy[tuple[bytes, int]] | None = None,
+                 mutations: list[bytes] = MUTATIONS,
+                 whole_lines: bool = True) -> tuple[bytes, int]:
+    """A text of ``texts`` (``canonical_text()``) with one to three cuts replaced by one of
+    ``mutations``; ending in a newline (the reader hands over whole lines), but for one in
+    ten draws where not ``whole_lines`` (a reader that must not trust it)."""
+    text, n_fields = draw(canonical_text() if texts is None else texts)
     for _ in range(draw(st.integers(1, 3))):
         at = draw(st.integers(0, len(text) - 1))
         cut = draw(st.integers(0, 3))
-        text = text[:at] + draw(st.sampled_from(MUTATIONS)) + text[at + cut:]
-    if not text.endswith(b"\n"):
-        text += b"\n"  # the reader hands over whole lines only
+        text = text[:at] + draw(st.sampled_from(mutations)) + text[at + cut:]
+    if (whole_lines or draw(st.integers(0, 9))) and not text.endswith(b"\n"):
+        text += b"\n"
     return text, n_fields
 
 

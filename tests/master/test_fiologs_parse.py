@@ -80,17 +80,18 @@ def test_general_path_reads_blank_lines_crlf_and_other_spacing(tmp_path: Path) -
     assert np.array_equal(block.dense(), [[0, 5, 0, 0], [3, 0, 0, 0]])
 
 
-@pytest.mark.parametrize(
-    ("bad_line", "message"),
-    [
-        ("3000, 0, 4096, 1, 2, 3\n", "expected 7 fields"),
-        ("3000, 0, 4096, 1, x, 3, 4\n", "not an integer"),
-        ("3000, 0, 4096, 1, -2, 3, 4\n", "negative"),
-        ("3000, 5, 4096, 1, 2, 3, 4\n", "direction 5"),
-        ("500, 0, 4096, 1, 2, 3, 4\n", "earlier than the previous read row"),
-        ("3000, 0, 4096, 1, 99999999999999999999, 3, 4\n", "too large"),
-    ],
-)
+#: a line fio's format does not allow, between good ones, and what the error says of it
+BAD_LINES = [
+    ("3000, 0, 4096, 1, 2, 3\n", "expected 7 fields"),
+    ("3000, 0, 4096, 1, x, 3, 4\n", "not an integer"),
+    ("3000, 0, 4096, 1, -2, 3, 4\n", "negative"),
+    ("3000, 5, 4096, 1, 2, 3, 4\n", "direction 5"),
+    ("500, 0, 4096, 1, 2, 3, 4\n", "earlier than the previous read row"),
+    ("3000, 0, 4096, 1, 99999999999999999999, 3, 4\n", "too large"),
+]
+
+
+@pytest.mark.parametrize(("bad_line", "message"), BAD_LINES)
 def test_malformed_line_is_named_or_skipped(tmp_path: Path, bad_line: str, message: str) -> None:
     good = [format_row(1000 * k, 0, np.array([k, 0, 1, 0])) for k in (1, 2)]
     tail = format_row(4000, 0, np.array([0, 0, 0, 9]))
