@@ -32,10 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: the files of tests/slave whose tests neither time anything nor measure CPU nor bound how
 #: long a step takes (pure logic, virtual time, compiling, discovery with generous waits): they
-#: run beside the others. A new file of tests/slave is ``alone`` until it is named here. Not
-#: the differential and write-data tests on real devices: they compare bytes and I/Os, but
-#: each runs its loop for 200 ms of real time and needs the compiled loop to have run in it
-#: (beside the part's other tests, one did not, once: a process held off the CPU that long)
+#: run beside the others. A new file of tests/slave is ``alone`` until it is named here, or
+#: until its tests are marked ``beside``: judged on what they did (bytes, the I/Os the kernel
+#: saw, order, counts with their slack), their real-time runs made long enough by count, not
+#: by time, whatever the load (``Control(until=...)``: a loop held off the CPU does the same
+#: I/Os later; the differential and write-data tests on real devices once ran 200 ms each and
+#: one, beside the others, had not entered the compiled loop by then)
 SHARES_THE_MACHINE = frozenset({
     "test_compiled_group.py",
     "test_datapattern.py", "test_devstats.py", "test_engine_await_choose.py", "test_engine_caps.py",
@@ -78,12 +80,14 @@ LONG_FIRST = (
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE``; the
-    files of the groups of ``LONG_FIRST`` first, in its order (each file's tests in theirs)."""
+    """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE`` and
+    the tests marked ``beside``; the files of the groups of ``LONG_FIRST`` first, in its
+    order (each file's tests in theirs)."""
     engine_tests = ROOT / "tests" / "slave"
     for item in items:
         if (item.path.is_relative_to(engine_tests)
-                and item.path.name not in SHARES_THE_MACHINE):
+                and item.path.name not in SHARES_THE_MACHINE
+                and item.get_closest_marker("beside") is None):
             item.add_marker(pytest.mark.alone)
     rank = {file_group(path): i for i, path in reversed(list(enumerate(LONG_FIRST)))}
     items.sort(key=lambda item: rank.get(

@@ -53,3 +53,13 @@ def test_the_longest_groups_are_files_that_exist_and_run_first(
     collected = [item.path.relative_to(ROOT).as_posix() for item in request.session.items]
     if LONG_FIRST[0] in collected:  # the whole suite, or at least the first group, collected
         assert file_group(collected[0]) == groups[0], collected[:3]
+
+
+def test_a_test_of_tests_slave_is_alone_unless_its_file_or_its_mark_says_it_runs_beside(
+        request: pytest.FixtureRequest) -> None:
+    engine_tests = ROOT / "tests" / "slave"
+    for item in request.session.items:
+        if item.path.is_relative_to(engine_tests):
+            beside = (item.path.name in SHARES_THE_MACHINE
+                      or item.get_closest_marker("beside") is not None)
+            assert (item.get_closest_marker("alone") is None) == beside, item.nodeid

@@ -6,6 +6,11 @@ thread pool through the page cache while the run still said libaio. Now a contex
 the loop's slots in use (at least 64 events), grows at the boundary where a workload joins or
 deepens (the I/Os in flight reaped first, the workloads going on where they were), and a
 context the kernel will not give is a refusal naming the limit and the value it needs.
+
+The sizes and the refusal's words are pure: they run beside the others (``beside``). The rest
+need the machine (``alone``): a paced workload's rate in each 0.1 s, the machine's count of AIO
+events in use (``fs.aio-nr``, which every other test's contexts move) and its limit
+(``fs.aio-max-nr``, lowered for every other test too).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from tests.slave.test_engine_libaio import Control
 MiB = 1 << 20
 
 
+@pytest.mark.beside
 @pytest.mark.parametrize(("in_use", "capacity", "want"), [
     (0, 8192, MIN_AIO_EVENTS),
     (1, 8192, 64),
@@ -55,6 +61,7 @@ def _proc(tmp_path: Path, limit: int, used: int) -> dict[str, str]:
     return {"max_nr_path": str(tmp_path / "max"), "nr_path": str(tmp_path / "nr")}
 
 
+@pytest.mark.beside
 def test_the_limit_refusal_names_the_limit_the_use_and_the_value_needed(tmp_path: Path) -> None:
     text = native.setup_failure(512, errno.EAGAIN, **_proc(tmp_path, 65536, 65400))
     assert "fs.aio-max-nr is 65,536 events" in text
@@ -63,6 +70,7 @@ def test_the_limit_refusal_names_the_limit_the_use_and_the_value_needed(tmp_path
     assert "sysctl -w fs.aio-max-nr=131072" in text
 
 
+@pytest.mark.beside
 def test_other_setup_failures_say_only_what_failed(tmp_path: Path) -> None:
     text = native.setup_failure(64, errno.ENOSYS, **_proc(tmp_path, 65536, 0))
     assert text.startswith("io_setup(64) failed") and "aio-max-nr" not in text

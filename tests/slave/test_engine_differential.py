@@ -17,7 +17,10 @@ hands to an io-wq worker, which reach the device a little later), so:
 
 Timing differs between the runs (how many I/Os each got through, when), so the streams are
 compared as prefixes; the scheduled times of paced I/Os are the draws' business, checked bit
-for bit against numpy's in ``test_engine_compiled_loop`` and ``test_sequencer``.
+for bit against numpy's in ``test_engine_compiled_loop`` and ``test_sequencer``. Each run goes
+on until every workload recorded ``IOS`` I/Os and, compiled, the kernel ran: judged on what it
+did, not how fast, so the tests run beside the others (a loop held off the CPU does the same,
+later), but for a case whose catch-up after such a hold the trace counts twice (``_beside``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +40,7 @@ from protocol.params import IOSEQUENCERS, WRITE_DATA_KINDS, WorkloadParams
 from protocol.stats import WorkloadStats
 from scripts.blocktrace import TRACEFS, BlockTrace, kernel_dev
 from slave.engine import files, tuning
+from slave.engine.base import IoEngine, SlotTable
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from tests.slave import mixes
@@ -50,7 +54,13 @@ MiB = 1 << 20
 MIXES, LONE = 6, 2
 CASES = MIXES + LONE
 SUB_NS, N_SUB = 100_000_000, 2
-ENGINES = {"libaio": LibaioEngine, "io_uring": UringEngine}
+#: the I/Os each workload records in each run (its trace holds at least those): the run goes
+#: on, past ``N_SUB`` subintervals, until they are there
+IOS = 50
+ENGINES: dict[str, Callable[[SlotTable], IoEngine]] = {
+    "libaio": LibaioEngine, "io_uring": UringEngine}
+#: a loop device's requests in flight (its ``queue/nr_requests``, the loop driver's default)
+LOOP_REQUESTS = 128
 
 
 def _mix(case: int) -> list[WorkloadParams]:
@@ -86,7 +96,14 @@ def _run(devs: list[LoopDevice], params: list[WorkloadParams], edit: WorkloadPar
         if finished == 0 and edit is not None:
             lp.edit_workload(f"t:{devs[0].name}:w", edit, boundary_ns)
 
-    ctl = Control(N_SUB, at_boundary=at_boundary)
+    def enough(c: Control) -> bool:
+        # by count, not time: each workload's I/Os, and the compiled loop's turns
+        done = [0] * len(params)
+        for k, st in enumerate(c.stats):
+            done[k % len(params)] += st.ops()
+        return min(done) >= IOS and (kernel_runs[0] > 0 or not compiled)
+
+    ctl = Control(N_SUB, at_boundary=at_boundary, until=enough)
     fds = []
     try:
         for i, (dev, p) in enumerate(zip(devs, params, strict=True)):
@@ -134,8 +151,20 @@ def devices(loop_device: LoopFactory) -> Iterator[list[LoopDevice]]:
     yield [loop_device(16 * MiB) for _ in range(3)]
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-@pytest.mark.parametrize("case", range(CASES))
+def _beside(case: int, engine: str) -> bool:
+    """Whether the case runs beside the others: judged on the bios and counts, each run long
+    enough by count (``IOS``), whatever the load. But not on io_uring with a workload deeper
+    than a loop device's requests (case 1's, of depth 256): held off the CPU (some 60 ms at
+    its 2,080 IOPS), it catches up with more I/Os in flight than the device has requests, and
+    io_uring's nowait bios that find none fail and go out again from an io-wq worker, so the
+    trace shows them twice (a hold of 300 ms made a thousand bios from io-wq workers; one of
+    800 ms, 2,732 write bios for the 2,079 writes recorded: past the two queues' slack)."""
+    return engine != "io_uring" or max(p.iodepth for p in _mix(case)) <= LOOP_REQUESTS
+
+
+@pytest.mark.parametrize(("case", "engine"), [
+    pytest.param(case, engine, marks=[pytest.mark.beside] if _beside(case, engine) else [])
+    for case in range(CASES) for engine in sorted(ENGINES)])
 def test_compiled_and_python_loops_send_the_same_ios(
         case: int, engine: str, devices: list[LoopDevice],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,7 +190,7 @@ def test_compiled_and_python_loops_send_the_same_ios(
                 got = int(r.ops[w, d])
                 assert got <= asked <= got + 2 * p.iodepth, (what, d, got, asked)
                 assert r.nbytes[w, d] == got * p.blocksize_bytes, what
-            assert traced.shape[0] >= 50, what
+            assert traced.shape[0] >= IOS, what
         c, py = runs[True].bios[w], runs[False].bios[w]
         m = min(c.shape[0], py.shape[0])
         if engine == "libaio":  # io_submit queues each bio before it returns: in order
@@ -182,6 +211,7 @@ def _contained(part: npt.NDArray[np.int64], whole: npt.NDArray[np.int64]) -> boo
     return all(have[k] >= n for k, n in need.items())
 
 
+@pytest.mark.beside
 def test_the_mixes_cover_what_they_claim() -> None:
     # over the cases: paced and max, shallow and deep, reads, writes and mixes, every
     # sequencer and write-data kind the mixes draw

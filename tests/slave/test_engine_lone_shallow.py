@@ -1,7 +1,11 @@
 """A lone max-iops workload of reads at queue depth 1-2, blocking or polling (``busy_poll``),
 in the compiled loop (``paced_run`` in ``slave/engine/ivy_loop.c``, its ``lone`` wait) and
 in Python (the general loop, where the compiled loop cannot run): real libaio on a loop
-device."""
+device.
+
+All but one need the machine (``alone``): the depth 1-2 loop's count in every 50 ms
+subinterval, and whether a loop sleeps or looks. The refused submission, which waits for the
+compiled loop's first boundary rather than for a time, runs beside the others (``beside``)."""
 
 from __future__ import annotations
 
@@ -174,13 +178,17 @@ def test_busy_poll_looks_for_its_completions_instead_of_sleeping(
     assert polled * reads_blocking * 10 < blocked * reads_polling, sleeps
 
 
+@pytest.mark.beside
 def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
     loop_device: LoopFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The LUN's descriptor closed under the running loop, mid-subinterval: the C loop's next
+    """The LUN's descriptor closed under the running loop, once the compiled loop has come
+    back at a boundary (by a thread that waits for that, not for a time: a loop held off the
+    CPU meets the close later, never before its first turn ends): the C loop's next
     io_submit fails (R_SUBMIT) and Python's learning why raises naming the errno, instead of
     the loop going on or hanging. No control polls and no refill of the workload's ring from
-    Python (each a way back to Python, which could meet the closed descriptor first)."""
+    Python (each a way back to Python, which could meet the closed descriptor first; a
+    boundary's way back uses no descriptor)."""
     dev = loop_device(16 * MiB)
     loop, fd, stats = _lone_reader(dev, 16, WorkloadParams(iodepth=1))
     noted = _noting_runs(monkeypatch, True)
@@ -189,11 +197,19 @@ def test_a_submission_refused_inside_the_compiled_loop_raises_with_its_errno(
     # out from Python (at 120,000 IOPS, a 2,048-I/O ring ran out every 17 ms, and once in a
     # full run the descriptor was closed during a refill, so Python's submission raised first)
     monkeypatch.setattr(tuning, "RING_MIN", 1 << 16)
-    closer = threading.Timer(0.08, os.close, (fd,))  # in the second subinterval's middle
+    boundary = {compiled_loop.R_WAKE, compiled_loop.R_LATE}
+
+    def close_after_a_boundary() -> None:
+        deadline = time.monotonic() + 10
+        while not boundary & {code for code, _ in noted} and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.close(fd)
+
+    closer = threading.Thread(target=close_after_a_boundary)
     closer.start()
-    try:
+    try:  # (up to 10 s of subintervals: the close ends the run long before)
         with pytest.raises(IoEngineError, match="Bad file descriptor"):
-            loop.run(_Control(10, stats), time.monotonic_ns() + 1_000_000, 50_000_000)
+            loop.run(_Control(200, stats), time.monotonic_ns() + 1_000_000, 50_000_000)
     finally:
         closer.join()
         loop.close()

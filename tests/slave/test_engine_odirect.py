@@ -5,6 +5,10 @@
 a filesystem that refuses ``O_DIRECT``: ramfs) must not. On tmpfs (/dev/shm) the choice follows
 the kernel: since Linux 6.6 tmpfs takes ``O_DIRECT`` and the LUN gets ``libaio``; before, the
 fallback. Mounting the ramfs needs root: those tests skip when not root.
+
+They run beside the others (``beside``): the flags are the open file's whenever they are read,
+and the I/O that shows the workload ran is collected subinterval by subinterval until there is
+some, so that a worker held off the CPU does it later.
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ from protocol.params import WorkloadParams
 from protocol.stats import OPS
 from slave.worker import WorkerPool, WorkloadInfo
 
+pytestmark = pytest.mark.beside
+
 SUB_NS = 300_000_000
+#: subintervals collected at most, waiting for the worker's first I/O (6 s)
+MOST_SUBINTERVALS = 20
 LUN_BYTES = 16 << 20
 PARAMS = WorkloadParams(iosequencer="random_steady", blocksize_bytes=4096, iodepth=2,
                         iops=400.0, read_fraction=1.0)
@@ -92,7 +100,9 @@ def _lun(directory: Path | str, name: str) -> str:
 
 def _run_and_look(path: str, engine_choice: str) -> tuple[WorkloadInfo, list[int], int]:
     """Create one reading workload on ``path``, start I/O, read the worker's open flags of
-    ``path`` in the middle of subinterval 0: (info, flags per fd, I/Os of subinterval 0)."""
+    ``path`` in the middle of subinterval 0: (info, flags per fd, I/Os of the subintervals
+    collected: subinterval 0, and the next ones until some I/O was done, at most
+    ``MOST_SUBINTERVALS``)."""
     wid = f"h:{path}:r"
     with WorkerPool(1) as pool:
         info = pool.create_workload(wid, path, engine_choice, PARAMS, logical_block_bytes=512,
@@ -101,8 +111,13 @@ def _run_and_look(path: str, engine_choice: str) -> tuple[WorkloadInfo, list[int
         pool.go(t0, SUB_NS)
         time.sleep(max(0.0, (t0 + SUB_NS // 2 - time.monotonic_ns()) / 1e9))
         flags = fd_flags(pool.pids[info.worker], path)
-        res = pool.collect(0, t0 + SUB_NS + 2_000_000_000)
-        ops = int(res.stats[wid].counters[:, OPS].sum())
+        ops = 0
+        for k in range(MOST_SUBINTERVALS):
+            res = pool.collect(k, t0 + (k + 1) * SUB_NS + 2_000_000_000)
+            ops += int(res.stats[wid].counters[:, OPS].sum())
+            if ops:
+                break
+            pool.keep_going()
         pool.stop()
     return info, flags, ops
 

@@ -4,7 +4,9 @@ against ``WritePattern.fill``'s; and on real loop devices over fully written fil
 on libaio and io_uring, a workload that writes runs in the compiled loop and leaves on its
 device the bytes the Python loop leaves for the same workload and seed, each block what its
 pattern says (``WritePattern.verify``), with the dedup fraction and the compressible zero tail
-the config asks for."""
+the config asks for. The runs on devices go on until they did enough (I/Os recorded, writes,
+the kernel's turns and I/Os), not for a fixed time: judged on bytes and counts, the tests run
+beside the others."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import ctypes
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -23,11 +26,15 @@ from protocol.stats import WorkloadStats
 from slave.datapattern import WritePattern
 from slave.engine import compiled_loop as pk
 from slave.engine import files, native, tuning
+from slave.engine.base import IoEngine, SlotTable
 from slave.engine.layout import DATA_DTYPE, LoopArgs
 from slave.engine.loop import EngineLoop, WorkloadSpec
 from slave.engine.native import LibaioEngine, UringEngine
 from tests.slave.conftest import LoopDevice, LoopFactory, count_kernel_runs, require_here
 from tests.slave.test_engine_compiled_loop import Control, kernel_function
+
+#: judged on bytes and counts, each run long enough by count (``_run``), whatever the load
+pytestmark = pytest.mark.beside
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -36,7 +43,8 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None,
 #: (kind, ratio): each kind, at the ratios the config asks for
 KINDS = [("random", 1.0), ("compressible", 2.0), ("zeros", 1.0), ("dedupable", 3.0)]
 BLOCKS = [4 * KiB, 64 * KiB, 1 * MiB]
-ENGINES = {"libaio": LibaioEngine, "io_uring": UringEngine}
+ENGINES: dict[str, Callable[[SlotTable], IoEngine]] = {
+    "libaio": LibaioEngine, "io_uring": UringEngine}
 
 
 def _pattern(kind: str, ratio: float, bs: int, seed: int) -> WritePattern:
@@ -85,23 +93,29 @@ def test_the_kernel_writes_what_the_pattern_writes(kind: str, ratio: float, bs: 
 
 # ---------------------------------------------------------------------------- on loop devices
 def _prefill(size_bytes: int) -> npt.NDArray[np.uint8]:
-    """What both devices hold before a run: random bytes (neither zeros nor any pattern's)."""
-    return np.random.default_rng(77).integers(0, 256, size_bytes, dtype=np.uint8)
+    """What both devices hold before a run: random bytes (neither zeros nor any pattern's),
+    1 MiB of them over and over (drawing all of a paced range's 225 MiB took 0.4 s a test)."""
+    tile = np.random.default_rng(77).integers(0, 256, min(size_bytes, MiB), dtype=np.uint8)
+    return np.resize(tile, size_bytes)
 
 
 def _device(loop_device: LoopFactory, prefill: npt.NDArray[np.uint8]) -> LoopDevice:
     """A loop device that holds ``prefill`` (made once per test: 0.2 s at 64 MiB)."""
     def fill(path: str) -> None:
         with open(path, "wb") as f:
-            f.write(prefill.tobytes())
+            f.write(prefill.data)
     return loop_device(prefill.size, prepare=fill)
 
 
 def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
-         monkeypatch: pytest.MonkeyPatch, n_sub: int = 2) -> tuple[int, list[int]]:
-    """Workload ``p`` on ``dev`` through ``engine`` for ``n_sub`` subintervals of 100 ms, in
-    the compiled loop or the Python loop; how many times the compiled loop ran, and the I/Os
-    each subinterval recorded."""
+         monkeypatch: pytest.MonkeyPatch, *, ios: float = 0, writes: float = 0,
+         made: float = 0) -> tuple[int, list[int]]:
+    """Workload ``p`` on ``dev`` through ``engine`` in subintervals of 100 ms, in the compiled
+    loop or the Python loop, until the subintervals handed over recorded ``ios`` I/Os and
+    ``writes`` writes and, compiled, the kernel ran and generated ``made`` I/Os (two
+    subintervals at least, as soon as that holds after: by count, not time, so a loop held off
+    the CPU by other work does the same, later); how many times the compiled loop ran, and
+    the I/Os each subinterval recorded."""
     monkeypatch.setattr(tuning, "COMPILED_LOOP", compiled)
     run = pk.run
     runs = count_kernel_runs(monkeypatch)
@@ -113,7 +127,16 @@ def _run(dev: LoopDevice, p: WorkloadParams, engine: str, compiled: bool,
     pair = (WorkloadStats(region[:n]), WorkloadStats(region[n:]))
     pair[0].reset()
     pair[1].reset()
-    ctl = Control(n_sub)
+
+    def enough(c: Control) -> bool:
+        if (sum(st.ops() for st in c.stats) < ios
+                or sum(st.ops(1) + st.ops(3) for st in c.stats) < writes):
+            return False
+        # the I/Os the kernel generated since it took the workload (its state stays loaded
+        # over boundaries; the drain's ``take_back`` adds them to the ``generated`` fixture)
+        return not compiled or (runs[0] > 0 and int(loop.native.gen["made"].sum()) >= made)
+
+    ctl = Control(2, until=enough)
     ctl.per_workload.append(pair)
     fd = files.open_lun(dev.path, writable=True, extra_flags=eng.open_flags)
     try:
@@ -163,9 +186,13 @@ def _check_blocks(blocks: npt.NDArray[np.uint8], written: npt.NDArray[np.bool_],
         assert abs(dup - (1 - 1 / p.write_data_ratio)) < 0.12, (dup, idx.size)
 
 
-#: per block size: the paced rate and how many blocks the range holds (more than the run
-#: issues: the sequential workload does not wrap, so each block is written once at most)
-_PACED = {4 * KiB: (3000.0, 1024), 64 * KiB: (1500.0, 512), 1 * MiB: (150.0, 64)}
+#: per block size: the paced rate and how many blocks the range holds: 1.5 s of the rate, over
+#: seven times what a run issues (0.2 s of it), so that the sequential workload does not wrap
+#: and each block is written once at most. A run stops by count, and a loop held off the CPU
+#: before the count catches up the paced schedule's backlog when it gets back, all of it: the
+#: range leaves room for a hold of about a second (the last eighth, checked unwritten, is
+#: 0.19 s of the rate)
+_PACED = {4 * KiB: (3000.0, 4500), 64 * KiB: (1500.0, 2250), 1 * MiB: (150.0, 225)}
 
 
 @pytest.fixture
@@ -201,12 +228,15 @@ def test_the_compiled_loop_writes_the_bytes_the_python_loop_writes(
     size = n_blocks * bs
     prefill = _prefill(size)
     devs = {c: _device(loop_device, prefill) for c in (True, False)}
-    ran = {c: _run(devs[c], p, engine, c, monkeypatch) for c in (True, False)}
+    issued = iops * 0.2  # two subintervals' worth, about half of them writes
+    # each run until it recorded 40 % of that and the kernel generated as many, then stops
+    # (as soon as it has them: past them it would only go on towards a wrap)
+    ran = {c: _run(devs[c], p, engine, c, monkeypatch, ios=0.4 * issued,
+                   made=0.4 * iops * 0.2) for c in (True, False)}
     assert ran[True][0] > 0 and ran[False][0] == 0  # which loop ran each
     assert generated[0] >= 0.4 * iops * 0.2  # most of the compiled run's I/Os made in C
     blocks = {c: _blocks(devs[c], bs) for c in (True, False)}
     written = {c: _written(blocks[c], prefill, bs) for c in (True, False)}
-    issued = iops * 0.2  # both subintervals, about half of them writes
     for c in (True, False):
         # the device as witness of the loop's own count: sequential I/O k is block k, so the
         # last block written is the count's, less the reads at the end and plus the I/Os in
@@ -240,7 +270,10 @@ def test_max_iops_writes_of_every_kind_land_in_the_compiled_loop(
                        write_data=kind, write_data_ratio=ratio)  # type: ignore[arg-type]
     prefill = _prefill(64 * MiB)
     dev = _device(loop_device, prefill)
-    assert _run(dev, p, engine, True, monkeypatch)[0] > 0
+    # until it recorded enough writes for the blocks counted below: the stream's first 400
+    # writes land on 325 of the 1024 blocks of 64 KiB, its first 40 on 28 of the 64 of 1 MiB
+    # (more only write more blocks, each checked)
+    assert _run(dev, p, engine, True, monkeypatch, writes=40 if bs == MiB else 400)[0] > 0
     blocks = _blocks(dev, bs)
     written = _written(blocks, prefill, bs)
     assert int(written.sum()) >= (20 if bs == MiB else 200)

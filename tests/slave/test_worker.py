@@ -1,5 +1,16 @@
 """Worker pool: lifecycle, edits at boundaries, late master, slow consumer, deadlines,
-workers dying with the slave, and memory with 64 workloads."""
+workers dying with the slave, and memory with 64 workloads.
+
+The tests marked ``beside`` run beside the others: they are judged on what the workers did
+(which rates held in which subinterval, what was refused, which error came, the workers'
+descriptors and CPUs, memory), not how fast. Their counts of paced I/Os allow for how late
+each worker was at the boundaries (``_assert_counted``: measured, not assumed), a run at
+``max`` goes on until it did enough, and their waits are seconds where the work takes
+milliseconds; what they cannot avoid is the credit of real subintervals: the test must say
+go on within the 300 ms of one (under three CPU hogs, 14 ms at worst). The rest stay alone:
+a latency bound (the slow consumer), a bound on how soon workers die, and counts over a
+fixed real time with a fixed slack (the audit's, the errors', the memory test's paced rates).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +22,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import pytest
 
@@ -30,9 +41,17 @@ from slave.worker_process import WORKER_TIMER_SLACK_NS
 if TYPE_CHECKING:
     from tests.slave.conftest import LoopFactory
 
+
+class _Lun(TypedDict):
+    """The LUN's keywords of ``WorkerPool.create_workload`` (typed, for ``**LUN``)."""
+
+    logical_block_bytes: int
+    lun_size_bytes: int
+
+
 SUB_NS = 300_000_000
 FAKE = "fake:const:100000"
-LUN = {"logical_block_bytes": 512, "lun_size_bytes": 1 << 30}
+LUN: _Lun = {"logical_block_bytes": 512, "lun_size_bytes": 1 << 30}
 MIB = 1 << 20
 
 
@@ -91,7 +110,7 @@ def _assert_counted(
     wid: str,
     first: int,
     last: int,
-    ops: list[int | None],
+    ops: Sequence[int | None],
     rates: list[float],
     worker: int,
     lags: dict[tuple[int, int], float],
@@ -109,6 +128,7 @@ def _assert_counted(
     )
 
 
+@pytest.mark.beside
 def test_lifecycle_edit_delete_across_two_workers(pool: WorkerPool) -> None:
     a = pool.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=500.0), **LUN)
     b = pool.create_workload(B, "/dev/zero", FAKE, WorkloadParams(iops=500.0, iodepth=2), **LUN)
@@ -158,6 +178,7 @@ def test_lifecycle_edit_delete_across_two_workers(pool: WorkerPool) -> None:
         _assert_counted(wid, 0, 0, ops[wid], rates[wid], worker[wid], lags)
 
 
+@pytest.mark.beside
 def test_edits_of_many_workloads_in_one_message_per_worker(pool: WorkerPool) -> None:
     a = pool.create_workload(A, "/dev/null", FAKE, WorkloadParams(iops=500.0), **LUN)
     b = pool.create_workload(B, "/dev/zero", FAKE, WorkloadParams(iops=500.0), **LUN)
@@ -182,6 +203,7 @@ def test_edits_of_many_workloads_in_one_message_per_worker(pool: WorkerPool) -> 
         _assert_counted(wid, 3, 3, ops[wid], rates[wid], worker[wid], lags)
 
 
+@pytest.mark.beside
 def test_new_rates_alone_go_as_rates_of_the_latest_parameters_sent(
         pool: WorkerPool, monkeypatch: pytest.MonkeyPatch) -> None:
     # edits of the rate alone travel as (id, iops) and the worker applies each to the
@@ -213,6 +235,7 @@ def test_new_rates_alone_go_as_rates_of_the_latest_parameters_sent(
     _assert_counted(A, 3, 3, [r.stats[A].ops() for r in results], rates[A], a.worker, lags)
 
 
+@pytest.mark.beside
 def test_staged_edits_and_deletes_apply_in_the_order_sent(pool: WorkerPool) -> None:
     # a worker applies each run of edits in one call: an edit, a delete, two more edits of
     # one workload; its last edit counts, and the delete between them stands
@@ -238,6 +261,7 @@ def test_staged_edits_and_deletes_apply_in_the_order_sent(pool: WorkerPool) -> N
     _assert_counted(A, 3, 3, ops, rates[A], a.worker, lags)
 
 
+@pytest.mark.beside
 def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
     pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(iodepth=4), **LUN)
     t0 = start(pool)
@@ -252,6 +276,7 @@ def test_a_late_master_is_a_clear_error(pool: WorkerPool) -> None:
     pool.stop()
 
 
+@pytest.mark.beside
 def test_results_late_names_the_worker(pool: WorkerPool) -> None:
     pool.create_workload("h:/dev/null:a", "/dev/null", FAKE, WorkloadParams(), **LUN)
     start(pool)
@@ -305,6 +330,7 @@ def test_collect_audits_the_blocks_it_drains(pool: WorkerPool) -> None:
     pool.stop()
 
 
+@pytest.mark.beside
 def test_create_failure_names_the_workload(pool: WorkerPool) -> None:
     with pytest.raises(WorkerError, match="h:nope:a"):
         pool.create_workload("h:nope:a", "/nonexistent/lun", "auto", WorkloadParams())
@@ -409,12 +435,17 @@ _MEM = textwrap.dedent(
         time.sleep(0.3)
         pool.edit_workloads([(wid, p.with_rate(5e5)) for wid, p in params.items()])
     ops, reads = {}, {}
-    for k in range(2):
+    k = 0
+    # paced, the I/Os of the first second (its rate is checked); at max iops ("behind" too),
+    # on past it until every workload did a few hundred I/Os (thousands, on an idle
+    # machine), for ten seconds at most: a busy machine makes them later, not fewer
+    while k < 2 or (iops in ("max", "behind") and min(ops.values()) < 200 and k < 20):
         r = pool.collect(k, t0 + (k + 1) * 500_000_000 + 3_000_000_000)
         pool.keep_going()
         for i, wid in enumerate(r.workload_ids):
             ops[wid] = ops.get(wid, 0) + int(r.batch.counters[i, :, 0].sum())
             reads[wid] = reads.get(wid, 0) + int(r.batch.counters[i, 0::2, 0].sum())
+        k += 1
     # measured while the I/O runs
     pids = tree(os.getpid())
     pss = {p: kib(p, "Pss", "smaps_rollup") for p in pids}
@@ -455,7 +486,12 @@ def _loop_env() -> None:
 
 @pytest.mark.root
 @pytest.mark.parametrize(("iodepth", "iops", "bs"), [
-    (8, "200", 4096), (32, "max", 4096), (8, "200", 32768), (8, "behind", 4096)])
+    # paced: alone (the rate of each workload over one second of real time, to 10 %)
+    (8, "200", 4096),
+    # at max iops: judged on memory and on I/Os done, the run long enough by count
+    pytest.param(32, "max", 4096, marks=pytest.mark.beside),
+    (8, "200", 32768),
+    pytest.param(8, "behind", 4096, marks=pytest.mark.beside)])
 def test_memory_with_64_workloads_stays_under_150_mb(
     _loop_env: None, loop_device: LoopFactory, iodepth: int, iops: str, bs: int
 ) -> None:
@@ -495,7 +531,8 @@ def test_memory_with_64_workloads_stays_under_150_mb(
         # every edit kept a backlog as long as its share allowed, and said so
         assert proc.stderr.count("far behind") == 64, proc.stderr[-3000:]
     if iops in ("max", "behind"):
-        # every workload ran: at least a few hundred I/Os of its own in the second
+        # every workload ran: at least a few hundred I/Os of its own (in the second, or as
+        # long after as a busy machine took)
         starved = [i for i, n in enumerate(ops) if n < 200]
         assert not starved, f"workloads {starved} did (almost) no I/O: {ops}"
     else:
@@ -512,16 +549,36 @@ def test_memory_with_64_workloads_stays_under_150_mb(
     assert pss_kib <= 150 * 1024, detail
 
 
+def _fds(pid: int) -> dict[int, str]:
+    """What process ``pid``'s descriptors point at (one closed meanwhile is left out)."""
+    fds = {}
+    for x in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds[int(x)] = os.readlink(f"/proc/{pid}/fd/{x}")
+        except FileNotFoundError:
+            continue
+    return fds
+
+
+@pytest.mark.beside
 def test_workers_keep_no_inherited_descriptors() -> None:
     r, w = os.pipe()  # stands for the slave's protocol pipe: no worker may hold it
+    pipe_ids = {os.readlink(f"/proc/self/fd/{r}"), os.readlink(f"/proc/self/fd/{w}")}
+
+    def dropped(fds: dict[int, str]) -> bool:  # what it inherited
+        return fds.get(0) == "/dev/null" and not pipe_ids & set(fds.values()) and len(fds) <= 5
+
     try:
         with WorkerPool(2) as p:
-            time.sleep(0.2)
+            # each worker drops them as it starts: looked at until it has (a busy machine
+            # starts it later), for seconds at most
+            deadline = time.monotonic() + 5.0
+            while (not all(dropped(_fds(pid)) for pid in p.pids)
+                   and time.monotonic() < deadline):
+                time.sleep(0.02)
             for pid in p.pids:
-                fds = {int(x): os.readlink(f"/proc/{pid}/fd/{x}") for x in
-                       os.listdir(f"/proc/{pid}/fd")}
+                fds = _fds(pid)
                 assert fds[0] == "/dev/null"
-                pipe_ids = {os.readlink(f"/proc/self/fd/{r}"), os.readlink(f"/proc/self/fd/{w}")}
                 assert not pipe_ids & set(fds.values())
                 assert len(fds) <= 5, fds  # stdin, stdout, stderr, its command and reply pipes
     finally:
@@ -529,6 +586,7 @@ def test_workers_keep_no_inherited_descriptors() -> None:
         os.close(w)
 
 
+@pytest.mark.beside
 def test_workers_wait_with_a_timer_slack_of_one_nanosecond() -> None:
     # a timed wait for a paced I/O's scheduled time must not overshoot by the default 50 us
     assert WORKER_TIMER_SLACK_NS == 1
@@ -547,6 +605,7 @@ def test_workers_wait_with_a_timer_slack_of_one_nanosecond() -> None:
 
 
 # ---------------------------------------------------------------- pinning (worker_cpus)
+@pytest.mark.beside
 def test_workers_are_pinned_one_per_usable_cpu_by_default() -> None:
     usable = sorted(os.sched_getaffinity(0))
     with WorkerPool() as p:
@@ -558,6 +617,7 @@ def test_workers_are_pinned_one_per_usable_cpu_by_default() -> None:
         assert info.cpu == usable[info.worker]
 
 
+@pytest.mark.beside
 def test_more_workers_than_cpus_share_them_round_robin() -> None:
     usable = sorted(os.sched_getaffinity(0))
     n = len(usable) + 1
@@ -566,6 +626,7 @@ def test_more_workers_than_cpus_share_them_round_robin() -> None:
         assert [os.sched_getaffinity(pid) for pid in p.pids] == [{c} for c in p.worker_cpus]
 
 
+@pytest.mark.beside
 def test_unpinned_workers_keep_the_slaves_cpus() -> None:
     usable = os.sched_getaffinity(0)
     with WorkerPool(cpus=[None, None]) as p:
@@ -575,6 +636,7 @@ def test_unpinned_workers_keep_the_slaves_cpus() -> None:
         assert info.cpu is None
 
 
+@pytest.mark.beside
 def test_a_cpu_that_cannot_be_had_leaves_the_worker_unpinned(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -586,6 +648,7 @@ def test_a_cpu_that_cannot_be_had_leaves_the_worker_unpinned(
     assert f"worker 1: cannot pin it to CPU {missing}" in caplog.text
 
 
+@pytest.mark.beside
 def test_worker_count_and_cpu_list_must_agree() -> None:
     with pytest.raises(ValueError, match="3 workers but 2 CPU entries"):
         WorkerPool(3, cpus=[0, None])
@@ -593,6 +656,7 @@ def test_worker_count_and_cpu_list_must_agree() -> None:
         WorkerPool(cpus=[])
 
 
+@pytest.mark.beside
 @pytest.mark.parametrize(("n", "names"), [
     (0, ""),
     (1, " (workloads w0)"),
