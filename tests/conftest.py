@@ -57,24 +57,24 @@ SHARES_THE_MACHINE = frozenset({
 
 
 #: the longest worker groups of the part run beside each other, longest first (seconds of
-#: test time in a run of the part on the 2-core VM, 2026-11-29): their files run first, so
+#: test time in a run of the part on the 2-core VM, 2026-11-30): their files run first, so
 #: that none starts late and runs on alone at the end. xdist's own order (the groups of most
 #: tests first) started the one-test 50 s install test last of 126 files.
 LONG_FIRST = (
-    "tests/master/test_run_quickstart.py",  # the shared runs' group: 77
-    "tests/test_install.py",  # 45 (a wheel, and pipx as nobody, from a read-only checkout)
-    "tests/slave/test_engine_differential_fake.py",  # 40
-    "tests/master/test_run_verify.py",  # 41 (data verification's runs on a loop device)
-    "tests/master/test_run_multihost.py",  # the test bed's group: 38
-    "tests/master/test_run_failures.py",  # 34
-    "tests/master/test_run_dfc_edit.py",  # 28
-    "tests/master/test_run_hangs.py",  # 20
-    "tests/master/test_report_chromium.py",  # 18
-    "tests/master/test_run_lifecycle.py",  # 17
-    "tests/master/test_hosts_memory.py",  # 17
-    "tests/master/test_run_sweeps.py",  # 17
-    "tests/master/test_run_resume.py",  # 15
-    "tests/master/test_run_verdicts.py",  # 15
+    "tests/master/test_run_quickstart.py",  # the shared runs' group: 60
+    "tests/master/test_run_verify.py",  # 58 (data verification's runs on a loop device)
+    "tests/master/test_run_multihost.py",  # the test bed's group: 41
+    "tests/test_install.py",  # 22-45 (a wheel, and pipx as nobody, from a read-only checkout)
+    "tests/slave/test_engine_write_data.py",  # 34
+    "tests/master/test_report_chromium.py",  # 26
+    "tests/slave/test_engine_differential_fake.py",  # 25
+    "tests/slave/test_engine_differential.py",  # 14
+    "tests/slave/test_engine_verify_device.py",  # 14
+    "tests/slave/test_compiled_group.py",  # 13
+    "tests/master/test_fiologs_cparse.py",  # 13
+    "tests/master/test_run_failures.py",  # 12
+    "tests/slave/test_worker.py",  # 11
+    "tests/master/test_live_metrics.py",  # 11
 )
 
 
