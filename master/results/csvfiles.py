@@ -85,6 +85,11 @@ def _header_bytes(header: tuple[str, ...]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
+def header_bytes(header: Sequence[str]) -> bytes:
+    """A header line as every result file begins with it (``csv.writer``'s)."""
+    return _header_bytes(tuple(header))
+
+
 @functools.lru_cache(maxsize=64)
 def _header_set(header: tuple[str, ...]) -> frozenset[str]:
     return frozenset(header)
@@ -130,6 +135,19 @@ class Ledger:
         self.sizes[slot] = size
         self.appenders.append(appender)
         return slot
+
+    def add_many(self, appenders: Sequence[CsvAppender], size: int) -> int:
+        """``add`` of each appender, each file holding ``size`` bytes; the first's slot (the
+        others' follow it)."""
+        first = len(self.appenders)
+        stop = first + len(appenders)
+        if stop > self.sizes.size:
+            grown = np.zeros(max(stop, 2 * self.sizes.size), dtype=np.int64)
+            grown[:first] = self.sizes[:first]
+            self.sizes = grown
+        self.sizes[first:stop] = size
+        self.appenders.extend(appenders)
+        return first
 
     def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
              ) -> None:
@@ -221,6 +239,32 @@ class CsvAppender:
                 CsvAppender.closes += 1
         self.ledger = ledger if ledger is not None else Ledger()
         self.slot = self.ledger.add(self, size)
+
+    @classmethod
+    def made_many(cls, directory: str, names: Sequence[str], header: Sequence[str],
+                  fds: Sequence[int], ledger: Ledger) -> list[CsvAppender]:
+        """The appenders of files already made with ``header`` (and nothing else) in
+        ``directory``: ``names[i]``, open as ``fds[i]`` (-1: closed), each added to
+        ``ledger`` (``RunOutput.tables``: tens of thousands at a step's start)."""
+        key = _header_tuple(tuple(header))
+        header_set = _header_set(key)
+        size = len(_header_bytes(key))
+        made = []
+        for name, fd in zip(names, fds, strict=True):
+            a = cls.__new__(cls)
+            a._path = f"{directory}/{name}"
+            a._path_obj = None
+            a.header = key
+            a._header_set = header_set
+            a.header_size = size
+            a._fd_held = fd
+            a.journal = False
+            a.ledger = ledger
+            made.append(a)
+        first = ledger.add_many(made, size)
+        for slot, a in enumerate(made, first):
+            a.slot = slot
+        return made
 
     def _adopted(self, at: tuple[int, str] | None, head: bytes) -> int:
         """An existing file of the run, opened for appending: its header must be ``head``;

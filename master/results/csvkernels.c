@@ -456,3 +456,38 @@ int64_t ivc_create_files(const char *paths, const int64_t *path_at, int64_t n,
     }
     return -1;
 }
+
+/* csvkernels._create_headed_py: file i (names + name_at[i], NUL-ended, in the directory
+ * dir_fd) made new (never one that exists) for appending, holding head; its descriptor kept
+ * in fds[i] for i < keep, closed otherwise (fds[i] = -1). Returns -1 once all are made, else
+ * the i that failed, its errno in *err: that file is removed if it was made (no file without
+ * its whole header), fds[i] = -1, and the files before it stand, as fds says */
+int64_t ivc_create_headed(int64_t dir_fd, const char *names, const int64_t *name_at, int64_t n,
+                          const uint8_t *head, int64_t head_len, int64_t keep, int32_t *fds,
+                          int64_t *err)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = names + name_at[i];
+        fds[i] = -1;
+        const int fd = openat((int)dir_fd, name,
+                              O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            *err = errno;
+            return i;
+        }
+        if (put_all(fd, head, head_len) != 0) {
+            *err = errno;
+            close(fd);
+            unlinkat((int)dir_fd, name, 0);
+            return i;
+        }
+        if (i < keep) {
+            fds[i] = fd;
+        } else if (close(fd) != 0) {
+            *err = errno;
+            unlinkat((int)dir_fd, name, 0);
+            return i;
+        }
+    }
+    return -1;
+}

@@ -45,6 +45,7 @@ from master.results.csvfiles import (
     csv_text,
     fmt,
     format_lines,
+    header_bytes,
     histogram_count_text,
     open_file_budget,
     safe_name,
@@ -141,6 +142,8 @@ class RunOutput:
 
     #: Files kept out of a subinterval's undo: what happened stays told.
     JOURNALS = frozenset({"events.csv"})
+    #: ``tables`` makes this many new files or more in one compiled call (``create_headed``)
+    MADE_TOGETHER = 16
     #: Files checked for removal per subinterval, in turn (a run may hold tens of thousands).
     CHECKED_PER_SUBINTERVAL = 64
 
@@ -261,6 +264,8 @@ class RunOutput:
         dir_fd = -1
         directory = self.folder / relative_dir if relative_dir else self.folder
         base = os.fspath(directory)
+        if not self.resuming and len(names) >= self.MADE_TOGETHER:
+            self._make_together(prefix, names, header, directory)
         try:
             for name in names:
                 relative = prefix + name
@@ -286,6 +291,43 @@ class RunOutput:
             if dir_fd >= 0:
                 os.close(dir_fd)
         return out
+
+    def _make_together(self, prefix: str, names: Sequence[str], header: Sequence[str],
+                       directory: Path) -> None:
+        """``tables``' new files of ``names`` (plain names, not yet made by this run, each
+        once) made in one compiled call (``create_headed``: each created, never over a file
+        that exists, with its header; open within the open-file budget); the rest of the
+        names are left to ``tables``' own loop, which finds these made. A file that cannot be
+        made is an ``OutputError`` naming it, the files before it kept as made."""
+        from master.results import csvkernels as kernels  # C: loaded by the first that writes
+
+        new: list[str] = []
+        seen: set[str] = set()
+        for name in names:
+            if (name and "/" not in name and "\0" not in name and name not in seen
+                    and prefix + name not in self._files):
+                seen.add(name)
+                new.append(name)
+        if not new:
+            return
+        with writing_to(directory):
+            directory.mkdir(parents=True, exist_ok=True)
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            keep = max(0, self.max_open_files - self._n_open)
+            fds, failed, err = kernels.create_headed(dir_fd, new, header_bytes(header), keep)
+        finally:
+            os.close(dir_fd)
+        made = new if failed < 0 else new[:failed]
+        base = os.fspath(directory)
+        appenders = CsvAppender.made_many(base, made, header, fds[:len(made)].tolist(),
+                                          self.ledger)
+        for name, a in zip(made, appenders, strict=True):
+            a.journal = prefix + name in self.JOURNALS
+            self._files[prefix + name] = a
+        self._n_open += min(keep, len(made))
+        if failed >= 0:
+            raise OutputError(f"{base}/{new[failed]}", OSError(err, os.strerror(err)))
 
     def close(self) -> None:
         """Close every file (all of them, even after one fails to flush its last rows) and

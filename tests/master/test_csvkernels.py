@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -412,6 +414,97 @@ for how, make in (("c", csvkernels.create_files), ("py", csvkernels._create_file
     got = make([path], b"head", data, np.array([0]), np.array([1000]))
     assert got == (0, errno.EFBIG), (how, got)
     assert not os.path.exists(path), how
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def _fd_state(fds: Any) -> list[tuple[bool, int]]:
+    """Each descriptor: whether it is open, and its file's flags of interest (appending)."""
+    out = []
+    for fd in fds.tolist():
+        if fd < 0:
+            out.append((False, 0))
+        else:
+            out.append((True, fcntl.fcntl(fd, fcntl.F_GETFL) & (os.O_APPEND | os.O_ACCMODE)))
+            os.close(fd)
+    return out
+
+
+@pytest.mark.parametrize("keep", [0, 2, 5])
+def test_create_headed_makes_a_directorys_files_as_the_reference_does(tmp_path: Path,
+                                                                      keep: int) -> None:
+    """New files in a directory, each holding the header, the first ``keep`` left open for
+    appending and the rest closed; the C and the Python reference make the same."""
+    names = ["a.csv", "b b.csv", "c,d.csv", "é.csv"]
+    for how, make in (("c", ck.create_headed), ("py", ck._create_headed_py)):
+        (tmp_path / how).mkdir()
+        dir_fd = os.open(tmp_path / how, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fds, failed, err = make(dir_fd, names, b"x,y\r\n", keep)
+        finally:
+            os.close(dir_fd)
+        assert (failed, err) == (-1, 0), how
+        assert _fd_state(fds) == [(True, os.O_WRONLY | os.O_APPEND) if i < keep else (False, 0)
+                                  for i in range(len(names))], how
+        assert _made([str(tmp_path / how / n) for n in names]) == [b"x,y\r\n"] * len(names)
+
+
+@pytest.mark.parametrize("fault", ["exists", "a directory"])
+def test_create_headed_stops_at_the_first_file_it_cannot_make(tmp_path: Path, fault: str
+                                                              ) -> None:
+    """A file that exists is never opened over (nor a directory of that name): the index of
+    the first such name and its errno, the files before it made (and open as asked), none
+    after."""
+    for how, make in (("c", ck.create_headed), ("py", ck._create_headed_py)):
+        (tmp_path / how).mkdir()
+        if fault == "exists":
+            (tmp_path / how / "b").write_bytes(b"kept")
+        else:
+            (tmp_path / how / "b").mkdir()
+        dir_fd = os.open(tmp_path / how, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fds, failed, err = make(dir_fd, ["a", "b", "c"], b"h\r\n", 3)
+        finally:
+            os.close(dir_fd)
+        assert (failed, err) == (1, errno.EEXIST), how
+        assert [s[0] for s in _fd_state(fds)] == [True, False, False], how
+        assert _made([str(tmp_path / how / n) for n in ("a", "c")]) == [b"h\r\n", None]
+        if fault == "exists":
+            assert (tmp_path / how / "b").read_bytes() == b"kept"
+
+
+def test_create_headed_refuses_a_name_that_is_not_a_plain_file_name(tmp_path: Path) -> None:
+    dir_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for bad in ("", "a/b", "a\0b"):
+            with pytest.raises(ValueError, match="a name is empty"):
+                ck.create_headed(dir_fd, ["ok", bad], b"h\r\n", 1)
+    finally:
+        os.close(dir_fd)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_create_headed_removes_a_file_whose_header_it_could_write_only_in_part(
+        tmp_path: Path) -> None:
+    """A header write that fails (past the process's file size limit, EFBIG) leaves no file:
+    the C removes it and names it, as the reference does."""
+    script = f"""
+import errno, os, resource, signal
+from master.results import csvkernels
+csvkernels.create_files([], b"", __import__("numpy").zeros(0, "u1"), [], [])  # loaded
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+for how, make in (("c", csvkernels.create_headed), ("py", csvkernels._create_headed_py)):
+    os.mkdir(os.path.join({str(tmp_path)!r}, how))
+    dir_fd = os.open(os.path.join({str(tmp_path)!r}, how), os.O_RDONLY | os.O_DIRECTORY)
+    fds, failed, err = make(dir_fd, ["ok", "big"], b"h" * 60 + b"\\r\\n", 2)
+    assert (failed, err) == (-1, 0), (how, failed, err)
+    fds, failed, err = make(dir_fd, ["big2"], b"h" * 200, 1)
+    assert (failed, err) == (0, errno.EFBIG), (how, failed, err)
+    assert sorted(os.listdir(dir_fd)) == ["big", "ok"], how
 print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -8,6 +8,7 @@ import csv
 import io
 import logging
 import os
+import re
 import resource
 import shutil
 import signal
@@ -450,3 +451,38 @@ def test_tables_makes_a_directory_of_files_at_once(tmp_path: Path) -> None:
     assert (tmp_path / "step" / "lun" / "old.csv").read_text() == "earlier\n"
     for name in ("a", "b", "c", "d"):
         assert (tmp_path / "step" / "lun" / f"{name}.csv").read_text() == "x,y\n1,2\n"
+
+
+def test_tables_makes_many_files_in_one_call_as_one_at_a_time_does(tmp_path: Path) -> None:
+    """From ``RunOutput.MADE_TOGETHER`` new files on, ``tables`` makes them in one compiled
+    call: the same files, headers and appenders as one at a time (a few, or a resumed run's),
+    the open-file budget kept across calls, and a file that exists is refused by name with
+    the files before it made and given back by the next call."""
+    n = RunOutput.MADE_TOGETHER
+    names = [f"i{k:03d}.csv" for k in range(2 * n)]
+    together = RunOutput(tmp_path / "together", max_open_files=n + 3)
+    one = RunOutput(tmp_path / "one", max_open_files=n + 3)
+    made = together.tables("step/w", names[:n + 1], ["x", "y"])
+    singly = [one.tables("step/w", [name], ["x", "y"])[0] for name in names[:n + 1]]
+    assert [a.is_open for a in made] == [a.is_open for a in singly] == [True] * (n + 1)
+    more = together.tables("step/w", names, ["x", "y"])  # two more open, the rest closed
+    assert more[:n + 1] == made
+    assert [a.is_open for a in more[n + 1:]] == [True, True] + [False] * (n - 3)
+    assert [a.path for a in made] == [tmp_path / "together" / "step" / "w" / m
+                                      for m in names[:n + 1]]
+    assert [a.size for a in more] == [len(b"x,y\r\n")] * (2 * n)
+    CsvAppender.append_many(more, [f"{k},1\r\n" for k in range(2 * n)])
+    with pytest.raises(ValueError, match="header changed"):
+        together.tables("step/w", names, ["x"])
+    # a file in the way: refused by its name, those before it made
+    (tmp_path / "together" / "step" / "v").mkdir(parents=True)
+    (tmp_path / "together" / "step" / "v" / names[5]).write_text("earlier\n")
+    with pytest.raises(OutputError, match=re.escape(names[5])):
+        together.tables("step/v", names, ["x", "y"])
+    assert together.table(f"step/v/{names[4]}", ["x", "y"]).size == len(b"x,y\r\n")
+    together.close()
+    one.close()
+    for k, name in enumerate(names):
+        assert (tmp_path / "together" / "step" / "w" / name).read_text() == f"x,y\n{k},1\n"
+    assert (tmp_path / "together" / "step" / "v" / names[5]).read_text() == "earlier\n"
+    assert sorted(p.name for p in (tmp_path / "together" / "step" / "v").iterdir()) == names[:6]
