@@ -21,6 +21,7 @@ slave from one on) and reads what the slave ran (``SyntheticBackend.ran``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +75,11 @@ class Plant:
                      ** (1.0 / self.knee_exponent))
 
 
+#: the subintervals a ``SyntheticBackend`` keeps in ``ran``, the latest (a test reads a few
+#: dozen; a day-long in-memory run keeps 570 kB a host of them, not 49 MB)
+RAN_KEPT = 1000
+
+
 class SyntheticBackend:
     """The slave's ``Backend`` without I/O (see the module docstring). An edit holds from the
     subinterval the session announced (``protocol.credit.effective``), or, between steps,
@@ -84,8 +90,10 @@ class SyntheticBackend:
         self.workloads: dict[str, WorkloadParams] = {}
         #: edits staged, in the order taken: workload id -> [(first subinterval, parameters)]
         self.staged: dict[str, list[tuple[int, WorkloadParams]]] = {}
-        #: (step, subinterval, {workload id: iops}) of every subinterval collected
-        self.ran: list[tuple[int, int, dict[str, float | None]]] = []
+        #: (step, subinterval, {workload id: iops}) of the last ``RAN_KEPT`` subintervals
+        #: collected (a long run's record stays bounded: 570 bytes a host and subinterval)
+        self.ran: collections.deque[tuple[int, int, dict[str, float | None]]] = (
+            collections.deque(maxlen=RAN_KEPT))
         self.step = -1
         self.subinterval_s = 1.0
         self.running = False  # between a step's start and its halt

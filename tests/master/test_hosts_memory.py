@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from master.hosts import memory
 from master.hosts.memory import MemoryHosts, Plant, SyntheticBackend
 from protocol.batch import StatsBatch
 from protocol.messages import Message, SubintervalResult
@@ -54,7 +55,21 @@ def test_a_subinterval_completes_each_setting_split_by_direction() -> None:
     assert batch.counters[1, 3, BYTES] == 50 * 8192
     latency = KNEE.latency_ns(1500.0)
     assert batch.lat[0, 0, 0, 1] == latency and batch.lat[1, 3, 1, 2] == latency
-    assert backend.ran == [(0, 0, {"r": 1000.0, "w": 500.0})]
+    assert list(backend.ran) == [(0, 0, {"r": 1000.0, "w": 500.0})]
+
+
+def test_the_record_of_what_ran_keeps_the_latest_subintervals(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ran`` keeps the last ``RAN_KEPT`` subintervals collected, so that a day-long run on
+    in-memory hosts does not grow with it."""
+    monkeypatch.setattr(memory, "RAN_KEPT", 3)
+    backend = SyntheticBackend(KNEE)
+    backend.create("r", None, WorkloadParams(iops=1000.0), "auto")  # type: ignore[arg-type]
+    backend.go(0, 200_000_000, 1)
+    for k in range(5):
+        backend.collect(k, 0)
+    assert [k for _, k, _ in backend.ran] == [2, 3, 4]
+    assert backend.iops_in_step(0) == [{"r": 1000.0}] * 3
 
 
 DFC_ON_THE_KNEE = """\
