@@ -309,7 +309,7 @@ def test_never_more_than_iodepth_in_flight_seen_by_the_block_layer(
     request accounted done. fio (which reaps with a system call) never read above 4 there."""
     device = loop_device(64 * MIB)
     wid = f"t:{device.path}:qd{iodepth}"
-    sub_ns = 3_000_000_000
+    sub_ns = 2_200_000_000  # the sampling and 0.2 s past it
     trace_ns = 300_000_000  # tens of thousands of I/Os at QD4: a few MB of trace
     sample_ns = 2_000_000_000
     with WorkerPool(1) as pool:
@@ -502,7 +502,7 @@ def test_submission_gaps_of_poisson_and_steady_arrivals(
     device = loop_device(64 * MIB)
     wid = f"t:{device.path}:{sequencer}"
     iops, window_s = 2000.0, 2.0
-    sub_ns = 3_000_000_000
+    sub_ns = 2_500_000_000  # the window (0.3-2.3 s) and 0.2 s past it
     with WorkerPool(cpus=[None]) as pool:
         info = pool.create_workload(wid, device.path, "libaio",
                                     WorkloadParams(iosequencer=sequencer, iodepth=8, iops=iops,

@@ -96,7 +96,7 @@ def _prefill(size_bytes: int) -> npt.NDArray[np.uint8]:
     """What both devices hold before a run: random bytes (neither zeros nor any pattern's),
     1 MiB of them over and over (drawing all of a paced range's 225 MiB took 0.4 s a test)."""
     tile = np.random.default_rng(77).integers(0, 256, min(size_bytes, MiB), dtype=np.uint8)
-    return np.resize(tile, size_bytes)
+    return np.tile(tile, -(-size_bytes // tile.size))[:size_bytes]
 
 
 def _device(loop_device: LoopFactory, prefill: npt.NDArray[np.uint8]) -> LoopDevice:
@@ -162,8 +162,11 @@ def _blocks(dev: LoopDevice, bs: int) -> npt.NDArray[np.uint8]:
 
 def _written(blocks: npt.NDArray[np.uint8], prefill: npt.NDArray[np.uint8],
              bs: int) -> npt.NDArray[np.bool_]:
-    """Which blocks a run changed (the prefill is random: no written block is it)."""
-    return np.asarray((blocks != prefill.reshape(-1, bs)).any(axis=1))
+    """Which blocks a run changed (the prefill is random: no written block is it), compared
+    8 bytes at a time (byte by byte, 0.6 s for a paced range of 225 MiB)."""
+    words = bs // 8
+    return np.asarray((blocks.reshape(-1).view(np.uint64).reshape(-1, words)
+                       != prefill.view(np.uint64).reshape(-1, words)).any(axis=1))
 
 
 def _check_blocks(blocks: npt.NDArray[np.uint8], written: npt.NDArray[np.bool_],
