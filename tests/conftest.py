@@ -81,14 +81,18 @@ LONG_FIRST = (
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests of tests/slave are ``alone`` but for the files of ``SHARES_THE_MACHINE`` and
-    the tests marked ``beside``; the files of the groups of ``LONG_FIRST`` first, in its
-    order (each file's tests in theirs)."""
+    the tests marked ``beside``; a test marked ``pair`` must be ``alone`` (a usage error
+    otherwise); the files of the groups of ``LONG_FIRST`` first, in its order (each file's
+    tests in theirs)."""
     engine_tests = ROOT / "tests" / "slave"
     for item in items:
         if (item.path.is_relative_to(engine_tests)
                 and item.path.name not in SHARES_THE_MACHINE
                 and item.get_closest_marker("beside") is None):
             item.add_marker(pytest.mark.alone)
+        if item.get_closest_marker("pair") is not None and item.get_closest_marker(
+                "alone") is None:  # it would run in the first part and in the pairs
+            raise pytest.UsageError(f"{item.nodeid}: marked pair but not alone")
     rank = {file_group(path): i for i, path in reversed(list(enumerate(LONG_FIRST)))}
     items.sort(key=lambda item: rank.get(
         file_group(item.path.relative_to(ROOT).as_posix()), len(LONG_FIRST)))

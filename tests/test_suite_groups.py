@@ -63,3 +63,4 @@ def test_a_test_of_tests_slave_is_alone_unless_its_file_or_its_mark_says_it_runs
             beside = (item.path.name in SHARES_THE_MACHINE
                       or item.get_closest_marker("beside") is not None)
             assert (item.get_closest_marker("alone") is None) == beside, item.nodeid
+

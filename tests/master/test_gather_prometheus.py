@@ -19,8 +19,9 @@ from tests.master.runhelp import rows
 
 # a scrape of node_exporter at each boundary against ivypy's IOPS of the same subinterval, within
 # 10 %: a scrape that comes late moves reads between subintervals (test_run_gather_dfc.py's
-# boundary samples came late beside the parallel part's runs)
-pytestmark = pytest.mark.alone
+# boundary samples came late beside the parallel part's runs; not beside one paced run like it:
+# ``pair``)
+pytestmark = [pytest.mark.alone, pytest.mark.pair]
 
 EXPORTER = "/usr/bin/prometheus-node-exporter"
 N = 5  # measurement subintervals of 1 s

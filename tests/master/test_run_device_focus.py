@@ -30,6 +30,7 @@ TARGET = 400.0
 # part's runs a sample may come late and move reads between subintervals, as
 # test_run_gather_dfc.py's did (the other two tests time nothing: they run beside the others)
 @pytest.mark.alone
+@pytest.mark.pair  # beside one paced run like it, its samples came on time
 def test_dfc_holds_device_iops_and_measure_watches_it(tmp_path: Path) -> None:
     with loop_devices(1, 16 << 20) as (dev,):
         folder = run_to_end(tmp_path, "devdfc", f"""\

@@ -14,8 +14,9 @@ from tests.master.gatherhelp import loop_devices, run_to_end
 from tests.master.runhelp import rows
 
 # a gather command that must answer within 0.25 s of each boundary: beside the parallel part's
-# runs it did not (subintervals 5-11 of one run had no sample) and the step timed out invalid
-pytestmark = pytest.mark.alone
+# runs it did not (subintervals 5-11 of one run had no sample) and the step timed out invalid;
+# beside one paced run like it (``pair``), it did
+pytestmark = [pytest.mark.alone, pytest.mark.pair]
 
 SCRIPT = Path(__file__).parent / "fixtures" / "gather" / "diskstat.py"
 METRIC = "gather.dev.disk.reads"

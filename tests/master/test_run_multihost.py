@@ -68,6 +68,7 @@ def _run(cfg: Path, out: Path) -> subprocess.CompletedProcess[str]:
 # alone: each host's paced 3,000 IOPS is judged (the step's 5 % tolerance, and five sigma of
 # a Poisson count): beside the parallel part's tests the three slaves fell 11-13 % short (fc40)
 @pytest.mark.alone
+@pytest.mark.pair  # beside one paced run like it, each host kept its rate
 def test_three_ssh_hosts_with_loop_luns(tmp_path: Path, testbed: Any, loop_device: Any) -> None:
     loops = [loop_device(64 * MIB) for _ in testbed.hosts]
     cfg = write_config(tmp_path, _config(testbed, loops, testbed.known_hosts, "multihost"))
