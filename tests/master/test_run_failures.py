@@ -214,7 +214,10 @@ steps:
 def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(small)], check=True)
+    # 256 KiB: the run's files before its first row (resolved.json, the step's instance files
+    # at a page each) take about 125 of them; with 160 KiB, a busy machine's longer layout and
+    # late warnings in run.log once filled the rest before all.csv had a row
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
     try:
         wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
                        "iodepth: 2, iops: 100}" for i in range(16))
@@ -317,8 +320,12 @@ def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path)
 
 def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=0.5).replace(
-        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]"))
+    # subintervals of 2 s: the worker shares its one CPU with the suite's other tests, and
+    # with 0.5 s ones a fresh clone's master was once late for a subinterval (exit 3)
+    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=2).replace(
+        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]").replace(
+        "subinterval_seconds: 0.5", "subinterval_seconds: 2").replace(
+        "warmup_seconds: 0.5", "warmup_seconds: 2"))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     # 0, or 1 where the step's IOPS came short (a suite read 1,724 of 2,000: the LUN's file is
