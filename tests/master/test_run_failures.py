@@ -221,7 +221,10 @@ def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> Non
     try:
         wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
                        "iodepth: 2, iops: 100}" for i in range(16))
-        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl))
+        # 1 s subintervals: on a slow machine a 0.5 s one's result came past its deadline
+        # before the disk filled (exit 3, not 4)
+        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl)
+                           .replace("subinterval_seconds: 0.5", "subinterval_seconds: 1"))
         proc = start_run(cfg, small)
         folder = run_folder(small, "full")
         wait_rows(folder / "step0000-fill/all/all.csv", 1)
