@@ -12,7 +12,7 @@ import ctypes
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pytest
@@ -52,13 +52,18 @@ class Control:
     With ``until``, a run judged on what it did rather than how fast: it goes on past ``n``
     until ``until()`` holds at a boundary (on what was handed over by then: the subinterval
     just ended is not yet), at most ``most`` subintervals, so that a loop held off the CPU
-    by other work does the same I/Os, only later."""
+    by other work does the same I/Os, only later.
 
-    def __init__(self, n: int, until: Callable[[], bool] | None = None, most: int = 100
-                 ) -> None:
+    ``adding``: (a workload's pair of stats blocks, its total) each: the block of the
+    subinterval handed over is added to the total and reset."""
+
+    def __init__(self, n: int, until: Callable[[], bool] | None = None, most: int = 100,
+                 adding: Iterable[tuple[tuple[WorkloadStats, WorkloadStats], WorkloadStats]]
+                 = ()) -> None:
         self.n = n
         self.until = until
         self.most = most
+        self.adding = list(adding)
         self.errors: dict[str, dict[str, int]] = {}
 
     def poll(self, loop: EngineLoop) -> None:
@@ -78,6 +83,9 @@ class Control:
             mine = self.errors.setdefault(wid, {})
             for name, n in by_name.items():
                 mine[name] = mine.get(name, 0) + n
+        for pair, total in self.adding:
+            total.merge_into(pair[finished % 2])
+            pair[finished % 2].reset()
 
 
 #: the subintervals of ``run_workloads``' runs
@@ -110,17 +118,9 @@ def run_workloads(path: str, kind: str, params: list[WorkloadParams], seconds: f
     for i, (p, st) in enumerate(zip(params, stats, strict=True)):
         loop.add_workload(WorkloadSpec(f"t:lun:w{i}", p, eng, fd, size, lbs, st), None)
     totals = [WorkloadStats() for _ in params]
-
-    class Totalling(Control):
-        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
-                        errors: dict[str, dict[str, int]]) -> None:
-            super().handed_over(lp, finished, sw, ho, errors)
-            for st, total in zip(stats, totals, strict=True):
-                total.merge_into(st[finished % 2])
-                st[finished % 2].reset()
-
-    ctl = Totalling(max(1, round(seconds * 1e9 / SUB_NS)),
-                    None if until is None else lambda: until(totals))
+    ctl = Control(max(1, round(seconds * 1e9 / SUB_NS)),
+                  None if until is None else lambda: until(totals),
+                  adding=zip(stats, totals, strict=True))
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, SUB_NS)
     finally:
@@ -288,17 +288,10 @@ def test_io_errors_are_counted_with_errno(lun_file: str, iodepth: int, compiled:
     loop.add_workload(WorkloadSpec("t:l:w", p, eng, fd, 16 * MiB, 512, stats), None)
     os.truncate(lun_file, 15 * MiB)  # every read is now beyond the end: 0 bytes
     total = WorkloadStats()
-
-    class Totalling(Control):
-        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
-                        errors: dict[str, dict[str, int]]) -> None:
-            super().handed_over(lp, finished, sw, ho, errors)
-            total.merge_into(stats[finished % 2])
-            stats[finished % 2].reset()
-
     # on until enough short reads were counted and the compiled loop (where asked for) ran
-    ctl = Totalling(2, until=lambda: ctl.errors.get("t:l:w", {}).get("short", 0) > 10 and (
-        bool(turns) or not compiled or not compiled_loop.available()))
+    ctl = Control(2, until=lambda: ctl.errors.get("t:l:w", {}).get("short", 0) > 10 and (
+        bool(turns) or not compiled or not compiled_loop.available()),
+        adding=[(stats, total)])
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, 50_000_000)
     finally:

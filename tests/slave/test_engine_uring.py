@@ -158,15 +158,7 @@ def _run_until(loop: EngineLoop, fd: int, stats: tuple[WorkloadStats, WorkloadSt
     the control (its errors) and the workload's stats handed over, summed; then the loop and
     the descriptor closed. The control and the sum."""
     total = WorkloadStats()
-
-    class Totalling(Control):
-        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
-                        errors: dict[str, dict[str, int]]) -> None:
-            super().handed_over(lp, finished, sw, ho, errors)
-            total.merge_into(stats[finished % 2])
-            stats[finished % 2].reset()
-
-    ctl = Totalling(2, until=lambda: until(ctl, total))
+    ctl = Control(2, until=lambda: until(ctl, total), adding=[(stats, total)])
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, 50_000_000)
     finally:
@@ -205,16 +197,8 @@ def _run(path: str, params: list[WorkloadParams], seconds: float, subintervals: 
         pair[0].reset()
         pair[1].reset()
     totals = [WorkloadStats() for _ in params]
-
-    class Ctl(Control):
-        def handed_over(self, lp: EngineLoop, finished: int, sw: int, ho: int,
-                        errors: dict[str, dict[str, int]]) -> None:
-            super().handed_over(lp, finished, sw, ho, errors)
-            for st, total in zip(stats, totals, strict=True):
-                total.merge_into(st[finished % 2])
-                st[finished % 2].reset()
-
-    ctl = Ctl(subintervals, None if until is None else lambda: until(totals))
+    ctl = Control(subintervals, None if until is None else lambda: until(totals),
+                  adding=zip(stats, totals, strict=True))
     try:
         loop.run(ctl, time.monotonic_ns() + 1_000_000, int(seconds / subintervals * 1e9))
     finally:
