@@ -45,7 +45,9 @@ def _compile(tmp_path: Path, src: str) -> ctypes.CDLL:
     c_path = tmp_path / "kernel.c"
     c_path.write_text(src)
     so = tmp_path / "kernel.so"
-    subprocess.run(["cc", "-O2", "-std=gnu11", "-shared", "-fPIC", "-o", str(so), str(c_path),
+    # -O0: a struct's layout is the same at every optimisation level (the ABI fixes it), and
+    # the loop compiles in 0.2 s of CPU here against 0.9 s at the shipped -O2 (nine compiles)
+    subprocess.run(["cc", "-O0", "-std=gnu11", "-shared", "-fPIC", "-o", str(so), str(c_path),
                     "-lm"], check=True, capture_output=True, timeout=120)
     return ctypes.CDLL(str(so))
 
