@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -20,7 +21,13 @@ from protocol.errors import HostError, IvyError
 from protocol.messages import Stopped, SubintervalResult
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 STOP_WAIT_S = 5.0
+#: A master that comes to a subinterval's results after their deadline (its own work on the
+#: subinterval before, or a controller whose CPUs were taken, held it) first reads for this
+#: long what the hosts sent meanwhile: a result that waited in a pipe or socket unread is not
+#: a late host. Reading and decoding what is there takes a few loop turns (milliseconds).
+LATE_READ_S = 0.2
 #: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
 #: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
 INTERRUPT_WAIT_S = 1.0
@@ -86,7 +93,16 @@ class Fleet:
         the master's clock, ``late_ms`` after the subinterval's end). A host late at the
         deadline is marked failed there and then (``HostError``; it is not waited for again).
         None when the run was interrupted and the results would come later than
-        ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``."""
+        ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``. A master that comes to
+        look after the deadline reads for ``LATE_READ_S`` first (and says how late it came):
+        what the hosts sent by then counts, as the master could not read it before."""
+        behind_ns = self.clock() - deadline
+        if behind_ns > 0:
+            log.warning("subinterval %d: the master came to its results %.0f ms after their "
+                        "deadline (its own work, or the controller's CPUs taken); what the "
+                        "hosts sent meanwhile is read before any is judged late", k,
+                        behind_ns / 1e6)
+            deadline = self.clock() + round(LATE_READ_S * 1e9)
 
         async def one(hs: HostSession) -> SubintervalResult:
             get: asyncio.Future[SubintervalResult] = asyncio.ensure_future(hs.results.get())

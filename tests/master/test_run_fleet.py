@@ -1,0 +1,114 @@
+"""``master.run.fleet``: a subinterval's results by their deadline, and a master that comes to
+look after it (its own work, or a controller whose CPUs were taken, held it up)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from master.run import fleet as fleet_mod
+from master.run.fleet import Fleet
+from protocol.errors import HostError
+
+MS = 1_000_000
+
+
+class _Host:
+    """What ``Fleet.results`` reads of a host's session: its results as its reader decoded
+    them, and its failure."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.results: asyncio.Queue[Any] = asyncio.Queue()
+        self.failed = asyncio.Event()
+        self.failure: HostError | None = None
+
+    def mark_failed(self, why: str) -> HostError:
+        self.failure = HostError(why, host=self.host)
+        self.failed.set()
+        return self.failure
+
+    def arrives(self, k: int, *, turns: int = 0, after_s: float = 0.0) -> None:
+        """Subinterval ``k``'s result reaches the queue ``after_s`` from now, then ``turns``
+        loop turns later (as a reader reads and decodes what waited in its pipe)."""
+        loop = asyncio.get_running_loop()
+
+        def hop(left: int) -> None:
+            if left:
+                loop.call_soon(hop, left - 1)
+            else:
+                self.results.put_nowait(SimpleNamespace(step=0, subinterval=k))
+
+        loop.call_later(after_s, hop, turns)
+
+
+def _fleet(*names: str) -> tuple[Fleet, list[_Host]]:
+    fleet = Fleet(time.monotonic_ns)
+    hosts = [_Host(name) for name in names]
+    fleet.sessions = {h.host: h for h in hosts}  # type: ignore[misc]
+    return fleet, hosts
+
+
+@pytest.mark.parametrize(("case", "deadline_ms", "arrives_ms", "turns", "received"), [
+    # the master on time: a result before the deadline counts, one after it fails the host
+    ("on time, in time", 300, 10, 0, True),
+    ("on time, late", 100, 400, 0, False),
+    # the master comes after the deadline: what the host sent meanwhile waits in its pipe and
+    # takes a few loop turns to read; it counts. One that comes after the reading does not
+    ("master late, result waiting", -500, 0, 5, True),
+    ("master late, result already read", -500, -1, 0, True),
+    ("master late, nothing sent", -500, None, 0, False),
+    ("master late, result after the reading", -500, 1000 * fleet_mod.LATE_READ_S + 400, 0,
+     False),
+])
+def test_a_result_counts_when_the_master_could_read_it_by_the_deadline(
+        case: str, deadline_ms: float, arrives_ms: float | None, turns: int, received: bool,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> list[Any] | HostError | None:
+        fleet, (h1,) = _fleet("h1")
+        if arrives_ms is not None and arrives_ms < 0:
+            h1.results.put_nowait(SimpleNamespace(step=0, subinterval=3))
+        elif arrives_ms is not None:
+            h1.arrives(3, turns=turns, after_s=arrives_ms / 1000)
+        deadline = time.monotonic_ns() + round(deadline_ms * MS)
+        try:
+            return await fleet.results(0, 3, deadline, 750.0)
+        except HostError as exc:
+            return exc
+
+    with caplog.at_level(logging.WARNING, logger="master.run.fleet"):
+        got = asyncio.run(main())
+    if received:
+        assert isinstance(got, list) and [r.subinterval for r in got] == [3], case
+    else:
+        assert isinstance(got, HostError), (case, got)
+        assert "result of subinterval 3 not received within the deadline (750 ms after its " \
+               "end)" in str(got), got
+    said = [r.getMessage() for r in caplog.records]
+    if deadline_ms < 0:
+        assert len(said) == 1 and said[0].startswith(
+            "subinterval 3: the master came to its results 5"), said  # ~500 ms late
+        assert "what the hosts sent meanwhile is read before any is judged late" in said[0]
+    else:
+        assert said == [], said
+
+
+def test_a_late_master_judges_each_host_on_what_it_sent() -> None:
+    """Two hosts, the master 500 ms late: the one whose result waited is read, the one that
+    sent nothing is the one named."""
+    async def main() -> HostError | list[Any] | None:
+        fleet, (h1, h2) = _fleet("h1", "h2")
+        h1.arrives(0, turns=3)
+        try:
+            return await fleet.results(0, 0, time.monotonic_ns() - 500 * MS, 750.0)
+        except HostError as exc:
+            assert h1.failure is None and h2.failure is exc
+            return exc
+
+    got = asyncio.run(main())
+    assert isinstance(got, HostError) and got.host == "h2", got
