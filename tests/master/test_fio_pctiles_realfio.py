@@ -165,9 +165,18 @@ def test_client_server_logs_are_repaired(tmp_path: Path, data_file: Path) -> Non
                 if time.monotonic() > deadline or server.poll() is not None:
                     pytest.fail("fio --server did not start listening")
                 time.sleep(0.05)
-        subprocess.run([str(FIO), f"--client=ip:127.0.0.1,{port}", "--output-format=json+",
-                        "--output=out.json", str(job)], cwd=tmp_path, check=True,
-                       capture_output=True, timeout=60)
+        # fio's client does not always receive every job's histogram log from its server
+        # (axboe/fio#274; once here, beside the suite's parallel part, one of the two): the
+        # job runs again, up to three times, until both came. What is tested is the repair
+        # of the logs it writes, not fio's transfer of them
+        for _ in range(3):
+            for stale in tmp_path.glob("h_clat_hist.*.log*"):
+                stale.unlink()
+            subprocess.run([str(FIO), f"--client=ip:127.0.0.1,{port}",
+                            "--output-format=json+", "--output=out.json", str(job)],
+                           cwd=tmp_path, check=True, capture_output=True, timeout=60)
+            if len(list(tmp_path.glob("h_clat_hist.*.log*"))) == 2:
+                break
     finally:
         server.terminate()
         try:
