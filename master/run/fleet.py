@@ -49,6 +49,8 @@ class Fleet:
         self.clock = clock
         self.sessions: dict[str, HostSession] = {}
         self.interrupted = asyncio.Event()
+        #: the steps in which the master came late to a subinterval's results (said once)
+        self._late_in_step: set[int] = set()
 
     def left_s(self, deadline_ns: int) -> float:
         """Seconds from now to ``deadline_ns`` (0 once past)."""
@@ -94,14 +96,19 @@ class Fleet:
         deadline is marked failed there and then (``HostError``; it is not waited for again).
         None when the run was interrupted and the results would come later than
         ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``. A master that comes to
-        look after the deadline reads for ``LATE_READ_S`` first (and says how late it came):
+        look after the deadline reads for ``LATE_READ_S`` first (and says how late it came, on
+        the console the first time in a step):
         what the hosts sent by then counts, as the master could not read it before."""
         behind_ns = self.clock() - deadline
         if behind_ns > 0:
-            log.warning("subinterval %d: the master came to its results %.0f ms after their "
-                        "deadline (its own work, or the controller's CPUs taken); what the "
-                        "hosts sent meanwhile is read before any is judged late", k,
-                        behind_ns / 1e6)
+            # on the console once a step (a master that cannot keep up would say it every
+            # subinterval), every time in run.log
+            level = logging.INFO if step in self._late_in_step else logging.WARNING
+            self._late_in_step.add(step)
+            log.log(level, "step %d subinterval %d: the master came to its results %.0f ms "
+                    "after their deadline (its own work, or the controller's CPUs taken); what "
+                    "the hosts sent meanwhile is read before any is judged late", step, k,
+                    behind_ns / 1e6)
             deadline = self.clock() + round(LATE_READ_S * 1e9)
 
         async def one(hs: HostSession) -> SubintervalResult:

@@ -92,7 +92,7 @@ def test_a_result_counts_when_the_master_could_read_it_by_the_deadline(
     said = [r.getMessage() for r in caplog.records]
     if deadline_ms < 0:
         assert len(said) == 1 and said[0].startswith(
-            "subinterval 3: the master came to its results 5"), said  # ~500 ms late
+            "step 0 subinterval 3: the master came to its results 5"), said  # ~500 ms late
         assert "what the hosts sent meanwhile is read before any is judged late" in said[0]
     else:
         assert said == [], said
@@ -112,3 +112,21 @@ def test_a_late_master_judges_each_host_on_what_it_sent() -> None:
 
     got = asyncio.run(main())
     assert isinstance(got, HostError) and got.host == "h2", got
+
+
+def test_a_master_late_in_every_subinterval_says_so_on_the_console_once_a_step(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Late to three subintervals of step 0 and one of step 1: a warning the first time in
+    each step, the others in run.log only (INFO)."""
+    async def main() -> None:
+        fleet, (h1,) = _fleet("h1")
+        for step, k in ((0, 0), (0, 1), (0, 2), (1, 0)):
+            h1.results.put_nowait(SimpleNamespace(step=step, subinterval=k))
+            got = await fleet.results(step, k, time.monotonic_ns() - 100 * MS, 750.0)
+            assert got is not None and got[0].subinterval == k
+
+    with caplog.at_level(logging.INFO, logger="master.run.fleet"):
+        asyncio.run(main())
+    assert [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records] == [
+        (logging.WARNING, "step 0 subinterval 0"), (logging.INFO, "step 0 subinterval 1"),
+        (logging.INFO, "step 0 subinterval 2"), (logging.WARNING, "step 1 subinterval 0")]
