@@ -96,9 +96,9 @@ class Fleet:
         deadline is marked failed there and then (``HostError``; it is not waited for again).
         None when the run was interrupted and the results would come later than
         ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``. A master that comes to
-        look after the deadline reads for ``LATE_READ_S`` first (and says how late it came, on
-        the console the first time in a step):
-        what the hosts sent by then counts, as the master could not read it before."""
+        look after the deadline reads for ``LATE_READ_S`` first, and says how late it came (on
+        the console the first time in a step): what the hosts sent by then counts, as the
+        master could not read it before."""
         behind_ns = self.clock() - deadline
         if behind_ns > 0:
             # on the console once a step (a master that cannot keep up would say it every
