@@ -198,7 +198,8 @@ def test_an_unusable_output_root_is_one_line_exit_4_before_any_host(
 
 FULL_TEST = """\
 test: full
-subinterval_seconds: 0.5
+subinterval_seconds: {sub}
+deadline_fraction: {deadline}
 hosts: [localhost]
 luns:
   - {{hosts: localhost, file: "{lun}", size: 64MiB, create: true, allow_write: true}}
@@ -228,9 +229,8 @@ def test_a_full_disk_stops_the_run_naming_the_file_exit_4(tmp_path: Path) -> Non
         # result came past its deadline before the disk filled (exit 3, not 4) with 0.5 s
         # subintervals, and with 1 s ones (750 ms, the LUN on this machine's disk; 950 ms, the
         # LUN in /dev/shm, where it stays: the VM's disk is not the subject either)
-        cfg = write_config(tmp_path, FULL_TEST.format(lun=Path(shm) / "lun", workloads=wl)
-                           .replace("subinterval_seconds: 0.5",
-                                    "subinterval_seconds: 2\ndeadline_fraction: 0.95"))
+        cfg = write_config(tmp_path, FULL_TEST.format(lun=Path(shm) / "lun", workloads=wl,
+                                                      sub=2, deadline=0.95))
         proc = start_run(cfg, small)
         folder = run_folder(small, "full")
         wait_rows(folder / "step0000-fill/all/all.csv", 1)
@@ -281,7 +281,8 @@ def test_a_full_disk_leaves_whole_rows_ending_at_one_subinterval(
     try:
         wl = "\n".join(f"      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, "
                        "iodepth: 2, iops: 100}" for i in range(24))
-        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl))
+        cfg = write_config(tmp_path, FULL_TEST.format(lun=tmp_path / "lun", workloads=wl,
+                                                      sub=0.5, deadline=0.75))
         status = run_cli(["run", str(cfg), "--output-root", str(small), "--plain"], monkeypatch)
         _, err = capsys.readouterr()
         assert status == 4, err[-2000:]
