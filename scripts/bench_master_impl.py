@@ -55,7 +55,8 @@ import numpy.typing as npt
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.results.output import RunOutput
 from master.run.heap import keep_freed_memory
-from master.run.recorder import HostResult, StepRecorder
+from master.run.hostrows import HostResult
+from master.run.recorder import StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from master.verify.mapstore import JOURNAL_LIMIT_BYTES, MapLun, MapWriter, VerifyMap

@@ -14,7 +14,9 @@ returns a one-line reason ('' or None when there is none):
   tolerance (too noisy to settle), or simply not settled, with the last reading against the
   target and the tolerance;
 - ``measure_cause``: a ``measure`` criterion not attained: each failing instance's value
-  against the limit.
+  against the limit;
+- ``rollup_validity``: a rollup type's own checks over a measurement (``quantity``,
+  ``max_droop``).
 
 It must not do I/O, know about hosts, files or CSV columns, or decide when a step ends
 (``master.analysis.stepcontrol``) or what a criterion's value is (``master.analysis.measure``).
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from master.analysis import rollup as ru
+from master.config import RollupSpec
 
 #: Shortfalls named in a reason; the rest are counted.
 NAMED_SHORTFALLS = 3
@@ -206,3 +211,22 @@ def _value(value: float) -> str:
     if math.isinf(value):
         return "undefined (window mean 0)"
     return f"{value:.4g}"
+
+
+def rollup_validity(spec: RollupSpec, res: ru.RollupResult) -> tuple[bool, str]:
+    """A rollup type's validation over a measurement: ``quantity`` and ``max_droop``."""
+    reasons: list[str] = []
+    count = res.grouping.n
+    if spec.quantity is not None and count != spec.quantity:
+        reasons.append(f"{spec.type}: {count} instances, expected {spec.quantity}")
+    if spec.max_droop is not None and count > 1:
+        iops = res.columns["IOPS"]
+        mean = float(np.mean(iops))
+        if mean > 0:
+            droop = 1.0 - iops / mean
+            worst = int(np.argmax(droop))
+            if droop[worst] > spec.max_droop:
+                reasons.append(f"{spec.type}: instance {res.grouping.names[worst]} IOPS "
+                               f"{iops[worst]:.0f} is {100 * droop[worst]:.1f}% below the "
+                               f"mean {mean:.0f} (max_droop {100 * spec.max_droop:g}%)")
+    return not reasons, "; ".join(reasons)

@@ -3,8 +3,9 @@
 Owns the text of a cell (``fmt``: ``%.6g``, whole numbers in full), of a row and of a header,
 the appenders that keep a file's rows whole (``CsvAppender``, ``AppenderGroup``: one ``write``
 per open file per flush, files past the open-file budget appended by path), the ledger of what
-each file holds, and safe file names. ``master.results.output`` (the folder) and the writers use
-them. Must not know what the columns mean (``master.results.schema``).
+each file holds, and safe file names (an instance's: ``instance_file_names``).
+``master.results.output`` (the folder) and the writers use them. Must not know what the
+columns mean (``master.results.schema``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,28 @@ def safe_name(text: str) -> str:
     """A file name for an instance or step: unsafe characters become ``_``."""
     cleaned = _UNSAFE.sub("_", text).strip("_.") or "_"
     return cleaned[:200]
+
+
+#: File names an instance's file must not take in its rollup type's folder.
+RESERVED_FILE_NAMES = frozenset({"summary.csv"})
+
+
+def instance_file_names(instances: Sequence[str]) -> list[str]:
+    """``<safe_name>.csv`` per instance, made unique: a name already taken (two instances
+    with the same safe name, or a reserved one) gets the first free ``-2``, ``-3`` ...
+    suffix, in order."""
+    taken = set(RESERVED_FILE_NAMES)
+    out = []
+    for inst in instances:
+        base = safe_name(inst)
+        name = f"{base}.csv"
+        n = 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}.csv"
+        taken.add(name)
+        out.append(name)
+    return out
 
 
 #: From here on ``%.6g`` would switch to an exponent (999999.5 rounds to ``1e+06``).
@@ -549,6 +572,14 @@ class LineTexts:
 
     def text(self, i: int) -> str:
         return self.data[int(self.ends[i - 1]) if i else 0:int(self.ends[i])].decode("utf-8")
+
+    def part(self, first: int, stop: int) -> LineTexts:
+        """Texts ``first`` .. ``stop - 1``."""
+        if not 0 <= first <= stop <= len(self):
+            raise ValueError(f"texts {first}..{stop - 1} of {len(self)}")
+        at = int(self.ends[first - 1]) if first else 0
+        return LineTexts.of_bytes(self.data[at:int(self.ends[stop - 1]) if stop > first else at],
+                                  self.ends[first:stop] - at)
 
     def take(self, which: npt.NDArray[np.intp]) -> LineTexts:
         """The texts ``which[0], which[1], ...`` (repeats allowed), gathered in one compiled

@@ -19,10 +19,9 @@ every percentile comes from an exact merged histogram.
 from __future__ import annotations
 
 import functools
-import os
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +31,11 @@ import numpy.typing as npt
 from master.analysis import kernels, spans
 from master.analysis import rollup as ru
 from master.analysis.devstats import DeviceKey, DeviceRollups
-from master.analysis.verdicts import iops_shortfalls, shortfall_reason
+from master.analysis.verdicts import iops_shortfalls, rollup_validity, shortfall_reason
 from master.config import RollupSpec
 from master.live.metrics import RunMetrics
 from master.live.rows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
+from master.results import writers
 from master.results.csvfiles import (
     AppenderGroup,
     CsvAppender,
@@ -43,6 +43,7 @@ from master.results.csvfiles import (
     csv_text,
     fmt,
     format_lines,
+    instance_file_names,
     safe_name,
 )
 from master.results.output import RunOutput
@@ -55,32 +56,20 @@ from master.results.schema import (
     instance_columns,
     summary_columns,
 )
+from master.run.hostrows import HostResult, device_deltas, host_rows
 from master.run.settings import Settings
 from master.run.workloads import WorkloadInstance, rollup_key
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, UPPER_NS
-from protocol.devstats import DeviceDelta
 from protocol.errors import HostError, ProtocolError
-from protocol.messages import SubintervalResult
 from protocol.stats import OPS, ROWS_PER_WORKLOAD
 
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024
-#: Threads that write a rollup type's histogram files at the step's end (its slices').
-HISTOGRAM_THREADS = min(8, os.cpu_count() or 1)
-
-
-
-@dataclass(frozen=True)
-class HostResult:
-    """A host's result of one subinterval, with what is needed to place it in master time."""
-
-    host: str
-    result: SubintervalResult
-    to_master_ns: Callable[[int], int]
-    received_ns: int
-    #: the host's clock offset is right to within this (``HostSession.offset_uncertainty_ns``)
-    offset_uncertainty_ns: int = 0
+#: Instances whose subinterval rows one writer thread formats and writes at once, where the
+#: step has more than one writer thread and at least this many instances (fewer: the rows are
+#: written on the recorder's own thread, a job's hand-over would cost more than it saves).
+ROW_SLICE = 4096
 
 
 @dataclass
@@ -137,6 +126,7 @@ class StepRecorder:
         gathered: Sequence[str] = (),
         summed: frozenset[str] = frozenset(),
         metrics: RunMetrics | None = None,
+        threads: int | None = None,
     ) -> None:
         """``hosts``: the order the results of a subinterval come in (default: the order of
         the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
@@ -148,8 +138,12 @@ class StepRecorder:
         ``record`` each subinterval; their summary is the mean over the window's values, but
         for those in ``summed`` (counts, as data verification's), their sum. ``metrics``: the
         run's live metrics (``master.live.metrics``), fed each subinterval's groups and each
-        summary's validity (it needs every type's histograms: ``histogram_types``)."""
+        summary's validity (it needs every type's histograms: ``histogram_types``).
+        ``threads``: how many threads write the step's files (``master.results.writers``;
+        default: the CPUs the process may run on, at most 8); the files are the same
+        whatever their number."""
         self.metrics = metrics
+        self.threads = writers.writer_threads() if threads is None else max(1, threads)
         self.gathered = tuple(gathered)
         self._summed = np.array([name in summed for name in self.gathered], dtype=bool)
         self.instance_columns = instance_columns(self.gathered)
@@ -193,6 +187,22 @@ class StepRecorder:
         #: each instance's name as CSV text, the rows' rollup_instance cell
         self._inst_text = {t: LineTexts([csv_text(inst) for inst in g.names])
                            for t, g in self.groupings.items()}
+        #: each rollup type's instances in the slices the writer threads take (none: the rows
+        #: are written on this thread), each slice's files and its instances' texts
+        self._row_slices: dict[str, list[tuple[int, int, AppenderGroup, LineTexts]]] = {}
+        if self.threads > 1 and sum(g.n for g in self.groupings.values()) >= ROW_SLICE:
+            for t, g in self.groupings.items():
+                tables, texts = self._tables_by_type[t], self._inst_text[t]
+                self._row_slices[t] = [
+                    (a, min(a + ROW_SLICE, g.n),
+                     AppenderGroup(tables.appenders[a:a + ROW_SLICE]),
+                     texts.part(a, min(a + ROW_SLICE, g.n)))
+                    for a in range(0, g.n, ROW_SLICE)]
+        #: each rollup type's (instance, host) pairs and hosts per instance, by whether they
+        #: are over host groups or workloads (``_instance_cpu_array``)
+        self._cpu_pairs: dict[tuple[str, bool], tuple[npt.NDArray[np.int64],
+                                                      npt.NDArray[np.int64],
+                                                      npt.NDArray[np.int64]]] = {}
 
     # ------------------------------------------------------------------ the rollup plan
     def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
@@ -295,7 +305,22 @@ class StepRecorder:
                ) -> Recorded:
         """Decode, roll up and write subinterval ``k`` (``planned_end_ns``: its end boundary
         on the master's clock; ``gathered``: per rollup type, each gathered column's value per
-        instance, a missing one empty). The gathered columns join the results' columns."""
+        instance, a missing one empty). The gathered columns join the results' columns. The
+        instance rows are written on the writer threads while the next rollup type is worked
+        out here; every file of the subinterval is written when this returns or raises."""
+        jobs: list[Future[None]] = []
+        try:
+            out = self._record(k, phase, hosts, planned_end_ns, gathered, jobs)
+        except BaseException:
+            writers.drain(jobs)
+            raise
+        writers.finish(jobs)
+        return out
+
+    def _record(self, k: int, phase: str, hosts: Sequence[HostResult], planned_end_ns: int,
+                gathered: Mapping[str, Mapping[str, npt.NDArray[np.float64]]] | None,
+                jobs: list[Future[None]]) -> Recorded:
+        """``record``'s work; the writer threads' jobs it started go into ``jobs``."""
         by_host = {h.host: h for h in hosts}
         missing = [h for h in self._hosts if h not in by_host]
         if missing:
@@ -305,7 +330,7 @@ class StepRecorder:
             self._check_host(h)
         # every rollup type checked before anything of the subinterval is written
         checked = [self._joined(i, ordered) for i in range(len(self.rollups))]
-        device_deltas = [(h.host, _device_deltas(h)) for h in ordered]
+        by_device = [(h.host, device_deltas(h)) for h in ordered]
         ops_by_host = self._ops_by_host(checked[0]) if checked else {}
         spans.add(self._phase_runs.setdefault(phase, []), k)
         if phase == "measurement" and self.fold_measurement:
@@ -320,7 +345,7 @@ class StepRecorder:
                               dtype=float)
         if phase == "measurement":
             self._keep_settings(k, host_cpu, iops)
-        out.devices = self.devices.record(k, device_deltas, measured=phase == "measurement")
+        out.devices = self.devices.record(k, by_device, measured=phase == "measurement")
         extra = self._gathered_arrays(gathered or {}) if self.gathered else {}
         if phase == "measurement" and self.gathered:
             self._win_gathered[k] = extra
@@ -334,7 +359,7 @@ class StepRecorder:
                 res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
             if p.histograms:
                 out.samples[spec.type] = sample
-            cpu = self._instance_cpu_array(p.grouping, p.host_of, host_cpu)
+            cpu = self._instance_cpu_array(spec.type, True, host_cpu)
             g = self.groupings[spec.type]
             if self.metrics is not None:
                 setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
@@ -344,11 +369,12 @@ class StepRecorder:
                 self.metrics.add(self.number, self.name, spec.type, p.names,
                                  p.grouping.of_workload, both.batch,
                                  {"iops_setting": setting, "cpu_busy_pct": cpu})
-            self._write_instance_rows(k, phase, elapsed_s, spec.type, g, res, cpu, iops,
-                                      np.hstack([out.devices[spec.type], extra[spec.type]])
-                                      if self.gathered else out.devices[spec.type])
+            jobs += self._write_instance_rows(
+                k, phase, elapsed_s, spec.type, g, res, cpu, iops,
+                np.hstack([out.devices[spec.type], extra[spec.type]])
+                if self.gathered else out.devices[spec.type])
             if spec.type in ("all", self.show_type):
-                ivypy = self._instance_cpu_array(p.grouping, p.host_of, host_ivypy)
+                ivypy = self._instance_cpu_array(spec.type, True, host_ivypy)
                 rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
                                  ivypy[:LIVE_ROWS_MAX].tolist())
                 if spec.type == "all" and rows:
@@ -360,7 +386,7 @@ class StepRecorder:
         cpu_rows: list[dict[str, Any]] = []
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
-            bound = self._host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
+            bound = host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
                                     interlock_rows)
             if bound is not None:
                 out.skew_bound_ns[h.host] = bound
@@ -370,7 +396,7 @@ class StepRecorder:
             interlock_rows)
         late: dict[DeviceKey, tuple[float, float]] = {
             (host, d.device): (d.start_late_ns / 1e3, d.end_late_ns / 1e3)
-            for host, deltas in device_deltas for d in deltas}
+            for host, deltas in by_device for d in deltas}
         device_rows = self.devices.file_rows(k, phase, late)
         if device_rows:
             self.output.table(f"{self.dir}/devices.csv", DEVICE_FILE_COLUMNS).write_many(
@@ -447,10 +473,11 @@ class StepRecorder:
     def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
                              iops: npt.NDArray[np.float64],
-                             device: npt.NDArray[np.float64]) -> None:
+                             device: npt.NDArray[np.float64]) -> list[Future[None]]:
         """One row per instance into ``<rollup type>/<instance>.csv`` (``instance_columns``),
         each formatted as ``CsvAppender.write`` would and handed to the OS with one write.
-        ``device``: the device and gathered columns (instances × columns)."""
+        ``device``: the device and gathered columns (instances × columns). Where the step has
+        writer threads, each slice of the instances is a job of theirs: returns the jobs."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         n_metrics = len(ru.METRIC_COLUMNS)
@@ -463,10 +490,14 @@ class StepRecorder:
         values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
                                                minlength=g.n)  # iops_setting
         is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
-        tables = self._tables_by_type[rollup_type]
-        data, ends, own = format_lines(values, head, self._inst_text[rollup_type], is_max, "max",
-                                       ru.VIEW_BLOCKS)
-        CsvAppender.append_block(tables, data, ends, own)
+        slices = self._row_slices.get(rollup_type)
+        if slices is None:
+            _write_rows(values, head, self._inst_text[rollup_type], is_max,
+                        self._tables_by_type[rollup_type])
+            return []
+        workers = writers.pool(self.threads)
+        return [workers.submit(_write_rows, values[a:b], head, texts, is_max[a:b], tables)
+                for a, b, tables, texts in slices]
 
     def file_names(self, rollup_type: str) -> list[str]:
         """The file name of each instance of ``rollup_type`` (in ``groupings`` order), in
@@ -483,51 +514,24 @@ class StepRecorder:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
         return self.settings.iops_array(self.ids)
 
-    @staticmethod
-    def _instance_cpu_array(g: ru.Grouping, host_of: npt.NDArray[np.intp],
+    def _instance_cpu_array(self, rollup_type: str, of_host_groups: bool,
                             host_cpu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Mean busy % over the distinct hosts of each instance's workloads."""
-        n_hosts = max(host_cpu.size, 1)
-        pairs = np.unique(g.of_workload.astype(np.int64) * n_hosts + host_of)
-        inst, host = pairs // n_hosts, pairs % n_hosts
+        """Mean busy % over the distinct hosts of each instance of ``rollup_type``, whose
+        instances are of its host groups (``plans``) or of its workloads (``groupings``):
+        the same instances, the pairs of them and hosts found once a step."""
+        g = self.plans[rollup_type].grouping if of_host_groups else self.groupings[rollup_type]
+        pairs = self._cpu_pairs.get((rollup_type, of_host_groups))
+        if pairs is None:
+            host_of = self.plans[rollup_type].host_of if of_host_groups else self._host_of
+            n_hosts = max(len(self._hosts), 1)
+            both = np.unique(g.of_workload.astype(np.int64) * n_hosts + host_of)
+            inst = both // n_hosts
+            pairs = (inst, both % n_hosts, np.bincount(inst, minlength=g.n))
+            self._cpu_pairs[rollup_type, of_host_groups] = pairs
+        inst, host, count = pairs
         total = np.bincount(inst, weights=host_cpu[host], minlength=g.n)
-        count = np.bincount(inst, minlength=g.n)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-    def _host_rows(self, k: int, phase: str, h: HostResult, ops: int, planned: int,
-                   cpu_rows: list[dict[str, Any]], interlock_rows: list[dict[str, Any]]
-                   ) -> int | None:
-        """A host's rows of cpu.csv and interlock.csv for subinterval ``k``; returns the
-        largest skew bound of its workers (ns), None when none switched."""
-        r = h.result
-        user_s = float(r.cpu.get("slave_user_s", 0.0))
-        sys_s = float(r.cpu.get("slave_system_s", 0.0))
-        cpu_rows.append({
-            "subinterval": k, "phase": phase, "host": h.host, "busy_pct": r.cpu.get("busy_pct"),
-            "per_core_busy_pct": " ".join(f"{c:g}" for c in r.cpu.get("per_core_busy_pct", [])),
-            "slave_user_s": user_s, "slave_system_s": sys_s,
-            "slave_cpu_us_per_io": (user_s + sys_s) * 1e6 / ops if ops else None,
-        })
-        worst: int | None = None
-        for w, il in enumerate(r.interlock):
-            switch = il.get("switch_ns")
-            skew = bound = None
-            if isinstance(switch, int) and switch:
-                skew = h.to_master_ns(switch) - planned
-                bound = abs(skew) + h.offset_uncertainty_ns
-                worst = bound if worst is None else max(worst, bound)
-            interlock_rows.append({
-                "subinterval": k, "host": h.host, "worker": il.get("worker", w),
-                "switch_delay_us": _us(il.get("switch_delay_ns")),
-                "handover_delay_us": _us(il.get("handover_delay_ns")),
-                "boundary_skew_us": _us(skew), "switch_slave_ns": switch if skew is not None
-                else None, "offset_uncertainty_us": _us(h.offset_uncertainty_ns),
-                "boundary_skew_bound_us": _us(bound),
-                "result_sent_after_boundary_us": _us(h.to_master_ns(r.send_ns) - planned),
-                "result_received_after_boundary_us": _us(h.received_ns - planned),
-            })
-        return worst
 
     # ------------------------------------------------------------------ the summary
     def close(self) -> None:
@@ -600,7 +604,6 @@ class StepRecorder:
         if iops_tolerance_pct is not None:
             short = self.iops_shortfall(total, iops, dur, iops_tolerance_pct)
             extra_invalid = "; ".join(x for x in (extra_invalid, short) if x)
-        host_of = self._host_of
         valid_all = not extra_invalid
         device = self.devices.window(window)
         gathered = self._window_gathered(window)
@@ -609,12 +612,12 @@ class StepRecorder:
         for spec in self.rollups:
             g = self.groupings[spec.type]
             res = ru.compute(total, g, dur)
-            valid, why = validate(spec, res)
+            valid, why = rollup_validity(spec, res)
             if not valid:
                 messages.append(why)
             valid_all &= valid
             reason = "; ".join(x for x in (extra_invalid, why) if x)
-            cpu = self._instance_cpu_array(g, host_of, host_cpu)
+            cpu = self._instance_cpu_array(spec.type, False, host_cpu)
             count = np.bincount(g.of_workload, minlength=g.n).tolist()
             is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
             setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
@@ -690,7 +693,7 @@ class StepRecorder:
 
     def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
         """Each instance's histogram file, a slice of ``HISTOGRAM_SLICE`` instances at a time:
-        the slices' rows made here and their files written on ``HISTOGRAM_THREADS`` threads
+        the slices' rows made here and their files written on the step's writer threads
         (the kernels release the GIL), at most two slices a thread ahead; the files are the
         same whatever the threads (each is one slice's)."""
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
@@ -701,44 +704,30 @@ class StepRecorder:
                 [f"{folder}/{name}" for name in files[part.first:part.first + part.n]],
                 _bucket_edges(), HISTOGRAM_COLUMNS, part.inst, part.bucket, part.counts)
 
-        if HISTOGRAM_THREADS <= 1 or g.n <= HISTOGRAM_SLICE:
+        if self.threads <= 1 or g.n <= HISTOGRAM_SLICE:
             for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
                 write(part)
             return
-        with ThreadPoolExecutor(HISTOGRAM_THREADS, thread_name_prefix="histograms") as pool:
-            pending: deque[Future[None]] = deque()
-            try:
-                for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
-                    if len(pending) >= 2 * HISTOGRAM_THREADS:
-                        pending.popleft().result()  # its error first, and memory bounded
-                    pending.append(pool.submit(write, part))
-                while pending:
-                    pending.popleft().result()
-            finally:
-                for job in pending:  # an error above: the rest is not started
-                    job.cancel()
+        pool = writers.pool(self.threads)
+        pending: deque[Future[None]] = deque()
+        try:
+            for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
+                if len(pending) >= 2 * self.threads:
+                    pending.popleft().result()  # its error first, and memory bounded
+                pending.append(pool.submit(write, part))
+        except BaseException:
+            writers.drain(pending)  # the rest is not started
+            raise
+        writers.finish(pending)
 
 
-#: File names an instance's file must not take in its rollup type's folder.
-RESERVED_FILE_NAMES = frozenset({"summary.csv"})
-
-
-def instance_file_names(instances: Sequence[str]) -> list[str]:
-    """``<safe_name>.csv`` per instance, made unique: a name already taken (two instances
-    with the same safe name, or a reserved one) gets the first free ``-2``, ``-3`` ...
-    suffix, in order."""
-    taken = set(RESERVED_FILE_NAMES)
-    out = []
-    for inst in instances:
-        base = safe_name(inst)
-        name = f"{base}.csv"
-        n = 1
-        while name in taken:
-            n += 1
-            name = f"{base}-{n}.csv"
-        taken.add(name)
-        out.append(name)
-    return out
+def _write_rows(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
+                is_max: npt.NDArray[np.bool_], tables: AppenderGroup) -> None:
+    """Row ``i`` of ``values`` (``head``, ``texts``' text ``i``, the cells, ``max`` as the
+    IOPS setting where ``is_max[i]``) appended to ``tables[i]``: formatted into this thread's
+    buffer and written by compiled code."""
+    data, ends, own = format_lines(values, head, texts, is_max, "max", ru.VIEW_BLOCKS)
+    CsvAppender.append_block(tables, data, ends, own)
 
 
 @functools.cache
@@ -759,34 +748,3 @@ def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:
     return StatsBatch(counters=np.asarray(batch.counters)[perm], lat=np.asarray(batch.lat)[perm],
                       rows=new_rows[order].astype(np.uint32), buckets=batch.buckets[order],
                       counts=np.asarray(batch.counts)[order])
-
-
-def _device_deltas(h: HostResult) -> list[DeviceDelta]:
-    """A host's device counters of a subinterval, every field checked."""
-    try:
-        return [DeviceDelta.from_wire(d) for d in h.result.devices]
-    except ProtocolError as exc:
-        raise HostError(f"bad device counters: {exc}", host=h.host) from exc
-
-
-def _us(ns: Any) -> float | None:
-    return None if ns is None else round(float(ns) / 1e3, 3)
-
-
-def validate(spec: RollupSpec, res: ru.RollupResult) -> tuple[bool, str]:
-    """A rollup type's validation over a measurement: ``quantity`` and ``max_droop``."""
-    reasons: list[str] = []
-    count = res.grouping.n
-    if spec.quantity is not None and count != spec.quantity:
-        reasons.append(f"{spec.type}: {count} instances, expected {spec.quantity}")
-    if spec.max_droop is not None and count > 1:
-        iops = res.columns["IOPS"]
-        mean = float(np.mean(iops))
-        if mean > 0:
-            droop = 1.0 - iops / mean
-            worst = int(np.argmax(droop))
-            if droop[worst] > spec.max_droop:
-                reasons.append(f"{spec.type}: instance {res.grouping.names[worst]} IOPS "
-                               f"{iops[worst]:.0f} is {100 * droop[worst]:.1f}% below the "
-                               f"mean {mean:.0f} (max_droop {100 * spec.max_droop:g}%)")
-    return not reasons, "; ".join(reasons)

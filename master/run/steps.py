@@ -42,9 +42,10 @@ from master.results.schema import (
     VERIFY_COLUMNS,
 )
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
+from master.run.hostrows import HostResult
 from master.run.notices import OnceARun
 from master.run.outcome import EXIT_INVALID, StepFailed, failure_text
-from master.run.recorder import HostResult, Recorded, StepRecorder
+from master.run.recorder import Recorded, StepRecorder
 from master.run.settings import Settings, Source, split_total
 from master.run.startlead import GoConfirmed, start_lead_ns
 from master.run.verifying import RunVerification
@@ -658,8 +659,7 @@ class StepLoop:
             raise self.output_failed
         if self.verification is not None:
             counts = self.verification.record(st.number, k, [(h.host, h.result) for h in hosts])
-            columns = self.verification.columns(counts, st.recorder.ids,
-                                                st.recorder.groupings)
+            columns = self.verification.columns(counts, st.recorder.ids, st.recorder.groupings)
             joined = {t: {**(joined or {}).get(t, {}), **c} for t, c in columns.items()}
         rec = st.recorder.record(k, phase, hosts, st.start_ns + (k + 1) * self.sub_ns, joined)
         for host, bound in rec.skew_bound_ns.items():  # warned at the run's end

@@ -30,7 +30,8 @@ from master.analysis.devstats import (
 from master.analysis.rollup import Grouping
 from master.results.output import RunOutput
 from master.results.schema import DEVICE_FILE_COLUMNS, INSTANCE_COLUMNS, SUMMARY_COLUMNS
-from master.run.recorder import HostResult, StepRecorder
+from master.run.hostrows import HostResult
+from master.run.recorder import StepRecorder
 from protocol.devstats import DeviceDelta
 from protocol.errors import HostError
 from tests.master.test_recorder import (

@@ -12,6 +12,8 @@ import csv
 import dataclasses
 import io
 import re
+import resource
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +23,23 @@ import pytest
 from master.analysis import rollup
 from master.analysis.rollup import PERCENTILES, VIEWS, Grouping, Sample, compute, pct_label
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
-from master.results.csvfiles import CsvAppender, csv_text, fmt, format_float_rows, safe_name
+from master.results.csvfiles import (
+    CsvAppender,
+    csv_text,
+    fmt,
+    format_float_rows,
+    instance_file_names,
+    safe_name,
+)
 from master.results.output import RunOutput
 from master.results.schema import CPU_COLUMNS, INSTANCE_COLUMNS, instance_columns, summary_columns
 from master.run import recorder as recorder_module
-from master.run.recorder import HostResult, StepRecorder, instance_file_names
+from master.run.hostrows import HostResult
+from master.run.recorder import StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.batch import StatsBatch
-from protocol.errors import HostError
+from protocol.errors import HostError, OutputError
 from protocol.histogram import LatencyHistogram
 from protocol.messages import SubintervalResult
 from protocol.params import WorkloadParams
@@ -812,12 +822,13 @@ def test_the_live_metrics_get_each_subinterval_and_each_summarys_validity(
     out.close()
 
 
-def _four_subintervals(out: RunOutput, number: int, phases: list[str], seed: int
-                       ) -> tuple[StepRecorder, _Slaves]:
+def _four_subintervals(out: RunOutput, number: int, phases: list[str], seed: int,
+                       threads: int | None = None) -> tuple[StepRecorder, _Slaves]:
     """Step ``number`` ("x") of ``_workloads`` on hosts h1 and h2, its subintervals recorded
-    in ``phases``, 20 ms latencies; the recorder and its simulated slaves."""
+    in ``phases``, 20 ms latencies, its files written on ``threads`` threads; the recorder
+    and its simulated slaves."""
     wl = _workloads()
-    rec = StepRecorder(out, number, "x", ROLLUPS, 0.5, wl, settings_of(wl))
+    rec = StepRecorder(out, number, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=threads)
     sim = _Slaves(rec)
     rng = np.random.default_rng(seed)
     ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
@@ -828,25 +839,72 @@ def _four_subintervals(out: RunOutput, number: int, phases: list[str], seed: int
     return rec, sim
 
 
-def _histogram_files(tmp: Path) -> dict[str, bytes]:
-    """The step's histogram files (relative path → bytes) of four subintervals on two hosts."""
+def _step_files(tmp: Path, threads: int) -> dict[str, bytes]:
+    """Every file of a step (relative path → bytes) of four subintervals on two hosts, its
+    summary's histogram files too, written on ``threads`` threads."""
     out = RunOutput(tmp)
-    rec, sim = _four_subintervals(out, 0, ["measurement"] * 4, 11)
+    rec, sim = _four_subintervals(out, 0, ["measurement"] * 4, 11, threads)
     rec.summarise([0, 1, 2, 3], sim.window(0, 3))
     out.close()
-    top = tmp / "step0000-x" / "histograms"
+    top = tmp / "step0000-x"
     return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*.csv"))}
 
 
-def test_histogram_files_are_the_same_on_one_thread_and_several(
+def test_step_files_are_the_same_on_one_thread_and_several(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The step's histogram files, written a slice of 2 instances at a time, on one thread and
-    on three (``HISTOGRAM_THREADS``, each slice's files on one of them): byte for byte the same
-    files, one per instance of every rollup type."""
+    """The step's files, its instance rows and histogram files written a slice of 2 instances
+    at a time, on one thread and on three (each slice a job of one writer thread, the recorder
+    going on meanwhile): byte for byte the same files, an instance file and a histogram file
+    per instance of every rollup type."""
     monkeypatch.setattr(recorder_module, "HISTOGRAM_SLICE", 2)
-    monkeypatch.setattr(recorder_module, "HISTOGRAM_THREADS", 1)
-    one = _histogram_files(tmp_path / "one")
-    monkeypatch.setattr(recorder_module, "HISTOGRAM_THREADS", 3)
-    three = _histogram_files(tmp_path / "three")
-    assert len(one) == 8 + 4 + 2 + 2 + 1  # workloads, LUNs, hosts, vendor+model, all
+    monkeypatch.setattr(recorder_module, "ROW_SLICE", 2)
+    one = _step_files(tmp_path / "one", 1)
+    three = _step_files(tmp_path / "three", 3)
+    instances = 8 + 4 + 2 + 2 + 1  # workloads, LUNs, hosts, vendor+model, all
+    assert sum(name.startswith("histograms/") for name in one) == instances
+    rows = [name for name in one if name.count("/") == 1 and not name.endswith("summary.csv")]
+    assert len(rows) == instances
+    assert all(one[name].count(b"\r\n") == 1 + 4 for name in rows)  # header, 4 subintervals
     assert three == one
+
+
+def test_a_writer_threads_failed_row_is_raised_once_every_job_has_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file-size limit that the second subinterval's rows pass, with the rows written on
+    three writer threads a slice of 2 instances at a time: ``record`` raises the error naming
+    an instance file, after every job has ended, so that the subinterval's undo leaves each
+    file as the first subinterval left it (and the third subinterval follows it)."""
+    monkeypatch.setattr(recorder_module, "ROW_SLICE", 2)
+    wl = _workloads()
+    out = RunOutput(tmp_path)
+    rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=3)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(5)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+
+    def record(k: int) -> None:
+        with out.subinterval():
+            rec.record(k, "measurement",
+                       [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
+                       (k + 1) * 10**9)
+
+    record(0)
+    top = tmp_path / "step0000-x"
+    first = {p: p.read_bytes() for p in sorted(top.rglob("*.csv"))}
+    smallest = min(len(data) for p, data in first.items() if p.parent.name == "workload")
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (smallest + 10, old_limit[1]))
+        with pytest.raises(OutputError, match=r"step0000-x/\w+/.+\.csv"):
+            record(1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert {p: p.read_bytes() for p in sorted(top.rglob("*.csv"))} == first
+    record(2)
+    out.close()
+    for p, data in first.items():
+        if p.parent.name == "workload":
+            rows = _read(p)
+            assert p.read_bytes().startswith(data) and [r[2] for r in rows[1:]] == ["0", "2"]

@@ -26,7 +26,8 @@ from master.live.rows import dfc_lines, measure_lines
 from master.live.view import LiveView
 from master.results.output import RunOutput
 from master.results.schema import DFC_COLUMNS
-from master.run.recorder import HostResult, StepRecorder
+from master.run.hostrows import HostResult
+from master.run.recorder import StepRecorder
 from master.run.settings import split_total
 from protocol.devstats import DeviceDelta
 from protocol.params import WorkloadParams

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from master.analysis.rollup import Grouping, Sample, compute
+from master.analysis.verdicts import rollup_validity as validate
 from master.config import RollupSpec
-from master.run.recorder import validate
 from protocol.batch import StatsBatch
 from protocol.stats import WorkloadStats
 

@@ -28,7 +28,8 @@ import pytest
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.results.output import RunOutput
 from master.results.schema import CPU_COLUMNS
-from master.run.recorder import HostResult, StepRecorder
+from master.run.hostrows import HostResult
+from master.run.recorder import StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.batch import StatsBatch

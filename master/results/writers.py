@@ -1,0 +1,64 @@
+"""The master's writer threads: result files written on the controller's cores.
+
+Owns how many threads write the master's files at once (``writer_threads``: the CPUs this
+process may run on, at most ``MOST_THREADS``) and the pools of them, made once per process and
+kept (``pool``): the compiled formatter keeps a buffer per thread, which stays warm between
+subintervals. What runs on them is compiled code that releases the GIL (``format_lines``,
+``write_lines``, ``create_files`` in ``master.results.csvkernels``), each job on its own
+files: a file's bytes do not depend on which thread wrote it, nor on how many there are. It does
+not decide what is written, nor when (``master.run.recorder``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+#: The most writer threads, whatever the CPUs (more only contend for the file system's locks).
+MOST_THREADS = 8
+
+
+def writer_threads() -> int:
+    """The CPUs this process may run on now (its affinity), at most ``MOST_THREADS``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MOST_THREADS, cpus))
+
+
+@functools.cache
+def pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of ``threads`` writer threads (made at its first use, kept)."""
+    if threads < 2:
+        raise ValueError(f"a pool of {threads} writer threads: write on the caller's thread")
+    return ThreadPoolExecutor(threads, thread_name_prefix=f"writer{threads}")
+
+
+def finish(jobs: Iterable[Future[None]]) -> None:
+    """Wait for every job, then raise the first one's error in the order given (after all
+    have ended: no file is still being written when the caller takes a subinterval back)."""
+    first: BaseException | None = None
+    for job in jobs:
+        try:
+            job.result()
+        except BaseException as exc:  # raised below, once the others have ended
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+
+
+def drain(jobs: Iterable[Future[None]]) -> None:
+    """Cancel the jobs not started, wait for the others, their errors dropped: the caller is
+    raising its own."""
+    jobs = list(jobs)
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        if not job.cancelled():
+            with contextlib.suppress(BaseException):  # the caller's error is the one raised
+                job.result()
