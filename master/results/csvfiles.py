@@ -425,25 +425,36 @@ class CsvAppender:
         for i in own:
             fds[i] = kernels.SKIP
         paths = path_at = None
+        dirfd = kernels.AT_FDCWD
         if (fds == kernels.BY_PATH).any():
-            paths, path_at = group.paths()
+            directory, paths, path_at = group.paths()
+            if directory is not None:
+                try:
+                    dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                except OSError:
+                    dirfd = -1  # each open fails (EBADF): repeated below by its own path
         lengths = np.diff(ends, prepend=0)
         first, at = 0, None
-        while True:
-            i, stop, kind = kernels.write_lines(fds, data, ends, first, at, paths, path_at)
-            upto = n if i < 0 else i
-            written = fds[first:upto] != kernels.SKIP
-            group.grow(first, upto, np.where(written, lengths[first:upto], 0))
-            if i < 0:
-                break
-            appender = group[i]
-            start = int(ends[i - 1]) if i else 0
-            if kind == kernels.FAILED_CLOSE:
-                appender.ledger.failed(appender.slot)
-                raise OutputError(str(appender.path), OSError(
-                    errno.EIO, "close() after appending a line failed"))
-            appender._append(data.data[start:int(ends[i])], stop - start)
-            first, at = i + 1, None
+        try:
+            while True:
+                i, stop, kind = kernels.write_lines(fds, data, ends, first, at, paths, path_at,
+                                                    dirfd)
+                upto = n if i < 0 else i
+                written = fds[first:upto] != kernels.SKIP
+                group.grow(first, upto, np.where(written, lengths[first:upto], 0))
+                if i < 0:
+                    break
+                appender = group[i]
+                start = int(ends[i - 1]) if i else 0
+                if kind == kernels.FAILED_CLOSE:
+                    appender.ledger.failed(appender.slot)
+                    raise OutputError(str(appender.path), OSError(
+                        errno.EIO, "close() after appending a line failed"))
+                appender._append(data.data[start:int(ends[i])], stop - start)
+                first, at = i + 1, None
+        finally:
+            if dirfd >= 0:
+                os.close(dirfd)
         for i in np.flatnonzero(fds == kernels.SKIP).tolist():
             line = own.get(i)
             if line is None:
@@ -467,7 +478,8 @@ class AppenderGroup(Sequence[CsvAppender]):
         self.appenders = list(appenders)
         self._fds = np.zeros(0, dtype=np.int32)
         self._closes = -1
-        self._paths: tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = None
+        self._paths: tuple[str | None, npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = (
+            None)
         ledgers = {id(a.ledger): a.ledger for a in self.appenders}
         self._ledger = next(iter(ledgers.values())) if len(ledgers) == 1 else None
         self._slots = np.fromiter((a.slot for a in self.appenders), dtype=np.int64,
@@ -494,15 +506,21 @@ class AppenderGroup(Sequence[CsvAppender]):
     def __getitem__(self, i: int | slice) -> CsvAppender | Sequence[CsvAppender]:
         return self.appenders[i]
 
-    def paths(self) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-        """Every appender's path, NUL-terminated, in one buffer, and where each starts in it
-        (for ``master.results.csvkernels.write_lines``; made once: a path never changes)."""
+    def paths(self) -> tuple[str | None, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """The appenders' directory where they share one (else None), every appender's
+        path (from that directory where there is one), NUL-terminated, in one buffer, and
+        where each starts in it (for ``master.results.csvkernels.write_lines``; made once: a
+        path never changes)."""
         if self._paths is None:
-            encoded = [os.fsencode(a._path) + b"\0" for a in self.appenders]
+            parents = {os.path.dirname(a._path) for a in self.appenders}
+            directory = parents.pop() if len(parents) == 1 else None
+            encoded = [os.fsencode(os.path.basename(a._path) if directory is not None
+                                   else a._path) + b"\0" for a in self.appenders]
             starts = np.zeros(len(encoded), dtype=np.int64)
             if encoded:
                 np.cumsum([len(e) for e in encoded[:-1]], out=starts[1:])
-            self._paths = (np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8), starts)
+            self._paths = (directory or None,
+                           np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8), starts)
         return self._paths
 
     def fds(self) -> npt.NDArray[np.int32]:

@@ -342,7 +342,8 @@ int64_t ivc_gather_texts(const uint8_t *data, int64_t data_n, const int64_t *end
 /* csvkernels._write_lines_py: append line i (data[ends[i-1]..ends[i]]) to its file, for i
  * from first to n - 1; line first from offset at of data. The file is open as fds[i], or,
  * where fds[i] is BY_PATH, opened for appending by its path (paths + path_at[i],
- * NUL-terminated; never created), written and closed. A line whose fd is SKIP is left alone.
+ * NUL-terminated; never created; a relative path from the directory open as dirfd, which
+ * may be AT_FDCWD), written and closed. A line whose fd is SKIP is left alone.
  * A short write goes on with the rest. Returns -1 when all are written, else the line that
  * failed, with the offset it stopped at in out[0] and in out[1] FAILED_WRITE (open or write
  * failed: the caller repeats them to raise their error; errno is not read here) or
@@ -351,7 +352,7 @@ int64_t ivc_gather_texts(const uint8_t *data, int64_t data_n, const int64_t *end
  * bytes. */
 int64_t ivc_write_lines(const int32_t *fds, int64_t n, const uint8_t *data, int64_t data_n,
                         const int64_t *ends, int64_t first, int64_t at, const char *paths,
-                        const int64_t *path_at, int64_t *out)
+                        const int64_t *path_at, int64_t dirfd, int64_t *out)
 {
     /* the checks without a branch per line (a negative end is a large unsigned one) */
     if (paths == NULL) {
@@ -377,7 +378,7 @@ int64_t ivc_write_lines(const int32_t *fds, int64_t n, const uint8_t *data, int6
             continue;
         int by_path = fd == BY_PATH;
         if (by_path) {
-            fd = open(paths + path_at[i], O_WRONLY | O_APPEND | O_CLOEXEC);
+            fd = openat((int)dirfd, paths + path_at[i], O_WRONLY | O_APPEND | O_CLOEXEC);
             if (fd < 0) {
                 out[0] = at;
                 out[1] = FAILED_WRITE;

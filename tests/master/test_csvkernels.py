@@ -273,12 +273,13 @@ def _paths(files: list[Path]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int
     return np.frombuffer(b"".join(encoded), dtype=np.uint8), starts
 
 
-def _append_all(write: Callable[..., tuple[int, int, int]], folder: Path
+def _append_all(write: Callable[..., tuple[int, int, int]], folder: Path, dirfd: int | None = None
                 ) -> tuple[list[tuple[int, int, int]], list[str | None]]:
     """Lines to files in ``folder``: held open, a held descriptor since closed, one open for
-    reading only, appended by path, one removed, skipped; after each failure the rest from
-    the next line on, as ``CsvAppender.append_block`` goes on. Returns every call's result and
-    each file's text afterwards (None: no such file)."""
+    reading only, appended by path (by their names from ``dirfd`` where given, ``folder``
+    open), one removed, skipped; after each failure the rest from the next line on, as
+    ``CsvAppender.append_block`` goes on. Returns every call's result and each file's text
+    afterwards (None: no such file)."""
     names = [f"f{i}.csv" for i in range(8)]
     files = [folder / name for name in names]
     for f in files:
@@ -295,13 +296,14 @@ def _append_all(write: Callable[..., tuple[int, int, int]], folder: Path
     by_path, skip = ck.BY_PATH, ck.SKIP
     fds = np.array([held, closed, read_only, by_path, by_path, by_path, skip, by_path],
                    dtype=np.int32)
-    paths, path_at = _paths(files)
+    paths, path_at = _paths(files if dirfd is None else [Path(name) for name in names])
+    where = () if dirfd is None else (dirfd,)
     results = []
     first = 0
     try:
         while True:
             got = write(fds, data, ends, first, int(ends[first - 1]) if first else 0, paths,
-                        path_at)
+                        path_at, *where)
             results.append(got)
             if got[0] < 0:
                 break
@@ -327,6 +329,33 @@ def test_write_lines_is_the_reference(tmp_path: Path) -> None:
     assert got[0] == [(1, 5, failed), (2, 9, failed), (5, 19, failed), (-1, 0, failed)]
     assert got[1] == ["h\nzero\n", "h\n", "h\n", "h\nthree\n", "h\n", None, "h\n",
                       "h\nseven\n"]
+
+
+def test_write_lines_opens_names_from_a_directory_as_the_reference_does(tmp_path: Path) -> None:
+    """Paths relative to an open directory (``dirfd``, what ``AppenderGroup`` passes for a
+    rollup type's folder): the same results and files as by full path and as
+    ``_write_lines_py``; the working directory plays no part; an invalid ``dirfd`` fails each
+    file's open like a removed file (the caller repeats it by its own path)."""
+    for name in ("c", "py", "elsewhere"):
+        (tmp_path / name).mkdir()
+    got, want = [], []
+    for write, folder, into in ((ck.write_lines, tmp_path / "c", got),
+                                (ck._write_lines_py, tmp_path / "py", want)):
+        dirfd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+        cwd = os.getcwd()
+        os.chdir(tmp_path / "elsewhere")
+        try:
+            into += _append_all(write, folder, dirfd)
+        finally:
+            os.chdir(cwd)
+            os.close(dirfd)
+    assert got == want == list(_append_all(ck.write_lines, tmp_path / "elsewhere"))
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == [f"f{i}.csv" for i in range(8) if i != 5]
+    data = np.frombuffer(b"x\n", dtype=np.uint8)
+    paths, path_at = _paths([Path("f0.csv")])
+    for write in (ck.write_lines, ck._write_lines_py):
+        assert write(np.array([ck.BY_PATH], dtype=np.int32), data, np.array([2]), 0, 0, paths,
+                     path_at, -1) == (0, 0, ck.FAILED_WRITE)
 
 
 def test_write_lines_refuses_what_it_would_read_out_of_range() -> None:
