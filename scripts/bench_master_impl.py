@@ -13,9 +13,9 @@ step's rollup plan with the slave's own code (``slave.session.rollup_parts``), u
 but measured and printed as the slave's cost per host. The run folder lives on /dev/shm when
 it exists (page cache only).
 
-Also printed, not part of the target: the master's work at the end of a step (the
-measurement window's per-workload statistics from every host, the summary rows and the
-histogram files), once per step.
+Also printed: the master's work at the end of a step (the measurement window's per-workload
+statistics from every host, the summary rows and their files, each rollup type's and the
+run's summary.csv, and the histogram files), once per step.
 
 Target: 10,000 workloads per subinterval in <= 100 ms on one core (the process is pinned to one
 CPU). Without ``--quick``, issue #64's goals too, the 100,000-workload case (1,000 hosts x 100)
@@ -57,6 +57,8 @@ import numpy.typing as npt
 
 from master.config.schema import LunChoice, RollupSpec, WorkloadSpec
 from master.results.output import RunOutput
+from master.results.schema import MEASURE_SUMMARY_COLUMNS
+from master.results.summaryfiles import write_summaries
 from master.run.heap import keep_freed_memory
 from master.run.hostrows import HostResult
 from master.run.recorder import StepRecorder
@@ -275,7 +277,10 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
         workload_coords = sum(len(w[2]["rows"]) // 4 for w in window)
         t0 = time.perf_counter()
         total = rec.window_sample(window)
-        rec.summarise(list(range(subintervals)), total)
+        _, rows, _ = rec.summarise(list(range(subintervals)), total)
+        header = [*rec.summary_columns, *MEASURE_SUMMARY_COLUMNS]  # as the run writes them
+        with output.subinterval():
+            write_summaries(output, rec.dir, rows, header, header)
         step_end_s = time.perf_counter() - t0
         files_digest = folder_digest(folder / rec.dir) if digest else ""
     finally:

@@ -610,10 +610,10 @@ class LineTexts:
 def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
                  word_last: npt.NDArray[np.bool_], word: str,
                  repeats: Sequence[tuple[int, int, int]] = (),
-                 cell: Callable[[float], str] = fmt,
+                 cell: Callable[[float], str] = fmt, tail: str = "",
                  ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], dict[int, str]]:
     """Line ``i``: ``head``, ``texts.text(i)``, then row ``i`` of ``values`` as ``fmt`` cells
-    (the last one ``word`` where ``word_last[i]``), each after a comma, and CRLF, as
+    (the last one ``word`` where ``word_last[i]``), each after a comma, ``tail``, and CRLF, as
     ``csv.writer`` ends a row. Returns the UTF-8 bytes of all lines and where each ends
     (written by the compiled ``master.results.csvkernels.format_lines``; valid until its next call)
     and the lines it could not decide, as text made with ``cell`` (``fmt``, or a function that
@@ -627,13 +627,13 @@ def format_lines(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
         raise ValueError(f"{n} rows but {len(texts)} texts and {word_last.shape} words")
     data, ends, fallback = kernels.format_lines(
         values, head.encode("utf-8"), texts.data, texts.ends, word_last, word.encode("utf-8"),
-        True, b"\r\n", repeats)
+        True, tail.encode("utf-8") + b"\r\n", repeats)
     own = {}
     for i in np.flatnonzero(fallback).tolist():
         cells = [cell(float(v)) for v in values[i]]
         if word_last[i] and cells:
             cells[-1] = word
-        own[i] = "".join([head, texts.text(i), ",", ",".join(cells), "\r\n"])
+        own[i] = "".join([head, texts.text(i), ",", ",".join(cells), tail, "\r\n"])
     return data, ends, own
 
 

@@ -56,6 +56,7 @@ from master.results.schema import (
     instance_columns,
     summary_columns,
 )
+from master.results.summaryfiles import LEADING_COLUMNS, SummaryBlock, SummaryRows
 from master.run.hostrows import HostResult, device_deltas, host_rows
 from master.run.settings import Settings
 from master.run.workloads import WorkloadInstance, rollup_key
@@ -608,7 +609,9 @@ class StepRecorder:
         device = self.devices.window(window)
         gathered = self._window_gathered(window)
         rows: list[dict[str, Any]] = []
+        blocks: list[SummaryBlock] = []
         messages = [extra_invalid] if extra_invalid else []
+        columns = tuple(self.summary_columns[len(LEADING_COLUMNS):-2])  # first_subinterval ..
         for spec in self.rollups:
             g = self.groupings[spec.type]
             res = ru.compute(total, g, dur)
@@ -618,23 +621,41 @@ class StepRecorder:
             valid_all &= valid
             reason = "; ".join(x for x in (extra_invalid, why) if x)
             cpu = self._instance_cpu_array(spec.type, False, host_cpu)
-            count = np.bincount(g.of_workload, minlength=g.n).tolist()
+            count = np.bincount(g.of_workload, minlength=g.n)
             is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
             setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            values = np.empty((g.n, len(columns)))
+            values[:, :3] = (window[0], window[-1], dur)
+            parts = (res.values, device[spec.type], gathered[spec.type])
+            at = 3
+            for part in parts:
+                values[:, at:at + part.shape[1]] = part
+                at += part.shape[1]
+            values[:, at:] = np.column_stack([cpu, count, setting])
+            tail = {"valid": valid and not extra_invalid, "invalid_reason": reason,
+                    **(extra or {})}
+            blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
+                                       self._inst_text[spec.type], columns, values, is_max,
+                                       tail))
+            metrics = [dict(zip(ru.METRIC_COLUMNS, r, strict=True))
+                       for r in res.values.tolist()]
+            devices = device[spec.type].tolist()
+            gathered_rows = gathered[spec.type].tolist()
+            cpus, counts, settings = cpu.tolist(), count.tolist(), setting.tolist()
+            first = {"step_number": self.number, "step_name": self.name,
+                     "rollup_type": spec.type}
             for i, inst in enumerate(g.names):
-                row = {"step_number": self.number, "step_name": self.name,
-                       "rollup_type": spec.type, "rollup_instance": inst,
-                       "first_subinterval": window[0], "last_subinterval": window[-1],
-                       "measurement_seconds": dur, **res.row(i),
-                       **dict(zip(DEVICE_COLUMNS, device[spec.type][i].tolist(), strict=True)),
-                       **dict(zip(self.gathered, gathered[spec.type][i].tolist(), strict=True)),
-                       "cpu_busy_pct": float(cpu[i]), "workloads": count[i],
-                       "iops_setting": "max" if is_max[i] else float(setting[i]),
-                       "valid": valid and not extra_invalid, "invalid_reason": reason,
-                       **(extra or {})}
-                rows.append(row)
+                rows.append({**first, "rollup_instance": inst,
+                             "first_subinterval": window[0], "last_subinterval": window[-1],
+                             "measurement_seconds": dur, **metrics[i],
+                             **dict(zip(DEVICE_COLUMNS, devices[i], strict=True)),
+                             **dict(zip(self.gathered, gathered_rows[i], strict=True)),
+                             "cpu_busy_pct": cpus[i], "workloads": counts[i],
+                             "iops_setting": "max" if is_max[i] else settings[i], **tail})
             self._write_histograms(spec, g, total)
-        return valid_all, rows, messages
+        return valid_all, SummaryRows(rows, blocks, [(start + 3, source + 3, length)
+                                                      for start, source, length
+                                                      in ru.VIEW_BLOCKS]), messages
 
     def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """Each rollup type's gathered columns over ``window``: per instance and column, the

@@ -32,7 +32,6 @@ from master.hosts.session import HostSession, window_timeout_s
 from master.live.metrics import RunMetrics
 from master.live.rows import default_live_rollup, dfc_lines, measure_lines
 from master.live.view import LiveView
-from master.results.csvfiles import safe_name
 from master.results.output import RunOutput
 from master.results.runfolder import read_header
 from master.results.schema import (
@@ -41,6 +40,7 @@ from master.results.schema import (
     MEASURE_SUMMARY_COLUMNS,
     VERIFY_COLUMNS,
 )
+from master.results.summaryfiles import write_summaries
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
 from master.run.hostrows import HostResult
 from master.run.notices import OnceARun
@@ -752,12 +752,7 @@ class StepLoop:
                        "first step fixed its columns); the step's summary.csv files have them",
                        kind="gather", step=st.number)
         with self.output.subinterval():  # a step's summary rows whole, or none
-            for row in rows:
-                self.output.table(
-                    f"{st.recorder.dir}/{safe_name(row['rollup_type'])}/summary.csv",
-                    header).write(row)
-                self.output.table("summary.csv", run_header).write(
-                    {c: v for c, v in row.items() if c not in left_out})
+            write_summaries(self.output, st.recorder.dir, rows, header, run_header)
         for row in rows:
             if row["IOPS"] is not None:
                 results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(

@@ -1,0 +1,135 @@
+"""A step's summary files from its rows' columns (``SummaryRows``) against the same rows
+written cell by cell from their dicts: the same bytes in every rollup type's summary.csv
+and the run's, whatever the step's extra cells, gathered columns and headers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from master.results.csvfiles import LineTexts
+from master.results.output import RunOutput
+from master.results.schema import MEASURE_SUMMARY_COLUMNS, summary_columns
+from master.results.summaryfiles import SummaryBlock, SummaryRows, write_summaries
+from master.run.recorder import StepRecorder
+from tests.master.test_recorder import ROLLUPS, _host_result, _Slaves, _workloads, settings_of
+
+GATHERED = ("gather.arr.LDEV.busy_pct",)
+
+
+def _rows(tmp: Path, extra: dict[str, Any] | None, gathered: tuple[str, ...] = (),
+          extra_invalid: str = "") -> tuple[RunOutput, StepRecorder, SummaryRows]:
+    """A step of two hosts and three subintervals recorded, then summarised."""
+    wl = _workloads()
+    out = RunOutput(tmp)
+    rec = StepRecorder(out, 2, "write, then read", ROLLUPS, 1.0, wl, settings_of(wl),
+                       gathered=gathered)
+    sim = _Slaves(rec)
+    rng = np.random.default_rng(9)
+    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+    for k in range(3):
+        joined = {"host": {g: np.array([1.5 * k, np.nan]) for g in gathered}}
+        rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
+                                      for h in ("h1", "h2")], (k + 1) * 10**9, joined)
+    _, rows, _ = rec.summarise([0, 1, 2], sim.window(0, 2), extra=extra,
+                               extra_invalid=extra_invalid)
+    assert isinstance(rows, SummaryRows)
+    return out, rec, rows
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("summary.csv"))}
+
+
+MEASURE = {"measure_criterion": "IOPS within 5%, 90% confidence",
+           "measure_values": "1.2, 3.4", "measure_attained": True}
+
+
+@pytest.mark.parametrize(("extra", "gathered", "invalid", "run_extra"), [
+    (None, (), "", False),
+    (MEASURE, (), "", False),
+    ({"measure_criterion": 'a "quoted", criterion', "measure_attained": False}, (),
+     "stopped at subinterval 2", False),
+    (None, GATHERED, "", False),
+    (MEASURE, GATHERED, "", True),  # the run's summary.csv lacks the gathered column
+])
+def test_summary_files_from_columns_are_the_files_from_dicts(
+        tmp_path: Path, extra: dict[str, Any] | None, gathered: tuple[str, ...], invalid: str,
+        run_extra: bool) -> None:
+    header = [*summary_columns(gathered), *MEASURE_SUMMARY_COLUMNS]
+    run_header = [c for c in header if c not in gathered] if run_extra else header
+    written = {}
+    for how in ("columns", "dicts"):
+        out, rec, rows = _rows(tmp_path / how, extra, gathered, invalid)
+        with out.subinterval():
+            write_summaries(out, rec.dir, rows if how == "columns" else list(rows), header,
+                            run_header)
+        out.close()
+        written[how] = _files(tmp_path / how)
+    assert written["columns"] == written["dicts"]
+    assert set(written["columns"]) == {"summary.csv", *(
+        f"step0002-write_then_read/{t.type}/summary.csv" for t in ROLLUPS)}
+    lines = written["columns"]["summary.csv"].decode().splitlines()
+    assert len(lines) == 1 + 8 + 4 + 2 + 2 + 1  # header, workloads, LUNs, hosts, v+m, all
+
+
+def test_a_header_the_columns_do_not_fit_is_written_from_the_dicts(tmp_path: Path) -> None:
+    """A thresholds cell after the row's (rows judged: no longer ``SummaryRows``), or a
+    header in another order: the dict path, the same bytes as a plain list's."""
+    out, rec, rows = _rows(tmp_path / "a", None)
+    block = rows.blocks[0]
+    header = [*summary_columns(), *MEASURE_SUMMARY_COLUMNS]
+    assert block.lines(header) is not None
+    assert block.lines([*header, "thresholds"]) is not None  # a tail column left empty
+    swapped = [header[1], header[0], *header[2:]]
+    assert block.lines(swapped) is None
+    assert block.lines(header[:-4]) is None  # valid, invalid_reason not in it
+    with out.subinterval():
+        write_summaries(out, rec.dir, rows, swapped, swapped)
+    out.close()
+    out2, rec2, rows2 = _rows(tmp_path / "b", None)
+    with out2.subinterval():
+        write_summaries(out2, rec2.dir, list(rows2), swapped, swapped)
+    out2.close()
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_a_row_cell_the_header_lacks_is_refused_on_both_paths(tmp_path: Path) -> None:
+    out, rec, rows = _rows(tmp_path, MEASURE)
+    header = summary_columns()  # no measure columns
+    for given in (rows, list(rows)):
+        with pytest.raises(ValueError, match="not in the header"), out.subinterval():
+            write_summaries(out, rec.dir, given, header, header)
+    out.close()
+
+
+def test_a_row_the_compiled_formatter_leaves_is_written_as_fmt_writes_it(
+        tmp_path: Path) -> None:
+    """Values the kernel may leave to Python (huge, tiny, negative zero, halfway cases) in a
+    block of its own: its lines are those of the dicts path."""
+    values = np.array([[1e300, -0.0, 5e-324, 0.5, 999_999.5, 123_456_789.5, np.nan, 7.0],
+                       [2.675, 1.0000005, 1e15, -1e15, 0.1 + 0.2, 1 / 3, 1e-7, 8.0]])
+    columns = tuple(f"c{j}" for j in range(values.shape[1]))
+    names = ("x", 'y,"z"')
+    block = SummaryBlock(0, "s", "workload", names, LineTexts(['x', '"y,""z"""']), columns,
+                         values, np.array([False, True]), {"valid": True, "invalid_reason": ""})
+    header = ["step_number", "step_name", "rollup_type", "rollup_instance", *columns,
+              "valid", "invalid_reason"]
+    rows = [{"step_number": 0, "step_name": "s", "rollup_type": "workload",
+             "rollup_instance": n, **dict(zip(columns, v.tolist(), strict=True)),
+             "valid": True, "invalid_reason": ""} for n, v in zip(names, values, strict=True)]
+    rows[1]["c7"] = "max"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    out = RunOutput(tmp_path / "a")
+    with out.subinterval():
+        write_summaries(out, "step", SummaryRows(rows, [block]), header, header)
+    out.close()
+    out = RunOutput(tmp_path / "b")
+    with out.subinterval():
+        write_summaries(out, "step", rows, header, header)
+    out.close()
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
