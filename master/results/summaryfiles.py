@@ -1,19 +1,24 @@
-"""A step's summary rows: dicts for those who read them, columns for the files.
+"""A step's summary rows: kept in columns, read as mappings, written in bulk.
 
-Owns ``SummaryRows`` (a step's summary rows as the dicts its readers take, the end-of-run
-table, thresholds, the run's results, with the same rows in columns: ``SummaryBlock``, one per
-rollup type) and ``write_summaries``, which puts them into each rollup type's summary.csv and
-the run's summary.csv: from the columns in one compiled pass per rollup type where the rows are
-a ``SummaryRows`` whose columns are the file's, else cell by cell from the dicts (``fmt``, as
-``CsvAppender.write`` does). Both give the same bytes. It does not work out a row's numbers
-(``master.run.recorder``) nor say which columns a file has (``master.results.schema``).
+Owns ``SummaryRows`` (a step's summary rows in columns, ``SummaryBlock``, one per rollup type,
+read by those who take rows, the end-of-run table, thresholds, the run's results, as a
+sequence of mappings, ``SummaryRow``, each made when it is read: 126,000 rows of 140 cells as
+dicts would cost seconds of a step's end) and ``write_summaries``, which puts rows into each
+rollup type's summary.csv and the run's summary.csv: from the columns in one compiled pass per
+rollup type where the rows are a ``SummaryRows`` whose columns are the file's, else cell by
+cell from the mappings (``fmt``, as ``CsvAppender.write`` does). Both give the same bytes. It
+does not work out a row's numbers (``master.run.recorder``) nor say which columns a file has
+(``master.results.schema``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import bisect
+import operator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +35,8 @@ class SummaryBlock:
     """One rollup type's summary rows in columns. A row is ``LEADING_COLUMNS`` (the step's
     number and name, the type, ``names[i]``), then ``columns`` (``values[i]``: NaN an empty
     cell; the last one ``max`` where ``is_max[i]``), then ``tail``'s cells, the same in every
-    row of the block."""
+    row of the block. Read as a mapping, a cell of ``int_columns`` is an int, the others of
+    ``columns`` floats (NaN where empty)."""
 
     step_number: int
     step_name: str
@@ -41,6 +47,33 @@ class SummaryBlock:
     values: npt.NDArray[np.float64]  # (len(names), len(columns))
     is_max: npt.NDArray[np.bool_]
     tail: Mapping[str, Any]
+    int_columns: frozenset[str] = frozenset()
+
+    @cached_property
+    def keys(self) -> tuple[str, ...]:
+        """A row's keys, in order."""
+        return (*LEADING_COLUMNS, *self.columns, *self.tail)
+
+    @cached_property
+    def _at(self) -> dict[str, int]:
+        return {c: j for j, c in enumerate(self.columns)}
+
+    def cell(self, i: int, key: str) -> Any:
+        """Row ``i``'s cell of ``key`` (``KeyError`` where the row has none)."""
+        j = self._at.get(key)
+        if j is not None:
+            if j == len(self.columns) - 1 and self.is_max[i]:
+                return "max"
+            value = self.values[i, j]
+            return int(value) if key in self.int_columns else float(value)
+        if key in self.tail:
+            return self.tail[key]
+        leading = (self.step_number, self.step_name, self.rollup_type)
+        if key == "rollup_instance":
+            return self.names[i]
+        if key in LEADING_COLUMNS:
+            return leading[LEADING_COLUMNS.index(key)]
+        raise KeyError(key)
 
     def lines(self, header: Sequence[str],
               repeats: Sequence[tuple[int, int, int]] = ()) -> str | None:
@@ -68,15 +101,63 @@ class SummaryBlock:
                        for i, (a, b) in enumerate(zip(starts, ends.tolist(), strict=True)))
 
 
-class SummaryRows(list[dict[str, Any]]):
-    """A step's summary rows (type by type, each type's instances in order), with the same
-    rows in columns (``blocks``, one per rollup type, in that order)."""
+class SummaryRow(Mapping[str, Any]):
+    """Row ``i`` of a ``SummaryBlock``, its cells read from the block's columns."""
 
-    def __init__(self, rows: Iterable[dict[str, Any]], blocks: Sequence[SummaryBlock],
+    __slots__ = ("_block", "_i")
+
+    def __init__(self, block: SummaryBlock, i: int) -> None:
+        self._block, self._i = block, i
+
+    def __getitem__(self, key: str) -> Any:
+        return self._block.cell(self._i, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._block.keys)
+
+    def __len__(self) -> int:
+        return len(self._block.keys)
+
+    def __repr__(self) -> str:
+        return f"SummaryRow({dict(self)!r})"
+
+
+class SummaryRows(Sequence[Mapping[str, Any]]):
+    """A step's summary rows, type by type (``blocks``, one per rollup type, in that order),
+    each type's instances in order; ``repeats``: ``format_lines``' repeated blocks of their
+    columns."""
+
+    def __init__(self, blocks: Sequence[SummaryBlock],
                  repeats: Sequence[tuple[int, int, int]] = ()) -> None:
-        super().__init__(rows)
         self.blocks = tuple(blocks)
         self.repeats = tuple(repeats)
+        self._starts = [0]
+        for block in self.blocks:
+            self._starts.append(self._starts[-1] + len(block.names))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, i: int) -> Mapping[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Mapping[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        at = operator.index(i)
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError(f"summary row {i} of {len(self)}")
+        b = bisect.bisect_right(self._starts, at) - 1
+        return SummaryRow(self.blocks[b], at - self._starts[b])
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        for block in self.blocks:
+            for i in range(len(block.names)):
+                yield SummaryRow(block, i)
 
 
 def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str, Any]],
@@ -87,7 +168,7 @@ def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str
         return
     run = output.table("summary.csv", run_header)
     blocks, repeats = (rows.blocks, rows.repeats) if isinstance(rows, SummaryRows) else ((), ())
-    if blocks and sum(len(b.names) for b in blocks) == len(rows):
+    if blocks:
         texts = [b.lines(header, repeats) for b in blocks]
         if all(t is not None for t in texts):
             for block, text in zip(blocks, texts, strict=True):

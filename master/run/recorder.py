@@ -71,6 +71,8 @@ HISTOGRAM_SLICE = 1024
 #: step has more than one writer thread and at least this many instances (fewer: the rows are
 #: written on the recorder's own thread, a job's hand-over would cost more than it saves).
 ROW_SLICE = 4096
+#: A summary row's cells that are counts (ints where the row is read as a mapping).
+INT_SUMMARY_COLUMNS = frozenset({"first_subinterval", "last_subinterval", "workloads"})
 
 
 @dataclass
@@ -576,7 +578,7 @@ class StepRecorder:
     def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                   iops_tolerance_pct: float | None = None,
-                  ) -> tuple[bool, list[dict[str, Any]], list[str]]:
+                  ) -> tuple[bool, Sequence[Mapping[str, Any]], list[str]]:
         """``_summarised``, its validity told to the live metrics."""
         valid, rows, messages = self._summarised(window, total, extra_invalid=extra_invalid,
                                                  extra=extra,
@@ -588,7 +590,7 @@ class StepRecorder:
     def _summarised(self, window: Sequence[int], total: ru.Sample | None = None, *,
                     extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                     iops_tolerance_pct: float | None = None,
-                    ) -> tuple[bool, list[dict[str, Any]], list[str]]:
+                    ) -> tuple[bool, Sequence[Mapping[str, Any]], list[str]]:
         """Summary rows over the subintervals ``window`` (and the histogram files), from the
         window's statistics ``total`` (``window_sample``; needed unless the window is empty).
         ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting
@@ -608,7 +610,6 @@ class StepRecorder:
         valid_all = not extra_invalid
         device = self.devices.window(window)
         gathered = self._window_gathered(window)
-        rows: list[dict[str, Any]] = []
         blocks: list[SummaryBlock] = []
         messages = [extra_invalid] if extra_invalid else []
         columns = tuple(self.summary_columns[len(LEADING_COLUMNS):-2])  # first_subinterval ..
@@ -636,26 +637,11 @@ class StepRecorder:
                     **(extra or {})}
             blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
                                        self._inst_text[spec.type], columns, values, is_max,
-                                       tail))
-            metrics = [dict(zip(ru.METRIC_COLUMNS, r, strict=True))
-                       for r in res.values.tolist()]
-            devices = device[spec.type].tolist()
-            gathered_rows = gathered[spec.type].tolist()
-            cpus, counts, settings = cpu.tolist(), count.tolist(), setting.tolist()
-            first = {"step_number": self.number, "step_name": self.name,
-                     "rollup_type": spec.type}
-            for i, inst in enumerate(g.names):
-                rows.append({**first, "rollup_instance": inst,
-                             "first_subinterval": window[0], "last_subinterval": window[-1],
-                             "measurement_seconds": dur, **metrics[i],
-                             **dict(zip(DEVICE_COLUMNS, devices[i], strict=True)),
-                             **dict(zip(self.gathered, gathered_rows[i], strict=True)),
-                             "cpu_busy_pct": cpus[i], "workloads": counts[i],
-                             "iops_setting": "max" if is_max[i] else settings[i], **tail})
+                                       tail, INT_SUMMARY_COLUMNS))
             self._write_histograms(spec, g, total)
-        return valid_all, SummaryRows(rows, blocks, [(start + 3, source + 3, length)
-                                                      for start, source, length
-                                                      in ru.VIEW_BLOCKS]), messages
+        return valid_all, SummaryRows(blocks, [(start + 3, source + 3, length)
+                                               for start, source, length in ru.VIEW_BLOCKS]), (
+            messages)
 
     def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """Each rollup type's gathered columns over ``window``: per instance and column, the

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -725,7 +725,7 @@ class StepLoop:
                 + ("" if valid else " (INVALID)"))
         return valid, text
 
-    def _write_summary(self, st: StepState, rows: Sequence[dict[str, Any]],
+    def _write_summary(self, st: StepState, rows: Sequence[Mapping[str, Any]],
                        messages: Sequence[str], *, valid: bool) -> None:
         """A step's summary rows into its per-rollup summary.csv files and the run's; each
         reason why it is invalid to events.csv; each measured instance's IOPS to the run's

@@ -126,10 +126,37 @@ def test_a_row_the_compiled_formatter_leaves_is_written_as_fmt_writes_it(
         (tmp_path / name).mkdir()
     out = RunOutput(tmp_path / "a")
     with out.subinterval():
-        write_summaries(out, "step", SummaryRows(rows, [block]), header, header)
+        write_summaries(out, "step", SummaryRows([block]), header, header)
     out.close()
     out = RunOutput(tmp_path / "b")
     with out.subinterval():
         write_summaries(out, "step", rows, header, header)
     out.close()
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def test_summary_rows_read_as_mappings_of_the_cells_a_dict_row_had(tmp_path: Path) -> None:
+    out, rec, rows = _rows(tmp_path, MEASURE)
+    out.close()
+    assert len(rows) == 17 and len(list(rows)) == 17 and len(rows[2:5]) == 3
+    first, last = rows[0], rows[-1]
+    assert list(first) == [*summary_columns(), *MEASURE_SUMMARY_COLUMNS]
+    assert (first["step_number"], first["step_name"], first["rollup_type"],
+            first["rollup_instance"]) == (2, "write, then read", "all", "all")
+    assert last["rollup_type"] == "vendor+model"
+    assert repr(rows[-1]) == repr(rows[16]) == f"SummaryRow({dict(last)!r})"
+    for key in ("first_subinterval", "last_subinterval", "workloads"):
+        assert type(first[key]) is int
+    assert (first["first_subinterval"], first["last_subinterval"], first["workloads"]) == (
+        0, 2, 8)
+    assert type(first["IOPS"]) is float and first["IOPS"] > 0
+    assert type(first["measurement_seconds"]) is float and first["measurement_seconds"] == 3.0
+    by = {(r["rollup_type"], r["rollup_instance"]): r for r in rows}
+    assert by[("workload", "h1:/dev/sd0:b")]["iops_setting"] == "max"  # iops None: max
+    assert by[("workload", "h1:/dev/sd0:a")]["iops_setting"] == 100.0
+    assert first["valid"] is True and first["measure_criterion"] == MEASURE["measure_criterion"]
+    assert first.get("thresholds") is None and "thresholds" not in first
+    with pytest.raises(KeyError):
+        first["thresholds"]
+    with pytest.raises(IndexError):
+        rows[17]
