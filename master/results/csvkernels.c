@@ -107,6 +107,13 @@ static inline int64_t put_cell(uint8_t *buf, int64_t at, double x)
         buf[at] = '0';
         return at + 1;
     }
+    if (a < 999999.5) { /* a whole number below 1e6: its digits, as %.6g writes them (the
+                         * general path below gives the same; this one is the counts' of a
+                         * histogram file, a hundred million cells a step at scale) */
+        int64_t w = (int64_t)a;
+        if ((double)w == a)
+            return put_uint(buf, at, (uint64_t)w);
+    }
     if (a >= 999999.5) { /* whole number, ties to even (exact: a < 2**53) */
         int64_t w = (int64_t)a;
         double frac = a - (double)w;

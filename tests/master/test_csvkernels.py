@@ -107,6 +107,10 @@ DOUBLES: dict[str, Callable[[np.random.Generator, int], Doubles]] = {
         rng.integers(0, 2**53, n // 2).astype(np.float64),
         rng.integers(0, 10 ** rng.integers(1, 16, n - n // 2)).astype(np.float64)]),
     "halves to 2**52": lambda rng, n: rng.integers(0, 2**52, n).astype(np.float64) + 0.5,
+    # a histogram file's counts: whole numbers below 1e6 take a path of their own in the C
+    "whole numbers below 1e6": lambda rng, n: np.concatenate([
+        rng.integers(-999_999, 1_000_000, n - 8).astype(np.float64),
+        [999_999.0, -999_999.0, 1.0, -1.0, 999_998.0, 100_000.0, 10.0, 7.0]]),
     "metric-like": lambda rng, n: np.concatenate([
         rng.lognormal(0, 4, n // 2), rng.integers(0, 10**9, n - n // 2)
         / 10.0 ** rng.integers(0, 13, n - n // 2)]),
