@@ -394,7 +394,7 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subintervals", type=int, default=6, help="timed subintervals per case")
     ap.add_argument("--quick", action="store_true", help="skip the 100,000-workload case")
-    ap.add_argument("--big-subintervals", type=int, default=9,
+    ap.add_argument("--big-subintervals", type=int, default=15,
                     help="timed subintervals of the 100,000-workload case (each of its two "
                          "runs: the writer threads, then one thread)")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the 10,000 x 100 case here")
