@@ -12,12 +12,18 @@ earliest switch less its host's. Prints median, p90 and max of both against the 
 with each host's clock offset, RTT, uncertainty and the engine its LUN ran on, and the start:
 from ``ivypy run`` to its first step (every host connected, its clock measured, its LUN
 found). Cleans up what it created.
+
+The test bed's hosts share this machine's cores: with ``worker_cpus: auto`` (the default,
+what a test gets) every slave pins a worker to each CPU and puts its one LUN on the first, so
+every host's busy worker runs on CPU 0. Also printed: each host's first switch and each
+worker's, median and max, after the planned boundary (docs/scaling.md has what they showed).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import subprocess
 import sys
@@ -34,10 +40,19 @@ def main() -> int:
     ap.add_argument("--subinterval-s", type=float, default=1.0)
     ap.add_argument("--iops", type=float, default=1000.0,
                     help="each host's IOPS (64 hosts share this machine's cores)")
+    ap.add_argument("--worker-cpus", default="auto",
+                    help="each host's worker_cpus: a value every host takes ('auto', the "
+                         "default: a worker pinned to each CPU, the LUN's on the first; "
+                         "'unpinned'; a CPU list), or 'spread': host i's one worker on the "
+                         "machine's CPU i mod its CPUs")
     args = ap.parse_args()
     with testbed_with_luns(args.hosts, "ivypy-skew-") as bed:
         hosts, tmp = bed.hosts, bed.tmp
-        host_lines, lun_lines = bed.host_lines, bed.lun_lines
+        cpus = sorted(os.sched_getaffinity(0))
+        host_lines = bed.host_lines_with(
+            [f"worker_cpus: '{cpus[i % len(cpus)]}'" if args.worker_cpus == "spread"
+             else f"worker_cpus: '{args.worker_cpus}'" for i in range(len(hosts))])
+        lun_lines = bed.lun_lines
         cfg = tmp / "skew.yaml"
         cfg.write_text(f"""test: skew
 subinterval_seconds: {args.subinterval_s:g}
@@ -86,10 +101,13 @@ steps:
         native = sum(e == "libaio" for e in engines.values())
         print(f"hosts on their native engine (libaio): {native} of {len(hosts)}")
         per_k: dict[int, dict[str, list[float]]] = {}
+        by_worker: dict[str, list[float]] = {}
         with open(folder / "step0000-light/interlock.csv") as fh:
             for r in csv.DictReader(fh):
                 if r["boundary_skew_us"]:
                     per_k.setdefault(int(r["subinterval"]), {}).setdefault(r["host"], []).append(
+                        float(r["boundary_skew_us"]))
+                    by_worker.setdefault(f"{r['host']}/{r['worker']}", []).append(
                         float(r["boundary_skew_us"]))
         spreads: list[float] = []
         bounds: list[float] = []
@@ -102,6 +120,15 @@ steps:
             lags += firsts.values()
         print(f"boundaries: {len(spreads)}; switch after the planned boundary: median "
               f"{statistics.median(lags):.0f} us")
+        by_host: dict[str, list[float]] = {}
+        for hosts_k in per_k.values():
+            for h, v in hosts_k.items():
+                by_host.setdefault(h, []).append(min(v))
+        print("each host's first switch after the boundary, median: " + ", ".join(
+            f"{h} {statistics.median(v):.0f} us" for h, v in sorted(by_host.items())))
+        print("each worker's switch after the boundary, median and max: " + ", ".join(
+            f"{w} {statistics.median(v):.0f}/{max(v):.0f} us"
+            for w, v in sorted(by_worker.items())))
         goal_us = args.goal_ms * 1000
         for what, values in (("measured skew between hosts", spreads),
                              ("skew bound (with offset uncertainty)", bounds)):

@@ -38,10 +38,16 @@ class Bed:
     @property
     def host_lines(self) -> str:
         """The test file's ``hosts:`` entries, a line each."""
+        return self.host_lines_with([""] * len(self.hosts))
+
+    def host_lines_with(self, extra: list[str]) -> str:
+        """``host_lines`` with ``extra[i]`` (keys and values, ``key: value, ...``) in host i's
+        entry where it is not empty."""
         return "\n".join(
             f"  - {{name: {h['name']}, address: {h['address']}, user: root, "
             f"python: /usr/bin/python3, identity_file: {STATE}/id_ed25519, "
-            f"known_hosts: {STATE}/known_hosts}}" for h in self.hosts)
+            f"known_hosts: {STATE}/known_hosts{', ' + more if more else ''}}}"
+            for h, more in zip(self.hosts, extra, strict=True))
 
     @property
     def lun_lines(self) -> str:
