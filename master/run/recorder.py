@@ -390,7 +390,7 @@ class StepRecorder:
         interlock_rows: list[dict[str, Any]] = []
         for h in hosts:
             bound = host_rows(k, phase, h, ops_by_host[h.host], planned_end_ns, cpu_rows,
-                                    interlock_rows)
+                              interlock_rows)
             if bound is not None:
                 out.skew_bound_ns[h.host] = bound
             out.io_errors += [(h.host, text) for text in h.result.io_errors]
