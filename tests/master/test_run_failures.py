@@ -32,18 +32,26 @@ from tests.master.runhelp import (
 
 LOCAL_TEST = """\
 test: {name}
-subinterval_seconds: 0.5
-hosts: [localhost]
+subinterval_seconds: {sub}
+hosts: {hosts}
 luns:
-  - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: 64MiB, create: true,
-     allow_write: true}}
+  - {{hosts: localhost, file: "${{output_root}}/lun-{name}", size: {size}, create: true,
+     allow_write: true{lun_keys}}}
 steps:
   - name: rr
     workloads:
       - {{name: rr, iosequencer: random_steady, blocksize: 4KiB, iodepth: 4, iops: 2000}}
-    warmup_seconds: 0.5
+    warmup_seconds: {sub}
     measure_seconds: {seconds}
 """
+
+
+def local_test(name: str, seconds: float, *, hosts: str = "[localhost]", sub: float = 0.5,
+               size: str = "64MiB", lun_keys: str = "") -> str:
+    """``LOCAL_TEST``: one step of ``seconds`` after a subinterval of warmup, on a file LUN of
+    ``size`` on ``hosts``; ``lun_keys``: more keys of the LUN's entry (``, key: value``)."""
+    return LOCAL_TEST.format(name=name, seconds=seconds, hosts=hosts, sub=sub, size=size,
+                             lun_keys=lun_keys)
 
 
 @pytest.mark.parametrize(
@@ -78,8 +86,8 @@ def test_unreachable_host_stops_the_run_before_any_io(tmp_path: Path) -> None:
     """A host refused at the start (the SSH transport's refusal is
     tests/master/test_transport.py's): exit 3 naming it, no step, the other host's slave
     closed."""
-    cfg = memory_config(tmp_path, LOCAL_TEST.format(name="unreach", seconds=3).replace(
-        "hosts: [localhost]", "hosts: [localhost, {name: far, address: 127.0.0.1, user: root}]"))
+    cfg = memory_config(tmp_path, local_test(
+        "unreach", 3, hosts="[localhost, {name: far, address: 127.0.0.1, user: root}]"))
     hosts = MemoryHosts(unreachable={"far": "unreachable: connection refused"})
     result = execute(memory_run(cfg, hosts))
     assert result.exit_code == 3, result.message
@@ -132,8 +140,7 @@ def test_preflight_on_an_ext4_loop_device(tmp_path: Path, ext4_loop_device: obje
 
 
 # a 16 MiB LUN: a 32 MiB blocksize passes the config's bounds (64 MiB) but fits no LUN here
-LATE_EDIT_TEST = LOCAL_TEST.format(name="lateedit", seconds=1).replace(
-    "size: 64MiB", "size: 16MiB") + """\
+LATE_EDIT_TEST = local_test("lateedit", 1, size="16MiB") + """\
   - name: second
     edit_rollup: [{edit}]
     measure_seconds: 1
@@ -180,7 +187,7 @@ def test_an_unusable_output_root_is_one_line_exit_4_before_any_host(
             root = tmp_path / "ro"
             root.mkdir(mode=0o555)
         why = "Read-only file system" if os.geteuid() == 0 else "Permission denied"
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="noroot", seconds=1))
+    cfg = write_config(tmp_path, local_test("noroot", 1))
     hosts = MemoryHosts()
     try:
         status = run_cli(["run", str(cfg), "--plain", "--output-root", str(root)], monkeypatch,
@@ -305,7 +312,7 @@ def test_a_run_folder_removed_mid_run_ends_the_run_exit_4(tmp_path: Path) -> Non
         return True
 
     hosts = MemoryHosts(watch)
-    run = memory_run(memory_config(tmp_path, LOCAL_TEST.format(name="gone", seconds=30)), hosts)
+    run = memory_run(memory_config(tmp_path, local_test("gone", 30)), hosts)
     result = execute(run)
     folder = box["folder"]
     assert result.exit_code == 4, result.message
@@ -317,8 +324,8 @@ def test_a_run_folder_removed_mid_run_ends_the_run_exit_4(tmp_path: Path) -> Non
 
 def test_a_worker_cpu_the_host_lacks_stops_the_run_before_any_io(tmp_path: Path) -> None:
     missing = max(os.sched_getaffinity(0)) + 1
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="cpus", seconds=3).replace(
-        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: '0,{missing}'}}]"))
+    cfg = write_config(tmp_path, local_test(
+        "cpus", 3, hosts=f"[{{name: localhost, worker_cpus: '0,{missing}'}}]"))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
@@ -333,10 +340,8 @@ def test_worker_cpus_place_the_workers_and_events_say_where(tmp_path: Path) -> N
     cpu = max(os.sched_getaffinity(0))
     # subintervals of 2 s: the worker shares its one CPU with the suite's other tests, and
     # with 0.5 s ones a fresh clone's master was once late for a subinterval (exit 3)
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="pin", seconds=2).replace(
-        "hosts: [localhost]", f"hosts: [{{name: localhost, worker_cpus: {cpu}}}]").replace(
-        "subinterval_seconds: 0.5", "subinterval_seconds: 2").replace(
-        "warmup_seconds: 0.5", "warmup_seconds: 2"))
+    cfg = write_config(tmp_path, local_test(
+        "pin", 2, hosts=f"[{{name: localhost, worker_cpus: {cpu}}}]", sub=2))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     # 0, or 1 where the step's IOPS came short (a suite read 1,724 of 2,000: the LUN's file is
@@ -357,7 +362,7 @@ def test_a_host_without_the_compiled_loop_refuses_libaio_or_falls_back_as_allowe
     which hosts.csv, luns.csv and events.csv say, naming the host."""
     monkeypatch.setenv("IVYPY_SLAVE_CC", "none")
     why = "the compiled paced loop is turned off (IVYPY_SLAVE_CC=none)"
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc", seconds=0.5))
+    cfg = write_config(tmp_path, local_test("nocc", 0.5))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
@@ -367,8 +372,8 @@ def test_a_host_without_the_compiled_loop_refuses_libaio_or_falls_back_as_allowe
     assert "allow_engine_fallback: true" in line
     assert not (run_folder(tmp_path, "nocc") / "step0000-rr" / "all" / "all.csv").exists()
 
-    cfg = write_config(tmp_path, LOCAL_TEST.format(name="nocc2", seconds=0.5).replace(
-        "allow_write: true}", "allow_write: true, allow_engine_fallback: true}"))
+    cfg = write_config(tmp_path, local_test("nocc2", 0.5,
+                                            lun_keys=", allow_engine_fallback: true"))
     proc = start_run(cfg, tmp_path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
