@@ -15,10 +15,13 @@ import contextlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from scripts.testbed_users import TestbedUse, using_testbed
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBED = ROOT / "scripts" / "testbed"
@@ -59,14 +62,47 @@ class Bed:
 @contextlib.contextmanager
 def testbed_with_luns(n_hosts: int, prefix: str) -> Iterator[Bed]:
     """The test bed with ``n_hosts`` hosts and a LUN each (see the module docstring); the
-    directory is named ``prefix``… in /dev/shm."""
+    directory is named ``prefix``… in /dev/shm. The test bed is held throughout
+    (``scripts/testbed_users.py``): a test run cannot bring it down or up meanwhile, nor can
+    this bring down one that others use."""
+    with (using_testbed(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]])) as use,
+          _brought_up(use, n_hosts), _with_luns(n_hosts, prefix) as bed):
+        yield bed
+
+
+@contextlib.contextmanager
+def _brought_up(use: TestbedUse, n_hosts: int) -> Iterator[bool]:
+    """The test bed up with at least ``n_hosts`` hosts; whether this brought it up (and takes
+    it down at the end). Up and down are run with ``use`` let go of."""
     up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0
-    if up and len(json.loads((STATE / "hosts.json").read_text())) < n_hosts:
-        subprocess.run([str(TESTBED), "down"], check=True, capture_output=True)
-        up = False
-    started = not up
-    if started:
-        subprocess.run([str(TESTBED), "up", str(n_hosts)], check=True, capture_output=True)
+    started = False
+    if not up or len(json.loads((STATE / "hosts.json").read_text())) < n_hosts:
+        use.let_go()
+        try:
+            if up:
+                _testbed("down")
+            _testbed("up", str(n_hosts))
+        finally:
+            use.hold()
+        started = True
+    try:
+        yield started
+    finally:
+        if started:
+            use.let_go()
+            subprocess.run([str(TESTBED), "down"], check=False, capture_output=True)
+
+
+def _testbed(*args: str) -> None:
+    """``scripts/testbed`` with ``args``; its own words when it refuses."""
+    done = subprocess.run([str(TESTBED), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/testbed {' '.join(args)}: {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def _with_luns(n_hosts: int, prefix: str) -> Iterator[Bed]:
+    """``testbed_with_luns``' LUNs on the hosts that are up."""
     loops: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/dev/shm"))
     try:
@@ -83,5 +119,3 @@ def testbed_with_luns(n_hosts: int, prefix: str) -> Iterator[Bed]:
         for lp in loops:
             subprocess.run(["losetup", "-d", lp], check=False)
         subprocess.run(["rm", "-rf", str(tmp)], check=False)
-        if started:
-            subprocess.run([str(TESTBED), "down"], check=False, capture_output=True)

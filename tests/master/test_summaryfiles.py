@@ -136,7 +136,7 @@ def test_a_row_the_compiled_formatter_leaves_is_written_as_fmt_writes_it(
 
 
 def test_summary_rows_read_as_mappings_of_the_cells_a_dict_row_had(tmp_path: Path) -> None:
-    out, rec, rows = _rows(tmp_path, MEASURE)
+    out, _, rows = _rows(tmp_path, MEASURE)
     out.close()
     assert len(rows) == 17 and len(list(rows)) == 17 and len(rows[2:5]) == 3
     first, last = rows[0], rows[-1]

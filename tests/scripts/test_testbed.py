@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from scripts.testbed_users import TestbedUse
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "testbed"
@@ -114,6 +117,31 @@ def test_up_again_recreates_cleanly_with_new_keys(clean_bed: None) -> None:
     assert namespaces() == {"ivy-h1", "ivy-h2"}
     assert run_testbed("status").returncode == 0
     assert ssh("ivy-h2", "true").returncode == 0
+
+
+def test_up_and_down_refuse_while_a_user_holds_the_bed(clean_bed: None) -> None:
+    """A benchmark or a test run holds the bed (``scripts/testbed_users.py``): up and down
+    refuse, exit 2, naming it, and leave the bed as it is; once it lets go they work. A user
+    that died holds nothing (its lock went with it)."""
+    run_testbed("up", "1")
+    use = TestbedUse("bench_soak --minutes 60")
+    use.hold()
+    try:
+        for args in (("down",), ("up", "2")):
+            refused = run_testbed(*args, check=False)
+            assert refused.returncode == 2, refused.stderr
+            assert (f"the test bed is in use (pid {os.getpid()}: bench_soak --minutes 60); "
+                    "not changing it") in refused.stderr
+            assert namespaces() == {"ivy-h1"} and run_testbed("status").returncode == 0
+    finally:
+        use.let_go()
+    dead = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
+                             "from scripts.testbed_users import TestbedUse\n"
+                             "TestbedUse('gone').hold(); import os; os._exit(0)",
+                             str(REPO_ROOT)])
+    assert dead.wait(timeout=30) == 0
+    run_testbed("down")
+    assert namespaces() == set()
 
 
 def test_down_never_fails_and_cleans_a_partial_bed(clean_bed: None) -> None:
