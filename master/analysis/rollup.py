@@ -14,10 +14,10 @@ workload to an instance of one rollup type.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -67,6 +67,22 @@ assert len(METRIC_COLUMNS) == N_VIEWS * _PER_VIEW
 #: in its random view as overall (only reads: in its read view), so writers of rows copy the
 #: overall block's text where the numbers are the same (``master.results.csvkernels.format_lines``).
 VIEW_BLOCKS: Final = tuple((v * _PER_VIEW, 0, _PER_VIEW) for v in range(1, N_VIEWS))
+
+
+_T = TypeVar("_T")
+
+#: Batches ``Sample.from_batches_steps`` adds between its pauses.
+PAUSE_EVERY: Final = 64
+
+
+def finished(steps: Generator[None, None, _T]) -> _T:
+    """What a generator of steps returns (``yield`` marks a pause; see
+    ``master.run.steps``, which lets its event loop run at each), run straight through."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +145,12 @@ class Sample:
         window), each array made in one pass from the batches' own: no batch of them all in
         between (at 100,000 workloads a window's coordinates are 90 million, and each copy of
         them 2 GB of fresh memory)."""
+        return finished(cls.from_batches_steps(batches))
+
+    @classmethod
+    def from_batches_steps(cls, batches: Sequence[StatsBatch]) -> Generator[None, None, Sample]:
+        """``from_batches``, pausing (a ``yield``) after every ``PAUSE_EVERY`` batches: its
+        caller's event loop may run meanwhile (``finished`` runs it straight through)."""
         if len(batches) < 2:
             return cls.from_batch(batches[0] if batches else StatsBatch.empty())
         nnz = [b.rows.size for b in batches]
@@ -137,12 +159,14 @@ class Sample:
         buckets = np.empty(total, dtype=np.int64)
         counts = np.empty(total, dtype=np.int64)
         at, first_row = 0, 0
-        for b, n in zip(batches, nnz, strict=True):
+        for i, (b, n) in enumerate(zip(batches, nnz, strict=True)):
             np.add(b.rows, np.int64(first_row), out=rows[at:at + n], dtype=np.int64)
             buckets[at:at + n] = b.buckets
             counts[at:at + n] = b.counts
             at += n
             first_row += b.n_workloads * ROWS_PER_WORKLOAD
+            if i % PAUSE_EVERY == PAUSE_EVERY - 1:
+                yield
         return cls(
             counters=np.concatenate([b.counters for b in batches]).astype(np.int64, copy=False),
             lat=np.concatenate([b.lat for b in batches]).astype(np.int64, copy=False),

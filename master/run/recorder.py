@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -551,9 +551,18 @@ class StepRecorder:
                       ) -> ru.Sample:
         """The measurement window's statistics from every host's ``WindowResult`` (host,
         workload ids, ``StatsBatch`` wire dict), in the plan's workload order."""
+        return ru.finished(self.window_sample_steps(parts))
+
+    def window_sample_steps(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
+                            ) -> Generator[None, None, ru.Sample]:
+        """``window_sample`` with pauses (``yield``, every ``ru.PAUSE_EVERY`` hosts): a step's
+        end at scale takes seconds, and the run's event loop keeps its hosts' conversations
+        alive at each pause (``master.run.steps``)."""
         by_host = {h: (ids, stats) for h, ids, stats in parts}
         batches = []
-        for h in self._hosts:
+        for i, h in enumerate(self._hosts):
+            if i % ru.PAUSE_EVERY == ru.PAUSE_EVERY - 1:
+                yield
             if h not in by_host:
                 raise HostError("sent no measurement window", host=h)
             ids, stats = by_host[h]
@@ -573,16 +582,27 @@ class StepRecorder:
             if order != sorted(order):  # the plan lists the host's workloads in its order
                 batch = _reorder(batch, np.argsort(np.asarray(order)))
             batches.append(batch)
-        return ru.Sample.from_batches(batches)
+        return (yield from ru.Sample.from_batches_steps(batches))
 
     def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                   iops_tolerance_pct: float | None = None,
                   ) -> tuple[bool, Sequence[Mapping[str, Any]], list[str]]:
         """``_summarised``, its validity told to the live metrics."""
-        valid, rows, messages = self._summarised(window, total, extra_invalid=extra_invalid,
-                                                 extra=extra,
-                                                 iops_tolerance_pct=iops_tolerance_pct)
+        return ru.finished(self.summarise_steps(window, total, extra_invalid=extra_invalid,
+                                                extra=extra,
+                                                iops_tolerance_pct=iops_tolerance_pct))
+
+    def summarise_steps(self, window: Sequence[int], total: ru.Sample | None = None, *,
+                        extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
+                        iops_tolerance_pct: float | None = None,
+                        ) -> Generator[None, None, tuple[bool, Sequence[Mapping[str, Any]],
+                                                         list[str]]]:
+        """``summarise`` with pauses (``yield``: after each rollup type's rows and each
+        slice of its histogram files), as ``window_sample_steps``."""
+        valid, rows, messages = yield from self._summarised(
+            window, total, extra_invalid=extra_invalid, extra=extra,
+            iops_tolerance_pct=iops_tolerance_pct)
         if self.metrics is not None:
             self.metrics.set_valid(self.number, self.name, valid)
         return valid, rows, messages
@@ -590,7 +610,8 @@ class StepRecorder:
     def _summarised(self, window: Sequence[int], total: ru.Sample | None = None, *,
                     extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                     iops_tolerance_pct: float | None = None,
-                    ) -> tuple[bool, Sequence[Mapping[str, Any]], list[str]]:
+                    ) -> Generator[None, None, tuple[bool, Sequence[Mapping[str, Any]],
+                                                     list[str]]]:
         """Summary rows over the subintervals ``window`` (and the histogram files), from the
         window's statistics ``total`` (``window_sample``; needed unless the window is empty).
         ``iops_tolerance_pct``: check each paced workload's IOPS against its mean setting
@@ -638,7 +659,8 @@ class StepRecorder:
             blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
                                        self._inst_text[spec.type], columns, values, is_max,
                                        tail, INT_SUMMARY_COLUMNS))
-            self._write_histograms(spec, g, total)
+            yield
+            yield from self._write_histograms(spec, g, total)
         return valid_all, SummaryRows(blocks, [(start + 3, source + 3, length)
                                                for start, source, length in ru.VIEW_BLOCKS]), (
             messages)
@@ -698,11 +720,12 @@ class StepRecorder:
                      for i, inst in enumerate(g.names)]
         return rows
 
-    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample) -> None:
+    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample
+                          ) -> Generator[None, None, None]:
         """Each instance's histogram file, a slice of ``HISTOGRAM_SLICE`` instances at a time:
         the slices' rows made here and their files written on the step's writer threads
         (the kernels release the GIL), at most two slices a thread ahead; the files are the
-        same whatever the threads (each is one slice's)."""
+        same whatever the threads (each is one slice's). Pauses after each slice."""
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
         files = self.file_names(spec.type)
 
@@ -714,6 +737,7 @@ class StepRecorder:
         if self.threads <= 1 or g.n <= HISTOGRAM_SLICE:
             for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
                 write(part)
+                yield
             return
         pool = writers.pool(self.threads)
         pending: deque[Future[None]] = deque()
@@ -722,6 +746,7 @@ class StepRecorder:
                 if len(pending) >= 2 * self.threads:
                     pending.popleft().result()  # its error first, and memory bounded
                 pending.append(pool.submit(write, part))
+                yield
         except BaseException:
             writers.drain(pending)  # the rest is not started
             raise

@@ -45,6 +45,7 @@ from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
 from master.run.hostrows import HostResult
 from master.run.notices import OnceARun
 from master.run.outcome import EXIT_INVALID, StepFailed, failure_text
+from master.run.pauses import stepped
 from master.run.recorder import Recorded, StepRecorder
 from master.run.settings import Settings, Source, split_total
 from master.run.startlead import GoConfirmed, start_lead_ns
@@ -460,7 +461,8 @@ class StepLoop:
                 self._summarise_failed(st, f"{reason}; the measurement window did not come "
                                        f"within {INTERRUPT_WAIT_S:g} s of the interrupt")
                 return False
-            valid, text = self._summarise(st, window, total, extra_invalid=reason, extra=extra)
+            valid, text = await self._summarise(st, window, total, extra_invalid=reason,
+                                                extra=extra)
             self.step_whole = whole
             self.notices.devices(number, recorder.devices.disagreements())  # at the run's end
             self.view.step_finished(text)
@@ -692,8 +694,8 @@ class StepLoop:
             if self.interrupted.is_set():  # the hosts still busy are marked failed
                 raise Abandoned from None
             raise
-        return st.recorder.window_sample([(hs.host, r.workload_ids, r.stats) for hs, r
-                                          in zip(sessions, replies, strict=True)])
+        return await stepped(st.recorder.window_sample_steps(
+            [(hs.host, r.workload_ids, r.stats) for hs, r in zip(sessions, replies, strict=True)]))
 
     def _summarise_failed(self, st: StepState, reason: str) -> None:
         """The summary rows of a step a failure ended: invalid with ``reason``, no metrics
@@ -706,12 +708,12 @@ class StepLoop:
             if self.output_failed is None:
                 self.output_failed = exc
 
-    def _summarise(self, st: StepState, window: Sequence[int], total: Sample | None, *,
-                   extra_invalid: str = "", extra: dict[str, Any] | None = None
-                   ) -> tuple[bool, str]:
-        valid, rows, messages = st.recorder.summarise(
+    async def _summarise(self, st: StepState, window: Sequence[int], total: Sample | None, *,
+                         extra_invalid: str = "", extra: dict[str, Any] | None = None
+                         ) -> tuple[bool, str]:
+        valid, rows, messages = await stepped(st.recorder.summarise_steps(
             window, total, extra_invalid=extra_invalid, extra=extra,
-            iops_tolerance_pct=st.config.iops_tolerance_pct)
+            iops_tolerance_pct=st.config.iops_tolerance_pct))
         self._write_summary(st, rows, messages, valid=valid)
         alls = [r for r in rows if r["rollup_type"] == "all"]
         if not alls or alls[0]["IOPS"] is None:

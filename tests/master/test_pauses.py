@@ -1,0 +1,112 @@
+"""``master.run.pauses.stepped``: a computation in steps on the event loop, the loop's other
+work run at each pause; and a step's end (``StepRecorder.summarise_steps``,
+``window_sample_steps``) pausing often, with the same result as run straight through."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Generator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from master.analysis.rollup import finished
+from master.results.output import RunOutput
+from master.run import recorder as recorder_module
+from master.run.pauses import stepped
+from master.run.recorder import StepRecorder
+from tests.master.test_recorder import ROLLUPS, _host_result, _Slaves, _workloads, settings_of
+
+
+def _steps(log: list[str], n: int) -> Generator[None, None, int]:
+    for i in range(n):
+        log.append(f"step {i}")
+        yield
+    return n
+
+
+def test_the_loop_runs_its_other_work_at_every_pause() -> None:
+    log: list[str] = []
+
+    async def other() -> None:
+        while True:
+            log.append("tick")
+            await asyncio.sleep(0)
+
+    async def main() -> int:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        try:
+            return await stepped(_steps(log, 3))
+        finally:
+            task.cancel()
+
+    assert asyncio.run(main()) == 3
+    steps = [i for i, what in enumerate(log) if what.startswith("step")]
+    assert len(steps) == 3
+    assert all("tick" in log[a + 1:b] for a, b in itertools.pairwise(steps))
+    assert finished(_steps([], 4)) == 4
+
+
+def test_cancelled_at_a_pause_the_steps_clean_up_there() -> None:
+    cleaned: list[str] = []
+
+    def steps() -> Generator[None, None, None]:
+        try:
+            while True:
+                yield
+        finally:
+            cleaned.append("closed")
+
+    async def main() -> None:
+        task = asyncio.create_task(stepped(steps()))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert cleaned == ["closed"]
+
+
+def test_a_steps_end_pauses_per_rollup_type_and_histogram_slice_with_the_same_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window's statistics and the summary in steps: a pause at least per rollup type and
+    per slice of histogram files (slices of 2 here), and every file the same as the summary
+    run straight through writes."""
+    monkeypatch.setattr(recorder_module, "HISTOGRAM_SLICE", 2)
+    files = {}
+    pauses = {}
+    for how in ("steps", "straight"):
+        wl = _workloads()
+        out = RunOutput(tmp_path / how)
+        rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=1)
+        sim = _Slaves(rec)
+        rng = np.random.default_rng(4)
+        ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
+        for k in range(3):
+            rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
+                                          for h in ("h1", "h2")], (k + 1) * 10**9)
+        if how == "straight":
+            rec.summarise([0, 1, 2], sim.window(0, 2))
+        else:
+            steps = rec.summarise_steps([0, 1, 2], sim.window(0, 2))
+            n = 0
+            while True:
+                try:
+                    next(steps)
+                except StopIteration:
+                    break
+                n += 1
+            pauses[how] = n
+        out.close()
+        top = tmp_path / how / "step0000-x"
+        files[how] = {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*.csv"))}
+    instances = 8 + 4 + 2 + 2 + 1  # workloads, LUNs, hosts, vendor+model, all
+    slices = 4 + 2 + 1 + 1 + 1
+    assert pauses["steps"] >= len(ROLLUPS) + slices
+    assert sum(name.startswith("histograms/") for name in files["steps"]) == instances
+    assert files["steps"] == files["straight"]
