@@ -77,13 +77,10 @@ def _brought_up(use: TestbedUse, n_hosts: int) -> Iterator[bool]:
     up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0
     started = False
     if not up or len(json.loads((STATE / "hosts.json").read_text())) < n_hosts:
-        use.let_go()
-        try:
+        with use.let_go_while():
             if up:
                 _testbed("down")
             _testbed("up", str(n_hosts))
-        finally:
-            use.hold()
         started = True
     try:
         yield started

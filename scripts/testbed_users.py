@@ -46,6 +46,15 @@ class TestbedUse:
             raise
         self._fd = fd
 
+    @contextlib.contextmanager
+    def let_go_while(self) -> Iterator[None]:
+        """Not held for the block (this user's own ``up`` or ``down``), held again after."""
+        self.let_go()
+        try:
+            yield
+        finally:
+            self.hold()
+
     def let_go(self) -> None:
         """Release the lock and remove the line (nothing when not held)."""
         if self._fd < 0:

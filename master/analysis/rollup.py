@@ -76,8 +76,8 @@ PAUSE_EVERY: Final = 64
 
 
 def finished(steps: Generator[None, None, _T]) -> _T:
-    """What a generator of steps returns (``yield`` marks a pause; see
-    ``master.run.steps``, which lets its event loop run at each), run straight through."""
+    """What a generator of steps returns (``yield`` marks a pause; ``master.run.pauses``
+    lets the run's event loop run at each), run straight through."""
     while True:
         try:
             next(steps)

@@ -166,34 +166,37 @@ def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str
     summary.csv (``run_header``: a row's cells of columns it lacks are left out)."""
     if not rows:
         return
+    texts = _block_texts(rows, header)
+    if texts is None:
+        by_type: dict[str, list[Mapping[str, Any]]] = {}
+        for row in rows:
+            by_type.setdefault(str(row["rollup_type"]), []).append(row)
+        for rollup_type, mine in by_type.items():
+            output.table(f"{step_dir}/{safe_name(rollup_type)}/summary.csv",
+                         header).write_many(mine)
+    else:
+        for rollup_type, text in texts:
+            own = output.table(f"{step_dir}/{safe_name(rollup_type)}/summary.csv", header)
+            if text:
+                own.append_now(text)
     run = output.table("summary.csv", run_header)
-    blocks, repeats = (rows.blocks, rows.repeats) if isinstance(rows, SummaryRows) else ((), ())
-    if blocks:
-        texts = [b.lines(header, repeats) for b in blocks]
-        if all(t is not None for t in texts):
-            for block, text in zip(blocks, texts, strict=True):
-                assert text is not None
-                own = output.table(f"{step_dir}/{safe_name(block.rollup_type)}/summary.csv",
-                                   header)
-                if text:
-                    own.append_now(text)
-            if list(run_header) == list(header):
-                whole = "".join(t for t in texts if t)
-                if whole:
-                    run.append_now(whole)
-                return
-            _write_dicts(run, rows, run_header)
-            return
-    by_type: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_type.setdefault(str(row["rollup_type"]), []).append(row)
-    for rollup_type, mine in by_type.items():
-        output.table(f"{step_dir}/{safe_name(rollup_type)}/summary.csv", header).write_many(
-            mine)
-    _write_dicts(run, rows, run_header)
+    if texts is not None and list(run_header) == list(header):
+        run.append_now("".join(text for _, text in texts))
+    else:
+        kept = set(run_header)
+        run.write_many([{c: v for c, v in row.items() if c in kept} for row in rows])
 
 
-def _write_dicts(table: Any, rows: Sequence[Mapping[str, Any]], header: Sequence[str]) -> None:
-    """The rows' cells of ``header``'s columns into ``table``."""
-    kept = set(header)
-    table.write_many([{c: v for c, v in row.items() if c in kept} for row in rows])
+def _block_texts(rows: Sequence[Mapping[str, Any]], header: Sequence[str]
+                 ) -> list[tuple[str, str]] | None:
+    """Each rollup type's lines under ``header`` from the rows' columns; None where the rows
+    are not ``SummaryRows`` or some block's columns are not the header's."""
+    if not isinstance(rows, SummaryRows):
+        return None
+    texts = []
+    for block in rows.blocks:
+        text = block.lines(header, rows.repeats)
+        if text is None:
+            return None
+        texts.append((block.rollup_type, text))
+    return texts

@@ -115,12 +115,9 @@ def testbed() -> Iterator[Testbed]:
     with using_testbed(f"pytest (pid {os.getpid()}): tests/master's test bed tests") as use:
         started = False
         if not _testbed_status_ok():
-            use.let_go()
-            try:
+            with use.let_go_while():
                 done = subprocess.run([str(TESTBED_SCRIPT), "up", "3"], capture_output=True,
                                       text=True)
-            finally:
-                use.hold()
             assert done.returncode == 0, f"scripts/testbed up 3: {done.stderr.strip()}"
             started = True
         try:

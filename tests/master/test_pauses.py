@@ -9,15 +9,13 @@ import itertools
 from collections.abc import Generator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from master.analysis.rollup import finished
 from master.results.output import RunOutput
 from master.run import recorder as recorder_module
 from master.run.pauses import stepped
-from master.run.recorder import StepRecorder
-from tests.master.test_recorder import ROLLUPS, _host_result, _Slaves, _workloads, settings_of
+from tests.master.test_recorder import ROLLUPS, _four_subintervals
 
 
 def _steps(log: list[str], n: int) -> Generator[None, None, int]:
@@ -79,34 +77,25 @@ def test_a_steps_end_pauses_per_rollup_type_and_histogram_slice_with_the_same_fi
     run straight through writes."""
     monkeypatch.setattr(recorder_module, "HISTOGRAM_SLICE", 2)
     files = {}
-    pauses = {}
+    pauses = 0
     for how in ("steps", "straight"):
-        wl = _workloads()
         out = RunOutput(tmp_path / how)
-        rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=1)
-        sim = _Slaves(rec)
-        rng = np.random.default_rng(4)
-        ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
-        for k in range(3):
-            rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
-                                          for h in ("h1", "h2")], (k + 1) * 10**9)
+        rec, sim = _four_subintervals(out, 0, ["measurement"] * 4, 4, threads=1)
         if how == "straight":
-            rec.summarise([0, 1, 2], sim.window(0, 2))
+            rec.summarise([0, 1, 2, 3], sim.window(0, 3))
         else:
-            steps = rec.summarise_steps([0, 1, 2], sim.window(0, 2))
-            n = 0
+            steps = rec.summarise_steps([0, 1, 2, 3], sim.window(0, 3))
             while True:
                 try:
                     next(steps)
                 except StopIteration:
                     break
-                n += 1
-            pauses[how] = n
+                pauses += 1
         out.close()
         top = tmp_path / how / "step0000-x"
         files[how] = {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*.csv"))}
     instances = 8 + 4 + 2 + 2 + 1  # workloads, LUNs, hosts, vendor+model, all
     slices = 4 + 2 + 1 + 1 + 1
-    assert pauses["steps"] >= len(ROLLUPS) + slices
+    assert pauses >= len(ROLLUPS) + slices
     assert sum(name.startswith("histograms/") for name in files["steps"]) == instances
     assert files["steps"] == files["straight"]
