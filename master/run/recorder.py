@@ -71,6 +71,10 @@ HISTOGRAM_SLICE = 1024
 #: step has more than one writer thread and at least this many instances (fewer: the rows are
 #: written on the recorder's own thread, a job's hand-over would cost more than it saves).
 ROW_SLICE = 4096
+#: A summary row's repeated blocks of view columns (``ru.VIEW_BLOCKS`` after its first three
+#: numbers: first and last subinterval, measurement seconds).
+SUMMARY_REPEATS = tuple((start + 3, source + 3, length) for start, source, length
+                        in ru.VIEW_BLOCKS)
 #: A summary row's cells that are counts (ints where the row is read as a mapping).
 INT_SUMMARY_COLUMNS = frozenset({"first_subinterval", "last_subinterval", "workloads"})
 
@@ -557,7 +561,7 @@ class StepRecorder:
                             ) -> Generator[None, None, ru.Sample]:
         """``window_sample`` with pauses (``yield``, every ``ru.PAUSE_EVERY`` hosts): a step's
         end at scale takes seconds, and the run's event loop keeps its hosts' conversations
-        alive at each pause (``master.run.steps``)."""
+        alive at each pause (``master.run.pauses``)."""
         by_host = {h: (ids, stats) for h, ids, stats in parts}
         batches = []
         for i, h in enumerate(self._hosts):
@@ -646,14 +650,9 @@ class StepRecorder:
             count = np.bincount(g.of_workload, minlength=g.n)
             is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
             setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
-            values = np.empty((g.n, len(columns)))
-            values[:, :3] = (window[0], window[-1], dur)
-            parts = (res.values, device[spec.type], gathered[spec.type])
-            at = 3
-            for part in parts:
-                values[:, at:at + part.shape[1]] = part
-                at += part.shape[1]
-            values[:, at:] = np.column_stack([cpu, count, setting])
+            values = np.hstack([np.tile([window[0], window[-1], dur], (g.n, 1)), res.values,
+                                device[spec.type], gathered[spec.type],
+                                np.column_stack([cpu, count, setting])])
             tail = {"valid": valid and not extra_invalid, "invalid_reason": reason,
                     **(extra or {})}
             blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
@@ -661,9 +660,7 @@ class StepRecorder:
                                        tail, INT_SUMMARY_COLUMNS))
             yield
             yield from self._write_histograms(spec, g, total)
-        return valid_all, SummaryRows(blocks, [(start + 3, source + 3, length)
-                                               for start, source, length in ru.VIEW_BLOCKS]), (
-            messages)
+        return valid_all, SummaryRows(blocks, SUMMARY_REPEATS), messages
 
     def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
         """Each rollup type's gathered columns over ``window``: per instance and column, the
