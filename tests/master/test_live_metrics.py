@@ -127,9 +127,14 @@ steps:
 """
 
 
+# the second step's validity is served once it has ended: a scrape after that is not "during"
+_SECOND_ENDED = re.compile(r'ivypy_step_valid\{[^}]*step="1:second"')
+
+
 class Scraper(threading.Thread):
     """Scrapes the run's ``/metrics`` every 0.2 s once events.csv names its address, keeping
-    the last body (and the statuses it got). (A scrape is answered in the run's event loop:
+    the last body, the last taken while the second step ran (before its validity is served),
+    and the statuses it got. (A scrape is answered in the run's event loop:
     scraped every 50 ms by two of these beside a busy suite, an in-memory run of 0.2 s
     subintervals missed a result's deadline once.)"""
 
@@ -159,7 +164,7 @@ class Scraper(threading.Thread):
                     with urllib.request.urlopen(req, timeout=5) as r:
                         self.statuses.append(r.status)
                         self.last = r.read().decode()
-                        if 'step="1:second"' in self.last:
+                        if 'step="1:second"' in self.last and not _SECOND_ENDED.search(self.last):
                             self.during_second = self.last
                 except urllib.error.HTTPError as exc:
                     self.statuses.append(exc.code)
