@@ -462,6 +462,12 @@ def file_lun(
 
 #: what ``lay_out`` writes per call: large enough to stream, small enough to report often
 LAYOUT_CHUNK_BYTES = 4 << 20
+#: ... and syncs every this many bytes: its progress is of bytes on the device, and the sync
+#: at its end (of what the page cache still holds: gigabytes on a host with much memory) is
+#: short. The master hears the progress (at least once a second) and gives up on a host only
+#: after a minute without a word (``master.hosts.session.HostSession.discover``): a device
+#: that writes under about 1 MB/s would go that long between syncs.
+LAYOUT_SYNC_BYTES = 64 << 20
 
 
 def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], PreflightError],
@@ -469,7 +475,9 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
             unmarked: Callable[[str], None] | None = None) -> os.stat_result:
     """Create ``path`` with all of its ``size_bytes`` written: random bytes (``random``: a
     storage system that compresses or dedupes sees no shortcut) or zeros (``zero``), marked as
-    ivypy's (``slave.lun_mark``), then synced. It is written under a hidden name beside it and
+    ivypy's (``slave.lun_mark``), synced every ``LAYOUT_SYNC_BYTES`` and at the end;
+    ``progress(done_bytes, size_bytes)`` is called after each part written (and synced at the
+    sync points). It is written under a hidden name beside it and
     linked into place only when whole, so a layout cut off (the run stopped, the disk full)
     never leaves a half-written file under its name, nor a marked one that a later run would
     take for ivypy's whole file; the hidden file of an earlier cut-off layout is removed first.
@@ -489,7 +497,7 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
         raise refuse(f"cannot create: {exc.strerror or exc}") from exc
     rng = np.random.default_rng()
     zeros = bytes(min(LAYOUT_CHUNK_BYTES, size_bytes)) if layout == "zero" else b""
-    done = 0
+    done = synced = 0
     try:
         while done < size_bytes:
             n = min(LAYOUT_CHUNK_BYTES, size_bytes - done)
@@ -497,6 +505,9 @@ def lay_out(path: str, size_bytes: int, layout: str, refuse: Callable[[str], Pre
             while data:
                 data = data[os.write(fd, data):]
             done += n
+            if done - synced >= LAYOUT_SYNC_BYTES and done < size_bytes:
+                os.fdatasync(fd)
+                synced = done
             if progress is not None:
                 progress(done, size_bytes)
         if layout == "random":

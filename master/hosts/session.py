@@ -80,8 +80,6 @@ FAILED_CLOSE_GRACE_S = 0.2
 #: ... and how long its closing may take in all (an SSH kill over a cut link never returns).
 FAILED_CLOSE_LIMIT_S = 1.5
 REQUEST_TIMEOUT_S = 60.0
-#: Discovery that lays files out waits for them at no less than this rate (a slow disk).
-LAYOUT_MIN_BYTES_PER_S = 20e6
 
 
 class LunRefusedError(HostError):
@@ -162,6 +160,9 @@ class HostSession:
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._last_sent_ns = 0
+        #: when the slave last said anything (the master's clock): a long answer it keeps
+        #: talking through (a layout's progress, a read-back's findings) is alive
+        self.heard_ns = 0
         self._bye = asyncio.Event()
         self._writes: set[asyncio.Future[None]] = set()  # writes waiting for the slave to read
         #: what each read-back (``verify_lun``, by seq) is told as it goes
@@ -238,6 +239,7 @@ class HostSession:
                 if not data:
                     self._on_eof()
                     return
+                self.heard_ns = self.clock()
                 for msg in self.conv.receive_data(data):
                     self._dispatch(msg)
         except ProtocolError as exc:
@@ -301,11 +303,13 @@ class HostSession:
 
     async def _request(
         self, msg: Message, key: int, timeout_s: float = REQUEST_TIMEOUT_S,
-        send_timeout_s: float | None = None,
+        send_timeout_s: float | None = None, silent: str | None = None,
     ) -> Message:
         """``msg`` and its answer within ``timeout_s`` in all; the slave must take the bytes
         within ``send_timeout_s`` when that is sooner (the deadline of what the request is part
-        of)."""
+        of). With ``silent``, the answer may take as long as the slave keeps talking: the host
+        fails (``no word ... for N s``, ``silent`` saying of what) only once it has said
+        nothing for ``timeout_s``."""
         if self.failure is not None:  # a host given up is not asked again (nor waited for)
             raise self.failure
         loop = asyncio.get_running_loop()
@@ -320,10 +324,32 @@ class HostSession:
             if fut.done():
                 fut.exception()  # ``_fail`` set it: the send raises it
             raise
+        if silent is not None:
+            try:
+                return await self._while_heard(fut, timeout_s, silent)
+            finally:
+                self._pending.pop(key, None)
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled():
+                    fut.exception()  # ``_fail`` set it (this host failed): raised already
         try:
             return await asyncio.wait_for(fut, max(0.0, timeout_s - (loop.time() - t0)))
         except asyncio.TimeoutError as exc:
             raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
+
+    async def _while_heard(self, fut: asyncio.Future[Message], silence_s: float,
+                           silent: str) -> Message:
+        """``fut``'s answer, waited for while the slave says anything at least every
+        ``silence_s`` (from now: the request is sent)."""
+        since = self.clock()
+        while True:
+            quiet_s = (self.clock() - max(since, self.heard_ns)) / 1e9
+            if quiet_s >= silence_s:
+                raise self._fail(f"no word {silent} for {silence_s:g} s")
+            done, _ = await asyncio.wait([fut], timeout=silence_s - quiet_s)
+            if done:
+                return fut.result()
 
     # ------------------------------------------------------------------ conversation
     async def start(self, pings: int = PINGS, uncertainty_limit_ns: int | None = None,
@@ -397,13 +423,18 @@ class HostSession:
     async def discover(self, files: list[dict[str, Any]], devices: list[str]
                        ) -> list[dict[str, Any]]:
         """The host's LUNs: ``files`` and the block devices the globs ``devices`` match
-        (``DiscoverLuns``). Files to lay out (``layout`` not ``none``, up to their
-        size) give the slave more time, at ``LAYOUT_MIN_BYTES_PER_S``."""
+        (``DiscoverLuns``), waited for as long as the slave keeps talking: it tells a file's
+        layout at least once a second and syncs it as it goes (``slave.luns.lay_out``), so a
+        layout takes what the disk takes while a slave hung on a device, or gone, fails its
+        host after ``REQUEST_TIMEOUT_S`` of silence."""
         seq = self._next_seq()
-        laid_out = sum(int(f.get("size_bytes") or 0) for f in files
-                       if f.get("create") and f.get("layout", "none") != "none")
-        reply = await self._request(DiscoverLuns(seq, files, devices), key=seq, timeout_s=(
-            REQUEST_TIMEOUT_S + laid_out / LAYOUT_MIN_BYTES_PER_S))
+        laid = [int(f.get("size_bytes") or 0) for f in files
+                if f.get("create") and f.get("layout", "none") != "none"]
+        what = "while the slave discovered its LUNs" + (
+            f" (laying out up to {len(laid)} file{'s' * (len(laid) != 1)}, "
+            f"{sum(laid) / 2**30:.2f} GiB)" if laid else "")
+        reply = await self._request(DiscoverLuns(seq, files, devices), key=seq,
+                                    timeout_s=REQUEST_TIMEOUT_S, silent=what)
         if isinstance(reply, Error):
             if reply.kind in ("config", "preflight") and reply.lun:
                 raise LunRefusedError(reply.message, host=self.host, lun=reply.lun)
@@ -443,33 +474,15 @@ class HostSession:
         totals, or the refusal). The slave says how it goes at least once a second: no word
         for ``silence_s`` fails the host."""
         seq = self._next_seq()
-        heard = [self.clock()]
-
-        def found(msg: VerifyFound) -> None:
-            heard[0] = self.clock()
-            on_found(msg)
-
-        self._found[seq] = found
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Message] = loop.create_future()
-        self._pending[seq] = fut
+        self._found[seq] = on_found
         try:
-            await self.send(VerifyLun(seq, lun_path, dict(target), kept_max))
-            while True:
-                left = silence_s - (self.clock() - heard[0]) / 1e9
-                done, _ = await asyncio.wait([fut], timeout=max(0.0, left))
-                if done:
-                    reply = fut.result()
-                    assert isinstance(reply, Ack | Error)
-                    return reply
-                if (self.clock() - heard[0]) / 1e9 >= silence_s:
-                    raise self._fail(f"no word of the read-back of {lun_path} for "
-                                     f"{silence_s:g} s")
+            reply = await self._request(VerifyLun(seq, lun_path, dict(target), kept_max),
+                                        key=seq, timeout_s=silence_s,
+                                        silent=f"of the read-back of {lun_path}")
         finally:
             self._found.pop(seq, None)
-            self._pending.pop(seq, None)
-            if not fut.done():
-                fut.cancel()
+        assert isinstance(reply, Ack | Error)
+        return reply
 
     async def edit(self, workload_id: str, params: dict[str, Any]) -> Ack | Error:
         seq = self._next_seq()

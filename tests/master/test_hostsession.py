@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -17,9 +18,12 @@ from protocol.errors import HostError
 from protocol.messages import (
     Ack,
     Bye,
+    DiscoverLuns,
     Error,
     Hello,
     HelloReply,
+    Log,
+    LunList,
     Message,
     Ping,
     Pong,
@@ -316,10 +320,11 @@ def test_a_write_the_slave_does_not_take_is_bounded_and_ends_when_the_host_fails
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
-class ReadingBackSlave(ScriptedSlave):
-    """A slave that answers ``VerifyLun`` with ``words`` ``VerifyFound``, each one second
-    after the one before on the master's clock (``now``, which it moves), then ``Ack``, or
-    (``silent``) a minute of silence."""
+class TalkingSlave(ScriptedSlave):
+    """A slave that answers a long request (``VerifyLun`` or ``DiscoverLuns``) with ``words``
+    messages as it goes (``VerifyFound`` or a layout's ``Log``), each one second after the one
+    before on the master's clock (``now``, which it moves), then its answer (``Ack`` or
+    ``LunList``), or (``silent``) a minute of silence."""
 
     def __init__(self, words: int, silent: bool) -> None:
         super().__init__()
@@ -331,49 +336,92 @@ class ReadingBackSlave(ScriptedSlave):
 
     async def write(self, data: bytes) -> None:
         for msg in FrameDecoder().feed(data):
-            if isinstance(msg, VerifyLun):
+            if isinstance(msg, VerifyLun | DiscoverLuns):
                 self.conv.receive(msg)
-                asyncio.get_running_loop().create_task(self._answer(msg.seq))
+                asyncio.get_running_loop().create_task(self._answer(msg))
                 return
         await super().write(data)
 
-    async def _answer(self, seq: int) -> None:
+    async def _answer(self, msg: VerifyLun | DiscoverLuns) -> None:
+        seq = msg.seq
         for k in range(self.words):
             await asyncio.sleep(0.01)
             self.now += 1_000_000_000
-            self.out.put_nowait(self.conv.send(VerifyFound(seq, k + 1, 9, 4096 * (k + 1), b"")))
+            self.out.put_nowait(self.conv.send(
+                VerifyFound(seq, k + 1, 9, 4096 * (k + 1), b"") if isinstance(msg, VerifyLun)
+                else Log("INFO", f"layout of file LUN /f: {k + 1} %", self.now,
+                         {"kind": "layout", "lun": "/f"})))
         await asyncio.sleep(0.01)
         if self.silent:
             self.now += 60_000_000_000
-        else:
+        elif isinstance(msg, VerifyLun):
             self.out.put_nowait(self.conv.send(Ack(seq, -1, {"blocks_checked": 9})))
+        else:
+            self.out.put_nowait(self.conv.send(LunList(seq, [])))
 
 
-def _read_back(conn: ReadingBackSlave) -> tuple[Message | BaseException, list[int]]:
-    """``verify_lun`` against ``conn``, 1.5 s of silence allowed (on its clock)."""
-    heard: list[int] = []
+def _talk(conn: TalkingSlave, ask: Callable[[HostSession], Awaitable[Any]]) -> Any:
+    """``ask`` of a session of ``conn``: its answer, or the ``HostError`` it raised."""
 
-    async def scenario() -> Message | BaseException:
+    async def scenario() -> Any:
         hs = HostSession(conn, "h1", clock=conn.clock)
         await hs.start(pings=1)
         try:
-            return await hs.verify_lun("/dev/x", {"lun": 0}, 0,
-                                       lambda m: heard.append(m.blocks_done), 1.5)
+            return await ask(hs)
         except HostError as exc:
             return exc
         finally:
             await hs.close(grace_s=0.2)
 
-    return asyncio.run(asyncio.wait_for(scenario(), 20)), heard
+    return asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def _read_back(conn: TalkingSlave) -> tuple[Message | BaseException, list[int]]:
+    """``verify_lun`` against ``conn``, 1.5 s of silence allowed (on its clock)."""
+    heard: list[int] = []
+    got = _talk(conn, lambda hs: hs.verify_lun("/dev/x", {"lun": 0}, 0,
+                                               lambda m: heard.append(m.blocks_done), 1.5))
+    return got, heard
 
 
 def test_a_read_back_is_heard_as_it_goes_and_ends_on_its_answer() -> None:
     # five words a second apart: none 1.5 s after the one before, though the whole takes 5 s
-    got, heard = _read_back(ReadingBackSlave(5, silent=False))
+    got, heard = _read_back(TalkingSlave(5, silent=False))
     assert isinstance(got, Ack) and got.info == {"blocks_checked": 9} and heard == [1, 2, 3, 4, 5]
 
 
 def test_a_read_back_that_falls_silent_fails_its_host() -> None:
-    got, heard = _read_back(ReadingBackSlave(2, silent=True))
+    got, heard = _read_back(TalkingSlave(2, silent=True))
     assert isinstance(got, HostError) and heard == [1, 2]
     assert "no word of the read-back of /dev/x for 1.5 s" in str(got)
+
+
+# a layout of 16 MiB: its progress, not its size, keeps the host alive (a deadline of the
+# size at 20 MB/s would have ended 2.3 s in)
+FILES = [{"path": "/f", "size_bytes": 16 << 20, "create": True, "layout": "random"},
+         {"path": "/g", "size_bytes": 1 << 30, "create": True, "layout": "none"}]
+
+
+def test_a_discovery_that_lays_out_is_waited_for_while_it_tells_its_progress(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # five progress lines a second apart with 1.5 s of silence allowed: the whole 5 s is
+    # waited for, as a layout at any pace the disk keeps is
+    monkeypatch.setattr(hostsession, "REQUEST_TIMEOUT_S", 1.5)
+    events: list[str] = []
+    conn = TalkingSlave(5, silent=False)
+
+    async def ask(hs: HostSession) -> Any:
+        hs.on_event = lambda ev: events.append(ev.message)
+        return await hs.discover(FILES, [])
+
+    assert _talk(conn, ask) == []
+    assert events == [f"layout of file LUN /f: {k} %" for k in range(1, 6)]
+
+
+def test_a_discovery_that_falls_silent_fails_its_host_naming_the_layout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hostsession, "REQUEST_TIMEOUT_S", 1.5)
+    got = _talk(TalkingSlave(2, silent=True), lambda hs: hs.discover(FILES, []))
+    assert isinstance(got, HostError) and got.host == "h1"
+    assert ("no word while the slave discovered its LUNs (laying out up to 1 file, "
+            "0.02 GiB) for 1.5 s") in str(got)

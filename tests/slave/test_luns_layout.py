@@ -49,6 +49,29 @@ def test_every_byte_is_written(tmp_path: Path, layout: str, size: int) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lun"]  # no hidden part left
 
 
+def test_a_long_layout_is_synced_as_it_goes_and_told_after_each_sync(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``LAYOUT_SYNC_BYTES`` the part written so far is synced before its progress is
+    told (the master hears bytes on the device; the sync at the end is of the rest alone)."""
+    monkeypatch.setattr(luns, "LAYOUT_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(luns, "LAYOUT_SYNC_BYTES", 128 << 10)
+    said: list[tuple[str, int]] = []
+    path = tmp_path / "lun"
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        said.append(("sync", os.fstat(fd).st_size))
+        real(fd)
+
+    monkeypatch.setattr(luns.os, "fdatasync", fdatasync)
+    lay_out(str(path), (5 << 16) + 100, "zero", _refuse, lambda d, t: said.append(("told", d)))
+    k = 64 << 10
+    assert said == [("told", k), ("sync", 2 * k), ("told", 2 * k), ("told", 3 * k),
+                    ("sync", 4 * k), ("told", 4 * k), ("told", 5 * k),
+                    ("told", 5 * k + 100)]  # the last part: the fsync at the end
+    assert path.stat().st_size == 5 * k + 100
+
+
 def test_a_file_made_meanwhile_is_refused_and_kept(tmp_path: Path) -> None:
     path = tmp_path / "lun"
 
