@@ -541,6 +541,11 @@ class StepRecorder:
             return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
     # ------------------------------------------------------------------ the summary
+    def release_files(self) -> None:
+        """The step's files closed (its rows are all written): their descriptors go back to
+        the run's open-file budget for the next step (``RunOutput.release_folder``)."""
+        self.output.release_folder(self.dir)
+
     def close(self) -> None:
         """Drop the kept settings; summaries are written by now."""
         self._win_cpu.clear()

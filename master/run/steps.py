@@ -465,6 +465,7 @@ class StepLoop:
                                                 extra=extra)
             self.step_whole = whole
             self.notices.devices(number, recorder.devices.disagreements())  # at the run's end
+            recorder.release_files()
             self.view.step_finished(text)
             return valid
         finally:

@@ -159,6 +159,22 @@ def test_append_block_writes_open_closed_and_own_lines(tmp_path: Path) -> None:
         CsvAppender.append_block(tables, *_block(["x\n", "y\n"]))
 
 
+def test_a_released_folders_files_give_their_descriptors_to_the_next(tmp_path: Path) -> None:
+    out = RunOutput(tmp_path, max_open_files=3)
+    first = [out.table(f"step0/t{i}.csv", ["a"]) for i in range(2)]
+    other = out.table("step00/t.csv", ["a"])  # not under step0/: a name that starts alike
+    assert [t.is_open for t in [*first, other]] == [True] * 3
+    out.release_folder("step0")
+    assert [t.is_open for t in [*first, other]] == [False, False, True]
+    later = [out.table(f"step1/t{i}.csv", ["a"]) for i in range(3)]
+    assert [t.is_open for t in later] == [True, True, False]  # the two given back, no more
+    first[0].append_now("late\n")  # written again: by its path
+    other.append_now("x\n")
+    out.close()
+    assert (tmp_path / "step0" / "t0.csv").read_text() == "a\nlate\n"
+    assert (tmp_path / "step00" / "t.csv").read_text() == "a\nx\n"
+
+
 def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
     """A file that reaches its size limit: the write stops short, then fails with EFBIG; the
     error names that file, which is cut back to its last whole row; the files before it

@@ -438,6 +438,43 @@ def test_the_window_deadline_grows_with_the_subintervals_read_back(
     assert got == pytest.approx(hostsession.REQUEST_TIMEOUT_S + more_s)
 
 
+# ---------------------------------------------------------------- a finished step's files
+def _open_under(folder: Path) -> dict[str, int]:
+    """This process's open descriptors on files in step folders under ``folder``, by step
+    folder."""
+    seen: dict[str, int] = {}
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = Path(fd.readlink())
+            steps = [p for p in target.parts if p.startswith("step")]
+            if folder in target.parents and steps:
+                seen[steps[0]] = seen.get(steps[0], 0) + 1
+    return seen
+
+
+def test_a_finished_steps_instance_files_are_closed_for_the_steps_after_it(
+        tmp_path: Path) -> None:
+    """Step b's subintervals find none of step a's files open (their descriptors went back
+    to the open-file budget when a was summarised), and b's own instance files open."""
+    cfg = memory_config(tmp_path, TWO_STEPS.format(a_s=0.4))
+    during_b: list[dict[str, int]] = []
+
+    def watch(host: str, m: Message) -> bool:
+        if isinstance(m, SubintervalResult):
+            opened = _open_under(tmp_path / "out")
+            if any(step.endswith("-b") for step in opened):
+                during_b.append(opened)
+        return True
+
+    result = execute(memory_run(cfg, MemoryHosts(watch)))
+    assert result.exit_code == EXIT_OK, result.message
+    assert during_b
+    for opened in during_b:
+        (step_b,) = [k for k in opened if k.endswith("-b")]
+        assert not [k for k in opened if k.endswith("-a")], opened
+        assert opened[step_b] >= 4  # its all, host, lun and workload files at least
+
+
 # ---------------------------------------------------------------- an output error mid-step
 def test_an_output_error_mid_step_stops_the_io_before_the_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
