@@ -176,6 +176,25 @@ class Ledger:
              ) -> None:
         self.sizes[slots] += nbytes
 
+    def forget(self, appenders: Sequence[CsvAppender]) -> None:
+        """Drop ``appenders`` (a finished step's, no row to come: between subintervals) and
+        number the rest's slots again; each dropped one is handed ``RETIRED``, so that a
+        row written to it after all is an error, not a size counted in another's slot."""
+        if not appenders:
+            return
+        keep = np.ones(len(self.appenders), dtype=bool)
+        keep[[a.slot for a in appenders]] = False
+        kept = [a for a, k in zip(self.appenders, keep.tolist(), strict=True) if k]
+        sizes = np.zeros(max(64, 2 * len(kept)), dtype=np.int64)
+        sizes[:len(kept)] = self.sizes[:keep.size][keep]
+        for slot, a in enumerate(kept):
+            a.slot = slot
+        for a in appenders:
+            a.ledger, a.slot = RETIRED, -1
+        self.sizes, self.appenders = sizes, kept
+        self._mark = None
+        self._failed.clear()
+
     def failed(self, slot: int) -> None:
         self._failed.add(slot)
 
@@ -201,6 +220,21 @@ class Ledger:
                 a.cut(size)
             self.sizes[slot] = size
         self._failed.clear()
+
+
+class _Retired(Ledger):
+    """The ledger of appenders a ``Ledger`` forgot: writing to one is a bug of the caller's
+    (its step was over)."""
+
+    def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
+             ) -> None:
+        raise ValueError("a row for a file whose step has ended and was let go")
+
+    def failed(self, slot: int) -> None:
+        self.grow(slot, 0)
+
+
+RETIRED = _Retired()
 
 
 class CsvAppender:
@@ -354,6 +388,8 @@ class CsvAppender:
     def _append(self, data: memoryview, done: int = 0) -> None:
         """Write ``data[done:]`` (``done`` bytes of it already in the file: a compiled writer
         stopped there); the ledger grows by all of ``data``."""
+        if self.ledger is RETIRED:
+            RETIRED.grow(self.slot, len(data))  # raises, before any byte is written
         with writing_to(self._path):
             try:
                 fd = self._fd_held if self._fd_held >= 0 else os.open(
@@ -421,6 +457,8 @@ class CsvAppender:
 
         own = own or {}
         group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
+        if group.appenders[0].ledger is RETIRED:  # a group kept by a step that has ended
+            RETIRED.grow(0, 0)
         fds = group.fds().copy()
         for i in own:
             fds[i] = kernels.SKIP
@@ -481,6 +519,8 @@ class AppenderGroup(Sequence[CsvAppender]):
         self._paths: tuple[str | None, npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = (
             None)
         ledgers = {id(a.ledger): a.ledger for a in self.appenders}
+        if id(RETIRED) in ledgers:
+            RETIRED.grow(0, 0)  # raises: some appender's step has ended
         self._ledger = next(iter(ledgers.values())) if len(ledgers) == 1 else None
         self._slots = np.fromiter((a.slot for a in self.appenders), dtype=np.int64,
                                   count=len(self.appenders))

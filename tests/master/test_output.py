@@ -5,6 +5,7 @@ appending lines to many files (``CsvAppender.append_block``) and histogram files
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import logging
 import os
@@ -159,20 +160,41 @@ def test_append_block_writes_open_closed_and_own_lines(tmp_path: Path) -> None:
         CsvAppender.append_block(tables, *_block(["x\n", "y\n"]))
 
 
-def test_a_released_folders_files_give_their_descriptors_to_the_next(tmp_path: Path) -> None:
+def test_a_released_folder_gives_its_descriptors_to_the_next_and_is_forgotten(
+        tmp_path: Path) -> None:
     out = RunOutput(tmp_path, max_open_files=3)
+    run_file = out.table("events.csv", ["a"])
     first = [out.table(f"step0/t{i}.csv", ["a"]) for i in range(2)]
-    other = out.table("step00/t.csv", ["a"])  # not under step0/: a name that starts alike
-    assert [t.is_open for t in [*first, other]] == [True] * 3
+    closed = out.table("step00/t.csv", ["a"])  # not under step0/: a name that starts alike
+    assert [t.is_open for t in [run_file, *first, closed]] == [True, True, True, False]
+    kept_group = AppenderGroup(first)  # as a step's recorder keeps its files
+    with out.subinterval():
+        CsvAppender.append_many([*first, closed], ["1\n", "2\n", "3\n"])
     out.release_folder("step0")
-    assert [t.is_open for t in [*first, other]] == [False, False, True]
+    assert [t.is_open for t in [run_file, *first, closed]] == [True, False, False, False]
+    # the ledger holds the others alone, their sizes kept
+    assert out.ledger.appenders == [run_file, closed]
+    assert [run_file.size, closed.size] == [len("a\r\n"), len("a\r\n3\n")]
     later = [out.table(f"step1/t{i}.csv", ["a"]) for i in range(3)]
     assert [t.is_open for t in later] == [True, True, False]  # the two given back, no more
-    first[0].append_now("late\n")  # written again: by its path
-    other.append_now("x\n")
+    with pytest.raises(ValueError, match="step's files were let go"):
+        out.table("step0/t0.csv", ["a"])
+    with pytest.raises(ValueError, match="step's files were let go"):
+        out.tables("step0/gather", ["x.csv"], ["a"])
+    with pytest.raises(ValueError, match="a row for a file whose step has ended"):
+        first[0].append_now("late\n")
+    with pytest.raises(ValueError, match="a row for a file whose step has ended"):
+        CsvAppender.append_many([closed, first[1]], ["late\n", "late\n"])
+    with pytest.raises(ValueError, match="a row for a file whose step has ended"):
+        CsvAppender.append_block(kept_group, *_block(["late\n", "late\n"]))
+    # a failed subinterval after it: the undo cuts the files the ledger holds, by their slots
+    with pytest.raises(OutputError), out.subinterval():
+        CsvAppender.append_many([closed, *later], ["4\n", "5\n", "6\n", "7\n"])
+        raise OutputError("x", OSError(errno.ENOSPC, "full"))
     out.close()
-    assert (tmp_path / "step0" / "t0.csv").read_text() == "a\nlate\n"
-    assert (tmp_path / "step00" / "t.csv").read_text() == "a\nx\n"
+    assert (tmp_path / "step0" / "t0.csv").read_text() == "a\n1\n"
+    assert (tmp_path / "step00" / "t.csv").read_text() == "a\n3\n"
+    assert [(tmp_path / "step1" / f"t{i}.csv").read_text() for i in range(3)] == ["a\n"] * 3
 
 
 def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
