@@ -7,7 +7,9 @@ bounds of ivypy's own bucket ladder (``LE_NS``: about 40 from 1 us to 10 s, each
 of a ladder bucket, so every count is exact: sums over hosts and ``histogram_quantile`` are
 exact to the coarse bucket), cumulative over the run, advancing once per subinterval; gauges of
 the step running, its subinterval, each instance's IOPS setting and its hosts' CPU, DFC's
-setting, focus value and target, and each finished step's validity. ``MetricsServer`` serves
+setting, focus value and target, and each finished step's validity. A finished step's
+series are served until ``KEPT_FINISHED_STEPS`` later steps have started, then dropped, so
+that what a scrape holds does not grow with the steps. ``MetricsServer`` serves
 them (``GET /metrics``, OpenMetrics or Prometheus text as the scraper asks, through
 ``prometheus_client``'s encoders, from a copy rendered on a thread), with a bearer token when
 one is set (else 401). It is fed
@@ -58,6 +60,9 @@ LE_NS: Final = _le_ns()
 _COARSE: Final = np.append(
     np.searchsorted(LE_NS, UPPER_NS[:OVERFLOW_INDEX].astype(np.int64) - 1, side="left"),
     LE_NS.size).astype(np.intp)
+#: a finished step's series are served while this many later steps start, then dropped (its
+#: validity is served to the run's end)
+KEPT_FINISHED_STEPS: Final = 2
 OPS_LABELS: Final = ("read", "write")
 KINDS: Final = ("service", "response")
 
@@ -101,6 +106,8 @@ class RunMetrics(Collector):
         instances' row columns (``iops_setting``, ``cpu_busy_pct``) for the gauges."""
         s = self.series.get((step, step_name, rollup))
         if s is None or s.names != tuple(names):
+            if s is None:
+                self._forget_before(step - KEPT_FINISHED_STEPS)
             s = self.series[(step, step_name, rollup)] = _Series.empty(names)
         self.step = (step, step_name)
         of = np.asarray(of_group, dtype=np.intp)
@@ -118,6 +125,15 @@ class RunMetrics(Collector):
             for name, into in (("iops_setting", s.iops_setting), ("cpu_busy_pct", s.cpu_busy)):
                 if name in columns:
                     into[:] = columns[name]
+
+    def _forget_before(self, step: int) -> None:
+        """Drop the series (and DFC's gauges) of the steps numbered below ``step``: served on
+        to the run's end, every step's instances were held and rendered at every scrape (at
+        10,000 workloads about 17 MB a step and 2 million lines a scrape a step)."""
+        for key in [k for k in self.series if k[0] < step]:
+            del self.series[key]
+        for key in [k for k in self.dfc if k[0] < step]:
+            del self.dfc[key]
 
     def snapshot(self) -> RunMetrics:
         """A copy of what a scrape reads now (its arrays copied): rendered away from the run's

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from master.live.metrics import LE_NS, RunMetrics
+from master.live.metrics import KEPT_FINISHED_STEPS, LE_NS, RunMetrics
 from protocol.batch import StatsBatch
 from protocol.buckets import UPPER_NS, bucket_index
 from protocol.stats import WorkloadStats
@@ -89,6 +89,24 @@ def test_a_subintervals_groups_add_up_per_instance_and_op_exactly() -> None:
     assert {s.labels["instance"]: s.value for s in fam["ivypy_host_cpu_busy_ratio"].samples} \
         == {"a": 0.5, "b": 0.25}
     assert bucket_index(np.array([5_000]))[0] >= 0  # the ladder the batch used
+
+
+def test_a_finished_steps_series_are_dropped_once_two_later_steps_started() -> None:
+    m = RunMetrics("t")
+    batch = _batch({(0, 0): [5_000]})
+    for step in range(5):
+        for rollup in ("all", "host"):
+            m.add(step, f"s{step}", rollup, ["a"], np.array([0]), batch)
+        m.set_dfc(step, f"s{step}", [{"instance": "a", "new_iops": 10, "measured": 1,
+                                      "target": 2}])
+        m.set_valid(step, f"s{step}", True)
+        held = sorted({k[0] for k in m.series})
+        assert held == list(range(max(0, step - KEPT_FINISHED_STEPS), step + 1))
+        assert sorted({k[0] for k in m.dfc}) == held
+    fam = _families(m)
+    assert {s.labels["step"] for s in fam["ivypy_ios"].samples} == {"2:s2", "3:s3", "4:s4"}
+    # every step's validity stays: one gauge a step
+    assert len(fam["ivypy_step_valid"].samples) == 5
 
 
 def _quantile(q: float, buckets: list[tuple[float, float]]) -> float:
