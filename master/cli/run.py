@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from master.config import TestConfig, load_config, parse_config_text
-from master.config.metrics import parse_listen
+from master.config.metrics import check_metric_rollups, parse_listen
 from master.config.resolved import format_plan
 from master.config.schema import MetricsConfig
 from master.live.rows import check_live_rollup
@@ -74,6 +74,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--metrics-token-file", metavar="FILE",
                    help="with --metrics (or the test's metrics:), the file whose first line is "
                    "the bearer token a scrape must send")
+    p.add_argument("--metrics-rollups", metavar="TYPES",
+                   help="with --metrics (or the test's metrics:), the rollup types served, "
+                   "comma-separated (the test's metrics: rollups; default: every type)")
     p.add_argument("--json", action="store_true",
                    help="end with one JSON line on stdout: the outcome, exit code, run folder "
                    "and each step's headline figures (docs/run.md, 'The JSON line')")
@@ -120,7 +123,7 @@ def _run(args: argparse.Namespace, view: LiveView) -> tuple[int, Path | None, st
             cfg = load_config(args.test, output_root_override=args.output_root)
         if args.live_rollup is not None:
             check_live_rollup(args.live_rollup, [r.type for r in cfg.rollups], cfg.source_file)
-        cfg = _with_metrics(cfg, args.metrics, args.metrics_token_file)
+        cfg = _with_metrics(cfg, args.metrics, args.metrics_token_file, args.metrics_rollups)
     except ConfigError as exc:  # several at once: a line each
         for line in str(exc).splitlines():
             print(f"ivypy: {line}", file=sys.stderr)
@@ -136,13 +139,15 @@ def _run(args: argparse.Namespace, view: LiveView) -> tuple[int, Path | None, st
     return result.exit_code, result.folder, result.message, result.invalid_steps
 
 
-def _with_metrics(cfg: TestConfig, listen: str | None, token_file: str | None) -> TestConfig:
-    """``cfg`` with ``--metrics`` and ``--metrics-token-file`` over its ``metrics:``."""
-    if listen is None and token_file is None:
+def _with_metrics(cfg: TestConfig, listen: str | None, token_file: str | None,
+                  rollups: str | None = None) -> TestConfig:
+    """``cfg`` with ``--metrics``, ``--metrics-token-file`` and ``--metrics-rollups`` over
+    its ``metrics:``."""
+    if listen is None and token_file is None and rollups is None:
         return cfg
     if listen is None and cfg.metrics is None:
-        raise ConfigError("--metrics-token-file needs --metrics ADDR:PORT (or the test's "
-                          "metrics: listen)")
+        flag = "--metrics-token-file" if token_file is not None else "--metrics-rollups"
+        raise ConfigError(f"{flag} needs --metrics ADDR:PORT (or the test's metrics: listen)")
     m = cfg.metrics or MetricsConfig("", 0)
     if listen is not None:
         try:
@@ -152,6 +157,13 @@ def _with_metrics(cfg: TestConfig, listen: str | None, token_file: str | None) -
         m = dataclasses.replace(m, host=host, port=port)
     if token_file is not None:
         m = dataclasses.replace(m, token_file=str(Path(token_file).expanduser().resolve()))
+    if rollups is not None:
+        types = tuple(t.strip() for t in rollups.split(",") if t.strip())
+        try:
+            check_metric_rollups(types, [r.type for r in cfg.rollups])
+        except ValueError as exc:
+            raise ConfigError(f"--metrics-rollups: {exc}") from None
+        m = dataclasses.replace(m, rollups=types)
     return dataclasses.replace(cfg, metrics=m)
 
 

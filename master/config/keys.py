@@ -651,6 +651,11 @@ METRICS = Section(
            "A file whose first line is a bearer token a scrape must send "
            "(`Authorization: Bearer ...`), else it is answered 401. A relative path is from "
            "the working directory."),
+        _k("rollups", "list of rollup types", "every type",
+           "The rollup types whose instances are served (`[all, host]`); each one of the "
+           "test's. A scrape holds about 180 lines per instance: at thousands of workloads "
+           "leave `workload` and `lun` out. `ivypy run --metrics-rollups all,host` gives "
+           "the same."),
     ),
 )
 

@@ -463,8 +463,6 @@ def parse_config_text(
     verify = metrics = None
     with errors.each():
         verify = parse_verify(root.get("verify"))
-    with errors.each():
-        metrics = parse_metrics(root.get("metrics"), base)
     connect_back = None
     with errors.each():
         connect_back = parse_connect_back(root.get("connect_back"), base)
@@ -477,6 +475,9 @@ def parse_config_text(
             luns = _luns(root, hosts, output_root)
     with errors.each():
         rollups = _rollups(root)
+    with errors.each():
+        metrics = parse_metrics(root.get("metrics"), base,
+                                None if rollups is None else [spec.type for spec in rollups])
     if subinterval_s is not None:
         with errors.each():
             gather = parse_gather(root.get("gather"), subinterval_s)

@@ -1,25 +1,27 @@
 """The test's ``metrics:``: live metrics for Prometheus while the run goes (docs/metrics.md).
 
-``metrics: {listen: ADDR:PORT, token_file: FILE}`` (``schema.MetricsConfig``): the address the
-master serves ``/metrics`` on while the run goes (``ADDR:PORT``, ``[v6 address]:PORT``; port 0:
-any free one, which the console and events.csv name) and, optionally, a file holding a bearer
-token a scrape must send (its path kept, never its token: resolved.json is no place for it).
-``ivypy run --metrics ADDR:PORT [--metrics-token-file FILE]`` gives the same from the command
-line. Owns their parsing; serving is ``master.live.metrics``'.
+``metrics: {listen: ADDR:PORT, token_file: FILE, rollups: [TYPE, ...]}``
+(``schema.MetricsConfig``): the address the master serves ``/metrics`` on while the run goes
+(``ADDR:PORT``, ``[v6 address]:PORT``; port 0: any free one, which the console and events.csv
+name), optionally a file holding a bearer token a scrape must send (its path kept, never its
+token: resolved.json is no place for it), and the rollup types served (every one by default).
+``ivypy run --metrics ADDR:PORT [--metrics-token-file FILE] [--metrics-rollups TYPES]`` gives
+the same from the command line. Owns their parsing; serving is ``master.live.metrics``'.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from master.config.limits import duration_within
 from master.config.schema import ConnectBackConfig, MetricsConfig
 from master.config.yamlnodes import Cursor
 
-__all__ = ["CONNECT_BACK_KEYS", "METRICS_KEYS", "parse_connect_back", "parse_listen",
-           "parse_metrics", "read_token"]
+__all__ = ["CONNECT_BACK_KEYS", "METRICS_KEYS", "check_metric_rollups", "parse_connect_back",
+           "parse_listen", "parse_metrics", "read_token"]
 
-METRICS_KEYS: tuple[str, ...] = ("listen", "token_file")
+METRICS_KEYS: tuple[str, ...] = ("listen", "token_file", "rollups")
 CONNECT_BACK_KEYS: tuple[str, ...] = ("listen", "token_file", "timeout_seconds")
 #: the longest a run waits for its connect-back hosts to dial in (``timeout_seconds``)
 CONNECT_BACK_TIMEOUT_RANGE: tuple[float, float] = (1.0, 3600.0)
@@ -65,13 +67,40 @@ def _listener(cursor: Cursor, keys: tuple[str, ...], shape: str, base: Path
                            else (base / text).expanduser())
 
 
-def parse_metrics(cursor: Cursor | None, base: Path) -> MetricsConfig | None:
-    """The top level's ``metrics:`` (None when absent)."""
+def parse_metrics(cursor: Cursor | None, base: Path,
+                  rollup_types: Sequence[str] | None = None) -> MetricsConfig | None:
+    """The top level's ``metrics:`` (None when absent). ``rollup_types``: the test's, which
+    ``rollups`` must name (None: not known, as the test's own failed to parse)."""
     if cursor is None:
         return None
     host, port, token_file = _listener(cursor, METRICS_KEYS,
-                                       "listen: ADDR:PORT, token_file: FILE", base)
-    return MetricsConfig(host=host, port=port, token_file=token_file)
+                                       "listen: ADDR:PORT, token_file: FILE, rollups: [TYPE]",
+                                       base)
+    rollups = None
+    node = cursor.get("rollups")
+    if node is not None:
+        node.expect_seq("a list of rollup types")
+        rollups = tuple(item.string() for item in node)
+        try:
+            check_metric_rollups(rollups, rollup_types)
+        except ValueError as exc:
+            raise node.error(str(exc)) from None
+    return MetricsConfig(host=host, port=port, token_file=token_file, rollups=rollups)
+
+
+def check_metric_rollups(rollups: Sequence[str], rollup_types: Sequence[str] | None) -> None:
+    """``ValueError`` saying what is wrong with the rollup types to serve: none, one named
+    twice, or (where the test's are known) one the test does not have."""
+    if not rollups:
+        raise ValueError("names no rollup type (leave it out to serve every type)")
+    twice = sorted({r for r in rollups if rollups.count(r) > 1})
+    if twice:
+        raise ValueError(f"names {', '.join(twice)} more than once")
+    if rollup_types is not None:
+        unknown = [r for r in rollups if r not in rollup_types]
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not a rollup type of the test (it has "
+                             f"{', '.join(rollup_types)})")
 
 
 def read_token(path: str, what: str = "metrics") -> str:

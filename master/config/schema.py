@@ -540,11 +540,13 @@ class MetricsConfig:
     ``host``:``port`` (0: any free port) while the run goes; with ``token_file``, a scrape
     must send the bearer token that file holds. YAML ``metrics: {listen: ADDR:PORT,
     token_file: FILE}``; ``ivypy run --metrics ADDR:PORT``. ``master.config.metrics`` parses
-    it."""
+    it. ``rollups``: the rollup types served (None: every one; ``metrics: rollups:``,
+    ``--metrics-rollups``)."""
 
     host: str
     port: int
     token_file: str | None = None
+    rollups: tuple[str, ...] | None = None
 
 
 # --------------------------------------------------------------------------------------------

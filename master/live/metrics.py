@@ -93,6 +93,8 @@ class RunMetrics(Collector):
 
     test: str
     series: dict[tuple[int, str, str], _Series] = field(default_factory=dict)
+    #: the rollup types served (None: every one)
+    rollups: frozenset[str] | None = None
     step: tuple[int, str] | None = None
     subinterval: int = -1
     valid: dict[tuple[int, str], bool] = field(default_factory=dict)
@@ -126,6 +128,10 @@ class RunMetrics(Collector):
                 if name in columns:
                     into[:] = columns[name]
 
+    def serves(self, rollup: str) -> bool:
+        """Whether rollup type ``rollup``'s instances are served (``metrics: rollups``)."""
+        return self.rollups is None or rollup in self.rollups
+
     def _forget_before(self, step: int) -> None:
         """Drop the series (and DFC's gauges) of the steps numbered below ``step``: served on
         to the run's end, every step's instances were held and rendered at every scrape (at
@@ -143,7 +149,8 @@ class RunMetrics(Collector):
             {k: _Series(s.names, s.counters.copy(), s.sums_s.copy(), s.hist.copy(),
                         s.iops_setting.copy(), s.cpu_busy.copy())
              for k, s in self.series.items()},
-            self.step, self.subinterval, dict(self.valid), dict(self.dfc))
+            rollups=self.rollups, step=self.step, subinterval=self.subinterval,
+            valid=dict(self.valid), dfc=dict(self.dfc))
 
     def set_step(self, step: int, name: str, subinterval: int) -> None:
         self.step, self.subinterval = (step, name), subinterval

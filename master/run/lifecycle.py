@@ -207,7 +207,9 @@ class Run(StepLoop):
         self.verification: RunVerification | None = None
         self.shared_in_run: set[str] = set()
         #: the live metrics for Prometheus (``metrics:``, ``--metrics``) and their server
-        self.metrics = RunMetrics(cfg.test) if cfg.metrics is not None else None
+        self.metrics = (RunMetrics(cfg.test, rollups=None if cfg.metrics.rollups is None
+                                   else frozenset(cfg.metrics.rollups))
+                        if cfg.metrics is not None else None)
         self.metrics_server: MetricsServer | None = None
         #: where the hosts that dial the master (``connect_back``) are listened for
         self.listener: ConnectBackListener | None = None

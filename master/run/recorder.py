@@ -368,7 +368,7 @@ class StepRecorder:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(spec.type, True, host_cpu)
             g = self.groupings[spec.type]
-            if self.metrics is not None:
+            if self.metrics is not None and self.metrics.serves(spec.type):
                 setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
                                       minlength=g.n).astype(np.float64)
                 setting[np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0] = (

@@ -313,7 +313,8 @@ class StepLoop:
                                 hosts=list(self.sessions),
                                 histogram_types=frozenset(  # live metrics: every type's
                                     {dfc.focus_rollup} if dfc is not None and windowed else ()
-                                ) | {r.type for r in self.rollups if self.metrics is not None},
+                                ) | {r.type for r in self.rollups
+                                     if self.metrics is not None and self.metrics.serves(r.type)},
                                 fold_measurement=control.fixed is not None, gathered=gathered,
                                 summed=frozenset(VERIFY_COLUMNS), metrics=self.metrics)
         st = StepState(number, step, recorder, control)

@@ -237,12 +237,12 @@ def test_a_run_served_with_metrics_agrees_with_its_own_rows(
     assert scraper.statuses and set(scraper.statuses) == {200}
 
 
-def test_a_token_is_required_where_one_is_set(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_token_is_required_where_one_is_set_and_the_rollups_named_are_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     cfg = write_config(tmp_path, TEST.format(
-        metrics=f"metrics: {{listen: '127.0.0.1:0', token_file: {token}}}"))
+        metrics=f"metrics: {{listen: '127.0.0.1:0', token_file: {token}, rollups: [all]}}"))
     without, with_it = Scraper(tmp_path), Scraper(tmp_path, "s3cret")
     for s in (without, with_it):
         s.start()
@@ -255,6 +255,9 @@ def test_a_token_is_required_where_one_is_set(tmp_path: Path,
             s.join(10)
     assert without.statuses and set(without.statuses) == {401}
     assert with_it.statuses and set(with_it.statuses) == {200}
+    fam = {f.name: f for f in text_string_to_metric_families(with_it.last)}
+    assert {s.labels["rollup"] for s in fam["ivypy_ios"].samples} == {"all"}
+    assert {s.labels["rollup"] for s in fam["ivypy_iops_setting"].samples} == {"all"}
     (folder,) = (tmp_path / "live").iterdir()
     assert "s3cret" not in (folder / "resolved.json").read_text()
 
@@ -265,6 +268,14 @@ def test_a_token_is_required_where_one_is_set(tmp_path: Path,
     (["--metrics", "127.0.0.1:0", "--metrics-token-file", "/nonexistent/token"],
      "metrics: cannot read the token file /nonexistent/token"),
     (["--metrics-token-file", "/tmp/x"], "--metrics-token-file needs --metrics"),
+    (["--metrics-rollups", "all"], "--metrics-rollups needs --metrics"),
+    (["--metrics", "127.0.0.1:0", "--metrics-rollups", "all,nope"],
+     "--metrics-rollups: nope: not a rollup type of the test (it has all, host, lun, "
+     "workload)"),
+    (["--metrics", "127.0.0.1:0", "--metrics-rollups", ","],
+     "--metrics-rollups: names no rollup type"),
+    (["--metrics", "127.0.0.1:0", "--metrics-rollups", "host,all,host"],
+     "--metrics-rollups: names host more than once"),
 ])
 def test_a_bad_address_or_token_file_is_a_config_error_before_any_host(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -273,6 +284,28 @@ def test_a_bad_address_or_token_file_is_a_config_error_before_any_host(
     assert run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain", *argv],
                    monkeypatch) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("metrics", "says"), [
+    ("{listen: '127.0.0.1:0', rollups: [all, nope]}",
+     "metrics.rollups: nope: not a rollup type of the test (it has all, host, lun, workload)"),
+    ("{listen: '127.0.0.1:0', rollups: all}", "metrics.rollups: must be a list of rollup types"),
+    ("{listen: '127.0.0.1:0', rollups: []}", "metrics.rollups: names no rollup type"),
+])
+def test_bad_rollups_to_serve_are_a_config_error_naming_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        metrics: str, says: str) -> None:
+    cfg = write_config(tmp_path, TEST.format(metrics=f"metrics: {metrics}"))
+    assert run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain"],
+                   monkeypatch) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_run_serves_only_the_rollups_named() -> None:
+    m = RunMetrics("t", rollups=frozenset({"all", "host"}))
+    assert [m.serves(t) for t in ("all", "host", "lun", "workload")] == [True, True, False,
+                                                                          False]
+    assert all(RunMetrics("t").serves(t) for t in ("all", "workload", "vendor+model"))
 
 
 def test_the_grafana_dashboard_reads_only_series_ivypy_serves() -> None:
