@@ -63,7 +63,7 @@ from master.config.workloads import (
 from master.config.yamlnodes import Collected, Cursor, YNode
 from protocol.errors import ConfigError
 
-__all__ = ["STEP_KEYS", "StepContext", "parse_steps", "phase"]
+__all__ = ["STEP_KEYS", "StepContext", "curve_references", "parse_steps", "phase"]
 
 STEP_KEYS: tuple[str, ...] = (
     "name",
@@ -128,6 +128,13 @@ class StepContext:
 
 
 # ---------------------------------------------------------------- small readers
+
+
+def curve_references(steps: Sequence[StepConfig]) -> set[tuple[str, str]]:
+    """The (step name, rollup type) pairs whose measured IOPS an ``iops_curve`` point reads:
+    its max-IOPS step and rollup (the run keeps those alone, ``master.run.steps``)."""
+    return {(s.iops_curve.max_step, s.iops_curve.rollup) for s in steps
+            if s.iops_curve is not None and s.iops_curve.fraction is not None}
 
 
 def phase(cursor: Cursor | None, subinterval_s: float, default_s: float = 0.0) -> PhaseDuration:

@@ -28,6 +28,7 @@ from master.analysis.thresholds import Judged
 from master.analysis.verdicts import ended_early
 from master.config import RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
+from master.config.steps import curve_references
 from master.hosts.session import HostSession, window_timeout_s
 from master.live.metrics import RunMetrics
 from master.live.rows import default_live_rollup, dfc_lines, measure_lines
@@ -739,7 +740,6 @@ class StepLoop:
         for m in messages:
             self.event("WARNING", f"step {st.config.name} invalid: {m}", kind="validation",
                        step=st.number)
-        results = self.step_results.setdefault(st.config.name, {})
         header = [*st.recorder.summary_columns, *MEASURE_SUMMARY_COLUMNS]
         if self.cfg.thresholds:  # each row's results in its thresholds cell
             header.append(thresholds.COLUMN)
@@ -757,10 +757,11 @@ class StepLoop:
                        kind="gather", step=st.number)
         with self.output.subinterval():  # a step's summary rows whole, or none
             write_summaries(self.output, st.recorder.dir, rows, header, run_header)
-        for row in rows:
-            if row["IOPS"] is not None:
-                results.setdefault(row["rollup_type"], {})[row["rollup_instance"]] = float(
-                    row["IOPS"])
+        kept = {r for name, r in curve_references(self.cfg.steps) if name == st.config.name}
+        for row in rows:  # what iops_curve reads alone (every instance grew it and state.json)
+            if row["IOPS"] is not None and row["rollup_type"] in kept:
+                self.step_results.setdefault(st.config.name, {}).setdefault(
+                    row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
         self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,
                                valid=valid, reasons=messages)
 

@@ -140,3 +140,12 @@ def test_edit_rollup_events_read_as_settings(folder: Path) -> None:
     events = (folder / "events.csv").read_text()
     assert "edit_rollup host=localhost: iosequencer=random_steady blocksize_bytes=4096 " \
         "total_iops=1500" in events, events
+
+
+def test_the_state_keeps_only_what_the_curve_reads(folder: Path) -> None:
+    """state.json's step results: the curve's max step's instances of its rollup type, which a
+    resumed run's curve reads, and no other step's or type's."""
+    from master.results.runstate import read_state
+
+    assert read_state(folder).step_results == {
+        "curve-iops=max": {"all": {"all": pytest.approx(MAX_IOPS)}}}
