@@ -23,7 +23,7 @@ def _fake_run(folder: Path, resuming: bool = False) -> SimpleNamespace:
     events: list[str] = []
     fake = SimpleNamespace(
         output=out, step_results={}, run_summary_header=None, events=events,
-        cfg=SimpleNamespace(thresholds=()),
+        cfg=SimpleNamespace(thresholds=(), steps=()),
         event=lambda level, message, **kw: events.append(message),
         view=SimpleNamespace(step_summary=lambda *a, **k: None))
     fake._run_summary_header = lambda header: Run._run_summary_header(
