@@ -180,6 +180,7 @@ class Ledger:
         """Drop ``appenders`` (a finished step's, no row to come: between subintervals) and
         number the rest's slots again; each dropped one is handed ``RETIRED``, so that a
         row written to it after all is an error, not a size counted in another's slot."""
+        appenders = [a for a in appenders if a.ledger is self]  # each of ours, once
         if not appenders:
             return
         keep = np.ones(len(self.appenders), dtype=bool)

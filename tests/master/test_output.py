@@ -172,8 +172,10 @@ def test_a_released_folder_gives_its_descriptors_to_the_next_and_is_forgotten(
         CsvAppender.append_many([*first, closed], ["1\n", "2\n", "3\n"])
     out.release_folder("step0")
     assert [t.is_open for t in [run_file, *first, closed]] == [True, False, False, False]
-    # the ledger holds the others alone, their sizes kept
+    # the ledger holds the others alone, their sizes kept; forgetting them again is nothing
     assert out.ledger.appenders == [run_file, closed]
+    out.ledger.forget(first)
+    assert out.ledger.appenders == [run_file, closed] and [run_file.slot, closed.slot] == [0, 1]
     assert [run_file.size, closed.size] == [len("a\r\n"), len("a\r\n3\n")]
     later = [out.table(f"step1/t{i}.csv", ["a"]) for i in range(3)]
     assert [t.is_open for t in later] == [True, True, False]  # the two given back, no more
