@@ -372,12 +372,17 @@ def _read_files(
 
 
 def _read_in_child(task: _ReadTask) -> _ReadOutcome:
-    """Entry point of a reading process."""
+    """Entry point of a reading process of the pool."""
     if _child_queue is None:
         raise RuntimeError("reading process started without its file queue")
+    return _read_outcome(task, _child_queue)
+
+
+def _read_outcome(task: _ReadTask, queue: _FileQueue) -> _ReadOutcome:
+    """A reading process's files, claimed from ``queue``, into sums of its own."""
     acc = QuantumAccumulator(3 if task.separate else 1, task.layout.n_columns, task.max_bytes)
     with _roomy_heap():
-        warnings, error = _read_files(task, _child_queue, acc)
+        warnings, error = _read_files(task, queue, acc)
     return _ReadOutcome(acc.export(), warnings, error)
 
 
@@ -494,6 +499,13 @@ def _roomy_heap() -> Iterator[None]:
         yield
     finally:
         mallopt(_M_TOP_PAD, _GLIBC_TOP_PAD_BYTES)
+
+
+def _can_fork() -> bool:
+    """Whether reading processes may be forked from this one: where there is fork and this
+    process runs no other thread (forking one that does can copy a lock some thread holds,
+    logging's say, and hang the child)."""
+    return hasattr(os, "fork") and hasattr(os, "memfd_create") and threading.active_count() == 1
 
 
 def _start_method() -> str:
@@ -634,6 +646,8 @@ class _Run:
                 notes, error = _read_files(task, _LocalFileQueue(len(infos)), acc)
                 warnings.update(notes)
                 errors.extend([error] if error else [])
+            elif _can_fork():
+                self._read_forked(task, jobs, acc, warnings, errors)
             else:
                 import multiprocessing
 
@@ -658,6 +672,30 @@ class _Run:
         if errors:
             _, message, file, line = min(errors)
             raise LogFormatError(message, file=file, line=line)
+
+    @staticmethod
+    def _read_forked(task: _ReadTask, jobs: int, acc: QuantumAccumulator,
+                     warnings: dict[int, list[_Note]], errors: list[_FileError]) -> None:
+        """``_read`` by ``jobs - 1`` children forked from this process and this one
+        (``master.fiologs.forked``)."""
+        from master.fiologs import forked
+
+        queue = forked.ClaimQueue(len(task.files))
+        try:
+            readers = forked.fork_readers(jobs - 1, lambda: _read_outcome(task, queue))
+            try:
+                notes, error = _read_files(task, queue, acc)  # this process reads too
+            except BaseException:
+                readers.stop()
+                raise
+            warnings.update(notes)
+            errors.extend([error] if error else [])
+            for outcome in readers.results():
+                acc.merge(outcome.sums)
+                warnings.update(outcome.warnings)
+                errors.extend([outcome.error] if outcome.error else [])
+        finally:
+            queue.close()
 
     # ----------------------------------------------------------------- statistics
     def _group_counts(
