@@ -22,7 +22,7 @@ import re
 import resource
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NoReturn, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -227,12 +227,16 @@ class _Retired(Ledger):
     """The ledger of appenders a ``Ledger`` forgot: writing to one is a bug of the caller's
     (its step was over)."""
 
-    def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
-             ) -> None:
+    @staticmethod
+    def refuse() -> NoReturn:
         raise ValueError("a row for a file whose step has ended and was let go")
 
+    def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
+             ) -> None:
+        self.refuse()
+
     def failed(self, slot: int) -> None:
-        self.grow(slot, 0)
+        self.refuse()
 
 
 RETIRED = _Retired()
@@ -390,7 +394,7 @@ class CsvAppender:
         """Write ``data[done:]`` (``done`` bytes of it already in the file: a compiled writer
         stopped there); the ledger grows by all of ``data``."""
         if self.ledger is RETIRED:
-            RETIRED.grow(self.slot, len(data))  # raises, before any byte is written
+            RETIRED.refuse()  # before any byte is written
         with writing_to(self._path):
             try:
                 fd = self._fd_held if self._fd_held >= 0 else os.open(
@@ -459,7 +463,7 @@ class CsvAppender:
         own = own or {}
         group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
         if group.appenders[0].ledger is RETIRED:  # a group kept by a step that has ended
-            RETIRED.grow(0, 0)
+            RETIRED.refuse()
         fds = group.fds().copy()
         for i in own:
             fds[i] = kernels.SKIP
@@ -520,8 +524,8 @@ class AppenderGroup(Sequence[CsvAppender]):
         self._paths: tuple[str | None, npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = (
             None)
         ledgers = {id(a.ledger): a.ledger for a in self.appenders}
-        if id(RETIRED) in ledgers:
-            RETIRED.grow(0, 0)  # raises: some appender's step has ended
+        if id(RETIRED) in ledgers:  # some appender's step has ended
+            RETIRED.refuse()
         self._ledger = next(iter(ledgers.values())) if len(ledgers) == 1 else None
         self._slots = np.fromiter((a.slot for a in self.appenders), dtype=np.int64,
                                   count=len(self.appenders))
