@@ -20,6 +20,7 @@ import math
 import os
 import re
 import resource
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, overload
@@ -143,6 +144,10 @@ class Ledger:
     write failed part-way) back to its size at the mark, and a file made since back to its
     header. So after a failure (disk full) every file ends on a whole row, and the rollup
     files all end at the same subinterval.
+
+    The writer threads grow it while the recorder's thread adds files (a step's cpu.csv in its
+    first subinterval), which may put the sizes in a larger array: each change is made under
+    one lock, so that no growth lands in an array already replaced.
     """
 
     def __init__(self) -> None:
@@ -150,31 +155,38 @@ class Ledger:
         self.appenders: list[CsvAppender] = []
         self._mark: npt.NDArray[np.int64] | None = None
         self._failed: set[int] = set()  # slots whose write failed part-way since the mark
+        self._lock = threading.Lock()
+        #: how many times the slots were numbered anew (``forget``): a slot kept elsewhere
+        #: (``AppenderGroup``) is read again when this changed
+        self.renumbered = 0
 
     def add(self, appender: CsvAppender, size: int) -> int:
-        slot = len(self.appenders)
-        if slot == self.sizes.size:
-            self.sizes = np.concatenate([self.sizes, np.zeros(slot, dtype=np.int64)])
-        self.sizes[slot] = size
-        self.appenders.append(appender)
-        return slot
+        with self._lock:
+            slot = len(self.appenders)
+            if slot == self.sizes.size:
+                self.sizes = np.concatenate([self.sizes, np.zeros(slot, dtype=np.int64)])
+            self.sizes[slot] = size
+            self.appenders.append(appender)
+            return slot
 
     def add_many(self, appenders: Sequence[CsvAppender], size: int) -> int:
         """``add`` of each appender, each file holding ``size`` bytes; the first's slot (the
         others' follow it)."""
-        first = len(self.appenders)
-        stop = first + len(appenders)
-        if stop > self.sizes.size:
-            grown = np.zeros(max(stop, 2 * self.sizes.size), dtype=np.int64)
-            grown[:first] = self.sizes[:first]
-            self.sizes = grown
-        self.sizes[first:stop] = size
-        self.appenders.extend(appenders)
-        return first
+        with self._lock:
+            first = len(self.appenders)
+            stop = first + len(appenders)
+            if stop > self.sizes.size:
+                grown = np.zeros(max(stop, 2 * self.sizes.size), dtype=np.int64)
+                grown[:first] = self.sizes[:first]
+                self.sizes = grown
+            self.sizes[first:stop] = size
+            self.appenders.extend(appenders)
+            return first
 
     def grow(self, slots: npt.NDArray[np.int64] | int, nbytes: npt.NDArray[np.int64] | int
              ) -> None:
-        self.sizes[slots] += nbytes
+        with self._lock:
+            self.sizes[slots] += nbytes
 
     def forget(self, appenders: Sequence[CsvAppender]) -> None:
         """Drop ``appenders`` (a finished step's, no row to come: between subintervals) and
@@ -183,29 +195,37 @@ class Ledger:
         appenders = [a for a in appenders if a.ledger is self]  # each of ours, once
         if not appenders:
             return
-        keep = np.ones(len(self.appenders), dtype=bool)
-        keep[[a.slot for a in appenders]] = False
-        kept = [a for a, k in zip(self.appenders, keep.tolist(), strict=True) if k]
-        sizes = np.zeros(max(64, 2 * len(kept)), dtype=np.int64)
-        sizes[:len(kept)] = self.sizes[:keep.size][keep]
-        for slot, a in enumerate(kept):
-            a.slot = slot
-        for a in appenders:
-            a.ledger, a.slot = RETIRED, -1
-        self.sizes, self.appenders = sizes, kept
-        self._mark = None
-        self._failed.clear()
+        with self._lock:
+            keep = np.ones(len(self.appenders), dtype=bool)
+            keep[[a.slot for a in appenders]] = False
+            kept = [a for a, k in zip(self.appenders, keep.tolist(), strict=True) if k]
+            sizes = np.zeros(max(64, 2 * len(kept)), dtype=np.int64)
+            sizes[:len(kept)] = self.sizes[:keep.size][keep]
+            for slot, a in enumerate(kept):
+                a.slot = slot
+            for a in appenders:
+                a.ledger, a.slot = RETIRED, -1
+            self.sizes, self.appenders = sizes, kept
+            self._mark = None
+            self._failed.clear()
+            self.renumbered += 1
 
     def failed(self, slot: int) -> None:
-        self._failed.add(slot)
+        with self._lock:
+            self._failed.add(slot)
 
     def mark(self) -> None:
-        self._mark = self.sizes[:len(self.appenders)].copy()
-        self._failed.clear()
+        with self._lock:
+            self._mark = self.sizes[:len(self.appenders)].copy()
+            self._failed.clear()
 
     def undo(self) -> None:
         """Cut back to the mark (nothing when there is none). A file that cannot be cut is
         left as it is: the error that called for the undo is the run's."""
+        with self._lock:
+            self._undo()
+
+    def _undo(self) -> None:
         mark = self._mark
         if mark is None:
             return
@@ -462,8 +482,7 @@ class CsvAppender:
 
         own = own or {}
         group = appenders if isinstance(appenders, AppenderGroup) else AppenderGroup(appenders)
-        if group.appenders[0].ledger is RETIRED:  # a group kept by a step that has ended
-            RETIRED.refuse()
+        group.check()  # its slots current; refused where its step has ended
         fds = group.fds().copy()
         for i in own:
             fds[i] = kernels.SKIP
@@ -523,10 +542,22 @@ class AppenderGroup(Sequence[CsvAppender]):
         self._closes = -1
         self._paths: tuple[str | None, npt.NDArray[np.uint8], npt.NDArray[np.int64]] | None = (
             None)
+        self._ledger: Ledger | None = None
+        self._slots = np.zeros(0, dtype=np.int64)
+        self._numbered = -1
+        self.check()
+
+    def check(self) -> None:
+        """The ledger the appenders share (else None) and their slots in it, read again once
+        it has numbered its slots anew (``Ledger.forget``); a ``ValueError`` when it forgot
+        some of them (their step has ended), before anything is written."""
+        if self._ledger is not None and self._ledger.renumbered == self._numbered:
+            return
         ledgers = {id(a.ledger): a.ledger for a in self.appenders}
-        if id(RETIRED) in ledgers:  # some appender's step has ended
+        if id(RETIRED) in ledgers:
             RETIRED.refuse()
         self._ledger = next(iter(ledgers.values())) if len(ledgers) == 1 else None
+        self._numbered = -1 if self._ledger is None else self._ledger.renumbered
         self._slots = np.fromiter((a.slot for a in self.appenders), dtype=np.int64,
                                   count=len(self.appenders))
 
@@ -534,6 +565,7 @@ class AppenderGroup(Sequence[CsvAppender]):
         """Appenders ``first`` .. ``stop - 1`` wrote ``nbytes`` each."""
         if stop <= first:
             return
+        self.check()
         if self._ledger is not None:
             self._ledger.grow(self._slots[first:stop], nbytes)
             return

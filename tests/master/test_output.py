@@ -168,6 +168,7 @@ def test_a_released_folder_gives_its_descriptors_to_the_next_and_is_forgotten(
     closed = out.table("step00/t.csv", ["a"])  # not under step0/: a name that starts alike
     assert [t.is_open for t in [run_file, *first, closed]] == [True, True, True, False]
     kept_group = AppenderGroup(first)  # as a step's recorder keeps its files
+    survivors = AppenderGroup([run_file, closed])  # made before the slots are numbered anew
     with out.subinterval():
         CsvAppender.append_many([*first, closed], ["1\n", "2\n", "3\n"])
     out.release_folder("step0")
@@ -177,6 +178,9 @@ def test_a_released_folder_gives_its_descriptors_to_the_next_and_is_forgotten(
     out.ledger.forget(first)
     assert out.ledger.appenders == [run_file, closed] and [run_file.slot, closed.slot] == [0, 1]
     assert [run_file.size, closed.size] == [len("a\r\n"), len("a\r\n3\n")]
+    with out.subinterval():  # the group kept from before reads their new slots
+        CsvAppender.append_block(survivors, *_block(["r\n", "s\n"]))
+    assert [run_file.size, closed.size] == [len("a\r\nr\n"), len("a\r\n3\ns\n")]
     later = [out.table(f"step1/t{i}.csv", ["a"]) for i in range(3)]
     assert [t.is_open for t in later] == [True, True, False]  # the two given back, no more
     with pytest.raises(ValueError, match="step's files were let go"):
@@ -195,7 +199,7 @@ def test_a_released_folder_gives_its_descriptors_to_the_next_and_is_forgotten(
         raise OutputError("x", OSError(errno.ENOSPC, "full"))
     out.close()
     assert (tmp_path / "step0" / "t0.csv").read_text() == "a\n1\n"
-    assert (tmp_path / "step00" / "t.csv").read_text() == "a\n3\n"
+    assert (tmp_path / "step00" / "t.csv").read_text() == "a\n3\ns\n"
     assert [(tmp_path / "step1" / f"t{i}.csv").read_text() for i in range(3)] == ["a\n"] * 3
 
 
