@@ -82,12 +82,13 @@ class Readers:
                 self._children[0] = (pid, -1)  # the file below owns the descriptor now
                 with open(fd, "rb") as pipe:
                     data = pipe.read()
+                self._children.pop(0)  # reaped below: never killed again
                 _, status = os.waitpid(pid, 0)
-                self._children.pop(0)
-                if not data:
+                try:
+                    kind, value, told = pickle.loads(data)
+                except Exception:  # nothing, or cut short: the child died writing it
                     raise ReaderFailed(f"a reading process (pid {pid}) ended without its "
-                                       f"result ({_ended(status)})")
-                kind, value, told = pickle.loads(data)
+                                       f"result ({_ended(status)})") from None
                 if kind != "done":
                     failed = ReaderFailed(f"a reading process (pid {pid}) failed:\n{told}")
                     if isinstance(value, BaseException):  # raised here, as a pool would
@@ -105,7 +106,8 @@ class Readers:
                 os.close(fd)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
         self._children.clear()
 
 
@@ -116,7 +118,12 @@ def fork_readers(n: int, work: Callable[[], Any]) -> Readers:
     try:
         for _ in range(n):
             r, w = os.pipe2(os.O_CLOEXEC)
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except BaseException:
+                os.close(r)
+                os.close(w)
+                raise
             if pid == 0:  # the child: never back into the parent's code
                 status = 1
                 try:

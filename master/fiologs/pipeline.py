@@ -569,6 +569,42 @@ def _process_pool(workers: int, context: BaseContext, queue: _FileQueue) -> Proc
                                initializer=_init_child, initargs=(queue,))
 
 
+_Read = tuple[dict[int, list[_Note]], _FileError | None]
+
+
+def _read_forked(task: _ReadTask, jobs: int, acc: QuantumAccumulator
+                 ) -> tuple[_Read, list[_ReadOutcome]]:
+    """This process's files into ``acc``, and the outcomes of ``jobs - 1`` children forked
+    from it that read the others (``master.fiologs.forked``)."""
+    from master.fiologs import forked
+
+    queue = forked.ClaimQueue(len(task.files))
+    try:
+        readers = forked.fork_readers(jobs - 1, lambda: _read_outcome(task, queue))
+        try:
+            own = _read_files(task, queue, acc)  # this process reads too
+        except BaseException:
+            readers.stop()
+            raise
+        return own, readers.results()
+    finally:
+        queue.close()
+
+
+def _read_pooled(task: _ReadTask, jobs: int, acc: QuantumAccumulator
+                 ) -> tuple[_Read, list[_ReadOutcome]]:
+    """``_read_forked`` by a pool of ``jobs - 1`` fresh interpreters (this process runs
+    other threads, or cannot fork)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context(_start_method())
+    queue = _SharedFileQueue(len(task.files), context)
+    with _process_pool(jobs - 1, context, queue) as pool:
+        futures = [pool.submit(_read_in_child, task) for _ in range(jobs - 1)]
+        own = _read_files(task, queue, acc)  # this process reads too
+        return own, [future.result() for future in futures]
+
+
 class _Run:
     """One fio-pctiles computation; see the module docstring."""
 
@@ -639,30 +675,20 @@ class _Run:
         reported are the same either way: files are reported in order, and a malformed line
         stops the run at the first file (in order) that has one."""
         infos = task.files
-        warnings: dict[int, list[_Note]] = {}
-        errors: list[_FileError] = []
+        others: list[_ReadOutcome] = []
         with _roomy_heap():
             if jobs == 1:
-                notes, error = _read_files(task, _LocalFileQueue(len(infos)), acc)
-                warnings.update(notes)
-                errors.extend([error] if error else [])
+                own = _read_files(task, _LocalFileQueue(len(infos)), acc)
             elif _can_fork():
-                self._read_forked(task, jobs, acc, warnings, errors)
+                own, others = _read_forked(task, jobs, acc)
             else:
-                import multiprocessing
-
-                context = multiprocessing.get_context(_start_method())
-                queue = _SharedFileQueue(len(infos), context)
-                with _process_pool(jobs - 1, context, queue) as pool:
-                    futures = [pool.submit(_read_in_child, task) for _ in range(jobs - 1)]
-                    notes, error = _read_files(task, queue, acc)  # this process reads too
-                    warnings.update(notes)
-                    errors.extend([error] if error else [])
-                    for future in futures:
-                        outcome = future.result()
-                        acc.merge(outcome.sums)
-                        warnings.update(outcome.warnings)
-                        errors.extend([outcome.error] if outcome.error else [])
+                own, others = _read_pooled(task, jobs, acc)
+        warnings, error = own
+        errors = [error] if error else []
+        for outcome in others:  # each other process's sums, added here
+            acc.merge(outcome.sums)
+            warnings.update(outcome.warnings)
+            errors.extend([outcome.error] if outcome.error else [])
         stop = min(errors)[0] if errors else len(infos)
         for index in sorted(warnings):
             if index > stop:
@@ -672,30 +698,6 @@ class _Run:
         if errors:
             _, message, file, line = min(errors)
             raise LogFormatError(message, file=file, line=line)
-
-    @staticmethod
-    def _read_forked(task: _ReadTask, jobs: int, acc: QuantumAccumulator,
-                     warnings: dict[int, list[_Note]], errors: list[_FileError]) -> None:
-        """``_read`` by ``jobs - 1`` children forked from this process and this one
-        (``master.fiologs.forked``)."""
-        from master.fiologs import forked
-
-        queue = forked.ClaimQueue(len(task.files))
-        try:
-            readers = forked.fork_readers(jobs - 1, lambda: _read_outcome(task, queue))
-            try:
-                notes, error = _read_files(task, queue, acc)  # this process reads too
-            except BaseException:
-                readers.stop()
-                raise
-            warnings.update(notes)
-            errors.extend([error] if error else [])
-            for outcome in readers.results():
-                acc.merge(outcome.sums)
-                warnings.update(outcome.warnings)
-                errors.extend([outcome.error] if outcome.error else [])
-        finally:
-            queue.close()
 
     # ----------------------------------------------------------------- statistics
     def _group_counts(
