@@ -130,11 +130,14 @@ class StepContext:
 # ---------------------------------------------------------------- small readers
 
 
-def curve_references(steps: Sequence[StepConfig]) -> set[tuple[str, str]]:
-    """The (step name, rollup type) pairs whose measured IOPS an ``iops_curve`` point reads:
-    its max-IOPS step and rollup (the run keeps those alone, ``master.run.steps``)."""
-    return {(s.iops_curve.max_step, s.iops_curve.rollup) for s in steps
-            if s.iops_curve is not None and s.iops_curve.fraction is not None}
+def curve_references(steps: Sequence[StepConfig]) -> dict[str, set[str]]:
+    """The rollup types, by step name, whose measured IOPS an ``iops_curve`` point reads: its
+    max-IOPS step's, of its rollup (the run keeps those alone, ``master.run.steps``)."""
+    out: dict[str, set[str]] = {}
+    for s in steps:
+        if s.iops_curve is not None and s.iops_curve.fraction is not None:
+            out.setdefault(s.iops_curve.max_step, set()).add(s.iops_curve.rollup)
+    return out
 
 
 def phase(cursor: Cursor | None, subinterval_s: float, default_s: float = 0.0) -> PhaseDuration:

@@ -35,6 +35,7 @@ from master.analysis.thresholds import Judged
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.metrics import read_token
 from master.config.resolved import resolved_dict
+from master.config.steps import curve_references
 from master.gather.gathering import Gathering
 from master.hosts.connectback import ConnectBackListener
 from master.hosts.connection import Connection, Connector
@@ -197,6 +198,7 @@ class Run(StepLoop):
         #: again after a step that ended before its confirmation came
         self.go_confirmed: GoConfirmed | None = None
         self.step_results: dict[str, dict[str, dict[str, float]]] = {}
+        self.curve_types = curve_references(cfg.steps)
         #: every threshold result of the run so far (a resumed run's earlier steps' first)
         self.thresholds_judged: list[Judged] = []
         self.t0_ns = clock()

@@ -28,7 +28,6 @@ from master.analysis.thresholds import Judged
 from master.analysis.verdicts import ended_early
 from master.config import RollupSpec, StepConfig, TestConfig
 from master.config.catalog import DEVICE_METRICS
-from master.config.steps import curve_references
 from master.hosts.session import HostSession, window_timeout_s
 from master.live.metrics import RunMetrics
 from master.live.rows import default_live_rollup, dfc_lines, measure_lines
@@ -125,6 +124,7 @@ class StepLoop:
     step_state: StepState | None
     go_confirmed: GoConfirmed | None
     step_results: dict[str, dict[str, dict[str, float]]]
+    curve_types: dict[str, set[str]]  # by step name, the types an iops_curve reads of it
     thresholds_judged: list[Judged]
     gathering: Gathering | None
     run_summary_header: list[str] | None
@@ -757,9 +757,9 @@ class StepLoop:
                        kind="gather", step=st.number)
         with self.output.subinterval():  # a step's summary rows whole, or none
             write_summaries(self.output, st.recorder.dir, rows, header, run_header)
-        kept = {r for name, r in curve_references(self.cfg.steps) if name == st.config.name}
-        for row in rows:  # what iops_curve reads alone (every instance grew it and state.json)
-            if row["IOPS"] is not None and row["rollup_type"] in kept:
+        kept = self.curve_types.get(st.config.name, set())
+        for row in rows if kept else ():  # what iops_curve reads alone (not every instance)
+            if row["rollup_type"] in kept and row["IOPS"] is not None:
                 self.step_results.setdefault(st.config.name, {}).setdefault(
                     row["rollup_type"], {})[row["rollup_instance"]] = float(row["IOPS"])
         self.view.step_summary(f"{st.number} {st.config.name}", st.recorder.show_type, rows,

@@ -23,7 +23,7 @@ def _fake_run(folder: Path, resuming: bool = False) -> SimpleNamespace:
     events: list[str] = []
     fake = SimpleNamespace(
         output=out, step_results={}, run_summary_header=None, events=events,
-        cfg=SimpleNamespace(thresholds=(), steps=()),
+        cfg=SimpleNamespace(thresholds=()), curve_types={},
         event=lambda level, message, **kw: events.append(message),
         view=SimpleNamespace(step_summary=lambda *a, **k: None))
     fake._run_summary_header = lambda header: Run._run_summary_header(
