@@ -163,6 +163,7 @@ class HostSession:
         #: when the slave last said anything (the master's clock): a long answer it keeps
         #: talking through (a layout's progress, a read-back's findings) is alive
         self.heard_ns = 0
+        self._hearing: set[asyncio.Future[None]] = set()  # long answers' waits (_while_heard)
         self._bye = asyncio.Event()
         self._writes: set[asyncio.Future[None]] = set()  # writes waiting for the slave to read
         #: what each read-back (``verify_lun``, by seq) is told as it goes
@@ -240,6 +241,9 @@ class HostSession:
                     self._on_eof()
                     return
                 self.heard_ns = self.clock()
+                for heard in self._hearing:
+                    if not heard.done():
+                        heard.set_result(None)
                 for msg in self.conv.receive_data(data):
                     self._dispatch(msg)
         except ProtocolError as exc:
@@ -341,14 +345,23 @@ class HostSession:
     async def _while_heard(self, fut: asyncio.Future[Message], silence_s: float,
                            silent: str) -> Message:
         """``fut``'s answer, waited for while the slave says anything at least every
-        ``silence_s`` (from now: the request is sent)."""
+        ``silence_s`` (from now: the request is sent). The silence is judged on the session's
+        clock, again at each word and when it has run out."""
         since = self.clock()
+        loop = asyncio.get_running_loop()
         while True:
             quiet_s = (self.clock() - max(since, self.heard_ns)) / 1e9
             if quiet_s >= silence_s:
                 raise self._fail(f"no word {silent} for {silence_s:g} s")
-            done, _ = await asyncio.wait([fut], timeout=silence_s - quiet_s)
-            if done:
+            heard: asyncio.Future[None] = loop.create_future()
+            self._hearing.add(heard)
+            try:
+                waits: list[asyncio.Future[Any]] = [fut, heard]
+                await asyncio.wait(waits, timeout=silence_s - quiet_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._hearing.discard(heard)
+            if fut.done():
                 return fut.result()
 
     # ------------------------------------------------------------------ conversation
