@@ -58,3 +58,9 @@ ivypy_venv() {
         echo "$want" > "$stamp"
     fi
 }
+
+# the static checks (scripts/check; scripts/test runs them beside the suite): ruff, then
+# mypy --strict; run from the checkout's root
+ivypy_static_checks() {
+    "$VENV/bin/ruff" check ivypy protocol slave master tests scripts && "$VENV/bin/mypy"
+}
