@@ -226,6 +226,25 @@ class Case:
         return self.n_hosts * self.per_host
 
 
+def placed(workloads: dict[str, WorkloadInstance]) -> Settings:
+    """The settings in force: every workload placed with its own parameters."""
+    settings = Settings()
+    for wid, inst in workloads.items():
+        settings.placed(wid, inst.params)
+    return settings
+
+
+def host_results(hosts: list[str], decoders: list[FrameDecoder], frames: list[bytes], k: int
+                 ) -> list[HostResult]:
+    """Subinterval ``k``'s frames decoded, as the master's hosts hand them to the recorder."""
+    results = []
+    for host, dec, frame in zip(hosts, decoders, frames, strict=True):
+        (msg,) = dec.feed(frame)
+        assert isinstance(msg, SubintervalResult)
+        results.append(HostResult(host, msg, lambda ns: ns, (k + 1) * SUB_NS + 1_000_000))
+    return results
+
+
 def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool: Pool,
              root: Path, profile: Path | None = None, threads: int | None = None,
              digest: bool = False) -> Case:
@@ -236,9 +255,7 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
     output = RunOutput(folder)
     # a fixed-length step, the common case (the slaves add the window up: Go.fold)
     t0 = time.perf_counter()
-    settings = Settings()
-    for wid, inst in workloads.items():
-        settings.placed(wid, inst.params)
+    settings = placed(workloads)
     rec = StepRecorder(output, 0, "bench", ROLLUPS, SUB_NS / 1e9, workloads, settings, "host",
                        hosts=hosts, fold_measurement=True, threads=threads)
     step_start_s = time.perf_counter() - t0
@@ -257,11 +274,7 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
             if prof is not None and k == subintervals - 1:
                 prof.enable()
             t0, w0 = time.thread_time(), time.perf_counter()
-            results = []
-            for host, dec, frame in zip(hosts, decoders, frames, strict=True):
-                (msg,) = dec.feed(frame)
-                assert isinstance(msg, SubintervalResult)
-                results.append(HostResult(host, msg, lambda ns: ns, (k + 1) * SUB_NS + 1_000_000))
+            results = host_results(hosts, decoders, frames, k)
             decode.append(time.thread_time() - t0)
             rec.record(k, "measurement", results, (k + 1) * SUB_NS)
             times.append(time.thread_time() - t0)
@@ -297,17 +310,16 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
 def later_steps_case(pool: Pool, root: Path, subintervals: int, steps: int = 3
                      ) -> list[float]:
     """The 10,000-workload case (100 hosts x 100) as ``steps`` steps of one run, each on one
-    thread, each ended as a run ends it (``StepRecorder.release_files``): each step's
-    median CPU time a subinterval. A step's files held open to the run's end used to leave
+    thread, each step's files let go at its end as a run lets them go
+    (``StepRecorder.release_files``; the summaries a run writes before are left out): each
+    step's median CPU time a subinterval. A step's files held open to the run's end used to leave
     a later step none of the open-file budget (its third step: 100-105 ms against 68)."""
     rng = np.random.default_rng(11)
     workloads, ids_by_host = make_workloads(100, 100)
     hosts = [f"host{h:03d}" for h in range(100)]
     folder = Path(tempfile.mkdtemp(prefix="bench-master-steps-", dir=root))
     output = RunOutput(folder)
-    settings = Settings()
-    for wid, inst in workloads.items():
-        settings.placed(wid, inst.params)
+    settings = placed(workloads)
     medians = []
     try:
         for step in range(steps):
@@ -318,13 +330,8 @@ def later_steps_case(pool: Pool, root: Path, subintervals: int, steps: int = 3
             times = []
             for k in range(subintervals):
                 t0 = time.thread_time()
-                results = []
-                for host, dec, frame in zip(hosts, decoders, frames, strict=True):
-                    (msg,) = dec.feed(frame)
-                    assert isinstance(msg, SubintervalResult)
-                    results.append(HostResult(host, msg, lambda ns: ns,
-                                              (k + 1) * SUB_NS + 1_000_000))
-                rec.record(k, "measurement", results, (k + 1) * SUB_NS)
+                rec.record(k, "measurement", host_results(hosts, decoders, frames, k),
+                           (k + 1) * SUB_NS)
                 times.append(time.thread_time() - t0)
             medians.append(statistics.median(times))
             rec.release_files()

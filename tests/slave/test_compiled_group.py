@@ -22,12 +22,11 @@ import pytest
 
 from master.results.output import RunOutput
 from master.run.recorder import StepRecorder
-from master.run.settings import Settings
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import N_BUCKETS
 from protocol.stats import MAX, OPS, WorkloadStats
 from protocol.views import N_KINDS, N_VIEWS, PERCENTILES
-from scripts.bench_master_impl import ROLLUPS, host_batch, make_pool, make_workloads
+from scripts.bench_master_impl import ROLLUPS, host_batch, make_pool, make_workloads, placed
 from slave.engine import compiled_group as cg
 from slave.engine import compiled_loop as pk
 from slave.engine.compiled_loop import GRP_DRIVER, GRP_HELD, GRP_HELD_MAX, GRP_SINGLE
@@ -322,9 +321,7 @@ def _bench_hosts(tmp_path: Path, n_hosts: int, per_host: int
     its workload ids and a batch of its workloads from the bench's pool."""
     workloads, ids_by_host = make_workloads(n_hosts, per_host)
     hosts = [f"host{h:03d}" for h in range(n_hosts)]
-    settings = Settings()
-    for wid, inst in workloads.items():
-        settings.placed(wid, inst.params)
+    settings = placed(workloads)
     output = RunOutput(tmp_path / "run")
     try:
         rec = StepRecorder(output, 0, "bench", ROLLUPS, 1.0, workloads, settings, "host",
