@@ -105,25 +105,24 @@ steps:
         with open(folder / "step0000-light/interlock.csv") as fh:
             for r in csv.DictReader(fh):
                 if r["boundary_skew_us"]:
+                    skew = float(r["boundary_skew_us"])
                     per_k.setdefault(int(r["subinterval"]), {}).setdefault(r["host"], []).append(
-                        float(r["boundary_skew_us"]))
-                    by_worker.setdefault(f"{r['host']}/{r['worker']}", []).append(
-                        float(r["boundary_skew_us"]))
+                        skew)
+                    by_worker.setdefault(f"{r['host']}/{r['worker']}", []).append(skew)
         spreads: list[float] = []
         bounds: list[float] = []
         lags: list[float] = []
+        by_host: dict[str, list[float]] = {}
         for hosts_k in per_k.values():
             firsts = {h: min(v) for h, v in hosts_k.items()}  # each host's first worker
+            for h, t in firsts.items():
+                by_host.setdefault(h, []).append(t)
             spreads.append(max(firsts.values()) - min(firsts.values()))
             bounds.append(max(t + uncertainty[h] for h, t in firsts.items())
                           - min(t - uncertainty[h] for h, t in firsts.items()))
             lags += firsts.values()
         print(f"boundaries: {len(spreads)}; switch after the planned boundary: median "
               f"{statistics.median(lags):.0f} us")
-        by_host: dict[str, list[float]] = {}
-        for hosts_k in per_k.values():
-            for h, v in hosts_k.items():
-                by_host.setdefault(h, []).append(min(v))
         print("each host's first switch after the boundary, median: " + ", ".join(
             f"{h} {statistics.median(v):.0f} us" for h, v in sorted(by_host.items())))
         print("each worker's switch after the boundary, median and max: " + ", ".join(
