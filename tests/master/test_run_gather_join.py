@@ -39,6 +39,8 @@ def test_fake_array_joined_to_lun_and_host_instances(tmp_path: Path) -> None:
         folder = run_to_end(tmp_path, "gjoin", f"""\
 test: gjoin
 subinterval_seconds: 0.5
+# judged on the joined columns, not on the rate a loaded machine keeps
+iops_tolerance_pct: 100
 hosts: [localhost]
 luns:
   - {{path: {devs[0]}}}

@@ -62,6 +62,8 @@ N_BLOCKS = 256  # 1 MiB
 HEAD = """\
 test: {test}
 subinterval_seconds: 0.5
+# judged on the data it verifies, not on the rate a loaded machine keeps
+iops_tolerance_pct: 100
 hosts: [localhost]
 verify: {verify}
 thresholds: ["verify_errors < 1"]
