@@ -118,7 +118,9 @@ def test_the_depth_one_loop_records_every_read_and_leaves_nothing_behind(
     ctl = _Control(4, stats)
     done = _device_reads_of_run(dev, loop, fd, ctl, 50_000_000, p.blocksize_bytes)
     assert loop.in_flight == 0
-    assert len(ctl.per_sub) == 4 and all(n > 50 for n in ctl.per_sub), ctl.per_sub
+    # every subinterval recorded some (how many is the machine's: with a CPU hog beside it the
+    # last of 50 ms recorded 30 reads where the others recorded 1,100-2,500)
+    assert len(ctl.per_sub) == 4 and all(n > 0 for n in ctl.per_sub), ctl.per_sub
     recorded = sum(ctl.per_sub)
     # not recorded: the reads the loop reaped past the last boundary (they belong to the
     # subinterval the stop discards) and those it had resubmitted, which the stop drains
