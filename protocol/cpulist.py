@@ -1,16 +1,20 @@
 """Which CPUs a host's worker processes run on: the ``worker_cpus`` setting.
 
 Owns the setting's text form, shared by the master (which checks it in the test file) and the
-slave (which gets it on its command line and checks it against the CPUs it may use). Pure: no
-I/O, no ``os`` calls.
+slave (which gets it on its command line and checks it against the CPUs it may use). Pure but for
+``usable_cpus``.
 
 Forms: ``auto`` (the default: one worker per CPU the slave may use, each pinned to its CPU),
 ``unpinned`` (as many workers, left to the kernel's scheduler), or a CPU list in the kernel's
 ``cpulist`` format (``0-3,8,10-11``: one worker per listed CPU, pinned to it).
+
+``usable_cpus`` is the one place anything of ivypy asks the kernel which CPUs it may use (the
+slave's workers, the master's writer threads, ``fio-pctiles``'s readers).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Final
 
@@ -18,6 +22,14 @@ AUTO: Final = "auto"
 UNPINNED: Final = "unpinned"
 MAX_CPU: Final = 65535  # far above any machine's CPU count: a typo, not a CPU
 _ITEM: Final = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), in order."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - Linux has it
+        return list(range(os.cpu_count() or 1))
 
 
 def parse_cpu_list(text: str) -> list[int]:

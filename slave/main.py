@@ -230,11 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.watchdog_min_seconds > 0:
         ap.error("--watchdog-min-seconds must be > 0")
-    from slave.worker import usable_cpus
-
     problem = None
     try:
-        cpus = cpulist.worker_cpus(args.worker_cpus, usable_cpus())
+        cpus = cpulist.worker_cpus(args.worker_cpus, cpulist.usable_cpus())
     except ValueError as exc:
         problem = f"worker_cpus {args.worker_cpus!r}: {exc}"
         cpus = [None]  # one idle worker: the handshake answers with the problem, then exits

@@ -66,6 +66,7 @@ import numpy.typing as npt
 
 from protocol import credit
 from protocol.batch import StatsBatch
+from protocol.cpulist import usable_cpus
 from protocol.errors import IoEngineError, MasterLateError
 from protocol.messages import MAX_WORKLOADS_PER_HOST
 from protocol.params import WorkloadParams
@@ -202,14 +203,6 @@ class _Entry:
     slot: int
     params: WorkloadParams
     deleting: bool = False
-
-
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on (its affinity mask), in order."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - Linux has it
-        return list(range(os.cpu_count() or 1))
 
 
 class WorkerPool:

@@ -66,6 +66,7 @@ from master.fiologs.pctiles import (
     percentile_matrix,
 )
 from master.fiologs.repair import ClientLogRepairer, ShapeDetector
+from protocol.cpulist import usable_cpus
 from protocol.errors import ConfigError, LogFormatError
 
 logger = logging.getLogger(__name__)
@@ -470,11 +471,7 @@ def _reserve(acc: QuantumAccumulator, info: _FileInfo, head: list[HistBlock], he
 def _auto_jobs(infos: list[_FileInfo]) -> int:
     if len(infos) < 2 or sum(map(_file_bytes, infos)) < PARALLEL_MIN_BYTES:
         return 1
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_AUTO_JOBS, len(infos)))
+    return max(1, min(len(usable_cpus()), MAX_AUTO_JOBS, len(infos)))
 
 
 _M_TOP_PAD: Final = -2  # glibc mallopt parameter

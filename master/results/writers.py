@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from protocol.cpulist import usable_cpus
 
 #: The most writer threads, whatever the CPUs (more only contend for the file system's locks).
 MOST_THREADS = 8
@@ -23,11 +24,7 @@ MOST_THREADS = 8
 
 def writer_threads() -> int:
     """The CPUs this process may run on now (its affinity), at most ``MOST_THREADS``."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MOST_THREADS, cpus))
+    return max(1, min(MOST_THREADS, len(usable_cpus())))
 
 
 @functools.cache

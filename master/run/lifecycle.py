@@ -96,6 +96,7 @@ from master.run.workloads import (
     shared_identities,
 )
 from protocol import verify as pv
+from protocol.cpulist import usable_cpus
 from protocol.errors import (
     ConfigError,
     HostError,
@@ -113,7 +114,7 @@ log = logging.getLogger(__name__)
 #: the zipapp sent, the slave started): the rest wait for a free place. All of it costs the
 #: controller CPU: on 2 cores, 64 hosts at once left 9 of them unanswered 30 s into checking
 #: their python; 8 per core started all 64.
-CONNECT_PARALLEL = min(64, 8 * (os.cpu_count() or 1))
+CONNECT_PARALLEL = min(64, 8 * len(usable_cpus()))
 #: How many hosts measure their clock offset at once: pings of every host at once lengthen each
 #: other's round trips on the master's loop (and then each host pings up to its most).
 CLOCK_PARALLEL = 16

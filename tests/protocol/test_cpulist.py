@@ -3,8 +3,11 @@ per worker against the CPUs a slave may use."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from protocol import cpulist
 from protocol.cpulist import check_setting, format_cpu_list, parse_cpu_list, worker_cpus
 
 
@@ -101,3 +104,14 @@ def test_worker_cpus_names_the_cpus_the_slave_may_not_use() -> None:
     assert str(err.value) == (
         "CPU 2-3,9 is not available to the slave on this host (it may use 0-1,4)"
     )
+
+
+def test_usable_cpus_follow_the_affinity_mask() -> None:
+    whole = os.sched_getaffinity(0)
+    assert cpulist.usable_cpus() == sorted(whole)
+    last = max(whole)
+    os.sched_setaffinity(0, {last})
+    try:
+        assert cpulist.usable_cpus() == [last]
+    finally:
+        os.sched_setaffinity(0, whole)
