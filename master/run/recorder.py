@@ -108,7 +108,6 @@ class _TypePlan:
     names: tuple[str, ...]  # instances, in order of first appearance over the plan's workloads
     groups: dict[str, list[list[str]]]  # host → its groups (workload ids)
     grouping: ru.Grouping  # host group (hosts in plan order) → instance
-    host_of: npt.NDArray[np.intp]  # host index of each host group
     inst_of_workload: npt.NDArray[np.intp]  # instance of each workload, in plan order
     histograms: bool  # the slaves send histograms (else percentile tables)
 
@@ -205,11 +204,10 @@ class StepRecorder:
                      AppenderGroup(tables.appenders[a:a + ROW_SLICE]),
                      texts.part(a, min(a + ROW_SLICE, g.n)))
                     for a in range(0, g.n, ROW_SLICE)]
-        #: each rollup type's (instance, host) pairs and hosts per instance, by whether they
-        #: are over host groups or workloads (``_instance_cpu_array``)
-        self._cpu_pairs: dict[tuple[str, bool], tuple[npt.NDArray[np.int64],
-                                                      npt.NDArray[np.int64],
-                                                      npt.NDArray[np.int64]]] = {}
+        #: each rollup type's (instance, host) pairs and hosts per instance
+        #: (``_instance_cpu_array``)
+        self._cpu_pairs: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                                         npt.NDArray[np.int64]]] = {}
 
     # ------------------------------------------------------------------ the rollup plan
     def _build_plan(self, hosts: list[str], histogram_types: frozenset[str]) -> None:
@@ -233,22 +231,19 @@ class StepRecorder:
                                   dtype=np.intp, count=len(keys))
             groups: dict[str, list[list[str]]] = {}
             hg_inst: list[int] = []
-            hg_host: list[int] = []
             at = 0
-            for j, h in enumerate(self._hosts):
+            for h in self._hosts:
                 local: dict[str, list[str]] = {}
                 for w in of_host.get(h, []):
                     local.setdefault(keys[at], []).append(w)
                     at += 1
                 groups[h] = list(local.values())
                 hg_inst += [index[k] for k in local]
-                hg_host += [j] * len(local)
             names = tuple(index)
             of_hg = np.array(hg_inst, dtype=np.intp)
             spread = bool(np.any(np.bincount(of_hg, minlength=len(names)) > 1))
             self.plans[spec.type] = _TypePlan(
-                names, groups, ru.Grouping(spec.type, names, of_hg),
-                np.array(hg_host, dtype=np.intp), inst_of,
+                names, groups, ru.Grouping(spec.type, names, of_hg), inst_of,
                 spread or spec.type in histogram_types)
         #: the instances of each rollup type over the workloads in plan order (summaries)
         self.groupings = {t: ru.Grouping(t, p.names, p.inst_of_workload)
@@ -366,7 +361,7 @@ class StepRecorder:
                 res.columns.update(zip(self.gathered, extra[spec.type].T, strict=True))
             if p.histograms:
                 out.samples[spec.type] = sample
-            cpu = self._instance_cpu_array(spec.type, True, host_cpu)
+            cpu = self._instance_cpu_array(spec.type, host_cpu)
             g = self.groupings[spec.type]
             if self.metrics is not None and self.metrics.serves(spec.type):
                 setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
@@ -381,7 +376,7 @@ class StepRecorder:
                 np.hstack([out.devices[spec.type], extra[spec.type]])
                 if self.gathered else out.devices[spec.type])
             if spec.type in ("all", self.show_type):
-                ivypy = self._instance_cpu_array(spec.type, True, host_ivypy)
+                ivypy = self._instance_cpu_array(spec.type, host_ivypy)
                 rows = live_rows(g.names, res.columns, cpu[:LIVE_ROWS_MAX].tolist(),
                                  ivypy[:LIVE_ROWS_MAX].tolist())
                 if spec.type == "all" and rows:
@@ -521,20 +516,18 @@ class StepRecorder:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
         return self.settings.iops_array(self.ids)
 
-    def _instance_cpu_array(self, rollup_type: str, of_host_groups: bool,
+    def _instance_cpu_array(self, rollup_type: str,
                             host_cpu: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Mean busy % over the distinct hosts of each instance of ``rollup_type``, whose
-        instances are of its host groups (``plans``) or of its workloads (``groupings``):
-        the same instances, the pairs of them and hosts found once a step."""
-        g = self.plans[rollup_type].grouping if of_host_groups else self.groupings[rollup_type]
-        pairs = self._cpu_pairs.get((rollup_type, of_host_groups))
+        """Mean busy % over the distinct hosts of each instance of ``rollup_type`` (the pairs of
+        instances and hosts found once a step, from its workloads)."""
+        g = self.groupings[rollup_type]
+        pairs = self._cpu_pairs.get(rollup_type)
         if pairs is None:
-            host_of = self.plans[rollup_type].host_of if of_host_groups else self._host_of
             n_hosts = max(len(self._hosts), 1)
-            both = np.unique(g.of_workload.astype(np.int64) * n_hosts + host_of)
+            both = np.unique(g.of_workload.astype(np.int64) * n_hosts + self._host_of)
             inst = both // n_hosts
             pairs = (inst, both % n_hosts, np.bincount(inst, minlength=g.n))
-            self._cpu_pairs[rollup_type, of_host_groups] = pairs
+            self._cpu_pairs[rollup_type] = pairs
         inst, host, count = pairs
         total = np.bincount(inst, weights=host_cpu[host], minlength=g.n)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -651,7 +644,7 @@ class StepRecorder:
                 messages.append(why)
             valid_all &= valid
             reason = "; ".join(x for x in (extra_invalid, why) if x)
-            cpu = self._instance_cpu_array(spec.type, False, host_cpu)
+            cpu = self._instance_cpu_array(spec.type, host_cpu)
             count = np.bincount(g.of_workload, minlength=g.n)
             is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
             setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
