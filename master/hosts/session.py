@@ -163,7 +163,7 @@ class HostSession:
         #: when the slave last said anything (the master's clock): a long answer it keeps
         #: talking through (a layout's progress, a read-back's findings) is alive
         self.heard_ns = 0
-        self._hearing: set[asyncio.Future[None]] = set()  # long answers' waits (_while_heard)
+        self._hearing: set[asyncio.Future[None]] = set()  # long answers' waits (_answer)
         self._bye = asyncio.Event()
         self._writes: set[asyncio.Future[None]] = set()  # writes waiting for the slave to read
         #: what each read-back (``verify_lun``, by seq) is told as it goes
@@ -316,51 +316,44 @@ class HostSession:
         nothing for ``timeout_s``."""
         if self.failure is not None:  # a host given up is not asked again (nor waited for)
             raise self.failure
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Message] = loop.create_future()
+        fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
-        t0 = loop.time()
+        t0 = self.clock()
         try:
             await self.send(msg, timeout_s if send_timeout_s is None
                             else min(timeout_s, send_timeout_s))
-        except BaseException:
+            return await self._answer(fut, timeout_s, t0, type(msg).__name__, silent)
+        finally:
             self._pending.pop(key, None)
-            if fut.done():
-                fut.exception()  # ``_fail`` set it: the send raises it
-            raise
-        if silent is not None:
-            try:
-                return await self._while_heard(fut, timeout_s, silent)
-            finally:
-                self._pending.pop(key, None)
-                if not fut.done():
-                    fut.cancel()
-                elif not fut.cancelled():
-                    fut.exception()  # ``_fail`` set it (this host failed): raised already
-        try:
-            return await asyncio.wait_for(fut, max(0.0, timeout_s - (loop.time() - t0)))
-        except asyncio.TimeoutError as exc:
-            raise self._fail(f"no answer to {type(msg).__name__} within {timeout_s:.0f} s") from exc
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # ``_fail`` set it (this host failed): raised already
 
-    async def _while_heard(self, fut: asyncio.Future[Message], silence_s: float,
-                           silent: str) -> Message:
-        """``fut``'s answer, waited for while the slave says anything at least every
-        ``silence_s`` (from now: the request is sent). The silence is judged on the session's
-        clock, again at each word and when it has run out."""
-        since = self.clock()
+    async def _answer(self, fut: asyncio.Future[Message], timeout_s: float, t0_ns: int,
+                      what: str, silent: str | None) -> Message:
+        """``fut``'s answer within ``timeout_s`` of ``t0_ns``; with ``silent``, for as long as
+        the slave says anything at least every ``timeout_s`` from when the request was sent.
+        Judged on the session's clock, again at each word and when the wait has run out."""
         loop = asyncio.get_running_loop()
+        since = self.clock()  # the request is sent
         while True:
-            quiet_s = (self.clock() - max(since, self.heard_ns)) / 1e9
-            if quiet_s >= silence_s:
-                raise self._fail(f"no word {silent} for {silence_s:g} s")
-            heard: asyncio.Future[None] = loop.create_future()
-            self._hearing.add(heard)
+            from_ns = t0_ns if silent is None else max(since, self.heard_ns)
+            left_s = timeout_s - (self.clock() - from_ns) / 1e9
+            if left_s <= 0:
+                raise self._fail(f"no answer to {what} within {timeout_s:.0f} s"
+                                 if silent is None else
+                                 f"no word {silent} for {timeout_s:g} s")
+            waits: list[asyncio.Future[Any]] = [fut]
+            if silent is not None:
+                heard: asyncio.Future[None] = loop.create_future()
+                self._hearing.add(heard)
+                waits.append(heard)
             try:
-                waits: list[asyncio.Future[Any]] = [fut, heard]
-                await asyncio.wait(waits, timeout=silence_s - quiet_s,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=left_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                self._hearing.discard(heard)
+                if silent is not None:
+                    self._hearing.discard(heard)
             if fut.done():
                 return fut.result()
 
