@@ -108,8 +108,6 @@ class RunMetrics(Collector):
         instances' row columns (``iops_setting``, ``cpu_busy_pct``) for the gauges."""
         s = self.series.get((step, step_name, rollup))
         if s is None or s.names != tuple(names):
-            if s is None:
-                self._forget_before(step - KEPT_FINISHED_STEPS)
             s = self.series[(step, step_name, rollup)] = _Series.empty(names)
         self.step = (step, step_name)
         of = np.asarray(of_group, dtype=np.intp)
@@ -132,14 +130,16 @@ class RunMetrics(Collector):
         """Whether rollup type ``rollup``'s instances are served (``metrics: rollups``)."""
         return self.rollups is None or rollup in self.rollups
 
-    def _forget_before(self, step: int) -> None:
-        """Drop the series (and DFC's gauges) of the steps numbered below ``step``: served on
-        to the run's end, every step's instances were held and rendered at every scrape (at
-        10,000 workloads about 17 MB a step and 2 million lines a scrape a step)."""
-        for key in [k for k in self.series if k[0] < step]:
+    def start_step(self, step: int, name: str) -> None:
+        """Step ``step`` starts: the series (and DFC's gauges) of the steps numbered below
+        ``step - KEPT_FINISHED_STEPS`` are dropped. Served on to the run's end, every step's
+        instances were held and rendered at every scrape (at 10,000 workloads about 17 MB a
+        step and 2 million lines a scrape a step)."""
+        for key in [k for k in self.series if k[0] < step - KEPT_FINISHED_STEPS]:
             del self.series[key]
-        for key in [k for k in self.dfc if k[0] < step]:
+        for key in [k for k in self.dfc if k[0] < step - KEPT_FINISHED_STEPS]:
             del self.dfc[key]
+        self.step, self.subinterval = (step, name), -1
 
     def snapshot(self) -> RunMetrics:
         """A copy of what a scrape reads now (its arrays copied): rendered away from the run's

@@ -149,6 +149,8 @@ class StepRecorder:
         default: the CPUs the process may run on, at most 8); the files are the same
         whatever their number."""
         self.metrics = metrics
+        if metrics is not None:
+            metrics.start_step(number, name)
         self.threads = writers.writer_threads() if threads is None else max(1, threads)
         self.gathered = tuple(gathered)
         self._summed = np.array([name in summed for name in self.gathered], dtype=bool)

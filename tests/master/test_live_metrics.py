@@ -95,6 +95,7 @@ def test_a_finished_steps_series_are_dropped_once_two_later_steps_started() -> N
     m = RunMetrics("t")
     batch = _batch({(0, 0): [5_000]})
     for step in range(5):
+        m.start_step(step, f"s{step}")
         for rollup in ("all", "host"):
             m.add(step, f"s{step}", rollup, ["a"], np.array([0]), batch)
         m.set_dfc(step, f"s{step}", [{"instance": "a", "new_iops": 10, "measured": 1,
@@ -270,8 +271,7 @@ def test_a_token_is_required_where_one_is_set_and_the_rollups_named_are_served(
     (["--metrics-token-file", "/tmp/x"], "--metrics-token-file needs --metrics"),
     (["--metrics-rollups", "all"], "--metrics-rollups needs --metrics"),
     (["--metrics", "127.0.0.1:0", "--metrics-rollups", "all,nope"],
-     "--metrics-rollups: nope: not a rollup type of the test (it has all, host, lun, "
-     "workload)"),
+     "--metrics-rollups: unknown rollup type 'nope' (the test's: all, host, lun, workload)"),
     (["--metrics", "127.0.0.1:0", "--metrics-rollups", ","],
      "--metrics-rollups: names no rollup type"),
     (["--metrics", "127.0.0.1:0", "--metrics-rollups", "host,all,host"],
@@ -288,7 +288,7 @@ def test_a_bad_address_or_token_file_is_a_config_error_before_any_host(
 
 @pytest.mark.parametrize(("metrics", "says"), [
     ("{listen: '127.0.0.1:0', rollups: [all, nope]}",
-     "metrics.rollups: nope: not a rollup type of the test (it has all, host, lun, workload)"),
+     "metrics.rollups: unknown rollup type 'nope' (the test's: all, host, lun, workload)"),
     ("{listen: '127.0.0.1:0', rollups: all}", "metrics.rollups: must be a list of rollup types"),
     ("{listen: '127.0.0.1:0', rollups: []}", "metrics.rollups: names no rollup type"),
 ])
