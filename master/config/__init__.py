@@ -10,8 +10,9 @@ files, or import anything from the run loop.
 Submodules: ``yamlnodes`` (YAML with line numbers), ``hosts`` (range expansion), ``workloads``
 (workload keys, create/edit/delete), ``steps`` (steps, measure, DFC, sweeps), ``verify``
 (``verify:`` and what a verified test may not hold), ``loader`` (top level, LUN selectors,
-rollups), ``schema``, ``catalog``, ``keys`` (each mapping's keys as a user reads them) and
-``reference`` (renders them into ``docs/config.md``).
+rollups), ``rolluptypes`` (whether a name is one of the test's rollup types, and its wording),
+``schema``, ``catalog``, ``keys`` (each mapping's keys as a user reads them) and ``reference``
+(renders them into ``docs/config.md``).
 """
 
 from master.config.catalog import BUILTIN_ROLLUPS, FOCUS_METRICS, IOSEQUENCERS, LUN_ATTRIBUTE_KEYS

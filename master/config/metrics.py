@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from master.config.limits import duration_within
+from master.config.rolluptypes import rollup_type_problem
 from master.config.schema import ConnectBackConfig, MetricsConfig
 from master.config.yamlnodes import Cursor
 
@@ -90,17 +91,17 @@ def parse_metrics(cursor: Cursor | None, base: Path,
 
 def check_metric_rollups(rollups: Sequence[str], rollup_types: Sequence[str] | None) -> None:
     """``ValueError`` saying what is wrong with the rollup types to serve: none, one named
-    twice, or (where the test's are known) one the test does not have."""
+    twice, or (where the test's are known) the first one the test does not have."""
     if not rollups:
         raise ValueError("names no rollup type (leave it out to serve every type)")
     twice = sorted({r for r in rollups if rollups.count(r) > 1})
     if twice:
         raise ValueError(f"names {', '.join(twice)} more than once")
     if rollup_types is not None:
-        unknown = [r for r in rollups if r not in rollup_types]
-        if unknown:
-            raise ValueError(f"{', '.join(unknown)}: not a rollup type of the test (it has "
-                             f"{', '.join(rollup_types)})")
+        for rollup in rollups:
+            problem = rollup_type_problem(rollup, rollup_types)
+            if problem is not None:
+                raise ValueError(problem)
 
 
 def read_token(path: str, what: str = "metrics") -> str:

@@ -36,6 +36,7 @@ from master.config.limits import (
     metric_max,
     percent_within,
 )
+from master.config.rolluptypes import rollup_type_problem
 from master.config.schema import (
     AccuracyCriterion,
     DfcConfig,
@@ -227,8 +228,9 @@ def _rollup_type(cursor: Cursor | None, rollup_types: tuple[str, ...]) -> str:
     if cursor is None:
         return "all"
     name = cursor.string()
-    if name not in rollup_types:
-        raise cursor.error(f"unknown rollup type {name!r} (defined: {', '.join(rollup_types)})")
+    problem = rollup_type_problem(name, rollup_types)
+    if problem is not None:
+        raise cursor.error(problem)
     return name
 
 
@@ -469,10 +471,9 @@ def _edit_rollup(cursor: Cursor, context: StepContext) -> tuple[RollupEdit, ...]
                 raise instance_cursor.error(
                     f"bad instance {text!r}: use all or <rollup type>=<value> like host=h1"
                 )
-            if rollup not in context.rollup_types:
-                raise instance_cursor.error(
-                    f"unknown rollup type {rollup!r} (defined: {', '.join(context.rollup_types)})"
-                )
+            problem = rollup_type_problem(rollup, context.rollup_types)
+            if problem is not None:
+                raise instance_cursor.error(problem)
             _known_host(instance_cursor, text, rollup, value_text, context.workloads.host_names)
             value = tuple(value_text.split("+"))
             wanted = len(rollup.split("+"))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from master.config.catalog import DEVICE_METRICS, FOCUS_METRICS, VERIFY_METRICS
 from master.config.expr import FailIf, parse_fail_if
 from master.config.gather import GATHER_PREFIX, GatherSource, focus_metric_problem
+from master.config.rolluptypes import rollup_type_problem
 from master.config.yamlnodes import Collected, Cursor
 from protocol.errors import CompareError
 
@@ -104,10 +105,9 @@ def _threshold(item: Cursor, steps: Mapping[str, tuple[str, ...]], rollup_types:
         rollup_cursor = item.get("rollup")
         if rollup_cursor is not None:
             rollup = rollup_cursor.string()
-            if rollup not in rollup_types:
-                raise rollup_cursor.error(
-                    f"no rollup {rollup!r} in this test" + _likely(rollup, rollup_types)
-                    + f" (rollups: {', '.join(rollup_types)})")
+            problem = rollup_type_problem(rollup, rollup_types)
+            if problem is not None:
+                raise rollup_cursor.error(problem)
         instance_cursor = item.get("instance")
         if instance_cursor is not None:
             instance = (str(instance_cursor.value) if instance_cursor.is_scalar

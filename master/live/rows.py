@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from master.config.rolluptypes import rollup_type_problem
 from protocol.errors import ConfigError
 
 #: the rollup type whose rows the view shows beside the total row, by count of hosts
@@ -86,9 +87,9 @@ def default_live_rollup(n_hosts: int) -> str:
 
 def check_live_rollup(rollup_type: str, test_types: Sequence[str], file: str | None) -> None:
     """``ConfigError`` when ``--live-rollup`` names none of the test's rollup types."""
-    if rollup_type not in test_types:
-        raise ConfigError(f"--live-rollup {rollup_type}: not one of the test's rollup types "
-                          f"({', '.join(test_types)})", file=file)
+    problem = rollup_type_problem(rollup_type, test_types)
+    if problem is not None:
+        raise ConfigError(f"--live-rollup: {problem}", file=file)
 
 
 def _float(v: Any) -> float:

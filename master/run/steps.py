@@ -521,12 +521,9 @@ class StepLoop:
             for inst in instances:
                 names.setdefault(rollup_key(spec, inst), None)
             out[spec.type] = tuple(names)
+        # every focus rollup is a key of ``out``: the config accepts only the test's rollup
+        # types, and ``self.rollups`` holds each of them (tests/master/test_rolluptypes.py)
         for block, key in ((step.measure, "measure"), (step.dfc, "dfc")):
-            if block is not None and block.focus_rollup not in out:
-                raise ConfigError(f"{key}.focus_rollup {block.focus_rollup} is not one of the "
-                                  f"test's rollups ({', '.join(out)})",
-                                  key_path=f"steps[{step.source_index}].{key}.focus_rollup",
-                                  file=self.cfg.source_file, line=step.line or None)
             if block is not None and block.focus_metric in DEVICE_METRICS:
                 split = lun_split_by(next(r for r in self.rollups if r.type == block.focus_rollup),
                                    instances)

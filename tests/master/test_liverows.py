@@ -58,8 +58,8 @@ def test_check_live_rollup() -> None:
     check_live_rollup("vendor+model", ["all", "host", "lun", "workload", "vendor+model"], "t.yaml")
     with pytest.raises(ConfigError) as err:
         check_live_rollup("nope", ["all", "host", "lun", "workload"], "t.yaml")
-    assert str(err.value) == ("t.yaml: --live-rollup nope: not one of the test's rollup types "
-                              "(all, host, lun, workload)")
+    assert str(err.value) == ("t.yaml: --live-rollup: unknown rollup type 'nope' (the test's: "
+                              "all, host, lun, workload)")
 
 
 def test_live_rows_pick_every_labelled_column() -> None:

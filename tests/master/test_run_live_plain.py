@@ -137,7 +137,7 @@ def test_an_unknown_live_rollup_is_refused_before_any_host(
                       "vendor"], monkeypatch, hosts)
     out, err = capsys.readouterr()
     assert status == 2
-    assert err.strip() == (f"ivypy: {cfg}: --live-rollup vendor: not one of the test's "
-                           "rollup types (all, host, lun, workload)")
+    assert err.strip() == (f"ivypy: {cfg}: --live-rollup: unknown rollup type 'vendor' "
+                           "(the test's: all, host, lun, workload)")
     assert out == ""
     assert not (tmp_path / "liveplain").exists() and not hosts.hosts  # no host contacted
