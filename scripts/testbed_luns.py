@@ -66,12 +66,12 @@ def testbed_with_luns(n_hosts: int, prefix: str) -> Iterator[Bed]:
     (``scripts/testbed_users.py``): a test run cannot bring it down or up meanwhile, nor can
     this bring down one that others use."""
     with (using_testbed(" ".join([Path(sys.argv[0]).name, *sys.argv[1:]])) as use,
-          _brought_up(use, n_hosts), _with_luns(n_hosts, prefix) as bed):
+          brought_up(use, n_hosts), _with_luns(n_hosts, prefix) as bed):
         yield bed
 
 
 @contextlib.contextmanager
-def _brought_up(use: TestbedUse, n_hosts: int) -> Iterator[bool]:
+def brought_up(use: TestbedUse, n_hosts: int) -> Iterator[bool]:
     """The test bed up with at least ``n_hosts`` hosts; whether this brought it up (and takes
     it down at the end). Up and down are run with ``use`` let go of."""
     up = subprocess.run([str(TESTBED), "status"], capture_output=True).returncode == 0

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from master.hosts.zipapp import SlaveZipapp, build_slave_zipapp
+from scripts.testbed_luns import brought_up
 from scripts.testbed_users import using_testbed
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -105,33 +106,26 @@ def _testbed_status_ok() -> bool:
     return subprocess.run([str(TESTBED_SCRIPT), "status"], capture_output=True).returncode == 0
 
 
+def _testbed_hosts() -> list[TestbedHost]:
+    """The hosts of the test bed that is up (its ``hosts.json``)."""
+    return [TestbedHost(h["name"], h["address"], int(h["pid"]))
+            for h in json.loads((TESTBED_STATE / "hosts.json").read_text())]
+
+
 @pytest.fixture(scope="package")
 def testbed() -> Iterator[Testbed]:
     """Three OpenSSH hosts in network namespaces, held while the tests use them
     (``scripts/testbed_users.py``: a benchmark on the test bed is not brought down under
-    them, nor they under it). Reuses a test bed that is already up."""
+    them, nor they under it). Reuses a test bed that is already up; one with fewer hosts is
+    someone's, left as it is (the tests skip). Brought up, and down after the last test, as
+    the benchmarks bring theirs (``scripts/testbed_luns.py``)."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the test bed creates network namespaces and runs sshd")
     with using_testbed(f"pytest (pid {os.getpid()}): tests/master's test bed tests") as use:
-        started = False
-        if not _testbed_status_ok():
-            with use.let_go_while():
-                done = subprocess.run([str(TESTBED_SCRIPT), "up", "3"], capture_output=True,
-                                      text=True)
-            assert done.returncode == 0, f"scripts/testbed up 3: {done.stderr.strip()}"
-            started = True
-        try:
-            hosts = [
-                TestbedHost(h["name"], h["address"], int(h["pid"]))
-                for h in json.loads((TESTBED_STATE / "hosts.json").read_text())
-            ]
-            if len(hosts) < 3:
-                pytest.skip(f"a test bed with {len(hosts)} hosts is up; these tests need 3")
-            yield Testbed(hosts=hosts[:3], state_dir=TESTBED_STATE)
-        finally:
-            if started:
-                use.let_go()
-                subprocess.run([str(TESTBED_SCRIPT), "down"], check=False, capture_output=True)
+        if _testbed_status_ok() and len(hosts := _testbed_hosts()) < 3:
+            pytest.skip(f"a test bed with {len(hosts)} hosts is up; these tests need 3")
+        with brought_up(use, 3):
+            yield Testbed(hosts=_testbed_hosts()[:3], state_dir=TESTBED_STATE)
 
 
 # Loop-device fixtures (loop_device, ext4_loop_device, mounted_loop_device) for run tests, and

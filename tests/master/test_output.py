@@ -10,9 +10,7 @@ import io
 import logging
 import os
 import re
-import resource
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +30,7 @@ from master.results.csvfiles import (
 )
 from master.results.output import RunOutput
 from protocol.errors import OutputError
+from tests.master.filelimit import file_size_limit
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -211,16 +210,8 @@ def test_append_block_names_the_file_whose_write_fails(tmp_path: Path) -> None:
     tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
     header = len("a\r\n")
     lines = ["first\r\n", "x" * 40 + "\r\n", "third\r\n"]
-    limit = header + 10
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
-        with pytest.raises(OutputError, match=r"t1\.csv") as err:
-            CsvAppender.append_block(tables, *_block(lines))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
+    with file_size_limit(header + 10), pytest.raises(OutputError, match=r"t1\.csv") as err:
+        CsvAppender.append_block(tables, *_block(lines))
     assert "File too large" in str(err.value)
     out.close()
     assert (tmp_path / "t0.csv").read_text() == "a\nfirst\n"
@@ -286,17 +277,12 @@ def test_run_log_never_ends_in_a_cut_line(tmp_path: Path,
     log = logging.getLogger("test_run_log_cut")
     log.addHandler(handler)
     log.propagate = False
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         log.warning("first")
-        resource.setrlimit(resource.RLIMIT_FSIZE, (len("first\n") + 10, old_limit[1]))
-        log.warning("x" * 100)
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        with file_size_limit(len("first\n") + 10):
+            log.warning("x" * 100)
         log.warning("third")
     finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
         log.removeHandler(handler)
         handler.close()
     assert path.read_text() == "first\nthird\n"
@@ -396,15 +382,8 @@ def test_a_closed_file_whose_write_fails_is_cut_back_and_takes_the_next_line(
     whole row; a later block appends after it."""
     out = RunOutput(tmp_path, max_open_files=1)
     tables = [out.table(f"t{i}.csv", ["a"]) for i in range(3)]
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (len("a\r\near"), old_limit[1]))
-        with pytest.raises(OutputError, match=r"t2\.csv"):
-            tables[2].append_now("early\r\n")
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
+    with file_size_limit(len("a\r\near")), pytest.raises(OutputError, match=r"t2\.csv"):
+        tables[2].append_now("early\r\n")
     assert (tmp_path / "t2.csv").read_text() == "a\n"
     CsvAppender.append_block(tables, *_block(["0\r\n", "1\r\n", "2\r\n"]))
     out.close()
@@ -426,18 +405,14 @@ def test_a_failed_subinterval_is_taken_back_from_every_file(tmp_path: Path,
                                                   for i in range(4)]))
         out.table("cpu.csv", ["c"]).write({"c": 0})
     whole = {p.name: p.read_bytes() for p in tmp_path.glob("*.csv")}
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        with pytest.raises(OutputError, match=r"i2\.csv"), out.subinterval():
-            out.table("cpu.csv", ["c"]).write({"c": 1})
-            events.write({"e": "told"})
-            out.table("new.csv", ["n"]).write({"n": 1})
-            resource.setrlimit(resource.RLIMIT_FSIZE, (len(whole["i2.csv"]) + 2, old_limit[1]))
-            CsvAppender.append_block(tables, *_block([f"1-{i}\r\n" for i in range(4)]))
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
+    # the limit is set part way through the subinterval, and still in force for its undo
+    with (file_size_limit() as limit, pytest.raises(OutputError, match=r"i2\.csv"),
+          out.subinterval()):
+        out.table("cpu.csv", ["c"]).write({"c": 1})
+        events.write({"e": "told"})
+        out.table("new.csv", ["n"]).write({"n": 1})
+        limit(len(whole["i2.csv"]) + 2)
+        CsvAppender.append_block(tables, *_block([f"1-{i}\r\n" for i in range(4)]))
     for name, data in whole.items():
         want = data + b"told\r\n" if name == "events.csv" else data
         assert (tmp_path / name).read_bytes() == want, name

@@ -12,12 +12,12 @@ import csv
 import dataclasses
 import io
 import re
-import resource
-import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from master.analysis import rollup
@@ -35,7 +35,7 @@ from master.results.output import RunOutput
 from master.results.schema import CPU_COLUMNS, INSTANCE_COLUMNS, instance_columns, summary_columns
 from master.run import recorder as recorder_module
 from master.run.hostrows import HostResult
-from master.run.recorder import StepRecorder
+from master.run.recorder import Recorded, StepRecorder
 from master.run.settings import Settings
 from master.run.workloads import Lun, SelectedLun, WorkloadInstance
 from protocol.batch import StatsBatch
@@ -46,8 +46,11 @@ from protocol.params import WorkloadParams
 from protocol.stats import WorkloadStats
 from slave.session import group_maps, parse_plan, rollup_parts
 from slave.windowstore import WindowStore
+from tests.master.filelimit import file_size_limit
 
 Values = dict[int, tuple[np.ndarray, np.ndarray]]
+# a subinterval's joined gathered columns: rollup type -> column -> a value per instance
+Gathered = Mapping[str, Mapping[str, npt.NDArray[np.float64]]]
 # categories each workload does: random read+write, sequential only, all four, read only
 MIXES = ((0, 1), (2, 3), (0, 1, 2, 3), (0,))
 
@@ -225,6 +228,16 @@ def _host_result(sim: _Slaves, host: str, ids: list[str], k: int, rng: np.random
     data = [_stats(rng, MIXES[j % 4], 60_000 + 10_000 * j) for j in range(len(ids))]
     return sim.result(host, ids, k, StatsBatch.from_stats([s for s, _ in data]), busy), [
         v for _, v in data]
+
+
+def _record_subinterval(rec: StepRecorder, sim: _Slaves, k: int, phase: str,
+                        rng: np.random.Generator, gathered: Gathered | None = None) -> Recorded:
+    """Subinterval ``k`` recorded in ``phase``: the results of hosts h1 and h2 (each with its
+    workloads of ``rec``, statistics drawn from ``rng``, 20% CPU busy), ending at k + 1 s, with
+    the joined ``gathered`` columns."""
+    ids = {h: [w for w in rec.workloads if w.startswith(h + ":")] for h in ("h1", "h2")}
+    return rec.record(k, phase, [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ids],
+                      (k + 1) * 10**9, gathered)
 
 
 def _read(path: Path) -> list[list[str]]:
@@ -711,10 +724,8 @@ def test_summary_names_the_workloads_short_of_their_iops_setting(tmp_path: Path)
     rec = StepRecorder(out, 0, "s", ROLLUPS, 1.0, wl, settings_of(wl))
     sim = _Slaves(rec)
     rng = np.random.default_rng(5)
-    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     for k in range(3):
-        rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
-                                      for h in ("h1", "h2")], (k + 1) * 10**9)
+        _record_subinterval(rec, sim, k, "measurement", rng)
     total = sim.window(0, 2)
     valid, rows, messages = rec.summarise([0, 1, 2], total, iops_tolerance_pct=5.0)
     out.close()
@@ -825,17 +836,14 @@ def test_the_live_metrics_get_each_subinterval_and_each_summarys_validity(
 def _four_subintervals(out: RunOutput, number: int, phases: list[str], seed: int,
                        threads: int | None = None) -> tuple[StepRecorder, _Slaves]:
     """Step ``number`` ("x") of ``_workloads`` on hosts h1 and h2, its subintervals recorded
-    in ``phases``, 20 ms latencies, its files written on ``threads`` threads; the recorder
-    and its simulated slaves."""
+    in ``phases`` (``_record_subinterval``, statistics drawn with ``seed``), its files written
+    on ``threads`` threads; the recorder and its simulated slaves."""
     wl = _workloads()
     rec = StepRecorder(out, number, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=threads)
     sim = _Slaves(rec)
     rng = np.random.default_rng(seed)
-    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     for k, phase in enumerate(phases):
-        rec.record(k, phase,
-                   [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
-                   (k + 1) * 10**9)
+        _record_subinterval(rec, sim, k, phase, rng)
     return rec, sim
 
 
@@ -880,27 +888,18 @@ def test_a_writer_threads_failed_row_is_raised_once_every_job_has_ended(
     rec = StepRecorder(out, 0, "x", ROLLUPS, 0.5, wl, settings_of(wl), threads=3)
     sim = _Slaves(rec)
     rng = np.random.default_rng(5)
-    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
 
     def record(k: int) -> None:
         with out.subinterval():
-            rec.record(k, "measurement",
-                       [_host_result(sim, h, ids[h], k, rng, 20.0)[0] for h in ("h1", "h2")],
-                       (k + 1) * 10**9)
+            _record_subinterval(rec, sim, k, "measurement", rng)
 
     record(0)
     top = tmp_path / "step0000-x"
     first = {p: p.read_bytes() for p in sorted(top.rglob("*.csv"))}
     smallest = min(len(data) for p, data in first.items() if p.parent.name == "workload")
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (smallest + 10, old_limit[1]))
-        with pytest.raises(OutputError, match=r"step0000-x/\w+/.+\.csv"):
-            record(1)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
+    with (file_size_limit(smallest + 10),
+          pytest.raises(OutputError, match=r"step0000-x/\w+/.+\.csv")):
+        record(1)
     assert {p: p.read_bytes() for p in sorted(top.rglob("*.csv"))} == first
     record(2)
     out.close()

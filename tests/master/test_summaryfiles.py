@@ -15,7 +15,13 @@ from master.results.output import RunOutput
 from master.results.schema import MEASURE_SUMMARY_COLUMNS, summary_columns
 from master.results.summaryfiles import SummaryBlock, SummaryRows, write_summaries
 from master.run.recorder import StepRecorder
-from tests.master.test_recorder import ROLLUPS, _host_result, _Slaves, _workloads, settings_of
+from tests.master.test_recorder import (
+    ROLLUPS,
+    _record_subinterval,
+    _Slaves,
+    _workloads,
+    settings_of,
+)
 
 GATHERED = ("gather.arr.LDEV.busy_pct",)
 
@@ -29,11 +35,9 @@ def _rows(tmp: Path, extra: dict[str, Any] | None, gathered: tuple[str, ...] = (
                        gathered=gathered)
     sim = _Slaves(rec)
     rng = np.random.default_rng(9)
-    ids = {h: [w for w in wl if w.startswith(h + ":")] for h in ("h1", "h2")}
     for k in range(3):
         joined = {"host": {g: np.array([1.5 * k, np.nan]) for g in gathered}}
-        rec.record(k, "measurement", [_host_result(sim, h, ids[h], k, rng, 20.0)[0]
-                                      for h in ("h1", "h2")], (k + 1) * 10**9, joined)
+        _record_subinterval(rec, sim, k, "measurement", rng, joined)
     _, rows, _ = rec.summarise([0, 1, 2], sim.window(0, 2), extra=extra,
                                extra_invalid=extra_invalid)
     assert isinstance(rows, SummaryRows)

@@ -4,12 +4,10 @@ snapshot and truncation, and a child killed with SIGKILL at random moments among
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import os
 import random
-import resource
 import select
 import signal
 import time
@@ -23,6 +21,7 @@ import pytest
 from master.verify.mapstore import MapLun, MapWriter, VerifyMap, VerifyMapError
 from protocol.errors import IvyError, OutputError
 from protocol.verify import GEN_MASK, UNSETTLED
+from tests.master.filelimit import file_size_limit
 
 LUNS = [MapLun(3, "h1", "/dev/sdb", 0, 64 * 4096),
         MapLun(7, "h2", "/dev/sdc", 10 * 4096, 256 * 4096)]
@@ -290,21 +289,6 @@ def test_apply_takes_a_snapshot_past_the_journal_limit(tmp_path: Path) -> None:
     ref.check(VerifyMap.load(tmp_path))
 
 
-@contextlib.contextmanager
-def small_file_limit() -> Iterator[int]:
-    """Writes past 64 KiB fail with EFBIG (SIGXFSZ ignored), as a full disk fails them (as
-    tests/master/test_wholefile.py's)."""
-    limit = 64 * 1024
-    old = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
-    try:
-        yield limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old)
-        signal.signal(signal.SIGXFSZ, handler)
-
-
 def test_a_failed_append_changes_nothing_and_is_written_over(tmp_path: Path) -> None:
     big = MapLun(1, "h1", "/dev/sdd", 0, (1 << 20) * 4096)
     vm = VerifyMap.create(tmp_path, 1, [big], WRITERS)
@@ -312,7 +296,8 @@ def test_a_failed_append_changes_nothing_and_is_written_over(tmp_path: Path) -> 
     vm.apply(0, np.ones(3, np.int64), np.arange(3), np.full(3, 7, np.uint8), {0: 1})
     size = journal(tmp_path).stat().st_size
     n = 100_000  # a record of about 200 KB
-    with pytest.raises(OutputError, match=r"cannot write .*journal\.bin"), small_file_limit():
+    with (pytest.raises(OutputError, match=r"cannot write .*journal\.bin"),
+          file_size_limit(64 * 1024)):
         vm.apply(1, np.ones(n, np.int64), rng.integers(0, 1 << 20, n),
                  np.full(n, 9, np.uint8), {0: 2})
     assert vm.written_blocks(1).tolist() == [0, 1, 2] and vm.confirmed == {0: 1}

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import resource
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from master.results.wholefile import replace_whole
+from tests.master.filelimit import file_size_limit
 
 
 @pytest.fixture
 def small_file_limit() -> Iterator[int]:
     """Writes past 64 KiB fail with EFBIG (SIGXFSZ ignored), as a full disk fails them."""
     limit = 64 * 1024
-    old = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
-    try:
+    with file_size_limit(limit):
         yield limit
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old)
-        signal.signal(signal.SIGXFSZ, handler)
 
 
 @pytest.mark.parametrize("old, new", [(None, b"new"), (b"old", b"new"), (b"old" * 1000, b""),
