@@ -206,13 +206,14 @@ def _dfc_chart(table: Table, n: int, bucket: int) -> _Raw | None:
     metric = table.column("metric")[0]
     chart = _Raw(f"DFC: {metric} against its target, and the IOPS set", metric, n, bucket,
                  y2_label="IOPS in force", window=_window(table))
+    # each column read once: per instance, its rows of them (1,000 instances' DFC)
+    ks, measured, target, iops = (table.floats(c) for c in (
+        "subinterval", "measured", "target", "iops_in_force"))
     for g, (inst, rows) in enumerate(_by(table, "instance").items()):
-        k = table.floats("subinterval")[rows]
-        chart.add(f"{inst} measured", sr.on_axis(k, table.floats("measured")[rows], n), group=g)
-        chart.add(f"{inst} target", sr.on_axis(k, table.floats("target")[rows], n), group=g,
-                  dash=1)
-        chart.add(f"{inst} IOPS", sr.on_axis(k, table.floats("iops_in_force")[rows], n),
-                  group=g, dash=2, axis="y2")
+        k = ks[rows]
+        chart.add(f"{inst} measured", sr.on_axis(k, measured[rows], n), group=g)
+        chart.add(f"{inst} target", sr.on_axis(k, target[rows], n), group=g, dash=1)
+        chart.add(f"{inst} IOPS", sr.on_axis(k, iops[rows], n), group=g, dash=2, axis="y2")
     # with window_seconds DFC decides (and writes a row) every few subintervals only
     chart.sparse = any(_gaps(v["values"]) for v in chart.series)
     return chart
@@ -240,9 +241,10 @@ def _measure_chart(table: Table, n: int, bucket: int) -> _Raw | None:
         return None
     chart = _Raw("Measure: each criterion's value against its limit", "value", n, bucket)
     limits = table.column("limit")
+    ks, values = table.floats("subinterval"), table.floats("value")
     for g, (key, rows) in enumerate(_criteria(table).items()):
-        k = table.floats("subinterval")[rows]
-        chart.add(key, sr.on_axis(k, table.floats("value")[rows], n), group=g)
+        k = ks[rows]
+        chart.add(key, sr.on_axis(k, values[rows], n), group=g)
         limit = leading_number(limits[rows[0]])
         if math.isfinite(limit):
             chart.add(f"{key} limit", sr.on_axis(k, np.full(len(rows), limit), n), group=g,
@@ -254,9 +256,10 @@ def _cpu_chart(table: Table, n: int, bucket: int) -> _Raw | None:
     if not table.rows:
         return None
     chart = _Raw("CPU busy per host", "% busy", n, bucket, window=_window(table))
+    # each column read once (at 1,000 hosts, reading both per host took 2.7 s of a report)
+    ks, busy = table.floats("subinterval"), table.floats("busy_pct")
     for g, (host, rows) in enumerate(_by(table, "host").items()):
-        k = table.floats("subinterval")[rows]
-        chart.add(host, sr.on_axis(k, table.floats("busy_pct")[rows], n), group=g)
+        chart.add(host, sr.on_axis(ks[rows], busy[rows], n), group=g)
     return chart
 
 
