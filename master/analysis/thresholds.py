@@ -21,7 +21,7 @@ from typing import Any, Literal
 from master.config.expr import OPERATORS
 from master.config.thresholds import Threshold
 
-__all__ = ["COLUMN", "Judged", "Outcome", "cell", "judge", "parse_cell", "with_cells"]
+__all__ = ["COLUMN", "Judged", "Outcome", "cell", "judge", "parse_cell", "row_cells"]
 
 #: the summary.csv column of a row's results (present when the test has thresholds)
 COLUMN = "thresholds"
@@ -94,12 +94,12 @@ def judge(thresholds: Sequence[Threshold], step: str, rows: Sequence[Mapping[str
     return out
 
 
-def with_cells(thresholds: Sequence[Threshold], step: str,
-               rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[Judged]]:
-    """``rows`` each with its ``thresholds`` cell (``COLUMN``), and every result in row order
-    (``judge``)."""
+def row_cells(thresholds: Sequence[Threshold], step: str, rows: Sequence[Mapping[str, Any]]
+              ) -> tuple[dict[int, str], list[Judged]]:
+    """Each judged row's ``thresholds`` cell (``COLUMN``) by its index in ``rows`` (the
+    others' is empty), and every result in row order (``judge``)."""
     judged = judge(thresholds, step, rows)
-    return ([{**row, COLUMN: cell(judged.get(i, []))} for i, row in enumerate(rows)],
+    return ({i: cell(results) for i, results in judged.items()},
             [j for i in sorted(judged) for j in judged[i]])
 
 

@@ -5,8 +5,9 @@ read by those who take rows, the end-of-run table, thresholds, the run's results
 sequence of mappings, ``SummaryRow``, each made when it is read: 126,000 rows of 140 cells as
 dicts would cost seconds of a step's end) and ``write_summaries``, which puts rows into each
 rollup type's summary.csv and the run's summary.csv: from the columns in one compiled pass per
-rollup type where the rows are a ``SummaryRows`` whose columns are the file's, else cell by
-cell from the mappings (``fmt``, as ``CsvAppender.write`` does). Both give the same bytes. It
+rollup type where the rows are a ``SummaryRows`` whose columns are the file's (or some of
+them: the run's summary.csv), a thresholds cell per row included (``with_column``), else cell
+by cell from the mappings (``fmt``, as ``CsvAppender.write`` does). Both give the same bytes. It
 does not work out a row's numbers (``master.run.recorder``) nor say which columns a file has
 (``master.results.schema``).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, overload
 
@@ -35,8 +36,9 @@ class SummaryBlock:
     """One rollup type's summary rows in columns. A row is ``LEADING_COLUMNS`` (the step's
     number and name, the type, ``names[i]``), then ``columns`` (``values[i]``: NaN an empty
     cell; the last one ``max`` where ``is_max[i]``), then ``tail``'s cells, the same in every
-    row of the block. Read as a mapping, a cell of ``int_columns`` is an int, the others of
-    ``columns`` floats (NaN where empty)."""
+    row of the block but where ``row_tail`` gives a row its own (a thresholds cell). Read as a
+    mapping, a cell of ``int_columns`` is an int, the others of ``columns`` floats (NaN where
+    empty)."""
 
     step_number: int
     step_name: str
@@ -48,6 +50,8 @@ class SummaryBlock:
     is_max: npt.NDArray[np.bool_]
     tail: Mapping[str, Any]
     int_columns: frozenset[str] = frozenset()
+    #: row → its own cells of some of ``tail``'s columns
+    row_tail: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
     @cached_property
     def keys(self) -> tuple[str, ...]:
@@ -67,7 +71,8 @@ class SummaryBlock:
             value = self.values[i, j]
             return int(value) if key in self.int_columns else float(value)
         if key in self.tail:
-            return self.tail[key]
+            own = self.row_tail.get(i)
+            return own[key] if own is not None and key in own else self.tail[key]
         leading = (self.step_number, self.step_name, self.rollup_type)
         if key == "rollup_instance":
             return self.names[i]
@@ -75,30 +80,73 @@ class SummaryBlock:
             return leading[LEADING_COLUMNS.index(key)]
         raise KeyError(key)
 
+    def with_cells(self, column: str, cells: Mapping[int, Any], default: Any = "") -> SummaryBlock:
+        """This block with tail column ``column``: ``default`` in every row but those of
+        ``cells`` (row → its cell)."""
+        row_tail = {i: dict(c) for i, c in self.row_tail.items()}
+        for i, value in cells.items():
+            row_tail.setdefault(i, {})[column] = value
+        return replace(self, tail={**self.tail, column: default}, row_tail=row_tail)
+
     def lines(self, header: Sequence[str],
               repeats: Sequence[tuple[int, int, int]] = ()) -> str | None:
         """Every row as ``CsvAppender.write`` writes it under ``header``; None where the
-        header is not ``LEADING_COLUMNS``, ``columns``, then columns that take every cell of
-        ``tail`` (a ``tail`` cell the header lacks is the dict path's error to raise).
-        ``repeats``: ``format_lines``' repeated blocks, in ``columns``' numbering."""
-        m = len(self.columns)
+        header is not ``LEADING_COLUMNS``, some of ``columns`` in their order (the last one
+        among them: the run's summary.csv may lack a later step's gathered columns), then
+        columns that take every cell of ``tail`` (a ``tail`` cell the header lacks is the
+        dict path's error to raise). ``repeats``: ``format_lines``' repeated blocks, in
+        ``columns``' numbering."""
         leading = len(LEADING_COLUMNS)
-        rest = header[leading + m:]
-        if (tuple(header[:leading]) != LEADING_COLUMNS
-                or tuple(header[leading:leading + m]) != self.columns
-                or not set(self.tail) <= set(rest)):
+        if tuple(header[:leading]) != LEADING_COLUMNS:
             return None
+        keep: list[int] = []
+        for c in header[leading:]:
+            j = self._at.get(c)
+            if j is None or (keep and j <= keep[-1]):
+                break
+            keep.append(j)
+        rest = header[leading + len(keep):]
+        if (not keep or keep[-1] != len(self.columns) - 1
+                or any(c in self._at for c in rest) or not set(self.tail) <= set(rest)):
+            return None
+        values = self.values
+        if len(keep) < len(self.columns):
+            values = values[:, keep]
+            repeats = _kept_repeats(repeats, keep)
         head = ",".join([fmt(self.step_number), csv_text(self.step_name),
                          csv_text(self.rollup_type)]) + ","
-        tail = "".join("," + csv_text(fmt(self.tail.get(c))) for c in rest)
-        data, ends, own = format_lines(self.values, head, self.texts, self.is_max, "max",
+        tail = self._tail_text(rest, self.tail)
+        data, ends, own = format_lines(values, head, self.texts, self.is_max, "max",
                                        repeats, tail=tail)
+        for i, cells in self.row_tail.items():  # a row's own tail in place of the block's
+            line = own[i] if i in own else data[ends[i - 1] if i else 0:ends[i]].tobytes(
+                ).decode("utf-8")
+            own[i] = line[:len(line) - len(tail) - 2] + self._tail_text(
+                rest, {**self.tail, **cells}) + "\r\n"
         if not own:
             return data.tobytes().decode("utf-8")
         raw = data.tobytes()
         starts = [0, *ends[:-1].tolist()]
         return "".join(own[i] if i in own else raw[a:b].decode("utf-8")
                        for i, (a, b) in enumerate(zip(starts, ends.tolist(), strict=True)))
+
+    @staticmethod
+    def _tail_text(rest: Sequence[str], cells: Mapping[str, Any]) -> str:
+        return "".join("," + csv_text(fmt(cells.get(c))) for c in rest)
+
+
+def _kept_repeats(repeats: Sequence[tuple[int, int, int]], keep: Sequence[int]
+                  ) -> list[tuple[int, int, int]]:
+    """``repeats`` renumbered for the columns ``keep`` (ascending); a block any of whose
+    columns or source columns is not kept is left out (the text is the same without it)."""
+    at = {j: n for n, j in enumerate(keep)}
+    out = []
+    for start, src, length in repeats:
+        if all(start + x in at and src + x in at for x in range(length)):
+            first, source = at[start], at[src]
+            if at[start + length - 1] - first == length - 1 == at[src + length - 1] - source:
+                out.append((first, source, length))
+    return out
 
 
 class SummaryRow(Mapping[str, Any]):
@@ -159,6 +207,27 @@ class SummaryRows(Sequence[Mapping[str, Any]]):
             for i in range(len(block.names)):
                 yield SummaryRow(block, i)
 
+    def with_cells(self, column: str, cells: Mapping[int, Any], default: Any = ""
+                   ) -> SummaryRows:
+        """These rows with a last column ``column``: ``cells`` (row number → its cell),
+        ``default`` in the others; still in columns."""
+        blocks = []
+        for b, block in enumerate(self.blocks):
+            lo, hi = self._starts[b], self._starts[b + 1]
+            blocks.append(block.with_cells(
+                column, {i - lo: v for i, v in cells.items() if lo <= i < hi}, default))
+        return SummaryRows(blocks, self.repeats)
+
+
+def with_column(rows: Sequence[Mapping[str, Any]], column: str, cells: Mapping[int, Any],
+                default: Any = "") -> Sequence[Mapping[str, Any]]:
+    """``rows`` each with a last cell of ``column``: ``cells[i]`` for row ``i``, else
+    ``default``. ``SummaryRows`` stay in columns (``SummaryRows.with_cells``); other rows
+    become dicts."""
+    if isinstance(rows, SummaryRows):
+        return rows.with_cells(column, cells, default)
+    return [{**row, column: cells.get(i, default)} for i, row in enumerate(rows)]
+
 
 def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str, Any]],
                     header: Sequence[str], run_header: Sequence[str]) -> None:
@@ -180,8 +249,9 @@ def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str
             if text:
                 own.append_now(text)
     run = output.table("summary.csv", run_header)
-    if texts is not None and list(run_header) == list(header):
-        run.append_now("".join(text for _, text in texts))
+    run_texts = texts if list(run_header) == list(header) else _block_texts(rows, run_header)
+    if run_texts is not None:
+        run.append_now("".join(text for _, text in run_texts))
     else:
         kept = set(run_header)
         run.write_many([{c: v for c, v in row.items() if c in kept} for row in rows])

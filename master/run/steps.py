@@ -40,7 +40,7 @@ from master.results.schema import (
     MEASURE_SUMMARY_COLUMNS,
     VERIFY_COLUMNS,
 )
-from master.results.summaryfiles import write_summaries
+from master.results.summaryfiles import with_column, write_summaries
 from master.run.fleet import INTERRUPT_WAIT_S, STOP_WAIT_S, Abandoned, Fleet
 from master.run.hostrows import HostResult
 from master.run.notices import OnceARun
@@ -740,7 +740,8 @@ class StepLoop:
         header = [*st.recorder.summary_columns, *MEASURE_SUMMARY_COLUMNS]
         if self.cfg.thresholds:  # each row's results in its thresholds cell
             header.append(thresholds.COLUMN)
-            rows, judged = thresholds.with_cells(self.cfg.thresholds, st.config.name, rows)
+            cells, judged = thresholds.row_cells(self.cfg.thresholds, st.config.name, rows)
+            rows = with_column(rows, thresholds.COLUMN, cells)
             self.thresholds_judged += judged
             for j in judged:
                 self.event("INFO" if j.holds else "WARNING", f"threshold {j.line}",

@@ -4,6 +4,7 @@ and the run's, whatever the step's extra cells, gathered columns and headers."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from master.results.csvfiles import LineTexts
 from master.results.output import RunOutput
 from master.results.schema import MEASURE_SUMMARY_COLUMNS, summary_columns
-from master.results.summaryfiles import SummaryBlock, SummaryRows, write_summaries
+from master.results.summaryfiles import SummaryBlock, SummaryRows, with_column, write_summaries
 from master.run.recorder import StepRecorder
 from tests.master.test_recorder import (
     ROLLUPS,
@@ -52,25 +53,39 @@ MEASURE = {"measure_criterion": "IOPS within 5%, 90% confidence",
            "measure_values": "1.2, 3.4", "measure_attained": True}
 
 
-@pytest.mark.parametrize(("extra", "gathered", "invalid", "run_extra"), [
-    (None, (), "", False),
-    (MEASURE, (), "", False),
+#: thresholds cells of some rows (a quoted one, one not ASCII), the others' empty
+CELLS = {0: "passed: IOPS > 1 (5)", 3: 'FAILED: measure_criterion == "a, b" (x)',
+         16: "UNTOLD: service_time_p99_ms < 2 µs (no value)"}
+
+
+@pytest.mark.parametrize(("extra", "gathered", "invalid", "run_extra", "cells"), [
+    (None, (), "", False, None),
+    (MEASURE, (), "", False, None),
     ({"measure_criterion": 'a "quoted", criterion', "measure_attained": False}, (),
-     "stopped at subinterval 2", False),
-    (None, GATHERED, "", False),
-    (MEASURE, GATHERED, "", True),  # the run's summary.csv lacks the gathered column
+     "stopped at subinterval 2", False, None),
+    (None, GATHERED, "", False, None),
+    (MEASURE, GATHERED, "", True, None),  # the run's summary.csv lacks the gathered column
+    (MEASURE, (), "", False, CELLS),  # thresholds judged
+    (MEASURE, GATHERED, "", True, CELLS),
 ])
 def test_summary_files_from_columns_are_the_files_from_dicts(
         tmp_path: Path, extra: dict[str, Any] | None, gathered: tuple[str, ...], invalid: str,
-        run_extra: bool) -> None:
-    header = [*summary_columns(gathered), *MEASURE_SUMMARY_COLUMNS]
+        run_extra: bool, cells: dict[int, str] | None) -> None:
+    header = [*summary_columns(gathered), *MEASURE_SUMMARY_COLUMNS,
+              *(["thresholds"] if cells else [])]
     run_header = [c for c in header if c not in gathered] if run_extra else header
     written = {}
     for how in ("columns", "dicts"):
-        out, rec, rows = _rows(tmp_path / how, extra, gathered, invalid)
+        out, rec, given = _rows(tmp_path / how, extra, gathered, invalid)
+        rows = given if how == "columns" else list(given)
+        if cells:
+            rows = with_column(rows, "thresholds", cells)
+        if how == "columns":  # still in columns, and every file written from them
+            assert isinstance(rows, SummaryRows)
+            assert all(b.lines(h, rows.repeats) is not None
+                       for b in rows.blocks for h in (header, run_header))
         with out.subinterval():
-            write_summaries(out, rec.dir, rows if how == "columns" else list(rows), header,
-                            run_header)
+            write_summaries(out, rec.dir, rows, header, run_header)
         out.close()
         written[how] = _files(tmp_path / how)
     assert written["columns"] == written["dicts"]
@@ -78,11 +93,15 @@ def test_summary_files_from_columns_are_the_files_from_dicts(
         f"step0002-write_then_read/{t.type}/summary.csv" for t in ROLLUPS)}
     lines = written["columns"]["summary.csv"].decode().splitlines()
     assert len(lines) == 1 + 8 + 4 + 2 + 2 + 1  # header, workloads, LUNs, hosts, v+m, all
+    if cells:
+        got = {i: r["thresholds"] for i, r in enumerate(csv.DictReader(lines))
+               if r["thresholds"]}
+        assert got == CELLS
 
 
 def test_a_header_the_columns_do_not_fit_is_written_from_the_dicts(tmp_path: Path) -> None:
-    """A thresholds cell after the row's (rows judged: no longer ``SummaryRows``), or a
-    header in another order: the dict path, the same bytes as a plain list's."""
+    """A header in another order, or without the columns' last: the dict path, the same
+    bytes as a plain list's."""
     out, rec, rows = _rows(tmp_path / "a", None)
     block = rows.blocks[0]
     header = [*summary_columns(), *MEASURE_SUMMARY_COLUMNS]
@@ -91,6 +110,11 @@ def test_a_header_the_columns_do_not_fit_is_written_from_the_dicts(tmp_path: Pat
     swapped = [header[1], header[0], *header[2:]]
     assert block.lines(swapped) is None
     assert block.lines(header[:-4]) is None  # valid, invalid_reason not in it
+    # some of the columns, the last kept: the run's summary.csv without a later step's
+    # gathered column (test_summary_files_from_columns_are_the_files_from_dicts)
+    assert block.lines([c for c in header if c != "IOPS"]) is not None
+    last = block.columns[-1]
+    assert block.lines([c for c in header if c != last]) is None
     with out.subinterval():
         write_summaries(out, rec.dir, rows, swapped, swapped)
     out.close()

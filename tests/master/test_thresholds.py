@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from master.analysis.thresholds import cell, judge, parse_cell, with_cells
+from master.analysis.thresholds import cell, judge, parse_cell, row_cells
 from master.config import parse_config_text
 from master.config.expr import parse_fail_if
 from master.config.thresholds import Threshold
+from master.results.summaryfiles import with_column
 
 ROWS: list[dict[str, Any]] = [
     {"rollup_type": "all", "rollup_instance": "all", "IOPS": 61204.25,
@@ -65,7 +66,8 @@ def test_cells_read_back_as_they_were_judged() -> None:
     thresholds = [t("IOPS > 50000"), t("service_time_p99_ms < 2"),
                   t("service_time_p99_ms < 2", rollup="host", step="s1"),
                   t("IOPS > 1", rollup="host", instance="h9")]
-    rows, judged = with_cells(thresholds, "s1", ROWS)
+    cells, judged = row_cells(thresholds, "s1", ROWS)
+    rows = with_column(ROWS, "thresholds", cells)
     assert rows[0]["thresholds"] == (
         "passed: IOPS > 50000 (61204.2); FAILED: service_time_p99_ms < 2 (2.31); "
         "UNTOLD: IOPS > 1 [host h9] (no instance 'h9' in rollup host (instances: h1, h2))")
