@@ -365,16 +365,15 @@ class StepRecorder:
                 out.samples[spec.type] = sample
             cpu = self._instance_cpu_array(spec.type, host_cpu)
             g = self.groupings[spec.type]
+            settings = _instance_settings(g, iops)
             if self.metrics is not None and self.metrics.serves(spec.type):
-                setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
-                                      minlength=g.n).astype(np.float64)
-                setting[np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0] = (
-                    np.nan)  # max
+                _, setting, is_max = settings
                 self.metrics.add(self.number, self.name, spec.type, p.names,
                                  p.grouping.of_workload, both.batch,
-                                 {"iops_setting": setting, "cpu_busy_pct": cpu})
+                                 {"iops_setting": np.where(is_max, np.nan, setting),
+                                  "cpu_busy_pct": cpu})
             jobs += self._write_instance_rows(
-                k, phase, elapsed_s, spec.type, g, res, cpu, iops,
+                k, phase, elapsed_s, spec.type, g, res, cpu, settings,
                 np.hstack([out.devices[spec.type], extra[spec.type]])
                 if self.gathered else out.devices[spec.type])
             if spec.type in ("all", self.show_type):
@@ -476,12 +475,13 @@ class StepRecorder:
 
     def _write_instance_rows(self, k: int, phase: str, elapsed_s: float, rollup_type: str,
                              g: ru.Grouping, res: ru.RollupResult, cpu: npt.NDArray[np.float64],
-                             iops: npt.NDArray[np.float64],
+                             settings: _Settings,
                              device: npt.NDArray[np.float64]) -> list[Future[None]]:
         """One row per instance into ``<rollup type>/<instance>.csv`` (``instance_columns``),
         each formatted as ``CsvAppender.write`` would and handed to the OS with one write.
-        ``device``: the device and gathered columns (instances × columns). Where the step has
-        writer threads, each slice of the instances is a job of theirs: returns the jobs."""
+        ``settings``: ``_instance_settings``; ``device``: the device and gathered columns
+        (instances × columns). Where the step has writer threads, each slice of the instances
+        is a job of theirs: returns the jobs."""
         head = ",".join([str(self.number), csv_text(self.name), str(k), csv_text(phase),
                          fmt(elapsed_s), csv_text(rollup_type)]) + ","
         n_metrics = len(ru.METRIC_COLUMNS)
@@ -489,11 +489,10 @@ class StepRecorder:
         values[:, :n_metrics] = res.values
         values[:, n_metrics:n_metrics + device.shape[1]] = device
         n_metrics += device.shape[1]
+        count, setting, is_max = settings
         values[:, n_metrics] = cpu
-        values[:, n_metrics + 1] = np.bincount(g.of_workload, minlength=g.n)  # workloads
-        values[:, n_metrics + 2] = np.bincount(g.of_workload, weights=np.nan_to_num(iops),
-                                               minlength=g.n)  # iops_setting
-        is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
+        values[:, n_metrics + 1] = count  # workloads
+        values[:, n_metrics + 2] = setting  # iops_setting
         slices = self._row_slices.get(rollup_type)
         if slices is None:
             _write_rows(values, head, self._inst_text[rollup_type], is_max,
@@ -647,9 +646,7 @@ class StepRecorder:
             valid_all &= valid
             reason = "; ".join(x for x in (extra_invalid, why) if x)
             cpu = self._instance_cpu_array(spec.type, host_cpu)
-            count = np.bincount(g.of_workload, minlength=g.n)
-            is_max = np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0
-            setting = np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n)
+            count, setting, is_max = _instance_settings(g, iops)
             values = np.hstack([np.tile([window[0], window[-1], dur], (g.n, 1)), res.values,
                                 device[spec.type], gathered[spec.type],
                                 np.column_stack([cpu, count, setting])])
@@ -748,6 +745,19 @@ class StepRecorder:
             writers.drain(pending)  # the rest is not started
             raise
         writers.finish(pending)
+
+
+#: per instance: its workloads, the sum of their IOPS settings, whether any runs at ``max``
+_Settings = tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+
+
+def _instance_settings(g: ru.Grouping, iops: npt.NDArray[np.float64]) -> _Settings:
+    """``_Settings`` of ``g``'s instances from each workload's setting (``iops``, NaN for
+    ``max``): an instance's rows and summary show the sum, or ``max`` where any is."""
+    return (np.bincount(g.of_workload, minlength=g.n),
+            np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n
+                        ).astype(np.float64, copy=False),
+            np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0)
 
 
 def _write_rows(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
