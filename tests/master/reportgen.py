@@ -50,6 +50,8 @@ class GenSpec:
     device: bool = False
     #: gathered columns (``gather.<source>.<element_type>.<metric>``) after the device's
     gathered: tuple[str, ...] = ()
+    #: hosts in each step's cpu.csv (``localhost``, else ``h00``, ``h01`` ...)
+    cpu_hosts: int = 1
 
 
 def _write(path: Path, header: list[str], rows: list[list[str]]) -> None:
@@ -99,9 +101,11 @@ def _step(folder: Path, number: int, name: str, spec: GenSpec, n: int,
     for i in range(spec.instances):
         inst = f"localhost:/dev/lun{i:03d}"
         _instance_file(d / "lun" / f"{safe_name(inst)}.csv", number, name, inst, n, spec, rng)
+    hosts = ["localhost"] if spec.cpu_hosts == 1 else [f"h{h:02d}" for h in range(spec.cpu_hosts)]
     _write(d / "cpu.csv", CPU_COLUMNS, [
-        [str(k), "warmup" if k < spec.warmup else "measurement", "localhost",
-         f"{rng.uniform(20, 90):.4g}", "50 50", "0.1", "0.1", "3"] for k in range(n)])
+        [str(k), "warmup" if k < spec.warmup else "measurement", host,
+         f"{rng.uniform(20, 90):.4g}", "50 50", "0.1", "0.1", "3"]
+        for k in range(n) for host in hosts])
     if spec.dfc:
         _write(d / "dfc.csv", DFC_COLUMNS, [
             [str(k), "measurement", "localhost", "service_time_p99_ms",

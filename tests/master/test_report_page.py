@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from master.results.report.build import REPORT_FILE, build_report, report_after_run
-from master.results.report.content import default_rollup
+from master.results.report.content import CPU_HOSTS_DRAWN, default_rollup
 from master.results.report.page import shown
 from master.results.runfolder import ReportError, open_run_folder
 from tests.master.reportgen import GenSpec, generate
@@ -374,3 +375,27 @@ def test_rows_of_the_wrong_width_are_said_left_out(tmp_path: Path) -> None:
         in made.problems
     page = made.path.read_text()
     assert "hosts.csv: 1 row of the wrong width left out" in page and ">h2<" not in page
+
+
+@pytest.mark.parametrize("hosts", [16, 17, 40])
+def test_many_hosts_cpu_is_the_busiest_median_and_least_busy(tmp_path: Path, hosts: int
+                                                             ) -> None:
+    folder = generate(tmp_path / "run", GenSpec(cpu_hosts=hosts, steps=("one",)))
+    (step,) = page_data(build_report(folder).path.read_text())["steps"]
+    (cpu,) = [c for c in step["charts"] if c["title"].startswith("CPU busy")]
+    if hosts <= CPU_HOSTS_DRAWN:  # a line each
+        assert cpu["title"] == "CPU busy per host"
+        assert [s["label"] for s in cpu["series"]] == [f"h{h:02d}" for h in range(hosts)]
+        return
+    assert cpu["title"] == f"CPU busy over {hosts} hosts"
+    rows = list(csv.DictReader((folder / "step0000-one" / "cpu.csv").read_text().splitlines()))
+    busy = np.array([float(r["busy_pct"]) for r in rows]).reshape(-1, hosts)  # k x host
+    top = max(rows, key=lambda r: float(r["busy_pct"]))
+    high, mid, low = cpu["series"]
+    assert high["label"] == (f"busiest host (of all: {top['host']}, "
+                             f"{float(top['busy_pct']):.3g} % in subinterval "
+                             f"{top['subinterval']})")
+    assert (mid["label"], low["label"]) == ("median host", "least busy host")
+    for line, want in ((high, busy.max(axis=1)), (mid, np.median(busy, axis=1)),
+                       (low, busy.min(axis=1))):
+        assert line["values"] == pytest.approx(want.tolist(), rel=1e-3)  # 4 digits kept

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from master.results.report import series as sr
+from master.results.report.content import _spread
 from master.results.runfolder import leading_number, to_float
 
 NAN = math.nan
@@ -32,6 +33,7 @@ def test_bucket_size_refuses_no_budget() -> None:
     ([1, 2, 3, 4, 10], 2, "mean", [1.5, 3.5, 10]),          # a short last bucket
     ([1, NAN, NAN, NAN, 7], 2, "mean", [1, NAN, 7]),        # NaN ignored; all-NaN: a gap
     ([NAN, 9, 2, NAN], 2, "max", [9, 2]),
+    ([4, 1, NAN, 3, NAN, NAN], 2, "min", [1, 3, NAN]),
     ([], 3, "max", []),
 ])
 def test_downsample(values: list[float], bucket: int, how: sr.Reduce, want: list[float]
@@ -101,3 +103,31 @@ def test_to_float(cell: str, want: float) -> None:
 def test_leading_number(cell: str, want: float) -> None:
     got = leading_number(cell)
     assert (math.isnan(got) and math.isnan(want)) or got == want
+
+
+@pytest.mark.parametrize(("ks", "values", "n", "high", "mid", "low"), [
+    # three hosts, two subintervals, rows in any order
+    ([0, 1, 0, 1, 0, 1], [10, 50, 30, 40, 20, 60], 2, [30, 60], [20, 50], [10, 40]),
+    # an even count: the median is the mean of the middle two
+    ([0, 0, 0, 0], [4, 1, 3, 2], 1, [4], [2.5], [1]),
+    # a subinterval without rows, a NaN value and one off the axis left out
+    ([0, 2, 2, 5, NAN], [7, NAN, 9, 1, 3], 3, [7, NAN, 9], [7, NAN, 9], [7, NAN, 9]),
+    ([], [], 2, [NAN, NAN], [NAN, NAN], [NAN, NAN]),
+])
+def test_spread_over_hosts(ks: list[float], values: list[float], n: int, high: list[float],
+                           mid: list[float], low: list[float]) -> None:
+    got = _spread(np.array(ks, dtype=np.float64), np.array(values, dtype=np.float64), n)
+    for g, want in zip(got, (high, mid, low), strict=True):
+        np.testing.assert_array_equal(g, np.array(want, dtype=np.float64))
+
+
+def test_spread_is_the_grids_max_median_and_min() -> None:
+    rng = np.random.default_rng(3)
+    grid = rng.uniform(0, 100, (50, 40))  # hosts x subintervals
+    grid[rng.random(grid.shape) < 0.1] = NAN
+    ks, values = np.nonzero(np.ones_like(grid))[1].astype(np.float64), grid.ravel()
+    order = rng.permutation(values.size)
+    high, mid, low = _spread(ks[order], values[order], 40)
+    np.testing.assert_array_equal(high, np.nanmax(grid, axis=0))
+    np.testing.assert_allclose(mid, np.nanmedian(grid, axis=0), rtol=1e-15)
+    np.testing.assert_array_equal(low, np.nanmin(grid, axis=0))

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 #: How a bucket of subintervals becomes one point.
-Reduce = Literal["mean", "max"]
+Reduce = Literal["mean", "max", "min"]
 #: Significant digits a number keeps in the page (a chart needs no more).
 DIGITS = 4
 #: Significant digits of a time axis: a point's second stays exact also hours into a step
@@ -45,8 +45,8 @@ def on_axis(subintervals: FloatArray, values: FloatArray, n: int) -> FloatArray:
 
 
 def downsample(values: FloatArray, bucket: int, how: Reduce) -> FloatArray:
-    """Every ``bucket`` consecutive values as one: their mean or their largest, ignoring NaN;
-    NaN when a bucket holds none. The last bucket may be shorter."""
+    """Every ``bucket`` consecutive values as one: their mean, largest or smallest, ignoring
+    NaN; NaN when a bucket holds none. The last bucket may be shorter."""
     if bucket <= 1 or values.size == 0:
         return values.astype(np.float64, copy=True)
     n_out = -(-values.size // bucket)
@@ -55,7 +55,8 @@ def downsample(values: FloatArray, bucket: int, how: Reduce) -> FloatArray:
     blocks = padded.reshape(n_out, bucket)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN bucket is a gap
-        reduced = np.nanmax(blocks, axis=1) if how == "max" else np.nanmean(blocks, axis=1)
+        reduced = (np.nanmax(blocks, axis=1) if how == "max" else
+                   np.nanmin(blocks, axis=1) if how == "min" else np.nanmean(blocks, axis=1))
     return np.asarray(reduced, dtype=np.float64)
 
 
