@@ -100,6 +100,18 @@ def test_a_chart_that_throws_says_so_and_the_others_are_drawn(tmp_path: Path) ->
     assert "null" in got.dom.split(note, 1)[1].split("</p>", 1)[0]  # and why
 
 
+def test_many_instances_and_hosts_draw_as_their_spread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the cap every instance chart is three lines a series (device and gathered ones
+    too), and over 16 hosts the CPU chart is: the page draws them all."""
+    from master.results.report import content
+    monkeypatch.setattr(content, "MAX_INSTANCES", 3)
+    folder = generate(tmp_path / "run", GenSpec(
+        instances=6, subintervals=60, device=True, cpu_hosts=20,
+        gathered=("gather.array.ldev.busy_pct",)))
+    assert _check_page(build_report(folder).path, tmp_path) == 21
+
+
 def test_names_that_need_escaping(tmp_path: Path) -> None:
     """Instance names with quotes, ``</script>``, ``<!--``, ``&`` and unicode: every chart is
     drawn and the names stay text (no element made of them)."""

@@ -214,17 +214,34 @@ def test_cli(tmp_path: Path) -> None:
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_instances_beyond_the_cap_are_left_out_and_said(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch
-                                                        ) -> None:
+@pytest.mark.parametrize(("instances", "spread_max"), [(5, 100), (5, 4)])
+def test_instances_beyond_the_cap_are_their_highest_mean_and_lowest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instances: int, spread_max: int
+) -> None:
     from master.results.report import content
     monkeypatch.setattr(content, "MAX_INSTANCES", 2)
-    folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
+    monkeypatch.setattr(content, "SPREAD_INSTANCES", spread_max)
+    folder = generate(tmp_path / "run", GenSpec(instances=instances, steps=("one",)))
     page = build_report(folder).path.read_text()
-    assert "3 lun instances: the first 2 (by name) are plotted" in page
-    iops = page_data(page)["steps"][0]["charts"][0]
-    assert [s["label"] for s in iops["series"]] == ["localhost:/dev/lun000",
-                                                    "localhost:/dev/lun001"]
+    said = (f"{instances} lun instances: each chart shows their highest, mean and lowest each "
+            "subinterval")
+    assert said + (f" (of the first {spread_max} by name)" if instances > spread_max
+                   else ";") in page
+    read = min(instances, spread_max)
+    charts = page_data(page)["steps"][0]["charts"]
+    iops, _, service = charts[:3]
+    assert iops["title"] == f"IOPS (lun: the highest, mean and lowest of {read} instances)"
+    files = sorted((folder / "step0000-one" / "lun").glob("*.csv"))[:read]
+    per = np.array([[float(r["IOPS"]) for r in csv.DictReader(f.read_text().splitlines())]
+                    for f in files])  # instance x subinterval
+    assert [s["label"] for s in iops["series"]] == ["highest", "mean", "lowest"]
+    for line, want in zip(iops["series"], (per.max(0), per.mean(0), per.min(0)), strict=True):
+        assert line["values"] == pytest.approx(want.tolist(), rel=1e-3)  # 4 digits kept
+    # a latency chart still offers one percentile at a time: each percentile's three lines
+    assert service["percentiles"] == ["p50", "p99", "p99.9", "max"]
+    assert [(s["label"], s["dash"]) for s in service["series"]][:3] == [
+        ("p50 highest", 0), ("p50 mean", 0), ("p50 lowest", 0)]
+    assert [s["dash"] for s in service["series"]] == [d for d in range(4) for _ in range(3)]
 
 
 def test_latency_charts_of_several_instances_offer_one_percentile(tmp_path: Path) -> None:

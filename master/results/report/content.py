@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,9 @@ BUDGET_POINTS = 250_000
 #: The instances of one rollup type a step's charts show at most (reading beyond them would
 #: cost time at the end of every run for lines no one can tell apart).
 MAX_INSTANCES = 100
+#: Over ``MAX_INSTANCES``, the instances whose highest, mean and lowest the charts show at most
+#: (1,000 hosts' files are read; a run's 100,000 workloads' are not, at the end of every run)
+SPREAD_INSTANCES = 2_000
 #: hosts drawn a line each in a step's CPU chart; more are drawn as three lines: each
 #: subinterval's busiest, median and least busy host
 CPU_HOSTS_DRAWN = 16
@@ -141,66 +144,126 @@ def _has_values(values: sr.FloatArray) -> bool:
     return bool(np.isfinite(values).any())
 
 
+#: what a series of an instance file is: (chart, what of it, values on the axis, how a
+#: bucket of them becomes a point, dash, y axis); the charts are ``_CHARTS`` and the
+#: gathered columns
+_Series = tuple[str, str, sr.FloatArray, sr.Reduce, int, str]
+_CHARTS = ("iops", "mbs", *(kind for kind, _ in KINDS), "device")
+_SPREAD: tuple[tuple[str, sr.Reduce], ...] = (("highest", "max"), ("mean", "mean"),
+                                             ("lowest", "min"))
+
+
+def _series_of(t: Table, n: int, columns: _Columns) -> Iterator[_Series]:
+    """The series of one instance file ``t`` on an axis of ``n`` subintervals."""
+    k = t.floats("subinterval")
+    yield "iops", "", sr.on_axis(k, t.floats("IOPS"), n), "mean", 0, "y"
+    yield "mbs", "", sr.on_axis(k, t.floats("MB_per_s"), n), "mean", 0, "y"
+    for kind, _ in KINDS:
+        for dash, (pct, pct_label) in enumerate(PERCENTILES):
+            yield (kind, pct_label, sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
+                   "max" if pct == "max" else "mean", dash, "y")
+    dev_iops = t.floats("device_IOPS") if columns.device else None
+    if dev_iops is not None and _has_values(dev_iops):
+        # the device's own counts beside ivypy's, dashed
+        yield "iops", "device", sr.on_axis(k, dev_iops, n), "mean", 1, "y"
+        yield "mbs", "device", sr.on_axis(k, t.floats("device_MB_per_s"), n), "mean", 1, "y"
+        yield ("device", "service time", sr.on_axis(k, t.floats("device_service_time_ms"), n),
+               "mean", 0, "y")
+        yield ("device", "% busy", sr.on_axis(k, t.floats("device_util_pct"), n), "mean", 1,
+               "y2")
+        yield ("device", "queue depth", sr.on_axis(k, t.floats("device_queue_depth"), n),
+               "mean", 2, "y2")
+    for column in columns.gathered:
+        values = t.floats(column)
+        if _has_values(values):
+            yield column, "", sr.on_axis(k, values, n), "mean", 0, "y"
+
+
+class _Spread:
+    """Of many instances' values on one axis: each subinterval's highest, mean and lowest
+    (NaN where none has a value), added up one instance at a time."""
+
+    def __init__(self, n: int) -> None:
+        self.high, self.low = np.full(n, np.nan), np.full(n, np.nan)
+        self.total, self.count = np.zeros(n), np.zeros(n, dtype=np.int64)
+
+    def add(self, values: sr.FloatArray) -> None:
+        np.fmax(self.high, values, out=self.high)  # NaN only where both are
+        np.fmin(self.low, values, out=self.low)
+        seen = np.isfinite(values)
+        self.total[seen] += values[seen]
+        self.count += seen
+
+    def lines(self) -> tuple[sr.FloatArray, sr.FloatArray, sr.FloatArray]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(self.count > 0, self.total / np.maximum(self.count, 1), np.nan)
+        return self.high, mean, self.low
+
+
+def _instance_series(n_instances: int, columns: _Columns) -> int:
+    """Series the instance charts of ``n_instances`` instances hold: a set per instance, or
+    over ``MAX_INSTANCES`` three sets (the highest, mean and lowest)."""
+    return columns.series_per_instance * (n_instances if n_instances <= MAX_INSTANCES
+                                          else len(_SPREAD))
+
+
 def _instance_charts(step: StepFolder, rollup: str, n: int, bucket: int,
                      window: tuple[int, int] | None, columns: _Columns
                      ) -> tuple[list[_Raw], str]:
-    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` (the
-    first ``MAX_INSTANCES`` by file name) on an axis of ``n`` subintervals, with the device's
-    and the gathered columns where the step has them, and a note when some were left out.
-    One instance file is read at a time and kept only downsampled."""
+    """IOPS, MB/s, service and response time of each instance of ``rollup`` in ``step`` on
+    an axis of ``n`` subintervals, with the device's and the gathered columns where the step
+    has them; over ``MAX_INSTANCES`` instances, their highest, mean and lowest each
+    subinterval (of the first ``SPREAD_INSTANCES`` by file name), and a note saying so.
+    One instance file is read at a time and kept only downsampled (or added to the spread)."""
     names = step.instances.get(rollup, [])
+    spread = len(names) > MAX_INSTANCES
     note = ""
-    if len(names) > MAX_INSTANCES:
-        note = (f"{len(names):,} {rollup} instances: the first {MAX_INSTANCES} (by name) are "
-                "plotted; ivypy report --rollup TYPE plots another rollup type.")
-    names = names[:MAX_INSTANCES]
+    if spread:
+        note = (f"{len(names):,} {rollup} instances: each chart shows their highest, mean and "
+                "lowest each subinterval" + (
+                    f" (of the first {SPREAD_INSTANCES:,} by name)"
+                    if len(names) > SPREAD_INSTANCES else "")
+                + "; ivypy report --rollup TYPE plots another rollup type.")
+        names = names[:SPREAD_INSTANCES]
     if not names or n == 0:
         return [], note
     alone = len(names) == 1  # one instance: a colour per percentile
-    iops = _Raw("IOPS", "IOPS", n, bucket, window=window)
-    mbs = _Raw("MB/s", "MB/s", n, bucket, window=window)
-    lat = [_Raw(title, "ms", n, bucket, window=window, percentiles=not alone)
-           for _, title in KINDS]
-    device = _Raw("Device service time, utilisation and queue depth", "ms", n, bucket,
-                  y2_label="% busy, queue depth", window=window)
-    gathered = [_Raw(f"Gathered: {c.removeprefix(GATHER_PREFIX)}", "value", n, bucket,
-                     window=window) for c in columns.gathered]
+    charts = {"iops": _Raw("IOPS", "IOPS", n, bucket, window=window),
+              "mbs": _Raw("MB/s", "MB/s", n, bucket, window=window),
+              **{kind: _Raw(title, "ms", n, bucket, window=window, percentiles=not alone)
+                 for kind, title in KINDS},
+              "device": _Raw("Device service time, utilisation and queue depth", "ms", n,
+                             bucket, y2_label="% busy, queue depth", window=window),
+              **{c: _Raw(f"Gathered: {c.removeprefix(GATHER_PREFIX)}", "value", n, bucket,
+                         window=window) for c in columns.gathered}}
     read = (*INSTANCE_READ, *(DEVICE_READ if columns.device else ()), *columns.gathered)
+    spreads: dict[tuple[str, str], tuple[_Spread, int, str]] = {}
     for g, name in enumerate(names):
         t = read_table(step.instance_path(rollup, name), read)
         if t is None or not t.rows:
             continue
         label = t.column("rollup_instance")[0] or name
-        k = t.floats("subinterval")
-        iops.add(label, sr.on_axis(k, t.floats("IOPS"), n), group=g)
-        mbs.add(label, sr.on_axis(k, t.floats("MB_per_s"), n), group=g)
-        for chart, (kind, _) in zip(lat, KINDS, strict=True):
-            for dash, (pct, pct_label) in enumerate(PERCENTILES):
-                chart.add(pct_label if alone else f"{label} {pct_label}",
-                          sr.on_axis(k, t.floats(f"{kind}_{pct}_ms"), n),
-                          "max" if pct == "max" else "mean", group=dash if alone else g,
-                          dash=dash)
-        dev_iops = t.floats("device_IOPS") if columns.device else None
-        if dev_iops is not None and _has_values(dev_iops):
-            # the device's own counts beside ivypy's, dashed in the instance's colour
-            iops.add(f"{label} device", sr.on_axis(k, dev_iops, n), group=g, dash=1)
-            mbs.add(f"{label} device", sr.on_axis(k, t.floats("device_MB_per_s"), n), group=g,
-                    dash=1)
-            device.add(f"{label} service time", sr.on_axis(
-                k, t.floats("device_service_time_ms"), n), group=g)
-            device.add(f"{label} % busy", sr.on_axis(k, t.floats("device_util_pct"), n),
-                       group=g, dash=1, axis="y2")
-            device.add(f"{label} queue depth", sr.on_axis(
-                k, t.floats("device_queue_depth"), n), group=g, dash=2, axis="y2")
-        for chart, column in zip(gathered, columns.gathered, strict=True):
-            values = t.floats(column)
-            if _has_values(values):
-                chart.add(label, sr.on_axis(k, values, n), group=g)
-    charts = [c for c in (iops, mbs, *lat, device, *gathered) if c.series]
-    where = f"{rollup} {iops.series[0]['label']}" if alone and charts else f"{rollup} instances"
-    for c in charts:
+        for chart, what, values, how, dash, axis in _series_of(t, n, columns):
+            if spread:
+                if (chart, what) not in spreads:
+                    spreads[chart, what] = (_Spread(n), dash, axis)
+                spreads[chart, what][0].add(values)
+            elif alone and chart in dict(KINDS):
+                charts[chart].add(what, values, how, group=dash, dash=dash)
+            else:
+                charts[chart].add(f"{label} {what}" if what else label, values, how, group=g,
+                                  dash=dash, axis=axis)
+    for (chart, what), (acc, dash, axis) in spreads.items():
+        for g, (line, (stat, how)) in enumerate(zip(acc.lines(), _SPREAD, strict=True)):
+            charts[chart].add(f"{what} {stat}" if what else stat, line, how, group=g,
+                              dash=dash, axis=axis)
+    made = [charts[c] for c in (*_CHARTS, *columns.gathered) if charts[c].series]
+    where = (f"{rollup} {made[0].series[0]['label']}" if alone and made and not spread
+             else f"{rollup}: the highest, mean and lowest of {len(names):,} instances"
+             if spread else f"{rollup} instances")
+    for c in made:
         c.title = f"{c.title} ({where})"
-    return charts, note
+    return made, note
 
 
 def _dfc_chart(table: Table, n: int, bucket: int) -> _Raw | None:
@@ -345,9 +408,8 @@ def _plan(step: StepFolder, rollup: str) -> _StepPlan:
     dfc = read_table(step.path / "dfc.csv")
     measure = read_table(step.path / "measure.csv")
     cpu = read_table(step.path / "cpu.csv")
-    n_inst = min(len(step.instances.get(rollup, [])), MAX_INSTANCES)
     columns = _columns(step, rollup)
-    n_series = (columns.series_per_instance * n_inst
+    n_series = (_instance_series(len(step.instances.get(rollup, [])), columns)
                 + (3 * len(_by(dfc, "instance")) if dfc else 0)
                 + (2 * len(_criteria(measure)) if measure else 0)
                 + (_cpu_series(len(_by(cpu, "host"))) if cpu else 0))
@@ -472,8 +534,8 @@ def _chart_dict(c: _Raw, rollup: str | None, win: tuple[int, int] | None, s: flo
 
 def _instance_points(plan: _StepPlan, rollup: str, columns: _Columns) -> int:
     """The numbers a step's instance charts of ``rollup`` hold (each chart's x too)."""
-    n_inst = min(len(plan.step.instances.get(rollup, [])), MAX_INSTANCES)
-    return plan.n * (columns.series_per_instance * n_inst + columns.charts)
+    return plan.n * (_instance_series(len(plan.step.instances.get(rollup, [])), columns)
+                     + columns.charts)
 
 
 def build_charts(run: RunFolder, rollup: str, budget_points: int = BUDGET_POINTS) -> Charts:
