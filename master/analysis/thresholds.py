@@ -21,7 +21,7 @@ from typing import Any, Literal
 from master.config.expr import OPERATORS
 from master.config.thresholds import Threshold
 
-__all__ = ["COLUMN", "Judged", "Outcome", "cell", "judge", "parse_cell", "row_cells"]
+__all__ = ["COLUMN", "Judged", "Outcome", "cell", "judge", "parse_cell", "row_cells", "worst_first"]
 
 #: the summary.csv column of a row's results (present when the test has thresholds)
 COLUMN = "thresholds"
@@ -101,6 +101,12 @@ def row_cells(thresholds: Sequence[Threshold], step: str, rows: Sequence[Mapping
     judged = judge(thresholds, step, rows)
     return ({i: cell(results) for i, results in judged.items()},
             [j for i in sorted(judged) for j in judged[i]])
+
+
+def worst_first(judged: Sequence[Judged]) -> list[Judged]:
+    """``judged`` with the results that did not hold (FAILED, UNTOLD) first, each part in its
+    order."""
+    return sorted(judged, key=lambda j: j.holds)
 
 
 def _number(value: Any) -> float | None:

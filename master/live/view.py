@@ -189,8 +189,8 @@ class LiveView:
         self.message(text)
 
     def thresholds(self, lines: Sequence[str], held: int) -> None:
-        """The test's threshold results (``Judged.line``), ``held`` of them passed: said under
-        the end-of-run table."""
+        """The test's threshold results (``Judged.line``; those that did not hold first),
+        ``held`` of them passed: under the end-of-run table, the first ``THRESHOLD_LINES``."""
         self._thresholds, self._thresholds_held = list(lines), held
 
     def run_finished(self) -> None:
@@ -207,8 +207,11 @@ class LiveView:
         if self._thresholds:
             self.message(f"thresholds: {self._thresholds_held} of {len(self._thresholds)} "
                          "held")
-            for line in self._thresholds:
+            for line in self._thresholds[:THRESHOLD_LINES]:
                 self.message(f"  {line}")
+            if len(self._thresholds) > THRESHOLD_LINES:
+                self.message(f"  (and {len(self._thresholds) - THRESHOLD_LINES:,} more: each "
+                             "in its summary row's thresholds cell and in events.csv)")
         self._final = []
         self._final_left_out = 0
         self._thresholds = []
@@ -225,6 +228,9 @@ class LiveView:
         self._stop()
 
 
+#: threshold results the console lists, those that did not hold first (a threshold on every
+#: workload of 1,000 hosts x 100 has 100,000): the rest are in summary.csv and events.csv
+THRESHOLD_LINES = 20
 #: a log record's attribute (``extra={CONSOLE: False}``): not for the console, which says it
 #: otherwise (the run's end: the CLI's ``ivypy:`` line), only for run.log
 CONSOLE = "ivypy_console"

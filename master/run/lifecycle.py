@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from master.analysis.thresholds import Judged
+from master.analysis.thresholds import Judged, worst_first
 from master.config import HostConfig, RollupSpec, StepConfig, TestConfig
 from master.config.metrics import read_token
 from master.config.resolved import resolved_dict
@@ -234,10 +234,11 @@ class Run(StepLoop):
 
     # ------------------------------------------------------------------ events
     def event(self, level: str, message: str, *, host: str = "", kind: str = "",
-              step: int | None = None, subinterval: int | None = None) -> None:
+              step: int | None = None, subinterval: int | None = None,
+              console: bool = True) -> None:
         # the run's end (``kind`` run) is the CLI's own last line: not the console's too
         log.log(logging.getLevelName(level), "%s%s", f"[host={host}] " if host else "", message,
-                extra={CONSOLE: kind != "run"})
+                extra={CONSOLE: console and kind != "run"})
         if self.output is not None:
             try:
                 self.output.table("events.csv", EVENT_COLUMNS).write({
@@ -505,7 +506,8 @@ class Run(StepLoop):
             return
         judged = self.thresholds_judged
         bad = [j for j in judged if not j.holds]
-        self.view.thresholds([j.line for j in judged], len(judged) - len(bad))
+        self.view.thresholds([j.line for j in worst_first(judged)],
+                             len(judged) - len(bad))
         if not bad or result.exit_code not in (EXIT_OK, EXIT_INVALID):
             return
         said = "; ".join(j.line for j in bad[:5]) + (

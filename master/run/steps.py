@@ -31,7 +31,7 @@ from master.config.catalog import DEVICE_METRICS
 from master.hosts.session import HostSession, window_timeout_s
 from master.live.metrics import RunMetrics
 from master.live.rows import default_live_rollup, dfc_lines, measure_lines
-from master.live.view import LiveView
+from master.live.view import THRESHOLD_LINES, LiveView
 from master.results.output import RunOutput
 from master.results.runfolder import read_header
 from master.results.schema import (
@@ -151,7 +151,8 @@ class StepLoop:
         return self.fleet.interrupted
 
     def event(self, level: str, message: str, *, host: str = "", kind: str = "",
-              step: int | None = None, subinterval: int | None = None) -> None:
+              step: int | None = None, subinterval: int | None = None,
+              console: bool = True) -> None:
         raise NotImplementedError  # the run's
 
     def _write_luns_csv(self) -> None:
@@ -743,9 +744,10 @@ class StepLoop:
             cells, judged = thresholds.row_cells(self.cfg.thresholds, st.config.name, rows)
             rows = with_column(rows, thresholds.COLUMN, cells)
             self.thresholds_judged += judged
-            for j in judged:
+            shown = {id(j) for j in thresholds.worst_first(judged)[:THRESHOLD_LINES]}
+            for j in judged:  # on the console those that did not hold first, the first few
                 self.event("INFO" if j.holds else "WARNING", f"threshold {j.line}",
-                           kind="threshold", step=st.number)
+                           kind="threshold", step=st.number, console=id(j) in shown)
         run_header = self._run_summary_header(header)
         left_out = [c for c in header if c not in set(run_header)]
         if left_out:

@@ -78,13 +78,13 @@ def test_thresholds_not_held_exit_1_and_are_said_everywhere(
     assert {r["thresholds"] for r in rows(folder / "summary.csv")
             if r["rollup_type"] != "all"} == {""}
 
-    # the end table: how many held, then every result
+    # the end table: how many held, then every result, those that did not hold first
     lines = out.splitlines()
     at = lines.index("thresholds: 4 of 7 held")
     assert [x.split(":")[0] for x in lines[at + 1 : at + 8]] == [
-        "  passed step fast all all", "  passed step fast all all",
-        "  UNTOLD step fast all all", "  passed step slow all all", "  passed step slow all all",
-        "  FAILED step slow all all", "  UNTOLD step slow all all"]
+        "  UNTOLD step fast all all", "  FAILED step slow all all", "  UNTOLD step slow all all",
+        "  passed step fast all all", "  passed step fast all all", "  passed step slow all all",
+        "  passed step slow all all"]
 
     events = [e for e in rows(folder / "events.csv") if e["kind"] == "threshold"]
     assert [(e["level"], e["step"]) for e in events] == [
@@ -119,6 +119,40 @@ def test_thresholds_all_held_exit_0(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (wl,) = [r for r in rows(folder / "summary.csv")
              if r["step_name"] == "slow" and r["rollup_type"] == "workload"]
     assert wl["thresholds"].startswith("passed: IOPS < 150 [step slow, every workload] (")
+
+
+def test_many_results_the_console_lists_the_first_twenty_those_not_held_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Thresholds on every workload: the console lists 20 results, those that did not hold
+    first, and says how many more there are (at the end; during the run, the first 20 of
+    each step's that did not hold); summary.csv and events.csv have every one."""
+    n = 25
+    text = TEST.replace("THRESHOLDS\n", """\
+  - {expr: "IOPS > 1", rollup: workload}
+  - {expr: "IOPS > 100000", rollup: workload, step: fast}
+""").replace("      - {name: a, iosequencer: random_steady, iodepth: 4, iops: 400}\n", "".join(
+        f"      - {{name: w{i:02d}, iosequencer: random_steady, iops: 20}}\n"
+        for i in range(n)))
+    cfg = write_config(tmp_path, text)
+    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain"], monkeypatch)
+    out, err = capsys.readouterr()
+    assert status == 1, out[-2000:] + err[-2000:]
+    (folder,) = (tmp_path / "thr").iterdir()
+    judged = 3 * n  # fast: both thresholds, slow: the first
+    lines = out.splitlines()
+    at = lines.index(f"thresholds: {2 * n} of {judged} held")
+    assert [x.split(" step ")[0] for x in lines[at + 1:at + 21]] == ["  FAILED"] * 20
+    assert lines[at + 21] == (f"  (and {judged - 20} more: each in its summary row's "
+                              "thresholds cell and in events.csv)")
+    said = [x for x in err.splitlines() if " threshold FAILED step fast " in x]
+    assert len(said) == 20
+    events = [e for e in rows(folder / "events.csv") if e["kind"] == "threshold"]
+    assert len(events) == judged
+    assert sum(e["level"] == "WARNING" for e in events) == n
+    cells = [r["thresholds"] for r in rows(folder / "summary.csv")
+             if r["rollup_type"] == "workload"]
+    assert len(cells) == 2 * n and all(cells)
 
 
 def test_a_resumed_run_counts_the_results_of_its_earlier_steps(
