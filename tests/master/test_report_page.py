@@ -416,3 +416,31 @@ def test_many_hosts_cpu_is_the_busiest_median_and_least_busy(tmp_path: Path, hos
     for line, want in ((high, busy.max(axis=1)), (mid, np.median(busy, axis=1)),
                        (low, busy.min(axis=1))):
         assert line["values"] == pytest.approx(want.tolist(), rel=1e-3)  # 4 digits kept
+
+
+@pytest.mark.parametrize(("cap", "note"), [
+    (1, "4 more results (1 of them did not hold) in summary.csv's thresholds column."),
+    (2, "3 more results (passed) in summary.csv's thresholds column."),
+    (4, "1 more result (passed) in summary.csv's thresholds column."),
+    (5, None),
+])
+def test_threshold_results_beyond_the_cap_are_counted_those_not_held_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int, note: str | None) -> None:
+    from master.results.report import page as page_module
+    monkeypatch.setattr(page_module, "MAX_THRESHOLD_ROWS", cap)
+    folder = generate(tmp_path / "run", GenSpec(steps=("one", "two")))
+    summary = list(csv.reader((folder / "summary.csv").read_text().splitlines()))
+    cells = ["passed: IOPS > 1 (20000); FAILED: IOPS > 1e6 (20000)",
+             "passed: IOPS > 2 (25000); FAILED: IOPS > 2e6 (25000); passed: IOPS > 3 (25000)"]
+    with open(folder / "summary.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows([[*summary[0], "thresholds"],
+                                  *([*r, c] for r, c in zip(summary[1:], cells, strict=True))])
+    text = build_report(folder).path.read_text()
+    table = text[text.index("<h2>Thresholds</h2>"):]
+    assert '<p class="bad">3 of 5 held</p>' in table
+    results = re.findall(r'<td class="(?:ok|bad)">(\w+)</td>', table)
+    assert results == ["FAILED", "FAILED", "passed", "passed", "passed"][:cap]
+    if note is None:
+        assert "more result" not in table
+    else:
+        assert f'<p class="note">{note}</p>' in table

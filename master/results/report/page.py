@@ -24,6 +24,8 @@ from protocol.version import __version__
 
 #: At most this many events are shown (the rest are counted; events.csv holds them all).
 MAX_EVENTS = 1000
+#: threshold results the page lists, those that did not hold first (the rest: summary.csv)
+MAX_THRESHOLD_ROWS = 1000
 #: Tables longer than this are folded (``<details>``) until clicked.
 FOLD_ROWS = 12
 SUMMARY_METRICS = ("IOPS", "MB_per_s", *(f"{k}_{p}_ms" for k, _ in KINDS
@@ -164,20 +166,27 @@ def _rollup_choice(charts: Charts) -> str:
 
 def _thresholds(run: RunFolder) -> str:
     """The test's thresholds as judged (summary.csv's ``thresholds`` cells): how many held,
-    then a row each; nothing when the test has none."""
+    then a row each, those that did not hold first, at most ``MAX_THRESHOLD_ROWS``; nothing
+    when the test has none."""
     if run.summary is None or not run.summary.has(thresholds.COLUMN):
         return ""
     judged = summary_judged(run.summary)
     held = sum(j.holds for j in judged)
+    ordered = thresholds.worst_first(judged)
+    shown, rest = ordered[:MAX_THRESHOLD_ROWS], ordered[MAX_THRESHOLD_ROWS:]
     rows = "".join(
         f'<tr><td>{_e(j.step)}</td><td>{_e(j.rollup)}</td><td>{_e(j.instance)}</td>'
         f'<td>{_e(j.text)}</td><td class="{"ok" if j.holds else "bad"}">{_e(j.outcome)}</td>'
-        f'<td class="num">{_e(j.detail)}</td></tr>' for j in judged)
+        f'<td class="num">{_e(j.detail)}</td></tr>' for j in shown)
     head = "".join(f"<th>{h}</th>" for h in ("step", "rollup", "instance", "threshold",
                                              "result", "value"))
     verdict = "ok" if held == len(judged) else "bad"
+    bad_rest = sum(not j.holds for j in rest)
+    more = (f'<p class="note">{len(rest):,} more result{"s" if len(rest) > 1 else ""} ('
+            + (f"{bad_rest:,} of them did not hold" if bad_rest else "passed")
+            + ") in summary.csv's thresholds column.</p>" if rest else "")
     return (f'<h2>Thresholds</h2><p class="{verdict}">{held} of {len(judged)} held</p>'
-            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}")
 
 
 def _short(column: str) -> str:
