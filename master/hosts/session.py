@@ -155,6 +155,8 @@ class HostSession:
         self.stopped: asyncio.Queue[Stopped] = asyncio.Queue()
         self.failure: HostError | None = None
         self.failed = asyncio.Event()
+        #: told of this session when a result comes or it fails (``Fleet.results``' wait)
+        self.arrived: Callable[[HostSession], None] | None = None
         self._seq = 0
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -222,6 +224,8 @@ class HostSession:
         if self.failure is None:
             self.failure = HostError(message, host=self.host, stderr_tail=self.conn.stderr_tail())
             self.failed.set()
+            if self.arrived is not None:
+                self.arrived(self)
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(self.failure)
@@ -269,6 +273,8 @@ class HostSession:
     def _dispatch(self, msg: Message) -> None:
         if isinstance(msg, SubintervalResult):
             self.results.put_nowait(msg)
+            if self.arrived is not None:
+                self.arrived(self)
         elif isinstance(msg, Stopped):
             self.stopped.put_nowait(msg)
         elif isinstance(msg, Log):

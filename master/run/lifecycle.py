@@ -600,7 +600,7 @@ class Run(StepLoop):
     def _interrupt(self) -> None:
         if not self.interrupted.is_set():
             self.view.message("ivypy: interrupted: stopping all hosts (output is kept)")
-            self.interrupted.set()
+            self.fleet.interrupt()
 
     async def _start_hosts(self) -> None:
         """Start every host's slave, ``CONNECT_PARALLEL`` connecting at a time. Once every

@@ -184,7 +184,7 @@ class ReadBack:
         if not self.fleet.interrupted.is_set():
             self.say("ivypy: verify: interrupted: stopping the read-back (what was found is "
                      "kept)")
-            self.fleet.interrupted.set()
+            self.fleet.interrupt()
 
     def _verdict(self) -> str:
         checked = sum(x.summary()["blocks_checked"] for x in self.luns)

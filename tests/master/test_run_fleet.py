@@ -27,11 +27,20 @@ class _Host:
         self.results: asyncio.Queue[Any] = asyncio.Queue()
         self.failed = asyncio.Event()
         self.failure: HostError | None = None
+        self.arrived: Any = None
 
     def mark_failed(self, why: str) -> HostError:
         self.failure = HostError(why, host=self.host)
         self.failed.set()
+        if self.arrived is not None:
+            self.arrived(self)
         return self.failure
+
+    def put(self, result: Any) -> None:
+        """A result as the session's reader puts it: queued, and the waiter told."""
+        self.results.put_nowait(result)
+        if self.arrived is not None:
+            self.arrived(self)
 
     def arrives(self, k: int, *, turns: int = 0, after_s: float = 0.0) -> None:
         """Subinterval ``k``'s result reaches the queue ``after_s`` from now, then ``turns``
@@ -42,7 +51,7 @@ class _Host:
             if left:
                 loop.call_soon(hop, left - 1)
             else:
-                self.results.put_nowait(SimpleNamespace(step=0, subinterval=k))
+                self.put(SimpleNamespace(step=0, subinterval=k))
 
         loop.call_later(after_s, hop, turns)
 
@@ -130,3 +139,50 @@ def test_a_master_late_in_every_subinterval_says_so_on_the_console_once_a_step(
     assert [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records] == [
         (logging.WARNING, "step 0 subinterval 0"), (logging.INFO, "step 0 subinterval 1"),
         (logging.INFO, "step 0 subinterval 2"), (logging.WARNING, "step 1 subinterval 0")]
+
+
+@pytest.mark.parametrize(("case", "want"), [
+    ("every result", "results"),
+    ("one fails while the others wait", "h2 failed"),
+    ("a result of another subinterval", "h1 wrong"),
+    ("interrupted far from the deadline", "abandoned"),
+    ("interrupted near the deadline, the results come", "results"),
+    ("two late", "h2 late, h3 late"),
+])
+def test_one_wait_for_every_host(case: str, want: str) -> None:
+    """Three hosts: the wait ends as soon as the last result came, a host failed, or an
+    interrupt came with more than ``INTERRUPT_WAIT_S`` to go; at the deadline every host still
+    missing is marked failed."""
+    async def main() -> str:
+        fleet, (h1, h2, h3) = _fleet("h1", "h2", "h3")
+        loop = asyncio.get_running_loop()
+        deadline_s = {"interrupted near the deadline, the results come": 0.5,
+                      "two late": 0.3}.get(case, 30.0)
+        if case != "a result of another subinterval":
+            h1.arrives(4, after_s=0.01)
+        if case == "one fails while the others wait":
+            loop.call_later(0.05, h2.mark_failed, "gone")
+        elif case == "a result of another subinterval":
+            loop.call_later(0.02, h1.put, SimpleNamespace(step=0, subinterval=3))
+        elif case.startswith("interrupted"):
+            loop.call_later(0.05, fleet.interrupt)
+        if case != "two late" and case != "one fails while the others wait":
+            h2.arrives(4, after_s=0.1)
+            h3.arrives(4, after_s=0.15, turns=2)
+        t0 = time.monotonic()
+        try:
+            got = await fleet.results(0, 4, time.monotonic_ns() + round(deadline_s * 1e9), 750)
+        except HostError as exc:
+            failed = [h.host for h in (h1, h2, h3) if h.failure is not None]
+            if "not received" in str(exc):
+                return ", ".join(f"{h} late" for h in failed)
+            return f"{exc.host} {'wrong' if 'expected' in str(exc) else 'failed'}"
+        finally:
+            assert time.monotonic() - t0 < deadline_s + 1  # never the whole 30 s
+            assert all(h.arrived is None for h in (h1, h2, h3))
+        if got is None:
+            return "abandoned"
+        assert [r.subinterval for r in got] == [4, 4, 4]
+        return "results"
+
+    assert asyncio.run(main()) == want
