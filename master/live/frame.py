@@ -13,15 +13,16 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from master.live.rows import DfcLine, FinalRow, LiveRow
+from master.live.rows import SPREAD_FROM, DfcLine, FinalRow, LiveRow
 
 if TYPE_CHECKING:  # rich is imported where a frame is drawn: a bad test file never loads it
     from rich.console import Console, ConsoleOptions, RenderableType
     from rich.segment import Segment
     from rich.table import Table
 
-#: rows of the live rollup shown in plain mode per subinterval
-PLAIN_ROWS = 8
+#: rows of the live rollup shown in plain mode per subinterval (beyond them, its highest, mean
+#: and lowest are shown too)
+PLAIN_ROWS = SPREAD_FROM
 #: lines of the live region besides the instance rows: title, header (2) and its rule, total,
 #: progress, and one to spare
 FRAME_LINES = 7
@@ -94,11 +95,12 @@ def _table(columns: Sequence[str]) -> Table:
 def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequence[LiveRow],
                dfc: Sequence[DfcLine], done: int, of: int, left_s: float,
                max_rows: int, width: int = 80, instances: int = 0,
-               measure: Sequence[str] = ()) -> RenderableType:
-    """The live region of one subinterval: title, table (total row first, then at most
-    ``max_rows`` instances of ``rollup_type``, named in what ``width`` columns leave, and
-    how many of its ``instances`` (at least ``len(rows)``) are not shown), DFC's moves, a
-    ``measure:`` step's progress toward its criterion (``measure``), progress in time."""
+               measure: Sequence[str] = (), spread: Sequence[LiveRow] = ()) -> RenderableType:
+    """The live region of one subinterval: title, table (total row first; where not every
+    instance of ``rollup_type`` fits, the ``spread`` rows of all of them; then at most
+    ``max_rows`` instances, named in what ``width`` columns leave, and how many of its
+    ``instances`` (at least ``len(rows)``) are not shown), DFC's moves, a ``measure:``
+    step's progress toward its criterion (``measure``), progress in time."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -110,10 +112,15 @@ def live_frame(title: str, rollup_type: str, total: LiveRow | None, rows: Sequen
     if total is not None:
         table.add_row("total", *_row_cells(total), style="bold")
     if rows:  # none for all, or a rollup of one instance (the total)
+        instances = max(instances, len(rows))
+        if spread and instances > max(1, max_rows):
+            for r in spread:
+                table.add_row(f"{r.instance} of {instances:,}", *_row_cells(r), style="italic")
+            max_rows -= len(spread)
         shown = rows[:max(1, max_rows)]
         for r in shown:
             table.add_row(cut_left(r.instance, name_width), *_row_cells(r))
-        more = max(instances, len(rows)) - len(shown)
+        more = instances - len(shown)
         if more > 0:
             table.add_row(f"+{more:,} more")
     parts.append(table)

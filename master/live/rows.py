@@ -3,8 +3,10 @@
 Owns the shapes the view shows (``LiveRow`` per rollup instance and subinterval, ``DfcLine``
 per DFC move, ``FinalRow`` per step and instance of the end-of-run table) and their building:
 picking columns out of a rollup's result, the slave's CPU seconds as a share of its host, the
-summary rows of the rollups the table shows. Pure: no I/O, no terminal, no rollup arithmetic
-(``master.analysis.rollup`` computes every latency and rate; this module only selects and labels).
+summary rows of the rollups the table shows, and a rollup of many instances summarised by each
+column's highest, mean and lowest (``spread_rows``). Pure: no I/O, no terminal, no rollup
+arithmetic (``master.analysis.rollup`` computes every latency and rate; this module selects,
+labels, and takes those three of what it computed).
 
 Two CPU figures, on one scale (percent of all of the host's cores over the subinterval):
 ``host_cpu_pct`` is the host's busy time (every process, ivypy's included; ``busy_pct`` in
@@ -17,9 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from master.config.rolluptypes import rollup_type_problem
 from protocol.errors import ConfigError
@@ -122,6 +128,31 @@ def live_rows(names: Sequence[str], columns: Mapping[str, Any], host_cpu_pct: Se
     iops, mb, s50, s99, r50, r99 = ([float(v) for v in columns[c][:n]] for c in LIVE_METRICS)
     return [LiveRow(names[i], iops[i], mb[i], s50[i], s99[i], r50[i], r99[i],
                     float(host_cpu_pct[i]), float(ivypy_cpu[i])) for i in range(n)]
+
+
+#: a live rollup of more instances than this is summarised too (``spread_rows``): more than
+#: the plain console shows
+SPREAD_FROM = 8
+#: the rows summarising a live rollup of many instances, and how each is worked out
+SPREAD_ROWS = (("highest", np.nanmax), ("mean", np.nanmean), ("lowest", np.nanmin))
+
+
+def spread_rows(columns: Mapping[str, Any], host_cpu_pct: npt.ArrayLike,
+                ivypy_cpu: npt.ArrayLike) -> list[LiveRow]:
+    """Of every instance of a rollup result (``columns``: metric → value per instance, with
+    each instance's two CPU figures): each column's highest, mean and lowest, a ``LiveRow``
+    each (named so; NaN where no instance has a value). Each column is its own: the highest
+    IOPS and the highest p99 may be two instances'."""
+    values = [np.asarray(columns[c], dtype=np.float64) for c in LIVE_METRICS]
+    values += [np.asarray(host_cpu_pct, dtype=np.float64),
+               np.asarray(ivypy_cpu, dtype=np.float64)]
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column without values: NaN
+        for name, how in SPREAD_ROWS:
+            cells = [float(how(v)) if v.size else math.nan for v in values]
+            out.append(LiveRow(name, *cells))
+    return out
 
 
 def dfc_lines(dfc_rows: Sequence[Mapping[str, Any]]) -> list[DfcLine]:

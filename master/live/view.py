@@ -132,9 +132,11 @@ class LiveView:
 
     def subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                     rows: Sequence[LiveRow], dfc: Sequence[DfcLine] = (),
-                    instances: int = 0, measure: Sequence[str] = ()) -> None:
+                    instances: int = 0, measure: Sequence[str] = (),
+                    spread: Sequence[LiveRow] = ()) -> None:
         """Subinterval ``k`` recorded: the total row, the first rows of ``rollup_type`` (of
-        its ``instances``; 0: ``rows`` are all of them), DFC's moves after it (none: the
+        its ``instances``; 0: ``rows`` are all of them) and, where they are not all shown,
+        the ``spread`` rows of all of them (``spread_rows``), DFC's moves after it (none: the
         last ones shown stay), and a ``measure:`` step's progress toward its criterion
         (``measure_lines``)."""
         instances = max(instances, len(rows))
@@ -143,7 +145,8 @@ class LiveView:
         if dfc:
             self._dfc = list(dfc)
         if self._live is None:
-            self._plain_subinterval(k, phase, rollup_type, total, rows, dfc, left_s, instances)
+            self._plain_subinterval(k, phase, rollup_type, total, rows, dfc, left_s, instances,
+                                    spread)
             for line in measure:
                 self.message(f"    {line}")
             return
@@ -152,16 +155,19 @@ class LiveView:
                                                         if self._dfc else 0)
         frame = live_frame(title, rollup_type, total, rows, self._dfc, k + 1, self._total,
                            left_s, max_rows - len(measure), self.console.width, instances,
-                           measure)
+                           measure, spread if rows else ())
         self._live.update(Drawn(self.console, frame), refresh=True)
 
     def _plain_subinterval(self, k: int, phase: str, rollup_type: str, total: LiveRow | None,
                            rows: Sequence[LiveRow], dfc: Sequence[DfcLine],
-                           left_s: float, instances: int) -> None:
+                           left_s: float, instances: int, spread: Sequence[LiveRow]) -> None:
         # subinterval k as the CSV files number it, of the step's all
         head = f"  [subinterval {k} of {self._total}, {phase}, {left_s:.0f} s left]"
         lines = [f"{head} total: {plain_row(total)}" if total is not None else head]
         if rows:
+            if instances > PLAIN_ROWS:  # not every one shown: all of them summarised first
+                lines += [f"    {rollup_type} {r.instance} of {instances:,}: {plain_row(r)}"
+                          for r in spread]
             lines += [f"    {rollup_type}={r.instance}: {plain_row(r)}" for r in rows[:PLAIN_ROWS]]
             shown = min(len(rows), PLAIN_ROWS)
             if instances > shown:

@@ -34,7 +34,14 @@ from master.analysis.devstats import DeviceKey, DeviceRollups
 from master.analysis.verdicts import iops_shortfalls, rollup_validity, shortfall_reason
 from master.config import RollupSpec
 from master.live.metrics import RunMetrics
-from master.live.rows import LIVE_ROWS_MAX, LiveRow, ivypy_cpu_pct, live_rows
+from master.live.rows import (
+    LIVE_ROWS_MAX,
+    SPREAD_FROM,
+    LiveRow,
+    ivypy_cpu_pct,
+    live_rows,
+    spread_rows,
+)
 from master.results import writers
 from master.results.csvfiles import (
     AppenderGroup,
@@ -91,6 +98,8 @@ class Recorded:
     live_total: LiveRow | None = None
     #: instances of ``show_type`` (``live`` has the first ``liverows.LIVE_ROWS_MAX``)
     live_instances: int = 0
+    #: over ``SPREAD_FROM`` instances of ``show_type``: their highest, mean and lowest
+    live_spread: list[LiveRow] = field(default_factory=list)
     io_errors: list[tuple[str, str]] = field(default_factory=list)
     #: the host groups' statistics of each rollup type whose histograms came (a DFC window
     #: adds them up, with the grouping of ``results``)
@@ -384,6 +393,8 @@ class StepRecorder:
                     out.live_total = rows[0]
                 if spec.type == self.show_type:
                     out.live, out.live_instances = rows, g.n
+                    if g.n > SPREAD_FROM:
+                        out.live_spread = spread_rows(res.columns, cpu, ivypy)
         if self.metrics is not None:
             self.metrics.set_step(self.number, self.name, k)
         cpu_rows: list[dict[str, Any]] = []

@@ -379,7 +379,7 @@ class StepLoop:
                         self._write_control_rows(st, dec)
                     self.view.subinterval(k, phase, recorder.show_type, rec.live_total,
                                           rec.live, dfc_lines(dec.dfc_rows), rec.live_instances,
-                                          measure_lines(dec.measure_rows))
+                                          measure_lines(dec.measure_rows), rec.live_spread)
                     last_recorded = k
                     if (self.verification is not None and self.verification.stop_wanted()
                             and st.forced_last is None and not stop_sent):  # on_error: stop

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from master.live.frame import Drawn, cut_left, final_table, live_frame, ms
-from master.live.rows import DfcLine, LiveRow, final_rows
+from master.live.rows import DfcLine, LiveRow, final_rows, spread_rows
 from master.live.view import LiveView, ViewLogHandler
 
 NAN = math.nan
@@ -103,6 +103,41 @@ def test_plain_lines_count_the_instances_not_shown() -> None:
     assert [x.split(":")[0].strip() for x in lines[2:10]] == [f"workload=w{i}" for i in range(8)]
     assert lines[10] == "    (+2,040 more workload)"
     assert len(lines) == 11
+
+
+def test_many_instances_are_summarised_by_their_highest_mean_and_lowest() -> None:
+    """More instances than the plain lines show: each column's highest, mean and lowest of all
+    of them come first (``spread_rows``), then the first rows; in a frame too, where the rows
+    do not fit, and not where they do."""
+    many = [LiveRow(f"h{i}", 100.0 * i, 1.0, 0.1, 1.0 + i, 0.2, 2.0, 50.0, 5.0)
+            for i in range(12)]
+    columns = {c: [getattr(r, f) for r in many] for c, f in (
+        ("IOPS", "iops"), ("MB_per_s", "mb_per_s"), ("service_time_p50_ms", "service_p50_ms"),
+        ("service_time_p99_ms", "service_p99_ms"), ("response_time_p50_ms", "response_p50_ms"),
+        ("response_time_p99_ms", "response_p99_ms"))}
+    spread = spread_rows(columns, [r.host_cpu_pct for r in many], [NAN] * 12)
+    buf = io.StringIO()
+    view = LiveView(buf, rich_mode=False)
+    view.step_started(0, "many", 2, 1.0)
+    view.subinterval(0, "warmup", "host", TOTAL, many, instances=12, spread=spread)
+    lines = buf.getvalue().splitlines()
+    assert lines[2] == ("    host highest of 12: 1,100 IOPS 1.0 MB/s service p50 0.100 p99 "
+                        "12.00 ms response p50 0.200 p99 2.000 ms host CPU 50.0% ivypy CPU -%")
+    assert lines[3].startswith("    host mean of 12: 550 IOPS 1.0 MB/s service p50 0.100 p99 "
+                               "6.500 ms")
+    assert lines[4].startswith("    host lowest of 12: 0 IOPS")
+    assert [x.split(":")[0].strip() for x in lines[5:13]] == [f"host=h{i}" for i in range(8)]
+    assert lines[13] == "    (+4 more host)"
+    # a frame: the spread where the rows do not fit, above them, and not where they do
+    lines = _render(live_frame("t", "host", TOTAL, many, [], 1, 2, 1.0, 8, instances=12,
+                               spread=spread))
+    named = [line.split()[0] for line in lines
+             if line.startswith(("h", "+", "mean", "lowest"))]
+    assert named == ["host", "highest", "mean", "lowest", "h0", "h1", "h2", "h3", "h4",
+                     "+7"], lines
+    lines = _render(live_frame("t", "host", TOTAL, many, [], 1, 2, 1.0, 20, instances=12,
+                               spread=spread))
+    assert not any(line.startswith(("highest", "mean", "lowest")) for line in lines)
 
 
 def test_plain_lines() -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 
 from master.live.rows import (
+    LIVE_METRICS,
     LIVE_ROWS_MAX,
     DfcLine,
     FinalRow,
@@ -22,6 +25,7 @@ from master.live.rows import (
     live_rows,
     measure_lines,
     short_names,
+    spread_rows,
     step_verdict,
 )
 from protocol.errors import ConfigError
@@ -231,3 +235,26 @@ def _mrow(inst: str, value: float, passed: bool, first: int | None = 3,
 def test_measure_lines_say_how_near_the_criterion_is(rows: list[dict[str, Any]],
                                                      want: list[str]) -> None:
     assert measure_lines(rows) == want
+
+
+@pytest.mark.parametrize(("iops", "p99", "want_iops", "want_p99"), [
+    ([1.0, 5.0, 3.0], [2.0, 1.0, 9.0], (5.0, 3.0, 1.0), (9.0, 4.0, 1.0)),
+    # an instance without I/O: its NaN left out of each
+    ([4.0, NAN, 2.0], [NAN, NAN, 6.0], (4.0, 3.0, 2.0), (6.0, 6.0, 6.0)),
+    # no instance with a value: NaN, no warning
+    ([NAN, NAN], [NAN, NAN], (NAN, NAN, NAN), (NAN, NAN, NAN)),
+])
+def test_spread_rows_are_each_columns_highest_mean_and_lowest(
+        iops: list[float], p99: list[float], want_iops: tuple[float, ...],
+        want_p99: tuple[float, ...]) -> None:
+    n = len(iops)
+    columns = {c: [NAN] * n for c in LIVE_METRICS}
+    columns["IOPS"], columns["service_time_p99_ms"] = iops, p99
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = spread_rows(columns, [10.0 * (i + 1) for i in range(n)], [NAN] * n)
+    assert [r.instance for r in rows] == ["highest", "mean", "lowest"]
+    np.testing.assert_array_equal([r.iops for r in rows], want_iops)
+    np.testing.assert_array_equal([r.service_p99_ms for r in rows], want_p99)
+    np.testing.assert_array_equal([r.host_cpu_pct for r in rows],
+                                  [10.0 * n, 5.0 * (n + 1), 10.0])

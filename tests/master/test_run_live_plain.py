@@ -123,6 +123,40 @@ def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytes
             assert " ".join(t[10:]) == s["invalid_reason"]
 
 
+def test_a_rollup_of_more_instances_than_shown_is_summarised_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Twelve workloads by workload: each subinterval the highest, mean and lowest of all
+    twelve (their rows in the CSV files), then the first eight, then how many more."""
+    cfg = write_config(tmp_path, TEST.split("steps:")[0].replace("liveplain", "many") + (
+        "steps:\n  - name: many\n    workloads:\n" + "".join(
+            f"      - {{name: w{i:02d}, iosequencer: random_steady, iops: {50 * (i + 1)}}}\n"
+            for i in range(12))
+        + "    warmup_seconds: 0\n    measure_seconds: 1\n"))
+    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
+                      "--live-rollup", "workload"], monkeypatch)
+    stdout, stderr = capsys.readouterr()
+    assert status == 0, stdout[-3000:] + stderr[-3000:]
+    (folder,) = (tmp_path / "many").iterdir()
+    out = stdout.splitlines()
+    per_k: dict[int, list[float]] = {}
+    for f in (folder / "step0000-many" / "workload").glob("*.csv"):
+        if f.name != "summary.csv":
+            for r in rows(f):
+                per_k.setdefault(int(r["subinterval"]), []).append(float(r["IOPS"]))
+    heads = [i for i, x in enumerate(out) if x.startswith("  [subinterval ")]
+    assert len(heads) == len(per_k) == 2
+    for k, at in enumerate(heads):
+        got = [re.match(rf"    workload (\w+) of 12: {ROW}$", x) for x in out[at + 1:at + 4]]
+        assert [m[1] for m in got if m] == ["highest", "mean", "lowest"], out[at:at + 4]
+        iops = per_k[k]
+        for m, want in zip(got, (max(iops), sum(iops) / len(iops), min(iops)), strict=True):
+            assert m is not None and _shows(m[2], want), (m, want)
+        assert [x.split(":")[2] for x in out[at + 4:at + 12]] == [
+            f"w{i:02d}" for i in range(8)], out[at + 4:at + 12]
+        assert out[at + 12] == "    (+4 more workload)"
+
+
 def _wid(summary: dict[tuple[str, str, str], dict[str, str]], step: str, name: str) -> str:
     (wid,) = [k[2] for k in summary if k[:2] == (step, "workload") and k[2].endswith(":" + name)]
     return wid
