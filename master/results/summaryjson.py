@@ -14,9 +14,12 @@ the folder, or compute metrics (every number is a cell of the run's own CSV file
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import operator
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -224,8 +227,11 @@ def _event_counts(rows: Iterable[Mapping[str, str]]) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------- the document
-def build(folder: Path) -> dict[str, Any]:
-    """The summary document of the run folder ``folder`` (see the module docstring)."""
+def build(folder: Path, lazy: bool = False) -> dict[str, Any]:
+    """The summary document of the run folder ``folder`` (see the module docstring). With
+    ``lazy``, each rollup instance's metrics are a mapping that types its cells when read and
+    that ``json_text`` writes straight from their texts (``write_summary_json``: at 100,000
+    workloads, 17 million cells), not a dict."""
     f = _Folder(folder)
     state = f.state()
     resolved = f.json_object("resolved.json")
@@ -239,7 +245,7 @@ def build(folder: Path) -> dict[str, Any]:
     hosts = _typed_rows(f.table("hosts.csv", ("host",), expected=bool(ran)), _host_kind)
     luns = _typed_rows(f.table("luns.csv", ("host", "lun"), expected=bool(ran)), _lun_kind)
     names = _step_names(resolved, f)
-    steps = _steps(f, state, names, rows, events)
+    steps = _steps(f, state, names, rows, events, lazy)
     test = state.test if state is not None else str((resolved or {}).get("test") or "")
     description = (resolved or {}).get("description")
     return {
@@ -312,8 +318,8 @@ def _step_names(resolved: Mapping[str, Any] | None, f: _Folder) -> list[str] | N
 
 
 def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
-           rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]]
-           ) -> list[dict[str, Any]]:
+           rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]],
+           lazy: bool) -> list[dict[str, Any]]:
     by_step: dict[int, list[Mapping[str, str]]] = {}
     bad = 0
     for r in rows:
@@ -329,7 +335,7 @@ def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
         known = {n: str(rs[0].get("step_name", "")) for n, rs in by_step.items() if n >= 0}
         total = max([*known, (state.steps_total - 1) if state is not None else -1], default=-1)
         names = [known.get(n, "") for n in range(total + 1)]
-    return [_step(f, state, n, name, by_step.get(n, []), events_of.get(str(n), []))
+    return [_step(f, state, n, name, by_step.get(n, []), events_of.get(str(n), []), lazy)
             for n, name in enumerate(names)]
 
 
@@ -346,8 +352,8 @@ def _events_by_step(events: Iterable[Mapping[str, str]]) -> dict[str, list[Mappi
 
 
 def _step(f: _Folder, state: RunState | None, number: int, name: str,
-          rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]]
-          ) -> dict[str, Any]:
+          rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]],
+          lazy: bool) -> dict[str, Any]:
     folder = RunOutput.step_dir(number, name)
     ran = (f.path / folder).is_dir()
     if state is not None and number <= state.last_complete_step:
@@ -359,13 +365,16 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
     prefix = f"step {name} invalid: "
     flagged = [e.get("message", "").removeprefix(prefix) for e in events
                if e.get("kind") == "validation" and e.get("message", "").startswith(prefix)]
-    rollups: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in _typed_rows(rows, _summary_kind):
-        rtype, inst = str(r.get("rollup_type") or ""), str(r.get("rollup_instance") or "")
+    rollups: dict[str, dict[str, Mapping[str, Any]]] = {}
+    columns = _InstanceColumns([c for c in rows[0] if c not in SUMMARY_KEYS]) if rows else None
+    for r in rows:
+        rtype, inst = r.get("rollup_type") or "", r.get("rollup_instance") or ""
         of_type = rollups.setdefault(rtype, {})
         if inst in of_type:
             f.problems.append(f"summary.csv: step {number} {rtype}={inst} twice; the last kept")
-        of_type[inst] = {k: v for k, v in r.items() if k not in SUMMARY_KEYS}
+        assert columns is not None
+        cells = columns.cells_of(r)
+        of_type[inst] = _InstanceRow(columns, cells) if lazy else columns.typed(cells)
     verdicts = [inst.get("valid") for of_type in rollups.values() for inst in of_type.values()]
     reasons = _unique([*(x for r in rows for x in split_reasons(r.get("invalid_reason", ""))),
                        *(x for m in flagged for x in split_reasons(m))])
@@ -385,22 +394,147 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
             "events": _event_counts(events), "thresholds": judged, "rollups": rollups}
 
 
+class _InstanceColumns:
+    """The columns of a step's summary rows said per instance (``SUMMARY_KEYS`` left out),
+    each typed by its kind (``_summary_kind``), and each cell text's JSON text, worked out once
+    (a run of 100,000 workloads has 17 million cells; the same texts recur)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self.at = {n: j for j, n in enumerate(self.names)}
+        self.kinds = [_summary_kind(n) for n in self.names]
+        self.prefixes = [_encode(n) + ": " for n in self.names]
+        self.jsons = [_typed_json if kind is typed_cell else _json_of(kind)
+                      for kind in self.kinds]
+        memos: dict[Callable[[str], Any], dict[str, str]] = {}
+        self.memos = [memos.setdefault(kind, {}) for kind in self.kinds]
+        values: dict[Callable[[str], Any], dict[str, Any]] = {}
+        self.values = [values.setdefault(kind, {}) for kind in self.kinds]
+        self.cells_of: Callable[[Mapping[str, str]], tuple[str, ...]] = (
+            operator.itemgetter(*self.names) if len(self.names) > 1
+            else lambda row: tuple(row[n] for n in self.names))
+
+    def typed(self, cells: tuple[str, ...]) -> dict[str, Any]:
+        """One instance's cells typed, as a dict."""
+        out = {}
+        for name, memo, kind, cell in zip(self.names, self.values, self.kinds, cells,
+                                          strict=True):
+            try:
+                out[name] = memo[cell]
+            except KeyError:
+                value = out[name] = kind(cell)
+                if len(memo) < _MEMO_CELLS:
+                    memo[cell] = value
+        return out
+
+    def json(self, cells: tuple[str, ...]) -> str:
+        """One instance's object, as ``json_text`` writes a dict of its typed cells (the
+        texts looked up and joined by C loops: ``map``)."""
+        texts = list(map(dict.get, self.memos, cells))
+        j = 0
+        with contextlib.suppress(ValueError):  # none left
+            while True:  # the cell texts not seen before, found by a C search
+                j = texts.index(None, j)
+                text = texts[j] = self.jsons[j](cells[j])
+                if len(self.memos[j]) < _MEMO_CELLS:
+                    self.memos[j][cells[j]] = text
+                j += 1
+        return "{" + ", ".join(map(operator.add, self.prefixes, texts)) + "}"
+
+
+class _InstanceRow(Mapping[str, Any]):
+    """A step's summary row of one instance: its cells typed when read, and written as JSON
+    straight from their texts (``_InstanceColumns.json``)."""
+
+    __slots__ = ("_cells", "_columns")
+
+    def __init__(self, columns: _InstanceColumns, cells: tuple[str, ...]) -> None:
+        self._columns, self._cells = columns, cells
+
+    def __getitem__(self, key: str) -> Any:
+        j = self._columns.at[key]
+        return self._columns.kinds[j](self._cells[j])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns.names)
+
+    def __len__(self) -> int:
+        return len(self._columns.names)
+
+    def json(self) -> str:
+        return self._columns.json(self._cells)
+
+
 # ---------------------------------------------------------------------- writing it
 def json_text(value: Any, indent: str = "") -> str:
     """``value`` as JSON text, objects and arrays indented two spaces a level, but one whose
     members are all scalars on one line (a rollup instance's metrics, a host, the outcome):
     readable, and written by the json module's C encoder, which ``indent=`` would turn off
-    (a run of 10,000 workloads has 10,000 instances a step)."""
-    if isinstance(value, dict) and not _flat(value.values()):
-        inner = indent + "  "
-        items = [f"{inner}{json.dumps(str(k))}: {json_text(v, inner)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
-    if isinstance(value, list) and not _flat(value):
-        inner = indent + "  "
-        return "[\n" + ",\n".join(inner + json_text(v, inner) for v in value) + f"\n{indent}]"
-    return _encode(value)
+    (a run of 10,000 workloads has 10,000 instances a step). Made as pieces joined once: a
+    document of 100,000 workloads is 557 MB, which joining at every level copied again."""
+    out: list[str] = []
+    _json_pieces(value, indent, out)
+    return "".join(out)
 
 
+def _json_pieces(value: Any, indent: str, out: list[str]) -> None:
+    if isinstance(value, _InstanceRow):
+        out.append(value.json())
+    elif isinstance(value, dict) and not _flat(value.values()):
+        inner = indent + "  "
+        out.append("{\n")
+        for i, (k, v) in enumerate(value.items()):
+            out.append(f",\n{inner}{_escape(str(k))}: " if i else f"{inner}{_escape(str(k))}: ")
+            _json_pieces(v, inner, out)
+        out.append(f"\n{indent}}}")
+    elif isinstance(value, list) and not _flat(value):
+        inner = indent + "  "
+        out.append("[\n")
+        for i, v in enumerate(value):
+            out.append(f",\n{inner}" if i else inner)
+            _json_pieces(v, inner, out)
+        out.append(f"\n{indent}]")
+    else:
+        out.append(_encode(value))
+
+
+def _scalar_json(value: Scalar) -> str:
+    """A typed cell's JSON text, as the json module's encoder writes it (its C string
+    escaping, ``float.__repr__``), without an encoder's call for each cell."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, float) and not math.isfinite(value):  # never typed so: the encoder's
+        return _encode(value)  # refusal
+    return float.__repr__(value) if isinstance(value, float) else int.__repr__(value)
+
+
+def _typed_json(cell: str) -> str:
+    """``_scalar_json(typed_cell(cell))``, with one pattern match for a number (4 million
+    cell texts at 100,000 workloads are seen once)."""
+    if cell == "":
+        return "null"
+    if cell in ("true", "false"):
+        return cell
+    if _NUMBER.fullmatch(cell):
+        if "." not in cell and "e" not in cell and "E" not in cell:  # ``_INTEGER``'s
+            return int.__repr__(int(cell))
+        value = float(cell)
+        if value - value == 0:  # inf (an overflow) stays text
+            return float.__repr__(value)
+    return _escape(cell)
+
+
+def _json_of(kind: Callable[[str], Scalar]) -> Callable[[str], str]:
+    return lambda cell: _scalar_json(kind(cell))
+
+
+_escape = json.encoder.encode_basestring_ascii  # the C function where the module has it
 #: one encoder for every value (``json.dumps`` with an argument makes an encoder a call)
 _encode = json.JSONEncoder(allow_nan=False).encode
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -414,7 +548,7 @@ def write_summary_json(folder: Path) -> dict[str, Any]:
     """Build the folder's summary document, replace ``summary.json`` with it whole (a reader
     sees the old one or the new), and return it. ``OutputError`` when it cannot be written."""
     path = folder / SUMMARY_JSON
-    doc = build(folder)
+    doc = build(folder, lazy=True)
     try:
         replace_whole(path, (json_text(doc) + "\n").encode("utf-8"))
     except OSError as exc:
