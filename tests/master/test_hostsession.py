@@ -320,6 +320,46 @@ def test_a_write_the_slave_does_not_take_is_bounded_and_ends_when_the_host_fails
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+@pytest.mark.parametrize("case", ["cancelled", "failed, both waiting", "failed and cancelled"])
+def test_a_waiting_write_ends_as_its_sender_is_cancelled_or_its_host_fails(case: str) -> None:
+    """Writes wait in their senders' own tasks: a sender cancelled (a call to every host cut
+    short) gets its cancel and leaves the host as it was; a host that fails ends every write
+    waiting for it with its failure; a sender both cancelled and ended by the failure is
+    cancelled (the failure does not swallow a cancel)."""
+
+    async def scenario() -> None:
+        conn = _StopsReading()
+        hs = HostSession(conn, "h1")
+        await hs.start(pings=1)
+        conn.stopped = True
+        sends = [asyncio.ensure_future(hs.grant(3, timeout_s=60)) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        if case == "cancelled":
+            sends[0].cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sends[0]
+            assert hs.failure is None and not sends[1].done()
+            hs.mark_failed("gone")
+            with pytest.raises(HostError, match="gone"):
+                await asyncio.wait_for(sends[1], 1)
+        elif case == "failed, both waiting":
+            hs.mark_failed("result of subinterval 2 not received within the deadline")
+            for send in sends:
+                with pytest.raises(HostError, match="subinterval 2 not received"):
+                    await asyncio.wait_for(send, 1)
+        else:
+            hs.mark_failed("gone")
+            sends[0].cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sends[0]
+            with pytest.raises(HostError, match="gone"):
+                await asyncio.wait_for(sends[1], 1)
+        assert not hs._senders
+        await hs.close(grace_s=0.3)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
 class TalkingSlave(ScriptedSlave):
     """A slave that answers a long request (``VerifyLun`` or ``DiscoverLuns``) with ``words``
     messages as it goes (``VerifyFound`` or a layout's ``Log``), each one second after the one
