@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -374,7 +373,8 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
             f.problems.append(f"summary.csv: step {number} {rtype}={inst} twice; the last kept")
         assert columns is not None
         cells = columns.cells_of(r)
-        of_type[inst] = _InstanceRow(columns, cells) if lazy else columns.typed(cells)
+        row = _InstanceRow(columns, cells)
+        of_type[inst] = row if lazy else dict(row)
     verdicts = [inst.get("valid") for of_type in rollups.values() for inst in of_type.values()]
     reasons = _unique([*(x for r in rows for x in split_reasons(r.get("invalid_reason", ""))),
                        *(x for m in flagged for x in split_reasons(m))])
@@ -404,28 +404,11 @@ class _InstanceColumns:
         self.at = {n: j for j, n in enumerate(self.names)}
         self.kinds = [_summary_kind(n) for n in self.names]
         self.prefixes = [_encode(n) + ": " for n in self.names]
-        self.jsons = [_typed_json if kind is typed_cell else _json_of(kind)
-                      for kind in self.kinds]
         memos: dict[Callable[[str], Any], dict[str, str]] = {}
         self.memos = [memos.setdefault(kind, {}) for kind in self.kinds]
-        values: dict[Callable[[str], Any], dict[str, Any]] = {}
-        self.values = [values.setdefault(kind, {}) for kind in self.kinds]
         self.cells_of: Callable[[Mapping[str, str]], tuple[str, ...]] = (
             operator.itemgetter(*self.names) if len(self.names) > 1
             else lambda row: tuple(row[n] for n in self.names))
-
-    def typed(self, cells: tuple[str, ...]) -> dict[str, Any]:
-        """One instance's cells typed, as a dict."""
-        out = {}
-        for name, memo, kind, cell in zip(self.names, self.values, self.kinds, cells,
-                                          strict=True):
-            try:
-                out[name] = memo[cell]
-            except KeyError:
-                value = out[name] = kind(cell)
-                if len(memo) < _MEMO_CELLS:
-                    memo[cell] = value
-        return out
 
     def json(self, cells: tuple[str, ...]) -> str:
         """One instance's object, as ``json_text`` writes a dict of its typed cells (the
@@ -435,7 +418,7 @@ class _InstanceColumns:
         with contextlib.suppress(ValueError):  # none left
             while True:  # the cell texts not seen before, found by a C search
                 j = texts.index(None, j)
-                text = texts[j] = self.jsons[j](cells[j])
+                text = texts[j] = _encode(self.kinds[j](cells[j]))
                 if len(self.memos[j]) < _MEMO_CELLS:
                     self.memos[j][cells[j]] = text
                 j += 1
@@ -484,7 +467,7 @@ def _json_pieces(value: Any, indent: str, out: list[str]) -> None:
         inner = indent + "  "
         out.append("{\n")
         for i, (k, v) in enumerate(value.items()):
-            out.append(f",\n{inner}{_escape(str(k))}: " if i else f"{inner}{_escape(str(k))}: ")
+            out.append(f",\n{inner}{_encode(str(k))}: " if i else f"{inner}{_encode(str(k))}: ")
             _json_pieces(v, inner, out)
         out.append(f"\n{indent}}}")
     elif isinstance(value, list) and not _flat(value):
@@ -498,43 +481,6 @@ def _json_pieces(value: Any, indent: str, out: list[str]) -> None:
         out.append(_encode(value))
 
 
-def _scalar_json(value: Scalar) -> str:
-    """A typed cell's JSON text, as the json module's encoder writes it (its C string
-    escaping, ``float.__repr__``), without an encoder's call for each cell."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, str):
-        return _escape(value)
-    if isinstance(value, float) and not math.isfinite(value):  # never typed so: the encoder's
-        return _encode(value)  # refusal
-    return float.__repr__(value) if isinstance(value, float) else int.__repr__(value)
-
-
-def _typed_json(cell: str) -> str:
-    """``_scalar_json(typed_cell(cell))``, with one pattern match for a number (4 million
-    cell texts at 100,000 workloads are seen once)."""
-    if cell == "":
-        return "null"
-    if cell in ("true", "false"):
-        return cell
-    if _NUMBER.fullmatch(cell):
-        if "." not in cell and "e" not in cell and "E" not in cell:  # ``_INTEGER``'s
-            return int.__repr__(int(cell))
-        value = float(cell)
-        if value - value == 0:  # inf (an overflow) stays text
-            return float.__repr__(value)
-    return _escape(cell)
-
-
-def _json_of(kind: Callable[[str], Scalar]) -> Callable[[str], str]:
-    return lambda cell: _scalar_json(kind(cell))
-
-
-_escape = json.encoder.encode_basestring_ascii  # the C function where the module has it
 #: one encoder for every value (``json.dumps`` with an argument makes an encoder a call)
 _encode = json.JSONEncoder(allow_nan=False).encode
 _SCALARS = frozenset({str, int, float, bool, type(None)})
