@@ -168,9 +168,8 @@ class HostSession:
         self._hearing: set[asyncio.Future[None]] = set()  # long answers' waits (_answer)
         self._bye = asyncio.Event()
         #: the tasks in ``send`` (a write waiting for the slave to read ends when the host
-        #: fails), and those ``_fail`` ended
+        #: fails: ``_fail`` cancels them)
         self._senders: set[asyncio.Task[Any]] = set()
-        self._ended: set[asyncio.Task[Any]] = set()
         #: what each read-back (``verify_lun``, by seq) is told as it goes
         self._found: dict[int, Callable[[VerifyFound], None]] = {}
 
@@ -201,14 +200,13 @@ class HostSession:
             raise self._fail(f"did not read what the master sent for {timeout_s:.1f} s "
                              f"({type(msg).__name__})") from None
         except asyncio.CancelledError:
-            if task in self._ended:  # ``_fail`` ended the write: the failure, unless the
-                self._ended.discard(task)  # task was cancelled besides
-                if task.uncancel() == 0 and self.failure is not None:
-                    raise self.failure from None
+            # a failure meanwhile: ``_fail`` cancelled this sender once (one in ``send`` when
+            # the host failed); its failure, unless the task was cancelled besides
+            if self.failure is not None and task.uncancel() == 0:
+                raise self.failure from None
             raise
         finally:
             self._senders.discard(task)
-            self._ended.discard(task)
 
     def mark_failed(self, message: str) -> HostError:
         """This host failed in the run's eyes (it missed a deadline): it is not waited for
@@ -242,7 +240,6 @@ class HostSession:
             except RuntimeError:  # no loop running
                 me = None
             for task in self._senders - {me}:  # their writes end at once
-                self._ended.add(task)
                 task.cancel()
         return self.failure
 
