@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from master.results.report import series as sr
-from master.results.report.content import _spread
+from master.results.report.content import _high_median_low
 from master.results.runfolder import leading_number, to_float
 
 NAN = math.nan
@@ -114,20 +114,20 @@ def test_leading_number(cell: str, want: float) -> None:
     ([0, 2, 2, 5, NAN], [7, NAN, 9, 1, 3], 3, [7, NAN, 9], [7, NAN, 9], [7, NAN, 9]),
     ([], [], 2, [NAN, NAN], [NAN, NAN], [NAN, NAN]),
 ])
-def test_spread_over_hosts(ks: list[float], values: list[float], n: int, high: list[float],
+def test_high_median_low_over_hosts(ks: list[float], values: list[float], n: int, high: list[float],
                            mid: list[float], low: list[float]) -> None:
-    got = _spread(np.array(ks, dtype=np.float64), np.array(values, dtype=np.float64), n)
+    got = _high_median_low(np.array(ks, dtype=np.float64), np.array(values, dtype=np.float64), n)
     for g, want in zip(got, (high, mid, low), strict=True):
         np.testing.assert_array_equal(g, np.array(want, dtype=np.float64))
 
 
-def test_spread_is_the_grids_max_median_and_min() -> None:
+def test_high_median_low_is_the_grids_max_median_and_min() -> None:
     rng = np.random.default_rng(3)
     grid = rng.uniform(0, 100, (50, 40))  # hosts x subintervals
     grid[rng.random(grid.shape) < 0.1] = NAN
     ks, values = np.nonzero(np.ones_like(grid))[1].astype(np.float64), grid.ravel()
     order = rng.permutation(values.size)
-    high, mid, low = _spread(ks[order], values[order], 40)
+    high, mid, low = _high_median_low(ks[order], values[order], 40)
     np.testing.assert_array_equal(high, np.nanmax(grid, axis=0))
     np.testing.assert_allclose(mid, np.nanmedian(grid, axis=0), rtol=1e-15)
     np.testing.assert_array_equal(low, np.nanmin(grid, axis=0))

@@ -62,30 +62,31 @@ luns:
   - {file: "${output_root}/lun0", size: 1MiB, create: true}
 """
 W = "    workloads: [{name: w, iosequencer: random_steady, iops: 100}]\n"
+ONE_STEP = HEAD + "steps:\n  - name: s\n" + W
 DFC = "{focus_metric: IOPS, target: 50, low_iops: 10, high_iops: 1000, focus_rollup: %s}"
 
 #: a test in which ``%s`` is a rollup type a user names, and where its error is said
 PLACES = [
-    (HEAD + "steps:\n  - name: s\n" + W + "    measure: {focus_rollup: %s}\n",
+    (ONE_STEP + "    measure: {focus_rollup: %s}\n",
      "9: steps[0].measure.focus_rollup"),
-    (HEAD + "steps:\n  - name: s\n" + W + "    dfc: " + DFC + "\n",
+    (ONE_STEP + "    dfc: " + DFC + "\n",
      "9: steps[0].dfc.focus_rollup"),
     (HEAD + "steps:\n  - name: a\n" + W + "  - name: s\n    measure_seconds: 2\n"
      "    dfc: " + DFC + "\n",
      "11: steps[1].dfc.focus_rollup"),
-    (HEAD + "steps:\n  - name: s\n" + W + "    for: {iodepth: [1, 2]}\n"
+    (ONE_STEP + "    for: {iodepth: [1, 2]}\n"
      "    measure: {focus_rollup: %s}\n",
      "10: steps[0].measure.focus_rollup"),
-    (HEAD + "steps:\n  - name: s\n" + W + "    iops_curve: [50%%]\n"
+    (ONE_STEP + "    iops_curve: [50%%]\n"
      "    measure: {focus_rollup: %s}\n",
      "10: steps[0].measure.focus_rollup"),
-    (HEAD + "steps:\n  - name: s\n" + W + "    edit_rollup:\n"
+    (ONE_STEP + "    edit_rollup:\n"
      "      - {instance: '%s=localhost', total_iops: 100}\n",
      "10: steps[0].edit_rollup[0].instance"),
-    (HEAD + "steps:\n  - name: s\n" + W + "thresholds:\n"
+    (ONE_STEP + "thresholds:\n"
      "  - {expr: 'IOPS > 1', rollup: %s}\n",
      "10: thresholds[0].rollup"),
-    ("metrics: {listen: '127.0.0.1:0', rollups: [%s]}\n" + HEAD + "steps:\n  - name: s\n" + W,
+    ("metrics: {listen: '127.0.0.1:0', rollups: [%s]}\n" + ONE_STEP,
      "1: metrics.rollups"),
 ]
 

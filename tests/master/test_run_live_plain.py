@@ -52,16 +52,23 @@ def _shows(text: str, value: float) -> bool:
     return abs(_f(text) - value) <= 0.5 * 10.0 ** -decimals + 1e-6 * max(1.0, abs(value))
 
 
+def _run_plain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               capsys: pytest.CaptureFixture[str], text: str, status: int) -> list[str]:
+    """``ivypy run --plain --live-rollup workload`` of the test ``text``, which must exit with
+    ``status``: the lines it printed."""
+    cfg = write_config(tmp_path, text)
+    got = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
+                   "--live-rollup", "workload"], monkeypatch)
+    stdout, stderr = capsys.readouterr()
+    assert got == status, stdout[-3000:] + stderr[-3000:]
+    return stdout.splitlines()
+
+
 def test_plain_lines_and_the_end_of_run_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = write_config(tmp_path, TEST)
-    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
-                      "--live-rollup", "workload"], monkeypatch)
-    stdout, stderr = capsys.readouterr()
     # step 1's DFC cannot reach its 10 s target: pinned at high_iops, it is invalid (exit 1)
-    assert status == 1, stdout[-3000:] + stderr[-3000:]
+    out = _run_plain(tmp_path, monkeypatch, capsys, TEST, 1)
     (folder,) = (tmp_path / "liveplain").iterdir()
-    out = stdout.splitlines()
 
     # step 0: a total line per subinterval, then a line per workload
     totals = [m for x in out if (m := re.match(
@@ -128,17 +135,11 @@ def test_a_rollup_of_more_instances_than_shown_is_summarised_first(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Twelve workloads by workload: each subinterval the highest, mean and lowest of all
     twelve (their rows in the CSV files), then the first eight, then how many more."""
-    cfg = write_config(tmp_path, TEST.split("steps:")[0].replace("liveplain", "many") + (
-        "steps:\n  - name: many\n    workloads:\n" + "".join(
+    out = _run_plain(tmp_path, monkeypatch, capsys, TEST.split("steps:")[0].replace(
+        "liveplain", "many") + "steps:\n  - name: many\n    workloads:\n" + "".join(
             f"      - {{name: w{i:02d}, iosequencer: random_steady, iops: {50 * (i + 1)}}}\n"
-            for i in range(12))
-        + "    warmup_seconds: 0\n    measure_seconds: 1\n"))
-    status = run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
-                      "--live-rollup", "workload"], monkeypatch)
-    stdout, stderr = capsys.readouterr()
-    assert status == 0, stdout[-3000:] + stderr[-3000:]
+            for i in range(12)) + "    warmup_seconds: 0\n    measure_seconds: 1\n", 0)
     (folder,) = (tmp_path / "many").iterdir()
-    out = stdout.splitlines()
     per_k: dict[int, list[float]] = {}
     for f in (folder / "step0000-many" / "workload").glob("*.csv"):
         if f.name != "summary.csv":

@@ -332,7 +332,7 @@ def _cpu_chart(table: Table, n: int, bucket: int) -> _Raw | None:
         for g, (host, rows) in enumerate(by_host.items()):
             chart.add(host, sr.on_axis(ks[rows], busy[rows], n), group=g)
         return chart
-    high, mid, low = _spread(ks, busy, n)
+    high, mid, low = _high_median_low(ks, busy, n)
     chart = _Raw(f"CPU busy over {len(by_host):,} hosts", "% busy", n, bucket,
                  window=_window(table))
     known = np.flatnonzero(np.isfinite(busy) & np.isfinite(ks))
@@ -352,7 +352,7 @@ def _cpu_series(n_hosts: int) -> int:
     return n_hosts if n_hosts <= CPU_HOSTS_DRAWN else 3
 
 
-def _spread(ks: sr.FloatArray, values: sr.FloatArray, n: int
+def _high_median_low(ks: sr.FloatArray, values: sr.FloatArray, n: int
             ) -> tuple[sr.FloatArray, sr.FloatArray, sr.FloatArray]:
     """Of the rows of each subinterval ``0 .. n - 1`` (``ks``): the largest, median and
     smallest of ``values``, NaN where a subinterval has none; from one sort of the rows (no
