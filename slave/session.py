@@ -421,7 +421,8 @@ class SlaveSession:
         gone (``slave.main``'s watchdog): ``WATCHDOG_SUBINTERVALS`` of the longest subinterval
         a step has had (a result each, a grant each, and the deadline between), and never
         less than ``min_s``. A live master is never silent that long: it sends a ``Ping``
-        whenever it has said nothing for 2 s (``master.hosts.session.KEEPALIVE_S``)."""
+        whenever it has said nothing for a quarter of ``min_s``
+        (``master.hosts.session.keepalive_s``)."""
         return max(min_s, WATCHDOG_SUBINTERVALS * self.longest_subinterval_ns / 1e9)
 
     def grant_overdue(self) -> bool:

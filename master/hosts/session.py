@@ -13,8 +13,10 @@ master's write once the pipe or the SSH window is full, and is failed then, nami
 still waiting on it at once.
 
 Keepalive: once the handshake is done the session sends a ``Ping`` whenever it has sent nothing
-for ``KEEPALIVE_S``, so that a slave hears from a live master at least that often (the slave's
-watchdog stops its I/O and exits when it does not: ``slave.session.watchdog_s``).
+for a quarter of the host's watchdog (``keepalive_s``: 7.5 s for the default 30 s, 0.25 s for
+the least, 1 s), so that a slave hears from a live master well within it (the slave's watchdog
+stops its I/O and exits when it does not: ``slave.session.watchdog_s``). A step's grants go out
+every subinterval, so a step of subintervals shorter than that needs no ping.
 
 Clock: the master's clock is ``time.monotonic_ns``. ``offset_ns`` is the slave's clock minus the
 master's, from the ping with the smallest round trip: ``offset = slave_ns - (send + rtt / 2)``.
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from master.config.hosts import DEFAULT_WATCHDOG_S
 from master.hosts.connection import Connection
 from protocol.errors import HostError, ProtocolError
 from protocol.messages import (
@@ -71,8 +74,11 @@ log = logging.getLogger(__name__)
 PINGS = 9
 #: The most pings spent on one host's clock offset while its uncertainty exceeds the limit.
 MAX_PINGS = 64
-#: The longest the master stays silent towards a slave it talks to (a ``Ping`` then).
-KEEPALIVE_S = 2.0
+#: The share of a host's watchdog the master stays silent towards its slave at most (a
+#: ``Ping`` then), and the longest it stays silent whatever the watchdog (an idle TCP
+#: connection through a stateful firewall or NAT is forgotten after minutes).
+KEEPALIVE_SHARE = 0.25
+KEEPALIVE_MAX_S = 30.0
 #: How long a host that failed (late, cut off, stopped) gets to exit once its stdin is closed
 #: before it is terminated and killed: it is not waited for (the run ends within 3 s of a
 #: missed deadline).
@@ -129,6 +135,12 @@ class SlaveEvent:
     context: dict[str, Any] = field(default_factory=dict)
 
 
+def keepalive_s(watchdog_s: float) -> float:
+    """How long the master may say nothing to a slave whose watchdog is ``watchdog_s`` (the
+    host's ``watchdog_seconds``: the least the slave waits) before it sends a ``Ping``."""
+    return min(KEEPALIVE_MAX_S, KEEPALIVE_SHARE * watchdog_s)
+
+
 class HostSession:
     """The master's side of one host; see the module docstring."""
 
@@ -139,6 +151,7 @@ class HostSession:
         *,
         clock: Callable[[], int] = time.monotonic_ns,
         on_event: Callable[[SlaveEvent], None] | None = None,
+        watchdog_s: float = DEFAULT_WATCHDOG_S,
     ) -> None:
         self.conn = conn
         self.host = host
@@ -161,6 +174,7 @@ class HostSession:
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
+        self.keepalive_s = keepalive_s(watchdog_s)
         self._last_sent_ns = 0
         #: when the slave last said anything (the master's clock): a long answer it keeps
         #: talking through (a layout's progress, a read-back's findings) is alive
@@ -214,8 +228,8 @@ class HostSession:
         return self._fail(message)
 
     async def _keep_alive(self) -> None:
-        """A ``Ping`` whenever nothing was sent for ``KEEPALIVE_S`` (its ``Pong`` is ignored)."""
-        interval_ns = round(KEEPALIVE_S * 1e9)
+        """A ``Ping`` whenever nothing was sent for ``keepalive_s`` (its ``Pong`` is ignored)."""
+        interval_ns = round(self.keepalive_s * 1e9)
         while self.failure is None:
             quiet_ns = self.clock() - self._last_sent_ns
             if quiet_ns < interval_ns:

@@ -639,7 +639,8 @@ class Run(StepLoop):
                 left -= 1
                 if not left:
                     all_connected.set()
-            hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event)
+            hs = HostSession(conn, host.name, clock=self.clock, on_event=self._on_slave_event,
+                             watchdog_s=host.watchdog_seconds)
             self.sessions[host.name] = hs
             await hs.start(uncertainty_limit_ns=self.skew_limit_ns, before_pings=warmed,
                            ping_slots=pinging)

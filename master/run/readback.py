@@ -219,8 +219,10 @@ class ReadBack:
             raise _Refused(f"the map's host {missing[0]} is not in the run's test.yaml")
 
         async def start(name: str) -> None:
-            conn = await self.connect(self.cfg.host(name))
-            hs = HostSession(conn, name, clock=self.clock, on_event=self._event)
+            host = self.cfg.host(name)
+            conn = await self.connect(host)
+            hs = HostSession(conn, name, clock=self.clock, on_event=self._event,
+                             watchdog_s=host.watchdog_seconds)
             self.fleet.sessions[name] = hs
             await hs.start()
 

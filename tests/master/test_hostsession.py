@@ -150,16 +150,26 @@ class _Counting(ScriptedSlave):
         return await super().close(grace_s)
 
 
-def test_a_quiet_master_pings_its_slave_every_keepalive_period(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("watchdog_s", "keepalive_s"), [
+    (1.0, 0.25),  # the least watchdog_seconds: pinged well within it
+    (30.0, 7.5),  # the default: a step of 5 s subintervals needs no ping, its grants do
+    (120.0, 30.0),
+    (3600.0, 30.0),  # never silent longer than KEEPALIVE_MAX_S (a firewall's idle timer)
+])
+def test_the_keepalive_is_a_quarter_of_the_watchdog_and_at_most_30s(
+        watchdog_s: float, keepalive_s: float) -> None:
+    assert hostsession.keepalive_s(watchdog_s) == keepalive_s
+    assert HostSession(_Counting(), "h1", watchdog_s=watchdog_s).keepalive_s == keepalive_s
+
+
+def test_a_quiet_master_pings_its_slave_every_keepalive_period() -> None:
     """The slave's watchdog takes a master that says nothing for long for gone: an idle master
-    (between steps, waiting on another host) says Ping every ``KEEPALIVE_S``, and stops at
-    close."""
-    monkeypatch.setattr(hostsession, "KEEPALIVE_S", 0.05)
+    (between steps, waiting on another host) says Ping every quarter of the host's watchdog,
+    and stops at close."""
     conn = _Counting()
 
     async def scenario() -> tuple[int, int]:
-        hs = HostSession(conn, "h1")
+        hs = HostSession(conn, "h1", watchdog_s=0.2)
         await hs.start(pings=1)
         at_start = conn.pings
         await asyncio.sleep(0.5)

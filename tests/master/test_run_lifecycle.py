@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import csv
 import errno
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from master.cli import run as cli_run
 from master.config.schema import TestConfig
 from master.hosts import session as hostsession
+from master.hosts.warp import loop_clock_ns
 from master.live import control_socket as control
 from master.live.control_socket import ControlError, ControlServer
 from master.live.editparse import parse_params
@@ -34,6 +36,8 @@ from protocol.errors import ConfigError, OutputError
 from protocol.messages import Message, SubintervalResult, WindowResult
 from protocol.version import __version__
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+
+MS = 1_000_000
 
 TWO_STEPS = """\
 test: mem
@@ -615,6 +619,47 @@ def test_hosts_connect_and_measure_their_clocks_a_bounded_number_at_a_time(
         rows = list(csv.DictReader(fh))
     assert [r["host"] for r in rows] == names
     assert all(int(r["clock_samples"]) >= hostsession.PINGS for r in rows)
+
+
+QUIET_STEP = """\
+test: quiet
+subinterval_seconds: 20
+hosts: [{name: brief, watchdog_seconds: 4}, patient]
+luns:
+  - {hosts: all, file: "${output_root}/lun", size: 1MiB, create: true}
+steps:
+  - name: a
+    workloads:
+      - {name: rr, iosequencer: random_steady, blocksize: 4KiB, iops: 100, read_fraction: 100%}
+    warmup_seconds: 0
+    measure_seconds: 60
+    cooldown_seconds: 0
+"""
+
+
+def test_each_slave_hears_its_master_within_a_quarter_of_its_watchdog(tmp_path: Path) -> None:
+    """The master pings a slave it has said nothing to for a quarter of the host's
+    ``watchdog_seconds``: between 20 s subintervals' grants, a host of 4 s hears a Ping every
+    second, one of the default 30 s every 7.5 s (twice a subinterval, where a fixed 2 s would
+    ping nine times)."""
+    heard: dict[str, list[tuple[int, str]]] = {"brief": [], "patient": []}
+
+    def watch(host: str, msg: Message) -> bool:
+        heard[host].append((loop_clock_ns(), type(msg).__name__))
+        return True
+
+    cfg = memory_config(tmp_path, QUIET_STEP)
+    result = execute(memory_run(cfg, MemoryHosts(watch=watch)), timeout_s=600)
+    assert result.exit_code == EXIT_OK, result.message
+    for host, pings_between in (("brief", range(36, 41)), ("patient", range(4, 5))):
+        said = heard[host]
+        results = [i for i, (_, kind) in enumerate(said) if kind == "SubintervalResult"]
+        assert len(results) == 3, said
+        within = said[results[0]:results[-1] + 1]
+        pongs = [t for t, kind in within if kind == "Pong"]
+        assert len(pongs) in pings_between, (host, len(pongs))
+        gaps = [b - a for (a, _), (b, _) in itertools.pairwise(within)]
+        assert max(gaps) <= cfg.host(host).watchdog_seconds / 4 * 1e9 + 50 * MS, (host, gaps)
 
 
 def test_a_controller_that_cannot_build_the_kernels_is_told_what_to_install(
