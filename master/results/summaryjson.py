@@ -2,10 +2,10 @@
 
 Owns the document's fields (``docs/summary.schema.json``, ``SCHEMA_VERSION``), building it from
 what the run folder holds (``state.json``, ``resolved.json``, ``hosts.csv``, ``luns.csv``,
-``events.csv``, ``summary.csv`` and the step folders), and writing it whole (a temporary file
-beside it, synced, renamed over the last one). Built from the folder alone, it is the same
-whatever ended the run (complete, failed, interrupted, a master that died) and can be built
-again from the folder at any time.
+``events.csv``, ``summary.csv`` and the step folders), and writing it whole (a piece at a
+time into a temporary file beside it, synced, renamed over the last one). Built from the
+folder alone, it is the same whatever ended the run (complete, failed, interrupted, a master
+that died) and can be built again from the folder at any time.
 
 It never raises for what the folder holds: a file missing, unreadable or garbled leaves its
 part empty and says so in ``problems``. It must not run anything, change any other file of
@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from master.analysis import thresholds
 from master.results.output import RunOutput
-from master.results.runfolder import TableError, load_table, step_folder_number
+from master.results.runfolder import Table, TableError, load_table, step_folder_number
 from master.results.runstate import RunState, RunStateError, master_alive, read_state
-from master.results.wholefile import replace_whole
+from master.results.wholefile import whole_file
 from protocol.errors import OutputError
 from protocol.version import PROTOCOL_VERSION, __version__
 
@@ -54,6 +54,18 @@ LUN_BOOLEAN = frozenset({"selected", "allow_write", "shared"})
 
 _INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+#: the cell texts whose ``typed_cell`` value's JSON text is the cell's own: a boolean; an
+#: integer without leading zeros (not ``-0``); a decimal point with no trailing zeros but
+#: ``.0``, at most 15 digits (so no other decimal of 15 digits or fewer is the same double, and
+#: ``float.__repr__``, the shortest text that reads back, is this one), and at least 1e-4
+#: (``repr`` writes smaller ones with an exponent, as it does from 1e16 up, past 15 digits). A
+#: run's cells are nearly all such texts, written by its own formatter.
+_OWN = (r"-?(?=[\d.]{3,16}(?:\x1f|\Z))(?:[1-9]\d*\.(?:\d*[1-9]|0)|0\.0{0,3}[1-9](?:\d*[1-9])?"
+        r"|0\.0)|-?[1-9]\d*|0|true|false")
+_own_json = re.compile(_OWN).fullmatch
+#: cells joined by ``\x1f`` (which no cell of a number column holds), each its own JSON text
+#: or empty
+_OWN_OR_EMPTY_CELLS = re.compile(f"(?:{_OWN})?(?:\x1f(?:{_OWN})?)*").fullmatch
 
 
 # ---------------------------------------------------------------------- cells and texts
@@ -126,24 +138,30 @@ class _Folder:
 
     def table(self, name: str, required: Sequence[str] = (), expected: bool = True
               ) -> list[dict[str, str]]:
-        """The rows of a CSV file of the folder; [] when it is missing (a problem when it is
-        ``expected``: a run that ended early never wrote some), unreadable, or lacks a
-        ``required`` column. A row whose cells do not match the header (a row cut by a crash)
-        is left out and counted as a problem."""
+        """The rows of a CSV file of the folder as dicts (``tuples``)."""
+        table = self.tuples(name, required, expected)
+        return table.dicts() if table is not None else []
+
+    def tuples(self, name: str, required: Sequence[str] = (), expected: bool = True
+               ) -> Table | None:
+        """A CSV file of the folder, its rows as tuples; None when it is missing (a problem
+        when it is ``expected``: a run that ended early never wrote some), unreadable, or
+        lacks a ``required`` column. A row whose cells do not match the header (a row cut by
+        a crash) is left out and counted as a problem."""
         try:
             table = load_table(self.path / name)
         except TableError as exc:
             if str(exc) != "missing" or expected:
                 self.problems.append(f"{name}: {exc}")
-            return []
+            return None
         missing = [c for c in required if c not in table.header]
         if missing:
             self.problems.append(f"{name}: no column {', '.join(missing)} in its header")
-            return []
+            return None
         if table.cut:
             self.problems.append(f"{name}: {table.cut} row(s) left out, their cells do not "
                                  f"match the header's {len(table.header)}")
-        return table.dicts()
+        return table
 
     def json_object(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
@@ -239,8 +257,8 @@ def build(folder: Path, lazy: bool = False) -> dict[str, Any]:
     ran = _steps_with_folders(folder)
     done = state is not None and any(n <= state.last_complete_step for n in ran)
     events = f.table("events.csv", ("level",), expected=bool(ran))
-    rows = f.table("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
-                   expected=done)
+    rows = f.tuples("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
+                    expected=done) or Table(SUMMARY_KEYS, [], 0)
     hosts = _typed_rows(f.table("hosts.csv", ("host",), expected=bool(ran)), _host_kind)
     luns = _typed_rows(f.table("luns.csv", ("host", "lun"), expected=bool(ran)), _lun_kind)
     names = _step_names(resolved, f)
@@ -316,14 +334,14 @@ def _step_names(resolved: Mapping[str, Any] | None, f: _Folder) -> list[str] | N
     return [s["name"] for s in steps]
 
 
-def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
-           rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]],
-           lazy: bool) -> list[dict[str, Any]]:
-    by_step: dict[int, list[Mapping[str, str]]] = {}
+def _steps(f: _Folder, state: RunState | None, names: list[str] | None, summary: Table,
+           events: Sequence[Mapping[str, str]], lazy: bool) -> list[dict[str, Any]]:
+    by_step: dict[int, list[tuple[str, ...]]] = {}
     bad = 0
-    for r in rows:
+    step_of = _column(summary.header, "step_number")
+    for r in summary.rows:
         try:
-            by_step.setdefault(int(r["step_number"]), []).append(r)
+            by_step.setdefault(int(step_of(r)), []).append(r)
         except ValueError:
             bad += 1
     if bad:
@@ -331,11 +349,20 @@ def _steps(f: _Folder, state: RunState | None, names: list[str] | None,
                           "number")
     events_of = _events_by_step(events)
     if names is None:  # the test's steps unknown: those the folder shows
-        known = {n: str(rs[0].get("step_name", "")) for n, rs in by_step.items() if n >= 0}
+        name_of = _column(summary.header, "step_name")
+        known = {n: name_of(rs[0]) for n, rs in by_step.items() if n >= 0}
         total = max([*known, (state.steps_total - 1) if state is not None else -1], default=-1)
         names = [known.get(n, "") for n in range(total + 1)]
-    return [_step(f, state, n, name, by_step.get(n, []), events_of.get(str(n), []), lazy)
+    return [_step(f, state, n, name, summary.header, by_step.get(n, []),
+                  events_of.get(str(n), []), lazy)
             for n, name in enumerate(names)]
+
+
+def _column(header: Sequence[str], name: str) -> Callable[[Sequence[str]], str]:
+    """A row's cell of column ``name``; "" when the header has no such column."""
+    if name not in header:
+        return lambda row: ""
+    return operator.itemgetter(list(header).index(name))
 
 
 def _events_by_step(events: Iterable[Mapping[str, str]]) -> dict[str, list[Mapping[str, str]]]:
@@ -350,8 +377,8 @@ def _events_by_step(events: Iterable[Mapping[str, str]]) -> dict[str, list[Mappi
     return out
 
 
-def _step(f: _Folder, state: RunState | None, number: int, name: str,
-          rows: Sequence[Mapping[str, str]], events: Sequence[Mapping[str, str]],
+def _step(f: _Folder, state: RunState | None, number: int, name: str, header: Sequence[str],
+          rows: Sequence[tuple[str, ...]], events: Sequence[Mapping[str, str]],
           lazy: bool) -> dict[str, Any]:
     folder = RunOutput.step_dir(number, name)
     ran = (f.path / folder).is_dir()
@@ -365,18 +392,18 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
     flagged = [e.get("message", "").removeprefix(prefix) for e in events
                if e.get("kind") == "validation" and e.get("message", "").startswith(prefix)]
     rollups: dict[str, dict[str, Mapping[str, Any]]] = {}
-    columns = _InstanceColumns([c for c in rows[0] if c not in SUMMARY_KEYS]) if rows else None
+    columns = _InstanceColumns(header)
+    type_of, instance_of = _column(header, "rollup_type"), _column(header, "rollup_instance")
     for r in rows:
-        rtype, inst = r.get("rollup_type") or "", r.get("rollup_instance") or ""
+        rtype, inst = type_of(r), instance_of(r)
         of_type = rollups.setdefault(rtype, {})
         if inst in of_type:
             f.problems.append(f"summary.csv: step {number} {rtype}={inst} twice; the last kept")
-        assert columns is not None
-        cells = columns.cells_of(r)
-        row = _InstanceRow(columns, cells)
+        row = _InstanceRow(columns, columns.cells_of(r))
         of_type[inst] = row if lazy else dict(row)
     verdicts = [inst.get("valid") for of_type in rollups.values() for inst in of_type.values()]
-    reasons = _unique([*(x for r in rows for x in split_reasons(r.get("invalid_reason", ""))),
+    reason_of = _column(header, "invalid_reason")
+    reasons = _unique([*(x for r in rows for x in split_reasons(reason_of(r))),
                        *(x for m in flagged for x in split_reasons(m))])
     if flagged or False in verdicts:
         valid: bool | None = False
@@ -384,11 +411,11 @@ def _step(f: _Folder, state: RunState | None, number: int, name: str,
         valid = True
     else:
         valid = None
+    judged_of = _column(header, thresholds.COLUMN)
     judged = [{"expr": j.text, "rollup_type": j.rollup, "rollup_instance": j.instance,
                "outcome": j.outcome.lower(), "detail": j.detail}
               for r in rows for j in thresholds.parse_cell(
-                  r.get(thresholds.COLUMN, ""), name, r.get("rollup_type", ""),
-                  r.get("rollup_instance", ""))]
+                  judged_of(r), name, type_of(r), instance_of(r))]
     return {"number": number, "name": name, "folder": folder if ran else None,
             "status": status, "valid": valid, "invalid_reasons": reasons,
             "events": _event_counts(events), "thresholds": judged, "rollups": rollups}
@@ -399,30 +426,53 @@ class _InstanceColumns:
     each typed by its kind (``_summary_kind``), and each cell text's JSON text, worked out once
     (a run of 100,000 workloads has 17 million cells; the same texts recur)."""
 
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(names)
+    def __init__(self, header: Sequence[str]) -> None:
+        self.names = tuple(n for n in header if n not in SUMMARY_KEYS)
         self.at = {n: j for j, n in enumerate(self.names)}
         self.kinds = [_summary_kind(n) for n in self.names]
+        self.numbers = [kind is typed_cell for kind in self.kinds]
         self.prefixes = [_encode(n) + ": " for n in self.names]
-        memos: dict[Callable[[str], Any], dict[str, str]] = {}
+        memos: dict[Callable[[str], Any], dict[str, str]] = {typed_cell: {"": "null"}}
         self.memos = [memos.setdefault(kind, {}) for kind in self.kinds]
-        self.cells_of: Callable[[Mapping[str, str]], tuple[str, ...]] = (
-            operator.itemgetter(*self.names) if len(self.names) > 1
-            else lambda row: tuple(row[n] for n in self.names))
+        kept = [j for j, n in enumerate(header) if n not in SUMMARY_KEYS]
+        #: a summary.csv row's cells of these columns
+        self.cells_of: Callable[[Sequence[str]], tuple[str, ...]] = (
+            operator.itemgetter(*kept) if len(kept) > 1
+            else lambda row: tuple(row[j] for j in kept))
+        numbers = [j for j, number in enumerate(self.numbers) if number]
+        #: a row's cells of number columns (a tuple), and the other columns' places
+        self.number_cells = (operator.itemgetter(*numbers) if len(numbers) > 1
+                             else lambda cells: tuple(cells[j] for j in numbers))
+        self.others = [j for j, number in enumerate(self.numbers) if not number]
 
     def json(self, cells: tuple[str, ...]) -> str:
         """One instance's object, as ``json_text`` writes a dict of its typed cells (the
-        texts looked up and joined by C loops: ``map``)."""
-        texts = list(map(dict.get, self.memos, cells))
-        j = 0
-        with contextlib.suppress(ValueError):  # none left
-            while True:  # the cell texts not seen before, found by a C search
-                j = texts.index(None, j)
-                text = texts[j] = _encode(self.kinds[j](cells[j]))
-                if len(self.memos[j]) < _MEMO_CELLS:
-                    self.memos[j][cells[j]] = text
-                j += 1
+        texts looked up and joined by C loops: ``map``). A row whose number cells are each
+        empty or their own JSON text (``_OWN_OR_EMPTY_CELLS``, one match over the row) takes
+        them as they are; its other cells, and every cell of another row, are typed and
+        encoded once per text (``_MEMO_CELLS`` a kind)."""
+        texts: list[str | None]
+        if _OWN_OR_EMPTY_CELLS("\x1f".join(self.number_cells(cells))):
+            texts = list(map(dict.get, self.memos, cells, cells))
+            for j in self.others:
+                text = self.memos[j].get(cells[j])
+                texts[j] = text if text is not None else self._text(j, cells[j])
+        else:
+            texts = list(map(dict.get, self.memos, cells))
+            j = 0
+            with contextlib.suppress(ValueError):  # none left
+                while True:  # the cell texts not seen before, found by a C search
+                    j = texts.index(None, j)
+                    texts[j] = self._text(j, cells[j])
+                    j += 1
         return "{" + ", ".join(map(operator.add, self.prefixes, texts)) + "}"
+
+    def _text(self, j: int, cell: str) -> str:
+        """Column ``j``'s ``cell`` as JSON text, kept for its next time."""
+        text = cell if self.numbers[j] and _own_json(cell) else _encode(self.kinds[j](cell))
+        if len(self.memos[j]) < _MEMO_CELLS:
+            self.memos[j][cell] = text
+        return text
 
 
 class _InstanceRow(Mapping[str, Any]):
@@ -453,32 +503,57 @@ def json_text(value: Any, indent: str = "") -> str:
     """``value`` as JSON text, objects and arrays indented two spaces a level, but one whose
     members are all scalars on one line (a rollup instance's metrics, a host, the outcome):
     readable, and written by the json module's C encoder, which ``indent=`` would turn off
-    (a run of 10,000 workloads has 10,000 instances a step). Made as pieces joined once: a
-    document of 100,000 workloads is 557 MB, which joining at every level copied again."""
+    (a run of 10,000 workloads has 10,000 instances a step). Made as pieces joined once
+    (``write_json`` writes them to a file as they come)."""
     out: list[str] = []
-    _json_pieces(value, indent, out)
+    _json_pieces(value, indent, out.append)
     return "".join(out)
 
 
-def _json_pieces(value: Any, indent: str, out: list[str]) -> None:
+def write_json(value: Any, fh: BinaryIO) -> None:
+    """``json_text(value)`` and a newline into ``fh`` as UTF-8, a piece at a time: a document
+    of 100,000 workloads is 557 MB of text, which made whole, joined and encoded was held
+    three times over."""
+    pieces: list[str] = []
+    size = 0
+
+    def add(piece: str) -> None:
+        nonlocal size
+        pieces.append(piece)
+        size += len(piece)
+        if size >= _CHUNK_CHARS:
+            fh.write("".join(pieces).encode("utf-8"))
+            pieces.clear()
+            size = 0
+
+    _json_pieces(value, "", add)
+    add("\n")
+    fh.write("".join(pieces).encode("utf-8"))
+
+
+#: how much of the document ``write_json`` puts together before it writes it
+_CHUNK_CHARS = 1 << 20
+
+
+def _json_pieces(value: Any, indent: str, out: Callable[[str], object]) -> None:
     if isinstance(value, _InstanceRow):
-        out.append(value.json())
+        out(value.json())
     elif isinstance(value, dict) and not _flat(value.values()):
         inner = indent + "  "
-        out.append("{\n")
+        out("{\n")
         for i, (k, v) in enumerate(value.items()):
-            out.append(f",\n{inner}{_encode(str(k))}: " if i else f"{inner}{_encode(str(k))}: ")
+            out(f",\n{inner}{_encode(str(k))}: " if i else f"{inner}{_encode(str(k))}: ")
             _json_pieces(v, inner, out)
-        out.append(f"\n{indent}}}")
+        out(f"\n{indent}}}")
     elif isinstance(value, list) and not _flat(value):
         inner = indent + "  "
-        out.append("[\n")
+        out("[\n")
         for i, v in enumerate(value):
-            out.append(f",\n{inner}" if i else inner)
+            out(f",\n{inner}" if i else inner)
             _json_pieces(v, inner, out)
-        out.append(f"\n{indent}]")
+        out(f"\n{indent}]")
     else:
-        out.append(_encode(value))
+        out(_encode(value))
 
 
 #: one encoder for every value (``json.dumps`` with an argument makes an encoder a call)
@@ -496,7 +571,8 @@ def write_summary_json(folder: Path) -> dict[str, Any]:
     path = folder / SUMMARY_JSON
     doc = build(folder, lazy=True)
     try:
-        replace_whole(path, (json_text(doc) + "\n").encode("utf-8"))
+        with whole_file(path) as fh:
+            write_json(doc, fh)
     except OSError as exc:
         raise OutputError(str(path), exc) from exc
     return doc

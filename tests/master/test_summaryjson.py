@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -177,6 +178,60 @@ def test_utc_text(local: str, utc: str | None) -> None:
 def test_json_text_puts_an_object_of_scalars_on_one_line(value: Any, text: str) -> None:
     assert sj.json_text(value) == text
     assert json.loads(text) == value
+
+
+@pytest.mark.parametrize("cell, own", [
+    ("0", True), ("-0", False), ("42", True), ("-42", True), ("007", False),
+    ("123456789012345678901234567890", True), ("true", True), ("false", True), ("", False),
+    ("0.5", True), ("-0.5", True), ("0.0", True), ("-0.0", True), ("12.0", True),
+    ("12.50", False), ("0.10", False), ("12.05", True), ("0.05", True),
+    ("0.0001", True), ("-0.0001", True), ("0.00012", True), ("0.00001", False),  # 1e-05
+    ("99999999999999.9", True), ("12345678901234.5", True),
+    ("123456789012345.5", False),  # 16 digits: another decimal may be the same double
+    ("1.23457e+06", False), (".5", False), ("5.", False), ("1e5", False), ("max", False),
+    ("nan", False), ("inf", False), ("1.2.3", False), ("--1", False), ("1-2", False),
+])
+def test_a_cell_is_taken_as_its_own_json_text_only_where_it_is(cell: str, own: bool) -> None:
+    """``_own_json``: the cells whose typed value the json module writes as the cell itself
+    (the rest are typed and encoded)."""
+    assert bool(sj._own_json(cell)) is own
+    if own:
+        assert sj._encode(sj.typed_cell(cell)) == cell
+
+
+def test_a_number_taken_as_its_own_json_text_is_written_so_in_every_format() -> None:
+    """Numbers of every size written in the formats a CSV cell may hold: wherever
+    ``_own_json`` takes the text as it is, the typed value's JSON text is that text."""
+    rng = random.Random(5)
+    taken = 0
+    for _ in range(100_000):
+        x = rng.uniform(-1, 1) * 10 ** rng.uniform(-8, 17)
+        cell = rng.choice(["%.6g", "%.15g", "%.17g", "%.3f", "%.10f", "%d", "%.1f", "%r"]) % x
+        if sj._own_json(cell):
+            taken += 1
+            assert sj._encode(sj.typed_cell(cell)) == cell, cell
+    assert taken > 30_000  # the check saw the case it is for
+
+
+def test_an_instance_is_written_as_the_json_of_its_typed_cells_whatever_they_hold() -> None:
+    """An instance's object made from its cells' texts (a row of number cells each its own
+    JSON text taken whole, any other row cell by cell, each text once) is the JSON text of
+    its typed cells, row after row."""
+    header = ("step_number", "step_name", "rollup_type", "rollup_instance", "IOPS",
+              "service_time_p99_ms", "errors", "valid", "invalid_reason", "measure_attained",
+              "measure_values", "cpu_busy_pct")
+    columns = sj._InstanceColumns(header)
+    own = ["0", "42", "0.5", "537.778", "12.0", "-0.0", "0.0001", "true", ""]
+    other = ["1.23457e+06", "-0", "0.00001", "007", "12.50", "max", "inf", "1e999"]
+    texts = ["", "a \"quoted\" reason; µs", "fine", "true", "false", "x" * 40]
+    rng = random.Random(9)
+    for _ in range(3_000):
+        numbers = [rng.choice(own + other if rng.random() < 0.3 else own) for _ in range(5)]
+        cells = ("0", "a", "all", "all", numbers[0], numbers[1], numbers[2],
+                 rng.choice(["true", "false", "", "maybe"]), rng.choice(texts),
+                 rng.choice(["true", "false", ""]), rng.choice(texts), numbers[3])
+        row = sj._InstanceRow(columns, columns.cells_of(cells))
+        assert row.json() == sj.json_text(dict(row)), cells
 
 
 def test_json_text_refuses_what_json_cannot_hold() -> None:
@@ -362,13 +417,47 @@ def test_a_run_whose_master_died_is_dead_without_an_end(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- writing it
-def test_written_whole_in_place_of_the_last_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk_chars", [1 << 20, 64])
+def test_written_whole_in_place_of_the_last_one(tmp_path: Path, chunk_chars: int,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """... a piece at a time (``write_json``: one piece, or many of 64 characters)."""
+    monkeypatch.setattr(sj, "_CHUNK_CHARS", chunk_chars)
     folder = _folder(tmp_path)
     (folder / "summary.json").write_text("old")
     doc = sj.write_summary_json(folder)
     assert json.loads((folder / "summary.json").read_text()) == doc == sj.build(folder)
     # each instance written straight from its cells' texts: the text of the typed dicts
     assert (folder / "summary.json").read_text() == sj.json_text(sj.build(folder)) + "\n"
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_document_cut_short_leaves_the_last_one_and_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """summary.json is written a piece at a time: a failure part way (a full disk) leaves the
+    last one as it was."""
+    folder = _folder(tmp_path)
+    (folder / "summary.json").write_text("old")
+    monkeypatch.setattr(sj, "_CHUNK_CHARS", 64)
+    written: list[int] = []
+
+    def full(doc: Any, fh: Any) -> None:
+        real_write = fh.write
+
+        def write(data: bytes) -> int:
+            if written:
+                raise OSError(28, "No space left on device")
+            written.append(len(data))
+            return int(real_write(data))
+
+        fh.write = write
+        real(doc, fh)
+
+    real = sj.write_json
+    monkeypatch.setattr(sj, "write_json", full)
+    with pytest.raises(OutputError, match="No space left"):
+        sj.write_summary_json(folder)
+    assert written  # a piece went out before the failure
+    assert (folder / "summary.json").read_text() == "old"
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
 
 

@@ -1,4 +1,5 @@
-"""``replace_whole``: the new bytes whole, or the old file untouched and no temporary file."""
+"""``replace_whole`` and ``whole_file``: the new bytes whole, or the old file untouched and no
+temporary file."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from master.results.wholefile import replace_whole
+from master.results.wholefile import replace_whole, whole_file
 from tests.master.filelimit import file_size_limit
 
 
@@ -44,3 +45,25 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path,
 def test_a_missing_directory_is_an_oserror(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         replace_whole(tmp_path / "gone" / "report.html", b"page")
+
+
+def test_bytes_written_a_piece_at_a_time_replace_the_old_whole(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_bytes(b"old")
+    with whole_file(path) as fh:
+        for i in range(1000):
+            fh.write(b"%d," % i)
+        assert path.read_bytes() == b"old"  # not before the block ends
+    assert path.read_bytes() == b"".join(b"%d," % i for i in range(1000))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def test_a_block_that_fails_part_way_leaves_the_old_file_and_no_temporary(
+        tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_bytes(b"the old summary")
+    with pytest.raises(ValueError, match="the builder's bug"), whole_file(path) as fh:
+        fh.write(b"x" * 3_000_000)  # past the buffer: some of it reached the file
+        raise ValueError("the builder's bug")
+    assert path.read_bytes() == b"the old summary"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
