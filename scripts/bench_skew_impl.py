@@ -11,7 +11,8 @@ which the measured skew cannot show: the latest switch plus its host's uncertain
 earliest switch less its host's. Prints median, p90 and max of both against the 1 ms goal,
 with each host's clock offset, RTT, uncertainty and the engine its LUN ran on, and the start:
 from ``ivypy run`` to its first step (every host connected, its clock measured, its LUN
-found). Cleans up what it created.
+found), and the master's CPU per subinterval and its RSS (how they grow with ``--hosts``).
+Cleans up what it created.
 
 The test bed's hosts share this machine's cores: with ``worker_cpus: auto`` (the default,
 what a test gets) every slave pins a worker to each CPU and puts its one LUN on the first, so
@@ -22,12 +23,15 @@ worker's, median and max, after the planned boundary (docs/scaling.md has what t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+import psutil
 
 from scripts.testbed_luns import ROOT, testbed_with_luns
 
@@ -73,17 +77,33 @@ steps:
                                  "--output-root", str(out), "--plain"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=ROOT)
         assert proc.stdout is not None and proc.stderr is not None
-        lines, started_s = [], None
+        master = psutil.Process(proc.pid)
+        lines, started_s, start_cpu_s = [], None, float("nan")
+        marks: list[tuple[float, int]] = []  # the master's CPU (s) and RSS at each row
         for line in proc.stdout:  # the console's "== step 0" line: every host up, LUNs found
             lines.append(line)
             if started_s is None and line.startswith("== step 0"):
                 started_s = time.perf_counter() - t0
+                with contextlib.suppress(psutil.Error):
+                    start_cpu = master.cpu_times()
+                    start_cpu_s = start_cpu.user + start_cpu.system
+            elif line.lstrip().startswith("[subinterval"):  # a subinterval recorded
+                with contextlib.suppress(psutil.Error):
+                    cpu = master.cpu_times()
+                    marks.append((cpu.user + cpu.system, master.memory_info().rss))
         err = proc.stderr.read()
         print(f"start: {started_s or float('nan'):.2f} s from `ivypy run` to its first step "
-              f"on {len(hosts)} hosts (SSH, slave up, clock, LUNs)")
+              f"on {len(hosts)} hosts (SSH, slave up, clock, LUNs), {start_cpu_s:.2f} s of it "
+              "the master's CPU")
         if proc.wait() != 0:
             print("".join(lines)[-2000:], err[-2000:], sep="\n")
             return 1
+        if len(marks) > 1:  # from the first subinterval's row to the last's
+            per_sub_ms = (marks[-1][0] - marks[0][0]) / (len(marks) - 1) * 1e3
+            print(f"the master (`ivypy run`, its SSH clients in it) at {len(hosts)} hosts: "
+                  f"{per_sub_ms:.1f} ms of CPU per subinterval over {len(marks) - 1}, "
+                  f"RSS {marks[0][1] / 1e6:.1f} MB at the first subinterval, "
+                  f"{marks[-1][1] / 1e6:.1f} MB at the last")
         (folder,) = (out / "skew").iterdir()
         engines: dict[str, str] = {}
         with open(folder / "luns.csv") as fh:
