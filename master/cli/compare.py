@@ -81,9 +81,10 @@ def run(args: argparse.Namespace) -> int:
     metrics = ([m for group in args.metric for m in group] if args.metric
                else list(DEFAULT_METRICS))
     conditions: list[FailIf] = args.fail_if
-    base, new = read_summary(args.base_run), read_summary(args.new_run)
+    shown = shown_metrics(metrics, conditions)
+    base, new = read_summary(args.base_run, shown), read_summary(args.new_run, shown)
     matching = match_runs(base, new, args.rollup)
-    check_metrics(base, new, shown_metrics(metrics, conditions))
+    check_metrics(base, new, shown)
     result = compare(matching, metrics, conditions)
     if args.format == "csv":
         sys.stdout.write(write_csv(result))

@@ -4,6 +4,8 @@ of 0, empty cells), and the refusals that make the command exit 2."""
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,13 @@ import pytest
 from master.config.expr import parse_fail_if
 from master.results.compare.changes import compare, metric_change
 from master.results.compare.match import check_metrics, likely_metrics, match_runs
-from master.results.compare.summary import NOT_METRICS, RunSummary, parse_summary, read_summary
+from master.results.compare.summary import (
+    NOT_METRICS,
+    RunSummary,
+    _records,
+    parse_summary,
+    read_summary,
+)
 from protocol.errors import CompareError
 
 HEADER = ("step_number,step_name,rollup_type,rollup_instance,measurement_seconds,IOPS,"
@@ -66,6 +74,43 @@ def test_cells(cell: str, value: float | None) -> None:
 def test_a_cell_that_is_not_a_finite_number_makes_a_text_column(cell: str) -> None:
     run = summary(f'0,s,all,all,1,"{cell}",1,true,,')
     assert "IOPS" not in run.metrics and run.text_columns == {"IOPS": 2}
+
+
+@pytest.mark.parametrize("text", [
+    "a,b\n1,2\n3,4\n",
+    "a,b\r\n1,2\r\n\r\n3,4\r\n",  # CRLF, a blank line
+    "a,b\r1,2\r3,4",  # CR, no line end at the end
+    "a,b\n\n\n1,2\n3,4\n\n",
+    "a,b\n1,x\x0cy\n3,\u2028\n",  # a form feed and U+2028 inside cells: no line end
+    'a,b\n1,"2,\n5"\n3,4\n',  # quoted: the csv module's reading
+])
+def test_a_summary_is_split_into_rows_as_the_csv_module_splits_it(text: str) -> None:
+    """Each row not blank and the line it ends on: a file without quotes split at its
+    commas, as the csv module reads it."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    expected = [(reader.line_num, cells) for cells in reader if cells]
+    assert list(_records(Path("s.csv"), text)) == expected
+
+
+def test_only_the_columns_asked_for_are_read() -> None:
+    """``read``: the columns kept (a comparison's metrics); every column that may be a metric
+    is still named, for a hint."""
+    text = "\n".join([HEADER, "0,s,all,all,1,5,x,true,,", "1,t,all,all,1,7,x,true,,"]) + "\n"
+    run = parse_summary(Path("run/summary.csv"), text, read=["IOPS"])
+    assert run.columns == ("measurement_seconds", "IOPS", "service_time_p99_ms")
+    assert run.read == ("IOPS",) and run.metrics == ("IOPS",) and run.text_columns == {}
+    assert [r.values for r in run.rows] == [{"IOPS": 5.0}, {"IOPS": 7.0}]
+    with pytest.raises(KeyError, match="was not read"):
+        run.text_line("service_time_p99_ms")
+    with pytest.raises(CompareError, match=r"no metric 'iops'.*did you mean 'IOPS'"):
+        check_metrics(run, run, ["iops"])
+
+
+def test_a_text_column_names_the_first_line_that_is_not_a_number() -> None:
+    run = summary("0,s,all,all,1,5,1,true,,", "0,s,host,a,1,x,1,true,,",
+                  "0,s,host,b,1,y,1,true,,", "0,s,host,c,1,x,1,true,,")
+    assert run.text_columns == {"IOPS": 3} and run.text_line("IOPS") == 3
+    assert run.metrics == ("measurement_seconds", "service_time_p99_ms")
 
 
 def test_quoted_cells_and_line_numbers() -> None:

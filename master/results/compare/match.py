@@ -100,12 +100,12 @@ def check_metrics(base: RunSummary, new: RunSummary, metrics: Sequence[str]) -> 
     as text, and which run."""
     for metric in metrics:
         for role, run in (("base", base), ("new", new)):
-            if metric in run.metrics:
+            if run.is_metric(metric):
                 continue
-            if metric in run.text_columns:
+            if metric in run.columns:
                 raise CompareError(f"metric {metric!r} is not a number in the {role} run "
-                                   f"({run.path}:{run.text_columns[metric]})")
-            close = likely_metrics(metric, [*dict.fromkeys([*base.metrics, *new.metrics])])
+                                   f"({run.path}:{run.text_line(metric)})")
+            close = likely_metrics(metric, [*dict.fromkeys([*base.columns, *new.columns])])
             hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
             raise CompareError(f"the {role} run has no metric {metric!r} ({run.path}){hint}")
 

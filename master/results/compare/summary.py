@@ -6,7 +6,9 @@ run folder (or the ``summary.csv`` in it, or a copy of it under any name); anyth
 it (missing, unreadable, no header, a garbled row, a row that repeats a step and instance, a
 validity that is not ``true``/``false``) is a ``CompareError`` naming the file and line. The
 ``iops_setting`` of a step whose workloads run at ``max`` is ``max``: no number, so an empty
-value. Must not match runs or compute changes.
+value. Only the columns a comparison names are kept, and a cell is read as a number when it is
+asked for: a run of 1,000 hosts x 100 workloads has 126,000 rows of 140 cells. Must not match
+runs or compute changes.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import CompareError
@@ -35,8 +38,8 @@ _NO_NUMBER = {"iops_setting": "max"}
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One step x rollup instance of a run. ``values``: every numeric metric cell (None when
-    empty); ``line``: where it is in the file."""
+    """One step x instance of a run. ``values``: every numeric metric cell (None when
+    empty), each read when asked; ``line``: where it is in the file."""
 
     step_number: int
     step_name: str
@@ -50,13 +53,77 @@ class SummaryRow:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A run's summary: its rows in file order; ``metrics``: its numeric metric columns;
-    ``text_columns``: other columns with a cell that is not a number (first such line)."""
+    """A run's summary: its rows in file order; ``columns``: the columns that may be metrics
+    (not ``NOT_METRICS``), of which those ``read`` were kept; ``metrics``: those read that
+    are numeric; ``text_columns``: those read with a cell that is not a number (its first
+    line). A column's cells are read as numbers when it is first asked about
+    (``text_line``): a run of 100,000 workloads has 17 million cells."""
 
     path: Path
     rows: tuple[SummaryRow, ...]
-    metrics: tuple[str, ...]
-    text_columns: Mapping[str, int]
+    columns: tuple[str, ...]
+    read: tuple[str, ...]
+    _text_lines: dict[str, int | None] = field(default_factory=dict, compare=False,
+                                               repr=False)
+
+    def text_line(self, column: str) -> int | None:
+        """The first line whose cell of ``column`` (one of ``read``) is not a number, None
+        when every cell is one."""
+        if column not in self._text_lines:
+            if column not in self.read:
+                raise KeyError(f"column {column!r} was not read")
+            j = self.read.index(column)
+            cells = [r.values.cells[j] for r in self.rows]  # type: ignore[attr-defined]
+            bad = None
+            for cell in dict.fromkeys(cells):  # each text once, in the order of the rows
+                try:
+                    _value(column, cell)
+                except ValueError:
+                    bad = cell
+                    break
+            self._text_lines[column] = (None if bad is None
+                                        else self.rows[cells.index(bad)].line)
+        return self._text_lines[column]
+
+    def is_metric(self, column: str) -> bool:
+        return column in self.read and self.text_line(column) is None
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(c for c in self.read if self.text_line(c) is None)
+
+    @property
+    def text_columns(self) -> dict[str, int]:
+        return {c: line for c in self.read if (line := self.text_line(c)) is not None}
+
+
+class _Values(Mapping[str, "float | None"]):
+    """A row's cells of the columns read, each read as a number when asked (``_value``); a
+    cell that is not one is not among them."""
+
+    __slots__ = ("_at", "cells")
+
+    def __init__(self, at: Mapping[str, int], cells: tuple[str, ...]) -> None:
+        self._at, self.cells = at, cells
+
+    def __getitem__(self, column: str) -> float | None:
+        try:
+            return _value(column, self.cells[self._at[column]])
+        except ValueError:
+            raise KeyError(column) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (c for c in self._at if c in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, column: object) -> bool:
+        try:
+            self[column]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
 
 
 def summary_path(run: Path) -> Path:
@@ -67,8 +134,11 @@ def summary_path(run: Path) -> Path:
     return run / SUMMARY_FILE
 
 
-def _number(text: str) -> float | None:
-    """A cell as a number, None when empty (or NaN); ValueError when it is not a finite one."""
+def _value(column: str, text: str) -> float | None:
+    """A metric cell as a number: None when empty (or NaN, or the word a run writes there for
+    no number, ``_NO_NUMBER``); ValueError when it is not a finite number."""
+    if column in _NO_NUMBER and text == _NO_NUMBER[column]:
+        return None
     if not text.strip():
         return None
     value = float(text)
@@ -77,72 +147,91 @@ def _number(text: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-def parse_summary(path: Path, text: str) -> RunSummary:
-    """The content ``text`` of the summary file at ``path``, parsed (pure)."""
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    try:
-        header = reader.fieldnames
-    except csv.Error as exc:
-        raise CompareError(f"a garbled header row: {exc}", what=f"{path}:1") from None
+def parse_summary(path: Path, text: str, read: Collection[str] | None = None) -> RunSummary:
+    """The content ``text`` of the summary file at ``path``, parsed (pure); of the columns
+    that may be metrics only those in ``read`` are kept (every one when None: a comparison
+    reads a few of 140)."""
+    rows_of = _records(path, text)
+    header = next(rows_of, (0, []))[1]
     if not header:
         raise CompareError("empty file: no header row", what=str(path))
     missing = [c for c in (*KEY_COLUMNS, "valid") if c not in header]
     if missing:
         raise CompareError(f"not a run summary: no column {', '.join(missing)}", what=str(path))
-    candidates = [c for c in header if c not in NOT_METRICS]
-    text_columns: dict[str, int] = {}
+    at = {c: header.index(c) for c in (*KEY_COLUMNS, "valid", "invalid_reason") if c in header}
+    step_at, name_at, type_at, inst_at, valid_at = (
+        at[c] for c in ("step_number", "step_name", "rollup_type", "rollup_instance", "valid"))
+    reason_at = at.get("invalid_reason")
+    columns = tuple(c for c in header if c not in NOT_METRICS)
+    kept = tuple(c for c in columns if read is None or c in read)
+    kept_at = {c: i for i, c in enumerate(kept)}
+    pick = _picker([header.index(c) for c in kept])
+    width = len(header)
     rows: list[SummaryRow] = []
     seen: dict[tuple[str, str, str], int] = {}
-    for raw in _records(path, reader):
-        line = reader.line_num
+    for line, cells in rows_of:
         where = f"{path}:{line}"
-        if None in raw or any(v is None for v in raw.values()):
+        if len(cells) != width:
             raise CompareError("row does not have the header's number of cells", what=where)
-        key = (raw["step_name"], raw["rollup_type"], raw["rollup_instance"])
+        key = (cells[name_at], cells[type_at], cells[inst_at])
         if key in seen:
             raise CompareError(f"step {key[0]!r} {key[1]} {key[2]!r} again (first at line "
                                f"{seen[key]})", what=where)
         seen[key] = line
-        if raw["valid"] not in _VALIDITY:
-            raise CompareError(f"valid is {raw['valid']!r}, not true or false", what=where)
+        if cells[valid_at] not in _VALIDITY:
+            raise CompareError(f"valid is {cells[valid_at]!r}, not true or false", what=where)
         try:
-            step_number = int(raw["step_number"])
+            step_number = int(cells[step_at])
         except ValueError:
-            raise CompareError(f"step_number {raw['step_number']!r} is not a whole number",
+            raise CompareError(f"step_number {cells[step_at]!r} is not a whole number",
                                what=where) from None
-        values: dict[str, float | None] = {}
-        for column in candidates:
-            if column in _NO_NUMBER and raw[column] == _NO_NUMBER[column]:
-                values[column] = None
-                continue
-            try:
-                values[column] = _number(raw[column])
-            except ValueError:
-                text_columns.setdefault(column, line)
-        rows.append(SummaryRow(step_number, raw["step_name"], raw["rollup_type"],
-                               raw["rollup_instance"], _VALIDITY[raw["valid"]],
-                               raw.get("invalid_reason") or "", values, line))
-    metrics = tuple(c for c in candidates if c not in text_columns)
-    return RunSummary(path, tuple(rows), metrics, text_columns)
+        rows.append(SummaryRow(step_number, key[0], key[1], key[2], _VALIDITY[cells[valid_at]],
+                               cells[reason_at] if reason_at is not None else "",
+                               _Values(kept_at, pick(cells)), line))
+    return RunSummary(path, tuple(rows), columns, kept)
 
 
-def _records(path: Path, reader: csv.DictReader[str]) -> Iterator[dict[str, str]]:
-    """``reader``'s rows; a row csv cannot read (a quote left open, so a cell beyond csv's
-    limit) is a ``CompareError`` naming the line it starts on."""
-    start = reader.line_num + 1
+def _picker(at: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
+    """A row's cells at ``at``, as a tuple."""
+    if len(at) == 1:
+        one = at[0]
+        return lambda cells: (cells[one],)
+    if not at:
+        return lambda cells: ()
+    return operator.itemgetter(*at)
+
+
+def _records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
+    """The header, then each row not blank, with the line it ends on. A file without quotes
+    is split at its commas; otherwise the csv module reads it, and a row it cannot read (a
+    quote left open, so a cell beyond csv's limit) is a ``CompareError`` naming the line it
+    starts on (a garbled header row, line 1)."""
+    if '"' not in text:
+        # line ends only (\n, \r\n, \r), as csv reads them: str.splitlines would also split
+        # at a form feed or U+2028 that a cell may hold
+        for line, row in enumerate(io.StringIO(text, newline="").readlines(), start=1):
+            row = row.rstrip("\r\n")
+            if row:
+                yield line, row.split(",")
+        return
+    reader = csv.reader(io.StringIO(text, newline=""))
+    start = 1
     while True:
         try:
-            raw = next(reader)
+            cells = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            raise CompareError(f"a garbled row: {exc}", what=f"{path}:{start}") from None
-        yield raw
+            raise CompareError(f"a garbled {'header row' if start == 1 else 'row'}: {exc}",
+                               what=f"{path}:{start}") from None
+        if cells:
+            yield reader.line_num, cells
         start = reader.line_num + 1
 
 
-def read_summary(run: Path) -> RunSummary:
-    """The summary of the run folder ``run``: its ``summary.csv`` read and parsed."""
+def read_summary(run: Path, read: Collection[str] | None = None) -> RunSummary:
+    """The summary of the run folder ``run``: its ``summary.csv`` read and parsed, of the
+    columns that may be metrics those in ``read`` (every one when None)."""
     path = summary_path(run)
     if not path.parent.is_dir():
         raise CompareError("no such run folder", what=str(path.parent))
@@ -153,4 +242,4 @@ def read_summary(run: Path) -> RunSummary:
                            what=str(path.parent)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CompareError(f"cannot read: {exc}", what=str(path)) from exc
-    return parse_summary(path, text)
+    return parse_summary(path, text, read)
