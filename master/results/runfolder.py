@@ -19,7 +19,7 @@ import json
 import math
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,8 +78,17 @@ class Table:
         out[~np.isfinite(out)] = np.nan
         return out
 
-    def dicts(self) -> list[dict[str, str]]:
-        return [dict(zip(self.header, row, strict=True)) for row in self.rows]
+    def dicts(self, where: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+        """The rows as dicts; those whose every ``where`` column holds its text (none when
+        the file has no such column), found before any dict is made (a run of 100,000
+        workloads has 126,000 summary rows; a report wants its ``all`` rows)."""
+        rows: Iterable[tuple[str, ...]] = self.rows
+        for name, text in (where or {}).items():
+            if name not in self.header:
+                return []
+            i = self.header.index(name)
+            rows = [row for row in rows if row[i] == text]
+        return [dict(zip(self.header, row, strict=True)) for row in rows]
 
 
 def to_float(cell: str) -> float:
@@ -297,7 +306,9 @@ def summary_judged(table: Table | None) -> list[Judged]:
     row order (none when the table or the column is missing)."""
     if table is None or not table.has(thresholds.COLUMN):
         return []
-    return [j for row in table.dicts()
+    at = table.header.index(thresholds.COLUMN)
+    judged = Table(table.header, [row for row in table.rows if row[at]])  # the rows judged
+    return [j for row in judged.dicts()
             for j in thresholds.parse_cell(row[thresholds.COLUMN], row.get("step_name", ""),
                                            row.get("rollup_type", ""),
                                            row.get("rollup_instance", ""))]

@@ -36,3 +36,20 @@ def test_rows_end_at_any_line_end_and_a_last_row_cut_short_is_left_out(
     assert table.header == ("IOPS",)
     assert table.rows == [("100",), ("200",)]
     assert table.cut == 1
+
+
+@pytest.mark.parametrize("where, kept", [
+    (None, ["0,a,all", "0,a,host", "1,b,all"]),
+    ({}, ["0,a,all", "0,a,host", "1,b,all"]),
+    ({"rollup_type": "all"}, ["0,a,all", "1,b,all"]),
+    ({"rollup_type": "all", "step_name": "b"}, ["1,b,all"]),
+    ({"rollup_type": "lun"}, []),
+    ({"no_such_column": ""}, []),  # a column the file lacks holds no text
+])
+def test_the_rows_whose_columns_hold_the_texts_asked_for(
+        tmp_path: Path, where: dict[str, str] | None, kept: list[str]) -> None:
+    path = tmp_path / "summary.csv"
+    path.write_text("step_number,step_name,rollup_type\n0,a,all\n0,a,host\n1,b,all\n")
+    header = ("step_number", "step_name", "rollup_type")
+    assert load_table(path).dicts(where) == [dict(zip(header, k.split(","), strict=True))
+                                             for k in kept]

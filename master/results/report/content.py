@@ -487,10 +487,10 @@ def summary_windows(run: RunFolder) -> dict[int, tuple[int, int]]:
     out: dict[int, tuple[int, int]] = {}
     if run.summary is None:
         return out
-    for r in run.summary.dicts():
+    for r in run.summary.dicts({"rollup_type": "all"}):
         first, last, number = (to_float(r.get(c, "")) for c in (
             "first_subinterval", "last_subinterval", "step_number"))
-        if r.get("rollup_type") == "all" and all(map(math.isfinite, (first, last, number))):
+        if all(map(math.isfinite, (first, last, number))):
             out[int(number)] = (int(first), int(last))
     return out
 
@@ -504,7 +504,7 @@ def iops_curve(run: RunFolder) -> dict[str, Any] | None:
     points = sorted(
         (to_float(r.get("IOPS", "")), r.get("step_name", ""),
          to_float(r.get("service_time_p99_ms", "")), to_float(r.get("response_time_p99_ms", "")))
-        for r in run.summary.dicts() if r.get("rollup_type") == "all")
+        for r in run.summary.dicts({"rollup_type": "all"}))
     points = [p for p in points if math.isfinite(p[0])]
     if not any(math.isfinite(p[2]) or math.isfinite(p[3]) for p in points):
         return None

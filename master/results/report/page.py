@@ -91,8 +91,7 @@ def _picked(table: Table | None, columns: Sequence[str], what: str,
     if table is None:
         return f'<p class="missing">{_e(what)}: missing</p>'
     cols = [c for c in columns if table.has(c)]
-    rows = [r for r in table.dicts()
-            if all(r.get(k) == v for k, v in (keep or {}).items())]
+    rows = table.dicts(keep)
     return _folded(f"{len(rows)} rows", _table(cols, ([shown(c, r[c]) for c in cols]
                                                       for r in rows)), len(rows))
 
@@ -138,8 +137,8 @@ def _summary(run: RunFolder) -> str:
     rows: list[list[str]] = []
     by_step = {}
     if run.summary is not None:
-        by_step = {r.get("step_number", ""): r for r in run.summary.dicts()
-                   if r.get("rollup_type") == "all"}
+        by_step = {r.get("step_number", ""): r
+                   for r in run.summary.dicts({"rollup_type": "all"})}
     names = run.planned_steps or [s.name for s in run.steps]
     for number, name in enumerate(names):
         r = by_step.get(str(number))
