@@ -242,7 +242,7 @@ def set_aside_incomplete_steps(folder: Path, step_dirs: Sequence[str],
     summary.csv that cannot be read so (no header with ``step_number``, a row that is not
     whole before its last) is a ``RunStateError`` naming its line, with nothing changed."""
     summary = folder / "summary.csv"
-    header, kept, dropped, cut = _summary_rows(summary, first_step)
+    dropped, cut = _summary_rows(summary, first_step)  # garbled: raised, nothing changed
     moved = []
     for name in step_dirs:
         child = folder / name
@@ -255,10 +255,10 @@ def set_aside_incomplete_steps(folder: Path, step_dirs: Sequence[str],
             target = folder / f"{child.name}.incomplete-{n}"
         child.rename(target)
         moved.append(target.name)
-    if dropped:
+    if dropped or cut:
         tmp = folder / ".summary.csv.tmp"
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            csv.writer(fh).writerows([header, *kept])
+            _summary_rows(summary, first_step, csv.writer(fh))
         os.replace(tmp, summary)
     if cut:
         moved.append(f"summary.csv's last row, cut off at the crash (line {cut})")
@@ -271,36 +271,51 @@ def check_summary(folder: Path, first_step: int) -> None:
     _summary_rows(folder / "summary.csv", first_step)
 
 
-def _summary_rows(summary: Path, first_step: int
-                  ) -> tuple[list[str], list[list[str]], int, int]:
-    """summary.csv's header, its rows of the steps before ``first_step``, how many rows go,
-    and the line of a last row the crash cut off (0: none)."""
+def _summary_rows(summary: Path, first_step: int, keep: Any = None) -> tuple[int, int]:
+    """How many of summary.csv's rows go (those of the steps from ``first_step`` on), and the
+    line of a last row the crash cut off (0: none); its header and the rows that stay written
+    to ``keep`` (a ``csv.writer``) when given. Read a row at a time: a run of 1,000 hosts x
+    100 workloads has 126,000 rows a step."""
     if not summary.exists():
-        return [], [], 0, 0
+        return 0, 0
     try:
         with open(summary, newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
-            rows = [(reader.line_num, row) for row in reader if row]
+            header = next((row for row in reader if row), None)
+            if header is None:
+                return 0, 0
+            if "step_number" not in header:
+                raise RunStateError(
+                    f"{summary}: line 1 is not its header (no step_number column)")
+            if keep is not None:
+                keep.writerow(header)
+            col = header.index("step_number")
+            dropped = cut = 0
+            held: tuple[int, list[str]] | None = None  # a row is judged once the next comes
+
+            def judge(line: int, row: list[str], last: bool) -> None:
+                nonlocal dropped, cut
+                if not (len(row) == len(header) and row[col].isdigit()):
+                    if last:  # written when the crash came
+                        cut = line
+                        return
+                    raise RunStateError(
+                        f"{summary}: line {line}: not a whole row ({len(row)} cells of "
+                        f"{len(header)}, step_number "
+                        f"{row[col] if col < len(row) else 'missing'!r}); the run cannot be "
+                        "resumed from it as it is")
+                if int(row[col]) >= first_step:
+                    dropped += 1
+                elif keep is not None:
+                    keep.writerow(row)
+
+            for row in reader:
+                if row:
+                    if held is not None:
+                        judge(*held, last=False)
+                    held = (reader.line_num, row)
+            if held is not None:
+                judge(*held, last=True)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise RunStateError(f"cannot read {summary}: {exc}") from exc
-    if not rows:
-        return [], [], 0, 0
-    header = rows[0][1]
-    if "step_number" not in header:
-        raise RunStateError(f"{summary}: line 1 is not its header (no step_number column)")
-    col = header.index("step_number")
-    kept: list[list[str]] = []
-    cut = 0
-    for i, (line, row) in enumerate(rows[1:], start=1):
-        whole = len(row) == len(header) and row[col].isdigit()
-        if not whole:
-            if i == len(rows) - 1:  # the last: written when the crash came
-                cut = line
-                continue
-            raise RunStateError(
-                f"{summary}: line {line}: not a whole row ({len(row)} cells of "
-                f"{len(header)}, step_number {row[col] if col < len(row) else 'missing'!r}); "
-                "the run cannot be resumed from it as it is")
-        if int(row[col]) < first_step:
-            kept.append(row)
-    return header, kept, len(rows) - 1 - len(kept), cut
+    return dropped, cut
