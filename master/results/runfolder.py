@@ -14,7 +14,6 @@ run folder at all is a ``ReportError``. Must not compute what a page or document
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import operator
@@ -130,31 +129,12 @@ def load_table(path: Path, columns: Sequence[str] | None = None) -> Table:
     """The CSV file at ``path`` (only ``columns`` of it, those it has, when given);
     ``TableError`` when it is missing, unreadable or has no header. A row of the wrong length,
     or a last row without its line end (a row cut by a crash), is left out (``Table.cut``)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TableError("missing") from None
-    except (OSError, UnicodeDecodeError) as exc:  # not text ivypy wrote
-        raise TableError(f"cannot be read ({exc})") from exc
-    # split at line ends only (\n, \r\n, \r): str.splitlines also splits at a form feed,
-    # U+2028 and the like, which a cell may hold (an error text), and cut its row in two
-    lines = io.StringIO(text, newline="").readlines()
-    if not lines:
-        raise TableError("empty (no header)")
-    try:
-        header = next(csv.reader(lines[:1]))
-    except (csv.Error, StopIteration) as exc:
-        raise TableError(f"cannot be read ({exc})") from exc
+    header, body, cut, quoted = _lines(path)
     width = len(header)
     wanted = set(columns) if columns is not None else set(header)
     keep = [i for i, name in enumerate(header) if name in wanted]
     pick = _picker(keep)
-    body = lines[1:]
-    cut = 0
-    if body and not body[-1].endswith(("\n", "\r")):
-        body.pop()
-        cut = 1
-    if '"' in text:  # quoted cells (commas, line ends inside): the csv module's reading
+    if quoted:  # quoted cells (commas, line ends inside): the csv module's reading
         try:
             parsed = list(csv.reader(body))
         except csv.Error as exc:
@@ -167,6 +147,74 @@ def load_table(path: Path, columns: Sequence[str] | None = None) -> Table:
                 if line.count(",") == width - 1]
         cut += len(body) - len(rows)
     return Table(tuple(header[i] for i in keep), rows, cut)
+
+
+@dataclass(frozen=True)
+class RowTexts:
+    """A CSV file's header and each of its rows as its text (``load_row_texts``), its cells
+    made when asked (``cells``): a file of millions of cells held as a string a row."""
+
+    header: tuple[str, ...]
+    texts: list[str]
+    quoted: bool
+    cut: int = 0
+
+    def cells(self, texts: Sequence[str]) -> list[tuple[str, ...]]:
+        """The cells of the rows ``texts`` (some of ``self.texts``)."""
+        if self.quoted:
+            return [tuple(row) for row in csv.reader(texts)]
+        return [tuple(text.rstrip("\r\n").split(",")) for text in texts]
+
+
+def load_row_texts(path: Path) -> RowTexts:
+    """``load_table`` of every column, each row kept as its text (its lines, as read); the
+    same rows left out, the same errors."""
+    header, body, cut, quoted = _lines(path)
+    width = len(header)
+    if quoted:
+        texts: list[str] = []
+        reader = csv.reader(iter(body))
+        start = 0
+        try:
+            for row in reader:  # a row may span lines: its text is those lines
+                if len(row) == width:
+                    texts.append("".join(body[start:reader.line_num]))
+                else:
+                    cut += 1
+                start = reader.line_num
+        except csv.Error as exc:
+            raise TableError(f"cannot be read ({exc})") from exc
+    else:
+        texts = [line for line in body if line.count(",") == width - 1]
+        cut += len(body) - len(texts)
+    return RowTexts(tuple(header), texts, quoted, cut)
+
+
+def _lines(path: Path) -> tuple[list[str], list[str], int, bool]:
+    """A CSV file's header, the lines after it (less a last one without its line end, a row
+    cut by a crash), how many were so cut, and whether any cell is quoted."""
+    try:
+        # split at line ends only (\n, \r\n, \r), as the file is read with newline="":
+        # str.splitlines also splits at a form feed, U+2028 and the like, which a cell may
+        # hold (an error text), and cut its row in two
+        with open(path, encoding="utf-8", newline="") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        raise TableError("missing") from None
+    except (OSError, UnicodeDecodeError) as exc:  # not text ivypy wrote
+        raise TableError(f"cannot be read ({exc})") from exc
+    if not lines:
+        raise TableError("empty (no header)")
+    try:
+        header = next(csv.reader(lines[:1]))
+    except (csv.Error, StopIteration) as exc:
+        raise TableError(f"cannot be read ({exc})") from exc
+    body = lines[1:]
+    cut = 0
+    if body and not body[-1].endswith(("\n", "\r")):
+        body.pop()
+        cut = 1
+    return header, body, cut, any('"' in line for line in lines)
 
 
 def read_header(path: Path) -> tuple[str, ...]:

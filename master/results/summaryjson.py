@@ -22,17 +22,25 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from master.analysis import thresholds
 from master.results.output import RunOutput
-from master.results.runfolder import Table, TableError, load_table, step_folder_number
+from master.results.runfolder import (
+    RowTexts,
+    Table,
+    TableError,
+    load_row_texts,
+    load_table,
+    step_folder_number,
+)
 from master.results.runstate import RunState, RunStateError, master_alive, read_state
 from master.results.wholefile import whole_file
 from protocol.errors import OutputError
 from protocol.version import PROTOCOL_VERSION, __version__
 
 SUMMARY_JSON = "summary.json"
+_T = TypeVar("_T", Table, RowTexts)
 #: The document's layout. Raised when a field is removed or renamed or changes its type or
 #: meaning; fields (and summary.csv columns) are added without raising it (docs/summary-json.md).
 SCHEMA_VERSION = 1
@@ -148,8 +156,17 @@ class _Folder:
         when it is ``expected``: a run that ended early never wrote some), unreadable, or
         lacks a ``required`` column. A row whose cells do not match the header (a row cut by
         a crash) is left out and counted as a problem."""
+        return self._loaded(name, load_table, required, expected)
+
+    def row_texts(self, name: str, required: Sequence[str] = (), expected: bool = True
+                  ) -> RowTexts | None:
+        """``tuples``, each row kept as its text (``load_row_texts``)."""
+        return self._loaded(name, load_row_texts, required, expected)
+
+    def _loaded(self, name: str, load: Callable[[Path], _T], required: Sequence[str],
+                expected: bool) -> _T | None:
         try:
-            table = load_table(self.path / name)
+            table = load(self.path / name)
         except TableError as exc:
             if str(exc) != "missing" or expected:
                 self.problems.append(f"{name}: {exc}")
@@ -246,9 +263,11 @@ def _event_counts(rows: Iterable[Mapping[str, str]]) -> dict[str, int]:
 # ---------------------------------------------------------------------- the document
 def build(folder: Path, lazy: bool = False) -> dict[str, Any]:
     """The summary document of the run folder ``folder`` (see the module docstring). With
-    ``lazy``, each rollup instance's metrics are a mapping that types its cells when read and
-    that ``json_text`` writes straight from their texts (``write_summary_json``: at 100,000
-    workloads, 17 million cells), not a dict."""
+    ``lazy``, its steps are made one at a time as they are read (``_Steps``: a run of 1,000
+    hosts x 100 workloads has 126,000 summary rows a step), the thresholds' count once they
+    were (``_Later``), and each rollup instance's metrics are a mapping that types its cells
+    when read and that ``json_text`` writes straight from their texts, not a dict: the
+    document ``write_json`` writes, not one to read twice."""
     f = _Folder(folder)
     state = f.state()
     resolved = f.json_object("resolved.json")
@@ -257,12 +276,12 @@ def build(folder: Path, lazy: bool = False) -> dict[str, Any]:
     ran = _steps_with_folders(folder)
     done = state is not None and any(n <= state.last_complete_step for n in ran)
     events = f.table("events.csv", ("level",), expected=bool(ran))
-    rows = f.tuples("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
-                    expected=done) or Table(SUMMARY_KEYS, [], 0)
+    summary = f.row_texts("summary.csv", ("step_number", "rollup_type", "rollup_instance"),
+                          expected=done) or RowTexts(SUMMARY_KEYS, [], False)
     hosts = _typed_rows(f.table("hosts.csv", ("host",), expected=bool(ran)), _host_kind)
     luns = _typed_rows(f.table("luns.csv", ("host", "lun"), expected=bool(ran)), _lun_kind)
     names = _step_names(resolved, f)
-    steps = _steps(f, state, names, rows, events, lazy)
+    steps = _Steps(f, state, names, summary, events, lazy)
     test = state.test if state is not None else str((resolved or {}).get("test") or "")
     description = (resolved or {}).get("description")
     return {
@@ -284,18 +303,10 @@ def build(folder: Path, lazy: bool = False) -> dict[str, Any]:
         "hosts": hosts,
         "luns": luns,
         "events": _event_counts(events),
-        "steps": steps,
-        "thresholds": _threshold_counts(steps),
+        "steps": steps if lazy else list(steps),
+        "thresholds": _Later(steps.threshold_counts) if lazy else steps.threshold_counts(),
         "problems": f.problems,
     }
-
-
-def _threshold_counts(steps: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """How many threshold results the steps have, and how many of them passed, failed or
-    could not be told."""
-    outcomes = [j["outcome"] for step in steps for j in step["thresholds"]]
-    return {"judged": len(outcomes), **{k: outcomes.count(k)
-                                        for k in ("passed", "failed", "untold")}}
 
 
 def _steps_with_folders(folder: Path) -> set[int]:
@@ -334,28 +345,69 @@ def _step_names(resolved: Mapping[str, Any] | None, f: _Folder) -> list[str] | N
     return [s["name"] for s in steps]
 
 
-def _steps(f: _Folder, state: RunState | None, names: list[str] | None, summary: Table,
-           events: Sequence[Mapping[str, str]], lazy: bool) -> list[dict[str, Any]]:
-    by_step: dict[int, list[tuple[str, ...]]] = {}
-    bad = 0
-    step_of = _column(summary.header, "step_number")
-    for r in summary.rows:
-        try:
-            by_step.setdefault(int(step_of(r)), []).append(r)
-        except ValueError:
-            bad += 1
-    if bad:
-        f.problems.append(f"summary.csv: {bad} row(s) left out, their step_number is not a "
-                          "number")
-    events_of = _events_by_step(events)
-    if names is None:  # the test's steps unknown: those the folder shows
-        name_of = _column(summary.header, "step_name")
-        known = {n: name_of(rs[0]) for n, rs in by_step.items() if n >= 0}
-        total = max([*known, (state.steps_total - 1) if state is not None else -1], default=-1)
-        names = [known.get(n, "") for n in range(total + 1)]
-    return [_step(f, state, n, name, summary.header, by_step.get(n, []),
-                  events_of.get(str(n), []), lazy)
-            for n, name in enumerate(names)]
+class _Steps:
+    """The document's steps, each made from its rows of summary.csv when it is read (and not
+    kept: a run of many steps at 100,000 workloads would hold millions of rows), in order;
+    the outcomes of their threshold results counted as they are, and a brief of each (the
+    step less its rollups) kept."""
+
+    def __init__(self, f: _Folder, state: RunState | None, names: list[str] | None,
+                 summary: RowTexts, events: Sequence[Mapping[str, str]], lazy: bool) -> None:
+        self.f, self.state, self.summary, self.lazy = f, state, summary, lazy
+        self.rows_of: dict[int, list[str]] = {}
+        bad = 0
+        j = summary.header.index("step_number")
+        for text in summary.texts:
+            head = text.rstrip("\r\n").split(",", j + 1)[:j + 1]
+            cell = head[j] if '"' not in ",".join(head) else summary.cells([text])[0][j]
+            try:
+                self.rows_of.setdefault(int(cell), []).append(text)
+            except ValueError:
+                bad += 1
+        if bad:
+            f.problems.append(f"summary.csv: {bad} row(s) left out, their step_number is not "
+                              "a number")
+        self.events_of = _events_by_step(events)
+        if names is None:  # the test's steps unknown: those the folder shows
+            name_of = _column(summary.header, "step_name")
+            known = {n: name_of(summary.cells(texts[:1])[0])
+                     for n, texts in self.rows_of.items() if n >= 0}
+            total = max([*known, (state.steps_total - 1) if state is not None else -1],
+                        default=-1)
+            names = [known.get(n, "") for n in range(total + 1)]
+        self.names = names
+        self.outcomes: list[str] = []
+        self.briefs: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.outcomes.clear()
+        self.briefs.clear()
+        for n, name in enumerate(self.names):
+            rows = self.summary.cells(self.rows_of.get(n, []))
+            step = _step(self.f, self.state, n, name, self.summary.header, rows,
+                         self.events_of.get(str(n), []), self.lazy)
+            del rows
+            self.outcomes += [j["outcome"] for j in step["thresholds"]]
+            self.briefs.append({k: v for k, v in step.items() if k != "rollups"})
+            yield step
+            del step  # not held while the next one is made
+
+    def threshold_counts(self) -> dict[str, int]:
+        """How many threshold results the steps read so far have, and how many of them
+        passed, failed or could not be told."""
+        return {"judged": len(self.outcomes), **{k: self.outcomes.count(k)
+                                                 for k in ("passed", "failed", "untold")}}
+
+
+class _Later:
+    """A value of the document worked out when it is written (``_Steps.threshold_counts``,
+    once the steps before it were)."""
+
+    def __init__(self, value: Callable[[], Any]) -> None:
+        self.value = value
 
 
 def _column(header: Sequence[str], name: str) -> Callable[[Sequence[str]], str]:
@@ -538,6 +590,19 @@ _CHUNK_CHARS = 1 << 20
 def _json_pieces(value: Any, indent: str, out: Callable[[str], object]) -> None:
     if isinstance(value, _InstanceRow):
         out(value.json())
+    elif isinstance(value, _Later):
+        _json_pieces(value.value(), indent, out)
+    elif isinstance(value, _Steps):  # each step made as it is written
+        if not len(value):
+            out("[]")
+            return
+        inner = indent + "  "
+        out("[\n")
+        steps = iter(value)
+        for i in range(len(value)):  # each step held only while it is written
+            out(f",\n{inner}" if i else inner)
+            _json_pieces(next(steps), inner, out)
+        out(f"\n{indent}]")
     elif isinstance(value, dict) and not _flat(value.values()):
         inner = indent + "  "
         out("{\n")
@@ -548,9 +613,10 @@ def _json_pieces(value: Any, indent: str, out: Callable[[str], object]) -> None:
     elif isinstance(value, list) and not _flat(value):
         inner = indent + "  "
         out("[\n")
-        for i, v in enumerate(value):
+        steps = iter(value)
+        for i in range(len(value)):  # each step held only while it is written
             out(f",\n{inner}" if i else inner)
-            _json_pieces(v, inner, out)
+            _json_pieces(next(steps), inner, out)
         out(f"\n{indent}]")
     else:
         out(_encode(value))
@@ -567,7 +633,9 @@ def _flat(values: Iterable[Any]) -> bool:
 
 def write_summary_json(folder: Path) -> dict[str, Any]:
     """Build the folder's summary document, replace ``summary.json`` with it whole (a reader
-    sees the old one or the new), and return it. ``OutputError`` when it cannot be written."""
+    sees the old one or the new), and return it, each step without its ``rollups`` (they
+    were made one step at a time as they were written). ``OutputError`` when it cannot be
+    written."""
     path = folder / SUMMARY_JSON
     doc = build(folder, lazy=True)
     try:
@@ -575,4 +643,5 @@ def write_summary_json(folder: Path) -> dict[str, Any]:
             write_json(doc, fh)
     except OSError as exc:
         raise OutputError(str(path), exc) from exc
-    return doc
+    steps: _Steps = doc["steps"]
+    return {**doc, "steps": steps.briefs, "thresholds": steps.threshold_counts()}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from master.results.runfolder import load_table
+from master.results.runfolder import load_row_texts, load_table
 
 
 @pytest.mark.parametrize("char", ["\x0c", "\x0b", "\x1c", "\x85", "\u2028", "\u2029"])
@@ -53,3 +53,21 @@ def test_the_rows_whose_columns_hold_the_texts_asked_for(
     header = ("step_number", "step_name", "rollup_type")
     assert load_table(path).dicts(where) == [dict(zip(header, k.split(","), strict=True))
                                              for k in kept]
+
+
+@pytest.mark.parametrize("text", [
+    "a,b,c\n1,2,3\n4,5,6\n",
+    "a,b,c\r\n1,2,3\r\n4,5\r\n7,8,9\r\n",  # a row of the wrong length
+    "a,b,c\r1,2,3\r4,5,6\r7,8",  # CR line ends, the last row cut by a crash
+    "a,b,c\n1,2,3\n\n4,5,6\n",  # a blank line
+    'a,b,c\n1,"x, y\nz",3\n4,5,6\n"7",8\n',  # quoted across lines; a short row
+    'a,b,c\n1,"x\x0cy",\u2028\n4,5,6',  # a form feed and U+2028 in cells; cut
+])
+def test_rows_kept_as_their_texts_are_the_rows_of_the_table(tmp_path: Path, text: str) -> None:
+    """``load_row_texts``: each row's text, whose cells are the table's row, the same rows
+    left out."""
+    path = tmp_path / "summary.csv"
+    path.write_bytes(text.encode())
+    table, texts = load_table(path), load_row_texts(path)
+    assert texts.header == table.header
+    assert texts.cells(texts.texts) == table.rows and texts.cut == table.cut

@@ -383,6 +383,37 @@ def test_rows_cut_or_misnumbered_are_left_out_and_counted(tmp_path: Path) -> Non
     assert set(doc["steps"][2]["rollups"]["all"]) == {"all"}
 
 
+@pytest.mark.parametrize("resolved", [True, False])
+def test_steps_made_one_at_a_time_from_rows_in_any_order_quoted_or_twice(
+        tmp_path: Path, resolved: bool) -> None:
+    """Each step is made from its own rows wherever they are in summary.csv (a later step's
+    first, a row of an earlier step after them), a quoted cell across lines (a reason with a
+    comma and a line end) read whole, an instance given twice kept once (the last) and said;
+    the file written a step at a time is the text of the document built whole, with the step
+    names from the rows where resolved.json is gone."""
+    rows = [_summary_row(1, "all", "all"),
+            _summary_row(0, "all", "all", valid=False, invalid_reason="a, b\non; c"),
+            _summary_row(0, "host", "localhost", IOPS=1.0),
+            _summary_row(2, "all", "all"),
+            _summary_row(0, "host", "localhost", IOPS=7.0)]
+    folder = _folder(tmp_path, rows=rows)
+    if not resolved:
+        (folder / "resolved.json").unlink()
+    doc = sj.write_summary_json(folder)
+    assert (folder / "summary.json").read_text() == sj.json_text(sj.build(folder)) + "\n"
+    written = json.loads((folder / "summary.json").read_text())
+    _valid(written)
+    assert [s["name"] for s in written["steps"]] == list(STEPS)
+    first = written["steps"][0]
+    assert first["invalid_reasons"] == ["a, b\non", "c"] and first["valid"] is False
+    assert first["rollups"]["all"]["all"]["invalid_reason"] == "a, b\non; c"
+    assert first["rollups"]["host"]["localhost"]["IOPS"] == 7
+    assert set(written["steps"][1]["rollups"]) == {"all"}
+    assert (doc["problems"] == written["problems"]
+            == ([] if resolved else ["resolved.json: missing"])
+            + ["summary.csv: step 0 host=localhost twice; the last kept"])
+
+
 def test_a_folder_without_state_or_resolved_json(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     (folder / "state.json").unlink()
@@ -425,7 +456,11 @@ def test_written_whole_in_place_of_the_last_one(tmp_path: Path, chunk_chars: int
     folder = _folder(tmp_path)
     (folder / "summary.json").write_text("old")
     doc = sj.write_summary_json(folder)
-    assert json.loads((folder / "summary.json").read_text()) == doc == sj.build(folder)
+    written = json.loads((folder / "summary.json").read_text())
+    assert written == sj.build(folder)
+    # returned as written, each step without its rollups (made a step at a time)
+    assert doc == {**written, "steps": [{k: v for k, v in step.items() if k != "rollups"}
+                                        for step in written["steps"]]}
     # each instance written straight from its cells' texts: the text of the typed dicts
     assert (folder / "summary.json").read_text() == sj.json_text(sj.build(folder)) + "\n"
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
