@@ -23,7 +23,7 @@ import contextlib
 import hmac
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -87,9 +87,19 @@ class _Series:
                    np.full(n, np.nan))
 
 
+#: The lines a scrape holds per rollup instance of a step (two ``op``s of three counters and
+#: two histograms of 43 lines, two gauges) ...
+LINES_PER_INSTANCE = 180
+#: ... and the instances of one step served past which the run says, once, that a scrape is
+#: larger than a Prometheus server is meant to take from one target (1.8 million lines a
+#: step; the two steps before it are served too)
+WARN_INSTANCES = 10_000
+
+
 @dataclass(eq=False)  # a collector is registered by identity
 class RunMetrics(Collector):
-    """What the scrapes of one run read; see the module docstring."""
+    """What the scrapes of one run read; see the module docstring. ``warn`` is told, once,
+    of a step whose instances served pass ``WARN_INSTANCES`` (the message, the step)."""
 
     test: str
     series: dict[tuple[int, str, str], _Series] = field(default_factory=dict)
@@ -99,6 +109,8 @@ class RunMetrics(Collector):
     subinterval: int = -1
     valid: dict[tuple[int, str], bool] = field(default_factory=dict)
     dfc: dict[tuple[int, str, str], tuple[float, float, float]] = field(default_factory=dict)
+    warn: Callable[[str, int], None] | None = None
+    _warned: bool = False
 
     def add(self, step: int, step_name: str, rollup: str, names: Sequence[str],
             of_group: npt.NDArray[np.intp], batch: StatsBatch,
@@ -109,6 +121,7 @@ class RunMetrics(Collector):
         s = self.series.get((step, step_name, rollup))
         if s is None or s.names != tuple(names):
             s = self.series[(step, step_name, rollup)] = _Series.empty(names)
+            self._check_size(step, step_name)
         self.step = (step, step_name)
         of = np.asarray(of_group, dtype=np.intp)
         counters = batch.counters.reshape(-1, 2, 2, 3).sum(axis=1)  # cat = 2*seq + write
@@ -125,6 +138,22 @@ class RunMetrics(Collector):
             for name, into in (("iops_setting", s.iops_setting), ("cpu_busy_pct", s.cpu_busy)):
                 if name in columns:
                     into[:] = columns[name]
+
+    def _check_size(self, step: int, step_name: str) -> None:
+        """``warn`` once a step's instances served pass ``WARN_INSTANCES``."""
+        if self.warn is None or self._warned:
+            return
+        n = sum(len(s.names) for (st, name, _), s in self.series.items()
+                if (st, name) == (step, step_name))
+        if n > WARN_INSTANCES:
+            self._warned = True
+            served = ("every rollup type" if self.rollups is None
+                      else "rollups " + ", ".join(sorted(self.rollups)))
+            self.warn(f"live metrics: step {step_name} serves {n:,} rollup instances "
+                      f"({served}), about {n * LINES_PER_INSTANCE:,} lines a scrape for it "
+                      "alone: more than a Prometheus server is meant to take from one "
+                      "target; name fewer rollup types to serve (metrics: {listen: ..., "
+                      "rollups: [all, host]}, or --metrics-rollups all,host)", step)
 
     def serves(self, rollup: str) -> bool:
         """Whether rollup type ``rollup``'s instances are served (``metrics: rollups``)."""

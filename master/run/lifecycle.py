@@ -213,6 +213,8 @@ class Run(StepLoop):
         self.metrics = (RunMetrics(cfg.test, rollups=None if cfg.metrics.rollups is None
                                    else frozenset(cfg.metrics.rollups))
                         if cfg.metrics is not None else None)
+        if self.metrics is not None:
+            self.metrics.warn = lambda m, n: self.event("WARNING", m, kind="metrics", step=n)
         self.metrics_server: MetricsServer | None = None
         #: where the hosts that dial the master (``connect_back``) are listened for
         self.listener: ConnectBackListener | None = None

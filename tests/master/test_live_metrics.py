@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from master.live import metrics as live_metrics
 from master.live.metrics import KEPT_FINISHED_STEPS, LE_NS, RunMetrics
 from protocol.batch import StatsBatch
 from protocol.buckets import UPPER_NS, bucket_index
@@ -306,6 +307,40 @@ def test_a_run_serves_only_the_rollups_named() -> None:
     assert [m.serves(t) for t in ("all", "host", "lun", "workload")] == [True, True, False,
                                                                           False]
     assert all(RunMetrics("t").serves(t) for t in ("all", "workload", "vendor+model"))
+
+
+def test_a_step_serving_too_many_instances_is_said_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``WARN_INSTANCES`` instances of one step a scrape is more than a Prometheus
+    server takes from a target: said once, naming the count, the lines and the way out."""
+    monkeypatch.setattr(live_metrics, "WARN_INSTANCES", 3)
+    said: list[tuple[str, int]] = []
+    m = RunMetrics("t", warn=lambda message, step: said.append((message, step)))
+    batch = _batch({(0, 0): [5_000]})
+    m.add(0, "s", "all", ["all"], np.array([0]), batch)
+    m.add(0, "s", "host", ["h1", "h2"], np.array([0]), batch)
+    assert said == []  # 3 instances: not past
+    m.add(0, "s", "lun", ["h1:l"], np.array([0]), batch)
+    m.add(0, "s", "lun", ["h1:l"], np.array([0]), batch)  # the next subinterval
+    m.add(1, "t", "host", ["h1", "h2", "h3", "h4"], np.array([0]), batch)
+    assert said == [(
+        "live metrics: step s serves 4 rollup instances (every rollup type), about 720 lines "
+        "a scrape for it alone: more than a Prometheus server is meant to take from one "
+        "target; name fewer rollup types to serve (metrics: {listen: ..., rollups: [all, "
+        "host]}, or --metrics-rollups all,host)", 0)]
+
+
+def test_a_run_says_in_its_events_that_its_scrapes_are_too_large(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_metrics, "WARN_INSTANCES", 2)
+    cfg = write_config(tmp_path, TEST.format(metrics=""))
+    assert run_cli(["run", str(cfg), "--output-root", str(tmp_path), "--plain",
+                    "--metrics", "127.0.0.1:0"], monkeypatch) == 0
+    (folder,) = (tmp_path / "live").iterdir()
+    said = [r for r in rows(folder / "events.csv")
+            if r["kind"] == "metrics" and r["level"] == "WARNING"]
+    assert [(r["level"], r["step"]) for r in said] == [("WARNING", "0")]
+    assert said[0]["message"].startswith("live metrics: step first serves ")
 
 
 def test_the_grafana_dashboard_reads_only_series_ivypy_serves() -> None:
