@@ -106,15 +106,14 @@ def leading_number(cell: str) -> float:
     return float(m.group(1)) if m else math.nan
 
 
-def _picker(keep: Sequence[int]) -> Callable[[list[str]], tuple[str, ...]]:
+def picker(keep: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:
     """A row's cells at ``keep``, as a tuple (``itemgetter``'s speed)."""
     if len(keep) == 1:
         one = keep[0]
         return lambda row: (row[one],)
     if not keep:
         return lambda row: ()
-    get = operator.itemgetter(*keep)
-    return lambda row: tuple(get(row))
+    return operator.itemgetter(*keep)
 
 
 def read_table(path: Path, columns: Sequence[str] | None = None) -> Table | None:
@@ -133,7 +132,7 @@ def load_table(path: Path, columns: Sequence[str] | None = None) -> Table:
     width = len(header)
     wanted = set(columns) if columns is not None else set(header)
     keep = [i for i, name in enumerate(header) if name in wanted]
-    pick = _picker(keep)
+    pick = picker(keep)
     if quoted:  # quoted cells (commas, line ends inside): the csv module's reading
         try:
             parsed = list(csv.reader(body))

@@ -593,16 +593,7 @@ def _json_pieces(value: Any, indent: str, out: Callable[[str], object]) -> None:
     elif isinstance(value, _Later):
         _json_pieces(value.value(), indent, out)
     elif isinstance(value, _Steps):  # each step made as it is written
-        if not len(value):
-            out("[]")
-            return
-        inner = indent + "  "
-        out("[\n")
-        steps = iter(value)
-        for i in range(len(value)):  # each step held only while it is written
-            out(f",\n{inner}" if i else inner)
-            _json_pieces(next(steps), inner, out)
-        out(f"\n{indent}]")
+        _json_array(iter(value), len(value), indent, out)
     elif isinstance(value, dict) and not _flat(value.values()):
         inner = indent + "  "
         out("{\n")
@@ -611,15 +602,24 @@ def _json_pieces(value: Any, indent: str, out: Callable[[str], object]) -> None:
             _json_pieces(v, inner, out)
         out(f"\n{indent}}}")
     elif isinstance(value, list) and not _flat(value):
-        inner = indent + "  "
-        out("[\n")
-        steps = iter(value)
-        for i in range(len(value)):  # each step held only while it is written
-            out(f",\n{inner}" if i else inner)
-            _json_pieces(next(steps), inner, out)
-        out(f"\n{indent}]")
+        _json_array(iter(value), len(value), indent, out)
     else:
         out(_encode(value))
+
+
+def _json_array(items: Iterator[Any], n: int, indent: str, out: Callable[[str], object]
+                ) -> None:
+    """The ``n`` values ``items`` gives as a JSON array, one a line, each held only while it
+    is written (a step of ``_Steps`` is made when it is taken)."""
+    if not n:
+        out("[]")
+        return
+    inner = indent + "  "
+    out("[\n")
+    for i in range(n):
+        out(f",\n{inner}" if i else inner)
+        _json_pieces(next(items), inner, out)
+    out(f"\n{indent}]")
 
 
 #: one encoder for every value (``json.dumps`` with an argument makes an encoder a call)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import operator
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from master.results.runfolder import picker
 from protocol.errors import CompareError
 
 SUMMARY_FILE = "summary.csv"
@@ -165,7 +165,7 @@ def parse_summary(path: Path, text: str, read: Collection[str] | None = None) ->
     columns = tuple(c for c in header if c not in NOT_METRICS)
     kept = tuple(c for c in columns if read is None or c in read)
     kept_at = {c: i for i, c in enumerate(kept)}
-    pick = _picker([header.index(c) for c in kept])
+    pick = picker([header.index(c) for c in kept])
     width = len(header)
     rows: list[SummaryRow] = []
     seen: dict[tuple[str, str, str], int] = {}
@@ -189,16 +189,6 @@ def parse_summary(path: Path, text: str, read: Collection[str] | None = None) ->
                                cells[reason_at] if reason_at is not None else "",
                                _Values(kept_at, pick(cells)), line))
     return RunSummary(path, tuple(rows), columns, kept)
-
-
-def _picker(at: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
-    """A row's cells at ``at``, as a tuple."""
-    if len(at) == 1:
-        one = at[0]
-        return lambda cells: (cells[one],)
-    if not at:
-        return lambda cells: ()
-    return operator.itemgetter(*at)
 
 
 def _records(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
