@@ -28,6 +28,11 @@ STOP_WAIT_S = 5.0
 #: long what the hosts sent meanwhile: a result that waited in a pipe or socket unread is not
 #: a late host. Reading and decoding what is there takes a few loop turns (milliseconds).
 LATE_READ_S = 0.2
+#: ... and so does one whose wait ended this long after the deadline: its event loop was held
+#: up (a stall of the whole process, the controller's CPUs taken) as the deadline passed, so
+#: what the hosts sent before it may still wait unread. A loop that runs wakes within a
+#: millisecond or two.
+LATE_WAKE_S = 0.05
 #: Once interrupted (Ctrl-C, SIGTERM), the longest the run waits for anything of the hosts'
 #: (a result, the end of the step, a start-up stage): the run exits within 3 s of the signal.
 INTERRUPT_WAIT_S = 1.0
@@ -111,20 +116,14 @@ class Fleet:
         deadline is marked failed there and then (``HostError``; it is not waited for again).
         None when the run was interrupted and the results would come later than
         ``INTERRUPT_WAIT_S`` from now: the step ends without ``k``. A master that comes to
-        look after the deadline reads for ``LATE_READ_S`` first, and says how late it came (on
-        the console the first time in a step): what the hosts sent by then counts, as the
-        master could not read it before."""
+        look after the deadline, or whose wait ends ``LATE_WAKE_S`` or more after it (its loop
+        held up), reads for ``LATE_READ_S`` first, and says how late it was (on the console
+        the first time in a step): what the hosts sent by then counts, as the master could
+        not read it before."""
         behind_ns = self.clock() - deadline
-        if behind_ns > 0:
-            # on the console once a step (a master that cannot keep up would say it every
-            # subinterval), every time in run.log
-            level = logging.INFO if step in self._late_in_step else logging.WARNING
-            self._late_in_step.add(step)
-            log.log(level, "step %d subinterval %d: the master came to its results %.0f ms "
-                    "after their deadline (its own work, or the controller's CPUs taken); what "
-                    "the hosts sent meanwhile is read before any is judged late", step, k,
-                    behind_ns / 1e6)
-            deadline = self.clock() + round(LATE_READ_S * 1e9)
+        read_late = behind_ns > 0  # the master's own lateness: the hosts get LATE_READ_S
+        if read_late:
+            deadline = self._late(step, k, "came to", behind_ns)
 
         # one wait for every host (a task and three futures a host, each subinterval, cost
         # 0.1 s of the master's CPU at 1,000 hosts): a session tells ``_arrived`` of a result
@@ -155,6 +154,10 @@ class Fleet:
                 left_s = (deadline - self.clock()) / 1e9
                 if self.interrupted.is_set() and left_s > INTERRUPT_WAIT_S:
                     return None  # near the deadline, the results still count
+                if left_s <= 0 and not read_late and -left_s >= LATE_WAKE_S:
+                    read_late = True  # it woke late: held up as the deadline passed
+                    deadline = self._late(step, k, "woke to", round(-left_s * 1e9))
+                    left_s = (deadline - self.clock()) / 1e9
                 if left_s <= 0:
                     late = [hs.mark_failed(f"result of subinterval {k} not received within "
                                            f"the deadline ({late_ms:.0f} ms after its end)")
@@ -169,6 +172,18 @@ class Fleet:
             self._wake = None
             for hs in sessions:
                 hs.arrived = None
+
+    def _late(self, step: int, k: int, how: str, behind_ns: int) -> int:
+        """The master ``how`` (came to, woke to) subinterval ``k``'s results ``behind_ns``
+        after their deadline: said (on the console once a step: a master that cannot keep up
+        would say it every subinterval; every time in run.log); the deadline of the reading
+        that comes first."""
+        level = logging.INFO if step in self._late_in_step else logging.WARNING
+        self._late_in_step.add(step)
+        log.log(level, "step %d subinterval %d: the master %s its results %.0f ms after their "
+                "deadline (its own work, or the controller's CPUs taken); what the hosts sent "
+                "meanwhile is read before any is judged late", step, k, how, behind_ns / 1e6)
+        return self.clock() + round(LATE_READ_S * 1e9)
 
     async def abort_step(self) -> None:
         """A step failed: ``Stop`` to every healthy host, and their ``Stopped`` (those that

@@ -66,7 +66,7 @@ def _fleet(*names: str) -> tuple[Fleet, list[_Host]]:
 @pytest.mark.parametrize(("case", "deadline_ms", "arrives_ms", "turns", "received"), [
     # the master on time: a result before the deadline counts, one after it fails the host
     ("on time, in time", 300, 10, 0, True),
-    ("on time, late", 100, 400, 0, False),
+    ("on time, late", 100, 1500, 0, False),  # (a wait held up past it gets LATE_READ_S)
     # the master comes after the deadline: what the host sent meanwhile waits in its pipe and
     # takes a few loop turns to read; it counts. One that comes after the reading does not
     ("master late, result waiting", -500, 0, 5, True),
@@ -105,6 +105,38 @@ def test_a_result_counts_when_the_master_could_read_it_by_the_deadline(
         assert "what the hosts sent meanwhile is read before any is judged late" in said[0]
     else:
         assert said == [], said
+
+
+@pytest.mark.parametrize(("case", "arrives_ms", "received"), [
+    ("a result sent as the loop stalled", 90, True),
+    ("nothing sent", None, False),
+    ("a result sent after the reading", 300 + 1000 * fleet_mod.LATE_READ_S + 500, False),
+])
+def test_a_wait_held_up_past_its_deadline_reads_what_the_hosts_sent_first(
+        case: str, arrives_ms: float | None, received: bool,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The master waits in time, but its loop is held up (the whole process stalled) from
+    before the deadline (100 ms) to 300 ms after it: a result the host sent meanwhile, still
+    a few loop turns from being read, counts; the lateness is the master's and said so."""
+    async def main() -> list[Any] | HostError | None:
+        fleet, (h1,) = _fleet("h1")
+        if arrives_ms is not None:
+            h1.arrives(3, turns=3, after_s=arrives_ms / 1000)
+        asyncio.get_running_loop().call_later(0.08, time.sleep, 0.32)
+        try:
+            return await fleet.results(0, 3, time.monotonic_ns() + 100 * MS, 750.0)
+        except HostError as exc:
+            return exc
+
+    with caplog.at_level(logging.WARNING, logger="master.run.fleet"):
+        got = asyncio.run(main())
+    if received:
+        assert isinstance(got, list) and [r.subinterval for r in got] == [3], case
+    else:
+        assert isinstance(got, HostError), (case, got)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith(
+        "step 0 subinterval 3: the master woke to its results "), said
 
 
 def test_a_late_master_judges_each_host_on_what_it_sent() -> None:
