@@ -78,27 +78,8 @@ def _fleet(*names: str) -> tuple[Fleet, list[_Host]]:
 def test_a_result_counts_when_the_master_could_read_it_by_the_deadline(
         case: str, deadline_ms: float, arrives_ms: float | None, turns: int, received: bool,
         caplog: pytest.LogCaptureFixture) -> None:
-    async def main() -> list[Any] | HostError | None:
-        fleet, (h1,) = _fleet("h1")
-        if arrives_ms is not None and arrives_ms < 0:
-            h1.results.put_nowait(SimpleNamespace(step=0, subinterval=3))
-        elif arrives_ms is not None:
-            h1.arrives(3, turns=turns, after_s=arrives_ms / 1000)
-        deadline = time.monotonic_ns() + round(deadline_ms * MS)
-        try:
-            return await fleet.results(0, 3, deadline, 750.0)
-        except HostError as exc:
-            return exc
-
-    with caplog.at_level(logging.WARNING, logger="master.run.fleet"):
-        got = asyncio.run(main())
-    if received:
-        assert isinstance(got, list) and [r.subinterval for r in got] == [3], case
-    else:
-        assert isinstance(got, HostError), (case, got)
-        assert "result of subinterval 3 not received within the deadline (750 ms after its " \
-               "end)" in str(got), got
-    said = [r.getMessage() for r in caplog.records]
+    got, said = _subinterval_3(deadline_ms, arrives_ms, turns, None, caplog)
+    _judged(got, received, case)
     if deadline_ms < 0:
         assert len(said) == 1 and said[0].startswith(
             "step 0 subinterval 3: the master came to its results 5"), said  # ~500 ms late
@@ -118,25 +99,45 @@ def test_a_wait_held_up_past_its_deadline_reads_what_the_hosts_sent_first(
     """The master waits in time, but its loop is held up (the whole process stalled) from
     before the deadline (100 ms) to 300 ms after it: a result the host sent meanwhile, still
     a few loop turns from being read, counts; the lateness is the master's and said so."""
+    got, said = _subinterval_3(100, arrives_ms, 3, (0.08, 0.32), caplog)
+    _judged(got, received, case)
+    assert len(said) == 1 and said[0].startswith(
+        "step 0 subinterval 3: the master woke to its results "), said
+
+
+def _subinterval_3(deadline_ms: float, arrives_ms: float | None, turns: int,
+                   stall: tuple[float, float] | None, caplog: pytest.LogCaptureFixture
+                   ) -> tuple[list[Any] | HostError | None, list[str]]:
+    """One host's subinterval 3 due ``deadline_ms`` from now (negative: the master comes
+    late), its result queued already (``arrives_ms`` < 0) or arriving then, ``turns`` loop
+    turns from being read; the loop held up (``stall``: from, for how long, in s). What
+    ``Fleet.results`` gave, and what it said."""
     async def main() -> list[Any] | HostError | None:
         fleet, (h1,) = _fleet("h1")
-        if arrives_ms is not None:
-            h1.arrives(3, turns=3, after_s=arrives_ms / 1000)
-        asyncio.get_running_loop().call_later(0.08, time.sleep, 0.32)
+        if arrives_ms is not None and arrives_ms < 0:
+            h1.results.put_nowait(SimpleNamespace(step=0, subinterval=3))
+        elif arrives_ms is not None:
+            h1.arrives(3, turns=turns, after_s=arrives_ms / 1000)
+        if stall is not None:
+            asyncio.get_running_loop().call_later(stall[0], time.sleep, stall[1])
+        deadline = time.monotonic_ns() + round(deadline_ms * MS)
         try:
-            return await fleet.results(0, 3, time.monotonic_ns() + 100 * MS, 750.0)
+            return await fleet.results(0, 3, deadline, 750.0)
         except HostError as exc:
             return exc
 
     with caplog.at_level(logging.WARNING, logger="master.run.fleet"):
         got = asyncio.run(main())
+    return got, [r.getMessage() for r in caplog.records]
+
+
+def _judged(got: list[Any] | HostError | None, received: bool, case: str) -> None:
     if received:
         assert isinstance(got, list) and [r.subinterval for r in got] == [3], case
     else:
         assert isinstance(got, HostError), (case, got)
-    said = [r.getMessage() for r in caplog.records]
-    assert len(said) == 1 and said[0].startswith(
-        "step 0 subinterval 3: the master woke to its results "), said
+        assert "result of subinterval 3 not received within the deadline (750 ms after its " \
+               "end)" in str(got), got
 
 
 def test_a_late_master_judges_each_host_on_what_it_sent() -> None:
