@@ -47,7 +47,7 @@ class SummaryRow:
     rollup_instance: str
     valid: bool | None
     invalid_reason: str
-    values: Mapping[str, float | None]
+    values: MetricValues
     line: int
 
 
@@ -73,7 +73,7 @@ class RunSummary:
             if column not in self.read:
                 raise KeyError(f"column {column!r} was not read")
             j = self.read.index(column)
-            cells = [r.values.cells[j] for r in self.rows]  # type: ignore[attr-defined]
+            cells = [r.values.cells[j] for r in self.rows]
             bad = None
             for cell in dict.fromkeys(cells):  # each text once, in the order of the rows
                 try:
@@ -97,7 +97,7 @@ class RunSummary:
         return {c: line for c in self.read if (line := self.text_line(c)) is not None}
 
 
-class _Values(Mapping[str, "float | None"]):
+class MetricValues(Mapping[str, "float | None"]):
     """A row's cells of the columns read, each read as a number when asked (``_value``); a
     cell that is not one is not among them."""
 
@@ -187,7 +187,7 @@ def parse_summary(path: Path, text: str, read: Collection[str] | None = None) ->
                                what=where) from None
         rows.append(SummaryRow(step_number, key[0], key[1], key[2], _VALIDITY[cells[valid_at]],
                                cells[reason_at] if reason_at is not None else "",
-                               _Values(kept_at, pick(cells)), line))
+                               MetricValues(kept_at, pick(cells)), line))
     return RunSummary(path, tuple(rows), columns, kept)
 
 

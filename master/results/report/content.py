@@ -353,7 +353,7 @@ def _cpu_series(n_hosts: int) -> int:
 
 
 def _high_median_low(ks: sr.FloatArray, values: sr.FloatArray, n: int
-            ) -> tuple[sr.FloatArray, sr.FloatArray, sr.FloatArray]:
+                     ) -> tuple[sr.FloatArray, sr.FloatArray, sr.FloatArray]:
     """Of the rows of each subinterval ``0 .. n - 1`` (``ks``): the largest, median and
     smallest of ``values``, NaN where a subinterval has none; from one sort of the rows (no
     hosts x subintervals grid: a day of 1 s subintervals at 1,000 hosts)."""
