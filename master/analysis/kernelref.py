@@ -363,19 +363,21 @@ def merge_sorted_py(ra: Any, ba: Any, ca: Any, rb: Any, bb: Any, cb: Any, ro: An
     return n
 
 
-def histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, buckets: Any,
-                       counts: Any, first: int, n: int) -> tuple[Any, Any, Any, bool]:
+def histogram_rows_py(of_workload: Any, members: Any, row_bounds: Any, buckets: Any,
+                      counts: Any, first: int, n: int) -> tuple[Any, Any, Any, bool]:
     """The non-empty buckets of instances ``first .. first + n - 1``, whose workloads are
-    ``members`` (workload w's instance ``of_workload[w]``, its coordinates
-    ``wl_bounds[w]:wl_bounds[w + 1]``): each (instance, bucket) once, in instance then bucket
-    order, with its counts in the overall, read and write views, service then response time
-    each (column ``view * 2 + kind``), and whether every bucket read was in range (when not,
-    nothing is added up: the rows are empty)."""
+    ``members`` (workload w's instance ``of_workload[w]``, its row r's coordinates
+    ``row_bounds[w * ROWS_PER_WORKLOAD + r]:row_bounds[w * ROWS_PER_WORKLOAD + r + 1]``): each
+    (instance, bucket) once, in instance then bucket order, with its counts in the overall,
+    read and write views, service then response time each (column ``view * 2 + kind``), and
+    whether every bucket read was in range (when not, nothing is added up: the rows are
+    empty)."""
     index = np.zeros(n * N_BUCKETS, dtype=np.int64)  # a bucket's row + 1, 0 while unseen
     for m in range(members.size):
         w = members[m]
         base = (of_workload[w] - first) * N_BUCKETS
-        for x in range(wl_bounds[w], wl_bounds[w + 1]):
+        for x in range(row_bounds[w * ROWS_PER_WORKLOAD],
+                       row_bounds[(w + 1) * ROWS_PER_WORKLOAD]):
             b = buckets[x]
             if b < 0 or b >= N_BUCKETS:
                 empty = np.zeros(0, dtype=np.intp)
@@ -396,12 +398,13 @@ def histogram_rows_py(of_workload: Any, members: Any, wl_bounds: Any, rows: Any,
     for m in range(members.size):
         w = members[m]
         base = (of_workload[w] - first) * N_BUCKETS
-        for x in range(wl_bounds[w], wl_bounds[w + 1]):
-            row = index[base + buckets[x]] - 1
-            r = rows[x] % ROWS_PER_WORKLOAD
+        for r in range(ROWS_PER_WORKLOAD):
             kind = r % 2
-            summed[row, kind] += counts[x]
-            summed[row, 2 + 2 * (r // 2 % 2) + kind] += counts[x]
+            for x in range(row_bounds[w * ROWS_PER_WORKLOAD + r],
+                           row_bounds[w * ROWS_PER_WORKLOAD + r + 1]):
+                row = index[base + buckets[x]] - 1
+                summed[row, kind] += counts[x]
+                summed[row, 2 + 2 * (r // 2 % 2) + kind] += counts[x]
     return out_inst, out_bucket, summed, True
 
 

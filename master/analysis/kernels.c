@@ -34,6 +34,14 @@ _Static_assert((ROWS & (ROWS - 1)) == 0, "a row's category and kind: row & (ROWS
 #define LINE_INT64S 8
 #define PREFETCH_COORDS 2048
 
+/* A sample's histogram coordinates, by workload, wherever each workload's lie (the hosts' own
+ * arrays of a measurement window, or one array: master.analysis.kernels.Coords): workload w's
+ * are the coordinates bounds[w * ROWS] .. bounds[w * ROWS + ROWS] - 1, row r's from
+ * bounds[w * ROWS + r], and coordinate x of them is bucket wb[w][x - bounds[w * ROWS]] (the
+ * wire's uint16) with count wc[w][x - bounds[w * ROWS]]. */
+typedef const uint16_t *const *bucket_ptrs;
+typedef const int64_t *const *count_ptrs;
+
 /* The layout these kernels are written for (master.analysis.kernels checks it on load). */
 int64_t ivk_rows_per_workload(void)
 {
@@ -108,11 +116,12 @@ static int64_t emit(int64_t b, int64_t c, int64_t cum, int64_t j, int64_t p,
 }
 
 /* kernelref.view_percentiles_py: percentiles per (instance, view, kind) into out (G, V, 2, P), left
- * alone (the caller's NaN) where empty. view_cats: (V, 4) 0/1; mins, maxs: (G, V, 2).
+ * alone (the caller's NaN) where empty. The coordinates: row_bounds, wb, wc (bucket_ptrs above).
+ * view_cats: (V, 4) 0/1; mins, maxs: (G, V, 2).
  * Returns 0, or -1 when scratch memory could not be had (out then partly written). */
 int64_t ivk_view_percentiles(
-    const int64_t *row_bounds, const int64_t *buckets, const int64_t *counts,
-    const int64_t *row_tot, const int64_t *order, const int64_t *inst_ptr, int64_t n_inst,
+    const int64_t *row_bounds, bucket_ptrs wb, count_ptrs wc, const int64_t *row_tot,
+    const int64_t *order, const int64_t *inst_ptr, int64_t n_inst,
     const uint8_t *view_cats, int64_t n_views, const int64_t *pct_num, int64_t p,
     int64_t scale, const double *lo_e, const double *hi_e, int64_t n_buckets,
     int64_t overflow, const double *mins, const double *maxs, double *out)
@@ -155,17 +164,20 @@ int64_t ivk_view_percentiles(
                      * an instance's workloads lie apart in memory (every third workload's
                      * instances measured 1.5x slower without) */
                     int64_t w2 = order[q + 1];
-                    int64_t s2 = row_bounds[w2 * ROWS], e2 = row_bounds[w2 * ROWS + ROWS];
-                    if (e2 - s2 > PREFETCH_COORDS)
-                        e2 = s2 + PREFETCH_COORDS;
-                    for (int64_t x = s2; x < e2; x += LINE_INT64S) {
-                        __builtin_prefetch(buckets + x);
-                        __builtin_prefetch(counts + x);
-                    }
+                    int64_t n2 = row_bounds[w2 * ROWS + ROWS] - row_bounds[w2 * ROWS];
+                    if (n2 > PREFETCH_COORDS)
+                        n2 = PREFETCH_COORDS;
+                    for (int64_t x = 0; x < n2; x += LINE_INT64S)
+                        __builtin_prefetch(wc[w2] + x);
+                    for (int64_t x = 0; x < n2; x += 4 * LINE_INT64S)
+                        __builtin_prefetch(wb[w2] + x);
                 }
+                int64_t o = row_bounds[w * ROWS];
+                const uint16_t *buckets = wb[w];
+                const int64_t *counts = wc[w];
                 for (int r = 0; r < ROWS; r++) {
-                    int64_t s = row_bounds[w * ROWS + r];
-                    int64_t e = row_bounds[w * ROWS + r + 1];
+                    int64_t s = row_bounds[w * ROWS + r] - o;
+                    int64_t e = row_bounds[w * ROWS + r + 1] - o;
                     if (e <= s)
                         continue;
                     int64_t *row = scratch + r * n_buckets;
@@ -232,9 +244,12 @@ int64_t ivk_view_percentiles(
                 int64_t nt = targets[0];
                 if (single) {
                     int64_t w = order[first];
+                    int64_t o = row_bounds[w * ROWS];
+                    const uint16_t *buckets = wb[w];
+                    const int64_t *counts = wc[w];
                     if (n_mem == 1) {
-                        int64_t s = row_bounds[w * ROWS + members[0]];
-                        int64_t e = row_bounds[w * ROWS + members[0] + 1];
+                        int64_t s = row_bounds[w * ROWS + members[0]] - o;
+                        int64_t e = row_bounds[w * ROWS + members[0] + 1] - o;
                         int64_t x = s;
                         while (x < e) {
                             int64_t b = buckets[x];
@@ -256,8 +271,8 @@ int64_t ivk_view_percentiles(
                         continue;
                     }
                     for (int a = 0; a < n_mem; a++) {
-                        heads[a] = row_bounds[w * ROWS + members[a]];
-                        ends[a] = row_bounds[w * ROWS + members[a] + 1];
+                        heads[a] = row_bounds[w * ROWS + members[a]] - o;
+                        ends[a] = row_bounds[w * ROWS + members[a] + 1] - o;
                     }
                     for (;;) {
                         int64_t b = n_buckets;
@@ -500,7 +515,8 @@ int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca
 
 /* kernelref.histogram_rows_py, one instance at a time: its buckets added up in a dense row of n_buckets
  * cells, reused (the reference marks n * n_buckets), giving the same rows, in the same order,
- * with the same sums (int64 sums wrap alike in any order).
+ * with the same sums (int64 sums wrap alike in any order). The coordinates: row_bounds, wb, wc
+ * (bucket_ptrs above; a coordinate's row is the row whose bounds hold it).
  * Called twice: without outputs (out_inst NULL) it counts the rows, reading the buckets only;
  * then, with room for cap rows, it fills them: out_inst (instance - first), out_bucket, and
  * summed (rows, 6), the members' counts added up, column view * 2 + kind, views overall, read
@@ -508,10 +524,10 @@ int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca
  * check). Returns the number of rows; -1 at a bucket outside 0..n_buckets - 1, -2 when out of
  * memory, -3 when the rows are more than cap. */
 int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
-                           int64_t n_members, const int64_t *wl_bounds, const int64_t *rows,
-                           const int64_t *buckets, const int64_t *counts, int64_t first,
-                           int64_t n, int64_t n_buckets, int64_t cap, int64_t *out_inst,
-                           int64_t *out_bucket, int64_t *summed)
+                           int64_t n_members, const int64_t *row_bounds, bucket_ptrs wb,
+                           count_ptrs wc, int64_t first, int64_t n, int64_t n_buckets,
+                           int64_t cap, int64_t *out_inst, int64_t *out_bucket,
+                           int64_t *summed)
 {
     /* start (n + 1), grouped (n_members), cell (n_buckets * CELL): one block */
     int64_t *start = calloc((size_t)(n + 1 + n_members + n_buckets * CELL), sizeof(int64_t));
@@ -534,23 +550,28 @@ int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
         int64_t lo = n_buckets, hi = -1;
         for (int64_t g = start[i]; g < start[i + 1]; g++) {
             int64_t w = grouped[g];
-            for (int64_t x = wl_bounds[w]; x < wl_bounds[w + 1]; x++) {
-                int64_t b = buckets[x];
-                if (b < 0 || b >= n_buckets) {
-                    free(start);
-                    return -1;
-                }
-                int64_t *at = cell + b * CELL;
-                at[CELL_SEEN] = 1;
-                lo = b < lo ? b : lo;
-                hi = b > hi ? b : hi;
-                if (out_inst == NULL)
-                    continue;
-                int64_t r = rows[x] & (ROWS - 1);  /* rows[x] % ROWS, as Python's */
+            int64_t o = row_bounds[w * ROWS];
+            const uint16_t *buckets = wb[w];
+            const int64_t *counts = wc[w];
+            for (int64_t r = 0; r < ROWS; r++) {
                 int64_t kind = r % 2;
                 int64_t view = 1 + r / 2 % 2;  /* read (an even category) or write */
-                at[kind] = wadd(at[kind], counts[x]);
-                at[view * 2 + kind] = wadd(at[view * 2 + kind], counts[x]);
+                int64_t e = row_bounds[w * ROWS + r + 1] - o;
+                for (int64_t x = row_bounds[w * ROWS + r] - o; x < e; x++) {
+                    int64_t b = buckets[x];
+                    if (b >= n_buckets) {
+                        free(start);
+                        return -1;
+                    }
+                    int64_t *at = cell + b * CELL;
+                    at[CELL_SEEN] = 1;
+                    lo = b < lo ? b : lo;
+                    hi = b > hi ? b : hi;
+                    if (out_inst == NULL)
+                        continue;
+                    at[kind] = wadd(at[kind], counts[x]);
+                    at[view * 2 + kind] = wadd(at[view * 2 + kind], counts[x]);
+                }
             }
         }
         for (int64_t b = lo; b <= hi; b++) {

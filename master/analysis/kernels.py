@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -50,7 +52,7 @@ _SIGNATURES: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "ivk_instance_metrics": (None, (_P, _P, _P, _P, _I, _P, _I, _D, _P, _I, _I, _I, _I, _P, _I,
                                     _P, _P, _P)),
     "ivk_merge_sorted": (_I, (_P, _P, _P, _I, _P, _P, _P, _I, _P, _P, _P)),
-    "ivk_histogram_rows": (_I, (_P, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P)),
+    "ivk_histogram_rows": (_I, (_P, _P, _I, _P, _P, _P, _I, _I, _I, _I, _P, _P, _P)),
     "ivk_scan_coords_wire": (None, (_P, _P, _P, _I, _P, _I, _P)),
     "ivk_scan_coords_i64": (None, (_P, _P, _P, _I, _P, _I, _P)),
     "ivk_scan_group_pct": (_I, (_P, _P, _I, _P, _I, _I, _I, _P, _I)),
@@ -98,6 +100,88 @@ def _out(a: Any, dtype: type, shape: tuple[int, ...]) -> int:
     return int(a.ctypes.data)
 
 
+# ----------------------------------------------------------------------------- coordinates
+@dataclass(frozen=True, eq=False)
+class Coords:
+    """A sample's histogram coordinates by workload, read where each workload's lie
+    (``kernels.c``: ``bucket_ptrs``): one array's (``flat``), or each host's own arrays of a
+    measurement window (``of_batches``: 90 million coordinates at 100,000 workloads, which a
+    copy into one array would put in 2 GB of fresh memory).
+
+    ``bounds`` (W * ROWS_PER_WORKLOAD + 1): workload w's row r starts at coordinate
+    ``bounds[w * ROWS_PER_WORKLOAD + r]``, numbered as if every workload's were one array (so
+    ``bounds`` rises); ``bucket_at[w]`` and ``count_at[w]``: the addresses of workload w's
+    first bucket (uint16) and first count (int64); ``held``: the arrays those are in, kept
+    alive with this object."""
+
+    bounds: npt.NDArray[np.int64]
+    bucket_at: npt.NDArray[np.uintp]
+    count_at: npt.NDArray[np.uintp]
+    held: tuple[npt.NDArray[Any], ...]
+
+    @property
+    def n_workloads(self) -> int:
+        return int(self.bucket_at.size)
+
+    @classmethod
+    def flat(cls, bounds: npt.ArrayLike, buckets: npt.ArrayLike, counts: npt.ArrayLike
+             ) -> Coords:
+        """One array's coordinates grouped by row: ``bounds`` as above (W * ROWS + 1), the
+        buckets as uint16 (a bucket outside 0..65535 is refused; one from N_BUCKETS up is the
+        kernels' to refuse or the caller's to have ruled out)."""
+        bounds_c = _c_array(bounds, np.int64)
+        b = np.asarray(buckets)
+        c = _c_array(counts, np.int64)
+        if (bounds_c.ndim != 1 or (bounds_c.size - 1) % ROWS_PER_WORKLOAD
+                or b.shape != c.shape or b.ndim != 1):
+            raise ValueError(f"{bounds_c.size} row bounds for {b.size} buckets and {c.size} "
+                             f"counts")
+        if bounds_c.size and (int(bounds_c[0]) < 0 or int(bounds_c[-1]) > c.size
+                              or bool(np.any(bounds_c[1:] < bounds_c[:-1]))):
+            raise ValueError(f"row bounds outside 0..{c.size} or falling")
+        if b.size and (int(b.min()) < 0 or int(b.max()) > np.iinfo(np.uint16).max):
+            raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
+        b16 = _c_array(b, np.uint16)
+        starts = bounds_c[:-1:ROWS_PER_WORKLOAD].astype(np.uintp)
+        return cls(bounds_c, np.uintp(b16.ctypes.data) + starts * np.uintp(2),
+                   np.uintp(c.ctypes.data) + starts * np.uintp(8), (b16, c))
+
+    @classmethod
+    def of_batches(cls, batches: Sequence[StatsBatch]) -> Coords:
+        """The coordinates of ``batches``, their workloads side by side, each read in its own
+        arrays (the wire's: uint16 buckets, int64 counts; copied only where unaligned). Each
+        batch must be valid (``validate_batch``: sorted by row and bucket, in range)."""
+        bounds = [np.zeros(1, dtype=np.int64)]
+        bucket_at, count_at, held = [], [], []
+        at = 0
+        for batch in batches:
+            n_rows = batch.n_workloads * ROWS_PER_WORKLOAD
+            local = np.searchsorted(batch.rows, np.arange(1, n_rows + 1, dtype=batch.rows.dtype))
+            b16, c = _c_array(batch.buckets, np.uint16), _c_array(batch.counts, np.int64)
+            starts = np.concatenate([[0], local[ROWS_PER_WORKLOAD - 1:-1:ROWS_PER_WORKLOAD]]
+                                    ).astype(np.uintp) if n_rows else np.zeros(0, np.uintp)
+            bounds.append(local.astype(np.int64) + at)
+            bucket_at.append(np.uintp(b16.ctypes.data) + starts * np.uintp(2))
+            count_at.append(np.uintp(c.ctypes.data) + starts * np.uintp(8))
+            held += [b16, c]
+            at += int(batch.counts.size)
+        return cls(np.concatenate(bounds), np.concatenate([np.zeros(0, np.uintp), *bucket_at]),
+                   np.concatenate([np.zeros(0, np.uintp), *count_at]), tuple(held))
+
+    @classmethod
+    def joined(cls, parts: Sequence[Coords]) -> Coords:
+        """The workloads of ``parts`` side by side (each part's as they lie)."""
+        bounds = [np.zeros(1, dtype=np.int64)]
+        at = 0
+        for c in parts:
+            bounds.append(c.bounds[1:] - c.bounds[0] + at)
+            at += int(c.bounds[-1] - c.bounds[0])
+        return cls(np.concatenate(bounds),
+                   np.concatenate([np.zeros(0, np.uintp), *(c.bucket_at for c in parts)]),
+                   np.concatenate([np.zeros(0, np.uintp), *(c.count_at for c in parts)]),
+                   tuple(a for c in parts for a in c.held))
+
+
 # ----------------------------------------------------------------------------- percentiles
 def _view_percentiles(
     row_bounds: Any, buckets: Any, counts: Any, row_tot: Any, order: Any, inst_ptr: Any,
@@ -105,10 +189,23 @@ def _view_percentiles(
     pct_num: Any, scale: int, lo_e: Any, hi_e: Any, overflow: int, mins: Any, maxs: Any,
     out: Any,
 ) -> None:
-    """``kernelref.view_percentiles_py`` in C (``ivk_view_percentiles``)."""
-    bounds_c, buckets_c, counts_c, tot_c, order_c, ptr_c, num_c = (
-        _c_array(a, np.int64)
-        for a in (row_bounds, buckets, counts, row_tot, order, inst_ptr, pct_num))
+    """``kernelref.view_percentiles_py`` in C (``ivk_view_percentiles``), its coordinates
+    one array's (``Coords.flat``)."""
+    _view_percentiles_at(Coords.flat(row_bounds, buckets, counts), row_tot, order, inst_ptr,
+                         view_cats, pct_num, scale, lo_e, hi_e, overflow, mins, maxs, out)
+
+
+def _view_percentiles_at(
+    coords: Coords, row_tot: Any, order: Any, inst_ptr: Any, view_cats: Any, pct_num: Any,
+    scale: int, lo_e: Any, hi_e: Any, overflow: int, mins: Any, maxs: Any, out: Any,
+) -> None:
+    """``_view_percentiles`` of ``coords`` wherever they lie."""
+    tot_c, order_c, ptr_c, num_c = (
+        _c_array(a, np.int64) for a in (row_tot, order, inst_ptr, pct_num))
+    if tot_c.size != coords.bounds.size - 1 or (
+            order_c.size and int(order_c.max()) >= coords.n_workloads):
+        raise ValueError(f"row totals {tot_c.size} and workloads {order_c.size} for "
+                         f"{coords.n_workloads} workloads' coordinates")
     cats = _c_array(view_cats, np.bool_)
     lo_c, hi_c, mins_c, maxs_c = (_c_array(a, np.float64) for a in (lo_e, hi_e, mins, maxs))
     shape = (ptr_c.size - 1, cats.shape[0], 2, num_c.size)
@@ -116,18 +213,17 @@ def _view_percentiles(
         raise ValueError(f"bucket edges {lo_c.shape} and {hi_c.shape}, extremes "
                          f"{mins_c.shape} and {maxs_c.shape} for percentiles {shape}")
     if _kernels().ivk_view_percentiles(
-            bounds_c.ctypes.data, buckets_c.ctypes.data, counts_c.ctypes.data,
-            tot_c.ctypes.data, order_c.ctypes.data, ptr_c.ctypes.data, shape[0],
-            cats.ctypes.data, shape[1], num_c.ctypes.data, shape[3], scale, lo_c.ctypes.data,
-            hi_c.ctypes.data, lo_c.size, overflow, mins_c.ctypes.data, maxs_c.ctypes.data,
+            coords.bounds.ctypes.data, coords.bucket_at.ctypes.data,
+            coords.count_at.ctypes.data, tot_c.ctypes.data, order_c.ctypes.data,
+            ptr_c.ctypes.data, shape[0], cats.ctypes.data, shape[1], num_c.ctypes.data, shape[3],
+            scale, lo_c.ctypes.data, hi_c.ctypes.data, lo_c.size, overflow, mins_c.ctypes.data,
+            maxs_c.ctypes.data,
             _out(out, np.float64, shape)):
         raise MemoryError("view_percentiles: no memory for its scratch histograms")
 
 
 def view_percentiles(
-    row_bounds: npt.NDArray[np.int64],
-    buckets: npt.NDArray[np.int64],
-    counts: npt.NDArray[np.int64],
+    coords: Coords,
     row_tot: npt.NDArray[np.int64],
     order: npt.NDArray[np.intp],
     inst_ptr: npt.NDArray[np.int64],
@@ -136,12 +232,11 @@ def view_percentiles(
     mins: npt.NDArray[np.float64],
     maxs: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
-    """Percentiles (G, V, 2, P) of every instance's views; see ``kernelref.view_percentiles_py``."""
+    """Percentiles (G, V, 2, P) of every instance's views; see ``kernelref.view_percentiles_py``
+    (its buckets in range: the caller's to have ruled out)."""
     out = np.full((inst_ptr.size - 1, view_cats.shape[0], 2, percentiles.size), np.nan)
-    _view_percentiles(
-        np.ascontiguousarray(row_bounds, dtype=np.int64),
-        np.ascontiguousarray(buckets, dtype=np.int64),
-        np.ascontiguousarray(counts, dtype=np.int64),
+    _view_percentiles_at(
+        coords,
         np.ascontiguousarray(row_tot, dtype=np.int64),
         np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(inst_ptr),
         np.ascontiguousarray(view_cats, dtype=np.bool_),
@@ -237,15 +332,25 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
 
 
 # ----------------------------------------------------------------------------- histogram files
-def _histogram_rows(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, buckets: Any,
-                    counts: Any, first: int, n: int) -> tuple[Any, Any, Any, bool]:
-    """``kernelref.histogram_rows_py`` in C (``ivk_histogram_rows``: counted, then filled)."""
+def _histogram_rows(of_workload: Any, members: Any, row_bounds: Any, buckets: Any, counts: Any,
+                    first: int, n: int) -> tuple[Any, Any, Any, bool]:
+    """``kernelref.histogram_rows_py`` in C (``ivk_histogram_rows``: counted, then filled),
+    its coordinates one array's (``Coords.flat``)."""
+    return _histogram_rows_at(of_workload, members, Coords.flat(row_bounds, buckets, counts),
+                              first, n)
+
+
+def _histogram_rows_at(of_workload: Any, members: Any, coords: Coords, first: int, n: int
+                       ) -> tuple[Any, Any, Any, bool]:
+    """``_histogram_rows`` of ``coords`` wherever they lie."""
     if n < 0:
         raise ValueError("negative dimensions not allowed")  # as numba's np.zeros(n * ...)
-    of_c, members_c, bounds_c, rows_c, buckets_c, counts_c = (
-        _c_array(a, np.int64) for a in (of_workload, members, wl_bounds, rows, buckets, counts))
-    args = (of_c.ctypes.data, members_c.ctypes.data, members_c.size, bounds_c.ctypes.data,
-            rows_c.ctypes.data, buckets_c.ctypes.data, counts_c.ctypes.data, int(first), int(n),
+    of_c, members_c = _c_array(of_workload, np.int64), _c_array(members, np.int64)
+    if of_c.size != coords.n_workloads:
+        raise ValueError(f"{of_c.size} workloads' instances for {coords.n_workloads} "
+                         "workloads' coordinates")
+    args = (of_c.ctypes.data, members_c.ctypes.data, members_c.size, coords.bounds.ctypes.data,
+            coords.bucket_at.ctypes.data, coords.count_at.ctypes.data, int(first), int(n),
             N_BUCKETS)
     fn = _kernels().ivk_histogram_rows
     n_rows = fn(*args, 0, None, None, None)
@@ -267,23 +372,18 @@ def _histogram_rows(of_workload: Any, members: Any, wl_bounds: Any, rows: Any, b
 
 
 def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.intp],
-                   wl_bounds: npt.NDArray[np.int64], rows: npt.NDArray[np.int64],
-                   buckets: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], first: int,
-                   n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp],
-                                    npt.NDArray[np.int64]]:
+                   coords: Coords, first: int, n: int
+                   ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.int64]]:
     """See ``kernelref.histogram_rows_py``: (instance - first, bucket, counts (rows, 6)) per
-    non-empty bucket. The members' instances must lie in ``first .. first + n - 1`` and the
-    buckets in range (checked: the kernel indexes by them; the buckets by the kernel itself, as
-    it reads the members' coordinates, so a slice costs its own coordinates only); ``wl_bounds``
-    must be the coordinates' bounds by workload (rows sorted; the caller's)."""
+    non-empty bucket of the workloads ``members`` (``coords``' workloads, numbered as
+    ``of_workload``). Their instances must lie in ``first .. first + n - 1`` and the buckets in
+    range (checked: the kernel indexes by them; the buckets by the kernel itself, as it reads
+    the members' coordinates, so a slice costs its own coordinates only)."""
     inst = of_workload[members]
     if inst.size and (int(inst.min()) < first or int(inst.max()) >= first + n):
         raise ValueError(f"workloads of instances outside {first}..{first + n - 1}")
-    if wl_bounds.size != of_workload.size + 1 or int(wl_bounds[-1]) > rows.size:
-        raise ValueError(f"{wl_bounds.size} workload bounds for {of_workload.size} workloads "
-                         f"and {rows.size} coordinates")
-    out_inst, out_bucket, summed, in_range = _histogram_rows(
-        of_workload, members, wl_bounds, rows, buckets, counts, first, n)
+    out_inst, out_bucket, summed, in_range = _histogram_rows_at(
+        of_workload, members, coords, first, n)
     if not in_range:
         raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
     return out_inst, out_bucket, summed

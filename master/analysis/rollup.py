@@ -8,8 +8,9 @@ workload. No I/O, no clocks.
 
 A ``Sample`` is counters, latency side statistics and histogram coordinates for W workloads;
 samples concatenate (hosts of one subinterval) and add up (subintervals of a window) without
-loss, because histograms are added, never percentiles averaged. A ``Grouping`` maps each
-workload to an instance of one rollup type.
+loss, because histograms are added, never percentiles averaged. A ``WindowSample`` is a
+measurement window's statistics as the hosts sent them, its coordinates read in each host's own
+arrays. A ``Grouping`` maps each workload to an instance of one rollup type.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Final, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -71,7 +72,7 @@ VIEW_BLOCKS: Final = tuple((v * _PER_VIEW, 0, _PER_VIEW) for v in range(1, N_VIE
 
 _T = TypeVar("_T")
 
-#: Batches ``Sample.from_batches_steps`` adds between its pauses.
+#: Batches ``WindowSample.from_batches_steps`` reads between its pauses.
 PAUSE_EVERY: Final = 64
 
 
@@ -120,6 +121,18 @@ class Sample:
         return out
 
     @cached_property
+    def coords(self) -> kernels.Coords:
+        """The coordinates as the kernels read them, grouped by row (a copy sorted by row
+        first when they are not)."""
+        bounds = self.row_bounds
+        if bounds is None:
+            by_row = np.lexsort((self.buckets, self.rows))
+            rows = self.rows[by_row]
+            bounds = np.searchsorted(rows, np.arange(self.n_workloads * ROWS_PER_WORKLOAD + 1))
+            return kernels.Coords.flat(bounds, self.buckets[by_row], self.counts[by_row])
+        return kernels.Coords.flat(bounds, self.buckets, self.counts)
+
+    @cached_property
     def row_extents(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Lowest and highest non-empty bucket of each histogram row (N_BUCKETS and -1 for
         empty rows)."""
@@ -138,39 +151,6 @@ class Sample:
         lo[live] = np.minimum.reduceat(self.buckets, starts)
         hi[live] = np.maximum.reduceat(self.buckets, starts)
         return lo, hi
-
-    @classmethod
-    def from_batches(cls, batches: Sequence[StatsBatch]) -> Sample:
-        """``concat`` of ``from_batch`` of each batch (the hosts of a subinterval or of a
-        window), each array made in one pass from the batches' own: no batch of them all in
-        between (at 100,000 workloads a window's coordinates are 90 million, and each copy of
-        them 2 GB of fresh memory)."""
-        return finished(cls.from_batches_steps(batches))
-
-    @classmethod
-    def from_batches_steps(cls, batches: Sequence[StatsBatch]) -> Generator[None, None, Sample]:
-        """``from_batches``, pausing (a ``yield``) after every ``PAUSE_EVERY`` batches: its
-        caller's event loop may run meanwhile (``finished`` runs it straight through)."""
-        if len(batches) < 2:
-            return cls.from_batch(batches[0] if batches else StatsBatch.empty())
-        nnz = [b.rows.size for b in batches]
-        total = int(sum(nnz))
-        rows = np.empty(total, dtype=np.int64)
-        buckets = np.empty(total, dtype=np.int64)
-        counts = np.empty(total, dtype=np.int64)
-        at, first_row = 0, 0
-        for i, (b, n) in enumerate(zip(batches, nnz, strict=True)):
-            np.add(b.rows, np.int64(first_row), out=rows[at:at + n], dtype=np.int64)
-            buckets[at:at + n] = b.buckets
-            counts[at:at + n] = b.counts
-            at += n
-            first_row += b.n_workloads * ROWS_PER_WORKLOAD
-            if i % PAUSE_EVERY == PAUSE_EVERY - 1:
-                yield
-        return cls(
-            counters=np.concatenate([b.counters for b in batches]).astype(np.int64, copy=False),
-            lat=np.concatenate([b.lat for b in batches]).astype(np.int64, copy=False),
-            rows=rows, buckets=buckets, counts=counts, coords_sorted=True)
 
     @classmethod
     def from_batch(cls, batch: StatsBatch) -> Sample:
@@ -248,6 +228,50 @@ class Sample:
 
 
 @dataclass(frozen=True, eq=False)
+class WindowSample:
+    """A measurement window's statistics of W workloads as the hosts sent them (a
+    ``StatsBatch`` each, their workloads side by side): counters and latency side statistics
+    in one array each, the histogram coordinates read where each host's lie
+    (``kernels.Coords.of_batches``). At 100,000 workloads a window has about 90 million
+    coordinates, which a ``Sample`` would copy into 2 GB of fresh memory at the step's end."""
+
+    counters: npt.NDArray[np.int64]  # (W, 4, 3)
+    lat: npt.NDArray[np.int64]  # (W, 4, 2, 3)
+    coords: kernels.Coords
+
+    @property
+    def n_workloads(self) -> int:
+        return int(self.counters.shape[0])
+
+    @classmethod
+    def from_batches(cls, batches: Sequence[StatsBatch]) -> WindowSample:
+        """The window of ``batches``, each valid (``kernels.validate_batch``)."""
+        return finished(cls.from_batches_steps(batches))
+
+    @classmethod
+    def from_batches_steps(cls, batches: Sequence[StatsBatch]
+                           ) -> Generator[None, None, WindowSample]:
+        """``from_batches``, pausing (a ``yield``) after every ``PAUSE_EVERY`` batches: its
+        caller's event loop may run meanwhile (``finished`` runs it straight through)."""
+        parts = []
+        for at in range(0, len(batches), PAUSE_EVERY):
+            parts.append(kernels.Coords.of_batches(batches[at:at + PAUSE_EVERY]))
+            yield
+        empty = StatsBatch.empty()
+        return cls(
+            counters=np.concatenate([empty.counters, *(b.counters for b in batches)]
+                                    ).astype(np.int64, copy=False),
+            lat=np.concatenate([empty.lat, *(b.lat for b in batches)]).astype(np.int64,
+                                                                             copy=False),
+            coords=kernels.Coords.joined(parts))
+
+
+#: The statistics the rollups read: one array's, or a measurement window's as the hosts sent
+#: them.
+AnySample: TypeAlias = Sample | WindowSample
+
+
+@dataclass(frozen=True, eq=False)
 class Grouping:
     """Instances of one rollup type: ``of_workload[w]`` is workload w's instance index."""
 
@@ -286,7 +310,7 @@ class RollupResult:
         return {k: float(v[i]) for k, v in self.columns.items()}
 
 
-def compute(sample: Sample, grouping: Grouping, duration_s: float,
+def compute(sample: AnySample, grouping: Grouping, duration_s: float,
             group_percentiles: npt.NDArray[np.float64] | None = None) -> RollupResult:
     """Metrics of every instance of ``grouping`` over a period of ``duration_s`` seconds.
 
@@ -332,7 +356,7 @@ def compute(sample: Sample, grouping: Grouping, duration_s: float,
 
 
 def _view_percentiles(
-    sample: Sample,
+    sample: AnySample,
     order: npt.NDArray[np.intp],
     inst_ptr: npt.NDArray[np.int64],
     min_v: npt.NDArray[np.float64],
@@ -342,17 +366,12 @@ def _view_percentiles(
     ``master.analysis.kernels.view_percentiles`` in one pass over the coordinates (sorted first when
     the sample's are not). Instance i's workloads are ``order[inst_ptr[i]:inst_ptr[i + 1]]``."""
     g_count = inst_ptr.size - 1
-    if sample.rows.size == 0 or g_count == 0:
+    coords = sample.coords
+    if int(coords.bounds[-1]) == 0 or g_count == 0:
         return np.full((g_count, N_VIEWS, 2, len(PERCENTILES)), np.nan)
-    bounds = sample.row_bounds
-    buckets, counts = sample.buckets, sample.counts
-    if bounds is None:
-        by_row = np.lexsort((sample.buckets, sample.rows))
-        rows, buckets, counts = sample.rows[by_row], sample.buckets[by_row], sample.counts[by_row]
-        bounds = np.searchsorted(rows, np.arange(sample.n_workloads * ROWS_PER_WORKLOAD + 1))
     # a histogram row holds one count per I/O of its category (``StatsBatch.validate``)
     row_tot = np.repeat(sample.counters[:, :, OPS], 2, axis=1).reshape(-1)
-    return kernels.view_percentiles(bounds, buckets, counts, row_tot, order, inst_ptr,
+    return kernels.view_percentiles(coords, row_tot, order, inst_ptr,
                                     _MEMBERSHIP > 0, np.asarray(PERCENTILES, dtype=np.float64),
                                     min_v, max_v)
 
@@ -385,18 +404,13 @@ HISTOGRAM_VIEWS: Final = ("all", "read", "write")
 HISTOGRAM_KINDS: Final = ("service_time", "response_time")
 
 
-def histogram_rows(sample: Sample, grouping: Grouping, size: int) -> Iterator[HistogramRows]:
+def histogram_rows(sample: AnySample, grouping: Grouping, size: int
+                   ) -> Iterator[HistogramRows]:
     """Every instance's merged histograms, in slices of ``size`` instances (memory bound).
     Each slice reads only its own workloads' coordinates (``kernels.histogram_rows``)."""
     if size < 1:
         raise ValueError(f"slice size {size} must be at least 1")
-    rows, buckets, counts = sample.rows, sample.buckets, sample.counts
-    bounds = sample.row_bounds
-    if bounds is None:  # coordinates not grouped by workload: put them in row order
-        by_row = np.argsort(rows, kind="stable")
-        rows, buckets, counts = rows[by_row], buckets[by_row], counts[by_row]
-        bounds = np.searchsorted(rows, np.arange(sample.n_workloads * ROWS_PER_WORKLOAD + 1))
-    wl_bounds = bounds[::ROWS_PER_WORKLOAD]
+    coords = sample.coords
     of_workload = grouping.of_workload
     by_inst = np.argsort(of_workload, kind="stable")
     firsts = np.arange(0, grouping.n, size)
@@ -404,6 +418,5 @@ def histogram_rows(sample: Sample, grouping: Grouping, size: int) -> Iterator[Hi
     for k, first in enumerate(firsts.tolist()):
         n = min(size, grouping.n - first)
         inst, bucket, summed = kernels.histogram_rows(
-            of_workload, by_inst[cuts[k]:cuts[k + 1]], wl_bounds, rows, buckets, counts, first,
-            n)
+            of_workload, by_inst[cuts[k]:cuts[k + 1]], coords, first, n)
         yield HistogramRows(first, n, inst, bucket, summed.astype(np.float64))

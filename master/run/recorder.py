@@ -562,13 +562,13 @@ class StepRecorder:
         return sorted(k for a, b in self._phase_runs.get(phase, []) for k in range(a, b + 1))
 
     def window_sample(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
-                      ) -> ru.Sample:
+                      ) -> ru.WindowSample:
         """The measurement window's statistics from every host's ``WindowResult`` (host,
         workload ids, ``StatsBatch`` wire dict), in the plan's workload order."""
         return ru.finished(self.window_sample_steps(parts))
 
     def window_sample_steps(self, parts: Sequence[tuple[str, list[str], dict[str, Any]]]
-                            ) -> Generator[None, None, ru.Sample]:
+                            ) -> Generator[None, None, ru.WindowSample]:
         """``window_sample`` with pauses (``yield``, every ``ru.PAUSE_EVERY`` hosts): a step's
         end at scale takes seconds, and the run's event loop keeps its hosts' conversations
         alive at each pause (``master.run.pauses``)."""
@@ -596,9 +596,9 @@ class StepRecorder:
             if order != sorted(order):  # the plan lists the host's workloads in its order
                 batch = _reorder(batch, np.argsort(np.asarray(order)))
             batches.append(batch)
-        return (yield from ru.Sample.from_batches_steps(batches))
+        return (yield from ru.WindowSample.from_batches_steps(batches))
 
-    def summarise(self, window: Sequence[int], total: ru.Sample | None = None, *,
+    def summarise(self, window: Sequence[int], total: ru.AnySample | None = None, *,
                   extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                   iops_tolerance_pct: float | None = None,
                   ) -> tuple[bool, Sequence[Mapping[str, Any]], list[str]]:
@@ -607,7 +607,7 @@ class StepRecorder:
                                                 extra=extra,
                                                 iops_tolerance_pct=iops_tolerance_pct))
 
-    def summarise_steps(self, window: Sequence[int], total: ru.Sample | None = None, *,
+    def summarise_steps(self, window: Sequence[int], total: ru.AnySample | None = None, *,
                         extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                         iops_tolerance_pct: float | None = None,
                         ) -> Generator[None, None, tuple[bool, Sequence[Mapping[str, Any]],
@@ -621,7 +621,7 @@ class StepRecorder:
             self.metrics.set_valid(self.number, self.name, valid)
         return valid, rows, messages
 
-    def _summarised(self, window: Sequence[int], total: ru.Sample | None = None, *,
+    def _summarised(self, window: Sequence[int], total: ru.AnySample | None = None, *,
                     extra_invalid: str = "", extra: Mapping[str, Any] | None = None,
                     iops_tolerance_pct: float | None = None,
                     ) -> Generator[None, None, tuple[bool, Sequence[Mapping[str, Any]],
@@ -688,7 +688,7 @@ class StepRecorder:
                     self._summed, total, total / np.maximum(seen.sum(axis=0), 1)), np.nan)
         return out
 
-    def iops_shortfall(self, total: ru.Sample, iops: npt.NDArray[np.float64], dur_s: float,
+    def iops_shortfall(self, total: ru.AnySample, iops: npt.NDArray[np.float64], dur_s: float,
                        tolerance_pct: float) -> str:
         """The reason naming the paced workloads whose IOPS over the window (``total``, of
         ``dur_s``) fell short of their mean setting ``iops`` (per workload in plan order, NaN
@@ -725,7 +725,7 @@ class StepRecorder:
                      for i, inst in enumerate(g.names)]
         return rows
 
-    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.Sample
+    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.AnySample
                           ) -> Generator[None, None, None]:
         """Each instance's histogram file, a slice of ``HISTOGRAM_SLICE`` instances at a time:
         the slices' rows made here and their files written on the step's writer threads

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from master.analysis import thresholds
-from master.analysis.rollup import Sample
+from master.analysis.rollup import AnySample, WindowSample
 from master.analysis.stepcontrol import Decision, StepControl
 from master.analysis.thresholds import Judged
 from master.analysis.verdicts import ended_early
@@ -673,7 +673,7 @@ class StepLoop:
                        subinterval=k)
         return rec
 
-    async def _window(self, st: StepState, window: Sequence[int]) -> Sample | None:
+    async def _window(self, st: StepState, window: Sequence[int]) -> WindowSample | None:
         """The measurement window's statistics of every workload, from the slaves (each adds
         up the subintervals it kept, within ``window_timeout_s``); None for an empty window.
         Once the run is interrupted (before the request or while it waits) the hosts get
@@ -709,7 +709,7 @@ class StepLoop:
             if self.output_failed is None:
                 self.output_failed = exc
 
-    async def _summarise(self, st: StepState, window: Sequence[int], total: Sample | None, *,
+    async def _summarise(self, st: StepState, window: Sequence[int], total: AnySample | None, *,
                          extra_invalid: str = "", extra: dict[str, Any] | None = None
                          ) -> tuple[bool, str]:
         valid, rows, messages = await stepped(st.recorder.summarise_steps(

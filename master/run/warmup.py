@@ -17,6 +17,7 @@ import numpy as np
 
 from master.analysis import native
 from master.analysis.kernels import (
+    Coords,
     check_group_stats,
     histogram_rows,
     instance_metrics,
@@ -66,23 +67,22 @@ def warm_up() -> float:
     longer than a short subinterval)."""
     t0 = time.perf_counter()
     # two workloads: instance 0 has both (dense path), instance 1 has one (sparse walk)
-    bounds = np.array([0, 1, 2] + [2] * 6 + [2, 3] + [3] * 7, dtype=np.int64)
-    buckets = np.array([10, 12, 11], dtype=np.int64)
-    counts = np.ones(3, dtype=np.int64)
+    bounds = np.array([0, 1, 2] + [2] * 6 + [3] * 8, dtype=np.int64)
+    coords = Coords.flat(bounds, np.array([10, 12, 11], dtype=np.int64),
+                         np.ones(3, dtype=np.int64))
     row_tot = np.zeros(16, dtype=np.int64)
     row_tot[[0, 1, 8]] = 1
     cats = np.array([[True] * 4, [True, False, True, False]])
     mins = np.zeros((2, 2, 2))
     for order, ptr in (([0, 1], [0, 2]), ([0, 1], [0, 1, 2])):
-        view_percentiles(bounds, buckets, counts, row_tot, np.array(order), np.array(ptr),
-                         cats, np.array([50.0, 99.0]), mins[: len(ptr) - 1],
-                         mins[: len(ptr) - 1] + 1e6)
+        view_percentiles(coords, row_tot, np.array(order), np.array(ptr), cats,
+                         np.array([50.0, 99.0]), mins[: len(ptr) - 1], mins[: len(ptr) - 1] + 1e6)
     for pct in (None, np.zeros((2, 2, 2, 2))):
         instance_metrics(np.ones((2, 4, 3), dtype=np.int64), np.ones((2, 4, 2, 3), dtype=np.int64),
                          np.arange(2), np.arange(3), cats, 1.0, pct, 14)
     one = np.ones(1, dtype=np.int64)
     merge_sorted((one, one, one), (one, one + 1, one))
-    histogram_rows(one - 1, one - 1, np.array([0, 1]), one, one, one, 0, 1)
+    histogram_rows(np.zeros(2, dtype=np.int64), np.arange(2), coords, 0, 1)
     gather_texts(b"ab", np.array([1, 2]), np.array([1, 0]))
     validate_batch(StatsBatch(  # the wire's types: rows uint32, buckets uint16, counts int64
         counters=np.array([[[1, 4096, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]], dtype=np.int64),

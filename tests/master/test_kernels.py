@@ -310,11 +310,11 @@ def _histogram_rows_reference(of_workload: np.ndarray, rows: np.ndarray, buckets
     """(instance - first, bucket) -> the six counts, one coordinate at a time."""
     out: dict[tuple[int, int], list[int]] = {}
     for r, b, c in zip(rows.tolist(), buckets.tolist(), counts.tolist(), strict=True):
-        inst = int(of_workload[r // 16]) - first
+        inst = int(of_workload[r // 8]) - first
         if not 0 <= inst < n:
             continue
         cells = out.setdefault((inst, b), [0] * 6)
-        kind, cat = r % 16 % 2, r % 16 // 2
+        kind, cat = r % 8 % 2, r % 8 // 2
         cells[kind] += c  # the overall view
         cells[(1 if cat % 2 == 0 else 2) * 2 + kind] += c  # read (even category) or write
     return out
@@ -324,16 +324,23 @@ def _histogram_rows_reference(of_workload: np.ndarray, rows: np.ndarray, buckets
     (1, 1, 0, 1), (30, 7, 0, 7), (30, 7, 2, 3), (30, 7, 6, 1), (200, 40, 10, 25),
     (5, 9, 4, 5),  # instances 4..8, some without workloads
 ])
+@pytest.mark.parametrize("layout", ["one array", "in parts"])
 def test_histogram_rows_add_each_instances_buckets(n_workloads: int, n_inst: int, first: int,
-                                                   n: int) -> None:
+                                                   n: int, layout: str) -> None:
     rng = np.random.default_rng(n_workloads * 31 + first)
-    rows, buckets, counts = _coords(rng, n_workloads * 60, n_workloads * 16)
+    rows, buckets, counts = _coords(rng, n_workloads * 60, n_workloads * 8)
     of_workload = rng.integers(0, n_inst, n_workloads)
     members = rng.permutation(np.flatnonzero((of_workload >= first)
                                              & (of_workload < first + n)))
-    wl_bounds = np.searchsorted(rows, np.arange(0, n_workloads * 16 + 1, 16))
-    inst, bucket, summed = kernels.histogram_rows(of_workload, members, wl_bounds, rows, buckets,
-                                                  counts, first, n)
+    bounds = np.searchsorted(rows, np.arange(n_workloads * 8 + 1))
+    coords = kernels.Coords.flat(bounds, buckets, counts)
+    if layout == "in parts":  # the workloads' coordinates apart, each part's numbered anew
+        cut = n_workloads // 2 * 8
+        parts = [kernels.Coords.flat(bounds[:cut + 1], buckets.copy(), counts.copy()),
+                 kernels.Coords.flat(bounds[cut:] - bounds[cut], buckets[bounds[cut]:].copy(),
+                                     counts[bounds[cut]:].copy())]
+        coords = kernels.Coords.joined(parts)
+    inst, bucket, summed = kernels.histogram_rows(of_workload, members, coords, first, n)
     want = _histogram_rows_reference(of_workload, rows, buckets, counts, first, n)
     keys = sorted(want)
     assert list(zip(inst.tolist(), bucket.tolist(), strict=True)) == keys  # in order, once
@@ -342,13 +349,30 @@ def test_histogram_rows_add_each_instances_buckets(n_workloads: int, n_inst: int
 
 def test_histogram_rows_refuses_what_it_would_index_out_of_range() -> None:
     one = np.ones(1, dtype=np.int64)
-    bounds = np.array([0, 1])
+    bounds = np.array([0] + [1] * 8)
+    coords = kernels.Coords.flat(bounds, one, one)
     with pytest.raises(ValueError, match=r"instances outside 2\.\.2"):
-        kernels.histogram_rows(one, one - 1, bounds, one, one, one, 2, 1)
+        kernels.histogram_rows(one, one - 1, coords, 2, 1)
     with pytest.raises(ValueError, match="buckets outside"):
-        kernels.histogram_rows(one, one - 1, bounds, one, one * N_BUCKETS, one, 1, 1)
-    with pytest.raises(ValueError, match="workload bounds"):
-        kernels.histogram_rows(one, one - 1, np.array([0, 2]), one, one, one, 1, 1)
+        kernels.histogram_rows(one, one - 1, kernels.Coords.flat(bounds, one * N_BUCKETS, one),
+                               1, 1)
+    with pytest.raises(ValueError, match="2 workloads' instances for 1"):
+        kernels.histogram_rows(np.ones(2, dtype=np.int64), one - 1, coords, 1, 1)
+
+
+@pytest.mark.parametrize(("bounds", "buckets", "counts", "match"), [
+    ([0, 1], [1], [1], "2 row bounds for 1 buckets"),
+    ([0] + [1] * 8, [1, 2], [1], "9 row bounds for 2 buckets and 1 counts"),
+    ([0] + [2] * 8, [1], [1], r"row bounds outside 0\.\.1 or falling"),
+    ([0, 1, 0, 1, 1, 1, 1, 1, 1], [1], [1], "or falling"),
+    ([1] + [1] * 8, [-1], [1], "buckets outside"),
+    ([0] + [1] * 8, [70_000], [1], "buckets outside"),
+])
+def test_coordinates_in_one_array_are_refused_where_they_do_not_fit(
+        bounds: list[int], buckets: list[int], counts: list[int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        kernels.Coords.flat(np.array(bounds), np.array(buckets), np.array(counts))
+
 
 
 @pytest.mark.parametrize("which", [[], [0], [2, 0, 2, 1], [1, 1, 1]])

@@ -115,6 +115,13 @@ def _percentile_case(rng: np.random.Generator, n_workloads: int, sizes: list[int
             "percentiles": np.array(pcts, dtype=np.float64), "mins": mins, "maxs": maxs}
 
 
+def _percentiles(case: dict[str, Any]) -> F64:
+    """``kernels.view_percentiles`` of a case, its coordinates one array's."""
+    c = dict(case)
+    coords = k.Coords.flat(c.pop("row_bounds"), c.pop("buckets"), c.pop("counts"))
+    return k.view_percentiles(coords, **c)
+
+
 def _percentiles_py(case: dict[str, Any]) -> F64:
     c = case
     out = np.full((c["inst_ptr"].size - 1, c["view_cats"].shape[0], 2, c["percentiles"].size),
@@ -145,7 +152,7 @@ _PERCENTILE_CASES = {
 def test_view_percentiles_equal_the_reference_to_the_bit(name: str, seed: int) -> None:
     n, sizes, views, pcts = _PERCENTILE_CASES[name]
     case = _percentile_case(np.random.default_rng([seed, len(name)]), n, sizes, views, pcts)
-    got = k.view_percentiles(**case)
+    got = _percentiles(case)
     want = _percentiles_py(case)
     assert _bits_equal(got, want)
     assert not np.isnan(got).all() or name == "one-workload"  # the cases find percentiles
@@ -166,7 +173,7 @@ def test_view_percentiles_skip_buckets_of_no_count() -> None:
             "order": np.arange(3), "inst_ptr": np.array([0, 2, 3]),
             "view_cats": MEMBERSHIP > 0, "percentiles": np.array([0.0, 50.0, 100.0]),
             "mins": np.zeros((2, N_VIEWS, 2)), "maxs": np.full((2, N_VIEWS, 2), np.inf)}
-    got = k.view_percentiles(**case)
+    got = _percentiles(case)
     assert _bits_equal(got, _percentiles_py(case))
     all_, read = 0, 1  # protocol.views: all categories; reads (here category 0 alone)
     assert got[0, all_, 0, 0] == got[0, read, 0, 0] == k._LO[2005]
@@ -179,13 +186,13 @@ def test_view_percentiles_of_nothing() -> None:
     case = _percentile_case(rng, 4, [1, 3], 5, _PCTS)
     none = {**case, "inst_ptr": np.zeros(1, dtype=np.int64), "mins": case["mins"][:0],
             "maxs": case["maxs"][:0]}
-    assert k.view_percentiles(**none).shape == (0, 5, 2, 6)
+    assert _percentiles(none).shape == (0, 5, 2, 6)
     empty = {**case, "row_bounds": np.zeros(33, dtype=np.int64),
              "buckets": np.zeros(0, dtype=np.int64), "counts": np.zeros(0, dtype=np.int64),
              "row_tot": np.zeros(32, dtype=np.int64)}
-    assert _bits_equal(k.view_percentiles(**empty), _percentiles_py(empty))
-    assert np.isnan(k.view_percentiles(**empty)).all()
-    no_pct = k.view_percentiles(**{**case, "percentiles": np.zeros(0)})
+    assert _bits_equal(_percentiles(empty), _percentiles_py(empty))
+    assert np.isnan(_percentiles(empty)).all()
+    no_pct = _percentiles({**case, "percentiles": np.zeros(0)})
     assert no_pct.shape == (2, 5, 2, 0)
 
 
@@ -288,24 +295,23 @@ def test_merge_sorted_equals_the_reference_to_the_bit(na: int, nb: int, rows: in
 
 # ----------------------------------------------------------------------------- histogram files
 @pytest.mark.parametrize(("n_workloads", "n_inst", "first", "n", "odd"), [
-    (1, 1, 0, 1, ""), (30, 7, 0, 7, ""), (30, 7, 2, 3, "negative-rows"),
+    (1, 1, 0, 1, ""), (30, 7, 0, 7, ""), (30, 7, 2, 3, "sparse"),
     (40, 9, 4, 5, "wrap"), (5, 9, 4, 5, ""), (20, 4, 0, 4, "out-of-range"),
     (20, 4, 1, 0, ""),
 ])
 def test_histogram_rows_equal_the_reference_to_the_bit(n_workloads: int, n_inst: int,
                                                        first: int, n: int, odd: str) -> None:
     rng = np.random.default_rng(n_workloads * 31 + first + len(odd))
-    rows, buckets, counts = _sorted_coords(rng, n_workloads * 60, n_workloads * 16,
+    per = 2 if odd == "sparse" else 60  # sparse: most rows and some workloads empty
+    rows, buckets, counts = _sorted_coords(rng, n_workloads * per, n_workloads * 8,
                                            odd == "wrap")
-    wl_bounds = np.searchsorted(rows, np.arange(0, n_workloads * 16 + 1, 16))
-    if odd == "negative-rows":  # the reference's row % 8 is Python's (0..7)
-        rows = rows - 16 * n_workloads
+    row_bounds = np.searchsorted(rows, np.arange(n_workloads * 8 + 1))
     if odd == "out-of-range":
         buckets[rng.integers(0, buckets.size)] = N_BUCKETS + 2
     of_workload = rng.integers(0, n_inst, n_workloads)
     members = rng.permutation(np.flatnonzero((of_workload >= first)
                                              & (of_workload < first + n)))
-    args = (of_workload, members, wl_bounds, rows, buckets, counts, first, n)
+    args = (of_workload, members, row_bounds, buckets, counts, first, n)
     got = k._histogram_rows(*args)
     with np.errstate(over="ignore"):
         want = ref.histogram_rows_py(*args)
@@ -316,7 +322,8 @@ def test_histogram_rows_equal_the_reference_to_the_bit(n_workloads: int, n_inst:
 def test_histogram_rows_refuses_a_negative_count_of_instances_as_numba_did() -> None:
     one = np.ones(1, dtype=np.int64)
     with pytest.raises(ValueError, match=r"^negative dimensions not allowed$"):
-        k.histogram_rows(one, one[:0], np.array([0, 1]), one, one, one, 0, -1)
+        k.histogram_rows(one, one[:0], k.Coords.flat(np.array([0] + [1] * 8), one, one), 0,
+                         -1)
 
 
 # ----------------------------------------------------------------------------- validation

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -272,3 +274,70 @@ def test_histogram_rows_are_the_merged_histograms(keys: list[str], layout: str,
                 for k in range(2):
                     want = _reference(members, views[view], k).counts
                     assert np.array_equal(got[:, v * 2 + k], want), (name, view, k)
+
+
+def _unaligned(batch: StatsBatch) -> StatsBatch:
+    """``batch`` from the wire with its arrays one byte off their alignment (a frame's
+    arrays lie where msgpack put them)."""
+    out = {}
+    for name, value in batch.to_wire().items():
+        if isinstance(value, bytes):
+            value = memoryview(b"\0" + value)[1:]
+        out[name] = value
+    return StatsBatch.from_wire(out)
+
+
+@pytest.mark.parametrize("layout", ["wire", "unaligned", "one host"])
+def test_a_window_sample_reads_each_hosts_arrays_where_they_lie(layout: str) -> None:
+    """A measurement window of hosts' batches (one of no workloads) reads each batch's
+    coordinates in place: every rollup type's metrics and histogram rows are those of the
+    batches copied into one ``Sample``, bit for bit."""
+    data = _workloads(14, seed=9)
+    sizes = [14] if layout == "one host" else [5, 0, 6, 3]
+    cuts = np.cumsum([0, *sizes])
+    batches = [StatsBatch.from_wire(StatsBatch.from_stats(
+        [s for s, _ in data[a:b]]).to_wire()) for a, b in itertools.pairwise(cuts)]
+    if layout == "unaligned":
+        batches = [_unaligned(b) for b in batches]
+        assert not batches[0].counts.flags.aligned
+    window = rollup.WindowSample.from_batches(batches)
+    copied = Sample.concat([Sample.from_batch(b) for b in batches])
+    assert window.n_workloads == copied.n_workloads == 14
+    assert np.array_equal(window.counters, copied.counters)
+    assert np.array_equal(window.lat, copied.lat)
+    if layout == "wire":  # read in place: the batches' own arrays, no copy
+        assert all(any(np.shares_memory(h, b.counts) for h in window.coords.held)
+                   for b in batches if b.counts.size)
+    for keys in ([f"w{w}" for w in range(14)], ["all"] * 14, [f"x{(w * 5) % 4}" for w in
+                                                              range(14)]):
+        g = Grouping.from_keys("t", keys)
+        got, want = compute(window, g, 2.0), compute(copied, g, 2.0)
+        assert np.array_equal(got.values, want.values, equal_nan=True)
+        assert np.array_equal(got.ops, want.ops)
+        for a, b in zip(rollup.histogram_rows(window, g, 3), rollup.histogram_rows(copied, g, 3),
+                        strict=True):
+            assert (a.first, a.n) == (b.first, b.n)
+            for name in ("inst", "bucket", "counts"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_a_window_sample_pauses_between_hosts() -> None:
+    """``from_batches_steps`` pauses after each ``PAUSE_EVERY`` batches and gives the window
+    ``from_batches`` gives."""
+    data = _workloads(3, seed=2)
+    one = StatsBatch.from_wire(StatsBatch.from_stats([s for s, _ in data]).to_wire())
+    n = 2 * rollup.PAUSE_EVERY + 1
+    steps = rollup.WindowSample.from_batches_steps([one] * n)
+    pauses = 0
+    while True:
+        try:
+            next(steps)
+            pauses += 1
+        except StopIteration as done:
+            window = done.value
+            break
+    assert pauses == 3 and window.n_workloads == 3 * n  # after each PAUSE_EVERY batches
+    g = Grouping.from_keys("all", ["all"] * (3 * n))
+    assert np.array_equal(compute(window, g, 1.0).values,
+                          compute(rollup.WindowSample.from_batches([one] * n), g, 1.0).values,
+                          equal_nan=True)
