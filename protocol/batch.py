@@ -225,6 +225,20 @@ class StatsBatch:
         s.hist.reshape(ROWS_PER_WORKLOAD, N_BUCKETS)[r, self.buckets[lo:hi]] = self.counts[lo:hi]
         return s
 
+    def reordered(self, perm: npt.NDArray[np.intp]) -> StatsBatch:
+        """This batch with its workloads in the order ``perm`` (new workload j = old
+        ``perm[j]``), coordinates sorted again."""
+        new_of_old = np.empty_like(perm)
+        new_of_old[perm] = np.arange(perm.size)
+        rows = self.rows.astype(np.int64)
+        new_rows = (new_of_old[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD
+                    + rows % ROWS_PER_WORKLOAD)
+        order = np.lexsort((self.buckets, new_rows))
+        return StatsBatch(counters=np.asarray(self.counters)[perm],
+                          lat=np.asarray(self.lat)[perm],
+                          rows=new_rows[order].astype(np.uint32), buckets=self.buckets[order],
+                          counts=np.asarray(self.counts)[order])
+
     # ------------------------------------------------------------------ wire form
     def to_wire(self) -> dict[str, bytes | int]:
         return {

@@ -66,11 +66,12 @@ from master.results.schema import (
 from master.results.summaryfiles import LEADING_COLUMNS, SummaryBlock, SummaryRows
 from master.run.hostrows import HostResult, device_deltas, host_rows
 from master.run.settings import Settings
+from master.run.stepfiles import StepFiles
 from master.run.workloads import WorkloadInstance, rollup_key
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
-from protocol.stats import OPS, ROWS_PER_WORKLOAD
+from protocol.stats import OPS
 
 #: Instances whose histogram files are made at once (memory bound: a slice's bucket index).
 HISTOGRAM_SLICE = 1024
@@ -142,6 +143,7 @@ class StepRecorder:
         summed: frozenset[str] = frozenset(),
         metrics: RunMetrics | None = None,
         threads: int | None = None,
+        files_budget_s: float | None = None,
     ) -> None:
         """``hosts``: the order the results of a subinterval come in (default: the order of
         the workloads' hosts). ``histogram_types``: rollup types whose groups' histograms are
@@ -156,7 +158,8 @@ class StepRecorder:
         summary's validity (it needs every type's histograms: ``histogram_types``).
         ``threads``: how many threads write the step's files (``master.results.writers``;
         default: the CPUs the process may run on, at most 8); the files are the same
-        whatever their number."""
+        whatever their number. ``files_budget_s``: the instance files that would be made in
+        that time are left for after the step's Go (``self.files``; None: all made now)."""
         self.metrics = metrics
         if metrics is not None:
             metrics.start_step(number, name)
@@ -195,26 +198,19 @@ class StepRecorder:
         self.devices = DeviceRollups(
             [(workloads[w].host, workloads[w].lun.lun.path) for w in self.ids], self.groupings,
             subinterval_s, fold=fold_measurement)
-        # every instance file is made here, before the step starts: made in the first
-        # subinterval, 126,000 of them would hold that subinterval's results up for seconds
-        self._tables_by_type = {
-            t: AppenderGroup(self.output.tables(f"{self.dir}/{safe_name(t)}",
-                                                self.file_names(t), self.instance_columns))
-            for t in self.groupings}
-        #: each instance's name as CSV text, the rows' rollup_instance cell
-        self._inst_text = {t: LineTexts([csv_text(inst) for inst in g.names])
-                           for t, g in self.groupings.items()}
-        #: each rollup type's instances in the slices the writer threads take (none: the rows
-        #: are written on this thread), each slice's files and its instances' texts
+        # every instance file made now, before the step's Go, or with ``files_budget_s``
+        # those that would not be made in that time after it (``StepFiles.rest_steps``)
+        self.files = StepFiles(output, {t: f"{self.dir}/{safe_name(t)}" for t in self.groupings},
+                               {t: g.n for t, g in self.groupings.items()}, self.file_names,
+                               self.instance_columns)
+        self.files.make(files_budget_s)
+        #: each instance's name as CSV text, the rows' rollup_instance cell (``_texts``)
+        self._inst_text: dict[str, LineTexts] = {}
+        #: each rollup type's instances in the slices the writer threads take (made with its
+        #: first rows; none: the rows are written on this thread), with their files and texts
         self._row_slices: dict[str, list[tuple[int, int, AppenderGroup, LineTexts]]] = {}
-        if self.threads > 1 and sum(g.n for g in self.groupings.values()) >= ROW_SLICE:
-            for t, g in self.groupings.items():
-                tables, texts = self._tables_by_type[t], self._inst_text[t]
-                self._row_slices[t] = [
-                    (a, min(a + ROW_SLICE, g.n),
-                     AppenderGroup(tables.appenders[a:a + ROW_SLICE]),
-                     texts.part(a, min(a + ROW_SLICE, g.n)))
-                    for a in range(0, g.n, ROW_SLICE)]
+        self._sliced = (self.threads > 1
+                        and sum(g.n for g in self.groupings.values()) >= ROW_SLICE)
         #: each rollup type's (instance, host) pairs and hosts per instance
         #: (``_instance_cpu_array``)
         self._cpu_pairs: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
@@ -504,11 +500,14 @@ class StepRecorder:
         values[:, n_metrics] = cpu
         values[:, n_metrics + 1] = count  # workloads
         values[:, n_metrics + 2] = setting  # iops_setting
+        if not self._sliced:
+            _write_rows(values, head, self._texts(rollup_type), is_max,
+                        self.files.tables(rollup_type))
+            return []
         slices = self._row_slices.get(rollup_type)
         if slices is None:
-            _write_rows(values, head, self._inst_text[rollup_type], is_max,
-                        self._tables_by_type[rollup_type])
-            return []
+            slices = self._row_slices[rollup_type] = self.files.slices(
+                rollup_type, self._texts(rollup_type), ROW_SLICE)
         workers = writers.pool(self.threads)
         return [workers.submit(_write_rows, values[a:b], head, texts, is_max[a:b], tables)
                 for a, b, tables, texts in slices]
@@ -523,6 +522,13 @@ class StepRecorder:
             names = instance_file_names(self.groupings[rollup_type].names)
             self._file_names[rollup_type] = names
         return names
+
+    def _texts(self, rollup_type: str) -> LineTexts:
+        texts = self._inst_text.get(rollup_type)
+        if texts is None:
+            texts = self._inst_text[rollup_type] = LineTexts(
+                [csv_text(inst) for inst in self.groupings[rollup_type].names])
+        return texts
 
     def _iops_per_workload(self) -> npt.NDArray[np.float64]:
         """Each workload's IOPS setting in force (NaN for ``max``), in plan order."""
@@ -594,7 +600,7 @@ class StepRecorder:
                                 "count", host=h)
             order = [self._pos[w] for w in ids]
             if order != sorted(order):  # the plan lists the host's workloads in its order
-                batch = _reorder(batch, np.argsort(np.asarray(order)))
+                batch = batch.reordered(np.argsort(np.asarray(order)))
             batches.append(batch)
         return (yield from ru.WindowSample.from_batches_steps(batches))
 
@@ -664,7 +670,7 @@ class StepRecorder:
             tail = {"valid": valid and not extra_invalid, "invalid_reason": reason,
                     **(extra or {})}
             blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
-                                       self._inst_text[spec.type], columns, values, is_max,
+                                       self._texts(spec.type), columns, values, is_max,
                                        tail, INT_SUMMARY_COLUMNS))
             yield
             yield from self._write_histograms(spec, g, total)
@@ -785,16 +791,3 @@ def _bucket_edges() -> LineTexts:
     """Every bucket's ``lower,upper`` text (ns) for histogram files."""
     return LineTexts([f"{lo},{hi}" for lo, hi in zip(LOWER_NS.tolist(), UPPER_NS.tolist(),
                                                      strict=True)])
-
-
-def _reorder(batch: StatsBatch, perm: npt.NDArray[np.intp]) -> StatsBatch:
-    """``batch`` with its workloads in the order ``perm`` (new workload j = old ``perm[j]``),
-    coordinates sorted again."""
-    new_of_old = np.empty_like(perm)
-    new_of_old[perm] = np.arange(perm.size)
-    rows = batch.rows.astype(np.int64)
-    new_rows = new_of_old[rows // ROWS_PER_WORKLOAD] * ROWS_PER_WORKLOAD + rows % ROWS_PER_WORKLOAD
-    order = np.lexsort((batch.buckets, new_rows))
-    return StatsBatch(counters=np.asarray(batch.counters)[perm], lat=np.asarray(batch.lat)[perm],
-                      rows=new_rows[order].astype(np.uint32), buckets=batch.buckets[order],
-                      counts=np.asarray(batch.counts)[order])

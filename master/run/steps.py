@@ -309,6 +309,11 @@ class StepLoop:
                 f"the first gather of step {number} {step.name}")
         if self.verification is not None:  # counts: summed over the window
             gathered = [*gathered, *VERIFY_COLUMNS]
+        max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
+        lead_ns = start_lead_ns(max_rtt, len(instances), self.go_confirmed,
+                                self.gathering.start_lead_ns(self.sub_ns)
+                                if self.gathering is not None else 0)
+        # the instance files the lead and first subinterval leave time for: after the Go
         recorder = StepRecorder(self.output, number, step.name, self.rollups,
                                 self.cfg.subinterval_seconds, self.placed, self.settings,
                                 show,
@@ -318,17 +323,14 @@ class StepLoop:
                                 ) | {r.type for r in self.rollups
                                      if self.metrics is not None and self.metrics.serves(r.type)},
                                 fold_measurement=control.fixed is not None, gathered=gathered,
-                                summed=frozenset(VERIFY_COLUMNS), metrics=self.metrics)
+                                summed=frozenset(VERIFY_COLUMNS), metrics=self.metrics,
+                                files_budget_s=(lead_ns + self.sub_ns) / 1e9)
         st = StepState(number, step, recorder, control)
         if step.dfc is not None:
             st.dfc_members = {key: [m.id for m in members] for key, members in
                               self._by_instance(step.dfc.focus_rollup, instances).items()}
         self.step_state = st
         self.view.step_started(number, step.name, n_max, self.cfg.subinterval_seconds)
-        max_rtt = max(hs.rtt_ns for hs in self.sessions.values())
-        lead_ns = start_lead_ns(max_rtt, len(instances), self.go_confirmed,
-                                self.gathering.start_lead_ns(self.sub_ns)
-                                if self.gathering is not None else 0)
         st.start_ns = self.clock() + lead_ns
         if self.gathering is not None:
             self.gathering.start_step(number, recorder, st.start_ns, self.sub_ns, n_max)
@@ -343,7 +345,7 @@ class StepLoop:
         fixed = control.fixed
         keep_to = control.warm + fixed - 1 if fixed is not None else -1
         go_sent_ns = self.clock()
-        go_s = self._left_s(self._deadline_ns(st, 0))  # taken by the first result's deadline
+        go_s = self.fleet.left_s(self._deadline_ns(st, 0))  # taken by the first result's deadline
         confirm: asyncio.Future[None] | None = None
         last_recorded = -1
         stop_sent = credit.stop_at_go(n_max)
@@ -357,6 +359,7 @@ class StepLoop:
                 confirm = asyncio.ensure_future(self._confirm_go(st, go_sent_ns, len(instances)))
                 if stop_sent:
                     await self._stop_all(0, self._deadline_ns(st, 0))
+                await stepped(recorder.files.rest_steps())
                 k = 0
                 while True:
                     results = await self.fleet.results(
@@ -408,7 +411,7 @@ class StepLoop:
                             await self._stop_all(k)
                             break
                         # taken by the next result's deadline
-                        send_by_s = self._left_s(self._deadline_ns(st, k + 1))
+                        send_by_s = self.fleet.left_s(self._deadline_ns(st, k + 1))
                         if kind == "stop":
                             await self._stop_all(sub, self._deadline_ns(st, k + 1))
                             stop_sent = True
@@ -616,7 +619,7 @@ class StepLoop:
         by_host: dict[str, list[tuple[WorkloadInstance, WorkloadParams]]] = {}
         for inst, params in changes:
             by_host.setdefault(inst.host, []).append((inst, params))
-        send_s = None if send_by_ns is None else self._left_s(send_by_ns)
+        send_s = None if send_by_ns is None else self.fleet.left_s(send_by_ns)
         latest = self.settings.latest
         replies = await self.fleet.to_hosts([(self.sessions[host], self.sessions[host].edit_many(
             [(inst.id, changed_fields(latest(inst.id), params)) for inst, params in edits],
@@ -780,14 +783,11 @@ class StepLoop:
         return st.start_ns + (k + 1) * self.sub_ns + round(
             self.cfg.deadline_fraction * self.sub_ns)
 
-    def _left_s(self, deadline_ns: int) -> float:
-        return self.fleet.left_s(deadline_ns)
-
     async def _stop_all(self, after: int, deadline_ns: int | None = None) -> None:
         """``Stop`` after subinterval ``after`` to every host whose step runs, taken by
         ``deadline_ns`` (by default within ``STOP_WAIT_S``, as its ``Stopped`` is then)."""
         await self.fleet.stop_all(after, STOP_WAIT_S if deadline_ns is None
-                                  else self._left_s(deadline_ns))
+                                  else self.fleet.left_s(deadline_ns))
 
 
 def _device_focus(control: StepControl, rec: Recorded) -> None:

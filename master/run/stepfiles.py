@@ -1,0 +1,111 @@
+"""A step's instance files: made before its Go, or at scale partly while the step starts.
+
+Owns ``StepFiles``: every rollup type's ``<rollup type>/<instance>.csv`` of one step, made a
+slice of ``FILES_SLICE`` at a time, and the appenders its rows go to (per rollup type, and in
+the slices the writer threads take). At 1,000 hosts x 100 workloads a step has 126,004 of them,
+about 2 s of the kernel's work on a 2-core controller: made before the Go, the hosts wait for
+them. ``make(budget_s)`` makes them until the rest, at the rate of those made so far and with a
+margin of ``MARGIN``, take no more than ``budget_s`` (the step's lead and first subinterval: the
+run makes the rest after the Go, ``rest_steps``, pausing for its event loop, and they are made
+before the first subinterval's results come). Every file is made before any row is written:
+the appenders are asked for only then (a ``RuntimeError`` before).
+
+It does not decide the files' names or columns (``master.run.recorder``) nor how a file is
+made (``master.results.output``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Final
+
+from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts
+from master.results.output import RunOutput
+
+#: Files made in one call: a few milliseconds of the kernel's work, the pause between calls
+#: after the Go.
+FILES_SLICE: Final = 4096
+#: The files left for after the Go take at most this share of the time until the first
+#: results, at the rate those made before it were made.
+MARGIN: Final = 2.0
+
+
+class StepFiles:
+    """The instance files of one step's rollup types, made in slices (module docstring)."""
+
+    def __init__(self, output: RunOutput, folders: Mapping[str, str],
+                 counts: Mapping[str, int], names: Callable[[str], list[str]],
+                 columns: Sequence[str], *,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """``folders``: each rollup type's folder in the run folder; ``counts``: how many
+        files it has; ``names``: its files' names, in its instances' order (asked for when
+        its first file is made); ``columns``: every file's header. Nothing is made yet."""
+        self.output = output
+        self.columns = list(columns)
+        self._clock = clock
+        self._names = names
+        self._todo = [(t, folders[t], a) for t in folders
+                      for a in range(0, counts[t], FILES_SLICE)]
+        self.total = sum(counts.values())
+        self.made = 0
+        #: the seconds the files made so far took
+        self.took_s = 0.0
+        self._made: dict[str, list[CsvAppender]] = {t: [] for t in folders}
+        self._groups: dict[str, AppenderGroup] = {}
+
+    @property
+    def done(self) -> bool:
+        return not self._todo
+
+    def _one_slice(self) -> None:
+        t, folder, first = self._todo[0]
+        t0 = self._clock()
+        names = self._names(t)[first:first + FILES_SLICE]
+        self._made[t] += self.output.tables(folder, names, self.columns)
+        self.took_s += self._clock() - t0
+        self.made += len(names)
+        self._todo.pop(0)
+
+    def rest_s(self) -> float:
+        """How long the files not made yet would take at the rate of those made so far
+        (infinite before ``FILES_SLICE`` of them: a rollup type of one instance, ``all``,
+        says little of the rate)."""
+        if not self._todo:
+            return 0.0
+        if self.made < FILES_SLICE:
+            return float("inf")
+        return (self.total - self.made) * self.took_s / self.made
+
+    def make(self, budget_s: float | None = None) -> None:
+        """Make files until those left would take (``rest_s``) no more than ``budget_s`` /
+        ``MARGIN``; every one when ``budget_s`` is None. A file that cannot be made is an
+        ``OutputError`` naming it (``RunOutput.tables``)."""
+        while self._todo and (budget_s is None or self.rest_s() * MARGIN > budget_s):
+            self._one_slice()
+
+    def rest_steps(self) -> Generator[None, None, None]:
+        """The files not made yet, a slice at a time, a pause (``yield``) after each
+        (``master.run.pauses``)."""
+        while self._todo:
+            self._one_slice()
+            yield
+
+    def tables(self, rollup_type: str) -> AppenderGroup:
+        """The appenders of ``rollup_type``'s files, in its instances' order."""
+        group = self._groups.get(rollup_type)
+        if group is None:
+            if self._todo:
+                raise RuntimeError(f"{self.total - self.made} of the step's "
+                                   f"{self.total} instance files are not made yet")
+            group = self._groups[rollup_type] = AppenderGroup(self._made[rollup_type])
+        return group
+
+    def slices(self, rollup_type: str, texts: LineTexts, size: int
+               ) -> list[tuple[int, int, AppenderGroup, LineTexts]]:
+        """``rollup_type``'s files in slices of ``size`` instances (those the writer threads
+        take), each with its instances' texts of ``texts``: (first, end, files, texts)."""
+        tables = self.tables(rollup_type)
+        n = len(tables)
+        return [(a, min(a + size, n), AppenderGroup(tables.appenders[a:a + size]),
+                 texts.part(a, min(a + size, n))) for a in range(0, n, size)]

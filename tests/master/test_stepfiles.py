@@ -1,0 +1,187 @@
+"""master.run.stepfiles: a step's instance files made a slice at a time, before the Go as many
+as the step's lead and first subinterval leave no time for, the rest after it; and a run on
+in-memory hosts whose files are partly made after its Go."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from master.results.csvfiles import LineTexts
+from master.results.output import RunOutput
+from master.run import stepfiles
+from master.run.outcome import EXIT_OK
+from master.run.stepfiles import StepFiles
+from protocol.errors import OutputError
+from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
+
+COLUMNS = ["step", "rollup_instance", "IOPS"]
+
+
+def _names(n: int, prefix: str) -> list[str]:
+    return [f"{prefix}{i:03d}.csv" for i in range(n)]
+
+
+class _Clock:
+    """A clock read by ``StepFiles``, moved on by the files it makes (``_files``)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _files(out: RunOutput, sizes: dict[str, int], clock: _Clock | None = None,
+           per_file_s: float = 0.0) -> StepFiles:
+    files = StepFiles(out, {t: f"step0000-a/{t}" for t in sizes}, sizes,
+                      lambda t: _names(sizes[t], t), COLUMNS, clock=clock or _Clock())
+    if clock is not None:
+        made = files.output.tables
+
+        def timed(folder: str, names: list[str], header: list[str]) -> list:  # type: ignore[type-arg]
+            clock.now += per_file_s * len(names)
+            return made(folder, names, header)
+
+        files.output.tables = timed  # type: ignore[method-assign]
+    return files
+
+
+def _tree(top: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(top)): p.read_bytes() for p in sorted(top.rglob("*.csv"))}
+
+
+@pytest.fixture(autouse=True)
+def _small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stepfiles, "FILES_SLICE", 10)
+
+
+# budget_s, seconds a file, files before the Go: the rest (rest_s x MARGIN) within the budget
+@pytest.mark.parametrize(("budget_s", "per_file_s", "before"), [
+    (None, 1.0, 45),  # no budget: every file now
+    (1000.0, 1.0, 10),  # one slice, then the 35 left (70 s with the margin) fit
+    (60.0, 1.0, 20),  # 25 left: 50 s
+    (50.0, 1.0, 20),  # exactly the budget
+    (49.0, 1.0, 30),
+    (0.0, 1.0, 45),  # no time after the Go: all before it
+    (0.0, 0.0, 10),  # files that take no time: all but the first slice after
+])
+def test_files_are_made_before_the_go_until_the_rest_fit_the_budget(
+        tmp_path: Path, budget_s: float | None, per_file_s: float, before: int) -> None:
+    out = RunOutput(tmp_path)
+    files = _files(out, {"workload": 30, "lun": 12, "all": 1, "host": 2}, _Clock(),
+                   per_file_s)
+    assert files.total == 45 and files.made == 0 and files.rest_s() == float("inf")
+    if budget_s is not None:  # the rate is known from a whole slice's files on
+        files._one_slice()
+        assert files.made == 10 and files.rest_s() == 35 * per_file_s
+    files.make(budget_s)
+    assert files.made == before
+    assert files.done == (before == 45)
+    assert len(list((tmp_path / "step0000-a").rglob("*.csv"))) == before
+    out.close()
+
+
+def test_the_rate_is_judged_only_once_a_slice_of_files_is_made(tmp_path: Path) -> None:
+    """A first rollup type of one file (``all``) says nothing of the rate: files go on being
+    made before the Go until ``FILES_SLICE`` of them are."""
+    out = RunOutput(tmp_path)
+    files = _files(out, {"all": 1, "host": 2, "workload": 30}, _Clock(), 1.0)
+    files.make(1000.0)
+    assert files.made == 13 and files.rest_s() == 20.0
+    out.close()
+
+
+def test_the_rest_are_made_after_a_slice_each_with_a_pause_and_the_same_files(
+        tmp_path: Path) -> None:
+    """The files made in slices, most after the Go, are the files made at once: the same
+    names and bytes, and the same ones held open within the open-file budget."""
+    sizes = {"workload": 23, "lun": 7, "all": 1}
+    outs = {}
+    for how in ("at once", "in slices"):
+        out = outs[how] = RunOutput(tmp_path / how, max_open_files=12)
+        files = _files(out, sizes)
+        if how == "at once":
+            files.make()
+        else:
+            files.make(1000.0)
+            assert files.made == 10
+            with pytest.raises(RuntimeError, match="21 of the step's 31 instance files are not"):
+                files.tables("workload")
+            pauses = sum(1 for _ in files.rest_steps())
+            assert pauses == 4 and files.done  # the workloads 10 and 3, the LUNs, all.csv
+        texts = {t: LineTexts([f"i{i}" for i in range(n)]) for t, n in sizes.items()}
+        for t in sizes:
+            assert [os.path.basename(a.path) for a in files.tables(t)] == _names(sizes[t], t)
+            for a in files.tables(t):
+                a.append_now("0,x,1\r\n")
+        held = {t: [a.is_open for a in files.tables(t)] for t in sizes}
+        assert sum(map(sum, held.values())) == 12
+        slices = files.slices("workload", texts["workload"], 10)
+        assert [(a, b, len(g)) for a, b, g, _ in slices] == [(0, 10, 10), (10, 20, 10),
+                                                              (20, 23, 3)]
+        outs[how + " held"] = held  # type: ignore[assignment]
+        out.close()
+    assert outs["at once held"] == outs["in slices held"]
+    assert _tree(tmp_path / "at once") == _tree(tmp_path / "in slices")
+
+
+def test_a_file_that_cannot_be_made_after_the_go_is_an_output_error(tmp_path: Path) -> None:
+    out = RunOutput(tmp_path)
+    files = _files(out, {"workload": 25})
+    files.make(1000.0)
+    (tmp_path / "step0000-a" / "workload" / "workload012.csv").write_text("not ours\n")
+    steps: Iterator[None] = files.rest_steps()
+    with pytest.raises(OutputError, match=r"workload012\.csv"):
+        list(steps)
+    assert (tmp_path / "step0000-a" / "workload" / "workload012.csv").read_text() == "not ours\n"
+    out.close()
+
+
+RUN = """\
+test: mem
+subinterval_seconds: 0.3
+hosts: [localhost]
+luns:
+  - {hosts: localhost, file: "${output_root}/lun", size: 1MiB, create: true}
+steps:
+  - name: a
+    workloads:
+""" + "".join(f"""      - {{name: w{i:02d}, iosequencer: random_steady, blocksize: 4KiB, iodepth: 1,
+         iops: 20, read_fraction: 100%}}
+""" for i in range(24)) + """    warmup_seconds: 0
+    measure_seconds: 0.6
+"""
+
+
+def test_a_runs_files_made_after_its_go_get_every_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of 24 workloads whose instance files are made 10 at a time: the first slice
+    before the Go, the rest after it (the lead and a subinterval leave time for them); the
+    run ends well and every instance file has a row for each subinterval."""
+    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
+    made_at_go: list[tuple[int, int]] = []
+    make = StepFiles.make
+
+    def noted(self: StepFiles, budget_s: float | None = None) -> None:
+        make(self, budget_s)
+        made_at_go.append((self.made, self.total))
+
+    monkeypatch.setattr(StepFiles, "make", noted)
+    result = execute(memory_run(memory_config(tmp_path, RUN), MemoryHosts()))
+    assert result.exit_code == EXIT_OK, result.message
+    made, total = made_at_go[0]
+    assert total == 24 + 3  # workloads, the LUN, the host, all
+    assert 10 <= made < total  # a slice's rate known, the rest after the Go
+    step = next(tmp_path.rglob("step0000-a"))
+    instance_files = [p for p in step.glob("*/*.csv") if p.name != "summary.csv"
+                      and p.parent.name != "histograms"]
+    assert len(instance_files) == total
+    for path in instance_files:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert [r["subinterval"] for r in rows] == ["0", "1"], path
