@@ -64,6 +64,7 @@ from master.results.schema import (
     summary_columns,
 )
 from master.results.summaryfiles import LEADING_COLUMNS, SummaryBlock, SummaryRows
+from master.run.heap import without_cycle_collection
 from master.run.hostrows import HostResult, device_deltas, host_rows
 from master.run.settings import Settings
 from master.run.stepfiles import StepFiles
@@ -125,6 +126,7 @@ class _TypePlan:
 class StepRecorder:
     """Rows of one step; see the module docstring."""
 
+    @without_cycle_collection  # a million small objects at 100,000 workloads, no cycles
     def __init__(
         self,
         output: RunOutput,

@@ -22,6 +22,7 @@ from typing import Final
 
 from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts
 from master.results.output import RunOutput
+from master.run.heap import without_cycle_collection
 
 #: Files made in one call: a few milliseconds of the kernel's work, the pause between calls
 #: after the Go.
@@ -58,6 +59,7 @@ class StepFiles:
     def done(self) -> bool:
         return not self._todo
 
+    @without_cycle_collection  # 4,096 appenders and their names
     def _one_slice(self) -> None:
         t, folder, first = self._todo[0]
         t0 = self._clock()
