@@ -139,7 +139,8 @@ class Coords:
         if bounds_c.size and (int(bounds_c[0]) < 0 or int(bounds_c[-1]) > c.size
                               or bool(np.any(bounds_c[1:] < bounds_c[:-1]))):
             raise ValueError(f"row bounds outside 0..{c.size} or falling")
-        if b.size and (int(b.min()) < 0 or int(b.max()) > np.iinfo(np.uint16).max):
+        if b.dtype != np.uint16 and b.size and (int(b.min()) < 0
+                                                or int(b.max()) > np.iinfo(np.uint16).max):
             raise ValueError(f"buckets outside 0..{N_BUCKETS - 1}")
         b16 = _c_array(b, np.uint16)
         starts = bounds_c[:-1:ROWS_PER_WORKLOAD].astype(np.uintp)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -96,7 +96,7 @@ class Sample:
     counters: npt.NDArray[np.int64]  # (W, 4, 3)
     lat: npt.NDArray[np.int64]  # (W, 4, 2, 3)
     rows: npt.NDArray[np.int64]
-    buckets: npt.NDArray[np.int64]
+    buckets: npt.NDArray[np.integer[Any]]  # the wire's uint16 (``from_batch``), or int64
     counts: npt.NDArray[np.int64]
     coords_sorted: bool = False
 
@@ -158,7 +158,7 @@ class Sample:
             counters=np.asarray(batch.counters, dtype=np.int64),
             lat=np.asarray(batch.lat, dtype=np.int64),
             rows=batch.rows.astype(np.int64),
-            buckets=batch.buckets.astype(np.int64),
+            buckets=batch.buckets.astype(np.uint16),  # as the kernels read them
             counts=batch.counts.astype(np.int64),  # a copy, as rows and buckets are
             coords_sorted=True,
         )
@@ -204,7 +204,7 @@ class Sample:
         if all(p.coords_sorted for p in parts):
             # sorted lists (subintervals as received, earlier sums): merged pairwise, a
             # balanced tree of linear merges
-            coords = [(p.rows, p.buckets, p.counts) for p in parts]
+            coords = [(p.rows, p.buckets.astype(np.int64, copy=False), p.counts) for p in parts]
             while len(coords) > 1:
                 nxt = [kernels.merge_sorted(coords[i], coords[i + 1])
                        for i in range(0, len(coords) - 1, 2)]
