@@ -88,7 +88,9 @@ class StepFiles:
 
     def rest_steps(self) -> Generator[None, None, None]:
         """The files not made yet, a slice at a time, a pause (``yield``) after each
-        (``master.run.pauses``)."""
+        (``master.run.pauses``). Made whole even when the run is interrupted meanwhile: an
+        interrupted step's folder has every instance file, as one whose files came before its
+        Go (at 100,000 workloads this adds at most about 2 s to an interrupt)."""
         while self._todo:
             self._one_slice()
             yield

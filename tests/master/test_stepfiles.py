@@ -14,7 +14,7 @@ import pytest
 from master.results.csvfiles import LineTexts
 from master.results.output import RunOutput
 from master.run import stepfiles
-from master.run.outcome import EXIT_OK
+from master.run.outcome import EXIT_INTERRUPTED, EXIT_OK
 from master.run.stepfiles import StepFiles
 from protocol.errors import OutputError
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
@@ -185,3 +185,26 @@ def test_a_runs_files_made_after_its_go_get_every_row(
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
         assert [r["subinterval"] for r in rows] == ["0", "1"], path
+
+
+def test_an_interrupt_while_files_are_made_after_the_go_leaves_every_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the step's files are made after its Go: they are all made (the step's
+    folder as complete as one whose files came before the Go), and the run ends interrupted."""
+    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
+    run = memory_run(memory_config(tmp_path, RUN), MemoryHosts())
+    one_slice = StepFiles._one_slice
+    after_go: list[int] = []
+
+    def slice_then_interrupt(self: StepFiles) -> None:
+        one_slice(self)
+        if self.made > 10:  # a slice after the Go
+            after_go.append(self.made)
+            run.fleet.interrupt()
+
+    monkeypatch.setattr(StepFiles, "_one_slice", slice_then_interrupt)
+    result = execute(run)
+    assert result.exit_code == EXIT_INTERRUPTED, result.message
+    assert after_go and after_go[-1] == 27
+    step = next(tmp_path.rglob("step0000-a"))
+    assert len([p for p in step.glob("*/*.csv") if p.name != "summary.csv"]) == 27
