@@ -16,6 +16,7 @@ made (``master.results.output``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Final
@@ -23,6 +24,8 @@ from typing import Final
 from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts
 from master.results.output import RunOutput
 from master.run.heap import without_cycle_collection
+
+log = logging.getLogger(__name__)
 
 #: Files made in one call: a few milliseconds of the kernel's work, the pause between calls
 #: after the Go.
@@ -37,12 +40,14 @@ class StepFiles:
 
     def __init__(self, output: RunOutput, folders: Mapping[str, str],
                  counts: Mapping[str, int], names: Callable[[str], list[str]],
-                 columns: Sequence[str], *,
+                 columns: Sequence[str], *, name: str = "the step",
                  clock: Callable[[], float] = time.perf_counter) -> None:
         """``folders``: each rollup type's folder in the run folder; ``counts``: how many
         files it has; ``names``: its files' names, in its instances' order (asked for when
-        its first file is made); ``columns``: every file's header. Nothing is made yet."""
+        its first file is made); ``columns``: every file's header; ``name``: the step's, in
+        the log. Nothing is made yet."""
         self.output = output
+        self.name = name
         self.columns = list(columns)
         self._clock = clock
         self._names = names
@@ -91,9 +96,13 @@ class StepFiles:
         (``master.run.pauses``). Made whole even when the run is interrupted meanwhile: an
         interrupted step's folder has every instance file, as one whose files came before its
         Go (at 100,000 workloads this adds at most about 2 s to an interrupt)."""
+        left, took_s = self.total - self.made, self.took_s
         while self._todo:
             self._one_slice()
             yield
+        if left:
+            log.info("%s: %d of its %d instance files made after its Go, in %.2f s",
+                     self.name, left, self.total, self.took_s - took_s)
 
     def tables(self, rollup_type: str) -> AppenderGroup:
         """The appenders of ``rollup_type``'s files, in its instances' order."""

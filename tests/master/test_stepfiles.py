@@ -5,6 +5,7 @@ in-memory hosts whose files are partly made after its Go."""
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_the_rate_is_judged_only_once_a_slice_of_files_is_made(tmp_path: Path) -
 
 
 def test_the_rest_are_made_after_a_slice_each_with_a_pause_and_the_same_files(
-        tmp_path: Path) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The files made in slices, most after the Go, are the files made at once: the same
     names and bytes, and the same ones held open within the open-file budget."""
     sizes = {"workload": 23, "lun": 7, "all": 1}
@@ -112,8 +113,11 @@ def test_the_rest_are_made_after_a_slice_each_with_a_pause_and_the_same_files(
             assert files.made == 10
             with pytest.raises(RuntimeError, match="21 of the step's 31 instance files are not"):
                 files.tables("workload")
-            pauses = sum(1 for _ in files.rest_steps())
+            with caplog.at_level(logging.INFO, logger="master.run.stepfiles"):
+                pauses = sum(1 for _ in files.rest_steps())
             assert pauses == 4 and files.done  # the workloads 10 and 3, the LUNs, all.csv
+            assert [r.getMessage() for r in caplog.records] == [
+                "the step: 21 of its 31 instance files made after its Go, in 0.00 s"]
         texts = {t: LineTexts([f"i{i}" for i in range(n)]) for t, n in sizes.items()}
         for t in sizes:
             assert [os.path.basename(a.path) for a in files.tables(t)] == _names(sizes[t], t)
