@@ -24,7 +24,6 @@
 #define N_CAT 4
 #define N_KIND 2
 #define ROWS (N_CAT * N_KIND)
-_Static_assert((ROWS & (ROWS - 1)) == 0, "a row's category and kind: row & (ROWS - 1)");
 /* protocol.stats: counters (ops, bytes, errors) per category; latency (sum, min, max) */
 #define N_COUNTERS 3
 #define N_LAT 3

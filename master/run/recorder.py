@@ -45,11 +45,9 @@ from master.live.rows import (
 from master.results import writers
 from master.results.csvfiles import (
     AppenderGroup,
-    CsvAppender,
     LineTexts,
     csv_text,
     fmt,
-    format_lines,
     instance_file_names,
     safe_name,
 )
@@ -67,7 +65,7 @@ from master.results.summaryfiles import LEADING_COLUMNS, SummaryBlock, SummaryRo
 from master.run.heap import without_cycle_collection
 from master.run.hostrows import HostResult, device_deltas, host_rows
 from master.run.settings import Settings
-from master.run.stepfiles import StepFiles
+from master.run.stepfiles import StepFiles, write_rows
 from master.run.workloads import WorkloadInstance, rollup_key
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, UPPER_NS
@@ -160,8 +158,8 @@ class StepRecorder:
         summary's validity (it needs every type's histograms: ``histogram_types``).
         ``threads``: how many threads write the step's files (``master.results.writers``;
         default: the CPUs the process may run on, at most 8); the files are the same
-        whatever their number. ``files_budget_s``: the instance files that would be made in
-        that time are left for after the step's Go (``self.files``; None: all made now)."""
+        whatever their number. ``files_budget_s``: the instance files made in half that time
+        are left for after the step's Go (``self.files``, ``after_go_steps``; None: none)."""
         self.metrics = metrics
         if metrics is not None:
             metrics.start_step(number, name)
@@ -200,8 +198,8 @@ class StepRecorder:
         self.devices = DeviceRollups(
             [(workloads[w].host, workloads[w].lun.lun.path) for w in self.ids], self.groupings,
             subinterval_s, fold=fold_measurement)
-        # every instance file made now, before the step's Go, or with ``files_budget_s``
-        # those that would not be made in that time after it (``StepFiles.rest_steps``)
+        # every instance file made now, before the step's Go, but those ``files_budget_s``
+        # leaves for after it (``StepFiles.make``)
         self.files = StepFiles(output, {t: f"{self.dir}/{safe_name(t)}" for t in self.groupings},
                                {t: g.n for t, g in self.groupings.items()}, self.file_names,
                                self.instance_columns, name=self.dir)
@@ -502,17 +500,33 @@ class StepRecorder:
         values[:, n_metrics] = cpu
         values[:, n_metrics + 1] = count  # workloads
         values[:, n_metrics + 2] = setting  # iops_setting
-        if not self._sliced:
-            _write_rows(values, head, self._texts(rollup_type), is_max,
-                        self.files.tables(rollup_type))
-            return []
-        slices = self._row_slices.get(rollup_type)
+        slices = self._slices(rollup_type)
         if slices is None:
+            write_rows(values, head, self._texts(rollup_type), is_max,
+                       self.files.tables(rollup_type))
+            return []
+        workers = writers.pool(self.threads)
+        return [workers.submit(write_rows, values[a:b], head, texts, is_max[a:b], tables)
+                for a, b, tables, texts in slices]
+
+    def _slices(self, rollup_type: str) -> list[tuple[int, int, AppenderGroup, LineTexts]] | None:
+        """``rollup_type``'s instances in the slices the writer threads take, with their files
+        and texts (made once; None: its rows are written on this thread)."""
+        slices = self._row_slices.get(rollup_type)
+        if slices is None and self._sliced:
             slices = self._row_slices[rollup_type] = self.files.slices(
                 rollup_type, self._texts(rollup_type), ROW_SLICE)
-        workers = writers.pool(self.threads)
-        return [workers.submit(_write_rows, values[a:b], head, texts, is_max[a:b], tables)
-                for a, b, tables, texts in slices]
+        return slices
+
+    def after_go_steps(self) -> Generator[None, None, None]:
+        """What the step's first rows need and its Go need not wait for, a pause (``yield``)
+        after each part: the instance files left (``StepFiles.rest_steps``), then each rollup
+        type's instance texts and the slices its rows are written in."""
+        yield from self.files.rest_steps()
+        for t in self.groupings:
+            self._texts(t)
+            self._slices(t)
+            yield
 
     def file_names(self, rollup_type: str) -> list[str]:
         """The file name of each instance of ``rollup_type`` (in ``groupings`` order), in
@@ -777,15 +791,6 @@ def _instance_settings(g: ru.Grouping, iops: npt.NDArray[np.float64]) -> _Settin
             np.bincount(g.of_workload, weights=np.nan_to_num(iops), minlength=g.n
                         ).astype(np.float64, copy=False),
             np.bincount(g.of_workload, weights=np.isnan(iops), minlength=g.n) > 0)
-
-
-def _write_rows(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
-                is_max: npt.NDArray[np.bool_], tables: AppenderGroup) -> None:
-    """Row ``i`` of ``values`` (``head``, ``texts``' text ``i``, the cells, ``max`` as the
-    IOPS setting where ``is_max[i]``) appended to ``tables[i]``: formatted into this thread's
-    buffer and written by compiled code."""
-    data, ends, own = format_lines(values, head, texts, is_max, "max", ru.VIEW_BLOCKS)
-    CsvAppender.append_block(tables, data, ends, own)
 
 
 @functools.cache

@@ -10,8 +10,9 @@ run makes the rest after the Go, ``rest_steps``, pausing for its event loop, and
 before the first subinterval's results come). Every file is made before any row is written:
 the appenders are asked for only then (a ``RuntimeError`` before).
 
-It does not decide the files' names or columns (``master.run.recorder``) nor how a file is
-made (``master.results.output``).
+``write_rows`` appends a slice of rows to them (on the writer threads). It does not decide the
+files' names or columns, nor the rows (``master.run.recorder``), nor how a file is made
+(``master.results.output``).
 """
 
 from __future__ import annotations
@@ -21,17 +22,22 @@ import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Final
 
-from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts
+import numpy as np
+import numpy.typing as npt
+
+from master.analysis.rollup import VIEW_BLOCKS
+from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts, format_lines
 from master.results.output import RunOutput
 from master.run.heap import without_cycle_collection
 
 log = logging.getLogger(__name__)
 
-#: Files made in one call: a few milliseconds of the kernel's work, the pause between calls
-#: after the Go.
-FILES_SLICE: Final = 4096
-#: The files left for after the Go take at most this share of the time until the first
-#: results, at the rate those made before it were made.
+#: Files made in one call: 12-20 ms on the 2-core development VM, how long a slice after the
+#: Go holds the run's event loop.
+FILES_SLICE: Final = 1024
+#: The files left for after the Go, at the rate those made before it were made, take at most
+#: 1 / MARGIN of the time until the first results (the names of a large rollup type's files,
+#: made with its first slice, are not in that rate: 0.1 s for 100,000).
 MARGIN: Final = 2.0
 
 
@@ -51,6 +57,7 @@ class StepFiles:
         self.columns = list(columns)
         self._clock = clock
         self._names = names
+        self._named: set[str] = set()  # the rollup types whose names were made
         self._todo = [(t, folders[t], a) for t in folders
                       for a in range(0, counts[t], FILES_SLICE)]
         self.total = sum(counts.values())
@@ -68,6 +75,7 @@ class StepFiles:
     def _one_slice(self) -> None:
         t, folder, first = self._todo[0]
         t0 = self._clock()
+        self._named.add(t)
         names = self._names(t)[first:first + FILES_SLICE]
         self._made[t] += self.output.tables(folder, names, self.columns)
         self.took_s += self._clock() - t0
@@ -98,7 +106,12 @@ class StepFiles:
         Go (at 100,000 workloads this adds at most about 2 s to an interrupt)."""
         left, took_s = self.total - self.made, self.took_s
         while self._todo:
-            self._one_slice()
+            t = self._todo[0][0]
+            if t not in self._named:  # its names first, a pause of their own
+                self._named.add(t)
+                self._names(t)
+            else:
+                self._one_slice()
             yield
         if left:
             log.info("%s: %d of its %d instance files made after its Go, in %.2f s",
@@ -122,3 +135,12 @@ class StepFiles:
         n = len(tables)
         return [(a, min(a + size, n), AppenderGroup(tables.appenders[a:a + size]),
                  texts.part(a, min(a + size, n))) for a in range(0, n, size)]
+
+
+def write_rows(values: npt.NDArray[np.float64], head: str, texts: LineTexts,
+               is_max: npt.NDArray[np.bool_], tables: AppenderGroup) -> None:
+    """Row ``i`` of ``values`` (``head``, ``texts``' text ``i``, the cells, ``max`` as the
+    IOPS setting where ``is_max[i]``) appended to ``tables[i]``: formatted into this thread's
+    buffer and written by compiled code (on the writer threads, ``master.results.writers``)."""
+    data, ends, own = format_lines(values, head, texts, is_max, "max", VIEW_BLOCKS)
+    CsvAppender.append_block(tables, data, ends, own)

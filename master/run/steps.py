@@ -167,8 +167,7 @@ class StepLoop:
         if self.verification is not None:  # numbered and in the map before any create
             self.verification.prepare(instances)
             crashes = self.verification.crashes
-            # each host's map of each LUN it runs on as the master's: a resumed run's, a
-            # LUN another host wrote
+            # each host's map of each LUN it runs on, as the master's (a resume's, another's)
             for host, lun, data in self.verification.to_load(instances):
                 no = await self.sessions[host].load_map(lun, data, crashes)
                 if no is not None:
@@ -339,9 +338,8 @@ class StepLoop:
         self.event("INFO", f"step {number} {step.name}: {control.warm} warmup, {how}, "
                    f"{control.cool} cooldown subintervals; starts {lead_ns / 1e6:.0f} ms "
                    "after its Go", kind="step", step=number)
-        # the slaves keep the measurement window's statistics: a fixed-length step adds
-        # warmup .. warmup + measurement - 1 up as it goes; a measure step keeps each
-        # subinterval from the end of its warmup on
+        # the slaves keep the window's statistics: a fixed-length step adds its measurement
+        # up as it goes; a measure step keeps each subinterval from the end of its warmup on
         fixed = control.fixed
         keep_to = control.warm + fixed - 1 if fixed is not None else -1
         go_sent_ns = self.clock()
@@ -359,7 +357,9 @@ class StepLoop:
                 confirm = asyncio.ensure_future(self._confirm_go(st, go_sent_ns, len(instances)))
                 if stop_sent:
                     await self._stop_all(0, self._deadline_ns(st, 0))
-                await stepped(recorder.files.rest_steps())
+                # the rest of the step's files once its Go is confirmed (its time unstretched)
+                await asyncio.wait({confirm}, timeout=self.fleet.left_s(st.start_ns))
+                await stepped(recorder.after_go_steps())
                 k = 0
                 while True:
                     results = await self.fleet.results(

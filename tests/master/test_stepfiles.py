@@ -115,7 +115,8 @@ def test_the_rest_are_made_after_a_slice_each_with_a_pause_and_the_same_files(
                 files.tables("workload")
             with caplog.at_level(logging.INFO, logger="master.run.stepfiles"):
                 pauses = sum(1 for _ in files.rest_steps())
-            assert pauses == 4 and files.done  # the workloads 10 and 3, the LUNs, all.csv
+            # the workloads' 10 and 3; the LUNs' names, then files; all.csv's name, then file
+            assert pauses == 6 and files.done
             assert [r.getMessage() for r in caplog.records] == [
                 "the step: 21 of its 31 instance files made after its Go, in 0.00 s"]
         texts = {t: LineTexts([f"i{i}" for i in range(n)]) for t, n in sizes.items()}
@@ -212,3 +213,31 @@ def test_an_interrupt_while_files_are_made_after_the_go_leaves_every_file(
     assert after_go and after_go[-1] == 27
     step = next(tmp_path.rglob("step0000-a"))
     assert len([p for p in step.glob("*/*.csv") if p.name != "summary.csv"]) == 27
+
+
+def test_the_files_after_the_go_wait_for_its_confirmation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The files left for after the Go are made once every host confirmed it: the time the
+    confirmation took, which sets later steps' leads, is not stretched by them."""
+    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
+    order: list[str] = []
+    one_slice = StepFiles._one_slice
+
+    def noted(self: StepFiles) -> None:
+        one_slice(self)
+        order.append(f"files {self.made}")
+
+    monkeypatch.setattr(StepFiles, "_one_slice", noted)
+    caplog.set_level(logging.INFO, logger="master.run.steps")
+    handler = logging.Handler()
+    handler.emit = lambda r: order.append(r.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("master.run.steps").addHandler(handler)
+    try:
+        result = execute(memory_run(memory_config(tmp_path, RUN), MemoryHosts()))
+    finally:
+        logging.getLogger("master.run.steps").removeHandler(handler)
+    assert result.exit_code == EXIT_OK, result.message
+    confirmed = next(i for i, m in enumerate(order) if "its Go confirmed by every host" in m)
+    files = [int(m.split()[1]) for m in order if m.startswith("files ")]
+    assert files == [1, 2, 3, 13, 23, 27]  # all, host, the LUN, workloads: 10 before the Go
+    assert order.index("files 13") < confirmed < order.index("files 23")
