@@ -57,8 +57,10 @@ def _tree(top: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(autouse=True)
-def _small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+def _small_slices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Slices of 10 files; the runs' control sockets registered under tmp_path."""
     monkeypatch.setattr(stepfiles, "FILES_SLICE", 10)
+    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
 
 
 # budget_s, seconds a file, files before the Go: the rest (rest_s x MARGIN) within the budget
@@ -168,7 +170,6 @@ def test_a_runs_files_made_after_its_go_get_every_row(
     """A step of 24 workloads whose instance files are made 10 at a time: the first slice
     before the Go, the rest after it (the lead and a subinterval leave time for them); the
     run ends well and every instance file has a row for each subinterval."""
-    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
     made_at_go: list[tuple[int, int]] = []
     make = StepFiles.make
 
@@ -196,7 +197,6 @@ def test_an_interrupt_while_files_are_made_after_the_go_leaves_every_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C while the step's files are made after its Go: they are all made (the step's
     folder as complete as one whose files came before the Go), and the run ends interrupted."""
-    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
     run = memory_run(memory_config(tmp_path, RUN), MemoryHosts())
     one_slice = StepFiles._one_slice
     after_go: list[int] = []
@@ -219,7 +219,6 @@ def test_the_files_after_the_go_wait_for_its_confirmation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The files left for after the Go are made once every host confirmed it: the time the
     confirmation took, which sets later steps' leads, is not stretched by them."""
-    monkeypatch.setenv("IVYPY_STATE_DIR", str(tmp_path / "state"))
     order: list[str] = []
     one_slice = StepFiles._one_slice
 
