@@ -2,7 +2,8 @@
 
 Owns the step's rollup plan (which of each host's workloads the slave adds up into one group,
 per rollup type, and whether it sends the groups' histograms or their percentile tables: see
-``Go.rollups`` in ``protocol/SPEC.md``), and the path from decoded ``SubintervalResult``s to
+``Go.rollups`` in ``protocol/SPEC.md``; each type's made by ``master.run.rollupplan``), and the
+path from decoded ``SubintervalResult``s to
 every per-subinterval file of a step (instance rows, cpu.csv, interlock.csv), and from the
 measurement window's per-workload statistics (``WindowResult``, kept and added up by the
 slaves) to the step's summaries and histogram files. It does not talk to hosts or decide when a
@@ -64,9 +65,10 @@ from master.results.schema import (
 from master.results.summaryfiles import LEADING_COLUMNS, SummaryBlock, SummaryRows
 from master.run.heap import without_cycle_collection
 from master.run.hostrows import HostResult, device_deltas, host_rows
+from master.run.rollupplan import type_plan
 from master.run.settings import Settings
 from master.run.stepfiles import StepFiles, write_rows
-from master.run.workloads import WorkloadInstance, rollup_key
+from master.run.workloads import WorkloadInstance
 from protocol.batch import GroupStats, StatsBatch
 from protocol.buckets import LOWER_NS, UPPER_NS
 from protocol.errors import HostError, ProtocolError
@@ -108,17 +110,6 @@ class Recorded:
     skew_bound_ns: dict[str, int] = field(default_factory=dict)
     #: each rollup type's ``DEVICE_COLUMNS`` (instances × columns; NaN where empty)
     devices: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _TypePlan:
-    """One rollup type's plan: its instances, and the host groups the slaves add up."""
-
-    names: tuple[str, ...]  # instances, in order of first appearance over the plan's workloads
-    groups: dict[str, list[list[str]]]  # host → its groups (workload ids)
-    grouping: ru.Grouping  # host group (hosts in plan order) → instance
-    inst_of_workload: npt.NDArray[np.intp]  # instance of each workload, in plan order
-    histograms: bool  # the slaves send histograms (else percentile tables)
 
 
 class StepRecorder:
@@ -230,28 +221,11 @@ class StepRecorder:
             dtype=np.intp, count=len(self.ids))
         self._host_workloads = {h: set(of_host.get(h, [])) for h in self._hosts}
         self._ids_of_host = {h: of_host.get(h, []) for h in self._hosts}
-        self.plans: dict[str, _TypePlan] = {}
-        for spec in self.rollups:
-            keys = [rollup_key(spec, self.workloads[w]) for w in self.ids]
-            index: dict[str, int] = {}
-            inst_of = np.fromiter((index.setdefault(k, len(index)) for k in keys),
-                                  dtype=np.intp, count=len(keys))
-            groups: dict[str, list[list[str]]] = {}
-            hg_inst: list[int] = []
-            at = 0
-            for h in self._hosts:
-                local: dict[str, list[str]] = {}
-                for w in of_host.get(h, []):
-                    local.setdefault(keys[at], []).append(w)
-                    at += 1
-                groups[h] = list(local.values())
-                hg_inst += [index[k] for k in local]
-            names = tuple(index)
-            of_hg = np.array(hg_inst, dtype=np.intp)
-            spread = bool(np.any(np.bincount(of_hg, minlength=len(names)) > 1))
-            self.plans[spec.type] = _TypePlan(
-                names, groups, ru.Grouping(spec.type, names, of_hg), inst_of,
-                spread or spec.type in histogram_types)
+        insts = [self.workloads[w] for w in self.ids]
+        #: each rollup type's plan (``master.run.rollupplan``)
+        self.plans = {spec.type: type_plan(spec, self._hosts, of_host, insts,
+                                           spec.type in histogram_types)
+                      for spec in self.rollups}
         #: the instances of each rollup type over the workloads in plan order (summaries)
         self.groupings = {t: ru.Grouping(t, p.names, p.inst_of_workload)
                           for t, p in self.plans.items()}

@@ -311,15 +311,23 @@ def expand_step(
 
 
 def rollup_key(spec: RollupSpec, inst: WorkloadInstance) -> str:
+    """The instance of rollup type ``spec`` that workload ``inst`` is in."""
+    return rollup_keys(spec, [inst])[0]
+
+
+def rollup_keys(spec: RollupSpec, insts: Sequence[WorkloadInstance]) -> list[str]:
+    """``rollup_key`` of each of ``insts`` (one pass, no call per workload: a step's plan at
+    100,000 workloads)."""
     if spec.type == "all":
-        return "all"
+        return ["all"] * len(insts)
     if spec.type == "workload":
-        return inst.id
+        return [i.id for i in insts]
     if spec.type == "lun":
-        return f"{inst.host}:{inst.lun.lun.path}"
+        return [f"{i.host}:{i.lun.lun.path}" for i in insts]
     if spec.type == "host":
-        return inst.host
-    return "+".join(inst.attributes.get(a, "") for a in spec.attributes)
+        return [i.host for i in insts]
+    attributes = spec.attributes
+    return ["+".join([i.attributes.get(a, "") for a in attributes]) for i in insts]
 
 
 def check_rollup_keys(rollups: Sequence[RollupSpec], instances: Sequence[WorkloadInstance], *,
