@@ -229,7 +229,7 @@ class Case:
     workload_coords: int  # what the workloads' own histograms would have been
     step_end_s: float  # the master's work on the measurement window at the step's end (wall)
     step_start_s: float  # the recorder made: its plan and the files made before the go (wall)
-    after_go_s: float  # the rest of the instance files, made after the go (wall)
+    after_go_s: float  # the rest of the instance files, their rows' texts and slices: after the go
     files_after_go: int  # how many of them
     threads: int  # the recorder's writer threads
     digest: str  # SHA-256 of the step folder's files (relative paths and bytes); '' unasked
@@ -275,7 +275,7 @@ def run_case(n_hosts: int, per_host: int, subintervals: int, distinct: int, pool
     step_start_s = time.perf_counter() - t0
     files_after_go = rec.files.total - rec.files.made
     t0 = time.perf_counter()
-    finished(rec.files.rest_steps())
+    finished(rec.after_go_steps())
     after_go_s = time.perf_counter() - t0
     made = [make_frames(pool, rec, hosts, ids_by_host, k, rng) for k in range(distinct)]
     frame_sets = [m[0] for m in made]
@@ -352,7 +352,7 @@ def start_case(n_hosts: int, per_host: int, sub_s: float, root: Path) -> StartCa
         start_s = time.perf_counter() - t0
         left = rec.files.total - rec.files.made
         t0 = time.perf_counter()
-        finished(rec.files.rest_steps())
+        finished(rec.after_go_steps())
         return StartCase(budget_s, start_s, time.perf_counter() - t0, left, rec.files.total)
     finally:
         output.close()

@@ -152,22 +152,10 @@ class Coords:
         """The coordinates of ``batches``, their workloads side by side, each read in its own
         arrays (the wire's: uint16 buckets, int64 counts; copied only where unaligned). Each
         batch must be valid (``validate_batch``: sorted by row and bucket, in range)."""
-        bounds = [np.zeros(1, dtype=np.int64)]
-        bucket_at, count_at, held = [], [], []
-        at = 0
-        for batch in batches:
-            n_rows = batch.n_workloads * ROWS_PER_WORKLOAD
-            local = np.searchsorted(batch.rows, np.arange(1, n_rows + 1, dtype=batch.rows.dtype))
-            b16, c = _c_array(batch.buckets, np.uint16), _c_array(batch.counts, np.int64)
-            starts = np.concatenate([[0], local[ROWS_PER_WORKLOAD - 1:-1:ROWS_PER_WORKLOAD]]
-                                    ).astype(np.uintp) if n_rows else np.zeros(0, np.uintp)
-            bounds.append(local.astype(np.int64) + at)
-            bucket_at.append(np.uintp(b16.ctypes.data) + starts * np.uintp(2))
-            count_at.append(np.uintp(c.ctypes.data) + starts * np.uintp(8))
-            held += [b16, c]
-            at += int(batch.counts.size)
-        return cls(np.concatenate(bounds), np.concatenate([np.zeros(0, np.uintp), *bucket_at]),
-                   np.concatenate([np.zeros(0, np.uintp), *count_at]), tuple(held))
+        return cls.joined([cls.flat(
+            np.searchsorted(b.rows, np.arange(b.n_workloads * ROWS_PER_WORKLOAD + 1,
+                                              dtype=b.rows.dtype)), b.buckets, b.counts)
+            for b in batches])
 
     @classmethod
     def joined(cls, parts: Sequence[Coords]) -> Coords:

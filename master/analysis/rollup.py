@@ -283,9 +283,7 @@ class Grouping:
     def from_keys(cls, rollup_type: str, keys: Sequence[str]) -> Grouping:
         """Instances named by each workload's key, in order of first appearance."""
         names: dict[str, int] = {}
-        of = np.fromiter(
-            (names.setdefault(k, len(names)) for k in keys), dtype=np.intp, count=len(keys)
-        )
+        of = np.array([names.setdefault(k, len(names)) for k in keys], dtype=np.intp)
         return cls(rollup_type, tuple(names), of)
 
     @property

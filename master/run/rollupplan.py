@@ -37,10 +37,9 @@ def type_plan(spec: RollupSpec, hosts: Sequence[str], ids_of_host: Mapping[str, 
     (``ids_of_host``: each host's workload ids; ``insts``: every workload, host by host, in
     the same order). An instance whose workloads lie on more than one host has a group on
     each, whose histograms the slaves send; so does every instance where ``histograms``."""
-    keys = rollup_keys(spec, insts)
-    index: dict[str, int] = {}
-    inst_list = [index.setdefault(k, len(index)) for k in keys]
-    n = len(index)
+    by_key = ru.Grouping.from_keys(spec.type, rollup_keys(spec, insts))
+    inst_list = by_key.of_workload.tolist()
+    n = by_key.n
     groups: dict[str, list[list[str]]] = {}
     hg_inst: list[int] = []
     at = 0
@@ -48,7 +47,7 @@ def type_plan(spec: RollupSpec, hosts: Sequence[str], ids_of_host: Mapping[str, 
         ws = ids_of_host.get(h, [])
         part = inst_list[at:at + len(ws)]
         at += len(ws)
-        if n == len(keys):  # an instance a workload (``workload``)
+        if n == len(inst_list):  # an instance a workload (``workload``)
             groups[h] = [[w] for w in ws]
             hg_inst += part
         elif n == 1:  # one instance (``all``)
@@ -64,8 +63,8 @@ def type_plan(spec: RollupSpec, hosts: Sequence[str], ids_of_host: Mapping[str, 
                     group.append(w)
             groups[h] = list(local.values())
             hg_inst += list(local)
-    names = tuple(index)
+    names = by_key.names
     of_hg = np.array(hg_inst, dtype=np.intp)
     spread = bool(np.any(np.bincount(of_hg, minlength=n) > 1))
     return TypePlan(names, groups, ru.Grouping(spec.type, names, of_hg),
-                    np.array(inst_list, dtype=np.intp), spread or histograms)
+                    by_key.of_workload, spread or histograms)
