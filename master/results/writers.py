@@ -2,17 +2,16 @@
 
 Owns how many threads write the master's files at once (``writer_threads``: the CPUs this
 process may run on, at most ``MOST_THREADS``) and the pools of them, made once per process and
-kept (``pool``): the compiled formatter keeps a buffer per thread, which stays warm between
-subintervals. What runs on them is compiled code that releases the GIL (``format_lines``,
-``write_lines``, ``create_files`` in ``master.results.csvkernels``), each job on its own
-files: a file's bytes do not depend on which thread wrote it, nor on how many there are. It does
-not decide what is written, nor when (``master.run.recorder``).
+kept (``pool``; ``close_pools`` ends them): the compiled formatter keeps a buffer per thread,
+which stays warm between subintervals. What runs on them is compiled code that releases the
+GIL (``format_lines``, ``write_lines``, ``create_files`` in ``master.results.csvkernels``),
+each job on its own files: a file's bytes do not depend on which thread wrote it, nor on how
+many there are. It does not decide what is written, nor when (``master.run.recorder``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -27,12 +26,27 @@ def writer_threads() -> int:
     return max(1, min(MOST_THREADS, len(usable_cpus())))
 
 
-@functools.cache
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
 def pool(threads: int) -> ThreadPoolExecutor:
-    """The process's pool of ``threads`` writer threads (made at its first use, kept)."""
+    """The process's pool of ``threads`` writer threads (made at its first use, kept until
+    ``close_pools``)."""
     if threads < 2:
         raise ValueError(f"a pool of {threads} writer threads: write on the caller's thread")
-    return ThreadPoolExecutor(threads, thread_name_prefix=f"writer{threads}")
+    made = _pools.get(threads)
+    if made is None:
+        made = _pools[threads] = ThreadPoolExecutor(threads,
+                                                    thread_name_prefix=f"writer{threads}")
+    return made
+
+
+def close_pools() -> None:
+    """End every pool's threads once their jobs are done; a later ``pool`` makes a new one.
+    For a process that must run no other thread from here on (one that forks: ``ivypy
+    fio-pctiles`` reads through forked children only then), and for tests."""
+    while _pools:
+        _pools.popitem()[1].shutdown(wait=True)
 
 
 def finish(jobs: Iterable[Future[None]]) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from master.hosts.zipapp import SlaveZipapp, build_slave_zipapp
+from master.results import writers
 from scripts.testbed_luns import brought_up
 from scripts.testbed_users import using_testbed
 
@@ -34,6 +35,15 @@ if str(REPO_ROOT) not in sys.path:
 TESTBED_SCRIPT = REPO_ROOT / "scripts" / "testbed"
 TESTBED_STATE = Path("/run/ivypy-testbed")
 SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture(autouse=True)
+def _writer_threads_ended() -> Iterator[None]:
+    """Every test ends with the master's writer threads ended, as it began: a later test in
+    the same worker process may need one without other threads (``ivypy fio-pctiles`` forks
+    its readers only then)."""
+    yield
+    writers.close_pools()
 
 # The stand-in entry point. It imports the packed msgpack/protocol/slave (so a broken zipapp
 # fails), reports on stderr where msgpack came from and its arguments, writes its pid as the
