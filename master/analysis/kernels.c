@@ -516,8 +516,8 @@ int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca
  * cells, reused (the reference marks n * n_buckets), giving the same rows, in the same order,
  * with the same sums (int64 sums wrap alike in any order). The coordinates: row_bounds, wb, wc
  * (bucket_ptrs above; a coordinate's row is the row whose bounds hold it).
- * Called twice: without outputs (out_inst NULL) it counts the rows, reading the buckets only;
- * then, with room for cap rows, it fills them: out_inst (instance - first), out_bucket, and
+ * Without outputs (out_inst NULL) it counts the rows, reading the buckets only; with room for
+ * cap rows (kernels._histogram_rows_cap bounds them) it fills them in the same pass: out_inst (instance - first), out_bucket, and
  * summed (rows, 6), the members' counts added up, column view * 2 + kind, views overall, read
  * (even category), write. The members' instances lie in first .. first + n - 1 (the caller's
  * check). Returns the number of rows; -1 at a bucket outside 0..n_buckets - 1, -2 when out of

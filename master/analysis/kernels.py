@@ -323,7 +323,7 @@ def merge_sorted(a: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDAr
 # ----------------------------------------------------------------------------- histogram files
 def _histogram_rows(of_workload: Any, members: Any, row_bounds: Any, buckets: Any, counts: Any,
                     first: int, n: int) -> tuple[Any, Any, Any, bool]:
-    """``kernelref.histogram_rows_py`` in C (``ivk_histogram_rows``: counted, then filled),
+    """``kernelref.histogram_rows_py`` in C (``ivk_histogram_rows``, filled in one pass),
     its coordinates one array's (``Coords.flat``)."""
     return _histogram_rows_at(of_workload, members, Coords.flat(row_bounds, buckets, counts),
                               first, n)
@@ -342,22 +342,36 @@ def _histogram_rows_at(of_workload: Any, members: Any, coords: Coords, first: in
             coords.bucket_at.ctypes.data, coords.count_at.ctypes.data, int(first), int(n),
             N_BUCKETS)
     fn = _kernels().ivk_histogram_rows
-    n_rows = fn(*args, 0, None, None, None)
+    cap = _histogram_rows_cap(of_c, members_c, coords, first, n)
+    out_inst = np.empty(cap, dtype=np.int64)
+    out_bucket = np.empty(cap, dtype=np.int64)
+    summed = np.empty((cap, 6), dtype=np.int64)
+    n_rows = fn(*args, cap, out_inst.ctypes.data, out_bucket.ctypes.data, summed.ctypes.data)
     if n_rows == -1:
         empty = np.zeros(0, dtype=np.intp)
         return empty, empty, np.zeros((0, 6), dtype=np.int64), False
     if n_rows == -2:
         raise MemoryError("histogram_rows: no memory for its scratch")
-    out_inst = np.empty(n_rows, dtype=np.int64)
-    out_bucket = np.empty(n_rows, dtype=np.int64)
-    summed = np.empty((n_rows, 6), dtype=np.int64)
-    filled = fn(*args, n_rows, out_inst.ctypes.data, out_bucket.ctypes.data, summed.ctypes.data)
-    if filled == -2:
-        raise MemoryError("histogram_rows: no memory for its scratch")
-    if filled != n_rows:
-        raise RuntimeError("histogram_rows: the coordinates changed while they were read")
+    if n_rows < 0:
+        raise RuntimeError(f"histogram_rows: more rows than their bound {cap}")
+    out_inst, out_bucket, summed = out_inst[:n_rows], out_bucket[:n_rows], summed[:n_rows]
     return (out_inst.astype(np.intp, copy=False), out_bucket.astype(np.intp, copy=False), summed,
             True)
+
+
+def _histogram_rows_cap(of_workload: npt.NDArray[np.int64], members: npt.NDArray[np.int64],
+                        coords: Coords, first: int, n: int) -> int:
+    """The most rows ``ivk_histogram_rows`` can give: per instance, its members' coordinates
+    or every bucket, whichever is fewer (a coordinate adds one bucket at most). Rows are
+    filled in one pass into room for this many (the pages never reached are never touched),
+    where counting them first read every coordinate twice."""
+    starts = members * ROWS_PER_WORKLOAD
+    per_member = coords.bounds[starts + ROWS_PER_WORKLOAD] - coords.bounds[starts]
+    inst = of_workload[members] - first
+    if inst.size and (int(inst.min()) < 0 or int(inst.max()) >= n):
+        return int(per_member.sum())  # the caller's error: every coordinate, to be safe
+    per_inst = np.bincount(inst, weights=per_member, minlength=n)
+    return int(np.minimum(per_inst, N_BUCKETS).sum())
 
 
 def histogram_rows(of_workload: npt.NDArray[np.intp], members: npt.NDArray[np.intp],

@@ -402,10 +402,29 @@ HISTOGRAM_VIEWS: Final = ("all", "read", "write")
 HISTOGRAM_KINDS: Final = ("service_time", "response_time")
 
 
-def histogram_rows(sample: AnySample, grouping: Grouping, size: int
-                   ) -> Iterator[HistogramRows]:
-    """Every instance's merged histograms, in slices of ``size`` instances (memory bound).
-    Each slice reads only its own workloads' coordinates (``kernels.histogram_rows``)."""
+@dataclass(frozen=True)
+class HistogramSlice:
+    """Instances ``first .. first + n - 1`` of a grouping and the workloads in them
+    (``members``, of ``of_workload``'s numbering): ``rows()`` makes their merged histograms,
+    reading only those workloads' coordinates. Any thread may call it: the kernel only reads,
+    and releases the GIL."""
+
+    coords: kernels.Coords
+    of_workload: npt.NDArray[np.intp]
+    members: npt.NDArray[np.intp]
+    first: int
+    n: int
+
+    def rows(self) -> HistogramRows:
+        inst, bucket, summed = kernels.histogram_rows(
+            self.of_workload, self.members, self.coords, self.first, self.n)
+        return HistogramRows(self.first, self.n, inst, bucket, summed.astype(np.float64))
+
+
+def histogram_slices(sample: AnySample, grouping: Grouping, size: int
+                     ) -> Iterator[HistogramSlice]:
+    """``grouping``'s instances in slices of ``size`` (memory bound), each with its workloads,
+    for ``HistogramSlice.rows``."""
     if size < 1:
         raise ValueError(f"slice size {size} must be at least 1")
     coords = sample.coords
@@ -414,7 +433,13 @@ def histogram_rows(sample: AnySample, grouping: Grouping, size: int
     firsts = np.arange(0, grouping.n, size)
     cuts = np.searchsorted(of_workload[by_inst], np.append(firsts, grouping.n)).tolist()
     for k, first in enumerate(firsts.tolist()):
-        n = min(size, grouping.n - first)
-        inst, bucket, summed = kernels.histogram_rows(
-            of_workload, by_inst[cuts[k]:cuts[k + 1]], coords, first, n)
-        yield HistogramRows(first, n, inst, bucket, summed.astype(np.float64))
+        yield HistogramSlice(coords, of_workload, by_inst[cuts[k]:cuts[k + 1]], first,
+                             min(size, grouping.n - first))
+
+
+def histogram_rows(sample: AnySample, grouping: Grouping, size: int
+                   ) -> Iterator[HistogramRows]:
+    """Every instance's merged histograms, in slices of ``size`` instances (memory bound).
+    Each slice reads only its own workloads' coordinates (``kernels.histogram_rows``)."""
+    for part in histogram_slices(sample, grouping, size):
+        yield part.rows()

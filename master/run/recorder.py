@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -644,26 +644,28 @@ class StepRecorder:
         blocks: list[SummaryBlock] = []
         messages = [extra_invalid] if extra_invalid else []
         columns = tuple(self.summary_columns[len(LEADING_COLUMNS):-2])  # first_subinterval ..
-        for spec in self.rollups:
-            g = self.groupings[spec.type]
-            res = ru.compute(total, g, dur)
-            valid, why = rollup_validity(spec, res)
-            if not valid:
-                messages.append(why)
-            valid_all &= valid
-            reason = "; ".join(x for x in (extra_invalid, why) if x)
-            cpu = self._instance_cpu_array(spec.type, host_cpu)
-            count, setting, is_max = _instance_settings(g, iops)
-            values = np.hstack([np.tile([window[0], window[-1], dur], (g.n, 1)), res.values,
-                                device[spec.type], gathered[spec.type],
-                                np.column_stack([cpu, count, setting])])
-            tail = {"valid": valid and not extra_invalid, "invalid_reason": reason,
-                    **(extra or {})}
-            blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
-                                       self._texts(spec.type), columns, values, is_max,
-                                       tail, INT_SUMMARY_COLUMNS))
-            yield
-            yield from self._write_histograms(spec, g, total)
+        histograms = _HistogramJobs(self.threads)
+        with histograms:
+            for spec in self.rollups:
+                g = self.groupings[spec.type]
+                res = ru.compute(total, g, dur)
+                valid, why = rollup_validity(spec, res)
+                if not valid:
+                    messages.append(why)
+                valid_all &= valid
+                reason = "; ".join(x for x in (extra_invalid, why) if x)
+                cpu = self._instance_cpu_array(spec.type, host_cpu)
+                count, setting, is_max = _instance_settings(g, iops)
+                values = np.hstack([np.tile([window[0], window[-1], dur], (g.n, 1)), res.values,
+                                    device[spec.type], gathered[spec.type],
+                                    np.column_stack([cpu, count, setting])])
+                tail = {"valid": valid and not extra_invalid, "invalid_reason": reason,
+                        **(extra or {})}
+                blocks.append(SummaryBlock(self.number, self.name, spec.type, g.names,
+                                           self._texts(spec.type), columns, values, is_max,
+                                           tail, INT_SUMMARY_COLUMNS))
+                yield
+                yield from self._write_histograms(spec, g, total, histograms)
         return valid_all, SummaryRows(blocks, SUMMARY_REPEATS), messages
 
     def _window_gathered(self, window: Sequence[int]) -> dict[str, npt.NDArray[np.float64]]:
@@ -721,37 +723,55 @@ class StepRecorder:
                      for i, inst in enumerate(g.names)]
         return rows
 
-    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.AnySample
-                          ) -> Generator[None, None, None]:
-        """Each instance's histogram file, a slice of ``HISTOGRAM_SLICE`` instances at a time:
-        the slices' rows made here and their files written on the step's writer threads
-        (the kernels release the GIL), at most two slices a thread ahead; the files are the
+    def _write_histograms(self, spec: RollupSpec, g: ru.Grouping, total: ru.AnySample,
+                          jobs: _HistogramJobs) -> Generator[None, None, None]:
+        """Each instance's histogram file, a slice of ``HISTOGRAM_SLICE`` instances at a time,
+        each slice's rows made and its files written by one job of ``jobs``; the files are the
         same whatever the threads (each is one slice's). Pauses after each slice."""
         folder = f"{self.dir}/histograms/{safe_name(spec.type)}"
         files = self.file_names(spec.type)
 
-        def write(part: ru.HistogramRows) -> None:
+        def write(part: ru.HistogramSlice) -> None:
+            rows = part.rows()
             self.output.histogram_csvs(
                 [f"{folder}/{name}" for name in files[part.first:part.first + part.n]],
-                _bucket_edges(), HISTOGRAM_COLUMNS, part.inst, part.bucket, part.counts)
+                _bucket_edges(), HISTOGRAM_COLUMNS, rows.inst, rows.bucket, rows.counts)
 
-        if self.threads <= 1 or g.n <= HISTOGRAM_SLICE:
-            for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
-                write(part)
-                yield
+        for part in ru.histogram_slices(total, g, HISTOGRAM_SLICE):
+            jobs.run(write, part)
+            yield
+
+
+class _HistogramJobs:
+    """A step's histogram files, a job per slice: run at once on one thread; on the writer
+    threads with more (the kernels and the writes release the GIL), at most two jobs a
+    thread ahead, so that the next rollup type's summary is worked out while the last type's
+    files are written. Leaving the ``with`` waits for every job and raises the first one's
+    error in order (``writers.finish``); leaving it with an error drops the jobs not started
+    and waits for the others (``writers.drain``)."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = writers.pool(threads) if threads > 1 else None
+        self._ahead = 2 * threads
+        self._pending: deque[Future[None]] = deque()
+
+    def run(self, job: Callable[[ru.HistogramSlice], None], part: ru.HistogramSlice) -> None:
+        if self._pool is None:
+            job(part)
             return
-        pool = writers.pool(self.threads)
-        pending: deque[Future[None]] = deque()
-        try:
-            for part in ru.histogram_rows(total, g, HISTOGRAM_SLICE):
-                if len(pending) >= 2 * self.threads:
-                    pending.popleft().result()  # its error first, and memory bounded
-                pending.append(pool.submit(write, part))
-                yield
-        except BaseException:
-            writers.drain(pending)  # the rest is not started
-            raise
-        writers.finish(pending)
+        if len(self._pending) >= self._ahead:
+            self._pending.popleft().result()  # its error first, and memory bounded
+        self._pending.append(self._pool.submit(job, part))
+
+    def __enter__(self) -> _HistogramJobs:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        pending, self._pending = self._pending, deque()
+        if kind is None:
+            writers.finish(pending)
+        else:
+            writers.drain(pending)  # the error raised is the caller's
 
 
 #: per instance: its workloads, the sum of their IOPS settings, whether any runs at ``max``

@@ -319,6 +319,32 @@ def test_histogram_rows_equal_the_reference_to_the_bit(n_workloads: int, n_inst:
     assert all(_bits_equal(g, w) for g, w in zip(got[:3], want[:3], strict=True))
 
 
+def test_histogram_rows_fill_their_bound_where_every_bucket_is_taken() -> None:
+    """The rows are made in one pass into room for a bound per instance: its workloads'
+    coordinates or every bucket, the fewer. Instance 0's two workloads take every bucket in
+    every row (more coordinates than buckets): N_BUCKETS rows, its bound exactly; instance
+    1's workload has three coordinates, each its own bucket: its bound too. The rows are the
+    reference's."""
+    rows_per = ROWS_PER_WORKLOAD
+    full = np.tile(np.arange(N_BUCKETS, dtype=np.int64), rows_per)
+    small = np.array([5, 9, 12], dtype=np.int64)
+    buckets = np.concatenate([full, full, small])
+    counts = np.arange(1, buckets.size + 1, dtype=np.int64)
+    row_bounds = np.concatenate([np.arange(2 * rows_per) * N_BUCKETS,
+                                 2 * rows_per * N_BUCKETS + np.array([0, 1, 1, 3, 3, 3, 3, 3, 3
+                                                                      ][:rows_per + 1])])
+    of_workload = np.array([0, 0, 1])
+    members = np.array([1, 0, 2])
+    coords = k.Coords.flat(row_bounds, buckets, counts)
+    assert k._histogram_rows_cap(of_workload, members, coords, 0, 2) == N_BUCKETS + 3
+    args = (of_workload, members, row_bounds, buckets, counts, 0, 2)
+    got = k._histogram_rows(*args)
+    want = ref.histogram_rows_py(*args)
+    assert got[3] and want[3]
+    assert got[0].size == N_BUCKETS + 3
+    assert all(_bits_equal(g, w) for g, w in zip(got[:3], want[:3], strict=True))
+
+
 def test_histogram_rows_refuses_a_negative_count_of_instances_as_numba_did() -> None:
     one = np.ones(1, dtype=np.int64)
     with pytest.raises(ValueError, match=r"^negative dimensions not allowed$"):
