@@ -410,6 +410,10 @@ class CsvAppender:
         size before (``OutputError`` naming the file)."""
         self._append(memoryview(line.encode("utf-8")))
 
+    def append_bytes(self, data: bytes) -> None:
+        """``append_now`` of lines already UTF-8."""
+        self._append(memoryview(data))
+
     def _append(self, data: memoryview, done: int = 0) -> None:
         """Write ``data[done:]`` (``done`` bytes of it already in the file: a compiled writer
         stopped there); the ledger grows by all of ``data``."""

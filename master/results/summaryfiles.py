@@ -89,8 +89,8 @@ class SummaryBlock:
         return replace(self, tail={**self.tail, column: default}, row_tail=row_tail)
 
     def lines(self, header: Sequence[str],
-              repeats: Sequence[tuple[int, int, int]] = ()) -> str | None:
-        """Every row as ``CsvAppender.write`` writes it under ``header``; None where the
+              repeats: Sequence[tuple[int, int, int]] = ()) -> bytes | None:
+        """Every row as ``CsvAppender.write`` writes it under ``header`` (UTF-8); None where the
         header is not ``LEADING_COLUMNS``, some of ``columns`` in their order (the last one
         among them: the run's summary.csv may lack a later step's gathered columns), then
         columns that take every cell of ``tail`` (a ``tail`` cell the header lacks is the
@@ -124,11 +124,11 @@ class SummaryBlock:
             own[i] = line[:len(line) - len(tail) - 2] + self._tail_text(
                 rest, {**self.tail, **cells}) + "\r\n"
         if not own:
-            return data.tobytes().decode("utf-8")
+            return data.tobytes()
         raw = data.tobytes()
         starts = [0, *ends[:-1].tolist()]
-        return "".join(own[i] if i in own else raw[a:b].decode("utf-8")
-                       for i, (a, b) in enumerate(zip(starts, ends.tolist(), strict=True)))
+        return b"".join(own[i].encode("utf-8") if i in own else raw[a:b]
+                        for i, (a, b) in enumerate(zip(starts, ends.tolist(), strict=True)))
 
     @staticmethod
     def _tail_text(rest: Sequence[str], cells: Mapping[str, Any]) -> str:
@@ -247,18 +247,18 @@ def write_summaries(output: RunOutput, step_dir: str, rows: Sequence[Mapping[str
         for rollup_type, text in texts:
             own = output.table(f"{step_dir}/{safe_name(rollup_type)}/summary.csv", header)
             if text:
-                own.append_now(text)
+                own.append_bytes(text)
     run = output.table("summary.csv", run_header)
     run_texts = texts if list(run_header) == list(header) else _block_texts(rows, run_header)
     if run_texts is not None:
-        run.append_now("".join(text for _, text in run_texts))
+        run.append_bytes(b"".join(text for _, text in run_texts))
     else:
         kept = set(run_header)
         run.write_many([{c: v for c, v in row.items() if c in kept} for row in rows])
 
 
 def _block_texts(rows: Sequence[Mapping[str, Any]], header: Sequence[str]
-                 ) -> list[tuple[str, str]] | None:
+                 ) -> list[tuple[str, bytes]] | None:
     """Each rollup type's lines under ``header`` from the rows' columns; None where the rows
     are not ``SummaryRows`` or some block's columns are not the header's."""
     if not isinstance(rows, SummaryRows):
