@@ -132,6 +132,32 @@ class _RunLogHandler(logging.Handler):
             super().close()
 
 
+class NewFiles:
+    """A directory's new result files (``RunOutput.new_files``): ``create`` makes them in one
+    compiled call (``create_headed``: each created, never over a file that exists, with its
+    header; the first ``keep`` held open), on any thread, the GIL released; then
+    ``RunOutput.take_made``. ``failed``: None before ``create``, then the index of the file
+    that could not be made (its error ``err``), or -1."""
+
+    def __init__(self, prefix: str, base: str, names: list[str], header: tuple[str, ...],
+                 head: bytes, dir_fd: int, keep: int) -> None:
+        self.prefix, self.base, self.names, self.header = prefix, base, names, header
+        self._head, self._dir_fd, self.keep = head, dir_fd, keep
+        self.fds: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
+        self.failed: int | None = None
+        self.err = 0
+
+    def create(self) -> None:
+        from master.results import csvkernels as kernels  # C: loaded by the first that writes
+
+        try:
+            self.fds, self.failed, self.err = kernels.create_headed(
+                self._dir_fd, self.names, self._head, self.keep)
+        finally:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+
 class RunOutput:
     """Every file of one run folder.
 
@@ -269,7 +295,7 @@ class RunOutput:
         directory = self.folder / relative_dir if relative_dir else self.folder
         base = os.fspath(directory)
         if not self.resuming and len(names) >= self.MADE_TOGETHER:
-            self._make_together(prefix, names, header, directory)
+            self._make_together(relative_dir, names, header)
         try:
             for name in names:
                 relative = prefix + name
@@ -296,15 +322,12 @@ class RunOutput:
                 os.close(dir_fd)
         return out
 
-    def _make_together(self, prefix: str, names: Sequence[str], header: Sequence[str],
-                       directory: Path) -> None:
+    def _make_together(self, relative_dir: str, names: Sequence[str], header: Sequence[str]
+                       ) -> None:
         """``tables``' new files of ``names`` (plain names, not yet made by this run, each
-        once) made in one compiled call (``create_headed``: each created, never over a file
-        that exists, with its header; open within the open-file budget); the rest of the
-        names are left to ``tables``' own loop, which finds these made. A file that cannot be
-        made is an ``OutputError`` naming it, the files before it kept as made."""
-        from master.results import csvkernels as kernels  # C: loaded by the first that writes
-
+        once) made in one compiled call (``new_files``); the rest of the names are left to
+        ``tables``' own loop, which finds these made."""
+        prefix = f"{relative_dir}/" if relative_dir else ""
         new: list[str] = []
         seen: set[str] = set()
         for name in names:
@@ -312,26 +335,47 @@ class RunOutput:
                     and prefix + name not in self._files):
                 seen.add(name)
                 new.append(name)
-        if not new:
-            return
+        if new:
+            made = self.new_files(relative_dir, new, header)
+            made.create()
+            self.take_made(made)
+
+    def new_files(self, relative_dir: str, names: Sequence[str], header: Sequence[str]
+                  ) -> NewFiles:
+        """Files ``names`` of ``relative_dir`` to be made with ``header``: plain names, each
+        once, of files that do not exist (each is created exclusively: one that does is an
+        error). ``NewFiles.create`` makes them, on any thread; ``take_made`` then gives
+        their appenders. Their share of the open-file budget is set aside here, so that
+        slices made at once on several threads hold the files ``tables`` would hold."""
+        prefix = f"{relative_dir}/" if relative_dir else ""
+        if self._released:
+            self._check_not_released(prefix)
+        directory = self.folder / relative_dir if relative_dir else self.folder
         with writing_to(directory):
             directory.mkdir(parents=True, exist_ok=True)
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            keep = max(0, self.max_open_files - self._n_open)
-            fds, failed, err = kernels.create_headed(dir_fd, new, header_bytes(header), keep)
-        finally:
-            os.close(dir_fd)
-        made = new if failed < 0 else new[:failed]
-        base = os.fspath(directory)
-        appenders = CsvAppender.made_many(base, made, header, fds[:len(made)].tolist(),
-                                          self.ledger)
+        keep = min(len(names), max(0, self.max_open_files - self._n_open))
+        self._n_open += keep
+        return NewFiles(prefix, os.fspath(directory), list(names), tuple(header),
+                        header_bytes(header), dir_fd, keep)
+
+    def take_made(self, new: NewFiles) -> list[CsvAppender]:
+        """The appenders of ``new``'s files (``create`` done), in its names' order. A file
+        that could not be made is an ``OutputError`` naming it, the files before it kept as
+        made (taken in here all the same, so that they are closed with the run)."""
+        if new.failed is None:
+            raise RuntimeError(f"{new.base}: its files were not made")
+        made = new.names if new.failed < 0 else new.names[:new.failed]
+        appenders = CsvAppender.made_many(new.base, made, new.header,
+                                          new.fds[:len(made)].tolist(), self.ledger)
         for name, a in zip(made, appenders, strict=True):
-            a.journal = prefix + name in self.JOURNALS
-            self._files[prefix + name] = a
-        self._n_open += min(keep, len(made))
-        if failed >= 0:
-            raise OutputError(f"{base}/{new[failed]}", OSError(err, os.strerror(err)))
+            a.journal = new.prefix + name in self.JOURNALS
+            self._files[new.prefix + name] = a
+        self._n_open -= new.keep - min(new.keep, len(made))  # what a failure left unheld
+        if new.failed >= 0:
+            raise OutputError(f"{new.base}/{new.names[new.failed]}",
+                              OSError(new.err, os.strerror(new.err)))
+        return appenders
 
     def release_folder(self, relative_dir: str) -> None:
         """Let go of the files under ``relative_dir`` (a finished step's folder: its instance

@@ -193,7 +193,7 @@ class StepRecorder:
         # leaves for after it (``StepFiles.make``)
         self.files = StepFiles(output, {t: f"{self.dir}/{safe_name(t)}" for t in self.groupings},
                                {t: g.n for t, g in self.groupings.items()}, self.file_names,
-                               self.instance_columns, name=self.dir)
+                               self.instance_columns, name=self.dir, threads=self.threads)
         self.files.make(files_budget_s)
         #: each instance's name as CSV text, the rows' rollup_instance cell (``_texts``)
         self._inst_text: dict[str, LineTexts] = {}

@@ -17,17 +17,21 @@ files' names or columns, nor the rows (``master.run.recorder``), nor how a file 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from master.analysis.rollup import VIEW_BLOCKS
+from master.results import writers
 from master.results.csvfiles import AppenderGroup, CsvAppender, LineTexts, format_lines
-from master.results.output import RunOutput
+from master.results.output import NewFiles, RunOutput
 from master.run.heap import without_cycle_collection
 
 log = logging.getLogger(__name__)
@@ -46,12 +50,14 @@ class StepFiles:
 
     def __init__(self, output: RunOutput, folders: Mapping[str, str],
                  counts: Mapping[str, int], names: Callable[[str], list[str]],
-                 columns: Sequence[str], *, name: str = "the step",
+                 columns: Sequence[str], *, name: str = "the step", threads: int = 1,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         """``folders``: each rollup type's folder in the run folder; ``counts``: how many
         files it has; ``names``: its files' names, in its instances' order (asked for when
         its first file is made); ``columns``: every file's header; ``name``: the step's, in
-        the log. Nothing is made yet."""
+        the log; ``threads``: above 1, the slices' files are made on the writer threads, a
+        slice each at once (``master.results.writers``), and taken in here. Nothing is made
+        yet."""
         self.output = output
         self.name = name
         self.columns = list(columns)
@@ -66,38 +72,81 @@ class StepFiles:
         self.took_s = 0.0
         self._made: dict[str, list[CsvAppender]] = {t: [] for t in folders}
         self._groups: dict[str, AppenderGroup] = {}
+        self._pool = writers.pool(threads) if threads > 1 and not output.resuming else None
+        self._ahead = threads if self._pool is not None else 1
+        #: slices started and not yet taken in, in order: (rollup type, files, job)
+        self._flight: deque[tuple[str, NewFiles | list[CsvAppender], Future[None] | None]] = (
+            deque())
 
     @property
     def done(self) -> bool:
-        return not self._todo
+        return not self._todo and not self._flight
 
-    @without_cycle_collection  # 4,096 appenders and their names
-    def _one_slice(self) -> None:
-        t, folder, first = self._todo[0]
-        t0 = self._clock()
+    @without_cycle_collection  # the slice's names
+    def _start(self) -> None:
+        """The next slice: made at once on this thread, or started on a writer thread."""
+        t, folder, first = self._todo.pop(0)
         self._named.add(t)
         names = self._names(t)[first:first + FILES_SLICE]
-        self._made[t] += self.output.tables(folder, names, self.columns)
-        self.took_s += self._clock() - t0
-        self.made += len(names)
-        self._todo.pop(0)
+        if self.output.resuming:  # a resumed run's files are there: adopted, one at a time
+            self._flight.append((t, self.output.tables(folder, names, self.columns), None))
+            return
+        new = self.output.new_files(folder, names, self.columns)
+        if self._pool is None:
+            new.create()
+            self._flight.append((t, new, None))
+        else:
+            self._flight.append((t, new, self._pool.submit(new.create)))
+
+    @without_cycle_collection  # 1,024 appenders
+    def _take(self) -> None:
+        """The oldest slice started, its files made, taken in (``OutputError`` naming a file
+        that could not be made)."""
+        t, new, job = self._flight.popleft()
+        if job is not None:
+            job.result()
+        made = new if isinstance(new, list) else self.output.take_made(new)
+        self._made[t] += made
+        self.made += len(made)
+
+    def _abandon(self) -> None:
+        """The slices in flight when making files failed: each waited for and taken in
+        (their files closed with the run), their own errors dropped for the one raised."""
+        while self._flight:
+            with contextlib.suppress(BaseException):
+                self._take()
+
+    def _in_flight(self) -> int:
+        return sum(len(new.names) for _, new, _ in self._flight if isinstance(new, NewFiles))
 
     def rest_s(self) -> float:
         """How long the files not made yet would take at the rate of those made so far
         (infinite before ``FILES_SLICE`` of them: a rollup type of one instance, ``all``,
-        says little of the rate)."""
-        if not self._todo:
+        says little of the rate); files being made count as made."""
+        left = self.total - self.made - self._in_flight()
+        if left <= 0:
             return 0.0
         if self.made < FILES_SLICE:
             return float("inf")
-        return (self.total - self.made) * self.took_s / self.made
+        return left * self.took_s / self.made
 
     def make(self, budget_s: float | None = None) -> None:
         """Make files until those left would take (``rest_s``) no more than ``budget_s`` /
         ``MARGIN``; every one when ``budget_s`` is None. A file that cannot be made is an
-        ``OutputError`` naming it (``RunOutput.tables``)."""
-        while self._todo and (budget_s is None or self.rest_s() * MARGIN > budget_s):
-            self._one_slice()
+        ``OutputError`` naming it (``RunOutput.take_made``)."""
+        t0, took_s = self._clock(), self.took_s
+        try:
+            while True:
+                while (self._todo and len(self._flight) < self._ahead
+                       and (budget_s is None or self.rest_s() * MARGIN > budget_s)):
+                    self._start()
+                if not self._flight:
+                    return
+                self._take()
+                self.took_s = took_s + self._clock() - t0
+        except BaseException:
+            self._abandon()
+            raise
 
     def rest_steps(self) -> Generator[None, None, None]:
         """The files not made yet, a slice at a time, a pause (``yield``) after each
@@ -105,14 +154,23 @@ class StepFiles:
         interrupted step's folder has every instance file, as one whose files came before its
         Go (at 100,000 workloads this adds at most about 2 s to an interrupt)."""
         left, took_s = self.total - self.made, self.took_s
-        while self._todo:
-            t = self._todo[0][0]
-            if t not in self._named:  # its names first, a pause of their own
-                self._named.add(t)
-                self._names(t)
-            else:
-                self._one_slice()
-            yield
+        try:
+            while self._todo or self._flight:
+                t0 = self._clock()
+                t = self._todo[0][0] if self._todo else None
+                if t is not None and t not in self._named:  # its names: a pause of their own
+                    self._named.add(t)
+                    self._names(t)
+                else:
+                    while (self._todo and self._todo[0][0] in self._named
+                           and len(self._flight) < self._ahead):
+                        self._start()
+                    self._take()
+                self.took_s += self._clock() - t0
+                yield
+        except BaseException:
+            self._abandon()
+            raise
         if left:
             log.info("%s: %d of its %d instance files made after its Go, in %.2f s",
                      self.name, left, self.total, self.took_s - took_s)
@@ -121,7 +179,7 @@ class StepFiles:
         """The appenders of ``rollup_type``'s files, in its instances' order."""
         group = self._groups.get(rollup_type)
         if group is None:
-            if self._todo:
+            if not self.done:
                 raise RuntimeError(f"{self.total - self.made} of the step's "
                                    f"{self.total} instance files are not made yet")
             group = self._groups[rollup_type] = AppenderGroup(self._made[rollup_type])

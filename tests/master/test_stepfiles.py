@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from master.results.csvfiles import LineTexts
-from master.results.output import RunOutput
+from master.results.csvfiles import CsvAppender, LineTexts
+from master.results.output import NewFiles, RunOutput
 from master.run import stepfiles
 from master.run.outcome import EXIT_INTERRUPTED, EXIT_OK
 from master.run.stepfiles import StepFiles
@@ -42,13 +42,13 @@ def _files(out: RunOutput, sizes: dict[str, int], clock: _Clock | None = None,
     files = StepFiles(out, {t: f"step0000-a/{t}" for t in sizes}, sizes,
                       lambda t: _names(sizes[t], t), COLUMNS, clock=clock or _Clock())
     if clock is not None:
-        made = files.output.tables
+        take_made = files.output.take_made
 
-        def timed(folder: str, names: list[str], header: list[str]) -> list:  # type: ignore[type-arg]
-            clock.now += per_file_s * len(names)
-            return made(folder, names, header)
+        def timed(new: NewFiles) -> list[CsvAppender]:
+            clock.now += per_file_s * len(new.names)
+            return take_made(new)
 
-        files.output.tables = timed  # type: ignore[method-assign]
+        files.output.take_made = timed  # type: ignore[method-assign]
     return files
 
 
@@ -80,7 +80,7 @@ def test_files_are_made_before_the_go_until_the_rest_fit_the_budget(
                    per_file_s)
     assert files.total == 45 and files.made == 0 and files.rest_s() == float("inf")
     if budget_s is not None:  # the rate is known from a whole slice's files on
-        files._one_slice()
+        files.make(1e9)  # no more than that slice: 35 files' 70 s fit
         assert files.made == 10 and files.rest_s() == 35 * per_file_s
     files.make(budget_s)
     assert files.made == before
@@ -149,6 +149,73 @@ def test_a_file_that_cannot_be_made_after_the_go_is_an_output_error(tmp_path: Pa
     out.close()
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("budget_s", [None, 1000.0])
+def test_files_made_on_writer_threads_are_the_files_made_on_one(
+        tmp_path: Path, budget_s: float | None) -> None:
+    """Slices made on three writer threads at once (before the Go, then after it) give the
+    files one thread gives: the same names and bytes, the same ones held open within the
+    open-file budget, and no descriptor left once the run's output is closed."""
+    sizes = {"workload": 47, "lun": 12, "all": 1}
+    trees, held = {}, {}
+    fds = _open_fds()
+    for threads in (1, 3):
+        out = RunOutput(tmp_path / str(threads), max_open_files=25)
+        files = StepFiles(out, {t: f"step0000-a/{t}" for t in sizes}, sizes,
+                          lambda t: _names(sizes[t], t), COLUMNS, threads=threads)
+        files.make(budget_s)
+        if budget_s is not None:
+            assert 10 <= files.made < 60 and not files.done
+            with pytest.raises(RuntimeError, match="instance files are not made yet"):
+                files.tables("lun")
+            for _ in files.rest_steps():
+                pass
+        assert files.done and files.made == 60
+        for t in sizes:
+            assert [os.path.basename(a.path) for a in files.tables(t)] == _names(sizes[t], t)
+            for a in files.tables(t):
+                a.append_now(f"0,{os.path.basename(a.path)},1\r\n")
+        held[threads] = {t: [a.is_open for a in files.tables(t)] for t in sizes}
+        assert sum(map(sum, held[threads].values())) == 25
+        out.close()
+        trees[threads] = _tree(tmp_path / str(threads))
+    assert len(trees[1]) == 60 and trees[3] == trees[1] and held[3] == held[1]
+    assert _open_fds() == fds
+
+
+@pytest.mark.parametrize("when", ["before the Go", "after the Go"])
+def test_a_file_that_cannot_be_made_on_a_writer_thread_is_an_output_error(
+        tmp_path: Path, when: str) -> None:
+    """A slice whose file is there already (files are never overwritten), with slices on
+    three writer threads: an ``OutputError`` naming that file, the other file left as it
+    was, and every slice in flight taken in, so that closing the output leaves no
+    descriptor open."""
+    sizes = {"workload": 60}
+    fds = _open_fds()
+    out = RunOutput(tmp_path, max_open_files=100)
+    files = StepFiles(out, {"workload": "step0000-a/workload"}, sizes,
+                      lambda t: _names(60, t), COLUMNS, threads=3)
+    theirs = tmp_path / "step0000-a" / "workload" / "workload033.csv"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("not ours\n")
+    with pytest.raises(OutputError, match=r"workload033\.csv"):
+        if when == "before the Go":
+            files.make(None)
+        else:
+            files.make(1000.0)
+            assert files.made <= 30  # the file of slice 30-39 fails after the Go
+            for _ in files.rest_steps():
+                pass
+    assert theirs.read_text() == "not ours\n"
+    made = sorted(p.name for p in theirs.parent.iterdir())
+    assert "workload032.csv" in made and files.made >= 30 and not files._flight
+    out.close()
+    assert _open_fds() == fds
+
+
 RUN = """\
 test: mem
 subinterval_seconds: 0.3
@@ -198,16 +265,16 @@ def test_an_interrupt_while_files_are_made_after_the_go_leaves_every_file(
     """Ctrl-C while the step's files are made after its Go: they are all made (the step's
     folder as complete as one whose files came before the Go), and the run ends interrupted."""
     run = memory_run(memory_config(tmp_path, RUN), MemoryHosts())
-    one_slice = StepFiles._one_slice
+    take = StepFiles._take
     after_go: list[int] = []
 
     def slice_then_interrupt(self: StepFiles) -> None:
-        one_slice(self)
+        take(self)
         if self.made > 10:  # a slice after the Go
             after_go.append(self.made)
             run.fleet.interrupt()
 
-    monkeypatch.setattr(StepFiles, "_one_slice", slice_then_interrupt)
+    monkeypatch.setattr(StepFiles, "_take", slice_then_interrupt)
     result = execute(run)
     assert result.exit_code == EXIT_INTERRUPTED, result.message
     assert after_go and after_go[-1] == 27
@@ -220,23 +287,33 @@ def test_the_files_after_the_go_wait_for_its_confirmation(
     """The files left for after the Go are made once every host confirmed it: the time the
     confirmation took, which sets later steps' leads, is not stretched by them."""
     order: list[str] = []
-    one_slice = StepFiles._one_slice
+    take = StepFiles._take
 
     def noted(self: StepFiles) -> None:
-        one_slice(self)
+        take(self)
         order.append(f"files {self.made}")
 
-    monkeypatch.setattr(StepFiles, "_one_slice", noted)
-    caplog.set_level(logging.INFO, logger="master.run.steps")
+    monkeypatch.setattr(StepFiles, "_take", noted)
+    loggers = [logging.getLogger(f"master.run.{m}") for m in ("steps", "stepfiles")]
     handler = logging.Handler()
     handler.emit = lambda r: order.append(r.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("master.run.steps").addHandler(handler)
+    for logger in loggers:
+        caplog.set_level(logging.INFO, logger=logger.name)
+        logger.addHandler(handler)
     try:
         result = execute(memory_run(memory_config(tmp_path, RUN), MemoryHosts()))
     finally:
-        logging.getLogger("master.run.steps").removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
     assert result.exit_code == EXIT_OK, result.message
     confirmed = next(i for i, m in enumerate(order) if "its Go confirmed by every host" in m)
     files = [int(m.split()[1]) for m in order if m.startswith("files ")]
-    assert files == [1, 2, 3, 13, 23, 27]  # all, host, the LUN, workloads: 10 before the Go
-    assert order.index("files 13") < confirmed < order.index("files 23")
+    assert files == [1, 2, 3, 13, 23, 27]  # all, host, the LUN, workloads: 10 a slice
+    # 10 before the Go on one thread; with more, the slices being made when the rest fit
+    after = next(int(m.split()[1]) for m in order if "made after its Go" in m)
+    assert 0 < after <= 27 - 13
+    made_after = [i for i, m in enumerate(order) if m.startswith("files ")
+                  and int(m.split()[1]) > 27 - after]
+    made_before = [i for i, m in enumerate(order) if m.startswith("files ")
+                   and int(m.split()[1]) <= 27 - after]
+    assert max(made_before) < confirmed < min(made_after)
