@@ -15,7 +15,7 @@ import pytest
 
 from master.results.report.build import build_report
 from master.results.report.page import _asset
-from tests.master.chromium import load, needs_chromium
+from tests.master.chromium import Loaded, load, needs_chromium
 from tests.master.reportgen import GenSpec, generate
 from tests.master.test_report_page import NASTY_NAMES, _rename_instances, page_data
 
@@ -43,8 +43,12 @@ def test_the_witnesses_can_fail(tmp_path: Path) -> None:
 def _check_page(path: Path, tmp: Path) -> int:
     """The page loads, draws every chart of its data, records no error, fetches nothing;
     returns the number of charts."""
+    return _check_loaded(path, load(path, tmp))
+
+
+def _check_loaded(path: Path, got: Loaded) -> int:
+    """``_check_page`` of the page at ``path`` as the browser left it (``got``)."""
     want = page_data(path.read_text())["n_charts"]
-    got = load(path, tmp)
     assert got.root_attr("data-report-ready") == "yes", got.dom[:2000]
     errors_at = got.dom.find('id="script-errors"')
     assert got.root_attr("data-script-errors") is None, got.dom[errors_at:errors_at + 2000]
@@ -118,8 +122,8 @@ def test_names_that_need_escaping(tmp_path: Path) -> None:
     folder = generate(tmp_path / "run", GenSpec(instances=3, steps=("one",)))
     _rename_instances(folder / "step0000-one", NASTY_NAMES)
     page = build_report(folder).path
-    assert _check_page(page, tmp_path) == 9
     got = load(page, tmp_path)
+    assert _check_loaded(page, got) == 9
     body = got.dom.split('id="report-data"', 1)[0] + got.dom.split("</script>")[-1]
     assert "<b>x" not in body and "&lt;/script&gt;&lt;b&gt;x&amp;amp;" in got.dom
 

@@ -1,7 +1,8 @@
 """Fixtures for tests on real loop devices over files in /dev/shm.
 
-- ``loop_device(size_bytes, *, prepare=None, partscan=False) -> LoopDevice``: a factory. Creates
-  a backing file of zeros, every byte written, in a private /dev/shm directory, lets
+- ``loop_device(size_bytes, *, prepare=None, partscan=False, fill=None) -> LoopDevice``: a
+  factory. Creates a backing file of zeros, every byte written (or, given ``fill``, the file
+  ``fill(backing_path)`` writes whole in their place), in a private /dev/shm directory, lets
   ``prepare(backing_path)`` write into it before attaching (a partition table, a signature ...),
   attaches it with ``losetup``. At teardown, always: unmounts whatever is still mounted from the
   device or its partitions, detaches it and removes the backing file, even when the test failed.
@@ -294,8 +295,10 @@ def unmount(mount_point: str) -> None:
 
 @pytest.fixture
 def loop_device() -> Iterator[LoopFactory]:
-    """Factory: ``loop_device(size_bytes, *, prepare=None, partscan=False) -> LoopDevice``,
-    over a file in /dev/shm written whole with zeros before ``prepare`` (if any) runs on it."""
+    """Factory: ``loop_device(size_bytes, *, prepare=None, partscan=False, fill=None) ->
+    LoopDevice``, over a file in /dev/shm written whole with zeros (or by ``fill(path)``, which
+    must write every byte of ``size_bytes``; the size is checked) before ``prepare`` (if any)
+    runs on it."""
     require_tools("losetup")
     work_dir = tempfile.mkdtemp(prefix="ivypy-test-", dir="/dev/shm")
     attached: list[LoopDevice] = []
@@ -305,9 +308,14 @@ def loop_device() -> Iterator[LoopFactory]:
         *,
         prepare: Callable[[str], None] | None = None,
         partscan: bool = False,
+        fill: Callable[[str], None] | None = None,
     ) -> LoopDevice:
         backing = os.path.join(work_dir, f"lun{len(attached)}.img")
-        write_zeros(backing, size_bytes)
+        if fill is None:
+            write_zeros(backing, size_bytes)
+        else:
+            fill(backing)
+            assert os.path.getsize(backing) == size_bytes, f"{fill} wrote another size"
         if prepare is not None:
             prepare(backing)
         argv = ["losetup", "--find", "--show", *(["--partscan"] if partscan else []), backing]
