@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import pytest
 from master.results.csvfiles import CsvAppender, LineTexts
 from master.results.output import NewFiles, RunOutput
 from master.run import stepfiles
-from master.run.outcome import EXIT_INTERRUPTED, EXIT_OK
+from master.run.outcome import EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT
 from master.run.stepfiles import StepFiles
 from protocol.errors import OutputError
 from tests.master.memhosts import MemoryHosts, execute, memory_config, memory_run
@@ -280,6 +280,33 @@ def test_an_interrupt_while_files_are_made_after_the_go_leaves_every_file(
     assert after_go and after_go[-1] == 27
     step = next(tmp_path.rglob("step0000-a"))
     assert len([p for p in step.glob("*/*.csv") if p.name != "summary.csv"]) == 27
+
+
+def test_a_file_that_cannot_be_made_after_the_go_ends_the_run_with_its_output_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's instance file that cannot be made after its Go, its hosts already running
+    (its name taken, here by a file put there as the files after the Go begin: files are
+    never overwritten): the run ends with the output's exit status naming the file, that file
+    as it was, and every host stopped and let go."""
+    hosts = MemoryHosts()
+    run = memory_run(memory_config(tmp_path, RUN), hosts)
+    rest_steps = StepFiles.rest_steps
+    taken: list[Path] = []
+
+    def taking_one(self: StepFiles) -> Generator[None, None, None]:
+        t, folder, _ = self._todo[-1]  # the last slice: made after the Go on any threads
+        path = Path(self.output.folder, folder, self._names(t)[-1])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("not ours\n")
+        taken.append(path)
+        yield from rest_steps(self)
+
+    monkeypatch.setattr(StepFiles, "rest_steps", taking_one)
+    result = execute(run)
+    assert result.exit_code == EXIT_OUTPUT, result.message
+    assert len(taken) == 1 and taken[0].name in result.message, result.message
+    assert taken[0].read_text() == "not ours\n"
+    assert all(h.session.closed and not h.backend.running for h in hosts.hosts.values())
 
 
 def test_the_files_after_the_go_wait_for_its_confirmation(
