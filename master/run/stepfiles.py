@@ -1,14 +1,15 @@
 """A step's instance files: made before its Go, or at scale partly while the step starts.
 
 Owns ``StepFiles``: every rollup type's ``<rollup type>/<instance>.csv`` of one step, made a
-slice of ``FILES_SLICE`` at a time (a slice on each writer thread at once), and the appenders its rows go to (per rollup type, and in
-the slices the writer threads take). At 1,000 hosts x 100 workloads a step has 126,004 of them,
-about 2 s of the kernel's work on a 2-core controller: made before the Go, the hosts wait for
-them. ``make(budget_s)`` makes them until the rest, at the rate of those made so far and with a
-margin of ``MARGIN``, take no more than ``budget_s`` (the step's lead and first subinterval: the
-run makes the rest after the Go, ``rest_steps``, pausing for its event loop, and they are made
-before the first subinterval's results come). Every file is made before any row is written:
-the appenders are asked for only then (a ``RuntimeError`` before).
+slice of ``FILES_SLICE`` at a time (a slice on each writer thread at once), and the appenders
+its rows go to (per rollup type, and in the slices the writer threads take). At 1,000 hosts x
+100 workloads a step has 126,004 of them, about 2 s of the kernel's work on a 2-core
+controller: made before the Go, the hosts wait for them. ``make(budget_s)`` makes them until
+the rest, at the rate of those made so far and with a margin of ``MARGIN``, take no more than
+``budget_s`` (the step's lead and first subinterval: the run makes the rest after the Go,
+``rest_steps``, pausing for its event loop, and they are made before the first subinterval's
+results come). Every file is made before any row is written: the appenders are asked for only
+then (a ``RuntimeError`` before).
 
 ``write_rows`` appends a slice of rows to them (on the writer threads). It does not decide the
 files' names or columns, nor the rows (``master.run.recorder``), nor how a file is made
