@@ -512,16 +512,16 @@ int64_t ivk_merge_sorted(const int64_t *ra, const int64_t *ba, const int64_t *ca
 #define CELL 8
 #define CELL_SEEN 6
 
-/* kernelref.histogram_rows_py, one instance at a time: its buckets added up in a dense row of n_buckets
- * cells, reused (the reference marks n * n_buckets), giving the same rows, in the same order,
- * with the same sums (int64 sums wrap alike in any order). The coordinates: row_bounds, wb, wc
- * (bucket_ptrs above; a coordinate's row is the row whose bounds hold it).
- * Without outputs (out_inst NULL) it counts the rows, reading the buckets only; with room for
- * cap rows (kernels._histogram_rows_cap bounds them) it fills them in the same pass: out_inst (instance - first), out_bucket, and
- * summed (rows, 6), the members' counts added up, column view * 2 + kind, views overall, read
- * (even category), write. The members' instances lie in first .. first + n - 1 (the caller's
- * check). Returns the number of rows; -1 at a bucket outside 0..n_buckets - 1, -2 when out of
- * memory, -3 when the rows are more than cap. */
+/* kernelref.histogram_rows_py, one instance at a time: its buckets added up in a dense row of
+ * n_buckets cells, reused (the reference marks n * n_buckets), giving the same rows, in the
+ * same order, with the same sums (int64 sums wrap alike in any order). The coordinates:
+ * row_bounds, wb, wc (bucket_ptrs above; a coordinate's row is the row whose bounds hold it).
+ * Fills, in one pass, room for cap rows (kernels._histogram_rows_cap bounds them): out_inst
+ * (instance - first), out_bucket, and summed (rows, 6), the members' counts added up, column
+ * view * 2 + kind, views overall, read (even category), write. The members' instances lie in
+ * first .. first + n - 1 (the caller's check). Returns the number of rows; -1 at a bucket
+ * outside 0..n_buckets - 1, -2 when out of memory, -3 when the rows are more than cap.
+ */
 int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
                            int64_t n_members, const int64_t *row_bounds, bucket_ptrs wb,
                            count_ptrs wc, int64_t first, int64_t n, int64_t n_buckets,
@@ -566,8 +566,6 @@ int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
                     at[CELL_SEEN] = 1;
                     lo = b < lo ? b : lo;
                     hi = b > hi ? b : hi;
-                    if (out_inst == NULL)
-                        continue;
                     at[kind] = wadd(at[kind], counts[x]);
                     at[view * 2 + kind] = wadd(at[view * 2 + kind], counts[x]);
                 }
@@ -577,15 +575,13 @@ int64_t ivk_histogram_rows(const int64_t *of_workload, const int64_t *members,
             int64_t *at = cell + b * CELL;
             if (!at[CELL_SEEN])
                 continue;
-            if (out_inst != NULL) {
-                if (n_rows == cap) {
-                    free(start);
-                    return -3;
-                }
-                out_inst[n_rows] = i;
-                out_bucket[n_rows] = b;
-                memcpy(summed + n_rows * 6, at, 6 * sizeof(int64_t));
+            if (n_rows == cap) {
+                free(start);
+                return -3;
             }
+            out_inst[n_rows] = i;
+            out_bucket[n_rows] = b;
+            memcpy(summed + n_rows * 6, at, 6 * sizeof(int64_t));
             n_rows += 1;
             memset(at, 0, CELL * sizeof(int64_t));
         }

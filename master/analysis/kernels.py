@@ -363,8 +363,9 @@ def _histogram_rows_cap(of_workload: npt.NDArray[np.int64], members: npt.NDArray
                         coords: Coords, first: int, n: int) -> int:
     """The most rows ``ivk_histogram_rows`` can give: per instance, its members' coordinates
     or every bucket, whichever is fewer (a coordinate adds one bucket at most). Rows are
-    filled in one pass into room for this many (the pages never reached are never touched),
-    where counting them first read every coordinate twice."""
+    filled in one pass into room for this many (the room never reached is never written;
+    fresh pages of it are never touched), where counting them first read every coordinate
+    twice."""
     starts = members * ROWS_PER_WORKLOAD
     per_member = coords.bounds[starts + ROWS_PER_WORKLOAD] - coords.bounds[starts]
     inst = of_workload[members] - first

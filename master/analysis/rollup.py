@@ -402,7 +402,7 @@ HISTOGRAM_VIEWS: Final = ("all", "read", "write")
 HISTOGRAM_KINDS: Final = ("service_time", "response_time")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HistogramSlice:
     """Instances ``first .. first + n - 1`` of a grouping and the workloads in them
     (``members``, of ``of_workload``'s numbering): ``rows()`` makes their merged histograms,

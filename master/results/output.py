@@ -154,8 +154,13 @@ class NewFiles:
             self.fds, self.failed, self.err = kernels.create_headed(
                 self._dir_fd, self.names, self._head, self.keep)
         finally:
-            os.close(self._dir_fd)
-            self._dir_fd = -1
+            self.close()
+
+    def close(self) -> None:
+        """Let go of the directory (``create`` does, however it ends)."""
+        if self._dir_fd >= 0:
+            fd, self._dir_fd = self._dir_fd, -1
+            os.close(fd)
 
 
 class RunOutput:
@@ -358,6 +363,12 @@ class RunOutput:
         self._n_open += keep
         return NewFiles(prefix, os.fspath(directory), list(names), tuple(header),
                         header_bytes(header), dir_fd, keep)
+
+    def drop_new(self, new: NewFiles) -> None:
+        """Forget ``new``, whose ``create`` raised before making any file (or never ran): its
+        share of the open-file budget given back, its directory let go of."""
+        new.close()
+        self._n_open -= new.keep
 
     def take_made(self, new: NewFiles) -> list[CsvAppender]:
         """The appenders of ``new``'s files (``create`` done), in its names' order. A file

@@ -4,9 +4,11 @@ Owns how many threads write the master's files at once (``writer_threads``: the 
 process may run on, at most ``MOST_THREADS``) and the pools of them, made once per process and
 kept (``pool``; ``close_pools`` ends them): the compiled formatter keeps a buffer per thread,
 which stays warm between subintervals. What runs on them is compiled code that releases the
-GIL (``format_lines``, ``write_lines``, ``create_files`` in ``master.results.csvkernels``),
-each job on its own files: a file's bytes do not depend on which thread wrote it, nor on how
-many there are. It does not decide what is written, nor when (``master.run.recorder``).
+GIL: the rows and files of ``master.results.csvkernels`` (``format_lines``, ``write_lines``,
+``create_files``, ``create_headed``: a step's instance files, ``master.run.stepfiles``) and a
+slice's histogram rows (``master.analysis.kernels``), each job on its own files: a file's bytes
+do not depend on which thread wrote it, nor on how many there are. It does not decide what is
+written, nor when (``master.run.recorder``, ``master.run.stepfiles``).
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def pool(threads: int) -> ThreadPoolExecutor:
 
 def close_pools() -> None:
     """End every pool's threads once their jobs are done; a later ``pool`` makes a new one.
-    For a process that must run no other thread from here on (one that forks: ``ivypy
-    fio-pctiles`` reads through forked children only then), and for tests."""
+    The tests call it after each test: a process that is to fork safely must run no other
+    thread (``ivypy fio-pctiles`` forks its readers only then)."""
     while _pools:
         _pools.popitem()[1].shutdown(wait=True)
 

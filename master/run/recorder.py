@@ -747,8 +747,9 @@ class _HistogramJobs:
     threads with more (the kernels and the writes release the GIL), at most two jobs a
     thread ahead, so that the next rollup type's summary is worked out while the last type's
     files are written. Leaving the ``with`` waits for every job and raises the first one's
-    error in order (``writers.finish``); leaving it with an error drops the jobs not started
-    and waits for the others (``writers.drain``)."""
+    error in order (``writers.finish``), before an error of the caller's (the jobs' files
+    came before it); leaving it as the generator is closed at a pause, or interrupted, drops
+    the jobs not started and waits for the others (``writers.drain``)."""
 
     def __init__(self, threads: int) -> None:
         self._pool = writers.pool(threads) if threads > 1 else None
@@ -768,10 +769,10 @@ class _HistogramJobs:
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         pending, self._pending = self._pending, deque()
-        if kind is None:
-            writers.finish(pending)
+        if kind is None or issubclass(kind, Exception):
+            writers.finish(pending)  # a job's error first: its files came before the caller's
         else:
-            writers.drain(pending)  # the error raised is the caller's
+            writers.drain(pending)  # closed at a pause, or interrupted: the caller's stands
 
 
 #: per instance: its workloads, the sum of their IOPS settings, whether any runs at ``max``

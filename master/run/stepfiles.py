@@ -18,7 +18,6 @@ files' names or columns, nor the rows (``master.run.recorder``), nor how a file 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -57,8 +56,8 @@ class StepFiles:
         files it has; ``names``: its files' names, in its instances' order (asked for when
         its first file is made); ``columns``: every file's header; ``name``: the step's, in
         the log; ``threads``: above 1, the slices' files are made on the writer threads, a
-        slice each at once (``master.results.writers``), and taken in here. Nothing is made
-        yet."""
+        slice each at once (``master.results.writers``), and taken in here (a resumed run's
+        files, which are there already, are adopted on this thread). Nothing is made yet."""
         self.output = output
         self.name = name
         self.columns = list(columns)
@@ -73,8 +72,8 @@ class StepFiles:
         self.took_s = 0.0
         self._made: dict[str, list[CsvAppender]] = {t: [] for t in folders}
         self._groups: dict[str, AppenderGroup] = {}
-        self._pool = writers.pool(threads) if threads > 1 and not output.resuming else None
-        self._ahead = threads if self._pool is not None else 1
+        #: the writer threads that make slices at once (1: on the caller's thread)
+        self._threads = threads if threads > 1 and not output.resuming else 1
         #: slices started and not yet taken in, in order: (rollup type, files, job)
         self._flight: deque[tuple[str, NewFiles | list[CsvAppender], Future[None] | None]] = (
             deque())
@@ -86,36 +85,69 @@ class StepFiles:
     @without_cycle_collection  # the slice's names
     def _start(self) -> None:
         """The next slice: made at once on this thread, or started on a writer thread."""
-        t, folder, first = self._todo.pop(0)
+        t, folder, first = self._todo[0]
         self._named.add(t)
         names = self._names(t)[first:first + FILES_SLICE]
         if self.output.resuming:  # a resumed run's files are there: adopted, one at a time
             self._flight.append((t, self.output.tables(folder, names, self.columns), None))
+            self._todo.pop(0)
             return
         new = self.output.new_files(folder, names, self.columns)
-        if self._pool is None:
-            new.create()
-            self._flight.append((t, new, None))
-        else:
-            self._flight.append((t, new, self._pool.submit(new.create)))
+        try:
+            if self._threads <= 1:
+                job = None
+                new.create()
+            else:
+                job = writers.pool(self._threads).submit(new.create)
+        except BaseException:
+            self.output.drop_new(new)
+            raise
+        self._flight.append((t, new, job))
+        self._todo.pop(0)
 
     @without_cycle_collection  # 1,024 appenders
     def _take(self) -> None:
         """The oldest slice started, its files made, taken in (``OutputError`` naming a file
         that could not be made)."""
-        t, new, job = self._flight.popleft()
+        t, new, job = self._flight[0]
         if job is not None:
-            job.result()
+            try:
+                job.result()
+            except Exception:
+                self._flight.popleft()  # it made no file
+                if isinstance(new, NewFiles):
+                    self.output.drop_new(new)
+                raise
+        self._flight.popleft()
         made = new if isinstance(new, list) else self.output.take_made(new)
         self._made[t] += made
         self.made += len(made)
 
-    def _abandon(self) -> None:
-        """The slices in flight when making files failed: each waited for and taken in
-        (their files closed with the run), their own errors dropped for the one raised."""
+    def _settled(self, exc: BaseException, later: bool) -> BaseException:
+        """Making files failed with ``exc``: each slice in flight waited for and taken in
+        (their files closed with the run). The error to raise: the first of theirs where
+        ``exc`` came from starting a slice after them (``later``), else ``exc``."""
+        first: BaseException | None = None
         while self._flight:
-            with contextlib.suppress(BaseException):
+            try:
                 self._take()
+            except Exception as err:
+                first = first or err
+        return first if later and first is not None else exc
+
+    def _start_more(self, budget_s: float | None, before_go: bool) -> None:
+        """Slices started while there is a thread for one (before the Go, one at a time
+        until the rate is known: the files before the Go are then the same whatever the
+        threads) and, before the Go, while the rest would not fit ``budget_s``."""
+        room = self._threads if self.made >= FILES_SLICE or not before_go else 1
+        while self._todo and len(self._flight) < room and (
+                not before_go or budget_s is None or self.rest_s() * MARGIN > budget_s):
+            if not before_go and self._todo[0][0] not in self._named:
+                return  # its names first, a pause of their own
+            try:
+                self._start()
+            except BaseException as exc:
+                raise self._settled(exc, later=True) from None
 
     def _in_flight(self) -> int:
         return sum(len(new.names) for _, new, _ in self._flight if isinstance(new, NewFiles))
@@ -136,18 +168,18 @@ class StepFiles:
         ``MARGIN``; every one when ``budget_s`` is None. A file that cannot be made is an
         ``OutputError`` naming it (``RunOutput.take_made``)."""
         t0, took_s = self._clock(), self.took_s
+        while True:
+            self._start_more(budget_s, before_go=True)
+            if not self._flight:
+                return
+            self._take_or_settle()
+            self.took_s = took_s + self._clock() - t0
+
+    def _take_or_settle(self) -> None:
         try:
-            while True:
-                while (self._todo and len(self._flight) < self._ahead
-                       and (budget_s is None or self.rest_s() * MARGIN > budget_s)):
-                    self._start()
-                if not self._flight:
-                    return
-                self._take()
-                self.took_s = took_s + self._clock() - t0
-        except BaseException:
-            self._abandon()
-            raise
+            self._take()
+        except BaseException as exc:
+            raise self._settled(exc, later=False) from None
 
     def rest_steps(self) -> Generator[None, None, None]:
         """The files not made yet, a slice at a time, a pause (``yield``) after each
@@ -158,19 +190,17 @@ class StepFiles:
         try:
             while self._todo or self._flight:
                 t0 = self._clock()
-                t = self._todo[0][0] if self._todo else None
-                if t is not None and t not in self._named:  # its names: a pause of their own
+                self._start_more(None, before_go=False)
+                if self._flight:
+                    self._take_or_settle()
+                else:  # the next rollup type's names: a pause of their own
+                    t = self._todo[0][0]
                     self._named.add(t)
                     self._names(t)
-                else:
-                    while (self._todo and self._todo[0][0] in self._named
-                           and len(self._flight) < self._ahead):
-                        self._start()
-                    self._take()
                 self.took_s += self._clock() - t0
                 yield
-        except BaseException:
-            self._abandon()
+        except GeneratorExit:
+            self._settled(GeneratorExit(), later=False)
             raise
         if left:
             log.info("%s: %d of its %d instance files made after its Go, in %.2f s",

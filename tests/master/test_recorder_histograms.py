@@ -101,3 +101,28 @@ def test_a_failed_histogram_file_is_raised_once_every_job_has_ended(
     assert writing == 0, caught.value
     assert taken.read_bytes() == b"someone else's\n"
     out.close()
+
+
+def test_a_failed_histogram_file_comes_before_an_error_of_the_next_types_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A histogram file of the LUN rollup that cannot be made, then an error while the next
+    type's summary is worked out: the file's ``OutputError`` is raised (its job came first),
+    the summary's error kept as its context."""
+    monkeypatch.setattr(recorder_module, "HISTOGRAM_SLICE", 2)
+    out = RunOutput(tmp_path)
+    rec, sim = _four_subintervals(out, 0, ["measurement"] * 4, 3, threads=3)
+    taken = tmp_path / "step0000-x" / "histograms" / "lun" / rec.file_names("lun")[2]
+    taken.parent.mkdir(parents=True)
+    taken.write_bytes(b"someone else's\n")
+    compute = rollup.compute
+
+    def failing(total: Any, g: rollup.Grouping, dur: float) -> rollup.RollupResult:
+        if g is rec.groupings["workload"]:
+            raise RuntimeError("the workload summary failed")
+        return compute(total, g, dur)
+
+    monkeypatch.setattr(recorder_module.ru, "compute", failing)
+    with pytest.raises(OutputError, match=rf"histograms/lun/{taken.name}") as caught:
+        rec.summarise([0, 1, 2, 3], sim.window(0, 3))
+    assert isinstance(caught.value.__context__, RuntimeError)
+    out.close()
