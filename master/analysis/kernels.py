@@ -361,17 +361,15 @@ def _histogram_rows_at(of_workload: Any, members: Any, coords: Coords, first: in
 
 def _histogram_rows_cap(of_workload: npt.NDArray[np.int64], members: npt.NDArray[np.int64],
                         coords: Coords, first: int, n: int) -> int:
-    """The most rows ``ivk_histogram_rows`` can give: per instance, its members' coordinates
+    """The most rows ``ivk_histogram_rows`` can give (the members' instances in
+    ``first .. first + n - 1``, the caller's check): per instance, its members' coordinates
     or every bucket, whichever is fewer (a coordinate adds one bucket at most). Rows are
     filled in one pass into room for this many (the room never reached is never written;
     fresh pages of it are never touched), where counting them first read every coordinate
     twice."""
     starts = members * ROWS_PER_WORKLOAD
     per_member = coords.bounds[starts + ROWS_PER_WORKLOAD] - coords.bounds[starts]
-    inst = of_workload[members] - first
-    if inst.size and (int(inst.min()) < 0 or int(inst.max()) >= n):
-        return int(per_member.sum())  # the caller's error: every coordinate, to be safe
-    per_inst = np.bincount(inst, weights=per_member, minlength=n)
+    per_inst = np.bincount(of_workload[members] - first, weights=per_member, minlength=n)
     return int(np.minimum(per_inst, N_BUCKETS).sum())
 
 

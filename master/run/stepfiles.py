@@ -123,17 +123,16 @@ class StepFiles:
         self._made[t] += made
         self.made += len(made)
 
-    def _settled(self, exc: BaseException, later: bool) -> BaseException:
-        """Making files failed with ``exc``: each slice in flight waited for and taken in
-        (their files closed with the run). The error to raise: the first of theirs where
-        ``exc`` came from starting a slice after them (``later``), else ``exc``."""
+    def _settle(self) -> BaseException | None:
+        """Making files failed: each slice in flight waited for and taken in (their files
+        closed with the run); the first of their own errors, if any."""
         first: BaseException | None = None
         while self._flight:
             try:
                 self._take()
             except Exception as err:
                 first = first or err
-        return first if later and first is not None else exc
+        return first
 
     def _start_more(self, budget_s: float | None, before_go: bool) -> None:
         """Slices started while there is a thread for one (before the Go, one at a time
@@ -146,8 +145,8 @@ class StepFiles:
                 return  # its names first, a pause of their own
             try:
                 self._start()
-            except BaseException as exc:
-                raise self._settled(exc, later=True) from None
+            except BaseException as exc:  # the slices in flight came first: theirs first
+                raise (self._settle() or exc) from None
 
     def _in_flight(self) -> int:
         return sum(len(new.names) for _, new, _ in self._flight if isinstance(new, NewFiles))
@@ -178,8 +177,9 @@ class StepFiles:
     def _take_or_settle(self) -> None:
         try:
             self._take()
-        except BaseException as exc:
-            raise self._settled(exc, later=False) from None
+        except BaseException:  # the oldest slice's: it stands
+            self._settle()
+            raise
 
     def rest_steps(self) -> Generator[None, None, None]:
         """The files not made yet, a slice at a time, a pause (``yield``) after each
@@ -200,7 +200,7 @@ class StepFiles:
                 self.took_s += self._clock() - t0
                 yield
         except GeneratorExit:
-            self._settled(GeneratorExit(), later=False)
+            self._settle()
             raise
         if left:
             log.info("%s: %d of its %d instance files made after its Go, in %.2f s",
